@@ -1,0 +1,20 @@
+"""Mean of heads: c = 1/J Σ_j cʲ.
+
+Source: seed 000 ("усреднение"); the output layer of GAT (Veličković et al. 2018) averages heads.
+"""
+
+import torch
+
+from attnflow.blocks.aggregators.base import Aggregator
+from attnflow.registry import AGGREGATORS
+
+
+@AGGREGATORS.register("mean")
+class MeanAggregator(Aggregator):
+    """c = 1/J Σ_j cʲ.
+
+    Shape: (..., J, T, D) -> (..., T, D).
+    """
+
+    def forward(self, heads: torch.Tensor) -> torch.Tensor:
+        return heads.mean(dim=-3)

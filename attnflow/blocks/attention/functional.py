@@ -1,0 +1,66 @@
+"""The attention computation shared by every attention block.
+
+c = Σ_i v_i · norm_i a(k_i, q)  (seed 000: c = Attn(q, K, V) = Σ_i v_i SoftMax_i a(k_i, q)).
+
+Two paths, same numbers within floating-point tolerance:
+- fused: when the scorer is s·qᵀk (``sdpa_scale`` is set: dot, scaled_dot), the normaliser is
+  SoftMax and no weights are requested, ``torch.nn.functional.scaled_dot_product_attention`` does
+  scores, mask, SoftMax, dropout and the weighted sum in one kernel (flash / memory-efficient
+  kernels on GPUs);
+- explicit: scores from the scorer, masks, normaliser, dropout, weights @ values; returns α.
+
+Masks are boolean, True where a key may be attended, broadcastable to (..., Tq, Tk). ``causal``
+adds the "future" mask (query t sees keys ≤ t, aligned top-left as in SDPA).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from attnflow.blocks.normalizers.base import Normalizer
+from attnflow.blocks.scorers.base import Scorer
+
+
+def causal_mask(tq: int, tk: int, device=None) -> torch.Tensor:
+    """(Tq, Tk) bool, True on and below the diagonal: query t may see keys 0..t."""
+    return torch.ones(tq, tk, dtype=torch.bool, device=device).tril()
+
+
+def padding_mask(lengths: torch.Tensor, max_len: Optional[int] = None) -> torch.Tensor:
+    """(B, T) bool, True at positions < length."""
+    max_len = int(lengths.max()) if max_len is None else max_len
+    return torch.arange(max_len, device=lengths.device) < lengths.unsqueeze(-1)
+
+
+def attend(
+    scorer: Scorer,
+    normalizer: Normalizer,
+    query: torch.Tensor,
+    prepared_keys: torch.Tensor,
+    values: torch.Tensor,
+    mask: Optional[torch.Tensor] = None,
+    *,
+    causal: bool = False,
+    dropout: float = 0.0,
+    need_weights: bool = False,
+) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Context (..., Tq, Dv) and, when ``need_weights``, weights α (..., Tq, Tk) before dropout."""
+    if not need_weights and scorer.sdpa_scale is not None and normalizer.is_softmax:
+        attn_mask = mask
+        if causal and mask is not None:
+            attn_mask = mask & causal_mask(query.shape[-2], prepared_keys.shape[-2], query.device)
+        context = F.scaled_dot_product_attention(
+            query, prepared_keys, values, attn_mask=attn_mask, dropout_p=dropout,
+            is_causal=causal and mask is None, scale=scorer.sdpa_scale,
+        )
+        return context, None
+    scores = scorer.score_prepared(query, prepared_keys)
+    if causal:
+        future = causal_mask(scores.shape[-2], scores.shape[-1], scores.device)
+        mask = future if mask is None else mask & future
+    weights = normalizer(scores, mask)
+    dropped = F.dropout(weights, dropout) if dropout > 0 else weights
+    return dropped @ values, (weights if need_weights else None)

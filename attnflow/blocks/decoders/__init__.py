@@ -1,0 +1,5 @@
+"""Decoders (SPEC §3)."""
+
+from attnflow.blocks.decoders.rnn_attention import AttentionRNNDecoder
+
+__all__ = ["AttentionRNNDecoder"]

@@ -1,0 +1,114 @@
+"""Recurrent decoder with attention over the encoder states (RNNsearch).
+
+Source: Bahdanau, Cho & Bengio 2015; seed 000 and SPEC §3:
+    c_t  = Σ_i α_ti h_i,   α_t = norm_i a(h_i, s_{t−1})      (attention with the previous state)
+    s_t  = f(s_{t−1}, [E y_{t−1}; c_t])                      (GRU or LSTM cell)
+    p(y_t | y_<t, x) = SoftMax(W_o [s_t; c_t; E y_{t−1}] + b_o)
+    s_0  = tanh(W_init h̄), h̄ the encoder's final state (Bahdanau: the backward state of word 1)
+
+The attention block is pluggable (``single`` with any scorer, or ``multihead``), so one
+override changes the scorer. Teacher forcing runs the cell step by step (the recurrence needs
+s_{t−1}), but the key projections of the scorer are computed once per source sentence and the
+output layer runs once over all steps.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional, Tuple
+
+import torch
+from torch import nn
+
+from attnflow.registry import ATTENTIONS, DECODERS, BlockSpec
+
+
+@DECODERS.register("rnn_attention")
+class AttentionRNNDecoder(nn.Module):
+    """GRU/LSTM decoder with attention: s_t = f(s_{t−1}, [E y_{t−1}; c_t]).
+
+    Args:
+        vocab_size: target vocabulary size (context).
+        memory_dim: size of the encoder states h_i (context).
+        init_dim: size of the encoder's final state h̄ (context).
+        cell: 'gru' or 'lstm' (default 'gru').
+        embed_dim: target embedding size (default 64).
+        hidden_dim: state size of s_t (default 128).
+        attention: the attention block's config (default single-head, additive scorer).
+        dropout: on embeddings and before the output layer (default 0.0).
+    Shape:
+        forward: tgt_in (B, T) token ids, memory (B, S, memory_dim), memory_mask (B, S) bool,
+        init (B, init_dim) -> logits (B, T, vocab_size), weights (B, T, J, S) or None.
+    """
+
+    def __init__(self, vocab_size: int, memory_dim: int, init_dim: int, *,
+                 cell: Literal["gru", "lstm"] = "gru", embed_dim: int = 64, hidden_dim: int = 128,
+                 attention: BlockSpec["attention"] = {"name": "single"}, dropout: float = 0.0):
+        super().__init__()
+        self.cell_type = cell
+        self.embedding = nn.Embedding(vocab_size, embed_dim)
+        self.attention = ATTENTIONS.build(attention, hidden_dim, memory_dim, memory_dim)
+        ctx_dim = self.attention.output_dim
+        cell_cls = nn.GRUCell if cell == "gru" else nn.LSTMCell
+        self.cell = cell_cls(embed_dim + ctx_dim, hidden_dim)
+        self.init = nn.Linear(init_dim, hidden_dim)
+        self.dropout = nn.Dropout(dropout)
+        self.out = nn.Linear(hidden_dim + ctx_dim + embed_dim, vocab_size)
+
+    # -- state -------------------------------------------------------------------------------
+    def start(self, memory: torch.Tensor, memory_mask: torch.Tensor, init: torch.Tensor):
+        """Everything a step needs that does not change over steps: (prepared memory, mask, s_0)."""
+        h0 = torch.tanh(self.init(init))
+        state = (h0, torch.zeros_like(h0)) if self.cell_type == "lstm" else h0
+        return self.attention.prepare(memory, memory), memory_mask.unsqueeze(1), state
+
+    def _hidden(self, state) -> torch.Tensor:
+        return state[0] if self.cell_type == "lstm" else state
+
+    def _step(self, emb: torch.Tensor, prepared, mask: torch.Tensor, state, need_weights: bool):
+        """One step from the embedded previous token: -> (features for the output, state, α)."""
+        s_prev = self._hidden(state)
+        context, weights = self.attention.attend(s_prev.unsqueeze(1), prepared, mask,
+                                                 need_weights=need_weights)
+        context = context.squeeze(1)
+        state = self.cell(torch.cat([emb, context], dim=-1), state)
+        features = torch.cat([self._hidden(state), context, emb], dim=-1)
+        if weights is not None:  # single: (B, 1, S) -> (B, 1, S); multihead: (B, J, 1, S) -> (B, J, S)
+            weights = weights.squeeze(-2) if weights.dim() == 4 else weights
+        return features, state, weights
+
+    # -- teacher forcing ----------------------------------------------------------------------
+    def forward(self, tgt_in: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor,
+                init: torch.Tensor, need_weights: bool = False
+                ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        prepared, mask, state = self.start(memory, memory_mask, init)
+        embedded = self.dropout(self.embedding(tgt_in))
+        features, weights = [], []
+        for t in range(tgt_in.shape[1]):
+            f, state, w = self._step(embedded[:, t], prepared, mask, state, need_weights)
+            features.append(f)
+            weights.append(w)
+        logits = self.out(self.dropout(torch.stack(features, dim=1)))
+        return logits, (torch.stack(weights, dim=1) if need_weights else None)
+
+    # -- generation ---------------------------------------------------------------------------
+    @torch.no_grad()
+    def greedy(self, memory: torch.Tensor, memory_mask: torch.Tensor, init: torch.Tensor,
+               bos_id: int, eos_id: int, max_len: int, need_weights: bool = False
+               ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """Argmax decoding until every sentence has produced ⟨EOS⟩ or ``max_len`` tokens.
+
+        Returns tokens (B, L) (⟨EOS⟩ included, then ⟨EOS⟩ repeated) and weights (B, L, J, S).
+        """
+        prepared, mask, state = self.start(memory, memory_mask, init)
+        y = torch.full((memory.shape[0],), bos_id, dtype=torch.long, device=memory.device)
+        done = torch.zeros_like(y, dtype=torch.bool)
+        tokens, weights = [], []
+        for _ in range(max_len):
+            f, state, w = self._step(self.embedding(y), prepared, mask, state, need_weights)
+            y = self.out(f).argmax(-1).masked_fill(done, eos_id)
+            tokens.append(y)
+            weights.append(w)
+            done |= y == eos_id
+            if bool(done.all()):
+                break
+        return torch.stack(tokens, 1), (torch.stack(weights, 1) if need_weights else None)

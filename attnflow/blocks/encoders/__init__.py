@@ -1,0 +1,5 @@
+"""Encoders (SPEC §3)."""
+
+from attnflow.blocks.encoders.rnn import RNNEncoder
+
+__all__ = ["RNNEncoder"]

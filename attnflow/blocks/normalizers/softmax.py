@@ -1,0 +1,38 @@
+"""SoftMax normaliser: α_i = exp(a_i) / Σ_k exp(a_k) over the allowed keys.
+
+Source: seed 000 (α_ti = SoftMax_i a(h_i, h′_{t−1})), seed 001. Masked keys get −∞ before the
+SoftMax (padding, causal "future" and graph-neighbourhood masks all enter this way).
+"""
+
+from typing import Optional
+
+import torch
+
+from attnflow.blocks.normalizers.base import Normalizer
+from attnflow.registry import NORMALIZERS
+
+
+@NORMALIZERS.register("softmax")
+class SoftmaxNormalizer(Normalizer):
+    """α = SoftMax(scores masked by −∞).
+
+    Args:
+        temperature: divide scores by this before the SoftMax (default 1.0).
+    Shape: scores (..., Tq, Tk), mask broadcastable bool -> (..., Tq, Tk).
+    """
+
+    def __init__(self, *, temperature: float = 1.0):
+        super().__init__()
+        if temperature <= 0:
+            raise ValueError(f"normalizer 'softmax': temperature must be > 0, got {temperature}")
+        self.temperature = temperature
+        self.is_softmax = temperature == 1.0
+
+    def forward(self, scores: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        if self.temperature != 1.0:
+            scores = scores / self.temperature
+        if mask is None:
+            return torch.softmax(scores, dim=-1)
+        weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+        # rows with no allowed key are NaN after softmax(-inf, ..., -inf): make them zero
+        return weights.masked_fill(~mask, 0.0)

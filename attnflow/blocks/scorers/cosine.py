@@ -1,0 +1,40 @@
+"""Cosine (content-based) scorer: a(k, q) = kᵀq / (‖k‖‖q‖).
+
+Source: seed 001 ("content-based attention"); Graves et al. 2014 (Neural Turing Machines).
+An optional learnable sharpness β multiplies the cosine (NTM's key strength); β = 1 by default
+and is fixed unless ``learn_scale`` is set.
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnflow.blocks.scorers.base import Scorer
+from attnflow.registry import SCORERS
+
+
+@SCORERS.register("cosine")
+class CosineScorer(Scorer):
+    """a(k, q) = β · kᵀq / (‖k‖‖q‖).
+
+    Args:
+        query_dim, key_dim: sizes of q and k (context; must be equal).
+        scale: β, the factor on the cosine (default 1.0).
+        learn_scale: learn β (default False).
+        eps: floor on the norms (default 1e-8).
+    Shape: query (..., Tq, D), keys (..., Tk, D) -> (..., Tq, Tk).
+    """
+
+    def __init__(self, query_dim: int, key_dim: int, *, scale: float = 1.0, learn_scale: bool = False,
+                 eps: float = 1e-8):
+        super().__init__(query_dim, key_dim)
+        self._require_equal_dims()
+        self.eps = eps
+        self.scale = nn.Parameter(torch.tensor(float(scale)), requires_grad=learn_scale)
+
+    def prepare_keys(self, keys: torch.Tensor) -> torch.Tensor:
+        return F.normalize(keys, dim=-1, eps=self.eps)
+
+    def score_prepared(self, query: torch.Tensor, prepared: torch.Tensor) -> torch.Tensor:
+        q = F.normalize(query, dim=-1, eps=self.eps)
+        return self.scale * (q @ prepared.transpose(-1, -2))

@@ -1,0 +1,29 @@
+"""Dot-product scorer: a(k, q) = kᵀq.
+
+Source: seed 000 ("скалярное произведение"), seed 001 ("basic dot-product"); Luong et al. 2015.
+Needs query_dim == key_dim.
+"""
+
+import torch
+
+from attnflow.blocks.scorers.base import Scorer
+from attnflow.registry import SCORERS
+
+
+@SCORERS.register("dot")
+class DotScorer(Scorer):
+    """a(k, q) = kᵀq.
+
+    Args:
+        query_dim, key_dim: sizes of q and k (context; must be equal).
+    Shape: query (..., Tq, D), keys (..., Tk, D) -> (..., Tq, Tk).
+    """
+
+    sdpa_scale = 1.0
+
+    def __init__(self, query_dim: int, key_dim: int):
+        super().__init__(query_dim, key_dim)
+        self._require_equal_dims()
+
+    def score_prepared(self, query: torch.Tensor, prepared: torch.Tensor) -> torch.Tensor:
+        return query @ prepared.transpose(-1, -2)

@@ -1,0 +1,30 @@
+"""General (multiplicative, bilinear) scorer: a(k, q) = kᵀWq.
+
+Source: seed 000 ("с матрицей обучаемых параметров W"), seed 001 ("multiplicative");
+Luong et al. 2015, "Effective approaches to attention-based neural machine translation".
+W is key_dim × query_dim, so q and k may have different sizes.
+"""
+
+import torch
+from torch import nn
+
+from attnflow.blocks.scorers.base import Scorer
+from attnflow.registry import SCORERS
+
+
+@SCORERS.register("general")
+class GeneralScorer(Scorer):
+    """a(k, q) = kᵀWq.
+
+    Args:
+        query_dim, key_dim: sizes of q and k (context).
+        bias: add a learned bias to Wq, i.e. kᵀ(Wq + b) (default False).
+    Shape: query (..., Tq, Dq), keys (..., Tk, Dk) -> (..., Tq, Tk).
+    """
+
+    def __init__(self, query_dim: int, key_dim: int, *, bias: bool = False):
+        super().__init__(query_dim, key_dim)
+        self.W = nn.Linear(query_dim, key_dim, bias=bias)
+
+    def score_prepared(self, query: torch.Tensor, prepared: torch.Tensor) -> torch.Tensor:
+        return self.W(query) @ prepared.transpose(-1, -2)

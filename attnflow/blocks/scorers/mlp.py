@@ -1,0 +1,51 @@
+"""MLP scorer: a(k, q) = MLP([k; q]).
+
+Source: seed 001 ("general (в ориг. статье) MLP(s, h)"). The first layer acts on the concatenation
+[k; q]; since W[k; q] = W_k k + W_q q, it is computed as two projections broadcast over all
+(query, key) pairs instead of materialising Tq·Tk concatenations. With one hidden layer, tanh and
+no biases this is the additive scorer.
+"""
+
+from typing import Literal
+
+import torch
+from torch import nn
+
+from attnflow.blocks.scorers.base import Scorer
+from attnflow.registry import SCORERS
+
+_ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
+
+
+@SCORERS.register("mlp")
+class MLPScorer(Scorer):
+    """a(k, q) = W_L σ(… σ(W_1 [k; q] + b_1) …) + b_L.
+
+    Args:
+        query_dim, key_dim: sizes of q and k (context).
+        hidden_dim: width of every hidden layer (default 128).
+        layers: number of hidden layers, ≥ 1 (default 1).
+        activation: 'tanh', 'relu' or 'gelu' (default 'tanh').
+    Shape: query (..., Tq, Dq), keys (..., Tk, Dk) -> (..., Tq, Tk).
+    """
+
+    def __init__(self, query_dim: int, key_dim: int, *, hidden_dim: int = 128, layers: int = 1,
+                 activation: Literal["tanh", "relu", "gelu"] = "tanh"):
+        super().__init__(query_dim, key_dim)
+        if layers < 1:
+            raise ValueError(f"scorer 'mlp': layers must be >= 1, got {layers}")
+        self.first_k = nn.Linear(key_dim, hidden_dim, bias=True)
+        self.first_q = nn.Linear(query_dim, hidden_dim, bias=False)
+        act = _ACTIVATIONS[activation]
+        rest = [act()]
+        for _ in range(layers - 1):
+            rest += [nn.Linear(hidden_dim, hidden_dim), act()]
+        rest.append(nn.Linear(hidden_dim, 1))
+        self.rest = nn.Sequential(*rest)
+
+    def prepare_keys(self, keys: torch.Tensor) -> torch.Tensor:
+        return self.first_k(keys)
+
+    def score_prepared(self, query: torch.Tensor, prepared: torch.Tensor) -> torch.Tensor:
+        h = self.first_q(query).unsqueeze(-2) + prepared.unsqueeze(-3)
+        return self.rest(h).squeeze(-1)

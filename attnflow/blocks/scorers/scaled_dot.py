@@ -1,0 +1,31 @@
+"""Scaled dot-product scorer: a(k, q) = kᵀq / √d.
+
+Source: seed 000 and 001; Vaswani et al. 2017, "Attention is all you need". d is the key size.
+With softmax and no maps requested, attention runs it through the fused
+``torch.nn.functional.scaled_dot_product_attention``.
+"""
+
+import math
+
+import torch
+
+from attnflow.blocks.scorers.base import Scorer
+from attnflow.registry import SCORERS
+
+
+@SCORERS.register("scaled_dot")
+class ScaledDotScorer(Scorer):
+    """a(k, q) = kᵀq / √d.
+
+    Args:
+        query_dim, key_dim: sizes of q and k (context; must be equal, d = key_dim).
+    Shape: query (..., Tq, D), keys (..., Tk, D) -> (..., Tq, Tk).
+    """
+
+    def __init__(self, query_dim: int, key_dim: int):
+        super().__init__(query_dim, key_dim)
+        self._require_equal_dims()
+        self.sdpa_scale = 1.0 / math.sqrt(key_dim)
+
+    def score_prepared(self, query: torch.Tensor, prepared: torch.Tensor) -> torch.Tensor:
+        return (query @ prepared.transpose(-1, -2)) * self.sdpa_scale

@@ -1,0 +1,59 @@
+"""Encoder–decoder model: source embedding → encoder → decoder with attention.
+
+Source: Sutskever et al. 2014 (seq2seq), Bahdanau et al. 2015 (RNNsearch), seeds 000, 001, 004.
+The model holds no training logic: the task (:mod:`attnflow.tasks.seq2seq`) computes losses and
+metrics and calls ``forward`` (teacher forcing) or ``greedy`` (generation).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+from torch import nn
+
+from attnflow.blocks.attention.functional import padding_mask
+from attnflow.registry import DECODERS, ENCODERS, MODELS, BlockSpec
+
+
+@MODELS.register("seq2seq")
+class Seq2Seq(nn.Module):
+    """p(y | x) = decoder(y_<t, encoder(E x)).
+
+    Args:
+        src_vocab, tgt_vocab: vocabulary sizes (context, from the data module).
+        pad_id: the padding token id (context).
+        embed_dim: source embedding size (default 64).
+        encoder: the encoder's config (default bidirectional GRU).
+        decoder: the decoder's config (default GRU with single-head additive attention).
+        dropout: on source embeddings (default 0.0).
+    Shape:
+        forward: src (B, S), src_lengths (B,), tgt_in (B, T) -> logits (B, T, V), weights
+        (B, T, J, S) or None.
+    """
+
+    def __init__(self, src_vocab: int, tgt_vocab: int, pad_id: int = 0, *, embed_dim: int = 64,
+                 encoder: BlockSpec["encoder"] = {"name": "rnn"},
+                 decoder: BlockSpec["decoder"] = {"name": "rnn_attention"},
+                 dropout: float = 0.0):
+        super().__init__()
+        self.embedding = nn.Embedding(src_vocab, embed_dim, padding_idx=pad_id)
+        self.dropout = nn.Dropout(dropout)
+        self.encoder = ENCODERS.build(encoder, embed_dim)
+        dim = self.encoder.output_dim
+        self.decoder = DECODERS.build(decoder, tgt_vocab, dim, dim)
+
+    def encode(self, src: torch.Tensor, src_lengths: torch.Tensor):
+        memory, final = self.encoder(self.dropout(self.embedding(src)), src_lengths)
+        return memory, padding_mask(src_lengths, src.shape[1]), final
+
+    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor,
+                need_weights: bool = False) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        memory, mask, final = self.encode(src, src_lengths)
+        return self.decoder(tgt_in, memory, mask, final, need_weights=need_weights)
+
+    @torch.no_grad()
+    def greedy(self, src: torch.Tensor, src_lengths: torch.Tensor, bos_id: int, eos_id: int,
+               max_len: int, need_weights: bool = False):
+        memory, mask, final = self.encode(src, src_lengths)
+        return self.decoder.greedy(memory, mask, final, bos_id, eos_id, max_len, need_weights)

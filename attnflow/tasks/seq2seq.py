@@ -1,0 +1,166 @@
+"""Sequence-to-sequence task: teacher-forced cross-entropy, greedy decoding, sequence accuracy.
+
+Loss (seed 000): −Σ_t ln p(w̃_t | t, S, W), averaged over real target tokens, with optional label
+smoothing, plus ``penalty_weight`` · ‖AAᵀ − I‖²_F (Lin et al. 2017) over the decoder's attention
+matrices (J heads × source length, one per target step) when the weight is positive.
+
+Metrics, logged as ``{train,val,test}/<name>``: ``loss``, ``token_acc`` (teacher-forced argmax
+equals the reference token), ``seq_acc`` (greedy decoding reproduces the whole reference up to and
+including ⟨EOS⟩; validation and test only).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Literal, Sequence
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchmetrics import MeanMetric
+
+from attnflow.blocks.attention.penalty import diversity_penalty
+from attnflow.registry import TASKS
+
+
+def strip_after_eos(tokens: torch.Tensor, eos_id: int, pad_id: int) -> torch.Tensor:
+    """Replace everything after the first ⟨EOS⟩ of each row by ⟨pad⟩."""
+    after = (tokens == eos_id).long().cumsum(-1) - (tokens == eos_id).long() > 0
+    return tokens.masked_fill(after, pad_id)
+
+
+def exact_match(pred: torch.Tensor, ref: torch.Tensor, eos_id: int, pad_id: int) -> torch.Tensor:
+    """(B,) bool: the prediction equals the reference up to and including ⟨EOS⟩."""
+    pred = strip_after_eos(pred, eos_id, pad_id)
+    L = max(pred.shape[1], ref.shape[1])
+    pred = F.pad(pred, (0, L - pred.shape[1]), value=pad_id)
+    ref = F.pad(ref, (0, L - ref.shape[1]), value=pad_id)
+    return (pred == ref).all(-1)
+
+
+@TASKS.register("seq2seq")
+class Seq2SeqTask(pl.LightningModule):
+    """Trains a :class:`~attnflow.models.seq2seq.Seq2Seq` model.
+
+    Args:
+        model: the model (context).
+        pad_id, bos_id, eos_id: special token ids (context, from the data module).
+        max_decode_len: longest greedy output (context).
+        itos: id → token string, for heat-map labels (context).
+        optimizer: 'adam', 'adamw' or 'sgd' (default 'adam').
+        lr: learning rate (default 1e-3); with scheduler 'noam' the peak is lr at warmup_steps.
+        weight_decay: (default 0.0).
+        label_smoothing: ε of the smoothed cross-entropy (default 0.0).
+        penalty_weight: weight of ‖AAᵀ − I‖²_F on decoder attention (default 0.0: off).
+        scheduler: 'none', 'noam' (linear warm-up, then ∝ step^−½; Vaswani et al. 2017) or 'cosine'
+            (cosine decay over the run) (default 'none').
+        warmup_steps: warm-up of 'noam' (default 4000).
+    """
+
+    def __init__(self, model: nn.Module, pad_id: int, bos_id: int, eos_id: int,
+                 max_decode_len: int, itos: Sequence[str] = (), *,
+                 optimizer: Literal["adam", "adamw", "sgd"] = "adam", lr: float = 1e-3,
+                 weight_decay: float = 0.0, label_smoothing: float = 0.0,
+                 penalty_weight: float = 0.0,
+                 scheduler: Literal["none", "noam", "cosine"] = "none", warmup_steps: int = 4000):
+        super().__init__()
+        self.model = model
+        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
+        self.max_decode_len, self.itos = max_decode_len, list(itos)
+        self.optimizer_name, self.lr, self.weight_decay = optimizer, lr, weight_decay
+        self.label_smoothing, self.penalty_weight = label_smoothing, penalty_weight
+        self.scheduler_name, self.warmup_steps = scheduler, warmup_steps
+        self.run_config: dict = {}  # the resolved config, stored in checkpoints by the runner
+        # ModuleDict keys must not shadow nn.Module attributes ('train'), hence the suffix
+        self._seq_acc = nn.ModuleDict({f"{s}_": MeanMetric() for s in ("val", "test")})
+        self._token_acc = nn.ModuleDict({f"{s}_": MeanMetric() for s in ("train", "val", "test")})
+
+    # -- one batch -----------------------------------------------------------------------------
+    def _loss(self, batch: Dict[str, torch.Tensor], split: str) -> torch.Tensor:
+        need = self.penalty_weight > 0
+        logits, weights = self.model(batch["src"], batch["src_lengths"], batch["tgt_in"],
+                                     need_weights=need)
+        target = batch["tgt_out"]
+        loss = F.cross_entropy(logits.transpose(1, 2), target, ignore_index=self.pad_id,
+                               label_smoothing=self.label_smoothing)
+        valid = target != self.pad_id
+        n = int(valid.sum())
+        self._token_acc[f"{split}_"].update((logits.argmax(-1) == target)[valid].float())
+        self.log(f"{split}/loss", loss, batch_size=n, prog_bar=split != "test")
+        self.log(f"{split}/token_acc", self._token_acc[f"{split}_"], batch_size=n)
+        if need:
+            penalty = diversity_penalty(weights, valid)
+            self.log(f"{split}/penalty", penalty, batch_size=n)
+            loss = loss + self.penalty_weight * penalty
+        return loss
+
+    def training_step(self, batch, batch_idx):
+        return self._loss(batch, "train")
+
+    def _eval_step(self, batch, split: str) -> None:
+        self._loss(batch, split)
+        pred, _ = self.model.greedy(batch["src"], batch["src_lengths"], self.bos_id, self.eos_id,
+                                    self.max_decode_len)
+        match = exact_match(pred, batch["tgt_out"], self.eos_id, self.pad_id)
+        self._seq_acc[f"{split}_"].update(match.float())
+        self.log(f"{split}/seq_acc", self._seq_acc[f"{split}_"], batch_size=len(match), prog_bar=True)
+
+    def validation_step(self, batch, batch_idx):
+        self._eval_step(batch, "val")
+
+    def test_step(self, batch, batch_idx):
+        self._eval_step(batch, "test")
+
+    # -- attention maps --------------------------------------------------------------------------
+    @torch.no_grad()
+    def attention_examples(self, batch: Dict[str, torch.Tensor]) -> List[dict]:
+        """Greedy-decode a batch and return per example α (target × source, mean over heads)."""
+        was_training = self.training
+        self.eval()
+        batch = {k: v.to(self.device) for k, v in batch.items()}
+        pred, weights = self.model.greedy(batch["src"], batch["src_lengths"], self.bos_id,
+                                          self.eos_id, self.max_decode_len, need_weights=True)
+        self.train(was_training)
+        out = []
+        for i in range(pred.shape[0]):
+            S = int(batch["src_lengths"][i])
+            ids = strip_after_eos(pred[i : i + 1], self.eos_id, self.pad_id)[0]
+            T = int((ids != self.pad_id).sum())
+            out.append({
+                "weights": weights[i, :T, :, :S].mean(1).float().cpu(),
+                "source": [self._tok(t) for t in batch["src"][i, :S].tolist()],
+                "output": [self._tok(t) for t in pred[i, :T].tolist()],
+            })
+        return out
+
+    def _tok(self, i: int) -> str:
+        return self.itos[i] if i < len(self.itos) else str(i)
+
+    # -- optimisation ----------------------------------------------------------------------------
+    def configure_optimizers(self):
+        params = self.parameters()
+        if self.optimizer_name == "sgd":
+            opt = torch.optim.SGD(params, lr=self.lr, weight_decay=self.weight_decay, momentum=0.9)
+        elif self.optimizer_name == "adamw":
+            opt = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
+        else:
+            opt = torch.optim.Adam(params, lr=self.lr, weight_decay=self.weight_decay)
+        if self.scheduler_name == "none":
+            return opt
+        if self.scheduler_name == "noam":
+            w = max(1, self.warmup_steps)
+
+            def factor(step: int) -> float:  # peak 1.0 at step w
+                step = max(step, 1)
+                return min(step / w, math.sqrt(w / step))
+        else:
+            total = max(1, int(self.trainer.estimated_stepping_batches))
+
+            def factor(step: int) -> float:
+                return 0.5 * (1.0 + math.cos(math.pi * min(step, total) / total))
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["attnflow_config"] = self.run_config

@@ -1,0 +1,44 @@
+"""``attnflow-train``: the Hydra app that trains one experiment (``python -m attnflow.train``).
+
+    attnflow-train                          # the default: reverse sequences, BiGRU + Bahdanau
+    attnflow-train scorer=dot               # swap the attention scorer
+    attnflow-train experiment=reverse_multihead logger=wandb
+
+Config errors (unknown block names, bad fields) print one message and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from attnflow.registry import ConfigError
+
+CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+
+
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
+def main(cfg: DictConfig) -> float | None:
+    from attnflow.run import train
+
+    try:
+        summary = train(cfg, Path(HydraConfig.get().runtime.output_dir))
+    except ConfigError as err:
+        print(f"attnflow: config error: {err}", file=sys.stderr)
+        sys.exit(2)
+    metric = cfg.get("optimized_metric")
+    if metric:  # what a sweeper optimises; a missing or misspelt name is an error, not None
+        if metric not in summary["metrics"]:
+            print(f"attnflow: optimized_metric '{metric}' was not logged; logged: "
+                  f"{', '.join(sorted(summary['metrics']))}", file=sys.stderr)
+            sys.exit(2)
+        return summary["metrics"][metric]
+    return None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""Shared test helpers: composing the Hydra config tree, the data root, small runs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import List
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+import attnflow  # noqa: F401  (registers blocks and the ${attnflow_root:} resolver)
+
+ROOT = Path(__file__).resolve().parent.parent
+CONF = ROOT / "conf"
+DATA_DIR = Path(os.environ.get("ATTNFLOW_DATA_DIR", ROOT.parent / "shared" / "data"))
+
+# Small and fast: a few steps, no progress bar, CSV logging only.
+FAST = [
+    "data.train_size=256", "data.val_size=64", "data.test_size=64", "data.batch_size=32",
+    "trainer.accelerator=cpu", "trainer.max_epochs=1",
+    "callbacks.progress_bar=none", "callbacks.attention_maps.examples=2",
+]
+
+
+def compose_cfg(overrides: List[str] = (), return_hydra_config: bool = False) -> DictConfig:
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("train", overrides=list(overrides), return_hydra_config=return_hydra_config)
+
+
+def experiments() -> List[str]:
+    return sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+
+
+@pytest.fixture
+def data_dir() -> Path:
+    if not DATA_DIR.is_dir():
+        pytest.skip(f"shared data folder not found at {DATA_DIR} (set ATTNFLOW_DATA_DIR)")
+    return DATA_DIR

@@ -1,0 +1,52 @@
+"""Bad names and bad fields fail before training with one clear message, not a traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from attnflow.registry import ConfigError
+from attnflow.run import train
+from conftest import FAST, ROOT, compose_cfg
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["scorer.name=dott"], ["unknown scorer 'dott' at 'scorer.name'", "scaled_dot", "Did you mean 'dot'?"]),
+    (["model.encoder.name=transformer"], ["unknown encoder 'transformer' at 'model.encoder.name'", "rnn"]),
+    (["+scorer.hiden_dim=3"], ["scorer 'additive' has no field 'hiden_dim'", "'scorer.hiden_dim'", "hidden_dim"]),
+    (["scorer.hidden_dim=wide"], ["field 'hidden_dim'", "must be int", "'wide'"]),
+    (["model.encoder.cell=transformer"], ["'model.encoder.cell'", "'gru', 'lstm', 'rnn'"]),
+    (["+trainer.max_epoch=3"], ["trainer has no field 'max_epoch'", "Did you mean 'max_epochs'?"]),
+    (["model.name=seq3seq"], ["unknown model 'seq3seq'", "seq2seq"]),
+])
+def test_bad_config_fails_before_any_work(overrides, expected, tmp_path):
+    cfg = compose_cfg([*FAST, *overrides])
+    with pytest.raises(ConfigError) as err:
+        train(cfg, tmp_path / "run")
+    for text in expected:
+        assert text in str(err.value)
+    assert not (tmp_path / "run").exists()  # nothing was built or written
+
+
+def _cli(*args, tmp_path):
+    env = dict(os.environ, ATTNFLOW_OUTPUT_DIR=str(tmp_path), HYDRA_FULL_ERROR="0")
+    return subprocess.run([sys.executable, "-m", "attnflow.train", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_cli_unknown_block_name_prints_one_message(tmp_path):
+    proc = _cli("scorer.name=dott", tmp_path=tmp_path)
+    assert proc.returncode == 2
+    assert "attnflow: config error: unknown scorer 'dott'" in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_cli_unknown_group_option_lists_options(tmp_path):
+    proc = _cli("scorer=dott", tmp_path=tmp_path)
+    assert proc.returncode != 0
+    out = proc.stderr + proc.stdout
+    assert "Could not find 'scorer/dott'" in out and "scaled_dot" in out
+    assert "Traceback" not in out

@@ -1,0 +1,133 @@
+"""The registry: typed configs from constructors, validation messages, building, plugins."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+from torch import nn
+
+from attnflow.registry import ATTENTIONS, SCORERS, BlockSpec, ConfigError, Registry, reload_plugins
+
+
+def test_unknown_name_lists_registered_names():
+    with pytest.raises(ConfigError) as err:
+        SCORERS.validate({"name": "dott"}, "model.decoder.attention.scorer")
+    msg = str(err.value)
+    assert "unknown scorer 'dott'" in msg
+    assert "model.decoder.attention.scorer.name" in msg
+    for name in ["additive", "cosine", "dot", "gat", "general", "mlp", "scaled_dot"]:
+        assert name in msg
+    assert "Did you mean 'dot'?" in msg
+
+
+def test_unknown_field_names_block_field_and_path():
+    with pytest.raises(ConfigError) as err:
+        SCORERS.validate({"name": "additive", "hiden_dim": 3}, "scorer")
+    msg = str(err.value)
+    assert "scorer 'additive' has no field 'hiden_dim'" in msg
+    assert "scorer.hiden_dim" in msg and "hidden_dim" in msg
+
+
+def test_mistyped_field_names_type():
+    with pytest.raises(ConfigError) as err:
+        SCORERS.validate({"name": "additive", "hidden_dim": "wide"}, "scorer")
+    msg = str(err.value)
+    assert "hidden_dim" in msg and "int" in msg and "'wide'" in msg
+
+
+def test_literal_field_lists_choices():
+    with pytest.raises(ConfigError) as err:
+        SCORERS.validate({"name": "mlp", "activation": "sigmoid"}, "scorer")
+    assert "'tanh', 'relu', 'gelu'" in str(err.value)
+
+
+def test_nested_block_errors_carry_the_full_path():
+    cfg = {"name": "multihead", "aggregator": {"name": "concat_projj"}}
+    with pytest.raises(ConfigError) as err:
+        ATTENTIONS.validate(cfg, "model.decoder.attention")
+    assert "model.decoder.attention.aggregator.name" in str(err.value)
+    assert "concat_proj" in str(err.value)
+
+
+def test_missing_name():
+    with pytest.raises(ConfigError, match="needs a 'name'"):
+        SCORERS.validate({"hidden_dim": 3}, "scorer")
+
+
+def test_validate_fills_defaults_and_build_passes_fields():
+    assert SCORERS.validate({"name": "additive"}) == {"name": "additive", "hidden_dim": 128, "bias": True}
+    scorer = SCORERS.build({"name": "additive", "hidden_dim": 7}, 5, 6)
+    assert scorer.U.weight.shape == (7, 6) and scorer.V.weight.shape == (7, 5)
+
+
+def test_fields_listing():
+    fields = {f: (t, d) for f, t, d in ATTENTIONS.fields("multihead")}
+    assert fields["heads"] == ("int", 8)
+    assert fields["scorer"][0] == "BlockSpec[scorer]"
+
+
+def test_duplicate_name_fails_loudly():
+    reg = Registry("test_dup_kind")
+
+    @reg.register("a")
+    class A(nn.Module):
+        pass
+
+    with pytest.raises(ValueError, match="registered already"):
+        @reg.register("a")
+        class B(nn.Module):
+            pass
+
+
+def test_in_process_registration_is_usable_from_config():
+    reg = Registry("test_inproc_kind")
+
+    @reg.register("scaled")
+    class Scaled(nn.Module):
+        def __init__(self, dim: int, *, factor: float = 2.0, child: BlockSpec["scorer"] = {"name": "dot"}):
+            super().__init__()
+            self.factor, self.child = factor, SCORERS.build(child, dim, dim)
+
+    block = reg.build({"name": "scaled", "factor": 3.0, "child": {"name": "scaled_dot"}}, 4)
+    assert block.factor == 3.0 and type(block.child).__name__ == "ScaledDotScorer"
+    with pytest.raises(ConfigError, match="test_inproc_kind 'scaled' has no field 'factr'"):
+        reg.build({"name": "scaled", "factr": 3.0}, 4)
+
+
+def test_third_party_entry_point_registers_blocks(tmp_path, monkeypatch):
+    """A package on sys.path with an `attnflow.blocks` entry point is found and loaded."""
+    pkg = tmp_path / "attnflow_demo_plugin"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(textwrap.dedent('''
+        import torch
+        from attnflow.blocks.scorers.base import Scorer
+        from attnflow.registry import SCORERS
+
+        @SCORERS.register("negdot")
+        class NegDotScorer(Scorer):
+            """a(k, q) = -kᵀq (a third-party scorer)."""
+            def __init__(self, query_dim: int, key_dim: int, *, gain: float = 1.0):
+                super().__init__(query_dim, key_dim)
+                self.gain = gain
+            def score_prepared(self, query, prepared):
+                return -self.gain * (query @ prepared.transpose(-1, -2))
+    '''))
+    dist = tmp_path / "attnflow_demo_plugin-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: attnflow-demo-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[attnflow.blocks]\ndemo = attnflow_demo_plugin\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reload_plugins()
+    try:
+        assert "negdot" in SCORERS.names()
+        import torch
+
+        s = SCORERS.build({"name": "negdot", "gain": 2.0}, 3, 3)
+        q, k = torch.randn(1, 2, 3), torch.randn(1, 4, 3)
+        assert torch.allclose(s.score(q, k), -2.0 * torch.einsum("bqd,bkd->bqk", q, k))
+    finally:
+        SCORERS._classes.pop("negdot", None)
+        sys.modules.pop("attnflow_demo_plugin", None)
+        reload_plugins()  # the next lookup reloads plugins without this package on sys.path
