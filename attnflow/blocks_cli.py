@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 import attnflow  # noqa: F401  (registers the built-in blocks)
@@ -40,10 +41,11 @@ def main(argv=None) -> int:
         table.add_column("default")
         for name in registry.names():
             fields = registry.fields(name)
-            table.add_row(name, f"[italic]{_first_line(registry.get(name))}[/italic]", "", "",
+            table.add_row(name, f"[italic]{escape(_first_line(registry.get(name)))}[/italic]", "", "",
                           end_section=not fields)
             for i, (field, tname, default) in enumerate(fields):
-                table.add_row("", field, tname, repr(default), end_section=i == len(fields) - 1)
+                table.add_row("", field, escape(tname), escape(repr(default)),
+                              end_section=i == len(fields) - 1)
         console.print(table)
     return 0
 

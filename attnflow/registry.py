@@ -211,6 +211,8 @@ class Registry:
 def _type_name(tp: Any) -> str:
     if isinstance(tp, str):
         return tp
+    if typing.get_origin(tp) is not None:  # Optional[int], List[str], ...
+        return str(tp).replace("typing.", "")
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
 

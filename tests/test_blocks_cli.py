@@ -1,0 +1,36 @@
+"""attnflow-blocks lists every registered block with its fields and defaults."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from attnflow.blocks_cli import main
+from attnflow.registry import Registry
+
+
+def test_lists_every_block_with_fields(capsys):
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    for kind, registry in Registry.kinds().items():
+        if kind.startswith("test_"):
+            continue
+        assert f"{kind} blocks" in out
+        for name in registry.names():
+            assert name in out
+    assert "hidden_dim" in out and "128" in out  # additive's field and default
+    assert "BlockSpec[scorer]" in out
+
+
+def test_one_kind_and_unknown_kind(capsys):
+    assert main(["aggregator"]) == 0
+    out = capsys.readouterr().out
+    assert "concat_proj" in out and "scorer blocks" not in out
+    assert main(["scorers"]) == 2
+    assert "unknown kind 'scorers'" in capsys.readouterr().err
+
+
+def test_console_script_is_installed():
+    proc = subprocess.run([sys.executable, "-m", "attnflow.blocks_cli", "normalizer"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "softmax" in proc.stdout and "positive" in proc.stdout
