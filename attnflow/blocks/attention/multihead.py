@@ -105,5 +105,25 @@ class MultiHeadAttention(nn.Module):
     def forward(self, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                 mask: Optional[torch.Tensor] = None, *, causal: bool = False,
                 need_weights: bool = False) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        if query is keys and keys is values and self._fusable():
+            return self._self_attention(query, mask, causal, need_weights)
         return self.attend(query, self.prepare(keys, values), mask, causal=causal,
                            need_weights=need_weights)
+
+    def _fusable(self) -> bool:
+        return (self.v_proj is not None and self.q_proj.bias is not None
+                and self.q_proj.in_features == self.k_proj.in_features == self.v_proj.in_features)
+
+    def _self_attention(self, x: torch.Tensor, mask: Optional[torch.Tensor], causal: bool,
+                        need_weights: bool) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """Self-attention with one matmul for the q, k and v projections (as torch's MHA)."""
+        w = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
+        b = torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])
+        q, k, v = (self._split(t) for t in F.linear(x, w, b).chunk(3, dim=-1))
+        if mask is not None:
+            mask = mask.unsqueeze(-3)
+        context, weights = attend(self.scorer, self.normalizer, q, self.scorer.prepare_keys(k), v,
+                                  mask, causal=causal,
+                                  dropout=self.dropout if self.training else 0.0,
+                                  need_weights=need_weights)
+        return self.aggregator(context), weights

@@ -34,5 +34,10 @@ class SoftmaxNormalizer(Normalizer):
         if mask is None:
             return torch.softmax(scores, dim=-1)
         weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
-        # rows with no allowed key are NaN after softmax(-inf, ..., -inf): make them zero
-        return weights.masked_fill(~mask, 0.0)
+        # rows with no allowed key are NaN after softmax(-inf, ..., -inf): make them zero. The
+        # check runs on the (usually broadcast, small) mask, so the full weights are touched again
+        # only when such a row exists.
+        empty = ~mask.any(dim=-1, keepdim=True)
+        if bool(empty.any()):
+            weights = weights.masked_fill(empty, 0.0)
+        return weights

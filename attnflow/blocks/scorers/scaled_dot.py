@@ -28,4 +28,5 @@ class ScaledDotScorer(Scorer):
         self.sdpa_scale = 1.0 / math.sqrt(key_dim)
 
     def score_prepared(self, query: torch.Tensor, prepared: torch.Tensor) -> torch.Tensor:
-        return (query @ prepared.transpose(-1, -2)) * self.sdpa_scale
+        # scale the (Tq, D) query rather than the (Tq, Tk) scores: one pass over the smaller tensor
+        return (query * self.sdpa_scale) @ prepared.transpose(-1, -2)
