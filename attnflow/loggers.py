@@ -16,18 +16,19 @@ from attnflow.registry import LOGGERS
 
 @LOGGERS.register("csv")
 def csv_logger(save_dir: str):
-    """Lightning's CSVLogger: <run dir>/csv/metrics.csv."""
+    """Lightning's CSVLogger: <run dir>/csv/version_N/metrics.csv (a resumed run gets N + 1, so
+    nothing logged before is rewritten)."""
     from pytorch_lightning.loggers import CSVLogger
 
-    return CSVLogger(save_dir, name="csv", version="")
+    return CSVLogger(save_dir, name="csv")
 
 
 @LOGGERS.register("tensorboard")
 def tensorboard_logger(save_dir: str):
-    """TensorBoard event files in <run dir>/tensorboard (``tensorboard --logdir outputs``)."""
+    """TensorBoard event files in <run dir>/tensorboard/version_N (``tensorboard --logdir outputs``)."""
     from pytorch_lightning.loggers import TensorBoardLogger
 
-    return TensorBoardLogger(save_dir, name="tensorboard", version="", default_hp_metric=False)
+    return TensorBoardLogger(save_dir, name="tensorboard", default_hp_metric=False)
 
 
 @LOGGERS.register("wandb")

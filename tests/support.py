@@ -1,4 +1,4 @@
-"""Shared test helpers: composing the Hydra config tree, the data root, small runs."""
+"""Shared test helpers: composing the Hydra config tree, the data root, small runs (imported as `support`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 from typing import List
 
-import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
@@ -31,10 +30,3 @@ def compose_cfg(overrides: List[str] = (), return_hydra_config: bool = False) ->
 
 def experiments() -> List[str]:
     return sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
-
-
-@pytest.fixture
-def data_dir() -> Path:
-    if not DATA_DIR.is_dir():
-        pytest.skip(f"shared data folder not found at {DATA_DIR} (set ATTNFLOW_DATA_DIR)")
-    return DATA_DIR

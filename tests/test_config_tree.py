@@ -9,7 +9,7 @@ import pytest
 from attnflow.blocks.scorers import AdditiveScorer, DotScorer
 from attnflow.registry import MODELS, SCORERS
 from attnflow.run import train
-from conftest import FAST, compose_cfg, experiments
+from support import FAST, compose_cfg, experiments
 
 
 def test_there_are_experiments():
@@ -55,5 +55,5 @@ def test_penalty_is_logged_when_weighted(tmp_path):
     cfg = compose_cfg(["experiment=reverse_multihead", *FAST, "trainer.limit_train_batches=2",
                        "trainer.log_every_n_steps=1", "test=false"])
     train(cfg, tmp_path)
-    header = (tmp_path / "csv" / "metrics.csv").read_text().splitlines()[0]
+    header = (tmp_path / "csv" / "version_0" / "metrics.csv").read_text().splitlines()[0]
     assert "train/penalty" in header

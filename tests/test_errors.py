@@ -10,7 +10,7 @@ import pytest
 
 from attnflow.registry import ConfigError
 from attnflow.run import train
-from conftest import FAST, ROOT, compose_cfg
+from support import FAST, ROOT, compose_cfg
 
 
 @pytest.mark.parametrize("overrides, expected", [

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from attnflow.run import train
-from conftest import FAST, compose_cfg
+from support import FAST, compose_cfg
 
 SHORT = [*FAST, "trainer.limit_train_batches=2", "trainer.limit_val_batches=1",
          "trainer.limit_test_batches=1", "trainer.log_every_n_steps=1"]
@@ -17,9 +17,9 @@ SHORT = [*FAST, "trainer.limit_train_batches=2", "trainer.limit_val_batches=1",
 
 def test_csv_logger_writes_metrics_and_config(tmp_path):
     train(compose_cfg(["logger=csv", *SHORT]), tmp_path)
-    metrics = (tmp_path / "csv" / "metrics.csv").read_text()
+    metrics = (tmp_path / "csv" / "version_0" / "metrics.csv").read_text()
     assert "train/loss" in metrics.splitlines()[0] and "val/seq_acc" in metrics.splitlines()[0]
-    hparams = yaml.safe_load((tmp_path / "csv" / "hparams.yaml").read_text())
+    hparams = yaml.safe_load((tmp_path / "csv" / "version_0" / "hparams.yaml").read_text())
     assert hparams["model"]["decoder"]["attention"]["scorer"]["name"] == "additive"
     assert sorted(p.name for p in (tmp_path / "attention").iterdir()) == [
         "val_example_0.png", "val_example_1.png"]
@@ -29,7 +29,7 @@ def test_tensorboard_logger_writes_events_with_images(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     train(compose_cfg(["logger=tensorboard", *SHORT]), tmp_path)
-    acc = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"images": 0})
+    acc = EventAccumulator(str(tmp_path / "tensorboard" / "version_0"), size_guidance={"images": 0})
     acc.Reload()
     assert "train/loss" in acc.Tags()["scalars"]
     assert "val/attention/0" in acc.Tags()["images"]

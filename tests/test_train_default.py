@@ -8,7 +8,7 @@ import torch
 
 from attnflow.data.synthetic import ReverseDataModule
 from attnflow.run import train
-from conftest import compose_cfg
+from support import compose_cfg
 
 SHORT = ["data.train_size=4000", "data.val_size=200", "data.test_size=200", "data.max_len=10",
          "trainer.max_epochs=2", "trainer.accelerator=cpu", "callbacks.progress_bar=none",
