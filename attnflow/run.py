@@ -31,14 +31,14 @@ from pytorch_lightning.loggers import WandbLogger
 import attnflow  # noqa: F401  (registers the built-in blocks)
 from attnflow.callbacks import AttentionMaps
 from attnflow.registry import (AGGREGATORS, ATTENTIONS, DATA, LOGGERS, MODELS, NORMALIZERS,
-                               SCORERS, TASKS, ConfigError, _suggest)
+                               POSITIONALS, SCORERS, TASKS, ConfigError, _suggest)
 
 # Top-level config groups validated by a registry. The shared choices (scorer, normalizer,
 # aggregator, attention) are interpolated into models; validating them here names the path the
 # user typed (``scorer.name=...``).
 BLOCK_GROUPS = [("scorer", SCORERS), ("normalizer", NORMALIZERS), ("aggregator", AGGREGATORS),
-                ("attention", ATTENTIONS), ("data", DATA), ("model", MODELS), ("task", TASKS),
-                ("logger", LOGGERS)]
+                ("attention", ATTENTIONS), ("positional", POSITIONALS), ("data", DATA),
+                ("model", MODELS), ("task", TASKS), ("logger", LOGGERS)]
 
 CALLBACK_FIELDS = {
     "checkpoint": {"monitor", "mode", "save_top_k", "save_last"},
@@ -60,6 +60,7 @@ def validate_config(cfg: Dict[str, Any]) -> None:
             registry.validate(cfg[group], group)
         elif group in ("data", "model", "task"):
             raise ConfigError(f"the config has no '{group}': choose one with {group}=NAME")
+    _check_positional_is_used(cfg)
     allowed = _trainer_fields()
     for key in cfg.get("trainer") or {}:
         if key not in allowed or key in ("logger", "callbacks", "default_root_dir", "enable_progress_bar"):
@@ -79,6 +80,28 @@ def validate_config(cfg: Dict[str, Any]) -> None:
     bar = (cfg.get("callbacks") or {}).get("progress_bar", "rich")
     if bar not in ("rich", "tqdm", "none", None):
         raise ConfigError(f"callbacks.progress_bar must be 'rich', 'tqdm' or 'none', got {bar!r}")
+
+
+def _mentions(tree: Any, key: str) -> bool:
+    if isinstance(tree, dict):
+        return key in tree or any(_mentions(v, key) for v in tree.values())
+    if isinstance(tree, list):
+        return any(_mentions(v, key) for v in tree)
+    return False
+
+
+def _check_positional_is_used(cfg: Dict[str, Any]) -> None:
+    """A non-default ``positional=`` on a model that has no positional encoding is an error."""
+    pos, model = cfg.get("positional"), cfg.get("model")
+    if not isinstance(pos, dict) or not isinstance(model, dict) or _mentions(model, "positional"):
+        return
+    if pos.get("name", "sinusoidal") != "sinusoidal":
+        raise ConfigError(
+            f"positional={pos['name']} (at 'positional') does nothing for model '{model.get('name')}': "
+            f"none of its blocks takes a positional encoding (recurrent encoders and decoders see "
+            f"word order through the recurrence; relative positions change self-attention, which "
+            f"it does not have). Use model=transformer, or an encoder that takes one "
+            f"(model.encoder.name=transformer_encoder)")
 
 
 def build_callbacks(cfg: Dict[str, Any], run_dir: Path) -> List[pl.Callback]:
@@ -126,8 +149,12 @@ def train(cfg: DictConfig | Dict[str, Any], run_dir: Path | str) -> Dict[str, An
 
     pl.seed_everything(resolved.get("seed", 1234), workers=True, verbose=False)
     dm = DATA.build(resolved["data"], path="data")
+    if hasattr(dm, "set_run_dir"):  # data modules that keep files with the run (tokenizers)
+        dm.set_run_dir(run_dir)
     model = MODELS.build(resolved["model"], path="model", **dm.model_context())
     task = TASKS.build(resolved["task"], model, path="task", **dm.task_context())
+    if hasattr(dm, "save_artifacts"):  # what prediction needs besides weights (e.g. a vocabulary)
+        dm.save_artifacts(run_dir)
     task.run_config = resolved
     logger = LOGGERS.build(resolved["logger"], str(run_dir), path="logger")
     callbacks = build_callbacks(resolved.get("callbacks") or {}, run_dir)

@@ -13,7 +13,8 @@ import torch
 from torch import nn
 
 from attnflow.blocks.attention.functional import padding_mask
-from attnflow.registry import DECODERS, ENCODERS, MODELS, BlockSpec
+from attnflow.decoding import beam_search, greedy_decode
+from attnflow.registry import DECODERS, ENCODERS, MODELS, BlockSpec, ConfigError
 
 
 @MODELS.register("seq2seq")
@@ -27,6 +28,9 @@ class Seq2Seq(nn.Module):
         encoder: the encoder's config (default bidirectional GRU).
         decoder: the decoder's config (default GRU with single-head additive attention).
         dropout: on source embeddings (default 0.0).
+        positional: the ``positional`` group when a config passes it (default None). RNN models
+            have no position encodings (the recurrence orders the tokens), so anything but
+            ``none`` is an error that says so.
     Shape:
         forward: src (B, S), src_lengths (B,), tgt_in (B, T) -> logits (B, T, V), weights
         (B, T, J, S) or None.
@@ -35,8 +39,21 @@ class Seq2Seq(nn.Module):
     def __init__(self, src_vocab: int, tgt_vocab: int, pad_id: int = 0, *, embed_dim: int = 64,
                  encoder: BlockSpec["encoder"] = {"name": "rnn"},
                  decoder: BlockSpec["decoder"] = {"name": "rnn_attention"},
-                 dropout: float = 0.0):
+                 dropout: float = 0.0, positional: BlockSpec["positional"] = None):
         super().__init__()
+        if positional and positional.get("name") not in (None, "none"):
+            raise ConfigError(
+                f"model 'seq2seq' (RNN encoder–decoder) has no position encodings: the recurrence "
+                f"reads tokens in order, so positional={positional['name']} has nothing to act on. "
+                f"Position encodings (sinusoidal, learned, relative) belong to Transformer models, "
+                f"e.g. experiment=mt_transformer")
+        att = decoder.get("attention") if isinstance(decoder, dict) else None
+        if isinstance(att, dict) and str(att.get("name", "")).startswith("relative"):
+            raise ConfigError(
+                f"model 'seq2seq': attention '{att['name']}' scores query–key pairs by their relative "
+                f"position i − j within one sequence (self-attention); an RNN decoder attends from a "
+                f"target state to source words, which share no position axis. Use attention=single "
+                f"or multihead here, or a Transformer model for relative positions")
         self.embedding = nn.Embedding(src_vocab, embed_dim, padding_idx=pad_id)
         self.dropout = nn.Dropout(dropout)
         self.encoder = ENCODERS.build(encoder, embed_dim)
@@ -55,5 +72,13 @@ class Seq2Seq(nn.Module):
     @torch.no_grad()
     def greedy(self, src: torch.Tensor, src_lengths: torch.Tensor, bos_id: int, eos_id: int,
                max_len: int, need_weights: bool = False):
-        memory, mask, final = self.encode(src, src_lengths)
-        return self.decoder.greedy(memory, mask, final, bos_id, eos_id, max_len, need_weights)
+        """Argmax decoding (:func:`attnflow.decoding.greedy_decode`): tokens (B, L), weights."""
+        return greedy_decode(self, src, src_lengths, bos_id, eos_id, max_len, need_weights)
+
+    @torch.no_grad()
+    def beam_search(self, src: torch.Tensor, src_lengths: torch.Tensor, bos_id: int, eos_id: int,
+                    max_len: int, beam_size: int = 4, length_penalty: float = 0.0,
+                    need_weights: bool = False):
+        """Batched beam search (:func:`attnflow.decoding.beam_search`): tokens (B, L), weights."""
+        return beam_search(self, src, src_lengths, bos_id, eos_id, max_len, beam_size,
+                           length_penalty, need_weights)

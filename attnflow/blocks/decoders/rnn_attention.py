@@ -9,7 +9,8 @@ Source: Bahdanau, Cho & Bengio 2015; seed 000 and SPEC §3:
 The attention block is pluggable (``single`` with any scorer, or ``multihead``), so one
 override changes the scorer. Teacher forcing runs the cell step by step (the recurrence needs
 s_{t−1}), but the key projections of the scorer are computed once per source sentence and the
-output layer runs once over all steps.
+output layer runs once over all steps. Generation goes through the decoder protocol
+(``start``/``step``/``reorder``, :mod:`attnflow.blocks.decoders.base`); ``greedy`` is inherited.
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ from typing import Literal, Optional, Tuple
 import torch
 from torch import nn
 
+from attnflow.blocks.decoders.base import Decoder
 from attnflow.registry import ATTENTIONS, DECODERS, BlockSpec
 
 
 @DECODERS.register("rnn_attention")
-class AttentionRNNDecoder(nn.Module):
+class AttentionRNNDecoder(Decoder):
     """GRU/LSTM decoder with attention: s_t = f(s_{t−1}, [E y_{t−1}; c_t]).
 
     Args:
@@ -54,12 +56,13 @@ class AttentionRNNDecoder(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.out = nn.Linear(hidden_dim + ctx_dim + embed_dim, vocab_size)
 
-    # -- state -------------------------------------------------------------------------------
-    def start(self, memory: torch.Tensor, memory_mask: torch.Tensor, init: torch.Tensor):
-        """Everything a step needs that does not change over steps: (prepared memory, mask, s_0)."""
+    # -- the decoder protocol (attnflow.blocks.decoders.base) ---------------------------------
+    def start(self, memory: torch.Tensor, memory_mask: torch.Tensor, init: torch.Tensor) -> dict:
+        """The step state: prepared memory (scorer keys, values), mask (B, 1, S), s_0."""
         h0 = torch.tanh(self.init(init))
-        state = (h0, torch.zeros_like(h0)) if self.cell_type == "lstm" else h0
-        return self.attention.prepare(memory, memory), memory_mask.unsqueeze(1), state
+        hidden = (h0, torch.zeros_like(h0)) if self.cell_type == "lstm" else h0
+        return {"memory": self.attention.prepare(memory, memory), "mask": memory_mask.unsqueeze(1),
+                "hidden": hidden}
 
     def _hidden(self, state) -> torch.Tensor:
         return state[0] if self.cell_type == "lstm" else state
@@ -76,11 +79,18 @@ class AttentionRNNDecoder(nn.Module):
             weights = weights.squeeze(-2) if weights.dim() == 4 else weights
         return features, state, weights
 
+    def step(self, y_prev: torch.Tensor, state: dict, need_weights: bool = False):
+        """One target position: y_prev (B,) -> logits (B, V), state, α (B, J, S) or None."""
+        emb = self.dropout(self.embedding(y_prev))
+        f, hidden, w = self._step(emb, state["memory"], state["mask"], state["hidden"], need_weights)
+        return self.out(self.dropout(f)), {**state, "hidden": hidden}, w
+
     # -- teacher forcing ----------------------------------------------------------------------
     def forward(self, tgt_in: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor,
                 init: torch.Tensor, need_weights: bool = False
                 ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-        prepared, mask, state = self.start(memory, memory_mask, init)
+        st = self.start(memory, memory_mask, init)
+        prepared, mask, state = st["memory"], st["mask"], st["hidden"]
         embedded = self.dropout(self.embedding(tgt_in))
         features, weights = [], []
         for t in range(tgt_in.shape[1]):
@@ -89,26 +99,3 @@ class AttentionRNNDecoder(nn.Module):
             weights.append(w)
         logits = self.out(self.dropout(torch.stack(features, dim=1)))
         return logits, (torch.stack(weights, dim=1) if need_weights else None)
-
-    # -- generation ---------------------------------------------------------------------------
-    @torch.no_grad()
-    def greedy(self, memory: torch.Tensor, memory_mask: torch.Tensor, init: torch.Tensor,
-               bos_id: int, eos_id: int, max_len: int, need_weights: bool = False
-               ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-        """Argmax decoding until every sentence has produced ⟨EOS⟩ or ``max_len`` tokens.
-
-        Returns tokens (B, L) (⟨EOS⟩ included, then ⟨EOS⟩ repeated) and weights (B, L, J, S).
-        """
-        prepared, mask, state = self.start(memory, memory_mask, init)
-        y = torch.full((memory.shape[0],), bos_id, dtype=torch.long, device=memory.device)
-        done = torch.zeros_like(y, dtype=torch.bool)
-        tokens, weights = [], []
-        for _ in range(max_len):
-            f, state, w = self._step(self.embedding(y), prepared, mask, state, need_weights)
-            y = self.out(f).argmax(-1).masked_fill(done, eos_id)
-            tokens.append(y)
-            weights.append(w)
-            done |= y == eos_id
-            if bool(done.all()):
-                break
-        return torch.stack(tokens, 1), (torch.stack(weights, 1) if need_weights else None)

@@ -1,0 +1,100 @@
+"""The decoder protocol shared by every sequence decoder (RNN with or without attention, Luong,
+Transformer), and the generic helpers that use only this protocol.
+
+Source: SPEC §3; Sutskever et al. 2014 (p(y|x) = Π_t p(y_t | y_<t, x)), Bahdanau et al. 2015.
+A decoder is a conditional language model over target tokens given the encoder's output:
+
+    p(y_t | y_<t, x) = SoftMax(logits_t),  logits_t = g(y_<t, memory, init)
+
+Teacher forcing computes every logits_t at once from the reference prefix; generation calls
+``step`` once per target position. Greedy and beam search (:mod:`attnflow.decoding`) use only
+``model.encode`` and this protocol, so they work for every decoder that implements it.
+
+The protocol (duck-typed; :class:`Decoder` is a convenience base class):
+
+``forward(tgt_in, memory, memory_mask, init, need_weights=False) -> (logits, weights)``
+    teacher forcing; tgt_in (B, T) token ids starting with ⟨BOS⟩, memory (B, S, D) encoder
+    outputs (zero at padding), memory_mask (B, S) bool (True = real token), init (B, D_init) the
+    encoder's final state. Returns logits (B, T, V) and, when ``need_weights``, the attention over
+    the source (B, T, J, S) (J heads, or layers×heads, or 1), else None.
+``start(memory, memory_mask, init) -> state``
+    everything a step needs; the state is any nest of tuples/lists/dicts whose tensor leaves all
+    have the batch as their first dimension (so beam search can reorder it).
+``step(y_prev (B,), state, need_weights=False) -> (logits (B, V), state, weights (B, J, S) or None)``
+    one target position given the previous token (⟨BOS⟩ first).
+``reorder(state, index (B',) long) -> state``
+    ``index_select`` along the batch dimension of every tensor of the state (beam search keeps the
+    surviving hypotheses, or expands each sentence into beams with ``repeat_interleave``).
+
+Invariant checked by the tests of every decoder: running ``step`` over the reference prefix gives
+the same logits as ``forward`` (teacher forcing), and output t never depends on tgt_in[:, t+1:].
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple
+
+import torch
+from torch import nn
+
+
+def map_state(state: Any, fn) -> Any:
+    """Apply ``fn`` to every tensor leaf of a nest of tuples/lists/dicts (other leaves kept)."""
+    if isinstance(state, torch.Tensor):
+        return fn(state)
+    if isinstance(state, tuple):
+        return tuple(map_state(s, fn) for s in state)
+    if isinstance(state, list):
+        return [map_state(s, fn) for s in state]
+    if isinstance(state, dict):
+        return {k: map_state(v, fn) for k, v in state.items()}
+    return state
+
+
+def reorder_state(state: Any, index: torch.Tensor) -> Any:
+    """``index_select(0, index)`` on every tensor leaf of the state."""
+    return map_state(state, lambda t: t.index_select(0, index))
+
+
+class Decoder(nn.Module):
+    """Base class of the decoder protocol (see the module docstring).
+
+    Subclasses implement ``start`` and ``step``; ``forward`` defaults to running ``step`` over
+    the reference prefix (override it when the whole prefix can be processed at once), and
+    ``reorder`` defaults to :func:`reorder_state`.
+
+    Shape:
+        forward: tgt_in (B, T), memory (B, S, D), memory_mask (B, S), init (B, D_init)
+        -> logits (B, T, V), weights (B, T, J, S) or None.
+        step: y_prev (B,) -> logits (B, V), state, weights (B, J, S) or None.
+    """
+
+    def start(self, memory: torch.Tensor, memory_mask: torch.Tensor, init: torch.Tensor) -> Any:
+        raise NotImplementedError
+
+    def step(self, y_prev: torch.Tensor, state: Any, need_weights: bool = False
+             ) -> Tuple[torch.Tensor, Any, Optional[torch.Tensor]]:
+        raise NotImplementedError
+
+    def reorder(self, state: Any, index: torch.Tensor) -> Any:
+        return reorder_state(state, index)
+
+    def forward(self, tgt_in: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor,
+                init: torch.Tensor, need_weights: bool = False
+                ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        state = self.start(memory, memory_mask, init)
+        logits, weights = [], []
+        for t in range(tgt_in.shape[1]):
+            lg, state, w = self.step(tgt_in[:, t], state, need_weights)
+            logits.append(lg)
+            weights.append(w)
+        return torch.stack(logits, 1), (torch.stack(weights, 1) if need_weights else None)
+
+    @torch.no_grad()
+    def greedy(self, memory: torch.Tensor, memory_mask: torch.Tensor, init: torch.Tensor,
+               bos_id: int, eos_id: int, max_len: int, need_weights: bool = False):
+        """Argmax decoding with this decoder (see :func:`attnflow.decoding.greedy_decode`)."""
+        from attnflow.decoding import greedy_from_memory
+
+        return greedy_from_memory(self, memory, memory_mask, init, bos_id, eos_id, max_len,
+                                  need_weights)

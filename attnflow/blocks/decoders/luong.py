@@ -1,0 +1,173 @@
+"""Luong attention decoder: global or local (local-m, local-p) attention from the current state,
+with input feeding.
+
+Source: Luong, Pham & Manning 2015 ("Effective Approaches to Attention-based NMT"); seed 001
+(global vs local attention, the Gaussian window). With h̄_s the encoder states and D the window
+half-width:
+
+    h_t  = f(h_{t−1}, [E y_{t−1}; h̃_{t−1}])          input feeding (h̃_0 = 0); without it [E y_{t−1}]
+    a_t(s) = align(h_t, h̄_s) = SoftMax_s score(h_t, h̄_s)
+        score: dot h_tᵀh̄_s, general h_tᵀW_a h̄_s, concat v_aᵀ tanh(W_a[h_t; h̄_s])
+        (``scorer=dot | general | additive``: the additive scorer wᵀtanh(U h̄_s + V h_t) is concat)
+    global:  a_t over every source word
+    local-m: p_t = t (monotonic), local-p: p_t = S_x · sigmoid(v_pᵀ tanh(W_p h_t)), S_x the source
+             length (here (S_x − 1)·sigmoid, so p_t lands on a word); only |s − p_t| ≤ D is
+             attended (SoftMax over the window), then
+             a_t(s) ← a_t(s) · exp(−(s − p_t)² / 2σ²),  σ = D/2
+             (Luong et al. use the Gaussian for local-p only; ``gaussian: false`` drops it)
+    c_t  = Σ_s a_t(s) h̄_s,   h̃_t = tanh(W_c [c_t; h_t]),   p(y_t | y_<t, x) = SoftMax(W_s h̃_t)
+    h_0  = tanh(W_init h̄), h̄ the encoder's final state.
+
+Unlike RNNsearch (``rnn_attention``) the query is the new state h_t, not s_{t−1}. Without input
+feeding the recurrence does not depend on attention, so teacher forcing runs the fused RNN over
+the whole prefix and attends for all steps at once.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional, Tuple
+
+import torch
+from torch import nn
+
+from attnflow.blocks.decoders.base import Decoder
+from attnflow.registry import ATTENTIONS, DECODERS, BlockSpec, ConfigError
+
+SAME_SIZE_SCORERS = ("dot", "scaled_dot", "cosine")
+
+
+@DECODERS.register("luong")
+class LuongDecoder(Decoder):
+    """GRU/LSTM decoder with Luong global/local attention and input feeding.
+
+    Args:
+        vocab_size: target vocabulary size (context).
+        memory_dim: size of the encoder states h̄_s (context).
+        init_dim: size of the encoder's final state (context).
+        cell: 'gru' or 'lstm' (default 'lstm', as Luong et al.).
+        embed_dim: target embedding size (default 64).
+        hidden_dim: state size of h_t (default 128); must equal memory_dim for the dot scorer.
+        attention: the attention block's config (default single-head, general scorer); local
+            alignment needs the single-head block.
+        alignment: 'global', 'local_m' or 'local_p' (default 'global').
+        window: D, the half-width of the local window (default 5; σ = D/2).
+        gaussian: multiply local weights by exp(−(s − p_t)²/2σ²) (default True).
+        input_feed: feed h̃_{t−1} into the next step (default True).
+        dropout: on embeddings and on h̃_t before the output layer (default 0.0).
+    Shape:
+        forward: tgt_in (B, T), memory (B, S, memory_dim), memory_mask (B, S), init (B, init_dim)
+        -> logits (B, T, vocab_size), weights (B, T, J, S) or None.
+    """
+
+    def __init__(self, vocab_size: int, memory_dim: int, init_dim: int, *,
+                 cell: Literal["lstm", "gru"] = "lstm", embed_dim: int = 64, hidden_dim: int = 128,
+                 attention: BlockSpec["attention"] = {"name": "single", "scorer": {"name": "general"}},
+                 alignment: Literal["global", "local_m", "local_p"] = "global", window: int = 5,
+                 gaussian: bool = True, input_feed: bool = True, dropout: float = 0.0):
+        super().__init__()
+        single = isinstance(attention, dict) and attention.get("name") == "single"
+        scorer = (attention.get("scorer") or {}).get("name") if single else None  # multihead projects
+        if scorer in SAME_SIZE_SCORERS and hidden_dim != memory_dim:
+            raise ConfigError(
+                f"decoder 'luong': scorer '{scorer}' compares h_t with h̄_s directly, so the decoder "
+                f"state (hidden_dim={hidden_dim}) must have the encoder output's size ({memory_dim}); "
+                f"set model.decoder.hidden_dim={memory_dim} or use scorer=general")
+        if alignment != "global":
+            if isinstance(attention, dict) and attention.get("name") != "single":
+                raise ConfigError(
+                    f"decoder 'luong': local alignment ({alignment}) reweights the attention "
+                    f"weights with a Gaussian window, which needs the single-head block's α over "
+                    f"the encoder states; got attention '{attention.get('name')}' — use attention=single")
+            if window < 1:
+                raise ConfigError(f"decoder 'luong': window must be >= 1, got {window}")
+        self.cell_type, self.alignment, self.window = cell, alignment, window
+        self.gaussian, self.input_feed, self.hidden_dim = gaussian, input_feed, hidden_dim
+        self.embedding = nn.Embedding(vocab_size, embed_dim)
+        self.attention = ATTENTIONS.build(attention, hidden_dim, memory_dim, memory_dim)
+        ctx_dim = self.attention.output_dim
+        rnn = nn.LSTM if cell == "lstm" else nn.GRU
+        self.rnn = rnn(embed_dim + (hidden_dim if input_feed else 0), hidden_dim, batch_first=True)
+        self.init = nn.Linear(init_dim, hidden_dim)
+        self.combine = nn.Linear(ctx_dim + hidden_dim, hidden_dim, bias=False)  # W_c
+        self.out = nn.Linear(hidden_dim, vocab_size)  # W_s
+        self.dropout = nn.Dropout(dropout)
+        if alignment == "local_p":
+            self.W_p = nn.Linear(hidden_dim, hidden_dim, bias=False)
+            self.v_p = nn.Linear(hidden_dim, 1, bias=False)
+
+    # -- attention at every given step ----------------------------------------------------------
+    def _positions(self, h: torch.Tensor, t: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """p_t (B, T) for states h (B, T, H) at target positions t (B, T)."""
+        last = (lengths - 1).unsqueeze(1).to(h.dtype)
+        if self.alignment == "local_m":
+            return torch.minimum(t.to(h.dtype), last)
+        return last * torch.sigmoid(self.v_p(torch.tanh(self.W_p(h)))).squeeze(-1)
+
+    def _attend(self, h: torch.Tensor, prepared, mask: torch.Tensor, t: torch.Tensor,
+                need_weights: bool):
+        """h (B, T, H), mask (B, S), t (B, T) -> context (B, T, C), weights (B, T, J, S) or None."""
+        if self.alignment == "global":
+            context, w = self.attention.attend(h, prepared, mask.unsqueeze(1), need_weights=need_weights)
+            if w is not None:
+                w = w.unsqueeze(2) if w.dim() == 3 else w.transpose(1, 2)  # -> (B, T, J, S)
+            return context, w
+        lengths = mask.sum(-1)
+        p = self._positions(h, t, lengths)  # (B, T)
+        s = torch.arange(mask.shape[1], device=h.device, dtype=h.dtype)
+        dist = s.view(1, 1, -1) - p.unsqueeze(-1)  # (B, T, S)
+        window = mask.unsqueeze(1) & (dist.abs() <= self.window)
+        _, w = self.attention.attend(h, prepared, window, need_weights=True)  # (B, T, S)
+        if self.gaussian:
+            sigma = self.window / 2.0
+            w = w * torch.exp(-dist.pow(2) / (2 * sigma ** 2))
+        w = w.masked_fill(~window, 0.0)
+        context = w @ prepared[1]
+        return context, (w.unsqueeze(2) if need_weights else None)
+
+    # -- the decoder protocol -------------------------------------------------------------------
+    def _h0(self, init: torch.Tensor):
+        h0 = torch.tanh(self.init(init))
+        return (h0, torch.zeros_like(h0)) if self.cell_type == "lstm" else h0
+
+    @staticmethod
+    def _to_rnn(hidden):  # (B, H) per row -> (1, B, H) for nn.GRU/LSTM
+        return tuple(x.unsqueeze(0).contiguous() for x in hidden) if isinstance(hidden, tuple) \
+            else hidden.unsqueeze(0).contiguous()
+
+    @staticmethod
+    def _from_rnn(h):
+        return tuple(x[0] for x in h) if isinstance(h, tuple) else h[0]
+
+    def start(self, memory: torch.Tensor, memory_mask: torch.Tensor, init: torch.Tensor) -> dict:
+        B = memory.shape[0]
+        return {"memory": self.attention.prepare(memory, memory), "mask": memory_mask,
+                "hidden": self._h0(init), "feed": memory.new_zeros(B, self.hidden_dim),
+                "t": torch.zeros(B, dtype=torch.long, device=memory.device)}
+
+    def _output(self, context: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """h̃_t = tanh(W_c [c_t; h_t])."""
+        return torch.tanh(self.combine(torch.cat([context, h], dim=-1)))
+
+    def step(self, y_prev: torch.Tensor, state: dict, need_weights: bool = False):
+        x = self.dropout(self.embedding(y_prev))
+        if self.input_feed:
+            x = torch.cat([x, state["feed"]], dim=-1)
+        out, h = self.rnn(x.unsqueeze(1), self._to_rnn(state["hidden"]))  # out (B, 1, H)
+        context, w = self._attend(out, state["memory"], state["mask"], state["t"].unsqueeze(1),
+                                  need_weights)
+        feed = self._output(context, out)[:, 0]
+        logits = self.out(self.dropout(feed))
+        new = {**state, "hidden": self._from_rnn(h), "feed": feed, "t": state["t"] + 1}
+        return logits, new, (w[:, 0] if w is not None else None)
+
+    def forward(self, tgt_in: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor,
+                init: torch.Tensor, need_weights: bool = False
+                ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        if self.input_feed:  # the recurrence needs h̃_{t−1}: step by step
+            return super().forward(tgt_in, memory, memory_mask, init, need_weights)
+        B, T = tgt_in.shape
+        prepared = self.attention.prepare(memory, memory)
+        states, _ = self.rnn(self.dropout(self.embedding(tgt_in)), self._to_rnn(self._h0(init)))
+        t = torch.arange(T, device=tgt_in.device).expand(B, T)
+        context, w = self._attend(states, prepared, memory_mask, t, need_weights)
+        return self.out(self.dropout(self._output(context, states))), w

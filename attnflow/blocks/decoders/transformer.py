@@ -1,0 +1,187 @@
+"""Transformer decoder: masked self-attention, encoder–decoder attention, FFN; N layers; linear
+output over the target vocabulary.
+
+Source: Vaswani et al. 2017; seed 000 ("Архитектура трансформера декодировщика"), seed 001, SPEC §3:
+
+    h_t   = E y_{t−1}·√d + p_t,  H_t = (h_1 … h_t)            (masked: no data from the future)
+    h′_t  = LN(h_t + Dropout(MH Attn(h_t, H_t, H_t)))          (causal self-attention)
+    h″_t  = LN(h′_t + Dropout(MH Attn(h′_t, Z, Z)))            (Q from the decoder, K, V = encoder
+                                                                output Z, padding masked)
+    z_t   = LN(h″_t + Dropout(FFN(h″_t)))
+    p(y_t | y_<t, x) = SoftMax(W_o z_t + b_o)                  (W_o = E when tied)
+
+Pre-LN (``norm: pre``): x + Dropout(Sublayer(LN(x))) and a final LN. The positional encoding is
+added here, to the scaled target embeddings. With ``positional: relative`` the self-attention is
+``relative_multihead`` (Shaw et al. 2018); encoder–decoder attention stays ``multihead``.
+
+Decoder protocol (:mod:`attnflow.blocks.decoders.base`): ``forward`` is teacher forcing over the
+whole prefix at once (causal mask; SDPA's causal kernel with scaled_dot); ``start``/``step``
+decode incrementally with a key/value cache per layer (the keys and values of the positions so far,
+and the projected encoder output computed once), so step t costs O(t), not O(t²).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, Literal, Optional, Tuple
+
+import torch
+from torch import nn
+
+from attnflow.blocks.decoders.base import Decoder
+from attnflow.blocks.encoders.transformer import FeedForward, attention_config, build_attention
+from attnflow.registry import DECODERS, POSITIONALS, BlockSpec
+
+
+class TransformerDecoderLayer(nn.Module):
+    """One decoder layer: causal self-attention, encoder–decoder attention, FFN.
+
+    Shape: x (B, T, d), memory (B, S, D_mem), memory_mask (B, 1, S) -> (B, T, d) and the
+    encoder–decoder weights (B, J, T, S) or None.
+    """
+
+    def __init__(self, dim: int, memory_dim: int, heads: int, ffn_dim: int,
+                 self_attention: Dict[str, Any], cross_attention: Dict[str, Any],
+                 dropout: float = 0.1, activation_dropout: float = 0.0, norm: str = "post"):
+        super().__init__()
+        self.pre = norm == "pre"
+        self.self_attn = build_attention(self_attention, dim, dim, True)
+        self.relative = self_attention["name"] == "relative_multihead"
+        self.cross_attn = build_attention(cross_attention, dim, memory_dim, False)
+        self.ffn = FeedForward(dim, ffn_dim, activation_dropout)
+        self.norm1, self.norm2, self.norm3 = nn.LayerNorm(dim), nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.dropout = nn.Dropout(dropout)
+
+    def _sublayer(self, x: torch.Tensor, norm: nn.LayerNorm, fn):
+        """x + Dropout(fn(LN x)) (pre-LN) or LN(x + Dropout(fn(x))) (post-LN); fn -> (out, extra)."""
+        out, extra = fn(norm(x) if self.pre else x)
+        x = x + self.dropout(out)
+        return (x if self.pre else norm(x)), extra
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, memory_mask: Optional[torch.Tensor],
+                need_weights: bool = False):
+        x, _ = self._sublayer(x, self.norm1, lambda h: self.self_attn(h, h, h, None, causal=True))
+        x, w = self._sublayer(x, self.norm2, lambda h: self.cross_attn(
+            h, memory, memory, memory_mask, need_weights=need_weights))
+        x, _ = self._sublayer(x, self.norm3, lambda h: (self.ffn(h), None))
+        return x, w
+
+    def step(self, x: torch.Tensor, cache: Tuple[torch.Tensor, torch.Tensor], prepared,
+             memory_mask: Optional[torch.Tensor], position: int, need_weights: bool = False):
+        """One new position: x (B, 1, d); cache = keys/values of positions < ``position``."""
+        new_cache = []
+
+        def self_attention(h):
+            k, v = self.self_attn.prepare(h, h)
+            k, v = torch.cat([cache[0], k], dim=-2), torch.cat([cache[1], v], dim=-2)
+            new_cache.append((k, v))
+            extra = {"query_offset": position} if self.relative else {}
+            return self.self_attn.attend(h, (k, v), None, **extra)
+
+        x, _ = self._sublayer(x, self.norm1, self_attention)
+        x, w = self._sublayer(x, self.norm2, lambda h: self.cross_attn.attend(
+            h, prepared, memory_mask, need_weights=need_weights))
+        x, _ = self._sublayer(x, self.norm3, lambda h: (self.ffn(h), None))
+        return x, new_cache[0], w
+
+
+@DECODERS.register("transformer_decoder")
+class TransformerDecoder(Decoder):
+    """N decoder layers over E y·√d + p, then W_o (tied to E by default).
+
+    Args:
+        vocab_size: target vocabulary size (context).
+        memory_dim: size of the encoder outputs (context).
+        init_dim: size of the encoder's final state (context; unused: the Transformer decoder
+            starts from ⟨BOS⟩ and attends to the memory).
+        d_model: d (default 512).
+        layers: N (default 6).
+        heads: J (default 8).
+        ffn_dim: inner size of the FFN (default 2048).
+        dropout: on the embedding sum and in the residuals (default 0.1).
+        attention_dropout: on α (default 0.0).
+        activation_dropout: after the FFN's ReLU (default 0.0).
+        norm: 'post' (the paper) or 'pre' (default 'post').
+        positional: the positional block (default sinusoidal; 'relative' makes the
+            self-attention ``relative_multihead``).
+        scorer: a(k, q) of every head, self- and encoder–decoder attention (default scaled_dot).
+        scale_embeddings: multiply embeddings by √d (default True; embeddings then start
+            N(0, 1/d)).
+        tie_output: W_o ≡ E, the output layer shares the embedding matrix (default True).
+    Shape:
+        forward: tgt_in (B, T), memory (B, S, memory_dim), memory_mask (B, S), init (B, init_dim)
+        -> logits (B, T, vocab_size), weights (B, T, J, S) of the last layer's encoder–decoder
+        attention, or None.
+    """
+
+    def __init__(self, vocab_size: int, memory_dim: int, init_dim: int, *,
+                 d_model: int = 512, layers: int = 6, heads: int = 8, ffn_dim: int = 2048,
+                 dropout: float = 0.1, attention_dropout: float = 0.0,
+                 activation_dropout: float = 0.0, norm: Literal["post", "pre"] = "post",
+                 positional: BlockSpec["positional"] = {"name": "sinusoidal"},
+                 scorer: BlockSpec["scorer"] = {"name": "scaled_dot"},
+                 scale_embeddings: bool = True, tie_output: bool = True):
+        super().__init__()
+        self.d_model, self.tie_output = d_model, tie_output
+        self.embed_scale = math.sqrt(d_model) if scale_embeddings else 1.0
+        self.embedding = nn.Embedding(vocab_size, d_model)
+        if scale_embeddings:
+            nn.init.normal_(self.embedding.weight, 0.0, d_model ** -0.5)
+        self.positional = POSITIONALS.build(positional, d_model)
+        self.dropout = nn.Dropout(dropout)
+        self_cfg = attention_config(heads, scorer, attention_dropout, self.positional)
+        cross_cfg = attention_config(heads, scorer, attention_dropout, None)
+        self.layers = nn.ModuleList(
+            TransformerDecoderLayer(d_model, memory_dim, heads, ffn_dim, self_cfg, cross_cfg,
+                                    dropout, activation_dropout, norm)
+            for _ in range(layers))
+        self.final_norm = nn.LayerNorm(d_model) if norm == "pre" else nn.Identity()
+        self.out = nn.Linear(d_model, vocab_size)
+        if tie_output:
+            self.out.weight = self.embedding.weight
+
+    def share_embedding(self, embedding: nn.Embedding) -> None:
+        """Use ``embedding`` (e.g. the source embedding of a shared vocabulary) as E (and W_o)."""
+        self.embedding = embedding
+        if self.tie_output:
+            self.out.weight = embedding.weight
+
+    def _embed(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        return self.dropout(self.positional(self.embedding(tokens) * self.embed_scale, offset))
+
+    # -- teacher forcing -------------------------------------------------------------------------
+    def forward(self, tgt_in: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor,
+                init: Optional[torch.Tensor] = None, need_weights: bool = False
+                ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        x = self._embed(tgt_in)
+        mask = memory_mask.unsqueeze(1)  # (B, 1, S)
+        weights = None
+        for i, layer in enumerate(self.layers):
+            x, weights = layer(x, memory, mask, need_weights and i == len(self.layers) - 1)
+        logits = self.out(self.final_norm(x))
+        return logits, (weights.transpose(1, 2) if weights is not None else None)
+
+    # -- incremental decoding ---------------------------------------------------------------------
+    def start(self, memory: torch.Tensor, memory_mask: torch.Tensor,
+              init: Optional[torch.Tensor] = None) -> Dict[str, Any]:
+        """State: the projected memory per layer, the mask, empty self-attention caches, t = 0."""
+        B = memory.shape[0]
+        caches = []
+        for layer in self.layers:
+            att = layer.self_attn
+            empty = memory.new_zeros(B, att.heads, 0, att.head_dim)
+            caches.append((empty, empty))
+        return {"memory": [layer.cross_attn.prepare(memory, memory) for layer in self.layers],
+                "mask": memory_mask.unsqueeze(1), "cache": caches, "position": 0}
+
+    def step(self, y_prev: torch.Tensor, state: Dict[str, Any], need_weights: bool = False):
+        t = state["position"]
+        x = self._embed(y_prev.unsqueeze(1), t)
+        caches, weights = [], None
+        for i, layer in enumerate(self.layers):
+            x, cache, weights = layer.step(x, state["cache"][i], state["memory"][i], state["mask"],
+                                           t, need_weights and i == len(self.layers) - 1)
+            caches.append(cache)
+        logits = self.out(self.final_norm(x)).squeeze(1)
+        state = {**state, "cache": caches, "position": t + 1}
+        return logits, state, (weights.squeeze(-2) if weights is not None else None)

@@ -1,0 +1,135 @@
+"""Transformer encoder: N identical layers of multi-head self-attention and a position-wise FFN.
+
+Source: Vaswani et al. 2017, "Attention is all you need"; seed 000 (encoder architecture), seed
+001 (residual dropout, LayerNorm), SPEC §3:
+
+    h_i    = x_i + p_i                                    (positional block; dropout on the sum)
+    h′     = MH_j Attn(W_qʲ h_i, W_kʲ H, W_vʲ H)           (``multihead``; ``relative_multihead``
+                                                            when positions are relative)
+    h″     = LN(h_i + Dropout(h′))                        (post-LN, the paper)
+    h‴     = W₂ ReLU(W₁ h″ + b₁) + b₂                     (FFN)
+    z_i    = LN(h″ + Dropout(h‴))
+
+Pre-LN (``norm: pre``, Xiong et al. 2020): h″ = h + Dropout(MH(LN(h))), z = h″ + Dropout(FFN(LN(h″)))
+and one final LN after the last layer. The positional encoding is added **here** (by the
+encoder, to the embeddings it receives), so ``seq2seq`` with ``encoder: transformer_encoder``
+works too; the model scales the embeddings by √d before.
+
+Attention is built from the registry (``scorer`` swaps a(k, q); scaled_dot takes the fused SDPA
+path). Padding keys are masked; outputs at padding rows are zero (encoder protocol).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Literal, Optional, Tuple
+
+import torch
+from torch import nn
+
+from attnflow.blocks.attention.functional import padding_mask
+from attnflow.registry import ATTENTIONS, ENCODERS, POSITIONALS, BlockSpec
+
+
+def attention_config(heads: int, scorer: Any, dropout: float, positional) -> Dict[str, Any]:
+    """The attention block's config: ``relative_multihead`` when ``positional.relative``."""
+    cfg = {"name": "multihead", "heads": heads, "scorer": scorer, "dropout": dropout}
+    if positional is not None and positional.relative:
+        cfg.update(name="relative_multihead", max_distance=positional.max_distance)
+    return cfg
+
+
+def build_attention(cfg: Dict[str, Any], query_dim: int, key_dim: int, self_attention: bool):
+    """Build an attention block; relative attention gets the self-attention flag it needs."""
+    if cfg["name"] == "relative_multihead":
+        return ATTENTIONS.build(cfg, query_dim, key_dim, key_dim, self_attention)
+    return ATTENTIONS.build(cfg, query_dim, key_dim, key_dim)
+
+
+class FeedForward(nn.Module):
+    """FFN(h) = W₂ Dropout(ReLU(W₁ h + b₁)) + b₂ (the inner dropout is off by default)."""
+
+    def __init__(self, dim: int, hidden: int, dropout: float = 0.0):
+        super().__init__()
+        self.linear1 = nn.Linear(dim, hidden)
+        self.linear2 = nn.Linear(hidden, dim)
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.linear2(self.dropout(torch.relu(self.linear1(h))))
+
+
+class TransformerEncoderLayer(nn.Module):
+    """One encoder layer: self-attention and FFN sublayers, each with residual, dropout and LN.
+
+    Shape: x (B, T, d), mask (B, 1, T) bool (True = real key) or None -> (B, T, d).
+    """
+
+    def __init__(self, dim: int, heads: int, ffn_dim: int, attention: Dict[str, Any],
+                 dropout: float = 0.1, activation_dropout: float = 0.0, norm: str = "post"):
+        super().__init__()
+        self.pre = norm == "pre"
+        self.self_attn = build_attention(attention, dim, dim, True)
+        self.relative = attention["name"] == "relative_multihead"
+        self.ffn = FeedForward(dim, ffn_dim, activation_dropout)
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        if self.pre:
+            h = self.norm1(x)
+            x = x + self.dropout(self.self_attn(h, h, h, mask)[0])
+            return x + self.dropout(self.ffn(self.norm2(x)))
+        x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)[0]))
+        return self.norm2(x + self.dropout(self.ffn(x)))
+
+
+@ENCODERS.register("transformer_encoder")
+class TransformerEncoder(nn.Module):
+    """Z = Layer_N(… Layer_1(Dropout(x + p)) …), then LN for pre-LN.
+
+    Args:
+        input_dim: size of the input vectors (context; projected to d_model when different).
+        d_model: d (default None: input_dim).
+        layers: N (default 6).
+        heads: J (default 8; each head d/J).
+        ffn_dim: inner size of the FFN (default 2048).
+        dropout: on the embedding sum and in the residuals (default 0.1).
+        attention_dropout: on α (default 0.0).
+        activation_dropout: after the FFN's ReLU (default 0.0).
+        norm: 'post' (the paper) or 'pre' (default 'post').
+        positional: the positional block (default sinusoidal; 'relative' switches the
+            self-attention to ``relative_multihead``).
+        scorer: a(k, q) of every head (default scaled_dot).
+    Shape:
+        x (B, T, input_dim), lengths (B,) -> outputs (B, T, d) with zeros at padding, final (B, d)
+        the mean of the outputs over real tokens.
+    """
+
+    def __init__(self, input_dim: int, *, d_model: Optional[int] = None, layers: int = 6,
+                 heads: int = 8, ffn_dim: int = 2048, dropout: float = 0.1,
+                 attention_dropout: float = 0.0, activation_dropout: float = 0.0,
+                 norm: Literal["post", "pre"] = "post",
+                 positional: BlockSpec["positional"] = {"name": "sinusoidal"},
+                 scorer: BlockSpec["scorer"] = {"name": "scaled_dot"}):
+        super().__init__()
+        d = d_model or input_dim
+        self.output_dim = d
+        self.input_proj = nn.Linear(input_dim, d) if input_dim != d else nn.Identity()
+        self.positional = POSITIONALS.build(positional, d)
+        self.dropout = nn.Dropout(dropout)
+        attention = attention_config(heads, scorer, attention_dropout, self.positional)
+        self.layers = nn.ModuleList(
+            TransformerEncoderLayer(d, heads, ffn_dim, attention, dropout, activation_dropout, norm)
+            for _ in range(layers))
+        self.final_norm = nn.LayerNorm(d) if norm == "pre" else nn.Identity()
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        real = padding_mask(lengths, x.shape[1])  # (B, T)
+        mask = real.unsqueeze(1)  # (B, 1, T): every query sees the real keys
+        h = self.dropout(self.positional(self.input_proj(x)))
+        for layer in self.layers:
+            h = layer(h, mask)
+        h = self.final_norm(h)
+        h = h.masked_fill(~real.unsqueeze(-1), 0.0)
+        final = h.sum(1) / lengths.clamp(min=1).unsqueeze(-1).to(h.dtype)
+        return h, final

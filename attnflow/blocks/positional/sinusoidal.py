@@ -1,0 +1,51 @@
+"""Sinusoidal positional encoding: PE(pos, 2i) = sin(pos / 10000^{2i/d}), PE(pos, 2i+1) = cos(…).
+
+Source: Vaswani et al. 2017, §3.5; seeds 000, 001, 003 (p_is = sin(i·10^{−8s/d}),
+p_{i,s+d/2} = cos(i·10^{−8s/d}) — the same frequencies 10000^{−2i/d}; here sine and cosine are
+interleaved as in the paper). Positions count from 0. No parameters; the table is cached and
+grown on demand, so sequence length is unbounded.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from attnflow.blocks.positional.base import Positional
+from attnflow.registry import POSITIONALS
+
+
+def sinusoid_table(length: int, dim: int, offset: int = 0) -> torch.Tensor:
+    """(length, dim) float32: row t is PE(offset + t)."""
+    pos = torch.arange(offset, offset + length, dtype=torch.float64).unsqueeze(1)
+    freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float64) * (-math.log(10000.0) / dim))
+    table = torch.zeros(length, dim, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(pos * freq)
+    table[:, 1::2] = torch.cos(pos * freq[: dim // 2])
+    return table.float()
+
+
+@POSITIONALS.register("sinusoidal")
+class SinusoidalPositional(Positional):
+    """x_t + PE(offset + t), PE(pos, 2i) = sin(pos/10000^{2i/d}), PE(pos, 2i+1) = cos(pos/10000^{2i/d}).
+
+    Args:
+        dim: d, the model size (context).
+        scale: multiply PE by this (default 1.0).
+    Shape: x (B, T, d) -> (B, T, d).
+    """
+
+    def __init__(self, dim: int, *, scale: float = 1.0):
+        super().__init__(dim)
+        self.scale = scale
+        self.register_buffer("table", sinusoid_table(512, dim), persistent=False)
+
+    def encoding(self, length: int, offset: int = 0, device=None, dtype=None) -> torch.Tensor:
+        if offset + length > self.table.shape[0]:
+            size = max(offset + length, 2 * self.table.shape[0])
+            self.table = sinusoid_table(size, self.dim).to(self.table.device)
+        p = self.table[offset: offset + length]
+        if self.scale != 1.0:
+            p = p * self.scale
+        return p.to(device=device, dtype=dtype) if dtype is not None else p

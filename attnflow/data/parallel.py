@@ -1,0 +1,305 @@
+"""Parallel text: line-aligned source/target files, subword tokenisation, length-bucketed batches.
+
+Files are ``<root>/<split>.<lang>`` or ``<root>/<split>.<lang>.gz`` (Multi30k: train, val,
+test_2016_flickr; en and de), line i of the source file translating line i of the target file.
+Either direction works (``src_lang``/``tgt_lang``). Nothing is downloaded.
+
+Tokenisation (seed 000, SPEC §5: BPE or WordPiece trained on the training split): HF
+``tokenizers`` with NFKC normalisation (optionally lower-casing), a Metaspace + punctuation
+pre-tokeniser (words carry a leading ``▁``, so decoding restores the original spacing: detokenised
+output is plain text for sacreBLEU), and a BPE (Sennrich et al. 2016) or WordPiece (Schuster &
+Nakajima 2012; Devlin et al. 2019) model. Trained on the training split only (of the first
+``max_pairs`` pairs when set); one tokenizer for both sides with ``shared_vocab`` (needed for tied
+embeddings), else one per language. With a run directory (the runner calls ``set_run_dir``) the
+tokenizers are written to ``<run_dir>/tokenizer/`` and read back from there when present (resume,
+evaluation, ``attnflow-translate``). Token ids: 0 ⟨pad⟩, 1 ⟨bos⟩, 2 ⟨eos⟩, 3 ⟨unk⟩.
+
+Batches (as :func:`attnflow.data.synthetic.collate`): ``src`` (B, S), ``src_lengths`` (B,),
+``tgt_in`` = ⟨bos⟩ y (B, T), ``tgt_out`` = y ⟨eos⟩ (B, T), padded with 0, plus ``idx`` (B,) the
+pairs' line numbers (the task reads the untokenised references by it). Training batches group
+pairs of similar length (sorted within pools of 100 batches, then shuffled batch by batch), so
+little compute goes to padding.
+"""
+
+from __future__ import annotations
+
+import gzip
+import random
+from pathlib import Path
+from typing import Dict, List, Literal, Optional, Sequence
+
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader
+
+from attnflow.registry import DATA
+
+PAD, BOS, EOS, UNK = 0, 1, 2, 3
+SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
+
+
+def read_lines(path: Path) -> List[str]:
+    """Lines of a plain or gzipped UTF-8 text file, without line ends."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [line.rstrip("\r\n") for line in f]
+
+
+def find_file(root: Path, stem: str, lang: str) -> Path:
+    for name in (f"{stem}.{lang}", f"{stem}.{lang}.gz"):
+        if (root / name).is_file():
+            return root / name
+    raise FileNotFoundError(
+        f"data 'parallel': missing file {root / f'{stem}.{lang}'}[.gz]. The data root is set by "
+        f"paths.data_dir (or $ATTNFLOW_DATA_DIR); expected line-aligned files "
+        f"<root>/<split>.<lang>[.gz], e.g. {root}/train.en.gz. Nothing is downloaded.")
+
+
+def new_tokenizer(kind: str, lowercase: bool):
+    """An untrained HF tokenizer: NFKC (+ lower case), Metaspace + punctuation, BPE or WordPiece."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+    norm = [normalizers.NFKC()] + ([normalizers.Lowercase()] if lowercase else [])
+    if kind == "bpe":
+        tok = Tokenizer(models.BPE(unk_token="<unk>"))
+        tok.decoder = decoders.Metaspace()
+    elif kind == "wordpiece":
+        tok = Tokenizer(models.WordPiece(unk_token="<unk>", continuing_subword_prefix="##"))
+        # strip the continuation prefix, glue the pieces, turn ▁ back into spaces
+        tok.decoder = decoders.Sequence([decoders.Replace("##", ""), decoders.Fuse(),
+                                         decoders.Replace("▁", " "), decoders.Strip(" ", 1, 0)])
+    else:
+        raise ValueError(f"unknown tokenizer kind {kind!r}; use 'bpe' or 'wordpiece'")
+    tok.normalizer = normalizers.Sequence(norm)
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Metaspace(),
+                                                 pre_tokenizers.Punctuation()])
+    return tok
+
+
+def train_tokenizer(kind: str, texts: Sequence[str], vocab_size: int, lowercase: bool = False):
+    from tokenizers import trainers
+
+    tok = new_tokenizer(kind, lowercase)
+    cls = trainers.BpeTrainer if kind == "bpe" else trainers.WordPieceTrainer
+    tok.train_from_iterator(texts, cls(vocab_size=vocab_size, special_tokens=SPECIALS,
+                                       show_progress=False))
+    for i, s in enumerate(SPECIALS):
+        assert tok.token_to_id(s) == i, f"special token {s} should have id {i}"
+    return tok
+
+
+def load_tokenizer(path: Path):
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(path))
+
+
+def collate(pairs: Sequence[tuple]) -> Dict[str, torch.Tensor]:
+    """(line index, source ids, target ids) triples -> a padded batch with ⟨bos⟩/⟨eos⟩."""
+    B = len(pairs)
+    S = max(max(len(s) for _, s, _ in pairs), 1)
+    T = max(len(t) for _, _, t in pairs) + 1
+    src = torch.full((B, S), PAD, dtype=torch.long)
+    tgt_in = torch.full((B, T), PAD, dtype=torch.long)
+    tgt_out = torch.full((B, T), PAD, dtype=torch.long)
+    for i, (_, s, t) in enumerate(pairs):
+        src[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+        tgt_in[i, 0] = BOS
+        tgt_in[i, 1 : len(t) + 1] = torch.tensor(t, dtype=torch.long)
+        tgt_out[i, : len(t)] = torch.tensor(t, dtype=torch.long)
+        tgt_out[i, len(t)] = EOS
+    lengths = torch.tensor([max(len(s), 1) for _, s, _ in pairs])
+    idx = torch.tensor([j for j, _, _ in pairs])
+    return {"src": src, "src_lengths": lengths, "tgt_in": tgt_in, "tgt_out": tgt_out, "idx": idx}
+
+
+class BucketBatchSampler(torch.utils.data.Sampler):
+    """Batches of pairs of similar length. Shuffled: pools of 100 batches are sorted by length and
+    cut into batches, whose order is then shuffled (a new order each epoch, from ``seed``).
+    Not shuffled: the whole split sorted by length (evaluation order does not matter)."""
+
+    def __init__(self, lengths: Sequence[int], batch_size: int, shuffle: bool, seed: int = 0):
+        self.lengths, self.batch_size, self.shuffle, self.seed = list(lengths), batch_size, shuffle, seed
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return (len(self.lengths) + self.batch_size - 1) // self.batch_size
+
+    def __iter__(self):
+        n, bs = len(self.lengths), self.batch_size
+        if not self.shuffle:
+            order = sorted(range(n), key=lambda i: self.lengths[i])
+            yield from (order[i : i + bs] for i in range(0, n, bs))
+            return
+        rng = random.Random(self.seed + self.epoch)
+        self.epoch += 1
+        order = list(range(n))
+        rng.shuffle(order)
+        batches, pool = [], 100 * bs
+        for p in range(0, n, pool):
+            chunk = sorted(order[p : p + pool], key=lambda i: self.lengths[i])
+            batches += [chunk[i : i + bs] for i in range(0, len(chunk), bs)]
+        rng.shuffle(batches)
+        yield from batches
+
+
+@DATA.register("parallel")
+class ParallelDataModule(pl.LightningDataModule):
+    """Line-aligned parallel text with subword tokenisation (see the module docstring).
+
+    Args:
+        root: the folder holding the files (default '': required; Multi30k:
+            ``${paths.data_dir}/multi30k``).
+        src_lang, tgt_lang: file suffixes of source and target (default 'de', 'en').
+        train, val, test: split file stems (default 'train', 'val', 'test_2016_flickr').
+        tokenizer: 'bpe' or 'wordpiece' (default 'bpe').
+        vocab_size: subword vocabulary size per tokenizer (default 8000).
+        shared_vocab: one tokenizer trained on both sides (default False).
+        lowercase: lower-case everything before tokenising (default False).
+        max_src_len, max_tgt_len: training pairs longer than this (in subwords) are dropped;
+            evaluation sources are truncated (default 100, 100).
+        max_decode_len: longest generated output; 0 = max_tgt_len + 2 (default 0).
+        batch_size: sentence pairs per batch (default 64).
+        max_pairs: use only the first N pairs of every split, 0 = all (default 0; for tests).
+        num_workers: DataLoader workers (default 0).
+        seed: batch shuffling seed (default 1234).
+    """
+
+    def __init__(self, *, root: str = "", src_lang: str = "de", tgt_lang: str = "en",
+                 train: str = "train", val: str = "val", test: str = "test_2016_flickr",
+                 tokenizer: Literal["bpe", "wordpiece"] = "bpe", vocab_size: int = 8000,
+                 shared_vocab: bool = False, lowercase: bool = False, max_src_len: int = 100,
+                 max_tgt_len: int = 100, max_decode_len: int = 0, batch_size: int = 64,
+                 max_pairs: int = 0, num_workers: int = 0, seed: int = 1234):
+        super().__init__()
+        if not root:
+            raise ValueError("data 'parallel': set 'root' to the folder of the text files "
+                             "(Multi30k: ${paths.data_dir}/multi30k)")
+        if src_lang == tgt_lang:
+            raise ValueError(f"data 'parallel': src_lang and tgt_lang are both {src_lang!r}")
+        self.root, self.src_lang, self.tgt_lang = Path(root), src_lang, tgt_lang
+        self.stems = {"train": train, "val": val, "test": test}
+        self.kind, self.vocab, self.shared, self.lowercase = tokenizer, vocab_size, shared_vocab, lowercase
+        self.max_src_len, self.max_tgt_len = max_src_len, max_tgt_len
+        self.max_decode_len = max_decode_len or max_tgt_len + 2
+        self.batch_size, self.max_pairs, self.num_workers, self.seed = batch_size, max_pairs, num_workers, seed
+        self.run_dir: Optional[Path] = None
+        self.src_tok = self.tgt_tok = None
+        self.text: Dict[str, tuple] = {}  # split -> (source lines, target lines)
+        self.splits: Dict[str, list] = {}  # split -> [(line, src ids, tgt ids)]
+
+    # -- run directory and tokenizers -------------------------------------------------------------
+    def set_run_dir(self, run_dir) -> None:
+        """Where the tokenizers are saved (``<run_dir>/tokenizer/``), and loaded from if there."""
+        self.run_dir = Path(run_dir)
+
+    def tokenizer_files(self, folder: Path) -> Dict[str, Path]:
+        if self.shared:
+            return {"src": folder / "shared.json", "tgt": folder / "shared.json"}
+        return {"src": folder / f"{self.src_lang}.json", "tgt": folder / f"{self.tgt_lang}.json"}
+
+    def load_tokenizers(self, folder) -> None:
+        files = self.tokenizer_files(Path(folder))
+        missing = [str(p) for p in files.values() if not p.is_file()]
+        if missing:
+            raise FileNotFoundError(f"data 'parallel': no tokenizer file {', '.join(missing)}")
+        self.src_tok, self.tgt_tok = load_tokenizer(files["src"]), load_tokenizer(files["tgt"])
+
+    def _split_text(self, split: str) -> tuple:
+        if split not in self.text:
+            stem = self.stems[split]
+            src = read_lines(find_file(self.root, stem, self.src_lang))
+            tgt = read_lines(find_file(self.root, stem, self.tgt_lang))
+            if len(src) != len(tgt):
+                raise ValueError(f"data 'parallel': {stem}.{self.src_lang} has {len(src)} lines "
+                                 f"but {stem}.{self.tgt_lang} has {len(tgt)}; files must be line-aligned")
+            if self.max_pairs:
+                src, tgt = src[: self.max_pairs], tgt[: self.max_pairs]
+            self.text[split] = (src, tgt)
+        return self.text[split]
+
+    def prepare_tokenizers(self) -> None:
+        """Load the run's tokenizers if saved, else train them on the training split (and save)."""
+        if self.src_tok is not None:
+            return
+        folder = self.run_dir / "tokenizer" if self.run_dir else None
+        if folder and all(p.is_file() for p in self.tokenizer_files(folder).values()):
+            return self.load_tokenizers(folder)
+        src, tgt = self._split_text("train")
+        if self.shared:
+            self.src_tok = self.tgt_tok = train_tokenizer(self.kind, src + tgt, self.vocab, self.lowercase)
+        else:
+            self.src_tok = train_tokenizer(self.kind, src, self.vocab, self.lowercase)
+            self.tgt_tok = train_tokenizer(self.kind, tgt, self.vocab, self.lowercase)
+        if folder:
+            folder.mkdir(parents=True, exist_ok=True)
+            files = self.tokenizer_files(folder)
+            self.src_tok.save(str(files["src"]))
+            self.tgt_tok.save(str(files["tgt"]))
+
+    # -- what models and tasks need ----------------------------------------------------------------
+    def model_context(self) -> dict:
+        self.prepare_tokenizers()
+        return {"src_vocab": self.src_tok.get_vocab_size(), "tgt_vocab": self.tgt_tok.get_vocab_size(),
+                "pad_id": PAD}
+
+    def task_context(self) -> dict:
+        self.prepare_tokenizers()
+        tgt_itos = [self.tgt_tok.id_to_token(i) for i in range(self.tgt_tok.get_vocab_size())]
+        src_itos = [self.src_tok.id_to_token(i) for i in range(self.src_tok.get_vocab_size())]
+        return {"pad_id": PAD, "bos_id": BOS, "eos_id": EOS, "max_decode_len": self.max_decode_len,
+                "itos": tgt_itos, "src_itos": src_itos, "detokenize": self.detokenize,
+                "references": self.references}
+
+    def encode_source(self, lines: Sequence[str]) -> List[List[int]]:
+        self.prepare_tokenizers()
+        return [e.ids[: self.max_src_len] for e in self.src_tok.encode_batch(list(lines))]
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        """Target ids (specials skipped, cut at the first ⟨eos⟩) -> plain text."""
+        ids = list(ids)
+        if EOS in ids:
+            ids = ids[: ids.index(EOS)]
+        return self.tgt_tok.decode([i for i in ids if i >= len(SPECIALS) or i == UNK],
+                                   skip_special_tokens=False).strip()
+
+    def references(self, split: str, idx: Sequence[int]) -> List[str]:
+        """The untokenised target lines of a split by line number."""
+        tgt = self._split_text(split)[1]
+        return [tgt[i] for i in idx]
+
+    # -- data --------------------------------------------------------------------------------------
+    def setup(self, stage: Optional[str] = None) -> None:
+        self.prepare_tokenizers()
+        for split in ("train", "val", "test"):
+            if split in self.splits:
+                continue
+            src, tgt = self._split_text(split)
+            s_ids = [e.ids for e in self.src_tok.encode_batch(src)]
+            t_ids = [e.ids for e in self.tgt_tok.encode_batch(tgt)]
+            if split == "train":
+                self.splits[split] = [(i, s, t) for i, (s, t) in enumerate(zip(s_ids, t_ids))
+                                      if 0 < len(s) <= self.max_src_len and 0 < len(t) <= self.max_tgt_len]
+            else:  # every evaluation pair counts
+                self.splits[split] = [(i, s[: self.max_src_len], t) for i, (s, t) in enumerate(zip(s_ids, t_ids))]
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        self.setup()
+        data = self.splits[split]
+        sampler = BucketBatchSampler([len(s) + len(t) / 1000 for _, s, t in data], self.batch_size,
+                                     shuffle, self.seed)
+        return DataLoader(data, batch_sampler=sampler, collate_fn=collate, num_workers=self.num_workers)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", False)
+
+    def example_batch(self, n: int, split: str = "val") -> Dict[str, torch.Tensor]:
+        """The first ``n`` pairs of a split, as a batch (attention heat maps)."""
+        self.setup()
+        return collate(self.splits[split][:n])

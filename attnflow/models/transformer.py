@@ -1,0 +1,108 @@
+"""The Transformer encoder–decoder for translation (Vaswani et al. 2017).
+
+Source: Vaswani et al. 2017, "Attention is all you need"; seed 000 (encoder, decoder, positional
+encoding, relative positions of Shaw et al. 2018), seed 001; SPEC §3–§4.
+
+    Z = Encoder(E_src x · √d)                     (the encoder adds p_i; blocks/encoders/transformer)
+    p(y_t | y_<t, x) = Decoder(E_tgt y_<t · √d, Z) (the decoder adds p_t; blocks/decoders/transformer)
+
+Tied embeddings (``tie_embeddings``): 'all' — one matrix for source embedding, target embedding and
+the output layer (the paper, with a shared BPE vocabulary of 37k); this needs a shared
+vocabulary, so src_vocab must equal tgt_vocab; 'decoder' — target embedding ≡ output layer;
+'none'. Embeddings are scaled by √d and initialised N(0, 1/d). Positions: ``positional``
+(sinusoidal, learned, none, or relative, which makes every self-attention ``relative_multihead``
+and adds no absolute encoding). Label smoothing and the warm-up (Noam) schedule belong to the
+task (``task.label_smoothing``, ``task.scheduler=noam``).
+
+Model interface (as ``seq2seq``): ``forward`` (teacher forcing), ``encode``, ``decoder`` (the
+decoder protocol of :mod:`attnflow.blocks.decoders.base`) and ``greedy``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal, Optional, Tuple
+
+import torch
+from torch import nn
+
+from attnflow.blocks.attention.functional import padding_mask
+from attnflow.decoding import greedy_decode
+from attnflow.registry import DECODERS, ENCODERS, MODELS, BlockSpec, ConfigError
+
+
+@MODELS.register("transformer")
+class Transformer(nn.Module):
+    """Encoder–decoder Transformer with optional tied embeddings.
+
+    Args:
+        src_vocab, tgt_vocab: vocabulary sizes (context, from the data module).
+        pad_id: the padding token id (context).
+        d_model: d (default 256; the paper's base: 512).
+        heads: J (default 8).
+        ffn_dim: the FFN's inner size (default 1024; base: 2048).
+        encoder_layers, decoder_layers: N (default 3 and 3; base: 6 and 6).
+        dropout: on embedding sums and residuals (default 0.1).
+        attention_dropout: on α (default 0.0).
+        activation_dropout: after the FFN's ReLU (default 0.0).
+        norm: 'post' (the paper) or 'pre' (default 'post').
+        positional: the positional block (default sinusoidal).
+        scorer: a(k, q) of every attention head (default scaled_dot).
+        tie_embeddings: 'all', 'decoder' or 'none' (default 'all'; see above).
+        scale_embeddings: multiply embeddings by √d (default True).
+    Shape:
+        forward: src (B, S), src_lengths (B,), tgt_in (B, T) -> logits (B, T, tgt_vocab), weights
+        (B, T, J, S) of the last decoder layer's encoder–decoder attention, or None.
+    """
+
+    def __init__(self, src_vocab: int, tgt_vocab: int, pad_id: int = 0, *, d_model: int = 256,
+                 heads: int = 8, ffn_dim: int = 1024, encoder_layers: int = 3,
+                 decoder_layers: int = 3, dropout: float = 0.1, attention_dropout: float = 0.0,
+                 activation_dropout: float = 0.0, norm: Literal["post", "pre"] = "post",
+                 positional: BlockSpec["positional"] = {"name": "sinusoidal"},
+                 scorer: BlockSpec["scorer"] = {"name": "scaled_dot"},
+                 tie_embeddings: Literal["all", "decoder", "none"] = "all",
+                 scale_embeddings: bool = True):
+        super().__init__()
+        if d_model % heads:
+            raise ConfigError(f"model 'transformer': d_model {d_model} is not divisible by heads {heads}")
+        if tie_embeddings == "all" and src_vocab != tgt_vocab:
+            raise ConfigError(
+                f"model 'transformer': tie_embeddings='all' shares one embedding between source and "
+                f"target, which needs one shared vocabulary, but src_vocab={src_vocab} and "
+                f"tgt_vocab={tgt_vocab}; use model.tie_embeddings=decoder (or a joint vocabulary)")
+        self.pad_id, self.d_model = pad_id, d_model
+        self.embed_scale = math.sqrt(d_model) if scale_embeddings else 1.0
+        self.src_embedding = nn.Embedding(src_vocab, d_model, padding_idx=pad_id)
+        if scale_embeddings:
+            nn.init.normal_(self.src_embedding.weight, 0.0, d_model ** -0.5)
+            with torch.no_grad():
+                self.src_embedding.weight[pad_id].zero_()
+        shared = dict(d_model=d_model, layers=encoder_layers, heads=heads, ffn_dim=ffn_dim,
+                      dropout=dropout, attention_dropout=attention_dropout,
+                      activation_dropout=activation_dropout, norm=norm, positional=positional,
+                      scorer=scorer)
+        self.encoder = ENCODERS.build({"name": "transformer_encoder", **shared}, d_model)
+        shared["layers"] = decoder_layers
+        self.decoder = DECODERS.build(
+            {"name": "transformer_decoder", **shared, "scale_embeddings": scale_embeddings,
+             "tie_output": tie_embeddings != "none"}, tgt_vocab, d_model, d_model)
+        if tie_embeddings == "all":
+            self.decoder.share_embedding(self.src_embedding)
+
+    def encode(self, src: torch.Tensor, src_lengths: torch.Tensor):
+        """-> memory (B, S, d) zero at padding, memory_mask (B, S) True at real tokens, final (B, d)."""
+        memory, final = self.encoder(self.src_embedding(src) * self.embed_scale, src_lengths)
+        return memory, padding_mask(src_lengths, src.shape[1]), final
+
+    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor,
+                need_weights: bool = False) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        memory, mask, final = self.encode(src, src_lengths)
+        return self.decoder(tgt_in, memory, mask, final, need_weights=need_weights)
+
+    @torch.no_grad()
+    def greedy(self, src: torch.Tensor, src_lengths: torch.Tensor, bos_id: int, eos_id: int,
+               max_len: int, need_weights: bool = False):
+        """Argmax decoding through the decoder protocol (step with the key/value cache) until every
+        row has produced ⟨EOS⟩: tokens (B, L) (⟨EOS⟩ included, then repeated), weights (B, L, J, S)."""
+        return greedy_decode(self, src, src_lengths, bos_id, eos_id, max_len, need_weights)

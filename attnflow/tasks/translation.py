@@ -1,0 +1,153 @@
+"""Machine translation task: the seq2seq loss, decoding with greedy or beam search, and BLEU/WER
+on detokenised text.
+
+Source: SPEC §5, seeds 000/001 (loss −Σ_t ln p(w̃_t | t, S, W); BLEU and WER), Bahdanau et al. 2015.
+Training is :class:`~attnflow.tasks.seq2seq.Seq2SeqTask`'s (teacher-forced cross-entropy with
+label smoothing, optimisers, schedules). Validation and test decode every source sentence (greedy
+with beam size 1, else batched beam search of :mod:`attnflow.decoding`, which needs only
+``model.encode`` and the decoder protocol), detokenise the output with the data module's
+tokenizer and score it against the untokenised references:
+
+- ``{val,test}/bleu``: sacreBLEU corpus BLEU (13a, exp smoothing, case-sensitive); its signature
+  is kept in ``bleu_signature`` and printed;
+- ``{val,test}/bleu_lc``: the same, lower-cased (what tutorials that lower-case report);
+- ``{val,test}/wer``: corpus word error rate (jiwer);
+- plus ``loss``, ``token_acc`` and ``seq_acc`` of the seq2seq task.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Literal, Optional, Sequence
+
+import torch
+from pytorch_lightning.utilities import rank_zero_info
+
+from attnflow.decoding import beam_search, greedy_decode
+from attnflow.registry import TASKS
+from attnflow.tasks.seq2seq import Seq2SeqTask, exact_match, strip_after_eos
+from attnflow.tasks.translation_metrics import corpus_bleu, word_error_rate
+
+
+@TASKS.register("translation")
+class TranslationTask(Seq2SeqTask):
+    """Seq2seq training with BLEU/WER evaluation of decoded, detokenised translations.
+
+    Args:
+        model, pad_id, bos_id, eos_id, max_decode_len, itos: as the seq2seq task (context).
+        src_itos: source id → token string, for heat-map labels (context).
+        detokenize: target ids -> text (context, from the data module).
+        references: (split, line numbers) -> untokenised reference lines (context; without it
+            the references are the detokenised target ids).
+        optimizer, lr, weight_decay, label_smoothing, penalty_weight, scheduler, warmup_steps:
+            as the seq2seq task.
+        beam_size: beam of test decoding; 1 = greedy (default 4).
+        val_beam_size: beam of validation decoding (default 1: greedy, cheaper).
+        length_penalty: α of the GNMT length penalty ((5+|y|)/6)^α (default 0.6).
+    """
+
+    def __init__(self, model, pad_id: int, bos_id: int, eos_id: int, max_decode_len: int,
+                 itos: Sequence[str] = (), src_itos: Sequence[str] = (),
+                 detokenize: Optional[Callable] = None, references: Optional[Callable] = None, *,
+                 optimizer: Literal["adam", "adamw", "sgd"] = "adam", lr: float = 1e-3,
+                 weight_decay: float = 0.0, label_smoothing: float = 0.0,
+                 penalty_weight: float = 0.0,
+                 scheduler: Literal["none", "noam", "cosine"] = "none", warmup_steps: int = 4000,
+                 beam_size: int = 4, val_beam_size: int = 1, length_penalty: float = 0.6):
+        super().__init__(model, pad_id, bos_id, eos_id, max_decode_len, itos, optimizer=optimizer,
+                         lr=lr, weight_decay=weight_decay, label_smoothing=label_smoothing,
+                         penalty_weight=penalty_weight, scheduler=scheduler,
+                         warmup_steps=warmup_steps)
+        if beam_size < 1 or val_beam_size < 1:
+            raise ValueError(f"task 'translation': beam sizes must be >= 1, got {beam_size}, {val_beam_size}")
+        self.src_itos = list(src_itos) or self.itos
+        self.detokenize = detokenize or (lambda ids: " ".join(self._tok(i) for i in ids
+                                                              if i not in (pad_id, bos_id, eos_id)))
+        self.references = references
+        self.beam_size, self.val_beam_size, self.length_penalty = beam_size, val_beam_size, length_penalty
+        self._text: Dict[str, tuple] = {"val": ([], []), "test": ([], [])}
+        self.bleu_signature = ""
+        self.scores: Dict[str, dict] = {}
+
+    # -- decoding -------------------------------------------------------------------------------
+    @torch.no_grad()
+    def translate_ids(self, src: torch.Tensor, src_lengths: torch.Tensor, beam_size: int = 1,
+                      need_weights: bool = False):
+        """Token ids (B, L) (and α) of the translations of a padded source batch."""
+        if beam_size == 1:
+            return greedy_decode(self.model, src, src_lengths, self.bos_id, self.eos_id,
+                                 self.max_decode_len, need_weights)
+        return beam_search(self.model, src, src_lengths, self.bos_id, self.eos_id,
+                           self.max_decode_len, beam_size, self.length_penalty, need_weights)
+
+    def ids_to_text(self, tokens: torch.Tensor) -> List[str]:
+        return [self.detokenize(row) for row in strip_after_eos(tokens, self.eos_id, self.pad_id).tolist()]
+
+    def _eval_step(self, batch, split: str) -> None:
+        self._loss(batch, split)
+        beam = self.val_beam_size if split == "val" else self.beam_size
+        pred, _ = self.translate_ids(batch["src"], batch["src_lengths"], beam)
+        match = exact_match(pred, batch["tgt_out"], self.eos_id, self.pad_id)
+        self._seq_acc[f"{split}_"].update(match.float())
+        self.log(f"{split}/seq_acc", self._seq_acc[f"{split}_"], batch_size=len(match))
+        hyps, refs = self._text[split]
+        hyps += self.ids_to_text(pred)
+        if self.references is not None and "idx" in batch:
+            refs += self.references(split, batch["idx"].tolist())
+        else:
+            refs += self.ids_to_text(batch["tgt_out"])
+
+    def _epoch_start(self, split: str) -> None:
+        self._text[split] = ([], [])
+
+    def _epoch_end(self, split: str) -> None:
+        hyps, refs = self._text[split]
+        if not hyps:
+            return
+        bleu, self.bleu_signature = corpus_bleu(hyps, refs)
+        bleu_lc, _ = corpus_bleu(hyps, refs, lowercase=True)
+        wer = word_error_rate(hyps, refs)
+        self.scores[split] = {"bleu": bleu, "bleu_lc": bleu_lc, "wer": wer, "n": len(hyps),
+                              "signature": self.bleu_signature}
+        self.log(f"{split}/bleu", bleu, prog_bar=True)
+        self.log(f"{split}/bleu_lc", bleu_lc)
+        self.log(f"{split}/wer", wer)
+        if not self.trainer.sanity_checking:
+            rank_zero_info(f"{split}: BLEU {bleu:.2f} (sacreBLEU {self.bleu_signature}), "
+                           f"lower-cased {bleu_lc:.2f}, WER {wer:.3f} on {len(hyps)} sentences")
+
+    def on_validation_epoch_start(self) -> None:
+        self._epoch_start("val")
+
+    def on_validation_epoch_end(self) -> None:
+        self._epoch_end("val")
+
+    def on_test_epoch_start(self) -> None:
+        self._epoch_start("test")
+
+    def on_test_epoch_end(self) -> None:
+        self._epoch_end("test")
+
+    # -- attention maps ----------------------------------------------------------------------------
+    @torch.no_grad()
+    def attention_examples(self, batch: Dict[str, torch.Tensor]) -> List[dict]:
+        """Greedy-decode a batch; per example α (target × source, mean over heads) with source and
+        output subword labels. Empty for decoders without attention (RNNenc)."""
+        was_training = self.training
+        self.eval()
+        batch = {k: v.to(self.device) for k, v in batch.items()}
+        pred, weights = self.translate_ids(batch["src"], batch["src_lengths"], 1, need_weights=True)
+        self.train(was_training)
+        if weights is None:
+            return []
+        out = []
+        for i in range(pred.shape[0]):
+            S = int(batch["src_lengths"][i])
+            ids = strip_after_eos(pred[i : i + 1], self.eos_id, self.pad_id)[0]
+            T = int((ids != self.pad_id).sum())
+            out.append({
+                "weights": weights[i, :T, :, :S].mean(1).float().cpu(),
+                "source": [self.src_itos[t] if t < len(self.src_itos) else str(t)
+                           for t in batch["src"][i, :S].tolist()],
+                "output": [self._tok(t) for t in pred[i, :T].tolist()],
+            })
+        return out

@@ -1,0 +1,44 @@
+"""Translation metrics on detokenised text: corpus BLEU (sacreBLEU) and word error rate (jiwer).
+
+Source: seed 001 (BLEU, WER); Papineni et al. 2002; Post 2018 (sacreBLEU: BLEU on detokenised
+text with its own tokenisation, reported with a signature that pins every setting).
+
+BLEU = BP · exp(Σ_{n=1..4} ¼ log p_n), p_n the clipped n-gram precision over the corpus,
+BP = min(1, exp(1 − r/c)) (r reference length, c hypothesis length); sacreBLEU's defaults:
+13a tokenisation, exponential smoothing, case-sensitive. ``lowercase=True`` gives the
+case-insensitive score that common tutorials report on tokenised lower-cased text (their
+numbers are on spaCy/Moses-tokenised text; 13a tokenisation splits punctuation the same way, so
+the two agree closely but not exactly).
+
+WER = (S + D + I) / N over the corpus: word substitutions, deletions and insertions of the
+minimal alignment of each hypothesis to its reference, divided by the reference word count.
+"""
+
+from __future__ import annotations
+
+from typing import List, Sequence, Tuple
+
+
+def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool = False
+                ) -> Tuple[float, str]:
+    """(BLEU in [0, 100], sacreBLEU signature) of a corpus with one reference per sentence."""
+    from sacrebleu.metrics import BLEU
+
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+    metric = BLEU(lowercase=lowercase)
+    score = metric.corpus_score(list(hypotheses), [list(references)])
+    return float(score.score), str(metric.get_signature())
+
+
+def word_error_rate(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+    """Corpus WER: total word edits / total reference words (pairs with an empty reference are
+    skipped: their rate is undefined)."""
+    import jiwer
+
+    pairs = [(h, r) for h, r in zip(hypotheses, references) if r.strip()]
+    if not pairs:
+        return 0.0
+    hyps: List[str] = [h if h.strip() else "" for h, _ in pairs]
+    out = jiwer.process_words([r for _, r in pairs], hyps)
+    return float(out.wer)

@@ -1,0 +1,145 @@
+"""Multi30k translation benchmark: RNNsearch against the CPU Transformer, de→en and en→de.
+
+Trains each model with ``attnflow.run.train`` (the same code path as ``attnflow-train``), then
+reports for the test_2016_flickr split (best checkpoint by val BLEU; beam search of the
+translation task):
+
+- sacreBLEU (detokenised, case-sensitive, 13a) with its signature;
+- "tok-lc BLEU": lower-cased BLEU on 13a-tokenised text — what the widely used PyTorch tutorials
+  report (spaCy-tokenised, lower-cased, torchtext ``bleu_score``; 13a splits punctuation the same
+  way, so this is close but not identical); the gap tok-lc − sacreBLEU is printed;
+- WER, wall time of training, and training throughput in target tokens per second
+  (target subwords incl. ⟨eos⟩ of every training epoch / fit seconds).
+Ratios are against the peer trained in the same run (rnnsearch / transformer).
+
+Anchors (de→en, test 2016, tokenised BLEU, tutorials): Bahdanau attention 28.3, Transformer 36.5.
+
+    python bench/mt_multi30k.py                                    # full: hours on a 2-core CPU
+    python bench/mt_multi30k.py --quick                            # minutes: 2,000 pairs, 1 epoch
+    python bench/mt_multi30k.py --models rnnsearch --directions de-en --epochs 10
+
+Writes bench/results/mt_multi30k.json (git-ignored) and the run directories under
+bench/results/mt_runs/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+EXPERIMENTS = {"rnnsearch": "mt_rnnsearch", "transformer": "mt_transformer",
+               "luong": "mt_luong", "rnnenc": "mt_rnnenc"}
+ANCHORS = {("rnnsearch", "de-en"): 28.3, ("transformer", "de-en"): 36.5}
+
+
+def target_tokens(run_dir: Path, overrides) -> int:
+    """Target subwords (+⟨eos⟩) of one training epoch, with the run's saved tokenizer."""
+    from omegaconf import OmegaConf
+
+    from attnflow.registry import DATA
+    from support import compose_cfg
+
+    cfg = OmegaConf.to_container(compose_cfg(overrides), resolve=True)
+    dm = DATA.build(cfg["data"])
+    dm.set_run_dir(run_dir)
+    dm.setup()
+    return sum(len(t) + 1 for _, _, t in dm.splits["train"])
+
+
+def run_one(model: str, direction: str, args) -> dict:
+    from attnflow.run import train
+    from support import compose_cfg
+
+    src, tgt = direction.split("-")
+    run_dir = Path(args.out) / "mt_runs" / f"{model}_{direction}"
+    shutil.rmtree(run_dir, ignore_errors=True)  # a fresh run: no stale checkpoints or tokenizers
+    overrides = [f"experiment={EXPERIMENTS[model]}", f"data.src_lang={src}", f"data.tgt_lang={tgt}",
+                 "callbacks.progress_bar=none", "logger=csv", "trainer.accelerator=cpu",
+                 f"task.beam_size={args.beam}"]
+    if args.epochs:
+        overrides.append(f"trainer.max_epochs={args.epochs}")
+    if args.max_pairs:
+        overrides.append(f"data.max_pairs={args.max_pairs}")
+    if args.max_steps:
+        overrides.append(f"trainer.max_steps={args.max_steps}")
+    overrides += args.override
+    start = time.time()
+    summary = train(compose_cfg(overrides), run_dir)
+    wall = time.time() - start
+    m = summary["metrics"]
+    tokens = target_tokens(run_dir, overrides) * max(1, summary["epochs"])
+    return {"model": model, "direction": direction, "test_sacrebleu": m.get("test/bleu"),
+            "test_tok_lc_bleu": m.get("test/bleu_lc"), "test_wer": m.get("test/wer"),
+            "val_sacrebleu": m.get("val/bleu"), "fit_seconds": summary["fit_seconds"],
+            "wall_seconds": round(wall, 1), "epochs": summary["epochs"],
+            "steps": summary["global_step"], "parameters": summary["parameters"],
+            "train_tokens_per_s": round(tokens / max(summary["fit_seconds"], 1e-9), 1),
+            "anchor_tok_bleu": ANCHORS.get((model, direction)), "run_dir": str(run_dir),
+            "overrides": overrides, "signature": _signature()}
+
+
+def _signature() -> str:
+    from attnflow.tasks.translation_metrics import corpus_bleu
+
+    return corpus_bleu(["a b c d"], ["a b c d"])[1]  # the signature of the metric code path
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="rnnsearch,transformer")
+    ap.add_argument("--directions", default="de-en,en-de")
+    ap.add_argument("--epochs", type=int, default=0, help="0: the experiment's max_epochs")
+    ap.add_argument("--max-pairs", type=int, default=0, help="first N pairs of every split (0: all)")
+    ap.add_argument("--max-steps", type=int, default=0)
+    ap.add_argument("--beam", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke run: 2,000 pairs per split, 1 epoch, beam 2 (numbers not comparable)")
+    ap.add_argument("--override", action="append", default=[], help="extra Hydra override")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.max_pairs, args.epochs, args.beam = args.max_pairs or 2000, args.epochs or 1, 2
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    rows = []
+    for direction in args.directions.split(","):
+        for model in args.models.split(","):
+            print(f"== {model} {direction}", flush=True)
+            rows.append(run_one(model, direction, args))
+    by = {(r["model"], r["direction"]): r for r in rows}
+    for r in rows:
+        peer = by.get(("transformer" if r["model"] != "transformer" else "rnnsearch", r["direction"]))
+        if peer and peer is not r and peer["test_sacrebleu"]:
+            r["bleu_ratio_vs_peer"] = round(r["test_sacrebleu"] / peer["test_sacrebleu"], 3)
+            r["throughput_ratio_vs_peer"] = round(r["train_tokens_per_s"] / peer["train_tokens_per_s"], 3)
+    head = f"{'model':12} {'dir':6} {'sacreBLEU':>9} {'tok-lc':>7} {'gap':>5} {'WER':>6} {'anchor':>6} " \
+           f"{'fit s':>8} {'tok/s':>8} {'BLEU/peer':>9} {'tok/s/peer':>10}"
+    print(head)
+    for r in rows:
+        gap = r["test_tok_lc_bleu"] - r["test_sacrebleu"]
+        print(f"{r['model']:12} {r['direction']:6} {r['test_sacrebleu']:9.2f} {r['test_tok_lc_bleu']:7.2f} "
+              f"{gap:5.2f} {r['test_wer']:6.3f} {str(r['anchor_tok_bleu'] or '-'):>6} "
+              f"{r['fit_seconds']:8.1f} {r['train_tokens_per_s']:8.1f} "
+              f"{str(r.get('bleu_ratio_vs_peer', '-')):>9} {str(r.get('throughput_ratio_vs_peer', '-')):>10}")
+    print(f"sacreBLEU signature: {rows[0]['signature'] if rows else ''}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    result = {"args": vars(args), "rows": rows, "cpu_count": os.cpu_count(),
+              "torch_threads": torch.get_num_threads(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    (out / "mt_multi30k.json").write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

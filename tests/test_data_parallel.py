@@ -1,0 +1,121 @@
+"""The parallel-text data module: files, tokenisers (trained on train, saved with the run),
+length-bucketed batches, both directions; and the translation metrics."""
+
+import gzip
+
+import pytest
+import torch
+
+from attnflow.data.parallel import BOS, EOS, PAD, BucketBatchSampler, ParallelDataModule
+from attnflow.tasks.translation_metrics import corpus_bleu, word_error_rate
+
+EN = ["A man sleeps on a green sofa.", "Two dogs play in the snow.", "A girl, smiling, runs home!",
+      "The boy's T-shirt is blue.", "People walk down a busy street."] * 4
+DE = ["Ein Mann schläft auf einem grünen Sofa.", "Zwei Hunde spielen im Schnee.",
+      "Ein Mädchen läuft lächelnd nach Hause!", "Das T-Shirt des Jungen ist blau.",
+      "Leute gehen eine belebte Straße entlang."] * 4
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    root = tmp_path / "corpus"
+    root.mkdir()
+    for split, n in (("train", 20), ("val", 5), ("test", 5)):
+        (root / f"{split}.en").write_text("\n".join(EN[:n]) + "\n", encoding="utf-8")
+        with gzip.open(root / f"{split}.de.gz", "wt", encoding="utf-8") as f:  # plain and .gz mixed
+            f.write("\n".join(DE[:n]) + "\n")
+    return root
+
+
+def module(root, **kw):
+    kw = {"vocab_size": 120, "batch_size": 4, "test": "test", **kw}
+    return ParallelDataModule(root=str(root), **kw)
+
+
+@pytest.mark.parametrize("kind", ["bpe", "wordpiece"])
+@pytest.mark.parametrize("src,tgt", [("de", "en"), ("en", "de")])
+def test_round_trip_batches_and_references(corpus, kind, src, tgt):
+    dm = module(corpus, tokenizer=kind, src_lang=src, tgt_lang=tgt)
+    dm.setup()
+    ctx = dm.task_context()
+    assert (ctx["pad_id"], ctx["bos_id"], ctx["eos_id"]) == (PAD, BOS, EOS)
+    refs = EN if tgt == "en" else DE
+    batch = next(iter(dm.val_dataloader()))
+    assert set(batch) == {"src", "src_lengths", "tgt_in", "tgt_out", "idx"}
+    for i, j in enumerate(batch["idx"].tolist()):
+        assert dm.detokenize(batch["tgt_out"][i].tolist()) == refs[j]  # detokenisation is exact
+        L = int(batch["src_lengths"][i])
+        assert (batch["src"][i, L:] == PAD).all() and (batch["src"][i, :L] != PAD).all()
+        assert batch["tgt_in"][i, 0] == BOS
+        n = int((batch["tgt_out"][i] != PAD).sum())
+        assert batch["tgt_out"][i, n - 1] == EOS
+        assert torch.equal(batch["tgt_in"][i, 1:n], batch["tgt_out"][i, : n - 1])
+    assert dm.references("val", [1, 0]) == [refs[1], refs[0]]
+
+
+def test_tokenizers_saved_in_run_dir_and_reused(corpus, tmp_path):
+    run = tmp_path / "run"
+    dm = module(corpus)
+    dm.set_run_dir(run)
+    ctx = dm.model_context()
+    assert (run / "tokenizer" / "de.json").is_file() and (run / "tokenizer" / "en.json").is_file()
+    # a second module loads them from the run dir without reading the training data
+    (corpus / "train.en").unlink()
+    dm2 = module(corpus)
+    dm2.set_run_dir(run)
+    assert dm2.model_context() == ctx
+    assert dm2.encode_source(["Zwei Hunde."]) == dm.encode_source(["Zwei Hunde."])
+
+
+def test_shared_vocab_one_tokenizer(corpus, tmp_path):
+    dm = module(corpus, shared_vocab=True)
+    dm.set_run_dir(tmp_path)
+    ctx = dm.model_context()
+    assert ctx["src_vocab"] == ctx["tgt_vocab"] and dm.src_tok is dm.tgt_tok
+    assert (tmp_path / "tokenizer" / "shared.json").is_file()
+
+
+def test_tokenizer_sees_only_train(corpus):
+    (corpus / "val.en").write_text("Zebras xylophone quizzically.\n" * 5, encoding="utf-8")
+    dm = module(corpus, vocab_size=400)
+    dm.setup()
+    ids = dm.tgt_tok.encode("Zebras xylophone").ids
+    assert dm.tgt_tok.token_to_id("▁Zebras") is None and len(ids) > 2
+
+
+def test_missing_file_and_misaligned_files_say_so(corpus, tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"missing file .*nowhere.*train\.de.*paths.data_dir"):
+        module(tmp_path / "nowhere").model_context()
+    (corpus / "val.en").write_text("one line\n", encoding="utf-8")
+    dm = module(corpus)
+    with pytest.raises(ValueError, match="line-aligned"):
+        dm.setup()
+
+
+def test_bucketing_groups_lengths_and_covers_everything():
+    lengths = [(i * 37) % 50 for i in range(1000)]
+    s = BucketBatchSampler(lengths, 10, shuffle=True, seed=0)
+    batches = list(s)
+    assert sorted(i for b in batches for i in b) == list(range(1000))
+    spread = sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches) / len(batches)
+    assert spread <= 2  # random batches would span ~45
+    assert list(s) != batches  # a new order each epoch
+    assert len(s) == 100
+
+
+def test_max_pairs_and_length_cap(corpus):
+    dm = module(corpus, max_pairs=7, max_tgt_len=9)
+    dm.setup()
+    assert len(dm.splits["val"]) == 5
+    assert all(len(t) <= 9 for _, _, t in dm.splits["train"]) and len(dm.splits["train"]) <= 7
+
+
+def test_bleu_of_reference_against_itself_is_100_and_wer():
+    refs = EN[:5]
+    score, sig = corpus_bleu(refs, refs)
+    assert score == pytest.approx(100.0)
+    assert "tok:13a" in sig and "nrefs:1" in sig
+    assert corpus_bleu([r.lower() for r in refs], refs, lowercase=True)[0] == pytest.approx(100.0)
+    assert corpus_bleu([r.lower() for r in refs], refs)[0] < 100.0
+    # 1 substitution in 3 words + 2 deletions of 2 words: (1 + 2) / 5
+    assert word_error_rate(["a b x", ""], ["a b c", "d e"]) == pytest.approx(0.6)

@@ -1,0 +1,132 @@
+"""The `transformer` model: interface, tied embeddings, base size (~65M), greedy == teacher forcing,
+positional=relative, and clear errors where an option cannot apply."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnflow.blocks.attention import RelativeMultiHeadAttention
+from attnflow.registry import MODELS, ConfigError
+from attnflow.run import validate_config
+from omegaconf import OmegaConf
+from support import compose_cfg
+
+
+def small(**kw):
+    cfg = {"name": "transformer", "d_model": 16, "heads": 2, "ffn_dim": 32, "encoder_layers": 2,
+           "decoder_layers": 2, **kw}
+    return MODELS.build(cfg, src_vocab=13, tgt_vocab=13, pad_id=0)
+
+
+def batch():
+    src = torch.randint(3, 13, (3, 6))
+    lengths = torch.tensor([6, 4, 2])
+    src = src.masked_fill(torch.arange(6) >= lengths.unsqueeze(-1), 0)
+    return src, lengths, torch.randint(3, 13, (3, 5))
+
+
+def test_interface_shapes():
+    model = small()
+    src, lengths, tgt = batch()
+    logits, weights = model(src, lengths, tgt, need_weights=True)
+    assert logits.shape == (3, 5, 13) and weights.shape == (3, 5, 2, 6)
+    memory, mask, final = model.encode(src, lengths)
+    assert memory.shape == (3, 6, 16) and mask.dtype == torch.bool and final.shape == (3, 16)
+    assert mask.tolist()[2] == [True, True, False, False, False, False]
+
+
+def test_tied_embeddings_share_one_matrix():
+    model = small()
+    E = model.src_embedding.weight
+    assert model.decoder.embedding.weight is E and model.decoder.out.weight is E
+    untied = small(tie_embeddings="none")
+    names = {n for n, _ in untied.named_parameters()}
+    assert {"decoder.embedding.weight", "decoder.out.weight"} <= names
+    n_tied = sum(p.numel() for p in model.parameters())
+    assert sum(p.numel() for p in untied.parameters()) == n_tied + 2 * 13 * 16
+
+
+def test_tie_all_needs_a_shared_vocabulary():
+    with pytest.raises(ConfigError, match="shared vocabulary"):
+        MODELS.build({"name": "transformer", "d_model": 16, "heads": 2}, src_vocab=10, tgt_vocab=12)
+    model = MODELS.build({"name": "transformer", "d_model": 16, "heads": 2, "tie_embeddings": "decoder"},
+                         src_vocab=10, tgt_vocab=12)
+    assert model.decoder.out.weight is model.decoder.embedding.weight
+    assert model.decoder.embedding.weight is not model.src_embedding.weight
+
+
+def test_embeddings_are_scaled_by_sqrt_d():
+    model = small(dropout=0.0, positional={"name": "none"}).eval()
+    src, lengths, _ = batch()
+    seen = {}
+    model.encoder.input_proj.register_forward_hook(lambda m, i, o: seen.setdefault("x", i[0]))
+    model.encode(src, lengths)
+    assert torch.allclose(seen["x"], model.src_embedding(src) * 4.0)  # √16
+
+
+def test_base_preset_has_about_65M_parameters_with_a_37k_shared_vocabulary():
+    cfg = OmegaConf.to_container(compose_cfg(["model=transformer_base"]).model, resolve=True)
+    assert (cfg["d_model"], cfg["heads"], cfg["ffn_dim"], cfg["encoder_layers"]) == (512, 8, 2048, 6)
+    with torch.device("meta"):  # no memory, no initialisation work
+        model = MODELS.build(cfg, src_vocab=37000, tgt_vocab=37000, pad_id=0)
+    n = sum(p.numel() for p in model.parameters())
+    # by hand: embeddings 37000·512; encoder layer 4·(512²+512) + 2·512·2048 + 2048 + 512 + 4·512;
+    # decoder layer one more attention and LayerNorm; output bias 37000
+    att, ffn = 4 * (512 * 512 + 512), 2 * 512 * 2048 + 2048 + 512
+    by_hand = 37000 * 512 + 6 * (att + ffn + 4 * 512) + 6 * (2 * att + ffn + 6 * 512) + 37000
+    assert n == by_hand
+    assert 60e6 < n < 66e6  # Vaswani et al. 2017, Table 3: 65M
+
+
+@pytest.mark.parametrize("kw", [{}, {"positional": {"name": "relative", "max_distance": 3}},
+                                {"norm": "pre"}])
+def test_greedy_equals_teacher_forced_argmax_on_its_own_prefix(kw):
+    model = small(**kw).eval()
+    src, lengths, _ = batch()
+    tokens, weights = model.greedy(src, lengths, bos_id=1, eos_id=2, max_len=7, need_weights=True)
+    tgt_in = torch.cat([torch.ones(3, 1, dtype=torch.long), tokens[:, :-1]], 1)
+    logits, forced_w = model(src, lengths, tgt_in, need_weights=True)
+    done = torch.zeros(3, dtype=torch.bool)
+    for t in range(tokens.shape[1]):  # until a row has produced ⟨EOS⟩ the tokens are the argmax
+        assert torch.equal(tokens[~done, t], logits[~done, t].argmax(-1))
+        done |= tokens[:, t] == 2
+    assert torch.allclose(weights, forced_w, atol=1e-5)
+
+
+def test_positional_relative_makes_every_self_attention_relative():
+    cfg = OmegaConf.to_container(compose_cfg(["model=transformer", "positional=relative",
+                                              "positional.max_distance=4"]).model, resolve=True)
+    model = MODELS.build(cfg, src_vocab=10, tgt_vocab=10)
+    for layer in [*model.encoder.layers, *model.decoder.layers]:
+        assert isinstance(layer.self_attn, RelativeMultiHeadAttention) and layer.self_attn.max_distance == 4
+    for layer in model.decoder.layers:
+        assert not isinstance(layer.cross_attn, RelativeMultiHeadAttention)
+    assert not model.encoder.positional.encoding(5).any()  # no absolute encoding
+
+
+def test_scorer_override_reaches_every_head():
+    cfg = OmegaConf.to_container(compose_cfg(["model=transformer", "scorer=dot"]).model, resolve=True)
+    model = MODELS.build(cfg, src_vocab=10, tgt_vocab=10)
+    names = {type(m.scorer).registry_name for m in model.modules() if hasattr(m, "scorer")}
+    assert names == {"dot"}
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["positional=relative"], ["positional=relative", "model 'seq2seq'", "self-attention"]),
+    (["positional=learned"], ["positional=learned", "does nothing"]),
+    (["model=transformer", "model.d_model=30"], ["not divisible"]),
+])
+def test_options_that_cannot_apply_are_config_errors(overrides, expected):
+    cfg = OmegaConf.to_container(compose_cfg(overrides), resolve=True)
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+        MODELS.build(cfg["model"], src_vocab=10, tgt_vocab=10)
+    for text in expected:
+        assert text in str(err.value)
+
+
+def test_rnn_decoder_with_relative_attention_is_a_config_error():
+    cfg = OmegaConf.to_container(compose_cfg(["attention=relative_multihead"]).model, resolve=True)
+    with pytest.raises(ConfigError, match="i − j"):
+        MODELS.build(cfg, src_vocab=10, tgt_vocab=10)
