@@ -1,0 +1,378 @@
+"""Document classification from JSON-lines files: hierarchical batches (documents × sentences ×
+words) for the hierarchical attention network (Yang et al. 2016) and flat models alike.
+
+Each line is a JSON object with a text field (default ``text``) and a label field (default
+``label``; e.g. ``rating`` for IMDB's 8-level rating task); other fields are ignored. Files may be
+gzip-compressed (``.gz``). Processing, done once at ``setup`` (not per batch):
+
+1. cleaning: HTML line breaks (``<br />``) and other tags become spaces;
+2. sentence splitting after ``.``, ``!``, ``?`` (and at removed line breaks), word tokenisation with
+   a regular expression (words, numbers, apostrophes inside words, punctuation), lower-casing;
+3. a vocabulary from the training split (``min_freq``, ``max_vocab``; ids 0 ⟨pad⟩, 1 ⟨unk⟩);
+4. caps: at most ``max_sentences`` sentences per document and ``max_words`` words per sentence;
+   what was cut is counted and logged per split.
+
+Empty sentences are dropped; an empty document (no words after cleaning) is kept with zero
+sentences and the models pool it to a zero vector. Labels are mapped to class indices in sorted
+order of their values (IMDB ratings 1,2,3,4,7,8,9,10 → classes 0..7); ``class_names`` keeps them.
+The test split is optional: when its file is absent there is no test loader (set ``test=false``).
+
+Batch (see :func:`collate_documents`): ``tokens`` (B, S, W) long, ``sent_lengths`` (B, S) words per
+sentence (0 = padding sentence), ``doc_lengths`` (B,) sentences per document, ``labels`` (B,).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import random
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, Sampler
+
+from attnflow.registry import DATA
+
+log = logging.getLogger(__name__)
+
+PAD, UNK = 0, 1
+SPECIALS = ["<pad>", "<unk>"]
+
+_TAG = re.compile(r"<[^>]{0,40}>")
+_BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)
+_SENT = re.compile(r"(?<=[.!?])\s+|\n+")
+_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?|[^\sa-z0-9]", re.IGNORECASE)
+
+
+def clean(text: str) -> str:
+    """Line breaks to newlines, other markup removed, whitespace collapsed within lines."""
+    text = _BREAK.sub("\n", text)
+    text = _TAG.sub(" ", text)
+    return "\n".join(" ".join(line.split()) for line in text.split("\n"))
+
+
+def split_sentences(text: str) -> List[str]:
+    return [s for s in (p.strip() for p in _SENT.split(text)) if s]
+
+
+def tokenize(text: str, lowercase: bool = True) -> List[List[str]]:
+    """Cleaned sentences of words: ``[[w, ...], ...]``; empty sentences dropped."""
+    out = []
+    for sent in split_sentences(clean(text)):
+        words = _WORD.findall(sent.lower() if lowercase else sent)
+        if words:
+            out.append(words)
+    return out
+
+
+class Vocabulary:
+    """word ↔ id with ⟨pad⟩ = 0 and ⟨unk⟩ = 1."""
+
+    def __init__(self, itos: Sequence[str], lowercase: bool = True):
+        self.itos = list(itos)
+        self.stoi = {w: i for i, w in enumerate(self.itos)}
+        self.lowercase = lowercase
+
+    @classmethod
+    def build(cls, docs: Sequence[List[List[str]]], min_freq: int, max_size: int,
+              lowercase: bool = True) -> "Vocabulary":
+        counts: Counter = Counter()
+        for doc in docs:
+            for sent in doc:
+                counts.update(sent)
+        words = [w for w, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if c >= min_freq]
+        if max_size > 0:
+            words = words[: max(0, max_size - len(SPECIALS))]
+        return cls(SPECIALS + words, lowercase)
+
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    def encode(self, doc: List[List[str]]) -> List[List[int]]:
+        get = self.stoi.get
+        return [[get(w, UNK) for w in sent] for sent in doc]
+
+    def to_json(self) -> dict:
+        return {"itos": self.itos, "lowercase": self.lowercase}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Vocabulary":
+        return cls(data["itos"], data.get("lowercase", True))
+
+
+class EncodedDocs:
+    """Documents as flat id arrays + sentence lengths (after caps), with labels."""
+
+    def __init__(self, ids: List[np.ndarray], sent_lens: List[np.ndarray], labels: List[int]):
+        self.ids, self.sent_lens, self.labels = ids, sent_lens, labels
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int):
+        return self.ids[i], self.sent_lens[i], self.labels[i]
+
+
+def encode_documents(docs: Sequence[List[List[str]]], labels: Sequence[int], vocab: Vocabulary,
+                     max_sentences: int, max_words: int) -> tuple:
+    """Encode and cap. Returns (EncodedDocs, stats) with counts of cut sentences and words."""
+    stats = Counter()
+    ids_out, lens_out = [], []
+    for doc in docs:
+        stats["documents"] += 1
+        stats["sentences"] += len(doc)
+        stats["words"] += sum(len(s) for s in doc)
+        if not doc:
+            stats["empty_documents"] += 1
+        if max_sentences > 0 and len(doc) > max_sentences:
+            stats["sentences_cut"] += len(doc) - max_sentences
+            stats["words_cut"] += sum(len(s) for s in doc[max_sentences:])
+            doc = doc[:max_sentences]
+        kept = []
+        for s in doc:
+            if max_words > 0 and len(s) > max_words:
+                stats["words_cut"] += len(s) - max_words
+                s = s[:max_words]
+            kept.append(s)
+        enc = vocab.encode(kept)
+        ids_out.append(np.fromiter((i for s in enc for i in s), dtype=np.int64))
+        lens_out.append(np.array([len(s) for s in enc], dtype=np.int64))
+    return EncodedDocs(ids_out, lens_out, list(labels)), dict(stats)
+
+
+def collate_documents(items: Sequence[tuple]) -> Dict[str, torch.Tensor]:
+    """Pad (ids, sentence lengths, label) triples into a hierarchical batch.
+
+    Scatters every word of every document at once (no loop over sentences or words).
+    """
+    B = len(items)
+    doc_lengths = np.array([len(sl) for _, sl, _ in items], dtype=np.int64)
+    all_lens = np.concatenate([sl for _, sl, _ in items]) if B else np.zeros(0, np.int64)
+    S = max(1, int(doc_lengths.max()) if B else 1)
+    W = max(1, int(all_lens.max()) if all_lens.size else 1)
+    tokens = np.zeros((B, S, W), dtype=np.int64)
+    sent_lengths = np.zeros((B, S), dtype=np.int64)
+    if all_lens.size:
+        doc_idx = np.repeat(np.arange(B), doc_lengths)                    # per sentence
+        sent_idx = np.arange(all_lens.size) - np.repeat(np.cumsum(doc_lengths) - doc_lengths, doc_lengths)
+        sent_lengths[doc_idx, sent_idx] = all_lens
+        ids = np.concatenate([i for i, _, _ in items])
+        w_doc = np.repeat(doc_idx, all_lens)
+        w_sent = np.repeat(sent_idx, all_lens)
+        w_pos = np.arange(ids.size) - np.repeat(np.cumsum(all_lens) - all_lens, all_lens)
+        tokens[w_doc, w_sent, w_pos] = ids
+    return {"tokens": torch.from_numpy(tokens), "sent_lengths": torch.from_numpy(sent_lengths),
+            "doc_lengths": torch.from_numpy(doc_lengths),
+            "labels": torch.tensor([y for _, _, y in items], dtype=torch.long)}
+
+
+class BucketBatchSampler(Sampler):
+    """Shuffled batches of documents of similar size (fewer padded sentences and words).
+
+    Shuffles, sorts each pool of ``pool`` batches by (sentences, words), cuts it into batches,
+    shuffles the batches. Deterministic per epoch given ``seed``.
+    """
+
+    def __init__(self, sizes: Sequence[int], batch_size: int, seed: int, pool: int = 50):
+        self.sizes, self.batch_size, self.seed, self.pool = list(sizes), batch_size, seed, pool
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return (len(self.sizes) + self.batch_size - 1) // self.batch_size
+
+    def __iter__(self):
+        rng = random.Random(self.seed + self.epoch)
+        self.epoch += 1
+        order = list(range(len(self.sizes)))
+        rng.shuffle(order)
+        chunk = self.batch_size * self.pool
+        batches = []
+        for start in range(0, len(order), chunk):
+            part = sorted(order[start:start + chunk], key=lambda i: self.sizes[i])
+            batches += [part[j:j + self.batch_size] for j in range(0, len(part), self.batch_size)]
+        rng.shuffle(batches)
+        return iter(batches)
+
+
+def read_jsonl(path: Path, text_field: str, label_field: Optional[str], limit: int = 0,
+               seed: int = 0):
+    """[(text, label or None)] from a JSON-lines file; clear errors naming file, line and field."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"data 'documents': file not found: {path}")
+    opener = gzip.open if path.suffix == ".gz" else open
+    out = []
+    with opener(path, "rt", encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"data 'documents': {path} line {n} is not valid JSON: {err}") from None
+            if text_field not in row:
+                raise ValueError(f"data 'documents': {path} line {n} has no text field "
+                                 f"'{text_field}' (fields: {', '.join(row)}); set data.text_field")
+            if label_field is not None and label_field not in row:
+                raise ValueError(f"data 'documents': {path} line {n} has no label field "
+                                 f"'{label_field}' (fields: {', '.join(row)}); set data.label_field")
+            out.append((row[text_field] or "", row[label_field] if label_field else None))
+    if limit and limit < len(out):  # a seeded random subset: files may be sorted by label
+        keep = sorted(random.Random(seed).sample(range(len(out)), limit))
+        out = [out[i] for i in keep]
+    return out
+
+
+@DATA.register("documents")
+class DocumentDataModule(pl.LightningDataModule):
+    """Labelled documents from JSON lines, batched as documents × sentences × words.
+
+    Args:
+        train_path, val_path: JSON-lines files (``.gz`` allowed) (default '': required).
+        test_path: optional test file; absent or '' means no test split (default '').
+        text_field: the field holding the text (default 'text').
+        label_field: the field holding the label, e.g. 'label' or 'rating' (default 'label').
+        max_sentences: sentences kept per document, 0 = all (default 30).
+        max_words: words kept per sentence, 0 = all (default 50).
+        min_freq: a training word's minimum count to enter the vocabulary (default 5).
+        max_vocab: vocabulary size cap including specials, 0 = none (default 50000).
+        lowercase: lower-case before tokenising (default True).
+        limit_train, limit_val: use only N documents, a random subset drawn with ``seed``, 0 = all
+            (default 0).
+        batch_size: documents per batch (default 32).
+        bucket: batch training documents of similar size together (default True).
+        num_workers: DataLoader workers (default 0).
+        seed: shuffling seed (default 1234).
+    """
+
+    def __init__(self, *, train_path: str = "", val_path: str = "", test_path: str = "",
+                 text_field: str = "text", label_field: str = "label", max_sentences: int = 30,
+                 max_words: int = 50, min_freq: int = 5, max_vocab: int = 50000,
+                 lowercase: bool = True, limit_train: int = 0, limit_val: int = 0,
+                 batch_size: int = 32, bucket: bool = True, num_workers: int = 0, seed: int = 1234):
+        super().__init__()
+        for name, value in (("train_path", train_path), ("val_path", val_path)):
+            if not value:
+                raise ValueError(f"data 'documents': '{name}' is required (a JSON-lines file)")
+        if batch_size < 1:
+            raise ValueError(f"data 'documents': batch_size must be >= 1, got {batch_size}")
+        self.paths = {"train": Path(train_path), "val": Path(val_path),
+                      "test": Path(test_path) if test_path else None}
+        self.text_field, self.label_field = text_field, label_field
+        self.max_sentences, self.max_words = max_sentences, max_words
+        self.min_freq, self.max_vocab, self.lowercase = min_freq, max_vocab, lowercase
+        self.limits = {"train": limit_train, "val": limit_val, "test": 0}
+        self.batch_size, self.bucket, self.num_workers, self.seed = batch_size, bucket, num_workers, seed
+        self.vocab: Optional[Vocabulary] = None
+        self.label_values: List = []
+        self.splits: Dict[str, EncodedDocs] = {}
+        self.texts: Dict[str, List[str]] = {}
+        self.stats: Dict[str, dict] = {}
+
+    @property
+    def has_test(self) -> bool:
+        return self.paths["test"] is not None and self.paths["test"].is_file()
+
+    # -- what models and tasks need -------------------------------------------------------
+    def model_context(self) -> dict:
+        self.setup()
+        return {"vocab_size": len(self.vocab), "num_classes": len(self.label_values), "pad_id": PAD}
+
+    def task_context(self) -> dict:
+        self.setup()
+        return {"num_classes": len(self.label_values),
+                "class_names": [str(v) for v in self.label_values], "itos": self.vocab.itos}
+
+    def artifacts(self) -> dict:
+        """What prediction needs besides the weights: vocabulary, labels, tokenisation caps."""
+        self.setup()
+        return {"vocab": self.vocab.to_json(), "class_names": [str(v) for v in self.label_values],
+                "label_values": self.label_values, "label_field": self.label_field,
+                "max_sentences": self.max_sentences, "max_words": self.max_words}
+
+    def save_artifacts(self, run_dir) -> Path:
+        path = Path(run_dir) / "vocab.json"
+        path.write_text(json.dumps(self.artifacts()))
+        return path
+
+    # -- data -----------------------------------------------------------------------------
+    def _labels(self, raw: List, split: str) -> List[int]:
+        index = {v: i for i, v in enumerate(self.label_values)}
+        out = []
+        for n, v in enumerate(raw):
+            if v not in index:
+                raise ValueError(f"data 'documents': {split} document {n + 1} has {self.label_field}="
+                                 f"{v!r}, not seen in training; training values: {self.label_values}")
+            out.append(index[v])
+        return out
+
+    def setup(self, stage: Optional[str] = None) -> None:
+        if self.splits:
+            return
+        rows = {s: read_jsonl(self.paths[s], self.text_field, self.label_field, self.limits[s], self.seed)
+                for s in ("train", "val")}
+        if self.has_test:
+            rows["test"] = read_jsonl(self.paths["test"], self.text_field, self.label_field)
+        elif self.paths["test"] is not None:
+            log.info("data 'documents': no test split (%s is absent)", self.paths["test"])
+        tokenized = {s: [tokenize(t, self.lowercase) for t, _ in r] for s, r in rows.items()}
+        self.vocab = Vocabulary.build(tokenized["train"], self.min_freq, self.max_vocab, self.lowercase)
+        try:
+            self.label_values = sorted({y for _, y in rows["train"]})
+        except TypeError:
+            raise ValueError(f"data 'documents': label field '{self.label_field}' mixes types") from None
+        for s, r in rows.items():
+            labels = self._labels([y for _, y in r], s)
+            self.splits[s], self.stats[s] = encode_documents(
+                tokenized[s], labels, self.vocab, self.max_sentences, self.max_words)
+            self.texts[s] = [t for t, _ in r]
+            st = self.stats[s]
+            log.info("data 'documents' %s: %d documents (%d empty); cut %d of %d sentences "
+                     "(max_sentences=%d) and %d of %d words (max_words=%d)", s, st["documents"],
+                     st.get("empty_documents", 0), st.get("sentences_cut", 0), st["sentences"],
+                     self.max_sentences, st.get("words_cut", 0), st["words"], self.max_words)
+        log.info("data 'documents': vocabulary %d words, %d classes %s", len(self.vocab),
+                 len(self.label_values), self.label_values)
+
+    def _loader(self, split: str, train: bool) -> DataLoader:
+        self.setup()
+        data = self.splits[split]
+        if train and self.bucket:
+            sizes = [len(sl) * 1000 + (int(sl.max()) if len(sl) else 0) for sl in data.sent_lens]
+            return DataLoader(data, batch_sampler=BucketBatchSampler(sizes, self.batch_size, self.seed),
+                              collate_fn=collate_documents, num_workers=self.num_workers)
+        return DataLoader(data, batch_size=self.batch_size, shuffle=train, collate_fn=collate_documents,
+                          num_workers=self.num_workers)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", False)
+
+    def test_dataloader(self) -> DataLoader:
+        if not self.has_test:
+            raise ValueError(f"data 'documents': no test split (test_path={str(self.paths['test'] or '')!r} "
+                             "is absent); run with test=false")
+        return self._loader("test", False)
+
+    def example_batch(self, n: int, split: str = "val") -> Dict[str, torch.Tensor]:
+        """The first ``n`` documents of a split, as a batch (for renderings)."""
+        self.setup()
+        data = self.splits[split]
+        return collate_documents([data[i] for i in range(min(n, len(data)))])
+
+
+def encode_texts(texts: Sequence[str], vocab: Vocabulary, max_sentences: int, max_words: int):
+    """(batch, tokenised documents as shown) for raw texts at prediction time."""
+    docs = [tokenize(t, vocab.lowercase) for t in texts]
+    enc, _ = encode_documents(docs, [0] * len(docs), vocab, max_sentences, max_words)
+    shown = [[s[:max_words] if max_words > 0 else s for s in (d[:max_sentences] if max_sentences > 0 else d)]
+             for d in docs]
+    return collate_documents([enc[i] for i in range(len(enc))]), shown

@@ -1,0 +1,114 @@
+"""Hierarchical attention network for document classification.
+
+Source: seed 000 (hierarchical attention), Yang et al. 2016, "Hierarchical attention networks for
+document classification". Words x_it, t = 1..T_i, in sentences i = 1..L:
+
+    h_it = BiGRU(W₀ x_it)                       word encoder
+    s_i  = pool_t(h_it)                          attention: Σ_t h_it SoftMax_t(u_itᵀq₁),
+                                                 u_it = tanh(W₁ h_it + b₁)
+    h_i  = BiGRU(s_i)                            sentence encoder
+    v    = pool_i(h_i)                           attention with u_i = tanh(W₂ h_i + b₂), query q₂
+    p(y | d) = SoftMax_y(W_y v + b_y)
+
+Both poolings are blocks of the ``pooling`` registry, so the paper's ablations are overrides:
+attention (HN-ATT), mean (HN-AVE), max (HN-MAX); the encoders come from the ``encoder`` registry
+and the attention scorer from the ``scorer`` registry. All sentences of all documents of a batch go
+through the word encoder at once, as one (B·S, W, E) batch of the non-empty sentences.
+"""
+
+from __future__ import annotations
+
+from typing import Dict
+
+import torch
+from torch import nn
+
+from attnflow.registry import ENCODERS, MODELS, POOLINGS, BlockSpec
+
+
+def encode_masked(encoder: nn.Module, x: torch.Tensor, lengths: torch.Tensor,
+                  chunks: int = 1) -> torch.Tensor:
+    """Run ``encoder`` on the rows with length > 0 only; zero outputs for empty rows.
+
+    With ``chunks`` > 1 the non-empty rows are sorted by length and encoded in that many groups,
+    each padded only to its own longest row (less work on padding; a fixed number of calls).
+
+    x (N, T, E), lengths (N,) -> (N, T, encoder.output_dim).
+    """
+    keep = lengths > 0
+    out = x.new_zeros(x.shape[0], x.shape[1], encoder.output_dim)
+    if not bool(keep.any()):
+        return out
+    idx = keep.nonzero(as_tuple=True)[0]
+    if chunks > 1:
+        idx = idx[torch.argsort(lengths[idx], descending=True)]
+    for part in torch.tensor_split(idx, min(max(chunks, 1), len(idx))):
+        sub_len = lengths[part]
+        T = int(sub_len.max())
+        enc, _ = encoder(x[part, :T], sub_len)
+        out[part, :T] = enc.to(out.dtype)
+    return out
+
+
+@MODELS.register("han")
+class HierarchicalAttentionNetwork(nn.Module):
+    """Words → sentence vectors → document vector → class logits.
+
+    Args:
+        vocab_size, num_classes: (context, from the data module).
+        pad_id: the padding id (context, default 0).
+        embed_dim: word embedding size (default 100).
+        word_encoder: encoder over the words of a sentence (default bidirectional GRU, 50 per
+            direction).
+        word_pooling: words → sentence vector (default attention pooling).
+        sentence_encoder: encoder over the sentence vectors (default bidirectional GRU, 50).
+        sentence_pooling: sentences → document vector (default attention pooling).
+        dropout: on embeddings and on the document vector (default 0.0).
+        length_groups: the non-empty sentences of a batch are sorted by length and encoded in
+            this many groups, each padded to its own longest sentence (default 4; 1 = one call).
+    Shape:
+        tokens (B, S, W), sent_lengths (B, S) -> dict with ``logits`` (B, C), ``word_weights``
+        (B, S, W) and ``sent_weights`` (B, S) (None for max pooling).
+    """
+
+    def __init__(self, vocab_size: int, num_classes: int, pad_id: int = 0, *, embed_dim: int = 100,
+                 word_encoder: BlockSpec["encoder"] = {"name": "rnn", "cell": "gru", "hidden_dim": 50},
+                 word_pooling: BlockSpec["pooling"] = {"name": "attention"},
+                 sentence_encoder: BlockSpec["encoder"] = {"name": "rnn", "cell": "gru", "hidden_dim": 50},
+                 sentence_pooling: BlockSpec["pooling"] = {"name": "attention"},
+                 dropout: float = 0.0, length_groups: int = 4):
+        super().__init__()
+        self.length_groups = length_groups
+        self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)
+        self.word_encoder = ENCODERS.build(word_encoder, embed_dim, path="model.word_encoder")
+        self.word_pooling = POOLINGS.build(word_pooling, self.word_encoder.output_dim,
+                                           path="model.word_pooling")
+        self.sentence_encoder = ENCODERS.build(sentence_encoder, self.word_encoder.output_dim,
+                                               path="model.sentence_encoder")
+        self.sentence_pooling = POOLINGS.build(sentence_pooling, self.sentence_encoder.output_dim,
+                                               path="model.sentence_pooling")
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(self.sentence_encoder.output_dim, num_classes)
+
+    def sentence_vectors(self, tokens: torch.Tensor, sent_lengths: torch.Tensor):
+        """s_i for every sentence: (B, S, D_w) and word weights (B, S, W) or None."""
+        B, S, W = tokens.shape
+        flat_len = sent_lengths.reshape(B * S)
+        x = self.dropout(self.embedding(tokens.reshape(B * S, W)))
+        h = encode_masked(self.word_encoder, x, flat_len, self.length_groups)                # (B·S, W', D)
+        Wp = h.shape[1]
+        mask = torch.arange(Wp, device=tokens.device) < flat_len.unsqueeze(-1)
+        s, alpha = self.word_pooling(h, mask)
+        return s.view(B, S, -1), None if alpha is None else alpha.view(B, S, Wp)
+
+    def forward(self, tokens: torch.Tensor, sent_lengths: torch.Tensor) -> Dict[str, torch.Tensor]:
+        B, S, W = tokens.shape
+        s, word_weights = self.sentence_vectors(tokens, sent_lengths)
+        sent_mask = sent_lengths > 0
+        n_sent = sent_mask.sum(-1)
+        h = encode_masked(self.sentence_encoder, s, n_sent)                # (B, S, D)
+        v, sent_weights = self.sentence_pooling(h, sent_mask)
+        logits = self.classifier(self.dropout(v))
+        if word_weights is not None and word_weights.shape[-1] < W:
+            word_weights = nn.functional.pad(word_weights, (0, W - word_weights.shape[-1]))
+        return {"logits": logits, "word_weights": word_weights, "sent_weights": sent_weights}

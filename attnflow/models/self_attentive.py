@@ -1,0 +1,97 @@
+"""Structured self-attentive document embedding.
+
+Source: seed 000 (multi-aspect attention and its penalty), Lin et al. 2017, "A structured
+self-attentive sentence embedding". Over the words w_1..w_n of a whole document:
+
+    H = BiLSTM(E w)                              (n × 2u)
+    A = softmax(W_s2 tanh(W_s1 Hᵀ))              (r × n): r attention hops, SoftMax over words
+    M = A H                                      (r × 2u): the embedding matrix
+    p(y | d) = SoftMax(W_y ReLU(W_h vec(M) + b_h) + b_y)
+
+The task adds ``penalty_weight`` · ‖AAᵀ − I‖²_F (returned as ``attention``). The hierarchical
+batch is flattened: the words of each document are packed left, in order, without padding between
+sentences (one gather, no loop).
+"""
+
+from __future__ import annotations
+
+from typing import Dict
+
+import torch
+from torch import nn
+
+from attnflow.registry import ENCODERS, MODELS, BlockSpec
+
+
+def flatten_documents(tokens: torch.Tensor, sent_lengths: torch.Tensor):
+    """(B, S, W) hierarchical tokens -> flat (B, N) tokens, lengths (B,), and for each flat
+    position its index into S·W (to map weights back)."""
+    B, S, W = tokens.shape
+    valid = (torch.arange(W, device=tokens.device) < sent_lengths.unsqueeze(-1)).reshape(B, S * W)
+    order = torch.argsort((~valid).to(torch.int8), dim=1, stable=True)
+    lengths = valid.sum(1)
+    N = max(1, int(lengths.max()))
+    order = order[:, :N]
+    flat = tokens.reshape(B, S * W).gather(1, order)
+    keep = torch.arange(N, device=tokens.device) < lengths.unsqueeze(-1)
+    return flat.masked_fill(~keep, 0), lengths, order, keep
+
+
+@MODELS.register("self_attentive")
+class SelfAttentive(nn.Module):
+    """BiLSTM + r-hop self-attention + MLP classifier.
+
+    Args:
+        vocab_size, num_classes: (context, from the data module).
+        pad_id: the padding id (context, default 0).
+        embed_dim: word embedding size (default 100).
+        encoder: the word encoder (default bidirectional LSTM, 100 per direction).
+        attn_dim: d_a, rows of W_s1 (default 128).
+        hops: r, rows of A (default 8).
+        mlp_dim: hidden size of the classifier (default 256).
+        dropout: on embeddings and before the classifier (default 0.0).
+    Shape:
+        tokens (B, S, W), sent_lengths (B, S) -> dict with ``logits`` (B, C), ``attention``
+        (B, r, N) hops over the N flat words, ``word_weights`` (B, S, W) (mean over hops).
+    """
+
+    def __init__(self, vocab_size: int, num_classes: int, pad_id: int = 0, *, embed_dim: int = 100,
+                 encoder: BlockSpec["encoder"] = {"name": "rnn", "cell": "lstm", "hidden_dim": 100},
+                 attn_dim: int = 128, hops: int = 8, mlp_dim: int = 256, dropout: float = 0.0):
+        super().__init__()
+        if hops < 1:
+            raise ValueError(f"model 'self_attentive': hops must be >= 1, got {hops}")
+        self.hops = hops
+        self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)
+        self.encoder = ENCODERS.build(encoder, embed_dim, path="model.encoder")
+        D = self.encoder.output_dim
+        self.ws1 = nn.Linear(D, attn_dim, bias=False)
+        self.ws2 = nn.Linear(attn_dim, hops, bias=False)
+        self.dropout = nn.Dropout(dropout)
+        self.mlp = nn.Sequential(nn.Linear(hops * D, mlp_dim), nn.ReLU(), nn.Dropout(dropout),
+                                 nn.Linear(mlp_dim, num_classes))
+
+    def attend(self, H: torch.Tensor, mask: torch.Tensor):
+        """A (B, r, N) with zeros at padding (all-zero for an empty document), M = AH (B, r, D)."""
+        scores = self.ws2(torch.tanh(self.ws1(H))).transpose(1, 2)            # (B, r, N)
+        m = mask.unsqueeze(1)
+        scores = scores.masked_fill(~m, float("-inf"))
+        scores = torch.where(m.any(-1, keepdim=True), scores, torch.zeros_like(scores))
+        A = torch.softmax(scores, -1) * m.to(scores.dtype)
+        return A, A @ H
+
+    def forward(self, tokens: torch.Tensor, sent_lengths: torch.Tensor) -> Dict[str, torch.Tensor]:
+        B, S, W = tokens.shape
+        flat, lengths, order, keep = flatten_documents(tokens, sent_lengths)
+        x = self.dropout(self.embedding(flat))
+        H = x.new_zeros(B, flat.shape[1], self.encoder.output_dim)
+        nz = (lengths > 0).nonzero(as_tuple=True)[0]
+        if len(nz):
+            enc, _ = self.encoder(x[nz], lengths[nz])
+            H[nz, : enc.shape[1]] = enc
+        A, M = self.attend(H, keep)
+        logits = self.mlp(self.dropout(M.reshape(B, -1)))
+        word = torch.zeros(B, S * W, dtype=A.dtype, device=A.device)
+        word.scatter_(1, order, A.mean(1) * keep.to(A.dtype))
+        return {"logits": logits, "attention": A, "attention_valid": lengths > 0,
+                "word_weights": word.view(B, S, W), "sent_weights": None}

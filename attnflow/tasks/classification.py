@@ -1,0 +1,171 @@
+"""Document classification task: cross-entropy, accuracy and macro-F1, optional attention penalty.
+
+Loss: −ln SoftMax_y(logits) of the true class (seed 000: Σ_d Σ_y ln SoftMax_y(W_y v + b_y) → max),
+plus ``penalty_weight`` · mean ‖AAᵀ − I‖²_F (Lin et al. 2017) when the model returns attention
+hops A (``attention`` (B, r, n)) and the weight is positive.
+
+Metrics, logged as ``{train,val,test}/<name>``: ``loss``, ``acc`` (micro accuracy), ``f1`` (macro
+F1, validation and test), ``penalty`` when weighted. Every validation epoch a few documents are
+rendered with their word and sentence weights to ``<run dir>/renderings/val_epoch<N>.html``.
+
+The model contract: ``model(tokens (B,S,W), sent_lengths (B,S)) -> {"logits": (B,C), optional
+"attention", "attention_valid", "word_weights" (B,S,W), "sent_weights" (B,S)}``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Dict, List, Literal, Sequence
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
+
+from attnflow.blocks.attention.penalty import diversity_penalty
+from attnflow.registry import TASKS
+
+
+@TASKS.register("classification")
+class ClassificationTask(pl.LightningModule):
+    """Trains a document classifier.
+
+    Args:
+        model: the model (context).
+        num_classes: number of classes (context).
+        class_names: class index → name (context).
+        itos: word id → word, for renderings (context).
+        optimizer: 'adam', 'adamw' or 'sgd' (default 'adam').
+        lr: learning rate (default 1e-3).
+        weight_decay: (default 0.0).
+        label_smoothing: (default 0.0).
+        penalty_weight: coefficient of ‖AAᵀ − I‖²_F for models returning attention hops
+            (default 0.0: off).
+        scheduler: 'none' or 'cosine' (decay over the run) (default 'none').
+        renderings: documents rendered to HTML every validation epoch (default 4; 0 = off).
+    """
+
+    def __init__(self, model: nn.Module, num_classes: int, class_names: Sequence[str] = (),
+                 itos: Sequence[str] = (), *, optimizer: Literal["adam", "adamw", "sgd"] = "adam",
+                 lr: float = 1e-3, weight_decay: float = 0.0, label_smoothing: float = 0.0,
+                 penalty_weight: float = 0.0, scheduler: Literal["none", "cosine"] = "none",
+                 renderings: int = 4):
+        super().__init__()
+        self.model, self.num_classes = model, num_classes
+        self.class_names = list(class_names) or [str(i) for i in range(num_classes)]
+        self.itos = list(itos)
+        self.optimizer_name, self.lr, self.weight_decay = optimizer, lr, weight_decay
+        self.label_smoothing, self.penalty_weight = label_smoothing, penalty_weight
+        self.scheduler_name, self.renderings = scheduler, renderings
+        self.run_config: dict = {}
+        self._acc = nn.ModuleDict({f"{s}_": MulticlassAccuracy(num_classes, average="micro")
+                                   for s in ("train", "val", "test")})
+        self._f1 = nn.ModuleDict({f"{s}_": MulticlassF1Score(num_classes, average="macro")
+                                  for s in ("val", "test")})
+
+    def forward(self, batch: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        return self.model(batch["tokens"], batch["sent_lengths"])
+
+    def _step(self, batch: Dict[str, torch.Tensor], split: str) -> torch.Tensor:
+        out = self(batch)
+        logits, y = out["logits"], batch["labels"]
+        loss = F.cross_entropy(logits, y, label_smoothing=self.label_smoothing)
+        n = len(y)
+        pred = logits.argmax(-1)
+        self._acc[f"{split}_"].update(pred, y)
+        self.log(f"{split}/loss", loss, batch_size=n, prog_bar=split != "test")
+        self.log(f"{split}/acc", self._acc[f"{split}_"], batch_size=n, prog_bar=True)
+        if split != "train":
+            self._f1[f"{split}_"].update(pred, y)
+            self.log(f"{split}/f1", self._f1[f"{split}_"], batch_size=n)
+        if self.penalty_weight > 0 and out.get("attention") is not None:
+            penalty = diversity_penalty(out["attention"], out.get("attention_valid"))
+            self.log(f"{split}/penalty", penalty, batch_size=n)
+            loss = loss + self.penalty_weight * penalty
+        return loss
+
+    def training_step(self, batch, batch_idx):
+        return self._step(batch, "train")
+
+    def validation_step(self, batch, batch_idx):
+        self._step(batch, "val")
+
+    def test_step(self, batch, batch_idx):
+        self._step(batch, "test")
+
+    # -- explanations ----------------------------------------------------------------------------
+    @torch.no_grad()
+    def explain(self, batch: Dict[str, torch.Tensor], words: List[List[List[str]]] | None = None
+                ) -> List[dict]:
+        """Per document: predicted class, its probability, all probabilities, and the sentences
+        with word and sentence weights (lists, padding removed). ``words`` gives the tokens to
+        show; by default the vocabulary's words for the ids."""
+        was_training = self.training
+        self.eval()
+        batch = {k: v.to(self.device) for k, v in batch.items()}
+        out = self(batch)
+        self.train(was_training)
+        probs = torch.softmax(out["logits"].float(), -1).cpu()
+        ww, sw = out.get("word_weights"), out.get("sent_weights")
+        lengths = batch["sent_lengths"].cpu()
+        tokens = batch["tokens"].cpu()
+        result = []
+        for b in range(len(probs)):
+            n = int((lengths[b] > 0).sum())
+            sents = []
+            for i in range(n):  # rendering only, not a training path
+                L = int(lengths[b, i])
+                sents.append(words[b][i][:L] if words is not None else
+                             [self.itos[t] if t < len(self.itos) else str(t) for t in tokens[b, i, :L].tolist()])
+            k = int(probs[b].argmax())
+            result.append({
+                "label": self.class_names[k], "index": k, "probability": float(probs[b, k]),
+                "probabilities": {c: float(p) for c, p in zip(self.class_names, probs[b].tolist())},
+                "sentences": sents,
+                "word_weights": [ww[b, i, : len(sents[i])].float().cpu().tolist() for i in range(n)]
+                if ww is not None else [[0.0] * len(s) for s in sents],
+                "sent_weights": sw[b, :n].float().cpu().tolist() if sw is not None else None,
+            })
+        return result
+
+    def on_validation_epoch_end(self) -> None:
+        trainer = self.trainer
+        if (self.renderings <= 0 or trainer.sanity_checking or not trainer.is_global_zero
+                or trainer.datamodule is None or not hasattr(trainer.datamodule, "example_batch")):
+            return
+        from attnflow.explain import write_html
+
+        batch = trainer.datamodule.example_batch(self.renderings)
+        docs = self.explain(batch)
+        names = self.class_names
+        for d, y in zip(docs, batch["labels"].tolist()):
+            d["title"] = f"true {names[y]} · predicted {d['label']} (p={d['probability']:.3f})"
+        write_html(Path(trainer.default_root_dir) / "renderings" / f"val_epoch{trainer.current_epoch}.html",
+                   docs, f"validation documents, epoch {trainer.current_epoch}")
+
+    # -- optimisation ----------------------------------------------------------------------------
+    def configure_optimizers(self):
+        params = self.parameters()
+        if self.optimizer_name == "sgd":
+            opt = torch.optim.SGD(params, lr=self.lr, weight_decay=self.weight_decay, momentum=0.9)
+        elif self.optimizer_name == "adamw":
+            opt = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
+        else:
+            opt = torch.optim.Adam(params, lr=self.lr, weight_decay=self.weight_decay)
+        if self.scheduler_name == "none":
+            return opt
+        total = max(1, int(self.trainer.estimated_stepping_batches))
+
+        def factor(step: int) -> float:
+            return 0.5 * (1.0 + math.cos(math.pi * min(step, total) / total))
+
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["attnflow_config"] = self.run_config
+        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        if dm is not None and hasattr(dm, "artifacts"):
+            checkpoint["attnflow_artifacts"] = dm.artifacts()
