@@ -1,0 +1,26 @@
+"""Constant scorer: a(k, q) = 0 for every pair, so SoftMax gives uniform weights.
+
+Source: the Const-GAT ablation (Veličković et al. 2018, §3.3 compare with a constant attention
+mechanism; Brody et al. 2022 "How attentive are graph attention networks?" use the same baseline).
+Over a neighbourhood N(t) SoftMax of a constant is 1/|N(t)|: mean aggregation (GCN-like); over a
+sequence it is the mean of the keys. It has no parameters and works with any query/key sizes.
+"""
+
+import torch
+
+from attnflow.blocks.scorers.base import Scorer
+from attnflow.registry import SCORERS
+
+
+@SCORERS.register("const")
+class ConstScorer(Scorer):
+    """a(k, q) = 0 (uniform attention after SoftMax).
+
+    Args:
+        query_dim, key_dim: sizes of q and k (context; unused).
+    Shape: query (..., Tq, Dq), keys (..., Tk, Dk) -> (..., Tq, Tk), all zeros.
+    """
+
+    def score_prepared(self, query: torch.Tensor, prepared: torch.Tensor) -> torch.Tensor:
+        lead = torch.broadcast_shapes(query.shape[:-2], prepared.shape[:-2])
+        return query.new_zeros(*lead, query.shape[-2], prepared.shape[-2])

@@ -1,0 +1,151 @@
+"""Node-classification data on one graph: the shared LightningDataModule of graph data sets.
+
+A subclass provides ``load() -> torch_geometric.data.Data`` with ``x`` (N, F), ``edge_index``
+(2, E), ``y`` ((N,) class ids, or (N, C) 0/1 for multi-label) and boolean ``train_mask``,
+``val_mask``, ``test_mask``. Every batch is such a ``Data`` whose ``<split>_mask`` marks the nodes
+the loss and metrics of that split count.
+
+Loaders (``loader``):
+
+- ``full`` — the whole graph is one batch every epoch (the paper's transductive training).
+- ``khop`` — mini-batches that need no extra packages: the split's nodes are cut into batches of
+  ``batch_size`` seeds (a fixed random partition; batch order shuffled each epoch) and each batch
+  is the ``num_hops``-hop subgraph around its seeds (``torch_geometric.utils.k_hop_subgraph``), so
+  a ``num_hops``-layer model sees each seed's full receptive field; only the seeds count. A plain
+  map-style dataset, so under DDP Lightning's DistributedSampler splits the batches over ranks.
+- ``neighbor`` — PyG's ``NeighborLoader`` (GraphSAGE-style sampling of ``num_neighbors`` per hop);
+  needs ``pyg-lib`` or ``torch-sparse`` (``pip install -e ".[graph-sampling]" -f
+  https://data.pyg.org/whl/torch-2.13.0+cpu.html``; neither is on the package index).
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, Dataset
+from torch_geometric.data import Data
+from torch_geometric.utils import k_hop_subgraph
+
+SPLITS = ("train", "val", "test")
+
+
+def _first(items):
+    return items[0]
+
+
+def neighbor_sampling_available() -> bool:
+    import torch_geometric.typing as pyg_typing
+
+    return bool(pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE)
+
+
+class KHopBatches(Dataset):
+    """Item b: the ``num_hops``-hop subgraph around seed batch b, seeds marked by ``<split>_mask``."""
+
+    def __init__(self, data: Data, split: str, batch_size: int, num_hops: int, seed: int):
+        self.data, self.split, self.num_hops = data, split, num_hops
+        nodes = data[f"{split}_mask"].nonzero().view(-1)
+        g = torch.Generator().manual_seed(seed)
+        nodes = nodes[torch.randperm(nodes.numel(), generator=g)] if split == "train" else nodes
+        self.batches = list(nodes.split(max(1, batch_size)))
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, b: int) -> Data:
+        seeds = self.batches[b]
+        subset, edge_index, mapping, _ = k_hop_subgraph(
+            seeds, self.num_hops, self.data.edge_index, relabel_nodes=True,
+            num_nodes=self.data.num_nodes)
+        out = Data(x=self.data.x[subset], edge_index=edge_index, y=self.data.y[subset])
+        for s in SPLITS:
+            out[f"{s}_mask"] = torch.zeros(subset.numel(), dtype=torch.bool)
+        out[f"{self.split}_mask"][mapping] = True
+        out.n_id = subset
+        return out
+
+
+class GraphDataModule(pl.LightningDataModule):
+    """Base class: one graph, full-batch or mini-batch loaders (see the module docstring)."""
+
+    name = "graph"
+
+    def __init__(self, *, loader: str = "full", batch_size: int = 512, num_hops: int = 2,
+                 num_neighbors: Optional[List[int]] = None, seed: int = 1234):
+        super().__init__()
+        if loader not in ("full", "khop", "neighbor"):
+            raise ValueError(f"data '{self.name}': loader must be 'full', 'khop' or 'neighbor', "
+                             f"got {loader!r}")
+        if loader == "neighbor" and not neighbor_sampling_available():
+            raise ValueError(
+                f"data '{self.name}': loader 'neighbor' (PyG's NeighborLoader) needs pyg-lib or "
+                "torch-sparse, and neither is installed. Install one from PyG's wheel index, e.g. "
+                "pip install pyg-lib -f https://data.pyg.org/whl/torch-2.13.0+cpu.html "
+                "(or +cu128 for CUDA), or use data.loader=khop (no extra packages).")
+        self.loader, self.batch_size, self.num_hops = loader, batch_size, num_hops
+        self.num_neighbors = list(num_neighbors or [10, 10])
+        self.seed = seed
+        self.data: Optional[Data] = None
+
+    # -- what subclasses provide ------------------------------------------------------------------
+    def load(self) -> Data:
+        raise NotImplementedError
+
+    # -- what models and tasks need to know ----------------------------------------------------
+    def _graph(self) -> Data:
+        if self.data is None:
+            self.data = self.load()
+        return self.data
+
+    @property
+    def multi_label(self) -> bool:
+        return self._graph().y.dim() == 2
+
+    @property
+    def num_classes(self) -> int:
+        y = self._graph().y
+        return int(y.shape[1]) if y.dim() == 2 else int(y.max()) + 1
+
+    def model_context(self) -> dict:
+        return {"in_dim": int(self._graph().x.shape[1]), "num_classes": self.num_classes}
+
+    def task_context(self) -> dict:
+        return {"num_classes": self.num_classes, "multi_label_data": self.multi_label}
+
+    # -- loaders -------------------------------------------------------------------------------
+    def setup(self, stage: Optional[str] = None) -> None:
+        self._graph()
+
+    def _loader(self, split: str) -> DataLoader:
+        data = self._graph()
+        if self.loader == "full":
+            return DataLoader([data], batch_size=1, collate_fn=_first)
+        if self.loader == "khop":
+            ds = KHopBatches(data, split, self.batch_size, self.num_hops, self.seed)
+            return DataLoader(ds, batch_size=1, shuffle=split == "train", collate_fn=_first)
+        from torch_geometric.loader import NeighborLoader
+
+        def mark_seeds(batch: Data) -> Data:
+            for s in SPLITS:
+                batch[f"{s}_mask"] = torch.zeros(batch.num_nodes, dtype=torch.bool)
+            batch[f"{split}_mask"][: batch.batch_size] = True
+            return batch
+
+        return NeighborLoader(data, num_neighbors=self.num_neighbors, batch_size=self.batch_size,
+                              input_nodes=data[f"{split}_mask"], shuffle=split == "train",
+                              transform=mark_seeds)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train")
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test")
+
+    def full_graph(self) -> Data:
+        """The whole graph (for pictures and analysis)."""
+        return self._graph()

@@ -1,0 +1,124 @@
+"""Planetoid citation graphs (Cora, CiteSeer, PubMed) with the standard public split.
+
+Source: Yang, Cohen & Salakhutdinov 2016, "Revisiting semi-supervised learning with graph
+embeddings" (the split: 20 labelled nodes per class for training, 500 validation, 1000 test);
+used by Veličković et al. 2018 (GAT). Read from ``<root>/<Name>/raw/ind.<name>.{x,tx,allx,y,ty,
+ally,graph,test.index}`` — PyG's raw layout, the files of github.com/kimiyoung/planetoid — with
+PyG's own reader (``torch_geometric.io.read_planetoid_data``: the CiteSeer isolated-node fix,
+duplicate and self-loop removal). Nothing is downloaded and nothing is written next to the data
+(the data folder may be read-only): the raw files are parsed in memory. The feature matrices are
+pickled SciPy sparse matrices; they are rebuilt with NumPy, so SciPy is not needed.
+
+Features are row-normalised (each node's features sum to 1), as in the GAT paper's code.
+"""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+from pathlib import Path
+from typing import List, Literal
+from unittest import mock
+
+import numpy as np
+import torch
+from torch_geometric.data import Data
+
+from attnflow.data.graph import GraphDataModule
+from attnflow.registry import DATA
+
+NAMES = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
+RAW_FILES = ["x", "tx", "allx", "y", "ty", "ally", "graph", "test.index"]
+
+
+class _SparseMatrix:
+    """Stands in for a pickled ``scipy.sparse`` CSR/CSC matrix; ``todense()`` with NumPy."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+
+    def todense(self) -> np.ndarray:
+        n, m = self._shape
+        fmt = getattr(self, "format", "csr")
+        rows, cols = (n, m) if fmt == "csr" else (m, n)
+        out = np.zeros((rows, cols), dtype=np.float32)
+        indptr = np.asarray(self.indptr)
+        major = np.repeat(np.arange(rows), np.diff(indptr))
+        out[major, np.asarray(self.indices)] = np.asarray(self.data, dtype=np.float32)
+        return out if fmt == "csr" else out.T
+
+
+class _Unpickler(pickle.Unpickler):
+    def find_class(self, module, name):
+        if module.startswith("scipy.sparse"):
+            return _SparseMatrix
+        return super().find_class(module, name)
+
+
+class _PickleShim:  # what torch_geometric.io.planetoid calls as ``pickle.load``
+    @staticmethod
+    def load(f, encoding="ASCII"):
+        return _Unpickler(f, encoding=encoding).load()
+
+
+def read_planetoid(root: str | Path, name: str) -> Data:
+    """The graph ``name`` (Cora, CiteSeer or PubMed; any case) from ``<root>/<Name>/raw``."""
+    key = name.lower()
+    if key not in NAMES:
+        raise ValueError(f"data 'planetoid': unknown data set '{name}' (at 'data.dataset'); "
+                         f"known: {', '.join(NAMES.values())}")
+    folder = Path(root) / NAMES[key] / "raw"
+    missing = [f"ind.{key}.{s}" for s in RAW_FILES if not (folder / f"ind.{key}.{s}").is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"data 'planetoid': {NAMES[key]} is missing from {folder} (data.root={root}): need the "
+            f"raw files {', '.join(f'ind.{key}.{s}' for s in RAW_FILES)} (PyG's raw layout, from "
+            f"github.com/kimiyoung/planetoid/data); missing: {', '.join(missing)}")
+    from torch_geometric.io import planetoid as pyg_planetoid
+
+    with warnings.catch_warnings(), mock.patch.object(pyg_planetoid, "pickle", _PickleShim):
+        warnings.simplefilter("ignore")
+        return pyg_planetoid.read_planetoid_data(str(folder), key)
+
+
+def normalize_rows(x: torch.Tensor) -> torch.Tensor:
+    """x_i / Σ_f x_if (rows that sum to 0 stay 0)."""
+    return x / x.sum(-1, keepdim=True).clamp(min=1e-12)
+
+
+@DATA.register("planetoid")
+class PlanetoidDataModule(GraphDataModule):
+    """Cora, CiteSeer or PubMed with the public split, as one graph.
+
+    Args:
+        dataset: 'Cora', 'CiteSeer' or 'PubMed' (default 'Cora').
+        root: the folder holding ``<Name>/raw/`` (default ``${paths.data_dir}/planetoid`` in YAML;
+            here '.').
+        normalize_features: row-normalise the bag-of-words features (default True).
+        loader: 'full' (one batch), 'khop' or 'neighbor' (mini-batches; see
+            :mod:`attnflow.data.graph`) (default 'full').
+        batch_size: seed nodes per mini-batch (default 512).
+        num_hops: hops of 'khop' subgraphs (default 2: a 2-layer GAT's receptive field).
+        num_neighbors: neighbours sampled per hop by 'neighbor' (default [10, 10]).
+        seed: the mini-batch partition's seed (default 1234).
+    """
+
+    name = "planetoid"
+
+    def __init__(self, *, dataset: Literal["Cora", "CiteSeer", "PubMed"] = "Cora", root: str = ".",
+                 normalize_features: bool = True,
+                 loader: Literal["full", "khop", "neighbor"] = "full", batch_size: int = 512,
+                 num_hops: int = 2, num_neighbors: List[int] = [10, 10],  # noqa: B006
+                 seed: int = 1234):
+        super().__init__(loader=loader, batch_size=batch_size, num_hops=num_hops,
+                         num_neighbors=num_neighbors, seed=seed)
+        self.dataset_name, self.root, self.normalize_features = dataset, root, normalize_features
+
+    def load(self) -> Data:
+        data = read_planetoid(self.root, self.dataset_name)
+        if self.normalize_features:
+            data.x = normalize_rows(data.x)
+        return data

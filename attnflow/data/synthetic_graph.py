@@ -1,0 +1,92 @@
+"""A generated graph for node classification (tests, mini-batch and DDP checks; no files).
+
+A stochastic block model: N nodes in C communities; an edge joins two nodes with probability
+``p_in`` if they share a community and ``p_out`` otherwise (undirected: both directions). Node
+features are the sum of the node's community centroids plus Gaussian noise. Single-label: one
+community per node, y (N,) class ids. Multi-label (``multi_label``): each node also joins a second
+random community with probability ``extra_label_prob``; y (N, C) is 0/1 (seed 000's multi-label
+node classification with per-class sigmoid log-loss). Splits are random node masks. Generation
+is deterministic given ``seed``.
+"""
+
+from __future__ import annotations
+
+from typing import List, Literal
+
+import torch
+from torch_geometric.data import Data
+
+from attnflow.data.graph import GraphDataModule
+from attnflow.registry import DATA
+
+
+def make_sbm_graph(num_nodes: int, num_classes: int, feature_dim: int, p_in: float, p_out: float,
+                   noise: float, multi_label: bool, extra_label_prob: float,
+                   split: List[float], seed: int) -> Data:
+    g = torch.Generator().manual_seed(seed)
+    N, C = num_nodes, num_classes
+    member = torch.zeros(N, C)
+    member[torch.arange(N), torch.randint(0, C, (N,), generator=g)] = 1.0
+    if multi_label:
+        extra = torch.rand(N, generator=g) < extra_label_prob
+        member[extra.nonzero().view(-1), torch.randint(0, C, (int(extra.sum()),), generator=g)] = 1.0
+    share = (member @ member.t()) > 0
+    prob = torch.where(share, torch.tensor(p_in), torch.tensor(p_out))
+    upper = torch.triu(torch.rand(N, N, generator=g) < prob, diagonal=1)
+    row, col = upper.nonzero().t()
+    edge_index = torch.cat([torch.stack([row, col]), torch.stack([col, row])], dim=1)
+    centroids = torch.randn(C, feature_dim, generator=g)
+    x = member @ centroids + noise * torch.randn(N, feature_dim, generator=g)
+    y = member.long() if multi_label else member.argmax(-1)
+    perm = torch.randperm(N, generator=g)
+    n_train, n_val = int(split[0] * N), int(split[1] * N)
+    masks = {}
+    for name, idx in (("train", perm[:n_train]), ("val", perm[n_train:n_train + n_val]),
+                      ("test", perm[n_train + n_val:])):
+        masks[name] = torch.zeros(N, dtype=torch.bool)
+        masks[name][idx] = True
+    return Data(x=x, edge_index=edge_index, y=y, train_mask=masks["train"],
+                val_mask=masks["val"], test_mask=masks["test"])
+
+
+@DATA.register("synthetic_graph")
+class SyntheticGraphDataModule(GraphDataModule):
+    """A stochastic-block-model graph with class-dependent features.
+
+    Args:
+        num_nodes: N (default 400).
+        num_classes: C communities (default 4).
+        feature_dim: (default 16).
+        p_in, p_out: edge probability within / across communities (default 0.05, 0.005).
+        noise: std of the feature noise (default 1.0).
+        multi_label: y is (N, C) 0/1 with up to two labels per node (default False).
+        extra_label_prob: probability of a second label when multi_label (default 0.5).
+        split: fractions of train and validation nodes; the rest is test (default [0.5, 0.25]).
+        loader, batch_size, num_hops, num_neighbors: as in :mod:`attnflow.data.graph`
+            (default 'full', 64, 2, [10, 10]).
+        seed: (default 1234).
+    """
+
+    name = "synthetic_graph"
+
+    def __init__(self, *, num_nodes: int = 400, num_classes: int = 4, feature_dim: int = 16,
+                 p_in: float = 0.05, p_out: float = 0.005, noise: float = 1.0,
+                 multi_label: bool = False, extra_label_prob: float = 0.5,
+                 split: List[float] = [0.5, 0.25],  # noqa: B006
+                 loader: Literal["full", "khop", "neighbor"] = "full", batch_size: int = 64,
+                 num_hops: int = 2, num_neighbors: List[int] = [10, 10],  # noqa: B006
+                 seed: int = 1234):
+        super().__init__(loader=loader, batch_size=batch_size, num_hops=num_hops,
+                         num_neighbors=num_neighbors, seed=seed)
+        if num_nodes < 4 or num_classes < 2:
+            raise ValueError(f"data 'synthetic_graph': need num_nodes >= 4 and num_classes >= 2, "
+                             f"got {num_nodes}, {num_classes}")
+        if len(split) != 2 or min(split) <= 0 or sum(split) >= 1:
+            raise ValueError(f"data 'synthetic_graph': split must be [train, val] fractions with "
+                             f"train + val < 1, got {split}")
+        self.kw = dict(num_nodes=num_nodes, num_classes=num_classes, feature_dim=feature_dim,
+                       p_in=p_in, p_out=p_out, noise=noise, multi_label=multi_label,
+                       extra_label_prob=extra_label_prob, split=list(split), seed=seed)
+
+    def load(self) -> Data:
+        return make_sbm_graph(**self.kw)

@@ -1,0 +1,96 @@
+"""GAT: a stack of graph attention layers for node classification.
+
+Source: Veličković et al. 2018, "Graph attention networks" (the transductive setting); seed 000.
+Per the paper for Cora and CiteSeer: 2 layers; the hidden layer has J = 8 heads of F′ = 8
+features, concatenated (64), followed by ELU; the output layer has 1 head (PubMed: 8, averaged)
+with as many features as classes; dropout p = 0.6 on each layer's input and on α::
+
+    h¹ = ELU(‖_{j=1..J} Σ_{i∈N(t)} αʲ_{it} Wʲ dropout(x)_i)
+    z  = 1/J′ Σ_{j=1..J′} Σ_{i∈N(t)} αʲ_{it} W′ʲ dropout(h¹)_i         (logits; SoftMax in the task)
+
+The scorer (``${scorer}``: gat by default in the GAT experiments; ``const`` for Const-GAT) and the
+aggregators come from the registries.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnflow.blocks.graph.registry import GRAPH_LAYERS
+from attnflow.registry import MODELS, BlockSpec
+
+
+@MODELS.register("gat")
+class GAT(nn.Module):
+    """Graph attention network.
+
+    Args:
+        in_dim: node feature size (context, from the data module).
+        num_classes: output size (context, from the data module).
+        layers: number of graph attention layers, >= 1 (default 2).
+        hidden_dim: features per head in hidden layers, F′ (default 8).
+        heads: heads of hidden layers (default 8).
+        out_heads: heads of the output layer (default 1; the paper uses 8 on PubMed).
+        dropout: dropout on every layer's input (default 0.6).
+        attn_dropout: dropout on α (default 0.6).
+        scorer: scorer of every layer (default ``{name: gat}``).
+        hidden_aggregator: heads of hidden layers (default concat).
+        output_aggregator: heads of the output layer (default mean).
+        layer: the graph layer block (default ``attention``: :class:`GraphAttention`).
+    Shape: x (N, in_dim), edge_index (2, E) -> logits (N, num_classes).
+    """
+
+    def __init__(self, in_dim: int, num_classes: int, *, layers: int = 2, hidden_dim: int = 8,
+                 heads: int = 8, out_heads: int = 1, dropout: float = 0.6, attn_dropout: float = 0.6,
+                 scorer: BlockSpec["scorer"] = {"name": "gat"},  # noqa: B006
+                 hidden_aggregator: BlockSpec["aggregator"] = {"name": "concat"},  # noqa: B006
+                 output_aggregator: BlockSpec["aggregator"] = {"name": "mean"},  # noqa: B006
+                 layer: str = "attention"):
+        super().__init__()
+        if layers < 1:
+            raise ValueError(f"model 'gat': layers must be >= 1, got {layers}")
+        self.in_dim, self.num_classes, self.dropout = in_dim, num_classes, dropout
+        self.heads = heads
+        self.layers = nn.ModuleList()
+        d = in_dim
+        for i in range(layers):
+            last = i == layers - 1
+            cfg = {"name": layer, "heads": out_heads if last else heads, "scorer": scorer,
+                   "aggregator": output_aggregator if last else hidden_aggregator,
+                   "dropout": attn_dropout}
+            block = GRAPH_LAYERS.build(cfg, d, num_classes if last else hidden_dim,
+                                       path=f"model.layers[{i}]")
+            if last and block.output_dim != num_classes:
+                raise ValueError(
+                    f"model 'gat': the output layer gives {block.output_dim} features with "
+                    f"output_aggregator '{output_aggregator['name']}', need num_classes = "
+                    f"{num_classes}; use output_aggregator=mean (or out_heads=1)")
+            self.layers.append(block)
+            d = block.output_dim
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor, need_weights: bool = False,
+                return_hidden: bool = False):
+        """Logits (N, C); with ``need_weights`` also [(edge_index, α (E′, J))] per layer; with
+        ``return_hidden`` also the output layer's input (the last hidden node vectors)."""
+        weights: List[Tuple[torch.Tensor, torch.Tensor]] = []
+        hidden: Optional[torch.Tensor] = None
+        for i, block in enumerate(self.layers):
+            if i > 0:
+                x = F.elu(x)
+            hidden = x
+            x = F.dropout(x, p=self.dropout, training=self.training)
+            if need_weights:
+                x, w = block(x, edge_index, return_attention_weights=True)
+                weights.append(w)
+            else:
+                x = block(x, edge_index)
+        out = (x,)
+        if need_weights:
+            out += (weights,)
+        if return_hidden:
+            out += (hidden,)
+        return out[0] if len(out) == 1 else out

@@ -1,0 +1,150 @@
+"""Node classification on a graph: single-label (SoftMax cross-entropy) or multi-label (per-class
+sigmoid log-loss).
+
+Source: seed 000 (graph attention for node classification; for multi-label classification "the
+output layer applies a sigmoid per class with log-loss"); Veličković et al. 2018 (Cora, CiteSeer,
+PubMed: single-label; PPI: multi-label). The model maps (x, edge_index) to logits (N, C); only the
+nodes of the batch's ``<split>_mask`` count:
+
+    single-label:  L = −1/|M| Σ_{t∈M} ln softmax(z_t)_{y_t}
+    multi-label:   L = −1/(|M|·C) Σ_{t∈M} Σ_c [y_tc ln σ(z_tc) + (1 − y_tc) ln(1 − σ(z_tc))]
+
+Metrics, logged as ``{train,val,test}/<name>``: ``loss``; ``acc`` (single-label: argmax equals
+the class; multi-label: fraction of (node, class) decisions σ(z) > ½ that are right); multi-label
+also ``f1`` (micro-averaged F1, the PPI metric). Metrics accumulate over the mini-batches of an
+epoch, so full-batch and mini-batch evaluation agree.
+
+With ``picture`` the task saves, at the end of training, a 2-D projection (PCA) of the output
+layer's node vectors coloured by class with edges drawn by attention weight (seed 000's figure)
+to ``<run dir>/attention/graph_embedding.png`` and logs it to TensorBoard / W&B.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchmetrics import MeanMetric, SumMetric
+
+from attnflow.registry import TASKS
+
+SPLITS = ("train", "val", "test")
+
+
+@TASKS.register("node_classification")
+class NodeClassificationTask(pl.LightningModule):
+    """Trains a graph model (x, edge_index) -> logits (N, C) on masked nodes.
+
+    Args:
+        model: the model (context).
+        num_classes: C (context, from the data module).
+        multi_label_data: whether the data's labels are (N, C) 0/1 (context).
+        multi_label: per-class sigmoid log-loss instead of SoftMax cross-entropy; must match the
+            data (default False).
+        optimizer: 'adam' or 'adamw' (default 'adam').
+        lr: learning rate (default 0.005, the GAT paper's for Cora).
+        weight_decay: L2 penalty (default 5e-4, the paper's for Cora).
+        picture: save the embedding picture when training ends (default True).
+    """
+
+    def __init__(self, model: nn.Module, num_classes: int, multi_label_data: bool = False, *,
+                 multi_label: bool = False, optimizer: Literal["adam", "adamw"] = "adam",
+                 lr: float = 0.005, weight_decay: float = 5e-4, picture: bool = True):
+        super().__init__()
+        if multi_label != multi_label_data:
+            kind = "multi-label ((N, C) 0/1)" if multi_label_data else "single-label ((N,) ids)"
+            raise ValueError(f"task 'node_classification': the data's labels are {kind}; set "
+                             f"task.multi_label={str(multi_label_data).lower()}")
+        self.model, self.num_classes, self.multi_label = model, num_classes, multi_label
+        self.optimizer_name, self.lr, self.weight_decay = optimizer, lr, weight_decay
+        self.picture = picture
+        self.run_config: dict = {}
+        # ModuleDict keys must not shadow nn.Module attributes ('train'), hence the suffix
+        self._acc = nn.ModuleDict({f"{s}_": MeanMetric() for s in SPLITS})
+        self._counts = nn.ModuleDict({f"{s}_{k}": SumMetric() for s in SPLITS
+                                      for k in ("tp", "fp", "fn")})
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        return self.model(x, edge_index)
+
+    def _step(self, batch, split: str) -> torch.Tensor:
+        logits = self.model(batch.x, batch.edge_index)
+        mask = batch[f"{split}_mask"]
+        z, y = logits[mask], batch.y[mask]
+        n = int(mask.sum())
+        if self.multi_label:
+            y = y.float()
+            loss = F.binary_cross_entropy_with_logits(z, y)
+            pred = z > 0
+            truth = y > 0.5
+            self._acc[f"{split}_"].update((pred == truth).float())
+            for k, v in (("tp", pred & truth), ("fp", pred & ~truth), ("fn", ~pred & truth)):
+                self._counts[f"{split}_{k}"].update(v.sum().float())
+        else:
+            loss = F.cross_entropy(z, y)
+            self._acc[f"{split}_"].update((z.argmax(-1) == y).float())
+        self.log(f"{split}/loss", loss, batch_size=n, prog_bar=split != "test", on_epoch=True,
+                 on_step=False, sync_dist=True)
+        self.log(f"{split}/acc", self._acc[f"{split}_"], batch_size=n, prog_bar=True,
+                 on_epoch=True, on_step=False)
+        return loss
+
+    def _log_f1(self, split: str) -> None:
+        if not self.multi_label:
+            return
+        tp, fp, fn = (self._counts[f"{split}_{k}"].compute() for k in ("tp", "fp", "fn"))
+        self.log(f"{split}/f1", 2 * tp / (2 * tp + fp + fn).clamp(min=1))
+        for k in ("tp", "fp", "fn"):
+            self._counts[f"{split}_{k}"].reset()
+
+    def training_step(self, batch, batch_idx):
+        return self._step(batch, "train")
+
+    def validation_step(self, batch, batch_idx):
+        self._step(batch, "val")
+
+    def test_step(self, batch, batch_idx):
+        self._step(batch, "test")
+
+    def on_train_epoch_end(self) -> None:
+        self._log_f1("train")
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_f1("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_f1("test")
+
+    def configure_optimizers(self):
+        cls = torch.optim.AdamW if self.optimizer_name == "adamw" else torch.optim.Adam
+        return cls(self.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["attnflow_config"] = self.run_config
+
+    # -- the picture ---------------------------------------------------------------------------
+    def on_train_end(self) -> None:
+        trainer = self.trainer
+        if not self.picture or not trainer.is_global_zero or trainer.sanity_checking:
+            return
+        dm = trainer.datamodule
+        if dm is None or not hasattr(dm, "full_graph") or trainer.fast_dev_run:
+            return
+        from attnflow.graph_viz import embedding_figure, log_figure
+
+        data = dm.full_graph().to(self.device)
+        was_training = self.training
+        self.eval()
+        with torch.no_grad():
+            logits, weights = self.model(data.x, data.edge_index, need_weights=True)
+        self.train(was_training)
+        edge_index, alpha = weights[-1]
+        y = data.y.argmax(-1) if data.y.dim() == 2 else data.y
+        fig = embedding_figure(logits.float().cpu(), y.cpu(), edge_index.cpu(),
+                               alpha.float().mean(-1).cpu())
+        out = Path(trainer.default_root_dir) / "attention" / "graph_embedding.png"
+        log_figure(fig, out, trainer, "graph/embedding")
