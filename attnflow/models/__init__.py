@@ -1,5 +1,9 @@
 """Models: compositions of blocks (SPEC §4)."""
 
+from attnflow.models.han import HierarchicalAttentionNetwork
+from attnflow.models.self_attentive import SelfAttentive
 from attnflow.models.seq2seq import Seq2Seq
+from attnflow.models.transformer import Transformer
 
-__all__ = ["Seq2Seq"]
+__all__ = ["HierarchicalAttentionNetwork", "SelfAttentive", "Seq2Seq"]
+from attnflow.models.gat import GAT  # noqa: E402,F401  (graph attention)

@@ -8,6 +8,7 @@ from attnflow.blocks.scorers.general import GeneralScorer
 from attnflow.blocks.scorers.additive import AdditiveScorer
 from attnflow.blocks.scorers.mlp import MLPScorer
 from attnflow.blocks.scorers.gat import GATScorer
+from attnflow.blocks.scorers.const import ConstScorer
 
 __all__ = ["Scorer", "DotScorer", "ScaledDotScorer", "CosineScorer", "GeneralScorer",
-           "AdditiveScorer", "MLPScorer", "GATScorer"]
+           "AdditiveScorer", "MLPScorer", "GATScorer", "ConstScorer"]
