@@ -14,7 +14,6 @@ The model contract: ``model(tokens (B,S,W), sent_lengths (B,S)) -> {"logits": (B
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Dict, List, Literal, Sequence
 
@@ -26,6 +25,7 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from attnflow.blocks.attention.penalty import diversity_penalty
 from attnflow.registry import TASKS
+from attnflow.tasks import optim
 
 
 @TASKS.register("classification")
@@ -147,22 +147,8 @@ class ClassificationTask(pl.LightningModule):
 
     # -- optimisation ----------------------------------------------------------------------------
     def configure_optimizers(self):
-        params = self.parameters()
-        if self.optimizer_name == "sgd":
-            opt = torch.optim.SGD(params, lr=self.lr, weight_decay=self.weight_decay, momentum=0.9)
-        elif self.optimizer_name == "adamw":
-            opt = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
-        else:
-            opt = torch.optim.Adam(params, lr=self.lr, weight_decay=self.weight_decay)
-        if self.scheduler_name == "none":
-            return opt
-        total = max(1, int(self.trainer.estimated_stepping_batches))
-
-        def factor(step: int) -> float:
-            return 0.5 * (1.0 + math.cos(math.pi * min(step, total) / total))
-
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+        return optim.configure(self, self.optimizer_name, self.lr, self.weight_decay,
+                               self.scheduler_name)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["attnflow_config"] = self.run_config

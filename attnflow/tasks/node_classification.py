@@ -31,6 +31,7 @@ from torch import nn
 from torchmetrics import MeanMetric, SumMetric
 
 from attnflow.registry import TASKS
+from attnflow.tasks import optim
 
 SPLITS = ("train", "val", "test")
 
@@ -120,8 +121,7 @@ class NodeClassificationTask(pl.LightningModule):
         self._log_f1("test")
 
     def configure_optimizers(self):
-        cls = torch.optim.AdamW if self.optimizer_name == "adamw" else torch.optim.Adam
-        return cls(self.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+        return optim.configure(self, self.optimizer_name, self.lr, self.weight_decay)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["attnflow_config"] = self.run_config

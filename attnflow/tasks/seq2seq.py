@@ -11,7 +11,6 @@ including ⟨EOS⟩; validation and test only).
 
 from __future__ import annotations
 
-import math
 from typing import Dict, List, Literal, Sequence
 
 import pytorch_lightning as pl
@@ -22,6 +21,7 @@ from torchmetrics import MeanMetric
 
 from attnflow.blocks.attention.penalty import diversity_penalty
 from attnflow.registry import TASKS
+from attnflow.tasks import optim
 
 
 def strip_after_eos(tokens: torch.Tensor, eos_id: int, pad_id: int) -> torch.Tensor:
@@ -139,28 +139,8 @@ class Seq2SeqTask(pl.LightningModule):
 
     # -- optimisation ----------------------------------------------------------------------------
     def configure_optimizers(self):
-        params = self.parameters()
-        if self.optimizer_name == "sgd":
-            opt = torch.optim.SGD(params, lr=self.lr, weight_decay=self.weight_decay, momentum=0.9)
-        elif self.optimizer_name == "adamw":
-            opt = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
-        else:
-            opt = torch.optim.Adam(params, lr=self.lr, weight_decay=self.weight_decay)
-        if self.scheduler_name == "none":
-            return opt
-        if self.scheduler_name == "noam":
-            w = max(1, self.warmup_steps)
-
-            def factor(step: int) -> float:  # peak 1.0 at step w
-                step = max(step, 1)
-                return min(step / w, math.sqrt(w / step))
-        else:
-            total = max(1, int(self.trainer.estimated_stepping_batches))
-
-            def factor(step: int) -> float:
-                return 0.5 * (1.0 + math.cos(math.pi * min(step, total) / total))
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+        return optim.configure(self, self.optimizer_name, self.lr, self.weight_decay,
+                               self.scheduler_name, self.warmup_steps)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["attnflow_config"] = self.run_config

@@ -1,0 +1,53 @@
+"""Optimisers and learning-rate schedules shared by the tasks.
+
+Schedules (multiplying the task's ``lr``, stepped every optimiser step):
+
+- ``none``: constant.
+- ``cosine``: ½(1 + cos(π·min(s, S)/S)) over the S steps of training.
+- ``noam``: min(s/w, √(w/s)) — Vaswani et al. 2017's warm-up schedule, d^{-½}·min(s^{-½}, s·w^{-3/2}),
+  normalised so that the factor is 1 at the end of the w warm-up steps (``lr`` is the peak).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterable
+
+import torch
+
+OPTIMIZERS = ("adam", "adamw", "sgd")
+SCHEDULERS = ("none", "cosine", "noam")
+
+
+def make_optimizer(params: Iterable[torch.nn.Parameter], name: str, lr: float,
+                   weight_decay: float) -> torch.optim.Optimizer:
+    """Adam (coupled L2 ``weight_decay``), AdamW (decoupled) or SGD with momentum 0.9."""
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, weight_decay=weight_decay, momentum=0.9)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+    raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {name!r}")
+
+
+def lr_factor(name: str, total_steps: int, warmup_steps: int = 4000) -> Callable[[int], float]:
+    """The schedule's multiplier of the base learning rate at optimiser step ``step``."""
+    if name == "noam":
+        w = max(1, warmup_steps)
+        return lambda step: min(max(step, 1) / w, math.sqrt(w / max(step, 1)))
+    if name == "cosine":
+        total = max(1, total_steps)
+        return lambda step: 0.5 * (1.0 + math.cos(math.pi * min(step, total) / total))
+    raise ValueError(f"scheduler must be one of {', '.join(SCHEDULERS)}, got {name!r}")
+
+
+def configure(module, name: str, lr: float, weight_decay: float, scheduler: str = "none",
+              warmup_steps: int = 4000):
+    """What a LightningModule's ``configure_optimizers`` returns, for ``module``'s parameters."""
+    opt = make_optimizer(module.parameters(), name, lr, weight_decay)
+    if scheduler == "none":
+        return opt
+    total = int(module.trainer.estimated_stepping_batches) if scheduler == "cosine" else 0
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(scheduler, total, warmup_steps))
+    return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
