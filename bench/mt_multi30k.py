@@ -40,8 +40,9 @@ EXPERIMENTS = {"rnnsearch": "mt_rnnsearch", "transformer": "mt_transformer",
 ANCHORS = {("rnnsearch", "de-en"): 28.3, ("transformer", "de-en"): 36.5}
 
 
-def target_tokens(run_dir: Path, overrides) -> int:
-    """Target subwords (+⟨eos⟩) of one training epoch, with the run's saved tokenizer."""
+def target_tokens(run_dir: Path, overrides) -> tuple:
+    """Target subwords (+⟨eos⟩) of one training epoch, with the run's saved tokenizer, and the
+    number of training batches of an epoch."""
     from omegaconf import OmegaConf
 
     from attnflow.registry import DATA
@@ -51,7 +52,7 @@ def target_tokens(run_dir: Path, overrides) -> int:
     dm = DATA.build(cfg["data"])
     dm.set_run_dir(run_dir)
     dm.setup()
-    return sum(len(t) + 1 for _, _, t in dm.splits["train"])
+    return sum(len(t) + 1 for _, _, t in dm.splits["train"]), len(dm.train_dataloader())
 
 
 def run_one(model: str, direction: str, args) -> dict:
@@ -75,7 +76,8 @@ def run_one(model: str, direction: str, args) -> dict:
     summary = train(compose_cfg(overrides), run_dir)
     wall = time.time() - start
     m = summary["metrics"]
-    tokens = target_tokens(run_dir, overrides) * max(1, summary["epochs"])
+    per_epoch, batches = target_tokens(run_dir, overrides)
+    tokens = per_epoch * summary["global_step"] / batches  # also right when max_time cut an epoch
     return {"model": model, "direction": direction, "test_sacrebleu": m.get("test/bleu"),
             "test_tok_lc_bleu": m.get("test/bleu_lc"), "test_wer": m.get("test/wer"),
             "val_sacrebleu": m.get("val/bleu"), "fit_seconds": summary["fit_seconds"],
