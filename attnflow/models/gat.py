@@ -37,6 +37,8 @@ class GAT(nn.Module):
         out_heads: heads of the output layer (default 1; the paper uses 8 on PubMed).
         dropout: dropout on every layer's input (default 0.6).
         attn_dropout: dropout on α (default 0.6).
+        value_dropout: dropout on each layer's transformed features Wh before α weighs them, as
+            the paper's reference code does besides the input dropout (default 0.0: PyG's GATConv).
         scorer: scorer of every layer (default ``{name: gat}``).
         hidden_aggregator: heads of hidden layers (default concat).
         output_aggregator: heads of the output layer (default mean).
@@ -46,6 +48,7 @@ class GAT(nn.Module):
 
     def __init__(self, in_dim: int, num_classes: int, *, layers: int = 2, hidden_dim: int = 8,
                  heads: int = 8, out_heads: int = 1, dropout: float = 0.6, attn_dropout: float = 0.6,
+                 value_dropout: float = 0.0,
                  scorer: BlockSpec["scorer"] = {"name": "gat"},  # noqa: B006
                  hidden_aggregator: BlockSpec["aggregator"] = {"name": "concat"},  # noqa: B006
                  output_aggregator: BlockSpec["aggregator"] = {"name": "mean"},  # noqa: B006
@@ -61,7 +64,7 @@ class GAT(nn.Module):
             last = i == layers - 1
             cfg = {"name": layer, "heads": out_heads if last else heads, "scorer": scorer,
                    "aggregator": output_aggregator if last else hidden_aggregator,
-                   "dropout": attn_dropout}
+                   "dropout": attn_dropout, "value_dropout": value_dropout}
             block = GRAPH_LAYERS.build(cfg, d, num_classes if last else hidden_dim,
                                        path=f"model.layers[{i}]")
             if last and block.output_dim != num_classes:

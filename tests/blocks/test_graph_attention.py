@@ -130,3 +130,26 @@ def test_bad_scorer_name_is_a_config_error():
     with pytest.raises(ConfigError, match="unknown scorer 'gatt'.*Did you mean 'gat'"):
         GRAPH_LAYERS.build({"name": "attention", "scorer": {"name": "gatt"}}, 4, 4)
     assert "const" in SCORERS.names()
+
+
+def test_value_dropout_drops_the_values_not_the_scores():
+    """c_t = Σ_i α_it · dropout(Wh)_i with α from the undropped Wh (the reference code's seq_fts
+    dropout); in eval mode the layer is unchanged."""
+    x, ei = _graph()
+    layer = GraphAttention(12, 5, heads=2, value_dropout=0.5)
+    plain = GraphAttention(12, 5, heads=2)
+    plain.load_state_dict(layer.state_dict())
+    layer.eval(), plain.eval()
+    torch.testing.assert_close(layer(x, ei), plain(x, ei))
+    layer.train()
+    torch.manual_seed(3)
+    out, (e, alpha) = layer(x, ei, return_attention_weights=True)
+    _, (_, alpha_plain) = plain(x, ei, return_attention_weights=True)
+    torch.testing.assert_close(alpha, alpha_plain)  # scores see the undropped features
+    h = layer.lin(x).view(30, 2, 5)
+    torch.manual_seed(3)
+    kept = torch.nn.functional.dropout(torch.ones_like(h), 0.5)  # the same mask: 0 or 2
+    msg = alpha.unsqueeze(-1) * (h * kept)[e[0]]
+    ref = torch.zeros(30, 2, 5).index_add_(0, e[1], msg).reshape(30, 10) + layer.bias
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+    assert (kept == 0).any()

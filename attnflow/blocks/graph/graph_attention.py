@@ -54,6 +54,9 @@ class GraphAttention(MessagePassing):
         scorer: the scorer config, one scorer per head (default ``{name: gat}``: the paper's).
         aggregator: how heads combine: ``concat`` (J·C) or ``mean`` (C) (default concat).
         dropout: attention dropout on α (default 0.0).
+        value_dropout: dropout on the values Wʲh_i that α weighs (not on the scores): the
+            reference implementation's second ``in_drop`` (``seq_fts``); 0 gives GATConv's layer
+            (default 0.0).
         add_self_loops: include t in N(t) (existing self-loops are replaced by one) (default True).
         bias: add a learned bias after aggregation (default True).
     Shape:
@@ -65,12 +68,13 @@ class GraphAttention(MessagePassing):
     def __init__(self, in_dim: int, out_dim: int, *, heads: int = 1,
                  scorer: BlockSpec["scorer"] = {"name": "gat"},  # noqa: B006
                  aggregator: BlockSpec["aggregator"] = {"name": "concat"},  # noqa: B006
-                 dropout: float = 0.0, add_self_loops: bool = True, bias: bool = True):
+                 dropout: float = 0.0, value_dropout: float = 0.0, add_self_loops: bool = True,
+                 bias: bool = True):
         super().__init__(aggr="add", node_dim=0)
         if heads < 1 or out_dim < 1:
             raise ValueError(f"graph attention: heads and out_dim must be >= 1, got {heads}, {out_dim}")
         self.in_dim, self.out_dim, self.heads = in_dim, out_dim, heads
-        self.dropout, self.add_self_loops = dropout, add_self_loops
+        self.dropout, self.value_dropout, self.add_self_loops = dropout, value_dropout, add_self_loops
         self.lin = nn.Linear(in_dim, heads * out_dim, bias=False)
         self.scorers = nn.ModuleList(SCORERS.build(scorer, out_dim, out_dim, path="scorer")
                                      for _ in range(heads))
@@ -139,7 +143,8 @@ class GraphAttention(MessagePassing):
         src, dst = edge_index[0], edge_index[1]
         alpha = softmax(self._edge_scores(h, src, dst), dst, num_nodes=N)  # (E, J)
         alpha_used = F.dropout(alpha, p=self.dropout, training=self.training)
-        out = self.propagate(edge_index, x=h, alpha=alpha_used, size=(N, N))  # (N, J, C)
+        values = F.dropout(h, p=self.value_dropout, training=self.training) if self.value_dropout else h
+        out = self.propagate(edge_index, x=values, alpha=alpha_used, size=(N, N))  # (N, J, C)
         out = self.aggregator(out.transpose(0, 1))  # (J, N, C) -> (N, D′)
         if self.bias is not None:
             out = out + self.bias
@@ -152,4 +157,4 @@ class GraphAttention(MessagePassing):
 
     def extra_repr(self) -> str:
         return (f"in_dim={self.in_dim}, out_dim={self.out_dim}, heads={self.heads}, "
-                f"dropout={self.dropout}, add_self_loops={self.add_self_loops}")
+                f"dropout={self.dropout}, value_dropout={self.value_dropout}, add_self_loops={self.add_self_loops}")
