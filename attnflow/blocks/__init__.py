@@ -1,6 +1,8 @@
-"""Blocks: the registered pieces that models are built from. Importing this registers them all."""
+"""Blocks: the registered pieces that models are built from. Importing this registers them all.
 
-from attnflow.blocks import aggregators, attention, decoders, encoders, normalizers, scorers  # noqa: F401
-from attnflow.blocks import positional  # noqa: F401,E402
-from attnflow.blocks import graph  # noqa: F401,E402  (after scorers/aggregators: it builds them)
-from attnflow.blocks import pooling  # noqa: F401,E402  (after scorers: attention pooling builds one)
+Order matters only in that blocks which build others (graph layers, pooling) come after the
+scorers and aggregators they build."""
+
+from attnflow.blocks import (aggregators, attention, decoders, encoders, normalizers,  # noqa: F401
+                             positional, scorers)
+from attnflow.blocks import graph, pooling  # noqa: F401

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnflow.blocks.graph.registry import GRAPH_LAYERS
+from attnflow.registry import GRAPH_LAYERS
 from attnflow.registry import MODELS, BlockSpec
 
 

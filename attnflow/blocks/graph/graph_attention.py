@@ -32,9 +32,8 @@ from torch_geometric.nn import MessagePassing
 from torch_geometric.utils import add_self_loops as _add_self_loops
 from torch_geometric.utils import remove_self_loops, softmax
 
-from attnflow.blocks.graph.registry import GRAPH_LAYERS
 from attnflow.blocks.scorers.gat import GATScorer
-from attnflow.registry import AGGREGATORS, SCORERS, BlockSpec
+from attnflow.registry import AGGREGATORS, GRAPH_LAYERS, SCORERS, BlockSpec
 
 
 def _glorot_(t: torch.Tensor, fan_in: int, fan_out: int) -> None:
