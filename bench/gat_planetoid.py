@@ -11,7 +11,8 @@ docs/benchmarks.md).
    every epoch) with attnflow (``attnflow.run.train``: Lightning, checkpointing of the best epoch,
    no logger, no progress bar) against a plain PyTorch loop with ``torch_geometric.nn.GATConv`` and
    identical hyperparameters, which also evaluates every epoch and keeps the best state in memory.
-   Both times are of the training loop only (attnflow: ``fit_seconds``).
+   Both times are of the training loop only (attnflow: ``fit_seconds``). attnflow runs with
+   ``model.value_dropout=0`` here, so that both compute the same layer.
 1b. Speed (b): forward + backward of one attnflow ``GraphAttention`` layer (gat scorer, 8 heads × 8,
    concat) against ``GATConv`` on Cora, median over ``--reps`` interleaved repetitions.
 
@@ -147,7 +148,8 @@ def main():
         # interleaved, best of --repeats: the machine may be shared, so take each side's fastest
         ours_runs, plain_runs = [], []
         for _ in range(args.repeats):
-            ours_runs.append(attnflow_run(0, [f"trainer.max_epochs={E}", "callbacks.early_stopping=null"]))
+            ours_runs.append(attnflow_run(0, [f"trainer.max_epochs={E}", "callbacks.early_stopping=null",
+                                              "model.value_dropout=0.0"]))  # GATConv's layer
             plain_runs.append(pyg_run(0, E))
         ours = min(ours_runs, key=lambda r: r["fit_seconds"])
         plain = min(plain_runs, key=lambda r: r["fit_seconds"])
