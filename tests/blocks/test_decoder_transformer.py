@@ -54,7 +54,12 @@ def test_padded_memory_is_ignored():
 
 
 @pytest.mark.parametrize("kw", [{}, {"norm": "pre"}, {"positional": {"name": "relative", "max_distance": 2}},
-                                {"positional": {"name": "learned"}}, {"scorer": {"name": "general"}}])
+                                {"positional": {"name": "learned"}}, {"scorer": {"name": "general"}},
+                                # scorers whose prepared keys differ in shape from the raw keys
+                                {"scorer": {"name": "additive", "hidden_dim": 5}},
+                                {"scorer": {"name": "mlp", "hidden_dim": 5}}, {"scorer": {"name": "gat"}},
+                                {"scorer": {"name": "additive"},
+                                 "positional": {"name": "relative", "max_distance": 2}}])
 def test_step_with_cache_equals_teacher_forcing(kw):
     dec = build(**kw)
     tgt, memory, mask = inputs()

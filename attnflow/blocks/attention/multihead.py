@@ -85,10 +85,14 @@ class MultiHeadAttention(nn.Module):
             return F.linear(keys, w, b).chunk(2, dim=-1)
         return self.k_proj(keys), self.v_proj(values)
 
-    def prepare(self, keys: torch.Tensor, values: torch.Tensor):
+    def project(self, keys: torch.Tensor, values: torch.Tensor):
+        """Per-head keys and values (B, J, T, d), before the scorer prepares the keys."""
         k, v = self._project_kv(keys, values)
-        k = self._split(k)
-        return self.scorer.prepare_keys(k), self._split(v)
+        return self._split(k), self._split(v)
+
+    def prepare(self, keys: torch.Tensor, values: torch.Tensor):
+        k, v = self.project(keys, values)
+        return self.scorer.prepare_keys(k), v
 
     def attend(self, query: torch.Tensor, memory, mask: Optional[torch.Tensor] = None, *,
                causal: bool = False, need_weights: bool = False

@@ -80,8 +80,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
 
     # -- memory: raw split keys (wᵏ is added before the scorer's key preparation) ---------------
     def prepare(self, keys: torch.Tensor, values: torch.Tensor):
-        k, v = self._project_kv(keys, values)
-        return self._split(k), self._split(v)
+        return self.project(keys, values)
 
     def relative_scores(self, q: torch.Tensor, k: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         """Raw scores (B, J, Tq, Tk): a(k_i + wᵏ_{i⊟j}, q_j) for every pair."""

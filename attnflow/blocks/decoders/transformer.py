@@ -72,11 +72,15 @@ class TransformerDecoderLayer(nn.Module):
         new_cache = []
 
         def self_attention(h):
-            k, v = self.self_attn.prepare(h, h)
+            # the cache holds raw per-head keys: scorers whose prepared keys change shape
+            # (additive, mlp, gat) prepare the whole cache each step; scaled_dot's is the identity
+            att = self.self_attn
+            k, v = att.project(h, h)
             k, v = torch.cat([cache[0], k], dim=-2), torch.cat([cache[1], v], dim=-2)
             new_cache.append((k, v))
-            extra = {"query_offset": position} if self.relative else {}
-            return self.self_attn.attend(h, (k, v), None, **extra)
+            if self.relative:  # adds wᵏ to the raw keys itself
+                return att.attend(h, (k, v), None, query_offset=position)
+            return att.attend(h, (att.scorer.prepare_keys(k), v), None)
 
         x, _ = self._sublayer(x, self.norm1, self_attention)
         x, w = self._sublayer(x, self.norm2, lambda h: self.cross_attn.attend(
