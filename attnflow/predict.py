@@ -1,7 +1,7 @@
 """attnflow-predict: label documents with a trained document classifier, and explain them.
 
     attnflow-predict RUN_DIR_OR_CKPT "A great film." "Dull and far too long."
-    attnflow-predict RUN_DIR --file reviews.txt          # one document per line (.jsonl: "text")
+    attnflow-predict RUN_DIR --file reviews.txt          # one document per line (.jsonl: the run's text field)
     cat review.txt | attnflow-predict RUN_DIR            # stdin: one document per line
     attnflow-predict RUN_DIR "..." --explain out.html    # word and sentence weights as colour
 
@@ -24,36 +24,16 @@ from typing import List, Optional, Tuple
 import torch
 
 import attnflow  # noqa: F401  (registers blocks)
+from attnflow.checkpoints import CheckpointError, find_checkpoint, read_checkpoint
 from attnflow.data.documents import Vocabulary, encode_texts
 from attnflow.explain import write_html
 from attnflow.registry import MODELS, TASKS
 
 
-def find_checkpoint(target: Path) -> Tuple[Path, Path]:
-    """(checkpoint, run directory) for a run directory or a checkpoint file."""
-    if target.is_file():
-        run_dir = target.parent.parent if target.parent.name == "checkpoints" else target.parent
-        return target, run_dir
-    if not target.is_dir():
-        raise FileNotFoundError(f"attnflow-predict: no such run directory or checkpoint: {target}")
-    metrics = target / "metrics.json"
-    if metrics.is_file():
-        best = json.loads(metrics.read_text()).get("best_checkpoint")
-        if best and Path(best).is_file():
-            return Path(best), target
-    for cand in [target / "checkpoints" / "last.ckpt", *sorted((target / "checkpoints").glob("*.ckpt"))]:
-        if cand.is_file():
-            return cand, target
-    raise FileNotFoundError(f"attnflow-predict: {target} has no checkpoints/ with a .ckpt file")
-
-
 def load(target: Path | str, device: str = "cpu"):
     """(task, artifacts) rebuilt from a run directory or checkpoint."""
-    ckpt_path, run_dir = find_checkpoint(Path(target))
-    try:
-        ckpt = torch.load(ckpt_path, map_location=device, weights_only=True)
-    except Exception:  # older Lightning checkpoints may hold non-tensor objects in their metadata
-        ckpt = torch.load(ckpt_path, map_location=device, weights_only=False)
+    ckpt_path, run_dir = find_checkpoint(target)
+    ckpt = read_checkpoint(ckpt_path, device)
     cfg = ckpt.get("attnflow_config")
     if not cfg:
         raise ValueError(f"attnflow-predict: {ckpt_path} has no 'attnflow_config' (not an attnflow run)")
@@ -88,7 +68,18 @@ def predict(task, art: dict, texts: List[str], batch_size: int = 32) -> List[dic
     return out
 
 
-def _read_texts(args) -> List[str]:
+def _jsonl_text(line: str, n: int, path: Path, field: str) -> str:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"attnflow-predict: {path} line {n} is not JSON: {err}") from None
+    if not isinstance(row, dict) or not isinstance(row.get(field), str):
+        raise ValueError(f"attnflow-predict: {path} line {n} has no text field '{field}' (the run's "
+                         f"data.text_field)")
+    return row[field]
+
+
+def _read_texts(args, field: str = "text") -> List[str]:
     if args.texts:
         return list(args.texts)
     if args.file:
@@ -97,7 +88,7 @@ def _read_texts(args) -> List[str]:
             raise FileNotFoundError(f"attnflow-predict: --file not found: {path}")
         lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
         if path.suffix == ".jsonl":
-            return [json.loads(ln)["text"] for ln in lines]
+            return [_jsonl_text(ln, n, path, field) for n, ln in enumerate(lines, 1)]
         return lines
     return [ln for ln in sys.stdin.read().splitlines() if ln.strip()]
 
@@ -106,14 +97,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="attnflow-predict", description=__doc__.split("\n\n")[0])
     p.add_argument("model", help="a run directory or a .ckpt file")
     p.add_argument("texts", nargs="*", help="documents to label (default: --file, else stdin)")
-    p.add_argument("--file", help="one document per line (.jsonl: objects with a 'text' field)")
+    p.add_argument("--file", help="one document per line (.jsonl: objects with the run's text field)")
     p.add_argument("--explain", metavar="OUT.html", help="write word/sentence weights as HTML")
     p.add_argument("--json", action="store_true", help="print JSON lines")
     p.add_argument("--batch-size", type=int, default=32)
     args = p.parse_args(argv)
     try:
         task, art = load(args.model)
-        texts = _read_texts(args)
+        texts = _read_texts(args, art.get("text_field", "text"))
+    except CheckpointError as err:
+        print(f"attnflow-predict: {err}", file=sys.stderr)
+        return 2
     except (FileNotFoundError, ValueError) as err:
         print(err, file=sys.stderr)
         return 2

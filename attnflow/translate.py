@@ -26,28 +26,11 @@ from typing import List, Optional, Tuple
 import torch
 import yaml
 
+from attnflow.checkpoints import CheckpointError, find_checkpoint, read_checkpoint
+
 
 class TranslateError(Exception):
     """A problem the user can fix; printed as one line."""
-
-
-def find_checkpoint(path: Path) -> Tuple[Path, Path]:
-    """(checkpoint, run directory) for a run directory or a checkpoint file."""
-    if not path.exists():
-        raise TranslateError(f"no such run directory or checkpoint: {path}")
-    if path.is_file():
-        run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
-        return path, run_dir
-    metrics = path / "metrics.json"
-    if metrics.is_file():
-        best = json.loads(metrics.read_text()).get("best_checkpoint")
-        if best and Path(best).is_file():
-            return Path(best), path
-    for cand in [path / "checkpoints" / "last.ckpt", *sorted((path / "checkpoints").glob("*.ckpt"))]:
-        if cand.is_file():
-            return cand, path
-    raise TranslateError(f"{path} is a directory without checkpoints (expected {path}/checkpoints/*.ckpt "
-                         f"from attnflow-train)")
 
 
 def load(path: Path, device: str = "cpu"):
@@ -55,13 +38,11 @@ def load(path: Path, device: str = "cpu"):
     import attnflow  # noqa: F401  (registers the blocks)
     from attnflow.registry import DATA, MODELS
 
-    ckpt_path, run_dir = find_checkpoint(path)
     try:
-        ckpt = torch.load(ckpt_path, map_location=device, weights_only=False)
-    except Exception as err:  # noqa: BLE001  (any unreadable file)
-        raise TranslateError(f"cannot read checkpoint {ckpt_path}: {type(err).__name__}: {err}") from None
-    if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
-        raise TranslateError(f"{ckpt_path} is not an attnflow/Lightning checkpoint (no state_dict)")
+        ckpt_path, run_dir = find_checkpoint(path)
+        ckpt = read_checkpoint(ckpt_path, device)
+    except CheckpointError as err:
+        raise TranslateError(str(err)) from None
     cfg = ckpt.get("attnflow_config") or None
     if not cfg and (run_dir / "config.yaml").is_file():
         cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
@@ -100,12 +81,13 @@ def translate(model, dm, lines: List[str], beam: int = 1, length_penalty: float 
     from attnflow.tasks.seq2seq import strip_after_eos
 
     max_len = max_len or dm.max_decode_len
+    device = next(model.parameters()).device
     ids = dm.encode_source(lines)
     out, maps = [""] * len(lines), [None] * len(lines)
     order = [i for i in sorted(range(len(lines)), key=lambda i: len(ids[i])) if ids[i]]
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
-        batch = collate([(i, ids[i], []) for i in chunk])
+        batch = {k: v.to(device) for k, v in collate([(i, ids[i], []) for i in chunk]).items()}
         if beam == 1:
             pred, w = greedy_decode(model, batch["src"], batch["src_lengths"], BOS, EOS, max_len, need_weights)
         else:
@@ -117,7 +99,7 @@ def translate(model, dm, lines: List[str], beam: int = 1, length_penalty: float 
             out[i] = dm.detokenize(row)
             if need_weights and w is not None:
                 S = len(ids[i])
-                maps[i] = (w[r, : len(row), :, :S].mean(1), [dm.src_tok.id_to_token(t) for t in ids[i]],
+                maps[i] = (w[r, : len(row), :, :S].mean(1).float().cpu(), [dm.src_tok.id_to_token(t) for t in ids[i]],
                            [dm.tgt_tok.id_to_token(t) for t in row])
     return out, maps
 

@@ -294,7 +294,7 @@ class DocumentDataModule(pl.LightningDataModule):
         self.setup()
         return {"vocab": self.vocab.to_json(), "class_names": [str(v) for v in self.label_values],
                 "label_values": self.label_values, "label_field": self.label_field,
-                "max_sentences": self.max_sentences, "max_words": self.max_words}
+                "text_field": self.text_field, "max_sentences": self.max_sentences, "max_words": self.max_words}
 
     def save_artifacts(self, run_dir) -> Path:
         path = Path(run_dir) / "vocab.json"

@@ -61,9 +61,15 @@ def test_predict_reloads_the_run_and_explains(run, tmp_path, capsys):
     assert line["label"] == "1" and "brilliant" in out.read_text()
 
 
-def test_predict_cli_reads_stdin_and_reports_bad_paths(run, tmp_path):
+def test_predict_cli_reads_stdin_and_reports_bad_paths(run, tmp_path, capsys):
     run_dir, _ = run
     proc = subprocess.run([sys.executable, "-m", "attnflow.predict", str(run_dir)], input="great film\n",
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.count("\t") == 2
     assert predict_main([str(tmp_path / "nowhere")]) == 2
+    jl = tmp_path / "docs.jsonl"
+    jl.write_text(json.dumps({"text": "A great film."}) + "\n" + json.dumps({"review": "x"}) + "\n")
+    assert predict_main([str(run_dir), "--file", str(jl)]) == 2
+    assert "docs.jsonl line 2 has no text field 'text'" in capsys.readouterr().err
+    jl.write_text(json.dumps({"text": "A great film.", "id": 3}) + "\n")
+    assert predict_main([str(run_dir), "--file", str(jl)]) == 0

@@ -1,0 +1,56 @@
+"""Finding and reading the checkpoint of a run, for the command-line tools (translate, predict).
+
+A run directory (``outputs/<date>/<time>/``) holds ``metrics.json`` naming the best checkpoint and
+``checkpoints/*.ckpt``. The path in ``metrics.json`` is absolute, so a run directory that was moved
+or copied is looked up by the checkpoint's file name under its own ``checkpoints/``.
+Checkpoints are read with ``torch.load(weights_only=True)``: attnflow stores only tensors and plain
+containers in them, so a file that needs unpickling of arbitrary objects is refused.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict, Tuple
+
+import torch
+
+
+class CheckpointError(ValueError):
+    """A run directory or checkpoint that cannot be used; the message says what was expected."""
+
+
+def find_checkpoint(path: Path | str) -> Tuple[Path, Path]:
+    """(checkpoint, run directory) for a run directory or a checkpoint file: the best checkpoint
+    of ``metrics.json`` if there is one, else ``last.ckpt``, else the first ``*.ckpt``."""
+    path = Path(path)
+    if path.is_file():
+        run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+        return path, run_dir
+    if not path.is_dir():
+        raise CheckpointError(f"no such run directory or checkpoint: {path}")
+    ckpts = path / "checkpoints"
+    metrics = path / "metrics.json"
+    if metrics.is_file():
+        best = json.loads(metrics.read_text()).get("best_checkpoint")
+        if best:
+            for cand in (Path(best), ckpts / Path(best).name):  # the second: a moved run directory
+                if cand.is_file():
+                    return cand, path
+    for cand in [ckpts / "last.ckpt", *sorted(ckpts.glob("*.ckpt"))]:
+        if cand.is_file():
+            return cand, path
+    raise CheckpointError(f"{path} is a directory without checkpoints (expected {ckpts}/*.ckpt "
+                          f"from attnflow-train)")
+
+
+def read_checkpoint(path: Path, device: str = "cpu") -> Dict[str, Any]:
+    """The checkpoint's dictionary, read without unpickling arbitrary objects."""
+    try:
+        ckpt = torch.load(path, map_location=device, weights_only=True)
+    except Exception as err:  # noqa: BLE001  (any unreadable or unsafe file)
+        raise CheckpointError(f"cannot read checkpoint {path}: {type(err).__name__}: "
+                              f"{str(err).splitlines()[0] if str(err) else ''}") from None
+    if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
+        raise CheckpointError(f"{path} is not an attnflow/Lightning checkpoint (no state_dict)")
+    return ckpt

@@ -1,0 +1,62 @@
+"""attnflow/checkpoints.py: which checkpoint a run directory names, and safe reading."""
+
+import json
+import pickle
+import shutil
+
+import pytest
+import torch
+
+from attnflow.checkpoints import CheckpointError, find_checkpoint, read_checkpoint
+
+
+def _run_dir(root):
+    run = root / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    for name in ("epoch1-step10.ckpt", "epoch3-step30.ckpt", "last.ckpt"):
+        torch.save({"state_dict": {"w": torch.ones(1)}, "name": name}, run / "checkpoints" / name)
+    best = run / "checkpoints" / "epoch1-step10.ckpt"
+    (run / "metrics.json").write_text(json.dumps({"best_checkpoint": str(best.resolve())}))
+    return run
+
+
+def test_best_checkpoint_then_last_then_any(tmp_path):
+    run = _run_dir(tmp_path)
+    assert find_checkpoint(run) == (run / "checkpoints" / "epoch1-step10.ckpt", run)
+    (run / "metrics.json").unlink()
+    assert find_checkpoint(run)[0].name == "last.ckpt"
+    (run / "checkpoints" / "last.ckpt").unlink()
+    assert find_checkpoint(run)[0].name == "epoch1-step10.ckpt"  # sorted: the first
+    ckpt = run / "checkpoints" / "epoch3-step30.ckpt"
+    assert find_checkpoint(ckpt) == (ckpt, run)  # a file: its run directory is two levels up
+
+
+def test_a_moved_run_directory_still_uses_its_best_checkpoint(tmp_path):
+    run = _run_dir(tmp_path)
+    moved = tmp_path / "elsewhere"
+    shutil.move(run, moved)  # metrics.json still names the old absolute path
+    ckpt, run_dir = find_checkpoint(moved)
+    assert (ckpt, run_dir) == (moved / "checkpoints" / "epoch1-step10.ckpt", moved)
+    assert read_checkpoint(ckpt)["name"] == "epoch1-step10.ckpt"
+
+
+class _Boom:
+    def __reduce__(self):
+        return (print, ("unpickled arbitrary code",))
+
+
+def test_reading_refuses_what_is_not_a_plain_checkpoint(tmp_path, capsys):
+    with pytest.raises(CheckpointError, match="no such run directory or checkpoint"):
+        find_checkpoint(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointError, match="without checkpoints"):
+        find_checkpoint(tmp_path / "empty")
+    evil = tmp_path / "evil.ckpt"
+    evil.write_bytes(pickle.dumps({"state_dict": {}, "x": _Boom()}))
+    with pytest.raises(CheckpointError, match="cannot read checkpoint"):
+        read_checkpoint(evil)
+    assert "unpickled arbitrary code" not in capsys.readouterr().out
+    plain = tmp_path / "plain.ckpt"
+    torch.save({"weights": torch.ones(1)}, plain)
+    with pytest.raises(CheckpointError, match="no state_dict"):
+        read_checkpoint(plain)
