@@ -5,6 +5,7 @@ import itertools
 import pytest
 import torch
 
+from attnflow.blocks.decoders.base import reorder_state
 from attnflow.decoding import beam_search, greedy_decode, length_penalty_factor
 from attnflow.models.seq2seq import Seq2Seq
 
@@ -122,3 +123,77 @@ def test_decoder_without_attention_gives_no_weights():
     g, gw = greedy_decode(m, src, lengths, BOS, EOS, 6, need_weights=True)
     b, bw = beam_search(m, src, lengths, BOS, EOS, 6, beam_size=1, need_weights=True)
     assert gw is None and bw is None and torch.equal(g, b)
+
+
+def test_full_beam_with_length_penalty_maximises_the_normalised_score():
+    """With α > 0 the best hypothesis maximises log p(y | x) / lp(|y|) (|y| counts ⟨EOS⟩; a
+    sequence without ⟨EOS⟩ has length L) over every sequence of at most L tokens — finished
+    hypotheses wait in their own buffer instead of taking beam slots from longer prefixes."""
+    m = model(seed=5)
+    src, lengths = batch(B=2)
+    L, alpha = 3, 1.5
+    seqs = torch.tensor(list(itertools.product(range(V), repeat=L)))
+    first_eos = [(s == EOS).nonzero() for s in seqs]
+    n = torch.tensor([int(e[0]) + 1 if len(e) else L for e in first_eos])
+    for b in range(2):
+        logp = seq_logprob(m, src[b:b + 1].expand(len(seqs), -1), lengths[b:b + 1].expand(len(seqs)), seqs)
+        norm = logp / length_penalty_factor(n, alpha).double()
+        tok, _, sc = beam_search(m, src[b:b + 1], lengths[b:b + 1], BOS, EOS, L, beam_size=V ** 2,
+                                 length_penalty=alpha, return_scores=True)
+        torch.testing.assert_close(sc[0].double(), norm.max(), rtol=1e-5, atol=1e-5)
+        padded = torch.nn.functional.pad(tok, (0, L - tok.shape[1]), value=EOS)[0]
+        assert norm[(seqs == padded).all(1)].max() == norm.max()
+
+
+class _MarkovDecoder(torch.nn.Module):
+    """p(y_t | y_<t) depends on y_{t−1} only, from a fixed table; no attention."""
+
+    def __init__(self, table):
+        super().__init__()
+        self.logp = torch.log(torch.tensor(table, dtype=torch.float64).clamp_min(1e-12))
+
+    def start(self, memory, mask, init):
+        return {"rows": torch.arange(memory.shape[0])}
+
+    def step(self, y, state, need_weights=False):
+        return self.logp[y], state, None
+
+    def reorder(self, state, rows):
+        return reorder_state(state, rows)
+
+
+class _MarkovModel(torch.nn.Module):
+    def __init__(self, table):
+        super().__init__()
+        self.decoder = _MarkovDecoder(table)
+
+    def encode(self, src, lengths):
+        return torch.zeros(len(src), 1, 1), torch.ones(len(src), 1, dtype=torch.bool), None
+
+
+def test_finished_hypotheses_do_not_take_beam_slots():
+    """K = 1, α = 5: after ⟨BOS⟩, ⟨EOS⟩ (p = .5) is the best first token, but "a ⟨EOS⟩" (p = .27)
+    has the better normalised score log p / lp(|y|). Beam search must keep "a" live beside the
+    finished "⟨EOS⟩" and return the maximiser found by enumerating every sequence of ≤ 3 tokens."""
+    a, b = 3, 4
+    table = [[0, 0, 1, 0, 0], [0, 0, .5, .3, .2], [0, 0, 1, 0, 0], [0, 0, .9, .1, 0], [0, 0, .9, 0, .1]]
+    m = _MarkovModel(table)
+    L, alpha = 3, 5.0
+    tok, _, sc = beam_search(m, torch.zeros(1, 1, dtype=torch.long), torch.ones(1), BOS, EOS, L,
+                             beam_size=1, length_penalty=alpha, return_scores=True)
+    lp = m.decoder.logp
+    best, best_seq = -float("inf"), None
+    for seq in itertools.product(range(len(table)), repeat=L):
+        s, prev, n = 0.0, BOS, L
+        for i, y in enumerate(seq):
+            s += float(lp[prev, y])
+            prev = y
+            if y == EOS:
+                n = i + 1
+                break
+        norm = s / float(length_penalty_factor(torch.tensor([n]), alpha))
+        if norm > best + 1e-12:
+            best, best_seq = norm, list(seq[:n])
+    assert best_seq == [a, EOS]
+    assert tok[0].tolist()[:2] == best_seq
+    assert abs(float(sc[0]) - best) < 1e-6

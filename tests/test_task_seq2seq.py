@@ -38,3 +38,30 @@ def test_noam_schedule_peaks_at_warmup():
     for step in (1, 5, 10, 20, 39):
         want = min(step ** -0.5, step * 10 ** -1.5) / 10 ** -0.5
         assert math.isclose(lrs[step], want, rel_tol=1e-6), (step, lrs[step], want)
+
+
+def _rnnenc_task(**kw):
+    from attnflow.models.seq2seq import Seq2Seq
+    from attnflow.tasks.seq2seq import Seq2SeqTask
+
+    torch.manual_seed(0)
+    model = Seq2Seq(9, 9, P, embed_dim=8, encoder={"name": "rnn", "hidden_dim": 8},
+                    decoder={"name": "rnn", "embed_dim": 8, "hidden_dim": 8})
+    return Seq2SeqTask(model, P, 1, E, 6, [str(i) for i in range(9)], **kw)
+
+
+def _batch():
+    src = torch.tensor([[5, 6, 7], [8, 3, P]])
+    tgt = torch.tensor([[7, 6, 5, E], [3, 8, E, P]])
+    return {"src": src, "src_lengths": torch.tensor([3, 2]), "tgt_out": tgt,
+            "tgt_in": torch.cat([torch.ones(2, 1, dtype=torch.long), tgt[:, :-1]], 1)}
+
+
+def test_no_attention_means_no_maps_and_a_clear_penalty_error():
+    """RNNenc (decoder 'rnn') has no α: heat-map examples are empty rather than a crash, and a
+    diversity penalty asks for a decoder with attention."""
+    assert _rnnenc_task().attention_examples(_batch()) == []
+    import pytest
+
+    with pytest.raises(ValueError, match="task.penalty_weight > 0 needs attention weights"):
+        _rnnenc_task(penalty_weight=0.1)._loss(_batch(), "train")

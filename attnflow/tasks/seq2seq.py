@@ -90,6 +90,10 @@ class Seq2SeqTask(pl.LightningModule):
         self.log(f"{split}/loss", loss, batch_size=n, prog_bar=split != "test")
         self.log(f"{split}/token_acc", self._token_acc[f"{split}_"], batch_size=n)
         if need:
+            if weights is None:
+                raise ValueError("task.penalty_weight > 0 needs attention weights, and this model's "
+                                 "decoder has no attention (e.g. decoder 'rnn', RNNenc); set "
+                                 "task.penalty_weight=0")
             penalty = diversity_penalty(weights, valid)
             self.log(f"{split}/penalty", penalty, batch_size=n)
             loss = loss + self.penalty_weight * penalty
@@ -115,13 +119,16 @@ class Seq2SeqTask(pl.LightningModule):
     # -- attention maps --------------------------------------------------------------------------
     @torch.no_grad()
     def attention_examples(self, batch: Dict[str, torch.Tensor]) -> List[dict]:
-        """Greedy-decode a batch and return per example α (target × source, mean over heads)."""
+        """Greedy-decode a batch; per example α (target × source, mean over heads) with source and
+        output token labels. Empty for decoders without attention (RNNenc)."""
         was_training = self.training
         self.eval()
         batch = {k: v.to(self.device) for k, v in batch.items()}
         pred, weights = self.model.greedy(batch["src"], batch["src_lengths"], self.bos_id,
                                           self.eos_id, self.max_decode_len, need_weights=True)
         self.train(was_training)
+        if weights is None:
+            return []
         out = []
         for i in range(pred.shape[0]):
             S = int(batch["src_lengths"][i])
@@ -129,10 +136,13 @@ class Seq2SeqTask(pl.LightningModule):
             T = int((ids != self.pad_id).sum())
             out.append({
                 "weights": weights[i, :T, :, :S].mean(1).float().cpu(),
-                "source": [self._tok(t) for t in batch["src"][i, :S].tolist()],
+                "source": [self._src_tok(t) for t in batch["src"][i, :S].tolist()],
                 "output": [self._tok(t) for t in pred[i, :T].tolist()],
             })
         return out
+
+    def _src_tok(self, i: int) -> str:
+        return self._tok(i)
 
     def _tok(self, i: int) -> str:
         return self.itos[i] if i < len(self.itos) else str(i)

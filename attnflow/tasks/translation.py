@@ -127,27 +127,5 @@ class TranslationTask(Seq2SeqTask):
     def on_test_epoch_end(self) -> None:
         self._epoch_end("test")
 
-    # -- attention maps ----------------------------------------------------------------------------
-    @torch.no_grad()
-    def attention_examples(self, batch: Dict[str, torch.Tensor]) -> List[dict]:
-        """Greedy-decode a batch; per example α (target × source, mean over heads) with source and
-        output subword labels. Empty for decoders without attention (RNNenc)."""
-        was_training = self.training
-        self.eval()
-        batch = {k: v.to(self.device) for k, v in batch.items()}
-        pred, weights = self.translate_ids(batch["src"], batch["src_lengths"], 1, need_weights=True)
-        self.train(was_training)
-        if weights is None:
-            return []
-        out = []
-        for i in range(pred.shape[0]):
-            S = int(batch["src_lengths"][i])
-            ids = strip_after_eos(pred[i : i + 1], self.eos_id, self.pad_id)[0]
-            T = int((ids != self.pad_id).sum())
-            out.append({
-                "weights": weights[i, :T, :, :S].mean(1).float().cpu(),
-                "source": [self.src_itos[t] if t < len(self.src_itos) else str(t)
-                           for t in batch["src"][i, :S].tolist()],
-                "output": [self._tok(t) for t in pred[i, :T].tolist()],
-            })
-        return out
+    def _src_tok(self, i: int) -> str:
+        return self.src_itos[i] if i < len(self.src_itos) else str(i)
