@@ -6,7 +6,7 @@ import gzip
 import pytest
 import torch
 
-from attnflow.data.parallel import BOS, EOS, PAD, BucketBatchSampler, ParallelDataModule
+from attnflow.data.parallel import BOS, EOS, PAD, ParallelDataModule
 from attnflow.tasks.translation_metrics import corpus_bleu, word_error_rate
 
 EN = ["A man sleeps on a green sofa.", "Two dogs play in the snow.", "A girl, smiling, runs home!",
@@ -90,17 +90,6 @@ def test_missing_file_and_misaligned_files_say_so(corpus, tmp_path):
     dm = module(corpus)
     with pytest.raises(ValueError, match="line-aligned"):
         dm.setup()
-
-
-def test_bucketing_groups_lengths_and_covers_everything():
-    lengths = [(i * 37) % 50 for i in range(1000)]
-    s = BucketBatchSampler(lengths, 10, shuffle=True, seed=0)
-    batches = list(s)
-    assert sorted(i for b in batches for i in b) == list(range(1000))
-    spread = sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches) / len(batches)
-    assert spread <= 2  # random batches would span ~45
-    assert list(s) != batches  # a new order each epoch
-    assert len(s) == 100
 
 
 def test_max_pairs_and_length_cap(corpus):

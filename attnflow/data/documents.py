@@ -35,8 +35,9 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import pytorch_lightning as pl
 import torch
-from torch.utils.data import DataLoader, Sampler
+from torch.utils.data import DataLoader
 
+from attnflow.data.buckets import BucketBatchSampler, trainer_epoch
 from attnflow.registry import DATA
 
 log = logging.getLogger(__name__)
@@ -170,34 +171,6 @@ def collate_documents(items: Sequence[tuple]) -> Dict[str, torch.Tensor]:
     return {"tokens": torch.from_numpy(tokens), "sent_lengths": torch.from_numpy(sent_lengths),
             "doc_lengths": torch.from_numpy(doc_lengths),
             "labels": torch.tensor([y for _, _, y in items], dtype=torch.long)}
-
-
-class BucketBatchSampler(Sampler):
-    """Shuffled batches of documents of similar size (fewer padded sentences and words).
-
-    Shuffles, sorts each pool of ``pool`` batches by (sentences, words), cuts it into batches,
-    shuffles the batches. Deterministic per epoch given ``seed``.
-    """
-
-    def __init__(self, sizes: Sequence[int], batch_size: int, seed: int, pool: int = 50):
-        self.sizes, self.batch_size, self.seed, self.pool = list(sizes), batch_size, seed, pool
-        self.epoch = 0
-
-    def __len__(self) -> int:
-        return (len(self.sizes) + self.batch_size - 1) // self.batch_size
-
-    def __iter__(self):
-        rng = random.Random(self.seed + self.epoch)
-        self.epoch += 1
-        order = list(range(len(self.sizes)))
-        rng.shuffle(order)
-        chunk = self.batch_size * self.pool
-        batches = []
-        for start in range(0, len(order), chunk):
-            part = sorted(order[start:start + chunk], key=lambda i: self.sizes[i])
-            batches += [part[j:j + self.batch_size] for j in range(0, len(part), self.batch_size)]
-        rng.shuffle(batches)
-        return iter(batches)
 
 
 def read_jsonl(path: Path, text_field: str, label_field: Optional[str], limit: int = 0,
@@ -345,7 +318,8 @@ class DocumentDataModule(pl.LightningDataModule):
         data = self.splits[split]
         if train and self.bucket:
             sizes = [len(sl) * 1000 + (int(sl.max()) if len(sl) else 0) for sl in data.sent_lens]
-            return DataLoader(data, batch_sampler=BucketBatchSampler(sizes, self.batch_size, self.seed),
+            return DataLoader(data, batch_sampler=BucketBatchSampler(
+                sizes, self.batch_size, True, self.seed, pool=50, epoch=trainer_epoch(self)),
                               collate_fn=collate_documents, num_workers=self.num_workers)
         return DataLoader(data, batch_size=self.batch_size, shuffle=train, collate_fn=collate_documents,
                           num_workers=self.num_workers)

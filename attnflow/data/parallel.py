@@ -24,7 +24,6 @@ little compute goes to padding.
 from __future__ import annotations
 
 import gzip
-import random
 from pathlib import Path
 from typing import Dict, List, Literal, Optional, Sequence
 
@@ -32,6 +31,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
+from attnflow.data.buckets import BucketBatchSampler, trainer_epoch
 from attnflow.registry import DATA
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
@@ -111,36 +111,6 @@ def collate(pairs: Sequence[tuple]) -> Dict[str, torch.Tensor]:
     lengths = torch.tensor([max(len(s), 1) for _, s, _ in pairs])
     idx = torch.tensor([j for j, _, _ in pairs])
     return {"src": src, "src_lengths": lengths, "tgt_in": tgt_in, "tgt_out": tgt_out, "idx": idx}
-
-
-class BucketBatchSampler(torch.utils.data.Sampler):
-    """Batches of pairs of similar length. Shuffled: pools of 100 batches are sorted by length and
-    cut into batches, whose order is then shuffled (a new order each epoch, from ``seed``).
-    Not shuffled: the whole split sorted by length (evaluation order does not matter)."""
-
-    def __init__(self, lengths: Sequence[int], batch_size: int, shuffle: bool, seed: int = 0):
-        self.lengths, self.batch_size, self.shuffle, self.seed = list(lengths), batch_size, shuffle, seed
-        self.epoch = 0
-
-    def __len__(self) -> int:
-        return (len(self.lengths) + self.batch_size - 1) // self.batch_size
-
-    def __iter__(self):
-        n, bs = len(self.lengths), self.batch_size
-        if not self.shuffle:
-            order = sorted(range(n), key=lambda i: self.lengths[i])
-            yield from (order[i : i + bs] for i in range(0, n, bs))
-            return
-        rng = random.Random(self.seed + self.epoch)
-        self.epoch += 1
-        order = list(range(n))
-        rng.shuffle(order)
-        batches, pool = [], 100 * bs
-        for p in range(0, n, pool):
-            chunk = sorted(order[p : p + pool], key=lambda i: self.lengths[i])
-            batches += [chunk[i : i + bs] for i in range(0, len(chunk), bs)]
-        rng.shuffle(batches)
-        yield from batches
 
 
 @DATA.register("parallel")
@@ -287,7 +257,7 @@ class ParallelDataModule(pl.LightningDataModule):
         self.setup()
         data = self.splits[split]
         sampler = BucketBatchSampler([len(s) + len(t) / 1000 for _, s, t in data], self.batch_size,
-                                     shuffle, self.seed)
+                                     shuffle, self.seed, epoch=trainer_epoch(self))
         return DataLoader(data, batch_sampler=sampler, collate_fn=collate, num_workers=self.num_workers)
 
     def train_dataloader(self) -> DataLoader:

@@ -74,9 +74,10 @@ class ClassificationTask(pl.LightningModule):
         loss = F.cross_entropy(logits, y, label_smoothing=self.label_smoothing)
         n = len(y)
         pred = logits.argmax(-1)
-        self._acc[f"{split}_"].update(pred, y)
+        acc = self._acc[f"{split}_"]
+        acc(pred, y)  # forward, not update: it also sets the per-step value that training logs
         self.log(f"{split}/loss", loss, batch_size=n, prog_bar=split != "test")
-        self.log(f"{split}/acc", self._acc[f"{split}_"], batch_size=n, prog_bar=True)
+        self.log(f"{split}/acc", acc, batch_size=n, prog_bar=True)
         if split != "train":
             self._f1[f"{split}_"].update(pred, y)
             self.log(f"{split}/f1", self._f1[f"{split}_"], batch_size=n)

@@ -38,6 +38,11 @@ def test_short_run_learns(run):
     assert summary["metrics"]["val/acc"] > 0.65, summary["metrics"]   # chance is 0.5 (measured 0.79)
     assert not any(k.startswith("test/") for k in summary["metrics"])  # no test split: skipped
     assert (run_dir / "vocab.json").is_file()
+    import csv
+
+    rows = list(csv.DictReader(open(next(run_dir.glob("csv/version_*/metrics.csv")))))
+    train_acc = [float(r["train/acc"]) for r in rows if r.get("train/acc")]
+    assert train_acc and all(0.0 <= a <= 1.0 for a in train_acc)  # training accuracy is logged
     html = sorted((run_dir / "renderings").glob("val_epoch*.html"))
     assert html and "rgba(30,90,220" in html[-1].read_text()
 

@@ -1,0 +1,56 @@
+"""Length-bucketed batches, shared by the data modules of variable-length inputs.
+
+Shuffled: the items are shuffled, every pool of ``pool`` batches is sorted by size and cut into
+batches, and the order of the batches is shuffled — similar sizes in a batch (little padding), a
+new order each epoch. The epoch comes from ``epoch`` (the data module passes the trainer's current
+epoch, so a resumed run continues with the order it would have had) or, without it, from a
+counter of iterations. Not shuffled: the whole set sorted by size (evaluation order is free).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Callable, Iterator, List, Optional, Sequence
+
+from torch.utils.data import Sampler
+
+
+class BucketBatchSampler(Sampler):
+    """Batches of indices of items of similar ``sizes`` (see the module docstring)."""
+
+    def __init__(self, sizes: Sequence[float], batch_size: int, shuffle: bool = True, seed: int = 0,
+                 pool: int = 100, epoch: Optional[Callable[[], Optional[int]]] = None):
+        self.sizes, self.batch_size, self.shuffle = list(sizes), batch_size, shuffle
+        self.seed, self.pool, self.epoch_source = seed, pool, epoch
+        self.iterations = 0
+
+    def __len__(self) -> int:
+        return (len(self.sizes) + self.batch_size - 1) // self.batch_size
+
+    def _epoch(self) -> int:
+        epoch = self.epoch_source() if self.epoch_source is not None else None
+        return self.iterations if epoch is None else epoch
+
+    def __iter__(self) -> Iterator[List[int]]:
+        n, bs = len(self.sizes), self.batch_size
+        if not self.shuffle:
+            order = sorted(range(n), key=lambda i: self.sizes[i])
+            return iter([order[i : i + bs] for i in range(0, n, bs)])
+        rng = random.Random(self.seed + self._epoch())
+        self.iterations += 1
+        order = list(range(n))
+        rng.shuffle(order)
+        batches, chunk = [], self.pool * bs
+        for p in range(0, n, chunk):
+            part = sorted(order[p : p + chunk], key=lambda i: self.sizes[i])
+            batches += [part[i : i + bs] for i in range(0, len(part), bs)]
+        rng.shuffle(batches)
+        return iter(batches)
+
+
+def trainer_epoch(data_module) -> Callable[[], Optional[int]]:
+    """The current epoch of the trainer a LightningDataModule is attached to (None if none)."""
+    def epoch() -> Optional[int]:
+        trainer = getattr(data_module, "trainer", None)
+        return None if trainer is None else int(trainer.current_epoch)
+    return epoch
