@@ -26,6 +26,7 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+import html
 import random
 import re
 from collections import Counter
@@ -45,16 +46,17 @@ log = logging.getLogger(__name__)
 PAD, UNK = 0, 1
 SPECIALS = ["<pad>", "<unk>"]
 
-_TAG = re.compile(r"<[^>]{0,40}>")
+_TAG = re.compile(r"</?[A-Za-z][^<>]{0,40}>")  # a tag starts with a letter: "<3", "a < b" are text
 _BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)
 _SENT = re.compile(r"(?<=[.!?])\s+|\n+")
-_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?|[^\sa-z0-9]", re.IGNORECASE)
+_WORD = re.compile(r"\w+(?:['’]\w+)?|[^\w\s]")  # Unicode words (naïve, café), contractions
 
 
 def clean(text: str) -> str:
-    """Line breaks to newlines, other markup removed, whitespace collapsed within lines."""
+    """Line breaks to newlines, other markup removed, entities decoded, whitespace collapsed
+    within lines."""
     text = _BREAK.sub("\n", text)
-    text = _TAG.sub(" ", text)
+    text = html.unescape(_TAG.sub(" ", text))
     return "\n".join(" ".join(line.split()) for line in text.split("\n"))
 
 

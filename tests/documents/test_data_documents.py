@@ -30,6 +30,11 @@ def test_cleaning_and_tokenising():
     assert tokenize("Great film. I loved it!<br /><br />The end") == [
         ["great", "film", "."], ["i", "loved", "it", "!"], ["the", "end"]]
     assert tokenize("") == [] and tokenize("<br /><br />") == []
+    # only real tags go: "<3" and comparisons are text; entities are decoded
+    assert clean("10/10 <3 and the acting was > the plot") == "10/10 <3 and the acting was > the plot"
+    assert clean("a < b and <i>c</i> &quot;d&quot; &amp; e") == 'a < b and c "d" & e'
+    # Unicode words and typographic apostrophes stay whole
+    assert tokenize("A naïve café, don’t!") == [["a", "naïve", "café", ",", "don’t", "!"]]
 
 
 def test_hierarchical_batch_masks_caps_and_counts(tmp_path):
