@@ -1,6 +1,7 @@
-"""The graph-attention picture (seed 000's figure; Veličković et al. 2018, Fig. 2): node vectors
-projected to 2-D, coloured by class, with each edge drawn with opacity and width ∝ its attention
-weight (mean over heads). The projection is PCA (``torch.pca_lowrank``; scikit-learn's t-SNE is
+"""The graph-attention picture, after seed 000's figure (Veličković et al. 2018, Fig. 2): node
+vectors projected to 2-D, coloured by class, with each edge drawn with opacity and width ∝ its
+attention weight (mean over heads). The task draws the output layer's vectors with the output
+layer's α (the paper's figure shows the first hidden layer with its 8 heads summed). The projection is PCA (``torch.pca_lowrank``; scikit-learn's t-SNE is
 not a dependency)."""
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def embedding_figure(vectors: torch.Tensor, labels: torch.Tensor, edge_index: to
     w = weights.numpy()[keep]
     segments = np.stack([xy[src[keep]], xy[dst[keep]]], axis=1)
     fig, ax = plt.subplots(figsize=(7, 7))
-    ax.add_collection(LineCollection(segments, colors=[(0, 0, 0, a) for a in 0.6 * w],
+    ax.add_collection(LineCollection(segments, colors=np.column_stack([np.zeros((len(w), 3)), 0.6 * w]),
                                      linewidths=0.2 + 1.5 * w))
     ax.scatter(xy[:, 0], xy[:, 1], c=labels.numpy(), cmap="tab10", s=6, zorder=2)
     ax.set_title(title, fontsize=9)

@@ -124,7 +124,15 @@ class GraphDataModule(pl.LightningDataModule):
             return DataLoader([data], batch_size=1, collate_fn=_first)
         if self.loader == "khop":
             ds = KHopBatches(data, split, self.batch_size, self.num_hops, self.seed)
-            return DataLoader(ds, batch_size=1, shuffle=split == "train", collate_fn=_first)
+            sampler = None
+            if split != "train" and torch.distributed.is_available() and torch.distributed.is_initialized():
+                # Lightning's DistributedSampler pads by repeating batches: evaluation would count
+                # those seeds twice; this one gives ranks one batch more or less instead
+                from pytorch_lightning.overrides.distributed import UnrepeatedDistributedSampler
+
+                sampler = UnrepeatedDistributedSampler(ds, shuffle=False)
+            return DataLoader(ds, batch_size=1, shuffle=split == "train", sampler=sampler,
+                              collate_fn=_first)
         from torch_geometric.loader import NeighborLoader
 
         def mark_seeds(batch: Data) -> Data:

@@ -84,6 +84,11 @@ class SyntheticGraphDataModule(GraphDataModule):
         if len(split) != 2 or min(split) <= 0 or sum(split) >= 1:
             raise ValueError(f"data 'synthetic_graph': split must be [train, val] fractions with "
                              f"train + val < 1, got {split}")
+        n_train, n_val = int(split[0] * num_nodes), int(split[1] * num_nodes)
+        if min(n_train, n_val, num_nodes - n_train - n_val) < 1:
+            raise ValueError(f"data 'synthetic_graph': split {list(split)} of {num_nodes} nodes leaves "
+                             f"an empty split ({n_train} train, {n_val} val, "
+                             f"{num_nodes - n_train - n_val} test); raise num_nodes or the fractions")
         self.kw = dict(num_nodes=num_nodes, num_classes=num_classes, feature_dim=feature_dim,
                        p_in=p_in, p_out=p_out, noise=noise, multi_label=multi_label,
                        extra_label_prob=extra_label_prob, split=list(split), seed=seed)

@@ -19,7 +19,7 @@ aggregators come from the registries.
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import List, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -62,7 +62,6 @@ class GAT(nn.Module):
         if layers < 1:
             raise ValueError(f"model 'gat': layers must be >= 1, got {layers}")
         self.in_dim, self.num_classes, self.dropout = in_dim, num_classes, dropout
-        self.heads = heads
         self.layers = nn.ModuleList()
         d = in_dim
         for i in range(layers):
@@ -80,25 +79,16 @@ class GAT(nn.Module):
             self.layers.append(block)
             d = block.output_dim
 
-    def forward(self, x: torch.Tensor, edge_index: torch.Tensor, need_weights: bool = False,
-                return_hidden: bool = False):
-        """Logits (N, C); with ``need_weights`` also [(edge_index, α (E′, J))] per layer; with
-        ``return_hidden`` also the output layer's input (the last hidden node vectors)."""
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor, need_weights: bool = False):
+        """Logits (N, C); with ``need_weights`` also [(edge_index, α (E′, J))] per layer."""
         weights: List[Tuple[torch.Tensor, torch.Tensor]] = []
-        hidden: Optional[torch.Tensor] = None
         for i, block in enumerate(self.layers):
             if i > 0:
                 x = F.elu(x)
-            hidden = x
             x = F.dropout(x, p=self.dropout, training=self.training)
             if need_weights:
                 x, w = block(x, edge_index, return_attention_weights=True)
                 weights.append(w)
             else:
                 x = block(x, edge_index)
-        out = (x,)
-        if need_weights:
-            out += (weights,)
-        if return_hidden:
-            out += (hidden,)
-        return out[0] if len(out) == 1 else out
+        return (x, weights) if need_weights else x

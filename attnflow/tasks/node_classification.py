@@ -136,11 +136,12 @@ class NodeClassificationTask(pl.LightningModule):
             return
         from attnflow.graph_viz import embedding_figure, log_figure
 
-        data = dm.full_graph().to(self.device)
+        data = dm.full_graph()  # Data.to() would move the data module's own graph: copy x, edges
         was_training = self.training
         self.eval()
         with torch.no_grad():
-            logits, weights = self.model(data.x, data.edge_index, need_weights=True)
+            logits, weights = self.model(data.x.to(self.device), data.edge_index.to(self.device),
+                                         need_weights=True)
         self.train(was_training)
         edge_index, alpha = weights[-1]
         y = data.y.argmax(-1) if data.y.dim() == 2 else data.y

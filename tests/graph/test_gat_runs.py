@@ -81,3 +81,8 @@ def test_khop_batches_hold_each_seeds_receptive_field():
         seen += int(seeds.sum())
     assert seen == int(d.train_mask.sum())
     assert F.one_hot(d.y).sum(0).min() > 0
+
+
+def test_a_split_that_leaves_no_nodes_is_refused():
+    with pytest.raises(ValueError, match=r"leaves an empty split \(0 train, 5 val, 5 test\)"):
+        SyntheticGraphDataModule(num_nodes=10, split=[0.05, 0.5])
