@@ -148,23 +148,34 @@ class LuongDecoder(Decoder):
         """h̃_t = tanh(W_c [c_t; h_t])."""
         return torch.tanh(self.combine(torch.cat([context, h], dim=-1)))
 
-    def step(self, y_prev: torch.Tensor, state: dict, need_weights: bool = False):
-        x = self.dropout(self.embedding(y_prev))
+    def _core(self, x: torch.Tensor, state: dict, need_weights: bool):
+        """One recurrence step from the embedded input x (B, E): (h̃_t (B, H), state, α)."""
         if self.input_feed:
             x = torch.cat([x, state["feed"]], dim=-1)
         out, h = self.rnn(x.unsqueeze(1), self._to_rnn(state["hidden"]))  # out (B, 1, H)
         context, w = self._attend(out, state["memory"], state["mask"], state["t"].unsqueeze(1),
                                   need_weights)
         feed = self._output(context, out)[:, 0]
-        logits = self.out(self.dropout(feed))
         new = {**state, "hidden": self._from_rnn(h), "feed": feed, "t": state["t"] + 1}
-        return logits, new, (w[:, 0] if w is not None else None)
+        return feed, new, (w[:, 0] if w is not None else None)
+
+    def step(self, y_prev: torch.Tensor, state: dict, need_weights: bool = False):
+        feed, state, w = self._core(self.dropout(self.embedding(y_prev)), state, need_weights)
+        return self.out(self.dropout(feed)), state, w
 
     def forward(self, tgt_in: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor,
                 init: torch.Tensor, need_weights: bool = False
                 ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-        if self.input_feed:  # the recurrence needs h̃_{t−1}: step by step
-            return super().forward(tgt_in, memory, memory_mask, init, need_weights)
+        if self.input_feed:  # the recurrence needs h̃_{t−1}: step by step, the output layer once
+            state = self.start(memory, memory_mask, init)
+            embedded = self.dropout(self.embedding(tgt_in))
+            feeds, weights = [], []
+            for t in range(tgt_in.shape[1]):
+                feed, state, w = self._core(embedded[:, t], state, need_weights)
+                feeds.append(feed)
+                weights.append(w)
+            logits = self.out(self.dropout(torch.stack(feeds, 1)))
+            return logits, (torch.stack(weights, 1) if need_weights else None)
         B, T = tgt_in.shape
         prepared = self.attention.prepare(memory, memory)
         states, _ = self.rnn(self.dropout(self.embedding(tgt_in)), self._to_rnn(self._h0(init)))
