@@ -70,6 +70,16 @@ def _gather_rows(x: Optional[torch.Tensor], rows: torch.Tensor) -> Optional[torc
     return x.index_select(0, rows.reshape(-1)).reshape(*rows.shape, *x.shape[1:])
 
 
+def _reorder_beams(decoder, state, rows: torch.Tensor):
+    """``decoder.reorder`` on what changes between beams; the decoder's ``static_state`` entries
+    stay: beams only ever move within their own sentence, whose rows hold the same values."""
+    static = getattr(decoder, "static_state", ())
+    if not static or not isinstance(state, dict):
+        return decoder.reorder(state, rows)
+    moving = decoder.reorder({k: v for k, v in state.items() if k not in static}, rows)
+    return {**moving, **{k: v for k, v in state.items() if k in static}}
+
+
 @torch.no_grad()
 def beam_search(model, src: torch.Tensor, src_lengths: torch.Tensor, bos_id: int, eos_id: int,
                 max_len: int, beam_size: int = 4, length_penalty: float = 0.0,
@@ -137,7 +147,7 @@ def beam_search(model, src: torch.Tensor, src_lengths: torch.Tensor, bos_id: int
         live, pos = top.masked_fill(is_eos, NEG_INF).topk(K, dim=1)
         sel = rows.gather(1, pos).reshape(B * K)
         y = tok.gather(1, pos).reshape(B * K)
-        state = decoder.reorder(state, sel)
+        state = _reorder_beams(decoder, state, sel)
         history = torch.cat([history.index_select(0, sel), y.unsqueeze(1)], dim=1)
         if keep_w:
             w = w.index_select(0, sel).unsqueeze(1)

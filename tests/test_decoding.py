@@ -197,3 +197,31 @@ def test_finished_hypotheses_do_not_take_beam_slots():
     assert best_seq == [a, EOS]
     assert tok[0].tolist()[:2] == best_seq
     assert abs(float(sc[0]) - best) < 1e-6
+
+
+@pytest.mark.parametrize("decoder", ["rnn_attention", "luong", "rnn"])
+def test_static_state_is_not_reordered_and_changes_nothing(decoder, monkeypatch):
+    """Beam search leaves the decoder's static_state (memory, masks) in place after the first
+    expansion; the result equals reordering every entry."""
+    m = model(decoder)
+    assert m.decoder.static_state
+    src, lengths = batch()
+    fast = beam_search(m, src, lengths, BOS, EOS, 8, beam_size=3, length_penalty=0.6,
+                       need_weights=True, return_scores=True)
+    moved = []
+    original = type(m.decoder).reorder
+
+    def spy(self, state, index):
+        moved.append(set(state))
+        return original(self, state, index)
+
+    monkeypatch.setattr(type(m.decoder), "reorder", spy)
+    beam_search(m, src, lengths, BOS, EOS, 8, beam_size=3)
+    assert moved and all(not (keys & set(m.decoder.static_state)) for keys in moved[1:])
+    monkeypatch.setattr(type(m.decoder), "static_state", ())
+    full = beam_search(m, src, lengths, BOS, EOS, 8, beam_size=3, length_penalty=0.6,
+                       need_weights=True, return_scores=True)
+    assert torch.equal(fast[0], full[0]) and torch.equal(fast[2], full[2])
+    assert (fast[1] is None) == (full[1] is None)
+    if fast[1] is not None:
+        assert torch.equal(fast[1], full[1])

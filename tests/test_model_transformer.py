@@ -130,3 +130,21 @@ def test_rnn_decoder_with_relative_attention_is_a_config_error():
     cfg = OmegaConf.to_container(compose_cfg(["attention=relative_multihead"]).model, resolve=True)
     with pytest.raises(ConfigError, match="i − j"):
         MODELS.build(cfg, src_vocab=10, tgt_vocab=10)
+
+
+@pytest.mark.parametrize("kw", [{}, {"scorer": {"name": "additive"}}])
+def test_beam_search_one_is_greedy_and_static_memory_changes_nothing(kw, monkeypatch):
+    from attnflow.decoding import beam_search, greedy_decode
+
+    torch.manual_seed(0)
+    model = small(**kw).double().eval()
+    src, lengths, _ = batch()
+    g, gw = greedy_decode(model, src, lengths, 1, 2, 7, need_weights=True)
+    b, bw = beam_search(model, src, lengths, 1, 2, 7, beam_size=1, need_weights=True)
+    assert torch.equal(g, b) and torch.allclose(gw, bw)
+    fast = beam_search(model, src, lengths, 1, 2, 7, beam_size=3, length_penalty=0.6,
+                       need_weights=True, return_scores=True)
+    monkeypatch.setattr(type(model.decoder), "static_state", ())
+    full = beam_search(model, src, lengths, 1, 2, 7, beam_size=3, length_penalty=0.6,
+                       need_weights=True, return_scores=True)
+    assert torch.equal(fast[0], full[0]) and torch.equal(fast[1], full[1]) and torch.equal(fast[2], full[2])

@@ -76,6 +76,10 @@ class Decoder(nn.Module):
              ) -> Tuple[torch.Tensor, Any, Optional[torch.Tensor]]:
         raise NotImplementedError
 
+    #: entries of a dict state that are the same for every beam of a sentence and never change
+    #: (encoder memory, masks): beam search reorders them only once, when it expands the batch
+    static_state: Tuple[str, ...] = ()
+
     def reorder(self, state: Any, index: torch.Tensor) -> Any:
         return reorder_state(state, index)
 

@@ -59,6 +59,8 @@ class LuongDecoder(Decoder):
         -> logits (B, T, vocab_size), weights (B, T, J, S) or None.
     """
 
+    static_state = ("memory", "mask")
+
     def __init__(self, vocab_size: int, memory_dim: int, init_dim: int, *,
                  cell: Literal["lstm", "gru"] = "lstm", embed_dim: int = 64, hidden_dim: int = 128,
                  attention: BlockSpec["attention"] = {"name": "single", "scorer": {"name": "general"}},

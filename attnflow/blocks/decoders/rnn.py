@@ -39,6 +39,8 @@ class RNNDecoder(Decoder):
         -> logits (B, T, vocab_size), None.
     """
 
+    static_state = ("c",)
+
     def __init__(self, vocab_size: int, memory_dim: int, init_dim: int, *,
                  cell: Literal["gru", "lstm"] = "gru", embed_dim: int = 64, hidden_dim: int = 128,
                  dropout: float = 0.0):

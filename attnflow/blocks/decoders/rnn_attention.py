@@ -42,6 +42,8 @@ class AttentionRNNDecoder(Decoder):
         init (B, init_dim) -> logits (B, T, vocab_size), weights (B, T, J, S) or None.
     """
 
+    static_state = ("memory", "mask")
+
     def __init__(self, vocab_size: int, memory_dim: int, init_dim: int, *,
                  cell: Literal["gru", "lstm"] = "gru", embed_dim: int = 64, hidden_dim: int = 128,
                  attention: BlockSpec["attention"] = {"name": "single"}, dropout: float = 0.0):

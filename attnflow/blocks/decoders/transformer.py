@@ -118,6 +118,8 @@ class TransformerDecoder(Decoder):
         attention, or None.
     """
 
+    static_state = ("memory", "mask")
+
     def __init__(self, vocab_size: int, memory_dim: int, init_dim: int, *,
                  d_model: int = 512, layers: int = 6, heads: int = 8, ffn_dim: int = 2048,
                  dropout: float = 0.1, attention_dropout: float = 0.0,
