@@ -44,6 +44,8 @@ def greedy_from_memory(decoder, memory: torch.Tensor, memory_mask: torch.Tensor,
         done |= y == eos_id
         if bool(done.all()):
             break
+    if not tokens:  # max_len = 0
+        return y.new_empty(len(y), 0), None
     has_weights = need_weights and weights[0] is not None  # decoders without attention give None
     return torch.stack(tokens, 1), (torch.stack(weights, 1) if has_weights else None)
 
@@ -169,3 +171,13 @@ def beam_search(model, src: torch.Tensor, src_lengths: torch.Tensor, bos_id: int
     if return_scores:
         return tokens, weights, scores.gather(1, best.unsqueeze(1)).squeeze(1)
     return tokens, weights
+
+
+def decode(model, src: torch.Tensor, src_lengths: torch.Tensor, bos_id: int, eos_id: int,
+           max_len: int, beam_size: int = 1, length_penalty: float = 0.0,
+           need_weights: bool = False) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Greedy decoding for ``beam_size`` 1, else beam search: tokens (B, L), weights or None."""
+    if beam_size == 1:
+        return greedy_decode(model, src, src_lengths, bos_id, eos_id, max_len, need_weights)
+    return beam_search(model, src, src_lengths, bos_id, eos_id, max_len, beam_size,
+                       length_penalty, need_weights)

@@ -77,7 +77,7 @@ def translate(model, dm, lines: List[str], beam: int = 1, length_penalty: float 
               max_len: Optional[int] = None, need_weights: bool = False, batch_size: int = 64):
     """Translations of ``lines`` (and per sentence (α (T, S), source tokens, output tokens))."""
     from attnflow.data.parallel import BOS, EOS, PAD, collate
-    from attnflow.decoding import beam_search, greedy_decode
+    from attnflow.decoding import decode
     from attnflow.tasks.seq2seq import strip_after_eos
 
     max_len = max_len or dm.max_decode_len
@@ -88,11 +88,8 @@ def translate(model, dm, lines: List[str], beam: int = 1, length_penalty: float 
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
         batch = {k: v.to(device) for k, v in collate([(i, ids[i], []) for i in chunk]).items()}
-        if beam == 1:
-            pred, w = greedy_decode(model, batch["src"], batch["src_lengths"], BOS, EOS, max_len, need_weights)
-        else:
-            pred, w = beam_search(model, batch["src"], batch["src_lengths"], BOS, EOS, max_len, beam,
-                                  length_penalty, need_weights)
+        pred, w = decode(model, batch["src"], batch["src_lengths"], BOS, EOS, max_len, beam,
+                         length_penalty, need_weights)
         pred = strip_after_eos(pred, EOS, PAD)
         for r, i in enumerate(chunk):
             row = [t for t in pred[r].tolist() if t != PAD]

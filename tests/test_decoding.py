@@ -225,3 +225,10 @@ def test_static_state_is_not_reordered_and_changes_nothing(decoder, monkeypatch)
     assert (fast[1] is None) == (full[1] is None)
     if fast[1] is not None:
         assert torch.equal(fast[1], full[1])
+
+
+def test_zero_max_len_gives_empty_outputs():
+    m = model()
+    src, lengths = batch()
+    tokens, weights = greedy_decode(m, src, lengths, BOS, EOS, 0, need_weights=True)
+    assert tokens.shape == (4, 0) and weights is None

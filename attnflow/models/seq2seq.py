@@ -7,18 +7,16 @@ metrics and calls ``forward`` (teacher forcing) or ``greedy`` (generation).
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
-
 import torch
 from torch import nn
 
 from attnflow.blocks.attention.functional import padding_mask
-from attnflow.decoding import beam_search, greedy_decode
+from attnflow.models.encoder_decoder import EncoderDecoder
 from attnflow.registry import DECODERS, ENCODERS, MODELS, BlockSpec, ConfigError
 
 
 @MODELS.register("seq2seq")
-class Seq2Seq(nn.Module):
+class Seq2Seq(EncoderDecoder):
     """p(y | x) = decoder(y_<t, encoder(E x)).
 
     Args:
@@ -63,22 +61,3 @@ class Seq2Seq(nn.Module):
     def encode(self, src: torch.Tensor, src_lengths: torch.Tensor):
         memory, final = self.encoder(self.dropout(self.embedding(src)), src_lengths)
         return memory, padding_mask(src_lengths, src.shape[1]), final
-
-    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor,
-                need_weights: bool = False) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-        memory, mask, final = self.encode(src, src_lengths)
-        return self.decoder(tgt_in, memory, mask, final, need_weights=need_weights)
-
-    @torch.no_grad()
-    def greedy(self, src: torch.Tensor, src_lengths: torch.Tensor, bos_id: int, eos_id: int,
-               max_len: int, need_weights: bool = False):
-        """Argmax decoding (:func:`attnflow.decoding.greedy_decode`): tokens (B, L), weights."""
-        return greedy_decode(self, src, src_lengths, bos_id, eos_id, max_len, need_weights)
-
-    @torch.no_grad()
-    def beam_search(self, src: torch.Tensor, src_lengths: torch.Tensor, bos_id: int, eos_id: int,
-                    max_len: int, beam_size: int = 4, length_penalty: float = 0.0,
-                    need_weights: bool = False):
-        """Batched beam search (:func:`attnflow.decoding.beam_search`): tokens (B, L), weights."""
-        return beam_search(self, src, src_lengths, bos_id, eos_id, max_len, beam_size,
-                           length_penalty, need_weights)

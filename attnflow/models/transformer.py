@@ -21,18 +21,18 @@ decoder protocol of :mod:`attnflow.blocks.decoders.base`) and ``greedy``.
 from __future__ import annotations
 
 import math
-from typing import Literal, Optional, Tuple
+from typing import Literal
 
 import torch
 from torch import nn
 
 from attnflow.blocks.attention.functional import padding_mask
-from attnflow.decoding import greedy_decode
+from attnflow.models.encoder_decoder import EncoderDecoder
 from attnflow.registry import DECODERS, ENCODERS, MODELS, BlockSpec, ConfigError
 
 
 @MODELS.register("transformer")
-class Transformer(nn.Module):
+class Transformer(EncoderDecoder):
     """Encoder–decoder Transformer with optional tied embeddings.
 
     Args:
@@ -94,15 +94,3 @@ class Transformer(nn.Module):
         """-> memory (B, S, d) zero at padding, memory_mask (B, S) True at real tokens, final (B, d)."""
         memory, final = self.encoder(self.src_embedding(src) * self.embed_scale, src_lengths)
         return memory, padding_mask(src_lengths, src.shape[1]), final
-
-    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor,
-                need_weights: bool = False) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-        memory, mask, final = self.encode(src, src_lengths)
-        return self.decoder(tgt_in, memory, mask, final, need_weights=need_weights)
-
-    @torch.no_grad()
-    def greedy(self, src: torch.Tensor, src_lengths: torch.Tensor, bos_id: int, eos_id: int,
-               max_len: int, need_weights: bool = False):
-        """Argmax decoding through the decoder protocol (step with the key/value cache) until every
-        row has produced ⟨EOS⟩: tokens (B, L) (⟨EOS⟩ included, then repeated), weights (B, L, J, S)."""
-        return greedy_decode(self, src, src_lengths, bos_id, eos_id, max_len, need_weights)

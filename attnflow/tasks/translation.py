@@ -22,7 +22,7 @@ from typing import Callable, Dict, List, Literal, Optional, Sequence
 import torch
 from pytorch_lightning.utilities import rank_zero_info
 
-from attnflow.decoding import beam_search, greedy_decode
+from attnflow.decoding import decode
 from attnflow.registry import TASKS
 from attnflow.tasks.seq2seq import Seq2SeqTask, exact_match, strip_after_eos
 from attnflow.tasks.translation_metrics import corpus_bleu, word_error_rate
@@ -73,11 +73,8 @@ class TranslationTask(Seq2SeqTask):
     def translate_ids(self, src: torch.Tensor, src_lengths: torch.Tensor, beam_size: int = 1,
                       need_weights: bool = False):
         """Token ids (B, L) (and α) of the translations of a padded source batch."""
-        if beam_size == 1:
-            return greedy_decode(self.model, src, src_lengths, self.bos_id, self.eos_id,
-                                 self.max_decode_len, need_weights)
-        return beam_search(self.model, src, src_lengths, self.bos_id, self.eos_id,
-                           self.max_decode_len, beam_size, self.length_penalty, need_weights)
+        return decode(self.model, src, src_lengths, self.bos_id, self.eos_id, self.max_decode_len,
+                      beam_size, self.length_penalty, need_weights)
 
     def ids_to_text(self, tokens: torch.Tensor) -> List[str]:
         return [self.detokenize(row) for row in strip_after_eos(tokens, self.eos_id, self.pad_id).tolist()]

@@ -1,0 +1,45 @@
+"""What every encoder–decoder model shares: teacher forcing and generation around ``encode``.
+
+A subclass sets ``self.decoder`` (a decoder of the protocol in
+:mod:`attnflow.blocks.decoders.base`) and implements ``encode(src, src_lengths) -> (memory
+(B, S, D), memory_mask (B, S) True at real tokens, final (B, D_init))``.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+from torch import nn
+
+from attnflow.decoding import decode
+
+
+class EncoderDecoder(nn.Module):
+    """Base of ``seq2seq`` and ``transformer``: forward (teacher forcing), greedy, beam search."""
+
+    decoder: nn.Module
+
+    def encode(self, src: torch.Tensor, src_lengths: torch.Tensor):
+        raise NotImplementedError
+
+    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor,
+                need_weights: bool = False) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """Logits (B, T, V) of every target position given the reference prefix, and α
+        (B, T, J, S) when asked for and the decoder has attention."""
+        memory, mask, final = self.encode(src, src_lengths)
+        return self.decoder(tgt_in, memory, mask, final, need_weights=need_weights)
+
+    @torch.no_grad()
+    def greedy(self, src: torch.Tensor, src_lengths: torch.Tensor, bos_id: int, eos_id: int,
+               max_len: int, need_weights: bool = False):
+        """Argmax decoding: tokens (B, L) (⟨EOS⟩ included, then repeated), weights or None."""
+        return decode(self, src, src_lengths, bos_id, eos_id, max_len, 1, 0.0, need_weights)
+
+    @torch.no_grad()
+    def beam_search(self, src: torch.Tensor, src_lengths: torch.Tensor, bos_id: int, eos_id: int,
+                    max_len: int, beam_size: int = 4, length_penalty: float = 0.0,
+                    need_weights: bool = False):
+        """Batched beam search (:func:`attnflow.decoding.beam_search`): tokens (B, L), weights."""
+        return decode(self, src, src_lengths, bos_id, eos_id, max_len, beam_size, length_penalty,
+                      need_weights)
