@@ -247,7 +247,6 @@ class DocumentDataModule(pl.LightningDataModule):
         self.vocab: Optional[Vocabulary] = None
         self.label_values: List = []
         self.splits: Dict[str, EncodedDocs] = {}
-        self.texts: Dict[str, List[str]] = {}
         self.stats: Dict[str, dict] = {}
 
     @property
@@ -306,7 +305,6 @@ class DocumentDataModule(pl.LightningDataModule):
             labels = self._labels([y for _, y in r], s)
             self.splits[s], self.stats[s] = encode_documents(
                 tokenized[s], labels, self.vocab, self.max_sentences, self.max_words)
-            self.texts[s] = [t for t, _ in r]
             st = self.stats[s]
             log.info("data 'documents' %s: %d documents (%d empty); cut %d of %d sentences "
                      "(max_sentences=%d) and %d of %d words (max_words=%d)", s, st["documents"],

@@ -102,13 +102,10 @@ class HierarchicalAttentionNetwork(nn.Module):
         return s.view(B, S, -1), None if alpha is None else alpha.view(B, S, Wp)
 
     def forward(self, tokens: torch.Tensor, sent_lengths: torch.Tensor) -> Dict[str, torch.Tensor]:
-        B, S, W = tokens.shape
         s, word_weights = self.sentence_vectors(tokens, sent_lengths)
         sent_mask = sent_lengths > 0
         n_sent = sent_mask.sum(-1)
         h = encode_masked(self.sentence_encoder, s, n_sent)                # (B, S, D)
         v, sent_weights = self.sentence_pooling(h, sent_mask)
         logits = self.classifier(self.dropout(v))
-        if word_weights is not None and word_weights.shape[-1] < W:
-            word_weights = nn.functional.pad(word_weights, (0, W - word_weights.shape[-1]))
         return {"logits": logits, "word_weights": word_weights, "sent_weights": sent_weights}

@@ -20,6 +20,7 @@ from typing import Dict
 import torch
 from torch import nn
 
+from attnflow.blocks.normalizers.softmax import masked_softmax
 from attnflow.registry import ENCODERS, MODELS, BlockSpec
 
 
@@ -74,10 +75,7 @@ class SelfAttentive(nn.Module):
     def attend(self, H: torch.Tensor, mask: torch.Tensor):
         """A (B, r, N) with zeros at padding (all-zero for an empty document), M = AH (B, r, D)."""
         scores = self.ws2(torch.tanh(self.ws1(H))).transpose(1, 2)            # (B, r, N)
-        m = mask.unsqueeze(1)
-        scores = scores.masked_fill(~m, float("-inf"))
-        scores = torch.where(m.any(-1, keepdim=True), scores, torch.zeros_like(scores))
-        A = torch.softmax(scores, -1) * m.to(scores.dtype)
+        A = masked_softmax(scores, mask.unsqueeze(1))
         return A, A @ H
 
     def forward(self, tokens: torch.Tensor, sent_lengths: torch.Tensor) -> Dict[str, torch.Tensor]:

@@ -105,3 +105,17 @@ def test_temperature(how, temperature):
 def test_bad_temperature():
     with pytest.raises(ValueError):
         SoftmaxNormalizer(temperature=0.0)
+
+
+def test_masked_softmax_empty_rows_are_zero_with_zero_gradients():
+    from attnflow.blocks.normalizers.softmax import masked_softmax
+
+    scores = torch.randn(2, 4, requires_grad=True)
+    mask = torch.tensor([[True, True, False, False], [False] * 4])  # row 2: an empty sentence
+    w = masked_softmax(scores, mask)
+    expected = torch.cat([torch.softmax(scores[0, :2], -1), torch.zeros(2)])
+    torch.testing.assert_close(w[0], expected)
+    assert torch.equal(w[1], torch.zeros(4))
+    (w * torch.randn(2, 4)).sum().backward()
+    assert torch.isfinite(scores.grad).all() and torch.equal(scores.grad[1], torch.zeros(4))
+    assert torch.equal(scores.grad[0, 2:], torch.zeros(2))

@@ -12,6 +12,19 @@ from attnflow.blocks.normalizers.base import Normalizer
 from attnflow.registry import NORMALIZERS
 
 
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """SoftMax over the last axis with masked keys (``mask`` False) at weight 0; a row with no
+    allowed key is all 0 (an empty sentence or document), with zero gradients, not NaN."""
+    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    # rows with no allowed key are NaN after softmax(-inf, ..., -inf): make them zero. The check
+    # runs on the (usually broadcast, small) mask, so the full weights are touched again only
+    # when such a row exists.
+    empty = ~mask.any(dim=-1, keepdim=True)
+    if bool(empty.any()):
+        weights = weights.masked_fill(empty, 0.0)
+    return weights
+
+
 @NORMALIZERS.register("softmax")
 class SoftmaxNormalizer(Normalizer):
     """α = SoftMax(scores masked by −∞).
@@ -33,11 +46,4 @@ class SoftmaxNormalizer(Normalizer):
             scores = scores / self.temperature
         if mask is None:
             return torch.softmax(scores, dim=-1)
-        weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
-        # rows with no allowed key are NaN after softmax(-inf, ..., -inf): make them zero. The
-        # check runs on the (usually broadcast, small) mask, so the full weights are touched again
-        # only when such a row exists.
-        empty = ~mask.any(dim=-1, keepdim=True)
-        if bool(empty.any()):
-            weights = weights.masked_fill(empty, 0.0)
-        return weights
+        return masked_softmax(scores, mask)

@@ -18,6 +18,7 @@ from typing import Optional, Tuple
 import torch
 from torch import nn
 
+from attnflow.blocks.normalizers.softmax import masked_softmax
 from attnflow.registry import POOLINGS, SCORERS, BlockSpec
 
 
@@ -53,10 +54,7 @@ class AttentionPooling(nn.Module):
         u = torch.tanh(self.proj(h))                                      # (B, T, dim)
         q = self.query.view(1, 1, -1).expand(B, 1, -1)                    # (B, 1, dim)
         scores = self.scorer.score(q, u).squeeze(1)                       # (B, T)
-        scores = scores.masked_fill(~mask, float("-inf"))
-        any_valid = mask.any(-1, keepdim=True)
-        scores = torch.where(any_valid, scores, torch.zeros_like(scores))
-        weights = torch.softmax(scores, dim=-1) * mask.to(scores.dtype)
+        weights = masked_softmax(scores, mask)
         pooled = (weights.unsqueeze(-1) * h).sum(1)
         return pooled, weights
 
