@@ -122,27 +122,22 @@ class EncodedDocs:
         return self.ids[i], self.sent_lens[i], self.labels[i]
 
 
+def cap_document(doc: List[List[str]], max_sentences: int, max_words: int) -> List[List[str]]:
+    """The first ``max_sentences`` sentences, each cut to ``max_words`` words (0 = no cap)."""
+    doc = doc[:max_sentences] if max_sentences > 0 else doc
+    return [s[:max_words] for s in doc] if max_words > 0 else list(doc)
+
+
 def encode_documents(docs: Sequence[List[List[str]]], labels: Sequence[int], vocab: Vocabulary,
                      max_sentences: int, max_words: int) -> tuple:
     """Encode and cap. Returns (EncodedDocs, stats) with counts of cut sentences and words."""
     stats = Counter()
     ids_out, lens_out = [], []
     for doc in docs:
-        stats["documents"] += 1
-        stats["sentences"] += len(doc)
-        stats["words"] += sum(len(s) for s in doc)
-        if not doc:
-            stats["empty_documents"] += 1
-        if max_sentences > 0 and len(doc) > max_sentences:
-            stats["sentences_cut"] += len(doc) - max_sentences
-            stats["words_cut"] += sum(len(s) for s in doc[max_sentences:])
-            doc = doc[:max_sentences]
-        kept = []
-        for s in doc:
-            if max_words > 0 and len(s) > max_words:
-                stats["words_cut"] += len(s) - max_words
-                s = s[:max_words]
-            kept.append(s)
+        kept = cap_document(doc, max_sentences, max_words)
+        words, kept_words = sum(len(s) for s in doc), sum(len(s) for s in kept)
+        stats.update(documents=1, sentences=len(doc), words=words, empty_documents=int(not doc),
+                     sentences_cut=len(doc) - len(kept), words_cut=words - kept_words)
         enc = vocab.encode(kept)
         ids_out.append(np.fromiter((i for s in enc for i in s), dtype=np.int64))
         lens_out.append(np.array([len(s) for s in enc], dtype=np.int64))
@@ -347,6 +342,5 @@ def encode_texts(texts: Sequence[str], vocab: Vocabulary, max_sentences: int, ma
     """(batch, tokenised documents as shown) for raw texts at prediction time."""
     docs = [tokenize(t, vocab.lowercase) for t in texts]
     enc, _ = encode_documents(docs, [0] * len(docs), vocab, max_sentences, max_words)
-    shown = [[s[:max_words] if max_words > 0 else s for s in (d[:max_sentences] if max_sentences > 0 else d)]
-             for d in docs]
+    shown = [cap_document(d, max_sentences, max_words) for d in docs]
     return collate_documents([enc[i] for i in range(len(enc))]), shown
