@@ -32,6 +32,7 @@ from torch_geometric.nn import MessagePassing
 from torch_geometric.utils import add_self_loops as _add_self_loops
 from torch_geometric.utils import remove_self_loops, softmax
 
+from attnflow.blocks.scorers.const import ConstScorer
 from attnflow.blocks.scorers.gat import GATScorer
 from attnflow.registry import AGGREGATORS, GRAPH_LAYERS, SCORERS, BlockSpec
 
@@ -113,9 +114,14 @@ class GraphAttention(MessagePassing):
             a_src = (h * u).sum(-1)  # (N, J): uʲᵀWʲh_i for every node once
             a_dst = (h * v).sum(-1)
             return F.leaky_relu(a_src[src] + a_dst[dst], self.scorers[0].negative_slope)
+        first = self.scorers[0]
+        if isinstance(first, ConstScorer):  # uniform weights: no per-edge features needed
+            return h.new_zeros(src.numel(), self.heads)
+        if first.sdpa_scale is not None and not self._has_params:  # s·kᵀq: dot, scaled_dot
+            return first.sdpa_scale * (h[src] * h[dst]).sum(-1)
         k = h[src].unsqueeze(-2)  # (E, J, 1, C)
         q = h[dst].unsqueeze(-2)
-        if not self._has_params:  # dot, scaled_dot, cosine, const: one call over all heads
+        if not self._has_params:  # cosine and other parameter-free scorers: one call, all heads
             s = self.scorers[0]
             return s.score_prepared(q, s.prepare_keys(k)).reshape(k.shape[0], self.heads)
         # J scorers with parameters: one vectorised call over stacked per-head parameters
