@@ -118,12 +118,16 @@ class MultiHeadAttention(nn.Module):
         return (self.v_proj is not None and self.q_proj.bias is not None
                 and self.q_proj.in_features == self.k_proj.in_features == self.v_proj.in_features)
 
+    def _qkv(self, x: torch.Tensor):
+        """Per-head q, k, v (B, J, T, d) of x from one matmul (needs ``_fusable()``)."""
+        w = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
+        b = torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])
+        return tuple(self._split(t) for t in F.linear(x, w, b).chunk(3, dim=-1))
+
     def _self_attention(self, x: torch.Tensor, mask: Optional[torch.Tensor], causal: bool,
                         need_weights: bool) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         """Self-attention with one matmul for the q, k and v projections (as torch's MHA)."""
-        w = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
-        b = torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])
-        q, k, v = (self._split(t) for t in F.linear(x, w, b).chunk(3, dim=-1))
+        q, k, v = self._qkv(x)
         if mask is not None:
             mask = mask.unsqueeze(-3)
         context, weights = attend(self.scorer, self.normalizer, q, self.scorer.prepare_keys(k), v,

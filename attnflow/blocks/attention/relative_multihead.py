@@ -122,9 +122,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
                 need_weights: bool = False, query_offset: int = 0
                 ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         if query is keys and keys is values and self._fusable():
-            w = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
-            b = torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])
-            q, k, v = (self._split(t) for t in F.linear(query, w, b).chunk(3, dim=-1))
+            q, k, v = self._qkv(query)
             return self._relative(q, k, v, mask, causal, need_weights, query_offset)
         return self.attend(query, self.prepare(keys, values), mask, causal=causal,
                            need_weights=need_weights, query_offset=query_offset)
