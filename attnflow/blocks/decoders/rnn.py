@@ -53,7 +53,6 @@ class RNNDecoder(Decoder):
         self.rnn = rnn(embed_dim + init_dim, hidden_dim, batch_first=True)
         self.dropout = nn.Dropout(dropout)
         self.out = nn.Linear(hidden_dim + init_dim + embed_dim, vocab_size)
-        self.heads = 0
 
     def _h0(self, c: torch.Tensor):
         h0 = torch.tanh(self.init(c)).unsqueeze(0)  # (1, B, H)
