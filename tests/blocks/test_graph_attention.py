@@ -47,7 +47,7 @@ def test_gat_scorer_equals_pyg_gatconv(aggregator, concat):
                                conv.att_src.grad[0], rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("scorer", ["gat", "dot", "scaled_dot", "cosine", "general", "additive",
+@pytest.mark.parametrize("scorer", ["gat", "gatv2", "dot", "scaled_dot", "cosine", "general", "additive",
                                     "mlp", "const"])
 def test_attention_over_each_neighbourhood_sums_to_one(scorer):
     x, ei = _graph()

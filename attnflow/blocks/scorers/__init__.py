@@ -9,6 +9,7 @@ from attnflow.blocks.scorers.additive import AdditiveScorer
 from attnflow.blocks.scorers.mlp import MLPScorer
 from attnflow.blocks.scorers.gat import GATScorer
 from attnflow.blocks.scorers.const import ConstScorer
+from attnflow.blocks.scorers.gatv2 import GATv2Scorer
 
 __all__ = ["Scorer", "DotScorer", "ScaledDotScorer", "CosineScorer", "GeneralScorer",
-           "AdditiveScorer", "MLPScorer", "GATScorer", "ConstScorer"]
+           "AdditiveScorer", "MLPScorer", "GATScorer", "GATv2Scorer", "ConstScorer"]
