@@ -88,6 +88,24 @@ def run_one(model: str, direction: str, args) -> dict:
             "overrides": overrides, "signature": _signature()}
 
 
+def evaluate(run_dir: Path, beam: int, length_penalty: float, split: str = "test") -> dict:
+    """Re-decode ``split`` of a trained run with the current decoding code (its best checkpoint,
+    its tokenizers) and score it like the task does: sacreBLEU, lower-cased BLEU, WER."""
+    from attnflow.tasks.translation_metrics import corpus_bleu, word_error_rate
+    from attnflow.translate import load, translate
+
+    model, dm, cfg = load(run_dir)
+    src, refs = dm._split_text(split)
+    start = time.time()
+    hyps, _ = translate(model, dm, src, beam=beam, length_penalty=length_penalty)
+    seconds = time.time() - start
+    bleu, sig = corpus_bleu(hyps, refs)
+    return {"run_dir": str(run_dir), "split": split, "beam": beam, "length_penalty": length_penalty,
+            "sacrebleu": bleu, "tok_lc_bleu": corpus_bleu(hyps, refs, lowercase=True)[0],
+            "wer": word_error_rate(hyps, refs), "sentences": len(hyps),
+            "decode_seconds": round(seconds, 1), "signature": sig}
+
+
 def _signature() -> str:
     from attnflow.tasks.translation_metrics import corpus_bleu
 
@@ -107,7 +125,25 @@ def main(argv=None) -> int:
                     help="smoke run: 2,000 pairs per split, 1 epoch, beam 2 (numbers not comparable)")
     ap.add_argument("--override", action="append", default=[], help="extra Hydra override")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    ap.add_argument("--evaluate", metavar="RUN_DIR", action="append", default=[],
+                    help="no training: re-decode the test split of a trained run with the current "
+                         "code (repeatable) and print its scores")
+    ap.add_argument("--length-penalty", type=float, default=0.6, help="with --evaluate (GNMT alpha)")
     args = ap.parse_args(argv)
+    if args.evaluate:
+        import torch
+
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        rows = [evaluate(Path(r), args.beam, args.length_penalty) for r in args.evaluate]
+        for r in rows:
+            print(f"{r['run_dir']}: sacreBLEU {r['sacrebleu']:.2f}  tok-lc {r['tok_lc_bleu']:.2f}  "
+                  f"WER {r['wer']:.3f}  beam {r['beam']} lp {r['length_penalty']}  "
+                  f"{r['decode_seconds']} s  ({r['signature']})")
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "mt_multi30k_evaluate.json").write_text(json.dumps(rows, indent=2))
+        return 0
     if args.quick:
         args.max_pairs, args.epochs, args.beam = args.max_pairs or 2000, args.epochs or 1, 2
     import torch
