@@ -24,6 +24,7 @@ import argparse
 import csv
 import datetime as _dt
 import json
+import os
 import platform
 import sys
 import time
@@ -52,7 +53,7 @@ def _epoch_curve(run_dir: Path):
 
 
 def run_one(model: str, args) -> dict:
-    run_dir = Path(args.runs) / f"{model}-{_dt.datetime.now():%Y%m%d-%H%M%S}"
+    run_dir = Path(args.runs) / f"{model}-{_dt.datetime.now():%Y%m%d-%H%M%S}-{os.getpid()}"  # unique per process
     overrides = [f"experiment={EXPERIMENTS[model]}", f"trainer.max_epochs={args.epochs}",
                  f"data.limit_train={args.limit_train}", f"data.limit_val={args.limit_val}",
                  "callbacks.progress_bar=none", "logger=csv", *args.override]
