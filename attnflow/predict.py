@@ -19,9 +19,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import List, Optional, Tuple
-
-import torch
+from typing import List, Optional
 
 import attnflow  # noqa: F401  (registers blocks)
 from attnflow.checkpoints import CheckpointError, find_checkpoint, read_checkpoint

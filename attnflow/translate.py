@@ -18,7 +18,6 @@ output line, so output lines stay aligned with input lines.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import List, Optional, Tuple

@@ -23,7 +23,7 @@ The neighbourhood SoftMax is PyG's ``softmax`` (a scatter over target nodes); dr
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple
+from typing import Tuple
 
 import torch
 import torch.nn.functional as F
