@@ -60,9 +60,11 @@ def greedy_decode(model, src: torch.Tensor, src_lengths: torch.Tensor, bos_id: i
                               need_weights)
 
 
-def length_penalty_factor(lengths: torch.Tensor, alpha: float) -> torch.Tensor:
-    """GNMT length penalty lp(n) = ((5 + n) / 6)^α."""
-    return ((5.0 + lengths.float()) / 6.0) ** alpha
+def length_penalty_factor(lengths, alpha: float):
+    """GNMT length penalty lp(n) = ((5 + n) / 6)^α for a length (a float back) or a tensor of
+    them; α = 0 gives 1 exactly."""
+    n = lengths.float() if isinstance(lengths, torch.Tensor) else float(lengths)
+    return ((5.0 + n) / 6.0) ** alpha
 
 
 def _gather_rows(x: Optional[torch.Tensor], rows: torch.Tensor) -> Optional[torch.Tensor]:
@@ -118,8 +120,9 @@ def beam_search(model, src: torch.Tensor, src_lengths: torch.Tensor, bos_id: int
     fin_weights: Optional[torch.Tensor] = None  # (B, K, t, J, S)
     done = torch.zeros(B, dtype=torch.bool, device=dev)
     base = (torch.arange(B, device=dev) * K).unsqueeze(1)  # (B, 1) first row of each sentence
-    lp = (lambda n: length_penalty_factor(torch.tensor(float(n)), length_penalty).item()) \
-        if length_penalty else (lambda n: 1.0)
+    def lp(n: int) -> float:
+        return length_penalty_factor(n, length_penalty)
+
     for t in range(max_len):
         logits, state, w = decoder.step(y, state, need_weights)
         logp = torch.log_softmax(logits.float(), dim=-1)  # (B·K, V)

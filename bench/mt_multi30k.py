@@ -95,7 +95,7 @@ def evaluate(run_dir: Path, beam: int, length_penalty: float, split: str = "test
     from attnflow.translate import load, translate
 
     model, dm, cfg = load(run_dir)
-    src, refs = dm._split_text(split)
+    src, refs = dm.split_text(split)
     start = time.time()
     hyps, _ = translate(model, dm, src, beam=beam, length_penalty=length_penalty)
     seconds = time.time() - start

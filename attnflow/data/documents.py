@@ -24,9 +24,9 @@ sentence (0 = padding sentence), ``doc_lengths`` (B,) sentences per document, ``
 from __future__ import annotations
 
 import gzip
+import html
 import json
 import logging
-import html
 import random
 import re
 from collections import Counter

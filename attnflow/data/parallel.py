@@ -175,7 +175,8 @@ class ParallelDataModule(pl.LightningDataModule):
             raise FileNotFoundError(f"data 'parallel': no tokenizer file {', '.join(missing)}")
         self.src_tok, self.tgt_tok = load_tokenizer(files["src"]), load_tokenizer(files["tgt"])
 
-    def _split_text(self, split: str) -> tuple:
+    def split_text(self, split: str) -> tuple:
+        """(source lines, target lines) of a split as read (after ``max_pairs``), cached."""
         if split not in self.text:
             stem = self.stems[split]
             src = read_lines(find_file(self.root, stem, self.src_lang))
@@ -195,7 +196,7 @@ class ParallelDataModule(pl.LightningDataModule):
         folder = self.run_dir / "tokenizer" if self.run_dir else None
         if folder and all(p.is_file() for p in self.tokenizer_files(folder).values()):
             return self.load_tokenizers(folder)
-        src, tgt = self._split_text("train")
+        src, tgt = self.split_text("train")
         if self.shared:
             self.src_tok = self.tgt_tok = train_tokenizer(self.kind, src + tgt, self.vocab, self.lowercase)
         else:
@@ -235,7 +236,7 @@ class ParallelDataModule(pl.LightningDataModule):
 
     def references(self, split: str, idx: Sequence[int]) -> List[str]:
         """The untokenised target lines of a split by line number."""
-        tgt = self._split_text(split)[1]
+        tgt = self.split_text(split)[1]
         return [tgt[i] for i in idx]
 
     # -- data --------------------------------------------------------------------------------------
@@ -244,7 +245,7 @@ class ParallelDataModule(pl.LightningDataModule):
         for split in ("train", "val", "test"):
             if split in self.splits:
                 continue
-            src, tgt = self._split_text(split)
+            src, tgt = self.split_text(split)
             s_ids = [e.ids for e in self.src_tok.encode_batch(src)]
             t_ids = [e.ids for e in self.tgt_tok.encode_batch(tgt)]
             if split == "train":

@@ -25,8 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnflow.registry import GRAPH_LAYERS
-from attnflow.registry import MODELS, BlockSpec
+from attnflow.registry import GRAPH_LAYERS, MODELS, BlockSpec
 
 
 @MODELS.register("gat")

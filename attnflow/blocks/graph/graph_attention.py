@@ -109,12 +109,12 @@ class GraphAttention(MessagePassing):
 
     def _edge_scores(self, h: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
         """Raw scores a_j(Wʲh_src, Wʲh_dst) per edge and head: (E, J)."""
+        first = self.scorers[0]
         if self._fast_gat:
             u, v = self._gat_params()
             a_src = (h * u).sum(-1)  # (N, J): uʲᵀWʲh_i for every node once
             a_dst = (h * v).sum(-1)
-            return F.leaky_relu(a_src[src] + a_dst[dst], self.scorers[0].negative_slope)
-        first = self.scorers[0]
+            return F.leaky_relu(a_src[src] + a_dst[dst], first.negative_slope)
         if isinstance(first, ConstScorer):  # uniform weights: no per-edge features needed
             return h.new_zeros(src.numel(), self.heads)
         if first.sdpa_scale is not None and not self._has_params:  # s·kᵀq: dot, scaled_dot
@@ -122,17 +122,15 @@ class GraphAttention(MessagePassing):
         k = h[src].unsqueeze(-2)  # (E, J, 1, C)
         q = h[dst].unsqueeze(-2)
         if not self._has_params:  # cosine and other parameter-free scorers: one call, all heads
-            s = self.scorers[0]
-            return s.score_prepared(q, s.prepare_keys(k)).reshape(k.shape[0], self.heads)
+            return first.score_prepared(q, first.prepare_keys(k)).reshape(k.shape[0], self.heads)
         # J scorers with parameters: one vectorised call over stacked per-head parameters
-        names = [n for n, _ in self.scorers[0].named_parameters()]
+        names = [n for n, _ in first.named_parameters()]
         per_head = [dict(s.named_parameters()) for s in self.scorers]
         params = {n: torch.stack([p[n] for p in per_head]) for n in names}
-        base = self.scorers[0]
 
         def one(p, qj, kj):
             return torch.func.functional_call(
-                base, p, (qj, kj), kwargs=None, tie_weights=True, strict=False)
+                first, p, (qj, kj), kwargs=None, tie_weights=True, strict=False)
 
         out = torch.func.vmap(one)(params, q.transpose(0, 1), k.transpose(0, 1))  # (J, E, 1, 1)
         return out.reshape(self.heads, -1).t()
