@@ -128,6 +128,6 @@ def test_third_party_entry_point_registers_blocks(tmp_path, monkeypatch):
         q, k = torch.randn(1, 2, 3), torch.randn(1, 4, 3)
         assert torch.allclose(s.score(q, k), -2.0 * torch.einsum("bqd,bkd->bqk", q, k))
     finally:
-        SCORERS._classes.pop("negdot", None)
+        SCORERS.unregister("negdot")
         sys.modules.pop("attnflow_demo_plugin", None)
         reload_plugins()  # the next lookup reloads plugins without this package on sys.path

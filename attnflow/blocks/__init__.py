@@ -1,8 +1,4 @@
-"""Blocks: the registered pieces that models are built from. Importing this registers them all.
+"""Blocks: the registered pieces that models are built from, one block per file.
 
-Order matters only in that blocks which build others (graph layers, pooling) come after the
-scorers and aggregators they build."""
-
-from attnflow.blocks import (aggregators, attention, decoders, encoders, normalizers,  # noqa: F401
-                             positional, scorers)
-from attnflow.blocks import graph, pooling  # noqa: F401
+Nothing is imported here: each registry imports the modules of its folder on its first lookup
+(``attnflow.registry``), so a new block is one new file."""

@@ -5,8 +5,6 @@ import itertools
 import pytest
 import torch
 
-import attnflow.blocks  # noqa: F401  (registers every block)
-
 
 @pytest.fixture(autouse=True)
 def _seed():
