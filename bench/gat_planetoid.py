@@ -39,7 +39,7 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from attnflow.blocks.graph import GraphAttention  # noqa: E402
+from attnflow.blocks.graph.graph_attention import GraphAttention  # noqa: E402
 from attnflow.data.planetoid import PlanetoidDataModule  # noqa: E402
 from attnflow.run import train  # noqa: E402
 from support import DATA_DIR, compose_cfg  # noqa: E402

@@ -1,6 +1,6 @@
 """GAT: a stack of graph attention layers for node classification.
 
-Source: Veličković et al. 2018, "Graph attention networks" (the transductive setting); seed 000.
+Source: Veličković et al. 2018, "Graph attention networks" (the transductive setting, §3.3).
 Per the paper for Cora and CiteSeer: 2 layers; the hidden layer has J = 8 heads of F′ = 8
 features, concatenated (64), followed by ELU; the output layer has 1 head (PubMed: 8, averaged)
 with as many features as classes; dropout p = 0.6 on each layer's input and on α::
@@ -13,8 +13,9 @@ once more, dropout(Wʲ dropout(x)_i), as the authors' TensorFlow code does (``se
 gat.yaml sets 0.6: Cora 83.7 ± 0.7 % over 10 seeds; without it, 82.8 ± 0.6 (5 seeds), and a plain
 PyG GATConv loop 82.9 ± 0.8 (10 seeds) — docs/benchmarks.md.
 
-The scorer (``${scorer}``: gat by default in the GAT experiments; ``const`` for Const-GAT) and the
-aggregators come from the registries.
+The scorer (``${scorer}``: gat by default in the GAT experiments; ``const`` for Const-GAT), the
+normaliser (``${normalizer}``: softmax as in the paper; any with a segment form, e.g. norm) and
+the aggregators come from the registries.
 """
 
 from __future__ import annotations
@@ -44,16 +45,20 @@ class GAT(nn.Module):
         value_dropout: dropout on each layer's transformed features Wh before α weighs them, as
             the paper's reference code does besides the input dropout (default 0.0: PyG's GATConv).
         scorer: scorer of every layer (default ``{name: gat}``).
+        normalizer: normaliser of every layer, over each neighbourhood (default softmax).
         hidden_aggregator: heads of hidden layers (default concat).
         output_aggregator: heads of the output layer (default mean).
         layer: the graph layer block (default ``attention``: :class:`GraphAttention`).
     Shape: x (N, in_dim), edge_index (2, E) -> logits (N, num_classes).
     """
 
+    interface = "graph"  # works on graph data (attnflow.run.check_composition)
+
     def __init__(self, in_dim: int, num_classes: int, *, layers: int = 2, hidden_dim: int = 8,
                  heads: int = 8, out_heads: int = 1, dropout: float = 0.6, attn_dropout: float = 0.6,
                  value_dropout: float = 0.0,
                  scorer: BlockSpec["scorer"] = {"name": "gat"},  # noqa: B006
+                 normalizer: BlockSpec["normalizer"] = {"name": "softmax"},  # noqa: B006
                  hidden_aggregator: BlockSpec["aggregator"] = {"name": "concat"},  # noqa: B006
                  output_aggregator: BlockSpec["aggregator"] = {"name": "mean"},  # noqa: B006
                  layer: str = "attention"):
@@ -66,6 +71,7 @@ class GAT(nn.Module):
         for i in range(layers):
             last = i == layers - 1
             cfg = {"name": layer, "heads": out_heads if last else heads, "scorer": scorer,
+                   "normalizer": normalizer,
                    "aggregator": output_aggregator if last else hidden_aggregator,
                    "dropout": attn_dropout, "value_dropout": value_dropout}
             block = GRAPH_LAYERS.build(cfg, d, num_classes if last else hidden_dim,

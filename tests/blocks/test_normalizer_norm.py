@@ -1,11 +1,11 @@
-"""Plain norm: α_i = p_i / Σ_k p_k over a positive score (SPEC §1, seed 000)."""
+"""Plain norm: α_i = p_i / Σ_k p_k over a positive score; with p = exp(a) it is SoftMax."""
 
 import math
 
 import pytest
 import torch
 
-from attnflow.blocks.normalizers import NormNormalizer
+from attnflow.blocks.normalizers.norm import NormNormalizer
 from attnflow.registry import NORMALIZERS, ConfigError
 
 BUILDERS = {
@@ -54,7 +54,7 @@ def test_literal_relu():
 
 
 def test_exp_of_dot_product_makes_norm_softmax():
-    """Seed 000: with a(h, h′) = exp(hᵀh′), norm becomes SoftMax of hᵀh′."""
+    """With a(h, h′) = exp(hᵀh′), norm becomes SoftMax of hᵀh′."""
     h = torch.randn(2, 5, 4, dtype=torch.float64)  # keys
     hq = torch.randn(2, 3, 4, dtype=torch.float64)  # queries
     dots = torch.einsum("bqd,bkd->bqk", hq, h)

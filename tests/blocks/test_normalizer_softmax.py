@@ -1,11 +1,11 @@
-"""SoftMax normaliser: α_i = exp(a_i) / Σ_k exp(a_k) over allowed keys (SPEC §1)."""
+"""SoftMax normaliser: α_i = exp(a_i) / Σ_k exp(a_k) over allowed keys (Bahdanau et al. 2015, eq. (6))."""
 
 import math
 
 import pytest
 import torch
 
-from attnflow.blocks.normalizers import SoftmaxNormalizer
+from attnflow.blocks.normalizers.softmax import SoftmaxNormalizer
 from attnflow.registry import NORMALIZERS
 
 BUILDERS = {

@@ -1,11 +1,11 @@
-"""Additive (Bahdanau) scorer: a(k, q) = wᵀ tanh(Uk + Vq) (SPEC §1)."""
+"""Additive (Bahdanau) scorer: a(k, q) = wᵀ tanh(Uk + Vq) (Bahdanau et al. 2015, Appendix A.1.2)."""
 
 import math
 
 import pytest
 import torch
 
-from attnflow.blocks.scorers import AdditiveScorer
+from attnflow.blocks.scorers.additive import AdditiveScorer
 from attnflow.registry import SCORERS
 
 BUILDERS = {

@@ -1,11 +1,11 @@
-"""Cosine (content-based) scorer: a(k, q) = β kᵀq / (‖k‖‖q‖) (SPEC §1, seed 001)."""
+"""Cosine (content-based) scorer: a(k, q) = β kᵀq / (‖k‖‖q‖) (Graves, Wayne & Danihelka 2014, §3.3.1)."""
 
 import math
 
 import pytest
 import torch
 
-from attnflow.blocks.scorers import CosineScorer
+from attnflow.blocks.scorers.cosine import CosineScorer
 from attnflow.registry import SCORERS, ConfigError
 
 BUILDERS = {

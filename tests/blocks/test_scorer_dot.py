@@ -1,9 +1,9 @@
-"""Dot scorer: a(k, q) = kᵀq (SPEC §1)."""
+"""Dot scorer: a(k, q) = kᵀq (Luong et al. 2015, eq. (8))."""
 
 import pytest
 import torch
 
-from attnflow.blocks.scorers import DotScorer
+from attnflow.blocks.scorers.dot import DotScorer
 from attnflow.registry import SCORERS, ConfigError
 
 BUILDERS = {

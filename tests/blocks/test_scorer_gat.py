@@ -1,9 +1,9 @@
-"""GAT scorer: a(k, q) = LeakyReLU(uᵀWk + vᵀWq), slope 0.2 (SPEC §1, Veličković 2018)."""
+"""GAT scorer: a(k, q) = LeakyReLU(uᵀWk + vᵀWq), slope 0.2 (Veličković et al. 2018, eq. (3))."""
 
 import pytest
 import torch
 
-from attnflow.blocks.scorers import GATScorer
+from attnflow.blocks.scorers.gat import GATScorer
 from attnflow.registry import SCORERS, ConfigError
 
 BUILDERS = {

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch_geometric.nn import GATv2Conv
 
-from attnflow.blocks.graph import GraphAttention
+from attnflow.blocks.graph.graph_attention import GraphAttention
 from attnflow.registry import SCORERS, ConfigError
 
 

@@ -1,9 +1,9 @@
-"""General (bilinear, Luong) scorer: a(k, q) = kᵀWq (SPEC §1)."""
+"""General (bilinear, Luong) scorer: a(k, q) = kᵀWq (Luong et al. 2015, eq. (8))."""
 
 import pytest
 import torch
 
-from attnflow.blocks.scorers import GeneralScorer
+from attnflow.blocks.scorers.general import GeneralScorer
 from attnflow.registry import SCORERS
 
 BUILDERS = {

@@ -1,11 +1,12 @@
-"""MLP scorer: a(k, q) = MLP([k; q]) (SPEC §1, seed 001)."""
+"""MLP scorer: a(k, q) = MLP([k; q]) (Bahdanau et al. 2015, eq. (6): a feed-forward alignment model)."""
 
 import math
 
 import pytest
 import torch
 
-from attnflow.blocks.scorers import AdditiveScorer, MLPScorer
+from attnflow.blocks.scorers.additive import AdditiveScorer
+from attnflow.blocks.scorers.mlp import MLPScorer
 from attnflow.registry import SCORERS, ConfigError
 
 BUILDERS = {

@@ -1,11 +1,11 @@
-"""Scaled dot-product scorer: a(k, q) = kᵀq / √d (SPEC §1, Vaswani 2017)."""
+"""Scaled dot-product scorer: a(k, q) = kᵀq / √d (Vaswani et al. 2017, eq. (1))."""
 
 import math
 
 import pytest
 import torch
 
-from attnflow.blocks.scorers import ScaledDotScorer
+from attnflow.blocks.scorers.scaled_dot import ScaledDotScorer
 from attnflow.registry import SCORERS, ConfigError
 
 BUILDERS = {

@@ -1,46 +1,63 @@
 """Graph attention layer (GAT) with a pluggable scorer, as a PyG ``MessagePassing`` block.
 
-Source: seed 000 ("графовые сети внимания"); Veličković et al. 2018, "Graph attention networks".
+Source: Veličković et al. 2018, "Graph attention networks", §2.1, eq. (1)–(6).
 For node t with neighbourhood N(t) (its in-neighbours plus t itself: self-loops) and J heads::
 
-    αʲ_{it} = SoftMax_{i ∈ N(t)} a_j(k = Wʲh_i, q = Wʲh_t)
+    αʲ_{it} = norm_{i ∈ N(t)} a_j(k = Wʲh_i, q = Wʲh_t)              (norm: SoftMax by default)
     cʲ_t    = Σ_{i ∈ N(t)} αʲ_{it} Wʲh_i
     c_t     = aggregate(c¹_t … cᴶ_t) + b        (concat in hidden layers, mean in the output layer)
 
 With the ``gat`` scorer a_j(k, q) = LeakyReLU(uʲᵀk + vʲᵀq) this is the paper's layer and equals
 ``torch_geometric.nn.GATConv`` given the same weights (W ↔ ``lin``, uʲ ↔ ``att_src[j]``,
-vʲ ↔ ``att_dst[j]``, b ↔ ``bias``). Its score splits into per-node terms, so it is computed as
-GATConv does: uʲᵀWʲh for every node once, (N, J), then gathered per edge. Any other scorer of the
-``scorer`` registry (dot, scaled_dot, cosine, general, additive, mlp, const, …) scores each edge
-(i → t) on per-edge tensors, (E, J, 1, d) — no E×E matrix; heads with parameters run as one
-vectorised call (``torch.func.vmap`` over the J scorers' stacked parameters), never a loop.
+vʲ ↔ ``att_dst[j]``, b ↔ ``bias``).
 
-The neighbourhood SoftMax is PyG's ``softmax`` (a scatter over target nodes); dropout on α
-(attention dropout) is applied after it, as in the paper. Edges are (source, target) =
-``edge_index[0], edge_index[1]`` (PyG's ``source_to_target`` flow).
+How an edge is scored follows the scorer's capabilities (:mod:`attnflow.blocks.scorers.base`),
+never its name: a ``decomposable`` scorer (gat, const, …) has per-node terms, so — as GATConv —
+``key_terms`` and ``query_terms`` run once per node, (N, J), are gathered per edge and combined
+(``combine_terms``); const's zero terms cost no per-edge feature work. A parameter-free s·kᵀq scorer
+(``sdpa_scale``: dot, scaled_dot) is one product per edge; any other scorer (cosine, general,
+additive, mlp, gatv2, …) scores each edge (i → t) on per-edge tensors, (E, J, 1, d) — no E×E
+matrix. Heads whose scorers have parameters run as one vectorised call (``torch.func.vmap`` over
+the J scorers' stacked parameters), never a loop over heads; each head's scorer is initialised
+by ``scorer.reset_parameters(J)``.
+
+α is normalised over each neighbourhood by the ``normalizer`` block's segment form
+(``normalize_segments``: softmax is PyG's scatter ``softmax``; norm divides a positive score by its
+scatter sum); dropout on α (attention dropout) is applied after it, as in the paper. Edges are
+(source, target) = ``edge_index[0], edge_index[1]`` (PyG's ``source_to_target`` flow).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Tuple
+from typing import Any, Callable, Dict, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch_geometric.nn import MessagePassing
 from torch_geometric.utils import add_self_loops as _add_self_loops
-from torch_geometric.utils import remove_self_loops, softmax
+from torch_geometric.utils import remove_self_loops
 
-from attnflow.blocks.scorers.const import ConstScorer
-from attnflow.blocks.scorers.gat import GATScorer
-from attnflow.registry import AGGREGATORS, GRAPH_LAYERS, SCORERS, BlockSpec
+from attnflow.registry import AGGREGATORS, GRAPH_LAYERS, NORMALIZERS, SCORERS, BlockSpec, ConfigError
 
 
 def _glorot_(t: torch.Tensor, fan_in: int, fan_out: int) -> None:
     a = math.sqrt(6.0 / (fan_in + fan_out))
     with torch.no_grad():
         t.uniform_(-a, a)
+
+
+class _Call(nn.Module):
+    """``fn(scorer, *args)`` as a module's forward, so ``torch.func.functional_call`` can run any
+    scorer method with swapped (per-head) parameters; its parameters are ``scorer.<name>``."""
+
+    def __init__(self, scorer: nn.Module, fn: Callable):
+        super().__init__()
+        self.scorer, self.fn = scorer, fn
+
+    def forward(self, *args):
+        return self.fn(self.scorer, *args)
 
 
 @GRAPH_LAYERS.register("attention")
@@ -52,6 +69,7 @@ class GraphAttention(MessagePassing):
         out_dim: features per head, C (context).
         heads: J (default 1).
         scorer: the scorer config, one scorer per head (default ``{name: gat}``: the paper's).
+        normalizer: normalises scores over each N(t); needs a segment form (default softmax).
         aggregator: how heads combine: ``concat`` (J·C) or ``mean`` (C) (default concat).
         dropout: attention dropout on α (default 0.0).
         value_dropout: dropout on the values Wʲh_i that α weighs (not on the scores): the
@@ -62,12 +80,13 @@ class GraphAttention(MessagePassing):
     Shape:
         x (N, in_dim), edge_index (2, E) -> (N, aggregator.output_dim); with
         ``return_attention_weights=True`` also (edge_index with self-loops (2, E′), α (E′, J));
-        α is the SoftMax before attention dropout, so it sums to 1 over each N(t).
+        α is the normaliser's output before attention dropout, so it sums to 1 over each N(t).
     """
 
     def __init__(self, in_dim: int, out_dim: int, *, heads: int = 1,
                  scorer: BlockSpec["scorer"] = {"name": "gat"},  # noqa: B006
                  aggregator: BlockSpec["aggregator"] = {"name": "concat"},  # noqa: B006
+                 normalizer: BlockSpec["normalizer"] = {"name": "softmax"},  # noqa: B006
                  dropout: float = 0.0, value_dropout: float = 0.0, add_self_loops: bool = True,
                  bias: bool = True):
         super().__init__(aggr="add", node_dim=0)
@@ -80,10 +99,16 @@ class GraphAttention(MessagePassing):
                                      for _ in range(heads))
         self.aggregator = AGGREGATORS.build(aggregator, heads, out_dim, heads * out_dim,
                                             path="aggregator")
+        self.normalizer = NORMALIZERS.build(normalizer, path="normalizer")
+        if not self.normalizer.has_segment_form():
+            with_form = [n for n in NORMALIZERS.names() if NORMALIZERS.get(n).has_segment_form()]
+            raise ConfigError(
+                f"graph attention: normalizer '{self.normalizer.registry_name}' (at 'normalizer') "
+                f"has no segment form (normalize_segments), and a graph layer normalises the "
+                f"scores of the edges into each node, not a padded row of keys; normalisers with "
+                f"one: {', '.join(with_form)}")
         self.bias = nn.Parameter(torch.zeros(self.aggregator.output_dim)) if bias else None
         first = self.scorers[0]
-        # the decomposable fast path: the paper's scorer without an extra projection
-        self._fast_gat = isinstance(first, GATScorer) and first.W is None
         self._has_params = any(p.requires_grad for p in first.parameters())
         self.reset_parameters()
 
@@ -94,29 +119,33 @@ class GraphAttention(MessagePassing):
     def reset_parameters(self) -> None:
         super().reset_parameters()
         _glorot_(self.lin.weight, self.in_dim, self.heads * self.out_dim)  # as PyG's Linear
-        if self._fast_gat:  # GATConv's glorot on att (1, J, C)
-            for s in self.scorers:
-                _glorot_(s.u, self.heads, self.out_dim)
-                _glorot_(s.v, self.heads, self.out_dim)
+        for s in self.scorers:  # e.g. gat: GATConv's glorot on att (1, J, C)
+            s.reset_parameters(self.heads)
         if self.bias is not None:
             nn.init.zeros_(self.bias)
 
     # -- edge scores -----------------------------------------------------------------------------
-    def _gat_params(self) -> Tuple[torch.Tensor, torch.Tensor]:
-        u = torch.stack([s.u for s in self.scorers])  # (J, C)
-        v = torch.stack([s.v for s in self.scorers])
-        return u, v
+    def _per_head(self, fn: Callable, args: Sequence[torch.Tensor], in_dims: Sequence[int],
+                  out_dims: int) -> Any:
+        """``fn(scorer_j, *args_j)`` for the J heads' scorers in one vectorised call: ``vmap``
+        over their stacked parameters and over axis ``in_dims[i]`` of ``args[i]``."""
+        first = self.scorers[0]
+        names = [n for n, _ in first.named_parameters()]
+        per_head = [dict(s.named_parameters()) for s in self.scorers]
+        params: Dict[str, torch.Tensor] = {
+            f"scorer.{n}": torch.stack([p[n] for p in per_head]) for n in names}
+        call = _Call(first, fn)
+
+        def one(p, *a):
+            return torch.func.functional_call(call, p, a, tie_weights=True, strict=False)
+
+        return torch.func.vmap(one, in_dims=(0, *in_dims), out_dims=out_dims)(params, *args)
 
     def _edge_scores(self, h: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
         """Raw scores a_j(Wʲh_src, Wʲh_dst) per edge and head: (E, J)."""
         first = self.scorers[0]
-        if self._fast_gat:
-            u, v = self._gat_params()
-            a_src = (h * u).sum(-1)  # (N, J): uʲᵀWʲh_i for every node once
-            a_dst = (h * v).sum(-1)
-            return F.leaky_relu(a_src[src] + a_dst[dst], first.negative_slope)
-        if isinstance(first, ConstScorer):  # uniform weights: no per-edge features needed
-            return h.new_zeros(src.numel(), self.heads)
+        if first.decomposable:  # per-node terms once (N, J), gathered per edge, as GATConv
+            return self._decomposed_scores(h, src, dst)
         if first.sdpa_scale is not None and not self._has_params:  # s·kᵀq: dot, scaled_dot
             return first.sdpa_scale * (h[src] * h[dst]).sum(-1)
         k = h[src].unsqueeze(-2)  # (E, J, 1, C)
@@ -124,16 +153,24 @@ class GraphAttention(MessagePassing):
         if not self._has_params:  # cosine and other parameter-free scorers: one call, all heads
             return first.score_prepared(q, first.prepare_keys(k)).reshape(k.shape[0], self.heads)
         # J scorers with parameters: one vectorised call over stacked per-head parameters
-        names = [n for n, _ in first.named_parameters()]
-        per_head = [dict(s.named_parameters()) for s in self.scorers]
-        params = {n: torch.stack([p[n] for p in per_head]) for n in names}
+        out = self._per_head(lambda s, qj, kj: s(qj, kj), (q, k), in_dims=(1, 1), out_dims=0)
+        return out.reshape(self.heads, -1).t()  # (J, E, 1, 1) -> (E, J)
 
-        def one(p, qj, kj):
-            return torch.func.functional_call(
-                first, p, (qj, kj), kwargs=None, tie_weights=True, strict=False)
-
-        out = torch.func.vmap(one)(params, q.transpose(0, 1), k.transpose(0, 1))  # (J, E, 1, 1)
-        return out.reshape(self.heads, -1).t()
+    def _decomposed_scores(self, h: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+        """combine_j(f_j(Wʲh_src), g_j(Wʲh_dst)): f, g per node (N, J), gathered per edge."""
+        first = self.scorers[0]
+        if not self._has_params:  # every head's scorer is the same function: all heads at once
+            a_src, a_dst = first.key_terms(h), first.query_terms(h)  # (N, J)
+        elif self.heads == 1:
+            a_src, a_dst = first.key_terms(h[:, 0]), first.query_terms(h[:, 0])  # (N,)
+            return first.combine_terms(a_src[src], a_dst[dst]).unsqueeze(-1)
+        else:  # the class's batched form, else one vmapped call over the heads' parameters
+            terms = type(first).stacked_terms(self.scorers, h)
+            if terms is None:
+                terms = self._per_head(lambda s, x: (s.key_terms(x), s.query_terms(x)), (h,),
+                                       in_dims=(1,), out_dims=1)
+            a_src, a_dst = terms  # (N, J) each
+        return first.combine_terms(a_src[src], a_dst[dst])  # parameter-free: all heads at once
 
     # -- forward ---------------------------------------------------------------------------------
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor,
@@ -144,7 +181,7 @@ class GraphAttention(MessagePassing):
             edge_index, _ = remove_self_loops(edge_index)
             edge_index, _ = _add_self_loops(edge_index, num_nodes=N)
         src, dst = edge_index[0], edge_index[1]
-        alpha = softmax(self._edge_scores(h, src, dst), dst, num_nodes=N)  # (E, J)
+        alpha = self.normalizer.normalize_segments(self._edge_scores(h, src, dst), dst, N)  # (E, J)
         alpha_used = F.dropout(alpha, p=self.dropout, training=self.training)
         values = F.dropout(h, p=self.value_dropout, training=self.training) if self.value_dropout else h
         out = self.propagate(edge_index, x=values, alpha=alpha_used, size=(N, N))  # (N, J, C)

@@ -1,7 +1,8 @@
 """Plain normalisation of a positive score: norm_i(p_i) = p_i / Σ_k p_k.
 
-Source: seed 000 ("здесь и далее norm_i(p_i) = p_i / Σ_k p_k"; with a(h, h′) = exp(hᵀh′) norm
-becomes SoftMax). ``positive`` says how a raw score is made positive first:
+Source: the general form α_ti = norm_i a(h_i, h′_{t−1}) of attention weights; with
+a(h, h′) = exp(hᵀh′) norm becomes SoftMax, as in Bahdanau et al. 2015, eq. (6). ``positive``
+says how a raw score is made positive first:
 'none' (the scorer's score is used as it is and must be ≥ 0), 'exp' (p = exp(a), which makes this
 SoftMax), 'softplus' (p = log(1 + eᵃ)), 'relu' (p = max(a, 0)). Masked keys get p = 0. ``eps``
 keeps a row whose p are all zero from dividing by zero (its weights stay 0).
@@ -23,7 +24,8 @@ class NormNormalizer(Normalizer):
     Args:
         positive: 'none', 'exp', 'softplus' or 'relu' (default 'softplus').
         eps: added to the denominator (default 1e-12).
-    Shape: scores (..., Tq, Tk), mask broadcastable bool -> (..., Tq, Tk).
+    Shape: scores (..., Tq, Tk), mask broadcastable bool -> (..., Tq, Tk); segment form
+    (graph attention): scores (E, J), index (E,) -> (E, J), Σ over a scatter sum per index.
     """
 
     def __init__(self, *, positive: Literal["softplus", "exp", "relu", "none"] = "softplus",
@@ -31,18 +33,34 @@ class NormNormalizer(Normalizer):
         super().__init__()
         self.positive, self.eps = positive, eps
 
-    def forward(self, scores: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def _positive(self, scores: torch.Tensor, shift: Optional[torch.Tensor]) -> torch.Tensor:
+        """p = positive(scores); for exp, exp(a − max) (the ratios of exp(a), in range)."""
         if self.positive == "exp":
-            # exp(a - max) / Σ exp(a - max) = exp(a) / Σ exp(a): shift for range, same ratio
+            return torch.exp(scores - shift.clamp_min(-1e30).detach())
+        if self.positive == "softplus":
+            return F.softplus(scores)
+        if self.positive == "relu":
+            return F.relu(scores)
+        return scores
+
+    def normalize_segments(self, scores: torch.Tensor, index: torch.Tensor,
+                           num_segments: int) -> torch.Tensor:
+        """p / (Σ p over the entries of the segment + eps), p = positive(scores): (E, J) -> (E, J)."""
+        shift = None
+        if self.positive == "exp":  # shift by the segment's max, as forward shifts by the row's
+            idx = index.view(-1, *([1] * (scores.dim() - 1))).expand_as(scores)
+            top = scores.new_full((num_segments, *scores.shape[1:]), float("-inf"))
+            shift = top.scatter_reduce(0, idx, scores, reduce="amax", include_self=True)[index]
+        p = self._positive(scores, shift)
+        total = p.new_zeros((num_segments, *p.shape[1:])).index_add_(0, index, p)
+        return p / (total[index] + self.eps)
+
+    def forward(self, scores: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        shift = None
+        if self.positive == "exp":
             shift = scores if mask is None else scores.masked_fill(~mask, float("-inf"))
-            shift = shift.amax(dim=-1, keepdim=True).clamp_min(-1e30).detach()
-            p = torch.exp(scores - shift)
-        elif self.positive == "softplus":
-            p = F.softplus(scores)
-        elif self.positive == "relu":
-            p = F.relu(scores)
-        else:
-            p = scores
+            shift = shift.amax(dim=-1, keepdim=True)
+        p = self._positive(scores, shift)
         if mask is not None:
             p = p.masked_fill(~mask, 0.0)
         return p / (p.sum(dim=-1, keepdim=True) + self.eps)

@@ -1,6 +1,6 @@
 """SoftMax normaliser: α_i = exp(a_i) / Σ_k exp(a_k) over the allowed keys.
 
-Source: seed 000 (α_ti = SoftMax_i a(h_i, h′_{t−1})), seed 001. Masked keys get −∞ before the
+Source: Bahdanau et al. 2015, eq. (6) (α_ti = SoftMax_i a(h_i, h′_{t−1})). Masked keys get −∞ before the
 SoftMax (padding, causal "future" and graph-neighbourhood masks all enter this way).
 """
 
@@ -31,7 +31,8 @@ class SoftmaxNormalizer(Normalizer):
 
     Args:
         temperature: divide scores by this before the SoftMax (default 1.0).
-    Shape: scores (..., Tq, Tk), mask broadcastable bool -> (..., Tq, Tk).
+    Shape: scores (..., Tq, Tk), mask broadcastable bool -> (..., Tq, Tk); segment form
+    (graph attention): scores (E, J), index (E,) -> (E, J), PyG's scatter ``softmax``.
     """
 
     def __init__(self, *, temperature: float = 1.0):
@@ -47,3 +48,12 @@ class SoftmaxNormalizer(Normalizer):
         if mask is None:
             return torch.softmax(scores, dim=-1)
         return masked_softmax(scores, mask)
+
+    def normalize_segments(self, scores: torch.Tensor, index: torch.Tensor,
+                           num_segments: int) -> torch.Tensor:
+        """SoftMax over the entries of each segment: PyG's scatter ``softmax`` (E, J) -> (E, J)."""
+        from torch_geometric.utils import softmax  # here: importing a normaliser needs no PyG
+
+        if self.temperature != 1.0:
+            scores = scores / self.temperature
+        return softmax(scores, index, num_nodes=num_segments)

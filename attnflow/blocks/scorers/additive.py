@@ -1,8 +1,9 @@
 """Additive (concat, Bahdanau) scorer: a(k, q) = wᵀ tanh(Uk + Vq).
 
-Source: seed 000 ("аддитивное внимание с w, U, V"), seed 001 ("additive attention");
-Bahdanau, Cho & Bengio 2015, "Neural machine translation by jointly learning to align and
-translate". Uk is computed once per key sequence (``prepare_keys``), as in the paper's decoder.
+Source: Bahdanau, Cho & Bengio 2015, "Neural machine translation by jointly learning to align and
+translate", eq. (6) and Appendix A.1.2 (a(s_{i−1}, h_j) = v_aᵀ tanh(W_a s_{i−1} + U_a h_j)); Luong et
+al. 2015's "concat" score. Uk is computed once per key sequence (``prepare_keys``), as in the
+paper's decoder.
 """
 
 import torch

@@ -1,6 +1,6 @@
 """Cosine (content-based) scorer: a(k, q) = kᵀq / (‖k‖‖q‖).
 
-Source: seed 001 ("content-based attention"); Graves et al. 2014 (Neural Turing Machines).
+Source: Graves, Wayne & Danihelka 2014 (Neural Turing Machines), §3.3.1 (focusing by content).
 An optional learnable sharpness β multiplies the cosine (NTM's key strength); β = 1 by default
 and is fixed unless ``learn_scale`` is set.
 """
@@ -25,10 +25,11 @@ class CosineScorer(Scorer):
     Shape: query (..., Tq, D), keys (..., Tk, D) -> (..., Tq, Tk).
     """
 
+    requires_equal_dims = True
+
     def __init__(self, query_dim: int, key_dim: int, *, scale: float = 1.0, learn_scale: bool = False,
                  eps: float = 1e-8):
         super().__init__(query_dim, key_dim)
-        self._require_equal_dims()
         self.eps = eps
         self.scale = nn.Parameter(torch.tensor(float(scale)), requires_grad=learn_scale)
 

@@ -1,6 +1,6 @@
 """Dot-product scorer: a(k, q) = kᵀq.
 
-Source: seed 000 ("скалярное произведение"), seed 001 ("basic dot-product"); Luong et al. 2015.
+Source: Luong, Pham & Manning 2015, §3.1, eq. (8) (the "dot" score h_tᵀh̄_s).
 Needs query_dim == key_dim.
 """
 
@@ -20,10 +20,10 @@ class DotScorer(Scorer):
     """
 
     sdpa_scale = 1.0
+    requires_equal_dims = True
 
     def __init__(self, query_dim: int, key_dim: int):
         super().__init__(query_dim, key_dim)
-        self._require_equal_dims()
 
     def score_prepared(self, query: torch.Tensor, prepared: torch.Tensor) -> torch.Tensor:
         return query @ prepared.transpose(-1, -2)

@@ -1,13 +1,20 @@
 """GAT scorer: a(k, q) = LeakyReLU(uᵀk + vᵀq).
 
-Source: seed 000 (graph attention: a(Wʲh_i, Wʲh_t) = LeakyReLU(uʲWʲh_i + vʲWʲh_t));
-Veličković et al. 2018, "Graph attention networks". In a GAT layer the inputs are already the
+Source: Veličković et al. 2018, "Graph attention networks", §2.1, eq. (3): LeakyReLU(aᵀ[Wh_i ‖ Wh_t])
+with a = [u; v], i.e. a(Wʲh_i, Wʲh_t) = LeakyReLU(uʲWʲh_i + vʲWʲh_t).
+In a GAT layer the inputs are already the
 projected Wh, so by default the scorer has only u and v; ``hidden_dim`` adds a shared projection W
 for use on raw vectors (then query_dim must equal key_dim, as in the paper where k and q are node
 features of one space). Negative slope 0.2 as in the paper.
+
+The score is decomposable (``decomposable``): f(k) = uᵀWk, g(q) = vᵀWq, combine = LeakyReLU(f + g),
+so a graph attention layer computes f and g once per node and gathers them per edge (as PyG's
+``GATConv``). As one head of a J-head layer, ``reset_parameters(J)`` draws u and v as ``GATConv``
+draws its ``att_src`` / ``att_dst`` (glorot over (J, C)).
 """
 
-from typing import Optional
+import math
+from typing import Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +34,8 @@ class GATScorer(Scorer):
         hidden_dim: if set, a shared projection W (hidden_dim × d) before u, v (default None).
     Shape: query (..., Tq, Dq), keys (..., Tk, Dk) -> (..., Tq, Tk).
     """
+
+    decomposable = True
 
     def __init__(self, query_dim: int, key_dim: int, *, negative_slope: float = 0.2,
                  hidden_dim: Optional[int] = None):
@@ -51,4 +60,32 @@ class GATScorer(Scorer):
 
     def score_prepared(self, query: torch.Tensor, prepared: torch.Tensor) -> torch.Tensor:
         q = self._project(query) @ self.v  # (..., Tq)
-        return F.leaky_relu(q.unsqueeze(-1) + prepared.unsqueeze(-2), self.negative_slope)
+        return self.combine_terms(prepared.unsqueeze(-2), q.unsqueeze(-1))
+
+    # the decomposed score, per vector; written as GATConv writes it ((x · att).sum(-1)) so that
+    # a graph layer over it gives GATConv's numbers
+    def key_terms(self, keys: torch.Tensor) -> torch.Tensor:
+        return (self._project(keys) * self.u).sum(-1)  # (..., Tk)
+
+    def query_terms(self, query: torch.Tensor) -> torch.Tensor:
+        return (self._project(query) * self.v).sum(-1)  # (..., Tq)
+
+    def combine_terms(self, key_term: torch.Tensor, query_term: torch.Tensor) -> torch.Tensor:
+        return F.leaky_relu(key_term + query_term, self.negative_slope)
+
+    @classmethod
+    def stacked_terms(cls, scorers: Sequence["GATScorer"],
+                      x: torch.Tensor) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
+        """GATConv's (x · att_src).sum(-1), (x · att_dst).sum(-1) over u, v stacked to (J, C)."""
+        if any(s.W is not None for s in scorers):
+            return None
+        u = torch.stack([s.u for s in scorers])
+        v = torch.stack([s.v for s in scorers])
+        return (x * u).sum(-1), (x * v).sum(-1)
+
+    def reset_parameters(self, heads: int = 1) -> None:
+        """u, v as GATConv's ``att_src`` / ``att_dst`` (1, J, C): glorot, bound √(6 / (J + C))."""
+        for t in (self.u, self.v):
+            bound = math.sqrt(6.0 / (heads + t.shape[-1]))
+            with torch.no_grad():
+                t.uniform_(-bound, bound)

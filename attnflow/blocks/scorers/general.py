@@ -1,7 +1,7 @@
 """General (multiplicative, bilinear) scorer: a(k, q) = kᵀWq.
 
-Source: seed 000 ("с матрицей обучаемых параметров W"), seed 001 ("multiplicative");
-Luong et al. 2015, "Effective approaches to attention-based neural machine translation".
+Source: Luong, Pham & Manning 2015, "Effective approaches to attention-based neural machine
+translation", §3.1, eq. (8) (the "general" score h_tᵀW_a h̄_s).
 W is key_dim × query_dim, so q and k may have different sizes.
 """
 

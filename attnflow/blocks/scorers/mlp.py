@@ -1,6 +1,7 @@
 """MLP scorer: a(k, q) = MLP([k; q]).
 
-Source: seed 001 ("general (в ориг. статье) MLP(s, h)"). The first layer acts on the concatenation
+Source: Bahdanau, Cho & Bengio 2015, §3.1, eq. (6): the alignment model a(s_{i−1}, h_j) is a
+feed-forward network trained jointly with the rest. The first layer acts on the concatenation
 [k; q]; since W[k; q] = W_k k + W_q q, it is computed as two projections broadcast over all
 (query, key) pairs instead of materialising Tq·Tk concatenations. With one hidden layer, tanh and
 no biases this is the additive scorer.

@@ -1,6 +1,6 @@
 """Scaled dot-product scorer: a(k, q) = kᵀq / √d.
 
-Source: seed 000 and 001; Vaswani et al. 2017, "Attention is all you need". d is the key size.
+Source: Vaswani et al. 2017, "Attention is all you need", §3.2.1, eq. (1). d is the key size.
 With softmax and no maps requested, attention runs it through the fused
 ``torch.nn.functional.scaled_dot_product_attention``.
 """
@@ -22,9 +22,10 @@ class ScaledDotScorer(Scorer):
     Shape: query (..., Tq, D), keys (..., Tk, D) -> (..., Tq, Tk).
     """
 
+    requires_equal_dims = True
+
     def __init__(self, query_dim: int, key_dim: int):
         super().__init__(query_dim, key_dim)
-        self._require_equal_dims()
         self.sdpa_scale = 1.0 / math.sqrt(key_dim)
 
     def score_prepared(self, query: torch.Tensor, prepared: torch.Tensor) -> torch.Tensor:
