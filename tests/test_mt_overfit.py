@@ -42,7 +42,8 @@ def test_overfits_200_pairs(tmp_path, one_thread):
                     decoder={"name": "luong", "cell": "gru", "input_feed": False, "embed_dim": 96,
                              "hidden_dim": 192,
                              "attention": {"name": "single", "scorer": {"name": "general"}}})
-    task = TranslationTask(model, **dm.task_context(), lr=1e-2, beam_size=1)
+    task = TranslationTask(model, **dm.task_context(), optim={"lr": 1e-2}, label_smoothing=0.0,
+                           beam_size=1)
     assert (tmp_path / "tokenizer" / "de.json").is_file()  # saved with the run
     before = _bleu(task, dm)
     pl.Trainer(accelerator="cpu", max_steps=200, logger=False, enable_checkpointing=False,

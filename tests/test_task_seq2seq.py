@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from attnflow.tasks.optim import OptimConfig
 from attnflow.tasks.seq2seq import exact_match, strip_after_eos
 
 E, P = 2, 0
@@ -27,7 +28,8 @@ def test_exact_match_needs_the_whole_sequence_and_eos():
 def test_noam_schedule_peaks_at_warmup():
     from attnflow.tasks.seq2seq import Seq2SeqTask
 
-    task = Seq2SeqTask(torch.nn.Linear(2, 2), 0, 1, 2, 5, lr=1.0, scheduler="noam", warmup_steps=10)
+    task = Seq2SeqTask(torch.nn.Linear(2, 2), 0, 1, 2, 5,
+                       optim=OptimConfig(lr=1.0, scheduler="noam", warmup_steps=10))
     sched = task.configure_optimizers()["lr_scheduler"]["scheduler"]
     lrs = []
     for _ in range(40):

@@ -1,6 +1,6 @@
 """Document classification task: cross-entropy, accuracy and macro-F1, optional attention penalty.
 
-Loss: −ln SoftMax_y(logits) of the true class (seed 000: Σ_d Σ_y ln SoftMax_y(W_y v + b_y) → max),
+Loss: −ln SoftMax_y(logits) of the true class (the negative log-likelihood of Yang et al. 2016, §2.3),
 plus ``penalty_weight`` · mean ‖AAᵀ − I‖²_F (Lin et al. 2017) when the model returns attention
 hops A (``attention`` (B, r, n)) and the weight is positive.
 
@@ -15,9 +15,8 @@ The model contract: ``model(tokens (B,S,W), sent_lengths (B,S)) -> {"logits": (B
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List, Literal, Sequence
+from typing import Dict, List, Sequence
 
-import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -25,11 +24,12 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from attnflow.blocks.attention.penalty import diversity_penalty
 from attnflow.registry import TASKS
-from attnflow.tasks import optim
+from attnflow.tasks.base import Task
+from attnflow.tasks.optim import OptimConfig
 
 
 @TASKS.register("classification")
-class ClassificationTask(pl.LightningModule):
+class ClassificationTask(Task):
     """Trains a document classifier.
 
     Args:
@@ -37,29 +37,27 @@ class ClassificationTask(pl.LightningModule):
         num_classes: number of classes (context).
         class_names: class index → name (context).
         itos: word id → word, for renderings (context).
-        optimizer: 'adam', 'adamw' or 'sgd' (default 'adam').
-        lr: learning rate (default 1e-3).
-        weight_decay: (default 0.0).
+        optim: optimiser and schedule (default Adam, lr 0.002, cosine decay over the run).
         label_smoothing: (default 0.0).
         penalty_weight: coefficient of ‖AAᵀ − I‖²_F for models returning attention hops
             (default 0.0: off).
-        scheduler: 'none' or 'cosine' (decay over the run) (default 'none').
         renderings: documents rendered to HTML every validation epoch (default 4; 0 = off).
     """
 
+    interface = "documents"
+    metrics = {"loss": "min", "acc": "max", "f1": "max", "penalty": "min"}
+    monitor, monitor_mode = "val/acc", "max"
+
     def __init__(self, model: nn.Module, num_classes: int, class_names: Sequence[str] = (),
-                 itos: Sequence[str] = (), *, optimizer: Literal["adam", "adamw", "sgd"] = "adam",
-                 lr: float = 1e-3, weight_decay: float = 0.0, label_smoothing: float = 0.0,
-                 penalty_weight: float = 0.0, scheduler: Literal["none", "cosine"] = "none",
-                 renderings: int = 4):
-        super().__init__()
-        self.model, self.num_classes = model, num_classes
+                 itos: Sequence[str] = (), *,
+                 optim: OptimConfig = OptimConfig(lr=0.002, scheduler="cosine"),
+                 label_smoothing: float = 0.0, penalty_weight: float = 0.0, renderings: int = 4):
+        super().__init__(model, optim=optim)
+        self.num_classes = num_classes
         self.class_names = list(class_names) or [str(i) for i in range(num_classes)]
         self.itos = list(itos)
-        self.optimizer_name, self.lr, self.weight_decay = optimizer, lr, weight_decay
         self.label_smoothing, self.penalty_weight = label_smoothing, penalty_weight
-        self.scheduler_name, self.renderings = scheduler, renderings
-        self.run_config: dict = {}
+        self.renderings = renderings
         self._acc = nn.ModuleDict({f"{s}_": MulticlassAccuracy(num_classes, average="micro")
                                    for s in ("train", "val", "test")})
         self._f1 = nn.ModuleDict({f"{s}_": MulticlassF1Score(num_classes, average="macro")
@@ -68,7 +66,7 @@ class ClassificationTask(pl.LightningModule):
     def forward(self, batch: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         return self.model(batch["tokens"], batch["sent_lengths"])
 
-    def _step(self, batch: Dict[str, torch.Tensor], split: str) -> torch.Tensor:
+    def step(self, batch: Dict[str, torch.Tensor], split: str) -> torch.Tensor:
         out = self(batch)
         logits, y = out["logits"], batch["labels"]
         loss = F.cross_entropy(logits, y, label_smoothing=self.label_smoothing)
@@ -86,15 +84,6 @@ class ClassificationTask(pl.LightningModule):
             self.log(f"{split}/penalty", penalty, batch_size=n)
             loss = loss + self.penalty_weight * penalty
         return loss
-
-    def training_step(self, batch, batch_idx):
-        return self._step(batch, "train")
-
-    def validation_step(self, batch, batch_idx):
-        self._step(batch, "val")
-
-    def test_step(self, batch, batch_idx):
-        self._step(batch, "test")
 
     # -- explanations ----------------------------------------------------------------------------
     @torch.no_grad()
@@ -145,14 +134,3 @@ class ClassificationTask(pl.LightningModule):
             d["title"] = f"true {names[y]} · predicted {d['label']} (p={d['probability']:.3f})"
         write_html(Path(trainer.default_root_dir) / "renderings" / f"val_epoch{trainer.current_epoch}.html",
                    docs, f"validation documents, epoch {trainer.current_epoch}")
-
-    # -- optimisation ----------------------------------------------------------------------------
-    def configure_optimizers(self):
-        return optim.configure(self, self.optimizer_name, self.lr, self.weight_decay,
-                               self.scheduler_name)
-
-    def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["attnflow_config"] = self.run_config
-        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        if dm is not None and hasattr(dm, "artifacts"):
-            checkpoint["attnflow_artifacts"] = dm.artifacts()

@@ -1,9 +1,9 @@
 """Node classification on a graph: single-label (SoftMax cross-entropy) or multi-label (per-class
 sigmoid log-loss).
 
-Source: seed 000 (graph attention for node classification; for multi-label classification "the
-output layer applies a sigmoid per class with log-loss"); Veličković et al. 2018 (Cora, CiteSeer,
-PubMed: single-label; PPI: multi-label). The model maps (x, edge_index) to logits (N, C); only the
+Source: Veličković et al. 2018, "Graph attention networks" (Cora, CiteSeer, PubMed: single-label;
+PPI: multi-label, the output layer followed by a logistic sigmoid per class, trained with per-class
+log-loss). The model maps (x, edge_index) to logits (N, C); only the
 nodes of the batch's ``<split>_mask`` count:
 
     single-label:  L = −1/|M| Σ_{t∈M} ln softmax(z_t)_{y_t}
@@ -15,29 +15,28 @@ also ``f1`` (micro-averaged F1, the PPI metric). Metrics accumulate over the min
 epoch, so full-batch and mini-batch evaluation agree.
 
 With ``picture`` the task saves, at the end of training, a 2-D projection (PCA) of the output
-layer's node vectors coloured by class with edges drawn by attention weight (seed 000's figure)
+layer's node vectors coloured by class with edges drawn by attention weight (after Veličković et al. 2018, Fig. 2)
 to ``<run dir>/attention/graph_embedding.png`` and logs it to TensorBoard / W&B.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
-import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torchmetrics import MeanMetric, SumMetric
 
 from attnflow.registry import TASKS
-from attnflow.tasks import optim
+from attnflow.tasks.base import Task
+from attnflow.tasks.optim import OptimConfig
 
 SPLITS = ("train", "val", "test")
 
 
 @TASKS.register("node_classification")
-class NodeClassificationTask(pl.LightningModule):
+class NodeClassificationTask(Task):
     """Trains a graph model (x, edge_index) -> logits (N, C) on masked nodes.
 
     Args:
@@ -46,24 +45,25 @@ class NodeClassificationTask(pl.LightningModule):
         multi_label_data: whether the data's labels are (N, C) 0/1 (context).
         multi_label: per-class sigmoid log-loss instead of SoftMax cross-entropy; must match the
             data (default False).
-        optimizer: 'adam' or 'adamw' (default 'adam').
-        lr: learning rate (default 0.005, the GAT paper's for Cora).
-        weight_decay: L2 penalty (default 5e-4, the paper's for Cora).
+        optim: optimiser and schedule (default Adam, lr 0.005, weight decay 5e-4: the GAT
+            paper's for Cora; constant).
         picture: save the embedding picture when training ends (default True).
     """
 
+    interface = "graph"
+    metrics = {"loss": "min", "acc": "max", "f1": "max"}
+    monitor, monitor_mode = "val/acc", "max"
+
     def __init__(self, model: nn.Module, num_classes: int, multi_label_data: bool = False, *,
-                 multi_label: bool = False, optimizer: Literal["adam", "adamw"] = "adam",
-                 lr: float = 0.005, weight_decay: float = 5e-4, picture: bool = True):
-        super().__init__()
+                 multi_label: bool = False,
+                 optim: OptimConfig = OptimConfig(lr=0.005, weight_decay=5e-4), picture: bool = True):
+        super().__init__(model, optim=optim)
         if multi_label != multi_label_data:
             kind = "multi-label ((N, C) 0/1)" if multi_label_data else "single-label ((N,) ids)"
             raise ValueError(f"task 'node_classification': the data's labels are {kind}; set "
                              f"task.multi_label={str(multi_label_data).lower()}")
-        self.model, self.num_classes, self.multi_label = model, num_classes, multi_label
-        self.optimizer_name, self.lr, self.weight_decay = optimizer, lr, weight_decay
+        self.num_classes, self.multi_label = num_classes, multi_label
         self.picture = picture
-        self.run_config: dict = {}
         # ModuleDict keys must not shadow nn.Module attributes ('train'), hence the suffix
         self._acc = nn.ModuleDict({f"{s}_": MeanMetric() for s in SPLITS})
         self._counts = nn.ModuleDict({f"{s}_{k}": SumMetric() for s in SPLITS
@@ -72,7 +72,7 @@ class NodeClassificationTask(pl.LightningModule):
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
         return self.model(x, edge_index)
 
-    def _step(self, batch, split: str) -> torch.Tensor:
+    def step(self, batch, split: str) -> torch.Tensor:
         logits = self.model(batch.x, batch.edge_index)
         mask = batch[f"{split}_mask"]
         z, y = logits[mask], batch.y[mask]
@@ -102,15 +102,6 @@ class NodeClassificationTask(pl.LightningModule):
         for k in ("tp", "fp", "fn"):
             self._counts[f"{split}_{k}"].reset()
 
-    def training_step(self, batch, batch_idx):
-        return self._step(batch, "train")
-
-    def validation_step(self, batch, batch_idx):
-        self._step(batch, "val")
-
-    def test_step(self, batch, batch_idx):
-        self._step(batch, "test")
-
     def on_train_epoch_end(self) -> None:
         self._log_f1("train")
 
@@ -119,12 +110,6 @@ class NodeClassificationTask(pl.LightningModule):
 
     def on_test_epoch_end(self) -> None:
         self._log_f1("test")
-
-    def configure_optimizers(self):
-        return optim.configure(self, self.optimizer_name, self.lr, self.weight_decay)
-
-    def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["attnflow_config"] = self.run_config
 
     # -- the picture ---------------------------------------------------------------------------
     def on_train_end(self) -> None:

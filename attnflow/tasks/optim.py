@@ -1,6 +1,8 @@
 """Optimisers and learning-rate schedules shared by the tasks.
 
-Schedules (multiplying the task's ``lr``, stepped every optimiser step):
+A task's ``optim`` field is one :class:`OptimConfig` (``task.optim.lr=0.01``,
+``task.optim.scheduler=noam task.optim.warmup_steps=300``); each task class gives its own default.
+Schedules (multiplying ``lr``, stepped every optimiser step):
 
 - ``none``: constant.
 - ``cosine``: ½(1 + cos(π·min(s, S)/S)) over the S steps of training.
@@ -10,13 +12,34 @@ Schedules (multiplying the task's ``lr``, stepped every optimiser step):
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Literal
 
 import torch
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
 SCHEDULERS = ("none", "cosine", "noam")
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+    """The optimiser and its learning-rate schedule: a task's ``optim`` child config.
+
+    Args:
+        optimizer: 'adam' (coupled L2 weight decay), 'adamw' (decoupled) or 'sgd' (momentum 0.9).
+        lr: learning rate; with scheduler 'noam' the peak, reached at ``warmup_steps``.
+        weight_decay: L2 penalty (Adam, SGD) or decoupled decay (AdamW).
+        scheduler: 'none' (constant), 'cosine' (decay to 0 over the run) or 'noam' (linear
+            warm-up, then ∝ step^−½; Vaswani et al. 2017).
+        warmup_steps: warm-up of 'noam'.
+    """
+
+    optimizer: Literal["adam", "adamw", "sgd"] = "adam"
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    scheduler: Literal["none", "cosine", "noam"] = "none"
+    warmup_steps: int = 4000
 
 
 def make_optimizer(params: Iterable[torch.nn.Parameter], name: str, lr: float,
@@ -42,12 +65,11 @@ def lr_factor(name: str, total_steps: int, warmup_steps: int = 4000) -> Callable
     raise ValueError(f"scheduler must be one of {', '.join(SCHEDULERS)}, got {name!r}")
 
 
-def configure(module, name: str, lr: float, weight_decay: float, scheduler: str = "none",
-              warmup_steps: int = 4000):
+def configure(module, cfg: OptimConfig):
     """What a LightningModule's ``configure_optimizers`` returns, for ``module``'s parameters."""
-    opt = make_optimizer(module.parameters(), name, lr, weight_decay)
-    if scheduler == "none":
+    opt = make_optimizer(module.parameters(), cfg.optimizer, cfg.lr, cfg.weight_decay)
+    if cfg.scheduler == "none":
         return opt
-    total = int(module.trainer.estimated_stepping_batches) if scheduler == "cosine" else 0
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(scheduler, total, warmup_steps))
+    total = int(module.trainer.estimated_stepping_batches) if cfg.scheduler == "cosine" else 0
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(cfg.scheduler, total, cfg.warmup_steps))
     return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}

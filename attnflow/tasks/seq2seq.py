@@ -1,6 +1,6 @@
 """Sequence-to-sequence task: teacher-forced cross-entropy, greedy decoding, sequence accuracy.
 
-Loss (seed 000): −Σ_t ln p(w̃_t | t, S, W), averaged over real target tokens, with optional label
+Loss (maximum likelihood, Sutskever et al. 2014): −Σ_t ln p(w̃_t | t, S, W), averaged over real target tokens, with optional label
 smoothing, plus ``penalty_weight`` · ‖AAᵀ − I‖²_F (Lin et al. 2017) over the decoder's attention
 matrices (J heads × source length, one per target step) when the weight is positive.
 
@@ -11,9 +11,8 @@ including ⟨EOS⟩; validation and test only).
 
 from __future__ import annotations
 
-from typing import Dict, List, Literal, Sequence
+from typing import Dict, List, Sequence
 
-import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -21,7 +20,8 @@ from torchmetrics import MeanMetric
 
 from attnflow.blocks.attention.penalty import diversity_penalty
 from attnflow.registry import TASKS
-from attnflow.tasks import optim
+from attnflow.tasks.base import Task
+from attnflow.tasks.optim import OptimConfig
 
 
 def strip_after_eos(tokens: torch.Tensor, eos_id: int, pad_id: int) -> torch.Tensor:
@@ -40,7 +40,7 @@ def exact_match(pred: torch.Tensor, ref: torch.Tensor, eos_id: int, pad_id: int)
 
 
 @TASKS.register("seq2seq")
-class Seq2SeqTask(pl.LightningModule):
+class Seq2SeqTask(Task):
     """Trains a :class:`~attnflow.models.seq2seq.Seq2Seq` model.
 
     Args:
@@ -48,30 +48,23 @@ class Seq2SeqTask(pl.LightningModule):
         pad_id, bos_id, eos_id: special token ids (context, from the data module).
         max_decode_len: longest greedy output (context).
         itos: id → token string, for heat-map labels (context).
-        optimizer: 'adam', 'adamw' or 'sgd' (default 'adam').
-        lr: learning rate (default 1e-3); with scheduler 'noam' the peak is lr at warmup_steps.
-        weight_decay: (default 0.0).
+        optim: optimiser and schedule (default Adam, lr 0.003, cosine decay over the run).
         label_smoothing: ε of the smoothed cross-entropy (default 0.0).
         penalty_weight: weight of ‖AAᵀ − I‖²_F on decoder attention (default 0.0: off).
-        scheduler: 'none', 'noam' (linear warm-up, then ∝ step^−½; Vaswani et al. 2017) or 'cosine'
-            (cosine decay over the run) (default 'none').
-        warmup_steps: warm-up of 'noam' (default 4000).
     """
+
+    interface = "seq2seq"
+    metrics = {"loss": "min", "token_acc": "max", "seq_acc": "max", "penalty": "min"}
+    monitor, monitor_mode = "val/seq_acc", "max"
 
     def __init__(self, model: nn.Module, pad_id: int, bos_id: int, eos_id: int,
                  max_decode_len: int, itos: Sequence[str] = (), *,
-                 optimizer: Literal["adam", "adamw", "sgd"] = "adam", lr: float = 1e-3,
-                 weight_decay: float = 0.0, label_smoothing: float = 0.0,
-                 penalty_weight: float = 0.0,
-                 scheduler: Literal["none", "noam", "cosine"] = "none", warmup_steps: int = 4000):
-        super().__init__()
-        self.model = model
+                 optim: OptimConfig = OptimConfig(lr=0.003, scheduler="cosine"),
+                 label_smoothing: float = 0.0, penalty_weight: float = 0.0):
+        super().__init__(model, optim=optim)
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.max_decode_len, self.itos = max_decode_len, list(itos)
-        self.optimizer_name, self.lr, self.weight_decay = optimizer, lr, weight_decay
         self.label_smoothing, self.penalty_weight = label_smoothing, penalty_weight
-        self.scheduler_name, self.warmup_steps = scheduler, warmup_steps
-        self.run_config: dict = {}  # the resolved config, stored in checkpoints by the runner
         # ModuleDict keys must not shadow nn.Module attributes ('train'), hence the suffix
         self._seq_acc = nn.ModuleDict({f"{s}_": MeanMetric() for s in ("val", "test")})
         self._token_acc = nn.ModuleDict({f"{s}_": MeanMetric() for s in ("train", "val", "test")})
@@ -99,8 +92,10 @@ class Seq2SeqTask(pl.LightningModule):
             loss = loss + self.penalty_weight * penalty
         return loss
 
-    def training_step(self, batch, batch_idx):
-        return self._loss(batch, "train")
+    def step(self, batch, split: str):
+        if split == "train":
+            return self._loss(batch, split)
+        self._eval_step(batch, split)
 
     def _eval_step(self, batch, split: str) -> None:
         self._loss(batch, split)
@@ -109,12 +104,6 @@ class Seq2SeqTask(pl.LightningModule):
         match = exact_match(pred, batch["tgt_out"], self.eos_id, self.pad_id)
         self._seq_acc[f"{split}_"].update(match.float())
         self.log(f"{split}/seq_acc", self._seq_acc[f"{split}_"], batch_size=len(match), prog_bar=True)
-
-    def validation_step(self, batch, batch_idx):
-        self._eval_step(batch, "val")
-
-    def test_step(self, batch, batch_idx):
-        self._eval_step(batch, "test")
 
     # -- attention maps --------------------------------------------------------------------------
     @torch.no_grad()
@@ -146,11 +135,3 @@ class Seq2SeqTask(pl.LightningModule):
 
     def _tok(self, i: int) -> str:
         return self.itos[i] if i < len(self.itos) else str(i)
-
-    # -- optimisation ----------------------------------------------------------------------------
-    def configure_optimizers(self):
-        return optim.configure(self, self.optimizer_name, self.lr, self.weight_decay,
-                               self.scheduler_name, self.warmup_steps)
-
-    def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["attnflow_config"] = self.run_config

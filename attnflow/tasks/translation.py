@@ -1,7 +1,8 @@
 """Machine translation task: the seq2seq loss, decoding with greedy or beam search, and BLEU/WER
 on detokenised text.
 
-Source: SPEC §5, seeds 000/001 (loss −Σ_t ln p(w̃_t | t, S, W); BLEU and WER), Bahdanau et al. 2015.
+Source: Sutskever et al. 2014, Bahdanau et al. 2015 (loss −Σ_t ln p(w̃_t | t, S, W)); Papineni et al.
+2002 (BLEU); WER, the word-level edit distance divided by the reference length.
 Training is :class:`~attnflow.tasks.seq2seq.Seq2SeqTask`'s (teacher-forced cross-entropy with
 label smoothing, optimisers, schedules). Validation and test decode every source sentence (greedy
 with beam size 1, else batched beam search of :mod:`attnflow.decoding`, which needs only
@@ -17,13 +18,14 @@ tokenizer and score it against the untokenised references:
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Literal, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 from pytorch_lightning.utilities import rank_zero_info
 
 from attnflow.decoding import decode
 from attnflow.registry import TASKS
+from attnflow.tasks.optim import OptimConfig
 from attnflow.tasks.seq2seq import Seq2SeqTask, exact_match, strip_after_eos
 from attnflow.tasks.translation_metrics import corpus_bleu, word_error_rate
 
@@ -38,25 +40,25 @@ class TranslationTask(Seq2SeqTask):
         detokenize: target ids -> text (context, from the data module).
         references: (split, line numbers) -> untokenised reference lines (context; without it
             the references are the detokenised target ids).
-        optimizer, lr, weight_decay, label_smoothing, penalty_weight, scheduler, warmup_steps:
-            as the seq2seq task.
+        optim: optimiser and schedule (default Adam, lr 1e-3, constant).
+        label_smoothing: as the seq2seq task (default 0.1 here).
+        penalty_weight: as the seq2seq task (through ``**kwargs``).
         beam_size: beam of test decoding; 1 = greedy (default 4).
         val_beam_size: beam of validation decoding (default 1: greedy, cheaper).
         length_penalty: α of the GNMT length penalty ((5+|y|)/6)^α (default 0.6).
     """
 
+    metrics = {**Seq2SeqTask.metrics, "bleu": "max", "bleu_lc": "max", "wer": "min"}
+    monitor, monitor_mode = "val/bleu", "max"
+
     def __init__(self, model, pad_id: int, bos_id: int, eos_id: int, max_decode_len: int,
                  itos: Sequence[str] = (), src_itos: Sequence[str] = (),
                  detokenize: Optional[Callable] = None, references: Optional[Callable] = None, *,
-                 optimizer: Literal["adam", "adamw", "sgd"] = "adam", lr: float = 1e-3,
-                 weight_decay: float = 0.0, label_smoothing: float = 0.0,
-                 penalty_weight: float = 0.0,
-                 scheduler: Literal["none", "noam", "cosine"] = "none", warmup_steps: int = 4000,
-                 beam_size: int = 4, val_beam_size: int = 1, length_penalty: float = 0.6):
-        super().__init__(model, pad_id, bos_id, eos_id, max_decode_len, itos, optimizer=optimizer,
-                         lr=lr, weight_decay=weight_decay, label_smoothing=label_smoothing,
-                         penalty_weight=penalty_weight, scheduler=scheduler,
-                         warmup_steps=warmup_steps)
+                 optim: OptimConfig = OptimConfig(lr=1e-3), label_smoothing: float = 0.1,
+                 beam_size: int = 4, val_beam_size: int = 1, length_penalty: float = 0.6,
+                 **kwargs):
+        super().__init__(model, pad_id, bos_id, eos_id, max_decode_len, itos, optim=optim,
+                         label_smoothing=label_smoothing, **kwargs)
         if beam_size < 1 or val_beam_size < 1:
             raise ValueError(f"task 'translation': beam sizes must be >= 1, got {beam_size}, {val_beam_size}")
         self.src_itos = list(src_itos) or self.itos

@@ -1,6 +1,6 @@
 """Translation metrics on detokenised text: corpus BLEU (sacreBLEU) and word error rate (jiwer).
 
-Source: seed 001 (BLEU, WER); Papineni et al. 2002; Post 2018 (sacreBLEU: BLEU on detokenised
+Source: Papineni et al. 2002 (BLEU); Post 2018 (sacreBLEU: BLEU on detokenised
 text with its own tokenisation, reported with a signature that pins every setting).
 
 BLEU = BP · exp(Σ_{n=1..4} ¼ log p_n), p_n the clipped n-gram precision over the corpus,

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.data
 SMALL = ["experiment=han_imdb", "data.limit_train=2000", "data.limit_val=200", "data.max_sentences=8",
          "data.max_words=25", "data.min_freq=3", "data.batch_size=32", "model.embed_dim=64",
          "model.word_encoder.hidden_dim=16", "model.sentence_encoder.hidden_dim=16", "pooling.dim=16",
-         "task.lr=0.004", "trainer.max_epochs=3", "callbacks.progress_bar=none", "logger=csv",
+         "task.optim.lr=0.004", "trainer.max_epochs=3", "callbacks.progress_bar=none", "logger=csv",
          "trainer.accelerator=cpu", "trainer.enable_model_summary=false", "task.renderings=2",
          "trainer.num_sanity_val_steps=0"]
 

@@ -1,0 +1,93 @@
+"""What every task shares: the model, the optimiser config, the checkpoint metric, the run config.
+
+A task is a LightningModule around a model. This base owns
+
+- ``optim``: one typed child config (:class:`~attnflow.tasks.optim.OptimConfig`: optimizer, lr,
+  weight_decay, scheduler, warmup_steps), validated by the registry like any field
+  (``task.optim.lr=0.01``); a subclass gives its own default by declaring ``optim`` again with
+  another default, and passes the rest of its parent's fields up with ``**kwargs`` (the registry
+  collects keyword-only fields along the MRO);
+- ``configure_optimizers`` (:func:`attnflow.tasks.optim.configure`);
+- the step dispatch: ``training_step``, ``validation_step`` and ``test_step`` call
+  ``step(batch, split)``, which a subclass implements (it returns the training loss);
+- what the runner needs before any data is built: ``interface`` (what data and models it works
+  with: ``"seq2seq"``, ``"documents"``, ``"graph"``), ``metrics`` (name → 'min' or 'max': what it
+  logs as ``{train,val,test}/<name>``) and the checkpoint metric ``monitor`` with its
+  ``monitor_mode`` (ModelCheckpoint and early stopping take them unless the config names one);
+- ``run_config`` (the resolved config, set by the runner) and ``on_save_checkpoint``, which stores
+  it as ``checkpoint["attnflow_config"]`` together with the data module's ``artifacts()`` when it
+  has them (``checkpoint["attnflow_artifacts"]``: what prediction needs besides weights).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping, Optional
+
+import pytorch_lightning as pl
+import torch
+from torch import nn
+
+from attnflow.tasks.optim import OptimConfig, configure
+
+# the fields of OptimConfig, which tasks before the ``optim`` child config had at their top level
+_FLAT_OPTIM_FIELDS = ("optimizer", "lr", "weight_decay", "scheduler", "warmup_steps")
+
+
+class Task(pl.LightningModule):
+    """Base of the registered tasks (not registered itself).
+
+    Args:
+        model: the model (context).
+        optim: optimiser and schedule (one child config; default: OptimConfig()).
+    """
+
+    interface: Optional[str] = None
+    metrics: Dict[str, str] = {"loss": "min"}
+    monitor: str = "val/loss"
+    monitor_mode: str = "min"
+
+    def __init__(self, model: nn.Module, *, optim: OptimConfig = OptimConfig()):
+        super().__init__()
+        self.model = model
+        self.optim = OptimConfig(**optim) if isinstance(optim, Mapping) else optim
+        self.run_config: Dict[str, Any] = {}  # the resolved config, stored in checkpoints
+
+    # -- one batch -------------------------------------------------------------------------------
+    def step(self, batch: Any, split: str) -> Optional[torch.Tensor]:
+        """Loss and metrics of one batch of ``split`` ('train', 'val' or 'test'); returns the loss."""
+        raise NotImplementedError
+
+    def training_step(self, batch, batch_idx):
+        return self.step(batch, "train")
+
+    def validation_step(self, batch, batch_idx):
+        self.step(batch, "val")
+
+    def test_step(self, batch, batch_idx):
+        self.step(batch, "test")
+
+    # -- optimisation and checkpoints ---------------------------------------------------------------
+    def configure_optimizers(self):
+        return configure(self, self.optim)
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["attnflow_config"] = self.run_config
+        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        if dm is not None and hasattr(dm, "artifacts"):
+            checkpoint["attnflow_artifacts"] = dm.artifacts()
+
+    # -- what the runner checks before building -------------------------------------------------------
+    @classmethod
+    def metric_names(cls, splits=("train", "val")) -> list:
+        """``<split>/<metric>`` for every metric the task logs."""
+        return [f"{s}/{m}" for s in splits for m in cls.metrics]
+
+
+def upgrade_task_config(task_cfg: Mapping[str, Any]) -> Dict[str, Any]:
+    """A task config with the flat optimiser fields of older runs (``lr``, ``optimizer``, ...)
+    moved under ``optim`` (for configs stored in checkpoints before the child config)."""
+    out = dict(task_cfg)
+    flat = {k: out.pop(k) for k in _FLAT_OPTIM_FIELDS if k in out}
+    if flat:
+        out["optim"] = {**flat, **dict(out.get("optim") or {})}
+    return out
