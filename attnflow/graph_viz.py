@@ -1,4 +1,4 @@
-"""The graph-attention picture, after seed 000's figure (Veličković et al. 2018, Fig. 2): node
+"""The graph-attention picture, after Veličković et al. 2018, Fig. 2: node
 vectors projected to 2-D, coloured by class, with each edge drawn with opacity and width ∝ its
 attention weight (mean over heads). The task draws the output layer's vectors with the output
 layer's α (the paper's figure shows the first hidden layer with its 8 heads summed). The projection is PCA (``torch.pca_lowrank``; scikit-learn's t-SNE is

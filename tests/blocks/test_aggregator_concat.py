@@ -1,9 +1,9 @@
-"""Concat aggregator: c = [c¹ … cᴶ], head j at features j·D … (j+1)·D − 1 (SPEC §2)."""
+"""Concat aggregator: c = [c¹ … cᴶ], head j at features j·D … (j+1)·D − 1 (Veličković et al. 2018, eq. (5))."""
 
 import pytest
 import torch
 
-from attnflow.blocks.aggregators import ConcatAggregator
+from attnflow.blocks.aggregators.concat import ConcatAggregator
 from attnflow.registry import AGGREGATORS
 
 BUILDERS = {

@@ -1,9 +1,9 @@
-"""Concat + projection aggregator: c = [c¹ … cᴶ] W + b (SPEC §2, Vaswani's W^O)."""
+"""Concat + projection aggregator: c = [c¹ … cᴶ] W + b (Vaswani et al. 2017, §3.2.2: W^O)."""
 
 import pytest
 import torch
 
-from attnflow.blocks.aggregators import ConcatProjAggregator
+from attnflow.blocks.aggregators.concat_proj import ConcatProjAggregator
 from attnflow.registry import AGGREGATORS
 
 

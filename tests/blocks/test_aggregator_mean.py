@@ -1,9 +1,9 @@
-"""Mean aggregator: c = 1/J Σ_j cʲ (SPEC §2)."""
+"""Mean aggregator: c = 1/J Σ_j cʲ (GAT's output layer, Veličković et al. 2018, eq. (6))."""
 
 import pytest
 import torch
 
-from attnflow.blocks.aggregators import MeanAggregator
+from attnflow.blocks.aggregators.mean import MeanAggregator
 from attnflow.registry import AGGREGATORS
 
 BUILDERS = {

@@ -1,4 +1,4 @@
-"""RNNenc decoder (no attention, c ≡ h_n): s_t = f(s_{t−1}, [E y_{t−1}; c]) (SPEC §3)."""
+"""RNNenc decoder (no attention, c ≡ h_n): s_t = f(s_{t−1}, [E y_{t−1}; c]) (Cho et al. 2014)."""
 
 import pytest
 import torch

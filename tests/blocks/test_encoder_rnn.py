@@ -1,10 +1,10 @@
-"""Recurrent encoder: RNN/GRU/LSTM, optionally bidirectional, h_j = [h→_j; h←_j] (SPEC §3)."""
+"""Recurrent encoder: RNN/GRU/LSTM, optionally bidirectional, h_j = [h→_j; h←_j] (Bahdanau et al. 2015, §3.2)."""
 
 import pytest
 import torch
 from torch import nn
 
-from attnflow.blocks.encoders import RNNEncoder
+from attnflow.blocks.encoders.rnn import RNNEncoder
 from attnflow.registry import ENCODERS, ConfigError
 
 CELLS = ["gru", "lstm", "rnn"]

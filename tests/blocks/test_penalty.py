@@ -1,9 +1,9 @@
-"""Diversity penalty P = ‖AAᵀ − I‖²_F (SPEC §2, Lin et al. 2017)."""
+"""Diversity penalty P = ‖AAᵀ − I‖²_F (Lin et al. 2017, the penalization term)."""
 
 import pytest
 import torch
 
-from attnflow.blocks.attention import diversity_penalty
+from attnflow.blocks.attention.penalty import diversity_penalty
 
 
 def frobenius_by_hand(A):

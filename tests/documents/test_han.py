@@ -29,7 +29,7 @@ def _model(**kw):
 def test_sentence_vector_is_hand_computed_weighted_sum():
     m = _model().eval()
     b = _batch()
-    # the word encoder on sentence 1 of doc 0 alone, then the formula of seed 000 by hand
+    # the word encoder on sentence 1 of doc 0 alone, then Yang et al. 2016's eq. (5)–(7) by hand
     x = m.embedding(torch.tensor([[5, 6, 7]]))
     h, _ = m.word_encoder(x, torch.tensor([3]))
     h = h[0]

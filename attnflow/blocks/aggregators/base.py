@@ -4,7 +4,7 @@ Shape:
     heads: (..., J, T, D) -> (..., T, D′), with D′ = ``output_dim``.
 Context a parent supplies: ``heads`` (J), ``head_dim`` (D), ``model_dim`` (the size the parent
 would like back; only aggregators that project use it).
-Source: seed 000 ("Варианты агрегирования выходного вектора").
+Source: Veličković et al. 2018, eq. (5)–(6) (concat, mean); Vaswani et al. 2017, §3.2.2 (concat + W^O).
 """
 
 import torch

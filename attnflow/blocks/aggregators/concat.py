@@ -1,6 +1,6 @@
 """Concatenation of heads: c = [c¹ … cᴶ].
 
-Source: seed 000 ("конкатенация"); hidden layers of GAT (Veličković et al. 2018).
+Source: hidden layers of GAT (Veličković et al. 2018, eq. (5)); Vaswani et al. 2017, §3.2.2.
 """
 
 import torch

@@ -1,6 +1,6 @@
 """Concatenation followed by a projection: c = [c¹ … cᴶ] W.
 
-Source: seed 000 ("чтобы вернуться к нужной размерности"); Vaswani et al. 2017 (W^O).
+Source: Vaswani et al. 2017, §3.2.2 (W^O projects the concatenated heads back to the model size).
 """
 
 from typing import Optional

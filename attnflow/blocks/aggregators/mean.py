@@ -1,6 +1,6 @@
 """Mean of heads: c = 1/J Σ_j cʲ.
 
-Source: seed 000 ("усреднение"); the output layer of GAT (Veličković et al. 2018) averages heads.
+Source: the output layer of GAT (Veličković et al. 2018, eq. (6)) averages heads.
 """
 
 import torch

@@ -1,6 +1,7 @@
 """The attention computation shared by every attention block.
 
-c = Σ_i v_i · norm_i a(k_i, q)  (seed 000: c = Attn(q, K, V) = Σ_i v_i SoftMax_i a(k_i, q)).
+c = Σ_i v_i · norm_i a(k_i, q)  (with SoftMax: c = Attn(q, K, V) = Σ_i v_i SoftMax_i a(k_i, q);
+Bahdanau et al. 2015, eq. (5)–(6), in the query/key/value form of Vaswani et al. 2017, §3.2).
 
 Two paths, same numbers within floating-point tolerance:
 - fused: when the scorer is s·qᵀk (``sdpa_scale`` is set: dot, scaled_dot), the normaliser is

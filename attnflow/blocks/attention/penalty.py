@@ -1,8 +1,8 @@
 """Diversity penalty on multi-head attention: P = ‖AAᵀ − I‖²_F.
 
-Source: seed 000 (rows of the J × n matrix A, α_ji = SoftMax_i a(W_kʲ h_i, W_qʲ q), are
-decorrelated, α_sᵀα_j → 0, and made sparse, α_jᵀα_j → 1); Lin et al. 2017, "A structured
-self-attentive sentence embedding". The task adds weight · mean(P) to its loss.
+Source: Lin et al. 2017, "A structured self-attentive sentence embedding" (its "penalization
+term"): rows of the J × n matrix A, α_ji = SoftMax_i a(W_kʲ h_i, W_qʲ q), are decorrelated,
+α_sᵀα_j → 0, and made sparse, α_jᵀα_j → 1. The task adds weight · mean(P) to its loss.
 """
 
 from typing import Optional

@@ -1,7 +1,7 @@
 """The decoder protocol shared by every sequence decoder (RNN with or without attention, Luong,
 Transformer), and the generic helpers that use only this protocol.
 
-Source: SPEC §3; Sutskever et al. 2014 (p(y|x) = Π_t p(y_t | y_<t, x)), Bahdanau et al. 2015.
+Source: Sutskever et al. 2014, eq. (1) (p(y|x) = Π_t p(y_t | y_<t, x)), Bahdanau et al. 2015.
 A decoder is a conditional language model over target tokens given the encoder's output:
 
     p(y_t | y_<t, x) = SoftMax(logits_t),  logits_t = g(y_<t, memory, init)

@@ -1,7 +1,7 @@
 """Recurrent decoder without attention (RNNenc): one fixed context vector c ≡ h_n for every step.
 
-Source: Cho et al. 2014 (RNN encoder–decoder), Sutskever et al. 2014; seed 000 ("the whole
-sentence squeezed into the last state"), the baseline of Bahdanau et al. 2015 (RNNenc):
+Source: Cho et al. 2014 (RNN encoder–decoder), Sutskever et al. 2014 (the whole
+sentence squeezed into the last state); the baseline of Bahdanau et al. 2015 (RNNenc):
     c    = h_n, the encoder's final state (``init``)
     s_0  = tanh(W_init c)
     s_t  = f(s_{t−1}, [E y_{t−1}; c])                (GRU or LSTM cell)

@@ -1,6 +1,7 @@
 """Recurrent encoder: RNN, GRU or LSTM, optionally bidirectional with the states concatenated.
 
-Source: seed 000 and 003 (RNN, LSTM, GRU, BiLSTM), seed 001; Bahdanau et al. 2015 (h_j =
+Source: Elman 1990 (RNN), Hochreiter & Schmidhuber 1997 (LSTM), Cho et al. 2014 (GRU), Schuster &
+Paliwal 1997 (bidirectional RNN); Bahdanau et al. 2015, §3.2 (h_j =
 [h→_j; h←_j], the annotation of word j). Padding is skipped with packed sequences, so the
 backward direction starts at each sequence's last real token.
 """

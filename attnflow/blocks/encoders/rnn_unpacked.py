@@ -1,6 +1,6 @@
 """Recurrent encoder without packed sequences: fast on CPUs for many short sequences.
 
-Same function as the ``rnn`` encoder (seed 000 and 003; Bahdanau et al. 2015: h_j = [h→_j; h←_j])
+Same function as the ``rnn`` encoder (Bahdanau et al. 2015, §3.2: h_j = [h→_j; h←_j])
 but computed on the padded batch: the forward RNN reads the padded rows as they are (padding comes
 after the last real token, so it never reaches a real position), and the backward RNN reads each
 row reversed *within its length* — x'_t = x_{len−1−t} for t < len — and its outputs are reversed

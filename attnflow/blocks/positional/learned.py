@@ -1,6 +1,6 @@
 """Learned absolute positional embeddings: p_t is row t of a trained matrix P (max_len × d).
 
-Source: seed 001 ("обучаемые позиционные векторы"); Gehring et al. 2017; Vaswani et al. 2017 §3.5
+Source: Gehring et al. 2017; Vaswani et al. 2017 §3.5
 (found to give results close to the sinusoids); Devlin et al. 2019 (BERT). Unlike sinusoids, the
 length is bounded by ``max_len``: longer inputs are an error.
 """

@@ -1,6 +1,6 @@
 """Sinusoidal positional encoding: PE(pos, 2i) = sin(pos / 10000^{2i/d}), PE(pos, 2i+1) = cos(…).
 
-Source: Vaswani et al. 2017, §3.5; seeds 000, 001, 003 (p_is = sin(i·10^{−8s/d}),
+Source: Vaswani et al. 2017, §3.5 (a variant has sines and cosines in halves: p_is = sin(i·10^{−8s/d}),
 p_{i,s+d/2} = cos(i·10^{−8s/d}) — the same frequencies 10000^{−2i/d}; here sine and cosine are
 interleaved as in the paper). Positions count from 0. No parameters; the table is cached and
 grown on demand, so sequence length is unbounded.
