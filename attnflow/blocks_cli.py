@@ -2,6 +2,8 @@
 
     attnflow-blocks            # all kinds
     attnflow-blocks scorer     # one kind
+    attnflow-blocks --config experiment=mt_transformer scorer=dot
+                               # the blocks that run uses, every field with the value it takes
 """
 
 from __future__ import annotations
@@ -13,8 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-import attnflow  # noqa: F401  (registers the built-in blocks)
-from attnflow.registry import Registry
+from attnflow.registry import Registry  # each registry discovers its blocks on lookup
 
 
 def _first_line(obj) -> str:
@@ -26,7 +27,13 @@ def main(argv=None) -> int:
     kinds = Registry.kinds()
     parser = argparse.ArgumentParser(prog="attnflow-blocks", description=__doc__.splitlines()[0])
     parser.add_argument("kind", nargs="?", help=f"one of: {', '.join(kinds)}")
+    parser.add_argument("--config", nargs="*", metavar="OVERRIDE",
+                        help="print the blocks a run with these overrides uses (the groups it "
+                             "consumes, data, model, task, logger), every field with its value, "
+                             "defaults filled in")
     args = parser.parse_args(argv)
+    if args.config is not None:
+        return _print_config(args.config)
     if args.kind and args.kind not in kinds:
         print(f"attnflow-blocks: unknown kind '{args.kind}'; kinds: {', '.join(kinds)}", file=sys.stderr)
         return 2
@@ -48,6 +55,36 @@ def main(argv=None) -> int:
                               end_section=i == len(fields) - 1)
         console.print(table)
     return 0
+
+
+def _print_config(overrides) -> int:
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from attnflow import config_dir
+    from attnflow.groups import field_overrides
+    from attnflow.registry import ConfigError
+    from attnflow.run import BLOCK_GROUPS, resolve_config
+
+    conf = config_dir()
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        cfg = compose("train", overrides=field_overrides(overrides, conf))
+    try:
+        resolved = resolve_config(cfg)
+        used = {group: registry.validate(resolved[group], group) for group, registry in BLOCK_GROUPS
+                if resolved.get(group) is not None}
+    except ConfigError as err:
+        print(f"attnflow: config error: {err}", file=sys.stderr)
+        return 2
+    print(OmegaConf.to_yaml(_name_first(used)), end="")
+    return 0
+
+
+def _name_first(node):
+    if isinstance(node, dict):
+        keys = sorted(node, key=lambda k: k != "name")
+        return {k: _name_first(node[k]) for k in keys}
+    return node
 
 
 if __name__ == "__main__":

@@ -54,3 +54,36 @@ def read_checkpoint(path: Path, device: str = "cpu") -> Dict[str, Any]:
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
         raise CheckpointError(f"{path} is not an attnflow/Lightning checkpoint (no state_dict)")
     return ckpt
+
+
+_ATTENTION_FIELDS = {"heads": "heads", "scorer": "scorer", "attention_dropout": "dropout"}
+
+
+def _upgrade_model(node: Any) -> Any:
+    """Model configs of older runs: the Transformer's flat ``heads``/``scorer``/
+    ``attention_dropout`` (now its ``attention`` child) and seq2seq's unused ``positional``."""
+    if isinstance(node, list):
+        return [_upgrade_model(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    node = {k: _upgrade_model(v) for k, v in node.items()}
+    if node.get("name") in ("transformer", "transformer_encoder", "transformer_decoder") \
+            and "attention" not in node:
+        attention = {"name": "multihead"}
+        attention.update({new: node.pop(old) for old, new in _ATTENTION_FIELDS.items() if old in node})
+        node["attention"] = attention
+    if node.get("name") == "seq2seq":
+        node.pop("positional", None)
+    return node
+
+
+def upgrade_config(cfg: Dict[str, Any]) -> Dict[str, Any]:
+    """A run config saved by an older attnflow, in today's field layout (model and task)."""
+    from attnflow.tasks.base import upgrade_task_config
+
+    cfg = dict(cfg)
+    if isinstance(cfg.get("model"), dict):
+        cfg["model"] = _upgrade_model(cfg["model"])
+    if isinstance(cfg.get("task"), dict):
+        cfg["task"] = upgrade_task_config(cfg["task"])
+    return cfg

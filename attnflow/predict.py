@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import List, Optional
 
 import attnflow  # noqa: F401  (registers blocks)
-from attnflow.checkpoints import CheckpointError, find_checkpoint, read_checkpoint
+from attnflow.checkpoints import CheckpointError, find_checkpoint, read_checkpoint, upgrade_config
 from attnflow.data.documents import Vocabulary, encode_texts
 from attnflow.explain import write_html
 from attnflow.registry import MODELS, TASKS
@@ -35,6 +35,7 @@ def load(target: Path | str, device: str = "cpu"):
     cfg = ckpt.get("attnflow_config")
     if not cfg:
         raise ValueError(f"attnflow-predict: {ckpt_path} has no 'attnflow_config' (not an attnflow run)")
+    cfg = upgrade_config(cfg)
     vocab_file = run_dir / "vocab.json"
     if vocab_file.is_file():
         art = json.loads(vocab_file.read_text())
@@ -47,8 +48,8 @@ def load(target: Path | str, device: str = "cpu"):
     names = art["class_names"]
     model = MODELS.build(cfg["model"], vocab_size=len(vocab), num_classes=len(names), pad_id=0,
                          path="model")
-    task = TASKS.build(cfg["task"], model, num_classes=len(names), class_names=names,
-                       itos=vocab.itos, path="task")
+    task = TASKS.build(cfg["task"], model, num_classes=len(names),
+                       class_names=names, itos=vocab.itos, path="task")
     task.load_state_dict(ckpt["state_dict"])
     task.eval().to(device)
     art["vocab_obj"] = vocab

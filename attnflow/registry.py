@@ -11,23 +11,34 @@ The block's *typed config* is derived from its constructor: every keyword-only p
 type annotation and a default is a YAML field (it becomes a field of a generated dataclass,
 ``Registry.schema(name)``). Positional parameters are the *context* a parent block supplies
 (dimensions, vocabulary sizes), never YAML. A field annotated ``BlockSpec["scorer"]`` holds the
-config of a child block of that kind and is validated recursively.
+config of a child block of that kind and is validated recursively. A field annotated with a
+dataclass (a task's ``optim: OptimConfig = OptimConfig(lr=0.003)``) is a nested typed config
+without a name: its fields are checked like a block's (unknown field, type, ``Literal`` choices),
+defaults come from the field's default instance, and the block receives the dataclass. A subclass
+whose ``__init__`` takes ``**kwargs`` (and passes them up) inherits its parents' keyword-only
+fields; declaring one again changes its default.
 
 ``validate(cfg, path)`` checks a config tree before anything is built or loaded; errors are
 :class:`ConfigError` naming the block kind, the block, the field and the config path, and listing
-what is allowed. Third-party packages register blocks through the ``attnflow.blocks`` entry-point
-group: each entry point names a module (imported for its ``register`` decorators) or a callable
-(called once).
+what is allowed.
+
+Discovery: a registry knows the package(s) its built-in blocks live in (``SCORERS``:
+``attnflow.blocks.scorers``) and imports every public module there on its first lookup, so a new
+block is one new file, with no import list to edit. Third-party packages register blocks through
+the ``attnflow.blocks`` entry-point group: each entry point names a module (imported for its
+``register`` decorators) or a callable (called once).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib
 import inspect
+import pkgutil
 import typing
 from importlib import metadata
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -83,10 +94,13 @@ class Registry:
 
     _all: Dict[str, "Registry"] = {}
 
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, packages: Union[str, Sequence[str]] = ()):
+        """``packages``: the module(s) or package(s) whose modules hold the built-in blocks."""
         if kind in Registry._all:
             raise ValueError(f"a registry for kind '{kind}' exists already")
         self.kind = kind
+        self.packages = (packages,) if isinstance(packages, str) else tuple(packages)
+        self._discovered = False
         self._classes: Dict[str, type] = {}
         self._schemas: Dict[str, type] = {}
         self._children: Dict[str, Dict[str, str]] = {}
@@ -109,13 +123,33 @@ class Registry:
 
         return deco
 
+    def unregister(self, name: str) -> None:
+        """Forget block ``name`` (tests; a notebook cell that defines a block again)."""
+        for table in (self._classes, self._schemas, self._children, self._choices):
+            table.pop(name, None)
+
     # -- lookup ------------------------------------------------------------------------------
-    def names(self):
+    def discover(self) -> None:
+        """Import the modules of this registry's packages (once), then the plugins.
+
+        An error in a built-in block module propagates: it is a bug, not a config error.
+        """
+        if not self._discovered:
+            self._discovered = True  # set first: a module being imported may look blocks up
+            try:
+                for package in self.packages:
+                    _import_all(package)
+            except BaseException:
+                self._discovered = False  # the next lookup raises it again
+                raise
         load_plugins()
+
+    def names(self):
+        self.discover()
         return sorted(self._classes)
 
     def get(self, name: str, path: str = "") -> type:
-        load_plugins()
+        self.discover()
         if name not in self._classes:
             where = f" at '{path}.name'" if path else ""
             raise ConfigError(
@@ -129,23 +163,16 @@ class Registry:
         return self._schemas[name]
 
     def fields(self, name: str):
-        """[(field, type string, default)] of a block's typed config."""
-        out = []
-        for f in dataclasses.fields(self.schema(name)):
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            kind = self._children[name].get(f.name)
-            choices = self._choices[name].get(f.name)
-            tname = f"BlockSpec[{kind}]" if kind else _type_name(f.type)
-            if choices:
-                tname = " | ".join(repr(c) for c in choices)
-            out.append((f.name, tname, default))
-        return out
+        """[(field, type string, default)] of a block's typed config; the fields of a nested
+        config are listed as ``<field>.<subfield>``."""
+        return _list_fields(self.schema(name), self._children[name], self._choices[name])
 
     # -- validation and building ----------------------------------------------------------------
     def validate(self, cfg: Any, path: str = "") -> Dict[str, Any]:
         """Check ``cfg`` against the block's typed config; return it as a plain dict with defaults.
 
-        Child blocks (fields annotated ``BlockSpec[kind]``) are validated recursively.
+        Child blocks (fields annotated ``BlockSpec[kind]``) and nested configs (fields annotated
+        with a dataclass) are validated recursively.
         """
         path = path or self.kind
         data = _to_dict(cfg)
@@ -157,46 +184,23 @@ class Registry:
         if not isinstance(name, str):
             raise ConfigError(f"'{path}.name' must be a string naming a {self.kind}, got {name!r}")
         self.get(name, path)
-        schema = self._schemas[name]
-        allowed = [f.name for f in dataclasses.fields(schema)]
-        for key in data:
-            if key not in allowed:
-                raise ConfigError(
-                    f"{self.kind} '{name}' has no field '{key}' (at '{path}.{key}'). "
-                    f"Its fields: {', '.join(allowed) or '(none)'}.{_suggest(key, allowed)}"
-                )
-        children = self._children[name]
-        plain = {k: v for k, v in data.items() if k not in children}
-        try:
-            typed = OmegaConf.merge(OmegaConf.structured(schema), plain)
-        except OmegaConfBaseException as err:
-            key = getattr(err, "key", None) or getattr(err, "full_key", None) or "?"
-            ftype = {f.name: _type_name(f.type) for f in dataclasses.fields(schema)}.get(str(key), "?")
-            raise ConfigError(
-                f"{self.kind} '{name}': field '{key}' (at '{path}.{key}') must be {ftype}, "
-                f"got {plain.get(str(key))!r}"
-            ) from None
-        out = OmegaConf.to_container(typed)
-        for key, choices in self._choices[name].items():
-            if out[key] not in choices:
-                raise ConfigError(
-                    f"{self.kind} '{name}': field '{key}' (at '{path}.{key}') must be one of "
-                    f"{', '.join(repr(c) for c in choices)}, got {out[key]!r}.{_suggest(str(out[key]), map(str, choices))}"
-                )
-        for key, kind in children.items():
-            child = data.get(key, out.get(key))
-            out[key] = None if child is None else Registry._all[kind].validate(child, f"{path}.{key}")
+        out = _check_fields(self._schemas[name], self._children[name], self._choices[name], data,
+                            path, f"{self.kind} '{name}'")
         out["name"] = name
         return out
 
     def build(self, cfg: Any, *context: Any, path: str = "", **extra: Any):
-        """Validate ``cfg`` and construct the block: ``Class(*context, **fields, **extra)``."""
+        """Validate ``cfg`` and construct the block: ``Class(*context, **fields, **extra)``
+        (a nested config is passed as its dataclass)."""
         data = self.validate(cfg, path)
         name = data.pop("name")
+        for key, child in self._children[name].items():
+            if isinstance(child, _NestedConfig):
+                data[key] = child.build(data[key])
         return self._classes[name](*context, **data, **extra)
 
     def __contains__(self, name: str) -> bool:
-        load_plugins()
+        self.discover()
         return name in self._classes
 
     def __repr__(self) -> str:
@@ -204,8 +208,17 @@ class Registry:
 
     @classmethod
     def kinds(cls) -> Dict[str, "Registry"]:
+        """Every registry by kind (plugins may add kinds); each discovers its blocks on lookup."""
         load_plugins()
         return dict(cls._all)
+
+
+def _import_all(name: str) -> None:
+    """Import module ``name`` and, if it is a package, each of its public modules (sorted by name)."""
+    module = importlib.import_module(name)
+    for info in sorted(pkgutil.iter_modules(getattr(module, "__path__", [])), key=lambda m: m.name):
+        if not info.name.startswith("_"):
+            _import_all(f"{name}.{info.name}")
 
 
 def _type_name(tp: Any) -> str:
@@ -216,33 +229,156 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
 
-def _schema_from_init(cls: type, qualname: str):
-    """Build the typed-config dataclass from the keyword-only parameters of ``cls.__init__``."""
-    init = cls.__init__ if isinstance(cls, type) else cls  # a class, or a factory function
-    sig = inspect.signature(init)
-    hints = typing.get_type_hints(init, include_extras=True)
-    fields, children, choices = [], {}, {}
-    for p in sig.parameters.values():
-        if p.kind is not inspect.Parameter.KEYWORD_ONLY:
+def _init_params(cls: Any, qualname: str) -> Dict[str, tuple]:
+    """{field: (annotation, default)} of the keyword-only parameters of ``cls.__init__`` — and,
+    while an ``__init__`` takes ``**kwargs`` (and passes them up), of the parents' ``__init__``
+    along the MRO: parents' fields first; a subclass that declares a parent's field again changes
+    its annotation or default in place."""
+    if not isinstance(cls, type):  # a factory function
+        inits = [cls]
+    else:
+        inits = []
+        for klass in cls.__mro__:
+            init = klass.__dict__.get("__init__")
+            if init is None:
+                continue
+            inits.append(init)
+            try:
+                params = inspect.signature(init).parameters.values()
+            except (TypeError, ValueError):  # a builtin without a signature
+                break
+            if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+                break
+    out: Dict[str, tuple] = {}
+    for init in reversed(inits):
+        try:
+            params = [p for p in inspect.signature(init).parameters.values()
+                      if p.kind is inspect.Parameter.KEYWORD_ONLY]
+        except (TypeError, ValueError):
             continue
-        if p.name not in hints:
-            raise TypeError(f"{qualname}: keyword-only parameter '{p.name}' needs a type annotation")
-        if p.default is inspect.Parameter.empty:
-            raise TypeError(f"{qualname}: keyword-only parameter '{p.name}' needs a default")
-        tp, default = hints[p.name], p.default
+        hints = typing.get_type_hints(init, include_extras=True) if params else {}
+        for p in params:
+            if p.name not in hints:
+                raise TypeError(f"{qualname}: keyword-only parameter '{p.name}' needs a type annotation")
+            if p.default is inspect.Parameter.empty:
+                raise TypeError(f"{qualname}: keyword-only parameter '{p.name}' needs a default")
+            out[p.name] = (hints[p.name], p.default)  # a redeclared field keeps its place
+    return out
+
+
+def _schema_from_init(cls: type, qualname: str):
+    """Build the typed-config dataclass from the keyword-only parameters of ``cls.__init__``
+    (and of its parents' when it passes ``**kwargs`` up: :func:`_init_params`)."""
+    return _build_schema(_init_params(cls, qualname), qualname)
+
+
+def _build_schema(params: Dict[str, tuple], qualname: str):
+    """(dataclass, children, choices) of fields {name: (annotation, default)}.
+
+    ``children``: field → block kind (``BlockSpec[kind]``) or :class:`_NestedConfig` (a field
+    annotated with a dataclass: a typed child config without a name); ``choices``: field → the
+    values of its ``Literal`` annotation."""
+    fields, children, choices = [], {}, {}
+    for name, (tp, default) in params.items():
         kind = _block_kind(tp)
         if kind is not None:
-            children[p.name] = kind
+            children[name] = kind
             tp = Any
+        elif isinstance(tp, type) and dataclasses.is_dataclass(tp):
+            if not isinstance(default, tp):
+                raise TypeError(f"{qualname}: field '{name}' needs a {tp.__name__} default")
+            children[name] = _NestedConfig(tp, default, f"{qualname}.{name}")
+            tp, default = Any, dataclasses.asdict(default)
         if typing.get_origin(tp) is typing.Literal:
-            choices[p.name] = typing.get_args(tp)
-            tp = type(choices[p.name][0])
+            choices[name] = typing.get_args(tp)
+            tp = type(choices[name][0])
         if isinstance(default, (dict, list)):
-            fields.append((p.name, tp, dataclasses.field(default_factory=lambda d=default: d)))
+            fields.append((name, tp, dataclasses.field(default_factory=lambda d=default: d)))
         else:
-            fields.append((p.name, tp, dataclasses.field(default=default)))
+            fields.append((name, tp, dataclasses.field(default=default)))
     schema = dataclasses.make_dataclass(qualname.replace(".", "_") + "_config", fields)
     return schema, children, choices
+
+
+class _NestedConfig:
+    """A field annotated with a dataclass (e.g. a task's ``optim: OptimConfig``): its fields,
+    with the defaults of the field's default instance, are validated like a block's — unknown
+    field, type, ``Literal`` choices — and it is built as that dataclass."""
+
+    def __init__(self, cls: type, default: Any, qualname: str):
+        self.cls = cls
+        hints = typing.get_type_hints(cls, include_extras=True)
+        params = {f.name: (hints[f.name], getattr(default, f.name)) for f in dataclasses.fields(cls)}
+        self.schema, self.children, self.choices = _build_schema(params, qualname)
+
+    def validate(self, cfg: Any, path: str, label: str) -> Dict[str, Any]:
+        if cfg is None:
+            cfg = {}
+        if not (isinstance(cfg, (Mapping, DictConfig)) or dataclasses.is_dataclass(cfg)):
+            names = ", ".join(f.name for f in dataclasses.fields(self.schema))
+            raise ConfigError(f"{label} (at '{path}') must be a mapping with the fields {names}; "
+                              f"got {cfg!r}")
+        return _check_fields(self.schema, self.children, self.choices, _to_dict(cfg), path, label)
+
+    def build(self, data: Dict[str, Any]) -> Any:
+        data = dict(data)
+        for key, child in self.children.items():
+            if isinstance(child, _NestedConfig):
+                data[key] = child.build(data[key])
+        return self.cls(**data)
+
+
+def _check_fields(schema: type, children: Dict[str, Any], choices: Dict[str, tuple],
+                  data: Dict[str, Any], path: str, label: str) -> Dict[str, Any]:
+    """``data`` checked against a typed config (unknown fields, types, choices, children) and
+    completed with its defaults; errors name ``label`` (e.g. "scorer 'additive'") and the path."""
+    allowed = [f.name for f in dataclasses.fields(schema)]
+    for key in data:
+        if key not in allowed:
+            raise ConfigError(
+                f"{label} has no field '{key}' (at '{path}.{key}'). "
+                f"Its fields: {', '.join(allowed) or '(none)'}.{_suggest(key, allowed)}"
+            )
+    plain = {k: v for k, v in data.items() if k not in children}
+    try:
+        typed = OmegaConf.merge(OmegaConf.structured(schema), plain)
+    except OmegaConfBaseException as err:
+        key = getattr(err, "key", None) or getattr(err, "full_key", None) or "?"
+        ftype = {f.name: _type_name(f.type) for f in dataclasses.fields(schema)}.get(str(key), "?")
+        raise ConfigError(
+            f"{label}: field '{key}' (at '{path}.{key}') must be {ftype}, got {plain.get(str(key))!r}"
+        ) from None
+    out = OmegaConf.to_container(typed)
+    for key, options in choices.items():
+        if out[key] not in options:
+            raise ConfigError(
+                f"{label}: field '{key}' (at '{path}.{key}') must be one of "
+                f"{', '.join(repr(c) for c in options)}, got {out[key]!r}.{_suggest(str(out[key]), map(str, options))}"
+            )
+    for key, child in children.items():
+        value = data.get(key, out.get(key))
+        if isinstance(child, _NestedConfig):
+            out[key] = child.validate(value, f"{path}.{key}", f"{label} {key} config")
+        else:
+            out[key] = None if value is None else Registry._all[child].validate(value, f"{path}.{key}")
+    return out
+
+
+def _list_fields(schema: type, children: Dict[str, Any], choices: Dict[str, tuple]):
+    """[(field, type string, default)]; a nested config's fields as ``<field>.<subfield>``."""
+    out = []
+    for f in dataclasses.fields(schema):
+        child = children.get(f.name)
+        if isinstance(child, _NestedConfig):
+            out += [(f"{f.name}.{sub}", tname, default)
+                    for sub, tname, default in _list_fields(child.schema, child.children, child.choices)]
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        tname = f"BlockSpec[{child}]" if child else _type_name(f.type)
+        if f.name in choices:
+            tname = " | ".join(repr(c) for c in choices[f.name])
+        out.append((f.name, tname, default))
+    return out
 
 
 _plugins_loaded = False
@@ -264,21 +400,24 @@ def load_plugins() -> None:
 
 
 def reload_plugins() -> None:
-    """Forget that plugins were loaded (for tests that install a plugin at run time)."""
+    """Forget what was discovered and which plugins were loaded: the next lookup looks again and
+    imports what is new (for tests that add a block module or install a plugin at run time)."""
     global _plugins_loaded
     _plugins_loaded = False
+    for registry in Registry._all.values():
+        registry._discovered = False
 
 
-SCORERS = Registry("scorer")
-NORMALIZERS = Registry("normalizer")
-AGGREGATORS = Registry("aggregator")
-ATTENTIONS = Registry("attention")
-ENCODERS = Registry("encoder")
-DECODERS = Registry("decoder")
-MODELS = Registry("model")
-DATA = Registry("data")
-TASKS = Registry("task")
-LOGGERS = Registry("logger")
-POOLINGS = Registry("pooling")
-POSITIONALS = Registry("positional")
-GRAPH_LAYERS = Registry("graph_layer")  # message-passing layers: (x (N, F), edge_index (2, E)) -> (N, D′)
+SCORERS = Registry("scorer", "attnflow.blocks.scorers")
+NORMALIZERS = Registry("normalizer", "attnflow.blocks.normalizers")
+AGGREGATORS = Registry("aggregator", "attnflow.blocks.aggregators")
+ATTENTIONS = Registry("attention", "attnflow.blocks.attention")
+ENCODERS = Registry("encoder", "attnflow.blocks.encoders")
+DECODERS = Registry("decoder", "attnflow.blocks.decoders")
+MODELS = Registry("model", "attnflow.models")
+DATA = Registry("data", "attnflow.data")
+TASKS = Registry("task", "attnflow.tasks")
+LOGGERS = Registry("logger", "attnflow.loggers")
+POOLINGS = Registry("pooling", "attnflow.blocks.pooling")
+POSITIONALS = Registry("positional", "attnflow.blocks.positional")
+GRAPH_LAYERS = Registry("graph_layer", "attnflow.blocks.graph")  # message-passing layers: (x (N, F), edge_index (2, E)) -> (N, D′)

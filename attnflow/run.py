@@ -15,6 +15,7 @@ validation and test metrics by name), and the logger's files (``csv/``, ``tensor
 
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 import os
@@ -23,22 +24,24 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import pytorch_lightning as pl
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
 from pytorch_lightning.callbacks import RichProgressBar, TQDMProgressBar
 from pytorch_lightning.loggers import WandbLogger
 
 import attnflow  # noqa: F401  (registers the built-in blocks)
 from attnflow.callbacks import AttentionMaps
+from attnflow import config_dir
+from attnflow.groups import check_shared_groups, prune_unused
 from attnflow.registry import (AGGREGATORS, ATTENTIONS, DATA, LOGGERS, MODELS, NORMALIZERS,
-                               POSITIONALS, SCORERS, TASKS, ConfigError, _suggest)
+                               POOLINGS, POSITIONALS, SCORERS, TASKS, ConfigError, _suggest)
 
 # Top-level config groups validated by a registry. The shared choices (scorer, normalizer,
-# aggregator, attention) are interpolated into models; validating them here names the path the
-# user typed (``scorer.name=...``).
+# aggregator, attention, positional, pooling) are interpolated into models (attnflow.groups);
+# validating the ones the model uses here names the path the user typed (``scorer.name=...``).
 BLOCK_GROUPS = [("scorer", SCORERS), ("normalizer", NORMALIZERS), ("aggregator", AGGREGATORS),
-                ("attention", ATTENTIONS), ("positional", POSITIONALS), ("data", DATA),
-                ("model", MODELS), ("task", TASKS), ("logger", LOGGERS)]
+                ("attention", ATTENTIONS), ("positional", POSITIONALS), ("pooling", POOLINGS),
+                ("data", DATA), ("model", MODELS), ("task", TASKS), ("logger", LOGGERS)]
 
 CALLBACK_FIELDS = {
     "checkpoint": {"monitor", "mode", "save_top_k", "save_last"},
@@ -53,14 +56,25 @@ def _trainer_fields() -> List[str]:
     return [p for p in inspect.signature(pl.Trainer.__init__).parameters if p != "self"]
 
 
+def _top_level_keys() -> set:
+    """The root config's keys: its defaults list's groups and its own fields (conf/train.yaml)."""
+    root = OmegaConf.load(config_dir() / "train.yaml")
+    groups = {k for entry in root.get("defaults", []) if isinstance(entry, DictConfig) for k in entry}
+    return (groups | set(root.keys())) - {"defaults", "experiment", "hydra"} | {"hydra"}
+
+
 def validate_config(cfg: Dict[str, Any]) -> None:
     """Raise :class:`ConfigError` for any unknown block name or bad field in ``cfg``."""
+    known = _top_level_keys()
+    for key in cfg:
+        if key not in known:
+            raise ConfigError(f"the config has no top-level key '{key}'; keys: "
+                              f"{', '.join(sorted(known))}.{_suggest(key, known)}")
     for group, registry in BLOCK_GROUPS:
         if group in cfg and cfg[group] is not None:
             registry.validate(cfg[group], group)
         elif group in ("data", "model", "task"):
             raise ConfigError(f"the config has no '{group}': choose one with {group}=NAME")
-    _check_positional_is_used(cfg)
     allowed = _trainer_fields()
     for key in cfg.get("trainer") or {}:
         if key not in allowed or key in ("logger", "callbacks", "default_root_dir", "enable_progress_bar"):
@@ -80,39 +94,85 @@ def validate_config(cfg: Dict[str, Any]) -> None:
     bar = (cfg.get("callbacks") or {}).get("progress_bar", "rich")
     if bar not in ("rich", "tqdm", "none", None):
         raise ConfigError(f"callbacks.progress_bar must be 'rich', 'tqdm' or 'none', got {bar!r}")
+    check_composition(cfg)
 
 
-def _mentions(tree: Any, key: str) -> bool:
-    if isinstance(tree, dict):
-        return key in tree or any(_mentions(v, key) for v in tree.values())
-    if isinstance(tree, list):
-        return any(_mentions(v, key) for v in tree)
-    return False
+# What a data module gives, and what a model or task works on: the ``interface`` class attribute
+# of data modules, models and tasks (None: not declared, not checked).
+INTERFACES = {"seq2seq": "sequence pairs (source and target token ids)",
+              "documents": "labelled documents (sentences × words)",
+              "graph": "graphs (node features, edges, node labels)"}
 
 
-def _check_positional_is_used(cfg: Dict[str, Any]) -> None:
-    """A non-default ``positional=`` on a model that has no positional encoding is an error."""
-    pos, model = cfg.get("positional"), cfg.get("model")
-    if not isinstance(pos, dict) or not isinstance(model, dict) or _mentions(model, "positional"):
-        return
-    if pos.get("name", "sinusoidal") != "sinusoidal":
-        raise ConfigError(
-            f"positional={pos['name']} (at 'positional') does nothing for model '{model.get('name')}': "
-            f"none of its blocks takes a positional encoding (recurrent encoders and decoders see "
-            f"word order through the recurrence; relative positions change self-attention, which "
-            f"it does not have). Use model=transformer, or an encoder that takes one "
-            f"(model.encoder.name=transformer_encoder)")
+def check_composition(cfg: Dict[str, Any]) -> None:
+    """Data, model and task fit together (by their ``interface``), and an explicit checkpoint or
+    early-stopping ``monitor`` is a metric the task logs; before any data is made."""
+    picked = [(group, cfg[group]["name"], reg) for group, reg in
+              (("data", DATA), ("model", MODELS), ("task", TASKS))]
+    ifaces = [(group, name, getattr(reg.get(name), "interface", None)) for group, name, reg in picked]
+    declared = [i for _, _, i in ifaces if i]
+    if len(set(declared)) > 1:
+        ref = ifaces[0][2] or declared[0]  # what the data gives, if it says
+        fits = {i: {g: [n for n in reg.names() if getattr(reg.get(n), "interface", None) == i]
+                    for g, _, reg in picked} for i in set(declared)}
+
+        def works_on(i):
+            return (f"{INTERFACES.get(i, i)} (data {', '.join(fits[i]['data']) or '-'}; models "
+                    f"{', '.join(fits[i]['model']) or '-'}; tasks {', '.join(fits[i]['task']) or '-'})")
+
+        (dg, dn, di), *others = ifaces
+        lines = [f"{g} '{n}' works on {works_on(i)}" for g, n, i in others if i and i != ref]
+        lines.append(f"data '{dn}' gives {works_on(di)}" if di else
+                     f"the rest works on {works_on(ref)}")
+        raise ConfigError(f"data '{dn}', model '{ifaces[1][1]}' and task '{ifaces[2][1]}' do not fit "
+                          f"together: " + "; ".join(lines))
+    task = TASKS.get(cfg["task"]["name"])
+    for key in ("checkpoint", "early_stopping"):
+        entry = (cfg.get("callbacks") or {}).get(key)
+        if not isinstance(entry, dict):
+            continue
+        mode = entry.get("mode")
+        if mode not in (None, "min", "max"):
+            raise ConfigError(f"callbacks.{key}.mode must be 'min' or 'max' (or null: the task's), "
+                              f"got {mode!r}")
+        monitor = entry.get("monitor")
+        metrics = getattr(task, "metrics", None)
+        if monitor is None or not metrics:
+            continue
+        names = task.metric_names()
+        if monitor not in names:
+            raise ConfigError(
+                f"callbacks.{key}.monitor '{monitor}' is not a metric that task '{cfg['task']['name']}' "
+                f"logs; it logs {', '.join(names)} (null: its default, {task.monitor})."
+                f"{_suggest(monitor, names)}")
 
 
-def build_callbacks(cfg: Dict[str, Any], run_dir: Path) -> List[pl.Callback]:
+def _with_task_monitor(entry: Dict[str, Any], task: Any) -> Dict[str, Any]:
+    """``entry`` (checkpoint or early-stopping fields) with ``monitor``/``mode`` taken from the
+    task where null: its checkpoint metric, and the mode of the monitored metric."""
+    entry = dict(entry)
+    if task is None:
+        return {k: v for k, v in entry.items() if not (k in ("monitor", "mode") and v is None)}
+    if entry.get("monitor") is None:
+        entry["monitor"] = task.monitor
+    if entry.get("mode") is None:
+        metric = entry["monitor"].split("/", 1)[-1]
+        entry["mode"] = (task.monitor_mode if entry["monitor"] == task.monitor
+                         else getattr(task, "metrics", {}).get(metric, "min"))
+    return entry
+
+
+def build_callbacks(cfg: Dict[str, Any], run_dir: Path, task: Any = None) -> List[pl.Callback]:
+    """The callbacks of ``cfg`` (the ``callbacks`` config); a checkpoint or early-stopping entry
+    without ``monitor``/``mode`` monitors the ``task`` class's metric (``Task.monitor``)."""
     out: List[pl.Callback] = []
     ck = cfg.get("checkpoint")
     if ck:
         out.append(ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="epoch{epoch}-step{step}",
-                                   auto_insert_metric_name=False, **ck))
+                                   auto_insert_metric_name=False, **_with_task_monitor(ck, task)))
     es = cfg.get("early_stopping")
     if es:
-        out.append(EarlyStopping(**es))
+        out.append(EarlyStopping(**_with_task_monitor(es, task)))
     maps = cfg.get("attention_maps")
     if maps:
         out.append(AttentionMaps(run_dir / "attention", **maps))
@@ -139,11 +199,39 @@ def _metrics(results: List[dict]) -> Dict[str, float]:
     return out
 
 
+def _choices(cfg: DictConfig) -> Dict[str, Any]:
+    """Hydra's group choices of this run, when Hydra composed it (else {})."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        return dict(HydraConfig.get().runtime.choices)
+    if "hydra" in cfg:
+        return dict(cfg.hydra.runtime.choices)
+    return {}
+
+
+def resolve_config(cfg: DictConfig | Dict[str, Any]) -> Dict[str, Any]:
+    """The run's resolved, validated config. A composed (unresolved) config goes through the
+    shared-group contract first (:mod:`attnflow.groups`): groups the model does not use are
+    refused when set, and left out of the result."""
+    if not isinstance(cfg, DictConfig):
+        resolved = dict(cfg)
+    else:
+        choices = _choices(cfg)
+        cfg = copy.deepcopy(cfg)
+        if "hydra" in cfg:  # composed with return_hydra_config: Hydra's own node is not the run's
+            with open_dict(cfg):
+                del cfg["hydra"]
+        consumed = check_shared_groups(cfg, config_dir(), choices)
+        resolved = prune_unused(OmegaConf.to_container(cfg, resolve=True), consumed)
+    validate_config(resolved)
+    return resolved
+
+
 def train(cfg: DictConfig | Dict[str, Any], run_dir: Path | str) -> Dict[str, Any]:
     """Validate, build, fit, evaluate; return (and write) the final metrics."""
     run_dir = Path(run_dir)
-    resolved = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
-    validate_config(resolved)
+    resolved = resolve_config(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(resolved)))
 
@@ -157,7 +245,8 @@ def train(cfg: DictConfig | Dict[str, Any], run_dir: Path | str) -> Dict[str, An
         dm.save_artifacts(run_dir)
     task.run_config = resolved
     logger = LOGGERS.build(resolved["logger"], str(run_dir), path="logger")
-    callbacks = build_callbacks(resolved.get("callbacks") or {}, run_dir)
+    callbacks = build_callbacks(resolved.get("callbacks") or {}, run_dir,
+                                TASKS.get(resolved["task"]["name"]))
     bar = (resolved.get("callbacks") or {}).get("progress_bar", "rich")
     trainer = pl.Trainer(**(resolved.get("trainer") or {}), logger=logger, callbacks=callbacks,
                          default_root_dir=str(run_dir), enable_progress_bar=bar not in ("none", None))

@@ -16,13 +16,14 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from attnflow import config_dir
 from attnflow.registry import ConfigError
 
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+CONF_DIR = str(config_dir())  # the checkout's conf/, or the one installed with the package
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
-def main(cfg: DictConfig) -> float | None:
+def run_app(cfg: DictConfig) -> float | None:
     from attnflow.run import train
 
     try:
@@ -38,6 +39,15 @@ def main(cfg: DictConfig) -> float | None:
             sys.exit(2)
         return summary["metrics"][metric]
     return None
+
+
+def main() -> None:
+    """The console script: plain field overrides may name fields the YAML leaves at their
+    constructor defaults (:func:`attnflow.groups.field_overrides`), then Hydra runs the app."""
+    from attnflow.groups import field_overrides
+
+    sys.argv[1:] = field_overrides(sys.argv[1:], Path(CONF_DIR))
+    run_app()
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from typing import List, Optional, Tuple
 import torch
 import yaml
 
-from attnflow.checkpoints import CheckpointError, find_checkpoint, read_checkpoint
+from attnflow.checkpoints import CheckpointError, find_checkpoint, read_checkpoint, upgrade_config
 
 
 class TranslateError(Exception):
@@ -47,6 +47,7 @@ def load(path: Path, device: str = "cpu"):
         cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
     if not cfg:
         raise TranslateError(f"{ckpt_path} carries no attnflow config and {run_dir}/config.yaml is missing")
+    cfg = upgrade_config(cfg)
     if cfg["data"].get("name") != "parallel":
         raise TranslateError(f"the run at {run_dir} is not a translation run (data '{cfg['data'].get('name')}')")
     dm = DATA.build(cfg["data"], path="data")

@@ -33,7 +33,8 @@ from pathlib import Path
 import torch
 from hydra import compose, initialize_config_dir
 
-import attnflow  # noqa: F401
+from attnflow import config_dir
+from attnflow.groups import field_overrides
 from attnflow.run import train
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,8 +58,8 @@ def run_one(model: str, args) -> dict:
     overrides = [f"experiment={EXPERIMENTS[model]}", f"trainer.max_epochs={args.epochs}",
                  f"data.limit_train={args.limit_train}", f"data.limit_val={args.limit_val}",
                  "callbacks.progress_bar=none", "logger=csv", *args.override]
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("train", overrides=overrides)
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        cfg = compose("train", overrides=field_overrides(overrides, config_dir()))
     start = time.time()
     summary = train(cfg, run_dir)
     wall = time.time() - start

@@ -2,7 +2,7 @@
 
 Both models have identical sizes: d=256, 8 heads, FFN 1024, 3+3 layers, post-LN, batch-first,
 dropout 0.1 everywhere torch puts it (residuals, attention weights, after the FFN's ReLU; attnflow
-with ``attention_dropout=0.1, activation_dropout=0.1``), no final LayerNorm (torch's
+with ``attention.dropout=0.1, activation_dropout=0.1``), no final LayerNorm (torch's
 ``encoder.norm`` / ``decoder.norm`` removed: the paper's post-LN stack has none), and the same
 embedding/output layers: one shared embedding matrix (src, tgt, output; tied), scaled by √d, plus
 sinusoidal positions, and an output bias. Both see the same batch of random tokens with random
@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnflow.blocks.positional import sinusoid_table
+from attnflow.blocks.positional.sinusoidal import sinusoid_table
 from attnflow.registry import MODELS
 
 D, HEADS, FFN, LAYERS, DROPOUT, VOCAB, PAD = 256, 8, 1024, 3, 0.1, 8000, 0
@@ -72,9 +72,10 @@ class TorchPeer(nn.Module):
 
 
 def build_attnflow():
-    return MODELS.build({"name": "transformer", "d_model": D, "heads": HEADS, "ffn_dim": FFN,
+    return MODELS.build({"name": "transformer", "d_model": D, "ffn_dim": FFN,
+                         "attention": {"name": "multihead", "heads": HEADS, "dropout": DROPOUT},
                          "encoder_layers": LAYERS, "decoder_layers": LAYERS, "dropout": DROPOUT,
-                         "attention_dropout": DROPOUT, "activation_dropout": DROPOUT,
+                         "activation_dropout": DROPOUT,
                          "norm": "post", "tie_embeddings": "all"},
                         src_vocab=VOCAB, tgt_vocab=VOCAB, pad_id=PAD)
 

@@ -10,6 +10,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 import attnflow  # noqa: F401  (registers blocks and the ${attnflow_root:} resolver)
+from attnflow.groups import field_overrides
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"
@@ -25,7 +26,9 @@ FAST = [
 
 def compose_cfg(overrides: List[str] = (), return_hydra_config: bool = False) -> DictConfig:
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("train", overrides=list(overrides), return_hydra_config=return_hydra_config)
+        # as attnflow-train does: plain field overrides may name fields left at their defaults
+        return compose("train", overrides=field_overrides(overrides, CONF),
+                       return_hydra_config=return_hydra_config)
 
 
 def experiments() -> List[str]:

@@ -34,3 +34,17 @@ def test_console_script_is_installed():
     proc = subprocess.run([sys.executable, "-m", "attnflow.blocks_cli", "normalizer"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "softmax" in proc.stdout and "positive" in proc.stdout
+
+
+def test_config_shows_what_a_run_uses_with_defaults_filled_in(capsys):
+    import yaml
+
+    from attnflow.blocks_cli import main
+
+    assert main(["--config", "experiment=reverse_transformer", "scorer=dot"]) == 0
+    shown = yaml.safe_load(capsys.readouterr().out)
+    assert shown["attention"]["heads"] == 4 and shown["attention"]["scorer"] == {"name": "dot"}
+    assert shown["model"]["encoder_layers"] == 2 and shown["model"]["norm"] == "post"  # a default
+    assert "pooling" not in shown  # not used by the Transformer
+    assert main(["--config", "aggregator=mean"]) == 2
+    assert "does nothing" in capsys.readouterr().err

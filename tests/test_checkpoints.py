@@ -60,3 +60,24 @@ def test_reading_refuses_what_is_not_a_plain_checkpoint(tmp_path, capsys):
     torch.save({"weights": torch.ones(1)}, plain)
     with pytest.raises(CheckpointError, match="no state_dict"):
         read_checkpoint(plain)
+
+
+def test_configs_of_older_runs_are_upgraded_to_todays_fields():
+    from attnflow.checkpoints import upgrade_config
+    from attnflow.registry import MODELS, TASKS
+
+    old = {"model": {"name": "transformer", "d_model": 16, "heads": 2, "ffn_dim": 32,
+                     "encoder_layers": 1, "decoder_layers": 1, "attention_dropout": 0.1,
+                     "scorer": {"name": "scaled_dot"},
+                     "positional": {"name": "relative", "max_distance": 3}},
+           "task": {"name": "translation", "optimizer": "adam", "lr": 7e-4, "scheduler": "noam",
+                    "warmup_steps": 4000, "beam_size": 4}}
+    new = upgrade_config(old)
+    assert new["model"]["attention"] == {"name": "multihead", "heads": 2, "scorer": {"name": "scaled_dot"},
+                                         "dropout": 0.1}
+    assert new["task"]["optim"] == {"optimizer": "adam", "lr": 7e-4, "scheduler": "noam", "warmup_steps": 4000}
+    model = MODELS.build(new["model"], src_vocab=11, tgt_vocab=11)
+    assert model.encoder.layers[0].self_attn.max_distance == 3
+    TASKS.validate(new["task"])  # the translation task accepts it
+    rnn = upgrade_config({"model": {"name": "seq2seq", "positional": {"name": "none"}}})
+    assert "positional" not in rnn["model"]

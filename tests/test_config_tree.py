@@ -6,10 +6,11 @@ import json
 
 import pytest
 
-from attnflow.blocks.scorers import AdditiveScorer, DotScorer
+from attnflow.blocks.scorers.additive import AdditiveScorer
+from attnflow.blocks.scorers.dot import DotScorer
 from attnflow.registry import MODELS, SCORERS
 from attnflow.run import train
-from support import DATA_DIR, FAST, compose_cfg, experiments
+from support import CONF, DATA_DIR, FAST, compose_cfg, experiments
 
 
 def test_there_are_experiments():
@@ -70,7 +71,14 @@ def test_default_scorer_is_additive_and_one_override_swaps_it():
     assert isinstance(_decoder_scorer(compose_cfg(["scorer=dot"])), DotScorer)
 
 
-@pytest.mark.parametrize("scorer", SCORERS.names())
+def test_every_registered_scorer_has_a_group_option():
+    assert set(SCORERS.names()) <= set(OPTIONS["scorer"])
+
+
+OPTIONS = {g: sorted(p.stem for p in (CONF / g).glob("*.yaml")) for g in ("scorer",)}
+
+
+@pytest.mark.parametrize("scorer", OPTIONS["scorer"])
 def test_every_scorer_trains_a_step_in_the_default_experiment(scorer, tmp_path):
     cfg = compose_cfg([f"scorer={scorer}", *FAST, "trainer.fast_dev_run=true", "logger=none"])
     assert cfg.model.decoder.attention.scorer.name == scorer

@@ -6,16 +6,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnflow.blocks.attention import RelativeMultiHeadAttention
-from attnflow.registry import MODELS, ConfigError
-from attnflow.run import validate_config
+from attnflow.registry import ATTENTIONS, MODELS, ConfigError
+from attnflow.run import resolve_config
 from omegaconf import OmegaConf
 from support import compose_cfg
 
 
 def small(**kw):
-    cfg = {"name": "transformer", "d_model": 16, "heads": 2, "ffn_dim": 32, "encoder_layers": 2,
-           "decoder_layers": 2, **kw}
+    attention = {"name": "multihead", "heads": 2, **({"scorer": kw.pop("scorer")} if "scorer" in kw else {})}
+    cfg = {"name": "transformer", "d_model": 16, "ffn_dim": 32, "encoder_layers": 2,
+           "decoder_layers": 2, "attention": attention, **kw}
     return MODELS.build(cfg, src_vocab=13, tgt_vocab=13, pad_id=0)
 
 
@@ -49,8 +49,8 @@ def test_tied_embeddings_share_one_matrix():
 
 def test_tie_all_needs_a_shared_vocabulary():
     with pytest.raises(ConfigError, match="shared vocabulary"):
-        MODELS.build({"name": "transformer", "d_model": 16, "heads": 2}, src_vocab=10, tgt_vocab=12)
-    model = MODELS.build({"name": "transformer", "d_model": 16, "heads": 2, "tie_embeddings": "decoder"},
+        MODELS.build({"name": "transformer", "d_model": 16}, src_vocab=10, tgt_vocab=12)
+    model = MODELS.build({"name": "transformer", "d_model": 16, "tie_embeddings": "decoder"},
                          src_vocab=10, tgt_vocab=12)
     assert model.decoder.out.weight is model.decoder.embedding.weight
     assert model.decoder.embedding.weight is not model.src_embedding.weight
@@ -66,8 +66,9 @@ def test_embeddings_are_scaled_by_sqrt_d():
 
 
 def test_base_preset_has_about_65M_parameters_with_a_37k_shared_vocabulary():
-    cfg = OmegaConf.to_container(compose_cfg(["model=transformer_base"]).model, resolve=True)
-    assert (cfg["d_model"], cfg["heads"], cfg["ffn_dim"], cfg["encoder_layers"]) == (512, 8, 2048, 6)
+    cfg = MODELS.validate(compose_cfg(["model=transformer_base"]).model)  # defaults filled in
+    assert (cfg["d_model"], cfg["ffn_dim"], cfg["encoder_layers"]) == (512, 2048, 6)
+    assert ATTENTIONS.validate(cfg["attention"])["heads"] == 8
     with torch.device("meta"):  # no memory, no initialisation work
         model = MODELS.build(cfg, src_vocab=37000, tgt_vocab=37000, pad_id=0)
     n = sum(p.numel() for p in model.parameters())
@@ -99,9 +100,9 @@ def test_positional_relative_makes_every_self_attention_relative():
                                               "positional.max_distance=4"]).model, resolve=True)
     model = MODELS.build(cfg, src_vocab=10, tgt_vocab=10)
     for layer in [*model.encoder.layers, *model.decoder.layers]:
-        assert isinstance(layer.self_attn, RelativeMultiHeadAttention) and layer.self_attn.max_distance == 4
+        assert layer.self_attn.max_distance == 4 and layer.self_attn.rel_k.shape == (9, 32)
     for layer in model.decoder.layers:
-        assert not isinstance(layer.cross_attn, RelativeMultiHeadAttention)
+        assert layer.cross_attn.max_distance is None and not hasattr(layer.cross_attn, "rel_k")
     assert not model.encoder.positional.encoding(5).any()  # no absolute encoding
 
 
@@ -113,14 +114,16 @@ def test_scorer_override_reaches_every_head():
 
 
 @pytest.mark.parametrize("overrides, expected", [
-    (["positional=relative"], ["positional=relative", "model 'seq2seq'", "self-attention"]),
+    (["positional=relative"], ["positional=relative", "model 'seq2seq' does not use", "attention"]),
     (["positional=learned"], ["positional=learned", "does nothing"]),
-    (["model=transformer", "model.d_model=30"], ["not divisible"]),
+    (["model=transformer", "model.d_model=30"], ["not divisible by heads 8", "attention.heads"]),
+    (["model=transformer", "attention=single", "positional=relative"], ["'single' has no relative"]),
+    (["model=transformer", "attention=relative_multihead", "attention.max_distance=3",
+      "positional=relative", "positional.max_distance=4"], ["max_distance=3", "δ=4"]),
 ])
 def test_options_that_cannot_apply_are_config_errors(overrides, expected):
-    cfg = OmegaConf.to_container(compose_cfg(overrides), resolve=True)
     with pytest.raises(ConfigError) as err:
-        validate_config(cfg)
+        cfg = resolve_config(compose_cfg(overrides))
         MODELS.build(cfg["model"], src_vocab=10, tgt_vocab=10)
     for text in expected:
         assert text in str(err.value)

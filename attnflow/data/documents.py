@@ -221,6 +221,8 @@ class DocumentDataModule(pl.LightningDataModule):
         seed: shuffling seed (default 1234).
     """
 
+    interface = "documents"  # documents: han/self_attentive models, the classification task
+
     def __init__(self, *, train_path: str = "", val_path: str = "", test_path: str = "",
                  text_field: str = "text", label_field: str = "label", max_sentences: int = 30,
                  max_words: int = 50, min_freq: int = 5, max_vocab: int = 50000,

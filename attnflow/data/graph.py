@@ -72,6 +72,8 @@ class GraphDataModule(pl.LightningDataModule):
 
     name = "graph"
 
+    interface = "graph"  # graphs: the gat model, the node_classification task
+
     def __init__(self, *, loader: str = "full", batch_size: int = 512, num_hops: int = 2,
                  num_neighbors: Optional[List[int]] = None, seed: int = 1234):
         super().__init__()

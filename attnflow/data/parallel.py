@@ -4,7 +4,7 @@ Files are ``<root>/<split>.<lang>`` or ``<root>/<split>.<lang>.gz`` (Multi30k: t
 test_2016_flickr; en and de), line i of the source file translating line i of the target file.
 Either direction works (``src_lang``/``tgt_lang``). Nothing is downloaded.
 
-Tokenisation (seed 000, SPEC §5: BPE or WordPiece trained on the training split): HF
+Tokenisation (BPE or WordPiece trained on the training split): HF
 ``tokenizers`` with NFKC normalisation (optionally lower-casing), a Metaspace + punctuation
 pre-tokeniser (words carry a leading ``▁``, so decoding restores the original spacing: detokenised
 output is plain text for sacreBLEU), and a BPE (Sennrich et al. 2016) or WordPiece (Schuster &
@@ -134,6 +134,8 @@ class ParallelDataModule(pl.LightningDataModule):
         num_workers: DataLoader workers (default 0).
         seed: batch shuffling seed (default 1234).
     """
+
+    interface = "seq2seq"  # sequence pairs: seq2seq/transformer models, seq2seq/translation tasks
 
     def __init__(self, *, root: str = "", src_lang: str = "de", tgt_lang: str = "en",
                  train: str = "train", val: str = "val", test: str = "test_2016_flickr",

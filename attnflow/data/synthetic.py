@@ -60,6 +60,8 @@ class ReverseDataModule(pl.LightningDataModule):
         seed: the generator's seed (default 1234).
     """
 
+    interface = "seq2seq"  # sequence pairs: seq2seq/transformer models, seq2seq/translation tasks
+
     def __init__(self, *, task: Literal["reverse", "copy", "sort"] = "reverse", symbols: int = 20,
                  min_len: int = 4, max_len: int = 16, train_size: int = 20000, val_size: int = 500,
                  test_size: int = 500, batch_size: int = 64, seed: int = 1234):

@@ -4,8 +4,9 @@ A stochastic block model: N nodes in C communities; an edge joins two nodes with
 ``p_in`` if they share a community and ``p_out`` otherwise (undirected: both directions). Node
 features are the sum of the node's community centroids plus Gaussian noise. Single-label: one
 community per node, y (N,) class ids. Multi-label (``multi_label``): each node also joins a second
-random community with probability ``extra_label_prob``; y (N, C) is 0/1 (seed 000's multi-label
-node classification with per-class sigmoid log-loss). Splits are random node masks. Generation
+random community with probability ``extra_label_prob``; y (N, C) is 0/1 (multi-label node
+classification with per-class sigmoid log-loss, as on PPI in Veličković et al. 2018). Splits are
+random node masks. Generation
 is deterministic given ``seed``.
 """
 

@@ -1,7 +1,7 @@
 """Hierarchical attention network for document classification.
 
-Source: seed 000 (hierarchical attention), Yang et al. 2016, "Hierarchical attention networks for
-document classification". Words x_it, t = 1..T_i, in sentences i = 1..L:
+Source: Yang et al. 2016, "Hierarchical attention networks for document classification", §2.2
+(word attention: eq. (5)–(7)) and §2.3. Words x_it, t = 1..T_i, in sentences i = 1..L:
 
     h_it = BiGRU(W₀ x_it)                       word encoder
     s_i  = pool_t(h_it)                          attention: Σ_t h_it SoftMax_t(u_itᵀq₁),
@@ -70,6 +70,8 @@ class HierarchicalAttentionNetwork(nn.Module):
         tokens (B, S, W), sent_lengths (B, S) -> dict with ``logits`` (B, C), ``word_weights``
         (B, S, W) and ``sent_weights`` (B, S) (None for max pooling).
     """
+
+    interface = "documents"  # works on document data (attnflow.run.check_composition)
 
     def __init__(self, vocab_size: int, num_classes: int, pad_id: int = 0, *, embed_dim: int = 100,
                  word_encoder: BlockSpec["encoder"] = {"name": "rnn", "cell": "gru", "hidden_dim": 50},

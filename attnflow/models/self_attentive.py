@@ -1,7 +1,7 @@
 """Structured self-attentive document embedding.
 
-Source: seed 000 (multi-aspect attention and its penalty), Lin et al. 2017, "A structured
-self-attentive sentence embedding". Over the words w_1..w_n of a whole document:
+Source: Lin et al. 2017, "A structured self-attentive sentence embedding" (the model and its
+"penalization term"). Over the words w_1..w_n of a whole document:
 
     H = BiLSTM(E w)                              (n × 2u)
     A = softmax(W_s2 tanh(W_s1 Hᵀ))              (r × n): r attention hops, SoftMax over words
@@ -55,6 +55,8 @@ class SelfAttentive(nn.Module):
         tokens (B, S, W), sent_lengths (B, S) -> dict with ``logits`` (B, C), ``attention``
         (B, r, N) hops over the N flat words, ``word_weights`` (B, S, W) (mean over hops).
     """
+
+    interface = "documents"  # works on document data (attnflow.run.check_composition)
 
     def __init__(self, vocab_size: int, num_classes: int, pad_id: int = 0, *, embed_dim: int = 100,
                  encoder: BlockSpec["encoder"] = {"name": "rnn", "cell": "lstm", "hidden_dim": 100},

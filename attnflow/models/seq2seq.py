@@ -1,6 +1,6 @@
 """Encoder–decoder model: source embedding → encoder → decoder with attention.
 
-Source: Sutskever et al. 2014 (seq2seq), Bahdanau et al. 2015 (RNNsearch), seeds 000, 001, 004.
+Source: Sutskever et al. 2014 (seq2seq), Cho et al. 2014 (RNN encoder–decoder), Bahdanau et al. 2015 (RNNsearch).
 The model holds no training logic: the task (:mod:`attnflow.tasks.seq2seq`) computes losses and
 metrics and calls ``forward`` (teacher forcing) or ``greedy`` (generation).
 """
@@ -12,7 +12,7 @@ from torch import nn
 
 from attnflow.blocks.attention.functional import padding_mask
 from attnflow.models.encoder_decoder import EncoderDecoder
-from attnflow.registry import DECODERS, ENCODERS, MODELS, BlockSpec, ConfigError
+from attnflow.registry import DECODERS, ENCODERS, MODELS, BlockSpec
 
 
 @MODELS.register("seq2seq")
@@ -26,9 +26,6 @@ class Seq2Seq(EncoderDecoder):
         encoder: the encoder's config (default bidirectional GRU).
         decoder: the decoder's config (default GRU with single-head additive attention).
         dropout: on source embeddings (default 0.0).
-        positional: the ``positional`` group when a config passes it (default None). RNN models
-            have no position encodings (the recurrence orders the tokens), so anything but
-            ``none`` is an error that says so.
     Shape:
         forward: src (B, S), src_lengths (B,), tgt_in (B, T) -> logits (B, T, V), weights
         (B, T, J, S) or None.
@@ -37,21 +34,8 @@ class Seq2Seq(EncoderDecoder):
     def __init__(self, src_vocab: int, tgt_vocab: int, pad_id: int = 0, *, embed_dim: int = 64,
                  encoder: BlockSpec["encoder"] = {"name": "rnn"},
                  decoder: BlockSpec["decoder"] = {"name": "rnn_attention"},
-                 dropout: float = 0.0, positional: BlockSpec["positional"] = None):
+                 dropout: float = 0.0):
         super().__init__()
-        if positional and positional.get("name") not in (None, "none"):
-            raise ConfigError(
-                f"model 'seq2seq' (RNN encoder–decoder) has no position encodings: the recurrence "
-                f"reads tokens in order, so positional={positional['name']} has nothing to act on. "
-                f"Position encodings (sinusoidal, learned, relative) belong to Transformer models, "
-                f"e.g. experiment=mt_transformer")
-        att = decoder.get("attention") if isinstance(decoder, dict) else None
-        if isinstance(att, dict) and str(att.get("name", "")).startswith("relative"):
-            raise ConfigError(
-                f"model 'seq2seq': attention '{att['name']}' scores query–key pairs by their relative "
-                f"position i − j within one sequence (self-attention); an RNN decoder attends from a "
-                f"target state to source words, which share no position axis. Use attention=single "
-                f"or multihead here, or a Transformer model for relative positions")
         self.embedding = nn.Embedding(src_vocab, embed_dim, padding_idx=pad_id)
         self.dropout = nn.Dropout(dropout)
         self.encoder = ENCODERS.build(encoder, embed_dim)

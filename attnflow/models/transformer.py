@@ -1,7 +1,7 @@
 """The Transformer encoder–decoder for translation (Vaswani et al. 2017).
 
-Source: Vaswani et al. 2017, "Attention is all you need"; seed 000 (encoder, decoder, positional
-encoding, relative positions of Shaw et al. 2018), seed 001; SPEC §3–§4.
+Source: Vaswani et al. 2017, "Attention is all you need" (§3: encoder, decoder, positional
+encoding; §3.4: shared embeddings scaled by √d); relative positions: Shaw et al. 2018.
 
     Z = Encoder(E_src x · √d)                     (the encoder adds p_i; blocks/encoders/transformer)
     p(y_t | y_<t, x) = Decoder(E_tgt y_<t · √d, Z) (the decoder adds p_t; blocks/decoders/transformer)
@@ -9,10 +9,11 @@ encoding, relative positions of Shaw et al. 2018), seed 001; SPEC §3–§4.
 Tied embeddings (``tie_embeddings``): 'all' — one matrix for source embedding, target embedding and
 the output layer (the paper, with a shared BPE vocabulary of 37k); this needs a shared
 vocabulary, so src_vocab must equal tgt_vocab; 'decoder' — target embedding ≡ output layer;
-'none'. Embeddings are scaled by √d and initialised N(0, 1/d). Positions: ``positional``
-(sinusoidal, learned, none, or relative, which makes every self-attention ``relative_multihead``
-and adds no absolute encoding). Label smoothing and the warm-up (Noam) schedule belong to the
-task (``task.label_smoothing``, ``task.scheduler=noam``).
+'none'. Embeddings are scaled by √d and initialised N(0, 1/d). Attention: ``attention`` (the
+shared group: multihead with J heads, relative_multihead, single, …, with its scorer, normaliser
+and aggregator) in every sublayer. Positions: ``positional`` (sinusoidal, learned, none, or
+relative, which adds no absolute encoding and gives every self-attention relative-position
+terms). Label smoothing and the warm-up (Noam) schedule belong to the task.
 
 Model interface (as ``seq2seq``): ``forward`` (teacher forcing), ``encode``, ``decoder`` (the
 decoder protocol of :mod:`attnflow.blocks.decoders.base`) and ``greedy``.
@@ -39,15 +40,14 @@ class Transformer(EncoderDecoder):
         src_vocab, tgt_vocab: vocabulary sizes (context, from the data module).
         pad_id: the padding token id (context).
         d_model: d (default 256; the paper's base: 512).
-        heads: J (default 8).
         ffn_dim: the FFN's inner size (default 1024; base: 2048).
         encoder_layers, decoder_layers: N (default 3 and 3; base: 6 and 6).
         dropout: on embedding sums and residuals (default 0.1).
-        attention_dropout: on α (default 0.0).
         activation_dropout: after the FFN's ReLU (default 0.0).
         norm: 'post' (the paper) or 'pre' (default 'post').
         positional: the positional block (default sinusoidal).
-        scorer: a(k, q) of every attention head (default scaled_dot).
+        attention: the attention block of every sublayer: heads J, scorer a(k, q), normaliser,
+            aggregator, dropout on α (default multihead: 8 scaled-dot heads, concat + W^O).
         tie_embeddings: 'all', 'decoder' or 'none' (default 'all'; see above).
         scale_embeddings: multiply embeddings by √d (default True).
     Shape:
@@ -56,16 +56,14 @@ class Transformer(EncoderDecoder):
     """
 
     def __init__(self, src_vocab: int, tgt_vocab: int, pad_id: int = 0, *, d_model: int = 256,
-                 heads: int = 8, ffn_dim: int = 1024, encoder_layers: int = 3,
-                 decoder_layers: int = 3, dropout: float = 0.1, attention_dropout: float = 0.0,
-                 activation_dropout: float = 0.0, norm: Literal["post", "pre"] = "post",
+                 ffn_dim: int = 1024, encoder_layers: int = 3, decoder_layers: int = 3,
+                 dropout: float = 0.1, activation_dropout: float = 0.0,
+                 norm: Literal["post", "pre"] = "post",
                  positional: BlockSpec["positional"] = {"name": "sinusoidal"},
-                 scorer: BlockSpec["scorer"] = {"name": "scaled_dot"},
+                 attention: BlockSpec["attention"] = {"name": "multihead"},
                  tie_embeddings: Literal["all", "decoder", "none"] = "all",
                  scale_embeddings: bool = True):
         super().__init__()
-        if d_model % heads:
-            raise ConfigError(f"model 'transformer': d_model {d_model} is not divisible by heads {heads}")
         if tie_embeddings == "all" and src_vocab != tgt_vocab:
             raise ConfigError(
                 f"model 'transformer': tie_embeddings='all' shares one embedding between source and "
@@ -78,10 +76,9 @@ class Transformer(EncoderDecoder):
             nn.init.normal_(self.src_embedding.weight, 0.0, d_model ** -0.5)
             with torch.no_grad():
                 self.src_embedding.weight[pad_id].zero_()
-        shared = dict(d_model=d_model, layers=encoder_layers, heads=heads, ffn_dim=ffn_dim,
-                      dropout=dropout, attention_dropout=attention_dropout,
+        shared = dict(d_model=d_model, layers=encoder_layers, ffn_dim=ffn_dim, dropout=dropout,
                       activation_dropout=activation_dropout, norm=norm, positional=positional,
-                      scorer=scorer)
+                      attention=attention)
         self.encoder = ENCODERS.build({"name": "transformer_encoder", **shared}, d_model)
         shared["layers"] = decoder_layers
         self.decoder = DECODERS.build(

@@ -1,4 +1,4 @@
-"""Multi-head attention: cʲ = Attn(W_qʲ q, W_kʲ H, W_vʲ H), then an aggregator (SPEC §1–§2)."""
+"""Multi-head attention: cʲ = Attn(W_qʲ q, W_kʲ H, W_vʲ H), then an aggregator (Vaswani et al. 2017, §3.2.2)."""
 
 import math
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnflow.blocks.attention import MultiHeadAttention
+from attnflow.blocks.attention.multihead import MultiHeadAttention
 from attnflow.registry import ATTENTIONS
 
 

@@ -1,4 +1,4 @@
-"""Single-head attention: c = Σ_i v_i norm_i a(k_i, q) (SPEC §1, seed 000)."""
+"""Single-head attention: c = Σ_i v_i norm_i a(k_i, q) (Bahdanau et al. 2015, eq. (5)–(6))."""
 
 import math
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnflow.blocks.attention import Attention
+from attnflow.blocks.attention.single import Attention
 from attnflow.registry import ATTENTIONS
 
 

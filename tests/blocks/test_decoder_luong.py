@@ -1,11 +1,11 @@
-"""Luong decoder: global/local attention from h_t, input feeding, the Gaussian window (SPEC §3)."""
+"""Luong decoder: global/local attention from h_t, input feeding, the Gaussian window (Luong, Pham & Manning 2015, §3)."""
 
 import math
 
 import pytest
 import torch
 
-from attnflow.blocks.decoders import LuongDecoder
+from attnflow.blocks.decoders.luong import LuongDecoder
 from attnflow.registry import DECODERS, ConfigError
 
 V, MEM, INIT, EMB, HID = 11, 8, 5, 4, 8
@@ -124,7 +124,7 @@ def test_dot_scorer_needs_equal_sizes_and_says_why():
 
 
 def test_local_needs_single_head_and_says_why():
-    with pytest.raises(ConfigError, match="single-head"):
+    with pytest.raises(ConfigError, match="needs a plain block"):
         DECODERS.build({"name": "luong", "alignment": "local_p",
                         "attention": {"name": "multihead", "heads": 2}}, V, MEM, INIT)
 

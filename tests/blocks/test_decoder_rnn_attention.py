@@ -1,9 +1,9 @@
-"""RNN decoder with attention (RNNsearch): s_t = f(s_{t−1}, [E y_{t−1}; c_t]) (SPEC §3)."""
+"""RNN decoder with attention (RNNsearch): s_t = f(s_{t−1}, [E y_{t−1}; c_t]) (Bahdanau et al. 2015, §3.1)."""
 
 import pytest
 import torch
 
-from attnflow.blocks.decoders import AttentionRNNDecoder
+from attnflow.blocks.decoders.rnn_attention import AttentionRNNDecoder
 from attnflow.registry import DECODERS
 
 V, MEM, INIT, EMB, HID = 11, 6, 5, 4, 8

@@ -3,15 +3,17 @@
 import pytest
 import torch
 
-from attnflow.blocks.attention import RelativeMultiHeadAttention
+from attnflow.blocks.attention.relative_multihead import RelativeMultiHeadAttention
 from attnflow.blocks.decoders.transformer import TransformerDecoderLayer
 from attnflow.registry import DECODERS
 
 from test_encoder_transformer import ffn, ln, mha
 
 
-def build(**kw):
-    cfg = {"name": "transformer_decoder", "d_model": 8, "layers": 2, "heads": 2, "ffn_dim": 16, **kw}
+def build(scorer=None, **kw):
+    attention = {"name": "multihead", "heads": 2, **({"scorer": scorer} if scorer else {})}
+    cfg = {"name": "transformer_decoder", "d_model": 8, "layers": 2, "ffn_dim": 16,
+           "attention": attention, **kw}
     return DECODERS.build(cfg, 11, 6, 6).eval()
 
 
@@ -93,15 +95,18 @@ def test_reorder_selects_rows_of_the_state():
 def test_tied_output_and_relative_self_attention_only():
     dec = build(positional={"name": "relative"})
     assert dec.out.weight is dec.embedding.weight
-    assert isinstance(dec.layers[0].self_attn, RelativeMultiHeadAttention)
-    assert not isinstance(dec.layers[0].cross_attn, RelativeMultiHeadAttention)
+    assert dec.layers[0].self_attn.max_distance == 16  # relative terms in self-attention only
+    assert dec.layers[0].cross_attn.max_distance is None
+    chosen = build(attention={"name": "relative_multihead", "heads": 2, "max_distance": 3})
+    assert isinstance(chosen.layers[0].self_attn, RelativeMultiHeadAttention)
+    assert chosen.layers[0].self_attn.max_distance == 3 and chosen.layers[0].cross_attn.max_distance is None
     assert build(tie_output=False).out.weight is not build(tie_output=False).embedding.weight
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])
 def test_layer_structure_equals_hand_composition(norm):
     cfg = {"name": "multihead", "heads": 2}
-    layer = TransformerDecoderLayer(8, 6, 2, 16, cfg, cfg, 0.1, 0.0, norm).eval()
+    layer = TransformerDecoderLayer(8, 6, 16, cfg, None, 0.1, 0.0, norm).eval()
     for n in (layer.norm1, layer.norm2, layer.norm3):
         torch.nn.init.normal_(n.weight)
         torch.nn.init.normal_(n.bias)

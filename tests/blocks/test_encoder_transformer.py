@@ -4,16 +4,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnflow.blocks.attention import MultiHeadAttention, RelativeMultiHeadAttention
+from attnflow.blocks.attention.multihead import MultiHeadAttention
 from attnflow.blocks.encoders.transformer import TransformerEncoderLayer
-from attnflow.blocks.positional import sinusoid_table
-from attnflow.blocks.scorers import GeneralScorer
+from attnflow.blocks.positional.sinusoidal import sinusoid_table
+from attnflow.blocks.scorers.general import GeneralScorer
 from attnflow.registry import ENCODERS
 
 
-def build(norm="post", **kw):
-    return ENCODERS.build({"name": "transformer_encoder", "layers": 2, "heads": 2, "ffn_dim": 16,
-                           "norm": norm, **kw}, 8).eval()
+def build(norm="post", scorer=None, **kw):
+    attention = {"name": "multihead", "heads": 2, **({"scorer": scorer} if scorer else {})}
+    return ENCODERS.build({"name": "transformer_encoder", "layers": 2, "ffn_dim": 16,
+                           "norm": norm, "attention": attention, **kw}, 8).eval()
 
 
 def lengths_mask(lengths, T):
@@ -66,7 +67,7 @@ def ln(norm, h):
 
 @pytest.mark.parametrize("norm", ["post", "pre"])
 def test_layer_structure_equals_hand_composition(norm):
-    layer = TransformerEncoderLayer(8, 2, 16, {"name": "multihead", "heads": 2}, 0.1, 0.0, norm).eval()
+    layer = TransformerEncoderLayer(8, 16, {"name": "multihead", "heads": 2}, None, 0.1, 0.0, norm).eval()
     for n in (layer.norm1, layer.norm2):  # non-trivial γ, β so LN placement matters
         torch.nn.init.normal_(n.weight)
         torch.nn.init.normal_(n.bias)
@@ -99,17 +100,17 @@ def test_stack_adds_sinusoids_and_pre_ln_ends_with_a_norm():
 def test_relative_positional_switches_attention_and_scorer_override():
     enc = build(positional={"name": "relative", "max_distance": 3}, scorer={"name": "general"})
     att = enc.layers[0].self_attn
-    assert isinstance(att, RelativeMultiHeadAttention) and att.max_distance == 3
+    assert isinstance(att, MultiHeadAttention) and att.max_distance == 3
     assert isinstance(att.scorer, GeneralScorer)
     out, _ = enc(torch.randn(2, 5, 8), torch.tensor([5, 2]))
     assert out.shape == (2, 5, 8)
     plain = build().layers[0].self_attn
-    assert type(plain) is MultiHeadAttention
+    assert type(plain) is MultiHeadAttention and plain.max_distance is None
 
 
 def test_input_projection_and_dropout_train_mode():
-    enc = ENCODERS.build({"name": "transformer_encoder", "d_model": 16, "layers": 1, "heads": 4,
-                          "ffn_dim": 32}, 8)
+    enc = ENCODERS.build({"name": "transformer_encoder", "d_model": 16, "layers": 1,
+                          "attention": {"name": "multihead", "heads": 4}, "ffn_dim": 32}, 8)
     assert enc.output_dim == 16
     x = torch.randn(2, 4, 8)
     a, _ = enc(x, torch.tensor([4, 4]))

@@ -3,8 +3,7 @@
 import pytest
 import torch
 
-from attnflow.blocks.positional import require_absolute
-from attnflow.registry import POSITIONALS, ConfigError
+from attnflow.registry import DECODERS, POSITIONALS, ConfigError
 
 
 def test_adds_nothing_and_carries_delta():
@@ -14,8 +13,8 @@ def test_adds_nothing_and_carries_delta():
     assert pe.relative and pe.max_distance == 5
 
 
-def test_a_block_without_self_attention_refuses_it_saying_why():
-    pe = POSITIONALS.build({"name": "relative"}, 4)
-    with pytest.raises(ConfigError, match="i − j"):
-        require_absolute(pe, "an RNN encoder")
-    require_absolute(POSITIONALS.build({"name": "sinusoidal"}, 4), "an RNN encoder")
+def test_relative_attention_in_a_decoder_without_self_attention_is_refused_saying_why():
+    for name in ("rnn_attention", "luong"):
+        with pytest.raises(ConfigError, match="i − j"):
+            DECODERS.build({"name": name, "attention": {"name": "relative_multihead", "heads": 2}}, 10, 8, 8)
+    DECODERS.build({"name": "rnn_attention", "attention": {"name": "multihead", "heads": 2}}, 10, 8, 8)

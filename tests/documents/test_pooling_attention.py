@@ -2,8 +2,8 @@
 
 import torch
 
-from attnflow.blocks.pooling import AttentionPooling
-from attnflow.blocks.scorers import ScaledDotScorer
+from attnflow.blocks.pooling.attention import AttentionPooling
+from attnflow.blocks.scorers.scaled_dot import ScaledDotScorer
 from attnflow.registry import POOLINGS
 
 

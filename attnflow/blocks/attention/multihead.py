@@ -1,13 +1,27 @@
 """Multi-head attention: cʲ = Attn(W_qʲ q, W_kʲ H, W_vʲ H), j = 1..J, then an aggregator.
 
-Source: seed 000 ("Многомерное внимание": J heads, each its own W_qʲ, W_kʲ, W_vʲ; aggregation by
-mean, concat, or concat + W), seed 001; Vaswani et al. 2017. Projected q/k/v (seed 000):
-a = (W_k h)ᵀ(W_q h′)/√d with value W_v h, and the option W_k ≡ W_v (``shared_kv``).
+Source: Vaswani et al. 2017, §3.2.2 (J heads, each its own W_qʲ, W_kʲ, W_vʲ); aggregation by mean
+(Veličković et al. 2018, eq. (6)), concat, or concat + W (Vaswani's W^O). Projected q/k/v:
+a = (W_k h)ᵀ(W_q h′)/√d with value W_v h, and the option W_k ≡ W_v (``shared_kv``, fewer weights).
 
 The J projections are one matrix each for q, k and v (J·d rows), split into heads by a reshape, so
 no Python loop runs over heads. The scorer acts on each head's d-dimensional vectors (its own
 parameters, if any, are shared by the heads). With scaled_dot/dot, softmax and no maps requested
 the heads go through ``scaled_dot_product_attention`` together.
+
+Relative positions (Shaw, Uszkoreit & Vaswani 2018, eq. (3)–(4)): when its parent asks for them in
+self-attention (``relative_distance`` δ, e.g. a Transformer with ``positional=relative``),
+
+    c_j = Σ_i (v_i + wᵛ_{i⊟j}) SoftMax_i a(k_i + wᵏ_{i⊟j}, q_j),   i⊟j = clip(i − j, −δ, δ)
+
+per head, with wᵏ_r, wᵛ_r ∈ R^d, r = −δ..δ, learned and shared by the heads of the layer (as in the
+paper). No loop over tokens or heads: with a dot-product scorer (s·qᵀk) the score splits as
+s·(q_jᵀk_i + q_jᵀwᵏ_{i⊟j}) — Q Kᵀ is one batched matmul and Q Wᵏᵀ is (Tq × (2δ+1)), gathered by
+the relative index (the efficient form of Shaw et al. §3.3). Any other scorer gets the keys
+k_i + wᵏ_{i⊟j} for every pair (a (Tq, Tk, d) tensor per head). The value term Σ_i α_ji wᵛ_{i⊟j}
+sums the weights of each distance (a scatter-add into 2δ+1 bins) and multiplies by Wᵛ. Query row
+t has position ``query_offset + t``, key row i position i (a decoder generating step t attends
+from position t to cached keys 0..t).
 """
 
 from __future__ import annotations
@@ -18,16 +32,28 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnflow.blocks.attention.functional import attend
-from attnflow.registry import AGGREGATORS, ATTENTIONS, NORMALIZERS, SCORERS, BlockSpec
+from attnflow.blocks.attention.base import AttentionBlock
+from attnflow.blocks.attention.functional import attend, causal_mask
+from attnflow.registry import AGGREGATORS, ATTENTIONS, NORMALIZERS, SCORERS, BlockSpec, ConfigError
+
+
+def relative_index(tq: int, tk: int, max_distance: int, query_offset: int = 0,
+                   device=None) -> torch.Tensor:
+    """(Tq, Tk) long: clip(i − j, −δ, δ) + δ for query position j = offset + t, key position i."""
+    j = torch.arange(query_offset, query_offset + tq, device=device).unsqueeze(1)
+    i = torch.arange(tk, device=device).unsqueeze(0)
+    return (i - j).clamp(-max_distance, max_distance) + max_distance
 
 
 @ATTENTIONS.register("multihead")
-class MultiHeadAttention(nn.Module):
+class MultiHeadAttention(AttentionBlock):
     """J projected heads and an aggregator.
 
     Args:
         query_dim, key_dim, value_dim: sizes of q, k, v (context).
+        self_attention: queries and keys are positions of one sequence (context).
+        relative_distance: δ: add relative-position terms (context, from a parent whose positions
+            are relative; only in self-attention) (default None: none).
         heads: J (default 8).
         head_dim: d, the size of each head's q, k, v (default None: query_dim // heads).
         scorer: the scorer's config (default scaled_dot).
@@ -41,23 +67,28 @@ class MultiHeadAttention(nn.Module):
         (B, Tq, Tk) -> context (B, Tq, output_dim), weights (B, J, Tq, Tk) or None.
     """
 
-    def __init__(self, query_dim: int, key_dim: int, value_dim: int, *, heads: int = 8,
+    def __init__(self, query_dim: int, key_dim: int, value_dim: int, self_attention: bool = False,
+                 relative_distance: Optional[int] = None, *, heads: int = 8,
                  head_dim: Optional[int] = None,
                  scorer: BlockSpec["scorer"] = {"name": "scaled_dot"},
                  normalizer: BlockSpec["normalizer"] = {"name": "softmax"},
                  aggregator: BlockSpec["aggregator"] = {"name": "concat_proj"},
                  dropout: float = 0.0, bias: bool = True, shared_kv: bool = False):
         super().__init__()
+        name = self.registry_name
         if heads < 1:
-            raise ValueError(f"attention 'multihead': heads must be >= 1, got {heads}")
+            raise ConfigError(f"attention '{name}': heads must be >= 1, got {heads}")
+        if relative_distance is not None and (relative_distance < 0 or not self_attention):
+            raise ConfigError(f"attention '{name}': relative positions need self-attention and "
+                              f"δ >= 0, got δ={relative_distance}")
         if head_dim is None:
             if query_dim % heads:
-                raise ValueError(
-                    f"attention 'multihead': query_dim {query_dim} is not divisible by heads "
-                    f"{heads}; set head_dim")
+                raise ConfigError(
+                    f"attention '{name}': the query size {query_dim} (e.g. model.d_model) is not "
+                    f"divisible by heads {heads}; change attention.heads or set attention.head_dim")
             head_dim = query_dim // heads
         if shared_kv and key_dim != value_dim:
-            raise ValueError("attention 'multihead': shared_kv needs key_dim == value_dim")
+            raise ConfigError(f"attention '{name}': shared_kv needs key_dim == value_dim")
         self.heads, self.head_dim, self.dropout, self.shared_kv = heads, head_dim, dropout, shared_kv
         inner = heads * head_dim
         self.q_proj = nn.Linear(query_dim, inner, bias=bias)
@@ -67,6 +98,11 @@ class MultiHeadAttention(nn.Module):
         self.normalizer = NORMALIZERS.build(normalizer)
         self.aggregator = AGGREGATORS.build(aggregator, heads, head_dim, query_dim)
         self.output_dim = self.aggregator.output_dim
+        self.max_distance = relative_distance
+        if relative_distance is not None:
+            n = 2 * relative_distance + 1
+            self.rel_k = nn.Parameter(torch.randn(n, head_dim) * head_dim ** -0.5)
+            self.rel_v = nn.Parameter(torch.randn(n, head_dim) * head_dim ** -0.5)
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:
         # (B, T, J·d) -> (B, J, T, d)
@@ -90,48 +126,72 @@ class MultiHeadAttention(nn.Module):
         k, v = self._project_kv(keys, values)
         return self._split(k), self._split(v)
 
-    def prepare(self, keys: torch.Tensor, values: torch.Tensor):
-        k, v = self.project(keys, values)
+    def prepare_projected(self, k: torch.Tensor, v: torch.Tensor):
+        if self.max_distance is not None:  # wᵏ is added to the raw keys before the scorer's preparation
+            return k, v
         return self.scorer.prepare_keys(k), v
 
     def attend(self, query: torch.Tensor, memory, mask: Optional[torch.Tensor] = None, *,
-               causal: bool = False, need_weights: bool = False
+               causal: bool = False, need_weights: bool = False, query_offset: int = 0
                ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         keys, values = memory
         q = self._split(self.q_proj(query))
-        if mask is not None:
-            mask = mask.unsqueeze(-3)  # the head dimension
-        context, weights = attend(self.scorer, self.normalizer, q, keys, values, mask,
-                                  causal=causal, dropout=self.dropout if self.training else 0.0,
-                                  need_weights=need_weights)
-        return self.aggregator(context), weights
+        return self._heads(q, keys, values, mask, causal, need_weights, query_offset)
 
     def forward(self, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                 mask: Optional[torch.Tensor] = None, *, causal: bool = False,
-                need_weights: bool = False) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+                need_weights: bool = False, query_offset: int = 0
+                ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         if query is keys and keys is values and self._fusable():
-            return self._self_attention(query, mask, causal, need_weights)
+            q, k, v = self._qkv(query)  # self-attention: one matmul for q, k and v (as torch's MHA)
+            return self._heads(q, *self.prepare_projected(k, v), mask, causal, need_weights,
+                               query_offset)
         return self.attend(query, self.prepare(keys, values), mask, causal=causal,
-                           need_weights=need_weights)
+                           need_weights=need_weights, query_offset=query_offset)
+
+    def _heads(self, q, keys, values, mask, causal, need_weights, query_offset):
+        """All heads at once: q (B, J, Tq, d), prepared keys and values (B, J, Tk, d)."""
+        if mask is not None:
+            mask = mask.unsqueeze(-3)  # the head dimension
+        dropout = self.dropout if self.training else 0.0
+        if self.max_distance is None:
+            context, weights = attend(self.scorer, self.normalizer, q, keys, values, mask,
+                                      causal=causal, dropout=dropout, need_weights=need_weights)
+            return self.aggregator(context), weights
+        tq, tk = q.shape[-2], keys.shape[-2]
+        index = relative_index(tq, tk, self.max_distance, query_offset, q.device)
+        scores = self.relative_scores(q, keys, index)
+        if causal:
+            future = causal_mask(tq, tk, q.device)
+            mask = future if mask is None else mask & future
+        weights = self.normalizer(scores, mask)
+        dropped = F.dropout(weights, dropout) if dropout > 0 else weights
+        # Σ_i α_ji wᵛ_{i⊟j}: add up the weights of each distance, then one (2δ+1) × d matmul
+        bins = dropped.new_zeros(*dropped.shape[:-1], self.rel_v.shape[0])
+        bins.scatter_add_(-1, index.expand_as(dropped), dropped)
+        context = dropped @ values + bins @ self.rel_v
+        return self.aggregator(context), (weights if need_weights else None)
+
+    def relative_scores(self, q: torch.Tensor, k: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """Raw scores (B, J, Tq, Tk): a(k_i + wᵏ_{i⊟j}, q_j) for every pair."""
+        scale = self.scorer.sdpa_scale
+        if scale is not None:  # s·(qᵀk + qᵀwᵏ): gather the (Tq, 2δ+1) table by distance
+            content = self.scorer.score_prepared(q, k)
+            table = q @ self.rel_k.t()  # (B, J, Tq, 2δ+1)
+            position = table.gather(-1, index.expand(*table.shape[:-1], index.shape[-1]))
+            return content + scale * position
+        keys = k.unsqueeze(-3) + self.rel_k[index]  # (B, J, Tq, Tk, d)
+        return self.scorer.score_prepared(q.unsqueeze(-2), self.scorer.prepare_keys(keys)).squeeze(-2)
 
     def _fusable(self) -> bool:
         return (self.v_proj is not None and self.q_proj.bias is not None
                 and self.q_proj.in_features == self.k_proj.in_features == self.v_proj.in_features)
+
+    def extra_repr(self) -> str:
+        return "" if self.max_distance is None else f"relative_distance={self.max_distance}"
 
     def _qkv(self, x: torch.Tensor):
         """Per-head q, k, v (B, J, T, d) of x from one matmul (needs ``_fusable()``)."""
         w = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
         b = torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])
         return tuple(self._split(t) for t in F.linear(x, w, b).chunk(3, dim=-1))
-
-    def _self_attention(self, x: torch.Tensor, mask: Optional[torch.Tensor], causal: bool,
-                        need_weights: bool) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-        """Self-attention with one matmul for the q, k and v projections (as torch's MHA)."""
-        q, k, v = self._qkv(x)
-        if mask is not None:
-            mask = mask.unsqueeze(-3)
-        context, weights = attend(self.scorer, self.normalizer, q, self.scorer.prepare_keys(k), v,
-                                  mask, causal=causal,
-                                  dropout=self.dropout if self.training else 0.0,
-                                  need_weights=need_weights)
-        return self.aggregator(context), weights

@@ -1,9 +1,9 @@
 """Luong attention decoder: global or local (local-m, local-p) attention from the current state,
 with input feeding.
 
-Source: Luong, Pham & Manning 2015 ("Effective Approaches to Attention-based NMT"); seed 001
-(global vs local attention, the Gaussian window). With h̄_s the encoder states and D the window
-half-width:
+Source: Luong, Pham & Manning 2015 ("Effective Approaches to Attention-based NMT"), §3.1–3.3
+(global vs local attention, the Gaussian window, input feeding). With h̄_s the encoder states and D
+the window half-width:
 
     h_t  = f(h_{t−1}, [E y_{t−1}; h̃_{t−1}])          input feeding (h̃_0 = 0); without it [E y_{t−1}]
     a_t(s) = align(h_t, h̄_s) = SoftMax_s score(h_t, h̄_s)
@@ -30,10 +30,9 @@ from typing import Literal, Optional, Tuple
 import torch
 from torch import nn
 
+from attnflow.blocks.attention.base import refuse_relative
 from attnflow.blocks.decoders.base import Decoder
-from attnflow.registry import ATTENTIONS, DECODERS, BlockSpec, ConfigError
-
-SAME_SIZE_SCORERS = ("dot", "scaled_dot", "cosine")
+from attnflow.registry import ATTENTIONS, DECODERS, SCORERS, BlockSpec, ConfigError
 
 
 @DECODERS.register("luong")
@@ -67,19 +66,21 @@ class LuongDecoder(Decoder):
                  alignment: Literal["global", "local_m", "local_p"] = "global", window: int = 5,
                  gaussian: bool = True, input_feed: bool = True, dropout: float = 0.0):
         super().__init__()
-        single = isinstance(attention, dict) and attention.get("name") == "single"
-        scorer = (attention.get("scorer") or {}).get("name") if single else None  # multihead projects
-        if scorer in SAME_SIZE_SCORERS and hidden_dim != memory_dim:
-            raise ConfigError(
+        att_cls = ATTENTIONS.get(attention["name"])
+        refuse_relative(att_cls, "decoder 'luong'")
+        scorer = (attention.get("scorer") or {}).get("name") if att_cls.plain else None
+        if scorer and SCORERS.get(scorer).requires_equal_dims and hidden_dim != memory_dim:
+            raise ConfigError(  # a plain block hands h_t and h̄_s to the scorer unprojected
                 f"decoder 'luong': scorer '{scorer}' compares h_t with h̄_s directly, so the decoder "
                 f"state (hidden_dim={hidden_dim}) must have the encoder output's size ({memory_dim}); "
                 f"set model.decoder.hidden_dim={memory_dim} or use scorer=general")
         if alignment != "global":
-            if isinstance(attention, dict) and attention.get("name") != "single":
+            if not att_cls.plain:
                 raise ConfigError(
                     f"decoder 'luong': local alignment ({alignment}) reweights the attention "
-                    f"weights with a Gaussian window, which needs the single-head block's α over "
-                    f"the encoder states; got attention '{attention.get('name')}' — use attention=single")
+                    f"weights with a Gaussian window and recomputes c_t = α h̄ from them, which "
+                    f"needs a plain block (α over the unprojected encoder states); attention "
+                    f"'{attention['name']}' projects its values — use attention=single")
             if window < 1:
                 raise ConfigError(f"decoder 'luong': window must be >= 1, got {window}")
         self.cell_type, self.alignment, self.window = cell, alignment, window

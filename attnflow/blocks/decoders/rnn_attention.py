@@ -1,6 +1,6 @@
 """Recurrent decoder with attention over the encoder states (RNNsearch).
 
-Source: Bahdanau, Cho & Bengio 2015; seed 000 and SPEC §3:
+Source: Bahdanau, Cho & Bengio 2015, §3.1 (c_t: eq. (5); α_t: eq. (6)):
     c_t  = Σ_i α_ti h_i,   α_t = norm_i a(h_i, s_{t−1})      (attention with the previous state)
     s_t  = f(s_{t−1}, [E y_{t−1}; c_t])                      (GRU or LSTM cell)
     p(y_t | y_<t, x) = SoftMax(W_o [s_t; c_t; E y_{t−1}] + b_o)
@@ -20,6 +20,7 @@ from typing import Literal, Optional, Tuple
 import torch
 from torch import nn
 
+from attnflow.blocks.attention.base import refuse_relative
 from attnflow.blocks.decoders.base import Decoder
 from attnflow.registry import ATTENTIONS, DECODERS, BlockSpec
 
@@ -49,6 +50,7 @@ class AttentionRNNDecoder(Decoder):
                  attention: BlockSpec["attention"] = {"name": "single"}, dropout: float = 0.0):
         super().__init__()
         self.cell_type = cell
+        refuse_relative(ATTENTIONS.get(attention["name"]), "decoder 'rnn_attention'")
         self.embedding = nn.Embedding(vocab_size, embed_dim)
         self.attention = ATTENTIONS.build(attention, hidden_dim, memory_dim, memory_dim)
         ctx_dim = self.attention.output_dim

@@ -1,7 +1,8 @@
 """Transformer decoder: masked self-attention, encoder–decoder attention, FFN; N layers; linear
 output over the target vocabulary.
 
-Source: Vaswani et al. 2017; seed 000 ("Архитектура трансформера декодировщика"), seed 001, SPEC §3:
+Source: Vaswani et al. 2017, §3.1 (decoder stack) and §3.2.3 (masked self-attention, encoder–decoder
+attention):
 
     h_t   = E y_{t−1}·√d + p_t,  H_t = (h_1 … h_t)            (masked: no data from the future)
     h′_t  = LN(h_t + Dropout(MH Attn(h_t, H_t, H_t)))          (causal self-attention)
@@ -11,8 +12,9 @@ Source: Vaswani et al. 2017; seed 000 ("Архитектура трансфор�
     p(y_t | y_<t, x) = SoftMax(W_o z_t + b_o)                  (W_o = E when tied)
 
 Pre-LN (``norm: pre``): x + Dropout(Sublayer(LN(x))) and a final LN. The positional encoding is
-added here, to the scaled target embeddings. With ``positional: relative`` the self-attention is
-``relative_multihead`` (Shaw et al. 2018); encoder–decoder attention stays ``multihead``.
+added here, to the scaled target embeddings. Every sublayer's attention is the ``attention`` block;
+with ``positional: relative`` (or ``attention: relative_multihead``) the self-attention carries
+relative positions (Shaw et al. 2018) and the encoder–decoder attention stays plain.
 
 Decoder protocol (:mod:`attnflow.blocks.decoders.base`): ``forward`` is teacher forcing over the
 whole prefix at once (causal mask; SDPA's causal kernel with scaled_dot); ``start``/``step``
@@ -29,8 +31,13 @@ import torch
 from torch import nn
 
 from attnflow.blocks.decoders.base import Decoder
-from attnflow.blocks.encoders.transformer import FeedForward, attention_config, build_attention
+from attnflow.blocks.encoders.transformer import FeedForward, build_attention
 from attnflow.registry import DECODERS, POSITIONALS, BlockSpec
+
+
+def _with_heads(weights: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """(B, T, S) weights of a one-head block as (B, 1, T, S); (B, J, T, S) unchanged."""
+    return weights.unsqueeze(1) if weights is not None and weights.dim() == 3 else weights
 
 
 class TransformerDecoderLayer(nn.Module):
@@ -40,14 +47,13 @@ class TransformerDecoderLayer(nn.Module):
     encoder–decoder weights (B, J, T, S) or None.
     """
 
-    def __init__(self, dim: int, memory_dim: int, heads: int, ffn_dim: int,
-                 self_attention: Dict[str, Any], cross_attention: Dict[str, Any],
-                 dropout: float = 0.1, activation_dropout: float = 0.0, norm: str = "post"):
+    def __init__(self, dim: int, memory_dim: int, ffn_dim: int, attention: Dict[str, Any],
+                 positional=None, dropout: float = 0.1, activation_dropout: float = 0.0,
+                 norm: str = "post"):
         super().__init__()
         self.pre = norm == "pre"
-        self.self_attn = build_attention(self_attention, dim, dim, True)
-        self.relative = self_attention["name"] == "relative_multihead"
-        self.cross_attn = build_attention(cross_attention, dim, memory_dim, False)
+        self.self_attn = build_attention(attention, dim, dim, True, positional)
+        self.cross_attn = build_attention(attention, dim, memory_dim, False)
         self.ffn = FeedForward(dim, ffn_dim, activation_dropout)
         self.norm1, self.norm2, self.norm3 = nn.LayerNorm(dim), nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.dropout = nn.Dropout(dropout)
@@ -64,7 +70,7 @@ class TransformerDecoderLayer(nn.Module):
         x, w = self._sublayer(x, self.norm2, lambda h: self.cross_attn(
             h, memory, memory, memory_mask, need_weights=need_weights))
         x, _ = self._sublayer(x, self.norm3, lambda h: (self.ffn(h), None))
-        return x, w
+        return x, _with_heads(w)
 
     def step(self, x: torch.Tensor, cache: Tuple[torch.Tensor, torch.Tensor], prepared,
              memory_mask: Optional[torch.Tensor], position: int, need_weights: bool = False):
@@ -72,21 +78,20 @@ class TransformerDecoderLayer(nn.Module):
         new_cache = []
 
         def self_attention(h):
-            # the cache holds raw per-head keys: scorers whose prepared keys change shape
-            # (additive, mlp, gat) prepare the whole cache each step; scaled_dot's is the identity
+            # the cache holds the projected keys and values (per head); scorers whose prepared
+            # keys change shape (additive, mlp, gat) prepare the whole cache each step
             att = self.self_attn
             k, v = att.project(h, h)
-            k, v = torch.cat([cache[0], k], dim=-2), torch.cat([cache[1], v], dim=-2)
+            if cache is not None:
+                k, v = torch.cat([cache[0], k], dim=-2), torch.cat([cache[1], v], dim=-2)
             new_cache.append((k, v))
-            if self.relative:  # adds wᵏ to the raw keys itself
-                return att.attend(h, (k, v), None, query_offset=position)
-            return att.attend(h, (att.scorer.prepare_keys(k), v), None)
+            return att.attend(h, att.prepare_projected(k, v), None, query_offset=position)
 
         x, _ = self._sublayer(x, self.norm1, self_attention)
         x, w = self._sublayer(x, self.norm2, lambda h: self.cross_attn.attend(
             h, prepared, memory_mask, need_weights=need_weights))
         x, _ = self._sublayer(x, self.norm3, lambda h: (self.ffn(h), None))
-        return x, new_cache[0], w
+        return x, new_cache[0], _with_heads(w)
 
 
 @DECODERS.register("transformer_decoder")
@@ -100,15 +105,14 @@ class TransformerDecoder(Decoder):
             starts from ⟨BOS⟩ and attends to the memory).
         d_model: d (default 512).
         layers: N (default 6).
-        heads: J (default 8).
         ffn_dim: inner size of the FFN (default 2048).
         dropout: on the embedding sum and in the residuals (default 0.1).
-        attention_dropout: on α (default 0.0).
         activation_dropout: after the FFN's ReLU (default 0.0).
         norm: 'post' (the paper) or 'pre' (default 'post').
-        positional: the positional block (default sinusoidal; 'relative' makes the
-            self-attention ``relative_multihead``).
-        scorer: a(k, q) of every head, self- and encoder–decoder attention (default scaled_dot).
+        positional: the positional block (default sinusoidal; 'relative' adds no encoding and gives
+            the self-attention relative-position terms).
+        attention: the attention block of every sublayer, self- and encoder–decoder attention
+            (default multihead: 8 scaled-dot heads); relative terms act in self-attention only.
         scale_embeddings: multiply embeddings by √d (default True; embeddings then start
             N(0, 1/d)).
         tie_output: W_o ≡ E, the output layer shares the embedding matrix (default True).
@@ -121,11 +125,11 @@ class TransformerDecoder(Decoder):
     static_state = ("memory", "mask")
 
     def __init__(self, vocab_size: int, memory_dim: int, init_dim: int, *,
-                 d_model: int = 512, layers: int = 6, heads: int = 8, ffn_dim: int = 2048,
-                 dropout: float = 0.1, attention_dropout: float = 0.0,
-                 activation_dropout: float = 0.0, norm: Literal["post", "pre"] = "post",
+                 d_model: int = 512, layers: int = 6, ffn_dim: int = 2048,
+                 dropout: float = 0.1, activation_dropout: float = 0.0,
+                 norm: Literal["post", "pre"] = "post",
                  positional: BlockSpec["positional"] = {"name": "sinusoidal"},
-                 scorer: BlockSpec["scorer"] = {"name": "scaled_dot"},
+                 attention: BlockSpec["attention"] = {"name": "multihead"},
                  scale_embeddings: bool = True, tie_output: bool = True):
         super().__init__()
         self.d_model, self.tie_output = d_model, tie_output
@@ -135,10 +139,8 @@ class TransformerDecoder(Decoder):
             nn.init.normal_(self.embedding.weight, 0.0, d_model ** -0.5)
         self.positional = POSITIONALS.build(positional, d_model)
         self.dropout = nn.Dropout(dropout)
-        self_cfg = attention_config(heads, scorer, attention_dropout, self.positional)
-        cross_cfg = attention_config(heads, scorer, attention_dropout, None)
         self.layers = nn.ModuleList(
-            TransformerDecoderLayer(d_model, memory_dim, heads, ffn_dim, self_cfg, cross_cfg,
+            TransformerDecoderLayer(d_model, memory_dim, ffn_dim, attention, self.positional,
                                     dropout, activation_dropout, norm)
             for _ in range(layers))
         self.final_norm = nn.LayerNorm(d_model) if norm == "pre" else nn.Identity()
@@ -171,14 +173,8 @@ class TransformerDecoder(Decoder):
     def start(self, memory: torch.Tensor, memory_mask: torch.Tensor,
               init: Optional[torch.Tensor] = None) -> Dict[str, Any]:
         """State: the projected memory per layer, the mask, empty self-attention caches, t = 0."""
-        B = memory.shape[0]
-        caches = []
-        for layer in self.layers:
-            att = layer.self_attn
-            empty = memory.new_zeros(B, att.heads, 0, att.head_dim)
-            caches.append((empty, empty))
         return {"memory": [layer.cross_attn.prepare(memory, memory) for layer in self.layers],
-                "mask": memory_mask.unsqueeze(1), "cache": caches, "position": 0}
+                "mask": memory_mask.unsqueeze(1), "cache": [None] * len(self.layers), "position": 0}
 
     def step(self, y_prev: torch.Tensor, state: Dict[str, Any], need_weights: bool = False):
         t = state["position"]

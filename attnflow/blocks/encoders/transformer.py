@@ -1,11 +1,11 @@
 """Transformer encoder: N identical layers of multi-head self-attention and a position-wise FFN.
 
-Source: Vaswani et al. 2017, "Attention is all you need"; seed 000 (encoder architecture), seed
-001 (residual dropout, LayerNorm), SPEC §3:
+Source: Vaswani et al. 2017, "Attention is all you need": §3.1 (encoder stack, LayerNorm(x +
+Sublayer(x))), §3.3 (FFN, eq. (2)), §5.4 (residual dropout):
 
     h_i    = x_i + p_i                                    (positional block; dropout on the sum)
-    h′     = MH_j Attn(W_qʲ h_i, W_kʲ H, W_vʲ H)           (``multihead``; ``relative_multihead``
-                                                            when positions are relative)
+    h′     = MH_j Attn(W_qʲ h_i, W_kʲ H, W_vʲ H)           (the ``attention`` block; with relative
+                                                            positions its relative terms)
     h″     = LN(h_i + Dropout(h′))                        (post-LN, the paper)
     h‴     = W₂ ReLU(W₁ h″ + b₁) + b₂                     (FFN)
     z_i    = LN(h″ + Dropout(h‴))
@@ -15,8 +15,9 @@ and one final LN after the last layer. The positional encoding is added **here**
 encoder, to the embeddings it receives), so ``seq2seq`` with ``encoder: transformer_encoder``
 works too; the model scales the embeddings by √d before.
 
-Attention is built from the registry (``scorer`` swaps a(k, q); scaled_dot takes the fused SDPA
-path). Padding keys are masked; outputs at padding rows are zero (encoder protocol).
+Attention is built from the registry: ``attention`` (multihead, relative_multihead, single or any
+registered block) with its scorer, normaliser and aggregator; scaled_dot takes the fused SDPA
+path. Padding keys are masked; outputs at padding rows are zero (encoder protocol).
 """
 
 from __future__ import annotations
@@ -30,19 +31,13 @@ from attnflow.blocks.attention.functional import padding_mask
 from attnflow.registry import ATTENTIONS, ENCODERS, POSITIONALS, BlockSpec
 
 
-def attention_config(heads: int, scorer: Any, dropout: float, positional) -> Dict[str, Any]:
-    """The attention block's config: ``relative_multihead`` when ``positional.relative``."""
-    cfg = {"name": "multihead", "heads": heads, "scorer": scorer, "dropout": dropout}
-    if positional is not None and positional.relative:
-        cfg.update(name="relative_multihead", max_distance=positional.max_distance)
-    return cfg
-
-
-def build_attention(cfg: Dict[str, Any], query_dim: int, key_dim: int, self_attention: bool):
-    """Build an attention block; relative attention gets the self-attention flag it needs."""
-    if cfg["name"] == "relative_multihead":
-        return ATTENTIONS.build(cfg, query_dim, key_dim, key_dim, self_attention)
-    return ATTENTIONS.build(cfg, query_dim, key_dim, key_dim)
+def build_attention(cfg: Dict[str, Any], query_dim: int, key_dim: int, self_attention: bool,
+                    positional=None):
+    """An attention block of the ``attention`` config for one sublayer. Self-attention under a
+    relative positional block (``positional.relative``) gets its δ as ``relative_distance``."""
+    relative = self_attention and positional is not None and positional.relative
+    return ATTENTIONS.build(cfg, query_dim, key_dim, key_dim, self_attention,
+                            positional.max_distance if relative else None, path="attention")
 
 
 class FeedForward(nn.Module):
@@ -64,12 +59,11 @@ class TransformerEncoderLayer(nn.Module):
     Shape: x (B, T, d), mask (B, 1, T) bool (True = real key) or None -> (B, T, d).
     """
 
-    def __init__(self, dim: int, heads: int, ffn_dim: int, attention: Dict[str, Any],
+    def __init__(self, dim: int, ffn_dim: int, attention: Dict[str, Any], positional=None,
                  dropout: float = 0.1, activation_dropout: float = 0.0, norm: str = "post"):
         super().__init__()
         self.pre = norm == "pre"
-        self.self_attn = build_attention(attention, dim, dim, True)
-        self.relative = attention["name"] == "relative_multihead"
+        self.self_attn = build_attention(attention, dim, dim, True, positional)
         self.ffn = FeedForward(dim, ffn_dim, activation_dropout)
         self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.dropout = nn.Dropout(dropout)
@@ -91,35 +85,33 @@ class TransformerEncoder(nn.Module):
         input_dim: size of the input vectors (context; projected to d_model when different).
         d_model: d (default None: input_dim).
         layers: N (default 6).
-        heads: J (default 8; each head d/J).
         ffn_dim: inner size of the FFN (default 2048).
         dropout: on the embedding sum and in the residuals (default 0.1).
-        attention_dropout: on α (default 0.0).
         activation_dropout: after the FFN's ReLU (default 0.0).
         norm: 'post' (the paper) or 'pre' (default 'post').
-        positional: the positional block (default sinusoidal; 'relative' switches the
-            self-attention to ``relative_multihead``).
-        scorer: a(k, q) of every head (default scaled_dot).
+        positional: the positional block (default sinusoidal; 'relative' adds no encoding and
+            gives every self-attention relative-position terms with its δ).
+        attention: the self-attention block of every layer: heads J, scorer, normaliser,
+            aggregator, dropout on α (default multihead: 8 scaled-dot heads, concat + W^O).
     Shape:
         x (B, T, input_dim), lengths (B,) -> outputs (B, T, d) with zeros at padding, final (B, d)
         the mean of the outputs over real tokens.
     """
 
     def __init__(self, input_dim: int, *, d_model: Optional[int] = None, layers: int = 6,
-                 heads: int = 8, ffn_dim: int = 2048, dropout: float = 0.1,
-                 attention_dropout: float = 0.0, activation_dropout: float = 0.0,
+                 ffn_dim: int = 2048, dropout: float = 0.1, activation_dropout: float = 0.0,
                  norm: Literal["post", "pre"] = "post",
                  positional: BlockSpec["positional"] = {"name": "sinusoidal"},
-                 scorer: BlockSpec["scorer"] = {"name": "scaled_dot"}):
+                 attention: BlockSpec["attention"] = {"name": "multihead"}):
         super().__init__()
         d = d_model or input_dim
         self.output_dim = d
         self.input_proj = nn.Linear(input_dim, d) if input_dim != d else nn.Identity()
         self.positional = POSITIONALS.build(positional, d)
         self.dropout = nn.Dropout(dropout)
-        attention = attention_config(heads, scorer, attention_dropout, self.positional)
         self.layers = nn.ModuleList(
-            TransformerEncoderLayer(d, heads, ffn_dim, attention, dropout, activation_dropout, norm)
+            TransformerEncoderLayer(d, ffn_dim, attention, self.positional, dropout,
+                                    activation_dropout, norm)
             for _ in range(layers))
         self.final_norm = nn.LayerNorm(d) if norm == "pre" else nn.Identity()
 

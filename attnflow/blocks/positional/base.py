@@ -1,13 +1,15 @@
 """The positional-encoding contract: add position information to a sequence of vectors.
 
-Source: seed 000 (h_i = x_i + p_i), seed 001; Vaswani et al. 2017; Shaw et al. 2018.
+Source: Vaswani et al. 2017, §3.5 (h_i = x_i + p_i: encodings added to the embeddings); Shaw et al.
+2018.
 
 ``forward(x (B, T, D), offset=0) -> (B, T, D)``: x_t + p_{offset+t}. ``offset`` is the position of
 the first row (a decoder generating token by token passes the step number). Absolute encodings
 (``sinusoidal``, ``learned``) add a vector; ``none`` and ``relative`` return x unchanged. A block
-with ``relative = True`` asks its parent to use relative-position attention
-(``relative_multihead``) with clipping distance ``max_distance`` instead; a parent that has no
-self-attention must refuse it (:func:`require_absolute`).
+with ``relative = True`` asks its parent to give its self-attention relative-position terms with
+clipping distance ``max_distance`` instead (the ``relative_distance`` context of attention blocks,
+:mod:`attnflow.blocks.attention.base`). Only models whose config consumes the ``positional`` group
+take one; for any other, ``positional=…`` is refused before any work (:mod:`attnflow.groups`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from attnflow.registry import ConfigError
 
 
 class Positional(nn.Module):
@@ -38,12 +39,3 @@ class Positional(nn.Module):
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"
-
-
-def require_absolute(positional: Positional, where: str) -> None:
-    """Raise a :class:`ConfigError` when a block that cannot use relative positions gets them."""
-    if positional.relative:
-        raise ConfigError(
-            f"positional 'relative' (Shaw et al. 2018) changes self-attention scores by the distance "
-            f"i − j between two positions of one sequence; {where} has no such self-attention, so "
-            f"it cannot use it: choose positional=sinusoidal, learned or none")

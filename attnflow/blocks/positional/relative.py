@@ -1,11 +1,12 @@
-"""Relative positions (Shaw, Uszkoreit & Vaswani 2018; seed 000): no absolute encoding; the
-parent's self-attention becomes ``relative_multihead``:
+"""Relative positions (Shaw, Uszkoreit & Vaswani 2018, eq. (3)–(4)): no absolute encoding; every
+self-attention of the parent gets relative-position terms:
 
     c_j = Σ_i (v_i + wᵛ_{i⊟j}) SoftMax_i a(k_i + wᵏ_{i⊟j}, q_j),  i⊟j = clip(i − j, −δ, δ)
 
 This block only carries δ (``max_distance``) and the flag ``relative = True``; the embeddings
-wᵏ, wᵛ live in each attention layer (:mod:`attnflow.blocks.attention.relative_multihead`). A
-parent without self-attention (an RNN) refuses it with a ConfigError saying why.
+wᵏ, wᵛ live in each attention layer (the relative path of :mod:`attnflow.blocks.attention.multihead`,
+given δ as ``relative_distance``). Models without self-attention (RNNs) do not consume the
+``positional`` group, so ``positional=relative`` there is refused before any work.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ class RelativePositional(Positional):
 
     Args:
         dim: the model size (context).
-        max_distance: δ, the clipping distance (default 16; Shaw et al. use 16, seed 000: 5..16).
+        max_distance: δ, the clipping distance (default 16, as in Shaw et al. 2018, who
+            report little change for δ ≥ 2).
     Shape: x (B, T, d) -> (B, T, d).
     """
 

@@ -1,0 +1,165 @@
+"""The shared config groups and the composition contract: every group is used, or refused.
+
+``scorer``, ``normalizer``, ``aggregator``, ``attention``, ``positional`` and ``pooling`` are
+top-level choices that a model *consumes* by interpolating them into its config, e.g.
+``conf/model/transformer.yaml`` has ``attention: ${attention}`` and ``conf/attention/multihead.yaml``
+has ``scorer: ${scorer}``: one override (``scorer=dot``) then changes the scorer of whatever model
+is chosen. The interpolations are the declaration — a model consumes exactly the groups reachable
+from its config through them (transitively: model → attention → scorer).
+
+The contract, checked before any data is made (:func:`check_shared_groups`):
+
+- a group the model does not consume but that this run *sets* — chosen differently from the root
+  default of ``conf/train.yaml`` (on the command line, in an experiment or model file) or with
+  fields that differ from its option file — is a :class:`ConfigError` naming the group, the model
+  and the groups it does consume: such an override would silently do nothing;
+- groups the model does not consume are dropped from the config the run saves;
+- replacing a group's block by name (``scorer.name=negdot``) drops the fields that came from the
+  old block's option file and that the new block does not have (``hidden_dim`` of ``additive``).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Mapping, Optional
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from attnflow.registry import Registry, ConfigError
+
+SHARED_GROUPS = ("scorer", "normalizer", "aggregator", "attention", "positional", "pooling")
+_REFERENCE = re.compile(r"\$\{\s*([A-Za-z_][\w]*)")
+
+
+def _references(node: Any) -> Iterable[str]:
+    """Top-level keys named by the interpolations in an unresolved config tree."""
+    if isinstance(node, dict):
+        for value in node.values():
+            yield from _references(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _references(value)
+    elif isinstance(node, str):
+        yield from _REFERENCE.findall(node)
+
+
+def consumed_groups(cfg: DictConfig) -> List[str]:
+    """The shared groups the model consumes: reachable from ``cfg.model`` by interpolation."""
+    seen: List[str] = []
+    todo = [OmegaConf.to_container(cfg.model, resolve=False)]
+    while todo:
+        for key in _references(todo.pop()):
+            if key in SHARED_GROUPS and key not in seen and key in cfg:
+                seen.append(key)
+                todo.append(OmegaConf.to_container(cfg[key], resolve=False))
+    return [g for g in SHARED_GROUPS if g in seen]
+
+
+def root_defaults(conf_dir: Path) -> Dict[str, str]:
+    """{group: option} of the root config's defaults list (``conf/train.yaml``)."""
+    out: Dict[str, str] = {}
+    for entry in OmegaConf.load(conf_dir / "train.yaml").get("defaults", []):
+        if isinstance(entry, (dict, DictConfig)):
+            for group, option in entry.items():
+                out[str(group)] = option
+    return out
+
+
+def _option_file(conf_dir: Path, group: str, option: Optional[str]) -> Optional[dict]:
+    path = conf_dir / group / f"{option}.yaml"
+    if not option or not path.is_file():
+        return None
+    data = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    data.pop("defaults", None)
+    return data
+
+
+def _setting(cfg: DictConfig, group: str, option: Optional[str], default: Optional[str],
+             conf_dir: Path) -> Optional[str]:
+    """How this run sets ``group`` away from the root default, or None when it does not."""
+    if option != default:
+        return f"{group}={option}"
+    current = OmegaConf.to_container(cfg[group], resolve=False) if cfg[group] is not None else None
+    reference = _option_file(conf_dir, group, option)
+    if current == reference:
+        return None
+    if isinstance(current, dict) and isinstance(reference, dict):
+        changed = sorted(k for k in set(current) | set(reference) if current.get(k) != reference.get(k))
+        return ", ".join(f"{group}.{k}={current.get(k, '(removed)')}" for k in changed)
+    return f"{group}={current}"
+
+
+def _drop_replaced_fields(cfg: DictConfig, group: str, option: Optional[str], conf_dir: Path) -> None:
+    """``group.name=X`` replaced the option's block: drop the old block's fields X lacks."""
+    node = cfg[group]
+    reference = _option_file(conf_dir, group, option)
+    if not isinstance(node, DictConfig) or reference is None:
+        return
+    name = node.get("name")
+    registry = Registry.kinds().get(group)
+    if name == reference.get("name") or registry is None or name not in registry:
+        return
+    fields = {f.split(".")[0] for f, _, _ in registry.fields(name)}  # nested: "optim.lr"
+    stale = [k for k in node if k != "name" and k not in fields and k in reference
+             and OmegaConf.to_container(node, resolve=False).get(k) == reference[k]]
+    with open_dict(node):
+        for key in stale:
+            del node[key]
+
+
+def check_shared_groups(cfg: DictConfig, conf_dir: Path,
+                        choices: Optional[Mapping[str, Any]] = None) -> List[str]:
+    """Enforce the contract on a composed (unresolved) config; return the consumed groups.
+
+    ``choices`` are Hydra's group choices of this run (``HydraConfig.runtime.choices``) when
+    known; otherwise a group's option is taken to be its block's name.
+    """
+    choices = dict(choices or {})
+    defaults = root_defaults(conf_dir)
+    consumed = consumed_groups(cfg)
+    model = cfg.model.get("name") if isinstance(cfg.model, DictConfig) else cfg.model
+    for group in SHARED_GROUPS:
+        if group not in cfg:
+            continue
+        node = cfg[group]
+        option = choices.get(group) or (node.get("name") if isinstance(node, DictConfig) else None)
+        if group in consumed:
+            _drop_replaced_fields(cfg, group, option, conf_dir)
+            continue
+        how = _setting(cfg, group, option, defaults.get(group), conf_dir)
+        if how:
+            uses = ", ".join(consumed) or "none of them"
+            raise ConfigError(
+                f"{how} (at '{group}') does nothing: model '{model}' does not use the shared group "
+                f"'{group}'. Of the shared groups ({', '.join(SHARED_GROUPS)}) it uses: {uses}. Drop "
+                f"the override, choose a model that uses '{group}', or set the model's own field "
+                f"(attnflow-blocks model shows them)")
+    return consumed
+
+
+def prune_unused(resolved: Dict[str, Any], consumed: Iterable[str]) -> Dict[str, Any]:
+    """The resolved config without the shared groups the model does not consume."""
+    keep = set(consumed)
+    return {k: v for k, v in resolved.items() if k not in SHARED_GROUPS or k in keep}
+
+
+def field_overrides(overrides: Iterable[str], conf_dir: Path) -> List[str]:
+    """Command-line overrides with plain field assignments made "add or override".
+
+    The YAML files hold only what a preset changes; every other field keeps its block's
+    constructor default and is absent from the composed config, where Hydra would refuse
+    ``attention.heads=4`` ("use +attention.heads"). So ``key=value`` becomes ``++key=value``
+    unless it chooses a group option (``scorer=dot``, ``experiment=…``, ``hydra/launcher=…``) or
+    already says ``+``/``++``/``~``. A misspelt field is still refused, by validation
+    (:func:`attnflow.run.validate_config`), before any work.
+    """
+    out = []
+    for item in overrides:
+        key = item.split("=", 1)[0]
+        group_choice = "/" in key or "@" in key or ("." not in key and (conf_dir / key).is_dir())
+        if "=" not in item or item.startswith(("+", "~", "-")) or group_choice or key.startswith("hydra."):
+            out.append(item)
+        else:
+            out.append("++" + item)
+    return out

@@ -1,0 +1,264 @@
+"""The composition contract: every shared group is used or refused, decisions by capability, one
+source of defaults, and a new block works everywhere with no edit outside its own file."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from omegaconf import OmegaConf
+from torch import nn
+
+from attnflow.blocks.scorers.base import Scorer
+from attnflow.groups import check_shared_groups, consumed_groups, field_overrides
+from attnflow.registry import MODELS, Registry, SCORERS, ConfigError
+from attnflow.run import resolve_config, train
+from support import CONF, FAST, ROOT, compose_cfg
+
+# -- a scorer written here, in the test, and nowhere else ------------------------------------------
+SCRATCH = "scratch_bilinear_test"
+
+
+class ScratchScorer(Scorer):
+    """a(k, q) = γ qᵀWk with its own parameters (so per-head copies differ)."""
+
+    def __init__(self, query_dim: int, key_dim: int, *, gain: float = 1.0):
+        super().__init__(query_dim, key_dim)
+        self.gain = gain
+        self.W = nn.Parameter(torch.randn(query_dim, key_dim) * 0.3)
+
+    def score_prepared(self, query, keys):
+        return self.gain * (query @ self.W) @ keys.transpose(-1, -2)
+
+
+SCRATCH_CFG = {"name": SCRATCH, "gain": 0.5}
+
+
+@pytest.fixture
+def scratch_scorer():
+    SCORERS.register(SCRATCH)(ScratchScorer)
+    yield
+    SCORERS.unregister(SCRATCH)
+
+
+def _backward_reaches_the_scorer(model, out):
+    out.float().pow(2).mean().backward()
+    grads = [m.W.grad for m in model.modules() if isinstance(m, ScratchScorer)]
+    assert grads and all(g is not None and g.abs().sum() > 0 for g in grads)
+
+
+def test_a_new_scorer_works_in_luong_transformer_han_and_gat_with_no_other_change(scratch_scorer):
+    torch.manual_seed(0)
+    src = torch.randint(3, 12, (2, 5))
+    lengths = torch.tensor([5, 3])
+    tgt = torch.randint(3, 12, (2, 4))
+    # Luong (global attention over the encoder states, a plain block: the scorer sees raw states)
+    luong = MODELS.build({"name": "seq2seq", "embed_dim": 8,
+                          "encoder": {"name": "rnn", "hidden_dim": 4},
+                          "decoder": {"name": "luong", "embed_dim": 8, "hidden_dim": 6,
+                                      "attention": {"name": "single", "scorer": SCRATCH_CFG}}},
+                         src_vocab=12, tgt_vocab=12)
+    logits, _ = luong(src, lengths, tgt)
+    _backward_reaches_the_scorer(luong, logits)
+    # Transformer: every head of self- and encoder–decoder attention, teacher forcing and
+    # incremental decoding (the cached keys are prepared by the new scorer each step)
+    transformer = MODELS.build({"name": "transformer", "d_model": 8, "ffn_dim": 16,
+                                "encoder_layers": 1, "decoder_layers": 1,
+                                "attention": {"name": "multihead", "heads": 2, "scorer": SCRATCH_CFG}},
+                               src_vocab=12, tgt_vocab=12)
+    logits, _ = transformer(src, lengths, tgt)
+    _backward_reaches_the_scorer(transformer, logits)
+    transformer.eval()
+    tokens, _ = transformer.greedy(src, lengths, bos_id=1, eos_id=2, max_len=4)
+    tgt_in = torch.cat([torch.ones(2, 1, dtype=torch.long), tokens[:, :-1]], 1)
+    forced, _ = transformer(src, lengths, tgt_in)
+    assert torch.equal(tokens[:, 0], forced[:, 0].argmax(-1))
+    # HAN: both attention poolings
+    han = MODELS.build({"name": "han", "embed_dim": 8,
+                        "word_encoder": {"name": "rnn", "hidden_dim": 4},
+                        "sentence_encoder": {"name": "rnn", "hidden_dim": 4},
+                        "word_pooling": {"name": "attention", "dim": 6, "scorer": SCRATCH_CFG},
+                        "sentence_pooling": {"name": "attention", "dim": 6, "scorer": SCRATCH_CFG}},
+                       vocab_size=12, num_classes=2)
+    out = han(torch.randint(1, 12, (2, 3, 4)), torch.tensor([[4, 2, 0], [3, 0, 0]]))
+    assert torch.allclose(out["word_weights"][0, 0].sum(), torch.tensor(1.0))
+    _backward_reaches_the_scorer(han, out["logits"])
+    # GAT: one scorer per head, scored per edge
+    gat = MODELS.build({"name": "gat", "hidden_dim": 3, "heads": 2, "scorer": SCRATCH_CFG},
+                       in_dim=5, num_classes=3)
+    edge_index = torch.tensor([[0, 1, 2, 3, 1], [1, 2, 3, 0, 0]])
+    logits, weights = gat(torch.randn(4, 5), edge_index, need_weights=True)
+    edges, alpha = weights[0]
+    sums = torch.zeros(4, 2).index_add_(0, edges[1], alpha)
+    assert torch.allclose(sums, torch.ones(4, 2), atol=1e-5)
+    _backward_reaches_the_scorer(gat, logits)
+
+
+def _readme_block_example():
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Writing a block"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    overrides = re.search(r"`attnflow-train (scorer\.name=\S+[^`]*)`", section).group(1).split()
+    return code, overrides
+
+
+@pytest.mark.parametrize("experiment", [[], ["experiment=reverse_transformer"]])
+def test_the_readme_block_example_works_verbatim(experiment, tmp_path):
+    code, overrides = _readme_block_example()
+    name = re.search(r'register\("(\w+)"\)', code).group(1)
+    exec(compile(code, "README.md", "exec"), {})
+    try:
+        cfg = compose_cfg([*experiment, *overrides, *FAST, "trainer.fast_dev_run=true", "logger=none"])
+        summary = train(cfg, tmp_path)
+    finally:
+        SCORERS.unregister(name)
+    assert summary["global_step"] == 1
+    saved = OmegaConf.load(tmp_path / "config.yaml")
+    assert saved.scorer.name == name and saved.scorer.gain == 2
+
+
+def _model(overrides, **context):
+    cfg = resolve_config(compose_cfg(overrides))
+    return cfg, MODELS.build(cfg["model"], **context)
+
+
+def _kinds(model, attribute):
+    return {type(getattr(m, attribute)).registry_name for m in model.modules() if hasattr(m, attribute)
+            and isinstance(getattr(m, attribute), nn.Module)}
+
+
+@pytest.mark.parametrize("overrides, attribute, expected", [
+    (["experiment=reverse_transformer", "normalizer=norm"], "normalizer", {"norm"}),
+    (["experiment=reverse_transformer", "aggregator=mean"], "aggregator", {"mean"}),
+    (["experiment=reverse_transformer", "scorer=general"], "scorer", {"general"}),
+    (["model=transformer", "attention=single"], "self_attn", {"single"}),
+    (["model=transformer", "attention=relative_multihead"], "self_attn", {"relative_multihead"}),
+    (["experiment=han_imdb", "normalizer=norm"], "normalizer", {"norm"}),
+])
+def test_overrides_that_were_silent_now_take_effect(overrides, attribute, expected):
+    context = dict(vocab_size=20, num_classes=2) if "han" in str(overrides) else dict(src_vocab=20, tgt_vocab=20)
+    _, model = _model(overrides, **context)
+    assert _kinds(model, attribute) == expected
+
+
+def test_gat_uses_the_registry_normalizer():
+    _, model = _model(["experiment=gat_cora", "normalizer=norm"], in_dim=5, num_classes=3)
+    assert _kinds(model, "normalizer") == {"norm"}
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["aggregator=mean"], "aggregator=mean (at 'aggregator') does nothing: model 'seq2seq'"),
+    (["positional=relative"], "model 'seq2seq' does not use the shared group 'positional'"),
+    (["pooling.name=attentoin"], "pooling=attentoin (at 'pooling') does nothing"),
+    (["experiment=han_imdb", "pooling.name=attentoin"], "unknown pooling 'attentoin'"),
+    (["experiment=self_attentive_imdb", "scorer=dot"], "model 'self_attentive' does not use"),
+    (["experiment=gat_cora", "attention=multihead"], "model 'gat' does not use the shared group 'attention'"),
+    (["experiment=gat_cora", "aggregator=mean"], "model 'gat' does not use the shared group 'aggregator'"),
+    (["experiment=mt_rnnenc", "scorer.hidden_dim=64"], "scorer.hidden_dim=64 (at 'scorer') does nothing"),
+])
+def test_overrides_of_unused_groups_are_refused_before_any_work(overrides, expected):
+    with pytest.raises(ConfigError) as err:
+        resolve_config(compose_cfg(overrides))
+    assert expected in str(err.value)
+    if "does not use" in expected or "does nothing" in expected:
+        assert "it uses:" in str(err.value)
+
+
+def test_consumption_follows_interpolations():
+    assert consumed_groups(compose_cfg()) == ["scorer", "normalizer", "attention"]
+    assert consumed_groups(compose_cfg(["attention=multihead"])) == [
+        "scorer", "normalizer", "aggregator", "attention"]
+    assert consumed_groups(compose_cfg(["experiment=han_imdb"])) == ["scorer", "normalizer", "pooling"]
+    assert consumed_groups(compose_cfg(["experiment=mt_rnnenc"])) == []
+    # composing by groups without an experiment: the default positional group is simply unused
+    assert resolve_config(compose_cfg(["model=rnnsearch_mt"]))["model"]["name"] == "seq2seq"
+
+
+def test_the_saved_config_holds_only_the_groups_that_were_used(tmp_path):
+    cfg = compose_cfg([*FAST, "trainer.fast_dev_run=true", "logger=none"])
+    train(cfg, tmp_path)
+    saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    assert {"scorer", "normalizer", "attention"} <= set(saved)
+    assert not {"aggregator", "positional", "pooling"} & set(saved)
+
+
+def test_replacing_a_block_by_name_drops_the_old_blocks_fields(tmp_path):
+    conf = tmp_path / "conf"
+    (conf / "scorer").mkdir(parents=True)
+    (conf / "train.yaml").write_text("defaults:\n  - scorer: wide\n")
+    (conf / "scorer" / "wide.yaml").write_text("name: additive\nhidden_dim: 7\n")
+    cfg = OmegaConf.create({"scorer": {"name": "dot", "hidden_dim": 7},
+                            "model": {"name": "x", "attention": {"scorer": "${scorer}"}}})
+    check_shared_groups(cfg, conf, {"scorer": "wide"})
+    assert OmegaConf.to_container(cfg.scorer) == {"name": "dot"}
+    typed = OmegaConf.create({"scorer": {"name": "dot", "hidden_dim": 8},  # typed by the user: kept
+                              "model": {"name": "x", "attention": {"scorer": "${scorer}"}}})
+    check_shared_groups(typed, conf, {"scorer": "wide"})
+    assert typed.scorer.hidden_dim == 8
+
+
+def test_plain_field_overrides_reach_fields_left_at_their_defaults():
+    assert field_overrides(["scorer=dot", "attention.heads=2", "+x=1", "~y", "hydra.run.dir=d",
+                            "experiment=mt_rnnenc", "seed=3"], CONF) == [
+        "scorer=dot", "++attention.heads=2", "+x=1", "~y", "hydra.run.dir=d", "experiment=mt_rnnenc",
+        "++seed=3"]
+    cfg = resolve_config(compose_cfg(["attention=multihead", "attention.heads=2"]))
+    assert cfg["model"]["decoder"]["attention"]["heads"] == 2
+    with pytest.raises(ConfigError, match="has no field 'haeds'"):
+        resolve_config(compose_cfg(["attention=multihead", "attention.haeds=2"]))
+    with pytest.raises(ConfigError, match="no top-level key 'sed'.*Did you mean 'seed'"):
+        resolve_config(compose_cfg(["sed=3"]))
+    assert resolve_config(compose_cfg(["seed=3"]))["seed"] == 3
+
+
+# -- one source of defaults -------------------------------------------------------------------------
+GROUP_KINDS = ("scorer", "normalizer", "aggregator", "attention", "positional", "pooling", "model",
+               "task", "data", "logger")
+
+
+def _repeated_defaults(kind, node, path):
+    registry = Registry.kinds()[kind]
+    name = node.get("name")
+    if name not in registry:
+        return []
+    fields = {f: default for f, _, default in registry.fields(name)}
+    children = registry._children[name]
+    found = []
+    for key, value in node.items():
+        if key in ("name", "defaults") or key not in fields or (isinstance(value, str) and "${" in value):
+            continue
+        if value == fields[key]:
+            found.append(f"{path}.{key}: {value!r}")
+        elif key in children and isinstance(value, dict) and "name" in value:
+            found += _repeated_defaults(children[key], value, f"{path}.{key}")
+    return found
+
+
+def _interpolated_keys():
+    """'model.layers' for every ${model.layers} in conf/: Hydra can only interpolate a value that
+    is in the composed config, so a default another file refers to stays in its YAML."""
+    text = "\n".join(p.read_text() for p in CONF.rglob("*.yaml"))
+    return set(re.findall(r"\$\{([a-z_]+\.[\w.]+)\}", text))
+
+
+def test_no_group_file_repeats_a_constructor_default():
+    referenced = _interpolated_keys()
+    found = []
+    for kind in GROUP_KINDS:
+        for path in sorted((CONF / kind).glob("*.yaml")):
+            node = yaml.safe_load(path.read_text()) or {}
+            if "name" in node:
+                found += [f"{path.relative_to(CONF)}: {f}" for f in _repeated_defaults(kind, node, kind)
+                          if f.split(":")[0] not in referenced]
+    assert not found, "YAML repeats constructor defaults (delete these lines):\n" + "\n".join(found)
+
+
+def test_every_group_file_names_a_registered_block():
+    for kind in GROUP_KINDS:
+        for path in (CONF / kind).glob("*.yaml"):
+            node = yaml.safe_load(path.read_text()) or {}
+            if "name" in node:
+                assert node["name"] in Registry.kinds()[kind], path
