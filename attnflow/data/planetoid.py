@@ -51,17 +51,34 @@ class _SparseMatrix:
         return out if fmt == "csr" else out.T
 
 
+# what the Planetoid raw files hold: NumPy arrays, SciPy sparse matrices, a defaultdict of lists
+_ALLOWED = {("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "_reconstruct"),
+            ("numpy._core.multiarray", "_reconstruct"), ("collections", "defaultdict"),
+            ("builtins", "list"), ("__builtin__", "list"), ("builtins", "dict"), ("__builtin__", "dict")}
+
+
 class _Unpickler(pickle.Unpickler):
+    """Loads only the types the raw files hold, so a crafted file cannot run code."""
+
     def find_class(self, module, name):
         if module.startswith("scipy.sparse"):
             return _SparseMatrix
+        if (module, name) not in _ALLOWED:
+            raise pickle.UnpicklingError(
+                f"a Planetoid raw file may hold only NumPy arrays, SciPy sparse matrices and lists; "
+                f"it asks for {module}.{name}, which is not loaded")
         return super().find_class(module, name)
 
 
 class _PickleShim:  # what torch_geometric.io.planetoid calls as ``pickle.load``
     @staticmethod
     def load(f, encoding="ASCII"):
-        return _Unpickler(f, encoding=encoding).load()
+        try:
+            return _Unpickler(f, encoding=encoding).load()
+        except (pickle.UnpicklingError, EOFError, ValueError) as err:
+            what = str(err) or "the file ends early (truncated or empty)"
+            raise ValueError(f"data 'planetoid': cannot read {getattr(f, 'name', 'a raw file')}: "
+                             f"{what}") from None
 
 
 def read_planetoid(root: str | Path, name: str) -> Data:

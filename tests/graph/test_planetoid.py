@@ -58,3 +58,29 @@ def test_neighbor_sampling_without_extras_says_what_to_install():
         pytest.skip("pyg-lib or torch-sparse is installed")
     with pytest.raises(ValueError, match="pyg-lib or torch-sparse.*data.loader=khop"):
         PlanetoidDataModule(root=str(ROOT), loader="neighbor")
+
+
+@pytest.mark.data
+def test_a_crafted_raw_file_cannot_run_code_and_is_named(tmp_path):
+    import os
+    import pickle
+    import shutil
+
+    src = DATA_DIR / "planetoid" / "Cora" / "raw"
+    if not src.is_dir():
+        pytest.skip(f"Cora raw files not found at {src} (set ATTNFLOW_DATA_DIR)")
+    raw = tmp_path / "Cora" / "raw"
+    shutil.copytree(src, raw)
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    (raw / "ind.cora.x").write_bytes(pickle.dumps(Payload()))
+    with pytest.raises(ValueError, match=r"ind\.cora\.x.*posix\.system|ind\.cora\.x.*os\.system"):
+        read_planetoid(tmp_path, "Cora")
+    assert not marker.exists()
+    (raw / "ind.cora.x").write_bytes((src / "ind.cora.x").read_bytes()[:100])  # truncated
+    with pytest.raises(ValueError, match=r"cannot read .*ind\.cora\.x"):
+        read_planetoid(tmp_path, "Cora")
