@@ -20,6 +20,7 @@ import inspect
 import json
 import os
 import time
+import typing
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -56,6 +57,38 @@ def _trainer_fields() -> List[str]:
     return [p for p in inspect.signature(pl.Trainer.__init__).parameters if p != "self"]
 
 
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether a YAML value fits a Trainer argument's annotation (unknown kinds: yes)."""
+    origin = typing.get_origin(hint)
+    if hint is Any:
+        return True
+    if origin is typing.Union:
+        return any(_fits(value, h) for h in typing.get_args(hint))
+    if origin is typing.Literal:
+        return value in typing.get_args(hint)
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    if origin in (list, dict) or hint in (list, dict):
+        return isinstance(value, origin or hint)
+    return True  # classes (an Accelerator, a Strategy object): not expressible in YAML anyway
+
+
+def _check_trainer_types(trainer: Dict[str, Any]) -> None:
+    hints = typing.get_type_hints(pl.Trainer.__init__)
+    for key, value in trainer.items():
+        if key in hints and not _fits(value, hints[key]):
+            wanted = str(hints[key]).replace("typing.", "").replace("NoneType", "None")
+            raise ConfigError(f"trainer.{key} (at 'trainer.{key}') must be {wanted}, got {value!r}")
+
+
 def _top_level_keys() -> set:
     """The root config's keys: its defaults list's groups and its own fields (conf/train.yaml)."""
     root = OmegaConf.load(config_dir() / "train.yaml")
@@ -81,6 +114,7 @@ def validate_config(cfg: Dict[str, Any]) -> None:
             raise ConfigError(
                 f"trainer has no field '{key}' (at 'trainer.{key}'); fields are the arguments of "
                 f"lightning's Trainer except logger, callbacks, default_root_dir and enable_progress_bar (set by attnflow; use callbacks.progress_bar).{_suggest(key, allowed)}")
+    _check_trainer_types(cfg.get("trainer") or {})
     for key, value in (cfg.get("callbacks") or {}).items():
         if key not in CALLBACK_FIELDS:
             raise ConfigError(f"callbacks has no entry '{key}' (at 'callbacks.{key}'); entries: "
