@@ -1,8 +1,11 @@
-"""Lightning callbacks of attnflow: attention heat maps during and after training."""
+"""Lightning callbacks of attnflow: attention heat maps during and after training; a stop on a
+non-finite training loss."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import math
 
 import numpy as np
 import pytorch_lightning as pl
@@ -64,3 +67,22 @@ class AttentionMaps(pl.Callback):
             title = "α, mean over heads" if getattr(pl_module.model, "heads", 1) > 1 else "α"
             save_attention_png(self.out_dir / f"val_example_{i}.png", e["weights"], e["source"],
                                e["output"], f"validation example {i}: {title}")
+
+
+class NonFiniteLossError(RuntimeError):
+    """Training produced a NaN or infinite loss; the message names the step."""
+
+
+class StopOnNonFiniteLoss(pl.Callback):
+    """Stops training at the first NaN/∞ training loss, naming the epoch and step, before any
+    checkpoint holds the broken weights (the checkpoints of earlier epochs are kept)."""
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs,
+                           batch, batch_idx: int) -> None:
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if loss is not None and not math.isfinite(float(loss)):
+            raise NonFiniteLossError(
+                f"the training loss is {float(loss)} at epoch {trainer.current_epoch}, step "
+                f"{trainer.global_step} (batch {batch_idx}); training stopped, nothing of this epoch "
+                f"was saved. Lower task.optim.lr, clip gradients (trainer.gradient_clip_val) or check "
+                f"the data")

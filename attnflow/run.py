@@ -31,7 +31,7 @@ from pytorch_lightning.callbacks import RichProgressBar, TQDMProgressBar
 from pytorch_lightning.loggers import WandbLogger
 
 import attnflow  # noqa: F401  (registers the built-in blocks)
-from attnflow.callbacks import AttentionMaps
+from attnflow.callbacks import AttentionMaps, StopOnNonFiniteLoss
 from attnflow import config_dir
 from attnflow.groups import check_shared_groups, prune_unused
 from attnflow.registry import (AGGREGATORS, ATTENTIONS, DATA, LOGGERS, MODELS, NORMALIZERS,
@@ -199,7 +199,7 @@ def _with_task_monitor(entry: Dict[str, Any], task: Any) -> Dict[str, Any]:
 def build_callbacks(cfg: Dict[str, Any], run_dir: Path, task: Any = None) -> List[pl.Callback]:
     """The callbacks of ``cfg`` (the ``callbacks`` config); a checkpoint or early-stopping entry
     without ``monitor``/``mode`` monitors the ``task`` class's metric (``Task.monitor``)."""
-    out: List[pl.Callback] = []
+    out: List[pl.Callback] = [StopOnNonFiniteLoss()]
     ck = cfg.get("checkpoint")
     if ck:
         out.append(ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="epoch{epoch}-step{step}",

@@ -24,6 +24,7 @@ CONF_DIR = str(config_dir())  # the checkout's conf/, or the one installed with 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
 def run_app(cfg: DictConfig) -> float | None:
+    from attnflow.callbacks import NonFiniteLossError
     from attnflow.run import train
 
     try:
@@ -31,6 +32,9 @@ def run_app(cfg: DictConfig) -> float | None:
     except ConfigError as err:
         print(f"attnflow: config error: {err}", file=sys.stderr)
         sys.exit(2)
+    except NonFiniteLossError as err:
+        print(f"attnflow: {err}", file=sys.stderr)
+        sys.exit(1)
     metric = cfg.get("optimized_metric")
     if metric:  # what a sweeper optimises; a missing or misspelt name is an error, not None
         if metric not in summary["metrics"]:

@@ -52,3 +52,20 @@ def test_cli_unknown_group_option_lists_options(tmp_path):
     out = proc.stderr + proc.stdout
     assert "Could not find 'scorer/dott'" in out and "scaled_dot" in out
     assert "Traceback" not in out
+
+
+def test_a_non_finite_loss_stops_training_naming_the_step(tmp_path):
+    from attnflow.callbacks import NonFiniteLossError
+
+    cfg = compose_cfg([*FAST, "task.optim.lr=1e30", "trainer.gradient_clip_val=null", "logger=none"])
+    with pytest.raises(NonFiniteLossError, match=r"training loss is (nan|inf|-inf) at epoch 0, step \d+"):
+        train(cfg, tmp_path / "run")
+    assert not (tmp_path / "run" / "metrics.json").exists()
+    assert not list((tmp_path / "run").glob("checkpoints/*.ckpt"))  # no checkpoint of broken weights
+
+
+def test_cli_non_finite_loss_exits_non_zero_with_one_message(tmp_path):
+    proc = _cli(*FAST, "task.optim.lr=1e30", "trainer.gradient_clip_val=null", "logger=none",
+                f"hydra.run.dir={tmp_path / 'run'}", tmp_path=tmp_path)
+    assert proc.returncode == 1
+    assert "attnflow: the training loss is" in proc.stderr and "Traceback" not in proc.stderr
