@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-import attnflow  # noqa: F401  (registers blocks)
+import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
 from attnflow.checkpoints import CheckpointError, find_checkpoint, read_checkpoint, upgrade_config
 from attnflow.data.documents import Vocabulary, encode_texts
 from attnflow.explain import write_html

@@ -30,7 +30,7 @@ from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor, Mode
 from pytorch_lightning.callbacks import RichProgressBar, TQDMProgressBar
 from pytorch_lightning.loggers import WandbLogger
 
-import attnflow  # noqa: F401  (registers the built-in blocks)
+import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
 from attnflow.callbacks import AttentionMaps, StopOnNonFiniteLoss
 from attnflow import config_dir
 from attnflow.groups import check_shared_groups, prune_unused

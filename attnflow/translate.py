@@ -34,7 +34,7 @@ class TranslateError(Exception):
 
 def load(path: Path, device: str = "cpu"):
     """(model, data module, config) from a run directory or checkpoint."""
-    import attnflow  # noqa: F401  (registers the blocks)
+    import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
     from attnflow.registry import DATA, MODELS
 
     try:

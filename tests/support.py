@@ -9,7 +9,7 @@ from typing import List
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-import attnflow  # noqa: F401  (registers blocks and the ${attnflow_root:} resolver)
+import attnflow  # noqa: F401  (the ${attnflow_root:} resolver; registries find their blocks on lookup)
 from attnflow.groups import field_overrides
 
 ROOT = Path(__file__).resolve().parent.parent
