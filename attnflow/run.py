@@ -202,8 +202,14 @@ def build_callbacks(cfg: Dict[str, Any], run_dir: Path, task: Any = None) -> Lis
     out: List[pl.Callback] = [StopOnNonFiniteLoss()]
     ck = cfg.get("checkpoint")
     if ck:
+        ck = dict(ck)
+        save_last = ck.pop("save_last", True)
         out.append(ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="epoch{epoch}-step{step}",
                                    auto_insert_metric_name=False, **_with_task_monitor(ck, task)))
+        if save_last:  # Lightning writes last.ckpt only when a top-k checkpoint was written: a
+            # second, unmonitored callback keeps last.ckpt the state after every epoch
+            out.append(ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="last",
+                                       monitor=None, save_top_k=1, enable_version_counter=False))
     es = cfg.get("early_stopping")
     if es:
         out.append(EarlyStopping(**_with_task_monitor(es, task)))

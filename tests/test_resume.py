@@ -27,3 +27,14 @@ def test_resume_continues_and_keeps_earlier_files(tmp_path):
     assert (tmp_path / "csv" / "version_0" / "metrics.csv").read_text() == csv0
     assert (tmp_path / "csv" / "version_1" / "metrics.csv").is_file()
     assert set(ckpt0) <= {p.name for p in (tmp_path / "checkpoints").iterdir()}
+
+
+def test_last_ckpt_is_the_state_after_the_last_epoch_whatever_the_metric_did(tmp_path):
+    import torch
+
+    cfg = compose_cfg([*FAST, "trainer.max_epochs=3", "task.optim.lr=1e-6", "logger=none"])  # ~no progress
+    summary = train(cfg, tmp_path)
+    last = torch.load(tmp_path / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert last["epoch"] == 2 and last["global_step"] == summary["global_step"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("*.ckpt")) == sorted(
+        {"last.ckpt", summary["best_checkpoint"].split("/")[-1]})
