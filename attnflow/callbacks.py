@@ -80,9 +80,10 @@ class StopOnNonFiniteLoss(pl.Callback):
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs,
                            batch, batch_idx: int) -> None:
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
-        if loss is not None and not math.isfinite(float(loss)):
+        value = None if loss is None else float(loss)
+        if value is not None and not math.isfinite(value):
             raise NonFiniteLossError(
-                f"the training loss is {float(loss)} at epoch {trainer.current_epoch}, step "
+                f"the training loss is {value} at epoch {trainer.current_epoch}, step "
                 f"{trainer.global_step} (batch {batch_idx}); training stopped, nothing of this epoch "
                 f"was saved. Lower task.optim.lr, clip gradients (trainer.gradient_clip_val) or check "
                 f"the data")

@@ -77,10 +77,22 @@ def _upgrade_model(node: Any) -> Any:
     return node
 
 
+# the fields of the task's ``optim`` child config, which older runs had at the task's top level
+_FLAT_OPTIM_FIELDS = ("optimizer", "lr", "weight_decay", "scheduler", "warmup_steps")
+
+
+def upgrade_task_config(task_cfg: Dict[str, Any]) -> Dict[str, Any]:
+    """A task config with the flat optimiser fields of older runs (``lr``, ``optimizer``, ...)
+    moved under ``optim``."""
+    out = dict(task_cfg)
+    flat = {k: out.pop(k) for k in _FLAT_OPTIM_FIELDS if k in out}
+    if flat:
+        out["optim"] = {**flat, **dict(out.get("optim") or {})}
+    return out
+
+
 def upgrade_config(cfg: Dict[str, Any]) -> Dict[str, Any]:
     """A run config saved by an older attnflow, in today's field layout (model and task)."""
-    from attnflow.tasks.base import upgrade_task_config
-
     cfg = dict(cfg)
     if isinstance(cfg.get("model"), dict):
         cfg["model"] = _upgrade_model(cfg["model"])

@@ -101,8 +101,9 @@ def _drop_replaced_fields(cfg: DictConfig, group: str, option: Optional[str], co
     if name == reference.get("name") or registry is None or name not in registry:
         return
     fields = {f.split(".")[0] for f, _, _ in registry.fields(name)}  # nested: "optim.lr"
-    stale = [k for k in node if k != "name" and k not in fields and k in reference
-             and OmegaConf.to_container(node, resolve=False).get(k) == reference[k]]
+    current = OmegaConf.to_container(node, resolve=False)
+    stale = [k for k, v in current.items()
+             if k != "name" and k not in fields and k in reference and v == reference[k]]
     with open_dict(node):
         for key in stale:
             del node[key]

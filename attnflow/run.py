@@ -33,7 +33,7 @@ from pytorch_lightning.loggers import WandbLogger
 import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
 from attnflow.callbacks import AttentionMaps, StopOnNonFiniteLoss
 from attnflow import config_dir
-from attnflow.groups import check_shared_groups, prune_unused
+from attnflow.groups import check_shared_groups, prune_unused, root_defaults
 from attnflow.registry import (AGGREGATORS, ATTENTIONS, DATA, LOGGERS, MODELS, NORMALIZERS,
                                POOLINGS, POSITIONALS, SCORERS, TASKS, ConfigError, _suggest)
 
@@ -91,9 +91,9 @@ def _check_trainer_types(trainer: Dict[str, Any]) -> None:
 
 def _top_level_keys() -> set:
     """The root config's keys: its defaults list's groups and its own fields (conf/train.yaml)."""
-    root = OmegaConf.load(config_dir() / "train.yaml")
-    groups = {k for entry in root.get("defaults", []) if isinstance(entry, DictConfig) for k in entry}
-    return (groups | set(root.keys())) - {"defaults", "experiment", "hydra"} | {"hydra"}
+    conf = config_dir()
+    fields = set(OmegaConf.load(conf / "train.yaml").keys()) - {"defaults"}
+    return (set(root_defaults(conf)) - {"experiment"}) | fields | {"hydra"}
 
 
 def validate_config(cfg: Dict[str, Any]) -> None:

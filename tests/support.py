@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import List
 
@@ -33,3 +34,15 @@ def compose_cfg(overrides: List[str] = (), return_hydra_config: bool = False) ->
 
 def experiments() -> List[str]:
     return sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+
+
+def readme_block_example(name: str = ""):
+    """The README's "Writing a block" example: (code, its attnflow-train overrides, block name),
+    the code registering under ``name`` instead when given (tests that must not collide)."""
+    section = (ROOT / "README.md").read_text().split("## Writing a block", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    overrides = re.search(r"`attnflow-train (scorer\.name=\S+[^`]*)`", section).group(1).split()
+    registered = re.search(r'register\("(\w+)"\)', code).group(1)
+    if name:
+        code = code.replace(f'"{registered}"', f'"{name}"')
+    return code, overrides, name or registered

@@ -4,7 +4,6 @@ source of defaults, and a new block works everywhere with no edit outside its ow
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,7 +15,7 @@ from attnflow.blocks.scorers.base import Scorer
 from attnflow.groups import check_shared_groups, consumed_groups, field_overrides
 from attnflow.registry import MODELS, Registry, SCORERS, ConfigError
 from attnflow.run import resolve_config, train
-from support import CONF, FAST, ROOT, compose_cfg
+from support import CONF, FAST, compose_cfg, readme_block_example
 
 # -- a scorer written here, in the test, and nowhere else ------------------------------------------
 SCRATCH = "scratch_bilinear_test"
@@ -97,18 +96,9 @@ def test_a_new_scorer_works_in_luong_transformer_han_and_gat_with_no_other_chang
     _backward_reaches_the_scorer(gat, logits)
 
 
-def _readme_block_example():
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Writing a block"):]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-    overrides = re.search(r"`attnflow-train (scorer\.name=\S+[^`]*)`", section).group(1).split()
-    return code, overrides
-
-
 @pytest.mark.parametrize("experiment", [[], ["experiment=reverse_transformer"]])
 def test_the_readme_block_example_works_verbatim(experiment, tmp_path):
-    code, overrides = _readme_block_example()
-    name = re.search(r'register\("(\w+)"\)', code).group(1)
+    code, overrides, name = readme_block_example()
     exec(compile(code, "README.md", "exec"), {})
     try:
         cfg = compose_cfg([*experiment, *overrides, *FAST, "trainer.fast_dev_run=true", "logger=none"])

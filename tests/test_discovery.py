@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from attnflow.registry import SCORERS, reload_plugins
+from support import readme_block_example
 
 PACKAGE = Path(__file__).resolve().parent.parent / "attnflow"
 
@@ -53,19 +54,7 @@ def scorer_folder(tmp_path):
 
 def test_a_new_block_file_is_found_without_an_import_list(scorer_folder):
     SCORERS.names()  # discovered before the file exists: it is seen after reload_plugins()
-    (scorer_folder / "negdot_discovered.py").write_text(textwrap.dedent('''
-        from attnflow.blocks.scorers.base import Scorer
-        from attnflow.registry import SCORERS
-
-        @SCORERS.register("negdot_discovered")
-        class NegDotScorer(Scorer):
-            """a(k, q) = -γ kᵀq."""
-            def __init__(self, query_dim: int, key_dim: int, *, gain: float = 1.0):
-                super().__init__(query_dim, key_dim)
-                self.gain = gain
-            def score_prepared(self, query, prepared):
-                return -self.gain * (query @ prepared.transpose(-1, -2))
-    '''))
+    (scorer_folder / "negdot_discovered.py").write_text(readme_block_example("negdot_discovered")[0])
     (scorer_folder / "_private_helper.py").write_text("raise RuntimeError('private modules are not imported')\n")
     assert "negdot_discovered" not in SCORERS
     reload_plugins()

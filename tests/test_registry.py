@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import sys
-import textwrap
 
 import pytest
 from torch import nn
 
 from attnflow.registry import ATTENTIONS, SCORERS, BlockSpec, ConfigError, Registry, reload_plugins
+from support import readme_block_example
 
 
 def test_unknown_name_lists_registered_names():
@@ -100,20 +100,7 @@ def test_third_party_entry_point_registers_blocks(tmp_path, monkeypatch):
     """A package on sys.path with an `attnflow.blocks` entry point is found and loaded."""
     pkg = tmp_path / "attnflow_demo_plugin"
     pkg.mkdir()
-    (pkg / "__init__.py").write_text(textwrap.dedent('''
-        import torch
-        from attnflow.blocks.scorers.base import Scorer
-        from attnflow.registry import SCORERS
-
-        @SCORERS.register("negdot")
-        class NegDotScorer(Scorer):
-            """a(k, q) = -kᵀq (a third-party scorer)."""
-            def __init__(self, query_dim: int, key_dim: int, *, gain: float = 1.0):
-                super().__init__(query_dim, key_dim)
-                self.gain = gain
-            def score_prepared(self, query, prepared):
-                return -self.gain * (query @ prepared.transpose(-1, -2))
-    '''))
+    (pkg / "__init__.py").write_text(readme_block_example()[0])  # a third-party scorer: 'negdot'
     dist = tmp_path / "attnflow_demo_plugin-0.1.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: attnflow-demo-plugin\nVersion: 0.1\n")

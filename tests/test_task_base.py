@@ -15,7 +15,8 @@ from torch import nn
 
 from attnflow.registry import TASKS, ConfigError, Registry
 from attnflow.run import build_callbacks, resolve_config, train
-from attnflow.tasks.base import Task, upgrade_task_config
+from attnflow.checkpoints import upgrade_task_config
+from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
 from support import DATA_DIR, compose_cfg
 

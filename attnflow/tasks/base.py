@@ -29,9 +29,6 @@ from torch import nn
 
 from attnflow.tasks.optim import OptimConfig, configure
 
-# the fields of OptimConfig, which tasks before the ``optim`` child config had at their top level
-_FLAT_OPTIM_FIELDS = ("optimizer", "lr", "weight_decay", "scheduler", "warmup_steps")
-
 
 class Task(pl.LightningModule):
     """Base of the registered tasks (not registered itself).
@@ -81,13 +78,3 @@ class Task(pl.LightningModule):
     def metric_names(cls, splits=("train", "val")) -> list:
         """``<split>/<metric>`` for every metric the task logs."""
         return [f"{s}/{m}" for s in splits for m in cls.metrics]
-
-
-def upgrade_task_config(task_cfg: Mapping[str, Any]) -> Dict[str, Any]:
-    """A task config with the flat optimiser fields of older runs (``lr``, ``optimizer``, ...)
-    moved under ``optim`` (for configs stored in checkpoints before the child config)."""
-    out = dict(task_cfg)
-    flat = {k: out.pop(k) for k in _FLAT_OPTIM_FIELDS if k in out}
-    if flat:
-        out["optim"] = {**flat, **dict(out.get("optim") or {})}
-    return out
