@@ -1,0 +1,510 @@
+"""``attnflow-report``: the results of a run or a sweep without W&B — one self-contained HTML page,
+the same table as Markdown and CSV, PNG plots, and the table in the terminal.
+
+    attnflow-report outputs/multirun/2026-11-23/16-37-38-531686      # writes <dir>/report/
+    attnflow-report outputs/2026-11-23/10-00-00-000000 -o /tmp/rep   # one run
+    attnflow-report <sweep dir> --metric val/token_acc               # sort by another metric
+
+What it reads (all written by :mod:`attnflow.run` and Hydra, nothing else is needed): each run's
+``metrics.json`` (final metrics), ``config.yaml`` (resolved config: ``optimized_metric``, the
+checkpoint monitor), ``.hydra/overrides.yaml`` (the run's overrides, typed by Hydra's own override
+parser), ``csv/version_*/metrics.csv`` (the learning curves) and ``attention/*.png``; in a sweep
+folder ``multirun.yaml`` (the sweeper, its direction and study name) and, for Optuna sweeps, the
+study's sqlite storage (``optuna.db``), read from a copy so that a running study is never locked
+or changed.
+
+Runs are sorted by the optimised metric, best first: ``--metric``, else the config's
+``optimized_metric``, else the checkpoint monitor (``callbacks.checkpoint.monitor``, or the task's
+own ``monitor`` when that is null), else ``val/loss``. A run without ``metrics.json`` (failed,
+killed or still running) is listed with that status, last, never dropped. The page needs no
+network and no JavaScript: every picture is a base64 ``data:`` URI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import csv
+import html
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import yaml
+
+RUN_MARKERS = ("config.yaml", "metrics.json", ".hydra")
+MISSING = "no metrics.json (failed, killed or unfinished)"
+LOWER_IS_BETTER = ("loss", "wer", "ter", "error", "perplexity", "ppl")
+
+
+class ReportError(ValueError):
+    """A path that is not a run or sweep directory; the CLI prints it and exits 2."""
+
+
+@dataclass
+class Run:
+    """One run directory: what it was run with and what it measured."""
+
+    name: str
+    path: Path
+    status: str = "ok"
+    config: Dict[str, Any] = field(default_factory=dict)
+    overrides: Optional[Dict[str, Any]] = None  # None: no .hydra/overrides.yaml
+    summary: Dict[str, Any] = field(default_factory=dict)
+    metrics: Dict[str, float] = field(default_factory=dict)
+    pictures: List[Path] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    """Runs sorted best first, the sort metric with its direction, and the swept parameters."""
+
+    path: Path
+    kind: str  # "run" or "sweep"
+    runs: List[Run]
+    metric: str
+    maximize: bool
+    metric_source: str
+    params: List[str]
+    common: Dict[str, Any]
+    sweeper: Dict[str, Any]
+    notes: List[str] = field(default_factory=list)
+
+    def value(self, run: Run, key: str) -> Any:
+        """A run's value of a swept parameter (override, or flattened config key)."""
+        source = run.overrides if run.overrides is not None else _flatten(run.config)
+        return source.get(key)
+
+
+# ---------------------------------------------------------------- reading run directories
+
+def _is_run(path: Path) -> bool:
+    return path.is_dir() and any((path / m).exists() for m in RUN_MARKERS)
+
+
+def _natural(name: str) -> Tuple:
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
+
+
+def _parse_overrides(lines: Sequence[str]) -> Dict[str, Any]:
+    """Hydra's overrides as {key: typed value}, parsed by Hydra's own grammar (``lr=1e-3`` is the
+    float 0.001, ``scorer=dot`` the string 'dot'); a deletion ``~key`` maps to None."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    out: Dict[str, Any] = {}
+    parser = OverridesParser.create()
+    for line in lines:
+        try:
+            o = parser.parse_override(str(line))
+            value = o.value()
+            out[o.key_or_group] = value if isinstance(value, (str, int, float, bool)) or value is None \
+                else str(o.value())
+        except Exception:  # a line Hydra would not have written; keep it readable anyway
+            key, _, value = str(line).lstrip("+~").partition("=")
+            out[key] = value
+    return out
+
+
+def _flatten(node: Any, prefix: str = "") -> Dict[str, Any]:
+    if isinstance(node, dict):
+        out: Dict[str, Any] = {}
+        for k, v in node.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: str(node) if isinstance(node, list) else node}
+
+
+def _load_yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text()) if path.is_file() else None
+
+
+def read_run(path: Path, name: str, pictures: int = 4) -> Run:
+    """A :class:`Run` from its directory; problems become its ``status``, never an exception."""
+    run = Run(name=name, path=path)
+    problems = []
+    try:
+        run.config = _load_yaml(path / "config.yaml") or {}
+    except (OSError, yaml.YAMLError) as err:
+        problems.append(f"unreadable config.yaml ({err})")
+    try:
+        lines = _load_yaml(path / ".hydra" / "overrides.yaml")
+        run.overrides = _parse_overrides(lines) if isinstance(lines, list) else None
+    except (OSError, yaml.YAMLError) as err:
+        problems.append(f"unreadable .hydra/overrides.yaml ({err})")
+    if (path / "metrics.json").is_file():
+        try:
+            run.summary = json.loads((path / "metrics.json").read_text())
+            run.metrics = {k: float(v) for k, v in (run.summary.get("metrics") or {}).items()}
+        except (OSError, ValueError, TypeError, AttributeError) as err:
+            problems.append(f"unreadable metrics.json ({err})")
+    else:
+        problems.append(MISSING)
+    run.status = "; ".join(problems) or "ok"
+    run.pictures = sorted((path / "attention").glob("*.png"), key=lambda p: _natural(p.name))[:pictures]
+    return run
+
+
+def history(run: Run, metric: str) -> Dict[int, float]:
+    """``metric`` per training epoch from the CSV logger's ``metrics.csv`` files (a resumed run
+    has several versions: later ones win). The rows of the final validation/test of the best
+    checkpoint, logged after fit at epoch = ``metrics.json``'s ``epochs``, are left out."""
+    last = run.summary.get("epochs")
+    out: Dict[int, float] = {}
+    for f in sorted(run.path.glob("csv/version_*/metrics.csv"), key=lambda p: _natural(p.parent.name)):
+        with f.open(newline="") as fh:
+            for row in csv.DictReader(fh):
+                try:
+                    epoch, value = int(float(row["epoch"])), float(row.get(metric) or "nan")
+                except (KeyError, ValueError):
+                    continue
+                if not math.isnan(value) and (last is None or epoch < last):
+                    out[epoch] = value
+    return out
+
+
+def find_runs(path: Path, pictures: int = 4) -> Tuple[str, List[Run]]:
+    """("run", [the run]) or ("sweep", [its job folders' runs]); :class:`ReportError` else."""
+    if not path.exists():
+        raise ReportError(f"'{path}' does not exist; give a run directory (holding config.yaml, "
+                          f"metrics.json and .hydra/) or a multirun directory (multirun.yaml and "
+                          f"one folder per job)")
+    if not path.is_dir():
+        raise ReportError(f"'{path}' is a file, not a run or multirun directory")
+    if (path / "multirun.yaml").is_file() or not _is_run(path):
+        children = sorted((c for c in path.iterdir() if _is_run(c)), key=lambda p: _natural(p.name))
+        if children or (path / "multirun.yaml").is_file():
+            return "sweep", [read_run(c, c.name, pictures) for c in children]
+        sweeps = sorted(str(c) for c in path.iterdir() if (c / "multirun.yaml").is_file())
+        hint = f" It holds multirun directories; report one of them: {', '.join(sweeps[:5])}" \
+            if sweeps else ""
+        raise ReportError(f"'{path}' is neither a run directory (config.yaml, metrics.json or "
+                          f".hydra/ inside) nor a multirun directory (multirun.yaml and job folders "
+                          f"0/, 1/, … that are run directories).{hint}")
+    return "run", [read_run(path, path.name, pictures)]
+
+
+# ---------------------------------------------------------------- what to sort by, what was swept
+
+def _lower_is_better(metric: str) -> bool:
+    name = metric.rsplit("/", 1)[-1].lower()
+    return any(name == w or name.endswith("_" + w) or name.startswith(w + "_") for w in LOWER_IS_BETTER)
+
+
+def _task_class(config: Dict[str, Any]):
+    """The run's task class from the registry (its ``monitor`` and ``metrics`` directions), or
+    None when it cannot be imported here (it loads Lightning: only asked when needed)."""
+    name = (config.get("task") or {}).get("name")
+    if not name:
+        return None
+    try:
+        from attnflow.registry import TASKS
+
+        return TASKS.get(name)
+    except Exception:
+        return None
+
+
+def choose_metric(runs: List[Run], sweeper: Dict[str, Any], metric: Optional[str] = None
+                  ) -> Tuple[str, bool, str]:
+    """(metric, maximize, where the choice came from). The direction: the Optuna sweeper's for
+    its ``optimized_metric``, the checkpoint's ``mode`` for its monitor, the task's declared
+    direction when the task was looked up, else by name (loss, wer, error: lower is better)."""
+    config = next((r.config for r in runs if r.config), {})
+    ck = (config.get("callbacks") or {}).get("checkpoint") or {}
+    source = "--metric"
+    if not metric and config.get("optimized_metric"):
+        metric, source = config["optimized_metric"], "optimized_metric"
+    if not metric and ck.get("monitor"):
+        metric, source = ck["monitor"], "callbacks.checkpoint.monitor"
+    task = None if metric else _task_class(config)  # imports Lightning: only when needed
+    if not metric and task is not None and getattr(task, "monitor", None):
+        metric, source = task.monitor, f"task '{config['task']['name']}' monitor"
+    if not metric:
+        metric, source = "val/loss", "default"
+    direction = sweeper.get("direction")
+    if source == "optimized_metric" and isinstance(direction, str):
+        return metric, "max" in direction.lower(), source
+    if metric == ck.get("monitor") and ck.get("mode") in ("min", "max"):
+        return metric, ck["mode"] == "max", source
+    mode = (getattr(task, "metrics", None) or {}).get(metric.rsplit("/", 1)[-1]) if task else None
+    if mode in ("min", "max"):
+        return metric, mode == "max", source
+    return metric, not _lower_is_better(metric), source
+
+
+def swept_params(runs: List[Run]) -> Tuple[List[str], Dict[str, Any]]:
+    """(parameters that differ between runs, overrides common to all). From Hydra's overrides
+    where every run has them, else from the runs' resolved configs (a key whose values repeat
+    another, shorter key's — an interpolated copy — is left out)."""
+    with_cfg = [r for r in runs if r.overrides is not None or r.config]
+    if not with_cfg:
+        return [], {}
+    by_overrides = all(r.overrides is not None for r in with_cfg)
+    tables = [r.overrides if by_overrides else _flatten(r.config) for r in with_cfg]
+    keys: List[str] = []
+    for t in tables:
+        keys += [k for k in t if k not in keys]
+    if len(with_cfg) == 1:
+        return (keys, {}) if by_overrides else ([], {})
+    swept, common, seen = [], {}, set()
+    for k in sorted(keys, key=lambda k: (k.count("."), len(k))) if not by_overrides else keys:
+        column = tuple(repr(t.get(k)) for t in tables)
+        if len(set(column)) == 1:
+            common[k] = tables[0].get(k)
+        elif column not in seen:
+            swept.append(k)
+            seen.add(column)
+    return swept, (common if by_overrides else {})
+
+
+def _sort_key(report_metric: str, maximize: bool):
+    def key(run: Run):
+        v = run.metrics.get(report_metric)
+        if v is None or math.isnan(v):
+            return (1 if run.status == "ok" else 2, 0.0)
+        return (0, -v if maximize else v)
+    return key
+
+
+def build(path: Path | str, metric: Optional[str] = None, pictures: int = 4) -> Report:
+    """Read a run or sweep directory into a :class:`Report` (runs sorted best first)."""
+    path = Path(path)
+    kind, runs = find_runs(path, pictures)
+    sweeper = {}
+    if kind == "sweep" and (path / "multirun.yaml").is_file():
+        try:
+            sweeper = ((_load_yaml(path / "multirun.yaml") or {}).get("hydra") or {}).get("sweeper") or {}
+        except yaml.YAMLError:
+            sweeper = {}
+    metric, maximize, source = choose_metric(runs, sweeper, metric)
+    runs.sort(key=_sort_key(metric, maximize))  # stable: ties keep the job order
+    params, common = swept_params(runs)
+    report = Report(path, kind, runs, metric, maximize, source, params, common, sweeper)
+    if kind == "sweep" and not runs:
+        report.notes.append("no job folders yet: the sweep has not started a job")
+    logged = sorted({m for r in runs for m in r.metrics})
+    if logged and metric not in logged:
+        if source == "--metric":  # asked for by name: refused, not silently unsorted
+            raise ReportError(f"--metric '{metric}': no run in '{path}' has it; metrics: "
+                              f"{', '.join(logged)}")
+        report.notes.append(f"no run has the metric '{metric}' (from {source}); metrics: "
+                            f"{', '.join(logged)}")
+    return report
+
+
+# ---------------------------------------------------------------- table
+
+def fmt(value: Any) -> str:
+    """A cell: floats with 4 significant digits (the CSV keeps full precision)."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def metric_columns(report: Report) -> List[str]:
+    names = {k for r in report.runs for k in r.metrics}
+    rank = {"val": 0, "test": 1}
+    rest = sorted(names - {report.metric}, key=lambda m: (rank.get(m.split("/")[0], 2), m))
+    return ([report.metric] if report.metric in names else []) + rest
+
+
+def table(report: Report, full: bool = False) -> Tuple[List[str], List[List[Any]]]:
+    """(header, rows): run, status, swept parameters, metrics, epochs, steps, fit seconds; raw
+    values when ``full`` (the CSV), formatted cells otherwise."""
+    metrics = metric_columns(report)
+    header = ["run", "status", *report.params, *metrics, "epochs", "global_step", "fit_seconds"]
+    rows = []
+    for r in report.runs:
+        row = [r.name, r.status, *(report.value(r, p) for p in report.params),
+               *(r.metrics.get(m) for m in metrics),
+               *(r.summary.get(k) for k in ("epochs", "global_step", "fit_seconds"))]
+        rows.append(row if full else [fmt(v) for v in row])
+    return header, rows
+
+
+def print_table(report: Report, console=None) -> None:
+    """The table in the terminal (rich), best run first; wide when output is not a terminal."""
+    from rich.console import Console
+    from rich.table import Table
+
+    header, rows = table(report)
+    console = console or Console()
+    if not console.is_terminal:  # a file or a pipe: as wide as the table, no folded cells
+        widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
+        console = Console(width=max(80, sum(widths) + 3 * len(widths) + 1), file=console.file)
+    t = Table(title=f"{report.path} — sorted by {report.metric} "
+                    f"({'higher' if report.maximize else 'lower'} is better)")
+    for h in header:
+        t.add_column(h, overflow="fold", justify="right" if h not in ("run", "status") else "left")
+    for i, row in enumerate(rows):
+        t.add_row(*row, style="bold" if i == 0 and report.runs[0].metrics.get(report.metric) is not None
+                  else ("red" if row[1] != "ok" else None))
+    console.print(t)
+    for note in report.notes:
+        console.print(f"note: {note}")
+
+
+# ---------------------------------------------------------------- writers
+
+def _data_uri(path: Path) -> str:
+    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+
+
+def _rel(path: Path, start: Path) -> str:
+    import os
+
+    return Path(os.path.relpath(path, start)).as_posix()
+
+
+def _summary_lines(report: Report) -> List[str]:
+    n = len(report.runs)
+    ok = sum(r.status == "ok" for r in report.runs)
+    sweeper = str(report.sweeper.get("_target_", "")).rsplit(".", 1)[-1] or None
+    lines = [f"{'sweep' if report.kind == 'sweep' else 'run'}: {report.path}",
+             f"{n} run(s), {ok} with metrics" + (f"; sweeper: {sweeper}" if sweeper else ""),
+             f"sorted by {report.metric} ({'higher' if report.maximize else 'lower'} is better; "
+             f"from {report.metric_source})"]
+    if report.common:
+        lines.append("common overrides: " + " ".join(f"{k}={fmt(v)}" for k, v in report.common.items()))
+    return lines
+
+
+CSS = """body{font-family:sans-serif;margin:1.5em;color:#222}table{border-collapse:collapse;
+font-size:0.9em}th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}td.l,th{text-align:left}
+tr.best{background:#e8f5e9;font-weight:bold}tr.bad{color:#b00}figure{display:inline-block;margin:6px;vertical-align:top}
+figcaption{font-size:0.8em;color:#555}img.plot{width:520px}.note{color:#8a5300}"""
+
+
+def write_html(report: Report, out: Path, plots: List[Tuple[str, Path]],
+               thumbs: Dict[str, List[Tuple[Path, Path]]]) -> str:
+    e = html.escape
+    header, rows = table(report)
+    parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'>",
+             f"<title>attnflow report: {e(report.path.name)}</title><style>{CSS}</style></head><body>",
+             f"<h1>attnflow report: {e(report.path.name)}</h1>"]
+    parts += [f"<p>{e(line)}</p>" for line in _summary_lines(report)]
+    parts += [f"<p class='note'>note: {e(n)}</p>" for n in report.notes]
+    parts.append("<h2>Runs</h2><table id='runs'><thead><tr>"
+                 + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr></thead><tbody>")
+    has_best = bool(report.runs) and report.metric in report.runs[0].metrics
+    for run, row in zip(report.runs, rows):
+        cls = "bad" if run.status != "ok" else ("best" if run is report.runs[0] and has_best else "")
+        parts.append(f"<tr class='{cls}' data-run='{e(run.name)}'>" + "".join(
+            f"<td class='{'l' if i < 2 else ''}'>{e(c)}</td>" for i, c in enumerate(row)) + "</tr>")
+    parts.append("</tbody></table>")
+    if plots:
+        parts.append("<h2>Plots</h2>")
+        parts += [f"<figure><img class='plot' alt='{e(t)}' src='{_data_uri(p)}'>"
+                  f"<figcaption>{e(t)}</figcaption></figure>" for t, p in plots]
+    if thumbs:
+        parts.append("<h2>Attention pictures</h2>")
+        for run in report.runs:
+            if run.name not in thumbs:
+                continue
+            params = " ".join(f"{p}={fmt(report.value(run, p))}" for p in report.params)
+            parts.append(f"<h3>run {e(run.name)} {e(params)}</h3>")
+            parts += [f"<figure><a href='{e(_rel(orig, out))}'><img alt='attention: {e(run.name)}/{e(orig.name)}' "
+                      f"src='{_data_uri(th)}'></a><figcaption>{e(orig.name)}</figcaption></figure>"
+                      for th, orig in thumbs[run.name]]
+    parts.append("</body></html>\n")
+    return "\n".join(parts)
+
+
+def _md_cell(value: str) -> str:
+    return value.replace("|", "\\|").replace("\n", " ")
+
+
+def write_md(report: Report, out: Path, plots: List[Tuple[str, Path]],
+             thumbs: Dict[str, List[Tuple[Path, Path]]]) -> str:
+    header, rows = table(report)
+    lines = [f"# attnflow report: {report.path.name}", ""]
+    lines += [f"- {_md_cell(line)}" for line in _summary_lines(report)]
+    lines += [f"- note: {_md_cell(n)}" for n in report.notes]
+    lines += ["", "| " + " | ".join(map(_md_cell, header)) + " |",
+              "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(map(_md_cell, row)) + " |" for row in rows]
+    if plots:
+        lines += ["", "## Plots", ""] + [f"![{t}]({_rel(p, out)})" for t, p in plots]
+    if thumbs:
+        lines += ["", "## Attention pictures"]
+        for run in report.runs:
+            if run.name in thumbs:
+                lines += ["", f"### run {run.name}", ""]
+                lines += [f"[![{o.name}]({_rel(t, out)})]({_rel(o, out)})" for t, o in thumbs[run.name]]
+    return "\n".join(lines) + "\n"
+
+
+def _write(path: Path, text: str) -> None:
+    """Atomic: a report interrupted midway leaves the previous file whole."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def write_report(report: Report, out: Path) -> Dict[str, Path]:
+    """Plots, thumbnails, report.html, report.md and report.csv in ``out``."""
+    from attnflow.report_plots import plot_curves, plot_optuna, plot_param, thumbnails
+
+    out.mkdir(parents=True, exist_ok=True)
+    plots: List[Tuple[str, Path]] = []
+    for p in report.params if sum(report.metric in r.metrics for r in report.runs) > 1 else []:
+        path = plot_param(report, p, out)
+        if path:
+            plots.append((f"{report.metric} against {p}", path))
+    base = report.metric.split("/", 1)[-1]
+    for m in dict.fromkeys([f"val/{base}", "val/loss"]):
+        path = plot_curves(report, m, out)
+        if path:
+            plots.append((f"learning curves: {m}", path))
+    if "optuna" in str(report.sweeper.get("_target_", "")).lower() or (report.path / "optuna.db").is_file():
+        plots += plot_optuna(report, out)
+    thumbs = thumbnails(report, out)
+    files = {"html": out / "report.html", "md": out / "report.md", "csv": out / "report.csv"}
+    _write(files["html"], write_html(report, out, plots, thumbs))
+    _write(files["md"], write_md(report, out, plots, thumbs))
+    header, rows = table(report, full=True)
+    tmp = files["csv"].with_name("report.csv.tmp")
+    with tmp.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        w.writerows([["" if v is None else v for v in row] for row in rows])
+    tmp.replace(files["csv"])
+    return files
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="attnflow-report", description="Report a run or a sweep (multirun) directory: "
+        "report.html (self-contained), report.md, report.csv and PNG plots; the table in the terminal.")
+    parser.add_argument("path", type=Path, help="a run directory or a multirun (sweep) directory")
+    parser.add_argument("-o", "--out", type=Path, default=None, help="output folder (default: <path>/report)")
+    parser.add_argument("--metric", default=None, help="sort by this metric (default: the config's "
+                        "optimized_metric, else the checkpoint metric)")
+    parser.add_argument("--pictures", type=int, default=4, help="attention pictures per run (default 4)")
+    args = parser.parse_args(argv)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    try:
+        report = build(args.path, args.metric, max(0, args.pictures))
+    except ReportError as err:
+        print(f"attnflow-report: {err}", file=sys.stderr)
+        sys.exit(2)
+    out = args.out or args.path / "report"
+    try:
+        files = write_report(report, out)
+    except OSError as err:
+        print(f"attnflow-report: cannot write the report to '{out}': {err}", file=sys.stderr)
+        sys.exit(2)
+    print_table(report)
+    print("wrote " + ", ".join(str(p) for p in files.values()))
+
+
+if __name__ == "__main__":
+    main()

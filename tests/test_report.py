@@ -1,0 +1,331 @@
+"""attnflow-report on a real small multirun (2 jobs through the console entry point), on one run,
+on a sweep with a failed job, on a hand-built Optuna study, on bad paths, and its page rendered in
+headless Chromium. Expected values come from the jobs' own metrics.json files, read here."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import csv
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+import yaml
+
+from attnflow.report import main
+from support import FAST
+
+# FAST, smaller still, with two epochs so that learning curves have two points.
+TINY = {**dict(o.split("=", 1) for o in FAST), "data.train_size": "64", "data.val_size": "32",
+        "data.test_size": "32", "trainer.max_epochs": "2", "trainer.enable_model_summary": "false"}
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory) -> Path:
+    """A real Hydra multirun of the default experiment: scorer=dot (job 0), additive (job 1)."""
+    out = tmp_path_factory.mktemp("outputs")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "ATTNFLOW_OUTPUT_DIR": str(out)}
+    args = ["-m", "scorer=dot,additive", "optimized_metric=val/loss", *(f"{k}={v}" for k, v in TINY.items())]
+    proc = subprocess.run([sys.executable, "-m", "attnflow.train", *args], cwd=out, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (folder,) = out.glob("multirun/*/*")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def sweep_report(sweep, tmp_path_factory):
+    """The report of ``sweep`` and what the command printed."""
+    out = tmp_path_factory.mktemp("report")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        main([str(sweep), "-o", str(out)])
+    return out, printed.getvalue()
+
+
+class Page(HTMLParser):
+    """The runs table (rows by data-run) and every <img> of a report page."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.rows, self.header, self.imgs, self.scripts = {}, [], [], 0
+        self._row = self._cell = None
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "tr" and "data-run" in a:
+            self._row = self.rows.setdefault(a["data-run"], {"class": a.get("class"), "cells": []})
+        elif tag in ("td", "th"):
+            self._cell = ""
+        elif tag == "img":
+            self.imgs.append(a)
+        elif tag == "script":
+            self.scripts += 1
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell += data
+
+    def handle_endtag(self, tag):
+        if tag == "th" and self._cell is not None:
+            self.header.append(self._cell)
+        elif tag == "td" and self._row is not None:
+            self._row["cells"].append(self._cell)
+        elif tag == "tr":
+            self._row = None
+        if tag in ("td", "th"):
+            self._cell = None
+
+
+def job_metrics(sweep: Path) -> dict:
+    return {d.name: json.loads((d / "metrics.json").read_text())["metrics"]
+            for d in sweep.iterdir() if (d / "metrics.json").is_file()}
+
+
+def read_csv(path: Path):
+    with path.open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_sweep_report_matches_the_jobs(sweep, sweep_report):
+    out, printed = sweep_report
+    jobs = job_metrics(sweep)
+    assert set(jobs) == {"0", "1"}
+    order = sorted(jobs, key=lambda j: jobs[j]["val/loss"])  # optimized_metric val/loss: lower first
+    scorer = {"0": "dot", "1": "additive"}  # Hydra's job order of scorer=dot,additive
+
+    rows = read_csv(out / "report.csv")
+    assert [r["run"] for r in rows] == order
+    for r in rows:
+        assert r["status"] == "ok" and r["scorer"] == scorer[r["run"]]
+        for name, value in jobs[r["run"]].items():
+            assert float(r[name]) == value, (r["run"], name)
+    assert list(rows[0])[3] == "val/loss"  # the sort metric is the first metric column
+
+    page_text = (out / "report.html").read_text()
+    page = Page(page_text)
+    assert list(page.rows) == order
+    assert page.rows[order[0]]["class"] == "best"
+    for job, row in page.rows.items():
+        cells = dict(zip(page.header, row["cells"]))
+        assert cells["scorer"] == scorer[job]
+        for name, value in jobs[job].items():
+            assert cells[name] == f"{value:.4g}", (job, name)
+    # self-contained: every picture inline, decodable PNG; no script, no external reference
+    assert page.imgs and page.scripts == 0 and "http" not in page_text
+    for img in page.imgs:
+        assert img["src"].startswith("data:image/png;base64,")
+        assert base64.b64decode(img["src"].split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
+    alts = [i["alt"] for i in page.imgs]
+    assert "val/loss against scorer" in alts and "learning curves: val/loss" in alts
+    pictures = sorted(f"attention: {j}/{p.name}" for j in ("0", "1")
+                      for p in sorted((sweep / j / "attention").glob("*.png"))[:4])
+    assert sorted(a for a in alts if a.startswith("attention: ")) == pictures
+
+    md = (out / "report.md").read_text()
+    md_rows = [line for line in md.splitlines() if line.startswith("| ") and not line.startswith("| run")]
+    assert [line.split(" | ")[0][2:] for line in md_rows] == order
+    for line in md_rows:
+        job = line.split(" | ")[0][2:]
+        assert f" {jobs[job]['test/loss']:.4g} " in line and f" {scorer[job]} " in line
+    for target in [t.split(")")[0] for t in md.split("](")[1:]]:
+        assert (out / target).is_file(), target  # every image and link resolves beside report.md
+
+    # the terminal table: both jobs, their scorer and val/loss, best first
+    lines = [line for line in printed.splitlines() if any(f" {s} " in line for s in scorer.values())]
+    assert [scorer[j] in line for j, line in zip(order, lines)] == [True, True]
+    for j, line in zip(order, lines):
+        assert f"{jobs[j]['val/loss']:.4g}" in line
+
+
+def test_learning_curves_follow_the_csv_history(sweep):
+    from attnflow.report import history, read_run
+
+    run = read_run(sweep / "0", "0")
+    rows = read_csv(sweep / "0" / "csv" / "version_0" / "metrics.csv")
+    epochs = json.loads((sweep / "0" / "metrics.json").read_text())["epochs"]
+    during_fit = [r for r in rows if r["val/loss"] and int(r["epoch"]) < epochs]
+    assert history(run, "val/loss") == {int(r["epoch"]): float(r["val/loss"]) for r in during_fit}
+    assert sorted(history(run, "val/loss")) == list(range(int(TINY["trainer.max_epochs"])))
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    return Path(shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.ckpt")))
+
+
+def test_failed_and_broken_jobs_are_listed_last(sweep, tmp_path, capsys):
+    copy = _copy(sweep, tmp_path / "sweep")
+    killed = copy / "2"  # a job killed before it wrote anything but Hydra's record
+    shutil.copytree(copy / "1" / ".hydra", killed / ".hydra")
+    broken = _copy(copy / "0", copy / "3")
+    (broken / "metrics.json").write_text('{"metrics": {"val/loss": 1.0')  # cut mid-write
+    main([str(copy)])
+    rows = read_csv(copy / "report" / "report.csv")
+    order = sorted(job_metrics(sweep), key=lambda j: job_metrics(sweep)[j]["val/loss"])
+    assert [r["run"] for r in rows] == [*order, "2", "3"]
+    assert "no metrics.json" in rows[2]["status"] and "unreadable metrics.json" in rows[3]["status"]
+    assert rows[2]["val/loss"] == "" and rows[3]["val/loss"] == ""
+    page = Page((copy / "report" / "report.html").read_text())
+    assert page.rows["2"]["class"] == "bad" and page.rows["3"]["class"] == "bad"
+    assert "no metrics.json" in capsys.readouterr().out
+
+
+def test_single_run_directory(sweep, tmp_path, capsys):
+    run = _copy(sweep / "0", tmp_path / "run")
+    jobs = job_metrics(sweep)
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    cfg["optimized_metric"] = None  # then the task's checkpoint metric sorts (README: val/seq_acc)
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    main([str(run)])
+    (row,) = read_csv(run / "report" / "report.csv")
+    assert row["run"] == "run" and row["status"] == "ok" and row["scorer"] == "dot"
+    assert row["data.train_size"] == TINY["data.train_size"]  # a single run shows all its overrides
+    assert {k: float(row[k]) for k in jobs["0"]} == jobs["0"]
+    assert [k for k in row if k in jobs["0"]][0] == "val/seq_acc"  # the sort metric comes first
+    assert "val/seq_acc (higher is better" in (run / "report" / "report.html").read_text()
+    # its attention pictures (whatever the callback wrote, and one more): thumbnails, linked
+    from PIL import Image
+
+    (run / "attention").mkdir(exist_ok=True)
+    Image.new("RGB", (800, 600), (200, 30, 30)).save(run / "attention" / "zz_extra.png")
+    main([str(run), "-o", str(tmp_path / "rep")])
+    pictures = sorted((run / "attention").glob("*.png"))[:4]
+    alts = [i["alt"] for i in Page((tmp_path / "rep" / "report.html").read_text()).imgs]
+    assert [a for a in alts if a.startswith("attention: ")] == [f"attention: run/{p.name}" for p in pictures]
+    thumb = tmp_path / "rep" / "attention" / "run" / "zz_extra.png"
+    with Image.open(thumb) as im:
+        assert im.size == (360, 270)  # shrunk, aspect kept
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "[![zz_extra.png](attention/run/zz_extra.png)](../run/attention/zz_extra.png)" in md
+
+
+def _optuna_sweep(folder: Path, values, storage: bool = True) -> Path:
+    """A sweep folder as hydra-optuna-sweeper leaves it (multirun.yaml, job folders) with a study
+    in ``optuna.db`` built through optuna's API."""
+    optuna = pytest.importorskip("optuna")
+    from optuna.distributions import CategoricalDistribution, LogUniformDistribution
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    folder.mkdir()
+    sweeper = {"_target_": "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper",
+               "direction": "minimize", "study_name": "toy",
+               "storage": "sqlite:///${hydra.sweep.dir}/optuna.db"}
+    (folder / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"sweeper": sweeper}}))
+    study = optuna.create_study(study_name="toy", direction="minimize",
+                                storage=f"sqlite:///{folder / 'optuna.db'}") if storage else None
+    for i, (lr, cell, value) in enumerate(values):
+        job = folder / str(i)
+        (job / ".hydra").mkdir(parents=True)
+        (job / ".hydra" / "overrides.yaml").write_text(
+            yaml.safe_dump([f"task.optim.lr={lr}", f"model.cell={cell}", "optimized_metric=val/score"]))
+        (job / "config.yaml").write_text(yaml.safe_dump({"optimized_metric": "val/score"}))
+        (job / "metrics.json").write_text(json.dumps({"metrics": {"val/score": value}, "epochs": 1}))
+        if study is not None:
+            with warnings.catch_warnings():  # add_trial and create_trial are "experimental"
+                warnings.simplefilter("ignore")
+                study.add_trial(optuna.trial.create_trial(
+                    params={"task.optim.lr": lr, "model.cell": cell}, value=value,
+                    distributions={"task.optim.lr": LogUniformDistribution(1e-4, 1.0),
+                                   "model.cell": CategoricalDistribution(["gru", "lstm"])}))
+    return folder
+
+
+def test_optuna_sweep_history_and_importances(tmp_path):
+    values = [(0.1, "gru", 0.7), (0.001, "lstm", 0.2), (0.01, "gru", 0.4), (0.0003, "lstm", 0.5)]
+    folder = _optuna_sweep(tmp_path / "optuna", values)
+    db = hashlib.sha256((folder / "optuna.db").read_bytes()).hexdigest()
+    main([str(folder), "-o", str(tmp_path / "rep")])
+    # direction "minimize" from the sweeper (a name like val/score says nothing about it)
+    expected = [str(i) for i in sorted(range(len(values)), key=lambda i: values[i][2])]
+    rows = read_csv(tmp_path / "rep" / "report.csv")
+    assert [r["run"] for r in rows] == expected
+    assert [float(r["task.optim.lr"]) for r in rows] == [values[int(i)][0] for i in expected]
+    page = Page((tmp_path / "rep" / "report.html").read_text())
+    alts = {i["alt"] for i in page.imgs}
+    assert {"Optuna: optimisation history", "Optuna: parameter importances",
+            "val/score against task.optim.lr", "val/score against model.cell"} <= alts
+    assert hashlib.sha256((folder / "optuna.db").read_bytes()).hexdigest() == db  # read, not written
+
+
+def test_optuna_notes_when_history_or_importances_cannot_be_drawn(tmp_path):
+    one = _optuna_sweep(tmp_path / "one", [(0.1, "gru", 0.7)])
+    main([str(one), "-o", str(tmp_path / "rep1")])
+    text = (tmp_path / "rep1" / "report.html").read_text()
+    assert "Optuna: optimisation history" in text and "no parameter importances (1 completed" in text
+    gone = _optuna_sweep(tmp_path / "gone", [(0.1, "gru", 0.7), (0.01, "lstm", 0.3)], storage=False)
+    main([str(gone), "-o", str(tmp_path / "rep2")])
+    text = (tmp_path / "rep2" / "report.html").read_text()
+    assert "no Optuna storage (optuna.db)" in text and "Optuna: optimisation history" not in text
+
+
+def test_unknown_metric_is_refused_naming_the_metrics(sweep, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([str(sweep), "--metric", "val/seq_ac", "-o", str(sweep / "never")])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--metric 'val/seq_ac'" in err and ", ".join(sorted(job_metrics(sweep)["0"])) in err
+    assert not (sweep / "never").exists()
+
+
+@pytest.mark.parametrize("kind", ["missing", "file", "empty", "parent"])
+def test_bad_paths_exit_2_naming_the_path(tmp_path, capsys, kind):
+    path = tmp_path / "x"
+    if kind == "file":
+        path.write_text("not a run")
+    elif kind in ("empty", "parent"):
+        path.mkdir()
+    if kind == "parent":  # a date folder holding sweeps: say which to report
+        (path / "10-00-00").mkdir()
+        (path / "10-00-00" / "multirun.yaml").write_text("hydra: {}\n")
+    with pytest.raises(SystemExit) as exc:
+        main([str(path)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"'{path}'" in err
+    assert {"missing": "does not exist", "file": "is a file", "empty": "multirun.yaml",
+            "parent": "report one of them: " + str(path / "10-00-00")}[kind] in err
+    assert not (path / "report").exists()
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium (/usr/bin/chromium; "
+                    "apt-get install chromium, as .ci/run does)")
+def test_page_renders_in_headless_chromium(sweep_report, tmp_path):
+    from PIL import Image
+
+    out, _ = sweep_report
+    n_imgs = len(Page((out / "report.html").read_text()).imgs)
+    # a copy of the page with a probe: the report itself has no script
+    probe = ("<script>addEventListener('load', () => { const im = [...document.images];"
+             "document.body.dataset.images = im.length;"
+             "document.body.dataset.loaded = im.filter(i => i.complete && i.naturalWidth > 0).length;"
+             "});</script></body>")
+    page = tmp_path / "probe.html"
+    page.write_text((out / "report.html").read_text().replace("</body>", probe))
+    flags = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+             "--no-first-run", "--disable-background-networking", "--disable-component-update",
+             "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([*flags, "--virtual-time-budget=5000", "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert f'data-images="{n_imgs}"' in dom.stdout and f'data-loaded="{n_imgs}"' in dom.stdout, \
+        dom.stdout[:500]
+    shot = tmp_path / "shot.png"
+    subprocess.run([*flags, f"--screenshot={shot}", "--window-size=1200,2000",
+                    (out / "report.html").as_uri()], capture_output=True, timeout=120, check=True)
+    with Image.open(shot) as im:
+        gray = im.convert("L")
+        assert gray.size == (1200, 2000)
+        dark = sum(gray.histogram()[:200]) / (gray.size[0] * gray.size[1])
+        colours = len(im.convert("RGB").getcolors(maxcolors=1 << 20) or [])
+    assert dark > 0.01 and colours > 50, (dark, colours)  # text, table and plots drawn, not blank
