@@ -1,131 +1,390 @@
-"""attnflow-predict: label documents with a trained document classifier, and explain them.
+"""attnflow-predict: label documents or the nodes of a graph with a trained run, and explain them.
 
-    attnflow-predict RUN_DIR_OR_CKPT "A great film." "Dull and far too long."
-    attnflow-predict RUN_DIR --file reviews.txt          # one document per line (.jsonl: the run's text field)
-    cat review.txt | attnflow-predict RUN_DIR            # stdin: one document per line
-    attnflow-predict RUN_DIR "..." --explain out.html    # word and sentence weights as colour
+    attnflow-predict RUN "A great film." "Dull and far too long."   # documents (HAN, self-attentive)
+    attnflow-predict RUN --file reviews.txt     # one document per line (.gz; .jsonl[.gz]: the run's text field)
+    cat review.txt | attnflow-predict RUN       # stdin: one document per line
+    attnflow-predict RUN "..." --explain out.html            # word and sentence weights as colour
+    attnflow-predict GAT_RUN -o nodes.csv                    # every node: label, probabilities
+    attnflow-predict GAT_RUN --explain --top-k 5             # + each node's top-weighted neighbours
+    attnflow-predict RUN ... --save-attention attn.npz       # attention maps as data
 
-The model is rebuilt from the registries with the resolved config stored in the checkpoint
-(``attnflow_config``; no pickled modules) and the weights loaded into it; the vocabulary comes from
-``vocab.json`` in the run directory (written at the start of training), or from the checkpoint's
-``attnflow_artifacts``. For a run directory the best checkpoint (``metrics.json``) is used, else
-``checkpoints/last.ckpt``. Output: one line per document, ``label<TAB>probability<TAB>text``, or
-JSON lines with ``--json``.
+What it does follows the run's kind (the ``interface`` its model declares), read from the resolved
+config stored in the checkpoint (``attnflow_config``; no pickled modules): the model is rebuilt
+from the registries and the weights loaded into it. For a run directory the best checkpoint
+(``metrics.json``) is used, else ``checkpoints/last.ckpt``. A missing path, a corrupt or truncated
+checkpoint, or one that is not an attnflow run: one message, exit status 2.
+
+Documents (``documents``). The vocabulary comes from ``vocab.json`` in the run directory
+(written at the start of training) or the checkpoint's ``attnflow_artifacts``. Output: one line
+per input line, ``label<TAB>probability<TAB>text`` (JSON lines with ``--json``), printed and
+flushed batch by batch. Input lines are split on ``\\n`` alone (JSON strings may hold U+2028;
+:mod:`attnflow.textio`). A blank line or a document without words gives
+``-<TAB>-<TAB>(empty: no words)`` (JSON: ``"label": null, "empty": true``) and a note on stderr,
+so output lines stay aligned with input lines. A document longer than the run's caps
+(``data.max_sentences`` sentences of ``data.max_words`` words, as in training) is classified
+from what fits, with a warning on stderr counting the sentences and words cut (the first ten
+such documents, then a total).
+
+Graphs (``graph``). The graph is the run's data (``data`` of its config: the Planetoid raw files,
+or the generated graph); nothing else is needed. Output: CSV with a header, one row per node:
+``node,label,prob,prob_<class>…`` (SoftMax probabilities; multi-label runs: σ per class, ``label``
+the classes with σ > ½ joined by ``|``, ``prob`` the largest σ). ``--explain`` adds ``neighbours``:
+the ``--top-k`` nodes i of N(t) (the paper's neighbourhood, t itself included) with the largest
+α_{it} of the last layer, averaged over its heads, as ``i:α`` separated by spaces.
+
+``--save-attention OUT.npz`` (``numpy.load``; no pickling) holds ``kind`` (``"documents"`` or
+``"graph"``) and
+
+- documents, for input line i (0-based; ``lines`` in all): ``{i}/words`` (S, W) the words read
+  ('' at padding), ``{i}/word_weights`` (S, W) (each sentence's row sums to 1 with attention
+  pooling; the self-attentive model: the mean of its hops, summing to 1 over the document),
+  ``{i}/sent_weights`` (S,) summing to 1 (HAN with attention or mean pooling), ``{i}/hops``
+  (r, n) the self-attentive model's r hops over the document's n words in reading order, each
+  summing to 1 (Lin et al. 2017); an empty document has (0, 0) words and no weights;
+- graphs: ``num_nodes``; per layer k (0 = input): ``layer{k}/edge_index`` (2, E′) edges
+  (source i, target t) with self-loops and ``layer{k}/alpha`` (E′, J) per head; for every target
+  t and head j, Σ_{edges i→t} α = 1 (Veličković et al. 2018, eq. (3)).
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import json
+import os
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
+
+import numpy as np
+import torch
 
 import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
-from attnflow.checkpoints import CheckpointError, find_checkpoint, read_checkpoint, upgrade_config
-from attnflow.data.documents import Vocabulary, encode_texts
-from attnflow.explain import write_html
-from attnflow.registry import MODELS, TASKS
+from attnflow.checkpoints import CheckpointError, Run, load_run, load_weights, run_artifacts
+from attnflow.data.documents import Vocabulary, cap_document, encode_texts, tokenize
+from attnflow.registry import DATA, MODELS, TASKS
+from attnflow.textio import InputError, batched, iter_lines, iter_stdin, save_arrays, text_array
+
+EMPTY = "(empty: no words)"
+WARN_DOCS = 10  # documents over the caps warned one by one; then only the total
 
 
-def load(target: Path | str, device: str = "cpu"):
-    """(task, artifacts) rebuilt from a run directory or checkpoint."""
-    ckpt_path, run_dir = find_checkpoint(target)
-    ckpt = read_checkpoint(ckpt_path, device)
-    cfg = ckpt.get("attnflow_config")
-    if not cfg:
-        raise ValueError(f"attnflow-predict: {ckpt_path} has no 'attnflow_config' (not an attnflow run)")
-    cfg = upgrade_config(cfg)
-    vocab_file = run_dir / "vocab.json"
-    if vocab_file.is_file():
-        art = json.loads(vocab_file.read_text())
-    elif ckpt.get("attnflow_artifacts"):
-        art = ckpt["attnflow_artifacts"]
-    else:
-        raise FileNotFoundError(f"attnflow-predict: no vocabulary: {vocab_file} is missing and the "
-                                "checkpoint carries none")
+class PredictError(Exception):
+    """A problem the user can fix; printed as one line."""
+
+
+def run_interface(run: Run) -> Optional[str]:
+    """What the run works on ('documents', 'graph', 'seq2seq'), from its model (else its data)."""
+    for group, registry in (("model", MODELS), ("data", DATA)):
+        name = (run.config.get(group) or {}).get("name")
+        if name in registry.names():
+            kind = getattr(registry.get(name), "interface", None)
+            if kind:
+                return kind
+    return None
+
+
+# -- documents ----------------------------------------------------------------------------------------
+def load(target: Path | str, device: str = "cpu", run: Optional[Run] = None):
+    """(task, artifacts) of a document classifier rebuilt from a run directory or checkpoint."""
+    run = run or load_run(target, device)
+    cfg = run.config
+    art = run_artifacts(run)
+    if not art.get("vocab"):
+        raise CheckpointError(f"no vocabulary: {run.run_dir / 'vocab.json'} is missing and the "
+                              f"checkpoint {run.checkpoint} carries none")
     vocab = Vocabulary.from_json(art["vocab"])
     names = art["class_names"]
     model = MODELS.build(cfg["model"], vocab_size=len(vocab), num_classes=len(names), pad_id=0,
                          path="model")
     task = TASKS.build(cfg["task"], model, num_classes=len(names),
                        class_names=names, itos=vocab.itos, path="task")
-    task.load_state_dict(ckpt["state_dict"])
+    load_weights(model, run.ckpt["state_dict"], "model.", f"model '{cfg['model'].get('name')}'")
     task.eval().to(device)
     art["vocab_obj"] = vocab
     return task, art
 
 
+def _cut(doc: List[List[str]], max_sentences: int, max_words: int) -> Dict[str, int]:
+    kept = cap_document(doc, max_sentences, max_words)
+    words = sum(len(s) for s in doc)
+    return {"sentences": len(doc), "words": words, "sentences_cut": len(doc) - len(kept),
+            "words_cut": words - sum(len(s) for s in kept)}
+
+
 def predict(task, art: dict, texts: List[str], batch_size: int = 32) -> List[dict]:
+    """Per text: label, probability, probabilities, sentences with word and sentence weights
+    (:meth:`ClassificationTask.explain`), ``empty`` (no words) and ``cut`` (what the caps cut)."""
     out = []
     for i in range(0, len(texts), batch_size):
         chunk = texts[i:i + batch_size]
         batch, shown = encode_texts(chunk, art["vocab_obj"], art["max_sentences"], art["max_words"])
         for text, r in zip(chunk, task.explain(batch, shown)):
-            r["text"] = text
+            doc = tokenize(text, art["vocab_obj"].lowercase)
+            r.update(text=text, empty=not doc, cut=_cut(doc, art["max_sentences"], art["max_words"]))
             out.append(r)
     return out
+
+
+@torch.no_grad()
+def document_arrays(task, art: dict, texts: List[str], first: int) -> Dict[str, np.ndarray]:
+    """The ``--save-attention`` arrays of ``texts``, documents ``first``, ``first + 1``, … (see
+    the module docstring), from one forward pass of the model over their batch."""
+    batch, shown = encode_texts(texts, art["vocab_obj"], art["max_sentences"], art["max_words"])
+    out = task({k: v.to(task.device) for k, v in batch.items()})
+    ww, sw, hops = (out.get(k) for k in ("word_weights", "sent_weights", "attention"))
+    n_words = batch["sent_lengths"].sum(-1).tolist()
+    arrays: Dict[str, np.ndarray] = {}
+    for b, doc in enumerate(shown):
+        i, S = first + b, len(doc)
+        W = max((len(s) for s in doc), default=0)
+        arrays[f"{i}/words"] = text_array([s + [""] * (W - len(s)) for s in doc]).reshape(S, W)
+        if not S:
+            continue
+        if ww is not None:
+            arrays[f"{i}/word_weights"] = ww[b, :S, :W].float().cpu().numpy()
+        if sw is not None:
+            arrays[f"{i}/sent_weights"] = sw[b, :S].float().cpu().numpy()
+        if hops is not None:  # (B, r, n) over the document's words in reading order
+            arrays[f"{i}/hops"] = hops[b, :, : n_words[b]].float().cpu().numpy()
+    return arrays
 
 
 def _jsonl_text(line: str, n: int, path: Path, field: str) -> str:
     try:
         row = json.loads(line)
     except json.JSONDecodeError as err:
-        raise ValueError(f"attnflow-predict: {path} line {n} is not JSON: {err}") from None
+        raise PredictError(f"{path} line {n} is not JSON: {err}") from None
     if not isinstance(row, dict) or not isinstance(row.get(field), str):
-        raise ValueError(f"attnflow-predict: {path} line {n} has no text field '{field}' (the run's "
-                         f"data.text_field)")
+        raise PredictError(f"{path} line {n} has no text field '{field}' (the run's "
+                           f"data.text_field)")
     return row[field]
 
 
-def _read_texts(args, field: str = "text") -> List[str]:
+def is_jsonl(path: str) -> bool:
+    return path.endswith((".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz"))
+
+
+def read_texts(args, field: str = "text") -> Tuple[Iterator[str], str]:
+    """The documents, lazily (one per input line; a blank JSON line is an empty document), and
+    how to name one in messages."""
     if args.texts:
-        return list(args.texts)
+        return iter(args.texts), "argument"
     if args.file:
-        path = Path(args.file)
-        if not path.is_file():
-            raise FileNotFoundError(f"attnflow-predict: --file not found: {path}")
-        lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
-        if path.suffix == ".jsonl":
-            return [_jsonl_text(ln, n, path, field) for n, ln in enumerate(lines, 1)]
-        return lines
-    return [ln for ln in sys.stdin.read().splitlines() if ln.strip()]
+        lines = iter_lines(args.file, "--file")
+        if is_jsonl(args.file):
+            path = Path(args.file)
+            lines = (_jsonl_text(ln, n, path, field) if ln.strip() else ""
+                     for n, ln in enumerate(lines, 1))
+        return lines, f"{args.file} line"
+    return iter_stdin(), "stdin line"
+
+
+def _documents(args, run: Run, out) -> int:
+    if args.top_k is not None:
+        raise PredictError("--top-k is for graph runs (the neighbours --explain lists)")
+    if args.explain is True or (args.explain and not args.explain.endswith((".html", ".htm"))):
+        raise PredictError(f"--explain takes the HTML file to write for documents (--explain "
+                           f"OUT.html), got {'nothing' if args.explain is True else repr(args.explain)}")
+    task, art = load(args.model, args.device, run)
+    texts, where = read_texts(args, art.get("text_field", "text"))
+    caps = f"{art['max_sentences']} sentences of {art['max_words']} words"
+    explained, arrays = [], {}
+    n = over = words = words_cut = 0
+    for chunk in batched(texts, args.batch_size):
+        results = predict(task, art, chunk, args.batch_size)
+        lines = []
+        for j, r in enumerate(results, n + 1):
+            cut = r["cut"]
+            words += cut["words"]
+            if r["empty"]:
+                print(f"attnflow-predict: {where} {j} is empty: no words to classify "
+                      f"('-' is written in its place)", file=sys.stderr)
+                lines.append(json.dumps({"label": None, "probability": None, "probabilities": None,
+                                         "text": r["text"], "empty": True}) if args.json
+                             else f"-\t-\t{EMPTY}")
+                continue
+            if cut["words_cut"] or cut["sentences_cut"]:
+                over += 1
+                words_cut += cut["words_cut"]
+                if over <= WARN_DOCS:
+                    print(f"attnflow-predict: {where} {j} has {cut['sentences']} sentences and "
+                          f"{cut['words']} words; the model reads at most {caps} (the run's "
+                          f"data.max_sentences, data.max_words): {cut['sentences_cut']} sentences "
+                          f"and {cut['words_cut']} of {cut['words']} words cut", file=sys.stderr)
+            if args.json:
+                lines.append(json.dumps({k: r[k] for k in ("label", "probability", "probabilities",
+                                                           "text")}))
+            else:
+                lines.append(f"{r['label']}\t{r['probability']:.4f}\t{' '.join(r['text'].split())[:80]}")
+        print("\n".join(lines), file=out, flush=True)
+        if args.save_attention:
+            arrays.update(document_arrays(task, art, chunk, n))
+        if args.explain:
+            explained += [r for r in results if not r["empty"]]
+        n += len(chunk)
+    if not n:
+        raise PredictError("no documents given (arguments, --file or stdin)")
+    if over:
+        print(f"attnflow-predict: {over} of {n} documents were longer than {caps}: "
+              f"{words_cut} of {words} words cut in all", file=sys.stderr)
+    if args.explain:
+        from attnflow.explain import write_html
+
+        for r in explained:
+            r["title"] = f"predicted {r['label']} (p={r['probability']:.3f})"
+        print(f"explanation written to {write_html(args.explain, explained, 'attnflow-predict')}",
+              file=sys.stderr)
+    if args.save_attention:
+        arrays.update(kind=np.asarray("documents"), lines=np.asarray(n))
+        print(f"attnflow-predict: attention of {n} documents written to "
+              f"{save_arrays(args.save_attention, arrays)}", file=sys.stderr)
+    return 0
+
+
+# -- graphs -------------------------------------------------------------------------------------------
+def load_graph(run: Run, device: str = "cpu"):
+    """(model, graph) of a node-classification run: the model rebuilt from the registries, the
+    graph from the run's data config."""
+    cfg = run.config
+    dm = DATA.build(cfg["data"], path="data")
+    ctx = dm.model_context()
+    model = MODELS.build(cfg["model"], path="model", **ctx)
+    load_weights(model, run.ckpt["state_dict"], "model.",
+                 f"model '{cfg['model'].get('name')}' on data '{cfg['data'].get('name')}' "
+                 f"({ctx['in_dim']} features, {ctx['num_classes']} classes)")
+    return model.to(device).eval(), dm.full_graph()
+
+
+def top_neighbours(edge_index: torch.Tensor, alpha: torch.Tensor, num_nodes: int, k: int):
+    """For every target node t the k sources i of its edges with the largest α (ties: edge
+    order): ids (N, k) (-1 where N(t) has fewer) and weights (N, k) (NaN there). No loop over
+    nodes: edges are sorted by (target, −α) and ranked within each target's segment."""
+    src, dst = edge_index
+    order = torch.argsort(alpha, descending=True, stable=True)
+    order = order[torch.argsort(dst[order], stable=True)]
+    src, dst, alpha = src[order], dst[order], alpha[order]
+    counts = torch.bincount(dst, minlength=num_nodes)
+    rank = torch.arange(len(dst)) - (torch.cumsum(counts, 0) - counts)[dst]
+    keep = rank < k
+    ids = torch.full((num_nodes, k), -1, dtype=torch.long)
+    weights = torch.full((num_nodes, k), float("nan"))
+    ids[dst[keep], rank[keep]] = src[keep]
+    weights[dst[keep], rank[keep]] = alpha[keep].float()
+    return ids, weights
+
+
+def _graph(args, run: Run, out) -> int:
+    if args.texts or args.file:
+        raise PredictError(f"the run at {run.run_dir} labels the nodes of its graph "
+                           f"(data '{run.config['data'].get('name')}'); it takes no texts or --file")
+    if isinstance(args.explain, str):
+        raise PredictError(f"for a graph run --explain takes no file ({args.explain!r}): it adds "
+                           f"the neighbours column to the CSV (-o FILE)")
+    k = 5 if args.top_k is None else args.top_k
+    if k < 1:
+        raise PredictError(f"--top-k must be >= 1, got {k}")
+    model, data = load_graph(run, args.device)
+    with torch.no_grad():
+        logits, weights = model(data.x.to(args.device), data.edge_index.to(args.device),
+                                need_weights=True)
+    logits = logits.float().cpu()
+    multi = bool(run.config.get("task", {}).get("multi_label", False))
+    probs = torch.sigmoid(logits) if multi else torch.softmax(logits, -1)
+    N, C = probs.shape
+    names = [str(c) for c in range(C)]
+    header = ["node", "label", "prob"] + [f"prob_{c}" for c in names]
+    if multi:
+        labels = ["|".join(n for n, on in zip(names, row) if on) for row in (probs > 0.5).tolist()]
+    else:
+        labels = [names[i] for i in probs.argmax(-1).tolist()]
+    neighbours = None
+    if args.explain:
+        ei, alpha = weights[-1]
+        ids, w = top_neighbours(ei.cpu(), alpha.float().mean(-1).cpu(), N, k)
+        neighbours = [" ".join(f"{i}:{a:.4f}" for i, a in zip(ri, rw) if i >= 0)
+                      for ri, rw in zip(ids.tolist(), w.tolist())]
+        header.append("neighbours")
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    top = probs.max(-1).values.tolist()
+    for t, row in enumerate(probs.tolist()):  # output formatting, one row per node
+        writer.writerow([t, labels[t], f"{top[t]:.4f}", *(f"{p:.4f}" for p in row),
+                         *([neighbours[t]] if neighbours else [])])
+    out.write(buf.getvalue())
+    out.flush()
+    if args.save_attention:
+        arrays = {"kind": np.asarray("graph"), "num_nodes": np.asarray(N)}
+        for layer, (ei, alpha) in enumerate(weights):
+            arrays[f"layer{layer}/edge_index"] = ei.cpu().numpy()
+            arrays[f"layer{layer}/alpha"] = alpha.float().cpu().numpy()
+        print(f"attnflow-predict: attention of {len(weights)} layers written to "
+              f"{save_arrays(args.save_attention, arrays)}", file=sys.stderr)
+    return 0
+
+
+# -- the command --------------------------------------------------------------------------------------
+class _Output:
+    """stdout, or ``-o FILE`` written beside the target and moved into place at the end (a failed
+    run leaves an existing FILE as it was)."""
+
+    def __init__(self, path: Optional[str]):
+        self.path = Path(path) if path else None
+        self.tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp") if path else None
+
+    def __enter__(self):
+        if self.path is None:
+            return sys.stdout
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.f = open(self.tmp, "w", encoding="utf-8", newline="")
+        return self.f
+
+    def __exit__(self, kind, *_):
+        if self.path is not None:
+            self.f.close()
+            if kind is None:
+                os.replace(self.tmp, self.path)
+            self.tmp.unlink(missing_ok=True)
+        return False
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="attnflow-predict", description=__doc__.split("\n\n")[0])
     p.add_argument("model", help="a run directory or a .ckpt file")
     p.add_argument("texts", nargs="*", help="documents to label (default: --file, else stdin)")
-    p.add_argument("--file", help="one document per line (.jsonl: objects with the run's text field)")
-    p.add_argument("--explain", metavar="OUT.html", help="write word/sentence weights as HTML")
-    p.add_argument("--json", action="store_true", help="print JSON lines")
+    p.add_argument("--file", help="one document per line (.gz; .jsonl[.gz]: objects with the run's "
+                                  "text field)")
+    p.add_argument("--explain", nargs="?", const=True, metavar="OUT.html",
+                   help="documents: write word/sentence weights as HTML; graphs: list each node's "
+                        "top-weighted neighbours")
+    p.add_argument("--top-k", type=int, default=None, help="graphs: neighbours listed (default 5)")
+    p.add_argument("--json", action="store_true", help="documents: print JSON lines")
+    p.add_argument("-o", "--output", help="write the predictions here instead of stdout")
+    p.add_argument("--save-attention", metavar="OUT.npz",
+                   help="write the attention maps as arrays (keys: see the module docstring)")
     p.add_argument("--batch-size", type=int, default=32)
-    args = p.parse_args(argv)
+    p.add_argument("--device", default="cpu")
+    args = p.parse_intermixed_args(argv)
     try:
-        task, art = load(args.model)
-        texts = _read_texts(args, art.get("text_field", "text"))
-    except CheckpointError as err:
+        if args.batch_size < 1:
+            raise PredictError(f"--batch-size must be >= 1, got {args.batch_size}")
+        if args.save_attention and not args.save_attention.endswith(".npz"):
+            raise PredictError(f"--save-attention needs a file name ending in .npz, got "
+                               f"{args.save_attention}")
+        run = load_run(args.model, args.device)
+        kind = run_interface(run)
+        handlers = {"documents": _documents, "graph": _graph}
+        if kind not in handlers:
+            tool = " (translation runs: attnflow-translate)" if kind == "seq2seq" else ""
+            raise PredictError(f"the run at {run.run_dir} works on {kind or 'unknown data'}; "
+                               f"attnflow-predict labels documents and graph nodes{tool}")
+        with _Output(args.output) as out:
+            return handlers[kind](args, run, out)
+    except (CheckpointError, PredictError, InputError, FileNotFoundError, ValueError) as err:
         print(f"attnflow-predict: {err}", file=sys.stderr)
         return 2
-    except (FileNotFoundError, ValueError) as err:
-        print(err, file=sys.stderr)
-        return 2
-    if not texts:
-        print("attnflow-predict: no documents given (arguments, --file or stdin)", file=sys.stderr)
-        return 2
-    results = predict(task, art, texts, args.batch_size)
-    for r in results:
-        if args.json:
-            print(json.dumps({k: r[k] for k in ("label", "probability", "probabilities", "text")}))
-        else:
-            snippet = " ".join(r["text"].split())
-            print(f"{r['label']}\t{r['probability']:.4f}\t{snippet[:80]}")
-    if args.explain:
-        for r in results:
-            r["title"] = f"predicted {r['label']} (p={r['probability']:.3f})"
-        path = write_html(args.explain, results, "attnflow-predict")
-        print(f"explanation written to {path}", file=sys.stderr)
-    return 0
 
 
 if __name__ == "__main__":

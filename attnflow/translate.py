@@ -1,18 +1,44 @@
 """``attnflow-translate``: translate sentences with a trained run directory or checkpoint.
 
     attnflow-translate outputs/2026-11-22/05-00-00 "Ein Mann schläft."     # sentences as arguments
-    attnflow-translate run_dir -f sentences.de > out.en                       # a file, one per line
+    attnflow-translate run_dir -f sentences.de > out.en                       # a file (.gz too), one per line
     echo "Zwei Hunde spielen." | attnflow-translate run_dir/checkpoints/last.ckpt --beam 5
     attnflow-translate run_dir "Ein Hund läuft." --attention alpha.png        # α heat map
+    attnflow-translate run_dir -f in.de --save-attention attn.npz             # attention maps as data
 
 A run directory holds ``config.yaml``, ``checkpoints/`` (the best checkpoint named in
 ``metrics.json`` is used, else ``last.ckpt``) and ``tokenizer/`` (written by the parallel-text
 data module at training time). A checkpoint path works too: its config is read from the
 checkpoint and its tokenizers from the run directory above ``checkpoints/``. Output: one line
-per input line, detokenised. Decoding: greedy with ``--beam 1``, else batched beam search with
-the GNMT length penalty ``--length-penalty``. Errors (a bad path, a missing input file) print one
-message and exit with status 2; an empty input line is reported on stderr and gives an empty
-output line, so output lines stay aligned with input lines.
+per input line, detokenised, printed (and flushed) batch by batch as they are done. Decoding:
+greedy with ``--beam 1``, else batched beam search with the GNMT length penalty
+``--length-penalty``. Input lines are split on ``\\n`` alone (:mod:`attnflow.textio`).
+
+Failures: a bad path, an unreadable or truncated checkpoint, a checkpoint that is not an attnflow
+translation run, a missing input file print one message and exit with status 2. An empty input
+line is reported on stderr and gives an empty output line, so output lines stay aligned with
+input lines. A line longer than the model's source limit (``data.max_src_len`` subwords, as in
+training) is translated from its first ``max_src_len`` subwords, with a warning on stderr that
+counts the subwords cut.
+
+``--save-attention OUT.npz`` writes the attention of every translated line as arrays
+(``numpy.load(OUT)``; no pickling). The maps are those of a teacher-forced pass over the output
+the decoder produced (the same numbers as during decoding: the decoder's output at position t
+depends only on the tokens before it). Line i of the input (0-based) gives the keys
+
+- ``kind``: ``"translation"``; ``lines``: the number of input lines;
+- ``{i}/source`` (S,): the source subwords; ``{i}/output`` (T,): the output subwords, ``<eos>``
+  included when produced (one row per decoder position);
+- ``{i}/cross`` (L, J, T, S): encoder–decoder attention: for a Transformer per decoder layer
+  (L) and head (J); for the RNN models the α of the decoder's attention, L = 1 (J heads with
+  ``attention=multihead``, else 1); absent for models without attention (RNNenc);
+- ``{i}/encoder_self`` (L, J, S, S) and ``{i}/decoder_self`` (L, J, T, T): Transformer
+  self-attention per layer and head (the decoder's is causal: row t is zero after t).
+
+Every row of every map (a query position) sums to 1 over the keys (SoftMax), except with the
+``norm`` normaliser (still 1) and Luong's local attention, whose α is reweighted by a Gaussian
+around the aligned position (Luong et al. 2015, eq. (10)). An empty input line has empty
+``source``/``output`` and no maps.
 """
 
 from __future__ import annotations
@@ -20,12 +46,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
-import yaml
 
-from attnflow.checkpoints import CheckpointError, find_checkpoint, read_checkpoint, upgrade_config
+from attnflow.checkpoints import CheckpointError, load_run, load_weights
+from attnflow.textio import InputError, batched, iter_lines, iter_stdin, save_arrays, text_array
 
 
 class TranslateError(Exception):
@@ -38,109 +65,221 @@ def load(path: Path, device: str = "cpu"):
     from attnflow.registry import DATA, MODELS
 
     try:
-        ckpt_path, run_dir = find_checkpoint(path)
-        ckpt = read_checkpoint(ckpt_path, device)
+        run = load_run(path, device)
     except CheckpointError as err:
         raise TranslateError(str(err)) from None
-    cfg = ckpt.get("attnflow_config") or None
-    if not cfg and (run_dir / "config.yaml").is_file():
-        cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
-    if not cfg:
-        raise TranslateError(f"{ckpt_path} carries no attnflow config and {run_dir}/config.yaml is missing")
-    cfg = upgrade_config(cfg)
+    cfg = run.config
     if cfg["data"].get("name") != "parallel":
-        raise TranslateError(f"the run at {run_dir} is not a translation run (data '{cfg['data'].get('name')}')")
+        raise TranslateError(f"the run at {run.run_dir} is not a translation run (data "
+                             f"'{cfg['data'].get('name')}'); attnflow-predict labels documents "
+                             f"and graph nodes")
     dm = DATA.build(cfg["data"], path="data")
     try:
-        dm.load_tokenizers(run_dir / "tokenizer")
+        dm.load_tokenizers(run.run_dir / "tokenizer")
     except FileNotFoundError as err:
         raise TranslateError(f"{err} — the tokenizers are saved in <run dir>/tokenizer/ by training") from None
     model = MODELS.build(cfg["model"], path="model", **dm.model_context())
-    state = {k[len("model."):]: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
-    model.load_state_dict(state)
+    try:
+        load_weights(model, run.ckpt["state_dict"], "model.", f"model '{cfg['model'].get('name')}'")
+    except CheckpointError as err:
+        raise TranslateError(f"{run.checkpoint}: {err}") from None
     return model.to(device).eval(), dm, cfg
 
 
-def read_inputs(args) -> Tuple[List[str], str]:
+def read_inputs(args) -> Tuple[Iterator[str], str]:
+    """The input lines (lazily) and how to name one in messages."""
     if args.sentences:
-        return list(args.sentences), "argument"
+        return iter(args.sentences), "argument"
     if args.file:
-        p = Path(args.file)
-        if not p.is_file():
-            raise TranslateError(f"no such input file: {p}")
-        return p.read_text(encoding="utf-8").splitlines(), f"{p} line"
-    return sys.stdin.read().splitlines(), "stdin line"
+        return iter_lines(args.file), f"{args.file} line"
+    return iter_stdin(), "stdin line"
+
+
+def encode(dm, lines: Sequence[str]) -> Tuple[List[List[int]], List[int]]:
+    """Source ids of ``lines`` cut to the model's limit ``max_src_len``, and their full lengths."""
+    full = [e.ids for e in dm.src_tok.encode_batch(list(lines))]
+    return [ids[: dm.max_src_len] for ids in full], [len(ids) for ids in full]
+
+
+@torch.no_grad()
+def decode_ids(model, ids: List[List[int]], beam: int = 1, length_penalty: float = 0.6,
+               max_len: int = 100, need_weights: bool = False, batch_size: int = 64):
+    """Output ids per source (⟨eos⟩ kept when produced, no padding; [] for an empty source) and
+    per source the decoder's α (T, J, S) or None. Sources are batched by length."""
+    from attnflow.data.parallel import BOS, EOS, PAD, collate
+    from attnflow.decoding import decode
+    from attnflow.tasks.seq2seq import strip_after_eos
+
+    device = next(model.parameters()).device
+    rows: List[List[int]] = [[] for _ in ids]
+    weights: List[Optional[torch.Tensor]] = [None] * len(ids)
+    order = [i for i in sorted(range(len(ids)), key=lambda i: len(ids[i])) if ids[i]]
+    for start in range(0, len(order), batch_size):
+        chunk = order[start: start + batch_size]
+        batch = {k: v.to(device) for k, v in collate([(i, ids[i], []) for i in chunk]).items()}
+        pred, w = decode(model, batch["src"], batch["src_lengths"], BOS, EOS, max_len, beam,
+                         length_penalty, need_weights)
+        pred = strip_after_eos(pred, EOS, PAD)
+        for r, i in enumerate(chunk):
+            rows[i] = [t for t in pred[r].tolist() if t != PAD]
+            if need_weights and w is not None:
+                weights[i] = w[r, : len(rows[i]), :, : len(ids[i])].float().cpu()
+    return rows, weights
 
 
 @torch.no_grad()
 def translate(model, dm, lines: List[str], beam: int = 1, length_penalty: float = 0.6,
               max_len: Optional[int] = None, need_weights: bool = False, batch_size: int = 64):
     """Translations of ``lines`` (and per sentence (α (T, S), source tokens, output tokens))."""
-    from attnflow.data.parallel import BOS, EOS, PAD, collate
-    from attnflow.decoding import decode
-    from attnflow.tasks.seq2seq import strip_after_eos
+    ids, _ = encode(dm, lines)
+    rows, w = decode_ids(model, ids, beam, length_penalty, max_len or dm.max_decode_len,
+                         need_weights, batch_size)
+    maps = [None] * len(lines)
+    if need_weights:
+        for i, wi in enumerate(w):
+            if wi is not None:
+                maps[i] = (wi.mean(1), [dm.src_tok.id_to_token(t) for t in ids[i]],
+                           [dm.tgt_tok.id_to_token(t) for t in rows[i]])
+    return [dm.detokenize(r) for r in rows], maps
 
-    max_len = max_len or dm.max_decode_len
+
+# -- attention as data -------------------------------------------------------------------------------
+def _with_heads(w: torch.Tensor) -> torch.Tensor:
+    return w.unsqueeze(1) if w.dim() == 3 else w  # (B, Tq, Tk) of one head -> (B, 1, Tq, Tk)
+
+
+@torch.no_grad()
+def attention_arrays(model, ids: List[List[int]], rows: List[List[int]]) -> List[Dict[str, np.ndarray]]:
+    """Per source with an output: ``cross`` (L, J, T, S) and, for models whose attention blocks
+    run as modules (Transformers), ``encoder_self`` (L, J, S, S) and ``decoder_self`` (L, J, T, T)
+    — from one teacher-forced pass over the produced output (see the module docstring).
+
+    Every attention block of the model is asked for its weights by a forward pre-hook
+    (``need_weights=True``) and a hook keeps them; which map a block gives follows the model's
+    structure (``model.encoder`` / ``model.decoder``, and whether the block's queries are its
+    keys), not the block's class.
+    """
+    from attnflow.blocks.attention.base import AttentionBlock
+    from attnflow.data.parallel import collate
+
+    keep = [i for i in range(len(ids)) if ids[i] and rows[i]]
+    out: List[Dict[str, np.ndarray]] = [{} for _ in ids]
+    if not keep:
+        return out
     device = next(model.parameters()).device
-    ids = dm.encode_source(lines)
-    out, maps = [""] * len(lines), [None] * len(lines)
-    order = [i for i in sorted(range(len(lines)), key=lambda i: len(ids[i])) if ids[i]]
-    for start in range(0, len(order), batch_size):
-        chunk = order[start : start + batch_size]
-        batch = {k: v.to(device) for k, v in collate([(i, ids[i], []) for i in chunk]).items()}
-        pred, w = decode(model, batch["src"], batch["src_lengths"], BOS, EOS, max_len, beam,
-                         length_penalty, need_weights)
-        pred = strip_after_eos(pred, EOS, PAD)
-        for r, i in enumerate(chunk):
-            row = [t for t in pred[r].tolist() if t != PAD]
-            out[i] = dm.detokenize(row)
-            if need_weights and w is not None:
-                S = len(ids[i])
-                maps[i] = (w[r, : len(row), :, :S].mean(1).float().cpu(), [dm.src_tok.id_to_token(t) for t in ids[i]],
-                           [dm.tgt_tok.id_to_token(t) for t in row])
-    return out, maps
+    batch = {k: v.to(device) for k, v in collate([(i, ids[i], rows[i][:-1]) for i in keep]).items()}
+    calls: Dict[int, Tuple[str, List[torch.Tensor]]] = {}  # per block, in order of first call
+    handles = []
+
+    def force(module, args, kwargs):
+        return args, {**kwargs, "need_weights": True}
+
+    def keeper(part: str):
+        def hook(module, args, output):
+            if output[1] is None:
+                return
+            kind = "cross" if args[0] is not args[1] else f"{part}_self"  # queries are the keys?
+            calls.setdefault(id(module), (kind, []))[1].append(_with_heads(output[1]).float().cpu())
+        return hook
+
+    for part in ("encoder", "decoder"):
+        sub = getattr(model, part, None)
+        for module in (sub.modules() if isinstance(sub, torch.nn.Module) else ()):
+            if isinstance(module, AttentionBlock):
+                handles.append(module.register_forward_pre_hook(force, with_kwargs=True))
+                handles.append(module.register_forward_hook(keeper(part)))
+    try:
+        _, alpha = model(batch["src"], batch["src_lengths"], batch["tgt_in"], need_weights=True)
+    finally:
+        for h in handles:
+            h.remove()
+    captured: Dict[str, List[torch.Tensor]] = {"encoder_self": [], "decoder_self": [], "cross": []}
+    for kind, parts in calls.values():  # a block called once per position: its rows, in order
+        captured[kind].append(torch.cat(parts, dim=2))
+    if not captured["cross"] and alpha is not None:  # RNN decoders: α from the decoder itself
+        captured["cross"] = [alpha.transpose(1, 2).float().cpu()]  # (B, T, J, S) -> (B, J, T, S)
+    for r, i in enumerate(keep):
+        S, T = len(ids[i]), len(rows[i])
+        size = {"encoder_self": (S, S), "decoder_self": (T, T), "cross": (T, S)}
+        for kind, maps in captured.items():
+            if maps:
+                q, k = size[kind]
+                out[i][kind] = torch.stack([m[r, :, :q, :k] for m in maps]).numpy()
+    return out
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="attnflow-translate", description=__doc__.split("\n\n")[0])
     ap.add_argument("run", help="a run directory (attnflow-train output) or a .ckpt file")
     ap.add_argument("sentences", nargs="*", help="sentences to translate (else -f FILE, else stdin)")
-    ap.add_argument("-f", "--file", help="a text file, one sentence per line")
+    ap.add_argument("-f", "--file", help="a text file (.gz: gzip), one sentence per line")
     ap.add_argument("--beam", type=int, default=1, help="beam size; 1 = greedy (default 1)")
     ap.add_argument("--length-penalty", type=float, default=0.6, help="GNMT α (default 0.6)")
     ap.add_argument("--max-len", type=int, default=None, help="longest output in subwords")
+    ap.add_argument("--batch-size", type=int, default=64,
+                    help="lines translated (and printed) together (default 64)")
     ap.add_argument("--attention", metavar="OUT.png",
                     help="write the α heat map of the first sentence (more sentences: OUT_1.png, …)")
+    ap.add_argument("--save-attention", metavar="OUT.npz",
+                    help="write every attention map as arrays (keys: see the module docstring)")
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args(argv)
     try:
-        if args.beam < 1:
-            raise TranslateError(f"--beam must be >= 1, got {args.beam}")
+        if args.beam < 1 or args.batch_size < 1:
+            raise TranslateError(f"--beam and --batch-size must be >= 1, got {args.beam}, {args.batch_size}")
+        if args.save_attention and not args.save_attention.endswith(".npz"):
+            raise TranslateError(f"--save-attention needs a file name ending in .npz, got {args.save_attention}")
         lines, where = read_inputs(args)
         model, dm, _ = load(Path(args.run), args.device)
-        for n, line in enumerate(lines, 1):
-            if not line.strip():
-                print(f"attnflow-translate: {where} {n} is empty: nothing to translate "
-                      f"(an empty line is written in its place)", file=sys.stderr)
-        out, maps = translate(model, dm, lines, args.beam, args.length_penalty, args.max_len,
-                              need_weights=bool(args.attention))
-        for line in out:
-            print(line)
+        max_len = args.max_len or dm.max_decode_len
+        heat_maps, arrays, n_lines, n_cut = [], {}, 0, 0
+        for chunk in batched(lines, args.batch_size):
+            ids, full = encode(dm, chunk)
+            for j, (line, n_full) in enumerate(zip(chunk, full), n_lines + 1):
+                if not line.strip():
+                    print(f"attnflow-translate: {where} {j} is empty: nothing to translate "
+                          f"(an empty line is written in its place)", file=sys.stderr)
+                elif n_full == 0:
+                    print(f"attnflow-translate: {where} {j} gives no subwords: nothing to translate "
+                          f"(an empty line is written in its place)", file=sys.stderr)
+                elif n_full > dm.max_src_len:
+                    n_cut += 1
+                    print(f"attnflow-translate: {where} {j} has {n_full} subwords; the model reads "
+                          f"at most {dm.max_src_len} (data.max_src_len of the run): "
+                          f"{n_full - dm.max_src_len} subwords cut, the rest is translated",
+                          file=sys.stderr)
+            rows, w = decode_ids(model, ids, args.beam, args.length_penalty, max_len,
+                                 need_weights=bool(args.attention), batch_size=args.batch_size)
+            print("\n".join(dm.detokenize(r) for r in rows), flush=True)
+            if args.attention:
+                heat_maps += [(wi.mean(1), [dm.src_tok.id_to_token(t) for t in s],
+                               [dm.tgt_tok.id_to_token(t) for t in r], line)
+                              for wi, s, r, line in zip(w, ids, rows, chunk) if wi is not None]
+            if args.save_attention:
+                for j, (s, r, maps) in enumerate(zip(ids, rows, attention_arrays(model, ids, rows)),
+                                                 n_lines):
+                    arrays[f"{j}/source"] = text_array([dm.src_tok.id_to_token(t) for t in s])
+                    arrays[f"{j}/output"] = text_array([dm.tgt_tok.id_to_token(t) for t in r])
+                    arrays.update({f"{j}/{k}": v for k, v in maps.items()})
+            n_lines += len(chunk)
+        if n_cut > 1:
+            print(f"attnflow-translate: {n_cut} of {n_lines} lines were longer than "
+                  f"{dm.max_src_len} subwords and were cut", file=sys.stderr)
         if args.attention:
             from attnflow.viz import save_attention_png
 
             base = Path(args.attention)
-            written = 0
-            for i, m in enumerate(maps):
-                if m is None:
-                    continue
-                p = base if written == 0 else base.with_name(f"{base.stem}_{i}{base.suffix or '.png'}")
-                save_attention_png(p, m[0], m[1], m[2], f"α: {lines[i][:60]}")
-                written += 1
-            if not written:
+            for k, (weights, src, out, line) in enumerate(heat_maps):
+                p = base if k == 0 else base.with_name(f"{base.stem}_{k}{base.suffix or '.png'}")
+                save_attention_png(p, weights, src, out, f"α: {line[:60]}")
+            if not heat_maps:
                 print("attnflow-translate: no heat map written: this model has no attention "
                       "(or every input line was empty)", file=sys.stderr)
-    except TranslateError as err:
+        if args.save_attention:
+            arrays.update(kind=np.asarray("translation"), lines=np.asarray(n_lines))
+            path = save_arrays(args.save_attention, arrays)
+            print(f"attnflow-translate: attention of {n_lines} lines written to {path}", file=sys.stderr)
+    except (TranslateError, InputError) as err:
         print(f"attnflow-translate: {err}", file=sys.stderr)
         return 2
     return 0

@@ -22,6 +22,9 @@ def run_dir(tmp_path):
     root.mkdir()
     (root / "train.de").write_text("Ein Mann schläft.\nZwei Hunde spielen.\n" * 5)
     (root / "train.en").write_text("A man sleeps.\nTwo dogs play.\n" * 5)
+    for stem in ("val", "test_2016_flickr"):  # the data module checks every split's files
+        (root / f"{stem}.de").write_text("Ein Mann schläft.\n")
+        (root / f"{stem}.en").write_text("A man sleeps.\n")
     data = {"name": "parallel", "root": str(root), "vocab_size": 60, "max_decode_len": 6}
     run = tmp_path / "run"
     dm = ParallelDataModule(**{k: v for k, v in data.items() if k != "name"})
@@ -79,3 +82,146 @@ def test_errors_are_one_clear_line(run_dir, tmp_path, capsys):
     empty.mkdir()
     assert main([str(empty), "x"]) == 2
     assert "without checkpoints" in capsys.readouterr().err
+
+
+# -- issue 14: long lines, '\n'-only lines and gzip, streaming, attention as data, failures ---------
+import gzip  # noqa: E402
+import shutil  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import attnflow.translate as translate_mod  # noqa: E402
+from cli_runs import GRAPH, fabricate_run, parallel_files, translation_overrides  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def mt_runs(tmp_path_factory):
+    """Untrained RNNsearch and Transformer runs on a tiny parallel corpus (max_src_len 12)."""
+    base = tmp_path_factory.mktemp("mt_runs")
+    data = parallel_files(base / "data")
+    return {exp: fabricate_run(translation_overrides(data, exp), base / exp)
+            for exp in ("mt_rnnsearch", "mt_transformer")}
+
+
+def _src_tokenizer(run):
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(run / "tokenizer" / "de.json"))
+
+
+def test_a_line_over_the_source_limit_is_cut_with_a_warning_counting_subwords(mt_runs, capsys):
+    run = mt_runs["mt_rnnsearch"]
+    line = "Zwei Hunde spielen und ein Mann schläft. " * 20
+    n = len(_src_tokenizer(run).encode(line).ids)
+    assert n > 12
+    assert main([str(run), "Ein Mann schläft.", line]) == 0
+    cap = capsys.readouterr()
+    assert len(cap.out.splitlines()) == 2
+    assert f"argument 2 has {n} subwords" in cap.err and f"{n - 12} subwords cut" in cap.err
+    assert "argument 1" not in cap.err
+
+
+def test_lines_split_on_newline_only_and_gzip_input(mt_runs, tmp_path, capsys):
+    run = mt_runs["mt_rnnsearch"]
+    lines = ["Ein Mann\u2028schläft.", "", "Zwei\x85Hunde spielen.", "Ein Kind lacht.\r"]
+    plain = tmp_path / "in.de"
+    plain.write_text("\n".join(lines) + "\n", encoding="utf-8", newline="")
+    assert main([str(run), "-f", str(plain)]) == 0
+    out = capsys.readouterr().out
+    assert len(out.split("\n")) - 1 == len(lines)  # one output line per input line
+    assert out.split("\n")[1] == ""
+    packed = tmp_path / "in.de.gz"
+    with gzip.open(packed, "wt", encoding="utf-8", newline="") as f:
+        f.write("\n".join(lines) + "\n")
+    assert main([str(run), "-f", str(packed)]) == 0
+    assert capsys.readouterr().out == out
+    assert main([str(run), "Ein Kind lacht."]) == 0  # the \r of a CRLF line is not part of it
+    assert capsys.readouterr().out.splitlines()[0] == out.split("\n")[3]
+
+
+def test_output_streams_batch_by_batch(mt_runs, monkeypatch):
+    """Each batch is printed before the next input lines are read."""
+    consumed, seen_at_write = [], []
+
+    def lines():
+        for i in range(5):
+            consumed.append(i)
+            yield "Ein Mann schläft."
+
+    class Out(io.StringIO):
+        def write(self, s):
+            seen_at_write.append(len(consumed))
+            return super().write(s)
+
+    monkeypatch.setattr(translate_mod, "iter_stdin", lines)
+    monkeypatch.setattr(sys, "stdout", Out())
+    assert main([str(mt_runs["mt_rnnsearch"]), "--batch-size", "2"]) == 0
+    assert seen_at_write[0] == 2 and len(sys.stdout.getvalue().splitlines()) == 5
+
+
+def _rows_sum_to_one(a, axis=-1):
+    np.testing.assert_allclose(a.sum(axis), 1.0, atol=1e-5)
+
+
+def test_save_attention_rnn_alpha(mt_runs, tmp_path, capsys):
+    run = mt_runs["mt_rnnsearch"]
+    lines = ["Ein Mann schläft.", "", "Zwei Hunde spielen."]
+    out = tmp_path / "attn.npz"
+    assert main([str(run), *lines, "--save-attention", str(out)]) == 0
+    z = np.load(out)  # no allow_pickle needed
+    assert str(z["kind"]) == "translation" and int(z["lines"]) == 3
+    tok = _src_tokenizer(run)
+    model, dm, _ = translate_mod.load(run)
+    _, maps = translate_mod.translate(model, dm, lines, need_weights=True)
+    for i in (0, 2):
+        S, T = len(tok.encode(lines[i]).ids), len(z[f"{i}/output"])
+        assert list(z[f"{i}/source"]) == tok.encode(lines[i]).tokens
+        assert z[f"{i}/cross"].shape == (1, 1, T, S)  # one decoder, one head
+        _rows_sum_to_one(z[f"{i}/cross"])
+        # the teacher-forced pass gives the α of decoding
+        np.testing.assert_allclose(z[f"{i}/cross"][0].mean(0), maps[i][0].numpy(), atol=1e-5)
+        assert "encoder_self" not in z.files
+    assert z["1/source"].shape == (0,) and "1/cross" not in z.files
+
+
+def test_save_attention_transformer_every_layer_and_head(mt_runs, tmp_path):
+    run = mt_runs["mt_transformer"]
+    lines = ["Eine Frau liest ein Buch.", "Drei Männer laufen."]
+    out = tmp_path / "attn.npz"
+    assert main([str(run), *lines, "--save-attention", str(out), "--beam", "2"]) == 0
+    z = np.load(out)
+    model, dm, _ = translate_mod.load(run)
+    _, maps = translate_mod.translate(model, dm, lines, beam=2, need_weights=True)
+    for i, line in enumerate(lines):
+        S = min(len(dm.src_tok.encode(line).ids), dm.max_src_len)  # sources are cut to the limit
+        T = len(z[f"{i}/output"])
+        assert z[f"{i}/encoder_self"].shape == (2, 2, S, S)  # layers, heads
+        assert z[f"{i}/decoder_self"].shape == (2, 2, T, T)
+        assert z[f"{i}/cross"].shape == (2, 2, T, S)
+        for key in ("encoder_self", "decoder_self", "cross"):
+            _rows_sum_to_one(z[f"{i}/{key}"])
+        assert np.all(np.triu(z[f"{i}/decoder_self"], k=1) == 0)  # causal: nothing from the future
+        # the last layer's encoder–decoder attention is what beam search recorded
+        np.testing.assert_allclose(z[f"{i}/cross"][-1].mean(0), maps[i][0].numpy(), atol=1e-5)
+
+
+def test_failures_are_one_message_and_status_2(mt_runs, tmp_path, capsys):
+    run = mt_runs["mt_rnnsearch"]
+    cut = tmp_path / "cut"
+    shutil.copytree(run, cut)
+    data = (run / "checkpoints" / "last.ckpt").read_bytes()
+    (cut / "checkpoints" / "last.ckpt").write_bytes(data[: len(data) // 2])
+    assert main([str(cut), "x"]) == 2
+    assert "corrupt or truncated" in capsys.readouterr().err
+    (cut / "checkpoints" / "last.ckpt").write_bytes(b"")
+    assert main([str(cut), "x"]) == 2
+    assert "the file is empty" in capsys.readouterr().err
+    torch.save({"state_dict": {}}, cut / "checkpoints" / "last.ckpt")  # another program's
+    (cut / "config.yaml").unlink()
+    assert main([str(cut), "x"]) == 2
+    assert "is not an attnflow run" in capsys.readouterr().err
+    graph = fabricate_run(GRAPH, tmp_path / "graph")
+    assert main([str(graph), "x"]) == 2
+    assert "not a translation run" in capsys.readouterr().err
+    assert main([str(run), "x", "--save-attention", str(tmp_path / "a.txt")]) == 2
+    assert ".npz" in capsys.readouterr().err

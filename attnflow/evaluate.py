@@ -1,0 +1,277 @@
+"""attnflow-eval: evaluate a trained run on a split, or on another data set of the same kind.
+
+    attnflow-eval RUN                                  # its test split (val for runs without one)
+    attnflow-eval RUN split=val
+    attnflow-eval RUN data.test=test_2017_flickr       # Multi30k: another test set (files in data.root)
+    attnflow-eval RUN data.test_path=other.jsonl.gz    # documents: another JSON-lines file
+    attnflow-eval RUN data.dataset=CiteSeer            # a Planetoid run on another graph
+    attnflow-eval RUN data.name=planetoid data.dataset=Cora   # another graph data module
+    attnflow-eval RUN/checkpoints/last.ckpt task.beam_size=8 -o metrics.json
+
+RUN is a run directory (its best checkpoint by ``metrics.json``, else ``last.ckpt``) or a
+checkpoint file. Nothing is trained. The data module, model and task are rebuilt through the
+registries from the resolved config stored in the checkpoint (``attnflow_config``), with the
+overrides applied, and Lightning's ``Trainer.validate`` (``split=val``) or ``Trainer.test``
+(``split=test``) computes the task's metrics. Of the training data only what the run saved is
+used: the tokenizers of a translation run (``<run dir>/tokenizer/``), the vocabulary and classes
+of a document run (``vocab.json``); a graph run needs nothing (data modules that can evaluate
+without their training files offer ``setup_evaluation(run_dir, artifacts, split)``).
+
+Overrides (``key=value``, values in YAML): ``split=val|test``; ``data.<field>`` (any field of the
+data module, ``data.name`` for another module of the same kind: its fields start from
+``conf/data/<name>.yaml``); ``task.<field>`` (e.g. ``task.beam_size``); ``trainer.accelerator``,
+``trainer.devices``, ``trainer.precision``, ``trainer.limit_val_batches``,
+``trainer.limit_test_batches``; ``seed``. Each is checked before any work: an unknown key or field
+is one message naming it, exit status 2. Data that does not fit the run's weights (a GAT run on a
+graph with another feature size or number of classes; a vocabulary of another size) is a message
+naming the weight and both shapes, not a traceback.
+
+Output: the metrics printed as a table and written as JSON (metrics, split, data config,
+overrides, checkpoint, time) to ``<run dir>/eval/<split>-<YYYYmmdd-HHMMSS>.json`` or ``-o FILE``.
+An existing file is never overwritten (``-o`` naming one is refused before any work), and nothing
+else is written to the run directory. Select models on validation splits; evaluate on test
+splits once (IMDB's test split is kept out of the shared data on purpose).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import yaml
+
+from attnflow.checkpoints import CheckpointError, Run, load_run, load_weights, run_artifacts
+from attnflow.registry import ConfigError, _suggest
+
+TRAINER_FIELDS = ("accelerator", "devices", "precision", "limit_val_batches", "limit_test_batches")
+SPLITS = ("val", "test")
+USAGE = ("split=val|test, data.<field>, task.<field>, seed, trainer." + "|".join(TRAINER_FIELDS))
+
+
+def parse_overrides(items: List[str]) -> List[Tuple[str, Any]]:
+    """``key=value`` strings as (key, YAML value) pairs, in order; a malformed one is an error."""
+    out = []
+    for item in items:
+        key, eq, raw = item.partition("=")
+        key = key.strip().lstrip("+")
+        if not eq or not key:
+            raise ConfigError(f"'{item}' is not an override: write key=value ({USAGE})")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        out.append((key, value))
+    return out
+
+
+def _data_preset(name: str, run_cfg: Dict[str, Any]) -> Dict[str, Any]:
+    """The fields of ``conf/data/<name>.yaml``, interpolations resolved against the run's
+    ``paths`` and ``seed`` (the data module's defaults when there is no such file)."""
+    from omegaconf import OmegaConf
+
+    from attnflow import config_dir
+
+    path = config_dir() / "data" / f"{name}.yaml"
+    if not path.is_file():
+        return {"name": name}
+    root = OmegaConf.create({"paths": run_cfg.get("paths") or {}, "seed": run_cfg.get("seed", 1234),
+                             "data": OmegaConf.load(path)})
+    return OmegaConf.to_container(root, resolve=True)["data"]
+
+
+def apply_overrides(run: Run, overrides: List[Tuple[str, Any]]) -> Tuple[Dict[str, Any], str, Dict[str, Any]]:
+    """(config to evaluate with, split, trainer fields): the run's config with ``overrides``
+    applied and validated against the registries (:class:`ConfigError` naming the key)."""
+    import attnflow  # noqa: F401  (registries find their blocks on lookup)
+    from attnflow.registry import DATA, MODELS, TASKS
+    from attnflow.run import INTERFACES, _check_trainer_types
+
+    cfg = {k: (dict(v) if isinstance(v, dict) else v) for k, v in run.config.items()}
+    if not isinstance(cfg.get("task"), dict):
+        raise CheckpointError(f"the config of {run.checkpoint} names no task, so there are no "
+                              f"metrics to compute (a checkpoint of attnflow-train has one)")
+    split, trainer = None, {}
+    keys = [k for k, _ in overrides]
+    new_name = dict(overrides).get("data.name")
+    if new_name is not None and new_name != cfg["data"].get("name"):
+        DATA.get(str(new_name), "data")
+        cfg["data"] = _data_preset(str(new_name), cfg)
+    for key, value in overrides:
+        head, _, field = key.partition(".")
+        if key == "split":
+            if value not in SPLITS:
+                raise ConfigError(f"split must be 'val' or 'test', got {value!r}")
+            split = value
+        elif key == "seed":
+            cfg["seed"] = value
+        elif head in ("data", "task") and field and "." not in field:
+            cfg[head][field] = value
+        elif head == "trainer" and field in TRAINER_FIELDS:
+            trainer[field] = value
+        else:
+            known = ["split", "seed", *(f"trainer.{f}" for f in TRAINER_FIELDS)]
+            raise ConfigError(f"attnflow-eval has no override '{key}'; overrides: {USAGE}."
+                              f"{_suggest(key, known)}")
+    _check_trainer_types(trainer)
+    cfg["data"] = DATA.validate(cfg["data"], "data")
+    data_kind = getattr(DATA.get(cfg["data"]["name"]), "interface", None)
+    model_kind = getattr(MODELS.get(cfg["model"]["name"]), "interface", None)
+    if data_kind and model_kind and data_kind != model_kind:
+        same = [n for n in DATA.names() if getattr(DATA.get(n), "interface", None) == model_kind]
+        raise ConfigError(f"data '{cfg['data']['name']}' gives {INTERFACES.get(data_kind, data_kind)}, "
+                          f"but the run's model '{cfg['model']['name']}' works on "
+                          f"{INTERFACES.get(model_kind, model_kind)}: evaluate it on data of its "
+                          f"kind ({', '.join(same)})")
+    cfg["task"] = TASKS.validate(cfg["task"], "task")
+    if split is None:  # the test split, unless the run has none and no override names one
+        split = "test" if run.config.get("test", True) or any(
+            k.startswith("data.test") for k in keys) else "val"
+    return cfg, split, trainer
+
+
+def output_path(run: Run, split: str, out: Optional[str]) -> Path:
+    """Where the metrics go; an existing file is refused (``-o``) or stepped around (default)."""
+    if out:
+        path = Path(out)
+        if path.exists():
+            raise ConfigError(f"-o {path}: the file exists and is not overwritten; name another")
+        return path
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    path = run.run_dir / "eval" / f"{split}-{stamp}.json"
+    n = 1
+    while path.exists():
+        n += 1
+        path = run.run_dir / "eval" / f"{split}-{stamp}-{n}.json"
+    return path
+
+
+def _write_new(path: Path, data: dict) -> None:
+    """Write ``data`` as JSON to ``path``, which must not exist (atomic and exclusive: a link,
+    which fails on an existing name, from a finished temporary file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise ConfigError(f"{path} appeared while evaluating; it is not overwritten") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _context_summary(ctx: Dict[str, Any]) -> str:
+    sizes = [f"{k}={v}" for k, v in ctx.items() if isinstance(v, int) and not isinstance(v, bool)
+             and k != "pad_id"]
+    return f" ({', '.join(sizes)})" if sizes else ""
+
+
+def evaluate(target: Path | str, overrides: List[str] = (), out: Optional[str] = None,
+             device: str = "cpu") -> Tuple[Dict[str, Any], Path]:
+    """Evaluate a run; returns (the written summary, its path). Raises :class:`ConfigError` or
+    :class:`CheckpointError` (or ValueError / FileNotFoundError from the data) with a message."""
+    parsed = parse_overrides(list(overrides))
+    run = load_run(target, device)
+    cfg, split, trainer_fields = apply_overrides(run, parsed)
+    path = output_path(run, split, out)
+
+    import pytorch_lightning as pl
+
+    from attnflow.registry import DATA, MODELS, TASKS
+
+    start = time.time()
+    with tempfile.TemporaryDirectory(prefix="attnflow-eval-") as scratch:  # task side files
+        try:  # first: the trainer overrides are checked before any data is read
+            trainer = pl.Trainer(accelerator=trainer_fields.get("accelerator", device),
+                                 devices=trainer_fields.get("devices", 1),
+                                 precision=trainer_fields.get("precision", "32-true"),
+                                 limit_val_batches=trainer_fields.get("limit_val_batches"),
+                                 limit_test_batches=trainer_fields.get("limit_test_batches"),
+                                 logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                                 enable_model_summary=False, default_root_dir=scratch)
+        except Exception as err:  # noqa: BLE001  (Lightning's checks of accelerator, devices, …)
+            given = " ".join(f"trainer.{k}={v}" for k, v in trainer_fields.items()) or device
+            raise ConfigError(f"the trainer cannot be made with {given}: {err}") from None
+        pl.seed_everything(cfg.get("seed", 1234), workers=True, verbose=False)
+        dm = DATA.build(cfg["data"], path="data")
+        if hasattr(dm, "setup_evaluation"):
+            dm.setup_evaluation(run.run_dir, run_artifacts(run), split)
+        ctx = dm.model_context()
+        model = MODELS.build(cfg["model"], path="model", **ctx)
+        try:
+            load_weights(model, run.ckpt["state_dict"], "model.", f"model '{cfg['model']['name']}' "
+                         f"built for data '{cfg['data']['name']}'{_context_summary(ctx)}")
+        except CheckpointError as err:
+            raise CheckpointError(f"{err}. A run evaluates only on data with the features, classes "
+                                  f"and vocabulary it was trained with") from None
+        task = TASKS.build(cfg["task"], model, path="task", **dm.task_context())
+        task.run_config = cfg
+        run_split = trainer.validate if split == "val" else trainer.test
+        results = run_split(task, datamodule=dm, verbose=False)
+    metrics = {k: float(v) for r in results or [] for k, v in r.items()}
+    if not metrics:
+        raise ValueError(f"the {split} split gave no metrics (is it empty?)")
+    summary = {
+        "metrics": metrics,
+        "split": split,
+        "run_dir": str(run.run_dir),
+        "checkpoint": str(run.checkpoint),
+        "data": cfg["data"],
+        "overrides": list(overrides),
+        "seconds": round(time.time() - start, 2),
+        "created": datetime.now().isoformat(timespec="seconds"),
+    }
+    if getattr(task, "bleu_signature", ""):
+        summary["bleu_signature"] = task.bleu_signature
+    _write_new(path, summary)
+    return summary, path
+
+
+def print_metrics(summary: Dict[str, Any], path: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{summary['split']} metrics", caption=summary["checkpoint"])
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for k, v in sorted(summary["metrics"].items()):
+        table.add_row(k, f"{v:.6g}")
+    Console().print(table)
+    print(f"attnflow-eval: written to {path}", file=sys.stderr)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="attnflow-eval", description=__doc__.split("\n\n")[0],
+                                epilog=f"overrides: {USAGE}")
+    p.add_argument("run", help="a run directory or a .ckpt file")
+    p.add_argument("overrides", nargs="*", help="key=value (see below)")
+    p.add_argument("-o", "--output", help="write the metrics JSON here (never overwritten)")
+    p.add_argument("--device", default="cpu", help="the accelerator (default cpu)")
+    args = p.parse_intermixed_args(argv)
+    quiet = logging.getLogger("pytorch_lightning")
+    level = quiet.level
+    quiet.setLevel(logging.WARNING)  # Lightning's "GPU available: …" lines
+    try:
+        summary, path = evaluate(args.run, args.overrides, args.output, args.device)
+    except ConfigError as err:  # subclasses (data file errors) say what they are themselves
+        print(f"attnflow-eval: {'config error: ' if type(err) is ConfigError else ''}{err}",
+              file=sys.stderr)
+        return 2
+    except (CheckpointError, FileNotFoundError, ValueError) as err:
+        print(f"attnflow-eval: {err}", file=sys.stderr)
+        return 2
+    finally:
+        quiet.setLevel(level)
+    print_metrics(summary, path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""Inputs and outputs of the command-line tools (translate, predict): lines in, arrays out.
+
+Lines. A text file holds one item (a sentence, a document) per line; a ``.gz`` file is read with
+gzip. Lines are split on ``\\n`` alone (a ``\\r\\n`` ending is accepted): JSON lines are defined
+that way, and texts may hold U+0085 or U+2028 (the original IMDB reviews do), which
+``str.splitlines()`` would take for line ends — cutting a JSON string in two, or shifting every
+later output line against its input. Lines are read lazily, so output can stream (each batch
+printed as it is done) and a file of any size needs no memory for its whole text. A file that
+is missing, not gzip, cut short, or not UTF-8 raises :class:`InputError` naming the file (and line).
+
+Arrays. :func:`save_arrays` writes a NumPy ``.npz`` archive (uncompressed arrays and text as
+Unicode arrays, so ``numpy.load(path)`` needs no ``allow_pickle``), atomically: a failure leaves no
+half-written file and an existing one untouched.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import sys
+import zlib
+from pathlib import Path
+from typing import Dict, Iterable, Iterator, List, TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
+
+
+class InputError(ValueError):
+    """An input file or stream that cannot be read; the message names it (and the line)."""
+
+
+def _lines(stream: Iterable[str], where: str) -> Iterator[str]:
+    n = 0
+    try:
+        for n, line in enumerate(stream, 1):
+            yield line[:-1] if line.endswith("\n") else line
+    except UnicodeDecodeError as err:
+        raise InputError(f"{where} is not UTF-8 text after line {n} ({err.reason}); save it as "
+                         f"UTF-8") from None
+    except EOFError:
+        raise InputError(f"{where} ends early after line {n}: the gzip stream is truncated") from None
+    except (gzip.BadGzipFile, zlib.error) as err:
+        raise InputError(f"{where} is not a readable gzip file ({err})") from None
+
+
+def iter_lines(path: Path | str, what: str = "input file") -> Iterator[str]:
+    """The lines of a text file (``.gz``: gzip), without line ends; see the module docstring."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"no such {what}: {path}")
+
+    def gen():
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt", encoding="utf-8", newline="\n") as f:
+            for line in _lines(f, str(path)):
+                yield line.removesuffix("\r")
+
+    return gen()
+
+
+def iter_stdin() -> Iterator[str]:
+    """The lines of standard input, split on ``\\n`` alone, read as they arrive."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:  # a replaced sys.stdin (io.StringIO in tests)
+        text = sys.stdin.read()
+        lines = text.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        return iter([ln.removesuffix("\r") for ln in lines])
+
+    def gen():
+        stream = io.TextIOWrapper(buffer, encoding="utf-8", newline="\n")
+        try:
+            for line in _lines(stream, "stdin"):
+                yield line.removesuffix("\r")
+        finally:
+            stream.detach()  # a collected wrapper would close sys.stdin's buffer
+
+    return gen()
+
+
+def batched(items: Iterable[T], size: int) -> Iterator[List[T]]:
+    """Consecutive lists of ``size`` items (the last one shorter)."""
+    chunk: List[T] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def text_array(items) -> np.ndarray:
+    """Strings (or nested lists of them, rectangular) as a Unicode array ('' where empty)."""
+    arr = np.asarray(items, dtype=str)
+    return arr if arr.size else np.zeros(np.shape(items) or (0,), dtype="<U1")
+
+
+def save_arrays(path: Path | str, arrays: Dict[str, np.ndarray]) -> Path:
+    """Write ``arrays`` as one ``.npz`` at ``path`` (atomically)."""
+    path = Path(path)
+    if path.suffix != ".npz":
+        raise InputError(f"--save-attention needs a file name ending in .npz, got {path}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path

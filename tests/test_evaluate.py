@@ -1,0 +1,164 @@
+"""attnflow-eval: a trained run evaluated on its splits gives the metrics training reported; on
+another data set of its kind (another Multi30k-style test file, another JSON-lines file) the
+metrics computed by hand, with the training files gone; overrides are checked before any work;
+data that does not fit the weights (a GAT on a graph with another feature size) is one message;
+nothing written before is overwritten."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnflow.evaluate import main
+from attnflow.run import train
+from cli_runs import (GRAPH, document_files, document_overrides, fabricate_run, parallel_files,
+                      translation_overrides, write_jsonl)
+from support import DATA_DIR, compose_cfg
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def gat_run(tmp_path_factory):
+    """A GAT trained for 2 epochs on a generated graph (attnflow.run.train: a real run directory)."""
+    run = tmp_path_factory.mktemp("gat_run")
+    train(compose_cfg([*GRAPH, "trainer.max_epochs=2", "trainer.enable_model_summary=false"]), run)
+    return run
+
+
+def _eval_files(run):
+    return sorted((run / "eval").glob("*.json"))
+
+
+def test_a_run_evaluates_to_the_metrics_training_reported(gat_run, capsys):
+    reported = json.loads((gat_run / "metrics.json").read_text())
+    ckpt = gat_run / "checkpoints" / next(p.name for p in (gat_run / "checkpoints").glob("epoch*"))
+    before = {p: p.read_bytes() for p in (ckpt, gat_run / "metrics.json")}
+    assert main([str(gat_run)]) == 0  # the test split by default
+    assert "test/acc" in capsys.readouterr().out  # printed as a table
+    assert main([str(gat_run), "split=val"]) == 0
+    files = _eval_files(gat_run)
+    assert [p.name.split("-")[0] for p in files] == ["test", "val"]
+    for f in files:
+        got = json.loads(f.read_text())
+        assert got["checkpoint"] == reported["best_checkpoint"]
+        split = got["split"]
+        want = {k: v for k, v in reported["metrics"].items() if k.startswith(f"{split}/")}
+        assert want and got["metrics"].keys() == want.keys()
+        for k in want:
+            assert got["metrics"][k] == pytest.approx(want[k], abs=1e-6), k
+    assert main([str(gat_run)]) == 0  # a second evaluation: a new file, the first one kept
+    assert len(_eval_files(gat_run)) == 3
+    assert all(p.read_bytes() == b for p, b in before.items())  # nothing of the run rewritten
+
+
+def test_overrides_are_checked_before_any_work(gat_run, tmp_path, capsys):
+    n = len(_eval_files(gat_run))
+    for args, says in ((["foo=1"], "has no override 'foo'"),
+                       (["data.num_nodez=10"], "data 'synthetic_graph' has no field 'num_nodez'"),
+                       (["split=train"], "split must be 'val' or 'test'"),
+                       (["trainer.max_epochs=3"], "has no override 'trainer.max_epochs'"),
+                       (["trainer.devices=abc"], "trainer.devices"),
+                       (["data.name=parallel"], "works on graphs"),
+                       (["nonsense"], "is not an override")):
+        assert main([str(gat_run), *args]) == 2, args
+        assert says in capsys.readouterr().err, args
+    taken = tmp_path / "metrics.json"
+    taken.write_text("earlier\n")
+    assert main([str(gat_run), "-o", str(taken)]) == 2
+    assert "not overwritten" in capsys.readouterr().err and taken.read_text() == "earlier\n"
+    assert len(_eval_files(gat_run)) == n  # nothing written by a refused evaluation
+
+
+def test_a_graph_with_another_feature_size_is_a_clear_error(gat_run, capsys):
+    ckpt = torch.load(next((gat_run / "checkpoints").glob("*.ckpt")), weights_only=True)
+    shape = tuple(ckpt["state_dict"]["model.layers.0.lin.weight"].shape)  # (heads · F′, features)
+    assert main([str(gat_run), "data.feature_dim=8"]) == 2
+    err = capsys.readouterr().err
+    assert f"model.layers.0.lin.weight is {shape} in the checkpoint but ({shape[0]}, 8) here" in err
+    assert "in_dim=8" in err and "Traceback" not in err
+    if (DATA_DIR / "planetoid" / "Cora" / "raw").is_dir():  # a real Planetoid graph: 1433 features
+        assert main([str(gat_run), "data.name=planetoid", "data.dataset=Cora",
+                     f"data.root={DATA_DIR / 'planetoid'}"]) == 2
+        err = capsys.readouterr().err
+        assert f"({shape[0]}, 1433) here" in err and "planetoid" in err
+    assert main([str(gat_run), "data.name=planetoid", "data.dataset=CiteSeer",
+                 "data.root=/nonexistent/planetoid"]) == 2
+    assert "CiteSeer is missing from /nonexistent/planetoid/CiteSeer/raw" in capsys.readouterr().err
+
+
+def test_documents_on_another_file_without_the_training_file(tmp_path, capsys):
+    from attnflow.predict import load, predict
+
+    docs = document_files(tmp_path / "docs")
+    run = fabricate_run(document_overrides(docs), tmp_path / "han")
+    (docs / "train.jsonl").unlink()  # only vocab.json is needed
+    rows = [json.loads(line) for line in (docs / "other.jsonl").read_text().splitlines()]
+    assert main([str(run), f"data.test_path={docs / 'other.jsonl'}"]) == 0
+    got = json.loads(_eval_files(run)[0].read_text())
+    assert got["split"] == "test" and _eval_files(run)[0].name.startswith("test-")
+    # by hand: the run's classifier on the same texts (one batch: the epoch mean is the batch's)
+    task, art = load(run)
+    res = predict(task, art, [r["text"] for r in rows], batch_size=64)
+    p = np.array([[r["probabilities"][c] for c in ("0", "1")] for r in res])
+    y = np.array([r["label"] for r in rows])
+    assert got["metrics"]["test/acc"] == pytest.approx(float((p.argmax(1) == y).mean()), abs=1e-6)
+    assert got["metrics"]["test/loss"] == pytest.approx(float(-np.log(p[np.arange(len(y)), y]).mean()),
+                                                        rel=1e-4)
+    assert main([str(run)]) == 0  # the run has no test split (test=false): its validation file
+    assert json.loads(_eval_files(run)[-1].read_text())["split"] == "val"
+    unseen = write_jsonl(tmp_path / "unseen.jsonl", [{"text": "A good film.", "label": 5}])
+    assert main([str(run), f"data.test_path={unseen}"]) == 2
+    assert "label=5, not seen in training" in capsys.readouterr().err
+
+
+def test_translation_on_another_test_set_without_the_training_files(tmp_path, capsys):
+    from sacrebleu.metrics import BLEU
+
+    from attnflow.data.parallel import PAD, collate
+    from attnflow.translate import load, translate
+
+    data = parallel_files(tmp_path / "data")
+    run = fabricate_run(translation_overrides(data), tmp_path / "mt")
+    for f in data.glob("train.*"):
+        f.unlink()  # only <run>/tokenizer/ is needed
+    assert main([str(run), "data.test=test_b"]) == 0
+    got = json.loads(_eval_files(run)[0].read_text())["metrics"]
+    src = (data / "test_b.de").read_text().splitlines()
+    ref = (data / "test_b.en").read_text().splitlines()
+    model, dm, _ = load(run)
+    hyps, _ = translate(model, dm, src)  # greedy: the run's task.beam_size is 1
+    assert got["test/bleu"] == pytest.approx(BLEU().corpus_score(hyps, [ref]).score, abs=1e-6)
+    batch = collate([(i, dm.src_tok.encode(s).ids[:dm.max_src_len], dm.tgt_tok.encode(t).ids)
+                     for i, (s, t) in enumerate(zip(src, ref))])
+    with torch.no_grad():
+        logits, _ = model(batch["src"], batch["src_lengths"], batch["tgt_in"])
+    loss = F.cross_entropy(logits.transpose(1, 2), batch["tgt_out"], ignore_index=PAD,
+                           label_smoothing=0.1)  # the translation task's default smoothing
+    assert got["test/loss"] == pytest.approx(float(loss), rel=1e-4)
+    assert main([str(run), "data.test=test_missing"]) == 2
+    assert "test_missing.de" in capsys.readouterr().err
+
+
+def test_unreadable_checkpoints_and_foreign_runs(gat_run, tmp_path, capsys):
+    assert main([str(tmp_path / "nowhere")]) == 2
+    assert "no such run directory or checkpoint" in capsys.readouterr().err
+    ckpt = next((gat_run / "checkpoints").glob("*.ckpt"))
+    cut = tmp_path / "cut.ckpt"
+    cut.write_bytes(ckpt.read_bytes()[:1000])
+    assert main([str(cut)]) == 2
+    assert "corrupt or truncated" in capsys.readouterr().err
+    foreign = tmp_path / "foreign.ckpt"
+    torch.save({"state_dict": {"w": torch.ones(1)}}, foreign)
+    assert main([str(foreign)]) == 2
+    assert "is not an attnflow run" in capsys.readouterr().err
