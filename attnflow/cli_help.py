@@ -1,0 +1,112 @@
+"""``attnflow-train --help``: the usage, and every config group with its choices, one line each.
+
+Built from the config tree's files alone — each option's description is the first comment line
+of its YAML file (after ``# @package``), or its first fields when it has no comment — so the
+page costs no torch, Lightning or Hydra import (Hydra's stock page composed the whole config:
+~6 CPU-seconds). Hydra's own help stays at ``--hydra-help``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+USAGE = """\
+usage: {prog} [GROUP=OPTION ...] [KEY=VALUE ...]     train one run (outputs/<date>/<time>/)
+       {prog} -m GROUP=A,B KEY=X,Y ...               a sweep: one job per combination (Hydra multirun)
+       {prog} hparams_search=NAME [...]              a saved sweep: grid or Optuna (docs/sweeps.md)
+       {prog} --cfg job [OVERRIDES]                  print the composed config, train nothing
+       {prog} --hydra-help                           Hydra's own flags (--info, --shell-completion, …)
+
+KEY=VALUE sets any field, also one the YAML leaves at its default (trainer.max_epochs=3,
+task.optim.lr=0.01, attention.heads=8); `attnflow-blocks [KIND]` lists every block's fields."""
+
+# Options that Hydra plugins add to its own groups (no file in conf/), and the module each needs.
+PLUGIN_OPTIONS = {
+    "hydra/launcher": {
+        "basic": ("", "one job after another in this process (Hydra's)"),
+        "joblib": ("hydra_plugins.hydra_joblib_launcher", "jobs in parallel processes (hydra-joblib-launcher)"),
+        "submitit_local": ("hydra_plugins.hydra_submitit_launcher", "jobs as local submitit processes"),
+        "submitit_slurm": ("hydra_plugins.hydra_submitit_launcher", "jobs on SLURM (hydra-submitit-launcher)"),
+    },
+    "hydra/sweeper": {
+        "basic": ("", "the grid of all combinations (Hydra's)"),
+        "optuna": ("hydra_plugins.hydra_optuna_sweeper", "Optuna samplers: TPE, random, CMA-ES, grid"),
+    },
+}
+EXTRA = {"hydra_plugins.hydra_joblib_launcher": "launchers", "hydra_plugins.hydra_submitit_launcher": "launchers",
+         "hydra_plugins.hydra_optuna_sweeper": "sweep"}
+
+
+def describe(path: Path) -> str:
+    """One line about a config file: its first comment line, else its first fields."""
+    fields = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        text = line.strip()
+        if text.startswith("# @package") or not text:
+            continue
+        if text.startswith("#"):
+            if not fields:
+                return text.lstrip("#").strip()
+            continue
+        if not line.startswith((" ", "-")) and not text.split("#", 1)[0].strip().endswith(":"):
+            fields.append(text.split("#", 1)[0].strip())
+    return "; ".join(fields[:3]) or "(empty)"
+
+
+def root_choices(conf_dir: Path) -> Dict[str, str]:
+    """{group: default option} of ``train.yaml``'s defaults list, in its order."""
+    import yaml  # PyYAML, which OmegaConf already imports
+
+    out: Dict[str, str] = {}
+    for entry in yaml.safe_load((conf_dir / "train.yaml").read_text(encoding="utf-8")).get("defaults", []):
+        if isinstance(entry, dict):
+            out.update({str(g): "" if o is None else str(o) for g, o in entry.items() if g != "hydra"})
+    return out
+
+
+def groups(conf_dir: Path) -> List[Tuple[str, str, List[Tuple[str, str]]]]:
+    """(group, default option, [(option, description)]) for every group a user picks from."""
+    defaults = root_choices(conf_dir)
+    names = list(defaults) + sorted(p.name for p in conf_dir.iterdir()
+                                    if p.is_dir() and p.name != "hydra" and p.name not in defaults
+                                    and not p.name.startswith(("_", ".")))
+    out = []
+    for group in names:
+        folder = conf_dir / group
+        options = [(p.stem, describe(p)) for p in sorted(folder.glob("*.yaml"))] if folder.is_dir() else []
+        out.append((group, defaults.get(group, ""), options))
+    for group, plugins in PLUGIN_OPTIONS.items():
+        options = []
+        for option, (module, text) in plugins.items():
+            if module and importlib.util.find_spec("hydra_plugins") and not _has(module):
+                text += f' (not installed: pip install -e ".[{EXTRA[module]}]")'
+            options.append((option, text))
+        options += [(p.stem, describe(p)) for p in sorted((conf_dir / group).glob("*.yaml"))]
+        out.append((group, "basic", options))
+    return out
+
+
+def _has(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def train_help(conf_dir: Path, prog: str = "attnflow-train", width: int = 0) -> str:
+    """The ``--help`` page: usage lines, then each group with its options (``*`` the default)."""
+    width = width or shutil.get_terminal_size((120, 24)).columns
+    lines = [USAGE.format(prog=prog), "",
+             f"Config groups (GROUP=OPTION; * the default; files in {conf_dir}):"]
+    rows = [(g, d, opts) for g, d, opts in groups(conf_dir)]
+    pad = max(len(o) for _, _, opts in rows for o, _ in opts) + 2
+    for group, default, options in rows:
+        lines.append(f"  {group}" + ("" if default else "   (default: none)"))
+        for option, text in options:
+            mark = "*" if option == default else " "
+            line = f"    {mark} {option.ljust(pad)}{text}"
+            lines.append(line if len(line) <= width else line[:max(width - 1, 20)] + "…")
+    return "\n".join(lines)

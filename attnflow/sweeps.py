@@ -1,0 +1,184 @@
+"""What attnflow adds to Hydra's sweepers and launchers (docs/sweeps.md).
+
+- :func:`missing_plugin`: a sweep or launcher whose plugin is not installed is named, with the
+  extra that installs it, before Hydra starts (Hydra would print a traceback about a config it
+  cannot find). Only file text is read here: no Hydra, no Optuna imported.
+- :func:`continue_optuna_studies`: an Optuna study whose storage already holds trials (the
+  ``sqlite:///${hydra.sweep.dir}/optuna.db`` of ``conf/hparams_search/*_optuna.yaml``) continues:
+  ``hydra.sweeper.n_trials`` counts the finished trials already there, and new jobs are numbered
+  after the trials already in the study (job number = Optuna trial number), so the folders of
+  earlier jobs are never reused; the sampler is reseeded (a seeded sampler would propose the
+  study's first trials again). The stock sweeper (hydra-optuna-sweeper 1.3) runs ``n_trials``
+  more and numbers its jobs from 0 again, overwriting ``<sweep dir>/0/`` and on.
+- :func:`check_optimized_metric`: ``optimized_metric`` (what a job returns to the sweeper) must be
+  a metric the task logs at the end of a run, checked before any data is made.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import logging
+import re
+from pathlib import Path
+from typing import Any, Iterable, Optional, Tuple
+
+log = logging.getLogger(__name__)
+
+# plugin → (modules it needs, the pip extra that installs them, what it is)
+PLUGINS = {
+    "optuna": (("optuna", "hydra_plugins.hydra_optuna_sweeper"), "sweep", "the Optuna sweeper"),
+    "joblib": (("joblib", "hydra_plugins.hydra_joblib_launcher"), "launchers", "the joblib launcher"),
+    "submitit": (("submitit", "hydra_plugins.hydra_submitit_launcher"), "launchers",
+                 "the submitit launcher"),
+}
+
+
+def _defaults(path: Path) -> list:
+    """The defaults list of a config file ([] when it has none or is not YAML we can read)."""
+    import yaml  # PyYAML, which OmegaConf already imports
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return []
+    return list(data.get("defaults") or []) if isinstance(data, dict) else []
+
+
+def _plugin_of(group: str, option: str, conf_dir: Path, seen: set) -> Optional[str]:
+    """The plugin behind ``hydra/sweeper=option`` or ``hydra/launcher=option`` (also one of our
+    launcher files, which extend a plugin's config), or None."""
+    if group == "hydra/sweeper":
+        return "optuna" if option == "optuna" else None
+    if option == "joblib":
+        return "joblib"
+    if option.startswith("submitit"):
+        return "submitit"
+    path = conf_dir / group / f"{option}.yaml"
+    if path.is_file() and path not in seen:
+        seen.add(path)
+        for entry in _defaults(path):  # `- joblib`: our file extends the plugin's config
+            found = isinstance(entry, str) and _plugin_of(group, entry, conf_dir, seen)
+            if found:
+                return found
+    return None
+
+
+def _choices(argv: Iterable[str], conf_dir: Path) -> Iterable[Tuple[str, str, str]]:
+    """(group, option, the argument) for each group choice on the command line."""
+    for arg in argv:
+        key, eq, value = arg.lstrip("+").partition("=")
+        if not eq or arg.startswith(("++", "~", "-")):
+            continue
+        if "/" in key or ("." not in key and (conf_dir / key).is_dir()):
+            for option in value.split(","):  # a multirun over options: each of them
+                yield key, option.strip(), arg
+
+
+def required_plugins(argv: Iterable[str], conf_dir: Path) -> Iterable[Tuple[str, str]]:
+    """(plugin, the argument that needs it) for the sweepers and launchers the command line picks,
+    directly (``hydra/sweeper=optuna``) or through a config's defaults list
+    (``hparams_search=gat_cora_optuna`` → ``override /hydra/sweeper: optuna``)."""
+    for group, option, arg in _choices(argv, conf_dir):
+        seen: set = set()
+        if group in ("hydra/sweeper", "hydra/launcher"):
+            plugin = _plugin_of(group, option, conf_dir, seen)
+            if plugin:
+                yield plugin, arg
+            continue
+        path = conf_dir / group / f"{option}.yaml"
+        for entry in _defaults(path) if path.is_file() else []:
+            for key, sub_option in (entry.items() if isinstance(entry, dict) else ()):
+                sub_group = re.sub(r"^override\s+/?", "", str(key))
+                if sub_group in ("hydra/sweeper", "hydra/launcher") and isinstance(sub_option, str):
+                    plugin = _plugin_of(sub_group, sub_option, conf_dir, seen)
+                    if plugin:
+                        yield plugin, arg
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def missing_plugin(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
+    """One line naming the first plugin the command line needs that is not installed, else None."""
+    for plugin, arg in required_plugins(argv, conf_dir):
+        modules, extra, what = PLUGINS[plugin]
+        for module in modules:
+            if not _importable(module):
+                return (f"{arg} needs {what}, which is not installed (no module '{module}'): "
+                        f'pip install -e ".[{extra}]" in a checkout, or pip install "attnflow[{extra}]"')
+    return None
+
+
+# -- Optuna: a study in a storage continues --------------------------------------------------------
+def _continuing(sweep):
+    @functools.wraps(sweep)
+    def wrapper(self, arguments):
+        impl = self.sweeper  # OptunaSweeperImpl: storage, study_name, n_trials, job_idx
+        storage = impl.storage
+        if isinstance(storage, str) and storage.startswith("sqlite:///"):
+            # the database lives in the sweep folder, which the launcher makes only later
+            Path(storage[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        if storage and impl.study_name:
+            import optuna
+
+            names = {s.study_name for s in optuna.get_all_study_summaries(storage)}
+            if impl.study_name in names:
+                trials = optuna.load_study(study_name=impl.study_name, storage=storage).trials
+                finished = sum(t.state.is_finished() for t in trials)
+                impl.job_idx = max(impl.job_idx, len(trials))
+                if trials and hasattr(impl.sampler, "reseed_rng"):
+                    impl.sampler.reseed_rng()  # else a seeded sampler repeats the study's first trials
+                wanted, impl.n_trials = impl.n_trials, max(0, impl.n_trials - finished)
+                log.info(f"Study {impl.study_name!r} in {storage} has {finished} finished trials "
+                         f"(of {len(trials)}): {impl.n_trials} more to reach n_trials={wanted}; "
+                         f"jobs are numbered from {impl.job_idx}")
+        return sweep(self, arguments)
+
+    wrapper._attnflow_continuing = True
+    return wrapper
+
+
+def continue_optuna_studies() -> None:
+    """Make hydra-optuna-sweeper continue a study found in its storage (see the module docstring);
+    a no-op where the plugin is not installed. Patches the class Hydra's plugin registry holds
+    (its scan re-executes plugin modules, so a class imported before it is not the one used);
+    imports no Optuna."""
+    from hydra.core.plugins import Plugins
+
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # Optuna's storage: "setup plugin …" at INFO
+    cls = Plugins.instance().class_name_to_class.get(
+        "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper")
+    if cls is not None and not getattr(cls.sweep, "_attnflow_continuing", False):
+        cls.sweep = _continuing(cls.sweep)
+
+
+# -- the metric a job returns -----------------------------------------------------------------------
+def final_metric_names(cfg: Any) -> list:
+    """The metrics a run of ``cfg`` reports at its end (``metrics.json``): the task's metrics on
+    the validation split, and on the test split unless ``test=false``."""
+    from attnflow.registry import TASKS
+
+    task = TASKS.get(cfg["task"]["name"])
+    return task.metric_names(("val", "test") if cfg.get("test", True) else ("val",))
+
+
+def check_optimized_metric(cfg: Any) -> Optional[str]:
+    """``cfg.optimized_metric`` when it names a metric the run reports, None when unset; else a
+    :class:`~attnflow.registry.ConfigError` naming the metrics there are (before any work)."""
+    from attnflow.registry import ConfigError, _suggest
+
+    metric = cfg.get("optimized_metric")
+    if not metric:
+        return None
+    names = final_metric_names(cfg)
+    if metric not in names:
+        off = " (test=false: no test metrics)" if str(metric).startswith("test/") and not cfg.get("test", True) else ""
+        raise ConfigError(f"optimized_metric '{metric}' (at 'optimized_metric') is not a metric that "
+                          f"task '{cfg['task']['name']}' reports at the end of a run{off}; it reports "
+                          f"{', '.join(names)}.{_suggest(str(metric), names)}")
+    return metric

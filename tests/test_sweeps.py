@@ -1,0 +1,301 @@
+"""Sweeps: the hparams_search group (a grid with Hydra's basic sweeper, Optuna TPE studies that
+continue from their sqlite storage), the metric a job returns, the launchers' configs, and the
+message when a sweep's plugin is not installed."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from attnflow.registry import ConfigError, MODELS, DATA
+from attnflow.run import resolve_config
+from attnflow.sweeps import check_optimized_metric, final_metric_names, missing_plugin, required_plugins
+from support import CONF, FAST, compose_cfg
+
+TRAIN = str(Path(sys.executable).with_name("attnflow-train"))
+# the default experiment, a few steps: 2 training batches, 1 validation and 1 test batch
+TINY = ["data.train_size=64", "data.val_size=16", "data.test_size=16", "data.batch_size=32",
+        "trainer.accelerator=cpu", "trainer.max_epochs=1", "trainer.enable_model_summary=false",
+        "trainer.num_sanity_val_steps=0", "callbacks.attention_maps=null", "logger=csv"]
+# GAT on a generated graph of 120 nodes: one mini-batch per epoch (for Optuna trials)
+TINY_GRAPH = ["experiment=gat_synthetic", "data.num_nodes=120", "trainer.max_epochs=1", "task.picture=false",
+              "callbacks.attention_maps=null", "trainer.accelerator=cpu", "callbacks.progress_bar=none", "logger=csv"]
+
+
+def _env():
+    return dict(os.environ, OMP_NUM_THREADS="1", HYDRA_FULL_ERROR="0")
+
+
+def _job_configs(sweep: Path):
+    """{job number: resolved config} of a sweep folder's job subfolders."""
+    return {int(p.parent.name): yaml.safe_load(p.read_text())
+            for p in sweep.glob("[0-9]*/config.yaml")}
+
+
+def _in_process(monkeypatch, argv):
+    """``attnflow-train argv`` in this process (imports shared with the other tests)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from attnflow.train import main
+
+    monkeypatch.setattr(sys, "argv", ["attnflow-train", *argv])
+    handlers, level = logging.root.handlers[:], logging.root.level
+    try:
+        main()
+    finally:  # Hydra configured logging for its jobs (files in tmp_path, this test's stdout)
+        GlobalHydra.instance().clear()
+        for handler in set(logging.root.handlers) - set(handlers):
+            handler.close()
+        logging.root.handlers[:], logging.root.level = handlers, level
+
+
+# -- the search configs --------------------------------------------------------------------------------
+def _sweeper(name, *overrides):
+    return compose_cfg([f"hparams_search={name}", *overrides], return_hydra_config=True)
+
+
+def test_grid_sweeps_every_scorer_the_default_model_builds_with():
+    cfg = _sweeper("reverse_grid")
+    params = cfg.hydra.sweeper.params
+    assert cfg.hydra.sweeper._target_.endswith("BasicSweeper") and cfg.hydra.mode.name == "MULTIRUN"
+    run = resolve_config(compose_cfg(["data.train_size=8"]))
+    context = DATA.build(run["data"], path="data").model_context()
+
+    def swap(node, scorer):  # the default model's config with another scorer wherever it has one
+        if node == run["scorer"]:
+            return scorer
+        if isinstance(node, dict):
+            return {k: swap(v, scorer) for k, v in node.items()}
+        return node
+
+    builds = []
+    for path in sorted((CONF / "scorer").glob("*.yaml")):
+        model = swap(run["model"], OmegaConf.to_container(OmegaConf.load(path)))
+        assert model != run["model"] or path.stem == run["scorer"]["name"]
+        MODELS.validate(model, "model")
+        MODELS.build(model, path="model", **context)  # raises if the scorer does not fit
+        builds.append(path.stem)
+    assert sorted(params.scorer.split(",")) == builds
+    assert len(str(params["++task.optim.lr"]).split(",")) == 2
+    assert cfg.optimized_metric in final_metric_names(cfg)
+
+
+@pytest.mark.parametrize("name, experiment, dataset_field", [
+    ("gat_cora_optuna", "gat_cora", ("dataset", "Cora")),
+    ("han_imdb_optuna", "han_imdb", ("limit_train", 5000)),
+])
+def test_optuna_searches_compose_and_every_key_is_a_field(name, experiment, dataset_field):
+    cfg = _sweeper(name, "hydra.sweep.dir=/somewhere/sweep")
+    sweeper = cfg.hydra.sweeper
+    assert sweeper._target_.endswith("OptunaSweeper") and sweeper.sampler._target_.endswith("TPESampler")
+    assert sweeper.storage == "sqlite:////somewhere/sweep/optuna.db"  # in the sweep folder
+    assert sweeper.study_name == name and sweeper.direction == "maximize"
+    assert cfg.hydra.runtime.choices.experiment == experiment
+    key, value = dataset_field
+    assert cfg.data[key] == value
+    assert check_optimized_metric(cfg) == cfg.optimized_metric
+    # each search key, set to a value inside its range, is a field the run validates and uses
+    values = {}
+    for key, spec in sweeper.params.items():
+        numbers = [float(x) for x in re.findall(r"[\d.]+(?:e-?\d+)?", spec)]
+        values[key] = int(numbers[0]) if spec.startswith("choice") else (numbers[0] + numbers[1]) / 2
+    run = resolve_config(compose_cfg([f"experiment={experiment}", *(f"{k}={v}" for k, v in values.items())]))
+    for key, value in values.items():
+        node = run
+        for part in key.lstrip("+").split("."):
+            node = node[part]
+        assert node == pytest.approx(value), key
+
+
+# -- optimized_metric ---------------------------------------------------------------------------------
+def test_a_misspelt_optimized_metric_is_refused_naming_the_metrics():
+    with pytest.raises(ConfigError) as err:
+        check_optimized_metric(compose_cfg(["optimized_metric=val/seq_accc"]))
+    text = str(err.value)
+    assert "optimized_metric 'val/seq_accc'" in text and "Did you mean 'val/seq_acc'?" in text
+    from attnflow.tasks.seq2seq import Seq2SeqTask
+
+    assert all(name in text for name in Seq2SeqTask.metric_names(("val", "test")))
+    with pytest.raises(ConfigError, match="test=false"):  # HAN on IMDB has no test split
+        check_optimized_metric(compose_cfg(["experiment=han_imdb", "optimized_metric=test/acc"]))
+
+
+def test_cli_misspelt_metric_stops_before_training(monkeypatch, capsys, tmp_path):
+    run = tmp_path / "run"
+    with pytest.raises(SystemExit) as stop:
+        _in_process(monkeypatch, [*FAST, "optimized_metric=val/seq_accc", f"hydra.run.dir={run}"])
+    assert stop.value.code == 2
+    assert "Did you mean 'val/seq_acc'?" in capsys.readouterr().err
+    assert not (run / "config.yaml").exists() and not (run / "checkpoints").exists()
+
+
+def test_cli_metric_the_run_did_not_report_fails_after_it(monkeypatch, capsys, tmp_path):
+    run = tmp_path / "run"  # val/penalty is logged only with task.penalty_weight > 0
+    with pytest.raises(SystemExit) as stop:
+        _in_process(monkeypatch, [*TINY, "callbacks.progress_bar=none", "trainer.fast_dev_run=true",
+                                  "optimized_metric=val/penalty", f"hydra.run.dir={run}"])
+    assert stop.value.code == 2
+    reported = json.loads((run / "metrics.json").read_text())["metrics"]
+    err = capsys.readouterr().err
+    assert "optimized_metric 'val/penalty' was not reported" in err
+    assert all(name in err for name in reported)
+
+
+# -- real sweeps ---------------------------------------------------------------------------------------
+def test_grid_multirun_through_the_console_script(tmp_path):
+    """hparams_search=reverse_grid with 2 scorers × 2 learning rates (one of which diverges) through
+    ``attnflow-train -m``, its output piped: each job's config has its pair of values; the progress
+    lines come while it runs; each finished job prints its metrics table."""
+    sweep = tmp_path / "grid"
+    lrs = ["0.01", "1e30"]  # 1e30: a non-finite loss at once; the sweep goes on without that job
+    cmd = [TRAIN, "-m", "hparams_search=reverse_grid", "scorer=dot,general", f"task.optim.lr={','.join(lrs)}",
+           *TINY, "trainer.gradient_clip_val=null", "trainer.log_every_n_steps=1",
+           "callbacks.progress_bar=auto", f"hydra.sweep.dir={sweep}"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    lines, running_at_first_line = [], None
+    for line in proc.stdout:
+        lines.append(line.rstrip("\n"))
+        if running_at_first_line is None and re.match(r"epoch 1/1 step 1/2 \(50%\)", line):
+            running_at_first_line = proc.poll() is None
+    out = "\n".join(lines)
+    assert proc.wait(timeout=300) == 0, out[-3000:]
+    assert running_at_first_line, out[-3000:]  # a text line as it happens, not at the end
+
+    jobs = _job_configs(sweep)
+    assert sorted(jobs) == [0, 1, 2, 3] and (sweep / "multirun.yaml").is_file()
+    pairs = {(c["scorer"]["name"], c["task"]["optim"]["lr"]) for c in jobs.values()}
+    assert pairs == set(itertools.product(["dot", "general"], [float(x) for x in lrs]))
+    finished = [n for n, c in jobs.items() if c["task"]["optim"]["lr"] == 0.01]
+    for n, c in jobs.items():
+        assert (sweep / str(n) / "metrics.json").is_file() == (n in finished)
+        assert c["optimized_metric"] == "val/seq_acc"
+    assert len(re.findall(r"^epoch 1/1 done in \d+:\d\d: .*val/loss=", out, re.M)) == len(finished)
+    # the final table of each finished job, its numbers those of metrics.json
+    tables = re.findall(r"final metrics.*?\n((?:.*\n)*?)└", out + "\n")
+    assert len(tables) == len(finished)
+    for n, table in zip(sorted(finished), tables):
+        metrics = json.loads((sweep / str(n) / "metrics.json").read_text())["metrics"]
+        row = next(r for r in table.splitlines() if re.match(r"│ loss\b", r))
+        assert [c.strip() for c in row.split("│")[2:4]] == [f"{metrics['val/loss']:.4g}",
+                                                            f"{metrics['test/loss']:.4g}"]
+
+
+def test_optuna_study_runs_and_continues_from_its_storage(monkeypatch, tmp_path):
+    """gat_cora_optuna on a generated graph: 2 trials, then the same command with n_trials=4 runs 2
+    more into the same study (jobs 2 and 3; jobs 0 and 1 untouched); each job's config holds its
+    trial's parameters and returned the metric Optuna stored."""
+    import optuna
+
+    sweep = tmp_path / "study"
+    args = ["hparams_search=gat_cora_optuna", *TINY_GRAPH, f"hydra.sweep.dir={sweep}"]
+    _in_process(monkeypatch, [*args, "hydra.sweeper.n_trials=2"])
+    first = {p: p.read_bytes() for p in sweep.glob("[01]/**/*") if p.is_file()}
+    assert sorted(_job_configs(sweep)) == [0, 1] and (sweep / "optuna.db").is_file()
+
+    _in_process(monkeypatch, [*args, "hydra.sweeper.n_trials=4"])
+    study = optuna.load_study(study_name="gat_cora_optuna", storage=f"sqlite:///{sweep}/optuna.db")
+    trials = study.trials
+    assert [t.number for t in trials] == [0, 1, 2, 3]
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    assert {p: p.read_bytes() for p in first} == first  # the first jobs' files as they were
+    jobs = _job_configs(sweep)
+    assert sorted(jobs) == [0, 1, 2, 3]
+    for t in trials:  # job number = trial number
+        cfg, metrics = jobs[t.number], json.loads((sweep / str(t.number) / "metrics.json").read_text())
+        assert t.params["++task.optim.lr"] == pytest.approx(cfg["task"]["optim"]["lr"])
+        assert t.params["++task.optim.weight_decay"] == pytest.approx(cfg["task"]["optim"]["weight_decay"])
+        assert t.params["++model.dropout"] == pytest.approx(cfg["model"]["dropout"])
+        assert t.params["++model.attn_dropout"] == pytest.approx(cfg["model"]["attn_dropout"])
+        assert t.value == pytest.approx(metrics["metrics"]["val/acc"])
+    lrs = [t.params["++task.optim.lr"] for t in trials]
+    assert len(set(lrs)) == 4  # the continued study proposes new points, not its first ones again
+    results = OmegaConf.load(sweep / "optimization_results.yaml")
+    assert results.best_value == pytest.approx(max(t.value for t in trials))
+
+
+# -- launchers -----------------------------------------------------------------------------------------
+def test_local_parallel_launcher_is_joblib_with_n_jobs():
+    cfg = compose_cfg(["hydra/launcher=local_parallel", "hydra.launcher.n_jobs=3"], return_hydra_config=True)
+    assert cfg.hydra.launcher._target_.endswith("JoblibLauncher") and cfg.hydra.launcher.n_jobs == 3
+
+
+def test_slurm_launcher_writes_the_sbatch_script(tmp_path):
+    """The real submitit launcher up to ``sbatch``: a stand-in ``sbatch`` on PATH keeps the script
+    it is given and fails (there is no cluster here), so the test reads what a cluster would run."""
+    bin_dir, kept = tmp_path / "bin", tmp_path / "job.sbatch"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text(f'#!/bin/sh\ncp "$1" "{kept}"\necho "sbatch: error: no cluster" >&2\nexit 1\n')
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 1\n")  # submitit checks that srun exists
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    sweep = tmp_path / "sweep"
+    env = dict(_env(), PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    proc = subprocess.run([TRAIN, "-m", "hydra/launcher=slurm", "scorer=dot,general", "hydra.launcher.partition=debug",
+                           "hydra.launcher.nodes=2", "hydra.launcher.tasks_per_node=4", "trainer=ddp",
+                           "trainer.num_nodes=2", "trainer.devices=4", f"hydra.sweep.dir={sweep}"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "sbatch: error: no cluster" in proc.stderr, proc.stderr[-2000:]
+    script = kept.read_text()
+    conf = OmegaConf.load(CONF / "hydra" / "launcher" / "slurm.yaml")
+    expected = {"partition": "debug", "nodes": "2", "ntasks-per-node": "4", "array": "0-1%2",
+                "gpus-per-node": str(conf.gpus_per_node), "cpus-per-task": str(conf.cpus_per_task),
+                "mem": f"{conf.mem_gb}GB", "time": str(conf.timeout_min), "job-name": conf.name,
+                "signal": f"USR2@{conf.signal_delay_s}"}
+    found = dict(re.findall(r"^#SBATCH --([\w-]+)=(\S+)", script, re.M))
+    assert {k: found.get(k) for k in expected} == expected
+    assert f"export OMP_NUM_THREADS={conf.cpus_per_task}" in script  # the setup lines
+    assert re.search(rf"^srun .* -u -m submitit\.core\._submit {re.escape(str(sweep))}/\.submitit/%j$", script, re.M)
+    # one pickled job per sweep point: the launcher called with that job's overrides and number
+    import pickle
+
+    calls = [pickle.loads(p.read_bytes()) for p in (sweep / ".submitit").glob("*.pkl")]
+    jobs = sorted((c.args[2], [o for o in c.args[0] if o.startswith("scorer=")]) for c in calls)
+    assert jobs == [(0, ["scorer=dot"]), (1, ["scorer=general"])]
+
+
+# -- a sweep whose plugin is not installed -------------------------------------------------------------
+def test_required_plugins_follow_the_configs():
+    assert list(required_plugins(["-m", "hparams_search=gat_cora_optuna"], CONF)) == [
+        ("optuna", "hparams_search=gat_cora_optuna")]
+    assert [p for p, _ in required_plugins(["hydra/launcher=slurm", "hydra/launcher=local_parallel",
+                                            "hydra/sweeper=optuna"], CONF)] == ["submitit", "joblib", "optuna"]
+    assert list(required_plugins(["hparams_search=reverse_grid", "scorer=dot"], CONF)) == []
+    assert missing_plugin(["hparams_search=han_imdb_optuna"], CONF) is None  # installed here ([dev])
+
+
+@pytest.mark.parametrize("argv, hidden, extra", [
+    (["-m", "hparams_search=gat_cora_optuna"], ("optuna", "hydra_plugins.hydra_optuna_sweeper"), "sweep"),
+    (["-m", "hydra/launcher=slurm", "scorer=dot,general"], ("submitit", "hydra_plugins.hydra_submitit_launcher"),
+     "launchers"),
+])
+def test_without_the_extra_one_line_says_what_to_install(argv, hidden, extra, tmp_path):
+    code = textwrap.dedent(f"""
+        import sys
+        class Hide:  # these packages are not installed, as far as this process can tell
+            def find_spec(self, name, path=None, target=None):
+                if any(name == h or name.startswith(h + ".") for h in {hidden!r}):
+                    raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        sys.meta_path.insert(0, Hide())
+        sys.argv = ["attnflow-train", *{argv!r}]
+        from attnflow.train import main
+        main()
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(), capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert f'pip install -e ".[{extra}]"' in lines[0] and f"no module '{hidden[0]}'" in lines[0]
+    assert not list(tmp_path.iterdir())  # nothing was started
