@@ -1,4 +1,4 @@
-"""Lightning callbacks of attnflow: attention heat maps during and after training; a stop on a
+"""Lightning callbacks of attnflow: attention pictures during and after training; a stop on a
 non-finite training loss."""
 
 from __future__ import annotations
@@ -7,66 +7,84 @@ from pathlib import Path
 
 import math
 
-import numpy as np
 import pytorch_lightning as pl
 from pytorch_lightning.loggers import TensorBoardLogger, WandbLogger
 
-from attnflow.viz import attention_figure, save_attention_png
-
-
-def _figure_to_array(fig) -> np.ndarray:
-    import matplotlib.pyplot as plt
-
-    fig.canvas.draw()
-    img = np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
-    plt.close(fig)
-    return img
-
 
 class AttentionMaps(pl.Callback):
-    """Logs α heat maps of a few validation examples every ``every_n_epochs`` epochs to the
-    experiment logger (W&B images, TensorBoard images) and writes PNGs to ``<out_dir>`` when
-    training ends.
+    """Every ``every_n_epochs`` validations (and at the validation of the best checkpoint after
+    training), the task's attention dashboard of ``examples`` validation examples goes to the W&B
+    and TensorBoard loggers (on rank 0; nothing is computed when neither is in use); when
+    training ends its images are written to ``<out_dir>``.
 
-    The task must offer ``attention_examples(batch) -> [{"weights", "source", "output"}]`` and the
-    data module ``example_batch(n)``.
+    The data module offers ``example_batch(n)`` (examples chosen across labels where there are
+    labels), the task ``dashboard(batch) -> [panel]`` (:mod:`attnflow.viz`): images (one W&B
+    key per example, e.g. ``val/attention/0``; all of one size), HTML (W&B only) and tables
+    (W&B tables; TensorBoard text).
     """
 
     def __init__(self, out_dir: Path, examples: int = 4, every_n_epochs: int = 1):
         self.out_dir, self.examples, self.every_n_epochs = Path(out_dir), examples, every_n_epochs
 
-    def _examples(self, trainer: pl.Trainer, pl_module: pl.LightningModule):
+    def _panels(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> list:
         dm = trainer.datamodule
-        if self.examples <= 0 or dm is None or not hasattr(pl_module, "attention_examples"):
+        if (self.examples <= 0 or dm is None or not hasattr(dm, "example_batch")
+                or not hasattr(pl_module, "dashboard")):
             return []
-        return pl_module.attention_examples(dm.example_batch(self.examples))
+        return pl_module.dashboard(dm.example_batch(self.examples))
 
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or not trainer.is_global_zero or not self.every_n_epochs:
             return
-        if trainer.current_epoch % self.every_n_epochs:
-            return
+        if trainer.state.fn == "fit" and trainer.current_epoch % self.every_n_epochs:
+            return  # (a validation after training, of the best checkpoint, is always shown)
         loggers = [lg for lg in trainer.loggers if isinstance(lg, (WandbLogger, TensorBoardLogger))]
-        if not loggers:
-            return
-        images = [_figure_to_array(attention_figure(e["weights"], e["source"], e["output"]))
-                  for e in self._examples(trainer, pl_module)]
-        for lg in loggers:
-            if isinstance(lg, WandbLogger):
-                lg.log_image("val/attention", images, step=trainer.global_step,
-                             caption=[f"example {i}" for i in range(len(images))])
-            else:
-                for i, img in enumerate(images):
-                    lg.experiment.add_image(f"val/attention/{i}", img, trainer.global_step,
-                                            dataformats="HWC")
+        if loggers:
+            log_panels(loggers, self._panels(trainer, pl_module), trainer.global_step)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not trainer.is_global_zero:
+        if not trainer.is_global_zero or trainer.fast_dev_run:
             return
-        for i, e in enumerate(self._examples(trainer, pl_module)):
-            title = "α, mean over heads" if getattr(pl_module.model, "heads", 1) > 1 else "α"
-            save_attention_png(self.out_dir / f"val_example_{i}.png", e["weights"], e["source"],
-                               e["output"], f"validation example {i}: {title}")
+        import matplotlib.pyplot as plt
+
+        for panel in self._panels(trainer, pl_module):
+            if panel["kind"] == "image" and panel.get("file"):
+                self.out_dir.mkdir(parents=True, exist_ok=True)
+                plt.imsave(self.out_dir / panel["file"], panel["image"])
+
+
+def log_panels(loggers, panels: list, step: int) -> None:
+    """Dashboard panels to W&B (images, ``wandb.Html``, ``wandb.Table``; one ``log`` call, so one
+    history row) and TensorBoard (images; tables as Markdown text; HTML is W&B's only)."""
+    if not panels:
+        return
+    for lg in loggers:
+        if isinstance(lg, WandbLogger):
+            import wandb
+
+            row = {}
+            for p in panels:
+                if p["kind"] == "image":
+                    row[p["key"]] = wandb.Image(p["image"], caption=p.get("caption") or None)
+                elif p["kind"] == "html":
+                    row[p["key"]] = wandb.Html(p["html"], inject=False)
+                elif p["kind"] == "table":
+                    row[p["key"]] = wandb.Table(columns=p["columns"], data=p["rows"])
+            lg.log_metrics(row, step=step)
+        elif isinstance(lg, TensorBoardLogger):
+            for p in panels:
+                if p["kind"] == "image":
+                    lg.experiment.add_image(p["key"], p["image"], step, dataformats="HWC")
+                elif p["kind"] == "table":
+                    lg.experiment.add_text(p["key"], _markdown_table(p["columns"], p["rows"]), step)
+
+
+def _markdown_table(columns, rows) -> str:
+    def cell(v) -> str:
+        return str(v).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(map(cell, columns)) + " |", "|" + " --- |" * len(columns)]
+    return "\n".join(lines + ["| " + " | ".join(map(cell, r)) + " |" for r in rows])
 
 
 class NonFiniteLossError(RuntimeError):

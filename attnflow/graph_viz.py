@@ -2,11 +2,16 @@
 vectors projected to 2-D, coloured by class, with each edge drawn with opacity and width ∝ its
 attention weight (mean over heads). The task draws the output layer's vectors with the output
 layer's α (the paper's figure shows the first hidden layer with its 8 heads summed). The projection is PCA (``torch.pca_lowrank``; scikit-learn's t-SNE is
-not a dependency)."""
+not a dependency).
+
+Also the per-node view of the dashboards: :func:`neighbourhoods` gathers, for a few nodes, each
+node's neighbours and their α per layer and head, which :func:`attnflow.viz.neighbourhood_figure`
+draws."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
 
 import matplotlib
 
@@ -28,17 +33,26 @@ def project_2d(vectors: torch.Tensor) -> torch.Tensor:
 
 def embedding_figure(vectors: torch.Tensor, labels: torch.Tensor, edge_index: torch.Tensor,
                      weights: torch.Tensor, title: str = "output-layer node vectors (PCA); "
-                     "edges by attention"):
-    """A figure: points coloured by ``labels``, edges (2, E) drawn by ``weights`` (E,) in [0, 1]."""
+                     "edges by attention", class_names: Optional[Sequence[str]] = None):
+    """A figure: points coloured by ``labels`` with a class legend (``class_names``, default
+    'class <i>'), edges (2, E) drawn by ``weights`` (E,) in [0, 1]. Always 700 × 700 pixels."""
     xy = project_2d(vectors).numpy()
     src, dst = edge_index.numpy()
     keep = src != dst  # self-loops draw nothing
     w = weights.numpy()[keep]
     segments = np.stack([xy[src[keep]], xy[dst[keep]]], axis=1)
-    fig, ax = plt.subplots(figsize=(7, 7))
+    fig, ax = plt.subplots(figsize=(7, 7), dpi=100)
     ax.add_collection(LineCollection(segments, colors=np.column_stack([np.zeros((len(w), 3)), 0.6 * w]),
                                      linewidths=0.2 + 1.5 * w))
-    ax.scatter(xy[:, 0], xy[:, 1], c=labels.numpy(), cmap="tab10", s=6, zorder=2)
+    classes = int(labels.max()) + 1 if labels.numel() else 0
+    points = ax.scatter(xy[:, 0], xy[:, 1], c=labels.numpy(), cmap="tab10", s=6, zorder=2,
+                        vmin=0, vmax=max(classes - 1, 9))
+    present = sorted(set(labels.tolist()))
+    handles = [plt.Line2D([], [], marker="o", linestyle="", markersize=5,
+                          color=points.cmap(points.norm(c))) for c in present]
+    names = [class_names[c] if class_names and c < len(class_names) else f"class {c}" for c in present]
+    ax.legend(handles, names, title="class", fontsize=7, title_fontsize=8, loc="best",
+              ncol=1 + len(present) // 12, framealpha=0.8)
     ax.set_title(title, fontsize=9)
     ax.set_xticks([])
     ax.set_yticks([])
@@ -52,7 +66,7 @@ def log_figure(fig, path: Path, trainer, tag: str) -> Path:
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=100)
     fig.canvas.draw()
     img = np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
     plt.close(fig)
@@ -62,3 +76,30 @@ def log_figure(fig, path: Path, trainer, tag: str) -> Path:
         elif isinstance(lg, TensorBoardLogger):
             lg.experiment.add_image(tag, img, trainer.global_step, dataformats="HWC")
     return path
+
+
+def neighbourhoods(weights: Sequence[Tuple[torch.Tensor, torch.Tensor]], nodes: torch.Tensor,
+                   max_neighbours: int = 24) -> List[Tuple[torch.Tensor, List[torch.Tensor]]]:
+    """Per chosen node t: (its neighbours j, [α_tj per layer: (K, heads)]).
+
+    ``weights``: a GAT's [(edge_index (2, E), α (E, J))] per layer, edges j → t (PyG's
+    source-to-target flow, self-loops included). Neighbours are those of the first layer's
+    edges; with more than ``max_neighbours`` the heaviest (mean α over layers and heads) are
+    kept, in node order."""
+    size = max(int(ei.max()) for ei, _ in weights) + 1 if weights[0][0].numel() else 1
+    out = []
+    for t in nodes.tolist():  # a few nodes, for pictures
+        edge_index = weights[0][0]
+        nbrs = edge_index[0, edge_index[1] == t].unique()
+        alphas = []
+        for ei, alpha in weights:  # each layer's α of the edges j -> t, in nbrs' order
+            into = ei[1] == t
+            table = torch.zeros(size, alpha.shape[-1])
+            table[ei[0, into]] = alpha[into].float().cpu()
+            alphas.append(table[nbrs])
+        if len(nbrs) > max_neighbours:
+            mean = torch.stack([a.mean(-1) for a in alphas]).mean(0)
+            keep = mean.topk(max_neighbours).indices.sort().values
+            nbrs, alphas = nbrs[keep], [a[keep] for a in alphas]
+        out.append((nbrs, alphas))
+    return out

@@ -1,21 +1,35 @@
 """Experiment loggers by registry name: ``csv`` (default, no account), ``tensorboard``, ``wandb``.
 
-Each factory gets the run directory (context) and its YAML fields. W&B runs offline unless the
-user configured otherwise (``WANDB_MODE`` in the environment or ``logger.mode=online``), so no
-account is needed; ``wandb sync <run dir>/wandb/offline-run-*`` uploads later.
+The ``logger`` config is a mapping from logger name to that logger's fields, as in
+lightning-hydra-template: ``logger=csv`` gives ``{csv: {}}``, ``logger=[csv,wandb]`` both,
+``logger=none`` none; ``logger.wandb.project=x`` sets a field. :func:`validate_loggers` checks it
+before any work (unknown names or fields name ``logger.<name>.<field>``), :func:`build_loggers`
+makes the Lightning loggers, :func:`finish_loggers` ends the W&B run whatever happened.
+
+Run identity (:func:`run_identity`): a run is named from its experiment and the overrides the user
+typed (``gat_cora scorer=dot task.optim.lr=0.01``), the jobs of a multirun share a W&B group named
+after the sweep, and the experiment and ``tags`` become W&B tags. The identity is stored in the
+run's config (the ``run`` section: experiment, name, group, overrides), so ``config.yaml`` and the
+logged config carry it.
+
+W&B runs offline unless the user configured otherwise (``WANDB_MODE`` in the environment or
+``logger.wandb.mode=online``), so no account is needed; ``wandb sync <run dir>/wandb/offline-run-*``
+uploads later.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
-from attnflow.registry import LOGGERS
+from attnflow.registry import LOGGERS, ConfigError, _suggest
+
+WANDB_MODES = ("offline", "online", "disabled")
 
 
 @LOGGERS.register("csv")
-def csv_logger(save_dir: str):
+def csv_logger(save_dir: str, identity: Optional[dict] = None):
     """Lightning's CSVLogger: <run dir>/csv/version_N/metrics.csv (a resumed run gets N + 1, so
     nothing logged before is rewritten)."""
     from pytorch_lightning.loggers import CSVLogger
@@ -24,7 +38,7 @@ def csv_logger(save_dir: str):
 
 
 @LOGGERS.register("tensorboard")
-def tensorboard_logger(save_dir: str):
+def tensorboard_logger(save_dir: str, identity: Optional[dict] = None):
     """TensorBoard event files in <run dir>/tensorboard/version_N (``tensorboard --logdir outputs``)."""
     from pytorch_lightning.loggers import TensorBoardLogger
 
@@ -32,28 +46,228 @@ def tensorboard_logger(save_dir: str):
 
 
 @LOGGERS.register("wandb")
-def wandb_logger(save_dir: str, *, project: str = "attnflow", entity: Optional[str] = None,
-                 group: Optional[str] = None, run_name: Optional[str] = None,
-                 tags: List[str] = [], mode: Optional[str] = None, run_id: Optional[str] = None):
+def wandb_logger(save_dir: str, identity: Optional[dict] = None, *, project: str = "attnflow",
+                 entity: Optional[str] = None, group: Optional[str] = None,
+                 run_name: Optional[str] = None, tags: List[str] = [], mode: Optional[str] = None,
+                 run_id: Optional[str] = None):
     """Weights & Biases; files in <run dir>/wandb.
 
     Args:
-        project, entity, group, tags: as in ``wandb.init`` (group: e.g. one per sweep).
-        run_name: the run's display name (default: the run directory's name).
+        project, entity: as in ``wandb.init``.
+        group: the W&B group (default: the run's ``run.group``: the sweep's name in a multirun).
+        run_name: the run's display name (default: ``run.name``, "<experiment> <overrides>").
+        tags: more tags (always added: the top-level ``tags`` and the experiment's name).
         mode: 'offline', 'online' or 'disabled' (default: $WANDB_MODE, else 'offline').
         run_id: resume this W&B run (default None: a new run).
     """
     from pytorch_lightning.loggers import WandbLogger
 
+    identity = identity or {}
     mode = mode or os.environ.get("WANDB_MODE") or "offline"
-    if mode not in ("offline", "online", "disabled"):
-        raise ValueError(f"logger 'wandb': mode must be offline, online or disabled, got {mode!r}")
-    return WandbLogger(project=project, entity=entity, group=group, tags=list(tags),
-                       name=run_name or Path(save_dir).name, save_dir=save_dir, mode=mode,
-                       id=run_id, resume="allow" if run_id else None)
+    _check_mode(mode, "logger.wandb.mode")
+    all_tags = _unique([*identity.get("tags", []), *tags])
+    name = run_name or identity.get("name") or Path(save_dir).name
+    return WandbLogger(project=project, entity=entity, group=group or identity.get("group"),
+                       tags=[t[:64] for t in all_tags], name=name[:128], save_dir=save_dir,
+                       mode=mode, id=run_id, resume="allow" if run_id else None)
 
 
 @LOGGERS.register("none")
-def no_logger(save_dir: str):
-    """No experiment logger (metrics.json and checkpoints are still written)."""
+def no_logger(save_dir: str, identity: Optional[dict] = None):
+    """No experiment logger: the same as an empty ``logger`` mapping (``logger=none``).
+
+    metrics.json, checkpoints and the attention PNGs are still written."""
     return False
+
+
+# -- the logger mapping ------------------------------------------------------------------------
+def _check_mode(mode: Any, path: str) -> None:
+    if mode not in WANDB_MODES:
+        raise ConfigError(f"{path} must be one of {', '.join(WANDB_MODES)} (or null: $WANDB_MODE, "
+                          f"else offline), got {mode!r}")
+
+
+def validate_loggers(cfg: Any, path: str = "logger") -> Dict[str, Dict[str, Any]]:
+    """``{logger name: fields with defaults}`` of a ``logger`` config, or :class:`ConfigError`."""
+    if cfg is None:
+        return {}
+    if isinstance(cfg, str):  # `logger: wandb` in a hand-written config
+        cfg = {cfg: {}}
+    if not isinstance(cfg, Mapping):
+        raise ConfigError(f"'{path}' must be a mapping from logger name to its fields, e.g. "
+                          f"{{csv: {{}}, wandb: {{project: x}}}} (choose with logger=csv, "
+                          f"logger=[csv,wandb] or logger=none); got {cfg!r}")
+    names = LOGGERS.names()
+    if isinstance(cfg.get("name"), str) and "name" not in names:
+        raise ConfigError(f"'{path}.name' is the old layout of the logger config; '{path}' now maps "
+                          f"logger names to their fields: {path}: {{{cfg['name']}: {{}}}} (on the "
+                          f"command line: logger={cfg['name']})")
+    out: Dict[str, Dict[str, Any]] = {}
+    for name, fields in cfg.items():
+        if name not in names:
+            raise ConfigError(f"unknown logger '{name}' at '{path}.{name}'. Registered loggers: "
+                              f"{', '.join(names)} (several: logger=[csv,wandb]).{_suggest(str(name), names)}")
+        fields = {} if fields is None else fields
+        if not isinstance(fields, Mapping):
+            raise ConfigError(f"'{path}.{name}' must be a mapping of logger '{name}''s fields "
+                              f"(attnflow-blocks logger lists them), got {fields!r}")
+        if "name" in fields:
+            allowed = [f for f, _, _ in LOGGERS.fields(name)]
+            raise ConfigError(f"logger '{name}' has no field 'name' (at '{path}.{name}.name'); its "
+                              f"fields: {', '.join(allowed) or '(none)'}. The run's name is "
+                              f"run.name (or logger.wandb.run_name)")
+        checked = LOGGERS.validate({**fields, "name": name}, f"{path}.{name}")
+        checked.pop("name")
+        if name == "wandb" and checked.get("mode") is not None:
+            _check_mode(checked["mode"], f"{path}.{name}.mode")
+        out[name] = checked
+    return out
+
+
+class LoggerConfig:
+    """What ``validate_config`` (``attnflow.run.BLOCK_GROUPS``) and ``attnflow-blocks --config``
+    call for the ``logger`` group: a registry-like ``validate`` of the whole mapping."""
+
+    kind = "logger"
+
+    def validate(self, cfg: Any, path: str = "logger") -> Dict[str, Dict[str, Any]]:
+        return validate_loggers(cfg, path)
+
+
+LOGGER_CONFIG = LoggerConfig()
+
+
+def build_loggers(cfg: Any, run_dir: Path | str, identity: Optional[dict] = None) -> list:
+    """The Lightning loggers of a ``logger`` config ([] for none), in the order given."""
+    out = []
+    for name, fields in validate_loggers(cfg).items():
+        logger = LOGGERS.build({**fields, "name": name}, str(run_dir), identity or {},
+                               path=f"logger.{name}")
+        if logger:
+            out.append(logger)
+    return out
+
+
+def log_hyperparams(loggers: list, config: Dict[str, Any]) -> None:
+    """The resolved config (with its ``run`` identity and ``tags``) to every logger."""
+    for logger in loggers:
+        logger.log_hyperparams(config)
+
+
+def finish_loggers(loggers: list, failed: bool) -> None:
+    """End the W&B run of this job (exit code 1 when training failed), so that each job of a
+    multirun gets its own run; called in ``finally``. Other loggers flush themselves."""
+    for logger in loggers:
+        run = getattr(logger, "_experiment", None)  # only a run this logger started (rank 0)
+        if run is not None and hasattr(run, "finish"):
+            run.finish(exit_code=1 if failed else 0)
+
+
+# -- run identity --------------------------------------------------------------------------------
+# Overrides that say where or how a run is recorded, not what it trains: left out of its name.
+NOISE = ("hydra", "paths", "experiment", "logger", "callbacks.progress_bar", "run", "tags",
+         "resume", "ckpt_path", "hparams_search", "optimized_metric")
+RUN_FIELDS = {"experiment": "the experiment's name (default: the experiment= choice, else 'default')",
+              "name": "the run's name (default: '<experiment> <overrides>')",
+              "group": "the W&B group (default: the sweep's name in a multirun, else none)",
+              "overrides": "the overrides typed (default: from Hydra, without hydra.*, paths.*, ...)"}
+
+
+def _unique(items) -> List[str]:
+    return list(dict.fromkeys(str(i) for i in items if i not in (None, "")))
+
+
+def _key(override: str) -> str:
+    return override.lstrip("+~").split("=", 1)[0]
+
+
+def typed_overrides(overrides) -> List[str]:
+    """The overrides that change what is trained, as typed (without the ``++`` attnflow-train
+    adds): no hydra.*, paths.*, experiment=, logger choices or fields, ...."""
+    out = []
+    for item in overrides or ():
+        key = _key(item)
+        if any(key == n or key.startswith((n + ".", n + "/")) for n in NOISE):
+            continue
+        out.append(item.lstrip("+"))
+    return out
+
+
+def _hydra_info(cfg: Any) -> Optional[dict]:
+    """{choices, overrides, multirun, sweep_dir} from the running Hydra app, or from the ``hydra``
+    node of a config composed with ``return_hydra_config``; None outside Hydra."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        hc = HydraConfig.get()
+    elif hasattr(cfg, "get") and cfg.get("hydra") is not None:
+        hc = cfg["hydra"]
+    else:
+        return None
+    mode = hc.get("mode")
+    return {"choices": dict(hc.runtime.choices), "overrides": list(hc.overrides.task),
+            "multirun": getattr(mode, "name", mode) == "MULTIRUN", "sweep_dir": hc.sweep.dir}
+
+
+def sweep_group(label: str, sweep_dir: str) -> str:
+    """A multirun's W&B group: its label (search config or experiment) and the sweep folder's
+    last two parts, e.g. 'default 2025-01-31/12-00-00-123456' (a fixed folder named like the
+    label, 'multirun/gat_cora_optuna', gives just the label, so a continued study stays one group)."""
+    parts = [p for p in Path(str(sweep_dir)).parts[-2:] if p not in ("multirun", label)]
+    return " ".join([label, "/".join(parts)]).strip()
+
+
+def _check_identity(run: Any, tags: Any) -> None:
+    if run is not None and not isinstance(run, Mapping):
+        raise ConfigError(f"'run' must be a mapping with the fields {', '.join(RUN_FIELDS)}, got {run!r}")
+    for key, value in (run or {}).items():
+        if key not in RUN_FIELDS:
+            raise ConfigError(f"run has no field '{key}' (at 'run.{key}'); fields: "
+                              + "; ".join(f"{k}: {v}" for k, v in RUN_FIELDS.items())
+                              + f".{_suggest(str(key), RUN_FIELDS)}")
+        if key == "overrides":
+            ok = value is None or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+        else:
+            ok = value is None or isinstance(value, str)
+        if not ok:
+            kind = "a list of strings" if key == "overrides" else "a string"
+            raise ConfigError(f"run.{key} (at 'run.{key}') must be {kind} or null, got {value!r}")
+    if not isinstance(tags, list) or not all(isinstance(t, (str, int, float)) for t in tags):
+        raise ConfigError(f"tags (at 'tags') must be a list of strings, e.g. tags=[baseline,cpu], "
+                          f"got {tags!r}")
+
+
+def run_identity(cfg: Any, resolved: Dict[str, Any], run_dir: Path | str) -> Dict[str, Any]:
+    """``{"run": {experiment, name, group, overrides}, "tags": [...]}`` for the resolved config.
+
+    ``run.*`` fields already set (by the user, or in a saved config being resumed) are kept; the
+    others come from Hydra (the composed ``cfg``'s choices and typed overrides). Outside Hydra
+    (``train(cfg, dir)`` from Python) the experiment is unknown (null) and the name is
+    "<model> on <data>". Raises :class:`ConfigError` for unknown ``run`` fields or bad ``tags``."""
+    run, tags = resolved.get("run"), resolved.get("tags", [])
+    tags = [] if tags is None else tags
+    _check_identity(run, tags)
+    run = {k: (run or {}).get(k) for k in RUN_FIELDS}
+    info = _hydra_info(cfg)
+    if info is not None:
+        if run["experiment"] is None:
+            run["experiment"] = info["choices"].get("experiment") or "default"
+        if run["overrides"] is None:
+            run["overrides"] = typed_overrides(info["overrides"])
+        if run["group"] is None and info["multirun"]:
+            label = info["choices"].get("hparams_search") or run["experiment"]
+            run["group"] = sweep_group(label, info["sweep_dir"])
+    if run["name"] is None:
+        if run["experiment"] is not None:
+            run["name"] = " ".join([run["experiment"], *(run["overrides"] or [])])
+        else:
+            names = [(resolved.get(k) or {}).get("name", "?") for k in ("model", "data")]
+            run["name"] = f"{names[0]} on {names[1]}"
+    return {"run": run, "tags": [str(t) for t in tags]}
+
+
+def logger_identity(resolved: Dict[str, Any]) -> Dict[str, Any]:
+    """What loggers need of the identity: name, group and tags (config tags + experiment)."""
+    run = resolved.get("run") or {}
+    return {"name": run.get("name"), "group": run.get("group"),
+            "tags": _unique([*(resolved.get("tags") or []), run.get("experiment")])}

@@ -1,25 +1,54 @@
-"""Attention heat maps: α as an image with tokens on the axes (matplotlib, no screen needed)."""
+"""Attention pictures (matplotlib, no screen needed) and the dashboard panels tasks hand to loggers.
+
+Every picture has a fixed size in pixels, whatever the lengths it shows: W&B shows the images
+of one key side by side across steps and warns "Images sizes do not match" (and scales them
+badly) when they differ, so fonts shrink instead of figures growing.
+
+- :func:`attention_figure`: α of a sequence-to-sequence model (rows: output tokens, columns:
+  source tokens), as in Bahdanau et al. 2015, Fig. 3;
+- :func:`document_figure`: a document's word and sentence weights (HAN, Yang et al. 2016, Fig. 5:
+  red sentence bars, blue words);
+- :func:`neighbourhood_figure`: a graph node's neighbours and their α per head and layer (GAT,
+  Veličković et al. 2018, eq. 3).
+
+Panels (:func:`image_panel`, :func:`html_panel`, :func:`table_panel`) are plain dicts that
+:class:`attnflow.callbacks.AttentionMaps` turns into W&B images / HTML / tables and TensorBoard
+images / text.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
+
+DPI = 100
+HEATMAP_SIZE = (6.4, 6.4)      # inches: 640 × 640 pixels at DPI
+DOCUMENT_SIZE = (12.0, 6.0)    # 1200 × 600
+NEIGHBOURHOOD_SIZE = (9.0, 5.0)  # 900 × 500
+
+
+def _fontsize(n: int, room: float = 220.0, lo: float = 4.0, hi: float = 10.0) -> float:
+    """A tick font size that fits ``n`` labels along an axis of a fixed-size figure."""
+    return float(np.clip(room / max(n, 1), lo, hi))
 
 
 def attention_figure(weights: torch.Tensor, source: Sequence[str], output: Sequence[str],
-                     title: str = ""):
-    """A figure of α (rows: output tokens, columns: source tokens), darker = more weight."""
+                     title: str = "", figsize=HEATMAP_SIZE):
+    """A figure of α (rows: output tokens, columns: source tokens), darker = more weight; always
+    ``figsize`` (default 640 × 640 pixels), labels shrinking with the lengths."""
     w = weights.detach().float().cpu().numpy()
-    fig, ax = plt.subplots(figsize=(0.35 * len(source) + 2, 0.35 * len(output) + 1.5))
-    im = ax.imshow(w, cmap="Greys", vmin=0.0, vmax=1.0, aspect="auto")
-    ax.set_xticks(range(len(source)), labels=list(source), rotation=90)
-    ax.set_yticks(range(len(output)), labels=list(output))
+    fig, ax = plt.subplots(figsize=figsize, dpi=DPI)
+    im = ax.imshow(w, cmap="Greys", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
+    ax.set_xticks(range(len(source)), labels=list(source), rotation=90,
+                  fontsize=_fontsize(len(source)))
+    ax.set_yticks(range(len(output)), labels=list(output), fontsize=_fontsize(len(output)))
     ax.set_xlabel("source")
     ax.set_ylabel("output")
     if title:
@@ -33,6 +62,104 @@ def save_attention_png(path: Path, weights: torch.Tensor, source: Sequence[str],
                        output: Sequence[str], title: str = "") -> Path:
     fig = attention_figure(weights, source, output, title)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return path
+
+
+def figure_to_array(fig) -> np.ndarray:
+    """The figure's pixels (H, W, 3) uint8, exactly figsize × dpi; the figure is closed."""
+    fig.canvas.draw()
+    img = np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
+    plt.close(fig)
+    return img
+
+
+# -- documents -------------------------------------------------------------------------------------
+def document_figure(sentences: Sequence[Sequence[str]], word_weights: Sequence[Sequence[float]],
+                    sent_weights: Optional[Sequence[float]], title: str = "",
+                    max_sentences: int = 12, max_words: int = 20, figsize=DOCUMENT_SIZE):
+    """A document's attention as a picture: one row per sentence, its words in cells shaded blue
+    by word weight × √(sentence weight) relative to the document's maximum (Yang et al. 2016,
+    Fig. 5), and a red bar per sentence for its weight. Long documents show the
+    ``max_sentences`` heaviest sentences (in document order), long sentences the ``max_words``
+    words around their heaviest word."""
+    n = len(sentences)
+    sw = np.asarray(sent_weights if sent_weights is not None else [1.0] * n, dtype=float)
+    heaviest = np.asarray([max(map(float, w[:len(s)]), default=0.0)
+                           for s, w in zip(sentences, word_weights)], dtype=float)
+    score = sw * np.sqrt(np.maximum(heaviest, 0.0)) if sent_weights is not None else heaviest
+    rows = np.sort(np.argsort(-score, kind="stable")[:max_sentences]) if n else np.zeros(0, int)
+    grid = np.full((max(len(rows), 1), max_words), np.nan)  # nan: no word there (drawn white)
+    words = []
+    for r, i in enumerate(rows):  # drawing only: at most max_sentences rows
+        w = np.asarray(word_weights[i][: len(sentences[i])], dtype=float)
+        start = int(np.clip(np.argmax(w) - max_words // 2, 0, max(len(w) - max_words, 0))) if len(w) else 0
+        grid[r, : len(w[start:start + max_words])] = w[start:start + max_words] * np.sqrt(max(sw[i], 0.0))
+        words.append(list(sentences[i][start:start + max_words]))
+    grid = grid / max(np.nanmax(grid, initial=0.0), 1e-12)
+    fig, (bar, ax) = plt.subplots(1, 2, figsize=figsize, dpi=DPI,
+                                  gridspec_kw={"width_ratios": [1, 30], "wspace": 0.02})
+    bar.imshow((sw[rows] / max(sw.max(), 1e-12))[:, None] if len(rows) else np.zeros((1, 1)),
+               cmap="Reds", vmin=0, vmax=1, aspect="auto")
+    bar.set_xticks([])
+    bar.set_yticks(range(len(rows)), labels=[f"s{i + 1} {sw[i]:.2f}" if sent_weights is not None
+                                             else f"s{i + 1}" for i in rows], fontsize=7)
+    blues = matplotlib.colormaps["Blues"].with_extremes(bad="white")
+    ax.imshow(grid, cmap=blues, vmin=0, vmax=1.25, aspect="auto")  # 1.25: text stays legible
+    for r, row in enumerate(words):
+        for c, word in enumerate(row):
+            ax.text(c, r, word if len(word) <= 10 else word[:9] + "…", ha="center", va="center",
+                    fontsize=6.5, color="white" if grid[r, c] > 0.7 else "black")
+    if not len(rows):
+        ax.text(max_words / 2, 0, "(empty document)", ha="center", va="center")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.set_title(title, fontsize=9)
+    fig.subplots_adjust(left=0.08, right=0.99, top=0.93, bottom=0.02)
+    return fig
+
+
+# -- graphs ---------------------------------------------------------------------------------------
+def neighbourhood_figure(alphas: Sequence[np.ndarray], labels: Sequence[str], title: str = "",
+                         figsize=NEIGHBOURHOOD_SIZE):
+    """One node's attention over its neighbours: per layer a (heads × neighbours) heat map of
+    α_tj (Veličković et al. 2018, eq. 3); ``alphas[l]`` is (K, J_l), ``labels`` the K neighbours.
+    The colour scale runs from 0 to the largest α shown (the colour bar says how large)."""
+    if not len(labels):  # an isolated node (a model without self-loops)
+        fig, ax = plt.subplots(figsize=figsize, dpi=DPI)
+        ax.axis("off")
+        ax.text(0.5, 0.5, "no incoming edges", ha="center", va="center")
+        fig.suptitle(title, fontsize=9)
+        return fig
+    heights = [max(a.shape[1], 1) for a in alphas]
+    top = max([float(np.max(a)) for a in alphas if np.size(a)] + [1e-6])  # many neighbours: small α
+    fig, axes = plt.subplots(len(alphas), 1, figsize=figsize, dpi=DPI, squeeze=False,
+                             gridspec_kw={"height_ratios": heights}, layout="constrained")
+    for layer, (ax, a) in enumerate(zip(axes[:, 0], alphas)):
+        im = ax.imshow(np.asarray(a, dtype=float).T, cmap="viridis", vmin=0.0, vmax=top,
+                       aspect="auto", interpolation="nearest")
+        ax.set_yticks(range(a.shape[1]), labels=[f"h{j + 1}" for j in range(a.shape[1])],
+                      fontsize=_fontsize(a.shape[1], 60, 4, 8))
+        ax.set_ylabel(f"layer {layer + 1}", fontsize=8)
+        last = layer == len(alphas) - 1
+        ax.set_xticks(range(len(labels)), labels=list(labels) if last else [], rotation=90,
+                      fontsize=_fontsize(len(labels), 180, 4, 8))
+    fig.colorbar(im, ax=axes[:, 0].tolist(), fraction=0.03, pad=0.01, label="α")
+    fig.suptitle(title, fontsize=9)
+    return fig
+
+
+# -- panels: what a task's ``dashboard(batch)`` returns ------------------------------------------------
+def image_panel(key: str, fig, caption: str = "", file: Optional[str] = None) -> dict:
+    """An image logged under ``key`` (one W&B panel per key); ``file``: also written to the run's
+    ``attention/`` folder when training ends."""
+    return {"kind": "image", "key": key, "image": figure_to_array(fig), "caption": caption, "file": file}
+
+
+def html_panel(key: str, html: str) -> dict:
+    return {"kind": "html", "key": key, "html": html}
+
+
+def table_panel(key: str, columns: Sequence[str], rows: Sequence[Sequence]) -> dict:
+    return {"kind": "table", "key": key, "columns": list(columns), "rows": [list(r) for r in rows]}

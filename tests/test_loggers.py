@@ -1,14 +1,21 @@
-"""Loggers: CSV (default), TensorBoard, W&B offline — config, metrics and attention maps logged;
-one W&B run per training run, finished even when training fails."""
+"""Loggers: CSV (default), TensorBoard, W&B offline, several at once — config, metrics and
+attention maps logged; the logger config's shape and its errors; run names, groups and tags; one
+W&B run per training run (and per multirun job), finished even when training fails."""
 
 from __future__ import annotations
 
-import os
+import json
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
+from PIL import Image
 
-from attnflow.run import train
+from attnflow.loggers import (build_loggers, run_identity, sweep_group, typed_overrides,
+                              validate_loggers)
+from attnflow.registry import ConfigError
+from attnflow.run import resolve_config, train
 from support import FAST, compose_cfg
 
 SHORT = [*FAST, "trainer.limit_train_batches=2", "trainer.limit_val_batches=1",
@@ -32,7 +39,10 @@ def test_tensorboard_logger_writes_events_with_images(tmp_path):
     acc = EventAccumulator(str(tmp_path / "tensorboard" / "version_0"), size_guidance={"images": 0})
     acc.Reload()
     assert "train/loss" in acc.Tags()["scalars"]
-    assert "val/attention/0" in acc.Tags()["images"]
+    assert sorted(acc.Tags()["images"]) == ["val/attention/0", "val/attention/1"]
+    # the two examples have different lengths; their heat maps have one size
+    sizes = {(e.width, e.height) for tag in acc.Tags()["images"] for e in acc.Images(tag)}
+    assert len(sizes) == 1, sizes
 
 
 @pytest.fixture
@@ -44,19 +54,75 @@ def wandb_env(monkeypatch, tmp_path):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
 
 
-def test_wandb_runs_offline_by_default_and_logs_config_metrics_images(tmp_path, wandb_env):
+def _wandb_run(run_dir: Path) -> Path:
+    runs = list((run_dir / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def _wandb_log(run: Path) -> bytes:
+    """The offline run's transaction log: config records, history, run name, group, tags."""
     import wandb
 
-    train(compose_cfg(["logger=wandb", *SHORT]), tmp_path / "run")
+    wandb.teardown()  # a finished run's log is written by W&B's service, asynchronously
+    return b"".join(p.read_bytes() for p in run.glob("*.wandb"))
+
+
+def test_csv_and_wandb_at_once_offline_by_default_with_name_tags_images_and_translations(
+        tmp_path, wandb_env):
+    import wandb
+
+    # several loggers at once; the translation task on the reverse data (heat maps + a table)
+    cfg = compose_cfg(["logger=[csv,wandb,tensorboard]", "task=translation", "task.optim.lr=0.002",
+                       "tags=[smoke,cpu]", *SHORT, "test=false"], return_hydra_config=True)
+    train(cfg, tmp_path / "run")
     assert wandb.run is None  # finished
-    runs = list((tmp_path / "run" / "wandb").glob("offline-run-*"))
-    assert len(runs) == 1, runs
-    # the offline run's transaction log holds the config records and the metric history
-    log = b"".join(p.read_bytes() for p in runs[0].glob("*.wandb"))
-    for text in [b"rnn_attention", b"additive", b"val/seq_acc", b"train/loss", b"val/attention"]:
+    header = (tmp_path / "run" / "csv" / "version_0" / "metrics.csv").read_text().splitlines()[0]
+    assert "train/loss" in header and "val/bleu" in header
+    run = _wandb_run(tmp_path / "run")
+    log = _wandb_log(run)
+    for text in [b"rnn_attention", b"additive", b"val/seq_acc", b"train/loss", b"val/bleu",
+                 b"val/attention/0", b"val/attention/1", b"val/translations"]:
         assert text in log, text
-    media = list((runs[0] / "files" / "media" / "images").rglob("*.png"))
-    assert len(media) >= 2, "attention heat maps were not logged as images"
+    # the run is named from the experiment and the overrides typed; tags: the list + experiment
+    assert b"default task=translation task.optim.lr=0.002 data.train_size=256" in log
+    for tag in (b"smoke", b"cpu", b"default"):
+        assert tag in log, tag
+    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert saved["run"]["experiment"] == "default" and saved["tags"] == ["smoke", "cpu"]
+    assert saved["run"]["overrides"][:2] == ["task=translation", "task.optim.lr=0.002"]
+    assert b'"experiment":"default"' in log.replace(b" ", b"")  # the logged config carries it
+    # one image key per example, every image of one size
+    images = run / "files" / "media" / "images" / "val" / "attention"
+    per_key = {p.name.split("_")[0] for p in images.glob("*.png")}
+    assert per_key == {"0", "1"}, per_key
+    assert len({Image.open(p).size for p in images.glob("*.png")}) == 1
+    # sample translations: a wandb.Table of source / reference / hypothesis
+    tables = list((run / "files" / "media" / "table").rglob("translations*.table.json"))
+    assert tables
+    table = json.loads(tables[0].read_text())
+    assert table["columns"] == ["source", "reference", "hypothesis"] and len(table["data"]) == 2
+    # reverse data: the reference is the source reversed
+    for source, reference, _ in table["data"]:
+        assert reference.split() == source.split()[::-1]
+    # TensorBoard: the same table as Markdown text
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tmp_path / "run" / "tensorboard" / "version_0"))
+    acc.Reload()
+    text = acc.Tensors("val/translations/text_summary")[-1].tensor_proto.string_val[0].decode()
+    assert text.startswith("| source | reference | hypothesis |") and table["data"][0][0] in text
+
+
+def test_no_pictures_with_zero_examples(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    train(compose_cfg(["logger=tensorboard", *SHORT, "callbacks.attention_maps.examples=0",
+                       "test=false"]), tmp_path)
+    acc = EventAccumulator(str(tmp_path / "tensorboard" / "version_0"), size_guidance={"images": 0})
+    acc.Reload()
+    assert "val/loss" in acc.Tags()["scalars"] and acc.Tags()["images"] == []
+    assert not (tmp_path / "attention").exists()
 
 
 def test_wandb_run_is_finished_when_training_fails(tmp_path, wandb_env, monkeypatch):
@@ -73,3 +139,114 @@ def test_wandb_run_is_finished_when_training_fails(tmp_path, wandb_env, monkeypa
     assert wandb.run is None
     assert not (tmp_path / "run" / "metrics.json").exists()
     assert len(list((tmp_path / "run" / "wandb").glob("offline-run-*"))) == 1
+
+
+# -- the logger config: a mapping from logger name to fields ----------------------------------------
+def test_logger_choices_compose_to_a_mapping_of_loggers(tmp_path):
+    def loggers(*overrides):
+        return resolve_config(compose_cfg([*overrides, *FAST]))["logger"]
+
+    assert loggers() == {"csv": {}}
+    assert loggers("logger=none") == {}
+    assert build_loggers(loggers("logger=none"), tmp_path) == []
+    both = loggers("logger=[csv,wandb]", "logger.wandb.project=p", "logger.wandb.run_id=abc")
+    assert list(both) == ["csv", "wandb"]
+    assert both["wandb"]["project"] == "p" and both["wandb"]["run_id"] == "abc"
+    assert validate_loggers(both)["wandb"]["mode"] is None  # constructor defaults filled in
+    built = build_loggers({"tensorboard": {}, "csv": {}}, tmp_path)
+    assert [type(lg).__name__ for lg in built] == ["TensorBoardLogger", "CSVLogger"]
+
+
+@pytest.mark.parametrize("override, message", [
+    ("logger.wandb.projetc=x", r"logger 'wandb' has no field 'projetc' \(at 'logger.wandb.projetc'\).*"
+                               r"Did you mean 'project'"),
+    ("logger.tensorbord.x=1", r"unknown logger 'tensorbord' at 'logger.tensorbord'.*Registered "
+                              r"loggers: csv, none, tensorboard, wandb.*Did you mean 'tensorboard'"),
+    ("logger.wandb.mode=sometimes", r"logger.wandb.mode must be one of offline, online, disabled"),
+    ("logger.wandb.name=x", r"no field 'name' \(at 'logger.wandb.name'\).*run.name"),
+    ("logger.csv=3", r"'logger.csv' must be a mapping"),
+])
+def test_bad_logger_configs_are_refused_naming_the_path(override, message):
+    with pytest.raises(ConfigError, match=message):
+        resolve_config(compose_cfg([override]))
+
+
+def test_old_logger_layout_is_refused_with_the_new_one_and_upgraded_from_checkpoints():
+    from attnflow.checkpoints import upgrade_config
+    from attnflow.run import validate_config
+
+    old = resolve_config(compose_cfg([]))
+    old["logger"] = {"name": "wandb", "project": "p"}
+    with pytest.raises(ConfigError, match=r"old layout.*logger: \{wandb: \{\}\}"):
+        validate_config(old)
+    new = upgrade_config(old)
+    assert new["logger"] == {"wandb": {"project": "p"}}
+    validate_config(new)
+    assert upgrade_config({"logger": {"name": "none"}})["logger"] == {}
+    assert upgrade_config({"logger": {"csv": {}}})["logger"] == {"csv": {}}  # today's: unchanged
+
+
+# -- run identity -----------------------------------------------------------------------------------
+def test_run_name_from_experiment_and_typed_overrides():
+    cfg = compose_cfg(["experiment=gat_synthetic", "scorer=dot", "task.optim.lr=0.01", "logger=csv",
+                       "hydra.run.dir=/x", "paths.data_dir=/d", "tags=[a,b]"],
+                      return_hydra_config=True)
+    ident = run_identity(cfg, resolve_config(cfg), "/x")
+    assert ident["run"] == {"experiment": "gat_synthetic", "name": "gat_synthetic scorer=dot task.optim.lr=0.01",
+                            "group": None, "overrides": ["scorer=dot", "task.optim.lr=0.01"]}
+    assert ident["tags"] == ["a", "b"]
+    assert typed_overrides(["++model.heads=2", "hydra/launcher=joblib", "logger.wandb.project=p",
+                            "~callbacks.early_stopping", "callbacks.progress_bar=none"]) == [
+        "model.heads=2", "~callbacks.early_stopping"]
+    # set explicitly (or kept from a saved config): kept
+    cfg = compose_cfg(["run.name=mine", "run.experiment=exp"], return_hydra_config=True)
+    assert run_identity(cfg, resolve_config(cfg), "/x")["run"]["name"] == "mine"
+    cfg = compose_cfg(["run.experiment=exp", "scorer=dot"], return_hydra_config=True)
+    assert run_identity(cfg, resolve_config(cfg), "/x")["run"]["name"] == "exp scorer=dot"
+    # outside Hydra: the experiment is unknown; the name says what is trained
+    plain = compose_cfg([])
+    assert run_identity(plain, resolve_config(plain), "/x")["run"] == {
+        "experiment": None, "name": "seq2seq on reverse", "group": None, "overrides": None}
+    with pytest.raises(ConfigError, match=r"run has no field 'nam' \(at 'run.nam'\).*Did you mean 'name'"):
+        run_identity(plain, {**resolve_config(plain), "run": {"nam": "x"}}, "/x")
+    with pytest.raises(ConfigError, match=r"tags \(at 'tags'\) must be a list of strings"):
+        run_identity(plain, {**resolve_config(plain), "tags": "a"}, "/x")
+
+
+def test_multirun_jobs_share_a_group_named_after_the_sweep():
+    cfg = compose_cfg(["scorer=dot"], return_hydra_config=True)
+    cfg.hydra.mode = "MULTIRUN"
+    cfg.hydra.sweep.dir = "outputs/multirun/2025-01-31/12-00-00-000001"
+    ident = run_identity(cfg, resolve_config(cfg), "/x")
+    assert ident["run"]["group"] == "default 2025-01-31/12-00-00-000001"
+    assert ident["run"]["name"] == "default scorer=dot"
+    # a fixed sweep folder named like the search (a continued Optuna study): one group
+    assert sweep_group("gat_cora_optuna", "outputs/multirun/gat_cora_optuna") == "gat_cora_optuna"
+
+
+def test_a_multirun_makes_one_named_wandb_run_per_job_in_one_group(tmp_path, wandb_env, monkeypatch):
+    from attnflow.train import main
+
+    sweep = tmp_path / "sweep"
+    # attnflow-train -m, in this process (Hydra's basic launcher runs the jobs one after another)
+    monkeypatch.setattr(sys, "argv", [
+        "attnflow-train", "-m", "logger=wandb", "scorer=dot,general", *FAST,
+        "trainer.limit_train_batches=1", "trainer.limit_val_batches=1", "test=false",
+        "callbacks.attention_maps.examples=1", "trainer.enable_model_summary=false",
+        f"hydra.sweep.dir={sweep}", "hydra/job_logging=none", "hydra/hydra_logging=none"])
+    try:
+        main()
+    finally:  # later tests run outside Hydra, whatever happened
+        from hydra.core.global_hydra import GlobalHydra
+        from hydra.core.hydra_config import HydraConfig
+
+        HydraConfig.instance().cfg = None
+        GlobalHydra.instance().clear()
+    logs = [_wandb_log(_wandb_run(sweep / str(job))) for job in (0, 1)]
+    group = f"default {sweep.parent.name}/sweep".encode()
+    assert all(group in log for log in logs)
+    assert b"default scorer=dot data.train_size=256" in logs[0]
+    assert b"default scorer=general data.train_size=256" in logs[1]
+    for job in (0, 1):  # the job's config.yaml carries the same identity
+        saved = yaml.safe_load((sweep / str(job) / "config.yaml").read_text())
+        assert saved["run"]["group"] == group.decode()

@@ -1,0 +1,26 @@
+"""Choosing the validation examples that dashboards show: spread across labels.
+
+Data files are often sorted by label (the IMDB dev file: all negative reviews first), so "the
+first n" would show one class only. :func:`spread_over_labels` takes them round-robin over the
+labels instead: the first item of each label (in label order), then the second of each, ...
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+
+def spread_over_labels(labels: Sequence[int] | torch.Tensor, n: int) -> torch.Tensor:
+    """Indices of ``n`` items (fewer if there are fewer) taken round-robin over the labels, each
+    label's items in their order: e.g. labels [0, 0, 0, 1, 1] and n = 3 give [0, 3, 1]."""
+    labels = torch.as_tensor(labels).flatten()
+    if n <= 0 or labels.numel() == 0:
+        return torch.zeros(0, dtype=torch.long)
+    order = torch.argsort(labels, stable=True)                     # grouped by label, stable
+    grouped = labels[order]
+    rank = torch.arange(len(grouped)) - torch.searchsorted(grouped, grouped)  # place in its label
+    _, label_index = torch.unique(grouped, return_inverse=True)
+    key = rank * (int(label_index.max()) + 1) + label_index        # by rank, then label
+    return order[torch.argsort(key, stable=True)][:n]

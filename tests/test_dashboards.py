@@ -1,0 +1,208 @@
+"""Attention dashboards of every task family in W&B (offline) and TensorBoard: HAN's word and
+sentence weights (images of one size + the HTML rendering), self-attention, GAT's neighbourhood
+heat maps and the embedding picture with its class legend; validation examples across labels."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+
+import pytest
+import torch
+from PIL import Image
+
+from attnflow.data.documents import DocumentDataModule
+from attnflow.data.examples import spread_over_labels
+from attnflow.data.synthetic_graph import SyntheticGraphDataModule
+from attnflow.registry import DATA, MODELS, TASKS
+from attnflow.run import resolve_config, train
+from support import compose_cfg
+
+QUIET = ["trainer.accelerator=cpu", "callbacks.progress_bar=none", "trainer.max_epochs=1",
+         "trainer.enable_model_summary=false", "trainer.num_sanity_val_steps=0"]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # small RNN/scatter steps on a busy 2-core machine
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def wandb_env(monkeypatch, tmp_path):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb_config"))
+    monkeypatch.setenv("WANDB_CACHE_DIR", str(tmp_path / "wandb_cache"))
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+
+
+# a tiny corpus sorted by label, as the IMDB dev file is
+NEGATIVE = ["Bad film. Awful acting and a boring plot.", "Terrible. I hated it. Worst film ever.",
+            "Boring and bad. The plot was awful.", "A waste of time. Bad, bad, bad."]
+POSITIVE = ["Great film. I loved the acting.", "Wonderful! A moving and brilliant plot.",
+            "Loved it. Great acting, great story.", "Brilliant film. Wonderful and moving."]
+
+
+def _documents(path):
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        for label, texts in ((0, NEGATIVE), (1, POSITIVE)):
+            for t in texts:
+                f.write(json.dumps({"text": t, "label": label}) + "\n")
+    return path
+
+
+def _tiny_docs(tmp_path, *overrides):
+    docs = _documents(tmp_path / "docs.jsonl.gz")
+    return [f"data.train_path={docs}", f"data.val_path={docs}", f"data.test_path={tmp_path}/none",
+            "data.min_freq=1", "data.batch_size=4", "model.embed_dim=8", *overrides]
+
+
+def _tensorboard(run_dir):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(next((run_dir / "tensorboard").glob("version_*"))),
+                           size_guidance={"images": 0})
+    acc.Reload()
+    return acc
+
+
+def _wandb_run(run_dir):
+    runs = list((run_dir / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+# -- examples across labels ------------------------------------------------------------------------
+def test_examples_are_taken_round_robin_over_labels():
+    labels = torch.tensor([0, 0, 0, 0, 1, 1, 2])
+    pick = spread_over_labels(labels, 5)
+    assert pick.tolist() == [0, 4, 6, 1, 5]
+    assert spread_over_labels(labels, 0).numel() == 0
+    assert sorted(spread_over_labels(labels, 100).tolist()) == list(range(7))  # each once
+
+
+def test_document_examples_come_from_both_labels_of_a_sorted_file(tmp_path):
+    path = _documents(tmp_path / "docs.jsonl.gz")
+    dm = DocumentDataModule(train_path=str(path), val_path=str(path), min_freq=1)
+    assert dm.example_batch(4)["labels"].tolist() == [0, 1, 0, 1]  # the file: 4 × 0, then 4 × 1
+
+
+def test_graph_examples_are_validation_nodes_of_different_classes():
+    dm = SyntheticGraphDataModule(num_nodes=80, num_classes=4, seed=3)
+    data = dm.full_graph()
+    batch = dm.example_batch(4)
+    nodes = batch["nodes"]
+    assert batch["graph"] is data and len(nodes) == 4
+    assert bool(data.val_mask[nodes].all())
+    assert sorted(data.y[nodes].tolist()) == sorted(set(data.y[data.val_mask].tolist()))[:4]
+
+
+# -- documents ---------------------------------------------------------------------------------------
+def test_han_run_logs_word_and_sentence_weights_to_wandb_and_tensorboard(tmp_path, wandb_env):
+    cfg = compose_cfg(["experiment=han_imdb", *_tiny_docs(tmp_path), "model.word_encoder.hidden_dim=4",
+                       "model.sentence_encoder.hidden_dim=4", "pooling.dim=4", *QUIET,
+                       "logger=[wandb,tensorboard]", "task.renderings=0",
+                       "callbacks.attention_maps.examples=2"])
+    train(cfg, tmp_path / "run")
+    acc = _tensorboard(tmp_path / "run")
+    tags = sorted(acc.Tags()["images"])
+    assert tags == ["val/attention/0", "val/attention/1"], tags
+    assert len({(e.width, e.height) for t in tags for e in acc.Images(t)}) == 1
+    run = _wandb_run(tmp_path / "run")
+    import wandb
+
+    wandb.teardown()  # a finished run's log is written by W&B's service, asynchronously
+    log = b"".join(p.read_bytes() for p in run.glob("*.wandb"))
+    # captions name the true class: the examples alternate between the two labels
+    captions = re.findall(rb"true ([01]) \xc2\xb7 predicted", log)
+    assert set(captions) == {b"0", b"1"}, captions
+    images = list((run / "files" / "media" / "images" / "val" / "attention").glob("*.png"))
+    assert {p.name.split("_")[0] for p in images} == {"0", "1"}
+    assert len({Image.open(p).size for p in images}) == 1
+    html = list((run / "files" / "media" / "html").rglob("attention_html*.html"))
+    assert html, "no W&B HTML panel"
+    text = html[0].read_text()
+    # word weights in blue, sentence weights in red, the documents' words in it
+    assert "rgba(30,90,220" in text and "rgba(220,30,30" in text and "loved" in text and "boring" in text
+    files = sorted(p.name for p in (tmp_path / "run" / "attention").glob("*.png"))
+    assert files == ["val_document_0.png", "val_document_1.png"]
+
+
+def test_self_attentive_dashboard_has_word_weights_and_html(tmp_path):
+    cfg = resolve_config(compose_cfg(["experiment=self_attentive_imdb", *_tiny_docs(tmp_path)]))
+    dm = DATA.build(cfg["data"], path="data")
+    task = TASKS.build(cfg["task"], MODELS.build(cfg["model"], path="model", **dm.model_context()),
+                       path="task", **dm.task_context())
+    panels = task.dashboard(dm.example_batch(2))
+    assert [p["key"] for p in panels] == ["val/attention/0", "val/attention/1", "val/attention_html"]
+    assert panels[0]["image"].shape == panels[1]["image"].shape == (600, 1200, 3)
+    assert "rgba(30,90,220" in panels[2]["html"]
+
+
+# -- graphs ------------------------------------------------------------------------------------------
+def test_gat_run_logs_neighbourhood_maps_and_embedding_each_validation(tmp_path, wandb_env):
+    cfg = compose_cfg(["experiment=gat_synthetic", "data.num_nodes=80", *QUIET,
+                       "callbacks.attention_maps.every_n_epochs=1", "logger=[wandb,tensorboard]",
+                       "test=false"])
+    train(cfg, tmp_path / "run")
+    data = SyntheticGraphDataModule(num_nodes=80, seed=1234).full_graph()  # the run's graph
+    acc = _tensorboard(tmp_path / "run")
+    node_tags = [t for t in acc.Tags()["images"] if t.startswith("val/attention/node_")]
+    nodes = [int(t.rsplit("_", 1)[1]) for t in node_tags]
+    assert len(nodes) == 4 and bool(data.val_mask[nodes].all())
+    assert len(set(data.y[nodes].tolist())) == 4  # one node of each of the 4 classes
+    # every validation (the epoch's and the final one), every picture of one size
+    assert all(len(acc.Images(t)) == 2 for t in node_tags)
+    assert len({(e.width, e.height) for t in node_tags for e in acc.Images(t)}) == 1
+    assert len(acc.Images("graph/embedding")) >= 2
+    run = _wandb_run(tmp_path / "run")
+    media = run / "files" / "media" / "images"
+    assert {p.name.rsplit("_", 2)[0] for p in (media / "val" / "attention").glob("*.png")} == {
+        f"node_{n}" for n in nodes}
+    assert list((media / "graph").glob("embedding_*.png"))
+    files = sorted(p.name for p in (tmp_path / "run" / "attention").glob("*.png"))
+    assert files == sorted(["graph_embedding.png", *(f"val_node_{n}.png" for n in nodes)])
+
+
+def test_neighbourhoods_gather_each_nodes_incoming_alpha():
+    from attnflow.graph_viz import neighbourhoods
+
+    # edges j -> t; two layers with 2 and 1 heads
+    ei = torch.tensor([[0, 1, 2, 3, 2], [2, 2, 2, 2, 0]])
+    a1 = torch.tensor([[.1, .2], [.2, .3], [.3, .4], [.4, .1], [1., 1.]])
+    a2 = torch.tensor([[.5], [.1], [.2], [.2], [1.]])
+    (nbrs, alphas), = neighbourhoods([(ei, a1), (ei, a2)], torch.tensor([2]))
+    assert nbrs.tolist() == [0, 1, 2, 3]
+    assert torch.equal(alphas[0], a1[:4]) and torch.equal(alphas[1], a2[:4])
+    (nbrs, alphas), = neighbourhoods([(ei, a1), (ei, a2)], torch.tensor([2]), max_neighbours=2)
+    # mean α over layers and heads: 0 -> .3, 1 -> .2, 2 -> .3, 3 -> .2 (ties: the first)
+    assert nbrs.tolist() == [0, 2] and torch.equal(alphas[1], a2[[0, 2]])
+
+
+def test_embedding_picture_has_a_class_legend():
+    from attnflow.graph_viz import embedding_figure
+
+    fig = embedding_figure(torch.randn(30, 5), torch.arange(30) % 3, torch.tensor([[0, 1], [1, 2]]),
+                           torch.tensor([0.5, 1.0]), class_names=["a", "b", "c"])
+    legend = fig.axes[0].get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == ["a", "b", "c"]
+    assert tuple(fig.get_size_inches() * fig.dpi) == (700, 700)
+
+
+# -- translation ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["bpe", "wordpiece"])
+def test_translation_table_shows_sources_as_text(kind):
+    from attnflow.data.parallel import train_tokenizer
+    from attnflow.tasks.translation import TranslationTask
+
+    lines = ["Ein Mann schläft auf einer Bank.", "Zwei Hunde spielen im Schnee, und ein Kind lacht."] * 20
+    tok = train_tokenizer(kind, lines, 60)  # small: words come in several subwords
+    itos = [tok.id_to_token(i) for i in range(tok.get_vocab_size())]
+    task = TranslationTask(torch.nn.Linear(1, 1), 0, 1, 2, 10, itos, itos)
+    ids = tok.encode(lines[1]).ids
+    assert len(ids) > len(lines[1].split())
+    assert task.source_text([1, *ids, 2, 0, 0]) == lines[1]
