@@ -16,6 +16,8 @@ Empty sentences are dropped; an empty document (no words after cleaning) is kept
 sentences and the models pool it to a zero vector. Labels are mapped to class indices in sorted
 order of their values (IMDB ratings 1,2,3,4,7,8,9,10 → classes 0..7); ``class_names`` keeps them.
 The test split is optional: when its file is absent there is no test loader (set ``test=false``).
+A file that is missing, empty, cut short (gzip), not UTF-8 or holds a line that is not a JSON
+object raises :class:`~attnflow.data.errors.DataError` naming the file and the line.
 
 Batch (see :func:`collate_documents`): ``tokens`` (B, S, W) long, ``sent_lengths`` (B, S) words per
 sentence (0 = padding sentence), ``doc_lengths`` (B,) sentences per document, ``labels`` (B,).
@@ -23,7 +25,6 @@ sentence (0 = padding sentence), ``doc_lengths`` (B,) sentences per document, ``
 
 from __future__ import annotations
 
-import gzip
 import html
 import json
 import logging
@@ -39,6 +40,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from attnflow.data.buckets import BucketBatchSampler, trainer_epoch
+from attnflow.data.errors import DataError, numbered_lines
+from attnflow.distributed import eval_sampler
 from attnflow.registry import DATA
 
 log = logging.getLogger(__name__)
@@ -172,27 +175,32 @@ def collate_documents(items: Sequence[tuple]) -> Dict[str, torch.Tensor]:
 
 def read_jsonl(path: Path, text_field: str, label_field: Optional[str], limit: int = 0,
                seed: int = 0):
-    """[(text, label or None)] from a JSON-lines file; clear errors naming file, line and field."""
+    """[(text, label or None)] from a JSON-lines file; clear errors (:class:`DataError`) naming
+    file, line and field: a missing, empty, truncated (gzip) or non-UTF-8 file, a line that is not
+    a JSON object, a missing field. Lines are split on ``\\n`` alone (texts may hold U+2028)."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"data 'documents': file not found: {path}")
-    opener = gzip.open if path.suffix == ".gz" else open
+    owner = "data 'documents'"
     out = []
-    with opener(path, "rt", encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"data 'documents': {path} line {n} is not valid JSON: {err}") from None
-            if text_field not in row:
-                raise ValueError(f"data 'documents': {path} line {n} has no text field "
-                                 f"'{text_field}' (fields: {', '.join(row)}); set data.text_field")
-            if label_field is not None and label_field not in row:
-                raise ValueError(f"data 'documents': {path} line {n} has no label field "
-                                 f"'{label_field}' (fields: {', '.join(row)}); set data.label_field")
-            out.append((row[text_field] or "", row[label_field] if label_field else None))
+    for n, line in numbered_lines(path, owner):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataError(f"{owner}: {path} line {n} is not valid JSON: {err}") from None
+        if not isinstance(row, dict):
+            raise DataError(f"{owner}: {path} line {n} is JSON {type(row).__name__}, not an object "
+                            f"with a '{text_field}' field")
+        if text_field not in row:
+            raise DataError(f"{owner}: {path} line {n} has no text field "
+                            f"'{text_field}' (fields: {', '.join(row)}); set data.text_field")
+        if label_field is not None and label_field not in row:
+            raise DataError(f"{owner}: {path} line {n} has no label field "
+                            f"'{label_field}' (fields: {', '.join(row)}); set data.label_field")
+        out.append((row[text_field] or "", row[label_field] if label_field else None))
+    if not out:
+        raise DataError(f"{owner}: {path} holds no documents (the file is empty or blank); "
+                        f"expected one JSON object per line with a '{text_field}' field")
     if limit and limit < len(out):  # a seeded random subset: files may be sorted by label
         keep = sorted(random.Random(seed).sample(range(len(out)), limit))
         out = [out[i] for i in keep]
@@ -272,14 +280,35 @@ class DocumentDataModule(pl.LightningDataModule):
         path.write_text(json.dumps(self.artifacts()))
         return path
 
+    def setup_evaluation(self, run_dir, artifacts: dict, split: str) -> None:
+        """Only what evaluating a trained run on ``split`` needs (attnflow-eval): the run's
+        vocabulary and classes (``artifacts``: its vocab.json) and that split's file; the training
+        file is not read, and the vocabulary is not rebuilt."""
+        path = self.paths.get(split)
+        if path is None:
+            raise ValueError(f"data 'documents': no {split} file; set data.{split}_path")
+        if not artifacts.get("vocab"):
+            raise ValueError(f"data 'documents': the run has no vocabulary ({Path(run_dir) / 'vocab.json'} "
+                             f"is missing and its checkpoint carries none)")
+        self.vocab = Vocabulary.from_json(artifacts["vocab"])
+        self.label_values = list(artifacts["label_values"])
+        rows = read_jsonl(path, self.text_field, self.label_field)
+        if not rows:
+            raise ValueError(f"data 'documents': {path} holds no documents: nothing to evaluate")
+        tokenized = [tokenize(t, self.vocab.lowercase) for t, _ in rows]
+        labels = self._labels([y for _, y in rows], split)
+        self.splits[split], self.stats[split] = encode_documents(
+            tokenized, labels, self.vocab, self.max_sentences, self.max_words)
+
     # -- data -----------------------------------------------------------------------------
     def _labels(self, raw: List, split: str) -> List[int]:
         index = {v: i for i, v in enumerate(self.label_values)}
         out = []
         for n, v in enumerate(raw):
             if v not in index:
-                raise ValueError(f"data 'documents': {split} document {n + 1} has {self.label_field}="
-                                 f"{v!r}, not seen in training; training values: {self.label_values}")
+                raise DataError(f"data 'documents': {split} document {n + 1} ({self.paths[split]}) has "
+                                f"{self.label_field}={v!r}, not seen in training; training values: "
+                                f"{self.label_values}")
             out.append(index[v])
         return out
 
@@ -297,7 +326,8 @@ class DocumentDataModule(pl.LightningDataModule):
         try:
             self.label_values = sorted({y for _, y in rows["train"]})
         except TypeError:
-            raise ValueError(f"data 'documents': label field '{self.label_field}' mixes types") from None
+            raise DataError(f"data 'documents': label field '{self.label_field}' of "
+                            f"{self.paths['train']} mixes types") from None
         for s, r in rows.items():
             labels = self._labels([y for _, y in r], s)
             self.splits[s], self.stats[s] = encode_documents(
@@ -319,6 +349,7 @@ class DocumentDataModule(pl.LightningDataModule):
                 sizes, self.batch_size, True, self.seed, pool=50, epoch=trainer_epoch(self)),
                               collate_fn=collate_documents, num_workers=self.num_workers)
         return DataLoader(data, batch_size=self.batch_size, shuffle=train, collate_fn=collate_documents,
+                          sampler=None if train else eval_sampler(data),  # DDP: each document once
                           num_workers=self.num_workers)
 
     def train_dataloader(self) -> DataLoader:
@@ -334,10 +365,13 @@ class DocumentDataModule(pl.LightningDataModule):
         return self._loader("test", False)
 
     def example_batch(self, n: int, split: str = "val") -> Dict[str, torch.Tensor]:
-        """The first ``n`` documents of a split, as a batch (for renderings)."""
+        """``n`` documents of a split as a batch (renderings, dashboards), taken across the labels
+        (the first of each label, then the second, ...: files may be sorted by label)."""
+        from attnflow.data.examples import spread_over_labels
+
         self.setup()
         data = self.splits[split]
-        return collate_documents([data[i] for i in range(min(n, len(data)))])
+        return collate_documents([data[i] for i in spread_over_labels(data.labels, n).tolist()])
 
 
 def encode_texts(texts: Sequence[str], vocab: Vocabulary, max_sentences: int, max_words: int):

@@ -159,3 +159,13 @@ class GraphDataModule(pl.LightningDataModule):
     def full_graph(self) -> Data:
         """The whole graph (for pictures and analysis)."""
         return self._graph()
+
+    def example_batch(self, n: int, split: str = "val") -> dict:
+        """``{"graph": the whole graph, "nodes": n node ids of the split}`` for dashboards, the
+        nodes taken across the classes (multi-label: by each node's first class)."""
+        from attnflow.data.examples import spread_over_labels
+
+        data = self._graph()
+        ids = data[f"{split}_mask"].nonzero().flatten()
+        y = data.y[ids]
+        return {"graph": data, "nodes": ids[spread_over_labels(y.argmax(-1) if y.dim() == 2 else y, n)]}

@@ -2,7 +2,9 @@
 
 Files are ``<root>/<split>.<lang>`` or ``<root>/<split>.<lang>.gz`` (Multi30k: train, val,
 test_2016_flickr; en and de), line i of the source file translating line i of the target file.
-Either direction works (``src_lang``/``tgt_lang``). Nothing is downloaded.
+Either direction works (``src_lang``/``tgt_lang``). Nothing is downloaded. A missing, empty or
+cut-short file raises :class:`~attnflow.data.errors.DataError` naming it (and the line); a fresh
+run reads all three splits before any work.
 
 Tokenisation (BPE or WordPiece trained on the training split): HF
 ``tokenizers`` with NFKC normalisation (optionally lower-casing), a Metaspace + punctuation
@@ -23,7 +25,7 @@ little compute goes to padding.
 
 from __future__ import annotations
 
-import gzip
+import os
 from pathlib import Path
 from typing import Dict, List, Literal, Optional, Sequence
 
@@ -32,6 +34,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from attnflow.data.buckets import BucketBatchSampler, trainer_epoch
+from attnflow.data.errors import DataError, DataFileNotFoundError, numbered_lines
+from attnflow.distributed import eval_sampler
 from attnflow.registry import DATA
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
@@ -39,17 +43,16 @@ SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 
 
 def read_lines(path: Path) -> List[str]:
-    """Lines of a plain or gzipped UTF-8 text file, without line ends."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [line.rstrip("\r\n") for line in f]
+    """Lines of a plain or gzipped UTF-8 text file, without line ends; a truncated gzip stream or
+    a file that is not UTF-8 raises :class:`DataError` naming the file and the line."""
+    return [line for _, line in numbered_lines(path, "data 'parallel'")]
 
 
 def find_file(root: Path, stem: str, lang: str) -> Path:
     for name in (f"{stem}.{lang}", f"{stem}.{lang}.gz"):
         if (root / name).is_file():
             return root / name
-    raise FileNotFoundError(
+    raise DataFileNotFoundError(
         f"data 'parallel': missing file {root / f'{stem}.{lang}'}[.gz]. The data root is set by "
         f"paths.data_dir (or $ATTNFLOW_DATA_DIR); expected line-aligned files "
         f"<root>/<split>.<lang>[.gz], e.g. {root}/train.en.gz. Nothing is downloaded.")
@@ -177,14 +180,32 @@ class ParallelDataModule(pl.LightningDataModule):
             raise FileNotFoundError(f"data 'parallel': no tokenizer file {', '.join(missing)}")
         self.src_tok, self.tgt_tok = load_tokenizer(files["src"]), load_tokenizer(files["tgt"])
 
+    def setup_evaluation(self, run_dir, artifacts: dict, split: str) -> None:
+        """Only what evaluating a trained run on ``split`` needs (attnflow-eval): the run's saved
+        tokenizers (``<run_dir>/tokenizer/``) and that split's files; the training files are not
+        read and no tokenizer is trained."""
+        self.load_tokenizers(Path(run_dir) / "tokenizer")
+        src, tgt = self.split_text(split)
+        if not src:
+            raise ValueError(f"data 'parallel': {self.root / self.stems[split]}.{self.src_lang}[.gz] "
+                             f"has no lines: nothing to evaluate")
+        s_ids = [e.ids for e in self.src_tok.encode_batch(src)]
+        t_ids = [e.ids for e in self.tgt_tok.encode_batch(tgt)]
+        self.splits = {s: [] for s in ("train", "val", "test")}  # setup() reads none of them
+        self.splits[split] = [(i, s[: self.max_src_len], t) for i, (s, t) in enumerate(zip(s_ids, t_ids))]
+
     def split_text(self, split: str) -> tuple:
         """(source lines, target lines) of a split as read (after ``max_pairs``), cached."""
         if split not in self.text:
             stem = self.stems[split]
-            src = read_lines(find_file(self.root, stem, self.src_lang))
-            tgt = read_lines(find_file(self.root, stem, self.tgt_lang))
+            files = [find_file(self.root, stem, lang) for lang in (self.src_lang, self.tgt_lang)]
+            src, tgt = (read_lines(f) for f in files)
+            for f, lines in zip(files, (src, tgt)):
+                if not any(line.strip() for line in lines):  # else a run trains on nothing, exit 0
+                    raise DataError(f"data 'parallel': {f} is empty ({len(lines)} lines, none with "
+                                    f"text); the {split} split needs one sentence per line")
             if len(src) != len(tgt):
-                raise ValueError(f"data 'parallel': {stem}.{self.src_lang} has {len(src)} lines "
+                raise DataError(f"data 'parallel': {stem}.{self.src_lang} has {len(src)} lines "
                                  f"but {stem}.{self.tgt_lang} has {len(tgt)}; files must be line-aligned")
             if self.max_pairs:
                 src, tgt = src[: self.max_pairs], tgt[: self.max_pairs]
@@ -199,6 +220,8 @@ class ParallelDataModule(pl.LightningDataModule):
         if folder and all(p.is_file() for p in self.tokenizer_files(folder).values()):
             return self.load_tokenizers(folder)
         src, tgt = self.split_text("train")
+        for split in ("val", "test"):  # a missing, empty or cut file fails now, before any work
+            self.split_text(split)
         if self.shared:
             self.src_tok = self.tgt_tok = train_tokenizer(self.kind, src + tgt, self.vocab, self.lowercase)
         else:
@@ -207,8 +230,12 @@ class ParallelDataModule(pl.LightningDataModule):
         if folder:
             folder.mkdir(parents=True, exist_ok=True)
             files = self.tokenizer_files(folder)
-            self.src_tok.save(str(files["src"]))
-            self.tgt_tok.save(str(files["tgt"]))
+            for tok, path in ((self.src_tok, files["src"]), (self.tgt_tok, files["tgt"])):
+                # atomically: under DDP every rank trains and saves the (same) tokenizers, and a
+                # rank that finds the files loads them; it must never read a half-written one
+                tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+                tok.save(str(tmp))
+                os.replace(tmp, path)
 
     # -- what models and tasks need ----------------------------------------------------------------
     def model_context(self) -> dict:
@@ -253,14 +280,24 @@ class ParallelDataModule(pl.LightningDataModule):
             if split == "train":
                 self.splits[split] = [(i, s, t) for i, (s, t) in enumerate(zip(s_ids, t_ids))
                                       if 0 < len(s) <= self.max_src_len and 0 < len(t) <= self.max_tgt_len]
+                if not self.splits[split]:
+                    raise DataError(
+                        f"data 'parallel': no training pair of {self.root}/{self.stems[split]}."
+                        f"{{{self.src_lang},{self.tgt_lang}}} fits max_src_len={self.max_src_len} and "
+                        f"max_tgt_len={self.max_tgt_len} subwords; raise them")
             else:  # every evaluation pair counts
                 self.splits[split] = [(i, s[: self.max_src_len], t) for i, (s, t) in enumerate(zip(s_ids, t_ids))]
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         self.setup()
         data = self.splits[split]
-        sampler = BucketBatchSampler([len(s) + len(t) / 1000 for _, s, t in data], self.batch_size,
-                                     shuffle, self.seed, epoch=trainer_epoch(self))
+        sizes = [len(s) + len(t) / 1000 for _, s, t in data]
+        if not shuffle and eval_sampler(data) is not None:  # DDP evaluation: each pair once, on
+            # one rank (Lightning's sampler would repeat pairs to even out the ranks)
+            view = [data[i] for i in sorted(range(len(data)), key=sizes.__getitem__)]
+            return DataLoader(view, batch_size=self.batch_size, sampler=eval_sampler(view),
+                              collate_fn=collate, num_workers=self.num_workers)
+        sampler = BucketBatchSampler(sizes, self.batch_size, shuffle, self.seed, epoch=trainer_epoch(self))
         return DataLoader(data, batch_sampler=sampler, collate_fn=collate, num_workers=self.num_workers)
 
     def train_dataloader(self) -> DataLoader:

@@ -7,7 +7,10 @@ ally,graph,test.index}`` — PyG's raw layout, the files of github.com/kimiyoung
 PyG's own reader (``torch_geometric.io.read_planetoid_data``: the CiteSeer isolated-node fix,
 duplicate and self-loop removal). Nothing is downloaded and nothing is written next to the data
 (the data folder may be read-only): the raw files are parsed in memory. The feature matrices are
-pickled SciPy sparse matrices; they are rebuilt with NumPy, so SciPy is not needed.
+pickled SciPy sparse matrices; they are rebuilt with NumPy, so SciPy is not needed. A missing,
+empty, truncated or crafted raw file raises :class:`~attnflow.data.errors.DataError` naming it;
+the row counts of the files of one node set (x/y, allx/ally, tx/ty/test.index) must agree, which
+also catches a ``test.index`` cut at a line end (it parses without error).
 
 Features are row-normalised (each node's features sum to 1), as in the GAT paper's code.
 """
@@ -24,6 +27,7 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
+from attnflow.data.errors import DataError, DataFileNotFoundError
 from attnflow.data.graph import GraphDataModule
 from attnflow.registry import DATA
 
@@ -54,7 +58,8 @@ class _SparseMatrix:
 # what the Planetoid raw files hold: NumPy arrays, SciPy sparse matrices, a defaultdict of lists
 _ALLOWED = {("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "_reconstruct"),
             ("numpy._core.multiarray", "_reconstruct"), ("collections", "defaultdict"),
-            ("builtins", "list"), ("__builtin__", "list"), ("builtins", "dict"), ("__builtin__", "dict")}
+            ("builtins", "list"), ("__builtin__", "list"), ("builtins", "dict"), ("__builtin__", "dict"),
+            ("_codecs", "encode")}  # str → bytes: how Python 3 writes array bytes at protocol 2
 
 
 class _Unpickler(pickle.Unpickler):
@@ -76,9 +81,47 @@ class _PickleShim:  # what torch_geometric.io.planetoid calls as ``pickle.load``
         try:
             return _Unpickler(f, encoding=encoding).load()
         except (pickle.UnpicklingError, EOFError, ValueError) as err:
-            what = str(err) or "the file ends early (truncated or empty)"
-            raise ValueError(f"data 'planetoid': cannot read {getattr(f, 'name', 'a raw file')}: "
-                             f"{what}") from None
+            what = str(err)
+            if isinstance(err, EOFError) or what in ("", "Ran out of input"):
+                what = "the file ends early: it is truncated or empty"
+            elif "truncated" in what:
+                what += " (the file is cut short)"
+            raise DataError(f"data 'planetoid': cannot read {getattr(f, 'name', 'a raw file')}: "
+                            f"{what}") from None
+
+
+# raw files that hold one row per node of the same node set: their row counts must agree
+_SAME_ROWS = [("x", "y"), ("allx", "ally"), ("tx", "ty", "test.index")]
+
+
+def _counting(read_file, folder: Path, key: str):
+    """PyG's ``read_file`` that also checks, when the last file (test.index) is read, that the
+    files of each node set have as many rows: a text file cut at a line end (``test.index``) or an
+    empty one unpickles or parses without error, and PyG would build a wrong graph from it."""
+    rows: dict = {}
+
+    def read(folder_, prefix, name):
+        try:
+            out = read_file(folder_, prefix, name)
+        except (RuntimeError, ValueError) as err:  # test.index: not a column of integers
+            if isinstance(err, DataError):
+                raise
+            raise DataError(f"data 'planetoid': cannot read {folder / f'ind.{key}.{name}'}: {err}") from None
+        if name != "graph":
+            rows[name] = int(out.size(0)) if out.dim() else 0
+        if name == RAW_FILES[-1]:
+            for group in _SAME_ROWS:
+                counts = [rows[n] for n in group]
+                if len(set(counts)) > 1 or 0 in counts:
+                    usual = max(set(counts), key=counts.count)
+                    odd = [n for n, c in zip(group, counts) if c != usual or c == 0]
+                    raise DataError(
+                        f"data 'planetoid': {folder / f'ind.{key}.{odd[0]}'} looks truncated or empty: "
+                        + ", ".join(f"ind.{key}.{n} has {c} rows" for n, c in zip(group, counts))
+                        + " (each must have one row per node of the same set)")
+        return out
+
+    return read
 
 
 def read_planetoid(root: str | Path, name: str) -> Data:
@@ -90,13 +133,14 @@ def read_planetoid(root: str | Path, name: str) -> Data:
     folder = Path(root) / NAMES[key] / "raw"
     missing = [f"ind.{key}.{s}" for s in RAW_FILES if not (folder / f"ind.{key}.{s}").is_file()]
     if missing:
-        raise FileNotFoundError(
+        raise DataFileNotFoundError(
             f"data 'planetoid': {NAMES[key]} is missing from {folder} (data.root={root}): need the "
             f"raw files {', '.join(f'ind.{key}.{s}' for s in RAW_FILES)} (PyG's raw layout, from "
             f"github.com/kimiyoung/planetoid/data); missing: {', '.join(missing)}")
     from torch_geometric.io import planetoid as pyg_planetoid
 
-    with warnings.catch_warnings(), mock.patch.object(pyg_planetoid, "pickle", _PickleShim):
+    with warnings.catch_warnings(), mock.patch.object(pyg_planetoid, "pickle", _PickleShim), \
+            mock.patch.object(pyg_planetoid, "read_file", _counting(pyg_planetoid.read_file, folder, key)):
         warnings.simplefilter("ignore")
         return pyg_planetoid.read_planetoid_data(str(folder), key)
 

@@ -17,6 +17,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
+from attnflow.distributed import eval_sampler
 from attnflow.registry import DATA
 
 PAD, BOS, EOS = 0, 1, 2
@@ -121,6 +122,7 @@ class ReverseDataModule(pl.LightningDataModule):
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         self.setup()
         return DataLoader(self.splits[split], batch_size=self.batch_size, shuffle=shuffle,
+                          sampler=None if shuffle else eval_sampler(self.splits[split]),
                           collate_fn=collate)
 
     def train_dataloader(self) -> DataLoader:

@@ -74,14 +74,15 @@ class ClassificationTask(Task):
         pred = logits.argmax(-1)
         acc = self._acc[f"{split}_"]
         acc(pred, y)  # forward, not update: it also sets the per-step value that training logs
-        self.log(f"{split}/loss", loss, batch_size=n, prog_bar=split != "test")
+        # val/test: the mean over every rank's documents (sync_dist), not rank 0's
+        self.log(f"{split}/loss", loss, batch_size=n, prog_bar=split != "test", sync_dist=split != "train")
         self.log(f"{split}/acc", acc, batch_size=n, prog_bar=True)
         if split != "train":
             self._f1[f"{split}_"].update(pred, y)
             self.log(f"{split}/f1", self._f1[f"{split}_"], batch_size=n)
         if self.penalty_weight > 0 and out.get("attention") is not None:
             penalty = diversity_penalty(out["attention"], out.get("attention_valid"))
-            self.log(f"{split}/penalty", penalty, batch_size=n)
+            self.log(f"{split}/penalty", penalty, batch_size=n, sync_dist=split != "train")
             loss = loss + self.penalty_weight * penalty
         return loss
 
@@ -127,10 +128,32 @@ class ClassificationTask(Task):
             return
         from attnflow.explain import write_html
 
-        batch = trainer.datamodule.example_batch(self.renderings)
-        docs = self.explain(batch)
-        names = self.class_names
-        for d, y in zip(docs, batch["labels"].tolist()):
-            d["title"] = f"true {names[y]} · predicted {d['label']} (p={d['probability']:.3f})"
+        docs = self._titled_examples(trainer.datamodule.example_batch(self.renderings))
         write_html(Path(trainer.default_root_dir) / "renderings" / f"val_epoch{trainer.current_epoch}.html",
                    docs, f"validation documents, epoch {trainer.current_epoch}")
+
+    # -- dashboard ---------------------------------------------------------------------------------
+    def _titled_examples(self, batch: Dict[str, torch.Tensor]) -> List[dict]:
+        docs = self.explain(batch)
+        for d, y in zip(docs, batch["labels"].tolist()):
+            d["title"] = (f"true {self.class_names[y]} · predicted {d['label']} "
+                          f"(p={d['probability']:.3f})")
+        return docs
+
+    def dashboard(self, batch: Dict[str, torch.Tensor]) -> List[dict]:
+        """Panels for :class:`attnflow.callbacks.AttentionMaps`: per document its word and
+        sentence weights as an image (``val/attention/<i>``, one size for all;
+        ``attention/val_document_<i>.png`` at the end) and all of them as the HTML rendering
+        (``val/attention_html``, a W&B HTML panel). Models without sentence weights
+        (self_attentive: word weights, mean over hops) get word shading only."""
+        from attnflow.explain import render_html
+        from attnflow.viz import document_figure, html_panel, image_panel
+
+        docs = self._titled_examples(batch)
+        panels = [image_panel(f"val/attention/{i}", document_figure(
+                      d["sentences"], d["word_weights"], d["sent_weights"], d["title"]),
+                      caption=d["title"], file=f"val_document_{i}.png")
+                  for i, d in enumerate(docs)]
+        if docs:
+            panels.append(html_panel("val/attention_html", render_html(docs, "validation documents")))
+        return panels

@@ -131,6 +131,48 @@ class NodeClassificationTask(Task):
         edge_index, alpha = weights[-1]
         y = data.y.argmax(-1) if data.y.dim() == 2 else data.y
         fig = embedding_figure(logits.float().cpu(), y.cpu(), edge_index.cpu(),
-                               alpha.float().mean(-1).cpu())
+                               alpha.float().mean(-1).cpu(), class_names=self.class_names())
         out = Path(trainer.default_root_dir) / "attention" / "graph_embedding.png"
         log_figure(fig, out, trainer, "graph/embedding")
+
+    # -- dashboard ---------------------------------------------------------------------------------
+    def class_names(self) -> list:
+        return [f"class {c}" for c in range(self.num_classes)]
+
+    @torch.no_grad()
+    def _attention(self, data):
+        """Full-graph logits and [(edge_index, α (E, J))] per layer, on the CPU."""
+        was_training = self.training
+        self.eval()
+        dtype = next(self.model.parameters()).dtype  # bf16-true runs: features in the weights' type
+        logits, weights = self.model(data.x.to(self.device, dtype), data.edge_index.to(self.device),
+                                     need_weights=True)
+        self.train(was_training)
+        return logits.float().cpu(), [(ei.cpu(), a.float().cpu()) for ei, a in weights]
+
+    def dashboard(self, batch: dict) -> list:
+        """Panels for :class:`attnflow.callbacks.AttentionMaps`. ``batch``: the data module's
+        ``{"graph": Data, "nodes": ids}`` (validation nodes chosen across classes). Per node, its
+        neighbours' α per layer and head (``val/attention/node_<id>``, one size for all;
+        ``attention/val_node_<id>.png`` at the end); with ``picture``, the embedding picture with
+        its class legend (``graph/embedding``)."""
+        from attnflow.graph_viz import embedding_figure, neighbourhoods
+        from attnflow.viz import image_panel, neighbourhood_figure
+
+        data, nodes = batch["graph"], batch["nodes"].cpu()
+        logits, weights = self._attention(data)
+        y = data.y.argmax(-1) if data.y.dim() == 2 else data.y
+        pred = (logits > 0).float().argmax(-1) if self.multi_label else logits.argmax(-1)
+        names = self.class_names()
+        panels = []
+        for t, (nbrs, alphas) in zip(nodes.tolist(), neighbourhoods(weights, nodes)):
+            labels = [("self" if j == t else str(j)) + f" · c{int(y[j])}" for j in nbrs.tolist()]
+            title = (f"node {t} ({names[int(y[t])]}, predicted {names[int(pred[t])]}): α of its "
+                     f"{len(labels)} neighbours per layer and head")
+            panels.append(image_panel(f"val/attention/node_{t}", neighbourhood_figure(
+                [a.numpy() for a in alphas], labels, title), caption=title, file=f"val_node_{t}.png"))
+        if self.picture:
+            edge_index, alpha = weights[-1]
+            panels.append(image_panel("graph/embedding", embedding_figure(
+                logits, y.cpu(), edge_index, alpha.mean(-1), class_names=names)))
+        return panels

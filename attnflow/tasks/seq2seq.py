@@ -80,7 +80,8 @@ class Seq2SeqTask(Task):
         valid = target != self.pad_id
         n = int(valid.sum())
         self._token_acc[f"{split}_"].update((logits.argmax(-1) == target)[valid].float())
-        self.log(f"{split}/loss", loss, batch_size=n, prog_bar=split != "test")
+        # val/test: the token-weighted mean over every rank's batches (sync_dist), not rank 0's
+        self.log(f"{split}/loss", loss, batch_size=n, prog_bar=split != "test", sync_dist=split != "train")
         self.log(f"{split}/token_acc", self._token_acc[f"{split}_"], batch_size=n)
         if need:
             if weights is None:
@@ -88,7 +89,7 @@ class Seq2SeqTask(Task):
                                  "decoder has no attention (e.g. decoder 'rnn', RNNenc); set "
                                  "task.penalty_weight=0")
             penalty = diversity_penalty(weights, valid)
-            self.log(f"{split}/penalty", penalty, batch_size=n)
+            self.log(f"{split}/penalty", penalty, batch_size=n, sync_dist=split != "train")
             loss = loss + self.penalty_weight * penalty
         return loss
 
@@ -129,6 +130,17 @@ class Seq2SeqTask(Task):
                 "output": [self._tok(t) for t in pred[i, :T].tolist()],
             })
         return out
+
+    def dashboard(self, batch: Dict[str, torch.Tensor]) -> List[dict]:
+        """Panels for :class:`attnflow.callbacks.AttentionMaps`: one α heat map per example
+        (``val/attention/<i>``, all of one size; ``attention/val_example_<i>.png`` at the end)."""
+        from attnflow.viz import attention_figure, image_panel
+
+        what = "α, mean over heads" if getattr(self.model, "heads", 1) > 1 else "α"
+        return [image_panel(f"val/attention/{i}", attention_figure(
+                    e["weights"], e["source"], e["output"], f"validation example {i}: {what}"),
+                    caption=f"example {i}", file=f"val_example_{i}.png")
+                for i, e in enumerate(self.attention_examples(batch))]
 
     def _src_tok(self, i: int) -> str:
         return self._tok(i)

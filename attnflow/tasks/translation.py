@@ -67,6 +67,7 @@ class TranslationTask(Seq2SeqTask):
         self.references = references
         self.beam_size, self.val_beam_size, self.length_penalty = beam_size, val_beam_size, length_penalty
         self._text: Dict[str, tuple] = {"val": ([], []), "test": ([], [])}
+        self._lines: Dict[str, list] = {"val": [], "test": []}  # line numbers of _text's pairs
         self.bleu_signature = ""
         self.scores: Dict[str, dict] = {}
 
@@ -90,6 +91,7 @@ class TranslationTask(Seq2SeqTask):
         self.log(f"{split}/seq_acc", self._seq_acc[f"{split}_"], batch_size=len(match))
         hyps, refs = self._text[split]
         hyps += self.ids_to_text(pred)
+        self._lines[split] += batch["idx"].tolist() if "idx" in batch else [None] * len(match)
         if self.references is not None and "idx" in batch:
             refs += self.references(split, batch["idx"].tolist())
         else:
@@ -97,9 +99,30 @@ class TranslationTask(Seq2SeqTask):
 
     def _epoch_start(self, split: str) -> None:
         self._text[split] = ([], [])
+        self._lines[split] = []
+
+    def _corpus(self, split: str) -> tuple:
+        """(hypotheses, references) of the whole split. Under DDP each rank decodes its shard, and
+        corpus BLEU is no mean of per-rank BLEUs: every rank gathers all shards (the same corpus
+        on each), counting once a pair that a padding DistributedSampler gave to two ranks."""
+        hyps, refs = self._text[split]
+        dist = torch.distributed
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+            return hyps, refs
+        shards = [None] * dist.get_world_size()
+        dist.all_gather_object(shards, (hyps, refs, self._lines[split]))
+        out, seen = {}, set()
+        for rank, (h, r, lines) in enumerate(shards):
+            for i, (hyp, ref, line) in enumerate(zip(h, r, lines)):
+                key = ("line", line) if line is not None else ("rank", rank, i)
+                if key not in seen:
+                    seen.add(key)
+                    out[key] = (hyp, ref)
+        pairs = [out[k] for k in sorted(out, key=str)]
+        return [h for h, _ in pairs], [r for _, r in pairs]
 
     def _epoch_end(self, split: str) -> None:
-        hyps, refs = self._text[split]
+        hyps, refs = self._corpus(split)
         if not hyps:
             return
         bleu, self.bleu_signature = corpus_bleu(hyps, refs)
@@ -107,9 +130,10 @@ class TranslationTask(Seq2SeqTask):
         wer = word_error_rate(hyps, refs)
         self.scores[split] = {"bleu": bleu, "bleu_lc": bleu_lc, "wer": wer, "n": len(hyps),
                               "signature": self.bleu_signature}
-        self.log(f"{split}/bleu", bleu, prog_bar=True)
-        self.log(f"{split}/bleu_lc", bleu_lc)
-        self.log(f"{split}/wer", wer)
+        # every rank scored the same gathered corpus: syncing averages equal values
+        self.log(f"{split}/bleu", bleu, prog_bar=True, sync_dist=True)
+        self.log(f"{split}/bleu_lc", bleu_lc, sync_dist=True)
+        self.log(f"{split}/wer", wer, sync_dist=True)
         if not self.trainer.sanity_checking:
             rank_zero_info(f"{split}: BLEU {bleu:.2f} (sacreBLEU {self.bleu_signature}), "
                            f"lower-cased {bleu_lc:.2f}, WER {wer:.3f} on {len(hyps)} sentences")
@@ -128,3 +152,36 @@ class TranslationTask(Seq2SeqTask):
 
     def _src_tok(self, i: int) -> str:
         return self.src_itos[i] if i < len(self.src_itos) else str(i)
+
+    # -- dashboard ---------------------------------------------------------------------------------
+    def source_text(self, ids: Sequence[int]) -> str:
+        """Source ids as text for reading: subwords joined (Metaspace ``▁`` starts a word,
+        WordPiece ``##`` continues one), specials dropped."""
+        toks = [self._src_tok(i) for i in ids if i not in (self.pad_id, self.bos_id, self.eos_id)]
+        if any("▁" in t for t in toks):
+            text = "".join(t[2:] if t.startswith("##") else t for t in toks).replace("▁", " ")
+        else:  # word-level vocabularies (synthetic data)
+            text = " ".join(toks)
+        return " ".join(text.split())
+
+    @torch.no_grad()
+    def dashboard(self, batch: Dict[str, torch.Tensor]) -> List[dict]:
+        """The seq2seq heat maps plus ``val/translations``: a table of source, reference and
+        hypothesis (validation decoding: beam ``val_beam_size``) of the same examples."""
+        from attnflow.viz import table_panel
+
+        panels = super().dashboard(batch)
+        was_training = self.training
+        self.eval()
+        src, lengths = batch["src"].to(self.device), batch["src_lengths"].to(self.device)
+        pred, _ = self.translate_ids(src, lengths, self.val_beam_size)
+        self.train(was_training)
+        hyps = self.ids_to_text(pred)
+        if self.references is not None and "idx" in batch:
+            refs = self.references("val", batch["idx"].tolist())
+        else:
+            refs = self.ids_to_text(batch["tgt_out"])
+        sources = [self.source_text(row[: int(n)]) for row, n in zip(batch["src"].tolist(), lengths.tolist())]
+        panels.append(table_panel("val/translations", ["source", "reference", "hypothesis"],
+                                  list(zip(sources, refs, hyps))))
+        return panels

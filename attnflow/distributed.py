@@ -1,0 +1,169 @@
+"""Running on many devices and machines: what attnflow adds to Lightning's strategies.
+
+Lightning does the data parallelism (``trainer=ddp``: one process per device, gradients averaged
+over ranks; DistributedSampler injected into the data loaders). What is ours around it:
+
+- **Multirun + a script-relaunching strategy is refused.** ``strategy=ddp`` (and fsdp,
+  deepspeed) starts ranks 1…N-1 by re-running the command line with ``hydra.run.dir`` pinned
+  (``lightning_fabric``'s ``_hydra_subprocess_cmd``). In a Hydra multirun (``-m``) that command
+  is the whole sweep, so every rank would run its own sweep — jobs that never meet in the same
+  collective, i.e. a deadlock, or N sweeps. :func:`check_multirun_strategy` refuses it before any
+  work, unless the processes are made by a cluster scheduler (SLURM via the submitit launcher,
+  torchrun, LSF), where Lightning relaunches nothing. ``trainer=ddp_spawn`` is safe in
+  sweeps: it spawns workers inside the job with ``torch.multiprocessing``.
+- **ddp_spawn's CSV log is continued, not cut** (:func:`continue_csv_logs`). Under ddp_spawn each
+  of ``fit``, ``validate`` and ``test`` runs in freshly spawned processes that get a copy of the
+  main process's CSVLogger — which never saw what the previous stage wrote. Lightning's CSV writer
+  then rewrites ``metrics.csv`` with only the new stage's columns, fails on the old rows and
+  leaves the file cut to its header. Telling the logger the columns already in the file first
+  makes it append as in a single process; :func:`fit_progress` reads the fit's epochs and steps
+  back from its checkpoint for ``metrics.json``.
+- **Evaluation counts each item once** (:func:`eval_sampler`): validation and test loaders give
+  every item to exactly one rank, and the tasks reduce their metrics over ranks (``sync_dist``,
+  torchmetrics, BLEU over the gathered corpus).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from attnflow.registry import ConfigError
+
+_SPAWNING = ("spawn", "fork", "notebook")  # start methods that make workers inside the job
+
+
+def relaunches_script(strategy: Any) -> bool:
+    """Whether Lightning starts the other ranks of ``strategy`` (a registry name) by re-running
+    the command line (its subprocess-script launcher): ddp and its variants, fsdp, deepspeed."""
+    if not isinstance(strategy, str):
+        return False
+    name = strategy.lower()
+    if name.startswith("ddp"):
+        return not any(method in name for method in _SPAWNING)
+    return name.startswith(("fsdp", "deepspeed"))
+
+
+def _device_count(devices: Any, accelerator: Any) -> int:
+    """How many devices per node ``Trainer(devices=…)`` asks for (``auto``/-1: all there are)."""
+    if isinstance(devices, (list, tuple)):
+        return len(devices)
+    if isinstance(devices, str):
+        text = devices.strip()
+        if "," in text:
+            return len([d for d in text.split(",") if d.strip()])
+        if text.lstrip("-").isdigit():
+            devices = int(text)
+    if devices in ("auto", -1, None):
+        if accelerator == "cpu":
+            return 1 if devices in ("auto", None) else (os.cpu_count() or 1)
+        import torch
+
+        return max(1, torch.cuda.device_count())
+    return int(devices)
+
+
+def _scheduler_makes_processes() -> bool:
+    """A cluster environment in which Lightning relaunches nothing: the processes come from srun
+    (SLURM), torchrun or LSF's jsrun (Kubeflow cannot be detected)."""
+    from lightning_fabric.plugins.environments import (LSFEnvironment, SLURMEnvironment,
+                                                       TorchElasticEnvironment)
+
+    return any(env.detect() for env in (SLURMEnvironment, TorchElasticEnvironment, LSFEnvironment))
+
+
+def check_multirun_strategy(trainer: Optional[Mapping[str, Any]], multirun: bool) -> None:
+    """Refuse a Hydra multirun whose trainer relaunches the script on more than one device or
+    node (see the module docstring); a :class:`ConfigError` naming the fields and the ways out."""
+    from omegaconf import DictConfig, OmegaConf
+
+    if isinstance(trainer, DictConfig):
+        trainer = OmegaConf.to_container(trainer, resolve=True)
+    trainer = trainer or {}
+    strategy = trainer.get("strategy", "auto")
+    if not multirun or not relaunches_script(strategy):
+        return
+    try:
+        devices = _device_count(trainer.get("devices", "auto"), trainer.get("accelerator", "auto"))
+        nodes = int(trainer.get("num_nodes", 1) or 1)
+    except (TypeError, ValueError):  # a malformed value: the trainer field checks name it
+        return
+    if devices * nodes <= 1 or _scheduler_makes_processes():
+        return
+    raise ConfigError(
+        f"a multirun (-m) with trainer.strategy={strategy} on {devices} device(s) × {nodes} node(s) "
+        f"is refused: Lightning starts the other ranks by re-running this command, so every rank "
+        f"would run the whole sweep (and the jobs can deadlock). For a sweep use trainer=ddp_spawn "
+        f"(workers spawned inside each job), or the submitit launcher "
+        f"(hydra/launcher=slurm: one SLURM job per run, its ranks started by srun; docs/sweeps.md "
+        f"\"Many devices, many machines\"), or run the jobs one by one without -m")
+
+
+def _spawns_workers(trainer) -> bool:
+    """Whether the trainer's strategy runs each stage in new worker processes (ddp_spawn,
+    ddp_fork, ddp_notebook: Lightning's multiprocessing launcher)."""
+    from pytorch_lightning.strategies.launchers.multiprocessing import _MultiProcessingLauncher
+
+    return isinstance(getattr(trainer.strategy, "launcher", None), _MultiProcessingLauncher)
+
+
+def continue_csv_logs(trainer) -> None:
+    """Under ddp_spawn (or ddp_fork), make each CSVLogger of ``trainer`` append to the
+    ``metrics.csv`` already on disk with its columns (see the module docstring); else nothing.
+
+    Where this process never used the logger (the spawned ``fit`` did), its version is the newest
+    one on disk (what that ``fit`` made) and its writer is made without Lightning's "delete an
+    existing metrics.csv" step, so a later stage neither starts ``version_1`` nor erases the log."""
+    from unittest import mock
+
+    from lightning_fabric.loggers.csv_logs import _ExperimentWriter
+    from pytorch_lightning.loggers import CSVLogger
+
+    if not _spawns_workers(trainer):
+        return
+    for logger in trainer.loggers:
+        if not isinstance(logger, CSVLogger):
+            continue
+        if logger._version is None:
+            logger._version = max(0, logger._get_next_version() - 1)
+        path = os.path.join(logger.log_dir, _ExperimentWriter.NAME_METRICS_FILE)
+        if not os.path.isfile(path):
+            continue
+        if logger._experiment is None:
+            with mock.patch.object(_ExperimentWriter, "_check_log_dir_exists", lambda self: None):
+                logger.experiment  # noqa: B018  (creates the writer)
+        with open(path, newline="") as f:
+            header = next(csv.reader(f), [])
+        writer = logger.experiment
+        writer.metrics_keys = sorted(set(writer.metrics_keys) | set(header))
+
+
+def eval_sampler(dataset):
+    """The sampler of a validation/test loader: under DDP each item on exactly one rank
+    (Lightning's injected DistributedSampler pads the ranks by repeating items, which would count
+    them twice in the metrics); ``None`` (the default order) in a single process."""
+    import torch
+
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return None
+    from pytorch_lightning.overrides.distributed import UnrepeatedDistributedSampler
+
+    return UnrepeatedDistributedSampler(dataset, shuffle=False)
+
+
+def fit_progress(trainer, checkpoint_dir) -> tuple:
+    """(epochs, global_step) of the finished ``fit``. Under ddp_spawn the fit ran in spawned
+    processes and this process's trainer still counts 0 (Lightning sends back only the weights,
+    the best checkpoint's path and the callback metrics): then they are read from the newest
+    checkpoint the fit wrote (``last.ckpt`` when kept, else the newest one: its epoch + 1)."""
+    if not _spawns_workers(trainer) or trainer.global_step > 0:
+        return trainer.current_epoch, trainer.global_step
+    import torch
+
+    files = sorted(Path(checkpoint_dir).glob("*.ckpt"), key=lambda p: p.stat().st_mtime)
+    if not files:
+        return trainer.current_epoch, trainer.global_step
+    ckpt = torch.load(files[-1], map_location="cpu", weights_only=True, mmap=True)
+    return int(ckpt.get("epoch", -1)) + 1, int(ckpt.get("global_step", 0))

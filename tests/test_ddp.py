@@ -1,0 +1,233 @@
+"""Data-parallel training on 2 CPU processes (gloo) through the Hydra entry point, checked against
+a 1-process run; ddp_spawn's later stages; multirun + ddp refused before any work.
+
+Equal-by-construction settings: the same global batch (2 ranks × 32 = 64 = the whole training
+set, so every step sees every sequence whatever the sampler's order), sequences of one length
+(every rank's batch has the same number of target tokens, so the mean of the ranks' token-means
+is the 1-process token-mean) and no dropout — then DDP's averaged gradient is the 1-process
+gradient and the metrics agree to float precision. The GAT graph is one full batch on each rank
+(data.loader=full): DDP there is a redundant copy, not a speed-up (see docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnflow.distributed import check_multirun_strategy
+from attnflow.registry import ConfigError
+from attnflow.run import train
+from support import ROOT, compose_cfg
+
+TRAIN = str(Path(sys.executable).parent / "attnflow-train")  # the console script, as users run it
+
+REVERSE = ["data.train_size=64", "data.val_size=64", "data.test_size=64", "data.min_len=8",
+           "data.max_len=8", "trainer.max_epochs=3", "trainer.accelerator=cpu",
+           "callbacks.progress_bar=none", "callbacks.attention_maps.examples=1",
+           "callbacks.checkpoint.monitor=val/loss"]  # the best checkpoint is the last one
+GAT = ["experiment=gat_synthetic", "data.loader=full", "model.dropout=0", "model.attn_dropout=0",
+       "model.value_dropout=0", "trainer.max_epochs=3", "trainer.accelerator=cpu",
+       "callbacks.progress_bar=none", "task.picture=false"]
+DDP = ["trainer=ddp", "trainer.devices=2", "trainer.accelerator=cpu"]
+
+
+def _start(overrides, root):
+    """Start a 2-process DDP run of the console script; the run directory is pinned, and any
+    other run directory would appear under ``root/outputs``."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", ATTNFLOW_OUTPUT_DIR=str(root / "outputs"),
+               HYDRA_FULL_ERROR="0")
+    run = root / "ddp"
+    log = open(root / "log.txt", "w")
+    proc = subprocess.Popen([TRAIN, *overrides, *DDP, f"hydra.run.dir={run}"], cwd=ROOT, env=env,
+                            stdout=log, stderr=subprocess.STDOUT, text=True)
+    return proc, log, root
+
+
+@pytest.fixture(scope="module")
+def ddp_runs(tmp_path_factory):
+    """Both DDP runs at once: each run's rank 1 starts only when rank 0 reaches fit, so one run
+    keeps about one core busy and two runs side by side take the time of one on 2 cores."""
+    started = {"reverse": _start([*REVERSE, "data.batch_size=32"], tmp_path_factory.mktemp("reverse")),
+               "gat": _start(GAT, tmp_path_factory.mktemp("gat"))}
+    out = {}
+    for name, (proc, log, root) in started.items():
+        try:
+            proc.wait(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            log.close()
+        out[name] = (proc.returncode, (root / "log.txt").read_text(), root)
+    return out
+
+
+def _ddp_run(result):
+    code, log, root = result
+    run = root / "ddp"
+    assert code == 0, log[-4000:]
+    assert "Starting with 2 processes" in log and "distributed_backend=gloo" in log
+    # one run directory: rank 1 wrote into the pinned one, not a run dir of its own
+    assert not (root / "outputs").exists(), list((root / "outputs").rglob("*"))[:10]
+    # one logger run: CSV version_0 only, each epoch's validation logged once (not once per rank)
+    assert [p.name for p in (run / "csv").iterdir()] == ["version_0"]
+    rows = (run / "csv" / "version_0" / "metrics.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    val = [r for r in rows[1:] if r.split(",")[header.index("val/loss")]]
+    assert len(val) == 3 + 1, rows  # 3 epochs + the final validation of the best checkpoint
+    return run, json.loads((run / "metrics.json").read_text())
+
+
+def _assert_same_metrics(ddp, one):
+    assert ddp["global_step"] == one["global_step"] and ddp["epochs"] == one["epochs"]
+    assert set(ddp["metrics"]) == set(one["metrics"])
+    for key, value in one["metrics"].items():
+        assert ddp["metrics"][key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+
+
+def test_ddp_default_experiment_equals_one_process(ddp_runs, tmp_path):
+    run, ddp = _ddp_run(ddp_runs["reverse"])  # 2 ranks × 32
+    one = train(compose_cfg([*REVERSE, "data.batch_size=64", "logger=none"]), tmp_path / "one")
+    _assert_same_metrics(ddp, one)
+    assert one["global_step"] == 3  # one step per epoch: the whole training set
+    # one checkpoint set: the best and last.ckpt, no second copy from rank 1 (-v1)
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == sorted(
+        [Path(ddp["best_checkpoint"]).name, "last.ckpt"])
+    assert Path(ddp["best_checkpoint"]).name == Path(one["best_checkpoint"]).name
+
+
+def test_ddp_gat_full_batch_equals_one_process(ddp_runs, tmp_path):
+    run, ddp = _ddp_run(ddp_runs["gat"])
+    one = train(compose_cfg([*GAT, "logger=none"]), tmp_path / "one")
+    _assert_same_metrics(ddp, one)
+    assert [p.name for p in (run / "checkpoints").iterdir()] == [Path(ddp["best_checkpoint"]).name]
+
+
+def test_spawned_stages_continue_one_csv_log(tmp_path):
+    """ddp_spawn runs fit, validate and test each in new worker processes: the test stage used to
+    crash rewriting metrics.csv and leave it cut to its header. Workers are forked here
+    (ddp_fork: the same launcher as ddp_spawn, without re-importing torch in every worker)."""
+    overrides = ["data.train_size=64", "data.val_size=32", "data.test_size=32", "data.batch_size=16",
+                 "trainer.max_epochs=1", "trainer.accelerator=cpu", "callbacks.progress_bar=none",
+                 "callbacks.attention_maps.examples=1", "trainer.strategy=ddp_fork",
+                 "trainer.devices=2", "trainer.log_every_n_steps=1"]
+    summary = train(compose_cfg(overrides), tmp_path)
+    assert summary["global_step"] == 2 and summary["epochs"] == 1  # 64 / (2 × 16), from the workers
+    assert {"val/loss", "test/loss"} <= set(summary["metrics"])
+    assert [p.name for p in (tmp_path / "csv").iterdir()] == ["version_0"]
+    lines = (tmp_path / "csv" / "version_0" / "metrics.csv").read_text().splitlines()
+    header = lines[0].split(",")
+    assert {"train/loss", "val/loss", "test/loss"} <= set(header)
+    col = {k: [r.split(",")[header.index(k)] for r in lines[1:]] for k in header}
+    assert sum(bool(v) for v in col["train/loss"]) == 2  # rank 0 logs its 2 steps, once
+    assert sum(bool(v) for v in col["val/loss"]) == 2  # fit's epoch + the final validation
+    assert [float(v) for v in col["test/loss"] if v] == [pytest.approx(summary["metrics"]["test/loss"])]
+
+
+def test_multirun_with_ddp_is_refused_before_any_work(tmp_path, monkeypatch, capsys):
+    """Through the console script's entry point, in this process (Hydra runs the jobs of a basic
+    multirun here; no torch import to wait for)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from attnflow.train import main
+
+    sweep = tmp_path / "sweep"
+    monkeypatch.setattr(sys, "argv", ["attnflow-train", "-m", "scorer=dot,general", *DDP,
+                                      "callbacks.progress_bar=none", f"hydra.sweep.dir={sweep}"])
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            main()
+    finally:
+        GlobalHydra.instance().clear()
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2, err
+    assert "attnflow: config error: a multirun (-m) with trainer.strategy=ddp" in err
+    assert "trainer=ddp_spawn" in err and "submitit" in err and "Traceback" not in err
+    # the first job stopped the sweep before attnflow wrote anything (Hydra's .hydra/ aside)
+    assert [p.name for p in sweep.iterdir() if p.is_dir()] == ["0"]
+    written = {p.name for p in (sweep / "0").iterdir()}
+    assert ".hydra" in written and not written & {"config.yaml", "checkpoints", "csv", "metrics.json"}
+
+
+@pytest.mark.parametrize("trainer, multirun, refused", [
+    ({"strategy": "ddp", "devices": 2, "accelerator": "cpu"}, True, True),
+    ({"strategy": "ddp_find_unused_parameters_true", "devices": "2"}, True, True),
+    ({"strategy": "ddp", "devices": 1, "num_nodes": 2}, True, True),
+    ({"strategy": "fsdp", "devices": [0, 1]}, True, True),
+    ({"strategy": "ddp", "devices": 2}, False, False),          # a single run: Lightning relaunches it
+    ({"strategy": "ddp_spawn", "devices": 2}, True, False),     # workers spawned inside the job
+    ({"strategy": "ddp", "devices": 1}, True, False),           # one process: nothing relaunched
+    ({"strategy": "ddp", "devices": "auto", "accelerator": "cpu"}, True, False),  # auto on CPU: 1
+    ({"devices": 2}, True, False),                              # strategy auto
+])
+def test_multirun_strategy_rule(trainer, multirun, refused, monkeypatch):
+    for var in ("SLURM_NTASKS", "TORCHELASTIC_RUN_ID", "LSB_JOBID"):
+        monkeypatch.delenv(var, raising=False)
+    if refused:
+        with pytest.raises(ConfigError, match="ddp_spawn.*submitit"):
+            check_multirun_strategy(trainer, multirun)
+    else:
+        check_multirun_strategy(trainer, multirun)
+
+
+def test_multirun_ddp_inside_a_slurm_or_torchrun_job_is_allowed(monkeypatch):
+    """There the scheduler starts one process per rank and Lightning relaunches nothing."""
+    trainer = {"strategy": "ddp", "devices": 2}
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    monkeypatch.setenv("SLURM_NTASKS", "2")
+    monkeypatch.setenv("SLURM_JOB_NAME", "sweep")
+    check_multirun_strategy(trainer, True)
+    monkeypatch.delenv("SLURM_NTASKS")
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "sweep-job")  # what torchrun sets
+    check_multirun_strategy(trainer, True)
+
+
+def _sharded(loader, world: int = 2):
+    """The batches of each rank, as Lightning makes them under DDP: it re-creates the training
+    loader with a DistributedSampler per rank (its private helpers, the very code path)."""
+    from pytorch_lightning.trainer.states import RunningStage
+    from pytorch_lightning.utilities.data import _update_dataloader
+    from torch.utils.data import DistributedSampler
+
+    out = []
+    for rank in range(world):
+        sampler = DistributedSampler(loader.dataset, num_replicas=world, rank=rank, shuffle=True, seed=0)
+        out.append(list(_update_dataloader(loader, sampler, mode=RunningStage.TRAINING)))
+    return out
+
+
+@pytest.mark.parametrize("family", ["documents", "parallel"])
+def test_bucketed_training_batches_are_split_over_ranks(family, tmp_path):
+    """Translation and documents batch by length (a batch sampler): under DDP Lightning must be
+    able to hand each rank its share — it used to refuse ("can't inject a (distributed) sampler")."""
+    from lightning_fabric.utilities.data import _replace_dunder_methods
+    from torch.utils.data import BatchSampler
+
+    from attnflow.data.documents import DocumentDataModule
+    from attnflow.data.parallel import ParallelDataModule
+
+    n = 50
+    if family == "documents":
+        path = tmp_path / "docs.jsonl"
+        path.write_text("".join(json.dumps({"text": "word " * (i % 7 + 1), "label": i % 2}) + "\n"
+                                for i in range(n)))
+        dm = DocumentDataModule(train_path=str(path), val_path=str(path), batch_size=8, min_freq=1)
+        key = "labels"
+    else:
+        for split in ("train", "val", "test_2016_flickr"):
+            for lang in ("de", "en"):
+                (tmp_path / f"{split}.{lang}").write_text("".join(f"{'w ' * (i % 9 + 1)}{i}\n" for i in range(n)))
+        dm = ParallelDataModule(root=str(tmp_path), vocab_size=80, batch_size=8)
+        key = "idx"
+    with _replace_dunder_methods(BatchSampler):  # as Lightning calls the *_dataloader hooks
+        loader = dm.train_dataloader()
+    ranks = _sharded(loader)
+    assert len(ranks[0]) == len(ranks[1]) == 4  # 25 items per rank in batches of 8: 4 batches
+    items = [sum(len(b[key]) for b in batches) for batches in ranks]
+    assert items == [25, 25]
+    if family == "parallel":  # every line once: 50 items split 25 + 25
+        assert sorted(i for batches in ranks for b in batches for i in b["idx"].tolist()) == list(range(n))

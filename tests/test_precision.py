@@ -1,0 +1,145 @@
+"""bf16 mixed precision, gradient accumulation and gradient clipping, all at once, for every task
+family on the CPU, through the runner (``attnflow.run.train``) with the config overrides a user
+types: ``trainer.precision=bf16-mixed trainer.accumulate_grad_batches=2
+trainer.gradient_clip_val=C``.
+
+What is checked, by a callback that watches the real optimiser:
+- bf16: the model's layers compute in bfloat16 during training (autocast took effect);
+- accumulation: the optimiser steps once per 2 training batches (after batches 1, 3, 5, …);
+- clipping: the gradient norm the optimiser steps with is ≤ C, and it was > C before clipping
+  (so clipping did something);
+- learning: the validation loss (the whole validation set, before training in the sanity check,
+  and after the epoch) is finite and lower after the epoch.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import random
+
+import pytest
+import pytorch_lightning as pl
+import torch
+
+import attnflow.run as run
+from support import DATA_DIR, compose_cfg
+
+CLIP = 0.05
+COMMON = ["trainer.precision=bf16-mixed", "trainer.accumulate_grad_batches=2",
+          f"trainer.gradient_clip_val={CLIP}", "trainer.accelerator=cpu", "trainer.max_epochs=1",
+          "trainer.num_sanity_val_steps=-1", "callbacks.progress_bar=none", "logger=none",
+          "callbacks.attention_maps=null", "test=false"]
+
+
+def _grad_norm(module: torch.nn.Module) -> float:
+    grads = [p.grad.detach().float().norm() for p in module.parameters() if p.grad is not None]
+    return float(torch.stack(grads).norm()) if grads else 0.0
+
+
+class Watch(pl.Callback):
+    """Records what the optimiser does (see the module docstring)."""
+
+    def __init__(self):
+        self.batch = -1
+        self.steps_after: list = []   # training batch index after which the optimiser stepped
+        self.pre_clip: list = []      # gradient norm before clipping, per step
+        self.post_clip: list = []     # gradient norm the optimiser stepped with
+        self.val_loss: list = []      # sanity check (before training), then each epoch
+        self.dtypes: set = set()
+        self._hooks: list = []
+
+    def on_train_start(self, trainer, pl_module):
+        def stepped(optimizer, args, kwargs):  # after optimizer.step: its grads are the clipped ones
+            self.steps_after.append(self.batch)
+            self.post_clip.append(_grad_norm(pl_module))
+
+        self._hooks.append(trainer.optimizers[0].register_step_post_hook(stepped))
+        for m in pl_module.modules():
+            if isinstance(m, torch.nn.Linear):
+                self._hooks.append(m.register_forward_hook(
+                    lambda mod, inp, out: self.dtypes.add(out.dtype) if torch.is_tensor(out) else None))
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.batch = batch_idx
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+        self.pre_clip.append(_grad_norm(pl_module))
+
+    def on_validation_epoch_end(self, trainer, pl_module):
+        self.val_loss.append(float(trainer.callback_metrics["val/loss"]))
+
+    def on_train_end(self, trainer, pl_module):
+        for h in self._hooks:
+            h.remove()
+
+
+def _run(overrides, tmp_path, monkeypatch, batches_per_epoch):
+    watch = Watch()
+    build = run.build_callbacks
+    monkeypatch.setattr(run, "build_callbacks", lambda *a, **k: [*build(*a, **k), watch])
+    summary = run.train(compose_cfg([*COMMON, *overrides]), tmp_path / "run")
+
+    assert torch.bfloat16 in watch.dtypes, watch.dtypes
+    odd = [i for i in range(batches_per_epoch) if i % 2 == 1 or i == batches_per_epoch - 1]
+    assert watch.steps_after == odd, watch.steps_after  # an epoch's last batch always steps
+    assert summary["global_step"] == len(odd)
+    assert all(n <= CLIP * (1 + 1e-3) for n in watch.post_clip), watch.post_clip
+    assert max(watch.pre_clip) > CLIP, watch.pre_clip
+    # sanity check (before training), the epoch's validation, the final one of the best checkpoint
+    assert all(math.isfinite(v) for v in watch.val_loss) and len(watch.val_loss) == 3, watch.val_loss
+    assert watch.val_loss[1] < watch.val_loss[0], watch.val_loss
+    assert all(math.isfinite(v) for v in summary["metrics"].values()), summary["metrics"]
+    return watch
+
+
+REVERSE = ["data.train_size=160", "data.val_size=64", "data.batch_size=32"]  # 5 batches per epoch
+
+
+def test_seq2seq_rnnsearch(tmp_path, monkeypatch):
+    _run([*REVERSE, "task.optim.lr=0.01"], tmp_path, monkeypatch, batches_per_epoch=5)
+
+
+def test_transformer_on_reverse(tmp_path, monkeypatch):
+    _run(["experiment=reverse_transformer", *REVERSE, "task.optim.scheduler=none",
+          "task.optim.lr=0.003"], tmp_path, monkeypatch, batches_per_epoch=5)
+
+
+def test_translation_on_a_multi30k_subset(tmp_path, monkeypatch):
+    if not (DATA_DIR / "multi30k").is_dir():
+        pytest.skip(f"Multi30k not found at {DATA_DIR / 'multi30k'} (set ATTNFLOW_DATA_DIR)")
+    _run(["experiment=mt_rnnsearch", "data.max_pairs=96", "data.vocab_size=300", "data.batch_size=16",
+          "model.embed_dim=32", "model.encoder.hidden_dim=32", "model.decoder.embed_dim=32",
+          "model.decoder.hidden_dim=32", "task.optim.lr=0.01", "data.max_decode_len=12"],
+         tmp_path, monkeypatch, batches_per_epoch=6)
+
+
+def _documents(path, n, seed):
+    """Tiny labelled reviews: a positive or negative word in random filler, 2-3 sentences."""
+    rng = random.Random(seed)
+    filler = "the film a plot actor scene story was it and".split()
+    rows = []
+    for i in range(n):
+        label = i % 2
+        cue = rng.choice(["great", "superb", "wonderful"] if label else ["awful", "dull", "bad"])
+        sents = [" ".join(rng.choices(filler, k=rng.randint(3, 6))) for _ in range(rng.randint(1, 2))]
+        rows.append({"text": ". ".join(sents + [f"it was {cue}"]) + ".", "label": label})
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.write("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def test_han_documents(tmp_path, monkeypatch):
+    train = _documents(tmp_path / "train.jsonl.gz", 96, 0)
+    dev = _documents(tmp_path / "dev.jsonl.gz", 32, 1)
+    _run(["experiment=han_imdb", f"data.train_path={train}", f"data.val_path={dev}",
+          "data.test_path=''", "data.min_freq=1", "data.batch_size=16", "model.embed_dim=16",
+          "model.word_encoder.hidden_dim=8", "model.sentence_encoder.hidden_dim=8",
+          "task.optim.lr=0.01", "task.renderings=0"], tmp_path, monkeypatch, batches_per_epoch=6)
+
+
+def test_gat_on_synthetic_graph_batches(tmp_path, monkeypatch):
+    # 200 training nodes in 2-hop batches of 50 seeds: 4 batches, so accumulation has work to do
+    _run(["experiment=gat_synthetic", "data.batch_size=50", "task.picture=false"],
+         tmp_path, monkeypatch, batches_per_epoch=4)
