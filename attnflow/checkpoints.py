@@ -1,17 +1,26 @@
-"""Finding and reading the checkpoint of a run, for the command-line tools (translate, predict).
+"""Finding and reading the checkpoint of a run, for the command-line tools (eval, translate,
+predict) and resume.
 
 A run directory (``outputs/<date>/<time>/``) holds ``metrics.json`` naming the best checkpoint and
 ``checkpoints/*.ckpt``. The path in ``metrics.json`` is absolute, so a run directory that was moved
 or copied is looked up by the checkpoint's file name under its own ``checkpoints/``.
 Checkpoints are read with ``torch.load(weights_only=True)``: attnflow stores only tensors and plain
 containers in them, so a file that needs unpickling of arbitrary objects is refused.
+
+:func:`load_run` gives a run's checkpoint with its config (``attnflow_config``, else the run's
+``config.yaml``) upgraded to today's fields; :func:`run_artifacts` what prediction needs besides
+weights; :func:`load_weights` loads them into a rebuilt model. Every failure — a missing path, an
+empty, truncated or corrupt file, a checkpoint of another program or another model — is a
+:class:`CheckpointError` whose message says which and what was expected (the tools print it and
+exit with status 2).
 """
 
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, NamedTuple, Tuple
 
 import torch
 
@@ -32,7 +41,10 @@ def find_checkpoint(path: Path | str) -> Tuple[Path, Path]:
     ckpts = path / "checkpoints"
     metrics = path / "metrics.json"
     if metrics.is_file():
-        best = json.loads(metrics.read_text()).get("best_checkpoint")
+        try:
+            best = json.loads(metrics.read_text()).get("best_checkpoint")
+        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+            best = None  # a damaged metrics.json: fall back to last.ckpt
         if best:
             for cand in (Path(best), ckpts / Path(best).name):  # the second: a moved run directory
                 if cand.is_file():
@@ -44,16 +56,112 @@ def find_checkpoint(path: Path | str) -> Tuple[Path, Path]:
                           f"from attnflow-train)")
 
 
+def _why_unreadable(path: Path, err: Exception) -> str:
+    """What went wrong reading a checkpoint, in words (torch's own messages name neither)."""
+    text = str(err).splitlines()[0] if str(err) else ""
+    if path.stat().st_size == 0:
+        return "the file is empty"
+    cut = "the file is corrupt or truncated (a checkpoint cut short by a kill or a full disk?)"
+    with open(path, "rb") as f:
+        zipped = f.read(2) == b"PK"  # torch's format since 1.6: a zip archive
+    if zipped:
+        import zipfile
+
+        try:
+            with zipfile.ZipFile(path) as z:
+                if z.testzip() is not None:
+                    return cut
+        except (zipfile.BadZipFile, OSError, EOFError):
+            return cut
+    if isinstance(err, EOFError) or "truncated" in text or "central directory" in text:
+        return f"{cut}: {text or type(err).__name__}"
+    if isinstance(err, pickle.UnpicklingError) or "weights_only" in text.lower():
+        return ("it holds objects other than tensors and plain containers, which are not unpickled "
+                f"(weights_only=True): {text}")
+    return f"{type(err).__name__}: {text}"
+
+
 def read_checkpoint(path: Path, device: str = "cpu") -> Dict[str, Any]:
     """The checkpoint's dictionary, read without unpickling arbitrary objects."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"no such checkpoint file: {path}")
     try:
         ckpt = torch.load(path, map_location=device, weights_only=True)
     except Exception as err:  # noqa: BLE001  (any unreadable or unsafe file)
-        raise CheckpointError(f"cannot read checkpoint {path}: {type(err).__name__}: "
-                              f"{str(err).splitlines()[0] if str(err) else ''}") from None
+        raise CheckpointError(f"cannot read checkpoint {path}: {_why_unreadable(path, err)}") from None
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
         raise CheckpointError(f"{path} is not an attnflow/Lightning checkpoint (no state_dict)")
     return ckpt
+
+
+class Run(NamedTuple):
+    """A trained run as the command-line tools see it."""
+
+    checkpoint: Path      # the checkpoint file used
+    run_dir: Path         # the run directory (tokenizer/, vocab.json, eval/)
+    ckpt: Dict[str, Any]  # the checkpoint's dictionary
+    config: Dict[str, Any]  # the resolved run config, upgraded to today's fields
+
+
+def load_run(target: Path | str, device: str = "cpu") -> Run:
+    """The run of a run directory or checkpoint file, with its config: the checkpoint's
+    ``attnflow_config``, else the run directory's ``config.yaml``. Anything else (a missing
+    path, an unreadable file, a checkpoint of another program) is a :class:`CheckpointError`."""
+    ckpt_path, run_dir = find_checkpoint(target)
+    ckpt = read_checkpoint(ckpt_path, device)
+    cfg = ckpt.get("attnflow_config") or None
+    if not cfg and (run_dir / "config.yaml").is_file():
+        import yaml
+
+        try:
+            cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+        except yaml.YAMLError as err:
+            raise CheckpointError(f"{run_dir / 'config.yaml'} is not valid YAML: "
+                                  f"{str(err).splitlines()[0]}") from None
+    if not isinstance(cfg, dict) or not all(isinstance(cfg.get(k), dict) for k in ("data", "model")):
+        raise CheckpointError(
+            f"{ckpt_path} is not an attnflow run: the checkpoint carries no 'attnflow_config' (every "
+            f"checkpoint of attnflow-train does) and {run_dir / 'config.yaml'} is missing")
+    return Run(ckpt_path, run_dir, ckpt, upgrade_config(cfg))
+
+
+def run_artifacts(run: Run) -> Dict[str, Any]:
+    """What prediction and evaluation need besides weights (a document vocabulary and its
+    classes): ``<run dir>/vocab.json``, else the checkpoint's ``attnflow_artifacts``, else {}."""
+    path = run.run_dir / "vocab.json"
+    if path.is_file():
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise CheckpointError(f"{path} is not valid JSON ({err}); it is written by "
+                                  f"attnflow-train at the start of the run") from None
+    return dict(run.ckpt.get("attnflow_artifacts") or {})
+
+
+def load_weights(module: torch.nn.Module, state_dict: Dict[str, Any], prefix: str = "",
+                 what: str = "the model") -> None:
+    """Load the entries of ``state_dict`` under ``prefix`` into ``module``, or raise a
+    :class:`CheckpointError` naming the first missing, unexpected or differently shaped weight
+    (instead of torch's list of every mismatch) — e.g. a GAT evaluated on a graph with another
+    feature size, or a checkpoint of another model."""
+    state = {k[len(prefix):]: v for k, v in state_dict.items() if k.startswith(prefix)}
+    own = module.state_dict()
+    missing = [k for k in own if k not in state]
+    unexpected = [k for k in state if k not in own]
+    if missing or unexpected:
+        parts = ([f"{len(missing)} weights missing from the checkpoint (e.g. {prefix}{missing[0]})"]
+                 if missing else []) + (
+                [f"{len(unexpected)} weights in the checkpoint that {what} has no place for (e.g. "
+                 f"{prefix}{unexpected[0]})"] if unexpected else [])
+        raise CheckpointError(f"the checkpoint's weights are not those of {what}: "
+                              f"{'; '.join(parts)} (a checkpoint of another model?)")
+    for k, v in own.items():
+        if tuple(state[k].shape) != tuple(v.shape):
+            raise CheckpointError(
+                f"the checkpoint's weights do not fit {what}: {prefix}{k} is "
+                f"{tuple(state[k].shape)} in the checkpoint but {tuple(v.shape)} here")
+    module.load_state_dict(state)
 
 
 _ATTENTION_FIELDS = {"heads": "heads", "scorer": "scorer", "attention_dropout": "dropout"}
@@ -91,9 +199,20 @@ def upgrade_task_config(task_cfg: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
+def upgrade_logger_config(logger_cfg: Any) -> Dict[str, Any]:
+    """The ``logger`` config of older runs, ``{name: csv, ...fields}``, as today's mapping from
+    logger name to fields (``{csv: {...}}``; ``name: none`` is ``{}``)."""
+    if not isinstance(logger_cfg, dict) or not isinstance(logger_cfg.get("name"), str):
+        return logger_cfg
+    fields = {k: v for k, v in logger_cfg.items() if k != "name"}
+    return {} if logger_cfg["name"] == "none" else {logger_cfg["name"]: fields}
+
+
 def upgrade_config(cfg: Dict[str, Any]) -> Dict[str, Any]:
-    """A run config saved by an older attnflow, in today's field layout (model and task)."""
+    """A run config saved by an older attnflow, in today's field layout (model, task, logger)."""
     cfg = dict(cfg)
+    if "logger" in cfg:
+        cfg["logger"] = upgrade_logger_config(cfg["logger"])
     if isinstance(cfg.get("model"), dict):
         cfg["model"] = _upgrade_model(cfg["model"])
     if isinstance(cfg.get("task"), dict):

@@ -27,13 +27,17 @@ from typing import Any, Dict, List
 import pytorch_lightning as pl
 from omegaconf import DictConfig, OmegaConf, open_dict
 from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
-from pytorch_lightning.callbacks import RichProgressBar, TQDMProgressBar
 from pytorch_lightning.loggers import WandbLogger
 
 import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
 from attnflow.callbacks import AttentionMaps, StopOnNonFiniteLoss
+from attnflow.distributed import continue_csv_logs, fit_progress
+from attnflow.console import BARS, progress_bar
 from attnflow import config_dir
+from attnflow import resume, training_state  # resume=, ckpt_path=; exact restarts, atomic checkpoints
 from attnflow.groups import check_shared_groups, prune_unused, root_defaults
+from attnflow.loggers import (LOGGER_CONFIG, build_loggers, finish_loggers, log_hyperparams,
+                              logger_identity, run_identity)
 from attnflow.registry import (AGGREGATORS, ATTENTIONS, DATA, LOGGERS, MODELS, NORMALIZERS,
                                POOLINGS, POSITIONALS, SCORERS, TASKS, ConfigError, _suggest)
 
@@ -42,13 +46,14 @@ from attnflow.registry import (AGGREGATORS, ATTENTIONS, DATA, LOGGERS, MODELS, N
 # validating the ones the model uses here names the path the user typed (``scorer.name=...``).
 BLOCK_GROUPS = [("scorer", SCORERS), ("normalizer", NORMALIZERS), ("aggregator", AGGREGATORS),
                 ("attention", ATTENTIONS), ("positional", POSITIONALS), ("pooling", POOLINGS),
-                ("data", DATA), ("model", MODELS), ("task", TASKS), ("logger", LOGGERS)]
+                ("data", DATA), ("model", MODELS), ("task", TASKS),
+                ("logger", LOGGER_CONFIG)]  # a mapping logger name -> fields (attnflow.loggers)
 
 CALLBACK_FIELDS = {
     "checkpoint": {"monitor", "mode", "save_top_k", "save_last"},
     "early_stopping": {"monitor", "mode", "patience", "min_delta"},
     "attention_maps": {"examples", "every_n_epochs"},
-    "progress_bar": None,  # 'rich', 'tqdm' or 'none'
+    "progress_bar": None,  # one of attnflow.console.BARS: auto rich tqdm text none
     "lr_monitor": None,  # bool
 }
 
@@ -125,9 +130,10 @@ def validate_config(cfg: Dict[str, Any]) -> None:
                 if f not in fields:
                     raise ConfigError(f"callbacks.{key} has no field '{f}' (at 'callbacks.{key}.{f}'); "
                                       f"fields: {', '.join(sorted(fields))}.{_suggest(f, fields)}")
-    bar = (cfg.get("callbacks") or {}).get("progress_bar", "rich")
-    if bar not in ("rich", "tqdm", "none", None):
-        raise ConfigError(f"callbacks.progress_bar must be 'rich', 'tqdm' or 'none', got {bar!r}")
+    bar = (cfg.get("callbacks") or {}).get("progress_bar", "auto")
+    if bar not in (*BARS, None):
+        raise ConfigError(f"callbacks.progress_bar must be one of {', '.join(BARS)} (auto: rich on a "
+                          f"terminal, else text lines), got {bar!r}")
     check_composition(cfg)
 
 
@@ -216,11 +222,9 @@ def build_callbacks(cfg: Dict[str, Any], run_dir: Path, task: Any = None) -> Lis
     maps = cfg.get("attention_maps")
     if maps:
         out.append(AttentionMaps(run_dir / "attention", **maps))
-    bar = cfg.get("progress_bar", "rich")
-    if bar == "rich":
-        out.append(RichProgressBar())
-    elif bar == "tqdm":
-        out.append(TQDMProgressBar())
+    bar = progress_bar(cfg.get("progress_bar", "auto"))  # auto: rich on a terminal, else text lines
+    if bar is not None:
+        out.append(bar)
     if cfg.get("lr_monitor"):
         out.append(LearningRateMonitor(logging_interval="step"))
     return out
@@ -272,8 +276,11 @@ def train(cfg: DictConfig | Dict[str, Any], run_dir: Path | str) -> Dict[str, An
     """Validate, build, fit, evaluate; return (and write) the final metrics."""
     run_dir = Path(run_dir)
     resolved = resolve_config(cfg)
+    resolved.update(run_identity(cfg, resolved, run_dir))  # run name/experiment/group, tags
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(resolved)))
+    # config.yaml of a new run; a resumed one keeps its own and records the resume beside it
+    # (resume-<n>.yaml); the checkpoint to fit from is checked here, before any work
+    fit_from = resume.start(resolved, run_dir)
 
     pl.seed_everything(resolved.get("seed", 1234), workers=True, verbose=False)
     dm = DATA.build(resolved["data"], path="data")
@@ -284,29 +291,35 @@ def train(cfg: DictConfig | Dict[str, Any], run_dir: Path | str) -> Dict[str, An
     if hasattr(dm, "save_artifacts"):  # what prediction needs besides weights (e.g. a vocabulary)
         dm.save_artifacts(run_dir)
     task.run_config = resolved
-    logger = LOGGERS.build(resolved["logger"], str(run_dir), path="logger")
+    logger = build_loggers(resolved.get("logger"), run_dir, logger_identity(resolved))  # [] for none
     callbacks = build_callbacks(resolved.get("callbacks") or {}, run_dir,
                                 TASKS.get(resolved["task"]["name"]))
     bar = (resolved.get("callbacks") or {}).get("progress_bar", "rich")
-    trainer = pl.Trainer(**(resolved.get("trainer") or {}), logger=logger, callbacks=callbacks,
+    trainer = pl.Trainer(**(resolved.get("trainer") or {}), logger=logger or False,
+                         callbacks=[*callbacks, *training_state.callbacks(run_dir)],
+                         plugins=[training_state.SafeCheckpointIO()],  # atomic, weights_only
                          default_root_dir=str(run_dir), enable_progress_bar=bar not in ("none", None))
     failed = True
     start = time.time()
     try:
-        if logger:
-            logger.log_hyperparams(resolved)
-        trainer.fit(task, datamodule=dm, ckpt_path=resolved.get("ckpt_path"))
+        log_hyperparams(logger, resolved)
+        trainer.fit(task, datamodule=dm, ckpt_path=fit_from, weights_only=True)
         fit_time = time.time() - start
         best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
         ckpt = best or None
+        # validate and test the best checkpoint; under ddp_spawn each stage runs in new processes
+        # whose CSV logger must append to what the earlier stage wrote (attnflow.distributed)
+        continue_csv_logs(trainer)
+        epochs, global_step = fit_progress(trainer, run_dir / "checkpoints")  # (ddp_spawn: from disk)
         metrics = _metrics(trainer.validate(task, datamodule=dm, ckpt_path=ckpt, verbose=False))
         if resolved.get("test", True):
+            continue_csv_logs(trainer)
             metrics.update(_metrics(trainer.test(task, datamodule=dm, ckpt_path=ckpt, verbose=False)))
         summary = {
             "metrics": metrics,
             "best_checkpoint": best,
-            "epochs": trainer.current_epoch,
-            "global_step": trainer.global_step,
+            "epochs": epochs,
+            "global_step": global_step,
             "fit_seconds": round(fit_time, 2),
             "parameters": sum(p.numel() for p in model.parameters()),
         }
@@ -315,7 +328,4 @@ def train(cfg: DictConfig | Dict[str, Any], run_dir: Path | str) -> Dict[str, An
         failed = False
         return summary
     finally:
-        if isinstance(logger, WandbLogger):
-            import wandb
-
-            wandb.finish(exit_code=1 if failed else 0)
+        finish_loggers(logger, failed)  # one W&B run per job, also when training failed

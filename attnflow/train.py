@@ -5,53 +5,101 @@
     attnflow-train experiment=reverse_multihead logger=wandb
 
 Config errors (unknown block names, bad fields) print one message and exit with status 2.
+``--help`` lists the config groups and their options from the config files alone
+(:mod:`attnflow.cli_help`: no torch, Lightning or Hydra import); Hydra's own is ``--hydra-help``.
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-
-import hydra
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from typing import TYPE_CHECKING
 
 from attnflow import config_dir
 from attnflow.registry import ConfigError
 
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
 CONF_DIR = str(config_dir())  # the checkout's conf/, or the one installed with the package
 
 
-@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
 def run_app(cfg: DictConfig) -> float | None:
+    """The task function Hydra runs once per job (:func:`main` wraps it in ``hydra.main``, so that
+    importing this module, and ``--help``, import no Hydra). Returns ``optimized_metric``'s value."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
     from attnflow.callbacks import NonFiniteLossError
+    from attnflow.data.errors import DataError
+    from attnflow.distributed import check_multirun_strategy
+    from attnflow.resume import from_hydra  # resume=<run>: the run's own config
     from attnflow.run import train
+    from attnflow.sweeps import check_optimized_metric
 
     try:
-        summary = train(cfg, Path(HydraConfig.get().runtime.output_dir))
+        # multirun + strategy=ddp would re-run the sweep in every rank: refused before any work
+        check_multirun_strategy(cfg.get("trainer"), HydraConfig.get().mode == RunMode.MULTIRUN)
+        metric = check_optimized_metric(cfg)  # a misspelt name fails before any work
+        summary = train(from_hydra(cfg), Path(HydraConfig.get().runtime.output_dir))
+    except DataError as err:  # a data file missing, empty, cut short or malformed
+        print(f"attnflow: data error: {err}", file=sys.stderr)
+        sys.exit(2)
     except ConfigError as err:
         print(f"attnflow: config error: {err}", file=sys.stderr)
         sys.exit(2)
     except NonFiniteLossError as err:
         print(f"attnflow: {err}", file=sys.stderr)
+        if metric and HydraConfig.get().mode == RunMode.MULTIRUN:
+            return float("nan")  # one diverging job of a sweep: Optuna records a failed trial, the sweep goes on
         sys.exit(1)
-    metric = cfg.get("optimized_metric")
-    if metric:  # what a sweeper optimises; a missing or misspelt name is an error, not None
+    _print_summary(summary)
+    if metric:  # what a sweeper optimises; a metric the run did not report is an error, not None
         if metric not in summary["metrics"]:
-            print(f"attnflow: optimized_metric '{metric}' was not logged; logged: "
+            print(f"attnflow: optimized_metric '{metric}' was not reported by this run; it reported "
                   f"{', '.join(sorted(summary['metrics']))}", file=sys.stderr)
             sys.exit(2)
         return summary["metrics"][metric]
     return None
 
 
+def _print_summary(summary: dict) -> None:
+    """The final validation and test metrics as a table (global rank 0 only)."""
+    from pytorch_lightning.utilities import rank_zero_only
+
+    from attnflow.console import print_metrics
+
+    if getattr(rank_zero_only, "rank", 0) == 0 and summary.get("metrics"):
+        print_metrics(summary["metrics"])
+
+
 def main() -> None:
     """The console script: plain field overrides may name fields the YAML leaves at their
     constructor defaults (:func:`attnflow.groups.field_overrides`), then Hydra runs the app."""
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        from attnflow.cli_help import train_help
+
+        print(train_help(Path(CONF_DIR)))
+        return
+    from attnflow.sweeps import continue_optuna_studies, missing_plugin
+
+    missing = missing_plugin(sys.argv[1:], Path(CONF_DIR))
+    if missing:  # before Hydra, whose message would be a traceback about a config it cannot find
+        print(f"attnflow: {missing}", file=sys.stderr)
+        sys.exit(2)
     from attnflow.groups import field_overrides
 
+    if any(a.lstrip("+").startswith("resume=") for a in sys.argv[1:]):
+        # every check before Hydra starts (a refused resume changes nothing), then the run's own
+        # directory, no new .hydra/ there, and only the overrides a resume allows
+        from attnflow.resume import cli_args
+
+        sys.argv[1:] = cli_args(sys.argv[1:])
     sys.argv[1:] = field_overrides(sys.argv[1:], Path(CONF_DIR))
-    run_app()
+    continue_optuna_studies()
+    import hydra
+
+    hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")(run_app)()
 
 
 if __name__ == "__main__":

@@ -1,40 +1,437 @@
-"""Resuming from a checkpoint continues training in the same run directory and keeps what the
-first run wrote."""
+"""Resume: ``attnflow-train resume=<run dir>`` continues a stopped run in its own directory with
+its own config, and a run killed (SIGKILL) or interrupted (Ctrl-C) and resumed ends with exactly
+the metrics and weights of an uninterrupted run; refused resumes name what is wrong and leave the
+run directory as it was; checkpoints are written atomically and read with weights_only=True."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
 import torch
+import yaml
 
+from attnflow.resume import ResumeError, prepare_argv, resume_config
 from attnflow.run import train
-from support import FAST, compose_cfg
+from attnflow.training_state import SafeCheckpointIO
+from support import FAST, ROOT, compose_cfg
 
-TINY = [*FAST, "data.train_size=128", "trainer.log_every_n_steps=1"]
+# The default experiment, small: 16 steps an epoch, 2 epochs, dropout on (so that the random
+# stream matters, not only the shuffle), best checkpoint by val/loss (the last epoch: its
+# metrics are those of the resumed part).
+STEPS = 16
+ARGS = ["data.train_size=512", "data.val_size=32", "data.test_size=32", "data.batch_size=32",
+        "model.dropout=0.2", "trainer.accelerator=cpu", "trainer.max_epochs=2",
+        "trainer.deterministic=true", "trainer.enable_model_summary=false",
+        "callbacks.progress_bar=none", "callbacks.attention_maps.examples=0",
+        "callbacks.checkpoint.monitor=val/loss"]
+TIMEOUT = 240
 
 
-def test_resume_continues_and_keeps_earlier_files(tmp_path):
-    first = train(compose_cfg([*TINY, "trainer.max_epochs=1"]), tmp_path)
-    steps = first["global_step"]
-    assert steps == 4  # 128 / 32
-    csv0 = (tmp_path / "csv" / "version_0" / "metrics.csv").read_text()
-    ckpt0 = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+def _env(root: Path) -> dict:
+    # the children compute with this process's thread count; W&B offline; outputs under root
+    return {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads()), "WANDB_MODE": "offline",
+            "ATTNFLOW_OUTPUT_DIR": str(root / "outputs"), "PYTHONPATH": str(ROOT)}
 
-    last = tmp_path / "checkpoints" / "last.ckpt"
-    state = torch.load(last, map_location="cpu", weights_only=False)
-    assert state["attnflow_config"]["model"]["name"] == "seq2seq"  # rebuildable from the registry
 
-    second = train(compose_cfg([*TINY, "trainer.max_epochs=2", f"ckpt_path={last}"]), tmp_path)
+def _start(root: Path, name: str, args) -> subprocess.Popen:
+    log = open(root / f"{name}.log", "w")
+    return subprocess.Popen([sys.executable, "-m", "attnflow.train", *args], cwd=root,
+                            env=_env(root), stdout=log, stderr=subprocess.STDOUT)
+
+
+def _cli_in_fork(root: Path, name: str, args):
+    """``attnflow-train args`` (its ``main()``) in a fork of this process: the same code as the
+    console script without a fresh interpreter's imports (seconds of CPU on a 2-core machine)."""
+    import multiprocessing
+
+    def run():
+        from hydra.core.global_hydra import GlobalHydra
+
+        from attnflow import train as train_cli
+
+        log = os.open(root / f"{name}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        GlobalHydra.instance().clear()
+        sys.argv = ["attnflow-train", *args]
+        train_cli.main()
+
+    proc = multiprocessing.get_context("fork").Process(target=run)
+    proc.start()
+    return _Forked(proc)
+
+
+class _Forked:
+    """A forked child with ``subprocess.Popen``'s ``pid``, ``poll`` and ``wait``."""
+
+    def __init__(self, proc):
+        self.proc, self.pid = proc, proc.pid
+
+    def poll(self):
+        return self.proc.exitcode
+
+    def wait(self, timeout=None):
+        self.proc.join(timeout)
+        return self.proc.exitcode
+
+
+def _log(root: Path, name: str) -> str:
+    return (root / f"{name}.log").read_text()
+
+
+def _tree(run: Path) -> dict:
+    """Every file of a run directory: its bytes' digest and mtime."""
+    return {str(p.relative_to(run)): (hashlib.sha1(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+            for p in sorted(run.rglob("*")) if p.is_file()}
+
+
+def _ckpt(path: Path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory):
+    """A run 'k' SIGKILLed just after its first epoch's checkpoint (so, early in the second) and
+    a run 's' interrupted there with SIGINT (W&B offline too), each in its own process ('s' a new
+    interpreter running ``python -m attnflow.train``, 'k' attnflow-train's ``main()`` in a fork);
+    'k' resumed with ``attnflow-train resume=<dir>`` (a fork), 's' from Python (``resume_config``);
+    the uninterrupted reference 'u' trains in this process meanwhile (with this process's thread
+    count, which the children get too)."""
+    root = tmp_path_factory.mktemp("resume")
+    procs = {"k": _cli_in_fork(root, "k", [*ARGS, f"hydra.run.dir={root / 'k'}"]),
+             "s": _start(root, "s", [*ARGS, "logger=[csv,wandb]", f"hydra.run.dir={root / 's'}"])}
+    out = {"root": root}
+
+    abort = threading.Event()
+
+    def stop_both():  # in a thread, while the reference trains here
+        pending, deadline = {"k", "s"}, time.time() + TIMEOUT
+        while pending and time.time() < deadline and not abort.is_set():
+            for name in list(pending):
+                proc, last = procs[name], root / name / "checkpoints" / "last.ckpt"
+                if proc.poll() is not None:
+                    out[f"{name}_rc"] = proc.poll()  # ended before it was stopped: fails below
+                    pending.discard(name)
+                elif last.is_file():  # the end of the first epoch (written atomically: whole)
+                    time.sleep(0.05)
+                    os.kill(proc.pid, signal.SIGKILL if name == "k" else signal.SIGINT)
+                    out[f"{name}_rc"] = proc.wait(TIMEOUT)
+                    out[f"{name}_last"] = _ckpt(last)
+                    out[f"{name}_tree"] = _tree(root / name)
+                    pending.discard(name)
+            time.sleep(0.02)
+
+    stopper = threading.Thread(target=stop_both)
+    stopper.start()
+    before = torch.are_deterministic_algorithms_enabled()
+    try:
+        train(compose_cfg(ARGS), root / "u")
+        stopper.join()
+        for name in ("k", "s"):
+            assert f"{name}_last" in out, f"run {name} was not stopped:\n{_log(root, name)[-3000:]}"
+        resumed = _cli_in_fork(root, "k2", [f"resume={root / 'k'}"])  # forks once no thread runs
+        train(resume_config(root / "s"), root / "s")
+        out["k2_rc"] = resumed.wait(TIMEOUT)
+    finally:
+        torch.use_deterministic_algorithms(before)
+        abort.set()
+        stopper.join(TIMEOUT)
+        for proc in [*procs.values(), *([resumed] if "resumed" in locals() else [])]:
+            if proc.poll() is None:  # a failure above: leave no run behind
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(TIMEOUT)
+    return out
+
+
+def _metrics(run: Path) -> dict:
+    return json.loads((run / "metrics.json").read_text())
+
+
+def _same_result(resumed: Path, reference: Path) -> None:
+    ref, got = _metrics(reference), _metrics(resumed)
+    # the best checkpoint is the last epoch's, so its metrics are those of the resumed part
+    assert Path(ref["best_checkpoint"]).name == f"epoch1-step{2 * STEPS}.ckpt", ref
+    assert Path(got["best_checkpoint"]).name == Path(ref["best_checkpoint"]).name
+    assert got["metrics"] == ref["metrics"]  # exactly
+    assert got["global_step"] == ref["global_step"] == 2 * STEPS
+    a, b = _ckpt(resumed / "checkpoints" / "last.ckpt"), _ckpt(reference / "checkpoints" / "last.ckpt")
+    assert a["state_dict"].keys() == b["state_dict"].keys()
+    for key in a["state_dict"]:
+        assert torch.equal(a["state_dict"][key], b["state_dict"][key]), key
+
+
+def test_sigkill_then_resume_gives_the_uninterrupted_metrics(stopped):
+    root = stopped["root"]
+    assert stopped["k_rc"] == -signal.SIGKILL
+    assert stopped["k_last"]["global_step"] == STEPS  # killed in the second epoch
+    assert "metrics.json" not in stopped["k_tree"]
+    assert stopped["k2_rc"] == 0, _log(root, "k2")[-3000:]
+    _same_result(root / "k", root / "u")
+    # the run's record is kept: config.yaml and .hydra/ as they were, the killed run's log too
+    after = _tree(root / "k")
+    for name in ("config.yaml", ".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml",
+                 "csv/version_0/hparams.yaml"):
+        assert after[name] == stopped["k_tree"][name], name
+    assert (root / "k" / "csv" / "version_1" / "metrics.csv").is_file()
+    record = yaml.safe_load((root / "k" / "resume-1.yaml").read_text())
+    assert record["from"]["global_step"] == STEPS and record["changed"] == {}
+    assert "resume=" in record["command"]
+
+
+def test_ctrl_c_saves_a_resumable_checkpoint_mid_epoch_and_finishes_wandb(stopped):
+    root, run = stopped["root"], stopped["root"] / "s"
+    assert stopped["s_rc"] != 0
+    log = _log(root, "s")
+    assert f"attnflow-train resume={run}" in log, log[-3000:]
+    last = stopped["s_last"]
+    assert STEPS < last["global_step"] < 2 * STEPS  # within the second epoch
+    position = last["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]
+    assert position["trained"] == last["global_step"] - STEPS
+    # the W&B run was finished (exit code 1: interrupted); the resumed run is the same W&B run
+    first, second = sorted((run / "wandb").glob("offline-run-*"))
+    debug = (first / "logs" / "debug.log").read_text()
+    assert "finishing run" in debug and "got exitcode: 1" in debug
+    assert first.name.rsplit("-", 1)[1] == second.name.rsplit("-", 1)[1] == last["attnflow_wandb_run_id"]
+    _same_result(run, root / "u")  # resumed at the batch after the last trained one
+
+
+# -- the same seed twice -------------------------------------------------------------------------------
+@pytest.fixture
+def deterministic_off_after():
+    before = torch.are_deterministic_algorithms_enabled()
+    yield
+    torch.use_deterministic_algorithms(before)
+
+
+def test_the_same_seed_gives_the_same_metrics_twice(tmp_path, deterministic_off_after):
+    args = [*FAST, "data.train_size=96", "data.val_size=32", "data.test_size=32", "model.dropout=0.2",
+            "trainer.deterministic=true", "logger=none", "callbacks.attention_maps.examples=0"]
+    first = train(compose_cfg(args), tmp_path / "a")
+    second = train(compose_cfg(args), tmp_path / "b")
+    assert first["metrics"] == second["metrics"]
+    other = train(compose_cfg([*args, "seed=7"]), tmp_path / "c")  # the check can tell seeds apart
+    assert other["metrics"] != first["metrics"]
+
+
+# -- resume from Python, extension, records ------------------------------------------------------------------
+TINY = [*FAST, "data.train_size=128", "trainer.max_epochs=1", "logger=csv",
+        "callbacks.attention_maps.examples=0"]
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A finished one-epoch run of the default experiment and one of reverse_transformer."""
+    root = tmp_path_factory.mktemp("finished")
+    train(compose_cfg([*TINY, "trainer.limit_val_batches=1"]), root / "default")
+    train(compose_cfg([*TINY, "experiment=reverse_transformer", "trainer.limit_train_batches=1",
+                       "trainer.limit_val_batches=1", "test=false"]), root / "transformer")
+    return root
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_a_finished_run_is_extended_in_place_and_keeps_its_record(finished, tmp_path):
+    run = _copy(finished / "default", tmp_path / "run")
+    csv0 = (run / "csv" / "version_0" / "metrics.csv").read_text()
+    config = (run / "config.yaml").read_text()
+    steps = _ckpt(run / "checkpoints" / "last.ckpt")["global_step"]
+    with pytest.raises(ResumeError, match="already finished.*trainer.max_epochs=<more>"):
+        resume_config(run)
+    cfg = resume_config(run, {"trainer.max_epochs": 2})
+    assert cfg["trainer"]["max_epochs"] == 2 and cfg["resume"] == str(run.resolve())
+    second = train(cfg, run)
     assert second["global_step"] == 2 * steps
-    assert (tmp_path / "csv" / "version_0" / "metrics.csv").read_text() == csv0
-    assert (tmp_path / "csv" / "version_1" / "metrics.csv").is_file()
-    assert set(ckpt0) <= {p.name for p in (tmp_path / "checkpoints").iterdir()}
+    assert (run / "config.yaml").read_text() == config
+    assert (run / "csv" / "version_0" / "metrics.csv").read_text() == csv0
+    assert (run / "csv" / "version_1" / "metrics.csv").is_file()
+    record = yaml.safe_load((run / "resume-1.yaml").read_text())
+    assert record["changed"] == {"trainer.max_epochs": {"from": 1, "to": 2}}
+    assert record["from"]["global_step"] == steps and "previous_metrics" in record
+
+
+def test_train_refuses_a_resume_whose_config_is_not_the_runs(finished, tmp_path):
+    run = _copy(finished / "default", tmp_path / "run")
+    cfg = resume_config(run, {"trainer.max_epochs": 2})
+    cfg["model"]["encoder"]["hidden_dim"] = 32  # e.g. resume= with a composed config
+    before = _tree(run)
+    with pytest.raises(ResumeError, match="'model.encoder.hidden_dim' would change the resumed run"):
+        train(cfg, run)
+    assert _tree(run) == before
+    cfg = resume_config(run, {"trainer.max_epochs": 2})
+    with pytest.raises(ResumeError, match="in its own directory"):
+        train(cfg, tmp_path / "elsewhere")
+
+
+# -- refused resumes (the console script's checks, before Hydra) ---------------------------------------------
+def _main(monkeypatch, capsys, *args) -> str:
+    """attnflow-train's main() with ``args``, which must be refused (exit 2); its message."""
+    from attnflow import train as train_cli
+
+    monkeypatch.setattr(sys, "argv", ["attnflow-train", *args])
+    with pytest.raises(SystemExit) as exit_:
+        train_cli.main()
+    assert exit_.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_refused_resumes_name_the_problem_and_change_nothing(finished, tmp_path, monkeypatch, capsys):
+    run = _copy(finished / "default", tmp_path / "run")
+    before = _tree(run)
+    cases = [
+        ([f"resume={tmp_path / 'missing'}"], "no such directory"),
+        ([f"resume={run / 'config.yaml'}"], "not a directory"),
+        ([f"resume={tmp_path}"], "not an attnflow run directory"),
+        ([f"resume={run}", "trainer.max_epochs=3", "model.encoder.hidden_dim=32"],
+         "'model.encoder.hidden_dim' would change the resumed run"),
+        ([f"resume={run}", "scorer=dot", "trainer.max_epochs=3"], "'scorer' would change"),
+        ([f"resume={run}", "experiment=reverse_transformer", "trainer.max_epochs=3"],
+         "the run is experiment 'default', the command line names experiment=reverse_transformer"),
+        ([f"resume={run}"], "already finished"),
+        ([f"resume={run}", "-m", "trainer.max_epochs=3"], "neither -m/--multirun"),
+        ([f"resume={run}", "trainer.max_epochs=3", f"hydra.run.dir={tmp_path / 'x'}"], "names another"),
+    ]
+    for args, message in cases:
+        err = _main(monkeypatch, capsys, *args)
+        assert message in err, (args, err)
+        assert err.startswith("attnflow: ") and "Traceback" not in err
+    assert _tree(run) == before
+
+
+def test_a_run_without_last_ckpt_a_truncated_one_and_another_models(finished, tmp_path):
+    run = _copy(finished / "default", tmp_path / "run")
+    last = run / "checkpoints" / "last.ckpt"
+    data = last.read_bytes()
+    last.unlink()
+    with pytest.raises(ResumeError, match=r"no checkpoints/last.ckpt\. Its checkpoints: epoch0"):
+        prepare_argv([f"resume={run}", "trainer.max_epochs=2"])
+    last.write_bytes(data[: len(data) // 2])  # a kill while writing, without atomic saves
+    with pytest.raises(ResumeError, match="corrupt or truncated"):
+        prepare_argv([f"resume={run}", "trainer.max_epochs=2"])
+    shutil.copy(finished / "transformer" / "checkpoints" / "last.ckpt", last)
+    with pytest.raises(ResumeError, match=r"checkpoint of another model.*model\.name: 'transformer' "
+                                          r"\(checkpoint\) vs 'seq2seq' \(config\.yaml\)"):
+        prepare_argv([f"resume={run}", "trainer.max_epochs=2"])
+
+
+def test_ckpt_path_of_another_model_is_refused_naming_fields(finished, tmp_path):
+    other = finished / "transformer" / "checkpoints" / "last.ckpt"
+    with pytest.raises(ResumeError, match=r"ckpt_path=.* another model.*model\.name: 'transformer'"):
+        train(compose_cfg([*TINY, f"ckpt_path={other}"]), tmp_path / "new")
+    assert not (tmp_path / "new" / "config.yaml").exists()
+    own = finished / "default" / "checkpoints" / "last.ckpt"
+    with pytest.raises(ResumeError, match="this run's own directory.*resume="):
+        train(compose_cfg([*TINY, f"ckpt_path={own}"]), finished / "default")
+
+
+def test_resume_last_takes_the_newest_run_of_the_experiment(finished, tmp_path):
+    root = tmp_path / "outputs"
+    runs = {}
+    for i, (src, exp) in enumerate([("default", None), ("default", None), ("transformer", "reverse_transformer")]):
+        run = _copy(finished / src, root / "2025-01-01" / f"run{i}")
+        (run / ".hydra").mkdir()
+        (run / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump(
+            {"hydra": {"runtime": {"choices": {"experiment": exp}}}}))
+        (run / "metrics.json").unlink()  # stopped runs
+        os.utime(run / "checkpoints" / "last.ckpt", (1e9 + i, 1e9 + i))
+        runs[i] = run.resolve()
+    argv = prepare_argv(["resume=last", f"paths.output_root={root}"])
+    assert f"resume={runs[1]}" in argv and f"hydra.run.dir={runs[1]}" in argv
+    assert "hydra.output_subdir=null" in argv
+    os.utime(runs[0] / "checkpoints" / "last.ckpt", (2e9, 2e9))
+    assert f"resume={runs[0]}" in prepare_argv(["resume=last", f"paths.output_root={root}"])
+    argv = prepare_argv(["experiment=reverse_transformer", "resume=last", f"paths.output_root={root}",
+                         "trainer.max_epochs=3", "logger=[csv,wandb]"])
+    assert f"resume={runs[2]}" in argv and "trainer.max_epochs=3" in argv
+    assert not any(a.startswith("experiment=") for a in argv)
+    with pytest.raises(ResumeError, match="no run of experiment 'gat_cora'"):
+        prepare_argv(["experiment=gat_cora", "resume=last", f"paths.output_root={root}"])
+
+
+# -- checkpoint files ------------------------------------------------------------------------------------------
+def test_a_failure_while_saving_leaves_the_previous_checkpoint_whole(tmp_path, monkeypatch):
+    io = SafeCheckpointIO()
+    path = tmp_path / "checkpoints" / "last.ckpt"
+    io.save_checkpoint({"state_dict": {"w": torch.ones(3)}, "epoch": 1}, path)
+
+    real_save = torch.save
+
+    def save_half_then_die(obj, f, *args, **kwargs):  # a kill (or a full disk) mid-write
+        real_save(obj, f, *args, **kwargs)
+        f.seek(0)
+        f.truncate(100)
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(torch, "save", save_half_then_die)
+    with pytest.raises(OSError, match="No space"):
+        io.save_checkpoint({"state_dict": {"w": torch.zeros(3)}, "epoch": 2}, path)
+    monkeypatch.undo()
+    kept = io.load_checkpoint(path)
+    assert kept["epoch"] == 1 and torch.equal(kept["state_dict"]["w"], torch.ones(3))
+    assert sorted(p.name for p in path.parent.iterdir()) == ["last.ckpt"]  # no temporary left
+
+
+def test_the_random_streams_survive_a_weights_only_checkpoint(tmp_path):
+    import random
+
+    import numpy as np
+
+    from attnflow.training_state import rng_state, set_rng_state
+
+    torch.manual_seed(3), np.random.seed(3), random.seed(3)
+    np.random.normal()  # a cached Gaussian in numpy's state
+    path = tmp_path / "state.ckpt"
+    SafeCheckpointIO().save_checkpoint({"state_dict": {}, "rng": rng_state()}, path)
+
+    def draws():
+        return torch.rand(4).tolist(), np.random.normal(size=3).tolist(), [random.random() for _ in range(3)]
+
+    expected = draws()
+    torch.manual_seed(9), np.random.seed(9), random.seed(9)
+    set_rng_state(SafeCheckpointIO().load_checkpoint(path)["rng"])  # read with weights_only=True
+    assert draws() == expected
+
+
+class _Payload:
+    def __reduce__(self):
+        return (Path.touch, (Path(os.environ["ATTNFLOW_TEST_MARKER"]),))
+
+
+def test_checkpoints_are_read_weights_only_also_on_resume(finished, tmp_path, monkeypatch):
+    run = _copy(finished / "default", tmp_path / "run")
+    marker = tmp_path / "unpickled"
+    monkeypatch.setenv("ATTNFLOW_TEST_MARKER", str(marker))
+    last = run / "checkpoints" / "last.ckpt"
+    ckpt = torch.load(last, weights_only=True)
+    ckpt["payload"] = _Payload()
+    torch.save(ckpt, last)
+    with pytest.raises(ResumeError, match=r"not unpickled \(weights_only=True\)"):
+        prepare_argv([f"resume={run}", "trainer.max_epochs=2"])
+    from attnflow.checkpoints import CheckpointError
+
+    with pytest.raises(CheckpointError, match="weights_only"):  # Lightning's load goes through this
+        SafeCheckpointIO().load_checkpoint(last)
+    assert not marker.exists()
 
 
 def test_last_ckpt_is_the_state_after_the_last_epoch_whatever_the_metric_did(tmp_path):
-    import torch
-
-    cfg = compose_cfg([*FAST, "trainer.max_epochs=3", "task.optim.lr=1e-6", "logger=none"])  # ~no progress
+    cfg = compose_cfg([*FAST, "data.train_size=64", "data.val_size=32", "data.test_size=32",
+                       "callbacks.attention_maps.examples=0",
+                       "trainer.max_epochs=2", "task.optim.lr=1e-6", "logger=none"])  # ~no progress
     summary = train(cfg, tmp_path)
     last = torch.load(tmp_path / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
-    assert last["epoch"] == 2 and last["global_step"] == summary["global_step"]
+    assert last["epoch"] == 1 and last["global_step"] == summary["global_step"]
     assert sorted(p.name for p in (tmp_path / "checkpoints").glob("*.ckpt")) == sorted(
         {"last.ckpt", summary["best_checkpoint"].split("/")[-1]})

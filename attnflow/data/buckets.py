@@ -5,6 +5,12 @@ batches, and the order of the batches is shuffled — similar sizes in a batch (
 new order each epoch. The epoch comes from ``epoch`` (the data module passes the trainer's current
 epoch, so a resumed run continues with the order it would have had) or, without it, from a
 counter of iterations. Not shuffled: the whole set sorted by size (evaluation order is free).
+
+Under DDP the sampler batches one rank's share of the items: it is a PyTorch ``BatchSampler``
+with a ``sampler`` argument, so Lightning re-creates it with the DistributedSampler it injects
+(reshuffled across ranks each epoch, every rank the same number of items, hence of batches — a
+rank with fewer batches would hang the others in the gradient all-reduce). Without ``sampler``
+it batches every item, as in one process.
 """
 
 from __future__ import annotations
@@ -12,33 +18,41 @@ from __future__ import annotations
 import random
 from typing import Callable, Iterator, List, Optional, Sequence
 
-from torch.utils.data import Sampler
+from torch.utils.data import BatchSampler, Sampler
 
 
-class BucketBatchSampler(Sampler):
-    """Batches of indices of items of similar ``sizes`` (see the module docstring)."""
+class BucketBatchSampler(BatchSampler):
+    """Batches of indices of items of similar ``sizes`` (see the module docstring); ``sampler``:
+    the indices to batch (default: all; under DDP Lightning passes this rank's share)."""
 
     def __init__(self, sizes: Sequence[float], batch_size: int, shuffle: bool = True, seed: int = 0,
-                 pool: int = 100, epoch: Optional[Callable[[], Optional[int]]] = None):
+                 pool: int = 100, epoch: Optional[Callable[[], Optional[int]]] = None,
+                 sampler: Optional[Sampler] = None, drop_last: bool = False):
+        # BatchSampler.__init__ is not called: its checks want a sampler, and ours is optional
         self.sizes, self.batch_size, self.shuffle = list(sizes), batch_size, shuffle
         self.seed, self.pool, self.epoch_source = seed, pool, epoch
+        self.sampler, self.drop_last = sampler, drop_last  # drop_last: BatchSampler's API; unused
         self.iterations = 0
 
+    def _indices(self) -> List[int]:
+        return list(range(len(self.sizes))) if self.sampler is None else list(self.sampler)
+
     def __len__(self) -> int:
-        return (len(self.sizes) + self.batch_size - 1) // self.batch_size
+        n = len(self.sizes) if self.sampler is None else len(self.sampler)
+        return (n + self.batch_size - 1) // self.batch_size
 
     def _epoch(self) -> int:
         epoch = self.epoch_source() if self.epoch_source is not None else None
         return self.iterations if epoch is None else epoch
 
     def __iter__(self) -> Iterator[List[int]]:
-        n, bs = len(self.sizes), self.batch_size
+        order, bs = self._indices(), self.batch_size
+        n = len(order)
         if not self.shuffle:
-            order = sorted(range(n), key=lambda i: self.sizes[i])
+            order = sorted(order, key=lambda i: self.sizes[i])
             return iter([order[i : i + bs] for i in range(0, n, bs)])
         rng = random.Random(self.seed + self._epoch())
         self.iterations += 1
-        order = list(range(n))
         rng.shuffle(order)
         batches, chunk = [], self.pool * bs
         for p in range(0, n, chunk):

@@ -1,0 +1,445 @@
+"""Continuing a stopped run in its own directory: ``attnflow-train resume=<run dir>`` (or
+``resume=last``).
+
+A resumed run is the run's own config (the ``attnflow_config`` of its ``checkpoints/last.ckpt``,
+which ``config.yaml`` must agree with), not a recomposition of ``conf/``: so it works for every
+experiment, and nothing on the command line can silently change what is trained. Only overrides
+that change how long it trains or how it is recorded are allowed (:data:`SAFE`); any other is
+refused, naming it. The run continues from ``last.ckpt`` with its optimiser, scheduler, random
+streams, data-loader position and W&B run id (:mod:`attnflow.training_state`).
+
+Nothing of the run is lost: every check (the path, the checkpoint, the config, the overrides) runs
+before Hydra starts, so a refused resume leaves the run directory as it was; Hydra writes no new
+``.hydra/`` there (``hydra.output_subdir=null``), ``config.yaml`` is kept, and what a resume
+changed is recorded beside it in ``resume-<n>.yaml``; the CSV/TensorBoard logs continue in a new
+``version_<n>`` folder.
+
+``ckpt_path=<file>`` is the lower-level field underneath: a *new* run (its own directory and
+``config.yaml``) that starts from a checkpoint's full training state; its model, data and task
+configs must equal the checkpoint's (checked, naming the fields that differ, before any work).
+
+"Same experiment" (``resume=last``): the run's recorded Hydra choice
+(``.hydra/hydra.yaml``: ``hydra.runtime.choices.experiment``, else ``config.yaml``'s
+``run.experiment``) equals the ``experiment=`` on the command line (none: the default). The newest
+run is the one whose ``last.ckpt`` was written last, under the output root (``paths.output_root=``
+on the command line, else ``$ATTNFLOW_OUTPUT_DIR``, else ``outputs``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import yaml
+
+from attnflow.checkpoints import CheckpointError, upgrade_config
+from attnflow.registry import ConfigError
+from attnflow.training_state import WANDB_ID_KEY, load_checkpoint_file
+
+# Overrides that may come with resume=: how long the run trains, and how it is recorded.
+SAFE = {
+    "trainer.max_epochs": "train to more (or fewer) epochs",
+    "trainer.max_steps": "train to more (or fewer) steps",
+    "trainer.max_time": "a time limit",
+    "trainer.accelerator": "another device kind",
+    "trainer.enable_model_summary": "", "trainer.log_every_n_steps": "",
+    "trainer.num_sanity_val_steps": "", "callbacks.progress_bar": "", "callbacks.lr_monitor": "",
+    "callbacks.attention_maps": "", "logger": "loggers and their fields", "tags": "",
+    "test": "", "optimized_metric": "", "paths.output_root": "where resume=last looks",
+}
+EXTEND = ("trainer.max_epochs", "trainer.max_steps", "trainer.max_time")
+# What records a run rather than defines it: never compared between a run and its checkpoint.
+BOOKKEEPING = ("resume", "ckpt_path", "run", "tags", "logger", "paths", "hydra")
+# What a checkpoint's state depends on (ckpt_path= into a new run must match these).
+STATE_DEFINING = ("model", "data", "task")
+
+
+class ResumeError(ConfigError):
+    """A run that cannot be resumed as asked; the message says why and what to do."""
+
+
+# -- small helpers ---------------------------------------------------------------------------------
+def _is_safe(key: str) -> bool:
+    return any(key == s or key.startswith(s + ".") for s in SAFE)
+
+
+def _flatten(node: Any, prefix: str = "") -> Dict[str, Any]:
+    if isinstance(node, dict) and node:
+        out: Dict[str, Any] = {}
+        for k, v in node.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: node}
+
+
+def differences(a: Dict[str, Any], b: Dict[str, Any], only: Sequence[str] = (),
+                ignore: Sequence[str] = BOOKKEEPING) -> List[Tuple[str, Any, Any]]:
+    """``(dotted key, value in a, value in b)`` wherever two configs differ, within the top-level
+    sections ``only`` (all when empty), outside ``ignore``."""
+    fa, fb = _flatten(a), _flatten(b)
+    out = []
+    for key in sorted(set(fa) | set(fb)):
+        top = key.split(".", 1)[0]
+        if (only and top not in only) or top in ignore:
+            continue
+        va, vb = fa.get(key, "<absent>"), fb.get(key, "<absent>")
+        if va != vb:
+            out.append((key, va, vb))
+    return out
+
+
+def _listing(diffs: List[Tuple[str, Any, Any]], a: str, b: str, most: int = 8) -> str:
+    # block names first, outermost first: 'model.name' says more than a nested field
+    diffs = sorted(diffs, key=lambda d: (not d[0].endswith(".name"), d[0].count("."), d[0]))
+    parts = [f"{k}: {va!r} ({a}) vs {vb!r} ({b})" for k, va, vb in diffs[:most]]
+    more = f"; and {len(diffs) - most} more" if len(diffs) > most else ""
+    return "; ".join(parts) + more
+
+
+def _get(cfg: Dict[str, Any], key: str) -> Any:
+    node: Any = cfg
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _set(cfg: Dict[str, Any], key: str, value: Any) -> None:
+    *parents, leaf = key.split(".")
+    node = cfg
+    for part in parents:
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
+    node[leaf] = value
+
+
+def _upgrade(cfg: Dict[str, Any]) -> Dict[str, Any]:
+    """A saved config in today's layout: :func:`attnflow.checkpoints.upgrade_config`, and the
+    logger's old ``{name: wandb, project: …}`` as the mapping ``{wandb: {project: …}}``."""
+    cfg = upgrade_config(dict(cfg))
+    logger = cfg.get("logger")
+    if isinstance(logger, dict) and isinstance(logger.get("name"), str):
+        fields = {k: v for k, v in logger.items() if k != "name"}
+        cfg["logger"] = {} if logger["name"] == "none" else {logger["name"]: fields}
+    return cfg
+
+
+# -- the run to resume ------------------------------------------------------------------------------
+def _quote(value: str) -> str:
+    """A Hydra override value: plain when it is a plain path, else single-quoted."""
+    if re.fullmatch(r"[\w./-]+", value):
+        return value
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def run_experiment(run_dir: Path) -> Optional[str]:
+    """The experiment a run was composed with (None: the default)."""
+    hydra_yaml = run_dir / ".hydra" / "hydra.yaml"
+    exp = None
+    try:
+        if hydra_yaml.is_file():
+            data = yaml.safe_load(hydra_yaml.read_text()) or {}
+            exp = (((data.get("hydra") or {}).get("runtime") or {}).get("choices") or {}).get("experiment")
+        else:
+            data = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+            exp = (data.get("run") or {}).get("experiment")
+    except (OSError, yaml.YAMLError):
+        return None
+    return None if exp in (None, "default") else str(exp)
+
+
+def output_root(overrides: Dict[str, str]) -> Path:
+    """Where runs are written: ``paths.output_root=`` on the command line, else the config's
+    default (``$ATTNFLOW_OUTPUT_DIR``, else ``outputs``)."""
+    if overrides.get("paths.output_root"):
+        return Path(overrides["paths.output_root"])
+    return Path(os.environ.get("ATTNFLOW_OUTPUT_DIR") or "outputs")
+
+
+def find_last(root: Path, experiment: Optional[str]) -> Path:
+    """The run of ``experiment`` under ``root`` whose ``last.ckpt`` was written last."""
+    if not root.is_dir():
+        raise ResumeError(f"resume=last: the output root {root} does not exist (set "
+                          f"paths.output_root=… or $ATTNFLOW_OUTPUT_DIR, or name the run: resume=<run dir>)")
+    runs = sorted((p for p in root.rglob("last.ckpt") if p.parent.name == "checkpoints"),
+                  key=lambda p: p.stat().st_mtime, reverse=True)
+    others = []
+    for last in runs:
+        run = last.parent.parent
+        exp = run_experiment(run)
+        if exp == experiment:
+            return run.resolve()
+        others.append(f"{run} ({exp or 'default'})")
+    name = experiment or "default"
+    seen = f"; runs found: {', '.join(others[:5])}" if others else ""
+    raise ResumeError(f"resume=last: no run of experiment '{name}' with checkpoints/last.ckpt under "
+                      f"{root}{seen}. Name the experiment (experiment=NAME resume=last) or the run "
+                      f"(resume=<run dir>)")
+
+
+def check_run(run_dir: Path | str) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """(the run's config, its ``last.ckpt``), or a :class:`ResumeError` saying what is wrong."""
+    run = Path(run_dir)
+    if not run.exists():
+        raise ResumeError(f"resume={run}: no such directory")
+    if not run.is_dir():
+        raise ResumeError(f"resume={run}: not a directory; name the run directory (the folder "
+                          f"holding config.yaml and checkpoints/), e.g. outputs/<date>/<time>")
+    cfg_file, last = run / "config.yaml", run / "checkpoints" / "last.ckpt"
+    if not cfg_file.is_file():
+        raise ResumeError(f"resume={run}: not an attnflow run directory (no config.yaml; a run "
+                          f"directory of attnflow-train holds config.yaml and checkpoints/)")
+    if not last.is_file():
+        others = sorted(p.name for p in (run / "checkpoints").glob("*.ckpt")) if (run / "checkpoints").is_dir() else []
+        hint = (f" Its checkpoints: {', '.join(others)}; to start a new run from one of them: "
+                f"ckpt_path={run / 'checkpoints' / others[0]}" if others else
+                " (it stopped before its first epoch ended: nothing to continue; train it again)")
+        raise ResumeError(f"resume={run}: the run has no checkpoints/last.ckpt.{hint}")
+    try:
+        cfg = yaml.safe_load(cfg_file.read_text())
+    except yaml.YAMLError as err:
+        raise ResumeError(f"resume={run}: {cfg_file} is not valid YAML: {str(err).splitlines()[0]}") from None
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("model"), dict):
+        raise ResumeError(f"resume={run}: {cfg_file} is not an attnflow run config (no model)")
+    try:
+        ckpt = load_checkpoint_file(last, mmap=True)
+    except CheckpointError as err:
+        raise ResumeError(f"resume={run}: {err}. The run cannot continue from it; its other "
+                          f"checkpoints (if any) start a new run with ckpt_path=…") from None
+    saved = ckpt.get("attnflow_config")
+    if not isinstance(saved, dict):
+        raise ResumeError(f"resume={run}: {last} carries no attnflow_config (not written by "
+                          f"attnflow-train)")
+    cfg, saved = _upgrade(cfg), _upgrade(saved)
+    diffs = [d for d in differences(saved, cfg) if not _is_safe(d[0])]
+    if diffs:
+        models = [d for d in diffs if d[0].split(".")[0] in STATE_DEFINING]
+        what = "another model, data or task" if models else "another config"
+        raise ResumeError(f"resume={run}: {last} is a checkpoint of {what} than {cfg_file}: "
+                          f"{_listing(models or diffs, 'checkpoint', 'config.yaml')}")
+    return saved, ckpt
+
+
+def _finished(run: Path, ckpt: Dict[str, Any]) -> bool:
+    """Whether the run ended normally after the state in ``last.ckpt`` (its metrics.json came
+    later): there is nothing to continue unless the run is extended."""
+    metrics = run / "metrics.json"
+    if not metrics.is_file():
+        return False
+    import json
+
+    try:
+        return json.loads(metrics.read_text()).get("global_step") == ckpt.get("global_step")
+    except (OSError, ValueError):
+        return False
+
+
+def _refuse_unsafe(keys: Iterable[str], run: Path) -> None:
+    bad = [k for k in keys if not _is_safe(k)]
+    if bad:
+        allowed = ", ".join(sorted(SAFE))
+        raise ResumeError(
+            f"resume={run}: {', '.join(repr(k) for k in bad)} would change the resumed run (a "
+            f"resumed run keeps its own config: {run / 'config.yaml'}). Allowed with resume: "
+            f"{allowed}. To train a changed config, start a new run (ckpt_path=… takes a "
+            f"checkpoint's state into a new run of the same model, data and task)")
+
+
+def check_resumable(run: Path, keys: Sequence[str]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """All checks of ``resume=<run>`` with overrides of ``keys``: (run config, checkpoint)."""
+    _refuse_unsafe(keys, run)
+    cfg, ckpt = check_run(run)
+    if _finished(run, ckpt) and not any(k in EXTEND for k in keys):
+        trainer = cfg.get("trainer") or {}
+        raise ResumeError(
+            f"resume={run}: the run already finished (trainer.max_epochs={trainer.get('max_epochs')}, "
+            f"trainer.max_steps={trainer.get('max_steps')}; {ckpt.get('global_step')} steps; "
+            f"metrics.json written). To train it further, extend it: resume={run} "
+            f"trainer.max_epochs=<more>")
+    return cfg, ckpt
+
+
+# -- the command line (before Hydra) -----------------------------------------------------------------
+def _parse(item: str) -> Tuple[str, str]:
+    """(key, value) of a ``key=value`` override, the value unquoted as Hydra reads it."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        ov = OverridesParser.create().parse_overrides([item])[0]
+    except Exception as err:  # noqa: BLE001  (Hydra's grammar errors)
+        raise ResumeError(f"cannot read the override {item!r}: {str(err).splitlines()[0]}") from None
+    value = ov.value() if not ov.is_delete() else None
+    return ov.get_key_element().split("@", 1)[0], "" if value is None else str(value)
+
+
+def prepare_argv(args: Sequence[str]) -> List[str]:
+    """The Hydra command line for ``resume=…`` among ``args``: every check first (raising
+    :class:`ResumeError`), then ``resume=<run dir>``, the allowed overrides, and the run's own
+    directory with no new ``.hydra/`` (``hydra.run.dir=<run> hydra.output_subdir=null``).
+    ``args`` without ``resume=`` come back unchanged."""
+    overrides = [a for a in args if "=" in a and not a.startswith("-")]
+    if not any(_parse(a)[0] == "resume" for a in overrides):
+        return list(args)
+    flags = [a for a in args if a not in overrides]
+    if any(f in ("-m", "--multirun") or f.startswith(("--config", "-cp", "-cn", "-cd")) for f in flags):
+        raise ResumeError("resume= continues one run in its own directory and its own config: it "
+                          "takes neither -m/--multirun nor --config-path/--config-name")
+    parsed = [(a, *_parse(a)) for a in overrides]
+    values = {k: v for _, k, v in parsed}
+    experiment = values.get("experiment") or None
+    target = values["resume"]
+    run = (find_last(output_root(values), experiment) if target == "last"
+           else Path(target).expanduser().resolve())
+    keep, keys = [], []
+    for item, key, value in parsed:
+        if key in ("resume", "experiment", "hydra.output_subdir"):
+            continue
+        if key == "hydra.run.dir":  # a relaunch (DDP ranks) repeats it: it must be the run's own
+            if Path(value).expanduser().resolve() != run:
+                raise ResumeError(f"resume={run} continues in the run's own directory; "
+                                  f"hydra.run.dir={value} names another")
+            continue
+        if not (key.startswith("hydra.") or key.startswith("hydra/")):
+            keys.append(key)
+        keep.append(item)
+    _, ckpt = check_resumable(run, keys)
+    recorded = run_experiment(run)
+    if experiment is not None and experiment != recorded:
+        raise ResumeError(f"resume={run}: the run is experiment '{recorded or 'default'}', the "
+                          f"command line names experiment={experiment}. Leave experiment= out (a "
+                          f"resumed run uses its own config) or name a run of {experiment}")
+    print(f"attnflow: resuming {run} (experiment {recorded or 'default'}) from "
+          f"checkpoints/last.ckpt: epoch {ckpt.get('epoch')}, step {ckpt.get('global_step')}",
+          file=sys.stderr, flush=True)
+    return [*flags, f"resume={_quote(str(run))}", *keep, f"hydra.run.dir={_quote(str(run))}",
+            "hydra.output_subdir=null"]
+
+
+_TYPED: Optional[List[str]] = None  # the command line as typed, for the resume record
+
+
+def cli_args(args: Sequence[str]) -> List[str]:
+    """:func:`prepare_argv` for the console script: a refused resume prints why and exits 2."""
+    global _TYPED
+    _TYPED = ["attnflow-train", *args]
+    try:
+        return prepare_argv(args)
+    except ResumeError as err:
+        print(f"attnflow: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
+# -- the config of the resumed run -------------------------------------------------------------------
+def _plain(value: Any) -> Any:
+    from omegaconf import Container, OmegaConf
+
+    return OmegaConf.to_container(value, resolve=True) if isinstance(value, Container) else value
+
+
+def resume_config(run_dir: Path | str, overrides: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """The resolved config that continues ``run_dir``: its checkpoint's config, with the allowed
+    ``overrides`` ({dotted key: value}) applied, ``resume`` set to the run and the W&B run id of
+    the checkpoint set on a ``wandb`` logger. Raises :class:`ResumeError`."""
+    run = Path(run_dir).expanduser().resolve()
+    overrides = dict(overrides or {})
+    cfg, ckpt = check_resumable(run, list(overrides))
+    for key, value in overrides.items():
+        if not key.startswith("paths."):
+            _set(cfg, key, _plain(value))
+    cfg["resume"], cfg["ckpt_path"] = str(run), None
+    run_id = ckpt.get(WANDB_ID_KEY)
+    logger = cfg.get("logger")
+    if run_id and isinstance(logger, dict) and isinstance(logger.get("wandb"), dict):
+        logger["wandb"].setdefault("run_id", None)
+        logger["wandb"]["run_id"] = logger["wandb"]["run_id"] or run_id
+    return cfg
+
+
+def from_hydra(cfg: Any) -> Any:
+    """For ``run_app``: the composed ``cfg`` itself, or with ``resume=`` set, the resumed run's
+    config with the allowed overrides typed on the command line (their values as Hydra parsed
+    them)."""
+    target = cfg.get("resume") if hasattr(cfg, "get") else None
+    if not target:
+        return cfg
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    values: Dict[str, Any] = {}
+    if HydraConfig.initialized():
+        for item in HydraConfig.get().overrides.task:
+            key = item.lstrip("+~").split("=", 1)[0].split("@", 1)[0]
+            if key not in ("resume", "experiment") and not key.startswith("hydra"):
+                values[key] = OmegaConf.select(cfg, key)
+    return resume_config(target, values)
+
+
+# -- the start of a run (attnflow.run.train) ----------------------------------------------------------
+def _dump(data: Any) -> str:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_yaml(OmegaConf.create(data))
+
+
+def _rank_zero() -> bool:
+    """Whether this process is the first of a distributed job (Lightning sets these variables
+    for the processes it launches; SLURM and torchrun for theirs)."""
+    return all(os.environ.get(v, "0") == "0" for v in ("RANK", "LOCAL_RANK", "SLURM_PROCID"))
+
+
+def start(resolved: Dict[str, Any], run_dir: Path | str) -> Optional[str]:
+    """Before any work of :func:`attnflow.run.train`: the checkpoint to fit from, after checking
+    it, and the run's record — ``config.yaml`` for a new run; for a resumed one ``config.yaml``
+    is kept and ``resume-<n>.yaml`` records what this resume changed."""
+    run_dir = Path(run_dir)
+    target = resolved.get("resume")
+    if target:
+        run = Path(target).expanduser().resolve()
+        if run != run_dir.resolve():
+            raise ResumeError(f"resume={run} continues the run in its own directory, but this run "
+                              f"writes to {run_dir}")
+        saved, ckpt = check_run(run)
+        diffs = differences(saved, resolved)
+        _refuse_unsafe([k for k, _, _ in diffs], run)
+        n = 1 + len(list(run.glob("resume-*.yaml")))
+        record = {"resumed_at": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(_TYPED or sys.argv),
+                  "from": {"checkpoint": str(run / "checkpoints" / "last.ckpt"),
+                           "epoch": ckpt.get("epoch"), "global_step": ckpt.get("global_step")},
+                  "changed": {k: {"from": a, "to": b} for k, a, b in diffs},
+                  "wandb_run_id": ckpt.get(WANDB_ID_KEY)}
+        metrics = run / "metrics.json"
+        if metrics.is_file():  # the earlier result, which this resume's end will replace
+            import json
+
+            record["previous_metrics"] = json.loads(metrics.read_text()).get("metrics")
+        if _rank_zero():  # DDP ranks re-run this: one record
+            (run / f"resume-{n}.yaml").write_text(_dump(record))
+        return str(run / "checkpoints" / "last.ckpt")
+    ckpt_path = resolved.get("ckpt_path")
+    if ckpt_path:
+        path = Path(ckpt_path).expanduser()
+        if path.resolve().parent.parent == run_dir.resolve():
+            raise ResumeError(f"ckpt_path={ckpt_path} is a checkpoint of this run's own directory, "
+                              f"whose config.yaml a new run would replace; continue it in place "
+                              f"with resume={run_dir}")
+        try:
+            ckpt = load_checkpoint_file(path, mmap=True)
+        except CheckpointError as err:
+            raise ResumeError(f"ckpt_path: {err}") from None
+        saved = ckpt.get("attnflow_config")
+        if isinstance(saved, dict):
+            diffs = differences(_upgrade(saved), resolved, only=STATE_DEFINING)
+            if diffs:
+                raise ResumeError(
+                    f"ckpt_path={ckpt_path} is a checkpoint of another model, data or task than "
+                    f"this run's config: {_listing(diffs, 'checkpoint', 'this run')}. Its weights "
+                    f"and optimiser state fit only its own config")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(_dump(resolved))
+    return str(ckpt_path) if ckpt_path else None

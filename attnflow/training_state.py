@@ -1,0 +1,353 @@
+"""What a checkpoint must hold for a resumed run to continue exactly, and how it is written.
+
+Lightning's checkpoint already holds the weights, the optimiser and scheduler states and the loop
+counters. For a run continued from ``last.ckpt`` to equal the uninterrupted one (the same seed, the
+same numbers) it must also continue
+
+- the global random streams (torch, numpy, Python's ``random``; CUDA's where used): Lightning does
+  not restore them, and dropout and ``DataLoader(shuffle=True)`` draw from torch's.
+  :class:`TrainingState` stores them (as tensors and plain lists: checkpoints are read with
+  ``weights_only=True``) and puts them back when the fit starts;
+- the training data loader's position: a checkpoint written within an epoch (Ctrl-C) continues at
+  the batch after the last one trained, in the same order. A ``DataLoader`` draws its order (the
+  sampler's seed, and the workers' base seed) from torch's stream when its iterator is made; the
+  train loader is made *resumable* (Lightning's ``state_dict``/``load_state_dict`` protocol for
+  data loaders): it keeps the torch state its epoch was drawn from, and a resumed one redraws the
+  order from that state and skips the batches already trained, then hands the stream back;
+- the W&B run id (``checkpoint["attnflow_wandb_run_id"]``), so that a resumed run logs into the
+  same W&B run.
+
+:class:`SafeCheckpointIO` writes every checkpoint atomically (a temporary file in the same
+folder, fsync, ``os.replace``): a kill while saving leaves the previous ``last.ckpt`` whole. It
+reads them with ``weights_only=True`` — also Lightning's own load of ``ckpt_path`` on resume — and
+says what is wrong with a file that cannot be read.
+
+:class:`GracefulInterrupt`: the first Ctrl-C (SIGINT) lets the running training step finish,
+writes ``last.ckpt`` (the state after that step, resumable at that batch), finishes the run as
+interrupted (the W&B run too: ``attnflow.run.train`` finishes the loggers) and says how to resume;
+a second Ctrl-C stops at once, keeping the last checkpoint written.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
+from torch.utils.data import DataLoader
+
+from attnflow.checkpoints import CheckpointError, _why_unreadable
+
+WANDB_ID_KEY = "attnflow_wandb_run_id"
+
+
+# -- writing and reading checkpoint files ----------------------------------------------------------
+def atomic_torch_save(obj: Any, path: Path | str) -> None:
+    """``torch.save`` to a temporary file beside ``path``, fsync, then ``os.replace``: readers see
+    the old file or the new one, never a part (POSIX rename is atomic within a file system)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f".{path.name}.*.tmp"):  # parts left by a process killed mid-save
+        stale.unlink(missing_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():  # a failed save: the previous file is untouched, the part is dropped
+            tmp.unlink()
+    try:  # make the rename itself durable
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:  # file systems (or platforms) without directory fsync
+        pass
+
+
+def load_checkpoint_file(path: Path | str, map_location: Any = "cpu", mmap: bool = False,
+                         lightning: bool = True) -> Dict[str, Any]:
+    """A checkpoint's dictionary, read with ``weights_only=True`` (no arbitrary unpickling), or a
+    :class:`CheckpointError` naming the file and what is wrong with it. ``mmap=True`` maps the
+    tensors instead of reading them (cheap checks of a large file's config); ``lightning``: it
+    must be a Lightning checkpoint (a ``state_dict`` entry)."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"no such checkpoint file: {path}")
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
+    except Exception as err:  # noqa: BLE001  (any unreadable, truncated or unsafe file)
+        raise CheckpointError(f"cannot read checkpoint {path}: {_why_unreadable(path, err)}") from None
+    if lightning and (not isinstance(ckpt, dict) or "state_dict" not in ckpt):
+        raise CheckpointError(f"{path} is not an attnflow/Lightning checkpoint (no state_dict)")
+    return ckpt
+
+
+class SafeCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint IO with atomic writes and ``weights_only=True`` reads (Trainer
+    ``plugins=[SafeCheckpointIO()]``): every checkpoint Lightning saves or loads — ``last.ckpt``,
+    the best ones, ``fit(ckpt_path=…)`` on resume, ``validate``/``test`` of the best — goes
+    through it. Remote (fsspec URL) paths keep Lightning's own IO."""
+
+    def save_checkpoint(self, checkpoint: Dict[str, Any], path: Any, storage_options: Any = None) -> None:
+        if "://" in str(path):
+            return super().save_checkpoint(checkpoint, path, storage_options)
+        if storage_options is not None:
+            raise TypeError("SafeCheckpointIO.save_checkpoint takes no storage_options")
+        atomic_torch_save(checkpoint, path)
+
+    def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: Optional[bool] = None) -> Dict[str, Any]:
+        if "://" in str(path):
+            return super().load_checkpoint(path, map_location=map_location, weights_only=True)
+        # not only Lightning checkpoints: ddp_spawn hands the weights back in a plain state dict
+        return load_checkpoint_file(path, map_location if map_location is not None else "cpu",
+                                    lightning=False)
+
+
+# -- random streams --------------------------------------------------------------------------------
+def rng_state() -> Dict[str, Any]:
+    """The global random streams as tensors and plain values (loadable with weights_only=True)."""
+    version, py_state, gauss = random.getstate()
+    _, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {"torch": torch.get_rng_state(),
+             "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                       "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+             "python": {"version": version, "state": torch.tensor(py_state, dtype=torch.int64),
+                        "gauss_next": gauss}}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: Dict[str, Any]) -> None:
+    """Put back what :func:`rng_state` returned."""
+    torch.set_rng_state(state["torch"])
+    n = state["numpy"]
+    np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
+                         n["cached_gaussian"]))
+    p = state["python"]
+    random.setstate((p["version"], tuple(int(v) for v in p["state"].tolist()), p["gauss_next"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# -- a resumable train loader ------------------------------------------------------------------------
+class _LoaderPosition:
+    """Shared by :class:`TrainingState` and the train loader: the torch state the current epoch's
+    order was drawn from, the batches trained in it, and a position to resume at."""
+
+    def __init__(self) -> None:
+        self.epoch_rng: Optional[torch.Tensor] = None
+        self.trained = 0  # batches of this epoch trained (0 at an epoch's end)
+        self.pending: Optional[Dict[str, Any]] = None  # loaded from a checkpoint, used at next iter
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"trained": self.trained,
+                "epoch_rng": self.epoch_rng if self.epoch_rng is not None else torch.get_rng_state()}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.pending = dict(state) if state and state.get("trained") else None
+
+
+def _resumable_iter(self):
+    """The train loader's ``__iter__``: a generator, so it runs at the first ``next()`` (right
+    after ``iter()`` in Lightning's fetcher, as the base loader's own draws would)."""
+    pos: _LoaderPosition = type(self)._attnflow_position
+    pending, pos.pending = pos.pending, None
+    skip = int(pending["trained"]) if pending else 0
+    resumed_stream = torch.get_rng_state()
+    if skip:  # redraw this epoch's order from the state it was first drawn from
+        torch.set_rng_state(pending["epoch_rng"])
+    pos.epoch_rng = torch.get_rng_state()
+    it = super(type(self), self).__iter__()  # the loader's own iterator (its draws happen here)
+    for _ in range(skip):  # loads the skipped batches (no training): the order's draws happen here
+        next(it, None)
+    if skip:
+        torch.set_rng_state(resumed_stream)  # the stream as it was when the checkpoint was written
+    yield from it
+
+
+def _state_dict(self) -> Dict[str, Any]:
+    return type(self)._attnflow_position.state_dict()
+
+
+def _load_state_dict(self, state: Dict[str, Any]) -> None:
+    type(self)._attnflow_position.load_state_dict(state)
+
+
+def make_resumable(loader: Any, position: _LoaderPosition) -> Any:
+    """``loader`` (a ``DataLoader``) as an instance of a subclass with the resumable ``__iter__``
+    and Lightning's ``state_dict``/``load_state_dict``; anything else unchanged. The subclass
+    keeps the loader's constructor, so Lightning can still re-create it (distributed samplers)."""
+    if not isinstance(loader, DataLoader) or hasattr(type(loader), "_attnflow_position"):
+        return loader
+    cls = type(f"Resumable{type(loader).__name__}", (type(loader),),
+               {"__iter__": _resumable_iter, "state_dict": _state_dict,
+                "load_state_dict": _load_state_dict, "_attnflow_position": position,
+                "__module__": __name__})
+    loader.__class__ = cls
+    return loader
+
+
+# -- the callback --------------------------------------------------------------------------------------
+class TrainingState(pl.Callback):
+    """Stores in every checkpoint the random streams, the train loader's position and the W&B run
+    id, and restores the first two when a fit starts from a checkpoint (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.position = _LoaderPosition()
+        self._to_restore: Optional[Dict[str, Any]] = None
+        self._patched = None
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        dm = trainer.datamodule
+        if stage != "fit" or dm is None or self._patched is not None:
+            return
+        make = dm.train_dataloader
+        position = self.position
+
+        def train_dataloader():
+            return make_resumable(make(), position)
+
+        dm.train_dataloader = train_dataloader  # an instance attribute; removed at teardown
+        self._patched = dm
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self._patched is not None and stage == "fit":
+            self._patched.__dict__.pop("train_dataloader", None)
+            self._patched = None
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        done = batch_idx + 1
+        self.position.trained = 0 if done >= trainer.num_training_batches else done
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self.position.trained = 0
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"rng": rng_state(), "loader": self.position.state_dict()}
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        self._to_restore = state_dict.get("rng")
+        # the loader's position travels here too: Lightning loads its own copy (the loader's
+        # state_dict) only when the train loader was not made before the loops were restored,
+        # and a cosine schedule's estimated_stepping_batches makes it earlier
+        self.position.load_state_dict(state_dict.get("loader") or {})
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        # after the restore of weights and loops, before the sanity check (which Lightning runs
+        # with the streams isolated) and the train loader's first iterator
+        if self._to_restore is not None:
+            set_rng_state(self._to_restore)
+            self._to_restore = None
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: Dict[str, Any]) -> None:
+        run_id = wandb_run_id(trainer)
+        if run_id:
+            checkpoint[WANDB_ID_KEY] = run_id
+
+
+def wandb_run_id(trainer: pl.Trainer) -> Optional[str]:
+    """The id of the W&B run this trainer logs to (None without a W&B logger)."""
+    from pytorch_lightning.loggers import WandbLogger
+
+    for lg in trainer.loggers:
+        if isinstance(lg, WandbLogger):
+            return str(lg.version) if lg.version else None
+    return None
+
+
+# -- Ctrl-C ---------------------------------------------------------------------------------------------
+class GracefulInterrupt(pl.Callback):
+    """The first SIGINT during training asks to stop after the running step: at the next
+    optimiser-step boundary within an epoch (or at the epoch's end, after its validation and
+    checkpoints) ``last.ckpt`` is written and the fit stops as interrupted. A second SIGINT raises
+    ``KeyboardInterrupt`` at once; the last checkpoint written stays as it was."""
+
+    def __init__(self, run_dir: Path | str):
+        self.run_dir = Path(run_dir)
+        self.last = self.run_dir / "checkpoints" / "last.ckpt"
+        self.requested = False
+        self.saved = False
+        self._previous = None
+
+    # the handler ----------------------------------------------------------------------------------
+    def _handler(self, signum, frame) -> None:
+        if self.requested:  # the second Ctrl-C: at once
+            raise KeyboardInterrupt
+        self.requested = True
+        print("\nattnflow: Ctrl-C: stopping after this training step and saving last.ckpt "
+              "(Ctrl-C again to stop at once)", file=sys.stderr, flush=True)
+
+    def _install(self) -> None:
+        if threading.current_thread() is threading.main_thread() and self._previous is None:
+            self._previous = signal.signal(signal.SIGINT, self._handler)
+
+    def _uninstall(self) -> None:
+        if self._previous is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._install()
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self._uninstall()
+
+    def teardown(self, trainer, pl_module, stage: str) -> None:
+        self._uninstall()
+
+    # the stop ----------------------------------------------------------------------------------------
+    def _should_stop(self, trainer: pl.Trainer) -> bool:
+        if trainer.world_size > 1:  # all ranks stop at the same step (one rank may get the signal)
+            return bool(trainer.strategy.reduce_boolean_decision(self.requested, all=False))
+        return self.requested
+
+    def _stop(self, trainer: pl.Trainer) -> None:
+        trainer.save_checkpoint(self.last)
+        self.saved = True
+        raise KeyboardInterrupt
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        done = batch_idx + 1
+        stepped = done % max(1, trainer.accumulate_grad_batches) == 0  # no half-accumulated grads
+        if done < trainer.num_training_batches and stepped and self._should_stop(trainer):
+            self._stop(trainer)
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        if self._should_stop(trainer):
+            self._stop(trainer)
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        self._uninstall()
+        if not isinstance(exception, KeyboardInterrupt) or not trainer.is_global_zero:
+            return
+        run = self.run_dir
+        if self.saved:
+            what = (f"saved {self.last} (epoch {trainer.current_epoch}, step {trainer.global_step}: "
+                    f"the run continues from there)")
+        elif self.last.is_file():
+            what = f"the last checkpoint is {self.last} (written before the interrupt)"
+        else:
+            print(f"\nattnflow: interrupted before the first checkpoint; nothing to resume in {run}",
+                  file=sys.stderr, flush=True)
+            return
+        print(f"\nattnflow: interrupted; {what}. Resume with:\n  attnflow-train resume={run}",
+              file=sys.stderr, flush=True)
+
+
+def callbacks(run_dir: Path | str) -> List[pl.Callback]:
+    """The callbacks every attnflow run gets for exact resume and a clean Ctrl-C."""
+    return [TrainingState(), GracefulInterrupt(run_dir)]
