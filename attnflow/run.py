@@ -311,10 +311,11 @@ def train(cfg: DictConfig | Dict[str, Any], run_dir: Path | str) -> Dict[str, An
         # whose CSV logger must append to what the earlier stage wrote (attnflow.distributed)
         continue_csv_logs(trainer)
         epochs, global_step = fit_progress(trainer, run_dir / "checkpoints")  # (ddp_spawn: from disk)
-        metrics = _metrics(trainer.validate(task, datamodule=dm, ckpt_path=ckpt, verbose=False))
+        best_of = dict(datamodule=dm, ckpt_path=ckpt, verbose=False, weights_only=True)
+        metrics = _metrics(trainer.validate(task, **best_of))
         if resolved.get("test", True):
             continue_csv_logs(trainer)
-            metrics.update(_metrics(trainer.test(task, datamodule=dm, ckpt_path=ckpt, verbose=False)))
+            metrics.update(_metrics(trainer.test(task, **best_of)))
         summary = {
             "metrics": metrics,
             "best_checkpoint": best,
