@@ -27,6 +27,7 @@ on the command line, else ``$ATTNFLOW_OUTPUT_DIR``, else ``outputs``).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -40,18 +41,14 @@ from attnflow.checkpoints import CheckpointError, upgrade_config
 from attnflow.registry import ConfigError
 from attnflow.training_state import WANDB_ID_KEY, load_checkpoint_file
 
-# Overrides that may come with resume=: how long the run trains, and how it is recorded.
-SAFE = {
-    "trainer.max_epochs": "train to more (or fewer) epochs",
-    "trainer.max_steps": "train to more (or fewer) steps",
-    "trainer.max_time": "a time limit",
-    "trainer.accelerator": "another device kind",
-    "trainer.enable_model_summary": "", "trainer.log_every_n_steps": "",
-    "trainer.num_sanity_val_steps": "", "callbacks.progress_bar": "", "callbacks.lr_monitor": "",
-    "callbacks.attention_maps": "", "logger": "loggers and their fields", "tags": "",
-    "test": "", "optimized_metric": "", "paths.output_root": "where resume=last looks",
-}
+# Overrides that may come with resume= (each with the fields under it): how long the run trains
+# (EXTEND: more or fewer epochs/steps, a time limit), on which device kind, and how it is
+# recorded (loggers and their fields, tags; paths.output_root: where resume=last looks).
 EXTEND = ("trainer.max_epochs", "trainer.max_steps", "trainer.max_time")
+SAFE = (*EXTEND, "trainer.accelerator", "trainer.enable_model_summary",
+        "trainer.log_every_n_steps", "trainer.num_sanity_val_steps", "callbacks.progress_bar",
+        "callbacks.lr_monitor", "callbacks.attention_maps", "logger", "tags", "test",
+        "optimized_metric", "paths.output_root")
 # What records a run rather than defines it: never compared between a run and its checkpoint.
 BOOKKEEPING = ("resume", "ckpt_path", "run", "tags", "logger", "paths", "hydra")
 # What a checkpoint's state depends on (ckpt_path= into a new run must match these).
@@ -232,8 +229,6 @@ def _finished(run: Path, ckpt: Dict[str, Any]) -> bool:
     metrics = run / "metrics.json"
     if not metrics.is_file():
         return False
-    import json
-
     try:
         return json.loads(metrics.read_text()).get("global_step") == ckpt.get("global_step")
     except (OSError, ValueError):
@@ -282,18 +277,26 @@ def prepare_argv(args: Sequence[str]) -> List[str]:
     """The Hydra command line for ``resume=…`` among ``args``: every check first (raising
     :class:`ResumeError`), then ``resume=<run dir>``, the allowed overrides, and the run's own
     directory with no new ``.hydra/`` (``hydra.run.dir=<run> hydra.output_subdir=null``).
-    ``args`` without ``resume=`` come back unchanged."""
+    ``args`` without ``resume=`` (or with ``resume=null``, the default: a new run) come back
+    unchanged."""
     overrides = [a for a in args if "=" in a and not a.startswith("-")]
-    if not any(_parse(a)[0] == "resume" for a in overrides):
+    parsed = [(a, *_parse(a)) for a in overrides]
+    values = {k: v for _, k, v in parsed}
+    target = values.get("resume")
+    if not target:  # as from_hydra: no resume= or an empty one (null) is a new run
+        pinned = values.get("hydra.run.dir")
+        if pinned and _rank_zero() and (Path(pinned).expanduser() / "config.yaml").is_file():
+            # Hydra would rewrite the run's .hydra/ and train() its config.yaml (DDP ranks > 0
+            # repeat the pinned directory of their rank 0: they pass)
+            raise ResumeError(f"hydra.run.dir={pinned} already holds a run (config.yaml); a new run "
+                              f"there would overwrite its record. Continue it with resume={pinned}, "
+                              f"or give the new run another directory")
         return list(args)
     flags = [a for a in args if a not in overrides]
     if any(f in ("-m", "--multirun") or f.startswith(("--config", "-cp", "-cn", "-cd")) for f in flags):
         raise ResumeError("resume= continues one run in its own directory and its own config: it "
                           "takes neither -m/--multirun nor --config-path/--config-name")
-    parsed = [(a, *_parse(a)) for a in overrides]
-    values = {k: v for _, k, v in parsed}
     experiment = values.get("experiment") or None
-    target = values["resume"]
     run = (find_last(output_root(values), experiment) if target == "last"
            else Path(target).expanduser().resolve())
     keep, keys = [], []
@@ -356,8 +359,7 @@ def resume_config(run_dir: Path | str, overrides: Optional[Dict[str, Any]] = Non
     run_id = ckpt.get(WANDB_ID_KEY)
     logger = cfg.get("logger")
     if run_id and isinstance(logger, dict) and isinstance(logger.get("wandb"), dict):
-        logger["wandb"].setdefault("run_id", None)
-        logger["wandb"]["run_id"] = logger["wandb"]["run_id"] or run_id
+        logger["wandb"]["run_id"] = logger["wandb"].get("run_id") or run_id
     return cfg
 
 
@@ -415,9 +417,10 @@ def start(resolved: Dict[str, Any], run_dir: Path | str) -> Optional[str]:
                   "wandb_run_id": ckpt.get(WANDB_ID_KEY)}
         metrics = run / "metrics.json"
         if metrics.is_file():  # the earlier result, which this resume's end will replace
-            import json
-
-            record["previous_metrics"] = json.loads(metrics.read_text()).get("metrics")
+            try:
+                record["previous_metrics"] = json.loads(metrics.read_text()).get("metrics")
+            except (OSError, ValueError, AttributeError):  # unreadable: kept on disk as it is
+                record["previous_metrics"] = f"unreadable: {metrics}"
         if _rank_zero():  # DDP ranks re-run this: one record
             (run / f"resume-{n}.yaml").write_text(_dump(record))
         return str(run / "checkpoints" / "last.ckpt")

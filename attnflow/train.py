@@ -79,7 +79,10 @@ def main() -> None:
     if {"-h", "--help"} & set(sys.argv[1:]):
         from attnflow.cli_help import train_help
 
-        print(train_help(Path(CONF_DIR)))
+        try:
+            print(train_help(Path(CONF_DIR)))
+        except BrokenPipeError:  # `attnflow-train --help | head`
+            sys.stderr.close()
         return
     from attnflow.sweeps import continue_optuna_studies, missing_plugin
 
@@ -89,9 +92,10 @@ def main() -> None:
         sys.exit(2)
     from attnflow.groups import field_overrides
 
-    if any(a.lstrip("+").startswith("resume=") for a in sys.argv[1:]):
+    if any(a.lstrip("+").startswith(("resume=", "hydra.run.dir=")) for a in sys.argv[1:]):
         # every check before Hydra starts (a refused resume changes nothing), then the run's own
-        # directory, no new .hydra/ there, and only the overrides a resume allows
+        # directory, no new .hydra/ there, and only the overrides a resume allows; a new run is
+        # not pinned into an earlier run's directory
         from attnflow.resume import cli_args
 
         sys.argv[1:] = cli_args(sys.argv[1:])

@@ -20,10 +20,10 @@ import pytest
 import torch
 import yaml
 
-from attnflow.resume import ResumeError, prepare_argv, resume_config
+from attnflow.resume import ResumeError, from_hydra, prepare_argv, resume_config
 from attnflow.run import train
 from attnflow.training_state import SafeCheckpointIO
-from support import FAST, ROOT, compose_cfg
+from support import FAST, ROOT, compose_cfg, train_cli_exit
 
 # The default experiment, small: 16 steps an epoch, 2 epochs, dropout on (so that the random
 # stream matters, not only the shuffle), best checkpoint by val/loss (the last epoch: its
@@ -278,12 +278,7 @@ def test_train_refuses_a_resume_whose_config_is_not_the_runs(finished, tmp_path)
 # -- refused resumes (the console script's checks, before Hydra) ---------------------------------------------
 def _main(monkeypatch, capsys, *args) -> str:
     """attnflow-train's main() with ``args``, which must be refused (exit 2); its message."""
-    from attnflow import train as train_cli
-
-    monkeypatch.setattr(sys, "argv", ["attnflow-train", *args])
-    with pytest.raises(SystemExit) as exit_:
-        train_cli.main()
-    assert exit_.value.code == 2
+    assert train_cli_exit(monkeypatch, *args) == 2
     return capsys.readouterr().err
 
 
@@ -302,6 +297,7 @@ def test_refused_resumes_name_the_problem_and_change_nothing(finished, tmp_path,
         ([f"resume={run}"], "already finished"),
         ([f"resume={run}", "-m", "trainer.max_epochs=3"], "neither -m/--multirun"),
         ([f"resume={run}", "trainer.max_epochs=3", f"hydra.run.dir={tmp_path / 'x'}"], "names another"),
+        ([f"hydra.run.dir={run}"], "already holds a run (config.yaml); a new run there would overwrite"),
     ]
     for args, message in cases:
         err = _main(monkeypatch, capsys, *args)
@@ -358,6 +354,17 @@ def test_resume_last_takes_the_newest_run_of_the_experiment(finished, tmp_path):
     assert not any(a.startswith("experiment=") for a in argv)
     with pytest.raises(ResumeError, match="no run of experiment 'gat_cora'"):
         prepare_argv(["experiment=gat_cora", "resume=last", f"paths.output_root={root}"])
+
+
+def test_resume_null_is_a_new_run_not_the_current_directory(tmp_path, monkeypatch):
+    # resume=null is conf/train.yaml's default (a new run), also when typed, e.g. in a sweep;
+    # it used to be read as resume=<cwd> and refused as "not an attnflow run directory"
+    monkeypatch.chdir(tmp_path)
+    for args in (["resume=null", "trainer.max_epochs=3"], ["resume=", "scorer=dot"],
+                 ["-m", "resume=null", "scorer=dot,general"]):
+        assert prepare_argv(args) == args
+    cfg = compose_cfg([*FAST, "resume=null"])
+    assert cfg.resume is None and from_hydra(cfg) is cfg
 
 
 # -- checkpoint files ------------------------------------------------------------------------------------------
