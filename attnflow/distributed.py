@@ -160,10 +160,10 @@ def fit_progress(trainer, checkpoint_dir) -> tuple:
     checkpoint the fit wrote (``last.ckpt`` when kept, else the newest one: its epoch + 1)."""
     if not _spawns_workers(trainer) or trainer.global_step > 0:
         return trainer.current_epoch, trainer.global_step
-    import torch
+    from attnflow.training_state import load_checkpoint_file
 
     files = sorted(Path(checkpoint_dir).glob("*.ckpt"), key=lambda p: p.stat().st_mtime)
     if not files:
         return trainer.current_epoch, trainer.global_step
-    ckpt = torch.load(files[-1], map_location="cpu", weights_only=True, mmap=True)
+    ckpt = load_checkpoint_file(files[-1], mmap=True)  # weights_only, naming a bad file
     return int(ckpt.get("epoch", -1)) + 1, int(ckpt.get("global_step", 0))

@@ -1,6 +1,7 @@
 """One training run, from a resolved config to files in the run directory.
 
-This module owns the run directory: ``config.yaml`` (the resolved config), ``checkpoints/``
+This module owns the run directory: ``config.yaml`` (the resolved config; a resumed run keeps
+its own and records each resume in ``resume-<n>.yaml``: :mod:`attnflow.resume`), ``checkpoints/``
 (Lightning's ModelCheckpoint: best and last), ``attention/`` (heat maps), ``metrics.json`` (final
 validation and test metrics by name), and the logger's files (``csv/``, ``tensorboard/``,
 ``wandb/``). Order of work:
@@ -27,7 +28,6 @@ from typing import Any, Dict, List
 import pytorch_lightning as pl
 from omegaconf import DictConfig, OmegaConf, open_dict
 from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
-from pytorch_lightning.loggers import WandbLogger
 
 import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
 from attnflow.callbacks import AttentionMaps, StopOnNonFiniteLoss
@@ -38,7 +38,7 @@ from attnflow import resume, training_state  # resume=, ckpt_path=; exact restar
 from attnflow.groups import check_shared_groups, prune_unused, root_defaults
 from attnflow.loggers import (LOGGER_CONFIG, build_loggers, finish_loggers, log_hyperparams,
                               logger_identity, run_identity)
-from attnflow.registry import (AGGREGATORS, ATTENTIONS, DATA, LOGGERS, MODELS, NORMALIZERS,
+from attnflow.registry import (AGGREGATORS, ATTENTIONS, DATA, MODELS, NORMALIZERS,
                                POOLINGS, POSITIONALS, SCORERS, TASKS, ConfigError, _suggest)
 
 # Top-level config groups validated by a registry. The shared choices (scorer, normalizer,
@@ -294,7 +294,7 @@ def train(cfg: DictConfig | Dict[str, Any], run_dir: Path | str) -> Dict[str, An
     logger = build_loggers(resolved.get("logger"), run_dir, logger_identity(resolved))  # [] for none
     callbacks = build_callbacks(resolved.get("callbacks") or {}, run_dir,
                                 TASKS.get(resolved["task"]["name"]))
-    bar = (resolved.get("callbacks") or {}).get("progress_bar", "rich")
+    bar = (resolved.get("callbacks") or {}).get("progress_bar", "auto")
     trainer = pl.Trainer(**(resolved.get("trainer") or {}), logger=logger or False,
                          callbacks=[*callbacks, *training_state.callbacks(run_dir)],
                          plugins=[training_state.SafeCheckpointIO()],  # atomic, weights_only

@@ -32,6 +32,26 @@ def compose_cfg(overrides: List[str] = (), return_hydra_config: bool = False) ->
                        return_hydra_config=return_hydra_config)
 
 
+def train_cli_exit(monkeypatch, *args: str) -> int:
+    """``attnflow-train args`` through the console script's ``main()`` in this process (no fresh
+    interpreter's imports to wait for), which must exit: its exit status. Hydra's global state is
+    cleared afterwards, so that the next test can compose again."""
+    import sys
+
+    import pytest
+    from hydra.core.global_hydra import GlobalHydra
+
+    from attnflow.train import main
+
+    monkeypatch.setattr(sys, "argv", ["attnflow-train", *args])
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            main()
+    finally:
+        GlobalHydra.instance().clear()
+    return exit_.value.code
+
+
 def experiments() -> List[str]:
     return sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import gzip
 import json
 import pickle
-import sys
 import zlib
 from collections import defaultdict
 from pathlib import Path
@@ -22,7 +21,7 @@ from attnflow.data.parallel import ParallelDataModule
 from attnflow.data.planetoid import read_planetoid
 from attnflow.registry import ConfigError
 from attnflow.run import train
-from support import compose_cfg
+from support import compose_cfg, train_cli_exit
 
 SENTENCES = [("ein mann schläft .", "a man sleeps ."), ("eine frau liest .", "a woman reads ."),
              ("zwei hunde spielen .", "two dogs play ."), ("ein kind lacht .", "a child laughs .")]
@@ -98,23 +97,13 @@ def test_empty_imdb_file_is_named_not_a_key_error(tmp_path):
 
 def test_cli_prints_a_data_error_without_traceback_and_writes_nothing(tmp_path, monkeypatch, capsys):
     """Through the console script's entry point (in this process: no torch import to wait for)."""
-    from hydra.core.global_hydra import GlobalHydra
-
-    from attnflow.train import main
-
     empty = _gz(tmp_path / "train.jsonl.gz", "")
     run = tmp_path / "run"
-    monkeypatch.setattr(sys, "argv", [
-        "attnflow-train", "experiment=han_imdb", f"data.train_path={empty}",
-        f"data.val_path={_documents(tmp_path / 'dev.jsonl.gz')}", "callbacks.progress_bar=none",
-        f"hydra.run.dir={run}"])
-    try:
-        with pytest.raises(SystemExit) as exit_:
-            main()
-    finally:
-        GlobalHydra.instance().clear()
+    code = train_cli_exit(monkeypatch, "experiment=han_imdb", f"data.train_path={empty}",
+                          f"data.val_path={_documents(tmp_path / 'dev.jsonl.gz')}",
+                          "callbacks.progress_bar=none", f"hydra.run.dir={run}")
     err = capsys.readouterr().err
-    assert exit_.value.code == 2, err
+    assert code == 2, err
     assert f"attnflow: data error: data 'documents': {empty} holds no documents" in err
     assert "Traceback" not in err and "KeyError" not in err
     assert not (run / "checkpoints").exists() and not (run / "metrics.json").exists()

@@ -22,7 +22,7 @@ import pytest
 from attnflow.distributed import check_multirun_strategy
 from attnflow.registry import ConfigError
 from attnflow.run import train
-from support import ROOT, compose_cfg
+from support import ROOT, compose_cfg, train_cli_exit
 
 TRAIN = str(Path(sys.executable).parent / "attnflow-train")  # the console script, as users run it
 
@@ -131,20 +131,11 @@ def test_spawned_stages_continue_one_csv_log(tmp_path):
 def test_multirun_with_ddp_is_refused_before_any_work(tmp_path, monkeypatch, capsys):
     """Through the console script's entry point, in this process (Hydra runs the jobs of a basic
     multirun here; no torch import to wait for)."""
-    from hydra.core.global_hydra import GlobalHydra
-
-    from attnflow.train import main
-
     sweep = tmp_path / "sweep"
-    monkeypatch.setattr(sys, "argv", ["attnflow-train", "-m", "scorer=dot,general", *DDP,
-                                      "callbacks.progress_bar=none", f"hydra.sweep.dir={sweep}"])
-    try:
-        with pytest.raises(SystemExit) as exit_:
-            main()
-    finally:
-        GlobalHydra.instance().clear()
+    code = train_cli_exit(monkeypatch, "-m", "scorer=dot,general", *DDP,
+                          "callbacks.progress_bar=none", f"hydra.sweep.dir={sweep}")
     err = capsys.readouterr().err
-    assert exit_.value.code == 2, err
+    assert code == 2, err
     assert "attnflow: config error: a multirun (-m) with trainer.strategy=ddp" in err
     assert "trainer=ddp_spawn" in err and "submitit" in err and "Traceback" not in err
     # the first job stopped the sweep before attnflow wrote anything (Hydra's .hydra/ aside)
