@@ -45,7 +45,7 @@ def find_checkpoint(path: Path | str) -> Tuple[Path, Path]:
             best = json.loads(metrics.read_text()).get("best_checkpoint")
         except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
             best = None  # a damaged metrics.json: fall back to last.ckpt
-        if best:
+        if isinstance(best, str) and best:
             for cand in (Path(best), ckpts / Path(best).name):  # the second: a moved run directory
                 if cand.is_file():
                     return cand, path
@@ -119,10 +119,15 @@ def load_run(target: Path | str, device: str = "cpu") -> Run:
         except yaml.YAMLError as err:
             raise CheckpointError(f"{run_dir / 'config.yaml'} is not valid YAML: "
                                   f"{str(err).splitlines()[0]}") from None
-    if not isinstance(cfg, dict) or not all(isinstance(cfg.get(k), dict) for k in ("data", "model")):
+    if not cfg:
         raise CheckpointError(
             f"{ckpt_path} is not an attnflow run: the checkpoint carries no 'attnflow_config' (every "
             f"checkpoint of attnflow-train does) and {run_dir / 'config.yaml'} is missing")
+    if not isinstance(cfg, dict) or not all(isinstance(cfg.get(k), dict) for k in ("data", "model")):
+        source = ("the checkpoint's 'attnflow_config'" if ckpt.get("attnflow_config")
+                  else str(run_dir / "config.yaml"))
+        raise CheckpointError(f"{source} is not an attnflow run config: it needs the mappings "
+                              f"'data' and 'model' (the config attnflow-train resolved)")
     return Run(ckpt_path, run_dir, ckpt, upgrade_config(cfg))
 
 

@@ -111,6 +111,8 @@ def apply_overrides(run: Run, overrides: List[Tuple[str, Any]]) -> Tuple[Dict[st
                 raise ConfigError(f"split must be 'val' or 'test', got {value!r}")
             split = value
         elif key == "seed":
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ConfigError(f"seed must be an integer, got {value!r}")
             cfg["seed"] = value
         elif head in ("data", "task") and field and "." not in field:
             cfg[head][field] = value

@@ -64,7 +64,8 @@ import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
 from attnflow.checkpoints import CheckpointError, Run, load_run, load_weights, run_artifacts
 from attnflow.data.documents import Vocabulary, cap_document, encode_texts, tokenize
 from attnflow.registry import DATA, MODELS, TASKS
-from attnflow.textio import InputError, batched, iter_lines, iter_stdin, save_arrays, text_array
+from attnflow.textio import (InputError, batched, check_npz, iter_lines, iter_stdin, save_arrays,
+                             text_array)
 
 EMPTY = "(empty: no words)"
 WARN_DOCS = 10  # documents over the caps warned one by one; then only the total
@@ -282,6 +283,10 @@ def _graph(args, run: Run, out) -> int:
     if isinstance(args.explain, str):
         raise PredictError(f"for a graph run --explain takes no file ({args.explain!r}): it adds "
                            f"the neighbours column to the CSV (-o FILE)")
+    if args.json:
+        raise PredictError("--json is for document runs; a graph run writes CSV")
+    if args.top_k is not None and not args.explain:
+        raise PredictError("--top-k sets how many neighbours --explain lists; add --explain")
     k = 5 if args.top_k is None else args.top_k
     if k < 1:
         raise PredictError(f"--top-k must be >= 1, got {k}")
@@ -370,9 +375,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         if args.batch_size < 1:
             raise PredictError(f"--batch-size must be >= 1, got {args.batch_size}")
-        if args.save_attention and not args.save_attention.endswith(".npz"):
-            raise PredictError(f"--save-attention needs a file name ending in .npz, got "
-                               f"{args.save_attention}")
+        if args.save_attention:
+            check_npz(args.save_attention)
         run = load_run(args.model, args.device)
         kind = run_interface(run)
         handlers = {"documents": _documents, "graph": _graph}

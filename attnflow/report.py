@@ -26,8 +26,10 @@ import argparse
 import base64
 import csv
 import html
+import io
 import json
 import math
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -102,7 +104,7 @@ def _parse_overrides(lines: Sequence[str]) -> Dict[str, Any]:
             o = parser.parse_override(str(line))
             value = o.value()
             out[o.key_or_group] = value if isinstance(value, (str, int, float, bool)) or value is None \
-                else str(o.value())
+                else str(value)
         except Exception:  # a line Hydra would not have written; keep it readable anyway
             key, _, value = str(line).lstrip("+~").partition("=")
             out[key] = value
@@ -357,8 +359,6 @@ def _data_uri(path: Path) -> str:
 
 
 def _rel(path: Path, start: Path) -> str:
-    import os
-
     return Path(os.path.relpath(path, start)).as_posix()
 
 
@@ -443,7 +443,8 @@ def write_md(report: Report, out: Path, plots: List[Tuple[str, Path]],
 def _write(path: Path, text: str) -> None:
     """Atomic: a report interrupted midway leaves the previous file whole."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
+    with tmp.open("w", encoding="utf-8", newline="") as fh:  # newline="": the CSV's own \r\n
+        fh.write(text)
     tmp.replace(path)
 
 
@@ -469,12 +470,11 @@ def write_report(report: Report, out: Path) -> Dict[str, Path]:
     _write(files["html"], write_html(report, out, plots, thumbs))
     _write(files["md"], write_md(report, out, plots, thumbs))
     header, rows = table(report, full=True)
-    tmp = files["csv"].with_name("report.csv.tmp")
-    with tmp.open("w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(header)
-        w.writerows([["" if v is None else v for v in row] for row in rows])
-    tmp.replace(files["csv"])
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(header)
+    w.writerows([["" if v is None else v for v in row] for row in rows])
+    _write(files["csv"], buf.getvalue())
     return files
 
 
@@ -488,11 +488,13 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                         "optimized_metric, else the checkpoint metric)")
     parser.add_argument("--pictures", type=int, default=4, help="attention pictures per run (default 4)")
     args = parser.parse_args(argv)
+    if args.pictures < 0:
+        parser.error(f"--pictures must be >= 0, got {args.pictures}")
     import matplotlib
 
     matplotlib.use("Agg")
     try:
-        report = build(args.path, args.metric, max(0, args.pictures))
+        report = build(args.path, args.metric, args.pictures)
     except ReportError as err:
         print(f"attnflow-report: {err}", file=sys.stderr)
         sys.exit(2)

@@ -36,7 +36,7 @@ def _lines(stream: Iterable[str], where: str) -> Iterator[str]:
     n = 0
     try:
         for n, line in enumerate(stream, 1):
-            yield line[:-1] if line.endswith("\n") else line
+            yield line.removesuffix("\n").removesuffix("\r")
     except UnicodeDecodeError as err:
         raise InputError(f"{where} is not UTF-8 text after line {n} ({err.reason}); save it as "
                          f"UTF-8") from None
@@ -55,8 +55,7 @@ def iter_lines(path: Path | str, what: str = "input file") -> Iterator[str]:
     def gen():
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rt", encoding="utf-8", newline="\n") as f:
-            for line in _lines(f, str(path)):
-                yield line.removesuffix("\r")
+            yield from _lines(f, str(path))
 
     return gen()
 
@@ -74,8 +73,7 @@ def iter_stdin() -> Iterator[str]:
     def gen():
         stream = io.TextIOWrapper(buffer, encoding="utf-8", newline="\n")
         try:
-            for line in _lines(stream, "stdin"):
-                yield line.removesuffix("\r")
+            yield from _lines(stream, "stdin")
         finally:
             stream.detach()  # a collected wrapper would close sys.stdin's buffer
 
@@ -95,16 +93,22 @@ def batched(items: Iterable[T], size: int) -> Iterator[List[T]]:
 
 
 def text_array(items) -> np.ndarray:
-    """Strings (or nested lists of them, rectangular) as a Unicode array ('' where empty)."""
-    arr = np.asarray(items, dtype=str)
-    return arr if arr.size else np.zeros(np.shape(items) or (0,), dtype="<U1")
+    """Strings (or nested lists of them, rectangular) as a Unicode array (no pickling needed)."""
+    return np.asarray(items, dtype=str)
+
+
+def check_npz(path: Path | str) -> Path:
+    """``path`` if it names a ``.npz`` file, else :class:`InputError` (the CLIs check their
+    ``--save-attention`` with it before any work)."""
+    path = Path(path)
+    if path.suffix != ".npz":
+        raise InputError(f"--save-attention needs a file name ending in .npz, got {path}")
+    return path
 
 
 def save_arrays(path: Path | str, arrays: Dict[str, np.ndarray]) -> Path:
     """Write ``arrays`` as one ``.npz`` at ``path`` (atomically)."""
-    path = Path(path)
-    if path.suffix != ".npz":
-        raise InputError(f"--save-attention needs a file name ending in .npz, got {path}")
+    path = check_npz(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:

@@ -52,7 +52,8 @@ import numpy as np
 import torch
 
 from attnflow.checkpoints import CheckpointError, load_run, load_weights
-from attnflow.textio import InputError, batched, iter_lines, iter_stdin, save_arrays, text_array
+from attnflow.textio import (InputError, batched, check_npz, iter_lines, iter_stdin, save_arrays,
+                             text_array)
 
 
 class TranslateError(Exception):
@@ -225,10 +226,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args(argv)
     try:
-        if args.beam < 1 or args.batch_size < 1:
-            raise TranslateError(f"--beam and --batch-size must be >= 1, got {args.beam}, {args.batch_size}")
-        if args.save_attention and not args.save_attention.endswith(".npz"):
-            raise TranslateError(f"--save-attention needs a file name ending in .npz, got {args.save_attention}")
+        for name, value in (("--beam", args.beam), ("--batch-size", args.batch_size),
+                            ("--max-len", args.max_len)):
+            if value is not None and value < 1:
+                raise TranslateError(f"{name} must be >= 1, got {value}")
+        if args.save_attention:
+            check_npz(args.save_attention)
         lines, where = read_inputs(args)
         model, dm, _ = load(Path(args.run), args.device)
         max_len = args.max_len or dm.max_decode_len

@@ -11,11 +11,14 @@ be checked against the same model rebuilt in the test.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import random
+import sys
 from pathlib import Path
-from typing import Iterable, List, Sequence
+from typing import Callable, Iterable, List, Sequence
 
+import pytest
 import torch
 import yaml
 
@@ -28,6 +31,37 @@ QUIET = ["callbacks.progress_bar=none", "trainer.accelerator=cpu", "logger=none"
 POSITIVE = "good great wonderful brilliant moving superb".split()
 NEGATIVE = "bad awful boring dull stupid poor".split()
 FILLER = "the film was a and it story acting plot".split()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """Torch on one thread for a test module that imports this fixture (small CPU steps on a
+    shared machine: see tests/documents/conftest.py); the previous setting is restored."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def assert_streams(monkeypatch, module, main: Callable, args: List[str], line: str) -> None:
+    """``main(args)`` reading 5 copies of ``line`` from ``module.iter_stdin`` in batches of 2
+    prints its first batch before reading the third line, and one output line per input line."""
+    consumed, seen_at_write = [], []
+
+    def lines():
+        for i in range(5):
+            consumed.append(i)
+            yield line
+
+    class Out(io.StringIO):
+        def write(self, s):
+            seen_at_write.append(len(consumed))
+            return super().write(s)
+
+    monkeypatch.setattr(module, "iter_stdin", lines)
+    monkeypatch.setattr(sys, "stdout", Out())
+    assert main([*args, "--batch-size", "2"]) == 0
+    assert seen_at_write[0] == 2 and len(sys.stdout.getvalue().splitlines()) == 5
 
 
 def fabricate_run(overrides: Sequence[str], run_dir: Path, seed: int = 0) -> Path:

@@ -23,6 +23,9 @@ def _run_dir(root):
 def test_best_checkpoint_then_last_then_any(tmp_path):
     run = _run_dir(tmp_path)
     assert find_checkpoint(run) == (run / "checkpoints" / "epoch1-step10.ckpt", run)
+    for damaged in ("{not json", "[1, 2]", '{"best_checkpoint": 5}'):  # fall back to last.ckpt
+        (run / "metrics.json").write_text(damaged)
+        assert find_checkpoint(run)[0].name == "last.ckpt", damaged
     (run / "metrics.json").unlink()
     assert find_checkpoint(run)[0].name == "last.ckpt"
     (run / "checkpoints" / "last.ckpt").unlink()
@@ -81,3 +84,23 @@ def test_configs_of_older_runs_are_upgraded_to_todays_fields():
     TASKS.validate(new["task"])  # the translation task accepts it
     rnn = upgrade_config({"model": {"name": "seq2seq", "positional": {"name": "none"}}})
     assert "positional" not in rnn["model"]
+
+
+def test_a_config_without_data_or_model_is_named_as_such(tmp_path):
+    """load_run names what is wrong: no config at all, or a config (the checkpoint's or the run's
+    config.yaml) that is not a run config — not "config.yaml is missing" when it is there."""
+    from attnflow.checkpoints import load_run
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    ckpt = run / "checkpoints" / "last.ckpt"
+    torch.save({"state_dict": {}}, ckpt)
+    with pytest.raises(CheckpointError, match="carries no 'attnflow_config'.*config.yaml is missing"):
+        load_run(run)
+    (run / "config.yaml").write_text("- just\n- a list\n")
+    with pytest.raises(CheckpointError, match=r"config\.yaml is not an attnflow run config: .*'data'"):
+        load_run(run)
+    torch.save({"state_dict": {}, "attnflow_config": {"data": {"name": "x"}}}, ckpt)
+    with pytest.raises(CheckpointError, match="checkpoint's 'attnflow_config' is not an attnflow run "
+                                              "config"):
+        load_run(run)

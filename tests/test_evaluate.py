@@ -15,17 +15,10 @@ import torch.nn.functional as F
 
 from attnflow.evaluate import main
 from attnflow.run import train
-from cli_runs import (GRAPH, document_files, document_overrides, fabricate_run, parallel_files,
-                      translation_overrides, write_jsonl)
+from cli_runs import (GRAPH, document_files, document_overrides, fabricate_run,
+                      one_torch_thread, parallel_files, translation_overrides, write_jsonl)
+# one_torch_thread: an autouse fixture, in effect by being imported
 from support import DATA_DIR, compose_cfg
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +60,7 @@ def test_overrides_are_checked_before_any_work(gat_run, tmp_path, capsys):
     for args, says in ((["foo=1"], "has no override 'foo'"),
                        (["data.num_nodez=10"], "data 'synthetic_graph' has no field 'num_nodez'"),
                        (["split=train"], "split must be 'val' or 'test'"),
+                       (["seed=abc"], "seed must be an integer, got 'abc'"),
                        (["trainer.max_epochs=3"], "has no override 'trainer.max_epochs'"),
                        (["trainer.devices=abc"], "trainer.devices"),
                        (["data.name=parallel"], "works on graphs"),

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import csv
 import gzip
-import io
 import json
 import shutil
-import sys
 
 import numpy as np
 import pytest
@@ -17,16 +15,9 @@ import torch
 
 import attnflow.predict as predict_mod
 from attnflow.predict import main
-from cli_runs import (GRAPH, document_files, document_overrides, fabricate_run, parallel_files,
-                      translation_overrides, write_jsonl)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+from cli_runs import (GRAPH, assert_streams, document_files, document_overrides, fabricate_run,
+                      one_torch_thread, parallel_files, translation_overrides, write_jsonl)
+# one_torch_thread: an autouse fixture, in effect by being imported
 
 
 @pytest.fixture(scope="module")
@@ -97,22 +88,7 @@ def test_json_lines_split_on_newline_only_and_gzip(runs, tmp_path, capsys):
 
 
 def test_output_streams_batch_by_batch(runs, monkeypatch):
-    consumed, seen_at_write = [], []
-
-    def lines():
-        for i in range(5):
-            consumed.append(i)
-            yield "A good film."
-
-    class Out(io.StringIO):
-        def write(self, s):
-            seen_at_write.append(len(consumed))
-            return super().write(s)
-
-    monkeypatch.setattr(predict_mod, "iter_stdin", lines)
-    monkeypatch.setattr(sys, "stdout", Out())
-    assert main([str(runs["han"]), "--batch-size", "2"]) == 0
-    assert seen_at_write[0] == 2 and len(sys.stdout.getvalue().splitlines()) == 5
+    assert_streams(monkeypatch, predict_mod, main, [str(runs["han"])], "A good film.")
 
 
 def test_save_attention_han_word_and_sentence_weights(runs, tmp_path, capsys):
@@ -199,6 +175,11 @@ def test_gat_prediction_failures_keep_an_existing_output_file(runs, tmp_path, ca
     assert "takes no texts" in capsys.readouterr().err
     assert main([str(runs["gat"]), "--explain", "x.html", "-o", str(out)]) == 2
     assert "takes no file" in capsys.readouterr().err
+    # options a graph run has no use for are refused, not silently ignored
+    assert main([str(runs["gat"]), "--json", "-o", str(out)]) == 2
+    assert "--json is for document runs" in capsys.readouterr().err
+    assert main([str(runs["gat"]), "--top-k", "3", "-o", str(out)]) == 2
+    assert "add --explain" in capsys.readouterr().err
     assert out.read_text() == "earlier results\n"
     assert main([str(runs["han"]), "--explain"]) == 2
     assert "--explain OUT.html" in capsys.readouterr().err

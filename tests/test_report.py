@@ -276,6 +276,10 @@ def test_unknown_metric_is_refused_naming_the_metrics(sweep, capsys):
     err = capsys.readouterr().err
     assert "--metric 'val/seq_ac'" in err and ", ".join(sorted(job_metrics(sweep)["0"])) in err
     assert not (sweep / "never").exists()
+    with pytest.raises(SystemExit) as exc:  # refused, not read as 0
+        main([str(sweep), "--pictures", "-1", "-o", str(sweep / "never")])
+    assert exc.value.code == 2 and "--pictures must be >= 0, got -1" in capsys.readouterr().err
+    assert not (sweep / "never").exists()
 
 
 @pytest.mark.parametrize("kind", ["missing", "file", "empty", "parent"])

@@ -91,7 +91,8 @@ import shutil  # noqa: E402
 import numpy as np  # noqa: E402
 
 import attnflow.translate as translate_mod  # noqa: E402
-from cli_runs import GRAPH, fabricate_run, parallel_files, translation_overrides  # noqa: E402
+from cli_runs import (GRAPH, assert_streams, fabricate_run, parallel_files,  # noqa: E402
+                      translation_overrides)
 
 
 @pytest.fixture(scope="module")
@@ -141,22 +142,8 @@ def test_lines_split_on_newline_only_and_gzip_input(mt_runs, tmp_path, capsys):
 
 def test_output_streams_batch_by_batch(mt_runs, monkeypatch):
     """Each batch is printed before the next input lines are read."""
-    consumed, seen_at_write = [], []
-
-    def lines():
-        for i in range(5):
-            consumed.append(i)
-            yield "Ein Mann schläft."
-
-    class Out(io.StringIO):
-        def write(self, s):
-            seen_at_write.append(len(consumed))
-            return super().write(s)
-
-    monkeypatch.setattr(translate_mod, "iter_stdin", lines)
-    monkeypatch.setattr(sys, "stdout", Out())
-    assert main([str(mt_runs["mt_rnnsearch"]), "--batch-size", "2"]) == 0
-    assert seen_at_write[0] == 2 and len(sys.stdout.getvalue().splitlines()) == 5
+    assert_streams(monkeypatch, translate_mod, main, [str(mt_runs["mt_rnnsearch"])],
+                   "Ein Mann schläft.")
 
 
 def _rows_sum_to_one(a, axis=-1):
@@ -225,3 +212,6 @@ def test_failures_are_one_message_and_status_2(mt_runs, tmp_path, capsys):
     assert "not a translation run" in capsys.readouterr().err
     assert main([str(run), "x", "--save-attention", str(tmp_path / "a.txt")]) == 2
     assert ".npz" in capsys.readouterr().err
+    for option in ("--max-len", "--beam", "--batch-size"):  # 0 is refused, not read as "default"
+        assert main([str(run), "x", option, "0"]) == 2
+        assert f"{option} must be >= 1, got 0" in capsys.readouterr().err
