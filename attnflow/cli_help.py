@@ -8,10 +8,11 @@ page costs no torch, Lightning or Hydra import (Hydra's stock page composed the 
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from pathlib import Path
 from typing import Dict, List, Tuple
+
+from attnflow.sweeps import PLUGINS, missing_module  # file reads and find_spec only: cheap
 
 USAGE = """\
 usage: {prog} [GROUP=OPTION ...] [KEY=VALUE ...]     train one run (outputs/<date>/<time>/)
@@ -23,21 +24,20 @@ usage: {prog} [GROUP=OPTION ...] [KEY=VALUE ...]     train one run (outputs/<dat
 KEY=VALUE sets any field, also one the YAML leaves at its default (trainer.max_epochs=3,
 task.optim.lr=0.01, attention.heads=8); `attnflow-blocks [KIND]` lists every block's fields."""
 
-# Options that Hydra plugins add to its own groups (no file in conf/), and the module each needs.
+# Options that Hydra plugins add to its own groups (no file in conf/): (the plugin in
+# attnflow.sweeps.PLUGINS that provides it, or None for Hydra's own; one line about it).
 PLUGIN_OPTIONS = {
     "hydra/launcher": {
-        "basic": ("", "one job after another in this process (Hydra's)"),
-        "joblib": ("hydra_plugins.hydra_joblib_launcher", "jobs in parallel processes (hydra-joblib-launcher)"),
-        "submitit_local": ("hydra_plugins.hydra_submitit_launcher", "jobs as local submitit processes"),
-        "submitit_slurm": ("hydra_plugins.hydra_submitit_launcher", "jobs on SLURM (hydra-submitit-launcher)"),
+        "basic": (None, "one job after another in this process (Hydra's)"),
+        "joblib": ("joblib", "jobs in parallel processes (hydra-joblib-launcher)"),
+        "submitit_local": ("submitit", "jobs as local submitit processes"),
+        "submitit_slurm": ("submitit", "jobs on SLURM (hydra-submitit-launcher)"),
     },
     "hydra/sweeper": {
-        "basic": ("", "the grid of all combinations (Hydra's)"),
-        "optuna": ("hydra_plugins.hydra_optuna_sweeper", "Optuna samplers: TPE, random, CMA-ES, grid"),
+        "basic": (None, "the grid of all combinations (Hydra's)"),
+        "optuna": ("optuna", "Optuna samplers: TPE, random, CMA-ES, grid"),
     },
 }
-EXTRA = {"hydra_plugins.hydra_joblib_launcher": "launchers", "hydra_plugins.hydra_submitit_launcher": "launchers",
-         "hydra_plugins.hydra_optuna_sweeper": "sweep"}
 
 
 def describe(path: Path) -> str:
@@ -80,20 +80,13 @@ def groups(conf_dir: Path) -> List[Tuple[str, str, List[Tuple[str, str]]]]:
         out.append((group, defaults.get(group, ""), options))
     for group, plugins in PLUGIN_OPTIONS.items():
         options = []
-        for option, (module, text) in plugins.items():
-            if module and importlib.util.find_spec("hydra_plugins") and not _has(module):
-                text += f' (not installed: pip install -e ".[{EXTRA[module]}]")'
+        for option, (plugin, text) in plugins.items():
+            if plugin and missing_module(plugin):
+                text += f' (not installed: pip install -e ".[{PLUGINS[plugin][1]}]")'
             options.append((option, text))
         options += [(p.stem, describe(p)) for p in sorted((conf_dir / group).glob("*.yaml"))]
         out.append((group, "basic", options))
     return out
-
-
-def _has(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def train_help(conf_dir: Path, prog: str = "attnflow-train", width: int = 0) -> str:
@@ -101,7 +94,7 @@ def train_help(conf_dir: Path, prog: str = "attnflow-train", width: int = 0) -> 
     width = width or shutil.get_terminal_size((120, 24)).columns
     lines = [USAGE.format(prog=prog), "",
              f"Config groups (GROUP=OPTION; * the default; files in {conf_dir}):"]
-    rows = [(g, d, opts) for g, d, opts in groups(conf_dir)]
+    rows = groups(conf_dir)
     pad = max(len(o) for _, _, opts in rows for o, _ in opts) + 2
     for group, default, options in rows:
         lines.append(f"  {group}" + ("" if default else "   (default: none)"))

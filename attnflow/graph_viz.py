@@ -61,20 +61,15 @@ def embedding_figure(vectors: torch.Tensor, labels: torch.Tensor, edge_index: to
 
 
 def log_figure(fig, path: Path, trainer, tag: str) -> Path:
-    """Save ``fig`` to ``path`` and log it to the trainer's TensorBoard / W&B loggers."""
-    from pytorch_lightning.loggers import TensorBoardLogger, WandbLogger
+    """Save ``fig`` to ``path`` and log it to the trainer's TensorBoard / W&B loggers under
+    ``tag``, as the dashboards' image panels are (one image per W&B key)."""
+    from attnflow.callbacks import log_panels
+    from attnflow.viz import image_panel
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
-    fig.canvas.draw()
-    img = np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
-    plt.close(fig)
-    for lg in trainer.loggers:
-        if isinstance(lg, WandbLogger):
-            lg.log_image(tag, [img], step=trainer.global_step)
-        elif isinstance(lg, TensorBoardLogger):
-            lg.experiment.add_image(tag, img, trainer.global_step, dataformats="HWC")
+    log_panels(trainer.loggers, [image_panel(tag, fig)], trainer.global_step)
     return path
 
 

@@ -26,6 +26,8 @@ from typing import Any, Dict, List, Mapping, Optional
 from attnflow.registry import LOGGERS, ConfigError, _suggest
 
 WANDB_MODES = ("offline", "online", "disabled")
+# what W&B itself takes from $WANDB_MODE: also its older names (dryrun = offline, run = online)
+WANDB_ENV_MODES = (*WANDB_MODES, "dryrun", "run", "shared")
 
 
 @LOGGERS.register("csv")
@@ -63,8 +65,7 @@ def wandb_logger(save_dir: str, identity: Optional[dict] = None, *, project: str
     from pytorch_lightning.loggers import WandbLogger
 
     identity = identity or {}
-    mode = mode or os.environ.get("WANDB_MODE") or "offline"
-    _check_mode(mode, "logger.wandb.mode")
+    mode = mode or os.environ.get("WANDB_MODE") or "offline"  # checked by validate_loggers
     all_tags = _unique([*identity.get("tags", []), *tags])
     name = run_name or identity.get("name") or Path(save_dir).name
     return WandbLogger(project=project, entity=entity, group=group or identity.get("group"),
@@ -82,7 +83,12 @@ def no_logger(save_dir: str, identity: Optional[dict] = None):
 
 # -- the logger mapping ------------------------------------------------------------------------
 def _check_mode(mode: Any, path: str) -> None:
-    if mode not in WANDB_MODES:
+    """``logger.wandb.mode``, or where it is null the $WANDB_MODE it falls back to."""
+    env = os.environ.get("WANDB_MODE")
+    if mode is None and env and env not in WANDB_ENV_MODES:
+        raise ConfigError(f"$WANDB_MODE (used since {path} is null) must be one of "
+                          f"{', '.join(WANDB_ENV_MODES)}, got {env!r}")
+    if mode is not None and mode not in WANDB_MODES:
         raise ConfigError(f"{path} must be one of {', '.join(WANDB_MODES)} (or null: $WANDB_MODE, "
                           f"else offline), got {mode!r}")
 
@@ -118,8 +124,8 @@ def validate_loggers(cfg: Any, path: str = "logger") -> Dict[str, Dict[str, Any]
                               f"run.name (or logger.wandb.run_name)")
         checked = LOGGERS.validate({**fields, "name": name}, f"{path}.{name}")
         checked.pop("name")
-        if name == "wandb" and checked.get("mode") is not None:
-            _check_mode(checked["mode"], f"{path}.{name}.mode")
+        if name == "wandb":
+            _check_mode(checked.get("mode"), f"{path}.{name}.mode")
         out[name] = checked
     return out
 

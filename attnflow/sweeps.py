@@ -103,14 +103,20 @@ def _importable(module: str) -> bool:
         return False
 
 
+def missing_module(plugin: str) -> Optional[str]:
+    """The first module that ``plugin`` (a key of :data:`PLUGINS`) needs and that is not
+    installed, else None (also for ``attnflow-train --help``'s "not installed" notes)."""
+    return next((m for m in PLUGINS[plugin][0] if not _importable(m)), None)
+
+
 def missing_plugin(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
     """One line naming the first plugin the command line needs that is not installed, else None."""
     for plugin, arg in required_plugins(argv, conf_dir):
-        modules, extra, what = PLUGINS[plugin]
-        for module in modules:
-            if not _importable(module):
-                return (f"{arg} needs {what}, which is not installed (no module '{module}'): "
-                        f'pip install -e ".[{extra}]" in a checkout, or pip install "attnflow[{extra}]"')
+        module = missing_module(plugin)
+        if module:
+            _, extra, what = PLUGINS[plugin]
+            return (f"{arg} needs {what}, which is not installed (no module '{module}'): "
+                    f'pip install -e ".[{extra}]" in a checkout, or pip install "attnflow[{extra}]"')
     return None
 
 

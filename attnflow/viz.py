@@ -12,7 +12,7 @@ badly) when they differ, so fonts shrink instead of figures growing.
   Veličković et al. 2018, eq. 3).
 
 Panels (:func:`image_panel`, :func:`html_panel`, :func:`table_panel`) are plain dicts that
-:class:`attnflow.callbacks.AttentionMaps` turns into W&B images / HTML / tables and TensorBoard
+:func:`attnflow.callbacks.log_panels` turns into W&B images / HTML / tables and TensorBoard
 images / text.
 """
 

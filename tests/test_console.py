@@ -174,3 +174,31 @@ def test_short_help_is_the_same_and_hydra_help_stays_reachable():
     proc = subprocess.run([sys.executable, "-m", "attnflow.train", "--hydra-help"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert proc.returncode == 0 and "== Flags ==" in proc.stdout and "--multirun" in proc.stdout
+
+
+def test_help_says_which_plugins_are_not_installed(monkeypatch):
+    """With no Hydra plugin installed there is no ``hydra_plugins`` package at all: find_spec gives
+    None for it and raises for its submodules, as importlib does; every plugin option then says
+    which extra installs it, and Hydra's own options say nothing."""
+    import importlib.util
+
+    from attnflow.cli_help import train_help
+
+    real = importlib.util.find_spec
+
+    def find_spec(name, package=None):
+        if name in ("hydra_plugins", "optuna", "joblib", "submitit"):
+            return None
+        if name.startswith("hydra_plugins."):
+            raise ModuleNotFoundError("No module named 'hydra_plugins'", name="hydra_plugins")
+        return real(name, package)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    lines = {m.group(1): m.group(2) for m in re.finditer(r"^    [* ] (\S+)\s+(.*)$",
+                                                          train_help(CONF, width=400), re.M)}
+    for option, extra in (("optuna", "sweep"), ("joblib", "launchers"), ("submitit_local", "launchers"),
+                          ("submitit_slurm", "launchers")):
+        assert lines[option].endswith(f'(not installed: pip install -e ".[{extra}]")'), lines[option]
+    assert "not installed" not in lines["basic"]
+    monkeypatch.setattr(importlib.util, "find_spec", real)  # installed here ([dev]): no note
+    assert "not installed" not in train_help(CONF, width=400)

@@ -18,6 +18,7 @@ from attnflow.data.synthetic_graph import SyntheticGraphDataModule
 from attnflow.registry import DATA, MODELS, TASKS
 from attnflow.run import resolve_config, train
 from support import compose_cfg
+from test_loggers import _wandb_log, _wandb_run, wandb_env  # noqa: F401 (wandb_env: a fixture)
 
 QUIET = ["trainer.accelerator=cpu", "callbacks.progress_bar=none", "trainer.max_epochs=1",
          "trainer.enable_model_summary=false", "trainer.num_sanity_val_steps=0"]
@@ -29,15 +30,6 @@ def _one_thread():
     torch.set_num_threads(1)  # small RNN/scatter steps on a busy 2-core machine
     yield
     torch.set_num_threads(before)
-
-
-@pytest.fixture
-def wandb_env(monkeypatch, tmp_path):
-    monkeypatch.delenv("WANDB_MODE", raising=False)
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb_config"))
-    monkeypatch.setenv("WANDB_CACHE_DIR", str(tmp_path / "wandb_cache"))
-    monkeypatch.delenv("WANDB_API_KEY", raising=False)
 
 
 # a tiny corpus sorted by label, as the IMDB dev file is
@@ -68,12 +60,6 @@ def _tensorboard(run_dir):
                            size_guidance={"images": 0})
     acc.Reload()
     return acc
-
-
-def _wandb_run(run_dir):
-    runs = list((run_dir / "wandb").glob("offline-run-*"))
-    assert len(runs) == 1, runs
-    return runs[0]
 
 
 # -- examples across labels ------------------------------------------------------------------------
@@ -113,10 +99,7 @@ def test_han_run_logs_word_and_sentence_weights_to_wandb_and_tensorboard(tmp_pat
     assert tags == ["val/attention/0", "val/attention/1"], tags
     assert len({(e.width, e.height) for t in tags for e in acc.Images(t)}) == 1
     run = _wandb_run(tmp_path / "run")
-    import wandb
-
-    wandb.teardown()  # a finished run's log is written by W&B's service, asynchronously
-    log = b"".join(p.read_bytes() for p in run.glob("*.wandb"))
+    log = _wandb_log(run)
     # captions name the true class: the examples alternate between the two labels
     captions = re.findall(rb"true ([01]) \xc2\xb7 predicted", log)
     assert set(captions) == {b"0", b"1"}, captions

@@ -171,6 +171,20 @@ def test_bad_logger_configs_are_refused_naming_the_path(override, message):
         resolve_config(compose_cfg([override]))
 
 
+def test_wandb_mode_from_the_environment_takes_w_and_b_s_own_names(monkeypatch, tmp_path):
+    """$WANDB_MODE (used where logger.wandb.mode is null) may hold any mode W&B takes, also its
+    older names: dryrun is offline; a value W&B does not take is refused before any work, naming
+    the variable."""
+    monkeypatch.setenv("WANDB_MODE", "dryrun")
+    cfg = resolve_config(compose_cfg(["logger=wandb"]))
+    (logger,) = build_loggers(cfg["logger"], tmp_path, {"name": "x"})
+    assert logger._wandb_init["mode"] == "dryrun"  # given to wandb.init (no run started here)
+    monkeypatch.setenv("WANDB_MODE", "sometimes")
+    with pytest.raises(ConfigError, match=r"\$WANDB_MODE \(used since logger.wandb.mode is null\)"):
+        resolve_config(compose_cfg(["logger=wandb"]))
+    assert validate_loggers({"csv": {}}) == {"csv": {}}  # only the W&B logger reads it
+
+
 def test_old_logger_layout_is_refused_with_the_new_one_and_upgraded_from_checkpoints():
     from attnflow.checkpoints import upgrade_config
     from attnflow.run import validate_config

@@ -197,7 +197,11 @@ def read_jsonl(path: Path, text_field: str, label_field: Optional[str], limit: i
         if label_field is not None and label_field not in row:
             raise DataError(f"{owner}: {path} line {n} has no label field "
                             f"'{label_field}' (fields: {', '.join(row)}); set data.label_field")
-        out.append((row[text_field] or "", row[label_field] if label_field else None))
+        text = row[text_field]
+        if text is not None and not isinstance(text, str):  # else a TypeError deep in tokenize
+            raise DataError(f"{owner}: {path} line {n}: the text field '{text_field}' holds "
+                            f"{type(text).__name__} {text!r:.60}, not a string")
+        out.append((text or "", row[label_field] if label_field else None))
     if not out:
         raise DataError(f"{owner}: {path} holds no documents (the file is empty or blank); "
                         f"expected one JSON object per line with a '{text_field}' field")
@@ -292,9 +296,7 @@ class DocumentDataModule(pl.LightningDataModule):
                              f"is missing and its checkpoint carries none)")
         self.vocab = Vocabulary.from_json(artifacts["vocab"])
         self.label_values = list(artifacts["label_values"])
-        rows = read_jsonl(path, self.text_field, self.label_field)
-        if not rows:
-            raise ValueError(f"data 'documents': {path} holds no documents: nothing to evaluate")
+        rows = read_jsonl(path, self.text_field, self.label_field)  # DataError when it holds none
         tokenized = [tokenize(t, self.vocab.lowercase) for t, _ in rows]
         labels = self._labels([y for _, y in rows], split)
         self.splits[split], self.stats[split] = encode_documents(

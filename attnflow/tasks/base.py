@@ -21,7 +21,8 @@ A task is a LightningModule around a model. This base owns
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, Mapping, Optional
 
 import pytorch_lightning as pl
 import torch
@@ -62,6 +63,18 @@ class Task(pl.LightningModule):
 
     def test_step(self, batch, batch_idx):
         self.step(batch, "test")
+
+    @contextmanager
+    def eval_mode(self) -> Iterator[None]:
+        """Eval mode (no dropout) for a forward pass outside Lightning's loops (dashboards,
+        explanations, pictures during training); the previous mode is restored after, also when
+        the pass fails."""
+        was_training = self.training
+        self.eval()
+        try:
+            yield
+        finally:
+            self.train(was_training)
 
     # -- optimisation and checkpoints ---------------------------------------------------------------
     def configure_optimizers(self):

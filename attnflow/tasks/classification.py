@@ -93,11 +93,9 @@ class ClassificationTask(Task):
         """Per document: predicted class, its probability, all probabilities, and the sentences
         with word and sentence weights (lists, padding removed). ``words`` gives the tokens to
         show; by default the vocabulary's words for the ids."""
-        was_training = self.training
-        self.eval()
         batch = {k: v.to(self.device) for k, v in batch.items()}
-        out = self(batch)
-        self.train(was_training)
+        with self.eval_mode():
+            out = self(batch)
         probs = torch.softmax(out["logits"].float(), -1).cpu()
         ww, sw = out.get("word_weights"), out.get("sent_weights")
         lengths = batch["sent_lengths"].cpu()

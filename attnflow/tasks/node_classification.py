@@ -121,17 +121,11 @@ class NodeClassificationTask(Task):
             return
         from attnflow.graph_viz import embedding_figure, log_figure
 
-        data = dm.full_graph()  # Data.to() would move the data module's own graph: copy x, edges
-        was_training = self.training
-        self.eval()
-        with torch.no_grad():
-            logits, weights = self.model(data.x.to(self.device), data.edge_index.to(self.device),
-                                         need_weights=True)
-        self.train(was_training)
+        data = dm.full_graph()
+        logits, weights = self._attention(data)
         edge_index, alpha = weights[-1]
         y = data.y.argmax(-1) if data.y.dim() == 2 else data.y
-        fig = embedding_figure(logits.float().cpu(), y.cpu(), edge_index.cpu(),
-                               alpha.float().mean(-1).cpu(), class_names=self.class_names())
+        fig = embedding_figure(logits, y.cpu(), edge_index, alpha.mean(-1), class_names=self.class_names())
         out = Path(trainer.default_root_dir) / "attention" / "graph_embedding.png"
         log_figure(fig, out, trainer, "graph/embedding")
 
@@ -141,13 +135,12 @@ class NodeClassificationTask(Task):
 
     @torch.no_grad()
     def _attention(self, data):
-        """Full-graph logits and [(edge_index, α (E, J))] per layer, on the CPU."""
-        was_training = self.training
-        self.eval()
+        """Full-graph logits and [(edge_index, α (E, J))] per layer, on the CPU (``to`` makes
+        copies: Data.to() would move the data module's own graph)."""
         dtype = next(self.model.parameters()).dtype  # bf16-true runs: features in the weights' type
-        logits, weights = self.model(data.x.to(self.device, dtype), data.edge_index.to(self.device),
-                                     need_weights=True)
-        self.train(was_training)
+        with self.eval_mode():
+            logits, weights = self.model(data.x.to(self.device, dtype), data.edge_index.to(self.device),
+                                         need_weights=True)
         return logits.float().cpu(), [(ei.cpu(), a.float().cpu()) for ei, a in weights]
 
     def dashboard(self, batch: dict) -> list:

@@ -111,12 +111,10 @@ class Seq2SeqTask(Task):
     def attention_examples(self, batch: Dict[str, torch.Tensor]) -> List[dict]:
         """Greedy-decode a batch; per example α (target × source, mean over heads) with source and
         output token labels. Empty for decoders without attention (RNNenc)."""
-        was_training = self.training
-        self.eval()
         batch = {k: v.to(self.device) for k, v in batch.items()}
-        pred, weights = self.model.greedy(batch["src"], batch["src_lengths"], self.bos_id,
-                                          self.eos_id, self.max_decode_len, need_weights=True)
-        self.train(was_training)
+        with self.eval_mode():
+            pred, weights = self.model.greedy(batch["src"], batch["src_lengths"], self.bos_id,
+                                              self.eos_id, self.max_decode_len, need_weights=True)
         if weights is None:
             return []
         out = []

@@ -171,11 +171,9 @@ class TranslationTask(Seq2SeqTask):
         from attnflow.viz import table_panel
 
         panels = super().dashboard(batch)
-        was_training = self.training
-        self.eval()
         src, lengths = batch["src"].to(self.device), batch["src_lengths"].to(self.device)
-        pred, _ = self.translate_ids(src, lengths, self.val_beam_size)
-        self.train(was_training)
+        with self.eval_mode():
+            pred, _ = self.translate_ids(src, lengths, self.val_beam_size)
         hyps = self.ids_to_text(pred)
         if self.references is not None and "idx" in batch:
             refs = self.references("val", batch["idx"].tolist())

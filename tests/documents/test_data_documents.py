@@ -81,6 +81,18 @@ def test_bad_input_errors(tmp_path):
         DocumentDataModule(train_path=str(bad))
 
 
+def test_a_text_that_is_not_a_string_is_named_with_its_line(tmp_path):
+    from attnflow.data.errors import DataError
+
+    odd = _write(tmp_path / "odd.jsonl", [{"text": "a good film", "label": 1}, {"text": 5, "label": 0}])
+    with pytest.raises(DataError, match=r"odd.jsonl line 2: the text field 'text' holds int 5, not a string"):
+        DocumentDataModule(train_path=str(odd), val_path=str(odd)).setup()
+    empty = _write(tmp_path / "null.jsonl", [{"text": "a good film", "label": 1}, {"text": None, "label": 0}])
+    dm = DocumentDataModule(train_path=str(empty), val_path=str(empty), min_freq=1)
+    dm.setup()  # a null text is an empty document, as before
+    assert list(dm.splits["train"].labels) == [1, 0]
+
+
 def test_limit_draws_a_seeded_subset_of_both_classes(tmp_path):
     rows = [{"text": f"doc {i}.", "label": int(i >= 50)} for i in range(100)]  # sorted by label
     path = _write(tmp_path / "sorted.jsonl", rows)
