@@ -52,6 +52,7 @@ import numpy as np
 import torch
 
 from attnflow.checkpoints import CheckpointError, load_run, load_weights
+from attnflow.registry import ConfigError
 from attnflow.textio import (InputError, batched, check_npz, iter_lines, iter_stdin, save_arrays,
                              text_array)
 
@@ -282,7 +283,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             arrays.update(kind=np.asarray("translation"), lines=np.asarray(n_lines))
             path = save_arrays(args.save_attention, arrays)
             print(f"attnflow-translate: attention of {n_lines} lines written to {path}", file=sys.stderr)
-    except (TranslateError, InputError) as err:
+    except (TranslateError, InputError, ConfigError, OSError) as err:
+        # ConfigError: the run's data module (tokenizer files); OSError: writing --attention/.npz
         print(f"attnflow-translate: {err}", file=sys.stderr)
         return 2
     return 0
