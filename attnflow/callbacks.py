@@ -92,15 +92,22 @@ class NonFiniteLossError(RuntimeError):
 
 class StopOnNonFiniteLoss(pl.Callback):
     """Stops training at the first NaN/∞ training loss, naming the epoch and step, before any
-    checkpoint holds the broken weights (the checkpoints of earlier epochs are kept)."""
+    checkpoint holds the broken weights (the checkpoints of earlier epochs are kept). Under DDP
+    the ranks decide together (any rank's non-finite loss stops all of them): a rank stopping
+    alone would leave the others waiting in the next gradient all-reduce."""
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs,
                            batch, batch_idx: int) -> None:
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         value = None if loss is None else float(loss)
-        if value is not None and not math.isfinite(value):
+        bad = value is not None and not math.isfinite(value)
+        if trainer.world_size > 1:
+            bad = trainer.strategy.reduce_boolean_decision(bad, all=False)
+        if bad:
+            where = "" if value is None or not math.isfinite(value) else " on another rank"
             raise NonFiniteLossError(
-                f"the training loss is {value} at epoch {trainer.current_epoch}, step "
+                f"the training loss is {'non-finite' if where else value}{where} at epoch "
+                f"{trainer.current_epoch}, step "
                 f"{trainer.global_step} (batch {batch_idx}); training stopped, nothing of this epoch "
                 f"was saved. Lower task.optim.lr, clip gradients (trainer.gradient_clip_val) or check "
                 f"the data")

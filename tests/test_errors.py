@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from attnflow.registry import ConfigError
 from attnflow.run import train
@@ -69,3 +70,25 @@ def test_cli_non_finite_loss_exits_non_zero_with_one_message(tmp_path):
                 f"hydra.run.dir={tmp_path / 'run'}", tmp_path=tmp_path)
     assert proc.returncode == 1
     assert "attnflow: the training loss is" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_under_ddp_any_ranks_non_finite_loss_stops_every_rank():
+    """A rank whose own loss is finite stops too when another rank's is not (else it would wait
+    in the next all-reduce for a rank that has stopped): the ranks' decision is an any-reduce."""
+    from types import SimpleNamespace
+
+    from attnflow.callbacks import NonFiniteLossError, StopOnNonFiniteLoss
+
+    asked = []
+
+    def reduce_any(decision, all=True):  # noqa: A002  (Lightning's parameter name)
+        asked.append((decision, all))
+        return True  # another rank saw NaN
+
+    trainer = SimpleNamespace(world_size=2, current_epoch=1, global_step=7,
+                              strategy=SimpleNamespace(reduce_boolean_decision=reduce_any))
+    with pytest.raises(NonFiniteLossError, match="non-finite on another rank at epoch 1, step 7"):
+        StopOnNonFiniteLoss().on_train_batch_end(trainer, None, {"loss": torch.tensor(0.5)}, None, 3)
+    assert asked == [(False, False)]  # its own (finite) decision, reduced with any()
+    single = SimpleNamespace(world_size=1, current_epoch=0, global_step=1, strategy=None)
+    StopOnNonFiniteLoss().on_train_batch_end(single, None, {"loss": torch.tensor(0.5)}, None, 0)
