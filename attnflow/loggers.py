@@ -243,7 +243,7 @@ def _check_identity(run: Any, tags: Any) -> None:
                           f"got {tags!r}")
 
 
-def run_identity(cfg: Any, resolved: Dict[str, Any], run_dir: Path | str) -> Dict[str, Any]:
+def run_identity(cfg: Any, resolved: Dict[str, Any]) -> Dict[str, Any]:
     """``{"run": {experiment, name, group, overrides}, "tags": [...]}`` for the resolved config.
 
     ``run.*`` fields already set (by the user, or in a saved config being resumed) are kept; the

@@ -276,7 +276,7 @@ def train(cfg: DictConfig | Dict[str, Any], run_dir: Path | str) -> Dict[str, An
     """Validate, build, fit, evaluate; return (and write) the final metrics."""
     run_dir = Path(run_dir)
     resolved = resolve_config(cfg)
-    resolved.update(run_identity(cfg, resolved, run_dir))  # run name/experiment/group, tags
+    resolved.update(run_identity(cfg, resolved))  # run name/experiment/group, tags
     run_dir.mkdir(parents=True, exist_ok=True)
     # config.yaml of a new run; a resumed one keeps its own and records the resume beside it
     # (resume-<n>.yaml); the checkpoint to fit from is checked here, before any work

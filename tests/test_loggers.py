@@ -205,7 +205,7 @@ def test_run_name_from_experiment_and_typed_overrides():
     cfg = compose_cfg(["experiment=gat_synthetic", "scorer=dot", "task.optim.lr=0.01", "logger=csv",
                        "hydra.run.dir=/x", "paths.data_dir=/d", "tags=[a,b]"],
                       return_hydra_config=True)
-    ident = run_identity(cfg, resolve_config(cfg), "/x")
+    ident = run_identity(cfg, resolve_config(cfg))
     assert ident["run"] == {"experiment": "gat_synthetic", "name": "gat_synthetic scorer=dot task.optim.lr=0.01",
                             "group": None, "overrides": ["scorer=dot", "task.optim.lr=0.01"]}
     assert ident["tags"] == ["a", "b"]
@@ -214,24 +214,24 @@ def test_run_name_from_experiment_and_typed_overrides():
         "model.heads=2", "~callbacks.early_stopping"]
     # set explicitly (or kept from a saved config): kept
     cfg = compose_cfg(["run.name=mine", "run.experiment=exp"], return_hydra_config=True)
-    assert run_identity(cfg, resolve_config(cfg), "/x")["run"]["name"] == "mine"
+    assert run_identity(cfg, resolve_config(cfg))["run"]["name"] == "mine"
     cfg = compose_cfg(["run.experiment=exp", "scorer=dot"], return_hydra_config=True)
-    assert run_identity(cfg, resolve_config(cfg), "/x")["run"]["name"] == "exp scorer=dot"
+    assert run_identity(cfg, resolve_config(cfg))["run"]["name"] == "exp scorer=dot"
     # outside Hydra: the experiment is unknown; the name says what is trained
     plain = compose_cfg([])
-    assert run_identity(plain, resolve_config(plain), "/x")["run"] == {
+    assert run_identity(plain, resolve_config(plain))["run"] == {
         "experiment": None, "name": "seq2seq on reverse", "group": None, "overrides": None}
     with pytest.raises(ConfigError, match=r"run has no field 'nam' \(at 'run.nam'\).*Did you mean 'name'"):
-        run_identity(plain, {**resolve_config(plain), "run": {"nam": "x"}}, "/x")
+        run_identity(plain, {**resolve_config(plain), "run": {"nam": "x"}})
     with pytest.raises(ConfigError, match=r"tags \(at 'tags'\) must be a list of strings"):
-        run_identity(plain, {**resolve_config(plain), "tags": "a"}, "/x")
+        run_identity(plain, {**resolve_config(plain), "tags": "a"})
 
 
 def test_multirun_jobs_share_a_group_named_after_the_sweep():
     cfg = compose_cfg(["scorer=dot"], return_hydra_config=True)
     cfg.hydra.mode = "MULTIRUN"
     cfg.hydra.sweep.dir = "outputs/multirun/2025-01-31/12-00-00-000001"
-    ident = run_identity(cfg, resolve_config(cfg), "/x")
+    ident = run_identity(cfg, resolve_config(cfg))
     assert ident["run"]["group"] == "default 2025-01-31/12-00-00-000001"
     assert ident["run"]["name"] == "default scorer=dot"
     # a fixed sweep folder named like the search (a continued Optuna study): one group
