@@ -49,42 +49,6 @@ def _start(root: Path, name: str, args) -> subprocess.Popen:
                             env=_env(root), stdout=log, stderr=subprocess.STDOUT)
 
 
-def _cli_in_fork(root: Path, name: str, args):
-    """``attnflow-train args`` (its ``main()``) in a fork of this process: the same code as the
-    console script without a fresh interpreter's imports (seconds of CPU on a 2-core machine)."""
-    import multiprocessing
-
-    def run():
-        from hydra.core.global_hydra import GlobalHydra
-
-        from attnflow import train as train_cli
-
-        log = os.open(root / f"{name}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        GlobalHydra.instance().clear()
-        sys.argv = ["attnflow-train", *args]
-        train_cli.main()
-
-    proc = multiprocessing.get_context("fork").Process(target=run)
-    proc.start()
-    return _Forked(proc)
-
-
-class _Forked:
-    """A forked child with ``subprocess.Popen``'s ``pid``, ``poll`` and ``wait``."""
-
-    def __init__(self, proc):
-        self.proc, self.pid = proc, proc.pid
-
-    def poll(self):
-        return self.proc.exitcode
-
-    def wait(self, timeout=None):
-        self.proc.join(timeout)
-        return self.proc.exitcode
-
-
 def _log(root: Path, name: str) -> str:
     return (root / f"{name}.log").read_text()
 
@@ -102,13 +66,14 @@ def _ckpt(path: Path) -> dict:
 @pytest.fixture(scope="module")
 def stopped(tmp_path_factory):
     """A run 'k' SIGKILLed just after its first epoch's checkpoint (so, early in the second) and
-    a run 's' interrupted there with SIGINT (W&B offline too), each in its own process ('s' a new
-    interpreter running ``python -m attnflow.train``, 'k' attnflow-train's ``main()`` in a fork);
-    'k' resumed with ``attnflow-train resume=<dir>`` (a fork), 's' from Python (``resume_config``);
+    a run 's' interrupted there with SIGINT (W&B offline too), each a new interpreter running
+    ``python -m attnflow.train`` (not a fork of this process: a fork after OpenMP's thread pool
+    started can hang in the child); 'k' resumed with ``resume=<dir>`` the same way, 's' from
+    Python (``resume_config``);
     the uninterrupted reference 'u' trains in this process meanwhile (with this process's thread
     count, which the children get too)."""
     root = tmp_path_factory.mktemp("resume")
-    procs = {"k": _cli_in_fork(root, "k", [*ARGS, f"hydra.run.dir={root / 'k'}"]),
+    procs = {"k": _start(root, "k", [*ARGS, f"hydra.run.dir={root / 'k'}"]),
              "s": _start(root, "s", [*ARGS, "logger=[csv,wandb]", f"hydra.run.dir={root / 's'}"])}
     out = {"root": root}
 
@@ -139,7 +104,7 @@ def stopped(tmp_path_factory):
         stopper.join()
         for name in ("k", "s"):
             assert f"{name}_last" in out, f"run {name} was not stopped:\n{_log(root, name)[-3000:]}"
-        resumed = _cli_in_fork(root, "k2", [f"resume={root / 'k'}"])  # forks once no thread runs
+        resumed = _start(root, "k2", [f"resume={root / 'k'}"])
         train(resume_config(root / "s"), root / "s")
         out["k2_rc"] = resumed.wait(TIMEOUT)
     finally:
