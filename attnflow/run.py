@@ -58,6 +58,10 @@ CALLBACK_FIELDS = {
 }
 
 
+# Trainer arguments attnflow sets itself (from other config entries), so not trainer.* fields.
+SET_BY_ATTNFLOW = ("logger", "callbacks", "default_root_dir", "enable_progress_bar", "plugins")
+
+
 def _trainer_fields() -> List[str]:
     return [p for p in inspect.signature(pl.Trainer.__init__).parameters if p != "self"]
 
@@ -115,10 +119,12 @@ def validate_config(cfg: Dict[str, Any]) -> None:
             raise ConfigError(f"the config has no '{group}': choose one with {group}=NAME")
     allowed = _trainer_fields()
     for key in cfg.get("trainer") or {}:
-        if key not in allowed or key in ("logger", "callbacks", "default_root_dir", "enable_progress_bar"):
+        if key not in allowed or key in SET_BY_ATTNFLOW:
             raise ConfigError(
                 f"trainer has no field '{key}' (at 'trainer.{key}'); fields are the arguments of "
-                f"lightning's Trainer except logger, callbacks, default_root_dir and enable_progress_bar (set by attnflow; use callbacks.progress_bar).{_suggest(key, allowed)}")
+                f"lightning's Trainer except {', '.join(SET_BY_ATTNFLOW)} (set by attnflow: "
+                f"logger=…, callbacks.…, callbacks.progress_bar; plugins: the atomic, weights-only "
+                f"checkpoint IO).{_suggest(key, allowed)}")
     _check_trainer_types(cfg.get("trainer") or {})
     for key, value in (cfg.get("callbacks") or {}).items():
         if key not in CALLBACK_FIELDS:

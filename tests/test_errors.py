@@ -23,6 +23,7 @@ from support import FAST, ROOT, compose_cfg
     (["+trainer.max_epoch=3"], ["trainer has no field 'max_epoch'", "Did you mean 'max_epochs'?"]),
     (["model.name=seq3seq"], ["unknown model 'seq3seq'", "seq2seq"]),
     (["trainer.max_epochs=abc"], ["trainer.max_epochs", "must be Optional[int]", "'abc'"]),
+    (["+trainer.plugins=[]"], ["trainer has no field 'plugins'", "set by attnflow"]),
     (["trainer.precision=bf17"], ["trainer.precision", "'bf16-mixed'", "'bf17'"]),
 ])
 def test_bad_config_fails_before_any_work(overrides, expected, tmp_path):
