@@ -147,7 +147,8 @@ def validate_config(cfg: Dict[str, Any]) -> None:
 # of data modules, models and tasks (None: not declared, not checked).
 INTERFACES = {"seq2seq": "sequence pairs (source and target token ids)",
               "documents": "labelled documents (sentences × words)",
-              "graph": "graphs (node features, edges, node labels)"}
+              "graph": "graphs (node features, edges, node labels)",
+              "pretraining": "unlabelled text as sentence pairs (MLM and NSP batches)"}
 
 
 def check_composition(cfg: Dict[str, Any]) -> None:

@@ -33,11 +33,18 @@ PARALLEL_FAST = ["data.max_pairs=64", "data.vocab_size=300", "data.batch_size=8"
 GRAPH_FAST = ["trainer.accelerator=cpu", "callbacks.progress_bar=none"]
 
 
+# BERT pretraining (IMDB texts): a few documents, a small vocabulary and model.
+PRETRAINING_FAST = ["data.limit_train=64", "data.limit_val=32", "data.batch_size=16",
+                    "data.vocab_size=300", "data.max_len=32", "model.d_model=32", "model.ffn_dim=64",
+                    "model.layers=1", "trainer.accelerator=cpu", "callbacks.progress_bar=none"]
+
+
 @pytest.mark.parametrize("experiment", experiments())
 def test_every_experiment_runs_one_step(experiment, tmp_path):
     data_name = compose_cfg([f"experiment={experiment}"]).data.name
     documents = data_name == "documents"
-    if documents and not (DATA_DIR / "imdb").is_dir():
+    pretraining = data_name == "bert_pretraining"
+    if (documents or pretraining) and not (DATA_DIR / "imdb").is_dir():
         pytest.skip(f"IMDB data not found at {DATA_DIR / 'imdb'} (set ATTNFLOW_DATA_DIR)")
     if data_name == "parallel" and not (DATA_DIR / "multi30k").is_dir():
         pytest.skip(f"Multi30k not found at {DATA_DIR / 'multi30k'} (set ATTNFLOW_DATA_DIR)")
@@ -47,7 +54,7 @@ def test_every_experiment_runs_one_step(experiment, tmp_path):
         if not raw.is_dir():
             pytest.skip(f"Planetoid raw files not found at {raw} (set ATTNFLOW_DATA_DIR)")
     fast = DOCUMENT_FAST if documents else PARALLEL_FAST if data_name == "parallel" else FAST
-    fast = GRAPH_FAST if graph else fast
+    fast = GRAPH_FAST if graph else PRETRAINING_FAST if pretraining else fast
     cfg = compose_cfg([f"experiment={experiment}", *fast, "trainer.fast_dev_run=true"])
     summary = train(cfg, tmp_path)
     assert summary["global_step"] == 1
@@ -57,6 +64,8 @@ def test_every_experiment_runs_one_step(experiment, tmp_path):
         expected |= {"val/bleu", "val/wer", "test/bleu", "test/wer"}
     if graph:
         expected = {"val/loss", "val/acc", "test/acc"}
+    if pretraining:
+        expected = {"val/loss", "val/mlm_loss", "val/nsp_loss", "val/mlm_acc", "val/nsp_acc"}
     assert expected <= set(saved["metrics"])
     assert (tmp_path / "config.yaml").is_file()
 

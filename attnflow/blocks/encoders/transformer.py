@@ -7,7 +7,9 @@ Sublayer(x))), §3.3 (FFN, eq. (2)), §5.4 (residual dropout):
     h′     = MH_j Attn(W_qʲ h_i, W_kʲ H, W_vʲ H)           (the ``attention`` block; with relative
                                                             positions its relative terms)
     h″     = LN(h_i + Dropout(h′))                        (post-LN, the paper)
-    h‴     = W₂ ReLU(W₁ h″ + b₁) + b₂                     (FFN)
+    h‴     = W₂ ReLU(W₁ h″ + b₁) + b₂                     (FFN; ``activation: gelu`` puts GELU
+                                                            for ReLU, as BERT does: Devlin et al.
+                                                            2019 §3; Hendrycks & Gimpel 2016)
     z_i    = LN(h″ + Dropout(h‴))
 
 Pre-LN (``norm: pre``, Xiong et al. 2020): h″ = h + Dropout(MH(LN(h))), z = h″ + Dropout(FFN(LN(h″)))
@@ -22,13 +24,14 @@ path. Padding keys are masked; outputs at padding rows are zero (encoder protoco
 
 from __future__ import annotations
 
-from typing import Any, Dict, Literal, Optional, Tuple
+from typing import Any, Dict, Literal, Optional
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from attnflow.blocks.attention.functional import padding_mask
-from attnflow.registry import ATTENTIONS, ENCODERS, POSITIONALS, BlockSpec
+from attnflow.registry import ATTENTIONS, ENCODERS, POSITIONALS, BlockSpec, ConfigError
 
 
 def build_attention(cfg: Dict[str, Any], query_dim: int, key_dim: int, self_attention: bool,
@@ -40,17 +43,25 @@ def build_attention(cfg: Dict[str, Any], query_dim: int, key_dim: int, self_atte
                             positional.max_distance if relative else None, path="attention")
 
 
-class FeedForward(nn.Module):
-    """FFN(h) = W₂ Dropout(ReLU(W₁ h + b₁)) + b₂ (the inner dropout is off by default)."""
+ACTIVATIONS = {"relu": torch.relu, "gelu": F.gelu}  # gelu: the exact (erf) form, as BERT's
 
-    def __init__(self, dim: int, hidden: int, dropout: float = 0.0):
+
+class FeedForward(nn.Module):
+    """FFN(h) = W₂ Dropout(g(W₁ h + b₁)) + b₂, g = ReLU (Vaswani et al. 2017) or GELU (Devlin et
+    al. 2019); the inner dropout is off by default."""
+
+    def __init__(self, dim: int, hidden: int, dropout: float = 0.0, activation: str = "relu"):
         super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ConfigError(f"transformer FFN: activation must be one of "
+                              f"{', '.join(ACTIVATIONS)}, got {activation!r}")
         self.linear1 = nn.Linear(dim, hidden)
         self.linear2 = nn.Linear(hidden, dim)
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.activation = ACTIVATIONS[activation]
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.linear2(self.dropout(torch.relu(self.linear1(h))))
+        return self.linear2(self.dropout(self.activation(self.linear1(h))))
 
 
 class TransformerEncoderLayer(nn.Module):
@@ -60,21 +71,28 @@ class TransformerEncoderLayer(nn.Module):
     """
 
     def __init__(self, dim: int, ffn_dim: int, attention: Dict[str, Any], positional=None,
-                 dropout: float = 0.1, activation_dropout: float = 0.0, norm: str = "post"):
+                 dropout: float = 0.1, activation_dropout: float = 0.0, norm: str = "post",
+                 activation: str = "relu"):
         super().__init__()
         self.pre = norm == "pre"
         self.self_attn = build_attention(attention, dim, dim, True, positional)
-        self.ffn = FeedForward(dim, ffn_dim, activation_dropout)
+        self.ffn = FeedForward(dim, ffn_dim, activation_dropout, activation)
         self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None,
+                need_weights: bool = False):
+        """-> (B, T, d); with ``need_weights`` also the self-attention weights (B, J, T, T)."""
         if self.pre:
             h = self.norm1(x)
-            x = x + self.dropout(self.self_attn(h, h, h, mask)[0])
-            return x + self.dropout(self.ffn(self.norm2(x)))
-        x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)[0]))
-        return self.norm2(x + self.dropout(self.ffn(x)))
+            c, w = self.self_attn(h, h, h, mask, need_weights=need_weights)
+            x = x + self.dropout(c)
+            x = x + self.dropout(self.ffn(self.norm2(x)))
+        else:
+            c, w = self.self_attn(x, x, x, mask, need_weights=need_weights)
+            x = self.norm1(x + self.dropout(c))
+            x = self.norm2(x + self.dropout(self.ffn(x)))
+        return (x, w) if need_weights else x
 
 
 @ENCODERS.register("transformer_encoder")
@@ -89,20 +107,23 @@ class TransformerEncoder(nn.Module):
         dropout: on the embedding sum and in the residuals (default 0.1).
         activation_dropout: after the FFN's ReLU (default 0.0).
         norm: 'post' (the paper) or 'pre' (default 'post').
+        activation: the FFN's nonlinearity, 'relu' (the paper) or 'gelu' (BERT) (default 'relu').
         positional: the positional block (default sinusoidal; 'relative' adds no encoding and
             gives every self-attention relative-position terms with its δ).
         attention: the self-attention block of every layer: heads J, scorer, normaliser,
             aggregator, dropout on α (default multihead: 8 scaled-dot heads, concat + W^O).
     Shape:
         x (B, T, input_dim), lengths (B,) -> outputs (B, T, d) with zeros at padding, final (B, d)
-        the mean of the outputs over real tokens.
+        the mean of the outputs over real tokens; with ``need_weights`` also a list of the N
+        layers' self-attention weights (B, J, T, T) (attention maps for dashboards).
     """
 
     def __init__(self, input_dim: int, *, d_model: Optional[int] = None, layers: int = 6,
                  ffn_dim: int = 2048, dropout: float = 0.1, activation_dropout: float = 0.0,
                  norm: Literal["post", "pre"] = "post",
                  positional: BlockSpec["positional"] = {"name": "sinusoidal"},
-                 attention: BlockSpec["attention"] = {"name": "multihead"}):
+                 attention: BlockSpec["attention"] = {"name": "multihead"},
+                 activation: Literal["relu", "gelu"] = "relu"):
         super().__init__()
         d = d_model or input_dim
         self.output_dim = d
@@ -111,17 +132,22 @@ class TransformerEncoder(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.layers = nn.ModuleList(
             TransformerEncoderLayer(d, ffn_dim, attention, self.positional, dropout,
-                                    activation_dropout, norm)
+                                    activation_dropout, norm, activation)
             for _ in range(layers))
         self.final_norm = nn.LayerNorm(d) if norm == "pre" else nn.Identity()
 
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor, need_weights: bool = False):
         real = padding_mask(lengths, x.shape[1])  # (B, T)
         mask = real.unsqueeze(1)  # (B, 1, T): every query sees the real keys
         h = self.dropout(self.positional(self.input_proj(x)))
+        weights = []
         for layer in self.layers:
-            h = layer(h, mask)
+            if need_weights:
+                h, w = layer(h, mask, need_weights=True)
+                weights.append(w)
+            else:
+                h = layer(h, mask)
         h = self.final_norm(h)
         h = h.masked_fill(~real.unsqueeze(-1), 0.0)
         final = h.sum(1) / lengths.clamp(min=1).unsqueeze(-1).to(h.dtype)
-        return h, final
+        return (h, final, weights) if need_weights else (h, final)
