@@ -128,7 +128,10 @@ def load_run(target: Path | str, device: str = "cpu") -> Run:
                   else str(run_dir / "config.yaml"))
         raise CheckpointError(f"{source} is not an attnflow run config: it needs the mappings "
                               f"'data' and 'model' (the config attnflow-train resolved)")
-    return Run(ckpt_path, run_dir, ckpt, upgrade_config(cfg))
+    cfg = upgrade_config(cfg)
+    if cfg["model"].get("init_from"):  # the run's own checkpoint holds the weights: a fine-tuned
+        cfg["model"] = {**cfg["model"], "init_from": None}  # run needs no pretraining run to load
+    return Run(ckpt_path, run_dir, ckpt, cfg)
 
 
 def run_artifacts(run: Run) -> Dict[str, Any]:

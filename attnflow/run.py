@@ -148,7 +148,20 @@ def validate_config(cfg: Dict[str, Any]) -> None:
 INTERFACES = {"seq2seq": "sequence pairs (source and target token ids)",
               "documents": "labelled documents (sentences × words)",
               "graph": "graphs (node features, edges, node labels)",
-              "pretraining": "unlabelled text as sentence pairs (MLM and NSP batches)"}
+              "pretraining": "unlabelled text as sentence pairs (MLM and NSP batches)",
+              "text_classification": "labelled texts (token ids, one label per text)"}
+
+
+def _interface(cls: Any, block_cfg: Dict[str, Any]) -> Any:
+    """What a block of this config works on: its class's ``interface``, or, for a class whose
+    batches depend on a field (BERT's ``head``), its ``interface_of(config)``."""
+    of = getattr(cls, "interface_of", None)
+    return of(block_cfg) if of is not None else getattr(cls, "interface", None)
+
+
+def _works_on(cls: Any, interface: str) -> bool:
+    return interface == getattr(cls, "interface", None) or \
+        interface in getattr(cls, "head_interfaces", {}).values()
 
 
 def check_composition(cfg: Dict[str, Any]) -> None:
@@ -156,11 +169,11 @@ def check_composition(cfg: Dict[str, Any]) -> None:
     early-stopping ``monitor`` is a metric the task logs; before any data is made."""
     picked = [(group, cfg[group]["name"], reg) for group, reg in
               (("data", DATA), ("model", MODELS), ("task", TASKS))]
-    ifaces = [(group, name, getattr(reg.get(name), "interface", None)) for group, name, reg in picked]
+    ifaces = [(group, name, _interface(reg.get(name), cfg[group])) for group, name, reg in picked]
     declared = [i for _, _, i in ifaces if i]
     if len(set(declared)) > 1:
         ref = ifaces[0][2] or declared[0]  # what the data gives, if it says
-        fits = {i: {g: [n for n in reg.names() if getattr(reg.get(n), "interface", None) == i]
+        fits = {i: {g: [n for n in reg.names() if _works_on(reg.get(n), i)]
                     for g, _, reg in picked} for i in set(declared)}
 
         def works_on(i):

@@ -104,3 +104,19 @@ def test_a_config_without_data_or_model_is_named_as_such(tmp_path):
     with pytest.raises(CheckpointError, match="checkpoint's 'attnflow_config' is not an attnflow run "
                                               "config"):
         load_run(run)
+
+
+def test_a_fine_tuned_run_is_rebuilt_without_its_pretraining_run(tmp_path):
+    """eval/predict/translate rebuild a run from its own checkpoint, which holds every weight:
+    model.init_from (a pretraining run, maybe moved or deleted since) is not read again."""
+    import torch
+
+    from attnflow.checkpoints import load_run
+
+    (tmp_path / "checkpoints").mkdir()
+    cfg = {"data": {"name": "text_classification"}, "task": {"name": "text_classification"},
+           "model": {"name": "bert", "head": "sequence", "init_from": str(tmp_path / "gone")}}
+    torch.save({"state_dict": {}, "attnflow_config": cfg}, tmp_path / "checkpoints" / "last.ckpt")
+    run = load_run(tmp_path)
+    assert run.config["model"]["init_from"] is None and run.config["model"]["head"] == "sequence"
+    assert cfg["model"]["init_from"] == str(tmp_path / "gone")  # the saved record is not changed

@@ -43,7 +43,7 @@ PRETRAINING_FAST = ["data.limit_train=64", "data.limit_val=32", "data.batch_size
 def test_every_experiment_runs_one_step(experiment, tmp_path):
     data_name = compose_cfg([f"experiment={experiment}"]).data.name
     documents = data_name == "documents"
-    pretraining = data_name == "bert_pretraining"
+    pretraining = data_name in ("bert_pretraining", "text_classification")  # BERT on IMDB texts
     if (documents or pretraining) and not (DATA_DIR / "imdb").is_dir():
         pytest.skip(f"IMDB data not found at {DATA_DIR / 'imdb'} (set ATTNFLOW_DATA_DIR)")
     if data_name == "parallel" and not (DATA_DIR / "multi30k").is_dir():
@@ -64,8 +64,10 @@ def test_every_experiment_runs_one_step(experiment, tmp_path):
         expected |= {"val/bleu", "val/wer", "test/bleu", "test/wer"}
     if graph:
         expected = {"val/loss", "val/acc", "test/acc"}
-    if pretraining:
+    if data_name == "bert_pretraining":
         expected = {"val/loss", "val/mlm_loss", "val/nsp_loss", "val/mlm_acc", "val/nsp_acc"}
+    if data_name == "text_classification":
+        expected = {"val/loss", "val/acc", "val/f1"}
     assert expected <= set(saved["metrics"])
     assert (tmp_path / "config.yaml").is_file()
 

@@ -203,3 +203,59 @@ def test_attention_maps_of_every_layer():
     assert torch.allclose(maps[0][0], want[0], atol=1e-5)
     assert torch.allclose(maps[0][2, :, :5], want[2, :, :5], atol=1e-5)  # real query rows
     assert maps[1][1, :, :6, 6:].abs().sum() == 0  # padding keys get no weight
+
+
+def test_token_head_is_a_linear_map_of_every_hidden_state():
+    cfg = preset("bert_mini", "model.d_model=32", "model.ffn_dim=64", "model.layers=2",
+                 "model.max_len=16", "model.head=token")
+    model = MODELS.build(cfg, vocab_size=V, pad_id=0, num_classes=5).eval()
+    assert not hasattr(model, "mlm_decoder") and not hasattr(model, "nsp")
+    torch.nn.init.normal_(model.classifier.bias)
+    ids, seg, mask = batch()
+    hidden = model(ids, seg, mask)
+    logits = model.token_logits(hidden)
+    assert logits.shape == (3, 9, 5)
+    W, b = model.classifier.weight, model.classifier.bias  # eval: dropout is the identity
+    assert torch.allclose(logits[1, 4], W @ hidden[1, 4] + b, atol=1e-6)
+    assert torch.allclose(logits, hidden @ W.T + b, atol=1e-6)
+    model.train()  # classifier dropout 0.1 (the default) acts in training
+    assert not torch.allclose(model.token_logits(hidden), logits)
+
+
+def test_the_head_must_fit_the_data():
+    cfg = preset("bert_mini", "model.d_model=32", "model.ffn_dim=64", "model.layers=2",
+                 "model.max_len=16")
+    with pytest.raises(ConfigError, match="model.head=sequence needs labelled data.*gives 0"):
+        MODELS.build({**cfg, "head": "sequence"}, vocab_size=V, pad_id=0)
+    with pytest.raises(ConfigError, match="model.head=pretraining .* 4 classes; set model.head=seq"):
+        MODELS.build(cfg, vocab_size=V, pad_id=0, num_classes=4)
+    with pytest.raises(ConfigError, match="classifier_dropout must be in"):
+        MODELS.build({**cfg, "head": "sequence", "classifier_dropout": 1.0}, vocab_size=V,
+                     pad_id=0, num_classes=2)
+
+
+def test_each_head_names_the_interface_of_its_data_and_task():
+    from attnflow.registry import DATA, TASKS
+
+    heads = MODELS.get("bert").head_interfaces
+    assert heads["pretraining"] == DATA.get("bert_pretraining").interface == \
+        TASKS.get("bert_pretraining").interface
+    assert heads["sequence"] == DATA.get("text_classification").interface == \
+        TASKS.get("text_classification").interface
+
+
+def test_the_composition_check_reads_the_head_before_any_work():
+    """BERT's batches depend on model.head: the check before any work reads the config's head
+    (pretraining: MLM/NSP pairs; sequence: labelled texts), so a head that does not fit the data
+    is refused naming what each side works on, and the fitting ones pass."""
+    from attnflow.registry import ConfigError
+    from attnflow.run import resolve_config
+    from support import compose_cfg
+
+    for fits in (["experiment=bert_pretrain_imdb"], ["experiment=bert_imdb"]):
+        resolve_config(compose_cfg(fits))
+    for wrong, works_on in ((["experiment=bert_imdb", "model.head=pretraining"], "sentence pairs"),
+                            (["experiment=bert_pretrain_imdb", "model.head=sequence"], "labelled texts"),
+                            (["experiment=han_imdb", "model=bert_mini"], "sentence pairs")):
+        with pytest.raises(ConfigError, match=f"model 'bert' works on [^;]*{works_on}"):
+            resolve_config(compose_cfg(wrong))

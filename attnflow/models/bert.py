@@ -16,17 +16,38 @@ Positions: ``positional`` learned (BERT's P, ``max_len`` rows) or sinusoidal are
 before the LayerNorm, as BERT does; ``relative`` (Shaw et al. 2018) adds nothing and is handed to
 the encoder, whose self-attention layers then carry relative-position terms. The encoder gets
 ``positional: none`` otherwise, so its own dropout is BERT's embedding dropout.
+
+Fine-tuning (Devlin et al. 2019, §4.1 and Fig. 4): ``head: sequence`` puts a fresh linear layer on
+the pooled ⟨CLS⟩ vector, ``classify_logits = W_c Dropout(tanh(W_s z₀ + b_s)) + b_c`` (B, C);
+``head: token`` one on every token, ``token_logits = W_c Dropout(z_t) + b_c`` (B, T, C). The MLM and
+NSP heads exist for ``head: pretraining`` only. ``init_from`` (a pretraining run directory or
+checkpoint) loads the embeddings, the encoder and the pooler, read with ``weights_only=True``
+(:mod:`attnflow.checkpoints`), after checking that the checkpoint is a ``bert`` of the same
+architecture and vocabulary; ``freeze_encoder`` then trains the new head only.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import logging
+from typing import Any, Dict, List, Literal, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnflow.registry import ENCODERS, MODELS, POSITIONALS, BlockSpec, ConfigError
+from attnflow.registry import ATTENTIONS, ENCODERS, MODELS, POSITIONALS, BlockSpec, ConfigError
+
+log = logging.getLogger(__name__)
+
+HEADS = ("pretraining", "sequence", "token")
+# the model's own modules that a head adds; everything else is the encoder side (embeddings,
+# encoder, pooler), which init_from loads and freeze_encoder freezes
+HEAD_MODULES = {"pretraining": ("mlm_transform", "mlm_norm", "mlm_decoder", "nsp"),
+                "sequence": ("classifier",), "token": ("classifier",)}
+# model fields that fix the shapes or the function of the encoder side: a checkpoint must agree
+# on them (dropouts, init_std, max_len and the fine-tuning fields may differ)
+ARCHITECTURE = ("d_model", "layers", "ffn_dim", "norm", "activation", "type_vocab_size",
+                "attention", "positional")
 
 
 @MODELS.register("bert")
@@ -49,25 +70,65 @@ class BertModel(nn.Module):
         init_std: σ of the N(0, σ²) initialisation of linear and embedding weights (default 0.02).
         positional: positions (default learned; relative, sinusoidal or none also work).
         attention: the self-attention of every layer (default multihead; the presets set J).
+        num_classes: C (context, from labelled data; 0 for pretraining data).
+        head: 'pretraining' (MLM + NSP), 'sequence' (one label per input, on the pooled ⟨CLS⟩)
+            or 'token' (one label per token) (default 'pretraining').
+        init_from: a pretraining run directory or ``.ckpt`` whose embeddings, encoder and pooler
+            are loaded (default None: random initialisation).
+        freeze_encoder: embeddings, encoder and pooler get no gradient; only the head trains.
+        classifier_dropout: before the sequence/token classifier (default 0.1, as BERT).
     Shape:
         forward: input_ids, segment_ids (B, T) long, attention_mask (B, T) bool, True at real
         tokens, padding at the end -> hidden (B, T, d), zero at padding. mlm_logits (B, T, V),
-        nsp_logits (B, 2), pooled (B, d).
+        nsp_logits (B, 2), pooled (B, d); classify_logits (B, C), token_logits (B, T, C).
     """
 
-    interface = "pretraining"  # works on MLM + NSP batches (attnflow.run.check_composition)
+    # what it works on depends on ``head`` (MLM + NSP batches, or labelled texts), which a class
+    # attribute cannot say: undeclared, so attnflow.run.check_composition checks data against task,
+    # and the constructor checks the head against the data (num_classes); ``head_interfaces``
+    # says it per head, for a composition check that reads the model's config
+    interface = None
+    head_interfaces = {"pretraining": "pretraining", "sequence": "text_classification",
+                       "token": "token_classification"}
 
-    def __init__(self, vocab_size: int, pad_id: int = 0, *, d_model: int = 256, layers: int = 4,
+    @classmethod
+    def interface_of(cls, cfg: dict) -> str:
+        """What a model of this config works on (its ``head``'s batches), for the composition
+        check before any work."""
+        return cls.head_interfaces.get(cfg.get("head") or "pretraining")
+
+    def __init__(self, vocab_size: int, pad_id: int = 0, num_classes: int = 0, *,
+                 d_model: int = 256, layers: int = 4,
                  ffn_dim: int = 1024, dropout: float = 0.1, activation_dropout: float = 0.0,
                  max_len: int = 512, type_vocab_size: int = 2,
                  norm: Literal["post", "pre"] = "post",
                  activation: Literal["relu", "gelu"] = "gelu", init_std: float = 0.02,
                  positional: BlockSpec["positional"] = {"name": "learned"},
-                 attention: BlockSpec["attention"] = {"name": "multihead", "heads": 4}):
+                 attention: BlockSpec["attention"] = {"name": "multihead", "heads": 4},
+                 head: Literal["pretraining", "sequence", "token"] = "pretraining",
+                 init_from: Optional[str] = None, freeze_encoder: bool = False,
+                 classifier_dropout: float = 0.1):
         super().__init__()
         if type_vocab_size < 1:
             raise ConfigError(f"model 'bert': type_vocab_size must be >= 1, got {type_vocab_size}")
-        self.pad_id, self.d_model, self.max_len = pad_id, d_model, max_len
+        if head != "pretraining" and num_classes < 2:
+            raise ConfigError(
+                f"model 'bert': model.head={head} needs labelled data (at least 2 classes), but the "
+                f"data gives {num_classes} classes; pretraining data goes with model.head=pretraining")
+        if head == "pretraining" and num_classes:
+            raise ConfigError(
+                f"model 'bert': model.head=pretraining (MLM + NSP) on labelled data with "
+                f"{num_classes} classes; set model.head=sequence (one label per text) or token")
+        if not 0.0 <= classifier_dropout < 1.0:
+            raise ConfigError(f"model 'bert': model.classifier_dropout must be in [0, 1), "
+                              f"got {classifier_dropout}")
+        self.pad_id, self.d_model, self.max_len, self.head = pad_id, d_model, max_len, head
+        # this run's architecture, to compare with a checkpoint's (init_from)
+        self._architecture = {
+            "d_model": d_model, "layers": layers, "ffn_dim": ffn_dim, "norm": norm,
+            "activation": activation, "type_vocab_size": type_vocab_size,
+            "attention": ATTENTIONS.validate(attention, "model.attention"),
+            "positional": POSITIONALS.validate(positional, "model.positional")}
         pos = POSITIONALS.build(positional, d_model, path="positional")
         if getattr(pos, "max_len", max_len) < max_len:
             raise ConfigError(
@@ -85,15 +146,24 @@ class BertModel(nn.Module):
              "norm": norm, "activation": activation, "attention": attention,
              "positional": positional if pos.relative else {"name": "none"}},
             d_model, path="model")
-        # MLM head: transform (dense, GELU, LN), then the tied decoder with its own bias
-        self.mlm_transform = nn.Linear(d_model, d_model)
-        self.mlm_norm = nn.LayerNorm(d_model)
-        self.mlm_decoder = nn.Linear(d_model, vocab_size)
-        self.mlm_decoder.weight = self.token_embedding.weight  # tied: one parameter
-        # NSP head: pooler tanh(W_s z₀ + b_s), then W_y
-        self.pooler = nn.Linear(d_model, d_model)
-        self.nsp = nn.Linear(d_model, 2)
+        self.pooler = nn.Linear(d_model, d_model)  # tanh(W_s z₀ + b_s): NSP and sequence heads
+        if head == "pretraining":
+            # MLM head: transform (dense, GELU, LN), then the tied decoder with its own bias
+            self.mlm_transform = nn.Linear(d_model, d_model)
+            self.mlm_norm = nn.LayerNorm(d_model)
+            self.mlm_decoder = nn.Linear(d_model, vocab_size)
+            self.mlm_decoder.weight = self.token_embedding.weight  # tied: one parameter
+            self.nsp = nn.Linear(d_model, 2)  # NSP: W_y on the pooled vector
+        else:
+            self.classifier_dropout = nn.Dropout(classifier_dropout)
+            self.classifier = nn.Linear(d_model, num_classes)
         self._init_weights(init_std)
+        if init_from:
+            self.load_encoder(init_from)
+        if freeze_encoder:
+            for name, p in self.named_parameters():
+                if name.split(".")[0] not in HEAD_MODULES[head]:
+                    p.requires_grad_(False)
 
     def _init_weights(self, std: float) -> None:
         """N(0, std²) weights and zero biases for every linear and embedding map (Devlin et al.
@@ -141,3 +211,94 @@ class BertModel(nn.Module):
     def nsp_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(B, 2): W_y tanh(W_s z₀ + b_s) + b_y; index 0 = S′ follows S, 1 = S′ is random."""
         return self.nsp(self.pooled(hidden))
+
+    def classify_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(B, C): W_c Dropout(tanh(W_s z₀ + b_s)) + b_c (Devlin et al. 2019, §4.1); head 'sequence'."""
+        return self.classifier(self.classifier_dropout(self.pooled(hidden)))
+
+    def token_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(B, T, C): W_c Dropout(z_t) + b_c at every position (§4.3, Fig. 4d); head 'token'."""
+        return self.classifier(self.classifier_dropout(hidden))
+
+    # -- init_from ---------------------------------------------------------------------------------
+    def load_encoder(self, target: str) -> Dict[str, List[str]]:
+        """Load the embeddings, encoder and pooler (and, for head 'pretraining', the MLM/NSP heads)
+        of the ``bert`` run at ``target`` (run directory or checkpoint), read with
+        ``weights_only=True``. Refused with a :class:`ConfigError` naming what differs: another
+        model family, an architecture field, the vocabulary size, a tensor. Returns
+        {'loaded', 'new', 'unused'} (parameter names) and logs them once."""
+        from attnflow.checkpoints import CheckpointError, load_run
+
+        try:
+            run = load_run(target)
+        except CheckpointError as err:
+            raise ConfigError(f"model.init_from: {err}") from None
+        where = run.checkpoint
+        model_cfg = run.config["model"]
+        family = model_cfg.get("name")
+        if family != "bert":
+            task = (run.config.get("task") or {}).get("name", "?")
+            raise ConfigError(
+                f"model.init_from: {where} is a checkpoint of model '{family}' (task '{task}'), not "
+                f"of a 'bert' run; give a bert pretraining run (experiment=bert_pretrain_imdb)")
+        try:
+            theirs = MODELS.validate(model_cfg, "model")
+            theirs["attention"] = ATTENTIONS.validate(theirs["attention"], "model.attention")
+            theirs["positional"] = POSITIONALS.validate(theirs["positional"], "model.positional")
+        except ConfigError as err:
+            raise ConfigError(f"model.init_from: the model config of {where} is not a valid bert "
+                              f"config today: {err}") from None
+        diffs = _differences({k: theirs[k] for k in ARCHITECTURE}, self._architecture, "model")
+        if diffs:
+            raise ConfigError(
+                f"model.init_from: {where} has another architecture than this run: "
+                + "; ".join(f"{field}: checkpoint {a}, this run {b}" for field, a, b in diffs)
+                + " (set these fields as the pretraining run did)")
+        state = {k[len("model."):]: v for k, v in run.ckpt["state_dict"].items()
+                 if k.startswith("model.")}
+        emb = state.get("token_embedding.weight")
+        rows = self.token_embedding.num_embeddings
+        if emb is not None and emb.shape[0] != rows:
+            raise ConfigError(
+                f"model.init_from: the checkpoint's vocabulary has {emb.shape[0]} tokens but this "
+                f"run's tokenizer gives {rows}: the tokenizer must be the pretraining run's "
+                f"(data.tokenizer_from: ${{model.init_from}})")
+        own = self.state_dict()
+        head = HEAD_MODULES[self.head]
+        missing = [k for k in own if k not in state and k.split(".")[0] not in head]
+        if missing:
+            raise ConfigError(f"model.init_from: {where} lacks {len(missing)} encoder weights of "
+                              f"this model (e.g. {missing[0]}); a checkpoint of another bert variant?")
+        # a classifier is always new (even from a fine-tuned run's); MLM/NSP heads go on
+        # pretraining when both have them
+        loaded = {k: state[k] for k in own
+                  if k in state and (self.head == "pretraining" or k.split(".")[0] not in head)}
+        for k, v in loaded.items():
+            if tuple(v.shape) != tuple(own[k].shape):
+                raise ConfigError(f"model.init_from: {k} is {tuple(v.shape)} in {where} but "
+                                  f"{tuple(own[k].shape)} here")
+        self.load_state_dict(loaded, strict=False)
+        params = {n for n, _ in self.named_parameters(remove_duplicate=False)}
+        shared = {v.data_ptr() for v in loaded.values()}  # the tied MLM decoder is the embedding
+        report = {"loaded": sorted(loaded),
+                  "new": [k for k in own if k not in loaded and k in params],
+                  "unused": sorted(k for k in state if k not in loaded
+                                   and state[k].data_ptr() not in shared)}
+        log.info("model 'bert': loaded %d tensors from %s; new: %s; unused: %s", len(loaded), where,
+                 ", ".join(report["new"]) or "none", ", ".join(report["unused"]) or "none")
+        return report
+
+
+def _differences(theirs: Any, ours: Any, path: str) -> List[tuple]:
+    """[(field path, checkpoint value, this run's value)] of two validated configs, recursively;
+    dropouts and initialisation scales differ freely (they change training, not what the
+    weights mean)."""
+    if isinstance(theirs, dict) and isinstance(ours, dict):
+        if theirs.get("name") != ours.get("name"):  # another block: its fields differ anyway
+            return [(f"{path}.name", theirs.get("name"), ours.get("name"))]
+        out = []
+        for key in sorted(set(theirs) | set(ours)):
+            if "dropout" not in key and key != "init_std":
+                out += _differences(theirs.get(key), ours.get(key), f"{path}.{key}")
+        return out
+    return [] if theirs == ours else [(path, theirs, ours)]

@@ -1,0 +1,90 @@
+"""Text classification by a fine-tuned encoder: cross-entropy over one label per text.
+
+Devlin et al. 2019, §4.1: the final hidden state of ⟨CLS⟩, through the pooler, feeds a new
+K-way classifier W (``model.classify_logits``), and all parameters are fine-tuned on
+−ln SoftMax(C Wᵀ)_y. Their fine-tuning recipe (§A.3): AdamW, learning rate 5e-5, 3e-5 or 2e-5,
+batch 16 or 32, 2–4 epochs, linear warm-up; here the default is 3e-5 after 100 warm-up steps
+(the 'noam' schedule of :mod:`attnflow.tasks.optim`, which then decays ∝ step^-½ instead of
+linearly) and weight decay 0.01.
+
+Metrics, logged as ``{train,val,test}/<name>``: ``loss``, ``acc`` (micro accuracy) and ``f1``
+(macro F1, validation and test; torchmetrics); validation and test values are the means over
+every rank's texts (``sync_dist``). The checkpoint metric is ``val/acc`` (max).
+
+The batch contract (the ``text_classification`` data module): ``input_ids``, ``segment_ids``
+(B, T) long, ``attention_mask`` (B, T) bool, ``labels`` (B,) long. The model contract:
+``model(input_ids, segment_ids, attention_mask) -> hidden (B, T, d)`` and
+``model.classify_logits(hidden) -> (B, C)`` (``model=bert model.head=sequence``).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
+
+from attnflow.registry import TASKS
+from attnflow.tasks.base import Task
+from attnflow.tasks.optim import OptimConfig
+
+
+@TASKS.register("text_classification")
+class TextClassificationTask(Task):
+    """Fine-tunes an encoder with a sequence-classification head (Devlin et al. 2019, §4.1).
+
+    Args:
+        model: a model with ``forward`` and ``classify_logits`` (context).
+        num_classes: number of classes (context).
+        class_names: class index → name (context).
+        optim: optimiser and schedule (default AdamW, peak lr 3e-5 after 100 linear warm-up
+            steps ('noam'), weight decay 0.01).
+        label_smoothing: (default 0.0).
+    """
+
+    interface = "text_classification"
+    metrics = {"loss": "min", "acc": "max", "f1": "max"}
+    monitor, monitor_mode = "val/acc", "max"
+
+    def __init__(self, model: nn.Module, num_classes: int, class_names: Sequence[str] = (), *,
+                 optim: OptimConfig = OptimConfig(optimizer="adamw", lr=3e-5, weight_decay=0.01,
+                                                  scheduler="noam", warmup_steps=100),
+                 label_smoothing: float = 0.0):
+        super().__init__(model, optim=optim)
+        head = getattr(model, "head", "sequence")
+        if not callable(getattr(model, "classify_logits", None)) or head != "sequence":
+            raise ValueError(f"task 'text_classification' needs a model with a sequence-classification "
+                             f"head (model=bert model.head=sequence); got {type(model).__name__}"
+                             + (f" with head {head!r}" if isinstance(head, str) else ""))
+        if num_classes < 2:
+            raise ValueError(f"task 'text_classification': num_classes must be >= 2, got {num_classes}")
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"task 'text_classification': label_smoothing must be in [0, 1), "
+                             f"got {label_smoothing}")
+        self.num_classes, self.label_smoothing = num_classes, label_smoothing
+        self.class_names = list(class_names) or [str(i) for i in range(num_classes)]
+        self._acc = nn.ModuleDict({f"{s}_": MulticlassAccuracy(num_classes, average="micro")
+                                   for s in ("train", "val", "test")})
+        self._f1 = nn.ModuleDict({f"{s}_": MulticlassF1Score(num_classes, average="macro")
+                                  for s in ("val", "test")})
+
+    def forward(self, batch: Dict[str, torch.Tensor]) -> torch.Tensor:
+        """Class logits (B, C)."""
+        hidden = self.model(batch["input_ids"], batch["segment_ids"], batch["attention_mask"])
+        return self.model.classify_logits(hidden)
+
+    def step(self, batch: Dict[str, torch.Tensor], split: str) -> torch.Tensor:
+        logits, y = self(batch), batch["labels"]
+        loss = F.cross_entropy(logits.float(), y, label_smoothing=self.label_smoothing)
+        n, pred = len(y), logits.argmax(-1)
+        acc = self._acc[f"{split}_"]
+        acc(pred, y)  # forward, not update: it also sets the per-step value that training logs
+        sync = split != "train"  # val/test: the mean over every rank's texts
+        self.log(f"{split}/loss", loss, batch_size=n, prog_bar=split != "test", sync_dist=sync)
+        self.log(f"{split}/acc", acc, batch_size=n, prog_bar=True)
+        if split != "train":
+            self._f1[f"{split}_"].update(pred, y)
+            self.log(f"{split}/f1", self._f1[f"{split}_"], batch_size=n)
+        return loss
