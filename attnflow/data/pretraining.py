@@ -124,6 +124,18 @@ def train_wordpiece(texts: Sequence[str], vocab_size: int, lowercase: bool = Tru
 
 
 # -- instances (Devlin et al. 2019 §A.2) -------------------------------------------------------------
+def save_tokenizer(tokenizer, run_dir) -> Path:
+    """``<run_dir>/tokenizer/wordpiece.json``, written atomically (under DDP every rank writes
+    the same file; none may read a half-written one)."""
+    folder = Path(run_dir) / "tokenizer"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / TOKENIZER_FILE
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tokenizer.save(str(tmp))
+    os.replace(tmp, path)
+    return path
+
+
 def _truncate_pair(a: list, b: list, max_tokens: int, rng: random.Random) -> None:
     """Cut the longer segment at a random end until the pair fits (the authors' truncate_seq_pair)."""
     while len(a) + len(b) > max_tokens:
@@ -346,16 +358,9 @@ class PretrainingDataModule(pl.LightningDataModule):
             self.save_artifacts(self.run_dir)
 
     def save_artifacts(self, run_dir) -> Path:
-        """``<run_dir>/tokenizer/wordpiece.json``, written atomically (under DDP every rank writes
-        the same file; none may read a half-written one)."""
+        """The tokenizer with the run (:func:`save_tokenizer`)."""
         self.prepare_tokenizer()
-        folder = Path(run_dir) / "tokenizer"
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / TOKENIZER_FILE
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        self.tokenizer.save(str(tmp))
-        os.replace(tmp, path)
-        return path
+        return save_tokenizer(self.tokenizer, run_dir)
 
     def artifacts(self) -> dict:
         """What using the weights needs besides them (stored in checkpoints): the tokenizer as

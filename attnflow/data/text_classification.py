@@ -28,7 +28,6 @@ Batch: ``input_ids`` (B, T) long, padded with [PAD] = 0, ``segment_ids`` (B, T) 
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -40,7 +39,8 @@ from torch.utils.data import DataLoader
 from attnflow.data.buckets import BucketBatchSampler, trainer_epoch
 from attnflow.data.documents import clean, read_jsonl
 from attnflow.data.errors import DataError, numbered_lines
-from attnflow.data.pretraining import CLS, PAD, SEP, SPECIALS, TOKENIZER_FILE, train_wordpiece
+from attnflow.data.pretraining import (CLS, PAD, SEP, SPECIALS, TOKENIZER_FILE, save_tokenizer,
+                                       train_wordpiece)
 from attnflow.distributed import eval_sampler
 from attnflow.registry import DATA
 
@@ -269,15 +269,9 @@ class TextClassificationDataModule(pl.LightningDataModule):
             self.save_artifacts(self.run_dir)
 
     def save_artifacts(self, run_dir) -> Path:
-        """``<run_dir>/tokenizer/wordpiece.json``, written atomically (DDP: every rank writes it)."""
+        """The tokenizer with the run (``pretraining.save_tokenizer``)."""
         self.prepare_tokenizer()
-        folder = Path(run_dir) / "tokenizer"
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / TOKENIZER_FILE
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        self.tokenizer.save(str(tmp))
-        os.replace(tmp, path)
-        return path
+        return save_tokenizer(self.tokenizer, run_dir)
 
     def artifacts(self) -> dict:
         """What using the weights needs besides them (stored in checkpoints): the tokenizer as
