@@ -35,10 +35,10 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
-import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
+from attnflow.data.base import SplitDataModule
 from attnflow.data.buckets import BucketBatchSampler, trainer_epoch
 from attnflow.data.errors import DataError, numbered_lines
 from attnflow.distributed import eval_sampler
@@ -212,7 +212,7 @@ def read_jsonl(path: Path, text_field: str, label_field: Optional[str], limit: i
 
 
 @DATA.register("documents")
-class DocumentDataModule(pl.LightningDataModule):
+class DocumentDataModule(SplitDataModule):
     """Labelled documents from JSON lines, batched as documents × sentences × words.
 
     Args:
@@ -354,17 +354,11 @@ class DocumentDataModule(pl.LightningDataModule):
                           sampler=None if train else eval_sampler(data),  # DDP: each document once
                           num_workers=self.num_workers)
 
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", False)
-
-    def test_dataloader(self) -> DataLoader:
+    def missing_test(self) -> Optional[str]:
         if not self.has_test:
-            raise ValueError(f"data 'documents': no test split (test_path={str(self.paths['test'] or '')!r} "
-                             "is absent); run with test=false")
-        return self._loader("test", False)
+            return (f"data 'documents': no test split (test_path={str(self.paths['test'] or '')!r} "
+                    "is absent); run with test=false")
+        return None
 
     def example_batch(self, n: int, split: str = "val") -> Dict[str, torch.Tensor]:
         """``n`` documents of a split as a batch (renderings, dashboards), taken across the labels

@@ -29,10 +29,10 @@ import os
 from pathlib import Path
 from typing import Dict, List, Literal, Optional, Sequence
 
-import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
+from attnflow.data.base import SplitDataModule
 from attnflow.data.buckets import BucketBatchSampler, trainer_epoch
 from attnflow.data.errors import DataError, DataFileNotFoundError, numbered_lines
 from attnflow.distributed import eval_sampler
@@ -117,7 +117,7 @@ def collate(pairs: Sequence[tuple]) -> Dict[str, torch.Tensor]:
 
 
 @DATA.register("parallel")
-class ParallelDataModule(pl.LightningDataModule):
+class ParallelDataModule(SplitDataModule):
     """Line-aligned parallel text with subword tokenisation (see the module docstring).
 
     Args:
@@ -296,15 +296,6 @@ class ParallelDataModule(pl.LightningDataModule):
                               collate_fn=collate, num_workers=self.num_workers)
         sampler = BucketBatchSampler(sizes, self.batch_size, shuffle, self.seed, epoch=trainer_epoch(self))
         return DataLoader(data, batch_sampler=sampler, collate_fn=collate, num_workers=self.num_workers)
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", False)
 
     def example_batch(self, n: int, split: str = "val") -> Dict[str, torch.Tensor]:
         """The first ``n`` pairs of a split, as a batch (attention heat maps)."""

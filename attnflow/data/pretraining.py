@@ -44,10 +44,10 @@ from pathlib import Path
 from typing import Dict, List, Literal, Optional, Sequence
 
 import numpy as np
-import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
+from attnflow.data.base import SplitDataModule
 from attnflow.data.buckets import BucketBatchSampler
 from attnflow.data.documents import clean, read_jsonl, split_sentences
 from attnflow.data.errors import DataError, numbered_lines
@@ -274,7 +274,7 @@ class Instances(torch.utils.data.Dataset):
 
 
 @DATA.register("bert_pretraining")
-class PretrainingDataModule(pl.LightningDataModule):
+class PretrainingDataModule(SplitDataModule):
     """Masked-LM + next-sentence pairs from a plain-text or JSON-lines corpus (module docstring).
 
     Args:
@@ -447,16 +447,10 @@ class PretrainingDataModule(pl.LightningDataModule):
         return DataLoader(data, batch_sampler=sampler, collate_fn=self.collate(False),
                           num_workers=self.num_workers)
 
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", False)
-
-    def test_dataloader(self) -> DataLoader:
+    def missing_test(self) -> Optional[str]:
         if self.paths["test"] is None:
-            raise ValueError(f"{OWNER}: no test split (test_path is empty); run with test=false")
-        return self._loader("test", False)
+            return f"{OWNER}: no test split (test_path is empty); run with test=false"
+        return None
 
     def example_batch(self, n: int, split: str = "val") -> Dict[str, torch.Tensor]:
         """The first ``n`` instances of a split, masked as in evaluation (dashboards)."""

@@ -13,10 +13,10 @@ import random
 import string
 from typing import Dict, List, Literal, Sequence
 
-import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
+from attnflow.data.base import SplitDataModule
 from attnflow.distributed import eval_sampler
 from attnflow.registry import DATA
 
@@ -48,7 +48,7 @@ def collate(pairs: Sequence[tuple]) -> Dict[str, torch.Tensor]:
 
 
 @DATA.register("reverse")
-class ReverseDataModule(pl.LightningDataModule):
+class ReverseDataModule(SplitDataModule):
     """Random sequences x of ``symbols`` symbols, lengths in [min_len, max_len]; target f(x).
 
     Args:
@@ -124,15 +124,6 @@ class ReverseDataModule(pl.LightningDataModule):
         return DataLoader(self.splits[split], batch_size=self.batch_size, shuffle=shuffle,
                           sampler=None if shuffle else eval_sampler(self.splits[split]),
                           collate_fn=collate)
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", False)
 
     def example_batch(self, n: int, split: str = "val") -> Dict[str, torch.Tensor]:
         """The first ``n`` examples of a split, as a batch (for attention heat maps)."""

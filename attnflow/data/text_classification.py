@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
-import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
+from attnflow.data.base import SplitDataModule
 from attnflow.data.buckets import BucketBatchSampler, trainer_epoch
 from attnflow.data.documents import clean, read_jsonl
 from attnflow.data.errors import DataError, numbered_lines
@@ -156,7 +156,7 @@ def collate_texts(items: Sequence[tuple]) -> Dict[str, torch.Tensor]:
 
 
 @DATA.register("text_classification")
-class TextClassificationDataModule(pl.LightningDataModule):
+class TextClassificationDataModule(SplitDataModule):
     """Labelled texts as ``[CLS] text [SEP]`` WordPiece ids for BERT fine-tuning (module docstring).
 
     Args:
@@ -347,17 +347,11 @@ class TextClassificationDataModule(pl.LightningDataModule):
                           sampler=None if train else eval_sampler(data),  # DDP: each text once
                           num_workers=self.num_workers)
 
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", False)
-
-    def test_dataloader(self) -> DataLoader:
+    def missing_test(self) -> Optional[str]:
         if not self.has_test:
-            raise ValueError(f"{OWNER}: no test split (test_path={str(self.paths['test'] or '')!r} "
-                             "is absent); run with test=false")
-        return self._loader("test", False)
+            return (f"{OWNER}: no test split (test_path={str(self.paths['test'] or '')!r} "
+                    "is absent); run with test=false")
+        return None
 
     def example_batch(self, n: int, split: str = "val") -> Dict[str, torch.Tensor]:
         """``n`` texts of a split as a batch, taken across the labels (dashboards)."""
