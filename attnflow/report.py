@@ -38,6 +38,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
+from attnflow.textio import atomic_path
+
 RUN_MARKERS = ("config.yaml", "metrics.json", ".hydra")
 MISSING = "no metrics.json (failed, killed or unfinished)"
 LOWER_IS_BETTER = ("loss", "wer", "ter", "error", "perplexity", "ppl")
@@ -442,10 +444,8 @@ def write_md(report: Report, out: Path, plots: List[Tuple[str, Path]],
 
 def _write(path: Path, text: str) -> None:
     """Atomic: a report interrupted midway leaves the previous file whole."""
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8", newline="") as fh:  # newline="": the CSV's own \r\n
-        fh.write(text)
-    tmp.replace(path)
+    with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8", newline="") as fh:
+        fh.write(text)  # newline="": the CSV's own \r\n
 
 
 def write_report(report: Report, out: Path) -> Dict[str, Path]:

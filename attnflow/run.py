@@ -19,7 +19,6 @@ from __future__ import annotations
 import copy
 import inspect
 import json
-import os
 import time
 import typing
 from pathlib import Path
@@ -40,6 +39,7 @@ from attnflow.loggers import (LOGGER_CONFIG, build_loggers, finish_loggers, log_
                               logger_identity, run_identity)
 from attnflow.registry import (AGGREGATORS, ATTENTIONS, DATA, MODELS, NORMALIZERS,
                                POOLINGS, POSITIONALS, SCORERS, TASKS, ConfigError, _suggest)
+from attnflow.textio import atomic_path
 
 # Top-level config groups validated by a registry. The shared choices (scorer, normalizer,
 # aggregator, attention, positional, pooling) are interpolated into models (attnflow.groups);
@@ -251,9 +251,8 @@ def build_callbacks(cfg: Dict[str, Any], run_dir: Path, task: Any = None) -> Lis
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
 
 
 def _metrics(results: List[dict]) -> Dict[str, float]:

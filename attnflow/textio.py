@@ -15,6 +15,7 @@ half-written file and an existing one untouched.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import os
@@ -106,15 +107,25 @@ def check_npz(path: Path | str) -> Path:
     return path
 
 
-def save_arrays(path: Path | str, arrays: Dict[str, np.ndarray]) -> Path:
-    """Write ``arrays`` as one ``.npz`` at ``path`` (atomically)."""
-    path = check_npz(path)
+@contextlib.contextmanager
+def atomic_path(path: Path | str) -> Iterator[Path]:
+    """A temporary name beside ``path`` to write to; on success it replaces ``path`` in one rename
+    (readers — a DDP rank, a user — see the old file or the new one, never a part), on failure it
+    is removed and ``path`` is left as it was. Checkpoints add an fsync
+    (:func:`attnflow.training_state.atomic_torch_save`)."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
+        yield tmp
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def save_arrays(path: Path | str, arrays: Dict[str, np.ndarray]) -> Path:
+    """Write ``arrays`` as one ``.npz`` at ``path`` (atomically)."""
+    path = check_npz(path)
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **arrays)
     return path

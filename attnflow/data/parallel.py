@@ -25,7 +25,6 @@ little compute goes to padding.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Dict, List, Literal, Optional, Sequence
 
@@ -37,6 +36,7 @@ from attnflow.data.buckets import BucketBatchSampler, trainer_epoch
 from attnflow.data.errors import DataError, DataFileNotFoundError, numbered_lines
 from attnflow.distributed import eval_sampler
 from attnflow.registry import DATA
+from attnflow.textio import atomic_path
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
@@ -230,9 +230,8 @@ class ParallelDataModule(SplitDataModule):
             for tok, path in ((self.src_tok, files["src"]), (self.tgt_tok, files["tgt"])):
                 # atomically: under DDP every rank trains and saves the (same) tokenizers, and a
                 # rank that finds the files loads them; it must never read a half-written one
-                tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-                tok.save(str(tmp))
-                os.replace(tmp, path)
+                with atomic_path(path) as tmp:
+                    tok.save(str(tmp))
 
     # -- what models and tasks need ----------------------------------------------------------------
     def model_context(self) -> dict:

@@ -38,7 +38,6 @@ Batch: ``input_ids`` (B, T) ``[CLS] A [SEP] B [SEP]`` then padding, ``segment_id
 from __future__ import annotations
 
 import logging
-import os
 import random
 from pathlib import Path
 from typing import Dict, List, Literal, Optional, Sequence
@@ -53,6 +52,7 @@ from attnflow.data.documents import clean, read_jsonl, split_sentences
 from attnflow.data.errors import DataError, numbered_lines
 from attnflow.distributed import eval_sampler
 from attnflow.registry import DATA
+from attnflow.textio import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -127,12 +127,9 @@ def train_wordpiece(texts: Sequence[str], vocab_size: int, lowercase: bool = Tru
 def save_tokenizer(tokenizer, run_dir) -> Path:
     """``<run_dir>/tokenizer/wordpiece.json``, written atomically (under DDP every rank writes
     the same file; none may read a half-written one)."""
-    folder = Path(run_dir) / "tokenizer"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / TOKENIZER_FILE
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tokenizer.save(str(tmp))
-    os.replace(tmp, path)
+    path = Path(run_dir) / "tokenizer" / TOKENIZER_FILE
+    with atomic_path(path) as tmp:
+        tokenizer.save(str(tmp))
     return path
 
 
