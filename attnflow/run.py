@@ -160,8 +160,9 @@ def _interface(cls: Any, block_cfg: Dict[str, Any]) -> Any:
 
 
 def _works_on(cls: Any, interface: str) -> bool:
-    return interface == getattr(cls, "interface", None) or \
-        interface in getattr(cls, "head_interfaces", {}).values()
+    """Whether some config of ``cls`` works on ``interface`` (a class whose interface depends on
+    its config lists them all in ``interfaces``)."""
+    return interface == getattr(cls, "interface", None) or interface in getattr(cls, "interfaces", ())
 
 
 def check_composition(cfg: Dict[str, Any]) -> None:

@@ -90,6 +90,7 @@ class BertModel(nn.Module):
     interface = None
     head_interfaces = {"pretraining": "pretraining", "sequence": "text_classification",
                        "token": "token_classification"}
+    interfaces = tuple(head_interfaces.values())  # all of them (composition error messages)
 
     @classmethod
     def interface_of(cls, cfg: dict) -> str:
