@@ -248,7 +248,7 @@ def test_task_loss_is_cross_entropy_by_hand_and_metrics():
 def test_task_registry_defaults_and_bad_models():
     cfg = TASKS.validate({"name": "text_classification"})
     assert cfg["optim"]["optimizer"] == "adamw" and 2e-5 <= cfg["optim"]["lr"] <= 5e-5
-    assert cfg["optim"]["scheduler"] == "noam" and cfg["optim"]["warmup_steps"] > 0
+    assert cfg["optim"]["scheduler"] == "linear" and cfg["optim"]["warmup_steps"] > 0
     assert (TextClassificationTask.monitor, TextClassificationTask.monitor_mode) == ("val/acc", "max")
     assert TextClassificationTask.interface == DATA.get("text_classification").interface
     with pytest.raises(ValueError, match="model.head=sequence"):

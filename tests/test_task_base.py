@@ -26,11 +26,11 @@ CORA_RAW = DATA_DIR / "planetoid" / "Cora" / "raw"
 
 # -- the optim child config ----------------------------------------------------------------------
 @pytest.mark.parametrize("optim, expect", [
-    ({"lrr": 0.1}, ["'task.optim.lrr'", "optimizer, lr, weight_decay, scheduler, warmup_steps",
+    ({"lrr": 0.1}, ["'task.optim.lrr'", "optimizer, lr, weight_decay, scheduler, warmup_steps, decay_bias_and_norm",
                     "Did you mean 'lr'?"]),
     ({"lr": "fast"}, ["'task.optim.lr'", "must be float", "'fast'"]),
     ({"warmup_steps": 1.5}, ["'task.optim.warmup_steps'", "must be int"]),
-    ({"scheduler": "step"}, ["'task.optim.scheduler'", "'none', 'cosine', 'noam'", "'step'"]),
+    ({"scheduler": "step"}, ["'task.optim.scheduler'", "'none', 'cosine', 'noam', 'linear'", "'step'"]),
     ({"optimizer": "adagrad"}, ["'task.optim.optimizer'", "'adam', 'adamw', 'sgd'"]),
     (3, ["'task.optim'", "mapping"]),
 ])
@@ -50,7 +50,7 @@ def test_a_bad_optim_field_stops_the_run_before_any_work(tmp_path):
 def test_optim_overrides_merge_onto_the_tasks_default():
     out = TASKS.validate({"name": "seq2seq", "optim": {"lr": 0.01}}, "task")
     assert out["optim"] == {"optimizer": "adam", "lr": 0.01, "weight_decay": 0.0,
-                            "scheduler": "cosine", "warmup_steps": 4000}
+                            "scheduler": "cosine", "warmup_steps": 4000, "decay_bias_and_norm": True}
     task = TASKS.build({"name": "node_classification", "optim": {"scheduler": "noam"}},
                        nn.Linear(2, 2), 2)
     assert task.optim == OptimConfig(lr=0.005, weight_decay=5e-4, scheduler="noam")

@@ -146,7 +146,8 @@ def test_epoch_values_are_means_over_positions_not_batches():
 def test_registry_fields_defaults_and_bad_model():
     cfg = TASKS.validate({"name": "bert_pretraining"})
     assert cfg["optim"]["optimizer"] == "adamw" and cfg["optim"]["lr"] == 1e-4
-    assert cfg["optim"]["scheduler"] == "noam"  # linear warm-up to the peak lr
+    assert cfg["optim"]["scheduler"] == "linear"  # Devlin et al.: warm-up, then linear decay
+    assert cfg["optim"]["decay_bias_and_norm"] is False
     task = TASKS.build({"name": "bert_pretraining", "optim": {"lr": 3e-4}}, StandIn(),
                        mask_id=MASK, itos=["x"] * V)
     assert task.optim.lr == 3e-4 and task.mask_id == MASK

@@ -50,9 +50,9 @@ class BertPretrainingTask(Task):
         model: a model with ``forward``, ``mlm_logits`` and ``nsp_logits`` (context).
         mask_id: id of the [MASK] token (context, from the data module).
         itos: token id → string, for dashboards (context; may be empty).
-        optim: optimiser and schedule (default AdamW, weight decay 0.01, peak lr 1e-4 after
-            1,000 linear warm-up steps, then ∝ step^-½ ('noam'): Devlin et al. 2019 §A.2 warm up
-            10,000 steps and decay linearly, which attnflow.tasks.optim does not offer).
+        optim: optimiser and schedule (default Devlin et al. 2019 §A.2's: AdamW, weight decay
+            0.01 except on biases and norms, peak lr 1e-4 after linear warm-up — 1,000 steps
+            here, their 10,000 were 1% of a million — then linear decay to 0 at the last step).
         nsp_weight: weight of the NSP loss in the sum (default 1.0: Devlin et al.'s sum; 0.0
             trains on MLM alone, as Liu et al. 2019's RoBERTa; NSP is still measured).
     """
@@ -63,7 +63,8 @@ class BertPretrainingTask(Task):
 
     def __init__(self, model: nn.Module, mask_id: Optional[int] = None, itos: Sequence[str] = (), *,
                  optim: OptimConfig = OptimConfig(optimizer="adamw", lr=1e-4, weight_decay=0.01,
-                                                  scheduler="noam", warmup_steps=1000),
+                                                  scheduler="linear", warmup_steps=1000,
+                                                  decay_bias_and_norm=False),
                  nsp_weight: float = 1.0):
         super().__init__(model, optim=optim)
         for method in ("mlm_logits", "nsp_logits"):

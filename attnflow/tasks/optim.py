@@ -8,6 +8,14 @@ Schedules (multiplying ``lr``, stepped every optimiser step):
 - ``cosine``: ½(1 + cos(π·min(s, S)/S)) over the S steps of training.
 - ``noam``: min(s/w, √(w/s)) — Vaswani et al. 2017's warm-up schedule, d^{-½}·min(s^{-½}, s·w^{-3/2}),
   normalised so that the factor is 1 at the end of the w warm-up steps (``lr`` is the peak).
+- ``linear``: s/w for s < w, then (S − s)/(S − w) down to 0 at the last of the S steps — Devlin et
+  al. 2019 §A.2 (BERT: "linear warmup … and linear decay of the learning rate"), as HF
+  transformers' ``get_linear_schedule_with_warmup``.
+
+Weight decay: ``decay_bias_and_norm: false`` puts the parameters of one dimension (biases, the
+gains and shifts of layer norms) in a group without weight decay, as BERT's reference optimiser
+(Devlin et al. 2019's AdamWeightDecayOptimizer excludes "LayerNorm" and "bias"); matrices and
+embeddings are decayed. The default (true) decays every parameter.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from typing import Callable, Iterable, Literal
 import torch
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
-SCHEDULERS = ("none", "cosine", "noam")
+SCHEDULERS = ("none", "cosine", "noam", "linear")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,16 +38,20 @@ class OptimConfig:
         optimizer: 'adam' (coupled L2 weight decay), 'adamw' (decoupled) or 'sgd' (momentum 0.9).
         lr: learning rate; with scheduler 'noam' the peak, reached at ``warmup_steps``.
         weight_decay: L2 penalty (Adam, SGD) or decoupled decay (AdamW).
-        scheduler: 'none' (constant), 'cosine' (decay to 0 over the run) or 'noam' (linear
-            warm-up, then ∝ step^−½; Vaswani et al. 2017).
-        warmup_steps: warm-up of 'noam'.
+        scheduler: 'none' (constant), 'cosine' (decay to 0 over the run), 'noam' (linear
+            warm-up, then ∝ step^−½; Vaswani et al. 2017) or 'linear' (linear warm-up, then linear
+            decay to 0 at the end of the run; Devlin et al. 2019).
+        warmup_steps: warm-up of 'noam' and 'linear'.
+        decay_bias_and_norm: false: no weight decay on one-dimensional parameters (biases, norm
+            gains and shifts), as BERT's optimiser; true: decay on every parameter.
     """
 
     optimizer: Literal["adam", "adamw", "sgd"] = "adam"
     lr: float = 1e-3
     weight_decay: float = 0.0
-    scheduler: Literal["none", "cosine", "noam"] = "none"
+    scheduler: Literal["none", "cosine", "noam", "linear"] = "none"
     warmup_steps: int = 4000
+    decay_bias_and_norm: bool = True
 
 
 def make_optimizer(params: Iterable[torch.nn.Parameter], name: str, lr: float,
@@ -59,17 +71,32 @@ def lr_factor(name: str, total_steps: int, warmup_steps: int = 4000) -> Callable
     if name == "noam":
         w = max(1, warmup_steps)
         return lambda step: min(max(step, 1) / w, math.sqrt(w / max(step, 1)))
+    if name == "linear":
+        w, total = max(1, warmup_steps), max(1, total_steps)
+        return lambda step: (max(step, 1) / w if step < w
+                             else max(0.0, (total - step) / max(1, total - w)))
     if name == "cosine":
         total = max(1, total_steps)
         return lambda step: 0.5 * (1.0 + math.cos(math.pi * min(step, total) / total))
     raise ValueError(f"scheduler must be one of {', '.join(SCHEDULERS)}, got {name!r}")
 
 
+def param_groups(module: torch.nn.Module, weight_decay: float) -> list:
+    """Two groups: the parameters of two or more dimensions with ``weight_decay``, those of one
+    (biases, norm gains and shifts) without — BERT's exclusion of "bias" and "LayerNorm"."""
+    params = list(module.parameters())
+    return [{"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+
+
 def configure(module, cfg: OptimConfig):
     """What a LightningModule's ``configure_optimizers`` returns, for ``module``'s parameters."""
-    opt = make_optimizer(module.parameters(), cfg.optimizer, cfg.lr, cfg.weight_decay)
+    params = (module.parameters() if cfg.decay_bias_and_norm
+              else param_groups(module, cfg.weight_decay))
+    opt = make_optimizer(params, cfg.optimizer, cfg.lr, cfg.weight_decay)
     if cfg.scheduler == "none":
         return opt
-    total = int(module.trainer.estimated_stepping_batches) if cfg.scheduler == "cosine" else 0
+    total = (int(module.trainer.estimated_stepping_batches)
+             if cfg.scheduler in ("cosine", "linear") else 0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(cfg.scheduler, total, cfg.warmup_steps))
     return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}

@@ -3,9 +3,9 @@
 Devlin et al. 2019, §4.1: the final hidden state of ⟨CLS⟩, through the pooler, feeds a new
 K-way classifier W (``model.classify_logits``), and all parameters are fine-tuned on
 −ln SoftMax(C Wᵀ)_y. Their fine-tuning recipe (§A.3): AdamW, learning rate 5e-5, 3e-5 or 2e-5,
-batch 16 or 32, 2–4 epochs, linear warm-up; here the default is 3e-5 after 100 warm-up steps
-(the 'noam' schedule of :mod:`attnflow.tasks.optim`, which then decays ∝ step^-½ instead of
-linearly) and weight decay 0.01.
+batch 16 or 32, 2–4 epochs, linear warm-up and decay; here the default is 3e-5 after 100 warm-up
+steps, decaying linearly to 0 ('linear' of :mod:`attnflow.tasks.optim`), and weight decay 0.01
+except on biases and norms.
 
 Metrics, logged as ``{train,val,test}/<name>``: ``loss``, ``acc`` (micro accuracy) and ``f1``
 (macro F1, validation and test; torchmetrics); validation and test values are the means over
@@ -40,7 +40,8 @@ class TextClassificationTask(Task):
         num_classes: number of classes (context).
         class_names: class index → name (context).
         optim: optimiser and schedule (default AdamW, peak lr 3e-5 after 100 linear warm-up
-            steps ('noam'), weight decay 0.01).
+            steps, then linear decay to 0 ('linear'), weight decay 0.01 except on biases and
+            norms).
         label_smoothing: (default 0.0).
     """
 
@@ -50,7 +51,8 @@ class TextClassificationTask(Task):
 
     def __init__(self, model: nn.Module, num_classes: int, class_names: Sequence[str] = (), *,
                  optim: OptimConfig = OptimConfig(optimizer="adamw", lr=3e-5, weight_decay=0.01,
-                                                  scheduler="noam", warmup_steps=100),
+                                                  scheduler="linear", warmup_steps=100,
+                                                  decay_bias_and_norm=False),
                  label_smoothing: float = 0.0):
         super().__init__(model, optim=optim)
         head = getattr(model, "head", "sequence")
