@@ -306,7 +306,10 @@ def train(cfg: DictConfig | Dict[str, Any], run_dir: Path | str) -> Dict[str, An
     dm = DATA.build(resolved["data"], path="data")
     if hasattr(dm, "set_run_dir"):  # data modules that keep files with the run (tokenizers)
         dm.set_run_dir(run_dir)
-    model = MODELS.build(resolved["model"], path="model", **dm.model_context())
+    model_cfg = resolved["model"]
+    if fit_from and model_cfg.get("init_from"):  # the checkpoint fitted from holds every weight:
+        model_cfg = {**model_cfg, "init_from": None}  # the pretraining run is not read again
+    model = MODELS.build(model_cfg, path="model", **dm.model_context())
     task = TASKS.build(resolved["task"], model, path="task", **dm.task_context())
     if hasattr(dm, "save_artifacts"):  # what prediction needs besides weights (e.g. a vocabulary)
         dm.save_artifacts(run_dir)

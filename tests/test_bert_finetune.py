@@ -321,5 +321,18 @@ def test_pretrain_then_finetune_end_to_end(tmp_path, caplog):
                                f"data.train_path={labelled[0]}", f"data.val_path={labelled[1]}",
                                *TINY, "model.d_model=48"]), tmp_path / "wide")
         assert not list((tmp_path / "wide").glob("checkpoints/*.ckpt"))
+        # resuming the fine-tuned run reads its own checkpoint, not the pretraining run, which
+        # may have moved since
+        pre.rename(tmp_path / "pre_moved")
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="attnflow.models.bert"):
+            again = train(compose_cfg([
+                "experiment=bert_imdb", f"model.init_from={pre}", f"data.train_path={labelled[0]}",
+                f"data.val_path={labelled[1]}", "data.test_path=", "data.batch_size=16", *TINY,
+                "model.dropout=0.0", "trainer.val_check_interval=1.0",
+                "trainer.check_val_every_n_epoch=1", "task.optim.lr=1e-3", "task.optim.scheduler=none",
+                "trainer.max_epochs=15", f"resume={run}"]), run)
+        assert again["epochs"] == 15 and again["global_step"] > summary["global_step"]
+        assert not [r for r in caplog.records if r.name == "attnflow.models.bert"]
     finally:
         torch.set_num_threads(n_threads)
