@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import inspect
 import json
+import re
 import time
 import typing
 from pathlib import Path
@@ -96,6 +97,11 @@ def _check_trainer_types(trainer: Dict[str, Any]) -> None:
         if key in hints and not _fits(value, hints[key]):
             wanted = str(hints[key]).replace("typing.", "").replace("NoneType", "None")
             raise ConfigError(f"trainer.{key} (at 'trainer.{key}') must be {wanted}, got {value!r}")
+    max_time = trainer.get("max_time")
+    if isinstance(max_time, str) and not re.fullmatch(r"\d+:\d\d:\d\d:\d\d", max_time.strip()):
+        # Lightning's Timer would refuse it only once the data is made
+        raise ConfigError(f"trainer.max_time must be DD:HH:MM:SS (two digits for hours, minutes "
+                          f"and seconds, e.g. 00:01:30:00 for 90 minutes), got {max_time!r}")
 
 
 def _top_level_keys() -> set:

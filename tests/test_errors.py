@@ -25,6 +25,7 @@ from support import FAST, ROOT, compose_cfg
     (["trainer.max_epochs=abc"], ["trainer.max_epochs", "must be Optional[int]", "'abc'"]),
     (["+trainer.plugins=[]"], ["trainer has no field 'plugins'", "set by attnflow"]),
     (["trainer.precision=bf17"], ["trainer.precision", "'bf16-mixed'", "'bf17'"]),
+    (["+trainer.max_time=00:00:3:00"], ["trainer.max_time must be DD:HH:MM:SS", "'00:00:3:00'"]),
 ])
 def test_bad_config_fails_before_any_work(overrides, expected, tmp_path):
     cfg = compose_cfg([*FAST, *overrides])
