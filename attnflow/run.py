@@ -155,7 +155,8 @@ INTERFACES = {"seq2seq": "sequence pairs (source and target token ids)",
               "documents": "labelled documents (sentences × words)",
               "graph": "graphs (node features, edges, node labels)",
               "pretraining": "unlabelled text as sentence pairs (MLM and NSP batches)",
-              "text_classification": "labelled texts (token ids, one label per text)"}
+              "text_classification": "labelled texts (token ids, one label per text)",
+              "multitask": "several tasks' data at once (a batch of each per step)"}
 
 
 def _interface(cls: Any, block_cfg: Dict[str, Any]) -> Any:
@@ -176,6 +177,10 @@ def check_composition(cfg: Dict[str, Any]) -> None:
     early-stopping ``monitor`` is a metric the task logs; before any data is made."""
     picked = [(group, cfg[group]["name"], reg) for group, reg in
               (("data", DATA), ("model", MODELS), ("task", TASKS))]
+    for group, name, reg in picked:  # composite blocks (multitask): their parts fit, first
+        check = getattr(reg.get(name), "check_config", None)
+        if check is not None:
+            check(cfg)
     ifaces = [(group, name, _interface(reg.get(name), cfg[group])) for group, name, reg in picked]
     declared = [i for _, _, i in ifaces if i]
     if len(set(declared)) > 1:
@@ -206,12 +211,19 @@ def check_composition(cfg: Dict[str, Any]) -> None:
         metrics = getattr(task, "metrics", None)
         if monitor is None or not metrics:
             continue
-        names = task.metric_names()
+        names = metric_names(task, cfg)
         if monitor not in names:
             raise ConfigError(
                 f"callbacks.{key}.monitor '{monitor}' is not a metric that task '{cfg['task']['name']}' "
                 f"logs; it logs {', '.join(names)} (null: its default, {task.monitor})."
                 f"{_suggest(monitor, names)}")
+
+
+def metric_names(task: Any, cfg: Dict[str, Any], splits=("train", "val")) -> List[str]:
+    """``<split>/<metric>`` that task class ``task`` logs with this config: its
+    ``metric_names_of(task config)`` where the names depend on it (multitask), else its class's."""
+    of = getattr(task, "metric_names_of", None)
+    return of(cfg["task"], splits) if of is not None else task.metric_names(splits)
 
 
 def _with_task_monitor(entry: Dict[str, Any], task: Any) -> Dict[str, Any]:
@@ -231,7 +243,8 @@ def _with_task_monitor(entry: Dict[str, Any], task: Any) -> Dict[str, Any]:
 
 def build_callbacks(cfg: Dict[str, Any], run_dir: Path, task: Any = None) -> List[pl.Callback]:
     """The callbacks of ``cfg`` (the ``callbacks`` config); a checkpoint or early-stopping entry
-    without ``monitor``/``mode`` monitors the ``task`` class's metric (``Task.monitor``)."""
+    without ``monitor``/``mode`` monitors the ``task``'s metric (``Task.monitor``; a task class,
+    or the built task, whose ``metrics`` give the mode of a metric its config adds)."""
     out: List[pl.Callback] = [StopOnNonFiniteLoss()]
     ck = cfg.get("checkpoint")
     if ck:
@@ -241,8 +254,7 @@ def build_callbacks(cfg: Dict[str, Any], run_dir: Path, task: Any = None) -> Lis
                                    auto_insert_metric_name=False, **_with_task_monitor(ck, task)))
         if save_last:  # Lightning writes last.ckpt only when a top-k checkpoint was written: a
             # second, unmonitored callback keeps last.ckpt the state after every epoch
-            out.append(ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="last",
-                                       monitor=None, save_top_k=1, enable_version_counter=False))
+            out.append(training_state.LastCheckpoint(run_dir))  # … and at the end of training
     es = cfg.get("early_stopping")
     if es:
         out.append(EarlyStopping(**_with_task_monitor(es, task)))
@@ -321,8 +333,8 @@ def train(cfg: DictConfig | Dict[str, Any], run_dir: Path | str) -> Dict[str, An
         dm.save_artifacts(run_dir)
     task.run_config = resolved
     logger = build_loggers(resolved.get("logger"), run_dir, logger_identity(resolved))  # [] for none
-    callbacks = build_callbacks(resolved.get("callbacks") or {}, run_dir,
-                                TASKS.get(resolved["task"]["name"]))
+    callbacks = build_callbacks(resolved.get("callbacks") or {}, run_dir, task)  # the built task:
+    # its metrics' modes may depend on its config (multitask: '<task>/acc' is 'max')
     bar = (resolved.get("callbacks") or {}).get("progress_bar", "auto")
     trainer = pl.Trainer(**(resolved.get("trainer") or {}), logger=logger or False,
                          callbacks=[*callbacks, *training_state.callbacks(run_dir)],

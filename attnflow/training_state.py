@@ -42,6 +42,7 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
+from pytorch_lightning.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader
 
 from attnflow.checkpoints import CheckpointError, _why_unreadable
@@ -267,6 +268,25 @@ def wandb_run_id(trainer: pl.Trainer) -> Optional[str]:
         if isinstance(lg, WandbLogger):
             return str(lg.version) if lg.version else None
     return None
+
+
+# -- last.ckpt -------------------------------------------------------------------------------------------
+class LastCheckpoint(ModelCheckpoint):
+    """``last.ckpt``: the state after every epoch and every validation (an unmonitored checkpoint:
+    Lightning's ``save_last`` writes it only beside a top-k checkpoint), and at the end of
+    training when it stopped between them — ``max_steps`` or ``max_time`` in the middle of an
+    epoch, before the next validation — so that the final weights are on disk and a resume
+    continues from them instead of redoing the steps since the last validation."""
+
+    def __init__(self, run_dir: Path | str):
+        super().__init__(dirpath=Path(run_dir) / "checkpoints", filename="last", monitor=None,
+                         save_top_k=1, enable_version_counter=False)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_train_end(trainer, pl_module)
+        if trainer.global_step > self._last_global_step_saved and not trainer.fast_dev_run:
+            trainer.save_checkpoint(Path(self.dirpath) / "last.ckpt")
+            self._last_global_step_saved = trainer.global_step
 
 
 # -- Ctrl-C ---------------------------------------------------------------------------------------------

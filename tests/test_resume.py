@@ -407,3 +407,14 @@ def test_last_ckpt_is_the_state_after_the_last_epoch_whatever_the_metric_did(tmp
     assert last["epoch"] == 1 and last["global_step"] == summary["global_step"]
     assert sorted(p.name for p in (tmp_path / "checkpoints").glob("*.ckpt")) == sorted(
         {"last.ckpt", summary["best_checkpoint"].split("/")[-1]})
+
+
+def test_a_run_stopped_between_validations_saves_its_final_state_in_last_ckpt(tmp_path):
+    """max_steps in the middle of an epoch, before any validation: last.ckpt still holds the
+    weights after the last step (Lightning alone would write nothing)."""
+    cfg = compose_cfg([*FAST, "data.train_size=256", "callbacks.attention_maps.examples=0",
+                       "trainer.max_epochs=3", "trainer.max_steps=5", "test=false", "logger=none"])
+    summary = train(cfg, tmp_path)
+    assert summary["global_step"] == 5  # 8 batches an epoch: stopped mid-epoch, never validated
+    last = torch.load(tmp_path / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert last["global_step"] == 5
