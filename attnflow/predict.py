@@ -1,4 +1,4 @@
-"""attnflow-predict: label documents or the nodes of a graph with a trained run, and explain them.
+"""attnflow-predict: label documents, texts (BERT) or graph nodes with a trained run, and explain them.
 
     attnflow-predict RUN "A great film." "Dull and far too long."   # documents (HAN, self-attentive)
     attnflow-predict RUN --file reviews.txt     # one document per line (.gz; .jsonl[.gz]: the run's text field)
@@ -7,6 +7,8 @@
     attnflow-predict GAT_RUN -o nodes.csv                    # every node: label, probabilities
     attnflow-predict GAT_RUN --explain --top-k 5             # + each node's top-weighted neighbours
     attnflow-predict RUN ... --save-attention attn.npz       # attention maps as data
+    attnflow-predict BERT_RUN "A great film." --explain out.html   # fine-tuned BERT: label, ⟨CLS⟩ attention
+    attnflow-predict BERT_PRETRAINING_RUN "The film was [MASK] ." --top-k 5   # fill [MASK] tokens
 
 What it does follows the run's kind (the ``interface`` its model declares), read from the resolved
 config stored in the checkpoint (``attnflow_config``; no pickled modules): the model is rebuilt
@@ -32,8 +34,17 @@ the classes with σ > ½ joined by ``|``, ``prob`` the largest σ). ``--explain`
 the ``--top-k`` nodes i of N(t) (the paper's neighbourhood, t itself included) with the largest
 α_{it} of the last layer, averaged over its heads, as ``i:α`` separated by spaces.
 
-``--save-attention OUT.npz`` (``numpy.load``; no pickling) holds ``kind`` (``"documents"`` or
-``"graph"``) and
+Texts (BERT runs, ``text_classification`` or ``pretraining`` data: :mod:`attnflow.predict_text`).
+A fine-tuned run (``task=text_classification``) writes ``label<TAB>probability<TAB>text`` as for
+documents (blank lines, ``--json``, streaming alike); a text longer than the run's
+``data.max_len`` subwords loses its end, as in training, with a warning counting what was cut. A
+pretraining run (``task=bert_pretraining``) fills each ``[MASK]`` of the text with its ``--top-k``
+most probable tokens (default 5), as HF's fill-mask pipeline. ``--explain OUT.html``: per text the
+attention of the ⟨CLS⟩ query over the WordPiece tokens in every layer and head (a table, the mean
+over the last layer's heads, and an all-heads picture).
+
+``--save-attention OUT.npz`` (``numpy.load``; no pickling) holds ``kind`` (``"documents"``,
+``"graph"`` or ``"text"``) and
 
 - documents, for input line i (0-based; ``lines`` in all): ``{i}/words`` (S, W) the words read
   ('' at padding), ``{i}/word_weights`` (S, W) (each sentence's row sums to 1 with attention
@@ -41,6 +52,10 @@ the ``--top-k`` nodes i of N(t) (the paper's neighbourhood, t itself included) w
   ``{i}/sent_weights`` (S,) summing to 1 (HAN with attention or mean pooling), ``{i}/hops``
   (r, n) the self-attentive model's r hops over the document's n words in reading order, each
   summing to 1 (Lin et al. 2017); an empty document has (0, 0) words and no weights;
+- texts (BERT), for input line i (0-based; ``lines`` in all): ``{i}/tokens`` (T,) the WordPiece
+  tokens read, ``[CLS]`` … ``[SEP]`` (empty for an empty line), ``{i}/cls_attention`` (N, J, T)
+  the ⟨CLS⟩ query's attention weights in each of the N layers and J heads (row 0 of the
+  encoder's self-attention; each row sums to 1 over the T tokens; absent for an empty line);
 - graphs: ``num_nodes``; per layer k (0 = input): ``layer{k}/edge_index`` (2, E′) edges
   (source i, target t) with self-loops and ``layer{k}/alpha`` (E′, J) per head; for every target
   t and head j, Σ_{edges i→t} α = 1 (Veličković et al. 2018, eq. (3)).
@@ -330,6 +345,14 @@ def _graph(args, run: Run, out) -> int:
     return 0
 
 
+# -- texts (BERT) -------------------------------------------------------------------------------------
+def _texts(args, run: Run, out) -> int:
+    """BERT runs: :func:`attnflow.predict_text.predict_bert` with this module's readers."""
+    from attnflow.predict_text import predict_bert
+
+    return predict_bert(args, run, out, read_texts, save_arrays, batched)
+
+
 # -- the command --------------------------------------------------------------------------------------
 class _Output:
     """stdout, or ``-o FILE`` written beside the target and moved into place at the end (a failed
@@ -358,14 +381,18 @@ class _Output:
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="attnflow-predict", description=__doc__.split("\n\n")[0])
     p.add_argument("model", help="a run directory or a .ckpt file")
-    p.add_argument("texts", nargs="*", help="documents to label (default: --file, else stdin)")
+    p.add_argument("texts", nargs="*", help="documents or texts to label (default: --file, else "
+                                           "stdin)")
     p.add_argument("--file", help="one document per line (.gz; .jsonl[.gz]: objects with the run's "
                                   "text field)")
     p.add_argument("--explain", nargs="?", const=True, metavar="OUT.html",
-                   help="documents: write word/sentence weights as HTML; graphs: list each node's "
-                        "top-weighted neighbours")
-    p.add_argument("--top-k", type=int, default=None, help="graphs: neighbours listed (default 5)")
-    p.add_argument("--json", action="store_true", help="documents: print JSON lines")
+                   help="documents: write word/sentence weights as HTML; BERT texts: the "
+                        "[CLS] attention of every layer and head as HTML; graphs: list each "
+                        "node's top-weighted neighbours")
+    p.add_argument("--top-k", type=int, default=None,
+                   help="graphs: neighbours listed; BERT pretraining runs: candidates per [MASK] "
+                        "(default 5)")
+    p.add_argument("--json", action="store_true", help="documents and texts: print JSON lines")
     p.add_argument("-o", "--output", help="write the predictions here instead of stdout")
     p.add_argument("--save-attention", metavar="OUT.npz",
                    help="write the attention maps as arrays (keys: see the module docstring)")
@@ -379,11 +406,13 @@ def main(argv: Optional[List[str]] = None) -> int:
             check_npz(args.save_attention)
         run = load_run(args.model, args.device)
         kind = run_interface(run)
-        handlers = {"documents": _documents, "graph": _graph}
+        handlers = {"documents": _documents, "graph": _graph, "text_classification": _texts,
+                    "pretraining": _texts}
         if kind not in handlers:
             tool = " (translation runs: attnflow-translate)" if kind == "seq2seq" else ""
             raise PredictError(f"the run at {run.run_dir} works on {kind or 'unknown data'}; "
-                               f"attnflow-predict labels documents and graph nodes{tool}")
+                               f"attnflow-predict labels documents, graph nodes and texts (BERT "
+                               f"runs: text_classification, bert_pretraining){tool}")
         with _Output(args.output) as out:
             return handlers[kind](args, run, out)
     except (CheckpointError, PredictError, InputError, FileNotFoundError, ValueError) as err:

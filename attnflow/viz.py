@@ -9,7 +9,10 @@ badly) when they differ, so fonts shrink instead of figures growing.
 - :func:`document_figure`: a document's word and sentence weights (HAN, Yang et al. 2016, Fig. 5:
   red sentence bars, blue words);
 - :func:`neighbourhood_figure`: a graph node's neighbours and their α per head and layer (GAT,
-  Veličković et al. 2018, eq. 3).
+  Veličković et al. 2018, eq. 3);
+- :func:`cls_attention_figure`: the ⟨CLS⟩ row of every layer's and head's self-attention over a
+  text's WordPiece tokens (BERT, Devlin et al. 2019; the picture of Clark et al. 2019, "What does
+  BERT look at?").
 
 Panels (:func:`image_panel`, :func:`html_panel`, :func:`table_panel`) are plain dicts that
 :func:`attnflow.callbacks.log_panels` turns into W&B images / HTML / tables and TensorBoard
@@ -32,6 +35,7 @@ DPI = 100
 HEATMAP_SIZE = (6.4, 6.4)      # inches: 640 × 640 pixels at DPI
 DOCUMENT_SIZE = (12.0, 6.0)    # 1200 × 600
 NEIGHBOURHOOD_SIZE = (9.0, 5.0)  # 900 × 500
+TEXT_ATTENTION_SIZE = (12.0, 6.0)  # 1200 × 600
 
 
 def _fontsize(n: int, room: float = 220.0, lo: float = 4.0, hi: float = 10.0) -> float:
@@ -148,6 +152,69 @@ def neighbourhood_figure(alphas: Sequence[np.ndarray], labels: Sequence[str], ti
     fig.colorbar(im, ax=axes[:, 0].tolist(), fraction=0.03, pad=0.01, label="α")
     fig.suptitle(title, fontsize=9)
     return fig
+
+
+# -- texts (BERT) ----------------------------------------------------------------------------------
+def cls_attention_figure(cls, tokens: Sequence[str], title: str = "", figsize=TEXT_ATTENTION_SIZE):
+    """The ⟨CLS⟩ query's attention over a text's tokens in every layer and head: ``cls`` (N, J, T)
+    (``weights[l][b, j, 0, :T]`` of the encoder, each row summing to 1 over the T tokens) drawn as
+    an (N·J) × T heat map, rows ``L1 h1 … LN hJ`` top to bottom with a line between layers,
+    columns the tokens (every k-th labelled when there are too many to read). The colour scale
+    runs from 0 to the largest weight shown (the colour bar says how large): ⟨CLS⟩ rows put most
+    of their weight on [CLS] and [SEP] in trained BERTs (Clark et al. 2019), which a fixed 0–1
+    scale would leave as the only visible cells. Always ``figsize`` (1200 × 600 pixels)."""
+    from attnflow.explain import shown_piece
+
+    w = np.asarray(cls.detach().float().cpu() if isinstance(cls, torch.Tensor) else cls, dtype=float)
+    N, J, T = w.shape
+    rows = w.reshape(N * J, T)
+    # fixed margins, not a layout engine: the same frame for every text, and twice as fast
+    fig = plt.figure(figsize=figsize, dpi=DPI)
+    ax, bar = fig.add_axes((0.07, 0.17, 0.83, 0.76)), fig.add_axes((0.912, 0.17, 0.012, 0.76))
+    im = ax.imshow(rows, cmap="viridis", vmin=0.0, vmax=max(float(rows.max(initial=0.0)), 1e-6),
+                   aspect="auto", interpolation="nearest")
+    step = max(1, -(-T // 80))  # at most 80 token labels along the axis
+    shown = [(p if len(p) <= 12 else p[:11] + "…") for p in map(shown_piece, tokens)]
+    ax.set_xticks(range(0, T, step), labels=shown[::step], rotation=90,
+                  fontsize=_fontsize(-(-T // step), 400, 4, 9))
+    if N * J <= 48:
+        ax.set_yticks(range(N * J), labels=[f"L{l + 1} h{j + 1}" for l in range(N) for j in range(J)],
+                      fontsize=_fontsize(N * J, 300, 4, 9))
+    else:  # BERT-base and larger: one label per layer
+        ax.set_yticks(range(0, N * J, J), labels=[f"L{l + 1}" for l in range(N)],
+                      fontsize=_fontsize(N, 300, 4, 9))
+    for l in range(1, N):
+        ax.axhline(l * J - 0.5, color="white", linewidth=0.8)
+    ax.set_ylabel("layer, head")
+    ax.set_title(title, fontsize=9)
+    fig.colorbar(im, cax=bar, label="attention from [CLS]")
+    return fig
+
+
+def cls_rows(maps: Sequence[torch.Tensor]) -> torch.Tensor:
+    """(B, N, J, T): row 0 (the ⟨CLS⟩ query) of each of the N layers' (B, J, T, T) attention
+    weights (``model(..., need_weights=True)``; a single-head (B, T, T) map counts as J = 1)."""
+    return torch.stack([(m if m.dim() == 4 else m.unsqueeze(1))[:, :, 0] for m in maps], 1).float()
+
+
+def cls_attention_panels(cls: torch.Tensor, tokens: Sequence[Sequence[str]], titles: Sequence[str],
+                         file_stem: str) -> list:
+    """One image panel per text (``val/attention/<i>``, all 1200 × 600;
+    ``attention/<file_stem>_<i>.png`` at the end of training) of ``cls`` (B, N, J, T) over each
+    text's tokens (its first ``len(tokens[i])`` columns: padding left out)."""
+    return [image_panel(f"val/attention/{i}", cls_attention_figure(cls[i, :, :, : len(toks)], toks, title),
+                        caption=title, file=f"{file_stem}_{i}.png")
+            for i, (toks, title) in enumerate(zip(tokens, titles))]
+
+
+def figure_png(fig) -> bytes:
+    """The figure as PNG bytes (for embedding in HTML); the figure is closed."""
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    plt.close(fig)
+    return buf.getvalue()
 
 
 # -- panels: what a task's ``dashboard(batch)`` returns ------------------------------------------------

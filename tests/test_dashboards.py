@@ -189,3 +189,88 @@ def test_translation_table_shows_sources_as_text(kind):
     ids = tok.encode(lines[1]).ids
     assert len(ids) > len(lines[1].split())
     assert task.source_text([1, *ids, 2, 0, 0]) == lines[1]
+
+
+# -- BERT ----------------------------------------------------------------------------------------------
+BERT_TINY = ["model.d_model=16", "model.layers=2", "model.ffn_dim=32", "attention.heads=2",
+             "data.vocab_size=200", "data.batch_size=4"]
+
+
+def _bert_texts(tmp_path):
+    docs = _documents(tmp_path / "texts.jsonl.gz")
+    return [f"data.train_path={docs}", f"data.val_path={docs}", "data.test_path="]
+
+
+def _pairs_corpus(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text("".join(f"{t} {t}\n" for t in NEGATIVE + POSITIVE))
+    return [f"data.train_path={path}", f"data.val_path={path}", "data.max_len=24"]
+
+
+def test_bert_run_logs_cls_attention_and_a_prediction_table(tmp_path, wandb_env):
+    cfg = compose_cfg(["experiment=bert_imdb", *_bert_texts(tmp_path), *BERT_TINY, *QUIET,
+                       "logger=[wandb,tensorboard]", "callbacks.attention_maps.examples=2"])
+    train(cfg, tmp_path / "run")
+    acc = _tensorboard(tmp_path / "run")
+    tags = sorted(acc.Tags()["images"])
+    assert tags == ["val/attention/0", "val/attention/1"], tags
+    assert {(e.width, e.height) for t in tags for e in acc.Images(t)} == {(1200, 600)}
+    assert any(t.startswith("val/predictions") for t in acc.Tags()["tensors"])  # the table as text
+    run = _wandb_run(tmp_path / "run")
+    _wandb_log(run)
+    table = json.loads(next((run / "files" / "media" / "table").rglob("predictions*.table.json")).read_text())
+    assert table["columns"] == ["text", "label", "predicted", "probability"] and len(table["data"]) == 2
+    # the examples are spread over the labels; their text is the review as read (lower-cased)
+    assert {row[1] for row in table["data"]} == {"0", "1"}
+    assert {row[0] for row in table["data"]} <= {t.lower() for t in NEGATIVE + POSITIVE}
+    assert all(row[2] in ("0", "1") and 0.5 <= row[3] <= 1 for row in table["data"])
+    files = sorted(p.name for p in (tmp_path / "run" / "attention").glob("*.png"))
+    assert files == ["val_text_0.png", "val_text_1.png"]
+
+
+def _bert_task(overrides):
+    cfg = resolve_config(compose_cfg(overrides))
+    dm = DATA.build(cfg["data"], path="data")
+    model = MODELS.build(cfg["model"], path="model", **dm.model_context())
+    return dm, model, TASKS.build(cfg["task"], model, path="task", **dm.task_context())
+
+
+def test_bert_dashboards_show_the_models_own_predictions(tmp_path):
+    torch.manual_seed(0)
+    dm, model, task = _bert_task(["experiment=bert_imdb", *_bert_texts(tmp_path), *BERT_TINY])
+    batch = dm.example_batch(3)
+    n = batch["attention_mask"].sum(-1).tolist()
+    tokens = [[dm.tokenizer.id_to_token(i) for i in row[:k]] for row, k in zip(batch["input_ids"].tolist(), n)]
+    panels = task.dashboard(batch, tokens)
+    assert [p["key"] for p in panels] == ["val/attention/0", "val/attention/1", "val/attention/2",
+                                          "val/predictions"]
+    assert all(p["image"].shape == (600, 1200, 3) for p in panels[:3])
+    model.eval()
+    with torch.no_grad():
+        probs = torch.softmax(model.classify_logits(model(
+            batch["input_ids"], batch["segment_ids"], batch["attention_mask"])), -1)
+    names = dm.task_context()["class_names"]
+    rows = panels[-1]["rows"]
+    assert [r[1] for r in rows] == [names[y] for y in batch["labels"].tolist()]
+    assert [r[2] for r in rows] == [names[k] for k in probs.argmax(-1).tolist()]
+    assert [r[3] for r in rows] == pytest.approx(probs.max(-1).values.tolist(), abs=1e-4)
+    assert panels[0]["caption"].startswith(f"true {rows[0][1]} · predicted {rows[0][2]}")
+
+    dm, model, task = _bert_task(["experiment=bert_pretrain_imdb", *_pairs_corpus(tmp_path), *BERT_TINY])
+    batch = dm.example_batch(2)
+    panels = task.dashboard(batch)
+    assert [p["key"] for p in panels] == ["val/attention/0", "val/attention/1", "val/masked_lm"]
+    assert all(p["image"].shape == (600, 1200, 3) for p in panels[:2])
+    model.eval()
+    with torch.no_grad():
+        hidden = model(batch["input_ids"], batch["segment_ids"], batch["attention_mask"])
+        nsp = model.nsp_logits(hidden).argmax(-1).tolist()
+    itos = [dm.tokenizer.id_to_token(i) for i in range(dm.tokenizer.get_vocab_size())]
+    for b, row in enumerate(panels[-1]["rows"]):
+        where = (batch["mlm_labels"][b] != -100).nonzero().flatten()
+        with torch.no_grad():
+            guess = model.mlm_logits(hidden[b, where]).argmax(-1).tolist()
+        originals = batch["mlm_labels"][b, where].tolist()
+        assert row[1].split(" ") == [f"{itos[o]}→{itos[g]}" for o, g in zip(originals, guess)]
+        assert row[2:] == [("next", "random")[int(batch["nsp_labels"][b])], ("next", "random")[nsp[b]]]
+        assert row[0].startswith("[CLS]") and "[SEP]" in row[0]

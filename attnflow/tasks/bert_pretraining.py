@@ -25,11 +25,16 @@ hidden (B, T, d)``, ``model.mlm_logits(hidden) -> (…, V)``, ``model.nsp_logits
 
 The MLM output layer is applied only at the selected positions (about 15% of the tokens): its
 V-sized output is the largest tensor of a step, and the other 85% would be thrown away.
+
+Dashboard (:meth:`BertPretrainingTask.dashboard`, each validation with W&B or TensorBoard): per
+example pair the ⟨CLS⟩ query's attention over its tokens in every layer and head as a heat map
+(``val/attention/<i>``), and ``val/masked_lm``: the masked input, the original and the predicted
+token at each selected position, and the true and predicted next-sentence label.
 """
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -40,6 +45,7 @@ from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
 
 IGNORE = -100  # mlm_labels at positions not selected for MLM (PyTorch's and HF's ignore index)
+NSP_NAMES = ("next", "random")  # nsp_labels 0: S′ is the true next span; 1: a random one
 
 
 @TASKS.register("bert_pretraining")
@@ -109,3 +115,42 @@ class BertPretrainingTask(Task):
                  prog_bar=True, sync_dist=sync)
         self.log(f"{split}/nsp_acc", out["nsp_correct"].float() / b, batch_size=b, sync_dist=sync)
         return loss
+
+    # -- dashboard ---------------------------------------------------------------------------------
+    def _tok(self, i: int) -> str:
+        return self.itos[i] if i < len(self.itos) else str(i)
+
+    @torch.no_grad()
+    def dashboard(self, batch: Dict[str, torch.Tensor]) -> List[dict]:
+        """Panels for :class:`attnflow.callbacks.AttentionMaps`: per pair the ⟨CLS⟩ row of every
+        layer's and head's self-attention over its tokens (``val/attention/<i>``, one size for
+        all; ``attention/val_pair_<i>.png`` at the end), and ``val/masked_lm``: the input as the
+        model reads it, ``original→predicted`` at each selected position, the next-sentence
+        label (``next``: S′ follows S, ``random``) and its prediction."""
+        from attnflow.explain import join_pieces
+        from attnflow.viz import cls_attention_panels, cls_rows, table_panel
+
+        batch = {k: v.to(self.device) for k, v in batch.items()}
+        with self.eval_mode():
+            hidden, maps = self.model(batch["input_ids"], batch["segment_ids"],
+                                      batch["attention_mask"], need_weights=True)
+            selected = batch["mlm_labels"] != IGNORE
+            guess = torch.full_like(batch["mlm_labels"], IGNORE)
+            guess[selected] = self.model.mlm_logits(hidden[selected]).argmax(-1)
+            nsp = torch.softmax(self.model.nsp_logits(hidden).float(), -1).cpu()
+        lengths = batch["attention_mask"].sum(-1).tolist()
+        ids, labels = batch["input_ids"].cpu().tolist(), batch["mlm_labels"].cpu().tolist()
+        tokens = [[self._tok(i) for i in row[:n]] for row, n in zip(ids, lengths)]
+        nsp_true, nsp_pred = batch["nsp_labels"].tolist(), nsp.argmax(-1).tolist()
+        titles = [f"pair {i}: S′ {NSP_NAMES[t]} · predicted {NSP_NAMES[p]} (p={float(nsp[i, p]):.3f})"
+                  for i, (t, p) in enumerate(zip(nsp_true, nsp_pred))]
+        panels = cls_attention_panels(cls_rows(maps).cpu(), tokens, titles, "val_pair")
+        rows = []
+        for i, toks in enumerate(tokens):  # table text: a few examples
+            picks = [f"{self._tok(y)}→{self._tok(g)}" for y, g in zip(labels[i], guess[i].tolist())
+                     if y != IGNORE]
+            rows.append([join_pieces(toks, ("[PAD]",)), " ".join(picks), NSP_NAMES[nsp_true[i]],
+                         NSP_NAMES[nsp_pred[i]]])
+        panels.append(table_panel("val/masked_lm", ["input", "selected: original→predicted",
+                                                    "next sentence", "predicted"], rows))
+        return panels

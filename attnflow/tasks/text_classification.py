@@ -11,6 +11,11 @@ Metrics, logged as ``{train,val,test}/<name>``: ``loss``, ``acc`` (micro accurac
 (macro F1, validation and test; torchmetrics); validation and test values are the means over
 every rank's texts (``sync_dist``). The checkpoint metric is ``val/acc`` (max).
 
+Dashboard (:meth:`TextClassificationTask.dashboard`, each validation with W&B or TensorBoard):
+per example the ⟨CLS⟩ query's attention over its tokens in every layer and head as a heat map
+(``val/attention/<i>``), and a table of text, true label, prediction and its probability
+(``val/predictions``).
+
 The batch contract (the ``text_classification`` data module): ``input_ids``, ``segment_ids``
 (B, T) long, ``attention_mask`` (B, T) bool, ``labels`` (B,) long. The model contract:
 ``model(input_ids, segment_ids, attention_mask) -> hidden (B, T, d)`` and
@@ -19,7 +24,7 @@ The batch contract (the ``text_classification`` data module): ``input_ids``, ``s
 
 from __future__ import annotations
 
-from typing import Dict, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -90,3 +95,41 @@ class TextClassificationTask(Task):
             self._f1[f"{split}_"].update(pred, y)
             self.log(f"{split}/f1", self._f1[f"{split}_"], batch_size=n)
         return loss
+
+    # -- dashboard ---------------------------------------------------------------------------------
+    def _tokens(self, ids: torch.Tensor, lengths: torch.Tensor) -> List[List[str]]:
+        """Token strings of a batch's rows, from the data module's tokenizer (the constructor
+        takes only what a classifier needs, and the tokenizer lives with the data); ids as text
+        where there is none."""
+        dm = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+        tok = getattr(dm, "tokenizer", None)
+        show = tok.id_to_token if tok is not None else str
+        return [[show(i) or str(i) for i in row[:n]] for row, n in zip(ids.tolist(), lengths.tolist())]
+
+    @torch.no_grad()
+    def dashboard(self, batch: Dict[str, torch.Tensor],
+                  tokens: Optional[List[List[str]]] = None) -> List[dict]:
+        """Panels for :class:`attnflow.callbacks.AttentionMaps`: per text the ⟨CLS⟩ row of every
+        layer's and head's self-attention over its tokens (``val/attention/<i>``, one size for
+        all; ``attention/val_text_<i>.png`` at the end), and ``val/predictions``: text, true
+        label, predicted label, its probability. ``tokens``: the texts' token strings (default:
+        the data module's tokenizer)."""
+        from attnflow.explain import join_pieces
+        from attnflow.viz import cls_attention_panels, cls_rows, table_panel
+
+        batch = {k: v.to(self.device) for k, v in batch.items()}
+        with self.eval_mode():
+            hidden, maps = self.model(batch["input_ids"], batch["segment_ids"],
+                                      batch["attention_mask"], need_weights=True)
+            probs = torch.softmax(self.model.classify_logits(hidden).float(), -1).cpu()
+        lengths = batch["attention_mask"].sum(-1).cpu()
+        tokens = tokens or self._tokens(batch["input_ids"].cpu(), lengths)
+        true = [self.class_names[y] for y in batch["labels"].tolist()]
+        pred = probs.argmax(-1).tolist()
+        titles = [f"true {t} · predicted {self.class_names[k]} (p={float(probs[i, k]):.3f})"
+                  for i, (t, k) in enumerate(zip(true, pred))]
+        panels = cls_attention_panels(cls_rows(maps).cpu(), tokens, titles, "val_text")
+        rows = [[join_pieces(toks, ("[PAD]", "[CLS]", "[SEP]")), t, self.class_names[k],
+                 round(float(probs[i, k]), 4)] for i, (toks, t, k) in enumerate(zip(tokens, true, pred))]
+        panels.append(table_panel("val/predictions", ["text", "label", "predicted", "probability"], rows))
+        return panels
