@@ -168,9 +168,10 @@ def final_metric_names(cfg: Any) -> list:
     """The metrics a run of ``cfg`` reports at its end (``metrics.json``): the task's metrics on
     the validation split, and on the test split unless ``test=false``."""
     from attnflow.registry import TASKS
+    from attnflow.run import metric_names
 
-    task = TASKS.get(cfg["task"]["name"])
-    return task.metric_names(("val", "test") if cfg.get("test", True) else ("val",))
+    splits = ("val", "test") if cfg.get("test", True) else ("val",)
+    return metric_names(TASKS.get(cfg["task"]["name"]), cfg, splits)
 
 
 def check_optimized_metric(cfg: Any) -> Optional[str]:

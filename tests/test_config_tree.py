@@ -43,7 +43,7 @@ PRETRAINING_FAST = ["data.limit_train=64", "data.limit_val=32", "data.batch_size
 def test_every_experiment_runs_one_step(experiment, tmp_path):
     data_name = compose_cfg([f"experiment={experiment}"]).data.name
     documents = data_name == "documents"
-    pretraining = data_name in ("bert_pretraining", "text_classification")  # BERT on IMDB texts
+    pretraining = data_name in ("bert_pretraining", "text_classification", "multitask")  # BERT on IMDB texts
     if (documents or pretraining) and not (DATA_DIR / "imdb").is_dir():
         pytest.skip(f"IMDB data not found at {DATA_DIR / 'imdb'} (set ATTNFLOW_DATA_DIR)")
     if data_name == "parallel" and not (DATA_DIR / "multi30k").is_dir():
@@ -55,6 +55,8 @@ def test_every_experiment_runs_one_step(experiment, tmp_path):
             pytest.skip(f"Planetoid raw files not found at {raw} (set ATTNFLOW_DATA_DIR)")
     fast = DOCUMENT_FAST if documents else PARALLEL_FAST if data_name == "parallel" else FAST
     fast = GRAPH_FAST if graph else PRETRAINING_FAST if pretraining else fast
+    if data_name == "multitask":  # the tasks' shared data fields are under data.common
+        fast = [f.replace("data.", "data.common.", 1) for f in fast]
     cfg = compose_cfg([f"experiment={experiment}", *fast, "trainer.fast_dev_run=true"])
     summary = train(cfg, tmp_path)
     assert summary["global_step"] == 1
@@ -68,6 +70,8 @@ def test_every_experiment_runs_one_step(experiment, tmp_path):
         expected = {"val/loss", "val/mlm_loss", "val/nsp_loss", "val/mlm_acc", "val/nsp_acc"}
     if data_name == "text_classification":
         expected = {"val/loss", "val/acc", "val/f1"}
+    if data_name == "multitask":  # each task's metrics under its name, and the weighted loss
+        expected = {"val/loss"} | {f"val/{t}/{m}" for t in cfg.task.tasks for m in ("loss", "acc", "f1")}
     assert expected <= set(saved["metrics"])
     assert (tmp_path / "config.yaml").is_file()
 

@@ -20,7 +20,9 @@ the encoder, whose self-attention layers then carry relative-position terms. The
 Fine-tuning (Devlin et al. 2019, §4.1 and Fig. 4): ``head: sequence`` puts a fresh linear layer on
 the pooled ⟨CLS⟩ vector, ``classify_logits = W_c Dropout(tanh(W_s z₀ + b_s)) + b_c`` (B, C);
 ``head: token`` one on every token, ``token_logits = W_c Dropout(z_t) + b_c`` (B, T, C). The MLM and
-NSP heads exist for ``head: pretraining`` only. ``init_from`` (a pretraining run directory or
+NSP heads exist for ``head: pretraining`` only. ``head: multitask`` (task ``multitask``) builds one
+such classifier per named task of the run on the one encoder (``task_heads``, a sequence or token
+head by what the task's data gives); ``classify_logits``/``token_logits`` take the task's name. ``init_from`` (a pretraining run directory or
 checkpoint) loads the embeddings, the encoder and the pooler, read with ``weights_only=True``
 (:mod:`attnflow.checkpoints`), after checking that the checkpoint is a ``bert`` of the same
 architecture and vocabulary; ``freeze_encoder`` then trains the new head only.
@@ -39,11 +41,11 @@ from attnflow.registry import ATTENTIONS, ENCODERS, MODELS, POSITIONALS, BlockSp
 
 log = logging.getLogger(__name__)
 
-HEADS = ("pretraining", "sequence", "token")
+HEADS = ("pretraining", "sequence", "token", "multitask")
 # the model's own modules that a head adds; everything else is the encoder side (embeddings,
 # encoder, pooler), which init_from loads and freeze_encoder freezes
 HEAD_MODULES = {"pretraining": ("mlm_transform", "mlm_norm", "mlm_decoder", "nsp"),
-                "sequence": ("classifier",), "token": ("classifier",)}
+                "sequence": ("classifier",), "token": ("classifier",), "multitask": ("task_heads",)}
 # model fields that fix the shapes or the function of the encoder side: a checkpoint must agree
 # on them (dropouts, init_std, max_len and the fine-tuning fields may differ)
 ARCHITECTURE = ("d_model", "layers", "ffn_dim", "norm", "activation", "type_vocab_size",
@@ -71,8 +73,11 @@ class BertModel(nn.Module):
         positional: positions (default learned; relative, sinusoidal or none also work).
         attention: the self-attention of every layer (default multihead; the presets set J).
         num_classes: C (context, from labelled data; 0 for pretraining data).
-        head: 'pretraining' (MLM + NSP), 'sequence' (one label per input, on the pooled ⟨CLS⟩)
-            or 'token' (one label per token) (default 'pretraining').
+        tasks: the named tasks of a multitask run (context): task → (what its data gives, its
+            number of classes); head 'multitask' builds a classifier for each.
+        head: 'pretraining' (MLM + NSP), 'sequence' (one label per input, on the pooled ⟨CLS⟩),
+            'token' (one label per token) or 'multitask' (one of those per named task)
+            (default 'pretraining').
         init_from: a pretraining run directory or ``.ckpt`` whose embeddings, encoder and pooler
             are loaded (default None: random initialisation).
         freeze_encoder: embeddings, encoder and pooler get no gradient; only the head trains.
@@ -89,7 +94,10 @@ class BertModel(nn.Module):
     # says it per head, for a composition check that reads the model's config
     interface = None
     head_interfaces = {"pretraining": "pretraining", "sequence": "text_classification",
-                       "token": "token_classification"}
+                       "token": "token_classification", "multitask": "multitask"}
+    # the heads that head 'multitask' builds per task (named by the task; the task's data decides
+    # which, through head_interfaces); pretraining's MLM/NSP heads are not among them
+    task_head_kinds = ("sequence", "token")
     interfaces = tuple(head_interfaces.values())  # all of them (composition error messages)
 
     @classmethod
@@ -98,7 +106,8 @@ class BertModel(nn.Module):
         check before any work."""
         return cls.head_interfaces.get(cfg.get("head") or "pretraining")
 
-    def __init__(self, vocab_size: int, pad_id: int = 0, num_classes: int = 0, *,
+    def __init__(self, vocab_size: int, pad_id: int = 0, num_classes: int = 0,
+                 tasks: Optional[Dict[str, tuple]] = None, *,
                  d_model: int = 256, layers: int = 4,
                  ffn_dim: int = 1024, dropout: float = 0.1, activation_dropout: float = 0.0,
                  max_len: int = 512, type_vocab_size: int = 2,
@@ -106,13 +115,14 @@ class BertModel(nn.Module):
                  activation: Literal["relu", "gelu"] = "gelu", init_std: float = 0.02,
                  positional: BlockSpec["positional"] = {"name": "learned"},
                  attention: BlockSpec["attention"] = {"name": "multihead", "heads": 4},
-                 head: Literal["pretraining", "sequence", "token"] = "pretraining",
+                 head: Literal["pretraining", "sequence", "token", "multitask"] = "pretraining",
                  init_from: Optional[str] = None, freeze_encoder: bool = False,
                  classifier_dropout: float = 0.1):
         super().__init__()
         if type_vocab_size < 1:
             raise ConfigError(f"model 'bert': type_vocab_size must be >= 1, got {type_vocab_size}")
-        if head != "pretraining" and num_classes < 2:
+        kinds = self._task_head_kinds(head, tasks)  # head 'multitask': {task: 'sequence' | 'token'}
+        if head not in ("pretraining", "multitask") and num_classes < 2:
             raise ConfigError(
                 f"model 'bert': model.head={head} needs labelled data (at least 2 classes), but the "
                 f"data gives {num_classes} classes; pretraining data goes with model.head=pretraining")
@@ -157,7 +167,11 @@ class BertModel(nn.Module):
             self.nsp = nn.Linear(d_model, 2)  # NSP: W_y on the pooled vector
         else:
             self.classifier_dropout = nn.Dropout(classifier_dropout)
-            self.classifier = nn.Linear(d_model, num_classes)
+            if head == "multitask":  # one classifier per task, as the single-task heads' own
+                self.head_of_task = kinds  # task -> 'sequence' | 'token'
+                self.task_heads = nn.ModuleDict({t: nn.Linear(d_model, c) for t, (_, c) in tasks.items()})
+            else:
+                self.classifier = nn.Linear(d_model, num_classes)
         self._init_weights(init_std)
         if init_from:
             self.load_encoder(init_from)
@@ -165,6 +179,40 @@ class BertModel(nn.Module):
             for name, p in self.named_parameters():
                 if name.split(".")[0] not in HEAD_MODULES[head]:
                     p.requires_grad_(False)
+
+    @classmethod
+    def _task_head_kinds(cls, head: str, tasks: Optional[Dict[str, tuple]]) -> Dict[str, str]:
+        """{task: head kind} of head 'multitask' from ``tasks`` (context: task name → (what its
+        data gives, its number of classes)); refused where a task's data needs a head that is not
+        built per task, or with fewer than 2 classes."""
+        if head != "multitask":
+            if tasks:
+                raise ConfigError(f"model 'bert': named tasks ({', '.join(tasks)}) need "
+                                  f"model.head=multitask, got model.head={head}")
+            return {}
+        if not tasks:
+            raise ConfigError("model 'bert': model.head=multitask needs the named tasks of a "
+                              "multitask run (task=multitask, data=multitask)")
+        by_interface = {i: h for h, i in cls.head_interfaces.items()}
+        kinds = {}
+        for t, (interface, classes) in tasks.items():
+            kind = by_interface.get(interface)
+            if kind not in cls.task_head_kinds:
+                raise ConfigError(
+                    f"model 'bert': task '{t}' works on {interface}, for which model.head=multitask "
+                    f"has no per-task head (per-task heads: {', '.join(cls.task_head_kinds)})")
+            if classes < 2:
+                raise ConfigError(f"model 'bert': task '{t}' has {classes} classes; a head needs 2 or more")
+            kinds[t] = kind
+        return kinds
+
+    def _classifier(self, task: Optional[str]) -> nn.Module:
+        """The sequence/token classifier: the model's one, or task ``task``'s (head 'multitask')."""
+        if self.head != "multitask":
+            return self.classifier
+        if task not in self.task_heads:
+            raise KeyError(f"model 'bert': no head for task {task!r}; heads: {', '.join(self.task_heads)}")
+        return self.task_heads[task]
 
     def _init_weights(self, std: float) -> None:
         """N(0, std²) weights and zero biases for every linear and embedding map (Devlin et al.
@@ -213,13 +261,15 @@ class BertModel(nn.Module):
         """(B, 2): W_y tanh(W_s z₀ + b_s) + b_y; index 0 = S′ follows S, 1 = S′ is random."""
         return self.nsp(self.pooled(hidden))
 
-    def classify_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """(B, C): W_c Dropout(tanh(W_s z₀ + b_s)) + b_c (Devlin et al. 2019, §4.1); head 'sequence'."""
-        return self.classifier(self.classifier_dropout(self.pooled(hidden)))
+    def classify_logits(self, hidden: torch.Tensor, task: Optional[str] = None) -> torch.Tensor:
+        """(B, C): W_c Dropout(tanh(W_s z₀ + b_s)) + b_c (Devlin et al. 2019, §4.1); head 'sequence'
+        (head 'multitask': the classifier of ``task``)."""
+        return self._classifier(task)(self.classifier_dropout(self.pooled(hidden)))
 
-    def token_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """(B, T, C): W_c Dropout(z_t) + b_c at every position (§4.3, Fig. 4d); head 'token'."""
-        return self.classifier(self.classifier_dropout(hidden))
+    def token_logits(self, hidden: torch.Tensor, task: Optional[str] = None) -> torch.Tensor:
+        """(B, T, C): W_c Dropout(z_t) + b_c at every position (§4.3, Fig. 4d); head 'token'
+        (head 'multitask': the classifier of ``task``)."""
+        return self._classifier(task)(self.classifier_dropout(hidden))
 
     # -- init_from ---------------------------------------------------------------------------------
     def load_encoder(self, target: str) -> Dict[str, List[str]]:
