@@ -197,12 +197,37 @@ def read_texts(args, field: str = "text") -> Tuple[Iterator[str], str]:
     return iter_stdin(), "stdin line"
 
 
+def check_explain_html(args, what: str) -> None:
+    """``--explain`` names the HTML page to write (documents, texts), or is not given."""
+    if args.explain is True or (args.explain and not args.explain.endswith((".html", ".htm"))):
+        raise PredictError(f"--explain takes the HTML file to write for {what} (--explain "
+                           f"OUT.html), got {'nothing' if args.explain is True else repr(args.explain)}")
+
+
+def label_line(r: dict, as_json: bool) -> str:
+    """The output line of a labelled document or text: ``label<TAB>probability<TAB>text`` (its
+    first 80 characters) or JSON (label, probability, probabilities, text); an empty one's is
+    ``-<TAB>-<TAB>(empty: no words)`` (JSON: nulls and ``"empty": true``)."""
+    if r["empty"]:
+        return (json.dumps({"label": None, "probability": None, "probabilities": None,
+                            "text": r["text"], "empty": True}) if as_json else f"-\t-\t{EMPTY}")
+    if as_json:
+        return json.dumps({k: r[k] for k in ("label", "probability", "probabilities", "text")})
+    return f"{r['label']}\t{r['probability']:.4f}\t{' '.join(r['text'].split())[:80]}"
+
+
+def write_attention(path: str, arrays: dict, kind: str, n: int, what: str, save=None) -> None:
+    """``--save-attention``: ``arrays`` with ``kind`` and ``lines`` (``n``) to ``path``
+    (:func:`attnflow.textio.save_arrays`, or ``save``), and a note on stderr."""
+    arrays.update(kind=np.asarray(kind), lines=np.asarray(n))
+    print(f"attnflow-predict: attention of {n} {what} written to "
+          f"{(save or save_arrays)(path, arrays)}", file=sys.stderr)
+
+
 def _documents(args, run: Run, out) -> int:
     if args.top_k is not None:
         raise PredictError("--top-k is for graph runs (the neighbours --explain lists)")
-    if args.explain is True or (args.explain and not args.explain.endswith((".html", ".htm"))):
-        raise PredictError(f"--explain takes the HTML file to write for documents (--explain "
-                           f"OUT.html), got {'nothing' if args.explain is True else repr(args.explain)}")
+    check_explain_html(args, "documents")
     task, art = load(args.model, args.device, run)
     texts, where = read_texts(args, art.get("text_field", "text"))
     caps = f"{art['max_sentences']} sentences of {art['max_words']} words"
@@ -217,9 +242,7 @@ def _documents(args, run: Run, out) -> int:
             if r["empty"]:
                 print(f"attnflow-predict: {where} {j} is empty: no words to classify "
                       f"('-' is written in its place)", file=sys.stderr)
-                lines.append(json.dumps({"label": None, "probability": None, "probabilities": None,
-                                         "text": r["text"], "empty": True}) if args.json
-                             else f"-\t-\t{EMPTY}")
+                lines.append(label_line(r, args.json))
                 continue
             if cut["words_cut"] or cut["sentences_cut"]:
                 over += 1
@@ -229,11 +252,7 @@ def _documents(args, run: Run, out) -> int:
                           f"{cut['words']} words; the model reads at most {caps} (the run's "
                           f"data.max_sentences, data.max_words): {cut['sentences_cut']} sentences "
                           f"and {cut['words_cut']} of {cut['words']} words cut", file=sys.stderr)
-            if args.json:
-                lines.append(json.dumps({k: r[k] for k in ("label", "probability", "probabilities",
-                                                           "text")}))
-            else:
-                lines.append(f"{r['label']}\t{r['probability']:.4f}\t{' '.join(r['text'].split())[:80]}")
+            lines.append(label_line(r, args.json))
         print("\n".join(lines), file=out, flush=True)
         if args.save_attention:
             arrays.update(document_arrays(task, art, chunk, n))
@@ -253,9 +272,7 @@ def _documents(args, run: Run, out) -> int:
         print(f"explanation written to {write_html(args.explain, explained, 'attnflow-predict')}",
               file=sys.stderr)
     if args.save_attention:
-        arrays.update(kind=np.asarray("documents"), lines=np.asarray(n))
-        print(f"attnflow-predict: attention of {n} documents written to "
-              f"{save_arrays(args.save_attention, arrays)}", file=sys.stderr)
+        write_attention(args.save_attention, arrays, "documents", n, "documents")
     return 0
 
 

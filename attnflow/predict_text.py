@@ -46,7 +46,6 @@ from attnflow.checkpoints import Run, load_weights
 from attnflow.registry import MODELS
 from attnflow.viz import cls_rows
 
-EMPTY = "(empty: no words)"
 WARN_TEXTS = 10  # texts over data.max_len warned one by one; then only the total
 TASKS_SUPPORTED = {"text_classification": "labels texts", "bert_pretraining": "fills [MASK] tokens"}
 
@@ -142,13 +141,12 @@ def encode(bert: BertRun, texts: Sequence[str]) -> List[dict]:
 def forward(bert: BertRun, items: Sequence[dict]):
     """One padded batch through the model: (hidden (B, T, d), ⟨CLS⟩ attention (B, N, J, T), zero
     at padding, lengths (B,)). The maps are the encoder's own ``need_weights`` output, row 0."""
+    from attnflow.data.pretraining import pad_rows
+
     device = next(bert.model.parameters()).device
-    lens = np.array([len(it["ids"]) for it in items])
-    T = int(lens.max())
-    real = np.arange(T)[None, :] < lens[:, None]
-    ids, seg = np.zeros((len(items), T), np.int64), np.zeros((len(items), T), np.int64)
-    ids[real] = np.concatenate([it["ids"] for it in items])
-    seg[real] = np.concatenate([it["segments"] for it in items])
+    ids, real = pad_rows([it["ids"] for it in items])  # as the data modules' batches
+    seg, _ = pad_rows([it["segments"] for it in items], 0)
+    lens = real.sum(1)
     hidden, maps = bert.model(torch.from_numpy(ids).to(device), torch.from_numpy(seg).to(device),
                               torch.from_numpy(real).to(device), need_weights=True)
     return hidden, cls_rows(maps), torch.from_numpy(lens)
@@ -212,28 +210,27 @@ def _title(r: dict, pretraining: bool) -> str:
 
 
 def _line(r: dict, args, pretraining: bool) -> str:
-    short = " ".join(r["text"].split())[:80]
-    if pretraining:
-        if args.json:
-            return json.dumps({k: r[k] for k in ("sequence", "masks", "text")})
-        return "\t".join([r["sequence"], *(" ".join(f"{c['token_str']}:{c['score']:.4f}" for c in m)
-                                           for m in r["masks"])])
-    if args.json:
-        return json.dumps({k: r[k] for k in ("label", "probability", "probabilities", "text")})
-    return f"{r['label']}\t{r['probability']:.4f}\t{short}"
+    """A text's output line: a classification's as a document's (:func:`attnflow.predict.label_line`),
+    a fill-mask's the filled text and each [MASK]'s candidates (JSON: sequence, masks, text)."""
+    from attnflow.predict import label_line
 
-
-def _empty_line(r: dict, args, pretraining: bool) -> str:
+    if not pretraining:
+        return label_line(r, args.json)
+    if r["empty"]:
+        return (json.dumps({"sequence": None, "masks": None, "text": r["text"], "empty": True})
+                if args.json else "-")
     if args.json:
-        keys = ("sequence", "masks") if pretraining else ("label", "probability", "probabilities")
-        return json.dumps({**{k: None for k in keys}, "text": r["text"], "empty": True})
-    return "-" if pretraining else f"-\t-\t{EMPTY}"
+        return json.dumps({k: r[k] for k in ("sequence", "masks", "text")})
+    return "\t".join([r["sequence"], *(" ".join(f"{c['token_str']}:{c['score']:.4f}" for c in m)
+                                       for m in r["masks"])])
 
 
 # -- the handler ----------------------------------------------------------------------------------
 def predict_bert(args, run: Run, out, read_texts, save_arrays, batched) -> int:
     """attnflow-predict on a BERT run (see the module docstring); the reading and writing helpers
     come from :mod:`attnflow.predict` (so that its tests' stand-ins apply here too)."""
+    from attnflow.predict import check_explain_html, write_attention
+
     bert = load_bert(run, args.device)
     pre = bert.pretraining
     if args.top_k is not None and not pre:
@@ -242,9 +239,7 @@ def predict_bert(args, run: Run, out, read_texts, save_arrays, batched) -> int:
     top_k = 5 if args.top_k is None else args.top_k
     if top_k < 1:
         raise TextPredictError(f"--top-k must be >= 1, got {top_k}")
-    if args.explain is True or (args.explain and not args.explain.endswith((".html", ".htm"))):
-        raise TextPredictError(f"--explain takes the HTML file to write for texts (--explain "
-                               f"OUT.html), got {'nothing' if args.explain is True else repr(args.explain)}")
+    check_explain_html(args, "texts")
     texts, where = read_texts(args, (run.config.get("data") or {}).get("text_field") or "text")
     limit = bert.max_len - 2
     explained, arrays = [], {}
@@ -257,7 +252,7 @@ def predict_bert(args, run: Run, out, read_texts, save_arrays, batched) -> int:
             if r["empty"]:
                 print(f"attnflow-predict: {where} {j} is empty: no words to "
                       f"{'fill' if pre else 'classify'} ('-' is written in its place)", file=sys.stderr)
-                lines.append(_empty_line(r, args, pre))
+                lines.append(_line(r, args, pre))
                 continue
             if r["cut"]:
                 over += 1
@@ -294,8 +289,6 @@ def predict_bert(args, run: Run, out, read_texts, save_arrays, batched) -> int:
         path = write_text_html(args.explain, explained, "attnflow-predict: attention from [CLS]")
         print(f"explanation written to {path}", file=sys.stderr)
     if args.save_attention:
-        arrays.update(kind=np.asarray("text"), lines=np.asarray(n))
-        print(f"attnflow-predict: attention of {n} texts written to "
-              f"{save_arrays(args.save_attention, arrays)}", file=sys.stderr)
+        write_attention(args.save_attention, arrays, "text", n, "texts", save_arrays)
     return 0
 

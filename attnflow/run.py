@@ -104,6 +104,21 @@ def _check_trainer_types(trainer: Dict[str, Any]) -> None:
                           f"and seconds, e.g. 00:01:30:00 for 90 minutes), got {max_time!r}")
 
 
+def _check_schedule_length(cfg: Dict[str, Any]) -> None:
+    """A schedule that decays over the run's steps (cosine, linear) needs a run of known length:
+    ``trainer.max_epochs=-1`` without ``max_steps`` (a run ended by ``max_time`` or by hand) has
+    none, and Lightning's step estimate would be infinite once the data is made."""
+    trainer = cfg.get("trainer") or {}
+    if (trainer.get("max_epochs") != -1 or (trainer.get("max_steps") or -1) > 0
+            or trainer.get("fast_dev_run")):  # fast_dev_run: Lightning sets max_steps
+        return
+    scheduler = TASKS.validate(cfg["task"], "task").get("optim", {}).get("scheduler")
+    if scheduler in ("cosine", "linear"):
+        raise ConfigError(f"task.optim.scheduler={scheduler} decays the learning rate over the run's "
+                          f"steps, but trainer.max_epochs=-1 without trainer.max_steps sets no end; "
+                          f"set trainer.max_steps (or max_epochs), or task.optim.scheduler=noam or none")
+
+
 def _top_level_keys() -> set:
     """The root config's keys: its defaults list's groups and its own fields (conf/train.yaml)."""
     conf = config_dir()
@@ -132,6 +147,7 @@ def validate_config(cfg: Dict[str, Any]) -> None:
                 f"logger=…, callbacks.…, callbacks.progress_bar; plugins: the atomic, weights-only "
                 f"checkpoint IO).{_suggest(key, allowed)}")
     _check_trainer_types(cfg.get("trainer") or {})
+    _check_schedule_length(cfg)
     for key, value in (cfg.get("callbacks") or {}).items():
         if key not in CALLBACK_FIELDS:
             raise ConfigError(f"callbacks has no entry '{key}' (at 'callbacks.{key}'); entries: "

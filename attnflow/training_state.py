@@ -276,11 +276,30 @@ class LastCheckpoint(ModelCheckpoint):
     Lightning's ``save_last`` writes it only beside a top-k checkpoint), and at the end of
     training when it stopped between them — ``max_steps`` or ``max_time`` in the middle of an
     epoch, before the next validation — so that the final weights are on disk and a resume
-    continues from them instead of redoing the steps since the last validation."""
+    continues from them instead of redoing the steps since the last validation.
+
+    A stop within an epoch is saved at the end of its last batch, as a Ctrl-C is
+    (:class:`GracefulInterrupt`): a resumed run continues at the next batch of that epoch. Left to
+    Lightning, the save came at ``on_train_epoch_end`` of the cut epoch, whose loop counters say
+    the epoch is over while the batch counters say it is not: the resumed run trained the rest of
+    the epoch as the next one, so ``max_epochs`` came one epoch early. The save here sets the last
+    saved step, so that later save of the same step is skipped (Lightning's ``ModelCheckpoint``
+    runs after the other callbacks: the loader position and the Timer's stop are known here)."""
 
     def __init__(self, run_dir: Path | str):
         super().__init__(dirpath=Path(run_dir) / "checkpoints", filename="last", monitor=None,
                          save_top_k=1, enable_version_counter=False)
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs,
+                           batch, batch_idx: int) -> None:
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        mid_epoch = batch_idx + 1 < trainer.num_training_batches
+        stopping = (0 < trainer.max_steps <= trainer.global_step or (
+            trainer.should_stop and getattr(trainer.fit_loop, "_can_stop_early", True)))
+        if (mid_epoch and stopping and not trainer.fast_dev_run
+                and trainer.global_step > self._last_global_step_saved):
+            trainer.save_checkpoint(Path(self.dirpath) / "last.ckpt")
+            self._last_global_step_saved = trainer.global_step
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_train_end(trainer, pl_module)

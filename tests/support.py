@@ -52,6 +52,33 @@ def train_cli_exit(monkeypatch, *args: str) -> int:
     return exit_.value.code
 
 
+# Headless Chromium (Debian's package; .ci/run installs it) for the tests that render a page.
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_MISSING = ("needs Debian's chromium (/usr/bin/chromium; apt-get install chromium, as "
+                    ".ci/run does)")
+
+
+def chromium_flags(tmp_path: Path) -> List[str]:
+    """The headless command line, offline and with a profile of its own under ``tmp_path``."""
+    return [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+            "--no-first-run", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}"]
+
+
+def chromium_dom(page: Path, probe: str, tmp_path: Path) -> str:
+    """The DOM, as Chromium has it after loading, of a copy of ``page`` with ``probe`` (a
+    ``<script>…</script></body>`` that writes what it measures into ``data-`` attributes of the
+    body) in place of ``</body>``: the page itself stays without scripts."""
+    import subprocess
+
+    probed = tmp_path / "probe.html"
+    probed.write_text(page.read_text().replace("</body>", probe))
+    dom = subprocess.run([*chromium_flags(tmp_path), "--virtual-time-budget=5000", "--dump-dom",
+                          probed.as_uri()], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    return dom.stdout
+
+
 def experiments() -> List[str]:
     return sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 

@@ -299,16 +299,15 @@ def test_pretrain_then_finetune_end_to_end(tmp_path, caplog):
                            "trainer.val_check_interval=30", "task.optim.lr=3e-3",
                            "task.optim.scheduler=none"]), pre)
         run = tmp_path / "ft"
+        finetune = ["experiment=bert_imdb", f"model.init_from={pre}", f"data.train_path={labelled[0]}",
+                    f"data.val_path={labelled[1]}", "data.test_path=", "data.batch_size=16", *TINY,
+                    "model.dropout=0.0", "trainer.val_check_interval=1.0",
+                    "trainer.check_val_every_n_epoch=1", "task.optim.lr=1e-3", "task.optim.scheduler=none"]
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="attnflow.models.bert"):
-            summary = train(compose_cfg([
-                "experiment=bert_imdb", f"model.init_from={pre}", f"data.train_path={labelled[0]}",
-                f"data.val_path={labelled[1]}", "data.test_path=", "data.batch_size=16", *TINY,
-                "model.dropout=0.0", "trainer.val_check_interval=1.0",
-                "trainer.check_val_every_n_epoch=1", "task.optim.lr=1e-3", "task.optim.scheduler=none",
-                # after a plateau at the majority class (0.55) validation accuracy jumps to 0.93–1.0
-                # by epoch 4–6 (11 seeds tried); 14 epochs leave a wide margin
-                "trainer.max_epochs=14"]), run)
+            # after a plateau at the majority class (0.55) validation accuracy jumps to 0.93–1.0
+            # by epoch 4–6 (11 seeds tried); 14 epochs leave a wide margin
+            summary = train(compose_cfg([*finetune, "trainer.max_epochs=14"]), run)
         report = [r.getMessage() for r in caplog.records if r.name == "attnflow.models.bert"]
         assert len(report) == 1 and "loaded" in report[0] and str(pre) in report[0], report
         assert "new: classifier.weight, classifier.bias" in report[0], report
@@ -326,12 +325,7 @@ def test_pretrain_then_finetune_end_to_end(tmp_path, caplog):
         pre.rename(tmp_path / "pre_moved")
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="attnflow.models.bert"):
-            again = train(compose_cfg([
-                "experiment=bert_imdb", f"model.init_from={pre}", f"data.train_path={labelled[0]}",
-                f"data.val_path={labelled[1]}", "data.test_path=", "data.batch_size=16", *TINY,
-                "model.dropout=0.0", "trainer.val_check_interval=1.0",
-                "trainer.check_val_every_n_epoch=1", "task.optim.lr=1e-3", "task.optim.scheduler=none",
-                "trainer.max_epochs=15", f"resume={run}"]), run)
+            again = train(compose_cfg([*finetune, "trainer.max_epochs=15", f"resume={run}"]), run)
         assert again["epochs"] == 15 and again["global_step"] > summary["global_step"]
         assert not [r for r in caplog.records if r.name == "attnflow.models.bert"]
     finally:

@@ -26,6 +26,11 @@ from support import FAST, ROOT, compose_cfg
     (["+trainer.plugins=[]"], ["trainer has no field 'plugins'", "set by attnflow"]),
     (["trainer.precision=bf17"], ["trainer.precision", "'bf16-mixed'", "'bf17'"]),
     (["+trainer.max_time=00:00:3:00"], ["trainer.max_time must be DD:HH:MM:SS", "'00:00:3:00'"]),
+    # a run ended by time only: a schedule over the run's steps has no length (cosine: the default)
+    (["trainer.max_epochs=-1", "trainer.max_time=00:00:01:00"],
+     ["task.optim.scheduler=cosine decays", "trainer.max_epochs=-1 without trainer.max_steps"]),
+    (["trainer.max_epochs=-1", "trainer.max_time=00:00:01:00", "task.optim.scheduler=linear"],
+     ["task.optim.scheduler=linear decays", "task.optim.scheduler=noam or none"]),
 ])
 def test_bad_config_fails_before_any_work(overrides, expected, tmp_path):
     cfg = compose_cfg([*FAST, *overrides])

@@ -10,7 +10,6 @@ import json
 import random
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -21,8 +20,8 @@ import attnflow.predict as predict_mod
 from attnflow.predict import main
 from attnflow.registry import MODELS
 from cli_runs import QUIET, assert_streams, fabricate_run, one_torch_thread, write_jsonl  # noqa: F401
+from support import CHROMIUM, CHROMIUM_MISSING, chromium_dom
 
-CHROMIUM = Path("/usr/bin/chromium")
 CLS, SEP, MASK = 2, 3, 4
 POSITIVE = "good great wonderful brilliant moving superb".split()
 NEGATIVE = "bad awful boring dull stupid poor".split()
@@ -241,8 +240,7 @@ def test_refusals_are_one_line_and_keep_an_existing_output(runs, tmp_path, capsy
 
 
 # -- the page in a browser ----------------------------------------------------------------------------
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium (/usr/bin/chromium; "
-                    "apt-get install chromium, as .ci/run does)")
+@pytest.mark.skipif(not CHROMIUM.exists(), reason=CHROMIUM_MISSING)
 def test_explanation_renders_in_headless_chromium(runs, tmp_path, capsys):
     model, tok, _ = _rebuild(runs["pre"])
     text = "a good [MASK] . [SEP] dull <b>bad</b>"
@@ -256,20 +254,13 @@ def test_explanation_renders_in_headless_chromium(runs, tmp_path, capsys):
              # the browser parses the shading: each row's heaviest token in full blue
              "document.body.dataset.full = td.filter(c => getComputedStyle(c).backgroundColor"
              " == 'rgb(30, 90, 220)').length;});</script></body>")
-    probed = tmp_path / "probe.html"
-    probed.write_text(page.read_text().replace("</body>", probe))
-    flags = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-             "--no-first-run", "--disable-background-networking", "--disable-component-update",
-             "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}"]
-    dom = subprocess.run([*flags, "--virtual-time-budget=5000", "--dump-dom", probed.as_uri()],
-                         capture_output=True, text=True, timeout=120)
-    assert dom.returncode == 0, dom.stderr[-2000:]
+    dom = chromium_dom(page, probe, tmp_path)
     read = " ".join(text.replace("<b>", " ").replace("</b>", " ").split())  # markup removed, as in training
     tokens = [tok.id_to_token(t) for t in [CLS, *tok.encode(read, add_special_tokens=False).ids, SEP]]
     assert len(tokens) <= 24 and "[MASK]" in tokens  # all read (data.max_len=24)
     rows = 2 * 2 + 1
-    assert 'data-loaded="1"' in dom.stdout and f'data-cells="{rows * len(tokens)}"' in dom.stdout, \
-        re.search(r"<body[^>]*>", dom.stdout).group(0)
-    assert int(re.search(r'data-full="(\d+)"', dom.stdout).group(1)) >= rows
-    first_row = re.search(r"<tr[^>]*><th>layer 1 head 1</th>(.*?)</tr>", dom.stdout).group(1)
+    assert 'data-loaded="1"' in dom and f'data-cells="{rows * len(tokens)}"' in dom, \
+        re.search(r"<body[^>]*>", dom).group(0)
+    assert int(re.search(r'data-full="(\d+)"', dom).group(1)) >= rows
+    first_row = re.search(r"<tr[^>]*><th>layer 1 head 1</th>(.*?)</tr>", dom).group(1)
     assert re.findall(r"<td[^>]*>(.*?)</td>", first_row) == [html.escape(_shown(t)) for t in tokens]

@@ -22,12 +22,11 @@ import pytest
 import yaml
 
 from attnflow.report import main
-from support import FAST
+from support import CHROMIUM, CHROMIUM_MISSING, FAST, chromium_dom, chromium_flags
 
 # FAST, smaller still, with two epochs so that learning curves have two points.
 TINY = {**dict(o.split("=", 1) for o in FAST), "data.train_size": "64", "data.val_size": "32",
         "data.test_size": "32", "trainer.max_epochs": "2", "trainer.enable_model_summary": "false"}
-CHROMIUM = Path("/usr/bin/chromium")
 
 
 @pytest.fixture(scope="module")
@@ -302,8 +301,7 @@ def test_bad_paths_exit_2_naming_the_path(tmp_path, capsys, kind):
     assert not (path / "report").exists()
 
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium (/usr/bin/chromium; "
-                    "apt-get install chromium, as .ci/run does)")
+@pytest.mark.skipif(not CHROMIUM.exists(), reason=CHROMIUM_MISSING)
 def test_page_renders_in_headless_chromium(sweep_report, tmp_path):
     from PIL import Image
 
@@ -314,18 +312,10 @@ def test_page_renders_in_headless_chromium(sweep_report, tmp_path):
              "document.body.dataset.images = im.length;"
              "document.body.dataset.loaded = im.filter(i => i.complete && i.naturalWidth > 0).length;"
              "});</script></body>")
-    page = tmp_path / "probe.html"
-    page.write_text((out / "report.html").read_text().replace("</body>", probe))
-    flags = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-             "--no-first-run", "--disable-background-networking", "--disable-component-update",
-             "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}"]
-    dom = subprocess.run([*flags, "--virtual-time-budget=5000", "--dump-dom", page.as_uri()],
-                         capture_output=True, text=True, timeout=120)
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    assert f'data-images="{n_imgs}"' in dom.stdout and f'data-loaded="{n_imgs}"' in dom.stdout, \
-        dom.stdout[:500]
+    dom = chromium_dom(out / "report.html", probe, tmp_path)
+    assert f'data-images="{n_imgs}"' in dom and f'data-loaded="{n_imgs}"' in dom, dom[:500]
     shot = tmp_path / "shot.png"
-    subprocess.run([*flags, f"--screenshot={shot}", "--window-size=1200,2000",
+    subprocess.run([*chromium_flags(tmp_path), f"--screenshot={shot}", "--window-size=1200,2000",
                     (out / "report.html").as_uri()], capture_output=True, timeout=120, check=True)
     with Image.open(shot) as im:
         gray = im.convert("L")

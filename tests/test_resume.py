@@ -410,11 +410,19 @@ def test_last_ckpt_is_the_state_after_the_last_epoch_whatever_the_metric_did(tmp
 
 
 def test_a_run_stopped_between_validations_saves_its_final_state_in_last_ckpt(tmp_path):
-    """max_steps in the middle of an epoch, before any validation: last.ckpt still holds the
-    weights after the last step (Lightning alone would write nothing)."""
-    cfg = compose_cfg([*FAST, "data.train_size=256", "callbacks.attention_maps.examples=0",
-                       "trainer.max_epochs=3", "trainer.max_steps=5", "test=false", "logger=none"])
-    summary = train(cfg, tmp_path)
+    """max_steps in the middle of an epoch, before any validation: last.ckpt holds the weights
+    after the last step, as a state within that epoch, so that a resumed run continues at the
+    next batch and ends where the uninterrupted run does (the checkpoint Lightning wrote at the
+    cut epoch's end made the resumed run count the rest of that epoch as the next one)."""
+    args = [*FAST, "data.train_size=256", "callbacks.attention_maps.examples=0", "test=false",
+            "logger=none", "trainer.max_epochs=2", "task.optim.scheduler=none"]
+    summary = train(compose_cfg([*args, "trainer.max_steps=5"]), tmp_path / "cut")
     assert summary["global_step"] == 5  # 8 batches an epoch: stopped mid-epoch, never validated
-    last = torch.load(tmp_path / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
-    assert last["global_step"] == 5
+    last = torch.load(tmp_path / "cut" / "checkpoints" / "last.ckpt", map_location="cpu",
+                      weights_only=True)
+    assert last["global_step"] == 5 and last["epoch"] == 0
+    resumed = train(compose_cfg([*args, "trainer.max_steps=12", f"resume={tmp_path / 'cut'}"]),
+                    tmp_path / "cut")
+    whole = train(compose_cfg([*args, "trainer.max_steps=12"]), tmp_path / "whole")
+    assert resumed["global_step"] == whole["global_step"] == 12  # 8 + 4: into the second epoch
+    assert resumed["metrics"] == whole["metrics"]  # exactly: the same batches in the same order

@@ -168,6 +168,50 @@ def test_a_run_logs_each_tasks_metrics_under_its_name_and_is_evaluated(files, tm
     assert predict_main([str(run), "a good film"]) == 2
 
 
+def test_a_run_stopped_mid_epoch_resumes_to_the_uninterrupted_result(files, tmp_path):
+    """max_steps within the first epoch, then resume=… into the second: the same metrics as one
+    run, exactly (the cycling loader resumes at its next batch; the run's tokenizer is read back).
+    The tokenizer comes from a saved one: HF's WordPiece training may break ties differently from
+    one call to the next (huggingface/tokenizers#1794)."""
+    from attnflow.data.pretraining import train_wordpiece
+
+    tok_run = tmp_path / "tok"
+    (tok_run / "tokenizer").mkdir(parents=True)
+    texts = [json.loads(line)["text"] for line in files[0].read_text().splitlines()]
+    train_wordpiece(texts, 60).save(str(tok_run / "tokenizer" / "wordpiece.json"))
+    args = (f"data.common.tokenizer_from={tok_run}", "data.common.vocab_size=null",
+            "data.common.batch_size=8", "task.optim.scheduler=none", "task.optim.lr=1e-3",
+            "trainer.max_epochs=2")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        whole = train(_composed_raw(files, (*args, "trainer.max_steps=11")), tmp_path / "whole")
+        cut = train(_composed_raw(files, (*args, "trainer.max_steps=3")), tmp_path / "cut")
+        assert cut["global_step"] == 3  # 8 batches an epoch (64 texts of each task, 8 a batch)
+        resumed = train(_composed_raw(files, (*args, "trainer.max_steps=11",
+                                              f"resume={tmp_path / 'cut'}")), tmp_path / "cut")
+    finally:
+        torch.set_num_threads(threads)
+    assert resumed["global_step"] == whole["global_step"] == 11
+    assert resumed["metrics"] == whole["metrics"]
+
+
+def test_the_dashboard_shows_the_first_tasks_texts_as_words(files):
+    """Each task sees the trainer's data module (Lightning attaches the trainer to direct
+    children only), so the table shows the reviews' words, not token ids."""
+    from types import SimpleNamespace
+
+    dm, model, task = build(config(files))
+    task._trainer = SimpleNamespace(datamodule=dm)  # what Lightning attaches before setup
+    task.setup("fit")
+    panels = task.dashboard(dm.example_batch(2))
+    assert [p["key"] for p in panels] == ["val/polarity/attention/0", "val/polarity/attention/1",
+                                          "val/polarity/predictions"]
+    words = set(POSITIVE + NEGATIVE + FILLER)
+    for row in panels[-1]["rows"]:
+        assert row[0] and set(row[0].replace(".", " ").split()) <= words, row[0]
+
+
 def test_init_from_loads_the_encoder_and_the_heads_are_new(files, tmp_path, caplog):
     from attnflow.data.pretraining import train_wordpiece
     from attnflow.tasks.bert_pretraining import BertPretrainingTask
@@ -225,6 +269,8 @@ def test_monitor_metric_names_depend_on_the_tasks(files, tmp_path):
      r"monitor 'val/ratng/acc' is not a metric .*val/rating/acc.*Did you mean 'val/rating/acc'"),
     (["data.tasks.rating.lable_field=rating"], r"no field 'lable_field' \(at 'data.tasks.rating.lable_field'\)"),
     (["data.tasks.rating.vocab_size=80"], r"data.tasks.rating.vocab_size=80 differs from the first task's"),
+    (["data.tasks.polarity.vocab_size=80"],  # the first task's makes the tokenizer: rating's 60 would do nothing
+     r"data.tasks.polarity.vocab_size=80 makes the one tokenizer of every task, but task rating has vocab_size=60"),
     (["++data.tasks.extra={}"], r"task.tasks lacks extra"),
     (["model.head=sequence"], r"set model.head=multitask"),
     (["task.tasks.rating.task.optim.lr=0.1"], r"'task.tasks.rating.task.optim' would do nothing"),

@@ -132,13 +132,20 @@ class MultiTaskDataModule(pl.LightningDataModule):
                 raise ConfigError(f"'{where}.name': a task's data cannot be multitask itself")
             out[str(t)] = DATA.validate(merged, where)
         first, *others = out
-        for t in others:  # a tokenizer field a later task sets would do nothing unless equal
+        for t in others:  # one tokenizer: a field that decides it, set for one task, must agree
             for field in TOKENIZER_FIELDS:
-                if field in _mapping(entries[t], "") and out[t][field] != out[first].get(field):
+                if field not in out[t] or out[t][field] == out[first].get(field):
+                    continue
+                if field in _mapping(entries[t], ""):  # a later task's would do nothing
                     raise ConfigError(
                         f"{path}.tasks.{t}.{field}={out[t][field]!r} differs from the first task's "
                         f"({first}: {out[first][field]!r}): the tasks share one tokenizer, which the "
                         f"first task's data makes; set {field} in {path}.common")
+                if field in _mapping(entries[first], ""):  # task t's own value would do nothing
+                    raise ConfigError(
+                        f"{path}.tasks.{first}.{field}={out[first][field]!r} makes the one tokenizer "
+                        f"of every task, but task {t} has {field}={out[t][field]!r}: set {field} in "
+                        f"{path}.common")
         return out
 
     @classmethod
@@ -152,6 +159,11 @@ class MultiTaskDataModule(pl.LightningDataModule):
         return list(self.parts)
 
     # -- the shared tokenizer ------------------------------------------------------------------------
+    @property
+    def tokenizer(self):
+        """The tokenizer every task reads with (the first task's; None before it is made)."""
+        return getattr(next(iter(self.parts.values())), "tokenizer", None)
+
     def _share_tokenizer(self) -> None:
         """The first task's tokenizer, made (or loaded) once, handed to the other tasks."""
         if self._shared:

@@ -194,17 +194,23 @@ def make_instances(docs: Sequence[Sequence[np.ndarray]], max_len: int, short_seq
 
 
 # -- batches ---------------------------------------------------------------------------------------
+def pad_rows(rows: Sequence[np.ndarray], fill: int = PAD) -> tuple:
+    """(ids (B, T) int64: the rows left-aligned, ``fill`` after each row's end; real (B, T) bool:
+    the positions a row has), T the longest row (1 for no rows): one scatter, no loop over
+    tokens. The batches of pretraining, fine-tuning and ``attnflow-predict`` are padded here."""
+    lens = np.array([len(r) for r in rows], dtype=np.int64)
+    real = np.arange(int(lens.max()) if len(rows) else 1)[None, :] < lens[:, None]
+    ids = np.full(real.shape, fill, np.int64)
+    if len(rows):
+        ids[real] = np.concatenate(rows)  # row-major: each row's tokens in order
+    return ids, real
+
+
 def pack_pairs(items: Sequence[tuple]) -> Dict[str, torch.Tensor]:
     """``[CLS] A [SEP] B [SEP]`` rows, segment ids, attention mask and NSP labels (no masking)."""
-    B = len(items)
-    rows = [np.concatenate(([CLS], a, [SEP], b, [SEP])) for _, a, b, _ in items]
-    lens = np.array([len(r) for r in rows])
-    T = int(lens.max())
-    pos = np.arange(T)
-    ids = np.full((B, T), PAD, np.int64)
-    ids[pos[None, :] < lens[:, None]] = np.concatenate(rows)  # row-major: each row's tokens in order
+    ids, attention = pad_rows([np.concatenate(([CLS], a, [SEP], b, [SEP])) for _, a, b, _ in items])
+    pos = np.arange(ids.shape[1])
     len_a = np.array([len(a) for _, a, _, _ in items])
-    attention = pos[None, :] < lens[:, None]
     segments = (pos[None, :] > (len_a + 1)[:, None]) & attention  # after the first [SEP]
     return {"input_ids": torch.from_numpy(ids), "segment_ids": torch.from_numpy(segments.astype(np.int64)),
             "attention_mask": torch.from_numpy(attention),

@@ -39,8 +39,8 @@ from attnflow.data.base import SplitDataModule
 from attnflow.data.buckets import BucketBatchSampler, trainer_epoch
 from attnflow.data.documents import clean, read_jsonl
 from attnflow.data.errors import DataError, numbered_lines
-from attnflow.data.pretraining import (CLS, PAD, SEP, SPECIALS, TOKENIZER_FILE, save_tokenizer,
-                                       train_wordpiece)
+from attnflow.data.pretraining import (CLS, PAD, SEP, SPECIALS, TOKENIZER_FILE, pad_rows,
+                                       save_tokenizer, train_wordpiece)
 from attnflow.distributed import eval_sampler
 from attnflow.registry import DATA
 
@@ -144,12 +144,8 @@ def encode_texts(tokenizer, texts: Sequence[str], max_len: int) -> tuple:
 
 
 def collate_texts(items: Sequence[tuple]) -> Dict[str, torch.Tensor]:
-    """Pad ``(ids, label)`` pairs into a batch (one scatter, no loop over tokens)."""
-    lens = np.array([len(ids) for ids, _ in items])
-    T = int(lens.max()) if len(items) else 1
-    attention = np.arange(T)[None, :] < lens[:, None]
-    ids = np.full((len(items), T), PAD, np.int64)
-    ids[attention] = np.concatenate([i for i, _ in items]) if len(items) else []
+    """Pad ``(ids, label)`` pairs into a batch (:func:`~attnflow.data.pretraining.pad_rows`)."""
+    ids, attention = pad_rows([i for i, _ in items])
     return {"input_ids": torch.from_numpy(ids), "segment_ids": torch.zeros(ids.shape, dtype=torch.long),
             "attention_mask": torch.from_numpy(attention),
             "labels": torch.tensor([y for _, y in items], dtype=torch.long)}

@@ -266,13 +266,16 @@ class MultiTask(Task):
         return total
 
     def setup(self, stage: str) -> None:
-        """Validation and test loaders come in the data module's task order (``task_names``)."""
+        """Validation and test loaders come in the data module's task order (``task_names``);
+        each task sees the trainer (and so the data module, e.g. its tokenizer)."""
         dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         order = list(getattr(dm, "task_names", None) or self.loader_order)
         if sorted(order) != sorted(self.subtasks):
             raise ConfigError(f"the data gives tasks {', '.join(order)}, the task has "
                               f"{', '.join(self.subtasks)}")
         self.loader_order = order
+        for sub in self.subtasks.values():  # Lightning attaches the trainer to direct children
+            sub._trainer = self._trainer  # only; a task reads its data through it (dashboards)
 
     def _split_step(self, batch: Any, dataloader_idx: int, split: str) -> None:
         from pytorch_lightning.utilities.data import extract_batch_size
