@@ -38,7 +38,7 @@ from attnflow import resume, training_state  # resume=, ckpt_path=; exact restar
 from attnflow.groups import check_shared_groups, prune_unused, root_defaults
 from attnflow.loggers import (LOGGER_CONFIG, build_loggers, finish_loggers, log_hyperparams,
                               logger_identity, run_identity)
-from attnflow.registry import (AGGREGATORS, ATTENTIONS, DATA, MODELS, NORMALIZERS,
+from attnflow.registry import (AGGREGATORS, ATTENTIONS, DATA, ENCODERS, MODELS, NORMALIZERS,
                                POOLINGS, POSITIONALS, SCORERS, TASKS, ConfigError, _suggest)
 from attnflow.textio import atomic_path
 
@@ -188,11 +188,30 @@ def _works_on(cls: Any, interface: str) -> bool:
     return interface == getattr(cls, "interface", None) or interface in getattr(cls, "interfaces", ())
 
 
+def _check_encoder_kinds(model_cfg: Dict[str, Any]) -> None:
+    """An image encoder (``input_kind`` 'image' or 'image_features': ``forward(images)``) in a
+    model that reads token sequences (``forward(x, lengths)``) would fail only at the first
+    batch; refused here, naming the field and the encoders that fit. A model that takes images
+    says so with ``image_encoders = True``."""
+    if getattr(MODELS.get(model_cfg["name"]), "image_encoders", False):
+        return
+    for key, value in model_cfg.items():
+        if not (key.endswith("encoder") and isinstance(value, dict)) or value.get("name") not in ENCODERS:
+            continue
+        kind = getattr(ENCODERS.get(value["name"]), "input_kind", None)
+        if kind:
+            text = [n for n in ENCODERS.names() if not getattr(ENCODERS.get(n), "input_kind", None)]
+            raise ConfigError(f"model.{key}: encoder '{value['name']}' reads {kind.replace('_', ' ')}s, "
+                              f"but model '{model_cfg['name']}' gives it token sequences; encoders "
+                              f"for sequences: {', '.join(text)}")
+
+
 def check_composition(cfg: Dict[str, Any]) -> None:
     """Data, model and task fit together (by their ``interface``), and an explicit checkpoint or
     early-stopping ``monitor`` is a metric the task logs; before any data is made."""
     picked = [(group, cfg[group]["name"], reg) for group, reg in
               (("data", DATA), ("model", MODELS), ("task", TASKS))]
+    _check_encoder_kinds(cfg["model"])
     for group, name, reg in picked:  # composite blocks (multitask): their parts fit, first
         check = getattr(reg.get(name), "check_config", None)
         if check is not None:

@@ -252,3 +252,21 @@ def test_every_group_file_names_a_registered_block():
             node = yaml.safe_load(path.read_text()) or {}
             if "name" in node:
                 assert node["name"] in Registry.kinds()[kind], path
+
+
+@pytest.mark.parametrize("overrides, field", [
+    (["~model.encoder", "+model.encoder={name: cnn}"], "model.encoder"),  # seq2seq, the default
+    (["experiment=han_imdb", "~model.word_encoder", "+model.word_encoder={name: features}"],
+     "model.word_encoder"),
+])
+def test_an_image_encoder_in_a_sequence_model_is_refused_before_any_work(overrides, field, tmp_path):
+    """Image encoders take images, not (x, lengths): a text model with one failed only at its first
+    batch; now refused naming the field and the sequence encoders."""
+    from attnflow.run import train
+
+    with pytest.raises(ConfigError) as err:
+        train(compose_cfg(overrides), tmp_path)
+    message = str(err.value)
+    assert message.startswith(f"{field}: encoder ") and "token sequences" in message
+    assert "rnn" in message and "cnn" not in message.split("sequences:")[1]
+    assert not (tmp_path / "checkpoints").exists()
