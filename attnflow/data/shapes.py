@@ -1,0 +1,284 @@
+"""A synthetic image-captioning set the package makes itself: a few coloured shapes on a canvas
+and a caption naming them with their spatial relations.
+
+The task is Xu et al. (2015), "Show, Attend and Tell": a decoder attends over the L regions of an
+image while it writes each word. Real captioning sets (Flickr8k, COCO) do not say which pixels a
+word refers to, so whether the model "looks at the right place" can only be eyeballed on heat
+maps. Here every word that names a shape — its colour adjective and its noun — comes with that
+shape's exact region (bounding box and boolean pixel mask), so a test can measure how much
+attention mass lands on the named shape against the uniform share 1/L: a grounding test that can
+pass or fail. It also trains on the CPU in minutes with no downloads.
+
+An image is (3, H, W) float in [0, 1]: a black or grey canvas with 1..``max_shapes`` shapes
+(circle, square, triangle) of distinct colours (red, green, blue, yellow: pure RGB values, never
+equal to the canvas) each drawn whole inside its own cell of a ``grid`` × ``grid`` layout, so the
+shapes never overlap and each one's pixels are exactly the pixels of its colour. Captions come from
+a small grammar whose relations hold between the shapes' centres (image rows grow downwards)::
+
+    caption  := object ( relation object ( "and" relation object )* )?
+    object   := "a" COLOUR SHAPE
+    relation := "left of" | "right of" | "above" | "below"
+
+e.g. "a red circle left of a blue square", "a green triangle above a yellow circle and right of
+a red square", "a blue square". Every relation is said of the first shape (the subject).
+
+Example ``i`` of a :class:`ShapesCaptions` set is drawn from its own ``random.Random(seed + i)``
+(no global RNG is touched), so it can be regenerated alone. Drawing is torch tensor ops on a
+pixel-centre meshgrid, no loops over pixels. Token ids follow :mod:`attnflow.data.synthetic`:
+0 ⟨pad⟩, 1 ⟨bos⟩, 2 ⟨eos⟩, then 3 ⟨unk⟩ and the words of the training captions.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+import torch
+from torch.utils.data import Dataset
+
+PAD, BOS, EOS, UNK = 0, 1, 2, 3
+SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
+
+SHAPES = ("circle", "square", "triangle")
+COLOURS: Dict[str, Tuple[float, float, float]] = {
+    "red": (1.0, 0.0, 0.0), "green": (0.0, 1.0, 0.0), "blue": (0.0, 0.0, 1.0),
+    "yellow": (1.0, 1.0, 0.0)}
+BACKGROUNDS: Dict[str, float] = {"black": 0.0, "grey": 0.5}
+RELATIONS = ("left of", "right of", "above", "below")
+# Distance between splits' seed ranges: split k uses seeds seed + k * SPLIT_STRIDE + i.
+SPLIT_STRIDE = 10_000_000
+
+
+@dataclass
+class Shape:
+    """One drawn shape: what it is, where it is (grid cell, centre in pixels), and its pixels.
+
+    ``box`` is (x_min, y_min, x_max, y_max), inclusive pixel indices of ``mask``'s True pixels.
+    """
+
+    kind: str
+    colour: str
+    cell: Tuple[int, int]  # (row, col) in the grid
+    centre: Tuple[float, float]  # (x, y) in pixels, x along columns, y along rows (downwards)
+    radius: float
+    box: Tuple[int, int, int, int]
+    mask: torch.Tensor  # (H, W) bool
+
+
+@dataclass
+class ShapesExample:
+    """An image, its caption's words, and for each word the shape it names (or -1)."""
+
+    image: torch.Tensor  # (3, H, W) float32 in [0, 1]
+    words: List[str]
+    shapes: List[Shape]
+    word_shape: List[int] = field(default_factory=list)  # per word: index into shapes, or -1
+    background: str = "black"
+
+    @property
+    def caption(self) -> str:
+        return " ".join(self.words)
+
+    def region(self, t: int) -> Optional[Tuple[Tuple[int, int, int, int], torch.Tensor]]:
+        """(box, mask) of the shape word ``t`` names, or None for words that name no shape."""
+        j = self.word_shape[t]
+        return None if j < 0 else (self.shapes[j].box, self.shapes[j].mask)
+
+    def word_masks(self) -> torch.Tensor:
+        """(T, H, W) bool: per word the named shape's mask, all False for other words — ready to
+        sum attention mass over (once attention maps are upsampled to the image size)."""
+        H, W = self.image.shape[1:]
+        out = torch.zeros(len(self.words), H, W, dtype=torch.bool)
+        for t, j in enumerate(self.word_shape):
+            if j >= 0:
+                out[t] = self.shapes[j].mask
+        return out
+
+
+def _shape_mask(kind: str, cx: float, cy: float, r: float, xx: torch.Tensor,
+                yy: torch.Tensor) -> torch.Tensor:
+    """Boolean mask of a shape centred at (cx, cy) with 'radius' r, on pixel-centre grids xx, yy."""
+    dx, dy = xx - cx, yy - cy
+    if kind == "circle":
+        return dx * dx + dy * dy <= r * r
+    if kind == "square":
+        h = 0.85 * r  # same area scale as the circle, roughly
+        return (dx.abs() <= h) & (dy.abs() <= h)
+    # Upward isosceles triangle: apex at (cx, cy - r), base at y = cy + r, base width 2r.
+    return (dy >= -r) & (dy <= r) & (dx.abs() <= (dy + r) / 2)
+
+
+def _box(mask: torch.Tensor) -> Tuple[int, int, int, int]:
+    rows = mask.any(dim=1).nonzero().flatten()
+    cols = mask.any(dim=0).nonzero().flatten()
+    return int(cols[0]), int(rows[0]), int(cols[-1]), int(rows[-1])
+
+
+def relation(subject: Shape, other: Shape) -> List[str]:
+    """The relations that hold for "subject REL other", from the cells (equivalently the
+    centres: each shape lies inside its own cell, so cell order is centre order)."""
+    (r0, c0), (r1, c1) = subject.cell, other.cell
+    out = []
+    if c0 != c1:
+        out.append("left of" if c0 < c1 else "right of")
+    if r0 != r1:
+        out.append("above" if r0 < r1 else "below")
+    return out
+
+
+def make_example(seed: int, *, size: int = 64, grid: int = 3, min_shapes: int = 1,
+                 max_shapes: int = 3, background: str = "black") -> ShapesExample:
+    """Draw one example from ``random.Random(seed)`` alone (see the module docstring).
+
+    Args:
+        size: image height and width in pixels (default 64).
+        grid: cells per side of the layout (default 3: a 3×3 grid).
+        min_shapes, max_shapes: shapes per image, inclusive (default 1..3).
+        background: 'black', 'grey' or 'mixed' (each image picks one) (default 'black').
+    """
+    _check(size=size, grid=grid, min_shapes=min_shapes, max_shapes=max_shapes,
+           background=background)
+    rng = random.Random(seed)
+    bg = rng.choice(sorted(BACKGROUNDS)) if background == "mixed" else background
+    n = rng.randint(min_shapes, max_shapes)
+    cells = rng.sample([(r, c) for r in range(grid) for c in range(grid)], n)
+    colours = rng.sample(sorted(COLOURS), n)  # distinct: a colour finds its shape's pixels
+    cell = size / grid
+    coords = torch.arange(size, dtype=torch.float32) + 0.5  # pixel centres
+    yy, xx = torch.meshgrid(coords, coords, indexing="ij")
+    image = torch.full((3, size, size), BACKGROUNDS[bg])
+    shapes: List[Shape] = []
+    for (row, col), colour in zip(cells, colours):
+        kind = rng.choice(SHAPES)
+        r = rng.uniform(0.25, 0.4) * cell  # the shape spans at most 0.8 of its cell
+        slack = cell / 2 - r - 0.5  # keep it whole inside its cell, with half a pixel margin
+        cx = (col + 0.5) * cell + rng.uniform(-slack, slack)
+        cy = (row + 0.5) * cell + rng.uniform(-slack, slack)
+        mask = _shape_mask(kind, cx, cy, r, xx, yy)
+        image[:, mask] = torch.tensor(COLOURS[colour]).unsqueeze(1)
+        shapes.append(Shape(kind, colour, (row, col), (cx, cy), r, _box(mask), mask))
+    words, word_shape = ["a", shapes[0].colour, shapes[0].kind], [-1, 0, 0]
+    for j, other in enumerate(shapes[1:], start=1):
+        if j > 1:
+            words.append("and")
+            word_shape.append(-1)
+        rel = rng.choice(relation(shapes[0], other)).split()
+        words += rel + ["a", other.colour, other.kind]
+        word_shape += [-1] * (len(rel) + 1) + [j, j]
+    return ShapesExample(image, words, shapes, word_shape, bg)
+
+
+def _check(*, size: int, grid: int, min_shapes: int, max_shapes: int, background: str) -> None:
+    """Refuse impossible settings with the field's name and what is allowed."""
+    if grid < 2:
+        raise ValueError(f"data 'shapes': grid must be >= 2 (cells per side), got {grid}")
+    if size < 16 * grid:  # cells under 16 px draw circles, squares, triangles alike
+        raise ValueError(f"data 'shapes': size must be >= 16 * grid = {16 * grid} pixels so the "
+                         f"shapes stay distinguishable, got size={size} with grid={grid}")
+    top = min(grid * grid, len(COLOURS))
+    if not 1 <= min_shapes <= max_shapes <= top:
+        raise ValueError(f"data 'shapes': need 1 <= min_shapes <= max_shapes <= {top} (cells and "
+                         f"distinct colours), got min_shapes={min_shapes}, max_shapes={max_shapes}")
+    if background not in (*BACKGROUNDS, "mixed"):
+        raise ValueError(f"data 'shapes': background must be one of black, grey, mixed; "
+                         f"got {background!r}")
+
+
+class ShapesCaptions(Dataset):
+    """``n`` examples; example i is ``make_example(seed + i, **options)``, drawn on access.
+
+    Use :func:`make_splits` for train/val/test sets with disjoint seed ranges.
+    """
+
+    def __init__(self, n: int, seed: int = 1234, **options):
+        if n < 0:
+            raise ValueError(f"data 'shapes': the number of examples must be >= 0, got {n}")
+        unknown = sorted(set(options) - set(_DEFAULTS))
+        if unknown:
+            raise ValueError(f"data 'shapes': unknown option(s) {', '.join(unknown)}; allowed: "
+                             f"{', '.join(_DEFAULTS)}")
+        _check(**{**_DEFAULTS, **options})
+        self.n, self.seed, self.options = n, seed, options
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> ShapesExample:
+        if not -self.n <= i < self.n:
+            raise IndexError(f"example {i} out of range for {self.n} examples")
+        return make_example(self.seed + (i % self.n), **self.options)
+
+    def captions(self) -> Iterable[List[str]]:
+        return (self[i].words for i in range(self.n))
+
+
+_DEFAULTS = dict(size=64, grid=3, min_shapes=1, max_shapes=3, background="black")
+
+
+def make_splits(train_size: int = 5000, val_size: int = 500, test_size: int = 500,
+                seed: int = 1234, **options) -> Dict[str, ShapesCaptions]:
+    """Train/val/test sets; split k draws from seeds seed + k·SPLIT_STRIDE + i, so the splits
+    never share a seed (the images themselves may coincide by chance: there are few layouts)."""
+    sizes = {"train": train_size, "val": val_size, "test": test_size}
+    for name, n in sizes.items():
+        if not 0 <= n <= SPLIT_STRIDE:
+            raise ValueError(f"data 'shapes': {name}_size must be in 0..{SPLIT_STRIDE}, got {n}")
+    return {name: ShapesCaptions(n, seed + k * SPLIT_STRIDE, **options)
+            for k, (name, n) in enumerate(sizes.items())}
+
+
+class Vocab:
+    """Words ↔ ids: ⟨pad⟩ ⟨bos⟩ ⟨eos⟩ ⟨unk⟩ first, then words of at least ``min_freq``
+    occurrences, most frequent first (ties alphabetical), so the ids do not depend on order."""
+
+    def __init__(self, itos: Sequence[str]):
+        if list(itos[: len(SPECIALS)]) != SPECIALS:
+            raise ValueError(f"vocabulary must start with {SPECIALS}, got {list(itos[:4])}")
+        self.itos = list(itos)
+        self.stoi = {w: i for i, w in enumerate(self.itos)}
+
+    @classmethod
+    def build(cls, captions: Iterable[Sequence[str]], min_freq: int = 1) -> "Vocab":
+        counts = Counter(w for words in captions for w in words)
+        words = sorted((w for w, c in counts.items() if c >= min_freq and w not in SPECIALS),
+                       key=lambda w: (-counts[w], w))
+        return cls(SPECIALS + words)
+
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    def encode(self, words: Sequence[str]) -> List[int]:
+        return [self.stoi.get(w, UNK) for w in words]
+
+    def decode(self, ids: Iterable[int]) -> List[str]:
+        """Words up to the first ⟨eos⟩, without ⟨pad⟩/⟨bos⟩."""
+        out = []
+        for i in ids:
+            i = int(i)
+            if i == EOS:
+                break
+            if i not in (PAD, BOS):
+                out.append(self.itos[i])
+        return out
+
+
+def collate(examples: Sequence[ShapesExample], vocab: Vocab) -> Dict[str, torch.Tensor]:
+    """Stack images and frame captions as in :func:`attnflow.data.synthetic.collate`:
+    ``tgt_in`` = ⟨bos⟩ w…, ``tgt_out`` = w… ⟨eos⟩, ⟨pad⟩ after; ``regions`` (B, T, H, W) bool is
+    the named shape's mask for each ``tgt_out`` word (False elsewhere)."""
+    B, T = len(examples), max(len(e.words) for e in examples) + 1
+    H, W = examples[0].image.shape[1:]
+    tgt_in = torch.full((B, T), PAD, dtype=torch.long)
+    tgt_out = torch.full((B, T), PAD, dtype=torch.long)
+    regions = torch.zeros(B, T, H, W, dtype=torch.bool)
+    for i, e in enumerate(examples):
+        ids = torch.tensor(vocab.encode(e.words))
+        tgt_in[i, 0] = BOS
+        tgt_in[i, 1 : len(ids) + 1] = ids
+        tgt_out[i, : len(ids)] = ids
+        tgt_out[i, len(ids)] = EOS
+        regions[i, : len(ids)] = e.word_masks()
+    return {"images": torch.stack([e.image for e in examples]), "tgt_in": tgt_in,
+            "tgt_out": tgt_out, "regions": regions}
