@@ -1,12 +1,16 @@
 """What the sequence and text data modules share: the three Lightning loaders from one
-``_loader(split, train)``, and a test split that may be absent (named, not an empty loader)."""
+``_loader(split, train)``, a test split that may be absent (named, not an empty loader), and the
+loader of a split whose items have lengths (length-bucketed when training)."""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional, Sequence
 
 import pytorch_lightning as pl
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
+
+from attnflow.data.buckets import BucketBatchSampler, trainer_epoch
+from attnflow.distributed import eval_sampler
 
 
 class SplitDataModule(pl.LightningDataModule):
@@ -31,3 +35,17 @@ class SplitDataModule(pl.LightningDataModule):
         if why:
             raise ValueError(why)
         return self._loader("test", False)
+
+    def _sized_loader(self, data: Dataset, sizes: Callable[[], Sequence[int]], collate: Callable,
+                      train: bool) -> DataLoader:
+        """The loader of ``data``: when training with ``self.bucket``, batches of similar
+        ``sizes()`` (little padding; :class:`BucketBatchSampler`, reshuffled per epoch); else
+        shuffled when training, and under DDP each evaluation item on exactly one rank. Reads
+        ``bucket``, ``batch_size``, ``seed`` and ``num_workers`` of the module."""
+        if train and self.bucket:
+            return DataLoader(data, batch_sampler=BucketBatchSampler(
+                sizes(), self.batch_size, True, self.seed, pool=50, epoch=trainer_epoch(self)),
+                              collate_fn=collate, num_workers=self.num_workers)
+        return DataLoader(data, batch_size=self.batch_size, shuffle=train, collate_fn=collate,
+                          sampler=None if train else eval_sampler(data),
+                          num_workers=self.num_workers)

@@ -39,9 +39,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from attnflow.data.base import SplitDataModule
-from attnflow.data.buckets import BucketBatchSampler, trainer_epoch
 from attnflow.data.errors import DataError, numbered_lines
-from attnflow.distributed import eval_sampler
 from attnflow.registry import DATA
 
 log = logging.getLogger(__name__)
@@ -345,14 +343,9 @@ class DocumentDataModule(SplitDataModule):
     def _loader(self, split: str, train: bool) -> DataLoader:
         self.setup()
         data = self.splits[split]
-        if train and self.bucket:
-            sizes = [len(sl) * 1000 + (int(sl.max()) if len(sl) else 0) for sl in data.sent_lens]
-            return DataLoader(data, batch_sampler=BucketBatchSampler(
-                sizes, self.batch_size, True, self.seed, pool=50, epoch=trainer_epoch(self)),
-                              collate_fn=collate_documents, num_workers=self.num_workers)
-        return DataLoader(data, batch_size=self.batch_size, shuffle=train, collate_fn=collate_documents,
-                          sampler=None if train else eval_sampler(data),  # DDP: each document once
-                          num_workers=self.num_workers)
+        return self._sized_loader(  # sentences, then the longest sentence: similar shapes together
+            data, lambda: [len(sl) * 1000 + (int(sl.max()) if len(sl) else 0) for sl in data.sent_lens],
+            collate_documents, train)
 
     def missing_test(self) -> Optional[str]:
         if not self.has_test:

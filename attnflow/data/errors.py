@@ -39,3 +39,11 @@ def numbered_lines(path: Path | str, owner: str) -> Iterator[Tuple[int, str]]:
         yield from enumerate(iter_lines(path, "data file"), 1)
     except InputError as err:
         raise DataError(f"{owner}: {err}") from None
+
+
+def check_fields(owner: str, checks) -> None:
+    """``checks``: (field, value, ok, what is allowed); the first that is not ok is a
+    ``ValueError`` naming the owner, the field, what is allowed and the value."""
+    for name, value, ok, allowed in checks:
+        if not ok:
+            raise ValueError(f"{owner}: {name} must be {allowed}, got {value!r}")

@@ -49,7 +49,7 @@ from torch.utils.data import DataLoader
 from attnflow.data.base import SplitDataModule
 from attnflow.data.buckets import BucketBatchSampler
 from attnflow.data.documents import clean, read_jsonl, split_sentences
-from attnflow.data.errors import DataError, numbered_lines
+from attnflow.data.errors import DataError, check_fields, numbered_lines
 from attnflow.distributed import eval_sampler
 from attnflow.registry import DATA
 from attnflow.textio import atomic_path
@@ -310,15 +310,15 @@ class PretrainingDataModule(SplitDataModule):
         for name, value in (("train_path", train_path), ("val_path", val_path)):
             if not value:
                 raise ValueError(f"{OWNER}: '{name}' is required (a .txt or .jsonl corpus file)")
-        checks = [("documents", documents in ("line", "blank_line"), "'line' or 'blank_line'"),
-                  ("vocab_size", vocab_size > len(SPECIALS), f"> {len(SPECIALS)}"),
-                  ("max_len", max_len >= 5, ">= 5 (3 specials and two segments)"),
-                  ("short_seq_prob", 0 <= short_seq_prob <= 1, "in [0, 1]"),
-                  ("mlm_prob", 0 < mlm_prob < 1, "in (0, 1)"), ("batch_size", batch_size >= 1, ">= 1"),
-                  ("limit_train", limit_train >= 0, ">= 0"), ("limit_val", limit_val >= 0, ">= 0")]
-        for name, ok, allowed in checks:
-            if not ok:
-                raise ValueError(f"{OWNER}: {name} must be {allowed}, got {locals()[name]!r}")
+        check_fields(OWNER, [
+            ("documents", documents, documents in ("line", "blank_line"), "'line' or 'blank_line'"),
+            ("vocab_size", vocab_size, vocab_size > len(SPECIALS), f"> {len(SPECIALS)}"),
+            ("max_len", max_len, max_len >= 5, ">= 5 (3 specials and two segments)"),
+            ("short_seq_prob", short_seq_prob, 0 <= short_seq_prob <= 1, "in [0, 1]"),
+            ("mlm_prob", mlm_prob, 0 < mlm_prob < 1, "in (0, 1)"),
+            ("batch_size", batch_size, batch_size >= 1, ">= 1"),
+            ("limit_train", limit_train, limit_train >= 0, ">= 0"),
+            ("limit_val", limit_val, limit_val >= 0, ">= 0")])
         self.paths = {"train": Path(train_path), "val": Path(val_path),
                       "test": Path(test_path) if test_path else None}
         self.text_field, self.documents = text_field, documents

@@ -36,12 +36,10 @@ import torch
 from torch.utils.data import DataLoader
 
 from attnflow.data.base import SplitDataModule
-from attnflow.data.buckets import BucketBatchSampler, trainer_epoch
 from attnflow.data.documents import clean, read_jsonl
-from attnflow.data.errors import DataError, numbered_lines
+from attnflow.data.errors import DataError, check_fields, numbered_lines
 from attnflow.data.pretraining import (CLS, PAD, SEP, SPECIALS, TOKENIZER_FILE, pad_rows,
                                        save_tokenizer, train_wordpiece)
-from attnflow.distributed import eval_sampler
 from attnflow.registry import DATA
 
 log = logging.getLogger(__name__)
@@ -195,13 +193,13 @@ class TextClassificationDataModule(SplitDataModule):
                     raise ValueError(f"{OWNER}: {name}={value} cannot apply: the tokenizer comes from "
                                      f"tokenizer_from={tokenizer_from} (the pretraining run's); leave "
                                      f"data.{name} null, or set data.tokenizer_from=null to train one")
-        checks = [("vocab_size", vocab_size is None or vocab_size > len(SPECIALS), f"> {len(SPECIALS)}"),
-                  ("max_len", max_len >= 3, ">= 3 ([CLS], a subword, [SEP])"),
-                  ("batch_size", batch_size >= 1, ">= 1"),
-                  ("limit_train", limit_train >= 0, ">= 0"), ("limit_val", limit_val >= 0, ">= 0")]
-        for name, ok, allowed in checks:
-            if not ok:
-                raise ValueError(f"{OWNER}: {name} must be {allowed}, got {locals()[name]!r}")
+        check_fields(OWNER, [
+            ("vocab_size", vocab_size, vocab_size is None or vocab_size > len(SPECIALS),
+             f"> {len(SPECIALS)}"),
+            ("max_len", max_len, max_len >= 3, ">= 3 ([CLS], a subword, [SEP])"),
+            ("batch_size", batch_size, batch_size >= 1, ">= 1"),
+            ("limit_train", limit_train, limit_train >= 0, ">= 0"),
+            ("limit_val", limit_val, limit_val >= 0, ">= 0")])
         self.paths = {"train": Path(train_path), "val": Path(val_path),
                       "test": Path(test_path) if test_path else None}
         self.text_field, self.label_field = text_field, label_field
@@ -334,14 +332,8 @@ class TextClassificationDataModule(SplitDataModule):
     def _loader(self, split: str, train: bool) -> DataLoader:
         self.setup()
         data = self.splits[split]
-        if train and self.bucket:  # similar lengths together: little padding (IMDB: 10–1,000 words)
-            sizes = [len(i) for i in data.ids]
-            return DataLoader(data, batch_sampler=BucketBatchSampler(
-                sizes, self.batch_size, True, self.seed, pool=50, epoch=trainer_epoch(self)),
-                              collate_fn=collate_texts, num_workers=self.num_workers)
-        return DataLoader(data, batch_size=self.batch_size, shuffle=train, collate_fn=collate_texts,
-                          sampler=None if train else eval_sampler(data),  # DDP: each text once
-                          num_workers=self.num_workers)
+        # IMDB texts run from 10 to 1,000 subwords: bucketed by length when training
+        return self._sized_loader(data, lambda: [len(i) for i in data.ids], collate_texts, train)
 
     def missing_test(self) -> Optional[str]:
         if not self.has_test:
