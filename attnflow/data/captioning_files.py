@@ -1,0 +1,359 @@
+"""The registered data module ``captions``: real image–caption sets (Flickr8k, Flickr30k, COCO)
+in their common layouts, read by :mod:`attnflow.data.captions`, for Show, Attend and Tell
+(Xu et al. 2015). Batches and ids as :mod:`attnflow.data.captioning` says.
+
+Where the captions are. Relative paths are under ``root``. ``captions`` is one file for every
+split — a Karpathy-split JSON (Karpathy & Fei-Fei 2015: ``dataset_flickr8k.json``, the file the
+PyTorch captioning tutorials use), whose images carry their split; ``train_split`` (default
+``[train, restval]``), ``val_split`` and ``test_split`` pick them. ``train_captions``,
+``val_captions``, ``test_captions`` are per-split files of any layout (``image<TAB>caption`` text,
+Flickr8k's ``name.jpg#k`` included, COCO JSON, Karpathy JSON read whole); a split's own file wins
+over ``captions``. Train and val must have a source; test may have none (``test_split: null``).
+
+Items. Train: every (image, caption) pair. Val/test: one item per image (in file order), its
+first caption the target of the loss, all its captions the references of BLEU. Captions are
+tokenised by :func:`~attnflow.data.captioning.tokenize_caption` (lower case, words, no
+punctuation); words seen fewer than ``min_freq`` times in training become ⟨unk⟩; targets are cut
+to ``max_len`` words (references are not cut).
+
+Input. Pixels: each image loaded with PIL, RGB, resized to ``image_size`` square, in [0, 1].
+Features: ``features`` names a directory of ``<image stem>.npy`` arrays or one ``.npz`` keyed by
+image file name, each (L, D) (read with ``allow_pickle=False``); every image must have the same
+(L, D), and the images must exist too (attention maps are drawn over them).
+
+Everything is read and checked in ``setup()`` — which the runner reaches through
+``model_context()`` before the model is built — so a missing file, a missing image, an empty
+caption or a feature array of another size fails before any training, with a one-line
+:class:`~attnflow.data.errors.DataError` naming the file (and line or entry) and the field.
+"""
+
+from __future__ import annotations
+
+import logging
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from attnflow.data.captioning import CaptioningDataModule, frame_targets, tokenize_caption
+from attnflow.data.captions import load_image, read_captions
+from attnflow.data.errors import DataError, DataFileNotFoundError, check_fields
+from attnflow.data.shapes import Vocab
+from attnflow.registry import DATA, ConfigError
+
+log = logging.getLogger(__name__)
+
+OWNER = "data 'captions'"
+SPLITS = ("train", "val", "test")
+
+
+def _npy_shape(fp) -> Optional[tuple]:
+    """(shape, dtype) from a .npy header without reading the array (None: an unknown version)."""
+    version = np.lib.format.read_magic(fp)
+    read = {(1, 0): np.lib.format.read_array_header_1_0,
+            (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+    if read is None:
+        return None
+    shape, _, dtype = read(fp)
+    return shape, dtype
+
+
+class FeatureStore:
+    """Precomputed (L, D) region features per image: ``<dir>/<image stem>.npy``, or the arrays of
+    one ``.npz`` keyed by image file name. The ``.npz`` handle is opened once per process (a
+    DataLoader worker opens its own)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.npz_keys: Optional[set] = None
+        self._npz = None
+        if path.is_file() and path.name.endswith(".npz"):
+            try:
+                with np.load(path, allow_pickle=False) as npz:
+                    self.npz_keys = set(npz.files)
+            except (OSError, ValueError, zipfile.BadZipFile) as err:
+                raise DataError(f"{OWNER}: features={path} is not a readable .npz: {err}") from None
+        elif not path.is_dir():
+            raise DataFileNotFoundError(
+                f"{OWNER}: features={path} not found: expected a directory of <image stem>.npy "
+                f"arrays or one .npz keyed by image file name")
+
+    def source(self, image: Path) -> str:
+        """Where the features of ``image`` are, for messages."""
+        if self.npz_keys is None:
+            return str(self.path / f"{image.stem}.npy")
+        return f"{self.path}['{image.name}']"
+
+    def shape(self, image: Path, where: str, zf: Optional[zipfile.ZipFile] = None) -> tuple:
+        """(shape, dtype) of the image's array, read from its header; a missing one is an error."""
+        src = self.source(image)
+        try:
+            if self.npz_keys is None:
+                file = self.path / f"{image.stem}.npy"
+                if not file.is_file():
+                    raise DataFileNotFoundError(f"{OWNER}: no features for image {image.name} "
+                                                f"(named in {where}): {file} does not exist")
+                with open(file, "rb") as fp:
+                    head = _npy_shape(fp)
+            else:
+                if image.name not in self.npz_keys:
+                    raise DataError(f"{OWNER}: no features for image {image.name} (named in "
+                                    f"{where}): {self.path} has no array '{image.name}'")
+                with zf.open(f"{image.name}.npy") as fp:
+                    head = _npy_shape(fp)
+            if head is None:
+                arr = self.load(image)
+                head = (tuple(arr.shape), arr.dtype)
+        except DataError:
+            raise
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as err:
+            raise DataError(f"{OWNER}: cannot read features {src}: {err}") from None
+        return head
+
+    def check(self, images: Dict[Path, str]) -> Tuple[int, int]:
+        """(L, D) shared by the arrays of ``images`` ({path: where named}); refuses an array that
+        is not 2-D numbers or whose (L, D) differs from the first one's, naming its file."""
+        first: Optional[tuple] = None
+        zf = zipfile.ZipFile(self.path) if self.npz_keys is not None else None
+        try:
+            for image, where in images.items():
+                shape, dtype = self.shape(image, where, zf)
+                src = self.source(image)
+                if len(shape) != 2 or np.dtype(dtype).kind not in "biuf":
+                    raise DataError(f"{OWNER}: features {src} hold a {np.dtype(dtype)} array of shape "
+                                    f"{tuple(shape)}; expected numbers of shape (L regions, D)")
+                if first is None:
+                    first = (tuple(shape), src)
+                elif tuple(shape) != first[0]:
+                    raise DataError(f"{OWNER}: features {src} have shape (L, D) = {tuple(shape)} but "
+                                    f"{first[1]} has {first[0]}; every image needs the same number "
+                                    f"of regions L and feature size D")
+        finally:
+            if zf is not None:
+                zf.close()
+        return first[0]
+
+    def load(self, image: Path) -> torch.Tensor:
+        if self.npz_keys is None:
+            arr = np.load(self.path / f"{image.stem}.npy", allow_pickle=False)
+        else:
+            if self._npz is None:
+                self._npz = np.load(self.path, allow_pickle=False)
+            arr = self._npz[image.name]
+        return torch.from_numpy(np.asarray(arr, dtype=np.float32))
+
+    def __getstate__(self):  # DataLoader workers: each opens the .npz itself
+        return {**self.__dict__, "_npz": None}
+
+
+@dataclass
+class CaptionItems(Dataset):
+    """A split's items: image file, target ids (cut to ``max_len``), where it was named, and the
+    reference captions; ``__getitem__`` gives (index, pixels or features, ids)."""
+
+    images: List[Path]
+    ids: List[List[int]]
+    where: List[str]
+    refs: List[List[str]]
+    image_size: int = 112
+    features: Optional[FeatureStore] = field(default=None, repr=False)
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, i: int):
+        if self.features is not None:
+            x = self.features.load(self.images[i])
+        else:
+            x = load_image(self.images[i], self.image_size, where=self.where[i])
+        return i, x, self.ids[i]
+
+    def pixels(self, i: int) -> torch.Tensor:
+        return load_image(self.images[i], self.image_size, where=self.where[i])
+
+
+def collate_captions(items: Sequence[tuple]) -> Dict[str, torch.Tensor]:
+    """Stack images (or features) and frame the targets; ``idx`` the items' split indices."""
+    tgt_in, tgt_out = frame_targets([ids for _, _, ids in items])
+    return {"images": torch.stack([x for _, x, _ in items]), "tgt_in": tgt_in, "tgt_out": tgt_out,
+            "idx": torch.tensor([i for i, _, _ in items], dtype=torch.long)}
+
+
+@DATA.register("captions")
+class CaptionsDataModule(CaptioningDataModule):
+    """Real image–caption sets: an image folder plus a captions file (see the module docstring).
+
+    Args:
+        root: folder the relative paths below are under (default '': the working directory).
+        captions: one captions file for every split, a Karpathy-split JSON (default
+            'dataset_flickr8k.json'); '' or null: per-split files only.
+        train_captions, val_captions, test_captions: a split's own captions file (TSV, COCO or
+            Karpathy JSON, read whole); wins over ``captions`` (default '': none).
+        train_split: Karpathy split names of the training images (default [train, restval]).
+        val_split, test_split: Karpathy split name of the val/test images; test_split null and
+            no test_captions = no test split (default 'val', 'test').
+        image_dir: the image folder (default 'Flicker8k_Dataset', Flickr8k's zip's name).
+        image_size: square side images are resized to (default 112: the default 3-stage CNN
+            gives the paper's 14×14 = 196 regions at a quarter of 224²'s CPU cost).
+        min_freq: training words seen fewer times become <unk> (default 5).
+        max_len: target captions are cut to this many words (default 50).
+        features: a directory of <image stem>.npy or one .npz keyed by image file name, each
+            (L, D) region features; null = pixels (default null).
+        batch_size: items per batch (default 32).
+        num_workers: DataLoader workers (default 0).
+        seed: the run's seed (default 1234).
+    """
+
+    owner = OWNER
+
+    def __init__(self, *, root: str = "", captions: Optional[str] = "dataset_flickr8k.json",
+                 train_captions: str = "", val_captions: str = "", test_captions: str = "",
+                 train_split: List[str] = ["train", "restval"],  # noqa: B006
+                 val_split: Optional[str] = "val", test_split: Optional[str] = "test",
+                 image_dir: str = "Flicker8k_Dataset", image_size: int = 112, min_freq: int = 5,
+                 max_len: int = 50, features: Optional[str] = None, batch_size: int = 32,
+                 num_workers: int = 0, seed: int = 1234):
+        super().__init__()
+        check = [("image_size", image_size, image_size >= 1, ">= 1"),
+                 ("min_freq", min_freq, min_freq >= 1, ">= 1"),
+                 ("max_len", max_len, max_len >= 1, ">= 1"),
+                 ("batch_size", batch_size, batch_size >= 1, ">= 1"),
+                 ("num_workers", num_workers, num_workers >= 0, ">= 0")]
+        try:
+            check_fields(OWNER, check)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        self.root = Path(root or ".")
+        self.captions = captions or None
+        self.own = {"train": train_captions, "val": val_captions, "test": test_captions}
+        self.split_names = {"train": [s for s in train_split if s], "val": [val_split] if val_split else [],
+                            "test": [test_split] if test_split else []}
+        self.image_dir = self._path(image_dir)
+        self.size, self.min_freq, self.max_len = image_size, min_freq, max_len
+        self.features_path = self._path(features) if features else None
+        self.input_kind = "features" if features else "pixels"
+        self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
+        self.max_decode_len = max_len + 2
+        self.store: Optional[FeatureStore] = None
+        self.shape: Optional[Tuple[int, int]] = None
+        self.data: Dict[str, CaptionItems] = {}
+        for split in ("train", "val"):
+            if self._source(split) is None:
+                raise ConfigError(f"{OWNER}: the {split} split has no captions file: set "
+                                  f"data.{split}_captions, or data.captions (a Karpathy-split JSON) "
+                                  f"with data.{split}_split")
+
+    def _path(self, value: str) -> Path:
+        return self.root / value  # an absolute value stays itself
+
+    def _source(self, split: str) -> Optional[tuple]:
+        """(fields named in errors, file, Karpathy split names or None) of a split, or None."""
+        if self.own[split]:
+            return f"data.{split}_captions", self._path(self.own[split]), None
+        if self.captions and self.split_names[split]:
+            return f"data.captions, data.{split}_split", self._path(self.captions), self.split_names[split]
+        return None
+
+    @property
+    def image_size(self) -> int:
+        return self.size
+
+    @property
+    def feature_dim(self) -> Optional[int]:
+        return None if self.shape is None else self.shape[1]
+
+    # -- reading ---------------------------------------------------------------------------------
+    def _read(self, split: str) -> List[tuple]:
+        """[(image, words, where)] of a split; errors name the file and the fields."""
+        fields, path, names = self._source(split)
+        try:
+            pairs = read_captions(path, self.image_dir, names)
+        except DataError as err:
+            raise type(err)(f"{OWNER}: {split} split ({fields}): {err}") from None
+        rows = []
+        for pair in pairs:
+            words = tokenize_caption(pair[1])
+            if not words:
+                raise DataError(f"{OWNER}: {pair.where}: the caption {pair[1]!r} has no words "
+                                f"(after lower-casing and removing punctuation)")
+            rows.append((pair[0], words, pair.where))
+        return rows
+
+    def _items(self, split: str, rows: List[tuple]) -> CaptionItems:
+        """Train: one item per pair; val/test: one per image (first caption = target)."""
+        if split != "train":
+            by_image: Dict[Path, list] = {}
+            for image, words, where in rows:
+                by_image.setdefault(image, []).append((words, where))
+            rows = [(image, caps[0][0], caps[0][1], [" ".join(w) for w, _ in caps])
+                    for image, caps in by_image.items()]
+        else:
+            rows = [(image, words, where, [" ".join(words)]) for image, words, where in rows]
+        return CaptionItems([r[0] for r in rows], [self.vocab.encode(r[1][: self.max_len]) for r in rows],
+                            [r[2] for r in rows], [r[3] for r in rows], self.size, self.store)
+
+    def _check_features(self, splits: Dict[str, List[tuple]]) -> None:
+        if self.features_path is None:
+            return
+        self.store = FeatureStore(self.features_path)
+        images = {image: where for rows in splits.values() for image, _, where in rows}
+        self.shape = self.store.check(images)
+
+    def setup(self, stage: Optional[str] = None) -> None:
+        if self.vocab is not None:
+            return
+        rows = {s: self._read(s) for s in SPLITS if self._source(s) is not None}
+        self._check_features(rows)
+        self.vocab = Vocab.build((words for _, words, _ in rows["train"]), self.min_freq)
+        for split, r in rows.items():
+            self.data[split] = self._items(split, r)
+            cut = sum(len(w) > self.max_len for _, w, _ in r)
+            log.info("%s %s: %d items from %d captions (%d cut to max_len=%d)", OWNER, split,
+                     len(self.data[split]), len(r), cut, self.max_len)
+        log.info("%s: vocabulary %d words (min_freq=%d)", OWNER, len(self.vocab), self.min_freq)
+
+    def setup_evaluation(self, run_dir, artifacts: dict, split: str) -> None:
+        """The run's vocabulary and only ``split``'s captions (attnflow-eval)."""
+        if self._source(split) is None:
+            raise ConfigError(f"{OWNER}: the {split} split has no captions file: set "
+                              f"data.{split}_captions, or data.captions with data.{split}_split")
+        vocab = self.run_vocab(run_dir, artifacts)
+        rows = self._read(split)
+        self._check_features({split: rows})
+        want = artifacts.get("feature_dim")
+        if self.shape is not None and want is not None and self.shape[1] != want:
+            raise DataError(f"{OWNER}: features={self.features_path} have D={self.shape[1]} but "
+                            f"the run was trained on D={want}")
+        self.vocab = vocab
+        self.data = {split: self._items(split, rows)}
+
+    # -- what the base class serves ----------------------------------------------------------------
+    def dataset(self, split: str) -> CaptionItems:
+        return self.data[split]
+
+    def collate_fn(self):
+        return collate_captions
+
+    def references(self, split: str, idx: Sequence[int]) -> List[List[str]]:
+        refs = self.data[split].refs
+        return [list(refs[int(i)]) for i in idx]
+
+    def missing_test(self) -> Optional[str]:
+        if self._source("test") is None:
+            return (f"{OWNER}: no test split (set data.test_captions, or data.captions with "
+                    f"data.test_split); run with test=false")
+        return None
+
+    def example_batch(self, n: int, split: str = "val") -> Dict[str, torch.Tensor]:
+        """The first ``n`` items of a split; with features also ``pixels``, the images to draw
+        attention over."""
+        batch = super().example_batch(n, split)
+        if self.input_kind == "features":
+            data = self.data[split]
+            batch["pixels"] = torch.stack([data.pixels(int(i)) for i in batch["idx"]])
+        return batch
+
