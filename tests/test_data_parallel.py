@@ -108,3 +108,18 @@ def test_bleu_of_reference_against_itself_is_100_and_wer():
     assert corpus_bleu([r.lower() for r in refs], refs)[0] < 100.0
     # 1 substitution in 3 words + 2 deletions of 2 words: (1 + 2) / 5
     assert word_error_rate(["a b x", ""], ["a b c", "d e"]) == pytest.approx(0.6)
+
+
+def test_multi_reference_bleu_takes_the_best_matching_reference():
+    """A hypothesis equal to one of several references scores 100; fewer references for some
+    sentences are repeated (clipping and closest length are unchanged by a repeat)."""
+    hyps = ["a red circle left of a blue square", "a green triangle"]
+    refs = [["a blue square right of a red circle", "a red circle left of a blue square"],
+            ["a green triangle"]]
+    assert corpus_bleu(hyps, refs)[0] == pytest.approx(100.0)
+    assert corpus_bleu(hyps, [r[0] for r in refs])[0] < 100.0
+    from attnflow.tasks.translation_metrics import reference_streams
+    assert reference_streams(refs) == [[refs[0][0], refs[1][0]], [refs[0][1], refs[1][0]]]
+    assert word_error_rate(hyps, refs) == pytest.approx(word_error_rate(hyps, [r[0] for r in refs]))
+    with pytest.raises(ValueError, match="at least one reference"):
+        corpus_bleu(["x"], [[]])

@@ -70,10 +70,29 @@ class Seq2SeqTask(Task):
         self._token_acc = nn.ModuleDict({f"{s}_": MeanMetric() for s in ("train", "val", "test")})
 
     # -- one batch -----------------------------------------------------------------------------
+    def _source(self, batch: Dict[str, torch.Tensor]):
+        """What the model encodes: (source ids, their lengths); captioning: (images, None)."""
+        return batch["src"], batch["src_lengths"]
+
+    def _needs_weights(self, batch: Dict[str, torch.Tensor], split: str) -> bool:
+        """Whether the loss pass must return the attention weights (for a penalty or metric)."""
+        return self.penalty_weight > 0
+
+    def _attention_loss(self, weights, valid: torch.Tensor, split: str, n: int):
+        """What the attention adds to the loss: penalty_weight · ‖AAᵀ − I‖²_F (Lin et al. 2017)."""
+        if self.penalty_weight <= 0:
+            return 0.0
+        if weights is None:
+            raise ValueError("task.penalty_weight > 0 needs attention weights, and this model's "
+                             "decoder has no attention (e.g. decoder 'rnn', RNNenc); set "
+                             "task.penalty_weight=0")
+        penalty = diversity_penalty(weights, valid)
+        self.log(f"{split}/penalty", penalty, batch_size=n, sync_dist=split != "train")
+        return self.penalty_weight * penalty
+
     def _loss(self, batch: Dict[str, torch.Tensor], split: str) -> torch.Tensor:
-        need = self.penalty_weight > 0
-        logits, weights = self.model(batch["src"], batch["src_lengths"], batch["tgt_in"],
-                                     need_weights=need)
+        logits, weights = self.model(*self._source(batch), batch["tgt_in"],
+                                     need_weights=self._needs_weights(batch, split))
         target = batch["tgt_out"]
         loss = F.cross_entropy(logits.transpose(1, 2), target, ignore_index=self.pad_id,
                                label_smoothing=self.label_smoothing)
@@ -83,15 +102,7 @@ class Seq2SeqTask(Task):
         # val/test: the token-weighted mean over every rank's batches (sync_dist), not rank 0's
         self.log(f"{split}/loss", loss, batch_size=n, prog_bar=split != "test", sync_dist=split != "train")
         self.log(f"{split}/token_acc", self._token_acc[f"{split}_"], batch_size=n)
-        if need:
-            if weights is None:
-                raise ValueError("task.penalty_weight > 0 needs attention weights, and this model's "
-                                 "decoder has no attention (e.g. decoder 'rnn', RNNenc); set "
-                                 "task.penalty_weight=0")
-            penalty = diversity_penalty(weights, valid)
-            self.log(f"{split}/penalty", penalty, batch_size=n, sync_dist=split != "train")
-            loss = loss + self.penalty_weight * penalty
-        return loss
+        return loss + self._attention_loss(weights, valid, split, n)
 
     def step(self, batch, split: str):
         if split == "train":
@@ -100,7 +111,7 @@ class Seq2SeqTask(Task):
 
     def _eval_step(self, batch, split: str) -> None:
         self._loss(batch, split)
-        pred, _ = self.model.greedy(batch["src"], batch["src_lengths"], self.bos_id, self.eos_id,
+        pred, _ = self.model.greedy(*self._source(batch), self.bos_id, self.eos_id,
                                     self.max_decode_len)
         match = exact_match(pred, batch["tgt_out"], self.eos_id, self.pad_id)
         self._seq_acc[f"{split}_"].update(match.float())

@@ -85,7 +85,7 @@ class TranslationTask(Seq2SeqTask):
     def _eval_step(self, batch, split: str) -> None:
         self._loss(batch, split)
         beam = self.val_beam_size if split == "val" else self.beam_size
-        pred, _ = self.translate_ids(batch["src"], batch["src_lengths"], beam)
+        pred, _ = self.translate_ids(*self._source(batch), beam)
         match = exact_match(pred, batch["tgt_out"], self.eos_id, self.pad_id)
         self._seq_acc[f"{split}_"].update(match.float())
         self.log(f"{split}/seq_acc", self._seq_acc[f"{split}_"], batch_size=len(match))
