@@ -9,6 +9,7 @@
     attnflow-predict RUN ... --save-attention attn.npz       # attention maps as data
     attnflow-predict BERT_RUN "A great film." --explain out.html   # fine-tuned BERT: label, ⟨CLS⟩ attention
     attnflow-predict BERT_PRETRAINING_RUN "The film was [MASK] ." --top-k 5   # fill [MASK] tokens
+    attnflow-predict CAPTION_RUN photo.png --attention out.png   # caption an image, draw where words looked
 
 What it does follows the run's kind (the ``interface`` its model declares), read from the resolved
 config stored in the checkpoint (``attnflow_config``; no pickled modules): the model is rebuilt
@@ -43,8 +44,19 @@ most probable tokens (default 5), as HF's fill-mask pipeline. ``--explain OUT.ht
 attention of the ⟨CLS⟩ query over the WordPiece tokens in every layer and head (a table, the mean
 over the last layer's heads, and an all-heads picture).
 
+Images (captioning runs, Xu et al. 2015: :mod:`attnflow.predict_image`). The arguments are image
+files (a features run, ``data.features``: one ``.npy`` of (L, D) region features each); ``--file``
+a list of image paths, one per line (blank lines skipped; relative paths from the current
+folder). Each is read as in training (RGB, resized to the run's image size) and captioned by beam
+search of ``--beam`` K (default: the run's ``task.beam_size``; 1 = greedy); output
+``path<TAB>caption`` per image (``--json``: ``image``, ``caption``, ``words``). ``--attention
+OUT.png`` draws the image and, per word, its attention over the image's regions
+(:func:`attnflow.viz.caption_figure`): OUT.png for one image, OUT-0.png, OUT-1.png, … for several.
+Every image is read before anything is written: a missing or corrupt one is one line naming it,
+exit status 2.
+
 ``--save-attention OUT.npz`` (``numpy.load``; no pickling) holds ``kind`` (``"documents"``,
-``"graph"`` or ``"text"``) and
+``"graph"``, ``"text"`` or ``"captioning"``) and
 
 - documents, for input line i (0-based; ``lines`` in all): ``{i}/words`` (S, W) the words read
   ('' at padding), ``{i}/word_weights`` (S, W) (each sentence's row sums to 1 with attention
@@ -56,6 +68,10 @@ over the last layer's heads, and an all-heads picture).
   tokens read, ``[CLS]`` … ``[SEP]`` (empty for an empty line), ``{i}/cls_attention`` (N, J, T)
   the ⟨CLS⟩ query's attention weights in each of the N layers and J heads (row 0 of the
   encoder's self-attention; each row sums to 1 over the T tokens; absent for an empty line);
+- images (captioning), for input i (0-based; ``lines`` in all): ``{i}/image`` the path given,
+  ``{i}/words`` (T,) the caption's words (no ⟨eos⟩), ``{i}/alpha`` (T, h, w) each word's
+  attention over the h × w region grid (row-major as the encoder's regions; each row sums to 1
+  over the h·w regions: soft attention, Xu et al. 2015, eq. (4)–(5));
 - graphs: ``num_nodes``; per layer k (0 = input): ``layer{k}/edge_index`` (2, E′) edges
   (source i, target t) with self-loops and ``layer{k}/alpha`` (E′, J) per head; for every target
   t and head j, Σ_{edges i→t} α = 1 (Veličković et al. 2018, eq. (3)).
@@ -78,6 +94,7 @@ import torch
 import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
 from attnflow.checkpoints import CheckpointError, Run, load_run, load_weights, run_artifacts
 from attnflow.data.documents import Vocabulary, cap_document, encode_texts, tokenize
+from attnflow.predict_image import predict_captions
 from attnflow.registry import DATA, MODELS, TASKS
 from attnflow.textio import (InputError, batched, check_npz, iter_lines, iter_stdin, save_arrays,
                              text_array)
@@ -370,6 +387,12 @@ def _texts(args, run: Run, out) -> int:
     return predict_bert(args, run, out, read_texts, save_arrays, batched)
 
 
+# -- images (captioning) ------------------------------------------------------------------------------
+def _captions(args, run: Run, out) -> int:
+    """Captioning runs: :func:`attnflow.predict_image.predict_captions` with this module's readers."""
+    return predict_captions(args, run, out, read_texts, batched, write_attention)
+
+
 # -- the command --------------------------------------------------------------------------------------
 class _Output:
     """stdout, or ``-o FILE`` written beside the target and moved into place at the end (a failed
@@ -413,6 +436,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("-o", "--output", help="write the predictions here instead of stdout")
     p.add_argument("--save-attention", metavar="OUT.npz",
                    help="write the attention maps as arrays (keys: see the module docstring)")
+    p.add_argument("--beam", type=int, default=None, metavar="K",
+                   help="captioning runs: beam size (default: the run's task.beam_size; 1 = greedy)")
+    p.add_argument("--attention", metavar="OUT.png",
+                   help="captioning runs: draw each word's attention over the image (several "
+                        "images: OUT-0.png, OUT-1.png, …)")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--device", default="cpu")
     args = p.parse_intermixed_args(argv)
@@ -424,7 +452,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         run = load_run(args.model, args.device)
         kind = run_interface(run)
         handlers = {"documents": _documents, "graph": _graph, "text_classification": _texts,
-                    "pretraining": _texts}
+                    "pretraining": _texts, "captioning": _captions}
         if kind not in handlers:
             tool = " (translation runs: attnflow-translate)" if kind == "seq2seq" else ""
             raise PredictError(f"the run at {run.run_dir} works on {kind or 'unknown data'}; "

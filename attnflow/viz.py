@@ -230,3 +230,126 @@ def html_panel(key: str, html: str) -> dict:
 
 def table_panel(key: str, columns: Sequence[str], rows: Sequence[Sequence]) -> dict:
     return {"kind": "table", "key": key, "columns": list(columns), "rows": [list(r) for r in rows]}
+
+
+# -- images (captioning) ---------------------------------------------------------------------------
+CAPTION_SIZE = (8.0, 8.6)      # 800 × 860 pixels: a 4 × 4 grid of panels and a title line
+CAPTION_GRID = (4, 4)          # rows, columns: the image and up to 15 words
+CAPTION_OVERLAY = 0.6          # opacity of the heat map over the image
+
+
+def _as_tensor(x, name: str) -> torch.Tensor:
+    if isinstance(x, np.ndarray):
+        x = torch.from_numpy(x)
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"caption_figure: {name} must be a tensor or an array, got {type(x).__name__}")
+    return x.detach().cpu()
+
+
+def alpha_grid(alpha, boxes) -> torch.Tensor:
+    """α (T, L) over the L regions as (T, h, w) maps on the region grid. The grid follows from
+    ``boxes`` (L, 4) [top, left, bottom, right), row-major as the image encoders give them
+    (:meth:`CNNImageEncoder.region_boxes`, :meth:`FeatureEncoder.region_boxes`): w is the number
+    of boxes sharing the first box's top, h = L / w. Boxes that are not such a grid (column-major,
+    shuffled, ragged rows) raise a ValueError naming ``boxes`` rather than drawing α in the wrong
+    places."""
+    alpha, boxes = _as_tensor(alpha, "alpha"), _as_tensor(boxes, "boxes")
+    if alpha.dim() != 2:
+        raise ValueError(f"caption_figure: alpha must be (T, L) (one row of region weights per "
+                         f"word), got shape {tuple(alpha.shape)}")
+    L = alpha.shape[1]
+    if boxes.dim() != 2 or boxes.shape != (L, 4):
+        raise ValueError(f"caption_figure: boxes must be (L, 4) [top, left, bottom, right) with "
+                         f"L = {L} (alpha's columns), got shape {tuple(boxes.shape)}")
+    if L == 0:
+        raise ValueError("caption_figure: alpha and boxes have no regions (L = 0)")
+    b = boxes.double()
+    w = int((b[:, 0] == b[0, 0]).sum())
+    h = L // w
+    cells = b.reshape(h, w, 4) if h * w == L else None
+    if (cells is None or not bool((cells[:, :, 0] == cells[:, :1, 0]).all())
+            or not bool((cells[:, :, 1] == cells[:1, :, 1]).all())
+            or not bool((cells[1:, 0, 0] > cells[:-1, 0, 0]).all())
+            or not bool((cells[0, 1:, 1] > cells[0, :-1, 1]).all())):
+        raise ValueError(f"caption_figure: boxes do not form a row-major grid of regions (all boxes "
+                         f"of the top row first, left to right; {w} share the first box's top, "
+                         f"L = {L}); pass the encoder's region_boxes")
+    return alpha.float().reshape(alpha.shape[0], h, w)
+
+
+def attention_overlay(alpha, boxes, height: int, width: int) -> torch.Tensor:
+    """(T, height, width) heat maps in [0, 1] (NaN outside the regions' boxes): each word's α over
+    the region grid upsampled bilinearly to the pixels the grid covers (cell centres keep their α,
+    pixels between them are interpolated), then stretched from the uniform share 1/L (0: no more
+    than uniform) to the word's largest α, or 2/L if that is larger (1). The stretch is close to
+    the tutorials' (``imshow`` scales each map from its minimum to its maximum), but a uniform or
+    nearly uniform α — an untrained model's — stays dark instead of lighting the whole image. The
+    smooth upsampling is that of the Show-Attend-Tell tutorials' ``visualize_att`` (Xu et al.
+    2015, Fig. 2–3), done in one ``interpolate`` call for all words."""
+    grid = alpha_grid(alpha, boxes)
+    b = _as_tensor(boxes, "boxes").double()
+    top, left = int(round(float(b[:, 0].min()))), int(round(float(b[:, 1].min())))
+    bottom, right = int(round(float(b[:, 2].max()))), int(round(float(b[:, 3].max())))
+    out = torch.full((grid.shape[0], height, width), float("nan"))
+    y0, x0, y1, x1 = max(top, 0), max(left, 0), min(bottom, height), min(right, width)
+    if y1 > y0 and x1 > x0 and grid.shape[0]:  # boxes past the image's edge: cropped after
+        up = torch.nn.functional.interpolate(grid[:, None], size=(bottom - top, right - left),
+                                             mode="bilinear", align_corners=False)[:, 0]
+        share = 1.0 / (grid.shape[1] * grid.shape[2])
+        above = (grid.flatten(1).amax(1).clamp_min(2 * share) - share)[:, None, None]
+        heat = ((up - share) / above).clamp(0, 1)
+        out[:, y0:y1, x0:x1] = heat[:, y0 - top: y1 - top, x0 - left: x1 - left]
+    return out
+
+
+def caption_figure(image, words: Sequence[str], alpha, boxes, title: str = "",
+                   figsize=CAPTION_SIZE):
+    """A generated caption's attention drawn on its image (Xu et al. 2015, Fig. 2–3): the image,
+    then one panel per word titled with the word, α of that word (``alpha`` (T, L), one row per
+    word) spread over the regions' ``boxes`` (L, 4) [top, left, bottom, right) pixel boxes,
+    smoothed (:func:`attention_overlay`) and drawn as a semi-transparent heat map over the image
+    (bright: where the word looked; each word's map scaled from the uniform share 1/L to its own
+    largest α (at least 2/L), which is written under the panel). ``image`` (3, H, W) (or (1, H, W)) floats in
+    [0, 1].
+
+    Always ``figsize`` (800 × 860 pixels) with a fixed grid of 4 × 4 panels: the image and the first
+    15 words; a longer caption says "… n more" in the title. Wrong shapes raise a ValueError
+    naming the argument."""
+    img = _as_tensor(image, "image")
+    if img.dim() != 3 or img.shape[0] not in (1, 3) or min(img.shape[1:]) < 1:
+        raise ValueError(f"caption_figure: image must be (3, H, W) pixels in [0, 1], got shape "
+                         f"{tuple(img.shape)}")
+    a = _as_tensor(alpha, "alpha")
+    if a.dim() != 2 or a.shape[0] != len(words):
+        raise ValueError(f"caption_figure: alpha must be (T, L) with T = len(words) = {len(words)} "
+                         f"rows, got shape {tuple(a.shape)}")
+    H, W = img.shape[1:]
+    rows, cols = CAPTION_GRID
+    shown = min(len(words), rows * cols - 1)
+    heat = attention_overlay(a[:shown], boxes, H, W).numpy()
+    pixels = img.float().clamp(0, 1).expand(3, H, W).permute(1, 2, 0).numpy()
+    more = len(words) - shown
+    fig = plt.figure(figsize=figsize, dpi=DPI)
+    top_room = 0.6 / figsize[1]  # the title line, in figure fractions
+    cw, ch = 1.0 / cols, (1.0 - top_room) / rows
+    hot = matplotlib.colormaps["inferno"].with_extremes(bad=(0, 0, 0, 0))  # NaN: no region there
+    for k in range(rows * cols):  # panels, not pixels: at most 16
+        r, c = divmod(k, cols)
+        ax = fig.add_axes((c * cw + 0.01, 1.0 - top_room - (r + 1) * ch + 0.01, cw - 0.02, ch - 0.05))
+        ax.set_axis_off()
+        if k > shown:
+            continue
+        ax.imshow(pixels, interpolation="bilinear")
+        if k == 0:
+            ax.set_title("image", fontsize=9)
+            continue
+        word = str(words[k - 1])
+        ax.imshow(np.ma.masked_invalid(heat[k - 1]), cmap=hot, vmin=0.0, vmax=1.0,
+                  alpha=CAPTION_OVERLAY, interpolation="nearest")
+        ax.set_title(word if len(word) <= 18 else word[:17] + "…", fontsize=9)
+        ax.text(0.5, -0.02, f"max α {float(a[k - 1].max()):.3g} (uniform {1 / a.shape[1]:.3g})",
+                transform=ax.transAxes, ha="center", va="top", fontsize=7)
+    head = title + (f" … {more} more" if more else "")
+    if head:
+        fig.suptitle(head, fontsize=10, y=1.0 - 0.15 / figsize[1], va="top")
+    return fig
