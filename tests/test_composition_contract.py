@@ -220,7 +220,9 @@ def _repeated_defaults(kind, node, path):
     for key, value in node.items():
         if key in ("name", "defaults") or key not in fields or (isinstance(value, str) and "${" in value):
             continue
-        if value == fields[key]:
+        if value == fields[key] and not (isinstance(value, dict) and set(value) == {"name"}):
+            # (a child spec that only names its default block stays: it makes the block's fields
+            # overridable, e.g. model.encoder.channels=[8,16], which would otherwise lack a name)
             found.append(f"{path}.{key}: {value!r}")
         elif key in children and isinstance(value, dict) and "name" in value:
             found += _repeated_defaults(children[key], value, f"{path}.{key}")

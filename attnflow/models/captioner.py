@@ -12,7 +12,7 @@ over the regions with the previous state (soft attention, §4.2, eq. (8)–(13))
 This is exactly the RNNsearch decoder of translation (``rnn_attention``: Bahdanau et al. 2015)
 with the regions as its memory, so the model only pairs an image encoder with a registered
 decoder: every attention block and scorer works by override (``scorer=dot|general|additive|…``,
-``attention=multihead``), and ``luong`` and ``transformer`` decoders too (the latter needs the
+``attention=multihead``), and ``luong`` and ``transformer_decoder`` too (the latter needs the
 encoder's ``out_dim`` equal to its ``d_model``). Greedy and beam search are translation's
 (:mod:`attnflow.decoding`); f_att's output layer differs slightly from the paper's deep output
 (a linear layer over [h_t; ẑ_t; E y_{t−1}] rather than L_o(E y + L_h h + L_z ẑ)), and the LSTM's

@@ -139,11 +139,12 @@ class CaptioningTask(TranslationTask):
                                  self.max_decode_len, beam, self.length_penalty, need_weights)
         tokens = strip_after_eos(tokens, self.eos_id, self.pad_id)
         words, alphas = [], []
+        special = (self.pad_id, self.bos_id, self.eos_id)
         for i, row in enumerate(tokens.tolist()):
-            ids = [t for t in row if t not in (self.pad_id, self.bos_id, self.eos_id)]
-            words.append([self._tok(t) for t in ids])
+            keep = [j for j, t in enumerate(row) if t not in special]  # (an untrained model
+            words.append([self._tok(row[j]) for j in keep])  # may emit ⟨pad⟩ or ⟨bos⟩: dropped)
             if weights is not None:
-                alphas.append(weights[i, : len(ids)].mean(1).float().cpu())
+                alphas.append(weights[i, keep].mean(1).float().cpu())
         return words, (alphas if need_weights and weights is not None else None)
 
     # -- dashboard -----------------------------------------------------------------------------------
