@@ -421,10 +421,10 @@ class _Output:
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="attnflow-predict", description=__doc__.split("\n\n")[0])
     p.add_argument("model", help="a run directory or a .ckpt file")
-    p.add_argument("texts", nargs="*", help="documents or texts to label (default: --file, else "
-                                           "stdin)")
+    p.add_argument("texts", nargs="*", help="documents or texts to label, or image files to "
+                                           "caption (default: --file, else stdin)")
     p.add_argument("--file", help="one document per line (.gz; .jsonl[.gz]: objects with the run's "
-                                  "text field)")
+                                  "text field); captioning runs: one image path per line")
     p.add_argument("--explain", nargs="?", const=True, metavar="OUT.html",
                    help="documents: write word/sentence weights as HTML; BERT texts: the "
                         "[CLS] attention of every layer and head as HTML; graphs: list each "
@@ -457,7 +457,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             tool = " (translation runs: attnflow-translate)" if kind == "seq2seq" else ""
             raise PredictError(f"the run at {run.run_dir} works on {kind or 'unknown data'}; "
                                f"attnflow-predict labels documents, graph nodes and texts (BERT "
-                               f"runs: text_classification, bert_pretraining){tool}")
+                               f"runs: text_classification, bert_pretraining) and captions images"
+                               f"{tool}")
+        given = [o for o, v in (("--beam", args.beam), ("--attention", args.attention)) if v is not None]
+        if given and kind != "captioning":  # an option that would do nothing is refused
+            raise PredictError(f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} for "
+                               f"captioning runs; the run at {run.run_dir} works on {kind}")
         with _Output(args.output) as out:
             return handlers[kind](args, run, out)
     except (CheckpointError, PredictError, InputError, FileNotFoundError, ValueError) as err:

@@ -164,8 +164,19 @@ def test_other_runs_keep_their_refusal(tmp_path, capsys):
     assert main([str(mt), "photo.png", "--attention", str(tmp_path / "o.png")]) == 2
     assert capsys.readouterr().err == (
         f"attnflow-predict: the run at {mt} works on seq2seq; attnflow-predict labels documents, "
-        f"graph nodes and texts (BERT runs: text_classification, bert_pretraining) (translation "
-        f"runs: attnflow-translate)\n")
+        f"graph nodes and texts (BERT runs: text_classification, bert_pretraining) and captions "
+        f"images (translation runs: attnflow-translate)\n")
+
+
+def test_captioning_options_on_other_runs_are_refused(tmp_path, capsys):
+    """--beam and --attention would do nothing for a document classifier: refused, naming them."""
+    from cli_runs import document_files, document_overrides
+
+    han = fabricate_run(document_overrides(document_files(tmp_path / "docs")), tmp_path / "han_run")
+    assert main([str(han), "a good film", "--beam", "2", "--attention", str(tmp_path / "o.png")]) == 2
+    assert capsys.readouterr().err == (f"attnflow-predict: --beam and --attention are for captioning "
+                                       f"runs; the run at {han} works on documents\n")
+    assert not (tmp_path / "o.png").exists()
 
 
 @pytest.fixture(scope="module")
