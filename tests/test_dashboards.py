@@ -274,3 +274,32 @@ def test_bert_dashboards_show_the_models_own_predictions(tmp_path):
         assert row[1].split(" ") == [f"{itos[o]}→{itos[g]}" for o, g in zip(originals, guess)]
         assert row[2:] == [("next", "random")[int(batch["nsp_labels"][b])], ("next", "random")[nsp[b]]]
         assert row[0].startswith("[CLS]") and "[SEP]" in row[0]
+
+
+CAPTION_TINY = ["experiment=caption_shapes", "data.train_size=32", "data.val_size=8",
+                "data.test_size=0", "data.size=48", "data.batch_size=16",
+                "model.encoder.channels=[8,8]", "model.decoder.embed_dim=8",
+                "model.decoder.hidden_dim=16", "test=false"]
+
+
+def test_captioning_run_logs_word_overlays_and_a_caption_table(tmp_path, wandb_env):
+    """Each validation: per example one overlay picture of one size (image + each word's α) and a
+    reference/hypothesis table, in W&B and TensorBoard; the PNGs in the run directory."""
+    cfg = compose_cfg([*CAPTION_TINY, *QUIET, "logger=[wandb,tensorboard]",
+                       "callbacks.attention_maps.examples=2"])
+    train(cfg, tmp_path / "run")
+    acc = _tensorboard(tmp_path / "run")
+    tags = sorted(acc.Tags()["images"])
+    assert tags == ["val/attention/0", "val/attention/1"], tags
+    assert len({(e.width, e.height) for t in tags for e in acc.Images(t)}) == 1
+    run = _wandb_run(tmp_path / "run")
+    _wandb_log(run)
+    table = json.loads(next((run / "files" / "media" / "table").rglob("captions*.table.json")).read_text())
+    assert table["columns"] == ["reference", "hypothesis"] and len(table["data"]) == 2
+    from attnflow.data.shapes import make_splits
+    val = make_splits(32, 8, 0, seed=1234, size=48)["val"]
+    assert [row[0] for row in table["data"]] == [val[0].caption, val[1].caption]
+    images = list((run / "files" / "media" / "images").rglob("*.png"))
+    assert len(images) >= 2
+    files = sorted(p.name for p in (tmp_path / "run" / "attention").glob("*.png"))
+    assert files == ["val_example_0.png", "val_example_1.png"]
