@@ -181,3 +181,41 @@ def test_collate_frames_captions_and_regions():
         assert b["tgt_out"][i, n] == EOS and (b["tgt_out"][i, n + 1:] == PAD).all()
         assert torch.equal(b["regions"][i, :n], ds[i].word_masks())
         assert not b["regions"][i, n:].any()
+
+
+def test_all_captions_are_every_true_caption_of_the_grammar():
+    """all_captions: the drawn caption first, then every other subject, order and true relation;
+    each parses and holds for the pixels (centroids more than half a cell apart), none repeats, and
+    their number is Σ_subjects (n−1)! · Π_others (true relations), counted here from the pixels."""
+    from math import factorial
+
+    from attnflow.data.shapes import all_captions
+
+    half = 64 / 3 / 2  # shapes of different cells: centroids more than half a cell apart
+    sizes = set()
+    for e in EXAMPLES[:40]:
+        caps = all_captions(e)
+        assert caps[0] == e.words and len({tuple(c) for c in caps}) == len(caps)
+        centre = {s.colour: centroid(colour_pixels(e.image, s.colour)) for s in e.shapes}
+
+        def true_relations(a, b):
+            (ax, ay), (bx, by) = centre[a], centre[b]
+            return ({"left of"} if ax < bx - half else {"right of"} if ax > bx + half else set()) | \
+                   ({"above"} if ay < by - half else {"below"} if ay > by + half else set())
+
+        for words in caps:
+            objs, rels = parse(words)
+            assert sorted(c for c, _ in objs) == sorted(centre)
+            for rel, j in rels:
+                assert rel in true_relations(objs[0][0], objs[j][0]), (words, centre)
+        n = len(e.shapes)
+        expected = 0
+        for s in centre:
+            count = factorial(n - 1)
+            for o in centre:
+                if o != s:
+                    count *= len(true_relations(s, o))
+            expected += count
+        assert len(caps) == expected, (e.caption, caps)
+        sizes.add(len(caps))
+    assert max(sizes) >= 8 and 1 in sizes

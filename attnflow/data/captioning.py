@@ -31,8 +31,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from attnflow.data.base import SplitDataModule
 from attnflow.data.errors import check_fields
-from attnflow.data.shapes import (BOS, EOS, PAD, RELATIONS, UNK, ShapesCaptions, Vocab, collate,
-                                  make_splits)
+from attnflow.data.shapes import (BOS, EOS, PAD, RELATIONS, UNK, ShapesCaptions, Vocab,
+                                  all_captions, collate, make_splits)
 from attnflow.distributed import eval_sampler
 from attnflow.registry import DATA, ConfigError
 
@@ -216,7 +216,7 @@ class ShapesDataModule(CaptioningDataModule):
             raise ConfigError(str(err)) from None
         self.size, self.batch_size, self.num_workers, self.seed = size, batch_size, num_workers, seed
         self.max_decode_len = longest_shapes_caption(max_shapes) + 2
-        self._captions: Dict[str, List[str]] = {}
+        self._captions: Dict[str, List[List[str]]] = {}
 
     @property
     def image_size(self) -> int:
@@ -237,10 +237,13 @@ class ShapesDataModule(CaptioningDataModule):
         return partial(collate_shapes, vocab=self.vocab)
 
     def references(self, split: str, idx: Sequence[int]) -> List[List[str]]:
-        """The one caption of each item (drawn once per split, then kept)."""
+        """Every caption the grammar allows for each item's image, its drawn caption first
+        (:func:`attnflow.data.shapes.all_captions`: another subject, order or true relation is
+        as correct as the drawn one); made once per split, then kept."""
         if split not in self._captions:
-            self._captions[split] = [" ".join(w) for w in self.sets[split].captions()]
-        return [[self._captions[split][int(i)]] for i in idx]
+            self._captions[split] = [[" ".join(w) for w in all_captions(self.sets[split][i])]
+                                     for i in range(len(self.sets[split]))]
+        return [list(self._captions[split][int(i)]) for i in idx]
 
     def missing_test(self) -> Optional[str]:
         if len(self.sets["test"]) == 0:

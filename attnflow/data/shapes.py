@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from itertools import permutations, product
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -159,15 +160,44 @@ def make_example(seed: int, *, size: int = 64, grid: int = 3, min_shapes: int = 
         mask = _shape_mask(kind, cx, cy, r, xx, yy)
         image[:, mask] = torch.tensor(COLOURS[colour]).unsqueeze(1)
         shapes.append(Shape(kind, colour, (row, col), (cx, cy), r, _box(mask), mask))
-    words, word_shape = ["a", shapes[0].colour, shapes[0].kind], [-1, 0, 0]
-    for j, other in enumerate(shapes[1:], start=1):
-        if j > 1:
+    rels = [rng.choice(relation(shapes[0], other)) for other in shapes[1:]]
+    words, word_shape = caption_words(shapes, list(range(n)), rels)
+    return ShapesExample(image, words, shapes, word_shape, bg)
+
+
+def caption_words(shapes: Sequence[Shape], order: Sequence[int], rels: Sequence[str]
+                  ) -> Tuple[List[str], List[int]]:
+    """The grammar: shape ``order[0]`` is the subject, then for each next shape of ``order`` its
+    relation from ``rels`` ("and" before every relation after the first). Returns the words and,
+    per word, the index of the shape it names (-1 for none)."""
+    s = order[0]
+    words, word_shape = ["a", shapes[s].colour, shapes[s].kind], [-1, s, s]
+    for k, (j, rel) in enumerate(zip(order[1:], rels)):
+        if k:
             words.append("and")
             word_shape.append(-1)
-        rel = rng.choice(relation(shapes[0], other)).split()
-        words += rel + ["a", other.colour, other.kind]
-        word_shape += [-1] * (len(rel) + 1) + [j, j]
-    return ShapesExample(image, words, shapes, word_shape, bg)
+        rel_words = rel.split()
+        words += rel_words + ["a", shapes[j].colour, shapes[j].kind]
+        word_shape += [-1] * (len(rel_words) + 1) + [j, j]
+    return words, word_shape
+
+
+def all_captions(example: ShapesExample) -> List[List[str]]:
+    """Every caption the grammar allows for the drawn shapes: any shape as the subject, the others
+    in any order, each with any relation that holds (up to 3 · 2 · 2 · 2 = 24 for three shapes).
+    The example's own caption comes first. A caption drawn by :func:`make_example` is one
+    arbitrary choice among these, so scoring generated captions against all of them (as COCO
+    scores against five human captions) does not punish a correct caption for another choice."""
+    out = [list(example.words)]
+    seen = {tuple(example.words)}
+    for order in permutations(range(len(example.shapes))):
+        options = [relation(example.shapes[order[0]], example.shapes[j]) for j in order[1:]]
+        for rels in product(*options):
+            words, _ = caption_words(example.shapes, order, rels)
+            if tuple(words) not in seen:
+                seen.add(tuple(words))
+                out.append(words)
+    return out
 
 
 def _check(*, size: int, grid: int, min_shapes: int, max_shapes: int, background: str) -> None:
