@@ -16,7 +16,8 @@ decoder: every attention block and scorer works by override (``scorer=dot|genera
 encoder's ``out_dim`` equal to its ``d_model``). Greedy and beam search are translation's
 (:mod:`attnflow.decoding`); f_att's output layer differs slightly from the paper's deep output
 (a linear layer over [h_t; ẑ_t; E y_{t−1}] rather than L_o(E y + L_h h + L_z ẑ)), and the LSTM's
-c_0 is zero (the paper maps the mean annotation to c_0 as well).
+c_0 is zero (the paper maps the mean annotation to c_0 as well). The paper's gating scalar
+β_t = σ(f_β(h_{t−1})) on ẑ_t (§4.2.1) is ``model.decoder.gate=true``.
 
 Images of a batch have one size, so every region is real: the memory mask is all True.
 """

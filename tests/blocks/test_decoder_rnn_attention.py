@@ -14,13 +14,14 @@ ATTENTIONS = {
 }
 
 
-def build(attention="single", cell="gru", how="class"):
+def build(attention="single", cell="gru", how="class", gate=False):
     cfg = ATTENTIONS[attention][0]
     if how == "registry":
         dec = DECODERS.build({"name": "rnn_attention", "cell": cell, "embed_dim": EMB,
-                              "hidden_dim": HID, "attention": cfg}, V, MEM, INIT)
+                              "hidden_dim": HID, "attention": cfg, "gate": gate}, V, MEM, INIT)
     else:
-        dec = AttentionRNNDecoder(V, MEM, INIT, cell=cell, embed_dim=EMB, hidden_dim=HID, attention=cfg)
+        dec = AttentionRNNDecoder(V, MEM, INIT, cell=cell, embed_dim=EMB, hidden_dim=HID,
+                                  attention=cfg, gate=gate)
     return dec.double().eval()
 
 
@@ -186,6 +187,9 @@ def bahdanau_by_hand(dec, tgt_in, memory, mask, init):
             for i in real:
                 alphas[b, t, i] = e[i] / z
                 ctx = ctx + alphas[b, t, i] * memory[b, i]
+            if dec.gate is not None:  # Xu et al. 2015 §4.2.1: β_t = σ(w_β · s_{t−1} + b_β)
+                beta = 1 / (1 + torch.exp(-(dec.gate.weight[0] @ s + dec.gate.bias[0])))
+                ctx = beta * ctx
             emb = dec.embedding.weight[tgt_in[b, t]]
             x = torch.cat([emb, ctx]).unsqueeze(0)
             if lstm:
@@ -206,3 +210,21 @@ def test_matches_hand_recurrence(cell):
         exp_logits, exp_w = bahdanau_by_hand(dec, tgt_in, memory, mask, init)
     torch.testing.assert_close(w[:, :, 0], exp_w, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(logits, exp_logits, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_gated_context_matches_hand_recurrence(cell):
+    """``gate=true``: the context is scaled by β_t = σ(w_β · s_{t−1} + b_β) (Xu et al. 2015)."""
+    dec = build("single", cell, how="registry", gate=True)
+    with torch.no_grad():
+        dec.gate.bias.fill_(-1.5)  # β clearly below 1: a missing gate would show
+    tgt_in, memory, mask, init = inputs(lengths=(5, 3, 1))
+    with torch.no_grad():
+        logits, w = dec(tgt_in, memory, mask, init, need_weights=True)
+        exp_logits, exp_w = bahdanau_by_hand(dec, tgt_in, memory, mask, init)
+        ungated = build("single", cell)
+        ungated.load_state_dict({k: v for k, v in dec.state_dict().items() if not k.startswith("gate")})
+        plain, _ = ungated(tgt_in, memory, mask, init)
+    torch.testing.assert_close(w[:, :, 0], exp_w, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(logits, exp_logits, rtol=1e-10, atol=1e-12)
+    assert not torch.allclose(logits, plain)

@@ -6,6 +6,10 @@ Source: Bahdanau, Cho & Bengio 2015, §3.1 (c_t: eq. (5); α_t: eq. (6)):
     p(y_t | y_<t, x) = SoftMax(W_o [s_t; c_t; E y_{t−1}] + b_o)
     s_0  = tanh(W_init h̄), h̄ the encoder's final state (Bahdanau: the backward state of word 1)
 
+With ``gate`` (Xu et al. 2015, "Show, Attend and Tell", §4.2.1) the context is scaled by a
+scalar gate from the previous state, c_t ← β_t c_t with β_t = σ(w_β · s_{t−1} + b_β), which the
+paper found puts more emphasis on the attended objects in captioning.
+
 The attention block is pluggable (``single`` with any scorer, or ``multihead``), so one
 override changes the scorer. Teacher forcing runs the cell step by step (the recurrence needs
 s_{t−1}), but the key projections of the scorer are computed once per source sentence and the
@@ -38,6 +42,7 @@ class AttentionRNNDecoder(Decoder):
         hidden_dim: state size of s_t (default 128).
         attention: the attention block's config (default single-head, additive scorer).
         dropout: on embeddings and before the output layer (default 0.0).
+        gate: scale the context by β_t = σ(w_β · s_{t−1} + b_β) (Xu et al. 2015) (default false).
     Shape:
         forward: tgt_in (B, T) token ids, memory (B, S, memory_dim), memory_mask (B, S) bool,
         init (B, init_dim) -> logits (B, T, vocab_size), weights (B, T, J, S) or None.
@@ -47,7 +52,8 @@ class AttentionRNNDecoder(Decoder):
 
     def __init__(self, vocab_size: int, memory_dim: int, init_dim: int, *,
                  cell: Literal["gru", "lstm"] = "gru", embed_dim: int = 64, hidden_dim: int = 128,
-                 attention: BlockSpec["attention"] = {"name": "single"}, dropout: float = 0.0):
+                 attention: BlockSpec["attention"] = {"name": "single"}, dropout: float = 0.0,
+                 gate: bool = False):
         super().__init__()
         self.cell_type = cell
         refuse_relative(ATTENTIONS.get(attention["name"]), "decoder 'rnn_attention'")
@@ -59,6 +65,7 @@ class AttentionRNNDecoder(Decoder):
         self.init = nn.Linear(init_dim, hidden_dim)
         self.dropout = nn.Dropout(dropout)
         self.out = nn.Linear(hidden_dim + ctx_dim + embed_dim, vocab_size)
+        self.gate = nn.Linear(hidden_dim, 1) if gate else None
 
     # -- the decoder protocol (attnflow.blocks.decoders.base) ---------------------------------
     def start(self, memory: torch.Tensor, memory_mask: torch.Tensor, init: torch.Tensor) -> dict:
@@ -77,6 +84,8 @@ class AttentionRNNDecoder(Decoder):
         context, weights = self.attention.attend(s_prev.unsqueeze(1), prepared, mask,
                                                  need_weights=need_weights)
         context = context.squeeze(1)
+        if self.gate is not None:
+            context = torch.sigmoid(self.gate(s_prev)) * context
         state = self.cell(torch.cat([emb, context], dim=-1), state)
         features = torch.cat([self._hidden(state), context, emb], dim=-1)
         if weights is not None:  # single: (B, 1, S) -> (B, 1, S); multihead: (B, J, 1, S) -> (B, J, S)
