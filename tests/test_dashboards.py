@@ -62,6 +62,15 @@ def _tensorboard(run_dir):
     return acc
 
 
+def _overlay_sizes(run_dir):
+    """The (width, height) of every TensorBoard image of a run whose validation drew two
+    attention overlays, after checking those are its only image tags."""
+    acc = _tensorboard(run_dir)
+    tags = sorted(acc.Tags()["images"])
+    assert tags == ["val/attention/0", "val/attention/1"], tags
+    return {(e.width, e.height) for t in tags for e in acc.Images(t)}
+
+
 # -- examples across labels ------------------------------------------------------------------------
 def test_examples_are_taken_round_robin_over_labels():
     labels = torch.tensor([0, 0, 0, 0, 1, 1, 2])
@@ -94,10 +103,7 @@ def test_han_run_logs_word_and_sentence_weights_to_wandb_and_tensorboard(tmp_pat
                        "logger=[wandb,tensorboard]", "task.renderings=0",
                        "callbacks.attention_maps.examples=2"])
     train(cfg, tmp_path / "run")
-    acc = _tensorboard(tmp_path / "run")
-    tags = sorted(acc.Tags()["images"])
-    assert tags == ["val/attention/0", "val/attention/1"], tags
-    assert len({(e.width, e.height) for t in tags for e in acc.Images(t)}) == 1
+    assert len(_overlay_sizes(tmp_path / "run")) == 1
     run = _wandb_run(tmp_path / "run")
     log = _wandb_log(run)
     # captions name the true class: the examples alternate between the two labels
@@ -288,10 +294,7 @@ def test_captioning_run_logs_word_overlays_and_a_caption_table(tmp_path, wandb_e
     cfg = compose_cfg([*CAPTION_TINY, *QUIET, "logger=[wandb,tensorboard]",
                        "callbacks.attention_maps.examples=2"])
     train(cfg, tmp_path / "run")
-    acc = _tensorboard(tmp_path / "run")
-    tags = sorted(acc.Tags()["images"])
-    assert tags == ["val/attention/0", "val/attention/1"], tags
-    assert len({(e.width, e.height) for t in tags for e in acc.Images(t)}) == 1
+    assert len(_overlay_sizes(tmp_path / "run")) == 1
     run = _wandb_run(tmp_path / "run")
     _wandb_log(run)
     table = json.loads(next((run / "files" / "media" / "table").rglob("captions*.table.json")).read_text())

@@ -121,3 +121,46 @@ def test_refusals():
     with pytest.raises(ValueError, match="task.attention_reg > 0 needs attention weights.*'rnn'"):
         make_task(decoder="rnn", attention_reg=1.0)._loss(batch(), "train")
     assert math.isfinite(make_task(decoder="rnn", attention_reg=0.0)._loss(batch(), "train").item())
+
+
+def test_lambda_without_attention_is_refused_before_any_data():
+    """decoder 'rnn' has no attention: λ > 0 (given, or the task's default 1) is a config error
+    from resolve_config, not a failure at the first training step; λ = 0 resolves."""
+    from attnflow.registry import ConfigError
+    from attnflow.run import resolve_config
+    from support import compose_cfg
+
+    rnn = ["data=shapes", "model=captioner", "task=captioning", "model.decoder.name=rnn",
+           "~model.decoder.attention"]
+    for lam in ([], ["task.attention_reg=0.5"]):
+        with pytest.raises(ConfigError, match=r"task.attention_reg=(1.0|0.5) .*decoder 'rnn' has "
+                                              r"none; set task.attention_reg=0"):
+            resolve_config(compose_cfg([*rnn, *lam]))
+    assert resolve_config(compose_cfg([*rnn, "task.attention_reg=0"]))["task"]["attention_reg"] == 0
+
+
+@pytest.mark.parametrize("others_updated", [False, True])
+def test_grounding_sync_is_joined_by_a_rank_without_grounded_words(others_updated, monkeypatch):
+    """Under DDP, compute() all-gathers: a rank whose (unrepeated) shard held no grounded word must
+    still call it when another rank has one, or the other ranks wait for it forever."""
+    from types import SimpleNamespace
+
+    from torchmetrics import SumMetric
+
+    task = make_task(attention_reg=0.0)
+    asked = []
+
+    def reduce(decision, all=True):  # the other ranks' decisions, OR-ed with this one's
+        asked.append((decision, all))
+        return decision or others_updated
+
+    task._trainer = SimpleNamespace(strategy=SimpleNamespace(reduce_boolean_decision=reduce),
+                                    sanity_checking=False)
+    computed = []
+    for metric in task._ground.values():  # (torchmetrics wraps compute per instance)
+        assert isinstance(metric, SumMetric)
+        monkeypatch.setattr(metric, "compute", lambda m=metric: computed.append(m) or torch.tensor(0.0))
+    task._epoch_start("val")
+    task._epoch_end("val")
+    assert asked == [(False, False)]  # this rank had no update, asked as "any rank"
+    assert len(computed) == (3 if others_updated else 0)

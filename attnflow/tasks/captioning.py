@@ -24,6 +24,7 @@ share; 1 = no better than uniform).
 
 from __future__ import annotations
 
+import inspect
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -32,7 +33,7 @@ from torchmetrics import SumMetric
 
 from attnflow.blocks.attention.penalty import doubly_stochastic_penalty
 from attnflow.decoding import decode
-from attnflow.registry import TASKS
+from attnflow.registry import TASKS, ConfigError
 from attnflow.tasks.captioning_metrics import grounding_sums, named_cells
 from attnflow.tasks.optim import OptimConfig
 from attnflow.tasks.seq2seq import strip_after_eos
@@ -73,6 +74,22 @@ class CaptioningTask(TranslationTask):
         # Σ mass and Σ uniform share over the split's object-naming words (synced under DDP)
         self._ground = nn.ModuleDict({f"{s}_{k}": SumMetric() for s in ("val", "test")
                                       for k in ("mass", "share", "words")})
+
+    @classmethod
+    def check_config(cls, cfg: dict) -> None:
+        """Before any data is made: λ > 0 needs a decoder that attends (the regulariser is a sum
+        of its weights); ``rnn`` (RNNenc, no attention) would fail at the first step instead."""
+        task = cfg.get("task") or {}
+        if task.get("name") != "captioning":
+            return
+        decoder = ((cfg.get("model") or {}).get("decoder") or {}).get("name")
+        lam = task.get("attention_reg")
+        if lam is None:
+            lam = inspect.signature(cls).parameters["attention_reg"].default
+        if decoder == "rnn" and isinstance(lam, (int, float)) and lam > 0:
+            raise ConfigError(f"task.attention_reg={lam} (the doubly stochastic regulariser) needs "
+                              f"attention weights, and decoder 'rnn' has none; set "
+                              f"task.attention_reg=0 or model.decoder.name=rnn_attention")
 
     # -- the seq2seq hooks: images in, attention terms out ----------------------------------------
     def _source(self, batch: Dict[str, torch.Tensor]):
@@ -117,7 +134,13 @@ class CaptioningTask(TranslationTask):
     def _epoch_end(self, split: str) -> None:
         super()._epoch_end(split)
         words = self._ground[f"{split}_words"]
-        if words.update_count:
+        # compute() syncs under DDP, so every rank must call it or none: a rank whose shard was
+        # empty (the unrepeated eval sampler, fewer items than ranks) has no update of its own
+        strategy = getattr(self._trainer, "strategy", None)
+        updated = bool(words.update_count)
+        if strategy is not None:
+            updated = strategy.reduce_boolean_decision(updated, all=False)
+        if updated:
             n = float(words.compute())
             mass = float(self._ground[f"{split}_mass"].compute())
             share = float(self._ground[f"{split}_share"].compute())
