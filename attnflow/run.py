@@ -35,6 +35,7 @@ from attnflow.distributed import continue_csv_logs, fit_progress
 from attnflow.console import BARS, progress_bar
 from attnflow import config_dir
 from attnflow import resume, training_state  # resume=, ckpt_path=; exact restarts, atomic checkpoints
+from attnflow import averaging  # callbacks.average: checkpoint averaging
 from attnflow.groups import check_shared_groups, prune_unused, root_defaults
 from attnflow.loggers import (LOGGER_CONFIG, build_loggers, finish_loggers, log_hyperparams,
                               logger_identity, run_identity)
@@ -56,6 +57,7 @@ CALLBACK_FIELDS = {
     "attention_maps": {"examples", "every_n_epochs"},
     "progress_bar": None,  # one of attnflow.console.BARS: auto rich tqdm text none
     "lr_monitor": None,  # bool
+    "average": averaging.FIELDS,  # {last: N} or {best: N} (+ monitor, mode): attnflow.averaging
 }
 
 
@@ -158,6 +160,9 @@ def validate_config(cfg: Dict[str, Any]) -> None:
                 if f not in fields:
                     raise ConfigError(f"callbacks.{key} has no field '{f}' (at 'callbacks.{key}.{f}'); "
                                       f"fields: {', '.join(sorted(fields))}.{_suggest(f, fields)}")
+    task_cls = TASKS.get(cfg["task"]["name"])  # callbacks.average: its monitor, a metric it logs
+    averaging.check_config(cfg.get("callbacks") or {},
+                           lambda: metric_names(task_cls, cfg) if getattr(task_cls, "metrics", None) else [])
     bar = (cfg.get("callbacks") or {}).get("progress_bar", "auto")
     if bar not in (*BARS, None):
         raise ConfigError(f"callbacks.progress_bar must be one of {', '.join(BARS)} (auto: rich on a "
@@ -302,6 +307,11 @@ def build_callbacks(cfg: Dict[str, Any], run_dir: Path, task: Any = None) -> Lis
         out.append(bar)
     if cfg.get("lr_monitor"):
         out.append(LearningRateMonitor(logging_interval="step"))
+    avg = cfg.get("average")
+    if avg:  # best N by the checkpoint's metric (the task's) unless the entry names one
+        watch = _with_task_monitor(averaging.monitor_of(avg, cfg.get("checkpoint")), task)
+        out.append(averaging.CheckpointAverage(run_dir, avg.get("last"), avg.get("best"),
+                                               watch.get("monitor"), watch.get("mode")))
     return out
 
 
@@ -389,6 +399,11 @@ def train(cfg: DictConfig | Dict[str, Any], run_dir: Path | str) -> Dict[str, An
         continue_csv_logs(trainer)
         epochs, global_step = fit_progress(trainer, run_dir / "checkpoints")  # (ddp_spawn: from disk)
         best_of = dict(datamodule=dm, ckpt_path=ckpt, verbose=False, weights_only=True)
+        averaged = averaging.finish(trainer, run_dir, best)  # callbacks.average: averaged.ckpt
+        if averaged:  # the best single checkpoint's val metrics, for comparison; then the average's
+            single = _metrics(trainer.validate(task, **best_of))
+            continue_csv_logs(trainer)
+            best_of["ckpt_path"] = ckpt = averaged["path"]
         metrics = _metrics(trainer.validate(task, **best_of))
         if resolved.get("test", True):
             continue_csv_logs(trainer)
@@ -401,6 +416,11 @@ def train(cfg: DictConfig | Dict[str, Any], run_dir: Path | str) -> Dict[str, An
             "fit_seconds": round(fit_time, 2),
             "parameters": sum(p.numel() for p in model.parameters()),
         }
+        if averaged:  # best_checkpoint is the averaged one: eval/translate/predict use it
+            summary.update(best_checkpoint=ckpt, best_single_checkpoint=best,
+                           metrics_best_single=single, averaged_from={
+                               k: averaged[k] for k in ("by", "n", "monitor", "epochs", "steps",
+                                                        "scores", "files")})
         if trainer.is_global_zero:
             _write_json(run_dir / "metrics.json", summary)
         failed = False

@@ -1,0 +1,243 @@
+"""Checkpoint averaging (``callbacks.average``, attnflow/averaging.py): averaged.ckpt holds the
+element-wise mean of the kept epochs' weights (checked against weights recorded by a callback of
+the test, not by the averaging code), last-N and best-N keep the right epochs, bad entries are
+refused before any work, the run's metrics are those of the averaged model (re-evaluated with
+attnflow-eval), a resumed run averages as an uninterrupted one; and the mt_transformer_tiny preset."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from pytorch_lightning import Callback
+
+import attnflow.run as run_module
+from attnflow.averaging import CheckpointAverage, average_state_dicts
+from attnflow.checkpoints import find_checkpoint
+from attnflow.evaluate import main as eval_main
+from attnflow.registry import ConfigError
+from attnflow.resume import resume_config
+from attnflow.run import resolve_config, train
+from attnflow.training_state import atomic_torch_save
+from cli_runs import one_torch_thread  # noqa: F401  (autouse fixture: one torch thread)
+from support import DATA_DIR, FAST, compose_cfg, train_cli_exit
+
+# the default reverse experiment, tiny: 4 steps an epoch, dropout on (resume must restore its
+# random stream), val/loss as the checkpoint metric (val/seq_acc is 0 at this size)
+TINY = [*FAST, "callbacks.attention_maps.examples=0", "trainer.enable_model_summary=false",
+        "trainer.deterministic=true", "model.dropout=0.2", "callbacks.checkpoint.monitor=val/loss",
+        "data.train_size=128"]
+
+
+class Recorder(Callback):
+    """The LightningModule's weights and val/loss after each validation of the fit (the test's
+    own record, independent of the averaging callback)."""
+
+    def __init__(self):
+        self.states, self.scores = {}, {}
+
+    def on_validation_end(self, trainer, pl_module):
+        if trainer.sanity_checking or trainer.state.fn != "fit":
+            return
+        self.states[trainer.current_epoch] = {k: v.detach().clone() for k, v in pl_module.state_dict().items()}
+        self.scores[trainer.current_epoch] = float(trainer.callback_metrics["val/loss"])
+
+
+def _train_recorded(overrides, run_dir, monkeypatch):
+    recorder = Recorder()
+    build = run_module.build_callbacks
+    monkeypatch.setattr(run_module, "build_callbacks", lambda *a, **k: [*build(*a, **k), recorder])
+    summary = train(compose_cfg([*TINY, *overrides]), run_dir)
+    return summary, recorder
+
+
+def _mean(states):
+    """The mean of state dicts, computed here: floats in float64, cast back."""
+    out = {}
+    for k, v in states[0].items():
+        if v.is_floating_point():
+            out[k] = (sum(s[k].double() for s in states) / len(states)).to(v.dtype)
+        else:
+            out[k] = states[-1][k]
+    return out
+
+
+def _load(path):
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+@pytest.fixture(scope="module")
+def last2(tmp_path_factory):
+    """3 epochs averaging the last 2: (run dir, recorder, metrics.json)."""
+    run = tmp_path_factory.mktemp("avg") / "run"
+    with pytest.MonkeyPatch.context() as mp:
+        _, recorder = _train_recorded(["trainer.max_epochs=3", "callbacks.average.last=2"], run, mp)
+    return run, recorder, json.loads((run / "metrics.json").read_text())
+
+
+def test_averaged_checkpoint_is_the_mean_of_the_last_epochs(last2):
+    run, rec, summary = last2
+    assert sorted(rec.states) == [0, 1, 2]
+    ckpt = _load(run / "checkpoints" / "averaged.ckpt")
+    want = _mean([rec.states[1], rec.states[2]])
+    assert ckpt["state_dict"].keys() == want.keys()
+    for k, v in want.items():
+        assert torch.allclose(ckpt["state_dict"][k], v, rtol=0, atol=1e-6), k
+    # not trivially one epoch's weights
+    assert any(not torch.equal(ckpt["state_dict"][k], rec.states[2][k]) for k in want)
+    # the copy of the final checkpoint keeps the run's config and records what was averaged
+    last = _load(run / "checkpoints" / "last.ckpt")
+    assert ckpt["attnflow_config"] == last["attnflow_config"] and ckpt["global_step"] == last["global_step"]
+    assert ckpt["attnflow_average"]["epochs"] == [1, 2]
+    # only the files that can still be averaged are on disk
+    assert sorted(p.name for p in (run / "checkpoints" / "avg").glob("*.pt")) == ["epoch1.pt", "epoch2.pt"]
+
+
+def test_metrics_are_those_of_the_averaged_model(last2, capsys):
+    run, rec, summary = last2
+    averaged = run / "checkpoints" / "averaged.ckpt"
+    assert summary["best_checkpoint"] == str(averaged)
+    assert find_checkpoint(run)[0] == averaged  # what eval/translate/predict load
+    assert summary["averaged_from"]["epochs"] == [1, 2]
+    assert summary["averaged_from"]["by"] == "last" and summary["averaged_from"]["n"] == 2
+    assert [Path(f).name for f in summary["averaged_from"]["files"]] == ["epoch1.pt", "epoch2.pt"]
+    single = Path(summary["best_single_checkpoint"])
+    assert single.is_file() and single.name.startswith("epoch")
+    for split in ("val", "test"):
+        assert eval_main([str(run), f"split={split}"]) == 0
+        got = json.loads(sorted((run / "eval").glob(f"{split}-*.json"))[-1].read_text())
+        assert got["checkpoint"] == str(averaged)
+        want = {k: v for k, v in summary["metrics"].items() if k.startswith(f"{split}/")}
+        assert want and got["metrics"].keys() == want.keys()
+        for k in want:
+            assert got["metrics"][k] == pytest.approx(want[k], abs=1e-6), k
+    # metrics_best_single: the best single checkpoint's validation
+    assert eval_main([str(single), "split=val", "-o", str(run / "single.json")]) == 0
+    got = json.loads((run / "single.json").read_text())["metrics"]
+    assert got.keys() == summary["metrics_best_single"].keys()
+    for k, v in got.items():
+        assert summary["metrics_best_single"][k] == pytest.approx(v, abs=1e-6), k
+    assert summary["metrics_best_single"]["val/loss"] != pytest.approx(summary["metrics"]["val/loss"], abs=1e-7)
+
+
+def test_best_n_keeps_the_best_epochs_of_a_metric(tmp_path):
+    """The callback driven with scores chosen here: best 2 by max and by min."""
+    scores = [0.1, 0.5, 0.3, 0.9, 0.2]
+    module = torch.nn.Linear(2, 1)
+    for mode in ("max", "min"):
+        cb = CheckpointAverage(tmp_path / mode, best=2, monitor="val/m", mode=mode)
+        for epoch, score in enumerate(scores):
+            with torch.no_grad():
+                module.weight.fill_(epoch)  # each epoch's weights: its number
+            cb.on_validation_end(SimpleNamespace(
+                sanity_checking=False, state=SimpleNamespace(fn="fit"), current_epoch=epoch,
+                global_step=10 * (epoch + 1), is_global_zero=True,
+                callback_metrics={"val/m": torch.tensor(score)}), module)
+        ranked = sorted(range(len(scores)), key=lambda e: scores[e], reverse=mode == "max")
+        want = sorted(ranked[:2])
+        assert [e["epoch"] for e in cb.kept] == want
+        files = sorted((tmp_path / mode / "checkpoints" / "avg").glob("*.pt"))
+        assert [p.name for p in files] == [f"epoch{e}.pt" for e in want]
+        mean = average_state_dicts(files)
+        assert torch.allclose(mean["weight"], torch.full((1, 2), sum(want) / 2))
+        index = json.loads((tmp_path / mode / "checkpoints" / "avg" / "kept.json").read_text())
+        assert [e["epoch"] for e in index["kept"]] == want
+
+
+def test_integer_buffers_come_from_the_newest_file_and_dtypes_are_kept(tmp_path):
+    files = []
+    for i, (w, count) in enumerate([(1.0, 5), (2.0, 9), (4.5, 11)]):
+        path = tmp_path / f"epoch{i}.pt"
+        atomic_torch_save({"state_dict": {"w": torch.full((3,), w, dtype=torch.float16),
+                                          "bn.num_batches_tracked": torch.tensor(count)}}, path)
+        files.append(path)
+    mean = average_state_dicts(files)
+    assert mean["w"].dtype == torch.float16 and torch.equal(mean["w"], torch.full((3,), 2.5, dtype=torch.float16))
+    assert mean["bn.num_batches_tracked"].item() == 11
+
+
+def test_best_n_in_a_run_picks_the_lowest_val_loss_epochs(tmp_path, monkeypatch):
+    summary, rec = _train_recorded(["trainer.max_epochs=3",
+                                    "callbacks.average={best: 2, monitor: val/loss, mode: min}"],
+                                   tmp_path / "run", monkeypatch)
+    want = sorted(sorted(rec.scores, key=rec.scores.get)[:2])
+    assert summary["averaged_from"]["epochs"] == want
+    ckpt = _load(tmp_path / "run" / "checkpoints" / "averaged.ckpt")
+    mean = _mean([rec.states[e] for e in want])
+    assert all(torch.allclose(ckpt["state_dict"][k], v, rtol=0, atol=1e-6) for k, v in mean.items())
+
+
+@pytest.mark.parametrize("overrides, says", [
+    (["callbacks.average.last=0"], "callbacks.average.last must be a positive integer"),
+    (["callbacks.average.best=true"], "callbacks.average.best must be a positive integer"),
+    (["callbacks.average={last: 2, best: 3}"], "exactly one of 'last'"),
+    (["callbacks.average={}"], "exactly one of 'last'"),
+    (["callbacks.average={last: 2, every: 3}"], "callbacks.average has no field 'every'"),
+    (["callbacks.average={best: 2, mode: up}"], "callbacks.average.mode must be"),
+    (["callbacks.average={best: 2, monitor: val/los}"], "callbacks.average.monitor 'val/los' is not"),
+    (["callbacks.average=10"], "callbacks.average must be a mapping"),
+    (["callbacks.average.last=2", "callbacks.checkpoint=null"], "needs callbacks.checkpoint"),
+])
+def test_bad_entries_are_refused_before_any_work(tmp_path, overrides, says):
+    with pytest.raises(ConfigError, match=says.replace("(", r"\(")):
+        train(compose_cfg([*TINY, *overrides]), tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_command_line_refuses_with_status_2(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ATTNFLOW_OUTPUT_DIR", str(tmp_path / "outputs"))
+    assert train_cli_exit(monkeypatch, *TINY, "callbacks.average.last=0") == 2
+    assert "callbacks.average.last" in capsys.readouterr().err
+    assert not list((tmp_path / "outputs").rglob("*.ckpt"))
+
+
+def test_a_resumed_run_averages_as_an_uninterrupted_one(tmp_path):
+    # a constant learning rate: the default cosine decays over max_epochs, which the resume extends
+    args = [*TINY, "callbacks.average.last=3", "task.optim.scheduler=none"]
+    train(compose_cfg([*args, "trainer.max_epochs=4"]), tmp_path / "whole")
+    part = tmp_path / "part"
+    train(compose_cfg([*args, "trainer.max_epochs=2"]), part)
+    avg = part / "checkpoints" / "avg"
+    assert sorted(p.name for p in avg.glob("*.pt")) == ["epoch0.pt", "epoch1.pt"]
+    torch.save({"state_dict": {}}, avg / "epoch7.pt")  # stale: not in last.ckpt's kept set
+    resumed = train(resume_config(part, {"trainer.max_epochs": 4}), part)
+    assert resumed["averaged_from"]["epochs"] == [1, 2, 3]
+    assert sorted(p.name for p in avg.glob("*.pt")) == ["epoch1.pt", "epoch2.pt", "epoch3.pt"]
+    a = _load(tmp_path / "whole" / "checkpoints" / "averaged.ckpt")["state_dict"]
+    b = _load(part / "checkpoints" / "averaged.ckpt")["state_dict"]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+# -- the mt_transformer_tiny preset ------------------------------------------------------------------
+def test_mt_transformer_tiny_has_the_wu_et_al_sizes():
+    cfg = resolve_config(compose_cfg(["experiment=mt_transformer_tiny"]))
+    model, data, task = cfg["model"], cfg["data"], cfg["task"]
+    assert (model["encoder_layers"], model["decoder_layers"], model["d_model"], model["ffn_dim"]) == (4, 4, 128, 256)
+    assert model["attention"]["heads"] == 4 and model["dropout"] == 0.3
+    assert model["tie_embeddings"] == "all" and data["shared_vocab"] is True
+    assert (data["src_lang"], data["tgt_lang"]) == ("en", "de")
+    assert task["beam_size"] == 5
+    assert cfg["callbacks"]["average"] == {"last": 10}
+
+
+def test_mt_transformer_tiny_trains_a_step_on_multi30k(tmp_path):
+    if not (DATA_DIR / "multi30k" / "train.de.gz").is_file():
+        pytest.skip(f"Multi30k not found at {DATA_DIR / 'multi30k'} (set ATTNFLOW_DATA_DIR)")
+    summary = train(compose_cfg([
+        "experiment=mt_transformer_tiny", f"paths.data_dir={DATA_DIR}", "data.max_pairs=200",
+        "data.vocab_size=1000", "data.batch_size=8", "data.max_decode_len=8", "trainer.max_epochs=1",
+        "trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "trainer.limit_test_batches=1",
+        "trainer.enable_model_summary=false", "callbacks.progress_bar=none",
+        "callbacks.attention_maps.examples=0", "logger=none"]), tmp_path / "run")
+    assert summary["global_step"] == 2
+    assert summary["averaged_from"]["epochs"] == [0]
+    assert {"val/bleu", "test/bleu"} <= summary["metrics"].keys()
+    state = _load(tmp_path / "run" / "checkpoints" / "averaged.ckpt")["state_dict"]
+    for part in ("encoder", "decoder"):
+        prefix = f"model.{part}.layers."
+        assert {k[len(prefix):].split(".")[0] for k in state if k.startswith(prefix)} == {"0", "1", "2", "3"}
+        assert tuple(state[f"{prefix}0.ffn.linear1.weight"].shape) == (256, 128)  # FFN 256, d 128
+    assert tuple(state["model.decoder.out.weight"].shape) == (1000, 128)  # the shared vocabulary
