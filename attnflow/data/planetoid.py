@@ -5,7 +5,9 @@ embeddings" (the split: 20 labelled nodes per class for training, 500 validation
 used by Veličković et al. 2018 (GAT). Read from ``<root>/<Name>/raw/ind.<name>.{x,tx,allx,y,ty,
 ally,graph,test.index}`` — PyG's raw layout, the files of github.com/kimiyoung/planetoid — with
 PyG's own reader (``torch_geometric.io.read_planetoid_data``: the CiteSeer isolated-node fix,
-duplicate and self-loop removal). Nothing is downloaded and nothing is written next to the data
+duplicate and self-loop removal), made undirected as the GAT authors' loader reads the graph
+(PetarV-/GAT ``utils/process.py``, via ``networkx.from_dict_of_lists``): an edge listed one way
+only is kept both ways (PyG would keep it one way). Nothing is downloaded and nothing is written next to the data
 (the data folder may be read-only): the raw files are parsed in memory. The feature matrices are
 pickled SciPy sparse matrices; they are rebuilt with NumPy, so SciPy is not needed. A missing,
 empty, truncated or crafted raw file raises :class:`~attnflow.data.errors.DataError` naming it;
@@ -26,6 +28,7 @@ from unittest import mock
 import numpy as np
 import torch
 from torch_geometric.data import Data
+from torch_geometric.utils import to_undirected
 
 from attnflow.data.errors import DataError, DataFileNotFoundError
 from attnflow.data.graph import GraphDataModule
@@ -142,7 +145,11 @@ def read_planetoid(root: str | Path, name: str) -> Data:
     with warnings.catch_warnings(), mock.patch.object(pyg_planetoid, "pickle", _PickleShim), \
             mock.patch.object(pyg_planetoid, "read_file", _counting(pyg_planetoid.read_file, folder, key)):
         warnings.simplefilter("ignore")
-        return pyg_planetoid.read_planetoid_data(str(folder), key)
+        data = pyg_planetoid.read_planetoid_data(str(folder), key)
+    # the authors' loader (networkx.from_dict_of_lists) reads the graph as undirected; PyG keeps
+    # the dict's lists as directed edges, so a list that names i → j without j → i would lose j → i
+    data.edge_index = to_undirected(data.edge_index, num_nodes=data.num_nodes)
+    return data
 
 
 def normalize_rows(x: torch.Tensor) -> torch.Tensor:

@@ -44,6 +44,9 @@ class GAT(nn.Module):
         attn_dropout: dropout on α (default 0.6).
         value_dropout: dropout on each layer's transformed features Wh before α weighs them, as
             the paper's reference code does besides the input dropout (default 0.0: PyG's GATConv).
+        head_dropout: draw the input dropout (``dropout``) independently for each head, inside
+            the layer, as the authors' ``attn_head`` does; false: one mask shared by the heads, as
+            PyG's GATConv models (default False).
         scorer: scorer of every layer (default ``{name: gat}``).
         normalizer: normaliser of every layer, over each neighbourhood (default softmax).
         hidden_aggregator: heads of hidden layers (default concat).
@@ -56,7 +59,7 @@ class GAT(nn.Module):
 
     def __init__(self, in_dim: int, num_classes: int, *, layers: int = 2, hidden_dim: int = 8,
                  heads: int = 8, out_heads: int = 1, dropout: float = 0.6, attn_dropout: float = 0.6,
-                 value_dropout: float = 0.0,
+                 value_dropout: float = 0.0, head_dropout: bool = False,
                  scorer: BlockSpec["scorer"] = {"name": "gat"},  # noqa: B006
                  normalizer: BlockSpec["normalizer"] = {"name": "softmax"},  # noqa: B006
                  hidden_aggregator: BlockSpec["aggregator"] = {"name": "concat"},  # noqa: B006
@@ -66,6 +69,7 @@ class GAT(nn.Module):
         if layers < 1:
             raise ValueError(f"model 'gat': layers must be >= 1, got {layers}")
         self.in_dim, self.num_classes, self.dropout = in_dim, num_classes, dropout
+        self.head_dropout = head_dropout
         self.layers = nn.ModuleList()
         d = in_dim
         for i in range(layers):
@@ -73,7 +77,8 @@ class GAT(nn.Module):
             cfg = {"name": layer, "heads": out_heads if last else heads, "scorer": scorer,
                    "normalizer": normalizer,
                    "aggregator": output_aggregator if last else hidden_aggregator,
-                   "dropout": attn_dropout, "value_dropout": value_dropout}
+                   "dropout": attn_dropout, "value_dropout": value_dropout,
+                   "input_dropout": dropout if head_dropout else 0.0}
             block = GRAPH_LAYERS.build(cfg, d, num_classes if last else hidden_dim,
                                        path=f"model.layers[{i}]")
             if last and block.output_dim != num_classes:
@@ -90,7 +95,8 @@ class GAT(nn.Module):
         for i, block in enumerate(self.layers):
             if i > 0:
                 x = F.elu(x)
-            x = F.dropout(x, p=self.dropout, training=self.training)
+            if not self.head_dropout:  # else each head drops its own copy inside the layer
+                x = F.dropout(x, p=self.dropout, training=self.training)
             if need_weights:
                 x, w = block(x, edge_index, return_attention_weights=True)
                 weights.append(w)

@@ -75,6 +75,10 @@ class GraphAttention(MessagePassing):
         value_dropout: dropout on the values Wʲh_i that α weighs (not on the scores): the
             reference implementation's second ``in_drop`` (``seq_fts``); 0 gives GATConv's layer
             (default 0.0).
+        input_dropout: dropout on the layer's input x with an independent mask per head, as the
+            reference implementation's ``attn_head`` (each head drops its own copy of the input:
+            Wʲ dropoutʲ(x)); scores and values then come from those per-head features. 0: no
+            dropout here (GATConv drops x once, shared by the heads, before the layer) (default 0.0).
         add_self_loops: include t in N(t) (existing self-loops are replaced by one) (default True).
         bias: add a learned bias after aggregation (default True).
     Shape:
@@ -87,13 +91,14 @@ class GraphAttention(MessagePassing):
                  scorer: BlockSpec["scorer"] = {"name": "gat"},  # noqa: B006
                  aggregator: BlockSpec["aggregator"] = {"name": "concat"},  # noqa: B006
                  normalizer: BlockSpec["normalizer"] = {"name": "softmax"},  # noqa: B006
-                 dropout: float = 0.0, value_dropout: float = 0.0, add_self_loops: bool = True,
-                 bias: bool = True):
+                 dropout: float = 0.0, value_dropout: float = 0.0, input_dropout: float = 0.0,
+                 add_self_loops: bool = True, bias: bool = True):
         super().__init__(aggr="add", node_dim=0)
         if heads < 1 or out_dim < 1:
             raise ValueError(f"graph attention: heads and out_dim must be >= 1, got {heads}, {out_dim}")
         self.in_dim, self.out_dim, self.heads = in_dim, out_dim, heads
         self.dropout, self.value_dropout, self.add_self_loops = dropout, value_dropout, add_self_loops
+        self.input_dropout = input_dropout
         self.lin = nn.Linear(in_dim, heads * out_dim, bias=False)
         self.scorers = nn.ModuleList(SCORERS.build(scorer, out_dim, out_dim, path="scorer")
                                      for _ in range(heads))
@@ -173,10 +178,30 @@ class GraphAttention(MessagePassing):
         return first.combine_terms(a_src[src], a_dst[dst])  # parameter-free: all heads at once
 
     # -- forward ---------------------------------------------------------------------------------
+    def _head_dropped_lin(self, x: torch.Tensor) -> torch.Tensor:
+        """Wʲ dropoutʲ(x) for every head j, each with its own mask: (N, J, C).
+
+        Dropping a zero changes nothing, so only the nonzero entries of x get per-head masks:
+        with bag-of-words features (Cora: 1.3 % nonzero) that is nnz × J × C work instead of a
+        J-fold copy of x; a dense x (hidden layers) takes the (J, N, F) batched product."""
+        N, F_in = x.shape
+        J, C, p = self.heads, self.out_dim, self.input_dropout
+        W = self.lin.weight.view(J, C, F_in)
+        rows, cols = x.nonzero(as_tuple=True)
+        if rows.numel() * C < N * F_in:  # sparse input: per-entry masks, scattered into rows
+            keep = torch.empty(rows.numel(), J, device=x.device).bernoulli_(1 - p).div_(1 - p)
+            terms = (x[rows, cols].unsqueeze(-1) * keep).unsqueeze(-1) * W.permute(2, 0, 1)[cols]
+            return x.new_zeros(N, J, C).index_add_(0, rows, terms)  # (nnz, J, C) summed per row
+        xs = F.dropout(x.unsqueeze(0).expand(J, N, F_in), p=p, training=True)  # (J, N, F)
+        return torch.bmm(xs, W.transpose(1, 2)).transpose(0, 1)
+
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor,
                 return_attention_weights: bool = False):
         N, J, C = x.shape[0], self.heads, self.out_dim
-        h = self.lin(x).view(N, J, C)
+        if self.input_dropout and self.training:
+            h = self._head_dropped_lin(x)
+        else:
+            h = self.lin(x).view(N, J, C)
         if self.add_self_loops:
             edge_index, _ = remove_self_loops(edge_index)
             edge_index, _ = _add_self_loops(edge_index, num_nodes=N)
@@ -197,4 +222,5 @@ class GraphAttention(MessagePassing):
 
     def extra_repr(self) -> str:
         return (f"in_dim={self.in_dim}, out_dim={self.out_dim}, heads={self.heads}, "
-                f"dropout={self.dropout}, value_dropout={self.value_dropout}, add_self_loops={self.add_self_loops}")
+                f"dropout={self.dropout}, value_dropout={self.value_dropout}, "
+                f"input_dropout={self.input_dropout}, add_self_loops={self.add_self_loops}")
