@@ -99,8 +99,8 @@ class CaptioningTask(TranslationTask):
         return (super()._needs_weights(batch, split) or self.attention_reg > 0
                 or (split != "train" and "regions" in batch))
 
-    def _attention_loss(self, weights, valid: torch.Tensor, split: str, n: int):
-        extra = super()._attention_loss(weights, valid, split, n)
+    def _attention_loss(self, weights, valid: torch.Tensor, split: str, n: int, batch=None):
+        extra = super()._attention_loss(weights, valid, split, n, batch)
         if weights is None:
             if self.attention_reg > 0:
                 raise ValueError("task.attention_reg > 0 needs attention weights, and this model's "
@@ -108,24 +108,14 @@ class CaptioningTask(TranslationTask):
             return extra
         reg = doubly_stochastic_penalty(weights, valid)  # mean over captions of R
         self.log(f"{split}/attention_reg", reg, batch_size=len(valid), sync_dist=split != "train")
-        if split != "train" and self._regions is not None:
-            self._update_grounding(weights, split)
+        if split != "train" and batch is not None and "regions" in batch:
+            self._update_grounding(weights, batch, split)
         if self.attention_reg <= 0:
             return extra
         return extra + self.attention_reg * reg * len(valid) / max(n, 1)  # Σ_captions R / #tokens
 
-    _regions: Optional[torch.Tensor] = None  # the batch's named-object masks, while its loss runs
-
-    def _loss(self, batch, split: str) -> torch.Tensor:
-        self._regions = batch.get("regions") if split != "train" else None
-        self._images = batch["images"]
-        try:
-            return super()._loss(batch, split)
-        finally:
-            self._regions = self._images = None
-
-    def _update_grounding(self, weights: torch.Tensor, split: str) -> None:
-        cells = named_cells(self._regions, self.model.region_boxes(self._images))
+    def _update_grounding(self, weights: torch.Tensor, batch, split: str) -> None:
+        cells = named_cells(batch["regions"], self.model.region_boxes(batch["images"]))
         T = min(cells.shape[1], weights.shape[1])
         mass, share, words = grounding_sums(weights[:, :T].mean(2).float(), cells[:, :T])
         for key, value in (("mass", mass), ("share", share), ("words", words)):

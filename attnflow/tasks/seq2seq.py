@@ -78,8 +78,9 @@ class Seq2SeqTask(Task):
         """Whether the loss pass must return the attention weights (for a penalty or metric)."""
         return self.penalty_weight > 0
 
-    def _attention_loss(self, weights, valid: torch.Tensor, split: str, n: int):
-        """What the attention adds to the loss: penalty_weight · ‖AAᵀ − I‖²_F (Lin et al. 2017)."""
+    def _attention_loss(self, weights, valid: torch.Tensor, split: str, n: int, batch=None):
+        """What the attention adds to the loss: penalty_weight · ‖AAᵀ − I‖²_F (Lin et al. 2017).
+        ``batch`` is the batch the weights came from (for subclasses' attention metrics)."""
         if self.penalty_weight <= 0:
             return 0.0
         if weights is None:
@@ -102,7 +103,7 @@ class Seq2SeqTask(Task):
         # val/test: the token-weighted mean over every rank's batches (sync_dist), not rank 0's
         self.log(f"{split}/loss", loss, batch_size=n, prog_bar=split != "test", sync_dist=split != "train")
         self.log(f"{split}/token_acc", self._token_acc[f"{split}_"], batch_size=n)
-        return loss + self._attention_loss(weights, valid, split, n)
+        return loss + self._attention_loss(weights, valid, split, n, batch)
 
     def step(self, batch, split: str):
         if split == "train":
