@@ -153,3 +153,25 @@ def test_value_dropout_drops_the_values_not_the_scores():
     ref = torch.zeros(30, 2, 5).index_add_(0, e[1], msg).reshape(30, 10) + layer.bias
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
     assert (kept == 0).any()
+
+
+def test_gat_scorer_bias_per_head_moves_alpha_as_by_hand():
+    """scorer.bias: each head's b inside the LeakyReLU, α_it = SoftMax_i LeakyReLU(uʲWʲh_i +
+    vʲWʲh_t + bʲ) — computed here edge by edge; a b that only shifted every logit after the
+    LeakyReLU would leave α unchanged, this one does not."""
+    x, ei = _graph(N=10, E=30)
+    layer = GraphAttention(12, 4, heads=3, scorer={"name": "gat", "bias": True})
+    layer.eval()
+    _, (e, alpha0) = layer(x, ei, return_attention_weights=True)
+    with torch.no_grad():
+        for j, s in enumerate(layer.scorers):
+            s.b.fill_(-3.0 + 2.0 * j)
+    _, (e, alpha) = layer(x, ei, return_attention_weights=True)
+    assert not torch.allclose(alpha, alpha0)
+    h = layer.lin(x).view(10, 3, 4).detach()
+    for t in range(10):
+        idx = (e[1] == t).nonzero().view(-1)
+        for j, s in enumerate(layer.scorers):
+            raw = h[e[0, idx], j] @ s.u.detach() + h[t, j] @ s.v.detach() + float(s.b.detach())
+            logits = torch.where(raw > 0, raw, 0.2 * raw)
+            torch.testing.assert_close(alpha[idx, j].detach(), logits.softmax(-1), rtol=1e-5, atol=1e-6)

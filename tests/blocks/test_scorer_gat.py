@@ -102,3 +102,43 @@ def test_prepared_equals_score(hidden):
     q = torch.randn(2, 3, 4, dtype=torch.float64)
     k = torch.randn(2, 5, 4, dtype=torch.float64)
     torch.testing.assert_close(scorer.score_prepared(q, scorer.prepare_keys(k)), scorer.score(q, k))
+
+
+def test_bias_enters_inside_the_leaky_relu(by_hand):
+    """bias=True (the authors' conv1d bias): LeakyReLU(uᵀk + vᵀq + b), b a learned scalar."""
+    scorer = SCORERS.build({"name": "gat", "bias": True}, 3, 3).double()
+    assert scorer.b is not None and float(scorer.b.detach()) == 0.0  # TensorFlow's zero bias init
+    with torch.no_grad():
+        scorer.b.fill_(0.7)
+    q = torch.randn(2, 3, 3, dtype=torch.float64)
+    k = torch.randn(2, 4, 3, dtype=torch.float64)
+    plain = gat_by_hand(scorer)
+    expected = by_hand(lambda qq, kk: leaky(plain_sum(scorer, qq, kk) + 0.7, 0.2), q, k)
+    torch.testing.assert_close(scorer.score(q, k), expected, rtol=1e-12, atol=1e-12)
+    assert not torch.allclose(scorer.score(q, k), by_hand(plain, q, k))
+    scorer.score(q, k).sum().backward()
+    assert scorer.b.grad is not None and float(scorer.b.grad) != 0.0
+
+
+def plain_sum(scorer, q, k):
+    u, v = scorer.u.detach(), scorer.v.detach()
+    return sum(float(u[i]) * float(k[i]) for i in range(len(k))) + \
+        sum(float(v[i]) * float(q[i]) for i in range(len(q)))
+
+
+def test_init_per_head_uses_each_heads_own_glorot_bound():
+    """init='per_head': bound √(6/(C+1)) (one head's (C, 1) kernel, TensorFlow's glorot) instead
+    of GATConv's √(6/(J+C)); with C = J = 64 the first is ≈ 0.304, the second ≈ 0.217."""
+    import math
+
+    torch.manual_seed(0)
+    wide = SCORERS.build({"name": "gat", "init": "per_head"}, 64, 64)
+    narrow = SCORERS.build({"name": "gat"}, 64, 64)
+    wide.reset_parameters(64)
+    narrow.reset_parameters(64)
+    for t in (wide.u, wide.v):
+        assert t.abs().max() <= math.sqrt(6 / 65) and t.abs().max() > math.sqrt(6 / 128)
+    for t in (narrow.u, narrow.v):
+        assert t.abs().max() <= math.sqrt(6 / 128)
+    with pytest.raises(ConfigError, match="init"):
+        SCORERS.build({"name": "gat", "init": "xavier"}, 4, 4)
