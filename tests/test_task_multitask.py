@@ -291,3 +291,35 @@ def _composed_raw(files, overrides):
     train_path, dev_path = files
     return _composed((f"data.common.train_path={train_path}", f"data.common.val_path={dev_path}",
                       "data.common.test_path=", "data.common.vocab_size=60", *TINY, *overrides))
+
+
+@pytest.mark.parametrize("others_updated", [False, True])
+def test_split_loss_sync_is_joined_by_a_rank_without_that_tasks_batches(files, others_updated,
+                                                                         monkeypatch):
+    """Under DDP each task's mean loss compute() all-gathers: a rank whose (unrepeated) shard of a
+    task's validation loader was empty must still compute it when another rank saw batches, or
+    the other ranks wait for it forever; λ_t·mean_t then enters val/loss on every rank alike."""
+    from types import SimpleNamespace
+
+    _, _, task = build(config(files))
+    names = list(task.subtasks)
+    asked, logged = [], {}
+
+    def reduce(decision, all=True):  # the other ranks' decisions, OR-ed with this one's
+        asked.append((decision, all))
+        return decision or others_updated
+
+    task._trainer = SimpleNamespace(strategy=SimpleNamespace(reduce_boolean_decision=reduce))
+    monkeypatch.setattr(task, "log", lambda key, value, **kw: logged.__setitem__(key, float(value)))
+    means = task._split_loss["val"]
+    means[names[0]].update(torch.tensor(2.0), weight=3)  # this rank saw only the first task
+    computed = []
+    for t, m in means.items():  # (the all-gather itself needs a process group: the local value)
+        monkeypatch.setattr(m, "compute", lambda t=t, m=m: computed.append(t) or
+                            torch.tensor(2.0 if m.update_count else 0.0))
+    task._log_split_loss("val")
+    assert sorted(asked) == sorted([(True, False), (False, False)])
+    assert computed == (names if others_updated else names[:1])
+    expected = task.weights[names[0]] * 2.0
+    assert logged == {"val/loss": pytest.approx(expected)}
+    assert all(m.update_count == 0 for m in means.values())  # reset for the next epoch

@@ -33,6 +33,7 @@ from torchmetrics import SumMetric
 
 from attnflow.blocks.attention.penalty import doubly_stochastic_penalty
 from attnflow.decoding import decode
+from attnflow.distributed import updated_on_any_rank
 from attnflow.registry import TASKS, ConfigError
 from attnflow.tasks.captioning_metrics import grounding_sums, named_cells
 from attnflow.tasks.optim import OptimConfig
@@ -124,13 +125,7 @@ class CaptioningTask(TranslationTask):
     def _epoch_end(self, split: str) -> None:
         super()._epoch_end(split)
         words = self._ground[f"{split}_words"]
-        # compute() syncs under DDP, so every rank must call it or none: a rank whose shard was
-        # empty (the unrepeated eval sampler, fewer items than ranks) has no update of its own
-        strategy = getattr(self._trainer, "strategy", None)
-        updated = bool(words.update_count)
-        if strategy is not None:
-            updated = strategy.reduce_boolean_decision(updated, all=False)
-        if updated:
+        if updated_on_any_rank(words, self._trainer):  # compute() syncs: all ranks or none
             n = float(words.compute())
             mass = float(self._ground[f"{split}_mass"].compute())
             share = float(self._ground[f"{split}_share"].compute())

@@ -45,6 +45,7 @@ import torch
 from torch import nn
 from torchmetrics import MeanMetric
 
+from attnflow.distributed import updated_on_any_rank
 from attnflow.registry import DATA, MODELS, TASKS, ConfigError, _suggest
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
@@ -293,7 +294,8 @@ class MultiTask(Task):
     def _log_split_loss(self, split: str) -> None:
         """``{split}/loss`` = Σ_t λ_t (task t's mean loss over the split), every rank's batches."""
         means = self._split_loss[split]
-        seen = [t for t, m in means.items() if m.update_count]
+        seen = [t for t, m in means.items() if updated_on_any_rank(m, self._trainer)]  # compute()
+        # syncs under DDP: every rank computes the same tasks' means, even with an empty shard
         if seen:
             self.log(f"{split}/loss", sum(self.weights[t] * means[t].compute() for t in seen),
                      prog_bar=split == "val")
