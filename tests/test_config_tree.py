@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from omegaconf import OmegaConf
 
 from attnflow.blocks.scorers.additive import AdditiveScorer
 from attnflow.blocks.scorers.dot import DotScorer
@@ -96,7 +97,8 @@ OPTIONS = {g: sorted(p.stem for p in (CONF / g).glob("*.yaml")) for g in ("score
 @pytest.mark.parametrize("scorer", OPTIONS["scorer"])
 def test_every_scorer_trains_a_step_in_the_default_experiment(scorer, tmp_path):
     cfg = compose_cfg([f"scorer={scorer}", *FAST, "trainer.fast_dev_run=true", "logger=none"])
-    assert cfg.model.decoder.attention.scorer.name == scorer
+    expected = OmegaConf.load(CONF / "scorer" / f"{scorer}.yaml")  # gat_authors: gat + options
+    assert OmegaConf.to_container(cfg.model.decoder.attention.scorer) == OmegaConf.to_container(expected)
     assert train(cfg, tmp_path)["global_step"] == 1
 
 

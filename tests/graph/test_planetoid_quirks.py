@@ -146,5 +146,9 @@ def test_preset_runs_by_name_with_the_authors_settings(tmp_path, experiment, nam
     assert (cfg.task.optim.lr, cfg.task.optim.weight_decay) == (lr, wd)
     assert resolved["task"]["optim"].get("decay_bias_and_norm", True)  # L2 on every parameter
     assert cfg.callbacks.early_stopping.patience == 100
+    # attn_head's conv1d(seq_fts, 1, 1) terms: a bias per head inside the LeakyReLU, kernels drawn
+    # with each head's own glorot bound √(6/(C+1))
+    for layer in model.layers:
+        assert all(s.b is not None and s.init == "per_head" for s in layer.scorers)
     m = train(cfg, tmp_path / "run")["metrics"]
     assert 0.0 <= m["test/acc"] <= 1.0 and 0.0 <= m["val/acc"] <= 1.0
