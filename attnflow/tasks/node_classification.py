@@ -14,6 +14,14 @@ the class; multi-label: fraction of (node, class) decisions σ(z) > ½ that are 
 also ``f1`` (micro-averaged F1, the PPI metric). Metrics accumulate over the mini-batches of an
 epoch, so full-batch and mini-batch evaluation agree.
 
+The counts behind ``acc`` and ``f1`` are plain tensors summed per epoch (right decisions,
+decisions, tp, fp, fn; summed over the ranks under DDP, as torchmetrics' sum states are) and
+logged once at the end of the epoch: Σ right / Σ decisions is what a torchmetrics ``MeanMetric``
+of the 0/1 decisions computes, to the bit (integer-valued float32 sums, exact up to 2²⁴ decisions
+per epoch, as its float32 states are), without its objects' per-epoch cost (update/compute/reset,
+module walks on every train/eval switch), a visible share of the fixed cost of a full-batch epoch
+on Cora (docs/benchmarks.md, "GAT on Planetoid").
+
 With ``picture`` the task saves, at the end of training, a 2-D projection (PCA) of the output
 layer's node vectors coloured by class with edges drawn by attention weight (after Veličković et al. 2018, Fig. 2)
 to ``<run dir>/attention/graph_embedding.png`` and logs it to TensorBoard / W&B.
@@ -26,13 +34,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torchmetrics import MeanMetric, SumMetric
 
 from attnflow.registry import TASKS
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
 
 SPLITS = ("train", "val", "test")
+COUNTS = ("right", "decisions", "tp", "fp", "fn")  # the per-epoch sums behind acc and f1
 
 
 @TASKS.register("node_classification")
@@ -64,10 +72,9 @@ class NodeClassificationTask(Task):
                              f"task.multi_label={str(multi_label_data).lower()}")
         self.num_classes, self.multi_label = num_classes, multi_label
         self.picture = picture
-        # ModuleDict keys must not shadow nn.Module attributes ('train'), hence the suffix
-        self._acc = nn.ModuleDict({f"{s}_": MeanMetric() for s in SPLITS})
-        self._counts = nn.ModuleDict({f"{s}_{k}": SumMetric() for s in SPLITS
-                                      for k in ("tp", "fp", "fn")})
+        # split -> float32 sums of COUNTS over the epoch's batches so far (not a module or a
+        # buffer: nothing of it goes into checkpoints, as torchmetrics' states did not)
+        self._sums: dict = {}
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
         return self.model(x, edge_index)
@@ -80,36 +87,57 @@ class NodeClassificationTask(Task):
         if self.multi_label:
             y = y.float()
             loss = F.binary_cross_entropy_with_logits(z, y)
-            pred = z > 0
-            truth = y > 0.5
-            self._acc[f"{split}_"].update((pred == truth).float())
-            for k, v in (("tp", pred & truth), ("fp", pred & ~truth), ("fn", ~pred & truth)):
-                self._counts[f"{split}_{k}"].update(v.sum().float())
+            with torch.no_grad():
+                pred, truth = z > 0, y > 0.5
+                counts = torch.stack([(pred == truth).sum(dtype=torch.float32),
+                                      z.new_tensor(truth.numel(), dtype=torch.float32),
+                                      *((v.sum(dtype=torch.float32) for v in
+                                         (pred & truth, pred & ~truth, ~pred & truth)))])
         else:
             loss = F.cross_entropy(z, y)
-            self._acc[f"{split}_"].update((z.argmax(-1) == y).float())
+            with torch.no_grad():
+                counts = torch.stack([(z.argmax(-1) == y).sum(dtype=torch.float32),
+                                      z.new_tensor(y.numel(), dtype=torch.float32)])
+        prev = self._sums.get(split)
+        self._sums[split] = counts if prev is None else prev + counts
         self.log(f"{split}/loss", loss, batch_size=n, prog_bar=split != "test", on_epoch=True,
                  on_step=False, sync_dist=True)
-        self.log(f"{split}/acc", self._acc[f"{split}_"], batch_size=n, prog_bar=True,
-                 on_epoch=True, on_step=False)
         return loss
 
-    def _log_f1(self, split: str) -> None:
-        if not self.multi_label:
-            return
-        tp, fp, fn = (self._counts[f"{split}_{k}"].compute() for k in ("tp", "fp", "fn"))
-        self.log(f"{split}/f1", 2 * tp / (2 * tp + fp + fn).clamp(min=1))
-        for k in ("tp", "fp", "fn"):
-            self._counts[f"{split}_{k}"].reset()
+    def _log_counts(self, split: str) -> None:
+        """``<split>/acc`` (and ``/f1``) of the epoch from its sums over batches and ranks.
+        Every rank takes part in the sum, also one that had no batch (DDP shards of uneven
+        size); the value logged is then the same on every rank (the ``max`` over ranks that
+        ``sync_dist`` takes changes nothing, and keeps Lightning from asking for a sync)."""
+        sums = self._sums.pop(split, None)
+        if sums is None:
+            sums = torch.zeros(len(COUNTS) if self.multi_label else 2, device=self.device)
+        if self._trainer is not None:
+            sums = self.trainer.strategy.reduce(sums, reduce_op="sum")
+        self.log(f"{split}/acc", sums[0] / sums[1], prog_bar=True, on_epoch=True, on_step=False,
+                 sync_dist=True, reduce_fx="max")
+        if self.multi_label:
+            tp, fp, fn = sums[2], sums[3], sums[4]
+            self.log(f"{split}/f1", 2 * tp / (2 * tp + fp + fn).clamp(min=1), on_epoch=True,
+                     on_step=False, sync_dist=True, reduce_fx="max")
+
+    def on_train_epoch_start(self) -> None:
+        self._sums.pop("train", None)  # what an interrupted epoch left
+
+    def on_validation_epoch_start(self) -> None:
+        self._sums.pop("val", None)
+
+    def on_test_epoch_start(self) -> None:
+        self._sums.pop("test", None)
 
     def on_train_epoch_end(self) -> None:
-        self._log_f1("train")
+        self._log_counts("train")
 
     def on_validation_epoch_end(self) -> None:
-        self._log_f1("val")
+        self._log_counts("val")
 
     def on_test_epoch_end(self) -> None:
-        self._log_f1("test")
+        self._log_counts("test")
 
     # -- the picture ---------------------------------------------------------------------------
     def on_train_end(self) -> None:
