@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnflow.blocks.graph.sparse_input import dropout_nonzero
 from attnflow.registry import GRAPH_LAYERS, MODELS, BlockSpec
 
 
@@ -96,7 +97,7 @@ class GAT(nn.Module):
             if i > 0:
                 x = F.elu(x)
             if not self.head_dropout:  # else each head drops its own copy inside the layer
-                x = F.dropout(x, p=self.dropout, training=self.training)
+                x = dropout_nonzero(x, self.dropout, self.training)  # draws for nonzeros only
             if need_weights:
                 x, w = block(x, edge_index, return_attention_weights=True)
                 weights.append(w)
