@@ -17,6 +17,7 @@ Anchors (de→en, test 2016, tokenised BLEU, tutorials): Bahdanau attention 28.3
     python bench/mt_multi30k.py                                    # full: hours on a 2-core CPU
     python bench/mt_multi30k.py --quick                            # minutes: 2,000 pairs, 1 epoch
     python bench/mt_multi30k.py --models rnnsearch --directions de-en --epochs 10
+    python bench/mt_multi30k.py --models transformer_tiny --threads 1   # issue 13: Wu et al.'s sizes
 
 Writes bench/results/mt_multi30k.json (git-ignored) and the run directories under
 bench/results/mt_runs/.
@@ -36,7 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 EXPERIMENTS = {"rnnsearch": "mt_rnnsearch", "transformer": "mt_transformer",
-               "luong": "mt_luong", "rnnenc": "mt_rnnenc"}
+               "luong": "mt_luong", "rnnenc": "mt_rnnenc",
+               "transformer_40min": "mt_transformer_40min", "transformer_tiny": "mt_transformer_tiny"}
 ANCHORS = {("rnnsearch", "de-en"): 28.3, ("transformer", "de-en"): 36.5}
 
 
@@ -130,6 +132,9 @@ def main(argv=None) -> int:
                          "code (repeatable) and print its scores")
     ap.add_argument("--length-penalty", type=float, default=0.6, help="with --evaluate (GNMT alpha)")
     args = ap.parse_args(argv)
+    unknown = [m for m in args.models.split(",") if m not in EXPERIMENTS]
+    if unknown:
+        ap.error(f"--models: unknown {', '.join(unknown)}; known: {', '.join(EXPERIMENTS)}")
     if args.evaluate:
         import torch
 
