@@ -10,7 +10,7 @@ with as many features as classes; dropout p = 0.6 on each layer's input and on �
 
 α is computed from the W·dropout(x) above; with ``value_dropout`` the values it weighs are dropped
 once more, dropout(Wʲ dropout(x)_i), as the authors' TensorFlow code does (``seq_fts``); conf/model/
-gat.yaml sets 0.6: Cora 83.7 ± 0.7 % over 10 seeds; without it, 82.8 ± 0.6 (5 seeds), and a plain
+gat.yaml sets 0.6: Cora 83.4 ± 0.7 % over 10 seeds; without it, 82.8 ± 0.6 (5 seeds), and a plain
 PyG GATConv loop 82.9 ± 0.8 (10 seeds) — docs/benchmarks.md.
 
 The scorer (``${scorer}``: gat by default in the GAT experiments; ``const`` for Const-GAT), the
