@@ -32,7 +32,7 @@ import random
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
@@ -40,7 +40,7 @@ from torch.utils.data import DataLoader
 
 from attnflow.data.base import SplitDataModule
 from attnflow.data.errors import DataError, numbered_lines
-from attnflow.registry import DATA
+from attnflow.registry import DATA, MODELS, ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -229,6 +229,11 @@ class DocumentDataModule(SplitDataModule):
         bucket: batch training documents of similar size together (default True).
         num_workers: DataLoader workers (default 0).
         seed: shuffling seed (default 1234).
+        word_vectors: null (default: the model's embeddings start random) or a mapping of
+            :class:`~attnflow.data.word_vectors.WordVectorsConfig` fields (dim, window, alpha, eig,
+            min_count, weighting, scale, seed): word vectors computed from the training split
+            (PPMI + SVD, Levy et al. 2015) and handed to the model as ``word_vectors`` to start its
+            embedding from. ``dim`` must equal ``model.embed_dim`` (checked before any work).
     """
 
     interface = "documents"  # documents: han/self_attentive models, the classification task
@@ -237,8 +242,11 @@ class DocumentDataModule(SplitDataModule):
                  text_field: str = "text", label_field: str = "label", max_sentences: int = 30,
                  max_words: int = 50, min_freq: int = 5, max_vocab: int = 50000,
                  lowercase: bool = True, limit_train: int = 0, limit_val: int = 0,
-                 batch_size: int = 32, bucket: bool = True, num_workers: int = 0, seed: int = 1234):
+                 batch_size: int = 32, bucket: bool = True, num_workers: int = 0, seed: int = 1234,
+                 word_vectors: Optional[Dict[str, Any]] = None):
         super().__init__()
+        self.word_vectors_cfg = self.word_vectors_config(word_vectors)
+        self._word_vectors: Optional[torch.Tensor] = None
         for name, value in (("train_path", train_path), ("val_path", val_path)):
             if not value:
                 raise ValueError(f"data 'documents': '{name}' is required (a JSON-lines file)")
@@ -260,10 +268,58 @@ class DocumentDataModule(SplitDataModule):
     def has_test(self) -> bool:
         return self.paths["test"] is not None and self.paths["test"].is_file()
 
+    # -- word vectors ----------------------------------------------------------------------
+    @staticmethod
+    def word_vectors_config(value: Any, path: str = "data.word_vectors"):
+        """``data.word_vectors`` as a WordVectorsConfig (None when off); an unknown field, a wrong
+        type or choice is a ConfigError naming it (the registry's nested-config checks)."""
+        from attnflow.data.word_vectors import WordVectorsConfig
+        from attnflow.registry import _NestedConfig
+
+        if value is None:
+            return None
+        nested = _NestedConfig(WordVectorsConfig, WordVectorsConfig(), "data.word_vectors")
+        return nested.build(nested.validate(value, path, "data 'documents' word_vectors config"))
+
+    @classmethod
+    def check_config(cls, cfg: Mapping[str, Any]) -> None:
+        """Before any work (run.check_composition): ``data.word_vectors``' fields, and its
+        ``dim`` against the model's ``embed_dim`` (the vectors are copied into the embedding)."""
+        wv = cls.word_vectors_config((cfg.get("data") or {}).get("word_vectors"))
+        model = cfg.get("model") or {}
+        if wv is None or not model.get("name") or model["name"] not in MODELS:
+            return
+        fields = MODELS.validate(model, "model")
+        if "embed_dim" not in fields:
+            raise ConfigError(f"data.word_vectors is set, but model '{model['name']}' has no word "
+                              f"embedding (no embed_dim) to start from them; set data.word_vectors=null")
+        if fields["embed_dim"] != wv.dim:
+            raise ConfigError(f"data.word_vectors.dim={wv.dim} differs from model.embed_dim="
+                              f"{fields['embed_dim']}: the vectors start the model's embedding, so they "
+                              f"must match (set data.word_vectors.dim=${{model.embed_dim}})")
+
+    def train_word_vectors(self) -> torch.Tensor:
+        """(V, dim) vectors from the training split's encoded sentences (after the caps), computed
+        once; the dev split is never read for them."""
+        from attnflow.data.word_vectors import train_word_vectors
+
+        if self._word_vectors is None:
+            train = self.splits["train"]
+            ids = np.concatenate(train.ids) if len(train) else np.zeros(0, np.int64)
+            lengths = np.concatenate(train.sent_lens) if len(train) else np.zeros(0, np.int64)
+            self._word_vectors = train_word_vectors(ids, lengths, len(self.vocab),
+                                                    self.word_vectors_cfg, PAD)
+        return self._word_vectors
+
     # -- what models and tasks need -------------------------------------------------------
     def model_context(self) -> dict:
+        """Sizes, and ``word_vectors`` when ``data.word_vectors`` is set and the training split
+        is loaded (not after ``setup_evaluation``: the weights then come from a checkpoint)."""
         self.setup()
-        return {"vocab_size": len(self.vocab), "num_classes": len(self.label_values), "pad_id": PAD}
+        ctx = {"vocab_size": len(self.vocab), "num_classes": len(self.label_values), "pad_id": PAD}
+        if self.word_vectors_cfg is not None and "train" in self.splits:
+            ctx["word_vectors"] = self.train_word_vectors()
+        return ctx
 
     def task_context(self) -> dict:
         self.setup()

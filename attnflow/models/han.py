@@ -18,11 +18,12 @@ through the word encoder at once, as one (B·S, W, E) batch of the non-empty sen
 
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Optional
 
 import torch
 from torch import nn
 
+from attnflow.data.word_vectors import init_embedding
 from attnflow.registry import ENCODERS, MODELS, POOLINGS, BlockSpec
 
 
@@ -57,6 +58,8 @@ class HierarchicalAttentionNetwork(nn.Module):
     Args:
         vocab_size, num_classes: (context, from the data module).
         pad_id: the padding id (context, default 0).
+        word_vectors: (V, embed_dim) initial word embeddings (context, from ``data.word_vectors``;
+            default None: nn.Embedding's N(0, 1) init).
         embed_dim: word embedding size (default 100).
         word_encoder: encoder over the words of a sentence (default bidirectional GRU, 50 per
             direction).
@@ -73,7 +76,8 @@ class HierarchicalAttentionNetwork(nn.Module):
 
     interface = "documents"  # works on document data (attnflow.run.check_composition)
 
-    def __init__(self, vocab_size: int, num_classes: int, pad_id: int = 0, *, embed_dim: int = 100,
+    def __init__(self, vocab_size: int, num_classes: int, pad_id: int = 0,
+                 word_vectors: Optional[torch.Tensor] = None, *, embed_dim: int = 100,
                  word_encoder: BlockSpec["encoder"] = {"name": "rnn", "cell": "gru", "hidden_dim": 50},
                  word_pooling: BlockSpec["pooling"] = {"name": "attention"},
                  sentence_encoder: BlockSpec["encoder"] = {"name": "rnn", "cell": "gru", "hidden_dim": 50},
@@ -82,6 +86,7 @@ class HierarchicalAttentionNetwork(nn.Module):
         super().__init__()
         self.length_groups = length_groups
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)
+        init_embedding(self.embedding, word_vectors, "model 'han'")
         self.word_encoder = ENCODERS.build(word_encoder, embed_dim, path="model.word_encoder")
         self.word_pooling = POOLINGS.build(word_pooling, self.word_encoder.output_dim,
                                            path="model.word_pooling")

@@ -15,12 +15,13 @@ sentences (one gather, no loop).
 
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Optional
 
 import torch
 from torch import nn
 
 from attnflow.blocks.normalizers.softmax import masked_softmax
+from attnflow.data.word_vectors import init_embedding
 from attnflow.registry import ENCODERS, MODELS, BlockSpec
 
 
@@ -45,6 +46,8 @@ class SelfAttentive(nn.Module):
     Args:
         vocab_size, num_classes: (context, from the data module).
         pad_id: the padding id (context, default 0).
+        word_vectors: (V, embed_dim) initial word embeddings (context, from ``data.word_vectors``;
+            default None: nn.Embedding's N(0, 1) init).
         embed_dim: word embedding size (default 100).
         encoder: the word encoder (default bidirectional LSTM, 100 per direction).
         attn_dim: d_a, rows of W_s1 (default 128).
@@ -58,7 +61,8 @@ class SelfAttentive(nn.Module):
 
     interface = "documents"  # works on document data (attnflow.run.check_composition)
 
-    def __init__(self, vocab_size: int, num_classes: int, pad_id: int = 0, *, embed_dim: int = 100,
+    def __init__(self, vocab_size: int, num_classes: int, pad_id: int = 0,
+                 word_vectors: Optional[torch.Tensor] = None, *, embed_dim: int = 100,
                  encoder: BlockSpec["encoder"] = {"name": "rnn", "cell": "lstm", "hidden_dim": 100},
                  attn_dim: int = 128, hops: int = 8, mlp_dim: int = 256, dropout: float = 0.0):
         super().__init__()
@@ -66,6 +70,7 @@ class SelfAttentive(nn.Module):
             raise ValueError(f"model 'self_attentive': hops must be >= 1, got {hops}")
         self.hops = hops
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)
+        init_embedding(self.embedding, word_vectors, "model 'self_attentive'")
         self.encoder = ENCODERS.build(encoder, embed_dim, path="model.encoder")
         D = self.encoder.output_dim
         self.ws1 = nn.Linear(D, attn_dim, bias=False)

@@ -1,0 +1,181 @@
+"""Count-based word vectors from the training documents themselves (no external data).
+
+Why: HAN (Yang et al. 2016) initialises its embeddings with word2vec trained on the task's own
+training and validation texts. Here the same idea, from the *training* split only and without a
+word2vec loop: an SVD of the PPMI word–context matrix, which Levy, Goldberg & Dagan (2015),
+"Improving distributional similarity with lessons learned from word embeddings", §3 and §6, show
+matching SGNS (word2vec) on similarity tasks when it uses word2vec's own tricks:
+
+1. co-occurrence counts ``#(w, c)`` of word ``w`` and context ``c`` within a symmetric window of
+   ``window`` tokens inside each sentence (the encoded ids kept by DocumentDataModule, after the
+   caps), each pair weighted 1 (``weighting='uniform'``) or by 1/distance (``'harmonic'``,
+   GloVe's and word2vec's dynamic-window expectation, roughly);
+2. PPMI (Church & Hanks 1990; positive part as in Bullinaria & Levy 2007) with *context
+   distribution smoothing* (Levy et al. 2015 §3.1): ``P_α(c) = #(c)^α / Σ_c' #(c')^α``,
+   α = 0.75 as word2vec's negative sampling, ``PPMI(w, c) = max(0, log P(w, c) / (P(w) P_α(c)))``;
+3. truncated SVD ``PPMI ≈ U Σ Vᵀ`` and word vectors ``W = U Σ^p`` with the *eigenvalue weighting*
+   p = 0.5 (Levy et al. 2015 §3.3: √σ does better than σ on similarity tasks).
+
+Everything is vectorised: one numpy pass per window offset builds the pairs, ``scipy.sparse``
+sums them, and ``scipy.sparse.linalg.svds`` (seeded start vector) takes the top ``dim`` singular
+triplets. The ⟨pad⟩ row is zero (padding is never a word or a context); ⟨unk⟩ gets what its
+counts give. Finally the rows are rescaled so that their mean norm is ``scale · √dim``: with
+scale 1 that is the norm of a row of ``nn.Embedding``'s default N(0, 1) init, the scale the
+model's first layers were tuned for (an SVD's rows are far smaller and uneven).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Literal, Sequence
+
+import numpy as np
+import torch
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class WordVectorsConfig:
+    """``data.word_vectors`` (null = off): word vectors from the training split.
+
+    Fields:
+        dim: vector size; must equal ``model.embed_dim`` (default 200).
+        window: context words on each side, inside a sentence (default 5).
+        alpha: context distribution smoothing exponent (default 0.75; 1 = plain PMI).
+        eig: singular value weighting p in W = U Σ^p (default 0.5).
+        min_count: words seen fewer times in the training split get a zero vector (default 1).
+        weighting: 'uniform' (each pair in the window counts 1) or 'harmonic' (1/distance)
+            (default 'harmonic').
+        scale: the rows' mean norm over √dim (default 1.0: nn.Embedding's N(0, 1) init).
+        seed: the SVD's start vector (default 0).
+    """
+
+    dim: int = 200
+    window: int = 5
+    alpha: float = 0.75
+    eig: float = 0.5
+    min_count: int = 1
+    weighting: Literal["uniform", "harmonic"] = "harmonic"
+    scale: float = 1.0
+    seed: int = 0
+
+
+
+def flatten(sentences: Sequence[Sequence[int]]):
+    """(ids, lengths) of a list of id sentences: the layout the functions below take."""
+    lengths = np.array([len(s) for s in sentences], dtype=np.int64)
+    ids = np.concatenate([np.asarray(s, dtype=np.int64) for s in sentences]) if len(sentences) \
+        else np.zeros(0, np.int64)
+    return ids, lengths
+
+
+def cooccurrence(ids: np.ndarray, lengths: np.ndarray, vocab_size: int, window: int,
+                 weighting: str = "harmonic", pad_id: int = 0):
+    """Symmetric (V, V) co-occurrence counts (scipy CSR, float64) of ids within ``window``
+    positions of each other inside the same sentence; pairs with ``pad_id`` are dropped.
+
+    ``ids``: every sentence's ids one after another; ``lengths``: words per sentence. For each
+    offset d = 1..window the pairs (t, t + d) that stay inside one sentence are taken with one
+    vectorised mask (no loop over tokens)."""
+    import scipy.sparse as sp
+
+    ids = np.asarray(ids, dtype=np.int64)
+    sent_of = np.repeat(np.arange(len(lengths)), lengths)
+    rows, cols, vals = [], [], []
+    for d in range(1, window + 1):
+        same = sent_of[:-d] == sent_of[d:] if ids.size > d else np.zeros(0, bool)
+        a, b = ids[:-d][same], ids[d:][same]
+        keep = (a != pad_id) & (b != pad_id)
+        a, b = a[keep], b[keep]
+        w = 1.0 if weighting == "uniform" else 1.0 / d
+        rows += [a, b]
+        cols += [b, a]
+        vals.append(np.full(2 * a.size, w))
+    if not rows:
+        return sp.csr_matrix((vocab_size, vocab_size))
+    counts = sp.coo_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                           shape=(vocab_size, vocab_size))
+    return counts.tocsr()  # duplicates summed
+
+
+def ppmi(counts, alpha: float = 0.75):
+    """PPMI with context distribution smoothing (Levy et al. 2015 §3.1) of a sparse count matrix:
+    ``max(0, log(#(w,c) · Σ_c' #(c')^α / (#(w) · #(c)^α)))`` — the ``Σ#`` of P(w, c) and P(w)
+    cancel; only stored (non-zero) counts are computed."""
+    import scipy.sparse as sp
+
+    counts = sp.csr_matrix(counts, dtype=np.float64)
+    counts.eliminate_zeros()  # stored zeros would give log(0)
+    row = np.asarray(counts.sum(axis=1)).ravel()                     # #(w)
+    col = np.asarray(counts.sum(axis=0)).ravel() ** alpha            # #(c)^α
+    coo = counts.tocoo()
+    pmi = np.log(coo.data) + np.log(col.sum()) - np.log(row[coo.row]) - np.log(col[coo.col])
+    keep = pmi > 0
+    return sp.csr_matrix((pmi[keep], (coo.row[keep], coo.col[keep])), shape=counts.shape)
+
+
+def svd_vectors(matrix, dim: int, eig: float = 0.5, seed: int = 0) -> np.ndarray:
+    """``U Σ^eig`` of the top ``dim`` singular triplets of a sparse matrix (ARPACK via
+    ``scipy.sparse.linalg.svds``, start vector from ``seed``); columns ordered by σ descending and
+    signs fixed (the largest entry of each column of U positive) so results are reproducible."""
+    from scipy.sparse.linalg import svds
+
+    n = min(matrix.shape)
+    if matrix.nnz == 0:
+        return np.zeros((matrix.shape[0], dim))
+    if dim >= n:  # ARPACK needs k < min(shape): a dense SVD for tiny vocabularies
+        u, s, _ = np.linalg.svd(matrix.toarray())
+        u, s = u[:, :dim], s[:dim]
+        u = np.pad(u, ((0, 0), (0, dim - u.shape[1])))
+        s = np.pad(s, (0, dim - s.size))
+    else:
+        v0 = np.random.default_rng(seed).standard_normal(n)
+        u, s, _ = svds(matrix, k=dim, v0=v0)
+        order = np.argsort(-s)
+        u, s = u[:, order], s[order]
+    sign = np.sign(u[np.abs(u).argmax(axis=0), np.arange(u.shape[1])])
+    sign[sign == 0] = 1
+    return (u * sign) * (s ** eig)
+
+
+def train_word_vectors(ids: np.ndarray, lengths: np.ndarray, vocab_size: int,
+                       cfg: WordVectorsConfig, pad_id: int = 0) -> torch.Tensor:
+    """(vocab_size, cfg.dim) float32 word vectors of the id sentences (``ids``, ``lengths``: see
+    :func:`cooccurrence`; see the module doc for the method)."""
+    start = time.perf_counter()
+    counts = cooccurrence(ids, lengths, vocab_size, cfg.window, cfg.weighting, pad_id)
+    if cfg.min_count > 1:
+        rare = np.bincount(ids, minlength=vocab_size) < cfg.min_count
+        import scipy.sparse as sp
+
+        keep = sp.diags((~rare).astype(np.float64))
+        counts = (keep @ counts @ keep).tocsr()
+        counts.eliminate_zeros()
+    matrix = ppmi(counts, cfg.alpha)
+    vectors = svd_vectors(matrix, cfg.dim, cfg.eig, cfg.seed)
+    vectors[matrix.getnnz(axis=1) == 0] = 0.0  # no positive context (rare, unseen): exactly zero,
+    vectors[pad_id] = 0.0                      # not the SVD's round-off
+    norms = np.linalg.norm(vectors, axis=1)
+    used = norms > 0
+    if used.any():
+        vectors *= cfg.scale * np.sqrt(cfg.dim) / norms[used].mean()
+    log.info("word vectors: %d×%d from %d sentences (%d words with a vector), %.1f s",
+             vocab_size, cfg.dim, len(lengths), int(used.sum()), time.perf_counter() - start)
+    return torch.from_numpy(vectors.astype(np.float32))
+
+
+def init_embedding(embedding: torch.nn.Embedding, vectors, owner: str) -> None:
+    """Copy ``vectors`` (V, dim) into ``embedding`` (the models' ``word_vectors`` context); a
+    shape that differs is a ValueError naming both (the config check catches a dim mismatch
+    before any work; this guards direct construction)."""
+    if vectors is None:
+        return
+    vectors = torch.as_tensor(vectors, dtype=embedding.weight.dtype)
+    if tuple(vectors.shape) != tuple(embedding.weight.shape):
+        raise ValueError(f"{owner}: word_vectors have shape {tuple(vectors.shape)}, the embedding "
+                         f"(vocab_size, embed_dim) is {tuple(embedding.weight.shape)}")
+    with torch.no_grad():
+        embedding.weight.copy_(vectors)
