@@ -16,6 +16,7 @@ Usage::
     python bench/han_imdb.py                                   # full: all of train, 3 epochs
     python bench/han_imdb.py --limit-train 2000 --epochs 1     # shortened
     python bench/han_imdb.py --models han --override trainer.max_time=00:00:30:00
+    python bench/han_imdb.py --models han --experiment han_imdb_best --seed 1 --val-every 0.5
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def _epoch_curve(run_dir: Path):
 
 def run_one(model: str, args) -> dict:
     run_dir = Path(args.runs) / f"{model}-{_dt.datetime.now():%Y%m%d-%H%M%S}-{os.getpid()}"  # unique per process
-    overrides = [f"experiment={EXPERIMENTS[model]}", f"trainer.max_epochs={args.epochs}",
+    overrides = [f"experiment={args.experiment or EXPERIMENTS[model]}", f"trainer.max_epochs={args.epochs}",
                  f"data.limit_train={args.limit_train}", f"data.limit_val={args.limit_val}",
                  "callbacks.progress_bar=none", "logger=csv", *args.override]
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
@@ -88,17 +89,25 @@ def main(argv=None) -> int:
                    "(trainer.max_time; 0 = no limit)")
     p.add_argument("--val-every", type=float, default=1.0, help="trainer.val_check_interval (fraction of an epoch)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a busy 2-core CPU)")
+    p.add_argument("--experiment", default="", help="the experiment to train (default: the model's, "
+                   "han_imdb or self_attentive_imdb), e.g. han_imdb_best; use with one model")
+    p.add_argument("--seed", type=int, default=None, help="the run's seed (default: the config's, 1234)")
     p.add_argument("--override", action="append", default=[], help="extra Hydra override")
     p.add_argument("--runs", default=str(ROOT / "bench" / "results" / "han_imdb_runs"))
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "han_imdb.json"))
     args = p.parse_args(argv)
+    if args.experiment and "," in args.models:
+        p.error("--experiment names one experiment: use it with one model (--models han)")
     torch.set_num_threads(args.threads)
     if args.max_minutes > 0:
         m = int(args.max_minutes)
         s = int(round((args.max_minutes - m) * 60))
         args.override = [f"trainer.max_time=00:{m // 60:02d}:{m % 60:02d}:{s:02d}", *args.override]
+    if args.seed is not None:
+        args.override = [f"seed={args.seed}", *args.override]
     if args.val_every != 1.0:
         args.override = [f"+trainer.val_check_interval={args.val_every}", *args.override]
+    load_before = os.getloadavg()
     results = [run_one(m, args) for m in args.models.split(",")]
     print(f"\n{'model':<16}{'dev acc':>9}{'dev F1':>9}{'epochs':>8}{'s/epoch':>10}{'docs/s':>9}  dev acc per validation")
     for r in results:
@@ -109,6 +118,8 @@ def main(argv=None) -> int:
     out = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
            "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
            "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}",
+           "load_average_before": [round(x, 2) for x in load_before],
+           "load_average_after": [round(x, 2) for x in os.getloadavg()],
            "results": results, "anchors": ANCHORS}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2))
