@@ -328,6 +328,14 @@ class _NestedConfig:
         return self.cls(**data)
 
 
+def build_config(cls: type, cfg: Any, path: str, label: str) -> Any:
+    """A dataclass config (e.g. ``data.word_vectors``) from a mapping, checked as a block's fields
+    are (unknown field, type, ``Literal`` choices; a ConfigError naming ``path``); the dataclass's
+    defaults fill what ``cfg`` leaves out."""
+    nested = _NestedConfig(cls, cls(), path)
+    return nested.build(nested.validate(cfg, path, label))
+
+
 def _check_fields(schema: type, children: Dict[str, Any], choices: Dict[str, tuple],
                   data: Dict[str, Any], path: str, label: str) -> Dict[str, Any]:
     """``data`` checked against a typed config (unknown fields, types, choices, children) and

@@ -40,7 +40,7 @@ from torch.utils.data import DataLoader
 
 from attnflow.data.base import SplitDataModule
 from attnflow.data.errors import DataError, numbered_lines
-from attnflow.registry import DATA, MODELS, ConfigError
+from attnflow.registry import DATA, MODELS, ConfigError, build_config
 
 log = logging.getLogger(__name__)
 
@@ -274,12 +274,10 @@ class DocumentDataModule(SplitDataModule):
         """``data.word_vectors`` as a WordVectorsConfig (None when off); an unknown field, a wrong
         type or choice is a ConfigError naming it (the registry's nested-config checks)."""
         from attnflow.data.word_vectors import WordVectorsConfig
-        from attnflow.registry import _NestedConfig
 
         if value is None:
             return None
-        nested = _NestedConfig(WordVectorsConfig, WordVectorsConfig(), "data.word_vectors")
-        return nested.build(nested.validate(value, path, "data 'documents' word_vectors config"))
+        return build_config(WordVectorsConfig, value, path, "data 'documents' word_vectors config")
 
     @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
