@@ -15,7 +15,9 @@ docs/benchmarks.md).
    equivalent of the best checkpoint). Both times are of the training loop only (attnflow:
    ``fit_seconds``, ``Trainer.fit``); also their CPU seconds (the process's own time: less
    moved by other jobs on a shared machine than the wall clock). attnflow runs with
-   ``model.value_dropout=0 model.head_dropout=false`` here, so that both compute the same layer,
+   ``model.value_dropout=0 model.head_dropout=false`` here, so that both compute the same layer
+   (the same distribution of input dropout; attnflow draws it for the nonzero features only,
+   attnflow/blocks/graph/sparse_input.py, the plain loop for every entry, as PyG's examples do),
    and draws the attention maps it writes when training ends (4 validation nodes' PNGs; the
    embedding picture is off, ``task.picture=false``): the plain loop draws nothing, so their
    time (``pictures_seconds``, inside ``fit``) is reported apart, and the ratio is given with and
