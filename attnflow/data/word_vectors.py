@@ -165,17 +165,3 @@ def train_word_vectors(ids: np.ndarray, lengths: np.ndarray, vocab_size: int,
     log.info("word vectors: %d×%d from %d sentences (%d words with a vector), %.1f s",
              vocab_size, cfg.dim, len(lengths), int(used.sum()), time.perf_counter() - start)
     return torch.from_numpy(vectors.astype(np.float32))
-
-
-def init_embedding(embedding: torch.nn.Embedding, vectors, owner: str) -> None:
-    """Copy ``vectors`` (V, dim) into ``embedding`` (the models' ``word_vectors`` context); a
-    shape that differs is a ValueError naming both (the config check catches a dim mismatch
-    before any work; this guards direct construction)."""
-    if vectors is None:
-        return
-    vectors = torch.as_tensor(vectors, dtype=embedding.weight.dtype)
-    if tuple(vectors.shape) != tuple(embedding.weight.shape):
-        raise ValueError(f"{owner}: word_vectors have shape {tuple(vectors.shape)}, the embedding "
-                         f"(vocab_size, embed_dim) is {tuple(embedding.weight.shape)}")
-    with torch.no_grad():
-        embedding.weight.copy_(vectors)

@@ -23,7 +23,7 @@ from typing import Dict, Optional
 import torch
 from torch import nn
 
-from attnflow.data.word_vectors import init_embedding
+from attnflow.models.embedding_init import init_embedding
 from attnflow.registry import ENCODERS, MODELS, POOLINGS, BlockSpec
 
 

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from attnflow.blocks.normalizers.softmax import masked_softmax
-from attnflow.data.word_vectors import init_embedding
+from attnflow.models.embedding_init import init_embedding
 from attnflow.registry import ENCODERS, MODELS, BlockSpec
 
 
