@@ -53,6 +53,26 @@ def test_round_trip_batches_and_references(corpus, kind, src, tgt):
     assert dm.references("val", [1, 0]) == [refs[1], refs[0]]
 
 
+def test_lowercase_folds_case_on_both_sides_and_in_the_saved_tokenizer(corpus, tmp_path):
+    """data.lowercase (Wu et al. 2021's lower-cased Multi30k): the tokenizer lower-cases before
+    splitting, so "Ein" and "ein" are one subword sequence, the decoded targets are the
+    references lower-cased, and a tokenizer read back from the run folder does the same."""
+    dm = module(corpus, src_lang="en", tgt_lang="de", lowercase=True, shared_vocab=True)
+    dm.set_run_dir(tmp_path / "run")
+    dm.setup()
+    assert dm.encode_source(["Ein Hund"]) == dm.encode_source(["ein hund"])
+    batch = next(iter(dm.val_dataloader()))
+    for i, j in enumerate(batch["idx"].tolist()):
+        assert dm.detokenize(batch["tgt_out"][i].tolist()) == DE[j].lower()
+    assert dm.references("val", [0]) == [DE[0]]  # references stay as written (cased BLEU too)
+    again = module(corpus, src_lang="en", tgt_lang="de", lowercase=False, shared_vocab=True)
+    again.load_tokenizers(tmp_path / "run" / "tokenizer")
+    assert again.encode_source(["Zwei Hunde"]) == dm.encode_source(["zwei hunde"])
+    cased = module(corpus, src_lang="en", tgt_lang="de", shared_vocab=True)
+    cased.setup()
+    assert cased.encode_source(["Ein Hund"]) != cased.encode_source(["ein hund"])
+
+
 def test_tokenizers_saved_in_run_dir_and_reused(corpus, tmp_path):
     run = tmp_path / "run"
     dm = module(corpus)
