@@ -2,7 +2,8 @@
 element-wise mean of the kept epochs' weights (checked against weights recorded by a callback of
 the test, not by the averaging code), last-N and best-N keep the right epochs, bad entries are
 refused before any work, the run's metrics are those of the averaged model (re-evaluated with
-attnflow-eval), a resumed run averages as an uninterrupted one; and the mt_transformer_tiny preset."""
+attnflow-eval), a resumed run averages as an uninterrupted one; and the mt_transformer_tiny and
+mt_transformer_2h presets."""
 
 from __future__ import annotations
 
@@ -241,3 +242,24 @@ def test_mt_transformer_tiny_trains_a_step_on_multi30k(tmp_path):
         assert {k[len(prefix):].split(".")[0] for k in state if k.startswith(prefix)} == {"0", "1", "2", "3"}
         assert tuple(state[f"{prefix}0.ffn.linear1.weight"].shape) == (256, 128)  # FFN 256, d 128
     assert tuple(state["model.decoder.out.weight"].shape) == (1000, 128)  # the shared vocabulary
+
+
+# -- the mt_transformer_2h preset --------------------------------------------------------------------
+def test_mt_transformer_2h_lower_cases_and_averages_the_best_by_lower_cased_bleu(tmp_path):
+    if not (DATA_DIR / "multi30k" / "train.de.gz").is_file():
+        pytest.skip(f"Multi30k not found at {DATA_DIR / 'multi30k'} (set ATTNFLOW_DATA_DIR)")
+    cfg = compose_cfg(["experiment=mt_transformer_2h", f"paths.data_dir={DATA_DIR}", "data.max_pairs=200",
+                       "data.vocab_size=1000", "data.batch_size=8", "data.max_decode_len=8",
+                       "trainer.max_epochs=2", "trainer.limit_train_batches=2",
+                       "trainer.limit_val_batches=2", "trainer.limit_test_batches=1",
+                       "trainer.enable_model_summary=false", "callbacks.progress_bar=none",
+                       "callbacks.attention_maps.examples=0", "logger=none"])
+    assert resolve_config(cfg)["trainer"]["max_time"] == "00:02:05:00"
+    summary = train(cfg, tmp_path / "run")
+    avg = summary["averaged_from"]
+    assert (avg["by"], avg["monitor"], avg["epochs"]) == ("best", "val/bleu_lc", [0, 1])
+    assert len(avg["scores"]) == 2
+    from attnflow.data.parallel import load_tokenizer
+
+    tok = load_tokenizer(tmp_path / "run" / "tokenizer" / "shared.json")
+    assert tok.encode("Ein Hund").ids == tok.encode("ein hund").ids
