@@ -63,7 +63,6 @@ class WordVectorsConfig:
     seed: int = 0
 
 
-
 def flatten(sentences: Sequence[Sequence[int]]):
     """(ids, lengths) of a list of id sentences: the layout the functions below take."""
     lengths = np.array([len(s) for s in sentences], dtype=np.int64)
