@@ -277,7 +277,13 @@ class DocumentDataModule(SplitDataModule):
 
         if value is None:
             return None
-        return build_config(WordVectorsConfig, value, path, "data 'documents' word_vectors config")
+        cfg = build_config(WordVectorsConfig, value, path, "data 'documents' word_vectors config")
+        for name, low, strict in (("dim", 1, False), ("window", 1, False), ("min_count", 1, False),
+                                  ("alpha", 0, True), ("scale", 0, True), ("eig", 0, False)):
+            v = getattr(cfg, name)
+            if v < low or (strict and v == low):
+                raise ConfigError(f"{path}.{name}={v}: must be {'>' if strict else '>='} {low}")
+        return cfg
 
     @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
