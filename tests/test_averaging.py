@@ -13,9 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from pytorch_lightning import Callback
 
-import attnflow.run as run_module
 from attnflow.averaging import CheckpointAverage, average_state_dicts
 from attnflow.checkpoints import find_checkpoint
 from attnflow.data.parallel import load_tokenizer
@@ -24,51 +22,9 @@ from attnflow.registry import ConfigError
 from attnflow.resume import resume_config
 from attnflow.run import resolve_config, train
 from attnflow.training_state import atomic_torch_save
+from averaging_runs import TINY, load, mean_state, train_recorded
 from cli_runs import one_torch_thread  # noqa: F401  (autouse fixture: one torch thread)
-from support import DATA_DIR, FAST, compose_cfg, train_cli_exit
-
-# the default reverse experiment, tiny: 4 steps an epoch, dropout on (resume must restore its
-# random stream), val/loss as the checkpoint metric (val/seq_acc is 0 at this size)
-TINY = [*FAST, "callbacks.attention_maps.examples=0", "trainer.enable_model_summary=false",
-        "trainer.deterministic=true", "model.dropout=0.2", "callbacks.checkpoint.monitor=val/loss",
-        "data.train_size=128"]
-
-
-class Recorder(Callback):
-    """The LightningModule's weights and val/loss after each validation of the fit (the test's
-    own record, independent of the averaging callback)."""
-
-    def __init__(self):
-        self.states, self.scores = {}, {}
-
-    def on_validation_end(self, trainer, pl_module):
-        if trainer.sanity_checking or trainer.state.fn != "fit":
-            return
-        self.states[trainer.current_epoch] = {k: v.detach().clone() for k, v in pl_module.state_dict().items()}
-        self.scores[trainer.current_epoch] = float(trainer.callback_metrics["val/loss"])
-
-
-def _train_recorded(overrides, run_dir, monkeypatch):
-    recorder = Recorder()
-    build = run_module.build_callbacks
-    monkeypatch.setattr(run_module, "build_callbacks", lambda *a, **k: [*build(*a, **k), recorder])
-    summary = train(compose_cfg([*TINY, *overrides]), run_dir)
-    return summary, recorder
-
-
-def _mean(states):
-    """The mean of state dicts, computed here: floats in float64, cast back."""
-    out = {}
-    for k, v in states[0].items():
-        if v.is_floating_point():
-            out[k] = (sum(s[k].double() for s in states) / len(states)).to(v.dtype)
-        else:
-            out[k] = states[-1][k]
-    return out
-
-
-def _load(path):
-    return torch.load(path, map_location="cpu", weights_only=True)
+from support import DATA_DIR, compose_cfg, train_cli_exit
 
 
 @pytest.fixture(scope="module")
@@ -76,22 +32,22 @@ def last2(tmp_path_factory):
     """3 epochs averaging the last 2: (run dir, recorder, metrics.json)."""
     run = tmp_path_factory.mktemp("avg") / "run"
     with pytest.MonkeyPatch.context() as mp:
-        _, recorder = _train_recorded(["trainer.max_epochs=3", "callbacks.average.last=2"], run, mp)
+        _, recorder = train_recorded(["trainer.max_epochs=3", "callbacks.average.last=2"], run, mp)
     return run, recorder, json.loads((run / "metrics.json").read_text())
 
 
 def test_averaged_checkpoint_is_the_mean_of_the_last_epochs(last2):
     run, rec, summary = last2
     assert sorted(rec.states) == [0, 1, 2]
-    ckpt = _load(run / "checkpoints" / "averaged.ckpt")
-    want = _mean([rec.states[1], rec.states[2]])
+    ckpt = load(run / "checkpoints" / "averaged.ckpt")
+    want = mean_state([rec.states[1], rec.states[2]])
     assert ckpt["state_dict"].keys() == want.keys()
     for k, v in want.items():
         assert torch.allclose(ckpt["state_dict"][k], v, rtol=0, atol=1e-6), k
     # not trivially one epoch's weights
     assert any(not torch.equal(ckpt["state_dict"][k], rec.states[2][k]) for k in want)
     # the copy of the final checkpoint keeps the run's config and records what was averaged
-    last = _load(run / "checkpoints" / "last.ckpt")
+    last = load(run / "checkpoints" / "last.ckpt")
     assert ckpt["attnflow_config"] == last["attnflow_config"] and ckpt["global_step"] == last["global_step"]
     assert ckpt["attnflow_average"]["epochs"] == [1, 2]
     # only the files that can still be averaged are on disk
@@ -162,13 +118,13 @@ def test_integer_buffers_come_from_the_newest_file_and_dtypes_are_kept(tmp_path)
 
 
 def test_best_n_in_a_run_picks_the_lowest_val_loss_epochs(tmp_path, monkeypatch):
-    summary, rec = _train_recorded(["trainer.max_epochs=3",
+    summary, rec = train_recorded(["trainer.max_epochs=3",
                                     "callbacks.average={best: 2, monitor: val/loss, mode: min}"],
                                    tmp_path / "run", monkeypatch)
     want = sorted(sorted(rec.scores, key=rec.scores.get)[:2])
     assert summary["averaged_from"]["epochs"] == want
-    ckpt = _load(tmp_path / "run" / "checkpoints" / "averaged.ckpt")
-    mean = _mean([rec.states[e] for e in want])
+    ckpt = load(tmp_path / "run" / "checkpoints" / "averaged.ckpt")
+    mean = mean_state([rec.states[e] for e in want])
     assert all(torch.allclose(ckpt["state_dict"][k], v, rtol=0, atol=1e-6) for k, v in mean.items())
 
 
@@ -208,8 +164,8 @@ def test_a_resumed_run_averages_as_an_uninterrupted_one(tmp_path):
     resumed = train(resume_config(part, {"trainer.max_epochs": 4}), part)
     assert resumed["averaged_from"]["epochs"] == [1, 2, 3]
     assert sorted(p.name for p in avg.glob("*.pt")) == ["epoch1.pt", "epoch2.pt", "epoch3.pt"]
-    a = _load(tmp_path / "whole" / "checkpoints" / "averaged.ckpt")["state_dict"]
-    b = _load(part / "checkpoints" / "averaged.ckpt")["state_dict"]
+    a = load(tmp_path / "whole" / "checkpoints" / "averaged.ckpt")["state_dict"]
+    b = load(part / "checkpoints" / "averaged.ckpt")["state_dict"]
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -237,7 +193,7 @@ def test_mt_transformer_tiny_trains_a_step_on_multi30k(tmp_path):
     assert summary["global_step"] == 2
     assert summary["averaged_from"]["epochs"] == [0]
     assert {"val/bleu", "test/bleu"} <= summary["metrics"].keys()
-    state = _load(tmp_path / "run" / "checkpoints" / "averaged.ckpt")["state_dict"]
+    state = load(tmp_path / "run" / "checkpoints" / "averaged.ckpt")["state_dict"]
     for part in ("encoder", "decoder"):
         prefix = f"model.{part}.layers."
         assert {k[len(prefix):].split(".")[0] for k in state if k.startswith(prefix)} == {"0", "1", "2", "3"}
