@@ -32,6 +32,8 @@ How (and why this way):
   ``attnflow_average`` recording what was averaged. :func:`attnflow.run.train` then validates
   and tests that checkpoint and names it ``best_checkpoint`` in ``metrics.json``, so
   attnflow-eval/-translate/-predict use it unchanged.
+- A run stopped before its fit ended keeps the files and ``kept.json``: ``attnflow-average RUN``
+  (:mod:`attnflow.average_cli`) writes the same ``averaged.ckpt`` from them.
 """
 
 from __future__ import annotations
@@ -219,14 +221,20 @@ def finish(trainer: pl.Trainer, run_dir: Path | str, best: str = "") -> Optional
     on nodes that do not share rank 0's disk) decides alike and waits for the file."""
     record = None
     if any(isinstance(c, CheckpointAverage) for c in trainer.callbacks) and trainer.is_global_zero:
-        record = _write_average(Path(run_dir), best)
+        record = write_average(Path(run_dir), best)
     return trainer.strategy.broadcast(record, src=0)
 
 
-def _write_average(run_dir: Path, best: str) -> Optional[Dict[str, Any]]:
+def write_average(run_dir: Path, best: str, epochs: Optional[Sequence[int]] = None,
+                   out: Optional[Path] = None) -> Optional[Dict[str, Any]]:
+    """Write the mean of the kept files (of ``epochs`` among them, when given) into a copy of the
+    run's last checkpoint at ``out`` (default ``checkpoints/averaged.ckpt``); its record, or None
+    with a warning when there is nothing to average or no checkpoint to copy."""
     index = read_index(run_dir)
     avg_dir = run_dir / "checkpoints" / AVG_DIR
     kept = [e for e in (index or {}).get("kept", []) if (avg_dir / e["file"]).is_file()]
+    if epochs is not None:
+        kept = [e for e in kept if e["epoch"] in set(epochs)]
     if not kept:
         rank_zero_warn("callbacks.average: no validated epoch to average; the run is evaluated "
                        "with its best checkpoint")
@@ -237,7 +245,7 @@ def _write_average(run_dir: Path, best: str) -> Optional[Dict[str, Any]]:
         rank_zero_warn("callbacks.average: no checkpoint to copy the averaged weights into; the "
                        "run is evaluated with its best checkpoint")
         return None
-    out = run_dir / "checkpoints" / AVERAGED
+    out = out or run_dir / "checkpoints" / AVERAGED
     record = {"path": str(out), "by": index["by"], "n": index["n"], "monitor": index.get("monitor"),
               "epochs": [e["epoch"] for e in kept], "steps": [e["step"] for e in kept],
               "scores": [e["score"] for e in kept],

@@ -1,0 +1,107 @@
+"""attnflow-average: the averaged checkpoint of a run that stopped before its fit ended.
+
+    attnflow-average RUN                      # the kept epochs → RUN/checkpoints/averaged.ckpt
+    attnflow-average RUN --epochs 3 4 5       # some of them
+    attnflow-average RUN -o avg-345.ckpt      # written elsewhere
+    attnflow-eval RUN/checkpoints/averaged.ckpt split=val     # then evaluate or translate with it
+    attnflow-translate RUN/checkpoints/averaged.ckpt "Ein Mann schläft."
+
+A run trained with ``callbacks.average`` keeps, in ``checkpoints/avg/``, the weights of the epochs
+that can still be part of its average (``kept.json`` lists them: epoch, step, score), and writes
+``checkpoints/averaged.ckpt`` when the fit ends (:mod:`attnflow.averaging`). A run killed or
+stopped by hand before that still has the files; this command writes the same checkpoint from
+them — the mean θ̄ = (1/N) Σ_k θ_k of the kept epochs' weights in a copy of ``last.ckpt`` — so a
+stopped run can be evaluated as a finished one would have been. ``--epochs`` averages a subset
+(choose it on validation scores, which the table shows, never on a test split).
+
+Every problem is a message naming the file or the epoch and exit status 2, before anything is
+written: no ``kept.json`` (a run trained without ``callbacks.average``), a kept file missing, an
+epoch that is not kept, no ``last.ckpt``, or an output that exists (never overwritten: a finished
+run's ``averaged.ckpt`` is its reported model). Nothing else in the run directory is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+from attnflow.averaging import AVERAGED, AVG_DIR, INDEX, write_average, read_index
+from attnflow.checkpoints import CheckpointError
+
+
+def plan(run_dir: Path, epochs: Optional[List[int]], out: Optional[Path]) -> tuple:
+    """(the kept entries, the output path) after every check; :class:`CheckpointError` naming
+    what is wrong otherwise."""
+    if not run_dir.is_dir():
+        raise CheckpointError(f"no such run directory: {run_dir}")
+    avg_dir = run_dir / "checkpoints" / AVG_DIR
+    try:
+        index = read_index(run_dir)
+    except ValueError as err:  # JSONDecodeError / UnicodeDecodeError
+        raise CheckpointError(f"{avg_dir / INDEX} cannot be read: {err}") from None
+    if index is None:
+        raise CheckpointError(f"{run_dir} has no {avg_dir.relative_to(run_dir) / INDEX}: it was "
+                              f"trained without callbacks.average, so no epochs were kept to average")
+    kept = index.get("kept") or []
+    if not kept:
+        raise CheckpointError(f"{avg_dir / INDEX} lists no kept epoch (no validation finished)")
+    missing = [e["file"] for e in kept if not (avg_dir / e["file"]).is_file()]
+    if missing:
+        raise CheckpointError(f"{avg_dir / INDEX} lists {', '.join(missing)}, missing from {avg_dir}")
+    if epochs:
+        have = [e["epoch"] for e in kept]
+        odd = [k for k in epochs if k not in have]
+        if odd:
+            raise CheckpointError(f"--epochs {' '.join(map(str, odd))}: not kept; the kept epochs "
+                                  f"are {' '.join(map(str, have))}")
+    if not (run_dir / "checkpoints" / "last.ckpt").is_file():
+        raise CheckpointError(f"{run_dir / 'checkpoints' / 'last.ckpt'} is missing: the averaged "
+                              f"weights go into a copy of it")
+    out = out or run_dir / "checkpoints" / AVERAGED
+    if out.exists():
+        raise CheckpointError(f"{out} exists and is not overwritten; name another with -o")
+    return kept, out
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="attnflow-average", description=__doc__.split("\n\n")[0])
+    p.add_argument("run", help="a run directory trained with callbacks.average")
+    p.add_argument("--epochs", type=int, nargs="+", metavar="K",
+                   help="average only these kept epochs (default: all kept)")
+    p.add_argument("-o", "--output", help=f"write here (default RUN/checkpoints/{AVERAGED}; never "
+                                          f"overwritten)")
+    args = p.parse_args(argv)
+    run_dir = Path(args.run)
+    out = Path(args.output) if args.output else None
+    try:
+        kept, out = plan(run_dir, args.epochs, out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        record = write_average(run_dir, "", epochs=args.epochs, out=out)
+    except (CheckpointError, ValueError) as err:
+        print(f"attnflow-average: {err}", file=sys.stderr)
+        return 2
+    _print(kept, record)
+    return 0
+
+
+def _print(kept: list, record: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"kept epochs (by {record['by']} {record['n']}, "
+                        f"score: {record.get('monitor') or '—'})")
+    for col in ("epoch", "step", "score", "averaged"):
+        table.add_column(col, justify="right")
+    for e in kept:
+        score = "—" if e.get("score") is None else f"{e['score']:.4g}"
+        table.add_row(str(e["epoch"]), str(e["step"]), score,
+                      "yes" if e["epoch"] in record["epochs"] else "")
+    Console().print(table)
+    print(f"attnflow-average: the mean of epochs {', '.join(map(str, record['epochs']))} written to "
+          f"{record['path']}\n  evaluate it: attnflow-eval {record['path']} split=val", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
