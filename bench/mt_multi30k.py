@@ -33,6 +33,8 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
@@ -57,6 +59,11 @@ def target_tokens(run_dir: Path, overrides) -> tuple:
     return sum(len(t) + 1 for _, _, t in dm.splits["train"]), len(dm.train_dataloader())
 
 
+LC_MARK = "*"
+LC_NOTE = (f"{LC_MARK} a lower-cased run (data.lowercase=true): its output is lower case, so its cased "
+           f"sacreBLEU (and the gap) says nothing; read tok-lc")
+
+
 def run_one(model: str, direction: str, args) -> dict:
     from attnflow.run import train
     from support import compose_cfg
@@ -78,6 +85,7 @@ def run_one(model: str, direction: str, args) -> dict:
     summary = train(compose_cfg(overrides), run_dir)
     wall = time.time() - start
     m = summary["metrics"]
+    lowercase = bool(yaml.safe_load((run_dir / "config.yaml").read_text())["data"].get("lowercase"))
     per_epoch, batches = target_tokens(run_dir, overrides)
     tokens = per_epoch * summary["global_step"] / batches  # also right when max_time cut an epoch
     return {"model": model, "direction": direction, "test_sacrebleu": m.get("test/bleu"),
@@ -87,7 +95,7 @@ def run_one(model: str, direction: str, args) -> dict:
             "steps": summary["global_step"], "parameters": summary["parameters"],
             "train_tokens_per_s": round(tokens / max(summary["fit_seconds"], 1e-9), 1),
             "anchor_tok_bleu": ANCHORS.get((model, direction)), "run_dir": str(run_dir),
-            "overrides": overrides, "signature": _signature()}
+            "overrides": overrides, "signature": _signature(), "lowercase": lowercase}
 
 
 def evaluate(run_dir: Path, beam: int, length_penalty: float, split: str = "test") -> dict:
@@ -105,7 +113,8 @@ def evaluate(run_dir: Path, beam: int, length_penalty: float, split: str = "test
     return {"run_dir": str(run_dir), "split": split, "beam": beam, "length_penalty": length_penalty,
             "sacrebleu": bleu, "tok_lc_bleu": corpus_bleu(hyps, refs, lowercase=True)[0],
             "wer": word_error_rate(hyps, refs), "sentences": len(hyps),
-            "decode_seconds": round(seconds, 1), "signature": sig}
+            "decode_seconds": round(seconds, 1), "signature": sig,
+            "lowercase": bool(cfg["data"].get("lowercase"))}
 
 
 def _signature() -> str:
@@ -142,9 +151,12 @@ def main(argv=None) -> int:
             torch.set_num_threads(args.threads)
         rows = [evaluate(Path(r), args.beam, args.length_penalty) for r in args.evaluate]
         for r in rows:
-            print(f"{r['run_dir']}: sacreBLEU {r['sacrebleu']:.2f}  tok-lc {r['tok_lc_bleu']:.2f}  "
+            print(f"{r['run_dir']}: sacreBLEU {r['sacrebleu']:.2f}{LC_MARK * r['lowercase']}  "
+                  f"tok-lc {r['tok_lc_bleu']:.2f}  "
                   f"WER {r['wer']:.3f}  beam {r['beam']} lp {r['length_penalty']}  "
                   f"{r['decode_seconds']} s  ({r['signature']})")
+        if any(r["lowercase"] for r in rows):
+            print(LC_NOTE)
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "mt_multi30k_evaluate.json").write_text(json.dumps(rows, indent=2))
@@ -163,19 +175,23 @@ def main(argv=None) -> int:
     by = {(r["model"], r["direction"]): r for r in rows}
     for r in rows:
         peer = by.get(("transformer" if r["model"] != "transformer" else "rnnsearch", r["direction"]))
-        if peer and peer is not r and peer["test_sacrebleu"]:
-            r["bleu_ratio_vs_peer"] = round(r["test_sacrebleu"] / peer["test_sacrebleu"], 3)
+        bleu = "test_tok_lc_bleu" if r["lowercase"] or (peer or {}).get("lowercase") else "test_sacrebleu"
+        if peer and peer is not r and peer[bleu]:
+            r["bleu_ratio_vs_peer"] = round(r[bleu] / peer[bleu], 3)  # tok-lc where either is lower-cased
             r["throughput_ratio_vs_peer"] = round(r["train_tokens_per_s"] / peer["train_tokens_per_s"], 3)
     head = f"{'model':12} {'dir':6} {'sacreBLEU':>9} {'tok-lc':>7} {'gap':>5} {'WER':>6} {'anchor':>6} " \
            f"{'fit s':>8} {'tok/s':>8} {'BLEU/peer':>9} {'tok/s/peer':>10}"
     print(head)
     for r in rows:
         gap = r["test_tok_lc_bleu"] - r["test_sacrebleu"]
-        print(f"{r['model']:12} {r['direction']:6} {r['test_sacrebleu']:9.2f} {r['test_tok_lc_bleu']:7.2f} "
+        sacre = f"{r['test_sacrebleu']:.2f}{LC_MARK * r['lowercase']}"
+        print(f"{r['model']:12} {r['direction']:6} {sacre:>9} {r['test_tok_lc_bleu']:7.2f} "
               f"{gap:5.2f} {r['test_wer']:6.3f} {str(r['anchor_tok_bleu'] or '-'):>6} "
               f"{r['fit_seconds']:8.1f} {r['train_tokens_per_s']:8.1f} "
               f"{str(r.get('bleu_ratio_vs_peer', '-')):>9} {str(r.get('throughput_ratio_vs_peer', '-')):>10}")
     print(f"sacreBLEU signature: {rows[0]['signature'] if rows else ''}")
+    if any(r["lowercase"] for r in rows):
+        print(LC_NOTE)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result = {"args": vars(args), "rows": rows, "cpu_count": os.cpu_count(),
