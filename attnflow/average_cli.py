@@ -2,7 +2,7 @@
 
     attnflow-average RUN                      # the kept epochs → RUN/checkpoints/averaged.ckpt
     attnflow-average RUN --epochs 3 4 5       # some of them
-    attnflow-average RUN -o avg-345.ckpt      # written elsewhere
+    attnflow-average RUN --epochs 3 4 5 --name avg-345.ckpt   # RUN/checkpoints/avg-345.ckpt
     attnflow-eval RUN/checkpoints/averaged.ckpt split=val     # then evaluate or translate with it
     attnflow-translate RUN/checkpoints/averaged.ckpt "Ein Mann schläft."
 
@@ -16,8 +16,10 @@ stopped run can be evaluated as a finished one would have been. ``--epochs`` ave
 
 Every problem is a message naming the file or the epoch and exit status 2, before anything is
 written: no ``kept.json`` (a run trained without ``callbacks.average``), a kept file missing, an
-epoch that is not kept, no ``last.ckpt``, or an output that exists (never overwritten: a finished
-run's ``averaged.ckpt`` is its reported model). Nothing else in the run directory is written.
+epoch that is not kept, no ``last.ckpt``, a ``--name`` that is not a plain ``*.ckpt`` file name,
+or an output that exists (never overwritten: a finished run's ``averaged.ckpt`` is its reported
+model). The file goes beside the run's other checkpoints, where attnflow-eval, -translate and
+-predict find the run's saved tokenizer or vocabulary. Nothing else is written.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from attnflow.averaging import AVERAGED, AVG_DIR, INDEX, write_average, read_ind
 from attnflow.checkpoints import CheckpointError
 
 
-def plan(run_dir: Path, epochs: Optional[List[int]], out: Optional[Path]) -> tuple:
+def plan(run_dir: Path, epochs: Optional[List[int]], name: str = AVERAGED) -> tuple:
     """(the kept entries, the output path) after every check; :class:`CheckpointError` naming
     what is wrong otherwise."""
     if not run_dir.is_dir():
@@ -59,9 +61,12 @@ def plan(run_dir: Path, epochs: Optional[List[int]], out: Optional[Path]) -> tup
     if not (run_dir / "checkpoints" / "last.ckpt").is_file():
         raise CheckpointError(f"{run_dir / 'checkpoints' / 'last.ckpt'} is missing: the averaged "
                               f"weights go into a copy of it")
-    out = out or run_dir / "checkpoints" / AVERAGED
+    if Path(name).name != name or not name.endswith(".ckpt") or name == "last.ckpt":
+        raise CheckpointError(f"--name {name}: a file name ending in .ckpt (other than last.ckpt), "
+                              f"written in {run_dir / 'checkpoints'}")
+    out = run_dir / "checkpoints" / name
     if out.exists():
-        raise CheckpointError(f"{out} exists and is not overwritten; name another with -o")
+        raise CheckpointError(f"{out} exists and is not overwritten; give another --name")
     return kept, out
 
 
@@ -70,14 +75,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("run", help="a run directory trained with callbacks.average")
     p.add_argument("--epochs", type=int, nargs="+", metavar="K",
                    help="average only these kept epochs (default: all kept)")
-    p.add_argument("-o", "--output", help=f"write here (default RUN/checkpoints/{AVERAGED}; never "
-                                          f"overwritten)")
+    p.add_argument("--name", default=AVERAGED, help=f"the file name in RUN/checkpoints/ (default "
+                                                    f"{AVERAGED}; never overwritten)")
     args = p.parse_args(argv)
     run_dir = Path(args.run)
-    out = Path(args.output) if args.output else None
     try:
-        kept, out = plan(run_dir, args.epochs, out)
-        out.parent.mkdir(parents=True, exist_ok=True)
+        kept, out = plan(run_dir, args.epochs, args.name)
         record = write_average(run_dir, "", epochs=args.epochs, out=out)
     except (CheckpointError, ValueError) as err:
         print(f"attnflow-average: {err}", file=sys.stderr)

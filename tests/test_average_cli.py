@@ -65,12 +65,11 @@ def test_a_stopped_run_gets_the_average_its_fit_would_have_written(finished, sto
     assert got == pytest.approx(want, abs=1e-6)
 
 
-def test_epochs_average_a_subset_written_elsewhere(stopped, tmp_path):
+def test_epochs_average_a_subset_under_another_name(stopped):
     run, rec = stopped
     kept = sorted(sorted(rec.scores, key=rec.scores.get)[:2])
-    out = tmp_path / "elsewhere" / "one.ckpt"
-    assert main([str(run), "--epochs", str(kept[1]), "-o", str(out)]) == 0
-    _assert_mean(out, [rec.states[kept[1]]])
+    assert main([str(run), "--epochs", str(kept[1]), "--name", "one.ckpt"]) == 0
+    _assert_mean(run / "checkpoints" / "one.ckpt", [rec.states[kept[1]]])
     assert not (run / "checkpoints" / "averaged.ckpt").exists()
 
 
@@ -93,7 +92,8 @@ def test_problems_are_refused_with_status_2_and_nothing_written(finished, stoppe
     data = done.read_bytes()
     _refused([str(finished[0])], f"{done} exists and is not overwritten", capsys)
     assert done.read_bytes() == data
-    _refused([str(run), "-o", str(run / "config.yaml")], "config.yaml exists", capsys)
+    for name in ("last.ckpt", "../config.ckpt", "avg.pt"):
+        _refused([str(run), "--name", name], f"--name {name}: a file name ending in .ckpt", capsys)
     assert sorted(p.relative_to(run) for p in run.rglob("*")) == before
     # a kept file gone, last.ckpt gone, and a run trained without callbacks.average
     (avg / f"epoch{kept[0]}.pt").unlink()
