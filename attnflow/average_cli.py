@@ -93,9 +93,8 @@ def _print(kept: list, record: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"kept epochs (by {record['by']} {record['n']}, "
-                        f"score: {record.get('monitor') or '—'})")
-    for col in ("epoch", "step", "score", "averaged"):
+    table = Table(title=f"kept: {record['by']} {record['n']}")
+    for col in ("epoch", "step", record.get("monitor") or "score", "averaged"):
         table.add_column(col, justify="right")
     for e in kept:
         score = "—" if e.get("score") is None else f"{e['score']:.4g}"
