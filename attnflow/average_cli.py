@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-from attnflow.averaging import AVERAGED, AVG_DIR, INDEX, write_average, read_index
+from attnflow.averaging import AVERAGED, AVG_DIR, INDEX, read_index, write_average
 from attnflow.checkpoints import CheckpointError
 
 
