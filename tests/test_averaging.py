@@ -202,7 +202,7 @@ def test_mt_transformer_tiny_trains_a_step_on_multi30k(tmp_path):
 
 
 # -- the mt_transformer_2h preset --------------------------------------------------------------------
-def test_mt_transformer_2h_lower_cases_and_averages_the_best_by_lower_cased_bleu(tmp_path):
+def test_mt_transformer_2h_drops_out_0_3_lower_cases_and_averages_the_best_by_lower_cased_bleu(tmp_path):
     if not (DATA_DIR / "multi30k" / "train.de.gz").is_file():
         pytest.skip(f"Multi30k not found at {DATA_DIR / 'multi30k'} (set ATTNFLOW_DATA_DIR)")
     cfg = compose_cfg(["experiment=mt_transformer_2h", f"paths.data_dir={DATA_DIR}", "data.max_pairs=200",
@@ -211,7 +211,9 @@ def test_mt_transformer_2h_lower_cases_and_averages_the_best_by_lower_cased_bleu
                        "trainer.limit_val_batches=2", "trainer.limit_test_batches=1",
                        "trainer.enable_model_summary=false", "callbacks.progress_bar=none",
                        "callbacks.attention_maps.examples=0", "logger=none"])
-    assert resolve_config(cfg)["trainer"]["max_time"] == "00:02:05:00"
+    resolved = resolve_config(cfg)
+    assert resolved["trainer"]["max_time"] == "00:02:05:00"
+    assert resolved["model"]["dropout"] == 0.3  # Wu et al.'s (the constructor's default: 0.1)
     summary = train(cfg, tmp_path / "run")
     avg = summary["averaged_from"]
     assert (avg["by"], avg["monitor"], avg["epochs"]) == ("best", "val/bleu_lc", [0, 1])
