@@ -234,7 +234,8 @@ def write_average(run_dir: Path, best: str, epochs: Optional[Sequence[int]] = No
     avg_dir = run_dir / "checkpoints" / AVG_DIR
     kept = [e for e in (index or {}).get("kept", []) if (avg_dir / e["file"]).is_file()]
     if epochs is not None:
-        kept = [e for e in kept if e["epoch"] in set(epochs)]
+        wanted = set(epochs)
+        kept = [e for e in kept if e["epoch"] in wanted]
     if not kept:
         rank_zero_warn("callbacks.average: no validated epoch to average; the run is evaluated "
                        "with its best checkpoint")
