@@ -29,13 +29,14 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-from attnflow.averaging import AVERAGED, AVG_DIR, INDEX, read_index, write_average
+from attnflow.averaging import AVERAGED, AVG_DIR, INDEX, average_into, read_index
 from attnflow.checkpoints import CheckpointError
 
 
 def plan(run_dir: Path, epochs: Optional[List[int]], name: str = AVERAGED) -> tuple:
-    """(the kept entries, the output path) after every check; :class:`CheckpointError` naming
-    what is wrong otherwise."""
+    """(``kept.json``, its kept entries, those to average, ``last.ckpt``, the output path) after
+    every check;
+    :class:`CheckpointError` naming what is wrong otherwise."""
     if not run_dir.is_dir():
         raise CheckpointError(f"no such run directory: {run_dir}")
     avg_dir = run_dir / "checkpoints" / AVG_DIR
@@ -52,22 +53,24 @@ def plan(run_dir: Path, epochs: Optional[List[int]], name: str = AVERAGED) -> tu
     missing = [e["file"] for e in kept if not (avg_dir / e["file"]).is_file()]
     if missing:
         raise CheckpointError(f"{avg_dir / INDEX} lists {', '.join(missing)}, missing from {avg_dir}")
+    chosen = kept
     if epochs:
         have = [e["epoch"] for e in kept]
         odd = [k for k in epochs if k not in have]
         if odd:
             raise CheckpointError(f"--epochs {' '.join(map(str, odd))}: not kept; the kept epochs "
                                   f"are {' '.join(map(str, have))}")
-    if not (run_dir / "checkpoints" / "last.ckpt").is_file():
-        raise CheckpointError(f"{run_dir / 'checkpoints' / 'last.ckpt'} is missing: the averaged "
-                              f"weights go into a copy of it")
+        chosen = [e for e in kept if e["epoch"] in epochs]
+    last = run_dir / "checkpoints" / "last.ckpt"
+    if not last.is_file():
+        raise CheckpointError(f"{last} is missing: the averaged weights go into a copy of it")
     if Path(name).name != name or not name.endswith(".ckpt") or name == "last.ckpt":
         raise CheckpointError(f"--name {name}: a file name ending in .ckpt (other than last.ckpt), "
                               f"written in {run_dir / 'checkpoints'}")
     out = run_dir / "checkpoints" / name
     if out.exists():
         raise CheckpointError(f"{out} exists and is not overwritten; give another --name")
-    return kept, out
+    return index, kept, chosen, last, out
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -80,8 +83,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = p.parse_args(argv)
     run_dir = Path(args.run)
     try:
-        kept, out = plan(run_dir, args.epochs, args.name)
-        record = write_average(run_dir, "", epochs=args.epochs, out=out)
+        index, kept, chosen, last, out = plan(run_dir, args.epochs, args.name)
+        record = average_into(run_dir, index, chosen, last, out)
     except (CheckpointError, ValueError) as err:
         print(f"attnflow-average: {err}", file=sys.stderr)
         return 2

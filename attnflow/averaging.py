@@ -225,17 +225,13 @@ def finish(trainer: pl.Trainer, run_dir: Path | str, best: str = "") -> Optional
     return trainer.strategy.broadcast(record, src=0)
 
 
-def write_average(run_dir: Path, best: str, epochs: Optional[Sequence[int]] = None,
-                   out: Optional[Path] = None) -> Optional[Dict[str, Any]]:
-    """Write the mean of the kept files (of ``epochs`` among them, when given) into a copy of the
-    run's last checkpoint at ``out`` (default ``checkpoints/averaged.ckpt``); its record, or None
-    with a warning when there is nothing to average or no checkpoint to copy."""
+def write_average(run_dir: Path, best: str) -> Optional[Dict[str, Any]]:
+    """After the fit: the mean of the kept files into ``checkpoints/averaged.ckpt`` (a copy of
+    ``last.ckpt``, else of ``best``); its record, or None with a warning when there is nothing to
+    average or no checkpoint to copy."""
     index = read_index(run_dir)
     avg_dir = run_dir / "checkpoints" / AVG_DIR
     kept = [e for e in (index or {}).get("kept", []) if (avg_dir / e["file"]).is_file()]
-    if epochs is not None:
-        wanted = set(epochs)
-        kept = [e for e in kept if e["epoch"] in wanted]
     if not kept:
         rank_zero_warn("callbacks.average: no validated epoch to average; the run is evaluated "
                        "with its best checkpoint")
@@ -246,7 +242,16 @@ def write_average(run_dir: Path, best: str, epochs: Optional[Sequence[int]] = No
         rank_zero_warn("callbacks.average: no checkpoint to copy the averaged weights into; the "
                        "run is evaluated with its best checkpoint")
         return None
-    out = out or run_dir / "checkpoints" / AVERAGED
+    return average_into(run_dir, index, kept, base, run_dir / "checkpoints" / AVERAGED)
+
+
+def average_into(run_dir: Path, index: Dict[str, Any], kept: List[Dict[str, Any]], base: Path,
+                 out: Path) -> Dict[str, Any]:
+    """Write the mean of the ``kept`` entries' files (of ``index``, the run's ``kept.json``) into a
+    copy of the checkpoint ``base`` at ``out``, with ``attnflow_average`` recording what was
+    averaged; returns that record and ``path``. (:func:`write_average` after the fit;
+    attnflow-average, :mod:`attnflow.average_cli`, for a run stopped before.)"""
+    avg_dir = run_dir / "checkpoints" / AVG_DIR
     record = {"path": str(out), "by": index["by"], "n": index["n"], "monitor": index.get("monitor"),
               "epochs": [e["epoch"] for e in kept], "steps": [e["step"] for e in kept],
               "scores": [e["score"] for e in kept],

@@ -33,8 +33,6 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
@@ -44,16 +42,12 @@ EXPERIMENTS = {"rnnsearch": "mt_rnnsearch", "transformer": "mt_transformer",
 ANCHORS = {("rnnsearch", "de-en"): 28.3, ("transformer", "de-en"): 36.5}
 
 
-def target_tokens(run_dir: Path, overrides) -> tuple:
+def target_tokens(run_dir: Path, data_cfg: dict) -> tuple:
     """Target subwords (+⟨eos⟩) of one training epoch, with the run's saved tokenizer, and the
-    number of training batches of an epoch."""
-    from omegaconf import OmegaConf
-
+    number of training batches of an epoch (``data_cfg``: the run's resolved data config)."""
     from attnflow.registry import DATA
-    from support import compose_cfg
 
-    cfg = OmegaConf.to_container(compose_cfg(overrides), resolve=True)
-    dm = DATA.build(cfg["data"])
+    dm = DATA.build(data_cfg)
     dm.set_run_dir(run_dir)
     dm.setup()
     return sum(len(t) + 1 for _, _, t in dm.splits["train"]), len(dm.train_dataloader())
@@ -65,6 +59,8 @@ LC_NOTE = (f"{LC_MARK} a lower-cased run (data.lowercase=true): its output is lo
 
 
 def run_one(model: str, direction: str, args) -> dict:
+    from omegaconf import OmegaConf
+
     from attnflow.run import train
     from support import compose_cfg
 
@@ -85,8 +81,9 @@ def run_one(model: str, direction: str, args) -> dict:
     summary = train(compose_cfg(overrides), run_dir)
     wall = time.time() - start
     m = summary["metrics"]
-    lowercase = bool(yaml.safe_load((run_dir / "config.yaml").read_text())["data"].get("lowercase"))
-    per_epoch, batches = target_tokens(run_dir, overrides)
+    data_cfg = OmegaConf.to_container(compose_cfg(overrides), resolve=True)["data"]
+    lowercase = bool(data_cfg.get("lowercase"))
+    per_epoch, batches = target_tokens(run_dir, data_cfg)
     tokens = per_epoch * summary["global_step"] / batches  # also right when max_time cut an epoch
     return {"model": model, "direction": direction, "test_sacrebleu": m.get("test/bleu"),
             "test_tok_lc_bleu": m.get("test/bleu_lc"), "test_wer": m.get("test/wer"),
