@@ -15,8 +15,9 @@ stopped run can be evaluated as a finished one would have been. ``--epochs`` ave
 (choose it on validation scores, which the table shows, never on a test split).
 
 Every problem is a message naming the file or the epoch and exit status 2, before anything is
-written: no ``kept.json`` (a run trained without ``callbacks.average``), a kept file missing, an
-epoch that is not kept, no ``last.ckpt``, a ``--name`` that is not a plain ``*.ckpt`` file name,
+written: no ``kept.json`` (a run trained without ``callbacks.average``), a ``kept.json`` entry
+without what averaging reads (a file edited by hand), a file to average missing (``--epochs`` can
+leave it out), an epoch that is not kept, no ``last.ckpt``, a ``--name`` that is not a plain ``*.ckpt`` file name,
 or an output that exists (never overwritten: a finished run's ``averaged.ckpt`` is its reported
 model). The file goes beside the run's other checkpoints, where attnflow-eval, -translate and
 -predict find the run's saved tokenizer or vocabulary. Nothing else is written.
@@ -47,12 +48,7 @@ def plan(run_dir: Path, epochs: Optional[List[int]], name: str = AVERAGED) -> tu
     if index is None:
         raise CheckpointError(f"{run_dir} has no {avg_dir.relative_to(run_dir) / INDEX}: it was "
                               f"trained without callbacks.average, so no epochs were kept to average")
-    kept = index.get("kept") or []
-    if not kept:
-        raise CheckpointError(f"{avg_dir / INDEX} lists no kept epoch (no validation finished)")
-    missing = [e["file"] for e in kept if not (avg_dir / e["file"]).is_file()]
-    if missing:
-        raise CheckpointError(f"{avg_dir / INDEX} lists {', '.join(missing)}, missing from {avg_dir}")
+    kept = _kept_entries(index, avg_dir / INDEX)
     chosen = kept
     if epochs:
         have = [e["epoch"] for e in kept]
@@ -61,6 +57,10 @@ def plan(run_dir: Path, epochs: Optional[List[int]], name: str = AVERAGED) -> tu
             raise CheckpointError(f"--epochs {' '.join(map(str, odd))}: not kept; the kept epochs "
                                   f"are {' '.join(map(str, have))}")
         chosen = [e for e in kept if e["epoch"] in epochs]
+    missing = [e["file"] for e in chosen if not (avg_dir / e["file"]).is_file()]
+    if missing:
+        raise CheckpointError(f"{avg_dir / INDEX} lists {', '.join(missing)}, missing from {avg_dir}"
+                              + ("" if epochs else "; --epochs can leave it out"))
     last = run_dir / "checkpoints" / "last.ckpt"
     if not last.is_file():
         raise CheckpointError(f"{last} is missing: the averaged weights go into a copy of it")
@@ -71,6 +71,37 @@ def plan(run_dir: Path, epochs: Optional[List[int]], name: str = AVERAGED) -> tu
     if out.exists():
         raise CheckpointError(f"{out} exists and is not overwritten; give another --name")
     return index, kept, chosen, last, out
+
+
+def _kept_entries(index: object, path: Path) -> list:
+    """The kept entries of ``index`` (``path``'s content), each checked for what averaging reads
+    — a mapping with an int ``epoch`` and ``step``, a number or null ``score`` and a plain
+    ``file`` name in the same folder — and the index's ``by``/``n``; a :class:`CheckpointError`
+    naming the entry and the field otherwise (a file edited by hand, or not attnflow's)."""
+    if not isinstance(index, dict) or index.get("by") not in ("last", "best") \
+            or isinstance(index.get("n"), bool) or not isinstance(index.get("n"), int):
+        raise CheckpointError(f"{path} is not a kept-epochs index: it needs 'by' (last|best), "
+                              f"'n' (an int) and 'kept' (a list)")
+    kept = index.get("kept") or []
+    if not isinstance(kept, list):
+        raise CheckpointError(f"{path}: 'kept' must be a list of entries, got {type(kept).__name__}")
+    if not kept:
+        raise CheckpointError(f"{path} lists no kept epoch (no validation finished)")
+    for i, e in enumerate(kept):
+        ok = isinstance(e, dict)
+        bad = [] if ok else ["an entry must be a mapping"]
+        if ok:
+            bad = [f"'{k}' must be an int" for k in ("epoch", "step")
+                   if isinstance(e.get(k), bool) or not isinstance(e.get(k), int)]
+            score = e.get("score")
+            if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float))):
+                bad.append("'score' must be a number or null")
+            f = e.get("file")
+            if not isinstance(f, str) or not f or Path(f).name != f:
+                bad.append("'file' must be a file name in the same folder")
+        if bad:
+            raise CheckpointError(f"{path}: kept entry {i} ({e!r}): {'; '.join(bad)}")
+    return kept
 
 
 def main(argv: Optional[List[str]] = None) -> int:

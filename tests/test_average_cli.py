@@ -107,3 +107,34 @@ def test_a_run_without_last_ckpt_is_refused(stopped, capsys):
     run, _ = stopped
     (run / "checkpoints" / "last.ckpt").unlink()
     _refused([str(run)], "last.ckpt is missing", capsys)
+
+
+def test_a_missing_kept_file_left_out_by_epochs_is_no_obstacle(stopped, capsys):
+    run, rec = stopped
+    avg = run / "checkpoints" / "avg"
+    kept = [e["epoch"] for e in json.loads((avg / "kept.json").read_text())["kept"]]
+    (avg / f"epoch{kept[0]}.pt").unlink()
+    _refused([str(run)], "--epochs can leave it out", capsys)
+    assert main([str(run), "--epochs", str(kept[1])]) == 0
+    _assert_mean(run / "checkpoints" / "averaged.ckpt", [rec.states[kept[1]]])
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda ix: ix.pop("by"), "is not a kept-epochs index: it needs 'by' (last|best)"),
+    (lambda ix: ix.update(kept={"epoch": 1}), "'kept' must be a list of entries, got dict"),
+    (lambda ix: ix["kept"][0].pop("epoch"), "kept entry 0 ("),
+    (lambda ix: ix["kept"][1].update(step="7"), "kept entry 1 ("),
+    (lambda ix: ix["kept"][0].update(score="high"), "'score' must be a number or null"),
+    (lambda ix: ix["kept"][0].update(file="../last.ckpt"), "'file' must be a file name in the same folder"),
+    (lambda ix: ix["kept"].__setitem__(0, 3), "an entry must be a mapping"),
+])
+def test_a_kept_index_not_in_attnflow_shape_is_refused_naming_the_entry(stopped, capsys, edit, says):
+    run, _ = stopped
+    path = run / "checkpoints" / "avg" / "kept.json"
+    index = json.loads(path.read_text())
+    edit(index)
+    path.write_text(json.dumps(index))
+    assert main([str(run)]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and says in err
+    assert not (run / "checkpoints" / "averaged.ckpt").exists()
