@@ -9,7 +9,8 @@
 A run directory holds ``config.yaml``, ``checkpoints/`` (the best checkpoint named in
 ``metrics.json`` is used, else ``last.ckpt``) and ``tokenizer/`` (written by the parallel-text
 data module at training time). A checkpoint path works too: its config is read from the
-checkpoint and its tokenizers from the run directory above ``checkpoints/``. Output: one line
+checkpoint and its tokenizers from the run directory above ``checkpoints/``, else from the
+checkpoint itself (a checkpoint copied out of its run directory; written since 2026-11-24). Output: one line
 per input line, detokenised, printed (and flushed) batch by batch as they are done. Decoding:
 greedy with ``--beam 1``, else batched beam search with the GNMT length penalty
 ``--length-penalty``. Input lines are split on ``\\n`` alone (:mod:`attnflow.textio`).
@@ -77,9 +78,10 @@ def load(path: Path, device: str = "cpu"):
                              f"and graph nodes")
     dm = DATA.build(cfg["data"], path="data")
     try:
-        dm.load_tokenizers(run.run_dir / "tokenizer")
+        dm.load_tokenizers(run.run_dir / "tokenizer", run.ckpt.get("attnflow_artifacts"))
     except FileNotFoundError as err:
-        raise TranslateError(f"{err} — the tokenizers are saved in <run dir>/tokenizer/ by training") from None
+        raise TranslateError(f"{err} — training saves them in <run dir>/tokenizer/ and in every "
+                             f"checkpoint") from None
     model = MODELS.build(cfg["model"], path="model", **dm.model_context())
     try:
         load_weights(model, run.ckpt["state_dict"], "model.", f"model '{cfg['model'].get('name')}'")

@@ -78,6 +78,7 @@ def fabricate_run(overrides: Sequence[str], run_dir: Path, seed: int = 0) -> Pat
     ckpt = {"state_dict": task.state_dict(), "attnflow_config": cfg, "epoch": 0, "global_step": 0}
     if hasattr(dm, "save_artifacts"):
         dm.save_artifacts(run_dir)
+    if hasattr(dm, "artifacts"):  # as Task.on_save_checkpoint stores them
         ckpt["attnflow_artifacts"] = dm.artifacts()
     (run_dir / "checkpoints").mkdir(exist_ok=True)
     torch.save(ckpt, run_dir / "checkpoints" / "last.ckpt")

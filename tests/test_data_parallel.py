@@ -87,6 +87,28 @@ def test_tokenizers_saved_in_run_dir_and_reused(corpus, tmp_path):
     assert dm2.encode_source(["Zwei Hunde."]) == dm.encode_source(["Zwei Hunde."])
 
 
+@pytest.mark.parametrize("shared", [False, True])
+def test_the_checkpoint_artifacts_stand_in_for_a_missing_tokenizer_folder(corpus, tmp_path, shared):
+    """artifacts() (stored in every checkpoint) carries both tokenizers: a module given them and
+    an empty folder encodes and decodes as the trained one; without them the error names the
+    missing files."""
+    dm = module(corpus, shared_vocab=shared)
+    dm.set_run_dir(tmp_path / "run")
+    ctx = dm.model_context()
+    art = dm.artifacts()
+    again = module(corpus, shared_vocab=shared)
+    again.load_tokenizers(tmp_path / "elsewhere", art)
+    assert again.model_context() == ctx and (again.src_tok is again.tgt_tok) == shared
+    line = "Zwei Hunde spielen."
+    assert again.encode_source([line]) == dm.encode_source([line])
+    ids = dm.tgt_tok.encode("Two dogs play.").ids
+    assert again.detokenize(ids) == dm.detokenize(ids)
+    with pytest.raises(FileNotFoundError, match="no tokenizer file .*elsewhere.*carries no tokenizers"):
+        module(corpus, shared_vocab=shared).load_tokenizers(tmp_path / "elsewhere", {})
+    with pytest.raises(FileNotFoundError, match="cannot be read"):
+        module(corpus).load_tokenizers(tmp_path / "elsewhere", {"tokenizers": {"src": "{", "tgt": "{"}})
+
+
 def test_shared_vocab_one_tokenizer(corpus, tmp_path):
     dm = module(corpus, shared_vocab=True)
     dm.set_run_dir(tmp_path)

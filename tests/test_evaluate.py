@@ -7,6 +7,7 @@ nothing written before is overwritten."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -142,6 +143,12 @@ def test_translation_on_another_test_set_without_the_training_files(tmp_path, ca
     assert got["test/loss"] == pytest.approx(float(loss), rel=1e-4)
     assert main([str(run), "data.test=test_missing"]) == 2
     assert "test_missing.de" in capsys.readouterr().err
+    # a checkpoint copied out of its run: the tokenizers it carries (no <run>/tokenizer/ there)
+    alone = tmp_path / "alone" / "mt.ckpt"
+    alone.parent.mkdir()
+    shutil.copy(run / "checkpoints" / "last.ckpt", alone)
+    assert main([str(alone), "data.test=test_b", "-o", str(tmp_path / "alone.json")]) == 0
+    assert json.loads((tmp_path / "alone.json").read_text())["metrics"] == got
 
 
 def test_unreadable_checkpoints_and_foreign_runs(gat_run, tmp_path, capsys):

@@ -215,3 +215,20 @@ def test_failures_are_one_message_and_status_2(mt_runs, tmp_path, capsys):
     for option in ("--max-len", "--beam", "--batch-size"):  # 0 is refused, not read as "default"
         assert main([str(run), "x", option, "0"]) == 2
         assert f"{option} must be >= 1, got 0" in capsys.readouterr().err
+
+
+def test_a_checkpoint_copied_out_of_its_run_translates_with_the_tokenizers_it_carries(mt_runs, tmp_path, capsys):
+    run = mt_runs["mt_transformer"]
+    lines = ["Ein Mann schläft.", "Zwei Hunde spielen im Schnee."]
+    assert main([str(run), *lines]) == 0
+    want = capsys.readouterr().out
+    alone = tmp_path / "copied.ckpt"  # no run folder around it: no tokenizer/, no config.yaml
+    shutil.copy(run / "checkpoints" / "last.ckpt", alone)
+    assert main([str(alone), *lines]) == 0
+    assert capsys.readouterr().out == want
+    ckpt = torch.load(alone, map_location="cpu", weights_only=True)
+    del ckpt["attnflow_artifacts"]  # a checkpoint written before checkpoints carried them
+    torch.save(ckpt, alone)
+    assert main([str(alone), "x"]) == 2
+    err = capsys.readouterr().err
+    assert "no tokenizer file" in err and "carries no tokenizers" in err

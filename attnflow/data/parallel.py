@@ -173,18 +173,41 @@ class ParallelDataModule(SplitDataModule):
             return {"src": folder / "shared.json", "tgt": folder / "shared.json"}
         return {"src": folder / f"{self.src_lang}.json", "tgt": folder / f"{self.tgt_lang}.json"}
 
-    def load_tokenizers(self, folder) -> None:
+    def load_tokenizers(self, folder, artifacts: Optional[dict] = None) -> None:
+        """The run's tokenizers: the files in ``folder`` (``<run dir>/tokenizer/``), else those
+        its checkpoint carries (``artifacts``: the checkpoint's ``attnflow_artifacts``, see
+        :meth:`artifacts`) — so a checkpoint copied out of its run directory still translates
+        and evaluates. Neither: :class:`FileNotFoundError` naming the files."""
         files = self.tokenizer_files(Path(folder))
         missing = [str(p) for p in files.values() if not p.is_file()]
-        if missing:
-            raise FileNotFoundError(f"data 'parallel': no tokenizer file {', '.join(missing)}")
-        self.src_tok, self.tgt_tok = load_tokenizer(files["src"]), load_tokenizer(files["tgt"])
+        if not missing:
+            self.src_tok, self.tgt_tok = load_tokenizer(files["src"]), load_tokenizer(files["tgt"])
+            return
+        saved = (artifacts or {}).get("tokenizers")
+        if not (isinstance(saved, dict) and all(isinstance(saved.get(k), str) for k in ("src", "tgt"))):
+            raise FileNotFoundError(f"data 'parallel': no tokenizer file {', '.join(missing)}, and "
+                                    f"the checkpoint carries no tokenizers (attnflow_artifacts)")
+        from tokenizers import Tokenizer
+
+        try:
+            self.src_tok = Tokenizer.from_str(saved["src"])
+            self.tgt_tok = self.src_tok if self.shared else Tokenizer.from_str(saved["tgt"])
+        except Exception as err:  # noqa: BLE001  (tokenizers raises its own Exception type)
+            raise FileNotFoundError(f"data 'parallel': no tokenizer file {', '.join(missing)}, and "
+                                    f"the checkpoint's tokenizers cannot be read: {err}") from None
+
+    def artifacts(self) -> dict:
+        """What using the weights needs besides them, stored in every checkpoint
+        (:meth:`attnflow.tasks.base.Task.on_save_checkpoint`): the source and target tokenizers
+        as JSON text (the same text twice for ``shared_vocab``)."""
+        self.prepare_tokenizers()
+        return {"tokenizers": {"src": self.src_tok.to_str(), "tgt": self.tgt_tok.to_str()}}
 
     def setup_evaluation(self, run_dir, artifacts: dict, split: str) -> None:
         """Only what evaluating a trained run on ``split`` needs (attnflow-eval): the run's saved
-        tokenizers (``<run_dir>/tokenizer/``) and that split's files; the training files are not
-        read and no tokenizer is trained."""
-        self.load_tokenizers(Path(run_dir) / "tokenizer")
+        tokenizers (``<run_dir>/tokenizer/``, else the checkpoint's ``artifacts``) and that split's
+        files; the training files are not read and no tokenizer is trained."""
+        self.load_tokenizers(Path(run_dir) / "tokenizer", artifacts)
         src, tgt = self.split_text(split)  # DataError when a file is missing, empty or cut short
         s_ids = [e.ids for e in self.src_tok.encode_batch(src)]
         t_ids = [e.ids for e in self.tgt_tok.encode_batch(tgt)]
