@@ -54,8 +54,10 @@ def target_tokens(run_dir: Path, data_cfg: dict) -> tuple:
 
 
 LC_MARK = "*"
-LC_NOTE = (f"{LC_MARK} a lower-cased run (data.lowercase=true): its output is lower case, so its cased "
-           f"sacreBLEU (and the gap) says nothing; read tok-lc")
+def lc_note(gap: bool) -> str:
+    """The footnote of a table with a lower-cased run (``gap``: the table has the gap column)."""
+    return (f"{LC_MARK} a lower-cased run (data.lowercase=true): its output is lower case, so its "
+            f"cased sacreBLEU{' (and the gap)' if gap else ''} says nothing; read tok-lc")
 
 
 def run_one(model: str, direction: str, args) -> dict:
@@ -153,7 +155,7 @@ def main(argv=None) -> int:
                   f"WER {r['wer']:.3f}  beam {r['beam']} lp {r['length_penalty']}  "
                   f"{r['decode_seconds']} s  ({r['signature']})")
         if any(r["lowercase"] for r in rows):
-            print(LC_NOTE)
+            print(lc_note(gap=False))
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "mt_multi30k_evaluate.json").write_text(json.dumps(rows, indent=2))
@@ -188,7 +190,7 @@ def main(argv=None) -> int:
               f"{str(r.get('bleu_ratio_vs_peer', '-')):>9} {str(r.get('throughput_ratio_vs_peer', '-')):>10}")
     print(f"sacreBLEU signature: {rows[0]['signature'] if rows else ''}")
     if any(r["lowercase"] for r in rows):
-        print(LC_NOTE)
+        print(lc_note(gap=True))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result = {"args": vars(args), "rows": rows, "cpu_count": os.cpu_count(),
