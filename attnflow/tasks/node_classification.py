@@ -79,8 +79,15 @@ class NodeClassificationTask(Task):
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
         return self.model(x, edge_index)
 
+    def _features(self, x: torch.Tensor) -> torch.Tensor:
+        """Node features in the weights' floating type: Lightning's ``*-true`` precisions
+        (``bf16-true``, ``16-true``) cast the weights and the tensors of a batch, but a PyG
+        ``Data`` graph is not a collection it looks into."""
+        dtype = next(self.model.parameters()).dtype
+        return x.to(self.device, dtype) if x.is_floating_point() else x.to(self.device)
+
     def step(self, batch, split: str) -> torch.Tensor:
-        logits = self.model(batch.x, batch.edge_index)
+        logits = self.model(self._features(batch.x), batch.edge_index)
         mask = batch[f"{split}_mask"]
         z, y = logits[mask], batch.y[mask]
         n = int(mask.sum())
@@ -165,9 +172,8 @@ class NodeClassificationTask(Task):
     def _attention(self, data):
         """Full-graph logits and [(edge_index, α (E, J))] per layer, on the CPU (``to`` makes
         copies: Data.to() would move the data module's own graph)."""
-        dtype = next(self.model.parameters()).dtype  # bf16-true runs: features in the weights' type
         with self.eval_mode():
-            logits, weights = self.model(data.x.to(self.device, dtype), data.edge_index.to(self.device),
+            logits, weights = self.model(self._features(data.x), data.edge_index.to(self.device),
                                          need_weights=True)
         return logits.float().cpu(), [(ei.cpu(), a.float().cpu()) for ei, a in weights]
 
