@@ -109,7 +109,14 @@ def sentences_of(text: str) -> List[str]:
 # -- tokenizer -------------------------------------------------------------------------------------
 def train_wordpiece(texts: Sequence[str], vocab_size: int, lowercase: bool = True):
     """A WordPiece tokenizer (Schuster & Nakajima 2012; Devlin et al. 2019) trained on ``texts``,
-    with BERT's special tokens at ids 0–4 and no special tokens added on encoding."""
+    with BERT's special tokens at ids 0–4 and no special tokens added on encoding.
+
+    Not bit-reproducible: HF tokenizers' trainer numbers the ``##`` continuation pieces in
+    hash-map order, which changes from process to process, and breaks ties between equally
+    frequent merges by those numbers (huggingface/tokenizers issue 1794; the fix, pull request
+    2066, is not released). Two trainings on the same texts can give different ids and, at
+    ties, different pieces; a run saves its tokenizer (``<run>/tokenizer/``, and in every
+    checkpoint), so evaluating or fine-tuning from it never retrains one."""
     from tokenizers import models, trainers
 
     from attnflow.data.parallel import new_tokenizer
