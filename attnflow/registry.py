@@ -14,7 +14,12 @@ type annotation and a default is a YAML field (it becomes a field of a generated
 config of a child block of that kind and is validated recursively. A field annotated with a
 dataclass (a task's ``optim: OptimConfig = OptimConfig(lr=0.003)``) is a nested typed config
 without a name: its fields are checked like a block's (unknown field, type, ``Literal`` choices),
-defaults come from the field's default instance, and the block receives the dataclass. A subclass
+defaults come from the field's default instance, and the block receives the dataclass. A numeric
+field's bounds are part of its annotation, ``Annotated[float, Range(ge=0, lt=1)]`` (or one of the
+names for the common ones: :data:`Probability`, :data:`PositiveInt`, :data:`NonNegativeInt`,
+:data:`PositiveFloat`, :data:`NonNegativeFloat`), and are checked with its type: a dropout of 1.5
+or a learning rate of −1 is a ConfigError naming the field, before any work, not torch's
+traceback from deep inside the build or the first step. A subclass
 whose ``__init__`` takes ``**kwargs`` (and passes them up) inherits its parents' keyword-only
 fields; declaring one again changes its default.
 
@@ -38,7 +43,7 @@ import inspect
 import pkgutil
 import typing
 from importlib import metadata
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
+from typing import Annotated, Any, Callable, Dict, Mapping, Optional, Sequence, Union
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -63,6 +68,55 @@ class BlockSpec:
 
     def __class_getitem__(cls, kind: str):
         return typing.Annotated[Any, _BlockKind(kind)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """Bounds of a numeric field, in its annotation: ``Annotated[float, Range(ge=0, lt=1)]``
+    (``ge``/``gt``: at least / more than; ``le``/``lt``: at most / less than; ``what``: what the
+    value is, for the message). ``None`` passes (the bounds of an ``Optional`` field)."""
+
+    ge: Optional[float] = None
+    gt: Optional[float] = None
+    le: Optional[float] = None
+    lt: Optional[float] = None
+    what: str = ""
+
+    def holds(self, value: Any) -> bool:
+        return value is None or not (
+            (self.ge is not None and value < self.ge) or (self.gt is not None and value <= self.gt)
+            or (self.le is not None and value > self.le) or (self.lt is not None and value >= self.lt)
+            or value != value)  # NaN
+
+    def __str__(self) -> str:
+        low = (f"[{self.ge:g}" if self.ge is not None else f"({self.gt:g}" if self.gt is not None else None)
+        high = (f"{self.le:g}]" if self.le is not None else f"{self.lt:g})" if self.lt is not None else None)
+        if low and high:
+            return f"in {low}, {high}"
+        if low:
+            return f"{'>=' if low[0] == '[' else '>'} {low[1:]}"
+        return f"{'<=' if high[-1] == ']' else '<'} {high[:-1]}" if high else "any number"
+
+
+Probability = Annotated[float, Range(ge=0, lt=1)]  # dropout rates, label smoothing
+PositiveInt = Annotated[int, Range(ge=1)]
+NonNegativeInt = Annotated[int, Range(ge=0)]
+PositiveFloat = Annotated[float, Range(gt=0)]
+NonNegativeFloat = Annotated[float, Range(ge=0)]
+
+
+def _split_range(tp: Any) -> tuple:
+    """(the annotation without its :class:`Range`, the Range or None); ``Optional[Annotated[T,
+    Range]]`` gives ``Optional[T]``."""
+    rng = next((m for m in getattr(tp, "__metadata__", ()) if isinstance(m, Range)), None)
+    if rng is not None:
+        return tp.__origin__, rng
+    if typing.get_origin(tp) is Union:
+        parts = [_split_range(a) for a in typing.get_args(tp)]
+        found = [r for _, r in parts if r is not None]
+        if found:
+            return Union[tuple(t for t, _ in parts)], found[0]
+    return tp, None
 
 
 def _block_kind(annotation: Any) -> Optional[str]:
@@ -105,6 +159,7 @@ class Registry:
         self._schemas: Dict[str, type] = {}
         self._children: Dict[str, Dict[str, str]] = {}
         self._choices: Dict[str, Dict[str, tuple]] = {}
+        self._bounds: Dict[str, Dict[str, Range]] = {}
         Registry._all[kind] = self
 
     # -- registration -----------------------------------------------------------------------
@@ -115,8 +170,9 @@ class Registry:
                     f"{self.kind} '{name}' is registered already (by {self._classes[name].__module__}."
                     f"{self._classes[name].__qualname__}); pick another name"
                 )
-            schema, children, choices = _schema_from_init(cls, f"{self.kind}.{name}")
-            self._schemas[name], self._children[name], self._choices[name] = schema, children, choices
+            schema, children, choices, bounds = _schema_from_init(cls, f"{self.kind}.{name}")
+            self._schemas[name], self._children[name] = schema, children
+            self._choices[name], self._bounds[name] = choices, bounds
             self._classes[name] = cls
             cls.registry_name = name
             return cls
@@ -125,7 +181,7 @@ class Registry:
 
     def unregister(self, name: str) -> None:
         """Forget block ``name`` (tests; a notebook cell that defines a block again)."""
-        for table in (self._classes, self._schemas, self._children, self._choices):
+        for table in (self._classes, self._schemas, self._children, self._choices, self._bounds):
             table.pop(name, None)
 
     # -- lookup ------------------------------------------------------------------------------
@@ -165,7 +221,8 @@ class Registry:
     def fields(self, name: str):
         """[(field, type string, default)] of a block's typed config; the fields of a nested
         config are listed as ``<field>.<subfield>``."""
-        return _list_fields(self.schema(name), self._children[name], self._choices[name])
+        return _list_fields(self.schema(name), self._children[name], self._choices[name],
+                            self._bounds[name])
 
     # -- validation and building ----------------------------------------------------------------
     def validate(self, cfg: Any, path: str = "") -> Dict[str, Any]:
@@ -184,8 +241,8 @@ class Registry:
         if not isinstance(name, str):
             raise ConfigError(f"'{path}.name' must be a string naming a {self.kind}, got {name!r}")
         self.get(name, path)
-        out = _check_fields(self._schemas[name], self._children[name], self._choices[name], data,
-                            path, f"{self.kind} '{name}'")
+        out = _check_fields(self._schemas[name], self._children[name], self._choices[name],
+                            self._bounds[name], data, path, f"{self.kind} '{name}'")
         out["name"] = name
         return out
 
@@ -273,13 +330,19 @@ def _schema_from_init(cls: type, qualname: str):
 
 
 def _build_schema(params: Dict[str, tuple], qualname: str):
-    """(dataclass, children, choices) of fields {name: (annotation, default)}.
+    """(dataclass, children, choices, bounds) of fields {name: (annotation, default)}.
 
     ``children``: field → block kind (``BlockSpec[kind]``) or :class:`_NestedConfig` (a field
     annotated with a dataclass: a typed child config without a name); ``choices``: field → the
-    values of its ``Literal`` annotation."""
-    fields, children, choices = [], {}, {}
+    values of its ``Literal`` annotation; ``bounds``: field → its :class:`Range`."""
+    fields, children, choices, bounds = [], {}, {}, {}
     for name, (tp, default) in params.items():
+        tp, rng = _split_range(tp)
+        if rng is not None:
+            if not rng.holds(default):
+                raise TypeError(f"{qualname}: field '{name}' has a default {default!r} outside its "
+                                f"range ({rng})")
+            bounds[name] = rng
         kind = _block_kind(tp)
         if kind is not None:
             children[name] = kind
@@ -297,7 +360,7 @@ def _build_schema(params: Dict[str, tuple], qualname: str):
         else:
             fields.append((name, tp, dataclasses.field(default=default)))
     schema = dataclasses.make_dataclass(qualname.replace(".", "_") + "_config", fields)
-    return schema, children, choices
+    return schema, children, choices, bounds
 
 
 class _NestedConfig:
@@ -309,7 +372,7 @@ class _NestedConfig:
         self.cls = cls
         hints = typing.get_type_hints(cls, include_extras=True)
         params = {f.name: (hints[f.name], getattr(default, f.name)) for f in dataclasses.fields(cls)}
-        self.schema, self.children, self.choices = _build_schema(params, qualname)
+        self.schema, self.children, self.choices, self.bounds = _build_schema(params, qualname)
 
     def validate(self, cfg: Any, path: str, label: str) -> Dict[str, Any]:
         if cfg is None:
@@ -318,7 +381,8 @@ class _NestedConfig:
             names = ", ".join(f.name for f in dataclasses.fields(self.schema))
             raise ConfigError(f"{label} (at '{path}') must be a mapping with the fields {names}; "
                               f"got {cfg!r}")
-        return _check_fields(self.schema, self.children, self.choices, _to_dict(cfg), path, label)
+        return _check_fields(self.schema, self.children, self.choices, self.bounds, _to_dict(cfg),
+                             path, label)
 
     def build(self, data: Dict[str, Any]) -> Any:
         data = dict(data)
@@ -330,15 +394,15 @@ class _NestedConfig:
 
 def build_config(cls: type, cfg: Any, path: str, label: str) -> Any:
     """A dataclass config (e.g. ``data.word_vectors``) from a mapping, checked as a block's fields
-    are (unknown field, type, ``Literal`` choices; a ConfigError naming ``path``); the dataclass's
+    are (unknown field, type, ``Literal`` choices, :class:`Range`; a ConfigError naming ``path``); the dataclass's
     defaults fill what ``cfg`` leaves out."""
     nested = _NestedConfig(cls, cls(), path)
     return nested.build(nested.validate(cfg, path, label))
 
 
 def _check_fields(schema: type, children: Dict[str, Any], choices: Dict[str, tuple],
-                  data: Dict[str, Any], path: str, label: str) -> Dict[str, Any]:
-    """``data`` checked against a typed config (unknown fields, types, choices, children) and
+                  bounds: Dict[str, Range], data: Dict[str, Any], path: str, label: str) -> Dict[str, Any]:
+    """``data`` checked against a typed config (unknown fields, types, choices, bounds, children) and
     completed with its defaults; errors name ``label`` (e.g. "scorer 'additive'") and the path."""
     allowed = [f.name for f in dataclasses.fields(schema)]
     for key in data:
@@ -363,6 +427,11 @@ def _check_fields(schema: type, children: Dict[str, Any], choices: Dict[str, tup
                 f"{label}: field '{key}' (at '{path}.{key}') must be one of "
                 f"{', '.join(repr(c) for c in options)}, got {out[key]!r}.{_suggest(str(out[key]), map(str, options))}"
             )
+    for key, rng in bounds.items():
+        if not rng.holds(out[key]):
+            why = f" ({rng.what})" if rng.what else ""
+            raise ConfigError(f"{label}: field '{key}' (at '{path}.{key}') must be {rng}{why}, "
+                              f"got {out[key]!r}")
     for key, child in children.items():
         value = data.get(key, out.get(key))
         if isinstance(child, _NestedConfig):
@@ -372,19 +441,23 @@ def _check_fields(schema: type, children: Dict[str, Any], choices: Dict[str, tup
     return out
 
 
-def _list_fields(schema: type, children: Dict[str, Any], choices: Dict[str, tuple]):
-    """[(field, type string, default)]; a nested config's fields as ``<field>.<subfield>``."""
+def _list_fields(schema: type, children: Dict[str, Any], choices: Dict[str, tuple],
+                 bounds: Dict[str, Range]):
+    """[(field, type string, default)]; a nested config's fields as ``<field>.<subfield>``; a
+    bounded field's type with its range (``float in [0, 1)``)."""
     out = []
     for f in dataclasses.fields(schema):
         child = children.get(f.name)
         if isinstance(child, _NestedConfig):
-            out += [(f"{f.name}.{sub}", tname, default)
-                    for sub, tname, default in _list_fields(child.schema, child.children, child.choices)]
+            out += [(f"{f.name}.{sub}", tname, default) for sub, tname, default in
+                    _list_fields(child.schema, child.children, child.choices, child.bounds)]
             continue
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         tname = f"BlockSpec[{child}]" if child else _type_name(f.type)
         if f.name in choices:
             tname = " | ".join(repr(c) for c in choices[f.name])
+        if f.name in bounds:
+            tname = f"{tname} {bounds[f.name]}"
         out.append((f.name, tname, default))
     return out
 

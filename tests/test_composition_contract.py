@@ -272,3 +272,26 @@ def test_an_image_encoder_in_a_sequence_model_is_refused_before_any_work(overrid
     assert message.startswith(f"{field}: encoder ") and "token sequences" in message
     assert "rnn" in message and "cnn" not in message.split("sequences:")[1]
     assert not (tmp_path / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("overrides, says", [
+    (["model.dropout=1.5"], "model 'seq2seq': field 'dropout' (at 'model.dropout') must be in [0, 1), got 1.5"),
+    (["task.optim.lr=-1"], "field 'lr' (at 'task.optim.lr') must be > 0, got -1.0"),
+    (["task.optim.warmup_steps=-4"], "(at 'task.optim.warmup_steps') must be >= 0, got -4"),
+    (["experiment=reverse_transformer", "task.label_smoothing=2"], "(at 'task.label_smoothing') must be in [0, 1)"),
+    (["data.batch_size=0"], "data 'reverse': field 'batch_size' (at 'data.batch_size') must be >= 1, got 0"),
+    (["experiment=gat_cora", "model.attn_dropout=1"], "(at 'model.attn_dropout') must be in [0, 1), got 1.0"),
+    (["experiment=mt_transformer", "task.beam_size=0"], "(at 'task.beam_size') must be >= 1, got 0"),
+    (["experiment=mt_transformer", "task.length_penalty=-0.6"], "(at 'task.length_penalty') must be >= 0"),
+    (["experiment=han_imdb", "model.word_encoder.hidden_dim=0"],
+     "field 'hidden_dim' (at 'model.word_encoder.hidden_dim') must be >= 1, got 0"),
+])
+def test_a_value_out_of_its_fields_range_is_refused_before_any_work(overrides, says, tmp_path):
+    """Bounds live in the fields' annotations (attnflow.registry.Range): what torch refused only
+    deep inside the build or at the first step (a dropout of 1.5, a negative learning rate, a label
+    smoothing of 2), or accepted silently (a negative warm-up), is a ConfigError naming the field
+    before anything is read or written."""
+    with pytest.raises(ConfigError) as err:
+        train(compose_cfg(overrides), tmp_path / "run")
+    assert says in str(err.value)
+    assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())

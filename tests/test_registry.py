@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
+from typing import Annotated, Optional
 
 import pytest
 from torch import nn
 
-from attnflow.registry import ATTENTIONS, SCORERS, BlockSpec, ConfigError, Registry, reload_plugins
+from attnflow.registry import (ATTENTIONS, SCORERS, BlockSpec, ConfigError, Range, Registry,
+                               reload_plugins)
 from support import readme_block_example
 
 
@@ -64,8 +67,51 @@ def test_validate_fills_defaults_and_build_passes_fields():
 
 def test_fields_listing():
     fields = {f: (t, d) for f, t, d in ATTENTIONS.fields("multihead")}
-    assert fields["heads"] == ("int", 8)
+    assert fields["heads"] == ("int >= 1", 8)  # the type, with its range
+    assert fields["dropout"] == ("float in [0, 1)", 0.0)
     assert fields["scorer"][0] == "BlockSpec[scorer]"
+
+
+@dataclasses.dataclass(frozen=True)
+class Knobs:  # a nested config with a bounded field (module level: annotations are strings here)
+    rate: Annotated[float, Range(gt=0, what="a step size")] = 0.5
+
+
+def test_a_field_out_of_its_range_is_refused_naming_field_range_and_value():
+    """Bounds declared in the annotation (``Annotated[T, Range(...)]``, plain, ``Optional`` and in
+    a nested dataclass config) are checked with the type; the edges are where the Range says."""
+    reg = Registry("test_range_kind")
+
+    @reg.register("r")
+    class R(nn.Module):
+        def __init__(self, *, p: Annotated[float, Range(ge=0, lt=1)] = 0.1,
+                     n: Optional[Annotated[int, Range(ge=2, le=4)]] = None, knobs: Knobs = Knobs()):
+            super().__init__()
+            self.p, self.n, self.knobs = p, n, knobs
+
+    try:
+        for ok in ({"p": 0.0}, {"p": 0.999}, {"n": 2}, {"n": 4}, {"n": None}, {"knobs": {"rate": 1e-9}}):
+            reg.validate({"name": "r", **ok}, "block")
+        for bad, says in [({"p": 1.0}, "field 'p' (at 'block.p') must be in [0, 1), got 1.0"),
+                          ({"p": -0.1}, "must be in [0, 1), got -0.1"),
+                          ({"p": float("nan")}, "must be in [0, 1), got nan"),
+                          ({"n": 1}, "field 'n' (at 'block.n') must be in [2, 4], got 1"),
+                          ({"n": 5}, "must be in [2, 4], got 5"),
+                          ({"knobs": {"rate": 0}}, "field 'rate' (at 'block.knobs.rate') must be > 0 "
+                                                   "(a step size), got 0")]:
+            with pytest.raises(ConfigError) as err:
+                reg.validate({"name": "r", **bad}, "block")
+            assert says in str(err.value)
+        assert reg.build({"name": "r", "n": 3}).n == 3
+        fields = {f: t for f, t, _ in reg.fields("r")}
+        assert fields["n"] == "Optional[int] in [2, 4]" and fields["knobs.rate"] == "float > 0"
+        with pytest.raises(TypeError, match="default 2 outside its range"):  # a block's own bug
+            @reg.register("bad_default")
+            class B(nn.Module):
+                def __init__(self, *, p: Annotated[float, Range(ge=0, lt=1)] = 2):
+                    super().__init__()
+    finally:
+        del Registry._all["test_range_kind"]
 
 
 def test_duplicate_name_fails_loudly():

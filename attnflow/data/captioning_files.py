@@ -43,7 +43,7 @@ from attnflow.data.captioning import CaptioningDataModule, frame_targets, tokeni
 from attnflow.data.captions import load_image, read_captions
 from attnflow.data.errors import DataError, DataFileNotFoundError, check_fields
 from attnflow.data.shapes import Vocab
-from attnflow.registry import DATA, ConfigError
+from attnflow.registry import ConfigError, DATA, PositiveInt
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +215,7 @@ class CaptionsDataModule(CaptioningDataModule):
                  train_split: List[str] = ["train", "restval"],  # noqa: B006
                  val_split: Optional[str] = "val", test_split: Optional[str] = "test",
                  image_dir: str = "Flicker8k_Dataset", image_size: int = 112, min_freq: int = 5,
-                 max_len: int = 50, features: Optional[str] = None, batch_size: int = 32,
+                 max_len: int = 50, features: Optional[str] = None, batch_size: PositiveInt = 32,
                  num_workers: int = 0, seed: int = 1234):
         super().__init__()
         check = [("image_size", image_size, image_size >= 1, ">= 1"),

@@ -40,7 +40,7 @@ from torch.utils.data import DataLoader
 
 from attnflow.data.base import SplitDataModule
 from attnflow.data.errors import DataError, numbered_lines
-from attnflow.registry import DATA, MODELS, ConfigError, build_config
+from attnflow.registry import ConfigError, DATA, MODELS, PositiveInt, build_config
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +242,7 @@ class DocumentDataModule(SplitDataModule):
                  text_field: str = "text", label_field: str = "label", max_sentences: int = 30,
                  max_words: int = 50, min_freq: int = 5, max_vocab: int = 50000,
                  lowercase: bool = True, limit_train: int = 0, limit_val: int = 0,
-                 batch_size: int = 32, bucket: bool = True, num_workers: int = 0, seed: int = 1234,
+                 batch_size: PositiveInt = 32, bucket: bool = True, num_workers: int = 0, seed: int = 1234,
                  word_vectors: Optional[Dict[str, Any]] = None):
         super().__init__()
         self.word_vectors_cfg = self.word_vectors_config(word_vectors)

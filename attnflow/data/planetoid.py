@@ -32,7 +32,7 @@ from torch_geometric.utils import to_undirected
 
 from attnflow.data.errors import DataError, DataFileNotFoundError
 from attnflow.data.graph import GraphDataModule
-from attnflow.registry import DATA
+from attnflow.registry import DATA, PositiveInt
 
 NAMES = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
 RAW_FILES = ["x", "tx", "allx", "y", "ty", "ally", "graph", "test.index"]
@@ -178,7 +178,7 @@ class PlanetoidDataModule(GraphDataModule):
 
     def __init__(self, *, dataset: Literal["Cora", "CiteSeer", "PubMed"] = "Cora", root: str = ".",
                  normalize_features: bool = True,
-                 loader: Literal["full", "khop", "neighbor"] = "full", batch_size: int = 512,
+                 loader: Literal["full", "khop", "neighbor"] = "full", batch_size: PositiveInt = 512,
                  num_hops: int = 2, num_neighbors: List[int] = [10, 10],  # noqa: B006
                  seed: int = 1234):
         super().__init__(loader=loader, batch_size=batch_size, num_hops=num_hops,

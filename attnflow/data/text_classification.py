@@ -40,7 +40,7 @@ from attnflow.data.documents import clean, read_jsonl
 from attnflow.data.errors import DataError, check_fields, numbered_lines
 from attnflow.data.pretraining import (CLS, PAD, SEP, SPECIALS, TOKENIZER_FILE, pad_rows,
                                        save_tokenizer, train_wordpiece)
-from attnflow.registry import DATA
+from attnflow.registry import DATA, PositiveInt
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +181,7 @@ class TextClassificationDataModule(SplitDataModule):
                  text_field: str = "text", label_field: str = "label",
                  tokenizer_from: Optional[str] = None, vocab_size: Optional[int] = None,
                  lowercase: Optional[bool] = None, max_len: int = 256, limit_train: int = 0,
-                 limit_val: int = 0, batch_size: int = 32, bucket: bool = True,
+                 limit_val: int = 0, batch_size: PositiveInt = 32, bucket: bool = True,
                  num_workers: int = 0, seed: int = 1234):
         super().__init__()
         for name, value in (("train_path", train_path), ("val_path", val_path)):

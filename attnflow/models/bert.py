@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnflow.registry import ATTENTIONS, ENCODERS, MODELS, POSITIONALS, BlockSpec, ConfigError
+from attnflow.registry import ATTENTIONS, BlockSpec, ConfigError, ENCODERS, MODELS, POSITIONALS, PositiveInt, Probability
 
 log = logging.getLogger(__name__)
 
@@ -108,8 +108,8 @@ class BertModel(nn.Module):
 
     def __init__(self, vocab_size: int, pad_id: int = 0, num_classes: int = 0,
                  tasks: Optional[Dict[str, tuple]] = None, *,
-                 d_model: int = 256, layers: int = 4,
-                 ffn_dim: int = 1024, dropout: float = 0.1, activation_dropout: float = 0.0,
+                 d_model: PositiveInt = 256, layers: PositiveInt = 4,
+                 ffn_dim: PositiveInt = 1024, dropout: Probability = 0.1, activation_dropout: Probability = 0.0,
                  max_len: int = 512, type_vocab_size: int = 2,
                  norm: Literal["post", "pre"] = "post",
                  activation: Literal["relu", "gelu"] = "gelu", init_std: float = 0.02,
@@ -117,7 +117,7 @@ class BertModel(nn.Module):
                  attention: BlockSpec["attention"] = {"name": "multihead", "heads": 4},
                  head: Literal["pretraining", "sequence", "token", "multitask"] = "pretraining",
                  init_from: Optional[str] = None, freeze_encoder: bool = False,
-                 classifier_dropout: float = 0.1):
+                 classifier_dropout: Probability = 0.1):
         super().__init__()
         if type_vocab_size < 1:
             raise ConfigError(f"model 'bert': type_vocab_size must be >= 1, got {type_vocab_size}")

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from attnflow.models.encoder_decoder import EncoderDecoder
-from attnflow.registry import DECODERS, ENCODERS, MODELS, BlockSpec, ConfigError
+from attnflow.registry import BlockSpec, ConfigError, DECODERS, ENCODERS, MODELS, Probability
 
 
 @MODELS.register("captioner")
@@ -59,7 +59,7 @@ class Captioner(EncoderDecoder):
                  feature_dim: Optional[int] = None, *,
                  encoder: BlockSpec["encoder"] = {"name": "cnn"},
                  decoder: BlockSpec["decoder"] = {"name": "rnn_attention", "cell": "lstm"},
-                 dropout: float = 0.0):
+                 dropout: Probability = 0.0):
         super().__init__()
         kind = getattr(ENCODERS.get(encoder["name"]), "input_kind", None)
         given = "image_features" if feature_dim else "image"

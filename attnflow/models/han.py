@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from attnflow.models.embedding_init import init_embedding
-from attnflow.registry import ENCODERS, MODELS, POOLINGS, BlockSpec
+from attnflow.registry import BlockSpec, ENCODERS, MODELS, POOLINGS, PositiveInt, Probability
 
 
 def encode_masked(encoder: nn.Module, x: torch.Tensor, lengths: torch.Tensor,
@@ -77,12 +77,12 @@ class HierarchicalAttentionNetwork(nn.Module):
     interface = "documents"  # works on document data (attnflow.run.check_composition)
 
     def __init__(self, vocab_size: int, num_classes: int, pad_id: int = 0,
-                 word_vectors: Optional[torch.Tensor] = None, *, embed_dim: int = 100,
+                 word_vectors: Optional[torch.Tensor] = None, *, embed_dim: PositiveInt = 100,
                  word_encoder: BlockSpec["encoder"] = {"name": "rnn", "cell": "gru", "hidden_dim": 50},
                  word_pooling: BlockSpec["pooling"] = {"name": "attention"},
                  sentence_encoder: BlockSpec["encoder"] = {"name": "rnn", "cell": "gru", "hidden_dim": 50},
                  sentence_pooling: BlockSpec["pooling"] = {"name": "attention"},
-                 dropout: float = 0.0, length_groups: int = 4):
+                 dropout: Probability = 0.0, length_groups: int = 4):
         super().__init__()
         self.length_groups = length_groups
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)

@@ -25,6 +25,7 @@ import math
 from typing import Callable, Iterable, Literal
 
 import torch
+from attnflow.registry import NonNegativeFloat, NonNegativeInt, PositiveFloat
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
 SCHEDULERS = ("none", "cosine", "noam", "linear")
@@ -47,10 +48,10 @@ class OptimConfig:
     """
 
     optimizer: Literal["adam", "adamw", "sgd"] = "adam"
-    lr: float = 1e-3
-    weight_decay: float = 0.0
+    lr: PositiveFloat = 1e-3
+    weight_decay: NonNegativeFloat = 0.0
     scheduler: Literal["none", "cosine", "noam", "linear"] = "none"
-    warmup_steps: int = 4000
+    warmup_steps: NonNegativeInt = 4000
     decay_bias_and_norm: bool = True
 
 

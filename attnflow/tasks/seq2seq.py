@@ -19,7 +19,7 @@ from torch import nn
 from torchmetrics import MeanMetric
 
 from attnflow.blocks.attention.penalty import diversity_penalty
-from attnflow.registry import TASKS
+from attnflow.registry import NonNegativeFloat, Probability, TASKS
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
 
@@ -60,7 +60,7 @@ class Seq2SeqTask(Task):
     def __init__(self, model: nn.Module, pad_id: int, bos_id: int, eos_id: int,
                  max_decode_len: int, itos: Sequence[str] = (), *,
                  optim: OptimConfig = OptimConfig(lr=0.003, scheduler="cosine"),
-                 label_smoothing: float = 0.0, penalty_weight: float = 0.0):
+                 label_smoothing: Probability = 0.0, penalty_weight: NonNegativeFloat = 0.0):
         super().__init__(model, optim=optim)
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.max_decode_len, self.itos = max_decode_len, list(itos)

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
-from attnflow.registry import TASKS
+from attnflow.registry import Probability, TASKS
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
 
@@ -58,7 +58,7 @@ class TextClassificationTask(Task):
                  optim: OptimConfig = OptimConfig(optimizer="adamw", lr=3e-5, weight_decay=0.01,
                                                   scheduler="linear", warmup_steps=100,
                                                   decay_bias_and_norm=False),
-                 label_smoothing: float = 0.0):
+                 label_smoothing: Probability = 0.0):
         super().__init__(model, optim=optim)
         head = getattr(model, "head", "sequence")
         if not callable(getattr(model, "classify_logits", None)) or head != "sequence":

@@ -34,7 +34,7 @@ from torch import nn
 
 from attnflow.blocks.attention.base import AttentionBlock
 from attnflow.blocks.attention.functional import attend, causal_mask
-from attnflow.registry import AGGREGATORS, ATTENTIONS, NORMALIZERS, SCORERS, BlockSpec, ConfigError
+from attnflow.registry import AGGREGATORS, ATTENTIONS, BlockSpec, ConfigError, NORMALIZERS, PositiveInt, Probability, SCORERS
 
 
 def relative_index(tq: int, tk: int, max_distance: int, query_offset: int = 0,
@@ -68,12 +68,12 @@ class MultiHeadAttention(AttentionBlock):
     """
 
     def __init__(self, query_dim: int, key_dim: int, value_dim: int, self_attention: bool = False,
-                 relative_distance: Optional[int] = None, *, heads: int = 8,
+                 relative_distance: Optional[int] = None, *, heads: PositiveInt = 8,
                  head_dim: Optional[int] = None,
                  scorer: BlockSpec["scorer"] = {"name": "scaled_dot"},
                  normalizer: BlockSpec["normalizer"] = {"name": "softmax"},
                  aggregator: BlockSpec["aggregator"] = {"name": "concat_proj"},
-                 dropout: float = 0.0, bias: bool = True, shared_kv: bool = False):
+                 dropout: Probability = 0.0, bias: bool = True, shared_kv: bool = False):
         super().__init__()
         name = self.registry_name
         if heads < 1:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Optional
 
 from attnflow.blocks.attention.multihead import MultiHeadAttention
-from attnflow.registry import ATTENTIONS, BlockSpec, ConfigError
+from attnflow.registry import ATTENTIONS, BlockSpec, ConfigError, PositiveInt, Probability
 
 
 @ATTENTIONS.register("relative_multihead")
@@ -43,11 +43,11 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
 
     def __init__(self, query_dim: int, key_dim: int, value_dim: int, self_attention: bool = False,
                  relative_distance: Optional[int] = None, *, max_distance: int = 16,
-                 heads: int = 8, head_dim: Optional[int] = None,
+                 heads: PositiveInt = 8, head_dim: Optional[int] = None,
                  scorer: BlockSpec["scorer"] = {"name": "scaled_dot"},
                  normalizer: BlockSpec["normalizer"] = {"name": "softmax"},
                  aggregator: BlockSpec["aggregator"] = {"name": "concat_proj"},
-                 dropout: float = 0.0, bias: bool = True, shared_kv: bool = False):
+                 dropout: Probability = 0.0, bias: bool = True, shared_kv: bool = False):
         if relative_distance is not None and relative_distance != max_distance:
             raise ConfigError(
                 f"attention 'relative_multihead' has max_distance={max_distance} but the positional "

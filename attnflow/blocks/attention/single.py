@@ -13,7 +13,7 @@ from typing import Optional, Tuple
 import torch
 from attnflow.blocks.attention.base import AttentionBlock
 from attnflow.blocks.attention.functional import attend
-from attnflow.registry import ATTENTIONS, NORMALIZERS, SCORERS, BlockSpec, ConfigError
+from attnflow.registry import ATTENTIONS, BlockSpec, ConfigError, NORMALIZERS, Probability, SCORERS
 
 
 @ATTENTIONS.register("single")
@@ -39,7 +39,7 @@ class Attention(AttentionBlock):
                  relative_distance: Optional[int] = None, *,
                  scorer: BlockSpec["scorer"] = {"name": "additive"},
                  normalizer: BlockSpec["normalizer"] = {"name": "softmax"},
-                 dropout: float = 0.0):
+                 dropout: Probability = 0.0):
         super().__init__()
         if relative_distance is not None:
             raise ConfigError(

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from attnflow.blocks.decoders.base import Decoder
-from attnflow.registry import DECODERS
+from attnflow.registry import DECODERS, PositiveInt, Probability
 
 
 @DECODERS.register("rnn")
@@ -42,8 +42,8 @@ class RNNDecoder(Decoder):
     static_state = ("c",)
 
     def __init__(self, vocab_size: int, memory_dim: int, init_dim: int, *,
-                 cell: Literal["gru", "lstm"] = "gru", embed_dim: int = 64, hidden_dim: int = 128,
-                 dropout: float = 0.0):
+                 cell: Literal["gru", "lstm"] = "gru", embed_dim: PositiveInt = 64, hidden_dim: PositiveInt = 128,
+                 dropout: Probability = 0.0):
         super().__init__()
         self.cell_type = cell
         self.embedding = nn.Embedding(vocab_size, embed_dim)

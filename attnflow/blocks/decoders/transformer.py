@@ -32,7 +32,7 @@ from torch import nn
 
 from attnflow.blocks.decoders.base import Decoder
 from attnflow.blocks.encoders.transformer import FeedForward, build_attention
-from attnflow.registry import DECODERS, POSITIONALS, BlockSpec
+from attnflow.registry import BlockSpec, DECODERS, POSITIONALS, PositiveInt, Probability
 
 
 def _with_heads(weights: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
@@ -48,7 +48,7 @@ class TransformerDecoderLayer(nn.Module):
     """
 
     def __init__(self, dim: int, memory_dim: int, ffn_dim: int, attention: Dict[str, Any],
-                 positional=None, dropout: float = 0.1, activation_dropout: float = 0.0,
+                 positional=None, dropout: Probability = 0.1, activation_dropout: Probability = 0.0,
                  norm: str = "post"):
         super().__init__()
         self.pre = norm == "pre"
@@ -125,8 +125,8 @@ class TransformerDecoder(Decoder):
     static_state = ("memory", "mask")
 
     def __init__(self, vocab_size: int, memory_dim: int, init_dim: int, *,
-                 d_model: int = 512, layers: int = 6, ffn_dim: int = 2048,
-                 dropout: float = 0.1, activation_dropout: float = 0.0,
+                 d_model: PositiveInt = 512, layers: PositiveInt = 6, ffn_dim: PositiveInt = 2048,
+                 dropout: Probability = 0.1, activation_dropout: Probability = 0.0,
                  norm: Literal["post", "pre"] = "post",
                  positional: BlockSpec["positional"] = {"name": "sinusoidal"},
                  attention: BlockSpec["attention"] = {"name": "multihead"},

@@ -25,7 +25,7 @@ from typing import List, Literal, Optional, Tuple
 import torch
 from torch import nn
 
-from attnflow.registry import ENCODERS, ConfigError
+from attnflow.registry import ConfigError, ENCODERS, Probability
 
 POOLS = {"max": nn.MaxPool2d, "avg": nn.AvgPool2d}
 
@@ -58,7 +58,7 @@ class CNNImageEncoder(nn.Module):
     def __init__(self, in_channels: int = 3, *, channels: List[int] = [32, 64, 128],  # noqa: B006
                  kernel: int = 3, norm: Literal["batch", "none"] = "batch",
                  pooling: Literal["max", "avg", "none"] = "max", pool_size: int = 2,
-                 out_dim: Optional[int] = None, dropout: float = 0.0):
+                 out_dim: Optional[int] = None, dropout: Probability = 0.0):
         super().__init__()
         channels = list(channels)
         if not channels or any(int(c) < 1 for c in channels):

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnflow.registry import ENCODERS, ConfigError
+from attnflow.registry import ConfigError, ENCODERS, Probability
 
 
 @ENCODERS.register("features")
@@ -48,7 +48,7 @@ class FeatureEncoder(nn.Module):
 
     def __init__(self, input_dim: int, *, out_dim: Optional[int] = None,
                  norm: Literal["none", "layer", "l2"] = "none", grid: Optional[List[int]] = None,
-                 dropout: float = 0.0):
+                 dropout: Probability = 0.0):
         super().__init__()
         if grid is not None:
             grid = list(grid)

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from attnflow.registry import ENCODERS
+from attnflow.registry import ENCODERS, PositiveInt, Probability
 
 CELLS = {"rnn": nn.RNN, "gru": nn.GRU, "lstm": nn.LSTM}
 
@@ -34,8 +34,8 @@ class RNNEncoder(nn.Module):
     """
 
     def __init__(self, input_dim: int, *, cell: Literal["gru", "lstm", "rnn"] = "gru",
-                 hidden_dim: int = 128, layers: int = 1, bidirectional: bool = True,
-                 dropout: float = 0.0):
+                 hidden_dim: PositiveInt = 128, layers: PositiveInt = 1, bidirectional: bool = True,
+                 dropout: Probability = 0.0):
         super().__init__()
         self.rnn = CELLS[cell](input_dim, hidden_dim, num_layers=layers, batch_first=True,
                                bidirectional=bidirectional, dropout=dropout if layers > 1 else 0.0)

@@ -20,7 +20,7 @@ from typing import Literal, Tuple
 import torch
 from torch import nn
 
-from attnflow.registry import ENCODERS
+from attnflow.registry import ENCODERS, PositiveInt, Probability
 
 CELLS = {"rnn": nn.RNN, "gru": nn.GRU, "lstm": nn.LSTM}
 
@@ -53,8 +53,8 @@ class UnpackedRNNEncoder(nn.Module):
     """
 
     def __init__(self, input_dim: int, *, cell: Literal["gru", "lstm", "rnn"] = "gru",
-                 hidden_dim: int = 128, layers: int = 1, bidirectional: bool = True,
-                 dropout: float = 0.0):
+                 hidden_dim: PositiveInt = 128, layers: PositiveInt = 1, bidirectional: bool = True,
+                 dropout: Probability = 0.0):
         super().__init__()
         if layers < 1:
             raise ValueError(f"encoder 'rnn_unpacked': layers must be >= 1, got {layers}")

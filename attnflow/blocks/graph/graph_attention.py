@@ -39,7 +39,7 @@ from torch_geometric.nn import MessagePassing
 from torch_geometric.utils import add_self_loops as _add_self_loops
 from torch_geometric.utils import remove_self_loops
 
-from attnflow.registry import AGGREGATORS, GRAPH_LAYERS, NORMALIZERS, SCORERS, BlockSpec, ConfigError
+from attnflow.registry import AGGREGATORS, BlockSpec, ConfigError, GRAPH_LAYERS, NORMALIZERS, PositiveInt, Probability, SCORERS
 
 
 def _glorot_(t: torch.Tensor, fan_in: int, fan_out: int) -> None:
@@ -87,11 +87,11 @@ class GraphAttention(MessagePassing):
         α is the normaliser's output before attention dropout, so it sums to 1 over each N(t).
     """
 
-    def __init__(self, in_dim: int, out_dim: int, *, heads: int = 1,
+    def __init__(self, in_dim: int, out_dim: int, *, heads: PositiveInt = 1,
                  scorer: BlockSpec["scorer"] = {"name": "gat"},  # noqa: B006
                  aggregator: BlockSpec["aggregator"] = {"name": "concat"},  # noqa: B006
                  normalizer: BlockSpec["normalizer"] = {"name": "softmax"},  # noqa: B006
-                 dropout: float = 0.0, value_dropout: float = 0.0, input_dropout: float = 0.0,
+                 dropout: Probability = 0.0, value_dropout: Probability = 0.0, input_dropout: Probability = 0.0,
                  add_self_loops: bool = True, bias: bool = True):
         super().__init__(aggr="add", node_dim=0)
         if heads < 1 or out_dim < 1:

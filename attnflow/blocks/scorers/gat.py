@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnflow.blocks.scorers.base import Scorer
-from attnflow.registry import SCORERS
+from attnflow.registry import PositiveInt, SCORERS
 
 
 @SCORERS.register("gat")
@@ -108,7 +108,7 @@ class GATScorer(Scorer):
             key = key + torch.stack([s.b for s in scorers])
         return key, (x * v).sum(-1)
 
-    def reset_parameters(self, heads: int = 1) -> None:
+    def reset_parameters(self, heads: PositiveInt = 1) -> None:
         """u, v as GATConv's ``att_src`` / ``att_dst`` (1, J, C): glorot, bound √(6 / (J + C));
         with ``init='per_head'`` as one head's (C, 1) kernel: √(6 / (C + 1)). b (if any) = 0."""
         for t in (self.u, self.v):
