@@ -272,18 +272,13 @@ class DocumentDataModule(SplitDataModule):
     @staticmethod
     def word_vectors_config(value: Any, path: str = "data.word_vectors"):
         """``data.word_vectors`` as a WordVectorsConfig (None when off); an unknown field, a wrong
-        type or choice is a ConfigError naming it (the registry's nested-config checks)."""
+        type, choice or a value out of its range is a ConfigError naming it (the registry's
+        nested-config checks)."""
         from attnflow.data.word_vectors import WordVectorsConfig
 
         if value is None:
             return None
-        cfg = build_config(WordVectorsConfig, value, path, "data 'documents' word_vectors config")
-        for name, low, strict in (("dim", 1, False), ("window", 1, False), ("min_count", 1, False),
-                                  ("alpha", 0, True), ("scale", 0, True), ("eig", 0, False)):
-            v = getattr(cfg, name)
-            if v < low or (strict and v == low):
-                raise ConfigError(f"{path}.{name}={v}: must be {'>' if strict else '>='} {low}")
-        return cfg
+        return build_config(WordVectorsConfig, value, path, "data 'documents' word_vectors config")
 
     @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:

@@ -34,6 +34,8 @@ from typing import Literal, Sequence
 import numpy as np
 import torch
 
+from attnflow.registry import NonNegativeFloat, PositiveFloat, PositiveInt
+
 log = logging.getLogger(__name__)
 
 
@@ -53,13 +55,13 @@ class WordVectorsConfig:
         seed: the SVD's start vector (default 0).
     """
 
-    dim: int = 200
-    window: int = 5
-    alpha: float = 0.75
-    eig: float = 0.5
-    min_count: int = 1
+    dim: PositiveInt = 200
+    window: PositiveInt = 5
+    alpha: PositiveFloat = 0.75
+    eig: NonNegativeFloat = 0.5
+    min_count: PositiveInt = 1
     weighting: Literal["uniform", "harmonic"] = "harmonic"
-    scale: float = 1.0
+    scale: PositiveFloat = 1.0
     seed: int = 0
 
 

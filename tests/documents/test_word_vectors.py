@@ -170,7 +170,8 @@ def test_refusals_before_any_work(tmp_path):
     assert not (tmp_path / "r1").exists() and not (tmp_path / "r2").exists()  # nothing was made
     for field, value, says in (("window", 0, ">= 1"), ("dim", 0, ">= 1"), ("min_count", 0, ">= 1"),
                                ("alpha", 0.0, "> 0"), ("scale", -1.0, "> 0"), ("eig", -0.5, ">= 0")):
-        with pytest.raises(ConfigError, match=rf"data.word_vectors.{field}={value}: must be {says}"):
+        with pytest.raises(ConfigError, match=rf"field '{field}' \(at 'data.word_vectors.{field}'\) "
+                                              rf"must be {says}, got {value}"):
             DocumentDataModule(train_path="t", val_path="v", word_vectors={"dim": 8, field: value})
     with pytest.raises(ConfigError, match="has no field 'dimm'"):  # built directly, too
         DocumentDataModule(train_path="t", val_path="v", word_vectors={"dimm": 3})
