@@ -43,7 +43,7 @@ from attnflow.data.captioning import CaptioningDataModule, frame_targets, tokeni
 from attnflow.data.captions import load_image, read_captions
 from attnflow.data.errors import DataError, DataFileNotFoundError, check_fields
 from attnflow.data.shapes import Vocab
-from attnflow.registry import ConfigError, DATA, PositiveInt
+from attnflow.registry import ConfigError, DATA, NonNegativeInt, PositiveInt
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +159,7 @@ class CaptionItems(Dataset):
     ids: List[List[int]]
     where: List[str]
     refs: List[List[str]]
-    image_size: int = 112
+    image_size: PositiveInt = 112
     features: Optional[FeatureStore] = field(default=None, repr=False)
 
     def __len__(self) -> int:
@@ -214,9 +214,11 @@ class CaptionsDataModule(CaptioningDataModule):
                  train_captions: str = "", val_captions: str = "", test_captions: str = "",
                  train_split: List[str] = ["train", "restval"],  # noqa: B006
                  val_split: Optional[str] = "val", test_split: Optional[str] = "test",
-                 image_dir: str = "Flicker8k_Dataset", image_size: int = 112, min_freq: int = 5,
-                 max_len: int = 50, features: Optional[str] = None, batch_size: PositiveInt = 32,
-                 num_workers: int = 0, seed: int = 1234):
+                 image_dir: str = "Flicker8k_Dataset", image_size: PositiveInt = 112,
+                 min_freq: PositiveInt = 5,
+                 max_len: PositiveInt = 50, features: Optional[str] = None,
+                 batch_size: PositiveInt = 32,
+                 num_workers: NonNegativeInt = 0, seed: int = 1234):
         super().__init__()
         check = [("image_size", image_size, image_size >= 1, ">= 1"),
                  ("min_freq", min_freq, min_freq >= 1, ">= 1"),

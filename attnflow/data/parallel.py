@@ -35,7 +35,7 @@ from attnflow.data.base import SplitDataModule
 from attnflow.data.buckets import BucketBatchSampler, trainer_epoch
 from attnflow.data.errors import DataError, DataFileNotFoundError, numbered_lines
 from attnflow.distributed import eval_sampler
-from attnflow.registry import DATA, PositiveInt
+from attnflow.registry import DATA, NonNegativeInt, PositiveInt
 from attnflow.textio import atomic_path
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
@@ -143,9 +143,10 @@ class ParallelDataModule(SplitDataModule):
     def __init__(self, *, root: str = "", src_lang: str = "de", tgt_lang: str = "en",
                  train: str = "train", val: str = "val", test: str = "test_2016_flickr",
                  tokenizer: Literal["bpe", "wordpiece"] = "bpe", vocab_size: int = 8000,
-                 shared_vocab: bool = False, lowercase: bool = False, max_src_len: int = 100,
-                 max_tgt_len: int = 100, max_decode_len: int = 0, batch_size: PositiveInt = 64,
-                 max_pairs: int = 0, num_workers: int = 0, seed: int = 1234):
+                 shared_vocab: bool = False, lowercase: bool = False, max_src_len: PositiveInt = 100,
+                 max_tgt_len: PositiveInt = 100, max_decode_len: NonNegativeInt = 0,
+                 batch_size: PositiveInt = 64,
+                 max_pairs: NonNegativeInt = 0, num_workers: NonNegativeInt = 0, seed: int = 1234):
         super().__init__()
         if not root:
             raise ValueError("data 'parallel': set 'root' to the folder of the text files "

@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader
 
 from attnflow.data.base import SplitDataModule
 from attnflow.distributed import eval_sampler
-from attnflow.registry import DATA, PositiveInt
+from attnflow.registry import DATA, NonNegativeInt, PositiveInt
 
 PAD, BOS, EOS = 0, 1, 2
 SPECIALS = ["<pad>", "<bos>", "<eos>"]
@@ -63,9 +63,11 @@ class ReverseDataModule(SplitDataModule):
 
     interface = "seq2seq"  # sequence pairs: seq2seq/transformer models, seq2seq/translation tasks
 
-    def __init__(self, *, task: Literal["reverse", "copy", "sort"] = "reverse", symbols: int = 20,
-                 min_len: int = 4, max_len: int = 16, train_size: int = 20000, val_size: int = 500,
-                 test_size: int = 500, batch_size: PositiveInt = 64, seed: int = 1234):
+    def __init__(self, *, task: Literal["reverse", "copy", "sort"] = "reverse",
+                 symbols: PositiveInt = 20,
+                 min_len: PositiveInt = 4, max_len: PositiveInt = 16,
+                 train_size: PositiveInt = 20000, val_size: PositiveInt = 500,
+                 test_size: NonNegativeInt = 500, batch_size: PositiveInt = 64, seed: int = 1234):
         super().__init__()
         if not 1 <= min_len <= max_len:
             raise ValueError(f"data 'reverse': need 1 <= min_len <= max_len, got {min_len}, {max_len}")

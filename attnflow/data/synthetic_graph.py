@@ -18,7 +18,7 @@ import torch
 from torch_geometric.data import Data
 
 from attnflow.data.graph import GraphDataModule
-from attnflow.registry import DATA, PositiveInt
+from attnflow.registry import DATA, NonNegativeFloat, PositiveInt, Probability
 
 
 def make_sbm_graph(num_nodes: int, num_classes: int, feature_dim: int, p_in: float, p_out: float,
@@ -70,12 +70,13 @@ class SyntheticGraphDataModule(GraphDataModule):
 
     name = "synthetic_graph"
 
-    def __init__(self, *, num_nodes: int = 400, num_classes: int = 4, feature_dim: PositiveInt = 16,
-                 p_in: float = 0.05, p_out: float = 0.005, noise: float = 1.0,
-                 multi_label: bool = False, extra_label_prob: float = 0.5,
+    def __init__(self, *, num_nodes: PositiveInt = 400, num_classes: int = 4,
+                 feature_dim: PositiveInt = 16,
+                 p_in: float = 0.05, p_out: float = 0.005, noise: NonNegativeFloat = 1.0,
+                 multi_label: bool = False, extra_label_prob: Probability = 0.5,
                  split: List[float] = [0.5, 0.25],  # noqa: B006
                  loader: Literal["full", "khop", "neighbor"] = "full", batch_size: PositiveInt = 64,
-                 num_hops: int = 2, num_neighbors: List[int] = [10, 10],  # noqa: B006
+                 num_hops: PositiveInt = 2, num_neighbors: List[int] = [10, 10],  # noqa: B006
                  seed: int = 1234):
         super().__init__(loader=loader, batch_size=batch_size, num_hops=num_hops,
                          num_neighbors=num_neighbors, seed=seed)

@@ -40,7 +40,7 @@ from attnflow.data.documents import clean, read_jsonl
 from attnflow.data.errors import DataError, check_fields, numbered_lines
 from attnflow.data.pretraining import (CLS, PAD, SEP, SPECIALS, TOKENIZER_FILE, pad_rows,
                                        save_tokenizer, train_wordpiece)
-from attnflow.registry import DATA, PositiveInt
+from attnflow.registry import DATA, NonNegativeInt, PositiveInt
 
 log = logging.getLogger(__name__)
 
@@ -180,9 +180,10 @@ class TextClassificationDataModule(SplitDataModule):
     def __init__(self, *, train_path: str = "", val_path: str = "", test_path: str = "",
                  text_field: str = "text", label_field: str = "label",
                  tokenizer_from: Optional[str] = None, vocab_size: Optional[int] = None,
-                 lowercase: Optional[bool] = None, max_len: int = 256, limit_train: int = 0,
-                 limit_val: int = 0, batch_size: PositiveInt = 32, bucket: bool = True,
-                 num_workers: int = 0, seed: int = 1234):
+                 lowercase: Optional[bool] = None, max_len: PositiveInt = 256,
+                 limit_train: NonNegativeInt = 0,
+                 limit_val: NonNegativeInt = 0, batch_size: PositiveInt = 32, bucket: bool = True,
+                 num_workers: NonNegativeInt = 0, seed: int = 1234):
         super().__init__()
         for name, value in (("train_path", train_path), ("val_path", val_path)):
             if not value:

@@ -37,7 +37,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnflow.registry import ATTENTIONS, BlockSpec, ConfigError, ENCODERS, MODELS, POSITIONALS, PositiveInt, Probability
+from attnflow.registry import (ATTENTIONS, BlockSpec, ConfigError, ENCODERS, MODELS, POSITIONALS,
+                               PositiveFloat, PositiveInt, Probability)
 
 log = logging.getLogger(__name__)
 
@@ -110,9 +111,9 @@ class BertModel(nn.Module):
                  tasks: Optional[Dict[str, tuple]] = None, *,
                  d_model: PositiveInt = 256, layers: PositiveInt = 4,
                  ffn_dim: PositiveInt = 1024, dropout: Probability = 0.1, activation_dropout: Probability = 0.0,
-                 max_len: int = 512, type_vocab_size: int = 2,
+                 max_len: PositiveInt = 512, type_vocab_size: PositiveInt = 2,
                  norm: Literal["post", "pre"] = "post",
-                 activation: Literal["relu", "gelu"] = "gelu", init_std: float = 0.02,
+                 activation: Literal["relu", "gelu"] = "gelu", init_std: PositiveFloat = 0.02,
                  positional: BlockSpec["positional"] = {"name": "learned"},
                  attention: BlockSpec["attention"] = {"name": "multihead", "heads": 4},
                  head: Literal["pretraining", "sequence", "token", "multitask"] = "pretraining",

@@ -30,7 +30,8 @@ import torch
 from torch import nn
 
 from attnflow.models.encoder_decoder import EncoderDecoder
-from attnflow.registry import BlockSpec, ConfigError, DECODERS, ENCODERS, MODELS, Probability
+from attnflow.registry import (BlockSpec, ConfigError, DECODERS, ENCODERS, MODELS, PositiveInt,
+                               Probability)
 
 
 @MODELS.register("captioner")
@@ -55,7 +56,7 @@ class Captioner(EncoderDecoder):
     interface = "captioning"
     image_encoders = True  # its encoder reads images (attnflow.run._check_encoder_kinds)
 
-    def __init__(self, tgt_vocab: int, pad_id: int = 0, in_channels: Optional[int] = None,
+    def __init__(self, tgt_vocab: int, pad_id: int = 0, in_channels: Optional[PositiveInt] = None,
                  feature_dim: Optional[int] = None, *,
                  encoder: BlockSpec["encoder"] = {"name": "cnn"},
                  decoder: BlockSpec["decoder"] = {"name": "rnn_attention", "cell": "lstm"},

@@ -28,7 +28,7 @@ from attnflow.registry import BlockSpec, ENCODERS, MODELS, POOLINGS, PositiveInt
 
 
 def encode_masked(encoder: nn.Module, x: torch.Tensor, lengths: torch.Tensor,
-                  chunks: int = 1) -> torch.Tensor:
+                  chunks: PositiveInt = 1) -> torch.Tensor:
     """Run ``encoder`` on the rows with length > 0 only; zero outputs for empty rows.
 
     With ``chunks`` > 1 the non-empty rows are sorted by length and encoded in that many groups,
@@ -82,7 +82,7 @@ class HierarchicalAttentionNetwork(nn.Module):
                  word_pooling: BlockSpec["pooling"] = {"name": "attention"},
                  sentence_encoder: BlockSpec["encoder"] = {"name": "rnn", "cell": "gru", "hidden_dim": 50},
                  sentence_pooling: BlockSpec["pooling"] = {"name": "attention"},
-                 dropout: Probability = 0.0, length_groups: int = 4):
+                 dropout: Probability = 0.0, length_groups: PositiveInt = 4):
         super().__init__()
         self.length_groups = length_groups
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)

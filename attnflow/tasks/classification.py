@@ -23,7 +23,7 @@ from torch import nn
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from attnflow.blocks.attention.penalty import diversity_penalty
-from attnflow.registry import NonNegativeFloat, Probability, TASKS
+from attnflow.registry import NonNegativeFloat, NonNegativeInt, Probability, TASKS
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
 
@@ -51,7 +51,8 @@ class ClassificationTask(Task):
     def __init__(self, model: nn.Module, num_classes: int, class_names: Sequence[str] = (),
                  itos: Sequence[str] = (), *,
                  optim: OptimConfig = OptimConfig(lr=0.002, scheduler="cosine"),
-                 label_smoothing: Probability = 0.0, penalty_weight: NonNegativeFloat = 0.0, renderings: int = 4):
+                 label_smoothing: Probability = 0.0, penalty_weight: NonNegativeFloat = 0.0,
+                 renderings: NonNegativeInt = 4):
         super().__init__(model, optim=optim)
         self.num_classes = num_classes
         self.class_names = list(class_names) or [str(i) for i in range(num_classes)]

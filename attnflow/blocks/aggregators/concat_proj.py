@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from attnflow.blocks.aggregators.concat import ConcatAggregator
-from attnflow.registry import AGGREGATORS
+from attnflow.registry import AGGREGATORS, PositiveInt
 
 
 @AGGREGATORS.register("concat_proj")
@@ -22,7 +22,8 @@ class ConcatProjAggregator(ConcatAggregator):
     Shape: (..., J, T, D) -> (..., T, D′).
     """
 
-    def __init__(self, heads: int, head_dim: int, model_dim: int, *, out_dim: Optional[int] = None,
+    def __init__(self, heads: int, head_dim: int, model_dim: int, *,
+                 out_dim: Optional[PositiveInt] = None,
                  bias: bool = True):
         super().__init__(heads, head_dim, model_dim)
         self.proj = nn.Linear(heads * head_dim, out_dim or model_dim, bias=bias)

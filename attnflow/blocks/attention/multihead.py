@@ -34,7 +34,8 @@ from torch import nn
 
 from attnflow.blocks.attention.base import AttentionBlock
 from attnflow.blocks.attention.functional import attend, causal_mask
-from attnflow.registry import AGGREGATORS, ATTENTIONS, BlockSpec, ConfigError, NORMALIZERS, PositiveInt, Probability, SCORERS
+from attnflow.registry import (AGGREGATORS, ATTENTIONS, BlockSpec, ConfigError, NORMALIZERS,
+                               PositiveInt, Probability, SCORERS)
 
 
 def relative_index(tq: int, tk: int, max_distance: int, query_offset: int = 0,
@@ -68,8 +69,8 @@ class MultiHeadAttention(AttentionBlock):
     """
 
     def __init__(self, query_dim: int, key_dim: int, value_dim: int, self_attention: bool = False,
-                 relative_distance: Optional[int] = None, *, heads: PositiveInt = 8,
-                 head_dim: Optional[int] = None,
+                 relative_distance: Optional[PositiveInt] = None, *, heads: PositiveInt = 8,
+                 head_dim: Optional[PositiveInt] = None,
                  scorer: BlockSpec["scorer"] = {"name": "scaled_dot"},
                  normalizer: BlockSpec["normalizer"] = {"name": "softmax"},
                  aggregator: BlockSpec["aggregator"] = {"name": "concat_proj"},

@@ -42,8 +42,8 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
     relative = True
 
     def __init__(self, query_dim: int, key_dim: int, value_dim: int, self_attention: bool = False,
-                 relative_distance: Optional[int] = None, *, max_distance: int = 16,
-                 heads: PositiveInt = 8, head_dim: Optional[int] = None,
+                 relative_distance: Optional[PositiveInt] = None, *, max_distance: PositiveInt = 16,
+                 heads: PositiveInt = 8, head_dim: Optional[PositiveInt] = None,
                  scorer: BlockSpec["scorer"] = {"name": "scaled_dot"},
                  normalizer: BlockSpec["normalizer"] = {"name": "softmax"},
                  aggregator: BlockSpec["aggregator"] = {"name": "concat_proj"},

@@ -13,7 +13,8 @@ from typing import Optional, Tuple
 import torch
 from attnflow.blocks.attention.base import AttentionBlock
 from attnflow.blocks.attention.functional import attend
-from attnflow.registry import ATTENTIONS, BlockSpec, ConfigError, NORMALIZERS, Probability, SCORERS
+from attnflow.registry import (ATTENTIONS, BlockSpec, ConfigError, NORMALIZERS, PositiveInt,
+                               Probability, SCORERS)
 
 
 @ATTENTIONS.register("single")
@@ -36,7 +37,7 @@ class Attention(AttentionBlock):
     plain = True
 
     def __init__(self, query_dim: int, key_dim: int, value_dim: int, self_attention: bool = False,
-                 relative_distance: Optional[int] = None, *,
+                 relative_distance: Optional[PositiveInt] = None, *,
                  scorer: BlockSpec["scorer"] = {"name": "additive"},
                  normalizer: BlockSpec["normalizer"] = {"name": "softmax"},
                  dropout: Probability = 0.0):

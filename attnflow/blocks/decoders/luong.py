@@ -32,7 +32,8 @@ from torch import nn
 
 from attnflow.blocks.attention.base import refuse_relative
 from attnflow.blocks.decoders.base import Decoder
-from attnflow.registry import ATTENTIONS, BlockSpec, ConfigError, DECODERS, PositiveInt, Probability, SCORERS
+from attnflow.registry import (ATTENTIONS, BlockSpec, ConfigError, DECODERS, NonNegativeInt,
+                               PositiveInt, Probability, SCORERS)
 
 
 @DECODERS.register("luong")
@@ -63,7 +64,8 @@ class LuongDecoder(Decoder):
     def __init__(self, vocab_size: int, memory_dim: int, init_dim: int, *,
                  cell: Literal["lstm", "gru"] = "lstm", embed_dim: PositiveInt = 64, hidden_dim: PositiveInt = 128,
                  attention: BlockSpec["attention"] = {"name": "single", "scorer": {"name": "general"}},
-                 alignment: Literal["global", "local_m", "local_p"] = "global", window: int = 5,
+                 alignment: Literal["global", "local_m", "local_p"] = "global",
+                 window: NonNegativeInt = 5,
                  gaussian: bool = True, input_feed: bool = True, dropout: Probability = 0.0):
         super().__init__()
         att_cls = ATTENTIONS.get(attention["name"])

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnflow.registry import ConfigError, ENCODERS, Probability
+from attnflow.registry import ConfigError, ENCODERS, PositiveInt, Probability
 
 
 @ENCODERS.register("features")
@@ -46,7 +46,7 @@ class FeatureEncoder(nn.Module):
 
     input_kind = "image_features"
 
-    def __init__(self, input_dim: int, *, out_dim: Optional[int] = None,
+    def __init__(self, input_dim: int, *, out_dim: Optional[PositiveInt] = None,
                  norm: Literal["none", "layer", "l2"] = "none", grid: Optional[List[int]] = None,
                  dropout: Probability = 0.0):
         super().__init__()

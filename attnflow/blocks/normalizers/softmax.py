@@ -9,7 +9,7 @@ from typing import Optional
 import torch
 
 from attnflow.blocks.normalizers.base import Normalizer
-from attnflow.registry import NORMALIZERS
+from attnflow.registry import NORMALIZERS, PositiveFloat
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -35,7 +35,7 @@ class SoftmaxNormalizer(Normalizer):
     (graph attention): scores (E, J), index (E,) -> (E, J), PyG's scatter ``softmax``.
     """
 
-    def __init__(self, *, temperature: float = 1.0):
+    def __init__(self, *, temperature: PositiveFloat = 1.0):
         super().__init__()
         if temperature <= 0:
             raise ValueError(f"normalizer 'softmax': temperature must be > 0, got {temperature}")

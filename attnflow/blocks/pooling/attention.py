@@ -19,7 +19,7 @@ from typing import Optional, Tuple
 import torch
 from torch import nn
 
-from attnflow.registry import NORMALIZERS, POOLINGS, SCORERS, BlockSpec
+from attnflow.registry import BlockSpec, NORMALIZERS, POOLINGS, PositiveFloat, SCORERS
 
 
 @POOLINGS.register("attention")
@@ -41,7 +41,8 @@ class AttentionPooling(nn.Module):
 
     def __init__(self, input_dim: int, *, dim: int = 100,
                  scorer: BlockSpec["scorer"] = {"name": "dot"},
-                 normalizer: BlockSpec["normalizer"] = {"name": "softmax"}, init_std: float = 0.1):
+                 normalizer: BlockSpec["normalizer"] = {"name": "softmax"},
+                 init_std: PositiveFloat = 0.1):
         super().__init__()
         self.input_dim, self.output_dim = input_dim, input_dim
         self.proj = nn.Linear(input_dim, dim)

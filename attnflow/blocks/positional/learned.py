@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from attnflow.blocks.positional.base import Positional
-from attnflow.registry import POSITIONALS
+from attnflow.registry import POSITIONALS, PositiveFloat, PositiveInt
 
 
 @POSITIONALS.register("learned")
@@ -25,7 +25,7 @@ class LearnedPositional(Positional):
     Shape: x (B, T, d) -> (B, T, d).
     """
 
-    def __init__(self, dim: int, *, max_len: int = 512, init_std: float = 0.02):
+    def __init__(self, dim: int, *, max_len: PositiveInt = 512, init_std: PositiveFloat = 0.02):
         super().__init__(dim)
         self.max_len = max_len
         self.weight = nn.Parameter(torch.randn(max_len, dim) * init_std)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from attnflow.blocks.positional.base import Positional
-from attnflow.registry import POSITIONALS
+from attnflow.registry import POSITIONALS, PositiveInt
 
 
 @POSITIONALS.register("relative")
@@ -30,7 +30,7 @@ class RelativePositional(Positional):
 
     relative = True
 
-    def __init__(self, dim: int, *, max_distance: int = 16):
+    def __init__(self, dim: int, *, max_distance: PositiveInt = 16):
         super().__init__(dim)
         if max_distance < 0:
             raise ValueError(f"positional 'relative': max_distance must be >= 0, got {max_distance}")

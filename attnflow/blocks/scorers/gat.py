@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnflow.blocks.scorers.base import Scorer
-from attnflow.registry import PositiveInt, SCORERS
+from attnflow.registry import NonNegativeFloat, PositiveInt, SCORERS
 
 
 @SCORERS.register("gat")
@@ -53,8 +53,8 @@ class GATScorer(Scorer):
 
     decomposable = True
 
-    def __init__(self, query_dim: int, key_dim: int, *, negative_slope: float = 0.2,
-                 hidden_dim: Optional[int] = None, bias: bool = False,
+    def __init__(self, query_dim: int, key_dim: int, *, negative_slope: NonNegativeFloat = 0.2,
+                 hidden_dim: Optional[PositiveInt] = None, bias: bool = False,
                  init: Literal["gatconv", "per_head"] = "gatconv"):
         super().__init__(query_dim, key_dim)
         self.negative_slope, self.init = negative_slope, init

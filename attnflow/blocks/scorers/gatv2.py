@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnflow.blocks.scorers.base import Scorer
-from attnflow.registry import SCORERS
+from attnflow.registry import NonNegativeFloat, PositiveInt, SCORERS
 
 
 @SCORERS.register("gatv2")
@@ -30,8 +30,8 @@ class GATv2Scorer(Scorer):
     Shape: query (..., Tq, Dq), keys (..., Tk, Dk) -> (..., Tq, Tk).
     """
 
-    def __init__(self, query_dim: int, key_dim: int, *, negative_slope: float = 0.2,
-                 hidden_dim: Optional[int] = None):
+    def __init__(self, query_dim: int, key_dim: int, *, negative_slope: NonNegativeFloat = 0.2,
+                 hidden_dim: Optional[PositiveInt] = None):
         super().__init__(query_dim, key_dim)
         self.negative_slope = negative_slope
         self.U = self.V = None
