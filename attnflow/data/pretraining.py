@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import random
 from pathlib import Path
-from typing import Dict, List, Literal, Optional, Sequence
+from typing import Annotated, Dict, List, Literal, Optional, Sequence
 
 import numpy as np
 import torch
@@ -51,7 +51,7 @@ from attnflow.data.buckets import BucketBatchSampler
 from attnflow.data.documents import clean, read_jsonl, split_sentences
 from attnflow.data.errors import DataError, check_fields, numbered_lines
 from attnflow.distributed import eval_sampler
-from attnflow.registry import DATA, NonNegativeInt, PositiveInt, Probability
+from attnflow.registry import DATA, NonNegativeInt, PositiveInt, Probability, Range
 from attnflow.textio import atomic_path
 
 log = logging.getLogger(__name__)
@@ -311,7 +311,8 @@ class PretrainingDataModule(SplitDataModule):
     def __init__(self, *, train_path: str = "", val_path: str = "", test_path: str = "",
                  text_field: str = "text", documents: Literal["line", "blank_line"] = "line",
                  vocab_size: int = 30522, lowercase: bool = True, max_len: PositiveInt = 128,
-                 short_seq_prob: Probability = 0.1, mlm_prob: float = 0.15,
+                 short_seq_prob: Probability = 0.1,
+                 mlm_prob: Annotated[float, Range(gt=0, lt=1)] = 0.15,
                  limit_train: NonNegativeInt = 0,
                  limit_val: NonNegativeInt = 0, batch_size: PositiveInt = 32,
                  num_workers: NonNegativeInt = 0, seed: int = 1234):

@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnflow.registry import TASKS
+from attnflow.registry import NonNegativeFloat, TASKS
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
 
@@ -71,7 +71,7 @@ class BertPretrainingTask(Task):
                  optim: OptimConfig = OptimConfig(optimizer="adamw", lr=1e-4, weight_decay=0.01,
                                                   scheduler="linear", warmup_steps=1000,
                                                   decay_bias_and_norm=False),
-                 nsp_weight: float = 1.0):
+                 nsp_weight: NonNegativeFloat = 1.0):
         super().__init__(model, optim=optim)
         for method in ("mlm_logits", "nsp_logits"):
             if not callable(getattr(model, method, None)):
