@@ -19,9 +19,9 @@ field's bounds are part of its annotation, ``Annotated[float, Range(ge=0, lt=1)]
 names for the common ones: :data:`Probability`, :data:`PositiveInt`, :data:`NonNegativeInt`,
 :data:`PositiveFloat`, :data:`NonNegativeFloat`), and are checked with its type: a dropout of 1.5
 or a learning rate of −1 is a ConfigError naming the field, before any work, not torch's
-traceback from deep inside the build or the first step. A subclass
-whose ``__init__`` takes ``**kwargs`` (and passes them up) inherits its parents' keyword-only
-fields; declaring one again changes its default.
+traceback from deep inside the build or the first step. A subclass whose ``__init__`` takes
+``**kwargs`` (and passes them up) inherits its parents' keyword-only fields; declaring one again
+changes its default.
 
 ``validate(cfg, path)`` checks a config tree before anything is built or loaded; errors are
 :class:`ConfigError` naming the block kind, the block, the field and the config path, and listing
@@ -394,14 +394,15 @@ class _NestedConfig:
 
 def build_config(cls: type, cfg: Any, path: str, label: str) -> Any:
     """A dataclass config (e.g. ``data.word_vectors``) from a mapping, checked as a block's fields
-    are (unknown field, type, ``Literal`` choices, :class:`Range`; a ConfigError naming ``path``); the dataclass's
-    defaults fill what ``cfg`` leaves out."""
+    are (unknown field, type, ``Literal`` choices, :class:`Range`; a ConfigError naming
+    ``path``); the dataclass's defaults fill what ``cfg`` leaves out."""
     nested = _NestedConfig(cls, cls(), path)
     return nested.build(nested.validate(cfg, path, label))
 
 
 def _check_fields(schema: type, children: Dict[str, Any], choices: Dict[str, tuple],
-                  bounds: Dict[str, Range], data: Dict[str, Any], path: str, label: str) -> Dict[str, Any]:
+                  bounds: Dict[str, Range], data: Dict[str, Any], path: str,
+                  label: str) -> Dict[str, Any]:
     """``data`` checked against a typed config (unknown fields, types, choices, bounds, children) and
     completed with its defaults; errors name ``label`` (e.g. "scorer 'additive'") and the path."""
     allowed = [f.name for f in dataclasses.fields(schema)]
