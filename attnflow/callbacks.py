@@ -3,11 +3,48 @@ non-finite training loss."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
+from typing import Annotated, Optional
 
 import pytorch_lightning as pl
 from pytorch_lightning.loggers import TensorBoardLogger, WandbLogger
+
+from attnflow.registry import NonNegativeFloat, NonNegativeInt, Range
+
+
+# -- the typed configs of the callbacks entries (checked by attnflow.run.validate_config) --------------
+@dataclasses.dataclass(frozen=True)
+class CheckpointConfig:
+    """``callbacks.checkpoint`` (null: no checkpoints): Lightning's ``ModelCheckpoint`` keeping the
+    ``save_top_k`` best by ``monitor`` (-1: every one; null monitor/mode: the task's metric and
+    its mode, checked by the runner), and ``last.ckpt`` when ``save_last``."""
+
+    monitor: Optional[str] = None
+    mode: Optional[str] = None
+    save_top_k: Annotated[int, Range(ge=-1, what="-1 keeps every checkpoint")] = 1
+    save_last: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class EarlyStoppingConfig:
+    """``callbacks.early_stopping`` (null: none): Lightning's ``EarlyStopping`` after ``patience``
+    validations without an improvement of at least ``min_delta`` in ``monitor``."""
+
+    monitor: Optional[str] = None
+    mode: Optional[str] = None
+    patience: NonNegativeInt = 3
+    min_delta: NonNegativeFloat = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionMapsConfig:
+    """``callbacks.attention_maps`` (null: none): :class:`AttentionMaps` of ``examples`` validation
+    examples every ``every_n_epochs`` validations (0: only after training)."""
+
+    examples: NonNegativeInt = 4
+    every_n_epochs: NonNegativeInt = 1
 
 
 class AttentionMaps(pl.Callback):

@@ -17,6 +17,7 @@ validation and test metrics by name), and the logger's files (``csv/``, ``tensor
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import json
 import re
@@ -30,7 +31,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
 
 import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
-from attnflow.callbacks import AttentionMaps, StopOnNonFiniteLoss
+from attnflow.callbacks import (AttentionMaps, AttentionMapsConfig, CheckpointConfig,
+                                EarlyStoppingConfig, StopOnNonFiniteLoss)
 from attnflow.distributed import continue_csv_logs, fit_progress
 from attnflow.console import BARS, progress_bar
 from attnflow import config_dir
@@ -40,7 +42,8 @@ from attnflow.groups import check_shared_groups, prune_unused, root_defaults
 from attnflow.loggers import (LOGGER_CONFIG, build_loggers, finish_loggers, log_hyperparams,
                               logger_identity, run_identity)
 from attnflow.registry import (AGGREGATORS, ATTENTIONS, DATA, ENCODERS, MODELS, NORMALIZERS,
-                               POOLINGS, POSITIONALS, SCORERS, TASKS, ConfigError, _suggest)
+                               POOLINGS, POSITIONALS, SCORERS, TASKS, ConfigError, _suggest,
+                               build_config)
 from attnflow.textio import atomic_path
 
 # Top-level config groups validated by a registry. The shared choices (scorer, normalizer,
@@ -51,10 +54,10 @@ BLOCK_GROUPS = [("scorer", SCORERS), ("normalizer", NORMALIZERS), ("aggregator",
                 ("data", DATA), ("model", MODELS), ("task", TASKS),
                 ("logger", LOGGER_CONFIG)]  # a mapping logger name -> fields (attnflow.loggers)
 
-CALLBACK_FIELDS = {
-    "checkpoint": {"monitor", "mode", "save_top_k", "save_last"},
-    "early_stopping": {"monitor", "mode", "patience", "min_delta"},
-    "attention_maps": {"examples", "every_n_epochs"},
+CALLBACK_FIELDS = {  # a dataclass: the entry's typed config (names, types, ranges: build_config)
+    "checkpoint": CheckpointConfig,
+    "early_stopping": EarlyStoppingConfig,
+    "attention_maps": AttentionMapsConfig,
     "progress_bar": None,  # one of attnflow.console.BARS: auto rich tqdm text none
     "lr_monitor": None,  # bool
     "average": averaging.FIELDS,  # {last: N} or {best: N} (+ monitor, mode): attnflow.averaging
@@ -155,7 +158,10 @@ def validate_config(cfg: Dict[str, Any]) -> None:
             raise ConfigError(f"callbacks has no entry '{key}' (at 'callbacks.{key}'); entries: "
                               f"{', '.join(CALLBACK_FIELDS)}.{_suggest(key, CALLBACK_FIELDS)}")
         fields = CALLBACK_FIELDS[key]
-        if fields and isinstance(value, dict):
+        if dataclasses.is_dataclass(fields):
+            if isinstance(value, dict):
+                build_config(fields, value, f"callbacks.{key}", f"callbacks.{key}")
+        elif fields and isinstance(value, dict):
             for f in value:
                 if f not in fields:
                     raise ConfigError(f"callbacks.{key} has no field '{f}' (at 'callbacks.{key}.{f}'); "

@@ -285,12 +285,21 @@ def test_an_image_encoder_in_a_sequence_model_is_refused_before_any_work(overrid
     (["experiment=mt_transformer", "task.length_penalty=-0.6"], "(at 'task.length_penalty') must be >= 0"),
     (["experiment=han_imdb", "model.word_encoder.hidden_dim=0"],
      "field 'hidden_dim' (at 'model.word_encoder.hidden_dim') must be >= 1, got 0"),
+    # the callbacks entries are typed configs too (attnflow.callbacks: CheckpointConfig, ...)
+    (["callbacks.attention_maps.examples=-2"], "(at 'callbacks.attention_maps.examples') must be >= 0"),
+    (["+callbacks.early_stopping={patience: -3}"], "(at 'callbacks.early_stopping.patience') must be >= 0"),
+    (["callbacks.checkpoint.save_top_k=-2"], "must be >= -1 (-1 keeps every checkpoint), got -2"),
+    (["callbacks.checkpoint.save_top_k=abc"], "field 'save_top_k' (at 'callbacks.checkpoint.save_top_k') "
+                                              "must be int, got 'abc'"),
+    (["+callbacks.checkpoint.sav_last=false"], "callbacks.checkpoint has no field 'sav_last' "
+                                               "(at 'callbacks.checkpoint.sav_last')"),
 ])
 def test_a_value_out_of_its_fields_range_is_refused_before_any_work(overrides, says, tmp_path):
     """Bounds live in the fields' annotations (attnflow.registry.Range): what torch refused only
     deep inside the build or at the first step (a dropout of 1.5, a negative learning rate, a label
-    smoothing of 2), or accepted silently (a negative warm-up), is a ConfigError naming the field
-    before anything is read or written."""
+    smoothing of 2), or accepted silently (a negative warm-up, a negative patience), is a
+    ConfigError naming the field before anything is read or written; the callbacks entries are
+    typed configs as well (a save_top_k of 'abc' failed after config.yaml was written)."""
     with pytest.raises(ConfigError) as err:
         train(compose_cfg(overrides), tmp_path / "run")
     assert says in str(err.value)
