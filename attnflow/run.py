@@ -42,8 +42,8 @@ from attnflow.groups import check_shared_groups, prune_unused, root_defaults
 from attnflow.loggers import (LOGGER_CONFIG, build_loggers, finish_loggers, log_hyperparams,
                               logger_identity, run_identity)
 from attnflow.registry import (AGGREGATORS, ATTENTIONS, DATA, ENCODERS, MODELS, NORMALIZERS,
-                               POOLINGS, POSITIONALS, SCORERS, TASKS, ConfigError, _suggest,
-                               build_config)
+                               POOLINGS, POSITIONALS, SCORERS, TASKS, ConfigError, Range,
+                               _suggest, build_config)
 from attnflow.textio import atomic_path
 
 # Top-level config groups validated by a registry. The shared choices (scorer, normalizer,
@@ -96,12 +96,39 @@ def _fits(value: Any, hint: Any) -> bool:
     return True  # classes (an Accelerator, a Strategy object): not expressible in YAML anyway
 
 
+# The ranges of Trainer arguments: Lightning checks some only once the data is made (after the
+# run's config.yaml is written, as a traceback), and accumulate_grad_batches=0 not at all (a
+# division by zero in the fit). A float of the FRACTIONS is a share of the batches, an int a count.
+TRAINER_RANGES = {"max_epochs": Range(ge=-1, what="-1: no limit"), "min_epochs": Range(ge=0),
+                  "max_steps": Range(ge=-1, what="-1: no limit"), "min_steps": Range(ge=0),
+                  "accumulate_grad_batches": Range(ge=1), "gradient_clip_val": Range(ge=0),
+                  "num_sanity_val_steps": Range(ge=-1, what="-1: the whole validation set"),
+                  "check_val_every_n_epoch": Range(ge=1), "num_nodes": Range(ge=1),
+                  "log_every_n_steps": Range(ge=1)}
+FRACTIONS = {"limit_train_batches": Range(ge=0, le=1), "limit_val_batches": Range(ge=0, le=1),
+             "limit_test_batches": Range(ge=0, le=1), "limit_predict_batches": Range(ge=0, le=1),
+             "overfit_batches": Range(ge=0, le=1), "val_check_interval": Range(gt=0, le=1)}
+
+
 def _check_trainer_types(trainer: Dict[str, Any]) -> None:
     hints = typing.get_type_hints(pl.Trainer.__init__)
     for key, value in trainer.items():
         if key in hints and not _fits(value, hints[key]):
             wanted = str(hints[key]).replace("typing.", "").replace("NoneType", "None")
             raise ConfigError(f"trainer.{key} (at 'trainer.{key}') must be {wanted}, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if key in FRACTIONS and isinstance(value, float):
+            rng, what = FRACTIONS[key], "a share of the batches as a float; an int counts batches"
+        elif key in FRACTIONS:
+            rng = Range(ge=1 if key == "val_check_interval" else 0)
+            what = "a count of batches as an int; a float is a share"
+        else:
+            rng = TRAINER_RANGES.get(key)
+            what = rng.what if rng else ""
+        if rng is not None and not rng.holds(value):
+            raise ConfigError(f"trainer.{key} (at 'trainer.{key}') must be {rng}"
+                              f"{f' ({what})' if what else ''}, got {value!r}")
     max_time = trainer.get("max_time")
     if isinstance(max_time, str) and not re.fullmatch(r"\d+:\d\d:\d\d:\d\d", max_time.strip()):
         # Lightning's Timer would refuse it only once the data is made

@@ -293,6 +293,11 @@ def test_an_image_encoder_in_a_sequence_model_is_refused_before_any_work(overrid
                                               "must be int, got 'abc'"),
     (["+callbacks.checkpoint.sav_last=false"], "callbacks.checkpoint has no field 'sav_last' "
                                                "(at 'callbacks.checkpoint.sav_last')"),
+    # Trainer arguments Lightning checks only once the data is made, or never (a division by 0)
+    (["trainer.accumulate_grad_batches=0"], "(at 'trainer.accumulate_grad_batches') must be >= 1, got 0"),
+    (["trainer.max_epochs=-5"], "must be >= -1 (-1: no limit), got -5"),
+    (["trainer.limit_train_batches=1.5"], "must be in [0, 1] (a share of the batches as a float"),
+    (["trainer.gradient_clip_val=-1"], "(at 'trainer.gradient_clip_val') must be >= 0"),
 ])
 def test_a_value_out_of_its_fields_range_is_refused_before_any_work(overrides, says, tmp_path):
     """Bounds live in the fields' annotations (attnflow.registry.Range): what torch refused only
