@@ -12,6 +12,9 @@
   more and numbers its jobs from 0 again, overwriting ``<sweep dir>/0/`` and on.
 - :func:`check_optimized_metric`: ``optimized_metric`` (what a job returns to the sweeper) must be
   a metric the task logs at the end of a run, checked before any data is made.
+- :func:`check_sweep_values`: every value of a sweep's search space is checked as the run would
+  check it (unknown fields, types, ranges, the composition contract) before Hydra starts the
+  first job: ``model.dropout=0.1,0.5,1.5`` is refused whole, not after two jobs have trained.
 """
 
 from __future__ import annotations
@@ -189,3 +192,67 @@ def check_optimized_metric(cfg: Any) -> Optional[str]:
                           f"task '{cfg['task']['name']}' reports at the end of a run{off}; it reports "
                           f"{', '.join(names)}.{_suggest(str(metric), names)}")
     return metric
+
+
+# -- the search space ---------------------------------------------------------------------------------
+def _probe_values(override) -> list:
+    """The values of a sweep override to check: each of a choice, the first and last of a range,
+    both ends of an interval (Optuna samples in [low, high])."""
+    if override.is_discrete_sweep():
+        values = list(override.sweep_string_iterator())
+        return values if type(override.value()).__name__ == "ChoiceSweep" else values[:1] + values[-1:]
+    value = override.value()
+    return [str(value.start), str(value.end)]
+
+
+def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
+    """For a multirun (``-m``, or a config with ``hydra.mode: MULTIRUN`` such as
+    ``hparams_search=…``): the first value of its search space — on the command line or in
+    ``hydra.sweeper.params`` — that the run refuses, as a message naming it and the run's
+    ConfigError; None when every value checked passes or this is no multirun. The first job is
+    checked, then one key at a time is varied, the others at their first value (not the whole
+    product). ``argv``: the command
+    line after :func:`attnflow.groups.field_overrides`. A command line Hydra itself cannot compose
+    is left to Hydra, which reports it."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from attnflow.data.errors import DataError
+    from attnflow.registry import ConfigError
+    from attnflow.run import resolve_config
+
+    args = [a for a in argv if not a.startswith("-")]
+    parser = OverridesParser.create()
+    try:
+        parsed = parser.parse_overrides(args)
+    except HydraException:
+        return None
+    base = [o.input_line for o in parsed if not o.is_sweep_override()]
+    space = {o.get_key_element(): _probe_values(o) for o in parsed if o.is_sweep_override()}
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+            cfg = compose("train", overrides=base, return_hydra_config=True)
+            multirun = bool({"-m", "--multirun"} & set(argv)) or str(cfg.hydra.mode) == "RunMode.MULTIRUN"
+            for key, spec in (cfg.hydra.sweeper.get("params") or {}).items():
+                if key not in space:
+                    space[key] = _probe_values(parser.parse_override(f"{key}={spec}"))
+            if not multirun or not space:
+                return None
+            first = {k: v[0] for k, v in space.items()}
+            only = next(iter(space)) if len(space) == 1 else None  # one key: its first value's fault
+            trials = [(only, first[only] if only else None)] + [
+                (k, v) for k, values in space.items() for v in values[1:]]
+            for key, value in trials:  # the first job, then one key at a time
+                trial = [f"{k}={value if k == key else v}" for k, v in first.items()]
+                try:
+                    resolve_config(compose("train", overrides=[*base, *trial]))
+                except (ConfigError, DataError) as err:
+                    what = (f"the sweep's {key.lstrip('+')}={value} is refused" if key else
+                            f"the sweep's first job ({' '.join(t.lstrip('+') for t in trial)}) is "
+                            f"refused")
+                    return f"{what}, so no job was started: {err}"
+    except (HydraException, OmegaConfBaseException):
+        return None
+    return None

@@ -84,7 +84,7 @@ def main() -> None:
         except BrokenPipeError:  # `attnflow-train --help | head`
             sys.stderr.close()
         return
-    from attnflow.sweeps import continue_optuna_studies, missing_plugin
+    from attnflow.sweeps import check_sweep_values, continue_optuna_studies, missing_plugin
 
     missing = missing_plugin(sys.argv[1:], Path(CONF_DIR))
     if missing:  # before Hydra, whose message would be a traceback about a config it cannot find
@@ -100,6 +100,10 @@ def main() -> None:
 
         sys.argv[1:] = cli_args(sys.argv[1:])
     sys.argv[1:] = field_overrides(sys.argv[1:], Path(CONF_DIR))
+    refused = check_sweep_values(sys.argv[1:], Path(CONF_DIR))
+    if refused:  # a sweep value the run refuses: before the first job, not after the others ran
+        print(f"attnflow: config error: {refused}", file=sys.stderr)
+        sys.exit(2)
     continue_optuna_studies()
     import hydra
 

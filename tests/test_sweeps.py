@@ -155,6 +155,30 @@ def test_cli_metric_the_run_did_not_report_fails_after_it(monkeypatch, capsys, t
     assert all(name in err for name in reported)
 
 
+# -- the search space, checked before the first job -----------------------------------------------------
+@pytest.mark.parametrize("argv, says", [
+    (["-m", "model.dropout=0.1,0.5,1.5"], "the sweep's model.dropout=1.5 is refused, so no job was "
+                                          "started: model 'seq2seq': field 'dropout' (at 'model.dropout') "
+                                          "must be in [0, 1), got 1.5"),
+    (["-m", "task.optim.lr=range(-2,1)"], "the sweep's task.optim.lr=-2 is refused"),  # a range: its ends
+    (["hparams_search=gat_cora_optuna", "++model.attn_dropout=interval(0.2, 1.0)"],  # an interval: both
+     "the sweep's model.attn_dropout=1.0 is refused"),
+    (["-m", "model.dropout=0.1,0.2", "task.optim.lr=0.1,0.2", "model.decoder.hidden_dim=0"],
+     "the sweep's first job (model.dropout=0.1 task.optim.lr=0.1) is refused, so no job was started: "
+     "decoder 'rnn_attention': field 'hidden_dim'"),  # a plain override every job shares: not one value's fault
+])
+def test_a_sweep_value_the_run_refuses_stops_the_sweep_before_any_job(monkeypatch, capsys, tmp_path,
+                                                                      argv, says):
+    """Each value of a sweep is checked as the run checks its config (one key varied at a time,
+    both ends of a range or interval) before Hydra starts: the sweep folder is never made."""
+    sweep = tmp_path / "sweep"
+    with pytest.raises(SystemExit) as stop:
+        _in_process(monkeypatch, [*argv, f"hydra.sweep.dir={sweep}"])
+    assert stop.value.code == 2
+    assert says in capsys.readouterr().err
+    assert not sweep.exists()
+
+
 # -- real sweeps ---------------------------------------------------------------------------------------
 def test_grid_multirun_through_the_console_script(tmp_path):
     """hparams_search=reverse_grid with 2 scorers × 2 learning rates (one of which diverges) through
