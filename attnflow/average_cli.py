@@ -17,10 +17,11 @@ stopped run can be evaluated as a finished one would have been. ``--epochs`` ave
 Every problem is a message naming the file or the epoch and exit status 2, before anything is
 written: no ``kept.json`` (a run trained without ``callbacks.average``), a ``kept.json`` entry
 without what averaging reads (a file edited by hand), a file to average missing (``--epochs`` can
-leave it out), an epoch that is not kept, no ``last.ckpt``, a ``--name`` that is not a plain ``*.ckpt`` file name,
-or an output that exists (never overwritten: a finished run's ``averaged.ckpt`` is its reported
-model). The file goes beside the run's other checkpoints, where attnflow-eval, -translate and
--predict find the run's saved tokenizer or vocabulary. Nothing else is written.
+leave it out), an epoch that is not kept, no ``last.ckpt``, a ``--name`` that is not a plain
+``*.ckpt`` file name, or an output that exists (never overwritten: a finished run's
+``averaged.ckpt`` is its reported model). The file goes beside the run's other checkpoints, where
+attnflow-eval, -translate and -predict find the run's saved tokenizer or vocabulary. Nothing else
+is written.
 """
 
 from __future__ import annotations

@@ -42,8 +42,8 @@ from attnflow.groups import check_shared_groups, prune_unused, root_defaults
 from attnflow.loggers import (LOGGER_CONFIG, build_loggers, finish_loggers, log_hyperparams,
                               logger_identity, run_identity)
 from attnflow.registry import (AGGREGATORS, ATTENTIONS, DATA, ENCODERS, MODELS, NORMALIZERS,
-                               POOLINGS, POSITIONALS, SCORERS, TASKS, ConfigError, Range,
-                               _suggest, build_config)
+                               POOLINGS, POSITIONALS, SCORERS, TASKS, ConfigError, Range, _suggest,
+                               build_config)
 from attnflow.textio import atomic_path
 
 # Top-level config groups validated by a registry. The shared choices (scorer, normalizer,

@@ -10,9 +10,9 @@ A run directory holds ``config.yaml``, ``checkpoints/`` (the best checkpoint nam
 ``metrics.json`` is used, else ``last.ckpt``) and ``tokenizer/`` (written by the parallel-text
 data module at training time). A checkpoint path works too: its config is read from the
 checkpoint and its tokenizers from the run directory above ``checkpoints/``, else from the
-checkpoint itself (a checkpoint copied out of its run directory; written since 2026-11-24). Output: one line
-per input line, detokenised, printed (and flushed) batch by batch as they are done. Decoding:
-greedy with ``--beam 1``, else batched beam search with the GNMT length penalty
+checkpoint itself (a checkpoint copied out of its run directory; written since 2026-11-24).
+Output: one line per input line, detokenised, printed (and flushed) batch by batch as they are
+done. Decoding: greedy with ``--beam 1``, else batched beam search with the GNMT length penalty
 ``--length-penalty``. Input lines are split on ``\\n`` alone (:mod:`attnflow.textio`).
 
 Failures: a bad path, an unreadable or truncated checkpoint, a checkpoint that is not an attnflow

@@ -34,7 +34,7 @@ from attnflow.data.errors import check_fields
 from attnflow.data.shapes import (BOS, EOS, PAD, RELATIONS, UNK, ShapesCaptions, Vocab,
                                   all_captions, collate, make_splits)
 from attnflow.distributed import eval_sampler
-from attnflow.registry import ConfigError, DATA, NonNegativeInt, PositiveInt
+from attnflow.registry import DATA, ConfigError, NonNegativeInt, PositiveInt
 
 __all__ = ["CaptioningDataModule", "ShapesDataModule", "tokenize_caption", "frame_targets",
            "longest_shapes_caption", "PAD", "BOS", "EOS", "UNK"]
@@ -202,7 +202,8 @@ class ShapesDataModule(CaptioningDataModule):
                  test_size: NonNegativeInt = 500,
                  size: PositiveInt = 64, grid: PositiveInt = 3, min_shapes: PositiveInt = 1,
                  max_shapes: PositiveInt = 3,
-                 background: Literal["black", "grey", "mixed"] = "black", batch_size: PositiveInt = 64,
+                 background: Literal["black", "grey", "mixed"] = "black",
+                 batch_size: PositiveInt = 64,
                  num_workers: NonNegativeInt = 0, seed: int = 1234):
         super().__init__()
         try:

@@ -43,7 +43,7 @@ from attnflow.data.captioning import CaptioningDataModule, frame_targets, tokeni
 from attnflow.data.captions import load_image, read_captions
 from attnflow.data.errors import DataError, DataFileNotFoundError, check_fields
 from attnflow.data.shapes import Vocab
-from attnflow.registry import ConfigError, DATA, NonNegativeInt, PositiveInt
+from attnflow.registry import DATA, ConfigError, NonNegativeInt, PositiveInt
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ from torch.utils.data import DataLoader
 
 from attnflow.data.base import SplitDataModule
 from attnflow.data.errors import DataError, numbered_lines
-from attnflow.registry import ConfigError, DATA, MODELS, NonNegativeInt, PositiveInt, build_config
+from attnflow.registry import DATA, MODELS, ConfigError, NonNegativeInt, PositiveInt, build_config
 
 log = logging.getLogger(__name__)
 
@@ -239,9 +239,12 @@ class DocumentDataModule(SplitDataModule):
     interface = "documents"  # documents: han/self_attentive models, the classification task
 
     def __init__(self, *, train_path: str = "", val_path: str = "", test_path: str = "",
-                 text_field: str = "text", label_field: str = "label", max_sentences: PositiveInt = 30,
-                 max_words: PositiveInt = 50, min_freq: PositiveInt = 5, max_vocab: PositiveInt = 50000,
-                 lowercase: bool = True, limit_train: NonNegativeInt = 0, limit_val: NonNegativeInt = 0,
+                 text_field: str = "text", label_field: str = "label",
+                 max_sentences: PositiveInt = 30,
+                 max_words: PositiveInt = 50, min_freq: PositiveInt = 5,
+                 max_vocab: PositiveInt = 50000,
+                 lowercase: bool = True, limit_train: NonNegativeInt = 0,
+                 limit_val: NonNegativeInt = 0,
                  batch_size: PositiveInt = 32, bucket: bool = True, num_workers: NonNegativeInt = 0,
                  seed: int = 1234,
                  word_vectors: Optional[Dict[str, Any]] = None):

@@ -143,7 +143,8 @@ class ParallelDataModule(SplitDataModule):
     def __init__(self, *, root: str = "", src_lang: str = "de", tgt_lang: str = "en",
                  train: str = "train", val: str = "val", test: str = "test_2016_flickr",
                  tokenizer: Literal["bpe", "wordpiece"] = "bpe", vocab_size: int = 8000,
-                 shared_vocab: bool = False, lowercase: bool = False, max_src_len: PositiveInt = 100,
+                 shared_vocab: bool = False, lowercase: bool = False,
+                 max_src_len: PositiveInt = 100,
                  max_tgt_len: PositiveInt = 100, max_decode_len: NonNegativeInt = 0,
                  batch_size: PositiveInt = 64,
                  max_pairs: NonNegativeInt = 0, num_workers: NonNegativeInt = 0, seed: int = 1234):

@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnflow.registry import (ATTENTIONS, BlockSpec, ConfigError, ENCODERS, MODELS, POSITIONALS,
+from attnflow.registry import (ATTENTIONS, ENCODERS, MODELS, POSITIONALS, BlockSpec, ConfigError,
                                PositiveFloat, PositiveInt, Probability)
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,8 @@ class BertModel(nn.Module):
     def __init__(self, vocab_size: int, pad_id: int = 0, num_classes: int = 0,
                  tasks: Optional[Dict[str, tuple]] = None, *,
                  d_model: PositiveInt = 256, layers: PositiveInt = 4,
-                 ffn_dim: PositiveInt = 1024, dropout: Probability = 0.1, activation_dropout: Probability = 0.0,
+                 ffn_dim: PositiveInt = 1024, dropout: Probability = 0.1,
+                 activation_dropout: Probability = 0.0,
                  max_len: PositiveInt = 512, type_vocab_size: PositiveInt = 2,
                  norm: Literal["post", "pre"] = "post",
                  activation: Literal["relu", "gelu"] = "gelu", init_std: PositiveFloat = 0.02,

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from attnflow.models.encoder_decoder import EncoderDecoder
-from attnflow.registry import (BlockSpec, ConfigError, DECODERS, ENCODERS, MODELS, PositiveInt,
+from attnflow.registry import (DECODERS, ENCODERS, MODELS, BlockSpec, ConfigError, PositiveInt,
                                Probability)
 
 

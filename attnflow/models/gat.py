@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnflow.blocks.graph.sparse_input import dropout_nonzero
-from attnflow.registry import BlockSpec, GRAPH_LAYERS, MODELS, PositiveInt, Probability
+from attnflow.registry import GRAPH_LAYERS, MODELS, BlockSpec, PositiveInt, Probability
 
 
 @MODELS.register("gat")
@@ -58,8 +58,10 @@ class GAT(nn.Module):
 
     interface = "graph"  # works on graph data (attnflow.run.check_composition)
 
-    def __init__(self, in_dim: int, num_classes: int, *, layers: PositiveInt = 2, hidden_dim: PositiveInt = 8,
-                 heads: PositiveInt = 8, out_heads: PositiveInt = 1, dropout: Probability = 0.6, attn_dropout: Probability = 0.6,
+    def __init__(self, in_dim: int, num_classes: int, *, layers: PositiveInt = 2,
+                 hidden_dim: PositiveInt = 8,
+                 heads: PositiveInt = 8, out_heads: PositiveInt = 1, dropout: Probability = 0.6,
+                 attn_dropout: Probability = 0.6,
                  value_dropout: Probability = 0.0, head_dropout: bool = False,
                  scorer: BlockSpec["scorer"] = {"name": "gat"},  # noqa: B006
                  normalizer: BlockSpec["normalizer"] = {"name": "softmax"},  # noqa: B006

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from attnflow.models.embedding_init import init_embedding
-from attnflow.registry import BlockSpec, ENCODERS, MODELS, POOLINGS, PositiveInt, Probability
+from attnflow.registry import ENCODERS, MODELS, POOLINGS, BlockSpec, PositiveInt, Probability
 
 
 def encode_masked(encoder: nn.Module, x: torch.Tensor, lengths: torch.Tensor,

@@ -22,7 +22,7 @@ from torch import nn
 
 from attnflow.blocks.normalizers.softmax import masked_softmax
 from attnflow.models.embedding_init import init_embedding
-from attnflow.registry import BlockSpec, ENCODERS, MODELS, PositiveInt, Probability
+from attnflow.registry import ENCODERS, MODELS, BlockSpec, PositiveInt, Probability
 
 
 def flatten_documents(tokens: torch.Tensor, sent_lengths: torch.Tensor):
@@ -64,7 +64,8 @@ class SelfAttentive(nn.Module):
     def __init__(self, vocab_size: int, num_classes: int, pad_id: int = 0,
                  word_vectors: Optional[torch.Tensor] = None, *, embed_dim: PositiveInt = 100,
                  encoder: BlockSpec["encoder"] = {"name": "rnn", "cell": "lstm", "hidden_dim": 100},
-                 attn_dim: PositiveInt = 128, hops: PositiveInt = 8, mlp_dim: PositiveInt = 256, dropout: Probability = 0.0):
+                 attn_dim: PositiveInt = 128, hops: PositiveInt = 8, mlp_dim: PositiveInt = 256,
+                 dropout: Probability = 0.0):
         super().__init__()
         if hops < 1:
             raise ValueError(f"model 'self_attentive': hops must be >= 1, got {hops}")

@@ -12,7 +12,7 @@ from torch import nn
 
 from attnflow.blocks.attention.functional import padding_mask
 from attnflow.models.encoder_decoder import EncoderDecoder
-from attnflow.registry import BlockSpec, DECODERS, ENCODERS, MODELS, PositiveInt, Probability
+from attnflow.registry import DECODERS, ENCODERS, MODELS, BlockSpec, PositiveInt, Probability
 
 
 @MODELS.register("seq2seq")
@@ -31,7 +31,8 @@ class Seq2Seq(EncoderDecoder):
         (B, T, J, S) or None.
     """
 
-    def __init__(self, src_vocab: int, tgt_vocab: int, pad_id: int = 0, *, embed_dim: PositiveInt = 64,
+    def __init__(self, src_vocab: int, tgt_vocab: int, pad_id: int = 0, *,
+                 embed_dim: PositiveInt = 64,
                  encoder: BlockSpec["encoder"] = {"name": "rnn"},
                  decoder: BlockSpec["decoder"] = {"name": "rnn_attention"},
                  dropout: Probability = 0.0):

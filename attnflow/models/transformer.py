@@ -29,7 +29,8 @@ from torch import nn
 
 from attnflow.blocks.attention.functional import padding_mask
 from attnflow.models.encoder_decoder import EncoderDecoder
-from attnflow.registry import BlockSpec, ConfigError, DECODERS, ENCODERS, MODELS, PositiveInt, Probability
+from attnflow.registry import (DECODERS, ENCODERS, MODELS, BlockSpec, ConfigError, PositiveInt,
+                               Probability)
 
 
 @MODELS.register("transformer")
@@ -55,8 +56,10 @@ class Transformer(EncoderDecoder):
         (B, T, J, S) of the last decoder layer's encoder–decoder attention, or None.
     """
 
-    def __init__(self, src_vocab: int, tgt_vocab: int, pad_id: int = 0, *, d_model: PositiveInt = 256,
-                 ffn_dim: PositiveInt = 1024, encoder_layers: PositiveInt = 3, decoder_layers: PositiveInt = 3,
+    def __init__(self, src_vocab: int, tgt_vocab: int, pad_id: int = 0, *,
+                 d_model: PositiveInt = 256,
+                 ffn_dim: PositiveInt = 1024, encoder_layers: PositiveInt = 3,
+                 decoder_layers: PositiveInt = 3,
                  dropout: Probability = 0.1, activation_dropout: Probability = 0.0,
                  norm: Literal["post", "pre"] = "post",
                  positional: BlockSpec["positional"] = {"name": "sinusoidal"},

@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnflow.registry import NonNegativeFloat, TASKS
+from attnflow.registry import TASKS, NonNegativeFloat
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
 

@@ -34,7 +34,7 @@ from torchmetrics import SumMetric
 from attnflow.blocks.attention.penalty import doubly_stochastic_penalty
 from attnflow.decoding import decode
 from attnflow.distributed import updated_on_any_rank
-from attnflow.registry import ConfigError, NonNegativeFloat, PositiveInt, Probability, TASKS
+from attnflow.registry import TASKS, ConfigError, NonNegativeFloat, PositiveInt, Probability
 from attnflow.tasks.captioning_metrics import grounding_sums, named_cells
 from attnflow.tasks.optim import OptimConfig
 from attnflow.tasks.seq2seq import strip_after_eos
@@ -64,7 +64,8 @@ class CaptioningTask(TranslationTask):
     def __init__(self, model, pad_id: int, bos_id: int, eos_id: int, max_decode_len: int,
                  itos: Sequence[str] = (), references=None, *,
                  optim: OptimConfig = OptimConfig(lr=1e-3), label_smoothing: Probability = 0.0,
-                 attention_reg: NonNegativeFloat = 1.0, beam_size: PositiveInt = 3, length_penalty: NonNegativeFloat = 0.0,
+                 attention_reg: NonNegativeFloat = 1.0, beam_size: PositiveInt = 3,
+                 length_penalty: NonNegativeFloat = 0.0,
                  **kwargs):
         super().__init__(model, pad_id, bos_id, eos_id, max_decode_len, itos,
                          references=references, optim=optim, label_smoothing=label_smoothing,

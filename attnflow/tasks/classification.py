@@ -23,7 +23,7 @@ from torch import nn
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from attnflow.blocks.attention.penalty import diversity_penalty
-from attnflow.registry import NonNegativeFloat, NonNegativeInt, Probability, TASKS
+from attnflow.registry import TASKS, NonNegativeFloat, NonNegativeInt, Probability
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
 

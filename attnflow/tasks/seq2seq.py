@@ -19,7 +19,7 @@ from torch import nn
 from torchmetrics import MeanMetric
 
 from attnflow.blocks.attention.penalty import diversity_penalty
-from attnflow.registry import NonNegativeFloat, Probability, TASKS
+from attnflow.registry import TASKS, NonNegativeFloat, Probability
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
 

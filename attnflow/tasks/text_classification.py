@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
-from attnflow.registry import Probability, TASKS
+from attnflow.registry import TASKS, Probability
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
 

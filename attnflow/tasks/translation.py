@@ -24,7 +24,7 @@ import torch
 from pytorch_lightning.utilities import rank_zero_info
 
 from attnflow.decoding import decode
-from attnflow.registry import NonNegativeFloat, PositiveInt, Probability, TASKS
+from attnflow.registry import TASKS, NonNegativeFloat, PositiveInt, Probability
 from attnflow.tasks.optim import OptimConfig
 from attnflow.tasks.seq2seq import Seq2SeqTask, exact_match, strip_after_eos
 from attnflow.tasks.translation_metrics import corpus_bleu, word_error_rate
@@ -55,7 +55,8 @@ class TranslationTask(Seq2SeqTask):
                  itos: Sequence[str] = (), src_itos: Sequence[str] = (),
                  detokenize: Optional[Callable] = None, references: Optional[Callable] = None, *,
                  optim: OptimConfig = OptimConfig(lr=1e-3), label_smoothing: Probability = 0.1,
-                 beam_size: PositiveInt = 4, val_beam_size: PositiveInt = 1, length_penalty: NonNegativeFloat = 0.6,
+                 beam_size: PositiveInt = 4, val_beam_size: PositiveInt = 1,
+                 length_penalty: NonNegativeFloat = 0.6,
                  **kwargs):
         super().__init__(model, pad_id, bos_id, eos_id, max_decode_len, itos, optim=optim,
                          label_smoothing=label_smoothing, **kwargs)
@@ -73,7 +74,8 @@ class TranslationTask(Seq2SeqTask):
 
     # -- decoding -------------------------------------------------------------------------------
     @torch.no_grad()
-    def translate_ids(self, src: torch.Tensor, src_lengths: torch.Tensor, beam_size: PositiveInt = 1,
+    def translate_ids(self, src: torch.Tensor, src_lengths: torch.Tensor,
+                      beam_size: PositiveInt = 1,
                       need_weights: bool = False):
         """Token ids (B, L) (and α) of the translations of a padded source batch."""
         return decode(self.model, src, src_lengths, self.bos_id, self.eos_id, self.max_decode_len,

@@ -34,8 +34,8 @@ from torch import nn
 
 from attnflow.blocks.attention.base import AttentionBlock
 from attnflow.blocks.attention.functional import attend, causal_mask
-from attnflow.registry import (AGGREGATORS, ATTENTIONS, BlockSpec, ConfigError, NORMALIZERS,
-                               PositiveInt, Probability, SCORERS)
+from attnflow.registry import (AGGREGATORS, ATTENTIONS, NORMALIZERS, SCORERS, BlockSpec,
+                               ConfigError, PositiveInt, Probability)
 
 
 def relative_index(tq: int, tk: int, max_distance: int, query_offset: int = 0,

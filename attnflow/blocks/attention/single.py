@@ -13,8 +13,8 @@ from typing import Optional, Tuple
 import torch
 from attnflow.blocks.attention.base import AttentionBlock
 from attnflow.blocks.attention.functional import attend
-from attnflow.registry import (ATTENTIONS, BlockSpec, ConfigError, NORMALIZERS, PositiveInt,
-                               Probability, SCORERS)
+from attnflow.registry import (ATTENTIONS, NORMALIZERS, SCORERS, BlockSpec, ConfigError,
+                               PositiveInt, Probability)
 
 
 @ATTENTIONS.register("single")

@@ -32,8 +32,8 @@ from torch import nn
 
 from attnflow.blocks.attention.base import refuse_relative
 from attnflow.blocks.decoders.base import Decoder
-from attnflow.registry import (ATTENTIONS, BlockSpec, ConfigError, DECODERS, NonNegativeInt,
-                               PositiveInt, Probability, SCORERS)
+from attnflow.registry import (ATTENTIONS, DECODERS, SCORERS, BlockSpec, ConfigError,
+                               NonNegativeInt, PositiveInt, Probability)
 
 
 @DECODERS.register("luong")
@@ -62,7 +62,8 @@ class LuongDecoder(Decoder):
     static_state = ("memory", "mask")
 
     def __init__(self, vocab_size: int, memory_dim: int, init_dim: int, *,
-                 cell: Literal["lstm", "gru"] = "lstm", embed_dim: PositiveInt = 64, hidden_dim: PositiveInt = 128,
+                 cell: Literal["lstm", "gru"] = "lstm", embed_dim: PositiveInt = 64,
+                 hidden_dim: PositiveInt = 128,
                  attention: BlockSpec["attention"] = {"name": "single", "scorer": {"name": "general"}},
                  alignment: Literal["global", "local_m", "local_p"] = "global",
                  window: NonNegativeInt = 5,

@@ -42,7 +42,8 @@ class RNNDecoder(Decoder):
     static_state = ("c",)
 
     def __init__(self, vocab_size: int, memory_dim: int, init_dim: int, *,
-                 cell: Literal["gru", "lstm"] = "gru", embed_dim: PositiveInt = 64, hidden_dim: PositiveInt = 128,
+                 cell: Literal["gru", "lstm"] = "gru", embed_dim: PositiveInt = 64,
+                 hidden_dim: PositiveInt = 128,
                  dropout: Probability = 0.0):
         super().__init__()
         self.cell_type = cell

@@ -26,7 +26,7 @@ from torch import nn
 
 from attnflow.blocks.attention.base import refuse_relative
 from attnflow.blocks.decoders.base import Decoder
-from attnflow.registry import ATTENTIONS, BlockSpec, DECODERS, PositiveInt, Probability
+from attnflow.registry import ATTENTIONS, DECODERS, BlockSpec, PositiveInt, Probability
 
 
 @DECODERS.register("rnn_attention")
@@ -51,7 +51,8 @@ class AttentionRNNDecoder(Decoder):
     static_state = ("memory", "mask")
 
     def __init__(self, vocab_size: int, memory_dim: int, init_dim: int, *,
-                 cell: Literal["gru", "lstm"] = "gru", embed_dim: PositiveInt = 64, hidden_dim: PositiveInt = 128,
+                 cell: Literal["gru", "lstm"] = "gru", embed_dim: PositiveInt = 64,
+                 hidden_dim: PositiveInt = 128,
                  attention: BlockSpec["attention"] = {"name": "single"}, dropout: Probability = 0.0,
                  gate: bool = False):
         super().__init__()

@@ -32,7 +32,7 @@ from torch import nn
 
 from attnflow.blocks.decoders.base import Decoder
 from attnflow.blocks.encoders.transformer import FeedForward, build_attention
-from attnflow.registry import BlockSpec, DECODERS, POSITIONALS, PositiveInt, Probability
+from attnflow.registry import DECODERS, POSITIONALS, BlockSpec, PositiveInt, Probability
 
 
 def _with_heads(weights: Optional[torch.Tensor]) -> Optional[torch.Tensor]:

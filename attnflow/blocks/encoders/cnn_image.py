@@ -25,7 +25,7 @@ from typing import List, Literal, Optional, Tuple
 import torch
 from torch import nn
 
-from attnflow.registry import ConfigError, ENCODERS, PositiveInt, Probability
+from attnflow.registry import ENCODERS, ConfigError, PositiveInt, Probability
 
 POOLS = {"max": nn.MaxPool2d, "avg": nn.AvgPool2d}
 
@@ -55,8 +55,8 @@ class CNNImageEncoder(nn.Module):
 
     input_kind = "image"
 
-    def __init__(self, in_channels: PositiveInt = 3, *, channels: List[int] = [32, 64, 128],
-                  # noqa: B006
+    def __init__(self, in_channels: PositiveInt = 3, *,
+                 channels: List[int] = [32, 64, 128],  # noqa: B006
                  kernel: PositiveInt = 3, norm: Literal["batch", "none"] = "batch",
                  pooling: Literal["max", "avg", "none"] = "max", pool_size: PositiveInt = 2,
                  out_dim: Optional[PositiveInt] = None, dropout: Probability = 0.0):

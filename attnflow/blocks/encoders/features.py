@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnflow.registry import ConfigError, ENCODERS, PositiveInt, Probability
+from attnflow.registry import ENCODERS, ConfigError, PositiveInt, Probability
 
 
 @ENCODERS.register("features")

@@ -31,7 +31,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnflow.blocks.attention.functional import padding_mask
-from attnflow.registry import ATTENTIONS, BlockSpec, ConfigError, ENCODERS, POSITIONALS, PositiveInt, Probability
+from attnflow.registry import (ATTENTIONS, ENCODERS, POSITIONALS, BlockSpec, ConfigError,
+                               PositiveInt, Probability)
 
 
 def build_attention(cfg: Dict[str, Any], query_dim: int, key_dim: int, self_attention: bool,
@@ -71,7 +72,8 @@ class TransformerEncoderLayer(nn.Module):
     """
 
     def __init__(self, dim: int, ffn_dim: int, attention: Dict[str, Any], positional=None,
-                 dropout: Probability = 0.1, activation_dropout: Probability = 0.0, norm: str = "post",
+                 dropout: Probability = 0.1, activation_dropout: Probability = 0.0,
+                 norm: str = "post",
                  activation: str = "relu"):
         super().__init__()
         self.pre = norm == "pre"
@@ -119,7 +121,8 @@ class TransformerEncoder(nn.Module):
     """
 
     def __init__(self, input_dim: int, *, d_model: Optional[int] = None, layers: PositiveInt = 6,
-                 ffn_dim: PositiveInt = 2048, dropout: Probability = 0.1, activation_dropout: Probability = 0.0,
+                 ffn_dim: PositiveInt = 2048, dropout: Probability = 0.1,
+                 activation_dropout: Probability = 0.0,
                  norm: Literal["post", "pre"] = "post",
                  positional: BlockSpec["positional"] = {"name": "sinusoidal"},
                  attention: BlockSpec["attention"] = {"name": "multihead"},

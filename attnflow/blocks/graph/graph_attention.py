@@ -39,7 +39,8 @@ from torch_geometric.nn import MessagePassing
 from torch_geometric.utils import add_self_loops as _add_self_loops
 from torch_geometric.utils import remove_self_loops
 
-from attnflow.registry import AGGREGATORS, BlockSpec, ConfigError, GRAPH_LAYERS, NORMALIZERS, PositiveInt, Probability, SCORERS
+from attnflow.registry import (AGGREGATORS, GRAPH_LAYERS, NORMALIZERS, SCORERS, BlockSpec,
+                               ConfigError, PositiveInt, Probability)
 
 
 def _glorot_(t: torch.Tensor, fan_in: int, fan_out: int) -> None:
@@ -91,7 +92,8 @@ class GraphAttention(MessagePassing):
                  scorer: BlockSpec["scorer"] = {"name": "gat"},  # noqa: B006
                  aggregator: BlockSpec["aggregator"] = {"name": "concat"},  # noqa: B006
                  normalizer: BlockSpec["normalizer"] = {"name": "softmax"},  # noqa: B006
-                 dropout: Probability = 0.0, value_dropout: Probability = 0.0, input_dropout: Probability = 0.0,
+                 dropout: Probability = 0.0, value_dropout: Probability = 0.0,
+                 input_dropout: Probability = 0.0,
                  add_self_loops: bool = True, bias: bool = True):
         super().__init__(aggr="add", node_dim=0)
         if heads < 1 or out_dim < 1:

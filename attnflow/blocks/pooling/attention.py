@@ -19,7 +19,7 @@ from typing import Optional, Tuple
 import torch
 from torch import nn
 
-from attnflow.registry import BlockSpec, NORMALIZERS, POOLINGS, PositiveFloat, SCORERS
+from attnflow.registry import NORMALIZERS, POOLINGS, SCORERS, BlockSpec, PositiveFloat
 
 
 @POOLINGS.register("attention")

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from attnflow.blocks.scorers.base import Scorer
-from attnflow.registry import PositiveInt, SCORERS
+from attnflow.registry import SCORERS, PositiveInt
 
 
 @SCORERS.register("additive")
@@ -24,7 +24,8 @@ class AdditiveScorer(Scorer):
     Shape: query (..., Tq, Dq), keys (..., Tk, Dk) -> (..., Tq, Tk).
     """
 
-    def __init__(self, query_dim: int, key_dim: int, *, hidden_dim: PositiveInt = 128, bias: bool = True):
+    def __init__(self, query_dim: int, key_dim: int, *, hidden_dim: PositiveInt = 128,
+                 bias: bool = True):
         super().__init__(query_dim, key_dim)
         self.U = nn.Linear(key_dim, hidden_dim, bias=bias)
         self.V = nn.Linear(query_dim, hidden_dim, bias=False)

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnflow.blocks.scorers.base import Scorer
-from attnflow.registry import NonNegativeFloat, PositiveInt, SCORERS
+from attnflow.registry import SCORERS, NonNegativeFloat, PositiveInt
 
 
 @SCORERS.register("gatv2")

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from attnflow.blocks.scorers.base import Scorer
-from attnflow.registry import PositiveInt, SCORERS
+from attnflow.registry import SCORERS, PositiveInt
 
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
 
@@ -30,7 +30,8 @@ class MLPScorer(Scorer):
     Shape: query (..., Tq, Dq), keys (..., Tk, Dk) -> (..., Tq, Tk).
     """
 
-    def __init__(self, query_dim: int, key_dim: int, *, hidden_dim: PositiveInt = 128, layers: PositiveInt = 1,
+    def __init__(self, query_dim: int, key_dim: int, *, hidden_dim: PositiveInt = 128,
+                 layers: PositiveInt = 1,
                  activation: Literal["tanh", "relu", "gelu"] = "tanh"):
         super().__init__(query_dim, key_dim)
         if layers < 1:
