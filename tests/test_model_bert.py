@@ -229,7 +229,8 @@ def test_the_head_must_fit_the_data():
         MODELS.build({**cfg, "head": "sequence"}, vocab_size=V, pad_id=0)
     with pytest.raises(ConfigError, match="model.head=pretraining .* 4 classes; set model.head=seq"):
         MODELS.build(cfg, vocab_size=V, pad_id=0, num_classes=4)
-    with pytest.raises(ConfigError, match="classifier_dropout must be in"):
+    with pytest.raises(ConfigError, match=r"field 'classifier_dropout' \(at 'model.classifier_dropout'\) "
+                                          r"must be in \[0, 1\), got 1.0"):
         MODELS.build({**cfg, "head": "sequence", "classifier_dropout": 1.0}, vocab_size=V,
                      pad_id=0, num_classes=2)
 
