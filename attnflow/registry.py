@@ -156,10 +156,7 @@ class Registry:
         self.packages = (packages,) if isinstance(packages, str) else tuple(packages)
         self._discovered = False
         self._classes: Dict[str, type] = {}
-        self._schemas: Dict[str, type] = {}
-        self._children: Dict[str, Dict[str, str]] = {}
-        self._choices: Dict[str, Dict[str, tuple]] = {}
-        self._bounds: Dict[str, Dict[str, Range]] = {}
+        self._specs: Dict[str, _Spec] = {}  # name -> its typed config (schema, children, ...)
         Registry._all[kind] = self
 
     # -- registration -----------------------------------------------------------------------
@@ -170,9 +167,7 @@ class Registry:
                     f"{self.kind} '{name}' is registered already (by {self._classes[name].__module__}."
                     f"{self._classes[name].__qualname__}); pick another name"
                 )
-            schema, children, choices, bounds = _schema_from_init(cls, f"{self.kind}.{name}")
-            self._schemas[name], self._children[name] = schema, children
-            self._choices[name], self._bounds[name] = choices, bounds
+            self._specs[name] = _schema_from_init(cls, f"{self.kind}.{name}")
             self._classes[name] = cls
             cls.registry_name = name
             return cls
@@ -181,7 +176,7 @@ class Registry:
 
     def unregister(self, name: str) -> None:
         """Forget block ``name`` (tests; a notebook cell that defines a block again)."""
-        for table in (self._classes, self._schemas, self._children, self._choices, self._bounds):
+        for table in (self._classes, self._specs):
             table.pop(name, None)
 
     # -- lookup ------------------------------------------------------------------------------
@@ -216,13 +211,13 @@ class Registry:
 
     def schema(self, name: str) -> type:
         self.get(name)
-        return self._schemas[name]
+        return self._specs[name].schema
 
     def fields(self, name: str):
         """[(field, type string, default)] of a block's typed config; the fields of a nested
         config are listed as ``<field>.<subfield>``."""
-        return _list_fields(self.schema(name), self._children[name], self._choices[name],
-                            self._bounds[name])
+        self.get(name)
+        return _list_fields(self._specs[name])
 
     # -- validation and building ----------------------------------------------------------------
     def validate(self, cfg: Any, path: str = "") -> Dict[str, Any]:
@@ -241,8 +236,7 @@ class Registry:
         if not isinstance(name, str):
             raise ConfigError(f"'{path}.name' must be a string naming a {self.kind}, got {name!r}")
         self.get(name, path)
-        out = _check_fields(self._schemas[name], self._children[name], self._choices[name],
-                            self._bounds[name], data, path, f"{self.kind} '{name}'")
+        out = _check_fields(self._specs[name], data, path, f"{self.kind} '{name}'")
         out["name"] = name
         return out
 
@@ -251,7 +245,7 @@ class Registry:
         (a nested config is passed as its dataclass)."""
         data = self.validate(cfg, path)
         name = data.pop("name")
-        for key, child in self._children[name].items():
+        for key, child in self._specs[name].children.items():
             if isinstance(child, _NestedConfig):
                 data[key] = child.build(data[key])
         return self._classes[name](*context, **data, **extra)
@@ -323,18 +317,27 @@ def _init_params(cls: Any, qualname: str) -> Dict[str, tuple]:
     return out
 
 
-def _schema_from_init(cls: type, qualname: str):
-    """Build the typed-config dataclass from the keyword-only parameters of ``cls.__init__``
-    (and of its parents' when it passes ``**kwargs`` up: :func:`_init_params`)."""
+def _schema_from_init(cls: type, qualname: str) -> "_Spec":
+    """The typed config (:class:`_Spec`) of the keyword-only parameters of ``cls.__init__`` (and
+    of its parents' when it passes ``**kwargs`` up: :func:`_init_params`)."""
     return _build_schema(_init_params(cls, qualname), qualname)
 
 
-def _build_schema(params: Dict[str, tuple], qualname: str):
-    """(dataclass, children, choices, bounds) of fields {name: (annotation, default)}.
+class _Spec(typing.NamedTuple):
+    """A typed config: the generated dataclass (``schema``: each field's plain type and default)
+    and what a type does not say. ``children``: field → block kind (``BlockSpec[kind]``) or
+    :class:`_NestedConfig` (a field annotated with a dataclass: a typed child config without a
+    name); ``choices``: field → the values of its ``Literal`` annotation; ``bounds``: field → its
+    :class:`Range`."""
 
-    ``children``: field → block kind (``BlockSpec[kind]``) or :class:`_NestedConfig` (a field
-    annotated with a dataclass: a typed child config without a name); ``choices``: field → the
-    values of its ``Literal`` annotation; ``bounds``: field → its :class:`Range`."""
+    schema: type
+    children: Dict[str, Any]
+    choices: Dict[str, tuple]
+    bounds: Dict[str, Range]
+
+
+def _build_schema(params: Dict[str, tuple], qualname: str) -> _Spec:
+    """The :class:`_Spec` of fields {name: (annotation, default)}."""
     fields, children, choices, bounds = [], {}, {}, {}
     for name, (tp, default) in params.items():
         tp, rng = _split_range(tp)
@@ -360,33 +363,32 @@ def _build_schema(params: Dict[str, tuple], qualname: str):
         else:
             fields.append((name, tp, dataclasses.field(default=default)))
     schema = dataclasses.make_dataclass(qualname.replace(".", "_") + "_config", fields)
-    return schema, children, choices, bounds
+    return _Spec(schema, children, choices, bounds)
 
 
 class _NestedConfig:
     """A field annotated with a dataclass (e.g. a task's ``optim: OptimConfig``): its fields,
     with the defaults of the field's default instance, are validated like a block's — unknown
-    field, type, ``Literal`` choices — and it is built as that dataclass."""
+    field, type, ``Literal`` choices, ranges — and it is built as that dataclass."""
 
     def __init__(self, cls: type, default: Any, qualname: str):
         self.cls = cls
         hints = typing.get_type_hints(cls, include_extras=True)
         params = {f.name: (hints[f.name], getattr(default, f.name)) for f in dataclasses.fields(cls)}
-        self.schema, self.children, self.choices, self.bounds = _build_schema(params, qualname)
+        self.spec = _build_schema(params, qualname)
 
     def validate(self, cfg: Any, path: str, label: str) -> Dict[str, Any]:
         if cfg is None:
             cfg = {}
         if not (isinstance(cfg, (Mapping, DictConfig)) or dataclasses.is_dataclass(cfg)):
-            names = ", ".join(f.name for f in dataclasses.fields(self.schema))
+            names = ", ".join(f.name for f in dataclasses.fields(self.spec.schema))
             raise ConfigError(f"{label} (at '{path}') must be a mapping with the fields {names}; "
                               f"got {cfg!r}")
-        return _check_fields(self.schema, self.children, self.choices, self.bounds, _to_dict(cfg),
-                             path, label)
+        return _check_fields(self.spec, _to_dict(cfg), path, label)
 
     def build(self, data: Dict[str, Any]) -> Any:
         data = dict(data)
-        for key, child in self.children.items():
+        for key, child in self.spec.children.items():
             if isinstance(child, _NestedConfig):
                 data[key] = child.build(data[key])
         return self.cls(**data)
@@ -400,11 +402,10 @@ def build_config(cls: type, cfg: Any, path: str, label: str) -> Any:
     return nested.build(nested.validate(cfg, path, label))
 
 
-def _check_fields(schema: type, children: Dict[str, Any], choices: Dict[str, tuple],
-                  bounds: Dict[str, Range], data: Dict[str, Any], path: str,
-                  label: str) -> Dict[str, Any]:
+def _check_fields(spec: _Spec, data: Dict[str, Any], path: str, label: str) -> Dict[str, Any]:
     """``data`` checked against a typed config (unknown fields, types, choices, bounds, children) and
     completed with its defaults; errors name ``label`` (e.g. "scorer 'additive'") and the path."""
+    schema, children, choices, bounds = spec
     allowed = [f.name for f in dataclasses.fields(schema)]
     for key in data:
         if key not in allowed:
@@ -442,16 +443,16 @@ def _check_fields(schema: type, children: Dict[str, Any], choices: Dict[str, tup
     return out
 
 
-def _list_fields(schema: type, children: Dict[str, Any], choices: Dict[str, tuple],
-                 bounds: Dict[str, Range]):
+def _list_fields(spec: _Spec):
     """[(field, type string, default)]; a nested config's fields as ``<field>.<subfield>``; a
     bounded field's type with its range (``float in [0, 1)``)."""
+    schema, children, choices, bounds = spec
     out = []
     for f in dataclasses.fields(schema):
         child = children.get(f.name)
         if isinstance(child, _NestedConfig):
             out += [(f"{f.name}.{sub}", tname, default) for sub, tname, default in
-                    _list_fields(child.schema, child.children, child.choices, child.bounds)]
+                    _list_fields(child.spec)]
             continue
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         tname = f"BlockSpec[{child}]" if child else _type_name(f.type)

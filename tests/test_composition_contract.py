@@ -215,7 +215,7 @@ def _repeated_defaults(kind, node, path):
     if name not in registry:
         return []
     fields = {f: default for f, _, default in registry.fields(name)}
-    children = registry._children[name]
+    children = registry._specs[name].children
     found = []
     for key, value in node.items():
         if key in ("name", "defaults") or key not in fields or (isinstance(value, str) and "${" in value):
