@@ -219,3 +219,13 @@ def test_mt_transformer_2h_drops_out_0_3_lower_cases_and_averages_the_best_by_lo
     assert (avg["by"], avg["monitor"], avg["epochs"]) == ("best", "val/bleu_lc", [0, 1])
     tok = load_tokenizer(tmp_path / "run" / "tokenizer" / "shared.json")
     assert tok.encode("Ein Hund").ids == tok.encode("ein hund").ids
+
+
+def test_mt_transformer_3h_is_the_2h_recipe_in_a_3_hour_box():
+    two = resolve_config(compose_cfg(["experiment=mt_transformer_2h"]))
+    three = resolve_config(compose_cfg(["experiment=mt_transformer_3h"]))
+    assert three["trainer"]["max_time"] == "00:03:00:00"
+    assert {k: v for k, v in three["trainer"].items() if k != "max_time"} == \
+        {k: v for k, v in two["trainer"].items() if k != "max_time"}
+    assert (three["model"], three["data"], three["task"], three["callbacks"]) == \
+        (two["model"], two["data"], two["task"], two["callbacks"])
