@@ -105,9 +105,10 @@ TRAINER_RANGES = {"max_epochs": Range(ge=-1, what="-1: no limit"), "min_epochs":
                   "num_sanity_val_steps": Range(ge=-1, what="-1: the whole validation set"),
                   "check_val_every_n_epoch": Range(ge=1), "num_nodes": Range(ge=1),
                   "log_every_n_steps": Range(ge=1)}
-FRACTIONS = {"limit_train_batches": Range(ge=0, le=1), "limit_val_batches": Range(ge=0, le=1),
-             "limit_test_batches": Range(ge=0, le=1), "limit_predict_batches": Range(ge=0, le=1),
-             "overfit_batches": Range(ge=0, le=1), "val_check_interval": Range(gt=0, le=1)}
+SHARE = "a share of the batches as a float; an int counts batches"
+FRACTIONS = {key: Range(ge=0, le=1, what=SHARE) for key in (
+    "limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches",
+    "overfit_batches")} | {"val_check_interval": Range(gt=0, le=1, what=SHARE)}
 
 
 def _check_trainer_types(trainer: Dict[str, Any]) -> None:
@@ -118,17 +119,14 @@ def _check_trainer_types(trainer: Dict[str, Any]) -> None:
             raise ConfigError(f"trainer.{key} (at 'trainer.{key}') must be {wanted}, got {value!r}")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
-        if key in FRACTIONS and isinstance(value, float):
-            rng, what = FRACTIONS[key], "a share of the batches as a float; an int counts batches"
-        elif key in FRACTIONS:
-            rng = Range(ge=1 if key == "val_check_interval" else 0)
-            what = "a count of batches as an int; a float is a share"
+        if key in FRACTIONS and not isinstance(value, float):
+            rng = Range(ge=1 if key == "val_check_interval" else 0,
+                        what="a count of batches as an int; a float is a share")
         else:
-            rng = TRAINER_RANGES.get(key)
-            what = rng.what if rng else ""
+            rng = FRACTIONS.get(key) or TRAINER_RANGES.get(key)
         if rng is not None and not rng.holds(value):
             raise ConfigError(f"trainer.{key} (at 'trainer.{key}') must be {rng}"
-                              f"{f' ({what})' if what else ''}, got {value!r}")
+                              f"{f' ({rng.what})' if rng.what else ''}, got {value!r}")
     max_time = trainer.get("max_time")
     if isinstance(max_time, str) and not re.fullmatch(r"\d+:\d\d:\d\d:\d\d", max_time.strip()):
         # Lightning's Timer would refuse it only once the data is made

@@ -206,24 +206,28 @@ def _probe_values(override) -> list:
 
 
 def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
-    """For a multirun (``-m``, or a config with ``hydra.mode: MULTIRUN`` such as
-    ``hparams_search=…``): the first value of its search space — on the command line or in
+    """For a multirun (``-m``, ``hydra.mode=MULTIRUN``, or ``hparams_search=…``, whose configs
+    set that mode): the first value of its search space — on the command line or in
     ``hydra.sweeper.params`` — that the run refuses, as a message naming it and the run's
     ConfigError; None when every value checked passes or this is no multirun. The first job is
     checked, then one key at a time is varied, the others at their first value (not the whole
-    product). ``argv``: the command
-    line after :func:`attnflow.groups.field_overrides`. A command line Hydra itself cannot compose
-    is left to Hydra, which reports it."""
+    product). ``argv``: the command line after :func:`attnflow.groups.field_overrides`. A
+    command line Hydra itself cannot compose is left to Hydra, which reports it."""
+    args = [a for a in argv if not a.startswith("-")]
+    flagged = bool({"-m", "--multirun"} & set(argv))
+    if not flagged and not any(a.lstrip("+").startswith(("hparams_search=", "hydra.mode="))
+                               for a in args):
+        return None  # a single run (or a sweep Hydra refuses in run mode): no second composition
     from hydra import compose, initialize_config_dir
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
+    from hydra.types import RunMode
     from omegaconf.errors import OmegaConfBaseException
 
     from attnflow.data.errors import DataError
     from attnflow.registry import ConfigError
     from attnflow.run import resolve_config
 
-    args = [a for a in argv if not a.startswith("-")]
     parser = OverridesParser.create()
     try:
         parsed = parser.parse_overrides(args)
@@ -234,7 +238,7 @@ def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
     try:
         with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
             cfg = compose("train", overrides=base, return_hydra_config=True)
-            multirun = bool({"-m", "--multirun"} & set(argv)) or str(cfg.hydra.mode) == "RunMode.MULTIRUN"
+            multirun = flagged or cfg.hydra.mode == RunMode.MULTIRUN
             for key, spec in (cfg.hydra.sweeper.get("params") or {}).items():
                 if key not in space:
                     space[key] = _probe_values(parser.parse_override(f"{key}={spec}"))
