@@ -4,9 +4,10 @@ sigmoid log-loss).
 Source: Veličković et al. 2018, "Graph attention networks" (Cora, CiteSeer, PubMed: single-label;
 PPI: multi-label, the output layer followed by a logistic sigmoid per class, trained with per-class
 log-loss). The model maps (x, edge_index) to logits (N, C); only the
-nodes of the batch's ``<split>_mask`` count:
+nodes of the batch's ``<split>_mask`` count (ε: label smoothing, Szegedy et al. 2016, §7; 0 in the
+GAT paper, where the single-label loss is the plain cross-entropy −ln softmax(z_t)_{y_t}):
 
-    single-label:  L = −1/|M| Σ_{t∈M} ln softmax(z_t)_{y_t}
+    single-label:  L = −1/|M| Σ_{t∈M} Σ_c q_tc ln softmax(z_t)_c,  q_t = (1 − ε)·onehot(y_t) + ε/C
     multi-label:   L = −1/(|M|·C) Σ_{t∈M} Σ_c [y_tc ln σ(z_tc) + (1 − y_tc) ln(1 − σ(z_tc))]
 
 Metrics, logged as ``{train,val,test}/<name>``: ``loss``; ``acc`` (single-label: argmax equals
@@ -35,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnflow.registry import TASKS
+from attnflow.registry import TASKS, Probability
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
 
@@ -56,6 +57,8 @@ class NodeClassificationTask(Task):
         optim: optimiser and schedule (default Adam, lr 0.005, weight decay 5e-4: the GAT
             paper's for Cora; constant).
         picture: save the embedding picture when training ends (default True).
+        label_smoothing: ε of the single-label loss, every split (default 0.0: the paper's);
+            multi-label runs refuse ε > 0.
     """
 
     interface = "graph"
@@ -64,14 +67,18 @@ class NodeClassificationTask(Task):
 
     def __init__(self, model: nn.Module, num_classes: int, multi_label_data: bool = False, *,
                  multi_label: bool = False,
-                 optim: OptimConfig = OptimConfig(lr=0.005, weight_decay=5e-4), picture: bool = True):
+                 optim: OptimConfig = OptimConfig(lr=0.005, weight_decay=5e-4), picture: bool = True,
+                 label_smoothing: Probability = 0.0):
         super().__init__(model, optim=optim)
+        if multi_label and label_smoothing:
+            raise ValueError("task 'node_classification': label_smoothing applies to single-label "
+                             f"data (SoftMax cross-entropy); got {label_smoothing} with multi_label=true")
         if multi_label != multi_label_data:
             kind = "multi-label ((N, C) 0/1)" if multi_label_data else "single-label ((N,) ids)"
             raise ValueError(f"task 'node_classification': the data's labels are {kind}; set "
                              f"task.multi_label={str(multi_label_data).lower()}")
         self.num_classes, self.multi_label = num_classes, multi_label
-        self.picture = picture
+        self.picture, self.label_smoothing = picture, label_smoothing
         # split -> float32 sums of COUNTS over the epoch's batches so far (not a module or a
         # buffer: nothing of it goes into checkpoints, as torchmetrics' states did not)
         self._sums: dict = {}
@@ -101,7 +108,7 @@ class NodeClassificationTask(Task):
                                       *((v.sum(dtype=torch.float32) for v in
                                          (pred & truth, pred & ~truth, ~pred & truth)))])
         else:
-            loss = F.cross_entropy(z, y)
+            loss = F.cross_entropy(z, y, label_smoothing=self.label_smoothing)
             with torch.no_grad():
                 counts = torch.stack([(z.argmax(-1) == y).sum(dtype=torch.float32),
                                       z.new_tensor(y.numel(), dtype=torch.float32)])

@@ -89,3 +89,32 @@ def test_metrics_hold_no_state_in_checkpoints_and_no_metric_modules():
     task = _task(dm, multi_label=True)
     assert set(task.state_dict()) == {f"model.{k}" for k in task.model.state_dict()}
     assert not any(isinstance(m, torchmetrics.Metric) for m in task.modules())
+
+
+def test_label_smoothing_loss_equals_the_smoothed_cross_entropy_by_hand():
+    """ε = 0.2: L = −1/|M| Σ_t Σ_c q_tc ln p_tc with q_t = 0.8·onehot(y_t) + 0.2/C, written out
+    here from log-probabilities (not with F.cross_entropy's own label_smoothing)."""
+    dm = SyntheticGraphDataModule(num_nodes=80)
+    d = dm.full_graph()
+    torch.manual_seed(0)
+    model = GAT(16, 4, dropout=0.0, attn_dropout=0.0)
+    task = TASKS.build({"name": "node_classification", "picture": False, "label_smoothing": 0.2},
+                       model, **dm.task_context())
+    (out,) = _trainer().validate(task, datamodule=dm, verbose=False)
+    with torch.no_grad():
+        z = model.eval()(d.x, d.edge_index)[d.val_mask]
+        y = d.y[d.val_mask]
+        logp = z.log_softmax(-1)
+        c = z.shape[-1]
+        q = torch.full_like(logp, 0.2 / c)
+        q[torch.arange(len(y)), y] += 0.8
+        by_hand = -(q * logp).sum(-1).mean()
+    assert out["val/loss"] == pytest.approx(float(by_hand), rel=1e-5)
+    assert out["val/loss"] != pytest.approx(float(F.cross_entropy(z, y)), rel=1e-3)
+
+
+def test_label_smoothing_is_refused_for_multi_label_data_naming_the_field():
+    dm = SyntheticGraphDataModule(num_nodes=40, multi_label=True)
+    with pytest.raises(ValueError, match="label_smoothing.*multi_label"):
+        TASKS.build({"name": "node_classification", "multi_label": True, "picture": False,
+                     "label_smoothing": 0.1}, GAT(16, 4), **dm.task_context())
