@@ -38,20 +38,33 @@ How (and why this way):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Literal, Optional, Sequence
 
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.utilities import rank_zero_warn
 
-from attnflow.registry import ConfigError, _suggest
+from attnflow.registry import ConfigError, PositiveInt, _suggest
 from attnflow.textio import atomic_path
 from attnflow.training_state import atomic_torch_save, load_checkpoint_file
 
-FIELDS = {"last", "best", "monitor", "mode"}
+
+
+@dataclasses.dataclass(frozen=True)
+class AverageConfig:
+    """``callbacks.average`` (null: no averaging): exactly one of ``last`` (the last N validated
+    epochs) or ``best`` (the N best by ``monitor``; null monitor/mode: the checkpoint's)."""
+
+    last: Optional[PositiveInt] = None
+    best: Optional[PositiveInt] = None
+    monitor: Optional[str] = None
+    mode: Optional[Literal["min", "max"]] = None
+
+
 AVG_DIR = "avg"  # under <run dir>/checkpoints/
 INDEX = "kept.json"
 AVERAGED = "averaged.ckpt"
@@ -68,20 +81,12 @@ def check_config(callbacks: Dict[str, Any], metric_names: Callable[[], Sequence[
     if not isinstance(entry, dict):
         raise ConfigError(f"callbacks.average must be a mapping, e.g. {{last: 10}} or {{best: 5}} "
                           f"(or null: no averaging), got {entry!r}")
-    # (unknown fields: refused by attnflow.run.validate_config's check of every callbacks entry)
+    # (unknown fields, types, ranges, mode: AverageConfig, checked by attnflow.run.validate_config)
     given = [k for k in ("last", "best") if entry.get(k) is not None]
     if len(given) != 1:
         raise ConfigError("callbacks.average needs exactly one of 'last' (the last N validated "
                           "epochs) or 'best' (the N best by the monitored metric), got "
                           f"{', '.join(given) or 'neither'}")
-    n = entry[given[0]]
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ConfigError(f"callbacks.average.{given[0]} must be a positive integer (how many "
-                          f"epochs' weights to average), got {n!r}")
-    mode = entry.get("mode")
-    if mode not in (None, "min", "max"):
-        raise ConfigError(f"callbacks.average.mode must be 'min' or 'max' (or null: the "
-                          f"checkpoint's), got {mode!r}")
     monitor = entry.get("monitor")
     names = metric_names() if monitor is not None else []
     if names and monitor not in names:

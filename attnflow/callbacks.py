@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 import pytorch_lightning as pl
 from pytorch_lightning.loggers import TensorBoardLogger, WandbLogger
@@ -22,7 +22,7 @@ class CheckpointConfig:
     its mode, checked by the runner), and ``last.ckpt`` when ``save_last``."""
 
     monitor: Optional[str] = None
-    mode: Optional[str] = None
+    mode: Optional[Literal["min", "max"]] = None
     save_top_k: Annotated[int, Range(ge=-1, what="-1 keeps every checkpoint")] = 1
     save_last: bool = True
 
@@ -33,7 +33,7 @@ class EarlyStoppingConfig:
     validations without an improvement of at least ``min_delta`` in ``monitor``."""
 
     monitor: Optional[str] = None
-    mode: Optional[str] = None
+    mode: Optional[Literal["min", "max"]] = None
     patience: NonNegativeInt = 3
     min_delta: NonNegativeFloat = 0.0
 

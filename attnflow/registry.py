@@ -336,6 +336,25 @@ class _Spec(typing.NamedTuple):
     bounds: Dict[str, Range]
 
 
+def _literal(tp: Any) -> tuple:
+    """(the values of a ``Literal`` annotation, whether ``None`` is allowed too): ``Literal['a',
+    'b']`` → (('a', 'b'), False); ``Optional[Literal['a', 'b']]`` → (('a', 'b'), True); any other
+    annotation → ((), False)."""
+    if typing.get_origin(tp) is typing.Literal:
+        return typing.get_args(tp), False
+    if typing.get_origin(tp) is Union:
+        args = typing.get_args(tp)
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1 and len(args) == 2 and typing.get_origin(rest[0]) is typing.Literal:
+            return typing.get_args(rest[0]), True
+    return (), False
+
+
+def _choice(value: Any) -> str:
+    """A choice as the user writes it in YAML (``null`` for None)."""
+    return "null" if value is None else repr(value)
+
+
 def _build_schema(params: Dict[str, tuple], qualname: str) -> _Spec:
     """The :class:`_Spec` of fields {name: (annotation, default)}."""
     fields, children, choices, bounds = [], {}, {}, {}
@@ -355,9 +374,10 @@ def _build_schema(params: Dict[str, tuple], qualname: str) -> _Spec:
                 raise TypeError(f"{qualname}: field '{name}' needs a {tp.__name__} default")
             children[name] = _NestedConfig(tp, default, f"{qualname}.{name}")
             tp, default = Any, dataclasses.asdict(default)
-        if typing.get_origin(tp) is typing.Literal:
-            choices[name] = typing.get_args(tp)
-            tp = type(choices[name][0])
+        literal, optional = _literal(tp)
+        if literal:
+            choices[name] = literal + ((None,) if optional else ())
+            tp = Optional[type(literal[0])] if optional else type(literal[0])
         if isinstance(default, (dict, list)):
             fields.append((name, tp, dataclasses.field(default_factory=lambda d=default: d)))
         else:
@@ -427,7 +447,7 @@ def _check_fields(spec: _Spec, data: Dict[str, Any], path: str, label: str) -> D
         if out[key] not in options:
             raise ConfigError(
                 f"{label}: field '{key}' (at '{path}.{key}') must be one of "
-                f"{', '.join(repr(c) for c in options)}, got {out[key]!r}.{_suggest(str(out[key]), map(str, options))}"
+                f"{', '.join(map(_choice, options))}, got {out[key]!r}.{_suggest(str(out[key]), map(str, options))}"
             )
     for key, rng in bounds.items():
         if not rng.holds(out[key]):
@@ -457,7 +477,7 @@ def _list_fields(spec: _Spec):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         tname = f"BlockSpec[{child}]" if child else _type_name(f.type)
         if f.name in choices:
-            tname = " | ".join(repr(c) for c in choices[f.name])
+            tname = " | ".join(map(_choice, choices[f.name]))
         if f.name in bounds:
             tname = f"{tname} {bounds[f.name]}"
         out.append((f.name, tname, default))

@@ -8,6 +8,7 @@ mt_transformer_2h presets."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -129,18 +130,18 @@ def test_best_n_in_a_run_picks_the_lowest_val_loss_epochs(tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize("overrides, says", [
-    (["callbacks.average.last=0"], "callbacks.average.last must be a positive integer"),
-    (["callbacks.average.best=true"], "callbacks.average.best must be a positive integer"),
+    (["callbacks.average.last=0"], "field 'last' (at 'callbacks.average.last') must be >= 1, got 0"),
+    (["callbacks.average.best=true"], "field 'best' (at 'callbacks.average.best') must be"),
     (["callbacks.average={last: 2, best: 3}"], "exactly one of 'last'"),
     (["callbacks.average={}"], "exactly one of 'last'"),
     (["callbacks.average={last: 2, every: 3}"], "callbacks.average has no field 'every'"),
-    (["callbacks.average={best: 2, mode: up}"], "callbacks.average.mode must be"),
+    (["callbacks.average={best: 2, mode: up}"], "field 'mode' (at 'callbacks.average.mode') must be one of 'min', 'max', null, got 'up'"),
     (["callbacks.average={best: 2, monitor: val/los}"], "callbacks.average.monitor 'val/los' is not"),
     (["callbacks.average=10"], "callbacks.average must be a mapping"),
     (["callbacks.average.last=2", "callbacks.checkpoint=null"], "needs callbacks.checkpoint"),
 ])
 def test_bad_entries_are_refused_before_any_work(tmp_path, overrides, says):
-    with pytest.raises(ConfigError, match=says.replace("(", r"\(")):
+    with pytest.raises(ConfigError, match=re.escape(says)):
         train(compose_cfg([*TINY, *overrides]), tmp_path / "run")
     assert not (tmp_path / "run").exists()
 
@@ -229,3 +230,12 @@ def test_mt_transformer_3h_is_the_2h_recipe_in_a_3_hour_box():
         {k: v for k, v in two["trainer"].items() if k != "max_time"}
     assert (three["model"], three["data"], three["task"], three["callbacks"]) == \
         (two["model"], two["data"], two["task"], two["callbacks"])
+
+
+@pytest.mark.parametrize("key", ["checkpoint", "early_stopping"])
+def test_a_checkpoint_or_early_stopping_mode_outside_min_max_null_is_refused(tmp_path, key):
+    extra = ["callbacks.early_stopping={patience: 2}"] if key == "early_stopping" else []
+    with pytest.raises(ConfigError, match=rf"field 'mode' \(at 'callbacks.{key}.mode'\) must be one "
+                                          r"of 'min', 'max', null, got 'maximum'"):
+        train(compose_cfg([*TINY, *extra, f"callbacks.{key}.mode=maximum"]), tmp_path / "run")
+    assert not (tmp_path / "run").exists()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 import pytest
 from torch import nn
@@ -44,6 +44,24 @@ def test_literal_field_lists_choices():
     with pytest.raises(ConfigError) as err:
         SCORERS.validate({"name": "mlp", "activation": "sigmoid"}, "scorer")
     assert "'tanh', 'relu', 'gelu'" in str(err.value)
+
+
+def test_an_optional_literal_field_takes_its_choices_or_null_and_refuses_the_rest():
+    reg = Registry("test_registry_optional_literal")
+
+    @reg.register("pick")
+    class Pick(nn.Module):
+        def __init__(self, *, mode: Optional[Literal["min", "max"]] = None):
+            super().__init__()
+            self.mode = mode
+
+    assert reg.validate({"name": "pick"}) == {"name": "pick", "mode": None}
+    assert reg.build({"name": "pick", "mode": "max"}).mode == "max"
+    assert reg.validate({"name": "pick", "mode": None})["mode"] is None
+    with pytest.raises(ConfigError, match=r"field 'mode' \(at 'x.mode'\) must be one of 'min', "
+                                          r"'max', null, got 'mx'\. Did you mean 'max'"):
+        reg.validate({"name": "pick", "mode": "mx"}, "x")
+    assert dict((f, t) for f, t, _ in reg.fields("pick"))["mode"] == "'min' | 'max' | null"
 
 
 def test_nested_block_errors_carry_the_full_path():
