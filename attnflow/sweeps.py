@@ -205,18 +205,31 @@ def _probe_values(override) -> list:
     return [str(value.start), str(value.end)]
 
 
+def _chooses_multirun_file(args: Iterable[str], conf_dir: Path) -> bool:
+    """Whether a config file chosen on the command line (e.g. ``experiment=my_sweep``) names
+    ``MULTIRUN`` — a file that sets ``hydra.mode`` itself makes a sweep without ``-m``. File text
+    only, so a single run is not composed a second time to learn it is one."""
+    for group, option, _ in _choices(args, conf_dir):
+        try:
+            if "MULTIRUN" in (conf_dir / group / f"{option}.yaml").read_text(encoding="utf-8"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
-    """For a multirun (``-m``, ``hydra.mode=MULTIRUN``, or ``hparams_search=…``, whose configs
-    set that mode): the first value of its search space — on the command line or in
-    ``hydra.sweeper.params`` — that the run refuses, as a message naming it and the run's
-    ConfigError; None when every value checked passes or this is no multirun. The first job is
-    checked, then one key at a time is varied, the others at their first value (not the whole
-    product). ``argv``: the command line after :func:`attnflow.groups.field_overrides`. A
+    """For a multirun (``-m``, ``hydra.mode=MULTIRUN``, or a config file chosen on the command
+    line that sets that mode, as ``hparams_search=…`` do): the first value of its search space —
+    on the command line or in ``hydra.sweeper.params`` — that the run refuses, as a message naming
+    it and the run's ConfigError; None when every value checked passes or this is no multirun. The
+    first job is checked, then one key at a time is varied, the others at their first value (not
+    the whole product). ``argv``: the command line after :func:`attnflow.groups.field_overrides`. A
     command line Hydra itself cannot compose is left to Hydra, which reports it."""
     args = [a for a in argv if not a.startswith("-")]
     flagged = bool({"-m", "--multirun"} & set(argv))
-    if not flagged and not any(a.lstrip("+").startswith(("hparams_search=", "hydra.mode="))
-                               for a in args):
+    if not flagged and not any(a.lstrip("+").startswith("hydra.mode=") for a in args) \
+            and not _chooses_multirun_file(args, conf_dir):
         return None  # a single run (or a sweep Hydra refuses in run mode): no second composition
     from hydra import compose, initialize_config_dir
     from hydra.core.override_parser.overrides_parser import OverridesParser

@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -20,7 +21,8 @@ from omegaconf import OmegaConf
 
 from attnflow.registry import ConfigError, MODELS, DATA
 from attnflow.run import resolve_config
-from attnflow.sweeps import check_optimized_metric, final_metric_names, missing_plugin, required_plugins
+from attnflow.sweeps import (check_optimized_metric, check_sweep_values, final_metric_names,
+                             missing_plugin, required_plugins)
 from support import CONF, FAST, compose_cfg
 
 TRAIN = str(Path(sys.executable).with_name("attnflow-train"))
@@ -326,3 +328,16 @@ def test_without_the_extra_one_line_says_what_to_install(argv, hidden, extra, tm
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert f'pip install -e ".[{extra}]"' in lines[0] and f"no module '{hidden[0]}'" in lines[0]
     assert not list(tmp_path.iterdir())  # nothing was started
+
+
+def test_an_experiment_file_that_sets_multirun_is_checked_as_a_sweep(tmp_path):
+    """``attnflow-train experiment=<file with hydra.mode: MULTIRUN>`` sweeps without ``-m``: its
+    values are checked too; a plain experiment is no sweep (None)."""
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    (conf / "experiment" / "my_sweep.yaml").write_text(
+        "# @package _global_\nhydra:\n  mode: MULTIRUN\n  sweeper:\n    params:\n"
+        "      ++model.dropout: 0.1,1.5\n")
+    says = check_sweep_values(["experiment=my_sweep"], conf)
+    assert says and says.startswith("the sweep's model.dropout=1.5 is refused, so no job was started")
+    assert check_sweep_values(["experiment=mt_transformer", "model.dropout=1.5"], conf) is None
