@@ -1,0 +1,149 @@
+"""Choose on the val split which kept epochs of a Multi30k run to average and how to decode, then
+decode test_2016 once with that choice (issue 13's selection; not a test).
+
+    python bench/mt_select.py RUN_DIR [--averages 1 3 5] [--beams 4 5 6 8]
+        [--alphas 0.6 0.8 1.0 1.2] [--threads 1] [--test] [--out PATH]
+
+A run trained with ``callbacks.average`` keeps its best (or last) epochs' weights and their val
+scores (``checkpoints/avg/kept.json``, :mod:`attnflow.averaging`). The per-epoch val BLEU that
+chose them is greedy; test decodes with beam search and the GNMT length penalty
+((5 + |y|)/6)^α (Wu et al. 2016, eq. 14). So for each N of ``--averages`` the N best kept epochs
+by their score are averaged (``checkpoints/avg-epochs-<e1>-<e2>….ckpt``, written once, the same
+file attnflow-average writes with ``--epochs``; N = 1 is the best epoch's weights) and the val
+split is decoded with every beam × α. The pair with the highest val BLEU — tokenised lower-cased
+(13a) for a lower-cased run (``data.lowercase``), else sacreBLEU — is the choice; with ``--test``
+it alone decodes test_2016. Prints the table and writes a JSON file of every figure (default
+``<run>/select.json``, never overwritten).
+
+Scoring and decoding are ``bench/mt_multi30k.py``'s ``--evaluate`` path (the translation code
+attnflow-translate uses), one model load per average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def _averaged(run_dir: Path, epochs: list) -> Path:
+    """The checkpoint with the mean weights of ``epochs`` (written by attnflow-average's code the
+    first time; reused after, never overwritten)."""
+    from attnflow.average_cli import plan
+    from attnflow.averaging import average_into
+
+    name = "avg-epochs-" + "-".join(map(str, sorted(epochs))) + ".ckpt"
+    path = run_dir / "checkpoints" / name
+    if not path.exists():
+        index, _, chosen, last, out = plan(run_dir, epochs, name)
+        average_into(run_dir, index, chosen, last, out)
+    return path
+
+
+def _scores(ckpt: Path, split: str, decodings: list, metric: str) -> list:
+    """[{beam, alpha, sacrebleu, tok_lc_bleu, wer, score}] of ``split`` for each (beam, α)."""
+    from attnflow.tasks.translation_metrics import corpus_bleu, word_error_rate
+    from attnflow.translate import load, translate
+
+    model, dm, _ = load(ckpt)
+    src, refs = dm.split_text(split)
+    rows = []
+    for beam, alpha in decodings:
+        start = time.time()
+        hyps, _ = translate(model, dm, src, beam=beam, length_penalty=alpha)
+        row = {"beam": beam, "alpha": alpha, "sacrebleu": corpus_bleu(hyps, refs)[0],
+               "tok_lc_bleu": corpus_bleu(hyps, refs, lowercase=True)[0],
+               "wer": word_error_rate(hyps, refs), "sentences": len(hyps),
+               "seconds": round(time.time() - start, 1)}
+        row["score"] = row[metric]
+        rows.append(row)
+        print(f"  {ckpt.name} {split} beam {beam} α {alpha}: {metric} {row['score']:.2f}", flush=True)
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("run", help="a translation run directory trained with callbacks.average")
+    ap.add_argument("--averages", type=int, nargs="+", default=[1, 3, 5],
+                    help="average the N best kept epochs, for each N (default 1 3 5)")
+    ap.add_argument("--beams", type=int, nargs="+", default=[4, 5, 6, 8])
+    ap.add_argument("--alphas", type=float, nargs="+", default=[0.6, 0.8, 1.0, 1.2])
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--test", action="store_true", help="decode test_2016 once with the val choice")
+    ap.add_argument("--out", help="JSON file (default <run>/select.json; never overwritten)")
+    args = ap.parse_args(argv)
+
+    import torch
+
+    from attnflow.averaging import read_index
+    from attnflow.checkpoints import CheckpointError, load_run
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    run_dir = Path(args.run)
+    out = Path(args.out) if args.out else run_dir / "select.json"
+    if out.exists():
+        ap.error(f"--out {out} exists and is not overwritten")
+    bad = [n for n in args.averages if n < 1] + [b for b in args.beams if b < 1]
+    if bad or any(a < 0 for a in args.alphas):
+        ap.error("--averages and --beams take positive integers, --alphas numbers >= 0")
+    try:
+        index = read_index(run_dir)
+    except ValueError as err:
+        ap.error(f"{run_dir}: kept.json cannot be read: {err}")
+    if index is None:
+        ap.error(f"{run_dir} has no checkpoints/avg/kept.json: train it with callbacks.average")
+    kept = [e for e in index["kept"] if e.get("score") is not None]
+    sign = 1.0 if index.get("mode", "max") == "max" else -1.0
+    ranked = sorted(kept, key=lambda e: (sign * e["score"], e["epoch"]), reverse=True)
+    too_many = [n for n in args.averages if n > len(ranked)]
+    if too_many:
+        ap.error(f"--averages {' '.join(map(str, too_many))}: the run kept {len(ranked)} scored epochs")
+
+    decodings = [(b, a) for b in args.beams for a in args.alphas]
+    results = []
+    try:
+        lowercase = bool(load_run(run_dir).config["data"].get("lowercase"))
+        metric = "tok_lc_bleu" if lowercase else "sacrebleu"
+        for n in args.averages:
+            epochs = sorted(e["epoch"] for e in ranked[:n])
+            ckpt = _averaged(run_dir, epochs)
+            for row in _scores(ckpt, "val", decodings, metric):
+                results.append({"n": n, "epochs": epochs, "checkpoint": str(ckpt), **row})
+    except CheckpointError as err:
+        print(f"mt_select: {err}", file=sys.stderr)
+        return 2
+    best = max(results, key=lambda r: r["score"])  # ties: the first (fewer epochs, smaller beam, α)
+    test = None
+    if args.test:
+        test = _scores(Path(best["checkpoint"]), "test", [(best["beam"], best["alpha"])], metric)[0]
+
+    print(f"\n{run_dir} — val {metric} (1,014 sentences); rows: epochs averaged, columns: beam/α")
+    cols = [f"{b}/{a:g}" for b, a in decodings]
+    print(f"{'averaged':>22} " + " ".join(f"{c:>7}" for c in cols))
+    for n in args.averages:
+        row = [r for r in results if r["n"] == n]
+        label = f"best {n}: " + ",".join(map(str, row[0]["epochs"]))
+        print(f"{label:>22} " + " ".join(f"{r['score']:7.2f}" for r in row))
+    print(f"choice: best {best['n']} (epochs {', '.join(map(str, best['epochs']))}), beam "
+          f"{best['beam']}, α {best['alpha']:g}: val {best['score']:.2f}"
+          + (f"; test_2016 {metric} {test['score']:.2f} (sacreBLEU {test['sacrebleu']:.2f})"
+             if test else ""))
+    record = {"run_dir": str(run_dir), "metric": metric, "kept": index["kept"], "val": results,
+              "choice": best, "test": test, "created": _dt.datetime.now().isoformat(timespec="seconds"),
+              "threads": torch.get_num_threads()}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "x") as f:
+        json.dump(record, f, indent=2)
+    print(f"written: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
