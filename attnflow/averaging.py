@@ -53,7 +53,6 @@ from attnflow.textio import atomic_path
 from attnflow.training_state import atomic_torch_save, load_checkpoint_file
 
 
-
 @dataclasses.dataclass(frozen=True)
 class AverageConfig:
     """``callbacks.average`` (null: no averaging): exactly one of ``last`` (the last N validated
