@@ -28,9 +28,6 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 
 def _averaged(run_dir: Path, epochs: list) -> Path:
     """The checkpoint with the mean weights of ``epochs`` (written by attnflow-average's code the
@@ -83,6 +80,7 @@ def main(argv=None) -> int:
 
     from attnflow.averaging import read_index
     from attnflow.checkpoints import CheckpointError, load_run
+    from attnflow.translate import TranslateError
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -116,7 +114,7 @@ def main(argv=None) -> int:
             ckpt = _averaged(run_dir, epochs)
             for row in _scores(ckpt, "val", decodings, metric):
                 results.append({"n": n, "epochs": epochs, "checkpoint": str(ckpt), **row})
-    except CheckpointError as err:
+    except (CheckpointError, TranslateError) as err:  # not a translation run, a missing file
         print(f"mt_select: {err}", file=sys.stderr)
         return 2
     best = max(results, key=lambda r: r["score"])  # ties: the first (fewer epochs, smaller beam, α)
