@@ -9,9 +9,9 @@ import json
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
-import shutil
 import textwrap
 from pathlib import Path
 
