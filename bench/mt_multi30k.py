@@ -100,7 +100,6 @@ def run_one(model: str, direction: str, args) -> dict:
 def evaluate(run_dir: Path, beam: int, length_penalty: float, split: str = "test") -> dict:
     """Re-decode ``split`` of a trained run with the current decoding code (its best checkpoint,
     its tokenizers) and score it like the task does: sacreBLEU, lower-cased BLEU, WER."""
-    from attnflow.tasks.translation_metrics import corpus_bleu, word_error_rate
     from attnflow.translate import load, translate
 
     model, dm, cfg = load(run_dir)
@@ -108,12 +107,19 @@ def evaluate(run_dir: Path, beam: int, length_penalty: float, split: str = "test
     start = time.time()
     hyps, _ = translate(model, dm, src, beam=beam, length_penalty=length_penalty)
     seconds = time.time() - start
-    bleu, sig = corpus_bleu(hyps, refs)
     return {"run_dir": str(run_dir), "split": split, "beam": beam, "length_penalty": length_penalty,
-            "sacrebleu": bleu, "tok_lc_bleu": corpus_bleu(hyps, refs, lowercase=True)[0],
-            "wer": word_error_rate(hyps, refs), "sentences": len(hyps),
-            "decode_seconds": round(seconds, 1), "signature": sig,
-            "lowercase": bool(cfg["data"].get("lowercase"))}
+            **scores(hyps, refs), "sentences": len(hyps), "decode_seconds": round(seconds, 1),
+            "signature": _signature(), "lowercase": bool(cfg["data"].get("lowercase"))}
+
+
+def scores(hyps: list, refs: list) -> dict:
+    """sacreBLEU (cased, 13a), tokenised lower-cased BLEU and WER of ``hyps`` against ``refs``,
+    as the translation task scores them."""
+    from attnflow.tasks.translation_metrics import corpus_bleu, word_error_rate
+
+    return {"sacrebleu": corpus_bleu(hyps, refs)[0],
+            "tok_lc_bleu": corpus_bleu(hyps, refs, lowercase=True)[0],
+            "wer": word_error_rate(hyps, refs)}
 
 
 def _signature() -> str:

@@ -43,25 +43,23 @@ def _averaged(run_dir: Path, epochs: list) -> Path:
     return path
 
 
-def _scores(ckpt: Path, split: str, decodings: list, metric: str) -> list:
-    """[{beam, alpha, sacrebleu, tok_lc_bleu, wer, score}] of ``split`` for each (beam, α)."""
-    from attnflow.tasks.translation_metrics import corpus_bleu, word_error_rate
+def _scores(ckpt: Path, split: str, decodings: list) -> tuple:
+    """([{beam, alpha, sacrebleu, tok_lc_bleu, wer, …}] of ``split`` for each (beam, α), whether
+    the run is lower-cased); the model is loaded once."""
     from attnflow.translate import load, translate
+    from mt_multi30k import scores
 
-    model, dm, _ = load(ckpt)
+    model, dm, cfg = load(ckpt)
     src, refs = dm.split_text(split)
     rows = []
     for beam, alpha in decodings:
         start = time.time()
         hyps, _ = translate(model, dm, src, beam=beam, length_penalty=alpha)
-        row = {"beam": beam, "alpha": alpha, "sacrebleu": corpus_bleu(hyps, refs)[0],
-               "tok_lc_bleu": corpus_bleu(hyps, refs, lowercase=True)[0],
-               "wer": word_error_rate(hyps, refs), "sentences": len(hyps),
-               "seconds": round(time.time() - start, 1)}
-        row["score"] = row[metric]
-        rows.append(row)
-        print(f"  {ckpt.name} {split} beam {beam} α {alpha}: {metric} {row['score']:.2f}", flush=True)
-    return rows
+        rows.append({"beam": beam, "alpha": alpha, **scores(hyps, refs), "sentences": len(hyps),
+                     "seconds": round(time.time() - start, 1)})
+        print(f"  {ckpt.name} {split} beam {beam} α {alpha}: tok-lc {rows[-1]['tok_lc_bleu']:.2f} "
+              f"sacreBLEU {rows[-1]['sacrebleu']:.2f}", flush=True)
+    return rows, bool(cfg["data"].get("lowercase"))
 
 
 def main(argv=None) -> int:
@@ -78,8 +76,8 @@ def main(argv=None) -> int:
 
     import torch
 
-    from attnflow.averaging import read_index
-    from attnflow.checkpoints import CheckpointError, load_run
+    from attnflow.averaging import _select, read_index
+    from attnflow.checkpoints import CheckpointError
     from attnflow.translate import TranslateError
 
     if args.threads:
@@ -97,30 +95,29 @@ def main(argv=None) -> int:
         ap.error(f"{run_dir}: kept.json cannot be read: {err}")
     if index is None:
         ap.error(f"{run_dir} has no checkpoints/avg/kept.json: train it with callbacks.average")
-    kept = [e for e in index["kept"] if e.get("score") is not None]
-    sign = 1.0 if index.get("mode", "max") == "max" else -1.0
-    ranked = sorted(kept, key=lambda e: (sign * e["score"], e["epoch"]), reverse=True)
-    too_many = [n for n in args.averages if n > len(ranked)]
+    scored = [e for e in index["kept"] if e.get("score") is not None]
+    too_many = [n for n in args.averages if n > len(scored)]
     if too_many:
-        ap.error(f"--averages {' '.join(map(str, too_many))}: the run kept {len(ranked)} scored epochs")
+        ap.error(f"--averages {' '.join(map(str, too_many))}: the run kept {len(scored)} scored epochs")
 
     decodings = [(b, a) for b in args.beams for a in args.alphas]
-    results = []
+    results, metric = [], "tok_lc_bleu"
     try:
-        lowercase = bool(load_run(run_dir).config["data"].get("lowercase"))
-        metric = "tok_lc_bleu" if lowercase else "sacrebleu"
-        for n in args.averages:
-            epochs = sorted(e["epoch"] for e in ranked[:n])
+        for n in args.averages:  # the N best as callbacks.average ranks them (ties: the newer)
+            epochs = [e["epoch"] for e in _select(scored, "best", n, index.get("mode") or "max")]
             ckpt = _averaged(run_dir, epochs)
-            for row in _scores(ckpt, "val", decodings, metric):
-                results.append({"n": n, "epochs": epochs, "checkpoint": str(ckpt), **row})
+            rows, lowercase = _scores(ckpt, "val", decodings)
+            metric = "tok_lc_bleu" if lowercase else "sacrebleu"
+            results += [{"n": n, "epochs": epochs, "checkpoint": str(ckpt), **row, "score": row[metric]}
+                        for row in rows]
     except (CheckpointError, TranslateError) as err:  # not a translation run, a missing file
         print(f"mt_select: {err}", file=sys.stderr)
         return 2
     best = max(results, key=lambda r: r["score"])  # ties: the first (fewer epochs, smaller beam, α)
     test = None
     if args.test:
-        test = _scores(Path(best["checkpoint"]), "test", [(best["beam"], best["alpha"])], metric)[0]
+        row = _scores(Path(best["checkpoint"]), "test", [(best["beam"], best["alpha"])])[0][0]
+        test = {**row, "score": row[metric]}
 
     print(f"\n{run_dir} — val {metric} (1,014 sentences); rows: epochs averaged, columns: beam/α")
     cols = [f"{b}/{a:g}" for b, a in decodings]
