@@ -36,11 +36,13 @@ the ``attnflow.blocks`` entry-point group: each entry point names a module (impo
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import difflib
 import importlib
 import inspect
 import pkgutil
+import types
 import typing
 from importlib import metadata
 from typing import Annotated, Any, Callable, Dict, Mapping, Optional, Sequence, Union
@@ -272,12 +274,30 @@ def _import_all(name: str) -> None:
             _import_all(f"{name}.{info.name}")
 
 
-def _type_name(tp: Any) -> str:
+def type_name(tp: Any) -> str:
+    """A type as a YAML user reads it, in messages and in ``attnflow-blocks``: ``Optional[int]``
+    -> ``int or null``, ``Union[int, float]`` -> ``int or float``, ``list[int]`` -> ``list of
+    int``, a ``Literal`` -> its choices (``'warn'``), a class -> its name (``Accelerator``)."""
     if isinstance(tp, str):
         return tp
-    if typing.get_origin(tp) is not None:  # Optional[int], List[str], ...
-        return str(tp).replace("typing.", "")
-    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+    if tp is type(None):
+        return "null"
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is Union or origin is types.UnionType:  # Literal members: one list of choices
+        literal = [typing.get_origin(a) is typing.Literal for a in args]
+        choices = [c for a, lit in zip(args, literal) if lit for c in typing.get_args(a)]
+        names = [type_name(a) for a, lit in zip(args, literal) if not lit and a is not type(None)]
+        if choices and not names:
+            return " | ".join(map(_choice, choices + ([None] if type(None) in args else [])))
+        names += [" | ".join(map(_choice, choices))] if choices else []
+        return " or ".join(dict.fromkeys(names + (["null"] if type(None) in args else [])))
+    if origin is typing.Literal:
+        return " | ".join(map(_choice, args))
+    if origin is Annotated:
+        return type_name(args[0])
+    if origin in (list, tuple, set, collections.abc.Iterable, collections.abc.Sequence) and args:
+        return f"list of {type_name(args[0])}"
+    return getattr(origin or tp, "__name__", None) or str(tp).replace("typing.", "")
 
 
 def _init_params(cls: Any, qualname: str) -> Dict[str, tuple]:
@@ -438,7 +458,7 @@ def _check_fields(spec: _Spec, data: Dict[str, Any], path: str, label: str) -> D
         typed = OmegaConf.merge(OmegaConf.structured(schema), plain)
     except OmegaConfBaseException as err:
         key = getattr(err, "key", None) or getattr(err, "full_key", None) or "?"
-        ftype = {f.name: _type_name(f.type) for f in dataclasses.fields(schema)}.get(str(key), "?")
+        ftype = {f.name: type_name(f.type) for f in dataclasses.fields(schema)}.get(str(key), "?")
         raise ConfigError(
             f"{label}: field '{key}' (at '{path}.{key}') must be {ftype}, got {plain.get(str(key))!r}"
         ) from None
@@ -475,7 +495,7 @@ def _list_fields(spec: _Spec):
                     _list_fields(child.spec)]
             continue
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        tname = f"BlockSpec[{child}]" if child else _type_name(f.type)
+        tname = f"BlockSpec[{child}]" if child else type_name(f.type)
         if f.name in choices:
             tname = " | ".join(map(_choice, choices[f.name]))
         if f.name in bounds:

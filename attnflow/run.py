@@ -42,7 +42,7 @@ from attnflow.loggers import (LOGGER_CONFIG, build_loggers, finish_loggers, log_
                               logger_identity, run_identity)
 from attnflow.registry import (AGGREGATORS, ATTENTIONS, DATA, ENCODERS, MODELS, NORMALIZERS,
                                POOLINGS, POSITIONALS, SCORERS, TASKS, ConfigError, Range, _suggest,
-                               build_config)
+                               build_config, type_name)
 from attnflow.textio import atomic_path
 
 # Top-level config groups validated by a registry. The shared choices (scorer, normalizer,
@@ -114,8 +114,8 @@ def _check_trainer_types(trainer: Dict[str, Any]) -> None:
     hints = typing.get_type_hints(pl.Trainer.__init__)
     for key, value in trainer.items():
         if key in hints and not _fits(value, hints[key]):
-            wanted = str(hints[key]).replace("typing.", "").replace("NoneType", "None")
-            raise ConfigError(f"trainer.{key} (at 'trainer.{key}') must be {wanted}, got {value!r}")
+            raise ConfigError(f"trainer.{key} (at 'trainer.{key}') must be {type_name(hints[key])}, "
+                              f"got {value!r}")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
         if key in FRACTIONS and not isinstance(value, float):

@@ -131,7 +131,7 @@ def test_best_n_in_a_run_picks_the_lowest_val_loss_epochs(tmp_path, monkeypatch)
 
 @pytest.mark.parametrize("overrides, says", [
     (["callbacks.average.last=0"], "field 'last' (at 'callbacks.average.last') must be >= 1, got 0"),
-    (["callbacks.average.best=true"], "field 'best' (at 'callbacks.average.best') must be Optional[int], got True"),
+    (["callbacks.average.best=true"], "field 'best' (at 'callbacks.average.best') must be int or null, got True"),
     (["callbacks.average={last: 2, best: 3}"], "exactly one of 'last'"),
     (["callbacks.average={}"], "exactly one of 'last'"),
     (["callbacks.average={last: 2, every: 3}"], "callbacks.average has no field 'every'"),

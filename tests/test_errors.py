@@ -22,7 +22,7 @@ from support import FAST, ROOT, compose_cfg
     (["model.encoder.cell=transformer"], ["'model.encoder.cell'", "'gru', 'lstm', 'rnn'"]),
     (["+trainer.max_epoch=3"], ["trainer has no field 'max_epoch'", "Did you mean 'max_epochs'?"]),
     (["model.name=seq3seq"], ["unknown model 'seq3seq'", "seq2seq"]),
-    (["trainer.max_epochs=abc"], ["trainer.max_epochs", "must be Optional[int]", "'abc'"]),
+    (["trainer.max_epochs=abc"], ["trainer.max_epochs", "must be int or null", "'abc'"]),
     (["+trainer.plugins=[]"], ["trainer has no field 'plugins'", "set by attnflow"]),
     (["trainer.precision=bf17"], ["trainer.precision", "'bf16-mixed'", "'bf17'"]),
     (["+trainer.max_time=00:00:3:00"], ["trainer.max_time must be DD:HH:MM:SS", "'00:00:3:00'"]),

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from typing import Annotated, Literal, Optional
+from typing import Annotated, List, Literal, Optional, Union
 
 import pytest
 from torch import nn
 
 from attnflow.registry import (ATTENTIONS, SCORERS, BlockSpec, ConfigError, Range, Registry,
-                               reload_plugins)
+                               reload_plugins, type_name)
 from support import readme_block_example
 
 
@@ -62,6 +62,19 @@ def test_an_optional_literal_field_takes_its_choices_or_null_and_refuses_the_res
                                           r"'max', null, got 'mx'\. Did you mean 'max'"):
         reg.validate({"name": "pick", "mode": "mx"}, "x")
     assert dict((f, t) for f, t, _ in reg.fields("pick"))["mode"] == "'min' | 'max' | null"
+
+
+@pytest.mark.parametrize("tp, name", [
+    (int, "int"), (Optional[int], "int or null"), (int | None, "int or null"),
+    (Union[int, float, None], "int or float or null"), (List[str], "list of str"),
+    (list[int], "list of int"), (Optional[Annotated[int, Range(ge=2)]], "int or null"),
+    (Literal["min", "max"], "'min' | 'max'"), (Optional[Literal["min", "max"]], "'min' | 'max' | null"),
+    (Union[Literal[16, 32], Literal["bf16"], None], "16 | 32 | 'bf16' | null"),
+    (Union[bool, Literal["warn"], None], "bool or 'warn' or null"), (nn.Module, "Module")])
+def test_type_names_read_as_yaml(tp, name):
+    """What messages and attnflow-blocks print for a field's type: YAML's words (null, list of),
+    not Python's (Optional[int], NoneType, typing.List)."""
+    assert type_name(tp) == name
 
 
 def test_nested_block_errors_carry_the_full_path():
@@ -122,7 +135,7 @@ def test_a_field_out_of_its_range_is_refused_naming_field_range_and_value():
             assert says in str(err.value)
         assert reg.build({"name": "r", "n": 3}).n == 3
         fields = {f: t for f, t, _ in reg.fields("r")}
-        assert fields["n"] == "Optional[int] in [2, 4]" and fields["knobs.rate"] == "float > 0"
+        assert fields["n"] == "int or null in [2, 4]" and fields["knobs.rate"] == "float > 0"
         with pytest.raises(TypeError, match="default 2 outside its range"):  # a block's own bug
             @reg.register("bad_default")
             class B(nn.Module):
