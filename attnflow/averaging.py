@@ -109,7 +109,7 @@ def monitor_of(entry: Dict[str, Any], checkpoint: Optional[Dict[str, Any]]) -> D
 
 
 # -- the callback ----------------------------------------------------------------------------------
-def _select(entries: List[Dict[str, Any]], by: str, n: int, mode: str) -> List[Dict[str, Any]]:
+def select_kept(entries: List[Dict[str, Any]], by: str, n: int, mode: str) -> List[Dict[str, Any]]:
     """The entries that stay: the last ``n`` epochs, or the ``n`` best scores (ties: the newer;
     a missing or NaN score counts as the worst), in epoch order."""
     if by == "last":
@@ -169,7 +169,7 @@ class CheckpointAverage(pl.Callback):
         entry = {"epoch": epoch, "step": trainer.global_step, "score": score,
                  "file": f"epoch{epoch}.pt"}
         candidates = [e for e in self.kept if e["epoch"] != epoch] + [entry]
-        keep = _select(candidates, self.by, self.n, self.mode)
+        keep = select_kept(candidates, self.by, self.n, self.mode)
         if trainer.is_global_zero:
             if entry in keep:  # weights only; the tensors as they are (map_location cpu on load)
                 state = {k: v.detach().cpu() for k, v in pl_module.state_dict().items()}

@@ -76,7 +76,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from attnflow.averaging import _select, read_index
+    from attnflow.averaging import read_index, select_kept
     from attnflow.checkpoints import CheckpointError
     from attnflow.translate import TranslateError
 
@@ -104,7 +104,7 @@ def main(argv=None) -> int:
     results, metric = [], "tok_lc_bleu"
     try:
         for n in args.averages:  # the N best as callbacks.average ranks them (ties: the newer)
-            epochs = [e["epoch"] for e in _select(scored, "best", n, index.get("mode") or "max")]
+            epochs = [e["epoch"] for e in select_kept(scored, "best", n, index.get("mode") or "max")]
             ckpt = _averaged(run_dir, epochs)
             rows, lowercase = _scores(ckpt, "val", decodings)
             metric = "tok_lc_bleu" if lowercase else "sacrebleu"
