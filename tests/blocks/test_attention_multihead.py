@@ -238,3 +238,39 @@ def test_query_by_query_mask_shape():
     ctx, w = att(x, x, x, mask, need_weights=True)
     assert (w.masked_select(~mask.unsqueeze(1).expand_as(w)) == 0).all()
     torch.testing.assert_close(ctx, mha_by_hand(att, x, x, x, mask)[0], rtol=1e-10, atol=1e-12)
+
+
+
+@pytest.mark.parametrize("autocast", [True, False])
+def test_bf16_attention_on_the_cpu_computes_in_float32(autocast):
+    """On the CPU the fused kernel runs in float32 for bf16 inputs (its bf16 backward is several
+    times slower there), under bf16 autocast (``bf16-mixed``) and with bf16 tensors
+    (``bf16-true``): the context is float32 attention of the same inputs rounded once to bf16 (a
+    bf16 kernel rounds inside and differs), and gradients flow back in bf16."""
+    from attnflow.blocks.attention.functional import _sdpa
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 7, 8).to(torch.bfloat16).requires_grad_() for _ in range(3))
+    mask = torch.arange(7) < torch.tensor([7, 4]).view(2, 1, 1, 1)  # (B, 1, 1, Tk)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        out = _sdpa(q, k, v, attn_mask=mask, scale=0.5)
+    by_hand = (q.float() @ k.float().transpose(-1, -2) * 0.5).masked_fill(~mask, float("-inf"))
+    expected = (by_hand.softmax(-1) @ v.float()).to(torch.bfloat16)
+    assert out.dtype == torch.bfloat16
+    assert torch.equal(out, F.scaled_dot_product_attention(
+        q.float(), k.float(), v.float(), attn_mask=mask, scale=0.5).to(torch.bfloat16))
+    assert (out.float() - expected.float()).abs().max() <= 2 ** -7 * expected.float().abs().max()
+    bf16_kernel = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.5)
+    assert not torch.equal(out, bf16_kernel)  # the rounding inside the bf16 kernel shows
+    out.float().sum().backward()
+    assert q.grad.dtype == torch.bfloat16 and q.grad.abs().sum() > 0
+
+
+def test_a_multihead_block_under_bf16_autocast_trains_on_the_cpu():
+    att = build(16, 16, 16, heads=4, scorer={"name": "scaled_dot"}, aggregator={"name": "concat_proj"})
+    x = torch.randn(2, 5, 16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, _ = att(x, x, x, mask=pad_mask([5, 3], 5))
+    assert out.dtype == torch.bfloat16
+    out.float().square().sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in att.parameters())

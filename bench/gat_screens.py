@@ -1,0 +1,194 @@
+"""Quick screens of GAT variants on Cora's validation split (not a test; docs/benchmarks.md, "Cora
+≥ 84.0"): a plain PyTorch loop, no Lightning, so a variant costs minutes to try before it is
+worth building into attnflow. The protocol is gat_cora's: full-batch Adam (lr 0.005, weight decay
+5e-4), early stopping with patience 100 on the validation loss, the epoch of the best validation
+accuracy kept; seeds 100+ for choosing (the reported seeds are 0–9).
+
+Variants (``--variant``):
+
+- ``base``: attnflow's ``gat`` as in ``experiment=gat_cora`` (value dropout 0.6).
+- ``consistency``: base trained on S dropout samples at once (S copies of the graph side by
+  side) with Feng et al. 2020 (GRAND), eq. (8)–(9): the mean prediction p̄ of the samples is
+  sharpened, p̄ᵢ^(1/T) / Σ_c p̄_c^(1/T), and each sample's prediction is pulled to it on every
+  node, λ · 1/S Σ_s mean_i ‖p̄′ᵢ − pᵢ⁽ˢ⁾‖²; the supervised loss is the mean over the samples.
+- ``supergat``: PyG's ``SuperGATConv`` with MX attention (Kim & Oh 2021, "How to find your
+  friendly neighborhood", eq. (6)–(8): eᵢⱼ = GAT's logit · σ((Whᵢ)ᵀWhⱼ), and the link-prediction
+  loss of σ((Whᵢ)ᵀWhⱼ) on sampled edges and non-edges, weight λ), 8 heads in both layers as in
+  PyG's example.
+- ``diffusion``: base whose layers (``--diffuse``) spread their attention over K hops with
+  teleport a, Z⁰ = Wh, Zᵏ⁺¹ = (1 − a)·A Zᵏ + a·Z⁰ (A: the layer's attention; Wang et al. 2021,
+  MAGNA, eq. (5)).
+- ``preg``: base with propagation regularisation (Yang et al. 2021, "Rethinking graph
+  regularization", eq. (4)): μ · mean_i CE(softmax(Ẑᵢ), softmax(Zᵢ)), Ẑ = D⁻¹AZ (the neighbours'
+  mean logits).
+
+    python bench/gat_screens.py --variant consistency --samples 2        # val seeds 100–103
+    python bench/gat_screens.py --variant supergat --seeds 104 105 106 107
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from attnflow.blocks.graph.graph_attention import GraphAttention  # noqa: E402
+from attnflow.data.planetoid import PlanetoidDataModule  # noqa: E402
+from attnflow.models.gat import GAT  # noqa: E402
+from support import DATA_DIR  # noqa: E402
+
+
+class Diffused(GraphAttention):
+    """A graph attention layer whose aggregation runs ``hops`` times with teleport ``teleport``."""
+
+    hops, teleport = 1, 0.0
+
+    def propagate(self, edge_index, x, alpha, size):
+        z = x
+        for _ in range(self.hops):
+            z = (1 - self.teleport) * super().propagate(edge_index, x=z, alpha=alpha, size=size) \
+                + self.teleport * x
+        return z
+
+
+class SuperGAT(torch.nn.Module):
+    def __init__(self, in_dim: int, classes: int, args):
+        super().__init__()
+        from torch_geometric.nn import SuperGATConv
+
+        kw = dict(dropout=0.6, attention_type="MX", edge_sample_ratio=0.8, is_undirected=True)
+        self.c1 = SuperGATConv(in_dim, 8, heads=8, **kw)
+        self.c2 = SuperGATConv(64, classes, heads=8, concat=False, **kw)
+
+    def forward(self, x, edge_index):
+        x = F.elu(self.c1(F.dropout(x, 0.6, self.training), edge_index))
+        x = self.c2(F.dropout(x, 0.6, self.training), edge_index)
+        if not self.training:
+            return x, 0.0
+        return x, self.c1.get_attention_loss() + self.c2.get_attention_loss()
+
+
+def train_loss(model, d, args, xs, eis, deg):
+    """The variant's training loss of one full-batch step."""
+    N = d.x.shape[0]
+    if args.variant == "supergat":
+        z, att_loss = model(d.x, d.edge_index)
+        return F.cross_entropy(z[d.train_mask], d.y[d.train_mask]) + args.weight * att_loss
+    S = args.samples if args.variant == "consistency" else 1
+    z = model(xs, eis).view(S, N, -1)
+    loss = sum(F.cross_entropy(z[s][d.train_mask], d.y[d.train_mask]) for s in range(S)) / S
+    if args.variant == "consistency":
+        p = z.softmax(-1)
+        sharp = p.mean(0).pow(1 / args.temperature)
+        sharp = (sharp / sharp.sum(-1, keepdim=True)).detach()
+        loss = loss + args.weight * (p - sharp).pow(2).sum(-1).mean()
+    elif args.variant == "preg":
+        ei = d.edge_index
+        mean_nb = torch.zeros_like(z[0]).index_add_(0, ei[1], z[0][ei[0]]) / deg
+        loss = loss - args.weight * (mean_nb.softmax(-1) * z[0].log_softmax(-1)).sum(-1).mean()
+    return loss
+
+
+def run_seed(seed: int, d, args) -> dict:
+    N, classes = d.x.shape[0], int(d.y.max()) + 1
+    S = args.samples if args.variant == "consistency" else 1
+    xs = d.x.repeat(S, 1)  # S copies side by side: one forward draws S independent dropouts
+    eis = torch.cat([d.edge_index + s * N for s in range(S)], 1)
+    deg = torch.zeros(N).index_add_(0, d.edge_index[1], torch.ones(d.edge_index.shape[1]))
+    deg = deg.clamp(min=1).unsqueeze(-1)
+    torch.manual_seed(seed)
+    if args.variant == "supergat":
+        model = SuperGAT(d.x.shape[1], classes, args)
+    else:
+        model = GAT(d.x.shape[1], classes, value_dropout=0.6)
+        if args.variant == "diffusion":
+            for i in args.diffuse:
+                layer = model.layers[i]
+                layer.__class__ = Diffused
+                layer.hops, layer.teleport = args.hops, args.teleport
+    opt = torch.optim.Adam(model.parameters(), lr=0.005, weight_decay=5e-4)
+
+    def logits():
+        out = model(d.x, d.edge_index)
+        return out[0] if isinstance(out, tuple) else out
+
+    best_acc, best_loss, waited, state = -1.0, float("inf"), 0, None
+    start = time.perf_counter()
+    for epoch in range(args.max_epochs):
+        model.train()
+        opt.zero_grad()
+        train_loss(model, d, args, xs, eis, deg).backward()
+        opt.step()
+        model.eval()
+        with torch.no_grad():
+            out = logits()
+            val_loss = float(F.cross_entropy(out[d.val_mask], d.y[d.val_mask]))
+            val_acc = float((out[d.val_mask].argmax(-1) == d.y[d.val_mask]).float().mean())
+        if val_acc > best_acc:
+            best_acc, state = val_acc, copy.deepcopy(model.state_dict())
+        if val_loss < best_loss:
+            best_loss, waited = val_loss, 0
+        else:
+            waited += 1
+            if waited >= args.patience:
+                break
+    model.load_state_dict(state)
+    model.eval()
+    with torch.no_grad():
+        out = logits()
+    test_acc = float((out[d.test_mask].argmax(-1) == d.y[d.test_mask]).float().mean())
+    return {"seed": seed, "val_acc": 100 * best_acc, "test_acc": 100 * test_acc,
+            "epochs": epoch + 1, "seconds": time.perf_counter() - start}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--variant", choices=["base", "consistency", "supergat", "diffusion", "preg"],
+                    default="base")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[100, 101, 102, 103])
+    ap.add_argument("--samples", type=int, default=2, help="consistency: S")
+    ap.add_argument("--temperature", type=float, default=0.5, help="consistency: T")
+    ap.add_argument("--weight", type=float, default=None,
+                    help="λ of the extra loss (default: consistency 1.0, supergat 4.0, preg 1.0)")
+    ap.add_argument("--hops", type=int, default=6, help="diffusion: K")
+    ap.add_argument("--teleport", type=float, default=0.1, help="diffusion: a")
+    ap.add_argument("--diffuse", type=int, nargs="+", default=[0, 1], help="diffusion: layers")
+    ap.add_argument("--patience", type=int, default=100)
+    ap.add_argument("--max-epochs", type=int, default=1000)
+    ap.add_argument("--test", action="store_true", help="also print test accuracy (reporting only)")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "gat_screens.json"))
+    args = ap.parse_args()
+    if args.weight is None:
+        args.weight = {"supergat": 4.0}.get(args.variant, 1.0)
+    torch.set_num_threads(1)
+    raw = DATA_DIR / "planetoid" / "Cora" / "raw"
+    if not raw.is_dir():
+        sys.exit(f"Cora not found at {raw} (set ATTNFLOW_DATA_DIR)")
+    d = PlanetoidDataModule(root=str(DATA_DIR / "planetoid")).full_graph()
+    runs = []
+    for seed in args.seeds:
+        r = run_seed(seed, d, args)
+        runs.append(r)
+        print(f"seed {seed}: val {r['val_acc']:.1f}" + (f" test {r['test_acc']:.1f}" if args.test else "")
+              + f" ({r['epochs']} epochs, {r['seconds']:.0f} s)", flush=True)
+    val = statistics.mean(r["val_acc"] for r in runs)
+    print(f"{args.variant}: val mean {val:.2f}" + (
+        f", test {statistics.mean(r['test_acc'] for r in runs):.2f}" if args.test else ""))
+    out = {"command": " ".join(["python", *sys.argv]), "args": vars(args), "val_mean": val,
+           "runs": runs if args.test else [{k: v for k, v in r.items() if k != "test_acc"} for r in runs]}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
