@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import random
 import statistics
 import sys
 import time
@@ -107,6 +108,7 @@ def run_seed(seed: int, d, args) -> dict:
     deg = torch.zeros(N).index_add_(0, d.edge_index[1], torch.ones(d.edge_index.shape[1]))
     deg = deg.clamp(min=1).unsqueeze(-1)
     torch.manual_seed(seed)
+    random.seed(seed)  # PyG's negative_sampling (supergat) draws with Python's random
     if args.variant == "supergat":
         model = SuperGAT(d.x.shape[1], classes, args)
     else:
