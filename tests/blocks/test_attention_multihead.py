@@ -240,7 +240,6 @@ def test_query_by_query_mask_shape():
     torch.testing.assert_close(ctx, mha_by_hand(att, x, x, x, mask)[0], rtol=1e-10, atol=1e-12)
 
 
-
 @pytest.mark.parametrize("autocast", [True, False])
 def test_bf16_attention_on_the_cpu_computes_in_float32(autocast):
     """On the CPU the fused kernel runs in float32 for bf16 inputs (its bf16 backward is several
