@@ -63,7 +63,7 @@ class Diffused(GraphAttention):
 
 
 class SuperGAT(torch.nn.Module):
-    def __init__(self, in_dim: int, classes: int, args):
+    def __init__(self, in_dim: int, classes: int):
         super().__init__()
         from torch_geometric.nn import SuperGATConv
 
@@ -110,7 +110,7 @@ def run_seed(seed: int, d, args) -> dict:
     torch.manual_seed(seed)
     random.seed(seed)  # PyG's negative_sampling (supergat) draws with Python's random
     if args.variant == "supergat":
-        model = SuperGAT(d.x.shape[1], classes, args)
+        model = SuperGAT(d.x.shape[1], classes)
     else:
         model = GAT(d.x.shape[1], classes, value_dropout=0.6)
         if args.variant == "diffusion":
