@@ -284,15 +284,16 @@ def type_name(tp: Any) -> str:
         return "null"
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin is Union or origin is types.UnionType:  # Literal members: one list of choices
+        nullable = type(None) in args
         literal = [typing.get_origin(a) is typing.Literal for a in args]
         choices = [c for a, lit in zip(args, literal) if lit for c in typing.get_args(a)]
         names = [type_name(a) for a, lit in zip(args, literal) if not lit and a is not type(None)]
         if choices and not names:
-            return " | ".join(map(_choice, choices + ([None] if type(None) in args else [])))
-        names += [" | ".join(map(_choice, choices))] if choices else []
-        return " or ".join(dict.fromkeys(names + (["null"] if type(None) in args else [])))
+            return _one_of(choices + [None] * nullable)
+        names += [_one_of(choices)] if choices else []
+        return " or ".join(dict.fromkeys(names + ["null"] * nullable))
     if origin is typing.Literal:
-        return " | ".join(map(_choice, args))
+        return _one_of(args)
     if origin is Annotated:
         return type_name(args[0])
     if origin in (list, tuple, set, collections.abc.Iterable, collections.abc.Sequence) and args:
@@ -373,6 +374,11 @@ def _literal(tp: Any) -> tuple:
 def _choice(value: Any) -> str:
     """A choice as the user writes it in YAML (``null`` for None)."""
     return "null" if value is None else repr(value)
+
+
+def _one_of(values: Sequence[Any]) -> str:
+    """Choices as YAML values, ``'min' | 'max' | null``."""
+    return " | ".join(map(_choice, values))
 
 
 def _build_schema(params: Dict[str, tuple], qualname: str) -> _Spec:
@@ -497,7 +503,7 @@ def _list_fields(spec: _Spec):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         tname = f"BlockSpec[{child}]" if child else type_name(f.type)
         if f.name in choices:
-            tname = " | ".join(map(_choice, choices[f.name]))
+            tname = _one_of(choices[f.name])
         if f.name in bounds:
             tname = f"{tname} {bounds[f.name]}"
         out.append((f.name, tname, default))
