@@ -73,19 +73,19 @@ class SuperGAT(torch.nn.Module):
 
     def forward(self, x, edge_index):
         x = F.elu(self.c1(F.dropout(x, 0.6, self.training), edge_index))
-        x = self.c2(F.dropout(x, 0.6, self.training), edge_index)
-        if not self.training:
-            return x, 0.0
-        return x, self.c1.get_attention_loss() + self.c2.get_attention_loss()
+        return self.c2(F.dropout(x, 0.6, self.training), edge_index)
+
+    def attention_loss(self):
+        """The two layers' link losses of the last training forward."""
+        return self.c1.get_attention_loss() + self.c2.get_attention_loss()
 
 
-def train_loss(model, d, args, xs, eis, deg):
-    """The variant's training loss of one full-batch step."""
+def train_loss(model, d, args, S, xs, eis, deg):
+    """The variant's training loss of one full-batch step (S samples: the copies in xs, eis)."""
     N = d.x.shape[0]
     if args.variant == "supergat":
-        z, att_loss = model(d.x, d.edge_index)
-        return F.cross_entropy(z[d.train_mask], d.y[d.train_mask]) + args.weight * att_loss
-    S = args.samples if args.variant == "consistency" else 1
+        z = model(d.x, d.edge_index)
+        return F.cross_entropy(z[d.train_mask], d.y[d.train_mask]) + args.weight * model.attention_loss()
     z = model(xs, eis).view(S, N, -1)
     loss = sum(F.cross_entropy(z[s][d.train_mask], d.y[d.train_mask]) for s in range(S)) / S
     if args.variant == "consistency":
@@ -120,20 +120,16 @@ def run_seed(seed: int, d, args) -> dict:
                 layer.hops, layer.teleport = args.hops, args.teleport
     opt = torch.optim.Adam(model.parameters(), lr=0.005, weight_decay=5e-4)
 
-    def logits():
-        out = model(d.x, d.edge_index)
-        return out[0] if isinstance(out, tuple) else out
-
     best_acc, best_loss, waited, state = -1.0, float("inf"), 0, None
     start = time.perf_counter()
     for epoch in range(args.max_epochs):
         model.train()
         opt.zero_grad()
-        train_loss(model, d, args, xs, eis, deg).backward()
+        train_loss(model, d, args, S, xs, eis, deg).backward()
         opt.step()
         model.eval()
         with torch.no_grad():
-            out = logits()
+            out = model(d.x, d.edge_index)
             val_loss = float(F.cross_entropy(out[d.val_mask], d.y[d.val_mask]))
             val_acc = float((out[d.val_mask].argmax(-1) == d.y[d.val_mask]).float().mean())
         if val_acc > best_acc:
@@ -147,7 +143,7 @@ def run_seed(seed: int, d, args) -> dict:
     model.load_state_dict(state)
     model.eval()
     with torch.no_grad():
-        out = logits()
+        out = model(d.x, d.edge_index)
     test_acc = float((out[d.test_mask].argmax(-1) == d.y[d.test_mask]).float().mean())
     return {"seed": seed, "val_acc": 100 * best_acc, "test_acc": 100 * test_acc,
             "epochs": epoch + 1, "seconds": time.perf_counter() - start}
