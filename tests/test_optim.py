@@ -1,10 +1,14 @@
 """The shared optimisers and schedules (attnflow/tasks/optim.py) against their formulas."""
 
 import math
+from types import SimpleNamespace
 
 import pytest
+import pytorch_lightning as pl
 import torch
+from pytorch_lightning.callbacks import Timer
 
+from attnflow.registry import ConfigError
 from attnflow.tasks import optim
 
 
@@ -66,3 +70,88 @@ def test_bias_and_norm_parameters_go_without_weight_decay():
     opt.step()
     assert torch.allclose(net[1].weight, before[0] * (1 - 0.1 * 0.01))
     assert torch.equal(net[1].bias, before[1])
+
+
+# -- the cool-down: linear to zero over the last fraction of the run (steps or time box) --------
+def test_cooldown_is_one_then_falls_linearly_to_zero():
+    for p in (0.0, 0.5, 0.8):
+        assert optim.cooldown_factor(0.2, p) == 1.0
+    assert optim.cooldown_factor(0.2, 0.9) == pytest.approx(0.5)
+    assert optim.cooldown_factor(0.2, 0.95) == pytest.approx(0.25)
+    assert optim.cooldown_factor(0.2, 1.0) == 0.0
+    assert optim.cooldown_factor(0.0, 0.99) == 1.0  # 0: none
+
+
+class _Clock(Timer):
+    """Lightning's Timer with a settable elapsed time (what a run of ``duration`` s has used)."""
+
+    def __init__(self, duration: float):
+        super().__init__(duration={"seconds": duration})
+        self.now = 0.0
+
+    def time_elapsed(self, stage="train"):
+        return self.now
+
+
+def test_progress_is_the_larger_of_steps_and_time_box():
+    clock = _Clock(1000)
+    trainer = SimpleNamespace(estimated_stepping_batches=200, callbacks=[clock])
+    progress = optim.run_progress(trainer)
+    assert progress(50) == pytest.approx(0.25)  # no time used: steps say 50/200
+    clock.now = 600
+    assert progress(50) == pytest.approx(0.6)  # the time box ends the run first
+    clock.now = 2000
+    assert progress(50) == 1.0
+    # max_time alone (max_epochs=-1: no step count)
+    clock.now = 300
+    timed = optim.run_progress(SimpleNamespace(estimated_stepping_batches=math.inf, callbacks=[clock]))
+    assert timed(10_000) == pytest.approx(0.3)
+
+
+def test_cooldown_without_an_end_is_refused():
+    trainer = SimpleNamespace(estimated_stepping_batches=math.inf, callbacks=[Timer()])  # no duration
+    with pytest.raises(ConfigError, match=r"task\.optim\.cooldown needs the run's end.*max_time"):
+        optim.run_progress(trainer)
+
+
+def test_cooldown_multiplies_the_schedule_in_a_time_boxed_run():
+    clock = _Clock(100)
+    net = torch.nn.Linear(2, 2)
+    module = SimpleNamespace(parameters=net.parameters,
+                             trainer=SimpleNamespace(estimated_stepping_batches=math.inf, callbacks=[clock]))
+    cfg = optim.OptimConfig(lr=0.5, scheduler="noam", warmup_steps=4, cooldown=0.25)
+    out = optim.configure(module, cfg)
+    opt, sched = out["optimizer"], out["lr_scheduler"]["scheduler"]
+    seen = []
+    for step in range(1, 9):
+        clock.now = 10.0 * step  # 10 s a step: the 100-s box ends at step 10, cool-down from 75 s
+        opt.step()
+        sched.step()
+        seen.append(opt.param_groups[0]["lr"])
+    noam = lambda s: min(s / 4, math.sqrt(4 / s))  # noqa: E731
+    expect = [0.5 * noam(s) * min(1.0, (1 - s / 10) / 0.25) for s in range(1, 9)]
+    assert seen == pytest.approx(expect)
+    assert seen[-1] == pytest.approx(0.5 * noam(8) * 0.8)  # 80 s of 100: (1 − 0.8)/0.25
+
+
+class _Recorder(pl.LightningModule):
+    def __init__(self, cfg):
+        super().__init__()
+        self.net, self.cfg, self.lrs = torch.nn.Linear(2, 1), cfg, []
+
+    def training_step(self, batch, _):
+        self.lrs.append(self.optimizers().param_groups[0]["lr"])
+        return self.net(batch).sum()
+
+    def train_dataloader(self):
+        return torch.utils.data.DataLoader(torch.ones(8, 2), batch_size=2)  # 4 steps an epoch
+
+    def configure_optimizers(self):
+        return optim.configure(self, self.cfg)
+
+
+def test_cooldown_ends_a_lightning_run_at_zero(tmp_path):
+    module = _Recorder(optim.OptimConfig(lr=1.0, cooldown=0.5))  # scheduler 'none'
+    pl.Trainer(max_epochs=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+               enable_model_summary=False, default_root_dir=tmp_path).fit(module)
+    assert module.lrs == pytest.approx([min(1.0, (1 - s / 12) / 0.5) for s in range(12)])

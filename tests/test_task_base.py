@@ -32,6 +32,7 @@ CORA_RAW = DATA_DIR / "planetoid" / "Cora" / "raw"
     ({"warmup_steps": 1.5}, ["'task.optim.warmup_steps'", "must be int"]),
     ({"scheduler": "step"}, ["'task.optim.scheduler'", "'none', 'cosine', 'noam', 'linear'", "'step'"]),
     ({"optimizer": "adagrad"}, ["'task.optim.optimizer'", "'adam', 'adamw', 'sgd'"]),
+    ({"cooldown": 1.0}, ["'task.optim.cooldown'", "[0, 1)"]),
     (3, ["'task.optim'", "mapping"]),
 ])
 def test_optim_child_config_is_validated(optim, expect):
@@ -50,7 +51,8 @@ def test_a_bad_optim_field_stops_the_run_before_any_work(tmp_path):
 def test_optim_overrides_merge_onto_the_tasks_default():
     out = TASKS.validate({"name": "seq2seq", "optim": {"lr": 0.01}}, "task")
     assert out["optim"] == {"optimizer": "adam", "lr": 0.01, "weight_decay": 0.0,
-                            "scheduler": "cosine", "warmup_steps": 4000, "decay_bias_and_norm": True}
+                            "scheduler": "cosine", "warmup_steps": 4000, "decay_bias_and_norm": True,
+                            "cooldown": 0.0}
     task = TASKS.build({"name": "node_classification", "optim": {"scheduler": "noam"}},
                        nn.Linear(2, 2), 2)
     assert task.optim == OptimConfig(lr=0.005, weight_decay=5e-4, scheduler="noam")

@@ -12,6 +12,17 @@ Schedules (multiplying ``lr``, stepped every optimiser step):
   al. 2019 §A.2 (BERT: "linear warmup … and linear decay of the learning rate"), as HF
   transformers' ``get_linear_schedule_with_warmup``.
 
+Cool-down (``cooldown=f``, any schedule): over the last fraction f of training the schedule's factor
+is multiplied by (1 − p)/f, falling linearly to 0 at the end, where p ∈ [0, 1] is the progress of
+the run: the larger of step/S (S: the run's steps from ``trainer.max_steps``/``max_epochs``) and
+elapsed/``trainer.max_time`` (Lightning's Timer, validation included, carried across resumes). So
+a time-boxed run anneals in its last minutes however fast the machine is — the reciprocal-square-root
+schedule with a linear cool-down of Zhai et al. 2022 ("Scaling Vision Transformers", §3.5), which
+Hägele et al. 2024 ("Scaling Laws and Compute-Optimal Training Beyond Fixed Training Durations",
+§3) find as good as a cosine tuned to the length; Li et al. 2020 ("Budgeted Training", ICLR) find
+linear decay to zero best under a fixed budget. A time-based progress depends on the machine's
+speed, so such a run is not bit-reproducible on another machine or load.
+
 Weight decay: ``decay_bias_and_norm: false`` puts the parameters of one dimension (biases, the
 gains and shifts of layer norms) in a group without weight decay, as BERT's reference optimiser
 (Devlin et al. 2019's AdamWeightDecayOptimizer excludes "LayerNorm" and "bias"); matrices and
@@ -25,7 +36,9 @@ import math
 from typing import Callable, Iterable, Literal
 
 import torch
-from attnflow.registry import NonNegativeFloat, NonNegativeInt, PositiveFloat
+from pytorch_lightning.callbacks import Timer
+
+from attnflow.registry import ConfigError, NonNegativeFloat, NonNegativeInt, PositiveFloat, Probability
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
 SCHEDULERS = ("none", "cosine", "noam", "linear")
@@ -45,6 +58,8 @@ class OptimConfig:
         warmup_steps: warm-up of 'noam' and 'linear'.
         decay_bias_and_norm: false: no weight decay on one-dimensional parameters (biases, norm
             gains and shifts), as BERT's optimiser; true: decay on every parameter.
+        cooldown: the last fraction of the run (of its steps, or of ``trainer.max_time`` when
+            that ends it first) over which the learning rate falls linearly to 0; 0: none.
     """
 
     optimizer: Literal["adam", "adamw", "sgd"] = "adam"
@@ -53,6 +68,7 @@ class OptimConfig:
     scheduler: Literal["none", "cosine", "noam", "linear"] = "none"
     warmup_steps: NonNegativeInt = 4000
     decay_bias_and_norm: bool = True
+    cooldown: Probability = 0.0
 
 
 def make_optimizer(params: Iterable[torch.nn.Parameter], name: str, lr: float,
@@ -69,6 +85,8 @@ def make_optimizer(params: Iterable[torch.nn.Parameter], name: str, lr: float,
 
 def lr_factor(name: str, total_steps: int, warmup_steps: int = 4000) -> Callable[[int], float]:
     """The schedule's multiplier of the base learning rate at optimiser step ``step``."""
+    if name == "none":
+        return lambda step: 1.0
     if name == "noam":
         w = max(1, warmup_steps)
         return lambda step: min(max(step, 1) / w, math.sqrt(w / max(step, 1)))
@@ -80,6 +98,33 @@ def lr_factor(name: str, total_steps: int, warmup_steps: int = 4000) -> Callable
         total = max(1, total_steps)
         return lambda step: 0.5 * (1.0 + math.cos(math.pi * min(step, total) / total))
     raise ValueError(f"scheduler must be one of {', '.join(SCHEDULERS)}, got {name!r}")
+
+
+def cooldown_factor(fraction: float, progress: float) -> float:
+    """1 until the last ``fraction`` of the run, then (1 − progress)/fraction, down to 0 at its end."""
+    if fraction <= 0 or progress <= 1 - fraction:
+        return 1.0
+    return max(0.0, (1.0 - progress) / fraction)
+
+
+def run_progress(trainer) -> Callable[[int], float]:
+    """The fraction of ``trainer``'s run done after optimiser step s: the larger of s over its
+    estimated steps and, when ``trainer.max_time`` is set, the Timer's elapsed over that time."""
+    steps = float(trainer.estimated_stepping_batches)
+    timer = next((cb for cb in trainer.callbacks if isinstance(cb, Timer)), None)
+    if timer is not None and timer.time_remaining() is None:
+        timer = None
+    if not math.isfinite(steps) and timer is None:
+        raise ConfigError("task.optim.cooldown needs the run's end: set trainer.max_steps, "
+                          "trainer.max_epochs or trainer.max_time (or task.optim.cooldown=0)")
+
+    def progress(step: int) -> float:
+        done = step / steps if math.isfinite(steps) and steps > 0 else 0.0
+        if timer is not None:
+            elapsed = timer.time_elapsed()
+            done = max(done, elapsed / max(elapsed + timer.time_remaining(), 1e-9))
+        return min(1.0, done)
+    return progress
 
 
 def param_groups(module: torch.nn.Module, weight_decay: float) -> list:
@@ -95,9 +140,13 @@ def configure(module, cfg: OptimConfig):
     params = (module.parameters() if cfg.decay_bias_and_norm
               else param_groups(module, cfg.weight_decay))
     opt = make_optimizer(params, cfg.optimizer, cfg.lr, cfg.weight_decay)
-    if cfg.scheduler == "none":
+    if cfg.scheduler == "none" and cfg.cooldown == 0:
         return opt
     total = (int(module.trainer.estimated_stepping_batches)
              if cfg.scheduler in ("cosine", "linear") else 0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(cfg.scheduler, total, cfg.warmup_steps))
+    factor = lr_factor(cfg.scheduler, total, cfg.warmup_steps)
+    if cfg.cooldown > 0:
+        base, progress, f = factor, run_progress(module.trainer), cfg.cooldown
+        factor = lambda step: base(step) * cooldown_factor(f, progress(step))  # noqa: E731
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
     return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
