@@ -21,7 +21,8 @@ schedule with a linear cool-down of Zhai et al. 2022 ("Scaling Vision Transforme
 Hägele et al. 2024 ("Scaling Laws and Compute-Optimal Training Beyond Fixed Training Durations",
 §3) find as good as a cosine tuned to the length; Li et al. 2020 ("Budgeted Training", ICLR) find
 linear decay to zero best under a fixed budget. A time-based progress depends on the machine's
-speed, so such a run is not bit-reproducible on another machine or load.
+speed, so such a run is not bit-reproducible on another machine or load. A run resumed with a
+longer ``trainer.max_time`` moves its cool-down to the new end (the rate rises again first).
 
 Weight decay: ``decay_bias_and_norm: false`` puts the parameters of one dimension (biases, the
 gains and shifts of layer norms) in a group without weight decay, as BERT's reference optimiser
