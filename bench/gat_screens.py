@@ -24,10 +24,11 @@ Variants (``--variant``):
 
 Post-processing (``--correct-smooth``): the trained model's softmax output, then Correct and
 Smooth (Huang et al. 2021, "Combining Label Propagation and Simple Models Out-performs Graph Neural
-Networks", §3: the training residuals spread with E ← (1 − α₁)E₀ + α₁SE and added at the training
-residuals' mean L1 scale — or, with --cs-scale s, at s times their spread values — then the training labels clamped and spread with G ← (1 − α₂)G₀ + α₂SG,
-S = D^−½AD^−½; PyG's ``CorrectAndSmooth``), with the training labels only, for each (α₁, α₂) of
-``--cs-alphas``: the val (and with --test, test) accuracy of each is reported beside the model's.
+Networks", §3): the training residuals spread with E ← (1 − α₁)E₀ + α₁SE and added at the
+training residuals' mean L1 size (autoscale; with ``--cs-scale s``: s times the spread values),
+then the training labels clamped and spread with G ← (1 − α₂)G₀ + α₂SG, S = D^−½AD^−½ (PyG's
+``CorrectAndSmooth``), with the training labels only, for each (α₁, α₂) of ``--cs-alphas``: the
+val (and with --test, test) accuracy of each is reported beside the model's.
 
     python bench/gat_screens.py --variant consistency --samples 2        # val seeds 100–103
     python bench/gat_screens.py --variant supergat --seeds 104 105 106 107
@@ -155,8 +156,10 @@ def run_seed(seed: int, d, args) -> dict:
     run = {"seed": seed, "val_acc": 100 * best_acc, "test_acc": acc(out, d.test_mask),
            "epochs": epoch + 1, "seconds": time.perf_counter() - start}
     if args.correct_smooth:
-        run["cs"] = {f"{a1}/{a2}": {"val_acc": acc(p, d.val_mask), "test_acc": acc(p, d.test_mask)}
-                          for a1, a2 in args.cs_alphas for p in [correct_smooth(out, d, a1, a2, args.cs_scale)]}
+        run["cs"] = {}
+        for a1, a2 in args.cs_alphas:
+            p = correct_smooth(out, d, a1, a2, args.cs_scale)
+            run["cs"][f"{a1}/{a2}"] = {"val_acc": acc(p, d.val_mask), "test_acc": acc(p, d.test_mask)}
     return run
 
 
@@ -214,10 +217,12 @@ def main():
     for k in runs[0].get("cs", {}):
         print(f"  + C&S {k}: val mean {statistics.mean(r['cs'][k]['val_acc'] for r in runs):.2f}" + (
             f", test {statistics.mean(r['cs'][k]['test_acc'] for r in runs):.2f}" if args.test else ""))
-    hidden = lambda r: {k: (hidden(v) if isinstance(v, dict) else v)  # noqa: E731
-                        for k, v in r.items() if k != "test_acc" or args.test}
+    def without_test(r: dict) -> dict:  # test accuracies are written only with --test
+        return {k: (without_test(v) if isinstance(v, dict) else v)
+                for k, v in r.items() if k != "test_acc" or args.test}
+
     out = {"command": " ".join(["python", *sys.argv]), "args": vars(args), "val_mean": val,
-           "runs": [hidden(r) for r in runs]}
+           "runs": [without_test(r) for r in runs]}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2))
 
