@@ -113,17 +113,18 @@ def run_progress(trainer) -> Callable[[int], float]:
     estimated steps and, when ``trainer.max_time`` is set, the Timer's elapsed over that time."""
     steps = float(trainer.estimated_stepping_batches)
     timer = next((cb for cb in trainer.callbacks if isinstance(cb, Timer)), None)
-    if timer is not None and timer.time_remaining() is None:
-        timer = None
-    if not math.isfinite(steps) and timer is None:
+    # the time box in seconds (elapsed + remaining: Lightning's Timer keeps it private), or None
+    box = None if timer is None or timer.time_remaining() is None else \
+        timer.time_elapsed() + timer.time_remaining()
+    if not math.isfinite(steps) and box is None:
         raise ConfigError("task.optim.cooldown needs the run's end: set trainer.max_steps, "
                           "trainer.max_epochs or trainer.max_time (or task.optim.cooldown=0)")
+    per_step = 1.0 / steps if math.isfinite(steps) and steps > 0 else 0.0
 
     def progress(step: int) -> float:
-        done = step / steps if math.isfinite(steps) and steps > 0 else 0.0
-        if timer is not None:
-            elapsed = timer.time_elapsed()
-            done = max(done, elapsed / max(elapsed + timer.time_remaining(), 1e-9))
+        done = step * per_step
+        if box is not None:
+            done = max(done, timer.time_elapsed() / max(box, 1e-9))
         return min(1.0, done)
     return progress
 

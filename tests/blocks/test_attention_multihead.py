@@ -246,13 +246,13 @@ def test_bf16_attention_on_the_cpu_computes_in_float32(autocast):
     times slower there), under bf16 autocast (``bf16-mixed``) and with bf16 tensors
     (``bf16-true``): the context is float32 attention of the same inputs rounded once to bf16 (a
     bf16 kernel rounds inside and differs), and gradients flow back in bf16."""
-    from attnflow.blocks.attention.functional import _sdpa
+    from attnflow.blocks.attention.functional import sdpa
 
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 4, 7, 8).to(torch.bfloat16).requires_grad_() for _ in range(3))
     mask = torch.arange(7) < torch.tensor([7, 4]).view(2, 1, 1, 1)  # (B, 1, 1, Tk)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        out = _sdpa(q, k, v, attn_mask=mask, scale=0.5)
+        out = sdpa(q, k, v, attn_mask=mask, scale=0.5)
     by_hand = (q.float() @ k.float().transpose(-1, -2) * 0.5).masked_fill(~mask, float("-inf"))
     expected = (by_hand.softmax(-1) @ v.float()).to(torch.bfloat16)
     assert out.dtype == torch.bfloat16

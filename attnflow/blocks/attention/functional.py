@@ -36,7 +36,7 @@ def padding_mask(lengths: torch.Tensor, max_len: Optional[int] = None) -> torch.
     return torch.arange(max_len, device=lengths.device) < lengths.unsqueeze(-1)
 
 
-def _sdpa(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, **kwargs) -> torch.Tensor:
+def sdpa(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, **kwargs) -> torch.Tensor:
     """``F.scaled_dot_product_attention``; on the CPU with bf16/fp16 inputs (``bf16-mixed``
     autocast, ``bf16-true`` weights) it computes in float32 and returns the inputs' dtype: with
     torch 2.13 the CPU flash-attention backward in bf16 took 6× its float32 time, more than bf16
@@ -66,8 +66,8 @@ def attend(
         attn_mask = mask
         if causal and mask is not None:
             attn_mask = mask & causal_mask(query.shape[-2], prepared_keys.shape[-2], query.device)
-        context = _sdpa(query, prepared_keys, values, attn_mask=attn_mask, dropout_p=dropout,
-                        is_causal=causal and mask is None, scale=scorer.sdpa_scale)
+        context = sdpa(query, prepared_keys, values, attn_mask=attn_mask, dropout_p=dropout,
+                       is_causal=causal and mask is None, scale=scorer.sdpa_scale)
         return context, None
     scores = scorer.score_prepared(query, prepared_keys)
     if causal:
