@@ -155,3 +155,19 @@ def test_cooldown_ends_a_lightning_run_at_zero(tmp_path):
     pl.Trainer(max_epochs=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                enable_model_summary=False, default_root_dir=tmp_path).fit(module)
     assert module.lrs == pytest.approx([min(1.0, (1 - s / 12) / 0.5) for s in range(12)])
+
+
+@pytest.mark.parametrize("scheduler", ["cosine", "linear"])
+def test_a_decaying_schedule_without_a_step_count_is_refused_naming_the_field(scheduler):
+    """max_epochs=-1 with no max_steps (a run only max_time ends): the decay has no length. The
+    refusal names task.optim.scheduler and points to the cool-down, which follows the time box."""
+    net = torch.nn.Linear(2, 2)
+    module = SimpleNamespace(parameters=net.parameters,
+                             trainer=SimpleNamespace(estimated_stepping_batches=math.inf, callbacks=[_Clock(100)]))
+    with pytest.raises(ConfigError, match=rf"task\.optim\.scheduler={scheduler} .*max_steps.*cooldown"):
+        optim.configure(module, optim.OptimConfig(scheduler=scheduler))
+    # a step count makes the same config valid, and the time-boxed noam run needs none
+    module.trainer.estimated_stepping_batches = 40
+    assert "lr_scheduler" in optim.configure(module, optim.OptimConfig(scheduler=scheduler))
+    module.trainer.estimated_stepping_batches = math.inf
+    assert "lr_scheduler" in optim.configure(module, optim.OptimConfig(scheduler="noam", cooldown=0.2))

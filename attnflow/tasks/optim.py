@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable, Iterable, Literal
+from typing import Callable, Iterable, Literal, Optional
 
 import torch
 from pytorch_lightning.callbacks import Timer
@@ -108,10 +108,11 @@ def cooldown_factor(fraction: float, progress: float) -> float:
     return max(0.0, (1.0 - progress) / fraction)
 
 
-def run_progress(trainer) -> Callable[[int], float]:
+def run_progress(trainer, steps: Optional[float] = None) -> Callable[[int], float]:
     """The fraction of ``trainer``'s run done after optimiser step s: the larger of s over its
-    estimated steps and, when ``trainer.max_time`` is set, the Timer's elapsed over that time."""
-    steps = float(trainer.estimated_stepping_batches)
+    estimated steps (``steps``, when the caller has read them already) and, when
+    ``trainer.max_time`` is set, the Timer's elapsed over that time."""
+    steps = float(trainer.estimated_stepping_batches if steps is None else steps)
     timer = next((cb for cb in trainer.callbacks if isinstance(cb, Timer)), None)
     # the time box in seconds (elapsed + remaining: Lightning's Timer keeps it private), or None
     box = None if timer is None or timer.time_remaining() is None else \
@@ -144,11 +145,15 @@ def configure(module, cfg: OptimConfig):
     opt = make_optimizer(params, cfg.optimizer, cfg.lr, cfg.weight_decay)
     if cfg.scheduler == "none" and cfg.cooldown == 0:
         return opt
-    total = (int(module.trainer.estimated_stepping_batches)
-             if cfg.scheduler in ("cosine", "linear") else 0)
-    factor = lr_factor(cfg.scheduler, total, cfg.warmup_steps)
+    decays = cfg.scheduler in ("cosine", "linear")
+    steps = float(module.trainer.estimated_stepping_batches) if decays or cfg.cooldown > 0 else 0.0
+    if decays and not math.isfinite(steps):
+        raise ConfigError(f"task.optim.scheduler={cfg.scheduler} decays over the run's steps, which "
+                          "are unknown: set trainer.max_steps or trainer.max_epochs (for a run that "
+                          "trainer.max_time ends, task.optim.cooldown follows the time box)")
+    factor = lr_factor(cfg.scheduler, int(steps) if math.isfinite(steps) else 0, cfg.warmup_steps)
     if cfg.cooldown > 0:
-        base, progress, f = factor, run_progress(module.trainer), cfg.cooldown
+        base, progress, f = factor, run_progress(module.trainer, steps), cfg.cooldown
         factor = lambda step: base(step) * cooldown_factor(f, progress(step))  # noqa: E731
     sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
     return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
