@@ -10,6 +10,17 @@ GAT paper, where the single-label loss is the plain cross-entropy −ln softmax(
     single-label:  L = −1/|M| Σ_{t∈M} Σ_c q_tc ln softmax(z_t)_c,  q_t = (1 − ε)·onehot(y_t) + ε/C
     multi-label:   L = −1/(|M|·C) Σ_{t∈M} Σ_c [y_tc ln σ(z_tc) + (1 − y_tc) ln(1 − σ(z_tc))]
 
+With μ = ``propagation_reg`` > 0 (single-label only) the training loss adds propagation
+regularisation, P-reg (Yang, Ma & Cheng 2021, "Rethinking graph regularization for graph neural
+networks", §3, φ the cross-entropy): each node's output is pulled towards its neighbours' mean
+output, over *every* node of the batch, labelled or not,
+
+    L_train = L + μ · 1/|V′| Σ_{i∈V′} −Σ_c softmax(ẑ_i)_c ln softmax(z_i)_c,   ẑ_i = 1/|N(i)| Σ_{j∈N(i)} z_j
+
+(Ẑ = D⁻¹AZ; N(i): i's in-neighbours other than i; V′: the nodes with at least one; the gradient
+flows through both sides). Validation and test losses are the plain L, so early stopping on
+val/loss compares the same quantity whatever μ is; ``train/preg`` logs the term without μ.
+
 Metrics, logged as ``{train,val,test}/<name>``: ``loss``; ``acc`` (single-label: argmax equals
 the class; multi-label: fraction of (node, class) decisions σ(z) > ½ that are right); multi-label
 also ``f1`` (micro-averaged F1, the PPI metric). Metrics accumulate over the mini-batches of an
@@ -36,12 +47,26 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnflow.registry import TASKS, Probability
+from torch_geometric.utils import remove_self_loops, scatter
+
+from attnflow.registry import TASKS, NonNegativeFloat, Probability
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
 
 SPLITS = ("train", "val", "test")
 COUNTS = ("right", "decisions", "tp", "fp", "fn")  # the per-epoch sums behind acc and f1
+
+
+def propagation_loss(logits: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+    """P-reg's term (module docstring): the mean over nodes with a neighbour of the cross-entropy
+    of softmax(z_i) against softmax of the mean of the neighbours' z_j (edges j → i)."""
+    src, dst = remove_self_loops(edge_index)[0]
+    n = logits.shape[0]
+    neighbours = scatter(logits[src], dst, dim=0, dim_size=n, reduce="mean")
+    has = torch.zeros(n, dtype=torch.bool, device=logits.device)
+    has[dst] = True
+    ce = -(neighbours.softmax(-1) * logits.log_softmax(-1)).sum(-1)
+    return ce[has].mean()
 
 
 @TASKS.register("node_classification")
@@ -59,6 +84,8 @@ class NodeClassificationTask(Task):
         picture: save the embedding picture when training ends (default True).
         label_smoothing: ε of the single-label loss, every split (default 0.0: the paper's);
             multi-label runs refuse ε > 0.
+        propagation_reg: μ of the P-reg term of the training loss (default 0.0: none, the
+            paper's); multi-label runs refuse μ > 0.
     """
 
     interface = "graph"
@@ -68,17 +95,19 @@ class NodeClassificationTask(Task):
     def __init__(self, model: nn.Module, num_classes: int, multi_label_data: bool = False, *,
                  multi_label: bool = False,
                  optim: OptimConfig = OptimConfig(lr=0.005, weight_decay=5e-4), picture: bool = True,
-                 label_smoothing: Probability = 0.0):
+                 label_smoothing: Probability = 0.0, propagation_reg: NonNegativeFloat = 0.0):
         super().__init__(model, optim=optim)
-        if multi_label and label_smoothing:
-            raise ValueError("task 'node_classification': label_smoothing applies to single-label "
-                             f"data (SoftMax cross-entropy); got {label_smoothing} with multi_label=true")
+        for field, value in (("label_smoothing", label_smoothing), ("propagation_reg", propagation_reg)):
+            if multi_label and value:
+                raise ValueError(f"task 'node_classification': {field} applies to single-label "
+                                 f"data (SoftMax cross-entropy); got {value} with multi_label=true")
         if multi_label != multi_label_data:
             kind = "multi-label ((N, C) 0/1)" if multi_label_data else "single-label ((N,) ids)"
             raise ValueError(f"task 'node_classification': the data's labels are {kind}; set "
                              f"task.multi_label={str(multi_label_data).lower()}")
         self.num_classes, self.multi_label = num_classes, multi_label
         self.picture, self.label_smoothing = picture, label_smoothing
+        self.propagation_reg = propagation_reg
         # split -> float32 sums of COUNTS over the epoch's batches so far (not a module or a
         # buffer: nothing of it goes into checkpoints, as torchmetrics' states did not)
         self._sums: dict = {}
@@ -112,6 +141,11 @@ class NodeClassificationTask(Task):
             with torch.no_grad():
                 counts = torch.stack([(z.argmax(-1) == y).sum(dtype=torch.float32),
                                       z.new_tensor(y.numel(), dtype=torch.float32)])
+            if split == "train" and self.propagation_reg:
+                preg = propagation_loss(logits, batch.edge_index)
+                self.log("train/preg", preg, batch_size=logits.shape[0], on_epoch=True, on_step=False,
+                         sync_dist=True)
+                loss = loss + self.propagation_reg * preg
         prev = self._sums.get(split)
         self._sums[split] = counts if prev is None else prev + counts
         self.log(f"{split}/loss", loss, batch_size=n, prog_bar=split != "test", on_epoch=True,

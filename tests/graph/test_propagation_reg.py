@@ -1,0 +1,113 @@
+"""node_classification's propagation regularisation (P-reg; Yang, Ma & Cheng 2021, §3, φ the
+cross-entropy) against the definition written out here with loops over nodes and edges: the term on a
+known graph, the training loss of a real step (L + μ·P-reg), the validation loss left plain, and
+the refusals (multi-label data, μ < 0)."""
+
+import copy
+import math
+
+import pytest
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+
+from attnflow.data.synthetic_graph import SyntheticGraphDataModule
+from attnflow.models.gat import GAT
+from attnflow.registry import TASKS, ConfigError
+from attnflow.tasks.node_classification import propagation_loss
+from support import compose_cfg
+
+
+def _by_definition(z: torch.Tensor, edges: list) -> float:
+    """1/|V′| Σ_{i∈V′} −Σ_c softmax(ẑ_i)_c ln softmax(z_i)_c, ẑ_i the mean of z_j over the edges
+    j → i with j ≠ i, V′ the nodes that have such an edge; plain Python over nodes and classes."""
+    rows = z.tolist()
+    total, counted = 0.0, 0
+    for i, zi in enumerate(rows):
+        nbrs = [j for j, t in edges if t == i and j != i]
+        if not nbrs:
+            continue
+        mean = [sum(rows[j][c] for j in nbrs) / len(nbrs) for c in range(len(zi))]
+        q = [math.exp(v) / sum(math.exp(u) for u in mean) for v in mean]
+        logp = [v - math.log(sum(math.exp(u) for u in zi)) for v in zi]
+        total += -sum(qc * lc for qc, lc in zip(q, logp))
+        counted += 1
+    return total / counted
+
+
+def test_the_term_on_a_known_graph_equals_the_definition():
+    """A path 0–1–2 both ways, a one-way edge 3 → 0, a self-loop on 2 (ignored) and an isolated
+    node 4 (left out of the mean): node 0's neighbours are 1 and 3, node 3 has none."""
+    torch.manual_seed(0)
+    z = torch.randn(5, 3)
+    edges = [(0, 1), (1, 0), (1, 2), (2, 1), (3, 0), (2, 2)]
+    got = propagation_loss(z, torch.tensor(edges).t())
+    assert float(got) == pytest.approx(_by_definition(z, edges), rel=1e-6)
+    # the isolated node and node 3 do not count: changing only their logits' targets is moot,
+    # while changing node 1's logits moves the term
+    z2 = z.clone()
+    z2[4] += 5.0
+    assert float(propagation_loss(z2, torch.tensor(edges).t())) == pytest.approx(float(got), rel=1e-6)
+    z2[1] += torch.tensor([3.0, 0.0, -3.0])
+    assert float(propagation_loss(z2, torch.tensor(edges).t())) != pytest.approx(float(got), rel=1e-3)
+
+
+def _trainer(**kw):
+    return pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                      enable_progress_bar=False, enable_model_summary=False,
+                      num_sanity_val_steps=0, **kw)
+
+
+def _task(dm, mu):
+    torch.manual_seed(0)
+    model = GAT(16, 4, dropout=0.0, attn_dropout=0.0)  # train-mode forward = eval forward
+    return TASKS.build({"name": "node_classification", "picture": False, "propagation_reg": mu},
+                       model, **dm.task_context())
+
+
+def test_a_training_step_minimises_cross_entropy_plus_mu_times_the_term():
+    dm = SyntheticGraphDataModule(num_nodes=60)
+    d = dm.full_graph()
+    task = _task(dm, 0.5)
+    before = copy.deepcopy(task.model)
+    trainer = _trainer(max_epochs=1)
+    trainer.fit(task, datamodule=dm)
+    m = trainer.callback_metrics
+    with torch.no_grad():
+        z = before.eval()(d.x, d.edge_index)
+    edges = list(map(tuple, d.edge_index.t().tolist()))
+    preg = _by_definition(z, edges)
+    ce = float(F.cross_entropy(z[d.train_mask], d.y[d.train_mask]))
+    assert float(m["train/preg"]) == pytest.approx(preg, rel=1e-5)
+    assert float(m["train/loss"]) == pytest.approx(ce + 0.5 * preg, rel=1e-5)
+    # the gradient of the step followed the regularised loss: the weights differ from a μ = 0 step
+    plain = _task(dm, 0.0)
+    _trainer(max_epochs=1).fit(plain, datamodule=dm)
+    assert not torch.allclose(task.model.layers[0].lin.weight, plain.model.layers[0].lin.weight)
+
+
+def test_validation_loss_is_the_plain_cross_entropy_whatever_mu():
+    dm = SyntheticGraphDataModule(num_nodes=60)
+    outs = [_trainer().validate(_task(dm, mu), datamodule=dm, verbose=False)[0] for mu in (0.0, 2.0)]
+    assert outs[0]["val/loss"] == outs[1]["val/loss"]
+    assert "train/preg" not in outs[1]
+
+
+def test_refusals_name_the_field():
+    dm = SyntheticGraphDataModule(num_nodes=40, multi_label=True)
+    with pytest.raises(ValueError, match="propagation_reg.*multi_label"):
+        TASKS.build({"name": "node_classification", "multi_label": True, "picture": False,
+                     "propagation_reg": 0.5}, GAT(16, 4), **dm.task_context())
+    dm = SyntheticGraphDataModule(num_nodes=40)
+    with pytest.raises(ConfigError, match="propagation_reg"):
+        TASKS.build({"name": "node_classification", "propagation_reg": -0.1}, GAT(16, 4),
+                    **dm.task_context())
+
+
+@pytest.mark.parametrize("overrides,mu", [([], 0.4), (["task.propagation_reg=0.3"], 0.3)])
+def test_the_preset_and_its_override_reach_the_task(overrides, mu):
+    cfg = compose_cfg(["experiment=gat_cora_preg", *overrides])
+    dm = SyntheticGraphDataModule(num_nodes=40)
+    task = TASKS.build(cfg.task, GAT(16, 4), **dm.task_context(), path="task")
+    assert task.propagation_reg == mu
+    assert compose_cfg(["experiment=gat_cora"]).task.get("propagation_reg", 0.0) == 0.0
