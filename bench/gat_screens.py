@@ -1,8 +1,8 @@
 """Quick screens of GAT variants on Cora's validation split (not a test; docs/benchmarks.md, "Cora
 ≥ 84.0"): a plain PyTorch loop, no Lightning, so a variant costs minutes to try before it is
-worth building into attnflow. The protocol is gat_cora's: full-batch Adam (lr 0.005, weight decay
-5e-4), early stopping with patience 100 on the validation loss, the epoch of the best validation
-accuracy kept; seeds 100+ for choosing (the reported seeds are 0–9).
+worth building into attnflow. The protocol is gat_cora's: full-batch Adam (lr 0.005, ``--lr``; weight
+decay 5e-4), early stopping with patience 100 (``--patience``) on the validation loss, the epoch of
+the best validation accuracy kept; seeds 100+ for choosing (the reported seeds are 0–9).
 
 Variants (``--variant``):
 
@@ -19,8 +19,9 @@ Variants (``--variant``):
   teleport a, Z⁰ = Wh, Zᵏ⁺¹ = (1 − a)·A Zᵏ + a·Z⁰ (A: the layer's attention; Wang et al. 2021,
   MAGNA, eq. (5)).
 - ``preg``: base with propagation regularisation (Yang et al. 2021, "Rethinking graph
-  regularization", eq. (4)): μ · mean_i CE(softmax(Ẑᵢ), softmax(Zᵢ)), Ẑ = D⁻¹AZ (the neighbours'
-  mean logits).
+  regularization", §3): μ · mean_i CE(softmax(Ẑᵢ), softmax(Zᵢ)), Ẑ = D⁻¹AZ (the neighbours'
+  mean logits; attnflow's ``task.propagation_reg``, whose ``propagation_loss`` it calls).
+  ``--preg μ`` adds the same term to any other variant (consistency: to each sample's output).
 
 Post-processing (``--correct-smooth``): the trained model's softmax output, then Correct and
 Smooth (Huang et al. 2021, "Combining Label Propagation and Simple Models Out-performs Graph Neural
@@ -54,6 +55,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from attnflow.blocks.graph.graph_attention import GraphAttention  # noqa: E402
 from attnflow.data.planetoid import PlanetoidDataModule  # noqa: E402
 from attnflow.models.gat import GAT  # noqa: E402
+from attnflow.tasks.node_classification import propagation_loss  # noqa: E402
 from support import DATA_DIR  # noqa: E402
 
 
@@ -88,7 +90,7 @@ class SuperGAT(torch.nn.Module):
         return self.c1.get_attention_loss() + self.c2.get_attention_loss()
 
 
-def train_loss(model, d, args, S, xs, eis, deg):
+def train_loss(model, d, args, S, xs, eis):
     """The variant's training loss of one full-batch step (S samples: the copies in xs, eis)."""
     N = d.x.shape[0]
     if args.variant == "supergat":
@@ -101,10 +103,9 @@ def train_loss(model, d, args, S, xs, eis, deg):
         sharp = p.mean(0).pow(1 / args.temperature)
         sharp = (sharp / sharp.sum(-1, keepdim=True)).detach()
         loss = loss + args.weight * (p - sharp).pow(2).sum(-1).mean()
-    elif args.variant == "preg":
-        ei = d.edge_index
-        mean_nb = torch.zeros_like(z[0]).index_add_(0, ei[1], z[0][ei[0]]) / deg
-        loss = loss - args.weight * (mean_nb.softmax(-1) * z[0].log_softmax(-1)).sum(-1).mean()
+    mu = args.weight if args.variant == "preg" else args.preg
+    if mu:
+        loss = loss + mu * sum(propagation_loss(z[s], d.edge_index) for s in range(S)) / S
     return loss
 
 
@@ -113,8 +114,6 @@ def run_seed(seed: int, d, args) -> dict:
     S = args.samples if args.variant == "consistency" else 1
     xs = d.x.repeat(S, 1)  # S copies side by side: one forward draws S independent dropouts
     eis = torch.cat([d.edge_index + s * N for s in range(S)], 1)
-    deg = torch.zeros(N).index_add_(0, d.edge_index[1], torch.ones(d.edge_index.shape[1]))
-    deg = deg.clamp(min=1).unsqueeze(-1)
     torch.manual_seed(seed)
     random.seed(seed)  # PyG's negative_sampling (supergat) draws with Python's random
     if args.variant == "supergat":
@@ -126,14 +125,14 @@ def run_seed(seed: int, d, args) -> dict:
                 layer = model.layers[i]
                 layer.__class__ = Diffused
                 layer.hops, layer.teleport = args.hops, args.teleport
-    opt = torch.optim.Adam(model.parameters(), lr=0.005, weight_decay=5e-4)
+    opt = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=5e-4)
 
     best_acc, best_loss, waited, state = -1.0, float("inf"), 0, None
     start = time.perf_counter()
     for epoch in range(args.max_epochs):
         model.train()
         opt.zero_grad()
-        train_loss(model, d, args, S, xs, eis, deg).backward()
+        train_loss(model, d, args, S, xs, eis).backward()
         opt.step()
         model.eval()
         with torch.no_grad():
@@ -183,10 +182,12 @@ def main():
     ap.add_argument("--temperature", type=float, default=0.5, help="consistency: T")
     ap.add_argument("--weight", type=float, default=None,
                     help="λ of the extra loss (default: consistency 1.0, supergat 4.0, preg 1.0)")
+    ap.add_argument("--preg", type=float, default=0.0, help="μ of a P-reg term added to another variant")
     ap.add_argument("--hops", type=int, default=6, help="diffusion: K")
     ap.add_argument("--teleport", type=float, default=0.1, help="diffusion: a")
     ap.add_argument("--diffuse", type=int, nargs="+", default=[0, 1], help="diffusion: layers")
     ap.add_argument("--patience", type=int, default=100)
+    ap.add_argument("--lr", type=float, default=0.005)
     ap.add_argument("--max-epochs", type=int, default=1000)
     ap.add_argument("--correct-smooth", action="store_true", help="also Correct and Smooth the output")
     ap.add_argument("--cs-alphas", type=lambda t: tuple(map(float, t.split("/"))), nargs="+",
@@ -196,6 +197,9 @@ def main():
     ap.add_argument("--test", action="store_true", help="also print test accuracy (reporting only)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "gat_screens.json"))
     args = ap.parse_args()
+    if args.preg and args.variant in ("supergat", "preg"):
+        ap.error(f"--preg adds P-reg to base, consistency or diffusion, not to {args.variant} "
+                 "(preg: use --weight)")
     if args.weight is None:
         args.weight = {"supergat": 4.0}.get(args.variant, 1.0)
     torch.set_num_threads(1)
