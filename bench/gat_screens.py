@@ -1,8 +1,8 @@
 """Quick screens of GAT variants on Cora's validation split (not a test; docs/benchmarks.md, "Cora
 ≥ 84.0"): a plain PyTorch loop, no Lightning, so a variant costs minutes to try before it is
 worth building into attnflow. The protocol is gat_cora's: full-batch Adam (lr 0.005, ``--lr``; weight
-decay 5e-4), early stopping with patience 100 (``--patience``) on the validation loss, the epoch of
-the best validation accuracy kept; seeds 100+ for choosing (the reported seeds are 0–9).
+decay 5e-4), early stopping with patience 100 (``--patience``) on the validation loss (``--stop-on acc``: on
+the validation accuracy), the epoch of the best validation accuracy kept; seeds 100+ for choosing (the reported seeds are 0–9).
 
 Variants (``--variant``):
 
@@ -139,10 +139,11 @@ def run_seed(seed: int, d, args) -> dict:
             out = model(d.x, d.edge_index)
             val_loss = float(F.cross_entropy(out[d.val_mask], d.y[d.val_mask]))
             val_acc = float((out[d.val_mask].argmax(-1) == d.y[d.val_mask]).float().mean())
+        improved = val_acc > best_acc if args.stop_on == "acc" else val_loss < best_loss
         if val_acc > best_acc:
             best_acc, state = val_acc, copy.deepcopy(model.state_dict())
-        if val_loss < best_loss:
-            best_loss, waited = val_loss, 0
+        if improved:
+            best_loss, waited = min(best_loss, val_loss), 0
         else:
             waited += 1
             if waited >= args.patience:
@@ -188,6 +189,8 @@ def main():
     ap.add_argument("--diffuse", type=int, nargs="+", default=[0, 1], help="diffusion: layers")
     ap.add_argument("--patience", type=int, default=100)
     ap.add_argument("--lr", type=float, default=0.005)
+    ap.add_argument("--stop-on", choices=["loss", "acc"], default="loss",
+                    help="early stopping watches the val loss (gat_cora) or the val accuracy")
     ap.add_argument("--max-epochs", type=int, default=1000)
     ap.add_argument("--correct-smooth", action="store_true", help="also Correct and Smooth the output")
     ap.add_argument("--cs-alphas", type=lambda t: tuple(map(float, t.split("/"))), nargs="+",
