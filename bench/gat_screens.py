@@ -1,8 +1,9 @@
 """Quick screens of GAT variants on Cora's validation split (not a test; docs/benchmarks.md, "Cora
 ≥ 84.0"): a plain PyTorch loop, no Lightning, so a variant costs minutes to try before it is
-worth building into attnflow. The protocol is gat_cora's: full-batch Adam (lr 0.005, ``--lr``; weight
-decay 5e-4), early stopping with patience 100 (``--patience``) on the validation loss (``--stop-on acc``: on
-the validation accuracy), the epoch of the best validation accuracy kept; seeds 100+ for choosing (the reported seeds are 0–9).
+worth building into attnflow. The protocol is gat_cora's: full-batch Adam (lr 0.005, ``--lr``;
+weight decay 5e-4), early stopping with patience 100 (``--patience``) on the validation loss
+(``--stop-on acc``: on the validation accuracy), the epoch of the best validation accuracy kept;
+seeds 100+ for choosing (the reported seeds are 0–9).
 
 Variants (``--variant``):
 

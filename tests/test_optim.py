@@ -162,8 +162,8 @@ def test_a_decaying_schedule_without_a_step_count_is_refused_naming_the_field(sc
     """max_epochs=-1 with no max_steps (a run only max_time ends): the decay has no length. The
     refusal names task.optim.scheduler and points to the cool-down, which follows the time box."""
     net = torch.nn.Linear(2, 2)
-    module = SimpleNamespace(parameters=net.parameters,
-                             trainer=SimpleNamespace(estimated_stepping_batches=math.inf, callbacks=[_Clock(100)]))
+    trainer = SimpleNamespace(estimated_stepping_batches=math.inf, callbacks=[_Clock(100)])
+    module = SimpleNamespace(parameters=net.parameters, trainer=trainer)
     with pytest.raises(ConfigError, match=rf"task\.optim\.scheduler={scheduler} .*max_steps.*cooldown"):
         optim.configure(module, optim.OptimConfig(scheduler=scheduler))
     # a step count makes the same config valid, and the time-boxed noam run needs none

@@ -43,8 +43,8 @@ def test_the_term_on_a_known_graph_equals_the_definition():
     edges = [(0, 1), (1, 0), (1, 2), (2, 1), (3, 0), (2, 2)]
     got = propagation_loss(z, torch.tensor(edges).t())
     assert float(got) == pytest.approx(_by_definition(z, edges), rel=1e-6)
-    # the isolated node and node 3 do not count: changing only their logits' targets is moot,
-    # while changing node 1's logits moves the term
+    # the isolated node 4 is neither a neighbour nor has one: moving its logits leaves the term;
+    # moving node 1's (a neighbour of 0 and 2, with neighbours itself) moves it
     z2 = z.clone()
     z2[4] += 5.0
     assert float(propagation_loss(z2, torch.tensor(edges).t())) == pytest.approx(float(got), rel=1e-6)
