@@ -43,6 +43,7 @@ from attnflow.loggers import (LOGGER_CONFIG, build_loggers, finish_loggers, log_
 from attnflow.registry import (AGGREGATORS, ATTENTIONS, DATA, ENCODERS, MODELS, NORMALIZERS,
                                POOLINGS, POSITIONALS, SCORERS, TASKS, ConfigError, Range, _suggest,
                                build_config, type_name)
+from attnflow.tasks.optim import schedule_length_error
 from attnflow.textio import atomic_path
 
 # Top-level config groups validated by a registry. The shared choices (scorer, normalizer,
@@ -143,9 +144,7 @@ def _check_schedule_length(cfg: Dict[str, Any]) -> None:
         return
     scheduler = TASKS.validate(cfg["task"], "task").get("optim", {}).get("scheduler")
     if scheduler in ("cosine", "linear"):
-        raise ConfigError(f"task.optim.scheduler={scheduler} decays the learning rate over the run's "
-                          f"steps, but trainer.max_epochs=-1 without trainer.max_steps sets no end; "
-                          f"set trainer.max_steps (or max_epochs), or task.optim.scheduler=noam or none")
+        raise schedule_length_error(scheduler)
 
 
 def _top_level_keys() -> set:

@@ -130,6 +130,14 @@ def run_progress(trainer, steps: Optional[float] = None) -> Callable[[int], floa
     return progress
 
 
+def schedule_length_error(scheduler: str) -> ConfigError:
+    """The refusal of a decaying schedule in a run with no step count (max_epochs=-1, no max_steps)."""
+    return ConfigError(f"task.optim.scheduler={scheduler} decays the learning rate over the run's "
+                       "steps, but trainer.max_epochs=-1 without trainer.max_steps sets no end; set "
+                       "trainer.max_steps (or max_epochs), task.optim.scheduler=noam or none, or, for a "
+                       "run that trainer.max_time ends, task.optim.cooldown (it follows the time box)")
+
+
 def param_groups(module: torch.nn.Module, weight_decay: float) -> list:
     """Two groups: the parameters of two or more dimensions with ``weight_decay``, those of one
     (biases, norm gains and shifts) without — BERT's exclusion of "bias" and "LayerNorm"."""
@@ -147,10 +155,8 @@ def configure(module, cfg: OptimConfig):
         return opt
     decays = cfg.scheduler in ("cosine", "linear")
     steps = float(module.trainer.estimated_stepping_batches) if decays or cfg.cooldown > 0 else 0.0
-    if decays and not math.isfinite(steps):
-        raise ConfigError(f"task.optim.scheduler={cfg.scheduler} decays over the run's steps, which "
-                          "are unknown: set trainer.max_steps or trainer.max_epochs (for a run that "
-                          "trainer.max_time ends, task.optim.cooldown follows the time box)")
+    if decays and not math.isfinite(steps):  # attnflow-train refuses it earlier (run.py)
+        raise schedule_length_error(cfg.scheduler)
     factor = lr_factor(cfg.scheduler, int(steps) if math.isfinite(steps) else 0, cfg.warmup_steps)
     if cfg.cooldown > 0:
         base, progress, f = factor, run_progress(module.trainer, steps), cfg.cooldown
