@@ -106,8 +106,21 @@ def train_loss(model, d, args, S, xs, eis):
         loss = loss + args.weight * (p - sharp).pow(2).sum(-1).mean()
     mu = args.weight if args.variant == "preg" else args.preg
     if mu:
-        loss = loss + mu * sum(propagation_loss(z[s], d.edge_index) for s in range(S)) / S
+        loss = loss + mu * sum(preg_term(z[s], d.edge_index, args.preg_phi) for s in range(S)) / S
     return loss
+
+
+def preg_term(z, edge_index, phi: str):
+    """P-reg's φ(Z, Ẑ): ``ce``, attnflow's ``propagation_loss``; ``se``, the mean over nodes of
+    ‖softmax(ẑᵢ) − softmax(zᵢ)‖₂ (Yang et al. 2021's squared-error φ, on the probabilities as
+    their code has it; Cora has no self-loops or isolated nodes, so ẑ is the plain mean)."""
+    if phi == "ce":
+        return propagation_loss(z, edge_index)
+    from torch_geometric.utils import scatter
+
+    src, dst = edge_index
+    mean = scatter(z[src], dst, dim=0, dim_size=z.shape[0], reduce="mean")
+    return (mean.softmax(-1) - z.softmax(-1)).norm(dim=-1).mean()
 
 
 def run_seed(seed: int, d, args) -> dict:
@@ -185,6 +198,7 @@ def main():
     ap.add_argument("--weight", type=float, default=None,
                     help="λ of the extra loss (default: consistency 1.0, supergat 4.0, preg 1.0)")
     ap.add_argument("--preg", type=float, default=0.0, help="μ of a P-reg term added to another variant")
+    ap.add_argument("--preg-phi", choices=["ce", "se"], default="ce", help="P-reg's φ: cross-entropy or ‖·‖₂")
     ap.add_argument("--hops", type=int, default=6, help="diffusion: K")
     ap.add_argument("--teleport", type=float, default=0.1, help="diffusion: a")
     ap.add_argument("--diffuse", type=int, nargs="+", default=[0, 1], help="diffusion: layers")
