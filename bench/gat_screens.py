@@ -56,7 +56,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from attnflow.blocks.graph.graph_attention import GraphAttention  # noqa: E402
 from attnflow.data.planetoid import PlanetoidDataModule  # noqa: E402
 from attnflow.models.gat import GAT  # noqa: E402
-from attnflow.tasks.node_classification import propagation_loss  # noqa: E402
+from attnflow.tasks.node_classification import neighbour_mean, propagation_loss  # noqa: E402
 from support import DATA_DIR  # noqa: E402
 
 
@@ -111,16 +111,13 @@ def train_loss(model, d, args, S, xs, eis):
 
 
 def preg_term(z, edge_index, phi: str):
-    """P-reg's φ(Z, Ẑ): ``ce``, attnflow's ``propagation_loss``; ``se``, the mean over nodes of
-    ‖softmax(ẑᵢ) − softmax(zᵢ)‖₂ (Yang et al. 2021's squared-error φ, on the probabilities as
-    their code has it; Cora has no self-loops or isolated nodes, so ẑ is the plain mean)."""
+    """P-reg's φ(Z, Ẑ): ``ce``, attnflow's ``propagation_loss``; ``se``, the mean over nodes with a
+    neighbour of ‖softmax(ẑᵢ) − softmax(zᵢ)‖₂ (Yang et al. 2021's squared-error φ, on the
+    probabilities as their code has it), Ẑ from the same ``neighbour_mean``."""
     if phi == "ce":
         return propagation_loss(z, edge_index)
-    from torch_geometric.utils import scatter
-
-    src, dst = edge_index
-    mean = scatter(z[src], dst, dim=0, dim_size=z.shape[0], reduce="mean")
-    return (mean.softmax(-1) - z.softmax(-1)).norm(dim=-1).mean()
+    mean, has = neighbour_mean(z, edge_index)
+    return (mean.softmax(-1) - z.softmax(-1)).norm(dim=-1)[has].mean()
 
 
 def run_seed(seed: int, d, args) -> dict:

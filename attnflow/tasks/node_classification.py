@@ -57,14 +57,20 @@ SPLITS = ("train", "val", "test")
 COUNTS = ("right", "decisions", "tp", "fp", "fn")  # the per-epoch sums behind acc and f1
 
 
+def neighbour_mean(z: torch.Tensor, edge_index: torch.Tensor):
+    """(Ẑ = D⁻¹AZ: each node's mean of z_j over its in-neighbours j ≠ i, 0 where it has none;
+    the (N,) mask of the nodes that have one)."""
+    src, dst = remove_self_loops(edge_index)[0]
+    n = z.shape[0]
+    has = torch.zeros(n, dtype=torch.bool, device=z.device)
+    has[dst] = True
+    return scatter(z[src], dst, dim=0, dim_size=n, reduce="mean"), has
+
+
 def propagation_loss(logits: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
     """P-reg's term (module docstring): the mean over nodes with a neighbour of the cross-entropy
     of softmax(z_i) against softmax of the mean of the neighbours' z_j (edges j → i)."""
-    src, dst = remove_self_loops(edge_index)[0]
-    n = logits.shape[0]
-    neighbours = scatter(logits[src], dst, dim=0, dim_size=n, reduce="mean")
-    has = torch.zeros(n, dtype=torch.bool, device=logits.device)
-    has[dst] = True
+    neighbours, has = neighbour_mean(logits, edge_index)
     ce = -(neighbours.softmax(-1) * logits.log_softmax(-1)).sum(-1)
     return ce[has].mean()
 
