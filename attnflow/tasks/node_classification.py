@@ -44,8 +44,9 @@ to ``<run dir>/attention/graph_embedding.png`` and logs it to TensorBoard / W&B.
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -87,6 +88,19 @@ def propagation_loss(logits: torch.Tensor, edge_index: torch.Tensor,
     return ce[has].mean()
 
 
+def _check_options(multi_label: bool, label_smoothing: float, propagation_reg: float,
+                   propagation_adjacency: str) -> None:
+    """The refusals that need no data: options that would do nothing, or do the wrong thing."""
+    for field, value in (("label_smoothing", label_smoothing), ("propagation_reg", propagation_reg)):
+        if multi_label and value:
+            raise ConfigError(f"task 'node_classification': {field} applies to single-label data "
+                              f"(SoftMax cross-entropy); got {value} with multi_label=true")
+    if propagation_adjacency != "mean" and not propagation_reg:
+        raise ConfigError(f"task 'node_classification': propagation_adjacency="
+                          f"'{propagation_adjacency}' is P-reg's Â and does nothing without "
+                          f"task.propagation_reg > 0")
+
+
 @TASKS.register("node_classification")
 class NodeClassificationTask(Task):
     """Trains a graph model (x, edge_index) -> logits (N, C) on masked nodes.
@@ -118,14 +132,7 @@ class NodeClassificationTask(Task):
                  label_smoothing: Probability = 0.0, propagation_reg: NonNegativeFloat = 0.0,
                  propagation_adjacency: Literal["mean", "gcn"] = "mean"):
         super().__init__(model, optim=optim)
-        if propagation_adjacency != "mean" and not propagation_reg:
-            raise ConfigError(f"task 'node_classification': propagation_adjacency="
-                              f"'{propagation_adjacency}' is P-reg's Â and does nothing without "
-                              f"task.propagation_reg > 0")
-        for field, value in (("label_smoothing", label_smoothing), ("propagation_reg", propagation_reg)):
-            if multi_label and value:
-                raise ValueError(f"task 'node_classification': {field} applies to single-label "
-                                 f"data (SoftMax cross-entropy); got {value} with multi_label=true")
+        _check_options(multi_label, label_smoothing, propagation_reg, propagation_adjacency)
         if multi_label != multi_label_data:
             kind = "multi-label ((N, C) 0/1)" if multi_label_data else "single-label ((N,) ids)"
             raise ValueError(f"task 'node_classification': the data's labels are {kind}; set "
@@ -136,6 +143,16 @@ class NodeClassificationTask(Task):
         # split -> float32 sums of COUNTS over the epoch's batches so far (not a module or a
         # buffer: nothing of it goes into checkpoints, as torchmetrics' states did not)
         self._sums: dict = {}
+
+    @classmethod
+    def check_config(cls, cfg: Mapping[str, Any]) -> None:
+        """The refusals of ``__init__`` that need no data, before any data is read."""
+        task = cfg.get("task") or {}
+        if task.get("name") == "node_classification":
+            defaults = inspect.signature(cls).parameters
+            _check_options(*(task.get(k, defaults[k].default) for k in
+                             ("multi_label", "label_smoothing", "propagation_reg",
+                              "propagation_adjacency")))
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
         return self.model(x, edge_index)

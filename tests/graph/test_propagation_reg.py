@@ -149,3 +149,25 @@ def test_the_preset_and_its_override_reach_the_task(overrides, mu, adjacency):
     task = TASKS.build(cfg.task, GAT(16, 4), **dm.task_context(), path="task")
     assert (task.propagation_reg, task.propagation_adjacency) == (mu, adjacency)
     assert compose_cfg(["experiment=gat_cora"]).task.get("propagation_reg", 0.0) == 0.0
+
+
+@pytest.mark.parametrize("base,bad,match", [
+    (["experiment=gat_cora"], "task.propagation_adjacency=gcn",
+     "propagation_adjacency='gcn' is P-reg's Â and does nothing without task.propagation_reg > 0"),
+    (["experiment=gat_cora_preg"], "task.propagation_reg=0", "propagation_adjacency='gcn'"),
+    (["experiment=gat_synthetic", "data.multi_label=true", "task.multi_label=true"],
+     "task.propagation_reg=0.5", "propagation_reg applies to single-label data"),
+    (["experiment=gat_synthetic", "data.multi_label=true", "task.multi_label=true"],
+     "task.label_smoothing=0.1", "label_smoothing applies to single-label data")])
+def test_refused_before_any_data_is_read_or_any_file_written(tmp_path, base, bad, match):
+    """The run's preflight refuses these (the task's check_config): the data root does not exist
+    here, so reaching Cora's data module would fail otherwise, and the run folder stays unmade;
+    without the offending value the same config passes the preflight."""
+    from attnflow.run import resolve_config, train
+
+    run_dir = tmp_path / "run"
+    base = [*base, f"paths.data_dir={tmp_path / 'no-data-here'}", "logger=none"]
+    with pytest.raises(ConfigError, match=match):
+        train(compose_cfg([*base, bad]), run_dir)
+    assert not run_dir.exists()
+    resolve_config(compose_cfg(base))
