@@ -12,6 +12,14 @@ a decoder's inputs, Bowman et al. 2016). Padding is masked by the lengths, not b
 source token keeps its position and is read as ⟨pad⟩'s embedding; the loss's targets are never
 dropped.
 
+R-Drop (training only, ``rdrop_alpha`` = α > 0; Liang et al. 2021, Eq. 3): every training batch
+is run twice in one forward pass (the batch stacked on itself), so dropout and word dropout draw
+two sub-models P₁, P₂, and the loss is Eq. 3 halved — the cross-entropy keeps its usual scale:
+L = ½ [CE(P₁) + CE(P₂) + α · ½ (KL(P₁‖P₂) + KL(P₂‖P₁))], each term averaged over real target
+tokens, the KL summed over the vocabulary (logged as ``train/rdrop_kl``, the bracket's ½(…)). A
+step costs about twice the compute. A model without dropout and without word dropout gives
+P₁ = P₂, so the task refuses α > 0 there.
+
 Metrics, logged as ``{train,val,test}/<name>``: ``loss``, ``token_acc`` (teacher-forced argmax
 equals the reference token), ``seq_acc`` (greedy decoding reproduces the whole reference up to and
 including ⟨EOS⟩; validation and test only).
@@ -27,7 +35,7 @@ from torch import nn
 from torchmetrics import MeanMetric
 
 from attnflow.blocks.attention.penalty import diversity_penalty
-from attnflow.registry import TASKS, NonNegativeFloat, Probability
+from attnflow.registry import TASKS, ConfigError, NonNegativeFloat, Probability
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
 
@@ -46,6 +54,24 @@ def word_dropout(tokens: torch.Tensor, p: float, fill_id: int, keep: Sequence[in
     drop = torch.rand(tokens.shape, device=tokens.device) < p
     drop &= ~torch.isin(tokens, torch.tensor(list(keep), device=tokens.device))
     return tokens.masked_fill(drop, fill_id)
+
+
+def symmetric_kl(logits: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """½ (KL(P₁‖P₂) + KL(P₂‖P₁)) averaged over the first half's ``valid`` tokens, where P₁ and P₂
+    are the softmax of the first and the second half of ``logits`` (2B, T, V) along the batch.
+    KL(P₁‖P₂) + KL(P₂‖P₁) = Σ_v (p₁ − p₂)(ln p₁ − ln p₂)."""
+    log_p = F.log_softmax(logits.float(), -1)
+    log_p1, log_p2 = log_p.chunk(2)
+    both = ((log_p1.exp() - log_p2.exp()) * (log_p1 - log_p2)).sum(-1)
+    return both[valid.chunk(2)[0]].mean() / 2
+
+
+def has_dropout(model: nn.Module) -> bool:
+    """Whether any part of ``model`` drops out in training: a dropout module with p > 0, or a
+    ``dropout`` rate above 0 (an attention's α dropout, an RNN's between layers)."""
+    return any((isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0)
+               or (isinstance(getattr(m, "dropout", None), float) and m.dropout > 0)
+               for m in model.modules())
 
 
 def exact_match(pred: torch.Tensor, ref: torch.Tensor, eos_id: int, pad_id: int) -> torch.Tensor:
@@ -71,6 +97,7 @@ class Seq2SeqTask(Task):
         penalty_weight: weight of ‖AAᵀ − I‖²_F on decoder attention (default 0.0: off).
         src_word_dropout, tgt_word_dropout: probability of replacing a source token / a decoder
             input token by ⟨pad⟩ in training (default 0.0: off; see the module docstring).
+        rdrop_alpha: α of R-Drop's consistency term (default 0.0: off; see the module docstring).
     """
 
     interface = "seq2seq"
@@ -81,12 +108,19 @@ class Seq2SeqTask(Task):
                  max_decode_len: int, itos: Sequence[str] = (), *,
                  optim: OptimConfig = OptimConfig(lr=0.003, scheduler="cosine"),
                  label_smoothing: Probability = 0.0, penalty_weight: NonNegativeFloat = 0.0,
-                 src_word_dropout: Probability = 0.0, tgt_word_dropout: Probability = 0.0):
+                 src_word_dropout: Probability = 0.0, tgt_word_dropout: Probability = 0.0,
+                 rdrop_alpha: NonNegativeFloat = 0.0):
         super().__init__(model, optim=optim)
+        if rdrop_alpha > 0 and not (src_word_dropout or tgt_word_dropout or has_dropout(model)):
+            raise ConfigError(
+                f"task.rdrop_alpha={rdrop_alpha} compares two dropout passes of each batch, and this "
+                f"model has no dropout and word dropout is off, so the two are equal: set a "
+                f"dropout above 0 (e.g. model.dropout or task.tgt_word_dropout), or task.rdrop_alpha=0")
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.max_decode_len, self.itos = max_decode_len, list(itos)
         self.label_smoothing, self.penalty_weight = label_smoothing, penalty_weight
         self.src_word_dropout, self.tgt_word_dropout = src_word_dropout, tgt_word_dropout
+        self.rdrop_alpha = rdrop_alpha
         # ModuleDict keys must not shadow nn.Module attributes ('train'), hence the suffix
         self._seq_acc = nn.ModuleDict({f"{s}_": MeanMetric() for s in ("val", "test")})
         self._token_acc = nn.ModuleDict({f"{s}_": MeanMetric() for s in ("train", "val", "test")})
@@ -123,6 +157,9 @@ class Seq2SeqTask(Task):
         return batch
 
     def _loss(self, batch: Dict[str, torch.Tensor], split: str) -> torch.Tensor:
+        twice = split == "train" and self.rdrop_alpha > 0
+        if twice:  # R-Drop: the batch stacked on itself, two dropout draws in one pass
+            batch = {k: torch.cat([v, v]) if torch.is_tensor(v) else v for k, v in batch.items()}
         inputs = self._word_dropout(batch) if split == "train" else batch
         logits, weights = self.model(*self._source(inputs), inputs["tgt_in"],
                                      need_weights=self._needs_weights(batch, split))
@@ -135,6 +172,10 @@ class Seq2SeqTask(Task):
         # val/test: the token-weighted mean over every rank's batches (sync_dist), not rank 0's
         self.log(f"{split}/loss", loss, batch_size=n, prog_bar=split != "test", sync_dist=split != "train")
         self.log(f"{split}/token_acc", self._token_acc[f"{split}_"], batch_size=n)
+        if twice:
+            kl = symmetric_kl(logits, valid)
+            self.log("train/rdrop_kl", kl, batch_size=n // 2)
+            loss = loss + self.rdrop_alpha / 2 * kl
         return loss + self._attention_loss(weights, valid, split, n, batch)
 
     def step(self, batch, split: str):

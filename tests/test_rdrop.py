@@ -1,0 +1,108 @@
+"""R-Drop in the seq2seq tasks (task.rdrop_alpha; Liang et al. 2021, Eq. 3): the training loss
+against the two dropout passes computed here by hand, validation untouched, the symmetric KL
+against torch's KL, and the refusals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnflow.registry import MODELS, TASKS, ConfigError
+from attnflow.tasks.seq2seq import symmetric_kl
+
+PAD, BOS, EOS = 0, 1, 2
+
+
+def make_task(dropout=0.3, **task):
+    torch.manual_seed(0)
+    model = MODELS.build({"name": "transformer", "d_model": 16, "ffn_dim": 32, "encoder_layers": 1,
+                          "decoder_layers": 1, "dropout": dropout,
+                          "attention": {"name": "multihead", "heads": 2,
+                                        "scorer": {"name": "scaled_dot"}}},
+                         src_vocab=12, tgt_vocab=12, pad_id=PAD, path="model")
+    return TASKS.build({"name": "translation", **task}, model, pad_id=PAD, bos_id=BOS, eos_id=EOS,
+                       max_decode_len=6, itos=[str(i) for i in range(12)], path="task")
+
+
+def batch():
+    src = torch.tensor([[5, 6, 7, EOS], [8, 3, EOS, PAD]])
+    tgt_out = torch.tensor([[7, 6, 5, EOS], [3, 8, EOS, PAD]])
+    tgt_in = torch.cat([torch.full((2, 1), BOS), tgt_out[:, :-1]], 1)
+    return {"src": src, "src_lengths": torch.tensor([4, 3]), "tgt_in": tgt_in, "tgt_out": tgt_out}
+
+
+def ce(logits, target):
+    return F.cross_entropy(logits.transpose(1, 2), target, ignore_index=PAD, label_smoothing=0.1)
+
+
+def kl(log_p, log_q, valid):
+    """KL(P‖Q) per real token, averaged: torch's kl_div(input=ln Q, target=ln P)."""
+    return F.kl_div(log_q, log_p, log_target=True, reduction="none").sum(-1)[valid].mean()
+
+
+def test_symmetric_kl_is_the_mean_of_the_two_directions():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(6, 5, 9, generator=g)
+    valid = torch.rand(6, 5, generator=g) > 0.3
+    valid[3:] = valid[:3]  # both halves hold the same tokens
+    lp, lq = F.log_softmax(logits[:3], -1), F.log_softmax(logits[3:], -1)
+    want = (kl(lp, lq, valid[:3]) + kl(lq, lp, valid[:3])) / 2
+    assert torch.allclose(symmetric_kl(logits, valid), want, atol=1e-6)
+    assert symmetric_kl(torch.cat([logits[:3], logits[:3]]), valid) == 0
+
+
+def test_training_loss_is_eq3_halved_over_two_dropout_passes_and_validation_is_plain():
+    """α = 4, model dropout 0.3: the loss is ½ [CE(P₁) + CE(P₂) + α · ½ (KL(P₁‖P₂) + KL(P₂‖P₁))]
+    where P₁, P₂ are the model's outputs for the two copies of the batch in one pass (the same
+    dropout draws, replayed here by hand from the same seed)."""
+    alpha = 4.0
+    task = make_task(rdrop_alpha=alpha)
+    b = batch()
+    task.train()
+    torch.manual_seed(1)
+    got = task._loss(b, "train")
+    torch.manual_seed(1)
+    logits, _ = task.model(*(torch.cat([b[k], b[k]]) for k in ("src", "src_lengths", "tgt_in")))
+    l1, l2 = logits.chunk(2)
+    assert not torch.allclose(l1, l2, atol=1e-3)  # two different dropout draws
+    valid = b["tgt_out"] != PAD
+    lp, lq = F.log_softmax(l1, -1), F.log_softmax(l2, -1)
+    want = 0.5 * (ce(l1, b["tgt_out"]) + ce(l2, b["tgt_out"])
+                  + alpha * 0.5 * (kl(lp, lq, valid) + kl(lq, lp, valid)))
+    assert torch.allclose(got, want, atol=1e-5), (got, want)
+    got.backward()  # the consistency term is differentiable
+    assert all(p.grad is not None for p in task.model.parameters() if p.requires_grad)
+    task.eval()
+    with torch.no_grad():
+        plain, _ = task.model(b["src"], b["src_lengths"], b["tgt_in"])
+        assert torch.allclose(task._loss(b, "val"), ce(plain, b["tgt_out"]), atol=1e-6)
+
+
+def test_alpha_zero_runs_the_batch_once():
+    task = make_task(rdrop_alpha=0.0)
+    seen = []
+    task.model.register_forward_hook(lambda m, args, out: seen.append(args[0].shape[0]))
+    task.train()
+    task._loss(batch(), "train")
+    assert seen == [2]
+    task.rdrop_alpha = 1.0
+    task._loss(batch(), "train")
+    assert seen == [2, 4]
+
+
+def test_refused_without_any_dropout_and_allowed_with_word_dropout():
+    with pytest.raises(ConfigError, match=r"task.rdrop_alpha=5.0 compares two dropout passes.*"
+                                          r"model.dropout or task.tgt_word_dropout"):
+        make_task(dropout=0.0, rdrop_alpha=5.0)
+    assert make_task(dropout=0.0, rdrop_alpha=5.0, tgt_word_dropout=0.1).rdrop_alpha == 5.0
+
+
+def test_the_override_reaches_the_task_and_a_negative_alpha_is_refused():
+    from attnflow.run import resolve_config
+    from support import compose_cfg
+
+    cfg = resolve_config(compose_cfg(["experiment=mt_transformer", "task.rdrop_alpha=5"]))
+    assert cfg["task"]["rdrop_alpha"] == 5
+    with pytest.raises(ConfigError, match="rdrop_alpha"):
+        resolve_config(compose_cfg(["experiment=mt_transformer", "task.rdrop_alpha=-1"]))
