@@ -86,7 +86,9 @@ class CaptioningTask(TranslationTask):
     @classmethod
     def check_config(cls, cfg: dict) -> None:
         """Before any data is made: λ > 0 needs a decoder that attends (the regulariser is a sum
-        of its weights); ``rnn`` (RNNenc, no attention) would fail at the first step instead."""
+        of its weights); ``rnn`` (RNNenc, no attention) would fail at the first step instead.
+        And the seq2seq task's refusals."""
+        super().check_config(cfg)
         task = cfg.get("task") or {}
         if task.get("name") != "captioning":
             return

@@ -27,7 +27,7 @@ including ⟨EOS⟩; validation and test only).
 
 from __future__ import annotations
 
-from typing import Dict, List, Sequence
+from typing import Any, Dict, List, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -35,7 +35,7 @@ from torch import nn
 from torchmetrics import MeanMetric
 
 from attnflow.blocks.attention.penalty import diversity_penalty
-from attnflow.registry import TASKS, ConfigError, NonNegativeFloat, Probability
+from attnflow.registry import MODELS, TASKS, ConfigError, NonNegativeFloat, Probability
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
 
@@ -72,6 +72,19 @@ def has_dropout(model: nn.Module) -> bool:
     return any((isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0)
                or (isinstance(getattr(m, "dropout", None), float) and m.dropout > 0)
                for m in model.modules())
+
+
+def any_dropout_field(block_cfg: Mapping[str, Any]) -> bool:
+    """Whether a (validated) block config sets a field whose name holds ``dropout`` above 0,
+    its child blocks' included."""
+    return any(any_dropout_field(v) if isinstance(v, Mapping) else
+               "dropout" in k and isinstance(v, (int, float)) and v > 0
+               for k, v in block_cfg.items())
+
+
+_NO_DROPOUT = ("task.rdrop_alpha={} compares two dropout passes of each batch, and this model has no "
+               "dropout and word dropout is off, so the two are equal: set a dropout above 0 (e.g. "
+               "model.dropout or task.tgt_word_dropout), or task.rdrop_alpha=0")
 
 
 def exact_match(pred: torch.Tensor, ref: torch.Tensor, eos_id: int, pad_id: int) -> torch.Tensor:
@@ -112,10 +125,7 @@ class Seq2SeqTask(Task):
                  rdrop_alpha: NonNegativeFloat = 0.0):
         super().__init__(model, optim=optim)
         if rdrop_alpha > 0 and not (src_word_dropout or tgt_word_dropout or has_dropout(model)):
-            raise ConfigError(
-                f"task.rdrop_alpha={rdrop_alpha} compares two dropout passes of each batch, and this "
-                f"model has no dropout and word dropout is off, so the two are equal: set a "
-                f"dropout above 0 (e.g. model.dropout or task.tgt_word_dropout), or task.rdrop_alpha=0")
+            raise ConfigError(_NO_DROPOUT.format(rdrop_alpha))
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.max_decode_len, self.itos = max_decode_len, list(itos)
         self.label_smoothing, self.penalty_weight = label_smoothing, penalty_weight
@@ -124,6 +134,16 @@ class Seq2SeqTask(Task):
         # ModuleDict keys must not shadow nn.Module attributes ('train'), hence the suffix
         self._seq_acc = nn.ModuleDict({f"{s}_": MeanMetric() for s in ("val", "test")})
         self._token_acc = nn.ModuleDict({f"{s}_": MeanMetric() for s in ("train", "val", "test")})
+
+    @classmethod
+    def check_config(cls, cfg: Mapping[str, Any]) -> None:
+        """Before any data is read: R-Drop with nothing that drops out — both word dropouts 0 and
+        no field of the model's config (its defaults filled in) whose name holds ``dropout``
+        above 0 — is refused, as the constructor refuses it for the built model."""
+        task = TASKS.validate(cfg["task"], "task")
+        if (task.get("rdrop_alpha", 0) > 0 and not (task["src_word_dropout"] or task["tgt_word_dropout"])
+                and not any_dropout_field(MODELS.validate(cfg["model"], "model"))):
+            raise ConfigError(_NO_DROPOUT.format(task["rdrop_alpha"]))
 
     # -- one batch -----------------------------------------------------------------------------
     def _source(self, batch: Dict[str, torch.Tensor]):
