@@ -24,7 +24,6 @@ share; 1 = no better than uniform).
 
 from __future__ import annotations
 
-import inspect
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -89,17 +88,14 @@ class CaptioningTask(TranslationTask):
         of its weights); ``rnn`` (RNNenc, no attention) would fail at the first step instead.
         And the seq2seq task's refusals."""
         super().check_config(cfg)
-        task = cfg.get("task") or {}
-        if task.get("name") != "captioning":
+        if cfg["task"].get("name") != "captioning":
             return
-        p = task.get("src_word_dropout")
-        if isinstance(p, (int, float)) and p > 0:
-            raise ConfigError(_NO_SOURCE_TOKENS.format(p))
+        task = TASKS.validate(cfg["task"], "task")  # with the defaults
+        if task["src_word_dropout"] > 0:
+            raise ConfigError(_NO_SOURCE_TOKENS.format(task["src_word_dropout"]))
         decoder = ((cfg.get("model") or {}).get("decoder") or {}).get("name")
-        lam = task.get("attention_reg")
-        if lam is None:
-            lam = inspect.signature(cls).parameters["attention_reg"].default
-        if decoder == "rnn" and isinstance(lam, (int, float)) and lam > 0:
+        lam = task["attention_reg"]
+        if decoder == "rnn" and lam > 0:
             raise ConfigError(f"task.attention_reg={lam} (the doubly stochastic regulariser) needs "
                               f"attention weights, and decoder 'rnn' has none; set "
                               f"task.attention_reg=0 or model.decoder.name=rnn_attention")

@@ -44,7 +44,6 @@ to ``<run dir>/attention/graph_embedding.png`` and logs it to TensorBoard / W&B.
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
@@ -147,12 +146,10 @@ class NodeClassificationTask(Task):
     @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
         """The refusals of ``__init__`` that need no data, before any data is read."""
-        task = cfg.get("task") or {}
-        if task.get("name") == "node_classification":
-            defaults = inspect.signature(cls).parameters
-            _check_options(*(task.get(k, defaults[k].default) for k in
-                             ("multi_label", "label_smoothing", "propagation_reg",
-                              "propagation_adjacency")))
+        if cfg["task"].get("name") == "node_classification":
+            task = TASKS.validate(cfg["task"], "task")  # with the defaults
+            _check_options(*(task[k] for k in ("multi_label", "label_smoothing", "propagation_reg",
+                                               "propagation_adjacency")))
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
         return self.model(x, edge_index)
