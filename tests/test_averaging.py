@@ -238,6 +238,18 @@ def test_mt_transformer_3h_is_the_2h_recipe_in_a_3_hour_box_with_the_val_chosen_
     assert rest(three) == rest(two)
 
 
+def test_mt_transformer_3h_ende_is_the_3h_preset_with_en_de_s_documented_overrides():
+    """The en→de preset is exactly the README's command for en→de's best figure (40.13): the
+    3-hour preset plus these overrides, nothing else."""
+    overrides = ["data.src_lang=en", "data.tgt_lang=de", "trainer.precision=bf16-mixed",
+                 "task.optim.cooldown=0.2", "task.src_word_dropout=0.1", "task.tgt_word_dropout=0.1",
+                 "callbacks.average.best=1", "task.beam_size=5", "task.length_penalty=1.0"]
+    preset = resolve_config(compose_cfg(["experiment=mt_transformer_3h_ende"]))
+    by_hand = resolve_config(compose_cfg(["experiment=mt_transformer_3h", *overrides]))
+    assert preset == by_hand
+    assert preset != resolve_config(compose_cfg(["experiment=mt_transformer_3h"]))
+
+
 def test_the_40_minute_preset_cools_down_and_the_longer_presets_built_on_it_do_not():
     """mt_transformer_40min anneals over its box's last 20 % (chosen on val BLEU, 2026-11-25); the
     2- and 3-hour presets inherit its warm-up but set the cool-down back to 0, the recipe their
