@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from attnflow.registry import MODELS, TASKS, ConfigError
-from attnflow.tasks.seq2seq import symmetric_kl
+from attnflow.tasks.seq2seq import rdrop_terms
 
 PAD, BOS, EOS = 0, 1, 2
 
@@ -41,15 +41,20 @@ def kl(log_p, log_q, valid):
     return F.kl_div(log_q, log_p, log_target=True, reduction="none").sum(-1)[valid].mean()
 
 
-def test_symmetric_kl_is_the_mean_of_the_two_directions():
+def test_the_two_terms_against_torch_s_cross_entropy_and_kl():
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(6, 5, 9, generator=g)
-    valid = torch.rand(6, 5, generator=g) > 0.3
-    valid[3:] = valid[:3]  # both halves hold the same tokens
+    target = torch.randint(3, 9, (6, 5), generator=g)
+    target[:3, 3:] = PAD
+    target[1, 2] = PAD
+    target[3:] = target[:3]  # the batch stacked on itself
+    valid = target != PAD
+    ce_, kl_, hits = rdrop_terms(logits, target, valid, 0.1)
+    assert torch.allclose(ce_, ce(logits, target), atol=1e-6)
     lp, lq = F.log_softmax(logits[:3], -1), F.log_softmax(logits[3:], -1)
-    want = (kl(lp, lq, valid[:3]) + kl(lq, lp, valid[:3])) / 2
-    assert torch.allclose(symmetric_kl(logits, valid), want, atol=1e-6)
-    assert symmetric_kl(torch.cat([logits[:3], logits[:3]]), valid) == 0
+    assert torch.allclose(kl_, (kl(lp, lq, valid[:3]) + kl(lq, lp, valid[:3])) / 2, atol=1e-6)
+    assert torch.equal(hits, (logits.argmax(-1) == target)[valid])
+    assert rdrop_terms(torch.cat([logits[:3], logits[:3]]), target, valid)[1] == 0
 
 
 def test_training_loss_is_eq3_halved_over_two_dropout_passes_and_validation_is_plain():

@@ -56,14 +56,21 @@ def word_dropout(tokens: torch.Tensor, p: float, fill_id: int, keep: Sequence[in
     return tokens.masked_fill(drop, fill_id)
 
 
-def symmetric_kl(logits: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """½ (KL(P₁‖P₂) + KL(P₂‖P₁)) averaged over the first half's ``valid`` tokens, where P₁ and P₂
-    are the softmax of the first and the second half of ``logits`` (2B, T, V) along the batch.
-    KL(P₁‖P₂) + KL(P₂‖P₁) = Σ_v (p₁ − p₂)(ln p₁ − ln p₂)."""
-    log_p = F.log_softmax(logits.float(), -1)
+def rdrop_terms(logits: torch.Tensor, target: torch.Tensor, valid: torch.Tensor,
+                label_smoothing: float = 0.0):
+    """R-Drop's two terms for ``logits`` (2B, T, V) of a batch stacked on itself: the
+    label-smoothed cross-entropy over both halves' ``valid`` tokens (F.cross_entropy's value),
+    ½ (KL(P₁‖P₂) + KL(P₂‖P₁)) averaged over the tokens, where P₁, P₂ are the softmax of the
+    first and the second half (KL(P₁‖P₂) + KL(P₂‖P₁) = Σ_v (p₁ − p₂)(ln p₁ − ln p₂)), and the
+    argmax hits per token (for the token accuracy). One log-softmax, of the real tokens only,
+    serves both terms: the vocabulary-wide passes are what a doubled batch makes expensive."""
+    log_p = F.log_softmax(logits[valid].float(), -1)  # (2N, V): the first half's N tokens first
+    tgt = target[valid]
+    nll = -log_p.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
+    ce = ((1 - label_smoothing) * nll - label_smoothing * log_p.mean(-1)).mean()
     log_p1, log_p2 = log_p.chunk(2)
-    both = ((log_p1.exp() - log_p2.exp()) * (log_p1 - log_p2)).sum(-1)
-    return both[valid.chunk(2)[0]].mean() / 2
+    kl = ((log_p1.exp() - log_p2.exp()) * (log_p1 - log_p2)).sum(-1).mean() / 2
+    return ce, kl, log_p.detach().argmax(-1) == tgt
 
 
 def has_dropout(model: nn.Module) -> bool:
@@ -184,16 +191,19 @@ class Seq2SeqTask(Task):
         logits, weights = self.model(*self._source(inputs), inputs["tgt_in"],
                                      need_weights=self._needs_weights(batch, split))
         target = batch["tgt_out"]
-        loss = F.cross_entropy(logits.transpose(1, 2), target, ignore_index=self.pad_id,
-                               label_smoothing=self.label_smoothing)
         valid = target != self.pad_id
         n = int(valid.sum())
-        self._token_acc[f"{split}_"].update((logits.argmax(-1) == target)[valid].float())
+        if twice:
+            loss, kl, hits = rdrop_terms(logits, target, valid, self.label_smoothing)
+        else:
+            loss = F.cross_entropy(logits.transpose(1, 2), target, ignore_index=self.pad_id,
+                                   label_smoothing=self.label_smoothing)
+            hits = (logits.argmax(-1) == target)[valid]
+        self._token_acc[f"{split}_"].update(hits.float())
         # val/test: the token-weighted mean over every rank's batches (sync_dist), not rank 0's
         self.log(f"{split}/loss", loss, batch_size=n, prog_bar=split != "test", sync_dist=split != "train")
         self.log(f"{split}/token_acc", self._token_acc[f"{split}_"], batch_size=n)
         if twice:
-            kl = symmetric_kl(logits, valid)
             self.log("train/rdrop_kl", kl, batch_size=n // 2)
             loss = loss + self.rdrop_alpha / 2 * kl
         return loss + self._attention_loss(weights, valid, split, n, batch)
