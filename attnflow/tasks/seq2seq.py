@@ -195,10 +195,10 @@ class Seq2SeqTask(Task):
         n = int(valid.sum())
         if twice:
             loss, kl, hits = rdrop_terms(logits, target, valid, self.label_smoothing)
-        else:
-            loss = F.cross_entropy(logits.transpose(1, 2), target, ignore_index=self.pad_id,
-                                   label_smoothing=self.label_smoothing)
-            hits = (logits.argmax(-1) == target)[valid]
+        else:  # the real tokens' rows only: the vocabulary-wide passes skip the padding
+            logits_v, target_v = logits[valid], target[valid]
+            loss = F.cross_entropy(logits_v, target_v, label_smoothing=self.label_smoothing)
+            hits = logits_v.argmax(-1) == target_v
         self._token_acc[f"{split}_"].update(hits.float())
         # val/test: the token-weighted mean over every rank's batches (sync_dist), not rank 0's
         self.log(f"{split}/loss", loss, batch_size=n, prog_bar=split != "test", sync_dist=split != "train")
