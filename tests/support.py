@@ -93,3 +93,32 @@ def readme_block_example(name: str = ""):
     if name:
         code = code.replace(f'"{registered}"', f'"{name}"')
     return code, overrides, name or registered
+
+
+PAD, BOS, EOS = 0, 1, 2  # the special ids of tiny_translation_task and pair_batch
+
+
+def tiny_translation_task(dropout: float = 0.0, **task):
+    """A translation task on a 1+1-layer, d=16 Transformer over 12 ids (seeded), for loss tests."""
+    import torch
+
+    from attnflow.registry import MODELS, TASKS
+
+    torch.manual_seed(0)
+    model = MODELS.build({"name": "transformer", "d_model": 16, "ffn_dim": 32, "encoder_layers": 1,
+                          "decoder_layers": 1, "dropout": dropout,
+                          "attention": {"name": "multihead", "heads": 2,
+                                        "scorer": {"name": "scaled_dot"}}},
+                         src_vocab=12, tgt_vocab=12, pad_id=PAD, path="model")
+    return TASKS.build({"name": "translation", **task}, model, pad_id=PAD, bos_id=BOS, eos_id=EOS,
+                       max_decode_len=6, itos=[str(i) for i in range(12)], path="task")
+
+
+def pair_batch() -> dict:
+    """Two sentence pairs, the second padded: src, src_lengths, tgt_in (⟨BOS⟩ first), tgt_out."""
+    import torch
+
+    src = torch.tensor([[5, 6, 7, EOS], [8, 3, EOS, PAD]])
+    tgt_out = torch.tensor([[7, 6, 5, EOS], [3, 8, EOS, PAD]])
+    tgt_in = torch.cat([torch.full((2, 1), BOS), tgt_out[:, :-1]], 1)
+    return {"src": src, "src_lengths": torch.tensor([4, 3]), "tgt_in": tgt_in, "tgt_out": tgt_out}

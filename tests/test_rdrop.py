@@ -8,28 +8,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnflow.registry import MODELS, TASKS, ConfigError
+from attnflow.registry import ConfigError
 from attnflow.tasks.seq2seq import rdrop_terms
-
-PAD, BOS, EOS = 0, 1, 2
+from support import PAD, pair_batch as batch, tiny_translation_task
 
 
 def make_task(dropout=0.3, **task):
-    torch.manual_seed(0)
-    model = MODELS.build({"name": "transformer", "d_model": 16, "ffn_dim": 32, "encoder_layers": 1,
-                          "decoder_layers": 1, "dropout": dropout,
-                          "attention": {"name": "multihead", "heads": 2,
-                                        "scorer": {"name": "scaled_dot"}}},
-                         src_vocab=12, tgt_vocab=12, pad_id=PAD, path="model")
-    return TASKS.build({"name": "translation", **task}, model, pad_id=PAD, bos_id=BOS, eos_id=EOS,
-                       max_decode_len=6, itos=[str(i) for i in range(12)], path="task")
-
-
-def batch():
-    src = torch.tensor([[5, 6, 7, EOS], [8, 3, EOS, PAD]])
-    tgt_out = torch.tensor([[7, 6, 5, EOS], [3, 8, EOS, PAD]])
-    tgt_in = torch.cat([torch.full((2, 1), BOS), tgt_out[:, :-1]], 1)
-    return {"src": src, "src_lengths": torch.tensor([4, 3]), "tgt_in": tgt_in, "tgt_out": tgt_out}
+    return tiny_translation_task(dropout, **task)
 
 
 def ce(logits, target):

@@ -10,8 +10,7 @@ import torch.nn.functional as F
 
 from attnflow.registry import MODELS, TASKS, ConfigError
 from attnflow.tasks.seq2seq import word_dropout
-
-PAD, BOS, EOS = 0, 1, 2
+from support import BOS, EOS, PAD, pair_batch as batch, tiny_translation_task as make_task
 
 
 def test_specials_are_kept_and_the_rate_is_p():
@@ -31,24 +30,6 @@ def test_specials_are_kept_and_the_rate_is_p():
     assert word_dropout(tokens, 0.0, PAD, (PAD,)) is tokens
     assert torch.equal(word_dropout(tokens, 1.0, 7, (PAD, BOS, EOS)),
                        torch.where(special, tokens, torch.full_like(tokens, 7)))
-
-
-def make_task(**task):
-    torch.manual_seed(0)
-    model = MODELS.build({"name": "transformer", "d_model": 16, "ffn_dim": 32, "encoder_layers": 1,
-                          "decoder_layers": 1, "dropout": 0.0,
-                          "attention": {"name": "multihead", "heads": 2,
-                                        "scorer": {"name": "scaled_dot"}}},
-                         src_vocab=12, tgt_vocab=12, pad_id=PAD, path="model")
-    return TASKS.build({"name": "translation", **task}, model, pad_id=PAD, bos_id=BOS, eos_id=EOS,
-                       max_decode_len=6, itos=[str(i) for i in range(12)], path="task")
-
-
-def batch():
-    src = torch.tensor([[5, 6, 7, EOS], [8, 3, EOS, PAD]])
-    tgt_out = torch.tensor([[7, 6, 5, EOS], [3, 8, EOS, PAD]])
-    tgt_in = torch.cat([torch.full((2, 1), BOS), tgt_out[:, :-1]], 1)
-    return {"src": src, "src_lengths": torch.tensor([4, 3]), "tgt_in": tgt_in, "tgt_out": tgt_out}
 
 
 def hand_loss(task, src, tgt_in, tgt_out):
