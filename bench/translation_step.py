@@ -1,0 +1,122 @@
+"""A training step of the translation task, its loss against the usual idiom's, and R-Drop's cost.
+
+The same model as bench/transformer_throughput.py (d=256, 8 heads, FFN 1024, 3+3 layers, dropout
+0.1, tied embeddings, 8,000 ids) and the same batch of random tokens (B=64, source and target
+lengths in [12, 24], padding masked), label smoothing 0.1, Adam; one step = forward + loss +
+backward + optimizer step, under bf16 autocast with ``--bf16``. Variants, timed alternately
+(order reversed every other repetition), medians of target tokens/s:
+
+- ``task``: ``TranslationTask._loss`` (cross-entropy on the real tokens' rows only);
+- ``peer``: the usual idiom on the same model — ``F.cross_entropy(logits.transpose(1, 2), target,
+  ignore_index=pad)`` over every padded position, plus the argmax for the token accuracy (what the
+  task did before);
+- ``rdrop``: the task with ``rdrop_alpha=5`` (the batch run twice in one pass).
+
+Figures to read, from the same run: task / peer (goal ≥ 1) and rdrop / task (R-Drop's step costs
+about 2× the compute; ≥ 0.5 means no overhead beyond the doubled batch).
+
+Usage::
+
+    python bench/translation_step.py [--repeats 9] [--number 2] [--threads 1] [--bf16] [--out PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as _dt
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from attnflow.registry import TASKS
+from transformer_throughput import PAD, build_attnflow, make_batch
+
+
+def build_task(rdrop_alpha: float = 0.0):
+    torch.manual_seed(0)
+    return TASKS.build({"name": "translation", "label_smoothing": 0.1, "rdrop_alpha": rdrop_alpha},
+                       build_attnflow(), pad_id=PAD, bos_id=1, eos_id=2, max_decode_len=8,
+                       path="task").train()
+
+
+def step_fn(task, batch, kind: str, bf16: bool):
+    src, src_len, tgt_in, tgt_out = batch
+    b = {"src": src, "src_lengths": src_len, "tgt_in": tgt_in, "tgt_out": tgt_out}
+    task.log = lambda *a, **k: None  # no trainer here
+    opt = torch.optim.Adam(task.parameters(), lr=1e-4)
+
+    def loss():
+        if kind != "peer":
+            return task._loss(b, "train")
+        logits, _ = task.model(src, src_len, tgt_in)
+        value = F.cross_entropy(logits.transpose(1, 2), tgt_out, ignore_index=PAD, label_smoothing=0.1)
+        (logits.argmax(-1) == tgt_out)[tgt_out != PAD].float().mean()
+        return value
+
+    def step():
+        with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
+            value = loss()
+        opt.zero_grad(set_to_none=True)
+        value.backward()
+        opt.step()
+    return step
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--number", type=int, default=2, help="training steps per timed sample")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--src-len", type=int, default=24)
+    ap.add_argument("--tgt-len", type=int, default=24)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--bf16", action="store_true", help="bf16 autocast (trainer.precision=bf16-mixed)")
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "translation_step.json"))
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    batch = make_batch(args.batch, args.src_len, args.tgt_len)
+    tokens = int((batch[3] != PAD).sum())
+    steps = {"task": step_fn(build_task(), batch, "task", args.bf16),
+             "peer": step_fn(build_task(), batch, "peer", args.bf16),
+             "rdrop": step_fn(build_task(5.0), batch, "rdrop", args.bf16)}
+    for s in steps.values():  # warm-up
+        for _ in range(2):
+            s()
+    samples = {k: [] for k in steps}
+    order, load0 = list(steps), os.getloadavg()[0]
+    for r in range(args.repeats):
+        for k in (order if r % 2 == 0 else order[::-1]):
+            t0 = time.perf_counter()
+            for _ in range(args.number):
+                steps[k]()
+            samples[k].append(tokens * args.number / (time.perf_counter() - t0))
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    ratios = {"task/peer": med["task"] / med["peer"], "rdrop/task": med["rdrop"] / med["task"]}
+    padding = 1 - tokens / batch[3].numel()
+    print(f"B={args.batch} S={args.src_len} T={args.tgt_len} target tokens/step={tokens} "
+          f"(padding {padding:.0%}) bf16={args.bf16} threads={torch.get_num_threads()}")
+    print(f"{'variant':<8}{'tok/s median':>15}{'min':>10}{'max':>10}")
+    for k in steps:
+        print(f"{k:<8}{med[k]:>15.0f}{min(samples[k]):>10.0f}{max(samples[k]):>10.0f}")
+    print("  ".join(f"{k} = {v:.3f}" for k, v in ratios.items()))
+    result = {
+        "benchmark": "translation_step", "date": _dt.datetime.utcnow().isoformat(timespec="seconds"),
+        "args": vars(args), "tokens_per_step": tokens, "padding_share": padding,
+        "tokens_per_s_median": med, "samples": samples, "ratios": ratios,
+        "torch": torch.__version__, "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
+        "python": platform.python_version(), "loadavg_start": load0, "loadavg_end": os.getloadavg()[0],
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
