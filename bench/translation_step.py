@@ -6,14 +6,17 @@ lengths in [12, 24], padding masked), label smoothing 0.1, Adam; one step = forw
 backward + optimizer step, under bf16 autocast with ``--bf16``. Variants, timed alternately
 (order reversed every other repetition), medians of target tokens/s:
 
-- ``task``: ``TranslationTask._loss`` (cross-entropy on the real tokens' rows only);
+- ``task``: ``TranslationTask._loss`` (the model's output layer and the cross-entropy at the real
+  target tokens only: ``positions``);
 - ``peer``: the usual idiom on the same model — ``F.cross_entropy(logits.transpose(1, 2), target,
-  ignore_index=pad)`` over every padded position, plus the argmax for the token accuracy (what the
-  task did before);
+  ignore_index=pad)`` over every padded position, plus the argmax for the token accuracy (the
+  task's loss until 2026-11-25);
+- ``rows``: the logits at every position, the cross-entropy and argmax on the real tokens' rows
+  (what ``positions`` adds to it is the output layer's saving);
 - ``rdrop``: the task with ``rdrop_alpha=5`` (the batch run twice in one pass).
 
-Figures to read, from the same run: task / peer (goal ≥ 1) and rdrop / task (R-Drop's step costs
-about 2× the compute; ≥ 0.5 means no overhead beyond the doubled batch).
+Figures to read, from the same run: task / peer and task / rows (goal ≥ 1), and rdrop / task
+(R-Drop's step costs about 2× the compute; ≥ 0.5 means no overhead beyond the doubled batch).
 
 Usage::
 
@@ -53,9 +56,15 @@ def step_fn(task, batch, kind: str, bf16: bool):
     opt = torch.optim.Adam(task.parameters(), lr=1e-4)
 
     def loss():
-        if kind != "peer":
+        if kind in ("task", "rdrop"):
             return task._loss(b, "train")
         logits, _ = task.model(src, src_len, tgt_in)
+        if kind == "rows":
+            valid = tgt_out != PAD
+            logits, target = logits[valid], tgt_out[valid]
+            value = F.cross_entropy(logits, target, label_smoothing=0.1)
+            (logits.argmax(-1) == target).float().mean()
+            return value
         value = F.cross_entropy(logits.transpose(1, 2), tgt_out, ignore_index=PAD, label_smoothing=0.1)
         (logits.argmax(-1) == tgt_out)[tgt_out != PAD].float().mean()
         return value
@@ -86,6 +95,7 @@ def main():
     tokens = int((batch[3] != PAD).sum())
     steps = {"task": step_fn(build_task(), batch, "task", args.bf16),
              "peer": step_fn(build_task(), batch, "peer", args.bf16),
+             "rows": step_fn(build_task(), batch, "rows", args.bf16),
              "rdrop": step_fn(build_task(5.0), batch, "rdrop", args.bf16)}
     for s in steps.values():  # warm-up
         for _ in range(2):
@@ -99,7 +109,8 @@ def main():
                 steps[k]()
             samples[k].append(tokens * args.number / (time.perf_counter() - t0))
     med = {k: statistics.median(v) for k, v in samples.items()}
-    ratios = {"task/peer": med["task"] / med["peer"], "rdrop/task": med["rdrop"] / med["task"]}
+    ratios = {"task/peer": med["task"] / med["peer"], "task/rows": med["task"] / med["rows"],
+              "rdrop/task": med["rdrop"] / med["task"]}
     padding = 1 - tokens / batch[3].numel()
     print(f"B={args.batch} S={args.src_len} T={args.tgt_len} target tokens/step={tokens} "
           f"(padding {padding:.0%}) bf16={args.bf16} threads={torch.get_num_threads()}")

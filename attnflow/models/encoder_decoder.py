@@ -12,6 +12,7 @@ from typing import Optional, Tuple
 import torch
 from torch import nn
 
+from attnflow.blocks.decoders.base import takes_positions
 from attnflow.decoding import decode
 
 
@@ -25,11 +26,20 @@ class EncoderDecoder(nn.Module):
         raise NotImplementedError
 
     def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor,
-                need_weights: bool = False) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+                need_weights: bool = False, positions: Optional[torch.Tensor] = None
+                ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         """Logits (B, T, V) of every target position given the reference prefix, and α
-        (B, T, J, S) when asked for and the decoder has attention."""
+        (B, T, J, S) when asked for and the decoder has attention. With ``positions`` (B, T)
+        bool, the logits of those positions only, (N, V) in row-major order: a decoder that
+        takes ``positions`` skips the output layer elsewhere, another one is indexed after."""
         memory, mask, final = self.encode(src, src_lengths)
-        return self.decoder(tgt_in, memory, mask, final, need_weights=need_weights)
+        if positions is None:
+            return self.decoder(tgt_in, memory, mask, final, need_weights=need_weights)
+        if takes_positions(self.decoder):
+            return self.decoder(tgt_in, memory, mask, final, need_weights=need_weights,
+                                positions=positions)
+        logits, weights = self.decoder(tgt_in, memory, mask, final, need_weights=need_weights)
+        return logits[positions], weights
 
     @torch.no_grad()
     def greedy(self, src: torch.Tensor, src_lengths: torch.Tensor, bos_id: int, eos_id: int,

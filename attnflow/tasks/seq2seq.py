@@ -36,6 +36,7 @@ from torch import nn
 from torchmetrics import MeanMetric
 
 from attnflow.blocks.attention.penalty import diversity_penalty
+from attnflow.blocks.decoders.base import takes_positions
 from attnflow.registry import MODELS, TASKS, ConfigError, NonNegativeFloat, Probability
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
@@ -57,21 +58,19 @@ def word_dropout(tokens: torch.Tensor, p: float, fill_id: int, keep: Sequence[in
     return tokens.masked_fill(drop, fill_id)
 
 
-def rdrop_terms(logits: torch.Tensor, target: torch.Tensor, valid: torch.Tensor,
-                label_smoothing: float = 0.0):
-    """R-Drop's two terms for ``logits`` (2B, T, V) of a batch stacked on itself: the
-    label-smoothed cross-entropy over both halves' ``valid`` tokens (F.cross_entropy's value),
-    ½ (KL(P₁‖P₂) + KL(P₂‖P₁)) averaged over the tokens, where P₁, P₂ are the softmax of the
-    first and the second half (KL(P₁‖P₂) + KL(P₂‖P₁) = Σ_v (p₁ − p₂)(ln p₁ − ln p₂)), and the
-    argmax hits per token (for the token accuracy). One log-softmax, of the real tokens only,
-    serves both terms: the vocabulary-wide passes are what a doubled batch makes expensive."""
-    log_p = F.log_softmax(logits[valid].float(), -1)  # (2N, V): the first half's N tokens first
-    tgt = target[valid]
-    nll = -log_p.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
+def rdrop_terms(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float = 0.0):
+    """R-Drop's two terms for the real target tokens' ``logits`` (2N, V) of a batch stacked on
+    itself (the first copy's N tokens first) and their ``target`` (2N,): the label-smoothed
+    cross-entropy over all 2N (F.cross_entropy's value), ½ (KL(P₁‖P₂) + KL(P₂‖P₁)) averaged
+    over the N tokens, where P₁, P₂ are the softmax of the first and the second copy
+    (KL(P₁‖P₂) + KL(P₂‖P₁) = Σ_v (p₁ − p₂)(ln p₁ − ln p₂)), and the argmax hits per token. One
+    log-softmax serves both terms."""
+    log_p = F.log_softmax(logits.float(), -1)
+    nll = -log_p.gather(-1, target.unsqueeze(-1)).squeeze(-1)
     ce = ((1 - label_smoothing) * nll - label_smoothing * log_p.mean(-1)).mean()
     log_p1, log_p2 = log_p.chunk(2)
     kl = ((log_p1.exp() - log_p2.exp()) * (log_p1 - log_p2)).sum(-1).mean() / 2
-    return ce, kl, log_p.detach().argmax(-1) == tgt
+    return ce, kl, log_p.detach().argmax(-1) == target
 
 
 def has_dropout(model: nn.Module) -> bool:
@@ -189,17 +188,22 @@ class Seq2SeqTask(Task):
         if twice:  # R-Drop: the batch stacked on itself, two dropout draws in one pass
             batch = {k: torch.cat([v, v]) if torch.is_tensor(v) else v for k, v in batch.items()}
         inputs = self._word_dropout(batch) if split == "train" else batch
-        logits, weights = self.model(*self._source(inputs), inputs["tgt_in"],
-                                     need_weights=self._needs_weights(batch, split))
         target = batch["tgt_out"]
         valid = target != self.pad_id
         n = int(valid.sum())
+        # the logits of the real target tokens only, (n, V): the output layer (where the model
+        # takes ``positions``), the log-softmax, its backward and the argmax skip the padding
+        logits, weights = self.model(*self._source(inputs), inputs["tgt_in"],
+                                     need_weights=self._needs_weights(batch, split),
+                                     **({"positions": valid} if takes_positions(self.model) else {}))
+        if not takes_positions(self.model):
+            logits = logits[valid]
+        target = target[valid]
         if twice:
-            loss, kl, hits = rdrop_terms(logits, target, valid, self.label_smoothing)
-        else:  # the real tokens' rows only: the vocabulary-wide passes skip the padding
-            logits_v, target_v = logits[valid], target[valid]
-            loss = F.cross_entropy(logits_v, target_v, label_smoothing=self.label_smoothing)
-            hits = logits_v.argmax(-1) == target_v
+            loss, kl, hits = rdrop_terms(logits, target, self.label_smoothing)
+        else:
+            loss = F.cross_entropy(logits, target, label_smoothing=self.label_smoothing)
+            hits = logits.argmax(-1) == target
         self._token_acc[f"{split}_"].update(hits.float())
         # val/test: the token-weighted mean over every rank's batches (sync_dist), not rank 0's
         self.log(f"{split}/loss", loss, batch_size=n, prog_bar=split != "test", sync_dist=split != "train")

@@ -17,6 +17,9 @@ The protocol (duck-typed; :class:`Decoder` is a convenience base class):
     outputs (zero at padding), memory_mask (B, S) bool (True = real token), init (B, D_init) the
     encoder's final state. Returns logits (B, T, V) and, when ``need_weights``, the attention over
     the source (B, T, J, S) (J heads, or layers×heads, or 1), else None.
+    Optionally ``forward(..., positions=None)``: with positions (B, T) bool, the logits of those
+    positions only, (N, V) in row-major order, so the output layer skips the rest (the loss
+    needs the real target tokens only); :func:`takes_positions` tells whether a decoder does.
 ``start(memory, memory_mask, init) -> state``
     everything a step needs; the state is any nest of tuples/lists/dicts whose tensor leaves all
     have the batch as their first dimension (so beam search can reorder it).
@@ -32,10 +35,22 @@ the same logits as ``forward`` (teacher forcing), and output t never depends on 
 
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Any, Optional, Tuple
 
 import torch
 from torch import nn
+
+
+def takes_positions(module: nn.Module) -> bool:
+    """Whether ``module.forward`` takes ``positions`` (the logits of some positions only)."""
+    return _takes_positions(type(module))
+
+
+@functools.lru_cache(maxsize=None)
+def _takes_positions(cls: type) -> bool:
+    return "positions" in inspect.signature(cls.forward).parameters
 
 
 def map_state(state: Any, fn) -> Any:

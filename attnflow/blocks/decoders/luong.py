@@ -170,8 +170,12 @@ class LuongDecoder(Decoder):
         return self.out(self.dropout(feed)), state, w
 
     def forward(self, tgt_in: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor,
-                init: torch.Tensor, need_weights: bool = False
+                init: torch.Tensor, need_weights: bool = False,
+                positions: Optional[torch.Tensor] = None
                 ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        def logits(features):  # (B, T, D) → the output layer at the asked positions
+            return self.out(self.dropout(features if positions is None else features[positions]))
+
         if self.input_feed:  # the recurrence needs h̃_{t−1}: step by step, the output layer once
             state = self.start(memory, memory_mask, init)
             embedded = self.dropout(self.embedding(tgt_in))
@@ -180,11 +184,10 @@ class LuongDecoder(Decoder):
                 feed, state, w = self._core(embedded[:, t], state, need_weights)
                 feeds.append(feed)
                 weights.append(w)
-            logits = self.out(self.dropout(torch.stack(feeds, 1)))
-            return logits, (torch.stack(weights, 1) if need_weights else None)
+            return logits(torch.stack(feeds, 1)), (torch.stack(weights, 1) if need_weights else None)
         B, T = tgt_in.shape
         prepared = self.attention.prepare(memory, memory)
         states, _ = self.rnn(self.dropout(self.embedding(tgt_in)), self._to_rnn(self._h0(init)))
         t = torch.arange(T, device=tgt_in.device).expand(B, T)
         context, w = self._attend(states, prepared, memory_mask, t, need_weights)
-        return self.out(self.dropout(self._output(context, states))), w
+        return logits(self._output(context, states)), w

@@ -101,7 +101,8 @@ class AttentionRNNDecoder(Decoder):
 
     # -- teacher forcing ----------------------------------------------------------------------
     def forward(self, tgt_in: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor,
-                init: torch.Tensor, need_weights: bool = False
+                init: torch.Tensor, need_weights: bool = False,
+                positions: Optional[torch.Tensor] = None
                 ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         st = self.start(memory, memory_mask, init)
         prepared, mask, state = st["memory"], st["mask"], st["hidden"]
@@ -111,5 +112,6 @@ class AttentionRNNDecoder(Decoder):
             f, state, w = self._step(embedded[:, t], prepared, mask, state, need_weights)
             features.append(f)
             weights.append(w)
-        logits = self.out(self.dropout(torch.stack(features, dim=1)))
+        features = torch.stack(features, dim=1)
+        logits = self.out(self.dropout(features if positions is None else features[positions]))
         return logits, (torch.stack(weights, dim=1) if need_weights else None)

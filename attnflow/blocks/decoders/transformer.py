@@ -159,15 +159,16 @@ class TransformerDecoder(Decoder):
 
     # -- teacher forcing -------------------------------------------------------------------------
     def forward(self, tgt_in: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor,
-                init: Optional[torch.Tensor] = None, need_weights: bool = False
+                init: Optional[torch.Tensor] = None, need_weights: bool = False,
+                positions: Optional[torch.Tensor] = None
                 ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         x = self._embed(tgt_in)
         mask = memory_mask.unsqueeze(1)  # (B, 1, S)
         weights = None
         for i, layer in enumerate(self.layers):
             x, weights = layer(x, memory, mask, need_weights and i == len(self.layers) - 1)
-        logits = self.out(self.final_norm(x))
-        return logits, (weights.transpose(1, 2) if weights is not None else None)
+        x = self.final_norm(x if positions is None else x[positions])
+        return self.out(x), (weights.transpose(1, 2) if weights is not None else None)
 
     # -- incremental decoding ---------------------------------------------------------------------
     def start(self, memory: torch.Tensor, memory_mask: torch.Tensor,
