@@ -79,6 +79,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Dict, List
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/timing.py, also when loaded by path
+from timing import time_variants  # noqa: E402
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -319,23 +322,6 @@ def measure_rss(kind: str, vocab: int, args) -> Dict[str, float]:
     if proc.returncode:
         raise SystemExit(f"RSS child {kind} failed:\n{proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def time_variants(steps: Dict[str, Callable], repeats: int, number: int, warmup: int, tokens: int):
-    """tokens/s samples per variant: ``warmup`` untimed steps each, then ``repeats`` samples of
-    ``number`` steps, the variants alternating, their order reversed every other repetition."""
-    for s in steps.values():
-        for _ in range(warmup):
-            s()
-    samples = {k: [] for k in steps}
-    order = list(steps)
-    for r in range(repeats):
-        for k in (order if r % 2 == 0 else order[::-1]):
-            t0 = time.perf_counter()
-            for _ in range(number):
-                steps[k]()
-            samples[k].append(tokens * number / (time.perf_counter() - t0))
-    return samples
 
 
 def profile(step: Callable, rows: int = 25) -> str:

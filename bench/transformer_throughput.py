@@ -24,13 +24,9 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
-import json
 import math
 import os
-import platform
 import statistics
-import time
 from pathlib import Path
 
 import torch
@@ -39,6 +35,7 @@ from torch import nn
 
 from attnflow.blocks.positional.sinusoidal import sinusoid_table
 from attnflow.registry import MODELS
+from timing import time_variants, write_result
 
 D, HEADS, FFN, LAYERS, DROPOUT, VOCAB, PAD = 256, 8, 1024, 3, 0.1, 8000, 0
 
@@ -107,16 +104,22 @@ def step_fn(model, opt, batch, kind):
     return step
 
 
-def main():
+def step_args(name: str, number: int) -> argparse.ArgumentParser:
+    """The options of a training-step benchmark: repeats, steps per sample, the batch's shape,
+    threads, the JSON file (``bench/results/<name>.json``)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=9)
-    ap.add_argument("--number", type=int, default=3, help="training steps per timed sample")
+    ap.add_argument("--number", type=int, default=number, help="training steps per timed sample")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--src-len", type=int, default=24)
     ap.add_argument("--tgt-len", type=int, default=24)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "transformer_throughput.json"))
-    args = ap.parse_args()
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / f"{name}.json"))
+    return ap
+
+
+def main():
+    args = step_args("transformer_throughput", 3).parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -127,18 +130,8 @@ def main():
     tokens = int((batch[3] != PAD).sum())
     steps = {k: step_fn(m, torch.optim.Adam(m.parameters(), lr=1e-4), batch, k)
              for k, m in models.items()}
-    for s in steps.values():  # warm-up
-        for _ in range(2):
-            s()
-    samples = {k: [] for k in steps}
-    order = list(steps)
     load0 = os.getloadavg()[0]
-    for r in range(args.repeats):
-        for k in (order if r % 2 == 0 else order[::-1]):
-            t0 = time.perf_counter()
-            for _ in range(args.number):
-                steps[k]()
-            samples[k].append(tokens * args.number / (time.perf_counter() - t0))
+    samples = time_variants(steps, args.repeats, args.number, 2, tokens)
     med = {k: statistics.median(v) for k, v in samples.items()}
     paired = statistics.median(a / b for a, b in zip(samples["attnflow"], samples["torch"]))
     ratio = med["attnflow"] / med["torch"]
@@ -148,16 +141,9 @@ def main():
     for k in steps:
         print(f"{k:<10}{params[k]:>12,}{med[k]:>15.0f}{min(samples[k]):>10.0f}{max(samples[k]):>10.0f}")
     print(f"ratio attnflow/torch = {ratio:.3f} (paired median {paired:.3f}); goal >= 0.95")
-    result = {
-        "benchmark": "transformer_throughput", "date": _dt.datetime.utcnow().isoformat(timespec="seconds"),
-        "args": vars(args), "params": params, "tokens_per_step": tokens,
-        "tokens_per_s_median": med, "samples": samples, "ratio": ratio, "paired_ratio": paired,
-        "torch": torch.__version__, "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
-        "python": platform.python_version(), "loadavg_start": load0, "loadavg_end": os.getloadavg()[0],
-    }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
-
+    write_result(args.out, "transformer_throughput", load0, args=vars(args), params=params,
+                 tokens_per_step=tokens, tokens_per_s_median=med, samples=samples, ratio=ratio,
+                 paired_ratio=paired)
 
 if __name__ == "__main__":
     main()

@@ -25,21 +25,16 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import datetime as _dt
-import json
 import os
-import platform
 import statistics
-import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from attnflow.registry import TASKS
-from transformer_throughput import PAD, build_attnflow, make_batch
+from timing import time_variants, write_result
+from transformer_throughput import PAD, build_attnflow, make_batch, step_args
 
 
 def build_task(rdrop_alpha: float = 0.0):
@@ -79,15 +74,8 @@ def step_fn(task, batch, kind: str, bf16: bool):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--repeats", type=int, default=9)
-    ap.add_argument("--number", type=int, default=2, help="training steps per timed sample")
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--src-len", type=int, default=24)
-    ap.add_argument("--tgt-len", type=int, default=24)
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap = step_args("translation_step", 2)
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast (trainer.precision=bf16-mixed)")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "translation_step.json"))
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -97,17 +85,8 @@ def main():
              "peer": step_fn(build_task(), batch, "peer", args.bf16),
              "rows": step_fn(build_task(), batch, "rows", args.bf16),
              "rdrop": step_fn(build_task(5.0), batch, "rdrop", args.bf16)}
-    for s in steps.values():  # warm-up
-        for _ in range(2):
-            s()
-    samples = {k: [] for k in steps}
-    order, load0 = list(steps), os.getloadavg()[0]
-    for r in range(args.repeats):
-        for k in (order if r % 2 == 0 else order[::-1]):
-            t0 = time.perf_counter()
-            for _ in range(args.number):
-                steps[k]()
-            samples[k].append(tokens * args.number / (time.perf_counter() - t0))
+    load0 = os.getloadavg()[0]
+    samples = time_variants(steps, args.repeats, args.number, 2, tokens)
     med = {k: statistics.median(v) for k, v in samples.items()}
     ratios = {"task/peer": med["task"] / med["peer"], "task/rows": med["task"] / med["rows"],
               "rdrop/task": med["rdrop"] / med["task"]}
@@ -118,16 +97,8 @@ def main():
     for k in steps:
         print(f"{k:<8}{med[k]:>15.0f}{min(samples[k]):>10.0f}{max(samples[k]):>10.0f}")
     print("  ".join(f"{k} = {v:.3f}" for k, v in ratios.items()))
-    result = {
-        "benchmark": "translation_step", "date": _dt.datetime.utcnow().isoformat(timespec="seconds"),
-        "args": vars(args), "tokens_per_step": tokens, "padding_share": padding,
-        "tokens_per_s_median": med, "samples": samples, "ratios": ratios,
-        "torch": torch.__version__, "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
-        "python": platform.python_version(), "loadavg_start": load0, "loadavg_end": os.getloadavg()[0],
-    }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
-
+    write_result(args.out, "translation_step", load0, args=vars(args), tokens_per_step=tokens,
+                 padding_share=padding, tokens_per_s_median=med, samples=samples, ratios=ratios)
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,43 @@
+"""Timing shared by the training-step benchmarks (bert.py, transformer_throughput.py,
+translation_step.py): variants alternate, their order reversed every other repetition, so a
+machine whose speed drifts (other jobs, clocks) affects them alike."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Callable, Dict
+
+import torch
+
+
+def time_variants(steps: Dict[str, Callable], repeats: int, number: int, warmup: int, tokens: int):
+    """tokens/s samples per variant: ``warmup`` untimed steps each, then ``repeats`` samples of
+    ``number`` steps, the variants alternating, their order reversed every other repetition."""
+    for s in steps.values():
+        for _ in range(warmup):
+            s()
+    samples = {k: [] for k in steps}
+    order = list(steps)
+    for r in range(repeats):
+        for k in (order if r % 2 == 0 else order[::-1]):
+            t0 = time.perf_counter()
+            for _ in range(number):
+                steps[k]()
+            samples[k].append(tokens * number / (time.perf_counter() - t0))
+    return samples
+
+
+def write_result(path: str, name: str, load_start: float, **figures) -> None:
+    """``figures`` as JSON at ``path``, with the benchmark's name, the UTC time, the versions,
+    threads and CPUs, and the load average at the start and now."""
+    result = {"benchmark": name, "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+              **figures, "torch": torch.__version__, "threads": torch.get_num_threads(),
+              "cpu_count": os.cpu_count(), "python": platform.python_version(),
+              "loadavg_start": load_start, "loadavg_end": os.getloadavg()[0]}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(result, indent=2))
