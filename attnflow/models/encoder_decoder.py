@@ -12,7 +12,7 @@ from typing import Optional, Tuple
 import torch
 from torch import nn
 
-from attnflow.blocks.decoders.base import takes_positions
+from attnflow.blocks.decoders.base import logits_at
 from attnflow.decoding import decode
 
 
@@ -35,11 +35,8 @@ class EncoderDecoder(nn.Module):
         memory, mask, final = self.encode(src, src_lengths)
         if positions is None:
             return self.decoder(tgt_in, memory, mask, final, need_weights=need_weights)
-        if takes_positions(self.decoder):
-            return self.decoder(tgt_in, memory, mask, final, need_weights=need_weights,
-                                positions=positions)
-        logits, weights = self.decoder(tgt_in, memory, mask, final, need_weights=need_weights)
-        return logits[positions], weights
+        return logits_at(self.decoder, positions, tgt_in, memory, mask, final,
+                         need_weights=need_weights)
 
     @torch.no_grad()
     def greedy(self, src: torch.Tensor, src_lengths: torch.Tensor, bos_id: int, eos_id: int,

@@ -36,7 +36,7 @@ from torch import nn
 from torchmetrics import MeanMetric
 
 from attnflow.blocks.attention.penalty import diversity_penalty
-from attnflow.blocks.decoders.base import takes_positions
+from attnflow.blocks.decoders.base import logits_at
 from attnflow.registry import MODELS, TASKS, ConfigError, NonNegativeFloat, Probability
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
@@ -193,11 +193,8 @@ class Seq2SeqTask(Task):
         n = int(valid.sum())
         # the logits of the real target tokens only, (n, V): the output layer (where the model
         # takes ``positions``), the log-softmax, its backward and the argmax skip the padding
-        logits, weights = self.model(*self._source(inputs), inputs["tgt_in"],
-                                     need_weights=self._needs_weights(batch, split),
-                                     **({"positions": valid} if takes_positions(self.model) else {}))
-        if not takes_positions(self.model):
-            logits = logits[valid]
+        logits, weights = logits_at(self.model, valid, *self._source(inputs), inputs["tgt_in"],
+                                    need_weights=self._needs_weights(batch, split))
         target = target[valid]
         if twice:
             loss, kl, hits = rdrop_terms(logits, target, self.label_smoothing)

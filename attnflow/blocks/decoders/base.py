@@ -48,6 +48,15 @@ def takes_positions(module: nn.Module) -> bool:
     return _takes_positions(type(module))
 
 
+def logits_at(module: nn.Module, positions: torch.Tensor, *args: Any, **kwargs: Any):
+    """``module(*args, **kwargs)`` → (logits (N, V) at ``positions`` (B, T) only, the rest of its
+    output): passed on to a module that takes ``positions``, else its (B, T, V) logits indexed."""
+    if takes_positions(module):
+        return module(*args, positions=positions, **kwargs)
+    logits, rest = module(*args, **kwargs)
+    return logits[positions], rest
+
+
 @functools.lru_cache(maxsize=None)
 def _takes_positions(cls: type) -> bool:
     return "positions" in inspect.signature(cls.forward).parameters
