@@ -190,12 +190,12 @@ class Seq2SeqTask(Task):
         inputs = self._word_dropout(batch) if split == "train" else batch
         target = batch["tgt_out"]
         valid = target != self.pad_id
-        n = int(valid.sum())
         # the logits of the real target tokens only, (n, V): the output layer (where the model
         # takes ``positions``), the log-softmax, its backward and the argmax skip the padding
         logits, weights = logits_at(self.model, valid, *self._source(inputs), inputs["tgt_in"],
                                     need_weights=self._needs_weights(batch, split))
         target = target[valid]
+        n = target.numel()  # the real tokens, from the shape (no second device sync)
         if twice:
             loss, kl, hits = rdrop_terms(logits, target, self.label_smoothing)
         else:
