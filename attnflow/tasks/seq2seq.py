@@ -195,7 +195,9 @@ class Seq2SeqTask(Task):
         logits, weights = logits_at(self.model, valid, *self._source(inputs), inputs["tgt_in"],
                                     need_weights=self._needs_weights(batch, split))
         target = target[valid]
-        n = target.numel()  # the real tokens, from the shape (no second device sync)
+        # the real tokens, read from the shape: no reduction of its own (the two boolean indexes
+        # by ``valid``, in the decoder and here, remain the step's device syncs)
+        n = target.numel()
         if twice:
             loss, kl, hits = rdrop_terms(logits, target, self.label_smoothing)
         else:
