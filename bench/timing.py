@@ -10,14 +10,17 @@ import os
 import platform
 import time
 from pathlib import Path
-from typing import Callable, Dict
+from typing import Callable, Dict, Union
 
 import torch
 
 
-def time_variants(steps: Dict[str, Callable], repeats: int, number: int, warmup: int, tokens: int):
+def time_variants(steps: Dict[str, Callable], repeats: int, number: int, warmup: int,
+                  tokens: Union[int, Dict[str, int]]):
     """tokens/s samples per variant: ``warmup`` untimed steps each, then ``repeats`` samples of
-    ``number`` steps, the variants alternating, their order reversed every other repetition."""
+    ``number`` steps, the variants alternating, their order reversed every other repetition.
+    ``tokens``: the tokens of one step, the same for every variant or one count per variant."""
+    per_step = tokens if isinstance(tokens, dict) else dict.fromkeys(steps, tokens)
     for s in steps.values():
         for _ in range(warmup):
             s()
@@ -28,7 +31,7 @@ def time_variants(steps: Dict[str, Callable], repeats: int, number: int, warmup:
             t0 = time.perf_counter()
             for _ in range(number):
                 steps[k]()
-            samples[k].append(tokens * number / (time.perf_counter() - t0))
+            samples[k].append(per_step[k] * number / (time.perf_counter() - t0))
     return samples
 
 

@@ -18,9 +18,15 @@ backward + optimizer step, under bf16 autocast with ``--bf16``. Variants, timed 
 Figures to read, from the same run: task / peer and task / rows (goal ≥ 1), and rdrop / task
 (R-Drop's step costs about 2× the compute; ≥ 0.5 means no overhead beyond the doubled batch).
 
+With ``--batch-sizes 16 32 64`` it times the ``task`` step alone at those batch sizes instead
+(alternating, each size its own task and Adam) and reports target tokens/s and the ratio to
+``--batch``'s: on one CPU thread the token rate depends on B (cache size against the matrix
+products' sizes), which decides ``data.batch_size`` for a time box (docs/benchmarks.md).
+
 Usage::
 
     python bench/translation_step.py [--repeats 9] [--number 2] [--threads 1] [--bf16] [--out PATH]
+        [--batch B] [--batch-sizes B …]
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import os
 import statistics
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -73,12 +80,43 @@ def step_fn(task, batch, kind: str, bf16: bool):
     return step
 
 
+def batch_sizes(args) -> None:
+    """``--batch-sizes``: the task's step alone at each batch size (B sentences of the same
+    length range, each size its own task and Adam), alternating; tokens/s and the ratio to
+    ``--batch``'s."""
+    sizes = sorted(set(args.batch_sizes) | {args.batch})
+    batches = {f"B={b}": make_batch(b, args.src_len, args.tgt_len) for b in sizes}
+    tokens = {k: int((v[3] != PAD).sum()) for k, v in batches.items()}
+    steps = {k: step_fn(build_task(), v, "task", args.bf16) for k, v in batches.items()}
+    load0 = os.getloadavg()[0]
+    samples = time_variants(steps, args.repeats, args.number, 2, tokens)
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    ref = med[f"B={args.batch}"]
+    print(f"the task's step by batch size: S={args.src_len} T={args.tgt_len} bf16={args.bf16} "
+          f"threads={torch.get_num_threads()}")
+    print(f"{'batch':<8}{'tokens/step':>12}{'tok/s median':>15}{'min':>10}{'max':>10}{f'/ B={args.batch}':>10}")
+    for k in steps:
+        print(f"{k:<8}{tokens[k]:>12}{med[k]:>15.0f}{min(samples[k]):>10.0f}{max(samples[k]):>10.0f}"
+              f"{med[k] / ref:>10.3f}")
+    write_result(args.out, "translation_step_batch_sizes", load0, args=vars(args),
+                 tokens_per_step=tokens, tokens_per_s_median=med, samples=samples,
+                 ratios={k: v / ref for k, v in med.items()})
+
+
 def main():
     ap = step_args("translation_step", 2)
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast (trainer.precision=bf16-mixed)")
+    ap.add_argument("--batch-sizes", type=int, nargs="+", metavar="B",
+                    help="time the task's step at these batch sizes (and --batch's) instead of the variants")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.batch_sizes:
+        if min(args.batch_sizes) < 1:
+            ap.error(f"--batch-sizes must be >= 1, got {args.batch_sizes}")
+        if args.out == ap.get_default("out"):  # the variants' figures stay where they are
+            args.out = str(Path(args.out).with_name("translation_step_batch_sizes.json"))
+        return batch_sizes(args)
     batch = make_batch(args.batch, args.src_len, args.tgt_len)
     tokens = int((batch[3] != PAD).sum())
     steps = {"task": step_fn(build_task(), batch, "task", args.bf16),
