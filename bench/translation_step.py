@@ -91,16 +91,15 @@ def batch_sizes(args) -> None:
     load0 = os.getloadavg()[0]
     samples = time_variants(steps, args.repeats, args.number, 2, tokens)
     med = {k: statistics.median(v) for k, v in samples.items()}
-    ref = med[f"B={args.batch}"]
+    ratios = {k: v / med[f"B={args.batch}"] for k, v in med.items()}
     print(f"the task's step by batch size: S={args.src_len} T={args.tgt_len} bf16={args.bf16} "
           f"threads={torch.get_num_threads()}")
     print(f"{'batch':<8}{'tokens/step':>12}{'tok/s median':>15}{'min':>10}{'max':>10}{f'/ B={args.batch}':>10}")
     for k in steps:
         print(f"{k:<8}{tokens[k]:>12}{med[k]:>15.0f}{min(samples[k]):>10.0f}{max(samples[k]):>10.0f}"
-              f"{med[k] / ref:>10.3f}")
+              f"{ratios[k]:>10.3f}")
     write_result(args.out, "translation_step_batch_sizes", load0, args=vars(args),
-                 tokens_per_step=tokens, tokens_per_s_median=med, samples=samples,
-                 ratios={k: v / ref for k, v in med.items()})
+                 tokens_per_step=tokens, tokens_per_s_median=med, samples=samples, ratios=ratios)
 
 
 def main():
