@@ -20,6 +20,11 @@ from attnflow.run import resolve_config, train
 from support import compose_cfg
 from test_loggers import _wandb_log, _wandb_run, wandb_env  # noqa: F401 (wandb_env: a fixture)
 
+# A GPU run keeps its full-batch graph on the GPU: the examples' helper takes labels of any device
+# (the "cuda" case runs where a GPU is, e.g. on bench/gpu_check.sh's machine).
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device"))]
+
 QUIET = ["trainer.accelerator=cpu", "callbacks.progress_bar=none", "trainer.max_epochs=1",
          "trainer.enable_model_summary=false", "trainer.num_sanity_val_steps=0"]
 
@@ -72,10 +77,11 @@ def _overlay_sizes(run_dir):
 
 
 # -- examples across labels ------------------------------------------------------------------------
-def test_examples_are_taken_round_robin_over_labels():
-    labels = torch.tensor([0, 0, 0, 0, 1, 1, 2])
+@pytest.mark.parametrize("device", DEVICES)
+def test_examples_are_taken_round_robin_over_labels(device):
+    labels = torch.tensor([0, 0, 0, 0, 1, 1, 2], device=device)
     pick = spread_over_labels(labels, 5)
-    assert pick.tolist() == [0, 4, 6, 1, 5]
+    assert pick.tolist() == [0, 4, 6, 1, 5] and pick.device == labels.device
     assert spread_over_labels(labels, 0).numel() == 0
     assert sorted(spread_over_labels(labels, 100).tolist()) == list(range(7))  # each once
 

@@ -14,13 +14,15 @@ import torch
 
 def spread_over_labels(labels: Sequence[int] | torch.Tensor, n: int) -> torch.Tensor:
     """Indices of ``n`` items (fewer if there are fewer) taken round-robin over the labels, each
-    label's items in their order: e.g. labels [0, 0, 0, 1, 1] and n = 3 give [0, 3, 1]."""
+    label's items in their order: e.g. labels [0, 0, 0, 1, 1] and n = 3 give [0, 3, 1]. The
+    indices are on the labels' device (a GPU run's graph stays on its GPU)."""
     labels = torch.as_tensor(labels).flatten()
     if n <= 0 or labels.numel() == 0:
-        return torch.zeros(0, dtype=torch.long)
+        return torch.zeros(0, dtype=torch.long, device=labels.device)
     order = torch.argsort(labels, stable=True)                     # grouped by label, stable
     grouped = labels[order]
-    rank = torch.arange(len(grouped)) - torch.searchsorted(grouped, grouped)  # place in its label
+    place = torch.arange(len(grouped), device=labels.device)
+    rank = place - torch.searchsorted(grouped, grouped)            # place in its label
     _, label_index = torch.unique(grouped, return_inverse=True)
     key = rank * (int(label_index.max()) + 1) + label_index        # by rank, then label
     return order[torch.argsort(key, stable=True)][:n]
