@@ -24,6 +24,15 @@ Variants (``--variant``):
   mean logits; attnflow's ``task.propagation_reg``, whose ``propagation_loss`` it calls).
   ``--preg μ`` adds the same term to any other variant (consistency: to each sample's output).
 
+Self-training (``--self-train t``, any variant): after the run, its t most confident predictions
+per class among the nodes outside the training and validation splits become training labels, and
+a fresh model (the same seed) is trained on the 140 labels and those (Li, Han & Wu 2018, "Deeper
+insights into graph convolutional networks for semi-supervised learning", §5.1; ``--rounds`` k
+repeats it, each round picking from the previous round's model, as Sun et al. 2020's M3S without
+its clustering check). Validation nodes are never pseudo-labelled, so the val accuracy stays an
+honest selection signal; the true labels of the other nodes are never read. The reported run is
+the last round's; each round's val (and with --test, test) accuracy is printed.
+
 Post-processing (``--correct-smooth``): the trained model's softmax output, then Correct and
 Smooth (Huang et al. 2021, "Combining Label Propagation and Simple Models Out-performs Graph Neural
 Networks", §3): the training residuals spread with E ← (1 − α₁)E₀ + α₁SE and added at the
@@ -91,15 +100,16 @@ class SuperGAT(torch.nn.Module):
         return self.c1.get_attention_loss() + self.c2.get_attention_loss()
 
 
-def train_loss(model, d, args, S, xs, eis):
-    """The variant's training loss of one full-batch step (S samples: the copies in xs, eis)."""
+def train_loss(model, d, args, S, xs, eis, mask, y):
+    """The variant's training loss of one full-batch step (S samples: the copies in xs, eis), with
+    the labels ``y`` on the nodes of ``mask`` (the training split, or with pseudo-labels added)."""
     N = d.x.shape[0]
     if args.variant == "supergat":
         z = model(d.x, d.edge_index)
-        loss = F.cross_entropy(z[d.train_mask], d.y[d.train_mask]) + args.weight * model.attention_loss()
+        loss = F.cross_entropy(z[mask], y[mask]) + args.weight * model.attention_loss()
         return loss + args.preg * preg_term(z, d.edge_index, args.preg_phi, args.preg_adj) if args.preg else loss
     z = model(xs, eis).view(S, N, -1)
-    loss = sum(F.cross_entropy(z[s][d.train_mask], d.y[d.train_mask]) for s in range(S)) / S
+    loss = sum(F.cross_entropy(z[s][mask], y[mask]) for s in range(S)) / S
     if args.variant == "consistency":
         p = z.softmax(-1)
         sharp = p.mean(0).pow(1 / args.temperature)
@@ -121,7 +131,34 @@ def preg_term(z, edge_index, phi: str, adjacency: str = "mean"):
     return (mean.softmax(-1) - z.softmax(-1)).norm(dim=-1)[has].mean()
 
 
+def pseudo_labels(out, d, per_class: int):
+    """The training mask and labels with, for each class, the ``per_class`` nodes outside the
+    training and validation splits that ``out`` predicts as that class most confidently."""
+    prob, pred = out.softmax(-1).max(-1)
+    free = ~(d.train_mask | d.val_mask)
+    mask, y = d.train_mask.clone(), d.y.where(d.train_mask, torch.zeros_like(d.y))
+    for c in range(out.shape[-1]):
+        nodes = (free & (pred == c)).nonzero().view(-1)
+        top = nodes[prob[nodes].argsort(descending=True)[:per_class]]
+        mask[top], y[top] = True, c
+    return mask, y
+
+
 def run_seed(seed: int, d, args) -> dict:
+    mask, y, rounds = d.train_mask, d.y, []
+    for _ in range(1 + (args.rounds if args.self_train else 0)):
+        run, out = fit_seed(seed, d, args, mask, y)
+        rounds.append({k: run[k] for k in ("val_acc", "test_acc", "epochs", "seconds")} | {"labels": int(mask.sum())})
+        if args.self_train:
+            mask, y = pseudo_labels(out, d, args.self_train)
+    if args.self_train:
+        run["rounds"], run["seconds"] = rounds, sum(q["seconds"] for q in rounds)
+    return run
+
+
+def fit_seed(seed: int, d, args, mask, y):
+    """One training run from seed ``seed`` with the labels ``y`` on ``mask``: its figures, and the
+    best-val-accuracy model's output on every node."""
     N, classes = d.x.shape[0], int(d.y.max()) + 1
     S = args.samples if args.variant == "consistency" else 1
     xs = d.x.repeat(S, 1)  # S copies side by side: one forward draws S independent dropouts
@@ -144,7 +181,7 @@ def run_seed(seed: int, d, args) -> dict:
     for epoch in range(args.max_epochs):
         model.train()
         opt.zero_grad()
-        train_loss(model, d, args, S, xs, eis).backward()
+        train_loss(model, d, args, S, xs, eis, mask, y).backward()
         opt.step()
         model.eval()
         with torch.no_grad():
@@ -172,7 +209,7 @@ def run_seed(seed: int, d, args) -> dict:
         for a1, a2 in args.cs_alphas:
             p = correct_smooth(out, d, a1, a2, args.cs_scale)
             run["cs"][f"{a1}/{a2}"] = {"val_acc": acc(p, d.val_mask), "test_acc": acc(p, d.test_mask)}
-    return run
+    return run, out
 
 
 def correct_smooth(out, d, a1: float, a2: float, scale=None, layers: int = 50):
@@ -212,6 +249,9 @@ def main():
                     default=[(a1, a2) for a1 in (0.5, 0.8, 1.0) for a2 in (0.5, 0.8, 0.9)],
                     help="(α₁/α₂) pairs of --correct-smooth, e.g. 0.8/0.9")
     ap.add_argument("--cs-scale", type=float, default=None, help="--correct-smooth: fixed scale (default autoscale)")
+    ap.add_argument("--self-train", type=int, default=0, metavar="T",
+                    help="pseudo-label the T most confident nodes per class outside train/val, then retrain")
+    ap.add_argument("--rounds", type=int, default=1, help="--self-train: rounds of pseudo-labelling")
     ap.add_argument("--test", action="store_true", help="also print test accuracy (reporting only)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "gat_screens.json"))
     args = ap.parse_args()
@@ -230,6 +270,8 @@ def main():
         runs.append(r)
         print(f"seed {seed}: val {r['val_acc']:.1f}" + (f" test {r['test_acc']:.1f}" if args.test else "")
               + f" ({r['epochs']} epochs, {r['seconds']:.0f} s)"
+              + "".join(f"; round {i} ({q['labels']} labels): val {q['val_acc']:.1f}"
+                        + (f" test {q['test_acc']:.1f}" if args.test else "") for i, q in enumerate(r.get("rounds", [])))
               + "".join(f"; C&S {k}: val {v['val_acc']:.1f}" + (f" test {v['test_acc']:.1f}" if args.test else "")
                         for k, v in r.get("cs", {}).items()), flush=True)
     val = statistics.mean(r["val_acc"] for r in runs)
