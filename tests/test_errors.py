@@ -30,7 +30,7 @@ from support import FAST, ROOT, compose_cfg
     (["trainer.max_epochs=-1", "trainer.max_time=00:00:01:00"],
      ["task.optim.scheduler=cosine decays", "trainer.max_epochs=-1 without trainer.max_steps"]),
     (["trainer.max_epochs=-1", "trainer.max_time=00:00:01:00", "task.optim.scheduler=linear"],
-     ["task.optim.scheduler=linear decays", "task.optim.scheduler=noam or none"]),
+     ["task.optim.scheduler=linear decays", "task.optim.scheduler=noam, constant_with_warmup or none"]),
 ])
 def test_bad_config_fails_before_any_work(overrides, expected, tmp_path):
     cfg = compose_cfg([*FAST, *overrides])

@@ -54,6 +54,16 @@ def test_linear_warms_up_then_decays_to_zero_as_devlin_et_al():
     assert f(total) == 0.0 and f(total + 50) == 0.0
 
 
+def test_constant_with_warmup_rises_linearly_then_holds_the_peak():
+    w = 8
+    f = optim.lr_factor("constant_with_warmup", 0, w)  # needs no step count: holds to any end
+    assert [f(s) for s in (1, 2, 4, 7)] == pytest.approx([1 / 8, 2 / 8, 4 / 8, 7 / 8])
+    assert f(0) == f(1)  # Lightning's first step is 0: no step is taken at lr 0
+    assert f(w) == 1.0 and f(10 * w) == 1.0 and f(10 ** 6) == 1.0
+    noam = optim.lr_factor("noam", 0, w)
+    assert f(4 * w) == pytest.approx(2 * noam(4 * w))  # noam has fallen to √(w/s) = ½ by then
+
+
 def test_bias_and_norm_parameters_go_without_weight_decay():
     net = torch.nn.Sequential(torch.nn.Embedding(7, 4), torch.nn.Linear(4, 3), torch.nn.LayerNorm(3))
     decayed, plain = optim.param_groups(net, 0.01)
@@ -155,6 +165,17 @@ def test_cooldown_ends_a_lightning_run_at_zero(tmp_path):
     pl.Trainer(max_epochs=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                enable_model_summary=False, default_root_dir=tmp_path).fit(module)
     assert module.lrs == pytest.approx([min(1.0, (1 - s / 12) / 0.5) for s in range(12)])
+
+
+def test_warmup_stable_decay_in_a_lightning_run(tmp_path):
+    """constant_with_warmup + cooldown: up over w steps, the peak, then linearly down to 0."""
+    module = _Recorder(optim.OptimConfig(lr=1.0, scheduler="constant_with_warmup", warmup_steps=2,
+                                         cooldown=0.5))
+    pl.Trainer(max_epochs=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+               enable_model_summary=False, default_root_dir=tmp_path).fit(module)
+    expected = [min(1.0, max(s, 1) / 2) * min(1.0, (1 - s / 12) / 0.5) for s in range(12)]
+    assert module.lrs == pytest.approx(expected)
+    assert module.lrs[:3] == pytest.approx([0.5, 0.5, 1.0]) and module.lrs[6] == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("scheduler", ["cosine", "linear"])

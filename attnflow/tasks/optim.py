@@ -11,6 +11,10 @@ Schedules (multiplying ``lr``, stepped every optimiser step):
 - ``linear``: s/w for s < w, then (S − s)/(S − w) down to 0 at the last of the S steps — Devlin et
   al. 2019 §A.2 (BERT: "linear warmup … and linear decay of the learning rate"), as HF
   transformers' ``get_linear_schedule_with_warmup``.
+- ``constant_with_warmup``: min(1, s/w) — linear warm-up, then the peak rate (HF's
+  ``get_constant_schedule_with_warmup``). With ``cooldown`` it is the warmup-stable-decay schedule
+  of Hu et al. 2024 ("MiniCPM", §4.1) and Hägele et al. 2024 (§3): the rate stays at its peak until
+  the cool-down, where noam's has fallen to √(w/s) of it.
 
 Cool-down (``cooldown=f``, any schedule): over the last fraction f of training the schedule's factor
 is multiplied by (1 − p)/f, falling linearly to 0 at the end, where p ∈ [0, 1] is the progress of
@@ -42,7 +46,7 @@ from pytorch_lightning.callbacks import Timer
 from attnflow.registry import ConfigError, NonNegativeFloat, NonNegativeInt, PositiveFloat, Probability
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
-SCHEDULERS = ("none", "cosine", "noam", "linear")
+SCHEDULERS = ("none", "cosine", "noam", "linear", "constant_with_warmup")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,9 +58,10 @@ class OptimConfig:
         lr: learning rate; with scheduler 'noam' the peak, reached at ``warmup_steps``.
         weight_decay: L2 penalty (Adam, SGD) or decoupled decay (AdamW).
         scheduler: 'none' (constant), 'cosine' (decay to 0 over the run), 'noam' (linear
-            warm-up, then ∝ step^−½; Vaswani et al. 2017) or 'linear' (linear warm-up, then linear
-            decay to 0 at the end of the run; Devlin et al. 2019).
-        warmup_steps: warm-up of 'noam' and 'linear'.
+            warm-up, then ∝ step^−½; Vaswani et al. 2017), 'linear' (linear warm-up, then linear
+            decay to 0 at the end of the run; Devlin et al. 2019) or 'constant_with_warmup'
+            (linear warm-up, then constant; with ``cooldown``: warmup-stable-decay).
+        warmup_steps: warm-up of 'noam', 'linear' and 'constant_with_warmup'.
         decay_bias_and_norm: false: no weight decay on one-dimensional parameters (biases, norm
             gains and shifts), as BERT's optimiser; true: decay on every parameter.
         cooldown: the last fraction of the run (of its steps, or of ``trainer.max_time`` when
@@ -66,7 +71,7 @@ class OptimConfig:
     optimizer: Literal["adam", "adamw", "sgd"] = "adam"
     lr: PositiveFloat = 1e-3
     weight_decay: NonNegativeFloat = 0.0
-    scheduler: Literal["none", "cosine", "noam", "linear"] = "none"
+    scheduler: Literal["none", "cosine", "noam", "linear", "constant_with_warmup"] = "none"
     warmup_steps: NonNegativeInt = 4000
     decay_bias_and_norm: bool = True
     cooldown: Probability = 0.0
@@ -91,6 +96,9 @@ def lr_factor(name: str, total_steps: int, warmup_steps: int = 4000) -> Callable
     if name == "noam":
         w = max(1, warmup_steps)
         return lambda step: min(max(step, 1) / w, math.sqrt(w / max(step, 1)))
+    if name == "constant_with_warmup":
+        w = max(1, warmup_steps)
+        return lambda step: min(1.0, max(step, 1) / w)
     if name == "linear":
         w, total = max(1, warmup_steps), max(1, total_steps)
         return lambda step: (max(step, 1) / w if step < w
@@ -134,8 +142,9 @@ def schedule_length_error(scheduler: str) -> ConfigError:
     """The refusal of a decaying schedule in a run with no step count (max_epochs=-1, no max_steps)."""
     return ConfigError(f"task.optim.scheduler={scheduler} decays the learning rate over the run's "
                        "steps, but trainer.max_epochs=-1 without trainer.max_steps sets no end; set "
-                       "trainer.max_steps (or max_epochs), task.optim.scheduler=noam or none, or, for a "
-                       "run that trainer.max_time ends, task.optim.cooldown (it follows the time box)")
+                       "trainer.max_steps (or max_epochs), task.optim.scheduler=noam, "
+                       "constant_with_warmup or none, or, for a run that trainer.max_time ends, "
+                       "task.optim.cooldown (it follows the time box)")
 
 
 def param_groups(module: torch.nn.Module, weight_decay: float) -> list:
