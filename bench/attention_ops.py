@@ -15,9 +15,14 @@ always first), each sample times ``number`` forward+backward steps with ``time.p
 the median per variant is reported. Ratios (attnflow / torch) come from the same run, which makes
 them robust to the machine being busy; absolute milliseconds are not.
 
+On a GPU (``--device cuda``) each sample ends with ``torch.cuda.synchronize()``, ``--bf16`` runs
+both under bf16 autocast (the tolerance of the agreement check widens to bf16's), and the JSON
+names the attention kernels one attnflow step launched (from ``torch.profiler``: flash,
+memory-efficient or the plain matrix products), per shape.
+
 Usage::
 
-    python bench/attention_ops.py [--repeats N] [--shapes quick|full] [--out PATH]
+    python bench/attention_ops.py [--repeats N] [--shapes quick|full] [--device cuda] [--bf16] [--out PATH]
 """
 
 from __future__ import annotations
@@ -45,10 +50,13 @@ CONFIG = {"name": "multihead", "heads": HEADS, "scorer": {"name": "scaled_dot"},
 VARIANTS = ["attnflow", "torch", "attnflow+maps", "torch+maps"]
 SAMPLE_SECONDS = 0.1  # target duration of one timed sample (number steps)
 TOLERANCE = 1e-5  # max |attnflow - torch| (outputs, maps, input gradients) before timing
+# the same on a GPU in float32 (other kernels, other summation orders) and under bf16 autocast
+# (8 bits of mantissa: outputs of about 1 differ by a few 1e-3)
+TOLERANCE_CUDA, TOLERANCE_BF16 = 1e-4, 5e-2
 
 
-def build_pair(seed: int = 0):
-    """attnflow's block and torch's, with the same weights (train mode)."""
+def build_pair(seed: int = 0, device: str = "cpu"):
+    """attnflow's block and torch's, with the same weights (train mode), on ``device``."""
     torch.manual_seed(seed)
     ours = ATTENTIONS.build(CONFIG, D, D, D)
     ref = nn.MultiheadAttention(D, HEADS, batch_first=True)
@@ -58,18 +66,18 @@ def build_pair(seed: int = 0):
         ref.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.k_proj.bias, ours.v_proj.bias]))
         ref.out_proj.weight.copy_(ours.aggregator.proj.weight)
         ref.out_proj.bias.copy_(ours.aggregator.proj.bias)
-    return ours.train(), ref.train()
+    return ours.to(device).train(), ref.to(device).train()
 
 
-def make_inputs(T: int, masked: bool, seed: int = 1):
+def make_inputs(T: int, masked: bool, seed: int = 1, device: str = "cpu"):
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(B, T, D, generator=g)
-    grad_out = torch.randn(B, T, D, generator=g)
+    x = torch.randn(B, T, D, generator=g).to(device)
+    grad_out = torch.randn(B, T, D, generator=g).to(device)
     if not masked:
         return x, grad_out, None, None
     lengths = torch.randint(T // 2, T + 1, (B,), generator=g)
     lengths[0] = T
-    keep = torch.arange(T) < lengths.unsqueeze(-1)  # (B, T) True = attend
+    keep = (torch.arange(T) < lengths.unsqueeze(-1)).to(device)  # (B, T) True = attend
     return x, grad_out, keep.unsqueeze(1), ~keep  # attnflow (B, 1, T), torch (B, T) True = ignore
 
 
@@ -109,8 +117,8 @@ def check_numbers(ours, ref, x, ours_mask, ref_mask) -> Dict[str, float]:
         oa, wa = ours(xa, xa, xa, ours_mask, need_weights=maps)
         ob, wb = ref(xb, xb, xb, key_padding_mask=ref_mask, need_weights=maps,
                      average_attn_weights=False)
-        oa.sum().backward()
-        ob.sum().backward()
+        oa.float().sum().backward()
+        ob.float().sum().backward()
         tag = "maps" if maps else "no_maps"
         diffs[f"out_{tag}"] = (oa - ob).abs().max().item()
         diffs[f"grad_x_{tag}"] = (xa.grad - xb.grad).abs().max().item()
@@ -121,13 +129,29 @@ def check_numbers(ours, ref, x, ours_mask, ref_mask) -> Dict[str, float]:
     return diffs
 
 
-def time_case(steps: Dict[str, Callable[[], None]], repeats: int, warmup: int) -> dict:
+def attention_kernels(step: Callable[[], None]) -> List[str]:
+    """The names of the GPU kernels of one ``step`` that compute attention (SDPA's flash or
+    memory-efficient kernels, or a softmax on the explicit path), from torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    names = {e.name for e in prof.events() if e.device_type.name == "CUDA"}
+    keys = ("flash", "fmha", "efficient", "attention", "softmax")
+    return sorted(n[:120] for n in names if any(k in n.lower() for k in keys))
+
+
+def time_case(steps: Dict[str, Callable[[], None]], repeats: int, warmup: int,
+              sync: Callable[[], None] = lambda: None) -> dict:
     for _ in range(warmup):
         for name in VARIANTS:
             steps[name]()
+    sync()
     # number of steps per sample, the same for every variant of this shape
     t0 = time.perf_counter()
     steps["attnflow"]()
+    sync()
     one = time.perf_counter() - t0
     number = max(1, round(SAMPLE_SECONDS / max(one, 1e-6)))
     samples: Dict[str, List[float]] = {name: [] for name in VARIANTS}
@@ -138,6 +162,7 @@ def time_case(steps: Dict[str, Callable[[], None]], repeats: int, warmup: int) -
             t0 = time.perf_counter()
             for _ in range(number):
                 step()
+            sync()
             samples[name].append((time.perf_counter() - t0) / number * 1e3)  # ms per step
     result = {"number": number, "samples_ms": samples}
     result["median_ms"] = {n: statistics.median(s) for n, s in samples.items()}
@@ -182,22 +207,33 @@ def main(argv: Optional[List[str]] = None) -> dict:
     p.add_argument("--shapes", choices=sorted(SHAPES), default="full",
                    help="quick: T=64; full: T in {64, 256}")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per variant and shape")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--bf16", action="store_true", help="both under bf16 autocast")
     p.add_argument("--out", default="bench/results/attention_ops.json")
     args = p.parse_args(argv)
+    cuda = args.device.startswith("cuda")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    tolerance = TOLERANCE_BF16 if args.bf16 else TOLERANCE_CUDA if cuda else TOLERANCE
+    autocast = torch.autocast(args.device.split(":")[0], dtype=torch.bfloat16, enabled=args.bf16)
+    autocast.__enter__()
 
     started = _dt.datetime.now().astimezone()
     info = machine_info()
-    ours, ref = build_pair()
+    if cuda:
+        info["gpu"] = torch.cuda.get_device_name(args.device)
+    ours, ref = build_pair(device=args.device)
     cases = []
     for T in SHAPES[args.shapes]:
         for masked in (False, True):
-            x, grad_out, ours_mask, ref_mask = make_inputs(T, masked)
+            x, grad_out, ours_mask, ref_mask = make_inputs(T, masked, device=args.device)
             diffs = check_numbers(ours, ref, x, ours_mask, ref_mask)
-            if max(diffs.values()) > TOLERANCE:
+            if max(diffs.values()) > tolerance:
                 raise SystemExit(f"attnflow and torch disagree at T={T}, mask={masked}: {diffs}; "
                                  f"timing a wrong implementation is meaningless")
-            timing = time_case(make_steps(ours, ref, x, grad_out, ours_mask, ref_mask),
-                               args.repeats, args.warmup)
+            steps = make_steps(ours, ref, x, grad_out, ours_mask, ref_mask)
+            timing = time_case(steps, args.repeats, args.warmup, sync)
+            if cuda:
+                timing["kernels"] = {v: attention_kernels(steps[v]) for v in ("attnflow", "attnflow+maps")}
             med, smp = timing["median_ms"], timing["samples_ms"]
 
             def paired(a: str, b: str) -> float:
@@ -231,7 +267,8 @@ def main(argv: Optional[List[str]] = None) -> dict:
         "threads": torch.get_num_threads(),
         "machine": info,
         "git": git_state(),
-        "mode": "train, forward+backward (grad of x and all parameters), fp32, CPU",
+        "mode": "train, forward+backward (grad of x and all parameters), "
+                f"{'bf16 autocast' if args.bf16 else 'fp32'}, {info.get('gpu', args.device)}",
         "config": CONFIG,
         "repeats": args.repeats, "warmup": args.warmup, "shapes": args.shapes,
         "ratio_definition": "median attnflow / median torch, same run, interleaved; 'paired': "
@@ -252,7 +289,8 @@ def print_table(report: dict) -> None:
     from rich.table import Table
 
     table = Table(title=f"attention fwd+bwd, ms per step (median of {report['repeats']}), "
-                        f"torch {report['torch']}, {report['threads']} threads")
+                        f"torch {report['torch']}, {report['mode'].split(', ', 1)[1]}, "
+                        f"{report['threads']} threads")
     for col in ["T", "mask", "attnflow", "torch", "ratio", "(paired)", "attnflow+maps",
                 "torch+maps", "ratio maps", "(paired)", "maps/no maps", "(paired)"]:
         table.add_column(col, justify="right")
@@ -264,6 +302,10 @@ def print_table(report: dict) -> None:
                       f"{c['ratio_maps']:.3f}", f"{pr['ratio_maps']:.3f}",
                       f"{c['maps_cost']:.2f}x", f"{pr['maps_cost']:.2f}x")
     Console(width=max(Console().width, 140)).print(table)
+    for c in report["cases"]:
+        for variant, names in c.get("kernels", {}).items():
+            print(f"T={c['T']} mask={'yes' if c['key_padding_mask'] else 'no'} {variant}: "
+                  + ("; ".join(names) or "no attention kernel named"))
 
 
 if __name__ == "__main__":

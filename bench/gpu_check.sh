@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# attnflow on one CUDA GPU, in one call (not a test: CI has no GPU).
+#
+#   ATTNFLOW_DATA_DIR=<data> [ENDE=1] [DEADLINE=s] bash bench/gpu_check.sh OUTDIR [quick]
+#
+# 1. Every model family trains a few steps with trainer=gpu (bf16-mixed) and is tested: the
+#    default (RNNsearch on reversal), the reversal Transformer with relative positions, Luong on
+#    Multi30k, the Multi30k Transformer, GAT with P-reg on Cora, HAN on IMDB, BERT pretraining on
+#    IMDB, Show-Attend-Tell on the shapes set, logging to TensorBoard (so the dashboards are drawn
+#    at every validation, from the GPU's tensors). A family passes when its run writes metrics.json.
+# 2. bench/attention_ops.py --device cuda, in float32 and under bf16 autocast: attnflow's multi-head
+#    attention against torch.nn.MultiheadAttention (numbers checked, then timed), and the names of
+#    the attention kernels each launches.
+# 3. With ENDE=1, beside them (started first): en→de runs of experiment=mt_transformer_3h_ende on the
+#    GPU for a fixed number of steps: as many as its 3-hour box of one CPU thread allows (14,100 at
+#    batch 64, 31 epochs as in the box), the same with batch 32 (29,500 steps: B32's pace), and twice
+#    the box. Three at once on one H200 ran 17–22 s an epoch (batch 64), 31–40 s (batch 32): they
+#    need about 20 minutes, more than one device call (docs/benchmarks.md, "On a GPU").
+# "quick" shrinks everything to a few steps (a dry run of the script on a CPU, trainer=cpu).
+# The project need not be installed there: the checkout goes first on PYTHONPATH (hydra-core,
+# omegaconf, antlr4-python3-runtime and jiwer are what a GPU image with PyTorch usually lacks).
+# OUTDIR receives few files (a device machine sends back eight at most): summary.txt, metrics.txt
+# (every run's metrics.json) and logs.tar.gz (every log, metrics.json and metrics.csv, the two
+# attention JSON files). DEADLINE=<seconds> packs what is there at that time, should the call be
+# cut short.
+set -uo pipefail
+OUT=${1:?usage: gpu_check.sh OUTDIR [quick]}
+QUICK=${2:-}
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # bench/*.py import attnflow from the checkout
+PY=${PYTHON:-python3}
+WORK=${WORK:-/tmp/attnflow-gpu-check}
+RUNS=$WORK/runs LOGS=$WORK/logs
+rm -rf "$WORK"; mkdir -p "$RUNS" "$LOGS" "$OUT"
+export PYTHONUNBUFFERED=1 ATTNFLOW_OUTPUT_DIR=$RUNS
+if [ -n "$QUICK" ]; then
+  TR="trainer=cpu trainer.precision=32-true"; BOX=6; B32=12; TWICE=12; SMOKE=3; GAT=3
+  LIMIT="trainer.limit_val_batches=2 trainer.limit_test_batches=2 data.max_pairs=300"
+else
+  TR="trainer=gpu"; BOX=14100; B32=29500; TWICE=28200; SMOKE=60; GAT=200; LIMIT=""
+fi
+SECONDS=0
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
+  $PY -c "import torch, pytorch_lightning as pl; print('torch', torch.__version__, 'lightning', pl.__version__, 'cuda', torch.cuda.is_available())"
+} 2>&1 | tee "$OUT/summary.txt"
+
+pack() {  # every log and each run's figures into $OUT
+  ( cd "$WORK" && find . \( -name '*.log' -o -name '*.json' -o -name metrics.csv \) -print0 \
+      | tar --null -czf "$OUT/logs.tar.gz" -T - )
+  for f in "$RUNS"/*/metrics.json; do echo "== $f"; cat "$f"; echo; done > "$OUT/metrics.txt" 2>&1
+}
+WATCH=""
+if [ -n "${DEADLINE:-}" ]; then
+  ( sleep "$DEADLINE"; echo "deadline: packed at $DEADLINE s" >> "$OUT/summary.txt"; pack ) & WATCH=$!
+fi
+
+train() {  # train NAME overrides… — one run in $RUNS/NAME, its log in $OUT/NAME.log
+  local name=$1; shift
+  local t0=$SECONDS
+  $PY -m attnflow.train hydra.run.dir="$RUNS/$name" callbacks.progress_bar=text logger=tensorboard "$@" >"$LOGS/$name.log" 2>&1
+  local rc=$?
+  echo "$name rc=$rc $((SECONDS - t0)) s" | tee -a "$OUT/summary.txt"
+}
+
+# 3. the long en→de runs, in the background (each its own process on the one GPU)
+LONG=()
+if [ -n "${ENDE:-}" ]; then
+  MT="experiment=mt_transformer_3h_ende $TR callbacks.attention_maps.every_n_epochs=1000 trainer.max_epochs=1000 trainer.max_time=null"
+  train ende_box $MT trainer.max_steps=$BOX $LIMIT & LONG+=($!)
+  train ende_b32 $MT trainer.max_steps=$B32 data.batch_size=32 $LIMIT & LONG+=($!)
+  train ende_twice $MT trainer.max_steps=$TWICE $LIMIT & LONG+=($!)
+fi
+
+# 1. every family, a few steps each, one after another
+train smoke_default $TR trainer.max_steps=$SMOKE trainer.max_epochs=1
+train smoke_reverse_transformer experiment=reverse_transformer positional=relative $TR trainer.max_steps=$SMOKE trainer.max_epochs=1
+train smoke_luong experiment=mt_luong $TR trainer.max_steps=$SMOKE trainer.max_epochs=1 data.max_pairs=2000 trainer.limit_val_batches=4 trainer.limit_test_batches=4
+train smoke_mt_transformer experiment=mt_transformer $TR trainer.max_steps=$SMOKE trainer.max_epochs=1 data.max_pairs=2000 trainer.limit_val_batches=4 trainer.limit_test_batches=4
+train smoke_gat experiment=gat_cora_preg $TR trainer.max_epochs=$GAT
+train smoke_han experiment=han_imdb $TR trainer.max_steps=$SMOKE trainer.max_epochs=1 trainer.limit_val_batches=4
+train smoke_bert experiment=bert_pretrain_imdb $TR trainer.max_steps=$SMOKE trainer.max_epochs=1 trainer.limit_val_batches=4
+train smoke_caption experiment=caption_shapes $TR trainer.max_steps=$SMOKE trainer.max_epochs=1 data.train_size=500 data.val_size=64 data.test_size=64
+
+# 2. the attention kernels
+DEV=cuda; [ -n "$QUICK" ] && DEV=cpu
+for prec in fp32 bf16; do
+  flag=""; [ $prec = bf16 ] && flag=--bf16
+  $PY bench/attention_ops.py --device $DEV $flag --repeats 5 --out "$LOGS/attention_ops_$prec.json" >"$LOGS/attention_ops_$prec.log" 2>&1
+  echo "attention_ops $prec rc=$? $SECONDS s" | tee -a "$OUT/summary.txt"
+done
+
+[ ${#LONG[@]} -gt 0 ] && wait "${LONG[@]}"
+[ -n "$WATCH" ] && kill "$WATCH" 2>/dev/null
+echo "total $SECONDS s" | tee -a "$OUT/summary.txt"
+pack
