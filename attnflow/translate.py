@@ -227,7 +227,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--save-attention", metavar="OUT.npz",
                     help="write every attention map as arrays (keys: see the module docstring)")
     ap.add_argument("--device", default="cpu")
-    args = ap.parse_args(argv)
+    args = ap.parse_intermixed_args(argv)  # options before or after the sentences
     try:
         for name, value in (("--beam", args.beam), ("--batch-size", args.batch_size),
                             ("--max-len", args.max_len)):

@@ -52,6 +52,9 @@ def test_arguments_file_stdin_agree(run_dir, tmp_path, capsys, monkeypatch):
     assert capsys.readouterr().out.splitlines() == by_args
     assert main([str(run_dir), "Ein Mann schläft.", "--beam", "3"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 1
+    # options before the sentences, as attnflow-predict and attnflow-eval take them
+    assert main([str(run_dir), "--beam", "1", "Ein Mann schläft.", "Zwei Hunde."]) == 0
+    assert capsys.readouterr().out.splitlines() == by_args
 
 
 def test_attention_png(run_dir, tmp_path):
