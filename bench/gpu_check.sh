@@ -16,6 +16,9 @@
 #    batch 64, 31 epochs as in the box), the same with batch 32 (29,500 steps: B32's pace), and twice
 #    the box. Three at once on one H200 ran 17–22 s an epoch (batch 64), 31–40 s (batch 32): they
 #    need about 20 minutes, more than one device call (docs/benchmarks.md, "On a GPU").
+# 4. The command-line tools with --device on those runs: attnflow-translate (beam search; Luong's
+#    attention picture), attnflow-eval, attnflow-predict (HAN's explanation, GAT's neighbours, BERT's
+#    fill-mask).
 # "quick" shrinks everything to a few steps (a dry run of the script on a CPU, trainer=cpu).
 # The project need not be installed there: the checkout goes first on PYTHONPATH (hydra-core,
 # omegaconf, antlr4-python3-runtime and jiwer are what a GPU image with PyTorch usually lacks).
@@ -45,7 +48,7 @@ SECONDS=0
 } 2>&1 | tee "$OUT/summary.txt"
 
 pack() {  # every log and each run's figures into $OUT
-  ( cd "$WORK" && find . \( -name '*.log' -o -name '*.json' -o -name metrics.csv \) -print0 \
+  ( cd "$WORK" && find . \( -name '*.log' -o -name '*.json' -o -name '*.csv' \) -print0 \
       | tar --null -czf "$OUT/logs.tar.gz" -T - )
   for f in "$RUNS"/*/metrics.json; do echo "== $f"; cat "$f"; echo; done > "$OUT/metrics.txt" 2>&1
 }
@@ -81,8 +84,21 @@ train smoke_han experiment=han_imdb $TR trainer.max_steps=$SMOKE trainer.max_epo
 train smoke_bert experiment=bert_pretrain_imdb $TR trainer.max_steps=$SMOKE trainer.max_epochs=1 trainer.limit_val_batches=4
 train smoke_caption experiment=caption_shapes $TR trainer.max_steps=$SMOKE trainer.max_epochs=1 data.train_size=500 data.val_size=64 data.test_size=64
 
-# 2. the attention kernels
 DEV=cuda; [ -n "$QUICK" ] && DEV=cpu
+# 4. the command-line tools on the GPU, on the runs above: each writes to $LOGS/<name>.log
+cli() {  # cli NAME module args…
+  local name=$1 module=$2; shift 2
+  $PY -m "attnflow.$module" "$@" >"$LOGS/$name.log" 2>&1
+  echo "$name rc=$? $SECONDS s" | tee -a "$OUT/summary.txt"
+}
+cli cli_translate translate "$RUNS/smoke_mt_transformer" --device $DEV --beam 4 "A man rides a bike." "Two dogs play in the snow."
+cli cli_translate_luong translate "$RUNS/smoke_luong" --device $DEV --attention "$WORK/luong.png" "A man rides a bike."
+cli cli_eval evaluate "$RUNS/smoke_luong" --device $DEV split=test -o "$LOGS/cli_eval.json"
+cli cli_predict_han predict "$RUNS/smoke_han" --device $DEV --explain "$WORK/han.html" "A fine film. I loved every minute of it."
+cli cli_predict_gat predict "$RUNS/smoke_gat" --device $DEV --explain --top-k 3 -o "$LOGS/cli_gat_nodes.csv"
+cli cli_predict_bert predict "$RUNS/smoke_bert" --device $DEV --top-k 3 "The film was [MASK] ."
+
+# 2. the attention kernels
 for prec in fp32 bf16; do
   flag=""; [ $prec = bf16 ] && flag=--bf16
   $PY bench/attention_ops.py --device $DEV $flag --repeats 5 --out "$LOGS/attention_ops_$prec.json" >"$LOGS/attention_ops_$prec.log" 2>&1
