@@ -170,6 +170,45 @@ def time_case(steps: Dict[str, Callable[[], None]], repeats: int, warmup: int,
     return result
 
 
+def run_cases(device: str, shapes: str, repeats: int, warmup: int, tolerance: float,
+              sync: Callable[[], None]) -> List[dict]:
+    """Every shape with and without a padding mask: the agreement check, then the timings."""
+    ours, ref = build_pair(device=device)
+    cases = []
+    for T in SHAPES[shapes]:
+        for masked in (False, True):
+            x, grad_out, ours_mask, ref_mask = make_inputs(T, masked, device=device)
+            diffs = check_numbers(ours, ref, x, ours_mask, ref_mask)
+            if max(diffs.values()) > tolerance:
+                raise SystemExit(f"attnflow and torch disagree at T={T}, mask={masked}: {diffs}; "
+                                 f"timing a wrong implementation is meaningless")
+            steps = make_steps(ours, ref, x, grad_out, ours_mask, ref_mask)
+            timing = time_case(steps, repeats, warmup, sync)
+            if device.startswith("cuda"):
+                timing["kernels"] = {v: attention_kernels(steps[v]) for v in ("attnflow", "attnflow+maps")}
+            med, smp = timing["median_ms"], timing["samples_ms"]
+
+            def paired(a: str, b: str) -> float:
+                return statistics.median(x / y for x, y in zip(smp[a], smp[b]))
+
+            cases.append({
+                "B": B, "T": T, "d": D, "heads": HEADS, "head_dim": D // HEADS,
+                "key_padding_mask": masked, **timing,
+                "ratio": med["attnflow"] / med["torch"],
+                "ratio_maps": med["attnflow+maps"] / med["torch+maps"],
+                "maps_cost": med["attnflow+maps"] / med["attnflow"],
+                "torch_maps_cost": med["torch+maps"] / med["torch"],
+                "paired": {"ratio": paired("attnflow", "torch"),
+                           "ratio_maps": paired("attnflow+maps", "torch+maps"),
+                           "maps_cost": paired("attnflow+maps", "attnflow"),
+                           "torch_maps_cost": paired("torch+maps", "torch")},
+                "max_abs_diff": diffs,
+            })
+            print(f"T={T} mask={masked}: ratio {cases[-1]['ratio']:.3f}, "
+                  f"maps ratio {cases[-1]['ratio_maps']:.3f}", file=sys.stderr, flush=True)
+    return cases
+
+
 def machine_info() -> dict:
     cpu = platform.processor()
     try:
@@ -214,46 +253,13 @@ def main(argv: Optional[List[str]] = None) -> dict:
     cuda = args.device.startswith("cuda")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     tolerance = TOLERANCE_BF16 if args.bf16 else TOLERANCE_CUDA if cuda else TOLERANCE
-    autocast = torch.autocast(args.device.split(":")[0], dtype=torch.bfloat16, enabled=args.bf16)
-    autocast.__enter__()
 
     started = _dt.datetime.now().astimezone()
     info = machine_info()
     if cuda:
         info["gpu"] = torch.cuda.get_device_name(args.device)
-    ours, ref = build_pair(device=args.device)
-    cases = []
-    for T in SHAPES[args.shapes]:
-        for masked in (False, True):
-            x, grad_out, ours_mask, ref_mask = make_inputs(T, masked, device=args.device)
-            diffs = check_numbers(ours, ref, x, ours_mask, ref_mask)
-            if max(diffs.values()) > tolerance:
-                raise SystemExit(f"attnflow and torch disagree at T={T}, mask={masked}: {diffs}; "
-                                 f"timing a wrong implementation is meaningless")
-            steps = make_steps(ours, ref, x, grad_out, ours_mask, ref_mask)
-            timing = time_case(steps, args.repeats, args.warmup, sync)
-            if cuda:
-                timing["kernels"] = {v: attention_kernels(steps[v]) for v in ("attnflow", "attnflow+maps")}
-            med, smp = timing["median_ms"], timing["samples_ms"]
-
-            def paired(a: str, b: str) -> float:
-                return statistics.median(x / y for x, y in zip(smp[a], smp[b]))
-
-            cases.append({
-                "B": B, "T": T, "d": D, "heads": HEADS, "head_dim": D // HEADS,
-                "key_padding_mask": masked, **timing,
-                "ratio": med["attnflow"] / med["torch"],
-                "ratio_maps": med["attnflow+maps"] / med["torch+maps"],
-                "maps_cost": med["attnflow+maps"] / med["attnflow"],
-                "torch_maps_cost": med["torch+maps"] / med["torch"],
-                "paired": {"ratio": paired("attnflow", "torch"),
-                           "ratio_maps": paired("attnflow+maps", "torch+maps"),
-                           "maps_cost": paired("attnflow+maps", "attnflow"),
-                           "torch_maps_cost": paired("torch+maps", "torch")},
-                "max_abs_diff": diffs,
-            })
-            print(f"T={T} mask={masked}: ratio {cases[-1]['ratio']:.3f}, "
-                  f"maps ratio {cases[-1]['ratio_maps']:.3f}", file=sys.stderr, flush=True)
+    with torch.autocast(args.device.split(":")[0], dtype=torch.bfloat16, enabled=args.bf16):
+        cases = run_cases(args.device, args.shapes, args.repeats, args.warmup, tolerance, sync)
     if hasattr(os, "getloadavg"):
         info["loadavg_end"] = list(os.getloadavg())
     elapsed = (_dt.datetime.now().astimezone() - started).total_seconds()
