@@ -14,7 +14,7 @@ Schedules (multiplying ``lr``, stepped every optimiser step):
 - ``constant_with_warmup``: min(1, s/w) — linear warm-up, then the peak rate (HF's
   ``get_constant_schedule_with_warmup``). With ``cooldown`` it is the warmup-stable-decay schedule
   of Hu et al. 2024 ("MiniCPM", §4.1) and Hägele et al. 2024 (§3): the rate stays at its peak until
-  the cool-down, where noam's has fallen to √(w/s) of it.
+  the cool-down, while noam's falls as √(w/s) from the end of the warm-up.
 
 Cool-down (``cooldown=f``, any schedule): over the last fraction f of training the schedule's factor
 is multiplied by (1 − p)/f, falling linearly to 0 at the end, where p ∈ [0, 1] is the progress of
