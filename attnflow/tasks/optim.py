@@ -91,17 +91,17 @@ def make_optimizer(params: Iterable[torch.nn.Parameter], name: str, lr: float,
 
 def lr_factor(name: str, total_steps: int, warmup_steps: int = 4000) -> Callable[[int], float]:
     """The schedule's multiplier of the base learning rate at optimiser step ``step``."""
+    w = max(1, warmup_steps)
+    ramp = lambda step: max(step, 1) / w  # noqa: E731  (the warm-up; step 0 counts as 1)
     if name == "none":
         return lambda step: 1.0
     if name == "noam":
-        w = max(1, warmup_steps)
-        return lambda step: min(max(step, 1) / w, math.sqrt(w / max(step, 1)))
+        return lambda step: min(ramp(step), math.sqrt(w / max(step, 1)))
     if name == "constant_with_warmup":
-        w = max(1, warmup_steps)
-        return lambda step: min(1.0, max(step, 1) / w)
+        return lambda step: min(1.0, ramp(step))
     if name == "linear":
-        w, total = max(1, warmup_steps), max(1, total_steps)
-        return lambda step: (max(step, 1) / w if step < w
+        total = max(1, total_steps)
+        return lambda step: (ramp(step) if step < w
                              else max(0.0, (total - step) / max(1, total - w)))
     if name == "cosine":
         total = max(1, total_steps)
