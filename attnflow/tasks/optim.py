@@ -38,15 +38,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable, Iterable, Literal, Optional
+from typing import Callable, Iterable, Literal, Optional, get_args
 
 import torch
 from pytorch_lightning.callbacks import Timer
 
 from attnflow.registry import ConfigError, NonNegativeFloat, NonNegativeInt, PositiveFloat, Probability
 
-OPTIMIZERS = ("adam", "adamw", "sgd")
-SCHEDULERS = ("none", "cosine", "noam", "linear", "constant_with_warmup")
+Optimizer = Literal["adam", "adamw", "sgd"]
+Scheduler = Literal["none", "cosine", "noam", "linear", "constant_with_warmup"]
+OPTIMIZERS = get_args(Optimizer)  # the names, for error messages: written once, in the Literal
+SCHEDULERS = get_args(Scheduler)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,10 +70,10 @@ class OptimConfig:
             that ends it first) over which the learning rate falls linearly to 0; 0: none.
     """
 
-    optimizer: Literal["adam", "adamw", "sgd"] = "adam"
+    optimizer: Optimizer = "adam"
     lr: PositiveFloat = 1e-3
     weight_decay: NonNegativeFloat = 0.0
-    scheduler: Literal["none", "cosine", "noam", "linear", "constant_with_warmup"] = "none"
+    scheduler: Scheduler = "none"
     warmup_steps: NonNegativeInt = 4000
     decay_bias_and_norm: bool = True
     cooldown: Probability = 0.0
