@@ -74,9 +74,12 @@ def _gather_rows(x: Optional[torch.Tensor], rows: torch.Tensor) -> Optional[torc
     return x.index_select(0, rows.reshape(-1)).reshape(*rows.shape, *x.shape[1:])
 
 
-def _reorder_beams(decoder, state, rows: torch.Tensor):
+def reorder_beams(decoder, state, rows: torch.Tensor):
     """``decoder.reorder`` on what changes between beams; the decoder's ``static_state`` entries
-    stay: beams only ever move within their own sentence, whose rows hold the same values."""
+    stay: beams only ever move within their own sentence, whose rows hold the same values. A
+    decoder of decoders (an ensemble's) says itself how, with ``reorder_beams``."""
+    if hasattr(decoder, "reorder_beams"):
+        return decoder.reorder_beams(state, rows)
     static = getattr(decoder, "static_state", ())
     if not static or not isinstance(state, dict):
         return decoder.reorder(state, rows)
@@ -152,7 +155,7 @@ def beam_search(model, src: torch.Tensor, src_lengths: torch.Tensor, bos_id: int
         live, pos = top.masked_fill(is_eos, NEG_INF).topk(K, dim=1)
         sel = rows.gather(1, pos).reshape(B * K)
         y = tok.gather(1, pos).reshape(B * K)
-        state = _reorder_beams(decoder, state, sel)
+        state = reorder_beams(decoder, state, sel)
         history = torch.cat([history.index_select(0, sel), y.unsqueeze(1)], dim=1)
         if keep_w:
             w = w.index_select(0, sel).unsqueeze(1)

@@ -5,6 +5,7 @@
     echo "Zwei Hunde spielen." | attnflow-translate run_dir/checkpoints/last.ckpt --beam 5
     attnflow-translate run_dir "Ein Hund läuft." --attention alpha.png        # α heat map
     attnflow-translate run_dir -f in.de --save-attention attn.npz             # attention maps as data
+    attnflow-translate run_a -f in.de --ensemble run_b --ensemble b/checkpoints/epoch9.ckpt --beam 5
 
 A run directory holds ``config.yaml``, ``checkpoints/`` (the best checkpoint named in
 ``metrics.json`` is used, else ``last.ckpt``) and ``tokenizer/`` (written by the parallel-text
@@ -21,6 +22,13 @@ line is reported on stderr and gives an empty output line, so output lines stay 
 input lines. A line longer than the model's source limit (``data.max_src_len`` subwords, as in
 training) is translated from its first ``max_src_len`` subwords, with a warning on stderr that
 counts the subwords cut.
+
+``--ensemble PATH`` (repeatable) adds a run or checkpoint to the first: the models decode as one,
+each token chosen from the mean of their next-token distributions (:mod:`attnflow.models.ensemble`;
+e.g. the best epochs of one run, which ``callbacks.average`` keeps). Every member must have the
+first's tokenizers (else exit 2, naming the member); the first's data settings (``max_src_len``,
+the decoding limit) apply. An ensemble has no one attention map: ``--attention`` and
+``--save-attention`` are refused with it.
 
 ``--save-attention OUT.npz`` writes the attention of every translated line as arrays
 (``numpy.load(OUT)``; no pickling). The maps are those of a teacher-forced pass over the output
@@ -88,6 +96,29 @@ def load(path: Path, device: str = "cpu"):
     except CheckpointError as err:
         raise TranslateError(f"{run.checkpoint}: {err}") from None
     return model.to(device).eval(), dm, cfg
+
+
+def load_ensemble(paths: Sequence[Path], device: str = "cpu"):
+    """(model, data module, config) of ``paths[0]``, or with more paths an
+    :class:`~attnflow.models.ensemble.Ensemble` of all of them with the first's data module and
+    config; every member must have the first's tokenizers."""
+    from attnflow.models.ensemble import Ensemble
+
+    model, dm, cfg = load(paths[0], device)
+    if len(paths) == 1:
+        return model, dm, cfg
+    members = [model]
+    for path in paths[1:]:
+        other, odm, _ = load(path, device)
+        for side in ("src_tok", "tgt_tok"):
+            if getattr(odm, side).to_str() != getattr(dm, side).to_str():
+                what = "source" if side == "src_tok" else "target"
+                raise TranslateError(f"--ensemble {path}: its {what} tokenizer differs from that of "
+                                     f"{paths[0]}; an ensemble's members share their token ids "
+                                     f"(runs trained with the same tokenizer, e.g. one run's "
+                                     f"checkpoints)")
+        members.append(other)
+    return Ensemble(members).eval(), dm, cfg
 
 
 def read_inputs(args) -> Tuple[Iterator[str], str]:
@@ -226,6 +257,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="write the α heat map of the first sentence (more sentences: OUT_1.png, …)")
     ap.add_argument("--save-attention", metavar="OUT.npz",
                     help="write every attention map as arrays (keys: see the module docstring)")
+    ap.add_argument("--ensemble", metavar="PATH", action="append", default=[],
+                    help="another run directory or .ckpt decoding with the first (repeatable): "
+                         "tokens from the mean of their distributions")
     ap.add_argument("--device", default="cpu")
     args = ap.parse_intermixed_args(argv)  # options before or after the sentences
     try:
@@ -233,10 +267,13 @@ def main(argv: Optional[List[str]] = None) -> int:
                             ("--max-len", args.max_len)):
             if value is not None and value < 1:
                 raise TranslateError(f"{name} must be >= 1, got {value}")
+        if args.ensemble and (args.attention or args.save_attention):
+            raise TranslateError("--attention and --save-attention take one model: an ensemble "
+                                 "has no one attention map (drop --ensemble, or the attention)")
         if args.save_attention:
             check_npz(args.save_attention)
         lines, where = read_inputs(args)
-        model, dm, _ = load(Path(args.run), args.device)
+        model, dm, _ = load_ensemble([Path(p) for p in [args.run, *args.ensemble]], args.device)
         max_len = args.max_len or dm.max_decode_len
         heat_maps, arrays, n_lines, n_cut = [], {}, 0, 0
         for chunk in batched(lines, args.batch_size):

@@ -57,12 +57,15 @@ if [ -n "${DEADLINE:-}" ]; then
   ( sleep "$DEADLINE"; echo "deadline: packed at $DEADLINE s" >> "$OUT/summary.txt"; pack ) & WATCH=$!
 fi
 
-train() {  # train NAME overrides… — one run in $RUNS/NAME, its log in $OUT/NAME.log
+step() {  # step NAME command… — its output in $LOGS/NAME.log, "NAME rc=… s" in the summary
   local name=$1; shift
   local t0=$SECONDS
-  $PY -m attnflow.train hydra.run.dir="$RUNS/$name" callbacks.progress_bar=text logger=tensorboard "$@" >"$LOGS/$name.log" 2>&1
-  local rc=$?
-  echo "$name rc=$rc $((SECONDS - t0)) s" | tee -a "$OUT/summary.txt"
+  "$@" >"$LOGS/$name.log" 2>&1
+  echo "$name rc=$? $((SECONDS - t0)) s" | tee -a "$OUT/summary.txt"
+}
+train() {  # train NAME overrides… — one run in $RUNS/NAME
+  local name=$1; shift
+  step "$name" $PY -m attnflow.train hydra.run.dir="$RUNS/$name" callbacks.progress_bar=text logger=tensorboard "$@"
 }
 
 # 3. the long en→de runs, in the background (each its own process on the one GPU)
@@ -88,8 +91,7 @@ DEV=cuda; [ -n "$QUICK" ] && DEV=cpu
 # 4. the command-line tools on the GPU, on the runs above: each writes to $LOGS/<name>.log
 cli() {  # cli NAME module args…
   local name=$1 module=$2; shift 2
-  $PY -m "attnflow.$module" "$@" >"$LOGS/$name.log" 2>&1
-  echo "$name rc=$? $SECONDS s" | tee -a "$OUT/summary.txt"
+  step "$name" $PY -m "attnflow.$module" "$@"
 }
 cli cli_translate translate "$RUNS/smoke_mt_transformer" --device $DEV --beam 4 "A man rides a bike." "Two dogs play in the snow."
 cli cli_translate_luong translate "$RUNS/smoke_luong" --device $DEV --attention "$WORK/luong.png" "A man rides a bike."
@@ -101,8 +103,7 @@ cli cli_predict_bert predict "$RUNS/smoke_bert" --device $DEV --top-k 3 "The fil
 # 2. the attention kernels
 for prec in fp32 bf16; do
   flag=""; [ $prec = bf16 ] && flag=--bf16
-  $PY bench/attention_ops.py --device $DEV $flag --repeats 5 --out "$LOGS/attention_ops_$prec.json" >"$LOGS/attention_ops_$prec.log" 2>&1
-  echo "attention_ops $prec rc=$? $SECONDS s" | tee -a "$OUT/summary.txt"
+  step attention_ops_$prec $PY bench/attention_ops.py --device $DEV $flag --repeats 5 --out "$LOGS/attention_ops_$prec.json"
 done
 
 [ ${#LONG[@]} -gt 0 ] && wait "${LONG[@]}"

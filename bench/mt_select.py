@@ -1,7 +1,7 @@
 """Choose on the val split which kept epochs of a Multi30k run to average and how to decode, then
 decode test_2016 once with that choice (issue 13's selection; not a test).
 
-    python bench/mt_select.py RUN_DIR [--averages 1 3 5] [--beams 4 5 6 8]
+    python bench/mt_select.py RUN_DIR [--averages 1 3 5] [--ensembles 3 5] [--beams 4 5 6 8]
         [--alphas 0.6 0.8 1.0 1.2] [--threads 1] [--test] [--out PATH]
 
 A run trained with ``callbacks.average`` keeps its best (or last) epochs' weights and their val
@@ -10,7 +10,9 @@ chose them is greedy; test decodes with beam search and the GNMT length penalty
 ((5 + |y|)/6)^α (Wu et al. 2016, eq. 14). So for each N of ``--averages`` the N best kept epochs
 by their score are averaged (``checkpoints/avg-epochs-<e1>-<e2>….ckpt``, written once, the same
 file attnflow-average writes with ``--epochs``; N = 1 is the best epoch's weights) and the val
-split is decoded with every beam × α. The pair with the highest val BLEU — tokenised lower-cased
+split is decoded with every beam × α. For each N of ``--ensembles`` the N best kept epochs decode
+as an ensemble instead (the mean of their next-token distributions, :mod:`attnflow.models.ensemble`;
+each epoch's weights as ``avg-epochs-<e>.ckpt``; N times the decoding time). The candidate with the highest val BLEU — tokenised lower-cased
 (13a) for a lower-cased run (``data.lowercase``), else sacreBLEU — is the choice; with ``--test``
 it alone decodes test_2016. Prints the table and writes a JSON file of every figure (default
 ``<run>/select.json``, never overwritten).
@@ -43,13 +45,14 @@ def _averaged(run_dir: Path, epochs: list) -> Path:
     return path
 
 
-def _scores(ckpt: Path, split: str, decodings: list) -> tuple:
+def _scores(ckpts: list, split: str, decodings: list) -> tuple:
     """([{beam, alpha, sacrebleu, tok_lc_bleu, wer, …}] of ``split`` for each (beam, α), whether
-    the run is lower-cased); the model is loaded once."""
-    from attnflow.translate import load, translate
+    the run is lower-cased); the model (an ensemble for several checkpoints) is loaded once."""
+    from attnflow.translate import load_ensemble, translate
     from mt_multi30k import scores
 
-    model, dm, cfg = load(ckpt)
+    model, dm, cfg = load_ensemble(ckpts)
+    name = "+".join(c.name for c in ckpts)
     src, refs = dm.split_text(split)
     rows = []
     for beam, alpha in decodings:
@@ -57,7 +60,7 @@ def _scores(ckpt: Path, split: str, decodings: list) -> tuple:
         hyps, _ = translate(model, dm, src, beam=beam, length_penalty=alpha)
         rows.append({"beam": beam, "alpha": alpha, **scores(hyps, refs), "sentences": len(hyps),
                      "seconds": round(time.time() - start, 1)})
-        print(f"  {ckpt.name} {split} beam {beam} α {alpha}: tok-lc {rows[-1]['tok_lc_bleu']:.2f} "
+        print(f"  {name} {split} beam {beam} α {alpha}: tok-lc {rows[-1]['tok_lc_bleu']:.2f} "
               f"sacreBLEU {rows[-1]['sacrebleu']:.2f}", flush=True)
     return rows, bool(cfg["data"].get("lowercase"))
 
@@ -67,6 +70,8 @@ def main(argv=None) -> int:
     ap.add_argument("run", help="a translation run directory trained with callbacks.average")
     ap.add_argument("--averages", type=int, nargs="+", default=[1, 3, 5],
                     help="average the N best kept epochs, for each N (default 1 3 5)")
+    ap.add_argument("--ensembles", type=int, nargs="*", default=[],
+                    help="decode with the N best kept epochs as an ensemble, for each N (≥ 2)")
     ap.add_argument("--beams", type=int, nargs="+", default=[4, 5, 6, 8])
     ap.add_argument("--alphas", type=float, nargs="+", default=[0.6, 0.8, 1.0, 1.2])
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
@@ -86,9 +91,11 @@ def main(argv=None) -> int:
     out = Path(args.out) if args.out else run_dir / "select.json"
     if out.exists():
         ap.error(f"--out {out} exists and is not overwritten")
-    bad = [n for n in args.averages if n < 1] + [b for b in args.beams if b < 1]
+    bad = ([n for n in args.averages if n < 1] + [b for b in args.beams if b < 1]
+           + [n for n in args.ensembles if n < 2])
     if bad or any(a < 0 for a in args.alphas):
-        ap.error("--averages and --beams take positive integers, --alphas numbers >= 0")
+        ap.error("--averages and --beams take positive integers, --ensembles integers >= 2, "
+                 "--alphas numbers >= 0")
     try:
         index = read_index(run_dir)
     except ValueError as err:
@@ -96,19 +103,24 @@ def main(argv=None) -> int:
     if index is None:
         ap.error(f"{run_dir} has no checkpoints/avg/kept.json: train it with callbacks.average")
     scored = [e for e in index["kept"] if e.get("score") is not None]
-    too_many = [n for n in args.averages if n > len(scored)]
+    too_many = [n for n in args.averages + args.ensembles if n > len(scored)]
     if too_many:
-        ap.error(f"--averages {' '.join(map(str, too_many))}: the run kept {len(scored)} scored epochs")
+        ap.error(f"--averages/--ensembles {' '.join(map(str, too_many))}: the run kept "
+                 f"{len(scored)} scored epochs")
 
     decodings = [(b, a) for b in args.beams for a in args.alphas]
     results, metric = [], "tok_lc_bleu"
     try:
-        for n in args.averages:  # the N best as callbacks.average ranks them (ties: the newer)
+        candidates = ([("average", n) for n in args.averages]
+                      + [("ensemble", n) for n in args.ensembles])
+        for combine, n in candidates:  # the N best as callbacks.average ranks them (ties: newer)
             epochs = [e["epoch"] for e in select_kept(scored, "best", n, index.get("mode") or "max")]
-            ckpt = _averaged(run_dir, epochs)
-            rows, lowercase = _scores(ckpt, "val", decodings)
+            ckpts = ([_averaged(run_dir, epochs)] if combine == "average"
+                     else [_averaged(run_dir, [e]) for e in epochs])
+            rows, lowercase = _scores(ckpts, "val", decodings)
             metric = "tok_lc_bleu" if lowercase else "sacrebleu"
-            results += [{"n": n, "epochs": epochs, "checkpoint": str(ckpt), **row, "score": row[metric]}
+            results += [{"combine": combine, "n": n, "epochs": epochs,
+                         "checkpoints": [str(c) for c in ckpts], **row, "score": row[metric]}
                         for row in rows]
     except (CheckpointError, TranslateError) as err:  # not a translation run, a missing file
         print(f"mt_select: {err}", file=sys.stderr)
@@ -116,17 +128,19 @@ def main(argv=None) -> int:
     best = max(results, key=lambda r: r["score"])  # ties: the first (fewer epochs, smaller beam, α)
     test = None
     if args.test:
-        row = _scores(Path(best["checkpoint"]), "test", [(best["beam"], best["alpha"])])[0][0]
+        row = _scores([Path(c) for c in best["checkpoints"]], "test",
+                      [(best["beam"], best["alpha"])])[0][0]
         test = {**row, "score": row[metric]}
 
-    print(f"\n{run_dir} — val {metric} (1,014 sentences); rows: epochs averaged, columns: beam/α")
+    print(f"\n{run_dir} — val {metric} (1,014 sentences); rows: epochs averaged or ensembled, "
+          f"columns: beam/α")
     cols = [f"{b}/{a:g}" for b, a in decodings]
-    print(f"{'averaged':>22} " + " ".join(f"{c:>7}" for c in cols))
-    for n in args.averages:
-        row = [r for r in results if r["n"] == n]
-        label = f"best {n}: " + ",".join(map(str, row[0]["epochs"]))
-        print(f"{label:>22} " + " ".join(f"{r['score']:7.2f}" for r in row))
-    print(f"choice: best {best['n']} (epochs {', '.join(map(str, best['epochs']))}), beam "
+    print(f"{'epochs':>26} " + " ".join(f"{c:>7}" for c in cols))
+    for combine, n in candidates:
+        row = [r for r in results if (r["combine"], r["n"]) == (combine, n)]
+        label = f"{combine} {n}: " + ",".join(map(str, row[0]["epochs"]))
+        print(f"{label:>26} " + " ".join(f"{r['score']:7.2f}" for r in row))
+    print(f"choice: {best['combine']} of the best {best['n']} (epochs {', '.join(map(str, best['epochs']))}), beam "
           f"{best['beam']}, α {best['alpha']:g}: val {best['score']:.2f}"
           + (f"; test_2016 {metric} {test['score']:.2f} (sacreBLEU {test['sacrebleu']:.2f})"
              if test else ""))

@@ -2,6 +2,7 @@
 
 import io
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -235,3 +236,36 @@ def test_a_checkpoint_copied_out_of_its_run_translates_with_the_tokenizers_it_ca
     assert main([str(alone), "x"]) == 2
     err = capsys.readouterr().err
     assert "no tokenizer file" in err and "carries no tokenizers" in err
+
+
+def test_an_ensemble_of_runs_decodes_as_one_and_refuses_what_it_cannot_do(mt_runs, tmp_path, capsys):
+    from attnflow.models.ensemble import Ensemble
+
+    run = mt_runs["mt_transformer"]
+    lines = ["Ein Mann schläft.", "Zwei Hunde spielen im Schnee.", "Ein Kind lacht."]
+    assert main([str(run), *lines, "--beam", "3"]) == 0
+    alone = capsys.readouterr().out
+    # a model with itself: the mean of two equal distributions is that distribution
+    assert main([str(run), *lines, "--beam", "3", "--ensemble", str(run)]) == 0
+    assert capsys.readouterr().out == alone
+    # another Transformer (other weights, one layer each side) on the same tokenizer, as a checkpoint
+    data = Path(yaml.safe_load((run / "config.yaml").read_text())["data"]["root"])
+    second = fabricate_run(translation_overrides(data, "mt_transformer")
+                           + ["model.encoder_layers=1", "model.decoder_layers=1"], tmp_path / "b", seed=1)
+    ckpt = second / "checkpoints" / "last.ckpt"
+    assert main([str(run), "--ensemble", str(ckpt), "--beam", "3", *lines]) == 0
+    got = capsys.readouterr().out.splitlines()
+    a, dm, _ = translate_mod.load(run)
+    b, _, _ = translate_mod.load(ckpt)
+    want, _ = translate_mod.translate(Ensemble([a, b]).eval(), dm, lines, beam=3)
+    assert got == want
+    # refused before any work: another tokenizer, an attention map
+    other = fabricate_run(translation_overrides(parallel_files(tmp_path / "d2"), "mt_transformer")
+                          + ["data.vocab_size=70"], tmp_path / "other")
+    assert main([str(run), "x", "--ensemble", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert f"--ensemble {other}: its source tokenizer differs" in err
+    for option in ("--attention", "--save-attention"):
+        assert main([str(run), "x", "--ensemble", str(run), option, str(tmp_path / "a.npz")]) == 2
+        assert "an ensemble has no one attention map" in capsys.readouterr().err
+    assert not (tmp_path / "a.npz").exists()
