@@ -16,9 +16,9 @@
 #    batch 64, 31 epochs as in the box), the same with batch 32 (29,500 steps: B32's pace), and twice
 #    the box. Three at once on one H200 ran 17–22 s an epoch (batch 64), 31–40 s (batch 32): they
 #    need about 20 minutes, more than one device call (docs/benchmarks.md, "On a GPU").
-# 4. The command-line tools with --device on those runs: attnflow-translate (beam search; Luong's
-#    attention picture), attnflow-eval, attnflow-predict (HAN's explanation, GAT's neighbours, BERT's
-#    fill-mask).
+# 4. The command-line tools with --device on those runs: attnflow-translate (beam search, alone and
+#    as an ensemble of two checkpoints; Luong's attention picture), attnflow-eval, attnflow-predict
+#    (HAN's explanation, GAT's neighbours, BERT's fill-mask).
 # "quick" shrinks everything to a few steps (a dry run of the script on a CPU, trainer=cpu).
 # The project need not be installed there: the checkout goes first on PYTHONPATH (hydra-core,
 # omegaconf, antlr4-python3-runtime and jiwer are what a GPU image with PyTorch usually lacks).
@@ -94,6 +94,7 @@ cli() {  # cli NAME module args…
   step "$name" $PY -m "attnflow.$module" "$@"
 }
 cli cli_translate translate "$RUNS/smoke_mt_transformer" --device $DEV --beam 4 "A man rides a bike." "Two dogs play in the snow."
+cli cli_translate_ensemble translate "$RUNS/smoke_mt_transformer" --ensemble "$RUNS/smoke_mt_transformer/checkpoints/last.ckpt" --device $DEV --beam 4 "A man rides a bike."
 cli cli_translate_luong translate "$RUNS/smoke_luong" --device $DEV --attention "$WORK/luong.png" "A man rides a bike."
 cli cli_eval evaluate "$RUNS/smoke_luong" --device $DEV split=test -o "$LOGS/cli_eval.json"
 cli cli_predict_han predict "$RUNS/smoke_han" --device $DEV --explain "$WORK/han.html" "A fine film. I loved every minute of it."
