@@ -17,7 +17,12 @@ How (and why this way):
   :func:`attnflow.training_state.atomic_torch_save`), and deletes the files that can no longer
   be part of the average: at most N files are on disk, and none in memory, so averaging costs
   no RAM during training however large N is. An epoch validated several times
-  (``val_check_interval`` < 1) keeps its latest validation.
+  (``val_check_interval`` < 1) keeps its latest validation. So does a validation fewer than
+  ``NEAR_FRACTION`` (1 %) of an epoch's optimiser steps after a kept one (at least one step
+  apart counts as distinct): nearly the same weights, which would count twice in the mean or an
+  ensemble. It happens at the end of a fit stopped by ``trainer.max_time`` (or early stopping)
+  just after an epoch began: Lightning validates that part-epoch too. Of such a pair ``last``
+  keeps the newer, ``best`` the better (ties: the newer).
 - Which files are kept (epoch, step, score, file) is the callback's state: Lightning saves it in
   every checkpoint, so ``resume=<run>`` continues from ``last.ckpt`` with the kept set of that
   moment (files written after it, by a run killed before its next ``last.ckpt``, are stale and
@@ -51,6 +56,9 @@ from pytorch_lightning.utilities import rank_zero_warn
 from attnflow.registry import ConfigError, PositiveInt, _suggest
 from attnflow.textio import atomic_path
 from attnflow.training_state import atomic_torch_save, load_checkpoint_file
+
+
+NEAR_FRACTION = 0.01  # validations closer than this share of an epoch's steps are one model
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,7 +176,16 @@ class CheckpointAverage(pl.Callback):
         epoch = trainer.current_epoch
         entry = {"epoch": epoch, "step": trainer.global_step, "score": score,
                  "file": f"epoch{epoch}.pt"}
-        candidates = [e for e in self.kept if e["epoch"] != epoch] + [entry]
+        others = [e for e in self.kept if e["epoch"] != epoch]
+        gap = near_steps(trainer)
+        twin = next((e for e in others if 0 <= entry["step"] - e["step"] < gap), None)
+        if twin is not None:  # nearly the same weights as a kept entry: one of the two stays
+            if self.by == "best" and select_kept([twin, entry], "best", 1, self.mode)[0] is twin:
+                return
+            others.remove(twin)
+            if trainer.is_global_zero:
+                (self.dir / twin["file"]).unlink(missing_ok=True)
+        candidates = others + [entry]
         keep = select_kept(candidates, self.by, self.n, self.mode)
         if trainer.is_global_zero:
             if entry in keep:  # weights only; the tensors as they are (map_location cpu on load)
@@ -187,6 +204,16 @@ class CheckpointAverage(pl.Callback):
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         self.kept = [dict(e) for e in state_dict.get("kept") or []]
+
+
+def near_steps(trainer: pl.Trainer) -> int:
+    """Optimiser steps within which two validations hold one model: ``NEAR_FRACTION`` of an
+    epoch's, at least 1 (so only the same step, for epochs under 100 steps or of unknown length)."""
+    batches = getattr(trainer, "num_training_batches", None)
+    if not isinstance(batches, (int, float)) or not math.isfinite(batches):
+        return 1
+    per_epoch = batches / max(1, getattr(trainer, "accumulate_grad_batches", 1))
+    return max(1, math.ceil(per_epoch * NEAR_FRACTION))
 
 
 # -- the average -----------------------------------------------------------------------------------

@@ -13,8 +13,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import pytorch_lightning as pl
 import torch
 
+import attnflow.run as run_module
 from attnflow.averaging import CheckpointAverage, average_state_dicts
 from attnflow.checkpoints import find_checkpoint
 from attnflow.data.parallel import load_tokenizer
@@ -269,3 +271,40 @@ def test_a_checkpoint_or_early_stopping_mode_outside_min_max_null_is_refused(tmp
                                           r"of 'min', 'max', null, got 'maximum'"):
         train(compose_cfg([*TINY, *extra, f"callbacks.{key}.mode=maximum"]), tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+class _StopAt(pl.Callback):
+    """Stops the fit after optimiser step ``step``, as trainer.max_time's Timer does (Lightning then
+    validates the part-epoch it stopped in)."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_train_batch_end(self, trainer, *args):
+        if trainer.global_step >= self.step:
+            trainer.should_stop = True
+
+
+@pytest.mark.parametrize("by", ["last", "best"])
+def test_a_part_epoch_one_step_after_a_kept_epoch_is_not_a_second_model(by, tmp_path, monkeypatch):
+    # 104 steps an epoch: validations fewer than ceil(1.04) = 2 steps apart hold one model
+    build = run_module.build_callbacks
+    monkeypatch.setattr(run_module, "build_callbacks", lambda *a, **k: [*build(*a, **k), _StopAt(209)])
+    n = 5 if by == "last" else 2
+    run = tmp_path / "run"
+    _, rec = train_recorded(["data.train_size=3328", "data.batch_size=32", "trainer.max_epochs=5",
+                             f"callbacks.average.{by}={n}"], run, monkeypatch)
+    assert sorted(rec.states) == [0, 1, 2]  # epoch 2 is one step long and was validated
+    if by == "last":
+        twin = 2  # the newer of the pair
+    else:  # the better of the pair by val/loss, ties: the newer
+        twin = 2 if rec.scores[2] <= rec.scores[1] else 1
+    kept = [0, twin]
+    index = json.loads((run / "checkpoints" / "avg" / "kept.json").read_text())
+    assert [e["epoch"] for e in index["kept"]] == kept
+    assert index["kept"][-1]["step"] - index["kept"][0]["step"] >= 104
+    assert sorted(p.name for p in (run / "checkpoints" / "avg").glob("*.pt")) == [f"epoch{e}.pt" for e in kept]
+    ckpt = load(run / "checkpoints" / "averaged.ckpt")
+    want = mean_state([rec.states[e] for e in kept])
+    for k, v in want.items():
+        assert torch.allclose(ckpt["state_dict"][k], v, rtol=0, atol=1e-6), k
