@@ -75,16 +75,10 @@ def _gather_rows(x: Optional[torch.Tensor], rows: torch.Tensor) -> Optional[torc
 
 
 def reorder_beams(decoder, state, rows: torch.Tensor):
-    """``decoder.reorder`` on what changes between beams; the decoder's ``static_state`` entries
-    stay: beams only ever move within their own sentence, whose rows hold the same values. A
-    decoder of decoders (an ensemble's) says itself how, with ``reorder_beams``."""
-    if hasattr(decoder, "reorder_beams"):
-        return decoder.reorder_beams(state, rows)
-    static = getattr(decoder, "static_state", ())
-    if not static or not isinstance(state, dict):
-        return decoder.reorder(state, rows)
-    moving = decoder.reorder({k: v for k, v in state.items() if k not in static}, rows)
-    return {**moving, **{k: v for k, v in state.items() if k in static}}
+    """Between beam-search steps: the decoder's ``reorder_beams`` (which may leave its static
+    entries in place), or ``reorder`` for a decoder of the protocol without it."""
+    fn = getattr(decoder, "reorder_beams", None)
+    return fn(state, rows) if fn is not None else decoder.reorder(state, rows)
 
 
 @torch.no_grad()

@@ -41,20 +41,17 @@ class EnsembleDecoder(nn.Module):
 
     def step(self, y_prev: torch.Tensor, state: list, need_weights: bool = False):
         """(log of the members' mean distribution (B, V), the states, the first member's α)."""
-        logps, states, first_w = [], [], None
-        for k, (d, s) in enumerate(zip(self.members, state)):
-            logits, s, w = d.step(y_prev, s, need_weights and k == 0)
-            logps.append(torch.log_softmax(logits.float(), dim=-1))
-            states.append(s)
-            first_w = w if k == 0 else first_w
-        logp = torch.logsumexp(torch.stack(logps), dim=0) - math.log(len(logps))
-        return logp, states, first_w
+        outs = [d.step(y_prev, s, need_weights and k == 0)
+                for k, (d, s) in enumerate(zip(self.members, state))]
+        logps = torch.stack([torch.log_softmax(logits.float(), dim=-1) for logits, _, _ in outs])
+        logp = torch.logsumexp(logps, dim=0) - math.log(len(outs))
+        return logp, [s for _, s, _ in outs], outs[0][2]
 
     def reorder(self, state: list, index: torch.Tensor) -> list:
         return [d.reorder(s, index) for d, s in zip(self.members, state)]
 
     def reorder_beams(self, state: list, rows: torch.Tensor) -> list:
-        """Beam search's reordering between steps: each member's static entries stay."""
+        """Beam search's reordering between steps: each member as it reorders itself."""
         from attnflow.decoding import reorder_beams
 
         return [reorder_beams(d, s, rows) for d, s in zip(self.members, state)]

@@ -25,6 +25,9 @@ The protocol (duck-typed; :class:`Decoder` is a convenience base class):
     have the batch as their first dimension (so beam search can reorder it).
 ``step(y_prev (B,), state, need_weights=False) -> (logits (B, V), state, weights (B, J, S) or None)``
     one target position given the previous token (⟨BOS⟩ first).
+``reorder_beams(state, rows) -> state`` (optional; :class:`Decoder` has it)
+    ``reorder`` between beam-search steps, free to leave alone what is the same for every beam of a
+    sentence (:attr:`Decoder.static_state`); a decoder without it is reordered with ``reorder``.
 ``reorder(state, index (B',) long) -> state``
     ``index_select`` along the batch dimension of every tensor of the state (beam search keeps the
     surviving hypotheses, or expands each sentence into beams with ``repeat_interleave``).
@@ -106,6 +109,16 @@ class Decoder(nn.Module):
 
     def reorder(self, state: Any, index: torch.Tensor) -> Any:
         return reorder_state(state, index)
+
+    def reorder_beams(self, state: Any, rows: torch.Tensor) -> Any:
+        """Beam search's reordering between steps: ``reorder`` on what changes between beams; the
+        ``static_state`` entries stay (beams only ever move within their own sentence, whose rows
+        hold the same values)."""
+        if not self.static_state or not isinstance(state, dict):
+            return self.reorder(state, rows)
+        static = self.static_state
+        moving = self.reorder({k: v for k, v in state.items() if k not in static}, rows)
+        return {**moving, **{k: v for k, v in state.items() if k in static}}
 
     def forward(self, tgt_in: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor,
                 init: torch.Tensor, need_weights: bool = False
