@@ -20,6 +20,7 @@ member's.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import List, Sequence
 
@@ -43,8 +44,11 @@ class EnsembleDecoder(nn.Module):
         """(log of the members' mean distribution (B, V), the states, the first member's α)."""
         outs = [d.step(y_prev, s, need_weights and k == 0)
                 for k, (d, s) in enumerate(zip(self.members, state))]
-        logps = torch.stack([torch.log_softmax(logits.float(), dim=-1) for logits, _, _ in outs])
-        logp = torch.logsumexp(logps, dim=0) - math.log(len(outs))
+        # log Σ_m p_m by pairwise logaddexp: elementwise over (B, V), where torch.logsumexp over a
+        # stacked (M, B, V) reduces across rows and was 3–4× slower (a third of a 3-member beam step)
+        logp = functools.reduce(torch.logaddexp, (torch.log_softmax(logits.float(), dim=-1)
+                                                  for logits, _, _ in outs))
+        logp = logp - math.log(len(outs))
         return logp, [s for _, s, _ in outs], outs[0][2]
 
     def reorder(self, state: list, index: torch.Tensor) -> list:
