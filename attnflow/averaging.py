@@ -219,12 +219,17 @@ def near_steps(trainer: pl.Trainer) -> int:
 # -- the average -----------------------------------------------------------------------------------
 def average_state_dicts(paths: Sequence[Path]) -> Dict[str, torch.Tensor]:
     """The element-wise mean of the ``state_dict`` of the files ``paths`` (oldest first): floats
-    summed in float64, one file in memory at a time, cast back; other dtypes from the last."""
+    summed in float64, one file in memory at a time, cast back; other dtypes from the last. Names
+    that share one tensor in every file (tied weights: a Transformer's embeddings and output
+    projection) share the mean too, so it is saved once, as in the run's own files."""
     total: Dict[str, torch.Tensor] = {}
     newest: Dict[str, torch.Tensor] = {}
     keys = None
+    alias: Optional[Dict[str, str]] = None  # a name → the first name of the same tensor
     for path in paths:
         state = load_checkpoint_file(path, mmap=True, lightning=True)["state_dict"]
+        ties = _aliases(state)
+        alias = ties if alias is None else {k: a for k, a in alias.items() if ties.get(k) == a}
         if keys is None:
             keys = list(state)
         elif set(state) != set(keys):
@@ -237,7 +242,22 @@ def average_state_dicts(paths: Sequence[Path]) -> Dict[str, torch.Tensor]:
                 total[k] = total[k] + acc if k in total else acc.clone()
             newest[k] = v
     n = len(paths)
-    return {k: (total[k] / n).to(v.dtype) if k in total else v.clone() for k, v in newest.items()}
+    mean = {k: (total[k] / n).to(v.dtype) if k in total else v.clone() for k, v in newest.items()}
+    return {k: mean[(alias or {}).get(k, k)] for k in mean}
+
+
+def _aliases(state: Dict[str, torch.Tensor]) -> Dict[str, str]:
+    """{name: the first name holding the same tensor} for the names after the first of a group
+    (same storage, offset, shape and strides: torch.save keeps such sharing)."""
+    first: Dict[tuple, str] = {}
+    alias = {}
+    for k, v in state.items():
+        key = (v.untyped_storage().data_ptr(), v.storage_offset(), tuple(v.shape), v.stride(), v.dtype)
+        if key in first:
+            alias[k] = first[key]
+        else:
+            first[key] = k
+    return alias
 
 
 def read_index(run_dir: Path | str) -> Optional[Dict[str, Any]]:

@@ -308,3 +308,34 @@ def test_a_part_epoch_one_step_after_a_kept_epoch_is_not_a_second_model(by, tmp_
     want = mean_state([rec.states[e] for e in kept])
     for k, v in want.items():
         assert torch.allclose(ckpt["state_dict"][k], v, rtol=0, atol=1e-6), k
+
+
+def test_tied_weights_stay_one_tensor_in_the_average(tmp_path):
+    """A Transformer ties its embeddings and output projection (one tensor under two names): the
+    average must keep them one tensor (saved once, as the run's own files) with the mean value —
+    and where a file does not tie them, each name gets its own mean."""
+    emb, out = torch.nn.Embedding(50, 8), torch.nn.Linear(8, 50, bias=False)
+    out.weight = emb.weight
+    module = torch.nn.ModuleDict({"emb": emb, "out": out})
+    files, values = [], []
+    for i in range(3):
+        with torch.no_grad():
+            emb.weight.normal_()
+        values.append(emb.weight.detach().clone())
+        files.append(tmp_path / f"epoch{i}.pt")
+        atomic_torch_save({"state_dict": module.state_dict()}, files[-1])
+    mean = average_state_dicts(files)
+    want = torch.stack(values).double().mean(0).float()
+    assert torch.allclose(mean["emb.weight"], want) and torch.allclose(mean["out.weight"], want)
+    assert mean["emb.weight"].untyped_storage().data_ptr() == mean["out.weight"].untyped_storage().data_ptr()
+    single = tmp_path / "one.pt"
+    atomic_torch_save({"state_dict": {"w": want}}, single)
+    averaged = tmp_path / "avg.pt"
+    atomic_torch_save({"state_dict": mean}, averaged)
+    assert averaged.stat().st_size < 1.5 * single.stat().st_size  # one copy, not two
+
+    untied = {"emb.weight": torch.zeros(50, 8), "out.weight": torch.ones(50, 8)}
+    atomic_torch_save({"state_dict": untied}, files[0])
+    mean = average_state_dicts(files)
+    assert torch.allclose(mean["emb.weight"], (values[1] + values[2]) / 3)
+    assert torch.allclose(mean["out.weight"], (1 + values[1] + values[2]) / 3)
