@@ -1,5 +1,5 @@
 """Lightning callbacks of attnflow: attention pictures during and after training; a stop on a
-non-finite training loss."""
+non-finite training loss; the float32 matmul precision in every training process."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated, Literal, Optional
 
 import pytorch_lightning as pl
+import torch
 from pytorch_lightning.loggers import TensorBoardLogger, WandbLogger
 
 from attnflow.registry import NonNegativeFloat, NonNegativeInt, Range
@@ -148,3 +149,28 @@ class StopOnNonFiniteLoss(pl.Callback):
                 f"{trainer.global_step} (batch {batch_idx}); training stopped, nothing of this epoch "
                 f"was saved. Lower task.optim.lr, clip gradients (trainer.gradient_clip_val) or check "
                 f"the data")
+
+
+# torch.set_float32_matmul_precision's settings: float32 products in full float32 (PyTorch's
+# default), with TF32 tensor cores (Ampere and newer: a 10-bit mantissa), or in bfloat16
+MATMUL_PRECISIONS = ("highest", "high", "medium")
+
+
+class Float32MatmulPrecision(pl.Callback):
+    """The run's ``float32_matmul_precision`` in every process that trains: the runner sets it in
+    its own process before the Trainer exists (where Lightning checks it), but processes that
+    ``trainer.strategy=ddp_spawn`` starts do not inherit PyTorch's global settings, so each sets it
+    again when the Trainer sets up, and puts back what it found at teardown."""
+
+    def __init__(self, value: str):
+        self.value = value
+        self._found: Optional[str] = None
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._found = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision(self.value)
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self._found is not None:
+            torch.set_float32_matmul_precision(self._found)
+            self._found = None

@@ -42,13 +42,14 @@ from attnflow.registry import ConfigError
 from attnflow.training_state import WANDB_ID_KEY, load_checkpoint_file
 
 # Overrides that may come with resume= (each with the fields under it): how long the run trains
-# (EXTEND: more or fewer epochs/steps, a time limit), on which device kind, and how it is
-# recorded (loggers and their fields, tags; paths.output_root: where resume=last looks).
+# (EXTEND: more or fewer epochs/steps, a time limit), on which device kind and with which float32
+# matmul precision, and how it is recorded (loggers and their fields, tags; paths.output_root:
+# where resume=last looks).
 EXTEND = ("trainer.max_epochs", "trainer.max_steps", "trainer.max_time")
 SAFE = (*EXTEND, "trainer.accelerator", "trainer.enable_model_summary",
         "trainer.log_every_n_steps", "trainer.num_sanity_val_steps", "callbacks.progress_bar",
         "callbacks.lr_monitor", "callbacks.attention_maps", "logger", "tags", "test",
-        "optimized_metric", "paths.output_root")
+        "optimized_metric", "paths.output_root", "float32_matmul_precision")
 # What records a run rather than defines it: never compared between a run and its checkpoint.
 BOOKKEEPING = ("resume", "ckpt_path", "run", "tags", "logger", "paths", "hydra")
 # What a checkpoint's state depends on (ckpt_path= into a new run must match these).

@@ -26,12 +26,14 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import pytorch_lightning as pl
+import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
 
 import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
-from attnflow.callbacks import (AttentionMaps, AttentionMapsConfig, CheckpointConfig,
-                                EarlyStoppingConfig, StopOnNonFiniteLoss)
+from attnflow.callbacks import (MATMUL_PRECISIONS, AttentionMaps, AttentionMapsConfig,
+                                CheckpointConfig, EarlyStoppingConfig, Float32MatmulPrecision,
+                                StopOnNonFiniteLoss)
 from attnflow.distributed import continue_csv_logs, fit_progress
 from attnflow.console import BARS, progress_bar
 from attnflow import config_dir
@@ -186,6 +188,11 @@ def validate_config(cfg: Dict[str, Any]) -> None:
     task_cls = TASKS.get(cfg["task"]["name"])  # callbacks.average: its monitor, a metric it logs
     averaging.check_config(cfg.get("callbacks") or {},
                            lambda: metric_names(task_cls, cfg) if getattr(task_cls, "metrics", None) else [])
+    matmul = cfg.get("float32_matmul_precision")
+    if matmul not in (None, *MATMUL_PRECISIONS):
+        raise ConfigError(f"float32_matmul_precision must be one of {', '.join(MATMUL_PRECISIONS)} "
+                          f"(torch.set_float32_matmul_precision: high uses TF32 tensor cores) or "
+                          f"null (PyTorch's setting as it is), got {matmul!r}")
     bar = (cfg.get("callbacks") or {}).get("progress_bar", "auto")
     if bar not in (*BARS, None):
         raise ConfigError(f"callbacks.progress_bar must be one of {', '.join(BARS)} (auto: rich on a "
@@ -386,6 +393,17 @@ def train(cfg: DictConfig | Dict[str, Any], run_dir: Path | str) -> Dict[str, An
     fit_from = resume.start(resolved, run_dir)
 
     pl.seed_everything(resolved.get("seed", 1234), workers=True, verbose=False)
+    matmul, found = resolved.get("float32_matmul_precision"), torch.get_float32_matmul_precision()
+    if matmul:  # here, before the Trainer checks it; in ddp_spawn's processes, by the callback
+        torch.set_float32_matmul_precision(matmul)
+    try:
+        return _train(resolved, run_dir, fit_from, matmul)
+    finally:
+        torch.set_float32_matmul_precision(found)
+
+
+def _train(resolved: Dict[str, Any], run_dir: Path, fit_from: Any, matmul: Any) -> Dict[str, Any]:
+    """:func:`train` from the data module on."""
     dm = DATA.build(resolved["data"], path="data")
     if hasattr(dm, "set_run_dir"):  # data modules that keep files with the run (tokenizers)
         dm.set_run_dir(run_dir)
@@ -400,6 +418,8 @@ def train(cfg: DictConfig | Dict[str, Any], run_dir: Path | str) -> Dict[str, An
     logger = build_loggers(resolved.get("logger"), run_dir, logger_identity(resolved))  # [] for none
     callbacks = build_callbacks(resolved.get("callbacks") or {}, run_dir, task)  # the built task:
     # its metrics' modes may depend on its config (multitask: '<task>/acc' is 'max')
+    if matmul:
+        callbacks.append(Float32MatmulPrecision(matmul))
     bar = (resolved.get("callbacks") or {}).get("progress_bar", "auto")
     trainer = pl.Trainer(**(resolved.get("trainer") or {}), logger=logger or False,
                          callbacks=[*callbacks, *training_state.callbacks(run_dir)],

@@ -80,6 +80,9 @@ fi
 # 1. every family, a few steps each, one after another
 train smoke_default $TR trainer.max_steps=$SMOKE trainer.max_epochs=1
 train smoke_reverse_transformer experiment=reverse_transformer positional=relative $TR trainer.max_steps=$SMOKE trainer.max_epochs=1
+# float32 with TF32 tensor cores: Lightning's "has Tensor Cores … set_float32_matmul_precision"
+# warning should be absent from its log
+train smoke_tf32 experiment=reverse_transformer $TR trainer.precision=32-true float32_matmul_precision=high trainer.max_steps=$SMOKE trainer.max_epochs=1
 train smoke_luong experiment=mt_luong $TR trainer.max_steps=$SMOKE trainer.max_epochs=1 data.max_pairs=2000 trainer.limit_val_batches=4 trainer.limit_test_batches=4
 train smoke_mt_transformer experiment=mt_transformer $TR trainer.max_steps=$SMOKE trainer.max_epochs=1 data.max_pairs=2000 trainer.limit_val_batches=4 trainer.limit_test_batches=4
 train smoke_gat experiment=gat_cora_preg $TR trainer.max_epochs=$GAT

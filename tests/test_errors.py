@@ -26,6 +26,7 @@ from support import FAST, ROOT, compose_cfg
     (["+trainer.plugins=[]"], ["trainer has no field 'plugins'", "set by attnflow"]),
     (["trainer.precision=bf17"], ["trainer.precision", "'bf16-mixed'", "'bf17'"]),
     (["+trainer.max_time=00:00:3:00"], ["trainer.max_time must be DD:HH:MM:SS", "'00:00:3:00'"]),
+    (["float32_matmul_precision=fast"], ["float32_matmul_precision must be one of highest, high, medium", "'fast'"]),
     # a run ended by time only: a schedule over the run's steps has no length (cosine: the default)
     (["trainer.max_epochs=-1", "trainer.max_time=00:00:01:00"],
      ["task.optim.scheduler=cosine decays", "trainer.max_epochs=-1 without trainer.max_steps"]),

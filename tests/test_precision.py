@@ -162,3 +162,32 @@ def test_gat_trains_with_bf16_weights(tmp_path, batches):
     assert all(math.isfinite(v) for v in summary["metrics"].values()), summary["metrics"]
     assert summary["metrics"]["val/acc"] > 0.5  # 4 balanced classes: chance is 0.25
     assert (tmp_path / "run" / "attention" / "graph_embedding.png").is_file()
+
+
+def test_float32_matmul_precision_holds_while_training_and_is_put_back(tmp_path, monkeypatch):
+    """``float32_matmul_precision=medium``: PyTorch's setting is 'medium' in training and in the
+    validation after it (what Lightning's callbacks see), and the one found before once the run
+    is over; the callback that sets it in ddp_spawn's fresh processes does the same."""
+    seen = []
+
+    class See(pl.Callback):
+        def on_train_start(self, trainer, pl_module):
+            seen.append(("train", torch.get_float32_matmul_precision()))
+
+        def on_validation_start(self, trainer, pl_module):
+            seen.append(("val", torch.get_float32_matmul_precision()))
+
+    build = run.build_callbacks
+    monkeypatch.setattr(run, "build_callbacks", lambda *a, **k: [*build(*a, **k), See()])
+    before = torch.get_float32_matmul_precision()
+    assert before != "medium"
+    run.train(compose_cfg([*COMMON, *REVERSE, "float32_matmul_precision=medium"]), tmp_path / "run")
+    assert ("train", "medium") in seen and all(p == "medium" for _, p in seen), seen
+    assert torch.get_float32_matmul_precision() == before
+
+    from attnflow.callbacks import Float32MatmulPrecision
+    cb = Float32MatmulPrecision("high")  # in a spawned process: PyTorch's default until setup
+    cb.setup(None, None, "fit")
+    assert torch.get_float32_matmul_precision() == "high"
+    cb.teardown(None, None, "fit")
+    assert torch.get_float32_matmul_precision() == before
