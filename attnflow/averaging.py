@@ -53,6 +53,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.utilities import rank_zero_warn
 
+from attnflow.ema import averaged_weights
 from attnflow.registry import ConfigError, PositiveInt, _suggest
 from attnflow.textio import atomic_path
 from attnflow.training_state import atomic_torch_save, load_checkpoint_file
@@ -189,7 +190,8 @@ class CheckpointAverage(pl.Callback):
         keep = select_kept(candidates, self.by, self.n, self.mode)
         if trainer.is_global_zero:
             if entry in keep:  # weights only; the tensors as they are (map_location cpu on load)
-                state = {k: v.detach().cpu() for k, v in pl_module.state_dict().items()}
+                weights = averaged_weights(trainer) or pl_module.state_dict()  # callbacks.ema: θ̄
+                state = {k: v.detach().cpu() for k, v in weights.items()}
                 atomic_torch_save({"state_dict": state, **{k: entry[k] for k in ("epoch", "step", "score")},
                                    "monitor": self.monitor}, self.dir / entry["file"])
             for e in candidates:

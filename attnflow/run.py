@@ -39,6 +39,7 @@ from attnflow.console import BARS, progress_bar
 from attnflow import config_dir
 from attnflow import resume, training_state  # resume=, ckpt_path=; exact restarts, atomic checkpoints
 from attnflow import averaging  # callbacks.average: checkpoint averaging
+from attnflow.ema import EMAConfig, ExponentialMovingAverage  # callbacks.ema
 from attnflow.groups import check_shared_groups, prune_unused, root_defaults
 from attnflow.loggers import (LOGGER_CONFIG, build_loggers, finish_loggers, log_hyperparams,
                               logger_identity, run_identity)
@@ -63,6 +64,7 @@ CALLBACK_FIELDS = {  # a dataclass: the entry's typed config (names, types, rang
     "progress_bar": None,  # one of attnflow.console.BARS: auto rich tqdm text none
     "lr_monitor": None,  # bool
     "average": averaging.AverageConfig,  # {last: N} or {best: N} (+ monitor, mode)
+    "ema": EMAConfig,  # {decay: β} (+ start_step, every_n_steps)
 }
 
 
@@ -333,6 +335,9 @@ def build_callbacks(cfg: Dict[str, Any], run_dir: Path, task: Any = None) -> Lis
         out.append(bar)
     if cfg.get("lr_monitor"):
         out.append(LearningRateMonitor(logging_interval="step"))
+    ema = cfg.get("ema")
+    if ema:  # before callbacks.average, which keeps the weights it validates
+        out.append(ExponentialMovingAverage(**ema))
     avg = cfg.get("average")
     if avg:  # best N by the checkpoint's metric (the task's) unless the entry names one
         watch = _with_task_monitor(averaging.monitor_of(avg, cfg.get("checkpoint")), task)
