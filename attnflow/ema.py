@@ -4,9 +4,9 @@ After every optimiser step s ≥ ``start_step`` (every ``every_n_steps``-th),
 
     θ̄ ← β θ̄ + (1 − β) θ,     θ̄ = θ at the first update,
 
-the Polyak–Ruppert average in its exponential form (Polyak & Juditsky 1992; the "exponential moving
-average of the parameters" of Szegedy et al. 2016 §8 and of Vaswani et al. 2017's successors, e.g.
-Marian's exponential smoothing). θ keeps training; θ̄ is what each validation scores, so the
+the Polyak–Ruppert average in its exponential form (Polyak & Juditsky 1992; the "running average of
+the parameters" Szegedy et al. 2016 §8 evaluate; in translation, Marian's exponential smoothing,
+Junczys-Dowmunt et al. 2018). θ keeps training; θ̄ is what each validation scores, so the
 checkpoint metric, ``callbacks.average``'s kept epochs and early stopping all judge θ̄, and what
 every checkpoint's ``state_dict`` holds, so ``attnflow-eval``, ``-translate`` and ``-predict`` use
 it unchanged. The checkpoint keeps θ as ``current_model_state`` (and the average's count) for an
@@ -14,11 +14,12 @@ exact resume. With β = 0.999 the average spans about 1/(1 − β) = 1,000 steps
 
 Lightning's :class:`~pytorch_lightning.callbacks.WeightAveraging` does the bookkeeping (the copy
 of the model, the swap around validation, the checkpoint keys); this subclass adds the update rule
-(PyTorch's foreach ``get_ema_multi_avg_fn``) and fixes three things for attnflow's runs: the swap
+(PyTorch's foreach ``get_ema_multi_avg_fn``) and changes four things for attnflow's runs: the swap
 happens only while fitting (``trainer.validate``/``test`` of a saved checkpoint after the fit score
-that checkpoint's θ̄, not the end of training's), loading a checkpoint to evaluate it is not warned
-about, and a checkpoint written after the end of training (``last.ckpt`` of a run stopped mid-epoch)
-still keeps θ, not θ̄, as the state to resume.
+that checkpoint's θ̄, not the end of training's) and only once θ̄ exists (before ``start_step``
+Lightning's would validate and save the initial weights), loading a checkpoint to evaluate it is
+not warned about, and a checkpoint written after the end of training still keeps θ, not θ̄, as the
+state to resume.
 """
 
 from __future__ import annotations
