@@ -17,6 +17,7 @@ validation and test metrics by name), and the logger's files (``csv/``, ``tensor
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import json
 import re
@@ -185,6 +186,10 @@ def validate_config(cfg: Dict[str, Any]) -> None:
             raise ConfigError(f"callbacks has no entry '{key}' (at 'callbacks.{key}'); entries: "
                               f"{', '.join(CALLBACK_FIELDS)}.{_suggest(key, CALLBACK_FIELDS)}")
         fields = CALLBACK_FIELDS[key]
+        if fields is not None and value is not None and not isinstance(value, dict):
+            names = ", ".join(f.name for f in dataclasses.fields(fields))
+            raise ConfigError(f"callbacks.{key} must be a mapping of its fields ({names}) or null, "
+                              f"got {value!r}")
         if fields is not None and isinstance(value, dict):
             build_config(fields, value, f"callbacks.{key}", f"callbacks.{key}")
     task_cls = TASKS.get(cfg["task"]["name"])  # callbacks.average: its monitor, a metric it logs
@@ -336,7 +341,7 @@ def build_callbacks(cfg: Dict[str, Any], run_dir: Path, task: Any = None) -> Lis
     if cfg.get("lr_monitor"):
         out.append(LearningRateMonitor(logging_interval="step"))
     ema = cfg.get("ema")
-    if ema:  # before callbacks.average, which keeps the weights it validates
+    if ema is not None:  # ({}: the defaults) before callbacks.average, which keeps what it validates
         out.append(ExponentialMovingAverage(**ema))
     avg = cfg.get("average")
     if avg:  # best N by the checkpoint's metric (the task's) unless the entry names one

@@ -10,6 +10,8 @@ bad entries are refused before any work."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import pytorch_lightning as pl
 import torch
@@ -134,6 +136,7 @@ def test_a_resumed_run_ends_as_an_uninterrupted_one(tmp_path, monkeypatch):
     ("{decay: 1.0}", ["callbacks.ema.decay", "must be in (0, 1)", "got 1.0"]),
     ("{decay: 0.99, start: 5}", ["callbacks.ema", "no field 'start'", "start_step"]),
     ("{every_n_steps: 0}", ["callbacks.ema", "every_n_steps"]),
+    ("0.999", ["callbacks.ema must be a mapping of its fields (decay, start_step, every_n_steps)", "0.999"]),
 ])
 def test_bad_entries_are_refused_before_any_work(entry, expected, tmp_path):
     with pytest.raises(ConfigError) as err:
@@ -191,3 +194,13 @@ def test_a_checkpoint_saved_after_the_fit_keeps_the_trained_weights_to_resume(tm
     torch.save(ckpt, tmp_path / "other.ckpt")
     trainer.validate(module, ckpt_path=tmp_path / "other.ckpt", verbose=False, weights_only=False)
     assert _close(module.seen, ckpt["state_dict"])
+
+
+def test_an_empty_entry_is_the_defaults():
+    """``callbacks.ema={}`` takes effect (β 0.999 from step 0), rather than reading as no EMA."""
+    from attnflow.run import build_callbacks, resolve_config
+    from attnflow.ema import ExponentialMovingAverage
+
+    cfg = resolve_config(compose_cfg([*TINY, "callbacks.ema={}"]))
+    emas = [cb for cb in build_callbacks(cfg["callbacks"], Path("unused")) if isinstance(cb, ExponentialMovingAverage)]
+    assert len(emas) == 1 and (emas[0].decay, emas[0].start_step, emas[0].every_n_steps) == (0.999, 0, 1)
