@@ -86,10 +86,8 @@ def check_config(callbacks: Dict[str, Any], metric_names: Callable[[], Sequence[
     entry = (callbacks or {}).get("average")
     if entry is None:
         return
-    if not isinstance(entry, dict):
-        raise ConfigError(f"callbacks.average must be a mapping, e.g. {{last: 10}} or {{best: 5}} "
-                          f"(or null: no averaging), got {entry!r}")
-    # (unknown fields, types, ranges, mode: AverageConfig, checked by attnflow.run.validate_config)
+    # (a mapping, its unknown fields, types, ranges, mode: AverageConfig, checked before this by
+    # attnflow.run.validate_config)
     given = [k for k in ("last", "best") if entry.get(k) is not None]
     if len(given) != 1:
         raise ConfigError("callbacks.average needs exactly one of 'last' (the last N validated "

@@ -44,8 +44,8 @@ class EnsembleDecoder(nn.Module):
         """(log of the members' mean distribution (B, V), the states, the first member's α)."""
         outs = [d.step(y_prev, s, need_weights and k == 0)
                 for k, (d, s) in enumerate(zip(self.members, state))]
-        # log Σ_m p_m by pairwise logaddexp: elementwise over (B, V), where torch.logsumexp over a
-        # stacked (M, B, V) reduces across rows and was 3–4× slower (a third of a 3-member beam step)
+        # log Σ_m p_m by pairwise logaddexp, elementwise over (B, V): torch.logsumexp over a stacked
+        # (M, B, V) reduces across rows, 3.7 s (+ 1.6 s stacking) of a 27.9 s 3-member beam search
         logp = functools.reduce(torch.logaddexp, (torch.log_softmax(logits.float(), dim=-1)
                                                   for logits, _, _ in outs))
         logp = logp - math.log(len(outs))
