@@ -98,7 +98,7 @@ def check_config(callbacks: Dict[str, Any], metric_names: Callable[[], Sequence[
     if names and monitor not in names:
         raise ConfigError(f"callbacks.average.monitor '{monitor}' is not a metric the task logs; "
                           f"it logs {', '.join(names)}.{_suggest(monitor, names)}")
-    if not callbacks.get("checkpoint"):
+    if callbacks.get("checkpoint") is None:
         raise ConfigError("callbacks.average needs callbacks.checkpoint (averaged.ckpt is a copy "
                           "of the run's last checkpoint with the averaged weights)")
 

@@ -320,8 +320,8 @@ def build_callbacks(cfg: Dict[str, Any], run_dir: Path, task: Any = None) -> Lis
     without ``monitor``/``mode`` monitors the ``task``'s metric (``Task.monitor``; a task class,
     or the built task, whose ``metrics`` give the mode of a metric its config adds)."""
     out: List[pl.Callback] = [StopOnNonFiniteLoss()]
-    ck = cfg.get("checkpoint")
-    if ck:
+    ck = cfg.get("checkpoint")  # (an entry of {}: its fields' defaults, not "off"; only null is off)
+    if ck is not None:
         ck = dict(ck)
         save_last = ck.pop("save_last", True)
         out.append(ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="epoch{epoch}-step{step}",
@@ -330,10 +330,10 @@ def build_callbacks(cfg: Dict[str, Any], run_dir: Path, task: Any = None) -> Lis
             # second, unmonitored callback keeps last.ckpt the state after every epoch
             out.append(training_state.LastCheckpoint(run_dir))  # … and at the end of training
     es = cfg.get("early_stopping")
-    if es:
+    if es is not None:
         out.append(EarlyStopping(**_with_task_monitor(es, task)))
     maps = cfg.get("attention_maps")
-    if maps:
+    if maps is not None:
         out.append(AttentionMaps(run_dir / "attention", **maps))
     bar = progress_bar(cfg.get("progress_bar", "auto"))  # auto: rich on a terminal, else text lines
     if bar is not None:

@@ -14,6 +14,7 @@ from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 from torch import nn
 
 from attnflow.registry import TASKS, ConfigError, Registry
+from attnflow.callbacks import AttentionMaps
 from attnflow.run import build_callbacks, resolve_config, train
 from attnflow.checkpoints import upgrade_task_config
 from attnflow.tasks.base import Task
@@ -190,6 +191,19 @@ def test_explicit_monitor_wins_and_early_stopping_follows_the_task(tmp_path):
     assert (es.monitor, es.mode, es.patience) == ("val/seq_acc", "max", 3)
     (ck, es) = _checkpoint(["experiment=gat_cora"], tmp_path)
     assert (ck.monitor, ck.mode, es.monitor, es.mode) == ("val/acc", "max", "val/loss", "min")
+
+
+def test_an_empty_entry_means_its_defaults_not_off(tmp_path):
+    # `callbacks.early_stopping={}` on a config where it is null: EarlyStopping with its fields'
+    # defaults (patience 3, the task's metric), not silently none; only null turns one off
+    (ck, es) = _checkpoint(["callbacks.early_stopping={}"], tmp_path)
+    assert (es.monitor, es.mode, es.patience) == ("val/seq_acc", "max", 3)
+    resolved = resolve_config(compose_cfg(["callbacks.checkpoint=null", "callbacks.attention_maps=null"]))
+    resolved["callbacks"].update(checkpoint={}, attention_maps={})  # as a merge into null leaves them
+    built = build_callbacks(resolved["callbacks"], tmp_path, TASKS.get(resolved["task"]["name"]))
+    (ck,) = [c for c in built if isinstance(c, ModelCheckpoint) and c.monitor is not None]
+    assert (ck.monitor, ck.save_top_k) == ("val/seq_acc", 1)
+    assert any(isinstance(c, AttentionMaps) and c.examples == 4 for c in built)
 
 
 def test_a_misspelt_monitor_is_refused_before_any_work(tmp_path):
