@@ -70,7 +70,8 @@ CALLBACK_FIELDS = {  # a dataclass: the entry's typed config (names, types, rang
 
 
 # Trainer arguments attnflow sets itself (from other config entries), so not trainer.* fields.
-SET_BY_ATTNFLOW = ("logger", "callbacks", "default_root_dir", "enable_progress_bar", "plugins")
+SET_BY_ATTNFLOW = ("logger", "callbacks", "default_root_dir", "enable_progress_bar", "enable_checkpointing",
+                   "plugins")
 
 
 def _trainer_fields() -> List[str]:
@@ -177,8 +178,8 @@ def validate_config(cfg: Dict[str, Any]) -> None:
             raise ConfigError(
                 f"trainer has no field '{key}' (at 'trainer.{key}'); fields are the arguments of "
                 f"lightning's Trainer except {', '.join(SET_BY_ATTNFLOW)} (set by attnflow: "
-                f"logger=…, callbacks.…, callbacks.progress_bar; plugins: the atomic, weights-only "
-                f"checkpoint IO).{_suggest(key, allowed)}")
+                f"logger=…, callbacks.…, callbacks.progress_bar, callbacks.checkpoint (null: none); "
+                f"plugins: the atomic, weights-only checkpoint IO).{_suggest(key, allowed)}")
     _check_trainer_types(cfg.get("trainer") or {})
     _check_schedule_length(cfg)
     for key, value in (cfg.get("callbacks") or {}).items():
@@ -431,10 +432,13 @@ def _train(resolved: Dict[str, Any], run_dir: Path, fit_from: Any, matmul: Any) 
     if matmul:
         callbacks.append(Float32MatmulPrecision(matmul))
     bar = (resolved.get("callbacks") or {}).get("progress_bar", "auto")
+    # callbacks.checkpoint=null: no checkpoints at all (else Lightning adds a ModelCheckpoint of its own)
+    checkpoints = any(isinstance(c, ModelCheckpoint) for c in callbacks)
     trainer = pl.Trainer(**(resolved.get("trainer") or {}), logger=logger or False,
                          callbacks=[*callbacks, *training_state.callbacks(run_dir)],
                          plugins=[training_state.SafeCheckpointIO()],  # atomic, weights_only
-                         default_root_dir=str(run_dir), enable_progress_bar=bar not in ("none", None))
+                         default_root_dir=str(run_dir), enable_progress_bar=bar not in ("none", None),
+                         enable_checkpointing=checkpoints)
     failed = True
     start = time.time()
     try:

@@ -19,7 +19,7 @@ from attnflow.run import build_callbacks, resolve_config, train
 from attnflow.checkpoints import upgrade_task_config
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
-from support import DATA_DIR, compose_cfg
+from support import DATA_DIR, FAST, compose_cfg
 
 QUIET = ["callbacks.progress_bar=none", "trainer.accelerator=cpu"]
 CORA_RAW = DATA_DIR / "planetoid" / "Cora" / "raw"
@@ -204,6 +204,17 @@ def test_an_empty_entry_means_its_defaults_not_off(tmp_path):
     (ck,) = [c for c in built if isinstance(c, ModelCheckpoint) and c.monitor is not None]
     assert (ck.monitor, ck.save_top_k) == ("val/seq_acc", 1)
     assert any(isinstance(c, AttentionMaps) and c.examples == 4 for c in built)
+
+
+def test_checkpoint_null_writes_no_checkpoint(tmp_path):
+    # (Lightning adds a ModelCheckpoint of its own unless told not to: the run wrote
+    # csv/version_0/checkpoints/epoch=0-step=8.ckpt and tested it as the "best")
+    summary = train(compose_cfg(["callbacks.checkpoint=null", *FAST, *QUIET]), tmp_path / "run")
+    assert summary["best_checkpoint"] == "" and summary["global_step"] == 8
+    assert not list((tmp_path / "run").rglob("*.ckpt"))
+    assert {"val/seq_acc", "test/seq_acc"} <= set(summary["metrics"])  # of the final weights
+    with pytest.raises(ConfigError, match=r"callbacks.checkpoint \(null: none\)"):
+        resolve_config(compose_cfg(["+trainer.enable_checkpointing=false"]))
 
 
 def test_a_misspelt_monitor_is_refused_before_any_work(tmp_path):
