@@ -49,6 +49,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import yaml
 
 from attnflow.checkpoints import CheckpointError, Run, load_run, load_weights, run_artifacts
+from attnflow.onednn import bound_primitive_cache
 from attnflow.registry import ConfigError, _suggest
 
 TRAINER_FIELDS = ("accelerator", "devices", "precision", "limit_val_batches", "limit_test_batches")
@@ -250,6 +251,7 @@ def print_metrics(summary: Dict[str, Any], path: Path) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    bound_primitive_cache()  # before any tensor work: oneDNN reads it once
     p = argparse.ArgumentParser(prog="attnflow-eval", description=__doc__.split("\n\n")[0],
                                 epilog=f"overrides: {USAGE}")
     p.add_argument("run", help="a run directory or a .ckpt file")

@@ -94,6 +94,7 @@ import torch
 import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
 from attnflow.checkpoints import CheckpointError, Run, load_run, load_weights, run_artifacts
 from attnflow.data.documents import Vocabulary, cap_document, encode_texts, tokenize
+from attnflow.onednn import bound_primitive_cache
 from attnflow.predict_image import predict_captions
 from attnflow.registry import DATA, MODELS, TASKS
 from attnflow.textio import (InputError, batched, check_npz, iter_lines, iter_stdin, save_arrays,
@@ -419,6 +420,7 @@ class _Output:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    bound_primitive_cache()  # before any tensor work: oneDNN reads it once
     p = argparse.ArgumentParser(prog="attnflow-predict", description=__doc__.split("\n\n")[0])
     p.add_argument("model", help="a run directory or a .ckpt file")
     p.add_argument("texts", nargs="*", help="documents or texts to label, or image files to "

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attnflow import config_dir
+from attnflow.onednn import bound_primitive_cache
 from attnflow.registry import ConfigError
 
 if TYPE_CHECKING:
@@ -76,6 +77,7 @@ def _print_summary(summary: dict) -> None:
 def main() -> None:
     """The console script: plain field overrides may name fields the YAML leaves at their
     constructor defaults (:func:`attnflow.groups.field_overrides`), then Hydra runs the app."""
+    bound_primitive_cache()  # before any tensor work: oneDNN reads it once
     if {"-h", "--help"} & set(sys.argv[1:]):
         from attnflow.cli_help import train_help
 

@@ -61,6 +61,7 @@ import numpy as np
 import torch
 
 from attnflow.checkpoints import CheckpointError, load_run, load_weights
+from attnflow.onednn import bound_primitive_cache
 from attnflow.registry import ConfigError
 from attnflow.textio import (InputError, batched, check_npz, iter_lines, iter_stdin, save_arrays,
                              text_array)
@@ -244,6 +245,7 @@ def attention_arrays(model, ids: List[List[int]], rows: List[List[int]]) -> List
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    bound_primitive_cache()  # before any tensor work: oneDNN reads it once
     ap = argparse.ArgumentParser(prog="attnflow-translate", description=__doc__.split("\n\n")[0])
     ap.add_argument("run", help="a run directory (attnflow-train output) or a .ckpt file")
     ap.add_argument("sentences", nargs="*", help="sentences to translate (else -f FILE, else stdin)")
