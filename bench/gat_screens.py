@@ -23,6 +23,14 @@ Variants (``--variant``):
   regularization", §3): μ · mean_i CE(softmax(Ẑᵢ), softmax(Zᵢ)), Ẑ = D⁻¹AZ (the neighbours'
   mean logits; attnflow's ``task.propagation_reg``, whose ``propagation_loss`` it calls).
   ``--preg μ`` adds the same term to any other variant (consistency: to each sample's output).
+  ``--preg-hops K --preg-teleport a``: the target spread over K propagations,
+  Ẑ⁽ᵏ⁺¹⁾ = (1 − a)ÂẐ⁽ᵏ⁾ + aZ (Klicpera et al. 2019, APPNP's personalised PageRank, eq. (3)),
+  so the 2-hop model is pulled towards a wider neighbourhood's consensus.
+
+Ensembles and distillation (``--ensemble K``, ``--distill λ``): K members from seeds s, s + 1000, …,
+their kept models' mean softmax (a deep ensemble, Lakshminarayanan et al. 2017); then a student from
+seed s trained with λ·T²·KL(teacher ‖ student) at temperature T (``--kd-temperature``) on every
+node added to its loss (Hinton et al. 2015, §2), the members' mean softmax at T as the teacher.
 
 Self-training (``--self-train t``, any variant): after the run, its t most confident predictions
 per class among the nodes outside the training and validation splits become training labels, and
@@ -107,12 +115,13 @@ class SuperGAT(torch.nn.Module):
 
 def train_loss(model, d, args, S, xs, eis, mask, y):
     """The variant's training loss of one full-batch step (S samples: the copies in xs, eis), with
-    the labels ``y`` on the nodes of ``mask`` (the training split, or with pseudo-labels added)."""
+    the labels ``y`` on the nodes of ``mask`` (the training split, or with pseudo-labels added), and
+    the (first sample's) logits of every node."""
     N = d.x.shape[0]
     if args.variant == "supergat":
         z = model(d.x, d.edge_index)
         loss = F.cross_entropy(z[mask], y[mask]) + args.weight * model.attention_loss()
-        return loss + args.preg * preg_term(z, d.edge_index, args.preg_phi, args.preg_adj) if args.preg else loss
+        return (loss + args.preg * preg_term(z, d.edge_index, args.preg_phi, args.preg_adj) if args.preg else loss), z
     z = model(xs, eis).view(S, N, -1)
     loss = sum(F.cross_entropy(z[s][mask], y[mask]) for s in range(S)) / S
     if args.variant == "consistency":
@@ -123,16 +132,24 @@ def train_loss(model, d, args, S, xs, eis, mask, y):
     mu = args.weight if args.variant == "preg" else args.preg
     if mu:
         loss = loss + mu * sum(preg_term(z[s], d.edge_index, args.preg_phi, args.preg_adj) for s in range(S)) / S
-    return loss
+    return loss, z[0]
+
+
+HOPS = (1, 0.0)  # (--preg-hops, --preg-teleport)
 
 
 def preg_term(z, edge_index, phi: str, adjacency: str = "mean"):
     """P-reg's φ(Z, Ẑ): ``ce``, attnflow's ``propagation_loss``; ``se``, the mean of
     ‖softmax(ẑᵢ) − softmax(zᵢ)‖₂ (Yang et al. 2021's squared-error φ, on the probabilities as their
     code has it) over the same nodes, Ẑ = ÂZ from the same ``propagate`` (``adjacency``: Â)."""
-    if phi == "ce":
+    if phi == "ce" and HOPS == (1, 0.0):
         return propagation_loss(z, edge_index, adjacency)
     mean, has = propagate(z, edge_index, adjacency)
+    hops, teleport = HOPS
+    for _ in range(hops - 1):  # --preg-hops K: Ẑ⁽ᵏ⁺¹⁾ = (1 − a)·ÂẐ⁽ᵏ⁾ + a·Z (APPNP's personalised PageRank)
+        mean = (1 - teleport) * propagate(mean, edge_index, adjacency)[0] + teleport * z
+    if phi == "ce":
+        return -(mean.softmax(-1) * z.log_softmax(-1)).sum(-1)[has].mean()
     return (mean.softmax(-1) - z.softmax(-1)).norm(dim=-1)[has].mean()
 
 
@@ -151,6 +168,8 @@ def pseudo_labels(out, d, per_class: int):
 
 def run_seed(seed: int, d, args) -> dict:
     mask, y, rounds = d.train_mask, d.y, []
+    if args.ensemble > 1 or args.distill:
+        return run_ensemble(seed, d, args)
     for _ in range(1 + (args.rounds if args.self_train else 0)):
         run, out = fit_seed(seed, d, args, mask, y)
         rounds.append({k: run[k] for k in ("val_acc", "test_acc", "epochs", "seconds")} | {"labels": int(mask.sum())})
@@ -161,9 +180,31 @@ def run_seed(seed: int, d, args) -> dict:
     return run
 
 
-def fit_seed(seed: int, d, args, mask, y):
+def run_ensemble(seed: int, d, args) -> dict:
+    """``--ensemble K``: K members from seeds seed, seed + 1000, …, their kept models' softmax
+    averaged (a deep ensemble, Lakshminarayanan et al. 2017). ``--distill λ``: then a student from
+    ``seed`` trained with λ·T²·KL(p_teacher^T ‖ p_student^T) on every node added to its loss (Hinton
+    et al. 2015, §2; the ensemble, or the one member, as teacher; Furlanello et al. 2018's born-again
+    network when it is one model of the same size)."""
+    acc = lambda p, m: 100 * float((p[m].argmax(-1) == d.y[m]).float().mean())  # noqa: E731
+    members = [fit_seed(seed + 1000 * k, d, args, d.train_mask, d.y) for k in range(args.ensemble)]
+    p = sum(out.softmax(-1) for _, out in members) / len(members)
+    run = dict(members[0][0])
+    run["members"] = [{k: m[k] for k in ("val_acc", "test_acc", "epochs")} for m, _ in members]
+    run["ensemble"] = {"val_acc": acc(p, d.val_mask), "test_acc": acc(p, d.test_mask)}
+    run["seconds"] = sum(m["seconds"] for m, _ in members)
+    if args.distill:
+        teacher = sum((out / args.kd_temperature).softmax(-1) for _, out in members) / len(members)
+        student, _ = fit_seed(seed, d, args, d.train_mask, d.y, teacher=teacher)
+        run["student"] = {k: student[k] for k in ("val_acc", "test_acc", "epochs")}
+        run["seconds"] += student["seconds"]
+    return run
+
+
+def fit_seed(seed: int, d, args, mask, y, teacher=None):
     """One training run from seed ``seed`` with the labels ``y`` on ``mask``: its figures, and the
-    best-val-accuracy model's output on every node."""
+    best-val-accuracy model's output on every node. ``teacher``: soft targets (softmax at
+    ``--kd-temperature``) on every node, distilled with weight ``--distill``."""
     N, classes = d.x.shape[0], int(d.y.max()) + 1
     S = args.samples if args.variant == "consistency" else 1
     xs = d.x.repeat(S, 1)  # S copies side by side: one forward draws S independent dropouts
@@ -186,7 +227,11 @@ def fit_seed(seed: int, d, args, mask, y):
     for epoch in range(args.max_epochs):
         model.train()
         opt.zero_grad()
-        train_loss(model, d, args, S, xs, eis, mask, y).backward()
+        loss, z = train_loss(model, d, args, S, xs, eis, mask, y)
+        if teacher is not None:
+            T = args.kd_temperature
+            loss = loss + args.distill * T * T * F.kl_div((z / T).log_softmax(-1), teacher, reduction="batchmean")
+        loss.backward()
         opt.step()
         model.eval()
         with torch.no_grad():
@@ -247,6 +292,9 @@ def main():
     ap.add_argument("--preg-phi", choices=["ce", "se"], default="ce", help="P-reg's φ: cross-entropy or ‖·‖₂")
     ap.add_argument("--preg-adj", choices=["mean", "gcn"], default="mean",
                     help="P-reg's Â: D⁻¹A (the paper's text) or D̃^-½(A+I)D̃^-½ (its code's GCNConv)")
+    ap.add_argument("--preg-hops", type=int, default=1,
+                    help="P-reg's target over K propagations, Ẑ⁽ᵏ⁺¹⁾ = (1 − a)ÂẐ⁽ᵏ⁾ + aZ (a: --preg-teleport)")
+    ap.add_argument("--preg-teleport", type=float, default=0.0, help="--preg-hops: a")
     ap.add_argument("--hops", type=int, default=6, help="diffusion: K")
     ap.add_argument("--teleport", type=float, default=0.1, help="diffusion: a")
     ap.add_argument("--diffuse", type=int, nargs="+", default=[0, 1], help="diffusion: layers")
@@ -265,11 +313,18 @@ def main():
     ap.add_argument("--self-train", type=int, default=0, metavar="T",
                     help="pseudo-label the T most confident nodes per class outside train/val, then retrain")
     ap.add_argument("--rounds", type=int, default=1, help="--self-train: rounds of pseudo-labelling")
+    ap.add_argument("--ensemble", type=int, default=1, metavar="K",
+                    help="also train K − 1 more members (seeds + 1000·k) and report their mean softmax")
+    ap.add_argument("--distill", type=float, default=0.0, metavar="λ",
+                    help="then train a student distilled from the ensemble (or the one model), weight λ")
+    ap.add_argument("--kd-temperature", type=float, default=1.0, help="--distill: T")
     ap.add_argument("--test", action="store_true", help="also print test accuracy (reporting only)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "gat_screens.json"))
     args = ap.parse_args()
     if args.preg and args.variant == "preg":
         ap.error("--preg adds P-reg to another variant; for preg itself use --weight")
+    global HOPS
+    HOPS = (args.preg_hops, args.preg_teleport)
     if args.weight is None:
         args.weight = {"supergat": 4.0}.get(args.variant, 1.0)
     torch.set_num_threads(1)
@@ -285,6 +340,8 @@ def main():
               + f" ({r['epochs']} epochs, {r['seconds']:.0f} s)"
               + "".join(f"; round {i} ({q['labels']} labels): val {q['val_acc']:.1f}"
                         + (f" test {q['test_acc']:.1f}" if args.test else "") for i, q in enumerate(r.get("rounds", [])))
+              + "".join(f"; {k} val {r[k]['val_acc']:.1f}" + (f" test {r[k]['test_acc']:.1f}" if args.test else "")
+                        for k in ("ensemble", "student") if k in r)
               + (f"; MC dropout ({args.mc}): val {r['mc']['val_acc']:.1f}"
                  + (f" test {r['mc']['test_acc']:.1f}" if args.test else "") if "mc" in r else "")
               + "".join(f"; C&S {k}: val {v['val_acc']:.1f}" + (f" test {v['test_acc']:.1f}" if args.test else "")
@@ -292,12 +349,18 @@ def main():
     val = statistics.mean(r["val_acc"] for r in runs)
     print(f"{args.variant}: val mean {val:.2f}" + (
         f", test {statistics.mean(r['test_acc'] for r in runs):.2f}" if args.test else ""))
+    for k in ("ensemble", "student"):
+        if k in runs[0]:
+            print(f"  {k}: val mean {statistics.mean(r[k]['val_acc'] for r in runs):.2f}" + (
+                f", test {statistics.mean(r[k]['test_acc'] for r in runs):.2f}" if args.test else ""))
     for k in runs[0].get("cs", {}):
         print(f"  + C&S {k}: val mean {statistics.mean(r['cs'][k]['val_acc'] for r in runs):.2f}" + (
             f", test {statistics.mean(r['cs'][k]['test_acc'] for r in runs):.2f}" if args.test else ""))
     def without_test(r: dict) -> dict:  # test accuracies are written only with --test
-        return {k: (without_test(v) if isinstance(v, dict) else v)
-                for k, v in r.items() if k != "test_acc" or args.test}
+        if isinstance(r, list):
+            return [without_test(v) for v in r]
+        return {k: (without_test(v) if isinstance(v, (dict, list)) else v)
+                for k, v in r.items() if k != "test_acc" or args.test} if isinstance(r, dict) else r
 
     out = {"command": " ".join(["python", *sys.argv]), "args": vars(args), "val_mean": val,
            "runs": [without_test(r) for r in runs]}
