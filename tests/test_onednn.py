@@ -36,8 +36,11 @@ def _last_creation(mode: str, **env: str) -> str:
     clean = {k: v for k, v in os.environ.items() if k != onednn.VARIABLE} | env
     out = subprocess.run([sys.executable, "-c", SCRIPT, mode], capture_output=True, text=True,
                          env=clean, check=True, timeout=120).stdout
-    after = out.split("AGAIN", 1)[1]
-    return next(line for line in after.splitlines() if ",primitive,create:" in line).split(",")[3]
+    created = [line.split(",")[3] for line in out.split("AGAIN", 1)[1].splitlines()
+               if ",primitive,create:" in line]
+    if not created:  # (a CPU whose bf16 products PyTorch runs without oneDNN)
+        pytest.skip("oneDNN built no primitive for these bf16 products on this CPU")
+    return created[0]
 
 
 @pytest.mark.skipif(not torch.ops.mkldnn._is_mkldnn_bf16_supported(),
