@@ -129,6 +129,9 @@ def _signature() -> str:
 
 
 def main(argv=None) -> int:
+    from attnflow.onednn import bound_primitive_cache
+
+    bound_primitive_cache()  # trains in this process, as attnflow-train does (bf16 memory)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="rnnsearch,transformer")
     ap.add_argument("--directions", default="de-en,en-de")
