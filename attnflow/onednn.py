@@ -7,10 +7,10 @@ its number of sentences and its length from step to step, so a long CPU run in `
 keeps creating primitives until the cache is full: a 3-hour en→de run
 (``experiment=mt_transformer_3h_ende``, one thread) grew to 9.2 GB resident. Primitives are
 reused within a step (every layer has the same shapes), rarely across steps, so a small cache
-loses little: 320 steps of that recipe, one thread, ended at 3.5 GB resident and still growing
-with the default, 2.2 GB and levelling off with 128, at the same time per step within the noise
-of a shared machine (docs/benchmarks.md, "Memory of a CPU bf16 run"); with no cache at all
-(0) the steps were 20–25 % slower.
+loses little: one epoch of that recipe (454 steps, one thread) peaked at 4.1 GB resident with the
+default and 2.4 GB with 128, in 260 against 262 s (four of each, alternated; docs/benchmarks.md,
+"Memory of a CPU bf16 run"), and with 128 the growth levels off; with no cache at all (0) the
+steps were 20–25 % slower.
 
 oneDNN reads the variable once, when it first builds a primitive, so it is set before any work;
 a value the user exported wins.
