@@ -52,8 +52,21 @@ def find_checkpoint(path: Path | str) -> Tuple[Path, Path]:
     for cand in [ckpts / "last.ckpt", *sorted(ckpts.glob("*.ckpt"))]:
         if cand.is_file():
             return cand, path
+    why = (" — the run had callbacks.checkpoint=null, which saves none"
+           if _checkpoints_off(path / "config.yaml") else "")
     raise CheckpointError(f"{path} is a directory without checkpoints (expected {ckpts}/*.ckpt "
-                          f"from attnflow-train)")
+                          f"from attnflow-train){why}")
+
+
+def _checkpoints_off(config: Path) -> bool:
+    """Whether the run config ``config`` (a run directory's config.yaml) turned checkpoints off."""
+    import yaml
+
+    try:
+        callbacks = (yaml.safe_load(config.read_text()) or {}).get("callbacks") or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError):
+        return False  # no readable config: nothing to add to the message
+    return isinstance(callbacks, dict) and "checkpoint" in callbacks and callbacks["checkpoint"] is None
 
 
 def _why_unreadable(path: Path, err: Exception) -> str:

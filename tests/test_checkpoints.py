@@ -52,7 +52,12 @@ def test_reading_refuses_what_is_not_a_plain_checkpoint(tmp_path, capsys):
     with pytest.raises(CheckpointError, match="no such run directory or checkpoint"):
         find_checkpoint(tmp_path / "missing")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(CheckpointError, match="without checkpoints"):
+    with pytest.raises(CheckpointError, match="without checkpoints") as err:
+        find_checkpoint(tmp_path / "empty")
+    assert "callbacks.checkpoint" not in str(err.value)
+    # a run trained with callbacks.checkpoint=null: the message names the setting
+    (tmp_path / "empty" / "config.yaml").write_text("callbacks:\n  checkpoint: null\n  early_stopping: null\n")
+    with pytest.raises(CheckpointError, match=r"without checkpoints .* callbacks.checkpoint=null"):
         find_checkpoint(tmp_path / "empty")
     evil = tmp_path / "evil.ckpt"
     evil.write_bytes(pickle.dumps({"state_dict": {}, "x": _Boom()}))
