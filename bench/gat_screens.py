@@ -121,7 +121,7 @@ def train_loss(model, d, args, S, xs, eis, mask, y):
     if args.variant == "supergat":
         z = model(d.x, d.edge_index)
         loss = F.cross_entropy(z[mask], y[mask]) + args.weight * model.attention_loss()
-        return (loss + args.preg * preg_term(z, d.edge_index, args.preg_phi, args.preg_adj) if args.preg else loss), z
+        return (loss + args.preg * preg_term(z, d.edge_index, args) if args.preg else loss), z
     z = model(xs, eis).view(S, N, -1)
     loss = sum(F.cross_entropy(z[s][mask], y[mask]) for s in range(S)) / S
     if args.variant == "consistency":
@@ -131,23 +131,21 @@ def train_loss(model, d, args, S, xs, eis, mask, y):
         loss = loss + args.weight * (p - sharp).pow(2).sum(-1).mean()
     mu = args.weight if args.variant == "preg" else args.preg
     if mu:
-        loss = loss + mu * sum(preg_term(z[s], d.edge_index, args.preg_phi, args.preg_adj) for s in range(S)) / S
+        loss = loss + mu * sum(preg_term(z[s], d.edge_index, args) for s in range(S)) / S
     return loss, z[0]
 
 
-HOPS = (1, 0.0)  # (--preg-hops, --preg-teleport)
-
-
-def preg_term(z, edge_index, phi: str, adjacency: str = "mean"):
-    """P-reg's φ(Z, Ẑ): ``ce``, attnflow's ``propagation_loss``; ``se``, the mean of
+def preg_term(z, edge_index, args):
+    """P-reg's φ(Z, Ẑ) (``--preg-phi``): ``ce``, attnflow's ``propagation_loss``; ``se``, the mean of
     ‖softmax(ẑᵢ) − softmax(zᵢ)‖₂ (Yang et al. 2021's squared-error φ, on the probabilities as their
-    code has it) over the same nodes, Ẑ = ÂZ from the same ``propagate`` (``adjacency``: Â)."""
-    if phi == "ce" and HOPS == (1, 0.0):
+    code has it) over the same nodes, Ẑ = ÂZ from the same ``propagate`` (``--preg-adj``: Â), or
+    over ``--preg-hops`` K propagations with teleport ``--preg-teleport`` a."""
+    phi, adjacency = args.preg_phi, args.preg_adj
+    if phi == "ce" and args.preg_hops == 1:
         return propagation_loss(z, edge_index, adjacency)
     mean, has = propagate(z, edge_index, adjacency)
-    hops, teleport = HOPS
-    for _ in range(hops - 1):  # --preg-hops K: Ẑ⁽ᵏ⁺¹⁾ = (1 − a)·ÂẐ⁽ᵏ⁾ + a·Z (APPNP's personalised PageRank)
-        mean = (1 - teleport) * propagate(mean, edge_index, adjacency)[0] + teleport * z
+    for _ in range(args.preg_hops - 1):  # Ẑ⁽ᵏ⁺¹⁾ = (1 − a)·ÂẐ⁽ᵏ⁾ + a·Z (APPNP's personalised PageRank)
+        mean = (1 - args.preg_teleport) * propagate(mean, edge_index, adjacency)[0] + args.preg_teleport * z
     if phi == "ce":
         return -(mean.softmax(-1) * z.log_softmax(-1)).sum(-1)[has].mean()
     return (mean.softmax(-1) - z.softmax(-1)).norm(dim=-1)[has].mean()
@@ -323,8 +321,6 @@ def main():
     args = ap.parse_args()
     if args.preg and args.variant == "preg":
         ap.error("--preg adds P-reg to another variant; for preg itself use --weight")
-    global HOPS
-    HOPS = (args.preg_hops, args.preg_teleport)
     if args.weight is None:
         args.weight = {"supergat": 4.0}.get(args.variant, 1.0)
     torch.set_num_threads(1)
