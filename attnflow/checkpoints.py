@@ -60,13 +60,22 @@ def find_checkpoint(path: Path | str) -> Tuple[Path, Path]:
 
 def _checkpoints_off(config: Path) -> bool:
     """Whether the run config ``config`` (a run directory's config.yaml) turned checkpoints off."""
+    try:
+        cfg = read_config_yaml(config)
+    except (CheckpointError, OSError, UnicodeDecodeError):
+        return False  # no readable config: nothing to add to the message
+    callbacks = cfg.get("callbacks") if isinstance(cfg, dict) else None
+    return isinstance(callbacks, dict) and "checkpoint" in callbacks and callbacks["checkpoint"] is None
+
+
+def read_config_yaml(path: Path) -> Any:
+    """The parsed ``path`` (a run's config.yaml); invalid YAML is a :class:`CheckpointError`."""
     import yaml
 
     try:
-        callbacks = (yaml.safe_load(config.read_text()) or {}).get("callbacks") or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError):
-        return False  # no readable config: nothing to add to the message
-    return isinstance(callbacks, dict) and "checkpoint" in callbacks and callbacks["checkpoint"] is None
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise CheckpointError(f"{path} is not valid YAML: {str(err).splitlines()[0]}") from None
 
 
 def _why_unreadable(path: Path, err: Exception) -> str:
@@ -125,13 +134,7 @@ def load_run(target: Path | str, device: str = "cpu") -> Run:
     ckpt = read_checkpoint(ckpt_path, device)
     cfg = ckpt.get("attnflow_config") or None
     if not cfg and (run_dir / "config.yaml").is_file():
-        import yaml
-
-        try:
-            cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
-        except yaml.YAMLError as err:
-            raise CheckpointError(f"{run_dir / 'config.yaml'} is not valid YAML: "
-                                  f"{str(err).splitlines()[0]}") from None
+        cfg = read_config_yaml(run_dir / "config.yaml")
     if not cfg:
         raise CheckpointError(
             f"{ckpt_path} is not an attnflow run: the checkpoint carries no 'attnflow_config' (every "

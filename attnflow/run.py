@@ -345,7 +345,7 @@ def build_callbacks(cfg: Dict[str, Any], run_dir: Path, task: Any = None) -> Lis
     if ema is not None:  # ({}: the defaults) before callbacks.average, which keeps what it validates
         out.append(ExponentialMovingAverage(**ema))
     avg = cfg.get("average")
-    if avg:  # best N by the checkpoint's metric (the task's) unless the entry names one
+    if avg is not None:  # best N by the checkpoint's metric (the task's) unless the entry names one
         watch = _with_task_monitor(averaging.monitor_of(avg, cfg.get("checkpoint")), task)
         out.append(averaging.CheckpointAverage(run_dir, avg.get("last"), avg.get("best"),
                                                watch.get("monitor"), watch.get("mode")))
