@@ -165,9 +165,9 @@ def pseudo_labels(out, d, per_class: int):
 
 
 def run_seed(seed: int, d, args) -> dict:
-    mask, y, rounds = d.train_mask, d.y, []
     if args.ensemble > 1 or args.distill:
         return run_ensemble(seed, d, args)
+    mask, y, rounds = d.train_mask, d.y, []
     for _ in range(1 + (args.rounds if args.self_train else 0)):
         run, out = fit_seed(seed, d, args, mask, y)
         rounds.append({k: run[k] for k in ("val_acc", "test_acc", "epochs", "seconds")} | {"labels": int(mask.sum())})
