@@ -27,6 +27,22 @@ Variants (``--variant``):
   Ẑ⁽ᵏ⁺¹⁾ = (1 − a)ÂẐ⁽ᵏ⁾ + aZ (Klicpera et al. 2019, APPNP's personalised PageRank, eq. (3)),
   so the 2-hop model is pulled towards a wider neighbourhood's consensus.
 
+Other changes of the model or its inputs, with any variant:
+
+- ``--drop-edge p``: DropEdge (Rong et al. 2020, "DropEdge: towards deep graph convolutional
+  networks on node classification", §3): each training step the model sees the graph with a fraction
+  p of its undirected edges removed (PyG's ``dropout_edge``, both directions together); evaluation
+  and the P-reg target use the whole graph.
+- ``--label-input r``: masked label prediction (Shi et al. 2021, UniMP, §3.3): the input is
+  [x ‖ one-hot label] with the label part zero off the training split; each training step a random
+  fraction r of the training nodes have their label hidden and only they carry the supervised loss;
+  evaluation shows every training label. Validation and test labels are never input.
+- ``--propagate K --prop-teleport a``: the GAT's logits spread by K steps of personalised PageRank
+  over GCN's Â, H⁽ᵏ⁺¹⁾ = (1 − a)ÂH⁽ᵏ⁾ + aZ (Klicpera et al. 2019, APPNP, eq. (3)), in training and
+  evaluation: a fixed propagation head after the attention layers.
+- ``--decay first``: weight decay on the first layer only (Kipf & Welling 2017, §5.2, the GCN
+  recipe; GAT's authors decay every variable).
+
 Ensembles and distillation (``--ensemble K``, ``--distill λ``): K members from seeds s, s + 1000, …,
 their kept models' mean softmax (a deep ensemble, Lakshminarayanan et al. 2017); then a student from
 seed s trained with λ·T²·KL(teacher ‖ student) at temperature T (``--kd-temperature``) on every
@@ -54,6 +70,8 @@ then the training labels clamped and spread with G ← (1 − α₂)G₀ + α₂
 ``CorrectAndSmooth``), with the training labels only, for each (α₁, α₂) of ``--cs-alphas``: the
 val (and with --test, test) accuracy of each is reported beside the model's.
 
+Many seeds and variants at once, in parallel processes: bench/gat_screen_pool.py.
+
     python bench/gat_screens.py --variant consistency --samples 2        # val seeds 100–103
     python bench/gat_screens.py --variant supergat --seeds 104 105 106 107
 """
@@ -71,6 +89,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch_geometric.utils import dropout_edge
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -118,8 +137,13 @@ def train_loss(model, d, args, S, xs, eis, mask, y):
     the labels ``y`` on the nodes of ``mask`` (the training split, or with pseudo-labels added), and
     the (first sample's) logits of every node."""
     N = d.x.shape[0]
+    if args.label_input:  # a fresh fraction r of the training labels hidden: those nodes carry the loss
+        hidden = mask & (torch.rand(N, device=mask.device) < args.label_input)
+        xs, mask = with_labels(d.x, y, mask & ~hidden, int(d.y.max()) + 1), hidden
+    if args.drop_edge:
+        eis = dropout_edge(eis, p=args.drop_edge, force_undirected=True)[0]
     if args.variant == "supergat":
-        z = model(d.x, d.edge_index)
+        z = model(xs, eis)
         loss = F.cross_entropy(z[mask], y[mask]) + args.weight * model.attention_loss()
         return (loss + args.preg * preg_term(z, d.edge_index, args) if args.preg else loss), z
     z = model(xs, eis).view(S, N, -1)
@@ -133,6 +157,25 @@ def train_loss(model, d, args, S, xs, eis, mask, y):
     if mu:
         loss = loss + mu * sum(preg_term(z[s], d.edge_index, args) for s in range(S)) / S
     return loss, z[0]
+
+
+def with_labels(x, y, shown, classes: int):
+    """[x ‖ one-hot(y)] with the label part zero outside ``shown`` (UniMP's label input)."""
+    return torch.cat([x, F.one_hot(y, classes).to(x.dtype) * shown.unsqueeze(-1)], -1)
+
+
+class Propagated(torch.nn.Module):
+    """``gat``'s logits Z spread by K personalised-PageRank steps over GCN's Â (APPNP, eq. (3))."""
+
+    def __init__(self, gat, hops: int, teleport: float):
+        super().__init__()
+        self.gat, self.hops, self.teleport = gat, hops, teleport
+
+    def forward(self, x, edge_index):
+        z = h = self.gat(x, edge_index)
+        for _ in range(self.hops):
+            h = (1 - self.teleport) * propagate(h, edge_index, "gcn")[0] + self.teleport * z
+        return h
 
 
 def preg_term(z, edge_index, args):
@@ -205,20 +248,30 @@ def fit_seed(seed: int, d, args, mask, y, teacher=None):
     ``--kd-temperature``) on every node, distilled with weight ``--distill``."""
     N, classes = d.x.shape[0], int(d.y.max()) + 1
     S = args.samples if args.variant == "consistency" else 1
-    xs = d.x.repeat(S, 1)  # S copies side by side: one forward draws S independent dropouts
+    x = with_labels(d.x, y, mask, classes) if args.label_input else d.x  # evaluation: every training label
+    xs = x.repeat(S, 1)  # S copies side by side: one forward draws S independent dropouts
     eis = torch.cat([d.edge_index + s * N for s in range(S)], 1)
     torch.manual_seed(seed)
     random.seed(seed)  # PyG's negative_sampling (supergat) draws with Python's random
     if args.variant == "supergat":
-        model = SuperGAT(d.x.shape[1], classes)
+        model = SuperGAT(x.shape[1], classes)
     else:
-        model = GAT(d.x.shape[1], classes, value_dropout=0.6)
+        model = GAT(x.shape[1], classes, value_dropout=0.6)
         if args.variant == "diffusion":
             for i in args.diffuse:
                 layer = model.layers[i]
                 layer.__class__ = Diffused
                 layer.hops, layer.teleport = args.hops, args.teleport
-    opt = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=5e-4)
+    if args.propagate:
+        model = Propagated(model, args.propagate, args.prop_teleport)
+    model.to(x.device)
+    if args.decay == "first":  # GCN's recipe: only the first layer's weights decay
+        first = {id(q) for q in (model.gat if args.propagate else model).layers[0].parameters()}
+        groups = [{"params": [q for q in model.parameters() if id(q) in first], "weight_decay": 5e-4},
+                  {"params": [q for q in model.parameters() if id(q) not in first], "weight_decay": 0.0}]
+    else:
+        groups = [{"params": list(model.parameters()), "weight_decay": 5e-4}]
+    opt = torch.optim.Adam(groups, lr=args.lr)
 
     best_acc, best_loss, waited, state = -1.0, float("inf"), 0, None
     start = time.perf_counter()
@@ -233,7 +286,7 @@ def fit_seed(seed: int, d, args, mask, y, teacher=None):
         opt.step()
         model.eval()
         with torch.no_grad():
-            out = model(d.x, d.edge_index)
+            out = model(x, d.edge_index)
             val_loss = float(F.cross_entropy(out[d.val_mask], d.y[d.val_mask]))
             val_acc = float((out[d.val_mask].argmax(-1) == d.y[d.val_mask]).float().mean())
         improved = val_acc > best_acc if args.stop_on == "acc" else val_loss < best_loss
@@ -248,7 +301,7 @@ def fit_seed(seed: int, d, args, mask, y, teacher=None):
     model.load_state_dict(state)
     model.eval()
     with torch.no_grad():
-        out = model(d.x, d.edge_index)
+        out = model(x, d.edge_index)
     acc = lambda pred, mask: 100 * float((pred[mask].argmax(-1) == d.y[mask]).float().mean())  # noqa: E731
     run = {"seed": seed, "val_acc": 100 * best_acc, "test_acc": acc(out, d.test_mask),
            "epochs": epoch + 1, "seconds": time.perf_counter() - start}
@@ -256,7 +309,7 @@ def fit_seed(seed: int, d, args, mask, y, teacher=None):
         torch.manual_seed(seed)
         model.train()  # dropout on: K stochastic passes, their softmax averaged
         with torch.no_grad():
-            p = sum(model(d.x, d.edge_index).softmax(-1) for _ in range(args.mc)) / args.mc
+            p = sum(model(x, d.edge_index).softmax(-1) for _ in range(args.mc)) / args.mc
         run["mc"] = {"val_acc": acc(p, d.val_mask), "test_acc": acc(p, d.test_mask)}
     if args.correct_smooth:
         run["cs"] = {}
@@ -277,7 +330,7 @@ def correct_smooth(out, d, a1: float, a2: float, scale=None, layers: int = 50):
     return cs.smooth(fixed, y_train, d.train_mask, d.edge_index)
 
 
-def main():
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--variant", choices=["base", "consistency", "supergat", "diffusion", "preg"],
                     default="base")
@@ -316,18 +369,45 @@ def main():
     ap.add_argument("--distill", type=float, default=0.0, metavar="λ",
                     help="then train a student distilled from the ensemble (or the one model), weight λ")
     ap.add_argument("--kd-temperature", type=float, default=1.0, help="--distill: T")
+    ap.add_argument("--drop-edge", type=float, default=0.0, metavar="p",
+                    help="DropEdge: each training step without a fraction p of the undirected edges")
+    ap.add_argument("--label-input", type=float, default=0.0, metavar="r",
+                    help="UniMP's label input: each step a fraction r of the training labels hidden and predicted")
+    ap.add_argument("--propagate", type=int, default=0, metavar="K",
+                    help="K personalised-PageRank steps over GCN's Â after the GAT (APPNP)")
+    ap.add_argument("--prop-teleport", type=float, default=0.1, help="--propagate: a")
+    ap.add_argument("--decay", choices=["all", "first"], default="all",
+                    help="weight decay on every parameter (GAT) or on the first layer only (GCN)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--test", action="store_true", help="also print test accuracy (reporting only)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "gat_screens.json"))
-    args = ap.parse_args()
+    return ap
+
+
+def parse(ap: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
+    """The arguments, checked, with the variant's default weight."""
+    args = ap.parse_args(argv)
     if args.preg and args.variant == "preg":
         ap.error("--preg adds P-reg to another variant; for preg itself use --weight")
+    if args.label_input and (args.variant in ("consistency", "supergat") or args.self_train or args.distill):
+        ap.error("--label-input works with base, preg and diffusion, without --self-train or --distill")
     if args.weight is None:
         args.weight = {"supergat": 4.0}.get(args.variant, 1.0)
-    torch.set_num_threads(1)
+    return args
+
+
+def load_cora(device: str = "cpu"):
+    """Cora's whole graph from the data root, on ``device``."""
     raw = DATA_DIR / "planetoid" / "Cora" / "raw"
     if not raw.is_dir():
         sys.exit(f"Cora not found at {raw} (set ATTNFLOW_DATA_DIR)")
-    d = PlanetoidDataModule(root=str(DATA_DIR / "planetoid")).full_graph()
+    return PlanetoidDataModule(root=str(DATA_DIR / "planetoid")).full_graph().to(device)
+
+
+def main():
+    args = parse(build_parser())
+    torch.set_num_threads(1)
+    d = load_cora(args.device)
     runs = []
     for seed in args.seeds:
         r = run_seed(seed, d, args)
