@@ -70,6 +70,17 @@ then the training labels clamped and spread with G ← (1 − α₂)G₀ + α₂
 ``CorrectAndSmooth``), with the training labels only, for each (α₁, α₂) of ``--cs-alphas``: the
 val (and with --test, test) accuracy of each is reported beside the model's.
 
+Which epoch to keep, judged on held-out validation nodes (``--selection``): the kept epoch's
+validation accuracy is a maximum over ≈ 1,000 epochs, biased upwards, so rules that choose or
+average epochs differently cannot be compared on it (nor a deep ensemble against its members). With
+``--selection`` every epoch's log-probabilities on the validation and test nodes are kept, the
+validation nodes are split into two fixed halves (a permutation from seed 0), and each rule of
+``SELECTION_RULES`` chooses with one half and is scored on the other, both ways, averaged: an
+unbiased figure for every rule from the same runs (early stopping itself still watches the whole
+validation loss, for every rule alike). With ``--test``, each rule chosen on the whole validation
+split is also scored on the test split (reporting only). ``--ensemble`` averages the members'
+probabilities rule by rule.
+
 Many seeds and variants at once, in parallel processes: bench/gat_screen_pool.py.
 
     python bench/gat_screens.py --variant consistency --samples 2        # val seeds 100–103
@@ -218,6 +229,8 @@ def run_seed(seed: int, d, args) -> dict:
             mask, y = pseudo_labels(out, d, args.self_train)
     if args.self_train:
         run["rounds"], run["seconds"] = rounds, sum(q["seconds"] for q in rounds)
+    if args.selection:
+        run["selection"] = selection_figures(run.pop("_probs"))
     return run
 
 
@@ -234,6 +247,15 @@ def run_ensemble(seed: int, d, args) -> dict:
     run["members"] = [{k: m[k] for k in ("val_acc", "test_acc", "epochs")} for m, _ in members]
     run["ensemble"] = {"val_acc": acc(p, d.val_mask), "test_acc": acc(p, d.test_mask)}
     run["seconds"] = sum(m["seconds"] for m, _ in members)
+    if args.selection:  # each rule's choice made member by member, their probabilities averaged
+        for m, _ in members:
+            m["selection"] = selection_figures(m["_probs"])
+        run["members"] = [dict(r, selection=m["selection"]) for r, (m, _) in zip(run["members"], members)]
+        first = members[0][0]["_probs"]
+        mean = {rule: {k: sum(m["_probs"]["rules"][rule][k] for m, _ in members) / len(members) for k in sets}
+                for rule, sets in first["rules"].items()}
+        run["selection"] = selection_figures(dict(first, rules=mean))
+        run.pop("_probs", None)
     if args.distill:
         teacher = sum((out / args.kd_temperature).softmax(-1) for _, out in members) / len(members)
         student, _ = fit_seed(seed, d, args, d.train_mask, d.y, teacher=teacher)
@@ -273,7 +295,8 @@ def fit_seed(seed: int, d, args, mask, y, teacher=None):
         groups = [{"params": list(model.parameters()), "weight_decay": 5e-4}]
     opt = torch.optim.Adam(groups, lr=args.lr)
 
-    best_acc, best_loss, waited, state = -1.0, float("inf"), 0, None
+    best_acc, best_loss, waited, state, trace = -1.0, float("inf"), 0, None, []
+    kept = (d.val_mask | d.test_mask).nonzero().view(-1)  # --selection: the nodes whose outputs are kept
     start = time.perf_counter()
     for epoch in range(args.max_epochs):
         model.train()
@@ -289,6 +312,8 @@ def fit_seed(seed: int, d, args, mask, y, teacher=None):
             out = model(x, d.edge_index)
             val_loss = float(F.cross_entropy(out[d.val_mask], d.y[d.val_mask]))
             val_acc = float((out[d.val_mask].argmax(-1) == d.y[d.val_mask]).float().mean())
+            if args.selection:
+                trace.append(out[kept].log_softmax(-1).cpu())
         improved = val_acc > best_acc if args.stop_on == "acc" else val_loss < best_loss
         if val_acc > best_acc:
             best_acc, state = val_acc, copy.deepcopy(model.state_dict())
@@ -305,6 +330,8 @@ def fit_seed(seed: int, d, args, mask, y, teacher=None):
     acc = lambda pred, mask: 100 * float((pred[mask].argmax(-1) == d.y[mask]).float().mean())  # noqa: E731
     run = {"seed": seed, "val_acc": 100 * best_acc, "test_acc": acc(out, d.test_mask),
            "epochs": epoch + 1, "seconds": time.perf_counter() - start}
+    if args.selection:
+        run["_probs"] = selection_probs(torch.stack(trace), d, kept)
     if args.mc:
         torch.manual_seed(seed)
         model.train()  # dropout on: K stochastic passes, their softmax averaged
@@ -317,6 +344,47 @@ def fit_seed(seed: int, d, args, mask, y, teacher=None):
             p = correct_smooth(out, d, a1, a2, args.cs_scale)
             run["cs"][f"{a1}/{a2}"] = {"val_acc": acc(p, d.val_mask), "test_acc": acc(p, d.test_mask)}
     return run, out
+
+
+SELECTION_RULES = {
+    "first-max-acc": "the first epoch of the highest accuracy (the runs' rule, gat_cora's checkpoint)",
+    "max-acc-min-loss": "of the epochs of the highest accuracy, the one of the lowest loss",
+    "min-loss": "the epoch of the lowest loss",
+    "mean-top10": "the mean probabilities of the 10 best epochs (by accuracy, then loss)",
+    "mean-top50": "the same over the 50 best",
+    "mean-last100": "the mean probabilities of the last 100 epochs (chosen with nothing)",
+}
+
+
+def selection_probs(logp, d, kept) -> dict:
+    """For each rule of SELECTION_RULES and each choosing set ("A", "B": the two fixed halves of the
+    validation nodes; "val": all of them), the chosen probabilities on the nodes ``kept`` (val and
+    test), from ``logp`` (epochs, kept nodes, classes), every epoch's log-probabilities."""
+    y = d.y[kept].cpu()
+    val = d.val_mask[kept].cpu().nonzero().view(-1)
+    half = val[torch.randperm(len(val), generator=torch.Generator().manual_seed(0))]
+    sets = {"A": half[: len(val) // 2], "B": half[len(val) // 2:], "val": val}
+    E, out = logp.shape[0], {}
+    for name, sel in sets.items():
+        acc = (logp[:, sel].argmax(-1) == y[sel]).float().mean(1)
+        loss = -logp[:, sel].gather(-1, y[sel].expand(E, -1).unsqueeze(-1)).mean((1, 2))
+        order = sorted(range(E), key=lambda e: (-float(acc[e]), float(loss[e])))
+        epochs = {"first-max-acc": [int(acc.argmax())], "max-acc-min-loss": order[:1],
+                  "min-loss": [int(loss.argmin())], "mean-top10": order[:10], "mean-top50": order[:50],
+                  "mean-last100": list(range(max(0, E - 100), E))}
+        for rule, chosen in epochs.items():
+            out.setdefault(rule, {})[name] = logp[chosen].exp().mean(0)
+    return {"rules": out, "sets": sets, "y": y, "test": d.test_mask[kept].cpu().nonzero().view(-1)}
+
+
+def selection_figures(probs: dict) -> dict:
+    """Per rule: "heldout", the accuracy (%) on each validation half of the choice made with the
+    other, averaged over the two ways; "test": the whole-validation choice's test accuracy."""
+    y, sets = probs["y"], probs["sets"]
+    acc = lambda p, idx: 100 * float((p[idx].argmax(-1) == y[idx]).float().mean())  # noqa: E731
+    return {rule: {"heldout": (acc(p["A"], sets["B"]) + acc(p["B"], sets["A"])) / 2,
+                   "test_acc": acc(p["val"], probs["test"])}
+            for rule, p in probs["rules"].items()}
 
 
 def correct_smooth(out, d, a1: float, a2: float, scale=None, layers: int = 50):
@@ -378,6 +446,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--prop-teleport", type=float, default=0.1, help="--propagate: a")
     ap.add_argument("--decay", choices=["all", "first"], default="all",
                     help="weight decay on every parameter (GAT) or on the first layer only (GCN)")
+    ap.add_argument("--selection", action="store_true",
+                    help="also score the epoch-selection rules on held-out validation halves")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--test", action="store_true", help="also print test accuracy (reporting only)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "gat_screens.json"))
@@ -389,6 +459,8 @@ def parse(ap: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.preg and args.variant == "preg":
         ap.error("--preg adds P-reg to another variant; for preg itself use --weight")
+    if args.selection and (args.self_train or args.distill or args.mc or args.correct_smooth):
+        ap.error("--selection works with single runs and --ensemble only")
     if args.label_input and (args.variant in ("consistency", "supergat") or args.self_train or args.distill):
         ap.error("--label-input works with base, preg and diffusion, without --self-train or --distill")
     if args.weight is None:
@@ -421,7 +493,11 @@ def main():
               + (f"; MC dropout ({args.mc}): val {r['mc']['val_acc']:.1f}"
                  + (f" test {r['mc']['test_acc']:.1f}" if args.test else "") if "mc" in r else "")
               + "".join(f"; C&S {k}: val {v['val_acc']:.1f}" + (f" test {v['test_acc']:.1f}" if args.test else "")
-                        for k, v in r.get("cs", {}).items()), flush=True)
+                        for k, v in r.get("cs", {}).items())
+              + "".join(f"\n    {k}: held-out val {v['heldout']:.1f}" + (f" test {v['test_acc']:.1f}" if args.test else "")
+                        + ("; members " + ", ".join(f"{m['selection'][k]['heldout']:.1f}" for m in r["members"])
+                           if "members" in r else "")
+                        for k, v in r.get("selection", {}).items()), flush=True)
     val = statistics.mean(r["val_acc"] for r in runs)
     print(f"{args.variant}: val mean {val:.2f}" + (
         f", test {statistics.mean(r['test_acc'] for r in runs):.2f}" if args.test else ""))
@@ -432,6 +508,11 @@ def main():
     for k in runs[0].get("cs", {}):
         print(f"  + C&S {k}: val mean {statistics.mean(r['cs'][k]['val_acc'] for r in runs):.2f}" + (
             f", test {statistics.mean(r['cs'][k]['test_acc'] for r in runs):.2f}" if args.test else ""))
+    for k in runs[0].get("selection", {}):
+        print(f"  {k} ({SELECTION_RULES[k]}): held-out val {statistics.mean(r['selection'][k]['heldout'] for r in runs):.2f}"
+              + (f", test {statistics.mean(r['selection'][k]['test_acc'] for r in runs):.2f}" if args.test else "")
+              + (f"; members {statistics.mean(m['selection'][k]['heldout'] for r in runs for m in r['members']):.2f}"
+                 if "members" in runs[0] else ""))
     def without_test(r: dict) -> dict:  # test accuracies are written only with --test
         if isinstance(r, list):
             return [without_test(v) for v in r]
