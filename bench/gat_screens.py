@@ -42,6 +42,9 @@ Other changes of the model or its inputs, with any variant:
   evaluation: a fixed propagation head after the attention layers.
 - ``--decay first``: weight decay on the first layer only (Kipf & Welling 2017, §5.2, the GCN
   recipe; GAT's authors decay every variable).
+- ``--ema β``: an exponential moving average of the weights, θ̄ ← βθ̄ + (1 − β)θ after every step
+  (θ̄ = θ at the first), validated, kept and stopped on in θ's place: attnflow's ``callbacks.ema``
+  (Polyak & Juditsky 1992), which a full-batch run updates once an epoch.
 
 Ensembles and distillation (``--ensemble K``, ``--distill λ``): K members from seeds s, s + 1000, …,
 their kept models' mean softmax (a deep ensemble, Lakshminarayanan et al. 2017); then a student from
@@ -294,6 +297,11 @@ def fit_seed(seed: int, d, args, mask, y, teacher=None):
     else:
         groups = [{"params": list(model.parameters()), "weight_decay": 5e-4}]
     opt = torch.optim.Adam(groups, lr=args.lr)
+    judged = model  # what is validated and kept: θ, or with --ema its running average θ̄
+    if args.ema:
+        judged = copy.deepcopy(model)
+        averaged = list(judged.parameters()) + list(judged.buffers())
+        current = list(model.parameters()) + list(model.buffers())
 
     best_acc, best_loss, waited, state, trace = -1.0, float("inf"), 0, None, []
     kept = (d.val_mask | d.test_mask).nonzero().view(-1)  # --selection: the nodes whose outputs are kept
@@ -307,22 +315,28 @@ def fit_seed(seed: int, d, args, mask, y, teacher=None):
             loss = loss + args.distill * T * T * F.kl_div((z / T).log_softmax(-1), teacher, reduction="batchmean")
         loss.backward()
         opt.step()
-        model.eval()
+        if args.ema and epoch:  # (at epoch 0 θ̄ is the copy of θ made after this step's update)
+            with torch.no_grad():
+                torch._foreach_lerp_(averaged, current, 1 - args.ema)
+        elif args.ema:
+            judged.load_state_dict(model.state_dict())
+        judged.eval()
         with torch.no_grad():
-            out = model(x, d.edge_index)
+            out = judged(x, d.edge_index)
             val_loss = float(F.cross_entropy(out[d.val_mask], d.y[d.val_mask]))
             val_acc = float((out[d.val_mask].argmax(-1) == d.y[d.val_mask]).float().mean())
             if args.selection:
                 trace.append(out[kept].log_softmax(-1).cpu())
         improved = val_acc > best_acc if args.stop_on == "acc" else val_loss < best_loss
         if val_acc > best_acc:
-            best_acc, state = val_acc, copy.deepcopy(model.state_dict())
+            best_acc, state = val_acc, copy.deepcopy(judged.state_dict())
         if improved:
             best_loss, waited = min(best_loss, val_loss), 0
         else:
             waited += 1
             if waited >= args.patience:
                 break
+    model = judged
     model.load_state_dict(state)
     model.eval()
     with torch.no_grad():
@@ -446,6 +460,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--prop-teleport", type=float, default=0.1, help="--propagate: a")
     ap.add_argument("--decay", choices=["all", "first"], default="all",
                     help="weight decay on every parameter (GAT) or on the first layer only (GCN)")
+    ap.add_argument("--ema", type=float, default=0.0, metavar="β",
+                    help="validate and keep an exponential moving average of the weights (callbacks.ema)")
     ap.add_argument("--selection", action="store_true",
                     help="also score the epoch-selection rules on held-out validation halves")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
