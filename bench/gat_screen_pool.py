@@ -110,16 +110,19 @@ def main():
                     help="workers and their devices, e.g. cuda:8,cpu:6 (cuda: the one GPU, shared)")
     ap.add_argument("--deadline", type=float, default=None, help="seconds after which no run starts")
     ap.add_argument("--test", action="store_true", help="also write test accuracy (reporting only)")
-    ap.add_argument("--out", default="bench/results/gat_screen_pool")
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "gat_screen_pool"))
     args = ap.parse_args()
     specs = []
     for text in args.spec:
         name, sep, argv = text.partition("=")
         if not sep or not name:
             ap.error(f"--spec takes NAME=ARGS, got {text!r}")
-        import gat_screens  # refuse a bad spec before any work
+        import gat_screens  # refuse a bad spec before any work, naming it
 
-        gat_screens.parse(gat_screens.build_parser(), shlex.split(argv))
+        try:
+            gat_screens.parse(gat_screens.build_parser(), shlex.split(argv))
+        except SystemExit:
+            ap.error(f"--spec {name!r}: gat_screens.py refuses its options {argv!r} (above)")
         specs.append((name, argv))
     if len({n for n, _ in specs}) != len(specs):
         ap.error("--spec names must differ")
