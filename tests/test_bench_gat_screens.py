@@ -1,0 +1,104 @@
+"""bench/gat_screens.py's held-out epoch selection and bench/gat_screen_pool.py's paired summary:
+the figures docs/benchmarks.md draws conclusions from, checked against answers worked out by hand
+on a made-up trace (no training, no data files)."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load(name: str):
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+
+
+@pytest.fixture(scope="module")
+def screens():
+    return _load("gat_screens")
+
+
+def graph():
+    """Six nodes: 0–3 validation, 4–5 test; two classes."""
+    y = torch.tensor([0, 1, 0, 1, 0, 1])
+    val = torch.tensor([True, True, True, True, False, False])
+    return SimpleNamespace(y=y, val_mask=val, test_mask=~val)
+
+
+def probs_of(rows):
+    """(epochs, nodes, 2) log-probabilities from each epoch's P(class 1) per node."""
+    p1 = torch.tensor(rows, dtype=torch.float)
+    return torch.stack([1 - p1, p1], -1).log()
+
+
+def test_each_rule_chooses_on_one_half_and_is_scored_on_the_other(screens):
+    d = graph()
+    kept = torch.arange(6)
+    # epoch 0: every val node right, confidently; epoch 1: every val node wrong; epoch 2: right but
+    # unsure (a higher loss than epoch 0); test nodes: right only at epoch 1.
+    right = {0: 0.1, 1: 0.9, 2: 0.1, 3: 0.9}
+    rows = []
+    for epoch in range(3):
+        row = []
+        for node in range(6):
+            if node < 4:
+                p = right[node] if epoch == 0 else (1 - right[node] if epoch == 1 else (0.4 if node % 2 == 0 else 0.6))
+            else:
+                p = (0.9 if node == 5 else 0.1) if epoch == 1 else (0.1 if node == 5 else 0.9)
+            row.append(p)
+        rows.append(row)
+    out = screens.selection_figures(screens.selection_probs(probs_of(rows), d, kept))
+    # first max accuracy (epochs 0 and 2 tie at 100 % on either half): epoch 0, right on the other
+    # half: 100 % held out; the whole val split chooses epoch 0 too, whose test nodes are wrong.
+    assert out["first-max-acc"] == {"heldout": 100.0, "test_acc": 0.0}
+    assert out["max-acc-min-loss"] == {"heldout": 100.0, "test_acc": 0.0}
+    assert out["min-loss"] == {"heldout": 100.0, "test_acc": 0.0}
+    # the mean of every epoch (fewer than 10): on val node 0, P(1) = (0.1 + 0.9 + 0.4) / 3 < ½:
+    # right; the test nodes: (0.9 + 0.1 + 0.9) / 3 on node 4 > ½: wrong.
+    assert out["mean-top10"]["heldout"] == 100.0 and out["mean-top10"]["test_acc"] == 0.0
+
+
+def test_a_choice_that_is_right_on_one_half_only_scores_what_the_other_half_says(screens):
+    d = graph()
+    val = torch.arange(4)
+    half = val[torch.randperm(4, generator=torch.Generator().manual_seed(0))]
+    A, B = half[:2].tolist(), half[2:].tolist()
+    truth = d.y.tolist()
+    # epoch 0: right on A, wrong on B; epoch 1: wrong on A, right on B (test nodes: right always)
+    rows = []
+    for good in (A, B):
+        rows.append([(0.9 if truth[n] else 0.1) if (n in good or n >= 4) else (0.1 if truth[n] else 0.9)
+                     for n in range(6)])
+    out = screens.selection_figures(screens.selection_probs(probs_of(rows), d, torch.arange(6)))
+    # choosing on A takes epoch 0, which B scores 0 %; choosing on B takes epoch 1, which A scores 0 %
+    assert out["first-max-acc"]["heldout"] == 0.0
+    assert out["first-max-acc"]["test_acc"] == 100.0
+
+
+def test_pool_summary_pairs_seeds_with_the_reference():
+    pool = _load("gat_screen_pool")
+    rows = [{"spec": "ref", "seed": s, "val_acc": v, "epochs": 10, "seconds": 1.0}
+            for s, v in ((1, 80.0), (2, 82.0), (3, 81.0))]
+    rows += [{"spec": "new", "seed": s, "val_acc": v, "epochs": 20, "seconds": 2.0}
+             for s, v in ((1, 81.0), (2, 82.5), (4, 90.0))]  # seed 4: no reference to pair with
+    ref, new = pool.summary(rows, ["ref", "new"])
+    assert ref["diff"] == 0.0 and ref["runs"] == 3
+    assert new["paired_seeds"] == 2
+    assert new["diff"] == pytest.approx(0.75)  # (1.0 + 0.5) / 2
+    assert new["diff_se"] == pytest.approx(math.sqrt(((1.0 - 0.75) ** 2 + (0.5 - 0.75) ** 2) / 1) / math.sqrt(2))
+    assert new["val_mean"] == pytest.approx((81.0 + 82.5 + 90.0) / 3)
+    assert pool.seed_list("3-5") == [3, 4, 5] and pool.device_list("cuda:2,cpu") == ["cuda", "cuda", "cpu"]
