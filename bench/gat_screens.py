@@ -103,6 +103,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from torch_geometric.utils import dropout_edge
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -186,10 +187,15 @@ class Propagated(torch.nn.Module):
         self.gat, self.hops, self.teleport = gat, hops, teleport
 
     def forward(self, x, edge_index):
-        z = h = self.gat(x, edge_index)
-        for _ in range(self.hops):
-            h = (1 - self.teleport) * propagate(h, edge_index, "gcn")[0] + self.teleport * z
-        return h
+        z = self.gat(x, edge_index)
+        return pagerank_steps(z, z, edge_index, "gcn", self.hops, self.teleport)
+
+
+def pagerank_steps(h, z, edge_index, adjacency: str, steps: int, teleport: float):
+    """``steps`` personalised-PageRank steps from h, H ← (1 − a)·ÂH + a·Z (APPNP, eq. (3))."""
+    for _ in range(steps):
+        h = (1 - teleport) * propagate(h, edge_index, adjacency)[0] + teleport * z
+    return h
 
 
 def preg_term(z, edge_index, args):
@@ -200,12 +206,16 @@ def preg_term(z, edge_index, args):
     phi, adjacency = args.preg_phi, args.preg_adj
     if phi == "ce" and args.preg_hops == 1:
         return propagation_loss(z, edge_index, adjacency)
-    mean, has = propagate(z, edge_index, adjacency)
-    for _ in range(args.preg_hops - 1):  # Ẑ⁽ᵏ⁺¹⁾ = (1 − a)·ÂẐ⁽ᵏ⁾ + a·Z (APPNP's personalised PageRank)
-        mean = (1 - args.preg_teleport) * propagate(mean, edge_index, adjacency)[0] + args.preg_teleport * z
+    mean, has = propagate(z, edge_index, adjacency)  # then Ẑ⁽ᵏ⁺¹⁾ = (1 − a)·ÂẐ⁽ᵏ⁾ + a·Z
+    mean = pagerank_steps(mean, z, edge_index, adjacency, args.preg_hops - 1, args.preg_teleport)
     if phi == "ce":
         return -(mean.softmax(-1) * z.log_softmax(-1)).sum(-1)[has].mean()
     return (mean.softmax(-1) - z.softmax(-1)).norm(dim=-1)[has].mean()
+
+
+def accuracy(out, y, nodes) -> float:
+    """The accuracy (%) of ``out``'s argmax against ``y`` on ``nodes`` (a mask or indices)."""
+    return 100 * float((out[nodes].argmax(-1) == y[nodes]).float().mean())
 
 
 def pseudo_labels(out, d, per_class: int):
@@ -243,20 +253,19 @@ def run_ensemble(seed: int, d, args) -> dict:
     ``seed`` trained with λ·T²·KL(p_teacher^T ‖ p_student^T) on every node added to its loss (Hinton
     et al. 2015, §2; the ensemble, or the one member, as teacher; Furlanello et al. 2018's born-again
     network when it is one model of the same size)."""
-    acc = lambda p, m: 100 * float((p[m].argmax(-1) == d.y[m]).float().mean())  # noqa: E731
     members = [fit_seed(seed + 1000 * k, d, args, d.train_mask, d.y) for k in range(args.ensemble)]
     p = sum(out.softmax(-1) for _, out in members) / len(members)
     run = dict(members[0][0])
     run["members"] = [{k: m[k] for k in ("val_acc", "test_acc", "epochs")} for m, _ in members]
-    run["ensemble"] = {"val_acc": acc(p, d.val_mask), "test_acc": acc(p, d.test_mask)}
+    run["ensemble"] = {"val_acc": accuracy(p, d.y, d.val_mask), "test_acc": accuracy(p, d.y, d.test_mask)}
     run["seconds"] = sum(m["seconds"] for m, _ in members)
     if args.selection:  # each rule's choice made member by member, their probabilities averaged
         for m, _ in members:
             m["selection"] = selection_figures(m["_probs"])
         run["members"] = [dict(r, selection=m["selection"]) for r, (m, _) in zip(run["members"], members)]
         first = members[0][0]["_probs"]
-        mean = {rule: {k: sum(m["_probs"]["rules"][rule][k] for m, _ in members) / len(members) for k in sets}
-                for rule, sets in first["rules"].items()}
+        mean = {rule: {k: sum(m["_probs"]["rules"][rule][k] for m, _ in members) / len(members) for k in chosen}
+                for rule, chosen in first["rules"].items()}
         run["selection"] = selection_figures(dict(first, rules=mean))
         run.pop("_probs", None)
     if args.distill:
@@ -298,10 +307,8 @@ def fit_seed(seed: int, d, args, mask, y, teacher=None):
         groups = [{"params": list(model.parameters()), "weight_decay": 5e-4}]
     opt = torch.optim.Adam(groups, lr=args.lr)
     judged = model  # what is validated and kept: θ, or with --ema its running average θ̄
-    if args.ema:
-        judged = copy.deepcopy(model)
-        averaged = list(judged.parameters()) + list(judged.buffers())
-        current = list(model.parameters()) + list(model.buffers())
+    if args.ema:  # callbacks.ema's rule (get_ema_multi_avg_fn); the first update copies θ
+        judged = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(args.ema), use_buffers=True)
 
     best_acc, best_loss, waited, state, trace = -1.0, float("inf"), 0, None, []
     kept = (d.val_mask | d.test_mask).nonzero().view(-1)  # --selection: the nodes whose outputs are kept
@@ -315,11 +322,8 @@ def fit_seed(seed: int, d, args, mask, y, teacher=None):
             loss = loss + args.distill * T * T * F.kl_div((z / T).log_softmax(-1), teacher, reduction="batchmean")
         loss.backward()
         opt.step()
-        if args.ema and epoch:  # (at epoch 0 θ̄ is the copy of θ made after this step's update)
-            with torch.no_grad():
-                torch._foreach_lerp_(averaged, current, 1 - args.ema)
-        elif args.ema:
-            judged.load_state_dict(model.state_dict())
+        if args.ema:
+            judged.update_parameters(model)
         judged.eval()
         with torch.no_grad():
             out = judged(x, d.edge_index)
@@ -341,8 +345,7 @@ def fit_seed(seed: int, d, args, mask, y, teacher=None):
     model.eval()
     with torch.no_grad():
         out = model(x, d.edge_index)
-    acc = lambda pred, mask: 100 * float((pred[mask].argmax(-1) == d.y[mask]).float().mean())  # noqa: E731
-    run = {"seed": seed, "val_acc": 100 * best_acc, "test_acc": acc(out, d.test_mask),
+    run = {"seed": seed, "val_acc": 100 * best_acc, "test_acc": accuracy(out, d.y, d.test_mask),
            "epochs": epoch + 1, "seconds": time.perf_counter() - start}
     if args.selection:
         run["_probs"] = selection_probs(torch.stack(trace), d, kept)
@@ -351,12 +354,13 @@ def fit_seed(seed: int, d, args, mask, y, teacher=None):
         model.train()  # dropout on: K stochastic passes, their softmax averaged
         with torch.no_grad():
             p = sum(model(x, d.edge_index).softmax(-1) for _ in range(args.mc)) / args.mc
-        run["mc"] = {"val_acc": acc(p, d.val_mask), "test_acc": acc(p, d.test_mask)}
+        run["mc"] = {"val_acc": accuracy(p, d.y, d.val_mask), "test_acc": accuracy(p, d.y, d.test_mask)}
     if args.correct_smooth:
         run["cs"] = {}
         for a1, a2 in args.cs_alphas:
             p = correct_smooth(out, d, a1, a2, args.cs_scale)
-            run["cs"][f"{a1}/{a2}"] = {"val_acc": acc(p, d.val_mask), "test_acc": acc(p, d.test_mask)}
+            run["cs"][f"{a1}/{a2}"] = {"val_acc": accuracy(p, d.y, d.val_mask),
+                                       "test_acc": accuracy(p, d.y, d.test_mask)}
     return run, out
 
 
@@ -382,7 +386,8 @@ def selection_probs(logp, d, kept) -> dict:
     for name, sel in sets.items():
         acc = (logp[:, sel].argmax(-1) == y[sel]).float().mean(1)
         loss = -logp[:, sel].gather(-1, y[sel].expand(E, -1).unsqueeze(-1)).mean((1, 2))
-        order = sorted(range(E), key=lambda e: (-float(acc[e]), float(loss[e])))
+        accs, losses = acc.tolist(), loss.tolist()
+        order = sorted(range(E), key=lambda e: (-accs[e], losses[e]))
         epochs = {"first-max-acc": [int(acc.argmax())], "max-acc-min-loss": order[:1],
                   "min-loss": [int(loss.argmin())], "mean-top10": order[:10], "mean-top50": order[:50],
                   "mean-last100": list(range(max(0, E - 100), E))}
@@ -395,9 +400,8 @@ def selection_figures(probs: dict) -> dict:
     """Per rule: "heldout", the accuracy (%) on each validation half of the choice made with the
     other, averaged over the two ways; "test": the whole-validation choice's test accuracy."""
     y, sets = probs["y"], probs["sets"]
-    acc = lambda p, idx: 100 * float((p[idx].argmax(-1) == y[idx]).float().mean())  # noqa: E731
-    return {rule: {"heldout": (acc(p["A"], sets["B"]) + acc(p["B"], sets["A"])) / 2,
-                   "test_acc": acc(p["val"], probs["test"])}
+    return {rule: {"heldout": (accuracy(p["A"], y, sets["B"]) + accuracy(p["B"], y, sets["A"])) / 2,
+                   "test_acc": accuracy(p["val"], y, probs["test"])}
             for rule, p in probs["rules"].items()}
 
 
