@@ -42,6 +42,13 @@ Other changes of the model or its inputs, with any variant:
   evaluation: a fixed propagation head after the attention layers.
 - ``--decay first``: weight decay on the first layer only (Kipf & Welling 2017, §5.2, the GCN
   recipe; GAT's authors decay every variable).
+- ``--input-hops K --drop-node δ``: GRAND's random propagation of the input (Feng et al. 2020,
+  "Graph random neural network for semi-supervised learning on graphs", §3.1, eq. (2)–(3)): each
+  training step every node's whole feature row is dropped with probability δ (DropNode; kept rows
+  scaled by 1/(1 − δ)), then the features are mixed over K orders, X̄ = 1/(K+1) Σₖ₌₀..K ÂᵏX̃ with
+  GCN's Â = D̃^-½(A+I)D̃^-½, and X̄ is the GAT's input; evaluation propagates the whole features.
+  With ``--variant consistency`` each of the S samples draws its own DropNode (GRAND's full loss,
+  here with a GAT as the classifier, the paper's GRAND_GAT).
 - ``--ema β``: an exponential moving average of the weights, θ̄ ← βθ̄ + (1 − β)θ after every step
   (θ̄ = θ at the first), validated, kept and stopped on in θ's place: attnflow's ``callbacks.ema``
   (Polyak & Juditsky 1992), which a full-batch run updates once an epoch.
@@ -104,6 +111,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import dropout_edge
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -147,11 +155,14 @@ class SuperGAT(torch.nn.Module):
         return self.c1.get_attention_loss() + self.c2.get_attention_loss()
 
 
-def train_loss(model, d, args, S, xs, eis, mask, y):
+def train_loss(model, d, args, S, xs, eis, mask, y, feed=None):
     """The variant's training loss of one full-batch step (S samples: the copies in xs, eis), with
     the labels ``y`` on the nodes of ``mask`` (the training split, or with pseudo-labels added), and
-    the (first sample's) logits of every node."""
+    the (first sample's) logits of every node. ``feed``: a random input transform drawn afresh
+    each step (``RandomPropagation``)."""
     N = d.x.shape[0]
+    if feed is not None:
+        xs = feed(xs, training=True)
     if args.label_input:  # a fresh fraction r of the training labels hidden: those nodes carry the loss
         hidden = mask & (torch.rand(N, device=mask.device) < args.label_input)
         xs, mask = with_labels(d.x, y, mask & ~hidden, int(d.y.max()) + 1), hidden
@@ -172,6 +183,28 @@ def train_loss(model, d, args, S, xs, eis, mask, y):
     if mu:
         loss = loss + mu * sum(preg_term(z[s], d.edge_index, args) for s in range(S)) / S
     return loss, z[0]
+
+
+class RandomPropagation:
+    """GRAND's random propagation (module docstring, ``--input-hops``): X ↦ 1/(K+1) Σₖ ÂᵏX̃ with
+    X̃ = X with whole rows dropped with probability ``drop`` (kept rows × 1/(1 − drop)) when
+    ``training``, X̃ = X otherwise; Â = D̃^-½(A+I)D̃^-½ of ``edge_index`` on ``n`` nodes, built once
+    as a sparse matrix."""
+
+    def __init__(self, edge_index, n: int, hops: int, drop: float = 0.0):
+        (src, dst), weight = gcn_norm(edge_index, None, n, add_self_loops=True)
+        self.adj = torch.sparse_coo_tensor(torch.stack([dst, src]), weight, (n, n)).coalesce().to_sparse_csr()
+        self.hops, self.drop = hops, drop
+
+    def __call__(self, x, training: bool = False):
+        if training and self.drop:
+            keep = torch.rand(x.shape[0], 1, device=x.device) >= self.drop
+            x = x * keep / (1 - self.drop)
+        total = h = x
+        for _ in range(self.hops):
+            h = self.adj @ h
+            total = total + h
+        return total / (self.hops + 1)
 
 
 def with_labels(x, y, shown, classes: int):
@@ -285,6 +318,12 @@ def fit_seed(seed: int, d, args, mask, y, teacher=None):
     x = with_labels(d.x, y, mask, classes) if args.label_input else d.x  # evaluation: every training label
     xs = x.repeat(S, 1)  # S copies side by side: one forward draws S independent dropouts
     eis = torch.cat([d.edge_index + s * N for s in range(S)], 1)
+    feed = None
+    if args.input_hops:  # GRAND's random propagation: drawn each step in training, whole in evaluation
+        feed = RandomPropagation(eis, S * N, args.input_hops, args.drop_node)
+        x = RandomPropagation(d.edge_index, N, args.input_hops)(x)
+        if not args.drop_node:  # nothing random: propagate once
+            xs, feed = feed(xs), None
     torch.manual_seed(seed)
     random.seed(seed)  # PyG's negative_sampling (supergat) draws with Python's random
     if args.variant == "supergat":
@@ -316,7 +355,7 @@ def fit_seed(seed: int, d, args, mask, y, teacher=None):
     for epoch in range(args.max_epochs):
         model.train()
         opt.zero_grad()
-        loss, z = train_loss(model, d, args, S, xs, eis, mask, y)
+        loss, z = train_loss(model, d, args, S, xs, eis, mask, y, feed)
         if teacher is not None:
             T = args.kd_temperature
             loss = loss + args.distill * T * T * F.kl_div((z / T).log_softmax(-1), teacher, reduction="batchmean")
@@ -462,6 +501,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--propagate", type=int, default=0, metavar="K",
                     help="K personalised-PageRank steps over GCN's Â after the GAT (APPNP)")
     ap.add_argument("--prop-teleport", type=float, default=0.1, help="--propagate: a")
+    ap.add_argument("--input-hops", type=int, default=0, metavar="K",
+                    help="GRAND's mixed-order propagation of the input features over K orders")
+    ap.add_argument("--drop-node", type=float, default=0.0, metavar="δ",
+                    help="--input-hops: GRAND's DropNode rate, each training step")
     ap.add_argument("--decay", choices=["all", "first"], default="all",
                     help="weight decay on every parameter (GAT) or on the first layer only (GCN)")
     ap.add_argument("--ema", type=float, default=0.0, metavar="β",
@@ -483,6 +526,10 @@ def parse(ap: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
         ap.error("--selection works with single runs and --ensemble only")
     if args.label_input and (args.variant in ("consistency", "supergat") or args.self_train or args.distill):
         ap.error("--label-input works with base, preg and diffusion, without --self-train or --distill")
+    if args.drop_node and not args.input_hops:
+        ap.error("--drop-node is applied before --input-hops' propagation; give --input-hops K")
+    if args.input_hops and (args.label_input or args.variant == "supergat"):
+        ap.error("--input-hops works with base, consistency, preg and diffusion, without --label-input")
     if args.weight is None:
         args.weight = {"supergat": 4.0}.get(args.variant, 1.0)
     return args

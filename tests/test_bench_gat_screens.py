@@ -102,3 +102,22 @@ def test_pool_summary_pairs_seeds_with_the_reference():
     assert new["diff_se"] == pytest.approx(math.sqrt(((1.0 - 0.75) ** 2 + (0.5 - 0.75) ** 2) / 1) / math.sqrt(2))
     assert new["val_mean"] == pytest.approx((81.0 + 82.5 + 90.0) / 3)
     assert pool.seed_list("3-5") == [3, 4, 5] and pool.device_list("cuda:2,cpu") == ["cuda", "cuda", "cpu"]
+
+
+def test_random_propagation_mixes_orders_over_gcn_adjacency_and_drops_whole_rows(screens):
+    # A path 0 – 1 – 2 (both directions). With self-loops the degrees are 2, 3, 2, so
+    # Â = D̃^-½(A+I)D̃^-½ = [[1/2, 1/√6, 0], [1/√6, 1/3, 1/√6], [0, 1/√6, 1/2]], written out by hand.
+    edge_index = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
+    r6 = 6 ** -0.5
+    a_hat = torch.tensor([[0.5, r6, 0.0], [r6, 1 / 3, r6], [0.0, r6, 0.5]])
+    x = torch.tensor([[1.0, 0.0], [0.0, 2.0], [3.0, 1.0]])
+    prop = screens.RandomPropagation(edge_index, 3, hops=2, drop=0.5)
+    want = (x + a_hat @ x + a_hat @ a_hat @ x) / 3  # X̄ = (X + ÂX + Â²X) / (K + 1), K = 2
+    assert torch.allclose(prop(x), want, atol=1e-6)  # evaluation: nothing dropped
+    torch.manual_seed(0)
+    keep = torch.rand(3, 1) >= 0.5  # the rows the training call keeps under the same seed
+    torch.manual_seed(0)
+    got = prop(x, training=True)
+    x_tilde = x * keep / 0.5  # kept rows doubled, dropped rows zero
+    assert torch.allclose(got, (x_tilde + a_hat @ x_tilde + a_hat @ a_hat @ x_tilde) / 3, atol=1e-6)
+    assert not torch.allclose(got, want)
