@@ -26,6 +26,8 @@ Variants (``--variant``):
   ``--preg-hops K --preg-teleport a``: the target spread over K propagations,
   Ẑ⁽ᵏ⁺¹⁾ = (1 − a)ÂẐ⁽ᵏ⁾ + aZ (Klicpera et al. 2019, APPNP's personalised PageRank, eq. (3)),
   so the 2-hop model is pulled towards a wider neighbourhood's consensus.
+  ``--preg-detach``: the target Ẑ without gradient, so each node is pulled to its neighbours'
+  current outputs and not they to it (the paper's gradient flows through both sides).
 
 Other changes of the model or its inputs, with any variant:
 
@@ -235,12 +237,14 @@ def preg_term(z, edge_index, args):
     """P-reg's φ(Z, Ẑ) (``--preg-phi``): ``ce``, attnflow's ``propagation_loss``; ``se``, the mean of
     ‖softmax(ẑᵢ) − softmax(zᵢ)‖₂ (Yang et al. 2021's squared-error φ, on the probabilities as their
     code has it) over the same nodes, Ẑ = ÂZ from the same ``propagate`` (``--preg-adj``: Â), or
-    over ``--preg-hops`` K propagations with teleport ``--preg-teleport`` a."""
+    over ``--preg-hops`` K propagations with teleport ``--preg-teleport`` a; ``--preg-detach``: no
+    gradient through Ẑ (each node pulled to its neighbours' current outputs, not they to it)."""
     phi, adjacency = args.preg_phi, args.preg_adj
-    if phi == "ce" and args.preg_hops == 1:
+    if phi == "ce" and args.preg_hops == 1 and not args.preg_detach:
         return propagation_loss(z, edge_index, adjacency)
-    mean, has = propagate(z, edge_index, adjacency)  # then Ẑ⁽ᵏ⁺¹⁾ = (1 − a)·ÂẐ⁽ᵏ⁾ + a·Z
-    mean = pagerank_steps(mean, z, edge_index, adjacency, args.preg_hops - 1, args.preg_teleport)
+    source = z.detach() if args.preg_detach else z  # --preg-detach: Ẑ a fixed target this step
+    mean, has = propagate(source, edge_index, adjacency)  # then Ẑ⁽ᵏ⁺¹⁾ = (1 − a)·ÂẐ⁽ᵏ⁾ + a·Z
+    mean = pagerank_steps(mean, source, edge_index, adjacency, args.preg_hops - 1, args.preg_teleport)
     if phi == "ce":
         return -(mean.softmax(-1) * z.log_softmax(-1)).sum(-1)[has].mean()
     return (mean.softmax(-1) - z.softmax(-1)).norm(dim=-1)[has].mean()
@@ -471,6 +475,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--preg-hops", type=int, default=1,
                     help="P-reg's target over K propagations, Ẑ⁽ᵏ⁺¹⁾ = (1 − a)ÂẐ⁽ᵏ⁾ + aZ (a: --preg-teleport)")
     ap.add_argument("--preg-teleport", type=float, default=0.0, help="--preg-hops: a")
+    ap.add_argument("--preg-detach", action="store_true",
+                    help="P-reg's target Ẑ without gradient (the paper: through both sides)")
     ap.add_argument("--hops", type=int, default=6, help="diffusion: K")
     ap.add_argument("--teleport", type=float, default=0.1, help="diffusion: a")
     ap.add_argument("--diffuse", type=int, nargs="+", default=[0, 1], help="diffusion: layers")

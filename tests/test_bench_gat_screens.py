@@ -121,3 +121,23 @@ def test_random_propagation_mixes_orders_over_gcn_adjacency_and_drops_whole_rows
     x_tilde = x * keep / 0.5  # kept rows doubled, dropped rows zero
     assert torch.allclose(got, (x_tilde + a_hat @ x_tilde + a_hat @ a_hat @ x_tilde) / 3, atol=1e-6)
     assert not torch.allclose(got, want)
+
+
+def test_detached_preg_pulls_each_node_to_its_neighbours_without_moving_them(screens):
+    # With Ẑ = ÂZ held fixed, d/dz_i of mean_i CE(softmax(ẑ_i), softmax(z_i)) is
+    # (softmax(z_i) − softmax(ẑ_i)) / N: the cross-entropy's gradient against a constant target.
+    edge_index = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
+    r6 = 6 ** -0.5
+    a_hat = torch.tensor([[0.5, r6, 0.0], [r6, 1 / 3, r6], [0.0, r6, 0.5]])  # the 3-node path's Â
+    z0 = torch.tensor([[2.0, -1.0], [0.5, 0.5], [-1.0, 3.0]])
+    args = SimpleNamespace(preg_phi="ce", preg_adj="gcn", preg_hops=1, preg_teleport=0.0, preg_detach=True)
+    z = z0.clone().requires_grad_()
+    loss = screens.preg_term(z, edge_index, args)
+    loss.backward()
+    target = (a_hat @ z0).softmax(-1)
+    assert torch.allclose(loss, -(target * z0.log_softmax(-1)).sum(-1).mean(), atol=1e-6)
+    assert torch.allclose(z.grad, (z0.softmax(-1) - target) / 3, atol=1e-6)
+    args.preg_detach = False  # the paper's: the gradient also flows through Ẑ, so it differs
+    z = z0.clone().requires_grad_()
+    screens.preg_term(z, edge_index, args).backward()
+    assert not torch.allclose(z.grad, (z0.softmax(-1) - target) / 3, atol=1e-4)
