@@ -28,6 +28,8 @@ Variants (``--variant``):
   so the 2-hop model is pulled towards a wider neighbourhood's consensus.
   ``--preg-detach``: the target Ẑ without gradient, so each node is pulled to its neighbours'
   current outputs and not they to it (the paper's gradient flows through both sides).
+  ``--preg-ramp E``: μ raised linearly over the first E epochs, μ·min(1, (t + 1)/E) at epoch t, so
+  the term cannot pull every node to one output before the supervised loss has shaped them.
 
 Other changes of the model or its inputs, with any variant:
 
@@ -157,12 +159,13 @@ class SuperGAT(torch.nn.Module):
         return self.c1.get_attention_loss() + self.c2.get_attention_loss()
 
 
-def train_loss(model, d, args, S, xs, eis, mask, y, feed=None):
+def train_loss(model, d, args, S, xs, eis, mask, y, feed=None, epoch: int = 0):
     """The variant's training loss of one full-batch step (S samples: the copies in xs, eis), with
     the labels ``y`` on the nodes of ``mask`` (the training split, or with pseudo-labels added), and
     the (first sample's) logits of every node. ``feed``: a random input transform drawn afresh
-    each step (``RandomPropagation``)."""
+    each step (``RandomPropagation``). ``epoch``: the step's number, for ``--preg-ramp``."""
     N = d.x.shape[0]
+    ramp = min(1.0, (epoch + 1) / args.preg_ramp) if args.preg_ramp else 1.0  # P-reg's μ warm-up
     if feed is not None:
         xs = feed(xs, training=True)
     if args.label_input:  # a fresh fraction r of the training labels hidden: those nodes carry the loss
@@ -173,7 +176,7 @@ def train_loss(model, d, args, S, xs, eis, mask, y, feed=None):
     if args.variant == "supergat":
         z = model(xs, eis)
         loss = F.cross_entropy(z[mask], y[mask]) + args.weight * model.attention_loss()
-        return (loss + args.preg * preg_term(z, d.edge_index, args) if args.preg else loss), z
+        return (loss + ramp * args.preg * preg_term(z, d.edge_index, args) if args.preg else loss), z
     z = model(xs, eis).view(S, N, -1)
     loss = sum(F.cross_entropy(z[s][mask], y[mask]) for s in range(S)) / S
     if args.variant == "consistency":
@@ -181,7 +184,7 @@ def train_loss(model, d, args, S, xs, eis, mask, y, feed=None):
         sharp = p.mean(0).pow(1 / args.temperature)
         sharp = (sharp / sharp.sum(-1, keepdim=True)).detach()
         loss = loss + args.weight * (p - sharp).pow(2).sum(-1).mean()
-    mu = args.weight if args.variant == "preg" else args.preg
+    mu = ramp * (args.weight if args.variant == "preg" else args.preg)
     if mu:
         loss = loss + mu * sum(preg_term(z[s], d.edge_index, args) for s in range(S)) / S
     return loss, z[0]
@@ -359,7 +362,7 @@ def fit_seed(seed: int, d, args, mask, y, teacher=None):
     for epoch in range(args.max_epochs):
         model.train()
         opt.zero_grad()
-        loss, z = train_loss(model, d, args, S, xs, eis, mask, y, feed)
+        loss, z = train_loss(model, d, args, S, xs, eis, mask, y, feed, epoch)
         if teacher is not None:
             T = args.kd_temperature
             loss = loss + args.distill * T * T * F.kl_div((z / T).log_softmax(-1), teacher, reduction="batchmean")
@@ -475,6 +478,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--preg-hops", type=int, default=1,
                     help="P-reg's target over K propagations, Ẑ⁽ᵏ⁺¹⁾ = (1 − a)ÂẐ⁽ᵏ⁾ + aZ (a: --preg-teleport)")
     ap.add_argument("--preg-teleport", type=float, default=0.0, help="--preg-hops: a")
+    ap.add_argument("--preg-ramp", type=int, default=0, metavar="E",
+                    help="P-reg's μ raised linearly from μ/E to μ over the first E epochs")
     ap.add_argument("--preg-detach", action="store_true",
                     help="P-reg's target Ẑ without gradient (the paper: through both sides)")
     ap.add_argument("--hops", type=int, default=6, help="diffusion: K")

@@ -141,3 +141,21 @@ def test_detached_preg_pulls_each_node_to_its_neighbours_without_moving_them(scr
     z = z0.clone().requires_grad_()
     screens.preg_term(z, edge_index, args).backward()
     assert not torch.allclose(z.grad, (z0.softmax(-1) - target) / 3, atol=1e-4)
+
+
+def test_preg_ramp_raises_mu_linearly_over_the_first_epochs(screens):
+    edge_index = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
+    z = torch.tensor([[2.0, -1.0], [0.5, 0.5], [-1.0, 3.0]])
+    train = torch.tensor([True, False, True])
+    y = torch.tensor([0, 1, 1])
+    d = SimpleNamespace(x=torch.zeros(3, 4), y=y, edge_index=edge_index, train_mask=train)
+    args = SimpleNamespace(variant="preg", weight=0.6, preg=0.0, preg_ramp=4, preg_phi="ce", preg_adj="gcn",
+                           preg_hops=1, preg_teleport=0.0, preg_detach=False, label_input=0.0, drop_edge=0.0)
+    ce = torch.nn.functional.cross_entropy(z[train], y[train])
+    term = screens.preg_term(z, edge_index, args)
+    for epoch, share in ((0, 1 / 4), (1, 2 / 4), (3, 1.0), (50, 1.0)):  # μ·min(1, (t + 1)/E), E = 4
+        loss, _ = screens.train_loss(lambda x, e: z, d, args, 1, d.x, edge_index, train, y, epoch=epoch)
+        assert torch.allclose(loss, ce + share * 0.6 * term, atol=1e-6), epoch
+    args.preg_ramp = 0  # off: the whole μ from the first epoch
+    loss, _ = screens.train_loss(lambda x, e: z, d, args, 1, d.x, edge_index, train, y, epoch=0)
+    assert torch.allclose(loss, ce + 0.6 * term, atol=1e-6)
