@@ -1,6 +1,7 @@
-"""bench/gat_screens.py's held-out epoch selection and bench/gat_screen_pool.py's paired summary:
+"""bench/gat_screens.py's held-out epoch selection, bench/gat_screen_pool.py's paired summary and
+pieces of bench/gat_variants.py (GRAND's input propagation, P-reg's detached target and μ ramp):
 the figures docs/benchmarks.md draws conclusions from, checked against answers worked out by hand
-on a made-up trace (no training, no data files)."""
+on made-up traces and graphs (no training, no data files)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,11 @@ def _load(name: str):
 @pytest.fixture(scope="module")
 def screens():
     return _load("gat_screens")
+
+
+@pytest.fixture(scope="module")
+def variants():
+    return _load("gat_variants")
 
 
 def graph():
@@ -104,14 +110,14 @@ def test_pool_summary_pairs_seeds_with_the_reference():
     assert pool.seed_list("3-5") == [3, 4, 5] and pool.device_list("cuda:2,cpu") == ["cuda", "cuda", "cpu"]
 
 
-def test_random_propagation_mixes_orders_over_gcn_adjacency_and_drops_whole_rows(screens):
+def test_random_propagation_mixes_orders_over_gcn_adjacency_and_drops_whole_rows(variants):
     # A path 0 – 1 – 2 (both directions). With self-loops the degrees are 2, 3, 2, so
     # Â = D̃^-½(A+I)D̃^-½ = [[1/2, 1/√6, 0], [1/√6, 1/3, 1/√6], [0, 1/√6, 1/2]], written out by hand.
     edge_index = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
     r6 = 6 ** -0.5
     a_hat = torch.tensor([[0.5, r6, 0.0], [r6, 1 / 3, r6], [0.0, r6, 0.5]])
     x = torch.tensor([[1.0, 0.0], [0.0, 2.0], [3.0, 1.0]])
-    prop = screens.RandomPropagation(edge_index, 3, hops=2, drop=0.5)
+    prop = variants.RandomPropagation(edge_index, 3, hops=2, drop=0.5)
     want = (x + a_hat @ x + a_hat @ a_hat @ x) / 3  # X̄ = (X + ÂX + Â²X) / (K + 1), K = 2
     assert torch.allclose(prop(x), want, atol=1e-6)  # evaluation: nothing dropped
     torch.manual_seed(0)
@@ -123,7 +129,7 @@ def test_random_propagation_mixes_orders_over_gcn_adjacency_and_drops_whole_rows
     assert not torch.allclose(got, want)
 
 
-def test_detached_preg_pulls_each_node_to_its_neighbours_without_moving_them(screens):
+def test_detached_preg_pulls_each_node_to_its_neighbours_without_moving_them(variants):
     # With Ẑ = ÂZ held fixed, d/dz_i of mean_i CE(softmax(ẑ_i), softmax(z_i)) is
     # (softmax(z_i) − softmax(ẑ_i)) / N: the cross-entropy's gradient against a constant target.
     edge_index = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
@@ -132,18 +138,18 @@ def test_detached_preg_pulls_each_node_to_its_neighbours_without_moving_them(scr
     z0 = torch.tensor([[2.0, -1.0], [0.5, 0.5], [-1.0, 3.0]])
     args = SimpleNamespace(preg_phi="ce", preg_adj="gcn", preg_hops=1, preg_teleport=0.0, preg_detach=True)
     z = z0.clone().requires_grad_()
-    loss = screens.preg_term(z, edge_index, args)
+    loss = variants.preg_term(z, edge_index, args)
     loss.backward()
     target = (a_hat @ z0).softmax(-1)
     assert torch.allclose(loss, -(target * z0.log_softmax(-1)).sum(-1).mean(), atol=1e-6)
     assert torch.allclose(z.grad, (z0.softmax(-1) - target) / 3, atol=1e-6)
     args.preg_detach = False  # the paper's: the gradient also flows through Ẑ, so it differs
     z = z0.clone().requires_grad_()
-    screens.preg_term(z, edge_index, args).backward()
+    variants.preg_term(z, edge_index, args).backward()
     assert not torch.allclose(z.grad, (z0.softmax(-1) - target) / 3, atol=1e-4)
 
 
-def test_preg_ramp_raises_mu_linearly_over_the_first_epochs(screens):
+def test_preg_ramp_raises_mu_linearly_over_the_first_epochs(variants):
     edge_index = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
     z = torch.tensor([[2.0, -1.0], [0.5, 0.5], [-1.0, 3.0]])
     train = torch.tensor([True, False, True])
@@ -152,10 +158,10 @@ def test_preg_ramp_raises_mu_linearly_over_the_first_epochs(screens):
     args = SimpleNamespace(variant="preg", weight=0.6, preg=0.0, preg_ramp=4, preg_phi="ce", preg_adj="gcn",
                            preg_hops=1, preg_teleport=0.0, preg_detach=False, label_input=0.0, drop_edge=0.0)
     ce = torch.nn.functional.cross_entropy(z[train], y[train])
-    term = screens.preg_term(z, edge_index, args)
+    term = variants.preg_term(z, edge_index, args)
     for epoch, share in ((0, 1 / 4), (1, 2 / 4), (3, 1.0), (50, 1.0)):  # μ·min(1, (t + 1)/E), E = 4
-        loss, _ = screens.train_loss(lambda x, e: z, d, args, 1, d.x, edge_index, train, y, epoch=epoch)
+        loss, _ = variants.train_loss(lambda x, e: z, d, args, 1, d.x, edge_index, train, y, epoch=epoch)
         assert torch.allclose(loss, ce + share * 0.6 * term, atol=1e-6), epoch
     args.preg_ramp = 0  # off: the whole μ from the first epoch
-    loss, _ = screens.train_loss(lambda x, e: z, d, args, 1, d.x, edge_index, train, y, epoch=0)
+    loss, _ = variants.train_loss(lambda x, e: z, d, args, 1, d.x, edge_index, train, y, epoch=0)
     assert torch.allclose(loss, ce + 0.6 * term, atol=1e-6)

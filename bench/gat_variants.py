@@ -1,0 +1,169 @@
+"""The models, inputs and losses of bench/gat_screens.py's variants, apart from its training loop
+and command line: each function or class says what it computes and from which paper; which option
+turns it on, and the figures it gave, are in gat_screens.py's docstring and docs/benchmarks.md
+("Cora ≥ 84.0"). Screening code, not attnflow's: what proves itself moves into attnflow's blocks and
+tasks (P-reg did, as ``task.propagation_reg``)."""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch_geometric.nn.conv.gcn_conv import gcn_norm
+from torch_geometric.utils import dropout_edge
+
+from attnflow.blocks.graph.graph_attention import GraphAttention
+from attnflow.tasks.node_classification import propagate, propagation_loss
+
+
+class Diffused(GraphAttention):
+    """A graph attention layer whose aggregation runs ``hops`` times with teleport ``teleport``."""
+
+    hops, teleport = 1, 0.0
+
+    def propagate(self, edge_index, x, alpha, size):
+        z = x
+        for _ in range(self.hops):
+            z = (1 - self.teleport) * super().propagate(edge_index, x=z, alpha=alpha, size=size) \
+                + self.teleport * x
+        return z
+
+
+class SuperGAT(torch.nn.Module):
+    def __init__(self, in_dim: int, classes: int):
+        super().__init__()
+        from torch_geometric.nn import SuperGATConv
+
+        kw = dict(dropout=0.6, attention_type="MX", edge_sample_ratio=0.8, is_undirected=True)
+        self.c1 = SuperGATConv(in_dim, 8, heads=8, **kw)
+        self.c2 = SuperGATConv(64, classes, heads=8, concat=False, **kw)
+
+    def forward(self, x, edge_index):
+        x = F.elu(self.c1(F.dropout(x, 0.6, self.training), edge_index))
+        return self.c2(F.dropout(x, 0.6, self.training), edge_index)
+
+    def attention_loss(self):
+        """The two layers' link losses of the last training forward."""
+        return self.c1.get_attention_loss() + self.c2.get_attention_loss()
+
+
+def train_loss(model, d, args, S, xs, eis, mask, y, feed=None, epoch: int = 0):
+    """The variant's training loss of one full-batch step (S samples: the copies in xs, eis), with
+    the labels ``y`` on the nodes of ``mask`` (the training split, or with pseudo-labels added), and
+    the (first sample's) logits of every node. ``feed``: a random input transform drawn afresh
+    each step (``RandomPropagation``). ``epoch``: the step's number, for ``--preg-ramp``."""
+    N = d.x.shape[0]
+    ramp = min(1.0, (epoch + 1) / args.preg_ramp) if args.preg_ramp else 1.0  # P-reg's μ warm-up
+    if feed is not None:
+        xs = feed(xs, training=True)
+    if args.label_input:  # a fresh fraction r of the training labels hidden: those nodes carry the loss
+        hidden = mask & (torch.rand(N, device=mask.device) < args.label_input)
+        xs, mask = with_labels(d.x, y, mask & ~hidden, int(d.y.max()) + 1), hidden
+    if args.drop_edge:
+        eis = dropout_edge(eis, p=args.drop_edge, force_undirected=True)[0]
+    if args.variant == "supergat":
+        z = model(xs, eis)
+        loss = F.cross_entropy(z[mask], y[mask]) + args.weight * model.attention_loss()
+        return (loss + ramp * args.preg * preg_term(z, d.edge_index, args) if args.preg else loss), z
+    z = model(xs, eis).view(S, N, -1)
+    loss = sum(F.cross_entropy(z[s][mask], y[mask]) for s in range(S)) / S
+    if args.variant == "consistency":
+        p = z.softmax(-1)
+        sharp = p.mean(0).pow(1 / args.temperature)
+        sharp = (sharp / sharp.sum(-1, keepdim=True)).detach()
+        loss = loss + args.weight * (p - sharp).pow(2).sum(-1).mean()
+    mu = ramp * (args.weight if args.variant == "preg" else args.preg)
+    if mu:
+        loss = loss + mu * sum(preg_term(z[s], d.edge_index, args) for s in range(S)) / S
+    return loss, z[0]
+
+
+class RandomPropagation:
+    """GRAND's random propagation (module docstring, ``--input-hops``): X ↦ 1/(K+1) Σₖ ÂᵏX̃ with
+    X̃ = X with whole rows dropped with probability ``drop`` (kept rows × 1/(1 − drop)) when
+    ``training``, X̃ = X otherwise; Â = D̃^-½(A+I)D̃^-½ of ``edge_index`` on ``n`` nodes, built once
+    as a sparse matrix."""
+
+    def __init__(self, edge_index, n: int, hops: int, drop: float = 0.0):
+        (src, dst), weight = gcn_norm(edge_index, None, n, add_self_loops=True)
+        adj = torch.sparse_coo_tensor(torch.stack([dst, src]), weight, (n, n), check_invariants=True)
+        with warnings.catch_warnings():  # CSR's matmul is the one used here, beta or not
+            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+            self.adj = adj.coalesce().to_sparse_csr()
+        self.hops, self.drop = hops, drop
+
+    def __call__(self, x, training: bool = False):
+        if training and self.drop:
+            keep = torch.rand(x.shape[0], 1, device=x.device) >= self.drop
+            x = x * keep / (1 - self.drop)
+        total = h = x
+        for _ in range(self.hops):
+            h = self.adj @ h
+            total = total + h
+        return total / (self.hops + 1)
+
+
+def with_labels(x, y, shown, classes: int):
+    """[x ‖ one-hot(y)] with the label part zero outside ``shown`` (UniMP's label input)."""
+    return torch.cat([x, F.one_hot(y, classes).to(x.dtype) * shown.unsqueeze(-1)], -1)
+
+
+class Propagated(torch.nn.Module):
+    """``gat``'s logits Z spread by K personalised-PageRank steps over GCN's Â (APPNP, eq. (3))."""
+
+    def __init__(self, gat, hops: int, teleport: float):
+        super().__init__()
+        self.gat, self.hops, self.teleport = gat, hops, teleport
+
+    def forward(self, x, edge_index):
+        z = self.gat(x, edge_index)
+        return pagerank_steps(z, z, edge_index, "gcn", self.hops, self.teleport)
+
+
+def pagerank_steps(h, z, edge_index, adjacency: str, steps: int, teleport: float):
+    """``steps`` personalised-PageRank steps from h, H ← (1 − a)·ÂH + a·Z (APPNP, eq. (3))."""
+    for _ in range(steps):
+        h = (1 - teleport) * propagate(h, edge_index, adjacency)[0] + teleport * z
+    return h
+
+
+def preg_term(z, edge_index, args):
+    """P-reg's φ(Z, Ẑ) (``--preg-phi``): ``ce``, attnflow's ``propagation_loss``; ``se``, the mean of
+    ‖softmax(ẑᵢ) − softmax(zᵢ)‖₂ (Yang et al. 2021's squared-error φ, on the probabilities as their
+    code has it) over the same nodes, Ẑ = ÂZ from the same ``propagate`` (``--preg-adj``: Â), or
+    over ``--preg-hops`` K propagations with teleport ``--preg-teleport`` a; ``--preg-detach``: no
+    gradient through Ẑ (each node pulled to its neighbours' current outputs, not they to it)."""
+    phi, adjacency = args.preg_phi, args.preg_adj
+    if phi == "ce" and args.preg_hops == 1 and not args.preg_detach:
+        return propagation_loss(z, edge_index, adjacency)
+    source = z.detach() if args.preg_detach else z  # --preg-detach: Ẑ a fixed target this step
+    mean, has = propagate(source, edge_index, adjacency)  # then Ẑ⁽ᵏ⁺¹⁾ = (1 − a)·ÂẐ⁽ᵏ⁾ + a·Z
+    mean = pagerank_steps(mean, source, edge_index, adjacency, args.preg_hops - 1, args.preg_teleport)
+    if phi == "ce":
+        return -(mean.softmax(-1) * z.log_softmax(-1)).sum(-1)[has].mean()
+    return (mean.softmax(-1) - z.softmax(-1)).norm(dim=-1)[has].mean()
+
+
+def pseudo_labels(out, d, per_class: int):
+    """The training mask and labels with, for each class, the ``per_class`` nodes outside the
+    training and validation splits that ``out`` predicts as that class most confidently."""
+    prob, pred = out.softmax(-1).max(-1)
+    free = ~(d.train_mask | d.val_mask)
+    mask, y = d.train_mask.clone(), d.y.where(d.train_mask, torch.zeros_like(d.y))
+    for c in range(out.shape[-1]):
+        nodes = (free & (pred == c)).nonzero().view(-1)
+        top = nodes[prob[nodes].argsort(descending=True)[:per_class]]
+        mask[top], y[top] = True, c
+    return mask, y
+
+
+def correct_smooth(out, d, a1: float, a2: float, scale=None, layers: int = 50):
+    """Correct and Smooth (Huang et al. 2021) of ``out``'s softmax with the training labels only;
+    ``scale`` None: autoscale, else the fixed scale of the spread residuals (their FDiff-scale)."""
+    from torch_geometric.nn.models import CorrectAndSmooth
+
+    cs = CorrectAndSmooth(layers, a1, layers, a2, autoscale=scale is None, scale=scale or 1.0)
+    y_train = d.y[d.train_mask]
+    fixed = cs.correct(out.softmax(-1), y_train, d.train_mask, d.edge_index)
+    return cs.smooth(fixed, y_train, d.train_mask, d.edge_index)
