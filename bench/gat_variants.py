@@ -18,7 +18,8 @@ from attnflow.tasks.node_classification import propagate, propagation_loss
 
 
 class Diffused(GraphAttention):
-    """A graph attention layer whose aggregation runs ``hops`` times with teleport ``teleport``."""
+    """A graph attention layer whose aggregation runs ``hops`` times with teleport ``teleport``:
+    Z⁰ = Wh, Zᵏ⁺¹ = (1 − a)·A Zᵏ + a·Z⁰, A the layer's attention (Wang et al. 2021, MAGNA, eq. (5))."""
 
     hops, teleport = 1, 0.0
 
@@ -31,6 +32,10 @@ class Diffused(GraphAttention):
 
 
 class SuperGAT(torch.nn.Module):
+    """Two PyG ``SuperGATConv`` layers with MX attention, 8 heads each (Kim & Oh 2021, "How to find
+    your friendly neighborhood", eq. (6)–(8): GAT's logit · σ((Whᵢ)ᵀWhⱼ), with a link-prediction
+    loss on sampled edges and non-edges), dropout 0.6 as in gat_cora."""
+
     def __init__(self, in_dim: int, classes: int):
         super().__init__()
         from torch_geometric.nn import SuperGATConv
@@ -52,7 +57,9 @@ def train_loss(model, d, args, S, xs, eis, mask, y, feed=None, epoch: int = 0):
     """The variant's training loss of one full-batch step (S samples: the copies in xs, eis), with
     the labels ``y`` on the nodes of ``mask`` (the training split, or with pseudo-labels added), and
     the (first sample's) logits of every node. ``feed``: a random input transform drawn afresh
-    each step (``RandomPropagation``). ``epoch``: the step's number, for ``--preg-ramp``."""
+    each step (``RandomPropagation``). ``epoch``: the step's number, for ``--preg-ramp``.
+    consistency: Feng et al. 2020 (GRAND), eq. (8)–(9), each sample pulled to the sharpened mean
+    prediction; preg: Yang et al. 2021, §3 (``preg_term``)."""
     N = d.x.shape[0]
     ramp = min(1.0, (epoch + 1) / args.preg_ramp) if args.preg_ramp else 1.0  # P-reg's μ warm-up
     if feed is not None:
@@ -80,7 +87,7 @@ def train_loss(model, d, args, S, xs, eis, mask, y, feed=None, epoch: int = 0):
 
 
 class RandomPropagation:
-    """GRAND's random propagation (module docstring, ``--input-hops``): X ↦ 1/(K+1) Σₖ ÂᵏX̃ with
+    """GRAND's random propagation (Feng et al. 2020, §3.1, eq. (2)–(3)): X ↦ 1/(K+1) Σₖ ÂᵏX̃ with
     X̃ = X with whole rows dropped with probability ``drop`` (kept rows × 1/(1 − drop)) when
     ``training``, X̃ = X otherwise; Â = D̃^-½(A+I)D̃^-½ of ``edge_index`` on ``n`` nodes, built once
     as a sparse matrix."""
@@ -105,7 +112,8 @@ class RandomPropagation:
 
 
 def with_labels(x, y, shown, classes: int):
-    """[x ‖ one-hot(y)] with the label part zero outside ``shown`` (UniMP's label input)."""
+    """[x ‖ one-hot(y)] with the label part zero outside ``shown`` (Shi et al. 2021, UniMP's label
+    input, §3.3)."""
     return torch.cat([x, F.one_hot(y, classes).to(x.dtype) * shown.unsqueeze(-1)], -1)
 
 
@@ -147,7 +155,8 @@ def preg_term(z, edge_index, args):
 
 def pseudo_labels(out, d, per_class: int):
     """The training mask and labels with, for each class, the ``per_class`` nodes outside the
-    training and validation splits that ``out`` predicts as that class most confidently."""
+    training and validation splits that ``out`` predicts as that class most confidently (Li, Han &
+    Wu 2018's self-training, §5.1)."""
     prob, pred = out.softmax(-1).max(-1)
     free = ~(d.train_mask | d.val_mask)
     mask, y = d.train_mask.clone(), d.y.where(d.train_mask, torch.zeros_like(d.y))
