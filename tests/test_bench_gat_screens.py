@@ -110,12 +110,15 @@ def test_pool_summary_pairs_seeds_with_the_reference():
     assert pool.seed_list("3-5") == [3, 4, 5] and pool.device_list("cuda:2,cpu") == ["cuda", "cuda", "cpu"]
 
 
-def test_random_propagation_mixes_orders_over_gcn_adjacency_and_drops_whole_rows(variants):
-    # A path 0 – 1 – 2 (both directions). With self-loops the degrees are 2, 3, 2, so
-    # Â = D̃^-½(A+I)D̃^-½ = [[1/2, 1/√6, 0], [1/√6, 1/3, 1/√6], [0, 1/√6, 1/2]], written out by hand.
-    edge_index = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
+def path3():
+    """A path 0 – 1 – 2 (both directions) and its Â = D̃^-½(A+I)D̃^-½ written out by hand: with
+    self-loops the degrees are 2, 3, 2, so Â = [[1/2, 1/√6, 0], [1/√6, 1/3, 1/√6], [0, 1/√6, 1/2]]."""
     r6 = 6 ** -0.5
-    a_hat = torch.tensor([[0.5, r6, 0.0], [r6, 1 / 3, r6], [0.0, r6, 0.5]])
+    return torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]]), torch.tensor([[0.5, r6, 0.0], [r6, 1 / 3, r6], [0.0, r6, 0.5]])
+
+
+def test_random_propagation_mixes_orders_over_gcn_adjacency_and_drops_whole_rows(variants):
+    edge_index, a_hat = path3()
     x = torch.tensor([[1.0, 0.0], [0.0, 2.0], [3.0, 1.0]])
     prop = variants.RandomPropagation(edge_index, 3, hops=2, drop=0.5)
     want = (x + a_hat @ x + a_hat @ a_hat @ x) / 3  # X̄ = (X + ÂX + Â²X) / (K + 1), K = 2
@@ -132,9 +135,7 @@ def test_random_propagation_mixes_orders_over_gcn_adjacency_and_drops_whole_rows
 def test_detached_preg_pulls_each_node_to_its_neighbours_without_moving_them(variants):
     # With Ẑ = ÂZ held fixed, d/dz_i of mean_i CE(softmax(ẑ_i), softmax(z_i)) is
     # (softmax(z_i) − softmax(ẑ_i)) / N: the cross-entropy's gradient against a constant target.
-    edge_index = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
-    r6 = 6 ** -0.5
-    a_hat = torch.tensor([[0.5, r6, 0.0], [r6, 1 / 3, r6], [0.0, r6, 0.5]])  # the 3-node path's Â
+    edge_index, a_hat = path3()
     z0 = torch.tensor([[2.0, -1.0], [0.5, 0.5], [-1.0, 3.0]])
     args = SimpleNamespace(preg_phi="ce", preg_adj="gcn", preg_hops=1, preg_teleport=0.0, preg_detach=True)
     z = z0.clone().requires_grad_()
@@ -150,7 +151,7 @@ def test_detached_preg_pulls_each_node_to_its_neighbours_without_moving_them(var
 
 
 def test_preg_ramp_raises_mu_linearly_over_the_first_epochs(variants):
-    edge_index = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
+    edge_index, _ = path3()
     z = torch.tensor([[2.0, -1.0], [0.5, 0.5], [-1.0, 3.0]])
     train = torch.tensor([True, False, True])
     y = torch.tensor([0, 1, 1])
