@@ -44,6 +44,8 @@ Other changes of the model or its inputs, with any variant:
 - ``--propagate K --prop-teleport a``: the GAT's logits spread by K steps of personalised PageRank
   over GCN's Â, H⁽ᵏ⁺¹⁾ = (1 − a)ÂH⁽ᵏ⁾ + aZ (Klicpera et al. 2019, APPNP, eq. (3)), in training and
   evaluation: a fixed propagation head after the attention layers.
+- ``--gat KEY=VALUE``: a keyword of attnflow's ``gat`` model (e.g. ``layers=3``, ``head_dropout=true``),
+  as ``model.KEY=VALUE`` would set it in ``experiment=gat_cora``.
 - ``--decay first``: weight decay on the first layer only (Kipf & Welling 2017, §5.2, the GCN
   recipe; GAT's authors decay every variable).
 - ``--input-hops K --drop-node δ``: GRAND's random propagation of the input (Feng et al. 2020,
@@ -198,7 +200,7 @@ def fit_seed(seed: int, d, args, mask, y, teacher=None):
     if args.variant == "supergat":
         model = SuperGAT(x.shape[1], classes)
     else:
-        model = GAT(x.shape[1], classes, value_dropout=0.6)
+        model = GAT(x.shape[1], classes, **({"value_dropout": 0.6} | args.gat))
         if args.variant == "diffusion":
             for i in args.diffuse:
                 layer = model.layers[i]
@@ -367,6 +369,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="GRAND's mixed-order propagation of the input features over K orders")
     ap.add_argument("--drop-node", type=float, default=0.0, metavar="δ",
                     help="--input-hops: GRAND's DropNode rate, each training step")
+    ap.add_argument("--gat", action="append", default=[], metavar="KEY=VALUE",
+                    help="a keyword of attnflow's GAT for the non-SuperGAT variants, e.g. layers=3 (value read as YAML)")
     ap.add_argument("--decay", choices=["all", "first"], default="all",
                     help="weight decay on every parameter (GAT) or on the first layer only (GCN)")
     ap.add_argument("--ema", type=float, default=0.0, metavar="β",
@@ -392,9 +396,25 @@ def parse(ap: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
         ap.error("--drop-node is applied before --input-hops' propagation; give --input-hops K")
     if args.input_hops and (args.label_input or args.variant == "supergat"):
         ap.error("--input-hops works with base, consistency, preg and diffusion, without --label-input")
+    args.gat = dict(gat_keyword(ap, item) for item in args.gat)
+    if args.gat and args.variant == "supergat":
+        ap.error("--gat sets attnflow's GAT; --variant supergat builds PyG's SuperGATConv layers")
     if args.weight is None:
         args.weight = {"supergat": 4.0}.get(args.variant, 1.0)
     return args
+
+
+def gat_keyword(ap: argparse.ArgumentParser, item: str):
+    """``--gat KEY=VALUE`` as (key, value), refused unless KEY is a keyword of attnflow's GAT."""
+    import inspect
+
+    import yaml
+
+    key, sep, value = item.partition("=")
+    known = [k for k in inspect.signature(GAT).parameters if k not in ("in_dim", "num_classes")]
+    if not sep or key not in known:
+        ap.error(f"--gat {item!r}: give KEY=VALUE with KEY one of {', '.join(known)}")
+    return key, yaml.safe_load(value)
 
 
 def load_cora(device: str = "cpu"):

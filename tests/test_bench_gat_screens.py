@@ -166,3 +166,15 @@ def test_preg_ramp_raises_mu_linearly_over_the_first_epochs(variants):
     args.preg_ramp = 0  # off: the whole μ from the first epoch
     loss, _ = variants.train_loss(lambda x, e: z, d, args, 1, d.x, edge_index, train, y, epoch=0)
     assert torch.allclose(loss, ce + 0.6 * term, atol=1e-6)
+
+
+def test_gat_keywords_reach_the_model_or_are_refused_by_name(screens, capsys):
+    ap = screens.build_parser()
+    args = screens.parse(ap, ["--gat", "layers=3", "--gat", "head_dropout=true"])
+    assert args.gat == {"layers": 3, "head_dropout": True}  # YAML values: an int and a bool
+    with pytest.raises(SystemExit):
+        screens.parse(screens.build_parser(), ["--gat", "lyers=3"])
+    assert "'lyers=3'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        screens.parse(screens.build_parser(), ["--variant", "supergat", "--gat", "layers=3"])
+    assert "SuperGATConv" in capsys.readouterr().err
