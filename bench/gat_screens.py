@@ -123,7 +123,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from attnflow.data.planetoid import PlanetoidDataModule  # noqa: E402
-from attnflow.models.gat import GAT  # noqa: E402
+import attnflow.models.gat  # noqa: E402,F401  (registers the "gat" model with MODELS)
+from attnflow.registry import MODELS, ConfigError  # noqa: E402
 from support import DATA_DIR  # noqa: E402
 from gat_variants import (  # noqa: E402
     Diffused, Propagated, RandomPropagation, SuperGAT, correct_smooth, pseudo_labels, train_loss, with_labels,
@@ -190,17 +191,18 @@ def fit_seed(seed: int, d, args, mask, y, teacher=None):
     xs = x.repeat(S, 1)  # S copies side by side: one forward draws S independent dropouts
     eis = torch.cat([d.edge_index + s * N for s in range(S)], 1)
     feed = None
-    if args.input_hops:  # GRAND's random propagation: drawn each step in training, whole in evaluation
-        feed = RandomPropagation(eis, S * N, args.input_hops, args.drop_node)
+    if args.input_hops:  # GRAND's random propagation: whole in evaluation, drawn each step in training
         x = RandomPropagation(d.edge_index, N, args.input_hops)(x)
-        if not args.drop_node:  # nothing random: propagate once
-            xs, feed = feed(xs), None
+        if args.drop_node:
+            feed = RandomPropagation(eis, S * N, args.input_hops, args.drop_node)
+        else:  # nothing random: the training input is the evaluation input's S copies
+            xs = x.repeat(S, 1)
     torch.manual_seed(seed)
     random.seed(seed)  # PyG's negative_sampling (supergat) draws with Python's random
     if args.variant == "supergat":
         model = SuperGAT(x.shape[1], classes)
     else:
-        model = GAT(x.shape[1], classes, **({"value_dropout": 0.6} | args.gat))
+        model = MODELS.build({"name": "gat", "value_dropout": 0.6} | args.gat, x.shape[1], classes)
         if args.variant == "diffusion":
             for i in args.diffuse:
                 layer = model.layers[i]
@@ -405,16 +407,19 @@ def parse(ap: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
 
 
 def gat_keyword(ap: argparse.ArgumentParser, item: str):
-    """``--gat KEY=VALUE`` as (key, value), refused unless KEY is a keyword of attnflow's GAT."""
-    import inspect
-
+    """``--gat KEY=VALUE`` as (key, value), refused unless the registry's ``gat`` model config takes
+    it (its field names and types, as ``model.KEY=VALUE`` is checked in a run)."""
     import yaml
 
     key, sep, value = item.partition("=")
-    known = [k for k in inspect.signature(GAT).parameters if k not in ("in_dim", "num_classes")]
-    if not sep or key not in known:
-        ap.error(f"--gat {item!r}: give KEY=VALUE with KEY one of {', '.join(known)}")
-    return key, yaml.safe_load(value)
+    if not sep:
+        ap.error(f"--gat {item!r}: give KEY=VALUE, KEY a field of the 'gat' model")
+    value = yaml.safe_load(value)
+    try:
+        MODELS.validate({"name": "gat", key: value}, "--gat")
+    except ConfigError as e:
+        ap.error(f"--gat {item!r}: {e}")
+    return key, value
 
 
 def load_cora(device: str = "cpu"):

@@ -11,7 +11,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
-from torch_geometric.utils import dropout_edge
+from torch_geometric.utils import dropout_edge, to_torch_csr_tensor
 
 from attnflow.blocks.graph.graph_attention import GraphAttention
 from attnflow.tasks.node_classification import propagate, propagation_loss
@@ -94,10 +94,9 @@ class RandomPropagation:
 
     def __init__(self, edge_index, n: int, hops: int, drop: float = 0.0):
         (src, dst), weight = gcn_norm(edge_index, None, n, add_self_loops=True)
-        adj = torch.sparse_coo_tensor(torch.stack([dst, src]), weight, (n, n), check_invariants=True)
         with warnings.catch_warnings():  # CSR's matmul is the one used here, beta or not
             warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-            self.adj = adj.coalesce().to_sparse_csr()
+            self.adj = to_torch_csr_tensor(torch.stack([dst, src]), weight, size=n)  # row i: Â[i, j]
         self.hops, self.drop = hops, drop
 
     def __call__(self, x, training: bool = False):
