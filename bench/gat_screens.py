@@ -55,6 +55,13 @@ Other changes of the model or its inputs, with any variant:
   GCN's Â = D̃^-½(A+I)D̃^-½, and X̄ is the GAT's input; evaluation propagates the whole features.
   With ``--variant consistency`` each of the S samples draws its own DropNode (GRAND's full loss,
   here with a GAT in the MLP's place).
+- ``--vat ε``: virtual adversarial training (Miyato et al. 2018, "Virtual adversarial training: a
+  regularization method for supervised and semi-supervised learning", eq. (5)–(6), (12)–(13)):
+  λ (``--vat-weight``) times the mean over every node of KL(p(·|X) ‖ p(·|X + R)), R the
+  perturbation of the feature rows (each of L2 norm ε) that one power iteration (from a random
+  start, step ξ: ``--vat-xi``) finds to change the output most; on all nodes at once, as Deng et
+  al. 2019's batch VAT for GCNs. Both passes without dropout (the deterministic model's
+  smoothness), p(·|X) held fixed.
 - ``--ema β``: an exponential moving average of the weights, θ̄ ← βθ̄ + (1 − β)θ after every step
   (θ̄ = θ at the first), validated, kept and stopped on in θ's place: attnflow's ``callbacks.ema``
   (Polyak & Juditsky 1992), which a full-batch run updates once an epoch.
@@ -375,6 +382,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a keyword of attnflow's GAT for the non-SuperGAT variants, e.g. layers=3 (value read as YAML)")
     ap.add_argument("--decay", choices=["all", "first"], default="all",
                     help="weight decay on every parameter (GAT) or on the first layer only (GCN)")
+    ap.add_argument("--vat", type=float, default=0.0, metavar="ε",
+                    help="virtual adversarial training: each feature row moved by ε (L2)")
+    ap.add_argument("--vat-weight", type=float, default=1.0, help="--vat: λ")
+    ap.add_argument("--vat-xi", type=float, default=1e-3, help="--vat: the power iteration's step ξ")
     ap.add_argument("--ema", type=float, default=0.0, metavar="β",
                     help="validate and keep an exponential moving average of the weights (callbacks.ema)")
     ap.add_argument("--selection", action="store_true",
@@ -398,6 +409,8 @@ def parse(ap: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
         ap.error("--drop-node is applied before --input-hops' propagation; give --input-hops K")
     if args.input_hops and (args.label_input or args.variant == "supergat"):
         ap.error("--input-hops works with base, consistency, preg and diffusion, without --label-input")
+    if args.vat and (args.input_hops or args.label_input or args.variant == "supergat"):
+        ap.error("--vat perturbs the raw features: not with --input-hops, --label-input or --variant supergat")
     args.gat = dict(gat_keyword(ap, item) for item in args.gat)
     if args.gat and args.variant == "supergat":
         ap.error("--gat sets attnflow's GAT; --variant supergat builds PyG's SuperGATConv layers")

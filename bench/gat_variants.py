@@ -83,7 +83,44 @@ def train_loss(model, d, args, S, xs, eis, mask, y, feed=None, epoch: int = 0):
     mu = ramp * (args.weight if args.variant == "preg" else args.preg)
     if mu:
         loss = loss + mu * sum(preg_term(z[s], d.edge_index, args) for s in range(S)) / S
+    if args.vat:
+        loss = loss + args.vat_weight * vat_term(model, xs[:N], d.edge_index, args.vat, args.vat_xi)
     return loss, z[0]
+
+
+def unit_rows(r):
+    """Each row of ``r`` scaled to L2 norm 1 (a zero row stays 0)."""
+    return r / r.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+
+
+def adversarial_direction(model, x, edge_index, p, d, xi: float):
+    """VAT's power iteration (Miyato et al. 2018, "Virtual adversarial training", eq. (12)–(13),
+    one iteration as in their experiments): g = ∇ᵣ KL(p ‖ p(·| x + r)) at r = ξ·d̂, each node's
+    row of d̂ the unit vector of ``d``'s; returned with unit rows. For small ξ, g ≈ ξ·H d̂ with H the
+    Hessian of the KL at r = 0, so the rows approach H's dominant eigenvector. The model's
+    parameters get no gradient."""
+    r = (xi * unit_rows(d)).requires_grad_()
+    kl = F.kl_div(model(x + r, edge_index).log_softmax(-1), p, reduction="sum")
+    (g,) = torch.autograd.grad(kl, r)
+    return unit_rows(g)
+
+
+def vat_term(model, x, edge_index, eps: float, xi: float):
+    """VAT's local distributional smoothness on a graph (Miyato et al. 2018, eq. (5)–(6); on every
+    node at once as Deng et al. 2019's batch VAT for GCNs): mean over nodes of
+    KL(p(·|x) ‖ p(·|x + ε·r̂)), r̂ from ``adversarial_direction`` with a random start, each node's
+    feature row moved by ε (L2). The target p(·|x) is held fixed; both passes run the model in
+    evaluation mode (no dropout), so the term measures the deterministic model's smoothness, not
+    dropout's noise (which GRAND's consistency loss already tried)."""
+    was = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            p = model(x, edge_index).softmax(-1)
+        r = eps * adversarial_direction(model, x, edge_index, p, torch.randn_like(x), xi)
+        return F.kl_div(model(x + r, edge_index).log_softmax(-1), p, reduction="batchmean")
+    finally:
+        model.train(was)
 
 
 class RandomPropagation:

@@ -157,7 +157,8 @@ def test_preg_ramp_raises_mu_linearly_over_the_first_epochs(variants):
     y = torch.tensor([0, 1, 1])
     d = SimpleNamespace(x=torch.zeros(3, 4), y=y, edge_index=edge_index, train_mask=train)
     args = SimpleNamespace(variant="preg", weight=0.6, preg=0.0, preg_ramp=4, preg_phi="ce", preg_adj="gcn",
-                           preg_hops=1, preg_teleport=0.0, preg_detach=False, label_input=0.0, drop_edge=0.0)
+                           preg_hops=1, preg_teleport=0.0, preg_detach=False, label_input=0.0, drop_edge=0.0,
+                           vat=0.0)
     ce = torch.nn.functional.cross_entropy(z[train], y[train])
     term = variants.preg_term(z, edge_index, args)
     for epoch, share in ((0, 1 / 4), (1, 2 / 4), (3, 1.0), (50, 1.0)):  # μ·min(1, (t + 1)/E), E = 4
@@ -178,3 +179,71 @@ def test_gat_keywords_reach_the_model_or_are_refused_by_name(screens, capsys):
     with pytest.raises(SystemExit):
         screens.parse(screens.build_parser(), ["--variant", "supergat", "--gat", "layers=3"])
     assert "SuperGATConv" in capsys.readouterr().err
+
+
+class Linear(torch.nn.Module):
+    """logits = xW: each node on its own (the graph ignored), so VAT's answers can be worked out."""
+
+    def __init__(self, w):
+        super().__init__()
+        self.w = torch.nn.Parameter(w)
+
+    def forward(self, x, edge_index):
+        return x @ self.w
+
+
+def test_vat_direction_with_two_classes_is_the_logit_gap_direction(variants):
+    # With two classes the output depends on r only through r·(w₁ − w₀), so the KL's gradient is
+    # along u = (w₁ − w₀)/‖w₁ − w₀‖, signed as the start d: the exact answer, for any ξ.
+    torch.manual_seed(0)
+    w = torch.randn(5, 2, dtype=torch.float64)
+    x, d = torch.randn(4, 5, dtype=torch.float64), torch.randn(4, 5, dtype=torch.float64)
+    model = Linear(w)
+    p = model(x, None).softmax(-1).detach()
+    r = variants.adversarial_direction(model, x, None, p, d, xi=1e-2)
+    u = (w[:, 1] - w[:, 0]) / (w[:, 1] - w[:, 0]).norm()
+    expected = torch.sign(d @ u).unsqueeze(-1) * u
+    assert torch.allclose(r, expected, atol=1e-9)
+    assert model.w.grad is None  # the power iteration leaves the parameters alone
+
+
+def test_vat_direction_is_a_power_iteration_of_the_kl_hessian(variants):
+    # Three classes: for small ξ the gradient is ξ·Hᵢd̂ᵢ per node, Hᵢ = Wᵀ(diag(pᵢ) − pᵢpᵢᵀ)W the
+    # Hessian of KL(pᵢ ‖ softmax((xᵢ + r)W)) at r = 0 (Miyato et al. 2018, eq. (10)–(12)).
+    torch.manual_seed(1)
+    w, x, d = (torch.randn(5, 3, dtype=torch.float64), torch.randn(4, 5, dtype=torch.float64),
+               torch.randn(4, 5, dtype=torch.float64))
+    model = Linear(w)
+    p = model(x, None).softmax(-1).detach()
+    r = variants.adversarial_direction(model, x, None, p, d, xi=1e-6)
+    unit = d / d.norm(dim=-1, keepdim=True)
+    for i in range(4):
+        h = w @ (torch.diag(p[i]) - torch.outer(p[i], p[i])) @ w.T
+        g = h @ unit[i]
+        assert torch.allclose(r[i], g / g.norm(), atol=1e-6), i
+
+
+def test_vat_term_is_the_mean_kl_at_the_adversarial_step_and_trains_the_model(variants):
+    torch.manual_seed(2)
+    w, x = torch.randn(5, 2), torch.randn(4, 5)
+    model = Linear(w)
+    model.train()
+    torch.manual_seed(3)
+    loss = variants.vat_term(model, x, None, eps=0.5, xi=1e-2)
+    torch.manual_seed(3)
+    d = torch.randn_like(x)  # vat_term's random start: its first draw
+    u = (w[:, 1] - w[:, 0]) / (w[:, 1] - w[:, 0]).norm()
+    p = (x @ w).softmax(-1)
+    q = ((x + 0.5 * torch.sign(d @ u).unsqueeze(-1) * u) @ w).softmax(-1)
+    expected = (p * (p.log() - q.log())).sum(-1).mean()
+    assert torch.allclose(loss, expected, atol=1e-6)
+    assert loss > 0 and model.training  # the evaluation-mode passes leave the mode as it was
+    loss.backward()
+    assert model.w.grad is not None and model.w.grad.abs().sum() > 0
+
+
+def test_vat_is_refused_where_it_would_perturb_something_else(screens, capsys):
+    for extra in (["--input-hops", "2"], ["--label-input", "0.5"], ["--variant", "supergat"]):
+        with pytest.raises(SystemExit):
+            screens.parse(screens.build_parser(), ["--vat", "0.05", *extra])
+        assert "--vat perturbs the raw features" in capsys.readouterr().err
