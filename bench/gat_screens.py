@@ -44,6 +44,9 @@ Other changes of the model or its inputs, with any variant:
 - ``--propagate K --prop-teleport a``: the GAT's logits spread by K steps of personalised PageRank
   over GCN's Â, H⁽ᵏ⁺¹⁾ = (1 − a)ÂH⁽ᵏ⁾ + aZ (Klicpera et al. 2019, APPNP, eq. (3)), in training and
   evaluation: a fixed propagation head after the attention layers.
+- ``--features row|binary|l2|tfidf``: the bag-of-words rows normalised otherwise than GAT's
+  row sums of 1 (``gat_variants.features``: 0/1, unit L2 rows, or tf-idf weighted unit rows with
+  the document frequencies of every node's text; no labels), in training and evaluation.
 - ``--gat KEY=VALUE``: a keyword of attnflow's ``gat`` model (e.g. ``layers=3``, ``head_dropout=true``),
   as ``model.KEY=VALUE`` would set it in ``experiment=gat_cora``.
 - ``--decay first``: weight decay on the first layer only (Kipf & Welling 2017, §5.2, the GCN
@@ -134,7 +137,8 @@ import attnflow.models.gat  # noqa: E402,F401  (registers the "gat" model with M
 from attnflow.registry import MODELS, ConfigError  # noqa: E402
 from support import DATA_DIR  # noqa: E402
 from gat_variants import (  # noqa: E402
-    Diffused, Propagated, RandomPropagation, SuperGAT, correct_smooth, pseudo_labels, train_loss, with_labels,
+    Diffused, Propagated, RandomPropagation, SuperGAT, correct_smooth, features, pseudo_labels, train_loss,
+    with_labels,
 )
 
 
@@ -194,7 +198,8 @@ def fit_seed(seed: int, d, args, mask, y, teacher=None):
     ``--kd-temperature``) on every node, distilled with weight ``--distill``."""
     N, classes = d.x.shape[0], int(d.y.max()) + 1
     S = args.samples if args.variant == "consistency" else 1
-    x = with_labels(d.x, y, mask, classes) if args.label_input else d.x  # evaluation: every training label
+    x = features(d.x, args.features)
+    x = with_labels(x, y, mask, classes) if args.label_input else x  # evaluation: every training label
     xs = x.repeat(S, 1)  # S copies side by side: one forward draws S independent dropouts
     eis = torch.cat([d.edge_index + s * N for s in range(S)], 1)
     feed = None
@@ -380,6 +385,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="--input-hops: GRAND's DropNode rate, each training step")
     ap.add_argument("--gat", action="append", default=[], metavar="KEY=VALUE",
                     help="a keyword of attnflow's GAT for the non-SuperGAT variants, e.g. layers=3 (value read as YAML)")
+    ap.add_argument("--features", choices=["row", "binary", "l2", "tfidf"], default="row",
+                    help="the bag-of-words rows' normalisation (row: GAT's, each row sums to 1)")
     ap.add_argument("--decay", choices=["all", "first"], default="all",
                     help="weight decay on every parameter (GAT) or on the first layer only (GCN)")
     ap.add_argument("--vat", type=float, default=0.0, metavar="ε",
@@ -409,6 +416,8 @@ def parse(ap: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
         ap.error("--drop-node is applied before --input-hops' propagation; give --input-hops K")
     if args.input_hops and (args.label_input or args.variant == "supergat"):
         ap.error("--input-hops works with base, consistency, preg and diffusion, without --label-input")
+    if args.features != "row" and args.label_input:
+        ap.error("--features renormalises the words; --label-input appends labels to the loaded rows: not both")
     if args.vat and (args.input_hops or args.label_input or args.variant == "supergat"):
         ap.error("--vat perturbs the raw features: not with --input-hops, --label-input or --variant supergat")
     args.gat = dict(gat_keyword(ap, item) for item in args.gat)

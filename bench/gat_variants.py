@@ -123,6 +123,25 @@ def vat_term(model, x, edge_index, eps: float, xi: float):
         model.train(was)
 
 
+def features(x, kind: str):
+    """Cora's bag-of-words rows ``x`` (as loaded: row-normalised) in the normalisation ``kind``
+    (``--features``): 'row', unchanged (each row sums to 1: GAT's and GCN's preprocessing, Kipf &
+    Welling 2017's ``preprocess_features``); 'binary', the 0/1 words; 'l2', the 0/1 rows scaled to
+    unit L2 norm; 'tfidf', the 0/1 words weighted by idf_j = ln((1 + N)/(1 + df_j)) + 1 (df_j: the
+    nodes whose text has word j, over all N nodes; no labels), rows of unit L2 norm (Salton &
+    Buckley 1988's term weighting, with scikit-learn's TfidfTransformer defaults). Rows without a
+    word stay 0."""
+    if kind == "row":
+        return x
+    words = (x > 0).to(x.dtype)
+    if kind == "binary":
+        return words
+    if kind == "tfidf":
+        n = words.shape[0]
+        words = words * (torch.log((1 + n) / (1 + words.sum(0))) + 1)
+    return words / words.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+
+
 class RandomPropagation:
     """GRAND's random propagation (Feng et al. 2020, §3.1, eq. (2)–(3)): X ↦ 1/(K+1) Σₖ ÂᵏX̃ with
     X̃ = X with whole rows dropped with probability ``drop`` (kept rows × 1/(1 − drop)) when

@@ -247,3 +247,21 @@ def test_vat_is_refused_where_it_would_perturb_something_else(screens, capsys):
         with pytest.raises(SystemExit):
             screens.parse(screens.build_parser(), ["--vat", "0.05", *extra])
         assert "--vat perturbs the raw features" in capsys.readouterr().err
+
+
+def test_feature_normalisations_against_hand_values(variants, screens, capsys):
+    # three texts over three words, loaded row-normalised: {0, 1}, {1}, {} (an empty row)
+    words = torch.tensor([[1.0, 1.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
+    x = words / words.sum(-1, keepdim=True).clamp_min(1)
+    assert torch.equal(variants.features(x, "row"), x)
+    assert torch.equal(variants.features(x, "binary"), words)
+    r = 1 / math.sqrt(2)
+    assert torch.allclose(variants.features(x, "l2"), torch.tensor([[r, r, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0]]))
+    # idf: word 0 in 1 of 3 texts: ln(4/2) + 1; word 1 in 2: ln(4/3) + 1; then unit rows
+    a, b = math.log(2) + 1, math.log(4 / 3) + 1
+    n = math.hypot(a, b)
+    assert torch.allclose(variants.features(x, "tfidf"),
+                          torch.tensor([[a / n, b / n, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0]]))
+    with pytest.raises(SystemExit):
+        screens.parse(screens.build_parser(), ["--features", "tfidf", "--label-input", "0.5"])
+    assert "--features renormalises" in capsys.readouterr().err
