@@ -44,9 +44,10 @@ Other changes of the model or its inputs, with any variant:
 - ``--propagate K --prop-teleport a``: the GAT's logits spread by K steps of personalised PageRank
   over GCN's Â, H⁽ᵏ⁺¹⁾ = (1 − a)ÂH⁽ᵏ⁾ + aZ (Klicpera et al. 2019, APPNP, eq. (3)), in training and
   evaluation: a fixed propagation head after the attention layers.
-- ``--features row|binary|l2|tfidf``: the bag-of-words rows normalised otherwise than GAT's
-  row sums of 1 (``gat_variants.features``: 0/1, unit L2 rows, or tf-idf weighted unit rows with
-  the document frequencies of every node's text; no labels), in training and evaluation.
+- ``--features row|binary|l2|tfidf|tfidf_l1``: the bag-of-words rows normalised otherwise than
+  GAT's row sums of 1 (``gat_variants.features``: 0/1, unit L2 rows, tf-idf weighted unit rows with
+  the document frequencies of every node's text (no labels), or the tf-idf weights in rows summing
+  to 1), in training and evaluation.
 - ``--gat KEY=VALUE``: a keyword of attnflow's ``gat`` model (e.g. ``layers=3``, ``head_dropout=true``),
   as ``model.KEY=VALUE`` would set it in ``experiment=gat_cora``.
 - ``--decay first``: weight decay on the first layer only (Kipf & Welling 2017, §5.2, the GCN
@@ -385,7 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="--input-hops: GRAND's DropNode rate, each training step")
     ap.add_argument("--gat", action="append", default=[], metavar="KEY=VALUE",
                     help="a keyword of attnflow's GAT for the non-SuperGAT variants, e.g. layers=3 (value read as YAML)")
-    ap.add_argument("--features", choices=["row", "binary", "l2", "tfidf"], default="row",
+    ap.add_argument("--features", choices=["row", "binary", "l2", "tfidf", "tfidf_l1"], default="row",
                     help="the bag-of-words rows' normalisation (row: GAT's, each row sums to 1)")
     ap.add_argument("--decay", choices=["all", "first"], default="all",
                     help="weight decay on every parameter (GAT) or on the first layer only (GCN)")

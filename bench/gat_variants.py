@@ -129,16 +129,19 @@ def features(x, kind: str):
     Welling 2017's ``preprocess_features``); 'binary', the 0/1 words; 'l2', the 0/1 rows scaled to
     unit L2 norm; 'tfidf', the 0/1 words weighted by idf_j = ln((1 + N)/(1 + df_j)) + 1 (df_j: the
     nodes whose text has word j, over all N nodes; no labels), rows of unit L2 norm (Salton &
-    Buckley 1988's term weighting, with scikit-learn's TfidfTransformer defaults). Rows without a
-    word stay 0."""
+    Buckley 1988's term weighting, with scikit-learn's TfidfTransformer defaults); 'tfidf_l1', the
+    same weights in rows that sum to 1 (GAT's scale: only the words' relative weights change). Rows
+    without a word stay 0."""
     if kind == "row":
         return x
     words = (x > 0).to(x.dtype)
     if kind == "binary":
         return words
-    if kind == "tfidf":
+    if kind.startswith("tfidf"):
         n = words.shape[0]
         words = words * (torch.log((1 + n) / (1 + words.sum(0))) + 1)
+    if kind == "tfidf_l1":
+        return words / words.sum(-1, keepdim=True).clamp_min(1e-12)
     return words / words.norm(dim=-1, keepdim=True).clamp_min(1e-12)
 
 

@@ -262,6 +262,8 @@ def test_feature_normalisations_against_hand_values(variants, screens, capsys):
     n = math.hypot(a, b)
     assert torch.allclose(variants.features(x, "tfidf"),
                           torch.tensor([[a / n, b / n, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0]]))
+    assert torch.allclose(variants.features(x, "tfidf_l1"),
+                          torch.tensor([[a / (a + b), b / (a + b), 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0]]))
     with pytest.raises(SystemExit):
         screens.parse(screens.build_parser(), ["--features", "tfidf", "--label-input", "0.5"])
     assert "--features renormalises" in capsys.readouterr().err
