@@ -1,0 +1,58 @@
+"""bench/mt_ensemble_runs.py's choices before any decoding: which checkpoint each run contributes,
+and the command lines it refuses (one run, a missing run directory, an existing output file)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def ens():
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        spec = importlib.util.spec_from_file_location("mt_ensemble_runs", ROOT / "bench" / "mt_ensemble_runs.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+
+
+def test_each_run_contributes_its_averaged_weights_or_else_its_run_directory(ens, tmp_path):
+    averaged, plain = tmp_path / "a", tmp_path / "b"
+    (averaged / "checkpoints").mkdir(parents=True)
+    (averaged / "checkpoints" / "averaged.ckpt").write_bytes(b"")
+    (plain / "checkpoints").mkdir(parents=True)
+    chosen = plain / "checkpoints" / "avg-epochs-3-4.ckpt"
+    chosen.write_bytes(b"")
+    assert ens.member(averaged) == averaged / "checkpoints" / "averaged.ckpt"
+    assert ens.member(plain) == plain
+    assert ens.member(chosen) == chosen  # a checkpoint file as given
+
+
+@pytest.mark.parametrize("case,message", [
+    ("one run", "at least two run directories"),
+    ("missing", "not a run directory or a .ckpt file"),
+    ("not a checkpoint", "not a run directory or a .ckpt file"),
+    ("out exists", "exists; give another path"),
+])
+def test_refusals_before_any_model_is_loaded(ens, tmp_path, capsys, case, message):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    out = tmp_path / "out.json"
+    (tmp_path / "notes.txt").write_text("")
+    argv = {"one run": [str(a)], "missing": [str(a), str(tmp_path / "nope")],
+            "not a checkpoint": [str(a), str(tmp_path / "notes.txt")], "out exists": [str(a), str(b)]}[case]
+    if case == "out exists":
+        out.write_text("{}")
+    with pytest.raises(SystemExit):
+        ens.main([*argv, "--out", str(out)])
+    assert message in capsys.readouterr().err
+    if case == "out exists":
+        assert out.read_text() == "{}"  # the earlier result is left as it was
