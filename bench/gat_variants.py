@@ -88,21 +88,16 @@ def train_loss(model, d, args, S, xs, eis, mask, y, feed=None, epoch: int = 0):
     return loss, z[0]
 
 
-def unit_rows(r):
-    """Each row of ``r`` scaled to L2 norm 1 (a zero row stays 0)."""
-    return r / r.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-
-
 def adversarial_direction(model, x, edge_index, p, d, xi: float):
     """VAT's power iteration (Miyato et al. 2018, "Virtual adversarial training", eq. (12)–(13),
     one iteration as in their experiments): g = ∇ᵣ KL(p ‖ p(·| x + r)) at r = ξ·d̂, each node's
     row of d̂ the unit vector of ``d``'s; returned with unit rows. For small ξ, g ≈ ξ·H d̂ with H the
     Hessian of the KL at r = 0, so the rows approach H's dominant eigenvector. The model's
     parameters get no gradient."""
-    r = (xi * unit_rows(d)).requires_grad_()
+    r = (xi * F.normalize(d, dim=-1)).requires_grad_()
     kl = F.kl_div(model(x + r, edge_index).log_softmax(-1), p, reduction="sum")
     (g,) = torch.autograd.grad(kl, r)
-    return unit_rows(g)
+    return F.normalize(g, dim=-1)
 
 
 def vat_term(model, x, edge_index, eps: float, xi: float):
@@ -140,9 +135,7 @@ def features(x, kind: str):
     if kind.startswith("tfidf"):
         n = words.shape[0]
         words = words * (torch.log((1 + n) / (1 + words.sum(0))) + 1)
-    if kind == "tfidf_l1":
-        return words / words.sum(-1, keepdim=True).clamp_min(1e-12)
-    return words / words.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+    return F.normalize(words, p=1 if kind == "tfidf_l1" else 2, dim=-1)  # a wordless row stays 0
 
 
 class RandomPropagation:

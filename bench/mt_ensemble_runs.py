@@ -5,11 +5,12 @@ report, not a selection: one decoding, given on the command line, nothing chosen
 
     python bench/mt_ensemble_runs.py RUN RUN ... [--beam 5] [--alpha 1.0] [--threads 1] [--out PATH]
 
-Each RUN is a run directory, which contributes its ``checkpoints/averaged.ckpt`` (a run trained
-with ``callbacks.average``, e.g. ``experiment=mt_transformer_3h_ende``: the average of its best
-epochs) or else its best checkpoint, or a ``.ckpt`` file of a run (e.g. the average
-``bench/mt_select.py`` chose, ``checkpoints/avg-epochs-….ckpt``); the runs must share their
-tokenizers (``load_ensemble`` refuses others by name).
+Each RUN is a run directory, which contributes the checkpoint attnflow-translate would load
+(``find_checkpoint``: the one ``metrics.json`` names best — ``checkpoints/averaged.ckpt`` for a
+run trained with ``callbacks.average``, e.g. ``experiment=mt_transformer_3h_ende`` — else
+``last.ckpt``), or a ``.ckpt`` file of a run (e.g. the average ``bench/mt_select.py`` chose,
+``checkpoints/avg-epochs-….ckpt``); the runs must share their tokenizers (``load_ensemble``
+refuses others by name). The members are loaded once for every split.
 Prints val and test BLEU of the ensemble (tokenised lower-cased for a lower-cased run, and
 sacreBLEU) and writes them to a JSON file (default ``ensemble_runs.json`` here; never overwritten).
 Scoring is ``bench/mt_select.py``'s (``bench/mt_multi30k.py``'s ``--evaluate`` path).
@@ -23,16 +24,6 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-
-def member(run: Path) -> Path:
-    """The checkpoint a run contributes: a ``.ckpt`` file as given; for a run directory its
-    averaged weights where it has them, else the directory (``load`` then takes the best
-    checkpoint)."""
-    if run.is_file():
-        return run
-    averaged = run / "checkpoints" / "averaged.ckpt"
-    return averaged if averaged.is_file() else run
 
 
 def main(argv=None) -> int:
@@ -51,16 +42,23 @@ def main(argv=None) -> int:
         ap.error(f"not a run directory or a .ckpt file: {', '.join(missing)}")
     if args.out.exists():
         ap.error(f"--out {args.out} exists; give another path (results are never overwritten)")
+    from attnflow.checkpoints import CheckpointError, find_checkpoint
+
+    try:
+        ckpts = [find_checkpoint(r)[0] for r in args.runs]  # what load_ensemble will read
+    except CheckpointError as err:
+        ap.error(str(err))
     import torch
 
-    from mt_select import _scores
+    from attnflow.translate import load_ensemble
+    from mt_select import decode
 
     torch.set_num_threads(args.threads)
-    ckpts = [member(r) for r in args.runs]
+    model, dm, _ = load_ensemble(ckpts)
+    name = "+".join(c.name for c in ckpts)
     result = {"members": [str(c) for c in ckpts], "beam": args.beam, "alpha": args.alpha}
     for split in args.splits:
-        rows, _ = _scores(ckpts, split, [(args.beam, args.alpha)])
-        result[split] = rows[0]
+        result[split] = decode(model, dm, name, split, [(args.beam, args.alpha)])[0]
     args.out.write_text(json.dumps(result, indent=2))
     print(f"written: {args.out}")
     return 0

@@ -48,11 +48,19 @@ def _averaged(run_dir: Path, epochs: list) -> Path:
 def _scores(ckpts: list, split: str, decodings: list) -> tuple:
     """([{beam, alpha, sacrebleu, tok_lc_bleu, wer, …}] of ``split`` for each (beam, α), whether
     the run is lower-cased); the model (an ensemble for several checkpoints) is loaded once."""
-    from attnflow.translate import load_ensemble, translate
-    from mt_multi30k import scores
+    from attnflow.translate import load_ensemble
 
     model, dm, cfg = load_ensemble(ckpts)
-    name = "+".join(c.name for c in ckpts)
+    rows = decode(model, dm, "+".join(c.name for c in ckpts), split, decodings)
+    return rows, bool(cfg["data"].get("lowercase"))
+
+
+def decode(model, dm, name: str, split: str, decodings: list) -> list:
+    """[{beam, alpha, sacrebleu, tok_lc_bleu, wer, …}] of a loaded ``model`` on ``split`` for each
+    (beam, α), each printed under ``name`` as it is done."""
+    from attnflow.translate import translate
+    from mt_multi30k import scores
+
     src, refs = dm.split_text(split)
     rows = []
     for beam, alpha in decodings:
@@ -62,7 +70,7 @@ def _scores(ckpts: list, split: str, decodings: list) -> tuple:
                      "seconds": round(time.time() - start, 1)})
         print(f"  {name} {split} beam {beam} α {alpha}: tok-lc {rows[-1]['tok_lc_bleu']:.2f} "
               f"sacreBLEU {rows[-1]['sacrebleu']:.2f}", flush=True)
-    return rows, bool(cfg["data"].get("lowercase"))
+    return rows
 
 
 def main(argv=None) -> int:

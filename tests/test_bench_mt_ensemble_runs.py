@@ -4,6 +4,7 @@ and the command lines it refuses (one run, a missing run directory, an existing 
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -24,16 +25,29 @@ def ens():
         sys.path.remove(str(ROOT / "bench"))
 
 
-def test_each_run_contributes_its_averaged_weights_or_else_its_run_directory(ens, tmp_path):
+def test_each_run_contributes_its_averaged_weights_or_else_its_last_checkpoint(ens, tmp_path, monkeypatch):
+    # what attnflow-translate loads (find_checkpoint): the metrics.json's best (averaged.ckpt for a
+    # run trained with callbacks.average), else last.ckpt; a .ckpt file as given
     averaged, plain = tmp_path / "a", tmp_path / "b"
     (averaged / "checkpoints").mkdir(parents=True)
+    (averaged / "checkpoints" / "last.ckpt").write_bytes(b"")
     (averaged / "checkpoints" / "averaged.ckpt").write_bytes(b"")
+    (averaged / "metrics.json").write_text(json.dumps({"best_checkpoint": str(averaged / "checkpoints" / "averaged.ckpt")}))
     (plain / "checkpoints").mkdir(parents=True)
+    (plain / "checkpoints" / "last.ckpt").write_bytes(b"")
     chosen = plain / "checkpoints" / "avg-epochs-3-4.ckpt"
     chosen.write_bytes(b"")
-    assert ens.member(averaged) == averaged / "checkpoints" / "averaged.ckpt"
-    assert ens.member(plain) == plain
-    assert ens.member(chosen) == chosen  # a checkpoint file as given
+    seen = {}
+
+    def fake_load(ckpts):  # stop before reading the (empty) files
+        seen["members"] = list(ckpts)
+        raise SystemExit(0)
+
+    import attnflow.translate
+    monkeypatch.setattr(attnflow.translate, "load_ensemble", fake_load)
+    with pytest.raises(SystemExit):
+        ens.main([str(averaged), str(plain), str(chosen), "--out", str(tmp_path / "o.json")])
+    assert seen["members"] == [averaged / "checkpoints" / "averaged.ckpt", plain / "checkpoints" / "last.ckpt", chosen]
 
 
 @pytest.mark.parametrize("case,message", [
