@@ -6,8 +6,11 @@
 # 1. Every model family trains a few steps with trainer=gpu (bf16-mixed) and is tested: the
 #    default (RNNsearch on reversal), the reversal Transformer with relative positions, Luong on
 #    Multi30k, the Multi30k Transformer, GAT with P-reg on Cora, HAN on IMDB, BERT pretraining on
-#    IMDB, Show-Attend-Tell on the shapes set, logging to TensorBoard (so the dashboards are drawn
-#    at every validation, from the GPU's tensors). A family passes when its run writes metrics.json.
+#    IMDB, Show-Attend-Tell on the shapes set; also the en→de preset's own path for three short
+#    epochs (warmup-stable-decay, word dropout, the best 3 averaged and tested with beam 5),
+#    callbacks.ema beside bf16-mixed, and float32 with TF32 (float32_matmul_precision=high);
+#    logging to TensorBoard (so the dashboards are drawn at every validation, from the GPU's
+#    tensors). A family passes when its run writes metrics.json.
 # 2. bench/attention_ops.py --device cuda, in float32 and under bf16 autocast: attnflow's multi-head
 #    attention against torch.nn.MultiheadAttention (numbers checked, then timed), and the names of
 #    the attention kernels each launches.
@@ -22,6 +25,9 @@
 # "quick" shrinks everything to a few steps (a dry run of the script on a CPU, trainer=cpu).
 # The project need not be installed there: the checkout goes first on PYTHONPATH (hydra-core,
 # omegaconf, antlr4-python3-runtime and jiwer are what a GPU image with PyTorch usually lacks).
+# Time: on an H100 machine every process spends ≈ 15 s starting (imports), so the families and the
+# tools take ≈ 8 minutes without ENDE (docs/benchmarks.md, "On a GPU"); DEADLINE counts from this
+# script's start, so give one that ends inside the device call together with anything run before it.
 # OUTDIR receives few files (a device machine sends back eight at most): summary.txt, metrics.txt
 # (every run's metrics.json) and logs.tar.gz (every log, metrics.json and metrics.csv, the two
 # attention JSON files). DEADLINE=<seconds> packs what is there at that time, should the call be
@@ -85,6 +91,11 @@ train smoke_reverse_transformer experiment=reverse_transformer positional=relati
 train smoke_tf32 experiment=reverse_transformer $TR trainer.precision=32-true float32_matmul_precision=high trainer.max_steps=$SMOKE trainer.max_epochs=1
 train smoke_luong experiment=mt_luong $TR trainer.max_steps=$SMOKE trainer.max_epochs=1 data.max_pairs=2000 trainer.limit_val_batches=4 trainer.limit_test_batches=4
 train smoke_mt_transformer experiment=mt_transformer $TR trainer.max_steps=$SMOKE trainer.max_epochs=1 data.max_pairs=2000 trainer.limit_val_batches=4 trainer.limit_test_batches=4
+# the en→de preset's own path on the GPU: warmup-stable-decay, word dropout, label smoothing 0.2,
+# the best 3 of three validated epochs averaged (checkpoints/averaged.ckpt) and tested with beam 5
+train smoke_mt_avg experiment=mt_transformer_3h_ende $TR trainer.max_time=null trainer.max_epochs=3 trainer.limit_train_batches=$SMOKE data.max_pairs=2000 trainer.limit_val_batches=4 trainer.limit_test_batches=4
+# an exponential moving average of the weights, kept on the GPU beside the bf16-mixed training
+train smoke_ema experiment=reverse_transformer $TR "callbacks.ema={decay: 0.99}" trainer.max_steps=$SMOKE trainer.max_epochs=1
 train smoke_gat experiment=gat_cora_preg $TR trainer.max_epochs=$GAT
 train smoke_han experiment=han_imdb $TR trainer.max_steps=$SMOKE trainer.max_epochs=1 trainer.limit_val_batches=4
 train smoke_bert experiment=bert_pretrain_imdb $TR trainer.max_steps=$SMOKE trainer.max_epochs=1 trainer.limit_val_batches=4
@@ -98,6 +109,7 @@ cli() {  # cli NAME module args…
 }
 cli cli_translate translate "$RUNS/smoke_mt_transformer" --device $DEV --beam 4 "A man rides a bike." "Two dogs play in the snow."
 cli cli_translate_ensemble translate "$RUNS/smoke_mt_transformer" --ensemble "$RUNS/smoke_mt_transformer/checkpoints/last.ckpt" --device $DEV --beam 4 "A man rides a bike."
+cli cli_translate_avg translate "$RUNS/smoke_mt_avg" --ensemble "$RUNS/smoke_mt_avg/checkpoints/last.ckpt" --device $DEV "A man rides a bike."
 cli cli_translate_luong translate "$RUNS/smoke_luong" --device $DEV --attention "$WORK/luong.png" "A man rides a bike."
 cli cli_eval evaluate "$RUNS/smoke_luong" --device $DEV split=test -o "$LOGS/cli_eval.json"
 cli cli_predict_han predict "$RUNS/smoke_han" --device $DEV --explain "$WORK/han.html" "A fine film. I loved every minute of it."

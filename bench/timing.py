@@ -16,10 +16,12 @@ import torch
 
 
 def time_variants(steps: Dict[str, Callable], repeats: int, number: int, warmup: int,
-                  tokens: Union[int, Dict[str, int]]):
+                  tokens: Union[int, Dict[str, int]], sync: Callable[[], None] = lambda: None):
     """tokens/s samples per variant: ``warmup`` untimed steps each, then ``repeats`` samples of
     ``number`` steps, the variants alternating, their order reversed every other repetition.
-    ``tokens``: the tokens of one step, the same for every variant or one count per variant."""
+    ``tokens``: the tokens of one step, the same for every variant or one count per variant.
+    ``sync`` waits for queued device work (``torch.cuda.synchronize`` on a GPU): called before a
+    sample starts and before it ends, so a sample times its own kernels, not the last one's."""
     per_step = tokens if isinstance(tokens, dict) else dict.fromkeys(steps, tokens)
     for s in steps.values():
         for _ in range(warmup):
@@ -28,9 +30,11 @@ def time_variants(steps: Dict[str, Callable], repeats: int, number: int, warmup:
     order = list(steps)
     for r in range(repeats):
         for k in (order if r % 2 == 0 else order[::-1]):
+            sync()
             t0 = time.perf_counter()
             for _ in range(number):
                 steps[k]()
+            sync()
             samples[k].append(per_step[k] * number / (time.perf_counter() - t0))
     return samples
 

@@ -26,7 +26,7 @@ products' sizes), which decides ``data.batch_size`` for a time box (docs/benchma
 Usage::
 
     python bench/translation_step.py [--repeats 9] [--number 2] [--threads 1] [--bf16] [--out PATH]
-        [--batch B] [--batch-sizes B …]
+        [--batch B] [--batch-sizes B …] [--device cuda]
 """
 
 from __future__ import annotations
@@ -44,15 +44,16 @@ from timing import time_variants, write_result
 from transformer_throughput import PAD, build_attnflow, make_batch, step_args
 
 
-def build_task(rdrop_alpha: float = 0.0):
+def build_task(rdrop_alpha: float = 0.0, device: str = "cpu"):
     torch.manual_seed(0)
     return TASKS.build({"name": "translation", "label_smoothing": 0.1, "rdrop_alpha": rdrop_alpha},
                        build_attnflow(), pad_id=PAD, bos_id=1, eos_id=2, max_decode_len=8,
-                       path="task").train()
+                       path="task").train().to(device)
 
 
 def step_fn(task, batch, kind: str, bf16: bool):
-    src, src_len, tgt_in, tgt_out = batch
+    device = next(task.parameters()).device
+    src, src_len, tgt_in, tgt_out = (t.to(device) for t in batch)
     b = {"src": src, "src_lengths": src_len, "tgt_in": tgt_in, "tgt_out": tgt_out}
     task.log = lambda *a, **k: None  # no trainer here
     opt = torch.optim.Adam(task.parameters(), lr=1e-4)
@@ -72,12 +73,17 @@ def step_fn(task, batch, kind: str, bf16: bool):
         return value
 
     def step():
-        with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
+        with torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
             value = loss()
         opt.zero_grad(set_to_none=True)
         value.backward()
         opt.step()
     return step
+
+
+def sync(device: str):
+    """What ends a timed sample on ``device``: waiting for its queued kernels on a GPU."""
+    return torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
 
 
 def batch_sizes(args) -> None:
@@ -87,12 +93,12 @@ def batch_sizes(args) -> None:
     sizes = sorted(set(args.batch_sizes) | {args.batch})
     batches = {f"B={b}": make_batch(b, args.src_len, args.tgt_len) for b in sizes}
     tokens = {k: int((v[3] != PAD).sum()) for k, v in batches.items()}
-    steps = {k: step_fn(build_task(), v, "task", args.bf16) for k, v in batches.items()}
+    steps = {k: step_fn(build_task(device=args.device), v, "task", args.bf16) for k, v in batches.items()}
     load0 = os.getloadavg()[0]
-    samples = time_variants(steps, args.repeats, args.number, 2, tokens)
+    samples = time_variants(steps, args.repeats, args.number, 2, tokens, sync(args.device))
     med = {k: statistics.median(v) for k, v in samples.items()}
     ratios = {k: v / med[f"B={args.batch}"] for k, v in med.items()}
-    print(f"the task's step by batch size: S={args.src_len} T={args.tgt_len} bf16={args.bf16} "
+    print(f"the task's step by batch size: S={args.src_len} T={args.tgt_len} bf16={args.bf16} device={args.device} "
           f"threads={torch.get_num_threads()}")
     print(f"{'batch':<8}{'tokens/step':>12}{'tok/s median':>15}{'min':>10}{'max':>10}{f'/ B={args.batch}':>10}")
     for k in steps:
@@ -105,6 +111,7 @@ def batch_sizes(args) -> None:
 def main():
     ap = step_args("translation_step", 2)
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast (trainer.precision=bf16-mixed)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (samples end with torch.cuda.synchronize())")
     ap.add_argument("--batch-sizes", type=int, nargs="+", metavar="B",
                     help="time the task's step at these batch sizes (and --batch's) instead of the variants")
     args = ap.parse_args()
@@ -118,18 +125,18 @@ def main():
         return batch_sizes(args)
     batch = make_batch(args.batch, args.src_len, args.tgt_len)
     tokens = int((batch[3] != PAD).sum())
-    steps = {"task": step_fn(build_task(), batch, "task", args.bf16),
-             "peer": step_fn(build_task(), batch, "peer", args.bf16),
-             "rows": step_fn(build_task(), batch, "rows", args.bf16),
-             "rdrop": step_fn(build_task(5.0), batch, "rdrop", args.bf16)}
+    steps = {"task": step_fn(build_task(device=args.device), batch, "task", args.bf16),
+             "peer": step_fn(build_task(device=args.device), batch, "peer", args.bf16),
+             "rows": step_fn(build_task(device=args.device), batch, "rows", args.bf16),
+             "rdrop": step_fn(build_task(5.0, args.device), batch, "rdrop", args.bf16)}
     load0 = os.getloadavg()[0]
-    samples = time_variants(steps, args.repeats, args.number, 2, tokens)
+    samples = time_variants(steps, args.repeats, args.number, 2, tokens, sync(args.device))
     med = {k: statistics.median(v) for k, v in samples.items()}
     ratios = {"task/peer": med["task"] / med["peer"], "task/rows": med["task"] / med["rows"],
               "rdrop/task": med["rdrop"] / med["task"]}
     padding = 1 - tokens / batch[3].numel()
     print(f"B={args.batch} S={args.src_len} T={args.tgt_len} target tokens/step={tokens} "
-          f"(padding {padding:.0%}) bf16={args.bf16} threads={torch.get_num_threads()}")
+          f"(padding {padding:.0%}) bf16={args.bf16} device={args.device} threads={torch.get_num_threads()}")
     print(f"{'variant':<8}{'tok/s median':>15}{'min':>10}{'max':>10}")
     for k in steps:
         print(f"{k:<8}{med[k]:>15.0f}{min(samples[k]):>10.0f}{max(samples[k]):>10.0f}")
