@@ -43,6 +43,55 @@ def test_optimizers_by_name_and_bad_names():
         optim.lr_factor("step", 10)
 
 
+def _hand_steps(name, w, grads, lr=0.01, wd=0.1, b1=0.9, b2=0.999, eps=1e-8):
+    """The updates by their papers, in float64: Adam (Kingma & Ba 2015, Algorithm 1) with the L2
+    term in the gradient, AdamW (Loshchilov & Hutter 2019, Algorithm 2: θ ← θ − lr·λθ − lr·m̂/(√v̂
+    + ε)), SGD with momentum 0.9 (PyTorch's form: b ← 0.9b + g, θ ← θ − lr·b)."""
+    m = v = b = torch.zeros_like(w)
+    for t, g in enumerate(grads, 1):
+        if name == "sgd":
+            g = g + wd * w
+            b = g if t == 1 else 0.9 * b + g
+            w = w - lr * b
+            continue
+        if name == "adam":
+            g = g + wd * w
+        else:
+            w = w - lr * wd * w
+        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+        w = w - lr * (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + eps)
+    return w
+
+
+@pytest.mark.parametrize("name", ["adam", "adamw", "sgd"])
+def test_the_fused_optimizers_take_their_papers_steps(name):
+    torch.manual_seed(0)
+    w0 = torch.randn(4, 3, dtype=torch.float64)
+    grads = [torch.randn(4, 3, dtype=torch.float64) for _ in range(5)]
+    p = torch.nn.Parameter(w0.clone())
+    opt = optim.make_optimizer([p], name, 0.01, 0.1)
+    assert opt.defaults["fused"] is True  # one kernel over all parameters, not a loop over them
+    for g in grads:
+        p.grad = g.clone()
+        opt.step()
+    torch.testing.assert_close(p.detach(), _hand_steps(name, w0, grads), rtol=1e-12, atol=1e-12)
+
+
+def test_fused_only_where_the_run_can_clip_its_gradients():
+    from pytorch_lightning.plugins.precision import DeepSpeedPrecision, HalfPrecision, MixedPrecision, Precision
+
+    def fits(plugin, clip):
+        return optim.fused_fits(SimpleNamespace(gradient_clip_val=clip, precision_plugin=plugin))
+
+    fp16 = MixedPrecision("16-mixed", "cpu")  # a GradScaler: it unscales inside a fused step
+    assert fp16.scaler is not None and not fits(fp16, 1.0)
+    assert fits(fp16, None) and fits(fp16, 0.0)  # nothing to clip: fused with the scaler is fine
+    assert fits(MixedPrecision("bf16-mixed", "cpu"), 1.0)  # no scaler: the task clips
+    assert fits(Precision(), 1.0) and fits(HalfPrecision("bf16-true"), 1.0)
+    assert not fits(DeepSpeedPrecision("32-true"), 1.0)  # its own clipping
+    assert optim.fused_fits(None)
+
+
 def test_linear_warms_up_then_decays_to_zero_as_devlin_et_al():
     w, total = 10, 110
     f = optim.lr_factor("linear", total, w)

@@ -7,7 +7,8 @@ What is checked, by a callback that watches the real optimiser:
 - bf16: the model's layers compute in bfloat16 during training (autocast took effect);
 - accumulation: the optimiser steps once per 2 training batches (after batches 1, 3, 5, …);
 - clipping: the gradient norm the optimiser steps with is ≤ C, and it was > C before clipping
-  (so clipping did something);
+  (so clipping did something) — with the fused optimiser, which Lightning will not clip for under
+  mixed precision, so the task does (``Task.configure_gradient_clipping``);
 - learning: the validation loss (the whole validation set, before training in the sanity check,
   and after the epoch) is finite and lower after the epoch.
 """
@@ -55,6 +56,7 @@ class Watch(pl.Callback):
             self.steps_after.append(self.batch)
             self.post_clip.append(_grad_norm(pl_module))
 
+        self.fused = trainer.optimizers[0].defaults.get("fused")
         self._hooks.append(trainer.optimizers[0].register_step_post_hook(stepped))
         for m in pl_module.modules():
             if isinstance(m, torch.nn.Linear):
@@ -82,6 +84,7 @@ def _run(overrides, tmp_path, monkeypatch, batches_per_epoch):
     summary = run.train(compose_cfg([*COMMON, *overrides]), tmp_path / "run")
 
     assert torch.bfloat16 in watch.dtypes, watch.dtypes
+    assert watch.fused is True  # the fused optimiser, clipped by the task under bf16-mixed
     odd = [i for i in range(batches_per_epoch) if i % 2 == 1 or i == batches_per_epoch - 1]
     assert watch.steps_after == odd, watch.steps_after  # an epoch's last batch always steps
     assert summary["global_step"] == len(odd)

@@ -7,7 +7,8 @@ A task is a LightningModule around a model. This base owns
   (``task.optim.lr=0.01``); a subclass gives its own default by declaring ``optim`` again with
   another default, and passes the rest of its parent's fields up with ``**kwargs`` (the registry
   collects keyword-only fields along the MRO);
-- ``configure_optimizers`` (:func:`attnflow.tasks.optim.configure`);
+- ``configure_optimizers`` (:func:`attnflow.tasks.optim.configure`: a fused optimiser where the
+  run allows one) and ``configure_gradient_clipping`` (clipping under bf16-mixed with it);
 - the step dispatch: ``training_step``, ``validation_step`` and ``test_step`` call
   ``step(batch, split)``, which a subclass implements (it returns the training loss);
 - what the runner needs before any data is built: ``interface`` (what data and models it works
@@ -26,6 +27,8 @@ from typing import Any, Dict, Iterator, Mapping, Optional
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.plugins.precision import MixedPrecision, Precision
+from pytorch_lightning.utilities.enums import GradClipAlgorithmType
 from torch import nn
 
 from attnflow.tasks.optim import OptimConfig, configure
@@ -79,6 +82,20 @@ class Task(pl.LightningModule):
     # -- optimisation and checkpoints ---------------------------------------------------------------
     def configure_optimizers(self):
         return configure(self, self.optim)
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None,
+                                    gradient_clip_algorithm=None) -> None:
+        """Lightning's clipping (``trainer.gradient_clip_val``), except under bf16-mixed: there
+        Lightning's mixed-precision plugin refuses to clip for a fused optimiser (:func:`~attnflow.
+        tasks.optim.make_optimizer`'s), a rule made for float16's GradScaler, which unscales inside
+        the fused step; bf16-mixed has no scaler, so the gradients are clipped here exactly as
+        Lightning's base precision plugin clips them (by norm, or by value)."""
+        plugin = self.trainer.precision_plugin
+        if gradient_clip_val and isinstance(plugin, MixedPrecision) and plugin.scaler is None:
+            Precision.clip_gradients(plugin, optimizer, gradient_clip_val,
+                                     GradClipAlgorithmType(gradient_clip_algorithm or "norm"))
+            return
+        super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["attnflow_config"] = self.run_config
