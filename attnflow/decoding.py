@@ -38,7 +38,7 @@ def greedy_from_memory(decoder, memory: torch.Tensor, memory_mask: torch.Tensor,
     tokens, weights = [], []
     for _ in range(max_len):
         logits, state, w = decoder.step(y, state, need_weights)
-        y = logits.argmax(-1).masked_fill(done, eos_id)
+        y = logits.max(-1).indices.masked_fill(done, eos_id)  # argmax's rule, faster on the CPU
         tokens.append(y)
         weights.append(w)
         done |= y == eos_id

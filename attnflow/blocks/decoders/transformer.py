@@ -14,7 +14,8 @@ attention):
 Pre-LN (``norm: pre``): x + Dropout(Sublayer(LN(x))) and a final LN. The positional encoding is
 added here, to the scaled target embeddings. Every sublayer's attention is the ``attention`` block;
 with ``positional: relative`` (or ``attention: relative_multihead``) the self-attention carries
-relative positions (Shaw et al. 2018) and the encoder–decoder attention stays plain.
+relative positions (Shaw et al. 2018) and the encoder–decoder attention stays plain. Dropout on the
+embeddings and residuals is :mod:`attnflow.blocks.dropout`'s (a cheaper mask on the CPU).
 
 Decoder protocol (:mod:`attnflow.blocks.decoders.base`): ``forward`` is teacher forcing over the
 whole prefix at once (causal mask; SDPA's causal kernel with scaled_dot); ``start``/``step``
@@ -31,6 +32,7 @@ import torch
 from torch import nn
 
 from attnflow.blocks.decoders.base import Decoder
+from attnflow.blocks.dropout import Dropout
 from attnflow.blocks.encoders.transformer import FeedForward, build_attention
 from attnflow.registry import DECODERS, POSITIONALS, BlockSpec, PositiveInt, Probability
 
@@ -56,7 +58,7 @@ class TransformerDecoderLayer(nn.Module):
         self.cross_attn = build_attention(attention, dim, memory_dim, False)
         self.ffn = FeedForward(dim, ffn_dim, activation_dropout)
         self.norm1, self.norm2, self.norm3 = nn.LayerNorm(dim), nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def _sublayer(self, x: torch.Tensor, norm: nn.LayerNorm, fn):
         """x + Dropout(fn(LN x)) (pre-LN) or LN(x + Dropout(fn(x))) (post-LN); fn -> (out, extra)."""
@@ -138,7 +140,7 @@ class TransformerDecoder(Decoder):
         if scale_embeddings:
             nn.init.normal_(self.embedding.weight, 0.0, d_model ** -0.5)
         self.positional = POSITIONALS.build(positional, d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.layers = nn.ModuleList(
             TransformerDecoderLayer(d_model, memory_dim, ffn_dim, attention, self.positional,
                                     dropout, activation_dropout, norm)

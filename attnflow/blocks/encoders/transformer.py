@@ -19,7 +19,9 @@ works too; the model scales the embeddings by √d before.
 
 Attention is built from the registry: ``attention`` (multihead, relative_multihead, single or any
 registered block) with its scorer, normaliser and aggregator; scaled_dot takes the fused SDPA
-path. Padding keys are masked; outputs at padding rows are zero (encoder protocol).
+path. Padding keys are masked; outputs at padding rows are zero (encoder protocol). Dropout on the
+embeddings, residuals and FFN is :mod:`attnflow.blocks.dropout`'s (torch's distribution, a
+cheaper mask on the CPU).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnflow.blocks.attention.functional import padding_mask
+from attnflow.blocks.dropout import Dropout
 from attnflow.registry import (ATTENTIONS, ENCODERS, POSITIONALS, BlockSpec, ConfigError,
                                PositiveInt, Probability)
 
@@ -58,7 +61,7 @@ class FeedForward(nn.Module):
                               f"{', '.join(ACTIVATIONS)}, got {activation!r}")
         self.linear1 = nn.Linear(dim, hidden)
         self.linear2 = nn.Linear(hidden, dim)
-        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.dropout = Dropout(dropout) if dropout > 0 else nn.Identity()
         self.activation = ACTIVATIONS[activation]
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
@@ -80,7 +83,7 @@ class TransformerEncoderLayer(nn.Module):
         self.self_attn = build_attention(attention, dim, dim, True, positional)
         self.ffn = FeedForward(dim, ffn_dim, activation_dropout, activation)
         self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None,
                 need_weights: bool = False):
@@ -132,7 +135,7 @@ class TransformerEncoder(nn.Module):
         self.output_dim = d
         self.input_proj = nn.Linear(input_dim, d) if input_dim != d else nn.Identity()
         self.positional = POSITIONALS.build(positional, d)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.layers = nn.ModuleList(
             TransformerEncoderLayer(d, ffn_dim, attention, self.positional, dropout,
                                     activation_dropout, norm, activation)
