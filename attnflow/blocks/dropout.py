@@ -10,7 +10,7 @@ thread (torch 2.13): with dropout 0.3 the 23 dropouts of the d=256 3+3-layer Tra
 embeddings and residuals were about a fifth of its training step. Here r_i = [u_i ≥ p] with u_i
 drawn uniformly from [0, 1) in float32 by ``torch.rand`` (≈ 2.6 ns an element) — P(r_i = 1) = 1 − p,
 the same distribution — and the backward multiplies by the same saved mask (one byte an element):
-forward and backward together take 0.6–0.7 of torch's time (docs/benchmarks.md, "A faster CPU
+forward and backward together take 0.65–0.8 of torch's time (docs/benchmarks.md, "A faster CPU
 step"). The random stream differs from torch's, so one seed gives other masks than ``nn.Dropout``.
 On other devices (and for p = 1) torch's own kernel runs: on a GPU it is one fused pass.
 """

@@ -87,7 +87,7 @@ def make_optimizer(params: Iterable[torch.nn.Parameter], name: str, lr: float,
     ``fused``: PyTorch's fused implementation (one kernel over every parameter, on the CPU as on a
     GPU): the same update to float rounding, without a Python loop over the parameters and their
     few small operations each — for the 7.6M-parameter CPU Transformer, Adam's step takes 8 ms on
-    one thread instead of 28 (docs/benchmarks.md, "Fused optimisers")."""
+    one thread instead of 28 (docs/benchmarks.md, "A faster CPU step")."""
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr, weight_decay=weight_decay, momentum=0.9, fused=fused)
     if name == "adamw":
@@ -107,8 +107,8 @@ def fused_fits(trainer) -> bool:
 
     Not when gradients are clipped and the precision plugin must unscale them first: a float16
     GradScaler (``trainer.precision=16-mixed``) unscales inside a fused step, after clipping would
-    have to happen, so Lightning refuses the pair; so do the plugins with their own clipping
-    (FSDP, DeepSpeed). bf16-mixed has no scaler, and :meth:`attnflow.tasks.base.Task.
+    have to happen, so Lightning refuses the pair; nor with a plugin that clips its own way
+    (DeepSpeed's). bf16-mixed has no scaler, and :meth:`attnflow.tasks.base.Task.
     configure_gradient_clipping` clips there itself; 32-true, bf16-true and 64-true clip as usual."""
     if trainer is None or not getattr(trainer, "gradient_clip_val", None):
         return True

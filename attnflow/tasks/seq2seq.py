@@ -203,7 +203,7 @@ class Seq2SeqTask(Task):
         else:
             loss = F.cross_entropy(logits, target, label_smoothing=self.label_smoothing)
             # max's indices, not argmax: the same first-maximum rule, and on the CPU (torch 2.13)
-            # 4.5× faster over a (tokens, vocabulary) bf16 matrix — 29 ms of a 430-ms step
+            # over a (tokens, vocabulary) bf16 matrix 9 ms instead of 29, of a 430-ms step
             hits = logits.max(-1).indices == target
         self._token_acc[f"{split}_"].update(hits.float())
         # val/test: the token-weighted mean over every rank's batches (sync_dist), not rank 0's
