@@ -82,6 +82,7 @@ class TextProgressBar(ProgressBar):
         self.every_n_steps = every_n_steps
         self._enabled = True
         self._started: Dict[str, float] = {}
+        self._skipped: Dict[str, int] = {}  # batches of the loop done before its clock started
 
     # -- ProgressBar interface -----------------------------------------------------------------------
     def disable(self) -> None:
@@ -107,12 +108,14 @@ class TextProgressBar(ProgressBar):
         if done % self._every(trainer) or (isinstance(total, (int, float)) and done >= total):
             return None  # the last batch of a loop is covered by the epoch (or final) line
         elapsed = max(time.monotonic() - self._started.get(loop, time.monotonic()), 1e-9)
-        rate = done / elapsed
+        timed = done - self._skipped.get(loop, 0)
+        rate = timed / elapsed
         where = f"step {done}"
         if isinstance(total, int) and total > 0:
             where += f"/{total} ({100 * done // total}%)"
-            where += f" {rate:.1f} it/s eta {_duration((total - done) / rate)}"
-        else:
+            if timed > 0:
+                where += f" {rate:.1f} it/s eta {_duration((total - done) / rate)}"
+        elif timed > 0:
             where += f" {rate:.1f} it/s"
         return where
 
@@ -124,8 +127,12 @@ class TextProgressBar(ProgressBar):
     # -- training ------------------------------------------------------------------------------------
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._started["train"] = self._started["epoch"] = time.monotonic()
+        self._skipped["train"] = 0
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if "train" not in self._started:  # resumed mid-epoch: Lightning starts no epoch; time
+            self._started["train"] = self._started["epoch"] = time.monotonic()  # from this batch
+            self._skipped["train"] = batch_idx + 1
         line = self._step_line(trainer, "train", batch_idx + 1, self.total_train_batches)
         if line:
             # the bar's metrics of this step (validation values shown would be last epoch's)
@@ -136,6 +143,8 @@ class TextProgressBar(ProgressBar):
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         took = _duration(time.monotonic() - self._started.get("epoch", time.monotonic()))
+        if self._skipped.get("train"):
+            took += f" (resumed after step {self._skipped['train']})"
         self.print(f"{self._epoch(trainer)} done in {took}: {self._metrics(trainer)}".rstrip(": "))
 
     # -- evaluation loops (validation during fit, validate, test) -------------------------------------

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import pytorch_lightning as pl
@@ -78,6 +79,34 @@ def test_text_progress_lines_follow_the_steps_and_epochs(capsys, tmp_path):
     assert [l.split(" done")[0] for l in done] == [f"epoch {e}/{epochs}" for e in range(1, epochs + 1)]
     assert all(re.search(r"train/loss=\S+ val/loss=\S+$", l) for l in done), done
     assert [l.split()[2] for l in lines if l.startswith("test step")] == [f"{k}/{test}" for k in _due(test, every)]
+
+
+def test_a_run_resumed_mid_epoch_times_only_the_batches_it_trains(capsys, monkeypatch):
+    """Lightning starts no epoch when a run resumes mid-epoch (no on_train_epoch_start): the rate,
+    eta and epoch time count from the first batch trained, not from nothing (was 4e11 it/s)."""
+    import attnflow.console as console
+
+    now = [1000.0]
+    monkeypatch.setattr(console.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(TextProgressBar, "total_train_batches", property(lambda self: 454))
+    bar = TextProgressBar(every_n_steps=50)
+    monkeypatch.setattr(bar, "get_metrics", lambda trainer, module: {})
+    trainer = SimpleNamespace(log_every_n_steps=50, max_epochs=40, current_epoch=8, callback_metrics={})
+    for batch_idx in range(375, 454):  # resumed after 375 batches of epoch 9; 0.4 s a batch
+        now[0] += 0.4
+        bar.on_train_batch_end(trainer, None, None, None, batch_idx)
+    bar.on_train_epoch_end(trainer, None)
+    trainer.current_epoch = 9  # the next epoch starts as usual
+    bar.on_train_epoch_start(trainer, None)
+    for batch_idx in range(50):
+        now[0] += 0.5
+        bar.on_train_batch_end(trainer, None, None, None, batch_idx)
+    # 24 batches timed in 9.6 s by step 400: 2.5 it/s, 54 to go: 22 s; the epoch's 78 in 31.2 s
+    assert capsys.readouterr().out.splitlines() == [
+        "epoch 9/40 step 400/454 (88%) 2.5 it/s eta 0:22",
+        "epoch 9/40 step 450/454 (99%) 2.5 it/s eta 0:02",
+        "epoch 9/40 done in 0:31 (resumed after step 376)",
+        "epoch 10/40 step 50/454 (11%) 2.0 it/s eta 3:22"]
 
 
 def test_auto_is_rich_on_a_terminal_and_text_elsewhere(monkeypatch):
