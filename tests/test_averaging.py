@@ -225,16 +225,17 @@ def test_mt_transformer_2h_drops_out_0_3_lower_cases_and_averages_the_best_by_lo
 
 
 def test_mt_transformer_3h_is_the_2h_recipe_in_a_3_hour_box_with_the_val_chosen_average():
-    """The 3-hour preset differs from the 2-hour one only in the time box, the number of epochs
-    averaged (best 3) and the length penalty (1.2): what validation chose."""
+    """The 3-hour preset differs from the 2-hour one only in the time box (which ends it: no cap of
+    40 epochs), the number of epochs averaged (best 3) and the length penalty (1.2): what
+    validation chose."""
     two = resolve_config(compose_cfg(["experiment=mt_transformer_2h"]))
     three = resolve_config(compose_cfg(["experiment=mt_transformer_3h"]))
-    assert (three["trainer"]["max_time"], three["task"]["length_penalty"],
-            three["callbacks"]["average"]) == ("00:03:00:00", 1.2, {"best": 3})
-    assert two["callbacks"]["average"] == {"best": 5}
+    assert (three["trainer"]["max_time"], three["trainer"]["max_epochs"], three["task"]["length_penalty"],
+            three["callbacks"]["average"]) == ("00:03:00:00", 1000, 1.2, {"best": 3})
+    assert two["callbacks"]["average"] == {"best": 5} and two["trainer"]["max_epochs"] == 40
 
     def rest(cfg):
-        return ({k: v for k, v in cfg["trainer"].items() if k != "max_time"},
+        return ({k: v for k, v in cfg["trainer"].items() if k not in ("max_time", "max_epochs")},
                 {k: v for k, v in cfg["task"].items() if k != "length_penalty"},
                 {k: v for k, v in cfg["callbacks"].items() if k != "average"}, cfg["model"], cfg["data"])
     assert rest(three) == rest(two)
