@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 from pathlib import Path
 
 import torch
@@ -29,22 +28,15 @@ import torch.nn.functional as F
 
 from attnflow.blocks.dropout import dropout
 from attnflow.tasks.optim import make_optimizer
-from timing import write_result
+from timing import time_variants, write_result
 from transformer_throughput import build_attnflow
 
 
 def _pair_times(a, b, repeats: int, number: int):
-    """Milliseconds per call of ``a`` and ``b``, alternating, 2 warm-up calls each."""
-    for f in (a, b, a, b):
-        f()
-    out = {"torch": [], "attnflow": []}
-    for r in range(repeats):
-        for name, f in ((("torch", a), ("attnflow", b)) if r % 2 == 0 else (("attnflow", b), ("torch", a))):
-            t0 = time.perf_counter()
-            for _ in range(number):
-                f()
-            out[name].append((time.perf_counter() - t0) / number * 1000)
-    return out
+    """Milliseconds per call of ``a`` and ``b``: :func:`timing.time_variants`' alternating samples
+    (2 warm-up calls each) of calls per second, inverted."""
+    rates = time_variants({"torch": a, "attnflow": b}, repeats, number, 2, 1)
+    return {k: [1000.0 / r for r in v] for k, v in rates.items()}
 
 
 def cases():
