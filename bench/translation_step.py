@@ -2,9 +2,9 @@
 
 The same model as bench/transformer_throughput.py (d=256, 8 heads, FFN 1024, 3+3 layers, dropout
 0.1, tied embeddings, 8,000 ids) and the same batch of random tokens (B=64, source and target
-lengths in [12, 24], padding masked), label smoothing 0.1, Adam; one step = forward + loss +
-backward + optimizer step, under bf16 autocast with ``--bf16``. Variants, timed alternately
-(order reversed every other repetition), medians of target tokens/s:
+lengths in [12, 24], padding masked), label smoothing 0.1, fused Adam (as training builds it);
+one step = forward + loss + backward + optimizer step, under bf16 autocast with ``--bf16``.
+Variants, timed alternately (order reversed every other repetition), medians of target tokens/s:
 
 - ``task``: ``TranslationTask._loss`` (the model's output layer and the cross-entropy at the real
   target tokens only: ``positions``);
@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from attnflow.registry import TASKS
+from attnflow.tasks.optim import make_optimizer
 from timing import time_variants, write_result
 from transformer_throughput import PAD, build_attnflow, make_batch, step_args
 
@@ -56,7 +57,7 @@ def step_fn(task, batch, kind: str, bf16: bool):
     src, src_len, tgt_in, tgt_out = (t.to(device) for t in batch)
     b = {"src": src, "src_lengths": src_len, "tgt_in": tgt_in, "tgt_out": tgt_out}
     task.log = lambda *a, **k: None  # no trainer here
-    opt = torch.optim.Adam(task.parameters(), lr=1e-4)
+    opt = make_optimizer(task.parameters(), "adam", 1e-4, 0.0)  # the fused Adam training builds
 
     def loss():
         if kind in ("task", "rdrop"):
