@@ -1,0 +1,49 @@
+"""bench/gat_planetoid.py --val-only: choosing a recipe never evaluates the test split (two short
+Cora runs; Lightning's ``Trainer.test`` is made to fail, so a test evaluation would end the run)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from support import DATA_DIR
+
+ROOT = Path(__file__).resolve().parent.parent
+CORA = DATA_DIR / "planetoid" / "Cora" / "raw"
+
+
+def _load_bench():
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        spec = importlib.util.spec_from_file_location("gat_planetoid", ROOT / "bench" / "gat_planetoid.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+
+
+@pytest.mark.skipif(not CORA.is_dir(), reason=f"Cora raw files not found at {CORA} (set ATTNFLOW_DATA_DIR)")
+def test_val_only_reports_validation_and_never_runs_test(tmp_path, monkeypatch, capsys):
+    import pytorch_lightning as pl
+
+    bench = _load_bench()
+    tested = []
+    monkeypatch.setattr(pl.Trainer, "test", lambda *a, **k: tested.append(1) or pytest.fail("test ran"))
+    out = tmp_path / "gat.json"
+    monkeypatch.setattr(sys, "argv", ["gat_planetoid.py", "--val-only", "--seeds", "2", "--first-seed", "100",
+                                      "--override", "trainer.max_epochs=2", "--out", str(out)])
+    bench.main()
+    result = json.loads(out.read_text())
+    runs = result["accuracy"]["runs"]
+    assert [r["seed"] for r in runs] == [100, 101] and not tested
+    assert all("test_acc" not in r and 0.0 <= r["val_acc"] <= 1.0 for r in runs)
+    assert "mean" not in result["accuracy"] and result["training_run"] is None  # no speed runs either
+    assert result["accuracy"]["val_mean"] == pytest.approx(100 * sum(r["val_acc"] for r in runs) / 2)
+    printed = capsys.readouterr().out
+    assert "val acc mean" in printed and "seed 100: val" in printed
+    assert "seed 100: test" not in printed and "Cora test acc" not in printed
