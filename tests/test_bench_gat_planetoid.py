@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from support import DATA_DIR
 
@@ -37,7 +38,11 @@ def test_val_only_reports_validation_and_never_runs_test(tmp_path, monkeypatch, 
     out = tmp_path / "gat.json"
     monkeypatch.setattr(sys, "argv", ["gat_planetoid.py", "--val-only", "--seeds", "2", "--first-seed", "100",
                                       "--override", "trainer.max_epochs=2", "--out", str(out)])
-    bench.main()
+    threads = torch.get_num_threads()
+    try:
+        bench.main()
+    finally:
+        torch.set_num_threads(threads)  # the bench sets --threads (1) for the process
     result = json.loads(out.read_text())
     runs = result["accuracy"]["runs"]
     assert [r["seed"] for r in runs] == [100, 101] and not tested
