@@ -25,6 +25,22 @@ FAST = [
 ]
 
 
+def load_bench(name: str):
+    """``bench/<name>.py`` as a module (bench/ is not a package; its scripts import each other by
+    name, so bench/ is on ``sys.path`` while the module runs its imports)."""
+    import importlib.util
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+
+
 def compose_cfg(overrides: List[str] = (), return_hydra_config: bool = False) -> DictConfig:
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         # as attnflow-train does: plain field overrides may name fields left at their defaults

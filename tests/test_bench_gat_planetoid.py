@@ -3,36 +3,22 @@ Cora runs; Lightning's ``Trainer.test`` is made to fail, so a test evaluation wo
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-from support import DATA_DIR
+from support import DATA_DIR, load_bench
 
-ROOT = Path(__file__).resolve().parent.parent
 CORA = DATA_DIR / "planetoid" / "Cora" / "raw"
-
-
-def _load_bench():
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        spec = importlib.util.spec_from_file_location("gat_planetoid", ROOT / "bench" / "gat_planetoid.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
 
 
 @pytest.mark.skipif(not CORA.is_dir(), reason=f"Cora raw files not found at {CORA} (set ATTNFLOW_DATA_DIR)")
 def test_val_only_reports_validation_and_never_runs_test(tmp_path, monkeypatch, capsys):
     import pytorch_lightning as pl
 
-    bench = _load_bench()
+    bench = load_bench("gat_planetoid")
     tested = []
     monkeypatch.setattr(pl.Trainer, "test", lambda *a, **k: tested.append(1) or pytest.fail("test ran"))
     out = tmp_path / "gat.json"

@@ -5,37 +5,23 @@ on made-up traces and graphs (no training, no data files)."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _load(name: str):
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+from support import load_bench
 
 
 @pytest.fixture(scope="module")
 def screens():
-    return _load("gat_screens")
+    return load_bench("gat_screens")
 
 
 @pytest.fixture(scope="module")
 def variants():
-    return _load("gat_variants")
+    return load_bench("gat_variants")
 
 
 def graph():
@@ -96,7 +82,7 @@ def test_a_choice_that_is_right_on_one_half_only_scores_what_the_other_half_says
 
 
 def test_pool_summary_pairs_seeds_with_the_reference():
-    pool = _load("gat_screen_pool")
+    pool = load_bench("gat_screen_pool")
     rows = [{"spec": "ref", "seed": s, "val_acc": v, "epochs": 10, "seconds": 1.0}
             for s, v in ((1, 80.0), (2, 82.0), (3, 81.0))]
     rows += [{"spec": "new", "seed": s, "val_acc": v, "epochs": 20, "seconds": 2.0}

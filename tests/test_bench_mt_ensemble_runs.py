@@ -3,26 +3,16 @@ and the command lines it refuses (one run, a missing run directory, an existing 
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from support import load_bench
 
 
 @pytest.fixture(scope="module")
 def ens():
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        spec = importlib.util.spec_from_file_location("mt_ensemble_runs", ROOT / "bench" / "mt_ensemble_runs.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+    return load_bench("mt_ensemble_runs")
 
 
 def test_each_run_contributes_its_averaged_weights_or_else_its_last_checkpoint(ens, tmp_path, monkeypatch):
