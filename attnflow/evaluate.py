@@ -20,7 +20,8 @@ without their training files offer ``setup_evaluation(run_dir, artifacts, split)
 Overrides (``key=value``, values in YAML): ``split=val|test``; ``data.<field>`` (any field of the
 data module, ``data.name`` for another module of the same kind: its fields start from
 ``conf/data/<name>.yaml``); ``task.<field>`` (e.g. ``task.beam_size``); ``trainer.accelerator``,
-``trainer.devices``, ``trainer.precision``, ``trainer.limit_val_batches``,
+``trainer.devices``, ``trainer.precision`` (``auto``: bf16-mixed where native, else 32-true:
+:mod:`attnflow.precision`), ``trainer.limit_val_batches``,
 ``trainer.limit_test_batches``; ``seed``. Each is checked before any work: an unknown key or field
 is one message naming it, exit status 2. Data that does not fit the run's weights (a GAT run on a
 graph with another feature size or number of classes; a vocabulary of another size) is a message
@@ -187,14 +188,18 @@ def evaluate(target: Path | str, overrides: List[str] = (), out: Optional[str] =
 
     import pytorch_lightning as pl
 
+    from attnflow.precision import resolve_precision
     from attnflow.registry import DATA, MODELS, TASKS
 
     start = time.time()
     with tempfile.TemporaryDirectory(prefix="attnflow-eval-") as scratch:  # task side files
+        fields, note, warn = resolve_precision({"accelerator": device, "precision": "32-true",
+                                                **trainer_fields})  # trainer.precision=auto
+        if note:
+            print(f"attnflow-eval: {'warning: ' if warn else ''}{note}", file=sys.stderr)
         try:  # first: the trainer overrides are checked before any data is read
-            trainer = pl.Trainer(accelerator=trainer_fields.get("accelerator", device),
-                                 devices=trainer_fields.get("devices", 1),
-                                 precision=trainer_fields.get("precision", "32-true"),
+            trainer = pl.Trainer(accelerator=fields["accelerator"], devices=fields.get("devices", 1),
+                                 precision=fields["precision"],
                                  limit_val_batches=trainer_fields.get("limit_val_batches"),
                                  limit_test_batches=trainer_fields.get("limit_test_batches"),
                                  logger=False, enable_checkpointing=False, enable_progress_bar=False,

@@ -30,6 +30,7 @@ import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
+from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 
 import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
 from attnflow.callbacks import (MATMUL_PRECISIONS, AttentionMaps, AttentionMapsConfig,
@@ -44,6 +45,7 @@ from attnflow.ema import EMAConfig, ExponentialMovingAverage  # callbacks.ema
 from attnflow.groups import check_shared_groups, prune_unused, root_defaults
 from attnflow.loggers import (LOGGER_CONFIG, build_loggers, finish_loggers, log_hyperparams,
                               logger_identity, run_identity)
+from attnflow.precision import AUTO as PRECISION_AUTO, resolve_precision  # trainer.precision=auto
 from attnflow.registry import (AGGREGATORS, ATTENTIONS, DATA, ENCODERS, MODELS, NORMALIZERS,
                                POOLINGS, POSITIONALS, SCORERS, TASKS, ConfigError, Range, _suggest,
                                build_config, type_name)
@@ -120,9 +122,13 @@ FRACTIONS = {key: Range(ge=0, le=1, what=SHARE) for key in (
 def _check_trainer_types(trainer: Dict[str, Any]) -> None:
     hints = typing.get_type_hints(pl.Trainer.__init__)
     for key, value in trainer.items():
+        if key == "precision" and value == PRECISION_AUTO:  # attnflow's value (attnflow.precision)
+            continue
         if key in hints and not _fits(value, hints[key]):
-            raise ConfigError(f"trainer.{key} (at 'trainer.{key}') must be {type_name(hints[key])}, "
-                              f"got {value!r}")
+            also = (f" or {PRECISION_AUTO} (bf16-mixed where the hardware has native bfloat16, else "
+                    f"32-true)" if key == "precision" else "")
+            raise ConfigError(f"trainer.{key} (at 'trainer.{key}') must be {type_name(hints[key])}"
+                              f"{also}, got {value!r}")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
         if key in FRACTIONS and not isinstance(value, float):
@@ -434,7 +440,10 @@ def _train(resolved: Dict[str, Any], run_dir: Path, fit_from: Any, matmul: Any) 
     bar = (resolved.get("callbacks") or {}).get("progress_bar", "auto")
     # callbacks.checkpoint=null: no checkpoints at all (else Lightning adds a ModelCheckpoint of its own)
     checkpoints = any(isinstance(c, ModelCheckpoint) for c in callbacks)
-    trainer = pl.Trainer(**(resolved.get("trainer") or {}), logger=logger or False,
+    trainer_args, note, warn = resolve_precision(resolved.get("trainer") or {})  # auto; emulated bf16
+    if note:
+        (rank_zero_warn if warn else rank_zero_info)(note)
+    trainer = pl.Trainer(**trainer_args, logger=logger or False,
                          callbacks=[*callbacks, *training_state.callbacks(run_dir)],
                          plugins=[training_state.SafeCheckpointIO()],  # atomic, weights_only
                          default_root_dir=str(run_dir), enable_progress_bar=bar not in ("none", None),
@@ -468,6 +477,7 @@ def _train(resolved: Dict[str, Any], run_dir: Path, fit_from: Any, matmul: Any) 
             "global_step": global_step,
             "fit_seconds": round(fit_time, 2),
             "parameters": sum(p.numel() for p in model.parameters()),
+            "precision": str(trainer.precision),  # what ran (trainer.precision=auto: the choice)
         }
         if averaged:  # best_checkpoint is the averaged one: eval/translate/predict use it
             summary.update(best_checkpoint=ckpt, best_single_checkpoint=best,
