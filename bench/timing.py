@@ -10,7 +10,8 @@ import os
 import platform
 import time
 from pathlib import Path
-from typing import Callable, Dict, Union
+import statistics
+from typing import Callable, Dict, Optional, Union
 
 import torch
 
@@ -37,6 +38,20 @@ def time_variants(steps: Dict[str, Callable], repeats: int, number: int, warmup:
             sync()
             samples[k].append(per_step[k] * number / (time.perf_counter() - t0))
     return samples
+
+
+def print_rates(samples: Dict[str, list], label: str, columns: Optional[Dict[str, Dict[str, str]]] = None,
+                width: int = 10) -> Dict[str, float]:
+    """A table of ``samples`` (tokens/s per variant): the median, min and max of each, after any
+    ``columns`` (heading → cell text per variant); returns the medians."""
+    columns = columns or {}
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    extra = "".join(f"{h:>12}" for h in columns)
+    print(f"{label:<{width}}{extra}{'tok/s median':>15}{'min':>10}{'max':>10}")
+    for k, v in samples.items():
+        cells = "".join(f"{col[k]:>12}" for col in columns.values())
+        print(f"{k:<{width}}{cells}{med[k]:>15.0f}{min(v):>10.0f}{max(v):>10.0f}")
+    return med
 
 
 def write_result(path: str, name: str, load_start: float, **figures) -> None:

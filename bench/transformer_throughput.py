@@ -35,7 +35,7 @@ from torch import nn
 
 from attnflow.blocks.positional.sinusoidal import sinusoid_table
 from attnflow.registry import MODELS
-from timing import time_variants, write_result
+from timing import print_rates, time_variants, write_result
 
 D, HEADS, FFN, LAYERS, DROPOUT, VOCAB, PAD = 256, 8, 1024, 3, 0.1, 8000, 0
 
@@ -132,14 +132,11 @@ def main():
              for k, m in models.items()}
     load0 = os.getloadavg()[0]
     samples = time_variants(steps, args.repeats, args.number, 2, tokens)
-    med = {k: statistics.median(v) for k, v in samples.items()}
-    paired = statistics.median(a / b for a, b in zip(samples["attnflow"], samples["torch"]))
-    ratio = med["attnflow"] / med["torch"]
     print(f"B={args.batch} S={args.src_len} T={args.tgt_len} target tokens/step={tokens} "
           f"d={D} heads={HEADS} ffn={FFN} layers={LAYERS}+{LAYERS} dropout={DROPOUT}")
-    print(f"{'model':<10}{'params':>12}{'tok/s median':>15}{'min':>10}{'max':>10}")
-    for k in steps:
-        print(f"{k:<10}{params[k]:>12,}{med[k]:>15.0f}{min(samples[k]):>10.0f}{max(samples[k]):>10.0f}")
+    med = print_rates(samples, "model", {"params": {k: f"{n:,}" for k, n in params.items()}})
+    paired = statistics.median(a / b for a, b in zip(samples["attnflow"], samples["torch"]))
+    ratio = med["attnflow"] / med["torch"]
     print(f"ratio attnflow/torch = {ratio:.3f} (paired median {paired:.3f}); goal >= 0.95")
     write_result(args.out, "transformer_throughput", load0, args=vars(args), params=params,
                  tokens_per_step=tokens, tokens_per_s_median=med, samples=samples, ratio=ratio,

@@ -18,6 +18,11 @@ Variants, timed alternately (order reversed every other repetition), medians of 
 Figures to read, from the same run: task / peer and task / rows (goal ≥ 1), and rdrop / task
 (R-Drop's step costs about 2× the compute; ≥ 0.5 means no overhead beyond the doubled batch).
 
+With ``--compare-bf16`` it times the ``task`` step alone in float32 and under bf16 autocast
+(alternating; what ``trainer.precision`` 32-true and bf16-mixed run) and prints their ratio beside
+what :mod:`attnflow.precision` finds of this CPU: where bfloat16 is emulated (no AVX512-BF16 or
+AMX) bf16 is many times slower, which is why ``trainer.precision=auto`` picks 32-true there.
+
 With ``--batch-sizes 16 32 64`` it times the ``task`` step alone at those batch sizes instead
 (alternating, each size its own task and Adam) and reports target tokens/s and the ratio to
 ``--batch``'s: on one CPU thread the token rate depends on B (cache size against the matrix
@@ -26,14 +31,13 @@ products' sizes), which decides ``data.batch_size`` for a time box (docs/benchma
 Usage::
 
     python bench/translation_step.py [--repeats 9] [--number 2] [--threads 1] [--bf16] [--out PATH]
-        [--batch B] [--batch-sizes B …] [--device cuda]
+        [--batch B] [--batch-sizes B …] [--compare-bf16] [--device cuda]
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import statistics
 from pathlib import Path
 
 import torch
@@ -41,7 +45,7 @@ import torch.nn.functional as F
 
 from attnflow.registry import TASKS
 from attnflow.tasks.optim import make_optimizer
-from timing import time_variants, write_result
+from timing import print_rates, time_variants, write_result
 from transformer_throughput import PAD, build_attnflow, make_batch, step_args
 
 
@@ -97,16 +101,34 @@ def batch_sizes(args) -> None:
     steps = {k: step_fn(build_task(device=args.device), v, "task", args.bf16) for k, v in batches.items()}
     load0 = os.getloadavg()[0]
     samples = time_variants(steps, args.repeats, args.number, 2, tokens, sync(args.device))
-    med = {k: statistics.median(v) for k, v in samples.items()}
-    ratios = {k: v / med[f"B={args.batch}"] for k, v in med.items()}
     print(f"the task's step by batch size: S={args.src_len} T={args.tgt_len} bf16={args.bf16} device={args.device} "
           f"threads={torch.get_num_threads()}")
-    print(f"{'batch':<8}{'tokens/step':>12}{'tok/s median':>15}{'min':>10}{'max':>10}{f'/ B={args.batch}':>10}")
-    for k in steps:
-        print(f"{k:<8}{tokens[k]:>12}{med[k]:>15.0f}{min(samples[k]):>10.0f}{max(samples[k]):>10.0f}"
-              f"{ratios[k]:>10.3f}")
+    med = print_rates(samples, "batch", {"tokens/step": {k: str(n) for k, n in tokens.items()}}, width=8)
+    ratios = {k: v / med[f"B={args.batch}"] for k, v in med.items()}
+    print("  ".join(f"{k} / B={args.batch} = {r:.3f}" for k, r in ratios.items()))
     write_result(args.out, "translation_step_batch_sizes", load0, args=vars(args),
                  tokens_per_step=tokens, tokens_per_s_median=med, samples=samples, ratios=ratios)
+
+
+def compare_bf16(args) -> None:
+    """``--compare-bf16``: the task's step in float32 and under bf16 autocast, alternating."""
+    from attnflow.precision import native_bf16
+
+    batch = make_batch(args.batch, args.src_len, args.tgt_len)
+    tokens = int((batch[3] != PAD).sum())
+    steps = {kind: step_fn(build_task(device=args.device), batch, "task", kind == "bf16")
+             for kind in ("float32", "bf16")}
+    load0 = os.getloadavg()[0]
+    samples = time_variants(steps, args.repeats, args.number, 1, tokens, sync(args.device))
+    native, why = native_bf16("cuda" if torch.device(args.device).type == "cuda" else "cpu")
+    print(f"the task's step, float32 against bf16 autocast: B={args.batch} device={args.device} "
+          f"threads={torch.get_num_threads()}; native bfloat16: {native} ({why})")
+    med = print_rates(samples, "precision")
+    ratio = med["bf16"] / med["float32"]
+    print(f"bf16 / float32 = {ratio:.3f} (above 1: bf16 is faster here)")
+    write_result(args.out, "translation_step_bf16", load0, args=vars(args), tokens_per_step=tokens,
+                 native_bf16=native, native_bf16_reason=why, tokens_per_s_median=med,
+                 samples=samples, ratio_bf16_float32=ratio)
 
 
 def main():
@@ -115,6 +137,8 @@ def main():
     ap.add_argument("--device", default="cpu", help="cpu or cuda (samples end with torch.cuda.synchronize())")
     ap.add_argument("--batch-sizes", type=int, nargs="+", metavar="B",
                     help="time the task's step at these batch sizes (and --batch's) instead of the variants")
+    ap.add_argument("--compare-bf16", action="store_true",
+                    help="time the task's step in float32 and under bf16 autocast instead of the variants")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -124,6 +148,10 @@ def main():
         if args.out == ap.get_default("out"):  # the variants' figures stay where they are
             args.out = str(Path(args.out).with_name("translation_step_batch_sizes.json"))
         return batch_sizes(args)
+    if args.compare_bf16:
+        if args.out == ap.get_default("out"):
+            args.out = str(Path(args.out).with_name("translation_step_bf16.json"))
+        return compare_bf16(args)
     batch = make_batch(args.batch, args.src_len, args.tgt_len)
     tokens = int((batch[3] != PAD).sum())
     steps = {"task": step_fn(build_task(device=args.device), batch, "task", args.bf16),
@@ -132,15 +160,12 @@ def main():
              "rdrop": step_fn(build_task(5.0, args.device), batch, "rdrop", args.bf16)}
     load0 = os.getloadavg()[0]
     samples = time_variants(steps, args.repeats, args.number, 2, tokens, sync(args.device))
-    med = {k: statistics.median(v) for k, v in samples.items()}
-    ratios = {"task/peer": med["task"] / med["peer"], "task/rows": med["task"] / med["rows"],
-              "rdrop/task": med["rdrop"] / med["task"]}
     padding = 1 - tokens / batch[3].numel()
     print(f"B={args.batch} S={args.src_len} T={args.tgt_len} target tokens/step={tokens} "
           f"(padding {padding:.0%}) bf16={args.bf16} device={args.device} threads={torch.get_num_threads()}")
-    print(f"{'variant':<8}{'tok/s median':>15}{'min':>10}{'max':>10}")
-    for k in steps:
-        print(f"{k:<8}{med[k]:>15.0f}{min(samples[k]):>10.0f}{max(samples[k]):>10.0f}")
+    med = print_rates(samples, "variant", width=8)
+    ratios = {"task/peer": med["task"] / med["peer"], "task/rows": med["task"] / med["rows"],
+              "rdrop/task": med["rdrop"] / med["task"]}
     print("  ".join(f"{k} = {v:.3f}" for k, v in ratios.items()))
     write_result(args.out, "translation_step", load0, args=vars(args), tokens_per_step=tokens,
                  padding_share=padding, tokens_per_s_median=med, samples=samples, ratios=ratios)
