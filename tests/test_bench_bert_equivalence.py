@@ -9,13 +9,12 @@ installed (CI: it is in the optional ``bench`` extra only).
 
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import pytest
 import torch
 
-from support import ROOT
+from support import load_bench
 
 transformers = pytest.importorskip(
     "transformers", reason="HF transformers is not installed (pip install -e '.[bench]'); "
@@ -27,10 +26,7 @@ VOCAB = 97
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_bert", ROOT / "bench" / "bert.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("bert")
 
 
 @pytest.fixture(scope="module")
