@@ -4,8 +4,9 @@
 A resumed run is the run's own config (the ``attnflow_config`` of its ``checkpoints/last.ckpt``,
 which ``config.yaml`` must agree with), not a recomposition of ``conf/``: so it works for every
 experiment, and nothing on the command line can silently change what is trained. Only overrides
-that change how long it trains or how it is recorded are allowed (:data:`SAFE`); any other is
-refused, naming it. The run continues from ``last.ckpt`` with its optimiser, scheduler, random
+that change how long it trains, on which device and in which precision (among those that keep
+float32 weights, :data:`FLOAT32_WEIGHTS`), or how it is recorded are allowed (:data:`SAFE`); any
+other is refused, naming it. The run continues from ``last.ckpt`` with its optimiser, scheduler, random
 streams, data-loader position and W&B run id (:mod:`attnflow.training_state`).
 
 Nothing of the run is lost: every check (the path, the checkpoint, the config, the overrides) runs
@@ -43,10 +44,15 @@ from attnflow.training_state import WANDB_ID_KEY, load_checkpoint_file
 
 # Overrides that may come with resume= (each with the fields under it): how long the run trains
 # (EXTEND: more or fewer epochs/steps, a time limit), on which device kind and with which float32
-# matmul precision, and how it is recorded (loggers and their fields, tags; paths.output_root:
-# where resume=last looks).
+# matmul precision or mixed precision (trainer.precision: among FLOAT32_WEIGHTS only), and how it is
+# recorded (loggers and their fields, tags; paths.output_root: where resume=last looks).
 EXTEND = ("trainer.max_epochs", "trainer.max_steps", "trainer.max_time")
-SAFE = (*EXTEND, "trainer.accelerator", "trainer.enable_model_summary",
+# The trainer.precision values that keep float32 weights and optimiser state (mixed precision casts
+# only the computation): a resume may move among them, e.g. a bf16-mixed run continued with auto or
+# 32-true on a CPU that emulates bf16 (attnflow.precision), but not to or from bf16-true/16-true
+# (half-precision weights) or 64-true.
+FLOAT32_WEIGHTS = ("32-true", "32", "bf16-mixed", "bf16", "16-mixed", "16", "auto")
+SAFE = (*EXTEND, "trainer.accelerator", "trainer.precision", "trainer.enable_model_summary",
         "trainer.log_every_n_steps", "trainer.num_sanity_val_steps", "callbacks.progress_bar",
         "callbacks.lr_monitor", "callbacks.attention_maps", "logger", "tags", "test",
         "optimized_metric", "paths.output_root", "float32_matmul_precision")
@@ -247,10 +253,23 @@ def _refuse_unsafe(keys: Iterable[str], run: Path) -> None:
             f"checkpoint's state into a new run of the same model, data and task)")
 
 
-def check_resumable(run: Path, keys: Sequence[str]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
-    """All checks of ``resume=<run>`` with overrides of ``keys``: (run config, checkpoint)."""
+def _check_precision(old: Any, new: Any, run: Path) -> None:
+    """A resume's change of ``trainer.precision``: only among :data:`FLOAT32_WEIGHTS`."""
+    if str(old) != str(new) and not {str(old), str(new)} <= set(FLOAT32_WEIGHTS):
+        raise ResumeError(f"resume={run}: trainer.precision={new} would change the dtype of the "
+                          f"weights the run trained with (trainer.precision={old}); a resume may "
+                          f"move only among {', '.join(FLOAT32_WEIGHTS)} (float32 weights). To train "
+                          f"in another, start a new run")
+
+
+def check_resumable(run: Path, keys: Sequence[str],
+                    values: Optional[Dict[str, Any]] = None) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """All checks of ``resume=<run>`` with overrides of ``keys`` (``values``: {key: value} of those
+    whose value is checked: ``trainer.precision``): (run config, checkpoint)."""
     _refuse_unsafe(keys, run)
     cfg, ckpt = check_run(run)
+    if "trainer.precision" in (values or {}):
+        _check_precision((cfg.get("trainer") or {}).get("precision"), values["trainer.precision"], run)
     if _finished(run, ckpt) and not any(k in EXTEND for k in keys):
         trainer = cfg.get("trainer") or {}
         raise ResumeError(
@@ -312,7 +331,7 @@ def prepare_argv(args: Sequence[str]) -> List[str]:
         if not (key.startswith("hydra.") or key.startswith("hydra/")):
             keys.append(key)
         keep.append(item)
-    _, ckpt = check_resumable(run, keys)
+    _, ckpt = check_resumable(run, keys, {k: values[k] for k in keys})
     recorded = run_experiment(run)
     if experiment is not None and experiment != recorded:
         raise ResumeError(f"resume={run}: the run is experiment '{recorded or 'default'}', the "
@@ -352,7 +371,7 @@ def resume_config(run_dir: Path | str, overrides: Optional[Dict[str, Any]] = Non
     the checkpoint set on a ``wandb`` logger. Raises :class:`ResumeError`."""
     run = Path(run_dir).expanduser().resolve()
     overrides = dict(overrides or {})
-    cfg, ckpt = check_resumable(run, list(overrides))
+    cfg, ckpt = check_resumable(run, list(overrides), overrides)
     for key, value in overrides.items():
         if not key.startswith("paths."):
             _set(cfg, key, _plain(value))
@@ -410,6 +429,9 @@ def start(resolved: Dict[str, Any], run_dir: Path | str) -> Optional[str]:
         saved, ckpt = check_run(run)
         diffs = differences(saved, resolved)
         _refuse_unsafe([k for k, _, _ in diffs], run)
+        for key, old, new in diffs:
+            if key == "trainer.precision":
+                _check_precision(old, new, run)
         n = 1 + len(list(run.glob("resume-*.yaml")))
         record = {"resumed_at": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(_TYPED or sys.argv),
                   "from": {"checkpoint": str(run / "checkpoints" / "last.ckpt"),

@@ -227,6 +227,25 @@ def test_a_finished_run_is_extended_in_place_and_keeps_its_record(finished, tmp_
     assert record["from"]["global_step"] == steps and "previous_metrics" in record
 
 
+def test_a_resume_may_change_the_precision_among_those_with_float32_weights(finished, tmp_path):
+    """E.g. a bf16-mixed run continued on a CPU that emulates bf16: trainer.precision=auto or
+    32-true is allowed, recorded, and a later resume still passes; half-precision weights are not."""
+    run = _copy(finished / "default", tmp_path / "run")
+    before = _tree(run)
+    for value in ("bf16-true", "16-true", "64-true"):
+        with pytest.raises(ResumeError, match=rf"trainer.precision={value} would change the dtype"):
+            resume_config(run, {"trainer.max_epochs": 2, "trainer.precision": value})
+    assert _tree(run) == before
+    cfg = resume_config(run, {"trainer.max_epochs": 2, "trainer.precision": "bf16-mixed"})
+    assert cfg["trainer"]["precision"] == "bf16-mixed"
+    second = train(cfg, run)
+    assert second["precision"] == "bf16-mixed" and second["global_step"] > 0
+    record = yaml.safe_load((run / "resume-1.yaml").read_text())
+    assert record["changed"]["trainer.precision"] == {"from": "32-true", "to": "bf16-mixed"}
+    third = resume_config(run, {"trainer.max_epochs": 3, "trainer.precision": "32-true"})  # config.yaml
+    assert third["trainer"]["precision"] == "32-true"  # says 32-true, last.ckpt bf16-mixed: allowed
+
+
 def test_train_refuses_a_resume_whose_config_is_not_the_runs(finished, tmp_path):
     run = _copy(finished / "default", tmp_path / "run")
     cfg = resume_config(run, {"trainer.max_epochs": 2})
@@ -257,6 +276,8 @@ def test_refused_resumes_name_the_problem_and_change_nothing(finished, tmp_path,
         ([f"resume={run}", "trainer.max_epochs=3", "model.encoder.hidden_dim=32"],
          "'model.encoder.hidden_dim' would change the resumed run"),
         ([f"resume={run}", "scorer=dot", "trainer.max_epochs=3"], "'scorer' would change"),
+        ([f"resume={run}", "trainer.max_epochs=3", "trainer.precision=bf16-true"],
+         "trainer.precision=bf16-true would change the dtype of the weights"),
         ([f"resume={run}", "experiment=reverse_transformer", "trainer.max_epochs=3"],
          "the run is experiment 'default', the command line names experiment=reverse_transformer"),
         ([f"resume={run}"], "already finished"),
