@@ -17,9 +17,10 @@ So attnflow adds one value to Lightning's ``trainer.precision``:
   ``32-true``; the choice is printed, recorded in ``metrics.json`` (``precision``), and made
   again on resume (a run resumed on other hardware takes what is fast there; the weights are
   float32 either way). ``config.yaml`` keeps ``auto``, as asked.
-- an explicit ``bf16-mixed``/``bf16-true`` (or ``bf16``) on a CPU known to lack native bfloat16
-  takes effect, as every override does, with a warning that names the field, the slowdown and
-  the fix.
+- an explicit ``bf16-mixed``/``bf16-true`` (or ``bf16``) on a CPU known to lack native bfloat16,
+  or on a GPU that emulates it, takes effect, as every override does, with a warning that names
+  the field, the slowdown and the fix (a stopped run may take the fix too: ``resume=<run>
+  trainer.precision=auto``, :data:`attnflow.resume.FLOAT32_WEIGHTS`).
 """
 
 from __future__ import annotations
