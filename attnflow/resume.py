@@ -6,8 +6,8 @@ which ``config.yaml`` must agree with), not a recomposition of ``conf/``: so it 
 experiment, and nothing on the command line can silently change what is trained. Only overrides
 that change how long it trains, on which device and in which precision (among those that keep
 float32 weights, :data:`FLOAT32_WEIGHTS`), or how it is recorded are allowed (:data:`SAFE`); any
-other is refused, naming it. The run continues from ``last.ckpt`` with its optimiser, scheduler, random
-streams, data-loader position and W&B run id (:mod:`attnflow.training_state`).
+other is refused, naming it. The run continues from ``last.ckpt`` with its optimiser, scheduler,
+random streams, data-loader position and W&B run id (:mod:`attnflow.training_state`).
 
 Nothing of the run is lost: every check (the path, the checkpoint, the config, the overrides) runs
 before Hydra starts, so a refused resume leaves the run directory as it was; Hydra writes no new
