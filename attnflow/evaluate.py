@@ -200,8 +200,8 @@ def evaluate(target: Path | str, overrides: List[str] = (), out: Optional[str] =
         try:  # first: the trainer overrides are checked before any data is read
             trainer = pl.Trainer(accelerator=fields["accelerator"], devices=fields.get("devices", 1),
                                  precision=fields["precision"],
-                                 limit_val_batches=trainer_fields.get("limit_val_batches"),
-                                 limit_test_batches=trainer_fields.get("limit_test_batches"),
+                                 limit_val_batches=fields.get("limit_val_batches"),
+                                 limit_test_batches=fields.get("limit_test_batches"),
                                  logger=False, enable_checkpointing=False, enable_progress_bar=False,
                                  enable_model_summary=False, default_root_dir=scratch)
         except Exception as err:  # noqa: BLE001  (Lightning's checks of accelerator, devices, …)

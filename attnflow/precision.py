@@ -85,14 +85,15 @@ def resolve_precision(trainer: Dict[str, Any]) -> Tuple[Dict[str, Any], Optional
         chosen = "bf16-mixed" if native else "32-true"
         return ({**trainer, "precision": chosen},
                 f"trainer.precision=auto: {chosen} ({why})", False)
-    if str(precision) in BF16:
-        native, why = native_bf16(accelerator)
-        if native is False and not _uses_cuda(accelerator):
-            return trainer, (f"trainer.precision={precision} on a CPU without native bfloat16 ({why}): "
-                             f"PyTorch emulates it, and a step is many times slower than 32-true "
-                             f"(11–13× for a d=256 Transformer on an AVX2 CPU). Set "
-                             f"trainer.precision=32-true, or auto (bf16 only where it is native)"), True
-        if native is False:
-            return trainer, (f"trainer.precision={precision}: {why}; a step may be slower than "
-                             f"32-true (16-mixed uses this GPU's float16 units); auto picks 32-true"), True
-    return trainer, None, False
+    if str(precision) not in BF16:
+        return trainer, None, False
+    native, why = native_bf16(accelerator)
+    if native is not False:  # native, or attnflow cannot tell: nothing to say
+        return trainer, None, False
+    if _uses_cuda(accelerator):
+        return trainer, (f"trainer.precision={precision}: {why}; a step may be slower than "
+                         f"32-true (16-mixed uses this GPU's float16 units); auto picks 32-true"), True
+    return trainer, (f"trainer.precision={precision} on a CPU without native bfloat16 ({why}): "
+                     f"PyTorch emulates it, and a step is many times slower than 32-true "
+                     f"(11–13× for a d=256 Transformer on an AVX2 CPU). Set "
+                     f"trainer.precision=32-true, or auto (bf16 only where it is native)"), True

@@ -262,14 +262,25 @@ def _check_precision(old: Any, new: Any, run: Path) -> None:
                           f"in another, start a new run")
 
 
+# Allowed keys whose new value is checked too: key -> check(old, new, run), raising ResumeError.
+VALUE_CHECKS = {"trainer.precision": _check_precision}
+
+
+def _check_values(changes: Iterable[Tuple[str, Any, Any]], run: Path) -> None:
+    """:data:`VALUE_CHECKS` on ``(dotted key, old value, new value)`` changes."""
+    for key, old, new in changes:
+        if key in VALUE_CHECKS:
+            VALUE_CHECKS[key](old, new, run)
+
+
 def check_resumable(run: Path, keys: Sequence[str],
                     values: Optional[Dict[str, Any]] = None) -> Tuple[Dict[str, Any], Dict[str, Any]]:
-    """All checks of ``resume=<run>`` with overrides of ``keys`` (``values``: {key: value} of those
-    whose value is checked: ``trainer.precision``): (run config, checkpoint)."""
+    """All checks of ``resume=<run>`` with overrides of ``keys`` (``values``: their new values, for
+    :data:`VALUE_CHECKS`): (run config, checkpoint)."""
     _refuse_unsafe(keys, run)
     cfg, ckpt = check_run(run)
-    if "trainer.precision" in (values or {}):
-        _check_precision((cfg.get("trainer") or {}).get("precision"), values["trainer.precision"], run)
+    flat = _flatten(cfg)
+    _check_values([(k, flat.get(k), v) for k, v in (values or {}).items()], run)
     if _finished(run, ckpt) and not any(k in EXTEND for k in keys):
         trainer = cfg.get("trainer") or {}
         raise ResumeError(
@@ -429,9 +440,7 @@ def start(resolved: Dict[str, Any], run_dir: Path | str) -> Optional[str]:
         saved, ckpt = check_run(run)
         diffs = differences(saved, resolved)
         _refuse_unsafe([k for k, _, _ in diffs], run)
-        for key, old, new in diffs:
-            if key == "trainer.precision":
-                _check_precision(old, new, run)
+        _check_values(diffs, run)
         n = 1 + len(list(run.glob("resume-*.yaml")))
         record = {"resumed_at": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(_TYPED or sys.argv),
                   "from": {"checkpoint": str(run / "checkpoints" / "last.ckpt"),

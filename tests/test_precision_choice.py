@@ -123,7 +123,7 @@ class Dtypes(pl.Callback):
 
 @pytest.mark.parametrize("native, chosen, dtype", [(False, "32-true", torch.float32),
                                                     (True, "bf16-mixed", torch.bfloat16)])
-def test_a_run_under_auto_trains_in_the_chosen_precision(tmp_path, monkeypatch, capsys, native, chosen, dtype):
+def test_a_run_under_auto_trains_in_the_chosen_precision(tmp_path, monkeypatch, native, chosen, dtype):
     monkeypatch.setattr(precision, "cpu_bf16", lambda: (native, "the stand-in CPU"))
     watch = Dtypes()
     build = run.build_callbacks
