@@ -48,24 +48,30 @@ def compose_cfg(overrides: List[str] = (), return_hydra_config: bool = False) ->
                        return_hydra_config=return_hydra_config)
 
 
-def train_cli_exit(monkeypatch, *args: str) -> int:
+def train_cli(monkeypatch, *args: str) -> int:
     """``attnflow-train args`` through the console script's ``main()`` in this process (no fresh
-    interpreter's imports to wait for), which must exit: its exit status. Hydra's global state is
-    cleared afterwards, so that the next test can compose again."""
+    interpreter's imports to wait for): its exit status, 0 where ``main()`` returns. Afterwards
+    Hydra's global state is cleared (so that the next test can compose again) and the logging
+    handlers Hydra added for its jobs are closed and removed."""
+    import logging
     import sys
 
-    import pytest
     from hydra.core.global_hydra import GlobalHydra
 
     from attnflow.train import main
 
     monkeypatch.setattr(sys, "argv", ["attnflow-train", *args])
+    handlers, level = logging.root.handlers[:], logging.root.level
     try:
-        with pytest.raises(SystemExit) as exit_:
-            main()
+        main()
+    except SystemExit as exit_:
+        return 0 if exit_.code is None else exit_.code
     finally:
         GlobalHydra.instance().clear()
-    return exit_.value.code
+        for handler in set(logging.root.handlers) - set(handlers):
+            handler.close()
+        logging.root.handlers[:], logging.root.level = handlers, level
+    return 0
 
 
 # Headless Chromium (Debian's package; .ci/run installs it) for the tests that render a page.

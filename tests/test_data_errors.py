@@ -21,7 +21,7 @@ from attnflow.data.parallel import ParallelDataModule
 from attnflow.data.planetoid import read_planetoid
 from attnflow.registry import ConfigError
 from attnflow.run import train
-from support import compose_cfg, train_cli_exit
+from support import compose_cfg, train_cli
 
 SENTENCES = [("ein mann schläft .", "a man sleeps ."), ("eine frau liest .", "a woman reads ."),
              ("zwei hunde spielen .", "two dogs play ."), ("ein kind lacht .", "a child laughs .")]
@@ -99,7 +99,7 @@ def test_cli_prints_a_data_error_without_traceback_and_writes_nothing(tmp_path, 
     """Through the console script's entry point (in this process: no torch import to wait for)."""
     empty = _gz(tmp_path / "train.jsonl.gz", "")
     run = tmp_path / "run"
-    code = train_cli_exit(monkeypatch, "experiment=han_imdb", f"data.train_path={empty}",
+    code = train_cli(monkeypatch, "experiment=han_imdb", f"data.train_path={empty}",
                           f"data.val_path={_documents(tmp_path / 'dev.jsonl.gz')}",
                           "callbacks.progress_bar=none", f"hydra.run.dir={run}")
     err = capsys.readouterr().err

@@ -22,7 +22,7 @@ import pytest
 from attnflow.distributed import check_multirun_strategy
 from attnflow.registry import ConfigError
 from attnflow.run import train
-from support import ROOT, compose_cfg, train_cli_exit
+from support import ROOT, compose_cfg, train_cli
 
 TRAIN = str(Path(sys.executable).parent / "attnflow-train")  # the console script, as users run it
 
@@ -132,7 +132,7 @@ def test_multirun_with_ddp_is_refused_before_any_work(tmp_path, monkeypatch, cap
     """Through the console script's entry point, in this process (Hydra runs the jobs of a basic
     multirun here; no torch import to wait for)."""
     sweep = tmp_path / "sweep"
-    code = train_cli_exit(monkeypatch, "-m", "scorer=dot,general", *DDP,
+    code = train_cli(monkeypatch, "-m", "scorer=dot,general", *DDP,
                           "callbacks.progress_bar=none", f"hydra.sweep.dir={sweep}")
     err = capsys.readouterr().err
     assert code == 2, err

@@ -11,7 +11,7 @@ import torch
 
 from attnflow.registry import ConfigError
 from attnflow.run import train
-from support import FAST, ROOT, compose_cfg
+from support import FAST, ROOT, compose_cfg, train_cli
 
 
 @pytest.mark.parametrize("overrides, expected", [
@@ -48,14 +48,25 @@ def _cli(*args, tmp_path):
                           capture_output=True, text=True, timeout=120)
 
 
-def test_cli_unknown_block_name_prints_one_message(tmp_path):
-    proc = _cli("scorer.name=dott", tmp_path=tmp_path)
-    assert proc.returncode == 2
-    assert "attnflow: config error: unknown scorer 'dott'" in proc.stderr
-    assert "Traceback" not in proc.stderr + proc.stdout
+def _main(monkeypatch, capsys, tmp_path, *args):
+    """attnflow-train's main() with ``args`` in this process (a fresh interpreter's imports cost
+    seconds; the fresh-interpreter path is the next test's): (exit status, stdout, stderr)."""
+    monkeypatch.setenv("ATTNFLOW_OUTPUT_DIR", str(tmp_path))
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "0")
+    code = train_cli(monkeypatch, *args)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_cli_unknown_block_name_prints_one_message(tmp_path, monkeypatch, capsys):
+    code, out, err = _main(monkeypatch, capsys, tmp_path, "scorer.name=dott")
+    assert code == 2
+    assert "attnflow: config error: unknown scorer 'dott'" in err
+    assert "Traceback" not in err + out
 
 
 def test_cli_unknown_group_option_lists_options(tmp_path):
+    """In a fresh interpreter, as users run it (Hydra refuses the option before torch is imported)."""
     proc = _cli("scorer=dott", tmp_path=tmp_path)
     assert proc.returncode != 0
     out = proc.stderr + proc.stdout
@@ -73,11 +84,12 @@ def test_a_non_finite_loss_stops_training_naming_the_step(tmp_path):
     assert not list((tmp_path / "run").glob("checkpoints/*.ckpt"))  # no checkpoint of broken weights
 
 
-def test_cli_non_finite_loss_exits_non_zero_with_one_message(tmp_path):
-    proc = _cli(*FAST, "task.optim.lr=1e30", "trainer.gradient_clip_val=null", "logger=none",
-                f"hydra.run.dir={tmp_path / 'run'}", tmp_path=tmp_path)
-    assert proc.returncode == 1
-    assert "attnflow: the training loss is" in proc.stderr and "Traceback" not in proc.stderr
+def test_cli_non_finite_loss_exits_non_zero_with_one_message(tmp_path, monkeypatch, capsys):
+    code, _, err = _main(monkeypatch, capsys, tmp_path, *FAST, "task.optim.lr=1e30",
+                         "trainer.gradient_clip_val=null", "logger=none",
+                         f"hydra.run.dir={tmp_path / 'run'}")
+    assert code == 1
+    assert "attnflow: the training loss is" in err and "Traceback" not in err
 
 
 def test_under_ddp_any_ranks_non_finite_loss_stops_every_rank():

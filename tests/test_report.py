@@ -1,4 +1,4 @@
-"""attnflow-report on a real small multirun (2 jobs through the console entry point), on one run,
+"""attnflow-report on a real small multirun (2 jobs through the console script's main()), on one run,
 on a sweep with a failed job, on a hand-built Optuna study, on bad paths, and its page rendered in
 headless Chromium. Expected values come from the jobs' own metrics.json files, read here."""
 
@@ -10,10 +10,8 @@ import csv
 import hashlib
 import io
 import json
-import os
 import shutil
 import subprocess
-import sys
 import warnings
 from html.parser import HTMLParser
 from pathlib import Path
@@ -22,7 +20,7 @@ import pytest
 import yaml
 
 from attnflow.report import main
-from support import CHROMIUM, CHROMIUM_MISSING, FAST, chromium_dom, chromium_flags
+from support import CHROMIUM, CHROMIUM_MISSING, FAST, chromium_dom, chromium_flags, train_cli
 
 # FAST, smaller still, with two epochs so that learning curves have two points.
 TINY = {**dict(o.split("=", 1) for o in FAST), "data.train_size": "64", "data.val_size": "32",
@@ -33,11 +31,11 @@ TINY = {**dict(o.split("=", 1) for o in FAST), "data.train_size": "64", "data.va
 def sweep(tmp_path_factory) -> Path:
     """A real Hydra multirun of the default experiment: scorer=dot (job 0), additive (job 1)."""
     out = tmp_path_factory.mktemp("outputs")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "ATTNFLOW_OUTPUT_DIR": str(out)}
     args = ["-m", "scorer=dot,additive", "optimized_metric=val/loss", *(f"{k}={v}" for k, v in TINY.items())]
-    proc = subprocess.run([sys.executable, "-m", "attnflow.train", *args], cwd=out, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    with pytest.MonkeyPatch.context() as mp:  # attnflow-train in this process
+        mp.setenv("ATTNFLOW_OUTPUT_DIR", str(out))
+        mp.chdir(out)
+        assert train_cli(mp, *args) == 0
     (folder,) = out.glob("multirun/*/*")
     return folder
 

@@ -23,7 +23,7 @@ import yaml
 from attnflow.resume import ResumeError, from_hydra, prepare_argv, resume_config
 from attnflow.run import train
 from attnflow.training_state import SafeCheckpointIO
-from support import FAST, ROOT, compose_cfg, train_cli_exit
+from support import FAST, ROOT, compose_cfg, train_cli
 
 # The default experiment, small: 16 steps an epoch, 2 epochs, dropout on (so that the random
 # stream matters, not only the shuffle), best checkpoint by val/loss (the last epoch: its
@@ -262,7 +262,7 @@ def test_train_refuses_a_resume_whose_config_is_not_the_runs(finished, tmp_path)
 # -- refused resumes (the console script's checks, before Hydra) ---------------------------------------------
 def _main(monkeypatch, capsys, *args) -> str:
     """attnflow-train's main() with ``args``, which must be refused (exit 2); its message."""
-    assert train_cli_exit(monkeypatch, *args) == 2
+    assert train_cli(monkeypatch, *args) == 2
     return capsys.readouterr().err
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import logging
 import os
 import re
 import shutil
@@ -23,7 +22,7 @@ from attnflow.registry import ConfigError, MODELS, DATA
 from attnflow.run import resolve_config
 from attnflow.sweeps import (check_optimized_metric, check_sweep_values, final_metric_names,
                              missing_plugin, required_plugins)
-from support import CONF, FAST, compose_cfg
+from support import CONF, FAST, compose_cfg, train_cli
 
 TRAIN = str(Path(sys.executable).with_name("attnflow-train"))
 # the default experiment, a few steps: 2 training batches, 1 validation and 1 test batch
@@ -43,23 +42,6 @@ def _job_configs(sweep: Path):
     """{job number: resolved config} of a sweep folder's job subfolders."""
     return {int(p.parent.name): yaml.safe_load(p.read_text())
             for p in sweep.glob("[0-9]*/config.yaml")}
-
-
-def _in_process(monkeypatch, argv):
-    """``attnflow-train argv`` in this process (imports shared with the other tests)."""
-    from hydra.core.global_hydra import GlobalHydra
-
-    from attnflow.train import main
-
-    monkeypatch.setattr(sys, "argv", ["attnflow-train", *argv])
-    handlers, level = logging.root.handlers[:], logging.root.level
-    try:
-        main()
-    finally:  # Hydra configured logging for its jobs (files in tmp_path, this test's stdout)
-        GlobalHydra.instance().clear()
-        for handler in set(logging.root.handlers) - set(handlers):
-            handler.close()
-        logging.root.handlers[:], logging.root.level = handlers, level
 
 
 # -- the search configs --------------------------------------------------------------------------------
@@ -138,19 +120,15 @@ def test_a_misspelt_optimized_metric_is_refused_naming_the_metrics():
 
 def test_cli_misspelt_metric_stops_before_training(monkeypatch, capsys, tmp_path):
     run = tmp_path / "run"
-    with pytest.raises(SystemExit) as stop:
-        _in_process(monkeypatch, [*FAST, "optimized_metric=val/seq_accc", f"hydra.run.dir={run}"])
-    assert stop.value.code == 2
+    assert train_cli(monkeypatch, *FAST, "optimized_metric=val/seq_accc", f"hydra.run.dir={run}") == 2
     assert "Did you mean 'val/seq_acc'?" in capsys.readouterr().err
     assert not (run / "config.yaml").exists() and not (run / "checkpoints").exists()
 
 
 def test_cli_metric_the_run_did_not_report_fails_after_it(monkeypatch, capsys, tmp_path):
     run = tmp_path / "run"  # val/penalty is logged only with task.penalty_weight > 0
-    with pytest.raises(SystemExit) as stop:
-        _in_process(monkeypatch, [*TINY, "callbacks.progress_bar=none", "trainer.fast_dev_run=true",
-                                  "optimized_metric=val/penalty", f"hydra.run.dir={run}"])
-    assert stop.value.code == 2
+    assert train_cli(monkeypatch, *TINY, "callbacks.progress_bar=none", "trainer.fast_dev_run=true",
+                     "optimized_metric=val/penalty", f"hydra.run.dir={run}") == 2
     reported = json.loads((run / "metrics.json").read_text())["metrics"]
     err = capsys.readouterr().err
     assert "optimized_metric 'val/penalty' was not reported" in err
@@ -174,9 +152,7 @@ def test_a_sweep_value_the_run_refuses_stops_the_sweep_before_any_job(monkeypatc
     """Each value of a sweep is checked as the run checks its config (one key varied at a time,
     both ends of a range or interval) before Hydra starts: the sweep folder is never made."""
     sweep = tmp_path / "sweep"
-    with pytest.raises(SystemExit) as stop:
-        _in_process(monkeypatch, [*argv, f"hydra.sweep.dir={sweep}"])
-    assert stop.value.code == 2
+    assert train_cli(monkeypatch, *argv, f"hydra.sweep.dir={sweep}") == 2
     assert says in capsys.readouterr().err
     assert not sweep.exists()
 
@@ -229,11 +205,11 @@ def test_optuna_study_runs_and_continues_from_its_storage(monkeypatch, tmp_path)
 
     sweep = tmp_path / "study"
     args = ["hparams_search=gat_cora_optuna", *TINY_GRAPH, f"hydra.sweep.dir={sweep}"]
-    _in_process(monkeypatch, [*args, "hydra.sweeper.n_trials=2"])
+    assert train_cli(monkeypatch, *args, "hydra.sweeper.n_trials=2") == 0
     first = {p: p.read_bytes() for p in sweep.glob("[01]/**/*") if p.is_file()}
     assert sorted(_job_configs(sweep)) == [0, 1] and (sweep / "optuna.db").is_file()
 
-    _in_process(monkeypatch, [*args, "hydra.sweeper.n_trials=4"])
+    assert train_cli(monkeypatch, *args, "hydra.sweeper.n_trials=4") == 0
     study = optuna.load_study(study_name="gat_cora_optuna", storage=f"sqlite:///{sweep}/optuna.db")
     trials = study.trials
     assert [t.number for t in trials] == [0, 1, 2, 3]
@@ -260,9 +236,10 @@ def test_local_parallel_launcher_is_joblib_with_n_jobs():
     assert cfg.hydra.launcher._target_.endswith("JoblibLauncher") and cfg.hydra.launcher.n_jobs == 3
 
 
-def test_slurm_launcher_writes_the_sbatch_script(tmp_path):
+def test_slurm_launcher_writes_the_sbatch_script(tmp_path, monkeypatch, capfd):
     """The real submitit launcher up to ``sbatch``: a stand-in ``sbatch`` on PATH keeps the script
-    it is given and fails (there is no cluster here), so the test reads what a cluster would run."""
+    it is given and fails (there is no cluster here), so the test reads what a cluster would run.
+    attnflow-train runs in this process (submitit starts ``sbatch`` itself)."""
     bin_dir, kept = tmp_path / "bin", tmp_path / "job.sbatch"
     bin_dir.mkdir()
     (bin_dir / "sbatch").write_text(f'#!/bin/sh\ncp "$1" "{kept}"\necho "sbatch: error: no cluster" >&2\nexit 1\n')
@@ -270,12 +247,15 @@ def test_slurm_launcher_writes_the_sbatch_script(tmp_path):
     for f in bin_dir.iterdir():
         f.chmod(0o755)
     sweep = tmp_path / "sweep"
-    env = dict(_env(), PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    proc = subprocess.run([TRAIN, "-m", "hydra/launcher=slurm", "scorer=dot,general", "hydra.launcher.partition=debug",
-                           "hydra.launcher.nodes=2", "hydra.launcher.tasks_per_node=4", "trainer=ddp",
-                           "trainer.num_nodes=2", "trainer.devices=4", f"hydra.sweep.dir={sweep}"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode != 0 and "sbatch: error: no cluster" in proc.stderr, proc.stderr[-2000:]
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "0")
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.chdir(tmp_path)
+    code = train_cli(monkeypatch, "-m", "hydra/launcher=slurm", "scorer=dot,general",
+                     "hydra.launcher.partition=debug", "hydra.launcher.nodes=2",
+                     "hydra.launcher.tasks_per_node=4", "trainer=ddp", "trainer.num_nodes=2",
+                     "trainer.devices=4", f"hydra.sweep.dir={sweep}")
+    err = capfd.readouterr().err
+    assert code != 0 and "sbatch: error: no cluster" in err, err[-2000:]
     script = kept.read_text()
     conf = OmegaConf.load(CONF / "hydra" / "launcher" / "slurm.yaml")
     expected = {"partition": "debug", "nodes": "2", "ntasks-per-node": "4", "array": "0-1%2",

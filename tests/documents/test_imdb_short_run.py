@@ -4,8 +4,8 @@ run directory (rebuilt from the registries) to label and explain new texts."""
 
 from __future__ import annotations
 
+import io
 import json
-import subprocess
 import sys
 
 import pytest
@@ -66,11 +66,12 @@ def test_predict_reloads_the_run_and_explains(run, tmp_path, capsys):
     assert line["label"] == "1" and "brilliant" in out.read_text()
 
 
-def test_predict_cli_reads_stdin_and_reports_bad_paths(run, tmp_path, capsys):
+def test_predict_cli_reads_stdin_and_reports_bad_paths(run, tmp_path, capsys, monkeypatch):
     run_dir, _ = run
-    proc = subprocess.run([sys.executable, "-m", "attnflow.predict", str(run_dir)], input="great film\n",
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0 and proc.stdout.count("\t") == 2
+    # standard input as a pipe gives it: bytes under a text wrapper (the console script reads the bytes)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("great film\n".encode())))
+    assert predict_main([str(run_dir)]) == 0
+    assert capsys.readouterr().out.count("\t") == 2
     assert predict_main([str(tmp_path / "nowhere")]) == 2
     jl = tmp_path / "docs.jsonl"
     jl.write_text(json.dumps({"text": "A great film."}) + "\n" + json.dumps({"review": "x"}) + "\n")
