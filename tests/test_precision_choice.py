@@ -69,6 +69,23 @@ def test_auto_on_a_gpu_that_emulates_bf16(monkeypatch):
     assert args["precision"] == "bf16-mixed" and warn and "16-mixed" in note  # takes effect, warned
 
 
+@pytest.mark.parametrize("gpu, native, chosen", [("NVIDIA A100", True, "bf16-mixed"),
+                                                 ("Tesla V100", False, "32-true")])
+def test_the_gpu_trainer_takes_bf16_only_where_the_gpu_computes_it(monkeypatch, gpu, native, chosen):
+    """``trainer=gpu`` asks for ``auto``: bf16-mixed on an Ampere GPU, 32-true (not emulated bf16,
+    and no warning) on an older one."""
+    from omegaconf import OmegaConf
+
+    trainer = OmegaConf.to_container(compose_cfg(["trainer=gpu"]).trainer, resolve=True)
+    assert trainer["accelerator"] == "gpu" and trainer["precision"] == "auto"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported",
+                        lambda including_emulation=True: native or including_emulation)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: gpu)
+    args, note, warn = precision.resolve_precision(trainer)
+    assert args["precision"] == chosen and gpu in note and warn is False
+
+
 @pytest.mark.parametrize("value", ["bf16-mixed", "bf16-true", "bf16"])
 def test_explicit_bf16_on_an_emulating_cpu_warns(monkeypatch, value):
     monkeypatch.setattr(precision, "cpu_bf16", lambda: (False, "this CPU has neither AVX512-BF16 nor AMX"))
