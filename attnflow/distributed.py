@@ -18,6 +18,12 @@ over ranks; DistributedSampler injected into the data loaders). What is ours aro
   leaves the file cut to its header. Telling the logger the columns already in the file first
   makes it append as in a single process; :func:`fit_progress` reads the fit's epochs and steps
   back from its checkpoint for ``metrics.json``.
+- **A GPU the machine does not have is refused before any work** (:func:`check_devices`):
+  ``trainer.accelerator=gpu`` (``trainer=gpu``) where no CUDA GPU is visible, or more
+  ``trainer.devices`` than there are, is a config error naming the fields, before the data and
+  the model are made; Lightning would raise it only when the Trainer is built. Whatever else
+  Lightning refuses when it builds the Trainer is reported the same way, as one message
+  (:func:`lightning_refusals`).
 - **Evaluation counts each item once** (:func:`eval_sampler`): validation and test loaders give
   every item to exactly one rank, and the tasks reduce their metrics over ranks (``sync_dist``,
   torchmetrics, BLEU over the gathered corpus).
@@ -25,10 +31,11 @@ over ranks; DistributedSampler injected into the data loaders). What is ours aro
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional
 
 from attnflow.registry import ConfigError
 
@@ -63,6 +70,46 @@ def _device_count(devices: Any, accelerator: Any) -> int:
 
         return max(1, torch.cuda.device_count())
     return int(devices)
+
+
+def check_devices(trainer: Optional[Mapping[str, Any]]) -> None:
+    """Refuse a CUDA run on a machine without (enough) CUDA GPUs: a :class:`ConfigError` naming
+    the fields and the way out. Checked in the process that trains (a sweep's job on a cluster's
+    GPU node), not when a config is composed (e.g. on a login node that submits it)."""
+    trainer = trainer or {}
+    accelerator = trainer.get("accelerator", "auto")
+    if accelerator not in ("gpu", "cuda"):
+        return
+    import torch
+
+    count = torch.cuda.device_count()
+    if count == 0:
+        build = "a CPU build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
+        raise ConfigError(f"trainer.accelerator={accelerator} (as trainer=gpu sets it) asks for a CUDA "
+                          f"GPU, but none is visible to this process (torch {torch.__version__}, "
+                          f"{build}); use trainer.accelerator=cpu, or auto (a GPU where there is one)")
+    devices = trainer.get("devices", "auto")
+    if isinstance(devices, bool) or not isinstance(devices, int) or devices <= count:
+        return  # auto, -1, a list or a string of ids: Lightning checks those
+    raise ConfigError(f"trainer.devices={devices} with trainer.accelerator={accelerator}, but this "
+                      f"machine shows {count} CUDA GPU(s); use trainer.devices={count} (or -1: "
+                      f"all of them)")
+
+
+@contextlib.contextmanager
+def lightning_refusals(trainer: Mapping[str, Any]) -> Iterator[None]:
+    """Around building a ``pl.Trainer`` from ``trainer``: Lightning's refusal of its settings
+    (``MisconfigurationException``: an accelerator or strategy this machine lacks, devices it does
+    not have …; ``ModuleNotFoundError``: a package an accelerator needs, e.g. torch_xla for
+    ``tpu``) becomes a :class:`ConfigError` that names the fields, printed as one message."""
+    from lightning_fabric.utilities.exceptions import MisconfigurationException
+
+    try:
+        yield
+    except (MisconfigurationException, ModuleNotFoundError) as err:
+        shown = ", ".join(f"trainer.{k}={trainer[k]}" for k in
+                          ("accelerator", "devices", "strategy", "num_nodes", "precision") if k in trainer)
+        raise ConfigError(f"Lightning refuses the trainer settings ({shown}): {err}") from err
 
 
 def _scheduler_makes_processes() -> bool:

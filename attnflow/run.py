@@ -36,7 +36,8 @@ import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
 from attnflow.callbacks import (MATMUL_PRECISIONS, AttentionMaps, AttentionMapsConfig,
                                 CheckpointConfig, EarlyStoppingConfig, Float32MatmulPrecision,
                                 StopOnNonFiniteLoss)
-from attnflow.distributed import continue_csv_logs, fit_progress
+from attnflow.distributed import (check_devices, continue_csv_logs, fit_progress,
+                                  lightning_refusals)
 from attnflow.console import BARS, progress_bar
 from attnflow import config_dir
 from attnflow import resume, training_state  # resume=, ckpt_path=; exact restarts, atomic checkpoints
@@ -403,6 +404,7 @@ def train(cfg: DictConfig | Dict[str, Any], run_dir: Path | str) -> Dict[str, An
     """Validate, build, fit, evaluate; return (and write) the final metrics."""
     run_dir = Path(run_dir)
     resolved = resolve_config(cfg)
+    check_devices(resolved.get("trainer"))  # the GPUs a run asks for, on this machine
     resolved.update(run_identity(cfg, resolved))  # run name/experiment/group, tags
     run_dir.mkdir(parents=True, exist_ok=True)
     # config.yaml of a new run; a resumed one keeps its own and records the resume beside it
@@ -443,11 +445,12 @@ def _train(resolved: Dict[str, Any], run_dir: Path, fit_from: Any, matmul: Any) 
     trainer_args, note, warn = resolve_precision(resolved.get("trainer") or {})  # auto; emulated bf16
     if note:
         (rank_zero_warn if warn else rank_zero_info)(note)
-    trainer = pl.Trainer(**trainer_args, logger=logger or False,
-                         callbacks=[*callbacks, *training_state.callbacks(run_dir)],
-                         plugins=[training_state.SafeCheckpointIO()],  # atomic, weights_only
-                         default_root_dir=str(run_dir), enable_progress_bar=bar not in ("none", None),
-                         enable_checkpointing=checkpoints)
+    with lightning_refusals(trainer_args):
+        trainer = pl.Trainer(**trainer_args, logger=logger or False,
+                             callbacks=[*callbacks, *training_state.callbacks(run_dir)],
+                             plugins=[training_state.SafeCheckpointIO()],  # atomic, weights_only
+                             default_root_dir=str(run_dir), enable_progress_bar=bar not in ("none", None),
+                             enable_checkpointing=checkpoints)
     failed = True
     start = time.time()
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -40,6 +41,43 @@ def test_bad_config_fails_before_any_work(overrides, expected, tmp_path):
     for text in expected:
         assert text in str(err.value)
     assert not (tmp_path / "run").exists()  # nothing was built or written
+
+
+ANY_DEVICE = [o for o in FAST if not o.startswith("trainer.accelerator=")]  # FAST asks for the CPU
+
+
+@pytest.mark.parametrize("gpus, overrides, says", [
+    (0, ["trainer=gpu"], ["trainer.accelerator=gpu", "asks for a CUDA GPU, but none is visible",
+                          "use trainer.accelerator=cpu"]),
+    (1, ["trainer=gpu", "trainer.devices=2"], ["trainer.devices=2", "this machine shows 1 CUDA GPU",
+                                               "use trainer.devices=1"]),
+])
+def test_a_gpu_the_machine_lacks_is_refused_before_any_work(monkeypatch, tmp_path, gpus, overrides, says):
+    """Checked before the data and the model are made (Lightning would refuse it only when the
+    Trainer is built, with a traceback); the machine's GPUs are stood in for."""
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    with pytest.raises(ConfigError) as err:
+        train(compose_cfg([*ANY_DEVICE, *overrides]), tmp_path / "run")
+    for text in says:
+        assert text in str(err.value)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("accelerator, says", [
+    ("mps", "`MPSAccelerator` can not run on your system"),
+    ("tpu", "Requirement 'torch_xla"),  # Lightning's ModuleNotFoundError
+])
+def test_what_lightning_refuses_is_one_message_naming_the_fields(monkeypatch, tmp_path, accelerator, says):
+    from pytorch_lightning.accelerators import MPSAccelerator
+
+    if accelerator == "tpu" and importlib.util.find_spec("torch_xla") is not None:
+        pytest.skip("torch_xla is installed here: Lightning would not refuse tpu for want of it")
+    monkeypatch.setattr(MPSAccelerator, "is_available", staticmethod(lambda: False))
+    with pytest.raises(ConfigError) as err:
+        train(compose_cfg([*ANY_DEVICE, f"trainer.accelerator={accelerator}"]), tmp_path / "run")
+    assert str(err.value).startswith(f"Lightning refuses the trainer settings (trainer.accelerator={accelerator}")
+    assert says in str(err.value)
+    assert not list((tmp_path / "run").glob("checkpoints/*"))  # refused before training
 
 
 def _cli(*args, tmp_path):
