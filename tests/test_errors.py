@@ -80,6 +80,28 @@ def test_what_lightning_refuses_is_one_message_naming_the_fields(monkeypatch, tm
     assert not list((tmp_path / "run").glob("checkpoints/*"))  # refused before training
 
 
+@pytest.mark.parametrize("overrides, expected", [
+    ([*FAST, "data.symbols=1"], "data 'reverse': field 'symbols' (at 'data.symbols') must be >= 2, got 1"),
+    ([*FAST, "data.min_len=10", "data.max_len=5"],
+     "need 1 <= min_len <= max_len (at 'data.min_len', 'data.max_len'), got 10, 5"),
+    (["experiment=gat_synthetic", "data.num_nodes=10", "data.split=[0.05,0.5]"],
+     "split [0.05, 0.5] of 10 nodes leaves an empty split (0 train, 5 val, 5 test)"),
+    (["experiment=gat_synthetic", "data.split=[0.5,0.6]"],
+     "field 'split' (at 'data.split') must be [train, val] fractions with train + val < 1"),
+    (["experiment=gat_synthetic", "data.multi_label=true"],
+     "the data's labels are multi-label ((N, C) 0/1); set task.multi_label=true"),
+    (["experiment=caption_shapes", "data.grid=1"], "data 'shapes': grid must be >= 2"),
+    (["experiment=caption_shapes", "data.max_shapes=12"], "need 1 <= min_shapes <= max_shapes <= 4"),
+])
+def test_fields_that_do_not_fit_together_are_refused_before_any_work(overrides, expected, tmp_path):
+    """Checks across fields (the blocks' ``check_config``, run before the data is made), which
+    the data modules' constructors made only after the run directory was written, with a traceback."""
+    with pytest.raises(ConfigError) as err:
+        train(compose_cfg([*overrides, "logger=none"]), tmp_path / "run")
+    assert expected in str(err.value)
+    assert not (tmp_path / "run").exists()
+
+
 def _cli(*args, tmp_path):
     env = dict(os.environ, ATTNFLOW_OUTPUT_DIR=str(tmp_path), HYDRA_FULL_ERROR="0")
     return subprocess.run([sys.executable, "-m", "attnflow.train", *args], cwd=ROOT, env=env,

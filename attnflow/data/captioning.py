@@ -32,7 +32,7 @@ from torch.utils.data import DataLoader, Dataset
 from attnflow.data.base import SplitDataModule
 from attnflow.data.errors import check_fields
 from attnflow.data.shapes import (BOS, EOS, PAD, RELATIONS, UNK, ShapesCaptions, Vocab,
-                                  all_captions, collate, make_splits)
+                                  all_captions, check_options, collate, make_splits)
 from attnflow.distributed import eval_sampler
 from attnflow.registry import DATA, ConfigError, NonNegativeInt, PositiveInt
 
@@ -220,6 +220,17 @@ class ShapesDataModule(CaptioningDataModule):
         self.size, self.batch_size, self.num_workers, self.seed = size, batch_size, num_workers, seed
         self.max_decode_len = longest_shapes_caption(max_shapes) + 2
         self._captions: Dict[str, List[List[str]]] = {}
+
+    @classmethod
+    def check_config(cls, cfg: dict) -> None:
+        """Before any work (run.check_composition): the drawing options that do not fit together
+        (shapes.py's checks, each naming its field)."""
+        fields = DATA.validate(cfg["data"], "data")
+        try:
+            check_options(**{k: fields[k] for k in ("size", "grid", "min_shapes", "max_shapes",
+                                                    "background")})
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
 
     @property
     def image_size(self) -> int:

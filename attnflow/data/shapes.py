@@ -139,8 +139,8 @@ def make_example(seed: int, *, size: int = 64, grid: int = 3, min_shapes: int = 
         min_shapes, max_shapes: shapes per image, inclusive (default 1..3).
         background: 'black', 'grey' or 'mixed' (each image picks one) (default 'black').
     """
-    _check(size=size, grid=grid, min_shapes=min_shapes, max_shapes=max_shapes,
-           background=background)
+    check_options(size=size, grid=grid, min_shapes=min_shapes, max_shapes=max_shapes,
+                  background=background)
     rng = random.Random(seed)
     bg = rng.choice(sorted(BACKGROUNDS)) if background == "mixed" else background
     n = rng.randint(min_shapes, max_shapes)
@@ -200,7 +200,7 @@ def all_captions(example: ShapesExample) -> List[List[str]]:
     return out
 
 
-def _check(*, size: int, grid: int, min_shapes: int, max_shapes: int, background: str) -> None:
+def check_options(*, size: int, grid: int, min_shapes: int, max_shapes: int, background: str) -> None:
     """Refuse impossible settings with the field's name and what is allowed."""
     if grid < 2:
         raise ValueError(f"data 'shapes': grid must be >= 2 (cells per side), got {grid}")
@@ -229,7 +229,7 @@ class ShapesCaptions(Dataset):
         if unknown:
             raise ValueError(f"data 'shapes': unknown option(s) {', '.join(unknown)}; allowed: "
                              f"{', '.join(_DEFAULTS)}")
-        _check(**{**_DEFAULTS, **options})
+        check_options(**{**_DEFAULTS, **options})
         self.n, self.seed, self.options = n, seed, options
 
     def __len__(self) -> int:

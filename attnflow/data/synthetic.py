@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import random
 import string
-from typing import Dict, List, Literal, Sequence
+from typing import Annotated, Any, Dict, List, Literal, Mapping, Sequence
 
 import torch
 from torch.utils.data import DataLoader
 
 from attnflow.data.base import SplitDataModule
 from attnflow.distributed import eval_sampler
-from attnflow.registry import DATA, NonNegativeInt, PositiveInt
+from attnflow.registry import DATA, ConfigError, NonNegativeInt, PositiveInt, Range
 
 PAD, BOS, EOS = 0, 1, 2
 SPECIALS = ["<pad>", "<bos>", "<eos>"]
@@ -47,6 +47,12 @@ def collate(pairs: Sequence[tuple]) -> Dict[str, torch.Tensor]:
     return {"src": src, "src_lengths": lengths, "tgt_in": tgt_in, "tgt_out": tgt_out}
 
 
+def _check_lengths(min_len: int, max_len: int) -> None:
+    if not 1 <= min_len <= max_len:
+        raise ConfigError(f"data 'reverse': need 1 <= min_len <= max_len (at 'data.min_len', "
+                          f"'data.max_len'), got {min_len}, {max_len}")
+
+
 @DATA.register("reverse")
 class ReverseDataModule(SplitDataModule):
     """Random sequences x of ``symbols`` symbols, lengths in [min_len, max_len]; target f(x).
@@ -64,20 +70,26 @@ class ReverseDataModule(SplitDataModule):
     interface = "seq2seq"  # sequence pairs: seq2seq/transformer models, seq2seq/translation tasks
 
     def __init__(self, *, task: Literal["reverse", "copy", "sort"] = "reverse",
-                 symbols: PositiveInt = 20,
+                 symbols: Annotated[int, Range(ge=2)] = 20,
                  min_len: PositiveInt = 4, max_len: PositiveInt = 16,
                  train_size: PositiveInt = 20000, val_size: PositiveInt = 500,
                  test_size: NonNegativeInt = 500, batch_size: PositiveInt = 64, seed: int = 1234):
         super().__init__()
-        if not 1 <= min_len <= max_len:
-            raise ValueError(f"data 'reverse': need 1 <= min_len <= max_len, got {min_len}, {max_len}")
+        _check_lengths(min_len, max_len)
         if symbols < 2:
-            raise ValueError(f"data 'reverse': symbols must be >= 2, got {symbols}")
+            raise ConfigError(f"data 'reverse': field 'symbols' (at 'data.symbols') must be >= 2, "
+                              f"got {symbols}")
         self.task, self.symbols, self.min_len, self.max_len = task, symbols, min_len, max_len
         self.sizes = {"train": train_size, "val": val_size, "test": test_size}
         self.batch_size, self.seed = batch_size, seed
         self.itos = SPECIALS + _symbol_names(symbols)
         self.splits: Dict[str, list] = {}
+
+    @classmethod
+    def check_config(cls, cfg: Mapping[str, Any]) -> None:
+        """Before any work (run.check_composition): what the fields' own bounds cannot say."""
+        fields = DATA.validate(cfg["data"], "data")
+        _check_lengths(fields["min_len"], fields["max_len"])
 
     # -- what models and tasks need to know --------------------------------------------------
     @property

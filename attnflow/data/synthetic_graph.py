@@ -12,13 +12,13 @@ is deterministic given ``seed``.
 
 from __future__ import annotations
 
-from typing import List, Literal
+from typing import Annotated, Any, List, Literal, Mapping, Sequence
 
 import torch
 from torch_geometric.data import Data
 
 from attnflow.data.graph import GraphDataModule
-from attnflow.registry import DATA, NonNegativeFloat, PositiveInt, Probability
+from attnflow.registry import DATA, ConfigError, NonNegativeFloat, PositiveInt, Probability, Range
 
 
 def make_sbm_graph(num_nodes: int, num_classes: int, feature_dim: int, p_in: float, p_out: float,
@@ -50,6 +50,19 @@ def make_sbm_graph(num_nodes: int, num_classes: int, feature_dim: int, p_in: flo
                 val_mask=masks["val"], test_mask=masks["test"])
 
 
+def _check_split(split: Sequence[float], num_nodes: int) -> None:
+    """``split`` = [train, val] fractions that leave every split of ``num_nodes`` non-empty."""
+    if len(split) != 2 or min(split) <= 0 or sum(split) >= 1:
+        raise ConfigError(f"data 'synthetic_graph': field 'split' (at 'data.split') must be [train, "
+                          f"val] fractions with train + val < 1, got {list(split)}")
+    n_train, n_val = int(split[0] * num_nodes), int(split[1] * num_nodes)
+    if min(n_train, n_val, num_nodes - n_train - n_val) < 1:
+        raise ConfigError(f"data 'synthetic_graph': split {list(split)} of {num_nodes} nodes leaves "
+                          f"an empty split ({n_train} train, {n_val} val, "
+                          f"{num_nodes - n_train - n_val} test); raise data.num_nodes or the "
+                          f"fractions of data.split")
+
+
 @DATA.register("synthetic_graph")
 class SyntheticGraphDataModule(GraphDataModule):
     """A stochastic-block-model graph with class-dependent features.
@@ -70,7 +83,8 @@ class SyntheticGraphDataModule(GraphDataModule):
 
     name = "synthetic_graph"
 
-    def __init__(self, *, num_nodes: PositiveInt = 400, num_classes: int = 4,
+    def __init__(self, *, num_nodes: Annotated[int, Range(ge=4)] = 400,
+                 num_classes: Annotated[int, Range(ge=2)] = 4,
                  feature_dim: PositiveInt = 16,
                  p_in: float = 0.05, p_out: float = 0.005, noise: NonNegativeFloat = 1.0,
                  multi_label: bool = False, extra_label_prob: Probability = 0.5,
@@ -81,19 +95,18 @@ class SyntheticGraphDataModule(GraphDataModule):
         super().__init__(loader=loader, batch_size=batch_size, num_hops=num_hops,
                          num_neighbors=num_neighbors, seed=seed)
         if num_nodes < 4 or num_classes < 2:
-            raise ValueError(f"data 'synthetic_graph': need num_nodes >= 4 and num_classes >= 2, "
-                             f"got {num_nodes}, {num_classes}")
-        if len(split) != 2 or min(split) <= 0 or sum(split) >= 1:
-            raise ValueError(f"data 'synthetic_graph': split must be [train, val] fractions with "
-                             f"train + val < 1, got {split}")
-        n_train, n_val = int(split[0] * num_nodes), int(split[1] * num_nodes)
-        if min(n_train, n_val, num_nodes - n_train - n_val) < 1:
-            raise ValueError(f"data 'synthetic_graph': split {list(split)} of {num_nodes} nodes leaves "
-                             f"an empty split ({n_train} train, {n_val} val, "
-                             f"{num_nodes - n_train - n_val} test); raise num_nodes or the fractions")
+            raise ConfigError(f"data 'synthetic_graph': need num_nodes >= 4 and num_classes >= 2 (at "
+                              f"'data.num_nodes', 'data.num_classes'), got {num_nodes}, {num_classes}")
+        _check_split(split, num_nodes)
         self.kw = dict(num_nodes=num_nodes, num_classes=num_classes, feature_dim=feature_dim,
                        p_in=p_in, p_out=p_out, noise=noise, multi_label=multi_label,
                        extra_label_prob=extra_label_prob, split=list(split), seed=seed)
+
+    @classmethod
+    def check_config(cls, cfg: Mapping[str, Any]) -> None:
+        """Before any work (run.check_composition): the split against the number of nodes."""
+        fields = DATA.validate(cfg["data"], "data")
+        _check_split(fields["split"], fields["num_nodes"])
 
     def load(self) -> Data:
         return make_sbm_graph(**self.kw)

@@ -54,7 +54,7 @@ from torch import nn
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import remove_self_loops, scatter
 
-from attnflow.registry import TASKS, ConfigError, NonNegativeFloat, Probability
+from attnflow.registry import DATA, TASKS, ConfigError, NonNegativeFloat, Probability
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
 
@@ -85,6 +85,13 @@ def propagation_loss(logits: torch.Tensor, edge_index: torch.Tensor,
     neighbours, has = propagate(logits, edge_index, adjacency)
     ce = -(neighbours.softmax(-1) * logits.log_softmax(-1)).sum(-1)
     return ce[has].mean()
+
+
+def _check_labels(multi_label: bool, multi_label_data: bool) -> None:
+    if multi_label != multi_label_data:
+        kind = "multi-label ((N, C) 0/1)" if multi_label_data else "single-label ((N,) ids)"
+        raise ConfigError(f"task 'node_classification': the data's labels are {kind}; set "
+                          f"task.multi_label={str(multi_label_data).lower()}")
 
 
 def _check_options(multi_label: bool, label_smoothing: float, propagation_reg: float,
@@ -132,10 +139,7 @@ class NodeClassificationTask(Task):
                  propagation_adjacency: Literal["mean", "gcn"] = "mean"):
         super().__init__(model, optim=optim)
         _check_options(multi_label, label_smoothing, propagation_reg, propagation_adjacency)
-        if multi_label != multi_label_data:
-            kind = "multi-label ((N, C) 0/1)" if multi_label_data else "single-label ((N,) ids)"
-            raise ValueError(f"task 'node_classification': the data's labels are {kind}; set "
-                             f"task.multi_label={str(multi_label_data).lower()}")
+        _check_labels(multi_label, multi_label_data)
         self.num_classes, self.multi_label = num_classes, multi_label
         self.picture, self.label_smoothing = picture, label_smoothing
         self.propagation_reg, self.propagation_adjacency = propagation_reg, propagation_adjacency
@@ -150,6 +154,9 @@ class NodeClassificationTask(Task):
             task = TASKS.validate(cfg["task"], "task")  # with the defaults
             _check_options(*(task[k] for k in ("multi_label", "label_smoothing", "propagation_reg",
                                                "propagation_adjacency")))
+            data = DATA.validate(cfg["data"], "data")
+            if "multi_label" in data:  # a data set that says in its config which labels it makes
+                _check_labels(task["multi_label"], data["multi_label"])
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
         return self.model(x, edge_index)
