@@ -140,11 +140,26 @@ def _check_trainer_types(trainer: Dict[str, Any]) -> None:
         if rng is not None and not rng.holds(value):
             raise ConfigError(f"trainer.{key} (at 'trainer.{key}') must be {rng}"
                               f"{f' ({rng.what})' if rng.what else ''}, got {value!r}")
+    _check_trainer_names(trainer)
     max_time = trainer.get("max_time")
     if isinstance(max_time, str) and not re.fullmatch(r"\d+:\d\d:\d\d:\d\d", max_time.strip()):
         # Lightning's Timer would refuse it only once the data is made
         raise ConfigError(f"trainer.max_time must be DD:HH:MM:SS (two digits for hours, minutes "
                           f"and seconds, e.g. 00:01:30:00 for 90 minutes), got {max_time!r}")
+
+
+def _check_trainer_names(trainer: Dict[str, Any]) -> None:
+    """``trainer.accelerator`` and ``trainer.strategy`` name what Lightning's registries hold
+    (Lightning would refuse a misspelling only when it builds the Trainer, after the data)."""
+    from pytorch_lightning.accelerators import AcceleratorRegistry
+    from pytorch_lightning.strategies import StrategyRegistry
+
+    for key, names in (("accelerator", ["auto", "gpu", *AcceleratorRegistry.available_accelerators()]),
+                       ("strategy", ["auto", *StrategyRegistry.available_strategies()])):
+        value = trainer.get(key)
+        if isinstance(value, str) and value.lower() not in names:
+            raise ConfigError(f"trainer.{key} (at 'trainer.{key}') must be one of "
+                              f"{', '.join(names)}, got {value!r}.{_suggest(value.lower(), names)}")
 
 
 def _check_schedule_length(cfg: Dict[str, Any]) -> None:

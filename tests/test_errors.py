@@ -26,6 +26,10 @@ from support import FAST, ROOT, compose_cfg, train_cli
     (["trainer.max_epochs=abc"], ["trainer.max_epochs", "must be int or null", "'abc'"]),
     (["+trainer.plugins=[]"], ["trainer has no field 'plugins'", "set by attnflow"]),
     (["trainer.precision=bf17"], ["trainer.precision", "'bf16-mixed'", "'bf17'"]),
+    (["trainer.strategy=ddpp"], ["trainer.strategy (at 'trainer.strategy') must be one of auto, ",
+                                 "ddp_spawn", "got 'ddpp'", "Did you mean 'ddp'?"]),
+    (["trainer.accelerator=cpus"], ["trainer.accelerator (at 'trainer.accelerator') must be one of "
+                                    "auto, gpu, ", "cuda", "got 'cpus'", "Did you mean 'cpu'?"]),
     (["+trainer.max_time=00:00:3:00"], ["trainer.max_time must be DD:HH:MM:SS", "'00:00:3:00'"]),
     (["float32_matmul_precision=fast"], ["float32_matmul_precision must be one of highest, high, medium", "'fast'"]),
     # a run ended by time only: a schedule over the run's steps has no length (cosine: the default)
