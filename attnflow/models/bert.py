@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnflow.blocks.attention.multihead import check_model_heads
 from attnflow.registry import (ATTENTIONS, ENCODERS, MODELS, POSITIONALS, BlockSpec, ConfigError,
                                PositiveFloat, PositiveInt, Probability)
 
@@ -106,6 +107,12 @@ class BertModel(nn.Module):
         """What a model of this config works on (its ``head``'s batches), for the composition
         check before any work."""
         return cls.head_interfaces.get(cfg.get("head") or "pretraining")
+
+    @classmethod
+    def check_config(cls, cfg: dict) -> None:
+        """Before any data is made (run.check_composition): the attention's heads divide d_model."""
+        if (cfg.get("model") or {}).get("name") == "bert":
+            check_model_heads(MODELS.validate(cfg["model"], "model"))
 
     def __init__(self, vocab_size: int, pad_id: int = 0, num_classes: int = 0,
                  tasks: Optional[Dict[str, tuple]] = None, *,

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from attnflow.blocks.attention.functional import padding_mask
+from attnflow.blocks.attention.multihead import check_model_heads
 from attnflow.models.encoder_decoder import EncoderDecoder
 from attnflow.registry import (DECODERS, ENCODERS, MODELS, BlockSpec, ConfigError, PositiveInt,
                                Probability)
@@ -55,6 +56,12 @@ class Transformer(EncoderDecoder):
         forward: src (B, S), src_lengths (B,), tgt_in (B, T) -> logits (B, T, tgt_vocab), weights
         (B, T, J, S) of the last decoder layer's encoder–decoder attention, or None.
     """
+
+    @classmethod
+    def check_config(cls, cfg: dict) -> None:
+        """Before any data is made (run.check_composition): the attention's heads divide d_model."""
+        if (cfg.get("model") or {}).get("name") == "transformer":
+            check_model_heads(MODELS.validate(cfg["model"], "model"))
 
     def __init__(self, src_vocab: int, tgt_vocab: int, pad_id: int = 0, *,
                  d_model: PositiveInt = 256,

@@ -26,7 +26,7 @@ from position t to cached keys 0..t).
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Any, Mapping, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +44,23 @@ def relative_index(tq: int, tk: int, max_distance: int, query_offset: int = 0,
     j = torch.arange(query_offset, query_offset + tq, device=device).unsqueeze(1)
     i = torch.arange(tk, device=device).unsqueeze(0)
     return (i - j).clamp(-max_distance, max_distance) + max_distance
+
+
+def check_heads(name: str, query_dim: int, heads: int, head_dim: Optional[int]) -> None:
+    """Without ``head_dim`` each head gets query_dim / heads features, so ``heads`` must divide
+    the query size; also called by the models' ``check_config`` (before any data is made)."""
+    if head_dim is None and query_dim % heads:
+        raise ConfigError(
+            f"attention '{name}': the query size {query_dim} (e.g. model.d_model) is not "
+            f"divisible by heads {heads}; change attention.heads or set attention.head_dim")
+
+
+def check_model_heads(model: Mapping[str, Any]) -> None:
+    """:func:`check_heads` for a model whose every attention reads ``d_model`` features (a
+    Transformer, BERT): ``model`` is its validated config, attention config included."""
+    attention = model.get("attention") or {}
+    if "heads" in attention and "d_model" in model:
+        check_heads(attention["name"], model["d_model"], attention["heads"], attention.get("head_dim"))
 
 
 @ATTENTIONS.register("multihead")
@@ -82,11 +99,8 @@ class MultiHeadAttention(AttentionBlock):
         if relative_distance is not None and (relative_distance < 0 or not self_attention):
             raise ConfigError(f"attention '{name}': relative positions need self-attention and "
                               f"δ >= 0, got δ={relative_distance}")
+        check_heads(name, query_dim, heads, head_dim)
         if head_dim is None:
-            if query_dim % heads:
-                raise ConfigError(
-                    f"attention '{name}': the query size {query_dim} (e.g. model.d_model) is not "
-                    f"divisible by heads {heads}; change attention.heads or set attention.head_dim")
             head_dim = query_dim // heads
         if shared_kv and key_dim != value_dim:
             raise ConfigError(f"attention '{name}': shared_kv needs key_dim == value_dim")
