@@ -25,9 +25,8 @@ from attnflow.registry import MODELS
 from cli_runs import QUIET, one_torch_thread  # noqa: F401  (autouse fixture)
 
 SHORT = ["experiment=caption_shapes", "model.encoder.channels=[16,32,64]", "data.train_size=2400",
-         "data.val_size=100",
-         "data.test_size=100", "trainer.max_epochs=2", "callbacks.attention_maps.examples=2",
-         *QUIET]
+         "data.val_size=100", "data.test_size=100", "trainer.max_epochs=2",
+         "callbacks.attention_maps.examples=2", *QUIET]
 
 
 @pytest.fixture(scope="module")

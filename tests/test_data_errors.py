@@ -100,8 +100,8 @@ def test_cli_prints_a_data_error_without_traceback_and_writes_nothing(tmp_path, 
     empty = _gz(tmp_path / "train.jsonl.gz", "")
     run = tmp_path / "run"
     code = train_cli(monkeypatch, "experiment=han_imdb", f"data.train_path={empty}",
-                          f"data.val_path={_documents(tmp_path / 'dev.jsonl.gz')}",
-                          "callbacks.progress_bar=none", f"hydra.run.dir={run}")
+                     f"data.val_path={_documents(tmp_path / 'dev.jsonl.gz')}",
+                     "callbacks.progress_bar=none", f"hydra.run.dir={run}")
     err = capsys.readouterr().err
     assert code == 2, err
     assert f"attnflow: data error: data 'documents': {empty} holds no documents" in err

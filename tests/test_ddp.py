@@ -147,7 +147,7 @@ def test_multirun_with_ddp_is_refused_before_any_work(tmp_path, monkeypatch, cap
     multirun here; no torch import to wait for)."""
     sweep = tmp_path / "sweep"
     code = train_cli(monkeypatch, "-m", "scorer=dot,general", *DDP,
-                          "callbacks.progress_bar=none", f"hydra.sweep.dir={sweep}")
+                     "callbacks.progress_bar=none", f"hydra.sweep.dir={sweep}")
     err = capsys.readouterr().err
     assert code == 2, err
     assert "attnflow: config error: a multirun (-m) with trainer.strategy=ddp" in err
