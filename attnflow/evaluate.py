@@ -188,6 +188,7 @@ def evaluate(target: Path | str, overrides: List[str] = (), out: Optional[str] =
 
     import pytorch_lightning as pl
 
+    from attnflow.distributed import check_devices
     from attnflow.precision import resolve_precision
     from attnflow.registry import DATA, MODELS, TASKS
 
@@ -197,6 +198,7 @@ def evaluate(target: Path | str, overrides: List[str] = (), out: Optional[str] =
                                                 **trainer_fields})  # trainer.precision=auto
         if note:
             print(f"attnflow-eval: {'warning: ' if warn else ''}{note}", file=sys.stderr)
+        check_devices(fields)  # a GPU this machine lacks: attnflow's message, as attnflow-train's
         try:  # first: the trainer overrides are checked before any data is read
             trainer = pl.Trainer(accelerator=fields["accelerator"], devices=fields.get("devices", 1),
                                  precision=fields["precision"],

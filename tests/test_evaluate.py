@@ -56,14 +56,16 @@ def test_a_run_evaluates_to_the_metrics_training_reported(gat_run, capsys):
     assert all(p.read_bytes() == b for p, b in before.items())  # nothing of the run rewritten
 
 
-def test_overrides_are_checked_before_any_work(gat_run, tmp_path, capsys):
+def test_overrides_are_checked_before_any_work(gat_run, tmp_path, capsys, monkeypatch):
     n = len(_eval_files(gat_run))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)  # whatever this machine has
     for args, says in ((["foo=1"], "has no override 'foo'"),
                        (["data.num_nodez=10"], "data 'synthetic_graph' has no field 'num_nodez'"),
                        (["split=train"], "split must be 'val' or 'test'"),
                        (["seed=abc"], "seed must be an integer, got 'abc'"),
                        (["trainer.max_epochs=3"], "has no override 'trainer.max_epochs'"),
                        (["trainer.devices=abc"], "trainer.devices"),
+                       (["trainer.accelerator=gpu"], "asks for a CUDA GPU, but none is visible"),
                        (["data.name=parallel"], "works on graphs"),
                        (["nonsense"], "is not an override")):
         assert main([str(gat_run), *args]) == 2, args
