@@ -411,8 +411,31 @@ def resolve_config(cfg: DictConfig | Dict[str, Any]) -> Dict[str, Any]:
                 del cfg["hydra"]
         consumed = check_shared_groups(cfg, config_dir(), choices)
         resolved = prune_unused(OmegaConf.to_container(cfg, resolve=True), consumed)
+        try:
+            validate_config(resolved)
+        except ConfigError as err:  # a field that takes its value from another: say which
+            raise ConfigError(f"{err}{_interpolation_note(cfg, str(err))}") from None
+        return resolved
     validate_config(resolved)
     return resolved
+
+
+def _interpolation_note(cfg: DictConfig, message: str) -> str:
+    """Where the field a message names (``(at 'data.num_hops')``) is an interpolation in the
+    composed config (``num_hops: ${model.layers}``), a note naming the field its value comes from:
+    the user set that one, not the field the message names."""
+    found = re.search(r"\(at '([\w.]+)'", message)
+    if not found:
+        return ""
+    path = found.group(1)
+    parent_path, _, key = path.rpartition(".")
+    parent = (OmegaConf.select(cfg, parent_path, throw_on_resolution_failure=False)
+              if parent_path else cfg)
+    if (not isinstance(parent, DictConfig) or key not in parent
+            or not OmegaConf.is_interpolation(parent, key)):
+        return ""
+    source = OmegaConf.to_container(parent, resolve=False)[key]
+    return f" ({path} is {source} in this config: the value comes from there)"
 
 
 def train(cfg: DictConfig | Dict[str, Any], run_dir: Path | str) -> Dict[str, Any]:

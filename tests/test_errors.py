@@ -111,6 +111,19 @@ def test_fields_that_do_not_fit_together_are_refused_before_any_work(overrides, 
     assert not (tmp_path / "run").exists()
 
 
+def test_a_refused_field_that_takes_its_value_from_another_names_that_one(tmp_path):
+    """gat_synthetic sets data.num_hops: ${model.layers}; the user who set model.layers=0 is told
+    where data.num_hops's 0 came from. A field set directly gets no such note."""
+    with pytest.raises(ConfigError) as err:
+        train(compose_cfg(["experiment=gat_synthetic", "model.layers=0"]), tmp_path / "run")
+    assert str(err.value).endswith("(at 'data.num_hops') must be >= 1, got 0 (data.num_hops is "
+                                   "${model.layers} in this config: the value comes from there)")
+    with pytest.raises(ConfigError) as err:
+        train(compose_cfg(["experiment=gat_synthetic", "data.num_hops=0"]), tmp_path / "run")
+    assert str(err.value).endswith("(at 'data.num_hops') must be >= 1, got 0")
+    assert not (tmp_path / "run").exists()
+
+
 def _cli(*args, tmp_path):
     env = dict(os.environ, ATTNFLOW_OUTPUT_DIR=str(tmp_path), HYDRA_FULL_ERROR="0")
     return subprocess.run([sys.executable, "-m", "attnflow.train", *args], cwd=ROOT, env=env,
