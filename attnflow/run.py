@@ -411,12 +411,13 @@ def resolve_config(cfg: DictConfig | Dict[str, Any]) -> Dict[str, Any]:
                 del cfg["hydra"]
         consumed = check_shared_groups(cfg, config_dir(), choices)
         resolved = prune_unused(OmegaConf.to_container(cfg, resolve=True), consumed)
-        try:
-            validate_config(resolved)
-        except ConfigError as err:  # a field that takes its value from another: say which
-            raise ConfigError(f"{err}{_interpolation_note(cfg, str(err))}") from None
-        return resolved
-    validate_config(resolved)
+    try:
+        validate_config(resolved)
+    except ConfigError as err:  # a field that takes its value from another: say which
+        note = _interpolation_note(cfg, str(err)) if isinstance(cfg, DictConfig) else ""
+        if not note:
+            raise
+        raise ConfigError(f"{err}{note}") from None
     return resolved
 
 

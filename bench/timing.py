@@ -8,9 +8,9 @@ import datetime as _dt
 import json
 import os
 import platform
+import statistics
 import time
 from pathlib import Path
-import statistics
 from typing import Callable, Dict, Optional, Union
 
 import torch
