@@ -20,8 +20,9 @@ over ranks; DistributedSampler injected into the data loaders). What is ours aro
   back from its checkpoint for ``metrics.json``.
 - **A GPU the machine does not have is refused before any work** (:func:`check_devices`):
   ``trainer.accelerator=gpu`` (``trainer=gpu``) where no CUDA GPU is visible, or more
-  ``trainer.devices`` than there are, is a config error naming the fields, before the data and
-  the model are made; Lightning would raise it only when the Trainer is built. Whatever else
+  ``trainer.devices`` than there are (or ids it lacks, or on the CPU anything but a count; the
+  forms: :func:`parse_devices`), is a config error naming the fields, before the data and the
+  model are made; Lightning would raise it only when the Trainer is built. Whatever else
   Lightning refuses when it builds the Trainer is reported the same way, as one message
   (:func:`lightning_refusals`).
 - **Evaluation counts each item once** (:func:`eval_sampler`): validation and test loaders give
@@ -34,8 +35,9 @@ from __future__ import annotations
 import contextlib
 import csv
 import os
+import re
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any, Iterator, List, Mapping, Optional, Union
 
 from attnflow.registry import ConfigError
 
@@ -53,47 +55,91 @@ def relaunches_script(strategy: Any) -> bool:
     return name.startswith(("fsdp", "deepspeed"))
 
 
+DEVICES_FORMS = ("auto; a count: an int >= 1, or -1 for all GPUs; GPU ids: a list such as [0,1] "
+                 "or a string such as '0,1'")
+
+
+def parse_devices(devices: Any, accelerator: Any = "auto",
+                  shown: Optional[str] = None) -> Union[str, int, List[int]]:
+    """``trainer.devices`` in one of the forms ``Trainer(devices=…)`` takes (:data:`DEVICES_FORMS`;
+    on the CPU a count of processes only), as ``"auto"``, an int or a list of GPU ids; anything
+    else is a :class:`ConfigError`. Lightning would refuse it only when it builds the Trainer,
+    after the data and the model are made, with a bare ``TypeError``. ``shown``: the accelerator
+    as the message names it (default: ``accelerator``)."""
+    value = devices.strip() if isinstance(devices, str) else devices
+    if isinstance(value, str) and value != "auto":
+        if re.fullmatch(r"-1|\d+", value):
+            value = int(value)
+        elif re.fullmatch(r"\d+(\s*,\s*\d+)*\s*,?", value):  # Lightning's "0,1" (and "1,")
+            value = [int(d) for d in value.split(",") if d.strip()]
+    if isinstance(value, (list, tuple)):
+        ids = list(value)
+        good = (ids and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in ids)
+                and len(set(ids)) == len(ids))
+    else:
+        good = value == "auto" or (isinstance(value, int) and not isinstance(value, bool)
+                                   and (value >= 1 or value == -1))
+    if not good:
+        raise ConfigError(f"trainer.devices (at 'trainer.devices') must be {DEVICES_FORMS} "
+                          f"(distinct ids), got {devices!r}")
+    if str(accelerator).lower() == "cpu" and not (value == "auto" or isinstance(value, int) and value >= 1):
+        raise ConfigError(f"trainer.devices={devices} with trainer.accelerator={shown or 'cpu'}: on the CPU "
+                          f"trainer.devices counts processes (an int >= 1, or auto), not device ids "
+                          f"or -1")
+    return value
+
+
 def _device_count(devices: Any, accelerator: Any) -> int:
     """How many devices per node ``Trainer(devices=…)`` asks for (``auto``/-1: all there are)."""
-    if isinstance(devices, (list, tuple)):
+    devices = parse_devices(devices, accelerator)
+    if isinstance(devices, list):
         return len(devices)
-    if isinstance(devices, str):
-        text = devices.strip()
-        if "," in text:
-            return len([d for d in text.split(",") if d.strip()])
-        if text.lstrip("-").isdigit():
-            devices = int(text)
-    if devices in ("auto", -1, None):
+    if devices == "auto" or devices == -1:
         if accelerator == "cpu":
-            return 1 if devices in ("auto", None) else (os.cpu_count() or 1)
+            return 1 if devices == "auto" else (os.cpu_count() or 1)
         import torch
 
         return max(1, torch.cuda.device_count())
-    return int(devices)
+    return devices
 
 
 def check_devices(trainer: Optional[Mapping[str, Any]]) -> None:
-    """Refuse a CUDA run on a machine without (enough) CUDA GPUs: a :class:`ConfigError` naming
-    the fields and the way out. Checked in the process that trains (a sweep's job on a cluster's
-    GPU node), not when a config is composed (e.g. on a login node that submits it)."""
+    """Refuse devices this machine cannot give: a CUDA run without (enough) CUDA GPUs, GPU ids
+    it does not have, or on the CPU (``accelerator`` cpu, or ``auto`` where there is no GPU) a
+    ``devices`` that is not a count; a :class:`ConfigError` naming the fields and the way out.
+    Checked in the process that trains (a sweep's job on a cluster's GPU node), not when a config
+    is composed (e.g. on a login node that submits it)."""
     trainer = trainer or {}
-    accelerator = trainer.get("accelerator", "auto")
-    if accelerator not in ("gpu", "cuda"):
-        return
+    accelerator = str(trainer.get("accelerator", "auto")).lower()
     import torch
 
+    shown = accelerator
+    if accelerator == "auto" and not torch.cuda.is_available() and not _has_mps():
+        accelerator, shown = "cpu", "auto (the CPU: no GPU is visible here)"  # devices: a count
+    devices = parse_devices(trainer.get("devices", "auto"), accelerator, shown)
+    if accelerator not in ("gpu", "cuda"):
+        return
     count = torch.cuda.device_count()
     if count == 0:
         build = "a CPU build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
         raise ConfigError(f"trainer.accelerator={accelerator} (as trainer=gpu sets it) asks for a CUDA "
                           f"GPU, but none is visible to this process (torch {torch.__version__}, "
                           f"{build}); use trainer.accelerator=cpu, or auto (a GPU where there is one)")
-    devices = trainer.get("devices", "auto")
-    if isinstance(devices, bool) or not isinstance(devices, int) or devices <= count:
-        return  # auto, -1, a list or a string of ids: Lightning checks those
-    raise ConfigError(f"trainer.devices={devices} with trainer.accelerator={accelerator}, but this "
-                      f"machine shows {count} CUDA GPU(s); use trainer.devices={count} (or -1: "
-                      f"all of them)")
+    if isinstance(devices, list) and max(devices) >= count:
+        raise ConfigError(f"trainer.devices={trainer['devices']} with trainer.accelerator={accelerator} "
+                          f"names GPU {max(devices)}, but this machine shows {count} CUDA GPU(s), ids "
+                          f"0-{count - 1}")
+    if isinstance(devices, int) and devices > count:
+        raise ConfigError(f"trainer.devices={devices} with trainer.accelerator={accelerator}, but this "
+                          f"machine shows {count} CUDA GPU(s); use trainer.devices={count} (or -1: "
+                          f"all of them)")
+
+
+def _has_mps() -> bool:
+    """Whether Lightning's ``auto`` accelerator would pick Apple's MPS here."""
+    from pytorch_lightning.accelerators import MPSAccelerator
+
+    return MPSAccelerator.is_available()
 
 
 @contextlib.contextmanager
@@ -135,7 +181,7 @@ def check_multirun_strategy(trainer: Optional[Mapping[str, Any]], multirun: bool
     try:
         devices = _device_count(trainer.get("devices", "auto"), trainer.get("accelerator", "auto"))
         nodes = int(trainer.get("num_nodes", 1) or 1)
-    except (TypeError, ValueError):  # a malformed value: the trainer field checks name it
+    except (TypeError, ValueError):  # a malformed value (a ConfigError too): the trainer field checks name it
         return
     if devices * nodes <= 1 or _scheduler_makes_processes():
         return

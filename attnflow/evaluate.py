@@ -188,7 +188,7 @@ def evaluate(target: Path | str, overrides: List[str] = (), out: Optional[str] =
 
     import pytorch_lightning as pl
 
-    from attnflow.distributed import check_devices
+    from attnflow.distributed import check_devices, lightning_refusals
     from attnflow.precision import resolve_precision
     from attnflow.registry import DATA, MODELS, TASKS
 
@@ -199,16 +199,13 @@ def evaluate(target: Path | str, overrides: List[str] = (), out: Optional[str] =
         if note:
             print(f"attnflow-eval: {'warning: ' if warn else ''}{note}", file=sys.stderr)
         check_devices(fields)  # a GPU this machine lacks: attnflow's message, as attnflow-train's
-        try:  # first: the trainer overrides are checked before any data is read
+        with lightning_refusals(fields):  # the overrides were checked (apply_overrides, check_devices)
             trainer = pl.Trainer(accelerator=fields["accelerator"], devices=fields.get("devices", 1),
                                  precision=fields["precision"],
                                  limit_val_batches=fields.get("limit_val_batches"),
                                  limit_test_batches=fields.get("limit_test_batches"),
                                  logger=False, enable_checkpointing=False, enable_progress_bar=False,
                                  enable_model_summary=False, default_root_dir=scratch)
-        except Exception as err:  # noqa: BLE001  (Lightning's checks of accelerator, devices, …)
-            given = " ".join(f"trainer.{k}={v}" for k, v in trainer_fields.items()) or device
-            raise ConfigError(f"the trainer cannot be made with {given}: {err}") from None
         pl.seed_everything(cfg.get("seed", 1234), workers=True, verbose=False)
         dm = DATA.build(cfg["data"], path="data")
         if hasattr(dm, "setup_evaluation"):

@@ -37,7 +37,7 @@ from attnflow.callbacks import (MATMUL_PRECISIONS, AttentionMaps, AttentionMapsC
                                 CheckpointConfig, EarlyStoppingConfig, Float32MatmulPrecision,
                                 StopOnNonFiniteLoss)
 from attnflow.distributed import (check_devices, continue_csv_logs, fit_progress,
-                                  lightning_refusals)
+                                  lightning_refusals, parse_devices)
 from attnflow.console import BARS, progress_bar
 from attnflow import config_dir
 from attnflow import resume, training_state  # resume=, ckpt_path=; exact restarts, atomic checkpoints
@@ -141,6 +141,8 @@ def _check_trainer_types(trainer: Dict[str, Any]) -> None:
             raise ConfigError(f"trainer.{key} (at 'trainer.{key}') must be {rng}"
                               f"{f' ({rng.what})' if rng.what else ''}, got {value!r}")
     _check_trainer_names(trainer)
+    if "devices" in trainer:  # its form (the machine's devices: check_devices, in the training process)
+        parse_devices(trainer["devices"], trainer.get("accelerator", "auto"))
     max_time = trainer.get("max_time")
     if isinstance(max_time, str) and not re.fullmatch(r"\d+:\d\d:\d\d:\d\d", max_time.strip()):
         # Lightning's Timer would refuse it only once the data is made

@@ -30,6 +30,10 @@ from support import FAST, ROOT, compose_cfg, train_cli
                                  "ddp_spawn", "got 'ddpp'", "Did you mean 'ddp'?"]),
     (["trainer.accelerator=cpus"], ["trainer.accelerator (at 'trainer.accelerator') must be one of "
                                     "auto, gpu, ", "cuda", "got 'cpus'", "Did you mean 'cpu'?"]),
+    (["trainer.devices=abc"], ["trainer.devices (at 'trainer.devices') must be auto; a count", "'abc'"]),
+    (["trainer.devices=[0,0]"], ["trainer.devices", "(distinct ids), got [0, 0]"]),
+    (["trainer.devices=[0]"], ["trainer.devices=[0] with trainer.accelerator=cpu",  # FAST: the CPU
+                               "counts processes (an int >= 1, or auto)"]),
     (["+trainer.max_time=00:00:3:00"], ["trainer.max_time must be DD:HH:MM:SS", "'00:00:3:00'"]),
     (["float32_matmul_precision=fast"], ["float32_matmul_precision must be one of highest, high, medium", "'fast'"]),
     # a run ended by time only: a schedule over the run's steps has no length (cosine: the default)
@@ -55,11 +59,16 @@ ANY_DEVICE = [o for o in FAST if not o.startswith("trainer.accelerator=")]  # FA
                           "use trainer.accelerator=cpu"]),
     (1, ["trainer=gpu", "trainer.devices=2"], ["trainer.devices=2", "this machine shows 1 CUDA GPU",
                                                "use trainer.devices=1"]),
+    (2, ["trainer=gpu", "trainer.devices=[0,2]"], ["trainer.devices=[0, 2]", "names GPU 2",
+                                                   "shows 2 CUDA GPU(s), ids 0-1"]),
+    (0, ["trainer.devices=-1"], ["trainer.devices=-1 with trainer.accelerator=auto (the CPU: no GPU "
+                                 "is visible here)", "counts processes"]),
 ])
 def test_a_gpu_the_machine_lacks_is_refused_before_any_work(monkeypatch, tmp_path, gpus, overrides, says):
     """Checked before the data and the model are made (Lightning would refuse it only when the
     Trainer is built, with a traceback); the machine's GPUs are stood in for."""
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
     with pytest.raises(ConfigError) as err:
         train(compose_cfg([*ANY_DEVICE, *overrides]), tmp_path / "run")
     for text in says:
