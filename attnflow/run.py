@@ -74,7 +74,7 @@ CALLBACK_FIELDS = {  # a dataclass: the entry's typed config (names, types, rang
 
 # Trainer arguments attnflow sets itself (from other config entries), so not trainer.* fields.
 SET_BY_ATTNFLOW = ("logger", "callbacks", "default_root_dir", "enable_progress_bar", "enable_checkpointing",
-                   "plugins")
+                   "plugins", "barebones")
 
 
 def _trainer_fields() -> List[str]:
@@ -113,7 +113,13 @@ TRAINER_RANGES = {"max_epochs": Range(ge=-1, what="-1: no limit"), "min_epochs":
                   "accumulate_grad_batches": Range(ge=1), "gradient_clip_val": Range(ge=0),
                   "num_sanity_val_steps": Range(ge=-1, what="-1: the whole validation set"),
                   "check_val_every_n_epoch": Range(ge=1), "num_nodes": Range(ge=1),
-                  "log_every_n_steps": Range(ge=1)}
+                  "log_every_n_steps": Range(ge=1), "reload_dataloaders_every_n_epochs": Range(ge=0),
+                  "fast_dev_run": Range(ge=0, what="a count of batches; true: 1")}
+# String values Lightning takes (it would refuse others only when it builds the Trainer, after
+# the data): its GradClipAlgorithmType, and the profilers of its _init_profiler.
+TRAINER_CHOICES = {"gradient_clip_algorithm": ("norm", "value"),
+                   "profiler": ("simple", "advanced", "pytorch", "xla")}
+DURATION_KEYS = ("days", "hours", "minutes", "seconds", "milliseconds", "microseconds", "weeks")
 SHARE = "a share of the batches as a float; an int counts batches"
 FRACTIONS = {key: Range(ge=0, le=1, what=SHARE) for key in (
     "limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches",
@@ -143,11 +149,27 @@ def _check_trainer_types(trainer: Dict[str, Any]) -> None:
     _check_trainer_names(trainer)
     if "devices" in trainer:  # its form (the machine's devices: check_devices, in the training process)
         parse_devices(trainer["devices"], trainer.get("accelerator", "auto"))
-    max_time = trainer.get("max_time")
-    if isinstance(max_time, str) and not re.fullmatch(r"\d+:\d\d:\d\d:\d\d", max_time.strip()):
-        # Lightning's Timer would refuse it only once the data is made
-        raise ConfigError(f"trainer.max_time must be DD:HH:MM:SS (two digits for hours, minutes "
-                          f"and seconds, e.g. 00:01:30:00 for 90 minutes), got {max_time!r}")
+    for key, names in TRAINER_CHOICES.items():
+        value = trainer.get(key)
+        if isinstance(value, str) and value.lower() not in names:
+            raise ConfigError(f"trainer.{key} (at 'trainer.{key}') must be one of {', '.join(names)} "
+                              f"or null, got {value!r}.{_suggest(value.lower(), names)}")
+    for key in ("max_time", "val_check_interval"):
+        _check_duration(key, trainer.get(key))
+
+
+def _check_duration(key: str, value: Any) -> None:
+    """A time span of ``trainer.max_time`` / ``val_check_interval`` (Lightning's Timer): the string
+    DD:HH:MM:SS, or a mapping of timedelta's fields with values >= 0."""
+    if isinstance(value, str) and not re.fullmatch(r"\d+:\d\d:\d\d:\d\d", value.strip()):
+        raise ConfigError(f"trainer.{key} must be DD:HH:MM:SS (two digits for hours, minutes "
+                          f"and seconds, e.g. 00:01:30:00 for 90 minutes), got {value!r}")
+    if isinstance(value, dict):
+        bad = [k for k, v in value.items() if k not in DURATION_KEYS or isinstance(v, bool)
+               or not isinstance(v, (int, float)) or v < 0]
+        if bad or not value:
+            raise ConfigError(f"trainer.{key} as a mapping takes {', '.join(DURATION_KEYS)} with "
+                              f"values >= 0 (e.g. {{hours: 1, minutes: 30}}), got {value!r}")
 
 
 def _check_trainer_names(trainer: Dict[str, Any]) -> None:
@@ -203,7 +225,8 @@ def validate_config(cfg: Dict[str, Any]) -> None:
                 f"trainer has no field '{key}' (at 'trainer.{key}'); fields are the arguments of "
                 f"lightning's Trainer except {', '.join(SET_BY_ATTNFLOW)} (set by attnflow: "
                 f"logger=…, callbacks.…, callbacks.progress_bar, callbacks.checkpoint (null: none); "
-                f"plugins: the atomic, weights-only checkpoint IO).{_suggest(key, allowed)}")
+                f"plugins: the atomic, weights-only checkpoint IO; barebones: off, as the tasks log "
+                f"their metrics, which barebones forbids).{_suggest(key, allowed)}")
     _check_trainer_types(cfg.get("trainer") or {})
     _check_schedule_length(cfg)
     for key, value in (cfg.get("callbacks") or {}).items():

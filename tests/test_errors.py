@@ -34,6 +34,14 @@ from support import FAST, ROOT, compose_cfg, train_cli
     (["trainer.devices=[0,0]"], ["trainer.devices", "(distinct ids), got [0, 0]"]),
     (["trainer.devices=[0]"], ["trainer.devices=[0] with trainer.accelerator=cpu",  # FAST: the CPU
                                "counts processes (an int >= 1, or auto)"]),
+    (["+trainer.profiler=simpel"], ["trainer.profiler (at 'trainer.profiler') must be one of simple, "
+                                    "advanced, pytorch, xla or null", "Did you mean 'simple'?"]),
+    (["+trainer.gradient_clip_algorithm=clip"], ["trainer.gradient_clip_algorithm", "norm, value", "'clip'"]),
+    (["+trainer.barebones=true"], ["trainer has no field 'barebones'", "barebones forbids"]),
+    (["+trainer.reload_dataloaders_every_n_epochs=-1"], ["reload_dataloaders_every_n_epochs", "must be >= 0"]),
+    (["trainer.fast_dev_run=-1"], ["trainer.fast_dev_run", "must be >= 0 (a count of batches; true: 1)"]),
+    (["+trainer.max_time={hours:-1}"], ["trainer.max_time as a mapping takes days, hours", "values >= 0"]),
+    (["+trainer.val_check_interval=1h"], ["trainer.val_check_interval must be DD:HH:MM:SS", "'1h'"]),
     (["+trainer.max_time=00:00:3:00"], ["trainer.max_time must be DD:HH:MM:SS", "'00:00:3:00'"]),
     (["float32_matmul_precision=fast"], ["float32_matmul_precision must be one of highest, high, medium", "'fast'"]),
     # a run ended by time only: a schedule over the run's steps has no length (cosine: the default)
