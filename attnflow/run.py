@@ -252,6 +252,10 @@ def validate_config(cfg: Dict[str, Any]) -> None:
     if bar not in (*BARS, None):
         raise ConfigError(f"callbacks.progress_bar must be one of {', '.join(BARS)} (auto: rich on a "
                           f"terminal, else text lines), got {bar!r}")
+    lr_monitor = (cfg.get("callbacks") or {}).get("lr_monitor")
+    if not isinstance(lr_monitor, (bool, type(None))):  # any other value would switch it on
+        raise ConfigError(f"callbacks.lr_monitor must be true or false (log the learning rate every "
+                          f"step), got {lr_monitor!r}")
     check_composition(cfg)
 
 

@@ -42,6 +42,7 @@ from support import FAST, ROOT, compose_cfg, train_cli
     (["trainer.fast_dev_run=-1"], ["trainer.fast_dev_run", "must be >= 0 (a count of batches; true: 1)"]),
     (["+trainer.max_time={hours:-1}"], ["trainer.max_time as a mapping takes days, hours", "values >= 0"]),
     (["+trainer.val_check_interval=1h"], ["trainer.val_check_interval must be DD:HH:MM:SS", "'1h'"]),
+    (["callbacks.lr_monitor=yes"], ["callbacks.lr_monitor must be true or false", "'yes'"]),
     (["+trainer.max_time=00:00:3:00"], ["trainer.max_time must be DD:HH:MM:SS", "'00:00:3:00'"]),
     (["float32_matmul_precision=fast"], ["float32_matmul_precision must be one of highest, high, medium", "'fast'"]),
     # a run ended by time only: a schedule over the run's steps has no length (cosine: the default)
