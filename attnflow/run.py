@@ -256,7 +256,32 @@ def validate_config(cfg: Dict[str, Any]) -> None:
     if not isinstance(lr_monitor, (bool, type(None))):  # any other value would switch it on
         raise ConfigError(f"callbacks.lr_monitor must be true or false (log the learning rate every "
                           f"step), got {lr_monitor!r}")
+    _check_root_fields(cfg)
     check_composition(cfg)
+
+
+def _check_root_fields(cfg: Dict[str, Any]) -> None:
+    """The root config's own fields (conf/train.yaml) and ``paths.*``: another type would fail
+    late (a seed numpy refuses, after the run directory is made; ``resume=5``) or do something
+    unasked (``test=maybe`` tests; a misspelt ``paths.data_dri`` is ignored)."""
+    seed = cfg.get("seed", 1234)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2 ** 32:
+        raise ConfigError(f"seed must be an int in [0, 2^32 - 1] (what numpy and Lightning seed "
+                          f"with), got {seed!r}")
+    if not isinstance(cfg.get("test", True), bool):
+        raise ConfigError(f"test must be true or false (evaluate the best checkpoint on the test "
+                          f"split after training), got {cfg['test']!r}")
+    for key in ("resume", "ckpt_path", "optimized_metric"):
+        if not isinstance(cfg.get(key), (str, type(None))):
+            raise ConfigError(f"{key} must be a string or null, got {cfg[key]!r}")
+    paths = cfg.get("paths") or {}
+    known = list(OmegaConf.load(config_dir() / "paths" / "default.yaml").keys())
+    for key, value in paths.items():
+        if key not in known:
+            raise ConfigError(f"paths has no field '{key}' (at 'paths.{key}'); fields: "
+                              f"{', '.join(known)}.{_suggest(key, known)}")
+        if not isinstance(value, str):
+            raise ConfigError(f"paths.{key} (at 'paths.{key}') must be a path (a string), got {value!r}")
 
 
 # What a data module gives, and what a model or task works on: the ``interface`` class attribute

@@ -43,6 +43,10 @@ from support import FAST, ROOT, compose_cfg, train_cli
     (["+trainer.max_time={hours:-1}"], ["trainer.max_time as a mapping takes days, hours", "values >= 0"]),
     (["+trainer.val_check_interval=1h"], ["trainer.val_check_interval must be DD:HH:MM:SS", "'1h'"]),
     (["callbacks.lr_monitor=yes"], ["callbacks.lr_monitor must be true or false", "'yes'"]),
+    (["seed=-1"], ["seed must be an int in [0, 2^32 - 1]", "got -1"]),
+    (["test=maybe"], ["test must be true or false", "'maybe'"]),
+    (["resume=5"], ["resume must be a string or null, got 5"]),
+    (["+paths.data_dri=/x"], ["paths has no field 'data_dri' (at 'paths.data_dri')", "Did you mean 'data_dir'?"]),
     (["+trainer.max_time=00:00:3:00"], ["trainer.max_time must be DD:HH:MM:SS", "'00:00:3:00'"]),
     (["float32_matmul_precision=fast"], ["float32_matmul_precision must be one of highest, high, medium", "'fast'"]),
     # a run ended by time only: a schedule over the run's steps has no length (cosine: the default)
