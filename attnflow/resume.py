@@ -316,12 +316,12 @@ def prepare_argv(args: Sequence[str]) -> List[str]:
     target = values.get("resume")
     if not target:  # as from_hydra: no resume= or an empty one (null) is a new run
         pinned = values.get("hydra.run.dir")
-        if pinned and _rank_zero() and (Path(pinned).expanduser() / "config.yaml").is_file():
-            # Hydra would rewrite the run's .hydra/ and train() its config.yaml (DDP ranks > 0
+        held = recorded_work(Path(pinned).expanduser()) if pinned and _rank_zero() else None
+        if held:  # Hydra would rewrite its .hydra/ and train() the config.yaml (DDP ranks > 0
             # repeat the pinned directory of their rank 0: they pass)
-            raise ResumeError(f"hydra.run.dir={pinned} already holds a run (config.yaml); a new run "
-                              f"there would overwrite its record. Continue it with resume={pinned}, "
-                              f"or give the new run another directory")
+            way = (f"Continue it with resume={pinned}, or give" if held == RUN_RECORD else "Give")
+            raise ResumeError(f"hydra.run.dir={pinned} already holds {held}; a new run there would "
+                              f"overwrite its record. {way} the new run another directory")
         return list(args)
     flags = [a for a in args if a not in overrides]
     if any(f in ("-m", "--multirun") or f.startswith(("--config", "-cp", "-cn", "-cd")) for f in flags):
@@ -420,6 +420,26 @@ def _dump(data: Any) -> str:
     return OmegaConf.to_yaml(OmegaConf.create(data))
 
 
+RUN_RECORD = "a run (config.yaml)"
+
+
+def recorded_work(folder: Path) -> Optional[str]:
+    """What ``folder`` already holds that a new run or sweep there would overwrite, in words: a
+    run (its ``config.yaml``), a sweep (``multirun.yaml``, an Optuna ``optuna.db``) or the runs of
+    one (``<job>/config.yaml``); None for a folder that is new or holds none of these."""
+    if not folder.is_dir():
+        return None
+    if (folder / "config.yaml").is_file():
+        return RUN_RECORD
+    for name in ("multirun.yaml", "optuna.db"):
+        if (folder / name).is_file():
+            return f"a sweep ({name})"
+    jobs = sorted(p.parent.name for p in folder.glob("*/config.yaml"))
+    if jobs:
+        return f"the runs of a sweep ({len(jobs)} job folder(s) with config.yaml: {', '.join(jobs[:5])})"
+    return None
+
+
 def _rank_zero() -> bool:
     """Whether this process is the first of a distributed job (Lightning sets these variables
     for the processes it launches; SLURM and torchrun for theirs)."""
@@ -475,6 +495,10 @@ def start(resolved: Dict[str, Any], run_dir: Path | str) -> Optional[str]:
                     f"ckpt_path={ckpt_path} is a checkpoint of another model, data or task than "
                     f"this run's config: {_listing(diffs, 'checkpoint', 'this run')}. Its weights "
                     f"and optimiser state fit only its own config")
+    if _rank_zero() and (run_dir / "config.yaml").is_file():  # e.g. a sweep job's folder, reused
+        raise ResumeError(f"{run_dir} already holds a run (config.yaml); a new run there would "
+                          f"overwrite its record, metrics and checkpoints. Continue it with "
+                          f"resume={run_dir}, or give the new run another directory")
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(_dump(resolved))
     return str(ckpt_path) if ckpt_path else None

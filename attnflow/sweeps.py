@@ -218,6 +218,49 @@ def _chooses_multirun_file(args: Iterable[str], conf_dir: Path) -> bool:
     return False
 
 
+def _continues_study(sweeper: Any) -> bool:
+    """Whether an Optuna sweeper's storage already holds its ``study_name`` (then its new jobs
+    are numbered after the study's trials, :func:`_continuing`, in new folders)."""
+    storage, name = sweeper.get("storage"), sweeper.get("study_name")
+    if not (isinstance(storage, str) and storage.startswith("sqlite:///") and name):
+        return False
+    if not Path(storage[len("sqlite:///"):]).is_file():
+        return False
+    import optuna
+
+    try:
+        return name in {s.study_name for s in optuna.get_all_study_summaries(storage)}
+    except Exception:  # noqa: BLE001  (not a study database: the sweeper reports it)
+        return False
+
+
+def sweep_folder_taken(hydra_cfg: Any, space: dict) -> Optional[str]:
+    """Why a multirun's jobs would overwrite earlier results, or None: its ``hydra.sweep.dir``
+    already holds a sweep or runs (Hydra would rewrite the jobs' ``.hydra/``, the jobs their
+    config, metrics and checkpoints), unless an Optuna study there continues; or a
+    ``hydra.sweep.subdir`` without an interpolation puts every job in one folder."""
+    from omegaconf import OmegaConf
+
+    from attnflow.resume import recorded_work
+
+    sweep = OmegaConf.to_container(hydra_cfg.sweep, resolve=False)
+    subdir = str(sweep.get("subdir"))
+    optuna = "optuna" in str(hydra_cfg.sweeper.get("_target_", "")).lower()
+    jobs = (hydra_cfg.sweeper.get("n_trials") or 1) if optuna else 1
+    for values in space.values():
+        jobs *= 1 if optuna else len(values)
+    if "${" not in subdir and (jobs > 1 or optuna):
+        return (f"hydra.sweep.subdir={subdir} names one folder for every job of the sweep: each "
+                f"job would overwrite the one before. Leave it at its default, ${{hydra.job.num}}")
+    folder = Path(str(hydra_cfg.sweep.dir)).expanduser()
+    held = recorded_work(folder)
+    if held and not (optuna and _continues_study(hydra_cfg.sweeper)):
+        return (f"hydra.sweep.dir={folder} already holds {held}, which this sweep's jobs would "
+                f"overwrite. Give it another folder (hydra.sweep.dir's default is a new dated one), or, "
+                f"for an Optuna study stored there, continue it with its hydra.sweeper.study_name")
+    return None
+
+
 def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
     """For a multirun (``-m``, ``hydra.mode=MULTIRUN``, or a config file chosen on the command
     line that sets that mode, as ``hparams_search=…`` do): the first value of its search space —
@@ -255,8 +298,11 @@ def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
             for key, spec in (cfg.hydra.sweeper.get("params") or {}).items():
                 if key not in space:
                     space[key] = _probe_values(parser.parse_override(f"{key}={spec}"))
-            if not multirun or not space:
+            if not multirun:
                 return None
+            taken = sweep_folder_taken(cfg.hydra, space)
+            if taken or not space:
+                return taken
             first = {k: v[0] for k, v in space.items()}
             only = next(iter(space)) if len(space) == 1 else None  # one key: its first value's fault
             trials = [(only, first[only] if only else None)] + [

@@ -268,6 +268,8 @@ def _main(monkeypatch, capsys, *args) -> str:
 
 def test_refused_resumes_name_the_problem_and_change_nothing(finished, tmp_path, monkeypatch, capsys):
     run = _copy(finished / "default", tmp_path / "run")
+    sweep = tmp_path / "sweep"  # a sweep folder (an Optuna one has no multirun.yaml): its job 0
+    _copy(finished / "default", sweep / "0")
     before = _tree(run)
     cases = [
         ([f"resume={tmp_path / 'missing'}"], "no such directory"),
@@ -284,11 +286,24 @@ def test_refused_resumes_name_the_problem_and_change_nothing(finished, tmp_path,
         ([f"resume={run}", "-m", "trainer.max_epochs=3"], "neither -m/--multirun"),
         ([f"resume={run}", "trainer.max_epochs=3", f"hydra.run.dir={tmp_path / 'x'}"], "names another"),
         ([f"hydra.run.dir={run}"], "already holds a run (config.yaml); a new run there would overwrite"),
+        ([f"hydra.run.dir={sweep}"], "already holds the runs of a sweep (1 job folder(s) with "
+                                     "config.yaml: 0); a new run there would overwrite"),
     ]
     for args, message in cases:
         err = _main(monkeypatch, capsys, *args)
         assert message in err, (args, err)
         assert err.startswith("attnflow: ") and "Traceback" not in err
+    assert _tree(run) == before
+
+
+def test_a_new_run_in_a_folder_that_holds_one_is_refused_and_changes_nothing(finished, tmp_path):
+    """E.g. a sweep job whose folder an earlier sweep used (the CLI refuses most such sweeps
+    before they start; this is the last guard, before anything is written)."""
+    run = _copy(finished / "default", tmp_path / "run")
+    before = _tree(run)
+    with pytest.raises(ResumeError, match=r"already holds a run \(config.yaml\); a new run there would "
+                                          r"overwrite its record, metrics and checkpoints"):
+        train(compose_cfg([*TINY, "trainer.limit_val_batches=1"]), run)
     assert _tree(run) == before
 
 

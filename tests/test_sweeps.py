@@ -157,6 +157,30 @@ def test_a_sweep_value_the_run_refuses_stops_the_sweep_before_any_job(monkeypatc
     assert not sweep.exists()
 
 
+@pytest.mark.parametrize("argv, held, says", [
+    (["-m", "scorer=dot,general"], ["multirun.yaml"], "already holds a sweep (multirun.yaml), which this "
+                                                      "sweep's jobs would overwrite"),
+    (["-m", "scorer=dot,general"], ["0/config.yaml", "0/metrics.json"],
+     "already holds the runs of a sweep (1 job folder(s) with config.yaml: 0)"),
+    # another study (or none) in an Optuna folder would number its jobs from 0 again
+    (["hparams_search=gat_cora_optuna", "hydra.sweeper.study_name=other"], ["0/config.yaml"],
+     "already holds the runs of a sweep"),
+    (["-m", "seed=1,2", "hydra.sweep.subdir=fixed"], [], "hydra.sweep.subdir=fixed names one folder "
+                                                          "for every job of the sweep"),
+])
+def test_a_sweep_that_would_overwrite_runs_is_refused_before_any_job(monkeypatch, capsys, tmp_path,
+                                                                     argv, held, says):
+    sweep = tmp_path / "sweep"
+    for name in held:
+        (sweep / name).parent.mkdir(parents=True, exist_ok=True)
+        (sweep / name).write_text("earlier\n")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert train_cli(monkeypatch, *argv, *TINY, f"hydra.sweep.dir={sweep}") == 2
+    assert says in capsys.readouterr().err
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    assert all((sweep / name).read_text() == "earlier\n" for name in held)
+
+
 # -- real sweeps ---------------------------------------------------------------------------------------
 def test_grid_multirun_through_the_console_script(tmp_path):
     """hparams_search=reverse_grid with 2 scorers × 2 learning rates (one of which diverges) through
