@@ -97,8 +97,8 @@ from attnflow.data.documents import Vocabulary, cap_document, encode_texts, toke
 from attnflow.onednn import bound_primitive_cache
 from attnflow.predict_image import predict_captions
 from attnflow.registry import DATA, MODELS, TASKS
-from attnflow.textio import (InputError, batched, check_npz, iter_lines, iter_stdin, save_arrays,
-                             text_array)
+from attnflow.textio import (InputError, batched, check_new_outputs, check_npz, iter_lines,
+                             iter_stdin, save_arrays, text_array)
 
 EMPTY = "(empty: no words)"
 WARN_DOCS = 10  # documents over the caps warned one by one; then only the total
@@ -451,6 +451,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             raise PredictError(f"--batch-size must be >= 1, got {args.batch_size}")
         if args.save_attention:
             check_npz(args.save_attention)
+        check_new_outputs(("-o", args.output), ("--save-attention", args.save_attention),
+                          ("--explain", args.explain), ("--attention", args.attention))
         run = load_run(args.model, args.device)
         kind = run_interface(run)
         handlers = {"documents": _documents, "graph": _graph, "text_classification": _texts,

@@ -168,7 +168,7 @@ def predict_captions(args, run: Run, out, read_texts, batched, write_attention) 
     helpers come from :mod:`attnflow.predict`."""
     import matplotlib.pyplot as plt
 
-    from attnflow.textio import atomic_path, text_array
+    from attnflow.textio import atomic_path, check_new_outputs, text_array
     from attnflow.viz import DPI, caption_figure
 
     if args.explain:
@@ -190,6 +190,7 @@ def predict_captions(args, run: Run, out, read_texts, batched, write_attention) 
     for path in paths:  # every input readable before any output
         read_input(path, art, task.model)
     names = attention_names(args.attention, len(paths)) if args.attention else []
+    check_new_outputs(*(("--attention", name) for name in names))  # OUT-1.png, … too
     arrays: Dict[str, np.ndarray] = {}
     n = 0
     for chunk in batched(paths, args.batch_size):

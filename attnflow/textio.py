@@ -22,7 +22,7 @@ import os
 import sys
 import zlib
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, TypeVar
+from typing import Any, Dict, Iterable, Iterator, List, Tuple, TypeVar
 
 import numpy as np
 
@@ -105,6 +105,16 @@ def check_npz(path: Path | str) -> Path:
     if path.suffix != ".npz":
         raise InputError(f"--save-attention needs a file name ending in .npz, got {path}")
     return path
+
+
+def check_new_outputs(*options: Tuple[str, Any]) -> None:
+    """Before any work of a CLI: each ``(option, path)`` given (``-o``, ``--save-attention``, …)
+    names a file that does not exist yet; an earlier result is never overwritten
+    (:class:`InputError` naming the option and the file)."""
+    for option, path in options:
+        if isinstance(path, (str, Path)) and path and Path(path).exists():
+            raise InputError(f"{option} {path} exists and is not overwritten: give another name, "
+                             f"or remove it first")
 
 
 @contextlib.contextmanager

@@ -63,8 +63,8 @@ import torch
 from attnflow.checkpoints import CheckpointError, load_run, load_weights
 from attnflow.onednn import bound_primitive_cache
 from attnflow.registry import ConfigError
-from attnflow.textio import (InputError, batched, check_npz, iter_lines, iter_stdin, save_arrays,
-                             text_array)
+from attnflow.textio import (InputError, batched, check_new_outputs, check_npz, iter_lines,
+                             iter_stdin, save_arrays, text_array)
 
 
 class TranslateError(Exception):
@@ -274,6 +274,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                                  "has no one attention map (drop --ensemble, or the attention)")
         if args.save_attention:
             check_npz(args.save_attention)
+        check_new_outputs(("--attention", args.attention), ("--save-attention", args.save_attention))
         lines, where = read_inputs(args)
         model, dm, _ = load_ensemble([Path(p) for p in [args.run, *args.ensemble]], args.device)
         max_len = args.max_len or dm.max_decode_len

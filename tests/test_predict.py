@@ -168,9 +168,8 @@ def test_gat_nodes_labels_probabilities_and_top_neighbours(runs, tmp_path, capsy
         np.testing.assert_allclose([float(w) for _, w in listed], a[best], atol=1e-4)
 
 
-def test_gat_prediction_failures_keep_an_existing_output_file(runs, tmp_path, capsys):
+def test_gat_prediction_failures_write_nothing(runs, tmp_path, capsys):
     out = tmp_path / "nodes.csv"
-    out.write_text("earlier results\n")
     assert main([str(runs["gat"]), "some text", "-o", str(out)]) == 2
     assert "takes no texts" in capsys.readouterr().err
     assert main([str(runs["gat"]), "--explain", "x.html", "-o", str(out)]) == 2
@@ -180,9 +179,20 @@ def test_gat_prediction_failures_keep_an_existing_output_file(runs, tmp_path, ca
     assert "--json is for document runs" in capsys.readouterr().err
     assert main([str(runs["gat"]), "--top-k", "3", "-o", str(out)]) == 2
     assert "add --explain" in capsys.readouterr().err
-    assert out.read_text() == "earlier results\n"
+    assert not out.exists()
     assert main([str(runs["han"]), "--explain"]) == 2
     assert "--explain OUT.html" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("run, option, name", [("gat", "-o", "nodes.csv"), ("gat", "--save-attention", "a.npz"),
+                                               ("han", "--explain", "words.html")])
+def test_an_existing_output_file_is_refused_before_any_work_and_kept(runs, tmp_path, capsys, run, option, name):
+    out = tmp_path / name
+    out.write_text("earlier results\n")
+    argv = [str(runs[run]), option, str(out)] + (["a good film"] if run == "han" else [])
+    assert main(argv) == 2
+    assert f"{option} {out} exists and is not overwritten" in capsys.readouterr().err
+    assert out.read_text() == "earlier results\n"
 
 
 def test_checkpoint_failures_are_one_message_and_status_2(runs, tmp_path, capsys):

@@ -218,9 +218,8 @@ def _one_line_refusal(capsys, args, expect: str) -> None:
     assert err.count("\n") == 1 and expect in err, err
 
 
-def test_refusals_are_one_line_and_keep_an_existing_output(runs, tmp_path, capsys):
+def test_refusals_are_one_line_and_write_no_output(runs, tmp_path, capsys):
     out = tmp_path / "labels.tsv"
-    out.write_text("earlier results\n")
     ft, pre = str(runs["ft"]), str(runs["pre"])
     _one_line_refusal(capsys, [ft, "x", "--top-k", "3", "-o", str(out)],
                       "--top-k is for graph runs (neighbours) and BERT pretraining runs")
@@ -229,6 +228,9 @@ def test_refusals_are_one_line_and_keep_an_existing_output(runs, tmp_path, capsy
     _one_line_refusal(capsys, [pre, "a [MASK]", "--top-k", "0"], "--top-k must be >= 1")
     _one_line_refusal(capsys, [ft, "--file", str(tmp_path / "none.txt"), "-o", str(out)],
                       "no such --file")
+    assert not out.exists()
+    out.write_text("earlier results\n")  # an existing output: refused before any work, kept
+    _one_line_refusal(capsys, [ft, "x", "-o", str(out)], f"-o {out} exists and is not overwritten")
     assert out.read_text() == "earlier results\n"
     bare = tmp_path / "bare"  # no tokenizer/ and a checkpoint without artifacts
     shutil.copytree(runs["ft"], bare)

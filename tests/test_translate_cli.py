@@ -216,6 +216,11 @@ def test_failures_are_one_message_and_status_2(mt_runs, tmp_path, capsys):
     assert "not a translation run" in capsys.readouterr().err
     assert main([str(run), "x", "--save-attention", str(tmp_path / "a.txt")]) == 2
     assert ".npz" in capsys.readouterr().err
+    for option, name in (("--save-attention", "a.npz"), ("--attention", "a.png")):  # kept as they are
+        (tmp_path / name).write_text("earlier\n")
+        assert main([str(run), "x", option, str(tmp_path / name)]) == 2
+        assert f"{option} {tmp_path / name} exists and is not overwritten" in capsys.readouterr().err
+        assert (tmp_path / name).read_text() == "earlier\n"
     for option in ("--max-len", "--beam", "--batch-size"):  # 0 is refused, not read as "default"
         assert main([str(run), "x", option, "0"]) == 2
         assert f"{option} must be >= 1, got 0" in capsys.readouterr().err
