@@ -93,6 +93,26 @@ def _check_mode(mode: Any, path: str) -> None:
                           f"else offline), got {mode!r}")
 
 
+def _check_wandb_names(fields: Mapping[str, Any], path: str) -> None:
+    """The W&B names a run would be refused for only when ``wandb.init`` runs, after the data and
+    the model are made: W&B's own rules (``wandb.Settings``: no ``/\\#?%:`` in a project, none of
+    ``:;,#?/'`` in a run id), and an empty name, which W&B would silently replace."""
+    for key in ("project", "entity", "group", "run_name", "run_id"):
+        if fields.get(key) is not None and not str(fields[key]).strip():
+            raise ConfigError(f"{path}.{key} (at '{path}.{key}') is empty: give a name, or null for "
+                              f"the default")
+    if fields.get("project") is None and fields.get("run_id") is None:
+        return
+    import wandb
+
+    try:
+        wandb.Settings(project=fields.get("project"), run_id=fields.get("run_id"))
+    except Exception as err:  # noqa: BLE001  (wandb's UsageError, pydantic's ValidationError)
+        key = "run_id" if "Run ID" in str(err) else "project"
+        raise ConfigError(f"{path}.{key} (at '{path}.{key}') is refused by W&B: "
+                          f"{str(err).splitlines()[0]}") from None
+
+
 def validate_loggers(cfg: Any, path: str = "logger") -> Dict[str, Dict[str, Any]]:
     """``{logger name: fields with defaults}`` of a ``logger`` config, or :class:`ConfigError`."""
     if cfg is None:
@@ -126,6 +146,7 @@ def validate_loggers(cfg: Any, path: str = "logger") -> Dict[str, Dict[str, Any]
         checked.pop("name")
         if name == "wandb":
             _check_mode(checked.get("mode"), f"{path}.{name}.mode")
+            _check_wandb_names(checked, f"{path}.{name}")
         out[name] = checked
     return out
 
@@ -215,6 +236,20 @@ def _hydra_info(cfg: Any) -> Optional[dict]:
             "multirun": getattr(mode, "name", mode) == "MULTIRUN", "sweep_dir": hc.sweep.dir}
 
 
+def _swept_experiments(sweep_dir: Any) -> Optional[str]:
+    """``a,b`` when the sweep (its ``multirun.yaml``, written before the first job) sweeps
+    ``experiment=a,b``: the group's label then, so the jobs of one sweep share one group."""
+    import yaml
+
+    try:
+        typed = yaml.safe_load((Path(str(sweep_dir)) / "multirun.yaml").read_text())["hydra"]["overrides"]["task"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return None
+    swept = [o.split("=", 1)[1] for o in typed or () if isinstance(o, str)
+             and _key(o) == "experiment" and "," in o]
+    return swept[0] if swept else None
+
+
 def sweep_group(label: str, sweep_dir: str) -> str:
     """A multirun's W&B group: its label (search config or experiment) and the sweep folder's
     last two parts, e.g. 'default 2025-01-31/12-00-00-123456' (a fixed folder named like the
@@ -261,7 +296,8 @@ def run_identity(cfg: Any, resolved: Dict[str, Any]) -> Dict[str, Any]:
         if run["overrides"] is None:
             run["overrides"] = typed_overrides(info["overrides"])
         if run["group"] is None and info["multirun"]:
-            label = info["choices"].get("hparams_search") or run["experiment"]
+            label = (info["choices"].get("hparams_search") or _swept_experiments(info["sweep_dir"])
+                     or run["experiment"])
             run["group"] = sweep_group(label, info["sweep_dir"])
     if run["name"] is None:
         if run["experiment"] is not None:

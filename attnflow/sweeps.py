@@ -194,6 +194,23 @@ def check_optimized_metric(cfg: Any) -> Optional[str]:
     return metric
 
 
+def check_direction(cfg: Any, sweeper: Any) -> None:
+    """An Optuna sweeper's ``direction`` against the way the task ranks ``optimized_metric``
+    (``Task.metrics``: loss is 'min', accuracy 'max'): a mismatch would make the study seek the
+    worst runs, so it is a :class:`~attnflow.registry.ConfigError` naming the direction to set."""
+    from attnflow.registry import TASKS, ConfigError
+
+    direction, metric = sweeper.get("direction"), cfg.get("optimized_metric")
+    if not isinstance(direction, str) or not metric:
+        return
+    mode = (getattr(TASKS.get(cfg["task"]["name"]), "metrics", None) or {}).get(metric.rsplit("/", 1)[-1])
+    wanted = {"max": "maximize", "min": "minimize"}.get(mode)
+    if wanted and direction.lower() != wanted:
+        raise ConfigError(f"optimized_metric={metric} is better {'higher' if mode == 'max' else 'lower'} "
+                          f"(task '{cfg['task']['name']}'), but hydra.sweeper.direction={direction} "
+                          f"would seek the worst runs: set hydra.sweeper.direction={wanted}")
+
+
 # -- the search space ---------------------------------------------------------------------------------
 def _probe_values(override) -> list:
     """The values of a sweep override to check: each of a choice, the first and last of a range,
@@ -281,6 +298,7 @@ def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
     from omegaconf.errors import OmegaConfBaseException
 
     from attnflow.data.errors import DataError
+    from attnflow.distributed import check_devices
     from attnflow.registry import ConfigError
     from attnflow.run import resolve_config
 
@@ -307,10 +325,16 @@ def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
             only = next(iter(space)) if len(space) == 1 else None  # one key: its first value's fault
             trials = [(only, first[only] if only else None)] + [
                 (k, v) for k, values in space.items() for v in values[1:]]
+            launcher = str(cfg.hydra.launcher.get("_target_", ""))
+            here = "submitit" not in launcher.lower() or "Local" in launcher  # jobs run on this machine
             for key, value in trials:  # the first job, then one key at a time
                 trial = [f"{k}={value if k == key else v}" for k, v in first.items()]
                 try:
-                    resolve_config(compose("train", overrides=[*base, *trial]))
+                    resolved = resolve_config(compose("train", overrides=[*base, *trial]))
+                    check_optimized_metric(resolved)
+                    check_direction(resolved, cfg.hydra.sweeper)
+                    if here:  # a cluster's jobs run on its GPU nodes, not on this login node
+                        check_devices(resolved.get("trainer"))
                 except (ConfigError, DataError) as err:
                     what = (f"the sweep's {key.lstrip('+')}={value} is refused" if key else
                             f"the sweep's first job ({' '.join(t.lstrip('+') for t in trial)}) is "

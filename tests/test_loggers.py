@@ -165,6 +165,12 @@ def test_logger_choices_compose_to_a_mapping_of_loggers(tmp_path):
     ("logger.wandb.mode=sometimes", r"logger.wandb.mode must be one of offline, online, disabled"),
     ("logger.wandb.name=x", r"no field 'name' \(at 'logger.wandb.name'\).*run.name"),
     ("logger.csv=3", r"'logger.csv' must be a mapping"),
+    # W&B's own rules, which wandb.init would apply only after the data and the model are made
+    ("logger.wandb.project=team/proj", r"logger.wandb.project \(at 'logger.wandb.project'\) is refused by "
+                                       r"W&B: Invalid project name 'team/proj'"),
+    ("logger.wandb.run_id=a:b", r"logger.wandb.run_id \(at 'logger.wandb.run_id'\) is refused by W&B: "
+                                r"Run ID cannot contain"),
+    ("logger.wandb.project=' '", r"logger.wandb.project \(at 'logger.wandb.project'\) is empty"),
 ])
 def test_bad_logger_configs_are_refused_naming_the_path(override, message):
     with pytest.raises(ConfigError, match=message):
@@ -236,6 +242,24 @@ def test_multirun_jobs_share_a_group_named_after_the_sweep():
     assert ident["run"]["name"] == "default scorer=dot"
     # a fixed sweep folder named like the search (a continued Optuna study): one group
     assert sweep_group("gat_cora_optuna", "outputs/multirun/gat_cora_optuna") == "gat_cora_optuna"
+
+
+def test_a_sweep_over_experiments_is_one_group(tmp_path):
+    """``-m experiment=a,b``: each job has its own experiment, the sweep one group (read from the
+    sweep's multirun.yaml, which Hydra writes before the first job)."""
+    sweep = tmp_path / "sw"
+    sweep.mkdir()
+    (sweep / "multirun.yaml").write_text(
+        "hydra:\n  overrides:\n    task:\n    - experiment=reverse_multihead,reverse_bahdanau\n    - seed=1\n")
+    groups = set()
+    for experiment in ("reverse_multihead", "reverse_bahdanau"):
+        cfg = compose_cfg([f"experiment={experiment}"], return_hydra_config=True)
+        cfg.hydra.mode = "MULTIRUN"
+        cfg.hydra.sweep.dir = str(sweep)
+        ident = run_identity(cfg, resolve_config(cfg))
+        assert ident["run"]["experiment"] == experiment
+        groups.add(ident["run"]["group"])
+    assert groups == {f"reverse_multihead,reverse_bahdanau {tmp_path.name}/sw"}
 
 
 def test_a_multirun_makes_one_named_wandb_run_per_job_in_one_group(tmp_path, wandb_env, monkeypatch):

@@ -143,6 +143,14 @@ def test_cli_metric_the_run_did_not_report_fails_after_it(monkeypatch, capsys, t
     (["-m", "task.optim.lr=range(-2,1)"], "the sweep's task.optim.lr=-2 is refused"),  # a range: its ends
     (["hparams_search=gat_cora_optuna", "++model.attn_dropout=interval(0.2, 1.0)"],  # an interval: both
      "the sweep's model.attn_dropout=1.0 is refused"),
+    # what the job would refuse before its data, checked for every value before the first job
+    (["-m", "optimized_metric=val/loss,val/accc"], "the sweep's optimized_metric=val/accc is refused"),
+    (["-m", "trainer.accelerator=cpu,gpu"], "the sweep's trainer.accelerator=gpu is refused, so no job "
+                                            "was started: trainer.accelerator=gpu"),
+    (["-m", "logger=wandb", "logger.wandb.project=ok,a/b"], "the sweep's logger.wandb.project=a/b is refused"),
+    (["hparams_search=gat_cora_optuna", "optimized_metric=val/loss"],
+     "optimized_metric=val/loss is better lower (task 'node_classification'), but "
+     "hydra.sweeper.direction=maximize would seek the worst runs: set hydra.sweeper.direction=minimize"),
     (["-m", "model.dropout=0.1,0.2", "task.optim.lr=0.1,0.2", "model.decoder.hidden_dim=0"],
      "the sweep's first job (model.dropout=0.1 task.optim.lr=0.1) is refused, so no job was started: "
      "decoder 'rnn_attention': field 'hidden_dim'"),  # a plain override every job shares: not one value's fault
@@ -151,6 +159,10 @@ def test_a_sweep_value_the_run_refuses_stops_the_sweep_before_any_job(monkeypatc
                                                                       argv, says):
     """Each value of a sweep is checked as the run checks its config (one key varied at a time,
     both ends of a range or interval) before Hydra starts: the sweep folder is never made."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)  # a machine without a GPU
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     sweep = tmp_path / "sweep"
     assert train_cli(monkeypatch, *argv, f"hydra.sweep.dir={sweep}") == 2
     assert says in capsys.readouterr().err
