@@ -45,10 +45,10 @@ def find_checkpoint(path: Path | str) -> Tuple[Path, Path]:
             best = json.loads(metrics.read_text()).get("best_checkpoint")
         except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
             best = None  # a damaged metrics.json: fall back to last.ckpt
-        if isinstance(best, str) and best:
-            for cand in (Path(best), ckpts / Path(best).name):  # the second: a moved run directory
-                if cand.is_file():
-                    return cand, path
+        # by its name in this run's own checkpoints/ (the recorded path is absolute: a moved or
+        # copied run directory would else read the original run's file)
+        if isinstance(best, str) and best and (ckpts / Path(best).name).is_file():
+            return ckpts / Path(best).name, path
     for cand in [ckpts / "last.ckpt", *sorted(ckpts.glob("*.ckpt"))]:
         if cand.is_file():
             return cand, path

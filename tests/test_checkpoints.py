@@ -43,6 +43,16 @@ def test_a_moved_run_directory_still_uses_its_best_checkpoint(tmp_path):
     assert read_checkpoint(ckpt)["name"] == "epoch1-step10.ckpt"
 
 
+def test_a_copied_run_directory_reads_its_own_checkpoint_not_the_originals(tmp_path):
+    """metrics.json of the copy still names the original's absolute path, which exists."""
+    run = _run_dir(tmp_path)
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
+    assert find_checkpoint(copy) == (copy / "checkpoints" / "epoch1-step10.ckpt", copy)
+    (copy / "checkpoints" / "epoch1-step10.ckpt").unlink()  # not in the copy: its own last.ckpt,
+    assert find_checkpoint(copy) == (copy / "checkpoints" / "last.ckpt", copy)  # not the original's
+
+
 class _Boom:
     def __reduce__(self):
         return (print, ("unpickled arbitrary code",))
