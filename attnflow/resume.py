@@ -273,6 +273,29 @@ def _check_values(changes: Iterable[Tuple[str, Any, Any]], run: Path) -> None:
             VALUE_CHECKS[key](old, new, run)
 
 
+def _check_length(saved: Dict[str, Any], changes: Iterable[Tuple[str, Any, Any]], ckpt: Dict[str, Any],
+                  run: Path) -> None:
+    """A resume must leave something to train: ``trainer.max_epochs`` and ``max_steps`` (the new
+    values, else the run's ``saved`` ones) beyond what the checkpoint reached. Else it would train
+    nothing and only rewrite the run's metrics (and ``max_epochs=0`` is refused by Lightning only
+    after the resume is recorded)."""
+    loop = ((ckpt.get("loops") or {}).get("fit_loop") or {}).get("epoch_progress") or {}
+    epochs = (loop.get("current") or {}).get("processed", ckpt.get("epoch"))  # epochs whose batches all ran
+    reached = {"trainer.max_epochs": (epochs, "epoch(s)"), "trainer.max_steps": (ckpt.get("global_step"), "steps")}
+    limits = {key: saved.get(key) for key in reached}
+    limits.update({k: new for k, _, new in changes if k in reached})
+    for key, limit in limits.items():
+        try:
+            value = int(limit)
+        except (TypeError, ValueError):
+            continue  # null, or not a number: the trainer field checks name it
+        done, unit = reached[key]
+        if value != -1 and isinstance(done, int) and value <= done:
+            raise ResumeError(f"resume={run}: the run has trained {done} {unit} already and "
+                              f"{key}={value}, so nothing would be trained; give {key} more than "
+                              f"{done} (or -1: no limit)")
+
+
 def check_resumable(run: Path, keys: Sequence[str],
                     values: Optional[Dict[str, Any]] = None) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """All checks of ``resume=<run>`` with overrides of ``keys`` (``values``: their new values, for
@@ -288,6 +311,7 @@ def check_resumable(run: Path, keys: Sequence[str],
             f"trainer.max_steps={trainer.get('max_steps')}; {ckpt.get('global_step')} steps; "
             f"metrics.json written). To train it further, extend it: resume={run} "
             f"trainer.max_epochs=<more>")
+    _check_length(flat, [(k, flat.get(k), v) for k, v in (values or {}).items()], ckpt, run)
     return cfg, ckpt
 
 
@@ -461,6 +485,7 @@ def start(resolved: Dict[str, Any], run_dir: Path | str) -> Optional[str]:
         diffs = differences(saved, resolved)
         _refuse_unsafe([k for k, _, _ in diffs], run)
         _check_values(diffs, run)
+        _check_length(_flatten(saved), diffs, ckpt, run)
         n = 1 + len(list(run.glob("resume-*.yaml")))
         record = {"resumed_at": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(_TYPED or sys.argv),
                   "from": {"checkpoint": str(run / "checkpoints" / "last.ckpt"),

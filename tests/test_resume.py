@@ -283,6 +283,10 @@ def test_refused_resumes_name_the_problem_and_change_nothing(finished, tmp_path,
         ([f"resume={run}", "experiment=reverse_transformer", "trainer.max_epochs=3"],
          "the run is experiment 'default', the command line names experiment=reverse_transformer"),
         ([f"resume={run}"], "already finished"),
+        ([f"resume={run}", "trainer.max_epochs=1"], "the run has trained 1 epoch(s) already and "
+                                                    "trainer.max_epochs=1, so nothing would be trained"),
+        ([f"resume={run}", "trainer.max_epochs=0"], "give trainer.max_epochs more than 1"),
+        ([f"resume={run}", "trainer.max_epochs=3", "trainer.max_steps=1"], "trainer.max_steps=1, so nothing"),
         ([f"resume={run}", "-m", "trainer.max_epochs=3"], "neither -m/--multirun"),
         ([f"resume={run}", "trainer.max_epochs=3", f"hydra.run.dir={tmp_path / 'x'}"], "names another"),
         ([f"hydra.run.dir={run}"], "already holds a run (config.yaml); a new run there would overwrite"),
@@ -341,14 +345,14 @@ def test_resume_last_takes_the_newest_run_of_the_experiment(finished, tmp_path):
         (run / ".hydra").mkdir()
         (run / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump(
             {"hydra": {"runtime": {"choices": {"experiment": exp}}}}))
-        (run / "metrics.json").unlink()  # stopped runs
+        (run / "metrics.json").unlink()  # stopped runs (at their length: resumed with more epochs)
         os.utime(run / "checkpoints" / "last.ckpt", (1e9 + i, 1e9 + i))
         runs[i] = run.resolve()
-    argv = prepare_argv(["resume=last", f"paths.output_root={root}"])
+    argv = prepare_argv(["resume=last", f"paths.output_root={root}", "trainer.max_epochs=3"])
     assert f"resume={runs[1]}" in argv and f"hydra.run.dir={runs[1]}" in argv
     assert "hydra.output_subdir=null" in argv
     os.utime(runs[0] / "checkpoints" / "last.ckpt", (2e9, 2e9))
-    assert f"resume={runs[0]}" in prepare_argv(["resume=last", f"paths.output_root={root}"])
+    assert f"resume={runs[0]}" in prepare_argv(["resume=last", f"paths.output_root={root}", "trainer.max_epochs=3"])
     argv = prepare_argv(["experiment=reverse_transformer", "resume=last", f"paths.output_root={root}",
                          "trainer.max_epochs=3", "logger=[csv,wandb]"])
     assert f"resume={runs[2]}" in argv and "trainer.max_epochs=3" in argv
