@@ -126,10 +126,33 @@ class Run(NamedTuple):
     config: Dict[str, Any]  # the resolved run config, upgraded to today's fields
 
 
+def torch_device(device: str) -> str:
+    """The CLIs' ``--device`` (``cpu``, ``cuda``, ``cuda:1``, ``gpu`` as Lightning names CUDA,
+    ``mps``) as a torch device this machine has; else a :class:`CheckpointError` about the device
+    (not, later, about the checkpoint that could not be mapped to it)."""
+    name = "cuda" if str(device).lower() == "gpu" else str(device)
+    try:
+        dev = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise CheckpointError(f"--device {device} is not a device: use cpu, cuda (or gpu), cuda:N "
+                              f"or mps") from None
+    count = torch.cuda.device_count() if dev.type == "cuda" else 0
+    if dev.type == "cuda" and (count == 0 or (dev.index or 0) >= count):
+        raise CheckpointError(f"--device {device}: this machine shows {count} CUDA GPU(s) (torch "
+                              f"{torch.__version__}); use --device cpu")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise CheckpointError(f"--device {device}: Apple's MPS is not available here; use --device cpu")
+    if dev.type not in ("cpu", "cuda", "mps"):
+        raise CheckpointError(f"--device {device}: use cpu, cuda (or gpu), cuda:N or mps")
+    return name
+
+
 def load_run(target: Path | str, device: str = "cpu") -> Run:
     """The run of a run directory or checkpoint file, with its config: the checkpoint's
     ``attnflow_config``, else the run directory's ``config.yaml``. Anything else (a missing
-    path, an unreadable file, a checkpoint of another program) is a :class:`CheckpointError`."""
+    path, an unreadable file, a checkpoint of another program, a ``device`` this machine lacks)
+    is a :class:`CheckpointError`."""
+    device = torch_device(device)
     ckpt_path, run_dir = find_checkpoint(target)
     ckpt = read_checkpoint(ckpt_path, device)
     cfg = ckpt.get("attnflow_config") or None

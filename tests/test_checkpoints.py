@@ -7,7 +7,7 @@ import shutil
 import pytest
 import torch
 
-from attnflow.checkpoints import CheckpointError, find_checkpoint, read_checkpoint
+from attnflow.checkpoints import CheckpointError, find_checkpoint, read_checkpoint, torch_device
 
 
 def _run_dir(root):
@@ -51,6 +51,20 @@ def test_a_copied_run_directory_reads_its_own_checkpoint_not_the_originals(tmp_p
     assert find_checkpoint(copy) == (copy / "checkpoints" / "epoch1-step10.ckpt", copy)
     (copy / "checkpoints" / "epoch1-step10.ckpt").unlink()  # not in the copy: its own last.ckpt,
     assert find_checkpoint(copy) == (copy / "checkpoints" / "last.ckpt", copy)  # not the original's
+
+
+def test_device_is_checked_before_the_checkpoint_is_read(monkeypatch):
+    """--device of attnflow-eval/predict/translate: a device this machine lacks is named as such
+    (torch would fail to map the checkpoint, and the message would blame the file)."""
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)  # a stand-in machine with two GPUs
+    assert [torch_device(d) for d in ("cpu", "gpu", "cuda", "cuda:1")] == ["cpu", "cuda", "cuda", "cuda:1"]
+    with pytest.raises(CheckpointError, match=r"--device cuda:2: this machine shows 2 CUDA GPU\(s\)"):
+        torch_device("cuda:2")
+    with pytest.raises(CheckpointError, match=r"--device bogus is not a device: use cpu, cuda"):
+        torch_device("bogus")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    with pytest.raises(CheckpointError, match=r"--device gpu: this machine shows 0 CUDA GPU\(s\).*use --device cpu"):
+        torch_device("gpu")
 
 
 class _Boom:
