@@ -382,6 +382,24 @@ def prepare_argv(args: Sequence[str]) -> List[str]:
 _TYPED: Optional[List[str]] = None  # the command line as typed, for the resume record
 
 
+def check_output_folders(args: Sequence[str]) -> None:
+    """Where the run or sweep of ``args`` would be written (``hydra.run.dir``, ``hydra.sweep.dir``,
+    ``paths.output_root`` or ``$ATTNFLOW_OUTPUT_DIR``) must be a folder or not exist yet; a path
+    under a file is a :class:`ResumeError` naming both (Hydra would fail with a traceback)."""
+    values = {k: v for k, v in (_parse(a) for a in args if "=" in a and not a.startswith("-"))}
+    where = {key: values[key] for key in ("hydra.run.dir", "hydra.sweep.dir") if values.get(key)}
+    env = not values.get("paths.output_root") and os.environ.get("ATTNFLOW_OUTPUT_DIR")
+    source = "$ATTNFLOW_OUTPUT_DIR" if env else "paths.output_root"
+    where[source] = str(output_root(values))
+    for key, path in where.items():
+        folder = Path(path).expanduser()
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        if not folder.is_dir():
+            raise ResumeError(f"{key}={path}: {folder} is a file, so runs cannot be written there; "
+                              f"name a folder")
+
+
 def cli_args(args: Sequence[str]) -> List[str]:
     """:func:`prepare_argv` for the console script: a refused resume prints why and exits 2."""
     global _TYPED

@@ -101,6 +101,13 @@ def main() -> None:
         from attnflow.resume import cli_args
 
         sys.argv[1:] = cli_args(sys.argv[1:])
+    from attnflow.resume import ResumeError, check_output_folders
+
+    try:
+        check_output_folders(sys.argv[1:])
+    except ResumeError as err:
+        print(f"attnflow: {err}", file=sys.stderr)
+        sys.exit(2)
     sys.argv[1:] = field_overrides(sys.argv[1:], Path(CONF_DIR))
     refused = check_sweep_values(sys.argv[1:], Path(CONF_DIR))
     if refused:  # a sweep value the run refuses: before the first job, not after the others ran

@@ -300,6 +300,22 @@ def test_refused_resumes_name_the_problem_and_change_nothing(finished, tmp_path,
     assert _tree(run) == before
 
 
+def test_an_output_folder_under_a_file_is_refused_naming_it(tmp_path, monkeypatch, capsys):
+    from attnflow.resume import check_output_folders
+
+    blocker = tmp_path / "afile"
+    blocker.write_text("not a folder\n")
+    monkeypatch.setenv("ATTNFLOW_OUTPUT_DIR", str(blocker))
+    with pytest.raises(ResumeError, match=rf"\$ATTNFLOW_OUTPUT_DIR={blocker}: {blocker} is a file"):
+        check_output_folders([])
+    monkeypatch.delenv("ATTNFLOW_OUTPUT_DIR")
+    for key in ("hydra.run.dir", "hydra.sweep.dir", "paths.output_root"):
+        with pytest.raises(ResumeError, match=rf"{key}={blocker}/x/y: {blocker} is a file"):
+            check_output_folders([f"{key}={blocker}/x/y"])
+    check_output_folders([f"hydra.run.dir={tmp_path}/new/run"])  # a folder to be made: fine
+    assert blocker.read_text() == "not a folder\n"
+
+
 def test_a_new_run_in_a_folder_that_holds_one_is_refused_and_changes_nothing(finished, tmp_path):
     """E.g. a sweep job whose folder an earlier sweep used (the CLI refuses most such sweeps
     before they start; this is the last guard, before anything is written)."""
