@@ -131,7 +131,10 @@ def read_run(path: Path, name: str, pictures: int = 4) -> Run:
     run = Run(name=name, path=path)
     problems = []
     try:
-        run.config = _load_yaml(path / "config.yaml") or {}
+        config = _load_yaml(path / "config.yaml") or {}
+        if not isinstance(config, dict):
+            raise yaml.YAMLError(f"a {type(config).__name__}, not a mapping")
+        run.config = config
     except (OSError, yaml.YAMLError) as err:
         problems.append(f"unreadable config.yaml ({err})")
     try:
@@ -141,8 +144,11 @@ def read_run(path: Path, name: str, pictures: int = 4) -> Run:
         problems.append(f"unreadable .hydra/overrides.yaml ({err})")
     if (path / "metrics.json").is_file():
         try:
-            run.summary = json.loads((path / "metrics.json").read_text())
-            run.metrics = {k: float(v) for k, v in (run.summary.get("metrics") or {}).items()}
+            summary = json.loads((path / "metrics.json").read_text())
+            if not isinstance(summary, dict):
+                raise ValueError(f"a JSON {type(summary).__name__}, not an object")
+            run.metrics = {k: float(v) for k, v in (summary.get("metrics") or {}).items()}
+            run.summary = summary
         except (OSError, ValueError, TypeError, AttributeError) as err:
             problems.append(f"unreadable metrics.json ({err})")
     else:

@@ -167,12 +167,17 @@ def test_failed_and_broken_jobs_are_listed_last(sweep, tmp_path, capsys):
     shutil.copytree(copy / "1" / ".hydra", killed / ".hydra")
     broken = _copy(copy / "0", copy / "3")
     (broken / "metrics.json").write_text('{"metrics": {"val/loss": 1.0')  # cut mid-write
+    alien = _copy(copy / "0", copy / "4")  # files of the right names, but not a run's
+    (alien / "metrics.json").write_text("[1, 2]")
+    (alien / "config.yaml").write_text("- a\n- list\n")
     main([str(copy)])
     rows = read_csv(copy / "report" / "report.csv")
     order = sorted(job_metrics(sweep), key=lambda j: job_metrics(sweep)[j]["val/loss"])
-    assert [r["run"] for r in rows] == [*order, "2", "3"]
+    assert [r["run"] for r in rows] == [*order, "2", "3", "4"]
     assert "no metrics.json" in rows[2]["status"] and "unreadable metrics.json" in rows[3]["status"]
-    assert rows[2]["val/loss"] == "" and rows[3]["val/loss"] == ""
+    assert "unreadable config.yaml (a list, not a mapping)" in rows[4]["status"]
+    assert "unreadable metrics.json (a JSON list, not an object)" in rows[4]["status"]
+    assert rows[2]["val/loss"] == "" and rows[3]["val/loss"] == "" and rows[4]["val/loss"] == ""
     page = Page((copy / "report" / "report.html").read_text())
     assert page.rows["2"]["class"] == "bad" and page.rows["3"]["class"] == "bad"
     assert "no metrics.json" in capsys.readouterr().out
