@@ -251,6 +251,70 @@ def _continues_study(sweeper: Any) -> bool:
         return False
 
 
+def _is_optuna(sweeper: Any) -> bool:
+    return "optuna" in str(sweeper.get("_target_", "")).lower()
+
+
+def _job_count(sweeper: Any, space: dict) -> int:
+    """How many jobs a sweep makes: Optuna's n_trials, else the product of the value lists (the
+    first and last of a range count as its values: at least as many)."""
+    if _is_optuna(sweeper):
+        return int(sweeper.get("n_trials") or 1)
+    jobs = 1
+    for values in space.values():
+        jobs *= len(values)
+    return jobs
+
+
+def check_sweeper(sweeper: Any, parsed: list, space: dict, resolved: Any) -> None:
+    """What Hydra or Optuna would refuse only with a traceback, or not at all: an ``interval()``
+    for the basic sweeper (which takes lists, ``range()``, ``choice()``); Optuna's ``n_trials``
+    below 1, a ``direction`` that is not minimize/maximize, or one that contradicts the study
+    stored under its ``study_name``; and a W&B ``run_id`` shared by several jobs (they would
+    log into one W&B run). Raises :class:`~attnflow.registry.ConfigError`."""
+    from attnflow.registry import ConfigError
+
+    optuna = _is_optuna(sweeper)
+    if not optuna:
+        for o in parsed:
+            if o.is_sweep_override() and type(o.value()).__name__ == "IntervalSweep":
+                raise ConfigError(f"{o.input_line.lstrip('+')}: interval() is a range for a search "
+                                  f"(an Optuna sweep: hparams_search=… or hydra/sweeper=optuna); the "
+                                  f"basic sweeper (-m) takes lists a,b,c, range() or choice()")
+    else:
+        n_trials, direction = sweeper.get("n_trials"), sweeper.get("direction")
+        if not isinstance(n_trials, int) or n_trials < 1:
+            raise ConfigError(f"hydra.sweeper.n_trials must be an int >= 1, got {n_trials!r}")
+        for d in (direction if not isinstance(direction, str) and direction is not None
+                  else [direction]):
+            if str(d).lower() not in ("minimize", "maximize"):
+                raise ConfigError(f"hydra.sweeper.direction must be minimize or maximize (a list of "
+                                  f"them for several objectives), got {direction!r}")
+        stored = _stored_directions(sweeper)
+        wanted = [str(d).lower() for d in (list(direction) if not isinstance(direction, str) else [direction])]
+        if stored and stored != wanted:
+            raise ConfigError(f"hydra.sweeper.direction={direction} differs from the study "
+                              f"'{sweeper.get('study_name')}' stored in {sweeper.get('storage')}, which "
+                              f"{'/'.join(stored)}s: continue it with hydra.sweeper.direction="
+                              f"{stored[0] if len(stored) == 1 else stored}, or start another study "
+                              f"(another hydra.sweeper.study_name or sweep folder)")
+    wandb = ((resolved.get("logger") or {}).get("wandb") or {}) if resolved else {}
+    if wandb.get("run_id") and _job_count(sweeper, space) > 1:
+        raise ConfigError(f"logger.wandb.run_id={wandb['run_id']} names one W&B run for every job of "
+                          f"the sweep, whose logs would be merged into it; leave it null (a W&B run "
+                          f"per job)")
+
+
+def _stored_directions(sweeper: Any) -> list:
+    """The directions of the Optuna study the sweeper would continue ([] when none is stored)."""
+    if not _continues_study(sweeper):
+        return []
+    import optuna
+
+    study = optuna.load_study(study_name=sweeper.get("study_name"), storage=sweeper.get("storage"))
+    return [d.name.lower() for d in study.directions]
+
+
 def sweep_folder_taken(hydra_cfg: Any, space: dict) -> Optional[str]:
     """Why a multirun's jobs would overwrite earlier results, or None: its ``hydra.sweep.dir``
     already holds a sweep or runs (Hydra would rewrite the jobs' ``.hydra/``, the jobs their
@@ -262,11 +326,8 @@ def sweep_folder_taken(hydra_cfg: Any, space: dict) -> Optional[str]:
 
     sweep = OmegaConf.to_container(hydra_cfg.sweep, resolve=False)
     subdir = str(sweep.get("subdir"))
-    optuna = "optuna" in str(hydra_cfg.sweeper.get("_target_", "")).lower()
-    jobs = (hydra_cfg.sweeper.get("n_trials") or 1) if optuna else 1
-    for values in space.values():
-        jobs *= 1 if optuna else len(values)
-    if "${" not in subdir and (jobs > 1 or optuna):
+    optuna = _is_optuna(hydra_cfg.sweeper)
+    if "${" not in subdir and (_job_count(hydra_cfg.sweeper, space) > 1 or optuna):
         return (f"hydra.sweep.subdir={subdir} names one folder for every job of the sweep: each "
                 f"job would overwrite the one before. Leave it at its default, ${{hydra.job.num}}")
     folder = Path(str(hydra_cfg.sweep.dir)).expanduser()
@@ -327,10 +388,15 @@ def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
                 (k, v) for k, values in space.items() for v in values[1:]]
             launcher = str(cfg.hydra.launcher.get("_target_", ""))
             here = "submitit" not in launcher.lower() or "Local" in launcher  # jobs run on this machine
-            for key, value in trials:  # the first job, then one key at a time
+            for i, (key, value) in enumerate(trials):  # the first job, then one key at a time
                 trial = [f"{k}={value if k == key else v}" for k, v in first.items()]
                 try:
                     resolved = resolve_config(compose("train", overrides=[*base, *trial]))
+                    if i == 0:  # the sweep as a whole, once its first job's config is known
+                        try:
+                            check_sweeper(cfg.hydra.sweeper, parsed, space, resolved)
+                        except ConfigError as err:
+                            return f"{err} (no job was started)"
                     check_optimized_metric(resolved)
                     check_direction(resolved, cfg.hydra.sweeper)
                     if here:  # a cluster's jobs run on its GPU nodes, not on this login node

@@ -151,6 +151,13 @@ def test_cli_metric_the_run_did_not_report_fails_after_it(monkeypatch, capsys, t
     (["hparams_search=gat_cora_optuna", "optimized_metric=val/loss"],
      "optimized_metric=val/loss is better lower (task 'node_classification'), but "
      "hydra.sweeper.direction=maximize would seek the worst runs: set hydra.sweeper.direction=minimize"),
+    # what Hydra, Optuna or W&B would refuse with a traceback, or merge
+    (["-m", "model.dropout=interval(0.1,0.5)"], "interval() is a range for a search"),
+    (["hparams_search=gat_cora_optuna", "hydra.sweeper.n_trials=0"], "hydra.sweeper.n_trials must be an int >= 1"),
+    (["hparams_search=gat_cora_optuna", "hydra.sweeper.direction=maximise"],
+     "hydra.sweeper.direction must be minimize or maximize"),
+    (["-m", "seed=1,2", "logger=wandb", "logger.wandb.run_id=one"], "logger.wandb.run_id=one names one W&B "
+                                                                    "run for every job of the sweep"),
     (["-m", "model.dropout=0.1,0.2", "task.optim.lr=0.1,0.2", "model.decoder.hidden_dim=0"],
      "the sweep's first job (model.dropout=0.1 task.optim.lr=0.1) is refused, so no job was started: "
      "decoder 'rnn_attention': field 'hidden_dim'"),  # a plain override every job shares: not one value's fault
@@ -191,6 +198,21 @@ def test_a_sweep_that_would_overwrite_runs_is_refused_before_any_job(monkeypatch
     assert says in capsys.readouterr().err
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
     assert all((sweep / name).read_text() == "earlier\n" for name in held)
+
+
+def test_a_stored_study_is_continued_only_in_its_own_direction(monkeypatch, capsys, tmp_path):
+    import optuna
+
+    sweep = tmp_path / "study"
+    sweep.mkdir()
+    optuna.create_study(study_name="gat_cora_optuna", storage=f"sqlite:///{sweep}/optuna.db",
+                        direction="minimize")
+    before = (sweep / "optuna.db").read_bytes()
+    assert train_cli(monkeypatch, "hparams_search=gat_cora_optuna", *TINY_GRAPH, f"hydra.sweep.dir={sweep}") == 2
+    err = capsys.readouterr().err
+    assert ("hydra.sweeper.direction=maximize differs from the study 'gat_cora_optuna' stored in "
+            f"sqlite:///{sweep}/optuna.db, which minimizes") in err
+    assert sorted(p.name for p in sweep.iterdir()) == ["optuna.db"] and (sweep / "optuna.db").read_bytes() == before
 
 
 # -- real sweeps ---------------------------------------------------------------------------------------
