@@ -69,8 +69,19 @@ def wandb_logger(save_dir: str, identity: Optional[dict] = None, *, project: str
     all_tags = _unique([*identity.get("tags", []), *tags])
     name = run_name or identity.get("name") or Path(save_dir).name
     return WandbLogger(project=project, entity=entity, group=group or identity.get("group"),
-                       tags=[t[:64] for t in all_tags], name=name[:128], save_dir=save_dir,
+                       tags=[t[:64] for t in all_tags], name=_fit(name, 128), save_dir=save_dir,
                        mode=mode, id=run_id, resume="allow" if run_id else None)
+
+
+def _fit(name: str, most: int) -> str:
+    """``name`` in at most ``most`` characters: a longer one keeps its start and ends with a digest
+    of the whole, so two long names that differ only at their end (sweep jobs whose swept value
+    comes last) stay apart; the full name is the run's ``run.name`` in its config."""
+    if len(name) <= most:
+        return name
+    import hashlib
+
+    return f"{name[:most - 10]} … {hashlib.sha1(name.encode()).hexdigest()[:7]}"
 
 
 @LOGGERS.register("none")
@@ -289,6 +300,13 @@ def run_identity(cfg: Any, resolved: Dict[str, Any]) -> Dict[str, Any]:
     tags = [] if tags is None else tags
     _check_identity(run, tags)
     run = {k: (run or {}).get(k) for k in RUN_FIELDS}
+    wandb = ((resolved.get("logger") or {}).get("wandb") or {}) if isinstance(resolved.get("logger"), Mapping) else {}
+    for field, key in (("group", "group"), ("run_name", "name")):  # W&B's own field wins: recorded
+        if wandb.get(field) is not None:                           # as the run's, so the two agree
+            if run[key] is not None and run[key] != wandb[field]:
+                raise ConfigError(f"logger.wandb.{field}={wandb[field]} and run.{key}={run[key]} name "
+                                  f"two {key}s for one run; set one (run.{key} names it for every logger)")
+            run[key] = wandb[field]
     info = _hydra_info(cfg)
     if info is not None:
         if run["experiment"] is None:

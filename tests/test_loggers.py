@@ -244,6 +244,27 @@ def test_multirun_jobs_share_a_group_named_after_the_sweep():
     assert sweep_group("gat_cora_optuna", "outputs/multirun/gat_cora_optuna") == "gat_cora_optuna"
 
 
+def test_the_wandb_group_and_name_are_the_runs_own_or_refused_when_they_differ():
+    cfg = compose_cfg(["logger=wandb", "logger.wandb.group=g1", "logger.wandb.run_name=n1"],
+                      return_hydra_config=True)
+    run = run_identity(cfg, resolve_config(cfg))["run"]
+    assert (run["group"], run["name"]) == ("g1", "n1")  # what config.yaml records is what W&B used
+    cfg = compose_cfg(["logger=wandb", "logger.wandb.group=g1", "run.group=g2"], return_hydra_config=True)
+    with pytest.raises(ConfigError, match=r"logger.wandb.group=g1 and run.group=g2 name two groups"):
+        run_identity(cfg, resolve_config(cfg))
+
+
+def test_long_wandb_names_stay_apart_when_cut(tmp_path, wandb_env):
+    """W&B names are cut to 128 characters; sweep jobs whose swept value comes last keep distinct
+    names (a digest of the whole name ends the cut one)."""
+    from attnflow.loggers import wandb_logger
+
+    long = "mt_transformer " + " ".join(f"task.optim.option_{i}=value_{i}" for i in range(6))
+    names = {wandb_logger(str(tmp_path / s), {"name": f"{long} scorer={s}"})._wandb_init["name"]
+             for s in ("dot", "general")}
+    assert len(names) == 2 and all(len(n) == 128 and n.startswith(long[:100]) for n in names)
+
+
 def test_a_sweep_over_experiments_is_one_group(tmp_path):
     """``-m experiment=a,b``: each job has its own experiment, the sweep one group (read from the
     sweep's multirun.yaml, which Hydra writes before the first job)."""
