@@ -45,9 +45,11 @@ def run_app(cfg: DictConfig) -> float | None:
         summary = train(from_hydra(cfg), Path(HydraConfig.get().runtime.output_dir))
     except DataError as err:  # a data file missing, empty, cut short or malformed
         print(f"attnflow: data error: {err}", file=sys.stderr)
+        _forget_refused_run()
         sys.exit(2)
     except ConfigError as err:
         print(f"attnflow: config error: {err}", file=sys.stderr)
+        _forget_refused_run()
         sys.exit(2)
     except NonFiniteLossError as err:
         print(f"attnflow: {err}", file=sys.stderr)
@@ -62,6 +64,26 @@ def run_app(cfg: DictConfig) -> float | None:
             sys.exit(2)
         return summary["metrics"][metric]
     return None
+
+
+def _forget_refused_run() -> None:
+    """A single run refused before any work leaves no folder behind: Hydra made its run directory
+    (``outputs/<date>/<time>/`` with ``.hydra/`` and ``train.log``) before attnflow's checks ran.
+    Removed only while that is all it holds (a run that wrote its ``config.yaml``, or a resumed
+    run's own directory, is kept), with the date folder if that is left empty."""
+    import contextlib
+    import shutil
+
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    hc = HydraConfig.get()
+    out = Path(hc.runtime.output_dir)
+    if hc.mode != RunMode.RUN or not out.is_dir() or {p.name for p in out.iterdir()} - {".hydra", "train.log"}:
+        return
+    shutil.rmtree(out, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        out.parent.rmdir()  # the date folder, where this was its only run
 
 
 def _print_summary(summary: dict) -> None:

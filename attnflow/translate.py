@@ -83,8 +83,10 @@ def load(path: Path, device: str = "cpu"):
     cfg = run.config
     if cfg["data"].get("name") != "parallel":
         raise TranslateError(f"the run at {run.run_dir} is not a translation run (data "
-                             f"'{cfg['data'].get('name')}'); attnflow-predict labels documents "
-                             f"and graph nodes")
+                             f"'{cfg['data'].get('name')}'; attnflow-translate decodes runs of "
+                             f"data=parallel); attnflow-eval {run.run_dir} gives any run's metrics, "
+                             f"attnflow-predict labels documents, graph nodes and texts and captions "
+                             f"images")
     dm = DATA.build(cfg["data"], path="data")
     try:
         dm.load_tokenizers(run.run_dir / "tokenizer", run.ckpt.get("attnflow_artifacts"))

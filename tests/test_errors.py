@@ -167,6 +167,7 @@ def test_cli_unknown_block_name_prints_one_message(tmp_path, monkeypatch, capsys
     assert code == 2
     assert "attnflow: config error: unknown scorer 'dott'" in err
     assert "Traceback" not in err + out
+    assert list(tmp_path.iterdir()) == []  # Hydra's run folder (.hydra/, train.log) is not left behind
 
 
 def test_cli_unknown_group_option_lists_options(tmp_path):
