@@ -72,6 +72,7 @@ def _forget_refused_run() -> None:
     Removed only while that is all it holds (a run that wrote its ``config.yaml``, or a resumed
     run's own directory, is kept), with the date folder if that is left empty."""
     import contextlib
+    import re
     import shutil
 
     from hydra.core.hydra_config import HydraConfig
@@ -82,8 +83,9 @@ def _forget_refused_run() -> None:
     if hc.mode != RunMode.RUN or not out.is_dir() or {p.name for p in out.iterdir()} - {".hydra", "train.log"}:
         return
     shutil.rmtree(out, ignore_errors=True)
-    with contextlib.suppress(OSError):
-        out.parent.rmdir()  # the date folder, where this was its only run
+    if re.fullmatch(r"\d{4}-\d\d-\d\d", out.parent.name):  # outputs/<date>/: where this was its only run
+        with contextlib.suppress(OSError):
+            out.parent.rmdir()
 
 
 def _print_summary(summary: dict) -> None:
