@@ -284,7 +284,11 @@ def _check_length(saved: Dict[str, Any], changes: Iterable[Tuple[str, Any, Any]]
     """A resume must leave something to train: ``trainer.max_epochs`` and ``max_steps`` (the new
     values, else the run's ``saved`` ones) beyond what the checkpoint reached. Else it would train
     nothing and only rewrite the run's metrics (and ``max_epochs=0`` is refused by Lightning only
-    after the resume is recorded)."""
+    after the resume is recorded). Checked when this resume sets one of them: without, a run
+    killed after its last epoch but before its evaluation resumes to finish that."""
+    changes = list(changes)
+    if not any(k in ("trainer.max_epochs", "trainer.max_steps") for k, _, _ in changes):
+        return
     loop = ((ckpt.get("loops") or {}).get("fit_loop") or {}).get("epoch_progress") or {}
     epochs = (loop.get("current") or {}).get("processed", ckpt.get("epoch"))  # epochs whose batches all ran
     reached = {"trainer.max_epochs": (epochs, "epoch(s)"), "trainer.max_steps": (ckpt.get("global_step"), "steps")}

@@ -285,13 +285,12 @@ def check_sweeper(sweeper: Any, parsed: list, space: dict, resolved: Any) -> Non
         n_trials, direction = sweeper.get("n_trials"), sweeper.get("direction")
         if not isinstance(n_trials, int) or n_trials < 1:
             raise ConfigError(f"hydra.sweeper.n_trials must be an int >= 1, got {n_trials!r}")
-        for d in (direction if not isinstance(direction, str) and direction is not None
-                  else [direction]):
-            if str(d).lower() not in ("minimize", "maximize"):
-                raise ConfigError(f"hydra.sweeper.direction must be minimize or maximize (a list of "
-                                  f"them for several objectives), got {direction!r}")
+        wanted = [str(d).lower() for d in
+                  ([direction] if isinstance(direction, str) or direction is None else direction)]
+        if any(d not in ("minimize", "maximize") for d in wanted):
+            raise ConfigError(f"hydra.sweeper.direction must be minimize or maximize (a list of "
+                              f"them for several objectives), got {direction!r}")
         stored = _stored_directions(sweeper)
-        wanted = [str(d).lower() for d in (list(direction) if not isinstance(direction, str) else [direction])]
         if stored and stored != wanted:
             raise ConfigError(f"hydra.sweeper.direction={direction} differs from the study "
                               f"'{sweeper.get('study_name')}' stored in {sweeper.get('storage')}, which "
