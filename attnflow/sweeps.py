@@ -400,11 +400,15 @@ def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
                     check_direction(resolved, cfg.hydra.sweeper)
                     if here:  # a cluster's jobs run on its GPU nodes, not on this login node
                         check_devices(resolved.get("trainer"))
-                except (ConfigError, DataError) as err:
+                except (ConfigError, DataError, HydraException) as err:
+                    # HydraException: a value Hydra cannot compose (an unknown group option),
+                    # which Hydra would report only after making the sweep folder
                     what = (f"the sweep's {key.lstrip('+')}={value} is refused" if key else
                             f"the sweep's first job ({' '.join(t.lstrip('+') for t in trial)}) is "
                             f"refused")
-                    return f"{what}, so no job was started: {err}"
+                    why = (re.sub(r"\s*\n\s*", " ", str(err).split("Config search path")[0].strip())
+                           if isinstance(err, HydraException) else err)  # Hydra's lines as one
+                    return f"{what}, so no job was started: {why}"
     except (HydraException, OmegaConfBaseException):
         return None
     return None

@@ -151,6 +151,9 @@ def test_cli_metric_the_run_did_not_report_fails_after_it(monkeypatch, capsys, t
     (["hparams_search=gat_cora_optuna", "optimized_metric=val/loss"],
      "optimized_metric=val/loss is better lower (task 'node_classification'), but "
      "hydra.sweeper.direction=maximize would seek the worst runs: set hydra.sweeper.direction=minimize"),
+    # a group option Hydra cannot find: Hydra would say so only after making the sweep folder
+    (["-m", "scorer=dot,dott"], "the sweep's scorer=dott is refused, so no job was started: In 'train': "
+                                "Could not find 'scorer/dott' Available options in 'scorer': additive"),
     # what Hydra, Optuna or W&B would refuse with a traceback, or merge
     (["-m", "model.dropout=interval(0.1,0.5)"], "interval() is a range for a search"),
     (["hparams_search=gat_cora_optuna", "hydra.sweeper.n_trials=0"], "hydra.sweeper.n_trials must be an int >= 1"),
