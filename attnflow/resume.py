@@ -396,7 +396,7 @@ def check_output_folders(args: Sequence[str]) -> None:
     """Where the run or sweep of ``args`` would be written (``hydra.run.dir``, ``hydra.sweep.dir``,
     ``paths.output_root`` or ``$ATTNFLOW_OUTPUT_DIR``) must be a folder or not exist yet; a path
     under a file is a :class:`ResumeError` naming both (Hydra would fail with a traceback)."""
-    values = {k: v for k, v in (_parse(a) for a in args if "=" in a and not a.startswith("-"))}
+    values = {k.lstrip("+"): v for k, v in (_parse(a) for a in args if "=" in a and not a.startswith("-"))}
     where = {key: values[key] for key in ("hydra.run.dir", "hydra.sweep.dir") if values.get(key)}
     env = not values.get("paths.output_root") and os.environ.get("ATTNFLOW_OUTPUT_DIR")
     source = "$ATTNFLOW_OUTPUT_DIR" if env else "paths.output_root"
