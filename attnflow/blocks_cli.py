@@ -68,7 +68,7 @@ def _print_config(overrides) -> int:
 
     conf = config_dir()
     with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-        cfg = compose("train", overrides=field_overrides(overrides, conf))
+        cfg = compose("train", overrides=field_overrides(overrides, conf), return_hydra_config=True)
     try:
         resolved = resolve_config(cfg)
         used = {group: registry.validate(resolved[group], group) for group, registry in BLOCK_GROUPS

@@ -110,11 +110,16 @@ def _drop_replaced_fields(cfg: DictConfig, group: str, option: Optional[str], co
 
 
 def check_shared_groups(cfg: DictConfig, conf_dir: Path,
-                        choices: Optional[Mapping[str, Any]] = None) -> List[str]:
+                        choices: Optional[Mapping[str, Any]] = None,
+                        typed: Optional[Iterable[str]] = None) -> List[str]:
     """Enforce the contract on a composed (unresolved) config; return the consumed groups.
 
     ``choices`` are Hydra's group choices of this run (``HydraConfig.runtime.choices``) when
-    known; otherwise a group's option is taken to be its block's name.
+    known; otherwise a group's option is taken to be its block's name. ``typed``: the top-level
+    keys the command line set, when known. A group the model does not use is refused only where
+    the user set it there: one an experiment file set (``experiment=han_imdb`` sets ``scorer=dot``
+    for its attention pooling) is left out quietly when an override changes the model's need of
+    it (``pooling=max``). Without ``typed`` every setting counts as the user's.
     """
     choices = dict(choices or {})
     defaults = root_defaults(conf_dir)
@@ -129,7 +134,7 @@ def check_shared_groups(cfg: DictConfig, conf_dir: Path,
             _drop_replaced_fields(cfg, group, option, conf_dir)
             continue
         how = _setting(cfg, group, option, defaults.get(group), conf_dir)
-        if how:
+        if how and (typed is None or group in set(typed)):
             uses = ", ".join(consumed) or "none of them"
             raise ConfigError(
                 f"{how} (at '{group}') does nothing: model '{model}' does not use the shared group "

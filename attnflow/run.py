@@ -24,7 +24,7 @@ import re
 import time
 import typing
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import pytorch_lightning as pl
 import torch
@@ -440,6 +440,21 @@ def _metrics(results: List[dict]) -> Dict[str, float]:
     return out
 
 
+def _typed_groups(cfg: DictConfig) -> Optional[set]:
+    """The top-level keys the command line set (Hydra's task overrides: ``scorer=dot``,
+    ``scorer.hidden_dim=3`` → ``scorer``), or None where no command line is known (a config
+    composed in Python without Hydra's node)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if "hydra" in cfg and cfg.hydra.get("overrides") is not None:
+        typed = cfg.hydra.overrides.task
+    elif HydraConfig.initialized():
+        typed = HydraConfig.get().overrides.task
+    else:
+        return None
+    return {re.split(r"[./=@]", str(o).lstrip("+~"), maxsplit=1)[0] for o in typed}
+
+
 def _choices(cfg: DictConfig) -> Dict[str, Any]:
     """Hydra's group choices of this run, when Hydra composed it (else {})."""
     from hydra.core.hydra_config import HydraConfig
@@ -458,12 +473,12 @@ def resolve_config(cfg: DictConfig | Dict[str, Any]) -> Dict[str, Any]:
     if not isinstance(cfg, DictConfig):
         resolved = dict(cfg)
     else:
-        choices = _choices(cfg)
+        choices, typed = _choices(cfg), _typed_groups(cfg)
         cfg = copy.deepcopy(cfg)
         if "hydra" in cfg:  # composed with return_hydra_config: Hydra's own node is not the run's
             with open_dict(cfg):
                 del cfg["hydra"]
-        consumed = check_shared_groups(cfg, config_dir(), choices)
+        consumed = check_shared_groups(cfg, config_dir(), choices, typed)
         resolved = prune_unused(OmegaConf.to_container(cfg, resolve=True), consumed)
     try:
         validate_config(resolved)

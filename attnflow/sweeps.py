@@ -390,7 +390,7 @@ def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
             for i, (key, value) in enumerate(trials):  # the first job, then one key at a time
                 trial = [f"{k}={value if k == key else v}" for k, v in first.items()]
                 try:
-                    resolved = resolve_config(compose("train", overrides=[*base, *trial]))
+                    resolved = resolve_config(compose("train", overrides=[*base, *trial], return_hydra_config=True))
                     if i == 0:  # the sweep as a whole, once its first job's config is known
                         try:
                             check_sweeper(cfg.hydra.sweeper, parsed, space, resolved)

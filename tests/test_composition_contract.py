@@ -157,6 +157,18 @@ def test_overrides_of_unused_groups_are_refused_before_any_work(overrides, expec
         assert "it uses:" in str(err.value)
 
 
+@pytest.mark.parametrize("pooling", ["max", "mean"])
+def test_a_group_only_the_experiment_set_is_left_out_when_an_override_makes_it_unused(pooling):
+    """The README's HN-MAX/HN-AVE commands: han_imdb sets scorer=dot for its attention pooling,
+    which max and mean pooling do not use. Composed as the command line does (Hydra's node says
+    what was typed), only a group the user typed is refused."""
+    resolved = resolve_config(compose_cfg(["experiment=han_imdb", f"pooling={pooling}"], return_hydra_config=True))
+    assert resolved["pooling"]["name"] == pooling and "scorer" not in resolved
+    with pytest.raises(ConfigError, match=r"scorer=general \(at 'scorer'\) does nothing: model 'han'"):
+        resolve_config(compose_cfg(["experiment=han_imdb", f"pooling={pooling}", "scorer=general"],
+                                   return_hydra_config=True))
+
+
 def test_consumption_follows_interpolations():
     assert consumed_groups(compose_cfg()) == ["scorer", "normalizer", "attention"]
     assert consumed_groups(compose_cfg(["attention=multihead"])) == [
