@@ -297,6 +297,15 @@ def test_an_image_encoder_in_a_sequence_model_is_refused_before_any_work(overrid
     (["experiment=mt_transformer", "task.length_penalty=-0.6"], "(at 'task.length_penalty') must be >= 0"),
     (["experiment=han_imdb", "model.word_encoder.hidden_dim=0"],
      "field 'hidden_dim' (at 'model.word_encoder.hidden_dim') must be >= 1, got 0"),
+    # data and pooling fields whose bounds came only in the constructor (after config.yaml; a
+    # tokenizer trained first) or nowhere (a negative vocabulary: an OverflowError in the trainer)
+    (["experiment=mt_transformer", "data.vocab_size=-1"], "data 'parallel': field 'vocab_size' "
+                                                          "(at 'data.vocab_size') must be >= 5"),
+    (["experiment=mt_transformer", "data.tgt_lang=de"], "data.src_lang and data.tgt_lang are both 'de'"),
+    (["experiment=bert_imdb", "data.max_len=2"], "(at 'data.max_len') must be >= 3 ([CLS], a subword, [SEP])"),
+    (["experiment=bert_pretrain_imdb", "data.vocab_size=5"], "(at 'data.vocab_size') must be >= 6"),
+    (["experiment=gat_synthetic", "data.p_in=2.5"], "(at 'data.p_in') must be in [0, 1], got 2.5"),
+    (["experiment=han_imdb", "pooling.dim=0"], "pooling 'attention': field 'dim' (at 'pooling.dim') must be >= 1"),
     # the callbacks entries are typed configs too (attnflow.callbacks: CheckpointConfig, ...)
     (["callbacks.attention_maps.examples=-2"], "(at 'callbacks.attention_maps.examples') must be >= 0"),
     (["+callbacks.early_stopping={patience: -3}"], "(at 'callbacks.early_stopping.patience') must be >= 0"),

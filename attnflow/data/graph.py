@@ -20,13 +20,15 @@ Loaders (``loader``):
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Any, List, Mapping, Optional
 
 import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 from torch_geometric.data import Data
 from torch_geometric.utils import k_hop_subgraph
+
+from attnflow.registry import ConfigError
 
 SPLITS = ("train", "val", "test")
 
@@ -67,6 +69,15 @@ class KHopBatches(Dataset):
         return out
 
 
+def _check_loader(name: str, loader: str) -> None:
+    if loader == "neighbor" and not neighbor_sampling_available():
+        raise ConfigError(
+            f"data '{name}': data.loader=neighbor (PyG's NeighborLoader) needs pyg-lib or "
+            "torch-sparse, and neither is installed. Install one from PyG's wheel index, e.g. "
+            "pip install pyg-lib -f https://data.pyg.org/whl/torch-2.13.0+cpu.html "
+            "(or +cu128 for CUDA), or use data.loader=khop (no extra packages).")
+
+
 class GraphDataModule(pl.LightningDataModule):
     """Base class: one graph, full-batch or mini-batch loaders (see the module docstring)."""
 
@@ -80,16 +91,16 @@ class GraphDataModule(pl.LightningDataModule):
         if loader not in ("full", "khop", "neighbor"):
             raise ValueError(f"data '{self.name}': loader must be 'full', 'khop' or 'neighbor', "
                              f"got {loader!r}")
-        if loader == "neighbor" and not neighbor_sampling_available():
-            raise ValueError(
-                f"data '{self.name}': loader 'neighbor' (PyG's NeighborLoader) needs pyg-lib or "
-                "torch-sparse, and neither is installed. Install one from PyG's wheel index, e.g. "
-                "pip install pyg-lib -f https://data.pyg.org/whl/torch-2.13.0+cpu.html "
-                "(or +cu128 for CUDA), or use data.loader=khop (no extra packages).")
+        _check_loader(self.name, loader)
         self.loader, self.batch_size, self.num_hops = loader, batch_size, num_hops
         self.num_neighbors = list(num_neighbors or [10, 10])
         self.seed = seed
         self.data: Optional[Data] = None
+
+    @classmethod
+    def check_config(cls, cfg: Mapping[str, Any]) -> None:
+        """Before any work (run.check_composition): a loader whose packages are missing."""
+        _check_loader(cfg["data"].get("name", cls.name), cfg["data"].get("loader", "full"))
 
     # -- what subclasses provide ------------------------------------------------------------------
     def load(self) -> Data:

@@ -26,7 +26,7 @@ little compute goes to padding.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List, Literal, Optional, Sequence
+from typing import Annotated, Any, Dict, List, Literal, Mapping, Optional, Sequence
 
 import torch
 from torch.utils.data import DataLoader
@@ -35,7 +35,7 @@ from attnflow.data.base import SplitDataModule
 from attnflow.data.buckets import BucketBatchSampler, trainer_epoch
 from attnflow.data.errors import DataError, DataFileNotFoundError, numbered_lines
 from attnflow.distributed import eval_sampler
-from attnflow.registry import DATA, NonNegativeInt, PositiveInt
+from attnflow.registry import DATA, ConfigError, NonNegativeInt, PositiveInt, Range
 from attnflow.textio import atomic_path
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
@@ -116,6 +116,12 @@ def collate(pairs: Sequence[tuple]) -> Dict[str, torch.Tensor]:
     return {"src": src, "src_lengths": lengths, "tgt_in": tgt_in, "tgt_out": tgt_out, "idx": idx}
 
 
+def _check_langs(src_lang: str, tgt_lang: str) -> None:
+    if src_lang == tgt_lang:
+        raise ConfigError(f"data 'parallel': data.src_lang and data.tgt_lang are both {src_lang!r} "
+                          f"(at 'data.tgt_lang'): a translation needs two languages")
+
+
 @DATA.register("parallel")
 class ParallelDataModule(SplitDataModule):
     """Line-aligned parallel text with subword tokenisation (see the module docstring).
@@ -142,7 +148,8 @@ class ParallelDataModule(SplitDataModule):
 
     def __init__(self, *, root: str = "", src_lang: str = "de", tgt_lang: str = "en",
                  train: str = "train", val: str = "val", test: str = "test_2016_flickr",
-                 tokenizer: Literal["bpe", "wordpiece"] = "bpe", vocab_size: int = 8000,
+                 tokenizer: Literal["bpe", "wordpiece"] = "bpe",
+                 vocab_size: Annotated[int, Range(ge=5, what="the 4 special tokens and more")] = 8000,
                  shared_vocab: bool = False, lowercase: bool = False,
                  max_src_len: PositiveInt = 100,
                  max_tgt_len: PositiveInt = 100, max_decode_len: NonNegativeInt = 0,
@@ -152,8 +159,7 @@ class ParallelDataModule(SplitDataModule):
         if not root:
             raise ValueError("data 'parallel': set 'root' to the folder of the text files "
                              "(Multi30k: ${paths.data_dir}/multi30k)")
-        if src_lang == tgt_lang:
-            raise ValueError(f"data 'parallel': src_lang and tgt_lang are both {src_lang!r}")
+        _check_langs(src_lang, tgt_lang)
         self.root, self.src_lang, self.tgt_lang = Path(root), src_lang, tgt_lang
         self.stems = {"train": train, "val": val, "test": test}
         self.kind, self.vocab, self.shared, self.lowercase = tokenizer, vocab_size, shared_vocab, lowercase
@@ -204,6 +210,12 @@ class ParallelDataModule(SplitDataModule):
         as JSON text (the same text twice for ``shared_vocab``)."""
         self.prepare_tokenizers()
         return {"tokenizers": {"src": self.src_tok.to_str(), "tgt": self.tgt_tok.to_str()}}
+
+    @classmethod
+    def check_config(cls, cfg: Mapping[str, Any]) -> None:
+        """Before any work (run.check_composition): what the fields' own bounds cannot say."""
+        fields = DATA.validate(cfg["data"], "data")
+        _check_langs(fields["src_lang"], fields["tgt_lang"])
 
     def setup_evaluation(self, run_dir, artifacts: dict, split: str) -> None:
         """Only what evaluating a trained run on ``split`` needs (attnflow-eval): the run's saved

@@ -310,7 +310,9 @@ class PretrainingDataModule(SplitDataModule):
 
     def __init__(self, *, train_path: str = "", val_path: str = "", test_path: str = "",
                  text_field: str = "text", documents: Literal["line", "blank_line"] = "line",
-                 vocab_size: int = 30522, lowercase: bool = True, max_len: PositiveInt = 128,
+                 vocab_size: Annotated[int, Range(ge=6, what="the 5 special tokens and more")] = 30522,
+                 lowercase: bool = True,
+                 max_len: Annotated[int, Range(ge=5, what="3 specials and two segments")] = 128,
                  short_seq_prob: Probability = 0.1,
                  mlm_prob: Annotated[float, Range(gt=0, lt=1)] = 0.15,
                  limit_train: NonNegativeInt = 0,

@@ -86,7 +86,8 @@ class SyntheticGraphDataModule(GraphDataModule):
     def __init__(self, *, num_nodes: Annotated[int, Range(ge=4)] = 400,
                  num_classes: Annotated[int, Range(ge=2)] = 4,
                  feature_dim: PositiveInt = 16,
-                 p_in: float = 0.05, p_out: float = 0.005, noise: NonNegativeFloat = 1.0,
+                 p_in: Annotated[float, Range(ge=0, le=1)] = 0.05,
+                 p_out: Annotated[float, Range(ge=0, le=1)] = 0.005, noise: NonNegativeFloat = 1.0,
                  multi_label: bool = False, extra_label_prob: Probability = 0.5,
                  split: List[float] = [0.5, 0.25],  # noqa: B006
                  loader: Literal["full", "khop", "neighbor"] = "full", batch_size: PositiveInt = 64,
@@ -105,6 +106,7 @@ class SyntheticGraphDataModule(GraphDataModule):
     @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
         """Before any work (run.check_composition): the split against the number of nodes."""
+        super().check_config(cfg)
         fields = DATA.validate(cfg["data"], "data")
         _check_split(fields["split"], fields["num_nodes"])
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Annotated, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -40,7 +40,7 @@ from attnflow.data.documents import clean, read_jsonl
 from attnflow.data.errors import DataError, check_fields, numbered_lines
 from attnflow.data.pretraining import (CLS, PAD, SEP, SPECIALS, TOKENIZER_FILE, pad_rows,
                                        save_tokenizer, train_wordpiece)
-from attnflow.registry import DATA, NonNegativeInt, PositiveInt
+from attnflow.registry import DATA, NonNegativeInt, PositiveInt, Range
 
 log = logging.getLogger(__name__)
 
@@ -179,8 +179,10 @@ class TextClassificationDataModule(SplitDataModule):
 
     def __init__(self, *, train_path: str = "", val_path: str = "", test_path: str = "",
                  text_field: str = "text", label_field: str = "label",
-                 tokenizer_from: Optional[str] = None, vocab_size: Optional[int] = None,
-                 lowercase: Optional[bool] = None, max_len: PositiveInt = 256,
+                 tokenizer_from: Optional[str] = None,
+                 vocab_size: Optional[Annotated[int, Range(ge=6, what="the 5 special tokens and more")]] = None,
+                 lowercase: Optional[bool] = None,
+                 max_len: Annotated[int, Range(ge=3, what="[CLS], a subword, [SEP]")] = 256,
                  limit_train: NonNegativeInt = 0,
                  limit_val: NonNegativeInt = 0, batch_size: PositiveInt = 32, bucket: bool = True,
                  num_workers: NonNegativeInt = 0, seed: int = 1234):
@@ -194,7 +196,7 @@ class TextClassificationDataModule(SplitDataModule):
                     raise ValueError(f"{OWNER}: {name}={value} cannot apply: the tokenizer comes from "
                                      f"tokenizer_from={tokenizer_from} (the pretraining run's); leave "
                                      f"data.{name} null, or set data.tokenizer_from=null to train one")
-        check_fields(OWNER, [
+        check_fields(OWNER, [  # (vocab_size, max_len: their annotations, checked before any work)
             ("vocab_size", vocab_size, vocab_size is None or vocab_size > len(SPECIALS),
              f"> {len(SPECIALS)}"),
             ("max_len", max_len, max_len >= 3, ">= 3 ([CLS], a subword, [SEP])"),

@@ -58,6 +58,14 @@ def test_neighbor_sampling_without_extras_says_what_to_install():
         pytest.skip("pyg-lib or torch-sparse is installed")
     with pytest.raises(ValueError, match="pyg-lib or torch-sparse.*data.loader=khop"):
         PlanetoidDataModule(root=str(ROOT), loader="neighbor")
+    # and before any work, where the run's config is checked (a ConfigError: one line, exit 2)
+    from attnflow.registry import ConfigError
+    from attnflow.run import resolve_config
+    from support import compose_cfg
+
+    for experiment in ("gat_cora", "gat_synthetic"):
+        with pytest.raises(ConfigError, match="data.loader=neighbor .* needs pyg-lib or torch-sparse"):
+            resolve_config(compose_cfg([f"experiment={experiment}", "data.loader=neighbor"]))
 
 
 @pytest.mark.data

@@ -19,7 +19,7 @@ from typing import Optional, Tuple
 import torch
 from torch import nn
 
-from attnflow.registry import NORMALIZERS, POOLINGS, SCORERS, BlockSpec, PositiveFloat
+from attnflow.registry import NORMALIZERS, POOLINGS, SCORERS, BlockSpec, PositiveFloat, PositiveInt
 
 
 @POOLINGS.register("attention")
@@ -39,7 +39,7 @@ class AttentionPooling(nn.Module):
 
     output_weights = True
 
-    def __init__(self, input_dim: int, *, dim: int = 100,
+    def __init__(self, input_dim: int, *, dim: PositiveInt = 100,
                  scorer: BlockSpec["scorer"] = {"name": "dot"},
                  normalizer: BlockSpec["normalizer"] = {"name": "softmax"},
                  init_std: PositiveFloat = 0.1):
