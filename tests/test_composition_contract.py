@@ -306,6 +306,12 @@ def test_an_image_encoder_in_a_sequence_model_is_refused_before_any_work(overrid
     (["experiment=bert_pretrain_imdb", "data.vocab_size=5"], "(at 'data.vocab_size') must be >= 6"),
     (["experiment=gat_synthetic", "data.p_in=2.5"], "(at 'data.p_in') must be in [0, 1], got 2.5"),
     (["experiment=han_imdb", "pooling.dim=0"], "pooling 'attention': field 'dim' (at 'pooling.dim') must be >= 1"),
+    # fields that must agree with another, checked by the block's check_config before any work
+    (["experiment=bert_imdb", "positional.max_len=64"], "model.max_len=512 is longer than the 64 learned positions"),
+    (["experiment=gat_cora", "task.multi_label=true"], "the data's labels are single-label ((N,) ids); "
+                                                       "set task.multi_label=false"),
+    (["experiment=gat_cora", "model.layer=attentoin"], "model.layer (at 'model.layer'): unknown graph_layer "
+                                                       "'attentoin'"),
     # the callbacks entries are typed configs too (attnflow.callbacks: CheckpointConfig, ...)
     (["callbacks.attention_maps.examples=-2"], "(at 'callbacks.attention_maps.examples') must be >= 0"),
     (["+callbacks.early_stopping={patience: -3}"], "(at 'callbacks.early_stopping.patience') must be >= 0"),

@@ -174,6 +174,8 @@ class PlanetoidDataModule(GraphDataModule):
         seed: the mini-batch partition's seed (default 1234).
     """
 
+    known_multi_label = False  # Cora, CiteSeer, PubMed: one class per node (checked before any work)
+
     name = "planetoid"
 
     def __init__(self, *, dataset: Literal["Cora", "CiteSeer", "PubMed"] = "Cora", root: str = ".",

@@ -54,6 +54,14 @@ ARCHITECTURE = ("d_model", "layers", "ffn_dim", "norm", "activation", "type_voca
                 "attention", "positional")
 
 
+def _check_positions(max_len: int, positions: Optional[int]) -> None:
+    """``model.max_len`` within the positional encoding's ``max_len`` rows (None: no table)."""
+    if positions is not None and positions < max_len:
+        raise ConfigError(
+            f"model 'bert': model.max_len={max_len} is longer than the {positions} learned "
+            f"positions (positional.max_len); raise positional.max_len or lower model.max_len")
+
+
 @MODELS.register("bert")
 class BertModel(nn.Module):
     """BERT encoder with pretraining heads (MLM, NSP) and the pooler for fine-tuning heads.
@@ -112,7 +120,9 @@ class BertModel(nn.Module):
     def check_config(cls, cfg: dict) -> None:
         """Before any data is made (run.check_composition): the attention's heads divide d_model."""
         if (cfg.get("model") or {}).get("name") == "bert":
-            check_model_heads(MODELS.validate(cfg["model"], "model"))
+            model = MODELS.validate(cfg["model"], "model")
+            check_model_heads(model)
+            _check_positions(model["max_len"], (model.get("positional") or {}).get("max_len"))
 
     def __init__(self, vocab_size: int, pad_id: int = 0, num_classes: int = 0,
                  tasks: Optional[Dict[str, tuple]] = None, *,
@@ -150,10 +160,7 @@ class BertModel(nn.Module):
             "attention": ATTENTIONS.validate(attention, "model.attention"),
             "positional": POSITIONALS.validate(positional, "model.positional")}
         pos = POSITIONALS.build(positional, d_model, path="positional")
-        if getattr(pos, "max_len", max_len) < max_len:
-            raise ConfigError(
-                f"model 'bert': model.max_len={max_len} is longer than the {pos.max_len} learned "
-                f"positions (positional.max_len); raise positional.max_len or lower model.max_len")
+        _check_positions(max_len, getattr(pos, "max_len", None))
         # an absolute encoding is added here, before the LayerNorm (BERT); a relative one goes to
         # the encoder, whose attention layers carry it
         self.positional = None if pos.relative else pos

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnflow.blocks.graph.sparse_input import dropout_nonzero
-from attnflow.registry import GRAPH_LAYERS, MODELS, BlockSpec, PositiveInt, Probability
+from attnflow.registry import GRAPH_LAYERS, MODELS, BlockSpec, ConfigError, PositiveInt, Probability
 
 
 @MODELS.register("gat")
@@ -57,6 +57,18 @@ class GAT(nn.Module):
     """
 
     interface = "graph"  # works on graph data (attnflow.run.check_composition)
+
+    @classmethod
+    def check_config(cls, cfg: dict) -> None:
+        """Before any data is made (run.check_composition): ``model.layer`` names a graph layer
+        (the constructor would find out only once the graph is read, naming its own per-layer
+        configs)."""
+        if (cfg.get("model") or {}).get("name") == "gat":
+            layer = MODELS.validate(cfg["model"], "model")["layer"]
+            try:
+                GRAPH_LAYERS.get(layer)
+            except ConfigError as err:
+                raise ConfigError(f"model.layer (at 'model.layer'): {err}") from None
 
     def __init__(self, in_dim: int, num_classes: int, *, layers: PositiveInt = 2,
                  hidden_dim: PositiveInt = 8,

@@ -157,6 +157,9 @@ class NodeClassificationTask(Task):
             data = DATA.validate(cfg["data"], "data")
             if "multi_label" in data:  # a data set that says in its config which labels it makes
                 _check_labels(task["multi_label"], data["multi_label"])
+            known = getattr(DATA.get(cfg["data"]["name"]), "known_multi_label", None)
+            if known is not None:  # or whose labels are of one kind (Planetoid: single-label)
+                _check_labels(task["multi_label"], known)
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
         return self.model(x, edge_index)
