@@ -242,7 +242,7 @@ class DocumentDataModule(SplitDataModule):
                  text_field: str = "text", label_field: str = "label",
                  max_sentences: PositiveInt = 30,
                  max_words: PositiveInt = 50, min_freq: PositiveInt = 5,
-                 max_vocab: PositiveInt = 50000,
+                 max_vocab: NonNegativeInt = 50000,
                  lowercase: bool = True, limit_train: NonNegativeInt = 0,
                  limit_val: NonNegativeInt = 0,
                  batch_size: PositiveInt = 32, bucket: bool = True, num_workers: NonNegativeInt = 0,
@@ -286,8 +286,14 @@ class DocumentDataModule(SplitDataModule):
 
     @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
-        """Before any work (run.check_composition): ``data.word_vectors``' fields, and its
-        ``dim`` against the model's ``embed_dim`` (the vectors are copied into the embedding)."""
+        """Before any work (run.check_composition): ``data.max_vocab`` above the specials,
+        ``data.word_vectors``' fields, and its ``dim`` against the model's ``embed_dim`` (the
+        vectors are copied into the embedding)."""
+        max_vocab = (cfg.get("data") or {}).get("max_vocab")
+        if isinstance(max_vocab, int) and 0 < max_vocab <= len(SPECIALS):
+            raise ConfigError(f"data.max_vocab={max_vocab} (at 'data.max_vocab') leaves no word beside "
+                              f"{', '.join(SPECIALS)}: every word would read as unknown. Use 0 (no cap) "
+                              f"or more than {len(SPECIALS)}")
         wv = cls.word_vectors_config((cfg.get("data") or {}).get("word_vectors"))
         model = cfg.get("model") or {}
         if wv is None or not model.get("name") or model["name"] not in MODELS:

@@ -123,6 +123,10 @@ class BertModel(nn.Module):
             model = MODELS.validate(cfg["model"], "model")
             check_model_heads(model)
             _check_positions(model["max_len"], (model.get("positional") or {}).get("max_len"))
+            if model["head"] == "pretraining" and model["type_vocab_size"] < 2:
+                raise ConfigError(f"model 'bert': model.type_vocab_size={model['type_vocab_size']} with "
+                                  f"head=pretraining: next-sentence prediction gives two segments "
+                                  f"(A and B); use 2 or more")
 
     def __init__(self, vocab_size: int, pad_id: int = 0, num_classes: int = 0,
                  tasks: Optional[Dict[str, tuple]] = None, *,
