@@ -358,7 +358,7 @@ def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
     from omegaconf.errors import OmegaConfBaseException
 
     from attnflow.data.errors import DataError
-    from attnflow.distributed import check_devices
+    from attnflow.distributed import check_devices, check_multirun_strategy
     from attnflow.registry import ConfigError
     from attnflow.run import resolve_config
 
@@ -398,8 +398,9 @@ def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
                             return f"{err} (no job was started)"
                     check_optimized_metric(resolved)
                     check_direction(resolved, cfg.hydra.sweeper)
-                    if here:  # a cluster's jobs run on its GPU nodes, not on this login node
-                        check_devices(resolved.get("trainer"))
+                    if here:  # a cluster's jobs run on its GPU nodes (its scheduler makes the
+                        check_devices(resolved.get("trainer"))  # ranks), not on this login node
+                        check_multirun_strategy(resolved.get("trainer"), True)  # ddp: re-runs the sweep
                 except (ConfigError, DataError, HydraException) as err:
                     # HydraException: a value Hydra cannot compose (an unknown group option),
                     # which Hydra would report only after making the sweep folder

@@ -151,6 +151,8 @@ def test_cli_metric_the_run_did_not_report_fails_after_it(monkeypatch, capsys, t
     (["hparams_search=gat_cora_optuna", "optimized_metric=val/loss"],
      "optimized_metric=val/loss is better lower (task 'node_classification'), but "
      "hydra.sweeper.direction=maximize would seek the worst runs: set hydra.sweeper.direction=minimize"),
+    (["-m", "seed=1,2", "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"],
+     "a multirun (-m) with trainer.strategy=ddp on 2 device(s)"),
     # a group option Hydra cannot find: Hydra would say so only after making the sweep folder
     (["-m", "scorer=dot,dott"], "the sweep's scorer=dott is refused, so no job was started: In 'train': "
                                 "Could not find 'scorer/dott' Available options in 'scorer': additive"),
