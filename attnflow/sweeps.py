@@ -394,13 +394,14 @@ def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
                     if i == 0:  # the sweep as a whole, once its first job's config is known
                         try:
                             check_sweeper(cfg.hydra.sweeper, parsed, space, resolved)
+                            if here:  # ddp re-runs the sweep in every rank (a cluster's scheduler
+                                check_multirun_strategy(resolved.get("trainer"), True)  # makes them)
                         except ConfigError as err:
                             return f"{err} (no job was started)"
                     check_optimized_metric(resolved)
                     check_direction(resolved, cfg.hydra.sweeper)
-                    if here:  # a cluster's jobs run on its GPU nodes (its scheduler makes the
-                        check_devices(resolved.get("trainer"))  # ranks), not on this login node
-                        check_multirun_strategy(resolved.get("trainer"), True)  # ddp: re-runs the sweep
+                    if here:  # a cluster's jobs run on its GPU nodes, not on this login node
+                        check_devices(resolved.get("trainer"))
                 except (ConfigError, DataError, HydraException) as err:
                     # HydraException: a value Hydra cannot compose (an unknown group option),
                     # which Hydra would report only after making the sweep folder
