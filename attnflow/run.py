@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import inspect
 import json
 import re
@@ -260,6 +261,13 @@ def validate_config(cfg: Dict[str, Any]) -> None:
     check_composition(cfg)
 
 
+@functools.lru_cache(maxsize=1)
+def _paths_fields() -> List[str]:
+    """The fields of conf/paths/default.yaml (read once: every validation, e.g. each probed job of
+    a sweep, asks)."""
+    return list(OmegaConf.load(config_dir() / "paths" / "default.yaml").keys())
+
+
 def _check_root_fields(cfg: Dict[str, Any]) -> None:
     """The root config's own fields (conf/train.yaml) and ``paths.*``: another type would fail
     late (a seed numpy refuses, after the run directory is made; ``resume=5``) or do something
@@ -275,7 +283,7 @@ def _check_root_fields(cfg: Dict[str, Any]) -> None:
         if not isinstance(cfg.get(key), (str, type(None))):
             raise ConfigError(f"{key} must be a string or null, got {cfg[key]!r}")
     paths = cfg.get("paths") or {}
-    known = list(OmegaConf.load(config_dir() / "paths" / "default.yaml").keys())
+    known = _paths_fields()
     for key, value in paths.items():
         if key not in known:
             raise ConfigError(f"paths has no field '{key}' (at 'paths.{key}'); fields: "

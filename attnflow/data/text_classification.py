@@ -196,7 +196,8 @@ class TextClassificationDataModule(SplitDataModule):
                     raise ValueError(f"{OWNER}: {name}={value} cannot apply: the tokenizer comes from "
                                      f"tokenizer_from={tokenizer_from} (the pretraining run's); leave "
                                      f"data.{name} null, or set data.tokenizer_from=null to train one")
-        check_fields(OWNER, [  # (vocab_size, max_len: their annotations, checked before any work)
+        check_fields(OWNER, [  # vocab_size, max_len: also in their annotations (the registry's check,
+            # before any work); these are for a module built in Python
             ("vocab_size", vocab_size, vocab_size is None or vocab_size > len(SPECIALS),
              f"> {len(SPECIALS)}"),
             ("max_len", max_len, max_len >= 3, ">= 3 ([CLS], a subword, [SEP])"),
