@@ -242,6 +242,18 @@ class Registry:
         out["name"] = name
         return out
 
+    def inert_fields(self, validated: Dict[str, Any], path: str = "") -> Dict[str, str]:
+        """{config path: why it does nothing} over a validated config tree (:meth:`validate`'s
+        result): the fields that the rest of the config leaves unread, e.g. ``window`` of a
+        global-alignment Luong decoder. A block class (or a nested config's dataclass) says which
+        of its fields are idle with a classmethod ``inert_fields(fields) -> {field: why}``, given
+        its fields with their defaults; the child blocks and nested configs are asked in turn.
+        The run refuses a field listed here when the command line sets it
+        (:mod:`attnflow.overrides`)."""
+        path = path or self.kind
+        return _inert(self._specs[validated["name"]], self._classes[validated["name"]],
+                      validated, path)
+
     def build(self, cfg: Any, *context: Any, path: str = "", **extra: Any):
         """Validate ``cfg`` and construct the block: ``Class(*context, **fields, **extra)``
         (a nested config is passed as its dataclass)."""
@@ -486,6 +498,19 @@ def _check_fields(spec: _Spec, data: Dict[str, Any], path: str, label: str) -> D
             out[key] = child.validate(value, f"{path}.{key}", f"{label} {key} config")
         else:
             out[key] = None if value is None else Registry._all[child].validate(value, f"{path}.{key}")
+    return out
+
+
+def _inert(spec: _Spec, cls: type, fields: Dict[str, Any], path: str) -> Dict[str, str]:
+    own = getattr(cls, "inert_fields", None)
+    out = {f"{path}.{k}": why.replace("{at}", f"{path}.")  # {at}: where the block is
+           for k, why in (own(fields) if own is not None else {}).items()}
+    for key, child in spec.children.items():
+        value = fields.get(key)
+        if isinstance(child, _NestedConfig):
+            out.update(_inert(child.spec, child.cls, value or {}, f"{path}.{key}"))
+        elif isinstance(value, dict) and value.get("name"):
+            out.update(Registry._all[child].inert_fields(value, f"{path}.{key}"))
     return out
 
 

@@ -47,6 +47,7 @@ from attnflow.ema import EMAConfig, ExponentialMovingAverage  # callbacks.ema
 from attnflow.groups import check_shared_groups, prune_unused, root_defaults
 from attnflow.loggers import (LOGGER_CONFIG, build_loggers, finish_loggers, log_hyperparams,
                               logger_identity, run_identity)
+from attnflow.overrides import check_typed_overrides, command_line, typed_groups
 from attnflow.precision import AUTO as PRECISION_AUTO, resolve_precision  # trainer.precision=auto
 from attnflow.registry import (AGGREGATORS, ATTENTIONS, DATA, ENCODERS, MODELS, NORMALIZERS,
                                POOLINGS, POSITIONALS, SCORERS, TASKS, ConfigError, Range, _suggest,
@@ -448,21 +449,6 @@ def _metrics(results: List[dict]) -> Dict[str, float]:
     return out
 
 
-def _typed_groups(cfg: DictConfig) -> Optional[set]:
-    """The top-level keys the command line set (Hydra's task overrides: ``scorer=dot``,
-    ``scorer.hidden_dim=3`` → ``scorer``), or None where no command line is known (a config
-    composed in Python without Hydra's node)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if "hydra" in cfg and cfg.hydra.get("overrides") is not None:
-        typed = cfg.hydra.overrides.task
-    elif HydraConfig.initialized():
-        typed = HydraConfig.get().overrides.task
-    else:
-        return None
-    return {re.split(r"[./=@]", str(o).lstrip("+~"), maxsplit=1)[0] for o in typed}
-
-
 def _choices(cfg: DictConfig) -> Dict[str, Any]:
     """Hydra's group choices of this run, when Hydra composed it (else {})."""
     from hydra.core.hydra_config import HydraConfig
@@ -478,18 +464,20 @@ def resolve_config(cfg: DictConfig | Dict[str, Any]) -> Dict[str, Any]:
     """The run's resolved, validated config. A composed (unresolved) config goes through the
     shared-group contract first (:mod:`attnflow.groups`): groups the model does not use are
     refused when set, and left out of the result."""
+    typed = None
     if not isinstance(cfg, DictConfig):
         resolved = dict(cfg)
     else:
-        choices, typed = _choices(cfg), _typed_groups(cfg)
+        choices, typed = _choices(cfg), command_line(cfg)
         cfg = copy.deepcopy(cfg)
         if "hydra" in cfg:  # composed with return_hydra_config: Hydra's own node is not the run's
             with open_dict(cfg):
                 del cfg["hydra"]
-        consumed = check_shared_groups(cfg, config_dir(), choices, typed)
+        consumed = check_shared_groups(cfg, config_dir(), choices, typed_groups(typed))
         resolved = prune_unused(OmegaConf.to_container(cfg, resolve=True), consumed)
     try:
         validate_config(resolved)
+        check_typed_overrides(resolved, typed)  # a field this config leaves unread
     except ConfigError as err:  # a field that takes its value from another: say which
         note = _interpolation_note(cfg, str(err)) if isinstance(cfg, DictConfig) else ""
         if not note:

@@ -20,7 +20,7 @@ the aggregators come from the registries.
 
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import Any, Dict, List, Mapping, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -57,6 +57,16 @@ class GAT(nn.Module):
     """
 
     interface = "graph"  # works on graph data (attnflow.run.check_composition)
+
+    @classmethod
+    def inert_fields(cls, fields: Mapping[str, Any]) -> Dict[str, str]:
+        """With one layer there is no hidden layer: its fields are unread (refused when typed:
+        :mod:`attnflow.overrides`)."""
+        if fields.get("layers", 2) != 1:
+            return {}
+        return {key: ("{at}layers=1 is the output layer alone (out_heads heads of num_classes "
+                      "features, output_aggregator); it is read by hidden layers, layers >= 2")
+                for key in ("hidden_dim", "heads", "hidden_aggregator")}
 
     @classmethod
     def check_config(cls, cfg: dict) -> None:

@@ -1,0 +1,87 @@
+"""Overrides that would do nothing are refused, before any work.
+
+A field can be valid and still unread: ``data.batch_size=64`` with ``data.loader=full`` (the whole
+graph is one batch), ``task.optim.warmup_steps=300`` with ``task.optim.scheduler=none`` (no
+warm-up), ``model.decoder.window=3`` with global alignment (no window). Accepting such an override
+lets a user believe a run or a sweep tried something it never did. Each block says which of its
+fields the rest of its config leaves idle, with a classmethod ``inert_fields(fields) -> {field:
+why}`` (``{at}`` in a reason stands for the block's config path), collected over the config tree
+by :meth:`attnflow.registry.Registry.inert_fields`; the Trainer's are listed here. A field is refused only where the command line sets it — a preset may keep a
+value for a variant that reads it — and the error names the override, why it is idle and what
+would make it count.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, Iterable, List, Mapping, Optional
+
+from omegaconf import DictConfig
+
+from attnflow.registry import ConfigError, DATA, MODELS, TASKS
+
+_GROUPS = (("data", DATA), ("model", MODELS), ("task", TASKS))
+
+
+def command_line(cfg: Any) -> Optional[List[str]]:
+    """Hydra's task overrides of this run (``['data.batch_size=8', 'scorer=dot']``), or None where
+    no command line is known (a config composed in Python without Hydra's node)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if isinstance(cfg, DictConfig) and "hydra" in cfg and cfg.hydra.get("overrides") is not None:
+        return [str(o) for o in cfg.hydra.overrides.task]
+    if HydraConfig.initialized():
+        return [str(o) for o in HydraConfig.get().overrides.task]
+    return None
+
+
+def typed_fields(overrides: Iterable[str]) -> Dict[str, str]:
+    """{dotted key: the override as typed} of the assignments (``++data.batch_size=8`` →
+    ``data.batch_size``); deletions (``~key``) and group choices with a package (``a/b=c``) are
+    left out."""
+    out = {}
+    for item in overrides:
+        if item.startswith("~") or "=" not in item:
+            continue
+        key = item.split("=", 1)[0].lstrip("+")
+        if "/" not in key and "@" not in key:
+            out[key] = item.lstrip("+")
+    return out
+
+
+def _trainer_inert(trainer: Mapping[str, Any]) -> Dict[str, str]:
+    if not trainer.get("gradient_clip_val"):
+        return {"trainer.gradient_clip_algorithm":
+                "trainer.gradient_clip_val is unset (or 0), so gradients are not clipped; set "
+                "trainer.gradient_clip_val to clip them"}
+    return {}
+
+
+def inert_fields(resolved: Mapping[str, Any]) -> Dict[str, str]:
+    """{config path: why it does nothing} for a validated, resolved run config."""
+    out = _trainer_inert(resolved.get("trainer") or {})
+    for group, registry in _GROUPS:
+        out.update(registry.inert_fields(registry.validate(resolved[group], group), group))
+    return out
+
+
+def check_typed_overrides(resolved: Mapping[str, Any], overrides: Optional[Iterable[str]]) -> None:
+    """Refuse a command-line override of a field that this config leaves unread."""
+    if overrides is None:
+        return
+    typed = typed_fields(overrides)
+    if not typed:
+        return
+    for path, why in inert_fields(resolved).items():
+        hits = [k for k in typed if k == path or k.startswith(path + ".")]
+        if hits:
+            raise ConfigError(f"{typed[hits[0]]} (at '{path}') does nothing: {why}. Drop the "
+                              f"override, or change the field that leaves it unread")
+
+
+def typed_groups(overrides: Optional[Iterable[str]]) -> Optional[set]:
+    """The top-level keys the command line set (``scorer=dot``, ``scorer.hidden_dim=3`` →
+    ``scorer``), or None where no command line is known."""
+    if overrides is None:
+        return None
+    return {re.split(r"[./=@]", str(o).lstrip("+~"), maxsplit=1)[0] for o in overrides}
