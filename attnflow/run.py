@@ -260,6 +260,7 @@ def validate_config(cfg: Dict[str, Any]) -> None:
                           f"step), got {lr_monitor!r}")
     _check_root_fields(cfg)
     check_composition(cfg)
+    check_model_builds(cfg)
 
 
 @functools.lru_cache(maxsize=1)
@@ -333,6 +334,33 @@ def _check_encoder_kinds(model_cfg: Dict[str, Any]) -> None:
             raise ConfigError(f"model.{key}: encoder '{value['name']}' reads {kind.replace('_', ' ')}s, "
                               f"but model '{model_cfg['name']}' gives it token sequences; encoders "
                               f"for sequences: {', '.join(text)}")
+
+
+def check_model_builds(cfg: Dict[str, Any]) -> None:
+    """The model is built from its config on the meta device (shapes, no memory, no data) with the
+    data's stand-in context (its class's ``placeholder_context``): a config its constructor or a
+    child block's refuses — heads that do not divide a width, a scorer that needs equal sizes, an
+    output aggregator that does not give the classes — is refused here, before the data is read
+    and before the run folder is written, rather than after. Only what depends on the config alone
+    is found: the stand-in sizes are chosen to pass every check that compares real ones (both
+    vocabularies the same size), and a data module without stand-ins (its sizes are in its files)
+    skips this. An error the meta device itself raises leaves the decision to the real build."""
+    placeholder = getattr(DATA.get(cfg["data"]["name"]), "placeholder_context", None)
+    context = placeholder(DATA.validate(cfg["data"], "data")) if placeholder else None
+    if context is None:
+        return
+    model_cfg = dict(cfg["model"])
+    if model_cfg.get("init_from"):  # the weights are not the question here: no file is read
+        model_cfg["init_from"] = None
+    try:
+        with torch.device("meta"):
+            MODELS.build(model_cfg, path="model", **context)
+    except ConfigError:
+        raise
+    except ValueError as err:  # a block's own refusal of its fields (its message names them)
+        raise ConfigError(str(err)) from None
+    except Exception:  # noqa: BLE001 — an operation the meta device lacks, not the config's fault
+        return
 
 
 def check_composition(cfg: Dict[str, Any]) -> None:

@@ -24,7 +24,7 @@ import json
 import re
 from functools import partial
 from pathlib import Path
-from typing import Dict, List, Literal, Optional, Sequence
+from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence
 
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -93,6 +93,13 @@ class CaptioningDataModule(SplitDataModule):
         return None
 
     # -- what models and tasks need ---------------------------------------------------------------
+    @classmethod
+    def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
+        """:meth:`model_context` with stand-in sizes, known before any data is read: the run
+        builds the model from it on the meta device to refuse a model this config cannot build
+        (run.check_model_builds). None for region features: their size is read from the files."""
+        return None if fields.get("features") else {"tgt_vocab": 32, "pad_id": PAD, "in_channels": 3, "feature_dim": None}
+
     def model_context(self) -> dict:
         self.setup()  # the runner builds the model next: every file is read and checked by now
         pixels = self.input_kind == "pixels"

@@ -321,6 +321,13 @@ class DocumentDataModule(SplitDataModule):
         return self._word_vectors
 
     # -- what models and tasks need -------------------------------------------------------
+    @classmethod
+    def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
+        """:meth:`model_context` with stand-in sizes, known before any data is read: the run
+        builds the model from it on the meta device to refuse a model this config cannot build
+        (run.check_model_builds). (No ``word_vectors``: they come from the data.)"""
+        return {"vocab_size": 1000, "num_classes": 2, "pad_id": PAD}
+
     def model_context(self) -> dict:
         """Sizes, and ``word_vectors`` when ``data.word_vectors`` is set and the training split
         is loaded (not after ``setup_evaluation``: the weights then come from a checkpoint)."""

@@ -134,6 +134,13 @@ class GraphDataModule(pl.LightningDataModule):
         y = self._graph().y
         return int(y.shape[1]) if y.dim() == 2 else int(y.max()) + 1
 
+    @classmethod
+    def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
+        """:meth:`model_context` with stand-in sizes, known before any data is read: the run
+        builds the model from it on the meta device to refuse a model this config cannot build
+        (run.check_model_builds)."""
+        return {"in_dim": fields.get("feature_dim", 16), "num_classes": fields.get("num_classes", 3)}
+
     def model_context(self) -> dict:
         return {"in_dim": int(self._graph().x.shape[1]), "num_classes": self.num_classes}
 

@@ -271,6 +271,14 @@ class ParallelDataModule(SplitDataModule):
                     tok.save(str(tmp))
 
     # -- what models and tasks need ----------------------------------------------------------------
+    @classmethod
+    def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
+        """:meth:`model_context` with stand-in sizes, known before any data is read: the run
+        builds the model from it on the meta device to refuse a model this config cannot build
+        (run.check_model_builds). Both sides the same size (``tie_embeddings=all`` needs
+        that; a joint vocabulary has it)."""
+        return {"src_vocab": fields["vocab_size"], "tgt_vocab": fields["vocab_size"], "pad_id": PAD}
+
     def model_context(self) -> dict:
         self.prepare_tokenizers()
         return {"src_vocab": self.src_tok.get_vocab_size(), "tgt_vocab": self.tgt_tok.get_vocab_size(),

@@ -22,7 +22,7 @@ from __future__ import annotations
 import pickle
 import warnings
 from pathlib import Path
-from typing import List, Literal
+from typing import Any, List, Literal, Mapping, Optional
 from unittest import mock
 
 import numpy as np
@@ -175,6 +175,14 @@ class PlanetoidDataModule(GraphDataModule):
     """
 
     known_multi_label = False  # Cora, CiteSeer, PubMed: one class per node (checked before any work)
+    # (features, classes) of each set (Yang et al. 2016, Table 1; Kipf & Welling 2017, Table 1)
+    SIZES = {"Cora": (1433, 7), "CiteSeer": (3703, 6), "PubMed": (500, 3)}
+
+    @classmethod
+    def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
+        """The set's own sizes (a refusal then names its real number of classes)."""
+        in_dim, num_classes = cls.SIZES[fields.get("dataset", "Cora")]
+        return {"in_dim": in_dim, "num_classes": num_classes}
 
     name = "planetoid"
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import random
 from pathlib import Path
-from typing import Annotated, Dict, List, Literal, Optional, Sequence
+from typing import Annotated, Any, Dict, List, Literal, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
@@ -389,6 +389,13 @@ class PretrainingDataModule(SplitDataModule):
     def vocab_size(self) -> int:
         self.prepare_tokenizer()
         return self.tokenizer.get_vocab_size()
+
+    @classmethod
+    def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
+        """:meth:`model_context` with stand-in sizes, known before any data is read: the run
+        builds the model from it on the meta device to refuse a model this config cannot build
+        (run.check_model_builds)."""
+        return {"vocab_size": fields["vocab_size"], "pad_id": PAD}
 
     def model_context(self) -> dict:
         return {"vocab_size": self.vocab_size, "pad_id": PAD}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 import string
-from typing import Annotated, Any, Dict, List, Literal, Mapping, Sequence
+from typing import Annotated, Any, Dict, List, Literal, Mapping, Optional, Sequence
 
 import torch
 from torch.utils.data import DataLoader
@@ -95,6 +95,13 @@ class ReverseDataModule(SplitDataModule):
     @property
     def vocab_size(self) -> int:
         return len(self.itos)
+
+    @classmethod
+    def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
+        """:meth:`model_context` with stand-in sizes, known before any data is read: the run
+        builds the model from it on the meta device to refuse a model this config cannot build
+        (run.check_model_builds)."""
+        return {"src_vocab": 32, "tgt_vocab": 32, "pad_id": PAD}
 
     def model_context(self) -> dict:
         return {"src_vocab": self.vocab_size, "tgt_vocab": self.vocab_size, "pad_id": PAD}

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Annotated, Dict, List, Optional, Sequence
+from typing import Annotated, Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
@@ -280,6 +280,13 @@ class TextClassificationDataModule(SplitDataModule):
                 "label_field": self.label_field, "text_field": self.text_field, "max_len": self.max_len}
 
     # -- what models and tasks need ----------------------------------------------------------------
+    @classmethod
+    def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
+        """:meth:`model_context` with stand-in sizes, known before any data is read: the run
+        builds the model from it on the meta device to refuse a model this config cannot build
+        (run.check_model_builds)."""
+        return {"vocab_size": fields["vocab_size"] or DEFAULT_VOCAB, "pad_id": PAD, "num_classes": 2}
+
     def model_context(self) -> dict:
         self.read()
         self.prepare_tokenizer()

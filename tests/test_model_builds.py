@@ -1,0 +1,86 @@
+"""A model its config cannot build is refused before the data is read (run.check_model_builds:
+a build on the meta device from the data's stand-in context)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnflow.registry import DATA, MODELS, ConfigError
+from attnflow.run import check_model_builds, resolve_config, train
+from support import DATA_DIR, FAST, compose_cfg
+
+GRAPH = ["experiment=gat_synthetic", "trainer.max_epochs=1", "callbacks.progress_bar=none"]
+
+
+@pytest.mark.parametrize("overrides, says", [
+    ([*FAST, "attention=multihead", "attention.heads=7"],
+     "attention 'multihead': the query size 128 (e.g. model.d_model) is not divisible by heads 7"),
+    ([*GRAPH, "model.output_aggregator.name=concat", "model.out_heads=2"],
+     "model 'gat': the output layer gives 8 features with output_aggregator 'concat', need "
+     "num_classes = 4"),  # the synthetic graph's own data.num_classes
+    ([*FAST, "model=luong", "model.decoder.hidden_dim=100", "scorer=dot"],
+     "so the decoder state (hidden_dim=100) must have the encoder output's size (512)"),
+    ([*FAST, "model=luong", "model.decoder.alignment=local_m", "attention=multihead"],
+     "attention 'multihead' projects its values — use attention=single"),
+    (["experiment=caption_shapes", "model.encoder.channels=[]"],
+     "encoder 'cnn': field 'channels' must be a non-empty list of positive ints"),
+])
+def test_a_model_the_config_cannot_build_is_refused_before_the_data(overrides, says, tmp_path,
+                                                                     monkeypatch):
+    """Each of these stopped only when the model was built, after the data was read and the run
+    folder written (the GAT one with a traceback)."""
+    def no_data(self, *a, **k):
+        raise AssertionError("the data was built")
+
+    for name in DATA.names():
+        monkeypatch.setattr(DATA.get(name), "setup", no_data, raising=False)
+    with pytest.raises(ConfigError) as err:
+        train(compose_cfg(overrides), tmp_path / "run")
+    assert says in str(err.value)
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_same_model_with_a_fitting_field_passes():
+    for overrides in ([*FAST, "attention=multihead", "attention.heads=8"],
+                      [*GRAPH, "model.output_aggregator.name=concat", "model.out_heads=1"]):
+        check_model_builds(resolve_config(compose_cfg(overrides)))
+
+
+def test_what_the_meta_device_cannot_do_is_left_to_the_real_build(monkeypatch):
+    gat = MODELS.get("gat")
+    original = gat.__init__
+
+    def needs_real_tensors(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        if next(self.parameters()).is_meta:
+            raise NotImplementedError("an operation without a meta kernel")
+
+    monkeypatch.setattr(gat, "__init__", needs_real_tensors)
+    check_model_builds(resolve_config(compose_cfg(GRAPH)))  # not refused
+
+
+@pytest.mark.parametrize("name, fields", [
+    ("reverse", {}),
+    ("synthetic_graph", {"num_classes": 5, "feature_dim": 7}),
+    ("shapes", {}),
+])
+def test_the_stand_in_context_has_the_keys_of_the_real_one(name, fields):
+    cls = DATA.get(name)
+    stand_in = cls.placeholder_context(DATA.validate({"name": name, **fields}, "data"))
+    real = DATA.build({"name": name, **fields}, path="data").model_context()
+    assert set(stand_in) == set(real)
+    if name == "synthetic_graph":  # what the config fixes, it gives as it is
+        assert stand_in == real == {"in_dim": 7, "num_classes": 5}
+
+
+@pytest.mark.skipif(not (DATA_DIR / "planetoid" / "Cora" / "raw").is_dir(),
+                    reason=f"Cora raw files not found under {DATA_DIR / 'planetoid'} (set ATTNFLOW_DATA_DIR)")
+def test_planetoid_stand_ins_are_the_sets_own_sizes():
+    fields = {"name": "planetoid", "dataset": "Cora", "root": str(DATA_DIR / "planetoid")}
+    real = DATA.build(fields, path="data").model_context()
+    assert DATA.get("planetoid").placeholder_context(DATA.validate(fields, "data")) == real
+    assert real == {"in_dim": 1433, "num_classes": 7}
+    with torch.device("meta"):  # the stand-in build allocates nothing
+        model = MODELS.build({"name": "gat"}, **real)
+    assert all(p.is_meta for p in model.parameters())
