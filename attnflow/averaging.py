@@ -72,6 +72,14 @@ class AverageConfig:
     monitor: Optional[str] = None
     mode: Optional[Literal["min", "max"]] = None
 
+    @classmethod
+    def inert_fields(cls, fields) -> dict:
+        """``mode`` ranks the best N; the last N are not ranked (refused when typed:
+        :mod:`attnflow.overrides`; ``monitor`` is still recorded with the last N's scores)."""
+        if fields.get("last") is None:
+            return {}
+        return {"mode": "{at}last keeps the last validated epochs, unranked; it is read with {at}best"}
+
 
 AVG_DIR = "avg"  # under <run dir>/checkpoints/
 INDEX = "kept.json"

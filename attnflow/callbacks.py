@@ -47,6 +47,13 @@ class AttentionMapsConfig:
     examples: NonNegativeInt = 4
     every_n_epochs: NonNegativeInt = 1
 
+    @classmethod
+    def inert_fields(cls, fields) -> dict:
+        """With no examples there are no maps to time (refused when typed: :mod:`attnflow.overrides`)."""
+        if fields.get("examples", 4):
+            return {}
+        return {"every_n_epochs": "{at}examples=0 draws no attention maps; set {at}examples"}
+
 
 class AttentionMaps(pl.Callback):
     """Every ``every_n_epochs`` validations (and at the validation of the best checkpoint after

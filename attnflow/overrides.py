@@ -13,6 +13,7 @@ would make it count.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
@@ -37,15 +38,33 @@ def command_line(cfg: Any) -> Optional[List[str]]:
 
 def typed_fields(overrides: Iterable[str]) -> Dict[str, str]:
     """{dotted key: the override as typed} of the assignments (``++data.batch_size=8`` →
-    ``data.batch_size``); deletions (``~key``) and group choices with a package (``a/b=c``) are
-    left out."""
+    ``data.batch_size``; a mapping value names each of its keys, ``callbacks.average={last:2,
+    mode:max}`` → ``callbacks.average.last``, ``callbacks.average.mode``); deletions (``~key``)
+    and group choices with a package (``a/b=c``) are left out."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
     out = {}
     for item in overrides:
         if item.startswith("~") or "=" not in item:
             continue
         key = item.split("=", 1)[0].lstrip("+")
-        if "/" not in key and "@" not in key:
-            out[key] = item.lstrip("+")
+        if "/" in key or "@" in key:
+            continue
+        shown = item.lstrip("+")
+        out[key] = shown
+        try:
+            value = parser.parse_override(item).value()
+        except HydraException:
+            continue
+        todo = [(key, value)]
+        while todo:
+            prefix, node = todo.pop()
+            if isinstance(node, dict):
+                for k, v in node.items():
+                    out.setdefault(f"{prefix}.{k}", shown)
+                    todo.append((f"{prefix}.{k}", v))
     return out
 
 
@@ -58,25 +77,42 @@ def _trainer_inert(trainer: Mapping[str, Any]) -> Dict[str, str]:
 
 
 def inert_fields(resolved: Mapping[str, Any]) -> Dict[str, str]:
-    """{config path: why it does nothing} for a validated, resolved run config."""
+    """{config path: why it does nothing} for a validated, resolved run config: the data, model
+    and task trees, the Trainer, and the callbacks' typed configs."""
+    from attnflow.run import CALLBACK_FIELDS  # (run imports this module)
+
     out = _trainer_inert(resolved.get("trainer") or {})
     for group, registry in _GROUPS:
         out.update(registry.inert_fields(registry.validate(resolved[group], group), group))
+    for key, value in (resolved.get("callbacks") or {}).items():
+        schema = CALLBACK_FIELDS.get(key)
+        if isinstance(value, dict) and hasattr(schema, "inert_fields"):
+            fields = {**dataclasses.asdict(schema()), **value}
+            out.update({f"callbacks.{key}.{k}": why.replace("{at}", f"callbacks.{key}.")
+                        for k, why in schema.inert_fields(fields).items()})
+    return out
+
+
+def unread_overrides(resolved: Mapping[str, Any], overrides: Optional[Iterable[str]]) -> Dict[str, str]:
+    """{config path: the refusal} of each command-line override of a field this config leaves
+    unread ({} where no command line is known)."""
+    typed = typed_fields(overrides or ())
+    out = {}
+    for path, why in inert_fields(resolved).items() if typed else ():
+        hits = [k for k in typed if k == path or k.startswith(path + ".")]
+        if hits:
+            out[path] = (f"{typed[hits[0]]} (at '{path}') does nothing: {why}. Drop the override, "
+                         f"or change the field that leaves it unread")
     return out
 
 
 def check_typed_overrides(resolved: Mapping[str, Any], overrides: Optional[Iterable[str]]) -> None:
-    """Refuse a command-line override of a field that this config leaves unread."""
-    if overrides is None:
-        return
-    typed = typed_fields(overrides)
-    if not typed:
-        return
-    for path, why in inert_fields(resolved).items():
-        hits = [k for k in typed if k == path or k.startswith(path + ".")]
-        if hits:
-            raise ConfigError(f"{typed[hits[0]]} (at '{path}') does nothing: {why}. Drop the "
-                              f"override, or change the field that leaves it unread")
+    """Refuse a command-line override of a field that this config leaves unread. (A sweep is
+    weighed over its jobs instead: :func:`attnflow.sweeps.check_sweep_values` refuses a field
+    unread in every job, and leaves alone one that counts in some, e.g. ``model.encoder.dropout``
+    beside ``-m model.encoder.layers=1,2``.)"""
+    for message in unread_overrides(resolved, overrides).values():
+        raise ConfigError(message)
 
 
 def typed_groups(overrides: Optional[Iterable[str]]) -> Optional[set]:

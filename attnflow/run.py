@@ -488,11 +488,24 @@ def _choices(cfg: DictConfig) -> Dict[str, Any]:
     return {}
 
 
-def resolve_config(cfg: DictConfig | Dict[str, Any]) -> Dict[str, Any]:
+def _sweep_job(cfg: Any) -> bool:
+    """Whether this is a job of a multirun (Hydra's mode), where the sweep has been checked."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if HydraConfig.initialized():
+        return HydraConfig.get().mode == RunMode.MULTIRUN
+    return isinstance(cfg, DictConfig) and "hydra" in cfg and cfg.hydra.get("mode") == RunMode.MULTIRUN
+
+
+def resolve_config(cfg: DictConfig | Dict[str, Any], unread: bool = True) -> Dict[str, Any]:
     """The run's resolved, validated config. A composed (unresolved) config goes through the
     shared-group contract first (:mod:`attnflow.groups`): groups the model does not use are
-    refused when set, and left out of the result."""
+    refused when set, and left out of the result. ``unread``: refuse a field set on the command
+    line that the config leaves unread (:mod:`attnflow.overrides`) — not in a sweep's job, nor
+    in the sweep's pre-check, which weighs such fields over the jobs itself."""
     typed = None
+    unread = unread and not _sweep_job(cfg)
     if not isinstance(cfg, DictConfig):
         resolved = dict(cfg)
     else:
@@ -505,7 +518,8 @@ def resolve_config(cfg: DictConfig | Dict[str, Any]) -> Dict[str, Any]:
         resolved = prune_unused(OmegaConf.to_container(cfg, resolve=True), consumed)
     try:
         validate_config(resolved)
-        check_typed_overrides(resolved, typed)  # a field this config leaves unread
+        if unread:
+            check_typed_overrides(resolved, typed)  # a field this config leaves unread
     except ConfigError as err:  # a field that takes its value from another: say which
         note = _interpolation_note(cfg, str(err)) if isinstance(cfg, DictConfig) else ""
         if not note:

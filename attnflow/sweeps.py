@@ -360,6 +360,7 @@ def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
     from attnflow.data.errors import DataError
     from attnflow.distributed import check_devices, check_multirun_strategy
     from attnflow.registry import ConfigError
+    from attnflow.overrides import command_line, unread_overrides
     from attnflow.run import resolve_config
 
     parser = OverridesParser.create()
@@ -387,10 +388,15 @@ def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
                 (k, v) for k, values in space.items() for v in values[1:]]
             launcher = str(cfg.hydra.launcher.get("_target_", ""))
             here = "submitit" not in launcher.lower() or "Local" in launcher  # jobs run on this machine
+            unread_everywhere = None  # {path: refusal} of the typed fields no job reads
             for i, (key, value) in enumerate(trials):  # the first job, then one key at a time
                 trial = [f"{k}={value if k == key else v}" for k, v in first.items()]
                 try:
-                    resolved = resolve_config(compose("train", overrides=[*base, *trial], return_hydra_config=True))
+                    composed = compose("train", overrides=[*base, *trial], return_hydra_config=True)
+                    resolved = resolve_config(composed, unread=False)
+                    unread = unread_overrides(resolved, command_line(composed))
+                    unread_everywhere = unread if unread_everywhere is None else {
+                        p: m for p, m in unread_everywhere.items() if p in unread}
                     if i == 0:  # the sweep as a whole, once its first job's config is known
                         try:
                             check_sweeper(cfg.hydra.sweeper, parsed, space, resolved)
@@ -411,6 +417,8 @@ def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
                     why = (re.sub(r"\s*\n\s*", " ", str(err).split("Config search path")[0].strip())
                            if isinstance(err, HydraException) else err)  # Hydra's lines as one
                     return f"{what}, so no job was started: {why}"
+            for message in (unread_everywhere or {}).values():  # unread in every job checked
+                return f"{message.split(' (at ')[0]} is read by none of the sweep's jobs, so no job was started: {message}"
     except (HydraException, OmegaConfBaseException):
         return None
     return None

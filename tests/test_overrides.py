@@ -9,7 +9,7 @@ import torch
 from attnflow.blocks.decoders.luong import LuongDecoder
 from attnflow.data.synthetic_graph import SyntheticGraphDataModule, make_sbm_graph
 from attnflow.overrides import inert_fields, typed_fields
-from attnflow.registry import DATA, MODELS, ConfigError
+from attnflow.registry import DATA, ENCODERS, MODELS, ConfigError
 from attnflow.run import resolve_config, train
 from attnflow.tasks.optim import OptimConfig, configure, lr_factor
 from support import compose_cfg
@@ -19,10 +19,13 @@ GRAPH = ["experiment=gat_synthetic", "trainer.max_epochs=1", "callbacks.progress
 
 def test_typed_fields_are_the_assignments_as_typed():
     typed = typed_fields(["++data.batch_size=8", "scorer=dot", "~data.seed", "hydra/launcher=basic",
-                          "+trainer.gradient_clip_val=1", "data.num_neighbors=[5,5]"])
+                          "+trainer.gradient_clip_val=1", "data.num_neighbors=[5,5]",
+                          "+callbacks.average={last:2,mode:max}"])
+    average = "callbacks.average={last:2,mode:max}"
     assert typed == {"data.batch_size": "data.batch_size=8", "scorer": "scorer=dot",
                      "trainer.gradient_clip_val": "trainer.gradient_clip_val=1",
-                     "data.num_neighbors": "data.num_neighbors=[5,5]"}
+                     "data.num_neighbors": "data.num_neighbors=[5,5]", "callbacks.average": average,
+                     "callbacks.average.last": average, "callbacks.average.mode": average}
 
 
 # -- each claim holds: the field changes nothing where it is listed, and something where it is not --
@@ -44,9 +47,10 @@ def test_luong_window_and_gaussian_are_unread_by_global_alignment_only():
     assert not torch.allclose(local, _luong_logits("local_m", 4, True))
     assert not torch.allclose(local, _luong_logits("local_m", 1, False))
     cfg = MODELS.validate({"name": "seq2seq", "decoder": {"name": "luong"}}, "model")
-    assert set(MODELS.inert_fields(cfg, "model")) == {"model.decoder.window", "model.decoder.gaussian"}
+    decoder = lambda found: {p for p in found if p.startswith("model.decoder.")}  # noqa: E731
+    assert decoder(MODELS.inert_fields(cfg, "model")) == {"model.decoder.window", "model.decoder.gaussian"}
     cfg["decoder"]["alignment"] = "local_p"
-    assert MODELS.inert_fields(cfg, "model") == {}
+    assert decoder(MODELS.inert_fields(cfg, "model")) == set()
 
 
 @pytest.mark.parametrize("scheduler, unread", [("none", True), ("cosine", True), ("noam", False),
@@ -177,3 +181,92 @@ def test_a_field_that_counts_or_that_a_preset_set_is_accepted(overrides):
         for part in key.split("."):
             node = node[part]
         assert str(node).lower().replace(" ", "") == value.lower()
+
+
+@pytest.mark.parametrize("name", ["rnn", "rnn_unpacked"])
+def test_rnn_encoder_dropout_is_unread_with_one_layer(name):
+    def out(layers, dropout):
+        torch.manual_seed(0)
+        enc = ENCODERS.build({"name": name, "hidden_dim": 6, "layers": layers, "dropout": dropout}, 5)
+        enc.train()
+        torch.manual_seed(1)
+        return enc(torch.randn(3, 7, 5), torch.tensor([7, 4, 2]))[0]
+
+    assert torch.equal(out(1, 0.0), out(1, 0.7))
+    assert not torch.equal(out(2, 0.0), out(2, 0.7))
+    assert set(ENCODERS.inert_fields(ENCODERS.validate({"name": name}, "e"), "e")) == {"e.dropout"}
+    assert ENCODERS.inert_fields(ENCODERS.validate({"name": name, "layers": 2}, "e"), "e") == {}
+
+
+def test_cnn_pool_size_without_pooling_and_pooling_with_size_one_are_unread():
+    def out(**fields):
+        torch.manual_seed(0)
+        enc = ENCODERS.build({"name": "cnn", "channels": [4, 4], **fields}, 3).eval()
+        return enc(torch.randn(2, 3, 12, 12, generator=torch.Generator().manual_seed(1)))[0]
+
+    assert torch.equal(out(pooling="none", pool_size=2), out(pooling="none", pool_size=3))
+    assert torch.equal(out(pooling="max", pool_size=1), out(pooling="avg", pool_size=1))
+    assert not torch.equal(out(pooling="max", pool_size=2), out(pooling="avg", pool_size=2))
+    inert = lambda **f: set(ENCODERS.inert_fields(ENCODERS.validate({"name": "cnn", **f}, "e"), "e"))  # noqa: E731
+    assert inert(pooling="none") == {"e.pool_size"} and inert(pool_size=1) == {"e.pooling"}
+    assert inert() == set()
+
+
+def test_gat_head_dropout_is_unread_without_input_dropout():
+    def out(dropout, head_dropout):
+        torch.manual_seed(0)
+        model = MODELS.build({"name": "gat", "dropout": dropout, "attn_dropout": 0.0,
+                              "head_dropout": head_dropout}, 6, 3).train()
+        g = torch.Generator().manual_seed(2)
+        return model(torch.randn(10, 6, generator=g), torch.randint(0, 10, (2, 30), generator=g))
+
+    assert torch.equal(out(0.0, False), out(0.0, True))
+    assert not torch.allclose(out(0.5, False), out(0.5, True))
+    found = MODELS.inert_fields(MODELS.validate({"name": "gat", "dropout": 0.0}, "model"))
+    assert set(found) == {"model.head_dropout"}
+
+
+def test_bert_classifier_dropout_is_unread_by_pretraining():
+    def dropouts(head):
+        model = MODELS.build({"name": "bert", "head": head, "d_model": 16, "layers": 1, "ffn_dim": 32,
+                              "classifier_dropout": 0.77}, 40, 0, 0 if head == "pretraining" else 2)
+        return [m for m in model.modules() if isinstance(m, torch.nn.Dropout) and m.p == 0.77]
+
+    assert dropouts("pretraining") == [] and len(dropouts("sequence")) == 1
+    fields = MODELS.validate({"name": "bert"}, "model")
+    assert set(MODELS.inert_fields(fields)) == {"model.classifier_dropout"}
+    assert MODELS.inert_fields({**fields, "head": "sequence"}) == {}
+
+
+def test_planetoid_seed_is_read_by_the_khop_loader_only():
+    found = lambda **f: set(DATA.inert_fields(DATA.validate({"name": "planetoid", **f}, "data")))  # noqa: E731
+    assert "data.seed" in found() and "data.seed" in found(loader="neighbor")
+    assert "data.seed" not in found(loader="khop")
+
+
+@pytest.mark.parametrize("overrides, says", [
+    (["callbacks.attention_maps.examples=0", "callbacks.attention_maps.every_n_epochs=2"],
+     "callbacks.attention_maps.every_n_epochs=2 (at 'callbacks.attention_maps.every_n_epochs') does "
+     "nothing: callbacks.attention_maps.examples=0 draws no attention maps"),
+    (["+callbacks.average={last:2,mode:max}"], "(at 'callbacks.average.mode') does nothing: "
+                                               "callbacks.average.last keeps the last validated epochs"),
+])
+def test_unread_callback_fields_are_refused_when_typed(overrides, says, tmp_path):
+    with pytest.raises(ConfigError) as err:
+        train(compose_cfg([*GRAPH, *overrides], return_hydra_config=True), tmp_path / "run")
+    assert says in str(err.value)
+    assert not (tmp_path / "run").exists()
+
+
+def test_in_a_sweep_a_field_read_by_some_jobs_is_accepted_and_its_jobs_run():
+    from attnflow.groups import field_overrides
+    from attnflow.sweeps import check_sweep_values
+    from support import CONF
+
+    argv = ["-m", "model.encoder.layers=1,2", "model.encoder.dropout=0.3"]
+    assert check_sweep_values(field_overrides(argv, CONF), CONF) is None
+    job = ["model.encoder.layers=1", "model.encoder.dropout=0.3", "hydra.mode=MULTIRUN"]
+    resolved = resolve_config(compose_cfg(job, return_hydra_config=True))  # the layers=1 job runs
+    assert resolved["model"]["encoder"]["dropout"] == 0.3
+    with pytest.raises(ConfigError, match="model.encoder.dropout=0.3"):  # alone, it is refused
+        resolve_config(compose_cfg(job[:2], return_hydra_config=True))

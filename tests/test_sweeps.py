@@ -164,9 +164,12 @@ def test_cli_metric_the_run_did_not_report_fails_after_it(monkeypatch, capsys, t
     (["-m", "seed=1,2", "logger=wandb", "logger.wandb.run_id=one"], "logger.wandb.run_id=one names one W&B "
                                                                     "run for every job of the sweep"),
     # a swept field the job's config leaves unread (each job would train the same model)
-    (["-m", "task.optim.warmup_steps=100,200"], "the sweep's task.optim.warmup_steps=100 is refused, so "
-                                               "no job was started: task.optim.warmup_steps=100 (at "
-                                               "'task.optim.warmup_steps') does nothing"),
+    (["-m", "task.optim.warmup_steps=100,200"], "task.optim.warmup_steps=100 is read by none of the "
+                                               "sweep's jobs, so no job was started: task.optim."
+                                               "warmup_steps=100 (at 'task.optim.warmup_steps') does "
+                                               "nothing"),
+    (["-m", "model.encoder.layers=1", "model.encoder.dropout=0.1,0.3"],
+     "model.encoder.dropout=0.1 is read by none of the sweep's jobs"),
     (["-m", "model.dropout=0.1,0.2", "task.optim.lr=0.1,0.2", "model.decoder.hidden_dim=0"],
      "the sweep's first job (model.dropout=0.1 task.optim.lr=0.1) is refused, so no job was started: "
      "decoder 'rnn_attention': field 'hidden_dim'"),  # a plain override every job shares: not one value's fault

@@ -117,6 +117,15 @@ class BertModel(nn.Module):
         return cls.head_interfaces.get(cfg.get("head") or "pretraining")
 
     @classmethod
+    def inert_fields(cls, fields: dict) -> dict:
+        """Pretraining has no classifier to drop out before (refused when typed:
+        :mod:`attnflow.overrides`); a fine-tuning run sets its own."""
+        if (fields.get("head") or "pretraining") != "pretraining":
+            return {}
+        return {"classifier_dropout": "{at}head=pretraining has the MLM and NSP heads, no "
+                                      "classifier; it is read by head=sequence, token and multitask"}
+
+    @classmethod
     def check_config(cls, cfg: dict) -> None:
         """Before any data is made (run.check_composition): the attention's heads divide d_model."""
         if (cfg.get("model") or {}).get("name") == "bert":

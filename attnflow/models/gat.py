@@ -60,13 +60,17 @@ class GAT(nn.Module):
 
     @classmethod
     def inert_fields(cls, fields: Mapping[str, Any]) -> Dict[str, str]:
-        """With one layer there is no hidden layer: its fields are unread (refused when typed:
-        :mod:`attnflow.overrides`)."""
-        if fields.get("layers", 2) != 1:
-            return {}
-        return {key: ("{at}layers=1 is the output layer alone (out_heads heads of num_classes "
-                      "features, output_aggregator); it is read by hidden layers, layers >= 2")
-                for key in ("hidden_dim", "heads", "hidden_aggregator")}
+        """With one layer there is no hidden layer: its fields are unread; without input dropout,
+        how its mask is drawn (refused when typed: :mod:`attnflow.overrides`)."""
+        out = {}
+        if fields.get("layers", 2) == 1:
+            out = {key: ("{at}layers=1 is the output layer alone (out_heads heads of num_classes "
+                         "features, output_aggregator); it is read by hidden layers, layers >= 2")
+                   for key in ("hidden_dim", "heads", "hidden_aggregator")}
+        if not fields.get("dropout", 0.6):
+            out["head_dropout"] = ("{at}dropout=0 drops no input, shared mask or per head alike; "
+                                   "set {at}dropout")
+        return out
 
     @classmethod
     def check_config(cls, cfg: dict) -> None:
