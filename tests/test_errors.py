@@ -49,6 +49,9 @@ from support import FAST, ROOT, compose_cfg, train_cli
     (["+paths.data_dri=/x"], ["paths has no field 'data_dri' (at 'paths.data_dri')", "Did you mean 'data_dir'?"]),
     (["+trainer.max_time=00:00:3:00"], ["trainer.max_time must be DD:HH:MM:SS", "'00:00:3:00'"]),
     (["float32_matmul_precision=fast"], ["float32_matmul_precision must be one of highest, high, medium", "'fast'"]),
+    # a penalty on attention weights a decoder does not have (it failed at the first training step)
+    (["model=rnnenc", "task.penalty_weight=0.1"], ["task.penalty_weight=0.1 (the diversity penalty) needs "
+                                                   "attention weights, and decoder 'rnn' has none"]),
     # a run ended by time only: a schedule over the run's steps has no length (cosine: the default)
     (["trainer.max_epochs=-1", "trainer.max_time=00:00:01:00"],
      ["task.optim.scheduler=cosine decays", "trainer.max_epochs=-1 without trainer.max_steps"]),

@@ -36,7 +36,7 @@ from attnflow.distributed import updated_on_any_rank
 from attnflow.registry import TASKS, ConfigError, NonNegativeFloat, PositiveInt, Probability
 from attnflow.tasks.captioning_metrics import grounding_sums, named_cells
 from attnflow.tasks.optim import OptimConfig
-from attnflow.tasks.seq2seq import strip_after_eos
+from attnflow.tasks.seq2seq import decoder_without_attention, strip_after_eos
 from attnflow.tasks.translation import TranslationTask
 
 
@@ -93,11 +93,11 @@ class CaptioningTask(TranslationTask):
         task = TASKS.validate(cfg["task"], "task")  # with the defaults
         if task["src_word_dropout"] > 0:
             raise ConfigError(_NO_SOURCE_TOKENS.format(task["src_word_dropout"]))
-        decoder = ((cfg.get("model") or {}).get("decoder") or {}).get("name")
+        decoder = decoder_without_attention(cfg.get("model") or {})
         lam = task["attention_reg"]
-        if decoder == "rnn" and lam > 0:
+        if decoder and lam > 0:
             raise ConfigError(f"task.attention_reg={lam} (the doubly stochastic regulariser) needs "
-                              f"attention weights, and decoder 'rnn' has none; set "
+                              f"attention weights, and decoder '{decoder}' has none; set "
                               f"task.attention_reg=0 or model.decoder.name=rnn_attention")
 
     # -- the seq2seq hooks: images in, attention terms out ----------------------------------------

@@ -37,7 +37,7 @@ from torchmetrics import MeanMetric
 
 from attnflow.blocks.attention.penalty import diversity_penalty
 from attnflow.blocks.decoders.base import logits_at
-from attnflow.registry import MODELS, TASKS, ConfigError, NonNegativeFloat, Probability
+from attnflow.registry import DECODERS, MODELS, TASKS, ConfigError, NonNegativeFloat, Probability
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
 
@@ -79,6 +79,16 @@ def has_dropout(model: nn.Module) -> bool:
     return any((isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0)
                or (isinstance(getattr(m, "dropout", None), float) and m.dropout > 0)
                for m in model.modules())
+
+
+def decoder_without_attention(model_cfg: Mapping[str, Any]) -> str:
+    """The name of the model's decoder where it has no attention weights (its class says
+    ``attends = False``: decoder 'rnn'), else ''."""
+    decoder = model_cfg.get("decoder")
+    name = decoder.get("name") if isinstance(decoder, Mapping) else None
+    if name in DECODERS and not getattr(DECODERS.get(name), "attends", True):
+        return name
+    return ""
 
 
 def any_dropout_field(block_cfg: Mapping[str, Any]) -> bool:
@@ -151,6 +161,11 @@ class Seq2SeqTask(Task):
         if (task["rdrop_alpha"] > 0 and not (task["src_word_dropout"] or task["tgt_word_dropout"])
                 and not any_dropout_field(MODELS.validate(cfg["model"], "model"))):
             raise ConfigError(_NO_DROPOUT.format(task["rdrop_alpha"]))
+        decoder = decoder_without_attention(cfg.get("model") or {})
+        if task.get("penalty_weight", 0) > 0 and decoder:
+            raise ConfigError(f"task.penalty_weight={task['penalty_weight']} (the diversity penalty) "
+                              f"needs attention weights, and decoder '{decoder}' has none (RNNenc); "
+                              f"set task.penalty_weight=0 or model.decoder.name=rnn_attention")
 
     # -- one batch -----------------------------------------------------------------------------
     def _source(self, batch: Dict[str, torch.Tensor]):

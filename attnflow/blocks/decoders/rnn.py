@@ -40,6 +40,7 @@ class RNNDecoder(Decoder):
     """
 
     static_state = ("c",)
+    attends = False  # no attention weights: a task's attention penalty is refused before any work
 
     def __init__(self, vocab_size: int, memory_dim: int, init_dim: int, *,
                  cell: Literal["gru", "lstm"] = "gru", embed_dim: PositiveInt = 64,
