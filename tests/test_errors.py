@@ -67,6 +67,17 @@ def test_bad_config_fails_before_any_work(overrides, expected, tmp_path):
     assert not (tmp_path / "run").exists()  # nothing was built or written
 
 
+def test_bert_inputs_longer_than_its_positions_are_refused_before_any_work(tmp_path):
+    """The model refused them only at the first batch that long, after the data was tokenised."""
+    with pytest.raises(ConfigError, match="data.max_len=600 gives inputs longer than model.max_len=512"):
+        train(compose_cfg(["experiment=bert_imdb", "data.max_len=600"]), tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    train_ok = compose_cfg(["experiment=bert_imdb", "data.max_len=600", "model.max_len=600",
+                            "positional.max_len=600"])
+    from attnflow.run import resolve_config
+    assert resolve_config(train_ok)["data"]["max_len"] == 600
+
+
 ANY_DEVICE = [o for o in FAST if not o.startswith("trainer.accelerator=")]  # FAST asks for the CPU
 
 

@@ -127,11 +127,18 @@ class BertModel(nn.Module):
 
     @classmethod
     def check_config(cls, cfg: dict) -> None:
-        """Before any data is made (run.check_composition): the attention's heads divide d_model."""
+        """Before any data is made (run.check_composition): the attention's heads divide d_model,
+        the positions cover model.max_len and model.max_len covers the data's inputs."""
         if (cfg.get("model") or {}).get("name") == "bert":
             model = MODELS.validate(cfg["model"], "model")
             check_model_heads(model)
             _check_positions(model["max_len"], (model.get("positional") or {}).get("max_len"))
+            data_len = (cfg.get("data") or {}).get("max_len")  # text_classification, pretraining
+            if isinstance(data_len, int) and data_len > model["max_len"]:
+                raise ConfigError(
+                    f"model 'bert': data.max_len={data_len} gives inputs longer than model.max_len="
+                    f"{model['max_len']}, which the model refuses at the first such batch; lower "
+                    f"data.max_len or raise model.max_len (and positional.max_len)")
             if model["head"] == "pretraining" and model["type_vocab_size"] < 2:
                 raise ConfigError(f"model 'bert': model.type_vocab_size={model['type_vocab_size']} with "
                                   f"head=pretraining: next-sentence prediction gives two segments "
