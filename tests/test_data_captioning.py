@@ -290,3 +290,20 @@ def test_captions_artifacts_round_trip(folder, tmp_path):
     assert all(torch.equal(mine[k], theirs[k]) for k in mine)
     with pytest.raises(ConfigError, match="trained on features"):
         captions(folder).setup_evaluation(tmp_path, {**art, "input": "features"}, "val")
+
+
+def test_fields_a_splits_own_file_leaves_unread_change_nothing_and_are_listed(folder):
+    """train_split/val_split beside train_captions/val_captions, captions when every split has
+    its own file, and the data seed (the order comes from the run's seed) are unread."""
+    def pairs(**kw):
+        dm = captions(folder, test_split=None, **kw)
+        return [(b["tgt_out"].tolist(), b["images"].sum().item())
+                for b in (dm.example_batch(10, s) for s in ("train", "val"))]
+
+    assert pairs() == pairs(train_split=["other"], val_split="nowhere", captions="missing.json", seed=7)
+    fields = DATA.validate({"name": "captions", "train_captions": "train.tsv", "val_captions": "val.tsv",
+                            "test_split": None}, "data")
+    assert set(DATA.inert_fields(fields)) == {"data.seed", "data.train_split", "data.val_split",
+                                              "data.captions"}
+    fields = DATA.validate({"name": "captions"}, "data")  # the Karpathy file holds every split
+    assert set(DATA.inert_fields(fields)) == {"data.seed"}

@@ -205,10 +205,27 @@ class CaptionsDataModule(CaptioningDataModule):
             (L, D) region features; null = pixels (default null).
         batch_size: items per batch (default 32).
         num_workers: DataLoader workers (default 0).
-        seed: the run's seed (default 1234).
+        seed: unread: the training order is drawn from the run's ``seed`` (Lightning's
+            seed_everything); kept so that earlier runs' configs still load (default 1234).
     """
 
     owner = OWNER
+
+    @classmethod
+    def inert_fields(cls, fields) -> Dict[str, str]:
+        """The fields a split's own captions file, or the data's order, leave unread (refused
+        when typed: :mod:`attnflow.overrides`)."""
+        out = {"seed": "the training order is drawn from the run's seed (seed=…), not from "
+                       "{at}seed; set seed"}
+        for split in ("train", "val", "test"):
+            if fields.get(f"{split}_captions"):
+                out[f"{split}_split"] = (f"{{at}}{split}_captions names the {split} split's own "
+                                         f"file, so the split of {{at}}captions is not read")
+        test_from_captions = not fields.get("test_captions") and fields.get("test_split", "test")
+        if fields.get("train_captions") and fields.get("val_captions") and not test_from_captions:
+            out["captions"] = ("every split has its own captions file ({at}train_captions, "
+                               "val_captions, test_captions or test_split=null)")
+        return out
 
     def __init__(self, *, root: str = "", captions: Optional[str] = "dataset_flickr8k.json",
                  train_captions: str = "", val_captions: str = "", test_captions: str = "",
