@@ -25,6 +25,10 @@ GRAPH = ["experiment=gat_synthetic", "trainer.max_epochs=1", "callbacks.progress
      "attention 'multihead' projects its values — use attention=single"),
     (["experiment=caption_shapes", "model.encoder.channels=[]"],
      "encoder 'cnn': field 'channels' must be a non-empty list of positive ints"),
+    (["experiment=caption_shapes", "model.encoder.pool_size=8"],  # 8³ = 512 > 64
+     "images of 64×64 pixels (data.size) are smaller than one grid cell of encoder 'cnn' (512 pixels"),
+    (["experiment=caption_shapes", "model.encoder.pool_size=4"],  # 4³ = 64: one region still fits
+     None),
 ])
 def test_a_model_the_config_cannot_build_is_refused_before_the_data(overrides, says, tmp_path,
                                                                      monkeypatch):
@@ -33,6 +37,9 @@ def test_a_model_the_config_cannot_build_is_refused_before_the_data(overrides, s
     def no_data(self, *a, **k):
         raise AssertionError("the data was built")
 
+    if says is None:  # the boundary case passes
+        check_model_builds(resolve_config(compose_cfg(overrides)))
+        return
     for name in DATA.names():
         monkeypatch.setattr(DATA.get(name), "setup", no_data, raising=False)
     with pytest.raises(ConfigError) as err:

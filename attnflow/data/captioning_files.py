@@ -212,6 +212,11 @@ class CaptionsDataModule(CaptioningDataModule):
     owner = OWNER
 
     @classmethod
+    def image_side(cls, fields) -> tuple:
+        """(the field, the side in pixels) of the images this config gives (captioner.check_config)."""
+        return "data.image_size", fields["image_size"]
+
+    @classmethod
     def inert_fields(cls, fields) -> Dict[str, str]:
         """The fields a split's own captions file, or the data's order, leave unread (refused
         when typed: :mod:`attnflow.overrides`)."""

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from attnflow.models.encoder_decoder import EncoderDecoder
-from attnflow.registry import (DECODERS, ENCODERS, MODELS, BlockSpec, ConfigError, PositiveInt,
+from attnflow.registry import (DATA, DECODERS, ENCODERS, MODELS, BlockSpec, ConfigError, PositiveInt,
                                Probability)
 
 
@@ -84,7 +84,8 @@ class Captioner(EncoderDecoder):
     @classmethod
     def check_config(cls, cfg: dict) -> None:
         """Before any data is made: the encoder reads what the data gives (pixels, or region
-        features when ``data.features`` is set)."""
+        features when ``data.features`` is set), and its grid over the data's images (the data
+        class's ``image_side``) leaves at least one region."""
         if cfg["model"].get("name") != "captioner":
             return
         name = (cfg["model"].get("encoder") or {}).get("name", "cnn")
@@ -94,6 +95,19 @@ class Captioner(EncoderDecoder):
         given = "image_features" if (cfg.get("data") or {}).get("features") else "image"
         if kind != given:
             raise ConfigError(cls.kind_error(name, kind, given))
+        side_of = getattr(DATA.get(cfg["data"]["name"]), "image_side", None)
+        side = side_of(DATA.validate(cfg["data"], "data")) if side_of and given == "image" else None
+        if side:  # the encoder's grid over the data's images: at least one region
+            encoder_cfg = MODELS.validate(cfg["model"], "model")["encoder"]
+            with torch.device("meta"):
+                encoder = ENCODERS.build(encoder_cfg, 3, path="model.encoder")
+            grid = getattr(encoder, "grid", None)
+            if grid is not None and min(grid(side[1], side[1])) < 1:
+                raise ConfigError(
+                    f"model.encoder: images of {side[1]}×{side[1]} pixels ({side[0]}) are smaller "
+                    f"than one grid cell of encoder '{name}' ({encoder.stride} pixels a side), so no "
+                    f"region would be left; use fewer stages (model.encoder.channels), a smaller "
+                    f"model.encoder.pool_size, or larger images")
 
     def encode(self, images: torch.Tensor, lengths: Optional[torch.Tensor] = None):
         """Regions (B, L, D), an all-True mask (B, L), and their mean (B, D) for the decoder's
