@@ -91,3 +91,22 @@ def test_planetoid_stand_ins_are_the_sets_own_sizes():
     with torch.device("meta"):  # the stand-in build allocates nothing
         model = MODELS.build({"name": "gat"}, **real)
     assert all(p.is_meta for p in model.parameters())
+
+
+@pytest.mark.parametrize("overrides, refused", [
+    (["data=multi30k", "model=transformer"], True),  # tie_embeddings=all, shared_vocab=false: defaults
+    (["data=multi30k", "model=transformer", "data.shared_vocab=true"], False),
+    (["data=multi30k", "model=transformer", "model.tie_embeddings=decoder"], False),
+    (["model=transformer"], False),  # the reversal data: one vocabulary of symbols
+])
+def test_tied_source_and_target_embeddings_need_one_vocabulary(overrides, refused, tmp_path):
+    """Two BPE vocabularies of the same size (8000 each) would have tied unrelated tokens silently;
+    of different sizes, the model refused them only after the tokenizers were trained."""
+    cfg = compose_cfg([*overrides, f"paths.data_dir={DATA_DIR}"])
+    if not refused:
+        resolve_config(cfg)
+        return
+    with pytest.raises(ConfigError, match="tie_embeddings=all .* data.shared_vocab=false gives each "
+                                          "side its own vocabulary"):
+        train(cfg, tmp_path / "run")
+    assert not (tmp_path / "run").exists()

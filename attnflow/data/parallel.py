@@ -272,6 +272,11 @@ class ParallelDataModule(SplitDataModule):
 
     # -- what models and tasks need ----------------------------------------------------------------
     @classmethod
+    def one_vocabulary(cls, fields: Mapping[str, Any]) -> bool:
+        """Whether source and target tokens share one vocabulary (ids), as tied embeddings need."""
+        return bool(fields["shared_vocab"])
+
+    @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
         """:meth:`model_context` with stand-in sizes, known before any data is read: the run
         builds the model from it on the meta device to refuse a model this config cannot build

@@ -97,6 +97,11 @@ class ReverseDataModule(SplitDataModule):
         return len(self.itos)
 
     @classmethod
+    def one_vocabulary(cls, fields: Mapping[str, Any]) -> bool:
+        """Source and target are sequences of the same symbols: one vocabulary."""
+        return True
+
+    @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
         """:meth:`model_context` with stand-in sizes, known before any data is read: the run
         builds the model from it on the meta device to refuse a model this config cannot build

@@ -30,7 +30,7 @@ from torch import nn
 from attnflow.blocks.attention.functional import padding_mask
 from attnflow.blocks.attention.multihead import check_model_heads
 from attnflow.models.encoder_decoder import EncoderDecoder
-from attnflow.registry import (DECODERS, ENCODERS, MODELS, BlockSpec, ConfigError, PositiveInt,
+from attnflow.registry import (DATA, DECODERS, ENCODERS, MODELS, BlockSpec, ConfigError, PositiveInt,
                                Probability)
 
 
@@ -59,9 +59,21 @@ class Transformer(EncoderDecoder):
 
     @classmethod
     def check_config(cls, cfg: dict) -> None:
-        """Before any data is made (run.check_composition): the attention's heads divide d_model."""
+        """Before any data is made (run.check_composition): the attention's heads divide d_model,
+        and ``tie_embeddings=all`` has one vocabulary for both sides (the data class's
+        ``one_vocabulary``): two vocabularies of the same size would tie unrelated tokens."""
         if (cfg.get("model") or {}).get("name") == "transformer":
-            check_model_heads(MODELS.validate(cfg["model"], "model"))
+            model = MODELS.validate(cfg["model"], "model")
+            check_model_heads(model)
+            one = getattr(DATA.get(cfg["data"]["name"]), "one_vocabulary", None)
+            if model["tie_embeddings"] == "all" and one is not None and not one(
+                    DATA.validate(cfg["data"], "data")):
+                raise ConfigError(
+                    "model 'transformer': tie_embeddings=all (the default) shares one embedding "
+                    "matrix between source and target tokens, but data.shared_vocab=false gives each "
+                    "side its own vocabulary, where row i is one token in the source and another in "
+                    "the target; set data.shared_vocab=true (one joint vocabulary) or "
+                    "model.tie_embeddings=decoder")
 
     def __init__(self, src_vocab: int, tgt_vocab: int, pad_id: int = 0, *,
                  d_model: PositiveInt = 256,
