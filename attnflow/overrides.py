@@ -6,16 +6,19 @@ warm-up), ``model.decoder.window=3`` with global alignment (no window). Acceptin
 lets a user believe a run or a sweep tried something it never did. Each block says which of its
 fields the rest of its config leaves idle, with a classmethod ``inert_fields(fields) -> {field:
 why}`` (``{at}`` in a reason stands for the block's config path), collected over the config tree
-by :meth:`attnflow.registry.Registry.inert_fields`; the Trainer's are listed here. A field is refused only where the command line sets it — a preset may keep a
-value for a variant that reads it — and the error names the override, why it is idle and what
-would make it count.
+by :meth:`attnflow.registry.Registry.inert_fields`; the Trainer's are listed here. A field is
+refused only where the command line sets it — a preset may keep a value for a variant that reads
+it — and the error names the override, why it is idle and what would make it count. A sweep is
+weighed over its jobs (:func:`attnflow.sweeps.check_sweep_values`): a field is refused there only
+when no job reads it, so a conditional space (``-m model.encoder.layers=1,2
+model.encoder.dropout=0.3``) runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Dict, Iterable, List, Mapping, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from omegaconf import DictConfig
 
@@ -93,26 +96,29 @@ def inert_fields(resolved: Mapping[str, Any]) -> Dict[str, str]:
     return out
 
 
-def unread_overrides(resolved: Mapping[str, Any], overrides: Optional[Iterable[str]]) -> Dict[str, str]:
-    """{config path: the refusal} of each command-line override of a field this config leaves
-    unread ({} where no command line is known)."""
+def unread_overrides(resolved: Mapping[str, Any],
+                     overrides: Optional[Iterable[str]]) -> Dict[str, Tuple[str, str]]:
+    """{config path: (the override as typed, the refusal)} of each command-line override of a
+    field this config leaves unread ({} where no command line is known)."""
     typed = typed_fields(overrides or ())
+    if not typed:
+        return {}
     out = {}
-    for path, why in inert_fields(resolved).items() if typed else ():
+    for path, why in inert_fields(resolved).items():
         hits = [k for k in typed if k == path or k.startswith(path + ".")]
         if hits:
-            out[path] = (f"{typed[hits[0]]} (at '{path}') does nothing: {why}. Drop the override, "
-                         f"or change the field that leaves it unread")
+            shown = typed[hits[0]]
+            out[path] = (shown, f"{shown} (at '{path}') does nothing: {why}. Drop the override, "
+                                f"or change the field that leaves it unread")
     return out
 
 
 def check_typed_overrides(resolved: Mapping[str, Any], overrides: Optional[Iterable[str]]) -> None:
-    """Refuse a command-line override of a field that this config leaves unread. (A sweep is
-    weighed over its jobs instead: :func:`attnflow.sweeps.check_sweep_values` refuses a field
-    unread in every job, and leaves alone one that counts in some, e.g. ``model.encoder.dropout``
-    beside ``-m model.encoder.layers=1,2``.)"""
-    for message in unread_overrides(resolved, overrides).values():
-        raise ConfigError(message)
+    """Refuse a command-line override of a field that this config leaves unread (a single run;
+    a sweep's pre-check weighs them over its jobs)."""
+    unread = unread_overrides(resolved, overrides)
+    if unread:
+        raise ConfigError(next(iter(unread.values()))[1])
 
 
 def typed_groups(overrides: Optional[Iterable[str]]) -> Optional[set]:

@@ -359,8 +359,8 @@ def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
 
     from attnflow.data.errors import DataError
     from attnflow.distributed import check_devices, check_multirun_strategy
-    from attnflow.registry import ConfigError
     from attnflow.overrides import command_line, unread_overrides
+    from attnflow.registry import ConfigError
     from attnflow.run import resolve_config
 
     parser = OverridesParser.create()
@@ -417,8 +417,8 @@ def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
                     why = (re.sub(r"\s*\n\s*", " ", str(err).split("Config search path")[0].strip())
                            if isinstance(err, HydraException) else err)  # Hydra's lines as one
                     return f"{what}, so no job was started: {why}"
-            for message in (unread_everywhere or {}).values():  # unread in every job checked
-                return f"{message.split(' (at ')[0]} is read by none of the sweep's jobs, so no job was started: {message}"
+            for shown, message in (unread_everywhere or {}).values():  # unread in every job checked
+                return f"{shown} is read by none of the sweep's jobs, so no job was started: {message}"
     except (HydraException, OmegaConfBaseException):
         return None
     return None
