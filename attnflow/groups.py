@@ -112,19 +112,31 @@ def _drop_replaced_fields(cfg: DictConfig, group: str, option: Optional[str], co
 def check_shared_groups(cfg: DictConfig, conf_dir: Path,
                         choices: Optional[Mapping[str, Any]] = None,
                         typed: Optional[Iterable[str]] = None) -> List[str]:
-    """Enforce the contract on a composed (unresolved) config; return the consumed groups.
+    """Enforce the contract (see :func:`unused_groups`); return the consumed groups."""
+    consumed, unused = unused_groups(cfg, conf_dir, choices, typed)
+    if unused:
+        raise ConfigError(next(iter(unused.values())))
+    return consumed
+
+
+def unused_groups(cfg: DictConfig, conf_dir: Path, choices: Optional[Mapping[str, Any]] = None,
+                  typed: Optional[Iterable[str]] = None) -> tuple:
+    """The contract on a composed (unresolved) config.
 
     ``choices`` are Hydra's group choices of this run (``HydraConfig.runtime.choices``) when
     known; otherwise a group's option is taken to be its block's name. ``typed``: the top-level
     keys the command line set, when known. A group the model does not use is refused only where
     the user set it there: one an experiment file set (``experiment=han_imdb`` sets ``scorer=dot``
     for its attention pooling) is left out quietly when an override changes the model's need of
-    it (``pooling=max``). Without ``typed`` every setting counts as the user's.
+    it (``pooling=max``). Without ``typed`` every setting counts as the user's. Returns (the
+    consumed groups, {group: the refusal} of those set but unused); the replaced block's stale
+    fields are dropped from ``cfg`` on the way.
     """
     choices = dict(choices or {})
     defaults = root_defaults(conf_dir)
     consumed = consumed_groups(cfg)
     model = cfg.model.get("name") if isinstance(cfg.model, DictConfig) else cfg.model
+    unused: Dict[str, str] = {}
     for group in SHARED_GROUPS:
         if group not in cfg:
             continue
@@ -136,12 +148,12 @@ def check_shared_groups(cfg: DictConfig, conf_dir: Path,
         how = _setting(cfg, group, option, defaults.get(group), conf_dir)
         if how and (typed is None or group in set(typed)):
             uses = ", ".join(consumed) or "none of them"
-            raise ConfigError(
+            unused[group] = (
                 f"{how} (at '{group}') does nothing: model '{model}' does not use the shared group "
                 f"'{group}'. Of the shared groups ({', '.join(SHARED_GROUPS)}) it uses: {uses}. Drop "
                 f"the override, choose a model that uses '{group}', or set the model's own field "
                 f"(attnflow-blocks model shows them)")
-    return consumed
+    return consumed, unused
 
 
 def prune_unused(resolved: Dict[str, Any], consumed: Iterable[str]) -> Dict[str, Any]:

@@ -20,7 +20,7 @@ import dataclasses
 import re
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from attnflow.registry import ConfigError, DATA, MODELS, TASKS
 
@@ -96,15 +96,39 @@ def inert_fields(resolved: Mapping[str, Any]) -> Dict[str, str]:
     return out
 
 
-def unread_overrides(resolved: Mapping[str, Any],
-                     overrides: Optional[Iterable[str]]) -> Dict[str, Tuple[str, str]]:
+_REFERENCE = re.compile(r"\$\{\s*([A-Za-z_][\w.]*)\s*\}")
+
+
+def referenced_keys(cfg: Any) -> set:
+    """The dotted keys that interpolations in an unresolved config read (``model.layers:
+    ${data.num_hops}`` → ``data.num_hops``): such a field is read through them, whatever its own
+    block does with it."""
+    node = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else cfg
+    out, todo = set(), [node]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, dict):
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            todo.extend(item)
+        elif isinstance(item, str):
+            out.update(_REFERENCE.findall(item))
+    return out
+
+
+def unread_overrides(resolved: Mapping[str, Any], overrides: Optional[Iterable[str]],
+                     referenced: Iterable[str] = ()) -> Dict[str, Tuple[str, str]]:
     """{config path: (the override as typed, the refusal)} of each command-line override of a
-    field this config leaves unread ({} where no command line is known)."""
+    field this config leaves unread ({} where no command line is known); a field that an
+    interpolation reads (``referenced``: :func:`referenced_keys`) is read."""
     typed = typed_fields(overrides or ())
     if not typed:
         return {}
+    read = set(referenced)
     out = {}
     for path, why in inert_fields(resolved).items():
+        if any(r == path or r.startswith(path + ".") for r in read):
+            continue
         hits = [k for k in typed if k == path or k.startswith(path + ".")]
         if hits:
             shown = typed[hits[0]]
@@ -113,10 +137,11 @@ def unread_overrides(resolved: Mapping[str, Any],
     return out
 
 
-def check_typed_overrides(resolved: Mapping[str, Any], overrides: Optional[Iterable[str]]) -> None:
+def check_typed_overrides(resolved: Mapping[str, Any], overrides: Optional[Iterable[str]],
+                          referenced: Iterable[str] = ()) -> None:
     """Refuse a command-line override of a field that this config leaves unread (a single run;
     a sweep's pre-check weighs them over its jobs)."""
-    unread = unread_overrides(resolved, overrides)
+    unread = unread_overrides(resolved, overrides, referenced)
     if unread:
         raise ConfigError(next(iter(unread.values()))[1])
 

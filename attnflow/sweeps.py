@@ -359,9 +359,8 @@ def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
 
     from attnflow.data.errors import DataError
     from attnflow.distributed import check_devices, check_multirun_strategy
-    from attnflow.overrides import command_line, unread_overrides
     from attnflow.registry import ConfigError
-    from attnflow.run import resolve_config
+    from attnflow.run import unread_settings
 
     parser = OverridesParser.create()
     try:
@@ -369,6 +368,8 @@ def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
     except HydraException:
         return None
     base = [o.input_line for o in parsed if not o.is_sweep_override()]
+    if any(type(o.value()).__name__ == "Glob" for o in parsed if o.is_sweep_override()):
+        return None  # glob(): its options are Hydra's to list, once it has loaded the config
     space = {o.get_key_element(): _probe_values(o) for o in parsed if o.is_sweep_override()}
     try:
         with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
@@ -380,7 +381,7 @@ def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
             if not multirun:
                 return None
             taken = sweep_folder_taken(cfg.hydra, space)
-            if taken or not space:
+            if taken:
                 return taken
             first = {k: v[0] for k, v in space.items()}
             only = next(iter(space)) if len(space) == 1 else None  # one key: its first value's fault
@@ -388,13 +389,12 @@ def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
                 (k, v) for k, values in space.items() for v in values[1:]]
             launcher = str(cfg.hydra.launcher.get("_target_", ""))
             here = "submitit" not in launcher.lower() or "Local" in launcher  # jobs run on this machine
-            unread_everywhere = None  # {path: refusal} of the typed fields no job reads
+            unread_everywhere = None  # {key: (override, refusal)}: typed, and read by no job checked
             for i, (key, value) in enumerate(trials):  # the first job, then one key at a time
                 trial = [f"{k}={value if k == key else v}" for k, v in first.items()]
                 try:
                     composed = compose("train", overrides=[*base, *trial], return_hydra_config=True)
-                    resolved = resolve_config(composed, unread=False)
-                    unread = unread_overrides(resolved, command_line(composed))
+                    resolved, unread = unread_settings(composed)
                     unread_everywhere = unread if unread_everywhere is None else {
                         p: m for p, m in unread_everywhere.items() if p in unread}
                     if i == 0:  # the sweep as a whole, once its first job's config is known
@@ -413,7 +413,7 @@ def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
                     # which Hydra would report only after making the sweep folder
                     what = (f"the sweep's {key.lstrip('+')}={value} is refused" if key else
                             f"the sweep's first job ({' '.join(t.lstrip('+') for t in trial)}) is "
-                            f"refused")
+                            f"refused" if trial else "the sweep's one job is refused")
                     why = (re.sub(r"\s*\n\s*", " ", str(err).split("Config search path")[0].strip())
                            if isinstance(err, HydraException) else err)  # Hydra's lines as one
                     return f"{what}, so no job was started: {why}"

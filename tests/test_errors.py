@@ -133,9 +133,11 @@ def test_what_lightning_refuses_is_one_message_naming_the_fields(monkeypatch, tm
     (["experiment=caption_shapes", "data.grid=1"], "data 'shapes': grid must be >= 2"),
     (["experiment=caption_shapes", "data.max_shapes=12"], "need 1 <= min_shapes <= max_shapes <= 4"),
     (["experiment=reverse_transformer", "attention.heads=3"],
-     "attention 'multihead': the query size 64 (e.g. model.d_model) is not divisible by heads 3"),
+     "attention 'multihead': the query size 64 (model.d_model of a Transformer or BERT, "
+     "model.decoder.hidden_dim of an RNN decoder) is not divisible by heads 3"),
     (["experiment=bert_imdb", "model.d_model=250"],
-     "attention 'multihead': the query size 250 (e.g. model.d_model) is not divisible by heads 4"),
+     "attention 'multihead': the query size 250 (model.d_model of a Transformer or BERT, "
+     "model.decoder.hidden_dim of an RNN decoder) is not divisible by heads 4"),
 ])
 def test_fields_that_do_not_fit_together_are_refused_before_any_work(overrides, expected, tmp_path):
     """Checks across fields (the blocks' ``check_config``, run before the data is made), which

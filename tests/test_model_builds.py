@@ -15,7 +15,8 @@ GRAPH = ["experiment=gat_synthetic", "trainer.max_epochs=1", "callbacks.progress
 
 @pytest.mark.parametrize("overrides, says", [
     ([*FAST, "attention=multihead", "attention.heads=7"],
-     "attention 'multihead': the query size 128 (e.g. model.d_model) is not divisible by heads 7"),
+     "attention 'multihead': the query size 128 (model.d_model of a Transformer or BERT, "
+     "model.decoder.hidden_dim of an RNN decoder) is not divisible by heads 7"),
     ([*GRAPH, "model.output_aggregator.name=concat", "model.out_heads=2"],
      "model 'gat': the output layer gives 8 features with output_aggregator 'concat', need "
      "num_classes = 4"),  # the synthetic graph's own data.num_classes

@@ -270,3 +270,35 @@ def test_in_a_sweep_a_field_read_by_some_jobs_is_accepted_and_its_jobs_run():
     assert resolved["model"]["encoder"]["dropout"] == 0.3
     with pytest.raises(ConfigError, match="model.encoder.dropout=0.3"):  # alone, it is refused
         resolve_config(compose_cfg(job[:2], return_hydra_config=True))
+
+
+@pytest.mark.parametrize("argv", [
+    ["-m", "experiment=han_imdb", "pooling=attention,max", "scorer=general"],  # one job reads scorer
+    ["-m", "attention=single,multihead", "aggregator=mean"],  # multihead reads the aggregator
+    ["-m", "experiment=gat_cora_const", "seed=1,2", "data.seed=3", "data.loader=full,khop"],
+])
+def test_a_sweep_over_a_conditional_space_of_groups_or_fields_is_accepted(argv):
+    from attnflow.groups import field_overrides
+    from attnflow.sweeps import check_sweep_values
+    from support import CONF
+
+    assert check_sweep_values(field_overrides(argv, CONF), CONF) is None
+
+
+def test_a_field_an_interpolation_reads_is_read(tmp_path):
+    """data.num_hops with loader=full is unread by the data, but model.layers=${data.num_hops}
+    reads it: not refused."""
+    resolved = resolve_config(compose_cfg(["experiment=gat_cora", "data.num_hops=3",
+                                           "model.layers=${data.num_hops}"], return_hydra_config=True))
+    assert resolved["model"]["layers"] == 3
+    with pytest.raises(ConfigError, match="data.num_hops=3 .* does nothing"):
+        resolve_config(compose_cfg(["experiment=gat_cora", "data.num_hops=3"], return_hydra_config=True))
+
+
+def test_a_glob_sweep_is_left_to_hydra():
+    from attnflow.groups import field_overrides
+    from attnflow.sweeps import check_sweep_values
+    from support import CONF
+
+    argv = ["-m", "experiment=glob(gat_cora_*)", "model.heads=4"]
+    assert check_sweep_values(field_overrides(argv, CONF), CONF) is None

@@ -170,6 +170,15 @@ def test_cli_metric_the_run_did_not_report_fails_after_it(monkeypatch, capsys, t
                                                "nothing"),
     (["-m", "model.encoder.layers=1", "model.encoder.dropout=0.1,0.3"],
      "model.encoder.dropout=0.1 is read by none of the sweep's jobs"),
+    # a multirun of one job is checked as a sweep (its job does not check unread fields itself)
+    (["-m", "experiment=gat_synthetic", "task.optim.warmup_steps=100"],
+     "task.optim.warmup_steps=100 is read by none of the sweep's jobs"),
+    (["-m", "attention=multihead", "attention.heads=7"],
+     "the sweep's one job is refused, so no job was started: attention 'multihead': the query size 128"),
+    # a shared group that no job uses
+    (["-m", "experiment=han_imdb", "pooling=mean,max", "scorer=general"],
+     "scorer=general is read by none of the sweep's jobs, so no job was started: scorer=general (at "
+     "'scorer') does nothing: model 'han' does not use the shared group 'scorer'"),
     (["-m", "model.dropout=0.1,0.2", "task.optim.lr=0.1,0.2", "model.decoder.hidden_dim=0"],
      "the sweep's first job (model.dropout=0.1 task.optim.lr=0.1) is refused, so no job was started: "
      "decoder 'rnn_attention': field 'hidden_dim'"),  # a plain override every job shares: not one value's fault

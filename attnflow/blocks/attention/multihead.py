@@ -51,7 +51,8 @@ def check_heads(name: str, query_dim: int, heads: int, head_dim: Optional[int]) 
     the query size; also called by the models' ``check_config`` (before any data is made)."""
     if head_dim is None and query_dim % heads:
         raise ConfigError(
-            f"attention '{name}': the query size {query_dim} (e.g. model.d_model) is not "
+            f"attention '{name}': the query size {query_dim} (model.d_model of a Transformer or BERT, "
+            f"model.decoder.hidden_dim of an RNN decoder) is not "
             f"divisible by heads {heads}; change attention.heads or set attention.head_dim")
 
 
