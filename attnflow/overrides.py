@@ -137,15 +137,6 @@ def unread_overrides(resolved: Mapping[str, Any], overrides: Optional[Iterable[s
     return out
 
 
-def check_typed_overrides(resolved: Mapping[str, Any], overrides: Optional[Iterable[str]],
-                          referenced: Iterable[str] = ()) -> None:
-    """Refuse a command-line override of a field that this config leaves unread (a single run;
-    a sweep's pre-check weighs them over its jobs)."""
-    unread = unread_overrides(resolved, overrides, referenced)
-    if unread:
-        raise ConfigError(next(iter(unread.values()))[1])
-
-
 def typed_groups(overrides: Optional[Iterable[str]]) -> Optional[set]:
     """The top-level keys the command line set (``scorer=dot``, ``scorer.hidden_dim=3`` →
     ``scorer``), or None where no command line is known."""

@@ -44,11 +44,10 @@ from attnflow import config_dir
 from attnflow import resume, training_state  # resume=, ckpt_path=; exact restarts, atomic checkpoints
 from attnflow import averaging  # callbacks.average: checkpoint averaging
 from attnflow.ema import EMAConfig, ExponentialMovingAverage  # callbacks.ema
-from attnflow.groups import check_shared_groups, prune_unused, root_defaults, unused_groups
+from attnflow.groups import prune_unused, root_defaults, unused_groups
 from attnflow.loggers import (LOGGER_CONFIG, build_loggers, finish_loggers, log_hyperparams,
                               logger_identity, run_identity)
-from attnflow.overrides import (check_typed_overrides, command_line, referenced_keys, typed_groups,
-                                unread_overrides)
+from attnflow.overrides import command_line, referenced_keys, typed_groups, unread_overrides
 from attnflow.precision import AUTO as PRECISION_AUTO, resolve_precision  # trainer.precision=auto
 from attnflow.registry import (AGGREGATORS, ATTENTIONS, DATA, ENCODERS, MODELS, NORMALIZERS,
                                POOLINGS, POSITIONALS, SCORERS, TASKS, ConfigError, Range, _suggest,
@@ -504,9 +503,22 @@ def resolve_config(cfg: DictConfig | Dict[str, Any], unread: bool = True) -> Dic
     shared-group contract first (:mod:`attnflow.groups`): groups the model does not use are
     refused when set, and left out of the result. ``unread``: refuse a field set on the command
     line that the config leaves unread (:mod:`attnflow.overrides`) — not in a sweep's job, nor
-    in the sweep's pre-check, which weighs such fields over the jobs itself."""
-    typed = None
-    unread = unread and not _sweep_job(cfg)
+    in the sweep's pre-check, which weighs such settings over the jobs itself."""
+    return _resolve(cfg, refuse=unread and not _sweep_job(cfg))[0]
+
+
+def unread_settings(cfg: DictConfig) -> tuple:
+    """(the resolved config, {key: (the override as typed, its refusal)}) of a config composed
+    with Hydra's node: the typed shared groups the model does not use and the typed fields the
+    config leaves unread, listed instead of refused — a sweep's pre-check refuses only those that
+    no job uses (:func:`attnflow.sweeps.check_sweep_values`)."""
+    return _resolve(cfg, refuse=False)
+
+
+def _resolve(cfg: DictConfig | Dict[str, Any], refuse: bool) -> tuple:
+    """:func:`resolve_config` and :func:`unread_settings`: the resolved config and the typed
+    settings it leaves unused, refused (the first of them) where ``refuse``."""
+    typed, found = None, {}
     if not isinstance(cfg, DictConfig):
         resolved = dict(cfg)
     else:
@@ -515,37 +527,24 @@ def resolve_config(cfg: DictConfig | Dict[str, Any], unread: bool = True) -> Dic
         if "hydra" in cfg:  # composed with return_hydra_config: Hydra's own node is not the run's
             with open_dict(cfg):
                 del cfg["hydra"]
-        # a sweep's job or pre-check: groups a job leaves unused are weighed over the sweep
-        consumed = check_shared_groups(cfg, config_dir(), choices, typed_groups(typed) if unread else set())
+        consumed, groups = unused_groups(cfg, config_dir(), choices, typed_groups(typed))
+        if refuse and groups:
+            raise ConfigError(next(iter(groups.values())))
+        found = {group: (" ".join(o.lstrip("+") for o in typed or () if typed_groups([o]) == {group}),
+                         message) for group, message in groups.items()}
         resolved = prune_unused(OmegaConf.to_container(cfg, resolve=True), consumed)
     try:
         validate_config(resolved)
-        if unread:  # a field this config leaves unread (one an interpolation reads is read)
-            check_typed_overrides(resolved, typed, referenced_keys(cfg) if typed else ())
+        # a field this config leaves unread (one an interpolation reads is read)
+        fields = unread_overrides(resolved, typed, referenced_keys(cfg)) if typed else {}
+        if refuse and fields:
+            raise ConfigError(next(iter(fields.values()))[1])
     except ConfigError as err:  # a field that takes its value from another: say which
         note = _interpolation_note(cfg, str(err)) if isinstance(cfg, DictConfig) else ""
         if not note:
             raise
         raise ConfigError(f"{err}{note}") from None
-    return resolved
-
-
-def unread_settings(cfg: DictConfig) -> tuple:
-    """(the resolved config, {key: (the override as typed, its refusal)}) of a config composed
-    with Hydra's node: the typed shared groups the model does not use and the typed fields the
-    config leaves unread, listed instead of refused — a sweep's pre-check refuses only those that
-    no job uses (:func:`attnflow.sweeps.check_sweep_values`)."""
-    resolved = resolve_config(cfg, unread=False)
-    typed = command_line(cfg) or []
-    plain = copy.deepcopy(cfg)
-    if "hydra" in plain:
-        with open_dict(plain):
-            del plain["hydra"]
-    _, groups = unused_groups(plain, config_dir(), _choices(cfg), typed_groups(typed))
-    out = {group: (" ".join(o.lstrip("+") for o in typed if typed_groups([o]) == {group}), message)
-           for group, message in groups.items()}
-    out.update(unread_overrides(resolved, typed, referenced_keys(plain)))
-    return resolved, out
+    return resolved, {**found, **fields}
 
 
 def _interpolation_note(cfg: DictConfig, message: str) -> str:

@@ -95,10 +95,11 @@ class CaptioningDataModule(SplitDataModule):
     # -- what models and tasks need ---------------------------------------------------------------
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
-        """:meth:`model_context` with stand-in sizes, known before any data is read: the run
-        builds the model from it on the meta device to refuse a model this config cannot build
-        (run.check_model_builds). None for region features: their size is read from the files."""
-        return None if fields.get("features") else {"tgt_vocab": 32, "pad_id": PAD, "in_channels": 3, "feature_dim": None}
+        """:meth:`model_context` with stand-in sizes (:func:`attnflow.run.check_model_builds`);
+        None for region features: their size is read from the files."""
+        if fields.get("features"):
+            return None
+        return {"tgt_vocab": 32, "pad_id": PAD, "in_channels": 3, "feature_dim": None}
 
     def model_context(self) -> dict:
         self.setup()  # the runner builds the model next: every file is read and checked by now

@@ -323,9 +323,8 @@ class DocumentDataModule(SplitDataModule):
     # -- what models and tasks need -------------------------------------------------------
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
-        """:meth:`model_context` with stand-in sizes, known before any data is read: the run
-        builds the model from it on the meta device to refuse a model this config cannot build
-        (run.check_model_builds). (No ``word_vectors``: they come from the data.)"""
+        """:meth:`model_context` with stand-in sizes (:func:`attnflow.run.check_model_builds`);
+        no ``word_vectors``: they come from the data."""
         return {"vocab_size": 1000, "num_classes": 2, "pad_id": PAD}
 
     def model_context(self) -> dict:

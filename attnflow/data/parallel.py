@@ -278,10 +278,8 @@ class ParallelDataModule(SplitDataModule):
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
-        """:meth:`model_context` with stand-in sizes, known before any data is read: the run
-        builds the model from it on the meta device to refuse a model this config cannot build
-        (run.check_model_builds). Both sides the same size (``tie_embeddings=all`` needs
-        that; a joint vocabulary has it)."""
+        """:meth:`model_context` with stand-in sizes (:func:`attnflow.run.check_model_builds`);
+        both sides the same size, as ``tie_embeddings=all`` needs (a joint vocabulary has it)."""
         return {"src_vocab": fields["vocab_size"], "tgt_vocab": fields["vocab_size"], "pad_id": PAD}
 
     def model_context(self) -> dict:

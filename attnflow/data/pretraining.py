@@ -392,9 +392,7 @@ class PretrainingDataModule(SplitDataModule):
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
-        """:meth:`model_context` with stand-in sizes, known before any data is read: the run
-        builds the model from it on the meta device to refuse a model this config cannot build
-        (run.check_model_builds)."""
+        """:meth:`model_context` with stand-in sizes (:func:`attnflow.run.check_model_builds`)."""
         return {"vocab_size": fields["vocab_size"], "pad_id": PAD}
 
     def model_context(self) -> dict:

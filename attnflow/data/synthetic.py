@@ -103,9 +103,7 @@ class ReverseDataModule(SplitDataModule):
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
-        """:meth:`model_context` with stand-in sizes, known before any data is read: the run
-        builds the model from it on the meta device to refuse a model this config cannot build
-        (run.check_model_builds)."""
+        """:meth:`model_context` with stand-in sizes (:func:`attnflow.run.check_model_builds`)."""
         return {"src_vocab": 32, "tgt_vocab": 32, "pad_id": PAD}
 
     def model_context(self) -> dict:

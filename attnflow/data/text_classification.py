@@ -282,9 +282,7 @@ class TextClassificationDataModule(SplitDataModule):
     # -- what models and tasks need ----------------------------------------------------------------
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
-        """:meth:`model_context` with stand-in sizes, known before any data is read: the run
-        builds the model from it on the meta device to refuse a model this config cannot build
-        (run.check_model_builds)."""
+        """:meth:`model_context` with stand-in sizes (:func:`attnflow.run.check_model_builds`)."""
         return {"vocab_size": fields["vocab_size"] or DEFAULT_VOCAB, "pad_id": PAD, "num_classes": 2}
 
     def model_context(self) -> dict:
