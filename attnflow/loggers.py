@@ -104,6 +104,38 @@ def _check_mode(mode: Any, path: str) -> None:
                           f"else offline), got {mode!r}")
 
 
+def _online(mode: Any) -> bool:
+    """Whether W&B would sync as it runs: ``mode``, else $WANDB_MODE (its older names too)."""
+    return (mode or os.environ.get("WANDB_MODE") or "offline") in ("online", "run", "shared")
+
+
+def _check_credentials(mode: Any, path: str) -> None:
+    """An online W&B run needs credentials; without them ``wandb.init`` stops the run only after
+    the data and the model are made (a bare ``UsageError`` where no terminal can prompt). Looked up
+    as W&B does (``WANDB_API_KEY``, the .netrc ``wandb login`` writes, W&B's settings), without
+    prompting and without the network; a W&B without this lookup is left to speak for itself."""
+    if not _online(mode):
+        return
+    import wandb
+
+    try:
+        from wandb.sdk.lib import wbauth
+
+        found = wbauth.authenticate_session(host=wandb.Settings().base_url, source="attnflow",
+                                            prompt=False, update_session=False)
+    except (ImportError, AttributeError, TypeError):  # another W&B version: its own error, later
+        return
+    except Exception as err:  # noqa: BLE001  (W&B's AuthenticationError: a key of the wrong form)
+        raise ConfigError(f"{path}: the W&B credentials found are refused: "
+                          f"{str(err).splitlines()[0]}") from None
+    if found is None:
+        where = f"{path}={mode}" if mode else f"$WANDB_MODE={os.environ.get('WANDB_MODE')} ({path} is null)"
+        raise ConfigError(f"{where} syncs to W&B as the run goes, but no W&B credentials were "
+                          f"found (WANDB_API_KEY, or the ~/.netrc entry `wandb login` writes): run "
+                          f"`wandb login` first, or log offline ({path}=offline) and upload later "
+                          f"with `wandb sync <run dir>/wandb/offline-run-*`")
+
+
 def _check_wandb_names(fields: Mapping[str, Any], path: str) -> None:
     """The W&B names a run would be refused for only when ``wandb.init`` runs, after the data and
     the model are made: W&B's own rules (``wandb.Settings``: no ``/\\#?%:`` in a project, none of
@@ -157,6 +189,7 @@ def validate_loggers(cfg: Any, path: str = "logger") -> Dict[str, Dict[str, Any]
         checked.pop("name")
         if name == "wandb":
             _check_mode(checked.get("mode"), f"{path}.{name}.mode")
+            _check_credentials(checked.get("mode"), f"{path}.{name}.mode")
             _check_wandb_names(checked, f"{path}.{name}")
         out[name] = checked
     return out

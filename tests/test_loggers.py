@@ -191,6 +191,35 @@ def test_wandb_mode_from_the_environment_takes_w_and_b_s_own_names(monkeypatch, 
     assert validate_loggers({"csv": {}}) == {"csv": {}}  # only the W&B logger reads it
 
 
+def test_online_w_and_b_without_credentials_is_refused_before_any_work(monkeypatch, tmp_path):
+    """wandb.init would stop an online run without credentials only after the data and the model
+    are made; the config check looks them up as W&B does (WANDB_API_KEY, the .netrc of `wandb
+    login`) and refuses the run first. Offline and disabled runs need none."""
+    import wandb
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))  # no file: no `wandb login` here
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
+    with pytest.raises(ConfigError, match=r"logger.wandb.mode=online syncs to W&B.*no W&B credentials"
+                                          r".*`wandb login`.*logger.wandb.mode=offline"):
+        resolve_config(compose_cfg(["logger=wandb", "logger.wandb.mode=online"]))
+    monkeypatch.setenv("WANDB_MODE", "run")  # W&B's older name for online, where mode is null
+    with pytest.raises(ConfigError, match=r"\$WANDB_MODE=run \(logger.wandb.mode is null\)"):
+        resolve_config(compose_cfg(["logger=wandb"]))
+    for mode in ("offline", "disabled"):
+        resolve_config(compose_cfg(["logger=wandb", f"logger.wandb.mode={mode}"]))
+    monkeypatch.setenv("WANDB_API_KEY", "abc")
+    with pytest.raises(ConfigError, match=r"credentials found are refused: .*40"):
+        resolve_config(compose_cfg(["logger=wandb", "logger.wandb.mode=online"]))
+    monkeypatch.delenv("WANDB_API_KEY")
+    host = wandb.Settings().base_url.split("://")[1]
+    (tmp_path / "netrc").write_text(f"machine {host}\n  login user\n  password {'k' * 40}\n")
+    (tmp_path / "netrc").chmod(0o600)
+    cfg = resolve_config(compose_cfg(["logger=wandb", "logger.wandb.mode=online"]))
+    assert cfg["logger"]["wandb"]["mode"] == "online"
+
+
 def test_old_logger_layout_is_refused_with_the_new_one_and_upgraded_from_checkpoints():
     from attnflow.checkpoints import upgrade_config
     from attnflow.run import validate_config
