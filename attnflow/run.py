@@ -587,38 +587,40 @@ def train(cfg: DictConfig | Dict[str, Any], run_dir: Path | str) -> Dict[str, An
 
 
 def _train(resolved: Dict[str, Any], run_dir: Path, fit_from: Any, matmul: Any) -> Dict[str, Any]:
-    """:func:`train` from the data module on."""
-    dm = DATA.build(resolved["data"], path="data")
-    if hasattr(dm, "set_run_dir"):  # data modules that keep files with the run (tokenizers)
-        dm.set_run_dir(run_dir)
-    model_cfg = resolved["model"]
-    if fit_from and model_cfg.get("init_from"):  # the checkpoint fitted from holds every weight:
-        model_cfg = {**model_cfg, "init_from": None}  # the pretraining run is not read again
-    model = MODELS.build(model_cfg, path="model", **dm.model_context())
-    task = TASKS.build(resolved["task"], model, path="task", **dm.task_context())
-    if hasattr(dm, "save_artifacts"):  # what prediction needs besides weights (e.g. a vocabulary)
-        dm.save_artifacts(run_dir)
-    task.run_config = resolved
-    logger = build_loggers(resolved.get("logger"), run_dir, logger_identity(resolved))  # [] for none
-    callbacks = build_callbacks(resolved.get("callbacks") or {}, run_dir, task)  # the built task:
-    # its metrics' modes may depend on its config (multitask: '<task>/acc' is 'max')
-    if matmul:
-        callbacks.append(Float32MatmulPrecision(matmul))
-    bar = (resolved.get("callbacks") or {}).get("progress_bar", "auto")
-    # callbacks.checkpoint=null: no checkpoints at all (else Lightning adds a ModelCheckpoint of its own)
-    checkpoints = any(isinstance(c, ModelCheckpoint) for c in callbacks)
-    trainer_args, note, warn = resolve_precision(resolved.get("trainer") or {})  # auto; emulated bf16
-    if note:
-        (rank_zero_warn if warn else rank_zero_info)(note)
-    with lightning_refusals(trainer_args):
-        trainer = pl.Trainer(**trainer_args, logger=logger or False,
-                             callbacks=[*callbacks, *training_state.callbacks(run_dir)],
-                             plugins=[training_state.SafeCheckpointIO()],  # atomic, weights_only
-                             default_root_dir=str(run_dir), enable_progress_bar=bar not in ("none", None),
-                             enable_checkpointing=checkpoints)
-    failed = True
-    start = time.time()
+    """:func:`train` from the data module on. A :class:`ConfigError` (or ``DataError``) raised
+    before the first training step carries ``before_work=True``: nothing of value was made, so
+    ``attnflow-train`` may forget what the run wrote (its ``config.yaml``, tokenizers)."""
+    trainer, logger, failed = None, [], True
     try:
+        dm = DATA.build(resolved["data"], path="data")
+        if hasattr(dm, "set_run_dir"):  # data modules that keep files with the run (tokenizers)
+            dm.set_run_dir(run_dir)
+        model_cfg = resolved["model"]
+        if fit_from and model_cfg.get("init_from"):  # the checkpoint fitted from holds every weight:
+            model_cfg = {**model_cfg, "init_from": None}  # the pretraining run is not read again
+        model = MODELS.build(model_cfg, path="model", **dm.model_context())
+        task = TASKS.build(resolved["task"], model, path="task", **dm.task_context())
+        if hasattr(dm, "save_artifacts"):  # what prediction needs besides weights (e.g. a vocabulary)
+            dm.save_artifacts(run_dir)
+        task.run_config = resolved
+        logger = build_loggers(resolved.get("logger"), run_dir, logger_identity(resolved))  # [] for none
+        callbacks = build_callbacks(resolved.get("callbacks") or {}, run_dir, task)  # the built task:
+        # its metrics' modes may depend on its config (multitask: '<task>/acc' is 'max')
+        if matmul:
+            callbacks.append(Float32MatmulPrecision(matmul))
+        bar = (resolved.get("callbacks") or {}).get("progress_bar", "auto")
+        # callbacks.checkpoint=null: no checkpoints at all (else Lightning adds a ModelCheckpoint of its own)
+        checkpoints = any(isinstance(c, ModelCheckpoint) for c in callbacks)
+        trainer_args, note, warn = resolve_precision(resolved.get("trainer") or {})  # auto; emulated bf16
+        if note:
+            (rank_zero_warn if warn else rank_zero_info)(note)
+        with lightning_refusals(trainer_args):
+            trainer = pl.Trainer(**trainer_args, logger=logger or False,
+                                 callbacks=[*callbacks, *training_state.callbacks(run_dir)],
+                                 plugins=[training_state.SafeCheckpointIO()],  # atomic, weights_only
+                                 default_root_dir=str(run_dir), enable_progress_bar=bar not in ("none", None),
+                                 enable_checkpointing=checkpoints)
+        start = time.time()
         log_hyperparams(logger, resolved)
         trainer.fit(task, datamodule=dm, ckpt_path=fit_from, weights_only=True)
         fit_time = time.time() - start
@@ -656,5 +658,9 @@ def _train(resolved: Dict[str, Any], run_dir: Path, fit_from: Any, matmul: Any) 
             _write_json(run_dir / "metrics.json", summary)
         failed = False
         return summary
+    except ConfigError as err:  # a DataError too (a missing file): was it before any step?
+        err.before_work = trainer is None or (  # (ddp_spawn trains in other processes: on disk)
+            trainer.global_step == 0 and not any(run_dir.rglob("*.ckpt")))
+        raise
     finally:
         finish_loggers(logger, failed)  # one W&B run per job, also when training failed

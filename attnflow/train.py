@@ -38,18 +38,17 @@ def run_app(cfg: DictConfig) -> float | None:
     from attnflow.run import train
     from attnflow.sweeps import check_optimized_metric
 
+    out = Path(HydraConfig.get().runtime.output_dir)
+    found = {p.name for p in out.iterdir()} if out.is_dir() else set()  # Hydra's files, a resumed run's
     try:
         # multirun + strategy=ddp would re-run the sweep in every rank: refused before any work
         check_multirun_strategy(cfg.get("trainer"), HydraConfig.get().mode == RunMode.MULTIRUN)
         metric = check_optimized_metric(cfg)  # a misspelt name fails before any work
-        summary = train(from_hydra(cfg), Path(HydraConfig.get().runtime.output_dir))
-    except DataError as err:  # a data file missing, empty, cut short or malformed
-        print(f"attnflow: data error: {err}", file=sys.stderr)
-        _forget_refused_run()
-        sys.exit(2)
-    except ConfigError as err:
-        print(f"attnflow: config error: {err}", file=sys.stderr)
-        _forget_refused_run()
+        summary = train(from_hydra(cfg), out)
+    except ConfigError as err:  # DataError: a data file missing, empty, cut short or malformed
+        kind = "data" if isinstance(err, DataError) else "config"
+        print(f"attnflow: {kind} error: {err}", file=sys.stderr)
+        _forget_refused_run(found if getattr(err, "before_work", False) else None)
         sys.exit(2)
     except NonFiniteLossError as err:
         print(f"attnflow: {err}", file=sys.stderr)
@@ -66,11 +65,14 @@ def run_app(cfg: DictConfig) -> float | None:
     return None
 
 
-def _forget_refused_run() -> None:
+def _forget_refused_run(found: set | None = None) -> None:
     """A single run refused before any work leaves no folder behind: Hydra made its run directory
     (``outputs/<date>/<time>/`` with ``.hydra/`` and ``train.log``) before attnflow's checks ran.
-    Removed only while that is all it holds (a run that wrote its ``config.yaml``, or a resumed
-    run's own directory, is kept), with the date folder if that is left empty."""
+    Where the refusal came after the run began to write but before its first training step (a
+    missing data file: ``before_work``), ``found`` names what the folder held before: what the run
+    added beside it (``config.yaml``, tokenizers; a resumed run's ``resume-<n>.yaml``) goes first.
+    The folder is removed only while Hydra's files are all it holds (a resumed run's own directory,
+    or a ``hydra.run.dir`` with other files, is kept), with the date folder if that is left empty."""
     import contextlib
     import re
     import shutil
@@ -80,7 +82,12 @@ def _forget_refused_run() -> None:
 
     hc = HydraConfig.get()
     out = Path(hc.runtime.output_dir)
-    if hc.mode != RunMode.RUN or not out.is_dir() or {p.name for p in out.iterdir()} - {".hydra", "train.log"}:
+    if hc.mode != RunMode.RUN or not out.is_dir():
+        return
+    for path in out.iterdir() if found is not None else ():
+        if path.name not in found and not any(path.rglob("*.ckpt")):  # (a checkpoint: never)
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+    if {p.name for p in out.iterdir()} - {".hydra", "train.log"}:
         return
     shutil.rmtree(out, ignore_errors=True)
     if re.fullmatch(r"\d{4}-\d\d-\d\d", out.parent.name):  # outputs/<date>/: where this was its only run

@@ -186,6 +186,47 @@ def test_cli_unknown_block_name_prints_one_message(tmp_path, monkeypatch, capsys
     assert list(tmp_path.iterdir()) == []  # Hydra's run folder (.hydra/, train.log) is not left behind
 
 
+def test_a_run_refused_by_its_data_before_any_step_leaves_nothing_it_wrote(tmp_path, monkeypatch,
+                                                                          capsys):
+    """A missing data file is found only after the run wrote its config.yaml (the data module
+    reads the files); still before any training step, so the run's folder goes as a config
+    error's does. In a folder that held files before (hydra.run.dir), only what the run added."""
+    empty = tmp_path / "no-data"
+    empty.mkdir()
+    code, _, err = _main(monkeypatch, capsys, tmp_path / "outputs", "experiment=gat_cora",
+                         f"paths.data_dir={empty}")
+    assert code == 2 and "attnflow: data error: data 'planetoid': Cora is missing" in err
+    assert "Traceback" not in err
+    assert list((tmp_path / "outputs").iterdir()) == []
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("kept")
+    code, _, err = _main(monkeypatch, capsys, tmp_path / "outputs", "experiment=gat_cora",
+                         f"paths.data_dir={empty}", f"hydra.run.dir={mine}")
+    assert code == 2 and "Cora is missing" in err
+    assert sorted(p.name for p in mine.iterdir()) == [".hydra", "notes.txt", "train.log"]
+
+
+def test_a_data_error_after_training_keeps_the_run(tmp_path, monkeypatch, capsys):
+    """The same error after training steps (here: from the checkpoint averaging that follows the
+    fit) keeps everything the run wrote: its checkpoints and config.yaml."""
+    from attnflow import averaging
+    from attnflow.data.errors import DataError
+
+    def fail(*args, **kwargs):
+        raise DataError("data 'x': unreadable after the fit")
+
+    monkeypatch.setattr(averaging, "finish", fail)
+    with pytest.raises(DataError) as refused:
+        train(compose_cfg([*FAST, "logger=none"]), tmp_path / "run")
+    assert refused.value.before_work is False
+    code, _, err = _main(monkeypatch, capsys, tmp_path / "outputs", *FAST, "logger=none",
+                         f"hydra.run.dir={tmp_path / 'cli'}")
+    assert code == 2 and "unreadable after the fit" in err
+    assert (tmp_path / "cli" / "config.yaml").is_file()
+    assert list((tmp_path / "cli" / "checkpoints").glob("*.ckpt"))
+
+
 def test_cli_unknown_group_option_lists_options(tmp_path):
     """In a fresh interpreter, as users run it (Hydra refuses the option before torch is imported)."""
     proc = _cli("scorer=dott", tmp_path=tmp_path)
