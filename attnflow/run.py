@@ -16,6 +16,7 @@ validation and test metrics by name), and the logger's files (``csv/``, ``tensor
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import functools
@@ -25,7 +26,7 @@ import re
 import time
 import typing
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import pytorch_lightning as pl
 import torch
@@ -586,6 +587,26 @@ def train(cfg: DictConfig | Dict[str, Any], run_dir: Path | str) -> Dict[str, An
         torch.set_float32_matmul_precision(found)
 
 
+@contextlib.contextmanager
+def _fit_refusals() -> Iterator[None]:
+    """Around ``trainer.fit``: what Lightning refuses only once the training batches are counted
+    (after the data is made and the sanity check ran; still before any step) becomes a
+    :class:`ConfigError` naming the field. An int ``val_check_interval`` is a number of batches
+    within an epoch, and an epoch may have fewer (``limit_train_batches`` included)."""
+    try:
+        yield
+    except ValueError as err:
+        found = re.search(r"`val_check_interval` \((\d+)\) must be less than or equal to the number "
+                          r"of the training batches \((\d+)\)", str(err))
+        if not found:
+            raise
+        asked, batches = found.groups()
+        raise ConfigError(f"trainer.val_check_interval={asked} (at 'trainer.val_check_interval') is "
+                          f"more than the {batches} training batches of an epoch: give at most "
+                          f"{batches}, a fraction of the epoch (e.g. 0.5), or count batches across "
+                          f"epochs with trainer.check_val_every_n_epoch=null") from None
+
+
 def _train(resolved: Dict[str, Any], run_dir: Path, fit_from: Any, matmul: Any) -> Dict[str, Any]:
     """:func:`train` from the data module on. A :class:`ConfigError` (or ``DataError``) raised
     before the first training step carries ``before_work=True``: nothing of value was made, so
@@ -622,7 +643,8 @@ def _train(resolved: Dict[str, Any], run_dir: Path, fit_from: Any, matmul: Any) 
                                  enable_checkpointing=checkpoints)
         start = time.time()
         log_hyperparams(logger, resolved)
-        trainer.fit(task, datamodule=dm, ckpt_path=fit_from, weights_only=True)
+        with _fit_refusals():
+            trainer.fit(task, datamodule=dm, ckpt_path=fit_from, weights_only=True)
         fit_time = time.time() - start
         best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
         ckpt = best or None

@@ -227,6 +227,21 @@ def test_a_data_error_after_training_keeps_the_run(tmp_path, monkeypatch, capsys
     assert list((tmp_path / "cli" / "checkpoints").glob("*.ckpt"))
 
 
+def test_validation_interval_longer_than_an_epoch_is_a_config_error(tmp_path):
+    """Lightning counts the training batches only inside fit (a bare ValueError there); the
+    refusal names the field and the epoch's length, here the 3 batches limit_train_batches
+    leaves, and the run took no step."""
+    cfg = compose_cfg([*FAST, "logger=none", "trainer.limit_train_batches=3",
+                       "trainer.val_check_interval=4"])
+    with pytest.raises(ConfigError, match=r"^trainer.val_check_interval=4 \(at 'trainer.val_check_"
+                                          r"interval'\) is more than the 3 training batches of an "
+                                          r"epoch: give at most 3") as refused:
+        train(cfg, tmp_path / "run")
+    assert refused.value.before_work is True
+    train(compose_cfg([*FAST, "logger=none", "trainer.limit_train_batches=3",
+                       "trainer.val_check_interval=3"]), tmp_path / "fits")
+
+
 def test_cli_unknown_group_option_lists_options(tmp_path):
     """In a fresh interpreter, as users run it (Hydra refuses the option before torch is imported)."""
     proc = _cli("scorer=dott", tmp_path=tmp_path)
