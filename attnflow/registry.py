@@ -242,6 +242,14 @@ class Registry:
         out["name"] = name
         return out
 
+    def ask(self, cfg: Any, hook: str, path: str = "") -> Any:
+        """What the class ``cfg`` names answers, from its fields with their defaults, through its
+        classmethod ``hook`` (e.g. a data class's ``one_vocabulary(fields)``); None where the class
+        has no such hook. How one block's config check learns what another block will give it,
+        before any of them is built (:func:`attnflow.run.check_composition`)."""
+        answer = getattr(self.get(_to_dict(cfg).get("name"), path), hook, None)
+        return answer(self.validate(cfg, path)) if answer is not None else None
+
     def inert_fields(self, validated: Dict[str, Any], path: str = "") -> Dict[str, str]:
         """{config path: why it does nothing} over a validated config tree (:meth:`validate`'s
         result): the fields that the rest of the config leaves unread, e.g. ``window`` of a

@@ -346,8 +346,7 @@ def check_model_builds(cfg: Dict[str, Any]) -> None:
     is found: the stand-in sizes are chosen to pass every check that compares real ones (both
     vocabularies the same size), and a data module without stand-ins (its sizes are in its files)
     skips this. An error the meta device itself raises leaves the decision to the real build."""
-    placeholder = getattr(DATA.get(cfg["data"]["name"]), "placeholder_context", None)
-    context = placeholder(DATA.validate(cfg["data"], "data")) if placeholder else None
+    context = DATA.ask(cfg["data"], "placeholder_context", "data")
     if context is None:
         return
     model_cfg = dict(cfg["model"])

@@ -78,6 +78,39 @@ def test_bert_inputs_longer_than_its_positions_are_refused_before_any_work(tmp_p
     assert resolve_config(train_ok)["data"]["max_len"] == 600
 
 
+@pytest.mark.parametrize("overrides, longest", [
+    # reverse: ⟨bos⟩ + max_len target tokens in training, outputs decoded to max_len + 2
+    (["experiment=reverse_transformer", "data.max_len=10"], 12),
+    # Multi30k: max(max_src_len, max_tgt_len + 1, max_decode_len or max_tgt_len + 2)
+    (["experiment=mt_transformer", "data.max_src_len=40", "data.max_tgt_len=30"], 40),
+    (["experiment=mt_transformer", "data.max_src_len=20", "data.max_tgt_len=30"], 32),
+    (["experiment=mt_transformer", "data.max_src_len=20", "data.max_tgt_len=30",
+      "data.max_decode_len=50"], 50),
+])
+def test_learned_positions_shorter_than_the_data_are_refused_before_any_work(tmp_path, overrides,
+                                                                               longest):
+    """A learned position table refused a longer sequence only at the first such batch, mid-run
+    (decoding the first validation batch, for reverse). The bound is the table's length against
+    the data config's longest sequence; one position fewer is refused, exactly enough builds."""
+    from attnflow.run import resolve_config
+
+    short = [*overrides, "positional=learned", f"positional.max_len={longest - 1}"]
+    with pytest.raises(ConfigError, match=rf"positional.max_len={longest - 1} \(learned positions\) "
+                                          rf"is shorter than the {longest} positions the data gives"):
+        train(compose_cfg(short), tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    enough = [*overrides, "positional=learned", f"positional.max_len={longest}"]
+    assert resolve_config(compose_cfg(enough))["model"]["positional"]["max_len"] == longest
+
+
+def test_learned_positions_cover_what_the_reverse_run_decodes(tmp_path):
+    """The bound is exact: the run with the shortest table the check allows trains and decodes."""
+    train(compose_cfg([*FAST, "experiment=reverse_transformer", "data.max_len=10", "logger=none",
+                       "positional=learned", "positional.max_len=12", "trainer.limit_train_batches=2",
+                       "trainer.limit_val_batches=2", "trainer.limit_test_batches=2"]), tmp_path / "run")
+    assert (tmp_path / "run" / "metrics.json").is_file()
+
+
 ANY_DEVICE = [o for o in FAST if not o.startswith("trainer.accelerator=")]  # FAST asks for the CPU
 
 

@@ -26,7 +26,7 @@ little compute goes to padding.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Dict, List, Literal, Mapping, Optional, Sequence
+from typing import Annotated, Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple
 
 import torch
 from torch.utils.data import DataLoader
@@ -275,6 +275,16 @@ class ParallelDataModule(SplitDataModule):
     def one_vocabulary(cls, fields: Mapping[str, Any]) -> bool:
         """Whether source and target tokens share one vocabulary (ids), as tied embeddings need."""
         return bool(fields["shared_vocab"])
+
+    @classmethod
+    def longest_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:
+        """The most positions a sequence model is given, and why: sources cut to ``max_src_len``,
+        ⟨bos⟩-led training targets of ``max_tgt_len + 1``, outputs decoded to ``max_decode_len``.
+        (Validation and test targets are not cut: a longer one is found only when it comes.)"""
+        src, tgt = fields["max_src_len"], fields["max_tgt_len"]
+        decode = fields["max_decode_len"] or tgt + 2
+        return max(src, tgt + 1, decode), (f"data.max_src_len={src}, data.max_tgt_len={tgt} (+ ⟨bos⟩), "
+                                           f"outputs decoded to {decode} (data.max_decode_len)")
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:

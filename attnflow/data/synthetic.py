@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 import string
-from typing import Annotated, Any, Dict, List, Literal, Mapping, Optional, Sequence
+from typing import Annotated, Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple
 
 import torch
 from torch.utils.data import DataLoader
@@ -100,6 +100,13 @@ class ReverseDataModule(SplitDataModule):
     def one_vocabulary(cls, fields: Mapping[str, Any]) -> bool:
         """Source and target are sequences of the same symbols: one vocabulary."""
         return True
+
+    @classmethod
+    def longest_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:
+        """The most positions a sequence model is given, and why: outputs are decoded to
+        ``max_len + 2`` tokens (:meth:`task_context`), one more than a ⟨bos⟩-led target."""
+        n = fields["max_len"]
+        return n + 2, f"data.max_len={n}: outputs decoded to {n + 2} tokens"
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:

@@ -95,8 +95,7 @@ class Captioner(EncoderDecoder):
         given = "image_features" if (cfg.get("data") or {}).get("features") else "image"
         if kind != given:
             raise ConfigError(cls.kind_error(name, kind, given))
-        side_of = getattr(DATA.get(cfg["data"]["name"]), "image_side", None)
-        side = side_of(DATA.validate(cfg["data"], "data")) if side_of and given == "image" else None
+        side = DATA.ask(cfg["data"], "image_side", "data") if given == "image" else None
         if side:  # the encoder's grid over the data's images: at least one region
             encoder_cfg = MODELS.validate(cfg["model"], "model")["encoder"]
             with torch.device("meta"):

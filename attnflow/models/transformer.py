@@ -60,14 +60,22 @@ class Transformer(EncoderDecoder):
     @classmethod
     def check_config(cls, cfg: dict) -> None:
         """Before any data is made (run.check_composition): the attention's heads divide d_model,
-        and ``tie_embeddings=all`` has one vocabulary for both sides (the data class's
-        ``one_vocabulary``): two vocabularies of the same size would tie unrelated tokens."""
+        ``tie_embeddings=all`` has one vocabulary for both sides (the data class's
+        ``one_vocabulary``): two vocabularies of the same size would tie unrelated tokens, and
+        positions of a bounded table (``learned``) cover the longest sequence the data gives
+        (its ``longest_positions``), which the table refused only at the first such batch."""
         if (cfg.get("model") or {}).get("name") == "transformer":
             model = MODELS.validate(cfg["model"], "model")
             check_model_heads(model)
-            one = getattr(DATA.get(cfg["data"]["name"]), "one_vocabulary", None)
-            if model["tie_embeddings"] == "all" and one is not None and not one(
-                    DATA.validate(cfg["data"], "data")):
+            table = (model.get("positional") or {}).get("max_len")
+            longest = DATA.ask(cfg["data"], "longest_positions", "data") if table else None
+            if longest and longest[0] > table:
+                raise ConfigError(
+                    f"model 'transformer': positional.max_len={table} ({model['positional']['name']} "
+                    f"positions) is shorter than the {longest[0]} positions the data gives "
+                    f"({longest[1]}), which the model would refuse at the first such batch, mid-run; "
+                    f"raise positional.max_len to at least {longest[0]}, or use positional=sinusoidal")
+            if model["tie_embeddings"] == "all" and DATA.ask(cfg["data"], "one_vocabulary", "data") is False:
                 raise ConfigError(
                     "model 'transformer': tie_embeddings=all (the default) shares one embedding "
                     "matrix between source and target tokens, but data.shared_vocab=false gives each "

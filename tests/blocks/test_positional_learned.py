@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from attnflow.registry import POSITIONALS
+from attnflow.registry import POSITIONALS, ConfigError
 
 
 def test_adds_row_t_of_the_trained_matrix():
@@ -17,6 +17,10 @@ def test_adds_row_t_of_the_trained_matrix():
 
 
 def test_too_long_is_a_clear_error():
+    """A ConfigError (attnflow-train prints it as one line) naming the position and the field."""
     pe = POSITIONALS.build({"name": "learned", "max_len": 4}, 2)
-    with pytest.raises(ValueError, match="max_len"):
+    with pytest.raises(ConfigError, match=r"position 4 is beyond max_len 4; raise positional.max_len"):
         pe(torch.zeros(1, 5, 2))
+    with pytest.raises(ConfigError, match=r"position 5 is beyond max_len 4"):
+        pe(torch.zeros(1, 3, 2), offset=3)
+    assert pe(torch.zeros(1, 1, 2), offset=3).shape == (1, 1, 2)

@@ -2,7 +2,8 @@
 
 Source: Gehring et al. 2017; Vaswani et al. 2017 §3.5
 (found to give results close to the sinusoids); Devlin et al. 2019 (BERT). Unlike sinusoids, the
-length is bounded by ``max_len``: longer inputs are an error.
+length is bounded by ``max_len``: longer inputs are an error (the models' config checks compare
+``max_len`` with the longest input the data's config allows, before any work).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import torch
 from torch import nn
 
 from attnflow.blocks.positional.base import Positional
-from attnflow.registry import POSITIONALS, PositiveFloat, PositiveInt
+from attnflow.registry import POSITIONALS, ConfigError, PositiveFloat, PositiveInt
 
 
 @POSITIONALS.register("learned")
@@ -31,8 +32,8 @@ class LearnedPositional(Positional):
         self.weight = nn.Parameter(torch.randn(max_len, dim) * init_std)
 
     def encoding(self, length: int, offset: int = 0, device=None, dtype=None) -> torch.Tensor:
-        if offset + length > self.max_len:
-            raise ValueError(
+        if offset + length > self.max_len:  # a ConfigError: attnflow-train says it in one line
+            raise ConfigError(
                 f"positional 'learned': position {offset + length - 1} is beyond max_len "
                 f"{self.max_len}; raise positional.max_len or use positional=sinusoidal")
         return self.weight[offset: offset + length]
