@@ -68,10 +68,17 @@ def test_bad_config_fails_before_any_work(overrides, expected, tmp_path):
 
 
 def test_bert_inputs_longer_than_its_positions_are_refused_before_any_work(tmp_path):
-    """The model refused them only at the first batch that long, after the data was tokenised."""
+    """The model refused them only at the first batch that long, after the data was tokenised;
+    a multitask run's tasks each have their own data.max_len (or the common one)."""
     with pytest.raises(ConfigError, match="data.max_len=600 gives inputs longer than model.max_len=512"):
         train(compose_cfg(["experiment=bert_imdb", "data.max_len=600"]), tmp_path / "run")
     assert not (tmp_path / "run").exists()
+    for typed, named in (("data.tasks.rating.max_len=9999", "data.tasks.rating.max_len=9999"),
+                         ("data.common.max_len=600", "data.tasks.polarity.max_len=600")):
+        with pytest.raises(ConfigError, match=rf"{named} gives inputs longer than model.max_len=512"
+                                              rf".*lower {named.split('=')[0]}"):
+            train(compose_cfg(["experiment=bert_imdb_multitask", typed]), tmp_path / "run")
+        assert not (tmp_path / "run").exists()
     train_ok = compose_cfg(["experiment=bert_imdb", "data.max_len=600", "model.max_len=600",
                             "positional.max_len=600"])
     from attnflow.run import resolve_config

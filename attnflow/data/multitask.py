@@ -35,7 +35,7 @@ samplers and workers are as in a single-task run.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import pytorch_lightning as pl
 import torch
@@ -152,6 +152,15 @@ class MultiTaskDataModule(pl.LightningDataModule):
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
         """Every task's data config is valid (run.check_composition, before any work)."""
         cls.task_configs(cfg["data"])
+
+    @classmethod
+    def longest_positions(cls, fields: Mapping[str, Any]) -> Optional[Tuple[int, str]]:
+        """The longest of the tasks' data (their classes' ``longest_positions``), and why, at the
+        task's path (``{at}tasks.<task>.``); None where no task's data says."""
+        said = [(n, why.replace("{at}", f"{{at}}tasks.{t}."))
+                for t, task in cls.task_configs(fields).items()
+                for n, why in [DATA.ask(task, "longest_positions", f"data.tasks.{t}") or (0, "")] if n]
+        return max(said, key=lambda answer: answer[0], default=None)
 
     @property
     def task_names(self) -> List[str]:

@@ -278,13 +278,14 @@ class ParallelDataModule(SplitDataModule):
 
     @classmethod
     def longest_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:
-        """The most positions a sequence model is given, and why: sources cut to ``max_src_len``,
-        ⟨bos⟩-led training targets of ``max_tgt_len + 1``, outputs decoded to ``max_decode_len``.
-        (Validation and test targets are not cut: a longer one is found only when it comes.)"""
+        """The most positions a sequence model is given, and why (``{at}``: the data config's
+        path): sources cut to ``max_src_len``, ⟨bos⟩-led training targets of ``max_tgt_len + 1``,
+        outputs decoded to ``max_decode_len``. (Validation and test targets are not cut: a longer
+        one is found only when it comes.)"""
         src, tgt = fields["max_src_len"], fields["max_tgt_len"]
         decode = fields["max_decode_len"] or tgt + 2
-        return max(src, tgt + 1, decode), (f"data.max_src_len={src}, data.max_tgt_len={tgt} (+ ⟨bos⟩), "
-                                           f"outputs decoded to {decode} (data.max_decode_len)")
+        return max(src, tgt + 1, decode), (f"{{at}}max_src_len={src}, {{at}}max_tgt_len={tgt} (+ ⟨bos⟩), "
+                                           f"outputs decoded to {decode} ({{at}}max_decode_len)")
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:

@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import random
 from pathlib import Path
-from typing import Annotated, Any, Dict, List, Literal, Mapping, Optional, Sequence
+from typing import Annotated, Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -389,6 +389,12 @@ class PretrainingDataModule(SplitDataModule):
     def vocab_size(self) -> int:
         self.prepare_tokenizer()
         return self.tokenizer.get_vocab_size()
+
+    @classmethod
+    def longest_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:
+        """The most positions a model is given (an instance's specials included), and why (``{at}``: the
+        data config's path); the models' config checks compare it with theirs."""
+        return fields["max_len"], f"{{at}}max_len={fields['max_len']}"
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:

@@ -103,10 +103,11 @@ class ReverseDataModule(SplitDataModule):
 
     @classmethod
     def longest_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:
-        """The most positions a sequence model is given, and why: outputs are decoded to
-        ``max_len + 2`` tokens (:meth:`task_context`), one more than a ⟨bos⟩-led target."""
+        """The most positions a sequence model is given, and why (``{at}``: the data config's
+        path): outputs are decoded to ``max_len + 2`` tokens (:meth:`task_context`), one more
+        than a ⟨bos⟩-led target."""
         n = fields["max_len"]
-        return n + 2, f"data.max_len={n}: outputs decoded to {n + 2} tokens"
+        return n + 2, f"{{at}}max_len={n}: outputs decoded to {n + 2} tokens"
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Annotated, Any, Dict, List, Mapping, Optional, Sequence
+from typing import Annotated, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -280,6 +280,12 @@ class TextClassificationDataModule(SplitDataModule):
                 "label_field": self.label_field, "text_field": self.text_field, "max_len": self.max_len}
 
     # -- what models and tasks need ----------------------------------------------------------------
+    @classmethod
+    def longest_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:
+        """The most positions a model is given ([CLS] and [SEP] included), and why (``{at}``: the
+        data config's path); the models' config checks compare it with theirs."""
+        return fields["max_len"], f"{{at}}max_len={fields['max_len']}"
+
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
         """:meth:`model_context` with stand-in sizes (:func:`attnflow.run.check_model_builds`)."""

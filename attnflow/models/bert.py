@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnflow.blocks.attention.multihead import check_model_heads
-from attnflow.registry import (ATTENTIONS, ENCODERS, MODELS, POSITIONALS, BlockSpec, ConfigError,
+from attnflow.registry import (ATTENTIONS, DATA, ENCODERS, MODELS, POSITIONALS, BlockSpec, ConfigError,
                                PositiveFloat, PositiveInt, Probability)
 
 log = logging.getLogger(__name__)
@@ -133,12 +133,13 @@ class BertModel(nn.Module):
             model = MODELS.validate(cfg["model"], "model")
             check_model_heads(model)
             _check_positions(model["max_len"], (model.get("positional") or {}).get("max_len"))
-            data_len = (cfg.get("data") or {}).get("max_len")  # text_classification, pretraining
-            if isinstance(data_len, int) and data_len > model["max_len"]:
+            longest = DATA.ask(cfg["data"], "longest_positions", "data")  # multitask: the tasks'
+            if longest and longest[0] > model["max_len"]:
+                given = longest[1].replace("{at}", "data.")
                 raise ConfigError(
-                    f"model 'bert': data.max_len={data_len} gives inputs longer than model.max_len="
+                    f"model 'bert': {given} gives inputs longer than model.max_len="
                     f"{model['max_len']}, which the model refuses at the first such batch; lower "
-                    f"data.max_len or raise model.max_len (and positional.max_len)")
+                    f"{given.split('=')[0]} or raise model.max_len (and positional.max_len)")
             if model["head"] == "pretraining" and model["type_vocab_size"] < 2:
                 raise ConfigError(f"model 'bert': model.type_vocab_size={model['type_vocab_size']} with "
                                   f"head=pretraining: next-sentence prediction gives two segments "

@@ -73,7 +73,7 @@ class Transformer(EncoderDecoder):
                 raise ConfigError(
                     f"model 'transformer': positional.max_len={table} ({model['positional']['name']} "
                     f"positions) is shorter than the {longest[0]} positions the data gives "
-                    f"({longest[1]}), which the model would refuse at the first such batch, mid-run; "
+                    f"({longest[1].replace('{at}', 'data.')}), which the model would refuse at the first such batch, mid-run; "
                     f"raise positional.max_len to at least {longest[0]}, or use positional=sinusoidal")
             if model["tie_embeddings"] == "all" and DATA.ask(cfg["data"], "one_vocabulary", "data") is False:
                 raise ConfigError(
