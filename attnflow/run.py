@@ -259,9 +259,48 @@ def validate_config(cfg: Dict[str, Any]) -> None:
     if not isinstance(lr_monitor, (bool, type(None))):  # any other value would switch it on
         raise ConfigError(f"callbacks.lr_monitor must be true or false (log the learning rate every "
                           f"step), got {lr_monitor!r}")
+    _check_callback_needs(cfg, task_cls)
     _check_root_fields(cfg)
     check_composition(cfg)
     check_model_builds(cfg)
+
+
+def _no_validation(trainer: Dict[str, Any]) -> Optional[tuple]:
+    """(the trainer fields under which no validation runs during training, as typed; how to
+    validate), or None where some does."""
+    limit = trainer.get("limit_val_batches")
+    if isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit == 0:
+        return f"trainer.limit_val_batches={limit}", "trainer.limit_val_batches=1.0"
+    every, epochs = trainer.get("check_val_every_n_epoch", 1), trainer.get("max_epochs")
+    if isinstance(every, int) and isinstance(epochs, int) and 0 < epochs < every:
+        return (f"trainer.check_val_every_n_epoch={every} with trainer.max_epochs={epochs}",
+                f"trainer.check_val_every_n_epoch={epochs}")
+    return None
+
+
+def _check_callback_needs(cfg: Dict[str, Any], task_cls: Any) -> None:
+    """Callbacks that the rest of the config leaves without what they work on, refused before any
+    work: ``lr_monitor`` without a logger (Lightning stops the run once the data and the model are
+    made), early stopping on a validation metric and checkpoint averaging (of validated epochs)
+    where no validation runs during training (the first failed after an epoch of training, the
+    second silently averaged nothing)."""
+    callbacks = cfg.get("callbacks") or {}
+    if callbacks.get("lr_monitor") and not set(cfg.get("logger") or {}) - {"none"}:
+        raise ConfigError("callbacks.lr_monitor=true logs the learning rate to the run's logger, but "
+                          "logger=none gives it none; choose one (e.g. logger=csv) or drop "
+                          "callbacks.lr_monitor")
+    off, fix = _no_validation(cfg.get("trainer") or {}) or (None, None)
+    stop = callbacks.get("early_stopping")
+    watched = (stop or {}).get("monitor") or getattr(task_cls, "monitor", "val/loss")
+    if off and stop is not None and watched.startswith("val/"):
+        raise ConfigError(f"callbacks.early_stopping watches {watched}, but {off} runs no validation "
+                          f"during training, so it is never computed; validate (e.g. {fix}), watch a "
+                          f"training metric (callbacks.early_stopping.monitor=train/loss), or drop "
+                          f"early stopping (callbacks.early_stopping=null)")
+    if off and callbacks.get("average") is not None:
+        raise ConfigError(f"callbacks.average averages the checkpoints of validated epochs, but {off} "
+                          f"runs no validation during training, so there would be none; validate "
+                          f"(e.g. {fix}), or drop callbacks.average (callbacks.average=null)")
 
 
 @functools.lru_cache(maxsize=1)

@@ -57,6 +57,19 @@ from support import FAST, ROOT, compose_cfg, train_cli
      ["task.optim.scheduler=cosine decays", "trainer.max_epochs=-1 without trainer.max_steps"]),
     (["trainer.max_epochs=-1", "trainer.max_time=00:00:01:00", "task.optim.scheduler=linear"],
      ["task.optim.scheduler=linear decays", "task.optim.scheduler=noam, constant_with_warmup or none"]),
+    # callbacks left without what they work on: Lightning stopped the first once the data and the
+    # model were made, early stopping after an epoch of training; averaging averaged nothing
+    (["callbacks.lr_monitor=true", "logger=none"], ["callbacks.lr_monitor=true logs the learning rate",
+                                                    "logger=none gives it none"]),
+    (["callbacks.early_stopping={}", "trainer.limit_val_batches=0"],
+     ["callbacks.early_stopping watches val/seq_acc, but trainer.limit_val_batches=0 runs no validation",
+      "(e.g. trainer.limit_val_batches=1.0)", "monitor=train/loss"]),
+    (["callbacks.early_stopping={patience: 2}", "trainer.max_epochs=2", "trainer.check_val_every_n_epoch=3"],
+     ["trainer.check_val_every_n_epoch=3 with trainer.max_epochs=2 runs no validation",
+      "(e.g. trainer.check_val_every_n_epoch=2)"]),
+    (["callbacks.average={best: 2}", "trainer.limit_val_batches=0.0"],
+     ["callbacks.average averages the checkpoints of validated epochs, but "
+      "trainer.limit_val_batches=0.0 runs no validation"]),
 ])
 def test_bad_config_fails_before_any_work(overrides, expected, tmp_path):
     cfg = compose_cfg([*FAST, *overrides])
@@ -65,6 +78,18 @@ def test_bad_config_fails_before_any_work(overrides, expected, tmp_path):
     for text in expected:
         assert text in str(err.value)
     assert not (tmp_path / "run").exists()  # nothing was built or written
+
+
+def test_callbacks_with_what_they_need_are_accepted():
+    """The other side of those refusals: a logger for lr_monitor, a training metric to stop on
+    without validation, validation in the last epoch."""
+    from attnflow.run import resolve_config
+
+    for overrides in (["callbacks.lr_monitor=true", "logger=csv"],
+                      ["callbacks.early_stopping={monitor: train/loss}", "trainer.limit_val_batches=0"],
+                      ["callbacks.early_stopping={}", "trainer.max_epochs=3", "trainer.check_val_every_n_epoch=3"],
+                      ["callbacks.average={last: 2}", "trainer.limit_val_batches=0.5"]):
+        resolve_config(compose_cfg([*FAST, *overrides]))
 
 
 def test_bert_inputs_longer_than_its_positions_are_refused_before_any_work(tmp_path):
