@@ -540,6 +540,11 @@ def start(resolved: Dict[str, Any], run_dir: Path | str) -> Optional[str]:
             ckpt = load_checkpoint_file(path, mmap=True)
         except CheckpointError as err:
             raise ResumeError(f"ckpt_path: {err}") from None
+        if "pytorch-lightning_version" not in ckpt or "state_dict" not in ckpt:  # Lightning's keys
+            raise ResumeError(f"ckpt_path={ckpt_path} holds weights only (keys: "
+                              f"{', '.join(sorted(map(str, ckpt))[:6])}), not a training state "
+                              f"Lightning can continue (e.g. a snapshot of callbacks.average, "
+                              f"checkpoints/avg/epoch<k>.pt); fit from a run's checkpoints/*.ckpt")
         saved = ckpt.get("attnflow_config")
         if isinstance(saved, dict):
             diffs = differences(_upgrade(saved), resolved, only=STATE_DEFINING)

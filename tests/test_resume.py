@@ -353,6 +353,15 @@ def test_ckpt_path_of_another_model_is_refused_naming_fields(finished, tmp_path)
     own = finished / "default" / "checkpoints" / "last.ckpt"
     with pytest.raises(ResumeError, match="this run's own directory.*resume="):
         train(compose_cfg([*TINY, f"ckpt_path={own}"]), finished / "default")
+    # weights alone (as callbacks.average keeps its snapshots): Lightning failed with a KeyError
+    # for its version key after the data and the model were made
+    ckpt = torch.load(own, weights_only=True)
+    snapshot = tmp_path / "epoch0.pt"
+    torch.save({"state_dict": ckpt["state_dict"], "epoch": 0, "step": 4}, snapshot)
+    with pytest.raises(ResumeError, match=r"ckpt_path=.*epoch0.pt holds weights only \(keys: epoch, "
+                                          r"state_dict, step\), not a training state"):
+        train(compose_cfg([*TINY, f"ckpt_path={snapshot}"]), tmp_path / "weights")
+    assert not (tmp_path / "weights" / "config.yaml").exists()
 
 
 def test_resume_last_takes_the_newest_run_of_the_experiment(finished, tmp_path):
