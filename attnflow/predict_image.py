@@ -168,7 +168,7 @@ def predict_captions(args, run: Run, out, read_texts, batched, write_attention) 
     helpers come from :mod:`attnflow.predict`."""
     import matplotlib.pyplot as plt
 
-    from attnflow.textio import atomic_path, check_new_outputs, text_array
+    from attnflow.textio import atomic_path, check_new_outputs, check_png, text_array
     from attnflow.viz import DPI, caption_figure
 
     if args.explain:
@@ -179,9 +179,8 @@ def predict_captions(args, run: Run, out, read_texts, batched, write_attention) 
                                 "takes --beam K")
     if args.beam is not None and args.beam < 1:
         raise ImagePredictError(f"--beam must be >= 1, got {args.beam}")
-    if args.attention and Path(args.attention).suffix.lower() != ".png":
-        raise ImagePredictError(f"--attention takes the PNG file to write (--attention OUT.png), "
-                                f"got {args.attention!r}")
+    if args.attention:
+        check_png(args.attention)
     task, art = load_captioner(run, args.device)
     paths, _ = read_texts(args)
     paths = [p.strip() for p in paths if p.strip()]  # blank lines of a list are no images

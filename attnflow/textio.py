@@ -107,6 +107,15 @@ def check_npz(path: Path | str) -> Path:
     return path
 
 
+def check_png(path: Path | str, option: str = "--attention") -> Path:
+    """``path`` if it names a ``.png`` file, else :class:`InputError`: the CLIs check their
+    ``--attention`` with it before any work (matplotlib refused another suffix only after the
+    decoding, when the picture was saved)."""
+    if Path(path).suffix.lower() != ".png":
+        raise InputError(f"{option} takes the PNG file to write ({option} OUT.png), got {str(path)!r}")
+    return Path(path)
+
+
 def check_new_outputs(*options: Tuple[str, Any]) -> None:
     """Before any work of a CLI: each ``(option, path)`` given (``-o``, ``--save-attention``, …)
     names a file that does not exist yet; an earlier result is never overwritten

@@ -53,6 +53,7 @@ around the aligned position (Luong et al. 2015, eq. (10)). An empty input line h
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
@@ -63,8 +64,8 @@ import torch
 from attnflow.checkpoints import CheckpointError, load_run, load_weights
 from attnflow.onednn import bound_primitive_cache
 from attnflow.registry import ConfigError
-from attnflow.textio import (InputError, batched, check_new_outputs, check_npz, iter_lines,
-                             iter_stdin, save_arrays, text_array)
+from attnflow.textio import (InputError, batched, check_new_outputs, check_npz, check_png,
+                             iter_lines, iter_stdin, save_arrays, text_array)
 
 
 class TranslateError(Exception):
@@ -271,11 +272,16 @@ def main(argv: Optional[List[str]] = None) -> int:
                             ("--max-len", args.max_len)):
             if value is not None and value < 1:
                 raise TranslateError(f"{name} must be >= 1, got {value}")
+        if not args.length_penalty >= 0 or math.isinf(args.length_penalty):  # (NaN fails >=)
+            raise TranslateError(f"--length-penalty must be a number >= 0 (GNMT's α; 0: none), got "
+                                 f"{args.length_penalty}")
         if args.ensemble and (args.attention or args.save_attention):
             raise TranslateError("--attention and --save-attention take one model: an ensemble "
                                  "has no one attention map (drop --ensemble, or the attention)")
         if args.save_attention:
             check_npz(args.save_attention)
+        if args.attention:
+            check_png(args.attention)
         check_new_outputs(("--attention", args.attention), ("--save-attention", args.save_attention))
         lines, where = read_inputs(args)
         model, dm, _ = load_ensemble([Path(p) for p in [args.run, *args.ensemble]], args.device)

@@ -224,6 +224,15 @@ def test_failures_are_one_message_and_status_2(mt_runs, tmp_path, capsys):
     for option in ("--max-len", "--beam", "--batch-size"):  # 0 is refused, not read as "default"
         assert main([str(run), "x", option, "0"]) == 2
         assert f"{option} must be >= 1, got 0" in capsys.readouterr().err
+    for value in ("-5", "nan", "inf"):  # decoded before, as if the penalty were a number >= 0
+        assert main([str(run), "x", "--beam", "3", "--length-penalty", value]) == 2
+        assert f"--length-penalty must be a number >= 0 (GNMT's α; 0: none), got {float(value)}" in \
+            capsys.readouterr().err
+    # matplotlib refused another suffix only after decoding: now before, and nothing is written
+    assert main([str(run), "x", "--attention", str(tmp_path / "alpha.txt")]) == 2
+    out = capsys.readouterr()
+    assert "--attention takes the PNG file to write (--attention OUT.png)" in out.err and not out.out
+    assert not (tmp_path / "alpha.txt").exists()
 
 
 def test_a_checkpoint_copied_out_of_its_run_translates_with_the_tokenizers_it_carries(mt_runs, tmp_path, capsys):
