@@ -66,15 +66,21 @@ def _print_config(overrides) -> int:
     from attnflow.registry import ConfigError
     from attnflow.run import BLOCK_GROUPS, resolve_config
 
+    from hydra.errors import HydraException
+
+    from attnflow.resume import ResumeError, from_hydra, prepare_argv
+
     conf = config_dir()
-    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-        cfg = compose("train", overrides=field_overrides(overrides, conf), return_hydra_config=True)
-    try:
-        resolved = resolve_config(cfg)
+    try:  # resume=<run>: that run's config, after the checks attnflow-train makes
+        overrides = field_overrides(prepare_argv(list(overrides)), conf)
+        with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+            cfg = compose("train", overrides=overrides, return_hydra_config=True)
+        resolved = resolve_config(from_hydra(cfg, overrides))
         used = {group: registry.validate(resolved[group], group) for group, registry in BLOCK_GROUPS
                 if resolved.get(group) is not None}
-    except ConfigError as err:
-        print(f"attnflow: config error: {err}", file=sys.stderr)
+    except (ConfigError, HydraException) as err:  # (Hydra's: an option it cannot find)
+        kind = "" if isinstance(err, (ResumeError, HydraException)) else "config error: "
+        print(f"attnflow: {kind}{err}", file=sys.stderr)
         return 2
     print(OmegaConf.to_yaml(_name_first(used)), end="")
     return 0

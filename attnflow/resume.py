@@ -446,22 +446,24 @@ def resume_config(run_dir: Path | str, overrides: Optional[Dict[str, Any]] = Non
     return cfg
 
 
-def from_hydra(cfg: Any) -> Any:
+def from_hydra(cfg: Any, typed: Optional[Sequence[str]] = None) -> Any:
     """For ``run_app``: the composed ``cfg`` itself, or with ``resume=`` set, the resumed run's
     config with the allowed overrides typed on the command line (their values as Hydra parsed
-    them)."""
+    them). ``typed``: those overrides where no Hydra app runs (``attnflow-blocks --config``);
+    else Hydra's record of them."""
     target = cfg.get("resume") if hasattr(cfg, "get") else None
     if not target:
         return cfg
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
+    if typed is None:
+        typed = HydraConfig.get().overrides.task if HydraConfig.initialized() else ()
     values: Dict[str, Any] = {}
-    if HydraConfig.initialized():
-        for item in HydraConfig.get().overrides.task:
-            key = item.lstrip("+~").split("=", 1)[0].split("@", 1)[0]
-            if key not in ("resume", "experiment") and not key.startswith("hydra"):
-                values[key] = OmegaConf.select(cfg, key)
+    for item in typed:
+        key = item.lstrip("+~").split("=", 1)[0].split("@", 1)[0]
+        if key not in ("resume", "experiment") and not key.startswith("hydra"):
+            values[key] = OmegaConf.select(cfg, key)
     return resume_config(target, values)
 
 

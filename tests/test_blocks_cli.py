@@ -48,3 +48,28 @@ def test_config_shows_what_a_run_uses_with_defaults_filled_in(capsys):
     assert "pooling" not in shown  # not used by the Transformer
     assert main(["--config", "aggregator=mean"]) == 2
     assert "does nothing" in capsys.readouterr().err
+
+
+def test_config_of_a_resumed_run_is_that_runs_and_bad_options_are_one_line(capsys, tmp_path):
+    """resume=<run> shows the run's own config (it showed the default's), after the checks
+    attnflow-train makes; an option Hydra cannot find is its one message, not a traceback."""
+    import yaml
+
+    from attnflow.blocks_cli import main
+    from attnflow.run import train
+    from support import FAST, compose_cfg
+
+    run = tmp_path / "run"
+    train(compose_cfg([*FAST, "data.train_size=64", "data.symbols=7", "trainer.limit_val_batches=1",
+                       "test=false", "logger=none"]), run)
+    capsys.readouterr()  # the training's own output
+    assert main(["--config", f"resume={run}", "trainer.max_epochs=2"]) == 0
+    shown = yaml.safe_load(capsys.readouterr().out)
+    assert shown["data"]["train_size"] == 64 and shown["data"]["symbols"] == 7
+    assert main(["--config", f"resume={tmp_path / 'none'}"]) == 2
+    assert "no such directory" in capsys.readouterr().err
+    assert main(["--config", f"resume={run}", "model.encoder.hidden_dim=8"]) == 2
+    assert "'model.encoder.hidden_dim' would change the resumed run" in capsys.readouterr().err
+    assert main(["--config", "experiment=nosuch"]) == 2
+    err = capsys.readouterr().err
+    assert "Could not find 'experiment/nosuch'" in err and "Traceback" not in err
