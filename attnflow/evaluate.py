@@ -23,7 +23,9 @@ data module, ``data.name`` for another module of the same kind: its fields start
 ``trainer.devices``, ``trainer.precision`` (``auto``: bf16-mixed where native, else 32-true:
 :mod:`attnflow.precision`), ``trainer.limit_val_batches``,
 ``trainer.limit_test_batches``; ``seed``. Each is checked before any work: an unknown key or field
-is one message naming it, exit status 2. Data that does not fit the run's weights (a GAT run on a
+is one message naming it, exit status 2, and so is one this evaluation would leave unread (the
+other split's ``limit_*_batches``, a task field read in training only such as ``task.optim``, a
+data field its data config leaves unread). Data that does not fit the run's weights (a GAT run on a
 graph with another feature size or number of classes; a vocabulary of another size) is a message
 naming the weight and both shapes, not a traceback.
 
@@ -138,7 +140,27 @@ def apply_overrides(run: Run, overrides: List[Tuple[str, Any]]) -> Tuple[Dict[st
     if split is None:  # the test split, unless the run has none and no override names one
         split = "test" if run.config.get("test", True) or any(
             k.startswith("data.test") for k in keys) else "val"
+    _refuse_unread(keys, cfg, split)
     return cfg, split, trainer
+
+
+def _refuse_unread(keys: List[str], cfg: Dict[str, Any], split: str) -> None:
+    """An override that this evaluation leaves unread is refused, as attnflow-train refuses one
+    (:mod:`attnflow.overrides`); it was accepted and recorded in the result: the other split's
+    ``trainer.limit_*_batches``, a task field read in training only (``task.optim``, word
+    dropout), a data field the rest of the data config leaves unread (``data.batch_size`` with
+    a full-graph loader)."""
+    from attnflow.registry import DATA, TASKS
+
+    unread = {f"trainer.limit_{other}_batches": f"split={split} evaluates the {split} split; it is "
+                                                f"read with split={other}"
+              for other in SPLITS if other != split}
+    unread.update({f"task.{f}": f"task '{cfg['task']['name']}' reads it in training only"
+                   for f in getattr(TASKS.get(cfg["task"]["name"]), "training_only", ())})
+    unread.update(DATA.inert_fields(cfg["data"], "data"))
+    for key in keys:
+        if key in unread:
+            raise ConfigError(f"{key} does nothing in attnflow-eval: {unread[key]}. Drop the override")
 
 
 def output_path(run: Run, split: str, out: Optional[str]) -> Path:

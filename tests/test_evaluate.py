@@ -67,7 +67,15 @@ def test_overrides_are_checked_before_any_work(gat_run, tmp_path, capsys, monkey
                        (["trainer.devices=abc"], "trainer.devices"),
                        (["trainer.accelerator=gpu"], "asks for a CUDA GPU, but none is visible"),
                        (["data.name=parallel"], "works on graphs"),
-                       (["nonsense"], "is not an override")):
+                       (["nonsense"], "is not an override"),
+                       # accepted and recorded in the result before, with the metrics unchanged
+                       (["data.batch_size=4"], "data.batch_size does nothing in attnflow-eval: with "
+                                               "data.loader=full the whole graph is one batch"),
+                       (["trainer.limit_val_batches=1"], "trainer.limit_val_batches does nothing in "
+                        "attnflow-eval: split=test evaluates the test split; it is read with split=val"),
+                       (["split=val", "trainer.limit_test_batches=1"], "split=val evaluates the val split"),
+                       (["task.optim={lr: 0.1}"], "task.optim does nothing in attnflow-eval: task "
+                                                  "'node_classification' reads it in training only")):
         assert main([str(gat_run), *args]) == 2, args
         assert says in capsys.readouterr().err, args
     taken = tmp_path / "metrics.json"
@@ -145,6 +153,9 @@ def test_translation_on_another_test_set_without_the_training_files(tmp_path, ca
     assert got["test/loss"] == pytest.approx(float(loss), rel=1e-4)
     assert main([str(run), "data.test=test_missing"]) == 2
     assert "test_missing.de" in capsys.readouterr().err
+    assert main([str(run), "data.test=test_b", "task.tgt_word_dropout=0.3"]) == 2
+    assert "task.tgt_word_dropout does nothing in attnflow-eval: task 'translation' reads it in " \
+           "training only" in capsys.readouterr().err
     # a checkpoint copied out of its run: the tokenizers it carries (no <run>/tokenizer/ there)
     alone = tmp_path / "alone" / "mt.ckpt"
     alone.parent.mkdir()

@@ -23,7 +23,7 @@ A task is a LightningModule around a model. This base owns
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, Mapping, Optional
+from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 
 import pytorch_lightning as pl
 import torch
@@ -46,6 +46,8 @@ class Task(pl.LightningModule):
     metrics: Dict[str, str] = {"loss": "min"}
     monitor: str = "val/loss"
     monitor_mode: str = "min"
+    # fields read in training only: attnflow-eval refuses them as overrides that would do nothing
+    training_only: Tuple[str, ...] = ("optim",)
 
     def __init__(self, model: nn.Module, *, optim: OptimConfig = OptimConfig()):
         super().__init__()
