@@ -201,10 +201,17 @@ def check_run(run_dir: Path | str) -> Tuple[Dict[str, Any], Dict[str, Any]]:
                           f"directory of attnflow-train holds config.yaml and checkpoints/)")
     if not last.is_file():
         others = sorted(p.name for p in (run / "checkpoints").glob("*.ckpt")) if (run / "checkpoints").is_dir() else []
-        hint = (f" Its checkpoints: {', '.join(others)}; to start a new run from one of them: "
+        try:  # why there is none: the run's config may say
+            saved = yaml.safe_load(cfg_file.read_text())
+            unwritten = "checkpoint" in saved["callbacks"] and saved["callbacks"]["checkpoint"] is None
+        except (yaml.YAMLError, TypeError, KeyError):
+            unwritten = False
+        hint = (f". Its checkpoints: {', '.join(others)}; to start a new run from one of them: "
                 f"ckpt_path={run / 'checkpoints' / others[0]}" if others else
+                " (it was trained with callbacks.checkpoint=null, which writes none: nothing to "
+                "continue; train it again with checkpoints)" if unwritten else
                 " (it stopped before its first epoch ended: nothing to continue; train it again)")
-        raise ResumeError(f"resume={run}: the run has no checkpoints/last.ckpt.{hint}")
+        raise ResumeError(f"resume={run}: the run has no checkpoints/last.ckpt{hint}")
     try:
         cfg = yaml.safe_load(cfg_file.read_text())
     except yaml.YAMLError as err:

@@ -336,6 +336,21 @@ def test_a_run_without_last_ckpt_a_truncated_one_and_another_models(finished, tm
     last.unlink()
     with pytest.raises(ResumeError, match=r"no checkpoints/last.ckpt\. Its checkpoints: epoch0"):
         prepare_argv([f"resume={run}", "trainer.max_epochs=2"])
+    kept = {p: p.read_bytes() for p in (run / "checkpoints").glob("*.ckpt")}
+    for p in kept:
+        p.unlink()
+    with pytest.raises(ResumeError, match=r"no checkpoints/last.ckpt \(it stopped before its first epoch"):
+        prepare_argv([f"resume={run}", "trainer.max_epochs=2"])
+    config = (run / "config.yaml").read_text()
+    saved = yaml.safe_load(config)
+    saved["callbacks"]["checkpoint"] = None  # a finished run that wrote none: not "stopped early"
+    (run / "config.yaml").write_text(yaml.safe_dump(saved))
+    with pytest.raises(ResumeError, match=r"no checkpoints/last.ckpt \(it was trained with "
+                                          r"callbacks.checkpoint=null, which writes none"):
+        prepare_argv([f"resume={run}", "trainer.max_epochs=2"])
+    (run / "config.yaml").write_text(config)
+    for p, b in kept.items():
+        p.write_bytes(b)
     last.write_bytes(data[: len(data) // 2])  # a kill while writing, without atomic saves
     with pytest.raises(ResumeError, match="corrupt or truncated"):
         prepare_argv([f"resume={run}", "trainer.max_epochs=2"])
