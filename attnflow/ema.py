@@ -30,6 +30,7 @@ from typing import Annotated, Any, Dict, Optional
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import WeightAveraging
+from pytorch_lightning.utilities import rank_zero_warn
 from torch.optim.swa_utils import get_ema_multi_avg_fn
 
 from attnflow.registry import NonNegativeInt, PositiveInt, Range
@@ -87,6 +88,10 @@ class ExponentialMovingAverage(WeightAveraging):
         if self._has_average(trainer):  # the module holds θ̄ from here on; θ stays for last.ckpt
             self._trained = {k: v.detach().clone() for k, v in pl_module.state_dict().items()}
             self._copy_average_to_current(pl_module)
+        elif trainer.global_step > 0:  # said, not silent: the config asked for an average
+            rank_zero_warn(f"callbacks.ema made no average: training ended at step "
+                           f"{trainer.global_step}, before callbacks.ema.start_step={self.start_step}; "
+                           f"validation, test and checkpoints have the trained weights")
 
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                            checkpoint: Dict[str, Any]) -> None:

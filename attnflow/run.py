@@ -297,6 +297,11 @@ def _check_callback_needs(cfg: Dict[str, Any], task_cls: Any) -> None:
                           f"during training, so it is never computed; validate (e.g. {fix}), watch a "
                           f"training metric (callbacks.early_stopping.monitor=train/loss), or drop "
                           f"early stopping (callbacks.early_stopping=null)")
+    ema, steps = callbacks.get("ema"), (cfg.get("trainer") or {}).get("max_steps")
+    if ema is not None and isinstance(steps, int) and 0 < steps < (ema.get("start_step") or 0):
+        raise ConfigError(f"callbacks.ema.start_step={ema['start_step']} is after the run's last step "
+                          f"(trainer.max_steps={steps}), so no average would be made; start it "
+                          f"earlier, or drop callbacks.ema")
     if off and callbacks.get("average") is not None:
         raise ConfigError(f"callbacks.average averages the checkpoints of validated epochs, but {off} "
                           f"runs no validation during training, so there would be none; validate "

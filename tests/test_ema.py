@@ -113,9 +113,12 @@ def _csv(run_dir):
 
 
 def test_before_the_first_update_there_is_no_average(tmp_path, monkeypatch):
-    """start_step past the first epoch: its validation and checkpoint are θ."""
-    summary, steps = _train(["callbacks.ema={decay: 0.5, start_step: 100}", CONSTANT, "trainer.max_epochs=1"],
-                            tmp_path / "run", monkeypatch)
+    """start_step past the first epoch: its validation and checkpoint are θ, and a run that ends
+    there says that it made no average."""
+    with pytest.warns(UserWarning, match=r"callbacks.ema made no average: training ended at step "
+                                         r"\d+, before callbacks.ema.start_step=100"):
+        summary, steps = _train(["callbacks.ema={decay: 0.5, start_step: 100}", CONSTANT,
+                                 "trainer.max_epochs=1"], tmp_path / "run", monkeypatch)
     assert _close(steps.validated[0], steps.after_step[-1])
     last = load(tmp_path / "run" / "checkpoints" / "last.ckpt")
     assert _close(last["state_dict"], steps.after_step[-1]) and "current_model_state" not in last
@@ -132,15 +135,19 @@ def test_a_resumed_run_ends_as_an_uninterrupted_one(tmp_path, monkeypatch):
         assert a[key].keys() == b[key].keys() and all(torch.equal(a[key][k], b[key][k]) for k in a[key])
 
 
-@pytest.mark.parametrize("entry, expected", [
-    ("{decay: 1.0}", ["callbacks.ema.decay", "must be in (0, 1)", "got 1.0"]),
-    ("{decay: 0.99, start: 5}", ["callbacks.ema", "no field 'start'", "start_step"]),
-    ("{every_n_steps: 0}", ["callbacks.ema", "every_n_steps"]),
-    ("0.999", ["callbacks.ema must be a mapping of its fields (decay, start_step, every_n_steps)", "0.999"]),
+@pytest.mark.parametrize("overrides, expected", [
+    (["callbacks.ema={decay: 1.0}"], ["callbacks.ema.decay", "must be in (0, 1)", "got 1.0"]),
+    (["callbacks.ema={decay: 0.99, start: 5}"], ["callbacks.ema", "no field 'start'", "start_step"]),
+    (["callbacks.ema={every_n_steps: 0}"], ["callbacks.ema", "every_n_steps"]),
+    (["callbacks.ema=0.999"], ["callbacks.ema must be a mapping of its fields (decay, start_step, "
+                               "every_n_steps)", "0.999"]),
+    # a start after the last step: the run made no average and said nothing
+    (["callbacks.ema={start_step: 50}", "trainer.max_steps=20"],
+     ["callbacks.ema.start_step=50 is after the run's last step (trainer.max_steps=20)"]),
 ])
-def test_bad_entries_are_refused_before_any_work(entry, expected, tmp_path):
+def test_bad_entries_are_refused_before_any_work(overrides, expected, tmp_path):
     with pytest.raises(ConfigError) as err:
-        train(compose_cfg([*TINY, f"callbacks.ema={entry}"]), tmp_path / "run")
+        train(compose_cfg([*TINY, *overrides]), tmp_path / "run")
     for text in expected:
         assert text in str(err.value), str(err.value)
     assert not (tmp_path / "run").exists()
