@@ -59,16 +59,14 @@ def main(argv=None) -> int:
 
 def _print_config(overrides) -> int:
     from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
     from omegaconf import OmegaConf
 
     from attnflow import config_dir
     from attnflow.groups import field_overrides
     from attnflow.registry import ConfigError
-    from attnflow.run import BLOCK_GROUPS, resolve_config
-
-    from hydra.errors import HydraException
-
     from attnflow.resume import ResumeError, from_hydra, prepare_argv
+    from attnflow.run import BLOCK_GROUPS, resolve_config
 
     conf = config_dir()
     try:  # resume=<run>: that run's config, after the checks attnflow-train makes

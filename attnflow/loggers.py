@@ -129,7 +129,8 @@ def _check_credentials(mode: Any, path: str) -> None:
         raise ConfigError(f"{path}: the W&B credentials found are refused: "
                           f"{str(err).splitlines()[0]}") from None
     if found is None:
-        where = f"{path}={mode}" if mode else f"$WANDB_MODE={os.environ.get('WANDB_MODE')} ({path} is null)"
+        where = (f"{path}={mode}" if mode else
+                 f"$WANDB_MODE={os.environ.get('WANDB_MODE')} ({path} is null)")
         raise ConfigError(f"{where} syncs to W&B as the run goes, but no W&B credentials were "
                           f"found (WANDB_API_KEY, or the ~/.netrc entry `wandb login` writes): run "
                           f"`wandb login` first, or log offline ({path}=offline) and upload later "

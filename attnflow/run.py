@@ -283,7 +283,7 @@ def _check_callback_needs(cfg: Dict[str, Any], task_cls: Any) -> None:
     work: ``lr_monitor`` without a logger (Lightning stops the run once the data and the model are
     made), early stopping on a validation metric and checkpoint averaging (of validated epochs)
     where no validation runs during training (the first failed after an epoch of training, the
-    second silently averaged nothing)."""
+    second silently averaged nothing), an EMA that would start after ``trainer.max_steps``."""
     callbacks = cfg.get("callbacks") or {}
     if callbacks.get("lr_monitor") and not set(cfg.get("logger") or {}) - {"none"}:
         raise ConfigError("callbacks.lr_monitor=true logs the learning rate to the run's logger, but "

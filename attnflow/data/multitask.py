@@ -157,9 +157,11 @@ class MultiTaskDataModule(pl.LightningDataModule):
     def longest_positions(cls, fields: Mapping[str, Any]) -> Optional[Tuple[int, str]]:
         """The longest of the tasks' data (their classes' ``longest_positions``), and why, at the
         task's path (``{at}tasks.<task>.``); None where no task's data says."""
-        said = [(n, why.replace("{at}", f"{{at}}tasks.{t}."))
-                for t, task in cls.task_configs(fields).items()
-                for n, why in [DATA.ask(task, "longest_positions", f"data.tasks.{t}") or (0, "")] if n]
+        said = []
+        for t, task in cls.task_configs(fields).items():
+            answer = DATA.ask(task, "longest_positions", f"data.tasks.{t}")
+            if answer:
+                said.append((answer[0], answer[1].replace("{at}", f"{{at}}tasks.{t}.")))
         return max(said, key=lambda answer: answer[0], default=None)
 
     @property

@@ -284,8 +284,9 @@ class ParallelDataModule(SplitDataModule):
         one is found only when it comes.)"""
         src, tgt = fields["max_src_len"], fields["max_tgt_len"]
         decode = fields["max_decode_len"] or tgt + 2
-        return max(src, tgt + 1, decode), (f"{{at}}max_src_len={src}, {{at}}max_tgt_len={tgt} (+ ⟨bos⟩), "
-                                           f"outputs decoded to {decode} ({{at}}max_decode_len)")
+        why = (f"{{at}}max_src_len={src}, {{at}}max_tgt_len={tgt} (+ ⟨bos⟩), outputs decoded to "
+               f"{decode} ({{at}}max_decode_len)")
+        return max(src, tgt + 1, decode), why
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:

@@ -392,8 +392,8 @@ class PretrainingDataModule(SplitDataModule):
 
     @classmethod
     def longest_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:
-        """The most positions a model is given (an instance's specials included), and why (``{at}``: the
-        data config's path); the models' config checks compare it with theirs."""
+        """The most positions a model is given (an instance's specials included), and why
+        (``{at}``: the data config's path); the models' config checks compare it with theirs."""
         return fields["max_len"], f"{{at}}max_len={fields['max_len']}"
 
     @classmethod

@@ -38,8 +38,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnflow.blocks.attention.multihead import check_model_heads
-from attnflow.registry import (ATTENTIONS, DATA, ENCODERS, MODELS, POSITIONALS, BlockSpec, ConfigError,
-                               PositiveFloat, PositiveInt, Probability)
+from attnflow.registry import (ATTENTIONS, DATA, ENCODERS, MODELS, POSITIONALS, BlockSpec,
+                               ConfigError, PositiveFloat, PositiveInt, Probability)
 
 log = logging.getLogger(__name__)
 

@@ -70,11 +70,12 @@ class Transformer(EncoderDecoder):
             table = (model.get("positional") or {}).get("max_len")
             longest = DATA.ask(cfg["data"], "longest_positions", "data") if table else None
             if longest and longest[0] > table:
+                kind, why = model["positional"]["name"], longest[1].replace("{at}", "data.")
                 raise ConfigError(
-                    f"model 'transformer': positional.max_len={table} ({model['positional']['name']} "
-                    f"positions) is shorter than the {longest[0]} positions the data gives "
-                    f"({longest[1].replace('{at}', 'data.')}), which the model would refuse at the first such batch, mid-run; "
-                    f"raise positional.max_len to at least {longest[0]}, or use positional=sinusoidal")
+                    f"model 'transformer': positional.max_len={table} ({kind} positions) is shorter "
+                    f"than the {longest[0]} positions the data gives ({why}), which the model would "
+                    f"refuse at the first such batch, mid-run; raise positional.max_len to at least "
+                    f"{longest[0]}, or use positional=sinusoidal")
             if model["tie_embeddings"] == "all" and DATA.ask(cfg["data"], "one_vocabulary", "data") is False:
                 raise ConfigError(
                     "model 'transformer': tie_embeddings=all (the default) shares one embedding "
