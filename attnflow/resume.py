@@ -90,7 +90,7 @@ def differences(a: Dict[str, Any], b: Dict[str, Any], only: Sequence[str] = (),
         top = key.split(".", 1)[0]
         if (only and top not in only) or top in ignore:
             continue
-        va, vb = fa.get(key, "<absent>"), fb.get(key, "<absent>")
+        va, vb = fa.get(key, "<unset: its default>"), fb.get(key, "<unset: its default>")
         if va != vb:
             out.append((key, va, vb))
     return out
