@@ -211,13 +211,14 @@ def evaluate(target: Path | str, overrides: List[str] = (), out: Optional[str] =
     import pytorch_lightning as pl
 
     from attnflow.distributed import check_devices, lightning_refusals
-    from attnflow.precision import resolve_precision
+    from attnflow.precision import check_precision, resolve_precision
     from attnflow.registry import DATA, MODELS, TASKS
 
     start = time.time()
     with tempfile.TemporaryDirectory(prefix="attnflow-eval-") as scratch:  # task side files
-        fields, note, warn = resolve_precision({"accelerator": device, "precision": "32-true",
-                                                **trainer_fields})  # trainer.precision=auto
+        asked = {"accelerator": device, "precision": "32-true", **trainer_fields}
+        check_precision(asked)  # 16-mixed on the CPU
+        fields, note, warn = resolve_precision(asked)  # trainer.precision=auto
         if note:
             print(f"attnflow-eval: {'warning: ' if warn else ''}{note}", file=sys.stderr)
         check_devices(fields)  # a GPU this machine lacks: attnflow's message, as attnflow-train's

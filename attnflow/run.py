@@ -49,7 +49,7 @@ from attnflow.groups import prune_unused, root_defaults, unused_groups
 from attnflow.loggers import (LOGGER_CONFIG, build_loggers, finish_loggers, log_hyperparams,
                               logger_identity, run_identity)
 from attnflow.overrides import command_line, referenced_keys, typed_groups, unread_overrides
-from attnflow.precision import AUTO as PRECISION_AUTO, resolve_precision  # trainer.precision=auto
+from attnflow.precision import AUTO as PRECISION_AUTO, check_precision, resolve_precision  # =auto
 from attnflow.registry import (AGGREGATORS, ATTENTIONS, DATA, ENCODERS, MODELS, NORMALIZERS,
                                POOLINGS, POSITIONALS, SCORERS, TASKS, ConfigError, Range, _suggest,
                                build_config, type_name)
@@ -231,6 +231,7 @@ def validate_config(cfg: Dict[str, Any]) -> None:
                 f"plugins: the atomic, weights-only checkpoint IO; barebones: off, as the tasks log "
                 f"their metrics, which barebones forbids).{_suggest(key, allowed)}")
     _check_trainer_types(cfg.get("trainer") or {})
+    check_precision(cfg.get("trainer") or {})  # 16-mixed on the CPU: Lightning swaps in bf16
     _check_schedule_length(cfg)
     for key, value in (cfg.get("callbacks") or {}).items():
         if key not in CALLBACK_FIELDS:

@@ -167,3 +167,19 @@ def test_a_run_with_explicit_bf16_on_an_emulating_cpu_warns_and_runs_bf16(tmp_pa
     with pytest.warns(UserWarning, match=r"trainer\.precision=bf16-mixed on a CPU without native bfloat16"):
         summary = run.train(compose_cfg([*TINY, "trainer.precision=bf16-mixed"]), tmp_path / "run")
     assert summary["precision"] == "bf16-mixed"
+
+
+@pytest.mark.parametrize("value", ["16-mixed", "16"])
+def test_float16_autocast_on_the_cpu_is_refused_not_swapped(monkeypatch, value):
+    """Lightning ran bf16-mixed instead, with its own warning, while config.yaml said 16-mixed;
+    with a GPU the same setting is left to it."""
+    with pytest.raises(ConfigError, match=rf"trainer.precision={value} \(at 'trainer.precision'\) is "
+                                          r"float16 autocast, which needs a GPU"):
+        run.resolve_config(compose_cfg([f"trainer.precision={value}", "trainer.accelerator=cpu"]))
+    monkeypatch.setattr(precision.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(precision.torch.backends.mps, "is_available", lambda: False)
+    with pytest.raises(ConfigError, match="needs a GPU"):
+        precision.check_precision({"precision": value, "accelerator": "auto"})
+    monkeypatch.setattr(precision.torch.cuda, "is_available", lambda: True)
+    precision.check_precision({"precision": value, "accelerator": "auto"})  # a GPU: no refusal
+    precision.check_precision({"precision": "bf16-mixed", "accelerator": "cpu"})
