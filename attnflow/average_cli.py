@@ -10,14 +10,15 @@ A run trained with ``callbacks.average`` keeps, in ``checkpoints/avg/``, the wei
 that can still be part of its average (``kept.json`` lists them: epoch, step, score), and writes
 ``checkpoints/averaged.ckpt`` when the fit ends (:mod:`attnflow.averaging`). A run killed or
 stopped by hand before that still has the files; this command writes the same checkpoint from
-them — the mean θ̄ = (1/N) Σ_k θ_k of the kept epochs' weights in a copy of ``last.ckpt`` — so a
+them — the mean θ̄ = (1/N) Σ_k θ_k of the kept epochs' weights in a copy of ``last.ckpt`` (of the
+newest ``epoch*.ckpt`` in a run trained with ``save_last: false``, as ``gat_cora``) — so a
 stopped run can be evaluated as a finished one would have been. ``--epochs`` averages a subset
 (choose it on validation scores, which the table shows, never on a test split).
 
 Every problem is a message naming the file or the epoch and exit status 2, before anything is
 written: no ``kept.json`` (a run trained without ``callbacks.average``), a ``kept.json`` entry
 without what averaging reads (a file edited by hand), a file to average missing (``--epochs`` can
-leave it out), an epoch that is not kept, no ``last.ckpt``, a ``--name`` that is not a plain
+leave it out), an epoch that is not kept, no checkpoint of the run, a ``--name`` that is not a plain
 ``*.ckpt`` file name, or an output that exists (never overwritten: a finished run's
 ``averaged.ckpt`` is its reported model). The file goes beside the run's other checkpoints, where
 attnflow-eval, -translate and -predict find the run's saved tokenizer or vocabulary. Nothing else
@@ -62,9 +63,16 @@ def plan(run_dir: Path, epochs: Optional[List[int]], name: str = AVERAGED) -> tu
     if missing:
         raise CheckpointError(f"{avg_dir / INDEX} lists {', '.join(missing)}, missing from {avg_dir}"
                               + ("" if epochs else "; --epochs can leave it out"))
+    # the averaged weights go into a copy of a checkpoint of the run: last.ckpt, else (a run
+    # trained with save_last=false, as gat_cora) its newest epoch checkpoint, as the callback does
+    found = sorted((run_dir / "checkpoints").glob("epoch*.ckpt"), key=lambda q: q.stat().st_mtime)
     last = run_dir / "checkpoints" / "last.ckpt"
     if not last.is_file():
-        raise CheckpointError(f"{last} is missing: the averaged weights go into a copy of it")
+        if not found:
+            raise CheckpointError(f"{run_dir / 'checkpoints'} holds no checkpoint of the run "
+                                  f"(last.ckpt or epoch*.ckpt): the averaged weights go into a copy "
+                                  f"of one")
+        last = found[-1]
     if Path(name).name != name or not name.endswith(".ckpt") or name == "last.ckpt":
         raise CheckpointError(f"--name {name}: a file name ending in .ckpt (other than last.ckpt), "
                               f"written in {run_dir / 'checkpoints'}")

@@ -103,10 +103,21 @@ def test_problems_are_refused_with_status_2_and_nothing_written(finished, stoppe
     assert not (run / "checkpoints" / "averaged.ckpt").exists()
 
 
-def test_a_run_without_last_ckpt_is_refused(stopped, capsys):
-    run, _ = stopped
+def test_a_run_without_last_ckpt_averages_into_its_epoch_checkpoint(stopped, capsys):
+    """A run trained with save_last=false (gat_cora's preset) was refused: the average goes into
+    a copy of its newest epoch checkpoint, as the callback's does; with none at all, refused."""
+    run, recorder = stopped
     (run / "checkpoints" / "last.ckpt").unlink()
-    _refused([str(run)], "last.ckpt is missing", capsys)
+    (epoch,) = (run / "checkpoints").glob("epoch*.ckpt")
+    assert main([str(run)]) == 0
+    averaged = load(run / "checkpoints" / "averaged.ckpt")
+    base = load(epoch)
+    assert averaged.keys() - {"attnflow_average"} == base.keys() and averaged["epoch"] == base["epoch"]
+    kept = sorted(sorted(recorder.scores, key=recorder.scores.get)[:2])  # the 2 lowest val/loss
+    _assert_mean(run / "checkpoints" / "averaged.ckpt", [recorder.states[e] for e in kept])
+    (run / "checkpoints" / "averaged.ckpt").unlink()
+    epoch.unlink()
+    _refused([str(run)], "holds no checkpoint of the run (last.ckpt or epoch*.ckpt)", capsys)
 
 
 def test_a_missing_kept_file_left_out_by_epochs_is_no_obstacle(stopped, capsys):
