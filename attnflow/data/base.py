@@ -4,6 +4,7 @@ loader of a split whose items have lengths (length-bucketed when training)."""
 
 from __future__ import annotations
 
+import random
 from typing import Callable, Optional, Sequence
 
 import pytorch_lightning as pl
@@ -40,12 +41,17 @@ class SplitDataModule(pl.LightningDataModule):
                       train: bool) -> DataLoader:
         """The loader of ``data``: when training with ``self.bucket``, batches of similar
         ``sizes()`` (little padding; :class:`BucketBatchSampler`, reshuffled per epoch); else
-        shuffled when training, and under DDP each evaluation item on exactly one rank. Reads
-        ``bucket``, ``batch_size``, ``seed`` and ``num_workers`` of the module."""
+        shuffled when training, and under DDP each evaluation item on exactly one rank. In one
+        process evaluation walks the split in one fixed order drawn from ``seed``: labelled files
+        may be sorted by label (IMDB's are), and a prefix of them (``limit_val_batches``) was one
+        class, scored 1.0 without a word. Reads ``bucket``, ``batch_size``, ``seed`` and
+        ``num_workers`` of the module."""
         if train and self.bucket:
             return DataLoader(data, batch_sampler=BucketBatchSampler(
                 sizes(), self.batch_size, True, self.seed, pool=50, epoch=trainer_epoch(self)),
                               collate_fn=collate, num_workers=self.num_workers)
+        sampler = None if train else eval_sampler(data)
+        if not train and sampler is None:  # the same order every epoch and every evaluation
+            sampler = random.Random(self.seed).sample(range(len(data)), len(data))
         return DataLoader(data, batch_size=self.batch_size, shuffle=train, collate_fn=collate,
-                          sampler=None if train else eval_sampler(data),
-                          num_workers=self.num_workers)
+                          sampler=sampler, num_workers=self.num_workers)

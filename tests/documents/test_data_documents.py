@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from attnflow.data.documents import DocumentDataModule, clean, tokenize
+from attnflow.data.documents import DocumentDataModule, clean, collate_documents, tokenize
 
 
 def _write(path, rows):
@@ -48,7 +48,8 @@ def test_hierarchical_batch_masks_caps_and_counts(tmp_path):
     # sentences (2 + 2 words) cut, then 2 + 1 + 1 words; doc 3: one sentence '. . .' -> 1 cut
     assert st["sentences_cut"] == 2 and st["empty_documents"] == 1
     assert st["words_cut"] == (1 + 2) + (2 + 2) + (2 + 1 + 1) + 1
-    b = next(iter(dm.val_dataloader()))
+    b = collate_documents([dm.splits["val"][i] for i in range(4)])  # in file order
+    assert sorted(dm.val_dataloader().sampler) == [0, 1, 2, 3]  # the loader: each document once
     assert b["tokens"].shape == (4, 3, 2)
     assert b["doc_lengths"].tolist() == [3, 0, 3, 1]
     assert b["sent_lengths"][1].tolist() == [0, 0, 0]
@@ -100,3 +101,23 @@ def test_limit_draws_a_seeded_subset_of_both_classes(tmp_path):
     dm.setup()
     labels = dm.splits["val"].labels
     assert len(labels) == 20 and 0 < sum(labels) < 20
+
+
+def test_evaluation_walks_a_label_sorted_split_in_one_seeded_order(tmp_path):
+    """IMDB's files are sorted by label: walked in file order, the first validation batches were
+    one class, so limit_val_batches scored acc 1.0. The order is a fixed permutation (data.seed):
+    every item once, the same on every call, another with another seed."""
+    rows = [{"text": f"doc {i}.", "label": int(i >= 50)} for i in range(100)]  # sorted by label
+    path = _write(tmp_path / "sorted.jsonl", rows)
+
+    def order(seed):
+        dm = DocumentDataModule(train_path=str(path), val_path=str(path), min_freq=1, batch_size=10,
+                                seed=seed)
+        batches = list(dm.val_dataloader())
+        return [int(y) for b in batches for y in b["labels"]], list(dm.val_dataloader().sampler)
+
+    labels, walk = order(0)
+    assert sorted(walk) == list(range(100)) and walk != list(range(100))
+    assert labels == [rows[i]["label"] for i in walk]
+    assert 0 < sum(labels[:10]) < 10  # the first batch holds both classes
+    assert order(0)[1] == walk and order(1)[1] != walk
