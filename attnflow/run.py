@@ -454,7 +454,8 @@ def check_composition(cfg: Dict[str, Any]) -> None:
 
 def metric_names(task: Any, cfg: Dict[str, Any], splits=("train", "val")) -> List[str]:
     """``<split>/<metric>`` that task class ``task`` logs with this config: its
-    ``metric_names_of(task config)`` where the names depend on it (multitask), else its class's."""
+    ``metric_names_of(task config)`` (a conditional metric, e.g. ``penalty``, only where its weight
+    is set; multitask: its tasks'), else its class's."""
     of = getattr(task, "metric_names_of", None)
     return of(cfg["task"], splits) if of is not None else task.metric_names(splits)
 

@@ -188,6 +188,12 @@ def check_optimized_metric(cfg: Any) -> Optional[str]:
     names = final_metric_names(cfg)
     if metric not in names:
         off = " (test=false: no test metrics)" if str(metric).startswith("test/") and not cfg.get("test", True) else ""
+        from attnflow.registry import TASKS
+
+        field = getattr(TASKS.get(cfg["task"]["name"]), "conditional_metrics", {}).get(
+            str(metric).rsplit("/", 1)[-1])
+        if field:  # a metric of the task that this config switches off
+            off = f" (with task.{field}={cfg['task'].get(field) or 0}: it is logged where task.{field} > 0)"
         raise ConfigError(f"optimized_metric '{metric}' (at 'optimized_metric') is not a metric that "
                           f"task '{cfg['task']['name']}' reports at the end of a run{off}; it reports "
                           f"{', '.join(names)}.{_suggest(str(metric), names)}")

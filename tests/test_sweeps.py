@@ -113,7 +113,10 @@ def test_a_misspelt_optimized_metric_is_refused_naming_the_metrics():
     assert "optimized_metric 'val/seq_accc'" in text and "Did you mean 'val/seq_acc'?" in text
     from attnflow.tasks.seq2seq import Seq2SeqTask
 
-    assert all(name in text for name in Seq2SeqTask.metric_names(("val", "test")))
+    listed = text.split("it reports ", 1)[1]
+    assert all(name in listed for name in Seq2SeqTask.metric_names(("val", "test"))
+               if not name.endswith("/penalty"))  # (logged only with task.penalty_weight > 0)
+    assert "penalty" not in listed
     with pytest.raises(ConfigError, match="test=false"):  # HAN on IMDB has no test split
         check_optimized_metric(compose_cfg(["experiment=han_imdb", "optimized_metric=test/acc"]))
 
@@ -125,13 +128,37 @@ def test_cli_misspelt_metric_stops_before_training(monkeypatch, capsys, tmp_path
     assert not (run / "config.yaml").exists() and not (run / "checkpoints").exists()
 
 
+def test_a_metric_the_config_switches_off_is_refused_before_any_work(tmp_path):
+    """val/penalty is logged only with task.penalty_weight > 0: with 0 a run (or every such job of
+    a sweep) trained, then failed for want of it; a monitor on it is refused the same way."""
+    with pytest.raises(ConfigError, match=r"optimized_metric 'val/penalty' .* \(with "
+                                          r"task.penalty_weight=0: it is logged where "
+                                          r"task.penalty_weight > 0\)"):
+        check_optimized_metric(compose_cfg(["optimized_metric=val/penalty"]))
+    assert check_optimized_metric(compose_cfg(["optimized_metric=val/penalty",
+                                               "task.penalty_weight=0.1"])) == "val/penalty"
+    from attnflow.run import resolve_config
+
+    with pytest.raises(ConfigError, match="val/penalty"):
+        resolve_config(compose_cfg(["experiment=self_attentive_imdb", "callbacks.checkpoint.monitor=val/penalty",
+                                    "task.penalty_weight=0"]))
+    resolve_config(compose_cfg(["experiment=self_attentive_imdb", "callbacks.checkpoint.monitor=val/penalty",
+                                "task.penalty_weight=0.3"]))
+
+
 def test_cli_metric_the_run_did_not_report_fails_after_it(monkeypatch, capsys, tmp_path):
-    run = tmp_path / "run"  # val/penalty is logged only with task.penalty_weight > 0
+    """A metric the config check expects that the run did not log (e.g. captioning's grounding,
+    which needs region boxes in the data): the run's own metrics are named."""
+    import attnflow.sweeps as sweeps
+
+    names = sweeps.final_metric_names
+    monkeypatch.setattr(sweeps, "final_metric_names", lambda cfg: [*names(cfg), "val/unlogged"])
+    run = tmp_path / "run"
     assert train_cli(monkeypatch, *TINY, "callbacks.progress_bar=none", "trainer.fast_dev_run=true",
-                     "optimized_metric=val/penalty", f"hydra.run.dir={run}") == 2
+                     "optimized_metric=val/unlogged", f"hydra.run.dir={run}") == 2
     reported = json.loads((run / "metrics.json").read_text())["metrics"]
     err = capsys.readouterr().err
-    assert "optimized_metric 'val/penalty' was not reported" in err
+    assert "optimized_metric 'val/unlogged' was not reported" in err
     assert all(name in err for name in reported)
 
 
@@ -145,6 +172,8 @@ def test_cli_metric_the_run_did_not_report_fails_after_it(monkeypatch, capsys, t
      "the sweep's model.attn_dropout=1.0 is refused"),
     # what the job would refuse before its data, checked for every value before the first job
     (["-m", "optimized_metric=val/loss,val/accc"], "the sweep's optimized_metric=val/accc is refused"),
+    (["-m", "task.penalty_weight=0.3,0", "optimized_metric=val/penalty"],
+     "the sweep's task.penalty_weight=0 is refused, so no job was started: optimized_metric 'val/penalty'"),
     (["-m", "trainer.accelerator=cpu,gpu"], "the sweep's trainer.accelerator=gpu is refused, so no job "
                                             "was started: trainer.accelerator=gpu"),
     (["-m", "logger=wandb", "logger.wandb.project=ok,a/b"], "the sweep's logger.wandb.project=a/b is refused"),

@@ -48,6 +48,8 @@ class Task(pl.LightningModule):
     monitor_mode: str = "min"
     # fields read in training only: attnflow-eval refuses them as overrides that would do nothing
     training_only: Tuple[str, ...] = ("optim",)
+    # metrics logged only where a field of the task is above 0 ({metric: field})
+    conditional_metrics: Dict[str, str] = {}
 
     def __init__(self, model: nn.Module, *, optim: OptimConfig = OptimConfig()):
         super().__init__()
@@ -110,3 +112,11 @@ class Task(pl.LightningModule):
     def metric_names(cls, splits=("train", "val")) -> list:
         """``<split>/<metric>`` for every metric the task logs."""
         return [f"{s}/{m}" for s in splits for m in cls.metrics]
+
+    @classmethod
+    def metric_names_of(cls, task_cfg: Mapping[str, Any], splits=("train", "val")) -> list:
+        """:meth:`metric_names` that a task of config ``task_cfg`` logs: less a conditional
+        metric whose field is 0 there (``penalty`` without ``penalty_weight``), which an
+        ``optimized_metric`` or a monitor would wait for in vain."""
+        off = {m for m, field in cls.conditional_metrics.items() if not (task_cfg.get(field) or 0) > 0}
+        return [n for n in cls.metric_names(splits) if n.split("/", 1)[1] not in off]

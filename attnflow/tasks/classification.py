@@ -46,6 +46,7 @@ class ClassificationTask(Task):
 
     interface = "documents"
     metrics = {"loss": "min", "acc": "max", "f1": "max", "penalty": "min"}
+    conditional_metrics = {"penalty": "penalty_weight"}
     monitor, monitor_mode = "val/acc", "max"
 
     def __init__(self, model: nn.Module, num_classes: int, class_names: Sequence[str] = (),

@@ -249,8 +249,9 @@ class MultiTask(Task):
         """``{split}/loss`` and ``{split}/{task}/{metric}`` for each task of this config."""
         entries = cls.task_entries(_plain(task_cfg).get("tasks"))
         names = [f"{s}/{m}" for s in splits for m in cls.metrics]
-        for t, e in entries.items():
-            names += [f"{s}/{t}/{m}" for s in splits for m in TASKS.get(e["task"]["name"]).metrics]
+        for t, e in entries.items():  # each task's own, with its conditional metrics (penalty)
+            names += [n.replace("/", f"/{t}/", 1)
+                      for n in TASKS.get(e["task"]["name"]).metric_names_of(e["task"], splits)]
         return names
 
     # -- steps -------------------------------------------------------------------------------------
