@@ -24,7 +24,7 @@ import importlib.util
 import logging
 import re
 from pathlib import Path
-from typing import Any, Iterable, Optional, Tuple
+from typing import Any, Iterable, List, Optional, Sequence, Tuple
 
 log = logging.getLogger(__name__)
 
@@ -320,6 +320,37 @@ def _stored_directions(sweeper: Any) -> list:
     return [d.name.lower() for d in study.directions]
 
 
+def _other_study_command(hydra_cfg: Any, args: Sequence[str], space: dict) -> Optional[str]:
+    """Where an Optuna study stored in the sweep folder continues: why its earlier trials came
+    from another command (other fixed overrides than these ``args``, the searched keys of
+    ``space`` and ``hydra.*`` aside, as its first job's ``.hydra/overrides.yaml`` records them),
+    or None. One study ranks its trials against each other, so trials of another experiment,
+    model or data would be ranked as if they were comparable."""
+    import yaml
+
+    if not (_is_optuna(hydra_cfg.sweeper) and _continues_study(hydra_cfg.sweeper)):
+        return None
+    folder = Path(str(hydra_cfg.sweep.dir)).expanduser()
+    jobs = sorted((int(d.name), d) for d in folder.iterdir() if d.name.isdigit()) if folder.is_dir() else []
+    try:
+        before = yaml.safe_load((jobs[0][1] / ".hydra" / "overrides.yaml").read_text())
+    except (IndexError, OSError, yaml.YAMLError):  # no job recorded: nothing to compare
+        return None
+    searched = {str(k).lstrip("+~") for k in space}
+
+    def fixed(items: Any) -> List[str]:
+        typed = (str(a).lstrip("+~") for a in items or ())
+        return sorted(a for a in typed if not a.startswith("hydra.") and a.split("=", 1)[0] not in searched)
+
+    if fixed(before) == fixed(args):
+        return None
+    return (f"hydra.sweep.dir={folder} holds the Optuna study '{hydra_cfg.sweeper.get('study_name')}' "
+            f"of another command (its fixed overrides: {' '.join(fixed(before)) or 'none'}; this "
+            f"one's: {' '.join(fixed(args)) or 'none'}): the study would rank the trials of both as "
+            f"one search. Continue it with its own overrides, or give this sweep another folder "
+            f"(or hydra.sweeper.study_name)")
+
+
 def sweep_folder_taken(hydra_cfg: Any, space: dict) -> Optional[str]:
     """Why a multirun's jobs would overwrite earlier results, or None: its ``hydra.sweep.dir``
     already holds a sweep or runs (Hydra would rewrite the jobs' ``.hydra/``, the jobs their
@@ -406,6 +437,9 @@ def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
                     if i == 0:  # the sweep as a whole, once its first job's config is known
                         try:
                             check_sweeper(cfg.hydra.sweeper, parsed, space, resolved)
+                            other = _other_study_command(cfg.hydra, args, space)
+                            if other:
+                                raise ConfigError(other)
                             if here:  # ddp re-runs the sweep in every rank (a cluster's scheduler
                                 check_multirun_strategy(resolved.get("trainer"), True)  # makes them)
                         except ConfigError as err:

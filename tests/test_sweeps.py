@@ -265,6 +265,38 @@ def test_a_stored_study_is_continued_only_in_its_own_direction(monkeypatch, caps
     assert sorted(p.name for p in sweep.iterdir()) == ["optuna.db"] and (sweep / "optuna.db").read_bytes() == before
 
 
+def test_a_stored_study_is_continued_only_by_its_own_command(monkeypatch, capsys, tmp_path):
+    """A study ranks its trials against each other: continuing it with another experiment (or any
+    other fixed override) mixed both in one ranking; the searched keys and hydra.* may differ."""
+    import optuna
+    import yaml
+    from omegaconf import OmegaConf
+
+    from attnflow.sweeps import _other_study_command
+
+    sweep = tmp_path / "study"
+    (sweep / "0" / ".hydra").mkdir(parents=True)
+    optuna.create_study(study_name="gat_cora_optuna", storage=f"sqlite:///{sweep}/optuna.db",
+                        direction="maximize")
+    first = ["++task.optim.lr=0.002", "hparams_search=gat_cora_optuna", *TINY_GRAPH]  # its job 0
+    (sweep / "0" / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(first))
+    before = (sweep / "optuna.db").read_bytes()
+    assert train_cli(monkeypatch, "hparams_search=gat_cora_optuna", *TINY_GRAPH, "data.num_nodes=90",
+                     f"hydra.sweep.dir={sweep}") == 2
+    err = capsys.readouterr().err
+    assert f"hydra.sweep.dir={sweep} holds the Optuna study 'gat_cora_optuna' of another command" in err
+    assert "data.num_nodes=120" in err and "data.num_nodes=90" in err and "(no job was started)" in err
+    assert (sweep / "optuna.db").read_bytes() == before and sorted(p.name for p in sweep.iterdir()) == [
+        "0", "optuna.db"]
+    hydra = OmegaConf.create({"sweeper": {"_target_": "x.OptunaSweeper", "study_name": "gat_cora_optuna",
+                                          "storage": f"sqlite:///{sweep}/optuna.db"},
+                              "sweep": {"dir": str(sweep)}})
+    same = ["hparams_search=gat_cora_optuna", *TINY_GRAPH, "hydra.sweeper.n_trials=40"]
+    assert _other_study_command(hydra, same, {"++task.optim.lr": [0.001]}) is None
+    assert "experiment=gat_cora" in _other_study_command(hydra, [*same[:1], "experiment=gat_cora",
+                                                                  *same[2:]], {"++task.optim.lr": [0.001]})
+
+
 # -- real sweeps ---------------------------------------------------------------------------------------
 def test_grid_multirun_through_the_console_script(tmp_path):
     """hparams_search=reverse_grid with 2 scorers × 2 learning rates (one of which diverges) through
