@@ -20,11 +20,12 @@
 from __future__ import annotations
 
 import functools
+import json
 import importlib.util
 import logging
 import re
 from pathlib import Path
-from typing import Any, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
 
 log = logging.getLogger(__name__)
 
@@ -338,17 +339,30 @@ def _other_study_command(hydra_cfg: Any, args: Sequence[str], space: dict) -> Op
         return None
     searched = {str(k).lstrip("+~") for k in space}
 
-    def fixed(items: Any) -> List[str]:
-        typed = (str(a).lstrip("+~") for a in items or ())
-        return sorted(a for a in typed if not a.startswith("hydra.") and a.split("=", 1)[0] not in searched)
+    def fixed(items: Any) -> Dict[str, Tuple[str, str]]:  # {key: (value as YAML reads it, typed)}
+        out = {}
+        for item in items or ():
+            key, _, value = str(item).lstrip("+~").partition("=")
+            if key.startswith("hydra.") or key in searched:
+                continue
+            try:
+                read = yaml.safe_load(value)
+            except yaml.YAMLError:
+                read = value
+            out[key] = (json.dumps(read, sort_keys=True, default=str), f"{key}={value}")
+        return out
 
-    if fixed(before) == fixed(args):
+    earlier, ours = fixed(before), fixed(args)
+    if {k: v[0] for k, v in earlier.items()} == {k: v[0] for k, v in ours.items()}:
         return None
+    def shown(overrides: Dict[str, Tuple[str, str]]) -> str:
+        return " ".join(sorted(typed for _, typed in overrides.values())) or "none"
+
     return (f"hydra.sweep.dir={folder} holds the Optuna study '{hydra_cfg.sweeper.get('study_name')}' "
-            f"of another command (its fixed overrides: {' '.join(fixed(before)) or 'none'}; this "
-            f"one's: {' '.join(fixed(args)) or 'none'}): the study would rank the trials of both as "
-            f"one search. Continue it with its own overrides, or give this sweep another folder "
-            f"(or hydra.sweeper.study_name)")
+            f"of another command (its fixed overrides: {shown(earlier)}; this one's: "
+            f"{shown(ours)}): the study would rank the trials of both as one search. Continue it "
+            f"with its own overrides, or give this sweep another folder (or "
+            f"hydra.sweeper.study_name)")
 
 
 def sweep_folder_taken(hydra_cfg: Any, space: dict) -> Optional[str]:

@@ -66,15 +66,18 @@ def test_batches_are_cls_text_sep_with_padding_and_sorted_labels(files, tmp_path
     assert dm.task_context() == {"num_classes": 8, "class_names": ["1", "2", "3", "4", "7", "8", "9", "10"]}
     ctx = dm.model_context()
     assert ctx == {"vocab_size": dm.tokenizer.get_vocab_size(), "pad_id": PAD, "num_classes": 8}
-    batch = next(iter(dm._loader("train", False)))  # unshuffled: the first 8 training texts
+    loader = dm._loader("train", False)  # as evaluated: one fixed seeded order of the texts
+    order = list(loader.sampler)
+    assert sorted(order) == list(range(len(rows)))
+    batch = next(iter(loader))
     assert set(batch) == {"input_ids", "segment_ids", "attention_mask", "labels"}
-    for b in range(8):
-        ids = dm.tokenizer.encode(rows[b]["text"], add_special_tokens=False).ids  # independently
+    for b, row in enumerate(rows[i] for i in order[:8]):
+        ids = dm.tokenizer.encode(row["text"], add_special_tokens=False).ids  # independently
         n = len(ids) + 2
         assert batch["input_ids"][b, :n].tolist() == [CLS, *ids, SEP]
         assert (batch["input_ids"][b, n:] == PAD).all()
         assert batch["attention_mask"][b].tolist() == [True] * n + [False] * (batch["input_ids"].shape[1] - n)
-        assert [1, 2, 3, 4, 7, 8, 9, 10][int(batch["labels"][b])] == rows[b]["rating"]
+        assert [1, 2, 3, 4, 7, 8, 9, 10][int(batch["labels"][b])] == row["rating"]
     assert batch["attention_mask"].dtype == torch.bool and not batch["segment_ids"].any()
     assert batch["labels"].dtype == torch.long
     # the tokenizer trained here is saved with the run, and is what the checkpoint carries

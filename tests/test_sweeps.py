@@ -278,7 +278,8 @@ def test_a_stored_study_is_continued_only_by_its_own_command(monkeypatch, capsys
     (sweep / "0" / ".hydra").mkdir(parents=True)
     optuna.create_study(study_name="gat_cora_optuna", storage=f"sqlite:///{sweep}/optuna.db",
                         direction="maximize")
-    first = ["++task.optim.lr=0.002", "hparams_search=gat_cora_optuna", *TINY_GRAPH]  # its job 0
+    first = ["++task.optim.lr=0.002", "hparams_search=gat_cora_optuna",  # its job 0, as Hydra
+             *(o.replace("=false", "=False") for o in TINY_GRAPH)]  # records it (False: the same)
     (sweep / "0" / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(first))
     before = (sweep / "optuna.db").read_bytes()
     assert train_cli(monkeypatch, "hparams_search=gat_cora_optuna", *TINY_GRAPH, "data.num_nodes=90",
