@@ -68,9 +68,11 @@ def check_precision(trainer: Dict[str, Any]) -> None:
     replaces by bf16-mixed with a warning of its own (``config.yaml`` keeps ``16-mixed`` while
     ``bf16-mixed`` ran, often emulated and many times slower) — a :class:`ConfigError`."""
     precision, accelerator = str(trainer.get("precision")), trainer.get("accelerator", "auto")
-    on_cpu = accelerator == "cpu" or (accelerator in (None, "auto") and not torch.cuda.is_available()
-                                      and not torch.backends.mps.is_available())
-    if precision in ("16-mixed", "16") and on_cpu:
+    if precision not in ("16-mixed", "16") or accelerator not in (None, "auto", "cpu"):
+        return
+    from attnflow.distributed import _has_mps  # (auto: Lightning's choice of MPS)
+
+    if accelerator == "cpu" or not (_uses_cuda(accelerator) or _has_mps()):
         from attnflow.registry import ConfigError
 
         raise ConfigError(f"trainer.precision={precision} (at 'trainer.precision') is float16 "

@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import importlib.util
 import logging
 import re
@@ -329,6 +328,8 @@ def _other_study_command(hydra_cfg: Any, args: Sequence[str], space: dict) -> Op
     model or data would be ranked as if they were comparable."""
     import yaml
 
+    from attnflow.resume import _parse  # an override as Hydra reads it
+
     if not (_is_optuna(hydra_cfg.sweeper) and _continues_study(hydra_cfg.sweeper)):
         return None
     folder = Path(str(hydra_cfg.sweep.dir)).expanduser()
@@ -339,22 +340,18 @@ def _other_study_command(hydra_cfg: Any, args: Sequence[str], space: dict) -> Op
         return None
     searched = {str(k).lstrip("+~") for k in space}
 
-    def fixed(items: Any) -> Dict[str, Tuple[str, str]]:  # {key: (value as YAML reads it, typed)}
+    def fixed(items: Any) -> Dict[str, Tuple[str, str]]:  # {key: (value as Hydra reads it, typed)}
         out = {}
-        for item in items or ():
-            key, _, value = str(item).lstrip("+~").partition("=")
-            if key.startswith("hydra.") or key in searched:
-                continue
-            try:
-                read = yaml.safe_load(value)
-            except yaml.YAMLError:
-                read = value
-            out[key] = (json.dumps(read, sort_keys=True, default=str), f"{key}={value}")
+        for item in map(str, items or ()):
+            key = item.split("=", 1)[0].lstrip("+~")
+            if not key.startswith("hydra.") and key not in searched:
+                out[key] = (_parse(item)[1], item.lstrip("+~"))  # (false and False: one value)
         return out
 
     earlier, ours = fixed(before), fixed(args)
     if {k: v[0] for k, v in earlier.items()} == {k: v[0] for k, v in ours.items()}:
         return None
+
     def shown(overrides: Dict[str, Tuple[str, str]]) -> str:
         return " ".join(sorted(typed for _, typed in overrides.values())) or "none"
 
