@@ -22,6 +22,16 @@
 # 4. The command-line tools with --device on those runs: attnflow-translate (beam search, alone and
 #    as an ensemble of two checkpoints; Luong's attention picture), attnflow-eval, attnflow-predict
 #    (HAN's explanation, GAT's neighbours, BERT's fill-mask).
+# 5. PART=since runs this instead of 1-4: what changed after the second check (code 41ac4a3,
+#    2026-11-26) and had not run on a GPU — fused optimisers (clipped by the task under bf16-mixed,
+#    unfused under 16-mixed with clipping), precision auto, the devices a machine lacks — as the
+#    tests' CUDA cases (tests/test_precision.py, test_precision_choice.py, blocks/test_dropout.py,
+#    test_dashboards.py; on CI they skip) and as command-line runs (the en→de preset's path,
+#    16-mixed, GAT, refusals), beside the whole suite on the GPU machine (SUITE_TIMEOUT seconds).
+#    For the whole suite the project must be installed there with its entry points (the tests
+#    run attnflow-train as a console script): `pip install --no-deps --no-build-isolation -e .`,
+#    with the carried wheels installed into the same Python (sweep extras: optuna<3 and its
+#    needs, hydra's joblib and submitit launchers). On an H200 (2026-11-27) it took 114 s at -n 14.
 # "quick" shrinks everything to a few steps (a dry run of the script on a CPU, trainer=cpu).
 # The project need not be installed there: the checkout goes first on PYTHONPATH (hydra-core,
 # omegaconf, antlr4-python3-runtime and jiwer are what a GPU image with PyTorch usually lacks).
@@ -74,6 +84,40 @@ train() {  # train NAME overrides… — one run in $RUNS/NAME
   step "$name" $PY -m attnflow.train hydra.run.dir="$RUNS/$name" callbacks.progress_bar=text logger=tensorboard "$@"
 }
 
+cli() {  # cli NAME module args…
+  local name=$1 module=$2; shift 2
+  step "$name" $PY -m "attnflow.$module" "$@"
+}
+expect_refusal() {  # expect_refusal NAME TEXT command… — passes when it exits 2 saying TEXT
+  local name=$1 text=$2; shift 2
+  local t0=$SECONDS
+  "$@" >"$LOGS/$name.log" 2>&1; local rc=$?
+  local ok=no; [ $rc = 2 ] && grep -qF -- "$text" "$LOGS/$name.log" && ok=yes
+  echo "$name rc=$rc refused-as-expected=$ok $((SECONDS - t0)) s" | tee -a "$OUT/summary.txt"
+}
+
+if [ "${PART:-all}" = since ]; then
+  DEV=cuda; [ -n "$QUICK" ] && DEV=cpu
+  # the whole suite, in the background: which tests a machine with a GPU fails
+  timeout "${SUITE_TIMEOUT:-300}" $PY -m pytest -v -p no:cacheprovider -n "${SUITE_WORKERS:-8}" \
+      --dist loadscope -rfs >"$LOGS/pytest_all.log" 2>&1 &
+  SUITE=$!
+  step pytest_cuda $PY -m pytest -q -p no:cacheprovider -rs tests/test_precision.py \
+      tests/test_precision_choice.py tests/blocks/test_dropout.py tests/test_dashboards.py
+  train since_mt_ende experiment=mt_transformer_3h_ende $TR trainer.max_time=null trainer.max_epochs=3 trainer.limit_train_batches=$SMOKE data.max_pairs=2000 trainer.limit_val_batches=4 trainer.limit_test_batches=4
+  train since_fp16 experiment=mt_transformer $TR trainer.precision=16-mixed trainer.max_steps=$SMOKE trainer.max_epochs=1 data.max_pairs=2000 trainer.limit_val_batches=4 trainer.limit_test_batches=4
+  train since_gat experiment=gat_cora_preg $TR trainer.max_epochs=$GAT
+  cli since_translate translate "$RUNS/since_mt_ende" --device $DEV "A man rides a bike."
+  expect_refusal since_two_gpus "this machine shows" $PY -m attnflow.train trainer=gpu trainer.devices=$(( $($PY -c 'import torch; print(torch.cuda.device_count())') + 1 ))
+  expect_refusal since_eval_gpu1 "--device cuda:" $PY -m attnflow.evaluate "$RUNS/since_gat" --device cuda:$($PY -c 'import torch; print(torch.cuda.device_count())')
+  wait $SUITE; echo "pytest_all rc=$? (124: cut at SUITE_TIMEOUT)" | tee -a "$OUT/summary.txt"
+  cp "$LOGS/pytest_all.log" "$LOGS/pytest_cuda.log" "$OUT/" 2>/dev/null
+  [ -n "$WATCH" ] && kill "$WATCH" 2>/dev/null
+  echo "total $SECONDS s" | tee -a "$OUT/summary.txt"
+  pack
+  exit 0
+fi
+
 # 3. the long en→de runs, in the background (each its own process on the one GPU)
 LONG=()
 if [ -n "${ENDE:-}" ]; then
@@ -103,10 +147,6 @@ train smoke_caption experiment=caption_shapes $TR trainer.max_steps=$SMOKE train
 
 DEV=cuda; [ -n "$QUICK" ] && DEV=cpu
 # 4. the command-line tools on the GPU, on the runs above: each writes to $LOGS/<name>.log
-cli() {  # cli NAME module args…
-  local name=$1 module=$2; shift 2
-  step "$name" $PY -m "attnflow.$module" "$@"
-}
 cli cli_translate translate "$RUNS/smoke_mt_transformer" --device $DEV --beam 4 "A man rides a bike." "Two dogs play in the snow."
 cli cli_translate_ensemble translate "$RUNS/smoke_mt_transformer" --ensemble "$RUNS/smoke_mt_transformer/checkpoints/last.ckpt" --device $DEV --beam 4 "A man rides a bike."
 cli cli_translate_avg translate "$RUNS/smoke_mt_avg" --ensemble "$RUNS/smoke_mt_avg/checkpoints/last.ckpt" --device $DEV "A man rides a bike."

@@ -125,6 +125,11 @@ def test_spawned_stages_continue_one_csv_log(tmp_path):
     """ddp_spawn runs fit, validate and test each in new worker processes: the test stage used to
     crash rewriting metrics.csv and leave it cut to its header. Workers are forked here
     (ddp_fork: the same launcher as ddp_spawn, without re-importing torch in every worker)."""
+    import torch
+
+    if torch.cuda.is_initialized():  # an earlier test in this pytest worker ran on the GPU
+        pytest.skip("a forked worker cannot touch CUDA once its parent has (Lightning's "
+                    "isolate_rng reads the CUDA generators); run this file alone on a GPU machine")
     overrides = ["data.train_size=64", "data.val_size=32", "data.test_size=32", "data.batch_size=16",
                  "trainer.max_epochs=1", "trainer.accelerator=cpu", "callbacks.progress_bar=none",
                  "callbacks.attention_maps.examples=1", "trainer.strategy=ddp_fork",

@@ -1,5 +1,5 @@
 """bf16 mixed precision, gradient accumulation and gradient clipping, all at once, for every task
-family on the CPU, through the runner (``attnflow.run.train``) with the config overrides a user
+family on the CPU (and, where a CUDA GPU is, the reversal and graph cases on it), through the runner (``attnflow.run.train``) with the config overrides a user
 types: ``trainer.precision=bf16-mixed trainer.accumulate_grad_batches=2
 trainer.gradient_clip_val=C``.
 
@@ -11,6 +11,10 @@ What is checked, by a callback that watches the real optimiser:
   mixed precision, so the task does (``Task.configure_gradient_clipping``);
 - learning: the validation loss (the whole validation set, before training in the sanity check,
   and after the epoch) is finite and lower after the epoch.
+
+On a GPU also float16 mixed precision (``16-mixed``), whose GradScaler must unscale the gradients
+before they are clipped: the optimiser is the unfused one there when clipping, the fused one
+(which unscales inside its step) when not.
 """
 
 from __future__ import annotations
@@ -28,10 +32,14 @@ import attnflow.run as run
 from support import DATA_DIR, compose_cfg
 
 CLIP = 0.05
+ON = {"cpu": ["trainer.accelerator=cpu"], "cuda": ["trainer.accelerator=gpu", "trainer.devices=1"]}
+GPU = pytest.mark.skipif(not torch.cuda.is_available(),
+                         reason="no CUDA device (bench/gpu_check.sh runs these on a GPU machine)")
+DEVICES = ["cpu", pytest.param("cuda", marks=GPU)]
+BASE = ["trainer.max_epochs=1", "trainer.num_sanity_val_steps=-1", "callbacks.progress_bar=none",
+        "logger=none", "callbacks.attention_maps=null", "test=false"]
 COMMON = ["trainer.precision=bf16-mixed", "trainer.accumulate_grad_batches=2",
-          f"trainer.gradient_clip_val={CLIP}", "trainer.accelerator=cpu", "trainer.max_epochs=1",
-          "trainer.num_sanity_val_steps=-1", "callbacks.progress_bar=none", "logger=none",
-          "callbacks.attention_maps=null", "test=false"]
+          f"trainer.gradient_clip_val={CLIP}", *ON["cpu"], *BASE]
 
 
 def _grad_norm(module: torch.nn.Module) -> float:
@@ -57,6 +65,7 @@ class Watch(pl.Callback):
             self.post_clip.append(_grad_norm(pl_module))
 
         self.fused = trainer.optimizers[0].defaults.get("fused")
+        self.device = next(pl_module.parameters()).device.type
         self._hooks.append(trainer.optimizers[0].register_step_post_hook(stepped))
         for m in pl_module.modules():
             if isinstance(m, torch.nn.Linear):
@@ -77,12 +86,17 @@ class Watch(pl.Callback):
             h.remove()
 
 
-def _run(overrides, tmp_path, monkeypatch, batches_per_epoch):
+def _train(overrides, tmp_path, monkeypatch):
     watch = Watch()
     build = run.build_callbacks
     monkeypatch.setattr(run, "build_callbacks", lambda *a, **k: [*build(*a, **k), watch])
-    summary = run.train(compose_cfg([*COMMON, *overrides]), tmp_path / "run")
+    return run.train(compose_cfg(overrides), tmp_path / "run"), watch
 
+
+def _run(overrides, tmp_path, monkeypatch, batches_per_epoch, device="cpu"):
+    summary, watch = _train([*COMMON, *ON[device], *overrides], tmp_path, monkeypatch)
+
+    assert watch.device == device
     assert torch.bfloat16 in watch.dtypes, watch.dtypes
     assert watch.fused is True  # the fused optimiser, clipped by the task under bf16-mixed
     odd = [i for i in range(batches_per_epoch) if i % 2 == 1 or i == batches_per_epoch - 1]
@@ -100,13 +114,38 @@ def _run(overrides, tmp_path, monkeypatch, batches_per_epoch):
 REVERSE = ["data.train_size=160", "data.val_size=64", "data.batch_size=32"]  # 5 batches per epoch
 
 
-def test_seq2seq_rnnsearch(tmp_path, monkeypatch):
-    _run([*REVERSE, "task.optim.lr=0.01"], tmp_path, monkeypatch, batches_per_epoch=5)
+@pytest.mark.parametrize("device", DEVICES)
+def test_seq2seq_rnnsearch(tmp_path, monkeypatch, device):
+    _run([*REVERSE, "task.optim.lr=0.01"], tmp_path, monkeypatch, batches_per_epoch=5, device=device)
 
 
-def test_transformer_on_reverse(tmp_path, monkeypatch):
-    _run(["experiment=reverse_transformer", *REVERSE, "task.optim.scheduler=none",
-          "task.optim.lr=0.003"], tmp_path, monkeypatch, batches_per_epoch=5)
+TRANSFORMER = ["experiment=reverse_transformer", *REVERSE, "task.optim.scheduler=none",
+               "task.optim.lr=0.003"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_transformer_on_reverse(tmp_path, monkeypatch, device):
+    _run(TRANSFORMER, tmp_path, monkeypatch, batches_per_epoch=5, device=device)
+
+
+@GPU
+@pytest.mark.parametrize("clip", [CLIP, None])
+def test_float16_mixed_on_a_gpu_clips_after_unscaling(tmp_path, monkeypatch, clip):
+    """``trainer.precision=16-mixed``: float16 autocast with Lightning's GradScaler, 5 steps. With
+    ``gradient_clip_val`` the scaler unscales before Lightning clips, which a fused step (it
+    unscales inside) cannot allow: the unfused optimiser, and every step taken is clipped to C.
+    Without it (``null``; the default trainer clips at 1.0), the fused optimiser. A step the scaler
+    skips (an overflow) is not taken."""
+    summary, watch = _train([*TRANSFORMER, *BASE, *ON["cuda"], "trainer.precision=16-mixed",
+                             f"trainer.gradient_clip_val={clip or 'null'}"], tmp_path, monkeypatch)
+    assert watch.device == "cuda" and torch.float16 in watch.dtypes, (watch.device, watch.dtypes)
+    assert watch.fused is (clip is None)
+    assert watch.steps_after and set(watch.steps_after) <= set(range(5)), watch.steps_after
+    if clip:
+        assert all(n <= CLIP * (1 + 1e-3) for n in watch.post_clip), watch.post_clip
+        assert max(watch.pre_clip) > CLIP, watch.pre_clip  # unscaled norms: clipping did something
+    assert all(math.isfinite(v) for v in watch.val_loss) and watch.val_loss[1] < watch.val_loss[0]
+    assert summary["precision"] == "16-mixed"
 
 
 def test_translation_on_a_multi30k_subset(tmp_path, monkeypatch):
@@ -142,10 +181,11 @@ def test_han_documents(tmp_path, monkeypatch):
           "task.optim.lr=0.01", "task.renderings=0"], tmp_path, monkeypatch, batches_per_epoch=6)
 
 
-def test_gat_on_synthetic_graph_batches(tmp_path, monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_gat_on_synthetic_graph_batches(tmp_path, monkeypatch, device):
     # 200 training nodes in 2-hop batches of 50 seeds: 4 batches, so accumulation has work to do
     _run(["experiment=gat_synthetic", "data.batch_size=50", "task.picture=false"],
-         tmp_path, monkeypatch, batches_per_epoch=4)
+         tmp_path, monkeypatch, batches_per_epoch=4, device=device)
 
 
 @pytest.mark.parametrize("batches", ["full", "khop"])

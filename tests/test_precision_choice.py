@@ -152,6 +152,20 @@ def test_a_run_under_auto_trains_in_the_chosen_precision(tmp_path, monkeypatch, 
     assert (tmp_path / "run" / "config.yaml").read_text().count("precision: auto") == 1  # as asked
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (bench/gpu_check.sh's machine)")
+def test_the_gpu_trainer_on_this_gpu_trains_bf16_from_ampere_on(tmp_path, monkeypatch):
+    """``trainer=gpu`` (precision auto) on the real GPU: NVIDIA's tensor cores compute bfloat16
+    from compute capability 8.0 (Ampere) on, so there bf16-mixed runs, before it 32-true."""
+    native = torch.cuda.get_device_capability(0) >= (8, 0)
+    watch = Dtypes()
+    build = run.build_callbacks
+    monkeypatch.setattr(run, "build_callbacks", lambda *a, **k: [*build(*a, **k), watch])
+    tiny = [o for o in TINY if not o.startswith("trainer.accelerator")]
+    summary = run.train(compose_cfg(["trainer=gpu", *tiny]), tmp_path / "run")
+    assert watch.seen == {torch.bfloat16 if native else torch.float32}, watch.seen
+    assert summary["precision"] == ("bf16-mixed" if native else "32-true")
+
+
 def test_eval_takes_auto(tmp_path, monkeypatch, capsys):
     from attnflow.evaluate import evaluate
 

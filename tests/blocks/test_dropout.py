@@ -1,5 +1,6 @@
 """attnflow/blocks/dropout.py: inverted dropout (Srivastava et al. 2014) with a uniform-draw mask
-on the CPU, against the definition r ~ Bernoulli(1 − p), ỹ = r·y/(1 − p)."""
+on the CPU, against the definition r ~ Bernoulli(1 − p), ỹ = r·y/(1 − p); where a CUDA GPU is,
+the same checks of torch's kernel, which the function hands a GPU tensor to."""
 
 import math
 
@@ -10,12 +11,16 @@ from torch import nn
 
 from attnflow.blocks.dropout import Dropout, dropout
 
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device"))]
 
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
-def test_kept_units_are_scaled_and_the_keep_rate_is_one_minus_p(p, dtype):
+def test_kept_units_are_scaled_and_the_keep_rate_is_one_minus_p(p, dtype, device):
     torch.manual_seed(0)
-    x = torch.rand(400, 500, dtype=dtype) + 1.0  # no zeros: a zero output means dropped
+    x = torch.rand(400, 500, dtype=dtype, device=device) + 1.0  # no zeros: a zero output means dropped
     y = dropout(x, p)
     kept = y != 0
     torch.testing.assert_close(y[kept], (x[kept].float() / (1 - p)).to(dtype))
@@ -27,9 +32,10 @@ def test_kept_units_are_scaled_and_the_keep_rate_is_one_minus_p(p, dtype):
     assert abs(both - (1 - p) ** 2) < 0.01
 
 
-def test_the_gradient_is_the_same_mask_times_the_scale():
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_gradient_is_the_same_mask_times_the_scale(device):
     torch.manual_seed(1)
-    x = torch.randn(64, 24, 256, requires_grad=True)
+    x = torch.randn(64, 24, 256, device=device, requires_grad=True)
     g = torch.randn_like(x)
     y = dropout(x, 0.3)
     y.backward(g)
