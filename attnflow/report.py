@@ -18,6 +18,11 @@ Runs are sorted by the optimised metric, best first: ``--metric``, else the conf
 own ``monitor`` when that is null), else ``val/loss``. A run without ``metrics.json`` (failed,
 killed or still running) is listed with that status, last, never dropped. The page needs no
 network and no JavaScript: every picture is a base64 ``data:`` URI.
+
+The output folder (``-o``, default ``<path>/report``) is new, empty, or an earlier report of the
+same path, which is refreshed; a folder of other files (a run's folder, another path's report) is
+refused before anything is written, since the report would overwrite its files. ``.report-of``
+in the folder names the path it reports.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ import yaml
 from attnflow.textio import atomic_path
 
 RUN_MARKERS = ("config.yaml", "metrics.json", ".hydra")
+REPORT_OF = ".report-of"  # in a report folder: the resolved path it reports
 MISSING = "no metrics.json (failed, killed or unfinished)"
 LOWER_IS_BETTER = ("loss", "wer", "ter", "error", "perplexity", "ppl")
 
@@ -454,11 +460,37 @@ def _write(path: Path, text: str) -> None:
         fh.write(text)  # newline="": the CSV's own \r\n
 
 
+def check_out(out: Path, source: Path) -> None:
+    """Refuse an output folder whose files the report would overwrite (module docstring): one
+    that is not new, empty, or a report of ``source`` (``.report-of``; a default ``report``
+    folder written before that file existed counts as one when it holds a report)."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise ReportError(f"-o '{out}' is a file; name a folder for the report")
+    mark = out / REPORT_OF
+    if mark.is_file():
+        made_from = mark.read_text(encoding="utf-8").strip()
+        if made_from == str(source.resolve()):
+            return
+        raise ReportError(f"'{out}' holds the report of '{made_from}', not of '{source}', and is not "
+                          f"overwritten; name another folder with -o")
+    if out.resolve() == (source / "report").resolve() and (out / "report.html").is_file():
+        return
+    held = sorted(p.name for p in out.iterdir())
+    if held:
+        shown = ", ".join(held[:4]) + (f" and {len(held) - 4} more" if len(held) > 4 else "")
+        raise ReportError(f"'{out}' holds other files ({shown}), which the report could overwrite; "
+                          f"name a new or empty folder with -o")
+
+
 def write_report(report: Report, out: Path) -> Dict[str, Path]:
-    """Plots, thumbnails, report.html, report.md and report.csv in ``out``."""
+    """Plots, thumbnails, report.html, report.md and report.csv in ``out`` (:func:`check_out` has
+    accepted it), and the ``.report-of`` record."""
     from attnflow.report_plots import plot_curves, plot_optuna, plot_param, thumbnails
 
     out.mkdir(parents=True, exist_ok=True)
+    _write(out / REPORT_OF, str(report.path.resolve()) + "\n")
     plots: List[Tuple[str, Path]] = []
     for p in report.params if sum(report.metric in r.metrics for r in report.runs) > 1 else []:
         path = plot_param(report, p, out)
@@ -499,12 +531,13 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
+    out = args.out or args.path / "report"
     try:
         report = build(args.path, args.metric, args.pictures)
+        check_out(out, args.path)
     except ReportError as err:
         print(f"attnflow-report: {err}", file=sys.stderr)
         sys.exit(2)
-    out = args.out or args.path / "report"
     try:
         files = write_report(report, out)
     except OSError as err:

@@ -284,6 +284,43 @@ def test_unknown_metric_is_refused_naming_the_metrics(sweep, capsys):
     assert not (sweep / "never").exists()
 
 
+def _files(folder: Path) -> dict:
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_report_overwrites_nothing_but_an_earlier_report_of_the_same_path(sweep, tmp_path, capsys):
+    """Running the command again refreshes the report (its default folder, or the -o of the same
+    path); a folder of other files — a run's folder, another path's report, a file — is refused
+    before anything is written, and keeps every byte."""
+    runs = {n: _copy(sweep / n, tmp_path / f"run{n}") for n in ("0", "1")}
+    main([str(runs["0"])])
+    first = (runs["0"] / "report" / "report.csv").read_text()
+    (runs["0"] / "report" / "report.csv").write_text("stale")
+    main([str(runs["0"])])  # again: refreshed
+    assert (runs["0"] / "report" / "report.csv").read_text() == first
+    (runs["0"] / "report" / ".report-of").unlink()  # a report made before the record existed
+    main([str(runs["0"])])
+    main([str(runs["0"]), "-o", str(tmp_path / "rep")])
+    main([str(runs["0"]), "-o", str(tmp_path / "rep")])  # the same -o, the same path: refreshed
+    capsys.readouterr()
+
+    (tmp_path / "a_file").write_text("keep me")
+    refusals = [(runs["0"] / "report", runs["1"], "holds the report of"),  # another path's report
+                (runs["1"], runs["0"], "holds other files (.hydra, attention, checkpoints, config.yaml"),
+                (tmp_path / "rep", runs["1"], "holds the report of"),
+                (tmp_path / "a_file", runs["0"], "is a file")]
+    for out, source, says in refusals:
+        before = _files(out) if out.is_dir() else out.read_bytes()
+        with pytest.raises(SystemExit) as exc:
+            main([str(source), "-o", str(out)])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert says in err and f"'{out}'" in err, err
+        assert (_files(out) if out.is_dir() else out.read_bytes()) == before
+    main([str(runs["1"]), "-o", str(tmp_path / "empty")])  # new: written
+    assert (tmp_path / "empty" / ".report-of").read_text().strip() == str(runs["1"].resolve())
+
+
 @pytest.mark.parametrize("kind", ["missing", "file", "empty", "parent"])
 def test_bad_paths_exit_2_naming_the_path(tmp_path, capsys, kind):
     path = tmp_path / "x"
