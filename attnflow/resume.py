@@ -311,6 +311,34 @@ def _check_length(saved: Dict[str, Any], changes: Iterable[Tuple[str, Any, Any]]
             raise ResumeError(f"resume={run}: the run has trained {done} {unit} already and "
                               f"{key}={value}, so nothing would be trained; give {key} more than "
                               f"{done} (or -1: no limit)")
+    _check_epoch_end_under_steps(limits, loop, ckpt, run)
+
+
+def _check_epoch_end_under_steps(limits: Dict[str, Any], loop: Dict[str, Any], ckpt: Dict[str, Any],
+                                 run: Path) -> None:
+    """Lightning 2.6 counts the epoch a checkpoint was saved at the end of twice when the resumed
+    run is step-based (``max_steps`` set): its fit loop completes that epoch only for epoch-based
+    training, so ``max_epochs`` ends the resumed run an epoch early — with one epoch more to go,
+    nothing was trained and the run exited 0. Refused where that lost epoch makes ``max_epochs``
+    end the run before ``max_steps`` (where ``max_steps`` still ends it first, the run is right)."""
+    total = loop.get("total") or {}
+    done, step = total.get("processed"), ckpt.get("global_step")
+    at_epoch_end = (isinstance(done, int) and done > 0 and isinstance(step, int)
+                    and total.get("ready") == total.get("started") == done
+                    and total.get("completed") == done - 1)
+    try:
+        epochs, steps = int(limits["trainer.max_epochs"]), int(limits["trainer.max_steps"])
+    except (TypeError, ValueError):
+        return
+    if not at_epoch_end or steps == -1 or epochs == -1:
+        return
+    if (epochs - done - 1) * step / done < steps - step:  # less one epoch, max_epochs ends it first
+        raise ResumeError(
+            f"resume={run}: its checkpoint was saved at the end of epoch {done}, and resumed under "
+            f"trainer.max_steps={steps} with trainer.max_epochs={epochs}, "
+            f"Lightning would stop it an epoch early, before max_steps (it counts that epoch twice in a step-based "
+            f"run). Let one limit end it: trainer.max_epochs=-1 (max_steps ends it), or "
+            f"trainer.max_steps=-1 (max_epochs ends it)")
 
 
 def check_resumable(run: Path, keys: Sequence[str],

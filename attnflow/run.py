@@ -484,8 +484,9 @@ def build_callbacks(cfg: Dict[str, Any], run_dir: Path, task: Any = None) -> Lis
     if ck is not None:
         ck = dict(ck)
         save_last = ck.pop("save_last", True)
-        out.append(ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="epoch{epoch}-step{step}",
-                                   auto_insert_metric_name=False, **_with_task_monitor(ck, task)))
+        out.append(training_state.RunCheckpoint(
+            dirpath=run_dir / "checkpoints", filename="epoch{epoch}-step{step}",
+            auto_insert_metric_name=False, **_with_task_monitor(ck, task)))
         if save_last:  # Lightning writes last.ckpt only when a top-k checkpoint was written: a
             # second, unmonitored callback keeps last.ckpt the state after every epoch
             out.append(training_state.LastCheckpoint(run_dir))  # … and at the end of training

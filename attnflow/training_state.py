@@ -270,8 +270,48 @@ def wandb_run_id(trainer: pl.Trainer) -> Optional[str]:
     return None
 
 
+# -- checkpoints that follow their run folder ---------------------------------------------------------
+def _moved(path: Any, old: str, new: str) -> Any:
+    """``path`` under the folder ``old`` as the same name under ``new``; other values unchanged."""
+    if not path:
+        return path
+    try:
+        return str(Path(new) / Path(path).relative_to(old))
+    except ValueError:
+        return path
+
+
+class RunCheckpoint(ModelCheckpoint):
+    """Lightning's ``ModelCheckpoint`` whose restored state follows the run folder. Its state
+    holds absolute paths (``best_model_path``, ``best_k_models``, …) and the folder they are in;
+    in a run moved or copied since, Lightning drops that state but keeps ``best_model_path``, the
+    old folder's file: the final validation and test of a resumed moved run failed on a file no
+    longer there (after training), and those of a copy evaluated the original's best checkpoint
+    and recorded it as its own. Here every path under the old folder is read as the same name
+    under this one, and the state is restored whole."""
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        old, new = state_dict.get("dirpath"), self.dirpath
+        if old and new and os.path.normpath(old) != os.path.normpath(new):
+            state_dict = {**state_dict, "dirpath": new,
+                          **{k: _moved(state_dict.get(k), old, new)
+                             for k in ("best_model_path", "kth_best_model_path", "last_model_path")},
+                          "best_k_models": {_moved(k, old, new): v for k, v in
+                                            (state_dict.get("best_k_models") or {}).items()}}
+        super().load_state_dict(state_dict)
+
+    @property
+    def state_key(self) -> str:
+        """Lightning's own (``ModelCheckpoint{…}``), under which runs saved before this class
+        hold their state: a resume of one restores it."""
+        key = super().state_key
+        if type(self) is RunCheckpoint:
+            return key.replace(RunCheckpoint.__qualname__, ModelCheckpoint.__qualname__, 1)
+        return key
+
+
 # -- last.ckpt -------------------------------------------------------------------------------------------
-class LastCheckpoint(ModelCheckpoint):
+class LastCheckpoint(RunCheckpoint):
     """``last.ckpt``: the state after every epoch and every validation (an unmonitored checkpoint:
     Lightning's ``save_last`` writes it only beside a top-k checkpoint), and at the end of
     training when it stopped between them — ``max_steps`` or ``max_time`` in the middle of an

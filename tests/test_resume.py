@@ -227,6 +227,46 @@ def test_a_finished_run_is_extended_in_place_and_keeps_its_record(finished, tmp_
     assert record["from"]["global_step"] == steps and "previous_metrics" in record
 
 
+@pytest.mark.parametrize("how", ["moved", "copied"])
+def test_a_moved_or_copied_run_resumes_from_and_evaluates_its_own_checkpoints(tmp_path, how):
+    """The checkpoint callback's state names the best checkpoint by its absolute path: a resumed
+    run moved since failed (after training) on the old folder's file, and a copy evaluated the
+    original's best checkpoint and recorded it as its own. One epoch of 4 steps, validated at its
+    end (the best checkpoint), then one more step without a validation: it stays the best."""
+    first = tmp_path / "first"
+    train(compose_cfg(TINY), first)
+    run = tmp_path / "second"
+    if how == "moved":
+        shutil.move(first, run)
+    else:
+        _copy(first, run)
+    summary = train(resume_config(run, {"trainer.max_epochs": 3, "trainer.max_steps": 5}), run)
+    assert summary["global_step"] == 5
+    best = Path(summary["best_checkpoint"])
+    assert best.name == "epoch0-step4.ckpt"
+    assert best.parent == (run / "checkpoints").resolve() and best.is_file(), best
+    assert json.loads((run / "metrics.json").read_text())["best_checkpoint"] == str(best)
+    assert summary["metrics"]["test/loss"] > 0  # evaluated from it
+
+
+@pytest.mark.parametrize("epochs, steps, trained", [(2, 5, None), (2, -1, 8), (-1, 6, 6), (3, 6, 6),
+                                                    (3, 12, None), (3, 8, 8)])
+def test_a_step_limited_resume_from_an_epoch_end_trains_what_it_asks(finished, tmp_path, epochs,
+                                                                      steps, trained):
+    """From a checkpoint saved at the end of its one epoch (4 steps), a resume under
+    trainer.max_steps whose max_epochs would end it first is refused (Lightning stopped such a run
+    an epoch early: max_epochs=2, max_steps=5 trained nothing and exited 0); where max_steps ends
+    it, or where one limit alone is set, it trains exactly to that limit."""
+    run = _copy(finished / "default", tmp_path / "run")
+    change = {"trainer.max_epochs": epochs, "trainer.max_steps": steps}
+    if trained is None:
+        with pytest.raises(ResumeError, match=r"saved at the end of epoch 1.*an epoch early.*"
+                                              r"trainer\.max_epochs=-1 \(max_steps ends it\)"):
+            resume_config(run, change)
+        return
+    assert train(resume_config(run, change), run)["global_step"] == trained
+
+
 def test_a_resume_may_change_the_precision_among_those_with_float32_weights(finished, tmp_path):
     """E.g. a bf16-mixed run continued on a CPU that emulates bf16: trainer.precision=auto or
     32-true is allowed, recorded, and a later resume still passes; half-precision weights are not."""
