@@ -45,7 +45,7 @@ to ``<run dir>/attention/graph_embedding.png`` and logs it to TensorBoard / W&B.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Dict, Literal, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -94,17 +94,12 @@ def _check_labels(multi_label: bool, multi_label_data: bool) -> None:
                           f"task.multi_label={str(multi_label_data).lower()}")
 
 
-def _check_options(multi_label: bool, label_smoothing: float, propagation_reg: float,
-                   propagation_adjacency: str) -> None:
-    """The refusals that need no data: options that would do nothing, or do the wrong thing."""
+def _check_options(multi_label: bool, label_smoothing: float, propagation_reg: float) -> None:
+    """The refusals that need no data: options that would do the wrong thing."""
     for field, value in (("label_smoothing", label_smoothing), ("propagation_reg", propagation_reg)):
         if multi_label and value:
             raise ConfigError(f"task 'node_classification': {field} applies to single-label data "
                               f"(SoftMax cross-entropy); got {value} with multi_label=true")
-    if propagation_adjacency != "mean" and not propagation_reg:
-        raise ConfigError(f"task 'node_classification': propagation_adjacency="
-                          f"'{propagation_adjacency}' is P-reg's Â and does nothing without "
-                          f"task.propagation_reg > 0")
 
 
 @TASKS.register("node_classification")
@@ -138,7 +133,7 @@ class NodeClassificationTask(Task):
                  label_smoothing: Probability = 0.0, propagation_reg: NonNegativeFloat = 0.0,
                  propagation_adjacency: Literal["mean", "gcn"] = "mean"):
         super().__init__(model, optim=optim)
-        _check_options(multi_label, label_smoothing, propagation_reg, propagation_adjacency)
+        _check_options(multi_label, label_smoothing, propagation_reg)
         _check_labels(multi_label, multi_label_data)
         self.num_classes, self.multi_label = num_classes, multi_label
         self.picture, self.label_smoothing = picture, label_smoothing
@@ -148,12 +143,21 @@ class NodeClassificationTask(Task):
         self._sums: dict = {}
 
     @classmethod
+    def inert_fields(cls, fields: Mapping[str, Any]) -> Dict[str, str]:
+        """Without P-reg its adjacency is unread: refused when typed (:mod:`attnflow.overrides`),
+        while a preset's value is left alone, so ``experiment=gat_cora_preg
+        task.propagation_reg=0`` switches P-reg off."""
+        if fields.get("propagation_reg"):
+            return {}
+        return {"propagation_adjacency": "{at}propagation_adjacency is P-reg's Â, read only with "
+                                         "{at}propagation_reg > 0"}
+
+    @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
         """The refusals of ``__init__`` that need no data, before any data is read."""
         if cfg["task"].get("name") == "node_classification":
             task = TASKS.validate(cfg["task"], "task")  # with the defaults
-            _check_options(*(task[k] for k in ("multi_label", "label_smoothing", "propagation_reg",
-                                               "propagation_adjacency")))
+            _check_options(*(task[k] for k in ("multi_label", "label_smoothing", "propagation_reg")))
             data = DATA.validate(cfg["data"], "data")
             if "multi_label" in data:  # a data set that says in its config which labels it makes
                 _check_labels(task["multi_label"], data["multi_label"])

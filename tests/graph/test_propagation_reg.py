@@ -6,6 +6,8 @@ the refusals (multi-label data, μ < 0)."""
 import copy
 import math
 
+import re
+
 import pytest
 import pytorch_lightning as pl
 import torch
@@ -131,10 +133,14 @@ def test_refusals_name_the_field():
     with pytest.raises(ConfigError, match="propagation_reg"):
         TASKS.build({"name": "node_classification", "propagation_reg": -0.1}, GAT(16, 4),
                     **dm.task_context())
-    with pytest.raises(ConfigError, match="propagation_adjacency='gcn' .* does nothing without "
-                                          "task.propagation_reg > 0"):
-        TASKS.build({"name": "node_classification", "propagation_adjacency": "gcn"}, GAT(16, 4),
-                    **dm.task_context())
+    # without P-reg its adjacency is unread: listed for the command line's refusal, not the build's
+    idle = TASKS.inert_fields(TASKS.validate({"name": "node_classification",
+                                              "propagation_adjacency": "gcn"}, "task"), "task")
+    assert idle["task.propagation_adjacency"] == ("task.propagation_adjacency is P-reg's Â, read "
+                                                  "only with task.propagation_reg > 0")
+    assert "task.propagation_adjacency" not in TASKS.inert_fields(TASKS.validate(
+        {"name": "node_classification", "propagation_reg": 0.5, "propagation_adjacency": "gcn"},
+        "task"), "task")
     with pytest.raises(ConfigError, match="propagation_adjacency.*one of 'mean', 'gcn'"):
         TASKS.build({"name": "node_classification", "propagation_reg": 0.5,
                      "propagation_adjacency": "sym"}, GAT(16, 4), **dm.task_context(), path="task")
@@ -142,7 +148,8 @@ def test_refusals_name_the_field():
 
 @pytest.mark.parametrize("overrides,mu,adjacency", [
     ([], 0.6, "gcn"), (["task.propagation_reg=0.3"], 0.3, "gcn"),
-    (["task.propagation_adjacency=mean", "task.propagation_reg=0.4"], 0.4, "mean")])
+    (["task.propagation_adjacency=mean", "task.propagation_reg=0.4"], 0.4, "mean"),
+    (["task.propagation_reg=0"], 0.0, "gcn")])  # P-reg off: the preset's adjacency left alone
 def test_the_preset_and_its_override_reach_the_task(overrides, mu, adjacency):
     cfg = compose_cfg(["experiment=gat_cora_preg", *overrides])
     dm = SyntheticGraphDataModule(num_nodes=40)
@@ -153,21 +160,24 @@ def test_the_preset_and_its_override_reach_the_task(overrides, mu, adjacency):
 
 @pytest.mark.parametrize("base,bad,match", [
     (["experiment=gat_cora"], "task.propagation_adjacency=gcn",
-     "propagation_adjacency='gcn' is P-reg's Â and does nothing without task.propagation_reg > 0"),
-    (["experiment=gat_cora_preg"], "task.propagation_reg=0", "propagation_adjacency='gcn'"),
+     "task.propagation_adjacency=gcn (at 'task.propagation_adjacency') does nothing: "
+     "task.propagation_adjacency is P-reg's Â, read only with task.propagation_reg > 0"),
+    (["experiment=gat_cora_preg", "task.propagation_reg=0"], "task.propagation_adjacency=gcn",
+     "read only with task.propagation_reg > 0"),
     (["experiment=gat_synthetic", "data.multi_label=true", "task.multi_label=true"],
      "task.propagation_reg=0.5", "propagation_reg applies to single-label data"),
     (["experiment=gat_synthetic", "data.multi_label=true", "task.multi_label=true"],
      "task.label_smoothing=0.1", "label_smoothing applies to single-label data")])
 def test_refused_before_any_data_is_read_or_any_file_written(tmp_path, base, bad, match):
-    """The run's preflight refuses these (the task's check_config): the data root does not exist
-    here, so reaching Cora's data module would fail otherwise, and the run folder stays unmade;
-    without the offending value the same config passes the preflight."""
+    """The run's preflight refuses these (the task's check_config, or the command line's unread
+    fields: a preset's adjacency without P-reg is left alone, a typed one is refused): the data
+    root does not exist here, so reaching Cora's data module would fail otherwise, and the run
+    folder stays unmade; without the offending value the same config passes the preflight."""
     from attnflow.run import resolve_config, train
 
     run_dir = tmp_path / "run"
     base = [*base, f"paths.data_dir={tmp_path / 'no-data-here'}", "logger=none"]
-    with pytest.raises(ConfigError, match=match):
-        train(compose_cfg([*base, bad]), run_dir)
+    with pytest.raises(ConfigError, match=re.escape(match)):  # (the command line known: its hydra config)
+        train(compose_cfg([*base, bad], return_hydra_config=True), run_dir)
     assert not run_dir.exists()
     resolve_config(compose_cfg(base))
