@@ -31,9 +31,9 @@ naming the weight and both shapes, not a traceback.
 
 Output: the metrics printed as a table and written as JSON (metrics, split, data config,
 overrides, checkpoint, time) to ``<run dir>/eval/<split>-<YYYYmmdd-HHMMSS>.json`` or ``-o FILE``.
-An existing file is never overwritten (``-o`` naming one is refused before any work), and nothing
-else is written to the run directory. Select models on validation splits; evaluate on test
-splits once (IMDB's test split is kept out of the shared data on purpose).
+An existing file is never overwritten (``-o`` naming one, or a path under a file, is refused
+before any work), and nothing else is written to the run directory. Select models on validation
+splits; evaluate on test splits once (IMDB's test split is kept out of the shared data on purpose).
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ import yaml
 from attnflow.checkpoints import CheckpointError, Run, load_run, load_weights, run_artifacts
 from attnflow.onednn import bound_primitive_cache
 from attnflow.registry import ConfigError, _suggest
+from attnflow.textio import check_new_outputs
 
 TRAINER_FIELDS = ("accelerator", "devices", "precision", "limit_val_batches", "limit_test_batches")
 SPLITS = ("val", "test")
@@ -164,12 +165,12 @@ def _refuse_unread(keys: List[str], cfg: Dict[str, Any], split: str) -> None:
 
 
 def output_path(run: Run, split: str, out: Optional[str]) -> Path:
-    """Where the metrics go; an existing file is refused (``-o``) or stepped around (default)."""
+    """Where the metrics go; an existing file, or a path under a file, is refused (``-o``:
+    :func:`attnflow.textio.check_new_outputs`, before the evaluation whose metrics it would lose)
+    or stepped around (default)."""
     if out:
-        path = Path(out)
-        if path.exists():
-            raise ConfigError(f"-o {path}: the file exists and is not overwritten; name another")
-        return path
+        check_new_outputs(("-o", out))
+        return Path(out)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     path = run.run_dir / "eval" / f"{split}-{stamp}.json"
     n = 1

@@ -15,7 +15,9 @@ What it does follows the run's kind (the ``interface`` its model declares), read
 config stored in the checkpoint (``attnflow_config``; no pickled modules): the model is rebuilt
 from the registries and the weights loaded into it. For a run directory the best checkpoint
 (``metrics.json``) is used, else ``checkpoints/last.ckpt``. A missing path, a corrupt or truncated
-checkpoint, or one that is not an attnflow run: one message, exit status 2.
+checkpoint, or one that is not an attnflow run: one message, exit status 2. So is, before any
+work, an output (``-o``, ``--explain``, ``--save-attention``, ``--attention``) that exists, lies
+under a file, or is named by two of these options (:func:`attnflow.textio.check_new_outputs`).
 
 Documents (``documents``). The vocabulary comes from ``vocab.json`` in the run directory
 (written at the start of training) or the checkpoint's ``attnflow_artifacts``. Output: one line

@@ -189,7 +189,8 @@ def predict_captions(args, run: Run, out, read_texts, batched, write_attention) 
     for path in paths:  # every input readable before any output
         read_input(path, art, task.model)
     names = attention_names(args.attention, len(paths)) if args.attention else []
-    check_new_outputs(*(("--attention", name) for name in names))  # OUT-1.png, … too
+    check_new_outputs(*(("--attention", name) for name in names),  # OUT-1.png, … too
+                      ("-o", args.output), ("--save-attention", args.save_attention))
     arrays: Dict[str, np.ndarray] = {}
     n = 0
     for chunk in batched(paths, args.batch_size):

@@ -118,12 +118,34 @@ def check_png(path: Path | str, option: str = "--attention") -> Path:
 
 def check_new_outputs(*options: Tuple[str, Any]) -> None:
     """Before any work of a CLI: each ``(option, path)`` given (``-o``, ``--save-attention``, …)
-    names a file that does not exist yet; an earlier result is never overwritten
+    names a file that does not exist yet, in a folder that exists or can be made (no part of the
+    path above it is a file: ``mkdir`` failed there with a traceback after the work), and no two
+    options name the same file (the later write replaced the earlier one, or failed renaming its
+    temporary file). An earlier result is never overwritten and no result is lost
     (:class:`InputError` naming the option and the file)."""
+    given: Dict[Path, str] = {}
     for option, path in options:
-        if isinstance(path, (str, Path)) and path and Path(path).exists():
+        if not isinstance(path, (str, Path)) or not path:
+            continue
+        path = Path(path)
+        if path.exists():
             raise InputError(f"{option} {path} exists and is not overwritten: give another name, "
                              f"or remove it first")
+        _check_folder(option, path)
+        same = given.setdefault(path.resolve(), f"{option} {path}")
+        if same != f"{option} {path}":
+            raise InputError(f"{same} and {option} {path} name the same file: give each output "
+                             f"its own name")
+
+
+def _check_folder(option: str, path: Path) -> None:
+    """The nearest existing folder above ``path`` is a folder, not a file."""
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise InputError(f"{option} {path}: {parent} is a file, not a folder; name a file "
+                                 f"in a folder")
+            return
 
 
 @contextlib.contextmanager

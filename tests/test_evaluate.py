@@ -82,6 +82,12 @@ def test_overrides_are_checked_before_any_work(gat_run, tmp_path, capsys, monkey
     taken.write_text("earlier\n")
     assert main([str(gat_run), "-o", str(taken)]) == 2
     assert "not overwritten" in capsys.readouterr().err and taken.read_text() == "earlier\n"
+    import pytorch_lightning as pl  # a path under a file: mkdir's traceback after the evaluation
+
+    monkeypatch.setattr(pl, "Trainer", lambda *a, **k: pytest.fail("evaluated before refusing"))
+    assert main([str(gat_run), "-o", str(taken / "x.json")]) == 2
+    assert capsys.readouterr().err == (f"attnflow-eval: -o {taken / 'x.json'}: {taken} is a file, "
+                                       f"not a folder; name a file in a folder\n")
     assert len(_eval_files(gat_run)) == n  # nothing written by a refused evaluation
 
 

@@ -195,6 +195,35 @@ def test_an_existing_output_file_is_refused_before_any_work_and_kept(runs, tmp_p
     assert out.read_text() == "earlier results\n"
 
 
+def test_outputs_named_twice_or_under_a_file_are_refused_before_any_work(runs, tmp_path, capsys,
+                                                                        monkeypatch):
+    """Two options naming one file wrote both to it (the explanation lost) or failed renaming a
+    temporary file after the work; a path under a file was mkdir's traceback. Each is one line
+    before the run is even read."""
+    def no_work(*args, **kwargs):
+        raise AssertionError("the run was read")
+
+    monkeypatch.setattr(predict_mod, "load_run", no_work)
+    f = tmp_path / "f.txt"
+    f.write_text("hi\n")
+    page, npz = tmp_path / "b" / "s.html", tmp_path / "b" / "g.npz"
+    cases = [(["han", "A fine film.", "-o", page, "--explain", page],
+              f"-o {page} and --explain {page} name the same file: give each output its own name"),
+             (["gat", "-o", npz, "--save-attention", tmp_path / "b" / ".." / "b" / "g.npz"],
+              "name the same file"),  # the same file, however spelt
+             (["han", "A fine film.", "--explain", tmp_path / "e.html", "-o", tmp_path / "e.html"],
+              "name the same file")]
+    for option, name in (("-o", "x.tsv"), ("--explain", "x.html"), ("--save-attention", "x.npz"),
+                         ("-o", "sub/x.tsv")):
+        cases.append((["han", "A fine film.", option, f / name],
+                       f"{option} {f / name}: {f} is a file, not a folder; name a file in a folder"))
+    for args, says in cases:
+        assert main([str(runs.get(a, a)) for a in args]) == 2, args
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and says in err, err
+    assert [p.name for p in tmp_path.iterdir()] == ["f.txt"] and f.read_text() == "hi\n"
+
+
 def test_checkpoint_failures_are_one_message_and_status_2(runs, tmp_path, capsys):
     assert main([str(tmp_path / "missing")]) == 2
     assert "no such run directory or checkpoint" in capsys.readouterr().err

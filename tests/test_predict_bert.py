@@ -228,7 +228,10 @@ def test_refusals_are_one_line_and_write_no_output(runs, tmp_path, capsys):
     _one_line_refusal(capsys, [pre, "a [MASK]", "--top-k", "0"], "--top-k must be >= 1")
     _one_line_refusal(capsys, [ft, "--file", str(tmp_path / "none.txt"), "-o", str(out)],
                       "no such --file")
-    assert not out.exists()
+    page = tmp_path / "e.html"  # both written to one file: the work done, then a failed rename
+    _one_line_refusal(capsys, [ft, "x", "--explain", str(page), "-o", str(page)],
+                      f"-o {page} and --explain {page} name the same file")
+    assert not out.exists() and not page.exists()
     out.write_text("earlier results\n")  # an existing output: refused before any work, kept
     _one_line_refusal(capsys, [ft, "x", "-o", str(out)], f"-o {out} exists and is not overwritten")
     assert out.read_text() == "earlier results\n"

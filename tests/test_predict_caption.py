@@ -136,6 +136,16 @@ def test_an_unreadable_image_is_named_and_nothing_is_written(run, tmp_path, caps
         [f"{bad}.png"] if bad != "missing" else [])
 
 
+def test_an_attention_picture_named_as_another_output_is_refused(run, tmp_path, capsys):
+    paths = [str(p) for p in run["images"][:2]]  # two images: o-0.png and o-1.png
+    out = tmp_path / "o-1.png"
+    assert main([str(run["dir"]), *paths, "--attention", str(tmp_path / "o.png"), "-o", str(out)]) == 2
+    printed, err = _out(capsys)
+    assert printed == [] and err.count("\n") == 1
+    assert f"--attention {out} and -o {out} name the same file" in err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_attention_must_name_a_png(run, tmp_path, capsys):
     assert main([str(run["dir"]), str(run["images"][0]), "--attention", str(tmp_path / "a.pdf")]) == 2
     assert "--attention takes the PNG file" in capsys.readouterr().err

@@ -235,6 +235,17 @@ def test_failures_are_one_message_and_status_2(mt_runs, tmp_path, capsys):
     assert not (tmp_path / "alpha.txt").exists()
 
 
+def test_outputs_under_a_file_are_refused_before_decoding(mt_runs, tmp_path, capsys):
+    run, f = mt_runs["mt_rnnsearch"], tmp_path / "f.txt"
+    f.write_text("Zwei Hunde spielen.\n")
+    for option, name in (("--attention", "x.png"), ("--save-attention", "x.npz")):
+        assert main([str(run), "Ein Mann schläft.", option, str(f / name)]) == 2  # was: after decoding
+        cap = capsys.readouterr()
+        assert cap.out == "" and cap.err == (f"attnflow-translate: {option} {f / name}: {f} is a file, "
+                                             f"not a folder; name a file in a folder\n")
+    assert f.read_text() == "Zwei Hunde spielen.\n"
+
+
 def test_a_checkpoint_copied_out_of_its_run_translates_with_the_tokenizers_it_carries(mt_runs, tmp_path, capsys):
     run = mt_runs["mt_transformer"]
     lines = ["Ein Mann schläft.", "Zwei Hunde spielen im Schnee."]
