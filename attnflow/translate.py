@@ -21,7 +21,12 @@ translation run, a missing input file print one message and exit with status 2. 
 line is reported on stderr and gives an empty output line, so output lines stay aligned with
 input lines. A line longer than the model's source limit (``data.max_src_len`` subwords, as in
 training) is translated from its first ``max_src_len`` subwords, with a warning on stderr that
-counts the subwords cut.
+counts the subwords cut. An output file is never overwritten: ``--attention OUT.png`` writes
+OUT.png for the first heat map and OUT_1.png, OUT_2.png, … for the others; with sentences as
+arguments every one of these names is checked before decoding (with ``-f`` or stdin, where their
+number is known only at the end, before the first is written); an existing one, or a folder in a
+path that is a file, stops the command with one message naming it
+(:func:`attnflow.textio.check_new_outputs`).
 
 ``--ensemble PATH`` (repeatable) adds a run or checkpoint to the first: the models decode as one,
 each token chosen from the mean of their next-token distributions (:mod:`attnflow.models.ensemble`;
@@ -132,6 +137,13 @@ def read_inputs(args) -> Tuple[Iterator[str], str]:
     if args.file:
         return iter_lines(args.file), f"{args.file} line"
     return iter_stdin(), "stdin line"
+
+
+def heat_map_names(out: str, n: int) -> List[Path]:
+    """``--attention OUT.png``: the files of ``n`` heat maps, OUT.png then OUT_1.png, OUT_2.png, …
+    (one per input line with a map, in order)."""
+    base = Path(out)
+    return [base.with_name(f"{base.stem}_{k}{base.suffix}") if k else base for k in range(n)]
 
 
 def encode(dm, lines: Sequence[str]) -> Tuple[List[List[int]], List[int]]:
@@ -282,7 +294,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             check_npz(args.save_attention)
         if args.attention:
             check_png(args.attention)
-        check_new_outputs(("--attention", args.attention), ("--save-attention", args.save_attention))
+        maps = []
+        if args.attention:  # sentences given: each one's heat map (a blank one has none); -f and
+            # stdin: OUT.png now, the others before they are written
+            maps = heat_map_names(args.attention, max(1, sum(bool(s.strip()) for s in args.sentences)))
+        check_new_outputs(*(("--attention", p) for p in maps), ("--save-attention", args.save_attention))
         lines, where = read_inputs(args)
         model, dm, _ = load_ensemble([Path(p) for p in [args.run, *args.ensemble]], args.device)
         max_len = args.max_len or dm.max_decode_len
@@ -322,9 +338,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.attention:
             from attnflow.viz import save_attention_png
 
-            base = Path(args.attention)
-            for k, (weights, src, out, line) in enumerate(heat_maps):
-                p = base if k == 0 else base.with_name(f"{base.stem}_{k}{base.suffix or '.png'}")
+            names = heat_map_names(args.attention, len(heat_maps))
+            check_new_outputs(*(("--attention", p) for p in names))  # -f, stdin: known only now
+            for p, (weights, src, out, line) in zip(names, heat_maps):
                 save_attention_png(p, weights, src, out, f"α: {line[:60]}")
             if not heat_maps:
                 print("attnflow-translate: no heat map written: this model has no attention "

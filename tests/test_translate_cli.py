@@ -235,6 +235,28 @@ def test_failures_are_one_message_and_status_2(mt_runs, tmp_path, capsys):
     assert not (tmp_path / "alpha.txt").exists()
 
 
+def test_heat_maps_never_overwrite_a_file(mt_runs, tmp_path, capsys):
+    """--attention x.png writes x_1.png, x_2.png, … for the later sentences; only x.png was
+    checked, and an existing x_2.png was overwritten. With sentences as arguments every name is
+    checked before decoding (a blank sentence has no map); with -f before the first is written."""
+    run, base, taken = mt_runs["mt_rnnsearch"], tmp_path / "x.png", tmp_path / "x_2.png"
+    lines = ["Ein Mann schläft.", "Zwei Hunde spielen.", "Ein Kind lacht."]
+    taken.write_text("earlier\n")
+    assert main([str(run), *lines, "--attention", str(base)]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and cap.err == (f"attnflow-translate: --attention {taken} exists and is not "
+                                         f"overwritten: give another name, or remove it first\n")
+    listing = tmp_path / "in.de"
+    listing.write_text("".join(line + "\n" for line in lines))
+    assert main([str(run), "-f", str(listing), "--attention", str(base)]) == 2
+    cap = capsys.readouterr()
+    assert len(cap.out.splitlines()) == 3 and f"--attention {taken} exists" in cap.err
+    assert taken.read_text() == "earlier\n" and not base.exists()
+    assert main([str(run), lines[0], "", lines[1], "--attention", str(base)]) == 0  # two maps
+    assert sorted(p.name for p in tmp_path.glob("x*.png")) == ["x.png", "x_1.png", "x_2.png"]
+    assert taken.read_text() == "earlier\n"
+
+
 def test_outputs_under_a_file_are_refused_before_decoding(mt_runs, tmp_path, capsys):
     run, f = mt_runs["mt_rnnsearch"], tmp_path / "f.txt"
     f.write_text("Zwei Hunde spielen.\n")
