@@ -17,7 +17,8 @@ from the registries and the weights loaded into it. For a run directory the best
 (``metrics.json``) is used, else ``checkpoints/last.ckpt``. A missing path, a corrupt or truncated
 checkpoint, or one that is not an attnflow run: one message, exit status 2. So is, before any
 work, an output (``-o``, ``--explain``, ``--save-attention``, ``--attention``) that exists, lies
-under a file, or is named by two of these options (:func:`attnflow.textio.check_new_outputs`).
+under a file, or is named by two of these options, and inputs given both as arguments and with
+``--file`` (:func:`attnflow.textio.check_new_outputs`).
 
 Documents (``documents``). The vocabulary comes from ``vocab.json`` in the run directory
 (written at the start of training) or the checkpoint's ``attnflow_artifacts``. Output: one line
@@ -451,6 +452,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         if args.batch_size < 1:
             raise PredictError(f"--batch-size must be >= 1, got {args.batch_size}")
+        if args.texts and args.file:  # the texts were read and the file ignored
+            raise PredictError(f"inputs as arguments and --file {args.file}: give inputs as "
+                               f"arguments or --file, not both")
         if args.save_attention:
             check_npz(args.save_attention)
         check_new_outputs(("-o", args.output), ("--save-attention", args.save_attention),

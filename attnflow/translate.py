@@ -26,7 +26,8 @@ OUT.png for the first heat map and OUT_1.png, OUT_2.png, … for the others; wit
 arguments every one of these names is checked before decoding (with ``-f`` or stdin, where their
 number is known only at the end, before the first is written); an existing one, or a folder in a
 path that is a file, stops the command with one message naming it
-(:func:`attnflow.textio.check_new_outputs`).
+(:func:`attnflow.textio.check_new_outputs`). Sentences as arguments and ``-f`` together are
+refused (the file was ignored).
 
 ``--ensemble PATH`` (repeatable) adds a run or checkpoint to the first: the models decode as one,
 each token chosen from the mean of their next-token distributions (:mod:`attnflow.models.ensemble`;
@@ -294,6 +295,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             check_npz(args.save_attention)
         if args.attention:
             check_png(args.attention)
+        if args.sentences and args.file:  # the sentences were read and the file ignored
+            raise TranslateError(f"sentences as arguments and -f {args.file}: give sentences as "
+                                 f"arguments or -f, not both")
         maps = []
         if args.attention:  # sentences given: each one's heat map (a blank one has none); -f and
             # stdin: OUT.png now, the others before they are written

@@ -224,6 +224,15 @@ def test_outputs_named_twice_or_under_a_file_are_refused_before_any_work(runs, t
     assert [p.name for p in tmp_path.iterdir()] == ["f.txt"] and f.read_text() == "hi\n"
 
 
+def test_texts_and_a_file_together_are_refused_before_any_work(runs, tmp_path, capsys):
+    docs, out = tmp_path / "docs.txt", tmp_path / "labels.tsv"
+    docs.write_text("A dull film.\n")
+    assert main([str(runs["han"]), "A fine film.", "--file", str(docs), "-o", str(out)]) == 2
+    assert capsys.readouterr().err == (f"attnflow-predict: inputs as arguments and --file {docs}: "
+                                       f"give inputs as arguments or --file, not both\n")
+    assert not out.exists()  # the text was labelled, the file ignored
+
+
 def test_checkpoint_failures_are_one_message_and_status_2(runs, tmp_path, capsys):
     assert main([str(tmp_path / "missing")]) == 2
     assert "no such run directory or checkpoint" in capsys.readouterr().err

@@ -268,6 +268,15 @@ def test_outputs_under_a_file_are_refused_before_decoding(mt_runs, tmp_path, cap
     assert f.read_text() == "Zwei Hunde spielen.\n"
 
 
+def test_sentences_and_a_file_together_are_refused_before_decoding(mt_runs, tmp_path, capsys):
+    listing = tmp_path / "in.de"
+    listing.write_text("Zwei Hunde spielen.\n")
+    assert main([str(mt_runs["mt_rnnsearch"]), "Ein Mann schläft.", "-f", str(listing)]) == 2
+    cap = capsys.readouterr()  # the sentence was translated, the file ignored
+    assert cap.out == "" and cap.err == (f"attnflow-translate: sentences as arguments and -f "
+                                         f"{listing}: give sentences as arguments or -f, not both\n")
+
+
 def test_a_checkpoint_copied_out_of_its_run_translates_with_the_tokenizers_it_carries(mt_runs, tmp_path, capsys):
     run = mt_runs["mt_transformer"]
     lines = ["Ein Mann schläft.", "Zwei Hunde spielen im Schnee."]
