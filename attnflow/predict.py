@@ -105,6 +105,7 @@ from attnflow.textio import (InputError, batched, check_new_outputs, check_npz, 
 
 EMPTY = "(empty: no words)"
 WARN_DOCS = 10  # documents over the caps warned one by one; then only the total
+BATCH_SIZE = 32  # --batch-size of documents, texts and images
 
 
 class PredictError(Exception):
@@ -338,6 +339,9 @@ def _graph(args, run: Run, out) -> int:
                            f"the neighbours column to the CSV (-o FILE)")
     if args.json:
         raise PredictError("--json is for document runs; a graph run writes CSV")
+    if args.batch_size is not None:
+        raise PredictError("--batch-size is for documents, texts and images; a graph run labels "
+                           "its whole graph in one pass")
     if args.top_k is not None and not args.explain:
         raise PredictError("--top-k sets how many neighbours --explain lists; add --explain")
     k = 5 if args.top_k is None else args.top_k
@@ -446,11 +450,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--attention", metavar="OUT.png",
                    help="captioning runs: draw each word's attention over the image (several "
                         "images: OUT-0.png, OUT-1.png, …)")
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--batch-size", type=int, default=None,
+                   help=f"documents, texts, images: how many go through the model together "
+                        f"(default {BATCH_SIZE}; not for graph runs)")
     p.add_argument("--device", default="cpu")
     args = p.parse_intermixed_args(argv)
     try:
-        if args.batch_size < 1:
+        if args.batch_size is not None and args.batch_size < 1:
             raise PredictError(f"--batch-size must be >= 1, got {args.batch_size}")
         if args.texts and args.file:  # the texts were read and the file ignored
             raise PredictError(f"inputs as arguments and --file {args.file}: give inputs as "
@@ -473,6 +479,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         if given and kind != "captioning":  # an option that would do nothing is refused
             raise PredictError(f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} for "
                                f"captioning runs; the run at {run.run_dir} works on {kind}")
+        if kind != "graph" and args.batch_size is None:  # a graph run refuses the option
+            args.batch_size = BATCH_SIZE
         with _Output(args.output) as out:
             return handlers[kind](args, run, out)
     except (CheckpointError, PredictError, InputError, FileNotFoundError, ValueError) as err:

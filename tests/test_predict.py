@@ -179,6 +179,8 @@ def test_gat_prediction_failures_write_nothing(runs, tmp_path, capsys):
     assert "--json is for document runs" in capsys.readouterr().err
     assert main([str(runs["gat"]), "--top-k", "3", "-o", str(out)]) == 2
     assert "add --explain" in capsys.readouterr().err
+    assert main([str(runs["gat"]), "--batch-size", "7", "-o", str(out)]) == 2  # was read by nothing
+    assert "--batch-size is for documents, texts and images" in capsys.readouterr().err
     assert not out.exists()
     assert main([str(runs["han"]), "--explain"]) == 2
     assert "--explain OUT.html" in capsys.readouterr().err
