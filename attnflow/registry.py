@@ -41,6 +41,7 @@ import dataclasses
 import difflib
 import importlib
 import inspect
+import math
 import pkgutil
 import types
 import typing
@@ -85,10 +86,17 @@ class Range:
     what: str = ""
 
     def holds(self, value: Any) -> bool:
+        """Within the bounds, and finite (NaN and ±inf, which YAML reads from ``nan``/``inf``, are
+        no learning rate or weight: inf passed ``> 0`` and the run failed on a NaN loss)."""
         return value is None or not (
             (self.ge is not None and value < self.ge) or (self.gt is not None and value <= self.gt)
             or (self.le is not None and value > self.le) or (self.lt is not None and value >= self.lt)
-            or value != value)  # NaN
+            or value != value or value in (math.inf, -math.inf))
+
+    def refusal(self, value: Any) -> str:
+        """``must be <bounds> (<what>), got <value>`` for a value :meth:`holds` refuses."""
+        finite = "a finite number " if value in (math.inf, -math.inf) else ""
+        return f"must be {finite}{self}{f' ({self.what})' if self.what else ''}, got {value!r}"
 
     def __str__(self) -> str:
         low = (f"[{self.ge:g}" if self.ge is not None else f"({self.gt:g}" if self.gt is not None else None)
@@ -497,9 +505,7 @@ def _check_fields(spec: _Spec, data: Dict[str, Any], path: str, label: str) -> D
             )
     for key, rng in bounds.items():
         if not rng.holds(out[key]):
-            why = f" ({rng.what})" if rng.what else ""
-            raise ConfigError(f"{label}: field '{key}' (at '{path}.{key}') must be {rng}{why}, "
-                              f"got {out[key]!r}")
+            raise ConfigError(f"{label}: field '{key}' (at '{path}.{key}') {rng.refusal(out[key])}")
     for key, child in children.items():
         value = data.get(key, out.get(key))
         if isinstance(child, _NestedConfig):

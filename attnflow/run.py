@@ -147,8 +147,7 @@ def _check_trainer_types(trainer: Dict[str, Any]) -> None:
         else:
             rng = FRACTIONS.get(key) or TRAINER_RANGES.get(key)
         if rng is not None and not rng.holds(value):
-            raise ConfigError(f"trainer.{key} (at 'trainer.{key}') must be {rng}"
-                              f"{f' ({rng.what})' if rng.what else ''}, got {value!r}")
+            raise ConfigError(f"trainer.{key} (at 'trainer.{key}') {rng.refusal(value)}")
     _check_trainer_names(trainer)
     if "devices" in trainer:  # its form (the machine's devices: check_devices, in the training process)
         parse_devices(trainer["devices"], trainer.get("accelerator", "auto"))

@@ -289,6 +289,10 @@ def test_an_image_encoder_in_a_sequence_model_is_refused_before_any_work(overrid
 @pytest.mark.parametrize("overrides, says", [
     (["model.dropout=1.5"], "model 'seq2seq': field 'dropout' (at 'model.dropout') must be in [0, 1), got 1.5"),
     (["task.optim.lr=-1"], "field 'lr' (at 'task.optim.lr') must be > 0, got -1.0"),
+    (["task.optim.lr=inf"], "field 'lr' (at 'task.optim.lr') must be a finite number > 0, got inf"),
+    (["task.penalty_weight=inf"], "(at 'task.penalty_weight') must be a finite number >= 0, got inf"),
+    (["trainer.gradient_clip_val=inf"], "trainer.gradient_clip_val (at 'trainer.gradient_clip_val') "
+                                        "must be a finite number >= 0, got inf"),
     (["task.optim.warmup_steps=-4"], "(at 'task.optim.warmup_steps') must be >= 0, got -4"),
     (["experiment=reverse_transformer", "task.label_smoothing=2"], "(at 'task.label_smoothing') must be in [0, 1)"),
     (["data.batch_size=0"], "data 'reverse': field 'batch_size' (at 'data.batch_size') must be >= 1, got 0"),

@@ -129,7 +129,12 @@ def test_a_field_out_of_its_range_is_refused_naming_field_range_and_value():
                           ({"n": 1}, "field 'n' (at 'block.n') must be in [2, 4], got 1"),
                           ({"n": 5}, "must be in [2, 4], got 5"),
                           ({"knobs": {"rate": 0}}, "field 'rate' (at 'block.knobs.rate') must be > 0 "
-                                                   "(a step size), got 0")]:
+                                                   "(a step size), got 0"),
+                          # inf passed "> 0" (YAML reads `inf`), and the run failed on a NaN loss
+                          ({"knobs": {"rate": float("inf")}}, "field 'rate' (at 'block.knobs.rate') "
+                                                              "must be a finite number > 0 (a step "
+                                                              "size), got inf"),
+                          ({"p": float("-inf")}, "must be a finite number in [0, 1), got -inf")]:
             with pytest.raises(ConfigError) as err:
                 reg.validate({"name": "r", **bad}, "block")
             assert says in str(err.value)
