@@ -666,6 +666,9 @@ def _train(resolved: Dict[str, Any], run_dir: Path, fit_from: Any, matmul: Any) 
             model_cfg = {**model_cfg, "init_from": None}  # the pretraining run is not read again
         model = MODELS.build(model_cfg, path="model", **dm.model_context())
         task = TASKS.build(resolved["task"], model, path="task", **dm.task_context())
+        why = dm.missing_test() if resolved.get("test", True) and hasattr(dm, "missing_test") else None
+        if why:  # (its files are read by now) the fit would run, then the test stop on it
+            raise ConfigError(why)
         if hasattr(dm, "save_artifacts"):  # what prediction needs besides weights (e.g. a vocabulary)
             dm.save_artifacts(run_dir)
         task.run_config = resolved

@@ -272,6 +272,26 @@ def test_a_run_refused_by_its_data_before_any_step_leaves_nothing_it_wrote(tmp_p
     assert sorted(p.name for p in mine.iterdir()) == [".hydra", "notes.txt", "train.log"]
 
 
+@pytest.mark.parametrize("overrides, says", [
+    (["data.test_size=0"], "data 'reverse': data.test_size=0, so there is no test split; run with "
+                           "test=false"),
+    (["experiment=caption_shapes", "data.train_size=32", "data.val_size=8", "data.test_size=0",
+      "data.size=48", "model.encoder.channels=[8,8]"], "test_size=0, so there is no test split"),
+])
+def test_a_test_split_that_is_not_there_is_refused_before_any_step(tmp_path, monkeypatch, capsys,
+                                                                    overrides, says):
+    """test=true (the default) where the data has no test split: the run trained, then failed at
+    its test (captioning), or tested an empty split and reported no test metric, so an
+    optimized_metric=test/… failed after training (reversal). Refused once the data is read,
+    before any step, leaving no run folder; with test=false the same run trains."""
+    tiny = [*FAST, "trainer.max_steps=1", "trainer.limit_val_batches=1", "logger=none"]
+    code, _, err = _main(monkeypatch, capsys, tmp_path / "outputs", *tiny, *overrides)
+    assert code == 2 and says in err and "Traceback" not in err, err
+    assert list((tmp_path / "outputs").iterdir()) == []
+    code, _, err = _main(monkeypatch, capsys, tmp_path / "outputs", *tiny, *overrides, "test=false")
+    assert code == 0, err
+
+
 def test_a_data_error_after_training_keeps_the_run(tmp_path, monkeypatch, capsys):
     """The same error after training steps (here: from the checkpoint averaging that follows the
     fit) keeps everything the run wrote: its checkpoints and config.yaml."""

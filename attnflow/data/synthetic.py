@@ -151,6 +151,11 @@ class ReverseDataModule(SplitDataModule):
                     out.append((x, self._target(x)))
             self.splits[split] = out
 
+    def missing_test(self) -> Optional[str]:
+        if not self.sizes["test"]:  # (an empty test loader tested nothing and reported nothing)
+            return "data 'reverse': data.test_size=0, so there is no test split; run with test=false"
+        return None
+
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         self.setup()
         return DataLoader(self.splits[split], batch_size=self.batch_size, shuffle=shuffle,
