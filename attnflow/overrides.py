@@ -71,12 +71,15 @@ def typed_fields(overrides: Iterable[str]) -> Dict[str, str]:
     return out
 
 
-def _trainer_inert(trainer: Mapping[str, Any]) -> Dict[str, str]:
+def _trainer_inert(trainer: Mapping[str, Any], test: Any = True) -> Dict[str, str]:
+    out = {}
     if not trainer.get("gradient_clip_val"):
-        return {"trainer.gradient_clip_algorithm":
-                "trainer.gradient_clip_val is unset (or 0), so gradients are not clipped; set "
-                "trainer.gradient_clip_val to clip them"}
-    return {}
+        out["trainer.gradient_clip_algorithm"] = (
+            "trainer.gradient_clip_val is unset (or 0), so gradients are not clipped; set "
+            "trainer.gradient_clip_val to clip them")
+    if test is False:  # (attnflow-eval takes its own limit_test_batches)
+        out["trainer.limit_test_batches"] = "test=false, so the run tests nothing; set test=true"
+    return out
 
 
 def inert_fields(resolved: Mapping[str, Any]) -> Dict[str, str]:
@@ -84,7 +87,7 @@ def inert_fields(resolved: Mapping[str, Any]) -> Dict[str, str]:
     and task trees, the Trainer, and the callbacks' typed configs."""
     from attnflow.run import CALLBACK_FIELDS  # (run imports this module)
 
-    out = _trainer_inert(resolved.get("trainer") or {})
+    out = _trainer_inert(resolved.get("trainer") or {}, resolved.get("test", True))
     for group, registry in _GROUPS:
         out.update(registry.inert_fields(registry.validate(resolved[group], group), group))
     for key, value in (resolved.get("callbacks") or {}).items():

@@ -150,6 +150,9 @@ def test_extra_label_prob_is_unread_without_multi_label():
                                       "no warm-up", "noam, linear, constant_with_warmup"]),
     (["trainer.gradient_clip_algorithm=value"], ["trainer.gradient_clip_algorithm=value", "set "
                                                  "trainer.gradient_clip_val to clip them"]),
+    (["test=false", "trainer.limit_test_batches=3"], ["trainer.limit_test_batches=3 (at "
+                                                      "'trainer.limit_test_batches') does nothing: "
+                                                      "test=false, so the run tests nothing"]),
     (["data.extra_label_prob=0.3"], ["data.extra_label_prob=0.3", "data.multi_label=false"]),
     (["task.optim.weight_decay=0", "task.optim.decay_bias_and_norm=false"],
      ["task.optim.weight_decay=0 decays no parameter"]),
@@ -168,6 +171,7 @@ def test_an_unread_field_set_on_the_command_line_is_refused(overrides, says, tmp
     ["data.loader=khop", "data.batch_size=8"],          # the field counts there
     ["task.optim.scheduler=noam", "task.optim.warmup_steps=30"],
     ["trainer.gradient_clip_val=1", "trainer.gradient_clip_algorithm=value"],
+    ["trainer.limit_test_batches=3"],  # tested (test=true)
     ["data.multi_label=true", "task.multi_label=true", "data.extra_label_prob=0.3"],
     ["task.optim.weight_decay=0.01", "task.optim.decay_bias_and_norm=false"],
     ["model.layers=1"],  # the preset's heads are now unread, but the user did not set them
