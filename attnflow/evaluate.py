@@ -149,15 +149,23 @@ def _refuse_unread(keys: List[str], cfg: Dict[str, Any], split: str) -> None:
     """An override that this evaluation leaves unread is refused, as attnflow-train refuses one
     (:mod:`attnflow.overrides`); it was accepted and recorded in the result: the other split's
     ``trainer.limit_*_batches``, a task field read in training only (``task.optim``, word
-    dropout), a data field the rest of the data config leaves unread (``data.batch_size`` with
-    a full-graph loader)."""
+    dropout) or by the other split (``Task.split_fields``: ``beam_size`` is the test split's,
+    ``val_beam_size`` validation's), a data field only the test split reads with ``split=val``
+    (``test_fields``: Multi30k's ``data.test``), a data field the rest of the data config leaves
+    unread (``data.batch_size`` with a full-graph loader)."""
     from attnflow.registry import DATA, TASKS
 
     unread = {f"trainer.limit_{other}_batches": f"split={split} evaluates the {split} split; it is "
                                                 f"read with split={other}"
               for other in SPLITS if other != split}
+    task_class = TASKS.get(cfg["task"]["name"])
     unread.update({f"task.{f}": f"task '{cfg['task']['name']}' reads it in training only"
-                   for f in getattr(TASKS.get(cfg["task"]["name"]), "training_only", ())})
+                   for f in getattr(task_class, "training_only", ())})
+    unread.update({f"task.{f}": f"split={split} evaluates the {split} split; it is read with split={s}"
+                   for f, s in getattr(task_class, "split_fields", {}).items() if s != split})
+    if split == "val":
+        unread.update({f"data.{f}": "split=val evaluates the validation split; it is read with split=test"
+                       for f in getattr(DATA.get(cfg["data"]["name"]), "test_fields", ())})
     unread.update(DATA.inert_fields(cfg["data"], "data"))
     for key in keys:
         if key in unread:

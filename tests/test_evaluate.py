@@ -162,6 +162,18 @@ def test_translation_on_another_test_set_without_the_training_files(tmp_path, ca
     assert main([str(run), "data.test=test_b", "task.tgt_word_dropout=0.3"]) == 2
     assert "task.tgt_word_dropout does nothing in attnflow-eval: task 'translation' reads it in " \
            "training only" in capsys.readouterr().err
+    # a field of the other split: test decoding's beam with split=val, and the reverse; the test
+    # set's name with split=val (the validation split is evaluated: they were recorded, unread)
+    for args, says in [(["split=val", "task.beam_size=5"], "task.beam_size does nothing in "
+                        "attnflow-eval: split=val evaluates the val split; it is read with split=test"),
+                       (["split=test", "data.test=test_b", "task.val_beam_size=5"],
+                        "task.val_beam_size does nothing in attnflow-eval: split=test evaluates the "
+                        "test split; it is read with split=val"),
+                       (["split=val", "data.test=test_b"], "data.test does nothing in attnflow-eval: "
+                        "split=val evaluates the validation split; it is read with split=test")]:
+        assert main([str(run), *args, "-o", str(tmp_path / "never.json")]) == 2
+        assert says in capsys.readouterr().err
+        assert not (tmp_path / "never.json").exists()
     # a checkpoint copied out of its run: the tokenizers it carries (no <run>/tokenizer/ there)
     alone = tmp_path / "alone" / "mt.ckpt"
     alone.parent.mkdir()

@@ -204,6 +204,8 @@ class ShapesDataModule(CaptioningDataModule):
         seed: seed of the drawing; the splits use disjoint seed ranges (default 1234).
     """
 
+    test_fields = ("test_size",)
+
     owner = "data 'shapes'"
 
     @classmethod

@@ -209,6 +209,8 @@ class CaptionsDataModule(CaptioningDataModule):
             seed_everything); kept so that earlier runs' configs still load (default 1234).
     """
 
+    test_fields = ("test_captions", "test_split")
+
     owner = OWNER
 
     @classmethod

@@ -236,6 +236,8 @@ class DocumentDataModule(SplitDataModule):
             embedding from. ``dim`` must equal ``model.embed_dim`` (checked before any work).
     """
 
+    test_fields = ("test_path",)
+
     interface = "documents"  # documents: han/self_attentive models, the classification task
 
     def __init__(self, *, train_path: str = "", val_path: str = "", test_path: str = "",

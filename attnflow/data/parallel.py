@@ -144,6 +144,8 @@ class ParallelDataModule(SplitDataModule):
         seed: batch shuffling seed (default 1234).
     """
 
+    test_fields = ("test",)
+
     interface = "seq2seq"  # sequence pairs: seq2seq/transformer models, seq2seq/translation tasks
 
     def __init__(self, *, root: str = "", src_lang: str = "de", tgt_lang: str = "en",

@@ -306,6 +306,8 @@ class PretrainingDataModule(SplitDataModule):
         seed: instance creation, shuffling and evaluation-masking seed (default 1234).
     """
 
+    test_fields = ("test_path",)
+
     interface = "pretraining"  # unlabelled text: the bert model, the bert_pretraining task
 
     def __init__(self, *, train_path: str = "", val_path: str = "", test_path: str = "",

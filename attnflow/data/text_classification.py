@@ -175,6 +175,8 @@ class TextClassificationDataModule(SplitDataModule):
         seed: subset, shuffling and tokenizer seed (default 1234).
     """
 
+    test_fields = ("test_path",)
+
     interface = "text_classification"  # the bert model (head sequence), the text_classification task
 
     def __init__(self, *, train_path: str = "", val_path: str = "", test_path: str = "",

@@ -48,6 +48,9 @@ class Task(pl.LightningModule):
     monitor_mode: str = "min"
     # fields read in training only: attnflow-eval refuses them as overrides that would do nothing
     training_only: Tuple[str, ...] = ("optim",)
+    # fields one evaluation split reads ({field: 'val' | 'test'}): attnflow-eval refuses them
+    # with the other split
+    split_fields: Dict[str, str] = {}
     # metrics logged only where a field of the task is above 0 ({metric: field})
     conditional_metrics: Dict[str, str] = {}
 
