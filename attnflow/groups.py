@@ -21,6 +21,7 @@ The contract, checked before any data is made (:func:`check_shared_groups`):
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
@@ -90,23 +91,43 @@ def _setting(cfg: DictConfig, group: str, option: Optional[str], default: Option
     return f"{group}={current}"
 
 
-def _drop_replaced_fields(cfg: DictConfig, group: str, option: Optional[str], conf_dir: Path) -> None:
-    """``group.name=X`` replaced the option's block: drop the old block's fields X lacks."""
+def _typed_choices(overrides: Optional[Iterable[str]]) -> Dict[str, set]:
+    """{shared group: the fields typed under it} for each shared group whose option the command
+    line chose (``attention=single attention.dropout=0.1`` → ``{'attention': {'dropout'}}``)."""
+    keys = [str(o).lstrip("+~").split("=", 1)[0] for o in overrides or () if "=" in str(o)]
+    return {g: {k.split(".", 1)[1] for k in keys if k.startswith(g + ".")}
+            for g in SHARED_GROUPS if g in keys}
+
+
+def _drop_replaced_fields(cfg: DictConfig, group: str, option: Optional[str], conf_dir: Path,
+                          typed: Optional[set] = None) -> None:
+    """Drop the fields of the group's block that it lacks and that came from another block:
+    ``group.name=X`` replaced the option's block (the old block's fields from its option file),
+    or the command line chose the group's option (``typed``: the fields it typed under the
+    group) over one an experiment configured — ``experiment=reverse_multihead attention=single``
+    left the experiment's ``attention.heads`` for a block without heads, refused as unknown. A
+    field typed on the command line stays, for the block's validation to refuse; a warning names
+    what was left out."""
     node = cfg[group]
     reference = _option_file(conf_dir, group, option)
     if not isinstance(node, DictConfig) or reference is None:
         return
     name = node.get("name")
     registry = Registry.kinds().get(group)
-    if name == reference.get("name") or registry is None or name not in registry:
+    if registry is None or name not in registry or (name == reference.get("name") and typed is None):
         return
     fields = {f.split(".")[0] for f, _, _ in registry.fields(name)}  # nested: "optim.lr"
     current = OmegaConf.to_container(node, resolve=False)
     stale = [k for k, v in current.items()
              if k != "name" and k not in fields and k in reference and v == reference[k]]
+    foreign = [k for k in current if typed is not None and k != "name" and k not in fields
+               and k not in stale and k not in typed]
     with open_dict(node):
-        for key in stale:
+        for key in stale + foreign:
             del node[key]
+    if foreign:
+        warnings.warn(f"{group}={option}: {', '.join(f'{group}.{k}' for k in foreign)} (set for "
+                      f"another {group}; {group} '{name}' has no such field) left out", stacklevel=2)
 
 
 def check_shared_groups(cfg: DictConfig, conf_dir: Path,
@@ -120,7 +141,8 @@ def check_shared_groups(cfg: DictConfig, conf_dir: Path,
 
 
 def unused_groups(cfg: DictConfig, conf_dir: Path, choices: Optional[Mapping[str, Any]] = None,
-                  typed: Optional[Iterable[str]] = None) -> tuple:
+                  typed: Optional[Iterable[str]] = None,
+                  overrides: Optional[Iterable[str]] = None) -> tuple:
     """The contract on a composed (unresolved) config.
 
     ``choices`` are Hydra's group choices of this run (``HydraConfig.runtime.choices``) when
@@ -128,10 +150,12 @@ def unused_groups(cfg: DictConfig, conf_dir: Path, choices: Optional[Mapping[str
     keys the command line set, when known. A group the model does not use is refused only where
     the user set it there: one an experiment file set (``experiment=han_imdb`` sets ``scorer=dot``
     for its attention pooling) is left out quietly when an override changes the model's need of
-    it (``pooling=max``). Without ``typed`` every setting counts as the user's. Returns (the
-    consumed groups, {group: the refusal} of those set but unused); the replaced block's stale
-    fields are dropped from ``cfg`` on the way.
+    it (``pooling=max``). Without ``typed`` every setting counts as the user's. ``overrides``:
+    the command line, when known (a group option it chose drops the fields an experiment set
+    for the option it replaced). Returns (the consumed groups, {group: the refusal} of those set
+    but unused); the replaced block's stale fields are dropped from ``cfg`` on the way.
     """
+    chosen = _typed_choices(overrides)
     choices = dict(choices or {})
     defaults = root_defaults(conf_dir)
     consumed = consumed_groups(cfg)
@@ -143,7 +167,7 @@ def unused_groups(cfg: DictConfig, conf_dir: Path, choices: Optional[Mapping[str
         node = cfg[group]
         option = choices.get(group) or (node.get("name") if isinstance(node, DictConfig) else None)
         if group in consumed:
-            _drop_replaced_fields(cfg, group, option, conf_dir)
+            _drop_replaced_fields(cfg, group, option, conf_dir, chosen.get(group))
             continue
         how = _setting(cfg, group, option, defaults.get(group), conf_dir)
         if how and (typed is None or group in set(typed)):

@@ -573,7 +573,7 @@ def _resolve(cfg: DictConfig | Dict[str, Any], refuse: bool) -> tuple:
         if "hydra" in cfg:  # composed with return_hydra_config: Hydra's own node is not the run's
             with open_dict(cfg):
                 del cfg["hydra"]
-        consumed, groups = unused_groups(cfg, config_dir(), choices, typed_groups(typed))
+        consumed, groups = unused_groups(cfg, config_dir(), choices, typed_groups(typed), typed)
         if refuse and groups:
             raise ConfigError(next(iter(groups.values())))
         found = {group: (" ".join(o.lstrip("+") for o in typed or () if typed_groups([o]) == {group}),

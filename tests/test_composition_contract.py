@@ -202,6 +202,25 @@ def test_replacing_a_block_by_name_drops_the_old_blocks_fields(tmp_path):
     assert typed.scorer.hidden_dim == 8
 
 
+def test_a_group_option_chosen_over_an_experiments_drops_the_fields_it_lacks():
+    """reverse_multihead sets attention.heads and head_dim for its multi-head attention; the
+    command line's attention=single (no heads) was refused for the experiment's fields. Now they
+    are left out with a warning, and the single-head model builds; a field the user types for a
+    block without it is still refused, and so is the experiment's own block without a choice."""
+    cmd = ["experiment=reverse_multihead", "attention=single"]
+    with pytest.warns(UserWarning, match=r"attention=single: attention.heads, attention.head_dim "
+                                         r"\(set for another attention; attention 'single' has no "
+                                         r"such field\) left out"):
+        resolved = resolve_config(compose_cfg(cmd, return_hydra_config=True))
+    assert resolved["attention"]["name"] == "single" and "heads" not in resolved["attention"]
+    assert resolved["model"]["decoder"]["attention"] == resolved["attention"]
+    MODELS.build(resolved["model"], src_vocab=12, tgt_vocab=12, pad_id=0, path="model")
+    with pytest.raises(ConfigError, match=r"attention 'single' has no field 'heads' \(at 'attention.heads'\)"):
+        resolve_config(compose_cfg([*cmd, "attention.heads=8"], return_hydra_config=True))
+    with pytest.raises(ConfigError, match=r"has no field 'heads'"):  # no command line known: as typed
+        resolve_config(compose_cfg(cmd))
+
+
 def test_plain_field_overrides_reach_fields_left_at_their_defaults():
     assert field_overrides(["scorer=dot", "attention.heads=2", "+x=1", "~y", "hydra.run.dir=d",
                             "experiment=mt_rnnenc", "seed=3"], CONF) == [
