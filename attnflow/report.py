@@ -462,21 +462,22 @@ def _write(path: Path, text: str) -> None:
 
 def check_out(out: Path, source: Path) -> None:
     """Refuse an output folder whose files the report would overwrite (module docstring): one
-    that is not new, empty, or a report of ``source`` (``.report-of``; a default ``report``
-    folder written before that file existed counts as one when it holds a report)."""
+    that is not new, empty, a report of ``source`` (``.report-of``), or ``source``'s own
+    ``report`` folder holding a report (written before that file existed, or recording the path
+    of a run or sweep moved or copied since)."""
     if not out.exists():
         return
     if not out.is_dir():
         raise ReportError(f"-o '{out}' is a file; name a folder for the report")
+    if out.resolve() == (source / "report").resolve() and (out / "report.html").is_file():
+        return  # the path's own report folder (also of a sweep moved or copied since)
     mark = out / REPORT_OF
     if mark.is_file():
         made_from = mark.read_text(encoding="utf-8").strip()
         if made_from == str(source.resolve()):
             return
-        raise ReportError(f"'{out}' holds the report of '{made_from}', not of '{source}', and is not "
-                          f"overwritten; name another folder with -o")
-    if out.resolve() == (source / "report").resolve() and (out / "report.html").is_file():
-        return
+        raise ReportError(f"'{out}' holds the report of '{made_from}', not of '{source.resolve()}', "
+                          f"and is not overwritten; name another folder with -o")
     held = sorted(p.name for p in out.iterdir())
     if held:
         shown = ", ".join(held[:4]) + (f" and {len(held) - 4} more" if len(held) > 4 else "")

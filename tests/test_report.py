@@ -319,6 +319,10 @@ def test_a_report_overwrites_nothing_but_an_earlier_report_of_the_same_path(swee
         assert (_files(out) if out.is_dir() else out.read_bytes()) == before
     main([str(runs["1"]), "-o", str(tmp_path / "empty")])  # new: written
     assert (tmp_path / "empty" / ".report-of").read_text().strip() == str(runs["1"].resolve())
+    moved = tmp_path / "moved"  # a run moved (or copied) with its report refreshes it in place
+    shutil.move(runs["0"], moved)
+    main([str(moved)])
+    assert (moved / "report" / ".report-of").read_text().strip() == str(moved.resolve())
 
 
 @pytest.mark.parametrize("kind", ["missing", "file", "empty", "parent"])
