@@ -92,11 +92,12 @@ def _setting(cfg: DictConfig, group: str, option: Optional[str], default: Option
 
 
 def _typed_choices(overrides: Optional[Iterable[str]]) -> Dict[str, set]:
-    """{shared group: the fields typed under it} for each shared group whose option the command
-    line chose (``attention=single attention.dropout=0.1`` → ``{'attention': {'dropout'}}``)."""
+    """{shared group: the fields typed under it} for each shared group whose block the command
+    line chose, by option or by name (``attention=single attention.dropout=0.1``, or
+    ``attention.name=single``, → ``{'attention': {'dropout'}}``)."""
     keys = [str(o).lstrip("+~").split("=", 1)[0] for o in overrides or () if "=" in str(o)]
-    return {g: {k.split(".", 1)[1] for k in keys if k.startswith(g + ".")}
-            for g in SHARED_GROUPS if g in keys}
+    return {g: {k.split(".", 1)[1] for k in keys if k.startswith(g + ".")} - {"name"}
+            for g in SHARED_GROUPS if g in keys or f"{g}.name" in keys}
 
 
 def _drop_replaced_fields(cfg: DictConfig, group: str, option: Optional[str], conf_dir: Path,
@@ -126,8 +127,8 @@ def _drop_replaced_fields(cfg: DictConfig, group: str, option: Optional[str], co
         for key in stale + foreign:
             del node[key]
     if foreign:
-        warnings.warn(f"{group}={option}: {', '.join(f'{group}.{k}' for k in foreign)} (set for "
-                      f"another {group}; {group} '{name}' has no such field) left out", stacklevel=2)
+        warnings.warn(f"{group} '{name}' has no field {', '.join(f'{group}.{k}' for k in foreign)}: "
+                      f"set for another {group}, left out", stacklevel=2)
 
 
 def check_shared_groups(cfg: DictConfig, conf_dir: Path,

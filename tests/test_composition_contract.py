@@ -208,13 +208,16 @@ def test_a_group_option_chosen_over_an_experiments_drops_the_fields_it_lacks():
     are left out with a warning, and the single-head model builds; a field the user types for a
     block without it is still refused, and so is the experiment's own block without a choice."""
     cmd = ["experiment=reverse_multihead", "attention=single"]
-    with pytest.warns(UserWarning, match=r"attention=single: attention.heads, attention.head_dim "
-                                         r"\(set for another attention; attention 'single' has no "
-                                         r"such field\) left out"):
+    with pytest.warns(UserWarning, match=r"attention 'single' has no field attention.heads, "
+                                         r"attention.head_dim: set for another attention, left out"):
         resolved = resolve_config(compose_cfg(cmd, return_hydra_config=True))
     assert resolved["attention"]["name"] == "single" and "heads" not in resolved["attention"]
     assert resolved["model"]["decoder"]["attention"] == resolved["attention"]
     MODELS.build(resolved["model"], src_vocab=12, tgt_vocab=12, pad_id=0, path="model")
+    with pytest.warns(UserWarning, match=r"attention.heads, attention.head_dim"):  # chosen by name
+        by_name = resolve_config(compose_cfg(["experiment=reverse_multihead", "attention.name=single"],
+                                             return_hydra_config=True))
+    assert by_name["attention"] == resolved["attention"]
     with pytest.raises(ConfigError, match=r"attention 'single' has no field 'heads' \(at 'attention.heads'\)"):
         resolve_config(compose_cfg([*cmd, "attention.heads=8"], return_hydra_config=True))
     with pytest.raises(ConfigError, match=r"has no field 'heads'"):  # no command line known: as typed
