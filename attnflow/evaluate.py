@@ -141,18 +141,24 @@ def apply_overrides(run: Run, overrides: List[Tuple[str, Any]]) -> Tuple[Dict[st
     if split is None:  # the test split, unless the run has none and no override names one
         split = "test" if run.config.get("test", True) or any(
             k.startswith("data.test") for k in keys) else "val"
-    _refuse_unread(keys, cfg, split)
+    _refuse_unread(keys, cfg, split, run.config.get("data") or {})
     return cfg, split, trainer
 
 
-def _refuse_unread(keys: List[str], cfg: Dict[str, Any], split: str) -> None:
+def _refuse_unread(keys: List[str], cfg: Dict[str, Any], split: str,
+                   trained: Dict[str, Any]) -> None:
     """An override that this evaluation leaves unread is refused, as attnflow-train refuses one
     (:mod:`attnflow.overrides`); it was accepted and recorded in the result: the other split's
     ``trainer.limit_*_batches``, a task field read in training only (``task.optim``, word
     dropout) or by the other split (``Task.split_fields``: ``beam_size`` is the test split's,
     ``val_beam_size`` validation's), a data field only the test split reads with ``split=val``
-    (``test_fields``: Multi30k's ``data.test``), a data field the rest of the data config leaves
-    unread (``data.batch_size`` with a full-graph loader)."""
+    (``test_fields``: Multi30k's ``data.test``) or the validation split reads with ``split=test``
+    (``val_fields``), a data field read in training only (``training_only``: the tokenizers'
+    settings, as the run's own are loaded), a data field the rest of the data config leaves
+    unread (``data.batch_size`` with a full-graph loader). A field the model is bound to
+    (``run_fixed``: the translation direction) is refused with a value other than the run's
+    (``trained``: its data config): a de→en model fed English sources scored BLEU 0 without a
+    word."""
     from attnflow.registry import DATA, TASKS
 
     unread = {f"trainer.limit_{other}_batches": f"split={split} evaluates the {split} split; it is "
@@ -163,9 +169,21 @@ def _refuse_unread(keys: List[str], cfg: Dict[str, Any], split: str) -> None:
                    for f in getattr(task_class, "training_only", ())})
     unread.update({f"task.{f}": f"split={split} evaluates the {split} split; it is read with split={s}"
                    for f, s in getattr(task_class, "split_fields", {}).items() if s != split})
-    if split == "val":
-        unread.update({f"data.{f}": "split=val evaluates the validation split; it is read with split=test"
-                       for f in getattr(DATA.get(cfg["data"]["name"]), "test_fields", ())})
+    data_class = DATA.get(cfg["data"]["name"])
+    for fields, other in (("test_fields", "test"), ("val_fields", "val")):
+        if split != other:
+            unread.update({f"data.{f}": f"split={split} evaluates the {split} split; it is read "
+                                        f"with split={other}" for f in getattr(data_class, fields, ())})
+    unread.update({f"data.{f}": f"data '{cfg['data']['name']}' reads it in training only (the run's "
+                                f"own tokenizers are used)" for f in getattr(data_class, "training_only", ())})
+    fixed = [f for f in getattr(data_class, "run_fixed", ()) if f"data.{f}" in keys]
+    if fixed and trained.get("name") == cfg["data"]["name"]:
+        before = DATA.validate(trained, "data")  # with the defaults the stored config left out
+        for f in fixed:
+            if cfg["data"].get(f) != before.get(f):
+                raise ConfigError(f"data.{f}={cfg['data'].get(f)}: the run was trained with data.{f}="
+                                  f"{before.get(f)}, and its model fits only that; evaluate a run "
+                                  f"trained for the other setting")
     unread.update(DATA.inert_fields(cfg["data"], "data"))
     for key in keys:
         if key in unread:

@@ -170,7 +170,16 @@ def test_translation_on_another_test_set_without_the_training_files(tmp_path, ca
                         "task.val_beam_size does nothing in attnflow-eval: split=test evaluates the "
                         "test split; it is read with split=val"),
                        (["split=val", "data.test=test_b"], "data.test does nothing in attnflow-eval: "
-                        "split=val evaluates the validation split; it is read with split=test")]:
+                        "split=val evaluates the val split; it is read with split=test"),
+                       (["data.test=test_b", "data.val=nowhere"], "data.val does nothing in "
+                        "attnflow-eval: split=test evaluates the test split; it is read with split=val"),
+                       # the tokenizers' settings (the run's own are loaded), and another direction
+                       (["data.test=test_b", "data.vocab_size=7"], "data.vocab_size does nothing in "
+                        "attnflow-eval: data 'parallel' reads it in training only"),
+                       (["data.test=test_b", "data.train=nowhere"], "data.train does nothing"),
+                       (["data.test=test_b", "data.src_lang=en", "data.tgt_lang=de"],
+                        "data.src_lang=en: the run was trained with data.src_lang=de, and its model "
+                        "fits only that")]:
         assert main([str(run), *args, "-o", str(tmp_path / "never.json")]) == 2
         assert says in capsys.readouterr().err
         assert not (tmp_path / "never.json").exists()

@@ -21,8 +21,13 @@ class SplitDataModule(pl.LightningDataModule):
     def _loader(self, split: str, train: bool) -> DataLoader:
         raise NotImplementedError
 
-    # the fields only the test split reads: attnflow-eval refuses them with split=val
+    # what attnflow-eval refuses as overrides: the fields only the test split reads (with
+    # split=val), only the validation split reads (with split=test), only training reads, and
+    # the fields a trained model is bound to (another value than the run's)
     test_fields: Tuple[str, ...] = ()
+    val_fields: Tuple[str, ...] = ()
+    training_only: Tuple[str, ...] = ()
+    run_fixed: Tuple[str, ...] = ()
 
     def missing_test(self) -> Optional[str]:
         """Why there is no test split (the error's message), or None when there is one."""
