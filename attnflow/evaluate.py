@@ -161,21 +161,17 @@ def _refuse_unread(keys: List[str], cfg: Dict[str, Any], split: str,
     word."""
     from attnflow.registry import DATA, TASKS
 
-    unread = {f"trainer.limit_{other}_batches": f"split={split} evaluates the {split} split; it is "
-                                                f"read with split={other}"
-              for other in SPLITS if other != split}
-    task_class = TASKS.get(cfg["task"]["name"])
-    unread.update({f"task.{f}": f"task '{cfg['task']['name']}' reads it in training only"
-                   for f in getattr(task_class, "training_only", ())})
-    unread.update({f"task.{f}": f"split={split} evaluates the {split} split; it is read with split={s}"
-                   for f, s in getattr(task_class, "split_fields", {}).items() if s != split})
-    data_class = DATA.get(cfg["data"]["name"])
-    for fields, other in (("test_fields", "test"), ("val_fields", "val")):
-        if split != other:
-            unread.update({f"data.{f}": f"split={split} evaluates the {split} split; it is read "
-                                        f"with split={other}" for f in getattr(data_class, fields, ())})
-    unread.update({f"data.{f}": f"data '{cfg['data']['name']}' reads it in training only (the run's "
-                                f"own tokenizers are used)" for f in getattr(data_class, "training_only", ())})
+    task_class, data_class = TASKS.get(cfg["task"]["name"]), DATA.get(cfg["data"]["name"])
+    by_split = {  # {key: the one split that reads it}
+        **{f"trainer.limit_{s}_batches": s for s in SPLITS},
+        **{f"task.{f}": s for f, s in getattr(task_class, "split_fields", {}).items()},
+        **{f"data.{f}": s for s, attr in (("test", "test_fields"), ("val", "val_fields"))
+           for f in getattr(data_class, attr, ())}}
+    unread = {key: f"split={split} evaluates the {split} split; it is read with split={s}"
+              for key, s in by_split.items() if s != split}
+    for head, block in (("task", task_class), ("data", data_class)):
+        unread.update({f"{head}.{f}": f"{head} '{cfg[head]['name']}' reads it in training only"
+                       for f in getattr(block, "training_only", ())})
     fixed = [f for f in getattr(data_class, "run_fixed", ()) if f"data.{f}" in keys]
     if fixed and trained.get("name") == cfg["data"]["name"]:
         before = DATA.validate(trained, "data")  # with the defaults the stored config left out

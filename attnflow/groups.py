@@ -95,7 +95,9 @@ def _typed_choices(overrides: Optional[Iterable[str]]) -> Dict[str, set]:
     """{shared group: the fields typed under it} for each shared group whose block the command
     line chose, by option or by name (``attention=single attention.dropout=0.1``, or
     ``attention.name=single``, → ``{'attention': {'dropout'}}``)."""
-    keys = [str(o).lstrip("+~").split("=", 1)[0] for o in overrides or () if "=" in str(o)]
+    from attnflow.overrides import typed_fields  # (a mapping value names its keys too)
+
+    keys = typed_fields(map(str, overrides or ()))
     return {g: {k.split(".", 1)[1] for k in keys if k.startswith(g + ".")} - {"name"}
             for g in SHARED_GROUPS if g in keys or f"{g}.name" in keys}
 

@@ -335,9 +335,9 @@ def _check_epoch_end_under_steps(limits: Dict[str, Any], loop: Dict[str, Any], c
     if (epochs - done - 1) * step / done < steps - step:  # less one epoch, max_epochs ends it first
         raise ResumeError(
             f"resume={run}: its checkpoint was saved at the end of epoch {done}, and resumed under "
-            f"trainer.max_steps={steps} with trainer.max_epochs={epochs}, "
-            f"Lightning would stop it an epoch early, before max_steps (it counts that epoch twice in a step-based "
-            f"run). Let one limit end it: trainer.max_epochs=-1 (max_steps ends it), or "
+            f"trainer.max_steps={steps} with trainer.max_epochs={epochs}, Lightning would stop it "
+            f"an epoch early, before max_steps (it counts that epoch twice in a step-based run). "
+            f"Let one limit end it: trainer.max_epochs=-1 (max_steps ends it), or "
             f"trainer.max_steps=-1 (max_epochs ends it)")
 
 
