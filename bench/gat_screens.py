@@ -66,6 +66,10 @@ Other changes of the model or its inputs, with any variant:
   start, step ξ: ``--vat-xi``) finds to change the output most; on all nodes at once, as Deng et
   al. 2019's batch VAT for GCNs. Both passes without dropout (the deterministic model's
   smoothness), p(·|X) held fixed.
+- ``--sam ρ``: sharpness-aware minimisation (Foret et al. 2021, "Sharpness-aware minimization for
+  efficiently improving generalization", eq. (2), Algorithm 1): each step's gradient is taken at
+  θ + ρ·g/‖g‖₂, the steepest-ascent point of radius ρ, so Adam descends the worst loss nearby (a
+  second forward and backward pass a step, with its own dropout draw).
 - ``--ema β``: an exponential moving average of the weights, θ̄ ← βθ̄ + (1 − β)θ after every step
   (θ̄ = θ at the first), validated, kept and stopped on in θ's place: attnflow's ``callbacks.ema``
   (Polyak & Juditsky 1992), which a full-batch run updates once an epoch.
@@ -138,8 +142,8 @@ import attnflow.models.gat  # noqa: E402,F401  (registers the "gat" model with M
 from attnflow.registry import MODELS, ConfigError  # noqa: E402
 from support import DATA_DIR  # noqa: E402
 from gat_variants import (  # noqa: E402
-    Diffused, Propagated, RandomPropagation, SuperGAT, correct_smooth, features, pseudo_labels, train_loss,
-    with_labels,
+    Diffused, Propagated, RandomPropagation, SuperGAT, correct_smooth, features, pseudo_labels,
+    sharpness_aware, train_loss, with_labels,
 )
 
 
@@ -241,11 +245,17 @@ def fit_seed(seed: int, d, args, mask, y, teacher=None):
     for epoch in range(args.max_epochs):
         model.train()
         opt.zero_grad()
-        loss, z = train_loss(model, d, args, S, xs, eis, mask, y, feed, epoch)
-        if teacher is not None:
-            T = args.kd_temperature
-            loss = loss + args.distill * T * T * F.kl_div((z / T).log_softmax(-1), teacher, reduction="batchmean")
-        loss.backward()
+
+        def step_loss():
+            loss, z = train_loss(model, d, args, S, xs, eis, mask, y, feed, epoch)
+            if teacher is not None:
+                T = args.kd_temperature
+                loss = loss + args.distill * T * T * F.kl_div((z / T).log_softmax(-1), teacher, reduction="batchmean")
+            return loss
+
+        step_loss().backward()
+        if args.sam:
+            sharpness_aware(model, step_loss, args.sam)
         opt.step()
         if args.ema:
             judged.update_parameters(model)
@@ -396,6 +406,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--vat-xi", type=float, default=1e-3, help="--vat: the power iteration's step ξ")
     ap.add_argument("--ema", type=float, default=0.0, metavar="β",
                     help="validate and keep an exponential moving average of the weights (callbacks.ema)")
+    ap.add_argument("--sam", type=float, default=0.0, metavar="ρ",
+                    help="sharpness-aware minimisation: each step's gradient taken at θ + ρ·g/‖g‖")
     ap.add_argument("--selection", action="store_true",
                     help="also score the epoch-selection rules on held-out validation halves")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")

@@ -88,6 +88,26 @@ def train_loss(model, d, args, S, xs, eis, mask, y, feed=None, epoch: int = 0):
     return loss, z[0]
 
 
+def sharpness_aware(model, closure, rho: float):
+    """Sharpness-aware minimisation (Foret et al. 2021, "Sharpness-aware minimization for efficiently
+    improving generalization", eq. (2) and Algorithm 1), called after ``closure()``'s loss was
+    backpropagated: each parameter's gradient g = ∇L(θ) is replaced by ∇L(θ + ε̂), ε̂ = ρ·g / ‖g‖₂
+    (the norm over every parameter at once), and θ is put back, so the optimiser's step (Adam, its
+    L2 term at θ) follows the gradient at the worst nearby point. ``closure`` recomputes the loss
+    (a fresh dropout draw, as the reference implementation's second forward pass)."""
+    params = [q for q in model.parameters() if q.grad is not None]
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(q.grad) for q in params]))
+    kept = [q.detach().clone() for q in params]  # θ restored exactly, not as (θ + ε̂) − ε̂
+    with torch.no_grad():
+        for q in params:
+            q.add_(q.grad, alpha=float(rho / (norm + 1e-12)))
+            q.grad = None
+    closure().backward()
+    with torch.no_grad():
+        for q, old in zip(params, kept):
+            q.copy_(old)
+
+
 def adversarial_direction(model, x, edge_index, p, d, xi: float):
     """VAT's power iteration (Miyato et al. 2018, "Virtual adversarial training", eq. (12)–(13),
     one iteration as in their experiments): g = ∇ᵣ KL(p ‖ p(·| x + r)) at r = ξ·d̂, each node's

@@ -253,3 +253,32 @@ def test_feature_normalisations_against_hand_values(variants, screens, capsys):
     with pytest.raises(SystemExit):
         screens.parse(screens.build_parser(), ["--features", "tfidf", "--label-input", "0.5"])
     assert "--features renormalises" in capsys.readouterr().err
+
+
+def test_sam_takes_the_gradient_at_the_ascent_point_and_puts_the_weights_back(variants):
+    # L(θ) = ½‖Aθ − b‖²: ∇L(θ) = Aᵀ(Aθ − b), so SAM's gradient (Foret et al. 2021, eq. (2)) is
+    # Aᵀ(A(θ + ρ g/‖g‖) − b), g = ∇L(θ), worked out here without autograd.
+    A = torch.tensor([[2.0, 0.0, 1.0], [0.0, 1.0, -1.0]], dtype=torch.float64)
+    b = torch.tensor([1.0, -2.0], dtype=torch.float64)
+    theta = torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64)
+    model = torch.nn.Module()
+    model.w = torch.nn.Parameter(theta.clone())
+    model.unused = torch.nn.Parameter(torch.ones(2, dtype=torch.float64))  # no gradient: untouched
+
+    def closure():
+        return 0.5 * (A @ model.w - b).pow(2).sum()
+
+    closure().backward()
+    rho = 0.3
+    g = A.T @ (A @ theta - b)
+    expected = A.T @ (A @ (theta + rho * g / g.norm()) - b)
+    variants.sharpness_aware(model, closure, rho)
+    assert torch.allclose(model.w.grad, expected)
+    assert not torch.allclose(expected, g)  # the ascent point's gradient differs from θ's
+    assert torch.equal(model.w.data, theta)  # the weights are put back exactly
+    assert model.unused.grad is None and torch.equal(model.unused.data, torch.ones(2, dtype=torch.float64))
+
+
+def test_sam_option_reaches_the_screen(screens):
+    args = screens.parse(screens.build_parser(), ["--variant", "preg", "--sam", "0.05"])
+    assert args.sam == 0.05
