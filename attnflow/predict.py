@@ -32,7 +32,8 @@ from what fits, with a warning on stderr counting the sentences and words cut (t
 such documents, then a total).
 
 Graphs (``graph``). The graph is the run's data (``data`` of its config: the Planetoid raw files,
-or the generated graph); nothing else is needed. Output: CSV with a header, one row per node:
+or the generated graph); nothing else is needed. Output: CSV with a header (``-o`` names a
+``.csv`` file; any other name is refused before any work), one row per node:
 ``node,label,prob,prob_<class>…`` (SoftMax probabilities; multi-label runs: σ per class, ``label``
 the classes with σ > ½ joined by ``|``, ``prob`` the largest σ). ``--explain`` adds ``neighbours``:
 the ``--top-k`` nodes i of N(t) (the paper's neighbourhood, t itself included) with the largest
@@ -479,6 +480,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         if given and kind != "captioning":  # an option that would do nothing is refused
             raise PredictError(f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} for "
                                f"captioning runs; the run at {run.run_dir} works on {kind}")
+        if kind == "graph" and args.output and Path(args.output).suffix.lower() != ".csv":
+            raise PredictError(f"-o {args.output}: a graph run writes its labels as CSV; name a .csv "
+                               f"file (the attention arrays go to --save-attention OUT.npz)")
         if kind != "graph" and args.batch_size is None:  # a graph run refuses the option
             args.batch_size = BATCH_SIZE
         with _Output(args.output) as out:

@@ -182,6 +182,14 @@ def test_gat_prediction_failures_write_nothing(runs, tmp_path, capsys):
     assert main([str(runs["gat"]), "--batch-size", "7", "-o", str(out)]) == 2  # was read by nothing
     assert "--batch-size is for documents, texts and images" in capsys.readouterr().err
     assert not out.exists()
+    # a name whose suffix is not the CSV written (nodes.npz held CSV text), in a folder not made
+    for name in ("nodes.npz", "nodes.csv.gz", "nodes.tsv", "sub/nodes"):
+        bad = tmp_path / name
+        assert main([str(runs["gat"]), "-o", str(bad)]) == 2
+        assert capsys.readouterr().err == (f"attnflow-predict: -o {bad}: a graph run writes its labels "
+                                           f"as CSV; name a .csv file (the attention arrays go to "
+                                           f"--save-attention OUT.npz)\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
     assert main([str(runs["han"]), "--explain"]) == 2
     assert "--explain OUT.html" in capsys.readouterr().err
 
