@@ -18,11 +18,11 @@ stopped run can be evaluated as a finished one would have been. ``--epochs`` ave
 Every problem is a message naming the file or the epoch and exit status 2, before anything is
 written: no ``kept.json`` (a run trained without ``callbacks.average``), a ``kept.json`` entry
 without what averaging reads (a file edited by hand), a file to average missing (``--epochs`` can
-leave it out), an epoch that is not kept, no checkpoint of the run, a ``--name`` that is not a plain
-``*.ckpt`` file name, or an output that exists (never overwritten: a finished run's
-``averaged.ckpt`` is its reported model). The file goes beside the run's other checkpoints, where
-attnflow-eval, -translate and -predict find the run's saved tokenizer or vocabulary. Nothing else
-is written.
+leave it out), an epoch that is not kept, no checkpoint of the run, a ``--name`` that is not a
+plain ``<name>.ckpt`` file name (a folder in it, nothing before ``.ckpt``), or an output that
+exists (never overwritten: a finished run's ``averaged.ckpt`` is its reported model). The file
+goes beside the run's other checkpoints, where attnflow-eval, -translate and -predict find the
+run's saved tokenizer or vocabulary. Nothing else is written.
 """
 
 from __future__ import annotations
@@ -73,9 +73,10 @@ def plan(run_dir: Path, epochs: Optional[List[int]], name: str = AVERAGED) -> tu
                                   f"(last.ckpt or epoch*.ckpt): the averaged weights go into a copy "
                                   f"of one")
         last = found[-1]
-    if Path(name).name != name or not name.endswith(".ckpt") or name == "last.ckpt":
-        raise CheckpointError(f"--name {name}: a file name ending in .ckpt (other than last.ckpt), "
-                              f"written in {run_dir / 'checkpoints'}")
+    if (Path(name).name != name or not name.endswith(".ckpt") or name == "last.ckpt"
+            or not name.removesuffix(".ckpt").strip(".")):  # .ckpt: a hidden file with no name
+        raise CheckpointError(f"--name {name}: a file name ending in .ckpt with a name before it "
+                              f"(other than last.ckpt), written in {run_dir / 'checkpoints'}")
     out = run_dir / "checkpoints" / name
     if out.exists():
         raise CheckpointError(f"{out} exists and is not overwritten; give another --name")

@@ -92,8 +92,9 @@ def test_problems_are_refused_with_status_2_and_nothing_written(finished, stoppe
     data = done.read_bytes()
     _refused([str(finished[0])], f"{done} exists and is not overwritten", capsys)
     assert done.read_bytes() == data
-    for name in ("last.ckpt", "../config.ckpt", "avg.pt"):
-        _refused([str(run), "--name", name], f"--name {name}: a file name ending in .ckpt", capsys)
+    for name in ("last.ckpt", "../config.ckpt", "avg.pt", "sub/avg.ckpt", ".ckpt", "..ckpt"):
+        _refused([str(run), "--name", name], f"--name {name}: a file name ending in .ckpt with a "
+                 f"name before it", capsys)  # .ckpt was written as a hidden file
     assert sorted(p.relative_to(run) for p in run.rglob("*")) == before
     # a kept file gone, last.ckpt gone, and a run trained without callbacks.average
     (avg / f"epoch{kept[0]}.pt").unlink()
