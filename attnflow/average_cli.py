@@ -18,11 +18,11 @@ stopped run can be evaluated as a finished one would have been. ``--epochs`` ave
 Every problem is a message naming the file or the epoch and exit status 2, before anything is
 written: no ``kept.json`` (a run trained without ``callbacks.average``), a ``kept.json`` entry
 without what averaging reads (a file edited by hand), a file to average missing (``--epochs`` can
-leave it out), an epoch that is not kept, no checkpoint of the run, a ``--name`` that is not a
-plain ``<name>.ckpt`` file name (a folder in it, nothing before ``.ckpt``), or an output that
-exists (never overwritten: a finished run's ``averaged.ckpt`` is its reported model). The file
-goes beside the run's other checkpoints, where attnflow-eval, -translate and -predict find the
-run's saved tokenizer or vocabulary. Nothing else is written.
+leave it out), an epoch that is not kept or is named twice, no checkpoint of the run, a
+``--name`` that is not a plain ``<name>.ckpt`` file name (a folder in it, nothing before
+``.ckpt``), or an output that exists (never overwritten: a finished run's ``averaged.ckpt`` is its
+reported model). The file goes beside the run's other checkpoints, where attnflow-eval, -translate
+and -predict find the run's saved tokenizer or vocabulary. Nothing else is written.
 """
 
 from __future__ import annotations
@@ -53,6 +53,10 @@ def plan(run_dir: Path, epochs: Optional[List[int]], name: str = AVERAGED) -> tu
     kept = _kept_entries(index, avg_dir / INDEX)
     chosen = kept
     if epochs:
+        twice = sorted({k for k in epochs if epochs.count(k) > 1})
+        if twice:  # (each kept epoch is averaged once: a repeat does not weigh it more)
+            raise CheckpointError(f"--epochs {' '.join(map(str, twice))}: named more than once; "
+                                  f"name each epoch to average once")
         have = [e["epoch"] for e in kept]
         odd = [k for k in epochs if k not in have]
         if odd:

@@ -86,6 +86,9 @@ def test_problems_are_refused_with_status_2_and_nothing_written(finished, stoppe
     dropped = next(e for e in rec.states if e not in kept)
     _refused([str(run), "--epochs", str(dropped)], f"--epochs {dropped}: not kept; the kept epochs "
              f"are {' '.join(map(str, kept))}", capsys)
+    # an epoch named twice was averaged once, silently (a repeat does not weigh it more)
+    _refused([str(run), "--epochs", str(kept[0]), str(kept[1]), str(kept[0])],
+             f"--epochs {kept[0]}: named more than once; name each epoch to average once", capsys)
     _refused([str(tmp_path / "nowhere")], "no such run directory", capsys)
     # a finished run's averaged.ckpt, or any existing output, is not overwritten
     done = finished[0] / "checkpoints" / "averaged.ckpt"
