@@ -6,7 +6,8 @@ that way, and texts may hold U+0085 or U+2028 (the original IMDB reviews do), wh
 ``str.splitlines()`` would take for line ends — cutting a JSON string in two, or shifting every
 later output line against its input. Lines are read lazily, so output can stream (each batch
 printed as it is done) and a file of any size needs no memory for its whole text. A file that
-is missing, not gzip, cut short, or not UTF-8 raises :class:`InputError` naming the file (and line).
+is missing, a folder, not gzip, cut short, or not UTF-8 raises :class:`InputError` naming the file
+(and line).
 
 Arrays. :func:`save_arrays` writes a NumPy ``.npz`` archive (uncompressed arrays and text as
 Unicode arrays, so ``numpy.load(path)`` needs no ``allow_pickle``), atomically: a failure leaves no
@@ -50,6 +51,8 @@ def _lines(stream: Iterable[str], where: str) -> Iterator[str]:
 def iter_lines(path: Path | str, what: str = "input file") -> Iterator[str]:
     """The lines of a text file (``.gz``: gzip), without line ends; see the module docstring."""
     path = Path(path)
+    if path.is_dir():  # (was "no such input file", of a path that is there)
+        raise InputError(f"{what} {path}: a folder, not a file; name a file of one input per line")
     if not path.is_file():
         raise InputError(f"no such {what}: {path}")
 

@@ -136,7 +136,7 @@ def read_inputs(args) -> Tuple[Iterator[str], str]:
     if args.sentences:
         return iter(args.sentences), "argument"
     if args.file:
-        return iter_lines(args.file), f"{args.file} line"
+        return iter_lines(args.file, "-f"), f"{args.file} line"
     return iter_stdin(), "stdin line"
 
 

@@ -243,6 +243,16 @@ def test_texts_and_a_file_together_are_refused_before_any_work(runs, tmp_path, c
     assert not out.exists()  # the text was labelled, the file ignored
 
 
+def test_a_folder_given_as_the_file_is_named_as_a_folder(runs, tmp_path, capsys):
+    """--file <folder> said "no such --file" of a path that is there."""
+    folder, out = tmp_path / "docs", tmp_path / "labels.tsv"
+    folder.mkdir()
+    assert main([str(runs["han"]), "--file", str(folder), "-o", str(out)]) == 2
+    assert capsys.readouterr().err == (f"attnflow-predict: --file {folder}: a folder, not a file; "
+                                       f"name a file of one input per line\n")
+    assert [p.name for p in tmp_path.iterdir()] == ["docs"]
+
+
 def test_checkpoint_failures_are_one_message_and_status_2(runs, tmp_path, capsys):
     assert main([str(tmp_path / "missing")]) == 2
     assert "no such run directory or checkpoint" in capsys.readouterr().err

@@ -77,7 +77,10 @@ def test_errors_are_one_clear_line(run_dir, tmp_path, capsys):
     assert main([str(tmp_path / "missing"), "x"]) == 2
     assert "no such run directory or checkpoint" in capsys.readouterr().err
     assert main([str(run_dir), "-f", str(tmp_path / "nofile.txt")]) == 2
-    assert "no such input file" in capsys.readouterr().err
+    assert f"no such -f: {tmp_path / 'nofile.txt'}" in capsys.readouterr().err
+    assert main([str(run_dir), "-f", str(tmp_path)]) == 2  # was "no such input file" of a folder
+    assert capsys.readouterr().err == (f"attnflow-translate: -f {tmp_path}: a folder, not a file; "
+                                       f"name a file of one input per line\n")
     bad = tmp_path / "bad.ckpt"
     bad.write_text("not a checkpoint")
     assert main([str(bad), "x"]) == 2
