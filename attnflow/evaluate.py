@@ -54,7 +54,7 @@ import yaml
 from attnflow.checkpoints import CheckpointError, Run, load_run, load_weights, run_artifacts
 from attnflow.onednn import bound_primitive_cache
 from attnflow.registry import ConfigError, _suggest
-from attnflow.textio import check_new_outputs
+from attnflow.textio import check_folder, check_new_outputs
 
 TRAINER_FIELDS = ("accelerator", "devices", "precision", "limit_val_batches", "limit_test_batches")
 SPLITS = ("val", "test")
@@ -189,12 +189,14 @@ def _refuse_unread(keys: List[str], cfg: Dict[str, Any], split: str,
 def output_path(run: Run, split: str, out: Optional[str]) -> Path:
     """Where the metrics go; an existing file, or a path under a file, is refused (``-o``:
     :func:`attnflow.textio.check_new_outputs`, before the evaluation whose metrics it would lose)
-    or stepped around (default)."""
+    or stepped around (default; ``<run dir>/eval`` that is a file is refused as well)."""
     if out:
         check_new_outputs(("-o", out))
         return Path(out)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     path = run.run_dir / "eval" / f"{split}-{stamp}.json"
+    check_folder(f"without -o the metrics go to {path}", path,
+                 "move that file away, or name the output with -o FILE")
     n = 1
     while path.exists():
         n += 1

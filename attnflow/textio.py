@@ -134,20 +134,21 @@ def check_new_outputs(*options: Tuple[str, Any]) -> None:
         if path.exists():
             raise InputError(f"{option} {path} exists and is not overwritten: give another name, "
                              f"or remove it first")
-        _check_folder(option, path)
+        check_folder(f"{option} {path}", path)
         same = given.setdefault(path.resolve(), f"{option} {path}")
         if same != f"{option} {path}":
             raise InputError(f"{same} and {option} {path} name the same file: give each output "
                              f"its own name")
 
 
-def _check_folder(option: str, path: Path) -> None:
-    """The nearest existing folder above ``path`` is a folder, not a file."""
-    for parent in path.parents:
+def check_folder(what: str, path: Path | str, hint: str = "name a file in a folder") -> None:
+    """The nearest existing folder above ``path`` is a folder, not a file (else :class:`InputError`
+    starting with ``what``, e.g. the option and the path, and ending with ``hint``): checked
+    before any work, as writing there later fails (mkdir's ``FileExistsError``)."""
+    for parent in Path(path).parents:
         if parent.exists():
             if not parent.is_dir():
-                raise InputError(f"{option} {path}: {parent} is a file, not a folder; name a file "
-                                 f"in a folder")
+                raise InputError(f"{what}: {parent} is a file, not a folder; {hint}")
             return
 
 

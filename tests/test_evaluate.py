@@ -89,6 +89,16 @@ def test_overrides_are_checked_before_any_work(gat_run, tmp_path, capsys, monkey
     assert capsys.readouterr().err == (f"attnflow-eval: -o {taken / 'x.json'}: {taken} is a file, "
                                        f"not a folder; name a file in a folder\n")
     assert len(_eval_files(gat_run)) == n  # nothing written by a refused evaluation
+    # without -o: <run>/eval a file was mkdir's traceback after the evaluation, the metrics lost
+    copy = tmp_path / "copy"
+    shutil.copytree(gat_run, copy, ignore=shutil.ignore_patterns("eval"))
+    (copy / "eval").write_text("notes\n")
+    assert main([str(copy), "split=val"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"attnflow-eval: without -o the metrics go to {copy / 'eval' / 'val-'}")
+    assert err.endswith(f".json: {copy / 'eval'} is a file, not a folder; move that file away, or "
+                        f"name the output with -o FILE\n") and err.count("\n") == 1
+    assert (copy / "eval").read_text() == "notes\n"
 
 
 def test_a_graph_with_another_feature_size_is_a_clear_error(gat_run, capsys):
