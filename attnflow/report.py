@@ -21,8 +21,8 @@ network and no JavaScript: every picture is a base64 ``data:`` URI.
 
 The output folder (``-o``, default ``<path>/report``) is new, empty, or an earlier report of the
 same path, which is refreshed; a folder of other files (a run's folder, another path's report) is
-refused before anything is written, since the report would overwrite its files. ``.report-of``
-in the folder names the path it reports.
+refused before anything is written, since the report would overwrite its files, and so is an
+``-o`` under a file (``-o notes.txt/rep``). ``.report-of`` in the folder names the path it reports.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
-from attnflow.textio import atomic_path
+from attnflow.textio import InputError, atomic_path, check_folder
 
 RUN_MARKERS = ("config.yaml", "metrics.json", ".hydra")
 REPORT_OF = ".report-of"  # in a report folder: the resolved path it reports
@@ -534,9 +534,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     matplotlib.use("Agg")
     out = args.out or args.path / "report"
     try:
+        if args.out is not None:  # before the runs are read: writing under a file fails at the end
+            check_folder(f"-o '{args.out}'", args.out, "name a folder for the report")
         report = build(args.path, args.metric, args.pictures)
         check_out(out, args.path)
-    except ReportError as err:
+    except (ReportError, InputError) as err:
         print(f"attnflow-report: {err}", file=sys.stderr)
         sys.exit(2)
     try:

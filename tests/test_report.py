@@ -325,6 +325,26 @@ def test_a_report_overwrites_nothing_but_an_earlier_report_of_the_same_path(swee
     assert (moved / "report" / ".report-of").read_text().strip() == str(moved.resolve())
 
 
+def test_an_output_under_a_file_is_refused_before_the_runs_are_read(tmp_path, capsys, monkeypatch):
+    """-o notes.txt/rep was refused only when the report was written (after the runs were read),
+    with mkdir's "Not a directory" that did not say which part is a file."""
+    import attnflow.report as report_mod
+
+    run, notes = tmp_path / "run", tmp_path / "notes.txt"
+    run.mkdir()
+    (run / "config.yaml").write_text("seed: 1\n")
+    notes.write_text("keep me")
+    monkeypatch.setattr(report_mod, "build", lambda *a, **k: pytest.fail("the runs were read"))
+    for out in (notes / "rep", notes / "a" / "rep"):
+        with pytest.raises(SystemExit) as exc:
+            main([str(run), "-o", str(out)])
+        assert exc.value.code == 2
+        assert capsys.readouterr().err == (f"attnflow-report: -o '{out}': {notes} is a file, not a "
+                                           f"folder; name a folder for the report\n")
+    assert notes.read_text() == "keep me" and sorted(p.name for p in tmp_path.rglob("*")) == [
+        "config.yaml", "notes.txt", "run"]
+
+
 @pytest.mark.parametrize("kind", ["missing", "file", "empty", "parent"])
 def test_bad_paths_exit_2_naming_the_path(tmp_path, capsys, kind):
     path = tmp_path / "x"
