@@ -296,8 +296,15 @@ def _check_length(saved: Dict[str, Any], changes: Iterable[Tuple[str, Any, Any]]
     changes = list(changes)
     if not any(k in ("trainer.max_epochs", "trainer.max_steps") for k, _, _ in changes):
         return
-    loop = ((ckpt.get("loops") or {}).get("fit_loop") or {}).get("epoch_progress") or {}
-    epochs = (loop.get("current") or {}).get("processed", ckpt.get("epoch"))  # epochs whose batches all ran
+    fit = (ckpt.get("loops") or {}).get("fit_loop") or {}
+    loop = fit.get("epoch_progress") or {}
+    current = loop.get("current") or {}
+    epochs = current.get("processed", ckpt.get("epoch"))  # epochs whose batches all ran, with one
+    # whose last batch ran that Lightning had not counted yet (a checkpoint saved at the end of
+    # validation, as with check_val_every_n_epoch > 1: a 2-epoch run's says 1 processed)
+    if (isinstance(epochs, int) and current.get("started") == epochs + 1
+            and (fit.get("epoch_loop.batch_progress") or {}).get("is_last_batch")):
+        epochs += 1
     reached = {"trainer.max_epochs": (epochs, "epoch(s)"), "trainer.max_steps": (ckpt.get("global_step"), "steps")}
     limits = {key: saved.get(key) for key in reached}
     limits.update({k: new for k, _, new in changes if k in reached})

@@ -342,6 +342,21 @@ def test_refused_resumes_name_the_problem_and_change_nothing(finished, tmp_path,
     assert _tree(run) == before
 
 
+def test_resumes_of_a_run_validated_every_second_epoch(tmp_path, monkeypatch, capsys):
+    """A run validated every 2nd epoch saves its checkpoint at validation's end, before Lightning
+    counts the epoch: 2 epochs read as 1, so resume trainer.max_epochs=2 was accepted and trained
+    nothing."""
+    run = tmp_path / "run"
+    train(compose_cfg([*TINY, "trainer.max_epochs=2", "trainer.check_val_every_n_epoch=2",
+                       "trainer.limit_train_batches=1", "trainer.limit_val_batches=1"]), run)
+    before = _tree(run)
+    err = _main(monkeypatch, capsys, f"resume={run}", "trainer.max_epochs=2")
+    assert "the run has trained 2 epoch(s) already and trainer.max_epochs=2, so nothing" in err, err
+    assert _tree(run) == before
+    for ok in ("trainer.max_epochs=3", "trainer.max_epochs=-1"):
+        assert prepare_argv([f"resume={run}", ok])[1] == ok
+
+
 def test_an_output_folder_under_a_file_is_refused_naming_it(tmp_path, monkeypatch, capsys):
     from attnflow.resume import check_output_folders
 
