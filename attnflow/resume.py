@@ -28,6 +28,7 @@ on the command line, else ``$ATTNFLOW_OUTPUT_DIR``, else ``outputs``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -291,8 +292,11 @@ def _check_length(saved: Dict[str, Any], changes: Iterable[Tuple[str, Any, Any]]
     """A resume must leave something to train: ``trainer.max_epochs`` and ``max_steps`` (the new
     values, else the run's ``saved`` ones) beyond what the checkpoint reached. Else it would train
     nothing and only rewrite the run's metrics (and ``max_epochs=0`` is refused by Lightning only
-    after the resume is recorded). Checked when this resume sets one of them: without, a run
-    killed after its last epoch but before its evaluation resumes to finish that."""
+    after the resume is recorded). Nor may it end before its next validation
+    (:func:`next_validation`): the epochs it adds would be trained unvalidated, as a new run's
+    with ``check_val_every_n_epoch`` beyond ``max_epochs`` (refused by :mod:`attnflow.run`).
+    Checked when this resume sets one of them: without, a run killed after its last epoch but
+    before its evaluation resumes to finish that."""
     changes = list(changes)
     if not any(k in ("trainer.max_epochs", "trainer.max_steps") for k, _, _ in changes):
         return
@@ -318,7 +322,35 @@ def _check_length(saved: Dict[str, Any], changes: Iterable[Tuple[str, Any, Any]]
             raise ResumeError(f"resume={run}: the run has trained {done} {unit} already and "
                               f"{key}={value}, so nothing would be trained; give {key} more than "
                               f"{done} (or -1: no limit)")
+    # a new run that never validates is refused (attnflow.run); a resume that adds none alike
+    trainer = {k.split(".", 1)[1]: v for k, v in saved.items() if k.startswith("trainer.")}
+    trainer["max_epochs"] = limits["trainer.max_epochs"]
+    with contextlib.suppress(TypeError, ValueError):  # (null, or not a number: no epoch limit here)
+        trainer["max_epochs"] = int(trainer["max_epochs"])
+    first = next_validation(trainer, epochs)
+    if first is not None:
+        raise ResumeError(f"resume={run}: the run validates every {trainer['check_val_every_n_epoch']} "
+                          f"epochs (trainer.check_val_every_n_epoch) and has trained {epochs} "
+                          f"epoch(s); trainer.max_epochs={trainer['max_epochs']} ends it before epoch "
+                          f"{first}, so none of the epochs it adds would be validated (no checkpoint "
+                          f"chosen among them, no early stopping); give trainer.max_epochs={first} or "
+                          f"more (or -1: no limit)")
     _check_epoch_end_under_steps(limits, loop, ckpt, run)
+
+
+def next_validation(trainer: Dict[str, Any], done: Any = 0) -> Optional[int]:
+    """The first epoch that training on from ``done`` finished epochs validates after, where that
+    is beyond ``trainer.max_epochs`` — none of the epochs trained is validated (Lightning validates
+    after epoch k where k % ``check_val_every_n_epoch`` == 0) — else None: some epoch is, validation
+    is off (``limit_val_batches=0``), runs every epoch (``fast_dev_run``) or counts steps
+    (``check_val_every_n_epoch=null``), or the run is not limited by a number of epochs."""
+    every, epochs = trainer.get("check_val_every_n_epoch"), trainer.get("max_epochs")
+    if (trainer.get("fast_dev_run") or trainer.get("limit_val_batches") == 0
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in (every, epochs, done))
+            or every < 1 or epochs < 1):
+        return None
+    first = (done // every + 1) * every
+    return first if first > epochs else None
 
 
 def _check_epoch_end_under_steps(limits: Dict[str, Any], loop: Dict[str, Any], ckpt: Dict[str, Any],

@@ -259,10 +259,29 @@ def validate_config(cfg: Dict[str, Any]) -> None:
     if not isinstance(lr_monitor, (bool, type(None))):  # any other value would switch it on
         raise ConfigError(f"callbacks.lr_monitor must be true or false (log the learning rate every "
                           f"step), got {lr_monitor!r}")
+    _check_validation_schedule(cfg)
     _check_callback_needs(cfg, task_cls)
     _check_root_fields(cfg)
     check_composition(cfg)
     check_model_builds(cfg)
+
+
+def _check_validation_schedule(cfg: Dict[str, Any]) -> None:
+    """A new run whose last epoch comes before its first validation (``check_val_every_n_epoch``
+    beyond ``max_epochs``) trained without a word: no checkpoint chosen on a validation metric
+    (``best_checkpoint`` empty), no early stopping. Refused, unless validation is switched off
+    (``limit_val_batches=0``); a resume is checked for the epochs it adds
+    (:func:`attnflow.resume.next_validation`)."""
+    trainer = cfg.get("trainer") or {}
+    first = None if cfg.get("resume") else resume.next_validation(trainer)
+    if first is not None:
+        every, epochs = trainer["check_val_every_n_epoch"], trainer["max_epochs"]
+        raise ConfigError(f"trainer.check_val_every_n_epoch={every} with trainer.max_epochs={epochs} "
+                          f"runs no validation: the run ends before epoch {every}, its first, so no "
+                          f"checkpoint is chosen on a validation metric (best_checkpoint stays empty) "
+                          f"and early stopping never runs; validate (e.g. "
+                          f"trainer.check_val_every_n_epoch={epochs}, or trainer.max_epochs={every}), "
+                          f"or train without validation: trainer.limit_val_batches=0")
 
 
 def _no_validation(trainer: Dict[str, Any]) -> Optional[tuple]:
@@ -271,8 +290,8 @@ def _no_validation(trainer: Dict[str, Any]) -> Optional[tuple]:
     limit = trainer.get("limit_val_batches")
     if isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit == 0:
         return f"trainer.limit_val_batches={limit}", "trainer.limit_val_batches=1.0"
-    every, epochs = trainer.get("check_val_every_n_epoch", 1), trainer.get("max_epochs")
-    if isinstance(every, int) and isinstance(epochs, int) and 0 < epochs < every:
+    every, epochs = trainer.get("check_val_every_n_epoch"), trainer.get("max_epochs")
+    if resume.next_validation(trainer) is not None:  # (a new run: refused, _check_validation_schedule)
         return (f"trainer.check_val_every_n_epoch={every} with trainer.max_epochs={epochs}",
                 f"trainer.check_val_every_n_epoch={epochs}")
     return None

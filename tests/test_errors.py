@@ -66,7 +66,13 @@ from support import FAST, ROOT, compose_cfg, train_cli
       "(e.g. trainer.limit_val_batches=1.0)", "monitor=train/loss"]),
     (["callbacks.early_stopping={patience: 2}", "trainer.max_epochs=2", "trainer.check_val_every_n_epoch=3"],
      ["trainer.check_val_every_n_epoch=3 with trainer.max_epochs=2 runs no validation",
-      "(e.g. trainer.check_val_every_n_epoch=2)"]),
+      "(e.g. trainer.check_val_every_n_epoch=2, or trainer.max_epochs=3)"]),
+    # without such callbacks too: metrics.json's best_checkpoint was "", nothing said
+    (["trainer.max_epochs=1", "trainer.check_val_every_n_epoch=2"],
+     ["trainer.check_val_every_n_epoch=2 with trainer.max_epochs=1 runs no validation: the run ends "
+      "before epoch 2, its first", "(best_checkpoint stays empty)", "(e.g. "
+      "trainer.check_val_every_n_epoch=1, or trainer.max_epochs=2), or train without validation: "
+      "trainer.limit_val_batches=0"]),
     (["callbacks.average={best: 2}", "trainer.limit_val_batches=0.0"],
      ["callbacks.average averages the checkpoints of validated epochs, but "
       "trainer.limit_val_batches=0.0 runs no validation"]),
@@ -89,6 +95,20 @@ def test_callbacks_with_what_they_need_are_accepted():
                       ["callbacks.early_stopping={monitor: train/loss}", "trainer.limit_val_batches=0"],
                       ["callbacks.early_stopping={}", "trainer.max_epochs=3", "trainer.check_val_every_n_epoch=3"],
                       ["callbacks.average={last: 2}", "trainer.limit_val_batches=0.5"]):
+        resolve_config(compose_cfg([*FAST, *overrides]))
+
+
+def test_a_validation_schedule_past_the_last_epoch_is_refused_only_where_nothing_validates():
+    """The other side of the check_val_every_n_epoch refusal: validation in the last epoch,
+    switched off on purpose, every epoch (fast_dev_run), counted in steps, or a run ended by time."""
+    from attnflow.run import resolve_config
+
+    for overrides in (["trainer.max_epochs=2", "trainer.check_val_every_n_epoch=2"],
+                      ["trainer.check_val_every_n_epoch=2", "trainer.limit_val_batches=0"],
+                      ["trainer.check_val_every_n_epoch=2", "trainer.fast_dev_run=true"],
+                      ["trainer.check_val_every_n_epoch=null", "trainer.val_check_interval=4"],
+                      ["trainer.max_epochs=-1", "trainer.max_time=00:00:01:00", "trainer.max_steps=-1",
+                       "task.optim.scheduler=none", "trainer.check_val_every_n_epoch=5"]):
         resolve_config(compose_cfg([*FAST, *overrides]))
 
 

@@ -345,15 +345,23 @@ def test_refused_resumes_name_the_problem_and_change_nothing(finished, tmp_path,
 def test_resumes_of_a_run_validated_every_second_epoch(tmp_path, monkeypatch, capsys):
     """A run validated every 2nd epoch saves its checkpoint at validation's end, before Lightning
     counts the epoch: 2 epochs read as 1, so resume trainer.max_epochs=2 was accepted and trained
-    nothing."""
+    nothing. As a new run that never validates is refused (check_val_every_n_epoch beyond
+    max_epochs), so is a resume whose added epochs end before the next validation: extended to 3,
+    epoch 3 was trained unvalidated (no checkpoint of it chosen, no early stopping)."""
     run = tmp_path / "run"
     train(compose_cfg([*TINY, "trainer.max_epochs=2", "trainer.check_val_every_n_epoch=2",
                        "trainer.limit_train_batches=1", "trainer.limit_val_batches=1"]), run)
     before = _tree(run)
     err = _main(monkeypatch, capsys, f"resume={run}", "trainer.max_epochs=2")
     assert "the run has trained 2 epoch(s) already and trainer.max_epochs=2, so nothing" in err, err
+    err = _main(monkeypatch, capsys, f"resume={run}", "trainer.max_epochs=3")
+    assert err == (f"attnflow: resume={run}: the run validates every 2 epochs "
+                   f"(trainer.check_val_every_n_epoch) and has trained 2 epoch(s); trainer.max_epochs=3 "
+                   f"ends it before epoch 4, so none of the epochs it adds would be validated (no "
+                   f"checkpoint chosen among them, no early stopping); give trainer.max_epochs=4 or "
+                   f"more (or -1: no limit)\n")
     assert _tree(run) == before
-    for ok in ("trainer.max_epochs=3", "trainer.max_epochs=-1"):
+    for ok in ("trainer.max_epochs=4", "trainer.max_epochs=-1"):
         assert prepare_argv([f"resume={run}", ok])[1] == ok
 
 
