@@ -91,13 +91,11 @@ def _setting(cfg: DictConfig, group: str, option: Optional[str], default: Option
     return f"{group}={current}"
 
 
-def _typed_choices(overrides: Optional[Iterable[str]]) -> Dict[str, set]:
+def _typed_choices(keys: Mapping[str, str]) -> Dict[str, set]:
     """{shared group: the fields typed under it} for each shared group whose block the command
     line chose, by option or by name (``attention=single attention.dropout=0.1``, or
-    ``attention.name=single``, → ``{'attention': {'dropout'}}``)."""
-    from attnflow.overrides import typed_fields  # (a mapping value names its keys too)
-
-    keys = typed_fields(map(str, overrides or ()))
+    ``attention.name=single``, → ``{'attention': {'dropout'}}``); ``keys``: the typed keys
+    (:func:`attnflow.overrides.typed_fields`: a mapping value names its keys too)."""
     return {g: {k.split(".", 1)[1] for k in keys if k.startswith(g + ".")} - {"name"}
             for g in SHARED_GROUPS if g in keys or f"{g}.name" in keys}
 
@@ -158,7 +156,10 @@ def unused_groups(cfg: DictConfig, conf_dir: Path, choices: Optional[Mapping[str
     for the option it replaced). Returns (the consumed groups, {group: the refusal} of those set
     but unused); the replaced block's stale fields are dropped from ``cfg`` on the way.
     """
-    chosen = _typed_choices(overrides)
+    from attnflow.overrides import typed_fields
+
+    shown = typed_fields(map(str, overrides or ()))  # {typed key: the override as typed}
+    chosen = _typed_choices(shown)
     choices = dict(choices or {})
     defaults = root_defaults(conf_dir)
     consumed = consumed_groups(cfg)
@@ -174,6 +175,8 @@ def unused_groups(cfg: DictConfig, conf_dir: Path, choices: Optional[Mapping[str
             continue
         how = _setting(cfg, group, option, defaults.get(group), conf_dir)
         if how and (typed is None or group in set(typed)):
+            # as typed (scorer.name=general), not the setting it changed (an experiment's scorer=dot)
+            how = " ".join(dict.fromkeys(v for k, v in shown.items() if k.split(".")[0] == group)) or how
             uses = ", ".join(consumed) or "none of them"
             unused[group] = (
                 f"{how} (at '{group}') does nothing: model '{model}' does not use the shared group "

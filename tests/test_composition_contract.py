@@ -167,6 +167,12 @@ def test_a_group_only_the_experiment_set_is_left_out_when_an_override_makes_it_u
     with pytest.raises(ConfigError, match=r"scorer=general \(at 'scorer'\) does nothing: model 'han'"):
         resolve_config(compose_cfg(["experiment=han_imdb", f"pooling={pooling}", "scorer=general"],
                                    return_hydra_config=True))
+    # the message names the override as typed, not the experiment's scorer=dot it changed
+    for typed in ("scorer.name=general", "scorer.hidden_dim=3"):
+        with pytest.raises(ConfigError) as err:
+            resolve_config(compose_cfg(["experiment=han_imdb", f"pooling={pooling}", typed],
+                                       return_hydra_config=True))
+        assert str(err.value).startswith(f"{typed} (at 'scorer') does nothing: model 'han'"), err.value
 
 
 def test_consumption_follows_interpolations():
