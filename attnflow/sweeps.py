@@ -14,17 +14,21 @@
   a metric the task logs at the end of a run, checked before any data is made.
 - :func:`check_sweep_values`: every value of a sweep's search space is checked as the run would
   check it (unknown fields, types, ranges, the composition contract) before Hydra starts the
-  first job: ``model.dropout=0.1,0.5,1.5`` is refused whole, not after two jobs have trained.
+  first job: ``model.dropout=0.1,0.5,1.5`` is refused whole, not after two jobs have trained;
+  values refused only together (``trainer.max_epochs=2,1 trainer.check_val_every_n_epoch=1,2``)
+  too, where the grid has at most ``COMBINATIONS_CHECKED`` jobs.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
+import itertools
 import logging
+import math
 import re
 from pathlib import Path
-from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +232,27 @@ def _probe_values(override) -> list:
     return [str(value.start), str(value.end)]
 
 
+COMBINATIONS_CHECKED = 16  # a grid of at most this many probed jobs is checked job by job (≈ 1 s a job)
+
+
+def _trials(space: Dict[str, list]) -> List[Tuple[Optional[str], Dict[str, str]]]:
+    """The jobs :func:`check_sweep_values` composes, as (the one key varied from the first job, or
+    None; {key: value}): the first job, then each key's other values with the rest at their first,
+    so a value refused on its own is named alone; then, where the grid of probed values has at
+    most ``COMBINATIONS_CHECKED`` jobs, every other combination, for the values refused only
+    together (``trainer.max_epochs=2,1 trainer.check_val_every_n_epoch=1,2``: the job (1, 2)
+    never validates). A larger grid is checked one key at a time only."""
+    keys = list(space)
+    first = {k: v[0] for k, v in space.items()}
+    only = keys[0] if len(keys) == 1 else None  # one key: its first value's fault is that value's
+    trials = [(only, first)] + [(k, {**first, k: v}) for k, values in space.items() for v in values[1:]]
+    if len(keys) > 1 and math.prod(len(v) for v in space.values()) <= COMBINATIONS_CHECKED:
+        seen = {tuple(job.values()) for _, job in trials}
+        trials += [(None, dict(zip(keys, combo))) for combo in itertools.product(*space.values())
+                   if combo not in seen]
+    return trials
+
+
 def _chooses_multirun_file(args: Iterable[str], conf_dir: Path) -> bool:
     """Whether a config file chosen on the command line (e.g. ``experiment=my_sweep``) names
     ``MULTIRUN`` — a file that sets ``hydra.mode`` itself makes a sweep without ``-m``. File text
@@ -391,8 +416,8 @@ def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
     line that sets that mode, as ``hparams_search=…`` do): the first value of its search space —
     on the command line or in ``hydra.sweeper.params`` — that the run refuses, as a message naming
     it and the run's ConfigError; None when every value checked passes or this is no multirun. The
-    first job is checked, then one key at a time is varied, the others at their first value (not
-    the whole product). ``argv``: the command line after :func:`attnflow.groups.field_overrides`. A
+    jobs checked are :func:`_trials`': the first, one key at a time varied, and in a small grid
+    every combination. ``argv``: the command line after :func:`attnflow.groups.field_overrides`. A
     command line Hydra itself cannot compose is left to Hydra, which reports it."""
     args = [a for a in argv if not a.startswith("-")]
     flagged = bool({"-m", "--multirun"} & set(argv))
@@ -431,15 +456,12 @@ def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
             taken = sweep_folder_taken(cfg.hydra, space)
             if taken:
                 return taken
-            first = {k: v[0] for k, v in space.items()}
-            only = next(iter(space)) if len(space) == 1 else None  # one key: its first value's fault
-            trials = [(only, first[only] if only else None)] + [
-                (k, v) for k, values in space.items() for v in values[1:]]
+            trials = _trials(space)
             launcher = str(cfg.hydra.launcher.get("_target_", ""))
             here = "submitit" not in launcher.lower() or "Local" in launcher  # jobs run on this machine
             unread_everywhere = None  # {key: (override, refusal)}: typed, and read by no job checked
-            for i, (key, value) in enumerate(trials):  # the first job, then one key at a time
-                trial = [f"{k}={value if k == key else v}" for k, v in first.items()]
+            for i, (key, job) in enumerate(trials):  # the first job, one key at a time, the rest
+                trial = [f"{k}={v}" for k, v in job.items()]
                 try:
                     composed = compose("train", overrides=[*base, *trial], return_hydra_config=True)
                     resolved, unread = unread_settings(composed)
@@ -462,9 +484,11 @@ def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
                 except (ConfigError, DataError, HydraException) as err:
                     # HydraException: a value Hydra cannot compose (an unknown group option),
                     # which Hydra would report only after making the sweep folder
-                    what = (f"the sweep's {key.lstrip('+')}={value} is refused" if key else
-                            f"the sweep's first job ({' '.join(t.lstrip('+') for t in trial)}) is "
-                            f"refused" if trial else "the sweep's one job is refused")
+                    shown = " ".join(t.lstrip("+") for t in trial)
+                    what = (f"the sweep's {key.lstrip('+')}={job[key]} is refused" if key else
+                            f"the sweep's first job ({shown}) is refused" if i == 0 and trial else
+                            f"the sweep's job {shown} is refused" if trial else
+                            "the sweep's one job is refused")
                     why = (re.sub(r"\s*\n\s*", " ", str(err).split("Config search path")[0].strip())
                            if isinstance(err, HydraException) else err)  # Hydra's lines as one
                     return f"{what}, so no job was started: {why}"

@@ -211,11 +211,16 @@ def test_cli_metric_the_run_did_not_report_fails_after_it(monkeypatch, capsys, t
     (["-m", "model.dropout=0.1,0.2", "task.optim.lr=0.1,0.2", "model.decoder.hidden_dim=0"],
      "the sweep's first job (model.dropout=0.1 task.optim.lr=0.1) is refused, so no job was started: "
      "decoder 'rnn_attention': field 'hidden_dim'"),  # a plain override every job shares: not one value's fault
+    # values refused only together: each passes with the others' first value, the job (1, 2) never validates
+    (["-m", "trainer.max_epochs=2,1", "trainer.check_val_every_n_epoch=1,2"],
+     "the sweep's job trainer.max_epochs=1 trainer.check_val_every_n_epoch=2 is refused, so no job was "
+     "started: trainer.check_val_every_n_epoch=2 with trainer.max_epochs=1 runs no validation"),
 ])
 def test_a_sweep_value_the_run_refuses_stops_the_sweep_before_any_job(monkeypatch, capsys, tmp_path,
                                                                       argv, says):
     """Each value of a sweep is checked as the run checks its config (one key varied at a time,
-    both ends of a range or interval) before Hydra starts: the sweep folder is never made."""
+    both ends of a range or interval, and in a small grid every job) before Hydra starts: the
+    sweep folder is never made."""
     import torch
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)  # a machine without a GPU
@@ -462,3 +467,21 @@ def test_an_experiment_file_that_sets_multirun_is_checked_as_a_sweep(tmp_path):
     says = check_sweep_values(["experiment=my_sweep"], conf)
     assert says and says.startswith("the sweep's model.dropout=1.5 is refused, so no job was started")
     assert check_sweep_values(["experiment=mt_transformer", "model.dropout=1.5"], conf) is None
+
+
+def test_a_small_grid_is_checked_job_by_job_and_a_large_one_key_by_key():
+    """The jobs the pre-check composes (sweeps._trials): the first job, each other value with the
+    rest at their first (so a value refused alone is named alone), then in a grid of at most
+    COMBINATIONS_CHECKED jobs the remaining ones, each once."""
+    from attnflow.sweeps import COMBINATIONS_CHECKED, _trials
+
+    trials = _trials({"a": ["1", "2"], "b": ["x", "y", "z"]})
+    assert trials[:4] == [(None, {"a": "1", "b": "x"}), ("a", {"a": "2", "b": "x"}),
+                          ("b", {"a": "1", "b": "y"}), ("b", {"a": "1", "b": "z"})]
+    jobs = [tuple(job.values()) for _, job in trials]
+    assert sorted(jobs) == sorted((a, b) for a in "12" for b in "xyz")  # all six, none twice
+    assert all(key is None for key, _ in trials[4:])
+    assert _trials({"a": ["1", "2", "3"]}) == [("a", {"a": "1"}), ("a", {"a": "2"}), ("a", {"a": "3"})]
+    n = int(COMBINATIONS_CHECKED ** 0.5) + 1  # an n × n grid just over the bound: key by key only
+    big = _trials({"a": [str(i) for i in range(n)], "b": [str(i) for i in range(n)]})
+    assert n * n > COMBINATIONS_CHECKED and len(big) == 1 + 2 * (n - 1)
