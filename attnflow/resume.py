@@ -288,17 +288,21 @@ def _check_values(changes: Iterable[Tuple[str, Any, Any]], run: Path) -> None:
 
 
 def _check_length(saved: Dict[str, Any], changes: Iterable[Tuple[str, Any, Any]], ckpt: Dict[str, Any],
-                  run: Path) -> None:
+                  run: Path, finished: bool = False) -> None:
     """A resume must leave something to train: ``trainer.max_epochs`` and ``max_steps`` (the new
     values, else the run's ``saved`` ones) beyond what the checkpoint reached. Else it would train
     nothing and only rewrite the run's metrics (and ``max_epochs=0`` is refused by Lightning only
     after the resume is recorded). Nor may it end before its next validation
     (:func:`next_validation`): the epochs it adds would be trained unvalidated, as a new run's
     with ``check_val_every_n_epoch`` beyond ``max_epochs`` (refused by :mod:`attnflow.run`).
-    Checked when this resume sets one of them: without, a run killed after its last epoch but
-    before its evaluation resumes to finish that."""
+    Checked when this resume sets one of them, or sets any length (:data:`EXTEND`, e.g. only
+    ``trainer.max_time``) of a ``finished`` run (:func:`_finished`): its own limits must then leave
+    something to train (resumed with a larger ``max_time``, a run its ``max_time`` stopped trains
+    on; one that reached its ``max_steps`` trained nothing and rewrote its metrics.json). Without,
+    a run killed after its last epoch but before its evaluation resumes to finish that."""
     changes = list(changes)
-    if not any(k in ("trainer.max_epochs", "trainer.max_steps") for k, _, _ in changes):
+    typed = {k for k, _, _ in changes}
+    if not typed & {"trainer.max_epochs", "trainer.max_steps"} and not (finished and typed & set(EXTEND)):
         return
     fit = (ckpt.get("loops") or {}).get("fit_loop") or {}
     loop = fit.get("epoch_progress") or {}
@@ -319,9 +323,10 @@ def _check_length(saved: Dict[str, Any], changes: Iterable[Tuple[str, Any, Any]]
             continue  # null, or not a number: the trainer field checks name it
         done, unit = reached[key]
         if value != -1 and isinstance(done, int) and value <= done:
+            own = "" if key in typed else " (the run's own limit)"
             raise ResumeError(f"resume={run}: the run has trained {done} {unit} already and "
-                              f"{key}={value}, so nothing would be trained; give {key} more than "
-                              f"{done} (or -1: no limit)")
+                              f"{key}={value}{own}, so nothing would be trained; give {key} more "
+                              f"than {done} (or -1: no limit)")
     # a new run that never validates is refused (attnflow.run); a resume that adds none alike
     trainer = {k.split(".", 1)[1]: v for k, v in saved.items() if k.startswith("trainer.")}
     trainer["max_epochs"] = limits["trainer.max_epochs"]
@@ -388,14 +393,15 @@ def check_resumable(run: Path, keys: Sequence[str],
     cfg, ckpt = check_run(run)
     flat = _flatten(cfg)
     _check_values([(k, flat.get(k), v) for k, v in (values or {}).items()], run)
-    if _finished(run, ckpt) and not any(k in EXTEND for k in keys):
+    finished = _finished(run, ckpt)
+    if finished and not any(k in EXTEND for k in keys):
         trainer = cfg.get("trainer") or {}
         raise ResumeError(
             f"resume={run}: the run already finished (trainer.max_epochs={trainer.get('max_epochs')}, "
             f"trainer.max_steps={trainer.get('max_steps')}; {ckpt.get('global_step')} steps; "
             f"metrics.json written). To train it further, extend it: resume={run} "
             f"trainer.max_epochs=<more>")
-    _check_length(flat, [(k, flat.get(k), v) for k, v in (values or {}).items()], ckpt, run)
+    _check_length(flat, [(k, flat.get(k), v) for k, v in (values or {}).items()], ckpt, run, finished)
     return cfg, ckpt
 
 
@@ -589,7 +595,7 @@ def start(resolved: Dict[str, Any], run_dir: Path | str) -> Optional[str]:
         diffs = differences(saved, resolved)
         _refuse_unsafe([k for k, _, _ in diffs], run)
         _check_values(diffs, run)
-        _check_length(_flatten(saved), diffs, ckpt, run)
+        _check_length(_flatten(saved), diffs, ckpt, run, _finished(run, ckpt))
         n = 1 + len(list(run.glob("resume-*.yaml")))
         record = {"resumed_at": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(_TYPED or sys.argv),
                   "from": {"checkpoint": str(run / "checkpoints" / "last.ckpt"),

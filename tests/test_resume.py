@@ -325,6 +325,9 @@ def test_refused_resumes_name_the_problem_and_change_nothing(finished, tmp_path,
         ([f"resume={run}", "trainer.max_epochs=3", "trainer.precision=bogus"],
          "trainer.precision (at 'trainer.precision') must be"),  # not "would change the dtype"
         ([f"resume={run}"], "already finished"),
+        ([f"resume={run}", "trainer.max_time=00:00:10:00"],  # a length, but its limits are reached
+         "the run has trained 1 epoch(s) already and trainer.max_epochs=1 (the run's own limit), so "
+         "nothing would be trained; give trainer.max_epochs more than 1 (or -1: no limit)"),
         ([f"resume={run}", "trainer.max_epochs=1"], "the run has trained 1 epoch(s) already and "
                                                     "trainer.max_epochs=1, so nothing would be trained"),
         ([f"resume={run}", "trainer.max_epochs=0"], "give trainer.max_epochs more than 1"),
@@ -340,6 +343,32 @@ def test_refused_resumes_name_the_problem_and_change_nothing(finished, tmp_path,
         assert message in err, (args, err)
         assert err.startswith("attnflow: ") and "Traceback" not in err
     assert _tree(run) == before
+
+
+def test_a_finished_run_resumed_with_only_max_time_trains_on_or_is_refused(finished, tmp_path, monkeypatch,
+                                                                          capsys):
+    """trainer.max_time is a length too, but it skipped the check that the run's own epoch and
+    step limits leave something to train: a run that had reached its max_steps, resumed with only
+    trainer.max_time, trained no step and rewrote its metrics.json (epochs 1 -> 0) with exit 0.
+    Refused before anything is written, naming the limit reached; a run that its max_time stopped
+    trains on under a larger one."""
+    run = tmp_path / "steps"
+    train(compose_cfg([*TINY, "trainer.max_steps=3", "test=false"]), run)  # 4 steps an epoch
+    before = _tree(run)
+    err = _main(monkeypatch, capsys, f"resume={run}", "trainer.max_time=00:00:10:00")
+    assert err == (f"attnflow: resume={run}: the run has trained 3 steps already and "
+                   f"trainer.max_steps=3 (the run's own limit), so nothing would be trained; give "
+                   f"trainer.max_steps more than 3 (or -1: no limit)\n"), err
+    with pytest.raises(ResumeError, match=r"trainer\.max_steps=3 \(the run's own limit\)"):
+        resume_config(run, {"trainer.max_time": "00:00:10:00"})
+    assert _tree(run) == before
+    timed = tmp_path / "timed"
+    first = train(compose_cfg([*TINY, "trainer.max_epochs=-1", "trainer.max_steps=8",
+                               "trainer.max_time=00:00:00:02", "trainer.limit_val_batches=1",
+                               "test=false"]), timed)
+    assert 0 < first["global_step"] < 8  # stopped by its time
+    cfg = resume_config(timed, {"trainer.max_time": "00:00:05:00"})
+    assert train(cfg, timed)["global_step"] == 8  # on to its own max_steps
 
 
 def test_resumes_of_a_run_validated_every_second_epoch(tmp_path, monkeypatch, capsys):
