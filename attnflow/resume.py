@@ -288,7 +288,7 @@ def _check_values(changes: Iterable[Tuple[str, Any, Any]], run: Path) -> None:
 
 
 def _check_length(saved: Dict[str, Any], changes: Iterable[Tuple[str, Any, Any]], ckpt: Dict[str, Any],
-                  run: Path, finished: bool = False) -> None:
+                  run: Path, finished: bool = False, label: Optional[str] = None) -> None:
     """A resume must leave something to train: ``trainer.max_epochs`` and ``max_steps`` (the new
     values, else the run's ``saved`` ones) beyond what the checkpoint reached. Else it would train
     nothing and only rewrite the run's metrics (and ``max_epochs=0`` is refused by Lightning only
@@ -299,7 +299,10 @@ def _check_length(saved: Dict[str, Any], changes: Iterable[Tuple[str, Any, Any]]
     ``trainer.max_time``) of a ``finished`` run (:func:`_finished`): its own limits must then leave
     something to train (resumed with a larger ``max_time``, a run its ``max_time`` stopped trains
     on; one that reached its ``max_steps`` trained nothing and rewrote its metrics.json). Without,
-    a run killed after its last epoch but before its evaluation resumes to finish that."""
+    a run killed after its last epoch but before its evaluation resumes to finish that.
+    ``label``: the override named in the messages (``ckpt_path=<file>``: a new run started from a
+    checkpoint's state is checked alike, with its own limits; default ``resume=<run>``)."""
+    who = label or f"resume={run}"
     changes = list(changes)
     typed = {k for k, _, _ in changes}
     if not typed & {"trainer.max_epochs", "trainer.max_steps"} and not (finished and typed & set(EXTEND)):
@@ -324,9 +327,10 @@ def _check_length(saved: Dict[str, Any], changes: Iterable[Tuple[str, Any, Any]]
         done, unit = reached[key]
         if value != -1 and isinstance(done, int) and value <= done:
             own = "" if key in typed else " (the run's own limit)"
-            raise ResumeError(f"resume={run}: the run has trained {done} {unit} already and "
-                              f"{key}={value}{own}, so nothing would be trained; give {key} more "
-                              f"than {done} (or -1: no limit)")
+            had = (f"the checkpoint was saved after {done} {unit}," if label else
+                   f"the run has trained {done} {unit} already")
+            raise ResumeError(f"{who}: {had} and {key}={value}{own}, so nothing would be trained; "
+                              f"give {key} more than {done} (or -1: no limit)")
     # a new run that never validates is refused (attnflow.run); a resume that adds none alike
     trainer = {k.split(".", 1)[1]: v for k, v in saved.items() if k.startswith("trainer.")}
     trainer["max_epochs"] = limits["trainer.max_epochs"]
@@ -334,13 +338,13 @@ def _check_length(saved: Dict[str, Any], changes: Iterable[Tuple[str, Any, Any]]
         trainer["max_epochs"] = int(trainer["max_epochs"])
     first = next_validation(trainer, epochs)
     if first is not None:
-        raise ResumeError(f"resume={run}: the run validates every {trainer['check_val_every_n_epoch']} "
+        raise ResumeError(f"{who}: the run validates every {trainer['check_val_every_n_epoch']} "
                           f"epochs (trainer.check_val_every_n_epoch) and has trained {epochs} "
                           f"epoch(s); trainer.max_epochs={trainer['max_epochs']} ends it before epoch "
                           f"{first}, so none of the epochs it adds would be validated (no checkpoint "
                           f"chosen among them, no early stopping); give trainer.max_epochs={first} or "
                           f"more (or -1: no limit)")
-    _check_epoch_end_under_steps(limits, loop, ckpt, run)
+    _check_epoch_end_under_steps(limits, loop, ckpt, who)
 
 
 def next_validation(trainer: Dict[str, Any], done: Any = 0) -> Optional[int]:
@@ -359,7 +363,7 @@ def next_validation(trainer: Dict[str, Any], done: Any = 0) -> Optional[int]:
 
 
 def _check_epoch_end_under_steps(limits: Dict[str, Any], loop: Dict[str, Any], ckpt: Dict[str, Any],
-                                 run: Path) -> None:
+                                 who: str) -> None:
     """Lightning 2.6 counts the epoch a checkpoint was saved at the end of twice when the resumed
     run is step-based (``max_steps`` set): its fit loop completes that epoch only for epoch-based
     training, so ``max_epochs`` ends the resumed run an epoch early — with one epoch more to go,
@@ -378,7 +382,7 @@ def _check_epoch_end_under_steps(limits: Dict[str, Any], loop: Dict[str, Any], c
         return
     if (epochs - done - 1) * step / done < steps - step:  # less one epoch, max_epochs ends it first
         raise ResumeError(
-            f"resume={run}: its checkpoint was saved at the end of epoch {done}, and resumed under "
+            f"{who}: its checkpoint was saved at the end of epoch {done}, and resumed under "
             f"trainer.max_steps={steps} with trainer.max_epochs={epochs}, Lightning would stop it "
             f"an epoch early, before max_steps (it counts that epoch twice in a step-based run). "
             f"Let one limit end it: trainer.max_epochs=-1 (max_steps ends it), or "
@@ -635,6 +639,10 @@ def start(resolved: Dict[str, Any], run_dir: Path | str) -> Optional[str]:
                     f"ckpt_path={ckpt_path} is a checkpoint of another model, data or task than "
                     f"this run's config: {_listing(diffs, 'checkpoint', 'this run')}. Its weights "
                     f"and optimiser state fit only its own config")
+        # the new run's limits must leave something to train after the checkpoint's state
+        flat = _flatten(resolved)
+        limits = [(k, None, flat.get(k)) for k in ("trainer.max_epochs", "trainer.max_steps")]
+        _check_length(flat, limits, ckpt, run_dir, label=f"ckpt_path={ckpt_path}")
     if _rank_zero() and (run_dir / "config.yaml").is_file():  # e.g. a sweep job's folder, reused
         raise ResumeError(f"{run_dir} already holds a run (config.yaml); a new run there would "
                           f"overwrite its record, metrics and checkpoints. Continue it with "

@@ -288,17 +288,41 @@ class RunCheckpoint(ModelCheckpoint):
     old folder's file: the final validation and test of a resumed moved run failed on a file no
     longer there (after training), and those of a copy evaluated the original's best checkpoint
     and recorded it as its own. Here every path under the old folder is read as the same name
-    under this one, and the state is restored whole."""
+    under this one, and the state is restored whole.
+
+    A file the same name does not find in this folder is forgotten: a *new* run started from
+    another run's checkpoint (``ckpt_path=``) has none of that run's files, and its best
+    checkpoint, mapped here, was a missing file — the final validation failed after training
+    (``CheckpointError``, no metrics.json) wherever the new epochs did not beat it. Its top-k
+    entries, best and k-th path and score go (those that remain are chosen among again), so the
+    new run's own validations choose its best; a run's best checkpoint is always one of its own
+    files, and top-k rotation never deletes another run's."""
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         old, new = state_dict.get("dirpath"), self.dirpath
         if old and new and os.path.normpath(old) != os.path.normpath(new):
-            state_dict = {**state_dict, "dirpath": new,
-                          **{k: _moved(state_dict.get(k), old, new)
-                             for k in ("best_model_path", "kth_best_model_path", "last_model_path")},
-                          "best_k_models": {_moved(k, old, new): v for k, v in
-                                            (state_dict.get("best_k_models") or {}).items()}}
+            mapped = {k: _moved(state_dict.get(k), old, new)
+                      for k in ("best_model_path", "kth_best_model_path", "last_model_path")}
+            top = {_moved(k, old, new): v for k, v in (state_dict.get("best_k_models") or {}).items()}
+            state_dict = {**state_dict, "dirpath": new, **mapped, "best_k_models": top}
+            if any(p and not os.path.isfile(p) for p in (*mapped.values(), *top)):
+                state_dict = self._own_files(state_dict)
         super().load_state_dict(state_dict)
+
+    def _own_files(self, state_dict: Dict[str, Any]) -> Dict[str, Any]:
+        """``state_dict`` without the files this run's folder lacks (see the class)."""
+        top = {p: v for p, v in state_dict["best_k_models"].items() if os.path.isfile(p)}
+        last = state_dict.get("last_model_path") or ""
+        out = {**state_dict, "best_k_models": top, "best_model_path": "", "best_model_score": None,
+               "kth_best_model_path": "", "kth_value": self.kth_value,  # (this callback's initial one)
+               "last_model_path": last if os.path.isfile(last) else ""}
+        if top:  # as Lightning chooses them (ModelCheckpoint._update_best_and_save)
+            best = (min if self.mode == "min" else max)(top, key=top.get)
+            out.update(best_model_path=best, best_model_score=top[best])
+            if len(top) == self.save_top_k:
+                kth = (max if self.mode == "min" else min)(top, key=top.get)
+                out.update(kth_best_model_path=kth, kth_value=top[kth])
+        return out
 
     @property
     def state_key(self) -> str:

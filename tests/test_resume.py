@@ -471,6 +471,36 @@ def test_ckpt_path_of_another_model_is_refused_naming_fields(finished, tmp_path)
     assert not (tmp_path / "weights" / "config.yaml").exists()
 
 
+def test_ckpt_path_of_another_run_chooses_the_new_runs_own_best_and_checks_its_length(finished, tmp_path):
+    """The source run's best checkpoint was mapped into the new run's folder, where no such file
+    is: wherever the new epochs did not beat its score, the final validation failed after training
+    (CheckpointError, no metrics.json). And a length the checkpoint had reached trained nothing,
+    then failed alike, leaving config.yaml and logs; resume= refused that before any work."""
+    source = _copy(finished / "default", tmp_path / "source")
+    before = _tree(source)
+    last = source / "checkpoints" / "last.ckpt"
+    with pytest.raises(ResumeError, match=rf"ckpt_path={last}: the checkpoint was saved after 1 "
+                                          rf"epoch\(s\), and trainer.max_epochs=1, so nothing would "
+                                          rf"be trained; give trainer.max_epochs more than 1"):
+        train(compose_cfg([*TINY, "trainer.limit_val_batches=1", f"ckpt_path={last}"]), tmp_path / "same")
+    assert not (tmp_path / "same" / "config.yaml").exists()
+    new = tmp_path / "new"
+    # the source's best score, made unbeatable: the new run's epoch is never better
+    state = _ckpt(last)
+    for key, value in state["callbacks"].items():
+        if key.startswith("ModelCheckpoint{'monitor': 'val/"):
+            score = torch.tensor(-1.0 if "'mode': 'min'" in key else 2.0)
+            value["best_model_score"] = score
+            value["best_k_models"] = {value["best_model_path"]: score}
+    torch.save(state, tmp_path / "unbeatable.ckpt")
+    summary = train(compose_cfg([*TINY, "trainer.limit_val_batches=1", "trainer.max_epochs=2",
+                                 f"ckpt_path={tmp_path / 'unbeatable.ckpt'}"]), new)
+    best = Path(summary["best_checkpoint"])
+    assert best.parent == (new / "checkpoints").resolve() and best.is_file(), best
+    assert json.loads((new / "metrics.json").read_text())["best_checkpoint"] == str(best)
+    assert _tree(source) == before  # nothing of the other run deleted or rewritten
+
+
 def test_resume_last_takes_the_newest_run_of_the_experiment(finished, tmp_path):
     root = tmp_path / "outputs"
     runs = {}
