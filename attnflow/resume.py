@@ -476,11 +476,28 @@ def prepare_argv(args: Sequence[str]) -> List[str]:
 _TYPED: Optional[List[str]] = None  # the command line as typed, for the resume record
 
 
+# The environment variables conf/paths reads (``${oc.env:…}``), with the field each one sets.
+PATH_VARIABLES = {"ATTNFLOW_OUTPUT_DIR": "paths.output_root", "ATTNFLOW_DATA_DIR": "paths.data_dir"}
+
+
+def _check_path_variables(values: Dict[str, str]) -> None:
+    """A path variable that is set but empty (``ATTNFLOW_OUTPUT_DIR=``) is read by ``oc.env`` as
+    the empty path, not as unset: runs were written at the file system's root (``/<date>/<time>``)
+    and data read from the current folder. Refused where its field is not on the command line."""
+    for var, field in PATH_VARIABLES.items():
+        if var in os.environ and not os.environ[var].strip() and not values.get(field):
+            raise ResumeError(f"${var} is set but empty ({os.environ[var]!r}), which would read as "
+                              f"the file system's root or the current folder: set it to a folder, "
+                              f"unset it (unset {var}: the default), or give {field}=…")
+
+
 def check_output_folders(args: Sequence[str]) -> None:
     """Where the run or sweep of ``args`` would be written (``hydra.run.dir``, ``hydra.sweep.dir``,
     ``paths.output_root`` or ``$ATTNFLOW_OUTPUT_DIR``) must be a folder or not exist yet; a path
-    under a file is a :class:`ResumeError` naming both (Hydra would fail with a traceback)."""
+    under a file is a :class:`ResumeError` naming both (Hydra would fail with a traceback). An
+    empty ``$ATTNFLOW_OUTPUT_DIR`` or ``$ATTNFLOW_DATA_DIR`` is refused (:func:`_check_path_variables`)."""
     values = {k.lstrip("+"): v for k, v in (_parse(a) for a in args if "=" in a and not a.startswith("-"))}
+    _check_path_variables(values)
     where = {key: values[key] for key in ("hydra.run.dir", "hydra.sweep.dir") if values.get(key)}
     env = not values.get("paths.output_root") and os.environ.get("ATTNFLOW_OUTPUT_DIR")
     source = "$ATTNFLOW_OUTPUT_DIR" if env else "paths.output_root"

@@ -410,6 +410,22 @@ def test_an_output_folder_under_a_file_is_refused_naming_it(tmp_path, monkeypatc
     assert blocker.read_text() == "not a folder\n"
 
 
+@pytest.mark.parametrize("var, field", [("ATTNFLOW_OUTPUT_DIR", "paths.output_root"),
+                                        ("ATTNFLOW_DATA_DIR", "paths.data_dir")])
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_path_variable_is_refused_before_hydra(tmp_path, monkeypatch, capsys, var, field, value):
+    """ATTNFLOW_OUTPUT_DIR= (set, empty) wrote the run at the file system's root (/<date>/<time>),
+    exit 0; an empty ATTNFLOW_DATA_DIR read the data from the current folder."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(var, value)
+    err = _main(monkeypatch, capsys, "data.train_size=64", "trainer.max_epochs=1")
+    assert err.startswith(f"attnflow: ${var} is set but empty") and f"give {field}=" in err, err
+    assert err.count("\n") == 1 and list(tmp_path.iterdir()) == []
+    from attnflow.resume import check_output_folders
+
+    check_output_folders([f"{field}={tmp_path / 'x'}"])  # the field typed: the variable is not read
+
+
 def test_a_new_run_in_a_folder_that_holds_one_is_refused_and_changes_nothing(finished, tmp_path):
     """E.g. a sweep job whose folder an earlier sweep used (the CLI refuses most such sweeps
     before they start; this is the last guard, before anything is written)."""
