@@ -16,6 +16,13 @@ Output: one line per input line, detokenised, printed (and flushed) batch by bat
 done. Decoding: greedy with ``--beam 1``, else batched beam search with the GNMT length penalty
 ``--length-penalty``. Input lines are split on ``\\n`` alone (:mod:`attnflow.textio`).
 
+Defaults from the run: without ``--beam`` / ``--length-penalty`` / ``--max-len`` a run decodes as
+its own test step did — beam ``task.beam_size``, α ``task.length_penalty`` (the translation task's
+defaults, 4 and 0.6, where the run left them unset), at most ``data.max_decode_len`` subwords
+(:func:`run_decoding`); a task without beam search (``task=seq2seq``: greedy) gives beam 1 and
+α 0.6 (read only with an explicit ``--beam`` above 1). An option given overrides the run's value,
+as ``attnflow-predict --beam`` does for a captioning run's ``task.beam_size``.
+
 Failures: a bad path, an unreadable or truncated checkpoint, a checkpoint that is not an attnflow
 translation run, a missing input file print one message and exit with status 2. An empty input
 line is reported on stderr and gives an empty output line, so output lines stay aligned with
@@ -33,8 +40,10 @@ refused (the file was ignored).
 each token chosen from the mean of their next-token distributions (:mod:`attnflow.models.ensemble`;
 e.g. the best epochs of one run, which ``callbacks.average`` keeps). Every member must have the
 first's tokenizers (else exit 2, naming the member); the first's data settings (``max_src_len``,
-the decoding limit) apply. An ensemble has no one attention map: ``--attention`` and
-``--save-attention`` are refused with it.
+the decoding limit) apply. The beam and α default to the runs' own where every member has the same
+(one run's checkpoints do); members whose ``task.beam_size`` or ``task.length_penalty`` differ
+need the option given (else exit 2, naming the member and both values). An ensemble has no one
+attention map: ``--attention`` and ``--save-attention`` are refused with it.
 
 ``--save-attention OUT.npz`` writes the attention of every translated line as arrays
 (``numpy.load(OUT)``; no pickling). The maps are those of a teacher-forced pass over the output
@@ -112,14 +121,21 @@ def load_ensemble(paths: Sequence[Path], device: str = "cpu"):
     """(model, data module, config) of ``paths[0]``, or with more paths an
     :class:`~attnflow.models.ensemble.Ensemble` of all of them with the first's data module and
     config; every member must have the first's tokenizers."""
+    model, dm, configs = load_members(paths, device)
+    return model, dm, configs[0]
+
+
+def load_members(paths: Sequence[Path], device: str = "cpu"):
+    """:func:`load_ensemble`, with the config of every member (in the order of ``paths``)."""
     from attnflow.models.ensemble import Ensemble
 
     model, dm, cfg = load(paths[0], device)
     if len(paths) == 1:
-        return model, dm, cfg
-    members = [model]
+        return model, dm, [cfg]
+    members, configs = [model], [cfg]
     for path in paths[1:]:
-        other, odm, _ = load(path, device)
+        other, odm, ocfg = load(path, device)
+        configs.append(ocfg)
         for side in ("src_tok", "tgt_tok"):
             if getattr(odm, side).to_str() != getattr(dm, side).to_str():
                 what = "source" if side == "src_tok" else "target"
@@ -128,7 +144,40 @@ def load_ensemble(paths: Sequence[Path], device: str = "cpu"):
                                      f"(runs trained with the same tokenizer, e.g. one run's "
                                      f"checkpoints)")
         members.append(other)
-    return Ensemble(members).eval(), dm, cfg
+    return Ensemble(members).eval(), dm, configs
+
+
+def run_decoding(cfg) -> Dict[str, float]:
+    """How the run's test step decoded: ``{"beam": task.beam_size, "length_penalty":
+    task.length_penalty}``, the task's defaults filled in; a task without beam search
+    (``task=seq2seq``, greedy) or a config without a task gives beam 1 and α 0.6."""
+    from attnflow.registry import TASKS
+
+    task = TASKS.validate(cfg["task"], "task") if cfg.get("task") else {}
+    return {"beam": int(task.get("beam_size", 1)),
+            "length_penalty": float(task.get("length_penalty", 0.6))}
+
+
+def decoding_settings(paths: Sequence[Path], configs: Sequence, beam: Optional[int],
+                      length_penalty: Optional[float]) -> Tuple[int, float]:
+    """(beam, α): the options where given, else the run's own (:func:`run_decoding`); where an
+    ensemble's members decoded differently, the option is needed (a :class:`TranslateError`
+    naming the member and both values)."""
+    given = {"beam": beam, "length_penalty": length_penalty}
+    options = {"beam": ("--beam", "task.beam_size"),
+               "length_penalty": ("--length-penalty", "task.length_penalty")}
+    own = [run_decoding(cfg) for cfg in configs]
+    for key, value in given.items():
+        if value is not None:
+            continue
+        for path, settings in zip(paths[1:], own[1:]):
+            if settings[key] != own[0][key]:
+                option, field = options[key]
+                raise TranslateError(f"--ensemble {path}: its {field} is {settings[key]:g}, that of "
+                                     f"{paths[0]} {own[0][key]:g}, and {option} is the run's own by "
+                                     f"default: give {option} for the ensemble")
+        given[key] = own[0][key]
+    return int(given["beam"]), float(given["length_penalty"])
 
 
 def read_inputs(args) -> Tuple[Iterator[str], str]:
@@ -266,9 +315,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("run", help="a run directory (attnflow-train output) or a .ckpt file")
     ap.add_argument("sentences", nargs="*", help="sentences to translate (else -f FILE, else stdin)")
     ap.add_argument("-f", "--file", help="a text file (.gz: gzip), one sentence per line")
-    ap.add_argument("--beam", type=int, default=1, help="beam size; 1 = greedy (default 1)")
-    ap.add_argument("--length-penalty", type=float, default=0.6, help="GNMT α (default 0.6)")
-    ap.add_argument("--max-len", type=int, default=None, help="longest output in subwords")
+    ap.add_argument("--beam", type=int, default=None,
+                    help="beam size; 1 = greedy (default: the run's task.beam_size, as its test "
+                         "decoding; 1 where its task has none)")
+    ap.add_argument("--length-penalty", type=float, default=None,
+                    help="GNMT α (default: the run's task.length_penalty; 0.6 where its task has none)")
+    ap.add_argument("--max-len", type=int, default=None,
+                    help="longest output in subwords (default: the run's data.max_decode_len)")
     ap.add_argument("--batch-size", type=int, default=64,
                     help="lines translated (and printed) together (default 64)")
     ap.add_argument("--attention", metavar="OUT.png",
@@ -285,7 +338,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                             ("--max-len", args.max_len)):
             if value is not None and value < 1:
                 raise TranslateError(f"{name} must be >= 1, got {value}")
-        if not args.length_penalty >= 0 or math.isinf(args.length_penalty):  # (NaN fails >=)
+        if args.length_penalty is not None and (not args.length_penalty >= 0  # (NaN fails >=)
+                                                or math.isinf(args.length_penalty)):
             raise TranslateError(f"--length-penalty must be a number >= 0 (GNMT's α; 0: none), got "
                                  f"{args.length_penalty}")
         if args.ensemble and (args.attention or args.save_attention):
@@ -304,7 +358,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             maps = heat_map_names(args.attention, max(1, sum(bool(s.strip()) for s in args.sentences)))
         check_new_outputs(*(("--attention", p) for p in maps), ("--save-attention", args.save_attention))
         lines, where = read_inputs(args)
-        model, dm, _ = load_ensemble([Path(p) for p in [args.run, *args.ensemble]], args.device)
+        paths = [Path(p) for p in [args.run, *args.ensemble]]
+        model, dm, configs = load_members(paths, args.device)
+        beam, length_penalty = decoding_settings(paths, configs, args.beam, args.length_penalty)
         max_len = args.max_len or dm.max_decode_len
         heat_maps, arrays, n_lines, n_cut = [], {}, 0, 0
         for chunk in batched(lines, args.batch_size):
@@ -322,7 +378,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                           f"at most {dm.max_src_len} (data.max_src_len of the run): "
                           f"{n_full - dm.max_src_len} subwords cut, the rest is translated",
                           file=sys.stderr)
-            rows, w = decode_ids(model, ids, args.beam, args.length_penalty, max_len,
+            rows, w = decode_ids(model, ids, beam, length_penalty, max_len,
                                  need_weights=bool(args.attention), batch_size=args.batch_size)
             print("\n".join(dm.detokenize(r) for r in rows), flush=True)
             if args.attention:

@@ -328,3 +328,50 @@ def test_an_ensemble_of_runs_decodes_as_one_and_refuses_what_it_cannot_do(mt_run
         assert main([str(run), "x", "--ensemble", str(run), option, str(tmp_path / "a.npz")]) == 2
         assert "an ensemble has no one attention map" in capsys.readouterr().err
     assert not (tmp_path / "a.npz").exists()
+
+
+def test_defaults_are_the_runs_own_test_decoding_and_options_override(mt_runs, tmp_path, capsys, monkeypatch):
+    """Without --beam / --length-penalty / --max-len a run decodes as its test step did (its
+    task.beam_size, task.length_penalty, data.max_decode_len); given, they win. Ensemble members
+    that decoded differently need the option."""
+    data = Path(yaml.safe_load((mt_runs["mt_transformer"] / "config.yaml").read_text())["data"]["root"])
+    run = fabricate_run(translation_overrides(data, "mt_transformer")
+                        + ["task.beam_size=3", "task.length_penalty=1.5"], tmp_path / "beam3")
+    seen = []
+    decode_ids = translate_mod.decode_ids
+
+    def spy(model, ids, beam, length_penalty, max_len, **kw):
+        seen.append((beam, length_penalty, max_len))
+        return decode_ids(model, ids, beam, length_penalty, max_len, **kw)
+
+    monkeypatch.setattr(translate_mod, "decode_ids", spy)
+    lines = ["Ein Mann schläft.", "Zwei Hunde spielen im Schnee.", "Ein Kind lacht."]
+    max_len = translate_mod.load(run)[1].max_decode_len
+    assert main([str(run), *lines]) == 0
+    default = capsys.readouterr().out
+    assert seen.pop() == (3, 1.5, max_len)
+    assert main([str(run), *lines, "--beam", "3", "--length-penalty", "1.5"]) == 0
+    assert capsys.readouterr().out == default
+    assert seen.pop() == (3, 1.5, max_len)
+    assert main([str(run), *lines, "--beam", "1", "--length-penalty", "0.6", "--max-len", "4"]) == 0
+    assert seen.pop() == (1, 0.6, 4)
+    capsys.readouterr()
+    # a run that left the fields unset decodes with the translation task's defaults (beam 4, α 0.6)
+    plain = fabricate_run([o for o in translation_overrides(data, "mt_transformer")
+                           if not o.startswith("task.beam_size")], tmp_path / "plain")
+    assert main([str(plain), "x"]) == 0
+    assert seen.pop()[:2] == (4, 0.6)
+    # an ensemble: the runs' own where they agree; where they differ, the option is needed
+    assert main([str(run), "x", "--ensemble", str(run)]) == 0
+    assert seen.pop()[:2] == (3, 1.5)
+    capsys.readouterr()
+    other = mt_runs["mt_transformer"]  # task.beam_size=1, α 0.6
+    assert main([str(run), "x", "--ensemble", str(other)]) == 2
+    assert capsys.readouterr().err == (
+        f"attnflow-translate: --ensemble {other}: its task.beam_size is 1, that of {run} 3, and "
+        f"--beam is the run's own by default: give --beam for the ensemble\n")
+    assert main([str(run), "x", "--ensemble", str(other), "--beam", "2"]) == 2
+    assert "its task.length_penalty is 0.6, that of" in capsys.readouterr().err
+    assert not seen
+    assert main([str(run), "x", "--ensemble", str(other), "--beam", "2", "--length-penalty", "1"]) == 0
+    assert seen.pop()[:2] == (2, 1.0)
