@@ -22,10 +22,13 @@ data module, ``data.name`` for another module of the same kind: its fields start
 ``conf/data/<name>.yaml``); ``task.<field>`` (e.g. ``task.beam_size``); ``trainer.accelerator``,
 ``trainer.devices``, ``trainer.precision`` (``auto``: bf16-mixed where native, else 32-true:
 :mod:`attnflow.precision`), ``trainer.limit_val_batches``,
-``trainer.limit_test_batches``; ``seed``. Each is checked before any work: an unknown key or field
-is one message naming it, exit status 2, and so is one this evaluation would leave unread (the
-other split's ``limit_*_batches``, a task field read in training only such as ``task.optim``, a
-data field its data config leaves unread). Data that does not fit the run's weights (a GAT run on a
+``trainer.limit_test_batches``; ``seed`` (only where evaluating draws from the process's random
+state: a graph run's ``data.loader=neighbor`` samples neighbours). Each is checked before any
+work: an unknown key or field is one message naming it, exit status 2, and so is one this
+evaluation would leave unread (the other split's ``limit_*_batches``, a task field read in
+training only such as ``task.optim``, a data field its data config leaves unread, ``seed`` where
+nothing draws from it — the run's data reads ``data.seed``, saved resolved in its config, and the
+message names it). Data that does not fit the run's weights (a GAT run on a
 graph with another feature size or number of classes; a vocabulary of another size) is a message
 naming the weight and both shapes, not a traceback.
 
@@ -155,7 +158,9 @@ def _refuse_unread(keys: List[str], cfg: Dict[str, Any], split: str,
     (``test_fields``: Multi30k's ``data.test``) or the validation split reads with ``split=test``
     (``val_fields``), a data field read in training only (``training_only``: the tokenizers'
     settings, as the run's own are loaded), a data field the rest of the data config leaves
-    unread (``data.batch_size`` with a full-graph loader). A field the model is bound to
+    unread (``data.batch_size`` with a full-graph loader), the root ``seed`` where evaluating
+    draws nothing from the random state it seeds (the data class's ``evaluation_draws(fields)``;
+    the message names ``data.seed`` where the data reads one). A field the model is bound to
     (``run_fixed``: the translation direction) is refused with a value other than the run's
     (``trained``: its data config): a de→en model fed English sources scored BLEU 0 without a
     word."""
@@ -181,6 +186,17 @@ def _refuse_unread(keys: List[str], cfg: Dict[str, Any], split: str,
                                   f"{before.get(f)}, and its model fits only that; evaluate a run "
                                   f"trained for the other setting")
     unread.update(DATA.inert_fields(cfg["data"], "data"))
+    draws = getattr(data_class, "evaluation_draws", None)
+    if "seed" in keys and not (draws and draws(cfg["data"])):
+        # training hands the root seed to seed_everything and (through ${seed}) to data.seed, which
+        # the saved config holds resolved: here it would only seed a random state nothing reads
+        reads = "seed" in cfg["data"] and "data.seed" not in unread
+        raise ConfigError(
+            f"seed={cfg.get('seed')} does nothing in attnflow-eval: the root seed reaches only "
+            f"Lightning's seed_everything, and evaluating data '{cfg['data']['name']}' draws nothing "
+            f"from it" + (f"; the data reads data.seed (here {cfg['data']['seed']}: the run's, saved "
+                          f"resolved in its config): give data.seed={cfg.get('seed')} instead"
+                          if reads else ". Drop the override"))
     for key in keys:
         if key in unread:
             raise ConfigError(f"{key} does nothing in attnflow-eval: {unread[key]}. Drop the override")

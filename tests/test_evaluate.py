@@ -75,9 +75,20 @@ def test_overrides_are_checked_before_any_work(gat_run, tmp_path, capsys, monkey
                         "attnflow-eval: split=test evaluates the test split; it is read with split=val"),
                        (["split=val", "trainer.limit_test_batches=1"], "split=val evaluates the val split"),
                        (["task.optim={lr: 0.1}"], "task.optim does nothing in attnflow-eval: task "
-                                                  "'node_classification' reads it in training only")):
+                                                  "'node_classification' reads it in training only"),
+                       # the root seed only seeds seed_everything; the data reads data.seed
+                       (["seed=5"], "seed=5 does nothing in attnflow-eval: the root seed reaches only "
+                                    "Lightning's seed_everything, and evaluating data "
+                                    "'synthetic_graph' draws nothing from it; the data reads "
+                                    "data.seed (here ")):
         assert main([str(gat_run), *args]) == 2, args
         assert says in capsys.readouterr().err, args
+    assert main([str(gat_run), "seed=5"]) == 2
+    assert capsys.readouterr().err.endswith("give data.seed=5 instead\n")
+    from attnflow.data.graph import GraphDataModule  # neighbour sampling draws at evaluation too
+
+    assert [GraphDataModule.evaluation_draws({"loader": x}) for x in ("full", "khop", "neighbor")] == [
+        False, False, True]
     taken = tmp_path / "metrics.json"
     taken.write_text("earlier\n")
     assert main([str(gat_run), "-o", str(taken)]) == 2

@@ -103,6 +103,13 @@ class GraphDataModule(pl.LightningDataModule):
         _check_loader(cfg["data"].get("name", cls.name), cfg["data"].get("loader", "full"))
 
     @classmethod
+    def evaluation_draws(cls, fields: Mapping[str, Any]) -> bool:
+        """Whether evaluating draws from the process's random state (which ``attnflow-eval
+        seed=…`` seeds; elsewhere that override is refused): ``loader=neighbor`` samples each
+        node's neighbours at evaluation too."""
+        return fields.get("loader", "full") == "neighbor"
+
+    @classmethod
     def inert_fields(cls, fields: Mapping[str, Any]) -> Dict[str, str]:
         """The loader fields the chosen ``loader`` does not read (refused when typed:
         :mod:`attnflow.overrides`)."""
