@@ -306,3 +306,34 @@ def test_a_glob_sweep_is_left_to_hydra():
 
     argv = ["-m", "experiment=glob(gat_cora_*)", "model.heads=4"]
     assert check_sweep_values(field_overrides(argv, CONF), CONF) is None
+
+
+def test_a_common_field_every_task_sets_itself_is_unread_and_refused_when_typed():
+    """experiment=bert_imdb_multitask data.common.label_field=rating ran with each task's own
+    label field and metrics equal to the run without it."""
+    from attnflow.data.multitask import MultiTaskDataModule
+
+    common = {"name": "text_classification", "train_path": "a", "val_path": "b"}
+    own = {"polarity": {"label_field": "label"}, "rating": {"label_field": "rating"}}
+    for value in ("label", "rating", "stars"):  # the claim: what the tasks are built from
+        tasks = MultiTaskDataModule.task_configs({"common": {**common, "label_field": value}, "tasks": own})
+        assert {t: c["label_field"] for t, c in tasks.items()} == {"polarity": "label", "rating": "rating"}
+    found = DATA.inert_fields(DATA.validate({"name": "multitask", "common": common, "tasks": own}, "data"))
+    assert set(found) == {"data.common.label_field"}
+    assert found["data.common.label_field"].startswith(
+        "every task sets label_field itself (data.tasks.polarity.label_field=label, "
+        "data.tasks.rating.label_field=rating)")
+    # read where one task takes common's; a task with a data module of its own reads none of it
+    assert not DATA.inert_fields(DATA.validate(
+        {"name": "multitask", "common": common, "tasks": {**own, "polarity": {}}}, "data"))
+    found = DATA.inert_fields(DATA.validate(
+        {"name": "multitask", "common": common, "tasks": {"polarity": {"name": "reverse"}}}, "data"))
+    assert "data.common.name" in found and "data.common.batch_size" in found
+    mt = ["experiment=bert_imdb_multitask", "callbacks.progress_bar=none"]
+    with pytest.raises(ConfigError) as err:
+        resolve_config(compose_cfg([*mt, "data.common.label_field=rating"], return_hydra_config=True))
+    assert str(err.value).startswith("data.common.label_field=rating (at 'data.common.label_field') "
+                                     "does nothing: every task sets label_field itself")
+    resolved = resolve_config(compose_cfg([*mt, "data.common.max_len=32", "~data.tasks.polarity.label_field",
+                                           "data.common.label_field=label"], return_hydra_config=True))
+    assert resolved["data"]["common"]["label_field"] == "label"
