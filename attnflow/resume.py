@@ -39,9 +39,11 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import yaml
 
-from attnflow.checkpoints import CheckpointError, upgrade_config
 from attnflow.registry import ConfigError
-from attnflow.training_state import WANDB_ID_KEY, load_checkpoint_file
+
+# attnflow.checkpoints and attnflow.training_state (torch, Lightning) are imported where a
+# checkpoint is read: the console script's checks before Hydra (the output folders, a sweep's
+# values) and a config Hydra refuses then cost no torch import (seconds in a fresh interpreter).
 
 # Overrides that may come with resume= (each with the fields under it): how long the run trains
 # (EXTEND: more or fewer epochs/steps, a time limit), on which device kind and with which float32
@@ -127,6 +129,8 @@ def _set(cfg: Dict[str, Any], key: str, value: Any) -> None:
 def _upgrade(cfg: Dict[str, Any]) -> Dict[str, Any]:
     """A saved config in today's layout: :func:`attnflow.checkpoints.upgrade_config`, and the
     logger's old ``{name: wandb, project: …}`` as the mapping ``{wandb: {project: …}}``."""
+    from attnflow.checkpoints import upgrade_config
+
     cfg = upgrade_config(dict(cfg))
     logger = cfg.get("logger")
     if isinstance(logger, dict) and isinstance(logger.get("name"), str):
@@ -219,6 +223,9 @@ def check_run(run_dir: Path | str) -> Tuple[Dict[str, Any], Dict[str, Any]]:
         raise ResumeError(f"resume={run}: {cfg_file} is not valid YAML: {str(err).splitlines()[0]}") from None
     if not isinstance(cfg, dict) or not isinstance(cfg.get("model"), dict):
         raise ResumeError(f"resume={run}: {cfg_file} is not an attnflow run config (no model)")
+    from attnflow.checkpoints import CheckpointError
+    from attnflow.training_state import load_checkpoint_file
+
     try:
         ckpt = load_checkpoint_file(last, mmap=True)
     except CheckpointError as err:
@@ -540,6 +547,8 @@ def resume_config(run_dir: Path | str, overrides: Optional[Dict[str, Any]] = Non
         if not key.startswith("paths."):
             _set(cfg, key, _plain(value))
     cfg["resume"], cfg["ckpt_path"] = str(run), None
+    from attnflow.training_state import WANDB_ID_KEY
+
     run_id = ckpt.get(WANDB_ID_KEY)
     logger = cfg.get("logger")
     if run_id and isinstance(logger, dict) and isinstance(logger.get("wandb"), dict):
@@ -605,6 +614,9 @@ def start(resolved: Dict[str, Any], run_dir: Path | str) -> Optional[str]:
     """Before any work of :func:`attnflow.run.train`: the checkpoint to fit from, after checking
     it, and the run's record — ``config.yaml`` for a new run; for a resumed one ``config.yaml``
     is kept and ``resume-<n>.yaml`` records what this resume changed."""
+    from attnflow.checkpoints import CheckpointError
+    from attnflow.training_state import WANDB_ID_KEY, load_checkpoint_file
+
     run_dir = Path(run_dir)
     target = resolved.get("resume")
     if target:
