@@ -8,6 +8,12 @@ is the 1-process token-mean) and no dropout — then DDP's averaged gradient is 
 gradient and the metrics agree to float precision. The GAT graph is one full batch on each rank
 (data.loader=full): DDP there is a redundant copy, not a speed-up (see docs/reliability.md).
 A third run trains GAT on k-hop mini-batches, the loader under which the ranks share the work.
+
+The default experiment's run goes through the console script (``trainer=ddp``: Lightning relaunches
+the script for rank 1, which must write into the same run directory, logger run and checkpoints);
+the two GAT runs test what DDP does with graph data, not the launch, so they fork their ranks in
+this process (``ddp_fork``, as test_spawned_stages does): each relaunched rank of a console run is
+a fresh interpreter importing torch and Lightning, seconds of CPU apiece on the suite's 2 cores.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import pytorch_lightning as pl
 
 from attnflow.distributed import check_multirun_strategy
 from attnflow.registry import ConfigError
@@ -53,21 +60,24 @@ def _start(overrides, root):
 
 @pytest.fixture(scope="module")
 def ddp_runs(tmp_path_factory):
-    """The DDP runs at once: each run's rank 1 starts only when rank 0 reaches fit, so one run
-    keeps about one core busy and runs side by side take little more than the time of one."""
-    started = {"reverse": _start([*REVERSE, "data.batch_size=32"], tmp_path_factory.mktemp("reverse")),
-               "gat": _start(GAT, tmp_path_factory.mktemp("gat")),
-               "gat_minibatch": _start(GAT_MINIBATCH, tmp_path_factory.mktemp("gat_minibatch"))}
-    out = {}
-    for name, (proc, log, root) in started.items():
-        try:
-            proc.wait(timeout=300)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            log.close()
-        out[name] = (proc.returncode, (root / "log.txt").read_text(), root)
-    return out
+    """The console script's DDP run of the default experiment (its rank 1 relaunched by Lightning)."""
+    proc, log, root = _start([*REVERSE, "data.batch_size=32"], tmp_path_factory.mktemp("reverse"))
+    try:
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+    return {"reverse": (proc.returncode, (root / "log.txt").read_text(), root)}
+
+
+def _logged_once(run):
+    """One logger run: CSV version_0 only, each epoch's validation logged once (not once per rank)."""
+    assert [p.name for p in (run / "csv").iterdir()] == ["version_0"]
+    rows = (run / "csv" / "version_0" / "metrics.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    val = [r for r in rows[1:] if r.split(",")[header.index("val/loss")]]
+    assert len(val) == 3 + 1, rows  # 3 epochs + the final validation of the best checkpoint
 
 
 def _ddp_run(result):
@@ -77,13 +87,47 @@ def _ddp_run(result):
     assert "Starting with 2 processes" in log and "distributed_backend=gloo" in log
     # one run directory: rank 1 wrote into the pinned one, not a run dir of its own
     assert not (root / "outputs").exists(), list((root / "outputs").rglob("*"))[:10]
-    # one logger run: CSV version_0 only, each epoch's validation logged once (not once per rank)
-    assert [p.name for p in (run / "csv").iterdir()] == ["version_0"]
-    rows = (run / "csv" / "version_0" / "metrics.csv").read_text().splitlines()
-    header = rows[0].split(",")
-    val = [r for r in rows[1:] if r.split(",")[header.index("val/loss")]]
-    assert len(val) == 3 + 1, rows  # 3 epochs + the final validation of the best checkpoint
+    _logged_once(run)
     return run, json.loads((run / "metrics.json").read_text())
+
+
+class _Ranks(pl.Callback):
+    """Each rank writes, at the start of its fit, its rank, the world size and the process
+    group's backend (the test's own record of the processes that trained)."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+
+    def on_fit_start(self, trainer, pl_module):
+        import torch.distributed as dist
+
+        backend = dist.get_backend() if dist.is_initialized() else None
+        (self.folder / f"rank{trainer.global_rank}.json").write_text(json.dumps(
+            {"world_size": trainer.world_size, "backend": backend, "pid": os.getpid()}))
+
+
+def _forked_ddp_run(overrides, run, monkeypatch):
+    """``overrides`` trained by 2 ranks forked from this process (ddp_fork on gloo): the summary,
+    after checking that two processes trained, each in a process group of 2 on gloo."""
+    import torch
+
+    import attnflow.run as run_module
+
+    if torch.cuda.is_initialized():  # as in test_spawned_stages_continue_one_csv_log
+        pytest.skip("a forked worker cannot touch CUDA once its parent has (Lightning's "
+                    "isolate_rng reads the CUDA generators); run this file alone on a GPU machine")
+    ranks = run.parent / f"{run.name}-ranks"
+    ranks.mkdir(parents=True)
+    build = run_module.build_callbacks
+    monkeypatch.setattr(run_module, "build_callbacks", lambda *a, **k: [*build(*a, **k), _Ranks(ranks)])
+    summary = train(compose_cfg([*overrides, "trainer.strategy=ddp_fork", "trainer.devices=2",
+                                 "trainer.accelerator=cpu"]), run)
+    monkeypatch.undo()
+    seen = {p.name: json.loads(p.read_text()) for p in ranks.iterdir()}
+    assert sorted(seen) == ["rank0.json", "rank1.json"], seen
+    assert all(r["world_size"] == 2 and r["backend"] == "gloo" for r in seen.values()), seen
+    assert len({r["pid"] for r in seen.values()} | {os.getpid()}) == 3, seen  # two new processes
+    return summary
 
 
 def _assert_same_metrics(ddp, one):
@@ -104,18 +148,19 @@ def test_ddp_default_experiment_equals_one_process(ddp_runs, tmp_path):
     assert Path(ddp["best_checkpoint"]).name == Path(one["best_checkpoint"]).name
 
 
-def test_ddp_gat_full_batch_equals_one_process(ddp_runs, tmp_path):
-    run, ddp = _ddp_run(ddp_runs["gat"])
+def test_ddp_gat_full_batch_equals_one_process(tmp_path, monkeypatch):
+    run = tmp_path / "ddp"
+    _forked_ddp_run(GAT, run, monkeypatch)
+    _logged_once(run)
+    ddp = json.loads((run / "metrics.json").read_text())
     one = train(compose_cfg([*GAT, "logger=none"]), tmp_path / "one")
     _assert_same_metrics(ddp, one)
     assert [p.name for p in (run / "checkpoints").iterdir()] == [Path(ddp["best_checkpoint"]).name]
 
 
-def test_ddp_gat_minibatch_training_splits_the_batches(ddp_runs):
-    code, log, root = ddp_runs["gat_minibatch"]
-    assert code == 0, log[-3000:]
-    assert "Starting with 2 processes" in log and "distributed_backend=gloo" in log
-    summary = json.loads((root / "ddp" / "metrics.json").read_text())
+def test_ddp_gat_minibatch_training_splits_the_batches(tmp_path, monkeypatch):
+    _forked_ddp_run(GAT_MINIBATCH, tmp_path / "ddp", monkeypatch)
+    summary = json.loads((tmp_path / "ddp" / "metrics.json").read_text())
     # 200 training nodes in k-hop batches of 64 seeds: 4 batches, 2 per rank and epoch
     assert summary["global_step"] == 4
     assert {"val/acc", "test/acc"} <= set(summary["metrics"])
