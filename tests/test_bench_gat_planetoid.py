@@ -21,8 +21,10 @@ def test_val_only_reports_validation_and_never_runs_test(tmp_path, monkeypatch, 
     bench = load_bench("gat_planetoid")
     monkeypatch.setattr(pl.Trainer, "test", lambda *a, **k: pytest.fail("Trainer.test ran under --val-only"))
     out = tmp_path / "gat.json"
+    # no attention maps (4 nodes' pictures drawn at each run's end: half of a 2-epoch run's time)
     monkeypatch.setattr(sys, "argv", ["gat_planetoid.py", "--val-only", "--seeds", "2", "--first-seed", "100",
-                                      "--override", "trainer.max_epochs=2", "--out", str(out)])
+                                      "--override", "trainer.max_epochs=2",
+                                      "--override", "callbacks.attention_maps=null", "--out", str(out)])
     threads = torch.get_num_threads()
     try:
         bench.main()
