@@ -120,8 +120,7 @@ def _forked_ddp_run(overrides, run, monkeypatch):
     ranks.mkdir(parents=True)
     build = run_module.build_callbacks
     monkeypatch.setattr(run_module, "build_callbacks", lambda *a, **k: [*build(*a, **k), _Ranks(ranks)])
-    summary = train(compose_cfg([*overrides, "trainer.strategy=ddp_fork", "trainer.devices=2",
-                                 "trainer.accelerator=cpu"]), run)
+    summary = train(compose_cfg([*overrides, "trainer.strategy=ddp_fork", "trainer.devices=2"]), run)
     monkeypatch.undo()
     seen = {p.name: json.loads(p.read_text()) for p in ranks.iterdir()}
     assert sorted(seen) == ["rank0.json", "rank1.json"], seen
