@@ -12,8 +12,9 @@ A third run trains GAT on k-hop mini-batches, the loader under which the ranks s
 The default experiment's run goes through the console script (``trainer=ddp``: Lightning relaunches
 the script for rank 1, which must write into the same run directory, logger run and checkpoints);
 the two GAT runs test what DDP does with graph data, not the launch, so they fork their ranks in
-this process (``ddp_fork``, as test_spawned_stages does): each relaunched rank of a console run is
-a fresh interpreter importing torch and Lightning, seconds of CPU apiece on the suite's 2 cores.
+this process (``ddp_fork``, as test_spawned_stages does; the console script's run where this
+process has used CUDA): each relaunched rank of a console run is a fresh interpreter importing
+torch and Lightning, seconds of CPU apiece on the suite's 2 cores.
 """
 
 from __future__ import annotations
@@ -106,27 +107,40 @@ class _Ranks(pl.Callback):
             {"world_size": trainer.world_size, "backend": backend, "pid": os.getpid()}))
 
 
-def _forked_ddp_run(overrides, run, monkeypatch):
-    """``overrides`` trained by 2 ranks forked from this process (ddp_fork on gloo): the summary,
-    after checking that two processes trained, each in a process group of 2 on gloo."""
+def _gat_ddp_run(overrides, root, monkeypatch):
+    """``overrides`` trained by 2 ranks on gloo into ``root/ddp`` (returned), after checking that
+    two processes trained. The ranks are forked from this process (ddp_fork), each recording its
+    rank, world size, backend and process id; where this process has used CUDA (a forked rank
+    cannot touch CUDA then: Lightning's isolate_rng reads the CUDA generators), the console
+    script's run instead (trainer=ddp, as for the default experiment), read from its log."""
     import torch
 
     import attnflow.run as run_module
 
-    if torch.cuda.is_initialized():  # as in test_spawned_stages_continue_one_csv_log
-        pytest.skip("a forked worker cannot touch CUDA once its parent has (Lightning's "
-                    "isolate_rng reads the CUDA generators); run this file alone on a GPU machine")
-    ranks = run.parent / f"{run.name}-ranks"
+    run = root / "ddp"
+    if torch.cuda.is_initialized():  # e.g. an earlier test of this pytest worker on a GPU machine
+        proc, log, _ = _start(overrides, root)
+        try:
+            proc.wait(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            log.close()
+        text = (root / "log.txt").read_text()
+        assert proc.returncode == 0, text[-4000:]
+        assert "Starting with 2 processes" in text and "distributed_backend=gloo" in text
+        return run
+    ranks = root / "ranks"
     ranks.mkdir(parents=True)
     build = run_module.build_callbacks
     monkeypatch.setattr(run_module, "build_callbacks", lambda *a, **k: [*build(*a, **k), _Ranks(ranks)])
-    summary = train(compose_cfg([*overrides, "trainer.strategy=ddp_fork", "trainer.devices=2"]), run)
+    train(compose_cfg([*overrides, "trainer.strategy=ddp_fork", "trainer.devices=2"]), run)
     monkeypatch.undo()
     seen = {p.name: json.loads(p.read_text()) for p in ranks.iterdir()}
     assert sorted(seen) == ["rank0.json", "rank1.json"], seen
     assert all(r["world_size"] == 2 and r["backend"] == "gloo" for r in seen.values()), seen
     assert len({r["pid"] for r in seen.values()} | {os.getpid()}) == 3, seen  # two new processes
-    return summary
+    return run
 
 
 def _assert_same_metrics(ddp, one):
@@ -148,8 +162,7 @@ def test_ddp_default_experiment_equals_one_process(ddp_runs, tmp_path):
 
 
 def test_ddp_gat_full_batch_equals_one_process(tmp_path, monkeypatch):
-    run = tmp_path / "ddp"
-    _forked_ddp_run(GAT, run, monkeypatch)
+    run = _gat_ddp_run(GAT, tmp_path, monkeypatch)
     _logged_once(run)
     ddp = json.loads((run / "metrics.json").read_text())
     one = train(compose_cfg([*GAT, "logger=none"]), tmp_path / "one")
@@ -158,8 +171,8 @@ def test_ddp_gat_full_batch_equals_one_process(tmp_path, monkeypatch):
 
 
 def test_ddp_gat_minibatch_training_splits_the_batches(tmp_path, monkeypatch):
-    _forked_ddp_run(GAT_MINIBATCH, tmp_path / "ddp", monkeypatch)
-    summary = json.loads((tmp_path / "ddp" / "metrics.json").read_text())
+    run = _gat_ddp_run(GAT_MINIBATCH, tmp_path, monkeypatch)
+    summary = json.loads((run / "metrics.json").read_text())
     # 200 training nodes in k-hop batches of 64 seeds: 4 batches, 2 per rank and epoch
     assert summary["global_step"] == 4
     assert {"val/acc", "test/acc"} <= set(summary["metrics"])
