@@ -239,8 +239,18 @@ class Registry:
         path = path or self.kind
         data = _to_dict(cfg)
         if "name" not in data or data["name"] in (None, ""):
+            rest = {k: v for k, v in data.items() if k != "name"}
+            hint = ""
+            if rest:  # a field typed under a block that an interpolation named (model.attention:
+                # ${attention}) replaces the interpolation: the block's own group is where it goes
+                first, value = next(iter(rest.items()))
+                group = path.rsplit(".", 1)[-1]
+                hint = (f" ('{path}' holds only {', '.join(rest)}: a field set under a block that "
+                        f"another config names replaces that block; set it where the block is "
+                        f"chosen, e.g. {group}.{first}={value})")
             raise ConfigError(
-                f"'{path}' needs a 'name': one of the registered {self.kind}s: {', '.join(self.names())}"
+                f"'{path}' needs a 'name': one of the registered {self.kind}s: "
+                f"{', '.join(self.names())}{hint}"
             )
         name = data.pop("name")
         if not isinstance(name, str):

@@ -271,6 +271,16 @@ def test_cli_unknown_block_name_prints_one_message(tmp_path, monkeypatch, capsys
     assert list(tmp_path.iterdir()) == []  # Hydra's run folder (.hydra/, train.log) is not left behind
 
 
+def test_a_shared_groups_field_typed_under_the_model_is_pointed_to_its_group(tmp_path, monkeypatch, capsys):
+    """model.attention.heads=2 replaces the model's ``${attention}`` (the shared group's block) with
+    a block of no name: refused, and the message says where the field goes."""
+    code, out, err = _main(monkeypatch, capsys, tmp_path, "experiment=reverse_transformer",
+                           "model.attention.heads=2")
+    assert code == 2 and "Traceback" not in err + out
+    assert "'model.attention' needs a 'name'" in err and "e.g. attention.heads=2" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_run_refused_by_its_data_before_any_step_leaves_nothing_it_wrote(tmp_path, monkeypatch,
                                                                           capsys):
     """A missing data file is found only after the run wrote its config.yaml (the data module

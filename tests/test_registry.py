@@ -86,8 +86,12 @@ def test_nested_block_errors_carry_the_full_path():
 
 
 def test_missing_name():
-    with pytest.raises(ConfigError, match="needs a 'name'"):
-        SCORERS.validate({"hidden_dim": 3}, "scorer")
+    with pytest.raises(ConfigError, match="needs a 'name'") as err:
+        SCORERS.validate({"hidden_dim": 3}, "model.scorer")
+    assert "e.g. scorer.hidden_dim=3" in str(err.value)  # where a field of a named block goes
+    with pytest.raises(ConfigError) as err:
+        SCORERS.validate({}, "scorer")
+    assert "holds only" not in str(err.value)  # nothing typed: nothing to point at
 
 
 def test_validate_fills_defaults_and_build_passes_fields():
