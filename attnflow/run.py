@@ -191,14 +191,18 @@ def _check_trainer_names(trainer: Dict[str, Any]) -> None:
 def _check_schedule_length(cfg: Dict[str, Any]) -> None:
     """A schedule that decays over the run's steps (cosine, linear) needs a run of known length:
     ``trainer.max_epochs=-1`` without ``max_steps`` (a run ended by ``max_time`` or by hand) has
-    none, and Lightning's step estimate would be infinite once the data is made."""
+    none, and Lightning's step estimate would be infinite once the data is made. So has
+    ``max_epochs=null`` with a ``max_time``: Lightning then sets no epoch limit (without one, 1000)."""
     trainer = cfg.get("trainer") or {}
-    if (trainer.get("max_epochs") != -1 or (trainer.get("max_steps") or -1) > 0
-            or trainer.get("fast_dev_run")):  # fast_dev_run: Lightning sets max_steps
-        return
+    epochs = trainer.get("max_epochs")
+    unbounded = epochs == -1 or (epochs is None and trainer.get("max_time") is not None)
+    if not unbounded or (trainer.get("max_steps") or -1) > 0 or trainer.get("fast_dev_run"):
+        return  # (fast_dev_run: Lightning sets max_steps)
     scheduler = TASKS.validate(cfg["task"], "task").get("optim", {}).get("scheduler")
     if scheduler in ("cosine", "linear"):
-        raise schedule_length_error(scheduler)
+        raise schedule_length_error(scheduler, "trainer.max_epochs=-1" if epochs == -1 else
+                                    "trainer.max_epochs=null with trainer.max_time (Lightning then "
+                                    "sets no epoch limit)")
 
 
 def _top_level_keys() -> set:

@@ -55,6 +55,10 @@ from support import FAST, ROOT, compose_cfg, train_cli
     # a run ended by time only: a schedule over the run's steps has no length (cosine: the default)
     (["trainer.max_epochs=-1", "trainer.max_time=00:00:01:00"],
      ["task.optim.scheduler=cosine decays", "trainer.max_epochs=-1 without trainer.max_steps"]),
+    # max_epochs=null with a time limit: Lightning sets no epoch limit (it was refused only once the Trainer was made)
+    (["trainer.max_epochs=null", "trainer.max_time=00:00:01:00"],
+     ["task.optim.scheduler=cosine decays", "trainer.max_epochs=null with trainer.max_time (Lightning "
+      "then sets no epoch limit) without trainer.max_steps"]),
     (["trainer.max_epochs=-1", "trainer.max_time=00:00:01:00", "task.optim.scheduler=linear"],
      ["task.optim.scheduler=linear decays", "task.optim.scheduler=noam, constant_with_warmup or none"]),
     # callbacks left without what they work on: Lightning stopped the first once the data and the

@@ -182,10 +182,11 @@ def run_progress(trainer, steps: Optional[float] = None) -> Callable[[int], floa
     return progress
 
 
-def schedule_length_error(scheduler: str) -> ConfigError:
-    """The refusal of a decaying schedule in a run with no step count (max_epochs=-1, no max_steps)."""
+def schedule_length_error(scheduler: str, epochs: str = "trainer.max_epochs=-1") -> ConfigError:
+    """The refusal of a decaying schedule in a run with no step count (max_epochs=-1, no max_steps);
+    ``epochs``: how the run came to have no epoch limit."""
     return ConfigError(f"task.optim.scheduler={scheduler} decays the learning rate over the run's "
-                       "steps, but trainer.max_epochs=-1 without trainer.max_steps sets no end; set "
+                       f"steps, but {epochs} without trainer.max_steps sets no end; set "
                        "trainer.max_steps (or max_epochs), task.optim.scheduler=noam, "
                        "constant_with_warmup or none, or, for a run that trainer.max_time ends, "
                        "task.optim.cooldown (it follows the time box)")
