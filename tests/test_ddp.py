@@ -59,17 +59,24 @@ def _start(overrides, root):
     return proc, log, root
 
 
-@pytest.fixture(scope="module")
-def ddp_runs(tmp_path_factory):
-    """The console script's DDP run of the default experiment (its rank 1 relaunched by Lightning)."""
-    proc, log, root = _start([*REVERSE, "data.batch_size=32"], tmp_path_factory.mktemp("reverse"))
+def _finish(started):
+    """(exit status, console log) of a run :func:`_start` started, once it ends (killed after 5
+    minutes)."""
+    proc, log, root = started
     try:
         proc.wait(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()
         log.close()
-    return {"reverse": (proc.returncode, (root / "log.txt").read_text(), root)}
+    return proc.returncode, (root / "log.txt").read_text()
+
+
+@pytest.fixture(scope="module")
+def ddp_runs(tmp_path_factory):
+    """The console script's DDP run of the default experiment (its rank 1 relaunched by Lightning)."""
+    root = tmp_path_factory.mktemp("reverse")
+    return {"reverse": (*_finish(_start([*REVERSE, "data.batch_size=32"], root)), root)}
 
 
 def _logged_once(run):
@@ -119,15 +126,8 @@ def _gat_ddp_run(overrides, root, monkeypatch):
 
     run = root / "ddp"
     if torch.cuda.is_initialized():  # e.g. an earlier test of this pytest worker on a GPU machine
-        proc, log, _ = _start(overrides, root)
-        try:
-            proc.wait(timeout=300)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            log.close()
-        text = (root / "log.txt").read_text()
-        assert proc.returncode == 0, text[-4000:]
+        code, text = _finish(_start(overrides, root))
+        assert code == 0, text[-4000:]
         assert "Starting with 2 processes" in text and "distributed_backend=gloo" in text
         return run
     ranks = root / "ranks"
