@@ -326,11 +326,11 @@ def _check_length(saved: Dict[str, Any], changes: Iterable[Tuple[str, Any, Any]]
     reached = {"trainer.max_epochs": (epochs, "epoch(s)"), "trainer.max_steps": (ckpt.get("global_step"), "steps")}
     limits = {key: saved.get(key) for key in reached}
     limits.update({k: new for k, _, new in changes if k in reached})
+    numbers = {}  # the limits that are numbers (null, or not a number: the trainer field checks name it)
     for key, limit in limits.items():
-        try:
-            value = int(limit)
-        except (TypeError, ValueError):
-            continue  # null, or not a number: the trainer field checks name it
+        with contextlib.suppress(TypeError, ValueError):
+            numbers[key] = int(limit)
+    for key, value in numbers.items():
         done, unit = reached[key]
         if value != -1 and isinstance(done, int) and value <= done:
             own = "" if key in typed else " (the run's own limit)"
@@ -340,9 +340,7 @@ def _check_length(saved: Dict[str, Any], changes: Iterable[Tuple[str, Any, Any]]
                               f"give {key} more than {done} (or -1: no limit)")
     # a new run that never validates is refused (attnflow.run); a resume that adds none alike
     trainer = {k.split(".", 1)[1]: v for k, v in saved.items() if k.startswith("trainer.")}
-    trainer["max_epochs"] = limits["trainer.max_epochs"]
-    with contextlib.suppress(TypeError, ValueError):  # (null, or not a number: no epoch limit here)
-        trainer["max_epochs"] = int(trainer["max_epochs"])
+    trainer["max_epochs"] = numbers.get("trainer.max_epochs", limits["trainer.max_epochs"])
     first = next_validation(trainer, epochs)
     if first is not None:
         raise ResumeError(f"{who}: the run validates every {trainer['check_val_every_n_epoch']} "
