@@ -16,7 +16,8 @@
   check it (unknown fields, types, ranges, the composition contract) before Hydra starts the
   first job: ``model.dropout=0.1,0.5,1.5`` is refused whole, not after two jobs have trained;
   values refused only together (``trainer.max_epochs=2,1 trainer.check_val_every_n_epoch=1,2``)
-  too, where the grid has at most ``COMBINATIONS_CHECKED`` jobs.
+  too: in a grid of at most ``COMBINATIONS_CHECKED`` jobs every job, in a larger one every pair of
+  two keys' values (up to ``JOBS_CHECKED`` jobs composed).
 """
 
 from __future__ import annotations
@@ -233,24 +234,62 @@ def _probe_values(override) -> list:
 
 
 COMBINATIONS_CHECKED = 16  # a grid of at most this many probed jobs is checked job by job (≈ 1 s a job)
+JOBS_CHECKED = 32  # a larger grid: jobs composed in all, at most (≈ 0.6–1.3 s a job), to check its pairs
+
+
+def _pairwise(space: Dict[str, list], done: List[Dict[str, str]]) -> List[Dict[str, str]]:
+    """Jobs that, with ``done``, hold every pair of two keys' values at least once (a pairwise
+    covering array; the greedy construction of Cohen et al. 1997, "The AETG system", §3): each job
+    starts from the first pair not yet held and gives every other key the value that adds the most
+    unheld pairs with the keys set so far (the first such value on a tie), so a 3 × 4 × 5 grid of 60
+    jobs is covered by about 20. Values refused only together are, in practice, refused in twos
+    (``trainer.max_epochs=1`` with ``trainer.check_val_every_n_epoch=2``)."""
+    keys = list(space)
+    def pairs(job: Dict[str, str]) -> set:
+        return {(a, job[a], b, job[b]) for a, b in itertools.combinations(keys, 2) if a in job and b in job}
+    unheld = {(a, x, b, y) for a, b in itertools.combinations(keys, 2) for x in space[a] for y in space[b]}
+    for job in done:
+        unheld -= pairs(job)
+    jobs = []
+    while unheld:
+        a, x, b, y = min(unheld, key=lambda p: (keys.index(p[0]), keys.index(p[2]),
+                                                space[p[0]].index(p[1]), space[p[2]].index(p[3])))
+        job = {a: x, b: y}
+        for k in keys:
+            if k not in job:
+                job[k] = max(space[k], key=lambda v: len(pairs({**job, k: v}) & unheld))
+        job = {k: job[k] for k in keys}
+        unheld -= pairs(job)
+        jobs.append(job)
+    return jobs
 
 
 def _trials(space: Dict[str, list]) -> List[Tuple[Optional[str], Dict[str, str]]]:
     """The jobs :func:`check_sweep_values` composes, as (the one key varied from the first job, or
     None; {key: value}): the first job, then each key's other values with the rest at their first,
-    so a value refused on its own is named alone; then, where the grid of probed values has at
-    most ``COMBINATIONS_CHECKED`` jobs, every other combination, for the values refused only
-    together (``trainer.max_epochs=2,1 trainer.check_val_every_n_epoch=1,2``: the job (1, 2)
-    never validates). A larger grid is checked one key at a time only."""
+    so a value refused on its own is named alone; then, for the values refused only together
+    (``trainer.max_epochs=2,1 trainer.check_val_every_n_epoch=1,2``: the job (1, 2) never
+    validates), where the grid of probed values has at most ``COMBINATIONS_CHECKED`` jobs every
+    other job of it, and in a larger grid jobs that hold every pair of two keys' values
+    (:func:`_pairwise`), up to ``JOBS_CHECKED`` jobs in all: a grid whose pairs need more is
+    checked that far (a warning says how many pairs were left unchecked)."""
     keys = list(space)
     first = {k: v[0] for k, v in space.items()}
     only = keys[0] if len(keys) == 1 else None  # one key: its first value's fault is that value's
     trials = [(only, first)] + [(k, {**first, k: v}) for k, values in space.items() for v in values[1:]]
-    if len(keys) > 1 and math.prod(len(v) for v in space.values()) <= COMBINATIONS_CHECKED:
+    if len(keys) < 2:
+        return trials
+    if math.prod(len(v) for v in space.values()) <= COMBINATIONS_CHECKED:
         seen = {tuple(job.values()) for _, job in trials}
-        trials += [(None, dict(zip(keys, combo))) for combo in itertools.product(*space.values())
-                   if combo not in seen]
-    return trials
+        return trials + [(None, dict(zip(keys, combo))) for combo in itertools.product(*space.values())
+                         if combo not in seen]
+    more = _pairwise(space, [job for _, job in trials])
+    room = max(0, JOBS_CHECKED - len(trials))
+    if len(more) > room:
+        log.warning("the sweep's grid is large: %d of its jobs are checked before the first starts, "
+                    "%d more would be needed to check every pair of two keys' values together",
+                    len(trials) + room, len(more) - room)
+    return trials + [(None, job) for job in more[:room]]
 
 
 def _chooses_multirun_file(args: Iterable[str], conf_dir: Path) -> bool:
@@ -417,7 +456,7 @@ def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
     on the command line or in ``hydra.sweeper.params`` — that the run refuses, as a message naming
     it and the run's ConfigError; None when every value checked passes or this is no multirun. The
     jobs checked are :func:`_trials`': the first, one key at a time varied, and in a small grid
-    every combination. ``argv``: the command line after :func:`attnflow.groups.field_overrides`. A
+    every combination, in a larger one every pair of two keys' values. ``argv``: the command line after :func:`attnflow.groups.field_overrides`. A
     command line Hydra itself cannot compose is left to Hydra, which reports it."""
     args = [a for a in argv if not a.startswith("-")]
     flagged = bool({"-m", "--multirun"} & set(argv))

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
+import math
 import os
 import re
 import shutil
@@ -215,6 +217,10 @@ def test_cli_metric_the_run_did_not_report_fails_after_it(monkeypatch, capsys, t
     (["-m", "trainer.max_epochs=2,1", "trainer.check_val_every_n_epoch=1,2"],
      "the sweep's job trainer.max_epochs=1 trainer.check_val_every_n_epoch=2 is refused, so no job was "
      "started: trainer.check_val_every_n_epoch=2 with trainer.max_epochs=1 runs no validation"),
+    # … in a grid too large to compose every job (20 > 16): the pair is held by a job of the pairwise check
+    (["-m", "trainer.max_epochs=2,1", "trainer.check_val_every_n_epoch=1,2", "seed=1,2,3,4,5"],
+     "the sweep's job trainer.max_epochs=1 trainer.check_val_every_n_epoch=2 seed=2 is refused, so no "
+     "job was started: trainer.check_val_every_n_epoch=2 with trainer.max_epochs=1 runs no validation"),
 ])
 def test_a_sweep_value_the_run_refuses_stops_the_sweep_before_any_job(monkeypatch, capsys, tmp_path,
                                                                       argv, says):
@@ -469,11 +475,12 @@ def test_an_experiment_file_that_sets_multirun_is_checked_as_a_sweep(tmp_path):
     assert check_sweep_values(["experiment=mt_transformer", "model.dropout=1.5"], conf) is None
 
 
-def test_a_small_grid_is_checked_job_by_job_and_a_large_one_key_by_key():
+def test_a_small_grid_is_checked_job_by_job_and_a_large_one_pair_by_pair(caplog):
     """The jobs the pre-check composes (sweeps._trials): the first job, each other value with the
     rest at their first (so a value refused alone is named alone), then in a grid of at most
-    COMBINATIONS_CHECKED jobs the remaining ones, each once."""
-    from attnflow.sweeps import COMBINATIONS_CHECKED, _trials
+    COMBINATIONS_CHECKED jobs the remaining ones, each once; in a larger grid, jobs holding every
+    pair of two keys' values, up to JOBS_CHECKED jobs in all."""
+    from attnflow.sweeps import COMBINATIONS_CHECKED, JOBS_CHECKED, _trials
 
     trials = _trials({"a": ["1", "2"], "b": ["x", "y", "z"]})
     assert trials[:4] == [(None, {"a": "1", "b": "x"}), ("a", {"a": "2", "b": "x"}),
@@ -482,6 +489,27 @@ def test_a_small_grid_is_checked_job_by_job_and_a_large_one_key_by_key():
     assert sorted(jobs) == sorted((a, b) for a in "12" for b in "xyz")  # all six, none twice
     assert all(key is None for key, _ in trials[4:])
     assert _trials({"a": ["1", "2", "3"]}) == [("a", {"a": "1"}), ("a", {"a": "2"}), ("a", {"a": "3"})]
-    n = int(COMBINATIONS_CHECKED ** 0.5) + 1  # an n × n grid just over the bound: key by key only
-    big = _trials({"a": [str(i) for i in range(n)], "b": [str(i) for i in range(n)]})
-    assert n * n > COMBINATIONS_CHECKED and len(big) == 1 + 2 * (n - 1)
+
+    def pairs_held(space, trials):  # every (key, value, other key, value) some job holds
+        return {(a, job[a], b, job[b]) for _, job in trials for a, b in itertools.combinations(space, 2)}
+
+    for space in ({"a": list("123"), "b": list("wxyz"), "c": list("pqrst")},  # 60 jobs
+                  {k: list("123") for k in "abcde"}):                        # 243 jobs
+        trials = _trials(space)
+        assert math.prod(map(len, space.values())) > COMBINATIONS_CHECKED
+        assert trials[0] == (None, {k: v[0] for k, v in space.items()})
+        one_key = 1 + sum(len(v) - 1 for v in space.values())
+        assert [key for key, _ in trials[1:one_key]] == [k for k, v in space.items() for _ in v[1:]]
+        every_pair = {(a, x, b, y) for a, b in itertools.combinations(space, 2)
+                      for x in space[a] for y in space[b]}
+        assert pairs_held(space, trials) == every_pair
+        assert len(trials) <= JOBS_CHECKED and len({tuple(j.values()) for _, j in trials}) == len(trials)
+    assert len(_trials({k: list("123") for k in "abcde"})) < 243 // 10  # far fewer than the grid
+
+    n = 10  # 100 pairs of two keys' values need 100 jobs: only JOBS_CHECKED are composed, with a warning
+    space = {"a": [str(i) for i in range(n)], "b": [str(i) for i in range(n)]}
+    with caplog.at_level(logging.WARNING, logger="attnflow.sweeps"):
+        big = _trials(space)
+    assert len(big) == JOBS_CHECKED < n * n
+    assert len(pairs_held(space, big)) == JOBS_CHECKED
+    assert f"{n * n - JOBS_CHECKED} more would be needed" in caplog.text
