@@ -15,7 +15,9 @@ The contract, checked before any data is made (:func:`check_shared_groups`):
   and the groups it does consume: such an override would silently do nothing;
 - groups the model does not consume are dropped from the config the run saves;
 - replacing a group's block by name (``scorer.name=negdot``) drops the fields that came from the
-  old block's option file and that the new block does not have (``hidden_dim`` of ``additive``).
+  old block's option file and that the new block does not have (``hidden_dim`` of ``additive``);
+  so does replacing a block nested in another's config (``model.encoder.name=transformer_encoder``:
+  :func:`drop_swapped_block_fields`).
 """
 
 from __future__ import annotations
@@ -129,6 +131,52 @@ def _drop_replaced_fields(cfg: DictConfig, group: str, option: Optional[str], co
     if foreign:
         warnings.warn(f"{group} '{name}' has no field {', '.join(f'{group}.{k}' for k in foreign)}: "
                       f"set for another {group}, left out", stacklevel=2)
+
+
+def _registry_at(cfg: DictConfig, path: str) -> Optional[Registry]:
+    """The registry of the block at a dotted path nested in another block's config
+    (``model.encoder``: the model's ``BlockSpec["encoder"]`` field → the encoders), or None."""
+    top, *rest = path.split(".")
+    registry, node = Registry.kinds().get(top), cfg.get(top)
+    for part in rest:
+        name = node.get("name") if isinstance(node, DictConfig) else None
+        if registry is None or not isinstance(name, str) or name not in registry:
+            return None
+        kind = registry.child_kind(name, part)
+        registry, node = (Registry.kinds().get(kind) if kind else None), node.get(part)
+    return registry
+
+
+def drop_swapped_block_fields(cfg: DictConfig, overrides: Iterable[str]) -> None:
+    """``model.encoder.name=transformer_encoder`` swaps a block nested in another's config, as
+    ``scorer.name=`` swaps a shared group's: the fields the config files set there for the block
+    it replaced and that the new block does not have (``cell``, ``hidden_dim`` of ``rnn``) are
+    left out, with a warning naming them; without this the swap was refused for fields the user
+    never typed, and a sweep over ``model.encoder.name`` was impossible. A field typed on the
+    command line stays, for the block's validation to refuse. A top-level block (``model.name``)
+    is swapped by its group (``model=transformer``), a shared group's by the contract above."""
+    from attnflow.overrides import typed_fields
+
+    shown = typed_fields(map(str, overrides))
+    for key in shown:
+        path, _, last = key.rpartition(".")
+        if last != "name" or "." not in path:
+            continue
+        node = OmegaConf.select(cfg, path, throw_on_resolution_failure=False)
+        registry = _registry_at(cfg, path) if isinstance(node, DictConfig) else None
+        name = node.get("name") if registry is not None else None
+        if not isinstance(name, str) or name not in registry:
+            continue  # an unknown name: the block's validation names the registered ones
+        fields = {f.split(".")[0] for f, _, _ in registry.fields(name)}
+        stale = [k for k in node if k != "name" and k not in fields
+                 and not any(t == f"{path}.{k}" or t.startswith(f"{path}.{k}.") for t in shown)]
+        with open_dict(node):
+            for k in stale:
+                del node[k]
+        if stale:
+            warnings.warn(f"{registry.kind} '{name}' has no field "
+                          f"{', '.join(f'{path}.{k}' for k in stale)}: set for the {registry.kind} "
+                          f"that {shown[key].lstrip('+')} replaced, left out", stacklevel=2)
 
 
 def check_shared_groups(cfg: DictConfig, conf_dir: Path,

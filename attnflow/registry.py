@@ -229,6 +229,13 @@ class Registry:
         self.get(name)
         return _list_fields(self._specs[name])
 
+    def child_kind(self, name: str, field: str) -> Optional[str]:
+        """The block kind a field of block ``name`` holds (``BlockSpec[kind]``: ``encoder`` for
+        model 'seq2seq''s ``encoder``), or None for any other field."""
+        self.get(name)
+        child = self._specs[name].children.get(field)
+        return child if isinstance(child, str) else None
+
     # -- validation and building ----------------------------------------------------------------
     def validate(self, cfg: Any, path: str = "") -> Dict[str, Any]:
         """Check ``cfg`` against the block's typed config; return it as a plain dict with defaults.

@@ -45,7 +45,7 @@ from attnflow import config_dir
 from attnflow import resume, training_state  # resume=, ckpt_path=; exact restarts, atomic checkpoints
 from attnflow import averaging  # callbacks.average: checkpoint averaging
 from attnflow.ema import EMAConfig, ExponentialMovingAverage  # callbacks.ema
-from attnflow.groups import prune_unused, root_defaults, unused_groups
+from attnflow.groups import drop_swapped_block_fields, prune_unused, root_defaults, unused_groups
 from attnflow.loggers import (LOGGER_CONFIG, build_loggers, finish_loggers, log_hyperparams,
                               logger_identity, run_identity)
 from attnflow.overrides import command_line, referenced_keys, typed_groups, unread_overrides
@@ -596,6 +596,7 @@ def _resolve(cfg: DictConfig | Dict[str, Any], refuse: bool) -> tuple:
         if "hydra" in cfg:  # composed with return_hydra_config: Hydra's own node is not the run's
             with open_dict(cfg):
                 del cfg["hydra"]
+        drop_swapped_block_fields(cfg, typed or ())  # model.encoder.name=…: the old block's fields
         consumed, groups = unused_groups(cfg, config_dir(), choices, typed_groups(typed), typed)
         if refuse and groups:
             raise ConfigError(next(iter(groups.values())))

@@ -230,6 +230,51 @@ def test_a_group_option_chosen_over_an_experiments_drops_the_fields_it_lacks():
         resolve_config(compose_cfg(cmd))
 
 
+@pytest.mark.parametrize("base, extra, left_out", [
+    ([], [], "model.encoder.hidden_dim"),                               # rnnsearch's rnn encoder
+    (["experiment=self_attentive_imdb"], ["model.encoder.d_model=64"],  # (8 heads do not divide 100)
+     "model.encoder.cell, model.encoder.hidden_dim"),
+])
+def test_a_nested_block_swapped_by_name_drops_the_fields_set_for_the_old_one(base, extra, left_out):
+    """model.encoder.name=transformer_encoder was refused for the rnn encoder's fields that the
+    model file set (encoder 'transformer_encoder' has no field 'hidden_dim'), fields the user never
+    typed, so an encoder could be swapped only with ~deletions, and never in a sweep. Now those
+    fields are left out with a warning and the new encoder gets its own defaults; a field the user
+    types for the new block is still refused, and without the swap the model file's fields stay."""
+    from attnflow.registry import ENCODERS
+
+    swap = [*base, "model.encoder.name=transformer_encoder", *extra]
+    with pytest.warns(UserWarning, match=rf"encoder 'transformer_encoder' has no field {left_out}: set "
+                                         rf"for the encoder that model.encoder.name=transformer_encoder "
+                                         rf"replaced, left out"):
+        resolved = resolve_config(compose_cfg(swap, return_hydra_config=True))
+    encoder = resolved["model"]["encoder"]
+    assert encoder == {"name": "transformer_encoder", **({"d_model": 64} if extra else {})}
+    defaults = {f: d for f, _, d in ENCODERS.fields("transformer_encoder") if "." not in f}
+    built = MODELS.validate(resolved["model"], "model")["encoder"]  # the block's own defaults
+    plain = {k for k, v in defaults.items() if not isinstance(v, dict) and k != "d_model"}
+    assert {k: built[k] for k in plain} == {k: defaults[k] for k in plain} and len(plain) >= 5
+    with pytest.raises(ConfigError, match=r"encoder 'transformer_encoder' has no field 'hidden_dim' "
+                                          r"\(at 'model.encoder.hidden_dim'\)"):
+        resolve_config(compose_cfg([*swap, "model.encoder.hidden_dim=8"], return_hydra_config=True))
+    kept = resolve_config(compose_cfg(base, return_hydra_config=True))["model"]["encoder"]
+    assert kept["name"] != "transformer_encoder" and "hidden_dim" in kept
+
+
+def test_a_sweep_over_a_nested_blocks_name_gives_each_job_its_blocks_fields():
+    """-m model.encoder.name=rnn,transformer_encoder: the pre-check composes both jobs as they will
+    run; the transformer job leaves out the rnn fields (before: refused for them, no job started)."""
+    from attnflow.sweeps import check_sweep_values
+
+    with pytest.warns(UserWarning, match="model.encoder.hidden_dim: set for the encoder that "
+                                         "model.encoder.name=transformer_encoder replaced"):
+        assert check_sweep_values(["-m", "model.encoder.name=rnn,transformer_encoder"], CONF) is None
+    says = check_sweep_values(["-m", "model.encoder.name=rnn,transformer_encoder",
+                               "++model.encoder.ffn_dim=64"], CONF)  # typed: not the rnn's field
+    assert says and says.startswith("the sweep's model.encoder.name=rnn is refused") and \
+        "encoder 'rnn' has no field 'ffn_dim'" in says
+
+
 def test_plain_field_overrides_reach_fields_left_at_their_defaults():
     assert field_overrides(["scorer=dot", "attention.heads=2", "+x=1", "~y", "hydra.run.dir=d",
                             "experiment=mt_rnnenc", "seed=3"], CONF) == [
