@@ -404,6 +404,27 @@ def _check_encoder_kinds(model_cfg: Dict[str, Any]) -> None:
                               f"for sequences: {', '.join(text)}")
 
 
+def _check_encoder_positions(cfg: Dict[str, Any]) -> None:
+    """A bounded positional table (``learned``) in a model's own encoder (``model.encoder``:
+    self_attentive's or seq2seq's ``transformer_encoder``) covers the longest input the data gives
+    its encoder (the data class's ``longest_source_positions``, else ``longest_positions``); the
+    table refused a longer input only at the first such batch, mid-run. (The Transformer and BERT
+    check their own tables in their ``check_config``.)"""
+    encoder = (cfg["model"] or {}).get("encoder")
+    if not (isinstance(encoder, dict) and isinstance(encoder.get("positional"), dict)):
+        return
+    table = MODELS.validate(cfg["model"], "model")["encoder"]["positional"].get("max_len")
+    longest = table and (DATA.ask(cfg["data"], "longest_source_positions", "data")
+                         or DATA.ask(cfg["data"], "longest_positions", "data"))
+    if longest and longest[0] > table:
+        raise ConfigError(
+            f"model.encoder.positional.max_len={table} ({encoder['positional']['name']} positions) "
+            f"is shorter than the {longest[0]} positions the data gives the encoder "
+            f"({longest[1].replace('{at}', 'data.')}), which the table would refuse at the first such "
+            f"batch, mid-run; raise model.encoder.positional.max_len to at least {longest[0]}, or use "
+            f"model.encoder.positional.name=sinusoidal")
+
+
 def check_model_builds(cfg: Dict[str, Any]) -> None:
     """The model is built from its config on the meta device (shapes, no memory, no data) with the
     data's stand-in context (its class's ``placeholder_context``): a config its constructor or a
@@ -436,6 +457,7 @@ def check_composition(cfg: Dict[str, Any]) -> None:
     picked = [(group, cfg[group]["name"], reg) for group, reg in
               (("data", DATA), ("model", MODELS), ("task", TASKS))]
     _check_encoder_kinds(cfg["model"])
+    _check_encoder_positions(cfg)
     for group, name, reg in picked:  # composite blocks (multitask): their parts fit, first
         check = getattr(reg.get(name), "check_config", None)
         if check is not None:

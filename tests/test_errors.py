@@ -167,6 +167,47 @@ def test_learned_positions_cover_what_the_reverse_run_decodes(tmp_path):
     assert (tmp_path / "run" / "metrics.json").is_file()
 
 
+SWAP_ENCODER = ["model.encoder.name=transformer_encoder", "model.encoder.positional.name=learned"]
+
+
+@pytest.mark.parametrize("overrides, longest", [
+    # reverse: sources of at most max_len symbols (targets and decoding do not reach the encoder)
+    (["data.max_len=10"], 10),
+    # Multi30k: every split's sources, and attnflow-translate's lines, cut to max_src_len
+    (["experiment=mt_rnnsearch", "data.max_src_len=40", "data.max_tgt_len=60"], 40),
+    # IMDB documents, read flat by self_attentive: max_sentences × max_words words
+    (["experiment=self_attentive_imdb", "data.max_sentences=3", "data.max_words=5",
+      "model.encoder.d_model=64"], 15),
+])
+def test_learned_positions_of_a_models_own_encoder_shorter_than_its_input_are_refused(tmp_path,
+                                                                                       overrides, longest):
+    """A transformer_encoder with a learned table inside seq2seq or self_attentive refused a longer
+    input only at the first such batch, mid-run (after the data was read: minutes on IMDB), with
+    a message pointing at the shared positional group, which those models do not use. Now one
+    position fewer than the data gives the encoder is refused before any work, naming the
+    encoder's own field; exactly enough resolves."""
+    from attnflow.run import resolve_config
+
+    short = [*overrides, *SWAP_ENCODER, f"model.encoder.positional.max_len={longest - 1}"]
+    with pytest.raises(ConfigError, match=rf"model.encoder.positional.max_len={longest - 1} \(learned "
+                                          rf"positions\) is shorter than the {longest} positions the "
+                                          rf"data gives the encoder"):
+        train(compose_cfg(short, return_hydra_config=True), tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    enough = [*overrides, *SWAP_ENCODER, f"model.encoder.positional.max_len={longest}"]
+    resolved = resolve_config(compose_cfg(enough, return_hydra_config=True))
+    assert resolved["model"]["encoder"]["positional"] == {"name": "learned", "max_len": longest}
+
+
+def test_a_seq2seq_encoder_with_the_shortest_table_allowed_trains_and_decodes(tmp_path):
+    """The encoder's bound is exact: reverse sources of up to max_len=10 symbols, a learned table of
+    10 positions, through training, validation and test."""
+    train(compose_cfg([*FAST, *SWAP_ENCODER, "model.encoder.positional.max_len=10", "data.max_len=10",
+                       "logger=none", "trainer.limit_train_batches=2", "trainer.limit_val_batches=2",
+                       "trainer.limit_test_batches=2"], return_hydra_config=True), tmp_path / "run")
+    assert (tmp_path / "run" / "metrics.json").is_file()
+
+
 ANY_DEVICE = [o for o in FAST if not o.startswith("trainer.accelerator=")]  # FAST asks for the CPU
 
 

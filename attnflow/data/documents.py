@@ -32,7 +32,7 @@ import random
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -218,8 +218,8 @@ class DocumentDataModule(SplitDataModule):
         test_path: optional test file; absent or '' means no test split (default '').
         text_field: the field holding the text (default 'text').
         label_field: the field holding the label, e.g. 'label' or 'rating' (default 'label').
-        max_sentences: sentences kept per document, 0 = all (default 30).
-        max_words: words kept per sentence, 0 = all (default 50).
+        max_sentences: sentences kept per document, at least 1 (default 30).
+        max_words: words kept per sentence, at least 1 (default 50).
         min_freq: a training word's minimum count to enter the vocabulary (default 5).
         max_vocab: vocabulary size cap including specials, 0 = none (default 50000).
         lowercase: lower-case before tokenising (default True).
@@ -323,6 +323,14 @@ class DocumentDataModule(SplitDataModule):
         return self._word_vectors
 
     # -- what models and tasks need -------------------------------------------------------
+    @classmethod
+    def longest_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:
+        """The most positions a flat model (self_attentive: a document's sentences one after
+        another) is given, and why (``{at}``: the data config's path); the models' config checks
+        compare it with a bounded positional table."""
+        n, w = fields["max_sentences"], fields["max_words"]
+        return n * w, f"{{at}}max_sentences={n} × {{at}}max_words={w} words of a document"
+
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
         """:meth:`model_context` with stand-in sizes (:func:`attnflow.run.check_model_builds`);

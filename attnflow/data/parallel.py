@@ -281,6 +281,12 @@ class ParallelDataModule(SplitDataModule):
         return bool(fields["shared_vocab"])
 
     @classmethod
+    def longest_source_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:
+        """The most positions an encoder is given (every split's sources, and attnflow-translate's
+        input lines, are cut to ``max_src_len``), and why (``{at}``: the data config's path)."""
+        return fields["max_src_len"], f"{{at}}max_src_len={fields['max_src_len']}"
+
+    @classmethod
     def longest_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:
         """The most positions a sequence model is given, and why (``{at}``: the data config's
         path): sources cut to ``max_src_len``, ⟨bos⟩-led training targets of ``max_tgt_len + 1``,

@@ -104,6 +104,12 @@ class ReverseDataModule(SplitDataModule):
         return True
 
     @classmethod
+    def longest_source_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:
+        """The most positions an encoder is given (sources of at most ``max_len`` symbols), and
+        why (``{at}``: the data config's path)."""
+        return fields["max_len"], f"{{at}}max_len={fields['max_len']}"
+
+    @classmethod
     def longest_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:
         """The most positions a sequence model is given, and why (``{at}``: the data config's
         path): outputs are decoded to ``max_len + 2`` tokens (:meth:`task_context`), one more
