@@ -296,7 +296,31 @@ class RunCheckpoint(ModelCheckpoint):
     (``CheckpointError``, no metrics.json) wherever the new epochs did not beat it. Its top-k
     entries, best and k-th path and score go (those that remain are chosen among again), so the
     new run's own validations choose its best; a run's best checkpoint is always one of its own
-    files, and top-k rotation never deletes another run's."""
+    files, and top-k rotation never deletes another run's.
+
+    A top-k checkpoint is scored only by a validation of its own weights. Lightning saves the
+    top-k at ``on_train_epoch_end`` when validation runs at every epoch's end; an epoch cut by
+    ``max_steps`` ends there too, without a validation, so Lightning scored its weights with the
+    previous validation's value — after ``last.ckpt`` was written (:class:`LastCheckpoint`), so
+    the file and the top-k entry it evicted were in no checkpoint's state: a resume never deleted
+    it, and the run ended with more than ``save_top_k`` top-k files (the evicted one, a validated
+    checkpoint, deleted for unvalidated weights). Here a validation metric not computed at this
+    step writes no top-k file; the final weights are in ``last.ckpt``. (attnflow's metrics are
+    ``<split>/<name>``: a ``val/`` monitor is a validation's; a ``train/`` one is fresh at every
+    step.)"""
+
+    _validated_step: int = -1  # the global step of this process's last validation in fit
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking and trainer.state.fn == "fit":
+            self._validated_step = trainer.global_step
+        super().on_validation_end(trainer, pl_module)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        stale = (self.monitor is not None and self.monitor.startswith("val/")
+                 and self._validated_step != trainer.global_step)
+        if not stale:  # (see the class: an epoch cut by max_steps, not validated at its end)
+            super().on_train_epoch_end(trainer, pl_module)
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         old, new = state_dict.get("dirpath"), self.dirpath

@@ -647,3 +647,51 @@ def test_a_run_stopped_between_validations_saves_its_final_state_in_last_ckpt(tm
     whole = train(compose_cfg([*args, "trainer.max_steps=12"]), tmp_path / "whole")
     assert resumed["global_step"] == whole["global_step"] == 12  # 8 + 4: into the second epoch
     assert resumed["metrics"] == whole["metrics"]  # exactly: the same batches in the same order
+
+
+def _validations(run: Path) -> tuple:
+    """({checkpoint file name: val/loss} of every validation in fit that the run's CSV logs hold,
+    over all their versions (the first part and each resume), named as the top-k files are
+    (Lightning logs a validation in fit at the step count before its batch's step is counted:
+    CSV step s is global step s + 1); [val/loss of the validation of the best checkpoint after
+    each part's fit] (each version's last row: attnflow.run.train validates it then)."""
+    import csv
+
+    fit, best = {}, []
+    for log in sorted(run.glob("csv/version_*/metrics.csv")):
+        rows = [r for r in csv.DictReader(log.open()) if r.get("val/loss")]
+        fit.update({f"epoch{r['epoch']}-step{int(r['step']) + 1}.ckpt": float(r["val/loss"])
+                    for r in rows[:-1]})
+        best.append(float(rows[-1]["val/loss"]))
+    return fit, best
+
+
+@pytest.mark.parametrize("extra, stops", [
+    ([], (5, 9))])  # 2 steps an epoch, validated at its end: cut after epoch 2's and 4's first batch
+def test_top_k_holds_the_best_validated_checkpoints_across_max_steps_stops_and_resumes(
+        tmp_path, extra, stops):
+    """save_top_k=2 and max_steps within an epoch, between validations: Lightning wrote a top-k
+    checkpoint at the cut epoch's end scored with the previous validation's loss, after last.ckpt,
+    so its state lacked it (and the validated file it evicted): a resume never deleted it, and the
+    run ended with three top-k files. The top-k files are the 2 best validations by the CSV logs,
+    also after a resume, last.ckpt's checkpoint state names exactly them, and the best is the one
+    validated after the fit."""
+    run = tmp_path / "run"
+    args = [*FAST, "data.train_size=64", "data.val_size=32", "callbacks.attention_maps.examples=0",
+            "test=false", "logger=csv", "trainer.max_epochs=10", "task.optim.scheduler=none",
+            "callbacks.checkpoint.save_top_k=2", "callbacks.checkpoint.monitor=val/loss", *extra]
+    for steps in stops:
+        cfg = (compose_cfg([*args, f"trainer.max_steps={steps}"]) if steps == stops[0]
+               else resume_config(run, {"trainer.max_steps": steps}))
+        summary = train(cfg, run)
+        assert summary["global_step"] == steps
+        scores, best = _validations(run)
+        assert len(scores) == steps // 2  # every second step, none at a cut between validations
+        top = sorted(scores, key=scores.get)[:2]
+        files = {p.name for p in (run / "checkpoints").glob("*.ckpt")} - {"last.ckpt"}
+        assert files == set(top), scores
+        assert Path(summary["best_checkpoint"]).name == top[0]
+        assert best[-1] == scores[top[0]]  # the final validation was of the best checkpoint
+        state = next(v for k, v in _ckpt(run / "checkpoints" / "last.ckpt")["callbacks"].items()
+                     if "'monitor': 'val/loss'" in k)
+        assert {Path(p).name for p in state["best_k_models"]} == set(top)
