@@ -307,7 +307,13 @@ class RunCheckpoint(ModelCheckpoint):
     checkpoint, deleted for unvalidated weights). Here a validation metric not computed at this
     step writes no top-k file; the final weights are in ``last.ckpt``. (attnflow's metrics are
     ``<split>/<name>``: a ``val/`` monitor is a validation's; a ``train/`` one is fresh at every
-    step.)"""
+    step.)
+
+    A stop within an epoch at a validation (``max_steps`` at a ``val_check_interval`` batch, or
+    ``max_time``, which validates before it stops) writes that validation's top-k file after
+    :class:`LastCheckpoint` wrote ``last.ckpt`` of the same step (at the batch's end, where the
+    state resumes within the epoch): the new file and the one it evicted are recorded in
+    ``last.ckpt``'s state of this callback, so that a resume rotates and chooses among them."""
 
     _validated_step: int = -1  # the global step of this process's last validation in fit
 
@@ -321,6 +327,24 @@ class RunCheckpoint(ModelCheckpoint):
                  and self._validated_step != trainer.global_step)
         if not stale:  # (see the class: an epoch cut by max_steps, not validated at its end)
             super().on_train_epoch_end(trainer, pl_module)
+
+    def _save_topk_checkpoint(self, trainer: pl.Trainer, monitor_candidates: Dict[str, Any]) -> None:
+        saved = self._last_checkpoint_saved
+        super()._save_topk_checkpoint(trainer, monitor_candidates)
+        if self._last_checkpoint_saved != saved:  # a new top-k file (see the class)
+            self._record_in_last(trainer)
+
+    def _record_in_last(self, trainer: pl.Trainer) -> None:
+        """This callback's state, into ``last.ckpt`` where it was written at this step before."""
+        last = [cb for cb in trainer.checkpoint_callbacks if isinstance(cb, LastCheckpoint)
+                and cb is not self and cb._last_global_step_saved == trainer.global_step]
+        for cb in last:
+            path = Path(cb.dirpath) / "last.ckpt"
+            if trainer.is_global_zero and path.is_file():
+                ckpt = load_checkpoint_file(path)
+                ckpt["callbacks"][self.state_key] = self.state_dict()
+                atomic_torch_save(ckpt, path)
+            trainer.strategy.barrier()
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         old, new = state_dict.get("dirpath"), self.dirpath

@@ -667,15 +667,17 @@ def _validations(run: Path) -> tuple:
 
 
 @pytest.mark.parametrize("extra, stops", [
-    ([], (5, 9))])  # 2 steps an epoch, validated at its end: cut after epoch 2's and 4's first batch
-def test_top_k_holds_the_best_validated_checkpoints_across_max_steps_stops_and_resumes(
+    ([], (5, 9)),  # 2 steps an epoch, validated at its end: cut after epoch 2's and 4's first batch
+    (["data.train_size=128", "+trainer.val_check_interval=0.5"], (6, 10))])  # 4 an epoch, validated
+def test_top_k_holds_the_best_validated_checkpoints_across_max_steps_stops_and_resumes(  # every 2nd
         tmp_path, extra, stops):
-    """save_top_k=2 and max_steps within an epoch, between validations: Lightning wrote a top-k
-    checkpoint at the cut epoch's end scored with the previous validation's loss, after last.ckpt,
-    so its state lacked it (and the validated file it evicted): a resume never deleted it, and the
-    run ended with three top-k files. The top-k files are the 2 best validations by the CSV logs,
-    also after a resume, last.ckpt's checkpoint state names exactly them, and the best is the one
-    validated after the fit."""
+    """save_top_k=2 and max_steps within an epoch. Cut between validations, Lightning wrote a
+    top-k checkpoint at the cut epoch's end scored with the previous validation's loss; cut at a
+    validation within the epoch, the top-k checkpoint of that validation. Both came after
+    last.ckpt, so its state lacked them (and the file each evicted): a resume never deleted them,
+    and the run ended with three top-k files. The top-k files are the 2 best validations by the
+    CSV logs, also after a resume, last.ckpt's checkpoint state names exactly them, and the best
+    is the one validated after the fit."""
     run = tmp_path / "run"
     args = [*FAST, "data.train_size=64", "data.val_size=32", "callbacks.attention_maps.examples=0",
             "test=false", "logger=csv", "trainer.max_epochs=10", "task.optim.scheduler=none",
