@@ -254,10 +254,48 @@ class TrainingState(pl.Callback):
             set_rng_state(self._to_restore)
             self._to_restore = None
 
+    _validated_step: int = -1  # the global step of this process's last validation in fit
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking and trainer.state.fn == "fit":
+            self._validated_step = trainer.global_step
+
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: Dict[str, Any]) -> None:
         run_id = wandb_run_id(trainer)
         if run_id:
             checkpoint[WANDB_ID_KEY] = run_id
+        if trainer.state.fn == "fit" and self._validated_step != trainer.global_step:
+            finish_epoch(checkpoint.get("loops", {}).get("fit_loop"), trainer.num_training_batches)
+
+
+def finish_epoch(fit: Optional[Dict[str, Any]], batches: float) -> None:
+    """The fit loop state ``fit`` of a checkpoint written at the end of an epoch that was not
+    validated (``on_train_epoch_end``; ``limit_val_batches=0``, or ``check_val_every_n_epoch`` > 1)
+    as the state at the next epoch's start, in place. Lightning 2.6 resumes a step-limited run
+    (``max_steps``) from an epoch-end state as a restart within that epoch (FitLoop.restarting:
+    ``or self._iteration_based_training()``; RESTARTED_ON_EPOCH_END), and its epoch loop leaves
+    the epoch only after the restart's pending validation (_TrainingEpochLoop.done:
+    ``_is_validation_done`` is ``not self.restarting or self.val_loop._has_run``; advance skips
+    the batch only where ``_should_check_val_fx``): with none due, it trained one more batch of
+    that epoch, from a new pass over its loader, before the next epoch. Here the epoch is counted
+    completed (FitLoop.on_advance_end's ``increment_completed``, after the save) and the
+    per-epoch counters are zeroed as _TrainingEpochLoop.reset does for a new epoch
+    (``reset_on_run``), so the resume starts the next epoch as the uninterrupted run did."""
+    if not fit:
+        return
+    epochs, progress = fit["epoch_progress"], fit["epoch_loop.batch_progress"]
+    at_end = (epochs["current"]["ready"] == epochs["current"]["processed"]
+              == epochs["current"]["completed"] + 1 and progress["current"]["completed"] >= batches)
+    if not at_end:
+        return
+    for counts in epochs.values():
+        counts["completed"] = counts["processed"]
+    optim = fit["epoch_loop.automatic_optimization.optim_progress"]["optimizer"]
+    for current in (progress["current"], fit["epoch_loop.scheduler_progress"]["current"],
+                    optim["step"]["current"], optim["zero_grad"]["current"],
+                    fit["epoch_loop.val_loop.batch_progress"]["total"]):
+        current.update(dict.fromkeys(current, 0))
+    progress["is_last_batch"] = False
 
 
 def wandb_run_id(trainer: pl.Trainer) -> Optional[str]:

@@ -697,3 +697,24 @@ def test_top_k_holds_the_best_validated_checkpoints_across_max_steps_stops_and_r
         state = next(v for k, v in _ckpt(run / "checkpoints" / "last.ckpt")["callbacks"].items()
                      if "'monitor': 'val/loss'" in k)
         assert {Path(p).name for p in state["best_k_models"]} == set(top)
+
+
+def test_a_step_limited_resume_from_an_unvalidated_epoch_end_trains_the_uninterrupted_batches(tmp_path):
+    """A one-epoch run of 4 steps without validation (limit_val_batches=0), resumed with
+    max_steps=6: Lightning 2.6 read its epoch-end checkpoint as 'epoch 0 not finished' and trained
+    a fifth batch of epoch 0 (a new pass over its loader), then epoch 1's first. The resumed run
+    trains epoch 1's first two batches and ends with the uninterrupted run's weights."""
+    args = [*FAST, "data.train_size=128", "callbacks.attention_maps.examples=0", "test=false",
+            "logger=none", "trainer.limit_val_batches=0", "task.optim.scheduler=none",
+            "model.dropout=0.2"]
+    train(compose_cfg(args), tmp_path / "cut")
+    train(resume_config(tmp_path / "cut", {"trainer.max_epochs": -1, "trainer.max_steps": 6}),
+          tmp_path / "cut")
+    train(compose_cfg([*args, "trainer.max_epochs=-1", "trainer.max_steps=6"]), tmp_path / "whole")
+    got, ref = (_ckpt(tmp_path / run / "checkpoints" / "last.ckpt") for run in ("cut", "whole"))
+    batches = got["loops"]["fit_loop"]["epoch_loop.batch_progress"]["current"]["completed"]
+    # (last.ckpt is written at the last batch's end, before Lightning counts it: epoch 1's second
+    # batch is batch 1 completed in the uninterrupted run; the extra batch made it epoch 1's first)
+    assert (got["epoch"], got["global_step"], batches) == (ref["epoch"], ref["global_step"], 1)
+    for key in ref["state_dict"]:
+        assert torch.equal(got["state_dict"][key], ref["state_dict"][key]), key
