@@ -280,12 +280,20 @@ def finish_epoch(fit: Optional[Dict[str, Any]], batches: float) -> None:
     that epoch, from a new pass over its loader, before the next epoch. Here the epoch is counted
     completed (FitLoop.on_advance_end's ``increment_completed``, after the save) and the
     per-epoch counters are zeroed as _TrainingEpochLoop.reset does for a new epoch
-    (``reset_on_run``), so the resume starts the next epoch as the uninterrupted run did."""
+    (``reset_on_run``), so the resume starts the next epoch as the uninterrupted run did.
+
+    The same holds for the state :class:`LastCheckpoint` saves at the end of training after an
+    unvalidated last epoch (``check_val_every_n_epoch`` > 1: Lightning saves nothing at such an
+    epoch's end), where Lightning has counted the epoch completed but kept its batch counters: a
+    run extended by ``max_steps`` from there ran an empty epoch, and the next epochs got the
+    shuffles of the epochs after them."""
     if not fit:
         return
     epochs, progress = fit["epoch_progress"], fit["epoch_loop.batch_progress"]
-    at_end = (epochs["current"]["ready"] == epochs["current"]["processed"]
-              == epochs["current"]["completed"] + 1 and progress["current"]["completed"] >= batches)
+    current = epochs["current"]
+    at_end = (current["ready"] == current["processed"]
+              and current["completed"] in (current["processed"] - 1, current["processed"])
+              and progress["current"]["completed"] >= batches)
     if not at_end:
         return
     for counts in epochs.values():

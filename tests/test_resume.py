@@ -718,3 +718,22 @@ def test_a_step_limited_resume_from_an_unvalidated_epoch_end_trains_the_uninterr
     assert (got["epoch"], got["global_step"], batches) == (ref["epoch"], ref["global_step"], 1)
     for key in ref["state_dict"]:
         assert torch.equal(got["state_dict"][key], ref["state_dict"][key]), key
+
+
+def test_a_finished_run_whose_last_epoch_was_not_validated_extends_by_steps_as_one_run(tmp_path):
+    """check_val_every_n_epoch=2, 3 epochs of 4 steps: Lightning saves nothing at the unvalidated
+    third epoch's end, so last.ckpt is the end of training's, with the epoch counted and its batch
+    counters kept. Extended with max_steps=18, the resumed run ran an empty epoch 3, then trained
+    epochs 4 and 5 with their shuffles where the uninterrupted run trained epochs 3 and 4: other
+    weights. Now it equals the uninterrupted 18-step run, epoch counter and weights."""
+    args = [*FAST, "data.train_size=128", "callbacks.attention_maps.examples=0", "test=false",
+            "logger=none", "trainer.check_val_every_n_epoch=2", "trainer.limit_val_batches=1",
+            "task.optim.scheduler=none", "model.dropout=0.2", "trainer.max_epochs=3"]
+    train(compose_cfg(args), tmp_path / "cut")
+    train(resume_config(tmp_path / "cut", {"trainer.max_epochs": -1, "trainer.max_steps": 18}),
+          tmp_path / "cut")
+    train(compose_cfg([*args, "trainer.max_epochs=-1", "trainer.max_steps=18"]), tmp_path / "whole")
+    got, ref = (_ckpt(tmp_path / run / "checkpoints" / "last.ckpt") for run in ("cut", "whole"))
+    assert (got["epoch"], got["global_step"]) == (ref["epoch"], ref["global_step"]) == (4, 18)
+    for key in ref["state_dict"]:
+        assert torch.equal(got["state_dict"][key], ref["state_dict"][key]), key
