@@ -249,12 +249,16 @@ class Registry:
             rest = {k: v for k, v in data.items() if k != "name"}
             hint = ""
             if rest:  # a field typed under a block that an interpolation named (model.attention:
-                # ${attention}) replaces the interpolation: the block's own group is where it goes
+                # ${attention}) replaces the interpolation: the block's own group is where it goes;
+                # under a block left at its constructor default (transformer_encoder's attention),
+                # the field replaces that default: the block must be named with it
                 first, value = next(iter(rest.items()))
                 group = path.rsplit(".", 1)[-1]
-                hint = (f" ('{path}' holds only {', '.join(rest)}: a field set under a block that "
-                        f"another config names replaces that block; set it where the block is "
-                        f"chosen, e.g. {group}.{first}={value})")
+                hint = (f" ('{path}' holds only {', '.join(rest)}: a field set under a block "
+                        f"replaces that block's config. Where another config names the block "
+                        f"(model.{group}: ${{{group}}}), set it there, e.g. {group}.{first}={value}; "
+                        f"else name the block with it, e.g. {path}.name={self.names()[0]} "
+                        f"{path}.{first}={value})")
             raise ConfigError(
                 f"'{path}' needs a 'name': one of the registered {self.kind}s: "
                 f"{', '.join(self.names())}{hint}"

@@ -35,6 +35,7 @@ from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor, Mode
 from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 
 import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
+from attnflow.blocks.attention.multihead import check_heads
 from attnflow.callbacks import (MATMUL_PRECISIONS, AttentionMaps, AttentionMapsConfig,
                                 CheckpointConfig, EarlyStoppingConfig, Float32MatmulPrecision,
                                 StopOnNonFiniteLoss)
@@ -404,22 +405,35 @@ def _check_encoder_kinds(model_cfg: Dict[str, Any]) -> None:
                               f"for sequences: {', '.join(text)}")
 
 
-def _check_encoder_positions(cfg: Dict[str, Any]) -> None:
-    """A bounded positional table (``learned``) in a model's own encoder (``model.encoder``:
-    self_attentive's or seq2seq's ``transformer_encoder``) covers the longest input the data gives
-    its encoder (the data class's ``longest_source_positions``, else ``longest_positions``); the
-    table refused a longer input only at the first such batch, mid-run. (The Transformer and BERT
-    check their own tables in their ``check_config``.)"""
-    encoder = (cfg["model"] or {}).get("encoder")
-    if not (isinstance(encoder, dict) and isinstance(encoder.get("positional"), dict)):
+def _check_own_encoder(cfg: Dict[str, Any]) -> None:
+    """A model's own encoder (``model.encoder``: seq2seq's or self_attentive's
+    ``transformer_encoder``), before any data is made, with messages naming its own fields — the
+    shared ``attention`` and ``positional`` groups that the Transformer and BERT read (and check in
+    their ``check_config``) are not what such an encoder uses:
+
+    - its attention's heads divide its width (``model.encoder.d_model``, else ``model.embed_dim``);
+      the build on the meta device refused it too, but named ``attention.heads``, which these
+      models refuse as a group they do not use;
+    - a bounded positional table (``learned``) covers the longest input the data gives the encoder
+      (the data class's ``longest_source_positions``, else ``longest_positions``); the table
+      refused a longer input only at the first such batch, mid-run."""
+    if not isinstance((cfg["model"] or {}).get("encoder"), dict):
         return
-    table = MODELS.validate(cfg["model"], "model")["encoder"]["positional"].get("max_len")
+    model = MODELS.validate(cfg["model"], "model")  # (with the blocks' defaults)
+    encoder = model["encoder"]
+    attention = encoder.get("attention")
+    width = encoder.get("d_model") or model.get("embed_dim")
+    if isinstance(attention, dict) and "heads" in attention and isinstance(width, int):
+        check_heads(attention["name"], width, attention["heads"], attention.get("head_dim"),
+                    at="model.encoder.attention", size="model.encoder.d_model, else model.embed_dim")
+    positional = encoder.get("positional")
+    table = positional.get("max_len") if isinstance(positional, dict) else None
     longest = table and (DATA.ask(cfg["data"], "longest_source_positions", "data")
                          or DATA.ask(cfg["data"], "longest_positions", "data"))
     if longest and longest[0] > table:
         raise ConfigError(
-            f"model.encoder.positional.max_len={table} ({encoder['positional']['name']} positions) "
-            f"is shorter than the {longest[0]} positions the data gives the encoder "
+            f"model.encoder.positional.max_len={table} ({positional['name']} positions) is shorter "
+            f"than the {longest[0]} positions the data gives the encoder "
             f"({longest[1].replace('{at}', 'data.')}), which the table would refuse at the first such "
             f"batch, mid-run; raise model.encoder.positional.max_len to at least {longest[0]}, or use "
             f"model.encoder.positional.name=sinusoidal")
@@ -457,7 +471,7 @@ def check_composition(cfg: Dict[str, Any]) -> None:
     picked = [(group, cfg[group]["name"], reg) for group, reg in
               (("data", DATA), ("model", MODELS), ("task", TASKS))]
     _check_encoder_kinds(cfg["model"])
-    _check_encoder_positions(cfg)
+    _check_own_encoder(cfg)
     for group, name, reg in picked:  # composite blocks (multitask): their parts fit, first
         check = getattr(reg.get(name), "check_config", None)
         if check is not None:

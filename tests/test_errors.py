@@ -199,6 +199,29 @@ def test_learned_positions_of_a_models_own_encoder_shorter_than_its_input_are_re
     assert resolved["model"]["encoder"]["positional"] == {"name": "learned", "max_len": longest}
 
 
+@pytest.mark.parametrize("overrides, width", [
+    (["model.encoder.attention.name=multihead", "model.encoder.attention.heads=3"], 64),  # embed_dim
+    (["experiment=self_attentive_imdb"], 100),                                           # its embed_dim
+    (["model.encoder.d_model=30"], 30),                                                  # the encoder's own
+])
+def test_heads_of_a_models_own_encoder_are_checked_naming_its_fields(tmp_path, overrides, width):
+    """transformer_encoder inside seq2seq or self_attentive: heads that do not divide its width were
+    refused telling the user to change attention.heads, a shared group these models refuse as
+    unused. The message names the encoder's own field; a width the heads divide builds."""
+    from attnflow.run import resolve_config
+
+    cmd = ["model.encoder.name=transformer_encoder", *overrides]
+    heads = 3 if "model.encoder.attention.heads=3" in overrides else 8
+    with pytest.raises(ConfigError, match=rf"the query size {width} \(model.encoder.d_model, else "
+                                          rf"model.embed_dim\) is not divisible by heads {heads}; change "
+                                          rf"model.encoder.attention.heads or set model.encoder."
+                                          rf"attention.head_dim"):
+        train(compose_cfg(cmd, return_hydra_config=True), tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    fits = [*cmd, "model.encoder.attention.name=multihead", f"model.encoder.attention.heads={width // 2 if width % 2 == 0 else width}"]
+    resolve_config(compose_cfg(fits, return_hydra_config=True))
+
+
 def test_a_seq2seq_encoder_with_the_shortest_table_allowed_trains_and_decodes(tmp_path):
     """The encoder's bound is exact: reverse sources of up to max_len=10 symbols, a learned table of
     10 positions, through training, validation and test."""

@@ -46,14 +46,17 @@ def relative_index(tq: int, tk: int, max_distance: int, query_offset: int = 0,
     return (i - j).clamp(-max_distance, max_distance) + max_distance
 
 
-def check_heads(name: str, query_dim: int, heads: int, head_dim: Optional[int]) -> None:
+def check_heads(name: str, query_dim: int, heads: int, head_dim: Optional[int],
+                at: str = "attention", size: str = "model.d_model of a Transformer or BERT, "
+                                                      "model.decoder.hidden_dim of an RNN decoder") -> None:
     """Without ``head_dim`` each head gets query_dim / heads features, so ``heads`` must divide
-    the query size; also called by the models' ``check_config`` (before any data is made)."""
+    the query size; also called by the models' ``check_config`` (before any data is made), and
+    for a model's own encoder by :mod:`attnflow.run` with its path (``at``: where the attention's
+    fields are set; ``size``: where the query size comes from)."""
     if head_dim is None and query_dim % heads:
         raise ConfigError(
-            f"attention '{name}': the query size {query_dim} (model.d_model of a Transformer or BERT, "
-            f"model.decoder.hidden_dim of an RNN decoder) is not "
-            f"divisible by heads {heads}; change attention.heads or set attention.head_dim")
+            f"attention '{name}': the query size {query_dim} ({size}) is not divisible by heads "
+            f"{heads}; change {at}.heads or set {at}.head_dim")
 
 
 def check_model_heads(model: Mapping[str, Any]) -> None:
