@@ -239,7 +239,8 @@ JOBS_CHECKED = 32  # a larger grid: jobs composed in all, at most (≈ 0.6–1.3
 
 def _pairwise(space: Dict[str, list], done: List[Dict[str, str]]) -> List[Dict[str, str]]:
     """Jobs that, with ``done``, hold every pair of two keys' values at least once (a pairwise
-    covering array; the greedy construction of Cohen et al. 1997, "The AETG system", §3): each job
+    covering array; a deterministic form of the greedy construction of Cohen et al. 1997, "The AETG
+    system", IEEE TSE 23(7)): each job
     starts from the first pair not yet held and gives every other key the value that adds the most
     unheld pairs with the keys set so far (the first such value on a tie), so a 3 × 4 × 5 grid of 60
     jobs is covered by about 20. Values refused only together are, in practice, refused in twos
@@ -272,7 +273,7 @@ def _trials(space: Dict[str, list]) -> List[Tuple[Optional[str], Dict[str, str]]
     validates), where the grid of probed values has at most ``COMBINATIONS_CHECKED`` jobs every
     other job of it, and in a larger grid jobs that hold every pair of two keys' values
     (:func:`_pairwise`), up to ``JOBS_CHECKED`` jobs in all: a grid whose pairs need more is
-    checked that far (a warning says how many pairs were left unchecked)."""
+    checked that far (a warning says how many more jobs its pairs would need)."""
     keys = list(space)
     first = {k: v[0] for k, v in space.items()}
     only = keys[0] if len(keys) == 1 else None  # one key: its first value's fault is that value's
