@@ -240,12 +240,13 @@ JOBS_CHECKED = 32  # a larger grid: jobs composed in all, at most (≈ 0.6–1.3
 def _pairwise(space: Dict[str, list], done: List[Dict[str, str]]) -> List[Dict[str, str]]:
     """Jobs that, with ``done``, hold every pair of two keys' values at least once (a pairwise
     covering array; a deterministic form of the greedy construction of Cohen et al. 1997, "The AETG
-    system", IEEE TSE 23(7)): each job
-    starts from the first pair not yet held and gives every other key the value that adds the most
-    unheld pairs with the keys set so far (the first such value on a tie), so a 3 × 4 × 5 grid of 60
-    jobs is covered by about 20. Values refused only together are, in practice, refused in twos
-    (``trainer.max_epochs=1`` with ``trainer.check_val_every_n_epoch=2``)."""
+    system", IEEE TSE 23(7)): each job starts from the first pair not yet held and gives every other
+    key the value that adds the most unheld pairs with the keys set so far (the first such value on
+    a tie), so a 3 × 4 × 5 grid of 60 jobs is covered by 22 in all. Values refused only together
+    are, in practice, refused in twos (``trainer.max_epochs=1`` with
+    ``trainer.check_val_every_n_epoch=2``)."""
     keys = list(space)
+
     def pairs(job: Dict[str, str]) -> set:
         return {(a, job[a], b, job[b]) for a, b in itertools.combinations(keys, 2) if a in job and b in job}
     unheld = {(a, x, b, y) for a, b in itertools.combinations(keys, 2) for x in space[a] for y in space[b]}
