@@ -71,8 +71,18 @@ def typed_fields(overrides: Iterable[str]) -> Dict[str, str]:
     return out
 
 
-def _trainer_inert(trainer: Mapping[str, Any], test: Any = True) -> Dict[str, str]:
+def _trainer_inert(trainer: Mapping[str, Any], test: Any = True,
+                   callbacks: Optional[Mapping[str, Any]] = None) -> Dict[str, str]:
     out = {}
+    if (callbacks or {}).get("early_stopping") is None and trainer.get("max_time") is None:
+        # Lightning keeps a minimum only against a request to stop early (EarlyStopping, the
+        # Timer of max_time); without one the run trains to max_epochs / max_steps regardless
+        for key in ("min_epochs", "min_steps"):
+            out[f"trainer.{key}"] = (
+                "nothing asks the run to stop before trainer.max_epochs / trainer.max_steps "
+                f"(callbacks.early_stopping is null, trainer.max_time unset), and {key} only holds "
+                "off such a stop; set callbacks.early_stopping (e.g. callbacks.early_stopping={}) "
+                "or trainer.max_time")
     if not trainer.get("gradient_clip_val"):
         out["trainer.gradient_clip_algorithm"] = (
             "trainer.gradient_clip_val is unset (or 0), so gradients are not clipped; set "
@@ -87,7 +97,8 @@ def inert_fields(resolved: Mapping[str, Any]) -> Dict[str, str]:
     and task trees, the Trainer, and the callbacks' typed configs."""
     from attnflow.run import CALLBACK_FIELDS  # (run imports this module)
 
-    out = _trainer_inert(resolved.get("trainer") or {}, resolved.get("test", True))
+    out = _trainer_inert(resolved.get("trainer") or {}, resolved.get("test", True),
+                         resolved.get("callbacks"))
     for group, registry in _GROUPS:
         out.update(registry.inert_fields(registry.validate(resolved[group], group), group))
     for key, value in (resolved.get("callbacks") or {}).items():

@@ -206,6 +206,17 @@ def _check_schedule_length(cfg: Dict[str, Any]) -> None:
                                     "sets no epoch limit)")
 
 
+def _check_minimums(trainer: Dict[str, Any]) -> None:
+    """``trainer.min_epochs`` (``min_steps``) above ``max_epochs`` (``max_steps``): Lightning ends
+    the run at the maximum first, so the minimum the user asked for was silently not kept."""
+    for low, high in (("min_epochs", "max_epochs"), ("min_steps", "max_steps")):
+        least, most = trainer.get(low), trainer.get(high)
+        if isinstance(least, int) and isinstance(most, int) and most != -1 and least > most:
+            raise ConfigError(f"trainer.{low}={least} is more than trainer.{high}={most}: Lightning "
+                              f"ends the run at trainer.{high} first, so the minimum is never kept; "
+                              f"lower trainer.{low}, or raise trainer.{high}")
+
+
 def _top_level_keys() -> set:
     """The root config's keys: its defaults list's groups and its own fields (conf/train.yaml)."""
     conf = config_dir()
@@ -235,6 +246,7 @@ def validate_config(cfg: Dict[str, Any]) -> None:
                 f"plugins: the atomic, weights-only checkpoint IO; barebones: off, as the tasks log "
                 f"their metrics, which barebones forbids).{_suggest(key, allowed)}")
     _check_trainer_types(cfg.get("trainer") or {})
+    _check_minimums(cfg.get("trainer") or {})
     check_precision(cfg.get("trainer") or {})  # 16-mixed on the CPU: Lightning swaps in bf16
     _check_schedule_length(cfg)
     for key, value in (cfg.get("callbacks") or {}).items():

@@ -80,6 +80,12 @@ from support import FAST, ROOT, compose_cfg, train_cli
     (["callbacks.average={best: 2}", "trainer.limit_val_batches=0.0"],
      ["callbacks.average averages the checkpoints of validated epochs, but "
       "trainer.limit_val_batches=0.0 runs no validation"]),
+    # Lightning ends the run at max_epochs (max_steps) first: the minimum was silently not kept
+    (["callbacks.early_stopping={}", "trainer.max_epochs=2", "trainer.min_epochs=5"],
+     ["trainer.min_epochs=5 is more than trainer.max_epochs=2", "lower trainer.min_epochs, or "
+      "raise trainer.max_epochs"]),
+    (["trainer.max_time=00:00:10:00", "trainer.max_steps=10", "trainer.min_steps=50"],
+     ["trainer.min_steps=50 is more than trainer.max_steps=10"]),
 ])
 def test_bad_config_fails_before_any_work(overrides, expected, tmp_path):
     cfg = compose_cfg([*FAST, *overrides])

@@ -158,6 +158,10 @@ def test_extra_label_prob_is_unread_without_multi_label():
      ["task.optim.weight_decay=0 decays no parameter"]),
     (["model.layers=1", "model.heads=4"], ["model.heads=4 (at 'model.heads')", "model.layers=1 is the "
                                            "output layer alone"]),
+    (["trainer.min_epochs=1"], ["trainer.min_epochs=1 (at 'trainer.min_epochs') does nothing",
+                                "nothing asks the run to stop before trainer.max_epochs",
+                                "callbacks.early_stopping", "trainer.max_time"]),
+    (["trainer.min_steps=20"], ["trainer.min_steps=20 (at 'trainer.min_steps') does nothing"]),
 ])
 def test_an_unread_field_set_on_the_command_line_is_refused(overrides, says, tmp_path):
     with pytest.raises(ConfigError) as err:
@@ -176,6 +180,8 @@ def test_an_unread_field_set_on_the_command_line_is_refused(overrides, says, tmp
     ["task.optim.weight_decay=0.01", "task.optim.decay_bias_and_norm=false"],
     ["model.layers=1"],  # the preset's heads are now unread, but the user did not set them
     ["data.loader=full"],  # the preset's batch_size is now unread, but the user did not set it
+    ["trainer.min_epochs=1", "callbacks.early_stopping={}"],  # holds early stopping off
+    ["trainer.min_steps=2", "trainer.max_time=00:00:10:00"],  # holds the time limit off
 ])
 def test_a_field_that_counts_or_that_a_preset_set_is_accepted(overrides):
     resolved = resolve_config(compose_cfg([*GRAPH, *overrides], return_hydra_config=True))
@@ -337,3 +343,29 @@ def test_a_common_field_every_task_sets_itself_is_unread_and_refused_when_typed(
     resolved = resolve_config(compose_cfg([*mt, "data.common.max_len=32", "~data.tasks.polarity.label_field",
                                            "data.common.label_field=label"], return_hydra_config=True))
     assert resolved["data"]["common"]["label_field"] == "label"
+
+
+# -- the Trainer's minimums: read only where something asks the run to stop early ---------------------
+
+def _epochs_trained(**trainer) -> int:
+    import pytorch_lightning as pl
+
+    class Tiny(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, _):
+            return self.w(batch).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    fit = pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                     enable_model_summary=False, accelerator="cpu", **trainer)
+    fit.fit(Tiny(), torch.utils.data.DataLoader(torch.randn(4, 2), batch_size=2))
+    return fit.current_epoch
+
+
+def test_min_epochs_changes_nothing_without_an_early_stop_and_never_passes_max_epochs():
+    assert _epochs_trained(max_epochs=2) == _epochs_trained(max_epochs=2, min_epochs=5) == 2
