@@ -73,7 +73,7 @@ class AverageConfig:
     mode: Optional[Literal["min", "max"]] = None
 
     @classmethod
-    def inert_fields(cls, fields) -> dict:
+    def inert_fields(cls, fields, run=None) -> dict:
         """``mode`` ranks the best N; the last N are not ranked (refused when typed:
         :mod:`attnflow.overrides`; ``monitor`` is still recorded with the last N's scores)."""
         if fields.get("last") is None:

@@ -48,11 +48,28 @@ class AttentionMapsConfig:
     every_n_epochs: NonNegativeInt = 1
 
     @classmethod
-    def inert_fields(cls, fields) -> dict:
-        """With no examples there are no maps to time (refused when typed: :mod:`attnflow.overrides`)."""
-        if fields.get("examples", 4):
+    def inert_fields(cls, fields, run=None) -> dict:
+        """With no examples there are no maps to time; without a W&B or TensorBoard logger (in the
+        run's config ``run``) none is drawn during training, and the pictures written after it do
+        not depend on ``every_n_epochs`` (refused when typed: :mod:`attnflow.overrides`)."""
+        if not fields.get("examples", 4):
+            return {"every_n_epochs": "{at}examples=0 draws no attention maps; set {at}examples"}
+        if run is None:  # (no run config to ask: nothing is claimed)
             return {}
-        return {"every_n_epochs": "{at}examples=0 draws no attention maps; set {at}examples"}
+        chosen = run.get("logger") or {}
+        loggers = [n for n in ([chosen] if isinstance(chosen, str) else chosen) if n != "none"]
+        if set(loggers) & set(DASHBOARD_LOGGERS):
+            return {}
+        chosen = ("none" if not loggers else loggers[0] if len(loggers) == 1
+                  else f"[{','.join(loggers)}]")
+        return {"every_n_epochs": (f"the maps drawn during training go to a W&B or TensorBoard "
+                                   f"logger, and logger={chosen} gives neither (the pictures written "
+                                   f"to <run dir>/attention/ after training are drawn whatever it "
+                                   f"says); add one, e.g. logger=[csv,tensorboard]")}
+
+
+# the loggers AttentionMaps sends its maps to during training (by their registry names)
+DASHBOARD_LOGGERS = ("wandb", "tensorboard")
 
 
 class AttentionMaps(pl.Callback):

@@ -106,7 +106,7 @@ def inert_fields(resolved: Mapping[str, Any]) -> Dict[str, str]:
         if isinstance(value, dict) and hasattr(schema, "inert_fields"):
             fields = {**dataclasses.asdict(schema()), **value}
             out.update({f"callbacks.{key}.{k}": why.replace("{at}", f"callbacks.{key}.")
-                        for k, why in schema.inert_fields(fields).items()})
+                        for k, why in schema.inert_fields(fields, resolved).items()})
     return out
 
 

@@ -260,12 +260,43 @@ def test_planetoid_seed_is_read_by_the_khop_loader_only():
      "nothing: callbacks.attention_maps.examples=0 draws no attention maps"),
     (["+callbacks.average={last:2,mode:max}"], "(at 'callbacks.average.mode') does nothing: "
                                                "callbacks.average.last keeps the last validated epochs"),
+    # the maps during training go to W&B or TensorBoard only; the pictures after training are
+    # drawn whatever every_n_epochs says
+    (["callbacks.attention_maps.every_n_epochs=2"],
+     "callbacks.attention_maps.every_n_epochs=2 (at 'callbacks.attention_maps.every_n_epochs') does "
+     "nothing: the maps drawn during training go to a W&B or TensorBoard logger, and logger=csv "
+     "gives neither"),
+    (["logger=none", "callbacks.attention_maps.every_n_epochs=0"], "logger=none gives neither"),
 ])
 def test_unread_callback_fields_are_refused_when_typed(overrides, says, tmp_path):
     with pytest.raises(ConfigError) as err:
         train(compose_cfg([*GRAPH, *overrides], return_hydra_config=True), tmp_path / "run")
     assert says in str(err.value)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("logger", ["tensorboard", "[csv,wandb]", "wandb"])
+def test_attention_maps_every_n_epochs_is_read_with_a_dashboard_logger(logger):
+    resolved = resolve_config(compose_cfg([*GRAPH, f"logger={logger}", "callbacks.attention_maps."
+                                           "every_n_epochs=2"], return_hydra_config=True))
+    assert resolved["callbacks"]["attention_maps"]["every_n_epochs"] == 2
+
+
+def test_attention_maps_during_training_need_a_dashboard_logger(tmp_path):
+    """The claim: with only a CSV logger no validation asks the task for its dashboard, whatever
+    every_n_epochs is; the pictures after training are drawn once."""
+    from unittest import mock
+
+    from attnflow.tasks.node_classification import NodeClassificationTask
+
+    calls = []
+    real = NodeClassificationTask.dashboard
+    with mock.patch.object(NodeClassificationTask, "dashboard",
+                           lambda self, batch: calls.append(1) or real(self, batch)):
+        train(compose_cfg([*GRAPH, "trainer.max_epochs=3", "test=false", "logger=csv"]),
+              tmp_path / "run")
+    assert len(calls) == 1  # on_train_end's pictures only
+    assert list((tmp_path / "run" / "attention").glob("*.png"))
 
 
 def test_in_a_sweep_a_field_read_by_some_jobs_is_accepted_and_its_jobs_run():
