@@ -64,18 +64,26 @@ TOKENIZER_FILE = "wordpiece.json"
 
 
 # -- reading documents ------------------------------------------------------------------------------
+def corpus_format(path: Any) -> Optional[str]:
+    """'jsonl' (``.jsonl``/``.json``), 'txt' (``.txt``), either optionally ``.gz``; None for another
+    name (:func:`read_documents` refuses it, naming the file)."""
+    name = str(path)
+    name = name[:-3] if name.endswith(".gz") else name
+    return "jsonl" if name.endswith((".jsonl", ".json")) else "txt" if name.endswith(".txt") else None
+
+
 def read_documents(path: Path, text_field: str = "text", documents: str = "line", limit: int = 0,
                    seed: int = 0) -> List[str]:
     """Raw document texts of a corpus file (see the module docstring); ``limit``: a seeded random
     subset of N documents (0 = all). Empty documents are dropped; a file with none is an error."""
     path = Path(path)
-    name = path.name[:-3] if path.name.endswith(".gz") else path.name
-    if name.endswith(".jsonl") or name.endswith(".json"):
+    kind = corpus_format(path.name)
+    if kind == "jsonl":
         try:
             texts = [t for t, _ in read_jsonl(path, text_field, None)]
         except DataError as err:  # its messages name the documents module
             raise DataError(str(err).replace("data 'documents'", OWNER, 1)) from None
-    elif name.endswith(".txt"):
+    elif kind == "txt":
         if documents not in ("line", "blank_line"):
             raise ValueError(f"{OWNER}: documents must be 'line' or 'blank_line', got {documents!r}")
         lines = [line for _, line in numbered_lines(path, OWNER)]
@@ -391,6 +399,27 @@ class PretrainingDataModule(SplitDataModule):
     def vocab_size(self) -> int:
         self.prepare_tokenizer()
         return self.tokenizer.get_vocab_size()
+
+    @classmethod
+    def inert_fields(cls, fields: Mapping[str, Any]) -> Dict[str, str]:
+        """``documents`` splits ``.txt`` corpora, ``text_field`` names the text of JSON-lines ones:
+        where no corpus file is of that format the field is unread (refused when typed:
+        :mod:`attnflow.overrides`). A file of neither format is left to the data error naming it."""
+        paths = {k: fields.get(k) for k in ("train_path", "val_path", "test_path") if fields.get(k)}
+        kinds = {corpus_format(p) for p in paths.values()}
+        if None in kinds:
+            return {}
+        shown = ", ".join(f"{{at}}{k}={p}" for k, p in paths.items())
+        out = {}
+        if "txt" not in kinds:
+            out["documents"] = (f"it splits .txt corpora into documents, and every corpus here is "
+                                f"JSON-lines, one document a line ({shown}); it is read with a .txt "
+                                f"{{at}}train_path, val_path or test_path")
+        if "jsonl" not in kinds:
+            out["text_field"] = (f"it names the text of JSON-lines corpora, and every corpus here "
+                                 f"is .txt ({shown}); it is read with a .jsonl {{at}}train_path, "
+                                 f"val_path or test_path")
+        return out
 
     @classmethod
     def longest_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:
