@@ -496,13 +496,32 @@ def _check_path_variables(values: Dict[str, str]) -> None:
                               f"unset it (unset {var}: the default), or give {field}=…")
 
 
+def _check_job_chdir(values: Dict[str, str], args: Sequence[str]) -> None:
+    """``hydra.job.chdir=true`` runs the job inside its run directory. attnflow writes there by
+    full paths in any case, so the one thing it changed was where relative paths are read from:
+    ``ckpt_path=<run>/checkpoints/last.ckpt`` typed relative to the current folder was refused as
+    a checkpoint that does not exist, a relative data path (or ``$ATTNFLOW_DATA_DIR``) as a
+    missing data file. Refused before Hydra starts, as an override that does nothing else."""
+    value = values.get("hydra.job.chdir")
+    if value is not None and value.strip().lower() in ("true", "yes", "on", "y", "1"):
+        typed = [a.lstrip("+") for a in args if a.lstrip("+").split("=", 1)[0] == "hydra.job.chdir"]
+        raise ResumeError(f"{typed[-1] if typed else 'hydra.job.chdir=true'} would run the job inside its run directory: "
+                          f"attnflow writes every file there by its full path already, so the only "
+                          f"change would be that relative paths (ckpt_path=, model.init_from=, "
+                          f"data files, $ATTNFLOW_DATA_DIR) are read from inside the new run "
+                          f"directory, where they are not; drop it (hydra.run.dir= names the run "
+                          f"directory)")
+
+
 def check_output_folders(args: Sequence[str]) -> None:
     """Where the run or sweep of ``args`` would be written (``hydra.run.dir``, ``hydra.sweep.dir``,
     ``paths.output_root`` or ``$ATTNFLOW_OUTPUT_DIR``) must be a folder or not exist yet; a path
     under a file is a :class:`ResumeError` naming both (Hydra would fail with a traceback). An
-    empty ``$ATTNFLOW_OUTPUT_DIR`` or ``$ATTNFLOW_DATA_DIR`` is refused (:func:`_check_path_variables`)."""
+    empty ``$ATTNFLOW_OUTPUT_DIR`` or ``$ATTNFLOW_DATA_DIR`` is refused (:func:`_check_path_variables`),
+    and so is ``hydra.job.chdir=true`` (:func:`_check_job_chdir`)."""
     values = {k.lstrip("+"): v for k, v in (_parse(a) for a in args if "=" in a and not a.startswith("-"))}
     _check_path_variables(values)
+    _check_job_chdir(values, args)
     where = {key: values[key] for key in ("hydra.run.dir", "hydra.sweep.dir") if values.get(key)}
     env = not values.get("paths.output_root") and os.environ.get("ATTNFLOW_OUTPUT_DIR")
     source = "$ATTNFLOW_OUTPUT_DIR" if env else "paths.output_root"

@@ -427,6 +427,26 @@ def test_an_empty_path_variable_is_refused_before_hydra(tmp_path, monkeypatch, c
     check_output_folders([f"{field}={tmp_path / 'x'}"])  # the field typed: the variable is not read
 
 
+@pytest.mark.parametrize("value", ["true", "True", "yes"])
+def test_hydra_job_chdir_is_refused_before_hydra(tmp_path, monkeypatch, capsys, value):
+    """hydra.job.chdir=true moved the job into its run directory, where attnflow writes by full
+    paths anyway: it changed nothing but where relative paths are read from, so e.g.
+    ckpt_path=<run>/checkpoints/last.ckpt (relative, there) was refused as 'no such checkpoint
+    file', and a relative $ATTNFLOW_DATA_DIR or data.train_path as a missing data file."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ATTNFLOW_OUTPUT_DIR", "out")
+    err = _main(monkeypatch, capsys, f"hydra.job.chdir={value}", "data.train_size=64",
+                "trainer.max_steps=1", "trainer.limit_val_batches=1", "test=false", "logger=none",
+                "callbacks.progress_bar=none", "callbacks.attention_maps=null")
+    assert err.startswith(f"attnflow: hydra.job.chdir={value} would run the job inside its run "
+                          f"directory"), err
+    assert "relative paths" in err and "drop it" in err and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
+    from attnflow.resume import check_output_folders
+
+    check_output_folders(["hydra.job.chdir=false"])  # the default, typed: nothing changes
+
+
 def test_a_new_run_in_a_folder_that_holds_one_is_refused_and_changes_nothing(finished, tmp_path):
     """E.g. a sweep job whose folder an earlier sweep used (the CLI refuses most such sweeps
     before they start; this is the last guard, before anything is written)."""
