@@ -513,12 +513,42 @@ def _check_job_chdir(values: Dict[str, str], args: Sequence[str]) -> None:
                           f"directory)")
 
 
+def _check_mode_folders(args: Sequence[str]) -> None:
+    """A run folder the run's mode does not read: Hydra writes a single run to ``hydra.run.dir``
+    and a multirun's jobs under ``hydra.sweep.dir``/``hydra.sweep.subdir``, each ignoring the
+    other's. ``hydra.sweep.dir=…`` with ``-m`` forgotten put the run in ``outputs/<date>/<time>``,
+    and ``-m … hydra.run.dir=…`` the jobs in the default sweep folder: the folder typed was not
+    used, without a word. Refused before Hydra starts, naming the override as typed."""
+    from attnflow import config_dir
+    from attnflow.sweeps import _chooses_multirun_file
+
+    typed = {a.lstrip("+").split("=", 1)[0]: a.lstrip("+") for a in args
+             if "=" in a and not a.startswith(("-", "~"))}
+    if "resume" in typed:  # (its own hydra.run.dir, set by prepare_argv)
+        return
+    multirun = (bool({"-m", "--multirun"} & set(args))
+                or typed.get("hydra.mode", "").split("=", 1)[-1].strip().upper() == "MULTIRUN")
+    unread = ["hydra.run.dir"] if multirun else ["hydra.sweep.dir", "hydra.sweep.subdir"]
+    found = [typed[k] for k in unread if k in typed]
+    if found and not multirun and _chooses_multirun_file(args, config_dir()):
+        return  # a config file chosen on the command line makes this a multirun by itself
+    if found and multirun:
+        raise ResumeError(f"{found[0]} is where a single run is written, and this is a multirun "
+                          f"(-m), whose jobs go under hydra.sweep.dir/hydra.sweep.subdir; give "
+                          f"hydra.sweep.dir=… instead, or drop -m for a single run")
+    if found:
+        raise ResumeError(f"{found[0]} is where a multirun (-m) writes its jobs, and this is a "
+                          f"single run, written to hydra.run.dir; give hydra.run.dir=… instead, or "
+                          f"add -m (and values to sweep) for a multirun")
+
+
 def check_output_folders(args: Sequence[str]) -> None:
     """Where the run or sweep of ``args`` would be written (``hydra.run.dir``, ``hydra.sweep.dir``,
     ``paths.output_root`` or ``$ATTNFLOW_OUTPUT_DIR``) must be a folder or not exist yet; a path
     under a file is a :class:`ResumeError` naming both (Hydra would fail with a traceback). An
     empty ``$ATTNFLOW_OUTPUT_DIR`` or ``$ATTNFLOW_DATA_DIR`` is refused (:func:`_check_path_variables`),
-    and so is ``hydra.job.chdir=true`` (:func:`_check_job_chdir`)."""
+    and so are ``hydra.job.chdir=true`` (:func:`_check_job_chdir`) and a run folder the run's mode
+    does not read (:func:`_check_mode_folders`)."""
     values = {k.lstrip("+"): v for k, v in (_parse(a) for a in args if "=" in a and not a.startswith("-"))}
     _check_path_variables(values)
     _check_job_chdir(values, args)
@@ -533,6 +563,7 @@ def check_output_folders(args: Sequence[str]) -> None:
         if not folder.is_dir():
             raise ResumeError(f"{key}={path}: {folder} is a file, so runs cannot be written there; "
                               f"name a folder")
+    _check_mode_folders(args)
 
 
 def cli_args(args: Sequence[str]) -> List[str]:

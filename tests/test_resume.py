@@ -447,6 +447,29 @@ def test_hydra_job_chdir_is_refused_before_hydra(tmp_path, monkeypatch, capsys, 
     check_output_folders(["hydra.job.chdir=false"])  # the default, typed: nothing changes
 
 
+QUICK = ["data.train_size=64", "trainer.max_steps=1", "trainer.limit_val_batches=1", "test=false",
+         "logger=none", "callbacks.progress_bar=none", "callbacks.attention_maps=null"]
+
+
+@pytest.mark.parametrize("args, says", [
+    (["hydra.sweep.dir=mine"], "hydra.sweep.dir=mine is where a multirun (-m) writes its jobs, and "
+                               "this is a single run"),
+    (["hydra.sweep.subdir=x"], "hydra.sweep.subdir=x is where a multirun (-m) writes its jobs"),
+    (["-m", "seed=1,2", "hydra.run.dir=mine"], "hydra.run.dir=mine is where a single run is written, "
+                                               "and this is a multirun"),
+])
+def test_a_run_folder_the_mode_does_not_read_is_refused_before_hydra(tmp_path, monkeypatch, capsys,
+                                                                     args, says):
+    """A single run with hydra.sweep.dir (-m forgotten) was written to outputs/<date>/<time>, and
+    a multirun's jobs with hydra.run.dir went to the default sweep folder: the folder typed was
+    silently not used."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ATTNFLOW_OUTPUT_DIR", "out")
+    err = _main(monkeypatch, capsys, *args, *QUICK)
+    assert err.startswith("attnflow: ") and says in err and err.count("\n") == 1, err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_new_run_in_a_folder_that_holds_one_is_refused_and_changes_nothing(finished, tmp_path):
     """E.g. a sweep job whose folder an earlier sweep used (the CLI refuses most such sweeps
     before they start; this is the last guard, before anything is written)."""
