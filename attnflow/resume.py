@@ -505,12 +505,12 @@ def _check_job_chdir(values: Dict[str, str], args: Sequence[str]) -> None:
     value = values.get("hydra.job.chdir")
     if value is not None and value.strip().lower() in ("true", "yes", "on", "y", "1"):
         typed = [a.lstrip("+") for a in args if a.lstrip("+").split("=", 1)[0] == "hydra.job.chdir"]
-        raise ResumeError(f"{typed[-1] if typed else 'hydra.job.chdir=true'} would run the job inside its run directory: "
-                          f"attnflow writes every file there by its full path already, so the only "
-                          f"change would be that relative paths (ckpt_path=, model.init_from=, "
-                          f"data files, $ATTNFLOW_DATA_DIR) are read from inside the new run "
-                          f"directory, where they are not; drop it (hydra.run.dir= names the run "
-                          f"directory)")
+        shown = typed[-1] if typed else "hydra.job.chdir=true"
+        raise ResumeError(f"{shown} would run the job inside its run directory: attnflow writes "
+                          f"every file there by its full path already, so the only change would be "
+                          f"that relative paths (ckpt_path=, model.init_from=, data files, "
+                          f"$ATTNFLOW_DATA_DIR) are read from inside the new run directory, where "
+                          f"they are not; drop it (hydra.run.dir= names the run directory)")
 
 
 def _check_mode_folders(args: Sequence[str]) -> None:
