@@ -518,14 +518,15 @@ def _check_mode_folders(args: Sequence[str]) -> None:
     and a multirun's jobs under ``hydra.sweep.dir``/``hydra.sweep.subdir``, each ignoring the
     other's. ``hydra.sweep.dir=…`` with ``-m`` forgotten put the run in ``outputs/<date>/<time>``,
     and ``-m … hydra.run.dir=…`` the jobs in the default sweep folder: the folder typed was not
-    used, without a word. Refused before Hydra starts, naming the override as typed."""
+    used, without a word. So was ``paths.output_root`` beside the mode's folder typed (unless that
+    folder is built from it). Refused before Hydra starts, naming the override as typed."""
     from attnflow import config_dir
     from attnflow.sweeps import _chooses_multirun_file
 
     typed = {a.lstrip("+").split("=", 1)[0]: a.lstrip("+") for a in args
              if "=" in a and not a.startswith(("-", "~"))}
-    if "resume" in typed:  # (its own hydra.run.dir, set by prepare_argv)
-        return
+    if "resume" in typed or not _rank_zero():  # a resume's hydra.run.dir is set by prepare_argv,
+        return  # a DDP rank's by Lightning's relaunch (rank 0's folder): checked in rank 0
     multirun = (bool({"-m", "--multirun"} & set(args))
                 or typed.get("hydra.mode", "").split("=", 1)[-1].strip().upper() == "MULTIRUN")
     unread = ["hydra.run.dir"] if multirun else ["hydra.sweep.dir", "hydra.sweep.subdir"]
@@ -540,6 +541,14 @@ def _check_mode_folders(args: Sequence[str]) -> None:
         raise ResumeError(f"{found[0]} is where a multirun (-m) writes its jobs, and this is a "
                           f"single run, written to hydra.run.dir; give hydra.run.dir=… instead, or "
                           f"add -m (and values to sweep) for a multirun")
+    # the root of run folders, where the mode's folder is typed without it
+    folder = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    if ("paths.output_root" in typed and folder in typed
+            and "paths.output_root" not in typed[folder].split("=", 1)[1]):
+        what = "the sweep's folder" if multirun else "the run's folder"
+        raise ResumeError(f"{typed['paths.output_root']} (at 'paths.output_root') does nothing: "
+                          f"{typed[folder]} names {what} itself, and paths.output_root is only the "
+                          f"root the default folders are made under; drop one of them")
 
 
 def check_output_folders(args: Sequence[str]) -> None:

@@ -457,6 +457,13 @@ QUICK = ["data.train_size=64", "trainer.max_steps=1", "trainer.limit_val_batches
     (["hydra.sweep.subdir=x"], "hydra.sweep.subdir=x is where a multirun (-m) writes its jobs"),
     (["-m", "seed=1,2", "hydra.run.dir=mine"], "hydra.run.dir=mine is where a single run is written, "
                                                "and this is a multirun"),
+    # the root of run folders, where the folder itself is typed
+    (["paths.output_root=elsewhere", "hydra.run.dir=mine"],
+     "paths.output_root=elsewhere (at 'paths.output_root') does nothing: hydra.run.dir=mine names the "
+     "run's folder itself"),
+    (["-m", "seed=1,2", "hydra.sweep.dir=mine", "paths.output_root=elsewhere"],
+     "paths.output_root=elsewhere (at 'paths.output_root') does nothing: hydra.sweep.dir=mine names "
+     "the sweep's folder itself"),
 ])
 def test_a_run_folder_the_mode_does_not_read_is_refused_before_hydra(tmp_path, monkeypatch, capsys,
                                                                      args, says):
@@ -468,6 +475,18 @@ def test_a_run_folder_the_mode_does_not_read_is_refused_before_hydra(tmp_path, m
     err = _main(monkeypatch, capsys, *args, *QUICK)
     assert err.startswith("attnflow: ") and says in err and err.count("\n") == 1, err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_output_root_is_read_where_the_run_folder_is_built_from_it(monkeypatch, tmp_path):
+    from attnflow.resume import check_output_folders
+
+    check_output_folders(["paths.output_root=elsewhere", "hydra.run.dir=${paths.output_root}/mine"])
+    check_output_folders(["paths.output_root=elsewhere"])
+    check_output_folders(["-m", "seed=1,2", "paths.output_root=elsewhere"])
+    # a DDP rank Lightning relaunched: rank 0's command line plus the folder rank 0 was given
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    check_output_folders([f"paths.output_root={tmp_path}", f"hydra.run.dir={tmp_path}/2026-01-01/x",
+                          "hydra.job.name=train_ddp_process_1", "hydra.output_subdir=null"])
 
 
 def test_a_new_run_in_a_folder_that_holds_one_is_refused_and_changes_nothing(finished, tmp_path):
