@@ -324,10 +324,11 @@ class DocumentDataModule(SplitDataModule):
 
     # -- what models and tasks need -------------------------------------------------------
     @classmethod
-    def longest_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:
-        """The most positions a flat model (self_attentive: a document's sentences one after
-        another) is given, and why (``{at}``: the data config's path); the models' config checks
-        compare it with a bounded positional table."""
+    def longest_source_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:
+        """The most positions a flat model's encoder (self_attentive: a document's sentences one
+        after another) is given, and why (``{at}``: the data config's path), for
+        :func:`attnflow.run._check_own_encoder`. (Not ``longest_positions``, which the models that
+        read the data whole, BERT and the Transformer, ask: they do not take documents.)"""
         n, w = fields["max_sentences"], fields["max_words"]
         return n * w, f"{{at}}max_sentences={n} × {{at}}max_words={w} words of a document"
 
