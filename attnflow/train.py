@@ -96,13 +96,22 @@ def _forget_refused_run(found: set | None = None) -> None:
 
 
 def _print_summary(summary: dict) -> None:
-    """The final validation and test metrics as a table (global rank 0 only)."""
+    """The final validation and test metrics as a table (global rank 0 only), titled with the
+    weights they are of: the best checkpoint, the averaged one (``callbacks.average``), or the last
+    weights where no best checkpoint was kept (``callbacks.checkpoint.save_top_k=0``)."""
     from pytorch_lightning.utilities import rank_zero_only
 
     from attnflow.console import print_metrics
 
     if getattr(rank_zero_only, "rank", 0) == 0 and summary.get("metrics"):
-        print_metrics(summary["metrics"])
+        print_metrics(summary["metrics"], f"final metrics ({evaluated_weights(summary)})")
+
+
+def evaluated_weights(summary: dict) -> str:
+    """Which weights a run's final metrics are of, from its ``metrics.json`` summary."""
+    if summary.get("averaged_from"):
+        return "averaged checkpoint"
+    return "best checkpoint" if summary.get("best_checkpoint") else "last weights"  # none kept
 
 
 def main() -> None:

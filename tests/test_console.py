@@ -141,6 +141,25 @@ def test_final_metrics_table_has_a_row_per_metric_and_a_column_per_split():
     assert rows == {"acc": ["0.5", "0.75"], "f1": ["0.4", ""], "loss": ["0.1235", "0.25"]}
 
 
+def test_the_final_metrics_title_names_the_weights_they_are_of(tmp_path, capsys):
+    """callbacks.checkpoint.save_top_k=0 keeps no best checkpoint, so the run evaluates its last
+    weights; the table said "final metrics (best checkpoint)" all the same. Its title now comes
+    from the run's summary: best, averaged, or last weights."""
+    from attnflow.run import train
+    from attnflow.train import _print_summary, evaluated_weights
+    from support import FAST
+
+    args = [*FAST, "logger=none", "trainer.limit_train_batches=2", "trainer.limit_val_batches=2",
+            "trainer.limit_test_batches=2", "callbacks.attention_maps.examples=0"]
+    kept = train(compose_cfg(args), tmp_path / "kept")
+    none = train(compose_cfg([*args, "callbacks.checkpoint.save_top_k=0"]), tmp_path / "none")
+    assert kept["best_checkpoint"] and not none["best_checkpoint"]
+    assert evaluated_weights(kept) == "best checkpoint" and evaluated_weights(none) == "last weights"
+    assert evaluated_weights({**kept, "averaged_from": {"n": 2}}) == "averaged checkpoint"
+    _print_summary(none)
+    assert "final metrics (last weights)" in capsys.readouterr().out
+
+
 # -- --help ----------------------------------------------------------------------------------------------
 HELP = """
 import sys
