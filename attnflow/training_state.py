@@ -203,7 +203,19 @@ def make_resumable(loader: Any, position: _LoaderPosition) -> Any:
 
 
 # -- the callback --------------------------------------------------------------------------------------
-class TrainingState(pl.Callback):
+class _TracksValidation(pl.Callback):
+    """Remembers the global step of this process's last validation in fit (``_validated_step``):
+    whether the weights being saved were validated (:class:`TrainingState`, :class:`RunCheckpoint`)."""
+
+    _validated_step: int = -1
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking and trainer.state.fn == "fit":
+            self._validated_step = trainer.global_step
+        super().on_validation_end(trainer, pl_module)
+
+
+class TrainingState(_TracksValidation):
     """Stores in every checkpoint the random streams, the train loader's position and the W&B run
     id, and restores the first two when a fit starts from a checkpoint (see the module docstring)."""
 
@@ -253,12 +265,6 @@ class TrainingState(pl.Callback):
         if self._to_restore is not None:
             set_rng_state(self._to_restore)
             self._to_restore = None
-
-    _validated_step: int = -1  # the global step of this process's last validation in fit
-
-    def on_validation_end(self, trainer, pl_module) -> None:
-        if not trainer.sanity_checking and trainer.state.fn == "fit":
-            self._validated_step = trainer.global_step
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: Dict[str, Any]) -> None:
         run_id = wandb_run_id(trainer)
@@ -327,7 +333,7 @@ def _moved(path: Any, old: str, new: str) -> Any:
         return path
 
 
-class RunCheckpoint(ModelCheckpoint):
+class RunCheckpoint(_TracksValidation, ModelCheckpoint):
     """Lightning's ``ModelCheckpoint`` whose restored state follows the run folder. Its state
     holds absolute paths (``best_model_path``, ``best_k_models``, …) and the folder they are in;
     in a run moved or copied since, Lightning drops that state but keeps ``best_model_path``, the
@@ -360,13 +366,6 @@ class RunCheckpoint(ModelCheckpoint):
     :class:`LastCheckpoint` wrote ``last.ckpt`` of the same step (at the batch's end, where the
     state resumes within the epoch): the new file and the one it evicted are recorded in
     ``last.ckpt``'s state of this callback, so that a resume rotates and chooses among them."""
-
-    _validated_step: int = -1  # the global step of this process's last validation in fit
-
-    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not trainer.sanity_checking and trainer.state.fn == "fit":
-            self._validated_step = trainer.global_step
-        super().on_validation_end(trainer, pl_module)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         stale = (self.monitor is not None and self.monitor.startswith("val/")
