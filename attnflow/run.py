@@ -36,6 +36,7 @@ from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 
 import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
 from attnflow.blocks.attention.multihead import check_heads
+from attnflow.blocks.positional.learned import check_table_covers
 from attnflow.callbacks import (MATMUL_PRECISIONS, AttentionMaps, AttentionMapsConfig,
                                 CheckpointConfig, EarlyStoppingConfig, Float32MatmulPrecision,
                                 StopOnNonFiniteLoss)
@@ -439,16 +440,11 @@ def _check_own_encoder(cfg: Dict[str, Any]) -> None:
         check_heads(attention["name"], width, attention["heads"], attention.get("head_dim"),
                     at="model.encoder.attention", size="model.encoder.d_model, else model.embed_dim")
     positional = encoder.get("positional")
-    table = positional.get("max_len") if isinstance(positional, dict) else None
-    longest = table and (DATA.ask(cfg["data"], "longest_source_positions", "data")
-                         or DATA.ask(cfg["data"], "longest_positions", "data"))
-    if longest and longest[0] > table:
-        raise ConfigError(
-            f"model.encoder.positional.max_len={table} ({positional['name']} positions) is shorter "
-            f"than the {longest[0]} positions the data gives the encoder "
-            f"({longest[1].replace('{at}', 'data.')}), which the table would refuse at the first such "
-            f"batch, mid-run; raise model.encoder.positional.max_len to at least {longest[0]}, or use "
-            f"model.encoder.positional.name=sinusoidal")
+    if isinstance(positional, dict) and positional.get("max_len"):
+        longest = (DATA.ask(cfg["data"], "longest_source_positions", "data")
+                   or DATA.ask(cfg["data"], "longest_positions", "data"))
+        check_table_covers(positional, longest, "model.encoder.positional", " the encoder",
+                           "model.encoder.positional.name=sinusoidal")
 
 
 def check_model_builds(cfg: Dict[str, Any]) -> None:

@@ -29,6 +29,7 @@ from torch import nn
 
 from attnflow.blocks.attention.functional import padding_mask
 from attnflow.blocks.attention.multihead import check_model_heads
+from attnflow.blocks.positional.learned import check_table_covers
 from attnflow.models.encoder_decoder import EncoderDecoder
 from attnflow.registry import (DATA, DECODERS, ENCODERS, MODELS, BlockSpec, ConfigError, PositiveInt,
                                Probability)
@@ -67,15 +68,9 @@ class Transformer(EncoderDecoder):
         if (cfg.get("model") or {}).get("name") == "transformer":
             model = MODELS.validate(cfg["model"], "model")
             check_model_heads(model)
-            table = (model.get("positional") or {}).get("max_len")
-            longest = DATA.ask(cfg["data"], "longest_positions", "data") if table else None
-            if longest and longest[0] > table:
-                kind, why = model["positional"]["name"], longest[1].replace("{at}", "data.")
-                raise ConfigError(
-                    f"model 'transformer': positional.max_len={table} ({kind} positions) is shorter "
-                    f"than the {longest[0]} positions the data gives ({why}), which the model would "
-                    f"refuse at the first such batch, mid-run; raise positional.max_len to at least "
-                    f"{longest[0]}, or use positional=sinusoidal")
+            if (model.get("positional") or {}).get("max_len"):
+                check_table_covers(model["positional"],
+                                   DATA.ask(cfg["data"], "longest_positions", "data"), "positional")
             if model["tie_embeddings"] == "all" and DATA.ask(cfg["data"], "one_vocabulary", "data") is False:
                 raise ConfigError(
                     "model 'transformer': tie_embeddings=all (the default) shares one embedding "

@@ -8,11 +8,30 @@ length is bounded by ``max_len``: longer inputs are an error (the models' config
 
 from __future__ import annotations
 
+from typing import Any, Dict, Optional, Tuple
+
 import torch
 from torch import nn
 
 from attnflow.blocks.positional.base import Positional
 from attnflow.registry import POSITIONALS, ConfigError, PositiveFloat, PositiveInt
+
+
+def check_table_covers(positional: Optional[Dict[str, Any]], longest: Optional[Tuple[int, str]],
+                       at: str, gives: str = "", sinusoidal: str = "positional=sinusoidal") -> None:
+    """A bounded table (a validated positional config with ``max_len``) covers the longest input
+    the data config allows (``longest``: a data class's ``longest_positions`` answer, ``{at}`` in
+    its reason standing for ``data.``), checked before any work by the models that hold one;
+    :meth:`LearnedPositional.encoding` refused a longer input only at the first such batch.
+    ``at``: where the table's fields are set (``positional``, ``model.encoder.positional``);
+    ``gives``: to what (`` the encoder``); ``sinusoidal``: the override that lifts the bound."""
+    table = (positional or {}).get("max_len")
+    if table and longest and longest[0] > table:
+        raise ConfigError(
+            f"{at}.max_len={table} ({positional['name']} positions) is shorter than the {longest[0]} "
+            f"positions the data gives{gives} ({longest[1].replace('{at}', 'data.')}), which the table "
+            f"would refuse at the first such batch, mid-run; raise {at}.max_len to at least "
+            f"{longest[0]}, or use {sinusoidal}")
 
 
 @POSITIONALS.register("learned")
