@@ -119,7 +119,7 @@ def _drop_replaced_fields(cfg: DictConfig, group: str, option: Optional[str], co
     registry = Registry.kinds().get(group)
     if registry is None or name not in registry or (name == reference.get("name") and typed is None):
         return
-    fields = {f.split(".")[0] for f, _, _ in registry.fields(name)}  # nested: "optim.lr"
+    fields = registry.field_names(name)
     current = OmegaConf.to_container(node, resolve=False)
     stale = [k for k, v in current.items()
              if k != "name" and k not in fields and k in reference and v == reference[k]]
@@ -167,7 +167,7 @@ def drop_swapped_block_fields(cfg: DictConfig, overrides: Iterable[str]) -> None
         name = node.get("name") if registry is not None else None
         if not isinstance(name, str) or name not in registry:
             continue  # an unknown name: the block's validation names the registered ones
-        fields = {f.split(".")[0] for f, _, _ in registry.fields(name)}
+        fields = registry.field_names(name)
         stale = [k for k in node if k != "name" and k not in fields
                  and not any(t == f"{path}.{k}" or t.startswith(f"{path}.{k}.") for t in shown)]
         with open_dict(node):

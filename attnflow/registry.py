@@ -229,6 +229,11 @@ class Registry:
         self.get(name)
         return _list_fields(self._specs[name])
 
+    def field_names(self, name: str) -> set:
+        """The top-level fields of block ``name``'s typed config (a nested config counts once)."""
+        self.get(name)
+        return {f.name for f in dataclasses.fields(self._specs[name].schema)}
+
     def child_kind(self, name: str, field: str) -> Optional[str]:
         """The block kind a field of block ``name`` holds (``BlockSpec[kind]``: ``encoder`` for
         model 'seq2seq''s ``encoder``), or None for any other field."""
