@@ -521,7 +521,7 @@ def _check_mode_folders(args: Sequence[str]) -> None:
     used, without a word. So was ``paths.output_root`` beside the mode's folder typed (unless that
     folder is built from it). Refused before Hydra starts, naming the override as typed."""
     from attnflow import config_dir
-    from attnflow.sweeps import _chooses_multirun_file
+    from attnflow.sweeps import chooses_multirun_file
 
     typed = {a.lstrip("+").split("=", 1)[0]: a.lstrip("+") for a in args
              if "=" in a and not a.startswith(("-", "~"))}
@@ -531,7 +531,7 @@ def _check_mode_folders(args: Sequence[str]) -> None:
                 or typed.get("hydra.mode", "").split("=", 1)[-1].strip().upper() == "MULTIRUN")
     unread = ["hydra.run.dir"] if multirun else ["hydra.sweep.dir", "hydra.sweep.subdir"]
     found = [typed[k] for k in unread if k in typed]
-    if found and not multirun and _chooses_multirun_file(args, config_dir()):
+    if found and not multirun and chooses_multirun_file(args, config_dir()):
         return  # a config file chosen on the command line makes this a multirun by itself
     if found and multirun:
         raise ResumeError(f"{found[0]} is where a single run is written, and this is a multirun "

@@ -294,7 +294,7 @@ def _trials(space: Dict[str, list]) -> List[Tuple[Optional[str], Dict[str, str]]
     return trials + [(None, job) for job in more[:room]]
 
 
-def _chooses_multirun_file(args: Iterable[str], conf_dir: Path) -> bool:
+def chooses_multirun_file(args: Iterable[str], conf_dir: Path) -> bool:
     """Whether a config file chosen on the command line (e.g. ``experiment=my_sweep``) names
     ``MULTIRUN`` — a file that sets ``hydra.mode`` itself makes a sweep without ``-m``. File text
     only, so a single run is not composed a second time to learn it is one."""
@@ -463,7 +463,7 @@ def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
     args = [a for a in argv if not a.startswith("-")]
     flagged = bool({"-m", "--multirun"} & set(argv))
     if not flagged and not any(a.lstrip("+").startswith("hydra.mode=") for a in args) \
-            and not _chooses_multirun_file(args, conf_dir):
+            and not chooses_multirun_file(args, conf_dir):
         return None  # a single run (or a sweep Hydra refuses in run mode): no second composition
     from hydra import compose, initialize_config_dir
     from hydra.core.override_parser.overrides_parser import OverridesParser
