@@ -17,11 +17,13 @@ The contract, checked before any data is made (:func:`check_shared_groups`):
 - replacing a group's block by name (``scorer.name=negdot``) drops the fields that came from the
   old block's option file and that the new block does not have (``hidden_dim`` of ``additive``);
   so does replacing a block nested in another's config (``model.encoder.name=transformer_encoder``:
-  :func:`drop_swapped_block_fields`).
+  :func:`drop_swapped_block_fields`); a field typed under a block the config files leave at its
+  constructor default is set on that default (:func:`fill_default_blocks`).
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import warnings
 from pathlib import Path
@@ -177,6 +179,71 @@ def drop_swapped_block_fields(cfg: DictConfig, overrides: Iterable[str]) -> None
             warnings.warn(f"{registry.kind} '{name}' has no field "
                           f"{', '.join(f'{path}.{k}' for k in stale)}: set for the {registry.kind} "
                           f"that {shown[key].lstrip('+')} replaced, left out", stacklevel=2)
+
+
+def fill_default_blocks(cfg: DictConfig, overrides: Iterable[str]) -> None:
+    """``model.encoder.attention.heads=4`` tunes a block that the config files leave at its
+    constructor default (transformer_encoder's ``attention``: ``{name: multihead}``): the fields
+    typed there are set on that default block, which is named in the run's config. Without this
+    the typed fields replaced the default with a nameless block, refused. Only where the config
+    without those overrides has no such key (composed again, once per block so filled); a block
+    the files name through an interpolation (``attention: ${attention}``, replaced by the typed
+    fields) is left for validation to refuse, naming the shared group to set instead."""
+    from attnflow.overrides import typed_fields
+
+    shown = typed_fields(map(str, overrides))
+    prefixes = sorted({key.rsplit(".", i)[0] for key in shown for i in range(1, key.count("."))},
+                      key=lambda p: (p.count("."), p))  # the outer block first
+    for path in prefixes:
+        node = OmegaConf.select(cfg, path, throw_on_resolution_failure=False)
+        parent_path, _, field = path.rpartition(".")
+        parent = OmegaConf.select(cfg, parent_path, throw_on_resolution_failure=False)
+        if (not isinstance(node, DictConfig) or "name" in node or not isinstance(parent, DictConfig)
+                or OmegaConf.is_interpolation(parent, field)):
+            continue
+        registry = _registry_at(cfg, parent_path)
+        name = parent.get("name")
+        default = (registry.child_default(name, field)
+                   if registry is not None and isinstance(name, str) and name in registry else None)
+        if not isinstance(default, dict) or "name" not in default:
+            continue
+        if _held_without(path, list(map(str, overrides))) is not False:
+            continue  # the files put something there (or cannot tell): validation judges it
+        with open_dict(parent):
+            parent[field] = OmegaConf.merge(default, node)
+
+
+def _held_without(path: str, overrides: List[str]) -> Optional[bool]:
+    """Whether the config composed without the command line's fields under ``path`` has that
+    key (None where it cannot be composed)."""
+    from attnflow import config_dir
+    from attnflow.overrides import typed_fields
+
+    kept = tuple(o for o in overrides if not o.lstrip("+~").startswith(("hydra.", "hydra/"))
+                 and not any(k == path or k.startswith(path + ".") for k in typed_fields([o])))
+    base = _compose(kept, str(config_dir()))
+    if base is None:
+        return None
+    parent_path, _, field = path.rpartition(".")
+    parent = OmegaConf.select(base, parent_path, throw_on_resolution_failure=False)
+    return isinstance(parent, DictConfig) and field in parent
+
+
+@functools.lru_cache(maxsize=32)
+def _compose(overrides: tuple, conf: str) -> Optional[DictConfig]:
+    """Hydra's composition of ``train`` with ``overrides`` (in the running app's Hydra, else in
+    the config tree ``conf``), or None where Hydra refuses them."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+
+    try:
+        if GlobalHydra.instance().is_initialized():
+            return compose("train", overrides=list(overrides))
+        with initialize_config_dir(config_dir=conf, version_base="1.3"):
+            return compose("train", overrides=list(overrides))
+    except (HydraException, ValueError):
+        return None
 
 
 def check_shared_groups(cfg: DictConfig, conf_dir: Path,

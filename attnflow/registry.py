@@ -37,6 +37,7 @@ the ``attnflow.blocks`` entry-point group: each entry point names a module (impo
 from __future__ import annotations
 
 import collections.abc
+import copy
 import dataclasses
 import difflib
 import importlib
@@ -234,6 +235,16 @@ class Registry:
         self.get(name)
         return {f.name for f in dataclasses.fields(self._specs[name].schema)}
 
+    def child_default(self, name: str, field: str) -> Any:
+        """The constructor default of block ``name``'s child-block field ``field`` (a fresh copy:
+        ``{'name': 'multihead'}`` for transformer_encoder's ``attention``), or None."""
+        if self.child_kind(name, field) is None:
+            return None
+        default = next(f for f in dataclasses.fields(self._specs[name].schema) if f.name == field)
+        if default.default_factory is not dataclasses.MISSING:
+            return default.default_factory()
+        return None if default.default is dataclasses.MISSING else copy.deepcopy(default.default)
+
     def child_kind(self, name: str, field: str) -> Optional[str]:
         """The block kind a field of block ``name`` holds (``BlockSpec[kind]``: ``encoder`` for
         model 'seq2seq''s ``encoder``), or None for any other field."""
@@ -254,9 +265,10 @@ class Registry:
             rest = {k: v for k, v in data.items() if k != "name"}
             hint = ""
             if rest:  # a field typed under a block that an interpolation named (model.attention:
-                # ${attention}) replaces the interpolation: the block's own group is where it goes;
-                # under a block left at its constructor default (transformer_encoder's attention),
-                # the field replaces that default: the block must be named with it
+                # ${attention}) replaces the interpolation: the block's own group is where it goes.
+                # (Under a block left at its constructor default, attnflow-train sets the typed
+                # fields on that default: attnflow.groups.fill_default_blocks; a config built in
+                # Python without a command line must name the block with them.)
                 first, value = next(iter(rest.items()))
                 group = path.rsplit(".", 1)[-1]
                 hint = (f" ('{path}' holds only {', '.join(rest)}: a field set under a block "

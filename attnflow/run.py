@@ -47,7 +47,8 @@ from attnflow import config_dir
 from attnflow import resume, training_state  # resume=, ckpt_path=; exact restarts, atomic checkpoints
 from attnflow import averaging  # callbacks.average: checkpoint averaging
 from attnflow.ema import EMAConfig, ExponentialMovingAverage  # callbacks.ema
-from attnflow.groups import drop_swapped_block_fields, prune_unused, root_defaults, unused_groups
+from attnflow.groups import (drop_swapped_block_fields, fill_default_blocks, prune_unused,
+                             root_defaults, unused_groups)
 from attnflow.loggers import (LOGGER_CONFIG, build_loggers, finish_loggers, log_hyperparams,
                               logger_identity, run_identity)
 from attnflow.overrides import command_line, referenced_keys, typed_groups, unread_overrides
@@ -641,6 +642,7 @@ def _resolve(cfg: DictConfig | Dict[str, Any], refuse: bool) -> tuple:
             with open_dict(cfg):
                 del cfg["hydra"]
         drop_swapped_block_fields(cfg, typed or ())  # model.encoder.name=…: the old block's fields
+        fill_default_blocks(cfg, typed or ())  # model.encoder.attention.heads=4: its default block
         consumed, groups = unused_groups(cfg, config_dir(), choices, typed_groups(typed), typed)
         if refuse and groups:
             raise ConfigError(next(iter(groups.values())))

@@ -275,6 +275,61 @@ def test_a_sweep_over_a_nested_blocks_name_gives_each_job_its_blocks_fields():
         "encoder 'rnn' has no field 'ffn_dim'" in says
 
 
+def test_a_field_typed_under_a_block_left_at_its_default_tunes_that_block():
+    """transformer_encoder's ``attention`` is absent from the config files (its constructor default,
+    multihead of 8 scaled-dot heads). model.encoder.attention.heads=2 was refused ("needs a
+    'name'": the typed field replaced the default with a nameless block); now it sets that default
+    block's field, a field two levels down too, and the run's config names the block. Where the
+    files name the block through a shared group (rnnsearch's decoder: ``${attention}``), the typed
+    field is still refused, pointing to the group, since filling it would drop the group's block."""
+    from attnflow.models.encoder_decoder import EncoderDecoder  # noqa: F401 (registered models)
+    from attnflow.registry import ATTENTIONS, ENCODERS
+
+    swap = ["model=rnnsearch", "model.encoder.name=transformer_encoder", "model.encoder.d_model=32"]
+    def build(*extra):  # with Hydra's node, as attnflow-train composes it (the typed overrides)
+        cfg = resolve_config(compose_cfg([*swap, *extra], return_hydra_config=True))
+        return cfg, MODELS.build(cfg["model"], src_vocab=20, tgt_vocab=20)
+
+    with pytest.warns(UserWarning, match="model.encoder.hidden_dim: set for the encoder"):
+        cfg, model = build("model.encoder.attention.heads=2", "model.encoder.attention.scorer.name=dot")
+    assert cfg["model"]["encoder"]["attention"] == {"name": "multihead", "heads": 2,
+                                                    "scorer": {"name": "dot"}}
+    default = ENCODERS.child_default("transformer_encoder", "attention")
+    assert default == {"name": "multihead"}  # the block the fields were set on
+    layers = [m for m in model.encoder.modules() if type(m).__name__ == "MultiHeadAttention"]
+    assert layers and {m.heads for m in layers} == {2} and \
+        {m.head_dim for m in layers} == {32 // 2}  # d_model 32 split over the 2 typed heads
+    assert {type(m.scorer).registry_name for m in layers} == {"dot"}
+    plain = ATTENTIONS.validate(default, "a")  # untouched fields keep the block's defaults
+    assert {m.dropout for m in layers} == {plain["dropout"]}
+    # without the typed fields: the constructor default, as before
+    with pytest.warns(UserWarning, match="left out"):
+        _, untouched = build()
+    heads = {m.heads for m in untouched.encoder.modules() if type(m).__name__ == "MultiHeadAttention"}
+    assert heads == {plain["heads"]} and plain["heads"] != 2
+    with pytest.raises(ConfigError, match=r"'model.decoder.attention' needs a 'name'.*e\.g\. "
+                                          r"attention.dropout=0.1"):
+        with pytest.warns(UserWarning, match="left out"):
+            build("model.decoder.attention.dropout=0.1")
+
+
+def test_a_sweep_over_a_default_blocks_field_runs_every_job():
+    """-m model.encoder.attention.heads=1,2 under a swapped-in transformer encoder: each job fills
+    the default attention block (before: the pre-check refused the sweep, no job started)."""
+    from attnflow.sweeps import check_sweep_values
+
+    def sweep(*values):  # as attnflow-train hands it over (field_overrides: ++ for plain fields)
+        return check_sweep_values(field_overrides(
+            ["-m", "model=rnnsearch", "model.encoder.name=transformer_encoder",
+             f"model.encoder.attention.heads={','.join(values)}"], CONF), CONF)
+
+    with pytest.warns(UserWarning, match="left out"):  # the rnn encoder's hidden_dim (swap above)
+        assert sweep("1", "2") is None
+    with pytest.warns(UserWarning, match="left out"):
+        says = sweep("1", "3")  # 3 heads do not divide the encoder's d_model
+    assert says and "model.encoder.attention.heads=3" in says, says
+
+
 def test_plain_field_overrides_reach_fields_left_at_their_defaults():
     assert field_overrides(["scorer=dot", "attention.heads=2", "+x=1", "~y", "hydra.run.dir=d",
                             "experiment=mt_rnnenc", "seed=3"], CONF) == [
