@@ -54,7 +54,7 @@ import torch
 from pytorch_lightning.utilities import rank_zero_warn
 
 from attnflow.ema import averaged_weights
-from attnflow.registry import ConfigError, PositiveInt, _suggest
+from attnflow.registry import AttnflowWarning, ConfigError, PositiveInt, _suggest
 from attnflow.textio import atomic_path
 from attnflow.training_state import atomic_torch_save, load_checkpoint_file
 
@@ -178,7 +178,8 @@ class CheckpointAverage(pl.Callback):
         score = float(value) if value is not None else None
         if self.by == "best" and score is None:
             rank_zero_warn(f"callbacks.average: no '{self.monitor}' after the validation of epoch "
-                           f"{trainer.current_epoch}; this epoch is not a candidate")
+                           f"{trainer.current_epoch}; this epoch is not a candidate",
+                           category=AttnflowWarning)
             return
         epoch = trainer.current_epoch
         entry = {"epoch": epoch, "step": trainer.global_step, "score": score,
@@ -293,13 +294,13 @@ def write_average(run_dir: Path, best: str) -> Optional[Dict[str, Any]]:
     kept = [e for e in (index or {}).get("kept", []) if (avg_dir / e["file"]).is_file()]
     if not kept:
         rank_zero_warn("callbacks.average: no validated epoch to average; the run is evaluated "
-                       "with its best checkpoint")
+                       "with its best checkpoint", category=AttnflowWarning)
         return None
     last = run_dir / "checkpoints" / "last.ckpt"
     base = last if last.is_file() else Path(best) if best else None
     if base is None or not base.is_file():
         rank_zero_warn("callbacks.average: no checkpoint to copy the averaged weights into; the "
-                       "run is evaluated with its best checkpoint")
+                       "run is evaluated with its best checkpoint", category=AttnflowWarning)
         return None
     return average_into(run_dir, index, kept, base, run_dir / "checkpoints" / AVERAGED)
 

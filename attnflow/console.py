@@ -24,6 +24,31 @@ from pytorch_lightning.callbacks import ProgressBar, RichProgressBar, TQDMProgre
 BARS = ("auto", "rich", "tqdm", "text", "none")
 
 
+def plain_warnings() -> None:
+    """attnflow's own warnings (:class:`attnflow.registry.AttnflowWarning`: a field left out, a
+    fallback taken) as one line on stderr, ``attnflow: warning: …``, instead of Python's form with
+    attnflow's file and source line; other warnings as before. Lightning's deprecation of
+    ``LeafSpec``, raised by its own code on every run and nothing a user can act on, is silenced.
+    For the console scripts; installed once."""
+    import warnings
+
+    from attnflow.registry import AttnflowWarning
+
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+    shown = warnings.showwarning
+    if getattr(shown, "attnflow", False):
+        return
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, AttnflowWarning):
+            print(f"attnflow: warning: {message}", file=file or sys.stderr, flush=True)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    show.attnflow = True
+    warnings.showwarning = show
+
+
 def is_interactive() -> bool:
     """Whether stdout is a terminal, or a Jupyter kernel (as rich detects it). Not FORCE_COLOR
     and the like: colour wanted in a CI log still needs lines, not a redrawn bar."""

@@ -33,7 +33,7 @@ from pytorch_lightning.callbacks import WeightAveraging
 from pytorch_lightning.utilities import rank_zero_warn
 from torch.optim.swa_utils import get_ema_multi_avg_fn
 
-from attnflow.registry import NonNegativeInt, PositiveInt, Range
+from attnflow.registry import AttnflowWarning, NonNegativeInt, PositiveInt, Range
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +91,8 @@ class ExponentialMovingAverage(WeightAveraging):
         elif trainer.global_step > 0:  # said, not silent: the config asked for an average
             rank_zero_warn(f"callbacks.ema made no average: training ended at step "
                            f"{trainer.global_step}, before callbacks.ema.start_step={self.start_step}; "
-                           f"validation, test and checkpoints have the trained weights")
+                           f"validation, test and checkpoints have the trained weights",
+                           category=AttnflowWarning)
 
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                            checkpoint: Dict[str, Any]) -> None:

@@ -31,7 +31,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from attnflow.registry import Registry, ConfigError
+from attnflow.registry import AttnflowWarning, Registry, ConfigError
 
 SHARED_GROUPS = ("scorer", "normalizer", "aggregator", "attention", "positional", "pooling")
 _REFERENCE = re.compile(r"\$\{\s*([A-Za-z_][\w]*)")
@@ -132,7 +132,7 @@ def _drop_replaced_fields(cfg: DictConfig, group: str, option: Optional[str], co
             del node[key]
     if foreign:
         warnings.warn(f"{group} '{name}' has no field {', '.join(f'{group}.{k}' for k in foreign)}: "
-                      f"set for another {group}, left out", stacklevel=2)
+                      f"set for another {group}, left out", AttnflowWarning, stacklevel=2)
 
 
 def _registry_at(cfg: DictConfig, path: str) -> Optional[Registry]:
@@ -178,7 +178,8 @@ def drop_swapped_block_fields(cfg: DictConfig, overrides: Iterable[str]) -> None
         if stale:
             warnings.warn(f"{registry.kind} '{name}' has no field "
                           f"{', '.join(f'{path}.{k}' for k in stale)}: set for the {registry.kind} "
-                          f"that {shown[key].lstrip('+')} replaced, left out", stacklevel=2)
+                          f"that {shown[key].lstrip('+')} replaced, left out", AttnflowWarning,
+                          stacklevel=2)
 
 
 def fill_default_blocks(cfg: DictConfig, overrides: Iterable[str]) -> None:

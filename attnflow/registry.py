@@ -59,6 +59,12 @@ class ConfigError(ValueError):
     """A config names an unknown block or has a bad field. The message is meant for the user."""
 
 
+class AttnflowWarning(UserWarning):
+    """What attnflow tells the user of their run: a field left out, a fallback taken. The console
+    scripts print it as one line, ``attnflow: warning: …`` (:func:`attnflow.console.plain_warnings`):
+    the user's config is its cause, not the line of attnflow that noticed it."""
+
+
 class _BlockKind:
     def __init__(self, kind: str):
         self.kind = kind

@@ -126,7 +126,10 @@ def main() -> None:
         except BrokenPipeError:  # `attnflow-train --help | head`
             sys.stderr.close()
         return
+    from attnflow.console import plain_warnings
     from attnflow.sweeps import check_sweep_values, continue_optuna_studies, missing_plugin
+
+    plain_warnings()  # attnflow's warnings as one line each
 
     missing = missing_plugin(sys.argv[1:], Path(CONF_DIR))
     if missing:  # before Hydra, whose message would be a traceback about a config it cannot find

@@ -345,6 +345,34 @@ def test_cli_unknown_block_name_prints_one_message(tmp_path, monkeypatch, capsys
     assert list(tmp_path.iterdir()) == []  # Hydra's run folder (.hydra/, train.log) is not left behind
 
 
+def test_attnflows_warnings_are_one_line_without_its_source(tmp_path, monkeypatch, capsys):
+    """A block swap leaves out the old block's fields with a warning; it printed as Python does,
+    attnflow's file, line number and source line (``run.py:643: UserWarning: … /
+    drop_swapped_block_fields(cfg, typed or ())``), pointing into attnflow rather than at the
+    command line. attnflow-train prints it as ``attnflow: warning: …``; others keep Python's form."""
+    import warnings
+
+    from attnflow.console import plain_warnings
+    from attnflow.registry import AttnflowWarning
+
+    code, out, err = _main(monkeypatch, capsys, tmp_path, "model=rnnsearch",
+                           "model.encoder.name=transformer_encoder", "model.encoder.d_model=30")
+    assert code == 2  # (8 heads do not divide 30: refused after the swap's warning, before any work)
+    lines = err.splitlines()
+    assert ("attnflow: warning: encoder 'transformer_encoder' has no field model.encoder.hidden_dim: "
+            "set for the encoder that model.encoder.name=transformer_encoder replaced, left out") in lines
+    assert ".py:" not in err and "drop_swapped_block_fields" not in err, err
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        plain_warnings()
+        plain_warnings()  # installed once: one line, not two
+        warnings.warn("ours", AttnflowWarning)
+        with pytest.warns(UserWarning, match="theirs"):  # as Python shows it (here: pytest records it)
+            warnings.warn("theirs", UserWarning)
+    err = capsys.readouterr().err
+    assert err.count("attnflow: warning: ours\n") == 1 and "theirs" not in err, err  # (pytest's)
+
+
 def test_a_shared_groups_field_typed_under_the_model_is_pointed_to_its_group(tmp_path, monkeypatch, capsys):
     """model.attention.heads=2 replaces the model's ``${attention}`` (the shared group's block) with
     a block of no name: refused, and the message says where the field goes."""
