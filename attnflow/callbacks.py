@@ -27,6 +27,23 @@ class CheckpointConfig:
     save_top_k: Annotated[int, Range(ge=-1, what="-1 keeps every checkpoint")] = 1
     save_last: bool = True
 
+    @classmethod
+    def inert_fields(cls, fields, run=None) -> dict:
+        """``save_top_k=0`` keeps no best checkpoint (Lightning ranks nothing; the final metrics
+        are of the last weights), yet ``monitor`` and ``mode`` are read elsewhere: by
+        ``callbacks.average`` (its metric where its own ``monitor`` is null) and by attnflow-report
+        (``monitor`` is the metric it sorts runs by, ``mode`` the direction of that monitor). So
+        only ``mode`` with a null ``monitor`` and no averaging is idle (refused when typed:
+        :mod:`attnflow.overrides`)."""
+        if fields.get("save_top_k", 1) != 0 or fields.get("monitor") is not None or run is None:
+            return {}
+        if (run.get("callbacks") or {}).get("average") is not None:
+            return {}
+        return {"mode": ("{at}save_top_k=0 keeps no best checkpoint, so no checkpoint is ranked by "
+                         "it (the final metrics are of the last weights), and with {at}monitor null "
+                         "and callbacks.average null nothing else reads it; set {at}save_top_k=1 (or "
+                         "-1: every one) to keep the best")}
+
 
 @dataclasses.dataclass(frozen=True)
 class EarlyStoppingConfig:

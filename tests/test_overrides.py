@@ -267,6 +267,12 @@ def test_planetoid_seed_is_read_by_the_khop_loader_only():
      "nothing: the maps drawn during training go to a W&B or TensorBoard logger, and logger=csv "
      "gives neither"),
     (["logger=none", "callbacks.attention_maps.every_n_epochs=0"], "logger=none gives neither"),
+    # no top-k checkpoint, no monitor and no averaging: nothing ranks by the mode
+    (["callbacks.checkpoint.save_top_k=0", "callbacks.checkpoint.mode=max"],
+     "callbacks.checkpoint.mode=max (at 'callbacks.checkpoint.mode') does nothing: "
+     "callbacks.checkpoint.save_top_k=0 keeps no best checkpoint"),
+    (["callbacks.checkpoint={save_top_k: 0, mode: min}"], "set callbacks.checkpoint.save_top_k=1 (or "
+                                                           "-1: every one) to keep the best"),
 ])
 def test_unread_callback_fields_are_refused_when_typed(overrides, says, tmp_path):
     with pytest.raises(ConfigError) as err:
@@ -400,3 +406,43 @@ def _epochs_trained(**trainer) -> int:
 
 def test_min_epochs_changes_nothing_without_an_early_stop_and_never_passes_max_epochs():
     assert _epochs_trained(max_epochs=2) == _epochs_trained(max_epochs=2, min_epochs=5) == 2
+
+
+# -- the checkpoint's mode with save_top_k=0 ------------------------------------------------------------
+
+def test_checkpoint_mode_ranks_nothing_without_a_kept_checkpoint_a_monitor_or_averaging(tmp_path):
+    """The claim: save_top_k=0 keeps and ranks no checkpoint, so mode=min and mode=max train,
+    save and evaluate alike; attnflow-report reads the mode only as the direction of a monitor
+    the config sets (a null monitor is the task's, ranked by the task's direction)."""
+    from pathlib import Path
+
+    from attnflow.report import Run, choose_metric
+
+    base = [*GRAPH, "trainer.max_epochs=2", "logger=none", "callbacks.attention_maps.examples=0",
+            "callbacks.checkpoint.save_top_k=0", "callbacks.checkpoint.save_last=true"]
+    runs = {mode: train(compose_cfg([*base, f"callbacks.checkpoint.mode={mode}"]), tmp_path / mode)
+            for mode in ("min", "max")}
+    assert runs["min"]["metrics"] == runs["max"]["metrics"] and not runs["max"]["best_checkpoint"]
+    assert sorted(p.name for p in (tmp_path / "max" / "checkpoints").iterdir()) == ["last.ckpt"]
+
+    def ranked(**checkpoint):
+        config = {"task": {"name": "node_classification"}, "callbacks": {"checkpoint": checkpoint}}
+        return choose_metric([Run("r", Path("r"), config=config)], {})
+
+    assert ranked(monitor=None, mode="max") == ranked(monitor=None, mode="min")
+    assert ranked(monitor="val/loss", mode="max") != ranked(monitor="val/loss", mode="min")
+
+
+@pytest.mark.parametrize("overrides", [
+    ["callbacks.checkpoint.mode=max"],  # ranks the top-k checkpoint (of the task's metric)
+    # save_top_k=0: the monitor is what attnflow-report sorts runs by, the mode its direction
+    ["callbacks.checkpoint.save_top_k=0", "callbacks.checkpoint.monitor=val/loss"],
+    ["callbacks.checkpoint.save_top_k=0", "callbacks.checkpoint.monitor=val/loss",
+     "callbacks.checkpoint.mode=max"],
+    # ... and callbacks.average ranks its best N by the checkpoint's monitor and mode
+    ["callbacks.checkpoint.save_top_k=0", "callbacks.checkpoint.mode=max", "+callbacks.average={best: 2}"],
+])
+def test_checkpoint_monitor_and_mode_are_read_where_something_ranks_by_them(overrides):
+    resolved = resolve_config(compose_cfg([*GRAPH, *overrides], return_hydra_config=True))
+    assert resolved["callbacks"]["checkpoint"]["save_top_k"] in (0, 1)
+
