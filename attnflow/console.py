@@ -14,9 +14,10 @@ as in ``metrics.json``) as a rich table, one row per metric and one column per s
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Iterator, Mapping, Optional
 
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ProgressBar, RichProgressBar, TQDMProgressBar
@@ -49,9 +50,27 @@ def plain_warnings() -> None:
     warnings.showwarning = show
 
 
+_ELSEWHERE = False  # set by printing_elsewhere()
+
+
+@contextlib.contextmanager
+def printing_elsewhere() -> Iterator[None]:
+    """Within it :func:`is_interactive` is False: the runs whose configs are checked print to
+    files of their own, not to this terminal (a sweep's jobs on a cluster's nodes), so ``auto``
+    is the text bar for them."""
+    global _ELSEWHERE
+    before, _ELSEWHERE = _ELSEWHERE, True
+    try:
+        yield
+    finally:
+        _ELSEWHERE = before
+
+
 def is_interactive() -> bool:
     """Whether stdout is a terminal, or a Jupyter kernel (as rich detects it). Not FORCE_COLOR
     and the like: colour wanted in a CI log still needs lines, not a redrawn bar."""
+    if _ELSEWHERE:
+        return False
     try:
         if sys.stdout.isatty():
             return True

@@ -72,8 +72,12 @@ def typed_fields(overrides: Iterable[str]) -> Dict[str, str]:
 
 
 def _trainer_inert(trainer: Mapping[str, Any], test: Any = True,
-                   callbacks: Optional[Mapping[str, Any]] = None) -> Dict[str, str]:
+                   callbacks: Optional[Mapping[str, Any]] = None,
+                   logger: Any = None) -> Dict[str, str]:
     out = {}
+    every = _log_interval_inert(logger, (callbacks or {}).get("progress_bar", "auto"))
+    if every:
+        out["trainer.log_every_n_steps"] = every
     if (callbacks or {}).get("early_stopping") is None and trainer.get("max_time") is None:
         # Lightning keeps a minimum only against a request to stop early (EarlyStopping, the
         # Timer of max_time); without one the run trains to max_epochs / max_steps regardless
@@ -92,13 +96,37 @@ def _trainer_inert(trainer: Mapping[str, Any], test: Any = True,
     return out
 
 
+def _log_interval_inert(logger: Any, bar: Any) -> Optional[str]:
+    """Why ``trainer.log_every_n_steps`` is idle, or None where it is read. Lightning reads it only
+    to send step metrics to the loggers (and the LR monitor, which needs one), so with
+    ``logger=none`` its one reader is the text progress bar (:class:`attnflow.console.TextProgressBar`:
+    a line every ``log_every_n_steps`` batches), which ``auto`` is where the output is not a
+    terminal."""
+    if logger is None:  # (a config without a logger entry: nothing is claimed)
+        return None
+    if ({logger} if isinstance(logger, str) else set(logger)) - {"none"}:
+        return None
+    from attnflow.console import is_interactive
+
+    if bar == "text" or (bar == "auto" and not is_interactive()):
+        return None
+    drawn = {"auto": "callbacks.progress_bar=auto draws the rich bar on this terminal, which does "
+                     "not print by steps",
+             "none": "callbacks.progress_bar=none draws no bar",
+             None: "callbacks.progress_bar=null draws no bar"}.get(
+        bar, f"callbacks.progress_bar={bar} is a redrawn bar, which does not print by steps")
+    return (f"logger=none logs no metrics, and {drawn}; only a logger and the text bar (a line "
+            f"every log_every_n_steps batches) read it: choose one (e.g. logger=csv, or "
+            f"callbacks.progress_bar=text)")
+
+
 def inert_fields(resolved: Mapping[str, Any]) -> Dict[str, str]:
     """{config path: why it does nothing} for a validated, resolved run config: the data, model
     and task trees, the Trainer, and the callbacks' typed configs."""
     from attnflow.run import CALLBACK_FIELDS  # (run imports this module)
 
     out = _trainer_inert(resolved.get("trainer") or {}, resolved.get("test", True),
-                         resolved.get("callbacks"))
+                         resolved.get("callbacks"), resolved.get("logger"))
     for group, registry in _GROUPS:
         out.update(registry.inert_fields(registry.validate(resolved[group], group), group))
     for key, value in (resolved.get("callbacks") or {}).items():

@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import itertools
@@ -471,6 +472,7 @@ def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
     from hydra.types import RunMode
     from omegaconf.errors import OmegaConfBaseException
 
+    from attnflow.console import printing_elsewhere
     from attnflow.data.errors import DataError
     from attnflow.distributed import check_devices, check_multirun_strategy
     from attnflow.registry import ConfigError
@@ -500,12 +502,16 @@ def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
             trials = _trials(space)
             launcher = str(cfg.hydra.launcher.get("_target_", ""))
             here = "submitit" not in launcher.lower() or "Local" in launcher  # jobs run on this machine
+            # submitit's jobs (local ones too) print to log files: the progress bar they draw is
+            # not this terminal's (callbacks.progress_bar=auto), nor what it reads
+            files = "submitit" in launcher.lower()
             unread_everywhere = None  # {key: (override, refusal)}: typed, and read by no job checked
             for i, (key, job) in enumerate(trials):  # the first job, one key at a time, the rest
                 trial = [f"{k}={v}" for k, v in job.items()]
                 try:
                     composed = compose("train", overrides=[*base, *trial], return_hydra_config=True)
-                    resolved, unread = unread_settings(composed)
+                    with printing_elsewhere() if files else contextlib.nullcontext():
+                        resolved, unread = unread_settings(composed)
                     unread_everywhere = unread if unread_everywhere is None else {
                         p: m for p, m in unread_everywhere.items() if p in unread}
                     if i == 0:  # the sweep as a whole, once its first job's config is known

@@ -446,3 +446,83 @@ def test_checkpoint_monitor_and_mode_are_read_where_something_ranks_by_them(over
     resolved = resolve_config(compose_cfg([*GRAPH, *overrides], return_hydra_config=True))
     assert resolved["callbacks"]["checkpoint"]["save_top_k"] in (0, 1)
 
+
+# -- trainer.log_every_n_steps without a logger -------------------------------------------------------------
+
+def test_log_every_n_steps_is_unread_without_a_logger_or_the_text_bar(tmp_path, capsys):
+    """The claim: with logger=none Lightning has no logger to send step metrics to, and a bar other
+    than text prints nothing by steps, so the run is the same whatever the interval; the text bar
+    prints a line every log_every_n_steps batches (tests/test_console.py)."""
+    from support import FAST
+
+    base = [*FAST, "logger=none", "callbacks.progress_bar=none", "trainer.limit_train_batches=4",
+            "trainer.limit_val_batches=1", "test=false", "callbacks.attention_maps.examples=0"]
+    one = train(compose_cfg([*base, "trainer.log_every_n_steps=1"]), tmp_path / "one")
+    printed = capsys.readouterr().out
+    fifty = train(compose_cfg([*base, "trainer.log_every_n_steps=50"]), tmp_path / "fifty")
+    assert one["metrics"] == fifty["metrics"] and printed == capsys.readouterr().out
+    assert "step" not in printed
+    assert sorted(p.name for p in (tmp_path / "one").rglob("*")) == sorted(
+        p.name for p in (tmp_path / "fifty").rglob("*"))
+
+
+@pytest.mark.parametrize("bar, shown", [
+    ("rich", "callbacks.progress_bar=rich is a redrawn bar, which does not print by steps"),
+    ("tqdm", "callbacks.progress_bar=tqdm is a redrawn bar"),
+    ("none", "callbacks.progress_bar=none draws no bar"),
+])
+def test_log_every_n_steps_without_a_logger_is_refused_when_typed(bar, shown, tmp_path):
+    with pytest.raises(ConfigError) as err:
+        train(compose_cfg([*GRAPH, "logger=none", f"callbacks.progress_bar={bar}",
+                           "trainer.log_every_n_steps=5"], return_hydra_config=True), tmp_path / "run")
+    assert str(err.value).startswith("trainer.log_every_n_steps=5 (at 'trainer.log_every_n_steps') "
+                                     "does nothing: logger=none logs no metrics, and ")
+    assert shown in str(err.value) and "(e.g. logger=csv, or callbacks.progress_bar=text)" in str(err.value)
+    assert not (tmp_path / "run").exists()
+
+
+def test_log_every_n_steps_under_the_auto_bar_is_read_where_it_prints_lines(monkeypatch):
+    """callbacks.progress_bar=auto is the text bar where the output is not a terminal (a pipe, a
+    log file: what pytest gives), the rich bar on one."""
+    import attnflow.console as console
+
+    typed = [*GRAPH, "logger=none", "callbacks.progress_bar=auto", "trainer.log_every_n_steps=5"]
+    assert resolve_config(compose_cfg(typed, return_hydra_config=True))["trainer"]["log_every_n_steps"] == 5
+    monkeypatch.setattr(console, "is_interactive", lambda: True)
+    with pytest.raises(ConfigError, match="callbacks.progress_bar=auto draws the rich bar on this terminal"):
+        resolve_config(compose_cfg(typed, return_hydra_config=True))
+
+
+@pytest.mark.parametrize("overrides", [
+    ["logger=csv", "callbacks.progress_bar=none"],  # step metrics go to the CSV file
+    ["logger=none", "callbacks.progress_bar=text"],  # a line every log_every_n_steps batches
+])
+def test_log_every_n_steps_with_a_logger_or_the_text_bar_is_accepted(overrides):
+    resolved = resolve_config(compose_cfg([*GRAPH, *overrides, "trainer.log_every_n_steps=5"],
+                                          return_hydra_config=True))
+    assert resolved["trainer"]["log_every_n_steps"] == 5
+
+
+def test_a_sweep_weighs_log_every_n_steps_over_its_jobs_and_their_terminals(monkeypatch):
+    """Refused only where no job reads it; submitit's jobs print to log files, so their auto bar
+    is the text bar even when the sweep is started from a terminal."""
+    import io
+    import sys
+
+    from attnflow.groups import field_overrides
+    from attnflow.sweeps import check_sweep_values
+    from support import CONF
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    check = lambda *argv: check_sweep_values(field_overrides(["-m", *argv], CONF), CONF)  # noqa: E731
+    every = ["experiment=gat_synthetic", "trainer.log_every_n_steps=5"]
+    assert check(*every, "logger=none,csv", "callbacks.progress_bar=none") is None
+    refused = check(*every, "seed=1,2", "logger=none", "callbacks.progress_bar=none")
+    assert refused.startswith("trainer.log_every_n_steps=5 is read by none of the sweep's jobs")
+    monkeypatch.setattr(sys, "stdout", Terminal())
+    assert "draws the rich bar on this terminal" in check(*every, "seed=1,2", "logger=none")
+    assert check(*every, "seed=1,2", "logger=none", "hydra/launcher=slurm") is None
+
