@@ -17,6 +17,7 @@ model.encoder.dropout=0.3``) runs.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
@@ -120,13 +121,57 @@ def _log_interval_inert(logger: Any, bar: Any) -> Optional[str]:
             f"callbacks.progress_bar=text)")
 
 
+@functools.lru_cache(maxsize=1)
+def _data_dir_presets() -> Dict[str, Tuple[str, Tuple[str, ...]]]:
+    """{data preset (``conf/data/<preset>.yaml``): (its data module's name, its fields built from
+    ``${paths.data_dir}``, as ``data.<dotted key>``)}: the presets that read files under it."""
+    from attnflow import config_dir
+
+    def built(at: str, node: Any) -> List[str]:  # (in the preset's order)
+        if isinstance(node, dict):
+            return [f for k, v in node.items() for f in built(f"{at}.{k}", v)]
+        return [at] if isinstance(node, str) and "paths.data_dir" in _REFERENCE.findall(node) else []
+
+    out = {}
+    for path in sorted((config_dir() / "data").glob("*.yaml")):
+        preset = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+        fields = built("data", preset)
+        if fields:
+            out[path.stem] = (str(preset.get("name")), tuple(fields))
+    return out
+
+
+def _data_dir_inert(data: Any) -> Dict[str, str]:
+    """``paths.data_dir`` is read only through interpolations (``root: ${paths.data_dir}/planetoid``
+    in ``conf/data/``; attnflow's code never reads it), so it is claimed idle here and
+    :func:`unread_overrides` lets it through wherever one reads it. ``$ATTNFLOW_DATA_DIR`` sets
+    its default, not a typed override: never refused."""
+    name = data.get("name") if isinstance(data, Mapping) else None
+    if not name:
+        return {}
+    presets = _data_dir_presets()
+    if getattr(DATA.get(name), "generates_data", False):
+        readers = "data=" + ", ".join(presets)
+        return {"paths.data_dir": (f"data '{name}' generates its data and reads no files, and no field "
+                                   f"of this config is built from paths.data_dir; the data presets "
+                                   f"that read files find them under it ({readers}): choose one "
+                                   f"of those")}
+    fields = [f for module, found in presets.values() if module == name for f in found]
+    example = f"{fields[0]}='${{paths.data_dir}}/…'" if fields else "'${paths.data_dir}/…'"
+    return {"paths.data_dir": (f"data '{name}' reads the files its own fields name, and none of them "
+                               f"is built from paths.data_dir here; build a path from it (e.g. "
+                               f"{example}, as conf/data/ does)")}
+
+
 def inert_fields(resolved: Mapping[str, Any]) -> Dict[str, str]:
     """{config path: why it does nothing} for a validated, resolved run config: the data, model
-    and task trees, the Trainer, and the callbacks' typed configs."""
+    and task trees, the Trainer, the callbacks' typed configs, and ``paths.data_dir`` (read only
+    through interpolations: :func:`unread_overrides` weighs them)."""
     from attnflow.run import CALLBACK_FIELDS  # (run imports this module)
 
     out = _trainer_inert(resolved.get("trainer") or {}, resolved.get("test", True),
                          resolved.get("callbacks"), resolved.get("logger"))
+    out.update(_data_dir_inert(resolved.get("data")))
     for group, registry in _GROUPS:
         out.update(registry.inert_fields(registry.validate(resolved[group], group), group))
     for key, value in (resolved.get("callbacks") or {}).items():
@@ -156,6 +201,23 @@ def referenced_keys(cfg: Any) -> set:
         elif isinstance(item, str):
             out.update(_REFERENCE.findall(item))
     return out
+
+
+def hydra_references(cfg: Any) -> set:
+    """The keys that Hydra's own settings read through interpolations (a typed
+    ``hydra.run.dir='${paths.data_dir}/runs'``): read by Hydra, whatever the run does with them.
+    From a composed config's ``hydra`` node, else from the running app's; Hydra's record of the
+    overrides and its runtime values are left out (copies of what the run's config holds)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if isinstance(cfg, DictConfig) and "hydra" in cfg:
+        node = cfg.hydra
+    elif HydraConfig.initialized():
+        node = HydraConfig.get()
+    else:
+        return set()
+    tree = OmegaConf.to_container(node, resolve=False)
+    return referenced_keys({k: v for k, v in tree.items() if k not in ("overrides", "runtime")})
 
 
 def unread_overrides(resolved: Mapping[str, Any], overrides: Optional[Iterable[str]],

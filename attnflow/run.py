@@ -51,7 +51,8 @@ from attnflow.groups import (drop_swapped_block_fields, fill_default_blocks, pru
                              root_defaults, unused_groups)
 from attnflow.loggers import (LOGGER_CONFIG, build_loggers, finish_loggers, log_hyperparams,
                               logger_identity, run_identity)
-from attnflow.overrides import command_line, referenced_keys, typed_groups, unread_overrides
+from attnflow.overrides import (command_line, hydra_references, referenced_keys, typed_groups,
+                                unread_overrides)
 from attnflow.precision import AUTO as PRECISION_AUTO, check_precision, resolve_precision  # =auto
 from attnflow.registry import (AGGREGATORS, ATTENTIONS, DATA, ENCODERS, MODELS, NORMALIZERS,
                                POOLINGS, POSITIONALS, SCORERS, TASKS, ConfigError, Range, _suggest,
@@ -632,11 +633,11 @@ def unread_settings(cfg: DictConfig) -> tuple:
 def _resolve(cfg: DictConfig | Dict[str, Any], refuse: bool) -> tuple:
     """:func:`resolve_config` and :func:`unread_settings`: the resolved config and the typed
     settings it leaves unused, refused (the first of them) where ``refuse``."""
-    typed, found = None, {}
+    typed, found, hydra_reads = None, {}, set()
     if not isinstance(cfg, DictConfig):
         resolved = dict(cfg)
     else:
-        choices, typed = _choices(cfg), command_line(cfg)
+        choices, typed, hydra_reads = _choices(cfg), command_line(cfg), hydra_references(cfg)
         cfg = copy.deepcopy(cfg)
         if "hydra" in cfg:  # composed with return_hydra_config: Hydra's own node is not the run's
             with open_dict(cfg):
@@ -651,8 +652,9 @@ def _resolve(cfg: DictConfig | Dict[str, Any], refuse: bool) -> tuple:
         resolved = prune_unused(OmegaConf.to_container(cfg, resolve=True), consumed)
     try:
         validate_config(resolved)
-        # a field this config leaves unread (one an interpolation reads is read)
-        fields = unread_overrides(resolved, typed, referenced_keys(cfg)) if typed else {}
+        # a field this config leaves unread (one an interpolation reads, Hydra's too, is read)
+        fields = (unread_overrides(resolved, typed, referenced_keys(cfg) | hydra_reads)
+                  if typed else {})
         if refuse and fields:
             raise ConfigError(next(iter(fields.values()))[1])
     except ConfigError as err:  # a field that takes its value from another: say which

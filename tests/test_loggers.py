@@ -238,11 +238,11 @@ def test_old_logger_layout_is_refused_with_the_new_one_and_upgraded_from_checkpo
 
 # -- run identity -----------------------------------------------------------------------------------
 def test_run_name_from_experiment_and_typed_overrides():
-    cfg = compose_cfg(["experiment=gat_synthetic", "scorer=dot", "task.optim.lr=0.01", "logger=csv",
-                       "hydra.run.dir=/x", "paths.data_dir=/d", "tags=[a,b]"],
+    cfg = compose_cfg(["experiment=gat_cora", "scorer=dot", "task.optim.lr=0.01", "logger=csv",
+                       "hydra.run.dir=/x", "paths.data_dir=/d", "tags=[a,b]"],  # (Cora's data is under it)
                       return_hydra_config=True)
     ident = run_identity(cfg, resolve_config(cfg))
-    assert ident["run"] == {"experiment": "gat_synthetic", "name": "gat_synthetic scorer=dot task.optim.lr=0.01",
+    assert ident["run"] == {"experiment": "gat_cora", "name": "gat_cora scorer=dot task.optim.lr=0.01",
                             "group": None, "overrides": ["scorer=dot", "task.optim.lr=0.01"]}
     assert ident["tags"] == ["a", "b"]
     assert typed_overrides(["++model.heads=2", "hydra/launcher=joblib", "logger.wandb.project=p",

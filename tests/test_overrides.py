@@ -526,3 +526,55 @@ def test_a_sweep_weighs_log_every_n_steps_over_its_jobs_and_their_terminals(monk
     assert "draws the rich bar on this terminal" in check(*every, "seed=1,2", "logger=none")
     assert check(*every, "seed=1,2", "logger=none", "hydra/launcher=slurm") is None
 
+
+# -- paths.data_dir: read only where a field is built from it ----------------------------------------------
+
+@pytest.mark.parametrize("overrides, says", [
+    ([], "data 'reverse' generates its data and reads no files"),  # the default experiment
+    (["experiment=gat_synthetic"], "data 'synthetic_graph' generates its data"),
+    (["experiment=caption_shapes"], "data 'shapes' generates its data"),
+    # a data module that reads files, each path given without it
+    (["experiment=gat_cora", "data.root=/elsewhere/planetoid"],
+     "data 'planetoid' reads the files its own fields name, and none of them is built from "
+     "paths.data_dir here; build a path from it (e.g. data.root='${paths.data_dir}/…'"),
+])
+def test_a_data_dir_no_field_is_built_from_is_refused_when_typed(overrides, says, tmp_path):
+    with pytest.raises(ConfigError) as err:
+        train(compose_cfg([*overrides, "paths.data_dir=/data"], return_hydra_config=True), tmp_path / "run")
+    assert str(err.value).startswith("paths.data_dir=/data (at 'paths.data_dir') does nothing: ")
+    assert says in str(err.value)
+    if "generates" in says:
+        assert "(data=bert_pretraining, captions, imdb, imdb_text, multi30k, multitask_imdb, planetoid)" \
+            in str(err.value)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("overrides", [
+    ["experiment=gat_cora"],  # data.root: ${paths.data_dir}/planetoid
+    ["experiment=han_imdb"],  # data.train_path, val_path, test_path
+    ["experiment=bert_imdb_multitask"],  # data.common.*_path
+    ["experiment=gat_cora", "data.root=${paths.data_dir}/mine"],
+    ["hydra.run.dir=${paths.data_dir}/runs"],  # Hydra builds the run's folder from it
+])
+def test_a_data_dir_a_field_is_built_from_is_read(overrides):
+    cfg = compose_cfg([*overrides, "paths.data_dir=/data"], return_hydra_config=True)
+    assert resolve_config(cfg)["paths"]["data_dir"] == "/data"
+
+
+def test_the_data_dir_of_the_environment_is_not_an_override(monkeypatch):
+    monkeypatch.setenv("ATTNFLOW_DATA_DIR", "/data")
+    resolved = resolve_config(compose_cfg(["experiment=gat_synthetic"], return_hydra_config=True))
+    assert resolved["paths"]["data_dir"] == "/data"
+
+
+def test_a_data_dir_typed_for_a_sweep_is_refused_only_where_no_job_reads_it():
+    from attnflow.groups import field_overrides
+    from attnflow.sweeps import check_sweep_values
+    from support import CONF
+
+    check = lambda *argv: check_sweep_values(field_overrides(["-m", *argv], CONF), CONF)  # noqa: E731
+    assert check("experiment=gat_synthetic,gat_cora", "paths.data_dir=/data") is None
+    refused = check("experiment=gat_synthetic", "seed=1,2", "paths.data_dir=/data")
+    assert refused.startswith("paths.data_dir=/data is read by none of the sweep's jobs, so no job "
+                              "was started: paths.data_dir=/data (at 'paths.data_dir') does nothing: "
+                              "data 'synthetic_graph' generates its data")

@@ -207,6 +207,7 @@ class ShapesDataModule(CaptioningDataModule):
     test_fields = ("test_size",)
 
     owner = "data 'shapes'"
+    generates_data = True  # no files: paths.data_dir is not read (attnflow.overrides)
 
     @classmethod
     def image_side(cls, fields) -> tuple:

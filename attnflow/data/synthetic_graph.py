@@ -82,6 +82,7 @@ class SyntheticGraphDataModule(GraphDataModule):
     """
 
     name = "synthetic_graph"
+    generates_data = True  # no files: paths.data_dir is not read (attnflow.overrides)
 
     def __init__(self, *, num_nodes: Annotated[int, Range(ge=4)] = 400,
                  num_classes: Annotated[int, Range(ge=2)] = 4,
