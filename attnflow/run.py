@@ -220,6 +220,22 @@ def _check_minimums(trainer: Dict[str, Any]) -> None:
                               f"lower trainer.{low}, or raise trainer.{high}")
 
 
+def _check_trains_something(trainer: Dict[str, Any]) -> None:
+    """``trainer.max_epochs=0`` or ``trainer.max_steps=0``: Lightning's fit ended before its first
+    step, then the run validated and tested its untrained weights, wrote them to ``metrics.json``
+    as its final metrics (no checkpoint) and exited 0. Refused; ``fast_dev_run`` sets limits of
+    its own (one epoch of a few batches), so neither is read there."""
+    if trainer.get("fast_dev_run"):
+        return
+    for key, unit in (("max_epochs", "epochs"), ("max_steps", "steps")):
+        value = trainer.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value == 0:
+            raise ConfigError(f"trainer.{key}=0 (at 'trainer.{key}') trains nothing: the run would "
+                              f"validate and test its untrained weights and report them as its final "
+                              f"metrics; give a number of {unit} >= 1 (or -1: no limit), or evaluate "
+                              f"a trained run with attnflow-eval <run dir>")
+
+
 def _top_level_keys() -> set:
     """The root config's keys: its defaults list's groups and its own fields (conf/train.yaml)."""
     conf = config_dir()
@@ -249,6 +265,7 @@ def validate_config(cfg: Dict[str, Any]) -> None:
                 f"plugins: the atomic, weights-only checkpoint IO; barebones: off, as the tasks log "
                 f"their metrics, which barebones forbids).{_suggest(key, allowed)}")
     _check_trainer_types(cfg.get("trainer") or {})
+    _check_trains_something(cfg.get("trainer") or {})
     _check_minimums(cfg.get("trainer") or {})
     check_precision(cfg.get("trainer") or {})  # 16-mixed on the CPU: Lightning swaps in bf16
     _check_schedule_length(cfg)

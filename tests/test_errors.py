@@ -86,6 +86,15 @@ from support import FAST, ROOT, compose_cfg, train_cli
       "raise trainer.max_epochs"]),
     (["trainer.max_time=00:00:10:00", "trainer.max_steps=10", "trainer.min_steps=50"],
      ["trainer.min_steps=50 is more than trainer.max_steps=10"]),
+    # Lightning's fit ended at once; the untrained weights' metrics were the run's, exit 0
+    (["trainer.max_epochs=0"], ["trainer.max_epochs=0 (at 'trainer.max_epochs') trains nothing: the run "
+                                "would validate and test its untrained weights", "give a number of "
+                                "epochs >= 1 (or -1: no limit), or evaluate a trained run with "
+                                "attnflow-eval <run dir>"]),
+    (["trainer.max_steps=0"], ["trainer.max_steps=0 (at 'trainer.max_steps') trains nothing",
+                               "give a number of steps >= 1 (or -1: no limit)"]),
+    (["trainer.max_epochs=-1", "trainer.max_steps=0", "task.optim.scheduler=none"],
+     ["trainer.max_steps=0 (at 'trainer.max_steps') trains nothing"]),
 ])
 def test_bad_config_fails_before_any_work(overrides, expected, tmp_path):
     cfg = compose_cfg([*FAST, *overrides])
@@ -94,6 +103,35 @@ def test_bad_config_fails_before_any_work(overrides, expected, tmp_path):
     for text in expected:
         assert text in str(err.value)
     assert not (tmp_path / "run").exists()  # nothing was built or written
+
+
+def test_a_zero_epoch_or_step_limit_trains_nothing_and_fast_dev_run_sets_its_own():
+    """The claim behind refusing trainer.max_epochs=0 / max_steps=0: Lightning's fit takes no
+    step. fast_dev_run replaces both limits (one epoch of its batches), so it is accepted there."""
+    import pytorch_lightning as pl
+
+    from attnflow.run import resolve_config
+
+    class Tiny(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, _):
+            return self.w(batch).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def steps(**limits):
+        fit = pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, accelerator="cpu", **limits)
+        fit.fit(Tiny(), torch.utils.data.DataLoader(torch.randn(4, 2), batch_size=2))
+        return fit.global_step
+
+    assert steps(max_epochs=0) == steps(max_epochs=5, max_steps=0) == 0
+    assert steps(max_epochs=0, fast_dev_run=True) == 1
+    resolve_config(compose_cfg([*FAST, "trainer.max_epochs=0", "trainer.fast_dev_run=true"]))
 
 
 def test_callbacks_with_what_they_need_are_accepted():
