@@ -75,6 +75,30 @@ def train_cli(monkeypatch, *args: str) -> int:
 
 
 # Headless Chromium (Debian's package; .ci/run installs it) for the tests that render a page.
+def fit_tiny(**trainer):
+    """A Lightning ``Trainer`` (no logger, checkpoints, bar or summary; the CPU) with ``trainer``'s
+    limits, after fitting a one-weight module on 2 batches an epoch: what Lightning itself does
+    with a limit, e.g. ``fit_tiny(max_epochs=0).global_step``."""
+    import pytorch_lightning as pl
+    import torch
+
+    class Tiny(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, _):
+            return self.w(batch).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    fit = pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                     enable_model_summary=False, accelerator="cpu", **trainer)
+    fit.fit(Tiny(), torch.utils.data.DataLoader(torch.randn(4, 2), batch_size=2))
+    return fit
+
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_MISSING = ("needs Debian's chromium (/usr/bin/chromium; apt-get install chromium, as "
                     ".ci/run does)")

@@ -108,27 +108,10 @@ def test_bad_config_fails_before_any_work(overrides, expected, tmp_path):
 def test_a_zero_epoch_or_step_limit_trains_nothing_and_fast_dev_run_sets_its_own():
     """The claim behind refusing trainer.max_epochs=0 / max_steps=0: Lightning's fit takes no
     step. fast_dev_run replaces both limits (one epoch of its batches), so it is accepted there."""
-    import pytorch_lightning as pl
-
     from attnflow.run import resolve_config
+    from support import fit_tiny
 
-    class Tiny(pl.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.w = torch.nn.Linear(2, 1)
-
-        def training_step(self, batch, _):
-            return self.w(batch).pow(2).mean()
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
-
-    def steps(**limits):
-        fit = pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, accelerator="cpu", **limits)
-        fit.fit(Tiny(), torch.utils.data.DataLoader(torch.randn(4, 2), batch_size=2))
-        return fit.global_step
-
+    steps = lambda **limits: fit_tiny(**limits).global_step  # noqa: E731
     assert steps(max_epochs=0) == steps(max_epochs=5, max_steps=0) == 0
     assert steps(max_epochs=0, fast_dev_run=True) == 1
     resolve_config(compose_cfg([*FAST, "trainer.max_epochs=0", "trainer.fast_dev_run=true"]))

@@ -12,7 +12,7 @@ from attnflow.overrides import inert_fields, typed_fields
 from attnflow.registry import DATA, ENCODERS, MODELS, ConfigError
 from attnflow.run import resolve_config, train
 from attnflow.tasks.optim import OptimConfig, configure, lr_factor
-from support import compose_cfg
+from support import compose_cfg, fit_tiny
 
 GRAPH = ["experiment=gat_synthetic", "trainer.max_epochs=1", "callbacks.progress_bar=none"]
 
@@ -385,23 +385,7 @@ def test_a_common_field_every_task_sets_itself_is_unread_and_refused_when_typed(
 # -- the Trainer's minimums: read only where something asks the run to stop early ---------------------
 
 def _epochs_trained(**trainer) -> int:
-    import pytorch_lightning as pl
-
-    class Tiny(pl.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.w = torch.nn.Linear(2, 1)
-
-        def training_step(self, batch, _):
-            return self.w(batch).pow(2).mean()
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
-
-    fit = pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                     enable_model_summary=False, accelerator="cpu", **trainer)
-    fit.fit(Tiny(), torch.utils.data.DataLoader(torch.randn(4, 2), batch_size=2))
-    return fit.current_epoch
+    return fit_tiny(**trainer).current_epoch
 
 
 def test_min_epochs_changes_nothing_without_an_early_stop_and_never_passes_max_epochs():
