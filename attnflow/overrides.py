@@ -94,7 +94,30 @@ def _trainer_inert(trainer: Mapping[str, Any], test: Any = True,
             "trainer.gradient_clip_val to clip them")
     if test is False:  # (attnflow-eval takes its own limit_test_batches)
         out["trainer.limit_test_batches"] = "test=false, so the run tests nothing; set test=true"
+    out.update(_fast_dev_run_inert(trainer))
     return out
+
+
+# the limits Lightning's fast_dev_run sets itself (pytorch_lightning.trainer.setup._init_debugging_flags)
+FAST_DEV_RUN_SETS = ("max_epochs", "max_steps", "limit_test_batches", "limit_predict_batches",
+                     "num_sanity_val_steps", "val_check_interval", "check_val_every_n_epoch")
+
+
+def _fast_dev_run_inert(trainer: Mapping[str, Any]) -> Dict[str, str]:
+    """With ``trainer.fast_dev_run=N`` Lightning runs N batches of training (one epoch),
+    validation and test, and sets the limits of :data:`FAST_DEV_RUN_SETS` itself (and those of
+    training and validation unless ``overfit_batches`` is set): a typed value of them is idle."""
+    runs = trainer.get("fast_dev_run")
+    if not runs:
+        return {}
+    keys = [*FAST_DEV_RUN_SETS, *(() if trainer.get("overfit_batches") else
+                                  ("limit_train_batches", "limit_val_batches"))]
+    n = int(runs)
+    return {f"trainer.{key}": (f"trainer.fast_dev_run={str(runs).lower()} sets it itself (Lightning's "
+                               f"debugging run: {n} batch{'es' if n > 1 else ''} of training in one "
+                               f"epoch, then of validation and test, no sanity check); drop "
+                               f"trainer.fast_dev_run for it to count")
+            for key in keys}
 
 
 def _log_interval_inert(logger: Any, bar: Any) -> Optional[str]:

@@ -107,7 +107,9 @@ def test_bad_config_fails_before_any_work(overrides, expected, tmp_path):
 
 def test_a_zero_epoch_or_step_limit_trains_nothing_and_fast_dev_run_sets_its_own():
     """The claim behind refusing trainer.max_epochs=0 / max_steps=0: Lightning's fit takes no
-    step. fast_dev_run replaces both limits (one epoch of its batches), so it is accepted there."""
+    step. fast_dev_run replaces both limits (one epoch of its batches), so the zero check lets it
+    pass (typed on the command line beside fast_dev_run, the limit is refused as unread:
+    tests/test_overrides.py::test_fast_dev_run_sets_the_limits_itself_so_a_typed_one_is_refused)."""
     from attnflow.run import resolve_config
     from support import fit_tiny
 

@@ -388,6 +388,27 @@ def _epochs_trained(**trainer) -> int:
     return fit_tiny(**trainer).current_epoch
 
 
+@pytest.mark.parametrize("typed", ["max_epochs=3", "max_steps=50", "limit_train_batches=3",
+                                   "limit_val_batches=0.5", "val_check_interval=0.5",
+                                   "num_sanity_val_steps=0"])
+def test_fast_dev_run_sets_the_limits_itself_so_a_typed_one_is_refused(typed, tmp_path):
+    """The claim, from Lightning itself: with fast_dev_run=2 the run is 2 training steps in one
+    epoch whatever the limit says; typed beside it, the limit is refused before any work (before:
+    accepted and ignored); the same limit without fast_dev_run counts."""
+    base = ["experiment=gat_synthetic", "callbacks.progress_bar=none"]
+    key, value = typed.split("=")
+    value = float(value) if "." in value else int(value)
+    assert fit_tiny(fast_dev_run=2).global_step == fit_tiny(fast_dev_run=2, **{key: value}).global_step == 2
+    with pytest.raises(ConfigError) as err:
+        train(compose_cfg([*base, "trainer.fast_dev_run=2", f"trainer.{typed}"],
+                          return_hydra_config=True), tmp_path / "run")
+    assert str(err.value).startswith(f"trainer.{typed} (at 'trainer.{key}') does nothing: "
+                                     f"trainer.fast_dev_run=2 sets it itself"), err.value
+    assert not (tmp_path / "run").exists()
+    resolve_config(compose_cfg([*base, f"trainer.{typed}"], return_hydra_config=True))
+    resolve_config(compose_cfg([*base, "trainer.fast_dev_run=2"], return_hydra_config=True))
+
+
 def test_min_epochs_changes_nothing_without_an_early_stop_and_never_passes_max_epochs():
     assert _epochs_trained(max_epochs=2) == _epochs_trained(max_epochs=2, min_epochs=5) == 2
 
