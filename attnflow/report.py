@@ -16,8 +16,9 @@ or changed.
 Runs are sorted by the optimised metric, best first: ``--metric``, else the config's
 ``optimized_metric``, else the checkpoint monitor (``callbacks.checkpoint.monitor``, or the task's
 own ``monitor`` when that is null), else ``val/loss``. A run without ``metrics.json`` (failed,
-killed or still running) is listed with that status, last, never dropped. The page needs no
-network and no JavaScript: every picture is a base64 ``data:`` URI.
+killed or still running), or whose ``metrics.json`` records ``failed`` (the run failed after
+writing it: :func:`attnflow.run.record_failure`), is listed with that status, last, never
+dropped. The page needs no network and no JavaScript: every picture is a base64 ``data:`` URI.
 
 The output folder (``-o``, default ``<path>/report``) is new, empty, or an earlier report of the
 same path, which is refreshed; a folder of other files (a run's folder, another path's report) is
@@ -155,6 +156,8 @@ def read_run(path: Path, name: str, pictures: int = 4) -> Run:
                 raise ValueError(f"a JSON {type(summary).__name__}, not an object")
             run.metrics = {k: float(v) for k, v in (summary.get("metrics") or {}).items()}
             run.summary = summary
+            if summary.get("failed"):  # the run failed after writing it (attnflow.run.record_failure)
+                problems.append(f"failed: {summary['failed']}")
         except (OSError, ValueError, TypeError, AttributeError) as err:
             problems.append(f"unreadable metrics.json ({err})")
     else:
@@ -280,7 +283,7 @@ def swept_params(runs: List[Run]) -> Tuple[List[str], Dict[str, Any]]:
 def _sort_key(report_metric: str, maximize: bool):
     def key(run: Run):
         v = run.metrics.get(report_metric)
-        if v is None or math.isnan(v):
+        if v is None or math.isnan(v) or run.summary.get("failed"):  # a failed run: never the best
             return (1 if run.status == "ok" else 2, 0.0)
         return (0, -v if maximize else v)
     return key

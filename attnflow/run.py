@@ -602,6 +602,17 @@ def _write_json(path: Path, data: dict) -> None:
         tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
 
 
+def record_failure(run_dir: Path, reason: str) -> None:
+    """A run that failed after writing its ``metrics.json`` (the metric a sweeper optimises was not
+    among those it reported) says so there, as ``failed``: attnflow-report lists it as the run's
+    status instead of ``ok``. Global rank 0 only, as metrics.json is written."""
+    from pytorch_lightning.utilities import rank_zero_only
+
+    path = Path(run_dir) / "metrics.json"
+    if getattr(rank_zero_only, "rank", 0) == 0 and path.is_file():
+        _write_json(path, {**json.loads(path.read_text()), "failed": reason})
+
+
 def _metrics(results: List[dict]) -> Dict[str, float]:
     out: Dict[str, float] = {}
     for r in results or []:

@@ -173,14 +173,26 @@ def continue_optuna_studies() -> None:
 
 
 # -- the metric a job returns -----------------------------------------------------------------------
+def _unread_split(cfg: Any, split: str) -> Optional[str]:
+    """Why a run of ``cfg`` reports no metric of ``split`` at its end, or None where it does:
+    ``test=false``, or ``trainer.limit_<split>_batches=0`` (the final validate/test then runs on
+    no batch and returns no metric; the run wrote its metrics.json, then failed for want of one)."""
+    if split == "test" and not cfg.get("test", True):
+        return "test=false: no test metrics"
+    limit = (cfg.get("trainer") or {}).get(f"limit_{split}_batches")
+    if isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit == 0:
+        return f"trainer.limit_{split}_batches={limit}: the final {split} pass reads no batch"
+    return None
+
+
 def final_metric_names(cfg: Any) -> list:
     """The metrics a run of ``cfg`` reports at its end (``metrics.json``): the task's metrics on
-    the validation split, and on the test split unless ``test=false``."""
+    the validation and test splits, less a split it does not evaluate (:func:`_unread_split`)."""
     from attnflow.registry import TASKS
     from attnflow.run import metric_names
 
-    splits = ("val", "test") if cfg.get("test", True) else ("val",)
-    return metric_names(TASKS.get(cfg["task"]["name"]), cfg, splits)
+    splits = tuple(s for s in ("val", "test") if not _unread_split(cfg, s))
+    return metric_names(TASKS.get(cfg["task"]["name"]), cfg, splits) if splits else []
 
 
 def check_optimized_metric(cfg: Any) -> Optional[str]:
@@ -193,16 +205,18 @@ def check_optimized_metric(cfg: Any) -> Optional[str]:
         return None
     names = final_metric_names(cfg)
     if metric not in names:
-        off = " (test=false: no test metrics)" if str(metric).startswith("test/") and not cfg.get("test", True) else ""
+        split = str(metric).split("/", 1)[0]
+        why = _unread_split(cfg, split) if split in ("val", "test") else None
+        off = f" ({why})" if why else ""
         from attnflow.registry import TASKS
 
         field = getattr(TASKS.get(cfg["task"]["name"]), "conditional_metrics", {}).get(
             str(metric).rsplit("/", 1)[-1])
-        if field:  # a metric of the task that this config switches off
+        if field and not why:  # a metric of the task that this config switches off
             off = f" (with task.{field}={cfg['task'].get(field) or 0}: it is logged where task.{field} > 0)"
         raise ConfigError(f"optimized_metric '{metric}' (at 'optimized_metric') is not a metric that "
                           f"task '{cfg['task']['name']}' reports at the end of a run{off}; it reports "
-                          f"{', '.join(names)}.{_suggest(str(metric), names)}")
+                          f"{', '.join(names) or 'nothing'}.{_suggest(str(metric), names)}")
     return metric
 
 

@@ -35,7 +35,7 @@ def run_app(cfg: DictConfig) -> float | None:
     from attnflow.data.errors import DataError
     from attnflow.distributed import check_multirun_strategy
     from attnflow.resume import from_hydra  # resume=<run>: the run's own config
-    from attnflow.run import train
+    from attnflow.run import record_failure, train
     from attnflow.sweeps import check_optimized_metric
 
     out = Path(HydraConfig.get().runtime.output_dir)
@@ -58,8 +58,10 @@ def run_app(cfg: DictConfig) -> float | None:
     _print_summary(summary)
     if metric:  # what a sweeper optimises; a metric the run did not report is an error, not None
         if metric not in summary["metrics"]:
-            print(f"attnflow: optimized_metric '{metric}' was not reported by this run; it reported "
-                  f"{', '.join(sorted(summary['metrics']))}", file=sys.stderr)
+            why = (f"optimized_metric '{metric}' was not reported by this run; it reported "
+                   f"{', '.join(sorted(summary['metrics'])) or 'nothing'}")
+            print(f"attnflow: {why}", file=sys.stderr)
+            record_failure(out, why)  # its metrics.json is written: attnflow-report must not say ok
             sys.exit(2)
         return summary["metrics"][metric]
     return None

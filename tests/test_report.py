@@ -170,10 +170,16 @@ def test_failed_and_broken_jobs_are_listed_last(sweep, tmp_path, capsys):
     alien = _copy(copy / "0", copy / "4")  # files of the right names, but not a run's
     (alien / "metrics.json").write_text("[1, 2]")
     (alien / "config.yaml").write_text("- a\n- list\n")
+    failed = _copy(copy / "0", copy / "5")  # metrics.json written, then the job failed (exit 2)
+    summary = json.loads((failed / "metrics.json").read_text())
+    summary["metrics"]["val/loss"] = -1.0  # the best value of all: still listed after the ok jobs
+    summary["failed"] = "optimized_metric 'val/x' was not reported by this run; it reported val/loss"
+    (failed / "metrics.json").write_text(json.dumps(summary))
     main([str(copy)])
     rows = read_csv(copy / "report" / "report.csv")
     order = sorted(job_metrics(sweep), key=lambda j: job_metrics(sweep)[j]["val/loss"])
-    assert [r["run"] for r in rows] == [*order, "2", "3", "4"]
+    assert [r["run"] for r in rows] == [*order, "2", "3", "4", "5"]
+    assert rows[5]["status"] == f"failed: {summary['failed']}" and float(rows[5]["val/loss"]) == -1.0
     assert "no metrics.json" in rows[2]["status"] and "unreadable metrics.json" in rows[3]["status"]
     assert "unreadable config.yaml (a list, not a mapping)" in rows[4]["status"]
     assert "unreadable metrics.json (a JSON list, not an object)" in rows[4]["status"]

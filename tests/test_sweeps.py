@@ -158,10 +158,38 @@ def test_cli_metric_the_run_did_not_report_fails_after_it(monkeypatch, capsys, t
     run = tmp_path / "run"
     assert train_cli(monkeypatch, *TINY, "callbacks.progress_bar=none", "trainer.fast_dev_run=true",
                      "optimized_metric=val/unlogged", f"hydra.run.dir={run}") == 2
-    reported = json.loads((run / "metrics.json").read_text())["metrics"]
+    summary = json.loads((run / "metrics.json").read_text())
     err = capsys.readouterr().err
     assert "optimized_metric 'val/unlogged' was not reported" in err
-    assert all(name in err for name in reported)
+    assert all(name in err for name in summary["metrics"])
+    # the run records its failure (exit 2 after metrics.json), and attnflow-report does not say ok
+    assert summary["failed"].startswith("optimized_metric 'val/unlogged' was not reported")
+    from attnflow.report import read_run
+
+    assert read_run(run, "run").status.startswith("failed: optimized_metric 'val/unlogged'")
+
+
+@pytest.mark.parametrize("overrides, why", [
+    (["optimized_metric=test/loss", "trainer.limit_test_batches=0"],
+     "(trainer.limit_test_batches=0: the final test pass reads no batch); it reports val/loss"),
+    (["optimized_metric=val/seq_acc", "trainer.limit_val_batches=0.0", "test=false"],
+     "(trainer.limit_val_batches=0.0: the final val pass reads no batch); it reports nothing"),
+])
+def test_a_split_the_run_evaluates_on_no_batch_reports_no_metric_refused_before_any_work(
+        monkeypatch, capsys, tmp_path, overrides, why):
+    """trainer.limit_test_batches=0 (or limit_val_batches=0) makes the final test (validation)
+    return no metric: a run optimising one of them trained, wrote metrics.json, then exited 2 —
+    and attnflow-report listed it as ok. Refused before any work."""
+    with pytest.raises(ConfigError) as err:
+        check_optimized_metric(compose_cfg(overrides))
+    assert why in str(err.value)
+    run = tmp_path / "run"
+    assert train_cli(monkeypatch, *TINY, "callbacks.progress_bar=none", *overrides,
+                     f"hydra.run.dir={run}") == 2
+    assert why in capsys.readouterr().err
+    assert not run.exists()  # refused before any work: not even Hydra's folder is left
+    assert check_optimized_metric(compose_cfg(["optimized_metric=val/loss",
+                                               "trainer.limit_test_batches=0"])) == "val/loss"
 
 
 # -- the search space, checked before the first job -----------------------------------------------------
