@@ -16,7 +16,7 @@ stopped run can be evaluated as a finished one would have been. ``--epochs`` ave
 (choose it on validation scores, which the table shows, never on a test split).
 
 Every problem is a message naming the file or the epoch and exit status 2, before anything is
-written: no ``kept.json`` (a run trained without ``callbacks.average``), a ``kept.json`` entry
+written: RUN that is a file (a checkpoint) or a sweep folder (its jobs are named), no ``kept.json`` (a run trained without ``callbacks.average``), a ``kept.json`` entry
 without what averaging reads (a file edited by hand), a file to average missing (``--epochs`` can
 leave it out), an epoch that is not kept or is named twice, no checkpoint of the run, a
 ``--name`` that is not a plain ``<name>.ckpt`` file name (a folder in it, nothing before
@@ -33,15 +33,21 @@ from pathlib import Path
 from typing import List, Optional
 
 from attnflow.averaging import AVERAGED, AVG_DIR, INDEX, average_into, read_index
-from attnflow.checkpoints import CheckpointError
+from attnflow.checkpoints import CheckpointError, runs_inside
 
 
 def plan(run_dir: Path, epochs: Optional[List[int]], name: str = AVERAGED) -> tuple:
     """(``kept.json``, its kept entries, those to average, ``last.ckpt``, the output path) after
     every check;
     :class:`CheckpointError` naming what is wrong otherwise."""
+    if run_dir.is_file():  # (was "no such run directory" of a checkpoint that is there)
+        raise CheckpointError(f"{run_dir} is a file, not a run directory: name the run's folder "
+                              f"(for a checkpoint, the folder above checkpoints/)")
     if not run_dir.is_dir():
         raise CheckpointError(f"no such run directory: {run_dir}")
+    held = runs_inside(run_dir)
+    if held:  # (was "trained without callbacks.average" of a sweep folder)
+        raise CheckpointError(held)
     avg_dir = run_dir / "checkpoints" / AVG_DIR
     try:
         index = read_index(run_dir)

@@ -9,8 +9,10 @@ containers in them, so a file that needs unpickling of arbitrary objects is refu
 
 :func:`load_run` gives a run's checkpoint with its config (``attnflow_config``, else the run's
 ``config.yaml``) upgraded to today's fields; :func:`run_artifacts` what prediction needs besides
-weights; :func:`load_weights` loads them into a rebuilt model. Every failure — a missing path, an
-empty, truncated or corrupt file, a checkpoint of another program or another model — is a
+weights; :func:`load_weights` loads them into a rebuilt model. Every failure — a missing path, a
+sweep folder or a folder of runs (:func:`runs_inside` names them), an empty, truncated or corrupt
+file, a file that is no checkpoint (a ``config.yaml``), a checkpoint of another program or another
+model — is a
 :class:`CheckpointError` whose message says which and what was expected (the tools print it and
 exit with status 2).
 """
@@ -20,7 +22,7 @@ from __future__ import annotations
 import json
 import pickle
 from pathlib import Path
-from typing import Any, Dict, NamedTuple, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 import torch
 
@@ -38,6 +40,9 @@ def find_checkpoint(path: Path | str) -> Tuple[Path, Path]:
         return path, run_dir
     if not path.is_dir():
         raise CheckpointError(f"no such run directory or checkpoint: {path}")
+    held = runs_inside(path)
+    if held:
+        raise CheckpointError(held)
     ckpts = path / "checkpoints"
     metrics = path / "metrics.json"
     if metrics.is_file():
@@ -56,6 +61,24 @@ def find_checkpoint(path: Path | str) -> Tuple[Path, Path]:
            if _checkpoints_off(path / "config.yaml") else "")
     raise CheckpointError(f"{path} is a directory without checkpoints (expected {ckpts}/*.ckpt "
                           f"from attnflow-train){why}")
+
+
+def runs_inside(path: Path) -> Optional[str]:
+    """Why the folder ``path``, given where one run directory is expected, is not one but holds
+    runs — a multirun (sweep) folder (``multirun.yaml``, one folder per job) or a folder of runs
+    (``outputs/<date>/``) — naming them; None for a folder that is a run or holds none."""
+    if (path / "config.yaml").is_file() or (path / "checkpoints").is_dir():
+        return None
+    runs = sorted((c for c in path.iterdir() if c.is_dir() and ((c / "config.yaml").is_file()
+                                                              or (c / "checkpoints").is_dir())),
+                  key=lambda c: (not c.name.isdigit(), int(c.name) if c.name.isdigit() else 0, c.name))
+    sweep = (path / "multirun.yaml").is_file()
+    if not runs:
+        return (f"{path} is a multirun (sweep) folder that holds no job's run yet, not a run "
+                f"directory") if sweep else None
+    named = ", ".join(str(r) for r in runs[:4]) + (f" and {len(runs) - 4} more" if len(runs) > 4 else "")
+    return (f"{path} is {'a multirun (sweep) folder' if sweep else 'a folder of runs'}, not a run "
+            f"directory: name one of its runs ({named}); attnflow-report {path} ranks them")
 
 
 def _checkpoints_off(config: Path) -> bool:
@@ -85,7 +108,13 @@ def _why_unreadable(path: Path, err: Exception) -> str:
         return "the file is empty"
     cut = "the file is corrupt or truncated (a checkpoint cut short by a kill or a full disk?)"
     with open(path, "rb") as f:
-        zipped = f.read(2) == b"PK"  # torch's format since 1.6: a zip archive
+        head = f.read(16)
+    zipped = head[:2] == b"PK"  # torch's format since 1.6: a zip archive
+    if not zipped and head[:1] != b"\x80":  # nor torch's older format, a pickle (protocol 2+)
+        shown = head.decode("utf-8", "replace")  # (a config.yaml or metrics.json named by mistake?)
+        return (f"it is not a checkpoint: a .ckpt of attnflow-train is a torch archive (a zip), and "
+                f"this file starts with {shown!r}; name a run directory or a .ckpt file in its "
+                f"checkpoints/")
     if zipped:
         import zipfile
 

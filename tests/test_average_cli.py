@@ -90,6 +90,15 @@ def test_problems_are_refused_with_status_2_and_nothing_written(finished, stoppe
     _refused([str(run), "--epochs", str(kept[0]), str(kept[1]), str(kept[0])],
              f"--epochs {kept[0]}: named more than once; name each epoch to average once", capsys)
     _refused([str(tmp_path / "nowhere")], "no such run directory", capsys)
+    # a checkpoint file was "no such run directory", a sweep folder "trained without callbacks.average"
+    _refused([str(run / "checkpoints" / "last.ckpt")], f"{run / 'checkpoints' / 'last.ckpt'} is a "
+             f"file, not a run directory: name the run's folder", capsys)
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    (sweep / "0").symlink_to(run, target_is_directory=True)
+    _refused([str(sweep)], f"{sweep} is a multirun (sweep) folder, not a run directory: name one of "
+             f"its runs ({sweep / '0'}); attnflow-report {sweep} ranks them", capsys)
     # a finished run's averaged.ckpt, or any existing output, is not overwritten
     done = finished[0] / "checkpoints" / "averaged.ckpt"
     data = done.read_bytes()

@@ -94,6 +94,39 @@ def test_reading_refuses_what_is_not_a_plain_checkpoint(tmp_path, capsys):
         read_checkpoint(plain)
 
 
+def test_a_sweep_folder_or_a_file_that_is_no_checkpoint_is_named_for_what_it_is(tmp_path, capsys):
+    """attnflow-eval/-predict/-translate on a sweep folder said it was "a directory without
+    checkpoints (expected <sweep>/checkpoints/*.ckpt)"; on a run's config.yaml that it "holds
+    objects other than tensors …", with PyTorch's advice to set weights_only=False."""
+    from attnflow.evaluate import main as evaluate
+
+    sweep = tmp_path / "sweep"
+    for job in ("0", "1", "10", "2"):
+        (sweep / job / "checkpoints").mkdir(parents=True)
+        (sweep / job / "config.yaml").write_text("data: {name: reverse}\n")
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    with pytest.raises(CheckpointError) as err:
+        find_checkpoint(sweep)
+    assert str(err.value) == (f"{sweep} is a multirun (sweep) folder, not a run directory: name one "
+                              f"of its runs ({sweep / '0'}, {sweep / '1'}, {sweep / '2'}, "
+                              f"{sweep / '10'}); attnflow-report {sweep} ranks them")
+    (sweep / "multirun.yaml").unlink()  # outputs/<date>/: a folder of single runs
+    with pytest.raises(CheckpointError, match="is a folder of runs, not a run directory"):
+        find_checkpoint(sweep)
+    new = tmp_path / "new_sweep"  # Hydra's record before the first job wrote its run
+    new.mkdir()
+    (new / "multirun.yaml").write_text("hydra: {}\n")
+    with pytest.raises(CheckpointError, match="a multirun .sweep. folder that holds no job's run yet"):
+        find_checkpoint(new)
+    for name, text in (("config.yaml", "data:\n  name: reverse\n"), ("metrics.json", '{"metrics": {}}')):
+        (tmp_path / name).write_text(text)
+        assert evaluate([str(tmp_path / name)]) == 2
+        said = capsys.readouterr().err
+        assert f"cannot read checkpoint {tmp_path / name}: it is not a checkpoint: a .ckpt of " \
+               f"attnflow-train is a torch archive (a zip), and this file starts with {text[:16]!r}" in said
+        assert "weights_only" not in said and said.count("\n") == 1
+
+
 def test_configs_of_older_runs_are_upgraded_to_todays_fields():
     from attnflow.checkpoints import upgrade_config
     from attnflow.registry import MODELS, TASKS
