@@ -24,7 +24,8 @@ defaults, 4 and 0.6, where the run left them unset), at most ``data.max_decode_l
 as ``attnflow-predict --beam`` does for a captioning run's ``task.beam_size``.
 
 Failures: a bad path, an unreadable or truncated checkpoint, a checkpoint that is not an attnflow
-translation run, a missing input file print one message and exit with status 2. An empty input
+translation run, a missing input file, an input of no lines (an empty ``-f`` file or stdin, as
+attnflow-predict refuses one) print one message and exit with status 2. An empty input
 line is reported on stderr and gives an empty output line, so output lines stay aligned with
 input lines. A line longer than the model's source limit (``data.max_src_len`` subwords, as in
 training) is translated from its first ``max_src_len`` subwords, with a warning on stderr that
@@ -392,6 +393,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                     arrays[f"{j}/output"] = text_array([dm.tgt_tok.id_to_token(t) for t in r])
                     arrays.update({f"{j}/{k}": v for k, v in maps.items()})
             n_lines += len(chunk)
+        if not n_lines:  # (was exit 0 without a word, and a --save-attention file of 0 lines)
+            raise TranslateError(f"no sentences given (arguments, -f FILE or stdin): "
+                                 f"{f'-f {args.file}' if args.file else 'stdin'} holds no lines")
         if n_cut > 1:
             print(f"attnflow-translate: {n_cut} of {n_lines} lines were longer than "
                   f"{dm.max_src_len} subwords and were cut", file=sys.stderr)

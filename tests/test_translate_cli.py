@@ -73,6 +73,25 @@ def test_empty_line_is_reported_and_kept_aligned(run_dir, tmp_path, capsys):
     assert "line 2 is empty" in cap.err
 
 
+def test_an_empty_input_is_refused_and_writes_nothing(run_dir, tmp_path, capsys, monkeypatch):
+    """An empty -f file (or stdin) exited 0 without a word, and --save-attention wrote an archive
+    of 0 lines (attnflow-predict refuses the same input)."""
+    empty = tmp_path / "empty.de"
+    empty.write_text("")
+    npz, png = tmp_path / "a.npz", tmp_path / "a.png"
+    assert main([str(run_dir), "-f", str(empty), "--save-attention", str(npz), "--attention", str(png)]) == 2
+    cap = capsys.readouterr()
+    assert cap.err == (f"attnflow-translate: no sentences given (arguments, -f FILE or stdin): "
+                       f"-f {empty} holds no lines\n") and cap.out == ""
+    assert not npz.exists() and not png.exists()
+    monkeypatch.setattr(translate_mod, "iter_stdin", lambda: iter([]))
+    assert main([str(run_dir)]) == 2
+    assert capsys.readouterr().err.endswith("stdin holds no lines\n")
+    blank = tmp_path / "blank.de"  # a blank line is an input: answered with an empty line
+    blank.write_text("\n")
+    assert main([str(run_dir), "-f", str(blank)]) == 0 and capsys.readouterr().out == "\n"
+
+
 def test_errors_are_one_clear_line(run_dir, tmp_path, capsys):
     assert main([str(tmp_path / "missing"), "x"]) == 2
     assert "no such run directory or checkpoint" in capsys.readouterr().err
