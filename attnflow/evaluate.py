@@ -24,7 +24,8 @@ data module, ``data.name`` for another module of the same kind: its fields start
 :mod:`attnflow.precision`), ``trainer.limit_val_batches``,
 ``trainer.limit_test_batches``; ``seed`` (only where evaluating draws from the process's random
 state: a graph run's ``data.loader=neighbor`` samples neighbours). Each is checked before any
-work: an unknown key or field is one message naming it, exit status 2, and so is one this
+work: an unknown key or field is one message naming it, exit status 2, and so is a key given
+twice, a ``trainer.limit_<split>_batches=0`` for the split evaluated (no batch), and one this
 evaluation would leave unread (the other split's ``limit_*_batches``, a task field read in
 training only such as ``task.optim``, a data field its data config leaves unread, ``seed`` where
 nothing draws from it — the run's data reads ``data.seed``, saved resolved in its config, and the
@@ -66,12 +67,15 @@ USAGE = ("split=val|test, data.<field>, task.<field>, seed, trainer." + "|".join
 
 def parse_overrides(items: List[str]) -> List[Tuple[str, Any]]:
     """``key=value`` strings as (key, YAML value) pairs, in order; a malformed one is an error."""
-    out = []
+    out, given = [], {}
     for item in items:
         key, eq, raw = item.partition("=")
         key = key.strip().lstrip("+")
         if not eq or not key:
             raise ConfigError(f"'{item}' is not an override: write key=value ({USAGE})")
+        if key in given:  # (the last one was used, the first recorded in the result as if it had been)
+            raise ConfigError(f"{key} is given twice ({given[key]}, {item}): give it once")
+        given[key] = item
         try:
             value = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError:
@@ -144,6 +148,11 @@ def apply_overrides(run: Run, overrides: List[Tuple[str, Any]]) -> Tuple[Dict[st
     if split is None:  # the test split, unless the run has none and no override names one
         split = "test" if run.config.get("test", True) or any(
             k.startswith("data.test") for k in keys) else "val"
+    limit = trainer.get(f"limit_{split}_batches")
+    if isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit == 0:
+        raise ConfigError(f"trainer.limit_{split}_batches={limit} evaluates no batch of the {split} "
+                          f"split: give a number of batches >= 1 or a share in (0, 1], or leave it "
+                          f"out (every batch)")
     _refuse_unread(keys, cfg, split, run.config.get("data") or {})
     return cfg, split, trainer
 

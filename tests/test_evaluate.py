@@ -99,6 +99,16 @@ def test_overrides_are_checked_before_any_work(gat_run, tmp_path, capsys, monkey
     assert main([str(gat_run), "-o", str(taken / "x.json")]) == 2
     assert capsys.readouterr().err == (f"attnflow-eval: -o {taken / 'x.json'}: {taken} is a file, "
                                        f"not a folder; name a file in a folder\n")
+    # a key given twice: the last was used, both recorded; a limit of 0 batches evaluated, then said
+    # "the test split gave no metrics (is it empty?)"
+    for args, says in ((["split=val", "split=test"], "split is given twice (split=val, split=test): "
+                                                     "give it once"),
+                       (["trainer.limit_test_batches=0"], "trainer.limit_test_batches=0 evaluates no "
+                                                          "batch of the test split"),
+                       (["split=val", "trainer.limit_val_batches=0.0"],
+                        "trainer.limit_val_batches=0.0 evaluates no batch of the val split")):
+        assert main([str(gat_run), *args]) == 2, args
+        assert says in capsys.readouterr().err, args
     assert len(_eval_files(gat_run)) == n  # nothing written by a refused evaluation
     # without -o: <run>/eval a file was mkdir's traceback after the evaluation, the metrics lost
     copy = tmp_path / "copy"
