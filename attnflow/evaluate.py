@@ -104,7 +104,7 @@ def apply_overrides(run: Run, overrides: List[Tuple[str, Any]]) -> Tuple[Dict[st
     applied and validated against the registries (:class:`ConfigError` naming the key)."""
     import attnflow  # noqa: F401  (registries find their blocks on lookup)
     from attnflow.registry import DATA, MODELS, TASKS
-    from attnflow.run import INTERFACES, _check_trainer_types
+    from attnflow.run import INTERFACES, _check_trainer_types, reads_no_batch
 
     cfg = {k: (dict(v) if isinstance(v, dict) else v) for k, v in run.config.items()}
     if not isinstance(cfg.get("task"), dict):
@@ -149,7 +149,7 @@ def apply_overrides(run: Run, overrides: List[Tuple[str, Any]]) -> Tuple[Dict[st
         split = "test" if run.config.get("test", True) or any(
             k.startswith("data.test") for k in keys) else "val"
     limit = trainer.get(f"limit_{split}_batches")
-    if isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit == 0:
+    if reads_no_batch(limit):
         raise ConfigError(f"trainer.limit_{split}_batches={limit} evaluates no batch of the {split} "
                           f"split: give a number of batches >= 1 or a share in (0, 1], or leave it "
                           f"out (every batch)")

@@ -321,11 +321,17 @@ def _check_validation_schedule(cfg: Dict[str, Any]) -> None:
                           f"or train without validation: trainer.limit_val_batches=0")
 
 
+def reads_no_batch(limit: Any) -> bool:
+    """Whether a ``trainer.limit_<split>_batches`` value lets that split's loop read no batch (0 or
+    0.0; None is every batch)."""
+    return isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit == 0
+
+
 def _no_validation(trainer: Dict[str, Any]) -> Optional[tuple]:
     """(the trainer fields under which no validation runs during training, as typed; how to
     validate), or None where some does."""
     limit = trainer.get("limit_val_batches")
-    if isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit == 0:
+    if reads_no_batch(limit):
         return f"trainer.limit_val_batches={limit}", "trainer.limit_val_batches=1.0"
     every, epochs = trainer.get("check_val_every_n_epoch"), trainer.get("max_epochs")
     if resume.next_validation(trainer) is not None:  # (a new run: refused, _check_validation_schedule)

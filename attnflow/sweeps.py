@@ -179,8 +179,10 @@ def _unread_split(cfg: Any, split: str) -> Optional[str]:
     no batch and returns no metric; the run wrote its metrics.json, then failed for want of one)."""
     if split == "test" and not cfg.get("test", True):
         return "test=false: no test metrics"
+    from attnflow.run import reads_no_batch
+
     limit = (cfg.get("trainer") or {}).get(f"limit_{split}_batches")
-    if isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit == 0:
+    if reads_no_batch(limit):
         return f"trainer.limit_{split}_batches={limit}: the final {split} pass reads no batch"
     return None
 
