@@ -34,6 +34,7 @@ from typing import List, Optional
 
 from attnflow.averaging import AVERAGED, AVG_DIR, INDEX, average_into, read_index
 from attnflow.checkpoints import CheckpointError, runs_inside
+from attnflow.textio import path_arg
 
 
 def plan(run_dir: Path, epochs: Optional[List[int]], name: str = AVERAGED) -> tuple:
@@ -126,11 +127,11 @@ def _kept_entries(index: object, path: Path) -> list:
 
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="attnflow-average", description=__doc__.split("\n\n")[0])
-    p.add_argument("run", help="a run directory trained with callbacks.average")
+    p.add_argument("run", type=path_arg, help="a run directory trained with callbacks.average")
     p.add_argument("--epochs", type=int, nargs="+", metavar="K",
                    help="average only these kept epochs (default: all kept)")
-    p.add_argument("--name", default=AVERAGED, help=f"the file name in RUN/checkpoints/ (default "
-                                                    f"{AVERAGED}; never overwritten)")
+    p.add_argument("--name", default=AVERAGED, type=path_arg,
+                   help=f"the file name in RUN/checkpoints/ (default {AVERAGED}; never overwritten)")
     args = p.parse_args(argv)
     run_dir = Path(args.run)
     try:

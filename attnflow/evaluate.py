@@ -58,7 +58,7 @@ import yaml
 from attnflow.checkpoints import CheckpointError, Run, load_run, load_weights, run_artifacts
 from attnflow.onednn import bound_primitive_cache
 from attnflow.registry import ConfigError, _suggest
-from attnflow.textio import check_folder, check_new_outputs
+from attnflow.textio import check_folder, check_new_outputs, path_arg
 
 TRAINER_FIELDS = ("accelerator", "devices", "precision", "limit_val_batches", "limit_test_batches")
 SPLITS = ("val", "test")
@@ -331,9 +331,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     bound_primitive_cache()  # before any tensor work: oneDNN reads it once
     p = argparse.ArgumentParser(prog="attnflow-eval", description=__doc__.split("\n\n")[0],
                                 epilog=f"overrides: {USAGE}")
-    p.add_argument("run", help="a run directory or a .ckpt file")
+    p.add_argument("run", type=path_arg, help="a run directory or a .ckpt file")
     p.add_argument("overrides", nargs="*", help="key=value (see below)")
-    p.add_argument("-o", "--output", help="write the metrics JSON here (never overwritten)")
+    p.add_argument("-o", "--output", type=path_arg, help="write the metrics JSON here (never overwritten)")
     p.add_argument("--device", default="cpu", help="the accelerator (default cpu)")
     args = p.parse_intermixed_args(argv)
     quiet = logging.getLogger("pytorch_lightning")

@@ -102,7 +102,7 @@ from attnflow.onednn import bound_primitive_cache
 from attnflow.predict_image import predict_captions
 from attnflow.registry import DATA, MODELS, TASKS
 from attnflow.textio import (InputError, batched, check_new_outputs, check_npz, iter_lines,
-                             iter_stdin, save_arrays, text_array)
+                             iter_stdin, path_arg, save_arrays, text_array)
 
 EMPTY = "(empty: no words)"
 WARN_DOCS = 10  # documents over the caps warned one by one; then only the total
@@ -430,12 +430,13 @@ class _Output:
 def main(argv: Optional[List[str]] = None) -> int:
     bound_primitive_cache()  # before any tensor work: oneDNN reads it once
     p = argparse.ArgumentParser(prog="attnflow-predict", description=__doc__.split("\n\n")[0])
-    p.add_argument("model", help="a run directory or a .ckpt file")
+    p.add_argument("model", type=path_arg, help="a run directory or a .ckpt file")
     p.add_argument("texts", nargs="*", help="documents or texts to label, or image files to "
                                            "caption (default: --file, else stdin)")
-    p.add_argument("--file", help="one document per line (.gz; .jsonl[.gz]: objects with the run's "
-                                  "text field); captioning runs: one image path per line")
-    p.add_argument("--explain", nargs="?", const=True, metavar="OUT.html",
+    p.add_argument("--file", type=path_arg,
+                   help="one document per line (.gz; .jsonl[.gz]: objects with the run's text "
+                        "field); captioning runs: one image path per line")
+    p.add_argument("--explain", nargs="?", const=True, metavar="OUT.html", type=path_arg,
                    help="documents: write word/sentence weights as HTML; BERT texts: the "
                         "[CLS] attention of every layer and head as HTML; graphs: list each "
                         "node's top-weighted neighbours")
@@ -443,12 +444,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="graphs: neighbours listed; BERT pretraining runs: candidates per [MASK] "
                         "(default 5)")
     p.add_argument("--json", action="store_true", help="documents and texts: print JSON lines")
-    p.add_argument("-o", "--output", help="write the predictions here instead of stdout")
-    p.add_argument("--save-attention", metavar="OUT.npz",
+    p.add_argument("-o", "--output", type=path_arg, help="write the predictions here instead of stdout")
+    p.add_argument("--save-attention", metavar="OUT.npz", type=path_arg,
                    help="write the attention maps as arrays (keys: see the module docstring)")
     p.add_argument("--beam", type=int, default=None, metavar="K",
                    help="captioning runs: beam size (default: the run's task.beam_size; 1 = greedy)")
-    p.add_argument("--attention", metavar="OUT.png",
+    p.add_argument("--attention", metavar="OUT.png", type=path_arg,
                    help="captioning runs: draw each word's attention over the image (several "
                         "images: OUT-0.png, OUT-1.png, …)")
     p.add_argument("--batch-size", type=int, default=None,

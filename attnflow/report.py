@@ -44,7 +44,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
-from attnflow.textio import InputError, atomic_path, check_folder
+from attnflow.textio import InputError, atomic_path, check_folder, path_arg
 
 RUN_MARKERS = ("config.yaml", "metrics.json", ".hydra")
 REPORT_OF = ".report-of"  # in a report folder: the resolved path it reports
@@ -524,8 +524,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(
         prog="attnflow-report", description="Report a run or a sweep (multirun) directory: "
         "report.html (self-contained), report.md, report.csv and PNG plots; the table in the terminal.")
-    parser.add_argument("path", type=Path, help="a run directory or a multirun (sweep) directory")
-    parser.add_argument("-o", "--out", type=Path, default=None, help="output folder (default: <path>/report)")
+    parser.add_argument("path", type=lambda v: Path(path_arg(v)),
+                        help="a run directory or a multirun (sweep) directory")
+    parser.add_argument("-o", "--out", type=lambda v: Path(path_arg(v)), default=None,
+                        help="output folder (default: <path>/report)")
     parser.add_argument("--metric", default=None, help="sort by this metric (default: the config's "
                         "optimized_metric, else the checkpoint metric)")
     parser.add_argument("--pictures", type=int, default=4, help="attention pictures per run (default 4)")

@@ -16,6 +16,7 @@ half-written file and an existing one untouched.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import gzip
 import io
@@ -174,3 +175,13 @@ def save_arrays(path: Path | str, arrays: Dict[str, np.ndarray]) -> Path:
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         np.savez(f, **arrays)
     return path
+
+
+def path_arg(value: str) -> str:
+    """The argparse ``type`` of the console scripts' path arguments: an empty one (``-o ''``, from
+    a shell variable left unset) names no file and is refused; it was taken as "not given" (the
+    default place, stdout) or as the current folder."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("an empty path names no file or folder: give a path, or "
+                                         "leave the option out")
+    return value

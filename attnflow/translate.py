@@ -81,7 +81,7 @@ from attnflow.checkpoints import CheckpointError, load_run, load_weights
 from attnflow.onednn import bound_primitive_cache
 from attnflow.registry import ConfigError
 from attnflow.textio import (InputError, batched, check_new_outputs, check_npz, check_png,
-                             iter_lines, iter_stdin, save_arrays, text_array)
+                             iter_lines, iter_stdin, path_arg, save_arrays, text_array)
 
 
 class TranslateError(Exception):
@@ -313,9 +313,9 @@ def attention_arrays(model, ids: List[List[int]], rows: List[List[int]]) -> List
 def main(argv: Optional[List[str]] = None) -> int:
     bound_primitive_cache()  # before any tensor work: oneDNN reads it once
     ap = argparse.ArgumentParser(prog="attnflow-translate", description=__doc__.split("\n\n")[0])
-    ap.add_argument("run", help="a run directory (attnflow-train output) or a .ckpt file")
+    ap.add_argument("run", type=path_arg, help="a run directory (attnflow-train output) or a .ckpt file")
     ap.add_argument("sentences", nargs="*", help="sentences to translate (else -f FILE, else stdin)")
-    ap.add_argument("-f", "--file", help="a text file (.gz: gzip), one sentence per line")
+    ap.add_argument("-f", "--file", type=path_arg, help="a text file (.gz: gzip), one sentence per line")
     ap.add_argument("--beam", type=int, default=None,
                     help="beam size; 1 = greedy (default: the run's task.beam_size, as its test "
                          "decoding; 1 where its task has none)")
@@ -325,11 +325,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="longest output in subwords (default: the run's data.max_decode_len)")
     ap.add_argument("--batch-size", type=int, default=64,
                     help="lines translated (and printed) together (default 64)")
-    ap.add_argument("--attention", metavar="OUT.png",
+    ap.add_argument("--attention", metavar="OUT.png", type=path_arg,
                     help="write the α heat map of the first sentence (more sentences: OUT_1.png, …)")
-    ap.add_argument("--save-attention", metavar="OUT.npz",
+    ap.add_argument("--save-attention", metavar="OUT.npz", type=path_arg,
                     help="write every attention map as arrays (keys: see the module docstring)")
-    ap.add_argument("--ensemble", metavar="PATH", action="append", default=[],
+    ap.add_argument("--ensemble", metavar="PATH", action="append", default=[], type=path_arg,
                     help="another run directory or .ckpt decoding with the first (repeatable): "
                          "tokens from the mean of their distributions")
     ap.add_argument("--device", default="cpu")

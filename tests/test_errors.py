@@ -539,3 +539,29 @@ def test_under_ddp_any_ranks_non_finite_loss_stops_every_rank():
     assert asked == [(False, False)]  # its own (finite) decision, reduced with any()
     single = SimpleNamespace(world_size=1, current_epoch=0, global_step=1, strategy=None)
     StopOnNonFiniteLoss().on_train_batch_end(single, None, {"loss": torch.tensor(0.5)}, None, 0)
+
+
+@pytest.mark.parametrize("module, argv, option", [
+    ("evaluate", ["RUN", "-o", ""], "-o/--output"),
+    ("evaluate", [""], "run"),
+    ("report", ["RUN", "-o", ""], "-o/--out"),
+    ("translate", ["RUN", "--save-attention", ""], "--save-attention"),
+    ("translate", ["RUN", "-f", " "], "-f/--file"),
+    ("predict", ["RUN", "--explain", ""], "--explain"),
+    ("predict", ["RUN", "-o", ""], "-o/--output"),
+    ("average_cli", ["RUN", "--name", ""], "--name"),
+])
+def test_an_empty_path_argument_is_refused_by_name(module, argv, option, tmp_path, monkeypatch, capsys):
+    """``attnflow-eval RUN -o "$OUT"`` with OUT unset: the empty path was taken as not given (the
+    metrics went to RUN/eval/, predictions to stdout, --explain was skipped) or as the current
+    folder. Each console script refuses it, naming the option, before reading anything."""
+    import importlib
+
+    monkeypatch.chdir(tmp_path)
+    main = importlib.import_module(f"attnflow.{module}").main
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert f"error: argument {option}: an empty path names no file or folder" in err, err
+    assert list(tmp_path.iterdir()) == []
