@@ -16,8 +16,9 @@ stopped run can be evaluated as a finished one would have been. ``--epochs`` ave
 (choose it on validation scores, which the table shows, never on a test split).
 
 Every problem is a message naming the file or the epoch and exit status 2, before anything is
-written: RUN that is a file (a checkpoint) or a sweep folder (its jobs are named), no ``kept.json`` (a run trained without ``callbacks.average``), a ``kept.json`` entry
-without what averaging reads (a file edited by hand), a file to average missing (``--epochs`` can
+written: RUN that is a file (a checkpoint) or a sweep folder (its jobs are named), no
+``kept.json`` (a run trained without ``callbacks.average``), a ``kept.json`` entry without what
+averaging reads (a file edited by hand), a file to average missing (``--epochs`` can
 leave it out), an epoch that is not kept or is named twice, no checkpoint of the run, a
 ``--name`` that is not a plain ``<name>.ckpt`` file name (a folder in it, nothing before
 ``.ckpt``), or an output that exists (never overwritten: a finished run's ``averaged.ckpt`` is its

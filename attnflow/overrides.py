@@ -98,26 +98,24 @@ def _trainer_inert(trainer: Mapping[str, Any], test: Any = True,
     return out
 
 
-# the limits Lightning's fast_dev_run sets itself (pytorch_lightning.trainer.setup._init_debugging_flags)
-FAST_DEV_RUN_SETS = ("max_epochs", "max_steps", "limit_test_batches", "limit_predict_batches",
-                     "num_sanity_val_steps", "val_check_interval", "check_val_every_n_epoch")
-
-
 def _fast_dev_run_inert(trainer: Mapping[str, Any]) -> Dict[str, str]:
     """With ``trainer.fast_dev_run=N`` Lightning runs N batches of training (one epoch),
-    validation and test, and sets the limits of :data:`FAST_DEV_RUN_SETS` itself (and those of
-    training and validation unless ``overfit_batches`` is set): a typed value of them is idle."""
+    validation and test, and sets these limits itself (``_init_debugging_flags``; training's and
+    validation's only without ``overfit_batches``): a value typed for one of them is idle, unless
+    it is the one fast_dev_run sets (``num_sanity_val_steps=0``)."""
     runs = trainer.get("fast_dev_run")
     if not runs:
         return {}
-    keys = [*FAST_DEV_RUN_SETS, *(() if trainer.get("overfit_batches") else
-                                  ("limit_train_batches", "limit_val_batches"))]
     n = int(runs)
-    return {f"trainer.{key}": (f"trainer.fast_dev_run={str(runs).lower()} sets it itself (Lightning's "
-                               f"debugging run: {n} batch{'es' if n > 1 else ''} of training in one "
-                               f"epoch, then of validation and test, no sanity check); drop "
-                               f"trainer.fast_dev_run for it to count")
-            for key in keys}
+    sets = {"max_epochs": 1, "max_steps": n, "limit_test_batches": n, "limit_predict_batches": n,
+            "num_sanity_val_steps": 0, "val_check_interval": 1.0, "check_val_every_n_epoch": 1,
+            **({} if trainer.get("overfit_batches") else {"limit_train_batches": n,
+                                                          "limit_val_batches": n})}
+    return {f"trainer.{key}": (f"trainer.fast_dev_run={str(runs).lower()} sets it to {value} itself "
+                               f"(Lightning's debugging run: {n} batch{'es' if n > 1 else ''} of "
+                               f"training in one epoch, then of validation and test, no sanity "
+                               f"check); drop trainer.fast_dev_run for it to count")
+            for key, value in sets.items() if trainer.get(key) != value}
 
 
 def _log_interval_inert(logger: Any, bar: Any) -> Optional[str]:
