@@ -122,7 +122,7 @@ def _kinds(model, attribute):
 
 @pytest.mark.parametrize("overrides, attribute, expected", [
     (["experiment=reverse_transformer", "normalizer=norm"], "normalizer", {"norm"}),
-    (["experiment=reverse_transformer", "aggregator=mean"], "aggregator", {"mean"}),
+    (["experiment=reverse_multihead", "aggregator=mean"], "aggregator", {"mean"}),  # an RNN decoder reads its size
     (["experiment=reverse_transformer", "scorer=general"], "scorer", {"general"}),
     (["model=transformer", "attention=single"], "self_attn", {"single"}),
     (["model=transformer", "attention=relative_multihead"], "self_attn", {"relative_multihead"}),

@@ -151,3 +151,35 @@ def test_beam_search_one_is_greedy_and_static_memory_changes_nothing(kw, monkeyp
     full = beam_search(model, src, lengths, 1, 2, 7, beam_size=3, length_penalty=0.6,
                        need_weights=True, return_scores=True)
     assert torch.equal(fast[0], full[0]) and torch.equal(fast[1], full[1]) and torch.equal(fast[2], full[2])
+
+
+@pytest.mark.parametrize("overrides, gives, wants", [
+    (["experiment=reverse_transformer", "aggregator=mean"], 16, 64),
+    (["experiment=reverse_transformer", "aggregator.out_dim=32"], 32, 64),
+    (["experiment=reverse_transformer", "aggregator=concat", "attention.head_dim=8"], 32, 64),
+    (["experiment=bert_pretrain_imdb", "aggregator=mean"], 64, 256),
+])
+def test_an_aggregator_that_does_not_give_d_model_is_refused_before_any_work(overrides, gives, wants,
+                                                                             tmp_path):
+    """A Transformer layer adds the attention's output to its d_model residual: `aggregator=mean`
+    (one head's size) passed the meta-device build and failed at the sanity check with a tensor
+    size RuntimeError, after config.yaml was written and the data made."""
+    from attnflow.run import train
+
+    model = OmegaConf.to_container(compose_cfg(overrides).model, resolve=True)
+    attention = ATTENTIONS.build(model["attention"], wants, wants, wants)  # what a layer would get
+    assert attention.output_dim == gives != wants
+    with pytest.raises(ConfigError) as err:
+        train(compose_cfg(overrides), tmp_path)
+    message = str(err.value)
+    assert f"gives {gives} features" in message and f"residual stream of {wants} features" in message
+    assert "concat_proj" in message
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("extra", [["aggregator=concat"], ["aggregator.out_dim=64"], []])
+def test_aggregators_that_give_d_model_still_build_and_run(extra):
+    cfg = resolve_config(compose_cfg(["experiment=reverse_transformer", *extra]))["model"]
+    model = MODELS.build(cfg, src_vocab=13, tgt_vocab=13, pad_id=0)
+    src, lengths, tgt = batch()
+    assert model(src, lengths, tgt)[0].shape[:2] == (3, 5)

@@ -41,10 +41,36 @@ from attnflow.registry import (ATTENTIONS, ENCODERS, POSITIONALS, BlockSpec, Con
 def build_attention(cfg: Dict[str, Any], query_dim: int, key_dim: int, self_attention: bool,
                     positional=None):
     """An attention block of the ``attention`` config for one sublayer. Self-attention under a
-    relative positional block (``positional.relative``) gets its δ as ``relative_distance``."""
+    relative positional block (``positional.relative``) gets its δ as ``relative_distance``.
+    The sublayer adds the block's output to its residual stream of ``query_dim`` features, so an
+    aggregator that gives another size (``mean``: one head's size; ``concat`` with a
+    ``head_dim``; ``concat_proj`` with an ``out_dim``) is refused here — on the meta device,
+    before any data is read — rather than at the first forward pass."""
     relative = self_attention and positional is not None and positional.relative
-    return ATTENTIONS.build(cfg, query_dim, key_dim, key_dim, self_attention,
-                            positional.max_distance if relative else None, path="attention")
+    block = ATTENTIONS.build(cfg, query_dim, key_dim, key_dim, self_attention,
+                             positional.max_distance if relative else None, path="attention")
+    out = getattr(block, "output_dim", query_dim)
+    if out != query_dim:
+        raise ConfigError(_residual_mismatch(block, query_dim, out))
+    return block
+
+
+def _residual_mismatch(block: nn.Module, dim: int, out: int) -> str:
+    """Why an attention block giving ``out`` features does not fit a Transformer layer of ``dim``."""
+    gives = f"attention '{getattr(block, 'registry_name', type(block).__name__)}'"
+    aggregator = getattr(block, "aggregator", None)
+    if aggregator is not None:
+        name = getattr(aggregator, "registry_name", type(aggregator).__name__)
+        heads, head_dim = getattr(block, "heads", "?"), getattr(block, "head_dim", "?")
+        how = {"mean": f"the mean of {heads} heads of {head_dim}",
+               "concat": f"{heads} heads × head_dim {head_dim}"}.get(name, f"its out_dim {out}")
+        gives += f" with aggregator '{name}' gives {out} features ({how})"
+    else:
+        gives += f" gives {out} features"
+    return (f"{gives}, but a Transformer layer adds the attention's output to its residual stream "
+            f"of {dim} features (d_model): the aggregator must give {dim}; use aggregator "
+            f"concat_proj (it projects the heads back to d_model; leave its out_dim unset), or "
+            f"concat with heads × head_dim = {dim}")
 
 
 ACTIVATIONS = {"relu": torch.relu, "gelu": F.gelu}  # gelu: the exact (erf) form, as BERT's
