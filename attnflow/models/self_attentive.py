@@ -60,6 +60,8 @@ class SelfAttentive(nn.Module):
     """
 
     interface = "documents"  # works on document data (attnflow.run.check_composition)
+    # returns its r hops as ``attention``: the classification task's ``penalty_weight`` reads them
+    attention_hops = True
 
     def __init__(self, vocab_size: int, num_classes: int, pad_id: int = 0,
                  word_vectors: Optional[torch.Tensor] = None, *, embed_dim: PositiveInt = 100,

@@ -15,7 +15,7 @@ The model contract: ``model(tokens (B,S,W), sent_lengths (B,S)) -> {"logits": (B
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Any, Dict, List, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -23,7 +23,8 @@ from torch import nn
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from attnflow.blocks.attention.penalty import diversity_penalty
-from attnflow.registry import TASKS, NonNegativeFloat, NonNegativeInt, Probability
+from attnflow.registry import (MODELS, TASKS, ConfigError, NonNegativeFloat, NonNegativeInt,
+                               Probability)
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
 
@@ -64,6 +65,25 @@ class ClassificationTask(Task):
                                    for s in ("train", "val", "test")})
         self._f1 = nn.ModuleDict({f"{s}_": MulticlassF1Score(num_classes, average="macro")
                                   for s in ("val", "test")})
+
+    @classmethod
+    def check_config(cls, cfg: Mapping[str, Any]) -> None:
+        """Before any data is read: ``penalty_weight`` needs a model that returns attention hops
+        (its class's ``attention_hops``: self_attentive). HAN's pooling weights are one
+        distribution per sentence and per document, not hops to keep apart: the task skipped the
+        penalty without a word, and ``val/penalty`` was promised to the checkpoint monitor and a
+        sweeper, but never logged."""
+        if cfg["task"].get("name") != "classification":
+            return
+        weight = TASKS.validate(cfg["task"], "task")["penalty_weight"]
+        model = cfg["model"]["name"]
+        if weight > 0 and not getattr(MODELS.get(model), "attention_hops", False):
+            hops = [n for n in MODELS.names() if getattr(MODELS.get(n), "attention_hops", False)]
+            raise ConfigError(
+                f"task.penalty_weight={weight} (at 'task.penalty_weight') does nothing: the "
+                f"diversity penalty ‖AAᵀ − I‖²_F is over the attention hops A that a model returns, "
+                f"and model '{model}' returns none (models with hops: {', '.join(hops)}); set "
+                f"task.penalty_weight=0, or choose one of those (e.g. model={hops[0]})")
 
     def forward(self, batch: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         return self.model(batch["tokens"], batch["sent_lengths"])

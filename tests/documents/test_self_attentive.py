@@ -1,6 +1,7 @@
 """Self-attentive model: flattening, hop weights, and the penalty ‖AAᵀ − I‖²_F."""
 
 import numpy as np
+import pytest
 import torch
 
 from attnflow.blocks.attention.penalty import diversity_penalty
@@ -46,3 +47,30 @@ def test_penalty_zero_for_orthogonal_one_hot_rows_positive_otherwise():
     # AAᵀ = [[.5,.5],[.5,.5]], minus I: (−.5)²·2 + (.5)²·2 = 1
     assert abs(diversity_penalty(same).item() - 1.0) < 1e-6
     assert diversity_penalty(torch.softmax(torch.randn(2, 3, 6), -1)).item() > 0
+
+
+def test_the_penalty_weight_of_a_model_without_hops_is_refused_before_any_work(tmp_path):
+    """HAN returns word and sentence weights, no hops: `experiment=han_imdb task.penalty_weight=0.1`
+    trained without the penalty, without a word (and promised a `val/penalty` it never logged)."""
+    from support import compose_cfg
+
+    from attnflow.registry import ConfigError
+    from attnflow.run import resolve_config, train
+
+    b = _batch()
+    han = MODELS.build({"name": "han", "embed_dim": 6, "word_encoder": {"name": "rnn", "hidden_dim": 4},
+                        "sentence_encoder": {"name": "rnn", "hidden_dim": 4}}, vocab_size=10, num_classes=2)
+    hops = MODELS.build({"name": "self_attentive", "embed_dim": 6, "hops": 3, "attn_dim": 4, "mlp_dim": 8,
+                         "encoder": {"name": "rnn", "cell": "lstm", "hidden_dim": 4}},
+                        vocab_size=10, num_classes=2)
+    assert "attention" not in han(b["tokens"], b["sent_lengths"])  # what the penalty reads
+    assert "attention" in hops(b["tokens"], b["sent_lengths"])
+    for overrides in (["experiment=han_imdb", "task.penalty_weight=0.1"],
+                      ["experiment=self_attentive_imdb", "model=han"]):  # the preset's 0.3
+        with pytest.raises(ConfigError) as err:
+            train(compose_cfg(overrides), tmp_path)
+        assert "(at 'task.penalty_weight') does nothing" in str(err.value)
+        assert "model 'han' returns none (models with hops: self_attentive)" in str(err.value)
+        assert not any(tmp_path.iterdir())
+    resolve_config(compose_cfg(["experiment=self_attentive_imdb", "task.penalty_weight=0.1"]))
+    resolve_config(compose_cfg(["experiment=han_imdb", "task.penalty_weight=0"]))
