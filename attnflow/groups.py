@@ -187,9 +187,10 @@ def fill_default_blocks(cfg: DictConfig, overrides: Iterable[str]) -> None:
     constructor default (transformer_encoder's ``attention``: ``{name: multihead}``): the fields
     typed there are set on that default block, which is named in the run's config. Without this
     the typed fields replaced the default with a nameless block, refused. Only where the config
-    without those overrides has no such key (composed again, once per block so filled); a block
-    the files name through an interpolation (``attention: ${attention}``, replaced by the typed
-    fields) is left for validation to refuse, naming the shared group to set instead."""
+    without those overrides has no such key (composed again, once per block so filled). A block
+    the files name through an interpolation (``model.word_pooling: ${pooling}``), which the typed
+    fields replaced by a nameless block, is refused here, naming the interpolation, the other
+    blocks that read it, the field on its group and this block given whole."""
     from attnflow.overrides import typed_fields
 
     shown = typed_fields(map(str, overrides))
@@ -208,15 +209,18 @@ def fill_default_blocks(cfg: DictConfig, overrides: Iterable[str]) -> None:
                    if registry is not None and isinstance(name, str) and name in registry else None)
         if not isinstance(default, dict) or "name" not in default:
             continue
-        if _held_without(path, list(map(str, overrides))) is not False:
+        base = _base_of(path, list(map(str, overrides)))
+        if base is not None and field in base[0] and OmegaConf.is_interpolation(base[0], field):
+            raise ConfigError(_interpolated_block(cfg, path, base, shown))
+        if base is None or field in base[0]:
             continue  # the files put something there (or cannot tell): validation judges it
         with open_dict(parent):
             parent[field] = OmegaConf.merge(default, node)
 
 
-def _held_without(path: str, overrides: List[str]) -> Optional[bool]:
-    """Whether the config composed without the command line's fields under ``path`` has that
-    key (None where it cannot be composed)."""
+def _base_of(path: str, overrides: List[str]) -> Optional[tuple]:
+    """(the parent node of ``path``, the config) composed without the command line's fields under
+    ``path``; None where it cannot be composed or has no such parent."""
     from attnflow import config_dir
     from attnflow.overrides import typed_fields
 
@@ -225,9 +229,64 @@ def _held_without(path: str, overrides: List[str]) -> Optional[bool]:
     base = _compose(kept, str(config_dir()))
     if base is None:
         return None
-    parent_path, _, field = path.rpartition(".")
-    parent = OmegaConf.select(base, parent_path, throw_on_resolution_failure=False)
-    return isinstance(parent, DictConfig) and field in parent
+    parent = OmegaConf.select(base, path.rpartition(".")[0], throw_on_resolution_failure=False)
+    return (parent, base) if isinstance(parent, DictConfig) else None
+
+
+def _hydra_value(value: Any) -> str:
+    """``value`` as an override's right-hand side (``{name:attention,scorer:{name:dot}}``)."""
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{_hydra_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(map(_hydra_value, value)) + "]"
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    if isinstance(value, str) and not re.fullmatch(r"[A-Za-z_][\w.\-]*", value):
+        return repr(value)
+    return str(value)
+
+
+def _interpolated_block(cfg: DictConfig, path: str, base: tuple, shown: Mapping[str, str]) -> str:
+    """Why fields typed under ``path`` are refused where the config files name the block there by
+    an interpolation (``model.word_pooling: ${pooling}``): the override replaced the interpolation
+    by a block holding only those fields. Names the group the block comes from, the other places
+    that read it, and the two overrides that do what was meant: the field on the group (every
+    block reading it changes), or this block given whole."""
+    parent, config = base
+    field = path.rpartition(".")[2]
+    source = OmegaConf.to_container(parent, resolve=False)[field]
+    group = _REFERENCE.findall(source)[0]
+    typed = {k: v for k, v in shown.items() if k.startswith(path + ".")}
+    first = next(iter(typed))
+    top = path.split(".", 1)[0]  # (a shared group the model does not read names it too: not shown)
+    readers = sorted(p for p in _paths_holding(OmegaConf.to_container(config[top], resolve=False),
+                                               source, top) if p != path)
+    block = OmegaConf.to_container(OmegaConf.select(config, path), resolve=True)
+    for key in sorted(typed, key=lambda k: (not k.endswith(".name"), k.count("."))):
+        *inner, last = key[len(path) + 1:].split(".")
+        node = block
+        for part in inner:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        value = OmegaConf.to_container(OmegaConf.create({"v": OmegaConf.select(cfg, key)}))["v"]
+        if last == "name" and node.get("name") != value:
+            node.clear()  # another block: the old one's fields are not its own
+        node[last] = value
+    also = f"; {', '.join(readers)} read{'s' if len(readers) == 1 else ''} it too" if readers else ""
+    return (f"{typed[first]} (at '{path}') replaces the block there, which this config takes from "
+            f"'{group}' ({path}: {source}{also}), by one holding only what was typed, without a "
+            f"name. Set the field where the block is chosen, for every block that reads it: e.g. "
+            f"{group}{typed[first].split('=', 1)[0][len(path):]}={typed[first].split('=', 1)[1]}; "
+            f"or give this block whole: {path}={_hydra_value(block)}")
+
+
+def _paths_holding(node: Any, source: str, prefix: str = "") -> List[str]:
+    """Dotted paths in an unresolved config tree whose value is the string ``source``."""
+    if isinstance(node, dict):
+        return [p for k, v in node.items()
+                for p in _paths_holding(v, source, f"{prefix}.{k}" if prefix else str(k))]
+    return [prefix] if node == source else []
 
 
 @functools.lru_cache(maxsize=32)

@@ -307,7 +307,7 @@ def test_a_field_typed_under_a_block_left_at_its_default_tunes_that_block():
         _, untouched = build()
     heads = {m.heads for m in untouched.encoder.modules() if type(m).__name__ == "MultiHeadAttention"}
     assert heads == {plain["heads"]} and plain["heads"] != 2
-    with pytest.raises(ConfigError, match=r"'model.decoder.attention' needs a 'name'.*e\.g\. "
+    with pytest.raises(ConfigError, match=r"\(model.decoder.attention: \$\{attention\}\).*e\.g\. "
                                           r"attention.dropout=0.1"):
         with pytest.warns(UserWarning, match="left out"):
             build("model.decoder.attention.dropout=0.1")
@@ -471,3 +471,40 @@ def test_a_value_out_of_its_fields_range_is_refused_before_any_work(overrides, s
         train(compose_cfg(overrides), tmp_path / "run")
     assert says in str(err.value)
     assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())
+
+
+@pytest.mark.parametrize("experiment, typed, group_fix, this_block, other_block", [
+    # HAN's two poolings both read ${pooling}: the message named 'model.word_pooling: ${word_pooling}'
+    # and told the user to type word_pooling.scorer=…, a top-level key that does not exist
+    ("han_imdb", "model.word_pooling.scorer.name=additive", "pooling.scorer.name=additive",
+     "word_pooling", "sentence_pooling"),
+    # a nested block: the message named 'model.attention: ${attention}', a path the seq2seq lacks
+    ("reverse_bahdanau", "model.decoder.attention.scorer.name=dot", "attention.scorer.name=dot",
+     "decoder", None),
+])
+def test_a_field_typed_under_a_block_an_interpolation_names_is_pointed_to_both_ways_that_work(
+        experiment, typed, group_fix, this_block, other_block):
+    path = typed.split("=")[0].rsplit(".", 2)[0]
+    source = "${pooling}" if "pooling" in path else "${attention}"
+    with pytest.raises(ConfigError) as err:
+        resolve_config(compose_cfg([f"experiment={experiment}", typed], return_hydra_config=True))
+    message = str(err.value)
+    assert message.startswith(f"{typed} (at '{path}') replaces the block there")
+    assert f"({path}: {source}" in message and f"e.g. {group_fix};" in message
+    if other_block:
+        assert f"model.{other_block} reads it too" in message
+    whole = re.search(r"give this block whole: (\S+)$", message).group(1)
+    assert whole.startswith(f"{path}={{name:")
+    context = (dict(vocab_size=20, num_classes=2) if experiment == "han_imdb"
+               else dict(src_vocab=20, tgt_vocab=20))
+    want = typed.rsplit("=", 1)[1]
+    # both suggestions resolve and build, and the typed scorer is where they say it goes
+    by_group, by_block = (
+        MODELS.build(resolve_config(compose_cfg([f"experiment={experiment}", fix],
+                                                return_hydra_config=True))["model"], **context)
+        for fix in (group_fix, whole))
+    scorers = lambda m, part: {type(s).registry_name for s in getattr(m, part).modules()
+                               if isinstance(s, Scorer)}
+    assert scorers(by_group, this_block) == scorers(by_block, this_block) == {want}
+    if other_block:  # the group changes both poolings, the whole block only the one typed
+        assert scorers(by_group, other_block) == {want} != scorers(by_block, other_block)

@@ -412,7 +412,8 @@ def test_a_shared_groups_field_typed_under_the_model_is_pointed_to_its_group(tmp
     code, out, err = _main(monkeypatch, capsys, tmp_path, "experiment=reverse_transformer",
                            "model.attention.heads=2")
     assert code == 2 and "Traceback" not in err + out
-    assert "'model.attention' needs a 'name'" in err and "e.g. attention.heads=2" in err, err
+    assert "model.attention.heads=2 (at 'model.attention') replaces the block there" in err, err
+    assert "(model.attention: ${attention})" in err and "e.g. attention.heads=2;" in err
     assert list(tmp_path.iterdir()) == []
 
 
