@@ -200,8 +200,12 @@ def fill_default_blocks(cfg: DictConfig, overrides: Iterable[str]) -> None:
         node = OmegaConf.select(cfg, path, throw_on_resolution_failure=False)
         parent_path, _, field = path.rpartition(".")
         parent = OmegaConf.select(cfg, parent_path, throw_on_resolution_failure=False)
-        if (not isinstance(node, DictConfig) or "name" in node or not isinstance(parent, DictConfig)
+        if (not isinstance(node, DictConfig) or not isinstance(parent, DictConfig)
                 or OmegaConf.is_interpolation(parent, field)):
+            continue
+        if "name" in node:  # a block swapped by name: over a shared group's, say what it left
+            if f"{path}.name" in shown:
+                _warn_group_replaced(cfg, path, _base_of(path, list(map(str, overrides))), shown)
             continue
         registry = _registry_at(cfg, parent_path)
         name = parent.get("name")
@@ -216,6 +220,32 @@ def fill_default_blocks(cfg: DictConfig, overrides: Iterable[str]) -> None:
             continue  # the files put something there (or cannot tell): validation judges it
         with open_dict(parent):
             parent[field] = OmegaConf.merge(default, node)
+
+
+def _warn_group_replaced(cfg: DictConfig, path: str, base: Optional[tuple],
+                         shown: Mapping[str, str]) -> None:
+    """``model.decoder.attention.name=multihead`` where the config files take that block from a
+    shared group (``attention: ${attention}``, here ``single`` with an ``additive`` scorer): the
+    override replaced the interpolation, so this block is the named one with its own defaults and
+    the group's settings no longer reach it (nor do overrides of the group, refused then as unused
+    where nothing else reads it). It takes effect; a warning says what it left and how to change
+    the group instead."""
+    from attnflow import config_dir
+
+    field = path.rpartition(".")[2]
+    if base is None or field not in base[0] or not OmegaConf.is_interpolation(base[0], field):
+        return
+    source = OmegaConf.to_container(base[0], resolve=False)[field]
+    group = _REFERENCE.findall(source)[0]
+    held = OmegaConf.select(base[1], group, throw_on_resolution_failure=False)
+    held = OmegaConf.to_container(held, resolve=True) if isinstance(held, DictConfig) else held
+    name = OmegaConf.select(cfg, f"{path}.name")
+    option = (f"{group}={name}" if (config_dir() / group / f"{name}.yaml").is_file()
+              else f"{group}.name={name}")
+    warnings.warn(f"{shown[path + '.name']} replaced the block this config takes from '{group}' "
+                  f"({path}: {source}, here {_hydra_value(held)}): {path} is now {name} with its "
+                  f"own defaults, and '{group}' no longer reaches it; to change '{group}' for every "
+                  f"block that reads it, type {option} instead", AttnflowWarning, stacklevel=2)
 
 
 def _base_of(path: str, overrides: List[str]) -> Optional[tuple]:

@@ -313,6 +313,37 @@ def test_a_field_typed_under_a_block_left_at_its_default_tunes_that_block():
             build("model.decoder.attention.dropout=0.1")
 
 
+def test_a_block_swapped_by_name_over_a_shared_group_says_what_it_left():
+    """experiment=reverse_bahdanau takes the decoder's attention from the shared group (single with
+    an additive scorer). model.decoder.attention.name=multihead replaced that interpolation: the
+    decoder got multihead with its own defaults (scaled-dot scorer) and the experiment's additive
+    scorer was dropped without a word. The swap still takes effect; a warning names what it left
+    and the group override that changes every reader instead. A nested block the files name
+    directly (model.encoder, no group) swaps without it."""
+    import warnings
+
+    from attnflow.registry import AttnflowWarning
+
+    swap = ["experiment=reverse_bahdanau", "model.decoder.attention.name=multihead"]
+    with pytest.warns(AttnflowWarning) as said:
+        cfg = resolve_config(compose_cfg(swap, return_hydra_config=True))
+    assert len(said) == 1 and str(said[0].message) == (
+        "model.decoder.attention.name=multihead replaced the block this config takes from "
+        "'attention' (model.decoder.attention: ${attention}, here {name:single,scorer:{name:additive},"
+        "normalizer:{name:softmax}}): model.decoder.attention is now multihead with its own "
+        "defaults, and 'attention' no longer reaches it; to change 'attention' for every block that "
+        "reads it, type attention=multihead instead")
+    model = MODELS.build(cfg["model"], src_vocab=20, tgt_vocab=20)
+    assert _kinds(model.decoder, "scorer") == {"scaled_dot"}  # what the warning says it now is
+    base = MODELS.build(resolve_config(compose_cfg(swap[:1], return_hydra_config=True))["model"],
+                        src_vocab=20, tgt_vocab=20)
+    assert _kinds(base.decoder, "scorer") == {"additive"}  # what it left
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AttnflowWarning)  # the group override: no warning
+        cfg = resolve_config(compose_cfg([swap[0], "attention=multihead"], return_hydra_config=True))
+    assert cfg["model"]["decoder"]["attention"]["name"] == "multihead"
+
+
 def test_a_sweep_over_a_default_blocks_field_runs_every_job():
     """-m model.encoder.attention.heads=1,2 under a swapped-in transformer encoder: each job fills
     the default attention block (before: the pre-check refused the sweep, no job started)."""
