@@ -220,6 +220,13 @@ def read_texts(args, field: str = "text") -> Tuple[Iterator[str], str]:
     return iter_stdin(), "stdin line"
 
 
+def no_inputs(args, what: str, held: str = "lines") -> str:
+    """The refusal of an input that gave nothing, naming where it was read from (as
+    attnflow-translate's ``-f empty.txt holds no lines``)."""
+    source = f"--file {args.file}" if args.file else "stdin"
+    return f"no {what} given (arguments, --file or stdin): {source} holds no {held}"
+
+
 def check_explain_html(args, what: str) -> None:
     """``--explain`` names the HTML page to write (documents, texts), or is not given."""
     if args.explain is True or (args.explain and not args.explain.endswith((".html", ".htm"))):
@@ -283,7 +290,7 @@ def _documents(args, run: Run, out) -> int:
             explained += [r for r in results if not r["empty"]]
         n += len(chunk)
     if not n:
-        raise PredictError("no documents given (arguments, --file or stdin)")
+        raise PredictError(no_inputs(args, "documents"))
     if over:
         print(f"attnflow-predict: {over} of {n} documents were longer than {caps}: "
               f"{words_cut} of {words} words cut in all", file=sys.stderr)

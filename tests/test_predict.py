@@ -253,6 +253,23 @@ def test_a_folder_given_as_the_file_is_named_as_a_folder(runs, tmp_path, capsys)
     assert [p.name for p in tmp_path.iterdir()] == ["docs"]
 
 
+def test_an_empty_input_is_refused_naming_the_file_or_stdin(runs, tmp_path, capsys, monkeypatch):
+    """--file empty.txt said "no documents given (arguments, --file or stdin)" without naming the
+    file (attnflow-translate: "-f empty.txt holds no lines")."""
+    out, npz = tmp_path / "labels.tsv", tmp_path / "a.npz"
+    for name in ("empty.txt", "empty.jsonl"):
+        empty = tmp_path / name
+        empty.write_text("")
+        assert main([str(runs["han"]), "--file", str(empty), "-o", str(out),
+                     "--save-attention", str(npz)]) == 2
+        assert capsys.readouterr().err == (f"attnflow-predict: no documents given (arguments, "
+                                           f"--file or stdin): --file {empty} holds no lines\n")
+        assert not out.exists() and not npz.exists()
+    monkeypatch.setattr(predict_mod, "iter_stdin", lambda: iter([]))
+    assert main([str(runs["han"])]) == 2
+    assert capsys.readouterr().err.endswith(": stdin holds no lines\n")
+
+
 def test_checkpoint_failures_are_one_message_and_status_2(runs, tmp_path, capsys):
     assert main([str(tmp_path / "missing")]) == 2
     assert "no such run directory or checkpoint" in capsys.readouterr().err

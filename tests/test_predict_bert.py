@@ -228,6 +228,10 @@ def test_refusals_are_one_line_and_write_no_output(runs, tmp_path, capsys):
     _one_line_refusal(capsys, [pre, "a [MASK]", "--top-k", "0"], "--top-k must be >= 1")
     _one_line_refusal(capsys, [ft, "--file", str(tmp_path / "none.txt"), "-o", str(out)],
                       "no such --file")
+    (tmp_path / "empty.txt").write_text("")  # named, as attnflow-translate names its -f
+    _one_line_refusal(capsys, [ft, "--file", str(tmp_path / "empty.txt"), "-o", str(out)],
+                      f"no texts given (arguments, --file or stdin): --file {tmp_path / 'empty.txt'} "
+                      f"holds no lines")
     page = tmp_path / "e.html"  # both written to one file: the work done, then a failed rename
     _one_line_refusal(capsys, [ft, "x", "--explain", str(page), "-o", str(page)],
                       f"-o {page} and --explain {page} name the same file")

@@ -116,6 +116,11 @@ def test_image_paths_from_a_file_skip_blank_lines(run, tmp_path, capsys):
     assert main([str(run["dir"]), "--file", str(listing)]) == 0
     out, _ = _out(capsys)
     assert [line.split("\t")[0] for line in out] == [str(run["images"][0]), str(run["images"][2])]
+    blank = tmp_path / "blank.txt"  # blank lines only: no image, and the file is named
+    blank.write_text("\n\n")
+    assert main([str(run["dir"]), "--file", str(blank)]) == 2
+    assert capsys.readouterr().err == (f"attnflow-predict: no images given (arguments, --file or "
+                                       f"stdin): --file {blank} holds no image paths\n")
 
 
 @pytest.mark.parametrize("bad", ["missing", "corrupt", "text"])
