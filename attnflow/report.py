@@ -306,10 +306,16 @@ def build(path: Path | str, metric: Optional[str] = None, pictures: int = 4) -> 
     if kind == "sweep" and not runs:
         report.notes.append("no job folders yet: the sweep has not started a job")
     logged = sorted({m for r in runs for m in r.metrics})
-    if logged and metric not in logged:
-        if source == "--metric":  # asked for by name: refused, not silently unsorted
+    if source == "--metric" and metric not in logged:  # asked for by name: refused, not unsorted
+        if logged:
             raise ReportError(f"--metric '{metric}': no run in '{path}' has it; metrics: "
                               f"{', '.join(logged)}")
+        # (was accepted silently: a table "sorted by" a metric no run reports)
+        held = (f"its {len(runs)} run(s): {'; '.join(dict.fromkeys(r.status for r in runs))}"
+                if runs else "it holds no job's run yet")
+        raise ReportError(f"--metric '{metric}': no run in '{path}' reports any metric ({held}); "
+                          f"leave --metric out to list the runs with their status")
+    if logged and metric not in logged:
         report.notes.append(f"no run has the metric '{metric}' (from {source}); metrics: "
                             f"{', '.join(logged)}")
     return report

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from attnflow.report import main
+from attnflow.report import MISSING, main
 from support import CHROMIUM, CHROMIUM_MISSING, FAST, chromium_dom, chromium_flags, train_cli
 
 # FAST, smaller still, with two epochs so that learning curves have two points.
@@ -288,6 +288,34 @@ def test_unknown_metric_is_refused_naming_the_metrics(sweep, capsys):
         main([str(sweep), "--pictures", "-1", "-o", str(sweep / "never")])
     assert exc.value.code == 2 and "--pictures must be >= 0, got -1" in capsys.readouterr().err
     assert not (sweep / "never").exists()
+
+
+def test_a_metric_no_run_reports_is_refused_also_where_no_run_has_metrics(sweep, tmp_path, capsys):
+    """--metric X over runs none of which had a metrics.json was accepted: a table "sorted by" X
+    and exit 0. Where some runs report it, the others are listed after them."""
+    copy = _copy(sweep, tmp_path / "sweep")
+    (copy / "1" / "metrics.json").unlink()  # job 1 killed: job 0 reports val/loss, that is enough
+    main([str(copy), "--metric", "val/loss", "-o", str(tmp_path / "rep")])
+    rows = read_csv(tmp_path / "rep" / "report.csv")
+    assert [(r["run"], r["status"]) for r in rows] == [("0", "ok"), ("1", MISSING)]
+    (copy / "0" / "metrics.json").unlink()
+    for path in (copy, copy / "0"):  # the sweep, and one run
+        with pytest.raises(SystemExit) as exc:
+            main([str(path), "--metric", "val/loss", "-o", str(tmp_path / "never")])
+        assert exc.value.code == 2
+        assert capsys.readouterr().err == (
+            f"attnflow-report: --metric 'val/loss': no run in '{path}' reports any metric "
+            f"(its {2 if path == copy else 1} run(s): {MISSING}); leave --metric out to list the "
+            f"runs with their status\n")
+        assert not (tmp_path / "never").exists()
+    empty = tmp_path / "empty"  # a sweep that has started no job
+    empty.mkdir()
+    (empty / "multirun.yaml").write_text("hydra: {}\n")
+    with pytest.raises(SystemExit):
+        main([str(empty), "--metric", "val/loss", "-o", str(tmp_path / "never")])
+    assert "reports any metric (it holds no job's run yet)" in capsys.readouterr().err
+    main([str(copy), "-o", str(tmp_path / "rep2")])  # without --metric: listed with their status
+    assert [r["status"] for r in read_csv(tmp_path / "rep2" / "report.csv")] == [MISSING, MISSING]
 
 
 def _files(folder: Path) -> dict:
