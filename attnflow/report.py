@@ -18,7 +18,9 @@ Runs are sorted by the optimised metric, best first: ``--metric``, else the conf
 own ``monitor`` when that is null), else ``val/loss``. A run without ``metrics.json`` (failed,
 killed or still running), or whose ``metrics.json`` records ``failed`` (the run failed after
 writing it: :func:`attnflow.run.record_failure`), is listed with that status, last, never
-dropped. The page needs no network and no JavaScript: every picture is a base64 ``data:`` URI.
+dropped. A folder of runs that is no sweep (``outputs/<date>/``: no ``multirun.yaml``) is
+reported as "runs"; where they are of different experiments (:func:`check_experiments`) they are
+not ranked unless ``--metric`` is given. The page needs no network and no JavaScript: every picture is a base64 ``data:`` URI.
 
 The output folder (``-o``, default ``<path>/report``) is new, empty, or an earlier report of the
 same path, which is refreshed; a folder of other files (a run's folder, another path's report) is
@@ -75,7 +77,7 @@ class Report:
     """Runs sorted best first, the sort metric with its direction, and the swept parameters."""
 
     path: Path
-    kind: str  # "run" or "sweep"
+    kind: str  # "run", "sweep" (multirun.yaml) or "runs" (a folder of runs, e.g. outputs/<date>/)
     runs: List[Run]
     metric: str
     maximize: bool
@@ -84,6 +86,7 @@ class Report:
     common: Dict[str, Any]
     sweeper: Dict[str, Any]
     notes: List[str] = field(default_factory=list)
+    unranked: str = ""  # why the runs are not sorted (runs of different experiments), or ""
 
     def value(self, run: Run, key: str) -> Any:
         """A run's value of a swept parameter (override, or flattened config key)."""
@@ -186,7 +189,9 @@ def history(run: Run, metric: str) -> Dict[int, float]:
 
 
 def find_runs(path: Path, pictures: int = 4) -> Tuple[str, List[Run]]:
-    """("run", [the run]) or ("sweep", [its job folders' runs]); :class:`ReportError` else."""
+    """("run", [the run]), ("sweep", [its job folders' runs]) for a multirun folder, or ("runs",
+    [its runs]) for another folder of run folders (``outputs/<date>/``: runs started one by one,
+    perhaps of different experiments); :class:`ReportError` else."""
     if not path.exists():
         raise ReportError(f"'{path}' does not exist; give a run directory (holding config.yaml, "
                           f"metrics.json and .hydra/) or a multirun directory (multirun.yaml and "
@@ -196,7 +201,8 @@ def find_runs(path: Path, pictures: int = 4) -> Tuple[str, List[Run]]:
     if (path / "multirun.yaml").is_file() or not _is_run(path):
         children = sorted((c for c in path.iterdir() if _is_run(c)), key=lambda p: _natural(p.name))
         if children or (path / "multirun.yaml").is_file():
-            return "sweep", [read_run(c, c.name, pictures) for c in children]
+            kind = "sweep" if (path / "multirun.yaml").is_file() else "runs"
+            return kind, [read_run(c, c.name, pictures) for c in children]
         sweeps = sorted(str(c) for c in path.iterdir() if (c / "multirun.yaml").is_file())
         hint = f" It holds multirun directories; report one of them: {', '.join(sweeps[:5])}" \
             if sweeps else ""
@@ -289,6 +295,47 @@ def _sort_key(report_metric: str, maximize: bool):
     return key
 
 
+def _experiment(run: Run) -> Tuple[str, bool, str]:
+    """(the metric a run alone is sorted by, its direction, its task and data): runs that differ in
+    it are of different experiments, whose values do not compare."""
+    metric, maximize, _ = choose_metric([run], {})
+    task = (run.config.get("task") or {}).get("name")
+    data = run.config.get("data") or {}
+    what = " ".join(str(v) for v in (data.get("name"), data.get("dataset")) if v)
+    return metric, maximize, f"task {task or '?'} on {what or '?'} data"
+
+
+def _names(runs: List[str], most: int = 3) -> str:
+    return ", ".join(runs[:most]) + (f" and {len(runs) - most} more" if len(runs) > most else "")
+
+
+def check_experiments(report: Report, given: bool) -> None:
+    """A folder of runs started one by one (``kind`` "runs") may hold different experiments: where
+    the runs differ in their own sort metric, direction, task or data, the table is not ranked
+    (``unranked`` says why) unless ``--metric`` was given, and then a note says that the values
+    may not compare. (Each was sorted by the first run's metric and labelled a sweep.)"""
+    groups: Dict[Tuple[str, bool, str], List[str]] = {}
+    for r in sorted(report.runs, key=lambda r: _natural(r.name)):  # folder order
+        if r.config:
+            groups.setdefault(_experiment(r), []).append(r.name)
+    if len(groups) < 2:
+        return
+    kinds = "; ".join(f"{_names(names)}: {what}, sorted by {m} ({'higher' if up else 'lower'} is "
+                      f"better)" for (m, up, what), names in groups.items())
+    if given:
+        report.notes.append(f"the runs are of different experiments ({kinds}); sorted by "
+                            f"--metric {report.metric} as asked, though their values may not compare")
+        return
+    reported = [r.metrics for r in report.runs if r.metrics]
+    shared = sorted(set.intersection(*map(set, reported))) if reported else []
+    report.unranked = "runs of different experiments, listed in folder order"
+    report.notes.append(f"the runs are of different experiments ({kinds}): not ranked; report one "
+                        f"experiment's runs, or give --metric to sort them all by one metric"
+                        + (f" (all report {', '.join(shared)})" if shared else ""))
+    report.metric, report.metric_source = "", "not ranked"
+    report.runs.sort(key=lambda r: (r.status != "ok", _natural(r.name)))
+
+
 def build(path: Path | str, metric: Optional[str] = None, pictures: int = 4) -> Report:
     """Read a run or sweep directory into a :class:`Report` (runs sorted best first)."""
     path = Path(path)
@@ -303,6 +350,10 @@ def build(path: Path | str, metric: Optional[str] = None, pictures: int = 4) -> 
     runs.sort(key=_sort_key(metric, maximize))  # stable: ties keep the job order
     params, common = swept_params(runs)
     report = Report(path, kind, runs, metric, maximize, source, params, common, sweeper)
+    if kind == "runs":
+        check_experiments(report, given=source == "--metric")
+        if report.unranked:
+            return report
     if kind == "sweep" and not runs:
         report.notes.append("no job folders yet: the sweep has not started a job")
     logged = sorted({m for r in runs for m in r.metrics})
@@ -363,8 +414,9 @@ def print_table(report: Report, console=None) -> None:
     if not console.is_terminal:  # a file or a pipe: as wide as the table, no folded cells
         widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
         console = Console(width=max(80, sum(widths) + 3 * len(widths) + 1), file=console.file)
-    t = Table(title=f"{report.path} — sorted by {report.metric} "
-                    f"({'higher' if report.maximize else 'lower'} is better)")
+    t = Table(title=f"{report.path} — " + (f"not ranked ({report.unranked})"
+                    if report.unranked else f"sorted by {report.metric} "
+                    f"({'higher' if report.maximize else 'lower'} is better)"))
     for h in header:
         t.add_column(h, overflow="fold", justify="right" if h not in ("run", "status") else "left")
     for i, row in enumerate(rows):
@@ -389,8 +441,9 @@ def _summary_lines(report: Report) -> List[str]:
     n = len(report.runs)
     ok = sum(r.status == "ok" for r in report.runs)
     sweeper = str(report.sweeper.get("_target_", "")).rsplit(".", 1)[-1] or None
-    lines = [f"{'sweep' if report.kind == 'sweep' else 'run'}: {report.path}",
+    lines = [f"{report.kind}: {report.path}",
              f"{n} run(s), {ok} with metrics" + (f"; sweeper: {sweeper}" if sweeper else ""),
+             f"not ranked: {report.unranked}" if report.unranked else
              f"sorted by {report.metric} ({'higher' if report.maximize else 'lower'} is better; "
              f"from {report.metric_source})"]
     if report.common:
@@ -415,7 +468,7 @@ def write_html(report: Report, out: Path, plots: List[Tuple[str, Path]],
     parts += [f"<p class='note'>note: {e(n)}</p>" for n in report.notes]
     parts.append("<h2>Runs</h2><table id='runs'><thead><tr>"
                  + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr></thead><tbody>")
-    has_best = bool(report.runs) and report.metric in report.runs[0].metrics
+    has_best = bool(report.runs) and not report.unranked and report.metric in report.runs[0].metrics
     for run, row in zip(report.runs, rows):
         cls = "bad" if run.status != "ok" else ("best" if run is report.runs[0] and has_best else "")
         parts.append(f"<tr class='{cls}' data-run='{e(run.name)}'>" + "".join(
@@ -502,12 +555,13 @@ def write_report(report: Report, out: Path) -> Dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     _write(out / REPORT_OF, str(report.path.resolve()) + "\n")
     plots: List[Tuple[str, Path]] = []
-    for p in report.params if sum(report.metric in r.metrics for r in report.runs) > 1 else []:
+    ranked = not report.unranked and sum(report.metric in r.metrics for r in report.runs) > 1
+    for p in report.params if ranked else []:
         path = plot_param(report, p, out)
         if path:
             plots.append((f"{report.metric} against {p}", path))
     base = report.metric.split("/", 1)[-1]
-    for m in dict.fromkeys([f"val/{base}", "val/loss"]):
+    for m in dict.fromkeys([f"val/{base}"] * bool(base) + ["val/loss"]):
         path = plot_curves(report, m, out)
         if path:
             plots.append((f"learning curves: {m}", path))

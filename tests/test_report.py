@@ -218,6 +218,49 @@ def test_single_run_directory(sweep, tmp_path, capsys):
     assert "[![zz_extra.png](attention/run/zz_extra.png)](../run/attention/zz_extra.png)" in md
 
 
+def test_a_folder_of_runs_is_runs_not_a_sweep_and_different_experiments_are_not_ranked(sweep, tmp_path,
+                                                                                        capsys):
+    """outputs/<date>/ (runs started one by one, no multirun.yaml) was labelled "sweep:", and runs
+    of different experiments were sorted together by the first run's metric."""
+    day = tmp_path / "day"
+    for job, time in (("1", "10-00-00"), ("0", "11-00-00")):
+        _copy(sweep / job, day / time)
+    jobs = job_metrics(sweep)
+    main([str(day), "-o", str(tmp_path / "same")])  # one experiment: ranked as a sweep would be
+    md = (tmp_path / "same" / "report.md").read_text()
+    assert md.splitlines()[2] == f"- runs: {day}" and "- sweep:" not in md
+    times = {"1": "10-00-00", "0": "11-00-00"}
+    best = [times[j] for j in sorted(jobs, key=lambda j: jobs[j]["val/loss"])]
+    assert [r["run"] for r in read_csv(tmp_path / "same" / "report.csv")] == best
+    assert Page((tmp_path / "same" / "report.html").read_text()).rows[best[0]]["class"] == "best"
+    graph = day / "12-00-00"  # another experiment's run, whose val/loss is lower than any
+    graph.mkdir()
+    (graph / "config.yaml").write_text(yaml.safe_dump(
+        {"task": {"name": "node_classification"}, "data": {"name": "planetoid", "dataset": "Cora"}}))
+    (graph / "metrics.json").write_text(json.dumps({"metrics": {"val/acc": 0.8, "val/loss": 0.01}}))
+    (day / "13-00-00" / ".hydra").mkdir(parents=True)  # a run killed at its start: listed last
+    capsys.readouterr()
+    main([str(day), "-o", str(tmp_path / "mixed")])
+    rows = read_csv(tmp_path / "mixed" / "report.csv")
+    assert [r["run"] for r in rows] == ["10-00-00", "11-00-00", "12-00-00", "13-00-00"]  # folder order
+    md = (tmp_path / "mixed" / "report.md").read_text()
+    assert "- not ranked: runs of different experiments, listed in folder order" in md
+    assert ("note: the runs are of different experiments (10-00-00, 11-00-00: task seq2seq on reverse "
+            "data, sorted by val/loss (lower is better); 12-00-00: task node_classification on "
+            "planetoid Cora data, sorted by val/acc (higher is better)): not ranked; report one "
+            "experiment's runs, or give --metric to sort them all by one metric (all report val/loss)") in md
+    assert "sorted by val/loss (lower is better; from" not in md
+    page = Page((tmp_path / "mixed" / "report.html").read_text())
+    assert "best" not in {row["class"] for row in page.rows.values()}
+    assert not list((tmp_path / "mixed").glob("*_vs_*.png"))  # no metric against a parameter
+    assert "not ranked (runs of different experiments" in capsys.readouterr().out
+    main([str(day), "--metric", "val/loss", "-o", str(tmp_path / "asked")])  # sorted as asked, noted
+    rows = read_csv(tmp_path / "asked" / "report.csv")
+    assert [r["run"] for r in rows] == ["12-00-00", *best, "13-00-00"]
+    assert "sorted by --metric val/loss as asked, though their values may not compare" in \
+        (tmp_path / "asked" / "report.md").read_text()
+
+
 def _optuna_sweep(folder: Path, values, storage: bool = True) -> Path:
     """A sweep folder as hydra-optuna-sweeper leaves it (multirun.yaml, job folders) with a study
     in ``optuna.db`` built through optuna's API."""
