@@ -136,6 +136,16 @@ def _load_yaml(path: Path) -> Any:
     return yaml.safe_load(path.read_text()) if path.is_file() else None
 
 
+def _one_line(err: Any) -> str:
+    """A problem as one line of the status column: a YAML error's problem and where (its first
+    line, "while parsing a flow sequence", says little), else the first line and "…"."""
+    mark = getattr(err, "problem_mark", None)
+    if isinstance(err, yaml.MarkedYAMLError) and err.problem and mark is not None:
+        return f"{err.problem} at line {mark.line + 1}, column {mark.column + 1}"
+    lines = str(err).strip().splitlines() or [""]
+    return lines[0] + (" …" if len(lines) > 1 else "")
+
+
 def read_run(path: Path, name: str, pictures: int = 4) -> Run:
     """A :class:`Run` from its directory; problems become its ``status``, never an exception."""
     run = Run(name=name, path=path)
@@ -146,12 +156,12 @@ def read_run(path: Path, name: str, pictures: int = 4) -> Run:
             raise yaml.YAMLError(f"a {type(config).__name__}, not a mapping")
         run.config = config
     except (OSError, yaml.YAMLError) as err:
-        problems.append(f"unreadable config.yaml ({err})")
+        problems.append(f"unreadable config.yaml ({_one_line(err)})")
     try:
         lines = _load_yaml(path / ".hydra" / "overrides.yaml")
         run.overrides = _parse_overrides(lines) if isinstance(lines, list) else None
     except (OSError, yaml.YAMLError) as err:
-        problems.append(f"unreadable .hydra/overrides.yaml ({err})")
+        problems.append(f"unreadable .hydra/overrides.yaml ({_one_line(err)})")
     if (path / "metrics.json").is_file():
         try:
             summary = json.loads((path / "metrics.json").read_text())
@@ -160,9 +170,9 @@ def read_run(path: Path, name: str, pictures: int = 4) -> Run:
             run.metrics = {k: float(v) for k, v in (summary.get("metrics") or {}).items()}
             run.summary = summary
             if summary.get("failed"):  # the run failed after writing it (attnflow.run.record_failure)
-                problems.append(f"failed: {summary['failed']}")
+                problems.append(f"failed: {_one_line(summary['failed'])}")
         except (OSError, ValueError, TypeError, AttributeError) as err:
-            problems.append(f"unreadable metrics.json ({err})")
+            problems.append(f"unreadable metrics.json ({_one_line(err)})")
     else:
         problems.append(MISSING)
     run.status = "; ".join(problems) or "ok"
@@ -404,6 +414,14 @@ def table(report: Report, full: bool = False) -> Tuple[List[str], List[List[Any]
     return header, rows
 
 
+def best_run(report: Report) -> Optional[Run]:
+    """The first row where it is the best: the runs ranked, and it ok with the sort metric (a run
+    with a damaged file may sort first; it is never shown as the best)."""
+    first = report.runs[0] if report.runs and not report.unranked else None
+    return first if first is not None and first.status == "ok" and \
+        first.metrics.get(report.metric) is not None else None
+
+
 def print_table(report: Report, console=None) -> None:
     """The table in the terminal (rich), best run first; wide when output is not a terminal."""
     from rich.console import Console
@@ -419,9 +437,9 @@ def print_table(report: Report, console=None) -> None:
                     f"({'higher' if report.maximize else 'lower'} is better)"))
     for h in header:
         t.add_column(h, overflow="fold", justify="right" if h not in ("run", "status") else "left")
-    for i, row in enumerate(rows):
-        t.add_row(*row, style="bold" if i == 0 and report.runs[0].metrics.get(report.metric) is not None
-                  else ("red" if row[1] != "ok" else None))
+    best = best_run(report)
+    for run, row in zip(report.runs, rows):
+        t.add_row(*row, style="bold" if run is best else ("red" if run.status != "ok" else None))
     console.print(t)
     for note in report.notes:
         console.print(f"note: {note}")
@@ -440,9 +458,10 @@ def _rel(path: Path, start: Path) -> str:
 def _summary_lines(report: Report) -> List[str]:
     n = len(report.runs)
     ok = sum(r.status == "ok" for r in report.runs)
+    measured = sum(bool(r.metrics) for r in report.runs)  # (was the ok count, worded "with metrics")
     sweeper = str(report.sweeper.get("_target_", "")).rsplit(".", 1)[-1] or None
     lines = [f"{report.kind}: {report.path}",
-             f"{n} run(s), {ok} with metrics" + (f"; sweeper: {sweeper}" if sweeper else ""),
+             f"{n} run(s): {ok} ok, {measured} with metrics" + (f"; sweeper: {sweeper}" if sweeper else ""),
              f"not ranked: {report.unranked}" if report.unranked else
              f"sorted by {report.metric} ({'higher' if report.maximize else 'lower'} is better; "
              f"from {report.metric_source})"]
@@ -468,9 +487,9 @@ def write_html(report: Report, out: Path, plots: List[Tuple[str, Path]],
     parts += [f"<p class='note'>note: {e(n)}</p>" for n in report.notes]
     parts.append("<h2>Runs</h2><table id='runs'><thead><tr>"
                  + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr></thead><tbody>")
-    has_best = bool(report.runs) and not report.unranked and report.metric in report.runs[0].metrics
+    best = best_run(report)
     for run, row in zip(report.runs, rows):
-        cls = "bad" if run.status != "ok" else ("best" if run is report.runs[0] and has_best else "")
+        cls = "bad" if run.status != "ok" else ("best" if run is best else "")
         parts.append(f"<tr class='{cls}' data-run='{e(run.name)}'>" + "".join(
             f"<td class='{'l' if i < 2 else ''}'>{e(c)}</td>" for i, c in enumerate(row)) + "</tr>")
     parts.append("</tbody></table>")

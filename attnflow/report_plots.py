@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from attnflow.report import Report, _natural, fmt, history
+from attnflow.report import Report, _natural, best_run, fmt, history
 
 
 def _figure(width: float = 6.0, height: float = 4.0):
@@ -59,9 +59,9 @@ def plot_param(report: Report, param: str, out: Path) -> Optional[Path]:
             ax.scatter([i + d for d in spread], g, zorder=3)
         ax.set_xticks(range(len(cats)), labels=cats, rotation=30 if len(cats) > 4 else 0)
         ax.set_xlim(-0.5, len(cats) - 0.5)
-    best = report.runs[0]
-    bx = report.value(best, param)
-    if numeric and report.metric in best.metrics and bx is not None:
+    best = best_run(report)
+    bx = report.value(best, param) if best is not None else None
+    if numeric and bx is not None:
         ax.scatter([float(bx)], [best.metrics[report.metric]], marker="*", s=200, color="gold",
                    edgecolor="black", zorder=4, label=f"best (run {best.name})")
         ax.legend()

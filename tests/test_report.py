@@ -10,6 +10,7 @@ import csv
 import hashlib
 import io
 import json
+import re
 import shutil
 import subprocess
 import warnings
@@ -187,6 +188,40 @@ def test_failed_and_broken_jobs_are_listed_last(sweep, tmp_path, capsys):
     page = Page((copy / "report" / "report.html").read_text())
     assert page.rows["2"]["class"] == "bad" and page.rows["3"]["class"] == "bad"
     assert "no metrics.json" in capsys.readouterr().out
+
+
+def test_status_is_one_line_and_a_damaged_first_run_is_never_shown_best(sweep, tmp_path):
+    """A multi-line YAML error filled eight table lines of the status column; a run with a damaged
+    config.yaml that sorted first was bold in the terminal as the best; "N with metrics" counted
+    the ok runs."""
+    from rich.console import Console
+
+    from attnflow.report import build, print_table
+
+    copy = _copy(sweep, tmp_path / "sweep")
+    (copy / "0" / "config.yaml").write_text("a: [1, 2\nb: c\n")  # the job's metrics still sort it
+    summary = json.loads((copy / "0" / "metrics.json").read_text())
+    summary["metrics"]["val/loss"] = -1.0  # the lowest val/loss: first row
+    (copy / "0" / "metrics.json").write_text(json.dumps(summary))
+    failed = _copy(copy / "1", copy / "2")
+    summary = json.loads((failed / "metrics.json").read_text())
+    summary["failed"] = "first line\nsecond line"
+    (failed / "metrics.json").write_text(json.dumps(summary))
+    main([str(copy), "-o", str(tmp_path / "rep")])
+    rows = read_csv(tmp_path / "rep" / "report.csv")
+    assert [(r["run"], r["status"]) for r in rows] == [
+        ("0", "unreadable config.yaml (expected ',' or ']', but got ':' at line 2, column 2)"),
+        ("1", "ok"), ("2", "failed: first line …")]
+    page = Page((tmp_path / "rep" / "report.html").read_text())
+    assert [page.rows[n]["class"] for n in "012"] == ["bad", "", "bad"]
+    assert "- 3 run(s): 1 ok, 3 with metrics" in (tmp_path / "rep" / "report.md").read_text()
+    out = io.StringIO()
+    print_table(build(copy), Console(file=out, force_terminal=True, color_system="standard", width=400))
+    lines = {re.sub(r"\x1b\[[0-9;]*m", "", line).split()[1]: line
+             for line in out.getvalue().splitlines() if line.startswith("│")}
+    assert set(lines) == {"0", "1", "2"}  # one line each
+    assert not any("\x1b[1m" in line for line in lines.values())  # no row bold as the best
+    assert "\x1b[31m" in lines["0"] and "\x1b[31m" in lines["2"] and "\x1b[31m" not in lines["1"]
 
 
 def test_single_run_directory(sweep, tmp_path, capsys):
