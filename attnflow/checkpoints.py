@@ -78,7 +78,8 @@ def runs_inside(path: Path) -> Optional[str]:
                 f"directory") if sweep else None
     named = ", ".join(str(r) for r in runs[:4]) + (f" and {len(runs) - 4} more" if len(runs) > 4 else "")
     return (f"{path} is {'a multirun (sweep) folder' if sweep else 'a folder of runs'}, not a run "
-            f"directory: name one of its runs ({named}); attnflow-report {path} ranks them")
+            f"directory: name one of its runs ({named}); attnflow-report {path} "
+            f"{'ranks' if sweep else 'lists'} them")
 
 
 def _checkpoints_off(config: Path) -> bool:
