@@ -162,6 +162,52 @@ def test_documents_on_another_file_without_the_training_file(tmp_path, capsys):
     unseen = write_jsonl(tmp_path / "unseen.jsonl", [{"text": "A good film.", "label": 5}])
     assert main([str(run), f"data.test_path={unseen}"]) == 2
     assert "label=5, not seen in training" in capsys.readouterr().err
+    # the fields that shape only the training data and vocabulary: accepted and recorded before,
+    # with the metrics unchanged (the run's vocab.json is loaded, the split read whole)
+    n = len(_eval_files(run))
+    for field in ("min_freq=1000", "max_vocab=10", "lowercase=false", "limit_val=1", "bucket=false",
+                  f"train_path={docs / 'other.jsonl'}"):
+        assert main([str(run), f"data.{field}"]) == 2, field
+        assert capsys.readouterr().err == (f"attnflow-eval: config error: data.{field.split('=')[0]} "
+                                           f"does nothing in attnflow-eval: data 'documents' reads "
+                                           f"it in training only. Drop the override\n")
+    assert len(_eval_files(run)) == n
+
+
+def test_what_evaluation_leaves_to_training_is_what_it_does_not_read(tmp_path):
+    """The claim behind refusing data.min_freq, max_vocab, lowercase, limit_val and bucket in
+    attnflow-eval: two document modules that differ in all of them, set up for evaluation from
+    the same run's vocabulary, give the same split in the same batches."""
+    from attnflow.data.documents import DocumentDataModule
+
+    docs = document_files(tmp_path / "docs")
+    trained = DocumentDataModule(train_path=str(docs / "train.jsonl"), val_path=str(docs / "dev.jsonl"),
+                                 min_freq=1, batch_size=4)
+    trained.setup()
+    art = trained.artifacts()
+    assert DocumentDataModule.training_only == ("train_path", "min_freq", "max_vocab", "lowercase",
+                                                "limit_train", "limit_val", "bucket", "word_vectors")
+    batches = []
+    for fields in ({}, {"min_freq": 50, "max_vocab": 8, "lowercase": False, "limit_val": 2,
+                        "bucket": False, "train_path": str(docs / "other.jsonl")}):
+        dm = DocumentDataModule(**{"train_path": str(docs / "train.jsonl"),
+                                   "val_path": str(docs / "dev.jsonl"), "batch_size": 4, **fields})
+        dm.setup_evaluation(tmp_path, art, "val")
+        batches.append(list(dm.val_dataloader()))
+    assert len(batches[0]) == len(batches[1]) == 5  # the 20 dev documents, 4 a batch, none cut
+    for a, b in zip(*batches):
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    # BERT's classification data likewise loads the run's tokenizer: its tokenizer fields too
+    from attnflow.evaluate import _refuse_unread
+    from attnflow.registry import ConfigError, DATA
+
+    data = DATA.validate({"name": "text_classification", "train_path": "t", "val_path": "v"}, "data")
+    cfg = {"task": {"name": "text_classification"}, "data": data}
+    for field in ("vocab_size", "lowercase", "tokenizer_from", "limit_val"):
+        with pytest.raises(ConfigError, match=rf"^data.{field} does nothing in attnflow-eval: data "
+                                              rf"'text_classification' reads it in training only"):
+            _refuse_unread([f"data.{field}"], cfg, "val", data)
+    _refuse_unread(["data.max_len", "data.batch_size"], cfg, "val", data)  # read by evaluation
 
 
 def test_translation_on_another_test_set_without_the_training_files(tmp_path, capsys):

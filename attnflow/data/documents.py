@@ -237,6 +237,10 @@ class DocumentDataModule(SplitDataModule):
     """
 
     test_fields = ("test_path",)
+    # evaluation loads the run's vocabulary and classes (setup_evaluation) and reads the whole
+    # split in one fixed order: these shape the training data and vocabulary only
+    training_only = ("train_path", "min_freq", "max_vocab", "lowercase", "limit_train", "limit_val",
+                     "bucket", "word_vectors")
 
     interface = "documents"  # documents: han/self_attentive models, the classification task
 

@@ -176,6 +176,10 @@ class TextClassificationDataModule(SplitDataModule):
     """
 
     test_fields = ("test_path",)
+    # evaluation loads the run's tokenizer and classes (setup_evaluation) and reads the whole split
+    # in one fixed order: these shape the training data and the tokenizer trained for it only
+    training_only = ("train_path", "tokenizer_from", "vocab_size", "lowercase", "limit_train",
+                     "limit_val", "bucket")
 
     interface = "text_classification"  # the bert model (head sequence), the text_classification task
 
