@@ -210,6 +210,8 @@ class CaptionsDataModule(CaptioningDataModule):
     """
 
     test_fields = ("test_captions", "test_split")
+    # evaluation loads the run's vocabulary (setup_evaluation) and reads only its split's captions
+    training_only = ("train_captions", "train_split", "min_freq")
 
     owner = OWNER
 
