@@ -193,7 +193,8 @@ def fill_default_blocks(cfg: DictConfig, overrides: Iterable[str]) -> None:
     blocks that read it, the field on its group and this block given whole."""
     from attnflow.overrides import typed_fields
 
-    shown = typed_fields(map(str, overrides))
+    overrides = list(map(str, overrides))
+    shown = typed_fields(overrides)
     prefixes = sorted({key.rsplit(".", i)[0] for key in shown for i in range(1, key.count("."))},
                       key=lambda p: (p.count("."), p))  # the outer block first
     for path in prefixes:
@@ -205,7 +206,7 @@ def fill_default_blocks(cfg: DictConfig, overrides: Iterable[str]) -> None:
             continue
         if "name" in node:  # a block swapped by name: over a shared group's, say what it left
             if f"{path}.name" in shown:
-                _warn_group_replaced(cfg, path, _base_of(path, list(map(str, overrides))), shown)
+                _warn_group_replaced(cfg, path, _base_of(path, overrides), shown)
             continue
         registry = _registry_at(cfg, parent_path)
         name = parent.get("name")
@@ -213,8 +214,8 @@ def fill_default_blocks(cfg: DictConfig, overrides: Iterable[str]) -> None:
                    if registry is not None and isinstance(name, str) and name in registry else None)
         if not isinstance(default, dict) or "name" not in default:
             continue
-        base = _base_of(path, list(map(str, overrides)))
-        if base is not None and field in base[0] and OmegaConf.is_interpolation(base[0], field):
+        base = _base_of(path, overrides)
+        if _group_source(base, field) is not None:
             raise ConfigError(_interpolated_block(cfg, path, base, shown))
         if base is None or field in base[0]:
             continue  # the files put something there (or cannot tell): validation judges it
@@ -232,11 +233,10 @@ def _warn_group_replaced(cfg: DictConfig, path: str, base: Optional[tuple],
     the group instead."""
     from attnflow import config_dir
 
-    field = path.rpartition(".")[2]
-    if base is None or field not in base[0] or not OmegaConf.is_interpolation(base[0], field):
+    found = _group_source(base, path.rpartition(".")[2])
+    if found is None:
         return
-    source = OmegaConf.to_container(base[0], resolve=False)[field]
-    group = _REFERENCE.findall(source)[0]
+    source, group = found
     held = OmegaConf.select(base[1], group, throw_on_resolution_failure=False)
     held = OmegaConf.to_container(held, resolve=True) if isinstance(held, DictConfig) else held
     name = OmegaConf.select(cfg, f"{path}.name")
@@ -263,6 +263,16 @@ def _base_of(path: str, overrides: List[str]) -> Optional[tuple]:
     return (parent, base) if isinstance(parent, DictConfig) else None
 
 
+def _group_source(base: Optional[tuple], field: str) -> Optional[tuple]:
+    """(the interpolation, the top-level key it reads) where the config :func:`_base_of` composed
+    takes ``field`` of its parent node from another key (``attention: ${attention}``:
+    ``('${attention}', 'attention')``), else None."""
+    if base is None or field not in base[0] or not OmegaConf.is_interpolation(base[0], field):
+        return None
+    source = OmegaConf.to_container(base[0], resolve=False)[field]
+    return source, _REFERENCE.findall(source)[0]
+
+
 def _hydra_value(value: Any) -> str:
     """``value`` as an override's right-hand side (``{name:attention,scorer:{name:dot}}``)."""
     if isinstance(value, dict):
@@ -282,15 +292,15 @@ def _interpolated_block(cfg: DictConfig, path: str, base: tuple, shown: Mapping[
     by a block holding only those fields. Names the group the block comes from, the other places
     that read it, and the two overrides that do what was meant: the field on the group (every
     block reading it changes), or this block given whole."""
-    parent, config = base
-    field = path.rpartition(".")[2]
-    source = OmegaConf.to_container(parent, resolve=False)[field]
-    group = _REFERENCE.findall(source)[0]
+    from attnflow.overrides import leaf_paths
+
+    config = base[1]
+    source, group = _group_source(base, path.rpartition(".")[2])
     typed = {k: v for k, v in shown.items() if k.startswith(path + ".")}
     first = next(iter(typed))
     top = path.split(".", 1)[0]  # (a shared group the model does not read names it too: not shown)
-    readers = sorted(p for p in _paths_holding(OmegaConf.to_container(config[top], resolve=False),
-                                               source, top) if p != path)
+    readers = sorted(p for p, value in leaf_paths(OmegaConf.to_container(config[top], resolve=False),
+                                                  top) if value == source and p != path)
     block = OmegaConf.to_container(OmegaConf.select(config, path), resolve=True)
     for key in sorted(typed, key=lambda k: (not k.endswith(".name"), k.count("."))):
         *inner, last = key[len(path) + 1:].split(".")
@@ -309,14 +319,6 @@ def _interpolated_block(cfg: DictConfig, path: str, base: tuple, shown: Mapping[
             f"name. Set the field where the block is chosen, for every block that reads it: e.g. "
             f"{group}{typed[first].split('=', 1)[0][len(path):]}={typed[first].split('=', 1)[1]}; "
             f"or give this block whole: {path}={_hydra_value(block)}")
-
-
-def _paths_holding(node: Any, source: str, prefix: str = "") -> List[str]:
-    """Dotted paths in an unresolved config tree whose value is the string ``source``."""
-    if isinstance(node, dict):
-        return [p for k, v in node.items()
-                for p in _paths_holding(v, source, f"{prefix}.{k}" if prefix else str(k))]
-    return [prefix] if node == source else []
 
 
 @functools.lru_cache(maxsize=32)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -148,15 +148,11 @@ def _data_dir_presets() -> Dict[str, Tuple[str, Tuple[str, ...]]]:
     ``${paths.data_dir}``, as ``data.<dotted key>``)}: the presets that read files under it."""
     from attnflow import config_dir
 
-    def built(at: str, node: Any) -> List[str]:  # (in the preset's order)
-        if isinstance(node, dict):
-            return [f for k, v in node.items() for f in built(f"{at}.{k}", v)]
-        return [at] if isinstance(node, str) and "paths.data_dir" in _REFERENCE.findall(node) else []
-
     out = {}
     for path in sorted((config_dir() / "data").glob("*.yaml")):
         preset = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
-        fields = built("data", preset)
+        fields = [at for at, value in leaf_paths(preset, "data")  # (in the preset's order)
+                  if isinstance(value, str) and "paths.data_dir" in _REFERENCE.findall(value)]
         if fields:
             out[path.stem] = (str(preset.get("name")), tuple(fields))
     return out
@@ -205,6 +201,15 @@ def inert_fields(resolved: Mapping[str, Any]) -> Dict[str, str]:
 
 
 _REFERENCE = re.compile(r"\$\{\s*([A-Za-z_][\w.]*)\s*\}")
+
+
+def leaf_paths(node: Any, prefix: str = "") -> Iterator[Tuple[str, Any]]:
+    """(dotted path, value) of each leaf of a plain config tree, in its order (a list is a leaf)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from leaf_paths(value, f"{prefix}.{key}" if prefix else str(key))
+    else:
+        yield prefix, node
 
 
 def referenced_keys(cfg: Any) -> set:
