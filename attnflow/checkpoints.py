@@ -26,6 +26,8 @@ from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 import torch
 
+from attnflow.textio import listed
+
 
 class CheckpointError(ValueError):
     """A run directory or checkpoint that cannot be used; the message says what was expected."""
@@ -76,9 +78,8 @@ def runs_inside(path: Path) -> Optional[str]:
     if not runs:
         return (f"{path} is a multirun (sweep) folder that holds no job's run yet, not a run "
                 f"directory") if sweep else None
-    named = ", ".join(str(r) for r in runs[:4]) + (f" and {len(runs) - 4} more" if len(runs) > 4 else "")
     return (f"{path} is {'a multirun (sweep) folder' if sweep else 'a folder of runs'}, not a run "
-            f"directory: name one of its runs ({named}); attnflow-report {path} "
+            f"directory: name one of its runs ({listed(runs, 4)}); attnflow-report {path} "
             f"{'ranks' if sweep else 'lists'} them")
 
 

@@ -102,7 +102,7 @@ from attnflow.onednn import bound_primitive_cache
 from attnflow.predict_image import predict_captions
 from attnflow.registry import DATA, MODELS, TASKS
 from attnflow.textio import (InputError, batched, check_new_outputs, check_npz, iter_lines,
-                             iter_stdin, path_arg, save_arrays, text_array)
+                             iter_stdin, no_inputs, path_arg, save_arrays, text_array)
 
 EMPTY = "(empty: no words)"
 WARN_DOCS = 10  # documents over the caps warned one by one; then only the total
@@ -220,13 +220,6 @@ def read_texts(args, field: str = "text") -> Tuple[Iterator[str], str]:
     return iter_stdin(), "stdin line"
 
 
-def no_inputs(args, what: str, held: str = "lines") -> str:
-    """The refusal of an input that gave nothing, naming where it was read from (as
-    attnflow-translate's ``-f empty.txt holds no lines``)."""
-    source = f"--file {args.file}" if args.file else "stdin"
-    return f"no {what} given (arguments, --file or stdin): {source} holds no {held}"
-
-
 def check_explain_html(args, what: str) -> None:
     """``--explain`` names the HTML page to write (documents, texts), or is not given."""
     if args.explain is True or (args.explain and not args.explain.endswith((".html", ".htm"))):
@@ -290,7 +283,7 @@ def _documents(args, run: Run, out) -> int:
             explained += [r for r in results if not r["empty"]]
         n += len(chunk)
     if not n:
-        raise PredictError(no_inputs(args, "documents"))
+        raise PredictError(no_inputs("documents", "--file", args.file))
     if over:
         print(f"attnflow-predict: {over} of {n} documents were longer than {caps}: "
               f"{words_cut} of {words} words cut in all", file=sys.stderr)

@@ -185,9 +185,9 @@ def predict_captions(args, run: Run, out, read_texts, batched, write_attention) 
     paths, _ = read_texts(args)
     paths = [p.strip() for p in paths if p.strip()]  # blank lines of a list are no images
     if not paths:
-        from attnflow.predict import no_inputs
+        from attnflow.textio import no_inputs
 
-        raise ImagePredictError(no_inputs(args, "images", "image paths"))
+        raise ImagePredictError(no_inputs("images", "--file", args.file, "image paths"))
     for path in paths:  # every input readable before any output
         read_input(path, art, task.model)
     names = attention_names(args.attention, len(paths)) if args.attention else []

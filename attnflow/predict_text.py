@@ -229,7 +229,8 @@ def _line(r: dict, args, pretraining: bool) -> str:
 def predict_bert(args, run: Run, out, read_texts, save_arrays, batched) -> int:
     """attnflow-predict on a BERT run (see the module docstring); the reading and writing helpers
     come from :mod:`attnflow.predict` (so that its tests' stand-ins apply here too)."""
-    from attnflow.predict import check_explain_html, no_inputs, write_attention
+    from attnflow.predict import check_explain_html, write_attention
+    from attnflow.textio import no_inputs
 
     bert = load_bert(run, args.device)
     pre = bert.pretraining
@@ -275,7 +276,7 @@ def predict_bert(args, run: Run, out, read_texts, save_arrays, batched) -> int:
                 explained.append(r)
         n += len(chunk)
     if not n:
-        raise TextPredictError(no_inputs(args, "texts"))
+        raise TextPredictError(no_inputs("texts", "--file", args.file))
     if over:
         print(f"attnflow-predict: {over} of {n} texts were longer than {limit} subwords (the run's "
               f"data.max_len={bert.max_len}): {cut} of {subwords} subwords cut in all", file=sys.stderr)

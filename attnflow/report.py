@@ -20,7 +20,8 @@ killed or still running), or whose ``metrics.json`` records ``failed`` (the run 
 writing it: :func:`attnflow.run.record_failure`), is listed with that status, last, never
 dropped. A folder of runs that is no sweep (``outputs/<date>/``: no ``multirun.yaml``) is
 reported as "runs"; where they are of different experiments (:func:`check_experiments`) they are
-not ranked unless ``--metric`` is given. The page needs no network and no JavaScript: every picture is a base64 ``data:`` URI.
+not ranked unless ``--metric`` is given. The page needs no network and no JavaScript: every
+picture is a base64 ``data:`` URI.
 
 The output folder (``-o``, default ``<path>/report``) is new, empty, or an earlier report of the
 same path, which is refreshed; a folder of other files (a run's folder, another path's report) is
@@ -46,7 +47,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
-from attnflow.textio import InputError, atomic_path, check_folder, path_arg
+from attnflow.textio import InputError, atomic_path, check_folder, listed, path_arg
 
 RUN_MARKERS = ("config.yaml", "metrics.json", ".hydra")
 REPORT_OF = ".report-of"  # in a report folder: the resolved path it reports
@@ -315,10 +316,6 @@ def _experiment(run: Run) -> Tuple[str, bool, str]:
     return metric, maximize, f"task {task or '?'} on {what or '?'} data"
 
 
-def _names(runs: List[str], most: int = 3) -> str:
-    return ", ".join(runs[:most]) + (f" and {len(runs) - most} more" if len(runs) > most else "")
-
-
 def check_experiments(report: Report, given: bool) -> None:
     """A folder of runs started one by one (``kind`` "runs") may hold different experiments: where
     the runs differ in their own sort metric, direction, task or data, the table is not ranked
@@ -330,7 +327,7 @@ def check_experiments(report: Report, given: bool) -> None:
             groups.setdefault(_experiment(r), []).append(r.name)
     if len(groups) < 2:
         return
-    kinds = "; ".join(f"{_names(names)}: {what}, sorted by {m} ({'higher' if up else 'lower'} is "
+    kinds = "; ".join(f"{listed(names, 3)}: {what}, sorted by {m} ({'higher' if up else 'lower'} is "
                       f"better)" for (m, up, what), names in groups.items())
     if given:
         report.notes.append(f"the runs are of different experiments ({kinds}); sorted by "
@@ -461,7 +458,8 @@ def _summary_lines(report: Report) -> List[str]:
     measured = sum(bool(r.metrics) for r in report.runs)  # (was the ok count, worded "with metrics")
     sweeper = str(report.sweeper.get("_target_", "")).rsplit(".", 1)[-1] or None
     lines = [f"{report.kind}: {report.path}",
-             f"{n} run(s): {ok} ok, {measured} with metrics" + (f"; sweeper: {sweeper}" if sweeper else ""),
+             f"{n} run(s): {ok} ok, {measured} with metrics"
+             + (f"; sweeper: {sweeper}" if sweeper else ""),
              f"not ranked: {report.unranked}" if report.unranked else
              f"sorted by {report.metric} ({'higher' if report.maximize else 'lower'} is better; "
              f"from {report.metric_source})"]

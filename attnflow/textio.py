@@ -185,3 +185,17 @@ def path_arg(value: str) -> str:
         raise argparse.ArgumentTypeError("an empty path names no file or folder: give a path, or "
                                          "leave the option out")
     return value
+
+
+def listed(items: Iterable[Any], most: int) -> str:
+    """The first ``most`` items, comma-separated, and how many more (``a, b, c and 2 more``)."""
+    items = [str(i) for i in items]
+    return ", ".join(items[:most]) + (f" and {len(items) - most} more" if len(items) > most else "")
+
+
+def no_inputs(what: str, option: str, path: Any, held: str = "lines", metavar: str = "") -> str:
+    """The refusal of an input that gave nothing, naming where it was read from: ``no sentences
+    given (arguments, -f FILE or stdin): -f empty.txt holds no lines`` (``option`` the file
+    option, ``path`` its value, None for stdin)."""
+    source = f"{option} {path}" if path else "stdin"
+    return f"no {what} given (arguments, {option}{metavar} or stdin): {source} holds no {held}"

@@ -81,7 +81,8 @@ from attnflow.checkpoints import CheckpointError, load_run, load_weights
 from attnflow.onednn import bound_primitive_cache
 from attnflow.registry import ConfigError
 from attnflow.textio import (InputError, batched, check_new_outputs, check_npz, check_png,
-                             iter_lines, iter_stdin, path_arg, save_arrays, text_array)
+                             iter_lines, iter_stdin, no_inputs, path_arg, save_arrays,
+                             text_array)
 
 
 class TranslateError(Exception):
@@ -394,8 +395,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                     arrays.update({f"{j}/{k}": v for k, v in maps.items()})
             n_lines += len(chunk)
         if not n_lines:  # (was exit 0 without a word, and a --save-attention file of 0 lines)
-            raise TranslateError(f"no sentences given (arguments, -f FILE or stdin): "
-                                 f"{f'-f {args.file}' if args.file else 'stdin'} holds no lines")
+            raise TranslateError(no_inputs("sentences", "-f", args.file, metavar=" FILE"))
         if n_cut > 1:
             print(f"attnflow-translate: {n_cut} of {n_lines} lines were longer than "
                   f"{dm.max_src_len} subwords and were cut", file=sys.stderr)
