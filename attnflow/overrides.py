@@ -121,7 +121,7 @@ def _fast_dev_run_inert(trainer: Mapping[str, Any]) -> Dict[str, str]:
 def _log_interval_inert(logger: Any, bar: Any) -> Optional[str]:
     """Why ``trainer.log_every_n_steps`` is idle, or None where it is read. Lightning reads it only
     to send step metrics to the loggers (and the LR monitor, which needs one), so with
-    ``logger=none`` its one reader is the text progress bar (:class:`attnflow.console.TextProgressBar`:
+    ``logger=none`` its one reader is the text progress bar (:class:`attnflow.progress.TextProgressBar`:
     a line every ``log_every_n_steps`` batches), which ``auto`` is where the output is not a
     terminal."""
     if logger is None:  # (a config without a logger entry: nothing is claimed)

@@ -42,7 +42,8 @@ from attnflow.callbacks import (MATMUL_PRECISIONS, AttentionMaps, AttentionMapsC
                                 StopOnNonFiniteLoss)
 from attnflow.distributed import (check_devices, continue_csv_logs, fit_progress,
                                   lightning_refusals, parse_devices)
-from attnflow.console import BARS, progress_bar
+from attnflow.console import BARS
+from attnflow.progress import progress_bar
 from attnflow import config_dir
 from attnflow import resume, training_state  # resume=, ckpt_path=; exact restarts, atomic checkpoints
 from attnflow import averaging  # callbacks.average: checkpoint averaging

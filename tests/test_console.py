@@ -18,7 +18,8 @@ from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import RichProgressBar
 from torch.utils.data import DataLoader, TensorDataset
 
-from attnflow.console import BARS, TextProgressBar, print_metrics, progress_bar
+from attnflow.console import BARS, print_metrics
+from attnflow.progress import TextProgressBar, progress_bar
 from attnflow.registry import ConfigError
 from attnflow.run import resolve_config
 from support import CONF, ROOT, compose_cfg
@@ -84,10 +85,10 @@ def test_text_progress_lines_follow_the_steps_and_epochs(capsys, tmp_path):
 def test_a_run_resumed_mid_epoch_times_only_the_batches_it_trains(capsys, monkeypatch):
     """Lightning starts no epoch when a run resumes mid-epoch (no on_train_epoch_start): the rate,
     eta and epoch time count from the first batch trained, not from nothing (was 4e11 it/s)."""
-    import attnflow.console as console
+    import attnflow.progress as progress
 
     now = [1000.0]
-    monkeypatch.setattr(console.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
     monkeypatch.setattr(TextProgressBar, "total_train_batches", property(lambda self: 454))
     bar = TextProgressBar(every_n_steps=50)
     monkeypatch.setattr(bar, "get_metrics", lambda trainer, module: {})
