@@ -63,12 +63,17 @@ def _print_config(overrides) -> int:
     from omegaconf import OmegaConf
 
     from attnflow import config_dir
+    from attnflow.cli_help import unknown_option
     from attnflow.groups import field_overrides
     from attnflow.registry import ConfigError
     from attnflow.resume import ResumeError, from_hydra, prepare_argv
     from attnflow.run import BLOCK_GROUPS, resolve_config
 
     conf = config_dir()
+    unknown = unknown_option(list(overrides), conf)
+    if unknown:  # as attnflow-train says it
+        print(f"attnflow: config error: {unknown}", file=sys.stderr)
+        return 2
     try:  # resume=<run>: that run's config, after the checks attnflow-train makes
         overrides = field_overrides(prepare_argv(list(overrides)), conf)
         with initialize_config_dir(config_dir=str(conf), version_base="1.3"):

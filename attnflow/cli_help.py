@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from attnflow.sweeps import PLUGINS, missing_module  # file reads and find_spec only: cheap
 
@@ -103,3 +103,44 @@ def train_help(conf_dir: Path, prog: str = "attnflow-train", width: int = 0) -> 
             line = f"    {mark} {option.ljust(pad)}{text}"
             lines.append(line if len(line) <= width else line[:max(width - 1, 20)] + "…")
     return "\n".join(lines)
+
+
+def unknown_option(argv: List[str], conf_dir: Path) -> Optional[str]:
+    """One line refusing the first ``GROUP=OPTION`` of the command line whose option the config
+    tree lacks (``scorer=dott``, also a value of a sweep, ``-m scorer=dot,dott``, or of a list,
+    ``logger=[csv,wandbb]``), naming the options and the nearest; else None. Before Hydra, whose
+    message for it spans a dozen lines (its config search path) and exits 1, and before the ≈ 6 s
+    of importing Lightning. Overrides this does not understand (a package, ``glob(…)``, an
+    interpolation) are left to Hydra, as are Hydra's own groups (``hydra/launcher=…``: an installed
+    plugin may add options) and every option where the command line adds a config folder
+    (``--config-dir``, ``--config-path``, ``hydra.searchpath``), whose options this does not see."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ChoiceSweep
+    from hydra.errors import HydraException
+
+    from attnflow.registry import _suggest
+
+    if any(a.startswith(("--config-dir", "-cd", "--config-path", "-cp", "hydra.searchpath",
+                         "+hydra.searchpath")) for a in argv):
+        return None
+    known = {group: [o for o, _ in options] for group, _, options in groups(conf_dir)
+             if not group.startswith("hydra/")}
+    parser = OverridesParser.create()
+    for arg in argv:
+        if arg.startswith("-") or "=" not in arg or arg.split("=", 1)[0].lstrip("+~") not in known:
+            continue
+        try:
+            override = parser.parse_override(arg)
+        except HydraException:
+            continue  # Hydra's own message about the syntax
+        if override.is_delete() or override.package is not None:
+            continue
+        value = override.value()
+        values = value.list if isinstance(value, ChoiceSweep) else value
+        group, options = override.key_or_group, known[override.key_or_group]
+        for option in values if isinstance(values, list) else [values]:
+            if isinstance(option, str) and "/" not in option and "${" not in option \
+                    and option not in options:
+                return (f"{group} has no option '{option}' (at '{arg}'); options: "
+                        f"{', '.join(options)} (files in {conf_dir / group}).{_suggest(option, options)}")
+    return None

@@ -137,6 +137,12 @@ def main() -> None:
     if missing:  # before Hydra, whose message would be a traceback about a config it cannot find
         print(f"attnflow: {missing}", file=sys.stderr)
         sys.exit(2)
+    from attnflow.cli_help import unknown_option
+
+    unknown = unknown_option(sys.argv[1:], Path(CONF_DIR))
+    if unknown:  # before Hydra, whose message spans a dozen lines, and before Lightning's import
+        print(f"attnflow: config error: {unknown}", file=sys.stderr)
+        sys.exit(2)
     from attnflow.groups import field_overrides
 
     if any(a.lstrip("+").startswith(("resume=", "hydra.run.dir=")) for a in sys.argv[1:]):

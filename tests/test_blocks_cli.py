@@ -72,4 +72,5 @@ def test_config_of_a_resumed_run_is_that_runs_and_bad_options_are_one_line(capsy
     assert "'model.encoder.hidden_dim' would change the resumed run" in capsys.readouterr().err
     assert main(["--config", "experiment=nosuch"]) == 2
     err = capsys.readouterr().err
-    assert "Could not find 'experiment/nosuch'" in err and "Traceback" not in err
+    assert err.startswith("attnflow: config error: experiment has no option 'nosuch' (at "
+                          "'experiment=nosuch'); options: bert_imdb,") and "Traceback" not in err

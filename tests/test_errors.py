@@ -344,10 +344,11 @@ def test_a_refused_field_that_takes_its_value_from_another_names_that_one(tmp_pa
     assert not (tmp_path / "run").exists()
 
 
-def _cli(*args, tmp_path):
+def _cli(*args, tmp_path, interpreter=()):
+    """``python [INTERPRETER] -m attnflow.train ARGS`` in a fresh interpreter."""
     env = dict(os.environ, ATTNFLOW_OUTPUT_DIR=str(tmp_path), HYDRA_FULL_ERROR="0")
-    return subprocess.run([sys.executable, "-m", "attnflow.train", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, *interpreter, "-m", "attnflow.train", *args], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=120)
 
 
 def _main(monkeypatch, capsys, tmp_path, *args):
@@ -494,12 +495,47 @@ def test_validation_interval_longer_than_an_epoch_is_a_config_error(tmp_path):
 
 
 def test_cli_unknown_group_option_lists_options(tmp_path):
-    """In a fresh interpreter, as users run it (Hydra refuses the option before torch is imported)."""
-    proc = _cli("scorer=dott", tmp_path=tmp_path)
-    assert proc.returncode != 0
-    out = proc.stderr + proc.stdout
-    assert "Could not find 'scorer/dott'" in out and "scaled_dot" in out
-    assert "Traceback" not in out
+    """In a fresh interpreter, as users run it: one line naming the group, the options in its
+    folder of conf/ and the nearest, exit status 2, before Hydra composes and before Lightning
+    is imported (``-X importtime`` lists every module the process imported)."""
+    proc = _cli("scorer=dott", tmp_path=tmp_path, interpreter=("-X", "importtime"))
+    assert proc.returncode == 2, proc.stderr
+    options = sorted(p.stem for p in (ROOT / "conf" / "scorer").glob("*.yaml"))
+    message = [line for line in proc.stderr.splitlines() if not line.startswith("import time:")]
+    assert message == [f"attnflow: config error: scorer has no option 'dott' (at 'scorer=dott'); "
+                       f"options: {', '.join(options)} (files in {ROOT / 'conf' / 'scorer'}). "
+                       f"Did you mean 'dot'?"]
+    imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "hydra.core.override_parser.overrides_parser" in imported  # the import log is read
+    assert not {"pytorch_lightning", "torch"} & imported
+    assert not list(tmp_path.iterdir())  # no run directory
+
+
+@pytest.mark.parametrize("args, refused", [
+    (["-m", "scorer=dot,dott"], "scorer has no option 'dott' (at 'scorer=dot,dott')"),  # a sweep's value
+    (["logger=[csv,wandbb]"], "logger has no option 'wandbb' (at 'logger=[csv,wandbb]')"),
+    (["+experiment=gat_coar"], "experiment has no option 'gat_coar' (at '+experiment=gat_coar')"),
+    (["hparams_search=reverse_grd"], "hparams_search has no option 'reverse_grd'"),
+])
+def test_a_group_option_missing_from_conf_is_refused_in_one_line(args, refused):
+    from attnflow.cli_help import unknown_option
+
+    assert unknown_option(args, ROOT / "conf").startswith(refused)
+
+
+@pytest.mark.parametrize("args", [
+    ["scorer=dot", "logger=[csv,wandb]", "experiment=gat_cora", "-m", "aggregator=mean,concat"],
+    ["scorer=null", "experiment=null", "~positional", "model.encoder.name=lstm_encoder"],
+    ["hydra/launcher=ray"],  # Hydra's groups: an installed plugin may add options
+    ["scorer=glob(*)", "data=${oops}", "scorer@model.scorer=dot"],  # left to Hydra
+    ["--config-dir", "/elsewhere", "experiment=mine"],  # a folder whose options it does not see
+    ["hydra.searchpath=[file:///elsewhere]", "experiment=mine"],
+])
+def test_group_options_it_cannot_judge_are_left_to_hydra(args):
+    from attnflow.cli_help import unknown_option
+
+    assert unknown_option(args, ROOT / "conf") is None
 
 
 def test_a_non_finite_loss_stops_training_naming_the_step(tmp_path):

@@ -213,9 +213,8 @@ def test_a_split_the_run_evaluates_on_no_batch_reports_no_metric_refused_before_
      "hydra.sweeper.direction=maximize would seek the worst runs: set hydra.sweeper.direction=minimize"),
     (["-m", "seed=1,2", "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"],
      "a multirun (-m) with trainer.strategy=ddp on 2 device(s)"),
-    # a group option Hydra cannot find: Hydra would say so only after making the sweep folder
-    (["-m", "scorer=dot,dott"], "the sweep's scorer=dott is refused, so no job was started: In 'train': "
-                                "Could not find 'scorer/dott' Available options in 'scorer': additive"),
+    # a group option missing from conf/: Hydra would say so only after making the sweep folder
+    (["-m", "scorer=dot,dott"], "scorer has no option 'dott' (at 'scorer=dot,dott'); options: additive"),
     # what Hydra, Optuna or W&B would refuse with a traceback, or merge
     (["-m", "model.dropout=interval(0.1,0.5)"], "interval() is a range for a search"),
     (["hparams_search=gat_cora_optuna", "hydra.sweeper.n_trials=0"], "hydra.sweeper.n_trials must be an int >= 1"),
