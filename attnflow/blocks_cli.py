@@ -63,14 +63,14 @@ def _print_config(overrides) -> int:
     from omegaconf import OmegaConf
 
     from attnflow import config_dir
-    from attnflow.cli_help import unknown_option
+    from attnflow.cli_help import unknown_override
     from attnflow.groups import field_overrides
     from attnflow.registry import ConfigError
     from attnflow.resume import ResumeError, from_hydra, prepare_argv
     from attnflow.run import BLOCK_GROUPS, resolve_config
 
     conf = config_dir()
-    unknown = unknown_option(list(overrides), conf)
+    unknown = unknown_override(list(overrides), conf)
     if unknown:  # as attnflow-train says it
         print(f"attnflow: config error: {unknown}", file=sys.stderr)
         return 2

@@ -105,19 +105,22 @@ def train_help(conf_dir: Path, prog: str = "attnflow-train", width: int = 0) -> 
     return "\n".join(lines)
 
 
-def unknown_option(argv: List[str], conf_dir: Path) -> Optional[str]:
-    """One line refusing the first ``GROUP=OPTION`` of the command line whose option the config
-    tree lacks (``scorer=dott``, also a value of a sweep, ``-m scorer=dot,dott``, or of a list,
-    ``logger=[csv,wandbb]``), naming the options and the nearest; else None. Before Hydra, whose
-    message for it spans a dozen lines (its config search path) and exits 1, and before the ≈ 6 s
-    of importing Lightning. Overrides this does not understand (a package, ``glob(…)``, an
-    interpolation) are left to Hydra, as are Hydra's own groups (``hydra/launcher=…``: an installed
-    plugin may add options) and every option where the command line adds a config folder
-    (``--config-dir``, ``--config-path``, ``hydra.searchpath``), whose options this does not see."""
+def unknown_override(argv: List[str], conf_dir: Path) -> Optional[str]:
+    """One line refusing the first override of the command line that names what the config tree
+    lacks, else None: a ``GROUP=OPTION`` whose option has no file (``scorer=dott``, also a value of a
+    sweep, ``-m scorer=dot,dott``, or of a list, ``logger=[csv,wandbb]``), naming the options and
+    the nearest; or a key under a top-level key the root config lacks (``trainr.max_epochs=3``),
+    as the run itself would say. Before Hydra, whose message for a missing option spans a dozen
+    lines (its config search path) and exits 1, and before the ≈ 6 s of importing Lightning.
+    Overrides this does not understand (a package, ``glob(…)``, an interpolation) are left to
+    Hydra, as are Hydra's own groups (``hydra/launcher=…``: an installed plugin may add options)
+    and every option where the command line adds a config folder (``--config-dir``,
+    ``--config-path``, ``hydra.searchpath``), whose options this does not see."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import ChoiceSweep
     from hydra.errors import HydraException
 
+    from attnflow.groups import top_level_keys, top_level_refusal
     from attnflow.registry import _suggest
 
     if any(a.startswith(("--config-dir", "-cd", "--config-path", "-cp", "hydra.searchpath",
@@ -125,22 +128,26 @@ def unknown_option(argv: List[str], conf_dir: Path) -> Optional[str]:
         return None
     known = {group: [o for o, _ in options] for group, _, options in groups(conf_dir)
              if not group.startswith("hydra/")}
+    keys = top_level_keys(conf_dir)
     parser = OverridesParser.create()
     for arg in argv:
-        if arg.startswith("-") or "=" not in arg or arg.split("=", 1)[0].lstrip("+~") not in known:
+        if arg.startswith("-") or "=" not in arg:
             continue
         try:
             override = parser.parse_override(arg)
         except HydraException:
             continue  # Hydra's own message about the syntax
-        if override.is_delete() or override.package is not None:
+        name = override.key_or_group
+        if name.split(".")[0] not in keys | set(known) and "/" not in name:
+            return top_level_refusal(name.split(".")[0], keys)
+        if name not in known or override.is_delete() or override.package is not None:
             continue
         value = override.value()
         values = value.list if isinstance(value, ChoiceSweep) else value
-        group, options = override.key_or_group, known[override.key_or_group]
         for option in values if isinstance(values, list) else [values]:
             if isinstance(option, str) and "/" not in option and "${" not in option \
-                    and option not in options:
-                return (f"{group} has no option '{option}' (at '{arg}'); options: "
-                        f"{', '.join(options)} (files in {conf_dir / group}).{_suggest(option, options)}")
+                    and option not in known[name]:
+                return (f"{name} has no option '{option}' (at '{arg}'); options: "
+                        f"{', '.join(known[name])} (files in {conf_dir / name})."
+                        f"{_suggest(option, known[name])}")
     return None

@@ -31,7 +31,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from attnflow.registry import AttnflowWarning, Registry, ConfigError
+from attnflow.registry import AttnflowWarning, Registry, ConfigError, _suggest
 
 SHARED_GROUPS = ("scorer", "normalizer", "aggregator", "attention", "positional", "pooling")
 _REFERENCE = re.compile(r"\$\{\s*([A-Za-z_][\w]*)")
@@ -69,6 +69,18 @@ def root_defaults(conf_dir: Path) -> Dict[str, str]:
             for group, option in entry.items():
                 out[str(group)] = option
     return out
+
+
+def top_level_keys(conf_dir: Path) -> set:
+    """The root config's keys: its defaults list's groups and its own fields (conf/train.yaml)."""
+    fields = set(OmegaConf.load(conf_dir / "train.yaml").keys()) - {"defaults"}
+    return (set(root_defaults(conf_dir)) - {"experiment"}) | fields | {"hydra"}
+
+
+def top_level_refusal(key: str, known: Iterable[str]) -> str:
+    """What a run says of a top-level key its config lacks (``trainr.max_epochs=3``)."""
+    return (f"the config has no top-level key '{key}'; keys: {', '.join(sorted(known))}."
+            f"{_suggest(key, known)}")
 
 
 def _option_file(conf_dir: Path, group: str, option: Optional[str]) -> Optional[dict]:

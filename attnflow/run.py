@@ -49,7 +49,7 @@ from attnflow import resume, training_state  # resume=, ckpt_path=; exact restar
 from attnflow import averaging  # callbacks.average: checkpoint averaging
 from attnflow.ema import EMAConfig, ExponentialMovingAverage  # callbacks.ema
 from attnflow.groups import (drop_swapped_block_fields, fill_default_blocks, prune_unused,
-                             root_defaults, unused_groups)
+                             top_level_keys, top_level_refusal, unused_groups)
 from attnflow.loggers import (LOGGER_CONFIG, build_loggers, finish_loggers, log_hyperparams,
                               logger_identity, run_identity)
 from attnflow.overrides import (command_line, hydra_references, referenced_keys, typed_groups,
@@ -237,20 +237,12 @@ def _check_trains_something(trainer: Dict[str, Any]) -> None:
                               f"a trained run with attnflow-eval <run dir>")
 
 
-def _top_level_keys() -> set:
-    """The root config's keys: its defaults list's groups and its own fields (conf/train.yaml)."""
-    conf = config_dir()
-    fields = set(OmegaConf.load(conf / "train.yaml").keys()) - {"defaults"}
-    return (set(root_defaults(conf)) - {"experiment"}) | fields | {"hydra"}
-
-
 def validate_config(cfg: Dict[str, Any]) -> None:
     """Raise :class:`ConfigError` for any unknown block name or bad field in ``cfg``."""
-    known = _top_level_keys()
+    known = top_level_keys(config_dir())
     for key in cfg:
         if key not in known:
-            raise ConfigError(f"the config has no top-level key '{key}'; keys: "
-                              f"{', '.join(sorted(known))}.{_suggest(key, known)}")
+            raise ConfigError(top_level_refusal(key, known))
     for group, registry in BLOCK_GROUPS:
         if group in cfg and cfg[group] is not None:
             registry.validate(cfg[group], group)

@@ -137,9 +137,9 @@ def main() -> None:
     if missing:  # before Hydra, whose message would be a traceback about a config it cannot find
         print(f"attnflow: {missing}", file=sys.stderr)
         sys.exit(2)
-    from attnflow.cli_help import unknown_option
+    from attnflow.cli_help import unknown_override
 
-    unknown = unknown_option(sys.argv[1:], Path(CONF_DIR))
+    unknown = unknown_override(sys.argv[1:], Path(CONF_DIR))
     if unknown:  # before Hydra, whose message spans a dozen lines, and before Lightning's import
         print(f"attnflow: config error: {unknown}", file=sys.stderr)
         sys.exit(2)

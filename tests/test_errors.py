@@ -517,25 +517,30 @@ def test_cli_unknown_group_option_lists_options(tmp_path):
     (["logger=[csv,wandbb]"], "logger has no option 'wandbb' (at 'logger=[csv,wandbb]')"),
     (["+experiment=gat_coar"], "experiment has no option 'gat_coar' (at '+experiment=gat_coar')"),
     (["hparams_search=reverse_grd"], "hparams_search has no option 'reverse_grd'"),
+    # a key under a top-level key the root config lacks: as the run says it (validate_config)
+    (["seed=3", "trainr.max_epochs=3"], "the config has no top-level key 'trainr'; keys: aggregator, "
+                                        "attention, callbacks,"),
+    (["+sed=3"], "the config has no top-level key 'sed'"),
 ])
-def test_a_group_option_missing_from_conf_is_refused_in_one_line(args, refused):
-    from attnflow.cli_help import unknown_option
+def test_a_name_missing_from_conf_is_refused_in_one_line(args, refused):
+    from attnflow.cli_help import unknown_override
 
-    assert unknown_option(args, ROOT / "conf").startswith(refused)
+    assert unknown_override(args, ROOT / "conf").startswith(refused)
 
 
 @pytest.mark.parametrize("args", [
     ["scorer=dot", "logger=[csv,wandb]", "experiment=gat_cora", "-m", "aggregator=mean,concat"],
     ["scorer=null", "experiment=null", "~positional", "model.encoder.name=lstm_encoder"],
+    ["hydra.job.chdir=false", "paths.data_dir=/x", "callbacks.average.last=3", "-m", "seed=1,2"],
     ["hydra/launcher=ray"],  # Hydra's groups: an installed plugin may add options
     ["scorer=glob(*)", "data=${oops}", "scorer@model.scorer=dot"],  # left to Hydra
     ["--config-dir", "/elsewhere", "experiment=mine"],  # a folder whose options it does not see
     ["hydra.searchpath=[file:///elsewhere]", "experiment=mine"],
 ])
 def test_group_options_it_cannot_judge_are_left_to_hydra(args):
-    from attnflow.cli_help import unknown_option
+    from attnflow.cli_help import unknown_override
 
-    assert unknown_option(args, ROOT / "conf") is None
+    assert unknown_override(args, ROOT / "conf") is None
 
 
 def test_a_non_finite_loss_stops_training_naming_the_step(tmp_path):
