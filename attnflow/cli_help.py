@@ -114,8 +114,10 @@ def unknown_override(argv: List[str], conf_dir: Path) -> Optional[str]:
     lines (its config search path) and exits 1, and before the ≈ 6 s of importing Lightning.
     Overrides this does not understand (a package, ``glob(…)``, an interpolation) are left to
     Hydra, as are Hydra's own groups (``hydra/launcher=…``: an installed plugin may add options)
-    and every option where the command line adds a config folder (``--config-dir``,
-    ``--config-path``, ``hydra.searchpath``), whose options this does not see."""
+    and every option where a config folder is added, whose options this does not see: by the
+    command line (``--config-dir``, ``--config-path``, ``hydra.searchpath``) or by an installed
+    Hydra plugin other than the launchers and the sweeper attnflow knows (its search-path plugin
+    may add one)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import ChoiceSweep
     from hydra.errors import HydraException
@@ -124,8 +126,8 @@ def unknown_override(argv: List[str], conf_dir: Path) -> Optional[str]:
     from attnflow.registry import _suggest
 
     if any(a.startswith(("--config-dir", "-cd", "--config-path", "-cp", "hydra.searchpath",
-                         "+hydra.searchpath")) for a in argv):
-        return None
+                         "+hydra.searchpath")) for a in argv) or _foreign_hydra_plugins():
+        return None  # (an added folder's groups and options are not in conf_dir)
     known = {group: [o for o, _ in options] for group, _, options in groups(conf_dir)
              if not group.startswith("hydra/")}
     keys = top_level_keys(conf_dir)
@@ -151,3 +153,15 @@ def unknown_override(argv: List[str], conf_dir: Path) -> Optional[str]:
                         f"{', '.join(known[name])} (files in {conf_dir / name})."
                         f"{_suggest(option, known[name])}")
     return None
+
+
+def _foreign_hydra_plugins() -> List[str]:
+    """The installed ``hydra_plugins`` modules other than the launchers and the sweeper of
+    :data:`attnflow.sweeps.PLUGINS` (a module list, no import of any of them)."""
+    import importlib.util
+    import pkgutil
+
+    spec = importlib.util.find_spec("hydra_plugins")
+    ours = {modules[1].rsplit(".", 1)[1] for modules, _, _ in PLUGINS.values()}
+    return [m.name for m in pkgutil.iter_modules(spec.submodule_search_locations or [])
+            if m.name not in ours] if spec else []

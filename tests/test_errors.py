@@ -535,12 +535,24 @@ def test_a_name_missing_from_conf_is_refused_in_one_line(args, refused):
     ["hydra/launcher=ray"],  # Hydra's groups: an installed plugin may add options
     ["scorer=glob(*)", "data=${oops}", "scorer@model.scorer=dot"],  # left to Hydra
     ["--config-dir", "/elsewhere", "experiment=mine"],  # a folder whose options it does not see
-    ["hydra.searchpath=[file:///elsewhere]", "experiment=mine"],
+    ["hydra.searchpath=[file:///elsewhere]", "experiment=mine", "mygroup=x"],
 ])
 def test_group_options_it_cannot_judge_are_left_to_hydra(args):
     from attnflow.cli_help import unknown_override
 
     assert unknown_override(args, ROOT / "conf") is None
+
+
+def test_a_foreign_hydra_plugin_leaves_group_options_to_hydra(tmp_path, monkeypatch):
+    """A Hydra plugin other than attnflow's launchers and sweeper may add a config folder (its
+    search-path plugin), whose options and groups the check cannot see."""
+    from attnflow.cli_help import unknown_override
+
+    assert unknown_override(["experiment=mine"], ROOT / "conf").startswith("experiment has no option")
+    (tmp_path / "hydra_plugins" / "my_searchpath").mkdir(parents=True)  # a namespace package's part
+    (tmp_path / "hydra_plugins" / "my_searchpath" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert unknown_override(["experiment=mine", "mygroup=x"], ROOT / "conf") is None
 
 
 def test_a_non_finite_loss_stops_training_naming_the_step(tmp_path):
