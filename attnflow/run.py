@@ -290,6 +290,7 @@ def validate_config(cfg: Dict[str, Any]) -> None:
         raise ConfigError(f"callbacks.lr_monitor must be true or false (log the learning rate every "
                           f"step), got {lr_monitor!r}")
     _check_validation_schedule(cfg)
+    _check_test_reads_batches(cfg)
     _check_callback_needs(cfg, task_cls)
     _check_root_fields(cfg)
     check_composition(cfg)
@@ -312,6 +313,22 @@ def _check_validation_schedule(cfg: Dict[str, Any]) -> None:
                           f"and early stopping never runs; validate (e.g. "
                           f"trainer.check_val_every_n_epoch={epochs}, or trainer.max_epochs={every}), "
                           f"or train without validation: trainer.limit_val_batches=0")
+
+
+def _check_test_reads_batches(cfg: Dict[str, Any]) -> None:
+    """``test=true`` (the default) with ``trainer.limit_test_batches=0``: the final test pass read
+    no batch, so the run trained and ended without test metrics, exit 0, nothing said. Refused
+    (``test=false`` says so, and ``test=false`` with a typed limit is refused as unread:
+    :func:`attnflow.overrides._trainer_inert`). ``limit_val_batches=0`` is the supported way to
+    train without validation and stays accepted; ``fast_dev_run`` sets the limit itself."""
+    trainer = cfg.get("trainer") or {}
+    limit = trainer.get("limit_test_batches")
+    if cfg.get("test", True) and reads_no_batch(limit) and not trainer.get("fast_dev_run"):
+        raise ConfigError(f"trainer.limit_test_batches={limit} (at 'trainer.limit_test_batches') with "
+                          f"test=true tests no batch: the run's final test pass would read none and "
+                          f"report no test metrics; to train without testing give test=false, else "
+                          f"a limit > 0 (a number of batches >= 1, a share in (0, 1]) or leave it "
+                          f"out (every batch)")
 
 
 def reads_no_batch(limit: Any) -> bool:

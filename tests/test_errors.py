@@ -94,7 +94,11 @@ from support import FAST, ROOT, compose_cfg, train_cli
     (["trainer.max_steps=0"], ["trainer.max_steps=0 (at 'trainer.max_steps') trains nothing",
                                "give a number of steps >= 1 (or -1: no limit)"]),
     (["trainer.max_epochs=-1", "trainer.max_steps=0", "task.optim.scheduler=none"],
-     ["trainer.max_steps=0 (at 'trainer.max_steps') trains nothing"]),
+     ["trainer.max_steps=0 (at 'trainer.max_steps') trains nothing"]),    # the final test pass read no batch: the run ended without test metrics, exit 0, nothing said
+    (["trainer.limit_test_batches=0"], ["trainer.limit_test_batches=0 (at 'trainer.limit_test_batches') "
+                                        "with test=true tests no batch", "give test=false, else a limit > 0"]),
+    (["test=true", "trainer.limit_test_batches=0.0"], ["trainer.limit_test_batches=0.0 (at "
+                                                       "'trainer.limit_test_batches') with test=true"]),
 ])
 def test_bad_config_fails_before_any_work(overrides, expected, tmp_path):
     cfg = compose_cfg([*FAST, *overrides])
@@ -128,6 +132,19 @@ def test_callbacks_with_what_they_need_are_accepted():
                       ["callbacks.early_stopping={monitor: train/loss}", "trainer.limit_val_batches=0"],
                       ["callbacks.early_stopping={}", "trainer.max_epochs=3", "trainer.check_val_every_n_epoch=3"],
                       ["callbacks.average={last: 2}", "trainer.limit_val_batches=0.5"]):
+        resolve_config(compose_cfg([*FAST, *overrides]))
+
+
+def test_a_test_pass_on_no_batch_is_refused_only_where_the_run_tests():
+    """The other side of refusing test=true with trainer.limit_test_batches=0: no test (test=false;
+    typed beside it, the limit is refused as unread: tests/test_overrides.py), fast_dev_run's own
+    limit, some test batches; and validation switched off (limit_val_batches=0) stays a way to train."""
+    from attnflow.run import resolve_config
+
+    for overrides in (["test=false", "trainer.limit_test_batches=0"],
+                      ["trainer.fast_dev_run=true", "trainer.limit_test_batches=0"],
+                      ["trainer.limit_test_batches=1"], ["trainer.limit_val_batches=0"],
+                      ["test=false", "trainer.limit_val_batches=0.0"]):
         resolve_config(compose_cfg([*FAST, *overrides]))
 
 
