@@ -180,15 +180,85 @@ def _data_dir_inert(data: Any) -> Dict[str, str]:
                                f"{example}, as conf/data/ does)")}
 
 
+@functools.lru_cache(maxsize=1)
+def _paths_preset() -> Dict[str, Any]:
+    """conf/paths/default.yaml, unresolved (``data_dir: ${oc.env:ATTNFLOW_DATA_DIR,
+    ${paths.root_dir}/../shared/data}``)."""
+    from attnflow import config_dir
+
+    return OmegaConf.to_container(OmegaConf.load(config_dir() / "paths" / "default.yaml"))
+
+
+def _root_dir_inert(paths: Mapping[str, Any], data_dir_why: Optional[str]) -> Dict[str, str]:
+    """``paths.root_dir`` (the checkout) is read by nothing but ``paths.data_dir``'s default in
+    conf/paths/ (no conf/ file, no attnflow code reads it; Hydra's folders come from
+    ``paths.output_root``), so it is claimed idle where that default is not used (a typed
+    ``paths.data_dir``, ``$ATTNFLOW_DATA_DIR``) or paths.data_dir is idle itself
+    (``data_dir_why``); :func:`read_keys` lets it through where paths.data_dir reads it and is read."""
+    if "root_dir" not in paths or "data_dir" not in paths:
+        return {}
+    default = _paths_preset()["data_dir"]
+    probe = OmegaConf.create({"paths": {**_paths_preset(), "root_dir": paths["root_dir"]}})
+    why = (f"paths.root_dir feeds only the default of paths.data_dir ({default} in "
+           f"conf/paths/default.yaml), and here ")
+    if OmegaConf.select(probe, "paths.data_dir") != paths["data_dir"]:
+        return {"paths.root_dir": why + f"paths.data_dir is given ({paths['data_dir']}); give the data "
+                                        f"folder as paths.data_dir"}
+    if not _reads(probe, "paths.data_dir", "paths.root_dir"):
+        return {"paths.root_dir": why + f"$ATTNFLOW_DATA_DIR sets paths.data_dir ({paths['data_dir']}); "
+                                        f"give the data folder as paths.data_dir"}
+    if data_dir_why:
+        return {"paths.root_dir": why + f"paths.data_dir does nothing: {data_dir_why}"}
+    return {}
+
+
+def _reads(cfg: DictConfig, field: str, other: str) -> bool:
+    """Whether ``field``'s value in ``cfg`` changes with ``other``'s (an ``${oc.env:VAR,default}``
+    whose variable is set does not read what its default names); a value that cannot be
+    resolved is taken to read it."""
+    values = set()
+    for sentinel in ("/attnflow-probe-a", "/attnflow-probe-b"):
+        probe = cfg.copy()
+        try:
+            OmegaConf.update(probe, other, sentinel, force_add=True)
+            values.add(str(OmegaConf.select(probe, field, throw_on_missing=True)))
+        except Exception:  # noqa: BLE001  (an unset variable, a resolver's error: read, to be safe)
+            return True
+    return len(values) > 1
+
+
+def read_keys(cfg: DictConfig, hydra_reads: Iterable[str] = ()) -> set:
+    """The keys an unresolved, composed config reads through interpolations
+    (:func:`referenced_keys`, and ``hydra_reads``: :func:`hydra_references`), where a ``paths``
+    field's own interpolations count only where that field is read and its value does depend on
+    them: ``paths.data_dir``'s default names ``paths.root_dir``, read only where some field is
+    built from paths.data_dir and ``$ATTNFLOW_DATA_DIR`` does not set it."""
+    tree = OmegaConf.to_container(cfg, resolve=False)
+    paths = tree.pop("paths", None) or {}
+    read = referenced_keys(tree) | set(hydra_reads)
+    probe = OmegaConf.create({"paths": paths})  # (a paths field built from another key: read)
+    todo = [key for key in read if key.startswith("paths.")]
+    while todo:
+        field = todo.pop()
+        value = paths.get(field.split(".", 1)[1]) if field.count(".") == 1 else None
+        for key in referenced_keys([value]) - read:
+            if _reads(probe, field, key):
+                read.add(key)
+                todo.append(key)
+    return read
+
+
 def inert_fields(resolved: Mapping[str, Any]) -> Dict[str, str]:
     """{config path: why it does nothing} for a validated, resolved run config: the data, model
-    and task trees, the Trainer, the callbacks' typed configs, and ``paths.data_dir`` (read only
-    through interpolations: :func:`unread_overrides` weighs them)."""
+    and task trees, the Trainer, the callbacks' typed configs, ``paths.data_dir`` and
+    ``paths.root_dir`` (read only through interpolations: :func:`unread_overrides` weighs them)."""
     from attnflow.run import CALLBACK_FIELDS  # (run imports this module)
 
     out = _trainer_inert(resolved.get("trainer") or {}, resolved.get("test", True),
                          resolved.get("callbacks"), resolved.get("logger"))
-    out.update(_data_dir_inert(resolved.get("data")))
+    data_dir = _data_dir_inert(resolved.get("data"))
+    out.update(data_dir)
+    out.update(_root_dir_inert(resolved.get("paths") or {}, data_dir.get("paths.data_dir")))
     for group, registry in _GROUPS:
         out.update(registry.inert_fields(registry.validate(resolved[group], group), group))
     for key, value in (resolved.get("callbacks") or {}).items():

@@ -52,7 +52,7 @@ from attnflow.groups import (drop_swapped_block_fields, fill_default_blocks, pru
                              top_level_keys, top_level_refusal, unused_groups)
 from attnflow.loggers import (LOGGER_CONFIG, build_loggers, finish_loggers, log_hyperparams,
                               logger_identity, run_identity)
-from attnflow.overrides import (command_line, hydra_references, referenced_keys, typed_groups,
+from attnflow.overrides import (command_line, hydra_references, read_keys, typed_groups,
                                 unread_overrides)
 from attnflow.precision import AUTO as PRECISION_AUTO, check_precision, resolve_precision  # =auto
 from attnflow.registry import (AGGREGATORS, ATTENTIONS, DATA, ENCODERS, MODELS, NORMALIZERS,
@@ -697,7 +697,7 @@ def _resolve(cfg: DictConfig | Dict[str, Any], refuse: bool) -> tuple:
     try:
         validate_config(resolved)
         # a field this config leaves unread (one an interpolation reads, Hydra's too, is read)
-        fields = (unread_overrides(resolved, typed, referenced_keys(cfg) | hydra_reads)
+        fields = (unread_overrides(resolved, typed, read_keys(cfg, hydra_reads))
                   if typed else {})
         if refuse and fields:
             raise ConfigError(next(iter(fields.values()))[1])

@@ -586,3 +586,42 @@ def test_a_data_dir_typed_for_a_sweep_is_refused_only_where_no_job_reads_it():
     assert refused.startswith("paths.data_dir=/data is read by none of the sweep's jobs, so no job "
                               "was started: paths.data_dir=/data (at 'paths.data_dir') does nothing: "
                               "data 'synthetic_graph' generates its data")
+
+
+# -- paths.root_dir: read only through paths.data_dir's default --------------------------------------------
+
+@pytest.mark.parametrize("env, overrides, says", [
+    (None, [], "and here paths.data_dir does nothing: data 'reverse' generates its data"),
+    (None, ["experiment=gat_synthetic"], "paths.data_dir does nothing: data 'synthetic_graph' generates"),
+    (None, ["experiment=caption_shapes"], "paths.data_dir does nothing: data 'shapes' generates"),
+    (None, ["experiment=gat_cora", "paths.data_dir=/d"], "and here paths.data_dir is given (/d)"),
+    ("/data", ["experiment=gat_cora"], "and here $ATTNFLOW_DATA_DIR sets paths.data_dir (/data)"),
+])
+def test_a_root_dir_that_feeds_no_data_dir_read_is_refused_when_typed(monkeypatch, env, overrides, says):
+    """conf/ reads paths.root_dir in one place, paths.data_dir's default (attnflow's code and
+    Hydra's folders not at all): typed where that default is not used or not read, it did nothing.
+    (resolve_config: what attnflow-train checks before it makes the run's folder.)"""
+    if env is None:
+        monkeypatch.delenv("ATTNFLOW_DATA_DIR", raising=False)
+    else:
+        monkeypatch.setenv("ATTNFLOW_DATA_DIR", env)
+    with pytest.raises(ConfigError) as err:
+        resolve_config(compose_cfg([*overrides, "paths.root_dir=/x"], return_hydra_config=True))
+    assert str(err.value).startswith("paths.root_dir=/x (at 'paths.root_dir') does nothing: "
+                                     "paths.root_dir feeds only the default of paths.data_dir")
+    assert says in str(err.value)
+
+
+@pytest.mark.parametrize("env, overrides, data_dir", [
+    (None, ["experiment=gat_cora"], "/x/../shared/data"),  # data.root: ${paths.data_dir}/planetoid
+    ("/data", ["experiment=gat_cora", "paths.data_dir=${paths.root_dir}/d"], "/x/d"),
+    ("/data", ["experiment=gat_cora", "data.root=${paths.root_dir}/planetoid"], "/data"),
+    ("/data", ["hydra.run.dir=${paths.root_dir}/runs"], "/data"),  # Hydra builds the run's folder from it
+])
+def test_a_root_dir_a_read_field_is_built_from_is_read(monkeypatch, env, overrides, data_dir):
+    if env is None:
+        monkeypatch.delenv("ATTNFLOW_DATA_DIR", raising=False)
+    else:
+        monkeypatch.setenv("ATTNFLOW_DATA_DIR", env)
+    resolved = resolve_config(compose_cfg([*overrides, "paths.root_dir=/x"], return_hydra_config=True))
+    assert resolved["paths"]["root_dir"] == "/x" and resolved["paths"]["data_dir"] == data_dir
