@@ -210,6 +210,44 @@ def test_what_evaluation_leaves_to_training_is_what_it_does_not_read(tmp_path):
     _refuse_unread(["data.max_len", "data.batch_size"], cfg, "val", data)  # read by evaluation
 
 
+def test_what_bert_pretraining_evaluation_leaves_to_training_is_what_it_does_not_read(tmp_path):
+    """The claim behind refusing data.vocab_size, lowercase, limit_train and train_path in
+    attnflow-eval of a BERT pretraining run (and limit_val, val_path with split=test): two modules
+    that differ in all of them, set up for evaluation from the same run's tokenizer, give the same
+    masked batches (the masking draws random ids below the tokenizer's vocabulary size, not
+    data.vocab_size). max_len, which cuts the instances, is read."""
+    from attnflow.data.pretraining import PretrainingDataModule
+    from attnflow.evaluate import _refuse_unread
+    from attnflow.registry import ConfigError, DATA
+
+    rng = np.random.default_rng(0)
+    for name, docs in (("train.txt", 30), ("dev.txt", 12), ("other.txt", 5)):  # a document a line
+        (tmp_path / name).write_text("".join(" ".join(
+            " ".join(["Word", *(f"w{i}" for i in rng.integers(0, 40, rng.integers(3, 9)))]) + "."
+            for _ in range(rng.integers(2, 6))) + "\n" for _ in range(docs)))
+    files = {"train_path": str(tmp_path / "train.txt"), "val_path": str(tmp_path / "dev.txt")}
+    trained = PretrainingDataModule(**files, vocab_size=60, max_len=24, batch_size=4)
+    art = trained.artifacts()
+    batches = []
+    for fields in ({}, {"vocab_size": 1000, "lowercase": False, "limit_train": 2,
+                        "train_path": str(tmp_path / "other.txt")}):
+        dm = PretrainingDataModule(**{**files, "vocab_size": 60, "max_len": 24, "batch_size": 4, **fields})
+        dm.setup_evaluation(tmp_path, art, "val")
+        batches.append(list(dm.val_dataloader()))
+    assert len(batches[0]) == len(batches[1]) > 1
+    for a, b in zip(*batches):
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    data = DATA.validate({"name": "bert_pretraining", **files}, "data")
+    cfg = {"task": {"name": "bert_pretraining"}, "data": data}
+    for field in ("vocab_size", "lowercase", "limit_train", "train_path"):
+        with pytest.raises(ConfigError, match=rf"^data.{field} does nothing in attnflow-eval: data "
+                                              rf"'bert_pretraining' reads it in training only"):
+            _refuse_unread([f"data.{field}"], cfg, "val", data)
+    with pytest.raises(ConfigError, match=r"^data.limit_val does nothing in attnflow-eval: split=test"):
+        _refuse_unread(["data.limit_val"], cfg, "test", data)
+    _refuse_unread(["data.max_len", "data.mlm_prob", "data.limit_val", "data.val_path"], cfg, "val", data)
+
+
 def test_translation_on_another_test_set_without_the_training_files(tmp_path, capsys):
     from sacrebleu.metrics import BLEU
 

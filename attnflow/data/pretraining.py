@@ -315,6 +315,10 @@ class PretrainingDataModule(SplitDataModule):
     """
 
     test_fields = ("test_path",)
+    val_fields = ("val_path", "limit_val")  # (limit_val draws the validation documents only)
+    # evaluation loads the run's tokenizer (setup_evaluation; its vocabulary, its lower-casing)
+    # and reads only the evaluated split: these shape the training data and the tokenizer only
+    training_only = ("train_path", "vocab_size", "lowercase", "limit_train")
 
     interface = "pretraining"  # unlabelled text: the bert model, the bert_pretraining task
 
