@@ -172,6 +172,34 @@ def test_documents_on_another_file_without_the_training_file(tmp_path, capsys):
                                            f"does nothing in attnflow-eval: data 'documents' reads "
                                            f"it in training only. Drop the override\n")
     assert len(_eval_files(run)) == n
+    # the validation file, with the test split evaluated: only the evaluated split's file is read
+    assert main([str(run), f"data.test_path={docs / 'other.jsonl'}", "data.val_path=elsewhere.jsonl"]) == 2
+    assert capsys.readouterr().err == ("attnflow-eval: config error: data.val_path does nothing in "
+                                       "attnflow-eval: split=test evaluates the test split; it is read "
+                                       "with split=val. Drop the override\n")
+    assert len(_eval_files(run)) == n
+
+
+@pytest.mark.parametrize("data, task, field", [
+    ({"name": "documents", "train_path": "t", "val_path": "v", "test_path": "s"}, "classification", "val_path"),
+    ({"name": "text_classification", "train_path": "t", "val_path": "v", "test_path": "s"},
+     "text_classification", "val_path"),
+    ({"name": "captions", "root": "r"}, "captioning", "val_split"),
+    ({"name": "captions", "root": "r", "val_captions": "v", "test_captions": "s"}, "captioning", "val_captions"),
+    ({"name": "shapes"}, "captioning", "val_size"),  # each split draws from seeds of its own
+])
+def test_a_validation_only_data_field_is_refused_where_the_test_split_is_evaluated(data, task, field):
+    """Each of these modules' setup_evaluation reads the evaluated split's file (draws its
+    examples) only: the validation split's field was accepted with split=test and changed nothing."""
+    from attnflow.evaluate import _refuse_unread
+    from attnflow.registry import ConfigError, DATA
+
+    data = DATA.validate(data, "data")
+    cfg = {"task": {"name": task}, "data": data}
+    _refuse_unread([f"data.{field}"], cfg, "val", data)
+    with pytest.raises(ConfigError, match=rf"^data.{field} does nothing in attnflow-eval: split=test "
+                                          rf"evaluates the test split; it is read with split=val"):
+        _refuse_unread([f"data.{field}"], cfg, "test", data)
 
 
 def test_what_evaluation_leaves_to_training_is_what_it_does_not_read(tmp_path):

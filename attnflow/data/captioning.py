@@ -205,6 +205,7 @@ class ShapesDataModule(CaptioningDataModule):
     """
 
     test_fields = ("test_size",)
+    val_fields = ("val_size",)  # (each split draws from seeds of its own: make_splits)
 
     owner = "data 'shapes'"
     generates_data = True  # no files: paths.data_dir is not read (attnflow.overrides)

@@ -210,6 +210,7 @@ class CaptionsDataModule(CaptioningDataModule):
     """
 
     test_fields = ("test_captions", "test_split")
+    val_fields = ("val_captions", "val_split")  # (evaluation reads its split's captions only)
     # evaluation loads the run's vocabulary (setup_evaluation) and reads only its split's captions
     training_only = ("train_captions", "train_split", "min_freq")
 
