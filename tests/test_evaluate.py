@@ -276,6 +276,31 @@ def test_what_bert_pretraining_evaluation_leaves_to_training_is_what_it_does_not
     _refuse_unread(["data.max_len", "data.mlm_prob", "data.limit_val", "data.val_path"], cfg, "val", data)
 
 
+def test_shapes_evaluation_draws_no_training_image_so_train_size_is_refused(tmp_path):
+    """A shapes run evaluated loads its vocabulary and draws only the evaluated split, from seeds
+    of its own: data.train_size changed nothing there (accepted and recorded before)."""
+    from attnflow.data.captioning import ShapesDataModule
+    from attnflow.evaluate import _refuse_unread
+    from attnflow.registry import ConfigError, DATA
+
+    trained = ShapesDataModule(train_size=8, val_size=4, test_size=4, size=48)
+    trained.setup()
+    art = {"itos": trained.vocab.itos, "input": trained.input_kind}
+    splits = []
+    for train_size in (8, 3):
+        dm = ShapesDataModule(train_size=train_size, val_size=4, test_size=4, size=48)
+        dm.setup_evaluation(tmp_path, art, "test")
+        splits.append([dm.dataset("test")[i][1] for i in range(4)])  # (index, example)
+    for a, b in zip(*splits):
+        assert a.words == b.words and torch.equal(a.image, b.image)
+    data = DATA.validate({"name": "shapes"}, "data")
+    cfg = {"task": {"name": "captioning"}, "data": data}
+    with pytest.raises(ConfigError, match=r"^data.train_size does nothing in attnflow-eval: data "
+                                          r"'shapes' reads it in training only"):
+        _refuse_unread(["data.train_size"], cfg, "test", data)
+    _refuse_unread(["data.test_size", "data.size", "data.batch_size"], cfg, "test", data)  # read
+
+
 def test_translation_on_another_test_set_without_the_training_files(tmp_path, capsys):
     from sacrebleu.metrics import BLEU
 
