@@ -142,6 +142,23 @@ def _log_interval_inert(logger: Any, bar: Any) -> Optional[str]:
             f"callbacks.progress_bar=text)")
 
 
+def _validation_off_inert(resolved: Mapping[str, Any]) -> Dict[str, str]:
+    """A task's fields read only at the end of a validation epoch (``validation_epoch_fields``: the
+    classification task's HTML renderings) are idle under ``trainer.limit_val_batches=0``:
+    Lightning then skips the validation loop and its hooks, the final validation's too
+    (``fast_dev_run`` sets its own limit)."""
+    from attnflow.run import reads_no_batch  # (run imports this module)
+
+    trainer, task = resolved.get("trainer") or {}, (resolved.get("task") or {}).get("name")
+    limit = trainer.get("limit_val_batches")
+    if not task or trainer.get("fast_dev_run") or not reads_no_batch(limit):
+        return {}
+    return {f"task.{field}": (f"trainer.limit_val_batches={limit} runs no validation, and task "
+                              f"'{task}' reads it at the end of a validation epoch only; validate "
+                              f"(e.g. trainer.limit_val_batches=1.0) for it to count")
+            for field in getattr(TASKS.get(task), "validation_epoch_fields", ())}
+
+
 @functools.lru_cache(maxsize=1)
 def _data_dir_presets() -> Dict[str, Tuple[str, Tuple[str, ...]]]:
     """{data preset (``conf/data/<preset>.yaml``): (its data module's name, its fields built from
@@ -256,6 +273,7 @@ def inert_fields(resolved: Mapping[str, Any]) -> Dict[str, str]:
 
     out = _trainer_inert(resolved.get("trainer") or {}, resolved.get("test", True),
                          resolved.get("callbacks"), resolved.get("logger"))
+    out.update(_validation_off_inert(resolved))
     data_dir = _data_dir_inert(resolved.get("data"))
     out.update(data_dir)
     out.update(_root_dir_inert(resolved.get("paths") or {}, data_dir.get("paths.data_dir")))

@@ -625,3 +625,59 @@ def test_a_root_dir_a_read_field_is_built_from_is_read(monkeypatch, env, overrid
         monkeypatch.setenv("ATTNFLOW_DATA_DIR", env)
     resolved = resolve_config(compose_cfg([*overrides, "paths.root_dir=/x"], return_hydra_config=True))
     assert resolved["paths"]["root_dir"] == "/x" and resolved["paths"]["data_dir"] == data_dir
+
+
+# -- fields read at the end of a validation epoch only -------------------------------------------------
+
+def test_lightning_runs_no_validation_epoch_end_under_a_zero_validation_limit():
+    """The claim behind refusing task.renderings beside trainer.limit_val_batches=0: Lightning
+    skips the validation loop and its epoch-end hook, in the fit and in the final validation."""
+    import pytorch_lightning as pl
+
+    ends = []
+
+    class Tiny(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, _):
+            return self.w(batch).pow(2).mean()
+
+        def validation_step(self, batch, _):
+            self.log("val/loss", self.w(batch).pow(2).mean())
+
+        def on_validation_epoch_end(self):
+            ends.append(self.trainer.state.fn)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    loader = lambda: torch.utils.data.DataLoader(torch.randn(4, 2), batch_size=2)  # noqa: E731
+    for limit, expected in ((0, 0), (1, 3)):  # (1: two epochs' ends, then the final validation)
+        ends.clear()
+        fit = pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, accelerator="cpu", max_epochs=2,
+                         num_sanity_val_steps=0, limit_val_batches=limit)
+        model = Tiny()
+        fit.fit(model, loader(), loader())
+        fit.validate(model, loader(), verbose=False)
+        assert len(ends) == expected
+
+
+@pytest.mark.parametrize("overrides, refused", [
+    (["trainer.limit_val_batches=0", "task.renderings=8"], True),
+    (["trainer.limit_val_batches=0.0", "task.renderings=0"], True),
+    (["trainer.limit_val_batches=2", "task.renderings=8"], False),
+    (["trainer.limit_val_batches=0.5", "task.renderings=8"], False),
+])
+def test_renderings_without_validation_are_refused_when_typed(overrides, refused):
+    cfg = compose_cfg(["experiment=han_imdb", *overrides], return_hydra_config=True)
+    if not refused:
+        resolve_config(cfg)
+        return
+    with pytest.raises(ConfigError) as err:
+        resolve_config(cfg)
+    assert str(err.value).startswith(f"{overrides[1]} (at 'task.renderings') does nothing: "
+                                     f"{overrides[0]} runs no validation, and task 'classification' "
+                                     f"reads it at the end of a validation epoch only")

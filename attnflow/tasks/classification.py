@@ -49,6 +49,8 @@ class ClassificationTask(Task):
     metrics = {"loss": "min", "acc": "max", "f1": "max", "penalty": "min"}
     conditional_metrics = {"penalty": "penalty_weight"}
     monitor, monitor_mode = "val/acc", "max"
+    # written at the end of each validation epoch only (attnflow.overrides: idle without validation)
+    validation_epoch_fields = ("renderings",)
 
     def __init__(self, model: nn.Module, num_classes: int, class_names: Sequence[str] = (),
                  itos: Sequence[str] = (), *,
