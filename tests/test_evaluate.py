@@ -172,6 +172,12 @@ def test_documents_on_another_file_without_the_training_file(tmp_path, capsys):
                                            f"does nothing in attnflow-eval: data 'documents' reads "
                                            f"it in training only. Drop the override\n")
     assert len(_eval_files(run)) == n
+    # the renderings: written at a validation epoch's end into the run directory in training; here
+    # into attnflow-eval's scratch folder, deleted with it (accepted and recorded before)
+    assert main([str(run), "split=val", "task.renderings=2"]) == 2
+    assert capsys.readouterr().err == ("attnflow-eval: config error: task.renderings does nothing in "
+                                       "attnflow-eval: task 'classification' reads it in training only. "
+                                       "Drop the override\n")
     # the validation file, with the test split evaluated: only the evaluated split's file is read
     assert main([str(run), f"data.test_path={docs / 'other.jsonl'}", "data.val_path=elsewhere.jsonl"]) == 2
     assert capsys.readouterr().err == ("attnflow-eval: config error: data.val_path does nothing in "
