@@ -75,10 +75,11 @@ def train_cli(monkeypatch, *args: str) -> int:
 
 
 # Headless Chromium (Debian's package; .ci/run installs it) for the tests that render a page.
-def fit_tiny(**trainer):
+def fit_tiny(validate: bool = False, **trainer):
     """A Lightning ``Trainer`` (no logger, checkpoints, bar or summary; the CPU) with ``trainer``'s
     limits, after fitting a one-weight module on 2 batches an epoch: what Lightning itself does
-    with a limit, e.g. ``fit_tiny(max_epochs=0).global_step``."""
+    with a limit, e.g. ``fit_tiny(max_epochs=0).global_step``. ``validate``: the module has a
+    validation step (logging ``val/loss``) and the fit 2 validation batches an epoch."""
     import pytorch_lightning as pl
     import torch
 
@@ -93,9 +94,14 @@ def fit_tiny(**trainer):
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
+    class Validated(Tiny):
+        def validation_step(self, batch, _):
+            self.log("val/loss", self.w(batch).pow(2).mean())
+
+    loader = lambda: torch.utils.data.DataLoader(torch.randn(4, 2), batch_size=2)  # noqa: E731
     fit = pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
                      enable_model_summary=False, accelerator="cpu", **trainer)
-    fit.fit(Tiny(), torch.utils.data.DataLoader(torch.randn(4, 2), batch_size=2))
+    fit.fit(Validated() if validate else Tiny(), loader(), loader() if validate else None)
     return fit
 
 

@@ -634,34 +634,16 @@ def test_lightning_runs_no_validation_epoch_end_under_a_zero_validation_limit():
     skips the validation loop and its epoch-end hook, in the fit and in the final validation."""
     import pytorch_lightning as pl
 
-    ends = []
+    class Ends(pl.Callback):  # (Lightning calls a callback's hook where it calls the module's)
+        def on_validation_epoch_end(self, trainer, module):
+            ends.append(trainer.state.fn)
 
-    class Tiny(pl.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.w = torch.nn.Linear(2, 1)
-
-        def training_step(self, batch, _):
-            return self.w(batch).pow(2).mean()
-
-        def validation_step(self, batch, _):
-            self.log("val/loss", self.w(batch).pow(2).mean())
-
-        def on_validation_epoch_end(self):
-            ends.append(self.trainer.state.fn)
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
-
-    loader = lambda: torch.utils.data.DataLoader(torch.randn(4, 2), batch_size=2)  # noqa: E731
     for limit, expected in ((0, 0), (1, 3)):  # (1: two epochs' ends, then the final validation)
-        ends.clear()
-        fit = pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, accelerator="cpu", max_epochs=2,
-                         num_sanity_val_steps=0, limit_val_batches=limit)
-        model = Tiny()
-        fit.fit(model, loader(), loader())
-        fit.validate(model, loader(), verbose=False)
+        ends = []
+        fit = fit_tiny(validate=True, max_epochs=2, num_sanity_val_steps=0, limit_val_batches=limit,
+                       callbacks=[Ends()])
+        fit.validate(fit.lightning_module, torch.utils.data.DataLoader(torch.randn(4, 2), batch_size=2),
+                     verbose=False)
         assert len(ends) == expected
 
 
