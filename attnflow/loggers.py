@@ -61,7 +61,9 @@ def wandb_logger(save_dir: str, identity: Optional[dict] = None, *, project: str
         tags: more tags (always added: the top-level ``tags`` and the experiment's name).
         mode: 'offline', 'online' or 'disabled' (default: $WANDB_MODE, else 'offline').
         run_id: resume this W&B run (default None: a new run).
-    """
+
+    The run's W&B job type is ``train`` ($WANDB_JOB_TYPE where set): without one, W&B's runs
+    table and its "group by job type" put attnflow's runs under an empty label."""
     from pytorch_lightning.loggers import WandbLogger
 
     identity = identity or {}
@@ -70,7 +72,8 @@ def wandb_logger(save_dir: str, identity: Optional[dict] = None, *, project: str
     name = run_name or identity.get("name") or Path(save_dir).name
     return WandbLogger(project=project, entity=entity, group=group or identity.get("group"),
                        tags=[t[:64] for t in all_tags], name=_fit(name, 128), save_dir=save_dir,
-                       mode=mode, id=run_id, resume="allow" if run_id else None)
+                       mode=mode, id=run_id, resume="allow" if run_id else None,
+                       job_type=os.environ.get("WANDB_JOB_TYPE") or "train")
 
 
 def _fit(name: str, most: int) -> str:

@@ -295,6 +295,17 @@ def test_long_wandb_names_stay_apart_when_cut(tmp_path, wandb_env):
     assert len(names) == 2 and all(len(n) == 128 and n.startswith(long[:100]) for n in names)
 
 
+def test_wandb_runs_have_the_train_job_type(tmp_path, wandb_env, monkeypatch):
+    """W&B's runs table groups by job type: an attnflow run is a ``train`` job, unless
+    $WANDB_JOB_TYPE (W&B's own variable) names another."""
+    from attnflow.loggers import wandb_logger
+
+    monkeypatch.delenv("WANDB_JOB_TYPE", raising=False)
+    assert wandb_logger(str(tmp_path), {"name": "x"})._wandb_init["job_type"] == "train"
+    monkeypatch.setenv("WANDB_JOB_TYPE", "ablation")
+    assert wandb_logger(str(tmp_path), {"name": "x"})._wandb_init["job_type"] == "ablation"
+
+
 def test_a_sweep_over_experiments_is_one_group(tmp_path):
     """``-m experiment=a,b``: each job has its own experiment, the sweep one group (read from the
     sweep's multirun.yaml, which Hydra writes before the first job)."""
