@@ -48,14 +48,15 @@ def tensorboard_logger(save_dir: str, identity: Optional[dict] = None):
 
 
 @LOGGERS.register("wandb")
-def wandb_logger(save_dir: str, identity: Optional[dict] = None, *, project: str = "attnflow",
+def wandb_logger(save_dir: str, identity: Optional[dict] = None, *, project: Optional[str] = None,
                  entity: Optional[str] = None, group: Optional[str] = None,
                  run_name: Optional[str] = None, tags: List[str] = [], mode: Optional[str] = None,
                  run_id: Optional[str] = None):
     """Weights & Biases; files in <run dir>/wandb.
 
     Args:
-        project, entity: as in ``wandb.init``.
+        project: the W&B project (default: $WANDB_PROJECT, W&B's own variable, else 'attnflow').
+        entity: as in ``wandb.init`` (default: $WANDB_ENTITY, else the account's).
         group: the W&B group (default: the run's ``run.group``: the sweep's name in a multirun).
         run_name: the run's display name (default: ``run.name``, "<experiment> <overrides>").
         tags: more tags (always added: the top-level ``tags`` and the experiment's name).
@@ -68,6 +69,8 @@ def wandb_logger(save_dir: str, identity: Optional[dict] = None, *, project: str
 
     identity = identity or {}
     mode = mode or os.environ.get("WANDB_MODE") or "offline"  # checked by validate_loggers
+    project = project or os.environ.get("WANDB_PROJECT") or "attnflow"  # (an explicit project
+    # passed to W&B outranks its variable: a fixed default would silently override it)
     all_tags = _unique([*identity.get("tags", []), *tags])
     name = run_name or identity.get("name") or Path(save_dir).name
     return WandbLogger(project=project, entity=entity, group=group or identity.get("group"),
@@ -143,21 +146,26 @@ def _check_credentials(mode: Any, path: str) -> None:
 def _check_wandb_names(fields: Mapping[str, Any], path: str) -> None:
     """The W&B names a run would be refused for only when ``wandb.init`` runs, after the data and
     the model are made: W&B's own rules (``wandb.Settings``: no ``/\\#?%:`` in a project, none of
-    ``:;,#?/'`` in a run id), and an empty name, which W&B would silently replace."""
+    ``:;,#?/'`` in a run id; the project is $WANDB_PROJECT's where the field is null), and an
+    empty name, which W&B would silently replace."""
     for key in ("project", "entity", "group", "run_name", "run_id"):
         if fields.get(key) is not None and not str(fields[key]).strip():
             raise ConfigError(f"{path}.{key} (at '{path}.{key}') is empty: give a name, or null for "
                               f"the default")
-    if fields.get("project") is None and fields.get("run_id") is None:
+    project = fields.get("project")
+    if project is None and os.environ.get("WANDB_PROJECT"):  # the project the run would log to
+        project, where = os.environ["WANDB_PROJECT"], f"$WANDB_PROJECT (used since {path}.project is null)"
+    else:
+        where = f"{path}.project (at '{path}.project')"
+    if project is None and fields.get("run_id") is None:
         return
     import wandb
 
     try:
-        wandb.Settings(project=fields.get("project"), run_id=fields.get("run_id"))
+        wandb.Settings(project=project, run_id=fields.get("run_id"))
     except Exception as err:  # noqa: BLE001  (wandb's UsageError, pydantic's ValidationError)
-        key = "run_id" if "Run ID" in str(err) else "project"
-        raise ConfigError(f"{path}.{key} (at '{path}.{key}') is refused by W&B: "
-                          f"{str(err).splitlines()[0]}") from None
+        where = f"{path}.run_id (at '{path}.run_id')" if "Run ID" in str(err) else where
+        raise ConfigError(f"{where} is refused by W&B: {str(err).splitlines()[0]}") from None
 
 
 def validate_loggers(cfg: Any, path: str = "logger") -> Dict[str, Dict[str, Any]]:

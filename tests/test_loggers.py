@@ -306,6 +306,25 @@ def test_wandb_runs_have_the_train_job_type(tmp_path, wandb_env, monkeypatch):
     assert wandb_logger(str(tmp_path), {"name": "x"})._wandb_init["job_type"] == "ablation"
 
 
+def test_wandb_project_is_wandb_projects_unless_the_field_sets_one(tmp_path, wandb_env, monkeypatch):
+    """$WANDB_PROJECT (W&B's own variable) names the project where logger.wandb.project is null;
+    the field outranks it, and a project W&B would refuse is refused before any work, naming the
+    variable."""
+    def project(*overrides):
+        cfg = resolve_config(compose_cfg(["logger=wandb", *overrides]))
+        (logger,) = build_loggers(cfg["logger"], tmp_path, {"name": "x"})
+        return logger._wandb_init["project"]  # given to wandb.init (no run started here)
+
+    monkeypatch.delenv("WANDB_PROJECT", raising=False)
+    assert project() == "attnflow"
+    monkeypatch.setenv("WANDB_PROJECT", "mine")
+    assert project() == "mine" and project("logger.wandb.project=p") == "p"
+    monkeypatch.setenv("WANDB_PROJECT", "team/proj")
+    with pytest.raises(ConfigError, match=r"\$WANDB_PROJECT \(used since logger.wandb.project is "
+                                          r"null\) is refused by W&B: Invalid project name"):
+        resolve_config(compose_cfg(["logger=wandb"]))
+
+
 def test_a_sweep_over_experiments_is_one_group(tmp_path):
     """``-m experiment=a,b``: each job has its own experiment, the sweep one group (read from the
     sweep's multirun.yaml, which Hydra writes before the first job)."""
