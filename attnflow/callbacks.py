@@ -118,7 +118,8 @@ class AttentionMaps(pl.Callback):
             return  # (a validation after training, of the best checkpoint, is always shown)
         loggers = [lg for lg in trainer.loggers if isinstance(lg, (WandbLogger, TensorBoardLogger))]
         if loggers:
-            log_panels(loggers, self._panels(trainer, pl_module), trainer.global_step)
+            log_panels(loggers, self._panels(trainer, pl_module), trainer.global_step,
+                       when=_when(trainer))
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.is_global_zero or trainer.fast_dev_run:
@@ -131,9 +132,21 @@ class AttentionMaps(pl.Callback):
                 plt.imsave(self.out_dir / panel["file"], panel["image"])
 
 
-def log_panels(loggers, panels: list, step: int) -> None:
+def _when(trainer: pl.Trainer) -> str:
+    """When a validation's pictures were drawn: an epoch of the fit (0-based, as W&B's ``epoch``),
+    or after training, of the checkpoint validated (the best one, or the average of several)."""
+    if trainer.state.fn == "fit":
+        return f"epoch {trainer.current_epoch}, step {trainer.global_step}"
+    ckpt = getattr(trainer, "ckpt_path", None)
+    return f"after training, weights of {Path(ckpt).name}" if ckpt else "after training"
+
+
+def log_panels(loggers, panels: list, step: int, when: str = "") -> None:
     """Dashboard panels to W&B (images, ``wandb.Html``, ``wandb.Table``; one ``log`` call, so one
-    history row) and TensorBoard (images; tables as Markdown text; HTML is W&B's only)."""
+    history row) and TensorBoard (images; tables as Markdown text; HTML is W&B's only). A W&B
+    image's caption ends with ``when`` (:func:`_when`): W&B's media panel shows it beside the
+    picture, and a picture of the best checkpoint, drawn after training at the last step, is
+    told apart from the last epoch's."""
     if not panels:
         return
     for lg in loggers:
@@ -143,7 +156,8 @@ def log_panels(loggers, panels: list, step: int) -> None:
             row = {}
             for p in panels:
                 if p["kind"] == "image":
-                    row[p["key"]] = wandb.Image(p["image"], caption=p.get("caption") or None)
+                    caption = " · ".join(c for c in (p.get("caption"), when) if c)
+                    row[p["key"]] = wandb.Image(p["image"], caption=caption or None)
                 elif p["kind"] == "html":
                     row[p["key"]] = wandb.Html(p["html"], inject=False)
                 elif p["kind"] == "table":

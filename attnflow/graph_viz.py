@@ -60,16 +60,22 @@ def embedding_figure(vectors: torch.Tensor, labels: torch.Tensor, edge_index: to
     return fig
 
 
-def log_figure(fig, path: Path, trainer, tag: str) -> Path:
+# the W&B caption of the picture (:func:`embedding_figure` of the task's output layer)
+EMBEDDING_CAPTION = ("every node's output vector (PCA, 2-D) by true class; edges by the last layer's "
+                     "α, mean over heads")
+
+
+def log_figure(fig, path: Path, trainer, tag: str, caption: str = "", when: str = "") -> Path:
     """Save ``fig`` to ``path`` and log it to the trainer's TensorBoard / W&B loggers under
-    ``tag``, as the dashboards' image panels are (one image per W&B key)."""
+    ``tag``, as the dashboards' image panels are (one image per W&B key; ``caption`` and ``when``
+    as :func:`attnflow.callbacks.log_panels` takes them)."""
     from attnflow.callbacks import log_panels
     from attnflow.viz import image_panel
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
-    log_panels(trainer.loggers, [image_panel(tag, fig)], trainer.global_step)
+    log_panels(trainer.loggers, [image_panel(tag, fig, caption)], trainer.global_step, when)
     return path
 
 

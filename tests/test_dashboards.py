@@ -159,6 +159,12 @@ def test_gat_run_logs_neighbourhood_maps_and_embedding_each_validation(tmp_path,
     assert {p.name.rsplit("_", 2)[0] for p in (media / "val" / "attention").glob("*.png")} == {
         f"node_{n}" for n in nodes}
     assert list((media / "graph").glob("embedding_*.png"))
+    log = _wandb_log(run)  # captions: what each picture shows and when it was drawn
+    for n in nodes:
+        assert re.search(rf"node {n} \(class \d, predicted class \d\): α of its \d+ neighbours per "
+                         rf"layer and head · epoch 0, step \d+".encode(), log), n
+    assert "every node's output vector (PCA, 2-D) by true class".encode() in log
+    assert re.search(rb"by true class; [^\x00]* \xc2\xb7 end of training, step \d+, last weights", log)
     files = sorted(p.name for p in (tmp_path / "run" / "attention").glob("*.png"))
     assert files == sorted(["graph_embedding.png", *(f"val_node_{n}.png" for n in nodes)])
 

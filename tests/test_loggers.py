@@ -93,6 +93,11 @@ def test_csv_and_wandb_at_once_offline_by_default_with_name_tags_images_and_tran
     assert saved["run"]["experiment"] == "default" and saved["tags"] == ["smoke", "cpu"]
     assert saved["run"]["overrides"][:2] == ["task=translation", "task.optim.lr=0.002"]
     assert b'"experiment":"default"' in log.replace(b" ", b"")  # the logged config carries it
+    # each picture's caption says what it shows and when: the epoch's validation (2 steps), then
+    # the best checkpoint's after training (one epoch: its only checkpoint)
+    what = "validation example 0: α of each output word over the source · ".encode()
+    assert what + b"epoch 0, step 2" in log
+    assert what + b"after training, weights of epoch0-step2.ckpt" in log
     # one image key per example, every image of one size
     images = run / "files" / "media" / "images" / "val" / "attention"
     per_key = {p.name.split("_")[0] for p in images.glob("*.png")}

@@ -190,7 +190,9 @@ class CaptioningTask(TranslationTask):
         for i, (w, a) in enumerate(zip(words, alphas or [])):
             text = " ".join(w)
             fig = caption_figure(pixels[i].float().cpu(), w, a, boxes, title=f"example {i}: {text}")
-            panels.append(image_panel(f"val/attention/{i}", fig, caption=text,
+            panels.append(image_panel(f"val/attention/{i}", fig,
+                                      caption=f"validation example {i}, each word's α over the "
+                                              f"image; predicted: {text}",
                                       file=f"val_example_{i}.png"))
         panels.append(table_panel("val/captions", ["reference", "hypothesis"],
                                   [(r, " ".join(w)) for r, w in zip(refs, words)]))

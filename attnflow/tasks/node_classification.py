@@ -248,7 +248,7 @@ class NodeClassificationTask(Task):
         dm = trainer.datamodule
         if dm is None or not hasattr(dm, "full_graph") or trainer.fast_dev_run:
             return
-        from attnflow.graph_viz import embedding_figure, log_figure
+        from attnflow.graph_viz import EMBEDDING_CAPTION, embedding_figure, log_figure
 
         data = dm.full_graph()
         logits, weights = self._attention(data)
@@ -256,7 +256,8 @@ class NodeClassificationTask(Task):
         y = data.y.argmax(-1) if data.y.dim() == 2 else data.y
         fig = embedding_figure(logits, y.cpu(), edge_index, alpha.mean(-1), class_names=self.class_names())
         out = Path(trainer.default_root_dir) / "attention" / "graph_embedding.png"
-        log_figure(fig, out, trainer, "graph/embedding")
+        log_figure(fig, out, trainer, "graph/embedding", EMBEDDING_CAPTION,
+                   when=f"end of training, step {trainer.global_step}, last weights")
 
     # -- dashboard ---------------------------------------------------------------------------------
     def class_names(self) -> list:
@@ -277,7 +278,7 @@ class NodeClassificationTask(Task):
         neighbours' α per layer and head (``val/attention/node_<id>``, one size for all;
         ``attention/val_node_<id>.png`` at the end); with ``picture``, the embedding picture with
         its class legend (``graph/embedding``)."""
-        from attnflow.graph_viz import embedding_figure, neighbourhoods
+        from attnflow.graph_viz import EMBEDDING_CAPTION, embedding_figure, neighbourhoods
         from attnflow.viz import image_panel, neighbourhood_figure
 
         data, nodes = batch["graph"], batch["nodes"].cpu()
@@ -295,5 +296,6 @@ class NodeClassificationTask(Task):
         if self.picture:
             edge_index, alpha = weights[-1]
             panels.append(image_panel("graph/embedding", embedding_figure(
-                logits, y.cpu(), edge_index, alpha.mean(-1), class_names=names)))
+                logits, y.cpu(), edge_index, alpha.mean(-1), class_names=names),
+                caption=EMBEDDING_CAPTION))
         return panels

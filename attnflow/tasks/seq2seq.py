@@ -275,7 +275,8 @@ class Seq2SeqTask(Task):
         what = "α, mean over heads" if getattr(self.model, "heads", 1) > 1 else "α"
         return [image_panel(f"val/attention/{i}", attention_figure(
                     e["weights"], e["source"], e["output"], f"validation example {i}: {what}"),
-                    caption=f"example {i}", file=f"val_example_{i}.png")
+                    caption=f"validation example {i}: {what} of each output word over the source",
+                    file=f"val_example_{i}.png")
                 for i, e in enumerate(self.attention_examples(batch))]
 
     def _src_tok(self, i: int) -> str:
