@@ -237,6 +237,20 @@ def log_hyperparams(loggers: list, config: Dict[str, Any]) -> None:
         logger.log_hyperparams(config)
 
 
+def summarize_loggers(loggers: list, summary: Dict[str, Any], last_epoch: Mapping[str, Any]) -> None:
+    """``metrics.json`` in the W&B run's summary (the runs table's columns), so that it does not
+    merely hold whatever was logged last: its metrics under their names there (``val/acc``, of
+    the checkpoint validated after training: the best, or the average), its other fields as
+    they are (``best_checkpoint``, ``epochs``, ...), and the last epoch's values of the same
+    metrics as ``last_epoch/<name>``, which the best checkpoint's validation would overwrite."""
+    last = {f"last_epoch/{k}": float(v) for k, v in last_epoch.items() if k in summary["metrics"]}
+    for logger in loggers:
+        run = getattr(logger, "_experiment", None)  # only a run this logger started (rank 0)
+        if run is not None and hasattr(run, "summary"):
+            run.summary.update({**summary["metrics"], **{k: v for k, v in summary.items()
+                                                        if k != "metrics"}, **last})
+
+
 def finish_loggers(loggers: list, failed: bool) -> None:
     """End the W&B run of this job (exit code 1 when training failed), so that each job of a
     multirun gets its own run; called in ``finally``. Other loggers flush themselves."""

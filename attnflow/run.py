@@ -53,6 +53,8 @@ from attnflow.groups import (drop_swapped_block_fields, fill_default_blocks, pru
 from attnflow.loggers import (LOGGER_CONFIG, build_loggers, finish_loggers, log_hyperparams,
                               logger_identity, run_identity)
 from attnflow.overrides import (command_line, hydra_references, read_keys, typed_groups,
+                              logger_identity, run_identity, summarize_loggers)
+from attnflow.overrides import (command_line, hydra_references, referenced_keys, typed_groups,
                                 unread_overrides)
 from attnflow.precision import AUTO as PRECISION_AUTO, check_precision, resolve_precision  # =auto
 from attnflow.registry import (AGGREGATORS, ATTENTIONS, DATA, ENCODERS, MODELS, NORMALIZERS,
@@ -810,6 +812,7 @@ def _train(resolved: Dict[str, Any], run_dir: Path, fit_from: Any, matmul: Any) 
         with _fit_refusals():
             trainer.fit(task, datamodule=dm, ckpt_path=fit_from, weights_only=True)
         fit_time = time.time() - start
+        last_epoch = dict(trainer.callback_metrics)  # the last epoch's, before the best's validation
         best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
         ckpt = best or None
         # validate and test the best checkpoint; under ddp_spawn each stage runs in new processes
@@ -842,6 +845,7 @@ def _train(resolved: Dict[str, Any], run_dir: Path, fit_from: Any, matmul: Any) 
                                                         "scores", "files")})
         if trainer.is_global_zero:
             _write_json(run_dir / "metrics.json", summary)
+            summarize_loggers(logger, summary, last_epoch)
         failed = False
         return summary
     except ConfigError as err:  # a DataError too (a missing file): was it before any step?

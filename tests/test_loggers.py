@@ -69,6 +69,30 @@ def _wandb_log(run: Path) -> bytes:
     return b"".join(p.read_bytes() for p in run.glob("*.wandb"))
 
 
+def _wandb_summary(run: Path) -> dict:
+    """The offline run's final summary (what W&B's runs table shows), read from its transaction
+    log: a LevelDB-style log (7-byte header, 32 KiB blocks of records: crc, length, type 1 whole /
+    2 first / 3 middle / 4 last) of W&B ``Record`` protobufs; offline, no wandb-summary.json."""
+    import struct
+
+    from wandb.proto.wandb_internal_pb2 import Record
+
+    data = _wandb_log(run)
+    pos, part, summary = 7, b"", {}
+    while pos + 7 <= len(data):
+        if 32768 - pos % 32768 < 7:  # a block's tail too short for a record header: padding
+            pos += 32768 - pos % 32768
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        part, pos = part + data[pos + 7:pos + 7 + length], pos + 7 + length
+        if kind in (1, 4):
+            record = Record.FromString(part)
+            part = b""
+            for item in record.summary.update if record.HasField("summary") else ():
+                summary["/".join(item.nested_key) or item.key] = json.loads(item.value_json)
+    return summary
+
+
 def test_csv_and_wandb_at_once_offline_by_default_with_name_tags_images_and_translations(
         tmp_path, wandb_env):
     import wandb
@@ -93,6 +117,12 @@ def test_csv_and_wandb_at_once_offline_by_default_with_name_tags_images_and_tran
     assert saved["run"]["experiment"] == "default" and saved["tags"] == ["smoke", "cpu"]
     assert saved["run"]["overrides"][:2] == ["task=translation", "task.optim.lr=0.002"]
     assert b'"experiment":"default"' in log.replace(b" ", b"")  # the logged config carries it
+    # the summary (W&B's runs table) is metrics.json: the best checkpoint's metrics by their
+    # names, which checkpoint, and the last epoch's values apart (one epoch: the same here)
+    summary, metrics = _wandb_summary(run), json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert {k: summary[k] for k in metrics["metrics"]} == metrics["metrics"]
+    assert summary["best_checkpoint"] == metrics["best_checkpoint"] and summary["epochs"] == 1
+    assert summary["last_epoch/val/bleu"] == pytest.approx(metrics["metrics"]["val/bleu"])
     # each picture's caption says what it shows and when: the epoch's validation (2 steps), then
     # the best checkpoint's after training (one epoch: its only checkpoint)
     what = "validation example 0: α of each output word over the source · ".encode()
