@@ -73,10 +73,15 @@ def wandb_logger(save_dir: str, identity: Optional[dict] = None, *, project: Opt
     # passed to W&B outranks its variable: a fixed default would silently override it)
     all_tags = _unique([*identity.get("tags", []), *tags])
     name = run_name or identity.get("name") or Path(save_dir).name
-    return WandbLogger(project=project, entity=entity, group=group or identity.get("group"),
-                       tags=[t[:64] for t in all_tags], name=_fit(name, 128), save_dir=save_dir,
-                       mode=mode, id=run_id, resume="allow" if run_id else None,
-                       job_type=os.environ.get("WANDB_JOB_TYPE") or "train")
+    logger = WandbLogger(project=project, entity=entity, group=group or identity.get("group"),
+                         tags=[t[:64] for t in all_tags], name=_fit(name, 128), save_dir=save_dir,
+                         mode=mode, id=run_id, resume="allow" if run_id else None,
+                         job_type=os.environ.get("WANDB_JOB_TYPE") or "train")
+    # Lightning passes anonymous=None to wandb.init, which W&B (0.19 on) answers on every run with
+    # "WARNING The anonymous setting has no effect": a warning about a setting nobody set
+    if logger._wandb_init.get("anonymous", "unset") is None:
+        del logger._wandb_init["anonymous"]
+    return logger
 
 
 def _fit(name: str, most: int) -> str:

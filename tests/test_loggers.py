@@ -330,13 +330,17 @@ def test_long_wandb_names_stay_apart_when_cut(tmp_path, wandb_env):
     assert len(names) == 2 and all(len(n) == 128 and n.startswith(long[:100]) for n in names)
 
 
-def test_wandb_runs_have_the_train_job_type(tmp_path, wandb_env, monkeypatch):
+def test_wandb_runs_have_the_train_job_type_and_no_anonymous_warning(tmp_path, wandb_env, monkeypatch):
     """W&B's runs table groups by job type: an attnflow run is a ``train`` job, unless
-    $WANDB_JOB_TYPE (W&B's own variable) names another."""
+    $WANDB_JOB_TYPE (W&B's own variable) names another. wandb.init is not given the
+    ``anonymous`` setting W&B warns about on every run."""
     from attnflow.loggers import wandb_logger
 
     monkeypatch.delenv("WANDB_JOB_TYPE", raising=False)
-    assert wandb_logger(str(tmp_path), {"name": "x"})._wandb_init["job_type"] == "train"
+    init = wandb_logger(str(tmp_path), {"name": "x"})._wandb_init  # what wandb.init is given
+    assert init["job_type"] == "train"
+    # nor Lightning's anonymous=None, which W&B answers with a warning about a setting not set
+    assert "anonymous" not in init
     monkeypatch.setenv("WANDB_JOB_TYPE", "ablation")
     assert wandb_logger(str(tmp_path), {"name": "x"})._wandb_init["job_type"] == "ablation"
 
