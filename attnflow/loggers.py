@@ -170,7 +170,27 @@ def _check_wandb_names(fields: Mapping[str, Any], path: str) -> None:
         wandb.Settings(project=project, run_id=fields.get("run_id"))
     except Exception as err:  # noqa: BLE001  (wandb's UsageError, pydantic's ValidationError)
         where = f"{path}.run_id (at '{path}.run_id')" if "Run ID" in str(err) else where
-        raise ConfigError(f"{where} is refused by W&B: {str(err).splitlines()[0]}") from None
+        raise ConfigError(f"{where} is refused by W&B: {_reason(err)}") from None
+
+
+def _reason(err: Exception) -> str:
+    """W&B's own words for a refused setting: pydantic's 'Value error, …' line where there is one
+    (its first line only says '1 validation error for Settings'), else the first line."""
+    import re
+
+    found = re.search(r"Value error, (.*?)(?: \[type=|$)", str(err), re.M)
+    return found.group(1) if found else str(err).splitlines()[0]
+
+
+def _check_wandb_tags(tags: Any, where: str) -> None:
+    """Tags W&B refuses (empty, or over 64 characters; ``wandb.Settings``) are refused here, before
+    any work, rather than cut or dropped unseen on their way to ``wandb.init``."""
+    import wandb
+
+    try:
+        wandb.Settings(run_tags=tuple(str(t) for t in tags or ()))
+    except Exception as err:  # noqa: BLE001  (pydantic's ValidationError)
+        raise ConfigError(f"{where} is refused by W&B: {_reason(err)}") from None
 
 
 def validate_loggers(cfg: Any, path: str = "logger") -> Dict[str, Dict[str, Any]]:
@@ -208,6 +228,7 @@ def validate_loggers(cfg: Any, path: str = "logger") -> Dict[str, Dict[str, Any]
             _check_mode(checked.get("mode"), f"{path}.{name}.mode")
             _check_credentials(checked.get("mode"), f"{path}.{name}.mode")
             _check_wandb_names(checked, f"{path}.{name}")
+            _check_wandb_tags(checked.get("tags"), f"{path}.{name}.tags (at '{path}.{name}.tags')")
         out[name] = checked
     return out
 
@@ -364,7 +385,10 @@ def run_identity(cfg: Any, resolved: Dict[str, Any]) -> Dict[str, Any]:
     tags = [] if tags is None else tags
     _check_identity(run, tags)
     run = {k: (run or {}).get(k) for k in RUN_FIELDS}
-    wandb = ((resolved.get("logger") or {}).get("wandb") or {}) if isinstance(resolved.get("logger"), Mapping) else {}
+    chosen = resolved.get("logger") if isinstance(resolved.get("logger"), Mapping) else {}
+    if "wandb" in chosen:  # the W&B run is tagged with them
+        _check_wandb_tags(tags, "tags (at 'tags')")
+    wandb = chosen.get("wandb") or {}
     for field, key in (("group", "group"), ("run_name", "name")):  # W&B's own field wins: recorded
         if wandb.get(field) is not None:                           # as the run's, so the two agree
             if run[key] is not None and run[key] != wandb[field]:

@@ -207,6 +207,8 @@ def test_logger_choices_compose_to_a_mapping_of_loggers(tmp_path):
     ("logger.wandb.run_id=a:b", r"logger.wandb.run_id \(at 'logger.wandb.run_id'\) is refused by W&B: "
                                 r"Run ID cannot contain"),
     ("logger.wandb.project=' '", r"logger.wandb.project \(at 'logger.wandb.project'\) is empty"),
+    ("logger.wandb.tags=[ok,'']", r"logger.wandb.tags \(at 'logger.wandb.tags'\) is refused by W&B: "
+                                  r"Tag at index 1 is empty"),
 ])
 def test_bad_logger_configs_are_refused_naming_the_path(override, message):
     with pytest.raises(ConfigError, match=message):
@@ -296,6 +298,18 @@ def test_run_name_from_experiment_and_typed_overrides():
         run_identity(plain, {**resolve_config(plain), "run": {"nam": "x"}})
     with pytest.raises(ConfigError, match=r"tags \(at 'tags'\) must be a list of strings"):
         run_identity(plain, {**resolve_config(plain), "tags": "a"})
+
+
+def test_tags_w_and_b_refuses_are_refused_before_any_work(tmp_path):
+    """W&B takes tags of 1 to 64 characters: a longer one was cut, an empty one dropped, unseen;
+    now refused before anything is written, where the run logs to W&B (CSV has no such rule)."""
+    long = "x" * 65
+    with pytest.raises(ConfigError, match=r"tags \(at 'tags'\) is refused by W&B: Tag 'x{20}\.\.\.x{20}' "
+                                          r"is 65 characters"):
+        train(compose_cfg(["logger=[csv,wandb]", f"tags=[ok,{long}]"]), tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    cfg = compose_cfg(["logger=csv", f"tags=[ok,{long}]"])
+    assert run_identity(cfg, resolve_config(cfg))["tags"] == ["ok", long]
 
 
 def test_multirun_jobs_share_a_group_named_after_the_sweep():
