@@ -4,7 +4,8 @@ The ``logger`` config is a mapping from logger name to that logger's fields, as 
 lightning-hydra-template: ``logger=csv`` gives ``{csv: {}}``, ``logger=[csv,wandb]`` both,
 ``logger=none`` none; ``logger.wandb.project=x`` sets a field. :func:`validate_loggers` checks it
 before any work (unknown names or fields name ``logger.<name>.<field>``), :func:`build_loggers`
-makes the Lightning loggers, :func:`finish_loggers` ends the W&B run whatever happened.
+makes the Lightning loggers, :func:`summarize_loggers` writes ``metrics.json`` into the W&B run's
+summary, :func:`finish_loggers` ends the W&B run whatever happened.
 
 Run identity (:func:`run_identity`): a run is named from its experiment and the overrides the user
 typed (``gat_cora scorer=dot task.optim.lr=0.01``), the jobs of a multirun share a W&B group named
