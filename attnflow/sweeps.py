@@ -359,8 +359,9 @@ def check_sweeper(sweeper: Any, parsed: list, space: dict, resolved: Any) -> Non
     """What Hydra or Optuna would refuse only with a traceback, or not at all: an ``interval()``
     for the basic sweeper (which takes lists, ``range()``, ``choice()``); Optuna's ``n_trials``
     below 1, a ``direction`` that is not minimize/maximize, or one that contradicts the study
-    stored under its ``study_name``; and a W&B ``run_id`` shared by several jobs (they would
-    log into one W&B run). Raises :class:`~attnflow.registry.ConfigError`."""
+    stored under its ``study_name``; a W&B ``run_id`` shared by several jobs (they would
+    log into one W&B run), and a W&B run name they would share. Raises
+    :class:`~attnflow.registry.ConfigError`."""
     from attnflow.registry import ConfigError
 
     optuna = _is_optuna(sweeper)
@@ -386,11 +387,29 @@ def check_sweeper(sweeper: Any, parsed: list, space: dict, resolved: Any) -> Non
                               f"{'/'.join(stored)}s: continue it with hydra.sweeper.direction="
                               f"{stored[0] if len(stored) == 1 else stored}, or start another study "
                               f"(another hydra.sweeper.study_name or sweep folder)")
-    wandb = ((resolved.get("logger") or {}).get("wandb") or {}) if resolved else {}
+    loggers = (resolved.get("logger") or {}) if resolved else {}
+    wandb = loggers.get("wandb") or {}
     if wandb.get("run_id") and _job_count(sweeper, space) > 1:
         raise ConfigError(f"logger.wandb.run_id={wandb['run_id']} names one W&B run for every job of "
                           f"the sweep, whose logs would be merged into it; leave it null (a W&B run "
                           f"per job)")
+    _check_one_name(loggers, (resolved.get("run") or {}) if resolved else {},
+                    _job_count(sweeper, space) > 1 and not {"run.name", "logger.wandb.run_name"} & {
+                        k.lstrip("+~") for k in space})
+
+
+def _check_one_name(loggers: Any, run: Any, alike: bool) -> None:
+    """A fixed W&B run name in a sweep of several jobs (``alike``: the name is not swept) would
+    name them all alike: W&B's runs table could not tell them apart."""
+    from attnflow.registry import ConfigError
+
+    for key, name in (("logger.wandb.run_name", (loggers.get("wandb") or {}).get("run_name")),
+                      ("run.name", run.get("name"))):
+        if alike and name and "wandb" in loggers:
+            raise ConfigError(f"{key}={name} gives every job of the sweep the one W&B run name, so "
+                              f"W&B's runs table could not tell them apart; leave it null (each job "
+                              f"is named from the experiment and its overrides, e.g. 'default "
+                              f"scorer=dot') or sweep it ({key}=a,b)")
 
 
 def _stored_directions(sweeper: Any) -> list:

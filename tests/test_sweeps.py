@@ -222,6 +222,10 @@ def test_a_split_the_run_evaluates_on_no_batch_reports_no_metric_refused_before_
      "hydra.sweeper.direction must be minimize or maximize"),
     (["-m", "seed=1,2", "logger=wandb", "logger.wandb.run_id=one"], "logger.wandb.run_id=one names one W&B "
                                                                     "run for every job of the sweep"),
+    (["-m", "seed=1,2", "logger=[csv,wandb]", "logger.wandb.run_name=mine"],
+     "logger.wandb.run_name=mine gives every job of the sweep the one W&B run name"),
+    (["-m", "seed=1,2", "logger=wandb", "run.name=mine"], "run.name=mine gives every job of the sweep the "
+                                                          "one W&B run name"),
     # a swept field the job's config leaves unread (each job would train the same model)
     (["-m", "task.optim.warmup_steps=100,200"], "task.optim.warmup_steps=100 is read by none of the "
                                                "sweep's jobs, so no job was started: task.optim."
