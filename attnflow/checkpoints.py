@@ -19,14 +19,16 @@ exit with status 2).
 
 from __future__ import annotations
 
+import functools
 import json
 import pickle
 from pathlib import Path
-from typing import Any, Dict, NamedTuple, Optional, Tuple
-
-import torch
+from typing import TYPE_CHECKING, Any, Callable, Dict, NamedTuple, Optional, Tuple, TypeVar
 
 from attnflow.textio import listed
+
+if TYPE_CHECKING:  # torch is imported where a checkpoint is read or a device checked: the tools
+    import torch   # refuse a path that is no run in a second, before torch's import
 
 
 class CheckpointError(ValueError):
@@ -103,20 +105,32 @@ def read_config_yaml(path: Path) -> Any:
         raise CheckpointError(f"{path} is not valid YAML: {str(err).splitlines()[0]}") from None
 
 
-def _why_unreadable(path: Path, err: Exception) -> str:
-    """What went wrong reading a checkpoint, in words (torch's own messages name neither)."""
-    text = str(err).splitlines()[0] if str(err) else ""
+def _not_torch_file(path: Path) -> Optional[str]:
+    """Why the file ``path`` cannot be a checkpoint, seen from its first bytes without torch (an
+    empty file; one that is neither a zip archive nor a pickle); None for one that may be."""
     if path.stat().st_size == 0:
         return "the file is empty"
-    cut = "the file is corrupt or truncated (a checkpoint cut short by a kill or a full disk?)"
     with open(path, "rb") as f:
         head = f.read(16)
-    zipped = head[:2] == b"PK"  # torch's format since 1.6: a zip archive
-    if not zipped and head[:1] != b"\x80":  # nor torch's older format, a pickle (protocol 2+)
-        shown = head.decode("utf-8", "replace")  # (a config.yaml or metrics.json named by mistake?)
+    # torch's format since 1.6 is a zip archive, its older one a pickle (protocol 2+); anything
+    # else is no checkpoint (a config.yaml or metrics.json named by mistake?)
+    if head[:2] != b"PK" and head[:1] != b"\x80":
+        shown = head.decode("utf-8", "replace")
         return (f"it is not a checkpoint: a .ckpt of attnflow-train is a torch archive (a zip), and "
                 f"this file starts with {shown!r}; name a run directory or a .ckpt file in its "
                 f"checkpoints/")
+    return None
+
+
+def _why_unreadable(path: Path, err: Exception) -> str:
+    """What went wrong reading a checkpoint, in words (torch's own messages name neither)."""
+    text = str(err).splitlines()[0] if str(err) else ""
+    not_torch = _not_torch_file(path)
+    if not_torch:
+        return not_torch
+    cut = "the file is corrupt or truncated (a checkpoint cut short by a kill or a full disk?)"
+    with open(path, "rb") as f:
+        zipped = f.read(2) == b"PK"
     if zipped:
         import zipfile
 
@@ -139,6 +153,11 @@ def read_checkpoint(path: Path, device: str = "cpu") -> Dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"no such checkpoint file: {path}")
+    not_torch = _not_torch_file(path)  # refused before torch's import (seconds)
+    if not_torch:
+        raise CheckpointError(f"cannot read checkpoint {path}: {not_torch}")
+    import torch
+
     try:
         ckpt = torch.load(path, map_location=device, weights_only=True)
     except Exception as err:  # noqa: BLE001  (any unreadable or unsafe file)
@@ -146,6 +165,22 @@ def read_checkpoint(path: Path, device: str = "cpu") -> Dict[str, Any]:
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
         raise CheckpointError(f"{path} is not an attnflow/Lightning checkpoint (no state_dict)")
     return ckpt
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def no_grad(fn: F) -> F:
+    """``fn`` run under ``torch.no_grad()``, as the decorator ``@torch.no_grad()`` does, with torch
+    imported at its first call: the console tools import the modules that use it (a second)
+    before their arguments are checked, and torch (seconds) only for the work."""
+    @functools.wraps(fn)
+    def without_grad(*args: Any, **kwargs: Any) -> Any:
+        import torch
+
+        with torch.no_grad():
+            return fn(*args, **kwargs)
+    return without_grad  # type: ignore[return-value]
 
 
 class Run(NamedTuple):
@@ -162,6 +197,10 @@ def torch_device(device: str) -> str:
     ``mps``) as a torch device this machine has; else a :class:`CheckpointError` about the device
     (not, later, about the checkpoint that could not be mapped to it)."""
     name = "cuda" if str(device).lower() == "gpu" else str(device)
+    if name == "cpu":  # every machine has it: no torch to import (seconds) before the path is checked
+        return name
+    import torch
+
     try:
         dev = torch.device(name)
     except (RuntimeError, ValueError):

@@ -3,11 +3,14 @@
 import json
 import pickle
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
 
 from attnflow.checkpoints import CheckpointError, find_checkpoint, read_checkpoint, torch_device
+from support import ROOT
 
 
 def _run_dir(root):
@@ -183,3 +186,30 @@ def test_a_fine_tuned_run_is_rebuilt_without_its_pretraining_run(tmp_path):
     run = load_run(tmp_path)
     assert run.config["model"]["init_from"] is None and run.config["model"]["head"] == "sequence"
     assert cfg["model"]["init_from"] == str(tmp_path / "gone")  # the saved record is not changed
+
+
+@pytest.mark.parametrize("tool, args, refusal", [
+    ("evaluate", ["config.yaml"], "attnflow-eval: cannot read checkpoint {t}/config.yaml: it is not a "
+                                  "checkpoint: a .ckpt of attnflow-train is a torch archive (a zip), "
+                                  "and this file starts with 'data:\\n  name: re'"),
+], ids=["eval"])
+def test_a_path_that_is_no_run_is_refused_before_torch_is_imported(tmp_path, tool, args, refusal):
+    """attnflow-eval, -predict, -translate and -average, run as users run them (a fresh
+    interpreter), refuse a path that is no run — missing, a sweep folder, a config.yaml — in one
+    line with exit status 2 before torch or Lightning is imported (``-X importtime`` lists every
+    module the process imported): the refusal took 8–30 s of imports, now about a second."""
+    (tmp_path / "config.yaml").write_text("data:\n  name: reverse\n")
+    (tmp_path / "sweep" / "0").mkdir(parents=True)
+    (tmp_path / "sweep" / "0" / "config.yaml").write_text("data: {name: reverse}\n")
+    (tmp_path / "sweep" / "multirun.yaml").write_text("hydra: {}\n")
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", f"attnflow.{tool}",
+                           *(str(tmp_path / a) if i == 0 else a for i, a in enumerate(args))],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    message = [line for line in proc.stderr.splitlines() if not line.startswith("import time:")]
+    assert len(message) == 1 and message[0].startswith(refusal.format(t=tmp_path)), message
+    assert proc.stdout == ""
+    imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "attnflow.checkpoints" in imported  # the import log is read
+    assert not {"torch", "pytorch_lightning"} & imported
