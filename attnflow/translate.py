@@ -72,17 +72,19 @@ import argparse
 import math
 import sys
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
-import torch
 
-from attnflow.checkpoints import CheckpointError, load_run, load_weights
+from attnflow.checkpoints import CheckpointError, load_run, load_weights, no_grad
 from attnflow.onednn import bound_primitive_cache
 from attnflow.registry import ConfigError
 from attnflow.textio import (InputError, batched, check_new_outputs, check_npz, check_png,
                              iter_lines, iter_stdin, no_inputs, path_arg, save_arrays,
                              text_array)
+
+if TYPE_CHECKING:  # imported where decoding starts: a bad argument is refused before (seconds)
+    import torch
 
 
 class TranslateError(Exception):
@@ -129,11 +131,11 @@ def load_ensemble(paths: Sequence[Path], device: str = "cpu"):
 
 def load_members(paths: Sequence[Path], device: str = "cpu"):
     """:func:`load_ensemble`, with the config of every member (in the order of ``paths``)."""
-    from attnflow.models.ensemble import Ensemble
-
-    model, dm, cfg = load(paths[0], device)
+    model, dm, cfg = load(paths[0], device)  # (a bad path is refused before torch's import)
     if len(paths) == 1:
         return model, dm, [cfg]
+    from attnflow.models.ensemble import Ensemble
+
     members, configs = [model], [cfg]
     for path in paths[1:]:
         other, odm, ocfg = load(path, device)
@@ -204,7 +206,7 @@ def encode(dm, lines: Sequence[str]) -> Tuple[List[List[int]], List[int]]:
     return [ids[: dm.max_src_len] for ids in full], [len(ids) for ids in full]
 
 
-@torch.no_grad()
+@no_grad
 def decode_ids(model, ids: List[List[int]], beam: int = 1, length_penalty: float = 0.6,
                max_len: int = 100, need_weights: bool = False, batch_size: int = 64):
     """Output ids per source (⟨eos⟩ kept when produced, no padding; [] for an empty source) and
@@ -230,7 +232,7 @@ def decode_ids(model, ids: List[List[int]], beam: int = 1, length_penalty: float
     return rows, weights
 
 
-@torch.no_grad()
+@no_grad
 def translate(model, dm, lines: List[str], beam: int = 1, length_penalty: float = 0.6,
               max_len: Optional[int] = None, need_weights: bool = False, batch_size: int = 64):
     """Translations of ``lines`` (and per sentence (α (T, S), source tokens, output tokens))."""
@@ -251,7 +253,7 @@ def _with_heads(w: torch.Tensor) -> torch.Tensor:
     return w.unsqueeze(1) if w.dim() == 3 else w  # (B, Tq, Tk) of one head -> (B, 1, Tq, Tk)
 
 
-@torch.no_grad()
+@no_grad
 def attention_arrays(model, ids: List[List[int]], rows: List[List[int]]) -> List[Dict[str, np.ndarray]]:
     """Per source with an output: ``cross`` (L, J, T, S) and, for models whose attention blocks
     run as modules (Transformers), ``encoder_self`` (L, J, S, S) and ``decoder_self`` (L, J, T, T)
@@ -262,6 +264,8 @@ def attention_arrays(model, ids: List[List[int]], rows: List[List[int]]) -> List
     structure (``model.encoder`` / ``model.decoder``, and whether the block's queries are its
     keys), not the block's class.
     """
+    import torch
+
     from attnflow.blocks.attention.base import AttentionBlock
     from attnflow.data.parallel import collate
 
