@@ -90,19 +90,22 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
-import torch
 
 import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
-from attnflow.checkpoints import CheckpointError, Run, load_run, load_weights, run_artifacts
-from attnflow.data.documents import Vocabulary, cap_document, encode_texts, tokenize
+from attnflow.checkpoints import (CheckpointError, Run, load_run, load_weights, no_grad,
+                                  run_artifacts)
 from attnflow.onednn import bound_primitive_cache
-from attnflow.predict_image import predict_captions
 from attnflow.registry import DATA, MODELS, TASKS
 from attnflow.textio import (InputError, batched, check_new_outputs, check_npz, iter_lines,
                              iter_stdin, no_inputs, path_arg, save_arrays, text_array)
+
+# torch and the data modules (attnflow.data.documents, predict_image: torch) are imported where a
+# run is rebuilt, so that a bad argument or path is refused before their import (seconds)
+if TYPE_CHECKING:
+    import torch
 
 EMPTY = "(empty: no words)"
 WARN_DOCS = 10  # documents over the caps warned one by one; then only the total
@@ -127,6 +130,8 @@ def run_interface(run: Run) -> Optional[str]:
 # -- documents ----------------------------------------------------------------------------------------
 def load(target: Path | str, device: str = "cpu", run: Optional[Run] = None):
     """(task, artifacts) of a document classifier rebuilt from a run directory or checkpoint."""
+    from attnflow.data.documents import Vocabulary
+
     run = run or load_run(target, device)
     cfg = run.config
     art = run_artifacts(run)
@@ -146,6 +151,8 @@ def load(target: Path | str, device: str = "cpu", run: Optional[Run] = None):
 
 
 def _cut(doc: List[List[str]], max_sentences: int, max_words: int) -> Dict[str, int]:
+    from attnflow.data.documents import cap_document
+
     kept = cap_document(doc, max_sentences, max_words)
     words = sum(len(s) for s in doc)
     return {"sentences": len(doc), "words": words, "sentences_cut": len(doc) - len(kept),
@@ -155,6 +162,8 @@ def _cut(doc: List[List[str]], max_sentences: int, max_words: int) -> Dict[str, 
 def predict(task, art: dict, texts: List[str], batch_size: int = 32) -> List[dict]:
     """Per text: label, probability, probabilities, sentences with word and sentence weights
     (:meth:`ClassificationTask.explain`), ``empty`` (no words) and ``cut`` (what the caps cut)."""
+    from attnflow.data.documents import encode_texts, tokenize
+
     out = []
     for i in range(0, len(texts), batch_size):
         chunk = texts[i:i + batch_size]
@@ -166,10 +175,12 @@ def predict(task, art: dict, texts: List[str], batch_size: int = 32) -> List[dic
     return out
 
 
-@torch.no_grad()
+@no_grad
 def document_arrays(task, art: dict, texts: List[str], first: int) -> Dict[str, np.ndarray]:
     """The ``--save-attention`` arrays of ``texts``, documents ``first``, ``first + 1``, … (see
     the module docstring), from one forward pass of the model over their batch."""
+    from attnflow.data.documents import encode_texts
+
     batch, shown = encode_texts(texts, art["vocab_obj"], art["max_sentences"], art["max_words"])
     out = task({k: v.to(task.device) for k, v in batch.items()})
     ww, sw, hops = (out.get(k) for k in ("word_weights", "sent_weights", "attention"))
@@ -317,6 +328,8 @@ def top_neighbours(edge_index: torch.Tensor, alpha: torch.Tensor, num_nodes: int
     """For every target node t the k sources i of its edges with the largest α (ties: edge
     order): ids (N, k) (-1 where N(t) has fewer) and weights (N, k) (NaN there). No loop over
     nodes: edges are sorted by (target, −α) and ranked within each target's segment."""
+    import torch
+
     src, dst = edge_index
     order = torch.argsort(alpha, descending=True, stable=True)
     order = order[torch.argsort(dst[order], stable=True)]
@@ -348,6 +361,8 @@ def _graph(args, run: Run, out) -> int:
     k = 5 if args.top_k is None else args.top_k
     if k < 1:
         raise PredictError(f"--top-k must be >= 1, got {k}")
+    import torch
+
     model, data = load_graph(run, args.device)
     with torch.no_grad():
         logits, weights = model(data.x.to(args.device), data.edge_index.to(args.device),
@@ -399,6 +414,8 @@ def _texts(args, run: Run, out) -> int:
 # -- images (captioning) ------------------------------------------------------------------------------
 def _captions(args, run: Run, out) -> int:
     """Captioning runs: :func:`attnflow.predict_image.predict_captions` with this module's readers."""
+    from attnflow.predict_image import predict_captions
+
     return predict_captions(args, run, out, read_texts, batched, write_attention)
 
 

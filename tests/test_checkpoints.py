@@ -192,9 +192,11 @@ def test_a_fine_tuned_run_is_rebuilt_without_its_pretraining_run(tmp_path):
     ("evaluate", ["config.yaml"], "attnflow-eval: cannot read checkpoint {t}/config.yaml: it is not a "
                                   "checkpoint: a .ckpt of attnflow-train is a torch archive (a zip), "
                                   "and this file starts with 'data:\\n  name: re'"),
+    ("predict", ["missing", "A great film."], "attnflow-predict: no such run directory or checkpoint: "
+                                              "{t}/missing"),
     ("translate", ["sweep"], "attnflow-translate: {t}/sweep is a multirun (sweep) folder, not a run "
                              "directory: name one of its runs ({t}/sweep/0)"),
-], ids=["eval", "translate"])
+], ids=["eval", "predict", "translate"])
 def test_a_path_that_is_no_run_is_refused_before_torch_is_imported(tmp_path, tool, args, refusal):
     """attnflow-eval, -predict, -translate and -average, run as users run them (a fresh
     interpreter), refuse a path that is no run — missing, a sweep folder, a config.yaml — in one
