@@ -33,8 +33,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-from attnflow.averaging import AVERAGED, AVG_DIR, INDEX, average_into, read_index
-from attnflow.checkpoints import CheckpointError, runs_inside
+from attnflow.checkpoints import AVERAGED, AVG_DIR, INDEX, CheckpointError, read_index, runs_inside
 from attnflow.textio import path_arg
 
 
@@ -137,6 +136,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     run_dir = Path(args.run)
     try:
         index, kept, chosen, last, out = plan(run_dir, args.epochs, args.name)
+        from attnflow.averaging import average_into  # torch and Lightning: after every check
+
         record = average_into(run_dir, index, chosen, last, out)
     except (CheckpointError, ValueError) as err:
         print(f"attnflow-average: {err}", file=sys.stderr)

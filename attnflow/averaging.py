@@ -53,6 +53,9 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.utilities import rank_zero_warn
 
+# the kept epochs' folder (AVG_DIR), its index (INDEX, read_index) and the output (AVERAGED) are
+# defined in attnflow.checkpoints, where attnflow-average reads them without importing Lightning
+from attnflow.checkpoints import AVERAGED, AVG_DIR, INDEX, read_index  # noqa: F401
 from attnflow.ema import averaged_weights
 from attnflow.registry import AttnflowWarning, ConfigError, PositiveInt, _suggest
 from attnflow.textio import atomic_path
@@ -79,11 +82,6 @@ class AverageConfig:
         if fields.get("last") is None:
             return {}
         return {"mode": "{at}last keeps the last validated epochs, unranked; it is read with {at}best"}
-
-
-AVG_DIR = "avg"  # under <run dir>/checkpoints/
-INDEX = "kept.json"
-AVERAGED = "averaged.ckpt"
 
 
 # -- the config ------------------------------------------------------------------------------------
@@ -267,11 +265,6 @@ def _aliases(state: Dict[str, torch.Tensor]) -> Dict[str, str]:
         else:
             first[key] = k
     return alias
-
-
-def read_index(run_dir: Path | str) -> Optional[Dict[str, Any]]:
-    path = Path(run_dir) / "checkpoints" / AVG_DIR / INDEX
-    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def finish(trainer: pl.Trainer, run_dir: Path | str, best: str = "") -> Optional[Dict[str, Any]]:

@@ -281,6 +281,20 @@ def load_weights(module: torch.nn.Module, state_dict: Dict[str, Any], prefix: st
     module.load_state_dict(state)
 
 
+# callbacks.average (attnflow.averaging) keeps epochs' weights in <run dir>/checkpoints/avg/, listed
+# in its kept.json, and writes checkpoints/averaged.ckpt
+AVG_DIR = "avg"
+INDEX = "kept.json"
+AVERAGED = "averaged.ckpt"
+
+
+def read_index(run_dir: Path | str) -> Optional[Dict[str, Any]]:
+    """The kept-epochs index (``checkpoints/avg/kept.json``) of the run ``run_dir``; None without
+    one (a run trained without ``callbacks.average``)."""
+    path = Path(run_dir) / "checkpoints" / AVG_DIR / INDEX
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
 _ATTENTION_FIELDS = {"heads": "heads", "scorer": "scorer", "attention_dropout": "dropout"}
 
 

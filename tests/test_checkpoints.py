@@ -196,7 +196,8 @@ def test_a_fine_tuned_run_is_rebuilt_without_its_pretraining_run(tmp_path):
                                               "{t}/missing"),
     ("translate", ["sweep"], "attnflow-translate: {t}/sweep is a multirun (sweep) folder, not a run "
                              "directory: name one of its runs ({t}/sweep/0)"),
-], ids=["eval", "predict", "translate"])
+    ("average_cli", ["missing"], "attnflow-average: no such run directory: {t}/missing"),
+], ids=["eval", "predict", "translate", "average"])
 def test_a_path_that_is_no_run_is_refused_before_torch_is_imported(tmp_path, tool, args, refusal):
     """attnflow-eval, -predict, -translate and -average, run as users run them (a fresh
     interpreter), refuse a path that is no run — missing, a sweep folder, a config.yaml — in one
