@@ -51,10 +51,8 @@ from attnflow.ema import EMAConfig, ExponentialMovingAverage  # callbacks.ema
 from attnflow.groups import (drop_swapped_block_fields, fill_default_blocks, prune_unused,
                              top_level_keys, top_level_refusal, unused_groups)
 from attnflow.loggers import (LOGGER_CONFIG, build_loggers, finish_loggers, log_hyperparams,
-                              logger_identity, run_identity)
-from attnflow.overrides import (command_line, hydra_references, read_keys, typed_groups,
                               logger_identity, run_identity, summarize_loggers)
-from attnflow.overrides import (command_line, hydra_references, referenced_keys, typed_groups,
+from attnflow.overrides import (command_line, hydra_references, read_keys, typed_groups,
                                 unread_overrides)
 from attnflow.precision import AUTO as PRECISION_AUTO, check_precision, resolve_precision  # =auto
 from attnflow.registry import (AGGREGATORS, ATTENTIONS, DATA, ENCODERS, MODELS, NORMALIZERS,
