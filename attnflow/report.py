@@ -298,9 +298,11 @@ def swept_params(runs: List[Run]) -> Tuple[List[str], Dict[str, Any]]:
 
 
 def _sort_key(report_metric: str, maximize: bool):
+    """Best first: ok runs by the metric, then ok runs without it, then every run with a problem
+    (failed, or a damaged file: never the best, whatever its metrics say) in job order."""
     def key(run: Run):
         v = run.metrics.get(report_metric)
-        if v is None or math.isnan(v) or run.summary.get("failed"):  # a failed run: never the best
+        if run.status != "ok" or v is None or math.isnan(v):
             return (1 if run.status == "ok" else 2, 0.0)
         return (0, -v if maximize else v)
     return key

@@ -192,16 +192,16 @@ def test_failed_and_broken_jobs_are_listed_last(sweep, tmp_path, capsys):
 
 def test_status_is_one_line_and_a_damaged_first_run_is_never_shown_best(sweep, tmp_path):
     """A multi-line YAML error filled eight table lines of the status column; a run with a damaged
-    config.yaml that sorted first was bold in the terminal as the best; "N with metrics" counted
-    the ok runs."""
+    config.yaml that sorted first was bold in the terminal as the best, and then still sorted
+    first, among the ok runs, by its metrics; "N with metrics" counted the ok runs."""
     from rich.console import Console
 
     from attnflow.report import build, print_table
 
     copy = _copy(sweep, tmp_path / "sweep")
-    (copy / "0" / "config.yaml").write_text("a: [1, 2\nb: c\n")  # the job's metrics still sort it
+    (copy / "0" / "config.yaml").write_text("a: [1, 2\nb: c\n")
     summary = json.loads((copy / "0" / "metrics.json").read_text())
-    summary["metrics"]["val/loss"] = -1.0  # the lowest val/loss: first row
+    summary["metrics"]["val/loss"] = -1.0  # the lowest val/loss: still after the ok run
     (copy / "0" / "metrics.json").write_text(json.dumps(summary))
     failed = _copy(copy / "1", copy / "2")
     summary = json.loads((failed / "metrics.json").read_text())
@@ -210,17 +210,17 @@ def test_status_is_one_line_and_a_damaged_first_run_is_never_shown_best(sweep, t
     main([str(copy), "-o", str(tmp_path / "rep")])
     rows = read_csv(tmp_path / "rep" / "report.csv")
     assert [(r["run"], r["status"]) for r in rows] == [
-        ("0", "unreadable config.yaml (expected ',' or ']', but got ':' at line 2, column 2)"),
-        ("1", "ok"), ("2", "failed: first line …")]
+        ("1", "ok"), ("0", "unreadable config.yaml (expected ',' or ']', but got ':' at line 2, column 2)"),
+        ("2", "failed: first line …")]
     page = Page((tmp_path / "rep" / "report.html").read_text())
-    assert [page.rows[n]["class"] for n in "012"] == ["bad", "", "bad"]
+    assert [page.rows[n]["class"] for n in "012"] == ["bad", "best", "bad"]
     assert "- 3 run(s): 1 ok, 3 with metrics" in (tmp_path / "rep" / "report.md").read_text()
     out = io.StringIO()
     print_table(build(copy), Console(file=out, force_terminal=True, color_system="standard", width=400))
     lines = {re.sub(r"\x1b\[[0-9;]*m", "", line).split()[1]: line
              for line in out.getvalue().splitlines() if line.startswith("│")}
     assert set(lines) == {"0", "1", "2"}  # one line each
-    assert not any("\x1b[1m" in line for line in lines.values())  # no row bold as the best
+    assert [n for n, line in lines.items() if "\x1b[1m" in line] == ["1"]  # the ok run alone is bold
     assert "\x1b[31m" in lines["0"] and "\x1b[31m" in lines["2"] and "\x1b[31m" not in lines["1"]
 
 
