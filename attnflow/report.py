@@ -20,7 +20,8 @@ killed or still running), or whose ``metrics.json`` records ``failed`` (the run 
 writing it: :func:`attnflow.run.record_failure`), is listed with that status, last, never
 dropped. A folder of runs that is no sweep (``outputs/<date>/``: no ``multirun.yaml``) is
 reported as "runs"; where they are of different experiments (:func:`check_experiments`) they are
-not ranked unless ``--metric`` is given. The page needs no network and no JavaScript: every
+not ranked unless ``--metric`` is given; a sweep's jobs of different experiments
+(``-m data=…``) are ranked within each (:func:`_rank_within`). The page needs no network and no JavaScript: every
 picture is a base64 ``data:`` URI.
 
 The output folder (``-o``, default ``<path>/report``) is new, empty, or an earlier report of the
@@ -74,6 +75,18 @@ class Run:
 
 
 @dataclass
+class Group:
+    """The runs of one experiment in a sweep of several (:func:`check_experiments`): ranked among
+    themselves by their own metric, in the table's ``group`` column as ``name``."""
+
+    name: str
+    what: str  # "task seq2seq on reverse data"
+    metric: str
+    maximize: bool
+    runs: List[str]
+
+
+@dataclass
 class Report:
     """Runs sorted best first, the sort metric with its direction, and the swept parameters."""
 
@@ -88,6 +101,10 @@ class Report:
     sweeper: Dict[str, Any]
     notes: List[str] = field(default_factory=list)
     unranked: str = ""  # why the runs are not sorted (runs of different experiments), or ""
+    groups: List[Group] = field(default_factory=list)  # a sweep of several experiments: each ranked
+
+    def group(self, run: Run) -> Optional[Group]:
+        return next((g for g in self.groups if run.name in g.runs), None)
 
     def value(self, run: Run, key: str) -> Any:
         """A run's value of a swept parameter (override, or flattened config key)."""
@@ -318,22 +335,31 @@ def _experiment(run: Run) -> Tuple[str, bool, str]:
     return metric, maximize, f"task {task or '?'} on {what or '?'} data"
 
 
+def _better(maximize: bool) -> str:
+    return f"{'higher' if maximize else 'lower'} is better"
+
+
 def check_experiments(report: Report, given: bool) -> None:
-    """A folder of runs started one by one (``kind`` "runs") may hold different experiments: where
-    the runs differ in their own sort metric, direction, task or data, the table is not ranked
-    (``unranked`` says why) unless ``--metric`` was given, and then a note says that the values
-    may not compare. (Each was sorted by the first run's metric and labelled a sweep.)"""
+    """Runs may be of different experiments: they differ in their own sort metric, direction, task
+    or data, so their values do not compare (each was sorted by the first run's metric). Unless
+    ``--metric`` was given (then a note says the values may not compare), a sweep's jobs (one
+    command over ``experiment=…`` or ``data=…``) are ranked within each experiment (``groups``),
+    and a folder of runs started one by one (``kind`` "runs") is listed, not ranked
+    (``unranked`` says why)."""
     groups: Dict[Tuple[str, bool, str], List[str]] = {}
     for r in sorted(report.runs, key=lambda r: _natural(r.name)):  # folder order
         if r.config:
             groups.setdefault(_experiment(r), []).append(r.name)
     if len(groups) < 2:
         return
-    kinds = "; ".join(f"{listed(names, 3)}: {what}, sorted by {m} ({'higher' if up else 'lower'} is "
-                      f"better)" for (m, up, what), names in groups.items())
+    kinds = "; ".join(f"{listed(names, 3)}: {what}, sorted by {m} ({_better(up)})"
+                      for (m, up, what), names in groups.items())
     if given:
         report.notes.append(f"the runs are of different experiments ({kinds}); sorted by "
                             f"--metric {report.metric} as asked, though their values may not compare")
+        return
+    if report.kind == "sweep":
+        _rank_within(report, groups)
         return
     reported = [r.metrics for r in report.runs if r.metrics]
     shared = sorted(set.intersection(*map(set, reported))) if reported else []
@@ -343,6 +369,26 @@ def check_experiments(report: Report, given: bool) -> None:
                         + (f" (all report {', '.join(shared)})" if shared else ""))
     report.metric, report.metric_source = "", "not ranked"
     report.runs.sort(key=lambda r: (r.status != "ok", _natural(r.name)))
+
+
+def _rank_within(report: Report, groups: Dict[Tuple[str, bool, str], List[str]]) -> None:
+    """Rank a sweep's jobs within each experiment: the groups in job order, each best first by its
+    own metric (its failed and damaged jobs after its ok ones), jobs of no known experiment (no
+    config.yaml) last; the shared metric stays the table's first metric column."""
+    report.groups = [Group(chr(ord("A") + i) if i < 26 else str(i + 1), what, m, up, names)
+                     for i, ((m, up, what), names) in enumerate(groups.items())]
+    order = {n: i for i, g in enumerate(report.groups) for n in g.runs}
+
+    def key(run: Run):
+        i = order.get(run.name, len(report.groups))
+        g = report.groups[i] if i < len(report.groups) else None
+        return (i, *(_sort_key(g.metric, g.maximize)(run) if g else (2, 0.0)))
+    report.runs.sort(key=key)
+    metrics = {(g.metric, g.maximize) for g in report.groups}
+    report.metric, report.maximize = next(iter(metrics)) if len(metrics) == 1 else ("", False)
+    report.metric_source = "each experiment's own metric"
+    report.notes.append("the jobs are of different experiments, whose values do not compare: each "
+                        "is ranked on its own (column 'group'); give --metric to sort them all by one")
 
 
 def build(path: Path | str, metric: Optional[str] = None, pictures: int = 4) -> Report:
@@ -359,10 +405,9 @@ def build(path: Path | str, metric: Optional[str] = None, pictures: int = 4) -> 
     runs.sort(key=_sort_key(metric, maximize))  # stable: ties keep the job order
     params, common = swept_params(runs)
     report = Report(path, kind, runs, metric, maximize, source, params, common, sweeper)
-    if kind == "runs":
-        check_experiments(report, given=source == "--metric")
-        if report.unranked:
-            return report
+    check_experiments(report, given=source == "--metric")
+    if report.unranked or report.groups:
+        return report
     if kind == "sweep" and not runs:
         report.notes.append("no job folders yet: the sweep has not started a job")
     logged = sorted({m for r in runs for m in r.metrics})
@@ -403,22 +448,33 @@ def table(report: Report, full: bool = False) -> Tuple[List[str], List[List[Any]
     """(header, rows): run, status, swept parameters, metrics, epochs, steps, fit seconds; raw
     values when ``full`` (the CSV), formatted cells otherwise."""
     metrics = metric_columns(report)
-    header = ["run", "status", *report.params, *metrics, "epochs", "global_step", "fit_seconds"]
+    grouped = ["group"] if report.groups else []
+    header = ["run", "status", *grouped, *report.params, *metrics, "epochs", "global_step", "fit_seconds"]
     rows = []
     for r in report.runs:
-        row = [r.name, r.status, *(report.value(r, p) for p in report.params),
+        group = [getattr(report.group(r), "name", None)] if grouped else []
+        row = [r.name, r.status, *group, *(report.value(r, p) for p in report.params),
                *(r.metrics.get(m) for m in metrics),
                *(r.summary.get(k) for k in ("epochs", "global_step", "fit_seconds"))]
         rows.append(row if full else [fmt(v) for v in row])
     return header, rows
 
 
+def best_runs(report: Report) -> List[Run]:
+    """The best run, or each experiment's where a sweep's are ranked within each: the first row
+    (of the experiment), where it is ok with the sort metric (none where the runs are unranked)."""
+    if report.unranked:
+        return []
+    ranked = [(g.metric, [r for r in report.runs if r.name in g.runs]) for g in report.groups] \
+        or [(report.metric, report.runs)]
+    return [runs[0] for metric, runs in ranked if runs and runs[0].status == "ok"
+            and runs[0].metrics.get(metric) is not None]
+
+
 def best_run(report: Report) -> Optional[Run]:
-    """The first row where it is the best: the runs ranked, and it ok with the sort metric (a run
-    with a damaged file may sort first; it is never shown as the best)."""
-    first = report.runs[0] if report.runs and not report.unranked else None
-    return first if first is not None and first.status == "ok" and \
-        first.metrics.get(report.metric) is not None else None
+    """The best run where the runs are ranked as one (its star in the plots), else None."""
+    best = best_runs(report)
+    return best[0] if best and not report.groups else None
 
 
 def print_table(report: Report, console=None) -> None:
@@ -431,14 +487,12 @@ def print_table(report: Report, console=None) -> None:
     if not console.is_terminal:  # a file or a pipe: as wide as the table, no folded cells
         widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
         console = Console(width=max(80, sum(widths) + 3 * len(widths) + 1), file=console.file)
-    t = Table(title=f"{report.path} — " + (f"not ranked ({report.unranked})"
-                    if report.unranked else f"sorted by {report.metric} "
-                    f"({'higher' if report.maximize else 'lower'} is better)"))
+    t = Table(title=f"{report.path} — " + _ranking(report))
     for h in header:
         t.add_column(h, overflow="fold", justify="right" if h not in ("run", "status") else "left")
-    best = best_run(report)
+    best = best_runs(report)
     for run, row in zip(report.runs, rows):
-        t.add_row(*row, style="bold" if run is best else ("red" if run.status != "ok" else None))
+        t.add_row(*row, style="bold" if run in best else ("red" if run.status != "ok" else None))
     console.print(t)
     for note in report.notes:
         console.print(f"note: {note}")
@@ -454,6 +508,19 @@ def _rel(path: Path, start: Path) -> str:
     return Path(os.path.relpath(path, start)).as_posix()
 
 
+def _ranking(report: Report, where: bool = False) -> str:
+    """How the table is ordered: not ranked (why), ranked within each experiment (each group, its
+    metric and runs), or sorted by the metric (``where``: and where the metric came from)."""
+    if report.unranked:
+        return f"not ranked: {report.unranked}"
+    if report.groups:
+        return "ranked within each experiment, best first: " + "; ".join(
+            f"{g.name} = {g.what}, by {g.metric} ({_better(g.maximize)}): {listed(g.runs, 4)}"
+            for g in report.groups)
+    return (f"sorted by {report.metric} ({_better(report.maximize)}"
+            + (f"; from {report.metric_source})" if where else ")"))
+
+
 def _summary_lines(report: Report) -> List[str]:
     n = len(report.runs)
     ok = sum(r.status == "ok" for r in report.runs)
@@ -462,9 +529,7 @@ def _summary_lines(report: Report) -> List[str]:
     lines = [f"{report.kind}: {report.path}",
              f"{n} run(s): {ok} ok, {measured} with metrics"
              + (f"; sweeper: {sweeper}" if sweeper else ""),
-             f"not ranked: {report.unranked}" if report.unranked else
-             f"sorted by {report.metric} ({'higher' if report.maximize else 'lower'} is better; "
-             f"from {report.metric_source})"]
+             _ranking(report, where=True)]
     if report.common:
         lines.append("common overrides: " + " ".join(f"{k}={fmt(v)}" for k, v in report.common.items()))
     return lines
@@ -487,9 +552,9 @@ def write_html(report: Report, out: Path, plots: List[Tuple[str, Path]],
     parts += [f"<p class='note'>note: {e(n)}</p>" for n in report.notes]
     parts.append("<h2>Runs</h2><table id='runs'><thead><tr>"
                  + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr></thead><tbody>")
-    best = best_run(report)
+    best = best_runs(report)
     for run, row in zip(report.runs, rows):
-        cls = "bad" if run.status != "ok" else ("best" if run is best else "")
+        cls = "bad" if run.status != "ok" else ("best" if run in best else "")
         parts.append(f"<tr class='{cls}' data-run='{e(run.name)}'>" + "".join(
             f"<td class='{'l' if i < 2 else ''}'>{e(c)}</td>" for i, c in enumerate(row)) + "</tr>")
     parts.append("</tbody></table>")
@@ -574,7 +639,8 @@ def write_report(report: Report, out: Path) -> Dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     _write(out / REPORT_OF, str(report.path.resolve()) + "\n")
     plots: List[Tuple[str, Path]] = []
-    ranked = not report.unranked and sum(report.metric in r.metrics for r in report.runs) > 1
+    ranked = not report.unranked and not report.groups and \
+        sum(report.metric in r.metrics for r in report.runs) > 1
     for p in report.params if ranked else []:
         path = plot_param(report, p, out)
         if path:

@@ -288,12 +288,43 @@ def test_a_folder_of_runs_is_runs_not_a_sweep_and_different_experiments_are_not_
     page = Page((tmp_path / "mixed" / "report.html").read_text())
     assert "best" not in {row["class"] for row in page.rows.values()}
     assert not list((tmp_path / "mixed").glob("*_vs_*.png"))  # no metric against a parameter
-    assert "not ranked (runs of different experiments" in capsys.readouterr().out
+    assert "not ranked: runs of different experiments" in capsys.readouterr().out
     main([str(day), "--metric", "val/loss", "-o", str(tmp_path / "asked")])  # sorted as asked, noted
     rows = read_csv(tmp_path / "asked" / "report.csv")
     assert [r["run"] for r in rows] == ["12-00-00", *best, "13-00-00"]
     assert "sorted by --metric val/loss as asked, though their values may not compare" in \
         (tmp_path / "asked" / "report.md").read_text()
+
+
+def test_a_sweep_over_experiments_is_ranked_within_each(sweep, tmp_path, capsys):
+    """-m experiment=…/data=… : a sweep folder was ranked as one sweep by the first job's metric,
+    even where its jobs ran different tasks or data, whose values do not compare."""
+    copy = _copy(sweep, tmp_path / "sweep")
+    jobs = job_metrics(sweep)
+    for job, acc in (("2", 0.6), ("3", 0.8)):  # jobs of a GAT experiment, lower val/loss than any
+        (copy / job / ".hydra").mkdir(parents=True)
+        (copy / job / ".hydra" / "overrides.yaml").write_text("- experiment=gat_cora\n")
+        (copy / job / "config.yaml").write_text(yaml.safe_dump(
+            {"task": {"name": "node_classification"}, "data": {"name": "planetoid", "dataset": "Cora"}}))
+        (copy / job / "metrics.json").write_text(json.dumps({"metrics": {"val/acc": acc, "val/loss": 0.01}}))
+    (copy / "4" / ".hydra").mkdir(parents=True)  # a job killed at its start: last
+    capsys.readouterr()
+    main([str(copy), "-o", str(tmp_path / "rep")])
+    seq = sorted(("0", "1"), key=lambda j: jobs[j]["val/loss"])  # optimized_metric=val/loss
+    rows = read_csv(tmp_path / "rep" / "report.csv")
+    assert [(r["run"], r["group"]) for r in rows] == [(seq[0], "A"), (seq[1], "A"), ("3", "B"),
+                                                       ("2", "B"), ("4", "")]
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert ("- ranked within each experiment, best first: A = task seq2seq on reverse data, by "
+            "val/loss (lower is better): 0, 1; B = task node_classification on planetoid Cora data, "
+            "by val/acc (higher is better): 2, 3") in md
+    page = Page((tmp_path / "rep" / "report.html").read_text())
+    assert {n for n, row in page.rows.items() if row["class"] == "best"} == {seq[0], "3"}
+    assert not list((tmp_path / "rep").glob("*_vs_*.png"))  # no one metric against a parameter
+    assert "ranked within each experiment" in capsys.readouterr().out
+    main([str(copy), "--metric", "val/loss", "-o", str(tmp_path / "asked")])  # one metric, as asked
+    assert [r["run"] for r in read_csv(tmp_path / "asked" / "report.csv")][:3] == ["2", "3", seq[0]]
+    assert "though their values may not compare" in (tmp_path / "asked" / "report.md").read_text()
 
 
 def _optuna_sweep(folder: Path, values, storage: bool = True) -> Path:
