@@ -222,6 +222,16 @@ def check_optimized_metric(cfg: Any) -> Optional[str]:
     return metric
 
 
+def _directions(direction: Any) -> List[str]:
+    """An Optuna sweeper's ``direction`` as lower-case names, one per objective: typed, it is a
+    string (or a list of them); left at the sweeper's default, OmegaConf gives its ``Direction``
+    enum (``Direction.minimize``), whose name is the direction."""
+    from omegaconf import ListConfig
+
+    items = direction if isinstance(direction, (list, tuple, ListConfig)) else [direction]
+    return [str(getattr(d, "name", d)).lower() for d in items]
+
+
 def check_direction(cfg: Any, sweeper: Any) -> None:
     """An Optuna sweeper's ``direction`` against the way the task ranks ``optimized_metric``
     (``Task.metrics``: loss is 'min', accuracy 'max'): a mismatch would make the study seek the
@@ -229,13 +239,15 @@ def check_direction(cfg: Any, sweeper: Any) -> None:
     from attnflow.registry import TASKS, ConfigError
 
     direction, metric = sweeper.get("direction"), cfg.get("optimized_metric")
-    if not isinstance(direction, str) or not metric:
+    names = _directions(direction) if direction is not None else []
+    if len(names) != 1 or not metric:
         return
     mode = (getattr(TASKS.get(cfg["task"]["name"]), "metrics", None) or {}).get(metric.rsplit("/", 1)[-1])
     wanted = {"max": "maximize", "min": "minimize"}.get(mode)
-    if wanted and direction.lower() != wanted:
+    if wanted and names[0] != wanted:
+        default = "" if isinstance(direction, str) else " (the sweeper's default: none was set)"
         raise ConfigError(f"optimized_metric={metric} is better {'higher' if mode == 'max' else 'lower'} "
-                          f"(task '{cfg['task']['name']}'), but hydra.sweeper.direction={direction} "
+                          f"(task '{cfg['task']['name']}'), but hydra.sweeper.direction={names[0]}{default} "
                           f"would seek the worst runs: set hydra.sweeper.direction={wanted}")
 
 
@@ -375,14 +387,14 @@ def check_sweeper(sweeper: Any, parsed: list, space: dict, resolved: Any) -> Non
         n_trials, direction = sweeper.get("n_trials"), sweeper.get("direction")
         if not isinstance(n_trials, int) or n_trials < 1:
             raise ConfigError(f"hydra.sweeper.n_trials must be an int >= 1, got {n_trials!r}")
-        wanted = [str(d).lower() for d in
-                  ([direction] if isinstance(direction, str) or direction is None else direction)]
+        wanted = _directions(direction)
         if any(d not in ("minimize", "maximize") for d in wanted):
             raise ConfigError(f"hydra.sweeper.direction must be minimize or maximize (a list of "
                               f"them for several objectives), got {direction!r}")
         stored = _stored_directions(sweeper)
         if stored and stored != wanted:
-            raise ConfigError(f"hydra.sweeper.direction={direction} differs from the study "
+            raise ConfigError(f"hydra.sweeper.direction={wanted[0] if len(wanted) == 1 else wanted} "
+                              f"differs from the study "
                               f"'{sweeper.get('study_name')}' stored in {sweeper.get('storage')}, which "
                               f"{'/'.join(stored)}s: continue it with hydra.sweeper.direction="
                               f"{stored[0] if len(stored) == 1 else stored}, or start another study "

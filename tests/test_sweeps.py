@@ -211,6 +211,11 @@ def test_a_split_the_run_evaluates_on_no_batch_reports_no_metric_refused_before_
     (["hparams_search=gat_cora_optuna", "optimized_metric=val/loss"],
      "optimized_metric=val/loss is better lower (task 'node_classification'), but "
      "hydra.sweeper.direction=maximize would seek the worst runs: set hydra.sweeper.direction=minimize"),
+    # the Optuna sweeper's own default direction (an enum, not a typed string): a traceback, and unchecked
+    (["-m", "hydra/sweeper=optuna", "model.dropout=interval(0.1,0.5)", "optimized_metric=val/seq_acc"],
+     "optimized_metric=val/seq_acc is better higher (task 'seq2seq'), but hydra.sweeper.direction="
+     "minimize (the sweeper's default: none was set) would seek the worst runs: set "
+     "hydra.sweeper.direction=maximize"),
     (["-m", "seed=1,2", "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"],
      "a multirun (-m) with trainer.strategy=ddp on 2 device(s)"),
     # a group option missing from conf/: Hydra would say so only after making the sweep folder
