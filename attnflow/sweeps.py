@@ -399,6 +399,8 @@ def check_sweeper(sweeper: Any, parsed: list, space: dict, resolved: Any) -> Non
                               f"{'/'.join(stored)}s: continue it with hydra.sweeper.direction="
                               f"{stored[0] if len(stored) == 1 else stored}, or start another study "
                               f"(another hydra.sweeper.study_name or sweep folder)")
+        if resolved is not None and not resolved.get("optimized_metric"):
+            raise ConfigError(_no_objective(resolved))
     loggers = (resolved.get("logger") or {}) if resolved else {}
     wandb = loggers.get("wandb") or {}
     if wandb.get("run_id") and _job_count(sweeper, space) > 1:
@@ -422,6 +424,22 @@ def _check_one_name(loggers: Any, run: Any, alike: bool) -> None:
                               f"W&B's runs table could not tell them apart; leave it null (each job "
                               f"is named from the experiment and its overrides, e.g. 'default "
                               f"scorer=dot') or sweep it ({key}=a,b)")
+
+
+def _no_objective(cfg: Any) -> str:
+    """Why an Optuna sweep without ``optimized_metric`` is refused, naming the metric to set: the
+    run's checkpoint metric (each job would return None, which the study cannot rank: its trials
+    train, then the sweep stops with "No trials are completed yet")."""
+    from attnflow.registry import TASKS
+
+    name = cfg["task"]["name"]
+    task = TASKS.get(name)
+    metric = ((cfg.get("callbacks") or {}).get("checkpoint") or {}).get("monitor") or task.monitor
+    mode = (getattr(task, "metrics", None) or {}).get(str(metric).rsplit("/", 1)[-1])
+    direction = {"max": " with hydra.sweeper.direction=maximize", "min": ""}.get(mode, "")
+    return (f"an Optuna sweep needs optimized_metric, the metric each job returns to the study (none "
+            f"is set: every trial would train, then the sweep would stop with no trial completed); "
+            f"set optimized_metric={metric} (task '{name}''s checkpoint metric){direction}")
 
 
 def _stored_directions(sweeper: Any) -> list:

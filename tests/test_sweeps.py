@@ -216,6 +216,11 @@ def test_a_split_the_run_evaluates_on_no_batch_reports_no_metric_refused_before_
      "optimized_metric=val/seq_acc is better higher (task 'seq2seq'), but hydra.sweeper.direction="
      "minimize (the sweeper's default: none was set) would seek the worst runs: set "
      "hydra.sweeper.direction=maximize"),
+    # nothing for the study to rank: every trial trained, then "No trials are completed yet"
+    (["-m", "hydra/sweeper=optuna", "model.dropout=interval(0.1,0.5)"],
+     "an Optuna sweep needs optimized_metric, the metric each job returns to the study (none is set: "
+     "every trial would train, then the sweep would stop with no trial completed); set "
+     "optimized_metric=val/seq_acc (task 'seq2seq''s checkpoint metric) with hydra.sweeper.direction=maximize"),
     (["-m", "seed=1,2", "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"],
      "a multirun (-m) with trainer.strategy=ddp on 2 device(s)"),
     # a group option missing from conf/: Hydra would say so only after making the sweep folder
