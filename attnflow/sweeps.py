@@ -518,6 +518,23 @@ def sweep_folder_taken(hydra_cfg: Any, space: dict) -> Optional[str]:
     return None
 
 
+def _hydra_sweep(parsed: list) -> Optional[str]:
+    """Why a command line's sweep over a ``hydra.*`` key (``+hydra.sweeper.params.scorer=
+    choice(dot,additive)``) is refused, naming the override that searches the run's field; None
+    where there is none. Hydra sweeps no setting of its own: it refused some with its own message,
+    exit 1, and others stopped the check of the jobs with an OmegaConf ``AssertionError``."""
+    for o in parsed:
+        key = o.get_key_element().lstrip("+~")
+        if o.is_sweep_override() and key.startswith("hydra."):
+            value = o.input_line.split("=", 1)[1]
+            field = key[len("hydra.sweeper.params."):] if key.startswith("hydra.sweeper.params.") else ""
+            hint = f"{field}={value}" if field else "scorer=choice(dot,additive)"
+            return (f"{o.input_line}: a sweep over Hydra's own settings (hydra.*), which Hydra does not "
+                    f"support; give the search space as overrides of the run ({hint}) on the command "
+                    f"line, or as hydra.sweeper.params in a search file (docs/sweeps.md)")
+    return None
+
+
 def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
     """For a multirun (``-m``, ``hydra.mode=MULTIRUN``, or a config file chosen on the command
     line that sets that mode, as ``hparams_search=…`` do): the first value of its search space —
@@ -556,11 +573,14 @@ def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
         with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
             cfg = compose("train", overrides=base, return_hydra_config=True)
             multirun = flagged or cfg.hydra.mode == RunMode.MULTIRUN
+            if not multirun:
+                return None
+            over_hydra = _hydra_sweep(parsed)
+            if over_hydra:
+                return over_hydra
             for key, spec in (cfg.hydra.sweeper.get("params") or {}).items():
                 if key not in space:
                     space[key] = _probe_values(parser.parse_override(f"{key}={spec}"))
-            if not multirun:
-                return None
             taken = sweep_folder_taken(cfg.hydra, space)
             if taken:
                 return taken

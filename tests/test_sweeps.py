@@ -221,6 +221,12 @@ def test_a_split_the_run_evaluates_on_no_batch_reports_no_metric_refused_before_
      "an Optuna sweep needs optimized_metric, the metric each job returns to the study (none is set: "
      "every trial would train, then the sweep would stop with no trial completed); set "
      "optimized_metric=val/seq_acc (task 'seq2seq''s checkpoint metric) with hydra.sweeper.direction=maximize"),
+    # a sweep over a hydra.* key: an AssertionError traceback from the check of the jobs
+    (["-m", "hydra/sweeper=optuna", "hydra.sweeper.direction=maximize", "optimized_metric=val/seq_acc",
+      "+hydra.sweeper.params.model.dropout=interval(0.1,0.5)"],
+     "+hydra.sweeper.params.model.dropout=interval(0.1,0.5): a sweep over Hydra's own settings "
+     "(hydra.*), which Hydra does not support; give the search space as overrides of the run "
+     "(model.dropout=interval(0.1,0.5)) on the command line"),
     (["-m", "seed=1,2", "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"],
      "a multirun (-m) with trainer.strategy=ddp on 2 device(s)"),
     # a group option missing from conf/: Hydra would say so only after making the sweep folder
