@@ -265,7 +265,8 @@ def choose_metric(runs: List[Run], sweeper: Dict[str, Any], metric: Optional[str
                   ) -> Tuple[str, bool, str]:
     """(metric, maximize, where the choice came from). The direction: the Optuna sweeper's for
     its ``optimized_metric``, the checkpoint's ``mode`` for its monitor, the task's declared
-    direction when the task was looked up, else by name (loss, wer, error: lower is better)."""
+    direction for any metric it declares (``penalty``: lower is better, though the name says
+    nothing), else by name (loss, wer, error: lower is better)."""
     config = next((r.config for r in runs if r.config), {})
     ck = (config.get("callbacks") or {}).get("checkpoint") or {}
     source = "--metric"
@@ -283,6 +284,7 @@ def choose_metric(runs: List[Run], sweeper: Dict[str, Any], metric: Optional[str
         return metric, "max" in direction.lower(), source
     if metric == ck.get("monitor") and ck.get("mode") in ("min", "max"):
         return metric, ck["mode"] == "max", source
+    task = task or _task_class(config)  # any metric it declares (was: only its monitor)
     mode = (getattr(task, "metrics", None) or {}).get(metric.rsplit("/", 1)[-1]) if task else None
     if mode in ("min", "max"):
         return metric, mode == "max", source

@@ -399,6 +399,19 @@ def test_unknown_metric_is_refused_naming_the_metrics(sweep, capsys):
     assert not (sweep / "never").exists()
 
 
+def test_a_metric_is_ranked_in_the_direction_its_task_declares(sweep, tmp_path):
+    """--metric val/penalty (or an optimized_metric=val/penalty sweep): the task declares it 'min',
+    but its name says nothing, and the report ranked the highest penalty first."""
+    copy = _copy(sweep, tmp_path / "sweep")
+    for job, penalty in (("0", 0.2), ("1", 0.5)):
+        summary = json.loads((copy / job / "metrics.json").read_text())
+        summary["metrics"]["val/penalty"] = penalty
+        (copy / job / "metrics.json").write_text(json.dumps(summary))
+    main([str(copy), "--metric", "val/penalty", "-o", str(tmp_path / "rep")])
+    assert [r["run"] for r in read_csv(tmp_path / "rep" / "report.csv")] == ["0", "1"]
+    assert "sorted by val/penalty (lower is better; from --metric)" in (tmp_path / "rep" / "report.md").read_text()
+
+
 def test_a_metric_no_run_reports_is_refused_also_where_no_run_has_metrics(sweep, tmp_path, capsys):
     """--metric X over runs none of which had a metrics.json was accepted: a table "sorted by" X
     and exit 0. Where some runs report it, the others are listed after them."""
