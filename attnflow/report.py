@@ -9,7 +9,8 @@ What it reads (all written by :mod:`attnflow.run` and Hydra, nothing else is nee
 ``metrics.json`` (final metrics), ``config.yaml`` (resolved config: ``optimized_metric``, the
 checkpoint monitor), ``.hydra/overrides.yaml`` (the run's overrides, typed by Hydra's own override
 parser), ``csv/version_*/metrics.csv`` (the learning curves) and ``attention/*.png``; in a sweep
-folder ``multirun.yaml`` (the sweeper, its direction and study name) and, for Optuna sweeps, the
+folder ``multirun.yaml`` (the sweeper, its direction and study name; where the sweeper wrote none,
+as Optuna's, the first job's ``.hydra/hydra.yaml``) and, for Optuna sweeps, the
 study's sqlite storage (``optuna.db``), read from a copy so that a running study is never locked
 or changed.
 
@@ -216,10 +217,27 @@ def history(run: Run, metric: str) -> Dict[int, float]:
     return out
 
 
+def sweep_record(path: Path) -> Dict[str, Any]:
+    """The ``hydra`` section a sweep folder records: ``multirun.yaml``'s, else — the Optuna sweeper
+    writes none — its first job's ``.hydra/hydra.yaml``, where that job ran in MULTIRUN mode as the
+    job of its folder's number; {} for a folder of runs started one by one, or a record unread."""
+    try:
+        if (path / "multirun.yaml").is_file():
+            return (_load_yaml(path / "multirun.yaml") or {}).get("hydra") or {}
+        jobs = sorted((c for c in path.iterdir() if c.name.isdigit() and (c / ".hydra" / "hydra.yaml").is_file()),
+                      key=lambda c: int(c.name))
+        hydra = ((_load_yaml(jobs[0] / ".hydra" / "hydra.yaml") or {}).get("hydra") or {}) if jobs else {}
+        ran_as = str((hydra.get("job") or {}).get("num"))
+        return hydra if hydra.get("mode") == "MULTIRUN" and ran_as == jobs[0].name else {}
+    except (OSError, yaml.YAMLError, AttributeError):
+        return {}
+
+
 def find_runs(path: Path, pictures: int = 4) -> Tuple[str, List[Run]]:
-    """("run", [the run]), ("sweep", [its job folders' runs]) for a multirun folder, or ("runs",
-    [its runs]) for another folder of run folders (``outputs/<date>/``: runs started one by one,
-    perhaps of different experiments); :class:`ReportError` else."""
+    """("run", [the run]), ("sweep", [its job folders' runs]) for a multirun folder (``multirun.yaml``,
+    or jobs that ran as a sweep's: :func:`sweep_record`), or ("runs", [its runs]) for another folder
+    of run folders (``outputs/<date>/``: runs started one by one, perhaps of different
+    experiments); :class:`ReportError` else."""
     if not path.exists():
         raise ReportError(f"'{path}' does not exist; give a run directory (holding config.yaml, "
                           f"metrics.json and .hydra/) or a multirun directory (multirun.yaml and "
@@ -229,7 +247,7 @@ def find_runs(path: Path, pictures: int = 4) -> Tuple[str, List[Run]]:
     if (path / "multirun.yaml").is_file() or not _is_run(path):
         children = sorted((c for c in path.iterdir() if _is_run(c)), key=lambda p: _natural(p.name))
         if children or (path / "multirun.yaml").is_file():
-            kind = "sweep" if (path / "multirun.yaml").is_file() else "runs"
+            kind = "sweep" if sweep_record(path) or (path / "multirun.yaml").is_file() else "runs"
             return kind, [read_run(c, c.name, pictures) for c in children]
         sweeps = sorted(str(c) for c in path.iterdir() if (c / "multirun.yaml").is_file())
         hint = f" It holds multirun directories; report one of them: {', '.join(sweeps[:5])}" \
@@ -397,12 +415,7 @@ def build(path: Path | str, metric: Optional[str] = None, pictures: int = 4) -> 
     """Read a run or sweep directory into a :class:`Report` (runs sorted best first)."""
     path = Path(path)
     kind, runs = find_runs(path, pictures)
-    sweeper = {}
-    if kind == "sweep" and (path / "multirun.yaml").is_file():
-        try:
-            sweeper = ((_load_yaml(path / "multirun.yaml") or {}).get("hydra") or {}).get("sweeper") or {}
-        except yaml.YAMLError:
-            sweeper = {}
+    sweeper = (sweep_record(path).get("sweeper") or {}) if kind == "sweep" else {}
     metric, maximize, source = choose_metric(runs, sweeper, metric)
     runs.sort(key=_sort_key(metric, maximize))  # stable: ties keep the job order
     params, common = swept_params(runs)

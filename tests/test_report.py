@@ -327,6 +327,23 @@ def test_a_sweep_over_experiments_is_ranked_within_each(sweep, tmp_path, capsys)
     assert "though their values may not compare" in (tmp_path / "asked" / "report.md").read_text()
 
 
+def test_a_sweep_whose_sweeper_writes_no_multirun_yaml_is_a_sweep(sweep, tmp_path):
+    """hydra-optuna-sweeper writes no multirun.yaml: its sweep folder was reported as "runs:",
+    its sweeper (name, direction, storage) unread; its jobs' own .hydra/hydra.yaml record it."""
+    copy = _copy(sweep, tmp_path / "sweep")
+    (copy / "multirun.yaml").unlink()
+    record = copy / "0" / ".hydra" / "hydra.yaml"
+    hydra = yaml.safe_load(record.read_text())
+    assert hydra["hydra"]["mode"] == "MULTIRUN" and hydra["hydra"]["job"]["num"] == 0  # as Hydra wrote it
+    hydra["hydra"]["sweeper"] = {"_target_": "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper",
+                                 "direction": "minimize", "storage": None, "n_trials": 2}
+    record.write_text(yaml.safe_dump(hydra))
+    main([str(copy), "-o", str(tmp_path / "rep")])
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert md.splitlines()[2:4] == [f"- sweep: {copy}", "- 2 run(s): 2 ok, 2 with metrics; sweeper: OptunaSweeper"]
+    assert "the study was kept in memory" in md  # the Optuna sweep's note, where no storage was kept
+
+
 def _optuna_sweep(folder: Path, values, storage: bool = True) -> Path:
     """A sweep folder as hydra-optuna-sweeper leaves it (multirun.yaml, job folders) with a study
     in ``optuna.db`` built through optuna's API."""
