@@ -609,8 +609,13 @@ def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
                                 check_multirun_strategy(resolved.get("trainer"), True)  # makes them)
                         except ConfigError as err:
                             return f"{err} (no job was started)"
-                    check_optimized_metric(resolved)
-                    check_direction(resolved, cfg.hydra.sweeper)
+                    try:
+                        check_optimized_metric(resolved)
+                        check_direction(resolved, cfg.hydra.sweeper)
+                    except ConfigError as err:
+                        if i == 0:  # the sweep's own setting: not the fault of the first job's values
+                            return f"{err} (no job was started)"
+                        raise
                     if here:  # a cluster's jobs run on its GPU nodes, not on this login node
                         check_devices(resolved.get("trainer"))
                 except (ConfigError, DataError, HydraException) as err:

@@ -227,6 +227,10 @@ def test_a_split_the_run_evaluates_on_no_batch_reports_no_metric_refused_before_
      "+hydra.sweeper.params.model.dropout=interval(0.1,0.5): a sweep over Hydra's own settings "
      "(hydra.*), which Hydra does not support; give the search space as overrides of the run "
      "(model.dropout=interval(0.1,0.5)) on the command line"),
+    # refused for every job: not "the sweep's scorer=dot is refused", which blamed the first value
+    (["-m", "scorer=dot,additive", "optimized_metric=val/seqacc"],
+     "config error: optimized_metric 'val/seqacc' (at 'optimized_metric') is not a metric that task "
+     "'seq2seq' reports at the end of a run"),
     (["-m", "seed=1,2", "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"],
      "a multirun (-m) with trainer.strategy=ddp on 2 device(s)"),
     # a group option missing from conf/: Hydra would say so only after making the sweep folder
