@@ -518,6 +518,23 @@ def sweep_folder_taken(hydra_cfg: Any, space: dict) -> Optional[str]:
     return None
 
 
+def _unknown_plugin_field(err: Exception) -> Optional[str]:
+    """A sweeper's or launcher's field that does not exist (``hydra.sweeper.n_trial=2``), from
+    Hydra's composition error, as one line naming the fields there are; None for another error.
+    (Hydra printed five lines and a hint to set HYDRA_FULL_ERROR, exit 1.)"""
+    import dataclasses
+
+    from attnflow.registry import _suggest
+
+    cause, typ = err.__cause__, getattr(err.__cause__, "object_type", None)
+    key, full = getattr(cause, "key", None), str(getattr(cause, "full_key", ""))
+    if not (full.startswith(("hydra.sweeper.", "hydra.launcher.")) and dataclasses.is_dataclass(typ)):
+        return None
+    fields = [f.name for f in dataclasses.fields(typ) if f.name not in ("_target_", "defaults")]
+    return (f"{full}: {full.split('.')[1]} {typ.__name__} has no field '{key}'; its fields: "
+            f"{', '.join(fields)}.{_suggest(str(key), fields)}")
+
+
 def _hydra_sweep(parsed: list) -> Optional[str]:
     """Why a command line's sweep over a ``hydra.*`` key (``+hydra.sweeper.params.scorer=
     choice(dot,additive)``) is refused, naming the override that searches the run's field; None
@@ -571,7 +588,13 @@ def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
     space = {o.get_key_element(): _probe_values(o) for o in parsed if o.is_sweep_override()}
     try:
         with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
-            cfg = compose("train", overrides=base, return_hydra_config=True)
+            try:
+                cfg = compose("train", overrides=base, return_hydra_config=True)
+            except HydraException as err:
+                unknown = _unknown_plugin_field(err)
+                if unknown:
+                    return unknown
+                raise
             multirun = flagged or cfg.hydra.mode == RunMode.MULTIRUN
             if not multirun:
                 return None

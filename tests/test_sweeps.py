@@ -231,6 +231,12 @@ def test_a_split_the_run_evaluates_on_no_batch_reports_no_metric_refused_before_
     (["-m", "scorer=dot,additive", "optimized_metric=val/seqacc"],
      "config error: optimized_metric 'val/seqacc' (at 'optimized_metric') is not a metric that task "
      "'seq2seq' reports at the end of a run"),
+    # a sweeper's field misspelt: Hydra's five lines, exit 1
+    (["-m", "hydra/sweeper=optuna", "optimized_metric=val/seq_acc", "hydra.sweeper.direction=maximize",
+      "model.dropout=interval(0.1,0.5)", "hydra.sweeper.n_trial=2"],
+     "config error: hydra.sweeper.n_trial: sweeper OptunaSweeperConf has no field 'n_trial'; its fields: "
+     "sampler, direction, storage, study_name, n_trials, n_jobs, max_failure_rate, search_space, params, "
+     "custom_search_space. Did you mean 'n_trials'?"),
     (["-m", "seed=1,2", "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"],
      "a multirun (-m) with trainer.strategy=ddp on 2 device(s)"),
     # a group option missing from conf/: Hydra would say so only after making the sweep folder
