@@ -545,7 +545,7 @@ def _hydra_sweep(parsed: list) -> Optional[str]:
         if o.is_sweep_override() and key.startswith("hydra."):
             value = o.input_line.split("=", 1)[1]
             field = key[len("hydra.sweeper.params."):] if key.startswith("hydra.sweeper.params.") else ""
-            hint = f"{field}={value}" if field else "scorer=choice(dot,additive)"
+            hint = f"{field}={value}" if field else "e.g. model.dropout=0.1,0.3"
             return (f"{o.input_line}: a sweep over Hydra's own settings (hydra.*), which Hydra does not "
                     f"support; give the search space as overrides of the run ({hint}) on the command "
                     f"line, or as hydra.sweeper.params in a search file (docs/sweeps.md)")
