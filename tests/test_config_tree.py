@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from omegaconf import OmegaConf
@@ -10,8 +11,8 @@ from omegaconf import OmegaConf
 from attnflow.blocks.scorers.additive import AdditiveScorer
 from attnflow.blocks.scorers.dot import DotScorer
 from attnflow.registry import MODELS, SCORERS
-from attnflow.run import train
-from support import CONF, DATA_DIR, FAST, compose_cfg, experiments
+from attnflow.run import resolve_config, train
+from support import CONF, DATA_DIR, FAST, ROOT, compose_cfg, experiments
 
 
 def test_there_are_experiments():
@@ -116,3 +117,77 @@ def test_penalty_is_logged_when_weighted(tmp_path):
     train(cfg, tmp_path)
     header = (tmp_path / "csv" / "version_0" / "metrics.csv").read_text().splitlines()[0]
     assert "train/penalty" in header
+
+
+def _command_lines(text: str, fenced: bool):
+    """``attnflow-train`` command lines in ``text``: in fenced code blocks (``fenced``: Markdown),
+    else in ``#`` comments (a YAML file's header), a line ending in ``\\`` joined to the next."""
+    lines, inside, found = text.splitlines(), False, []
+    for i, line in enumerate(lines):
+        inside = inside != line.startswith("```") if fenced else True
+        body = line if fenced else line.lstrip("#") if line.startswith("#") else ""
+        if not inside or not body.strip().startswith("attnflow-train"):
+            continue
+        for following in lines[i + 1:]:
+            if not body.rstrip().endswith("\\"):
+                break
+            body = body.rstrip()[:-1] + " " + following.lstrip("# ")
+        found.append((i + 1, re.sub(r"<[^>]*>", "run", body)))
+    return found
+
+
+def documented_train_commands():
+    """Every ``attnflow-train`` command of README.md's code blocks and of conf/experiment/'s header
+    comments, as (where, overrides): up to the comment (``#``) or note (``(…``) after it; a value's
+    alternatives (``scorer=dot|general``) one command each; a placeholder (``model.init_from=<run>``)
+    a path. Sweeps (``-m``, ``hparams_search=``: tests/test_sweeps.py), ``resume=`` (its run's own
+    config) and ``--help`` are left out."""
+    sources = [(ROOT / "README.md", True), *((p, False) for p in sorted((CONF / "experiment").glob("*.yaml")))]
+    commands = []
+    for path, fenced in sources:
+        for line, body in _command_lines(path.read_text(), fenced):
+            words = []
+            for word in body.split()[1:]:
+                if word.startswith(("#", "(")):
+                    break
+                words.append(word)
+            if any(w.startswith(("-", "hparams_search=", "resume=")) for w in words):
+                continue
+            variants = [[]]
+            for word in words:
+                key, _, value = word.partition("=")
+                variants = [[*v, f"{key}={option}"] for v in variants for option in value.split("|")]
+            commands += [(f"{path.relative_to(ROOT)}:{line}", v) for v in variants]
+    return commands
+
+
+def test_the_documented_train_commands_are_found():
+    """The extraction itself: README's and each experiment header's commands are there."""
+    found = documented_train_commands()
+    where = {w.split(":")[0] for w, _ in found}
+    assert "README.md" in where and len([w for w in where if w.startswith("conf/experiment/")]) >= 20
+    assert ["experiment=han_imdb", "pooling=mean"] in [o for _, o in found]
+    assert ["experiment=mt_luong", "scorer=general"] in [o for _, o in found]
+
+
+def _longest_per_experiment(commands, most=10):
+    """A deterministic selection of ``commands`` (validating one costs 1-2 s, all ~100 of them
+    minutes): per experiment (none: the default), the command with the most overrides (the first
+    of the longest), and of those the ``most`` longest — the commands whose fields go stale first;
+    a bare ``experiment=NAME`` is composed by test_every_experiment_runs_one_step."""
+    longest = {}
+    for where, overrides in commands:
+        experiment = next((o for o in overrides if o.startswith("experiment=")), None)
+        if len(overrides) > len(longest.get(experiment, ("", []))[1]):
+            longest[experiment] = (where, overrides)
+    return sorted(longest.values(), key=lambda c: (-len(c[1]), c[0]))[:most]
+
+
+@pytest.mark.parametrize("where, overrides", _longest_per_experiment(documented_train_commands()),
+                         ids=lambda x: x if isinstance(x, str) else "")
+def test_the_documented_train_commands_compose_and_validate(where, overrides):
+    """A command the README or an experiment's header shows is one that attnflow-train accepts:
+    composed as the command line does (Hydra's node says what was typed) and validated (every
+    check before the data is read: fields, ranges, the model built on the meta device); nothing
+    is read or trained."""
+    resolve_config(compose_cfg(overrides, return_hydra_config=True))
