@@ -6,7 +6,7 @@
     attnflow-eval RUN data.test_path=other.jsonl.gz    # documents: another JSON-lines file
     attnflow-eval RUN data.dataset=CiteSeer            # a Planetoid run on another graph
     attnflow-eval RUN data.name=planetoid data.dataset=Cora   # another graph data module
-    attnflow-eval RUN/checkpoints/last.ckpt task.beam_size=8 -o metrics.json
+    attnflow-eval RUN/checkpoints/last.ckpt task.beam_size=8 -o metrics.json   # translation, captioning
 
 RUN is a run directory (its best checkpoint by ``metrics.json``, else ``last.ckpt``) or a
 checkpoint file. Nothing is trained. The data module, model and task are rebuilt through the
