@@ -1,4 +1,4 @@
-"""``attnflow-blocks``: every registered block with its fields, types and defaults.
+"""attnflow-blocks: every registered block with its fields, types and defaults.
 
     attnflow-blocks            # all kinds
     attnflow-blocks scorer     # one kind

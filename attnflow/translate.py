@@ -1,4 +1,4 @@
-"""``attnflow-translate``: translate sentences with a trained run directory or checkpoint.
+"""attnflow-translate: translate sentences with a trained run directory or checkpoint.
 
     attnflow-translate outputs/2026-11-22/05-00-00 "Ein Mann schläft."     # sentences as arguments
     attnflow-translate run_dir -f sentences.de > out.en                       # a file (.gz too), one per line
