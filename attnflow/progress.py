@@ -33,7 +33,6 @@ def progress_bar(kind: Optional[str], every_n_steps: Optional[int] = None) -> Op
     return None
 
 
-
 def _duration(seconds: float) -> str:
     seconds = int(round(seconds))
     h, rest = divmod(seconds, 3600)
