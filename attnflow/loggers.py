@@ -375,10 +375,21 @@ def _check_identity(run: Any, tags: Any) -> None:
                           f"got {tags!r}")
 
 
+def wandb_env_tags() -> List[str]:
+    """The tags of ``$WANDB_TAGS`` (W&B's own variable: a comma-separated list), checked as W&B
+    checks tags: attnflow passes its tags to ``wandb.init``, which would outrank the variable, so
+    they join the run's ``tags`` where a W&B logger is chosen."""
+    tags = [t.strip() for t in os.environ.get("WANDB_TAGS", "").split(",") if t.strip()]
+    _check_wandb_tags(tags, f"$WANDB_TAGS={os.environ.get('WANDB_TAGS')!r}")
+    return tags
+
+
 def run_identity(cfg: Any, resolved: Dict[str, Any]) -> Dict[str, Any]:
     """``{"run": {experiment, name, group, overrides}, "tags": [...]}`` for the resolved config.
 
-    ``run.*`` fields already set (by the user, or in a saved config being resumed) are kept; the
+    ``run.*`` fields already set (by the user, or in a saved config being resumed) are kept; with a
+    W&B logger, W&B's own variables ``$WANDB_NAME``, ``$WANDB_RUN_GROUP`` and ``$WANDB_TAGS`` come
+    next (the values attnflow passes to ``wandb.init`` would outrank them, unseen); the
     others come from Hydra (the composed ``cfg``'s choices and typed overrides). Outside Hydra
     (``train(cfg, dir)`` from Python) the experiment is unknown (null) and the name is
     "<model> on <data>". Raises :class:`ConfigError` for unknown ``run`` fields or bad ``tags``."""
@@ -389,6 +400,7 @@ def run_identity(cfg: Any, resolved: Dict[str, Any]) -> Dict[str, Any]:
     chosen = resolved.get("logger") if isinstance(resolved.get("logger"), Mapping) else {}
     if "wandb" in chosen:  # the W&B run is tagged with them
         _check_wandb_tags(tags, "tags (at 'tags')")
+        tags = _unique([*tags, *wandb_env_tags()])
     wandb = chosen.get("wandb") or {}
     for field, key in (("group", "group"), ("run_name", "name")):  # W&B's own field wins: recorded
         if wandb.get(field) is not None:                           # as the run's, so the two agree
@@ -396,6 +408,10 @@ def run_identity(cfg: Any, resolved: Dict[str, Any]) -> Dict[str, Any]:
                 raise ConfigError(f"logger.wandb.{field}={wandb[field]} and run.{key}={run[key]} name "
                                   f"two {key}s for one run; set one (run.{key} names it for every logger)")
             run[key] = wandb[field]
+    if "wandb" in chosen:  # W&B's own variables, which the name and group attnflow passes to
+        for key, var in (("name", "WANDB_NAME"), ("group", "WANDB_RUN_GROUP")):  # wandb.init
+            if run[key] is None and os.environ.get(var):                          # would outrank
+                run[key] = os.environ[var]
     info = _hydra_info(cfg)
     if info is not None:
         if run["experiment"] is None:

@@ -28,6 +28,7 @@ import importlib.util
 import itertools
 import logging
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -417,13 +418,17 @@ def _check_one_name(loggers: Any, run: Any, alike: bool) -> None:
     name them all alike: W&B's runs table could not tell them apart."""
     from attnflow.registry import ConfigError
 
-    for key, name in (("logger.wandb.run_name", (loggers.get("wandb") or {}).get("run_name")),
-                      ("run.name", run.get("name"))):
+    named = [("logger.wandb.run_name", (loggers.get("wandb") or {}).get("run_name")),
+             ("run.name", run.get("name"))]
+    if not any(name for _, name in named):  # W&B's variable, which names the run where they do not
+        named.append(("$WANDB_NAME", os.environ.get("WANDB_NAME")))
+    for key, name in named:
         if alike and name and "wandb" in loggers:
+            how = "unset it" if key == "$WANDB_NAME" else f"leave it null, or sweep it ({key}=a,b)"
             raise ConfigError(f"{key}={name} gives every job of the sweep the one W&B run name, so "
-                              f"W&B's runs table could not tell them apart; leave it null (each job "
-                              f"is named from the experiment and its overrides, e.g. 'default "
-                              f"scorer=dot') or sweep it ({key}=a,b)")
+                              f"W&B's runs table could not tell them apart; {how} (each job is "
+                              f"named from the experiment and its overrides, e.g. 'default "
+                              f"scorer=dot')")
 
 
 def _no_objective(cfg: Any) -> str:

@@ -300,6 +300,30 @@ def test_run_name_from_experiment_and_typed_overrides():
         run_identity(plain, {**resolve_config(plain), "tags": "a"})
 
 
+def test_wandbs_own_variables_name_group_and_tag_the_run_where_nothing_else_does(monkeypatch):
+    """$WANDB_NAME, $WANDB_RUN_GROUP and $WANDB_TAGS (W&B's variables) were outranked, unseen, by
+    the name, group and tags attnflow passes to wandb.init; now they count where no field sets
+    them, with a W&B logger only, and config.yaml records what W&B is given."""
+    monkeypatch.setenv("WANDB_NAME", "from-env")
+    monkeypatch.setenv("WANDB_RUN_GROUP", "env-group")
+    monkeypatch.setenv("WANDB_TAGS", "t1, t2,,")  # W&B's form: comma-separated
+
+    def identity(*overrides):
+        cfg = compose_cfg(["scorer=dot", *overrides], return_hydra_config=True)
+        return run_identity(cfg, resolve_config(cfg))
+
+    ident = identity("logger=wandb", "tags=[a]")
+    assert (ident["run"]["name"], ident["run"]["group"], ident["tags"]) == ("from-env", "env-group",
+                                                                             ["a", "t1", "t2"])
+    ident = identity("logger=wandb", "logger.wandb.run_name=n1", "run.group=g1")  # a field wins
+    assert (ident["run"]["name"], ident["run"]["group"]) == ("n1", "g1")
+    ident = identity("logger=csv")  # no W&B run: W&B's variables name nothing
+    assert (ident["run"]["name"], ident["run"]["group"], ident["tags"]) == ("default scorer=dot", None, [])
+    monkeypatch.setenv("WANDB_TAGS", "ok," + "x" * 65)
+    with pytest.raises(ConfigError, match=r"\$WANDB_TAGS='ok,x+' is refused by W&B: Tag 'x{20}"):
+        identity("logger=wandb")
+
+
 def test_tags_w_and_b_refuses_are_refused_before_any_work(tmp_path):
     """W&B takes tags of 1 to 64 characters: a longer one was cut, an empty one dropped, unseen;
     now refused before anything is written, where the run logs to W&B (CSV has no such rule)."""

@@ -295,6 +295,16 @@ def test_a_sweep_value_the_run_refuses_stops_the_sweep_before_any_job(monkeypatc
     assert not sweep.exists()
 
 
+def test_wandbs_name_variable_in_a_sweep_of_several_jobs_is_refused(monkeypatch, capsys, tmp_path):
+    """$WANDB_NAME names a W&B run where no field does: in a sweep every job would get it."""
+    monkeypatch.setenv("WANDB_NAME", "mine")
+    sweep = tmp_path / "sweep"
+    assert train_cli(monkeypatch, "-m", "seed=1,2", "logger=wandb", f"hydra.sweep.dir={sweep}") == 2
+    assert ("$WANDB_NAME=mine gives every job of the sweep the one W&B run name, so W&B's runs table "
+            "could not tell them apart; unset it") in capsys.readouterr().err
+    assert not sweep.exists()
+
+
 @pytest.mark.parametrize("argv, held, says", [
     (["-m", "scorer=dot,general"], ["multirun.yaml"], "already holds a sweep (multirun.yaml), which this "
                                                       "sweep's jobs would overwrite"),
