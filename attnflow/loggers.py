@@ -58,9 +58,11 @@ def wandb_logger(save_dir: str, identity: Optional[dict] = None, *, project: Opt
     Args:
         project: the W&B project (default: $WANDB_PROJECT, W&B's own variable, else 'attnflow').
         entity: as in ``wandb.init`` (default: $WANDB_ENTITY, else the account's).
-        group: the W&B group (default: the run's ``run.group``: the sweep's name in a multirun).
-        run_name: the run's display name (default: ``run.name``, "<experiment> <overrides>").
-        tags: more tags (always added: the top-level ``tags`` and the experiment's name).
+        group: the W&B group (default: the run's ``run.group``: $WANDB_RUN_GROUP, else the
+            sweep's name in a multirun).
+        run_name: the run's display name (default: ``run.name``: $WANDB_NAME, else
+            "<experiment> <overrides>").
+        tags: more tags (always added: the top-level ``tags``, $WANDB_TAGS and the experiment's name).
         mode: 'offline', 'online' or 'disabled' (default: $WANDB_MODE, else 'offline').
         run_id: resume this W&B run (default None: a new run).
 
