@@ -20,9 +20,9 @@ own ``monitor`` when that is null), else ``val/loss``. A run without ``metrics.j
 killed or still running), or whose ``metrics.json`` records ``failed`` (the run failed after
 writing it: :func:`attnflow.run.record_failure`), is listed with that status, last, never
 dropped. A folder of runs that is no sweep (``outputs/<date>/``: no ``multirun.yaml``) is
-reported as "runs"; where they are of different experiments (:func:`check_experiments`) they are
-not ranked unless ``--metric`` is given; a sweep's jobs of different experiments
-(``-m data=…``) are ranked within each (:func:`_rank_within`). The page needs no network and no JavaScript: every
+reported as "runs"; runs (or a sweep's jobs, ``-m data=…``) of different experiments
+(:func:`check_experiments`) are ranked within each experiment (:func:`_rank_within`) unless
+``--metric`` is given. The page needs no network and no JavaScript: every
 picture is a base64 ``data:`` URI.
 
 The output folder (``-o``, default ``<path>/report``) is new, empty, or an earlier report of the
@@ -101,7 +101,6 @@ class Report:
     common: Dict[str, Any]
     sweeper: Dict[str, Any]
     notes: List[str] = field(default_factory=list)
-    unranked: str = ""  # why the runs are not sorted (runs of different experiments), or ""
     groups: List[Group] = field(default_factory=list)  # a sweep of several experiments: each ranked
 
     def group(self, run: Run) -> Optional[Group]:
@@ -362,39 +361,28 @@ def _better(maximize: bool) -> str:
 def check_experiments(report: Report, given: bool) -> None:
     """Runs may be of different experiments: they differ in their own sort metric, direction, task
     or data, so their values do not compare (each was sorted by the first run's metric). Unless
-    ``--metric`` was given (then a note says the values may not compare), a sweep's jobs (one
-    command over ``experiment=…`` or ``data=…``) are ranked within each experiment (``groups``),
-    and a folder of runs started one by one (``kind`` "runs") is listed, not ranked
-    (``unranked`` says why)."""
+    ``--metric`` was given (then a note says the values may not compare), they are ranked within
+    each experiment (``groups``): a sweep's jobs (one command over ``experiment=…`` or
+    ``data=…``) and a folder of runs started one by one alike."""
     groups: Dict[Tuple[str, bool, str], List[str]] = {}
     for r in sorted(report.runs, key=lambda r: _natural(r.name)):  # folder order
         if r.config:
             groups.setdefault(_experiment(r), []).append(r.name)
     if len(groups) < 2:
         return
-    kinds = "; ".join(f"{listed(names, 3)}: {what}, sorted by {m} ({_better(up)})"
-                      for (m, up, what), names in groups.items())
     if given:
+        kinds = "; ".join(f"{listed(names, 3)}: {what}, sorted by {m} ({_better(up)})"
+                          for (m, up, what), names in groups.items())
         report.notes.append(f"the runs are of different experiments ({kinds}); sorted by "
                             f"--metric {report.metric} as asked, though their values may not compare")
         return
-    if report.kind == "sweep":
-        _rank_within(report, groups)
-        return
-    reported = [r.metrics for r in report.runs if r.metrics]
-    shared = sorted(set.intersection(*map(set, reported))) if reported else []
-    report.unranked = "runs of different experiments, listed in folder order"
-    report.notes.append(f"the runs are of different experiments ({kinds}): not ranked; report one "
-                        f"experiment's runs, or give --metric to sort them all by one metric"
-                        + (f" (all report {', '.join(shared)})" if shared else ""))
-    report.metric, report.metric_source = "", "not ranked"
-    report.runs.sort(key=lambda r: (r.status != "ok", _natural(r.name)))
+    _rank_within(report, groups)
 
 
 def _rank_within(report: Report, groups: Dict[Tuple[str, bool, str], List[str]]) -> None:
-    """Rank a sweep's jobs within each experiment: the groups in job order, each best first by its
-    own metric (its failed and damaged jobs after its ok ones), jobs of no known experiment (no
-    config.yaml) last; the shared metric stays the table's first metric column."""
+    """Rank runs (a sweep's jobs) within each experiment: the groups in folder (job) order, each
+    best first by its own metric (its failed and damaged runs after its ok ones), runs of no known
+    experiment (no config.yaml) last; the shared metric stays the table's first metric column."""
     report.groups = [Group(chr(ord("A") + i) if i < 26 else str(i + 1), what, m, up, names)
                      for i, ((m, up, what), names) in enumerate(groups.items())]
     order = {n: i for i, g in enumerate(report.groups) for n in g.runs}
@@ -407,8 +395,9 @@ def _rank_within(report: Report, groups: Dict[Tuple[str, bool, str], List[str]])
     metrics = {(g.metric, g.maximize) for g in report.groups}
     report.metric, report.maximize = next(iter(metrics)) if len(metrics) == 1 else ("", False)
     report.metric_source = "each experiment's own metric"
-    report.notes.append("the jobs are of different experiments, whose values do not compare: each "
-                        "is ranked on its own (column 'group'); give --metric to sort them all by one")
+    runs = "jobs" if report.kind == "sweep" else "runs"
+    report.notes.append(f"the {runs} are of different experiments, whose values do not compare: each "
+                        f"is ranked on its own (column 'group'); give --metric to sort them all by one")
 
 
 def build(path: Path | str, metric: Optional[str] = None, pictures: int = 4) -> Report:
@@ -421,7 +410,7 @@ def build(path: Path | str, metric: Optional[str] = None, pictures: int = 4) -> 
     params, common = swept_params(runs)
     report = Report(path, kind, runs, metric, maximize, source, params, common, sweeper)
     check_experiments(report, given=source == "--metric")
-    if report.unranked or report.groups:
+    if report.groups:
         return report
     if kind == "sweep" and not runs:
         report.notes.append("no job folders yet: the sweep has not started a job")
@@ -477,9 +466,7 @@ def table(report: Report, full: bool = False) -> Tuple[List[str], List[List[Any]
 
 def best_runs(report: Report) -> List[Run]:
     """The best run, or each experiment's where a sweep's are ranked within each: the first row
-    (of the experiment), where it is ok with the sort metric (none where the runs are unranked)."""
-    if report.unranked:
-        return []
+    (of the experiment), where it is ok with the sort metric."""
     ranked = [(g.metric, [r for r in report.runs if r.name in g.runs]) for g in report.groups] \
         or [(report.metric, report.runs)]
     return [runs[0] for metric, runs in ranked if runs and runs[0].status == "ok"
@@ -524,10 +511,8 @@ def _rel(path: Path, start: Path) -> str:
 
 
 def _ranking(report: Report, where: bool = False) -> str:
-    """How the table is ordered: not ranked (why), ranked within each experiment (each group, its
-    metric and runs), or sorted by the metric (``where``: and where the metric came from)."""
-    if report.unranked:
-        return f"not ranked: {report.unranked}"
+    """How the table is ordered: ranked within each experiment (each group, its metric and runs),
+    or sorted by the metric (``where``: and where the metric came from)."""
     if report.groups:
         return "ranked within each experiment, best first: " + "; ".join(
             f"{g.name} = {g.what}, by {g.metric} ({_better(g.maximize)}): {listed(g.runs, 4)}"
@@ -654,7 +639,7 @@ def write_report(report: Report, out: Path) -> Dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     _write(out / REPORT_OF, str(report.path.resolve()) + "\n")
     plots: List[Tuple[str, Path]] = []
-    ranked = not report.unranked and not report.groups and \
+    ranked = not report.groups and \
         sum(report.metric in r.metrics for r in report.runs) > 1
     for p in report.params if ranked else []:
         path = plot_param(report, p, out)

@@ -253,10 +253,11 @@ def test_single_run_directory(sweep, tmp_path, capsys):
     assert "[![zz_extra.png](attention/run/zz_extra.png)](../run/attention/zz_extra.png)" in md
 
 
-def test_a_folder_of_runs_is_runs_not_a_sweep_and_different_experiments_are_not_ranked(sweep, tmp_path,
-                                                                                        capsys):
+def test_a_folder_of_runs_is_runs_not_a_sweep_and_different_experiments_rank_within_each(sweep, tmp_path,
+                                                                                           capsys):
     """outputs/<date>/ (runs started one by one, no multirun.yaml) was labelled "sweep:", and runs
-    of different experiments were sorted together by the first run's metric."""
+    of different experiments were sorted together by the first run's metric; then they were listed
+    unranked; now each experiment's runs are ranked on their own, as a sweep's jobs are."""
     day = tmp_path / "day"
     for job, time in (("1", "10-00-00"), ("0", "11-00-00")):
         _copy(sweep / job, day / time)
@@ -277,18 +278,17 @@ def test_a_folder_of_runs_is_runs_not_a_sweep_and_different_experiments_are_not_
     capsys.readouterr()
     main([str(day), "-o", str(tmp_path / "mixed")])
     rows = read_csv(tmp_path / "mixed" / "report.csv")
-    assert [r["run"] for r in rows] == ["10-00-00", "11-00-00", "12-00-00", "13-00-00"]  # folder order
+    assert [(r["run"], r["group"]) for r in rows] == [(best[0], "A"), (best[1], "A"), ("12-00-00", "B"),
+                                                       ("13-00-00", "")]  # (killed at its start: last)
     md = (tmp_path / "mixed" / "report.md").read_text()
-    assert "- not ranked: runs of different experiments, listed in folder order" in md
-    assert ("note: the runs are of different experiments (10-00-00, 11-00-00: task seq2seq on reverse "
-            "data, sorted by val/loss (lower is better); 12-00-00: task node_classification on "
-            "planetoid Cora data, sorted by val/acc (higher is better)): not ranked; report one "
-            "experiment's runs, or give --metric to sort them all by one metric (all report val/loss)") in md
-    assert "sorted by val/loss (lower is better; from" not in md
+    assert ("- ranked within each experiment, best first: A = task seq2seq on reverse data, by "
+            "val/loss (lower is better): 10-00-00, 11-00-00; B = task node_classification on "
+            "planetoid Cora data, by val/acc (higher is better): 12-00-00") in md
+    assert "note: the runs are of different experiments, whose values do not compare" in md
     page = Page((tmp_path / "mixed" / "report.html").read_text())
-    assert "best" not in {row["class"] for row in page.rows.values()}
+    assert {n for n, row in page.rows.items() if row["class"] == "best"} == {best[0], "12-00-00"}
     assert not list((tmp_path / "mixed").glob("*_vs_*.png"))  # no metric against a parameter
-    assert "not ranked: runs of different experiments" in capsys.readouterr().out
+    assert "ranked within each experiment" in capsys.readouterr().out
     main([str(day), "--metric", "val/loss", "-o", str(tmp_path / "asked")])  # sorted as asked, noted
     rows = read_csv(tmp_path / "asked" / "report.csv")
     assert [r["run"] for r in rows] == ["12-00-00", *best, "13-00-00"]
