@@ -77,8 +77,9 @@ class Run:
 
 @dataclass
 class Group:
-    """The runs of one experiment in a sweep of several (:func:`check_experiments`): ranked among
-    themselves by their own metric, in the table's ``group`` column as ``name``."""
+    """The runs of one experiment among runs (or a sweep's jobs) of several
+    (:func:`check_experiments`): ranked among themselves by their own metric, in the table's
+    ``group`` column as ``name``."""
 
     name: str
     what: str  # "task seq2seq on reverse data"
@@ -101,7 +102,7 @@ class Report:
     common: Dict[str, Any]
     sweeper: Dict[str, Any]
     notes: List[str] = field(default_factory=list)
-    groups: List[Group] = field(default_factory=list)  # a sweep of several experiments: each ranked
+    groups: List[Group] = field(default_factory=list)  # runs of several experiments: each ranked
 
     def group(self, run: Run) -> Optional[Group]:
         return next((g for g in self.groups if run.name in g.runs), None)
@@ -465,7 +466,7 @@ def table(report: Report, full: bool = False) -> Tuple[List[str], List[List[Any]
 
 
 def best_runs(report: Report) -> List[Run]:
-    """The best run, or each experiment's where a sweep's are ranked within each: the first row
+    """The best run, or each experiment's where the runs are ranked within each: the first row
     (of the experiment), where it is ok with the sort metric."""
     ranked = [(g.metric, [r for r in report.runs if r.name in g.runs]) for g in report.groups] \
         or [(report.metric, report.runs)]
