@@ -81,8 +81,8 @@ def runs_inside(path: Path) -> Optional[str]:
         return (f"{path} is a multirun (sweep) folder that holds no job's run yet, not a run "
                 f"directory") if sweep else None
     return (f"{path} is {'a multirun (sweep) folder' if sweep else 'a folder of runs'}, not a run "
-            f"directory: name one of its runs ({listed(runs, 4)}); attnflow-report {path} "
-            f"{'ranks' if sweep else 'lists'} them")
+            f"directory: name one of its runs ({listed(runs, 4)}); attnflow-report {path} ranks "
+            f"them")
 
 
 def _checkpoints_off(config: Path) -> bool:

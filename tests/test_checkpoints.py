@@ -115,8 +115,8 @@ def test_a_sweep_folder_or_a_file_that_is_no_checkpoint_is_named_for_what_it_is(
                               f"{sweep / '10'}); attnflow-report {sweep} ranks them")
     (sweep / "multirun.yaml").unlink()  # outputs/<date>/: a folder of single runs
     with pytest.raises(CheckpointError, match=r"is a folder of runs, not a run directory: .*; "
-                                              r"attnflow-report .* lists them$"):
-        find_checkpoint(sweep)  # (it ranks runs of one experiment only: it lists these)
+                                              r"attnflow-report .* ranks them$"):
+        find_checkpoint(sweep)  # (within each experiment, where they are of several)
     new = tmp_path / "new_sweep"  # Hydra's record before the first job wrote its run
     new.mkdir()
     (new / "multirun.yaml").write_text("hydra: {}\n")
