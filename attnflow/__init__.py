@@ -9,7 +9,7 @@ on its first lookup.
 
 __version__ = "0.1.0"
 
-from attnflow.registry import ConfigError, Registry  # noqa: E402
+from attnflow.config.registry import ConfigError, Registry  # noqa: E402
 
 __all__ = ["ConfigError", "Registry", "__version__", "config_dir"]
 

@@ -41,7 +41,7 @@ from typing import Callable, Dict, List, Optional
 import torch
 from torch import nn
 
-from attnflow.registry import ATTENTIONS
+from attnflow.config.registry import ATTENTIONS
 
 B, D, HEADS = 32, 256, 8
 SHAPES = {"quick": [64], "full": [64, 256]}

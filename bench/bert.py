@@ -87,7 +87,7 @@ import torch
 import torch.nn.functional as F
 
 from attnflow.data.pretraining import IGNORE, SPECIALS, mask_tokens, pack_pairs
-from attnflow.registry import MODELS
+from attnflow.config.registry import MODELS
 from attnflow.tasks.bert_pretraining import BertPretrainingTask
 
 ROOT = Path(__file__).resolve().parent.parent

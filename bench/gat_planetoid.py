@@ -11,7 +11,7 @@ docs/benchmarks.md).
    Choosing a recipe: ``--first-seed 100 --val-only`` — other seeds than the reported 0–9, every run
    with ``test=false``, and validation accuracy the only figure printed or written.
 1. Speed (a): one whole training run of ``--speed-epochs`` epochs (no early stopping; validation
-   every epoch) with attnflow (``attnflow.run.train``: Lightning, checkpointing of the best epoch,
+   every epoch) with attnflow (``attnflow.training.run.train``: Lightning, checkpointing of the best epoch,
    train/val loss and accuracy logged every epoch, no logger, no progress bar) against a plain
    PyTorch loop with ``torch_geometric.nn.GATConv`` and identical hyperparameters, which also
    evaluates every epoch (val loss and accuracy) and keeps the best state in memory (its
@@ -54,7 +54,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from attnflow.blocks.graph.graph_attention import GraphAttention  # noqa: E402
 from attnflow.data.planetoid import PlanetoidDataModule  # noqa: E402
-from attnflow.run import train  # noqa: E402
+from attnflow.training.run import train  # noqa: E402
 from support import DATA_DIR, compose_cfg  # noqa: E402
 
 QUIET = ["callbacks.progress_bar=none", "logger=none", "trainer.accelerator=cpu", "task.picture=false"]
@@ -85,7 +85,7 @@ def clocked(cls, method: str, into: dict, key: str):
 def attnflow_run(seed: int, extra=(), experiment: str = "gat_cora"):
     import pytorch_lightning as pl
 
-    from attnflow.callbacks import AttentionMaps
+    from attnflow.training.callbacks import AttentionMaps
 
     cfg = compose_cfg([f"experiment={experiment}", f"seed={seed}", f"paths.data_dir={DATA_DIR}",
                        *QUIET, *extra])

@@ -139,7 +139,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from attnflow.data.planetoid import PlanetoidDataModule  # noqa: E402
 import attnflow.models.gat  # noqa: E402,F401  (registers the "gat" model with MODELS)
-from attnflow.registry import MODELS, ConfigError  # noqa: E402
+from attnflow.config.registry import MODELS, ConfigError  # noqa: E402
 from support import DATA_DIR  # noqa: E402
 from gat_variants import (  # noqa: E402
     Diffused, Propagated, RandomPropagation, SuperGAT, correct_smooth, features, pseudo_labels,

@@ -81,7 +81,7 @@ step() {  # step NAME command… — its output in $LOGS/NAME.log, "NAME rc=… 
 }
 train() {  # train NAME overrides… — one run in $RUNS/NAME
   local name=$1; shift
-  step "$name" $PY -m attnflow.train hydra.run.dir="$RUNS/$name" callbacks.progress_bar=text logger=tensorboard "$@"
+  step "$name" $PY -m attnflow.cli.train hydra.run.dir="$RUNS/$name" callbacks.progress_bar=text logger=tensorboard "$@"
 }
 
 cli() {  # cli NAME module args…
@@ -108,8 +108,8 @@ if [ "${PART:-all}" = since ]; then
   train since_fp16 experiment=mt_transformer $TR trainer.precision=16-mixed trainer.max_steps=$SMOKE trainer.max_epochs=1 data.max_pairs=2000 trainer.limit_val_batches=4 trainer.limit_test_batches=4
   train since_gat experiment=gat_cora_preg $TR trainer.max_epochs=$GAT
   cli since_translate translate "$RUNS/since_mt_ende" --device $DEV "A man rides a bike."
-  expect_refusal since_two_gpus "this machine shows" $PY -m attnflow.train trainer=gpu trainer.devices=$(( $($PY -c 'import torch; print(torch.cuda.device_count())') + 1 ))
-  expect_refusal since_eval_gpu1 "--device cuda:" $PY -m attnflow.evaluate "$RUNS/since_gat" --device cuda:$($PY -c 'import torch; print(torch.cuda.device_count())')
+  expect_refusal since_two_gpus "this machine shows" $PY -m attnflow.cli.train trainer=gpu trainer.devices=$(( $($PY -c 'import torch; print(torch.cuda.device_count())') + 1 ))
+  expect_refusal since_eval_gpu1 "--device cuda:" $PY -m attnflow.cli.evaluate "$RUNS/since_gat" --device cuda:$($PY -c 'import torch; print(torch.cuda.device_count())')
   wait $SUITE; echo "pytest_all rc=$? (124: cut at SUITE_TIMEOUT)" | tee -a "$OUT/summary.txt"
   cp "$LOGS/pytest_all.log" "$LOGS/pytest_cuda.log" "$OUT/" 2>/dev/null
   [ -n "$WATCH" ] && kill "$WATCH" 2>/dev/null

@@ -1,6 +1,6 @@
 """HAN and the structured self-attentive model on IMDB polarity: dev accuracy, time, documents/s.
 
-Trains each model with ``attnflow.run.train`` from its experiment (``han_imdb``,
+Trains each model with ``attnflow.training.run.train`` from its experiment (``han_imdb``,
 ``self_attentive_imdb``) on the IMDB training split, selects the best epoch on dev (the
 checkpoint callback monitors val/acc; there is no test split here) and reports:
 
@@ -35,8 +35,8 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from attnflow import config_dir
-from attnflow.groups import field_overrides
-from attnflow.run import train
+from attnflow.config.groups import field_overrides
+from attnflow.training.run import train
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = {"han": "han_imdb", "self_attentive": "self_attentive_imdb"}

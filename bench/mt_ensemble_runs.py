@@ -42,7 +42,7 @@ def main(argv=None) -> int:
         ap.error(f"not a run directory or a .ckpt file: {', '.join(missing)}")
     if args.out.exists():
         ap.error(f"--out {args.out} exists; give another path (results are never overwritten)")
-    from attnflow.checkpoints import CheckpointError, find_checkpoint
+    from attnflow.io.checkpoints import CheckpointError, find_checkpoint
 
     try:
         ckpts = [find_checkpoint(r)[0] for r in args.runs]  # what load_ensemble will read
@@ -50,7 +50,7 @@ def main(argv=None) -> int:
         ap.error(str(err))
     import torch
 
-    from attnflow.translate import load_ensemble
+    from attnflow.cli.translate import load_ensemble
     from mt_select import decode
 
     torch.set_num_threads(args.threads)

@@ -1,6 +1,6 @@
 """Multi30k translation benchmark: RNNsearch against the CPU Transformer, de→en and en→de.
 
-Trains each model with ``attnflow.run.train`` (the same code path as ``attnflow-train``), then
+Trains each model with ``attnflow.training.run.train`` (the same code path as ``attnflow-train``), then
 reports for the test_2016_flickr split (best checkpoint by val BLEU; beam search of the
 translation task):
 
@@ -45,7 +45,7 @@ ANCHORS = {("rnnsearch", "de-en"): 28.3, ("transformer", "de-en"): 36.5}
 def target_tokens(run_dir: Path, data_cfg: dict) -> tuple:
     """Target subwords (+⟨eos⟩) of one training epoch, with the run's saved tokenizer, and the
     number of training batches of an epoch (``data_cfg``: the run's resolved data config)."""
-    from attnflow.registry import DATA
+    from attnflow.config.registry import DATA
 
     dm = DATA.build(data_cfg)
     dm.set_run_dir(run_dir)
@@ -63,7 +63,7 @@ def lc_note(gap: bool) -> str:
 def run_one(model: str, direction: str, args) -> dict:
     from omegaconf import OmegaConf
 
-    from attnflow.run import train
+    from attnflow.training.run import train
     from support import compose_cfg
 
     src, tgt = direction.split("-")
@@ -100,7 +100,7 @@ def run_one(model: str, direction: str, args) -> dict:
 def evaluate(run_dir: Path, beam: int, length_penalty: float, split: str = "test") -> dict:
     """Re-decode ``split`` of a trained run with the current decoding code (its best checkpoint,
     its tokenizers) and score it like the task does: sacreBLEU, lower-cased BLEU, WER."""
-    from attnflow.translate import load, translate
+    from attnflow.cli.translate import load, translate
 
     model, dm, cfg = load(run_dir)
     src, refs = dm.split_text(split)
@@ -129,7 +129,7 @@ def _signature() -> str:
 
 
 def main(argv=None) -> int:
-    from attnflow.onednn import bound_primitive_cache
+    from attnflow.training.onednn import bound_primitive_cache
 
     bound_primitive_cache()  # trains in this process, as attnflow-train does (bf16 memory)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -5,7 +5,7 @@ decode test_2016 once with that choice (issue 13's selection; not a test).
         [--alphas 0.6 0.8 1.0 1.2] [--threads 1] [--test] [--out PATH]
 
 A run trained with ``callbacks.average`` keeps its best (or last) epochs' weights and their val
-scores (``checkpoints/avg/kept.json``, :mod:`attnflow.averaging`). The per-epoch val BLEU that
+scores (``checkpoints/avg/kept.json``, :mod:`attnflow.training.averaging`). The per-epoch val BLEU that
 chose them is greedy; test decodes with beam search and the GNMT length penalty
 ((5 + |y|)/6)^α (Wu et al. 2016, eq. 14). So for each N of ``--averages`` the N best kept epochs
 by their score are averaged (``checkpoints/avg-epochs-<e1>-<e2>….ckpt``, written once, the same
@@ -34,8 +34,8 @@ from pathlib import Path
 def _averaged(run_dir: Path, epochs: list) -> Path:
     """The checkpoint with the mean weights of ``epochs`` (written by attnflow-average's code the
     first time; reused after, never overwritten)."""
-    from attnflow.average_cli import plan
-    from attnflow.averaging import average_into
+    from attnflow.cli.average import plan
+    from attnflow.training.averaging import average_into
 
     name = "avg-epochs-" + "-".join(map(str, sorted(epochs))) + ".ckpt"
     path = run_dir / "checkpoints" / name
@@ -48,7 +48,7 @@ def _averaged(run_dir: Path, epochs: list) -> Path:
 def _scores(ckpts: list, split: str, decodings: list) -> tuple:
     """([{beam, alpha, sacrebleu, tok_lc_bleu, wer, …}] of ``split`` for each (beam, α), whether
     the run is lower-cased); the model (an ensemble for several checkpoints) is loaded once."""
-    from attnflow.translate import load_ensemble
+    from attnflow.cli.translate import load_ensemble
 
     model, dm, cfg = load_ensemble(ckpts)
     rows = decode(model, dm, "+".join(c.name for c in ckpts), split, decodings)
@@ -58,7 +58,7 @@ def _scores(ckpts: list, split: str, decodings: list) -> tuple:
 def decode(model, dm, name: str, split: str, decodings: list) -> list:
     """[{beam, alpha, sacrebleu, tok_lc_bleu, wer, …}] of a loaded ``model`` on ``split`` for each
     (beam, α), each printed under ``name`` as it is done."""
-    from attnflow.translate import translate
+    from attnflow.cli.translate import translate
     from mt_multi30k import scores
 
     src, refs = dm.split_text(split)
@@ -89,9 +89,9 @@ def main(argv=None) -> int:
 
     import torch
 
-    from attnflow.averaging import read_index, select_kept
-    from attnflow.checkpoints import CheckpointError
-    from attnflow.translate import TranslateError
+    from attnflow.training.averaging import read_index, select_kept
+    from attnflow.io.checkpoints import CheckpointError
+    from attnflow.cli.translate import TranslateError
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnflow.blocks.positional.sinusoidal import sinusoid_table
-from attnflow.registry import MODELS
+from attnflow.config.registry import MODELS
 from timing import print_rates, time_variants, write_result
 
 D, HEADS, FFN, LAYERS, DROPOUT, VOCAB, PAD = 256, 8, 1024, 3, 0.1, 8000, 0

@@ -20,7 +20,7 @@ Figures to read, from the same run: task / peer and task / rows (goal ≥ 1), an
 
 With ``--compare-bf16`` it times the ``task`` step alone in float32 and under bf16 autocast
 (alternating; what ``trainer.precision`` 32-true and bf16-mixed run) and prints their ratio beside
-what :mod:`attnflow.precision` finds of this CPU: where bfloat16 is emulated (no AVX512-BF16 or
+what :mod:`attnflow.training.precision` finds of this CPU: where bfloat16 is emulated (no AVX512-BF16 or
 AMX) bf16 is many times slower, which is why ``trainer.precision=auto`` picks 32-true there.
 
 With ``--batch-sizes 16 32 64`` it times the ``task`` step alone at those batch sizes instead
@@ -43,7 +43,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from attnflow.registry import TASKS
+from attnflow.config.registry import TASKS
 from attnflow.tasks.optim import make_optimizer
 from timing import print_rates, time_variants, write_result
 from transformer_throughput import PAD, build_attnflow, make_batch, step_args
@@ -112,7 +112,7 @@ def batch_sizes(args) -> None:
 
 def compare_bf16(args) -> None:
     """``--compare-bf16``: the task's step in float32 and under bf16 autocast, alternating."""
-    from attnflow.precision import native_bf16
+    from attnflow.training.precision import native_bf16
 
     batch = make_batch(args.batch, args.src_len, args.tgt_len)
     tokens = int((batch[3] != PAD).sum())

@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch
 from pytorch_lightning import Callback
 
-import attnflow.run as run_module
-from attnflow.run import train
+import attnflow.training.run as run_module
+from attnflow.training.run import train
 from support import FAST, compose_cfg
 
 # the default reverse experiment, tiny: 4 steps an epoch, dropout on (resume must restore its

@@ -1,7 +1,7 @@
 """Small run directories for the tests of the command-line tools (attnflow-eval, -predict,
 -translate), made in a second instead of trained for minutes (imported as `cli_runs`).
 
-:func:`fabricate_run` does what ``attnflow.run.train`` does up to ``Trainer.fit`` — the resolved
+:func:`fabricate_run` does what ``attnflow.training.run.train`` does up to ``Trainer.fit`` — the resolved
 config (``config.yaml``), the data module's saved files (``tokenizer/``, ``vocab.json``) and a
 checkpoint holding the resolved config and artifacts as Lightning's would — with the model's
 freshly initialised (seeded) weights. The tools only read these files, so what they compute can
@@ -22,8 +22,8 @@ import pytest
 import torch
 import yaml
 
-from attnflow.registry import DATA, MODELS, TASKS
-from attnflow.run import resolve_config
+from attnflow.config.registry import DATA, MODELS, TASKS
+from attnflow.training.run import resolve_config
 from support import compose_cfg
 
 QUIET = ["callbacks.progress_bar=none", "trainer.accelerator=cpu", "logger=none"]

@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 import attnflow  # noqa: F401  (the ${attnflow_root:} resolver; registries find their blocks on lookup)
-from attnflow.groups import field_overrides
+from attnflow.config.groups import field_overrides
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"
@@ -58,7 +58,7 @@ def train_cli(monkeypatch, *args: str) -> int:
 
     from hydra.core.global_hydra import GlobalHydra
 
-    from attnflow.train import main
+    from attnflow.cli.train import main
 
     monkeypatch.setattr(sys, "argv", ["attnflow-train", *args])
     handlers, level = logging.root.handlers[:], logging.root.level
@@ -154,7 +154,7 @@ def tiny_translation_task(dropout: float = 0.0, **task):
     """A translation task on a 1+1-layer, d=16 Transformer over 12 ids (seeded), for loss tests."""
     import torch
 
-    from attnflow.registry import MODELS, TASKS
+    from attnflow.config.registry import MODELS, TASKS
 
     torch.manual_seed(0)
     model = MODELS.build({"name": "transformer", "d_model": 16, "ffn_dim": 32, "encoder_layers": 1,

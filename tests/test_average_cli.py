@@ -1,4 +1,4 @@
-"""attnflow-average (attnflow/average_cli.py): a run stopped before its fit ended gets the averaged
+"""attnflow-average (attnflow/cli/average.py): a run stopped before its fit ended gets the averaged
 checkpoint the fit would have written — the mean of the kept epochs' weights, checked against
 weights recorded by a callback of the test — or of the epochs named; attnflow-eval reads it; and
 every problem is exit status 2 with a message naming the file or epoch, nothing written."""
@@ -11,8 +11,8 @@ import shutil
 import pytest
 import torch
 
-from attnflow.average_cli import main
-from attnflow.evaluate import main as eval_main
+from attnflow.cli.average import main
+from attnflow.cli.evaluate import main as eval_main
 from averaging_runs import load, mean_state, train_recorded
 from cli_runs import one_torch_thread  # noqa: F401  (autouse fixture: one torch thread)
 

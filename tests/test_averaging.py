@@ -1,4 +1,4 @@
-"""Checkpoint averaging (``callbacks.average``, attnflow/averaging.py): averaged.ckpt holds the
+"""Checkpoint averaging (``callbacks.average``, attnflow/training/averaging.py): averaged.ckpt holds the
 element-wise mean of the kept epochs' weights (checked against weights recorded by a callback of
 the test, not by the averaging code), last-N and best-N keep the right epochs, bad entries are
 refused before any work, the run's metrics are those of the averaged model (re-evaluated with
@@ -16,15 +16,15 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-import attnflow.run as run_module
-from attnflow.averaging import CheckpointAverage, average_state_dicts
-from attnflow.checkpoints import find_checkpoint
+import attnflow.training.run as run_module
+from attnflow.training.averaging import CheckpointAverage, average_state_dicts
+from attnflow.io.checkpoints import find_checkpoint
 from attnflow.data.parallel import load_tokenizer
-from attnflow.evaluate import main as eval_main
-from attnflow.registry import ConfigError
-from attnflow.resume import resume_config
-from attnflow.run import resolve_config, train
-from attnflow.training_state import atomic_torch_save
+from attnflow.cli.evaluate import main as eval_main
+from attnflow.config.registry import ConfigError
+from attnflow.training.resume import resume_config
+from attnflow.training.run import resolve_config, train
+from attnflow.training.state import atomic_torch_save
 from averaging_runs import TINY, load, mean_state, train_recorded
 from cli_runs import one_torch_thread  # noqa: F401  (autouse fixture: one torch thread)
 from support import DATA_DIR, compose_cfg, train_cli

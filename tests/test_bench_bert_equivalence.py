@@ -89,7 +89,7 @@ def test_attnflow_side_is_the_bert_mini_preset(bench):
     # what `attnflow-train model=bert_mini attention.dropout=0.1` builds, field for field
     from omegaconf import OmegaConf
 
-    from attnflow.registry import MODELS
+    from attnflow.config.registry import MODELS
     from support import compose_cfg
 
     preset = OmegaConf.to_container(compose_cfg(["model=bert_mini", "attention.dropout=0.1"]).model,

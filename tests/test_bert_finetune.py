@@ -16,7 +16,7 @@ from torch import nn
 from attnflow.data.errors import DataError
 from attnflow.data.pretraining import CLS, PAD, SEP, train_wordpiece
 from attnflow.data.text_classification import TextClassificationDataModule, collate_texts
-from attnflow.registry import ConfigError, DATA, TASKS
+from attnflow.config.registry import ConfigError, DATA, TASKS
 from attnflow.tasks.text_classification import TextClassificationTask
 
 POSITIVE = "good great wonderful brilliant moving superb".split()
@@ -269,7 +269,7 @@ TINY = ["model.d_model=32", "model.layers=2", "model.ffn_dim=64", "attention.hea
 
 
 def test_experiment_composes_with_the_tokenizer_following_init_from(tmp_path):
-    from attnflow.run import resolve_config
+    from attnflow.training.run import resolve_config
     from support import compose_cfg
 
     cfg = resolve_config(compose_cfg(["experiment=bert_imdb", f"model.init_from={tmp_path}"]))
@@ -285,7 +285,7 @@ def test_pretrain_then_finetune_end_to_end(tmp_path, caplog):
     """A tiny pretraining run on the review texts, then experiment=bert_imdb from it: the
     encoder is loaded (the report line), accuracy well above chance; an encoder of another width
     is refused before any training."""
-    from attnflow.run import train
+    from attnflow.training.run import train
     from support import compose_cfg
 
     corpus = tmp_path / "corpus.txt"

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnflow.registry import MODELS, ConfigError
+from attnflow.config.registry import MODELS, ConfigError
 from attnflow.tasks.bert_pretraining import BertPretrainingTask
 from support import compose_cfg
 

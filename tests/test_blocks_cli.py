@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from attnflow.blocks_cli import main
-from attnflow.registry import Registry
+from attnflow.cli.blocks import main
+from attnflow.config.registry import Registry
 
 
 def test_lists_every_block_with_fields(capsys):
@@ -31,7 +31,7 @@ def test_one_kind_and_unknown_kind(capsys):
 
 
 def test_console_script_is_installed():
-    proc = subprocess.run([sys.executable, "-m", "attnflow.blocks_cli", "normalizer"],
+    proc = subprocess.run([sys.executable, "-m", "attnflow.cli.blocks", "normalizer"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "softmax" in proc.stdout and "positive" in proc.stdout
 
@@ -39,7 +39,7 @@ def test_console_script_is_installed():
 def test_config_shows_what_a_run_uses_with_defaults_filled_in(capsys):
     import yaml
 
-    from attnflow.blocks_cli import main
+    from attnflow.cli.blocks import main
 
     assert main(["--config", "experiment=reverse_transformer", "scorer=dot"]) == 0
     shown = yaml.safe_load(capsys.readouterr().out)
@@ -55,8 +55,8 @@ def test_config_of_a_resumed_run_is_that_runs_and_bad_options_are_one_line(capsy
     attnflow-train makes; an option Hydra cannot find is its one message, not a traceback."""
     import yaml
 
-    from attnflow.blocks_cli import main
-    from attnflow.run import train
+    from attnflow.cli.blocks import main
+    from attnflow.training.run import train
     from support import FAST, compose_cfg
 
     run = tmp_path / "run"

@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from attnflow.data.shapes import ShapesCaptions, Vocab, collate
-from attnflow.registry import MODELS
+from attnflow.config.registry import MODELS
 from cli_runs import QUIET, one_torch_thread  # noqa: F401  (autouse fixture)
 
 SIZE = 48  # pixels per side of the training and held-out images
@@ -35,7 +35,7 @@ SHORT = ["experiment=caption_shapes", "model.encoder.channels=[16,32,64]", "data
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from attnflow.run import train
+    from attnflow.training.run import train
     from support import compose_cfg
 
     run_dir = tmp_path_factory.mktemp("grounding") / "run"

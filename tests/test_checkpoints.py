@@ -1,4 +1,4 @@
-"""attnflow/checkpoints.py: which checkpoint a run directory names, and safe reading."""
+"""attnflow/io/checkpoints.py: which checkpoint a run directory names, and safe reading."""
 
 import json
 import pickle
@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from attnflow.checkpoints import CheckpointError, find_checkpoint, read_checkpoint, torch_device
+from attnflow.io.checkpoints import CheckpointError, find_checkpoint, read_checkpoint, torch_device
 from support import ROOT
 
 
@@ -101,7 +101,7 @@ def test_a_sweep_folder_or_a_file_that_is_no_checkpoint_is_named_for_what_it_is(
     """attnflow-eval/-predict/-translate on a sweep folder said it was "a directory without
     checkpoints (expected <sweep>/checkpoints/*.ckpt)"; on a run's config.yaml that it "holds
     objects other than tensors …", with PyTorch's advice to set weights_only=False."""
-    from attnflow.evaluate import main as evaluate
+    from attnflow.cli.evaluate import main as evaluate
 
     sweep = tmp_path / "sweep"
     for job in ("0", "1", "10", "2"):
@@ -132,8 +132,8 @@ def test_a_sweep_folder_or_a_file_that_is_no_checkpoint_is_named_for_what_it_is(
 
 
 def test_configs_of_older_runs_are_upgraded_to_todays_fields():
-    from attnflow.checkpoints import upgrade_config
-    from attnflow.registry import MODELS, TASKS
+    from attnflow.io.checkpoints import upgrade_config
+    from attnflow.config.registry import MODELS, TASKS
 
     old = {"model": {"name": "transformer", "d_model": 16, "heads": 2, "ffn_dim": 32,
                      "encoder_layers": 1, "decoder_layers": 1, "attention_dropout": 0.1,
@@ -155,7 +155,7 @@ def test_configs_of_older_runs_are_upgraded_to_todays_fields():
 def test_a_config_without_data_or_model_is_named_as_such(tmp_path):
     """load_run names what is wrong: no config at all, or a config (the checkpoint's or the run's
     config.yaml) that is not a run config — not "config.yaml is missing" when it is there."""
-    from attnflow.checkpoints import load_run
+    from attnflow.io.checkpoints import load_run
 
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
@@ -177,7 +177,7 @@ def test_a_fine_tuned_run_is_rebuilt_without_its_pretraining_run(tmp_path):
     model.init_from (a pretraining run, maybe moved or deleted since) is not read again."""
     import torch
 
-    from attnflow.checkpoints import load_run
+    from attnflow.io.checkpoints import load_run
 
     (tmp_path / "checkpoints").mkdir()
     cfg = {"data": {"name": "text_classification"}, "task": {"name": "text_classification"},
@@ -216,5 +216,5 @@ def test_a_path_that_is_no_run_is_refused_before_torch_is_imported(tmp_path, too
     assert proc.stdout == ""
     imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines()
                 if line.startswith("import time:")}
-    assert "attnflow.checkpoints" in imported  # the import log is read
+    assert "attnflow.io.checkpoints" in imported  # the import log is read
     assert not {"torch", "pytorch_lightning"} & imported

@@ -12,9 +12,9 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from attnflow.blocks.scorers.base import Scorer
-from attnflow.groups import check_shared_groups, consumed_groups, field_overrides
-from attnflow.registry import MODELS, Registry, SCORERS, ConfigError
-from attnflow.run import resolve_config, train
+from attnflow.config.groups import check_shared_groups, consumed_groups, field_overrides
+from attnflow.config.registry import MODELS, Registry, SCORERS, ConfigError
+from attnflow.training.run import resolve_config, train
 from support import CONF, FAST, compose_cfg, readme_block_example
 
 # -- a scorer written here, in the test, and nowhere else ------------------------------------------
@@ -241,7 +241,7 @@ def test_a_nested_block_swapped_by_name_drops_the_fields_set_for_the_old_one(bas
     typed, so an encoder could be swapped only with ~deletions, and never in a sweep. Now those
     fields are left out with a warning and the new encoder gets its own defaults; a field the user
     types for the new block is still refused, and without the swap the model file's fields stay."""
-    from attnflow.registry import ENCODERS
+    from attnflow.config.registry import ENCODERS
 
     swap = [*base, "model.encoder.name=transformer_encoder", *extra]
     with pytest.warns(UserWarning, match=rf"encoder 'transformer_encoder' has no field {left_out}: set "
@@ -264,7 +264,7 @@ def test_a_nested_block_swapped_by_name_drops_the_fields_set_for_the_old_one(bas
 def test_a_sweep_over_a_nested_blocks_name_gives_each_job_its_blocks_fields():
     """-m model.encoder.name=rnn,transformer_encoder: the pre-check composes both jobs as they will
     run; the transformer job leaves out the rnn fields (before: refused for them, no job started)."""
-    from attnflow.sweeps import check_sweep_values
+    from attnflow.config.sweeps import check_sweep_values
 
     with pytest.warns(UserWarning, match="model.encoder.hidden_dim: set for the encoder that "
                                          "model.encoder.name=transformer_encoder replaced"):
@@ -283,7 +283,7 @@ def test_a_field_typed_under_a_block_left_at_its_default_tunes_that_block():
     files name the block through a shared group (rnnsearch's decoder: ``${attention}``), the typed
     field is still refused, pointing to the group, since filling it would drop the group's block."""
     from attnflow.models.encoder_decoder import EncoderDecoder  # noqa: F401 (registered models)
-    from attnflow.registry import ATTENTIONS, ENCODERS
+    from attnflow.config.registry import ATTENTIONS, ENCODERS
 
     swap = ["model=rnnsearch", "model.encoder.name=transformer_encoder", "model.encoder.d_model=32"]
     def build(*extra):  # with Hydra's node, as attnflow-train composes it (the typed overrides)
@@ -322,7 +322,7 @@ def test_a_block_swapped_by_name_over_a_shared_group_says_what_it_left():
     directly (model.encoder, no group) swaps without it."""
     import warnings
 
-    from attnflow.registry import AttnflowWarning
+    from attnflow.config.registry import AttnflowWarning
 
     swap = ["experiment=reverse_bahdanau", "model.decoder.attention.name=multihead"]
     with pytest.warns(AttnflowWarning) as said:
@@ -347,7 +347,7 @@ def test_a_block_swapped_by_name_over_a_shared_group_says_what_it_left():
 def test_a_sweep_over_a_default_blocks_field_runs_every_job():
     """-m model.encoder.attention.heads=1,2 under a swapped-in transformer encoder: each job fills
     the default attention block (before: the pre-check refused the sweep, no job started)."""
-    from attnflow.sweeps import check_sweep_values
+    from attnflow.config.sweeps import check_sweep_values
 
     def sweep(*values):  # as attnflow-train hands it over (field_overrides: ++ for plain fields)
         return check_sweep_values(field_overrides(
@@ -435,7 +435,7 @@ def test_every_group_file_names_a_registered_block():
 def test_an_image_encoder_in_a_sequence_model_is_refused_before_any_work(overrides, field, tmp_path):
     """Image encoders take images, not (x, lengths): a text model with one failed only at its first
     batch; now refused naming the field and the sequence encoders."""
-    from attnflow.run import train
+    from attnflow.training.run import train
 
     with pytest.raises(ConfigError) as err:
         train(compose_cfg(overrides), tmp_path)
@@ -478,7 +478,7 @@ def test_an_image_encoder_in_a_sequence_model_is_refused_before_any_work(overrid
     (["experiment=han_imdb", "data.max_vocab=2"], "data.max_vocab=2 (at 'data.max_vocab') leaves no word "
                                                   "beside <pad>, <unk>"),
     (["experiment=bert_pretrain_imdb", "model.type_vocab_size=1"], "next-sentence prediction gives two segments"),
-    # the callbacks entries are typed configs too (attnflow.callbacks: CheckpointConfig, ...)
+    # the callbacks entries are typed configs too (attnflow.training.callbacks: CheckpointConfig, ...)
     (["callbacks.attention_maps.examples=-2"], "(at 'callbacks.attention_maps.examples') must be >= 0"),
     (["+callbacks.early_stopping={patience: -3}"], "(at 'callbacks.early_stopping.patience') must be >= 0"),
     (["callbacks.checkpoint.save_top_k=-2"], "must be >= -1 (-1 keeps every checkpoint), got -2"),
@@ -493,7 +493,7 @@ def test_an_image_encoder_in_a_sequence_model_is_refused_before_any_work(overrid
     (["trainer.gradient_clip_val=-1"], "(at 'trainer.gradient_clip_val') must be >= 0"),
 ])
 def test_a_value_out_of_its_fields_range_is_refused_before_any_work(overrides, says, tmp_path):
-    """Bounds live in the fields' annotations (attnflow.registry.Range): what torch refused only
+    """Bounds live in the fields' annotations (attnflow.config.registry.Range): what torch refused only
     deep inside the build or at the first step (a dropout of 1.5, a negative learning rate, a label
     smoothing of 2), or accepted silently (a negative warm-up, a negative patience), is a
     ConfigError naming the field before anything is read or written; the callbacks entries are

@@ -18,10 +18,10 @@ from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import RichProgressBar
 from torch.utils.data import DataLoader, TensorDataset
 
-from attnflow.console import BARS, print_metrics
-from attnflow.progress import TextProgressBar, progress_bar
-from attnflow.registry import ConfigError
-from attnflow.run import resolve_config
+from attnflow.io.console import BARS, print_metrics
+from attnflow.training.progress import TextProgressBar, progress_bar
+from attnflow.config.registry import ConfigError
+from attnflow.training.run import resolve_config
 from support import CONF, ROOT, compose_cfg
 
 
@@ -85,7 +85,7 @@ def test_text_progress_lines_follow_the_steps_and_epochs(capsys, tmp_path):
 def test_a_run_resumed_mid_epoch_times_only_the_batches_it_trains(capsys, monkeypatch):
     """Lightning starts no epoch when a run resumes mid-epoch (no on_train_epoch_start): the rate,
     eta and epoch time count from the first batch trained, not from nothing (was 4e11 it/s)."""
-    import attnflow.progress as progress
+    import attnflow.training.progress as progress
 
     now = [1000.0]
     monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
@@ -146,8 +146,8 @@ def test_the_final_metrics_title_names_the_weights_they_are_of(tmp_path, capsys)
     """callbacks.checkpoint.save_top_k=0 keeps no best checkpoint, so the run evaluates its last
     weights; the table said "final metrics (best checkpoint)" all the same. Its title now comes
     from the run's summary: best, averaged, or last weights."""
-    from attnflow.run import train
-    from attnflow.train import _print_summary, evaluated_weights
+    from attnflow.training.run import train
+    from attnflow.cli.train import _print_summary, evaluated_weights
     from support import FAST
 
     args = [*FAST, "logger=none", "trainer.limit_train_batches=2", "trainer.limit_val_batches=2",
@@ -165,7 +165,7 @@ def test_the_final_metrics_title_names_the_weights_they_are_of(tmp_path, capsys)
 HELP = """
 import sys
 sys.argv = ["attnflow-train", {flag!r}]
-from attnflow.train import main
+from attnflow.cli.train import main
 main()
 print("MODULES", sorted(m for m in ("torch", "hydra", "pytorch_lightning", "lightning", "optuna") if m in sys.modules))
 """
@@ -220,7 +220,7 @@ def test_help_lists_every_group_and_option_without_heavy_imports():
 
 def test_short_help_is_the_same_and_hydra_help_stays_reachable():
     assert _help("-h").stdout == _help("--help").stdout
-    proc = subprocess.run([sys.executable, "-m", "attnflow.train", "--hydra-help"], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "attnflow.cli.train", "--hydra-help"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert proc.returncode == 0 and "== Flags ==" in proc.stdout and "--multirun" in proc.stdout
 
@@ -231,7 +231,7 @@ def test_help_says_which_plugins_are_not_installed(monkeypatch):
     which extra installs it, and Hydra's own options say nothing."""
     import importlib.util
 
-    from attnflow.cli_help import train_help
+    from attnflow.cli.help import train_help
 
     real = importlib.util.find_spec
 

@@ -15,8 +15,8 @@ from PIL import Image
 from attnflow.data.documents import DocumentDataModule
 from attnflow.data.examples import spread_over_labels
 from attnflow.data.synthetic_graph import SyntheticGraphDataModule
-from attnflow.registry import DATA, MODELS, TASKS
-from attnflow.run import resolve_config, train
+from attnflow.config.registry import DATA, MODELS, TASKS
+from attnflow.training.run import resolve_config, train
 from support import compose_cfg
 from test_loggers import _wandb_log, _wandb_run, wandb_env  # noqa: F401 (wandb_env: a fixture)
 
@@ -170,7 +170,7 @@ def test_gat_run_logs_neighbourhood_maps_and_embedding_each_validation(tmp_path,
 
 
 def test_neighbourhoods_gather_each_nodes_incoming_alpha():
-    from attnflow.graph_viz import neighbourhoods
+    from attnflow.viz.graph import neighbourhoods
 
     # edges j -> t; two layers with 2 and 1 heads
     ei = torch.tensor([[0, 1, 2, 3, 2], [2, 2, 2, 2, 0]])
@@ -185,7 +185,7 @@ def test_neighbourhoods_gather_each_nodes_incoming_alpha():
 
 
 def test_embedding_picture_has_a_class_legend():
-    from attnflow.graph_viz import embedding_figure
+    from attnflow.viz.graph import embedding_figure
 
     fig = embedding_figure(torch.randn(30, 5), torch.arange(30) % 3, torch.tensor([[0, 1], [1, 2]]),
                            torch.tensor([0.5, 1.0]), class_names=["a", "b", "c"])

@@ -13,7 +13,7 @@ from PIL import Image
 
 from attnflow.data.captioning import tokenize_caption
 from attnflow.data.errors import DataError
-from attnflow.registry import DATA, ConfigError
+from attnflow.config.registry import DATA, ConfigError
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3  # the contract's ids
 RGB = {"red": (1.0, 0.0, 0.0), "green": (0.0, 1.0, 0.0), "blue": (0.0, 0.0, 1.0),
@@ -292,7 +292,7 @@ def test_captions_artifacts_round_trip(folder, tmp_path):
     assert all(torch.equal(mine[k], theirs[k]) for k in mine)
     with pytest.raises(ConfigError, match="trained on features"):
         captions(folder).setup_evaluation(tmp_path, {**art, "input": "features"}, "val")
-    from attnflow.evaluate import _refuse_unread
+    from attnflow.cli.evaluate import _refuse_unread
 
     data = DATA.validate({"name": "captions"}, "data")  # the Karpathy file: train_split is read
     cfg = {"task": {"name": "captioning"}, "data": data}

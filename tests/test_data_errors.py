@@ -19,8 +19,8 @@ from attnflow.data.documents import DocumentDataModule
 from attnflow.data.errors import DataError
 from attnflow.data.parallel import ParallelDataModule
 from attnflow.data.planetoid import read_planetoid
-from attnflow.registry import ConfigError
-from attnflow.run import train
+from attnflow.config.registry import ConfigError
+from attnflow.training.run import train
 from support import compose_cfg, train_cli
 
 SENTENCES = [("ein mann schläft .", "a man sleeps ."), ("eine frau liest .", "a woman reads ."),

@@ -222,7 +222,7 @@ def test_bad_input_is_named(tmp_path, corpus):
 @pytest.mark.skipif(not (DATA_DIR / "imdb" / "train.jsonl.gz").is_file(),
                     reason=f"IMDB not found under {DATA_DIR}/imdb (set ATTNFLOW_DATA_DIR)")
 def test_imdb_preset_builds_from_the_config_tree(tmp_path):
-    from attnflow.registry import DATA
+    from attnflow.config.registry import DATA
 
     cfg = compose_cfg(["data=bert_pretraining", "data.limit_train=200", "data.limit_val=40",
                        "data.vocab_size=2000", f"paths.data_dir={DATA_DIR}"])
@@ -246,7 +246,7 @@ def test_documents_and_text_field_are_each_read_by_one_corpus_format(tmp_path, c
     assert read_documents(rows, text_field="body") != read_documents(rows)
     txt = corpus / "train.txt"
     assert read_documents(txt, text_field="body") == read_documents(txt)
-    from attnflow.registry import DATA
+    from attnflow.config.registry import DATA
 
     inert = lambda **f: set(DATA.inert_fields(DATA.validate({"name": "bert_pretraining", **f}, "data")))  # noqa: E731
     assert inert(train_path="a.jsonl.gz", val_path="b.jsonl") == {"data.documents"}
@@ -264,8 +264,8 @@ def test_documents_and_text_field_are_each_read_by_one_corpus_format(tmp_path, c
      ["data.text_field=review (at 'data.text_field') does nothing", ".txt"]),
 ])
 def test_a_corpus_field_its_files_leave_unread_is_refused_before_any_work(overrides, says, tmp_path):
-    from attnflow.registry import ConfigError
-    from attnflow.run import train
+    from attnflow.config.registry import ConfigError
+    from attnflow.training.run import train
 
     with pytest.raises(ConfigError) as err:
         # (small, so that a run which accepts the field is short)

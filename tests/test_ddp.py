@@ -28,9 +28,9 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 
-from attnflow.distributed import check_multirun_strategy
-from attnflow.registry import ConfigError
-from attnflow.run import train
+from attnflow.training.distributed import check_multirun_strategy
+from attnflow.config.registry import ConfigError
+from attnflow.training.run import train
 from support import ROOT, compose_cfg, train_cli
 
 TRAIN = str(Path(sys.executable).parent / "attnflow-train")  # the console script, as users run it
@@ -122,7 +122,7 @@ def _gat_ddp_run(overrides, root, monkeypatch):
     script's run instead (trainer=ddp, as for the default experiment), read from its log."""
     import torch
 
-    import attnflow.run as run_module
+    import attnflow.training.run as run_module
 
     run = root / "ddp"
     if torch.cuda.is_initialized():  # e.g. an earlier test of this pytest worker on a GPU machine

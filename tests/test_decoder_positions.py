@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from attnflow.blocks.decoders.base import takes_positions
-from attnflow.registry import MODELS
+from attnflow.config.registry import MODELS
 from support import PAD, pair_batch, tiny_translation_task
 
 SMALL = {"embed_dim": 8, "hidden_dim": 8}

@@ -1,4 +1,4 @@
-"""Greedy decoding and batched beam search (attnflow.decoding) through the decoder protocol."""
+"""Greedy decoding and batched beam search (attnflow.blocks.decoders.decoding) through the decoder protocol."""
 
 import itertools
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnflow.blocks.decoders.base import reorder_state
-from attnflow.decoding import beam_search, greedy_decode, length_penalty_factor
+from attnflow.blocks.decoders.decoding import beam_search, greedy_decode, length_penalty_factor
 from attnflow.models.seq2seq import Seq2Seq
 
 BOS, EOS, V = 1, 2, 7

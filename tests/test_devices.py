@@ -1,4 +1,4 @@
-"""``trainer.devices`` is checked before any work (attnflow.distributed.parse_devices) and agrees
+"""``trainer.devices`` is checked before any work (attnflow.training.distributed.parse_devices) and agrees
 with what Lightning itself accepts when it builds the Trainer: Lightning's parsers are the oracle."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import warnings
 
 import pytest
 
-from attnflow.distributed import parse_devices
-from attnflow.registry import ConfigError
+from attnflow.training.distributed import parse_devices
+from attnflow.config.registry import ConfigError
 
 FORMS = ["auto", 1, 2, "2", " 3 ", -1, "-1", 0, "0", -5, "abc", "", [0], [1, 3], [0, 0], [], "0,1",
          "1,", "0, 2", "0;1"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from attnflow.registry import SCORERS, reload_plugins
+from attnflow.config.registry import SCORERS, reload_plugins
 from support import readme_block_example
 
 PACKAGE = Path(__file__).resolve().parent.parent / "attnflow"
@@ -21,8 +21,8 @@ def test_importing_a_block_module_does_not_import_lightning_or_pyg():
     code = textwrap.dedent("""
         import sys
         import attnflow.blocks.scorers.dot
-        import attnflow.registry
-        from attnflow.registry import SCORERS
+        import attnflow.config.registry
+        from attnflow.config.registry import SCORERS
         SCORERS.build({"name": "additive"}, 4, 4)
         heavy = [m for m in ("pytorch_lightning", "lightning", "torch_geometric") if m in sys.modules]
         assert not heavy, heavy

@@ -1,4 +1,4 @@
-"""``callbacks.ema`` (attnflow/ema.py): the exponential moving average of the weights.
+"""``callbacks.ema`` (attnflow/training/ema.py): the exponential moving average of the weights.
 
 Checked against the test's own record of θ after every optimiser step (a callback of the test),
 with θ̄ computed here by the formula: θ̄ = θ at the first update (step ``start_step``), then
@@ -16,10 +16,10 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-import attnflow.run as run_module
-from attnflow.registry import ConfigError
-from attnflow.resume import resume_config
-from attnflow.run import train
+import attnflow.training.run as run_module
+from attnflow.config.registry import ConfigError
+from attnflow.training.resume import resume_config
+from attnflow.training.run import train
 from averaging_runs import TINY, load
 from support import compose_cfg
 
@@ -182,7 +182,7 @@ def test_a_checkpoint_saved_after_the_fit_keeps_the_trained_weights_to_resume(tm
     """After the fit the module holds θ̄ (what the runner evaluates without a checkpoint); a
     checkpoint written then (last.ckpt of a fit stopped between validations) must still keep θ as
     the state a resume continues from, and θ̄ as its weights."""
-    from attnflow.ema import ExponentialMovingAverage
+    from attnflow.training.ema import ExponentialMovingAverage
 
     steps, module = Steps(), _Line()
     trainer = pl.Trainer(max_epochs=2, callbacks=[ExponentialMovingAverage(decay=BETA, start_step=START,
@@ -205,8 +205,8 @@ def test_a_checkpoint_saved_after_the_fit_keeps_the_trained_weights_to_resume(tm
 
 def test_an_empty_entry_is_the_defaults():
     """``callbacks.ema={}`` takes effect (β 0.999 from step 0), rather than reading as no EMA."""
-    from attnflow.run import build_callbacks, resolve_config
-    from attnflow.ema import ExponentialMovingAverage
+    from attnflow.training.run import build_callbacks, resolve_config
+    from attnflow.training.ema import ExponentialMovingAverage
 
     cfg = resolve_config(compose_cfg([*TINY, "callbacks.ema={}"]))
     emas = [cb for cb in build_callbacks(cfg["callbacks"], Path("unused")) if isinstance(cb, ExponentialMovingAverage)]

@@ -10,8 +10,8 @@ import sys
 import pytest
 import torch
 
-from attnflow.registry import ConfigError
-from attnflow.run import train
+from attnflow.config.registry import ConfigError
+from attnflow.training.run import train
 from support import FAST, ROOT, compose_cfg, train_cli
 
 
@@ -114,7 +114,7 @@ def test_a_zero_epoch_or_step_limit_trains_nothing_and_fast_dev_run_sets_its_own
     step. fast_dev_run replaces both limits (one epoch of its batches), so the zero check lets it
     pass (typed on the command line beside fast_dev_run, the limit is refused as unread:
     tests/test_overrides.py::test_fast_dev_run_sets_the_limits_itself_so_a_typed_one_is_refused)."""
-    from attnflow.run import resolve_config
+    from attnflow.training.run import resolve_config
     from support import fit_tiny
 
     steps = lambda **limits: fit_tiny(**limits).global_step  # noqa: E731
@@ -126,7 +126,7 @@ def test_a_zero_epoch_or_step_limit_trains_nothing_and_fast_dev_run_sets_its_own
 def test_callbacks_with_what_they_need_are_accepted():
     """The other side of those refusals: a logger for lr_monitor, a training metric to stop on
     without validation, validation in the last epoch."""
-    from attnflow.run import resolve_config
+    from attnflow.training.run import resolve_config
 
     for overrides in (["callbacks.lr_monitor=true", "logger=csv"],
                       ["callbacks.early_stopping={monitor: train/loss}", "trainer.limit_val_batches=0"],
@@ -139,7 +139,7 @@ def test_a_test_pass_on_no_batch_is_refused_only_where_the_run_tests():
     """The other side of refusing test=true with trainer.limit_test_batches=0: no test (test=false;
     typed beside it, the limit is refused as unread: tests/test_overrides.py), fast_dev_run's own
     limit, some test batches; and validation switched off (limit_val_batches=0) stays a way to train."""
-    from attnflow.run import resolve_config
+    from attnflow.training.run import resolve_config
 
     for overrides in (["test=false", "trainer.limit_test_batches=0"],
                       ["trainer.fast_dev_run=true", "trainer.limit_test_batches=0"],
@@ -151,7 +151,7 @@ def test_a_test_pass_on_no_batch_is_refused_only_where_the_run_tests():
 def test_a_validation_schedule_past_the_last_epoch_is_refused_only_where_nothing_validates():
     """The other side of the check_val_every_n_epoch refusal: validation in the last epoch,
     switched off on purpose, every epoch (fast_dev_run), counted in steps, or a run ended by time."""
-    from attnflow.run import resolve_config
+    from attnflow.training.run import resolve_config
 
     for overrides in (["trainer.max_epochs=2", "trainer.check_val_every_n_epoch=2"],
                       ["trainer.check_val_every_n_epoch=2", "trainer.limit_val_batches=0"],
@@ -176,7 +176,7 @@ def test_bert_inputs_longer_than_its_positions_are_refused_before_any_work(tmp_p
         assert not (tmp_path / "run").exists()
     train_ok = compose_cfg(["experiment=bert_imdb", "data.max_len=600", "model.max_len=600",
                             "positional.max_len=600"])
-    from attnflow.run import resolve_config
+    from attnflow.training.run import resolve_config
     assert resolve_config(train_ok)["data"]["max_len"] == 600
 
 
@@ -194,7 +194,7 @@ def test_learned_positions_shorter_than_the_data_are_refused_before_any_work(tmp
     """A learned position table refused a longer sequence only at the first such batch, mid-run
     (decoding the first validation batch, for reverse). The bound is the table's length against
     the data config's longest sequence; one position fewer is refused, exactly enough builds."""
-    from attnflow.run import resolve_config
+    from attnflow.training.run import resolve_config
 
     short = [*overrides, "positional=learned", f"positional.max_len={longest - 1}"]
     with pytest.raises(ConfigError, match=rf"positional.max_len={longest - 1} \(learned positions\) "
@@ -232,7 +232,7 @@ def test_learned_positions_of_a_models_own_encoder_shorter_than_its_input_are_re
     a message pointing at the shared positional group, which those models do not use. Now one
     position fewer than the data gives the encoder is refused before any work, naming the
     encoder's own field; exactly enough resolves."""
-    from attnflow.run import resolve_config
+    from attnflow.training.run import resolve_config
 
     short = [*overrides, *SWAP_ENCODER, f"model.encoder.positional.max_len={longest - 1}"]
     with pytest.raises(ConfigError, match=rf"model.encoder.positional.max_len={longest - 1} \(learned "
@@ -254,7 +254,7 @@ def test_heads_of_a_models_own_encoder_are_checked_naming_its_fields(tmp_path, o
     """transformer_encoder inside seq2seq or self_attentive: heads that do not divide its width were
     refused telling the user to change attention.heads, a shared group these models refuse as
     unused. The message names the encoder's own field; a width the heads divide builds."""
-    from attnflow.run import resolve_config
+    from attnflow.training.run import resolve_config
 
     cmd = ["model.encoder.name=transformer_encoder", *overrides]
     heads = 3 if "model.encoder.attention.heads=3" in overrides else 8
@@ -362,9 +362,9 @@ def test_a_refused_field_that_takes_its_value_from_another_names_that_one(tmp_pa
 
 
 def _cli(*args, tmp_path, interpreter=()):
-    """``python [INTERPRETER] -m attnflow.train ARGS`` in a fresh interpreter."""
+    """``python [INTERPRETER] -m attnflow.cli.train ARGS`` in a fresh interpreter."""
     env = dict(os.environ, ATTNFLOW_OUTPUT_DIR=str(tmp_path), HYDRA_FULL_ERROR="0")
-    return subprocess.run([sys.executable, *interpreter, "-m", "attnflow.train", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, *interpreter, "-m", "attnflow.cli.train", *args], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -393,8 +393,8 @@ def test_attnflows_warnings_are_one_line_without_its_source(tmp_path, monkeypatc
     command line. attnflow-train prints it as ``attnflow: warning: …``; others keep Python's form."""
     import warnings
 
-    from attnflow.console import plain_warnings
-    from attnflow.registry import AttnflowWarning
+    from attnflow.io.console import plain_warnings
+    from attnflow.config.registry import AttnflowWarning
 
     code, out, err = _main(monkeypatch, capsys, tmp_path, "model=rnnsearch",
                            "model.encoder.name=transformer_encoder", "model.encoder.d_model=30")
@@ -479,7 +479,7 @@ def test_a_test_split_that_is_not_there_is_refused_before_any_step(tmp_path, mon
 def test_a_data_error_after_training_keeps_the_run(tmp_path, monkeypatch, capsys):
     """The same error after training steps (here: from the checkpoint averaging that follows the
     fit) keeps everything the run wrote: its checkpoints and config.yaml."""
-    from attnflow import averaging
+    from attnflow.training import averaging
     from attnflow.data.errors import DataError
 
     def fail(*args, **kwargs):
@@ -540,7 +540,7 @@ def test_cli_unknown_group_option_lists_options(tmp_path):
     (["+sed=3"], "the config has no top-level key 'sed'"),
 ])
 def test_a_name_missing_from_conf_is_refused_in_one_line(args, refused):
-    from attnflow.cli_help import unknown_override
+    from attnflow.cli.help import unknown_override
 
     assert unknown_override(args, ROOT / "conf").startswith(refused)
 
@@ -555,7 +555,7 @@ def test_a_name_missing_from_conf_is_refused_in_one_line(args, refused):
     ["hydra.searchpath=[file:///elsewhere]", "experiment=mine", "mygroup=x"],
 ])
 def test_group_options_it_cannot_judge_are_left_to_hydra(args):
-    from attnflow.cli_help import unknown_override
+    from attnflow.cli.help import unknown_override
 
     assert unknown_override(args, ROOT / "conf") is None
 
@@ -563,7 +563,7 @@ def test_group_options_it_cannot_judge_are_left_to_hydra(args):
 def test_a_foreign_hydra_plugin_leaves_group_options_to_hydra(tmp_path, monkeypatch):
     """A Hydra plugin other than attnflow's launchers and sweeper may add a config folder (its
     search-path plugin), whose options and groups the check cannot see."""
-    from attnflow.cli_help import unknown_override
+    from attnflow.cli.help import unknown_override
 
     assert unknown_override(["experiment=mine"], ROOT / "conf").startswith("experiment has no option")
     (tmp_path / "hydra_plugins" / "my_searchpath").mkdir(parents=True)  # a namespace package's part
@@ -573,7 +573,7 @@ def test_a_foreign_hydra_plugin_leaves_group_options_to_hydra(tmp_path, monkeypa
 
 
 def test_a_non_finite_loss_stops_training_naming_the_step(tmp_path):
-    from attnflow.callbacks import NonFiniteLossError
+    from attnflow.training.callbacks import NonFiniteLossError
 
     cfg = compose_cfg([*FAST, "task.optim.lr=1e30", "trainer.gradient_clip_val=null", "logger=none"])
     with pytest.raises(NonFiniteLossError, match=r"training loss is (nan|inf|-inf) at epoch 0, step \d+"):
@@ -595,7 +595,7 @@ def test_under_ddp_any_ranks_non_finite_loss_stops_every_rank():
     in the next all-reduce for a rank that has stopped): the ranks' decision is an any-reduce."""
     from types import SimpleNamespace
 
-    from attnflow.callbacks import NonFiniteLossError, StopOnNonFiniteLoss
+    from attnflow.training.callbacks import NonFiniteLossError, StopOnNonFiniteLoss
 
     asked = []
 

@@ -14,8 +14,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnflow.evaluate import main
-from attnflow.run import train
+from attnflow.cli.evaluate import main
+from attnflow.training.run import train
 from cli_runs import (GRAPH, document_files, document_overrides, fabricate_run,
                       one_torch_thread, parallel_files, translation_overrides, write_jsonl)
 # one_torch_thread: an autouse fixture, in effect by being imported
@@ -24,7 +24,7 @@ from support import DATA_DIR, compose_cfg
 
 @pytest.fixture(scope="module")
 def gat_run(tmp_path_factory):
-    """A GAT trained for 2 epochs on a generated graph (attnflow.run.train: a real run directory)."""
+    """A GAT trained for 2 epochs on a generated graph (attnflow.training.run.train: a real run directory)."""
     run = tmp_path_factory.mktemp("gat_run")
     train(compose_cfg([*GRAPH, "trainer.max_epochs=2", "trainer.enable_model_summary=false"]), run)
     return run
@@ -140,7 +140,7 @@ def test_a_graph_with_another_feature_size_is_a_clear_error(gat_run, capsys):
 
 
 def test_documents_on_another_file_without_the_training_file(tmp_path, capsys):
-    from attnflow.predict import load, predict
+    from attnflow.cli.predict import load, predict
 
     docs = document_files(tmp_path / "docs")
     run = fabricate_run(document_overrides(docs), tmp_path / "han")
@@ -197,8 +197,8 @@ def test_documents_on_another_file_without_the_training_file(tmp_path, capsys):
 def test_a_validation_only_data_field_is_refused_where_the_test_split_is_evaluated(data, task, field):
     """Each of these modules' setup_evaluation reads the evaluated split's file (draws its
     examples) only: the validation split's field was accepted with split=test and changed nothing."""
-    from attnflow.evaluate import _refuse_unread
-    from attnflow.registry import ConfigError, DATA
+    from attnflow.cli.evaluate import _refuse_unread
+    from attnflow.config.registry import ConfigError, DATA
 
     data = DATA.validate(data, "data")
     cfg = {"task": {"name": task}, "data": data}
@@ -232,8 +232,8 @@ def test_what_evaluation_leaves_to_training_is_what_it_does_not_read(tmp_path):
     for a, b in zip(*batches):
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     # BERT's classification data likewise loads the run's tokenizer: its tokenizer fields too
-    from attnflow.evaluate import _refuse_unread
-    from attnflow.registry import ConfigError, DATA
+    from attnflow.cli.evaluate import _refuse_unread
+    from attnflow.config.registry import ConfigError, DATA
 
     data = DATA.validate({"name": "text_classification", "train_path": "t", "val_path": "v"}, "data")
     cfg = {"task": {"name": "text_classification"}, "data": data}
@@ -251,8 +251,8 @@ def test_what_bert_pretraining_evaluation_leaves_to_training_is_what_it_does_not
     masked batches (the masking draws random ids below the tokenizer's vocabulary size, not
     data.vocab_size). max_len, which cuts the instances, is read."""
     from attnflow.data.pretraining import PretrainingDataModule
-    from attnflow.evaluate import _refuse_unread
-    from attnflow.registry import ConfigError, DATA
+    from attnflow.cli.evaluate import _refuse_unread
+    from attnflow.config.registry import ConfigError, DATA
 
     rng = np.random.default_rng(0)
     for name, docs in (("train.txt", 30), ("dev.txt", 12), ("other.txt", 5)):  # a document a line
@@ -286,8 +286,8 @@ def test_shapes_evaluation_draws_no_training_image_so_train_size_is_refused(tmp_
     """A shapes run evaluated loads its vocabulary and draws only the evaluated split, from seeds
     of its own: data.train_size changed nothing there (accepted and recorded before)."""
     from attnflow.data.captioning import ShapesDataModule
-    from attnflow.evaluate import _refuse_unread
-    from attnflow.registry import ConfigError, DATA
+    from attnflow.cli.evaluate import _refuse_unread
+    from attnflow.config.registry import ConfigError, DATA
 
     trained = ShapesDataModule(train_size=8, val_size=4, test_size=4, size=48)
     trained.setup()
@@ -311,7 +311,7 @@ def test_translation_on_another_test_set_without_the_training_files(tmp_path, ca
     from sacrebleu.metrics import BLEU
 
     from attnflow.data.parallel import PAD, collate
-    from attnflow.translate import load, translate
+    from attnflow.cli.translate import load, translate
 
     data = parallel_files(tmp_path / "data")
     run = fabricate_run(translation_overrides(data), tmp_path / "mt")

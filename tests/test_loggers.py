@@ -12,10 +12,10 @@ import pytest
 import yaml
 from PIL import Image
 
-from attnflow.loggers import (build_loggers, run_identity, sweep_group, typed_overrides,
+from attnflow.training.loggers import (build_loggers, run_identity, sweep_group, typed_overrides,
                               validate_loggers)
-from attnflow.registry import ConfigError
-from attnflow.run import resolve_config, train
+from attnflow.config.registry import ConfigError
+from attnflow.training.run import resolve_config, train
 from support import FAST, compose_cfg
 
 SHORT = [*FAST, "trainer.limit_train_batches=2", "trainer.limit_val_batches=1",
@@ -259,8 +259,8 @@ def test_online_w_and_b_without_credentials_is_refused_before_any_work(monkeypat
 
 
 def test_old_logger_layout_is_refused_with_the_new_one_and_upgraded_from_checkpoints():
-    from attnflow.checkpoints import upgrade_config
-    from attnflow.run import validate_config
+    from attnflow.io.checkpoints import upgrade_config
+    from attnflow.training.run import validate_config
 
     old = resolve_config(compose_cfg([]))
     old["logger"] = {"name": "wandb", "project": "p"}
@@ -360,7 +360,7 @@ def test_the_wandb_group_and_name_are_the_runs_own_or_refused_when_they_differ()
 def test_long_wandb_names_stay_apart_when_cut(tmp_path, wandb_env):
     """W&B names are cut to 128 characters; sweep jobs whose swept value comes last keep distinct
     names (a digest of the whole name ends the cut one)."""
-    from attnflow.loggers import wandb_logger
+    from attnflow.training.loggers import wandb_logger
 
     long = "mt_transformer " + " ".join(f"task.optim.option_{i}=value_{i}" for i in range(6))
     names = {wandb_logger(str(tmp_path / s), {"name": f"{long} scorer={s}"})._wandb_init["name"]
@@ -372,7 +372,7 @@ def test_wandb_runs_have_the_train_job_type_and_no_anonymous_warning(tmp_path, w
     """W&B's runs table groups by job type: an attnflow run is a ``train`` job, unless
     $WANDB_JOB_TYPE (W&B's own variable) names another. wandb.init is not given the
     ``anonymous`` setting W&B warns about on every run."""
-    from attnflow.loggers import wandb_logger
+    from attnflow.training.loggers import wandb_logger
 
     monkeypatch.delenv("WANDB_JOB_TYPE", raising=False)
     init = wandb_logger(str(tmp_path), {"name": "x"})._wandb_init  # what wandb.init is given
@@ -421,7 +421,7 @@ def test_a_sweep_over_experiments_is_one_group(tmp_path):
 
 
 def test_a_multirun_makes_one_named_wandb_run_per_job_in_one_group(tmp_path, wandb_env, monkeypatch):
-    from attnflow.train import main
+    from attnflow.cli.train import main
 
     sweep = tmp_path / "sweep"
     # attnflow-train -m, in this process (Hydra's basic launcher runs the jobs one after another)

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from attnflow.blocks.encoders.transformer import TransformerEncoder
-from attnflow.registry import ATTENTIONS, MODELS, ConfigError
+from attnflow.config.registry import ATTENTIONS, MODELS, ConfigError
 from support import compose_cfg
 
 V = 50
@@ -236,7 +236,7 @@ def test_the_head_must_fit_the_data():
 
 
 def test_each_head_names_the_interface_of_its_data_and_task():
-    from attnflow.registry import DATA, TASKS
+    from attnflow.config.registry import DATA, TASKS
 
     heads = MODELS.get("bert").head_interfaces
     assert heads["pretraining"] == DATA.get("bert_pretraining").interface == \
@@ -249,8 +249,8 @@ def test_the_composition_check_reads_the_head_before_any_work():
     """BERT's batches depend on model.head: the check before any work reads the config's head
     (pretraining: MLM/NSP pairs; sequence: labelled texts), so a head that does not fit the data
     is refused naming what each side works on, and the fitting ones pass."""
-    from attnflow.registry import ConfigError
-    from attnflow.run import resolve_config
+    from attnflow.config.registry import ConfigError
+    from attnflow.training.run import resolve_config
     from support import compose_cfg
 
     for fits in (["experiment=bert_pretrain_imdb"], ["experiment=bert_imdb"]):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnflow.registry import DATA, MODELS, ConfigError
-from attnflow.run import check_model_builds, resolve_config, train
+from attnflow.config.registry import DATA, MODELS, ConfigError
+from attnflow.training.run import check_model_builds, resolve_config, train
 from support import DATA_DIR, FAST, compose_cfg
 
 GRAPH = ["experiment=gat_synthetic", "trainer.max_epochs=1", "callbacks.progress_bar=none"]

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnflow.registry import MODELS, ConfigError
-from attnflow.run import resolve_config
+from attnflow.config.registry import MODELS, ConfigError
+from attnflow.training.run import resolve_config
 from support import compose_cfg
 
 V = 11

@@ -7,10 +7,10 @@ import itertools
 import pytest
 import torch
 
-from attnflow.decoding import beam_search, greedy_decode
+from attnflow.blocks.decoders.decoding import beam_search, greedy_decode
 from attnflow.models.ensemble import Ensemble
 from attnflow.models.seq2seq import Seq2Seq
-from attnflow.registry import MODELS
+from attnflow.config.registry import MODELS
 
 BOS, EOS, V = 1, 2, 7
 

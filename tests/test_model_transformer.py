@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnflow.registry import ATTENTIONS, MODELS, ConfigError
-from attnflow.run import resolve_config
+from attnflow.config.registry import ATTENTIONS, MODELS, ConfigError
+from attnflow.training.run import resolve_config
 from omegaconf import OmegaConf
 from support import compose_cfg
 
@@ -137,7 +137,7 @@ def test_rnn_decoder_with_relative_attention_is_a_config_error():
 
 @pytest.mark.parametrize("kw", [{}, {"scorer": {"name": "additive"}}])
 def test_beam_search_one_is_greedy_and_static_memory_changes_nothing(kw, monkeypatch):
-    from attnflow.decoding import beam_search, greedy_decode
+    from attnflow.blocks.decoders.decoding import beam_search, greedy_decode
 
     torch.manual_seed(0)
     model = small(**kw).double().eval()
@@ -164,7 +164,7 @@ def test_an_aggregator_that_does_not_give_d_model_is_refused_before_any_work(ove
     """A Transformer layer adds the attention's output to its d_model residual: `aggregator=mean`
     (one head's size) passed the meta-device build and failed at the sanity check with a tensor
     size RuntimeError, after config.yaml was written and the data made."""
-    from attnflow.run import train
+    from attnflow.training.run import train
 
     model = OmegaConf.to_container(compose_cfg(overrides).model, resolve=True)
     attention = ATTENTIONS.build(model["attention"], wants, wants, wants)  # what a layer would get

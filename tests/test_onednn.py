@@ -1,4 +1,4 @@
-"""attnflow.onednn: the console scripts bound oneDNN's primitive cache before any tensor work, and
+"""attnflow.training.onednn: the console scripts bound oneDNN's primitive cache before any tensor work, and
 the bound takes effect (a shape used again after more distinct shapes than the bound is built
 again) unless the user exported a value of their own."""
 
@@ -12,14 +12,15 @@ import textwrap
 import pytest
 import torch
 
-from attnflow import evaluate, onednn, predict, train, translate
+from attnflow.cli import evaluate, predict, train, translate
+from attnflow.training import onednn
 
 # One bf16 product of shape n×256 · 256×64 for n = 1, then 2…299, then 1 again, with oneDNN's
 # creation log on: the last product's primitive is either still cached (cache_hit) or built again.
 SCRIPT = textwrap.dedent("""
     import sys
     if sys.argv[1] == "bound":
-        from attnflow.onednn import bound_primitive_cache
+        from attnflow.training.onednn import bound_primitive_cache
         bound_primitive_cache()
     import torch
     torch.set_num_threads(1)

@@ -8,7 +8,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Timer
 
-from attnflow.registry import ConfigError
+from attnflow.config.registry import ConfigError
 from attnflow.tasks import optim
 
 

@@ -1,5 +1,5 @@
 """Overrides of fields that the rest of the config leaves unread are refused before any work
-(attnflow.overrides); each "unread" claim is first checked against the block's behaviour."""
+(attnflow.config.overrides); each "unread" claim is first checked against the block's behaviour."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import torch
 
 from attnflow.blocks.decoders.luong import LuongDecoder
 from attnflow.data.synthetic_graph import SyntheticGraphDataModule, make_sbm_graph
-from attnflow.overrides import inert_fields, typed_fields
-from attnflow.registry import DATA, ENCODERS, MODELS, ConfigError
-from attnflow.run import resolve_config, train
+from attnflow.config.overrides import inert_fields, typed_fields
+from attnflow.config.registry import DATA, ENCODERS, MODELS, ConfigError
+from attnflow.training.run import resolve_config, train
 from attnflow.tasks.optim import OptimConfig, configure, lr_factor
 from support import compose_cfg, fit_tiny
 
@@ -306,8 +306,8 @@ def test_attention_maps_during_training_need_a_dashboard_logger(tmp_path):
 
 
 def test_in_a_sweep_a_field_read_by_some_jobs_is_accepted_and_its_jobs_run():
-    from attnflow.groups import field_overrides
-    from attnflow.sweeps import check_sweep_values
+    from attnflow.config.groups import field_overrides
+    from attnflow.config.sweeps import check_sweep_values
     from support import CONF
 
     argv = ["-m", "model.encoder.layers=1,2", "model.encoder.dropout=0.3"]
@@ -325,8 +325,8 @@ def test_in_a_sweep_a_field_read_by_some_jobs_is_accepted_and_its_jobs_run():
     ["-m", "experiment=gat_cora_const", "seed=1,2", "data.seed=3", "data.loader=full,khop"],
 ])
 def test_a_sweep_over_a_conditional_space_of_groups_or_fields_is_accepted(argv):
-    from attnflow.groups import field_overrides
-    from attnflow.sweeps import check_sweep_values
+    from attnflow.config.groups import field_overrides
+    from attnflow.config.sweeps import check_sweep_values
     from support import CONF
 
     assert check_sweep_values(field_overrides(argv, CONF), CONF) is None
@@ -343,8 +343,8 @@ def test_a_field_an_interpolation_reads_is_read(tmp_path):
 
 
 def test_a_glob_sweep_is_left_to_hydra():
-    from attnflow.groups import field_overrides
-    from attnflow.sweeps import check_sweep_values
+    from attnflow.config.groups import field_overrides
+    from attnflow.config.sweeps import check_sweep_values
     from support import CONF
 
     argv = ["-m", "experiment=glob(gat_cora_*)", "model.heads=4"]
@@ -424,7 +424,7 @@ def test_checkpoint_mode_ranks_nothing_without_a_kept_checkpoint_a_monitor_or_av
     the config sets (a null monitor is the task's, ranked by the task's direction)."""
     from pathlib import Path
 
-    from attnflow.report import Run, choose_metric
+    from attnflow.cli.report import Run, choose_metric
 
     base = [*GRAPH, "trainer.max_epochs=2", "logger=none", "callbacks.attention_maps.examples=0",
             "callbacks.checkpoint.save_top_k=0", "callbacks.checkpoint.save_last=true"]
@@ -492,7 +492,7 @@ def test_log_every_n_steps_without_a_logger_is_refused_when_typed(bar, shown, tm
 def test_log_every_n_steps_under_the_auto_bar_is_read_where_it_prints_lines(monkeypatch):
     """callbacks.progress_bar=auto is the text bar where the output is not a terminal (a pipe, a
     log file: what pytest gives), the rich bar on one."""
-    import attnflow.console as console
+    import attnflow.io.console as console
 
     typed = [*GRAPH, "logger=none", "callbacks.progress_bar=auto", "trainer.log_every_n_steps=5"]
     assert resolve_config(compose_cfg(typed, return_hydra_config=True))["trainer"]["log_every_n_steps"] == 5
@@ -517,8 +517,8 @@ def test_a_sweep_weighs_log_every_n_steps_over_its_jobs_and_their_terminals(monk
     import io
     import sys
 
-    from attnflow.groups import field_overrides
-    from attnflow.sweeps import check_sweep_values
+    from attnflow.config.groups import field_overrides
+    from attnflow.config.sweeps import check_sweep_values
     from support import CONF
 
     class Terminal(io.StringIO):
@@ -576,8 +576,8 @@ def test_the_data_dir_of_the_environment_is_not_an_override(monkeypatch):
 
 
 def test_a_data_dir_typed_for_a_sweep_is_refused_only_where_no_job_reads_it():
-    from attnflow.groups import field_overrides
-    from attnflow.sweeps import check_sweep_values
+    from attnflow.config.groups import field_overrides
+    from attnflow.config.sweeps import check_sweep_values
     from support import CONF
 
     check = lambda *argv: check_sweep_values(field_overrides(["-m", *argv], CONF), CONF)  # noqa: E731

@@ -60,7 +60,7 @@ def test_wheel_install_trains_from_any_folder(tmp_path):
     assert Path(where[0]).is_relative_to(site) and Path(where[1]) == site / "attnflow" / "conf", where
 
     run = tmp_path / "run"
-    _run([sys.executable, "-m", "attnflow.train", "trainer.fast_dev_run=true", "data.train_size=64",
+    _run([sys.executable, "-m", "attnflow.cli.train", "trainer.fast_dev_run=true", "data.train_size=64",
           "data.val_size=16", "data.test_size=16", "callbacks.progress_bar=none", "logger=none",
           f"hydra.run.dir={run}"], work, env=env, timeout=300)
     assert "metrics" in json.loads((run / "metrics.json").read_text())

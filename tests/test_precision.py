@@ -1,5 +1,5 @@
 """bf16 mixed precision, gradient accumulation and gradient clipping, all at once, for every task
-family on the CPU (and, where a CUDA GPU is, the reversal and graph cases on it), through the runner (``attnflow.run.train``) with the config overrides a user
+family on the CPU (and, where a CUDA GPU is, the reversal and graph cases on it), through the runner (``attnflow.training.run.train``) with the config overrides a user
 types: ``trainer.precision=bf16-mixed trainer.accumulate_grad_batches=2
 trainer.gradient_clip_val=C``.
 
@@ -28,7 +28,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-import attnflow.run as run
+import attnflow.training.run as run
 from support import DATA_DIR, compose_cfg
 
 CLIP = 0.05
@@ -228,7 +228,7 @@ def test_float32_matmul_precision_holds_while_training_and_is_put_back(tmp_path,
     assert ("train", "medium") in seen and all(p == "medium" for _, p in seen), seen
     assert torch.get_float32_matmul_precision() == before
 
-    from attnflow.callbacks import Float32MatmulPrecision
+    from attnflow.training.callbacks import Float32MatmulPrecision
     cb = Float32MatmulPrecision("high")  # in a spawned process: PyTorch's default until setup
     cb.setup(None, None, "fit")
     assert torch.get_float32_matmul_precision() == "high"

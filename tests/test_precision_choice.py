@@ -1,4 +1,4 @@
-"""``trainer.precision=auto`` and the warning for bf16 where it is emulated (attnflow.precision).
+"""``trainer.precision=auto`` and the warning for bf16 where it is emulated (attnflow.training.precision).
 
 What is checked:
 - the CPU probe agrees with an independent reading of the kernel's CPU flags (/proc/cpuinfo:
@@ -22,9 +22,9 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-import attnflow.precision as precision
-import attnflow.run as run
-from attnflow.registry import ConfigError
+import attnflow.training.precision as precision
+import attnflow.training.run as run
+from attnflow.config.registry import ConfigError
 from support import compose_cfg
 
 TINY = ["data.train_size=64", "data.val_size=32", "data.test_size=32", "data.batch_size=32",
@@ -167,7 +167,7 @@ def test_the_gpu_trainer_on_this_gpu_trains_bf16_from_ampere_on(tmp_path, monkey
 
 
 def test_eval_takes_auto(tmp_path, monkeypatch, capsys):
-    from attnflow.evaluate import evaluate
+    from attnflow.cli.evaluate import evaluate
 
     run.train(compose_cfg(TINY), tmp_path / "run")
     monkeypatch.setattr(precision, "cpu_bf16", lambda: (False, "the stand-in CPU"))

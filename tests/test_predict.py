@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-import attnflow.predict as predict_mod
-from attnflow.predict import main
+import attnflow.cli.predict as predict_mod
+from attnflow.cli.predict import main
 from cli_runs import (GRAPH, assert_streams, document_files, document_overrides, fabricate_run,
                       one_torch_thread, parallel_files, translation_overrides, write_jsonl)
 # one_torch_thread: an autouse fixture, in effect by being imported
@@ -124,7 +124,7 @@ def test_save_attention_self_attentive_hops(runs, tmp_path, capsys):
 
 # -- graphs -----------------------------------------------------------------------------------------
 def _rebuild_gat(run):
-    from attnflow.registry import DATA, MODELS
+    from attnflow.config.registry import DATA, MODELS
 
     ckpt = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
     cfg = ckpt["attnflow_config"]

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import torch
 
-import attnflow.predict as predict_mod
-from attnflow.predict import main
-from attnflow.registry import MODELS
+import attnflow.cli.predict as predict_mod
+from attnflow.cli.predict import main
+from attnflow.config.registry import MODELS
 from cli_runs import QUIET, assert_streams, fabricate_run, one_torch_thread, write_jsonl  # noqa: F401
 from support import CHROMIUM, CHROMIUM_MISSING, chromium_dom
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 from PIL import Image
 
-from attnflow.predict import main
-from attnflow.registry import MODELS, TASKS
+from attnflow.cli.predict import main
+from attnflow.config.registry import MODELS, TASKS
 from cli_runs import (QUIET, fabricate_run, one_torch_thread,  # noqa: F401  (autouse fixture)
                       parallel_files, translation_overrides)
 
@@ -29,7 +29,7 @@ def run(tmp_path_factory):
     """A tiny captioning run trained for a few steps (2 batches), and three images: two shapes
     pictures saved as PNG (one at another size: resized on reading) and a JPEG."""
     from attnflow.data.shapes import make_example
-    from attnflow.run import train
+    from attnflow.training.run import train
     from support import compose_cfg
 
     base = tmp_path_factory.mktemp("caption_run")
@@ -157,7 +157,7 @@ def test_attention_must_name_a_png(run, tmp_path, capsys):
 
 
 def test_region_features_of_the_wrong_size_are_named(tmp_path):
-    from attnflow.predict_image import ImagePredictError, read_input
+    from attnflow.cli.predict_image import ImagePredictError, read_input
 
     model = MODELS.build({"name": "captioner", "encoder": {"name": "features"},
                           "decoder": {"name": "rnn_attention", "cell": "lstm", "embed_dim": 4,

@@ -9,7 +9,7 @@ from typing import Annotated, List, Literal, Optional, Union
 import pytest
 from torch import nn
 
-from attnflow.registry import (ATTENTIONS, SCORERS, BlockSpec, ConfigError, Range, Registry,
+from attnflow.config.registry import (ATTENTIONS, SCORERS, BlockSpec, ConfigError, Range, Registry,
                                reload_plugins, type_name)
 from support import readme_block_example
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from attnflow.report import MISSING, main
+from attnflow.cli.report import MISSING, main
 from support import CHROMIUM, CHROMIUM_MISSING, FAST, chromium_dom, chromium_flags, train_cli
 
 # FAST, smaller still, with two epochs so that learning curves have two points.
@@ -148,7 +148,7 @@ def test_sweep_report_matches_the_jobs(sweep, sweep_report):
 
 
 def test_learning_curves_follow_the_csv_history(sweep):
-    from attnflow.report import history, read_run
+    from attnflow.cli.report import history, read_run
 
     run = read_run(sweep / "0", "0")
     rows = read_csv(sweep / "0" / "csv" / "version_0" / "metrics.csv")
@@ -196,7 +196,7 @@ def test_status_is_one_line_and_a_damaged_first_run_is_never_shown_best(sweep, t
     first, among the ok runs, by its metrics; "N with metrics" counted the ok runs."""
     from rich.console import Console
 
-    from attnflow.report import build, print_table
+    from attnflow.cli.report import build, print_table
 
     copy = _copy(sweep, tmp_path / "sweep")
     (copy / "0" / "config.yaml").write_text("a: [1, 2\nb: c\n")
@@ -501,7 +501,7 @@ def test_a_report_overwrites_nothing_but_an_earlier_report_of_the_same_path(swee
 def test_an_output_under_a_file_is_refused_before_the_runs_are_read(tmp_path, capsys, monkeypatch):
     """-o notes.txt/rep was refused only when the report was written (after the runs were read),
     with mkdir's "Not a directory" that did not say which part is a file."""
-    import attnflow.report as report_mod
+    import attnflow.cli.report as report_mod
 
     run, notes = tmp_path / "run", tmp_path / "notes.txt"
     run.mkdir()

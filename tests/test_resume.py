@@ -20,9 +20,9 @@ import pytest
 import torch
 import yaml
 
-from attnflow.resume import ResumeError, from_hydra, prepare_argv, resume_config
-from attnflow.run import train
-from attnflow.training_state import SafeCheckpointIO
+from attnflow.training.resume import ResumeError, from_hydra, prepare_argv, resume_config
+from attnflow.training.run import train
+from attnflow.training.state import SafeCheckpointIO
 from support import FAST, ROOT, compose_cfg, train_cli
 
 # The default experiment, small: 16 steps an epoch, 2 epochs, dropout on (so that the random
@@ -45,7 +45,7 @@ def _env(root: Path) -> dict:
 
 def _start(root: Path, name: str, args) -> subprocess.Popen:
     log = open(root / f"{name}.log", "w")
-    return subprocess.Popen([sys.executable, "-m", "attnflow.train", *args], cwd=root,
+    return subprocess.Popen([sys.executable, "-m", "attnflow.cli.train", *args], cwd=root,
                             env=_env(root), stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -67,7 +67,7 @@ def _ckpt(path: Path) -> dict:
 def stopped(tmp_path_factory):
     """A run 'k' SIGKILLed just after its first epoch's checkpoint (so, early in the second) and
     a run 's' interrupted there with SIGINT (W&B offline too), each a new interpreter running
-    ``python -m attnflow.train`` (not a fork of this process: a fork after OpenMP's thread pool
+    ``python -m attnflow.cli.train`` (not a fork of this process: a fork after OpenMP's thread pool
     started can hang in the child); 'k' resumed with ``resume=<dir>`` the same way, 's' from
     Python (``resume_config``);
     the uninterrupted reference 'u' trains in this process meanwhile (with this process's thread
@@ -396,7 +396,7 @@ def test_resumes_of_a_run_validated_every_second_epoch(tmp_path, monkeypatch, ca
 
 
 def test_an_output_folder_under_a_file_is_refused_naming_it(tmp_path, monkeypatch, capsys):
-    from attnflow.resume import check_output_folders
+    from attnflow.training.resume import check_output_folders
 
     blocker = tmp_path / "afile"
     blocker.write_text("not a folder\n")
@@ -422,7 +422,7 @@ def test_an_empty_path_variable_is_refused_before_hydra(tmp_path, monkeypatch, c
     err = _main(monkeypatch, capsys, "data.train_size=64", "trainer.max_epochs=1")
     assert err.startswith(f"attnflow: ${var} is set but empty") and f"give {field}=" in err, err
     assert err.count("\n") == 1 and list(tmp_path.iterdir()) == []
-    from attnflow.resume import check_output_folders
+    from attnflow.training.resume import check_output_folders
 
     check_output_folders([f"{field}={tmp_path / 'x'}"])  # the field typed: the variable is not read
 
@@ -442,7 +442,7 @@ def test_hydra_job_chdir_is_refused_before_hydra(tmp_path, monkeypatch, capsys, 
                           f"directory"), err
     assert "relative paths" in err and "drop it" in err and err.count("\n") == 1
     assert list(tmp_path.iterdir()) == []
-    from attnflow.resume import check_output_folders
+    from attnflow.training.resume import check_output_folders
 
     check_output_folders(["hydra.job.chdir=false"])  # the default, typed: nothing changes
 
@@ -478,7 +478,7 @@ def test_a_run_folder_the_mode_does_not_read_is_refused_before_hydra(tmp_path, m
 
 
 def test_output_root_is_read_where_the_run_folder_is_built_from_it(monkeypatch, tmp_path):
-    from attnflow.resume import check_output_folders
+    from attnflow.training.resume import check_output_folders
 
     check_output_folders(["paths.output_root=elsewhere", "hydra.run.dir=${paths.output_root}/mine"])
     check_output_folders(["paths.output_root=elsewhere"])
@@ -643,7 +643,7 @@ def test_the_random_streams_survive_a_weights_only_checkpoint(tmp_path):
 
     import numpy as np
 
-    from attnflow.training_state import rng_state, set_rng_state
+    from attnflow.training.state import rng_state, set_rng_state
 
     torch.manual_seed(3), np.random.seed(3), random.seed(3)
     np.random.normal()  # a cached Gaussian in numpy's state
@@ -674,7 +674,7 @@ def test_checkpoints_are_read_weights_only_also_on_resume(finished, tmp_path, mo
     torch.save(ckpt, last)
     with pytest.raises(ResumeError, match=r"not unpickled \(weights_only=True\)"):
         prepare_argv([f"resume={run}", "trainer.max_epochs=2"])
-    from attnflow.checkpoints import CheckpointError
+    from attnflow.io.checkpoints import CheckpointError
 
     with pytest.raises(CheckpointError, match="weights_only"):  # Lightning's load goes through this
         SafeCheckpointIO().load_checkpoint(last)
@@ -716,7 +716,7 @@ def _validations(run: Path) -> tuple:
     over all their versions (the first part and each resume), named as the top-k files are
     (Lightning logs a validation in fit at the step count before its batch's step is counted:
     CSV step s is global step s + 1); [val/loss of the validation of the best checkpoint after
-    each part's fit] (each version's last row: attnflow.run.train validates it then)."""
+    each part's fit] (each version's last row: attnflow.training.run.train validates it then)."""
     import csv
 
     fit, best = {}, []

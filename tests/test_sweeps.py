@@ -20,9 +20,9 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from attnflow.registry import ConfigError, MODELS, DATA
-from attnflow.run import resolve_config
-from attnflow.sweeps import (check_optimized_metric, check_sweep_values, final_metric_names,
+from attnflow.config.registry import ConfigError, MODELS, DATA
+from attnflow.training.run import resolve_config
+from attnflow.config.sweeps import (check_optimized_metric, check_sweep_values, final_metric_names,
                              missing_plugin, required_plugins)
 from support import CONF, FAST, compose_cfg, train_cli
 
@@ -139,7 +139,7 @@ def test_a_metric_the_config_switches_off_is_refused_before_any_work(tmp_path):
         check_optimized_metric(compose_cfg(["optimized_metric=val/penalty"]))
     assert check_optimized_metric(compose_cfg(["optimized_metric=val/penalty",
                                                "task.penalty_weight=0.1"])) == "val/penalty"
-    from attnflow.run import resolve_config
+    from attnflow.training.run import resolve_config
 
     with pytest.raises(ConfigError, match="val/penalty"):
         resolve_config(compose_cfg(["experiment=self_attentive_imdb", "callbacks.checkpoint.monitor=val/penalty",
@@ -151,7 +151,7 @@ def test_a_metric_the_config_switches_off_is_refused_before_any_work(tmp_path):
 def test_cli_metric_the_run_did_not_report_fails_after_it(monkeypatch, capsys, tmp_path):
     """A metric the config check expects that the run did not log (e.g. captioning's grounding,
     which needs region boxes in the data): the run's own metrics are named."""
-    import attnflow.sweeps as sweeps
+    import attnflow.config.sweeps as sweeps
 
     names = sweeps.final_metric_names
     monkeypatch.setattr(sweeps, "final_metric_names", lambda cfg: [*names(cfg), "val/unlogged"])
@@ -165,7 +165,7 @@ def test_cli_metric_the_run_did_not_report_fails_after_it(monkeypatch, capsys, t
     assert all(name in err for name in summary["metrics"])
     # the run records its failure (exit 2 after metrics.json), and attnflow-report does not say ok
     assert summary["failed"].startswith("optimized_metric 'val/unlogged' was not reported")
-    from attnflow.report import read_run
+    from attnflow.cli.report import read_run
 
     assert read_run(run, "run").status.startswith("failed: optimized_metric 'val/unlogged'")
 
@@ -351,7 +351,7 @@ def test_a_stored_study_is_continued_only_by_its_own_command(monkeypatch, capsys
     import yaml
     from omegaconf import OmegaConf
 
-    from attnflow.sweeps import _other_study_command
+    from attnflow.config.sweeps import _other_study_command
 
     sweep = tmp_path / "study"
     (sweep / "0" / ".hydra").mkdir(parents=True)
@@ -518,7 +518,7 @@ def test_without_the_extra_one_line_says_what_to_install(argv, hidden, extra, tm
                     raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
         sys.meta_path.insert(0, Hide())
         sys.argv = ["attnflow-train", *{argv!r}]
-        from attnflow.train import main
+        from attnflow.cli.train import main
         main()
     """)
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(), capture_output=True,
@@ -548,7 +548,7 @@ def test_a_small_grid_is_checked_job_by_job_and_a_large_one_pair_by_pair(caplog)
     rest at their first (so a value refused alone is named alone), then in a grid of at most
     COMBINATIONS_CHECKED jobs the remaining ones, each once; in a larger grid, jobs holding every
     pair of two keys' values, up to JOBS_CHECKED jobs in all."""
-    from attnflow.sweeps import COMBINATIONS_CHECKED, JOBS_CHECKED, _trials
+    from attnflow.config.sweeps import COMBINATIONS_CHECKED, JOBS_CHECKED, _trials
 
     trials = _trials({"a": ["1", "2"], "b": ["x", "y", "z"]})
     assert trials[:4] == [(None, {"a": "1", "b": "x"}), ("a", {"a": "2", "b": "x"}),
@@ -576,7 +576,7 @@ def test_a_small_grid_is_checked_job_by_job_and_a_large_one_pair_by_pair(caplog)
 
     n = 10  # 100 pairs of two keys' values need 100 jobs: only JOBS_CHECKED are composed, with a warning
     space = {"a": [str(i) for i in range(n)], "b": [str(i) for i in range(n)]}
-    with caplog.at_level(logging.WARNING, logger="attnflow.sweeps"):
+    with caplog.at_level(logging.WARNING, logger="attnflow.config.sweeps"):
         big = _trials(space)
     assert len(big) == JOBS_CHECKED < n * n
     assert len(pairs_held(space, big)) == JOBS_CHECKED

@@ -13,10 +13,10 @@ import torch
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 from torch import nn
 
-from attnflow.registry import TASKS, ConfigError, Registry
-from attnflow.callbacks import AttentionMaps
-from attnflow.run import build_callbacks, resolve_config, train
-from attnflow.checkpoints import upgrade_task_config
+from attnflow.config.registry import TASKS, ConfigError, Registry
+from attnflow.training.callbacks import AttentionMaps
+from attnflow.training.run import build_callbacks, resolve_config, train
+from attnflow.io.checkpoints import upgrade_task_config
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
 from support import DATA_DIR, FAST, compose_cfg

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from attnflow.registry import TASKS
+from attnflow.config.registry import TASKS
 from attnflow.tasks.bert_pretraining import BertPretrainingTask
 
 CLS, SEP, MASK, PAD = 1, 2, 3, 0
@@ -183,7 +183,7 @@ def _corpus(path, n_docs, seed):
 def test_pretraining_run_lowers_mlm_loss_well_below_ln_vocab(tmp_path):
     import json
 
-    from attnflow.run import train
+    from attnflow.training.run import train
     from support import compose_cfg
 
     train_file = _corpus(tmp_path / "train.txt", 300, 0)
@@ -221,8 +221,8 @@ def test_pretraining_run_lowers_mlm_loss_well_below_ln_vocab(tmp_path):
 @pytest.mark.parametrize("override, names", [("task=classification", "task 'classification'"),
                                              ("model=transformer", "model 'transformer'")])
 def test_pretraining_does_not_compose_with_other_families(override, names):
-    from attnflow.registry import ConfigError
-    from attnflow.run import resolve_config
+    from attnflow.config.registry import ConfigError
+    from attnflow.training.run import resolve_config
     from support import compose_cfg
 
     with pytest.raises(ConfigError, match=f"do not fit together.*{names}"):
@@ -234,7 +234,7 @@ def test_imdb_composition_validates():
 
     if not (DATA_DIR / "imdb" / "train.jsonl.gz").is_file():
         pytest.skip(f"IMDB not found under {DATA_DIR / 'imdb'} (set ATTNFLOW_DATA_DIR)")
-    from attnflow.run import resolve_config
+    from attnflow.training.run import resolve_config
 
     cfg = resolve_config(compose_cfg(["experiment=bert_pretrain_imdb"]))
     assert (cfg["data"]["name"], cfg["model"]["name"], cfg["task"]["name"]) == (

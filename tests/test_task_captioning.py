@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from attnflow.registry import MODELS, TASKS
+from attnflow.config.registry import MODELS, TASKS
 from attnflow.tasks.captioning_metrics import box_masks, grounding_sums, named_cells
 
 V, PAD, BOS, EOS = 9, 0, 1, 2
@@ -126,8 +126,8 @@ def test_refusals():
 def test_lambda_without_attention_is_refused_before_any_data():
     """decoder 'rnn' has no attention: λ > 0 (given, or the task's default 1) is a config error
     from resolve_config, not a failure at the first training step; λ = 0 resolves."""
-    from attnflow.registry import ConfigError
-    from attnflow.run import resolve_config
+    from attnflow.config.registry import ConfigError
+    from attnflow.training.run import resolve_config
     from support import compose_cfg
 
     rnn = ["data=shapes", "model=captioner", "task=captioning", "model.decoder.name=rnn",

@@ -17,8 +17,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnflow.registry import DATA, MODELS, TASKS, ConfigError
-from attnflow.run import build_callbacks, resolve_config, train
+from attnflow.config.registry import DATA, MODELS, TASKS, ConfigError
+from attnflow.training.run import build_callbacks, resolve_config, train
 from support import compose_cfg
 
 POSITIVE = "good great wonderful brilliant moving superb".split()
@@ -133,7 +133,7 @@ def test_a_run_logs_each_tasks_metrics_under_its_name_and_is_evaluated(files, tm
     """A 3-step run: train/{task}/…, val/{task}/… and {split}/loss = Σ λ_t L_t; one tokenizer
     trained for both tasks; attnflow-eval reproduces the final metrics; attnflow-predict refuses."""
     import attnflow.data.text_classification as text_data
-    from attnflow.evaluate import evaluate
+    from attnflow.cli.evaluate import evaluate
 
     trained = []
     original = text_data.train_wordpiece
@@ -163,7 +163,7 @@ def test_a_run_logs_each_tasks_metrics_under_its_name_and_is_evaluated(files, tm
     for k in ("val/loss", "val/polarity/acc", "val/rating/acc", "val/rating/f1"):
         assert evaluated["metrics"][k] == pytest.approx(m[k], rel=1e-5), k
     # attnflow-predict does not label multitask runs: one line, exit status 2
-    from attnflow.predict import main as predict_main
+    from attnflow.cli.predict import main as predict_main
 
     assert predict_main([str(run), "a good film"]) == 2
 
@@ -246,7 +246,7 @@ def test_init_from_loads_the_encoder_and_the_heads_are_new(files, tmp_path, capl
 def test_monitor_metric_names_depend_on_the_tasks(files, tmp_path):
     from pytorch_lightning.callbacks import ModelCheckpoint
 
-    from attnflow.sweeps import check_optimized_metric
+    from attnflow.config.sweeps import check_optimized_metric
 
     cfg = config(files, "callbacks.checkpoint.monitor=val/rating/acc")
     task = build(cfg)[2]

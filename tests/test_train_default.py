@@ -7,7 +7,7 @@ import json
 import torch
 
 from attnflow.data.synthetic import ReverseDataModule
-from attnflow.run import train
+from attnflow.training.run import train
 from support import compose_cfg
 
 SHORT = ["data.train_size=4000", "data.val_size=200", "data.test_size=200", "data.max_len=10",
@@ -27,7 +27,7 @@ def test_default_experiment_learns_reversal(tmp_path):
     # Rebuild from the checkpoint's stored config and check α on held-out reversals: output token
     # t attends most to source position S-1-t (the anti-diagonal), or, after this short training
     # while the bidirectional states still blur neighbours, to its neighbour.
-    from attnflow.registry import MODELS, TASKS
+    from attnflow.config.registry import MODELS, TASKS
 
     ckpt = torch.load(summary["best_checkpoint"], map_location="cpu", weights_only=False)
     cfg = ckpt["attnflow_config"]

@@ -9,8 +9,8 @@ import torch
 import yaml
 
 from attnflow.data.parallel import ParallelDataModule
-from attnflow.registry import MODELS
-from attnflow.translate import main
+from attnflow.config.registry import MODELS
+from attnflow.cli.translate import main
 
 MODEL = {"name": "seq2seq", "embed_dim": 8, "encoder": {"name": "rnn", "hidden_dim": 8},
          "decoder": {"name": "rnn_attention", "embed_dim": 8, "hidden_dim": 16}}
@@ -116,7 +116,7 @@ import shutil  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-import attnflow.translate as translate_mod  # noqa: E402
+import attnflow.cli.translate as translate_mod  # noqa: E402
 from cli_runs import (GRAPH, assert_streams, fabricate_run, parallel_files,  # noqa: E402
                       translation_overrides)
 

@@ -1,4 +1,4 @@
-"""The captioning overlay (attnflow.viz.caption_figure): its fixed size and panel count, α read on
+"""The captioning overlay (attnflow.viz.figures.caption_figure): its fixed size and panel count, α read on
 the region grid the boxes give, the heat map's hottest pixel read back from the rendered figure,
 and wrong shapes refused with the argument named."""
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnflow.viz import CAPTION_SIZE, DPI, alpha_grid, caption_figure, figure_to_array
+from attnflow.viz.figures import CAPTION_SIZE, DPI, alpha_grid, caption_figure, figure_to_array
 
 H, W, CELL = 48, 72, 24  # a 2 × 3 grid of 24-pixel cells: not square, so a transposition shows
 
@@ -119,7 +119,7 @@ def test_wrong_shapes_raise_a_value_error_naming_the_argument(kwargs, name):
 
 
 def test_uniform_attention_stays_dark_and_pixels_outside_the_grid_are_not_painted():
-    from attnflow.viz import attention_overlay
+    from attnflow.viz.figures import attention_overlay
 
     # the grid covers rows 0..47, columns 0..71 of a 50 × 80 image (as a CNN's floor leaves edges)
     heat = attention_overlay(torch.full((2, 6), 1 / 6), grid_boxes(), 50, 80)

@@ -33,8 +33,8 @@ from attnflow.data.base import SplitDataModule
 from attnflow.data.errors import check_fields
 from attnflow.data.shapes import (BOS, EOS, PAD, RELATIONS, UNK, ShapesCaptions, Vocab,
                                   all_captions, check_options, collate, make_splits)
-from attnflow.distributed import eval_sampler
-from attnflow.registry import DATA, ConfigError, NonNegativeInt, PositiveInt
+from attnflow.training.distributed import eval_sampler
+from attnflow.config.registry import DATA, ConfigError, NonNegativeInt, PositiveInt
 
 __all__ = ["CaptioningDataModule", "ShapesDataModule", "tokenize_caption", "frame_targets",
            "longest_shapes_caption", "PAD", "BOS", "EOS", "UNK"]
@@ -95,7 +95,7 @@ class CaptioningDataModule(SplitDataModule):
     # -- what models and tasks need ---------------------------------------------------------------
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
-        """:meth:`model_context` with stand-in sizes (:func:`attnflow.run.check_model_builds`);
+        """:meth:`model_context` with stand-in sizes (:func:`attnflow.training.run.check_model_builds`);
         None for region features: their size is read from the files."""
         if fields.get("features"):
             return None
@@ -209,7 +209,7 @@ class ShapesDataModule(CaptioningDataModule):
     training_only = ("train_size",)  # evaluation loads the run's vocabulary and draws no training image
 
     owner = "data 'shapes'"
-    generates_data = True  # no files: paths.data_dir is not read (attnflow.overrides)
+    generates_data = True  # no files: paths.data_dir is not read (attnflow.config.overrides)
 
     @classmethod
     def image_side(cls, fields) -> tuple:

@@ -43,7 +43,7 @@ from attnflow.data.captioning import CaptioningDataModule, frame_targets, tokeni
 from attnflow.data.captions import load_image, read_captions
 from attnflow.data.errors import DataError, DataFileNotFoundError, check_fields
 from attnflow.data.shapes import Vocab
-from attnflow.registry import DATA, ConfigError, NonNegativeInt, PositiveInt
+from attnflow.config.registry import DATA, ConfigError, NonNegativeInt, PositiveInt
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +224,7 @@ class CaptionsDataModule(CaptioningDataModule):
     @classmethod
     def inert_fields(cls, fields) -> Dict[str, str]:
         """The fields a split's own captions file, or the data's order, leave unread (refused
-        when typed: :mod:`attnflow.overrides`)."""
+        when typed: :mod:`attnflow.config.overrides`)."""
         out = {"seed": "the training order is drawn from the run's seed (seed=…), not from "
                        "{at}seed; set seed"}
         for split in ("train", "val", "test"):

@@ -2,7 +2,7 @@
 
 A data file that is missing, empty, cut short (a truncated ``.gz``), not UTF-8 or malformed is a
 mistake in the user's setup, not a bug: it raises :class:`DataError`, a
-:class:`~attnflow.registry.ConfigError`, so ``attnflow-train`` prints its one-line message and
+:class:`~attnflow.config.registry.ConfigError`, so ``attnflow-train`` prints its one-line message and
 exits with status 2 instead of a traceback — before any checkpoint is written (the data modules
 read their files while the data module, model and task are built, or at the latest in
 ``setup``, before the first training step). A missing file raises
@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator, Tuple
 
-from attnflow.registry import ConfigError
+from attnflow.config.registry import ConfigError
 
 
 class DataError(ConfigError):
@@ -27,10 +27,10 @@ class DataFileNotFoundError(DataError, FileNotFoundError):
 
 def numbered_lines(path: Path | str, owner: str) -> Iterator[Tuple[int, str]]:
     """``(line number, line)`` of a text file (``.gz``: gzip), lines split on ``\\n`` alone, as
-    :func:`attnflow.textio.iter_lines` reads them; a truncated gzip stream, a file that is not
+    :func:`attnflow.io.text.iter_lines` reads them; a truncated gzip stream, a file that is not
     gzip or not UTF-8 raises :class:`DataError` naming the file and the line (``owner``, e.g.
     ``data 'documents'``, starts the message)."""
-    from attnflow.textio import InputError, iter_lines
+    from attnflow.io.text import InputError, iter_lines
 
     path = Path(path)
     if not path.is_file():

@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, Dataset
 from torch_geometric.data import Data
 from torch_geometric.utils import k_hop_subgraph
 
-from attnflow.registry import ConfigError
+from attnflow.config.registry import ConfigError
 
 SPLITS = ("train", "val", "test")
 
@@ -112,7 +112,7 @@ class GraphDataModule(pl.LightningDataModule):
     @classmethod
     def inert_fields(cls, fields: Mapping[str, Any]) -> Dict[str, str]:
         """The loader fields the chosen ``loader`` does not read (refused when typed:
-        :mod:`attnflow.overrides`)."""
+        :mod:`attnflow.config.overrides`)."""
         loader = fields.get("loader", "full")
         read_by = {"batch_size": ("khop", "neighbor"), "num_hops": ("khop",),
                    "num_neighbors": ("neighbor",)}
@@ -143,7 +143,7 @@ class GraphDataModule(pl.LightningDataModule):
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
-        """:meth:`model_context` with stand-in sizes (:func:`attnflow.run.check_model_builds`)."""
+        """:meth:`model_context` with stand-in sizes (:func:`attnflow.training.run.check_model_builds`)."""
         return {"in_dim": fields.get("feature_dim", 16), "num_classes": fields.get("num_classes", 3)}
 
     def model_context(self) -> dict:

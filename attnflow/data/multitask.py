@@ -12,7 +12,7 @@ Each task's data config is ``common`` with the task's fields laid over it (an en
 ``name`` is a whole data config of its own), validated through the data registry as a single-task
 run's would be: an unknown field is refused before any work, naming ``data.tasks.<task>.<field>``
 and the fields there are (``data.common.<field>`` for a shared one). Every task's data module is
-built through the registry (:data:`~attnflow.registry.DATA`). A ``common`` field that every task
+built through the registry (:data:`~attnflow.config.registry.DATA`). A ``common`` field that every task
 sets itself (``data.common.label_field=rating`` where each task names its own label field) is read
 by none, and refused when typed (:meth:`MultiTaskDataModule.inert_fields`).
 
@@ -26,7 +26,7 @@ Loaders: training takes one batch of every task per step, a batch ``{task: that 
 an epoch is the longest task's batches, shorter tasks start over (Lightning's ``max_size_cycle``).
 In one process this is :class:`CycleLoader`, a ``DataLoader`` over the tasks' loaders, so that a
 run stopped within an epoch resumes at the next batch exactly as a single-task run does
-(:mod:`attnflow.training_state` makes DataLoaders resumable); under DDP it is Lightning's
+(:mod:`attnflow.training.state` makes DataLoaders resumable); under DDP it is Lightning's
 ``CombinedLoader(…, "max_size_cycle")``, which gives each task's loader its distributed sampler
 (there a resume within an epoch restarts that epoch's order; Lightning warns). Validation and test
 run each task's loader in turn (``CombinedLoader(…, "sequential")``, ``dataloader_idx`` = the
@@ -43,7 +43,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
-from attnflow.registry import DATA, BlockSpec, ConfigError
+from attnflow.config.registry import DATA, BlockSpec, ConfigError
 
 # fields that decide a text data module's tokenizer: one tokenizer for all tasks, so equal
 TOKENIZER_FIELDS = ("tokenizer_from", "vocab_size", "lowercase", "tokenizer")
@@ -152,7 +152,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
 
     @classmethod
     def inert_fields(cls, fields: Mapping[str, Any]) -> Dict[str, str]:
-        """The ``common`` fields no task reads (refused when typed: :mod:`attnflow.overrides`):
+        """The ``common`` fields no task reads (refused when typed: :mod:`attnflow.config.overrides`):
         every task that starts from ``common`` sets the field itself (its own value wins), or no
         task starts from ``common`` (each entry names a data module of its own)."""
         common = fields.get("common")

@@ -34,9 +34,9 @@ from torch.utils.data import DataLoader
 from attnflow.data.base import SplitDataModule
 from attnflow.data.buckets import BucketBatchSampler, trainer_epoch
 from attnflow.data.errors import DataError, DataFileNotFoundError, numbered_lines
-from attnflow.distributed import eval_sampler
-from attnflow.registry import DATA, ConfigError, NonNegativeInt, PositiveInt, Range
-from attnflow.textio import atomic_path
+from attnflow.training.distributed import eval_sampler
+from attnflow.config.registry import DATA, ConfigError, NonNegativeInt, PositiveInt, Range
+from attnflow.io.text import atomic_path
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
@@ -300,7 +300,7 @@ class ParallelDataModule(SplitDataModule):
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
-        """:meth:`model_context` with stand-in sizes (:func:`attnflow.run.check_model_builds`);
+        """:meth:`model_context` with stand-in sizes (:func:`attnflow.training.run.check_model_builds`);
         both sides the same size, as ``tie_embeddings=all`` needs (a joint vocabulary has it)."""
         return {"src_vocab": fields["vocab_size"], "tgt_vocab": fields["vocab_size"], "pad_id": PAD}
 

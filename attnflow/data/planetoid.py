@@ -32,7 +32,7 @@ from torch_geometric.utils import to_undirected
 
 from attnflow.data.errors import DataError, DataFileNotFoundError
 from attnflow.data.graph import GraphDataModule
-from attnflow.registry import DATA, PositiveInt
+from attnflow.config.registry import DATA, PositiveInt
 
 NAMES = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
 RAW_FILES = ["x", "tx", "allx", "y", "ty", "ally", "graph", "test.index"]

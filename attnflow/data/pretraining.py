@@ -50,9 +50,9 @@ from attnflow.data.base import SplitDataModule
 from attnflow.data.buckets import BucketBatchSampler
 from attnflow.data.documents import clean, read_jsonl, split_sentences
 from attnflow.data.errors import DataError, check_fields, numbered_lines
-from attnflow.distributed import eval_sampler
-from attnflow.registry import DATA, NonNegativeInt, PositiveInt, Probability, Range
-from attnflow.textio import atomic_path
+from attnflow.training.distributed import eval_sampler
+from attnflow.config.registry import DATA, NonNegativeInt, PositiveInt, Probability, Range
+from attnflow.io.text import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -408,7 +408,7 @@ class PretrainingDataModule(SplitDataModule):
     def inert_fields(cls, fields: Mapping[str, Any]) -> Dict[str, str]:
         """``documents`` splits ``.txt`` corpora, ``text_field`` names the text of JSON-lines ones:
         where no corpus file is of that format the field is unread (refused when typed:
-        :mod:`attnflow.overrides`). A file of neither format is left to the data error naming it."""
+        :mod:`attnflow.config.overrides`). A file of neither format is left to the data error naming it."""
         paths = {k: fields.get(k) for k in ("train_path", "val_path", "test_path") if fields.get(k)}
         kinds = {corpus_format(p) for p in paths.values()}
         if None in kinds:
@@ -433,7 +433,7 @@ class PretrainingDataModule(SplitDataModule):
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
-        """:meth:`model_context` with stand-in sizes (:func:`attnflow.run.check_model_builds`)."""
+        """:meth:`model_context` with stand-in sizes (:func:`attnflow.training.run.check_model_builds`)."""
         return {"vocab_size": fields["vocab_size"], "pad_id": PAD}
 
     def model_context(self) -> dict:

@@ -17,8 +17,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from attnflow.data.base import SplitDataModule
-from attnflow.distributed import eval_sampler
-from attnflow.registry import DATA, ConfigError, NonNegativeInt, PositiveInt, Range
+from attnflow.training.distributed import eval_sampler
+from attnflow.config.registry import DATA, ConfigError, NonNegativeInt, PositiveInt, Range
 
 PAD, BOS, EOS = 0, 1, 2
 SPECIALS = ["<pad>", "<bos>", "<eos>"]
@@ -70,7 +70,7 @@ class ReverseDataModule(SplitDataModule):
     test_fields = ("test_size",)
 
     interface = "seq2seq"  # sequence pairs: seq2seq/transformer models, seq2seq/translation tasks
-    generates_data = True  # no files: paths.data_dir is not read (attnflow.overrides)
+    generates_data = True  # no files: paths.data_dir is not read (attnflow.config.overrides)
 
     def __init__(self, *, task: Literal["reverse", "copy", "sort"] = "reverse",
                  symbols: Annotated[int, Range(ge=2)] = 20,
@@ -120,7 +120,7 @@ class ReverseDataModule(SplitDataModule):
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
-        """:meth:`model_context` with stand-in sizes (:func:`attnflow.run.check_model_builds`)."""
+        """:meth:`model_context` with stand-in sizes (:func:`attnflow.training.run.check_model_builds`)."""
         return {"src_vocab": 32, "tgt_vocab": 32, "pad_id": PAD}
 
     def model_context(self) -> dict:

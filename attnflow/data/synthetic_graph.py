@@ -18,7 +18,7 @@ import torch
 from torch_geometric.data import Data
 
 from attnflow.data.graph import GraphDataModule
-from attnflow.registry import DATA, ConfigError, NonNegativeFloat, PositiveInt, Probability, Range
+from attnflow.config.registry import DATA, ConfigError, NonNegativeFloat, PositiveInt, Probability, Range
 
 
 def make_sbm_graph(num_nodes: int, num_classes: int, feature_dim: int, p_in: float, p_out: float,
@@ -82,7 +82,7 @@ class SyntheticGraphDataModule(GraphDataModule):
     """
 
     name = "synthetic_graph"
-    generates_data = True  # no files: paths.data_dir is not read (attnflow.overrides)
+    generates_data = True  # no files: paths.data_dir is not read (attnflow.config.overrides)
 
     def __init__(self, *, num_nodes: Annotated[int, Range(ge=4)] = 400,
                  num_classes: Annotated[int, Range(ge=2)] = 4,

@@ -40,7 +40,7 @@ from attnflow.data.documents import clean, read_jsonl
 from attnflow.data.errors import DataError, check_fields, numbered_lines
 from attnflow.data.pretraining import (CLS, PAD, SEP, SPECIALS, TOKENIZER_FILE, pad_rows,
                                        save_tokenizer, train_wordpiece)
-from attnflow.registry import DATA, NonNegativeInt, PositiveInt, Range
+from attnflow.config.registry import DATA, NonNegativeInt, PositiveInt, Range
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ def load_tokenizer(source: str):
     checkpoint file): ``<run>/tokenizer/wordpiece.json``, else the checkpoint's artifacts."""
     from tokenizers import Tokenizer
 
-    from attnflow.checkpoints import CheckpointError, find_checkpoint, read_checkpoint
+    from attnflow.io.checkpoints import CheckpointError, find_checkpoint, read_checkpoint
 
     where = f"{OWNER}: tokenizer_from={source}"
     path = Path(source)
@@ -294,7 +294,7 @@ class TextClassificationDataModule(SplitDataModule):
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
-        """:meth:`model_context` with stand-in sizes (:func:`attnflow.run.check_model_builds`)."""
+        """:meth:`model_context` with stand-in sizes (:func:`attnflow.training.run.check_model_builds`)."""
         return {"vocab_size": fields["vocab_size"] or DEFAULT_VOCAB, "pad_id": PAD, "num_classes": 2}
 
     def model_context(self) -> dict:

@@ -34,7 +34,7 @@ from typing import Literal, Sequence
 import numpy as np
 import torch
 
-from attnflow.registry import NonNegativeFloat, PositiveFloat, PositiveInt
+from attnflow.config.registry import NonNegativeFloat, PositiveFloat, PositiveInt
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ NSP heads exist for ``head: pretraining`` only. ``head: multitask`` (task ``mult
 such classifier per named task of the run on the one encoder (``task_heads``, a sequence or token
 head by what the task's data gives); ``classify_logits``/``token_logits`` take the task's name. ``init_from`` (a pretraining run directory or
 checkpoint) loads the embeddings, the encoder and the pooler, read with ``weights_only=True``
-(:mod:`attnflow.checkpoints`), after checking that the checkpoint is a ``bert`` of the same
+(:mod:`attnflow.io.checkpoints`), after checking that the checkpoint is a ``bert`` of the same
 architecture and vocabulary; ``freeze_encoder`` then trains the new head only.
 """
 
@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnflow.blocks.attention.multihead import check_model_heads
-from attnflow.registry import (ATTENTIONS, DATA, ENCODERS, MODELS, POSITIONALS, BlockSpec,
+from attnflow.config.registry import (ATTENTIONS, DATA, ENCODERS, MODELS, POSITIONALS, BlockSpec,
                                ConfigError, PositiveFloat, PositiveInt, Probability)
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ class BertModel(nn.Module):
     """
 
     # what it works on depends on ``head`` (MLM + NSP batches, or labelled texts), which a class
-    # attribute cannot say: undeclared, so attnflow.run.check_composition checks data against task,
+    # attribute cannot say: undeclared, so attnflow.training.run.check_composition checks data against task,
     # and the constructor checks the head against the data (num_classes); ``head_interfaces``
     # says it per head, for a composition check that reads the model's config
     interface = None
@@ -119,7 +119,7 @@ class BertModel(nn.Module):
     @classmethod
     def inert_fields(cls, fields: dict) -> dict:
         """Pretraining has no classifier to drop out before (refused when typed:
-        :mod:`attnflow.overrides`); a fine-tuning run sets its own."""
+        :mod:`attnflow.config.overrides`); a fine-tuning run sets its own."""
         if (fields.get("head") or "pretraining") != "pretraining":
             return {}
         return {"classifier_dropout": "{at}head=pretraining has the MLM and NSP heads, no "
@@ -315,7 +315,7 @@ class BertModel(nn.Module):
         ``weights_only=True``. Refused with a :class:`ConfigError` naming what differs: another
         model family, an architecture field, the vocabulary size, a tensor. Returns
         {'loaded', 'new', 'unused'} (parameter names) and logs them once."""
-        from attnflow.checkpoints import CheckpointError, load_run
+        from attnflow.io.checkpoints import CheckpointError, load_run
 
         try:
             run = load_run(target)

@@ -14,7 +14,7 @@ with the regions as its memory, so the model only pairs an image encoder with a 
 decoder: every attention block and scorer works by override (``scorer=dot|general|additive|…``,
 ``attention=multihead``), and ``luong`` and ``transformer_decoder`` too (the latter needs the
 encoder's ``out_dim`` equal to its ``d_model``). Greedy and beam search are translation's
-(:mod:`attnflow.decoding`); f_att's output layer differs slightly from the paper's deep output
+(:mod:`attnflow.blocks.decoders.decoding`); f_att's output layer differs slightly from the paper's deep output
 (a linear layer over [h_t; ẑ_t; E y_{t−1}] rather than L_o(E y + L_h h + L_z ẑ)), and the LSTM's
 c_0 is zero (the paper maps the mean annotation to c_0 as well). The paper's gating scalar
 β_t = σ(f_β(h_{t−1})) on ẑ_t (§4.2.1) is ``model.decoder.gate=true``.
@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from attnflow.models.encoder_decoder import EncoderDecoder
-from attnflow.registry import (DATA, DECODERS, ENCODERS, MODELS, BlockSpec, ConfigError, PositiveInt,
+from attnflow.config.registry import (DATA, DECODERS, ENCODERS, MODELS, BlockSpec, ConfigError, PositiveInt,
                                Probability)
 
 
@@ -54,7 +54,7 @@ class Captioner(EncoderDecoder):
     """
 
     interface = "captioning"
-    image_encoders = True  # its encoder reads images (attnflow.run._check_encoder_kinds)
+    image_encoders = True  # its encoder reads images (attnflow.training.run._check_encoder_kinds)
 
     def __init__(self, tgt_vocab: int, pad_id: int = 0, in_channels: Optional[PositiveInt] = None,
                  feature_dim: Optional[int] = None, *,

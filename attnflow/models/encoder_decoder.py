@@ -13,14 +13,14 @@ import torch
 from torch import nn
 
 from attnflow.blocks.decoders.base import logits_at
-from attnflow.decoding import decode
+from attnflow.blocks.decoders.decoding import decode
 
 
 class EncoderDecoder(nn.Module):
     """Base of ``seq2seq`` and ``transformer``: forward (teacher forcing), greedy, beam search."""
 
     decoder: nn.Module
-    interface = "seq2seq"  # works on sequence pairs (attnflow.run.check_composition)
+    interface = "seq2seq"  # works on sequence pairs (attnflow.training.run.check_composition)
 
     def encode(self, src: torch.Tensor, src_lengths: torch.Tensor):
         raise NotImplementedError
@@ -48,6 +48,6 @@ class EncoderDecoder(nn.Module):
     def beam_search(self, src: torch.Tensor, src_lengths: torch.Tensor, bos_id: int, eos_id: int,
                     max_len: int, beam_size: int = 4, length_penalty: float = 0.0,
                     need_weights: bool = False):
-        """Batched beam search (:func:`attnflow.decoding.beam_search`): tokens (B, L), weights."""
+        """Batched beam search (:func:`attnflow.blocks.decoders.decoding.beam_search`): tokens (B, L), weights."""
         return decode(self, src, src_lengths, bos_id, eos_id, max_len, beam_size, length_penalty,
                       need_weights)

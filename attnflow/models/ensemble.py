@@ -10,7 +10,7 @@ differ in everything (layers, sizes, decoders) but their token ids: they must sh
 target vocabularies (``attnflow-translate`` checks the tokenizers). Checkpoints of one run, e.g.
 its best epochs, make an ensemble whose training costs nothing more; its decoding costs M models.
 
-:class:`Ensemble` has the interface greedy decoding and beam search use (:mod:`attnflow.decoding`:
+:class:`Ensemble` has the interface greedy decoding and beam search use (:mod:`attnflow.blocks.decoders.decoding`:
 ``encode`` and a decoder with ``start``, ``step``, ``reorder``), so both work on it unchanged. It
 is not a registered model (nothing to train): ``attnflow-translate RUN --ensemble RUN2 …`` and
 ``bench/mt_select.py --ensembles`` assemble it from trained ones. Generation only: its ``step``
@@ -56,7 +56,7 @@ class EnsembleDecoder(nn.Module):
 
     def reorder_beams(self, state: list, rows: torch.Tensor) -> list:
         """Beam search's reordering between steps: each member as it reorders itself."""
-        from attnflow.decoding import reorder_beams
+        from attnflow.blocks.decoders.decoding import reorder_beams
 
         return [reorder_beams(d, s, rows) for d, s in zip(self.members, state)]
 

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnflow.blocks.graph.sparse_input import dropout_nonzero
-from attnflow.registry import GRAPH_LAYERS, MODELS, BlockSpec, ConfigError, PositiveInt, Probability
+from attnflow.config.registry import GRAPH_LAYERS, MODELS, BlockSpec, ConfigError, PositiveInt, Probability
 
 
 @MODELS.register("gat")
@@ -56,12 +56,12 @@ class GAT(nn.Module):
     Shape: x (N, in_dim), edge_index (2, E) -> logits (N, num_classes).
     """
 
-    interface = "graph"  # works on graph data (attnflow.run.check_composition)
+    interface = "graph"  # works on graph data (attnflow.training.run.check_composition)
 
     @classmethod
     def inert_fields(cls, fields: Mapping[str, Any]) -> Dict[str, str]:
         """With one layer there is no hidden layer: its fields are unread; without input dropout,
-        how its mask is drawn (refused when typed: :mod:`attnflow.overrides`)."""
+        how its mask is drawn (refused when typed: :mod:`attnflow.config.overrides`)."""
         out = {}
         if fields.get("layers", 2) == 1:
             out = {key: ("{at}layers=1 is the output layer alone (out_heads heads of num_classes "

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from attnflow.models.embedding_init import init_embedding
-from attnflow.registry import ENCODERS, MODELS, POOLINGS, BlockSpec, PositiveInt, Probability
+from attnflow.config.registry import ENCODERS, MODELS, POOLINGS, BlockSpec, PositiveInt, Probability
 
 
 def encode_masked(encoder: nn.Module, x: torch.Tensor, lengths: torch.Tensor,
@@ -74,7 +74,7 @@ class HierarchicalAttentionNetwork(nn.Module):
         (B, S, W) and ``sent_weights`` (B, S) (None for max pooling).
     """
 
-    interface = "documents"  # works on document data (attnflow.run.check_composition)
+    interface = "documents"  # works on document data (attnflow.training.run.check_composition)
 
     def __init__(self, vocab_size: int, num_classes: int, pad_id: int = 0,
                  word_vectors: Optional[torch.Tensor] = None, *, embed_dim: PositiveInt = 100,

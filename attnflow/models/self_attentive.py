@@ -22,7 +22,7 @@ from torch import nn
 
 from attnflow.blocks.normalizers.softmax import masked_softmax
 from attnflow.models.embedding_init import init_embedding
-from attnflow.registry import ENCODERS, MODELS, BlockSpec, PositiveInt, Probability
+from attnflow.config.registry import ENCODERS, MODELS, BlockSpec, PositiveInt, Probability
 
 
 def flatten_documents(tokens: torch.Tensor, sent_lengths: torch.Tensor):
@@ -59,7 +59,7 @@ class SelfAttentive(nn.Module):
         (B, r, N) hops over the N flat words, ``word_weights`` (B, S, W) (mean over hops).
     """
 
-    interface = "documents"  # works on document data (attnflow.run.check_composition)
+    interface = "documents"  # works on document data (attnflow.training.run.check_composition)
     # returns its r hops as ``attention``: the classification task's ``penalty_weight`` reads them
     attention_hops = True
 

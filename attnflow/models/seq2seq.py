@@ -12,7 +12,7 @@ from torch import nn
 
 from attnflow.blocks.attention.functional import padding_mask
 from attnflow.models.encoder_decoder import EncoderDecoder
-from attnflow.registry import DECODERS, ENCODERS, MODELS, BlockSpec, PositiveInt, Probability
+from attnflow.config.registry import DECODERS, ENCODERS, MODELS, BlockSpec, PositiveInt, Probability
 
 
 @MODELS.register("seq2seq")

@@ -31,7 +31,7 @@ from attnflow.blocks.attention.functional import padding_mask
 from attnflow.blocks.attention.multihead import check_model_heads
 from attnflow.blocks.positional.learned import check_table_covers
 from attnflow.models.encoder_decoder import EncoderDecoder
-from attnflow.registry import (DATA, DECODERS, ENCODERS, MODELS, BlockSpec, ConfigError, PositiveInt,
+from attnflow.config.registry import (DATA, DECODERS, ENCODERS, MODELS, BlockSpec, ConfigError, PositiveInt,
                                Probability)
 
 

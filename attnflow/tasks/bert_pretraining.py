@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnflow.registry import TASKS, NonNegativeFloat
+from attnflow.config.registry import TASKS, NonNegativeFloat
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
 
@@ -122,13 +122,13 @@ class BertPretrainingTask(Task):
 
     @torch.no_grad()
     def dashboard(self, batch: Dict[str, torch.Tensor]) -> List[dict]:
-        """Panels for :class:`attnflow.callbacks.AttentionMaps`: per pair the ⟨CLS⟩ row of every
+        """Panels for :class:`attnflow.training.callbacks.AttentionMaps`: per pair the ⟨CLS⟩ row of every
         layer's and head's self-attention over its tokens (``val/attention/<i>``, one size for
         all; ``attention/val_pair_<i>.png`` at the end), and ``val/masked_lm``: the input as the
         model reads it, ``original→predicted`` at each selected position, the next-sentence
         label (``next``: S′ follows S, ``random``) and its prediction."""
-        from attnflow.explain import join_pieces
-        from attnflow.viz import cls_attention_panels, cls_rows, table_panel
+        from attnflow.viz.explain import join_pieces
+        from attnflow.viz.figures import cls_attention_panels, cls_rows, table_panel
 
         batch = {k: v.to(self.device) for k, v in batch.items()}
         with self.eval_mode():

@@ -12,7 +12,7 @@ of every attnflow task, divided by the number of target tokens: loss = mean word
 λ · Σ_captions R / #tokens. (The popular PyTorch tutorial averages R over regions instead, which
 weakens λ by a factor L.) Everything else is :class:`~attnflow.tasks.translation.TranslationTask`'s, with
 the images as the source: teacher forcing, label smoothing, greedy decoding for validation and
-beam search for test (:mod:`attnflow.decoding`), and BLEU-4 by sacreBLEU against every reference
+beam search for test (:mod:`attnflow.blocks.decoders.decoding`), and BLEU-4 by sacreBLEU against every reference
 caption of an image (multi-reference, as COCO and Flickr8k are scored).
 
 Metrics, as ``{val,test}/<name>``: ``bleu`` (BLEU-4), ``bleu_lc``, ``wer`` (against the first
@@ -31,9 +31,9 @@ from torch import nn
 from torchmetrics import SumMetric
 
 from attnflow.blocks.attention.penalty import doubly_stochastic_penalty
-from attnflow.decoding import decode
-from attnflow.distributed import updated_on_any_rank
-from attnflow.registry import TASKS, ConfigError, NonNegativeFloat, PositiveInt, Probability
+from attnflow.blocks.decoders.decoding import decode
+from attnflow.training.distributed import updated_on_any_rank
+from attnflow.config.registry import TASKS, ConfigError, NonNegativeFloat, PositiveInt, Probability
 from attnflow.tasks.captioning_metrics import grounding_sums, named_cells
 from attnflow.tasks.optim import OptimConfig
 from attnflow.tasks.seq2seq import decoder_without_attention, strip_after_eos
@@ -169,7 +169,7 @@ class CaptioningTask(TranslationTask):
         """Per example the image with each generated word's attention drawn over it
         (``val/attention/<i>``; ``attention/val_example_<i>.png`` at the end), and
         ``val/captions``: a table of reference and hypothesis (validation decoding)."""
-        from attnflow.viz import caption_figure, image_panel, table_panel
+        from attnflow.viz.figures import caption_figure, image_panel, table_panel
 
         images = batch["images"].to(self.device)
         with self.eval_mode():

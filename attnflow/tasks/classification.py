@@ -23,7 +23,7 @@ from torch import nn
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from attnflow.blocks.attention.penalty import diversity_penalty
-from attnflow.registry import (MODELS, TASKS, ConfigError, NonNegativeFloat, NonNegativeInt,
+from attnflow.config.registry import (MODELS, TASKS, ConfigError, NonNegativeFloat, NonNegativeInt,
                                Probability)
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
@@ -49,7 +49,7 @@ class ClassificationTask(Task):
     metrics = {"loss": "min", "acc": "max", "f1": "max", "penalty": "min"}
     conditional_metrics = {"penalty": "penalty_weight"}
     monitor, monitor_mode = "val/acc", "max"
-    # written at the end of each validation epoch only (attnflow.overrides: idle without validation),
+    # written at the end of each validation epoch only (attnflow.config.overrides: idle without validation),
     # into the run directory: attnflow-eval validates in a scratch folder it then deletes
     validation_epoch_fields = ("renderings",)
     training_only = ("optim", "renderings")
@@ -150,7 +150,7 @@ class ClassificationTask(Task):
         if (self.renderings <= 0 or trainer.sanity_checking or not trainer.is_global_zero
                 or trainer.datamodule is None or not hasattr(trainer.datamodule, "example_batch")):
             return
-        from attnflow.explain import write_html
+        from attnflow.viz.explain import write_html
 
         docs = self._titled_examples(trainer.datamodule.example_batch(self.renderings))
         write_html(Path(trainer.default_root_dir) / "renderings" / f"val_epoch{trainer.current_epoch}.html",
@@ -165,13 +165,13 @@ class ClassificationTask(Task):
         return docs
 
     def dashboard(self, batch: Dict[str, torch.Tensor]) -> List[dict]:
-        """Panels for :class:`attnflow.callbacks.AttentionMaps`: per document its word and
+        """Panels for :class:`attnflow.training.callbacks.AttentionMaps`: per document its word and
         sentence weights as an image (``val/attention/<i>``, one size for all;
         ``attention/val_document_<i>.png`` at the end) and all of them as the HTML rendering
         (``val/attention_html``, a W&B HTML panel). Models without sentence weights
         (self_attentive: word weights, mean over hops) get word shading only."""
-        from attnflow.explain import render_html
-        from attnflow.viz import document_figure, html_panel, image_panel
+        from attnflow.viz.explain import render_html
+        from attnflow.viz.figures import document_figure, html_panel, image_panel
 
         docs = self._titled_examples(batch)
         panels = [image_panel(f"val/attention/{i}", document_figure(

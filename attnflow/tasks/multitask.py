@@ -45,8 +45,8 @@ import torch
 from torch import nn
 from torchmetrics import MeanMetric
 
-from attnflow.distributed import updated_on_any_rank
-from attnflow.registry import DATA, MODELS, TASKS, ConfigError, _suggest
+from attnflow.training.distributed import updated_on_any_rank
+from attnflow.config.registry import DATA, MODELS, TASKS, ConfigError, _suggest
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
 

@@ -54,7 +54,7 @@ from torch import nn
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import remove_self_loops, scatter
 
-from attnflow.registry import DATA, TASKS, ConfigError, NonNegativeFloat, Probability
+from attnflow.config.registry import DATA, TASKS, ConfigError, NonNegativeFloat, Probability
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
 
@@ -144,7 +144,7 @@ class NodeClassificationTask(Task):
 
     @classmethod
     def inert_fields(cls, fields: Mapping[str, Any]) -> Dict[str, str]:
-        """Without P-reg its adjacency is unread: refused when typed (:mod:`attnflow.overrides`),
+        """Without P-reg its adjacency is unread: refused when typed (:mod:`attnflow.config.overrides`),
         while a preset's value is left alone, so ``experiment=gat_cora_preg
         task.propagation_reg=0`` switches P-reg off."""
         if fields.get("propagation_reg"):
@@ -248,7 +248,7 @@ class NodeClassificationTask(Task):
         dm = trainer.datamodule
         if dm is None or not hasattr(dm, "full_graph") or trainer.fast_dev_run:
             return
-        from attnflow.graph_viz import EMBEDDING_CAPTION, embedding_figure, log_figure
+        from attnflow.viz.graph import EMBEDDING_CAPTION, embedding_figure, log_figure
 
         data = dm.full_graph()
         logits, weights = self._attention(data)
@@ -273,13 +273,13 @@ class NodeClassificationTask(Task):
         return logits.float().cpu(), [(ei.cpu(), a.float().cpu()) for ei, a in weights]
 
     def dashboard(self, batch: dict) -> list:
-        """Panels for :class:`attnflow.callbacks.AttentionMaps`. ``batch``: the data module's
+        """Panels for :class:`attnflow.training.callbacks.AttentionMaps`. ``batch``: the data module's
         ``{"graph": Data, "nodes": ids}`` (validation nodes chosen across classes). Per node, its
         neighbours' α per layer and head (``val/attention/node_<id>``, one size for all;
         ``attention/val_node_<id>.png`` at the end); with ``picture``, the embedding picture with
         its class legend (``graph/embedding``)."""
-        from attnflow.graph_viz import EMBEDDING_CAPTION, embedding_figure, neighbourhoods
-        from attnflow.viz import image_panel, neighbourhood_figure
+        from attnflow.viz.graph import EMBEDDING_CAPTION, embedding_figure, neighbourhoods
+        from attnflow.viz.figures import image_panel, neighbourhood_figure
 
         data, nodes = batch["graph"], batch["nodes"].cpu()
         logits, weights = self._attention(data)

@@ -44,7 +44,7 @@ import torch
 from pytorch_lightning.callbacks import Timer
 from pytorch_lightning.plugins.precision import MixedPrecision, Precision
 
-from attnflow.registry import ConfigError, NonNegativeFloat, NonNegativeInt, PositiveFloat, Probability
+from attnflow.config.registry import ConfigError, NonNegativeFloat, NonNegativeInt, PositiveFloat, Probability
 
 Optimizer = Literal["adam", "adamw", "sgd"]
 Scheduler = Literal["none", "cosine", "noam", "linear", "constant_with_warmup"]
@@ -82,7 +82,7 @@ class OptimConfig:
     @classmethod
     def inert_fields(cls, fields) -> dict:
         """``warmup_steps`` with a schedule that has no warm-up, ``decay_bias_and_norm`` without
-        weight decay (refused when typed: :mod:`attnflow.overrides`)."""
+        weight decay (refused when typed: :mod:`attnflow.config.overrides`)."""
         out = {}
         scheduler = fields.get("scheduler", "none")
         if scheduler in ("none", "cosine"):

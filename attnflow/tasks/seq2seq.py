@@ -37,7 +37,7 @@ from torchmetrics import MeanMetric
 
 from attnflow.blocks.attention.penalty import diversity_penalty
 from attnflow.blocks.decoders.base import logits_at
-from attnflow.registry import DECODERS, MODELS, TASKS, ConfigError, NonNegativeFloat, Probability
+from attnflow.config.registry import DECODERS, MODELS, TASKS, ConfigError, NonNegativeFloat, Probability
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
 
@@ -268,9 +268,9 @@ class Seq2SeqTask(Task):
         return out
 
     def dashboard(self, batch: Dict[str, torch.Tensor]) -> List[dict]:
-        """Panels for :class:`attnflow.callbacks.AttentionMaps`: one α heat map per example
+        """Panels for :class:`attnflow.training.callbacks.AttentionMaps`: one α heat map per example
         (``val/attention/<i>``, all of one size; ``attention/val_example_<i>.png`` at the end)."""
-        from attnflow.viz import attention_figure, image_panel
+        from attnflow.viz.figures import attention_figure, image_panel
 
         what = "α, mean over heads" if getattr(self.model, "heads", 1) > 1 else "α"
         return [image_panel(f"val/attention/{i}", attention_figure(

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
-from attnflow.registry import TASKS, Probability
+from attnflow.config.registry import TASKS, Probability
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
 
@@ -109,13 +109,13 @@ class TextClassificationTask(Task):
     @torch.no_grad()
     def dashboard(self, batch: Dict[str, torch.Tensor],
                   tokens: Optional[List[List[str]]] = None) -> List[dict]:
-        """Panels for :class:`attnflow.callbacks.AttentionMaps`: per text the ⟨CLS⟩ row of every
+        """Panels for :class:`attnflow.training.callbacks.AttentionMaps`: per text the ⟨CLS⟩ row of every
         layer's and head's self-attention over its tokens (``val/attention/<i>``, one size for
         all; ``attention/val_text_<i>.png`` at the end), and ``val/predictions``: text, true
         label, predicted label, its probability. ``tokens``: the texts' token strings (default:
         the data module's tokenizer)."""
-        from attnflow.explain import join_pieces
-        from attnflow.viz import cls_attention_panels, cls_rows, table_panel
+        from attnflow.viz.explain import join_pieces
+        from attnflow.viz.figures import cls_attention_panels, cls_rows, table_panel
 
         batch = {k: v.to(self.device) for k, v in batch.items()}
         with self.eval_mode():

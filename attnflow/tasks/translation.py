@@ -5,7 +5,7 @@ Source: Sutskever et al. 2014, Bahdanau et al. 2015 (loss −Σ_t ln p(w̃_t | t
 2002 (BLEU); WER, the word-level edit distance divided by the reference length.
 Training is :class:`~attnflow.tasks.seq2seq.Seq2SeqTask`'s (teacher-forced cross-entropy with
 label smoothing, optimisers, schedules). Validation and test decode every source sentence (greedy
-with beam size 1, else batched beam search of :mod:`attnflow.decoding`, which needs only
+with beam size 1, else batched beam search of :mod:`attnflow.blocks.decoders.decoding`, which needs only
 ``model.encode`` and the decoder protocol), detokenise the output with the data module's
 tokenizer and score it against the untokenised references:
 
@@ -23,8 +23,8 @@ from typing import Callable, Dict, List, Optional, Sequence
 import torch
 from pytorch_lightning.utilities import rank_zero_info
 
-from attnflow.decoding import decode
-from attnflow.registry import TASKS, NonNegativeFloat, PositiveInt, Probability
+from attnflow.blocks.decoders.decoding import decode
+from attnflow.config.registry import TASKS, NonNegativeFloat, PositiveInt, Probability
 from attnflow.tasks.optim import OptimConfig
 from attnflow.tasks.seq2seq import Seq2SeqTask, exact_match, strip_after_eos
 from attnflow.tasks.translation_metrics import corpus_bleu, word_error_rate
@@ -172,7 +172,7 @@ class TranslationTask(Seq2SeqTask):
     def dashboard(self, batch: Dict[str, torch.Tensor]) -> List[dict]:
         """The seq2seq heat maps plus ``val/translations``: a table of source, reference and
         hypothesis (validation decoding: beam ``val_beam_size``) of the same examples."""
-        from attnflow.viz import table_panel
+        from attnflow.viz.figures import table_panel
 
         panels = super().dashboard(batch)
         src, lengths = batch["src"].to(self.device), batch["src_lengths"].to(self.device)

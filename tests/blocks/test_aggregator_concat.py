@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from attnflow.blocks.aggregators.concat import ConcatAggregator
-from attnflow.registry import AGGREGATORS
+from attnflow.config.registry import AGGREGATORS
 
 BUILDERS = {
     "registry": lambda J, D, M: AGGREGATORS.build({"name": "concat"}, J, D, M),

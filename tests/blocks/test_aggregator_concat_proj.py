@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from attnflow.blocks.aggregators.concat_proj import ConcatProjAggregator
-from attnflow.registry import AGGREGATORS
+from attnflow.config.registry import AGGREGATORS
 
 
 def concat_by_hand(x):

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from attnflow.blocks.aggregators.mean import MeanAggregator
-from attnflow.registry import AGGREGATORS
+from attnflow.config.registry import AGGREGATORS
 
 BUILDERS = {
     "registry": lambda J, D, M: AGGREGATORS.build({"name": "mean"}, J, D, M),

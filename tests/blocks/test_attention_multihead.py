@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from attnflow.blocks.attention.multihead import MultiHeadAttention
-from attnflow.registry import ATTENTIONS
+from attnflow.config.registry import ATTENTIONS
 
 
 def build(qd, kd, vd, **kw):

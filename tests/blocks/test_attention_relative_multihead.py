@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from attnflow.registry import ATTENTIONS, DECODERS, ConfigError
+from attnflow.config.registry import ATTENTIONS, DECODERS, ConfigError
 
 
 def build(d=8, heads=2, delta=2, **kw):

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from attnflow.blocks.attention.single import Attention
-from attnflow.registry import ATTENTIONS
+from attnflow.config.registry import ATTENTIONS
 
 
 def build(scorer="dot", qd=4, kd=4, vd=3, **kw):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnflow.blocks.decoders.luong import LuongDecoder
-from attnflow.registry import DECODERS, ConfigError
+from attnflow.config.registry import DECODERS, ConfigError
 
 V, MEM, INIT, EMB, HID = 11, 8, 5, 4, 8
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from attnflow.registry import DECODERS
+from attnflow.config.registry import DECODERS
 
 V, MEM, INIT = 9, 6, 5
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from attnflow.blocks.decoders.rnn_attention import AttentionRNNDecoder
-from attnflow.registry import DECODERS
+from attnflow.config.registry import DECODERS
 
 V, MEM, INIT, EMB, HID = 11, 6, 5, 4, 8
 ATTENTIONS = {

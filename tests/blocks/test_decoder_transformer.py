@@ -5,7 +5,7 @@ import torch
 
 from attnflow.blocks.attention.relative_multihead import RelativeMultiHeadAttention
 from attnflow.blocks.decoders.transformer import TransformerDecoderLayer
-from attnflow.registry import DECODERS
+from attnflow.config.registry import DECODERS
 
 from test_encoder_transformer import ffn, ln, mha
 

@@ -67,7 +67,7 @@ def test_the_layer_is_an_nn_dropout_and_draws_from_the_seeded_generator():
 
 
 def test_the_transformer_blocks_use_it():
-    from attnflow.registry import DECODERS, ENCODERS
+    from attnflow.config.registry import DECODERS, ENCODERS
 
     heads = {"name": "multihead", "heads": 2}
     enc = ENCODERS.build({"name": "transformer_encoder", "d_model": 16, "layers": 1, "ffn_dim": 32,

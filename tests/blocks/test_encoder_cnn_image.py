@@ -5,7 +5,7 @@ import torch
 
 from attnflow.blocks.encoders.cnn_image import CNNImageEncoder
 from attnflow.blocks.encoders.rnn import RNNEncoder
-from attnflow.registry import ENCODERS, ConfigError
+from attnflow.config.registry import ENCODERS, ConfigError
 
 
 def build(**fields):

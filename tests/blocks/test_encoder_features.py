@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from attnflow.blocks.encoders.features import FeatureEncoder
-from attnflow.registry import ENCODERS, ConfigError
+from attnflow.config.registry import ENCODERS, ConfigError
 
 
 def build(input_dim=5, **fields):

@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from attnflow.blocks.encoders.rnn import RNNEncoder
-from attnflow.registry import ENCODERS, ConfigError
+from attnflow.config.registry import ENCODERS, ConfigError
 
 CELLS = ["gru", "lstm", "rnn"]
 TORCH_CELLS = {"gru": nn.GRU, "lstm": nn.LSTM, "rnn": nn.RNN}

@@ -8,7 +8,7 @@ from attnflow.blocks.attention.multihead import MultiHeadAttention
 from attnflow.blocks.encoders.transformer import TransformerEncoderLayer
 from attnflow.blocks.positional.sinusoidal import sinusoid_table
 from attnflow.blocks.scorers.general import GeneralScorer
-from attnflow.registry import ENCODERS
+from attnflow.config.registry import ENCODERS
 
 
 def build(norm="post", scorer=None, **kw):

@@ -7,7 +7,7 @@ import torch
 from torch_geometric.nn import GATConv
 
 from attnflow.blocks.graph.graph_attention import GraphAttention
-from attnflow.registry import GRAPH_LAYERS, ConfigError, SCORERS
+from attnflow.config.registry import GRAPH_LAYERS, ConfigError, SCORERS
 
 
 def _graph(N=30, E=120, F=12, seed=0):

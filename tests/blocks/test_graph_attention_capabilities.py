@@ -18,7 +18,7 @@ from attnflow.blocks.normalizers.norm import NormNormalizer
 from attnflow.blocks.scorers.base import Scorer
 from attnflow.blocks.scorers.const import ConstScorer
 from attnflow.blocks.scorers.gat import GATScorer
-from attnflow.registry import NORMALIZERS, SCORERS, ConfigError
+from attnflow.config.registry import NORMALIZERS, SCORERS, ConfigError
 
 
 @contextlib.contextmanager

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnflow.blocks.normalizers.norm import NormNormalizer
-from attnflow.registry import NORMALIZERS, ConfigError
+from attnflow.config.registry import NORMALIZERS, ConfigError
 
 BUILDERS = {
     "registry": lambda **kw: NORMALIZERS.build({"name": "norm", **kw}),

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnflow.blocks.normalizers.softmax import SoftmaxNormalizer
-from attnflow.registry import NORMALIZERS
+from attnflow.config.registry import NORMALIZERS
 
 BUILDERS = {
     "registry": lambda **kw: NORMALIZERS.build({"name": "softmax", **kw}),

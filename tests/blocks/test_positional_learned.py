@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from attnflow.registry import POSITIONALS, ConfigError
+from attnflow.config.registry import POSITIONALS, ConfigError
 
 
 def test_adds_row_t_of_the_trained_matrix():

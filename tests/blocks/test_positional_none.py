@@ -2,7 +2,7 @@
 
 import torch
 
-from attnflow.registry import POSITIONALS
+from attnflow.config.registry import POSITIONALS
 
 
 def test_identity():

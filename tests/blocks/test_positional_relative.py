@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from attnflow.registry import DECODERS, POSITIONALS, ConfigError
+from attnflow.config.registry import DECODERS, POSITIONALS, ConfigError
 
 
 def test_adds_nothing_and_carries_delta():

@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from attnflow.registry import POSITIONALS
+from attnflow.config.registry import POSITIONALS
 
 
 def test_table_matches_formula_by_hand():

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnflow.blocks.scorers.additive import AdditiveScorer
-from attnflow.registry import SCORERS
+from attnflow.config.registry import SCORERS
 
 BUILDERS = {
     "registry": lambda qd, kd, **kw: SCORERS.build({"name": "additive", **kw}, qd, kd),

@@ -9,7 +9,7 @@ import torch
 from attnflow.blocks.scorers.base import Scorer
 from attnflow.blocks.scorers.const import ConstScorer
 from attnflow.blocks.scorers.gat import GATScorer
-from attnflow.registry import SCORERS, ConfigError
+from attnflow.config.registry import SCORERS, ConfigError
 
 
 def builtin_scorers():

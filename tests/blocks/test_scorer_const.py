@@ -2,7 +2,7 @@
 
 import torch
 
-from attnflow.registry import NORMALIZERS, SCORERS
+from attnflow.config.registry import NORMALIZERS, SCORERS
 
 
 def test_scores_are_zero_with_the_broadcast_shape():

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnflow.blocks.scorers.cosine import CosineScorer
-from attnflow.registry import SCORERS, ConfigError
+from attnflow.config.registry import SCORERS, ConfigError
 
 BUILDERS = {
     "registry": lambda qd, kd, **kw: SCORERS.build({"name": "cosine", **kw}, qd, kd),

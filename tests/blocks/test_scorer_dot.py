@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from attnflow.blocks.scorers.dot import DotScorer
-from attnflow.registry import SCORERS, ConfigError
+from attnflow.config.registry import SCORERS, ConfigError
 
 BUILDERS = {
     "registry": lambda qd, kd: SCORERS.build({"name": "dot"}, qd, kd),

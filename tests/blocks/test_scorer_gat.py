@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from attnflow.blocks.scorers.gat import GATScorer
-from attnflow.registry import SCORERS, ConfigError
+from attnflow.config.registry import SCORERS, ConfigError
 
 BUILDERS = {
     "registry": lambda qd, kd, **kw: SCORERS.build({"name": "gat", **kw}, qd, kd),

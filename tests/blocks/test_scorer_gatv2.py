@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch_geometric.nn import GATv2Conv
 
 from attnflow.blocks.graph.graph_attention import GraphAttention
-from attnflow.registry import SCORERS, ConfigError
+from attnflow.config.registry import SCORERS, ConfigError
 
 
 def test_scores_by_hand():

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from attnflow.blocks.scorers.general import GeneralScorer
-from attnflow.registry import SCORERS
+from attnflow.config.registry import SCORERS
 
 BUILDERS = {
     "registry": lambda qd, kd, **kw: SCORERS.build({"name": "general", **kw}, qd, kd),

@@ -7,7 +7,7 @@ import torch
 
 from attnflow.blocks.scorers.additive import AdditiveScorer
 from attnflow.blocks.scorers.mlp import MLPScorer
-from attnflow.registry import SCORERS, ConfigError
+from attnflow.config.registry import SCORERS, ConfigError
 
 BUILDERS = {
     "registry": lambda qd, kd, **kw: SCORERS.build({"name": "mlp", **kw}, qd, kd),

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnflow.blocks.scorers.scaled_dot import ScaledDotScorer
-from attnflow.registry import SCORERS, ConfigError
+from attnflow.config.registry import SCORERS, ConfigError
 
 BUILDERS = {
     "registry": lambda qd, kd: SCORERS.build({"name": "scaled_dot"}, qd, kd),

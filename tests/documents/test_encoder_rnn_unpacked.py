@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from attnflow.blocks.encoders.rnn_unpacked import reverse_within_length
-from attnflow.registry import ENCODERS
+from attnflow.config.registry import ENCODERS
 
 
 def test_reverse_within_length():

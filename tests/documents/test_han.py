@@ -6,7 +6,7 @@ import torch
 
 from attnflow.data.documents import collate_documents
 from attnflow.models.han import HierarchicalAttentionNetwork
-from attnflow.registry import MODELS
+from attnflow.config.registry import MODELS
 
 
 def _batch():

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from attnflow.predict import load, main as predict_main, predict
-from attnflow.run import train
+from attnflow.cli.predict import load, main as predict_main, predict
+from attnflow.training.run import train
 from support import DATA_DIR, compose_cfg
 
 pytestmark = pytest.mark.data

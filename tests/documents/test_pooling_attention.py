@@ -4,7 +4,7 @@ import torch
 
 from attnflow.blocks.pooling.attention import AttentionPooling
 from attnflow.blocks.scorers.scaled_dot import ScaledDotScorer
-from attnflow.registry import POOLINGS
+from attnflow.config.registry import POOLINGS
 
 
 def test_weighted_sum_matches_hand_computation():

@@ -2,7 +2,7 @@
 
 import torch
 
-from attnflow.registry import POOLINGS
+from attnflow.config.registry import POOLINGS
 
 
 def _data():

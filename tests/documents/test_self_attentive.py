@@ -7,7 +7,7 @@ import torch
 from attnflow.blocks.attention.penalty import diversity_penalty
 from attnflow.data.documents import collate_documents
 from attnflow.models.self_attentive import flatten_documents
-from attnflow.registry import MODELS
+from attnflow.config.registry import MODELS
 
 
 def _batch():
@@ -54,8 +54,8 @@ def test_the_penalty_weight_of_a_model_without_hops_is_refused_before_any_work(t
     trained without the penalty, without a word (and promised a `val/penalty` it never logged)."""
     from support import compose_cfg
 
-    from attnflow.registry import ConfigError
-    from attnflow.run import resolve_config, train
+    from attnflow.config.registry import ConfigError
+    from attnflow.training.run import resolve_config, train
 
     b = _batch()
     han = MODELS.build({"name": "han", "embed_dim": 6, "word_encoder": {"name": "rnn", "hidden_dim": 4},

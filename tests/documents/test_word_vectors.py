@@ -15,8 +15,8 @@ from attnflow.data.documents import DocumentDataModule
 from attnflow.data.word_vectors import (WordVectorsConfig, cooccurrence, flatten, ppmi, svd_vectors,
                                         train_word_vectors)
 from attnflow.models.self_attentive import SelfAttentive
-from attnflow.registry import DATA, MODELS, ConfigError
-from attnflow.run import resolve_config, train
+from attnflow.config.registry import DATA, MODELS, ConfigError
+from attnflow.training.run import resolve_config, train
 from support import compose_cfg
 
 CORPUS = [[2, 3, 4, 5, 2], [3, 3, 6], [7], [4, 0, 5, 2, 6, 7, 1], [6, 5, 4, 3, 2]]  # 0 = ⟨pad⟩
@@ -138,7 +138,7 @@ def test_han_starts_from_the_training_splits_vectors_and_the_run_evaluates(tmp_p
     assert torch.count_nonzero(model.embedding.weight[0]) == 0
     # a whole run trains, and evaluation rebuilds the model without the training split
     summary = train(compose_cfg([*TINY, *_files(tmp_path), "data.word_vectors={dim:8}"]), tmp_path / "run")
-    from attnflow.evaluate import main as eval_main
+    from attnflow.cli.evaluate import main as eval_main
 
     out = tmp_path / "eval.json"
     assert eval_main([str(tmp_path / "run"), "split=val", "-o", str(out)]) == 0

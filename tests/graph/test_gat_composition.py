@@ -5,8 +5,8 @@ import pytest
 
 from attnflow.blocks.normalizers.norm import NormNormalizer
 from attnflow.blocks.normalizers.softmax import SoftmaxNormalizer
-from attnflow.registry import MODELS
-from attnflow.run import train
+from attnflow.config.registry import MODELS
+from attnflow.training.run import train
 from support import compose_cfg
 
 

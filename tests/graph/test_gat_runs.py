@@ -9,8 +9,8 @@ import torch.nn.functional as F
 
 from attnflow.data.synthetic_graph import SyntheticGraphDataModule
 from attnflow.models.gat import GAT
-from attnflow.registry import TASKS
-from attnflow.run import train
+from attnflow.config.registry import TASKS
+from attnflow.training.run import train
 from support import DATA_DIR, compose_cfg
 
 QUIET = ["callbacks.progress_bar=none", "trainer.accelerator=cpu"]

@@ -12,7 +12,7 @@ import torchmetrics
 
 from attnflow.data.synthetic_graph import SyntheticGraphDataModule
 from attnflow.models.gat import GAT
-from attnflow.registry import TASKS
+from attnflow.config.registry import TASKS
 
 
 def _trainer(**kw):

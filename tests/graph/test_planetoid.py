@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from attnflow.data.planetoid import PlanetoidDataModule, read_planetoid
-from attnflow.registry import DATA, ConfigError
+from attnflow.config.registry import DATA, ConfigError
 from support import DATA_DIR
 
 ROOT = DATA_DIR / "planetoid"
@@ -59,8 +59,8 @@ def test_neighbor_sampling_without_extras_says_what_to_install():
     with pytest.raises(ValueError, match="pyg-lib or torch-sparse.*data.loader=khop"):
         PlanetoidDataModule(root=str(ROOT), loader="neighbor")
     # and before any work, where the run's config is checked (a ConfigError: one line, exit 2)
-    from attnflow.registry import ConfigError
-    from attnflow.run import resolve_config
+    from attnflow.config.registry import ConfigError
+    from attnflow.training.run import resolve_config
     from support import compose_cfg
 
     for experiment in ("gat_cora", "gat_synthetic"):

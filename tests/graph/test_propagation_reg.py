@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from attnflow.data.synthetic_graph import SyntheticGraphDataModule
 from attnflow.models.gat import GAT
-from attnflow.registry import TASKS, ConfigError
+from attnflow.config.registry import TASKS, ConfigError
 from attnflow.tasks.node_classification import propagation_loss
 from support import compose_cfg
 
@@ -173,7 +173,7 @@ def test_refused_before_any_data_is_read_or_any_file_written(tmp_path, base, bad
     fields: a preset's adjacency without P-reg is left alone, a typed one is refused): the data
     root does not exist here, so reaching Cora's data module would fail otherwise, and the run
     folder stays unmade; without the offending value the same config passes the preflight."""
-    from attnflow.run import resolve_config, train
+    from attnflow.training.run import resolve_config, train
 
     run_dir = tmp_path / "run"
     base = [*base, f"paths.data_dir={tmp_path / 'no-data-here'}", "logger=none"]

@@ -6,7 +6,7 @@ Source: hidden layers of GAT (Veličković et al. 2018, eq. (5)); Vaswani et al.
 import torch
 
 from attnflow.blocks.aggregators.base import Aggregator
-from attnflow.registry import AGGREGATORS
+from attnflow.config.registry import AGGREGATORS
 
 
 @AGGREGATORS.register("concat")

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from attnflow.blocks.aggregators.concat import ConcatAggregator
-from attnflow.registry import AGGREGATORS, PositiveInt
+from attnflow.config.registry import AGGREGATORS, PositiveInt
 
 
 @AGGREGATORS.register("concat_proj")

@@ -6,7 +6,7 @@ Source: the output layer of GAT (Veličković et al. 2018, eq. (6)) averages hea
 import torch
 
 from attnflow.blocks.aggregators.base import Aggregator
-from attnflow.registry import AGGREGATORS
+from attnflow.config.registry import AGGREGATORS
 
 
 @AGGREGATORS.register("mean")

@@ -8,7 +8,7 @@ Context (positional constructor arguments, supplied by the parent block, never Y
 ``self_attention`` says that queries and keys are positions of one sequence (a Transformer
 layer), so the distance i − j between them means something; ``relative_distance`` δ asks for
 relative-position terms (Shaw et al. 2018) in self-attention — a block that cannot add them
-refuses it with a :class:`~attnflow.registry.ConfigError`.
+refuses it with a :class:`~attnflow.config.registry.ConfigError`.
 
 Methods (all blocks):
 
@@ -38,7 +38,7 @@ from typing import ClassVar, Optional, Tuple
 import torch
 from torch import nn
 
-from attnflow.registry import ConfigError
+from attnflow.config.registry import ConfigError
 
 
 class AttentionBlock(nn.Module):

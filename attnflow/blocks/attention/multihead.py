@@ -34,7 +34,7 @@ from torch import nn
 
 from attnflow.blocks.attention.base import AttentionBlock
 from attnflow.blocks.attention.functional import attend, causal_mask
-from attnflow.registry import (AGGREGATORS, ATTENTIONS, NORMALIZERS, SCORERS, BlockSpec,
+from attnflow.config.registry import (AGGREGATORS, ATTENTIONS, NORMALIZERS, SCORERS, BlockSpec,
                                ConfigError, PositiveInt, Probability)
 
 
@@ -51,7 +51,7 @@ def check_heads(name: str, query_dim: int, heads: int, head_dim: Optional[int],
                                                       "model.decoder.hidden_dim of an RNN decoder") -> None:
     """Without ``head_dim`` each head gets query_dim / heads features, so ``heads`` must divide
     the query size; also called by the models' ``check_config`` (before any data is made), and
-    for a model's own encoder by :mod:`attnflow.run` with its path (``at``: where the attention's
+    for a model's own encoder by :mod:`attnflow.training.run` with its path (``at``: where the attention's
     fields are set; ``size``: where the query size comes from)."""
     if head_dim is None and query_dim % heads:
         raise ConfigError(

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Optional
 
 from attnflow.blocks.attention.multihead import MultiHeadAttention
-from attnflow.registry import ATTENTIONS, BlockSpec, ConfigError, PositiveInt, Probability
+from attnflow.config.registry import ATTENTIONS, BlockSpec, ConfigError, PositiveInt, Probability
 
 
 @ATTENTIONS.register("relative_multihead")

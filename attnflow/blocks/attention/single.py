@@ -13,7 +13,7 @@ from typing import Optional, Tuple
 import torch
 from attnflow.blocks.attention.base import AttentionBlock
 from attnflow.blocks.attention.functional import attend
-from attnflow.registry import (ATTENTIONS, NORMALIZERS, SCORERS, BlockSpec, ConfigError,
+from attnflow.config.registry import (ATTENTIONS, NORMALIZERS, SCORERS, BlockSpec, ConfigError,
                                PositiveInt, Probability)
 
 

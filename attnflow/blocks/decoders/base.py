@@ -7,7 +7,7 @@ A decoder is a conditional language model over target tokens given the encoder's
     p(y_t | y_<t, x) = SoftMax(logits_t),  logits_t = g(y_<t, memory, init)
 
 Teacher forcing computes every logits_t at once from the reference prefix; generation calls
-``step`` once per target position. Greedy and beam search (:mod:`attnflow.decoding`) use only
+``step`` once per target position. Greedy and beam search (:mod:`attnflow.blocks.decoders.decoding`) use only
 ``model.encode`` and this protocol, so they work for every decoder that implements it.
 
 The protocol (duck-typed; :class:`Decoder` is a convenience base class):
@@ -134,8 +134,8 @@ class Decoder(nn.Module):
     @torch.no_grad()
     def greedy(self, memory: torch.Tensor, memory_mask: torch.Tensor, init: torch.Tensor,
                bos_id: int, eos_id: int, max_len: int, need_weights: bool = False):
-        """Argmax decoding with this decoder (see :func:`attnflow.decoding.greedy_decode`)."""
-        from attnflow.decoding import greedy_from_memory
+        """Argmax decoding with this decoder (see :func:`attnflow.blocks.decoders.decoding.greedy_decode`)."""
+        from attnflow.blocks.decoders.decoding import greedy_from_memory
 
         return greedy_from_memory(self, memory, memory_mask, init, bos_id, eos_id, max_len,
                                   need_weights)

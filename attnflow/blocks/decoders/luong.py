@@ -32,7 +32,7 @@ from torch import nn
 
 from attnflow.blocks.attention.base import refuse_relative
 from attnflow.blocks.decoders.base import Decoder
-from attnflow.registry import (ATTENTIONS, DECODERS, SCORERS, BlockSpec, ConfigError,
+from attnflow.config.registry import (ATTENTIONS, DECODERS, SCORERS, BlockSpec, ConfigError,
                                NonNegativeInt, PositiveInt, Probability)
 
 
@@ -64,7 +64,7 @@ class LuongDecoder(Decoder):
     @classmethod
     def inert_fields(cls, fields: Mapping[str, Any]) -> Dict[str, str]:
         """``window`` and ``gaussian`` shape local alignment only (refused when typed with global
-        alignment: :mod:`attnflow.overrides`)."""
+        alignment: :mod:`attnflow.config.overrides`)."""
         if fields.get("alignment", "global") != "global":
             return {}
         return {key: "{at}alignment=global attends over every source position; it is read by "

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from attnflow.blocks.decoders.base import Decoder
-from attnflow.registry import DECODERS, PositiveInt, Probability
+from attnflow.config.registry import DECODERS, PositiveInt, Probability
 
 
 @DECODERS.register("rnn")

@@ -26,7 +26,7 @@ from torch import nn
 
 from attnflow.blocks.attention.base import refuse_relative
 from attnflow.blocks.decoders.base import Decoder
-from attnflow.registry import ATTENTIONS, DECODERS, BlockSpec, PositiveInt, Probability
+from attnflow.config.registry import ATTENTIONS, DECODERS, BlockSpec, PositiveInt, Probability
 
 
 @DECODERS.register("rnn_attention")

@@ -34,7 +34,7 @@ from torch import nn
 from attnflow.blocks.decoders.base import Decoder
 from attnflow.blocks.dropout import Dropout
 from attnflow.blocks.encoders.transformer import FeedForward, build_attention
-from attnflow.registry import DECODERS, POSITIONALS, BlockSpec, PositiveInt, Probability
+from attnflow.config.registry import DECODERS, POSITIONALS, BlockSpec, PositiveInt, Probability
 
 
 def _with_heads(weights: Optional[torch.Tensor]) -> Optional[torch.Tensor]:

@@ -25,7 +25,7 @@ from typing import List, Literal, Optional, Tuple
 import torch
 from torch import nn
 
-from attnflow.registry import ENCODERS, ConfigError, PositiveInt, Probability
+from attnflow.config.registry import ENCODERS, ConfigError, PositiveInt, Probability
 
 POOLS = {"max": nn.MaxPool2d, "avg": nn.AvgPool2d}
 
@@ -58,7 +58,7 @@ class CNNImageEncoder(nn.Module):
     @classmethod
     def inert_fields(cls, fields) -> dict:
         """Without pooling, its size is unread; with size 1, its kind (refused when typed:
-        :mod:`attnflow.overrides`)."""
+        :mod:`attnflow.config.overrides`)."""
         if fields.get("pooling", "max") == "none":
             return {"pool_size": "{at}pooling=none keeps every stage's resolution; it is read by "
                                  "pooling=max and avg"}

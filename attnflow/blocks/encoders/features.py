@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnflow.registry import ENCODERS, ConfigError, PositiveInt, Probability
+from attnflow.config.registry import ENCODERS, ConfigError, PositiveInt, Probability
 
 
 @ENCODERS.register("features")

@@ -12,14 +12,14 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from attnflow.registry import ENCODERS, PositiveInt, Probability
+from attnflow.config.registry import ENCODERS, PositiveInt, Probability
 
 CELLS = {"rnn": nn.RNN, "gru": nn.GRU, "lstm": nn.LSTM}
 
 
 def unread_dropout(fields) -> dict:
     """``dropout`` acts between stacked layers: with one layer it is unread (refused when typed:
-    :mod:`attnflow.overrides`)."""
+    :mod:`attnflow.config.overrides`)."""
     if fields.get("layers", 1) > 1:
         return {}
     return {"dropout": "{at}layers=1 has no layer above another to drop out between; it is read "

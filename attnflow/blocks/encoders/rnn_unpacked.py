@@ -20,7 +20,7 @@ from typing import Literal, Tuple
 import torch
 from torch import nn
 
-from attnflow.registry import ENCODERS, PositiveInt, Probability
+from attnflow.config.registry import ENCODERS, PositiveInt, Probability
 from attnflow.blocks.encoders.rnn import unread_dropout  # the same rule: dropout between layers
 
 CELLS = {"rnn": nn.RNN, "gru": nn.GRU, "lstm": nn.LSTM}

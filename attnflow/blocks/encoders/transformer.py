@@ -34,7 +34,7 @@ from torch import nn
 
 from attnflow.blocks.attention.functional import padding_mask
 from attnflow.blocks.dropout import Dropout
-from attnflow.registry import (ATTENTIONS, ENCODERS, POSITIONALS, BlockSpec, ConfigError,
+from attnflow.config.registry import (ATTENTIONS, ENCODERS, POSITIONALS, BlockSpec, ConfigError,
                                PositiveInt, Probability)
 
 

@@ -39,7 +39,7 @@ from torch_geometric.nn import MessagePassing
 from torch_geometric.utils import add_self_loops as _add_self_loops
 from torch_geometric.utils import remove_self_loops
 
-from attnflow.registry import (AGGREGATORS, GRAPH_LAYERS, NORMALIZERS, SCORERS, BlockSpec,
+from attnflow.config.registry import (AGGREGATORS, GRAPH_LAYERS, NORMALIZERS, SCORERS, BlockSpec,
                                ConfigError, PositiveInt, Probability)
 
 

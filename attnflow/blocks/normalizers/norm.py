@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from attnflow.blocks.normalizers.base import Normalizer
-from attnflow.registry import NORMALIZERS
+from attnflow.config.registry import NORMALIZERS
 
 
 @NORMALIZERS.register("norm")

@@ -9,7 +9,7 @@ from typing import Optional
 import torch
 
 from attnflow.blocks.normalizers.base import Normalizer
-from attnflow.registry import NORMALIZERS, PositiveFloat
+from attnflow.config.registry import NORMALIZERS, PositiveFloat
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

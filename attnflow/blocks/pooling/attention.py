@@ -19,7 +19,7 @@ from typing import Optional, Tuple
 import torch
 from torch import nn
 
-from attnflow.registry import NORMALIZERS, POOLINGS, SCORERS, BlockSpec, PositiveFloat, PositiveInt
+from attnflow.config.registry import NORMALIZERS, POOLINGS, SCORERS, BlockSpec, PositiveFloat, PositiveInt
 
 
 @POOLINGS.register("attention")

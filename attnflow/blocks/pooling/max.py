@@ -13,7 +13,7 @@ from typing import Optional, Tuple
 import torch
 from torch import nn
 
-from attnflow.registry import POOLINGS
+from attnflow.config.registry import POOLINGS
 
 
 @POOLINGS.register("max")

@@ -9,7 +9,7 @@ the first row (a decoder generating token by token passes the step number). Abso
 with ``relative = True`` asks its parent to give its self-attention relative-position terms with
 clipping distance ``max_distance`` instead (the ``relative_distance`` context of attention blocks,
 :mod:`attnflow.blocks.attention.base`). Only models whose config consumes the ``positional`` group
-take one; for any other, ``positional=…`` is refused before any work (:mod:`attnflow.groups`).
+take one; for any other, ``positional=…`` is refused before any work (:mod:`attnflow.config.groups`).
 """
 
 from __future__ import annotations

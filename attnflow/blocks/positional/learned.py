@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from attnflow.blocks.positional.base import Positional
-from attnflow.registry import POSITIONALS, ConfigError, PositiveFloat, PositiveInt
+from attnflow.config.registry import POSITIONALS, ConfigError, PositiveFloat, PositiveInt
 
 
 def check_table_covers(positional: Optional[Dict[str, Any]], longest: Optional[Tuple[int, str]],

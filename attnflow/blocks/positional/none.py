@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from attnflow.blocks.positional.base import Positional
-from attnflow.registry import POSITIONALS
+from attnflow.config.registry import POSITIONALS
 
 
 @POSITIONALS.register("none")

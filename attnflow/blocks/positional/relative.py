@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from attnflow.blocks.positional.base import Positional
-from attnflow.registry import POSITIONALS, PositiveInt
+from attnflow.config.registry import POSITIONALS, PositiveInt
 
 
 @POSITIONALS.register("relative")

@@ -13,7 +13,7 @@ import math
 import torch
 
 from attnflow.blocks.positional.base import Positional
-from attnflow.registry import POSITIONALS
+from attnflow.config.registry import POSITIONALS
 
 
 def sinusoid_table(length: int, dim: int, offset: int = 0) -> torch.Tensor:

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from attnflow.blocks.scorers.base import Scorer
-from attnflow.registry import SCORERS, PositiveInt
+from attnflow.config.registry import SCORERS, PositiveInt
 
 
 @SCORERS.register("additive")

@@ -17,7 +17,7 @@ attributes, so ``SCORERS.get(name).requires_equal_dims`` answers without buildin
 ``requires_equal_dims``
     True when the scorer compares q and k directly, so every instance needs
     ``query_dim == key_dim`` (dot, scaled_dot, cosine). The base constructor then runs
-    ``_require_equal_dims()``, a :class:`~attnflow.registry.ConfigError` naming the sizes. A
+    ``_require_equal_dims()``, a :class:`~attnflow.config.registry.ConfigError` naming the sizes. A
     scorer whose need depends on its fields (gatv2 without ``hidden_dim``, gat with it) leaves the
     attribute False and calls ``_require_equal_dims()`` itself.
 
@@ -46,7 +46,7 @@ from typing import Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from attnflow.registry import ConfigError
+from attnflow.config.registry import ConfigError
 
 
 class Scorer(nn.Module):

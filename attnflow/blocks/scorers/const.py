@@ -11,7 +11,7 @@ feature work.
 import torch
 
 from attnflow.blocks.scorers.base import Scorer
-from attnflow.registry import SCORERS
+from attnflow.config.registry import SCORERS
 
 
 @SCORERS.register("const")

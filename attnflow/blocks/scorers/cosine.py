@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnflow.blocks.scorers.base import Scorer
-from attnflow.registry import SCORERS
+from attnflow.config.registry import SCORERS
 
 
 @SCORERS.register("cosine")

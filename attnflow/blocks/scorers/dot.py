@@ -7,7 +7,7 @@ Needs query_dim == key_dim.
 import torch
 
 from attnflow.blocks.scorers.base import Scorer
-from attnflow.registry import SCORERS
+from attnflow.config.registry import SCORERS
 
 
 @SCORERS.register("dot")

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnflow.blocks.scorers.base import Scorer
-from attnflow.registry import SCORERS, NonNegativeFloat, PositiveInt
+from attnflow.config.registry import SCORERS, NonNegativeFloat, PositiveInt
 
 
 @SCORERS.register("gat")

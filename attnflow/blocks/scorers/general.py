@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from attnflow.blocks.scorers.base import Scorer
-from attnflow.registry import SCORERS
+from attnflow.config.registry import SCORERS
 
 
 @SCORERS.register("general")

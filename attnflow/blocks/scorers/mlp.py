@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from attnflow.blocks.scorers.base import Scorer
-from attnflow.registry import SCORERS, PositiveInt
+from attnflow.config.registry import SCORERS, PositiveInt
 
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
 

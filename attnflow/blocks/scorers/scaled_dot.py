@@ -10,7 +10,7 @@ import math
 import torch
 
 from attnflow.blocks.scorers.base import Scorer
-from attnflow.registry import SCORERS
+from attnflow.config.registry import SCORERS
 
 
 @SCORERS.register("scaled_dot")

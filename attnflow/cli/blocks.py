@@ -1,0 +1,100 @@
+"""attnflow-blocks: every registered block with its fields, types and defaults.
+
+    attnflow-blocks            # all kinds
+    attnflow-blocks scorer     # one kind
+    attnflow-blocks --config experiment=mt_transformer scorer=dot
+                               # the blocks that run uses, every field with the value it takes
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from attnflow.config.registry import Registry  # each registry discovers its blocks on lookup
+
+
+def _first_line(obj) -> str:
+    doc = (obj.__doc__ or "").strip()
+    return doc.splitlines()[0] if doc else ""
+
+
+def main(argv=None) -> int:
+    kinds = Registry.kinds()
+    parser = argparse.ArgumentParser(prog="attnflow-blocks", description=__doc__.splitlines()[0])
+    parser.add_argument("kind", nargs="?", help=f"one of: {', '.join(kinds)}")
+    parser.add_argument("--config", nargs="*", metavar="OVERRIDE",
+                        help="print the blocks a run with these overrides uses (the groups it "
+                             "consumes, data, model, task, logger), every field with its value, "
+                             "defaults filled in")
+    args = parser.parse_args(argv)
+    if args.config is not None:
+        return _print_config(args.config)
+    if args.kind and args.kind not in kinds:
+        print(f"attnflow-blocks: unknown kind '{args.kind}'; kinds: {', '.join(kinds)}", file=sys.stderr)
+        return 2
+    console = Console(width=max(Console().width, 120))
+    for kind, registry in kinds.items():
+        if args.kind and kind != args.kind:
+            continue
+        table = Table(title=f"{kind} blocks", show_lines=False, title_justify="left")
+        table.add_column("name", style="bold")
+        table.add_column("field")
+        table.add_column("type")
+        table.add_column("default")
+        for name in registry.names():
+            fields = registry.fields(name)
+            table.add_row(name, f"[italic]{escape(_first_line(registry.get(name)))}[/italic]", "", "",
+                          end_section=not fields)
+            for i, (field, tname, default) in enumerate(fields):
+                table.add_row("", field, escape(tname), escape(repr(default)),
+                              end_section=i == len(fields) - 1)
+        console.print(table)
+    return 0
+
+
+def _print_config(overrides) -> int:
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+
+    from attnflow import config_dir
+    from attnflow.cli.help import unknown_override
+    from attnflow.config.groups import field_overrides
+    from attnflow.config.registry import ConfigError
+    from attnflow.training.resume import ResumeError, from_hydra, prepare_argv
+    from attnflow.training.run import BLOCK_GROUPS, resolve_config
+
+    conf = config_dir()
+    unknown = unknown_override(list(overrides), conf)
+    if unknown:  # as attnflow-train says it
+        print(f"attnflow: config error: {unknown}", file=sys.stderr)
+        return 2
+    try:  # resume=<run>: that run's config, after the checks attnflow-train makes
+        overrides = field_overrides(prepare_argv(list(overrides)), conf)
+        with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+            cfg = compose("train", overrides=overrides, return_hydra_config=True)
+        resolved = resolve_config(from_hydra(cfg, overrides))
+        used = {group: registry.validate(resolved[group], group) for group, registry in BLOCK_GROUPS
+                if resolved.get(group) is not None}
+    except (ConfigError, HydraException) as err:  # (Hydra's: an option it cannot find)
+        kind = "" if isinstance(err, (ResumeError, HydraException)) else "config error: "
+        print(f"attnflow: {kind}{err}", file=sys.stderr)
+        return 2
+    print(OmegaConf.to_yaml(_name_first(used)), end="")
+    return 0
+
+
+def _name_first(node):
+    if isinstance(node, dict):
+        keys = sorted(node, key=lambda k: k != "name")
+        return {k: _name_first(node[k]) for k in keys}
+    return node
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,358 @@
+"""attnflow-eval: evaluate a trained run on a split, or on another data set of the same kind.
+
+    attnflow-eval RUN                                  # its test split (val for runs without one)
+    attnflow-eval RUN split=val
+    attnflow-eval RUN data.test=test_2017_flickr       # Multi30k: another test set (files in data.root)
+    attnflow-eval RUN data.test_path=other.jsonl.gz    # documents: another JSON-lines file
+    attnflow-eval RUN data.dataset=CiteSeer            # a Planetoid run on another graph
+    attnflow-eval RUN data.name=planetoid data.dataset=Cora   # another graph data module
+    attnflow-eval RUN/checkpoints/last.ckpt task.beam_size=8 -o metrics.json   # translation, captioning
+
+RUN is a run directory (its best checkpoint by ``metrics.json``, else ``last.ckpt``) or a
+checkpoint file. Nothing is trained. The data module, model and task are rebuilt through the
+registries from the resolved config stored in the checkpoint (``attnflow_config``), with the
+overrides applied, and Lightning's ``Trainer.validate`` (``split=val``) or ``Trainer.test``
+(``split=test``) computes the task's metrics. Of the training data only what the run saved is
+used: the tokenizers of a translation run (``<run dir>/tokenizer/``), the vocabulary and classes
+of a document run (``vocab.json``); a graph run needs nothing (data modules that can evaluate
+without their training files offer ``setup_evaluation(run_dir, artifacts, split)``).
+
+Overrides (``key=value``, values in YAML): ``split=val|test``; ``data.<field>`` (any field of the
+data module, ``data.name`` for another module of the same kind: its fields start from
+``conf/data/<name>.yaml``); ``task.<field>`` (e.g. ``task.beam_size``); ``trainer.accelerator``,
+``trainer.devices``, ``trainer.precision`` (``auto``: bf16-mixed where native, else 32-true:
+:mod:`attnflow.training.precision`), ``trainer.limit_val_batches``,
+``trainer.limit_test_batches``; ``seed`` (only where evaluating draws from the process's random
+state: a graph run's ``data.loader=neighbor`` samples neighbours). Each is checked before any
+work: an unknown key or field is one message naming it, exit status 2, and so is a key given
+twice, a ``trainer.limit_<split>_batches=0`` for the split evaluated (no batch), and one this
+evaluation would leave unread (the other split's ``limit_*_batches``, a task field read in
+training only such as ``task.optim``, a data field its data config leaves unread, ``seed`` where
+nothing draws from it — the run's data reads ``data.seed``, saved resolved in its config, and the
+message names it). Data that does not fit the run's weights (a GAT run on a
+graph with another feature size or number of classes; a vocabulary of another size) is a message
+naming the weight and both shapes, not a traceback.
+
+Output: the metrics printed as a table and written as JSON (metrics, split, data config,
+overrides, checkpoint, time) to ``<run dir>/eval/<split>-<YYYYmmdd-HHMMSS>.json`` or ``-o FILE``.
+An existing file is never overwritten (``-o`` naming one, or a path under a file, is refused
+before any work), and nothing else is written to the run directory. Select models on validation
+splits; evaluate on test splits once (IMDB's test split is kept out of the shared data on purpose).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import yaml
+
+from attnflow.io.checkpoints import CheckpointError, Run, load_run, load_weights, run_artifacts
+from attnflow.training.onednn import bound_primitive_cache
+from attnflow.config.registry import ConfigError, _suggest
+from attnflow.io.text import check_folder, check_new_outputs, path_arg
+
+TRAINER_FIELDS = ("accelerator", "devices", "precision", "limit_val_batches", "limit_test_batches")
+SPLITS = ("val", "test")
+USAGE = ("split=val|test, data.<field>, task.<field>, seed, trainer." + "|".join(TRAINER_FIELDS))
+
+
+def parse_overrides(items: List[str]) -> List[Tuple[str, Any]]:
+    """``key=value`` strings as (key, YAML value) pairs, in order; a malformed one is an error."""
+    out, given = [], {}
+    for item in items:
+        key, eq, raw = item.partition("=")
+        key = key.strip().lstrip("+")
+        if not eq or not key:
+            raise ConfigError(f"'{item}' is not an override: write key=value ({USAGE})")
+        if key in given:  # (the last one was used, the first recorded in the result as if it had been)
+            raise ConfigError(f"{key} is given twice ({given[key]}, {item}): give it once")
+        given[key] = item
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        out.append((key, value))
+    return out
+
+
+def _data_preset(name: str, run_cfg: Dict[str, Any]) -> Dict[str, Any]:
+    """The fields of ``conf/data/<name>.yaml``, interpolations resolved against the run's
+    ``paths`` and ``seed`` (the data module's defaults when there is no such file)."""
+    from omegaconf import OmegaConf
+
+    from attnflow import config_dir
+
+    path = config_dir() / "data" / f"{name}.yaml"
+    if not path.is_file():
+        return {"name": name}
+    root = OmegaConf.create({"paths": run_cfg.get("paths") or {}, "seed": run_cfg.get("seed", 1234),
+                             "data": OmegaConf.load(path)})
+    return OmegaConf.to_container(root, resolve=True)["data"]
+
+
+def apply_overrides(run: Run, overrides: List[Tuple[str, Any]]) -> Tuple[Dict[str, Any], str, Dict[str, Any]]:
+    """(config to evaluate with, split, trainer fields): the run's config with ``overrides``
+    applied and validated against the registries (:class:`ConfigError` naming the key)."""
+    import attnflow  # noqa: F401  (registries find their blocks on lookup)
+    from attnflow.config.registry import DATA, MODELS, TASKS
+    from attnflow.training.run import INTERFACES, _check_trainer_types, reads_no_batch
+
+    cfg = {k: (dict(v) if isinstance(v, dict) else v) for k, v in run.config.items()}
+    if not isinstance(cfg.get("task"), dict):
+        raise CheckpointError(f"the config of {run.checkpoint} names no task, so there are no "
+                              f"metrics to compute (a checkpoint of attnflow-train has one)")
+    split, trainer = None, {}
+    keys = [k for k, _ in overrides]
+    new_name = dict(overrides).get("data.name")
+    if new_name is not None and new_name != cfg["data"].get("name"):
+        DATA.get(str(new_name), "data")
+        cfg["data"] = _data_preset(str(new_name), cfg)
+    for key, value in overrides:
+        head, _, field = key.partition(".")
+        if key == "split":
+            if value not in SPLITS:
+                raise ConfigError(f"split must be 'val' or 'test', got {value!r}")
+            split = value
+        elif key == "seed":
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ConfigError(f"seed must be an integer, got {value!r}")
+            cfg["seed"] = value
+        elif head in ("data", "task") and field and "." not in field:
+            cfg[head][field] = value
+        elif head == "trainer" and field in TRAINER_FIELDS:
+            trainer[field] = value
+        else:
+            known = ["split", "seed", *(f"trainer.{f}" for f in TRAINER_FIELDS)]
+            raise ConfigError(f"attnflow-eval has no override '{key}'; overrides: {USAGE}."
+                              f"{_suggest(key, known)}")
+    _check_trainer_types(trainer)
+    cfg["data"] = DATA.validate(cfg["data"], "data")
+    data_kind = getattr(DATA.get(cfg["data"]["name"]), "interface", None)
+    model_kind = getattr(MODELS.get(cfg["model"]["name"]), "interface", None)
+    if data_kind and model_kind and data_kind != model_kind:
+        same = [n for n in DATA.names() if getattr(DATA.get(n), "interface", None) == model_kind]
+        raise ConfigError(f"data '{cfg['data']['name']}' gives {INTERFACES.get(data_kind, data_kind)}, "
+                          f"but the run's model '{cfg['model']['name']}' works on "
+                          f"{INTERFACES.get(model_kind, model_kind)}: evaluate it on data of its "
+                          f"kind ({', '.join(same)})")
+    cfg["task"] = TASKS.validate(cfg["task"], "task")
+    if split is None:  # the test split, unless the run has none and no override names one
+        split = "test" if run.config.get("test", True) or any(
+            k.startswith("data.test") for k in keys) else "val"
+    limit = trainer.get(f"limit_{split}_batches")
+    if reads_no_batch(limit):
+        raise ConfigError(f"trainer.limit_{split}_batches={limit} evaluates no batch of the {split} "
+                          f"split: give a number of batches >= 1 or a share in (0, 1], or leave it "
+                          f"out (every batch)")
+    _refuse_unread(keys, cfg, split, run.config.get("data") or {})
+    return cfg, split, trainer
+
+
+def _refuse_unread(keys: List[str], cfg: Dict[str, Any], split: str,
+                   trained: Dict[str, Any]) -> None:
+    """An override that this evaluation leaves unread is refused, as attnflow-train refuses one
+    (:mod:`attnflow.config.overrides`); it was accepted and recorded in the result: the other split's
+    ``trainer.limit_*_batches``, a task field read in training only (``task.optim``, word
+    dropout) or by the other split (``Task.split_fields``: ``beam_size`` is the test split's,
+    ``val_beam_size`` validation's), a data field only the test split reads with ``split=val``
+    (``test_fields``: Multi30k's ``data.test``) or the validation split reads with ``split=test``
+    (``val_fields``), a data field read in training only (``training_only``: the tokenizers'
+    settings, as the run's own are loaded), a data field the rest of the data config leaves
+    unread (``data.batch_size`` with a full-graph loader), the root ``seed`` where evaluating
+    draws nothing from the random state it seeds (the data class's ``evaluation_draws(fields)``;
+    the message names ``data.seed`` where the data reads one). A field the model is bound to
+    (``run_fixed``: the translation direction) is refused with a value other than the run's
+    (``trained``: its data config): a de→en model fed English sources scored BLEU 0 without a
+    word."""
+    from attnflow.config.registry import DATA, TASKS
+
+    task_class, data_class = TASKS.get(cfg["task"]["name"]), DATA.get(cfg["data"]["name"])
+    by_split = {  # {key: the one split that reads it}
+        **{f"trainer.limit_{s}_batches": s for s in SPLITS},
+        **{f"task.{f}": s for f, s in getattr(task_class, "split_fields", {}).items()},
+        **{f"data.{f}": s for s, attr in (("test", "test_fields"), ("val", "val_fields"))
+           for f in getattr(data_class, attr, ())}}
+    unread = {key: f"split={split} evaluates the {split} split; it is read with split={s}"
+              for key, s in by_split.items() if s != split}
+    for head, block in (("task", task_class), ("data", data_class)):
+        unread.update({f"{head}.{f}": f"{head} '{cfg[head]['name']}' reads it in training only"
+                       for f in getattr(block, "training_only", ())})
+    fixed = [f for f in getattr(data_class, "run_fixed", ()) if f"data.{f}" in keys]
+    if fixed and trained.get("name") == cfg["data"]["name"]:
+        before = DATA.validate(trained, "data")  # with the defaults the stored config left out
+        for f in fixed:
+            if cfg["data"].get(f) != before.get(f):
+                raise ConfigError(f"data.{f}={cfg['data'].get(f)}: the run was trained with data.{f}="
+                                  f"{before.get(f)}, and its model fits only that; evaluate a run "
+                                  f"trained for the other setting")
+    unread.update(DATA.inert_fields(cfg["data"], "data"))
+    draws = getattr(data_class, "evaluation_draws", None)
+    if "seed" in keys and not (draws and draws(cfg["data"])):
+        # training hands the root seed to seed_everything and (through ${seed}) to data.seed, which
+        # the saved config holds resolved: here it would only seed a random state nothing reads
+        reads = "seed" in cfg["data"] and "data.seed" not in unread
+        raise ConfigError(
+            f"seed={cfg.get('seed')} does nothing in attnflow-eval: the root seed reaches only "
+            f"Lightning's seed_everything, and evaluating data '{cfg['data']['name']}' draws nothing "
+            f"from it" + (f"; the data reads data.seed (here {cfg['data']['seed']}: the run's, saved "
+                          f"resolved in its config): give data.seed={cfg.get('seed')} instead"
+                          if reads else ". Drop the override"))
+    for key in keys:
+        if key in unread:
+            raise ConfigError(f"{key} does nothing in attnflow-eval: {unread[key]}. Drop the override")
+
+
+def output_path(run: Run, split: str, out: Optional[str]) -> Path:
+    """Where the metrics go; an existing file, or a path under a file, is refused (``-o``:
+    :func:`attnflow.io.text.check_new_outputs`, before the evaluation whose metrics it would lose)
+    or stepped around (default; ``<run dir>/eval`` that is a file is refused as well)."""
+    if out:
+        check_new_outputs(("-o", out))
+        return Path(out)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    path = run.run_dir / "eval" / f"{split}-{stamp}.json"
+    check_folder(f"without -o the metrics go to {path}", path,
+                 "move that file away, or name the output with -o FILE")
+    n = 1
+    while path.exists():
+        n += 1
+        path = run.run_dir / "eval" / f"{split}-{stamp}-{n}.json"
+    return path
+
+
+def _write_new(path: Path, data: dict) -> None:
+    """Write ``data`` as JSON to ``path``, which must not exist (atomic and exclusive: a link,
+    which fails on an existing name, from a finished temporary file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise ConfigError(f"{path} appeared while evaluating; it is not overwritten") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _context_summary(ctx: Dict[str, Any]) -> str:
+    sizes = [f"{k}={v}" for k, v in ctx.items() if isinstance(v, int) and not isinstance(v, bool)
+             and k != "pad_id"]
+    return f" ({', '.join(sizes)})" if sizes else ""
+
+
+def evaluate(target: Path | str, overrides: List[str] = (), out: Optional[str] = None,
+             device: str = "cpu") -> Tuple[Dict[str, Any], Path]:
+    """Evaluate a run; returns (the written summary, its path). Raises :class:`ConfigError` or
+    :class:`CheckpointError` (or ValueError / FileNotFoundError from the data) with a message."""
+    parsed = parse_overrides(list(overrides))
+    run = load_run(target, device)
+    cfg, split, trainer_fields = apply_overrides(run, parsed)
+    path = output_path(run, split, out)
+
+    import pytorch_lightning as pl
+
+    from attnflow.training.distributed import check_devices, lightning_refusals
+    from attnflow.training.precision import check_precision, resolve_precision
+    from attnflow.config.registry import DATA, MODELS, TASKS
+
+    start = time.time()
+    with tempfile.TemporaryDirectory(prefix="attnflow-eval-") as scratch:  # task side files
+        asked = {"accelerator": device, "precision": "32-true", **trainer_fields}
+        check_precision(asked)  # 16-mixed on the CPU
+        fields, note, warn = resolve_precision(asked)  # trainer.precision=auto
+        if note:
+            print(f"attnflow-eval: {'warning: ' if warn else ''}{note}", file=sys.stderr)
+        check_devices(fields)  # a GPU this machine lacks: attnflow's message, as attnflow-train's
+        with lightning_refusals(fields):  # the overrides were checked (apply_overrides, check_devices)
+            trainer = pl.Trainer(accelerator=fields["accelerator"], devices=fields.get("devices", 1),
+                                 precision=fields["precision"],
+                                 limit_val_batches=fields.get("limit_val_batches"),
+                                 limit_test_batches=fields.get("limit_test_batches"),
+                                 logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                                 enable_model_summary=False, default_root_dir=scratch)
+        pl.seed_everything(cfg.get("seed", 1234), workers=True, verbose=False)
+        dm = DATA.build(cfg["data"], path="data")
+        if hasattr(dm, "setup_evaluation"):
+            dm.setup_evaluation(run.run_dir, run_artifacts(run), split)
+        ctx = dm.model_context()
+        model = MODELS.build(cfg["model"], path="model", **ctx)
+        try:
+            load_weights(model, run.ckpt["state_dict"], "model.", f"model '{cfg['model']['name']}' "
+                         f"built for data '{cfg['data']['name']}'{_context_summary(ctx)}")
+        except CheckpointError as err:
+            raise CheckpointError(f"{err}. A run evaluates only on data with the features, classes "
+                                  f"and vocabulary it was trained with") from None
+        task = TASKS.build(cfg["task"], model, path="task", **dm.task_context())
+        task.run_config = cfg
+        run_split = trainer.validate if split == "val" else trainer.test
+        results = run_split(task, datamodule=dm, verbose=False)
+    metrics = {k: float(v) for r in results or [] for k, v in r.items()}
+    if not metrics:
+        raise ValueError(f"the {split} split gave no metrics (is it empty?)")
+    summary = {
+        "metrics": metrics,
+        "split": split,
+        "run_dir": str(run.run_dir),
+        "checkpoint": str(run.checkpoint),
+        "data": cfg["data"],
+        "overrides": list(overrides),
+        "seconds": round(time.time() - start, 2),
+        "created": datetime.now().isoformat(timespec="seconds"),
+    }
+    if getattr(task, "bleu_signature", ""):
+        summary["bleu_signature"] = task.bleu_signature
+    _write_new(path, summary)
+    return summary, path
+
+
+def print_metrics(summary: Dict[str, Any], path: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{summary['split']} metrics", caption=summary["checkpoint"])
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for k, v in sorted(summary["metrics"].items()):
+        table.add_row(k, f"{v:.6g}")
+    Console().print(table)
+    print(f"attnflow-eval: written to {path}", file=sys.stderr)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    bound_primitive_cache()  # before any tensor work: oneDNN reads it once
+    p = argparse.ArgumentParser(prog="attnflow-eval", description=__doc__.split("\n\n")[0],
+                                epilog=f"overrides: {USAGE}")
+    p.add_argument("run", type=path_arg, help="a run directory or a .ckpt file")
+    p.add_argument("overrides", nargs="*", help="key=value (see below)")
+    p.add_argument("-o", "--output", type=path_arg, help="write the metrics JSON here (never overwritten)")
+    p.add_argument("--device", default="cpu", help="the accelerator (default cpu)")
+    args = p.parse_intermixed_args(argv)
+    quiet = logging.getLogger("pytorch_lightning")
+    level = quiet.level
+    quiet.setLevel(logging.WARNING)  # Lightning's "GPU available: …" lines
+    try:
+        summary, path = evaluate(args.run, args.overrides, args.output, args.device)
+    except ConfigError as err:  # subclasses (data file errors) say what they are themselves
+        print(f"attnflow-eval: {'config error: ' if type(err) is ConfigError else ''}{err}",
+              file=sys.stderr)
+        return 2
+    except (CheckpointError, FileNotFoundError, ValueError) as err:
+        print(f"attnflow-eval: {err}", file=sys.stderr)
+        return 2
+    finally:
+        quiet.setLevel(level)
+    print_metrics(summary, path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""``attnflow-train --help``: the usage, and every config group with its choices, one line each.
+
+Built from the config tree's files alone — each option's description is the first comment line
+of its YAML file (after ``# @package``), or its first fields when it has no comment — so the
+page costs no torch, Lightning or Hydra import (Hydra's stock page composed the whole config:
+~6 CPU-seconds). Hydra's own help stays at ``--hydra-help``.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from attnflow.config.sweeps import PLUGINS, missing_module  # file reads and find_spec only: cheap
+
+USAGE = """\
+usage: {prog} [GROUP=OPTION ...] [KEY=VALUE ...]     train one run (outputs/<date>/<time>/)
+       {prog} -m GROUP=A,B KEY=X,Y ...               a sweep: one job per combination (Hydra multirun)
+       {prog} hparams_search=NAME [...]              a saved sweep: grid or Optuna (docs/sweeps.md)
+       {prog} --cfg job [OVERRIDES]                  print the composed config, train nothing
+       {prog} --hydra-help                           Hydra's own flags (--info, --shell-completion, …)
+
+KEY=VALUE sets any field, also one the YAML leaves at its default (trainer.max_epochs=3,
+task.optim.lr=0.01, attention.heads=8); `attnflow-blocks [KIND]` lists every block's fields."""
+
+# Options that Hydra plugins add to its own groups (no file in conf/): (the plugin in
+# attnflow.config.sweeps.PLUGINS that provides it, or None for Hydra's own; one line about it).
+PLUGIN_OPTIONS = {
+    "hydra/launcher": {
+        "basic": (None, "one job after another in this process (Hydra's)"),
+        "joblib": ("joblib", "jobs in parallel processes (hydra-joblib-launcher)"),
+        "submitit_local": ("submitit", "jobs as local submitit processes"),
+        "submitit_slurm": ("submitit", "jobs on SLURM (hydra-submitit-launcher)"),
+    },
+    "hydra/sweeper": {
+        "basic": (None, "the grid of all combinations (Hydra's)"),
+        "optuna": ("optuna", "Optuna samplers: TPE, random, CMA-ES, grid"),
+    },
+}
+
+
+def describe(path: Path) -> str:
+    """One line about a config file: its first comment line, else its first fields."""
+    fields = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        text = line.strip()
+        if text.startswith("# @package") or not text:
+            continue
+        if text.startswith("#"):
+            if not fields:
+                return text.lstrip("#").strip()
+            continue
+        if not line.startswith((" ", "-")) and not text.split("#", 1)[0].strip().endswith(":"):
+            fields.append(text.split("#", 1)[0].strip())
+    return "; ".join(fields[:3]) or "(empty)"
+
+
+def root_choices(conf_dir: Path) -> Dict[str, str]:
+    """{group: default option} of ``train.yaml``'s defaults list, in its order."""
+    import yaml  # PyYAML, which OmegaConf already imports
+
+    out: Dict[str, str] = {}
+    for entry in yaml.safe_load((conf_dir / "train.yaml").read_text(encoding="utf-8")).get("defaults", []):
+        if isinstance(entry, dict):
+            out.update({str(g): "" if o is None else str(o) for g, o in entry.items() if g != "hydra"})
+    return out
+
+
+def groups(conf_dir: Path) -> List[Tuple[str, str, List[Tuple[str, str]]]]:
+    """(group, default option, [(option, description)]) for every group a user picks from."""
+    defaults = root_choices(conf_dir)
+    names = list(defaults) + sorted(p.name for p in conf_dir.iterdir()
+                                    if p.is_dir() and p.name != "hydra" and p.name not in defaults
+                                    and not p.name.startswith(("_", ".")))
+    out = []
+    for group in names:
+        folder = conf_dir / group
+        options = [(p.stem, describe(p)) for p in sorted(folder.glob("*.yaml"))] if folder.is_dir() else []
+        out.append((group, defaults.get(group, ""), options))
+    for group, plugins in PLUGIN_OPTIONS.items():
+        options = []
+        for option, (plugin, text) in plugins.items():
+            if plugin and missing_module(plugin):
+                text += f' (not installed: pip install -e ".[{PLUGINS[plugin][1]}]")'
+            options.append((option, text))
+        options += [(p.stem, describe(p)) for p in sorted((conf_dir / group).glob("*.yaml"))]
+        out.append((group, "basic", options))
+    return out
+
+
+def train_help(conf_dir: Path, prog: str = "attnflow-train", width: int = 0) -> str:
+    """The ``--help`` page: usage lines, then each group with its options (``*`` the default)."""
+    width = width or shutil.get_terminal_size((120, 24)).columns
+    lines = [USAGE.format(prog=prog), "",
+             f"Config groups (GROUP=OPTION; * the default; files in {conf_dir}):"]
+    rows = groups(conf_dir)
+    pad = max(len(o) for _, _, opts in rows for o, _ in opts) + 2
+    for group, default, options in rows:
+        lines.append(f"  {group}" + ("" if default else "   (default: none)"))
+        for option, text in options:
+            mark = "*" if option == default else " "
+            line = f"    {mark} {option.ljust(pad)}{text}"
+            lines.append(line if len(line) <= width else line[:max(width - 1, 20)] + "…")
+    return "\n".join(lines)
+
+
+def unknown_override(argv: List[str], conf_dir: Path) -> Optional[str]:
+    """One line refusing the first override of the command line that names what the config tree
+    lacks, else None: a ``GROUP=OPTION`` whose option has no file (``scorer=dott``, also a value of a
+    sweep, ``-m scorer=dot,dott``, or of a list, ``logger=[csv,wandbb]``), naming the options and
+    the nearest; or a key under a top-level key the root config lacks (``trainr.max_epochs=3``),
+    as the run itself would say. Before Hydra, whose message for a missing option spans a dozen
+    lines (its config search path) and exits 1, and before the ≈ 6 s of importing Lightning.
+    Overrides this does not understand (a package, ``glob(…)``, an interpolation) are left to
+    Hydra, as are Hydra's own groups (``hydra/launcher=…``: an installed plugin may add options)
+    and every option where a config folder is added, whose options this does not see: by the
+    command line (``--config-dir``, ``--config-path``, ``hydra.searchpath``) or by an installed
+    Hydra plugin other than the launchers and the sweeper attnflow knows (its search-path plugin
+    may add one)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ChoiceSweep
+    from hydra.errors import HydraException
+
+    from attnflow.config.groups import top_level_keys, top_level_refusal
+    from attnflow.config.registry import _suggest
+
+    if any(a.startswith(("--config-dir", "-cd", "--config-path", "-cp", "hydra.searchpath",
+                         "+hydra.searchpath")) for a in argv) or _foreign_hydra_plugins():
+        return None  # (an added folder's groups and options are not in conf_dir)
+    known = {group: [o for o, _ in options] for group, _, options in groups(conf_dir)
+             if not group.startswith("hydra/")}
+    keys = top_level_keys(conf_dir)
+    parser = OverridesParser.create()
+    for arg in argv:
+        if arg.startswith("-") or "=" not in arg:
+            continue
+        try:
+            override = parser.parse_override(arg)
+        except HydraException:
+            continue  # Hydra's own message about the syntax
+        name = override.key_or_group
+        if name.split(".")[0] not in keys | set(known) and "/" not in name:
+            return top_level_refusal(name.split(".")[0], keys)
+        if name not in known or override.is_delete() or override.package is not None:
+            continue
+        value = override.value()
+        values = value.list if isinstance(value, ChoiceSweep) else value
+        for option in values if isinstance(values, list) else [values]:
+            if isinstance(option, str) and "/" not in option and "${" not in option \
+                    and option not in known[name]:
+                return (f"{name} has no option '{option}' (at '{arg}'); options: "
+                        f"{', '.join(known[name])} (files in {conf_dir / name})."
+                        f"{_suggest(option, known[name])}")
+    return None
+
+
+def _foreign_hydra_plugins() -> List[str]:
+    """The installed ``hydra_plugins`` modules other than the launchers and the sweeper of
+    :data:`attnflow.config.sweeps.PLUGINS` (a module list, no import of any of them)."""
+    import importlib.util
+    import pkgutil
+
+    spec = importlib.util.find_spec("hydra_plugins")
+    ours = {modules[1].rsplit(".", 1)[1] for modules, _, _ in PLUGINS.values()}
+    return [m.name for m in pkgutil.iter_modules(spec.submodule_search_locations or [])
+            if m.name not in ours] if spec else []

@@ -1,0 +1,514 @@
+"""attnflow-predict: label documents, texts (BERT) or graph nodes with a trained run, and explain them.
+
+    attnflow-predict RUN "A great film." "Dull and far too long."   # documents (HAN, self-attentive)
+    attnflow-predict RUN --file reviews.txt     # one document per line (.gz; .jsonl[.gz]: the run's text field)
+    cat review.txt | attnflow-predict RUN       # stdin: one document per line
+    attnflow-predict RUN "..." --explain out.html            # word and sentence weights as colour
+    attnflow-predict GAT_RUN -o nodes.csv                    # every node: label, probabilities
+    attnflow-predict GAT_RUN --explain --top-k 5             # + each node's top-weighted neighbours
+    attnflow-predict RUN ... --save-attention attn.npz       # attention maps as data
+    attnflow-predict BERT_RUN "A great film." --explain out.html   # fine-tuned BERT: label, ⟨CLS⟩ attention
+    attnflow-predict BERT_PRETRAINING_RUN "The film was [MASK] ." --top-k 5   # fill [MASK] tokens
+    attnflow-predict CAPTION_RUN photo.png --attention out.png   # caption an image, draw where words looked
+
+What it does follows the run's kind (the ``interface`` its model declares), read from the resolved
+config stored in the checkpoint (``attnflow_config``; no pickled modules): the model is rebuilt
+from the registries and the weights loaded into it. For a run directory the best checkpoint
+(``metrics.json``) is used, else ``checkpoints/last.ckpt``. A missing path, a corrupt or truncated
+checkpoint, or one that is not an attnflow run: one message, exit status 2. So is, before any
+work, an output (``-o``, ``--explain``, ``--save-attention``, ``--attention``) that exists, lies
+under a file, or is named by two of these options, and inputs given both as arguments and with
+``--file`` (:func:`attnflow.io.text.check_new_outputs`).
+
+Documents (``documents``). The vocabulary comes from ``vocab.json`` in the run directory
+(written at the start of training) or the checkpoint's ``attnflow_artifacts``. Output: one line
+per input line, ``label<TAB>probability<TAB>text`` (JSON lines with ``--json``), printed and
+flushed batch by batch. Input lines are split on ``\\n`` alone (JSON strings may hold U+2028;
+:mod:`attnflow.io.text`). A blank line or a document without words gives
+``-<TAB>-<TAB>(empty: no words)`` (JSON: ``"label": null, "empty": true``) and a note on stderr,
+so output lines stay aligned with input lines. A document longer than the run's caps
+(``data.max_sentences`` sentences of ``data.max_words`` words, as in training) is classified
+from what fits, with a warning on stderr counting the sentences and words cut (the first ten
+such documents, then a total).
+
+Graphs (``graph``). The graph is the run's data (``data`` of its config: the Planetoid raw files,
+or the generated graph); nothing else is needed. Output: CSV with a header (``-o`` names a
+``.csv`` file; any other name is refused before any work), one row per node:
+``node,label,prob,prob_<class>…`` (SoftMax probabilities; multi-label runs: σ per class, ``label``
+the classes with σ > ½ joined by ``|``, ``prob`` the largest σ). ``--explain`` adds ``neighbours``:
+the ``--top-k`` nodes i of N(t) (the paper's neighbourhood, t itself included) with the largest
+α_{it} of the last layer, averaged over its heads, as ``i:α`` separated by spaces.
+
+Texts (BERT runs, ``text_classification`` or ``pretraining`` data: :mod:`attnflow.cli.predict_text`).
+A fine-tuned run (``task=text_classification``) writes ``label<TAB>probability<TAB>text`` as for
+documents (blank lines, ``--json``, streaming alike); a text longer than the run's
+``data.max_len`` subwords loses its end, as in training, with a warning counting what was cut. A
+pretraining run (``task=bert_pretraining``) fills each ``[MASK]`` of the text with its ``--top-k``
+most probable tokens (default 5), as HF's fill-mask pipeline. ``--explain OUT.html``: per text the
+attention of the ⟨CLS⟩ query over the WordPiece tokens in every layer and head (a table, the mean
+over the last layer's heads, and an all-heads picture).
+
+Images (captioning runs, Xu et al. 2015: :mod:`attnflow.cli.predict_image`). The arguments are image
+files (a features run, ``data.features``: one ``.npy`` of (L, D) region features each); ``--file``
+a list of image paths, one per line (blank lines skipped; relative paths from the current
+folder). Each is read as in training (RGB, resized to the run's image size) and captioned by beam
+search of ``--beam`` K (default: the run's ``task.beam_size``; 1 = greedy); output
+``path<TAB>caption`` per image (``--json``: ``image``, ``caption``, ``words``). ``--attention
+OUT.png`` draws the image and, per word, its attention over the image's regions
+(:func:`attnflow.viz.figures.caption_figure`): OUT.png for one image, OUT-0.png, OUT-1.png, … for several.
+Every image is read before anything is written: a missing or corrupt one is one line naming it,
+exit status 2.
+
+``--save-attention OUT.npz`` (``numpy.load``; no pickling) holds ``kind`` (``"documents"``,
+``"graph"``, ``"text"`` or ``"captioning"``) and
+
+- documents, for input line i (0-based; ``lines`` in all): ``{i}/words`` (S, W) the words read
+  ('' at padding), ``{i}/word_weights`` (S, W) (each sentence's row sums to 1 with attention
+  pooling; the self-attentive model: the mean of its hops, summing to 1 over the document),
+  ``{i}/sent_weights`` (S,) summing to 1 (HAN with attention or mean pooling), ``{i}/hops``
+  (r, n) the self-attentive model's r hops over the document's n words in reading order, each
+  summing to 1 (Lin et al. 2017); an empty document has (0, 0) words and no weights;
+- texts (BERT), for input line i (0-based; ``lines`` in all): ``{i}/tokens`` (T,) the WordPiece
+  tokens read, ``[CLS]`` … ``[SEP]`` (empty for an empty line), ``{i}/cls_attention`` (N, J, T)
+  the ⟨CLS⟩ query's attention weights in each of the N layers and J heads (row 0 of the
+  encoder's self-attention; each row sums to 1 over the T tokens; absent for an empty line);
+- images (captioning), for input i (0-based; ``lines`` in all): ``{i}/image`` the path given,
+  ``{i}/words`` (T,) the caption's words (no ⟨eos⟩), ``{i}/alpha`` (T, h, w) each word's
+  attention over the h × w region grid (row-major as the encoder's regions; each row sums to 1
+  over the h·w regions: soft attention, Xu et al. 2015, eq. (4)–(5));
+- graphs: ``num_nodes``; per layer k (0 = input): ``layer{k}/edge_index`` (2, E′) edges
+  (source i, target t) with self-loops and ``layer{k}/alpha`` (E′, J) per head; for every target
+  t and head j, Σ_{edges i→t} α = 1 (Veličković et al. 2018, eq. (3)).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
+
+import numpy as np
+
+import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
+from attnflow.io.checkpoints import (CheckpointError, Run, load_run, load_weights, no_grad,
+                                  run_artifacts)
+from attnflow.training.onednn import bound_primitive_cache
+from attnflow.config.registry import DATA, MODELS, TASKS
+from attnflow.io.text import (InputError, batched, check_new_outputs, check_npz, iter_lines,
+                             iter_stdin, no_inputs, path_arg, save_arrays, text_array)
+
+# torch and the data modules (attnflow.data.documents, predict_image: torch) are imported where a
+# run is rebuilt, so that a bad argument or path is refused before their import (seconds)
+if TYPE_CHECKING:
+    import torch
+
+EMPTY = "(empty: no words)"
+WARN_DOCS = 10  # documents over the caps warned one by one; then only the total
+BATCH_SIZE = 32  # --batch-size of documents, texts and images
+
+
+class PredictError(Exception):
+    """A problem the user can fix; printed as one line."""
+
+
+def run_interface(run: Run) -> Optional[str]:
+    """What the run works on ('documents', 'graph', 'seq2seq'), from its model (else its data)."""
+    for group, registry in (("model", MODELS), ("data", DATA)):
+        name = (run.config.get(group) or {}).get("name")
+        if name in registry.names():
+            kind = getattr(registry.get(name), "interface", None)
+            if kind:
+                return kind
+    return None
+
+
+# -- documents ----------------------------------------------------------------------------------------
+def load(target: Path | str, device: str = "cpu", run: Optional[Run] = None):
+    """(task, artifacts) of a document classifier rebuilt from a run directory or checkpoint."""
+    from attnflow.data.documents import Vocabulary
+
+    run = run or load_run(target, device)
+    cfg = run.config
+    art = run_artifacts(run)
+    if not art.get("vocab"):
+        raise CheckpointError(f"no vocabulary: {run.run_dir / 'vocab.json'} is missing and the "
+                              f"checkpoint {run.checkpoint} carries none")
+    vocab = Vocabulary.from_json(art["vocab"])
+    names = art["class_names"]
+    model = MODELS.build(cfg["model"], vocab_size=len(vocab), num_classes=len(names), pad_id=0,
+                         path="model")
+    task = TASKS.build(cfg["task"], model, num_classes=len(names),
+                       class_names=names, itos=vocab.itos, path="task")
+    load_weights(model, run.ckpt["state_dict"], "model.", f"model '{cfg['model'].get('name')}'")
+    task.eval().to(device)
+    art["vocab_obj"] = vocab
+    return task, art
+
+
+def _cut(doc: List[List[str]], max_sentences: int, max_words: int) -> Dict[str, int]:
+    from attnflow.data.documents import cap_document
+
+    kept = cap_document(doc, max_sentences, max_words)
+    words = sum(len(s) for s in doc)
+    return {"sentences": len(doc), "words": words, "sentences_cut": len(doc) - len(kept),
+            "words_cut": words - sum(len(s) for s in kept)}
+
+
+def predict(task, art: dict, texts: List[str], batch_size: int = 32) -> List[dict]:
+    """Per text: label, probability, probabilities, sentences with word and sentence weights
+    (:meth:`ClassificationTask.explain`), ``empty`` (no words) and ``cut`` (what the caps cut)."""
+    from attnflow.data.documents import encode_texts, tokenize
+
+    out = []
+    for i in range(0, len(texts), batch_size):
+        chunk = texts[i:i + batch_size]
+        batch, shown = encode_texts(chunk, art["vocab_obj"], art["max_sentences"], art["max_words"])
+        for text, r in zip(chunk, task.explain(batch, shown)):
+            doc = tokenize(text, art["vocab_obj"].lowercase)
+            r.update(text=text, empty=not doc, cut=_cut(doc, art["max_sentences"], art["max_words"]))
+            out.append(r)
+    return out
+
+
+@no_grad
+def document_arrays(task, art: dict, texts: List[str], first: int) -> Dict[str, np.ndarray]:
+    """The ``--save-attention`` arrays of ``texts``, documents ``first``, ``first + 1``, … (see
+    the module docstring), from one forward pass of the model over their batch."""
+    from attnflow.data.documents import encode_texts
+
+    batch, shown = encode_texts(texts, art["vocab_obj"], art["max_sentences"], art["max_words"])
+    out = task({k: v.to(task.device) for k, v in batch.items()})
+    ww, sw, hops = (out.get(k) for k in ("word_weights", "sent_weights", "attention"))
+    n_words = batch["sent_lengths"].sum(-1).tolist()
+    arrays: Dict[str, np.ndarray] = {}
+    for b, doc in enumerate(shown):
+        i, S = first + b, len(doc)
+        W = max((len(s) for s in doc), default=0)
+        arrays[f"{i}/words"] = text_array([s + [""] * (W - len(s)) for s in doc]).reshape(S, W)
+        if not S:
+            continue
+        if ww is not None:
+            arrays[f"{i}/word_weights"] = ww[b, :S, :W].float().cpu().numpy()
+        if sw is not None:
+            arrays[f"{i}/sent_weights"] = sw[b, :S].float().cpu().numpy()
+        if hops is not None:  # (B, r, n) over the document's words in reading order
+            arrays[f"{i}/hops"] = hops[b, :, : n_words[b]].float().cpu().numpy()
+    return arrays
+
+
+def _jsonl_text(line: str, n: int, path: Path, field: str) -> str:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise PredictError(f"{path} line {n} is not JSON: {err}") from None
+    if not isinstance(row, dict) or not isinstance(row.get(field), str):
+        raise PredictError(f"{path} line {n} has no text field '{field}' (the run's "
+                           f"data.text_field)")
+    return row[field]
+
+
+def is_jsonl(path: str) -> bool:
+    return path.endswith((".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz"))
+
+
+def read_texts(args, field: str = "text") -> Tuple[Iterator[str], str]:
+    """The documents, lazily (one per input line; a blank JSON line is an empty document), and
+    how to name one in messages."""
+    if args.texts:
+        return iter(args.texts), "argument"
+    if args.file:
+        lines = iter_lines(args.file, "--file")
+        if is_jsonl(args.file):
+            path = Path(args.file)
+            lines = (_jsonl_text(ln, n, path, field) if ln.strip() else ""
+                     for n, ln in enumerate(lines, 1))
+        return lines, f"{args.file} line"
+    return iter_stdin(), "stdin line"
+
+
+def check_explain_html(args, what: str) -> None:
+    """``--explain`` names the HTML page to write (documents, texts), or is not given."""
+    if args.explain is True or (args.explain and not args.explain.endswith((".html", ".htm"))):
+        raise PredictError(f"--explain takes the HTML file to write for {what} (--explain "
+                           f"OUT.html), got {'nothing' if args.explain is True else repr(args.explain)}")
+
+
+def label_line(r: dict, as_json: bool) -> str:
+    """The output line of a labelled document or text: ``label<TAB>probability<TAB>text`` (its
+    first 80 characters) or JSON (label, probability, probabilities, text); an empty one's is
+    ``-<TAB>-<TAB>(empty: no words)`` (JSON: nulls and ``"empty": true``)."""
+    if r["empty"]:
+        return (json.dumps({"label": None, "probability": None, "probabilities": None,
+                            "text": r["text"], "empty": True}) if as_json else f"-\t-\t{EMPTY}")
+    if as_json:
+        return json.dumps({k: r[k] for k in ("label", "probability", "probabilities", "text")})
+    return f"{r['label']}\t{r['probability']:.4f}\t{' '.join(r['text'].split())[:80]}"
+
+
+def write_attention(path: str, arrays: dict, kind: str, n: int, what: str, save=None) -> None:
+    """``--save-attention``: ``arrays`` with ``kind`` and ``lines`` (``n``) to ``path``
+    (:func:`attnflow.io.text.save_arrays`, or ``save``), and a note on stderr."""
+    arrays.update(kind=np.asarray(kind), lines=np.asarray(n))
+    print(f"attnflow-predict: attention of {n} {what} written to "
+          f"{(save or save_arrays)(path, arrays)}", file=sys.stderr)
+
+
+def _documents(args, run: Run, out) -> int:
+    if args.top_k is not None:
+        raise PredictError("--top-k is for graph runs (the neighbours --explain lists)")
+    check_explain_html(args, "documents")
+    task, art = load(args.model, args.device, run)
+    texts, where = read_texts(args, art.get("text_field", "text"))
+    caps = f"{art['max_sentences']} sentences of {art['max_words']} words"
+    explained, arrays = [], {}
+    n = over = words = words_cut = 0
+    for chunk in batched(texts, args.batch_size):
+        results = predict(task, art, chunk, args.batch_size)
+        lines = []
+        for j, r in enumerate(results, n + 1):
+            cut = r["cut"]
+            words += cut["words"]
+            if r["empty"]:
+                print(f"attnflow-predict: {where} {j} is empty: no words to classify "
+                      f"('-' is written in its place)", file=sys.stderr)
+                lines.append(label_line(r, args.json))
+                continue
+            if cut["words_cut"] or cut["sentences_cut"]:
+                over += 1
+                words_cut += cut["words_cut"]
+                if over <= WARN_DOCS:
+                    print(f"attnflow-predict: {where} {j} has {cut['sentences']} sentences and "
+                          f"{cut['words']} words; the model reads at most {caps} (the run's "
+                          f"data.max_sentences, data.max_words): {cut['sentences_cut']} sentences "
+                          f"and {cut['words_cut']} of {cut['words']} words cut", file=sys.stderr)
+            lines.append(label_line(r, args.json))
+        print("\n".join(lines), file=out, flush=True)
+        if args.save_attention:
+            arrays.update(document_arrays(task, art, chunk, n))
+        if args.explain:
+            explained += [r for r in results if not r["empty"]]
+        n += len(chunk)
+    if not n:
+        raise PredictError(no_inputs("documents", "--file", args.file))
+    if over:
+        print(f"attnflow-predict: {over} of {n} documents were longer than {caps}: "
+              f"{words_cut} of {words} words cut in all", file=sys.stderr)
+    if args.explain:
+        from attnflow.viz.explain import write_html
+
+        for r in explained:
+            r["title"] = f"predicted {r['label']} (p={r['probability']:.3f})"
+        print(f"explanation written to {write_html(args.explain, explained, 'attnflow-predict')}",
+              file=sys.stderr)
+    if args.save_attention:
+        write_attention(args.save_attention, arrays, "documents", n, "documents")
+    return 0
+
+
+# -- graphs -------------------------------------------------------------------------------------------
+def load_graph(run: Run, device: str = "cpu"):
+    """(model, graph) of a node-classification run: the model rebuilt from the registries, the
+    graph from the run's data config."""
+    cfg = run.config
+    dm = DATA.build(cfg["data"], path="data")
+    ctx = dm.model_context()
+    model = MODELS.build(cfg["model"], path="model", **ctx)
+    load_weights(model, run.ckpt["state_dict"], "model.",
+                 f"model '{cfg['model'].get('name')}' on data '{cfg['data'].get('name')}' "
+                 f"({ctx['in_dim']} features, {ctx['num_classes']} classes)")
+    return model.to(device).eval(), dm.full_graph()
+
+
+def top_neighbours(edge_index: torch.Tensor, alpha: torch.Tensor, num_nodes: int, k: int):
+    """For every target node t the k sources i of its edges with the largest α (ties: edge
+    order): ids (N, k) (-1 where N(t) has fewer) and weights (N, k) (NaN there). No loop over
+    nodes: edges are sorted by (target, −α) and ranked within each target's segment."""
+    import torch
+
+    src, dst = edge_index
+    order = torch.argsort(alpha, descending=True, stable=True)
+    order = order[torch.argsort(dst[order], stable=True)]
+    src, dst, alpha = src[order], dst[order], alpha[order]
+    counts = torch.bincount(dst, minlength=num_nodes)
+    rank = torch.arange(len(dst)) - (torch.cumsum(counts, 0) - counts)[dst]
+    keep = rank < k
+    ids = torch.full((num_nodes, k), -1, dtype=torch.long)
+    weights = torch.full((num_nodes, k), float("nan"))
+    ids[dst[keep], rank[keep]] = src[keep]
+    weights[dst[keep], rank[keep]] = alpha[keep].float()
+    return ids, weights
+
+
+def _graph(args, run: Run, out) -> int:
+    if args.texts or args.file:
+        raise PredictError(f"the run at {run.run_dir} labels the nodes of its graph "
+                           f"(data '{run.config['data'].get('name')}'); it takes no texts or --file")
+    if isinstance(args.explain, str):
+        raise PredictError(f"for a graph run --explain takes no file ({args.explain!r}): it adds "
+                           f"the neighbours column to the CSV (-o FILE)")
+    if args.json:
+        raise PredictError("--json is for document runs; a graph run writes CSV")
+    if args.batch_size is not None:
+        raise PredictError("--batch-size is for documents, texts and images; a graph run labels "
+                           "its whole graph in one pass")
+    if args.top_k is not None and not args.explain:
+        raise PredictError("--top-k sets how many neighbours --explain lists; add --explain")
+    k = 5 if args.top_k is None else args.top_k
+    if k < 1:
+        raise PredictError(f"--top-k must be >= 1, got {k}")
+    import torch
+
+    model, data = load_graph(run, args.device)
+    with torch.no_grad():
+        logits, weights = model(data.x.to(args.device), data.edge_index.to(args.device),
+                                need_weights=True)
+    logits = logits.float().cpu()
+    multi = bool(run.config.get("task", {}).get("multi_label", False))
+    probs = torch.sigmoid(logits) if multi else torch.softmax(logits, -1)
+    N, C = probs.shape
+    names = [str(c) for c in range(C)]
+    header = ["node", "label", "prob"] + [f"prob_{c}" for c in names]
+    if multi:
+        labels = ["|".join(n for n, on in zip(names, row) if on) for row in (probs > 0.5).tolist()]
+    else:
+        labels = [names[i] for i in probs.argmax(-1).tolist()]
+    neighbours = None
+    if args.explain:
+        ei, alpha = weights[-1]
+        ids, w = top_neighbours(ei.cpu(), alpha.float().mean(-1).cpu(), N, k)
+        neighbours = [" ".join(f"{i}:{a:.4f}" for i, a in zip(ri, rw) if i >= 0)
+                      for ri, rw in zip(ids.tolist(), w.tolist())]
+        header.append("neighbours")
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    top = probs.max(-1).values.tolist()
+    for t, row in enumerate(probs.tolist()):  # output formatting, one row per node
+        writer.writerow([t, labels[t], f"{top[t]:.4f}", *(f"{p:.4f}" for p in row),
+                         *([neighbours[t]] if neighbours else [])])
+    out.write(buf.getvalue())
+    out.flush()
+    if args.save_attention:
+        arrays = {"kind": np.asarray("graph"), "num_nodes": np.asarray(N)}
+        for layer, (ei, alpha) in enumerate(weights):
+            arrays[f"layer{layer}/edge_index"] = ei.cpu().numpy()
+            arrays[f"layer{layer}/alpha"] = alpha.float().cpu().numpy()
+        print(f"attnflow-predict: attention of {len(weights)} layers written to "
+              f"{save_arrays(args.save_attention, arrays)}", file=sys.stderr)
+    return 0
+
+
+# -- texts (BERT) -------------------------------------------------------------------------------------
+def _texts(args, run: Run, out) -> int:
+    """BERT runs: :func:`attnflow.cli.predict_text.predict_bert` with this module's readers."""
+    from attnflow.cli.predict_text import predict_bert
+
+    return predict_bert(args, run, out, read_texts, save_arrays, batched)
+
+
+# -- images (captioning) ------------------------------------------------------------------------------
+def _captions(args, run: Run, out) -> int:
+    """Captioning runs: :func:`attnflow.cli.predict_image.predict_captions` with this module's readers."""
+    from attnflow.cli.predict_image import predict_captions
+
+    return predict_captions(args, run, out, read_texts, batched, write_attention)
+
+
+# -- the command --------------------------------------------------------------------------------------
+class _Output:
+    """stdout, or ``-o FILE`` written beside the target and moved into place at the end (a failed
+    run leaves an existing FILE as it was)."""
+
+    def __init__(self, path: Optional[str]):
+        self.path = Path(path) if path else None
+        self.tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp") if path else None
+
+    def __enter__(self):
+        if self.path is None:
+            return sys.stdout
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.f = open(self.tmp, "w", encoding="utf-8", newline="")
+        return self.f
+
+    def __exit__(self, kind, *_):
+        if self.path is not None:
+            self.f.close()
+            if kind is None:
+                os.replace(self.tmp, self.path)
+            self.tmp.unlink(missing_ok=True)
+        return False
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    bound_primitive_cache()  # before any tensor work: oneDNN reads it once
+    p = argparse.ArgumentParser(prog="attnflow-predict", description=__doc__.split("\n\n")[0])
+    p.add_argument("model", type=path_arg, help="a run directory or a .ckpt file")
+    p.add_argument("texts", nargs="*", help="documents or texts to label, or image files to "
+                                           "caption (default: --file, else stdin)")
+    p.add_argument("--file", type=path_arg,
+                   help="one document per line (.gz; .jsonl[.gz]: objects with the run's text "
+                        "field); captioning runs: one image path per line")
+    p.add_argument("--explain", nargs="?", const=True, metavar="OUT.html", type=path_arg,
+                   help="documents: write word/sentence weights as HTML; BERT texts: the "
+                        "[CLS] attention of every layer and head as HTML; graphs: list each "
+                        "node's top-weighted neighbours")
+    p.add_argument("--top-k", type=int, default=None,
+                   help="graphs: neighbours listed; BERT pretraining runs: candidates per [MASK] "
+                        "(default 5)")
+    p.add_argument("--json", action="store_true", help="documents and texts: print JSON lines")
+    p.add_argument("-o", "--output", type=path_arg, help="write the predictions here instead of stdout")
+    p.add_argument("--save-attention", metavar="OUT.npz", type=path_arg,
+                   help="write the attention maps as arrays (keys: see the module docstring)")
+    p.add_argument("--beam", type=int, default=None, metavar="K",
+                   help="captioning runs: beam size (default: the run's task.beam_size; 1 = greedy)")
+    p.add_argument("--attention", metavar="OUT.png", type=path_arg,
+                   help="captioning runs: draw each word's attention over the image (several "
+                        "images: OUT-0.png, OUT-1.png, …)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help=f"documents, texts, images: how many go through the model together "
+                        f"(default {BATCH_SIZE}; not for graph runs)")
+    p.add_argument("--device", default="cpu")
+    args = p.parse_intermixed_args(argv)
+    try:
+        if args.batch_size is not None and args.batch_size < 1:
+            raise PredictError(f"--batch-size must be >= 1, got {args.batch_size}")
+        if args.texts and args.file:  # the texts were read and the file ignored
+            raise PredictError(f"inputs as arguments and --file {args.file}: give inputs as "
+                               f"arguments or --file, not both")
+        if args.save_attention:
+            check_npz(args.save_attention)
+        check_new_outputs(("-o", args.output), ("--save-attention", args.save_attention),
+                          ("--explain", args.explain), ("--attention", args.attention))
+        run = load_run(args.model, args.device)
+        kind = run_interface(run)
+        handlers = {"documents": _documents, "graph": _graph, "text_classification": _texts,
+                    "pretraining": _texts, "captioning": _captions}
+        if kind not in handlers:
+            tool = " (translation runs: attnflow-translate)" if kind == "seq2seq" else ""
+            raise PredictError(f"the run at {run.run_dir} works on {kind or 'unknown data'}; "
+                               f"attnflow-predict labels documents, graph nodes and texts (BERT "
+                               f"runs: text_classification, bert_pretraining) and captions images"
+                               f"{tool}")
+        given = [o for o, v in (("--beam", args.beam), ("--attention", args.attention)) if v is not None]
+        if given and kind != "captioning":  # an option that would do nothing is refused
+            raise PredictError(f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} for "
+                               f"captioning runs; the run at {run.run_dir} works on {kind}")
+        if kind == "graph" and args.output and Path(args.output).suffix.lower() != ".csv":
+            raise PredictError(f"-o {args.output}: a graph run writes its labels as CSV; name a .csv "
+                               f"file (the attention arrays go to --save-attention OUT.npz)")
+        if kind != "graph" and args.batch_size is None:  # a graph run refuses the option
+            args.batch_size = BATCH_SIZE
+        with _Output(args.output) as out:
+            return handlers[kind](args, run, out)
+    except (CheckpointError, PredictError, InputError, FileNotFoundError, ValueError) as err:
+        print(f"attnflow-predict: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,221 @@
+"""attnflow-predict for captioning runs: caption images and draw where each word looked.
+
+    attnflow-predict RUN photo.png other.jpg                 # path<TAB>caption per image
+    attnflow-predict RUN photo.png --attention out.png       # + the attention overlay (PNG)
+    attnflow-predict RUN --file images.txt --beam 5 --json   # image paths one per line
+
+The model and the task are rebuilt from the run's config with the context its data module gave
+in training (the vocabulary ``itos``, the input kind, ``image_size`` or ``feature_dim`` and
+``max_decode_len`` from ``vocab.json`` or the checkpoint's ``attnflow_artifacts``), and the weights
+loaded into them; captions come from :meth:`CaptioningTask.caption` (beam search with the run's
+``task.beam_size``, or ``--beam``; 1 = greedy), as validation and test decode.
+
+Inputs are read as training read them: a pixels run loads each image with
+:func:`attnflow.data.captions.load_image` (RGB, resized to the run's ``image_size``); a features
+run (``data.features``) takes one ``.npy`` file (L, D) of region features per input, D the run's.
+Every input is read before anything is written (printed lines, PNGs, the ``.npz``): one that
+cannot be read (missing, corrupt, the wrong D) stops the command with one line naming the file.
+Each image is read twice (a check, then the batch), so that memory holds one batch of images.
+
+Output: ``path<TAB>caption`` per input (``--json``: ``{"image", "caption", "words"}``), printed
+batch by batch. ``--attention OUT.png``: per input the picture of
+:func:`attnflow.viz.figures.caption_figure` — the image, then each word's α over the region grid drawn
+over it (Xu et al. 2015, Fig. 2–3) — to OUT.png for one input, else OUT-0.png, OUT-1.png, …
+(each named on stderr). A features run draws on the image of the same name beside the ``.npy`` file
+(``.png``/``.jpg``/``.jpeg``) when there is one, else on a grey canvas of the grid.
+``--save-attention OUT.npz``: see :mod:`attnflow.cli.predict`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+
+from attnflow.io.checkpoints import CheckpointError, Run, load_weights, run_artifacts
+from attnflow.config.registry import MODELS, TASKS, ConfigError
+
+PAD, BOS, EOS = 0, 1, 2  # the captioning vocabularies' fixed ids (attnflow.data.shapes.Vocab)
+SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
+SIBLING_IMAGES = (".png", ".jpg", ".jpeg")
+DRAW_SIZE = 224  # pixels of a features run's sibling image in the overlay
+
+
+class ImagePredictError(ValueError):
+    """A problem the user can fix (printed as one line by attnflow-predict)."""
+
+
+def load_captioner(run: Run, device: str = "cpu"):
+    """(task, artifacts): the run's captioning task around its model, weights loaded, eval mode."""
+    cfg, art = run.config, run_artifacts(run)
+    missing = [k for k in ("itos", "input", "max_decode_len") if art.get(k) is None]
+    if missing:
+        raise CheckpointError(f"the run at {run.run_dir} has no captioning vocabulary: "
+                              f"{run.run_dir / 'vocab.json'} and the checkpoint's artifacts lack "
+                              f"{', '.join(repr(k) for k in missing)}")
+    itos = [str(w) for w in art["itos"]]
+    if itos[: len(SPECIALS)] != SPECIALS:
+        raise CheckpointError(f"the run's vocabulary does not start with {SPECIALS} (got "
+                              f"{itos[:4]}): not a captioning vocabulary")
+    features = art["input"] == "features"
+    if features and not art.get("feature_dim"):
+        raise CheckpointError(f"the run reads region features but its artifacts give no "
+                              f"'feature_dim'")
+    if not features and not art.get("image_size"):
+        raise CheckpointError(f"the run reads pixels but its artifacts give no 'image_size'")
+    try:
+        model = MODELS.build(cfg["model"], path="model", tgt_vocab=len(itos), pad_id=PAD,
+                             in_channels=None if features else 3,
+                             feature_dim=int(art["feature_dim"]) if features else None)
+        task = TASKS.build(cfg["task"], model, path="task", pad_id=PAD, bos_id=BOS, eos_id=EOS,
+                           max_decode_len=int(art["max_decode_len"]), itos=itos, references=None)
+    except ConfigError as err:
+        raise ImagePredictError(f"the run's model cannot be rebuilt: {err}") from None
+    load_weights(model, run.ckpt["state_dict"], "model.",
+                 f"model '{cfg['model'].get('name')}' (a vocabulary of {len(itos)} words, "
+                 + (f"features of {art['feature_dim']})" if features else
+                    f"{art['image_size']}-pixel images)"))
+    return task.eval().to(device), art
+
+
+# -- inputs ---------------------------------------------------------------------------------------
+def read_input(path: str, art: dict, model) -> torch.Tensor:
+    """One input as the model reads it: (3, S, S) pixels, or (L, D) features from a ``.npy``."""
+    from attnflow.data.errors import DataError
+
+    if art["input"] != "features":
+        from attnflow.data.captions import load_image
+
+        try:
+            return load_image(path, int(art["image_size"]))
+        except DataError as err:
+            raise ImagePredictError(str(err).removeprefix("captions: ")) from None
+    p = Path(path)
+    if not p.is_file():
+        raise ImagePredictError(f"features file not found: {p}")
+    try:
+        x = np.load(p, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as err:
+        raise ImagePredictError(f"cannot read features {p}: {' '.join(str(err).split())} (a "
+                                f".npy array (L, D) per input)") from None
+    D = int(art["feature_dim"])
+    if not isinstance(x, np.ndarray) or x.ndim != 2 or x.shape[1] != D or x.shape[0] < 1:
+        raise ImagePredictError(f"features {p} have shape {getattr(x, 'shape', '?')}; the run reads "
+                                f"(L, {D}) region features (its data.features had D = {D})")
+    if not np.issubdtype(x.dtype, np.number):
+        raise ImagePredictError(f"features {p} are not numbers (dtype {x.dtype})")
+    feats = torch.from_numpy(x.astype(np.float32))
+    try:
+        model.grid(feats[None])
+    except ConfigError as err:
+        raise ImagePredictError(f"features {p}: {err}") from None
+    return feats
+
+
+def picture(path: str, x: torch.Tensor, art: dict, model) -> torch.Tensor:
+    """The pixels to draw the attention on: the input itself, or for features the image beside
+    the ``.npy`` file (same stem), else a grey canvas of 16 pixels per grid cell (as the task's
+    dashboard draws region features)."""
+    if art["input"] != "features":
+        return x
+    from attnflow.data.captions import load_image
+    from attnflow.data.errors import DataError
+
+    for suffix in SIBLING_IMAGES:
+        sibling = Path(path).with_suffix(suffix)
+        if sibling.is_file():
+            try:
+                return load_image(sibling, DRAW_SIZE)
+            except DataError:
+                break
+    h, w = model.grid(x[None])
+    return torch.full((3, 16 * h, 16 * w), 0.5)
+
+
+def attention_names(out: str, n: int) -> List[Path]:
+    """``--attention OUT.png``: OUT.png for one input, OUT-0.png … OUT-(n-1).png for several."""
+    path = Path(out)
+    return [path] if n == 1 else [path.with_name(f"{path.stem}-{i}{path.suffix}") for i in range(n)]
+
+
+# -- the handler ----------------------------------------------------------------------------------
+def _caption_batch(task, xs: Sequence[torch.Tensor], beam: Optional[int]):
+    """Words and α (T_i, L) per input: one call of ``task.caption`` when the inputs share a shape
+    (always for pixels), else one per input (features with different L)."""
+    if len({tuple(x.shape) for x in xs}) == 1:
+        return task.caption(torch.stack(list(xs)).to(task.device), beam, need_weights=True)
+    words, alphas = [], []
+    for x in xs:
+        w, a = task.caption(x[None].to(task.device), beam, need_weights=True)
+        words += w
+        alphas += a
+    return words, alphas
+
+
+def _line(path: str, words: List[str], as_json: bool) -> str:
+    caption = " ".join(words)
+    if as_json:
+        return json.dumps({"image": path, "caption": caption, "words": words}, ensure_ascii=False)
+    return f"{path}\t{caption}"
+
+
+def predict_captions(args, run: Run, out, read_texts, batched, write_attention) -> int:
+    """attnflow-predict on a captioning run (see the module docstring); the reading and writing
+    helpers come from :mod:`attnflow.cli.predict`."""
+    import matplotlib.pyplot as plt
+
+    from attnflow.io.text import atomic_path, check_new_outputs, check_png, text_array
+    from attnflow.viz.figures import DPI, caption_figure
+
+    if args.explain:
+        raise ImagePredictError("--explain is for documents, texts and graphs; a captioning run "
+                                "draws its attention with --attention OUT.png")
+    if args.top_k is not None:
+        raise ImagePredictError("--top-k is for graph and BERT pretraining runs; a captioning run "
+                                "takes --beam K")
+    if args.beam is not None and args.beam < 1:
+        raise ImagePredictError(f"--beam must be >= 1, got {args.beam}")
+    if args.attention:
+        check_png(args.attention)
+    task, art = load_captioner(run, args.device)
+    paths, _ = read_texts(args)
+    paths = [p.strip() for p in paths if p.strip()]  # blank lines of a list are no images
+    if not paths:
+        from attnflow.io.text import no_inputs
+
+        raise ImagePredictError(no_inputs("images", "--file", args.file, "image paths"))
+    for path in paths:  # every input readable before any output
+        read_input(path, art, task.model)
+    names = attention_names(args.attention, len(paths)) if args.attention else []
+    check_new_outputs(*(("--attention", name) for name in names),  # OUT-1.png, … too
+                      ("-o", args.output), ("--save-attention", args.save_attention))
+    arrays: Dict[str, np.ndarray] = {}
+    n = 0
+    for chunk in batched(paths, args.batch_size):
+        xs = [read_input(p, art, task.model) for p in chunk]
+        words, alphas = _caption_batch(task, xs, args.beam)
+        print("\n".join(_line(p, w, args.json) for p, w in zip(chunk, words)), file=out, flush=True)
+        for b, (path, x, w, a) in enumerate(zip(chunk, xs, words, alphas)):
+            i = n + b
+            h, wd = task.model.grid(x[None])
+            if args.save_attention:
+                arrays[f"{i}/words"] = text_array(w).reshape(len(w))
+                arrays[f"{i}/alpha"] = a.float().numpy().reshape(len(w), h, wd)
+                arrays[f"{i}/image"] = np.asarray(path, dtype=str)
+            if names:
+                pixels = picture(path, x, art, task.model)
+                boxes = task.model.region_boxes(x[None], pixel_size=tuple(pixels.shape[-2:]))
+                fig = caption_figure(pixels, w, a, boxes, title=" ".join(w) or "(empty caption)")
+                with atomic_path(names[i]) as tmp:
+                    fig.savefig(tmp, format="png", dpi=DPI)
+                plt.close(fig)
+                print(f"attnflow-predict: attention of {path} drawn to {names[i]}", file=sys.stderr)
+        n += len(chunk)
+    if args.save_attention:
+        write_attention(args.save_attention, arrays, "captioning", n, "images")
+    return 0
+

@@ -1,0 +1,295 @@
+"""attnflow-predict for BERT runs: label texts (fine-tuned, ``task=text_classification``) or fill
+their [MASK] tokens (pretrained, ``task=bert_pretraining``), and show the attention of ⟨CLS⟩.
+
+    attnflow-predict FINETUNED_RUN "A wonderful film." --explain out.html
+    attnflow-predict PRETRAINING_RUN "The film was [MASK] ." --top-k 5 --json
+
+The model is rebuilt from the run's config (a fine-tuned run without its ``model.init_from``: the
+run's own checkpoint holds every weight; :func:`attnflow.io.checkpoints.load_run`), the tokenizer
+is the run's own, ``<run>/tokenizer/wordpiece.json`` or else the checkpoint's artifacts (what
+``setup_evaluation`` of the data modules reads). Each input line is encoded as in training:
+markup removed (:func:`attnflow.data.documents.clean`), ``[CLS] subwords [SEP]``, cut to the run's
+``data.max_len`` (the text loses its end, as in training; a warning on stderr counts what was cut:
+the first ten texts one by one, then a total). In a pretraining run's input a literal ``[SEP]``
+starts segment B (``[CLS] A [SEP] B [SEP]``, segment ids 0 then 1, as in pretraining); ``[MASK]``,
+``[SEP]`` and the other special tokens are read as such by the tokenizer whatever the case.
+
+Output, one line per input line (a blank line, or one without subwords: ``-`` and a note on
+stderr), printed batch by batch:
+
+- classification: ``label<TAB>probability<TAB>text`` (``--json``: ``label``, ``probability``,
+  ``probabilities`` by class, ``text``), SoftMax of the classifier's logits (Devlin et al. 2019 §4.1);
+- fill-mask (as HF's ``fill-mask`` pipeline): the text with every [MASK] replaced by its most
+  probable token, then one column per [MASK] of its ``--top-k`` (default 5) candidates as
+  ``token:p`` separated by spaces, p the SoftMax over the vocabulary of the MLM head's logits
+  (``--json``: ``sequence``, ``masks``: per [MASK] a list of ``{token, token_str, score}``,
+  ``text``; ``token`` the id, ``token_str`` the piece as the vocabulary holds it: ``▁`` starts
+  a word, ``##`` continues one). A text without [MASK] is written unchanged with no candidates
+  (and a note).
+
+``--explain OUT.html``: per text, the attention weights of the ⟨CLS⟩ query (row 0 of every layer's
+and head's self-attention, over the real tokens) as a table and as one picture
+(:func:`attnflow.viz.explain.render_text_html`). ``--save-attention OUT.npz``: see :mod:`attnflow.cli.predict`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from typing import List, Sequence
+
+import numpy as np
+import torch
+
+from attnflow.io.checkpoints import Run, load_weights
+from attnflow.config.registry import MODELS
+from attnflow.viz.figures import cls_rows
+
+WARN_TEXTS = 10  # texts over data.max_len warned one by one; then only the total
+TASKS_SUPPORTED = {"text_classification": "labels texts", "bert_pretraining": "fills [MASK] tokens"}
+
+
+class TextPredictError(ValueError):
+    """A problem the user can fix (printed as one line by attnflow-predict)."""
+
+
+@dataclass
+class BertRun:
+    model: torch.nn.Module
+    tokenizer: object
+    itos: List[str]
+    max_len: int
+    class_names: List[str]  # [] for a pretraining run
+    pretraining: bool
+
+
+def load_bert(run: Run, device: str = "cpu") -> BertRun:
+    """The run's BERT model with its weights, in eval mode, and its tokenizer."""
+    from tokenizers import Tokenizer
+
+    from attnflow.data.pretraining import PAD, TOKENIZER_FILE
+    from attnflow.data.text_classification import check_specials
+    from attnflow.config.registry import ConfigError, DATA
+
+    cfg = run.config
+    task = (cfg.get("task") or {}).get("name")
+    if task not in TASKS_SUPPORTED or (cfg["model"].get("name") != "bert"):
+        raise TextPredictError(
+            f"the run at {run.run_dir} is a '{cfg['model'].get('name')}' model with task '{task}'; "
+            f"attnflow-predict on text runs supports model 'bert' with task "
+            + " or ".join(f"'{t}' ({what})" for t, what in TASKS_SUPPORTED.items()))
+    art = dict(run.ckpt.get("attnflow_artifacts") or {})
+    saved = run.run_dir / "tokenizer" / TOKENIZER_FILE
+    try:
+        if saved.is_file():
+            tok, where = Tokenizer.from_file(str(saved)), str(saved)
+        elif isinstance(art.get("tokenizer"), str) and art["tokenizer"]:
+            tok, where = Tokenizer.from_str(art["tokenizer"]), f"the tokenizer of {run.checkpoint}"
+        else:
+            raise TextPredictError(f"the run has no tokenizer: {saved} is missing and its checkpoint "
+                                   f"{run.checkpoint} carries none")
+    except Exception as err:  # noqa: BLE001  (tokenizers raises its own Exception type)
+        if isinstance(err, TextPredictError):
+            raise
+        raise TextPredictError(f"the run's tokenizer cannot be read: {err}") from None
+    try:
+        check_specials(tok, where)
+    except ConfigError as err:
+        raise TextPredictError(str(err)) from None
+    pretraining = task == "bert_pretraining"
+    names = [] if pretraining else [str(c) for c in art.get("class_names") or []]
+    if not pretraining and len(names) < 2:
+        raise TextPredictError(f"{run.checkpoint} carries no class names (attnflow_artifacts); a "
+                               f"checkpoint of attnflow-train does")
+    max_len = art.get("max_len") or DATA.validate(cfg["data"], "data").get("max_len")
+    vocab = tok.get_vocab_size()
+    try:
+        model = MODELS.build(cfg["model"], vocab_size=vocab, pad_id=PAD, num_classes=len(names),
+                             path="model")
+    except ConfigError as err:
+        raise TextPredictError(f"the run's model cannot be rebuilt: {err}") from None
+    load_weights(model, run.ckpt["state_dict"], "model.",
+                 f"model 'bert' (head {cfg['model'].get('head', 'pretraining')}, a vocabulary of "
+                 f"{vocab} tokens, {len(names)} classes)")
+    itos = [tok.id_to_token(i) for i in range(vocab)]
+    max_len = min(int(max_len), model.max_len)  # the data's cap, within the model's positions
+    return BertRun(model.eval().to(device), tok, itos, max_len, names, pretraining)
+
+
+# -- encoding and one forward pass -------------------------------------------------------------------
+def encode(bert: BertRun, texts: Sequence[str]) -> List[dict]:
+    """Per text: ``ids`` ``[CLS] subwords [SEP]`` cut to ``max_len`` (as the data modules'
+    ``encode_texts``: the end is cut), ``segments`` (0, then 1 after the first inner [SEP] of a
+    pretraining run's input), ``subwords`` (how many the text has) and ``cut`` (how many were cut)."""
+    from attnflow.data.pretraining import SEP
+    from attnflow.data.text_classification import encode_texts
+
+    full, _ = encode_texts(bert.tokenizer, texts, sys.maxsize)  # every subword: to count the cut
+    out = []
+    for ids in full:
+        n = len(ids) - 2
+        keep = ids if n <= bert.max_len - 2 else np.concatenate((ids[: bert.max_len - 1], [SEP]))
+        seg = np.zeros(len(keep), np.int64)
+        if bert.pretraining:  # [CLS] A [SEP] B [SEP]: B and the last [SEP] are segment 1
+            seg = np.minimum(np.cumsum(np.concatenate(([0], keep[:-1] == SEP))), 1)
+        out.append({"ids": keep, "segments": seg, "subwords": n, "cut": n - (len(keep) - 2)})
+    return out
+
+
+@torch.no_grad()
+def forward(bert: BertRun, items: Sequence[dict]):
+    """One padded batch through the model: (hidden (B, T, d), ⟨CLS⟩ attention (B, N, J, T), zero
+    at padding, lengths (B,)). The maps are the encoder's own ``need_weights`` output, row 0."""
+    from attnflow.data.pretraining import pad_rows
+
+    device = next(bert.model.parameters()).device
+    ids, real = pad_rows([it["ids"] for it in items])  # as the data modules' batches
+    seg, _ = pad_rows([it["segments"] for it in items], 0)
+    lens = real.sum(1)
+    hidden, maps = bert.model(torch.from_numpy(ids).to(device), torch.from_numpy(seg).to(device),
+                              torch.from_numpy(real).to(device), need_weights=True)
+    return hidden, cls_rows(maps), torch.from_numpy(lens)
+
+
+# -- results --------------------------------------------------------------------------------------
+@torch.no_grad()
+def predict_texts(bert: BertRun, texts: Sequence[str], top_k: int = 5) -> List[dict]:
+    """Per text: ``tokens``, ``cls_attention`` (N, J, T) numpy, ``subwords``, ``cut``,
+    ``empty``, and for classification ``label``, ``probability``, ``probabilities``; for
+    fill-mask ``masks`` (per [MASK], the top-k {token, token_str, score}) and ``sequence``."""
+    from attnflow.data.pretraining import MASK
+    from attnflow.viz.explain import join_pieces
+
+    items = encode(bert, texts)
+    results = [{"text": t, "empty": it["subwords"] == 0, "subwords": it["subwords"],
+                "cut": it["cut"]} for t, it in zip(texts, items)]
+    live = [i for i, r in enumerate(results) if not r["empty"]]
+    if not live:
+        return results
+    hidden, cls, lens = forward(bert, [items[i] for i in live])
+    if bert.pretraining:
+        ids = [torch.as_tensor(items[i]["ids"]) for i in live]
+        where = [torch.nonzero(x == MASK).flatten() for x in ids]
+        b = torch.cat([torch.full((len(w),), k) for k, w in enumerate(where)])
+        t = torch.cat(where)
+        probs = torch.softmax(bert.model.mlm_logits(hidden[b, t]).float(), -1) if len(t) else None
+        k = min(top_k, len(bert.itos))
+        top = probs.topk(k, -1) if probs is not None else None
+        start = 0
+    else:
+        probs = torch.softmax(bert.model.classify_logits(hidden).float(), -1).cpu()
+    for row, i in enumerate(live):
+        r, n = results[i], int(lens[row])
+        tokens = [bert.itos[x] for x in items[i]["ids"].tolist()]
+        r.update(tokens=tokens, cls_attention=cls[row, :, :, :n].cpu().numpy())
+        if bert.pretraining:
+            m = len(where[row])
+            masks = [[{"token": int(tid), "token_str": bert.itos[int(tid)], "score": float(p)}
+                      for tid, p in zip(top.indices[j].tolist(), top.values[j].tolist())]
+                     for j in range(start, start + m)] if m else []
+            start += m
+            filled = list(tokens)
+            for j, pos in enumerate(where[row].tolist()):
+                filled[pos] = masks[j][0]["token_str"]
+            r.update(masks=masks, sequence=join_pieces(filled, ("[PAD]", "[CLS]", "[SEP]")))
+        else:
+            p = probs[row]
+            c = int(p.argmax())
+            r.update(label=bert.class_names[c], probability=float(p[c]), index=c,
+                     probabilities={name: float(v) for name, v in zip(bert.class_names, p.tolist())})
+    return results
+
+
+def _title(r: dict, pretraining: bool) -> str:
+    if not pretraining:
+        return f"predicted {r['label']} (p={r['probability']:.3f})"
+    fills = ", ".join(f"[MASK] {j + 1} → {m[0]['token_str']} (p={m[0]['score']:.3f})"
+                      for j, m in enumerate(r["masks"]))
+    return f"fills: {fills}" if fills else "no [MASK] to fill"
+
+
+def _line(r: dict, args, pretraining: bool) -> str:
+    """A text's output line: a classification's as a document's (:func:`attnflow.cli.predict.label_line`),
+    a fill-mask's the filled text and each [MASK]'s candidates (JSON: sequence, masks, text)."""
+    from attnflow.cli.predict import label_line
+
+    if not pretraining:
+        return label_line(r, args.json)
+    if r["empty"]:
+        return (json.dumps({"sequence": None, "masks": None, "text": r["text"], "empty": True})
+                if args.json else "-")
+    if args.json:
+        return json.dumps({k: r[k] for k in ("sequence", "masks", "text")})
+    return "\t".join([r["sequence"], *(" ".join(f"{c['token_str']}:{c['score']:.4f}" for c in m)
+                                       for m in r["masks"])])
+
+
+# -- the handler ----------------------------------------------------------------------------------
+def predict_bert(args, run: Run, out, read_texts, save_arrays, batched) -> int:
+    """attnflow-predict on a BERT run (see the module docstring); the reading and writing helpers
+    come from :mod:`attnflow.cli.predict` (so that its tests' stand-ins apply here too)."""
+    from attnflow.cli.predict import check_explain_html, write_attention
+    from attnflow.io.text import no_inputs
+
+    bert = load_bert(run, args.device)
+    pre = bert.pretraining
+    if args.top_k is not None and not pre:
+        raise TextPredictError("--top-k is for graph runs (neighbours) and BERT pretraining runs "
+                               "(candidates per [MASK]); this run labels texts")
+    top_k = 5 if args.top_k is None else args.top_k
+    if top_k < 1:
+        raise TextPredictError(f"--top-k must be >= 1, got {top_k}")
+    check_explain_html(args, "texts")
+    texts, where = read_texts(args, (run.config.get("data") or {}).get("text_field") or "text")
+    limit = bert.max_len - 2
+    explained, arrays = [], {}
+    n = over = subwords = cut = 0
+    for chunk in batched(texts, args.batch_size):
+        results = predict_texts(bert, chunk, top_k)
+        lines = []
+        for j, r in enumerate(results, n + 1):
+            subwords += r["subwords"]
+            if r["empty"]:
+                print(f"attnflow-predict: {where} {j} is empty: no words to "
+                      f"{'fill' if pre else 'classify'} ('-' is written in its place)", file=sys.stderr)
+                lines.append(_line(r, args, pre))
+                continue
+            if r["cut"]:
+                over += 1
+                cut += r["cut"]
+                if over <= WARN_TEXTS:
+                    print(f"attnflow-predict: {where} {j} has {r['subwords']} subwords; the model "
+                          f"reads at most {limit} between [CLS] and [SEP] (the run's "
+                          f"data.max_len={bert.max_len}): {r['cut']} cut from its end", file=sys.stderr)
+            if pre and not r["masks"]:
+                print(f"attnflow-predict: {where} {j} has no [MASK] to fill (written unchanged)",
+                      file=sys.stderr)
+            lines.append(_line(r, args, pre))
+        print("\n".join(lines), file=out, flush=True)
+        for b, r in enumerate(results):
+            if args.save_attention:
+                arrays[f"{n + b}/tokens"] = np.asarray(r.get("tokens", []), dtype=str)
+                if not r["empty"]:
+                    arrays[f"{n + b}/cls_attention"] = r["cls_attention"]
+            if args.explain and not r["empty"]:
+                explained.append(r)
+        n += len(chunk)
+    if not n:
+        raise TextPredictError(no_inputs("texts", "--file", args.file))
+    if over:
+        print(f"attnflow-predict: {over} of {n} texts were longer than {limit} subwords (the run's "
+              f"data.max_len={bert.max_len}): {cut} of {subwords} subwords cut in all", file=sys.stderr)
+    if args.explain:
+        from attnflow.viz.explain import write_text_html
+        from attnflow.viz.figures import cls_attention_figure, figure_png
+
+        for r in explained:
+            r["title"] = _title(r, pre)
+            r["picture"] = figure_png(cls_attention_figure(r["cls_attention"], r["tokens"], r["title"]))
+        path = write_text_html(args.explain, explained, "attnflow-predict: attention from [CLS]")
+        print(f"explanation written to {path}", file=sys.stderr)
+    if args.save_attention:
+        write_attention(args.save_attention, arrays, "text", n, "texts", save_arrays)
+    return 0
+

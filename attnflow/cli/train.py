@@ -1,0 +1,174 @@
+"""``attnflow-train``: the Hydra app that trains one experiment (``python -m attnflow.cli.train``).
+
+    attnflow-train                          # the default: reverse sequences, BiGRU + Bahdanau
+    attnflow-train scorer=dot               # swap the attention scorer
+    attnflow-train experiment=reverse_multihead logger=wandb
+
+Config errors (unknown block names, bad fields) print one message and exit with status 2.
+``--help`` lists the config groups and their options from the config files alone
+(:mod:`attnflow.cli.help`: no torch, Lightning or Hydra import); Hydra's own is ``--hydra-help``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from attnflow import config_dir
+from attnflow.training.onednn import bound_primitive_cache
+from attnflow.config.registry import ConfigError
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+CONF_DIR = str(config_dir())  # the checkout's conf/, or the one installed with the package
+
+
+def run_app(cfg: DictConfig) -> float | None:
+    """The task function Hydra runs once per job (:func:`main` wraps it in ``hydra.main``, so that
+    importing this module, and ``--help``, import no Hydra). Returns ``optimized_metric``'s value."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from attnflow.training.callbacks import NonFiniteLossError
+    from attnflow.data.errors import DataError
+    from attnflow.training.distributed import check_multirun_strategy
+    from attnflow.training.resume import from_hydra  # resume=<run>: the run's own config
+    from attnflow.training.run import record_failure, train
+    from attnflow.config.sweeps import check_optimized_metric
+
+    out = Path(HydraConfig.get().runtime.output_dir)
+    found = {p.name for p in out.iterdir()} if out.is_dir() else set()  # Hydra's files, a resumed run's
+    try:
+        # multirun + strategy=ddp would re-run the sweep in every rank: refused before any work
+        check_multirun_strategy(cfg.get("trainer"), HydraConfig.get().mode == RunMode.MULTIRUN)
+        metric = check_optimized_metric(cfg)  # a misspelt name fails before any work
+        summary = train(from_hydra(cfg), out)
+    except ConfigError as err:  # DataError: a data file missing, empty, cut short or malformed
+        kind = "data" if isinstance(err, DataError) else "config"
+        print(f"attnflow: {kind} error: {err}", file=sys.stderr)
+        _forget_refused_run(found if getattr(err, "before_work", False) else None)
+        sys.exit(2)
+    except NonFiniteLossError as err:
+        print(f"attnflow: {err}", file=sys.stderr)
+        if metric and HydraConfig.get().mode == RunMode.MULTIRUN:
+            return float("nan")  # one diverging job of a sweep: Optuna records a failed trial, the sweep goes on
+        sys.exit(1)
+    _print_summary(summary)
+    if metric:  # what a sweeper optimises; a metric the run did not report is an error, not None
+        if metric not in summary["metrics"]:
+            why = (f"optimized_metric '{metric}' was not reported by this run; it reported "
+                   f"{', '.join(sorted(summary['metrics'])) or 'nothing'}")
+            print(f"attnflow: {why}", file=sys.stderr)
+            record_failure(out, why)  # its metrics.json is written: attnflow-report must not say ok
+            sys.exit(2)
+        return summary["metrics"][metric]
+    return None
+
+
+def _forget_refused_run(found: set | None = None) -> None:
+    """A single run refused before any work leaves no folder behind: Hydra made its run directory
+    (``outputs/<date>/<time>/`` with ``.hydra/`` and ``train.log``) before attnflow's checks ran.
+    Where the refusal came after the run began to write but before its first training step (a
+    missing data file: ``before_work``), ``found`` names what the folder held before: what the run
+    added beside it (``config.yaml``, tokenizers; a resumed run's ``resume-<n>.yaml``) goes first.
+    The folder is removed only while Hydra's files are all it holds (a resumed run's own directory,
+    or a ``hydra.run.dir`` with other files, is kept), with the date folder if that is left empty."""
+    import contextlib
+    import re
+    import shutil
+
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    hc = HydraConfig.get()
+    out = Path(hc.runtime.output_dir)
+    if hc.mode != RunMode.RUN or not out.is_dir():
+        return
+    for path in out.iterdir() if found is not None else ():
+        if path.name not in found and not any(path.rglob("*.ckpt")):  # (a checkpoint: never)
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+    if {p.name for p in out.iterdir()} - {".hydra", "train.log"}:
+        return
+    shutil.rmtree(out, ignore_errors=True)
+    if re.fullmatch(r"\d{4}-\d\d-\d\d", out.parent.name):  # outputs/<date>/: where this was its only run
+        with contextlib.suppress(OSError):
+            out.parent.rmdir()
+
+
+def _print_summary(summary: dict) -> None:
+    """The final validation and test metrics as a table (global rank 0 only), titled with the
+    weights they are of: the best checkpoint, the averaged one (``callbacks.average``), or the last
+    weights where no best checkpoint was kept (``callbacks.checkpoint.save_top_k=0``)."""
+    from pytorch_lightning.utilities import rank_zero_only
+
+    from attnflow.io.console import print_metrics
+
+    if getattr(rank_zero_only, "rank", 0) == 0 and summary.get("metrics"):
+        print_metrics(summary["metrics"], f"final metrics ({evaluated_weights(summary)})")
+
+
+def evaluated_weights(summary: dict) -> str:
+    """Which weights a run's final metrics are of, from its ``metrics.json`` summary."""
+    if summary.get("averaged_from"):
+        return "averaged checkpoint"
+    return "best checkpoint" if summary.get("best_checkpoint") else "last weights"  # none kept
+
+
+def main() -> None:
+    """The console script: plain field overrides may name fields the YAML leaves at their
+    constructor defaults (:func:`attnflow.config.groups.field_overrides`), then Hydra runs the app."""
+    bound_primitive_cache()  # before any tensor work: oneDNN reads it once
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        from attnflow.cli.help import train_help
+
+        try:
+            print(train_help(Path(CONF_DIR)))
+        except BrokenPipeError:  # `attnflow-train --help | head`
+            sys.stderr.close()
+        return
+    from attnflow.io.console import plain_warnings
+    from attnflow.config.sweeps import check_sweep_values, continue_optuna_studies, missing_plugin
+
+    plain_warnings()  # attnflow's warnings as one line each
+
+    missing = missing_plugin(sys.argv[1:], Path(CONF_DIR))
+    if missing:  # before Hydra, whose message would be a traceback about a config it cannot find
+        print(f"attnflow: {missing}", file=sys.stderr)
+        sys.exit(2)
+    from attnflow.cli.help import unknown_override
+
+    unknown = unknown_override(sys.argv[1:], Path(CONF_DIR))
+    if unknown:  # before Hydra, whose message spans a dozen lines, and before Lightning's import
+        print(f"attnflow: config error: {unknown}", file=sys.stderr)
+        sys.exit(2)
+    from attnflow.config.groups import field_overrides
+
+    if any(a.lstrip("+").startswith(("resume=", "hydra.run.dir=")) for a in sys.argv[1:]):
+        # every check before Hydra starts (a refused resume changes nothing), then the run's own
+        # directory, no new .hydra/ there, and only the overrides a resume allows; a new run is
+        # not pinned into an earlier run's directory
+        from attnflow.training.resume import cli_args
+
+        sys.argv[1:] = cli_args(sys.argv[1:])
+    from attnflow.training.resume import ResumeError, check_output_folders
+
+    try:
+        check_output_folders(sys.argv[1:])
+    except ResumeError as err:
+        print(f"attnflow: {err}", file=sys.stderr)
+        sys.exit(2)
+    sys.argv[1:] = field_overrides(sys.argv[1:], Path(CONF_DIR))
+    refused = check_sweep_values(sys.argv[1:], Path(CONF_DIR))
+    if refused:  # a sweep value the run refuses: before the first job, not after the others ran
+        print(f"attnflow: config error: {refused}", file=sys.stderr)
+        sys.exit(2)
+    continue_optuna_studies()
+    import hydra
+
+    hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")(run_app)()
+
+
+if __name__ == "__main__":
+    main()

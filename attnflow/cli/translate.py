@@ -1,0 +1,428 @@
+"""attnflow-translate: translate sentences with a trained run directory or checkpoint.
+
+    attnflow-translate outputs/2026-11-22/05-00-00 "Ein Mann schläft."     # sentences as arguments
+    attnflow-translate run_dir -f sentences.de > out.en                       # a file (.gz too), one per line
+    echo "Zwei Hunde spielen." | attnflow-translate run_dir/checkpoints/last.ckpt --beam 5
+    attnflow-translate run_dir "Ein Hund läuft." --attention alpha.png        # α heat map
+    attnflow-translate run_dir -f in.de --save-attention attn.npz             # attention maps as data
+    attnflow-translate run_a -f in.de --ensemble run_b --ensemble b/checkpoints/epoch9.ckpt --beam 5
+
+A run directory holds ``config.yaml``, ``checkpoints/`` (the best checkpoint named in
+``metrics.json`` is used, else ``last.ckpt``) and ``tokenizer/`` (written by the parallel-text
+data module at training time). A checkpoint path works too: its config is read from the
+checkpoint and its tokenizers from the run directory above ``checkpoints/``, else from the
+checkpoint itself (a checkpoint copied out of its run directory; written since 2026-11-24).
+Output: one line per input line, detokenised, printed (and flushed) batch by batch as they are
+done. Decoding: greedy with ``--beam 1``, else batched beam search with the GNMT length penalty
+``--length-penalty``. Input lines are split on ``\\n`` alone (:mod:`attnflow.io.text`).
+
+Defaults from the run: without ``--beam`` / ``--length-penalty`` / ``--max-len`` a run decodes as
+its own test step did — beam ``task.beam_size``, α ``task.length_penalty`` (the translation task's
+defaults, 4 and 0.6, where the run left them unset), at most ``data.max_decode_len`` subwords
+(:func:`run_decoding`); a task without beam search (``task=seq2seq``: greedy) gives beam 1 and
+α 0.6 (read only with an explicit ``--beam`` above 1). An option given overrides the run's value,
+as ``attnflow-predict --beam`` does for a captioning run's ``task.beam_size``.
+
+Failures: a bad path, an unreadable or truncated checkpoint, a checkpoint that is not an attnflow
+translation run, a missing input file, an input of no lines (an empty ``-f`` file or stdin, as
+attnflow-predict refuses one) print one message and exit with status 2. An empty input
+line is reported on stderr and gives an empty output line, so output lines stay aligned with
+input lines. A line longer than the model's source limit (``data.max_src_len`` subwords, as in
+training) is translated from its first ``max_src_len`` subwords, with a warning on stderr that
+counts the subwords cut. An output file is never overwritten: ``--attention OUT.png`` writes
+OUT.png for the first heat map and OUT_1.png, OUT_2.png, … for the others; with sentences as
+arguments every one of these names is checked before decoding (with ``-f`` or stdin, where their
+number is known only at the end, before the first is written); an existing one, or a folder in a
+path that is a file, stops the command with one message naming it
+(:func:`attnflow.io.text.check_new_outputs`). Sentences as arguments and ``-f`` together are
+refused (the file was ignored).
+
+``--ensemble PATH`` (repeatable) adds a run or checkpoint to the first: the models decode as one,
+each token chosen from the mean of their next-token distributions (:mod:`attnflow.models.ensemble`;
+e.g. the best epochs of one run, which ``callbacks.average`` keeps). Every member must have the
+first's tokenizers (else exit 2, naming the member); the first's data settings (``max_src_len``,
+the decoding limit) apply. The beam and α default to the runs' own where every member has the same
+(one run's checkpoints do); members whose ``task.beam_size`` or ``task.length_penalty`` differ
+need the option given (else exit 2, naming the member and both values). An ensemble has no one
+attention map: ``--attention`` and ``--save-attention`` are refused with it.
+
+``--save-attention OUT.npz`` writes the attention of every translated line as arrays
+(``numpy.load(OUT)``; no pickling). The maps are those of a teacher-forced pass over the output
+the decoder produced (the same numbers as during decoding: the decoder's output at position t
+depends only on the tokens before it). Line i of the input (0-based) gives the keys
+
+- ``kind``: ``"translation"``; ``lines``: the number of input lines;
+- ``{i}/source`` (S,): the source subwords; ``{i}/output`` (T,): the output subwords, ``<eos>``
+  included when produced (one row per decoder position);
+- ``{i}/cross`` (L, J, T, S): encoder–decoder attention: for a Transformer per decoder layer
+  (L) and head (J); for the RNN models the α of the decoder's attention, L = 1 (J heads with
+  ``attention=multihead``, else 1); absent for models without attention (RNNenc);
+- ``{i}/encoder_self`` (L, J, S, S) and ``{i}/decoder_self`` (L, J, T, T): Transformer
+  self-attention per layer and head (the decoder's is causal: row t is zero after t).
+
+Every row of every map (a query position) sums to 1 over the keys (SoftMax), except with the
+``norm`` normaliser (still 1) and Luong's local attention, whose α is reweighted by a Gaussian
+around the aligned position (Luong et al. 2015, eq. (10)). An empty input line has empty
+``source``/``output`` and no maps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from attnflow.io.checkpoints import CheckpointError, load_run, load_weights, no_grad
+from attnflow.training.onednn import bound_primitive_cache
+from attnflow.config.registry import ConfigError
+from attnflow.io.text import (InputError, batched, check_new_outputs, check_npz, check_png,
+                             iter_lines, iter_stdin, no_inputs, path_arg, save_arrays,
+                             text_array)
+
+if TYPE_CHECKING:  # imported where decoding starts: a bad argument is refused before (seconds)
+    import torch
+
+
+class TranslateError(Exception):
+    """A problem the user can fix; printed as one line."""
+
+
+def load(path: Path, device: str = "cpu"):
+    """(model, data module, config) from a run directory or checkpoint."""
+    import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
+    from attnflow.config.registry import DATA, MODELS
+
+    try:
+        run = load_run(path, device)
+    except CheckpointError as err:
+        raise TranslateError(str(err)) from None
+    cfg = run.config
+    if cfg["data"].get("name") != "parallel":
+        raise TranslateError(f"the run at {run.run_dir} is not a translation run (data "
+                             f"'{cfg['data'].get('name')}'; attnflow-translate decodes runs of "
+                             f"data=parallel); attnflow-eval {run.run_dir} gives any run's metrics, "
+                             f"attnflow-predict labels documents, graph nodes and texts and captions "
+                             f"images")
+    dm = DATA.build(cfg["data"], path="data")
+    try:
+        dm.load_tokenizers(run.run_dir / "tokenizer", run.ckpt.get("attnflow_artifacts"))
+    except FileNotFoundError as err:
+        raise TranslateError(f"{err} — training saves them in <run dir>/tokenizer/ and in every "
+                             f"checkpoint") from None
+    model = MODELS.build(cfg["model"], path="model", **dm.model_context())
+    try:
+        load_weights(model, run.ckpt["state_dict"], "model.", f"model '{cfg['model'].get('name')}'")
+    except CheckpointError as err:
+        raise TranslateError(f"{run.checkpoint}: {err}") from None
+    return model.to(device).eval(), dm, cfg
+
+
+def load_ensemble(paths: Sequence[Path], device: str = "cpu"):
+    """(model, data module, config) of ``paths[0]``, or with more paths an
+    :class:`~attnflow.models.ensemble.Ensemble` of all of them with the first's data module and
+    config; every member must have the first's tokenizers."""
+    model, dm, configs = load_members(paths, device)
+    return model, dm, configs[0]
+
+
+def load_members(paths: Sequence[Path], device: str = "cpu"):
+    """:func:`load_ensemble`, with the config of every member (in the order of ``paths``)."""
+    model, dm, cfg = load(paths[0], device)  # (a bad path is refused before torch's import)
+    if len(paths) == 1:
+        return model, dm, [cfg]
+    from attnflow.models.ensemble import Ensemble
+
+    members, configs = [model], [cfg]
+    for path in paths[1:]:
+        other, odm, ocfg = load(path, device)
+        configs.append(ocfg)
+        for side in ("src_tok", "tgt_tok"):
+            if getattr(odm, side).to_str() != getattr(dm, side).to_str():
+                what = "source" if side == "src_tok" else "target"
+                raise TranslateError(f"--ensemble {path}: its {what} tokenizer differs from that of "
+                                     f"{paths[0]}; an ensemble's members share their token ids "
+                                     f"(runs trained with the same tokenizer, e.g. one run's "
+                                     f"checkpoints)")
+        members.append(other)
+    return Ensemble(members).eval(), dm, configs
+
+
+def run_decoding(cfg) -> Dict[str, float]:
+    """How the run's test step decoded: ``{"beam": task.beam_size, "length_penalty":
+    task.length_penalty}``, the task's defaults filled in; a task without beam search
+    (``task=seq2seq``, greedy) or a config without a task gives beam 1 and α 0.6."""
+    from attnflow.config.registry import TASKS
+
+    task = TASKS.validate(cfg["task"], "task") if cfg.get("task") else {}
+    return {"beam": int(task.get("beam_size", 1)),
+            "length_penalty": float(task.get("length_penalty", 0.6))}
+
+
+def decoding_settings(paths: Sequence[Path], configs: Sequence, beam: Optional[int],
+                      length_penalty: Optional[float]) -> Tuple[int, float]:
+    """(beam, α): the options where given, else the run's own (:func:`run_decoding`); where an
+    ensemble's members decoded differently, the option is needed (a :class:`TranslateError`
+    naming the member and both values)."""
+    given = {"beam": beam, "length_penalty": length_penalty}
+    options = {"beam": ("--beam", "task.beam_size"),
+               "length_penalty": ("--length-penalty", "task.length_penalty")}
+    own = [run_decoding(cfg) for cfg in configs]
+    for key, value in given.items():
+        if value is not None:
+            continue
+        for path, settings in zip(paths[1:], own[1:]):
+            if settings[key] != own[0][key]:
+                option, field = options[key]
+                raise TranslateError(f"--ensemble {path}: its {field} is {settings[key]:g}, that of "
+                                     f"{paths[0]} {own[0][key]:g}, and {option} is the run's own by "
+                                     f"default: give {option} for the ensemble")
+        given[key] = own[0][key]
+    return int(given["beam"]), float(given["length_penalty"])
+
+
+def read_inputs(args) -> Tuple[Iterator[str], str]:
+    """The input lines (lazily) and how to name one in messages."""
+    if args.sentences:
+        return iter(args.sentences), "argument"
+    if args.file:
+        return iter_lines(args.file, "-f"), f"{args.file} line"
+    return iter_stdin(), "stdin line"
+
+
+def heat_map_names(out: str, n: int) -> List[Path]:
+    """``--attention OUT.png``: the files of ``n`` heat maps, OUT.png then OUT_1.png, OUT_2.png, …
+    (one per input line with a map, in order)."""
+    base = Path(out)
+    return [base.with_name(f"{base.stem}_{k}{base.suffix}") if k else base for k in range(n)]
+
+
+def encode(dm, lines: Sequence[str]) -> Tuple[List[List[int]], List[int]]:
+    """Source ids of ``lines`` cut to the model's limit ``max_src_len``, and their full lengths."""
+    full = [e.ids for e in dm.src_tok.encode_batch(list(lines))]
+    return [ids[: dm.max_src_len] for ids in full], [len(ids) for ids in full]
+
+
+@no_grad
+def decode_ids(model, ids: List[List[int]], beam: int = 1, length_penalty: float = 0.6,
+               max_len: int = 100, need_weights: bool = False, batch_size: int = 64):
+    """Output ids per source (⟨eos⟩ kept when produced, no padding; [] for an empty source) and
+    per source the decoder's α (T, J, S) or None. Sources are batched by length."""
+    from attnflow.data.parallel import BOS, EOS, PAD, collate
+    from attnflow.blocks.decoders.decoding import decode
+    from attnflow.tasks.seq2seq import strip_after_eos
+
+    device = next(model.parameters()).device
+    rows: List[List[int]] = [[] for _ in ids]
+    weights: List[Optional[torch.Tensor]] = [None] * len(ids)
+    order = [i for i in sorted(range(len(ids)), key=lambda i: len(ids[i])) if ids[i]]
+    for start in range(0, len(order), batch_size):
+        chunk = order[start: start + batch_size]
+        batch = {k: v.to(device) for k, v in collate([(i, ids[i], []) for i in chunk]).items()}
+        pred, w = decode(model, batch["src"], batch["src_lengths"], BOS, EOS, max_len, beam,
+                         length_penalty, need_weights)
+        pred = strip_after_eos(pred, EOS, PAD)
+        for r, i in enumerate(chunk):
+            rows[i] = [t for t in pred[r].tolist() if t != PAD]
+            if need_weights and w is not None:
+                weights[i] = w[r, : len(rows[i]), :, : len(ids[i])].float().cpu()
+    return rows, weights
+
+
+@no_grad
+def translate(model, dm, lines: List[str], beam: int = 1, length_penalty: float = 0.6,
+              max_len: Optional[int] = None, need_weights: bool = False, batch_size: int = 64):
+    """Translations of ``lines`` (and per sentence (α (T, S), source tokens, output tokens))."""
+    ids, _ = encode(dm, lines)
+    rows, w = decode_ids(model, ids, beam, length_penalty, max_len or dm.max_decode_len,
+                         need_weights, batch_size)
+    maps = [None] * len(lines)
+    if need_weights:
+        for i, wi in enumerate(w):
+            if wi is not None:
+                maps[i] = (wi.mean(1), [dm.src_tok.id_to_token(t) for t in ids[i]],
+                           [dm.tgt_tok.id_to_token(t) for t in rows[i]])
+    return [dm.detokenize(r) for r in rows], maps
+
+
+# -- attention as data -------------------------------------------------------------------------------
+def _with_heads(w: torch.Tensor) -> torch.Tensor:
+    return w.unsqueeze(1) if w.dim() == 3 else w  # (B, Tq, Tk) of one head -> (B, 1, Tq, Tk)
+
+
+@no_grad
+def attention_arrays(model, ids: List[List[int]], rows: List[List[int]]) -> List[Dict[str, np.ndarray]]:
+    """Per source with an output: ``cross`` (L, J, T, S) and, for models whose attention blocks
+    run as modules (Transformers), ``encoder_self`` (L, J, S, S) and ``decoder_self`` (L, J, T, T)
+    — from one teacher-forced pass over the produced output (see the module docstring).
+
+    Every attention block of the model is asked for its weights by a forward pre-hook
+    (``need_weights=True``) and a hook keeps them; which map a block gives follows the model's
+    structure (``model.encoder`` / ``model.decoder``, and whether the block's queries are its
+    keys), not the block's class.
+    """
+    import torch
+
+    from attnflow.blocks.attention.base import AttentionBlock
+    from attnflow.data.parallel import collate
+
+    keep = [i for i in range(len(ids)) if ids[i] and rows[i]]
+    out: List[Dict[str, np.ndarray]] = [{} for _ in ids]
+    if not keep:
+        return out
+    device = next(model.parameters()).device
+    batch = {k: v.to(device) for k, v in collate([(i, ids[i], rows[i][:-1]) for i in keep]).items()}
+    calls: Dict[int, Tuple[str, List[torch.Tensor]]] = {}  # per block, in order of first call
+    handles = []
+
+    def force(module, args, kwargs):
+        return args, {**kwargs, "need_weights": True}
+
+    def keeper(part: str):
+        def hook(module, args, output):
+            if output[1] is None:
+                return
+            kind = "cross" if args[0] is not args[1] else f"{part}_self"  # queries are the keys?
+            calls.setdefault(id(module), (kind, []))[1].append(_with_heads(output[1]).float().cpu())
+        return hook
+
+    for part in ("encoder", "decoder"):
+        sub = getattr(model, part, None)
+        for module in (sub.modules() if isinstance(sub, torch.nn.Module) else ()):
+            if isinstance(module, AttentionBlock):
+                handles.append(module.register_forward_pre_hook(force, with_kwargs=True))
+                handles.append(module.register_forward_hook(keeper(part)))
+    try:
+        _, alpha = model(batch["src"], batch["src_lengths"], batch["tgt_in"], need_weights=True)
+    finally:
+        for h in handles:
+            h.remove()
+    captured: Dict[str, List[torch.Tensor]] = {"encoder_self": [], "decoder_self": [], "cross": []}
+    for kind, parts in calls.values():  # a block called once per position: its rows, in order
+        captured[kind].append(torch.cat(parts, dim=2))
+    if not captured["cross"] and alpha is not None:  # RNN decoders: α from the decoder itself
+        captured["cross"] = [alpha.transpose(1, 2).float().cpu()]  # (B, T, J, S) -> (B, J, T, S)
+    for r, i in enumerate(keep):
+        S, T = len(ids[i]), len(rows[i])
+        size = {"encoder_self": (S, S), "decoder_self": (T, T), "cross": (T, S)}
+        for kind, maps in captured.items():
+            if maps:
+                q, k = size[kind]
+                out[i][kind] = torch.stack([m[r, :, :q, :k] for m in maps]).numpy()
+    return out
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    bound_primitive_cache()  # before any tensor work: oneDNN reads it once
+    ap = argparse.ArgumentParser(prog="attnflow-translate", description=__doc__.split("\n\n")[0])
+    ap.add_argument("run", type=path_arg, help="a run directory (attnflow-train output) or a .ckpt file")
+    ap.add_argument("sentences", nargs="*", help="sentences to translate (else -f FILE, else stdin)")
+    ap.add_argument("-f", "--file", type=path_arg, help="a text file (.gz: gzip), one sentence per line")
+    ap.add_argument("--beam", type=int, default=None,
+                    help="beam size; 1 = greedy (default: the run's task.beam_size, as its test "
+                         "decoding; 1 where its task has none)")
+    ap.add_argument("--length-penalty", type=float, default=None,
+                    help="GNMT α (default: the run's task.length_penalty; 0.6 where its task has none)")
+    ap.add_argument("--max-len", type=int, default=None,
+                    help="longest output in subwords (default: the run's data.max_decode_len)")
+    ap.add_argument("--batch-size", type=int, default=64,
+                    help="lines translated (and printed) together (default 64)")
+    ap.add_argument("--attention", metavar="OUT.png", type=path_arg,
+                    help="write the α heat map of the first sentence (more sentences: OUT_1.png, …)")
+    ap.add_argument("--save-attention", metavar="OUT.npz", type=path_arg,
+                    help="write every attention map as arrays (keys: see the module docstring)")
+    ap.add_argument("--ensemble", metavar="PATH", action="append", default=[], type=path_arg,
+                    help="another run directory or .ckpt decoding with the first (repeatable): "
+                         "tokens from the mean of their distributions")
+    ap.add_argument("--device", default="cpu")
+    args = ap.parse_intermixed_args(argv)  # options before or after the sentences
+    try:
+        for name, value in (("--beam", args.beam), ("--batch-size", args.batch_size),
+                            ("--max-len", args.max_len)):
+            if value is not None and value < 1:
+                raise TranslateError(f"{name} must be >= 1, got {value}")
+        if args.length_penalty is not None and (not args.length_penalty >= 0  # (NaN fails >=)
+                                                or math.isinf(args.length_penalty)):
+            raise TranslateError(f"--length-penalty must be a number >= 0 (GNMT's α; 0: none), got "
+                                 f"{args.length_penalty}")
+        if args.ensemble and (args.attention or args.save_attention):
+            raise TranslateError("--attention and --save-attention take one model: an ensemble "
+                                 "has no one attention map (drop --ensemble, or the attention)")
+        if args.save_attention:
+            check_npz(args.save_attention)
+        if args.attention:
+            check_png(args.attention)
+        if args.sentences and args.file:  # the sentences were read and the file ignored
+            raise TranslateError(f"sentences as arguments and -f {args.file}: give sentences as "
+                                 f"arguments or -f, not both")
+        maps = []
+        if args.attention:  # sentences given: each one's heat map (a blank one has none); -f and
+            # stdin: OUT.png now, the others before they are written
+            maps = heat_map_names(args.attention, max(1, sum(bool(s.strip()) for s in args.sentences)))
+        check_new_outputs(*(("--attention", p) for p in maps), ("--save-attention", args.save_attention))
+        lines, where = read_inputs(args)
+        paths = [Path(p) for p in [args.run, *args.ensemble]]
+        model, dm, configs = load_members(paths, args.device)
+        beam, length_penalty = decoding_settings(paths, configs, args.beam, args.length_penalty)
+        max_len = args.max_len or dm.max_decode_len
+        heat_maps, arrays, n_lines, n_cut = [], {}, 0, 0
+        for chunk in batched(lines, args.batch_size):
+            ids, full = encode(dm, chunk)
+            for j, (line, n_full) in enumerate(zip(chunk, full), n_lines + 1):
+                if not line.strip():
+                    print(f"attnflow-translate: {where} {j} is empty: nothing to translate "
+                          f"(an empty line is written in its place)", file=sys.stderr)
+                elif n_full == 0:
+                    print(f"attnflow-translate: {where} {j} gives no subwords: nothing to translate "
+                          f"(an empty line is written in its place)", file=sys.stderr)
+                elif n_full > dm.max_src_len:
+                    n_cut += 1
+                    print(f"attnflow-translate: {where} {j} has {n_full} subwords; the model reads "
+                          f"at most {dm.max_src_len} (data.max_src_len of the run): "
+                          f"{n_full - dm.max_src_len} subwords cut, the rest is translated",
+                          file=sys.stderr)
+            rows, w = decode_ids(model, ids, beam, length_penalty, max_len,
+                                 need_weights=bool(args.attention), batch_size=args.batch_size)
+            print("\n".join(dm.detokenize(r) for r in rows), flush=True)
+            if args.attention:
+                heat_maps += [(wi.mean(1), [dm.src_tok.id_to_token(t) for t in s],
+                               [dm.tgt_tok.id_to_token(t) for t in r], line)
+                              for wi, s, r, line in zip(w, ids, rows, chunk) if wi is not None]
+            if args.save_attention:
+                for j, (s, r, maps) in enumerate(zip(ids, rows, attention_arrays(model, ids, rows)),
+                                                 n_lines):
+                    arrays[f"{j}/source"] = text_array([dm.src_tok.id_to_token(t) for t in s])
+                    arrays[f"{j}/output"] = text_array([dm.tgt_tok.id_to_token(t) for t in r])
+                    arrays.update({f"{j}/{k}": v for k, v in maps.items()})
+            n_lines += len(chunk)
+        if not n_lines:  # (was exit 0 without a word, and a --save-attention file of 0 lines)
+            raise TranslateError(no_inputs("sentences", "-f", args.file, metavar=" FILE"))
+        if n_cut > 1:
+            print(f"attnflow-translate: {n_cut} of {n_lines} lines were longer than "
+                  f"{dm.max_src_len} subwords and were cut", file=sys.stderr)
+        if args.attention:
+            from attnflow.viz.figures import save_attention_png
+
+            names = heat_map_names(args.attention, len(heat_maps))
+            check_new_outputs(*(("--attention", p) for p in names))  # -f, stdin: known only now
+            for p, (weights, src, out, line) in zip(names, heat_maps):
+                save_attention_png(p, weights, src, out, f"α: {line[:60]}")
+            if not heat_maps:
+                print("attnflow-translate: no heat map written: this model has no attention "
+                      "(or every input line was empty)", file=sys.stderr)
+        if args.save_attention:
+            arrays.update(kind=np.asarray("translation"), lines=np.asarray(n_lines))
+            path = save_arrays(args.save_attention, arrays)
+            print(f"attnflow-translate: attention of {n_lines} lines written to {path}", file=sys.stderr)
+    except (TranslateError, InputError, ConfigError, OSError) as err:
+        # ConfigError: the run's data module (tokenizer files); OSError: writing --attention/.npz
+        print(f"attnflow-translate: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,319 @@
+"""Checkpoint averaging: the element-wise mean of the weights of several epochs' checkpoints.
+
+Vaswani et al. (2017, §6.1) report their Transformers with the average of the last 5 (base) or
+20 (big) checkpoints, and Wu et al. (2021) their tiny Multi30k Transformer with the last 10:
+the mean of parameters θ̄ = (1/N) Σ_k θ_k taken along the end of a run lies nearer the centre
+of the flat region SGD/Adam wanders in than any single iterate, and usually scores a little
+better than the best single checkpoint (fairseq's ``scripts/average_checkpoints.py`` computes
+the same mean). ``callbacks.average={last: N}`` averages the last N validated epochs,
+``{best: N}`` the N best by the monitored metric (the checkpoint's, i.e. the task's, e.g.
+``val/bleu``, unless ``monitor``/``mode`` are given there).
+
+How (and why this way):
+
+- :class:`CheckpointAverage` (a Lightning callback) writes, after each validation of the fit,
+  the LightningModule's ``state_dict`` — weights only, no optimiser — to
+  ``checkpoints/avg/epoch<k>.pt`` (atomically, as every attnflow checkpoint:
+  :func:`attnflow.training.state.atomic_torch_save`), and deletes the files that can no longer
+  be part of the average: at most N files are on disk, and none in memory, so averaging costs
+  no RAM during training however large N is. An epoch validated several times
+  (``val_check_interval`` < 1) keeps its latest validation. So does a validation fewer than
+  ``NEAR_FRACTION`` (1 %) of an epoch's optimiser steps after a kept one (at least one step
+  apart counts as distinct): nearly the same weights, which would count twice in the mean or an
+  ensemble. It happens at the end of a fit stopped by ``trainer.max_time`` (or early stopping)
+  just after an epoch began: Lightning validates that part-epoch too. Of such a pair ``last``
+  keeps the newer, ``best`` the better (ties: the newer).
+- Which files are kept (epoch, step, score, file) is the callback's state: Lightning saves it in
+  every checkpoint, so ``resume=<run>`` continues from ``last.ckpt`` with the kept set of that
+  moment (files written after it, by a run killed before its next ``last.ckpt``, are stale and
+  removed when training starts). It is also written to ``checkpoints/avg/kept.json`` after every
+  change — the record :func:`finish` reads after the fit, which works when the fit ran in other
+  processes (``ddp_spawn``) too.
+- :func:`finish` writes ``checkpoints/averaged.ckpt``: a copy of the final Lightning checkpoint
+  (``last.ckpt``; the best one when there is no last) whose ``state_dict`` is the mean of the
+  kept files — floating-point entries summed in float64 and cast back to their dtype; integer
+  buffers (BatchNorm's ``num_batches_tracked``) are counters, not weights, and are taken from
+  the newest file — with ``attnflow_config``/``attnflow_artifacts`` kept and
+  ``attnflow_average`` recording what was averaged. :func:`attnflow.training.run.train` then validates
+  and tests that checkpoint and names it ``best_checkpoint`` in ``metrics.json``, so
+  attnflow-eval/-translate/-predict use it unchanged.
+- A run stopped before its fit ended keeps the files and ``kept.json``: ``attnflow-average RUN``
+  (:mod:`attnflow.cli.average`) writes the same ``averaged.ckpt`` from them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Literal, Optional, Sequence
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.utilities import rank_zero_warn
+
+# the kept epochs' folder (AVG_DIR), its index (INDEX, read_index) and the output (AVERAGED) are
+# defined in attnflow.io.checkpoints, where attnflow-average reads them without importing Lightning
+from attnflow.io.checkpoints import AVERAGED, AVG_DIR, INDEX, read_index  # noqa: F401
+from attnflow.training.ema import averaged_weights
+from attnflow.config.registry import AttnflowWarning, ConfigError, PositiveInt, _suggest
+from attnflow.io.text import atomic_path
+from attnflow.training.state import atomic_torch_save, load_checkpoint_file
+
+
+NEAR_FRACTION = 0.01  # validations closer than this share of an epoch's steps are one model
+
+
+@dataclasses.dataclass(frozen=True)
+class AverageConfig:
+    """``callbacks.average`` (null: no averaging): exactly one of ``last`` (the last N validated
+    epochs) or ``best`` (the N best by ``monitor``; null monitor/mode: the checkpoint's)."""
+
+    last: Optional[PositiveInt] = None
+    best: Optional[PositiveInt] = None
+    monitor: Optional[str] = None
+    mode: Optional[Literal["min", "max"]] = None
+
+    @classmethod
+    def inert_fields(cls, fields, run=None) -> dict:
+        """``mode`` ranks the best N; the last N are not ranked (refused when typed:
+        :mod:`attnflow.config.overrides`; ``monitor`` is still recorded with the last N's scores)."""
+        if fields.get("last") is None:
+            return {}
+        return {"mode": "{at}last keeps the last validated epochs, unranked; it is read with {at}best"}
+
+
+# -- the config ------------------------------------------------------------------------------------
+def check_config(callbacks: Dict[str, Any], metric_names: Callable[[], Sequence[str]]) -> None:
+    """Refuse a bad ``callbacks.average`` before any work, naming the field: exactly one of
+    ``last``/``best``, a positive int; ``mode`` min|max|null; ``monitor`` a metric the task logs
+    (``metric_names()``); and a checkpoint to copy (``callbacks.checkpoint`` not disabled)."""
+    entry = (callbacks or {}).get("average")
+    if entry is None:
+        return
+    # (a mapping, its unknown fields, types, ranges, mode: AverageConfig, checked before this by
+    # attnflow.training.run.validate_config)
+    given = [k for k in ("last", "best") if entry.get(k) is not None]
+    if len(given) != 1:
+        raise ConfigError("callbacks.average needs exactly one of 'last' (the last N validated "
+                          "epochs) or 'best' (the N best by the monitored metric), got "
+                          f"{', '.join(given) or 'neither'}")
+    monitor = entry.get("monitor")
+    names = metric_names() if monitor is not None else []
+    if names and monitor not in names:
+        raise ConfigError(f"callbacks.average.monitor '{monitor}' is not a metric the task logs; "
+                          f"it logs {', '.join(names)}.{_suggest(monitor, names)}")
+    if callbacks.get("checkpoint") is None:
+        raise ConfigError("callbacks.average needs callbacks.checkpoint (averaged.ckpt is a copy "
+                          "of the run's last checkpoint with the averaged weights)")
+
+
+def monitor_of(entry: Dict[str, Any], checkpoint: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """``entry``'s monitor/mode, where null the checkpoint entry's (null there too: the task's,
+    filled in by :func:`attnflow.training.run._with_task_monitor`)."""
+    checkpoint = checkpoint if isinstance(checkpoint, dict) else {}
+    out = {"monitor": entry.get("monitor"), "mode": entry.get("mode")}
+    if out["monitor"] is None:
+        out["monitor"] = checkpoint.get("monitor")
+        if out["mode"] is None:
+            out["mode"] = checkpoint.get("mode")
+    return out
+
+
+# -- the callback ----------------------------------------------------------------------------------
+def select_kept(entries: List[Dict[str, Any]], by: str, n: int, mode: str) -> List[Dict[str, Any]]:
+    """The entries that stay: the last ``n`` epochs, or the ``n`` best scores (ties: the newer;
+    a missing or NaN score counts as the worst), in epoch order."""
+    if by == "last":
+        keep = sorted(entries, key=lambda e: e["epoch"])[-n:]
+    else:
+        sign = 1.0 if mode == "max" else -1.0
+
+        def rank(e):
+            s = e.get("score")
+            good = s is not None and not math.isnan(s)
+            return (good, sign * s if good else 0.0, e["epoch"])
+
+        keep = sorted(entries, key=rank, reverse=True)[:n]
+    return sorted(keep, key=lambda e: e["epoch"])
+
+
+class CheckpointAverage(pl.Callback):
+    """Keeps the weights of the epochs that can still be part of the average on disk (see the
+    module docstring); ``last`` or ``best`` is N."""
+
+    def __init__(self, run_dir: Path | str, last: Optional[int] = None, best: Optional[int] = None,
+                 monitor: Optional[str] = None, mode: Optional[str] = None):
+        self.dir = Path(run_dir) / "checkpoints" / AVG_DIR
+        self.by, self.n = ("last", int(last)) if last is not None else ("best", int(best))
+        self.monitor, self.mode = monitor, mode or "min"
+        self.kept: List[Dict[str, Any]] = []
+
+    # the kept set on disk ---------------------------------------------------------------------------
+    def _write_index(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with atomic_path(self.dir / INDEX) as tmp:
+            tmp.write_text(json.dumps({"by": self.by, "n": self.n, "monitor": self.monitor,
+                                       "mode": self.mode, "kept": self.kept}, indent=2))
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # after Lightning restored this callback's state (resume; on_train_start comes after the
+        # restore for every strategy, on_fit_start not for those restoring after setup): files not
+        # in the kept set were written after that checkpoint and would be averaged wrongly
+        if not trainer.is_global_zero:
+            return
+        names = {e["file"] for e in self.kept}
+        for p in self.dir.glob("epoch*.pt") if self.dir.is_dir() else ():
+            if p.name not in names:
+                p.unlink(missing_ok=True)
+        self._write_index()
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking or trainer.state.fn != "fit" or getattr(trainer, "fast_dev_run", False):
+            return  # (fast_dev_run: no checkpoints, as Lightning's ModelCheckpoint writes none)
+        value = trainer.callback_metrics.get(self.monitor) if self.monitor else None
+        score = float(value) if value is not None else None
+        if self.by == "best" and score is None:
+            rank_zero_warn(f"callbacks.average: no '{self.monitor}' after the validation of epoch "
+                           f"{trainer.current_epoch}; this epoch is not a candidate",
+                           category=AttnflowWarning)
+            return
+        epoch = trainer.current_epoch
+        entry = {"epoch": epoch, "step": trainer.global_step, "score": score,
+                 "file": f"epoch{epoch}.pt"}
+        others = [e for e in self.kept if e["epoch"] != epoch]
+        gap = near_steps(trainer)
+        twin = next((e for e in others if 0 <= entry["step"] - e["step"] < gap), None)
+        if twin is not None:  # nearly the same weights as a kept entry: one of the two stays
+            if self.by == "best" and select_kept([twin, entry], "best", 1, self.mode)[0] is twin:
+                return
+            others.remove(twin)
+            if trainer.is_global_zero:
+                (self.dir / twin["file"]).unlink(missing_ok=True)
+        candidates = others + [entry]
+        keep = select_kept(candidates, self.by, self.n, self.mode)
+        if trainer.is_global_zero:
+            if entry in keep:  # weights only; the tensors as they are (map_location cpu on load)
+                weights = averaged_weights(trainer) or pl_module.state_dict()  # callbacks.ema: θ̄
+                state = {k: v.detach().cpu() for k, v in weights.items()}
+                atomic_torch_save({"state_dict": state, **{k: entry[k] for k in ("epoch", "step", "score")},
+                                   "monitor": self.monitor}, self.dir / entry["file"])
+            for e in candidates:
+                if e not in keep:
+                    (self.dir / e["file"]).unlink(missing_ok=True)
+        self.kept = keep
+        if trainer.is_global_zero:
+            self._write_index()
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"kept": [dict(e) for e in self.kept], "by": self.by, "n": self.n}
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        self.kept = [dict(e) for e in state_dict.get("kept") or []]
+
+
+def near_steps(trainer: pl.Trainer) -> int:
+    """Optimiser steps within which two validations hold one model: ``NEAR_FRACTION`` of an
+    epoch's, at least 1 (so only the same step, for epochs under 100 steps or of unknown length)."""
+    batches = getattr(trainer, "num_training_batches", None)
+    if not isinstance(batches, (int, float)) or not math.isfinite(batches):
+        return 1
+    per_epoch = batches / max(1, getattr(trainer, "accumulate_grad_batches", 1))
+    return max(1, math.ceil(per_epoch * NEAR_FRACTION))
+
+
+# -- the average -----------------------------------------------------------------------------------
+def average_state_dicts(paths: Sequence[Path]) -> Dict[str, torch.Tensor]:
+    """The element-wise mean of the ``state_dict`` of the files ``paths`` (oldest first): floats
+    summed in float64, one file in memory at a time, cast back; other dtypes from the last. Names
+    that share one tensor in every file (tied weights: a Transformer's embeddings and output
+    projection) share the mean too, so it is saved once, as in the run's own files."""
+    total: Dict[str, torch.Tensor] = {}
+    newest: Dict[str, torch.Tensor] = {}
+    keys = None
+    alias: Optional[Dict[str, str]] = None  # a name → the first name of the same tensor
+    for path in paths:
+        state = load_checkpoint_file(path, mmap=True, lightning=True)["state_dict"]
+        ties = _aliases(state)
+        alias = ties if alias is None else {k: a for k, a in alias.items() if ties.get(k) == a}
+        if keys is None:
+            keys = list(state)
+        elif set(state) != set(keys):
+            odd = sorted(set(state) ^ set(keys))[0]
+            raise ValueError(f"{path} holds other weights than {paths[0]} (e.g. {odd}); "
+                             f"they cannot be averaged")
+        for k, v in state.items():
+            if v.is_floating_point() or v.is_complex():
+                acc = v.to(torch.complex128 if v.is_complex() else torch.float64)
+                total[k] = total[k] + acc if k in total else acc.clone()
+            newest[k] = v
+    n = len(paths)
+    mean = {k: (total[k] / n).to(v.dtype) if k in total else v.clone() for k, v in newest.items()}
+    return {k: mean[(alias or {}).get(k, k)] for k in mean}
+
+
+def _aliases(state: Dict[str, torch.Tensor]) -> Dict[str, str]:
+    """{name: the first name holding the same tensor} for the names after the first of a group
+    (same storage, offset, shape and strides: torch.save keeps such sharing)."""
+    first: Dict[tuple, str] = {}
+    alias = {}
+    for k, v in state.items():
+        key = (v.untyped_storage().data_ptr(), v.storage_offset(), tuple(v.shape), v.stride(), v.dtype)
+        if key in first:
+            alias[k] = first[key]
+        else:
+            first[key] = k
+    return alias
+
+
+def finish(trainer: pl.Trainer, run_dir: Path | str, best: str = "") -> Optional[Dict[str, Any]]:
+    """After the fit: write ``checkpoints/averaged.ckpt`` and return its record ({path, epochs,
+    files, ...}), or None when the run does not average or has no validated epoch to average.
+    Rank 0 reads the kept set and writes the file; the record is broadcast, so every rank (also
+    on nodes that do not share rank 0's disk) decides alike and waits for the file."""
+    record = None
+    if any(isinstance(c, CheckpointAverage) for c in trainer.callbacks) and trainer.is_global_zero:
+        record = write_average(Path(run_dir), best)
+    return trainer.strategy.broadcast(record, src=0)
+
+
+def write_average(run_dir: Path, best: str) -> Optional[Dict[str, Any]]:
+    """After the fit: the mean of the kept files into ``checkpoints/averaged.ckpt`` (a copy of
+    ``last.ckpt``, else of ``best``); its record, or None with a warning when there is nothing to
+    average or no checkpoint to copy."""
+    index = read_index(run_dir)
+    avg_dir = run_dir / "checkpoints" / AVG_DIR
+    kept = [e for e in (index or {}).get("kept", []) if (avg_dir / e["file"]).is_file()]
+    if not kept:
+        rank_zero_warn("callbacks.average: no validated epoch to average; the run is evaluated "
+                       "with its best checkpoint", category=AttnflowWarning)
+        return None
+    last = run_dir / "checkpoints" / "last.ckpt"
+    base = last if last.is_file() else Path(best) if best else None
+    if base is None or not base.is_file():
+        rank_zero_warn("callbacks.average: no checkpoint to copy the averaged weights into; the "
+                       "run is evaluated with its best checkpoint", category=AttnflowWarning)
+        return None
+    return average_into(run_dir, index, kept, base, run_dir / "checkpoints" / AVERAGED)
+
+
+def average_into(run_dir: Path, index: Dict[str, Any], kept: List[Dict[str, Any]], base: Path,
+                 out: Path) -> Dict[str, Any]:
+    """Write the mean of the ``kept`` entries' files (of ``index``, the run's ``kept.json``) into a
+    copy of the checkpoint ``base`` at ``out``, with ``attnflow_average`` recording what was
+    averaged; returns that record and ``path``. (:func:`write_average` after the fit;
+    attnflow-average, :mod:`attnflow.cli.average`, for a run stopped before.)"""
+    avg_dir = run_dir / "checkpoints" / AVG_DIR
+    record = {"path": str(out), "by": index["by"], "n": index["n"], "monitor": index.get("monitor"),
+              "epochs": [e["epoch"] for e in kept], "steps": [e["step"] for e in kept],
+              "scores": [e["score"] for e in kept],
+              "files": [str(avg_dir / e["file"]) for e in kept], "copy_of": str(base)}
+    ckpt = load_checkpoint_file(base)
+    averaged = average_state_dicts([avg_dir / e["file"] for e in kept])
+    if set(averaged) != set(ckpt["state_dict"]):
+        raise ValueError(f"the weights in {avg_dir} are not those of {base}; not averaged")
+    ckpt["state_dict"] = averaged
+    ckpt["attnflow_average"] = {k: v for k, v in record.items() if k != "path"}
+    atomic_torch_save(ckpt, out)
+    return record

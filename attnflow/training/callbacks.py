@@ -1,0 +1,231 @@
+"""Lightning callbacks of attnflow: attention pictures during and after training; a stop on a
+non-finite training loss; the float32 matmul precision in every training process."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Annotated, Literal, Optional
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.loggers import TensorBoardLogger, WandbLogger
+
+from attnflow.config.registry import NonNegativeFloat, NonNegativeInt, Range
+
+
+# -- the typed configs of the callbacks entries (checked by attnflow.training.run.validate_config) --------------
+@dataclasses.dataclass(frozen=True)
+class CheckpointConfig:
+    """``callbacks.checkpoint`` (null: no checkpoints): Lightning's ``ModelCheckpoint`` keeping the
+    ``save_top_k`` best by ``monitor`` (-1: every one; null monitor/mode: the task's metric and
+    its mode, checked by the runner), and ``last.ckpt`` when ``save_last``."""
+
+    monitor: Optional[str] = None
+    mode: Optional[Literal["min", "max"]] = None
+    save_top_k: Annotated[int, Range(ge=-1, what="-1 keeps every checkpoint")] = 1
+    save_last: bool = True
+
+    @classmethod
+    def inert_fields(cls, fields, run=None) -> dict:
+        """``save_top_k=0`` keeps no best checkpoint (Lightning ranks nothing; the final metrics
+        are of the last weights), yet ``monitor`` and ``mode`` are read elsewhere: by
+        ``callbacks.average`` (its metric where its own ``monitor`` is null) and by attnflow-report
+        (``monitor`` is the metric it sorts runs by, ``mode`` the direction of that monitor). So
+        only ``mode`` with a null ``monitor`` and no averaging is idle (refused when typed:
+        :mod:`attnflow.config.overrides`)."""
+        if fields.get("save_top_k", 1) != 0 or fields.get("monitor") is not None or run is None:
+            return {}
+        if (run.get("callbacks") or {}).get("average") is not None:
+            return {}
+        return {"mode": ("{at}save_top_k=0 keeps no best checkpoint, so no checkpoint is ranked by "
+                         "it (the final metrics are of the last weights), and with {at}monitor null "
+                         "and callbacks.average null nothing else reads it; set {at}save_top_k=1 (or "
+                         "-1: every one) to keep the best")}
+
+
+@dataclasses.dataclass(frozen=True)
+class EarlyStoppingConfig:
+    """``callbacks.early_stopping`` (null: none): Lightning's ``EarlyStopping`` after ``patience``
+    validations without an improvement of at least ``min_delta`` in ``monitor``."""
+
+    monitor: Optional[str] = None
+    mode: Optional[Literal["min", "max"]] = None
+    patience: NonNegativeInt = 3
+    min_delta: NonNegativeFloat = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionMapsConfig:
+    """``callbacks.attention_maps`` (null: none): :class:`AttentionMaps` of ``examples`` validation
+    examples every ``every_n_epochs`` validations (0: only after training)."""
+
+    examples: NonNegativeInt = 4
+    every_n_epochs: NonNegativeInt = 1
+
+    @classmethod
+    def inert_fields(cls, fields, run=None) -> dict:
+        """With no examples there are no maps to time; without a W&B or TensorBoard logger (in the
+        run's config ``run``) none is drawn during training, and the pictures written after it do
+        not depend on ``every_n_epochs`` (refused when typed: :mod:`attnflow.config.overrides`)."""
+        if not fields.get("examples", 4):
+            return {"every_n_epochs": "{at}examples=0 draws no attention maps; set {at}examples"}
+        if run is None:  # (no run config to ask: nothing is claimed)
+            return {}
+        chosen = run.get("logger") or {}
+        loggers = [n for n in ([chosen] if isinstance(chosen, str) else chosen) if n != "none"]
+        if set(loggers) & set(DASHBOARD_LOGGERS):
+            return {}
+        chosen = ("none" if not loggers else loggers[0] if len(loggers) == 1
+                  else f"[{','.join(loggers)}]")
+        return {"every_n_epochs": (f"the maps drawn during training go to a W&B or TensorBoard "
+                                   f"logger, and logger={chosen} gives neither (the pictures written "
+                                   f"to <run dir>/attention/ after training are drawn whatever it "
+                                   f"says); add one, e.g. logger=[csv,tensorboard]")}
+
+
+# the loggers AttentionMaps sends its maps to during training (by their registry names)
+DASHBOARD_LOGGERS = ("wandb", "tensorboard")
+
+
+class AttentionMaps(pl.Callback):
+    """Every ``every_n_epochs`` validations (and at the validation of the best checkpoint after
+    training), the task's attention dashboard of ``examples`` validation examples goes to the W&B
+    and TensorBoard loggers (on rank 0; nothing is computed when neither is in use); when
+    training ends its images are written to ``<out_dir>``.
+
+    The data module offers ``example_batch(n)`` (examples chosen across labels where there are
+    labels), the task ``dashboard(batch) -> [panel]`` (:mod:`attnflow.viz.figures`): images (one W&B
+    key per example, e.g. ``val/attention/0``; all of one size), HTML (W&B only) and tables
+    (W&B tables; TensorBoard text).
+    """
+
+    def __init__(self, out_dir: Path, examples: int = 4, every_n_epochs: int = 1):
+        self.out_dir, self.examples, self.every_n_epochs = Path(out_dir), examples, every_n_epochs
+
+    def _panels(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> list:
+        dm = trainer.datamodule
+        if (self.examples <= 0 or dm is None or not hasattr(dm, "example_batch")
+                or not hasattr(pl_module, "dashboard")):
+            return []
+        return pl_module.dashboard(dm.example_batch(self.examples))
+
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking or not trainer.is_global_zero or not self.every_n_epochs:
+            return
+        if trainer.state.fn == "fit" and trainer.current_epoch % self.every_n_epochs:
+            return  # (a validation after training, of the best checkpoint, is always shown)
+        loggers = [lg for lg in trainer.loggers if isinstance(lg, (WandbLogger, TensorBoardLogger))]
+        if loggers:
+            log_panels(loggers, self._panels(trainer, pl_module), trainer.global_step,
+                       when=_when(trainer))
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.is_global_zero or trainer.fast_dev_run:
+            return
+        import matplotlib.pyplot as plt
+
+        for panel in self._panels(trainer, pl_module):
+            if panel["kind"] == "image" and panel.get("file"):
+                self.out_dir.mkdir(parents=True, exist_ok=True)
+                plt.imsave(self.out_dir / panel["file"], panel["image"])
+
+
+def _when(trainer: pl.Trainer) -> str:
+    """When a validation's pictures were drawn: an epoch of the fit (0-based, as W&B's ``epoch``),
+    or after training, of the checkpoint validated (the best one, or the average of several)."""
+    if trainer.state.fn == "fit":
+        return f"epoch {trainer.current_epoch}, step {trainer.global_step}"
+    ckpt = getattr(trainer, "ckpt_path", None)
+    return f"after training, weights of {Path(ckpt).name}" if ckpt else "after training"
+
+
+def log_panels(loggers, panels: list, step: int, when: str = "") -> None:
+    """Dashboard panels to W&B (images, ``wandb.Html``, ``wandb.Table``; one ``log`` call, so one
+    history row) and TensorBoard (images; tables as Markdown text; HTML is W&B's only). A W&B
+    image's caption ends with ``when`` (:func:`_when`): W&B's media panel shows it beside the
+    picture, and a picture of the best checkpoint, drawn after training at the last step, is
+    told apart from the last epoch's."""
+    if not panels:
+        return
+    for lg in loggers:
+        if isinstance(lg, WandbLogger):
+            import wandb
+
+            row = {}
+            for p in panels:
+                if p["kind"] == "image":
+                    caption = " · ".join(c for c in (p.get("caption"), when) if c)
+                    row[p["key"]] = wandb.Image(p["image"], caption=caption or None)
+                elif p["kind"] == "html":
+                    row[p["key"]] = wandb.Html(p["html"], inject=False)
+                elif p["kind"] == "table":
+                    row[p["key"]] = wandb.Table(columns=p["columns"], data=p["rows"])
+            lg.log_metrics(row, step=step)
+        elif isinstance(lg, TensorBoardLogger):
+            for p in panels:
+                if p["kind"] == "image":
+                    lg.experiment.add_image(p["key"], p["image"], step, dataformats="HWC")
+                elif p["kind"] == "table":
+                    lg.experiment.add_text(p["key"], _markdown_table(p["columns"], p["rows"]), step)
+
+
+def _markdown_table(columns, rows) -> str:
+    def cell(v) -> str:
+        return str(v).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(map(cell, columns)) + " |", "|" + " --- |" * len(columns)]
+    return "\n".join(lines + ["| " + " | ".join(map(cell, r)) + " |" for r in rows])
+
+
+class NonFiniteLossError(RuntimeError):
+    """Training produced a NaN or infinite loss; the message names the step."""
+
+
+class StopOnNonFiniteLoss(pl.Callback):
+    """Stops training at the first NaN/∞ training loss, naming the epoch and step, before any
+    checkpoint holds the broken weights (the checkpoints of earlier epochs are kept). Under DDP
+    the ranks decide together (any rank's non-finite loss stops all of them): a rank stopping
+    alone would leave the others waiting in the next gradient all-reduce."""
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs,
+                           batch, batch_idx: int) -> None:
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        value = None if loss is None else float(loss)
+        bad = value is not None and not math.isfinite(value)
+        if trainer.world_size > 1:
+            bad = trainer.strategy.reduce_boolean_decision(bad, all=False)
+        if bad:
+            where = "" if value is None or not math.isfinite(value) else " on another rank"
+            raise NonFiniteLossError(
+                f"the training loss is {'non-finite' if where else value}{where} at epoch "
+                f"{trainer.current_epoch}, step "
+                f"{trainer.global_step} (batch {batch_idx}); training stopped, nothing of this epoch "
+                f"was saved. Lower task.optim.lr, clip gradients (trainer.gradient_clip_val) or check "
+                f"the data")
+
+
+# torch.set_float32_matmul_precision's settings: float32 products in full float32 (PyTorch's
+# default), with TF32 tensor cores (Ampere and newer: a 10-bit mantissa), or in bfloat16
+MATMUL_PRECISIONS = ("highest", "high", "medium")
+
+
+class Float32MatmulPrecision(pl.Callback):
+    """The run's ``float32_matmul_precision`` in every process that trains: the runner sets it in
+    its own process before the Trainer exists (where Lightning checks it), but processes that
+    ``trainer.strategy=ddp_spawn`` starts do not inherit PyTorch's global settings, so each sets it
+    again when the Trainer sets up, and puts back what it found at teardown."""
+
+    def __init__(self, value: str):
+        self.value = value
+        self._found: Optional[str] = None
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._found = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision(self.value)
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self._found is not None:
+            torch.set_float32_matmul_precision(self._found)
+            self._found = None

@@ -1,0 +1,149 @@
+"""The progress bar of ``attnflow-train``: lines that work in a terminal, a pipe or a log file.
+
+``callbacks.progress_bar`` chooses the bar (:func:`progress_bar`):
+
+- ``auto`` (the default): Lightning's rich bar on a terminal (or in Jupyter), else ``text``;
+- ``text``: :class:`TextProgressBar`, plain lines flushed as they are written — what a log file or
+  ``attnflow-train | tee log`` needs (a redrawn bar writes nothing to a pipe until it ends);
+- ``rich``, ``tqdm``: Lightning's bars; ``none``: no bar.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, Optional
+
+import pytorch_lightning as pl
+from pytorch_lightning.callbacks import ProgressBar, RichProgressBar, TQDMProgressBar
+
+from attnflow.io import console
+from attnflow.io.console import _fmt
+
+
+def progress_bar(kind: Optional[str], every_n_steps: Optional[int] = None) -> Optional[ProgressBar]:
+    """The progress-bar callback for ``callbacks.progress_bar`` (None for ``none``)."""
+    if kind == "auto":
+        kind = "rich" if console.is_interactive() else "text"
+    if kind == "rich":
+        return RichProgressBar()
+    if kind == "tqdm":
+        return TQDMProgressBar()
+    if kind == "text":
+        return TextProgressBar(every_n_steps)
+    return None
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    h, rest = divmod(seconds, 3600)
+    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
+
+
+class TextProgressBar(ProgressBar):
+    """Progress as plain lines, each flushed at once: one every ``every_n_steps`` batches of a loop
+    (default: the trainer's ``log_every_n_steps``) and one at the end of each training epoch with
+    its training and validation metrics.
+
+        epoch 1/4 step 50/313 (16%) 21.3 it/s eta 0:12 train/loss=1.82
+        epoch 1/4 done in 0:15: train/loss=0.913 val/loss=0.412 val/seq_acc=0.62
+        test step 50/63 (79%) 8.2 it/s eta 0:01
+
+    A loop of one batch (full-graph GAT) prints only its epoch line. Runs on global rank 0 only
+    (Lightning's ProgressBar disables the others).
+    """
+
+    def __init__(self, every_n_steps: Optional[int] = None):
+        super().__init__()
+        self.every_n_steps = every_n_steps
+        self._enabled = True
+        self._started: Dict[str, float] = {}
+        self._skipped: Dict[str, int] = {}  # batches of the loop done before its clock started
+
+    # -- ProgressBar interface -----------------------------------------------------------------------
+    def disable(self) -> None:
+        self._enabled = False
+
+    def enable(self) -> None:
+        self._enabled = True
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        if self._enabled:
+            print(*args, **kwargs, flush=True)
+
+    # -- helpers -------------------------------------------------------------------------------------
+    def _every(self, trainer: pl.Trainer) -> int:
+        return max(1, int(self.every_n_steps or trainer.log_every_n_steps or 50))
+
+    def _epoch(self, trainer: pl.Trainer) -> str:
+        total = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else "?"
+        return f"epoch {trainer.current_epoch + 1}/{total}"
+
+    def _step_line(self, trainer: pl.Trainer, loop: str, done: int, total: Any) -> Optional[str]:
+        """The line after ``done`` batches of ``total``, or None when none is due."""
+        if done % self._every(trainer) or (isinstance(total, (int, float)) and done >= total):
+            return None  # the last batch of a loop is covered by the epoch (or final) line
+        elapsed = max(time.monotonic() - self._started.get(loop, time.monotonic()), 1e-9)
+        timed = done - self._skipped.get(loop, 0)
+        rate = timed / elapsed
+        where = f"step {done}"
+        if isinstance(total, int) and total > 0:
+            where += f"/{total} ({100 * done // total}%)"
+            if timed > 0:
+                where += f" {rate:.1f} it/s eta {_duration((total - done) / rate)}"
+        elif timed > 0:
+            where += f" {rate:.1f} it/s"
+        return where
+
+    def _metrics(self, trainer: pl.Trainer, prefixes=("train/", "val/")) -> str:
+        items = sorted((k, v) for k, v in trainer.callback_metrics.items()
+                       if k.startswith(prefixes) and not k.endswith("_step"))
+        return " ".join(f"{k.removesuffix('_epoch')}={_fmt(v)}" for k, v in items)
+
+    # -- training ------------------------------------------------------------------------------------
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._started["train"] = self._started["epoch"] = time.monotonic()
+        self._skipped["train"] = 0
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if "train" not in self._started:  # resumed mid-epoch: Lightning starts no epoch; time
+            self._started["train"] = self._started["epoch"] = time.monotonic()  # from this batch
+            self._skipped["train"] = batch_idx + 1
+        line = self._step_line(trainer, "train", batch_idx + 1, self.total_train_batches)
+        if line:
+            # the bar's metrics of this step (validation values shown would be last epoch's)
+            bar = {k: v for k, v in self.get_metrics(trainer, pl_module).items()
+                   if k.startswith("train/") or "/" not in k and k != "v_num"}
+            extra = " ".join(f"{k.removesuffix('_step')}={_fmt(v)}" for k, v in sorted(bar.items()))
+            self.print(f"{self._epoch(trainer)} {line} {extra}".rstrip())
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        took = _duration(time.monotonic() - self._started.get("epoch", time.monotonic()))
+        if self._skipped.get("train"):
+            took += f" (resumed after step {self._skipped['train']})"
+        self.print(f"{self._epoch(trainer)} done in {took}: {self._metrics(trainer)}".rstrip(": "))
+
+    # -- evaluation loops (validation during fit, validate, test) -------------------------------------
+    def on_validation_epoch_start(self, trainer, pl_module) -> None:
+        self._started["eval"] = time.monotonic()
+
+    on_test_epoch_start = on_validation_epoch_start
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx,
+                                dataloader_idx: int = 0) -> None:
+        if trainer.sanity_checking:
+            return
+        self.has_dataloader_changed(dataloader_idx)
+        total = (self.total_test_batches_current_dataloader if trainer.testing
+                 else self.total_val_batches_current_dataloader)
+        line = self._step_line(trainer, "eval", batch_idx + 1, total)
+        if line:
+            prefix = (f"{self._epoch(trainer)} val" if trainer.state.fn == "fit"
+                      else "test" if trainer.testing else "validation")
+            self.print(f"{prefix} {line}")
+
+    on_test_batch_end = on_validation_batch_end
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        self.reset_dataloader_idx_tracker()
+
+    on_test_end = on_validation_end

@@ -1,0 +1,549 @@
+"""What a checkpoint must hold for a resumed run to continue exactly, and how it is written.
+
+Lightning's checkpoint already holds the weights, the optimiser and scheduler states and the loop
+counters. For a run continued from ``last.ckpt`` to equal the uninterrupted one (the same seed, the
+same numbers) it must also continue
+
+- the global random streams (torch, numpy, Python's ``random``; CUDA's where used): Lightning does
+  not restore them, and dropout and ``DataLoader(shuffle=True)`` draw from torch's.
+  :class:`TrainingState` stores them (as tensors and plain lists: checkpoints are read with
+  ``weights_only=True``) and puts them back when the fit starts;
+- the training data loader's position: a checkpoint written within an epoch (Ctrl-C) continues at
+  the batch after the last one trained, in the same order. A ``DataLoader`` draws its order (the
+  sampler's seed, and the workers' base seed) from torch's stream when its iterator is made; the
+  train loader is made *resumable* (Lightning's ``state_dict``/``load_state_dict`` protocol for
+  data loaders): it keeps the torch state its epoch was drawn from, and a resumed one redraws the
+  order from that state and skips the batches already trained, then hands the stream back;
+- the W&B run id (``checkpoint["attnflow_wandb_run_id"]``), so that a resumed run logs into the
+  same W&B run.
+
+:class:`SafeCheckpointIO` writes every checkpoint atomically (a temporary file in the same
+folder, fsync, ``os.replace``): a kill while saving leaves the previous ``last.ckpt`` whole. It
+reads them with ``weights_only=True`` — also Lightning's own load of ``ckpt_path`` on resume — and
+says what is wrong with a file that cannot be read.
+
+:class:`GracefulInterrupt`: the first Ctrl-C (SIGINT) lets the running training step finish,
+writes ``last.ckpt`` (the state after that step, resumable at that batch), finishes the run as
+interrupted (the W&B run too: ``attnflow.training.run.train`` finishes the loggers) and says how to resume;
+a second Ctrl-C stops at once, keeping the last checkpoint written.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
+from pytorch_lightning.callbacks import ModelCheckpoint
+from torch.utils.data import DataLoader
+
+from attnflow.io.checkpoints import CheckpointError, _why_unreadable
+
+WANDB_ID_KEY = "attnflow_wandb_run_id"
+
+
+# -- writing and reading checkpoint files ----------------------------------------------------------
+def atomic_torch_save(obj: Any, path: Path | str) -> None:
+    """``torch.save`` to a temporary file beside ``path``, fsync, then ``os.replace``: readers see
+    the old file or the new one, never a part (POSIX rename is atomic within a file system)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f".{path.name}.*.tmp"):  # parts left by a process killed mid-save
+        stale.unlink(missing_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():  # a failed save: the previous file is untouched, the part is dropped
+            tmp.unlink()
+    try:  # make the rename itself durable
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:  # file systems (or platforms) without directory fsync
+        pass
+
+
+def load_checkpoint_file(path: Path | str, map_location: Any = "cpu", mmap: bool = False,
+                         lightning: bool = True) -> Dict[str, Any]:
+    """A checkpoint's dictionary, read with ``weights_only=True`` (no arbitrary unpickling), or a
+    :class:`CheckpointError` naming the file and what is wrong with it. ``mmap=True`` maps the
+    tensors instead of reading them (cheap checks of a large file's config); ``lightning``: it
+    must be a Lightning checkpoint (a ``state_dict`` entry)."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"no such checkpoint file: {path}")
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
+    except Exception as err:  # noqa: BLE001  (any unreadable, truncated or unsafe file)
+        raise CheckpointError(f"cannot read checkpoint {path}: {_why_unreadable(path, err)}") from None
+    if lightning and (not isinstance(ckpt, dict) or "state_dict" not in ckpt):
+        raise CheckpointError(f"{path} is not an attnflow/Lightning checkpoint (no state_dict)")
+    return ckpt
+
+
+class SafeCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint IO with atomic writes and ``weights_only=True`` reads (Trainer
+    ``plugins=[SafeCheckpointIO()]``): every checkpoint Lightning saves or loads — ``last.ckpt``,
+    the best ones, ``fit(ckpt_path=…)`` on resume, ``validate``/``test`` of the best — goes
+    through it. Remote (fsspec URL) paths keep Lightning's own IO."""
+
+    def save_checkpoint(self, checkpoint: Dict[str, Any], path: Any, storage_options: Any = None) -> None:
+        if "://" in str(path):
+            return super().save_checkpoint(checkpoint, path, storage_options)
+        if storage_options is not None:
+            raise TypeError("SafeCheckpointIO.save_checkpoint takes no storage_options")
+        atomic_torch_save(checkpoint, path)
+
+    def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: Optional[bool] = None) -> Dict[str, Any]:
+        if "://" in str(path):
+            return super().load_checkpoint(path, map_location=map_location, weights_only=True)
+        # not only Lightning checkpoints: ddp_spawn hands the weights back in a plain state dict
+        return load_checkpoint_file(path, map_location if map_location is not None else "cpu",
+                                    lightning=False)
+
+
+# -- random streams --------------------------------------------------------------------------------
+def rng_state() -> Dict[str, Any]:
+    """The global random streams as tensors and plain values (loadable with weights_only=True)."""
+    version, py_state, gauss = random.getstate()
+    _, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {"torch": torch.get_rng_state(),
+             "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                       "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+             "python": {"version": version, "state": torch.tensor(py_state, dtype=torch.int64),
+                        "gauss_next": gauss}}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: Dict[str, Any]) -> None:
+    """Put back what :func:`rng_state` returned."""
+    torch.set_rng_state(state["torch"])
+    n = state["numpy"]
+    np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
+                         n["cached_gaussian"]))
+    p = state["python"]
+    random.setstate((p["version"], tuple(int(v) for v in p["state"].tolist()), p["gauss_next"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# -- a resumable train loader ------------------------------------------------------------------------
+class _LoaderPosition:
+    """Shared by :class:`TrainingState` and the train loader: the torch state the current epoch's
+    order was drawn from, the batches trained in it, and a position to resume at."""
+
+    def __init__(self) -> None:
+        self.epoch_rng: Optional[torch.Tensor] = None
+        self.trained = 0  # batches of this epoch trained (0 at an epoch's end)
+        self.pending: Optional[Dict[str, Any]] = None  # loaded from a checkpoint, used at next iter
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"trained": self.trained,
+                "epoch_rng": self.epoch_rng if self.epoch_rng is not None else torch.get_rng_state()}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.pending = dict(state) if state and state.get("trained") else None
+
+
+def _resumable_iter(self):
+    """The train loader's ``__iter__``: a generator, so it runs at the first ``next()`` (right
+    after ``iter()`` in Lightning's fetcher, as the base loader's own draws would)."""
+    pos: _LoaderPosition = type(self)._attnflow_position
+    pending, pos.pending = pos.pending, None
+    skip = int(pending["trained"]) if pending else 0
+    resumed_stream = torch.get_rng_state()
+    if skip:  # redraw this epoch's order from the state it was first drawn from
+        torch.set_rng_state(pending["epoch_rng"])
+    pos.epoch_rng = torch.get_rng_state()
+    it = super(type(self), self).__iter__()  # the loader's own iterator (its draws happen here)
+    for _ in range(skip):  # loads the skipped batches (no training): the order's draws happen here
+        next(it, None)
+    if skip:
+        torch.set_rng_state(resumed_stream)  # the stream as it was when the checkpoint was written
+    yield from it
+
+
+def _state_dict(self) -> Dict[str, Any]:
+    return type(self)._attnflow_position.state_dict()
+
+
+def _load_state_dict(self, state: Dict[str, Any]) -> None:
+    type(self)._attnflow_position.load_state_dict(state)
+
+
+def make_resumable(loader: Any, position: _LoaderPosition) -> Any:
+    """``loader`` (a ``DataLoader``) as an instance of a subclass with the resumable ``__iter__``
+    and Lightning's ``state_dict``/``load_state_dict``; anything else unchanged. The subclass
+    keeps the loader's constructor, so Lightning can still re-create it (distributed samplers)."""
+    if not isinstance(loader, DataLoader) or hasattr(type(loader), "_attnflow_position"):
+        return loader
+    cls = type(f"Resumable{type(loader).__name__}", (type(loader),),
+               {"__iter__": _resumable_iter, "state_dict": _state_dict,
+                "load_state_dict": _load_state_dict, "_attnflow_position": position,
+                "__module__": __name__})
+    loader.__class__ = cls
+    return loader
+
+
+# -- the callback --------------------------------------------------------------------------------------
+class _TracksValidation(pl.Callback):
+    """Remembers the global step of this process's last validation in fit (``_validated_step``):
+    whether the weights being saved were validated (:class:`TrainingState`, :class:`RunCheckpoint`)."""
+
+    _validated_step: int = -1
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking and trainer.state.fn == "fit":
+            self._validated_step = trainer.global_step
+        super().on_validation_end(trainer, pl_module)
+
+
+class TrainingState(_TracksValidation):
+    """Stores in every checkpoint the random streams, the train loader's position and the W&B run
+    id, and restores the first two when a fit starts from a checkpoint (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.position = _LoaderPosition()
+        self._to_restore: Optional[Dict[str, Any]] = None
+        self._patched = None
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        dm = trainer.datamodule
+        if stage != "fit" or dm is None or self._patched is not None:
+            return
+        make = dm.train_dataloader
+        position = self.position
+
+        def train_dataloader():
+            return make_resumable(make(), position)
+
+        dm.train_dataloader = train_dataloader  # an instance attribute; removed at teardown
+        self._patched = dm
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self._patched is not None and stage == "fit":
+            self._patched.__dict__.pop("train_dataloader", None)
+            self._patched = None
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        done = batch_idx + 1
+        self.position.trained = 0 if done >= trainer.num_training_batches else done
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self.position.trained = 0
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"rng": rng_state(), "loader": self.position.state_dict()}
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        self._to_restore = state_dict.get("rng")
+        # the loader's position travels here too: Lightning loads its own copy (the loader's
+        # state_dict) only when the train loader was not made before the loops were restored,
+        # and a cosine schedule's estimated_stepping_batches makes it earlier
+        self.position.load_state_dict(state_dict.get("loader") or {})
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        # after the restore of weights and loops, before the sanity check (which Lightning runs
+        # with the streams isolated) and the train loader's first iterator
+        if self._to_restore is not None:
+            set_rng_state(self._to_restore)
+            self._to_restore = None
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: Dict[str, Any]) -> None:
+        run_id = wandb_run_id(trainer)
+        if run_id:
+            checkpoint[WANDB_ID_KEY] = run_id
+        if trainer.state.fn == "fit" and self._validated_step != trainer.global_step:
+            finish_epoch(checkpoint.get("loops", {}).get("fit_loop"), trainer.num_training_batches)
+
+
+def finish_epoch(fit: Optional[Dict[str, Any]], batches: float) -> None:
+    """The fit loop state ``fit`` of a checkpoint written at the end of an epoch that was not
+    validated (``on_train_epoch_end``; ``limit_val_batches=0``, or ``check_val_every_n_epoch`` > 1)
+    as the state at the next epoch's start, in place. Lightning 2.6 resumes a step-limited run
+    (``max_steps``) from an epoch-end state as a restart within that epoch (FitLoop.restarting:
+    ``or self._iteration_based_training()``; RESTARTED_ON_EPOCH_END), and its epoch loop leaves
+    the epoch only after the restart's pending validation (_TrainingEpochLoop.done:
+    ``_is_validation_done`` is ``not self.restarting or self.val_loop._has_run``; advance skips
+    the batch only where ``_should_check_val_fx``): with none due, it trained one more batch of
+    that epoch, from a new pass over its loader, before the next epoch. Here the epoch is counted
+    completed (FitLoop.on_advance_end's ``increment_completed``, after the save) and the
+    per-epoch counters are zeroed as _TrainingEpochLoop.reset does for a new epoch
+    (``reset_on_run``), so the resume starts the next epoch as the uninterrupted run did.
+
+    The same holds for the state :class:`LastCheckpoint` saves at the end of training after an
+    unvalidated last epoch (``check_val_every_n_epoch`` > 1: Lightning saves nothing at such an
+    epoch's end), where Lightning has counted the epoch completed but kept its batch counters: a
+    run extended by ``max_steps`` from there ran an empty epoch, and the next epochs got the
+    shuffles of the epochs after them."""
+    if not fit:
+        return
+    epochs, progress = fit["epoch_progress"], fit["epoch_loop.batch_progress"]
+    current = epochs["current"]
+    at_end = (current["ready"] == current["processed"]
+              and current["completed"] in (current["processed"] - 1, current["processed"])
+              and progress["current"]["completed"] >= batches)
+    if not at_end:
+        return
+    for counts in epochs.values():
+        counts["completed"] = counts["processed"]
+    optim = fit["epoch_loop.automatic_optimization.optim_progress"]["optimizer"]
+    for current in (progress["current"], fit["epoch_loop.scheduler_progress"]["current"],
+                    optim["step"]["current"], optim["zero_grad"]["current"],
+                    fit["epoch_loop.val_loop.batch_progress"]["total"]):
+        current.update(dict.fromkeys(current, 0))
+    progress["is_last_batch"] = False
+
+
+def wandb_run_id(trainer: pl.Trainer) -> Optional[str]:
+    """The id of the W&B run this trainer logs to (None without a W&B logger)."""
+    from pytorch_lightning.loggers import WandbLogger
+
+    for lg in trainer.loggers:
+        if isinstance(lg, WandbLogger):
+            return str(lg.version) if lg.version else None
+    return None
+
+
+# -- checkpoints that follow their run folder ---------------------------------------------------------
+def _moved(path: Any, old: str, new: str) -> Any:
+    """``path`` under the folder ``old`` as the same name under ``new``; other values unchanged."""
+    if not path:
+        return path
+    try:
+        return str(Path(new) / Path(path).relative_to(old))
+    except ValueError:
+        return path
+
+
+class RunCheckpoint(_TracksValidation, ModelCheckpoint):
+    """Lightning's ``ModelCheckpoint`` whose restored state follows the run folder. Its state
+    holds absolute paths (``best_model_path``, ``best_k_models``, …) and the folder they are in;
+    in a run moved or copied since, Lightning drops that state but keeps ``best_model_path``, the
+    old folder's file: the final validation and test of a resumed moved run failed on a file no
+    longer there (after training), and those of a copy evaluated the original's best checkpoint
+    and recorded it as its own. Here every path under the old folder is read as the same name
+    under this one, and the state is restored whole.
+
+    A file the same name does not find in this folder is forgotten: a *new* run started from
+    another run's checkpoint (``ckpt_path=``) has none of that run's files, and its best
+    checkpoint, mapped here, was a missing file — the final validation failed after training
+    (``CheckpointError``, no metrics.json) wherever the new epochs did not beat it. Its top-k
+    entries, best and k-th path and score go (those that remain are chosen among again), so the
+    new run's own validations choose its best; a run's best checkpoint is always one of its own
+    files, and top-k rotation never deletes another run's.
+
+    A top-k checkpoint is scored only by a validation of its own weights. Lightning saves the
+    top-k at ``on_train_epoch_end`` when validation runs at every epoch's end; an epoch cut by
+    ``max_steps`` ends there too, without a validation, so Lightning scored its weights with the
+    previous validation's value — after ``last.ckpt`` was written (:class:`LastCheckpoint`), so
+    the file and the top-k entry it evicted were in no checkpoint's state: a resume never deleted
+    it, and the run ended with more than ``save_top_k`` top-k files (the evicted one, a validated
+    checkpoint, deleted for unvalidated weights). Here a validation metric not computed at this
+    step writes no top-k file; the final weights are in ``last.ckpt``. (attnflow's metrics are
+    ``<split>/<name>``: a ``val/`` monitor is a validation's; a ``train/`` one is fresh at every
+    step.)
+
+    A stop within an epoch at a validation (``max_steps`` at a ``val_check_interval`` batch, or
+    ``max_time``, which validates before it stops) writes that validation's top-k file after
+    :class:`LastCheckpoint` wrote ``last.ckpt`` of the same step (at the batch's end, where the
+    state resumes within the epoch): the new file and the one it evicted are recorded in
+    ``last.ckpt``'s state of this callback, so that a resume rotates and chooses among them."""
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        stale = (self.monitor is not None and self.monitor.startswith("val/")
+                 and self._validated_step != trainer.global_step)
+        if not stale:  # (see the class: an epoch cut by max_steps, not validated at its end)
+            super().on_train_epoch_end(trainer, pl_module)
+
+    def _save_topk_checkpoint(self, trainer: pl.Trainer, monitor_candidates: Dict[str, Any]) -> None:
+        saved = self._last_checkpoint_saved
+        super()._save_topk_checkpoint(trainer, monitor_candidates)
+        if self._last_checkpoint_saved != saved:  # a new top-k file (see the class)
+            self._record_in_last(trainer)
+
+    def _record_in_last(self, trainer: pl.Trainer) -> None:
+        """This callback's state, into ``last.ckpt`` where it was written at this step before."""
+        last = [cb for cb in trainer.checkpoint_callbacks if isinstance(cb, LastCheckpoint)
+                and cb is not self and cb._last_global_step_saved == trainer.global_step]
+        for cb in last:
+            path = Path(cb.dirpath) / "last.ckpt"
+            if trainer.is_global_zero and path.is_file():
+                ckpt = load_checkpoint_file(path)
+                ckpt["callbacks"][self.state_key] = self.state_dict()
+                atomic_torch_save(ckpt, path)
+            trainer.strategy.barrier()
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        old, new = state_dict.get("dirpath"), self.dirpath
+        if old and new and os.path.normpath(old) != os.path.normpath(new):
+            mapped = {k: _moved(state_dict.get(k), old, new)
+                      for k in ("best_model_path", "kth_best_model_path", "last_model_path")}
+            top = {_moved(k, old, new): v for k, v in (state_dict.get("best_k_models") or {}).items()}
+            state_dict = {**state_dict, "dirpath": new, **mapped, "best_k_models": top}
+            if any(p and not os.path.isfile(p) for p in (*mapped.values(), *top)):
+                state_dict = self._own_files(state_dict)
+        super().load_state_dict(state_dict)
+
+    def _own_files(self, state_dict: Dict[str, Any]) -> Dict[str, Any]:
+        """``state_dict`` without the files this run's folder lacks (see the class)."""
+        top = {p: v for p, v in state_dict["best_k_models"].items() if os.path.isfile(p)}
+        last = state_dict.get("last_model_path") or ""
+        out = {**state_dict, "best_k_models": top, "best_model_path": "", "best_model_score": None,
+               "kth_best_model_path": "", "kth_value": self.kth_value,  # (this callback's initial one)
+               "last_model_path": last if os.path.isfile(last) else ""}
+        if top:  # as Lightning chooses them (ModelCheckpoint._update_best_and_save)
+            best = (min if self.mode == "min" else max)(top, key=top.get)
+            out.update(best_model_path=best, best_model_score=top[best])
+            if len(top) == self.save_top_k:
+                kth = (max if self.mode == "min" else min)(top, key=top.get)
+                out.update(kth_best_model_path=kth, kth_value=top[kth])
+        return out
+
+    @property
+    def state_key(self) -> str:
+        """Lightning's own (``ModelCheckpoint{…}``), under which runs saved before this class
+        hold their state: a resume of one restores it."""
+        key = super().state_key
+        if type(self) is RunCheckpoint:
+            return key.replace(RunCheckpoint.__qualname__, ModelCheckpoint.__qualname__, 1)
+        return key
+
+
+# -- last.ckpt -------------------------------------------------------------------------------------------
+class LastCheckpoint(RunCheckpoint):
+    """``last.ckpt``: the state after every epoch and every validation (an unmonitored checkpoint:
+    Lightning's ``save_last`` writes it only beside a top-k checkpoint), and at the end of
+    training when it stopped between them — ``max_steps`` or ``max_time`` in the middle of an
+    epoch, before the next validation — so that the final weights are on disk and a resume
+    continues from them instead of redoing the steps since the last validation.
+
+    A stop within an epoch is saved at the end of its last batch, as a Ctrl-C is
+    (:class:`GracefulInterrupt`): a resumed run continues at the next batch of that epoch. Left to
+    Lightning, the save came at ``on_train_epoch_end`` of the cut epoch, whose loop counters say
+    the epoch is over while the batch counters say it is not: the resumed run trained the rest of
+    the epoch as the next one, so ``max_epochs`` came one epoch early. The save here sets the last
+    saved step, so that later save of the same step is skipped (Lightning's ``ModelCheckpoint``
+    runs after the other callbacks: the loader position and the Timer's stop are known here)."""
+
+    def __init__(self, run_dir: Path | str):
+        super().__init__(dirpath=Path(run_dir) / "checkpoints", filename="last", monitor=None,
+                         save_top_k=1, enable_version_counter=False)
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs,
+                           batch, batch_idx: int) -> None:
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        mid_epoch = batch_idx + 1 < trainer.num_training_batches
+        stopping = (0 < trainer.max_steps <= trainer.global_step or (
+            trainer.should_stop and getattr(trainer.fit_loop, "_can_stop_early", True)))
+        if (mid_epoch and stopping and not trainer.fast_dev_run
+                and trainer.global_step > self._last_global_step_saved):
+            trainer.save_checkpoint(Path(self.dirpath) / "last.ckpt")
+            self._last_global_step_saved = trainer.global_step
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_train_end(trainer, pl_module)
+        if trainer.global_step > self._last_global_step_saved and not trainer.fast_dev_run:
+            trainer.save_checkpoint(Path(self.dirpath) / "last.ckpt")
+            self._last_global_step_saved = trainer.global_step
+
+
+# -- Ctrl-C ---------------------------------------------------------------------------------------------
+class GracefulInterrupt(pl.Callback):
+    """The first SIGINT during training asks to stop after the running step: at the next
+    optimiser-step boundary within an epoch (or at the epoch's end, after its validation and
+    checkpoints) ``last.ckpt`` is written and the fit stops as interrupted. A second SIGINT raises
+    ``KeyboardInterrupt`` at once; the last checkpoint written stays as it was."""
+
+    def __init__(self, run_dir: Path | str):
+        self.run_dir = Path(run_dir)
+        self.last = self.run_dir / "checkpoints" / "last.ckpt"
+        self.requested = False
+        self.saved = False
+        self._previous = None
+
+    # the handler ----------------------------------------------------------------------------------
+    def _handler(self, signum, frame) -> None:
+        if self.requested:  # the second Ctrl-C: at once
+            raise KeyboardInterrupt
+        self.requested = True
+        print("\nattnflow: Ctrl-C: stopping after this training step and saving last.ckpt "
+              "(Ctrl-C again to stop at once)", file=sys.stderr, flush=True)
+
+    def _install(self) -> None:
+        if threading.current_thread() is threading.main_thread() and self._previous is None:
+            self._previous = signal.signal(signal.SIGINT, self._handler)
+
+    def _uninstall(self) -> None:
+        if self._previous is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._install()
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self._uninstall()
+
+    def teardown(self, trainer, pl_module, stage: str) -> None:
+        self._uninstall()
+
+    # the stop ----------------------------------------------------------------------------------------
+    def _should_stop(self, trainer: pl.Trainer) -> bool:
+        if trainer.world_size > 1:  # all ranks stop at the same step (one rank may get the signal)
+            return bool(trainer.strategy.reduce_boolean_decision(self.requested, all=False))
+        return self.requested
+
+    def _stop(self, trainer: pl.Trainer) -> None:
+        trainer.save_checkpoint(self.last)
+        self.saved = True
+        raise KeyboardInterrupt
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        done = batch_idx + 1
+        stepped = done % max(1, trainer.accumulate_grad_batches) == 0  # no half-accumulated grads
+        if done < trainer.num_training_batches and stepped and self._should_stop(trainer):
+            self._stop(trainer)
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        if self._should_stop(trainer):
+            self._stop(trainer)
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        self._uninstall()
+        if not isinstance(exception, KeyboardInterrupt) or not trainer.is_global_zero:
+            return
+        run = self.run_dir
+        if self.saved:
+            what = (f"saved {self.last} (epoch {trainer.current_epoch}, step {trainer.global_step}: "
+                    f"the run continues from there)")
+        elif self.last.is_file():
+            what = f"the last checkpoint is {self.last} (written before the interrupt)"
+        else:
+            print(f"\nattnflow: interrupted before the first checkpoint; nothing to resume in {run}",
+                  file=sys.stderr, flush=True)
+            return
+        print(f"\nattnflow: interrupted; {what}. Resume with:\n  attnflow-train resume={run}",
+              file=sys.stderr, flush=True)
+
+
+def callbacks(run_dir: Path | str) -> List[pl.Callback]:
+    """The callbacks every attnflow run gets for exact resume and a clean Ctrl-C."""
+    return [TrainingState(), GracefulInterrupt(run_dir)]

@@ -1,0 +1,355 @@
+"""Attention pictures (matplotlib, no screen needed) and the dashboard panels tasks hand to loggers.
+
+Every picture has a fixed size in pixels, whatever the lengths it shows: W&B shows the images
+of one key side by side across steps and warns "Images sizes do not match" (and scales them
+badly) when they differ, so fonts shrink instead of figures growing.
+
+- :func:`attention_figure`: α of a sequence-to-sequence model (rows: output tokens, columns:
+  source tokens), as in Bahdanau et al. 2015, Fig. 3;
+- :func:`document_figure`: a document's word and sentence weights (HAN, Yang et al. 2016, Fig. 5:
+  red sentence bars, blue words);
+- :func:`neighbourhood_figure`: a graph node's neighbours and their α per head and layer (GAT,
+  Veličković et al. 2018, eq. 3);
+- :func:`cls_attention_figure`: the ⟨CLS⟩ row of every layer's and head's self-attention over a
+  text's WordPiece tokens (BERT, Devlin et al. 2019; the picture of Clark et al. 2019, "What does
+  BERT look at?").
+
+Panels (:func:`image_panel`, :func:`html_panel`, :func:`table_panel`) are plain dicts that
+:func:`attnflow.training.callbacks.log_panels` turns into W&B images / HTML / tables and TensorBoard
+images / text.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+DPI = 100
+HEATMAP_SIZE = (6.4, 6.4)      # inches: 640 × 640 pixels at DPI
+DOCUMENT_SIZE = (12.0, 6.0)    # 1200 × 600
+NEIGHBOURHOOD_SIZE = (9.0, 5.0)  # 900 × 500
+TEXT_ATTENTION_SIZE = (12.0, 6.0)  # 1200 × 600
+
+
+def _fontsize(n: int, room: float = 220.0, lo: float = 4.0, hi: float = 10.0) -> float:
+    """A tick font size that fits ``n`` labels along an axis of a fixed-size figure."""
+    return float(np.clip(room / max(n, 1), lo, hi))
+
+
+def attention_figure(weights: torch.Tensor, source: Sequence[str], output: Sequence[str],
+                     title: str = "", figsize=HEATMAP_SIZE):
+    """A figure of α (rows: output tokens, columns: source tokens), darker = more weight; always
+    ``figsize`` (default 640 × 640 pixels), labels shrinking with the lengths."""
+    w = weights.detach().float().cpu().numpy()
+    fig, ax = plt.subplots(figsize=figsize, dpi=DPI)
+    im = ax.imshow(w, cmap="Greys", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
+    ax.set_xticks(range(len(source)), labels=list(source), rotation=90,
+                  fontsize=_fontsize(len(source)))
+    ax.set_yticks(range(len(output)), labels=list(output), fontsize=_fontsize(len(output)))
+    ax.set_xlabel("source")
+    ax.set_ylabel("output")
+    if title:
+        ax.set_title(title, fontsize=9)
+    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    fig.tight_layout()
+    return fig
+
+
+def save_attention_png(path: Path, weights: torch.Tensor, source: Sequence[str],
+                       output: Sequence[str], title: str = "") -> Path:
+    fig = attention_figure(weights, source, output, title)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def figure_to_array(fig) -> np.ndarray:
+    """The figure's pixels (H, W, 3) uint8, exactly figsize × dpi; the figure is closed."""
+    fig.canvas.draw()
+    img = np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
+    plt.close(fig)
+    return img
+
+
+# -- documents -------------------------------------------------------------------------------------
+def document_figure(sentences: Sequence[Sequence[str]], word_weights: Sequence[Sequence[float]],
+                    sent_weights: Optional[Sequence[float]], title: str = "",
+                    max_sentences: int = 12, max_words: int = 20, figsize=DOCUMENT_SIZE):
+    """A document's attention as a picture: one row per sentence, its words in cells shaded blue
+    by word weight × √(sentence weight) relative to the document's maximum (Yang et al. 2016,
+    Fig. 5), and a red bar per sentence for its weight. Long documents show the
+    ``max_sentences`` heaviest sentences (in document order), long sentences the ``max_words``
+    words around their heaviest word."""
+    n = len(sentences)
+    sw = np.asarray(sent_weights if sent_weights is not None else [1.0] * n, dtype=float)
+    heaviest = np.asarray([max(map(float, w[:len(s)]), default=0.0)
+                           for s, w in zip(sentences, word_weights)], dtype=float)
+    score = sw * np.sqrt(np.maximum(heaviest, 0.0)) if sent_weights is not None else heaviest
+    rows = np.sort(np.argsort(-score, kind="stable")[:max_sentences]) if n else np.zeros(0, int)
+    grid = np.full((max(len(rows), 1), max_words), np.nan)  # nan: no word there (drawn white)
+    words = []
+    for r, i in enumerate(rows):  # drawing only: at most max_sentences rows
+        w = np.asarray(word_weights[i][: len(sentences[i])], dtype=float)
+        start = int(np.clip(np.argmax(w) - max_words // 2, 0, max(len(w) - max_words, 0))) if len(w) else 0
+        grid[r, : len(w[start:start + max_words])] = w[start:start + max_words] * np.sqrt(max(sw[i], 0.0))
+        words.append(list(sentences[i][start:start + max_words]))
+    grid = grid / max(np.nanmax(grid, initial=0.0), 1e-12)
+    fig, (bar, ax) = plt.subplots(1, 2, figsize=figsize, dpi=DPI,
+                                  gridspec_kw={"width_ratios": [1, 30], "wspace": 0.02})
+    bar.imshow((sw[rows] / max(sw.max(), 1e-12))[:, None] if len(rows) else np.zeros((1, 1)),
+               cmap="Reds", vmin=0, vmax=1, aspect="auto")
+    bar.set_xticks([])
+    bar.set_yticks(range(len(rows)), labels=[f"s{i + 1} {sw[i]:.2f}" if sent_weights is not None
+                                             else f"s{i + 1}" for i in rows], fontsize=7)
+    blues = matplotlib.colormaps["Blues"].with_extremes(bad="white")
+    ax.imshow(grid, cmap=blues, vmin=0, vmax=1.25, aspect="auto")  # 1.25: text stays legible
+    for r, row in enumerate(words):
+        for c, word in enumerate(row):
+            ax.text(c, r, word if len(word) <= 10 else word[:9] + "…", ha="center", va="center",
+                    fontsize=6.5, color="white" if grid[r, c] > 0.7 else "black")
+    if not len(rows):
+        ax.text(max_words / 2, 0, "(empty document)", ha="center", va="center")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.set_title(title, fontsize=9)
+    fig.subplots_adjust(left=0.08, right=0.99, top=0.93, bottom=0.02)
+    return fig
+
+
+# -- graphs ---------------------------------------------------------------------------------------
+def neighbourhood_figure(alphas: Sequence[np.ndarray], labels: Sequence[str], title: str = "",
+                         figsize=NEIGHBOURHOOD_SIZE):
+    """One node's attention over its neighbours: per layer a (heads × neighbours) heat map of
+    α_tj (Veličković et al. 2018, eq. 3); ``alphas[l]`` is (K, J_l), ``labels`` the K neighbours.
+    The colour scale runs from 0 to the largest α shown (the colour bar says how large)."""
+    if not len(labels):  # an isolated node (a model without self-loops)
+        fig, ax = plt.subplots(figsize=figsize, dpi=DPI)
+        ax.axis("off")
+        ax.text(0.5, 0.5, "no incoming edges", ha="center", va="center")
+        fig.suptitle(title, fontsize=9)
+        return fig
+    heights = [max(a.shape[1], 1) for a in alphas]
+    top = max([float(np.max(a)) for a in alphas if np.size(a)] + [1e-6])  # many neighbours: small α
+    fig, axes = plt.subplots(len(alphas), 1, figsize=figsize, dpi=DPI, squeeze=False,
+                             gridspec_kw={"height_ratios": heights}, layout="constrained")
+    for layer, (ax, a) in enumerate(zip(axes[:, 0], alphas)):
+        im = ax.imshow(np.asarray(a, dtype=float).T, cmap="viridis", vmin=0.0, vmax=top,
+                       aspect="auto", interpolation="nearest")
+        ax.set_yticks(range(a.shape[1]), labels=[f"h{j + 1}" for j in range(a.shape[1])],
+                      fontsize=_fontsize(a.shape[1], 60, 4, 8))
+        ax.set_ylabel(f"layer {layer + 1}", fontsize=8)
+        last = layer == len(alphas) - 1
+        ax.set_xticks(range(len(labels)), labels=list(labels) if last else [], rotation=90,
+                      fontsize=_fontsize(len(labels), 180, 4, 8))
+    fig.colorbar(im, ax=axes[:, 0].tolist(), fraction=0.03, pad=0.01, label="α")
+    fig.suptitle(title, fontsize=9)
+    return fig
+
+
+# -- texts (BERT) ----------------------------------------------------------------------------------
+def cls_attention_figure(cls, tokens: Sequence[str], title: str = "", figsize=TEXT_ATTENTION_SIZE):
+    """The ⟨CLS⟩ query's attention over a text's tokens in every layer and head: ``cls`` (N, J, T)
+    (``weights[l][b, j, 0, :T]`` of the encoder, each row summing to 1 over the T tokens) drawn as
+    an (N·J) × T heat map, rows ``L1 h1 … LN hJ`` top to bottom with a line between layers,
+    columns the tokens (every k-th labelled when there are too many to read). The colour scale
+    runs from 0 to the largest weight shown (the colour bar says how large): ⟨CLS⟩ rows put most
+    of their weight on [CLS] and [SEP] in trained BERTs (Clark et al. 2019), which a fixed 0–1
+    scale would leave as the only visible cells. Always ``figsize`` (1200 × 600 pixels)."""
+    from attnflow.viz.explain import shown_piece
+
+    w = np.asarray(cls.detach().float().cpu() if isinstance(cls, torch.Tensor) else cls, dtype=float)
+    N, J, T = w.shape
+    rows = w.reshape(N * J, T)
+    # fixed margins, not a layout engine: the same frame for every text, and twice as fast
+    fig = plt.figure(figsize=figsize, dpi=DPI)
+    ax, bar = fig.add_axes((0.07, 0.17, 0.83, 0.76)), fig.add_axes((0.912, 0.17, 0.012, 0.76))
+    im = ax.imshow(rows, cmap="viridis", vmin=0.0, vmax=max(float(rows.max(initial=0.0)), 1e-6),
+                   aspect="auto", interpolation="nearest")
+    step = max(1, -(-T // 80))  # at most 80 token labels along the axis
+    shown = [(p if len(p) <= 12 else p[:11] + "…") for p in map(shown_piece, tokens)]
+    ax.set_xticks(range(0, T, step), labels=shown[::step], rotation=90,
+                  fontsize=_fontsize(-(-T // step), 400, 4, 9))
+    if N * J <= 48:
+        ax.set_yticks(range(N * J), labels=[f"L{l + 1} h{j + 1}" for l in range(N) for j in range(J)],
+                      fontsize=_fontsize(N * J, 300, 4, 9))
+    else:  # BERT-base and larger: one label per layer
+        ax.set_yticks(range(0, N * J, J), labels=[f"L{l + 1}" for l in range(N)],
+                      fontsize=_fontsize(N, 300, 4, 9))
+    for l in range(1, N):
+        ax.axhline(l * J - 0.5, color="white", linewidth=0.8)
+    ax.set_ylabel("layer, head")
+    ax.set_title(title, fontsize=9)
+    fig.colorbar(im, cax=bar, label="attention from [CLS]")
+    return fig
+
+
+def cls_rows(maps: Sequence[torch.Tensor]) -> torch.Tensor:
+    """(B, N, J, T): row 0 (the ⟨CLS⟩ query) of each of the N layers' (B, J, T, T) attention
+    weights (``model(..., need_weights=True)``; a single-head (B, T, T) map counts as J = 1)."""
+    return torch.stack([(m if m.dim() == 4 else m.unsqueeze(1))[:, :, 0] for m in maps], 1).float()
+
+
+def cls_attention_panels(cls: torch.Tensor, tokens: Sequence[Sequence[str]], titles: Sequence[str],
+                         file_stem: str) -> list:
+    """One image panel per text (``val/attention/<i>``, all 1200 × 600;
+    ``attention/<file_stem>_<i>.png`` at the end of training) of ``cls`` (B, N, J, T) over each
+    text's tokens (its first ``len(tokens[i])`` columns: padding left out)."""
+    return [image_panel(f"val/attention/{i}", cls_attention_figure(cls[i, :, :, : len(toks)], toks, title),
+                        caption=title, file=f"{file_stem}_{i}.png")
+            for i, (toks, title) in enumerate(zip(tokens, titles))]
+
+
+def figure_png(fig) -> bytes:
+    """The figure as PNG bytes (for embedding in HTML); the figure is closed."""
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+# -- panels: what a task's ``dashboard(batch)`` returns ------------------------------------------------
+def image_panel(key: str, fig, caption: str = "", file: Optional[str] = None) -> dict:
+    """An image logged under ``key`` (one W&B panel per key); ``file``: also written to the run's
+    ``attention/`` folder when training ends."""
+    return {"kind": "image", "key": key, "image": figure_to_array(fig), "caption": caption, "file": file}
+
+
+def html_panel(key: str, html: str) -> dict:
+    return {"kind": "html", "key": key, "html": html}
+
+
+def table_panel(key: str, columns: Sequence[str], rows: Sequence[Sequence]) -> dict:
+    return {"kind": "table", "key": key, "columns": list(columns), "rows": [list(r) for r in rows]}
+
+
+# -- images (captioning) ---------------------------------------------------------------------------
+CAPTION_SIZE = (8.0, 8.6)      # 800 × 860 pixels: a 4 × 4 grid of panels and a title line
+CAPTION_GRID = (4, 4)          # rows, columns: the image and up to 15 words
+CAPTION_OVERLAY = 0.6          # opacity of the heat map over the image
+
+
+def _as_tensor(x, name: str) -> torch.Tensor:
+    if isinstance(x, np.ndarray):
+        x = torch.from_numpy(x)
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"caption_figure: {name} must be a tensor or an array, got {type(x).__name__}")
+    return x.detach().cpu()
+
+
+def alpha_grid(alpha, boxes) -> torch.Tensor:
+    """α (T, L) over the L regions as (T, h, w) maps on the region grid. The grid follows from
+    ``boxes`` (L, 4) [top, left, bottom, right), row-major as the image encoders give them
+    (:meth:`CNNImageEncoder.region_boxes`, :meth:`FeatureEncoder.region_boxes`): w is the number
+    of boxes sharing the first box's top, h = L / w. Boxes that are not such a grid (column-major,
+    shuffled, ragged rows) raise a ValueError naming ``boxes`` rather than drawing α in the wrong
+    places."""
+    alpha, boxes = _as_tensor(alpha, "alpha"), _as_tensor(boxes, "boxes")
+    if alpha.dim() != 2:
+        raise ValueError(f"caption_figure: alpha must be (T, L) (one row of region weights per "
+                         f"word), got shape {tuple(alpha.shape)}")
+    L = alpha.shape[1]
+    if boxes.dim() != 2 or boxes.shape != (L, 4):
+        raise ValueError(f"caption_figure: boxes must be (L, 4) [top, left, bottom, right) with "
+                         f"L = {L} (alpha's columns), got shape {tuple(boxes.shape)}")
+    if L == 0:
+        raise ValueError("caption_figure: alpha and boxes have no regions (L = 0)")
+    b = boxes.double()
+    w = int((b[:, 0] == b[0, 0]).sum())
+    h = L // w
+    cells = b.reshape(h, w, 4) if h * w == L else None
+    if (cells is None or not bool((cells[:, :, 0] == cells[:, :1, 0]).all())
+            or not bool((cells[:, :, 1] == cells[:1, :, 1]).all())
+            or not bool((cells[1:, 0, 0] > cells[:-1, 0, 0]).all())
+            or not bool((cells[0, 1:, 1] > cells[0, :-1, 1]).all())):
+        raise ValueError(f"caption_figure: boxes do not form a row-major grid of regions (all boxes "
+                         f"of the top row first, left to right; {w} share the first box's top, "
+                         f"L = {L}); pass the encoder's region_boxes")
+    return alpha.float().reshape(alpha.shape[0], h, w)
+
+
+def attention_overlay(alpha, boxes, height: int, width: int) -> torch.Tensor:
+    """(T, height, width) heat maps in [0, 1] (NaN outside the regions' boxes): each word's α over
+    the region grid upsampled bilinearly to the pixels the grid covers (cell centres keep their α,
+    pixels between them are interpolated), then stretched from the uniform share 1/L (0: no more
+    than uniform) to the word's largest α, or 2/L if that is larger (1). The stretch is close to
+    the tutorials' (``imshow`` scales each map from its minimum to its maximum), but a uniform or
+    nearly uniform α — an untrained model's — stays dark instead of lighting the whole image. The
+    smooth upsampling is that of the Show-Attend-Tell tutorials' ``visualize_att`` (Xu et al.
+    2015, Fig. 2–3), done in one ``interpolate`` call for all words."""
+    grid = alpha_grid(alpha, boxes)
+    b = _as_tensor(boxes, "boxes").double()
+    top, left = int(round(float(b[:, 0].min()))), int(round(float(b[:, 1].min())))
+    bottom, right = int(round(float(b[:, 2].max()))), int(round(float(b[:, 3].max())))
+    out = torch.full((grid.shape[0], height, width), float("nan"))
+    y0, x0, y1, x1 = max(top, 0), max(left, 0), min(bottom, height), min(right, width)
+    if y1 > y0 and x1 > x0 and grid.shape[0]:  # boxes past the image's edge: cropped after
+        up = torch.nn.functional.interpolate(grid[:, None], size=(bottom - top, right - left),
+                                             mode="bilinear", align_corners=False)[:, 0]
+        share = 1.0 / (grid.shape[1] * grid.shape[2])
+        above = (grid.flatten(1).amax(1).clamp_min(2 * share) - share)[:, None, None]
+        heat = ((up - share) / above).clamp(0, 1)
+        out[:, y0:y1, x0:x1] = heat[:, y0 - top: y1 - top, x0 - left: x1 - left]
+    return out
+
+
+def caption_figure(image, words: Sequence[str], alpha, boxes, title: str = "",
+                   figsize=CAPTION_SIZE):
+    """A generated caption's attention drawn on its image (Xu et al. 2015, Fig. 2–3): the image,
+    then one panel per word titled with the word, α of that word (``alpha`` (T, L), one row per
+    word) spread over the regions' ``boxes`` (L, 4) [top, left, bottom, right) pixel boxes,
+    smoothed (:func:`attention_overlay`) and drawn as a semi-transparent heat map over the image
+    (bright: where the word looked; each word's map scaled from the uniform share 1/L to its own
+    largest α (at least 2/L), which is written under the panel). ``image`` (3, H, W) (or (1, H, W)) floats in
+    [0, 1].
+
+    Always ``figsize`` (800 × 860 pixels) with a fixed grid of 4 × 4 panels: the image and the first
+    15 words; a longer caption says "… n more" in the title. Wrong shapes raise a ValueError
+    naming the argument."""
+    img = _as_tensor(image, "image")
+    if img.dim() != 3 or img.shape[0] not in (1, 3) or min(img.shape[1:]) < 1:
+        raise ValueError(f"caption_figure: image must be (3, H, W) pixels in [0, 1], got shape "
+                         f"{tuple(img.shape)}")
+    a = _as_tensor(alpha, "alpha")
+    if a.dim() != 2 or a.shape[0] != len(words):
+        raise ValueError(f"caption_figure: alpha must be (T, L) with T = len(words) = {len(words)} "
+                         f"rows, got shape {tuple(a.shape)}")
+    H, W = img.shape[1:]
+    rows, cols = CAPTION_GRID
+    shown = min(len(words), rows * cols - 1)
+    heat = attention_overlay(a[:shown], boxes, H, W).numpy()
+    pixels = img.float().clamp(0, 1).expand(3, H, W).permute(1, 2, 0).numpy()
+    more = len(words) - shown
+    fig = plt.figure(figsize=figsize, dpi=DPI)
+    top_room = 0.6 / figsize[1]  # the title line, in figure fractions
+    cw, ch = 1.0 / cols, (1.0 - top_room) / rows
+    hot = matplotlib.colormaps["inferno"].with_extremes(bad=(0, 0, 0, 0))  # NaN: no region there
+    for k in range(rows * cols):  # panels, not pixels: at most 16
+        r, c = divmod(k, cols)
+        ax = fig.add_axes((c * cw + 0.01, 1.0 - top_room - (r + 1) * ch + 0.01, cw - 0.02, ch - 0.05))
+        ax.set_axis_off()
+        if k > shown:
+            continue
+        ax.imshow(pixels, interpolation="bilinear")
+        if k == 0:
+            ax.set_title("image", fontsize=9)
+            continue
+        word = str(words[k - 1])
+        ax.imshow(np.ma.masked_invalid(heat[k - 1]), cmap=hot, vmin=0.0, vmax=1.0,
+                  alpha=CAPTION_OVERLAY, interpolation="nearest")
+        ax.set_title(word if len(word) <= 18 else word[:17] + "…", fontsize=9)
+        ax.text(0.5, -0.02, f"max α {float(a[k - 1].max()):.3g} (uniform {1 / a.shape[1]:.3g})",
+                transform=ax.transAxes, ha="center", va="top", fontsize=7)
+    head = title + (f" … {more} more" if more else "")
+    if head:
+        fig.suptitle(head, fontsize=10, y=1.0 - 0.15 / figsize[1], va="top")
+    return fig
