@@ -23,7 +23,7 @@ import torch
 import yaml
 
 from attnflow.config.registry import DATA, MODELS, TASKS
-from attnflow.training.run import resolve_config
+from attnflow.training.validate import resolve_config
 from support import compose_cfg
 
 QUIET = ["callbacks.progress_bar=none", "trainer.accelerator=cpu", "logger=none"]

@@ -23,7 +23,8 @@ from attnflow.data.parallel import load_tokenizer
 from attnflow.cli.evaluate import main as eval_main
 from attnflow.config.registry import ConfigError
 from attnflow.training.resume import resume_config
-from attnflow.training.run import resolve_config, train
+from attnflow.training.validate import resolve_config
+from attnflow.training.run import train
 from attnflow.training.state import atomic_torch_save
 from averaging_runs import TINY, load, mean_state, train_recorded
 from cli_runs import one_torch_thread  # noqa: F401  (autouse fixture: one torch thread)

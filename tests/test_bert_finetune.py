@@ -269,7 +269,7 @@ TINY = ["model.d_model=32", "model.layers=2", "model.ffn_dim=64", "attention.hea
 
 
 def test_experiment_composes_with_the_tokenizer_following_init_from(tmp_path):
-    from attnflow.training.run import resolve_config
+    from attnflow.training.validate import resolve_config
     from support import compose_cfg
 
     cfg = resolve_config(compose_cfg(["experiment=bert_imdb", f"model.init_from={tmp_path}"]))

@@ -14,7 +14,8 @@ from torch import nn
 from attnflow.blocks.scorers.base import Scorer
 from attnflow.config.groups import check_shared_groups, consumed_groups, field_overrides
 from attnflow.config.registry import MODELS, Registry, SCORERS, ConfigError
-from attnflow.training.run import resolve_config, train
+from attnflow.training.validate import resolve_config
+from attnflow.training.run import train
 from support import CONF, FAST, compose_cfg, readme_block_example
 
 # -- a scorer written here, in the test, and nowhere else ------------------------------------------

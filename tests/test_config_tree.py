@@ -11,7 +11,8 @@ from omegaconf import OmegaConf
 from attnflow.blocks.scorers.additive import AdditiveScorer
 from attnflow.blocks.scorers.dot import DotScorer
 from attnflow.config.registry import MODELS, SCORERS
-from attnflow.training.run import resolve_config, train
+from attnflow.training.validate import resolve_config
+from attnflow.training.run import train
 from support import CONF, DATA_DIR, FAST, ROOT, compose_cfg, experiments
 
 

@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from attnflow.io.console import BARS, print_metrics
 from attnflow.training.progress import TextProgressBar, progress_bar
 from attnflow.config.registry import ConfigError
-from attnflow.training.run import resolve_config
+from attnflow.training.validate import resolve_config
 from support import CONF, ROOT, compose_cfg
 
 

@@ -16,7 +16,8 @@ from attnflow.data.documents import DocumentDataModule
 from attnflow.data.examples import spread_over_labels
 from attnflow.data.synthetic_graph import SyntheticGraphDataModule
 from attnflow.config.registry import DATA, MODELS, TASKS
-from attnflow.training.run import resolve_config, train
+from attnflow.training.validate import resolve_config
+from attnflow.training.run import train
 from support import compose_cfg
 from test_loggers import _wandb_log, _wandb_run, wandb_env  # noqa: F401 (wandb_env: a fixture)
 

@@ -205,7 +205,8 @@ def test_a_checkpoint_saved_after_the_fit_keeps_the_trained_weights_to_resume(tm
 
 def test_an_empty_entry_is_the_defaults():
     """``callbacks.ema={}`` takes effect (β 0.999 from step 0), rather than reading as no EMA."""
-    from attnflow.training.run import build_callbacks, resolve_config
+    from attnflow.training.run import build_callbacks
+    from attnflow.training.validate import resolve_config
     from attnflow.training.ema import ExponentialMovingAverage
 
     cfg = resolve_config(compose_cfg([*TINY, "callbacks.ema={}"]))

@@ -114,7 +114,7 @@ def test_a_zero_epoch_or_step_limit_trains_nothing_and_fast_dev_run_sets_its_own
     step. fast_dev_run replaces both limits (one epoch of its batches), so the zero check lets it
     pass (typed on the command line beside fast_dev_run, the limit is refused as unread:
     tests/test_overrides.py::test_fast_dev_run_sets_the_limits_itself_so_a_typed_one_is_refused)."""
-    from attnflow.training.run import resolve_config
+    from attnflow.training.validate import resolve_config
     from support import fit_tiny
 
     steps = lambda **limits: fit_tiny(**limits).global_step  # noqa: E731
@@ -126,7 +126,7 @@ def test_a_zero_epoch_or_step_limit_trains_nothing_and_fast_dev_run_sets_its_own
 def test_callbacks_with_what_they_need_are_accepted():
     """The other side of those refusals: a logger for lr_monitor, a training metric to stop on
     without validation, validation in the last epoch."""
-    from attnflow.training.run import resolve_config
+    from attnflow.training.validate import resolve_config
 
     for overrides in (["callbacks.lr_monitor=true", "logger=csv"],
                       ["callbacks.early_stopping={monitor: train/loss}", "trainer.limit_val_batches=0"],
@@ -139,7 +139,7 @@ def test_a_test_pass_on_no_batch_is_refused_only_where_the_run_tests():
     """The other side of refusing test=true with trainer.limit_test_batches=0: no test (test=false;
     typed beside it, the limit is refused as unread: tests/test_overrides.py), fast_dev_run's own
     limit, some test batches; and validation switched off (limit_val_batches=0) stays a way to train."""
-    from attnflow.training.run import resolve_config
+    from attnflow.training.validate import resolve_config
 
     for overrides in (["test=false", "trainer.limit_test_batches=0"],
                       ["trainer.fast_dev_run=true", "trainer.limit_test_batches=0"],
@@ -151,7 +151,7 @@ def test_a_test_pass_on_no_batch_is_refused_only_where_the_run_tests():
 def test_a_validation_schedule_past_the_last_epoch_is_refused_only_where_nothing_validates():
     """The other side of the check_val_every_n_epoch refusal: validation in the last epoch,
     switched off on purpose, every epoch (fast_dev_run), counted in steps, or a run ended by time."""
-    from attnflow.training.run import resolve_config
+    from attnflow.training.validate import resolve_config
 
     for overrides in (["trainer.max_epochs=2", "trainer.check_val_every_n_epoch=2"],
                       ["trainer.check_val_every_n_epoch=2", "trainer.limit_val_batches=0"],
@@ -176,7 +176,7 @@ def test_bert_inputs_longer_than_its_positions_are_refused_before_any_work(tmp_p
         assert not (tmp_path / "run").exists()
     train_ok = compose_cfg(["experiment=bert_imdb", "data.max_len=600", "model.max_len=600",
                             "positional.max_len=600"])
-    from attnflow.training.run import resolve_config
+    from attnflow.training.validate import resolve_config
     assert resolve_config(train_ok)["data"]["max_len"] == 600
 
 
@@ -194,7 +194,7 @@ def test_learned_positions_shorter_than_the_data_are_refused_before_any_work(tmp
     """A learned position table refused a longer sequence only at the first such batch, mid-run
     (decoding the first validation batch, for reverse). The bound is the table's length against
     the data config's longest sequence; one position fewer is refused, exactly enough builds."""
-    from attnflow.training.run import resolve_config
+    from attnflow.training.validate import resolve_config
 
     short = [*overrides, "positional=learned", f"positional.max_len={longest - 1}"]
     with pytest.raises(ConfigError, match=rf"positional.max_len={longest - 1} \(learned positions\) "
@@ -232,7 +232,7 @@ def test_learned_positions_of_a_models_own_encoder_shorter_than_its_input_are_re
     a message pointing at the shared positional group, which those models do not use. Now one
     position fewer than the data gives the encoder is refused before any work, naming the
     encoder's own field; exactly enough resolves."""
-    from attnflow.training.run import resolve_config
+    from attnflow.training.validate import resolve_config
 
     short = [*overrides, *SWAP_ENCODER, f"model.encoder.positional.max_len={longest - 1}"]
     with pytest.raises(ConfigError, match=rf"model.encoder.positional.max_len={longest - 1} \(learned "
@@ -254,7 +254,7 @@ def test_heads_of_a_models_own_encoder_are_checked_naming_its_fields(tmp_path, o
     """transformer_encoder inside seq2seq or self_attentive: heads that do not divide its width were
     refused telling the user to change attention.heads, a shared group these models refuse as
     unused. The message names the encoder's own field; a width the heads divide builds."""
-    from attnflow.training.run import resolve_config
+    from attnflow.training.validate import resolve_config
 
     cmd = ["model.encoder.name=transformer_encoder", *overrides]
     heads = 3 if "model.encoder.attention.heads=3" in overrides else 8

@@ -15,7 +15,8 @@ from PIL import Image
 from attnflow.training.loggers import (build_loggers, run_identity, sweep_group, typed_overrides,
                               validate_loggers)
 from attnflow.config.registry import ConfigError
-from attnflow.training.run import resolve_config, train
+from attnflow.training.validate import resolve_config
+from attnflow.training.run import train
 from support import FAST, compose_cfg
 
 SHORT = [*FAST, "trainer.limit_train_batches=2", "trainer.limit_val_batches=1",
@@ -260,7 +261,7 @@ def test_online_w_and_b_without_credentials_is_refused_before_any_work(monkeypat
 
 def test_old_logger_layout_is_refused_with_the_new_one_and_upgraded_from_checkpoints():
     from attnflow.io.checkpoints import upgrade_config
-    from attnflow.training.run import validate_config
+    from attnflow.training.validate import validate_config
 
     old = resolve_config(compose_cfg([]))
     old["logger"] = {"name": "wandb", "project": "p"}

@@ -250,7 +250,7 @@ def test_the_composition_check_reads_the_head_before_any_work():
     (pretraining: MLM/NSP pairs; sequence: labelled texts), so a head that does not fit the data
     is refused naming what each side works on, and the fitting ones pass."""
     from attnflow.config.registry import ConfigError
-    from attnflow.training.run import resolve_config
+    from attnflow.training.validate import resolve_config
     from support import compose_cfg
 
     for fits in (["experiment=bert_pretrain_imdb"], ["experiment=bert_imdb"]):

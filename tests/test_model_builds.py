@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from attnflow.config.registry import DATA, MODELS, ConfigError
-from attnflow.training.run import check_model_builds, resolve_config, train
+from attnflow.training.validate import check_model_builds, resolve_config
+from attnflow.training.run import train
 from support import DATA_DIR, FAST, compose_cfg
 
 GRAPH = ["experiment=gat_synthetic", "trainer.max_epochs=1", "callbacks.progress_bar=none"]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from attnflow.config.registry import MODELS, ConfigError
-from attnflow.training.run import resolve_config
+from attnflow.training.validate import resolve_config
 from support import compose_cfg
 
 V = 11

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attnflow.config.registry import ATTENTIONS, MODELS, ConfigError
-from attnflow.training.run import resolve_config
+from attnflow.training.validate import resolve_config
 from omegaconf import OmegaConf
 from support import compose_cfg
 

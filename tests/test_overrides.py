@@ -10,7 +10,8 @@ from attnflow.blocks.decoders.luong import LuongDecoder
 from attnflow.data.synthetic_graph import SyntheticGraphDataModule, make_sbm_graph
 from attnflow.config.overrides import inert_fields, typed_fields
 from attnflow.config.registry import DATA, ENCODERS, MODELS, ConfigError
-from attnflow.training.run import resolve_config, train
+from attnflow.training.validate import resolve_config
+from attnflow.training.run import train
 from attnflow.tasks.optim import OptimConfig, configure, lr_factor
 from support import compose_cfg, fit_tiny
 

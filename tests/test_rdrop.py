@@ -97,7 +97,8 @@ def test_refused_before_any_data_is_read_or_any_file_written(tmp_path, base):
     R-Drop with no dropout anywhere: the data root does not exist here, so reaching the data
     module would fail otherwise, and the run folder stays unmade; with word dropout, or with the
     model's dropout above 0, the same config passes."""
-    from attnflow.training.run import resolve_config, train
+    from attnflow.training.validate import resolve_config
+    from attnflow.training.run import train
     from support import compose_cfg
 
     run_dir = tmp_path / "run"
@@ -110,7 +111,7 @@ def test_refused_before_any_data_is_read_or_any_file_written(tmp_path, base):
 
 
 def test_the_override_reaches_the_task_and_a_negative_alpha_is_refused():
-    from attnflow.training.run import resolve_config
+    from attnflow.training.validate import resolve_config
     from support import compose_cfg
 
     cfg = resolve_config(compose_cfg(["experiment=mt_transformer", "task.rdrop_alpha=5"]))

@@ -21,7 +21,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from attnflow.config.registry import ConfigError, MODELS, DATA
-from attnflow.training.run import resolve_config
+from attnflow.training.validate import resolve_config
 from attnflow.config.sweeps import (check_optimized_metric, check_sweep_values, final_metric_names,
                              missing_plugin, required_plugins)
 from support import CONF, FAST, compose_cfg, train_cli
@@ -139,7 +139,7 @@ def test_a_metric_the_config_switches_off_is_refused_before_any_work(tmp_path):
         check_optimized_metric(compose_cfg(["optimized_metric=val/penalty"]))
     assert check_optimized_metric(compose_cfg(["optimized_metric=val/penalty",
                                                "task.penalty_weight=0.1"])) == "val/penalty"
-    from attnflow.training.run import resolve_config
+    from attnflow.training.validate import resolve_config
 
     with pytest.raises(ConfigError, match="val/penalty"):
         resolve_config(compose_cfg(["experiment=self_attentive_imdb", "callbacks.checkpoint.monitor=val/penalty",

@@ -15,7 +15,8 @@ from torch import nn
 
 from attnflow.config.registry import TASKS, ConfigError, Registry
 from attnflow.training.callbacks import AttentionMaps
-from attnflow.training.run import build_callbacks, resolve_config, train
+from attnflow.training.run import build_callbacks, train
+from attnflow.training.validate import resolve_config
 from attnflow.io.checkpoints import upgrade_task_config
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig

@@ -222,7 +222,7 @@ def test_pretraining_run_lowers_mlm_loss_well_below_ln_vocab(tmp_path):
                                              ("model=transformer", "model 'transformer'")])
 def test_pretraining_does_not_compose_with_other_families(override, names):
     from attnflow.config.registry import ConfigError
-    from attnflow.training.run import resolve_config
+    from attnflow.training.validate import resolve_config
     from support import compose_cfg
 
     with pytest.raises(ConfigError, match=f"do not fit together.*{names}"):
@@ -234,7 +234,7 @@ def test_imdb_composition_validates():
 
     if not (DATA_DIR / "imdb" / "train.jsonl.gz").is_file():
         pytest.skip(f"IMDB not found under {DATA_DIR / 'imdb'} (set ATTNFLOW_DATA_DIR)")
-    from attnflow.training.run import resolve_config
+    from attnflow.training.validate import resolve_config
 
     cfg = resolve_config(compose_cfg(["experiment=bert_pretrain_imdb"]))
     assert (cfg["data"]["name"], cfg["model"]["name"], cfg["task"]["name"]) == (

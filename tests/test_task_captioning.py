@@ -127,7 +127,7 @@ def test_lambda_without_attention_is_refused_before_any_data():
     """decoder 'rnn' has no attention: λ > 0 (given, or the task's default 1) is a config error
     from resolve_config, not a failure at the first training step; λ = 0 resolves."""
     from attnflow.config.registry import ConfigError
-    from attnflow.training.run import resolve_config
+    from attnflow.training.validate import resolve_config
     from support import compose_cfg
 
     rnn = ["data=shapes", "model=captioner", "task=captioning", "model.decoder.name=rnn",

@@ -18,7 +18,8 @@ import torch
 import torch.nn.functional as F
 
 from attnflow.config.registry import DATA, MODELS, TASKS, ConfigError
-from attnflow.training.run import build_callbacks, resolve_config, train
+from attnflow.training.run import build_callbacks, train
+from attnflow.training.validate import resolve_config
 from support import compose_cfg
 
 POSITIVE = "good great wonderful brilliant moving superb".split()

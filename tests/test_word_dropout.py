@@ -66,7 +66,7 @@ def test_training_loss_sees_the_dropped_tokens_and_validation_does_not(side):
 
 
 def test_the_overrides_reach_the_task_and_bad_values_are_refused():
-    from attnflow.training.run import resolve_config
+    from attnflow.training.validate import resolve_config
     from support import compose_cfg
 
     cfg = resolve_config(compose_cfg(["experiment=mt_transformer", "task.src_word_dropout=0.1",
@@ -79,7 +79,7 @@ def test_the_overrides_reach_the_task_and_bad_values_are_refused():
 def test_a_captioning_source_has_no_tokens_to_drop():
     """An image source: src_word_dropout is refused before any data (and by the class itself);
     tgt_word_dropout (the caption's inputs) is allowed."""
-    from attnflow.training.run import resolve_config
+    from attnflow.training.validate import resolve_config
     from support import compose_cfg
 
     base = ["data=shapes", "model=captioner", "task=captioning"]

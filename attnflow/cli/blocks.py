@@ -67,7 +67,7 @@ def _print_config(overrides) -> int:
     from attnflow.config.groups import field_overrides
     from attnflow.config.registry import ConfigError
     from attnflow.training.resume import ResumeError, from_hydra, prepare_argv
-    from attnflow.training.run import BLOCK_GROUPS, resolve_config
+    from attnflow.training.validate import BLOCK_GROUPS, resolve_config
 
     conf = config_dir()
     unknown = unknown_override(list(overrides), conf)

@@ -104,7 +104,8 @@ def apply_overrides(run: Run, overrides: List[Tuple[str, Any]]) -> Tuple[Dict[st
     applied and validated against the registries (:class:`ConfigError` naming the key)."""
     import attnflow  # noqa: F401  (registries find their blocks on lookup)
     from attnflow.config.registry import DATA, MODELS, TASKS
-    from attnflow.training.run import INTERFACES, _check_trainer_types, reads_no_batch
+    from attnflow.training.validate import INTERFACES
+    from attnflow.training.trainer_checks import check_trainer_types, reads_no_batch
 
     cfg = {k: (dict(v) if isinstance(v, dict) else v) for k, v in run.config.items()}
     if not isinstance(cfg.get("task"), dict):
@@ -134,7 +135,7 @@ def apply_overrides(run: Run, overrides: List[Tuple[str, Any]]) -> Tuple[Dict[st
             known = ["split", "seed", *(f"trainer.{f}" for f in TRAINER_FIELDS)]
             raise ConfigError(f"attnflow-eval has no override '{key}'; overrides: {USAGE}."
                               f"{_suggest(key, known)}")
-    _check_trainer_types(trainer)
+    check_trainer_types(trainer)
     cfg["data"] = DATA.validate(cfg["data"], "data")
     data_kind = getattr(DATA.get(cfg["data"]["name"]), "interface", None)
     model_kind = getattr(MODELS.get(cfg["model"]["name"]), "interface", None)

@@ -419,7 +419,7 @@ def field_overrides(overrides: Iterable[str], conf_dir: Path) -> List[str]:
     ``attention.heads=4`` ("use +attention.heads"). So ``key=value`` becomes ``++key=value``
     unless it chooses a group option (``scorer=dot``, ``experiment=…``, ``hydra/launcher=…``) or
     already says ``+``/``++``/``~``. A misspelt field is still refused, by validation
-    (:func:`attnflow.training.run.validate_config`), before any work.
+    (:func:`attnflow.training.validate.validate_config`), before any work.
     """
     out = []
     for item in overrides:

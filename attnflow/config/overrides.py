@@ -147,7 +147,7 @@ def _validation_off_inert(resolved: Mapping[str, Any]) -> Dict[str, str]:
     classification task's HTML renderings) are idle under ``trainer.limit_val_batches=0``:
     Lightning then skips the validation loop and its hooks, the final validation's too
     (``fast_dev_run`` sets its own limit)."""
-    from attnflow.training.run import reads_no_batch  # (run imports this module)
+    from attnflow.training.trainer_checks import reads_no_batch  # (run imports this module)
 
     trainer, task = resolved.get("trainer") or {}, (resolved.get("task") or {}).get("name")
     limit = trainer.get("limit_val_batches")
@@ -269,7 +269,7 @@ def inert_fields(resolved: Mapping[str, Any]) -> Dict[str, str]:
     """{config path: why it does nothing} for a validated, resolved run config: the data, model
     and task trees, the Trainer, the callbacks' typed configs, ``paths.data_dir`` and
     ``paths.root_dir`` (read only through interpolations: :func:`unread_overrides` weighs them)."""
-    from attnflow.training.run import CALLBACK_FIELDS  # (run imports this module)
+    from attnflow.training.validate import CALLBACK_FIELDS  # (run imports this module)
 
     out = _trainer_inert(resolved.get("trainer") or {}, resolved.get("test", True),
                          resolved.get("callbacks"), resolved.get("logger"))

@@ -298,7 +298,7 @@ class Registry:
         """What the class ``cfg`` names answers, from its fields with their defaults, through its
         classmethod ``hook`` (e.g. a data class's ``one_vocabulary(fields)``); None where the class
         has no such hook. How one block's config check learns what another block will give it,
-        before any of them is built (:func:`attnflow.training.run.check_composition`)."""
+        before any of them is built (:func:`attnflow.training.validate.check_composition`)."""
         answer = getattr(self.get(_to_dict(cfg).get("name"), path), hook, None)
         return answer(self.validate(cfg, path)) if answer is not None else None
 

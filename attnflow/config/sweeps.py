@@ -180,7 +180,7 @@ def _unread_split(cfg: Any, split: str) -> Optional[str]:
     no batch and returns no metric; the run wrote its metrics.json, then failed for want of one)."""
     if split == "test" and not cfg.get("test", True):
         return "test=false: no test metrics"
-    from attnflow.training.run import reads_no_batch
+    from attnflow.training.trainer_checks import reads_no_batch
 
     limit = (cfg.get("trainer") or {}).get(f"limit_{split}_batches")
     if reads_no_batch(limit):
@@ -192,7 +192,7 @@ def final_metric_names(cfg: Any) -> list:
     """The metrics a run of ``cfg`` reports at its end (``metrics.json``): the task's metrics on
     the validation and test splits, less a split it does not evaluate (:func:`_unread_split`)."""
     from attnflow.config.registry import TASKS
-    from attnflow.training.run import metric_names
+    from attnflow.training.validate import metric_names
 
     splits = tuple(s for s in ("val", "test") if not _unread_split(cfg, s))
     return metric_names(TASKS.get(cfg["task"]["name"]), cfg, splits) if splits else []
@@ -580,7 +580,7 @@ def check_sweep_values(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
     from attnflow.data.errors import DataError
     from attnflow.training.distributed import check_devices, check_multirun_strategy
     from attnflow.config.registry import ConfigError
-    from attnflow.training.run import unread_settings
+    from attnflow.training.validate import unread_settings
 
     parser = OverridesParser.create()
     try:

@@ -95,7 +95,7 @@ class CaptioningDataModule(SplitDataModule):
     # -- what models and tasks need ---------------------------------------------------------------
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
-        """:meth:`model_context` with stand-in sizes (:func:`attnflow.training.run.check_model_builds`);
+        """:meth:`model_context` with stand-in sizes (:func:`attnflow.training.validate.check_model_builds`);
         None for region features: their size is read from the files."""
         if fields.get("features"):
             return None

@@ -331,14 +331,14 @@ class DocumentDataModule(SplitDataModule):
     def longest_source_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:
         """The most positions a flat model's encoder (self_attentive: a document's sentences one
         after another) is given, and why (``{at}``: the data config's path), for
-        :func:`attnflow.training.run._check_own_encoder`. (Not ``longest_positions``, which the models that
+        :func:`attnflow.training.validate._check_own_encoder`. (Not ``longest_positions``, which the models that
         read the data whole, BERT and the Transformer, ask: they do not take documents.)"""
         n, w = fields["max_sentences"], fields["max_words"]
         return n * w, f"{{at}}max_sentences={n} × {{at}}max_words={w} words of a document"
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
-        """:meth:`model_context` with stand-in sizes (:func:`attnflow.training.run.check_model_builds`);
+        """:meth:`model_context` with stand-in sizes (:func:`attnflow.training.validate.check_model_builds`);
         no ``word_vectors``: they come from the data."""
         return {"vocab_size": 1000, "num_classes": 2, "pad_id": PAD}
 

@@ -143,7 +143,7 @@ class GraphDataModule(pl.LightningDataModule):
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
-        """:meth:`model_context` with stand-in sizes (:func:`attnflow.training.run.check_model_builds`)."""
+        """:meth:`model_context` with stand-in sizes (:func:`attnflow.training.validate.check_model_builds`)."""
         return {"in_dim": fields.get("feature_dim", 16), "num_classes": fields.get("num_classes", 3)}
 
     def model_context(self) -> dict:

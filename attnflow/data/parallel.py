@@ -300,7 +300,7 @@ class ParallelDataModule(SplitDataModule):
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
-        """:meth:`model_context` with stand-in sizes (:func:`attnflow.training.run.check_model_builds`);
+        """:meth:`model_context` with stand-in sizes (:func:`attnflow.training.validate.check_model_builds`);
         both sides the same size, as ``tie_embeddings=all`` needs (a joint vocabulary has it)."""
         return {"src_vocab": fields["vocab_size"], "tgt_vocab": fields["vocab_size"], "pad_id": PAD}
 

@@ -433,7 +433,7 @@ class PretrainingDataModule(SplitDataModule):
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
-        """:meth:`model_context` with stand-in sizes (:func:`attnflow.training.run.check_model_builds`)."""
+        """:meth:`model_context` with stand-in sizes (:func:`attnflow.training.validate.check_model_builds`)."""
         return {"vocab_size": fields["vocab_size"], "pad_id": PAD}
 
     def model_context(self) -> dict:

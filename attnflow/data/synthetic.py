@@ -120,7 +120,7 @@ class ReverseDataModule(SplitDataModule):
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
-        """:meth:`model_context` with stand-in sizes (:func:`attnflow.training.run.check_model_builds`)."""
+        """:meth:`model_context` with stand-in sizes (:func:`attnflow.training.validate.check_model_builds`)."""
         return {"src_vocab": 32, "tgt_vocab": 32, "pad_id": PAD}
 
     def model_context(self) -> dict:

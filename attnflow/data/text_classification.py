@@ -294,7 +294,7 @@ class TextClassificationDataModule(SplitDataModule):
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
-        """:meth:`model_context` with stand-in sizes (:func:`attnflow.training.run.check_model_builds`)."""
+        """:meth:`model_context` with stand-in sizes (:func:`attnflow.training.validate.check_model_builds`)."""
         return {"vocab_size": fields["vocab_size"] or DEFAULT_VOCAB, "pad_id": PAD, "num_classes": 2}
 
     def model_context(self) -> dict:

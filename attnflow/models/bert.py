@@ -99,7 +99,7 @@ class BertModel(nn.Module):
     """
 
     # what it works on depends on ``head`` (MLM + NSP batches, or labelled texts), which a class
-    # attribute cannot say: undeclared, so attnflow.training.run.check_composition checks data against task,
+    # attribute cannot say: undeclared, so attnflow.training.validate.check_composition checks data against task,
     # and the constructor checks the head against the data (num_classes); ``head_interfaces``
     # says it per head, for a composition check that reads the model's config
     interface = None

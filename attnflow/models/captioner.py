@@ -54,7 +54,7 @@ class Captioner(EncoderDecoder):
     """
 
     interface = "captioning"
-    image_encoders = True  # its encoder reads images (attnflow.training.run._check_encoder_kinds)
+    image_encoders = True  # its encoder reads images (attnflow.training.validate._check_encoder_kinds)
 
     def __init__(self, tgt_vocab: int, pad_id: int = 0, in_channels: Optional[PositiveInt] = None,
                  feature_dim: Optional[int] = None, *,

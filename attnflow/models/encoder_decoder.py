@@ -20,7 +20,7 @@ class EncoderDecoder(nn.Module):
     """Base of ``seq2seq`` and ``transformer``: forward (teacher forcing), greedy, beam search."""
 
     decoder: nn.Module
-    interface = "seq2seq"  # works on sequence pairs (attnflow.training.run.check_composition)
+    interface = "seq2seq"  # works on sequence pairs (attnflow.training.validate.check_composition)
 
     def encode(self, src: torch.Tensor, src_lengths: torch.Tensor):
         raise NotImplementedError

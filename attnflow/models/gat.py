@@ -56,7 +56,7 @@ class GAT(nn.Module):
     Shape: x (N, in_dim), edge_index (2, E) -> logits (N, num_classes).
     """
 
-    interface = "graph"  # works on graph data (attnflow.training.run.check_composition)
+    interface = "graph"  # works on graph data (attnflow.training.validate.check_composition)
 
     @classmethod
     def inert_fields(cls, fields: Mapping[str, Any]) -> Dict[str, str]:

@@ -74,7 +74,7 @@ class HierarchicalAttentionNetwork(nn.Module):
         (B, S, W) and ``sent_weights`` (B, S) (None for max pooling).
     """
 
-    interface = "documents"  # works on document data (attnflow.training.run.check_composition)
+    interface = "documents"  # works on document data (attnflow.training.validate.check_composition)
 
     def __init__(self, vocab_size: int, num_classes: int, pad_id: int = 0,
                  word_vectors: Optional[torch.Tensor] = None, *, embed_dim: PositiveInt = 100,

@@ -59,7 +59,7 @@ class SelfAttentive(nn.Module):
         (B, r, N) hops over the N flat words, ``word_weights`` (B, S, W) (mean over hops).
     """
 
-    interface = "documents"  # works on document data (attnflow.training.run.check_composition)
+    interface = "documents"  # works on document data (attnflow.training.validate.check_composition)
     # returns its r hops as ``attention``: the classification task's ``penalty_weight`` reads them
     attention_hops = True
 

@@ -93,7 +93,7 @@ def check_config(callbacks: Dict[str, Any], metric_names: Callable[[], Sequence[
     if entry is None:
         return
     # (a mapping, its unknown fields, types, ranges, mode: AverageConfig, checked before this by
-    # attnflow.training.run.validate_config)
+    # attnflow.training.validate.validate_config)
     given = [k for k in ("last", "best") if entry.get(k) is not None]
     if len(given) != 1:
         raise ConfigError("callbacks.average needs exactly one of 'last' (the last N validated "

@@ -15,7 +15,7 @@ from pytorch_lightning.loggers import TensorBoardLogger, WandbLogger
 from attnflow.config.registry import NonNegativeFloat, NonNegativeInt, Range
 
 
-# -- the typed configs of the callbacks entries (checked by attnflow.training.run.validate_config) --------------
+# -- the typed configs of the callbacks entries (checked by attnflow.training.validate.validate_config) --------------
 @dataclasses.dataclass(frozen=True)
 class CheckpointConfig:
     """``callbacks.checkpoint`` (null: no checkpoints): Lightning's ``ModelCheckpoint`` keeping the

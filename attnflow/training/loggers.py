@@ -237,7 +237,7 @@ def validate_loggers(cfg: Any, path: str = "logger") -> Dict[str, Dict[str, Any]
 
 
 class LoggerConfig:
-    """What ``validate_config`` (``attnflow.training.run.BLOCK_GROUPS``) and ``attnflow-blocks --config``
+    """What ``validate_config`` (``attnflow.training.validate.BLOCK_GROUPS``) and ``attnflow-blocks --config``
     call for the ``logger`` group: a registry-like ``validate`` of the whole mapping."""
 
     kind = "logger"

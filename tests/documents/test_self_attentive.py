@@ -55,7 +55,8 @@ def test_the_penalty_weight_of_a_model_without_hops_is_refused_before_any_work(t
     from support import compose_cfg
 
     from attnflow.config.registry import ConfigError
-    from attnflow.training.run import resolve_config, train
+    from attnflow.training.validate import resolve_config
+    from attnflow.training.run import train
 
     b = _batch()
     han = MODELS.build({"name": "han", "embed_dim": 6, "word_encoder": {"name": "rnn", "hidden_dim": 4},

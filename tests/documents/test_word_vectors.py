@@ -16,7 +16,8 @@ from attnflow.data.word_vectors import (WordVectorsConfig, cooccurrence, flatten
                                         train_word_vectors)
 from attnflow.models.self_attentive import SelfAttentive
 from attnflow.config.registry import DATA, MODELS, ConfigError
-from attnflow.training.run import resolve_config, train
+from attnflow.training.validate import resolve_config
+from attnflow.training.run import train
 from support import compose_cfg
 
 CORPUS = [[2, 3, 4, 5, 2], [3, 3, 6], [7], [4, 0, 5, 2, 6, 7, 1], [6, 5, 4, 3, 2]]  # 0 = ⟨pad⟩

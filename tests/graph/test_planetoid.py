@@ -60,7 +60,7 @@ def test_neighbor_sampling_without_extras_says_what_to_install():
         PlanetoidDataModule(root=str(ROOT), loader="neighbor")
     # and before any work, where the run's config is checked (a ConfigError: one line, exit 2)
     from attnflow.config.registry import ConfigError
-    from attnflow.training.run import resolve_config
+    from attnflow.training.validate import resolve_config
     from support import compose_cfg
 
     for experiment in ("gat_cora", "gat_synthetic"):

@@ -127,7 +127,8 @@ def test_citeseer_gap_nodes_are_isolated_unlabelled_test_range_nodes(tmp_path):
     ("gat_citeseer", "citeseer", 1, 0.005, 5e-4), ("gat_pubmed", "pubmed", 8, 0.01, 1e-3)])
 def test_preset_runs_by_name_with_the_authors_settings(tmp_path, experiment, name, out_heads, lr, wd):
     from attnflow.models.gat import GAT
-    from attnflow.training.run import resolve_config, train
+    from attnflow.training.validate import resolve_config
+    from attnflow.training.run import train
     from support import compose_cfg
 
     write_planetoid(tmp_path / "data" / "planetoid", name, **({} if name == "citeseer" else {"gaps": ()}))

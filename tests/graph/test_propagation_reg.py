@@ -173,7 +173,8 @@ def test_refused_before_any_data_is_read_or_any_file_written(tmp_path, base, bad
     fields: a preset's adjacency without P-reg is left alone, a typed one is refused): the data
     root does not exist here, so reaching Cora's data module would fail otherwise, and the run
     folder stays unmade; without the offending value the same config passes the preflight."""
-    from attnflow.training.run import resolve_config, train
+    from attnflow.training.validate import resolve_config
+    from attnflow.training.run import train
 
     run_dir = tmp_path / "run"
     base = [*base, f"paths.data_dir={tmp_path / 'no-data-here'}", "logger=none"]

@@ -1,0 +1,392 @@
+"""A run config, composed by Hydra, resolved and validated once before any work: block names
+and fields against the registries, the shared-group contract, the trainer and callbacks
+(:mod:`attnflow.training.trainer_checks`), and one build of the model on the meta device."""
+
+from __future__ import annotations
+
+
+import copy
+import dataclasses
+import functools
+import re
+from typing import Any, Dict, List
+
+import torch
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
+from attnflow.blocks.attention.multihead import check_heads
+from attnflow.blocks.positional.learned import check_table_covers
+from attnflow.training.callbacks import (MATMUL_PRECISIONS, AttentionMapsConfig,
+                                CheckpointConfig, EarlyStoppingConfig)
+from attnflow.io.console import BARS
+from attnflow import config_dir
+from attnflow.training import averaging  # callbacks.average: checkpoint averaging
+from attnflow.training.ema import EMAConfig  # callbacks.ema
+from attnflow.config.groups import (drop_swapped_block_fields, fill_default_blocks, prune_unused,
+                             top_level_keys, top_level_refusal, unused_groups)
+from attnflow.training.loggers import (LOGGER_CONFIG)
+from attnflow.config.overrides import (command_line, hydra_references, read_keys, typed_groups,
+                                unread_overrides)
+from attnflow.training.precision import check_precision  # =auto
+from attnflow.config.registry import (AGGREGATORS, ATTENTIONS, DATA, ENCODERS, MODELS, NORMALIZERS,
+                               POOLINGS, POSITIONALS, SCORERS, TASKS, ConfigError, _suggest,
+                               build_config)
+
+from attnflow.training.trainer_checks import (SET_BY_ATTNFLOW, check_callback_needs, check_minimums,
+                                              check_schedule_length, check_test_reads_batches,
+                                              check_trainer_types, check_trains_something,
+                                              check_validation_schedule, trainer_fields)
+
+# Top-level config groups validated by a registry. The shared choices (scorer, normalizer,
+# aggregator, attention, positional, pooling) are interpolated into models (attnflow.config.groups);
+# validating the ones the model uses here names the path the user typed (``scorer.name=...``).
+BLOCK_GROUPS = [("scorer", SCORERS), ("normalizer", NORMALIZERS), ("aggregator", AGGREGATORS),
+                ("attention", ATTENTIONS), ("positional", POSITIONALS), ("pooling", POOLINGS),
+                ("data", DATA), ("model", MODELS), ("task", TASKS),
+                ("logger", LOGGER_CONFIG)]  # a mapping logger name -> fields (attnflow.training.loggers)
+
+CALLBACK_FIELDS = {  # a dataclass: the entry's typed config (names, types, ranges: build_config)
+    "checkpoint": CheckpointConfig,
+    "early_stopping": EarlyStoppingConfig,
+    "attention_maps": AttentionMapsConfig,
+    "progress_bar": None,  # one of attnflow.io.console.BARS: auto rich tqdm text none
+    "lr_monitor": None,  # bool
+    "average": averaging.AverageConfig,  # {last: N} or {best: N} (+ monitor, mode)
+    "ema": EMAConfig,  # {decay: β} (+ start_step, every_n_steps)
+}
+
+
+# Trainer arguments attnflow sets itself (from other config entries), so not trainer.* fields.
+def validate_config(cfg: Dict[str, Any]) -> None:
+    """Raise :class:`ConfigError` for any unknown block name or bad field in ``cfg``."""
+    known = top_level_keys(config_dir())
+    for key in cfg:
+        if key not in known:
+            raise ConfigError(top_level_refusal(key, known))
+    for group, registry in BLOCK_GROUPS:
+        if group in cfg and cfg[group] is not None:
+            registry.validate(cfg[group], group)
+        elif group in ("data", "model", "task"):
+            raise ConfigError(f"the config has no '{group}': choose one with {group}=NAME")
+    allowed = trainer_fields()
+    for key in cfg.get("trainer") or {}:
+        if key not in allowed or key in SET_BY_ATTNFLOW:
+            raise ConfigError(
+                f"trainer has no field '{key}' (at 'trainer.{key}'); fields are the arguments of "
+                f"lightning's Trainer except {', '.join(SET_BY_ATTNFLOW)} (set by attnflow: "
+                f"logger=…, callbacks.…, callbacks.progress_bar, callbacks.checkpoint (null: none); "
+                f"plugins: the atomic, weights-only checkpoint IO; barebones: off, as the tasks log "
+                f"their metrics, which barebones forbids).{_suggest(key, allowed)}")
+    check_trainer_types(cfg.get("trainer") or {})
+    check_trains_something(cfg.get("trainer") or {})
+    check_minimums(cfg.get("trainer") or {})
+    check_precision(cfg.get("trainer") or {})  # 16-mixed on the CPU: Lightning swaps in bf16
+    check_schedule_length(cfg)
+    for key, value in (cfg.get("callbacks") or {}).items():
+        if key not in CALLBACK_FIELDS:
+            raise ConfigError(f"callbacks has no entry '{key}' (at 'callbacks.{key}'); entries: "
+                              f"{', '.join(CALLBACK_FIELDS)}.{_suggest(key, CALLBACK_FIELDS)}")
+        fields = CALLBACK_FIELDS[key]
+        if fields is not None and value is not None and not isinstance(value, dict):
+            names = ", ".join(f.name for f in dataclasses.fields(fields))
+            raise ConfigError(f"callbacks.{key} must be a mapping of its fields ({names}) or null, "
+                              f"got {value!r}")
+        if fields is not None and isinstance(value, dict):
+            build_config(fields, value, f"callbacks.{key}", f"callbacks.{key}")
+    task_cls = TASKS.get(cfg["task"]["name"])  # callbacks.average: its monitor, a metric it logs
+    averaging.check_config(cfg.get("callbacks") or {},
+                           lambda: metric_names(task_cls, cfg) if getattr(task_cls, "metrics", None) else [])
+    matmul = cfg.get("float32_matmul_precision")
+    if matmul not in (None, *MATMUL_PRECISIONS):
+        raise ConfigError(f"float32_matmul_precision must be one of {', '.join(MATMUL_PRECISIONS)} "
+                          f"(torch.set_float32_matmul_precision: high uses TF32 tensor cores) or "
+                          f"null (PyTorch's setting as it is), got {matmul!r}")
+    bar = (cfg.get("callbacks") or {}).get("progress_bar", "auto")
+    if bar not in (*BARS, None):
+        raise ConfigError(f"callbacks.progress_bar must be one of {', '.join(BARS)} (auto: rich on a "
+                          f"terminal, else text lines), got {bar!r}")
+    lr_monitor = (cfg.get("callbacks") or {}).get("lr_monitor")
+    if not isinstance(lr_monitor, (bool, type(None))):  # any other value would switch it on
+        raise ConfigError(f"callbacks.lr_monitor must be true or false (log the learning rate every "
+                          f"step), got {lr_monitor!r}")
+    check_validation_schedule(cfg)
+    check_test_reads_batches(cfg)
+    check_callback_needs(cfg, task_cls)
+    _check_root_fields(cfg)
+    check_composition(cfg)
+    check_model_builds(cfg)
+
+
+@functools.lru_cache(maxsize=1)
+def _paths_fields() -> List[str]:
+    """The fields of conf/paths/default.yaml (read once: every validation, e.g. each probed job of
+    a sweep, asks)."""
+    return list(OmegaConf.load(config_dir() / "paths" / "default.yaml").keys())
+
+
+def _check_root_fields(cfg: Dict[str, Any]) -> None:
+    """The root config's own fields (conf/train.yaml) and ``paths.*``: another type would fail
+    late (a seed numpy refuses, after the run directory is made; ``resume=5``) or do something
+    unasked (``test=maybe`` tests; a misspelt ``paths.data_dri`` is ignored)."""
+    seed = cfg.get("seed", 1234)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2 ** 32:
+        raise ConfigError(f"seed must be an int in [0, 2^32 - 1] (what numpy and Lightning seed "
+                          f"with), got {seed!r}")
+    if not isinstance(cfg.get("test", True), bool):
+        raise ConfigError(f"test must be true or false (evaluate the best checkpoint on the test "
+                          f"split after training), got {cfg['test']!r}")
+    for key in ("resume", "ckpt_path", "optimized_metric"):
+        if not isinstance(cfg.get(key), (str, type(None))):
+            raise ConfigError(f"{key} must be a string or null, got {cfg[key]!r}")
+    paths = cfg.get("paths") or {}
+    known = _paths_fields()
+    for key, value in paths.items():
+        if key not in known:
+            raise ConfigError(f"paths has no field '{key}' (at 'paths.{key}'); fields: "
+                              f"{', '.join(known)}.{_suggest(key, known)}")
+        if not isinstance(value, str):
+            raise ConfigError(f"paths.{key} (at 'paths.{key}') must be a path (a string), got {value!r}")
+
+
+# What a data module gives, and what a model or task works on: the ``interface`` class attribute
+# of data modules, models and tasks (None: not declared, not checked).
+INTERFACES = {"seq2seq": "sequence pairs (source and target token ids)",
+              "documents": "labelled documents (sentences × words)",
+              "graph": "graphs (node features, edges, node labels)",
+              "pretraining": "unlabelled text as sentence pairs (MLM and NSP batches)",
+              "text_classification": "labelled texts (token ids, one label per text)",
+              "multitask": "several tasks' data at once (a batch of each per step)",
+              "captioning": "images with captions (pixels or region features, caption token ids)"}
+
+
+def _interface(cls: Any, block_cfg: Dict[str, Any]) -> Any:
+    """What a block of this config works on: its class's ``interface``, or, for a class whose
+    batches depend on a field (BERT's ``head``), its ``interface_of(config)``."""
+    of = getattr(cls, "interface_of", None)
+    return of(block_cfg) if of is not None else getattr(cls, "interface", None)
+
+
+def _works_on(cls: Any, interface: str) -> bool:
+    """Whether some config of ``cls`` works on ``interface`` (a class whose interface depends on
+    its config lists them all in ``interfaces``)."""
+    return interface == getattr(cls, "interface", None) or interface in getattr(cls, "interfaces", ())
+
+
+def _check_encoder_kinds(model_cfg: Dict[str, Any]) -> None:
+    """An image encoder (``input_kind`` 'image' or 'image_features': ``forward(images)``) in a
+    model that reads token sequences (``forward(x, lengths)``) would fail only at the first
+    batch; refused here, naming the field and the encoders that fit. A model that takes images
+    says so with ``image_encoders = True``."""
+    if getattr(MODELS.get(model_cfg["name"]), "image_encoders", False):
+        return
+    for key, value in model_cfg.items():
+        if not (key.endswith("encoder") and isinstance(value, dict)) or value.get("name") not in ENCODERS:
+            continue
+        kind = getattr(ENCODERS.get(value["name"]), "input_kind", None)
+        if kind:
+            text = [n for n in ENCODERS.names() if not getattr(ENCODERS.get(n), "input_kind", None)]
+            raise ConfigError(f"model.{key}: encoder '{value['name']}' reads {kind.replace('_', ' ')}s, "
+                              f"but model '{model_cfg['name']}' gives it token sequences; encoders "
+                              f"for sequences: {', '.join(text)}")
+
+
+def _check_own_encoder(cfg: Dict[str, Any]) -> None:
+    """A model's own encoder (``model.encoder``: seq2seq's or self_attentive's
+    ``transformer_encoder``), before any data is made, with messages naming its own fields — the
+    shared ``attention`` and ``positional`` groups that the Transformer and BERT read (and check in
+    their ``check_config``) are not what such an encoder uses:
+
+    - its attention's heads divide its width (``model.encoder.d_model``, else ``model.embed_dim``);
+      the build on the meta device refused it too, but named ``attention.heads``, which these
+      models refuse as a group they do not use;
+    - a bounded positional table (``learned``) covers the longest input the data gives the encoder
+      (the data class's ``longest_source_positions``, else ``longest_positions``); the table
+      refused a longer input only at the first such batch, mid-run."""
+    if not isinstance((cfg["model"] or {}).get("encoder"), dict):
+        return
+    model = MODELS.validate(cfg["model"], "model")  # (with the blocks' defaults)
+    encoder = model["encoder"]
+    attention = encoder.get("attention")
+    width = encoder.get("d_model") or model.get("embed_dim")
+    if isinstance(attention, dict) and "heads" in attention and isinstance(width, int):
+        check_heads(attention["name"], width, attention["heads"], attention.get("head_dim"),
+                    at="model.encoder.attention", size="model.encoder.d_model, else model.embed_dim")
+    positional = encoder.get("positional")
+    if isinstance(positional, dict) and positional.get("max_len"):
+        longest = (DATA.ask(cfg["data"], "longest_source_positions", "data")
+                   or DATA.ask(cfg["data"], "longest_positions", "data"))
+        check_table_covers(positional, longest, "model.encoder.positional", " the encoder",
+                           "model.encoder.positional.name=sinusoidal")
+
+
+def check_model_builds(cfg: Dict[str, Any]) -> None:
+    """The model is built from its config on the meta device (shapes, no memory, no data) with the
+    data's stand-in context (its class's ``placeholder_context``): a config its constructor or a
+    child block's refuses — heads that do not divide a width, a scorer that needs equal sizes, an
+    output aggregator that does not give the classes — is refused here, before the data is read
+    and before the run folder is written, rather than after. Only what depends on the config alone
+    is found: the stand-in sizes are chosen to pass every check that compares real ones (both
+    vocabularies the same size), and a data module without stand-ins (its sizes are in its files)
+    skips this. An error the meta device itself raises leaves the decision to the real build."""
+    context = DATA.ask(cfg["data"], "placeholder_context", "data")
+    if context is None:
+        return
+    model_cfg = dict(cfg["model"])
+    if model_cfg.get("init_from"):  # the weights are not the question here: no file is read
+        model_cfg["init_from"] = None
+    try:
+        with torch.device("meta"):
+            MODELS.build(model_cfg, path="model", **context)
+    except ConfigError:
+        raise
+    except ValueError as err:  # a block's own refusal of its fields (its message names them)
+        raise ConfigError(str(err)) from None
+    except Exception:  # noqa: BLE001 — an operation the meta device lacks, not the config's fault
+        return
+
+
+def check_composition(cfg: Dict[str, Any]) -> None:
+    """Data, model and task fit together (by their ``interface``), and an explicit checkpoint or
+    early-stopping ``monitor`` is a metric the task logs; before any data is made."""
+    picked = [(group, cfg[group]["name"], reg) for group, reg in
+              (("data", DATA), ("model", MODELS), ("task", TASKS))]
+    _check_encoder_kinds(cfg["model"])
+    _check_own_encoder(cfg)
+    for group, name, reg in picked:  # composite blocks (multitask): their parts fit, first
+        check = getattr(reg.get(name), "check_config", None)
+        if check is not None:
+            check(cfg)
+    ifaces = [(group, name, _interface(reg.get(name), cfg[group])) for group, name, reg in picked]
+    declared = [i for _, _, i in ifaces if i]
+    if len(set(declared)) > 1:
+        ref = ifaces[0][2] or declared[0]  # what the data gives, if it says
+        fits = {i: {g: [n for n in reg.names() if _works_on(reg.get(n), i)]
+                    for g, _, reg in picked} for i in set(declared)}
+
+        def works_on(i):
+            return (f"{INTERFACES.get(i, i)} (data {', '.join(fits[i]['data']) or '-'}; models "
+                    f"{', '.join(fits[i]['model']) or '-'}; tasks {', '.join(fits[i]['task']) or '-'})")
+
+        (dg, dn, di), *others = ifaces
+        lines = [f"{g} '{n}' works on {works_on(i)}" for g, n, i in others if i and i != ref]
+        lines.append(f"data '{dn}' gives {works_on(di)}" if di else
+                     f"the rest works on {works_on(ref)}")
+        raise ConfigError(f"data '{dn}', model '{ifaces[1][1]}' and task '{ifaces[2][1]}' do not fit "
+                          f"together: " + "; ".join(lines))
+    task = TASKS.get(cfg["task"]["name"])
+    for key in ("checkpoint", "early_stopping"):
+        entry = (cfg.get("callbacks") or {}).get(key)
+        if not isinstance(entry, dict):
+            continue
+        monitor = entry.get("monitor")
+        metrics = getattr(task, "metrics", None)
+        if monitor is None or not metrics:
+            continue
+        names = metric_names(task, cfg)
+        if monitor not in names:
+            raise ConfigError(
+                f"callbacks.{key}.monitor '{monitor}' is not a metric that task '{cfg['task']['name']}' "
+                f"logs; it logs {', '.join(names)} (null: its default, {task.monitor})."
+                f"{_suggest(monitor, names)}")
+
+
+def metric_names(task: Any, cfg: Dict[str, Any], splits=("train", "val")) -> List[str]:
+    """``<split>/<metric>`` that task class ``task`` logs with this config: its
+    ``metric_names_of(task config)`` (a conditional metric, e.g. ``penalty``, only where its weight
+    is set; multitask: its tasks'), else its class's."""
+    of = getattr(task, "metric_names_of", None)
+    return of(cfg["task"], splits) if of is not None else task.metric_names(splits)
+
+
+def _choices(cfg: DictConfig) -> Dict[str, Any]:
+    """Hydra's group choices of this run, when Hydra composed it (else {})."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        return dict(HydraConfig.get().runtime.choices)
+    if "hydra" in cfg:
+        return dict(cfg.hydra.runtime.choices)
+    return {}
+
+
+def _sweep_job(cfg: Any) -> bool:
+    """Whether this is a job of a multirun (Hydra's mode), where the sweep has been checked."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if HydraConfig.initialized():
+        return HydraConfig.get().mode == RunMode.MULTIRUN
+    return isinstance(cfg, DictConfig) and "hydra" in cfg and cfg.hydra.get("mode") == RunMode.MULTIRUN
+
+
+def resolve_config(cfg: DictConfig | Dict[str, Any], unread: bool = True) -> Dict[str, Any]:
+    """The run's resolved, validated config. A composed (unresolved) config goes through the
+    shared-group contract first (:mod:`attnflow.config.groups`): groups the model does not use are
+    refused when set, and left out of the result. ``unread``: refuse a field set on the command
+    line that the config leaves unread (:mod:`attnflow.config.overrides`) — not in a sweep's job, nor
+    in the sweep's pre-check, which weighs such settings over the jobs itself."""
+    return _resolve(cfg, refuse=unread and not _sweep_job(cfg))[0]
+
+
+def unread_settings(cfg: DictConfig) -> tuple:
+    """(the resolved config, {key: (the override as typed, its refusal)}) of a config composed
+    with Hydra's node: the typed shared groups the model does not use and the typed fields the
+    config leaves unread, listed instead of refused — a sweep's pre-check refuses only those that
+    no job uses (:func:`attnflow.config.sweeps.check_sweep_values`)."""
+    return _resolve(cfg, refuse=False)
+
+
+def _resolve(cfg: DictConfig | Dict[str, Any], refuse: bool) -> tuple:
+    """:func:`resolve_config` and :func:`unread_settings`: the resolved config and the typed
+    settings it leaves unused, refused (the first of them) where ``refuse``."""
+    typed, found, hydra_reads = None, {}, set()
+    if not isinstance(cfg, DictConfig):
+        resolved = dict(cfg)
+    else:
+        choices, typed, hydra_reads = _choices(cfg), command_line(cfg), hydra_references(cfg)
+        cfg = copy.deepcopy(cfg)
+        if "hydra" in cfg:  # composed with return_hydra_config: Hydra's own node is not the run's
+            with open_dict(cfg):
+                del cfg["hydra"]
+        drop_swapped_block_fields(cfg, typed or ())  # model.encoder.name=…: the old block's fields
+        fill_default_blocks(cfg, typed or ())  # model.encoder.attention.heads=4: its default block
+        consumed, groups = unused_groups(cfg, config_dir(), choices, typed_groups(typed), typed)
+        if refuse and groups:
+            raise ConfigError(next(iter(groups.values())))
+        found = {group: (" ".join(o.lstrip("+") for o in typed or () if typed_groups([o]) == {group}),
+                         message) for group, message in groups.items()}
+        resolved = prune_unused(OmegaConf.to_container(cfg, resolve=True), consumed)
+    try:
+        validate_config(resolved)
+        # a field this config leaves unread (one an interpolation reads, Hydra's too, is read)
+        fields = (unread_overrides(resolved, typed, read_keys(cfg, hydra_reads))
+                  if typed else {})
+        if refuse and fields:
+            raise ConfigError(next(iter(fields.values()))[1])
+    except ConfigError as err:  # a field that takes its value from another: say which
+        note = _interpolation_note(cfg, str(err)) if isinstance(cfg, DictConfig) else ""
+        if not note:
+            raise
+        raise ConfigError(f"{err}{note}") from None
+    return resolved, {**found, **fields}
+
+
+def _interpolation_note(cfg: DictConfig, message: str) -> str:
+    """Where the field a message names (``(at 'data.num_hops')``) is an interpolation in the
+    composed config (``num_hops: ${model.layers}``), a note naming the field its value comes from:
+    the user set that one, not the field the message names."""
+    found = re.search(r"\(at '([\w.]+)'", message)
+    if not found:
+        return ""
+    path = found.group(1)
+    parent_path, _, key = path.rpartition(".")
+    parent = (OmegaConf.select(cfg, parent_path, throw_on_resolution_failure=False)
+              if parent_path else cfg)
+    if (not isinstance(parent, DictConfig) or key not in parent
+            or not OmegaConf.is_interpolation(parent, key)):
+        return ""
+    source = OmegaConf.to_container(parent, resolve=False)[key]
+    return f" ({path} is {source} in this config: the value comes from there)"
+
+
