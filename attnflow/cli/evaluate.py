@@ -57,7 +57,7 @@ import yaml
 
 from attnflow.io.checkpoints import CheckpointError, Run, load_run, load_weights, run_artifacts
 from attnflow.training.onednn import bound_primitive_cache
-from attnflow.config.registry import ConfigError, _suggest
+from attnflow.config.registry import ConfigError, suggest
 from attnflow.io.text import check_folder, check_new_outputs, path_arg
 
 TRAINER_FIELDS = ("accelerator", "devices", "precision", "limit_val_batches", "limit_test_batches")
@@ -134,7 +134,7 @@ def apply_overrides(run: Run, overrides: List[Tuple[str, Any]]) -> Tuple[Dict[st
         else:
             known = ["split", "seed", *(f"trainer.{f}" for f in TRAINER_FIELDS)]
             raise ConfigError(f"attnflow-eval has no override '{key}'; overrides: {USAGE}."
-                              f"{_suggest(key, known)}")
+                              f"{suggest(key, known)}")
     check_trainer_types(trainer)
     cfg["data"] = DATA.validate(cfg["data"], "data")
     data_kind = getattr(DATA.get(cfg["data"]["name"]), "interface", None)

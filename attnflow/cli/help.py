@@ -123,7 +123,7 @@ def unknown_override(argv: List[str], conf_dir: Path) -> Optional[str]:
     from hydra.errors import HydraException
 
     from attnflow.config.groups import top_level_keys, top_level_refusal
-    from attnflow.config.registry import _suggest
+    from attnflow.config.registry import suggest
 
     if any(a.startswith(("--config-dir", "-cd", "--config-path", "-cp", "hydra.searchpath",
                          "+hydra.searchpath")) for a in argv) or _foreign_hydra_plugins():
@@ -151,7 +151,7 @@ def unknown_override(argv: List[str], conf_dir: Path) -> Optional[str]:
                     and option not in known[name]:
                 return (f"{name} has no option '{option}' (at '{arg}'); options: "
                         f"{', '.join(known[name])} (files in {conf_dir / name})."
-                        f"{_suggest(option, known[name])}")
+                        f"{suggest(option, known[name])}")
     return None
 
 

@@ -31,7 +31,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from attnflow.config.registry import AttnflowWarning, Registry, ConfigError, _suggest
+from attnflow.config.registry import AttnflowWarning, Registry, ConfigError, suggest
 
 SHARED_GROUPS = ("scorer", "normalizer", "aggregator", "attention", "positional", "pooling")
 _REFERENCE = re.compile(r"\$\{\s*([A-Za-z_][\w]*)")
@@ -80,7 +80,7 @@ def top_level_keys(conf_dir: Path) -> set:
 def top_level_refusal(key: str, known: Iterable[str]) -> str:
     """What a run says of a top-level key its config lacks (``trainr.max_epochs=3``)."""
     return (f"the config has no top-level key '{key}'; keys: {', '.join(sorted(known))}."
-            f"{_suggest(key, known)}")
+            f"{suggest(key, known)}")
 
 
 def _option_file(conf_dir: Path, group: str, option: Optional[str]) -> Optional[dict]:

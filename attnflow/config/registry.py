@@ -155,7 +155,7 @@ def _to_dict(cfg: Any) -> Dict[str, Any]:
     raise ConfigError(f"expected a mapping with a 'name' field, got {type(cfg).__name__}: {cfg!r}")
 
 
-def _suggest(word: str, options) -> str:
+def suggest(word: str, options) -> str:
     close = difflib.get_close_matches(word, list(options), n=1)
     return f" Did you mean '{close[0]}'?" if close else ""
 
@@ -222,7 +222,7 @@ class Registry:
             where = f" at '{path}.name'" if path else ""
             raise ConfigError(
                 f"unknown {self.kind} '{name}'{where}. Registered {self.kind}s: "
-                f"{', '.join(sorted(self._classes)) or '(none)'}.{_suggest(name, self._classes)}"
+                f"{', '.join(sorted(self._classes)) or '(none)'}.{suggest(name, self._classes)}"
             )
         return self._classes[name]
 
@@ -529,7 +529,7 @@ def _check_fields(spec: _Spec, data: Dict[str, Any], path: str, label: str) -> D
         if key not in allowed:
             raise ConfigError(
                 f"{label} has no field '{key}' (at '{path}.{key}'). "
-                f"Its fields: {', '.join(allowed) or '(none)'}.{_suggest(key, allowed)}"
+                f"Its fields: {', '.join(allowed) or '(none)'}.{suggest(key, allowed)}"
             )
     plain = {k: v for k, v in data.items() if k not in children}
     try:
@@ -545,7 +545,7 @@ def _check_fields(spec: _Spec, data: Dict[str, Any], path: str, label: str) -> D
         if out[key] not in options:
             raise ConfigError(
                 f"{label}: field '{key}' (at '{path}.{key}') must be one of "
-                f"{', '.join(map(_choice, options))}, got {out[key]!r}.{_suggest(str(out[key]), map(str, options))}"
+                f"{', '.join(map(_choice, options))}, got {out[key]!r}.{suggest(str(out[key]), map(str, options))}"
             )
     for key, rng in bounds.items():
         if not rng.holds(out[key]):

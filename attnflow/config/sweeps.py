@@ -201,7 +201,7 @@ def final_metric_names(cfg: Any) -> list:
 def check_optimized_metric(cfg: Any) -> Optional[str]:
     """``cfg.optimized_metric`` when it names a metric the run reports, None when unset; else a
     :class:`~attnflow.config.registry.ConfigError` naming the metrics there are (before any work)."""
-    from attnflow.config.registry import ConfigError, _suggest
+    from attnflow.config.registry import ConfigError, suggest
 
     metric = cfg.get("optimized_metric")
     if not metric:
@@ -219,7 +219,7 @@ def check_optimized_metric(cfg: Any) -> Optional[str]:
             off = f" (with task.{field}={cfg['task'].get(field) or 0}: it is logged where task.{field} > 0)"
         raise ConfigError(f"optimized_metric '{metric}' (at 'optimized_metric') is not a metric that "
                           f"task '{cfg['task']['name']}' reports at the end of a run{off}; it reports "
-                          f"{', '.join(names) or 'nothing'}.{_suggest(str(metric), names)}")
+                          f"{', '.join(names) or 'nothing'}.{suggest(str(metric), names)}")
     return metric
 
 
@@ -529,7 +529,7 @@ def _unknown_plugin_field(err: Exception) -> Optional[str]:
     (Hydra printed five lines and a hint to set HYDRA_FULL_ERROR, exit 1.)"""
     import dataclasses
 
-    from attnflow.config.registry import _suggest
+    from attnflow.config.registry import suggest
 
     cause, typ = err.__cause__, getattr(err.__cause__, "object_type", None)
     key, full = getattr(cause, "key", None), str(getattr(cause, "full_key", ""))
@@ -537,7 +537,7 @@ def _unknown_plugin_field(err: Exception) -> Optional[str]:
         return None
     fields = [f.name for f in dataclasses.fields(typ) if f.name not in ("_target_", "defaults")]
     return (f"{full}: {full.split('.')[1]} {typ.__name__} has no field '{key}'; its fields: "
-            f"{', '.join(fields)}.{_suggest(str(key), fields)}")
+            f"{', '.join(fields)}.{suggest(str(key), fields)}")
 
 
 def _hydra_sweep(parsed: list) -> Optional[str]:

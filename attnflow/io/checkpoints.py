@@ -122,7 +122,7 @@ def _not_torch_file(path: Path) -> Optional[str]:
     return None
 
 
-def _why_unreadable(path: Path, err: Exception) -> str:
+def why_unreadable(path: Path, err: Exception) -> str:
     """What went wrong reading a checkpoint, in words (torch's own messages name neither)."""
     text = str(err).splitlines()[0] if str(err) else ""
     not_torch = _not_torch_file(path)
@@ -161,7 +161,7 @@ def read_checkpoint(path: Path, device: str = "cpu") -> Dict[str, Any]:
     try:
         ckpt = torch.load(path, map_location=device, weights_only=True)
     except Exception as err:  # noqa: BLE001  (any unreadable or unsafe file)
-        raise CheckpointError(f"cannot read checkpoint {path}: {_why_unreadable(path, err)}") from None
+        raise CheckpointError(f"cannot read checkpoint {path}: {why_unreadable(path, err)}") from None
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
         raise CheckpointError(f"{path} is not an attnflow/Lightning checkpoint (no state_dict)")
     return ckpt

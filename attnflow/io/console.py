@@ -74,7 +74,7 @@ def is_interactive() -> bool:
     return Console().is_jupyter
 
 
-def _fmt(value: Any) -> str:
+def fmt_value(value: Any) -> str:
     try:
         value = float(value)
     except (TypeError, ValueError):
@@ -104,5 +104,5 @@ def print_metrics(metrics: Mapping[str, float], title: str = "final metrics (bes
     for column in columns:
         table.add_column(column, justify="right")
     for name in sorted(rows):
-        table.add_row(name, *(_fmt(rows[name][c]) if c in rows[name] else "" for c in columns))
+        table.add_row(name, *(fmt_value(rows[name][c]) if c in rows[name] else "" for c in columns))
     Console(file=file or sys.stdout, soft_wrap=False).print(table)

@@ -46,7 +46,7 @@ from torch import nn
 from torchmetrics import MeanMetric
 
 from attnflow.training.distributed import updated_on_any_rank
-from attnflow.config.registry import DATA, MODELS, TASKS, ConfigError, _suggest
+from attnflow.config.registry import DATA, MODELS, TASKS, ConfigError, suggest
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
 
@@ -177,7 +177,7 @@ class MultiTask(Task):
                 if key not in ENTRY_FIELDS:
                     raise ConfigError(f"task 'multitask': {where} has no field '{key}' (at "
                                       f"'{where}.{key}'). Its fields: {', '.join(ENTRY_FIELDS)}."
-                                      f"{_suggest(str(key), ENTRY_FIELDS)}")
+                                      f"{suggest(str(key), ENTRY_FIELDS)}")
             weight = entry.get("weight", 1.0)
             if (isinstance(weight, bool) or not isinstance(weight, (int, float))
                     or not math.isfinite(weight) or weight < 0):

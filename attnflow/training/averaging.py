@@ -57,7 +57,7 @@ from pytorch_lightning.utilities import rank_zero_warn
 # defined in attnflow.io.checkpoints, where attnflow-average reads them without importing Lightning
 from attnflow.io.checkpoints import AVERAGED, AVG_DIR, INDEX, read_index  # noqa: F401
 from attnflow.training.ema import averaged_weights
-from attnflow.config.registry import AttnflowWarning, ConfigError, PositiveInt, _suggest
+from attnflow.config.registry import AttnflowWarning, ConfigError, PositiveInt, suggest
 from attnflow.io.text import atomic_path
 from attnflow.training.state import atomic_torch_save, load_checkpoint_file
 
@@ -103,7 +103,7 @@ def check_config(callbacks: Dict[str, Any], metric_names: Callable[[], Sequence[
     names = metric_names() if monitor is not None else []
     if names and monitor not in names:
         raise ConfigError(f"callbacks.average.monitor '{monitor}' is not a metric the task logs; "
-                          f"it logs {', '.join(names)}.{_suggest(monitor, names)}")
+                          f"it logs {', '.join(names)}.{suggest(monitor, names)}")
     if callbacks.get("checkpoint") is None:
         raise ConfigError("callbacks.average needs callbacks.checkpoint (averaged.ckpt is a copy "
                           "of the run's last checkpoint with the averaged weights)")

@@ -114,7 +114,7 @@ def check_devices(trainer: Optional[Mapping[str, Any]]) -> None:
     import torch
 
     shown = accelerator
-    if accelerator == "auto" and not torch.cuda.is_available() and not _has_mps():
+    if accelerator == "auto" and not torch.cuda.is_available() and not has_mps():
         accelerator, shown = "cpu", "auto (the CPU: no GPU is visible here)"  # devices: a count
     devices = parse_devices(trainer.get("devices", "auto"), accelerator, shown)
     if accelerator not in ("gpu", "cuda"):
@@ -135,7 +135,7 @@ def check_devices(trainer: Optional[Mapping[str, Any]]) -> None:
                           f"all of them)")
 
 
-def _has_mps() -> bool:
+def has_mps() -> bool:
     """Whether Lightning's ``auto`` accelerator would pick Apple's MPS here."""
     from pytorch_lightning.accelerators import MPSAccelerator
 

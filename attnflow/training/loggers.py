@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
 
-from attnflow.config.registry import LOGGERS, ConfigError, _suggest
+from attnflow.config.registry import LOGGERS, ConfigError, suggest
 
 WANDB_MODES = ("offline", "online", "disabled")
 # what W&B itself takes from $WANDB_MODE: also its older names (dryrun = offline, run = online)
@@ -215,7 +215,7 @@ def validate_loggers(cfg: Any, path: str = "logger") -> Dict[str, Dict[str, Any]
     for name, fields in cfg.items():
         if name not in names:
             raise ConfigError(f"unknown logger '{name}' at '{path}.{name}'. Registered loggers: "
-                              f"{', '.join(names)} (several: logger=[csv,wandb]).{_suggest(str(name), names)}")
+                              f"{', '.join(names)} (several: logger=[csv,wandb]).{suggest(str(name), names)}")
         fields = {} if fields is None else fields
         if not isinstance(fields, Mapping):
             raise ConfigError(f"'{path}.{name}' must be a mapping of logger '{name}''s fields "
@@ -364,7 +364,7 @@ def _check_identity(run: Any, tags: Any) -> None:
         if key not in RUN_FIELDS:
             raise ConfigError(f"run has no field '{key}' (at 'run.{key}'); fields: "
                               + "; ".join(f"{k}: {v}" for k, v in RUN_FIELDS.items())
-                              + f".{_suggest(str(key), RUN_FIELDS)}")
+                              + f".{suggest(str(key), RUN_FIELDS)}")
         if key == "overrides":
             ok = value is None or (isinstance(value, list) and all(isinstance(v, str) for v in value))
         else:

@@ -70,9 +70,9 @@ def check_precision(trainer: Dict[str, Any]) -> None:
     precision, accelerator = str(trainer.get("precision")), trainer.get("accelerator", "auto")
     if precision not in ("16-mixed", "16") or accelerator not in (None, "auto", "cpu"):
         return
-    from attnflow.training.distributed import _has_mps  # (auto: Lightning's choice of MPS)
+    from attnflow.training.distributed import has_mps  # (auto: Lightning's choice of MPS)
 
-    if accelerator == "cpu" or not (_uses_cuda(accelerator) or _has_mps()):
+    if accelerator == "cpu" or not (_uses_cuda(accelerator) or has_mps()):
         from attnflow.config.registry import ConfigError
 
         raise ConfigError(f"trainer.precision={precision} (at 'trainer.precision') is float16 "

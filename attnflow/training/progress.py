@@ -17,7 +17,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ProgressBar, RichProgressBar, TQDMProgressBar
 
 from attnflow.io import console
-from attnflow.io.console import _fmt
+from attnflow.io.console import fmt_value
 
 
 def progress_bar(kind: Optional[str], every_n_steps: Optional[int] = None) -> Optional[ProgressBar]:
@@ -97,7 +97,7 @@ class TextProgressBar(ProgressBar):
     def _metrics(self, trainer: pl.Trainer, prefixes=("train/", "val/")) -> str:
         items = sorted((k, v) for k, v in trainer.callback_metrics.items()
                        if k.startswith(prefixes) and not k.endswith("_step"))
-        return " ".join(f"{k.removesuffix('_epoch')}={_fmt(v)}" for k, v in items)
+        return " ".join(f"{k.removesuffix('_epoch')}={fmt_value(v)}" for k, v in items)
 
     # -- training ------------------------------------------------------------------------------------
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -113,7 +113,7 @@ class TextProgressBar(ProgressBar):
             # the bar's metrics of this step (validation values shown would be last epoch's)
             bar = {k: v for k, v in self.get_metrics(trainer, pl_module).items()
                    if k.startswith("train/") or "/" not in k and k != "v_num"}
-            extra = " ".join(f"{k.removesuffix('_step')}={_fmt(v)}" for k, v in sorted(bar.items()))
+            extra = " ".join(f"{k.removesuffix('_step')}={fmt_value(v)}" for k, v in sorted(bar.items()))
             self.print(f"{self._epoch(trainer)} {line} {extra}".rstrip())
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -45,7 +45,7 @@ from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 from pytorch_lightning.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader
 
-from attnflow.io.checkpoints import CheckpointError, _why_unreadable
+from attnflow.io.checkpoints import CheckpointError, why_unreadable
 
 WANDB_ID_KEY = "attnflow_wandb_run_id"
 
@@ -90,7 +90,7 @@ def load_checkpoint_file(path: Path | str, map_location: Any = "cpu", mmap: bool
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except Exception as err:  # noqa: BLE001  (any unreadable, truncated or unsafe file)
-        raise CheckpointError(f"cannot read checkpoint {path}: {_why_unreadable(path, err)}") from None
+        raise CheckpointError(f"cannot read checkpoint {path}: {why_unreadable(path, err)}") from None
     if lightning and (not isinstance(ckpt, dict) or "state_dict" not in ckpt):
         raise CheckpointError(f"{path} is not an attnflow/Lightning checkpoint (no state_dict)")
     return ckpt

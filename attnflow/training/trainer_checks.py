@@ -14,7 +14,7 @@ import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
 from attnflow.training.distributed import (parse_devices)
 from attnflow.training import resume  # resume=, ckpt_path=; exact restarts, atomic checkpoints
 from attnflow.training.precision import AUTO as PRECISION_AUTO  # =auto
-from attnflow.config.registry import (TASKS, ConfigError, Range, _suggest,
+from attnflow.config.registry import (TASKS, ConfigError, Range, suggest,
                                type_name)
 from attnflow.tasks.optim import schedule_length_error
 
@@ -99,7 +99,7 @@ def check_trainer_types(trainer: Dict[str, Any]) -> None:
         value = trainer.get(key)
         if isinstance(value, str) and value.lower() not in names:
             raise ConfigError(f"trainer.{key} (at 'trainer.{key}') must be one of {', '.join(names)} "
-                              f"or null, got {value!r}.{_suggest(value.lower(), names)}")
+                              f"or null, got {value!r}.{suggest(value.lower(), names)}")
     for key in ("max_time", "val_check_interval"):
         check_duration(key, trainer.get(key))
 
@@ -129,7 +129,7 @@ def check_trainer_names(trainer: Dict[str, Any]) -> None:
         value = trainer.get(key)
         if isinstance(value, str) and value.lower() not in names:
             raise ConfigError(f"trainer.{key} (at 'trainer.{key}') must be one of "
-                              f"{', '.join(names)}, got {value!r}.{_suggest(value.lower(), names)}")
+                              f"{', '.join(names)}, got {value!r}.{suggest(value.lower(), names)}")
 
 
 def check_schedule_length(cfg: Dict[str, Any]) -> None:

@@ -30,7 +30,7 @@ from attnflow.config.overrides import (command_line, hydra_references, read_keys
                                 unread_overrides)
 from attnflow.training.precision import check_precision  # =auto
 from attnflow.config.registry import (AGGREGATORS, ATTENTIONS, DATA, ENCODERS, MODELS, NORMALIZERS,
-                               POOLINGS, POSITIONALS, SCORERS, TASKS, ConfigError, _suggest,
+                               POOLINGS, POSITIONALS, SCORERS, TASKS, ConfigError, suggest,
                                build_config)
 
 from attnflow.training.trainer_checks import (SET_BY_ATTNFLOW, check_callback_needs, check_minimums,
@@ -77,7 +77,7 @@ def validate_config(cfg: Dict[str, Any]) -> None:
                 f"lightning's Trainer except {', '.join(SET_BY_ATTNFLOW)} (set by attnflow: "
                 f"logger=…, callbacks.…, callbacks.progress_bar, callbacks.checkpoint (null: none); "
                 f"plugins: the atomic, weights-only checkpoint IO; barebones: off, as the tasks log "
-                f"their metrics, which barebones forbids).{_suggest(key, allowed)}")
+                f"their metrics, which barebones forbids).{suggest(key, allowed)}")
     check_trainer_types(cfg.get("trainer") or {})
     check_trains_something(cfg.get("trainer") or {})
     check_minimums(cfg.get("trainer") or {})
@@ -86,7 +86,7 @@ def validate_config(cfg: Dict[str, Any]) -> None:
     for key, value in (cfg.get("callbacks") or {}).items():
         if key not in CALLBACK_FIELDS:
             raise ConfigError(f"callbacks has no entry '{key}' (at 'callbacks.{key}'); entries: "
-                              f"{', '.join(CALLBACK_FIELDS)}.{_suggest(key, CALLBACK_FIELDS)}")
+                              f"{', '.join(CALLBACK_FIELDS)}.{suggest(key, CALLBACK_FIELDS)}")
         fields = CALLBACK_FIELDS[key]
         if fields is not None and value is not None and not isinstance(value, dict):
             names = ", ".join(f.name for f in dataclasses.fields(fields))
@@ -144,7 +144,7 @@ def _check_root_fields(cfg: Dict[str, Any]) -> None:
     for key, value in paths.items():
         if key not in known:
             raise ConfigError(f"paths has no field '{key}' (at 'paths.{key}'); fields: "
-                              f"{', '.join(known)}.{_suggest(key, known)}")
+                              f"{', '.join(known)}.{suggest(key, known)}")
         if not isinstance(value, str):
             raise ConfigError(f"paths.{key} (at 'paths.{key}') must be a path (a string), got {value!r}")
 
@@ -288,7 +288,7 @@ def check_composition(cfg: Dict[str, Any]) -> None:
             raise ConfigError(
                 f"callbacks.{key}.monitor '{monitor}' is not a metric that task '{cfg['task']['name']}' "
                 f"logs; it logs {', '.join(names)} (null: its default, {task.monitor})."
-                f"{_suggest(monitor, names)}")
+                f"{suggest(monitor, names)}")
 
 
 def metric_names(task: Any, cfg: Dict[str, Any], splits=("train", "val")) -> List[str]:
