@@ -196,7 +196,7 @@ def test_a_fine_tuned_run_is_rebuilt_without_its_pretraining_run(tmp_path):
                                               "{t}/missing"),
     ("translate", ["sweep"], "attnflow-translate: {t}/sweep is a multirun (sweep) folder, not a run "
                              "directory: name one of its runs ({t}/sweep/0)"),
-    ("average_cli", ["missing"], "attnflow-average: no such run directory: {t}/missing"),
+    ("average", ["missing"], "attnflow-average: no such run directory: {t}/missing"),
 ], ids=["eval", "predict", "translate", "average"])
 def test_a_path_that_is_no_run_is_refused_before_torch_is_imported(tmp_path, tool, args, refusal):
     """attnflow-eval, -predict, -translate and -average, run as users run them (a fresh
@@ -207,7 +207,7 @@ def test_a_path_that_is_no_run_is_refused_before_torch_is_imported(tmp_path, too
     (tmp_path / "sweep" / "0").mkdir(parents=True)
     (tmp_path / "sweep" / "0" / "config.yaml").write_text("data: {name: reverse}\n")
     (tmp_path / "sweep" / "multirun.yaml").write_text("hydra: {}\n")
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", f"attnflow.{tool}",
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", f"attnflow.cli.{tool}",
                            *(str(tmp_path / a) if i == 0 else a for i, a in enumerate(args))],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr

@@ -620,7 +620,7 @@ def test_under_ddp_any_ranks_non_finite_loss_stops_every_rank():
     ("translate", ["RUN", "-f", " "], "-f/--file"),
     ("predict", ["RUN", "--explain", ""], "--explain"),
     ("predict", ["RUN", "-o", ""], "-o/--output"),
-    ("average_cli", ["RUN", "--name", ""], "--name"),
+    ("average", ["RUN", "--name", ""], "--name"),
 ])
 def test_an_empty_path_argument_is_refused_by_name(module, argv, option, tmp_path, monkeypatch, capsys):
     """``attnflow-eval RUN -o "$OUT"`` with OUT unset: the empty path was taken as not given (the
@@ -629,7 +629,7 @@ def test_an_empty_path_argument_is_refused_by_name(module, argv, option, tmp_pat
     import importlib
 
     monkeypatch.chdir(tmp_path)
-    main = importlib.import_module(f"attnflow.{module}").main
+    main = importlib.import_module(f"attnflow.cli.{module}").main
     with pytest.raises(SystemExit) as done:
         main(argv)
     assert done.value.code == 2
