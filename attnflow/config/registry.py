@@ -52,17 +52,13 @@ from typing import Annotated, Any, Callable, Dict, Mapping, Optional, Sequence, 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from attnflow.io.console import AttnflowWarning  # noqa: F401  (re-exported)
+
 ENTRY_POINT_GROUP = "attnflow.blocks"
 
 
 class ConfigError(ValueError):
     """A config names an unknown block or has a bad field. The message is meant for the user."""
-
-
-class AttnflowWarning(UserWarning):
-    """What attnflow tells the user of their run: a field left out, a fallback taken. The console
-    scripts print it as one line, ``attnflow: warning: …`` (:func:`attnflow.io.console.plain_warnings`):
-    the user's config is its cause, not the line of attnflow that noticed it."""
 
 
 class _BlockKind:

@@ -11,7 +11,7 @@ import pytorch_lightning as pl
 from torch.utils.data import DataLoader, Dataset
 
 from attnflow.data.buckets import BucketBatchSampler, trainer_epoch
-from attnflow.training.distributed import eval_sampler
+from attnflow.data.sampling import eval_sampler
 
 
 class SplitDataModule(pl.LightningDataModule):

@@ -33,7 +33,7 @@ from attnflow.data.base import SplitDataModule
 from attnflow.data.errors import check_fields
 from attnflow.data.shapes import (BOS, EOS, PAD, RELATIONS, UNK, ShapesCaptions, Vocab,
                                   all_captions, check_options, collate, make_splits)
-from attnflow.training.distributed import eval_sampler
+from attnflow.data.sampling import eval_sampler
 from attnflow.config.registry import DATA, ConfigError, NonNegativeInt, PositiveInt
 
 __all__ = ["CaptioningDataModule", "ShapesDataModule", "tokenize_caption", "frame_targets",

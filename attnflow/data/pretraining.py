@@ -50,7 +50,7 @@ from attnflow.data.base import SplitDataModule
 from attnflow.data.buckets import BucketBatchSampler
 from attnflow.data.documents import clean, read_jsonl, split_sentences
 from attnflow.data.errors import DataError, check_fields, numbered_lines
-from attnflow.training.distributed import eval_sampler
+from attnflow.data.sampling import eval_sampler
 from attnflow.config.registry import DATA, NonNegativeInt, PositiveInt, Probability, Range
 from attnflow.io.text import atomic_path
 

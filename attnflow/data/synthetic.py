@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from attnflow.data.base import SplitDataModule
-from attnflow.training.distributed import eval_sampler
+from attnflow.data.sampling import eval_sampler
 from attnflow.config.registry import DATA, ConfigError, NonNegativeInt, PositiveInt, Range
 
 PAD, BOS, EOS = 0, 1, 2

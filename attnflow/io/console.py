@@ -15,18 +15,23 @@ import contextlib
 import sys
 from typing import Any, Dict, Iterator, Mapping
 
+class AttnflowWarning(UserWarning):
+    """What attnflow tells the user of their run: a field left out, a fallback taken. The console
+    scripts print it as one line, ``attnflow: warning: …`` (:func:`plain_warnings`):
+    the user's config is its cause, not the line of attnflow that noticed it."""
+
+
 BARS = ("auto", "rich", "tqdm", "text", "none")  # callbacks.progress_bar (attnflow.training.progress)
 
 
 def plain_warnings() -> None:
-    """attnflow's own warnings (:class:`attnflow.config.registry.AttnflowWarning`: a field left out, a
+    """attnflow's own warnings (:class:`AttnflowWarning`: a field left out, a
     fallback taken) as one line on stderr, ``attnflow: warning: …``, instead of Python's form with
     attnflow's file and source line; other warnings as before. Lightning's deprecation of
     ``LeafSpec``, raised by its own code on every run and nothing a user can act on, is silenced.
     For the console scripts; installed once."""
     import warnings
 
-    from attnflow.config.registry import AttnflowWarning
 
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
     shown = warnings.showwarning

@@ -123,3 +123,15 @@ class Task(pl.LightningModule):
         ``optimized_metric`` or a monitor would wait for in vain."""
         off = {m for m, field in cls.conditional_metrics.items() if not (task_cfg.get(field) or 0) > 0}
         return [n for n in cls.metric_names(splits) if n.split("/", 1)[1] not in off]
+
+
+def updated_on_any_rank(metric, trainer) -> bool:
+    """Whether ``metric`` (a torchmetrics object) was updated on any rank. Its ``compute()``
+    syncs under DDP, so every rank must call it or none; with :func:`eval_sampler` a rank whose
+    shard was empty (fewer items than ranks) has no update of its own, and deciding per rank
+    would leave the others waiting in the collective. One process: ``metric.update_count``."""
+    updated = bool(metric.update_count)
+    strategy = getattr(trainer, "strategy", None) if trainer is not None else None
+    if strategy is not None:
+        updated = bool(strategy.reduce_boolean_decision(updated, all=False))
+    return updated

@@ -32,7 +32,7 @@ from torchmetrics import SumMetric
 
 from attnflow.blocks.attention.penalty import doubly_stochastic_penalty
 from attnflow.blocks.decoders.decoding import decode
-from attnflow.training.distributed import updated_on_any_rank
+from attnflow.tasks.base import updated_on_any_rank
 from attnflow.config.registry import TASKS, ConfigError, NonNegativeFloat, PositiveInt, Probability
 from attnflow.tasks.captioning_metrics import grounding_sums, named_cells
 from attnflow.tasks.optim import OptimConfig

@@ -45,7 +45,7 @@ import torch
 from torch import nn
 from torchmetrics import MeanMetric
 
-from attnflow.training.distributed import updated_on_any_rank
+from attnflow.tasks.base import updated_on_any_rank
 from attnflow.config.registry import DATA, MODELS, TASKS, ConfigError, suggest
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig

@@ -233,31 +233,6 @@ def continue_csv_logs(trainer) -> None:
         writer.metrics_keys = sorted(set(writer.metrics_keys) | set(header))
 
 
-def eval_sampler(dataset):
-    """The sampler of a validation/test loader: under DDP each item on exactly one rank
-    (Lightning's injected DistributedSampler pads the ranks by repeating items, which would count
-    them twice in the metrics); ``None`` (the default order) in a single process."""
-    import torch
-
-    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
-        return None
-    from pytorch_lightning.overrides.distributed import UnrepeatedDistributedSampler
-
-    return UnrepeatedDistributedSampler(dataset, shuffle=False)
-
-
-def updated_on_any_rank(metric, trainer) -> bool:
-    """Whether ``metric`` (a torchmetrics object) was updated on any rank. Its ``compute()``
-    syncs under DDP, so every rank must call it or none; with :func:`eval_sampler` a rank whose
-    shard was empty (fewer items than ranks) has no update of its own, and deciding per rank
-    would leave the others waiting in the collective. One process: ``metric.update_count``."""
-    updated = bool(metric.update_count)
-    strategy = getattr(trainer, "strategy", None) if trainer is not None else None
-    if strategy is not None:
-        updated = bool(strategy.reduce_boolean_decision(updated, all=False))
-    return updated
-
-
 def fit_progress(trainer, checkpoint_dir) -> tuple:
     """(epochs, global_step) of the finished ``fit``. Under ddp_spawn the fit ran in spawned
     processes and this process's trainer still counts 0 (Lightning sends back only the weights,
