@@ -15,7 +15,7 @@ badly) when they differ, so fonts shrink instead of figures growing.
   BERT look at?").
 
 Panels (:func:`image_panel`, :func:`html_panel`, :func:`table_panel`) are plain dicts that
-:func:`attnflow.training.callbacks.log_panels` turns into W&B images / HTML / tables and TensorBoard
+:func:`attnflow.viz.panels.log_panels` turns into W&B images / HTML / tables and TensorBoard
 images / text.
 """
 
