@@ -405,8 +405,7 @@ def _drop_unread(args, kind: str, run: Run) -> None:
                       f"{kind}", AttnflowWarning)
     for o in unread:
         if o != "inputs":
-            setattr(args, o.split()[0].lstrip("-").replace("-", "_"), None)
-    args.json = bool(args.json)
+            setattr(args, o.split()[0][2:].replace("-", "_"), False if o == "--json" else None)
     if kind != "graph" and args.batch_size is None:
         args.batch_size = BATCH_SIZE
 

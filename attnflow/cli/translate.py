@@ -7,35 +7,21 @@
     attnflow-translate run_dir -f in.de --save-attention attn.npz             # attention maps as data
     attnflow-translate run_a -f in.de --ensemble run_b --ensemble b/checkpoints/epoch9.ckpt --beam 5
 
-A run directory holds ``config.yaml``, ``checkpoints/`` (the best checkpoint named in
-``metrics.json`` is used, else ``last.ckpt``) and ``tokenizer/`` (written by the parallel-text
-data module at training time). A checkpoint path works too: its config is read from the
-checkpoint and its tokenizers from the run directory above ``checkpoints/``, else from the
-checkpoint itself (a checkpoint copied out of its run directory; written since 2026-11-24).
-Output: one line per input line, detokenised, printed (and flushed) batch by batch as they are
-done. Decoding: greedy with ``--beam 1``, else batched beam search with the GNMT length penalty
-``--length-penalty``. Input lines are split on ``\\n`` alone (:mod:`attnflow.io.text`).
+A run directory's best checkpoint (``metrics.json``, else ``last.ckpt``) and tokenizers
+(``tokenizer/``, else those the checkpoint carries) are read; a checkpoint path works too.
+Output: one line per input line (split on ``\\n`` alone), detokenised, printed batch by batch.
+Decoding: greedy with ``--beam 1``, else batched beam search with the GNMT length penalty. Without
+``--beam`` / ``--length-penalty`` / ``--max-len`` a run decodes as its own test step did:
+``task.beam_size``, ``task.length_penalty`` (a task without beam search: beam 1, α 0.6) and
+``data.max_decode_len`` (:func:`run_decoding`).
 
-Defaults from the run: without ``--beam`` / ``--length-penalty`` / ``--max-len`` a run decodes as
-its own test step did — beam ``task.beam_size``, α ``task.length_penalty`` (the translation task's
-defaults, 4 and 0.6, where the run left them unset), at most ``data.max_decode_len`` subwords
-(:func:`run_decoding`); a task without beam search (``task=seq2seq``: greedy) gives beam 1 and
-α 0.6 (read only with an explicit ``--beam`` above 1). An option given overrides the run's value,
-as ``attnflow-predict --beam`` does for a captioning run's ``task.beam_size``.
-
-Failures: a bad path, an unreadable or truncated checkpoint, a checkpoint that is not an attnflow
-translation run, a missing input file, an input of no lines (an empty ``-f`` file or stdin, as
-attnflow-predict refuses one) print one message and exit with status 2. An empty input
-line is reported on stderr and gives an empty output line, so output lines stay aligned with
-input lines. A line longer than the model's source limit (``data.max_src_len`` subwords, as in
-training) is translated from its first ``max_src_len`` subwords, with a warning on stderr that
-counts the subwords cut. An output file is never overwritten: ``--attention OUT.png`` writes
-OUT.png for the first heat map and OUT_1.png, OUT_2.png, … for the others; with sentences as
-arguments every one of these names is checked before decoding (with ``-f`` or stdin, where their
-number is known only at the end, before the first is written); an existing one, or a folder in a
-path that is a file, stops the command with one message naming it
-(:func:`attnflow.io.text.check_new_outputs`). Sentences as arguments and ``-f`` together are
-refused (the file was ignored).
+A bad path or checkpoint, a run that is not a translation run, a missing input file or an input
+of no lines is one message, exit status 2. An empty input line gives an empty output line (and a
+note), so output lines stay aligned with input lines; a line over ``data.max_src_len`` subwords
+is translated from what fits, with a note counting the subwords cut. No output file is
+overwritten (:func:`attnflow.io.text.check_new_outputs`): ``--attention OUT.png`` writes OUT.png,
+OUT_1.png, … one heat map per line, each name checked before decoding (``-f``, stdin: before the
+first is written).
 
 ``--ensemble PATH`` (repeatable) adds a run or checkpoint to the first: the models decode as one,
 each token chosen from the mean of their next-token distributions (:mod:`attnflow.models.ensemble`;
