@@ -5,17 +5,11 @@
     attnflow-predict RUN --file images.txt --beam 5 --json   # image paths one per line
 
 The model and the task are rebuilt from the run's config with the context its data module gave
-in training (the vocabulary ``itos``, the input kind, ``image_size`` or ``feature_dim`` and
-``max_decode_len`` from ``vocab.json`` or the checkpoint's ``attnflow_artifacts``), and the weights
-loaded into them; captions come from :meth:`CaptioningTask.caption` (beam search with the run's
-``task.beam_size``, or ``--beam``; 1 = greedy), as validation and test decode.
-
-Inputs are read as training read them: a pixels run loads each image with
-:func:`attnflow.data.captions.load_image` (RGB, resized to the run's ``image_size``); a features
-run (``data.features``) takes one ``.npy`` file (L, D) of region features per input, D the run's.
-Every input is read before anything is written (printed lines, PNGs, the ``.npz``): one that
-cannot be read (missing, corrupt, the wrong D) stops the command with one line naming the file.
-Each image is read twice (a check, then the batch), so that memory holds one batch of images.
+in training (``vocab.json`` or the checkpoint's ``attnflow_artifacts``); captions come from
+:meth:`CaptioningTask.caption` (beam search of the run's ``task.beam_size``, or ``--beam``). Inputs
+are read as in training: images resized to the run's ``image_size``, or for a features run
+(``data.features``) one ``.npy`` file (L, D) of region features each. Every input is read before
+anything is written: one that cannot be read stops the command with one line naming it.
 
 Output: ``path<TAB>caption`` per input (``--json``: ``{"image", "caption", "words"}``), printed
 batch by batch. ``--attention OUT.png``: per input the picture of

@@ -4,15 +4,11 @@ their [MASK] tokens (pretrained, ``task=bert_pretraining``), and show the attent
     attnflow-predict FINETUNED_RUN "A wonderful film." --explain out.html
     attnflow-predict PRETRAINING_RUN "The film was [MASK] ." --top-k 5 --json
 
-The model is rebuilt from the run's config (a fine-tuned run without its ``model.init_from``: the
-run's own checkpoint holds every weight; :func:`attnflow.io.checkpoints.load_run`), the tokenizer
-is the run's own, ``<run>/tokenizer/wordpiece.json`` or else the checkpoint's artifacts (what
-``setup_evaluation`` of the data modules reads). Each input line is encoded as in training:
-markup removed (:func:`attnflow.data.documents.clean`), ``[CLS] subwords [SEP]``, cut to the run's
-``data.max_len`` (the text loses its end, as in training; a warning on stderr counts what was cut:
-the first ten texts one by one, then a total). In a pretraining run's input a literal ``[SEP]``
-starts segment B (``[CLS] A [SEP] B [SEP]``, segment ids 0 then 1, as in pretraining); ``[MASK]``,
-``[SEP]`` and the other special tokens are read as such by the tokenizer whatever the case.
+The model is rebuilt from the run's config and checkpoint (a fine-tuned run's checkpoint holds
+every weight), the tokenizer is the run's own (``<run>/tokenizer/``, else the checkpoint's
+artifacts). Each input line is encoded as in training: markup removed, ``[CLS] subwords [SEP]``,
+cut at its end to the run's ``data.max_len`` (a note on stderr counts what was cut). In a
+pretraining run's input a literal ``[SEP]`` starts segment B (``[CLS] A [SEP] B [SEP]``).
 
 Output, one line per input line (a blank line, or one without subwords: ``-`` and a note on
 stderr), printed batch by batch:
