@@ -425,7 +425,7 @@ def test_checkpoint_mode_ranks_nothing_without_a_kept_checkpoint_a_monitor_or_av
     the config sets (a null monitor is the task's, ranked by the task's direction)."""
     from pathlib import Path
 
-    from attnflow.cli.report import Run, choose_metric
+    from attnflow.viz.runs import Run, choose_metric
 
     base = [*GRAPH, "trainer.max_epochs=2", "logger=none", "callbacks.attention_maps.examples=0",
             "callbacks.checkpoint.save_top_k=0", "callbacks.checkpoint.save_last=true"]

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import attnflow.cli.predict as predict_mod
+import attnflow.cli.predict_io as predict_io
 from attnflow.cli.predict import main
 from cli_runs import (GRAPH, assert_streams, document_files, document_overrides, fabricate_run,
                       one_torch_thread, parallel_files, translation_overrides, write_jsonl)
@@ -88,7 +89,7 @@ def test_json_lines_split_on_newline_only_and_gzip(runs, tmp_path, capsys):
 
 
 def test_output_streams_batch_by_batch(runs, monkeypatch):
-    assert_streams(monkeypatch, predict_mod, main, [str(runs["han"])], "A good film.")
+    assert_streams(monkeypatch, predict_io, main, [str(runs["han"])], "A good film.")
 
 
 def test_save_attention_han_word_and_sentence_weights(runs, tmp_path, capsys):
@@ -170,17 +171,8 @@ def test_gat_nodes_labels_probabilities_and_top_neighbours(runs, tmp_path, capsy
 
 def test_gat_prediction_failures_write_nothing(runs, tmp_path, capsys):
     out = tmp_path / "nodes.csv"
-    assert main([str(runs["gat"]), "some text", "-o", str(out)]) == 2
-    assert "takes no texts" in capsys.readouterr().err
     assert main([str(runs["gat"]), "--explain", "x.html", "-o", str(out)]) == 2
     assert "takes no file" in capsys.readouterr().err
-    # options a graph run has no use for are refused, not silently ignored
-    assert main([str(runs["gat"]), "--json", "-o", str(out)]) == 2
-    assert "--json is for document runs" in capsys.readouterr().err
-    assert main([str(runs["gat"]), "--top-k", "3", "-o", str(out)]) == 2
-    assert "add --explain" in capsys.readouterr().err
-    assert main([str(runs["gat"]), "--batch-size", "7", "-o", str(out)]) == 2  # was read by nothing
-    assert "--batch-size is for documents, texts and images" in capsys.readouterr().err
     assert not out.exists()
     # a name whose suffix is not the CSV written (nodes.npz held CSV text), in a folder not made
     for name in ("nodes.npz", "nodes.csv.gz", "nodes.tsv", "sub/nodes"):
@@ -192,6 +184,19 @@ def test_gat_prediction_failures_write_nothing(runs, tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == []
     assert main([str(runs["han"]), "--explain"]) == 2
     assert "--explain OUT.html" in capsys.readouterr().err
+
+
+def test_options_a_graph_run_leaves_unread_are_one_warning(runs, tmp_path, capsys):
+    out, plain = tmp_path / "nodes.csv", tmp_path / "plain.csv"
+    assert main([str(runs["gat"]), "-o", str(plain)]) == 0
+    capsys.readouterr()
+    args = [str(runs["gat"]), "some text", "--json", "--batch-size", "7", "--top-k", "3",
+            "-o", str(out)]
+    assert main(args) == 0
+    assert capsys.readouterr().err == (
+        f"attnflow: warning: texts and --file, --json, --batch-size, --top-k (without --explain): "
+        f"not read for the run at {runs['gat']}, which works on graph\n")
+    assert out.read_text() == plain.read_text()
 
 
 @pytest.mark.parametrize("run, option, name", [("gat", "-o", "nodes.csv"), ("gat", "--save-attention", "a.npz"),
@@ -265,7 +270,7 @@ def test_an_empty_input_is_refused_naming_the_file_or_stdin(runs, tmp_path, caps
         assert capsys.readouterr().err == (f"attnflow-predict: no documents given (arguments, "
                                            f"--file or stdin): --file {empty} holds no lines\n")
         assert not out.exists() and not npz.exists()
-    monkeypatch.setattr(predict_mod, "iter_stdin", lambda: iter([]))
+    monkeypatch.setattr(predict_io, "iter_stdin", lambda: iter([]))
     assert main([str(runs["han"])]) == 2
     assert capsys.readouterr().err.endswith(": stdin holds no lines\n")
 

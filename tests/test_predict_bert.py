@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-import attnflow.cli.predict as predict_mod
+import attnflow.cli.predict_io as predict_io
 from attnflow.cli.predict import main
 from attnflow.config.registry import MODELS
 from cli_runs import QUIET, assert_streams, fabricate_run, one_torch_thread, write_jsonl  # noqa: F401
@@ -169,7 +169,7 @@ def test_plain_lines_file_input_and_streaming(runs, tmp_path, capsys, monkeypatc
     for line, js in zip(plain[:2], as_json[:2]):
         r = json.loads(js)
         assert line == f"{r['label']}\t{r['probability']:.4f}\t{r['text']}"
-    assert_streams(monkeypatch, predict_mod, main, [str(runs["ft"])], "A good film.")
+    assert_streams(monkeypatch, predict_io, main, [str(runs["ft"])], "A good film.")
 
 
 # -- a pretraining run --------------------------------------------------------------------------------
@@ -221,8 +221,6 @@ def _one_line_refusal(capsys, args, expect: str) -> None:
 def test_refusals_are_one_line_and_write_no_output(runs, tmp_path, capsys):
     out = tmp_path / "labels.tsv"
     ft, pre = str(runs["ft"]), str(runs["pre"])
-    _one_line_refusal(capsys, [ft, "x", "--top-k", "3", "-o", str(out)],
-                      "--top-k is for graph runs (neighbours) and BERT pretraining runs")
     _one_line_refusal(capsys, [ft, "x", "--explain", "-o", str(out)], "--explain OUT.html")
     _one_line_refusal(capsys, [ft, "x", "--explain", "x.png"], "--explain OUT.html")
     _one_line_refusal(capsys, [pre, "a [MASK]", "--top-k", "0"], "--top-k must be >= 1")

@@ -157,7 +157,8 @@ def test_attention_must_name_a_png(run, tmp_path, capsys):
 
 
 def test_region_features_of_the_wrong_size_are_named(tmp_path):
-    from attnflow.cli.predict_image import ImagePredictError, read_input
+    from attnflow.cli.predict_image import read_input
+    from attnflow.cli.predict_io import PredictError
 
     model = MODELS.build({"name": "captioner", "encoder": {"name": "features"},
                           "decoder": {"name": "rnn_attention", "cell": "lstm", "embed_dim": 4,
@@ -168,9 +169,9 @@ def test_region_features_of_the_wrong_size_are_named(tmp_path):
     np.save(wide, np.random.rand(9, 7).astype(np.float32))
     np.save(ragged, np.random.rand(7, 6).astype(np.float32))  # 7 regions: no square grid
     assert read_input(str(good), art, model).shape == (9, 6)
-    with pytest.raises(ImagePredictError, match=r"wide\.npy have shape \(9, 7\).*\(L, 6\)"):
+    with pytest.raises(PredictError, match=r"wide\.npy have shape \(9, 7\).*\(L, 6\)"):
         read_input(str(wide), art, model)
-    with pytest.raises(ImagePredictError, match=r"ragged\.npy: .*L = 7 regions"):
+    with pytest.raises(PredictError, match=r"ragged\.npy: .*L = 7 regions"):
         read_input(str(ragged), art, model)
 
 
@@ -183,16 +184,18 @@ def test_other_runs_keep_their_refusal(tmp_path, capsys):
         f"images (translation runs: attnflow-translate)\n")
 
 
-def test_captioning_options_on_other_runs_are_refused(tmp_path, capsys):
-    """--beam and --attention would do nothing for a document classifier: refused, naming them."""
+def test_captioning_options_on_other_runs_are_one_warning(tmp_path, capsys):
+    """--beam and --attention do nothing for a document classifier: one warning naming them."""
     from cli_runs import document_files, document_overrides
 
     han = fabricate_run(document_overrides(document_files(tmp_path / "docs")), tmp_path / "han_run")
-    assert main([str(han), "a good film", "--beam", "2", "--attention", str(tmp_path / "o.png")]) == 2
-    # (the last line: training the run may leave logging noise on a captured stream)
-    assert capsys.readouterr().err.splitlines()[-1] == (
-        f"attnflow-predict: --beam and --attention are for captioning runs; the run at {han} works "
-        f"on documents")
+    capsys.readouterr()
+    assert main([str(han), "a good film"]) == 0
+    plain = capsys.readouterr().out
+    assert main([str(han), "a good film", "--beam", "2", "--attention", str(tmp_path / "o.png")]) == 0
+    out, err = capsys.readouterr()
+    assert out == plain and err == (f"attnflow: warning: --beam, --attention: not read for the run "
+                                    f"at {han}, which works on documents\n")
     assert not (tmp_path / "o.png").exists()
 
 

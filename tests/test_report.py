@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from attnflow.cli.report import MISSING, main
+from attnflow.cli.report import main
+from attnflow.viz.runs import MISSING
 from support import CHROMIUM, CHROMIUM_MISSING, FAST, chromium_dom, chromium_flags, train_cli
 
 # FAST, smaller still, with two epochs so that learning curves have two points.
@@ -148,7 +149,7 @@ def test_sweep_report_matches_the_jobs(sweep, sweep_report):
 
 
 def test_learning_curves_follow_the_csv_history(sweep):
-    from attnflow.cli.report import history, read_run
+    from attnflow.viz.runs import history, read_run
 
     run = read_run(sweep / "0", "0")
     rows = read_csv(sweep / "0" / "csv" / "version_0" / "metrics.csv")
@@ -196,7 +197,8 @@ def test_status_is_one_line_and_a_damaged_first_run_is_never_shown_best(sweep, t
     first, among the ok runs, by its metrics; "N with metrics" counted the ok runs."""
     from rich.console import Console
 
-    from attnflow.cli.report import build, print_table
+    from attnflow.cli.report import print_table
+    from attnflow.viz.runs import build
 
     copy = _copy(sweep, tmp_path / "sweep")
     (copy / "0" / "config.yaml").write_text("a: [1, 2\nb: c\n")

@@ -165,7 +165,7 @@ def test_cli_metric_the_run_did_not_report_fails_after_it(monkeypatch, capsys, t
     assert all(name in err for name in summary["metrics"])
     # the run records its failure (exit 2 after metrics.json), and attnflow-report does not say ok
     assert summary["failed"].startswith("optimized_metric 'val/unlogged' was not reported")
-    from attnflow.cli.report import read_run
+    from attnflow.viz.runs import read_run
 
     assert read_run(run, "run").status.startswith("failed: optimized_metric 'val/unlogged'")
 

@@ -22,14 +22,12 @@ data module, ``data.name`` for another module of the same kind: its fields start
 ``conf/data/<name>.yaml``); ``task.<field>`` (e.g. ``task.beam_size``); ``trainer.accelerator``,
 ``trainer.devices``, ``trainer.precision`` (``auto``: bf16-mixed where native, else 32-true:
 :mod:`attnflow.training.precision`), ``trainer.limit_val_batches``,
-``trainer.limit_test_batches``; ``seed`` (only where evaluating draws from the process's random
-state: a graph run's ``data.loader=neighbor`` samples neighbours). Each is checked before any
-work: an unknown key or field is one message naming it, exit status 2, and so is a key given
-twice, a ``trainer.limit_<split>_batches=0`` for the split evaluated (no batch), and one this
-evaluation would leave unread (the other split's ``limit_*_batches``, a task field read in
-training only such as ``task.optim``, a data field its data config leaves unread, ``seed`` where
-nothing draws from it — the run's data reads ``data.seed``, saved resolved in its config, and the
-message names it). Data that does not fit the run's weights (a GAT run on a
+``trainer.limit_test_batches``; ``seed`` (Lightning's ``seed_everything``; the run's data reads
+its own ``data.seed``, saved resolved in its config). Each is checked before any work: an unknown
+key or field is one message naming it, exit status 2, and so is a key given twice, a
+``trainer.limit_<split>_batches=0`` for the split evaluated (no batch), and a value of a field the
+model is bound to (the translation direction) other than the run's. The other split's
+``limit_*_batches`` is one warning. Data that does not fit the run's weights (a GAT run on a
 graph with another feature size or number of classes; a vocabulary of another size) is a message
 naming the weight and both shapes, not a traceback.
 
@@ -49,16 +47,18 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
+from attnflow.config.registry import AttnflowWarning, ConfigError, suggest
 from attnflow.io.checkpoints import CheckpointError, Run, load_run, load_weights, run_artifacts
-from attnflow.training.onednn import bound_primitive_cache
-from attnflow.config.registry import ConfigError, suggest
+from attnflow.io.console import plain_warnings
 from attnflow.io.text import check_folder, check_new_outputs, path_arg
+from attnflow.training.onednn import bound_primitive_cache
 
 TRAINER_FIELDS = ("accelerator", "devices", "precision", "limit_val_batches", "limit_test_batches")
 SPLITS = ("val", "test")
@@ -103,8 +103,7 @@ def apply_overrides(run: Run, overrides: List[Tuple[str, Any]]) -> Tuple[Dict[st
     """(config to evaluate with, split, trainer fields): the run's config with ``overrides``
     applied and validated against the registries (:class:`ConfigError` naming the key)."""
     import attnflow  # noqa: F401  (registries find their blocks on lookup)
-    from attnflow.config.registry import DATA, MODELS, TASKS
-    from attnflow.training.validate import INTERFACES
+    from attnflow.config.registry import DATA, TASKS
     from attnflow.training.trainer_checks import check_trainer_types, reads_no_batch
 
     cfg = {k: (dict(v) if isinstance(v, dict) else v) for k, v in run.config.items()}
@@ -137,14 +136,7 @@ def apply_overrides(run: Run, overrides: List[Tuple[str, Any]]) -> Tuple[Dict[st
                               f"{suggest(key, known)}")
     check_trainer_types(trainer)
     cfg["data"] = DATA.validate(cfg["data"], "data")
-    data_kind = getattr(DATA.get(cfg["data"]["name"]), "interface", None)
-    model_kind = getattr(MODELS.get(cfg["model"]["name"]), "interface", None)
-    if data_kind and model_kind and data_kind != model_kind:
-        same = [n for n in DATA.names() if getattr(DATA.get(n), "interface", None) == model_kind]
-        raise ConfigError(f"data '{cfg['data']['name']}' gives {INTERFACES.get(data_kind, data_kind)}, "
-                          f"but the run's model '{cfg['model']['name']}' works on "
-                          f"{INTERFACES.get(model_kind, model_kind)}: evaluate it on data of its "
-                          f"kind ({', '.join(same)})")
+    _check_kinds(cfg)
     cfg["task"] = TASKS.validate(cfg["task"], "task")
     if split is None:  # the test split, unless the run has none and no override names one
         split = "test" if run.config.get("test", True) or any(
@@ -154,62 +146,44 @@ def apply_overrides(run: Run, overrides: List[Tuple[str, Any]]) -> Tuple[Dict[st
         raise ConfigError(f"trainer.limit_{split}_batches={limit} evaluates no batch of the {split} "
                           f"split: give a number of batches >= 1 or a share in (0, 1], or leave it "
                           f"out (every batch)")
-    _refuse_unread(keys, cfg, split, run.config.get("data") or {})
+    other = f"limit_{'val' if split == 'test' else 'test'}_batches"
+    if other in trainer:
+        warnings.warn(f"trainer.{other} is not read: split={split} evaluates the {split} split",
+                      AttnflowWarning)
+    _check_run_fixed(keys, cfg, run.config.get("data") or {})
     return cfg, split, trainer
 
 
-def _refuse_unread(keys: List[str], cfg: Dict[str, Any], split: str,
-                   trained: Dict[str, Any]) -> None:
-    """An override that this evaluation leaves unread is refused, as attnflow-train refuses one
-    (:mod:`attnflow.config.overrides`); it was accepted and recorded in the result: the other split's
-    ``trainer.limit_*_batches``, a task field read in training only (``task.optim``, word
-    dropout) or by the other split (``Task.split_fields``: ``beam_size`` is the test split's,
-    ``val_beam_size`` validation's), a data field only the test split reads with ``split=val``
-    (``test_fields``: Multi30k's ``data.test``) or the validation split reads with ``split=test``
-    (``val_fields``), a data field read in training only (``training_only``: the tokenizers'
-    settings, as the run's own are loaded), a data field the rest of the data config leaves
-    unread (``data.batch_size`` with a full-graph loader), the root ``seed`` where evaluating
-    draws nothing from the random state it seeds (the data class's ``evaluation_draws(fields)``;
-    the message names ``data.seed`` where the data reads one). A field the model is bound to
-    (``run_fixed``: the translation direction) is refused with a value other than the run's
-    (``trained``: its data config): a de→en model fed English sources scored BLEU 0 without a
-    word."""
-    from attnflow.config.registry import DATA, TASKS
+def _check_kinds(cfg: Dict[str, Any]) -> None:
+    """The data gives what the run's model works on (its ``interface``), else a ConfigError."""
+    from attnflow.config.registry import DATA, MODELS
+    from attnflow.training.validate import INTERFACES
 
-    task_class, data_class = TASKS.get(cfg["task"]["name"]), DATA.get(cfg["data"]["name"])
-    by_split = {  # {key: the one split that reads it}
-        **{f"trainer.limit_{s}_batches": s for s in SPLITS},
-        **{f"task.{f}": s for f, s in getattr(task_class, "split_fields", {}).items()},
-        **{f"data.{f}": s for s, attr in (("test", "test_fields"), ("val", "val_fields"))
-           for f in getattr(data_class, attr, ())}}
-    unread = {key: f"split={split} evaluates the {split} split; it is read with split={s}"
-              for key, s in by_split.items() if s != split}
-    for head, block in (("task", task_class), ("data", data_class)):
-        unread.update({f"{head}.{f}": f"{head} '{cfg[head]['name']}' reads it in training only"
-                       for f in getattr(block, "training_only", ())})
-    fixed = [f for f in getattr(data_class, "run_fixed", ()) if f"data.{f}" in keys]
-    if fixed and trained.get("name") == cfg["data"]["name"]:
-        before = DATA.validate(trained, "data")  # with the defaults the stored config left out
-        for f in fixed:
-            if cfg["data"].get(f) != before.get(f):
-                raise ConfigError(f"data.{f}={cfg['data'].get(f)}: the run was trained with data.{f}="
-                                  f"{before.get(f)}, and its model fits only that; evaluate a run "
-                                  f"trained for the other setting")
-    unread.update(DATA.inert_fields(cfg["data"], "data"))
-    draws = getattr(data_class, "evaluation_draws", None)
-    if "seed" in keys and not (draws and draws(cfg["data"])):
-        # training hands the root seed to seed_everything and (through ${seed}) to data.seed, which
-        # the saved config holds resolved: here it would only seed a random state nothing reads
-        reads = "seed" in cfg["data"] and "data.seed" not in unread
-        raise ConfigError(
-            f"seed={cfg.get('seed')} does nothing in attnflow-eval: the root seed reaches only "
-            f"Lightning's seed_everything, and evaluating data '{cfg['data']['name']}' draws nothing "
-            f"from it" + (f"; the data reads data.seed (here {cfg['data']['seed']}: the run's, saved "
-                          f"resolved in its config): give data.seed={cfg.get('seed')} instead"
-                          if reads else ". Drop the override"))
-    for key in keys:
-        if key in unread:
-            raise ConfigError(f"{key} does nothing in attnflow-eval: {unread[key]}. Drop the override")
+    data_kind = getattr(DATA.get(cfg["data"]["name"]), "interface", None)
+    model_kind = getattr(MODELS.get(cfg["model"]["name"]), "interface", None)
+    if data_kind and model_kind and data_kind != model_kind:
+        same = [n for n in DATA.names() if getattr(DATA.get(n), "interface", None) == model_kind]
+        raise ConfigError(f"data '{cfg['data']['name']}' gives {INTERFACES.get(data_kind, data_kind)}, "
+                          f"but the run's model '{cfg['model']['name']}' works on "
+                          f"{INTERFACES.get(model_kind, model_kind)}: evaluate it on data of its "
+                          f"kind ({', '.join(same)})")
+
+
+def _check_run_fixed(keys: List[str], cfg: Dict[str, Any], trained: Dict[str, Any]) -> None:
+    """A field the model is bound to (the data's ``run_fixed``: the translation direction) given a
+    value other than the run's (``trained``: its data config) is an error: a de→en model fed
+    English sources scores BLEU 0 without a word."""
+    from attnflow.config.registry import DATA
+
+    fixed = [f for f in getattr(DATA.get(cfg["data"]["name"]), "run_fixed", ()) if f"data.{f}" in keys]
+    if not fixed or trained.get("name") != cfg["data"]["name"]:
+        return
+    before = DATA.validate(trained, "data")  # with the defaults the stored config left out
+    for f in fixed:
+        if cfg["data"].get(f) != before.get(f):
+            raise ConfigError(f"data.{f}={cfg['data'].get(f)}: the run was trained with data.{f}="
+                              f"{before.get(f)}, and its model fits only that; evaluate a run "
+                              f"trained for the other setting")
 
 
 def output_path(run: Run, split: str, out: Optional[str]) -> Path:
@@ -250,6 +224,28 @@ def _context_summary(ctx: Dict[str, Any]) -> str:
     return f" ({', '.join(sizes)})" if sizes else ""
 
 
+def _trainer(device: str, trainer_fields: Dict[str, Any], scratch: str):
+    """Lightning's Trainer for one evaluation: ``device`` and the ``trainer.*`` overrides."""
+    import pytorch_lightning as pl
+
+    from attnflow.training.distributed import check_devices, lightning_refusals
+    from attnflow.training.precision import check_precision, resolve_precision
+
+    asked = {"accelerator": device, "precision": "32-true", **trainer_fields}
+    check_precision(asked)  # 16-mixed on the CPU
+    fields, note, warn = resolve_precision(asked)  # trainer.precision=auto
+    if note:
+        print(f"attnflow-eval: {'warning: ' if warn else ''}{note}", file=sys.stderr)
+    check_devices(fields)  # a GPU this machine lacks: attnflow's message, as attnflow-train's
+    with lightning_refusals(fields):  # the overrides were checked (apply_overrides, check_devices)
+        return pl.Trainer(accelerator=fields["accelerator"], devices=fields.get("devices", 1),
+                          precision=fields["precision"],
+                          limit_val_batches=fields.get("limit_val_batches"),
+                          limit_test_batches=fields.get("limit_test_batches"),
+                          logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                          enable_model_summary=False, default_root_dir=scratch)
+
+
 def evaluate(target: Path | str, overrides: List[str] = (), out: Optional[str] = None,
              device: str = "cpu") -> Tuple[Dict[str, Any], Path]:
     """Evaluate a run; returns (the written summary, its path). Raises :class:`ConfigError` or
@@ -261,25 +257,11 @@ def evaluate(target: Path | str, overrides: List[str] = (), out: Optional[str] =
 
     import pytorch_lightning as pl
 
-    from attnflow.training.distributed import check_devices, lightning_refusals
-    from attnflow.training.precision import check_precision, resolve_precision
     from attnflow.config.registry import DATA, MODELS, TASKS
 
     start = time.time()
     with tempfile.TemporaryDirectory(prefix="attnflow-eval-") as scratch:  # task side files
-        asked = {"accelerator": device, "precision": "32-true", **trainer_fields}
-        check_precision(asked)  # 16-mixed on the CPU
-        fields, note, warn = resolve_precision(asked)  # trainer.precision=auto
-        if note:
-            print(f"attnflow-eval: {'warning: ' if warn else ''}{note}", file=sys.stderr)
-        check_devices(fields)  # a GPU this machine lacks: attnflow's message, as attnflow-train's
-        with lightning_refusals(fields):  # the overrides were checked (apply_overrides, check_devices)
-            trainer = pl.Trainer(accelerator=fields["accelerator"], devices=fields.get("devices", 1),
-                                 precision=fields["precision"],
-                                 limit_val_batches=fields.get("limit_val_batches"),
-                                 limit_test_batches=fields.get("limit_test_batches"),
-                                 logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                                 enable_model_summary=False, default_root_dir=scratch)
+        trainer = _trainer(device, trainer_fields, scratch)
         pl.seed_everything(cfg.get("seed", 1234), workers=True, verbose=False)
         dm = DATA.build(cfg["data"], path="data")
         if hasattr(dm, "setup_evaluation"):
@@ -330,6 +312,7 @@ def print_metrics(summary: Dict[str, Any], path: Path) -> None:
 
 def main(argv: Optional[List[str]] = None) -> int:
     bound_primitive_cache()  # before any tensor work: oneDNN reads it once
+    plain_warnings()
     p = argparse.ArgumentParser(prog="attnflow-eval", description=__doc__.split("\n\n")[0],
                                 epilog=f"overrides: {USAGE}")
     p.add_argument("run", type=path_arg, help="a run directory or a .ckpt file")

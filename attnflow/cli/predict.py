@@ -17,19 +17,16 @@ from the registries and the weights loaded into it. For a run directory the best
 (``metrics.json``) is used, else ``checkpoints/last.ckpt``. A missing path, a corrupt or truncated
 checkpoint, or one that is not an attnflow run: one message, exit status 2. So is, before any
 work, an output (``-o``, ``--explain``, ``--save-attention``, ``--attention``) that exists, lies
-under a file, or is named by two of these options, and inputs given both as arguments and with
-``--file`` (:func:`attnflow.io.text.check_new_outputs`).
+under a file, or is named by two of these options (:func:`attnflow.io.text.check_new_outputs`),
+and inputs given both as arguments and with ``--file``.
 
-Documents (``documents``). The vocabulary comes from ``vocab.json`` in the run directory
-(written at the start of training) or the checkpoint's ``attnflow_artifacts``. Output: one line
-per input line, ``label<TAB>probability<TAB>text`` (JSON lines with ``--json``), printed and
-flushed batch by batch. Input lines are split on ``\\n`` alone (JSON strings may hold U+2028;
-:mod:`attnflow.io.text`). A blank line or a document without words gives
-``-<TAB>-<TAB>(empty: no words)`` (JSON: ``"label": null, "empty": true``) and a note on stderr,
-so output lines stay aligned with input lines. A document longer than the run's caps
-(``data.max_sentences`` sentences of ``data.max_words`` words, as in training) is classified
-from what fits, with a warning on stderr counting the sentences and words cut (the first ten
-such documents, then a total).
+Documents (``documents``). The vocabulary comes from ``vocab.json`` in the run directory or the
+checkpoint's ``attnflow_artifacts``. Output: one line per input line (split on ``\\n`` alone),
+``label<TAB>probability<TAB>text`` (JSON lines with ``--json``), printed batch by batch. A blank
+line or a document without words gives ``-<TAB>-<TAB>(empty: no words)`` (JSON: ``"label": null,
+"empty": true``) and a note on stderr, so output lines stay aligned with input lines. A document
+longer than the run's caps (``data.max_sentences`` of ``data.max_words``, as in training) is
+classified from what fits, with a note on stderr counting what was cut.
 
 Graphs (``graph``). The graph is the run's data (``data`` of its config: the Planetoid raw files,
 or the generated graph); nothing else is needed. Output: CSV with a header (``-o`` names a
@@ -39,25 +36,11 @@ the classes with σ > ½ joined by ``|``, ``prob`` the largest σ). ``--explain`
 the ``--top-k`` nodes i of N(t) (the paper's neighbourhood, t itself included) with the largest
 α_{it} of the last layer, averaged over its heads, as ``i:α`` separated by spaces.
 
-Texts (BERT runs, ``text_classification`` or ``pretraining`` data: :mod:`attnflow.cli.predict_text`).
-A fine-tuned run (``task=text_classification``) writes ``label<TAB>probability<TAB>text`` as for
-documents (blank lines, ``--json``, streaming alike); a text longer than the run's
-``data.max_len`` subwords loses its end, as in training, with a warning counting what was cut. A
-pretraining run (``task=bert_pretraining``) fills each ``[MASK]`` of the text with its ``--top-k``
-most probable tokens (default 5), as HF's fill-mask pipeline. ``--explain OUT.html``: per text the
-attention of the ⟨CLS⟩ query over the WordPiece tokens in every layer and head (a table, the mean
-over the last layer's heads, and an all-heads picture).
-
-Images (captioning runs, Xu et al. 2015: :mod:`attnflow.cli.predict_image`). The arguments are image
-files (a features run, ``data.features``: one ``.npy`` of (L, D) region features each); ``--file``
-a list of image paths, one per line (blank lines skipped; relative paths from the current
-folder). Each is read as in training (RGB, resized to the run's image size) and captioned by beam
-search of ``--beam`` K (default: the run's ``task.beam_size``; 1 = greedy); output
-``path<TAB>caption`` per image (``--json``: ``image``, ``caption``, ``words``). ``--attention
-OUT.png`` draws the image and, per word, its attention over the image's regions
-(:func:`attnflow.viz.figures.caption_figure`): OUT.png for one image, OUT-0.png, OUT-1.png, … for several.
-Every image is read before anything is written: a missing or corrupt one is one line naming it,
-exit status 2.
+Texts (BERT runs: :mod:`attnflow.cli.predict_text`): a fine-tuned run labels them as documents,
+a pretraining run fills each ``[MASK]`` with its ``--top-k`` most probable tokens. Images
+(captioning runs: :mod:`attnflow.cli.predict_image`): each is captioned by beam search of
+``--beam`` K, and ``--attention OUT.png`` draws where each word looked. An option the run's kind
+leaves unread (``--beam`` for a document run, ``--json`` for a graph run, …) is one warning.
 
 ``--save-attention OUT.npz`` (``numpy.load``; no pickling) holds ``kind`` (``"documents"``,
 ``"graph"``, ``"text"`` or ``"captioning"``) and
@@ -86,34 +69,36 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 import os
 import sys
+import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional
 
 import numpy as np
 
 import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
-from attnflow.io.checkpoints import (CheckpointError, Run, load_run, load_weights, no_grad,
-                                  run_artifacts)
+from attnflow.cli.predict_io import (BATCH_SIZE, PredictError, check_explain_html, label_line,
+                                     read_texts, write_attention)
+from attnflow.config.registry import DATA, MODELS, TASKS, AttnflowWarning
+from attnflow.io.checkpoints import CheckpointError, Run, load_run, load_weights, no_grad, run_artifacts
+from attnflow.io.console import plain_warnings
+from attnflow.io.text import (InputError, batched, check_new_outputs, check_npz, no_inputs, path_arg,
+                              save_arrays, text_array)
 from attnflow.training.onednn import bound_primitive_cache
-from attnflow.config.registry import DATA, MODELS, TASKS
-from attnflow.io.text import (InputError, batched, check_new_outputs, check_npz, iter_lines,
-                             iter_stdin, no_inputs, path_arg, save_arrays, text_array)
 
-# torch and the data modules (attnflow.data.documents, predict_image: torch) are imported where a
-# run is rebuilt, so that a bad argument or path is refused before their import (seconds)
+# torch and the data modules (attnflow.data.documents; predict_text, predict_image: torch) are
+# imported where a run is rebuilt, so that a bad argument or path is refused before their import
 if TYPE_CHECKING:
     import torch
 
-EMPTY = "(empty: no words)"
 WARN_DOCS = 10  # documents over the caps warned one by one; then only the total
-BATCH_SIZE = 32  # --batch-size of documents, texts and images
-
-
-class PredictError(Exception):
-    """A problem the user can fix; printed as one line."""
+# the options each kind of run leaves unread ("inputs": texts as arguments or --file)
+UNREAD = {"documents": ("--top-k", "--beam", "--attention"),
+          "graph": ("inputs", "--json", "--batch-size", "--beam", "--attention"),
+          "text_classification": ("--top-k", "--beam", "--attention"),
+          "pretraining": ("--beam", "--attention"),
+          "captioning": ("--explain", "--top-k")}
 
 
 def run_interface(run: Run) -> Optional[str]:
@@ -201,66 +186,7 @@ def document_arrays(task, art: dict, texts: List[str], first: int) -> Dict[str, 
     return arrays
 
 
-def _jsonl_text(line: str, n: int, path: Path, field: str) -> str:
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as err:
-        raise PredictError(f"{path} line {n} is not JSON: {err}") from None
-    if not isinstance(row, dict) or not isinstance(row.get(field), str):
-        raise PredictError(f"{path} line {n} has no text field '{field}' (the run's "
-                           f"data.text_field)")
-    return row[field]
-
-
-def is_jsonl(path: str) -> bool:
-    return path.endswith((".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz"))
-
-
-def read_texts(args, field: str = "text") -> Tuple[Iterator[str], str]:
-    """The documents, lazily (one per input line; a blank JSON line is an empty document), and
-    how to name one in messages."""
-    if args.texts:
-        return iter(args.texts), "argument"
-    if args.file:
-        lines = iter_lines(args.file, "--file")
-        if is_jsonl(args.file):
-            path = Path(args.file)
-            lines = (_jsonl_text(ln, n, path, field) if ln.strip() else ""
-                     for n, ln in enumerate(lines, 1))
-        return lines, f"{args.file} line"
-    return iter_stdin(), "stdin line"
-
-
-def check_explain_html(args, what: str) -> None:
-    """``--explain`` names the HTML page to write (documents, texts), or is not given."""
-    if args.explain is True or (args.explain and not args.explain.endswith((".html", ".htm"))):
-        raise PredictError(f"--explain takes the HTML file to write for {what} (--explain "
-                           f"OUT.html), got {'nothing' if args.explain is True else repr(args.explain)}")
-
-
-def label_line(r: dict, as_json: bool) -> str:
-    """The output line of a labelled document or text: ``label<TAB>probability<TAB>text`` (its
-    first 80 characters) or JSON (label, probability, probabilities, text); an empty one's is
-    ``-<TAB>-<TAB>(empty: no words)`` (JSON: nulls and ``"empty": true``)."""
-    if r["empty"]:
-        return (json.dumps({"label": None, "probability": None, "probabilities": None,
-                            "text": r["text"], "empty": True}) if as_json else f"-\t-\t{EMPTY}")
-    if as_json:
-        return json.dumps({k: r[k] for k in ("label", "probability", "probabilities", "text")})
-    return f"{r['label']}\t{r['probability']:.4f}\t{' '.join(r['text'].split())[:80]}"
-
-
-def write_attention(path: str, arrays: dict, kind: str, n: int, what: str, save=None) -> None:
-    """``--save-attention``: ``arrays`` with ``kind`` and ``lines`` (``n``) to ``path``
-    (:func:`attnflow.io.text.save_arrays`, or ``save``), and a note on stderr."""
-    arrays.update(kind=np.asarray(kind), lines=np.asarray(n))
-    print(f"attnflow-predict: attention of {n} {what} written to "
-          f"{(save or save_arrays)(path, arrays)}", file=sys.stderr)
-
-
 def _documents(args, run: Run, out) -> int:
-    if args.top_k is not None:
-        raise PredictError("--top-k is for graph runs (the neighbours --explain lists)")
     check_explain_html(args, "documents")
     task, art = load(args.model, args.device, run)
     texts, where = read_texts(args, art.get("text_field", "text"))
@@ -345,19 +271,9 @@ def top_neighbours(edge_index: torch.Tensor, alpha: torch.Tensor, num_nodes: int
 
 
 def _graph(args, run: Run, out) -> int:
-    if args.texts or args.file:
-        raise PredictError(f"the run at {run.run_dir} labels the nodes of its graph "
-                           f"(data '{run.config['data'].get('name')}'); it takes no texts or --file")
     if isinstance(args.explain, str):
         raise PredictError(f"for a graph run --explain takes no file ({args.explain!r}): it adds "
                            f"the neighbours column to the CSV (-o FILE)")
-    if args.json:
-        raise PredictError("--json is for document runs; a graph run writes CSV")
-    if args.batch_size is not None:
-        raise PredictError("--batch-size is for documents, texts and images; a graph run labels "
-                           "its whole graph in one pass")
-    if args.top_k is not None and not args.explain:
-        raise PredictError("--top-k sets how many neighbours --explain lists; add --explain")
     k = 5 if args.top_k is None else args.top_k
     if k < 1:
         raise PredictError(f"--top-k must be >= 1, got {k}")
@@ -405,18 +321,18 @@ def _graph(args, run: Run, out) -> int:
 
 # -- texts (BERT) -------------------------------------------------------------------------------------
 def _texts(args, run: Run, out) -> int:
-    """BERT runs: :func:`attnflow.cli.predict_text.predict_bert` with this module's readers."""
+    """BERT runs: :func:`attnflow.cli.predict_text.predict_bert`."""
     from attnflow.cli.predict_text import predict_bert
 
-    return predict_bert(args, run, out, read_texts, save_arrays, batched)
+    return predict_bert(args, run, out)
 
 
 # -- images (captioning) ------------------------------------------------------------------------------
 def _captions(args, run: Run, out) -> int:
-    """Captioning runs: :func:`attnflow.cli.predict_image.predict_captions` with this module's readers."""
+    """Captioning runs: :func:`attnflow.cli.predict_image.predict_captions`."""
     from attnflow.cli.predict_image import predict_captions
 
-    return predict_captions(args, run, out, read_texts, batched, write_attention)
+    return predict_captions(args, run, out)
 
 
 # -- the command --------------------------------------------------------------------------------------
@@ -444,8 +360,7 @@ class _Output:
         return False
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    bound_primitive_cache()  # before any tensor work: oneDNN reads it once
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="attnflow-predict", description=__doc__.split("\n\n")[0])
     p.add_argument("model", type=path_arg, help="a run directory or a .ckpt file")
     p.add_argument("texts", nargs="*", help="documents or texts to label, or image files to "
@@ -473,7 +388,32 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help=f"documents, texts, images: how many go through the model together "
                         f"(default {BATCH_SIZE}; not for graph runs)")
     p.add_argument("--device", default="cpu")
-    args = p.parse_intermixed_args(argv)
+    return p
+
+
+def _drop_unread(args, kind: str, run: Run) -> None:
+    """The options a run of ``kind`` leaves unread: one warning naming them, then unset."""
+    graph_top_k = kind == "graph" and args.top_k is not None and not args.explain
+    given = {"inputs": bool(args.texts or args.file), "--json": args.json,
+             "--batch-size": args.batch_size is not None, "--beam": args.beam is not None,
+             "--attention": args.attention is not None, "--explain": bool(args.explain),
+             "--top-k": args.top_k is not None}
+    unread = [o for o in UNREAD[kind] if given[o]] + ["--top-k (without --explain)"] * graph_top_k
+    if unread:
+        names = ["texts and --file" if o == "inputs" else o for o in unread]
+        warnings.warn(f"{', '.join(names)}: not read for the run at {run.run_dir}, which works on "
+                      f"{kind}", AttnflowWarning)
+    for o in unread:
+        if o != "inputs":
+            setattr(args, o.split()[0][2:].replace("-", "_"), False if o == "--json" else None)
+    if kind != "graph" and args.batch_size is None:
+        args.batch_size = BATCH_SIZE
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    bound_primitive_cache()  # before any tensor work: oneDNN reads it once
+    plain_warnings()
+    args = _parser().parse_intermixed_args(argv)
     try:
         if args.batch_size is not None and args.batch_size < 1:
             raise PredictError(f"--batch-size must be >= 1, got {args.batch_size}")
@@ -494,15 +434,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                                f"attnflow-predict labels documents, graph nodes and texts (BERT "
                                f"runs: text_classification, bert_pretraining) and captions images"
                                f"{tool}")
-        given = [o for o, v in (("--beam", args.beam), ("--attention", args.attention)) if v is not None]
-        if given and kind != "captioning":  # an option that would do nothing is refused
-            raise PredictError(f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} for "
-                               f"captioning runs; the run at {run.run_dir} works on {kind}")
         if kind == "graph" and args.output and Path(args.output).suffix.lower() != ".csv":
             raise PredictError(f"-o {args.output}: a graph run writes its labels as CSV; name a .csv "
                                f"file (the attention arrays go to --save-attention OUT.npz)")
-        if kind != "graph" and args.batch_size is None:  # a graph run refuses the option
-            args.batch_size = BATCH_SIZE
+        _drop_unread(args, kind, run)
         with _Output(args.output) as out:
             return handlers[kind](args, run, out)
     except (CheckpointError, PredictError, InputError, FileNotFoundError, ValueError) as err:

@@ -5,17 +5,11 @@
     attnflow-predict RUN --file images.txt --beam 5 --json   # image paths one per line
 
 The model and the task are rebuilt from the run's config with the context its data module gave
-in training (the vocabulary ``itos``, the input kind, ``image_size`` or ``feature_dim`` and
-``max_decode_len`` from ``vocab.json`` or the checkpoint's ``attnflow_artifacts``), and the weights
-loaded into them; captions come from :meth:`CaptioningTask.caption` (beam search with the run's
-``task.beam_size``, or ``--beam``; 1 = greedy), as validation and test decode.
-
-Inputs are read as training read them: a pixels run loads each image with
-:func:`attnflow.data.captions.load_image` (RGB, resized to the run's ``image_size``); a features
-run (``data.features``) takes one ``.npy`` file (L, D) of region features per input, D the run's.
-Every input is read before anything is written (printed lines, PNGs, the ``.npz``): one that
-cannot be read (missing, corrupt, the wrong D) stops the command with one line naming the file.
-Each image is read twice (a check, then the batch), so that memory holds one batch of images.
+in training (``vocab.json`` or the checkpoint's ``attnflow_artifacts``); captions come from
+:meth:`CaptioningTask.caption` (beam search of the run's ``task.beam_size``, or ``--beam``). Inputs
+are read as in training: images resized to the run's ``image_size``, or for a features run
+(``data.features``) one ``.npy`` file (L, D) of region features each. Every input is read before
+anything is written: one that cannot be read stops the command with one line naming it.
 
 Output: ``path<TAB>caption`` per input (``--json``: ``{"image", "caption", "words"}``), printed
 batch by batch. ``--attention OUT.png``: per input the picture of
@@ -36,17 +30,16 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import torch
 
-from attnflow.io.checkpoints import CheckpointError, Run, load_weights, run_artifacts
+from attnflow.cli.predict_io import PredictError, read_texts, write_attention
 from attnflow.config.registry import MODELS, TASKS, ConfigError
+from attnflow.io.checkpoints import CheckpointError, Run, load_weights, run_artifacts
+from attnflow.io.text import (atomic_path, batched, check_new_outputs, check_png, no_inputs,
+                              text_array)
 
 PAD, BOS, EOS = 0, 1, 2  # the captioning vocabularies' fixed ids (attnflow.data.shapes.Vocab)
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 SIBLING_IMAGES = (".png", ".jpg", ".jpeg")
 DRAW_SIZE = 224  # pixels of a features run's sibling image in the overlay
-
-
-class ImagePredictError(ValueError):
-    """A problem the user can fix (printed as one line by attnflow-predict)."""
 
 
 def load_captioner(run: Run, device: str = "cpu"):
@@ -63,10 +56,10 @@ def load_captioner(run: Run, device: str = "cpu"):
                               f"{itos[:4]}): not a captioning vocabulary")
     features = art["input"] == "features"
     if features and not art.get("feature_dim"):
-        raise CheckpointError(f"the run reads region features but its artifacts give no "
-                              f"'feature_dim'")
+        raise CheckpointError("the run reads region features but its artifacts give no "
+                              "'feature_dim'")
     if not features and not art.get("image_size"):
-        raise CheckpointError(f"the run reads pixels but its artifacts give no 'image_size'")
+        raise CheckpointError("the run reads pixels but its artifacts give no 'image_size'")
     try:
         model = MODELS.build(cfg["model"], path="model", tgt_vocab=len(itos), pad_id=PAD,
                              in_channels=None if features else 3,
@@ -74,7 +67,7 @@ def load_captioner(run: Run, device: str = "cpu"):
         task = TASKS.build(cfg["task"], model, path="task", pad_id=PAD, bos_id=BOS, eos_id=EOS,
                            max_decode_len=int(art["max_decode_len"]), itos=itos, references=None)
     except ConfigError as err:
-        raise ImagePredictError(f"the run's model cannot be rebuilt: {err}") from None
+        raise PredictError(f"the run's model cannot be rebuilt: {err}") from None
     load_weights(model, run.ckpt["state_dict"], "model.",
                  f"model '{cfg['model'].get('name')}' (a vocabulary of {len(itos)} words, "
                  + (f"features of {art['feature_dim']})" if features else
@@ -93,26 +86,26 @@ def read_input(path: str, art: dict, model) -> torch.Tensor:
         try:
             return load_image(path, int(art["image_size"]))
         except DataError as err:
-            raise ImagePredictError(str(err).removeprefix("captions: ")) from None
+            raise PredictError(str(err).removeprefix("captions: ")) from None
     p = Path(path)
     if not p.is_file():
-        raise ImagePredictError(f"features file not found: {p}")
+        raise PredictError(f"features file not found: {p}")
     try:
         x = np.load(p, allow_pickle=False)
     except (OSError, ValueError, EOFError) as err:
-        raise ImagePredictError(f"cannot read features {p}: {' '.join(str(err).split())} (a "
+        raise PredictError(f"cannot read features {p}: {' '.join(str(err).split())} (a "
                                 f".npy array (L, D) per input)") from None
     D = int(art["feature_dim"])
     if not isinstance(x, np.ndarray) or x.ndim != 2 or x.shape[1] != D or x.shape[0] < 1:
-        raise ImagePredictError(f"features {p} have shape {getattr(x, 'shape', '?')}; the run reads "
+        raise PredictError(f"features {p} have shape {getattr(x, 'shape', '?')}; the run reads "
                                 f"(L, {D}) region features (its data.features had D = {D})")
     if not np.issubdtype(x.dtype, np.number):
-        raise ImagePredictError(f"features {p} are not numbers (dtype {x.dtype})")
+        raise PredictError(f"features {p} are not numbers (dtype {x.dtype})")
     feats = torch.from_numpy(x.astype(np.float32))
     try:
         model.grid(feats[None])
     except ConfigError as err:
-        raise ImagePredictError(f"features {p}: {err}") from None
+        raise PredictError(f"features {p}: {err}") from None
     return feats
 
 
@@ -163,31 +156,21 @@ def _line(path: str, words: List[str], as_json: bool) -> str:
     return f"{path}\t{caption}"
 
 
-def predict_captions(args, run: Run, out, read_texts, batched, write_attention) -> int:
-    """attnflow-predict on a captioning run (see the module docstring); the reading and writing
-    helpers come from :mod:`attnflow.cli.predict`."""
+def predict_captions(args, run: Run, out) -> int:
+    """attnflow-predict on a captioning run (see the module docstring)."""
     import matplotlib.pyplot as plt
 
-    from attnflow.io.text import atomic_path, check_new_outputs, check_png, text_array
     from attnflow.viz.figures import DPI, caption_figure
 
-    if args.explain:
-        raise ImagePredictError("--explain is for documents, texts and graphs; a captioning run "
-                                "draws its attention with --attention OUT.png")
-    if args.top_k is not None:
-        raise ImagePredictError("--top-k is for graph and BERT pretraining runs; a captioning run "
-                                "takes --beam K")
     if args.beam is not None and args.beam < 1:
-        raise ImagePredictError(f"--beam must be >= 1, got {args.beam}")
+        raise PredictError(f"--beam must be >= 1, got {args.beam}")
     if args.attention:
         check_png(args.attention)
     task, art = load_captioner(run, args.device)
     paths, _ = read_texts(args)
     paths = [p.strip() for p in paths if p.strip()]  # blank lines of a list are no images
     if not paths:
-        from attnflow.io.text import no_inputs
-
-        raise ImagePredictError(no_inputs("images", "--file", args.file, "image paths"))
+        raise PredictError(no_inputs("images", "--file", args.file, "image paths"))
     for path in paths:  # every input readable before any output
         read_input(path, art, task.model)
     names = attention_names(args.attention, len(paths)) if args.attention else []

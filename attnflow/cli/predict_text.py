@@ -4,15 +4,11 @@ their [MASK] tokens (pretrained, ``task=bert_pretraining``), and show the attent
     attnflow-predict FINETUNED_RUN "A wonderful film." --explain out.html
     attnflow-predict PRETRAINING_RUN "The film was [MASK] ." --top-k 5 --json
 
-The model is rebuilt from the run's config (a fine-tuned run without its ``model.init_from``: the
-run's own checkpoint holds every weight; :func:`attnflow.io.checkpoints.load_run`), the tokenizer
-is the run's own, ``<run>/tokenizer/wordpiece.json`` or else the checkpoint's artifacts (what
-``setup_evaluation`` of the data modules reads). Each input line is encoded as in training:
-markup removed (:func:`attnflow.data.documents.clean`), ``[CLS] subwords [SEP]``, cut to the run's
-``data.max_len`` (the text loses its end, as in training; a warning on stderr counts what was cut:
-the first ten texts one by one, then a total). In a pretraining run's input a literal ``[SEP]``
-starts segment B (``[CLS] A [SEP] B [SEP]``, segment ids 0 then 1, as in pretraining); ``[MASK]``,
-``[SEP]`` and the other special tokens are read as such by the tokenizer whatever the case.
+The model is rebuilt from the run's config and checkpoint (a fine-tuned run's checkpoint holds
+every weight), the tokenizer is the run's own (``<run>/tokenizer/``, else the checkpoint's
+artifacts). Each input line is encoded as in training: markup removed, ``[CLS] subwords [SEP]``,
+cut at its end to the run's ``data.max_len`` (a note on stderr counts what was cut). In a
+pretraining run's input a literal ``[SEP]`` starts segment B (``[CLS] A [SEP] B [SEP]``).
 
 Output, one line per input line (a blank line, or one without subwords: ``-`` and a note on
 stderr), printed batch by batch:
@@ -42,16 +38,15 @@ from typing import List, Sequence
 import numpy as np
 import torch
 
-from attnflow.io.checkpoints import Run, load_weights
+from attnflow.cli.predict_io import (PredictError, check_explain_html, label_line, read_texts,
+                                     write_attention)
 from attnflow.config.registry import MODELS
+from attnflow.io.checkpoints import Run, load_weights
+from attnflow.io.text import batched, no_inputs
 from attnflow.viz.figures import cls_rows
 
 WARN_TEXTS = 10  # texts over data.max_len warned one by one; then only the total
 TASKS_SUPPORTED = {"text_classification": "labels texts", "bert_pretraining": "fills [MASK] tokens"}
-
-
-class TextPredictError(ValueError):
-    """A problem the user can fix (printed as one line by attnflow-predict)."""
 
 
 @dataclass
@@ -75,7 +70,7 @@ def load_bert(run: Run, device: str = "cpu") -> BertRun:
     cfg = run.config
     task = (cfg.get("task") or {}).get("name")
     if task not in TASKS_SUPPORTED or (cfg["model"].get("name") != "bert"):
-        raise TextPredictError(
+        raise PredictError(
             f"the run at {run.run_dir} is a '{cfg['model'].get('name')}' model with task '{task}'; "
             f"attnflow-predict on text runs supports model 'bert' with task "
             + " or ".join(f"'{t}' ({what})" for t, what in TASKS_SUPPORTED.items()))
@@ -87,20 +82,20 @@ def load_bert(run: Run, device: str = "cpu") -> BertRun:
         elif isinstance(art.get("tokenizer"), str) and art["tokenizer"]:
             tok, where = Tokenizer.from_str(art["tokenizer"]), f"the tokenizer of {run.checkpoint}"
         else:
-            raise TextPredictError(f"the run has no tokenizer: {saved} is missing and its checkpoint "
+            raise PredictError(f"the run has no tokenizer: {saved} is missing and its checkpoint "
                                    f"{run.checkpoint} carries none")
     except Exception as err:  # noqa: BLE001  (tokenizers raises its own Exception type)
-        if isinstance(err, TextPredictError):
+        if isinstance(err, PredictError):
             raise
-        raise TextPredictError(f"the run's tokenizer cannot be read: {err}") from None
+        raise PredictError(f"the run's tokenizer cannot be read: {err}") from None
     try:
         check_specials(tok, where)
     except ConfigError as err:
-        raise TextPredictError(str(err)) from None
+        raise PredictError(str(err)) from None
     pretraining = task == "bert_pretraining"
     names = [] if pretraining else [str(c) for c in art.get("class_names") or []]
     if not pretraining and len(names) < 2:
-        raise TextPredictError(f"{run.checkpoint} carries no class names (attnflow_artifacts); a "
+        raise PredictError(f"{run.checkpoint} carries no class names (attnflow_artifacts); a "
                                f"checkpoint of attnflow-train does")
     max_len = art.get("max_len") or DATA.validate(cfg["data"], "data").get("max_len")
     vocab = tok.get_vocab_size()
@@ -108,7 +103,7 @@ def load_bert(run: Run, device: str = "cpu") -> BertRun:
         model = MODELS.build(cfg["model"], vocab_size=vocab, pad_id=PAD, num_classes=len(names),
                              path="model")
     except ConfigError as err:
-        raise TextPredictError(f"the run's model cannot be rebuilt: {err}") from None
+        raise PredictError(f"the run's model cannot be rebuilt: {err}") from None
     load_weights(model, run.ckpt["state_dict"], "model.",
                  f"model 'bert' (head {cfg['model'].get('head', 'pretraining')}, a vocabulary of "
                  f"{vocab} tokens, {len(names)} classes)")
@@ -210,10 +205,8 @@ def _title(r: dict, pretraining: bool) -> str:
 
 
 def _line(r: dict, args, pretraining: bool) -> str:
-    """A text's output line: a classification's as a document's (:func:`attnflow.cli.predict.label_line`),
+    """A text's output line: a classification's as a document's (:func:`attnflow.cli.predict_io.label_line`),
     a fill-mask's the filled text and each [MASK]'s candidates (JSON: sequence, masks, text)."""
-    from attnflow.cli.predict import label_line
-
     if not pretraining:
         return label_line(r, args.json)
     if r["empty"]:
@@ -226,20 +219,13 @@ def _line(r: dict, args, pretraining: bool) -> str:
 
 
 # -- the handler ----------------------------------------------------------------------------------
-def predict_bert(args, run: Run, out, read_texts, save_arrays, batched) -> int:
-    """attnflow-predict on a BERT run (see the module docstring); the reading and writing helpers
-    come from :mod:`attnflow.cli.predict` (so that its tests' stand-ins apply here too)."""
-    from attnflow.cli.predict import check_explain_html, write_attention
-    from attnflow.io.text import no_inputs
-
+def predict_bert(args, run: Run, out) -> int:
+    """attnflow-predict on a BERT run (see the module docstring)."""
     bert = load_bert(run, args.device)
     pre = bert.pretraining
-    if args.top_k is not None and not pre:
-        raise TextPredictError("--top-k is for graph runs (neighbours) and BERT pretraining runs "
-                               "(candidates per [MASK]); this run labels texts")
     top_k = 5 if args.top_k is None else args.top_k
     if top_k < 1:
-        raise TextPredictError(f"--top-k must be >= 1, got {top_k}")
+        raise PredictError(f"--top-k must be >= 1, got {top_k}")
     check_explain_html(args, "texts")
     texts, where = read_texts(args, (run.config.get("data") or {}).get("text_field") or "text")
     limit = bert.max_len - 2
@@ -276,7 +262,7 @@ def predict_bert(args, run: Run, out, read_texts, save_arrays, batched) -> int:
                 explained.append(r)
         n += len(chunk)
     if not n:
-        raise TextPredictError(no_inputs("texts", "--file", args.file))
+        raise PredictError(no_inputs("texts", "--file", args.file))
     if over:
         print(f"attnflow-predict: {over} of {n} texts were longer than {limit} subwords (the run's "
               f"data.max_len={bert.max_len}): {cut} of {subwords} subwords cut in all", file=sys.stderr)
@@ -290,6 +276,6 @@ def predict_bert(args, run: Run, out, read_texts, save_arrays, batched) -> int:
         path = write_text_html(args.explain, explained, "attnflow-predict: attention from [CLS]")
         print(f"explanation written to {path}", file=sys.stderr)
     if args.save_attention:
-        write_attention(args.save_attention, arrays, "text", n, "texts", save_arrays)
+        write_attention(args.save_attention, arrays, "text", n, "texts")
     return 0
 

@@ -7,44 +7,29 @@
     attnflow-translate run_dir -f in.de --save-attention attn.npz             # attention maps as data
     attnflow-translate run_a -f in.de --ensemble run_b --ensemble b/checkpoints/epoch9.ckpt --beam 5
 
-A run directory holds ``config.yaml``, ``checkpoints/`` (the best checkpoint named in
-``metrics.json`` is used, else ``last.ckpt``) and ``tokenizer/`` (written by the parallel-text
-data module at training time). A checkpoint path works too: its config is read from the
-checkpoint and its tokenizers from the run directory above ``checkpoints/``, else from the
-checkpoint itself (a checkpoint copied out of its run directory; written since 2026-11-24).
-Output: one line per input line, detokenised, printed (and flushed) batch by batch as they are
-done. Decoding: greedy with ``--beam 1``, else batched beam search with the GNMT length penalty
-``--length-penalty``. Input lines are split on ``\\n`` alone (:mod:`attnflow.io.text`).
+A run directory's best checkpoint (``metrics.json``, else ``last.ckpt``) and tokenizers
+(``tokenizer/``, else those the checkpoint carries) are read; a checkpoint path works too.
+Output: one line per input line (split on ``\\n`` alone), detokenised, printed batch by batch.
+Decoding: greedy with ``--beam 1``, else batched beam search with the GNMT length penalty. Without
+``--beam`` / ``--length-penalty`` / ``--max-len`` a run decodes as its own test step did:
+``task.beam_size``, ``task.length_penalty`` (a task without beam search: beam 1, α 0.6) and
+``data.max_decode_len`` (:func:`run_decoding`).
 
-Defaults from the run: without ``--beam`` / ``--length-penalty`` / ``--max-len`` a run decodes as
-its own test step did — beam ``task.beam_size``, α ``task.length_penalty`` (the translation task's
-defaults, 4 and 0.6, where the run left them unset), at most ``data.max_decode_len`` subwords
-(:func:`run_decoding`); a task without beam search (``task=seq2seq``: greedy) gives beam 1 and
-α 0.6 (read only with an explicit ``--beam`` above 1). An option given overrides the run's value,
-as ``attnflow-predict --beam`` does for a captioning run's ``task.beam_size``.
-
-Failures: a bad path, an unreadable or truncated checkpoint, a checkpoint that is not an attnflow
-translation run, a missing input file, an input of no lines (an empty ``-f`` file or stdin, as
-attnflow-predict refuses one) print one message and exit with status 2. An empty input
-line is reported on stderr and gives an empty output line, so output lines stay aligned with
-input lines. A line longer than the model's source limit (``data.max_src_len`` subwords, as in
-training) is translated from its first ``max_src_len`` subwords, with a warning on stderr that
-counts the subwords cut. An output file is never overwritten: ``--attention OUT.png`` writes
-OUT.png for the first heat map and OUT_1.png, OUT_2.png, … for the others; with sentences as
-arguments every one of these names is checked before decoding (with ``-f`` or stdin, where their
-number is known only at the end, before the first is written); an existing one, or a folder in a
-path that is a file, stops the command with one message naming it
-(:func:`attnflow.io.text.check_new_outputs`). Sentences as arguments and ``-f`` together are
-refused (the file was ignored).
+A bad path or checkpoint, a run that is not a translation run, a missing input file or an input
+of no lines is one message, exit status 2. An empty input line gives an empty output line (and a
+note), so output lines stay aligned with input lines; a line over ``data.max_src_len`` subwords
+is translated from what fits, with a note counting the subwords cut. No output file is
+overwritten (:func:`attnflow.io.text.check_new_outputs`): ``--attention OUT.png`` writes OUT.png,
+OUT_1.png, … one heat map per line, each name checked before decoding (``-f``, stdin: before the
+first is written).
 
 ``--ensemble PATH`` (repeatable) adds a run or checkpoint to the first: the models decode as one,
 each token chosen from the mean of their next-token distributions (:mod:`attnflow.models.ensemble`;
 e.g. the best epochs of one run, which ``callbacks.average`` keeps). Every member must have the
 first's tokenizers (else exit 2, naming the member); the first's data settings (``max_src_len``,
-the decoding limit) apply. The beam and α default to the runs' own where every member has the same
-(one run's checkpoints do); members whose ``task.beam_size`` or ``task.length_penalty`` differ
-need the option given (else exit 2, naming the member and both values). An ensemble has no one
-attention map: ``--attention`` and ``--save-attention`` are refused with it.
+the decoding limit) apply, and so do its beam and α unless the options are given (a member that
+decoded otherwise is one warning). An ensemble has no one attention map: ``--attention`` and
+``--save-attention`` are one warning with it, and not written.
 
 ``--save-attention OUT.npz`` writes the attention of every translated line as arrays
 (``numpy.load(OUT)``; no pickling). The maps are those of a teacher-forced pass over the output
@@ -71,17 +56,18 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from attnflow.config.registry import AttnflowWarning, ConfigError
 from attnflow.io.checkpoints import CheckpointError, load_run, load_weights, no_grad
-from attnflow.training.onednn import bound_primitive_cache
-from attnflow.config.registry import ConfigError
+from attnflow.io.console import plain_warnings
 from attnflow.io.text import (InputError, batched, check_new_outputs, check_npz, check_png,
-                             iter_lines, iter_stdin, no_inputs, path_arg, save_arrays,
-                             text_array)
+                              iter_lines, iter_stdin, no_inputs, path_arg, save_arrays, text_array)
+from attnflow.training.onednn import bound_primitive_cache
 
 if TYPE_CHECKING:  # imported where decoding starts: a bad argument is refused before (seconds)
     import torch
@@ -164,23 +150,20 @@ def run_decoding(cfg) -> Dict[str, float]:
 
 def decoding_settings(paths: Sequence[Path], configs: Sequence, beam: Optional[int],
                       length_penalty: Optional[float]) -> Tuple[int, float]:
-    """(beam, α): the options where given, else the run's own (:func:`run_decoding`); where an
-    ensemble's members decoded differently, the option is needed (a :class:`TranslateError`
-    naming the member and both values)."""
+    """(beam, α): the options where given, else the first run's own (:func:`run_decoding`); an
+    ensemble member that decoded otherwise is one warning (its settings are not read)."""
     given = {"beam": beam, "length_penalty": length_penalty}
-    options = {"beam": ("--beam", "task.beam_size"),
-               "length_penalty": ("--length-penalty", "task.length_penalty")}
     own = [run_decoding(cfg) for cfg in configs]
+    unread = []
     for key, value in given.items():
-        if value is not None:
-            continue
-        for path, settings in zip(paths[1:], own[1:]):
-            if settings[key] != own[0][key]:
-                option, field = options[key]
-                raise TranslateError(f"--ensemble {path}: its {field} is {settings[key]:g}, that of "
-                                     f"{paths[0]} {own[0][key]:g}, and {option} is the run's own by "
-                                     f"default: give {option} for the ensemble")
-        given[key] = own[0][key]
+        if value is None:
+            given[key] = own[0][key]
+            unread += [f"{path} (task.{'beam_size' if key == 'beam' else key} {s[key]:g})"
+                       for path, s in zip(paths[1:], own[1:]) if s[key] != own[0][key]]
+    if unread:
+        warnings.warn(f"--ensemble {', '.join(unread)}: not read; the first run's decoding applies "
+                      f"(beam {given['beam']:g}, length penalty {given['length_penalty']:g}; "
+                      f"--beam and --length-penalty choose)", AttnflowWarning)
     return int(given["beam"]), float(given["length_penalty"])
 
 
@@ -315,8 +298,7 @@ def attention_arrays(model, ids: List[List[int]], rows: List[List[int]]) -> List
     return out
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    bound_primitive_cache()  # before any tensor work: oneDNN reads it once
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="attnflow-translate", description=__doc__.split("\n\n")[0])
     ap.add_argument("run", type=path_arg, help="a run directory (attnflow-train output) or a .ckpt file")
     ap.add_argument("sentences", nargs="*", help="sentences to translate (else -f FILE, else stdin)")
@@ -338,85 +320,111 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="another run directory or .ckpt decoding with the first (repeatable): "
                          "tokens from the mean of their distributions")
     ap.add_argument("--device", default="cpu")
-    args = ap.parse_intermixed_args(argv)  # options before or after the sentences
-    try:
-        for name, value in (("--beam", args.beam), ("--batch-size", args.batch_size),
-                            ("--max-len", args.max_len)):
-            if value is not None and value < 1:
-                raise TranslateError(f"{name} must be >= 1, got {value}")
-        if args.length_penalty is not None and (not args.length_penalty >= 0  # (NaN fails >=)
-                                                or math.isinf(args.length_penalty)):
-            raise TranslateError(f"--length-penalty must be a number >= 0 (GNMT's α; 0: none), got "
-                                 f"{args.length_penalty}")
-        if args.ensemble and (args.attention or args.save_attention):
-            raise TranslateError("--attention and --save-attention take one model: an ensemble "
-                                 "has no one attention map (drop --ensemble, or the attention)")
-        if args.save_attention:
-            check_npz(args.save_attention)
+    return ap
+
+
+def _check_options(args) -> None:
+    """Bad values and outputs, before any work; the attention options of an ensemble (which has
+    no one attention map) are one warning and dropped."""
+    for name, value in (("--beam", args.beam), ("--batch-size", args.batch_size),
+                        ("--max-len", args.max_len)):
+        if value is not None and value < 1:
+            raise TranslateError(f"{name} must be >= 1, got {value}")
+    if args.length_penalty is not None and (not args.length_penalty >= 0  # (NaN fails >=)
+                                            or math.isinf(args.length_penalty)):
+        raise TranslateError(f"--length-penalty must be a number >= 0 (GNMT's α; 0: none), got "
+                             f"{args.length_penalty}")
+    if args.ensemble and (args.attention or args.save_attention):
+        warnings.warn("--attention and --save-attention are not read with --ensemble: an ensemble "
+                      "has no one attention map", AttnflowWarning)
+        args.attention = args.save_attention = None
+    if args.save_attention:
+        check_npz(args.save_attention)
+    if args.attention:
+        check_png(args.attention)
+    if args.sentences and args.file:  # the sentences were read and the file ignored
+        raise TranslateError(f"sentences as arguments and -f {args.file}: give sentences as "
+                             f"arguments or -f, not both")
+    maps = []
+    if args.attention:  # sentences given: each one's heat map (a blank one has none); -f and
+        # stdin: OUT.png now, the others before they are written
+        maps = heat_map_names(args.attention, max(1, sum(bool(s.strip()) for s in args.sentences)))
+    check_new_outputs(*(("--attention", p) for p in maps), ("--save-attention", args.save_attention))
+
+
+def _note_lines(chunk: Sequence[str], full: Sequence[int], first: int, where: str, limit: int) -> int:
+    """Notes on stderr of the lines of ``chunk`` (numbered from ``first``) that are empty or over
+    ``limit`` subwords (``full``: their lengths); returns how many were cut."""
+    cut = 0
+    for j, (line, n_full) in enumerate(zip(chunk, full), first):
+        if not line.strip() or n_full == 0:
+            why = "is empty" if not line.strip() else "gives no subwords"
+            print(f"attnflow-translate: {where} {j} {why}: nothing to translate (an empty line is "
+                  f"written in its place)", file=sys.stderr)
+        elif n_full > limit:
+            cut += 1
+            print(f"attnflow-translate: {where} {j} has {n_full} subwords; the model reads at most "
+                  f"{limit} (data.max_src_len of the run): {n_full - limit} subwords cut, the rest "
+                  f"is translated", file=sys.stderr)
+    return cut
+
+
+def _translate_all(args, lines, where: str, model, dm, beam: int, length_penalty: float):
+    """Translate ``lines`` batch by batch, printing each; (heat maps, arrays, lines)."""
+    max_len = args.max_len or dm.max_decode_len
+    heat_maps, arrays, n_lines, n_cut = [], {}, 0, 0
+    for chunk in batched(lines, args.batch_size):
+        ids, full = encode(dm, chunk)
+        n_cut += _note_lines(chunk, full, n_lines + 1, where, dm.max_src_len)
+        rows, w = decode_ids(model, ids, beam, length_penalty, max_len,
+                             need_weights=bool(args.attention), batch_size=args.batch_size)
+        print("\n".join(dm.detokenize(r) for r in rows), flush=True)
         if args.attention:
-            check_png(args.attention)
-        if args.sentences and args.file:  # the sentences were read and the file ignored
-            raise TranslateError(f"sentences as arguments and -f {args.file}: give sentences as "
-                                 f"arguments or -f, not both")
-        maps = []
-        if args.attention:  # sentences given: each one's heat map (a blank one has none); -f and
-            # stdin: OUT.png now, the others before they are written
-            maps = heat_map_names(args.attention, max(1, sum(bool(s.strip()) for s in args.sentences)))
-        check_new_outputs(*(("--attention", p) for p in maps), ("--save-attention", args.save_attention))
+            heat_maps += [(wi.mean(1), [dm.src_tok.id_to_token(t) for t in s],
+                           [dm.tgt_tok.id_to_token(t) for t in r], line)
+                          for wi, s, r, line in zip(w, ids, rows, chunk) if wi is not None]
+        if args.save_attention:
+            for j, (s, r, maps) in enumerate(zip(ids, rows, attention_arrays(model, ids, rows)), n_lines):
+                arrays[f"{j}/source"] = text_array([dm.src_tok.id_to_token(t) for t in s])
+                arrays[f"{j}/output"] = text_array([dm.tgt_tok.id_to_token(t) for t in r])
+                arrays.update({f"{j}/{k}": v for k, v in maps.items()})
+        n_lines += len(chunk)
+    if not n_lines:
+        raise TranslateError(no_inputs("sentences", "-f", args.file, metavar=" FILE"))
+    if n_cut > 1:
+        print(f"attnflow-translate: {n_cut} of {n_lines} lines were longer than "
+              f"{dm.max_src_len} subwords and were cut", file=sys.stderr)
+    return heat_maps, arrays, n_lines
+
+
+def _write_attention(args, heat_maps, arrays, n_lines: int) -> None:
+    if args.attention:
+        from attnflow.viz.figures import save_attention_png
+
+        names = heat_map_names(args.attention, len(heat_maps))
+        check_new_outputs(*(("--attention", p) for p in names))  # -f, stdin: known only now
+        for p, (weights, src, out, line) in zip(names, heat_maps):
+            save_attention_png(p, weights, src, out, f"α: {line[:60]}")
+        if not heat_maps:
+            print("attnflow-translate: no heat map written: this model has no attention "
+                  "(or every input line was empty)", file=sys.stderr)
+    if args.save_attention:
+        arrays.update(kind=np.asarray("translation"), lines=np.asarray(n_lines))
+        path = save_arrays(args.save_attention, arrays)
+        print(f"attnflow-translate: attention of {n_lines} lines written to {path}", file=sys.stderr)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    bound_primitive_cache()  # before any tensor work: oneDNN reads it once
+    plain_warnings()
+    args = _parser().parse_intermixed_args(argv)  # options before or after the sentences
+    try:
+        _check_options(args)
         lines, where = read_inputs(args)
         paths = [Path(p) for p in [args.run, *args.ensemble]]
         model, dm, configs = load_members(paths, args.device)
         beam, length_penalty = decoding_settings(paths, configs, args.beam, args.length_penalty)
-        max_len = args.max_len or dm.max_decode_len
-        heat_maps, arrays, n_lines, n_cut = [], {}, 0, 0
-        for chunk in batched(lines, args.batch_size):
-            ids, full = encode(dm, chunk)
-            for j, (line, n_full) in enumerate(zip(chunk, full), n_lines + 1):
-                if not line.strip():
-                    print(f"attnflow-translate: {where} {j} is empty: nothing to translate "
-                          f"(an empty line is written in its place)", file=sys.stderr)
-                elif n_full == 0:
-                    print(f"attnflow-translate: {where} {j} gives no subwords: nothing to translate "
-                          f"(an empty line is written in its place)", file=sys.stderr)
-                elif n_full > dm.max_src_len:
-                    n_cut += 1
-                    print(f"attnflow-translate: {where} {j} has {n_full} subwords; the model reads "
-                          f"at most {dm.max_src_len} (data.max_src_len of the run): "
-                          f"{n_full - dm.max_src_len} subwords cut, the rest is translated",
-                          file=sys.stderr)
-            rows, w = decode_ids(model, ids, beam, length_penalty, max_len,
-                                 need_weights=bool(args.attention), batch_size=args.batch_size)
-            print("\n".join(dm.detokenize(r) for r in rows), flush=True)
-            if args.attention:
-                heat_maps += [(wi.mean(1), [dm.src_tok.id_to_token(t) for t in s],
-                               [dm.tgt_tok.id_to_token(t) for t in r], line)
-                              for wi, s, r, line in zip(w, ids, rows, chunk) if wi is not None]
-            if args.save_attention:
-                for j, (s, r, maps) in enumerate(zip(ids, rows, attention_arrays(model, ids, rows)),
-                                                 n_lines):
-                    arrays[f"{j}/source"] = text_array([dm.src_tok.id_to_token(t) for t in s])
-                    arrays[f"{j}/output"] = text_array([dm.tgt_tok.id_to_token(t) for t in r])
-                    arrays.update({f"{j}/{k}": v for k, v in maps.items()})
-            n_lines += len(chunk)
-        if not n_lines:  # (was exit 0 without a word, and a --save-attention file of 0 lines)
-            raise TranslateError(no_inputs("sentences", "-f", args.file, metavar=" FILE"))
-        if n_cut > 1:
-            print(f"attnflow-translate: {n_cut} of {n_lines} lines were longer than "
-                  f"{dm.max_src_len} subwords and were cut", file=sys.stderr)
-        if args.attention:
-            from attnflow.viz.figures import save_attention_png
-
-            names = heat_map_names(args.attention, len(heat_maps))
-            check_new_outputs(*(("--attention", p) for p in names))  # -f, stdin: known only now
-            for p, (weights, src, out, line) in zip(names, heat_maps):
-                save_attention_png(p, weights, src, out, f"α: {line[:60]}")
-            if not heat_maps:
-                print("attnflow-translate: no heat map written: this model has no attention "
-                      "(or every input line was empty)", file=sys.stderr)
-        if args.save_attention:
-            arrays.update(kind=np.asarray("translation"), lines=np.asarray(n_lines))
-            path = save_arrays(args.save_attention, arrays)
-            print(f"attnflow-translate: attention of {n_lines} lines written to {path}", file=sys.stderr)
+        _write_attention(args, *_translate_all(args, lines, where, model, dm, beam, length_penalty))
     except (TranslateError, InputError, ConfigError, OSError) as err:
         # ConfigError: the run's data module (tokenizer files); OSError: writing --attention/.npz
         print(f"attnflow-translate: {err}", file=sys.stderr)

@@ -13,6 +13,7 @@ import torch
 from pytorch_lightning.loggers import TensorBoardLogger, WandbLogger
 
 from attnflow.config.registry import NonNegativeFloat, NonNegativeInt, Range
+from attnflow.viz.panels import log_panels
 
 
 # -- the typed configs of the callbacks entries (checked by attnflow.training.validate.validate_config) --------------
@@ -139,44 +140,6 @@ def _when(trainer: pl.Trainer) -> str:
         return f"epoch {trainer.current_epoch}, step {trainer.global_step}"
     ckpt = getattr(trainer, "ckpt_path", None)
     return f"after training, weights of {Path(ckpt).name}" if ckpt else "after training"
-
-
-def log_panels(loggers, panels: list, step: int, when: str = "") -> None:
-    """Dashboard panels to W&B (images, ``wandb.Html``, ``wandb.Table``; one ``log`` call, so one
-    history row) and TensorBoard (images; tables as Markdown text; HTML is W&B's only). A W&B
-    image's caption ends with ``when`` (:func:`_when`): W&B's media panel shows it beside the
-    picture, and a picture of the best checkpoint, drawn after training at the last step, is
-    told apart from the last epoch's."""
-    if not panels:
-        return
-    for lg in loggers:
-        if isinstance(lg, WandbLogger):
-            import wandb
-
-            row = {}
-            for p in panels:
-                if p["kind"] == "image":
-                    caption = " · ".join(c for c in (p.get("caption"), when) if c)
-                    row[p["key"]] = wandb.Image(p["image"], caption=caption or None)
-                elif p["kind"] == "html":
-                    row[p["key"]] = wandb.Html(p["html"], inject=False)
-                elif p["kind"] == "table":
-                    row[p["key"]] = wandb.Table(columns=p["columns"], data=p["rows"])
-            lg.log_metrics(row, step=step)
-        elif isinstance(lg, TensorBoardLogger):
-            for p in panels:
-                if p["kind"] == "image":
-                    lg.experiment.add_image(p["key"], p["image"], step, dataformats="HWC")
-                elif p["kind"] == "table":
-                    lg.experiment.add_text(p["key"], _markdown_table(p["columns"], p["rows"]), step)
-
-
-def _markdown_table(columns, rows) -> str:
-    def cell(v) -> str:
-        return str(v).replace("|", "\\|").replace("\n", " ")
-
-    lines = ["| " + " | ".join(map(cell, columns)) + " |", "|" + " --- |" * len(columns)]
-    return "\n".join(lines + ["| " + " | ".join(map(cell, r)) + " |" for r in rows])
 
 
 class NonFiniteLossError(RuntimeError):

@@ -15,7 +15,7 @@ badly) when they differ, so fonts shrink instead of figures growing.
   BERT look at?").
 
 Panels (:func:`image_panel`, :func:`html_panel`, :func:`table_panel`) are plain dicts that
-:func:`attnflow.training.callbacks.log_panels` turns into W&B images / HTML / tables and TensorBoard
+:func:`attnflow.viz.panels.log_panels` turns into W&B images / HTML / tables and TensorBoard
 images / text.
 """
 
@@ -238,43 +238,22 @@ CAPTION_GRID = (4, 4)          # rows, columns: the image and up to 15 words
 CAPTION_OVERLAY = 0.6          # opacity of the heat map over the image
 
 
-def _as_tensor(x, name: str) -> torch.Tensor:
-    if isinstance(x, np.ndarray):
-        x = torch.from_numpy(x)
-    if not isinstance(x, torch.Tensor):
-        raise ValueError(f"caption_figure: {name} must be a tensor or an array, got {type(x).__name__}")
-    return x.detach().cpu()
+def _as_tensor(x) -> torch.Tensor:
+    return torch.as_tensor(x).detach().cpu()
 
 
 def alpha_grid(alpha, boxes) -> torch.Tensor:
     """α (T, L) over the L regions as (T, h, w) maps on the region grid. The grid follows from
     ``boxes`` (L, 4) [top, left, bottom, right), row-major as the image encoders give them
     (:meth:`CNNImageEncoder.region_boxes`, :meth:`FeatureEncoder.region_boxes`): w is the number
-    of boxes sharing the first box's top, h = L / w. Boxes that are not such a grid (column-major,
-    shuffled, ragged rows) raise a ValueError naming ``boxes`` rather than drawing α in the wrong
-    places."""
-    alpha, boxes = _as_tensor(alpha, "alpha"), _as_tensor(boxes, "boxes")
-    if alpha.dim() != 2:
-        raise ValueError(f"caption_figure: alpha must be (T, L) (one row of region weights per "
-                         f"word), got shape {tuple(alpha.shape)}")
+    of boxes sharing the first box's top, h = L / w."""
+    alpha, b = _as_tensor(alpha), _as_tensor(boxes).double()
     L = alpha.shape[1]
-    if boxes.dim() != 2 or boxes.shape != (L, 4):
-        raise ValueError(f"caption_figure: boxes must be (L, 4) [top, left, bottom, right) with "
-                         f"L = {L} (alpha's columns), got shape {tuple(boxes.shape)}")
-    if L == 0:
-        raise ValueError("caption_figure: alpha and boxes have no regions (L = 0)")
-    b = boxes.double()
     w = int((b[:, 0] == b[0, 0]).sum())
-    h = L // w
-    cells = b.reshape(h, w, 4) if h * w == L else None
-    if (cells is None or not bool((cells[:, :, 0] == cells[:, :1, 0]).all())
-            or not bool((cells[:, :, 1] == cells[:1, :, 1]).all())
-            or not bool((cells[1:, 0, 0] > cells[:-1, 0, 0]).all())
-            or not bool((cells[0, 1:, 1] > cells[0, :-1, 1]).all())):
-        raise ValueError(f"caption_figure: boxes do not form a row-major grid of regions (all boxes "
-                         f"of the top row first, left to right; {w} share the first box's top, "
-                         f"L = {L}); pass the encoder's region_boxes")
-    return alpha.float().reshape(alpha.shape[0], h, w)
+    cells = b.reshape(L // w, w, 4)
+    assert bool((cells[..., 0] == cells[:, :1, 0]).all() and (cells[..., 1] == cells[:1, :, 1]).all()), \
+        "boxes must be a row-major grid of regions (the encoder's region_boxes)"
+    return alpha.float().reshape(alpha.shape[0], L // w, w)
 
 
 def attention_overlay(alpha, boxes, height: int, width: int) -> torch.Tensor:
@@ -287,7 +266,7 @@ def attention_overlay(alpha, boxes, height: int, width: int) -> torch.Tensor:
     smooth upsampling is that of the Show-Attend-Tell tutorials' ``visualize_att`` (Xu et al.
     2015, Fig. 2–3), done in one ``interpolate`` call for all words."""
     grid = alpha_grid(alpha, boxes)
-    b = _as_tensor(boxes, "boxes").double()
+    b = _as_tensor(boxes).double()
     top, left = int(round(float(b[:, 0].min()))), int(round(float(b[:, 1].min())))
     bottom, right = int(round(float(b[:, 2].max()))), int(round(float(b[:, 3].max())))
     out = torch.full((grid.shape[0], height, width), float("nan"))
@@ -313,16 +292,8 @@ def caption_figure(image, words: Sequence[str], alpha, boxes, title: str = "",
     [0, 1].
 
     Always ``figsize`` (800 × 860 pixels) with a fixed grid of 4 × 4 panels: the image and the first
-    15 words; a longer caption says "… n more" in the title. Wrong shapes raise a ValueError
-    naming the argument."""
-    img = _as_tensor(image, "image")
-    if img.dim() != 3 or img.shape[0] not in (1, 3) or min(img.shape[1:]) < 1:
-        raise ValueError(f"caption_figure: image must be (3, H, W) pixels in [0, 1], got shape "
-                         f"{tuple(img.shape)}")
-    a = _as_tensor(alpha, "alpha")
-    if a.dim() != 2 or a.shape[0] != len(words):
-        raise ValueError(f"caption_figure: alpha must be (T, L) with T = len(words) = {len(words)} "
-                         f"rows, got shape {tuple(a.shape)}")
+    15 words; a longer caption says "… n more" in the title."""
+    img, a = _as_tensor(image), _as_tensor(alpha)
     H, W = img.shape[1:]
     rows, cols = CAPTION_GRID
     shown = min(len(words), rows * cols - 1)

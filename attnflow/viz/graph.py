@@ -68,9 +68,9 @@ EMBEDDING_CAPTION = ("every node's output vector (PCA, 2-D) by true class; edges
 def log_figure(fig, path: Path, trainer, tag: str, caption: str = "", when: str = "") -> Path:
     """Save ``fig`` to ``path`` and log it to the trainer's TensorBoard / W&B loggers under
     ``tag``, as the dashboards' image panels are (one image per W&B key; ``caption`` and ``when``
-    as :func:`attnflow.training.callbacks.log_panels` takes them)."""
-    from attnflow.training.callbacks import log_panels
+    as :func:`attnflow.viz.panels.log_panels` takes them)."""
     from attnflow.viz.figures import image_panel
+    from attnflow.viz.panels import log_panels
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

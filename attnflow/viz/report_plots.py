@@ -1,4 +1,4 @@
-"""The pictures of ``attnflow-report`` (:mod:`attnflow.cli.report`): the sort metric against each
+"""The pictures of ``attnflow-report`` (:mod:`attnflow.cli.report`, from :mod:`attnflow.viz.runs`): the sort metric against each
 swept parameter, learning curves, Optuna's optimisation history and parameter importances, and
 thumbnails of each run's attention pictures. Matplotlib through ``Figure`` objects (no pyplot
 state, no display), Pillow for thumbnails; whatever cannot be drawn becomes a note in the report.
@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from attnflow.cli.report import Report, _natural, best_run, fmt, history
+from attnflow.viz.runs import Report, best_run, fmt, history, natural
 
 
 def _figure(width: float = 6.0, height: float = 4.0):
@@ -50,7 +50,7 @@ def plot_param(report: Report, param: str, out: Path) -> Optional[Path]:
         if min(xs) > 0 and max(xs) / min(xs) >= 100:
             ax.set_xscale("log")
     else:
-        cats = sorted({fmt(x) for x, _ in pts}, key=_natural)
+        cats = sorted({fmt(x) for x, _ in pts}, key=natural)
         groups = [[y for x, y in pts if fmt(x) == c] for c in cats]
         if max(len(g) for g in groups) >= 3:
             ax.boxplot(groups, positions=range(len(cats)), widths=0.5, showfliers=False)

@@ -1,0 +1,45 @@
+"""Dashboard panels (:func:`attnflow.viz.figures.image_panel` and its kin: plain dicts) sent to the
+W&B and TensorBoard loggers."""
+
+from __future__ import annotations
+
+from pytorch_lightning.loggers import TensorBoardLogger, WandbLogger
+
+
+def log_panels(loggers, panels: list, step: int, when: str = "") -> None:
+    """Dashboard panels to W&B (images, ``wandb.Html``, ``wandb.Table``; one ``log`` call, so one
+    history row) and TensorBoard (images; tables as Markdown text; HTML is W&B's only). A W&B
+    image's caption ends with ``when`` (e.g. ``epoch 3, step 120``): W&B's media panel shows it
+    beside the picture, so a picture of the best checkpoint drawn after training is told apart
+    from the last epoch's."""
+    if not panels:
+        return
+    for lg in loggers:
+        if isinstance(lg, WandbLogger):
+            import wandb
+
+            row = {}
+            for p in panels:
+                if p["kind"] == "image":
+                    caption = " · ".join(c for c in (p.get("caption"), when) if c)
+                    row[p["key"]] = wandb.Image(p["image"], caption=caption or None)
+                elif p["kind"] == "html":
+                    row[p["key"]] = wandb.Html(p["html"], inject=False)
+                elif p["kind"] == "table":
+                    row[p["key"]] = wandb.Table(columns=p["columns"], data=p["rows"])
+            lg.log_metrics(row, step=step)
+        elif isinstance(lg, TensorBoardLogger):
+            for p in panels:
+                if p["kind"] == "image":
+                    lg.experiment.add_image(p["key"], p["image"], step, dataformats="HWC")
+                elif p["kind"] == "table":
+                    lg.experiment.add_text(p["key"], markdown_table(p["columns"], p["rows"]), step)
+
+
+def markdown_table(columns, rows) -> str:
+    """A table as Markdown (TensorBoard's text plugin renders it)."""
+    def cell(v) -> str:
+        return str(v).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(map(cell, columns)) + " |", "|" + " --- |" * len(columns)]
+    return "\n".join(lines + ["| " + " | ".join(map(cell, r)) + " |" for r in rows])

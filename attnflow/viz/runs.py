@@ -1,0 +1,448 @@
+"""The runs ``attnflow-report`` reads, as data: a run folder's config, overrides, final metrics and
+learning curves (:func:`read_run`, :func:`history`); a run or sweep folder as a :class:`Report`, its
+runs sorted best first by the metric chosen (:func:`build`), and its table (:func:`table`). The
+writers (:mod:`attnflow.cli.report`) and the plots (:mod:`attnflow.viz.report_plots`) read it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import yaml
+
+from attnflow.config.registry import TASKS, ConfigError
+from attnflow.io.text import listed
+
+RUN_MARKERS = ("config.yaml", "metrics.json", ".hydra")
+MISSING = "no metrics.json (failed, killed or unfinished)"
+LOWER_IS_BETTER = ("loss", "wer", "ter", "error", "perplexity", "ppl")
+
+
+class ReportError(ValueError):
+    """A path that is not a run or sweep directory; the CLI prints it and exits 2."""
+
+
+@dataclass
+class Run:
+    """One run directory: what it was run with and what it measured."""
+
+    name: str
+    path: Path
+    status: str = "ok"
+    config: Dict[str, Any] = field(default_factory=dict)
+    overrides: Optional[Dict[str, Any]] = None  # None: no .hydra/overrides.yaml
+    summary: Dict[str, Any] = field(default_factory=dict)
+    metrics: Dict[str, float] = field(default_factory=dict)
+    pictures: List[Path] = field(default_factory=list)
+
+
+@dataclass
+class Group:
+    """The runs of one experiment among runs (or a sweep's jobs) of several
+    (:func:`check_experiments`): ranked among themselves by their own metric, in the table's
+    ``group`` column as ``name``."""
+
+    name: str
+    what: str  # "task seq2seq on reverse data"
+    metric: str
+    maximize: bool
+    runs: List[str]
+
+
+@dataclass
+class Report:
+    """Runs sorted best first, the sort metric with its direction, and the swept parameters."""
+
+    path: Path
+    kind: str  # "run", "sweep" (multirun.yaml) or "runs" (a folder of runs, e.g. outputs/<date>/)
+    runs: List[Run]
+    metric: str
+    maximize: bool
+    metric_source: str
+    params: List[str]
+    common: Dict[str, Any]
+    sweeper: Dict[str, Any]
+    notes: List[str] = field(default_factory=list)
+    groups: List[Group] = field(default_factory=list)  # runs of several experiments: each ranked
+
+    def group(self, run: Run) -> Optional[Group]:
+        return next((g for g in self.groups if run.name in g.runs), None)
+
+    def value(self, run: Run, key: str) -> Any:
+        """A run's value of a swept parameter (override, or flattened config key)."""
+        source = run.overrides if run.overrides is not None else flatten(run.config)
+        return source.get(key)
+
+
+def _is_run(path: Path) -> bool:
+    return path.is_dir() and any((path / m).exists() for m in RUN_MARKERS)
+
+
+def natural(name: str) -> Tuple:
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
+
+
+def _parse_overrides(lines: Sequence[str]) -> Dict[str, Any]:
+    """Hydra's overrides as {key: typed value}, parsed by Hydra's own grammar (``lr=1e-3`` is the
+    float 0.001, ``scorer=dot`` the string 'dot'); a deletion ``~key`` maps to None."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    out: Dict[str, Any] = {}
+    parser = OverridesParser.create()
+    for line in lines:
+        try:
+            o = parser.parse_override(str(line))
+            value = o.value()
+            out[o.key_or_group] = value if isinstance(value, (str, int, float, bool)) or value is None \
+                else str(value)
+        except Exception:  # a line Hydra would not have written; keep it readable anyway
+            key, _, value = str(line).lstrip("+~").partition("=")
+            out[key] = value
+    return out
+
+
+def flatten(node: Any, prefix: str = "") -> Dict[str, Any]:
+    if isinstance(node, dict):
+        out: Dict[str, Any] = {}
+        for k, v in node.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: str(node) if isinstance(node, list) else node}
+
+
+def _load_yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text()) if path.is_file() else None
+
+
+def _one_line(err: Any) -> str:
+    """A problem as one line of the status column: a YAML error's problem and where (its first
+    line, "while parsing a flow sequence", says little), else the first line and "…"."""
+    mark = getattr(err, "problem_mark", None)
+    if isinstance(err, yaml.MarkedYAMLError) and err.problem and mark is not None:
+        return f"{err.problem} at line {mark.line + 1}, column {mark.column + 1}"
+    lines = str(err).strip().splitlines() or [""]
+    return lines[0] + (" …" if len(lines) > 1 else "")
+
+
+def read_run(path: Path, name: str, pictures: int = 4) -> Run:
+    """A :class:`Run` from its directory; problems become its ``status``, never an exception."""
+    run = Run(name=name, path=path)
+    problems = []
+    try:
+        config = _load_yaml(path / "config.yaml") or {}
+        if not isinstance(config, dict):
+            raise yaml.YAMLError(f"a {type(config).__name__}, not a mapping")
+        run.config = config
+    except (OSError, yaml.YAMLError) as err:
+        problems.append(f"unreadable config.yaml ({_one_line(err)})")
+    try:
+        lines = _load_yaml(path / ".hydra" / "overrides.yaml")
+        run.overrides = _parse_overrides(lines) if isinstance(lines, list) else None
+    except (OSError, yaml.YAMLError) as err:
+        problems.append(f"unreadable .hydra/overrides.yaml ({_one_line(err)})")
+    if (path / "metrics.json").is_file():
+        try:
+            summary = json.loads((path / "metrics.json").read_text())
+            if not isinstance(summary, dict):
+                raise ValueError(f"a JSON {type(summary).__name__}, not an object")
+            run.metrics = {k: float(v) for k, v in (summary.get("metrics") or {}).items()}
+            run.summary = summary
+            if summary.get("failed"):  # the run failed after writing it (attnflow.training.run.record_failure)
+                problems.append(f"failed: {_one_line(summary['failed'])}")
+        except (OSError, ValueError, TypeError, AttributeError) as err:
+            problems.append(f"unreadable metrics.json ({_one_line(err)})")
+    else:
+        problems.append(MISSING)
+    run.status = "; ".join(problems) or "ok"
+    run.pictures = sorted((path / "attention").glob("*.png"), key=lambda p: natural(p.name))[:pictures]
+    return run
+
+
+def history(run: Run, metric: str) -> Dict[int, float]:
+    """``metric`` per training epoch from the CSV logger's ``metrics.csv`` files (a resumed run
+    has several versions: later ones win). The rows of the final validation/test of the best
+    checkpoint, logged after fit at epoch = ``metrics.json``'s ``epochs``, are left out."""
+    last = run.summary.get("epochs")
+    out: Dict[int, float] = {}
+    for f in sorted(run.path.glob("csv/version_*/metrics.csv"), key=lambda p: natural(p.parent.name)):
+        with f.open(newline="") as fh:
+            for row in csv.DictReader(fh):
+                try:
+                    epoch, value = int(float(row["epoch"])), float(row.get(metric) or "nan")
+                except (KeyError, ValueError):
+                    continue
+                if not math.isnan(value) and (last is None or epoch < last):
+                    out[epoch] = value
+    return out
+
+
+def sweep_record(path: Path) -> Dict[str, Any]:
+    """The ``hydra`` section a sweep folder records: ``multirun.yaml``'s, else — the Optuna sweeper
+    writes none — its first job's ``.hydra/hydra.yaml``, where that job ran in MULTIRUN mode as the
+    job of its folder's number; {} for a folder of runs started one by one, or a record unread."""
+    try:
+        if (path / "multirun.yaml").is_file():
+            return (_load_yaml(path / "multirun.yaml") or {}).get("hydra") or {}
+        jobs = sorted((c for c in path.iterdir() if c.name.isdigit() and (c / ".hydra" / "hydra.yaml").is_file()),
+                      key=lambda c: int(c.name))
+        hydra = ((_load_yaml(jobs[0] / ".hydra" / "hydra.yaml") or {}).get("hydra") or {}) if jobs else {}
+        ran_as = str((hydra.get("job") or {}).get("num"))
+        return hydra if hydra.get("mode") == "MULTIRUN" and ran_as == jobs[0].name else {}
+    except (OSError, yaml.YAMLError, AttributeError):
+        return {}
+
+
+def find_runs(path: Path, pictures: int = 4) -> Tuple[str, List[Run]]:
+    """("run", [the run]), ("sweep", [its job folders' runs]) for a multirun folder (``multirun.yaml``,
+    or jobs that ran as a sweep's: :func:`sweep_record`), or ("runs", [its runs]) for another folder
+    of run folders (``outputs/<date>/``: runs started one by one, perhaps of different
+    experiments); :class:`ReportError` else."""
+    if not path.exists():
+        raise ReportError(f"'{path}' does not exist; give a run directory (holding config.yaml, "
+                          f"metrics.json and .hydra/) or a multirun directory (multirun.yaml and "
+                          f"one folder per job)")
+    if not path.is_dir():
+        raise ReportError(f"'{path}' is a file, not a run or multirun directory")
+    if (path / "multirun.yaml").is_file() or not _is_run(path):
+        children = sorted((c for c in path.iterdir() if _is_run(c)), key=lambda p: natural(p.name))
+        if children or (path / "multirun.yaml").is_file():
+            kind = "sweep" if sweep_record(path) or (path / "multirun.yaml").is_file() else "runs"
+            return kind, [read_run(c, c.name, pictures) for c in children]
+        sweeps = sorted(str(c) for c in path.iterdir() if (c / "multirun.yaml").is_file())
+        hint = f" It holds multirun directories; report one of them: {', '.join(sweeps[:5])}" \
+            if sweeps else ""
+        raise ReportError(f"'{path}' is neither a run directory (config.yaml, metrics.json or "
+                          f".hydra/ inside) nor a multirun directory (multirun.yaml and job folders "
+                          f"0/, 1/, … that are run directories).{hint}")
+    return "run", [read_run(path, path.name, pictures)]
+
+
+def _lower_isbetter(metric: str) -> bool:
+    name = metric.rsplit("/", 1)[-1].lower()
+    return any(name == w or name.endswith("_" + w) or name.startswith(w + "_") for w in LOWER_IS_BETTER)
+
+
+def _task_class(config: Dict[str, Any]):
+    """The run's task class from the registry (its ``monitor`` and ``metrics`` directions), or
+    None for a run without a known task."""
+    name = (config.get("task") or {}).get("name")
+    try:
+        return TASKS.get(name) if name else None
+    except ConfigError:
+        return None
+
+
+def choose_metric(runs: List[Run], sweeper: Dict[str, Any], metric: Optional[str] = None
+                  ) -> Tuple[str, bool, str]:
+    """(metric, maximize, where the choice came from). The direction: the Optuna sweeper's for
+    its ``optimized_metric``, the checkpoint's ``mode`` for its monitor, the task's declared
+    direction for any metric it declares (``penalty``: lower is better, though the name says
+    nothing), else by name (loss, wer, error: lower is better)."""
+    config = next((r.config for r in runs if r.config), {})
+    ck = (config.get("callbacks") or {}).get("checkpoint") or {}
+    source = "--metric"
+    if not metric and config.get("optimized_metric"):
+        metric, source = config["optimized_metric"], "optimized_metric"
+    if not metric and ck.get("monitor"):
+        metric, source = ck["monitor"], "callbacks.checkpoint.monitor"
+    task = None if metric else _task_class(config)
+    if not metric and task is not None and getattr(task, "monitor", None):
+        metric, source = task.monitor, f"task '{config['task']['name']}' monitor"
+    if not metric:
+        metric, source = "val/loss", "default"
+    direction = sweeper.get("direction")
+    if source == "optimized_metric" and isinstance(direction, str):
+        return metric, "max" in direction.lower(), source
+    if metric == ck.get("monitor") and ck.get("mode") in ("min", "max"):
+        return metric, ck["mode"] == "max", source
+    task = task or _task_class(config)
+    mode = (getattr(task, "metrics", None) or {}).get(metric.rsplit("/", 1)[-1]) if task else None
+    if mode in ("min", "max"):
+        return metric, mode == "max", source
+    return metric, not _lower_isbetter(metric), source
+
+
+def swept_params(runs: List[Run]) -> Tuple[List[str], Dict[str, Any]]:
+    """(parameters that differ between runs, overrides common to all). From Hydra's overrides
+    where every run has them, else from the runs' resolved configs (a key whose values repeat
+    another, shorter key's — an interpolated copy — is left out)."""
+    with_cfg = [r for r in runs if r.overrides is not None or r.config]
+    if not with_cfg:
+        return [], {}
+    by_overrides = all(r.overrides is not None for r in with_cfg)
+    tables = [r.overrides if by_overrides else flatten(r.config) for r in with_cfg]
+    keys: List[str] = []
+    for t in tables:
+        keys += [k for k in t if k not in keys]
+    if len(with_cfg) == 1:
+        return (keys, {}) if by_overrides else ([], {})
+    swept, common, seen = [], {}, set()
+    for k in sorted(keys, key=lambda k: (k.count("."), len(k))) if not by_overrides else keys:
+        column = tuple(repr(t.get(k)) for t in tables)
+        if len(set(column)) == 1:
+            common[k] = tables[0].get(k)
+        elif column not in seen:
+            swept.append(k)
+            seen.add(column)
+    return swept, (common if by_overrides else {})
+
+
+def _sort_key(report_metric: str, maximize: bool):
+    """Best first: ok runs by the metric, then ok runs without it, then every run with a problem
+    (failed, or a damaged file: never the best, whatever its metrics say) in job order."""
+    def key(run: Run):
+        v = run.metrics.get(report_metric)
+        if run.status != "ok" or v is None or math.isnan(v):
+            return (1 if run.status == "ok" else 2, 0.0)
+        return (0, -v if maximize else v)
+    return key
+
+
+def _experiment(run: Run) -> Tuple[str, bool, str]:
+    """(the metric a run alone is sorted by, its direction, its task and data): runs that differ in
+    it are of different experiments, whose values do not compare."""
+    metric, maximize, _ = choose_metric([run], {})
+    task = (run.config.get("task") or {}).get("name")
+    data = run.config.get("data") or {}
+    what = " ".join(str(v) for v in (data.get("name"), data.get("dataset")) if v)
+    return metric, maximize, f"task {task or '?'} on {what or '?'} data"
+
+
+def better(maximize: bool) -> str:
+    return f"{'higher' if maximize else 'lower'} is better"
+
+
+def check_experiments(report: Report, given: bool) -> None:
+    """Runs may be of different experiments: they differ in their own sort metric, direction, task
+    or data, so their values do not compare (each was sorted by the first run's metric). Unless
+    ``--metric`` was given (then a note says the values may not compare), they are ranked within
+    each experiment (``groups``): a sweep's jobs (one command over ``experiment=…`` or
+    ``data=…``) and a folder of runs started one by one alike."""
+    groups: Dict[Tuple[str, bool, str], List[str]] = {}
+    for r in sorted(report.runs, key=lambda r: natural(r.name)):  # folder order
+        if r.config:
+            groups.setdefault(_experiment(r), []).append(r.name)
+    if len(groups) < 2:
+        return
+    if given:
+        kinds = "; ".join(f"{listed(names, 3)}: {what}, sorted by {m} ({better(up)})"
+                          for (m, up, what), names in groups.items())
+        report.notes.append(f"the runs are of different experiments ({kinds}); sorted by "
+                            f"--metric {report.metric} as asked, though their values may not compare")
+        return
+    _rank_within(report, groups)
+
+
+def _rank_within(report: Report, groups: Dict[Tuple[str, bool, str], List[str]]) -> None:
+    """Rank runs (a sweep's jobs) within each experiment: the groups in folder (job) order, each
+    best first by its own metric (its failed and damaged runs after its ok ones), runs of no known
+    experiment (no config.yaml) last; the shared metric stays the table's first metric column."""
+    report.groups = [Group(chr(ord("A") + i) if i < 26 else str(i + 1), what, m, up, names)
+                     for i, ((m, up, what), names) in enumerate(groups.items())]
+    order = {n: i for i, g in enumerate(report.groups) for n in g.runs}
+
+    def key(run: Run):
+        i = order.get(run.name, len(report.groups))
+        g = report.groups[i] if i < len(report.groups) else None
+        return (i, *(_sort_key(g.metric, g.maximize)(run) if g else (2, 0.0)))
+    report.runs.sort(key=key)
+    metrics = {(g.metric, g.maximize) for g in report.groups}
+    report.metric, report.maximize = next(iter(metrics)) if len(metrics) == 1 else ("", False)
+    report.metric_source = "each experiment's own metric"
+    runs = "jobs" if report.kind == "sweep" else "runs"
+    report.notes.append(f"the {runs} are of different experiments, whose values do not compare: each "
+                        f"is ranked on its own (column 'group'); give --metric to sort them all by one")
+
+
+def build(path: Path | str, metric: Optional[str] = None, pictures: int = 4) -> Report:
+    """Read a run or sweep directory into a :class:`Report` (runs sorted best first)."""
+    path = Path(path)
+    kind, runs = find_runs(path, pictures)
+    sweeper = (sweep_record(path).get("sweeper") or {}) if kind == "sweep" else {}
+    metric, maximize, source = choose_metric(runs, sweeper, metric)
+    runs.sort(key=_sort_key(metric, maximize))  # stable: ties keep the job order
+    params, common = swept_params(runs)
+    report = Report(path, kind, runs, metric, maximize, source, params, common, sweeper)
+    check_experiments(report, given=source == "--metric")
+    if report.groups:
+        return report
+    if kind == "sweep" and not runs:
+        report.notes.append("no job folders yet: the sweep has not started a job")
+    logged = sorted({m for r in runs for m in r.metrics})
+    if source == "--metric" and metric not in logged:
+        if logged:
+            raise ReportError(f"--metric '{metric}': no run in '{path}' has it; metrics: "
+                              f"{', '.join(logged)}")
+        held = (f"its {len(runs)} run(s): {'; '.join(dict.fromkeys(r.status for r in runs))}"
+                if runs else "it holds no job's run yet")
+        raise ReportError(f"--metric '{metric}': no run in '{path}' reports any metric ({held}); "
+                          f"leave --metric out to list the runs with their status")
+    if logged and metric not in logged:
+        report.notes.append(f"no run has the metric '{metric}' (from {source}); metrics: "
+                            f"{', '.join(logged)}")
+    return report
+
+
+def fmt(value: Any) -> str:
+    """A cell: floats with 4 significant digits (the CSV keeps full precision)."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def metric_columns(report: Report) -> List[str]:
+    names = {k for r in report.runs for k in r.metrics}
+    rank = {"val": 0, "test": 1}
+    rest = sorted(names - {report.metric}, key=lambda m: (rank.get(m.split("/")[0], 2), m))
+    return ([report.metric] if report.metric in names else []) + rest
+
+
+def table(report: Report, full: bool = False) -> Tuple[List[str], List[List[Any]]]:
+    """(header, rows): run, status, swept parameters, metrics, epochs, steps, fit seconds; raw
+    values when ``full`` (the CSV), formatted cells otherwise."""
+    metrics = metric_columns(report)
+    grouped = ["group"] if report.groups else []
+    header = ["run", "status", *grouped, *report.params, *metrics, "epochs", "global_step", "fit_seconds"]
+    rows = []
+    for r in report.runs:
+        group = [getattr(report.group(r), "name", None)] if grouped else []
+        row = [r.name, r.status, *group, *(report.value(r, p) for p in report.params),
+               *(r.metrics.get(m) for m in metrics),
+               *(r.summary.get(k) for k in ("epochs", "global_step", "fit_seconds"))]
+        rows.append(row if full else [fmt(v) for v in row])
+    return header, rows
+
+
+def best_runs(report: Report) -> List[Run]:
+    """The best run, or each experiment's where the runs are ranked within each: the first row
+    (of the experiment), where it is ok with the sort metric."""
+    ranked = [(g.metric, [r for r in report.runs if r.name in g.runs]) for g in report.groups] \
+        or [(report.metric, report.runs)]
+    return [runs[0] for metric, runs in ranked if runs and runs[0].status == "ok"
+            and runs[0].metrics.get(metric) is not None]
+
+
+def best_run(report: Report) -> Optional[Run]:
+    """The best run where the runs are ranked as one (its star in the plots), else None."""
+    best = best_runs(report)
+    return best[0] if best and not report.groups else None
+
+
+def ranking(report: Report, where: bool = False) -> str:
+    """How the table is ordered: ranked within each experiment (each group, its metric and runs),
+    or sorted by the metric (``where``: and where the metric came from)."""
+    if report.groups:
+        return "ranked within each experiment, best first: " + "; ".join(
+            f"{g.name} = {g.what}, by {g.metric} ({better(g.maximize)}): {listed(g.runs, 4)}"
+            for g in report.groups)
+    return (f"sorted by {report.metric} ({better(report.maximize)}"
+            + (f"; from {report.metric_source})" if where else ")"))
+
