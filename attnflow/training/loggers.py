@@ -1,16 +1,12 @@
 """Experiment loggers by registry name: ``csv`` (default), ``tensorboard``, ``wandb``, ``none``.
 
 The ``logger`` config maps logger names to their fields, as in lightning-hydra-template:
-``logger=csv`` gives ``{csv: {}}``, ``logger=[csv,wandb]`` both, ``logger=none`` none, and
-``logger.wandb.project=x`` sets a field. W&B runs offline unless ``logger.wandb.mode`` or
-``$WANDB_MODE`` says otherwise, so no account is needed (``wandb sync <run
-dir>/wandb/offline-run-*`` uploads later). W&B checks its own settings when its run starts
-(:func:`log_hyperparams`); what it refuses there is a :class:`ConfigError` with W&B's message.
+``logger=csv`` is ``{csv: {}}``, ``logger=[csv,wandb]`` both, ``logger=none`` none. W&B runs
+offline unless ``logger.wandb.mode`` or ``$WANDB_MODE`` says otherwise (``wandb sync`` uploads
+later) and checks its own settings when its run starts (:func:`log_hyperparams`).
 
-Run identity (:func:`run_identity`): a run is named from its experiment and the overrides typed
-(``gat_cora scorer=dot task.optim.lr=0.01``), the jobs of a multirun share a W&B group named after
-the sweep, and the experiment and ``tags`` become W&B tags. The identity is stored in the config's
-``run`` section, so ``config.yaml`` and the logged config carry it.
+:func:`run_identity` names a run from its experiment and the overrides typed (``gat_cora
+scorer=dot``), groups the jobs of a multirun by sweep, and keeps both in the config's ``run``.
 """
 
 from __future__ import annotations
@@ -23,6 +19,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Dict, List, Mapping, Optional
 
+import yaml
+from hydra.core.hydra_config import HydraConfig
 from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger, WandbLogger
 
 from attnflow.config.registry import LOGGERS, AttnflowWarning, ConfigError, build_config, suggest
@@ -72,9 +70,8 @@ def wandb_logger(save_dir: str, identity: Optional[dict] = None, *, project: Opt
 
 
 def _fit(name: str, most: int) -> str:
-    """``name`` in at most ``most`` characters (W&B's limit on a run name): a longer one keeps its
-    start and ends with a digest of the whole, so sweep jobs whose swept value comes last keep
-    distinct names; the full name is the run's ``run.name``."""
+    """``name`` in at most ``most`` characters (W&B's limit on a run name), ending in a digest of
+    the whole, so sweep jobs whose swept value comes last keep distinct names."""
     if len(name) <= most:
         return name
     return f"{name[:most - 10]} … {hashlib.sha1(name.encode()).hexdigest()[:7]}"
@@ -82,8 +79,7 @@ def _fit(name: str, most: int) -> str:
 
 @LOGGERS.register("none")
 def no_logger(save_dir: str, identity: Optional[dict] = None):
-    """No experiment logger (``logger=none``): metrics.json, checkpoints and attention PNGs are
-    still written."""
+    """No experiment logger (``logger=none``); metrics.json, checkpoints and PNGs are still written."""
     return False
 
 
@@ -146,11 +142,10 @@ def log_hyperparams(loggers: list, config: Dict[str, Any]) -> None:
 
 def _wandb_run(loggers: list) -> Any:
     """The W&B run this process started for a chosen W&B logger, or None."""
-    if not any(isinstance(logger, WandbLogger) for logger in loggers):
-        return None
-    import wandb
+    if any(isinstance(logger, WandbLogger) for logger in loggers):
+        import wandb
 
-    return wandb.run
+        return wandb.run
 
 
 def summarize_loggers(loggers: list, summary: Dict[str, Any], last_epoch: Mapping[str, Any]) -> None:
@@ -180,8 +175,7 @@ NOISE = ("hydra", "paths", "experiment", "logger", "callbacks.progress_bar", "ru
 
 @dataclasses.dataclass
 class RunConfig:
-    """The ``run`` section: the run's identity, logged with its config; :func:`run_identity`
-    fills in the null fields."""
+    """The ``run`` section: the run's identity; :func:`run_identity` fills in null fields."""
 
     experiment: Optional[str] = None  # the experiment= choice, else 'default'
     name: Optional[str] = None  # '<experiment> <overrides>'
@@ -207,8 +201,6 @@ def typed_overrides(overrides) -> List[str]:
 def _hydra_info(cfg: Any) -> Optional[dict]:
     """{choices, overrides, multirun, sweep_dir} from the running Hydra app, or from the ``hydra``
     node of a config composed with ``return_hydra_config``; None outside Hydra."""
-    from hydra.core.hydra_config import HydraConfig
-
     if HydraConfig.initialized():
         hc = HydraConfig.get()
     elif hasattr(cfg, "get") and cfg.get("hydra") is not None:
@@ -223,8 +215,6 @@ def _hydra_info(cfg: Any) -> Optional[dict]:
 def _swept_experiments(sweep_dir: Any) -> Optional[str]:
     """``a,b`` when the sweep (its ``multirun.yaml``, written before the first job) sweeps
     ``experiment=a,b``: the group's label then, so the jobs of one sweep share one group."""
-    import yaml
-
     try:
         typed = yaml.safe_load((Path(str(sweep_dir)) / "multirun.yaml").read_text())["hydra"]["overrides"]["task"]
     except (OSError, yaml.YAMLError, KeyError, TypeError):
@@ -236,8 +226,8 @@ def _swept_experiments(sweep_dir: Any) -> Optional[str]:
 
 def sweep_group(label: str, sweep_dir: str) -> str:
     """A multirun's W&B group: its label (search config or experiment) and the sweep folder's
-    last two parts, e.g. 'default 2025-01-31/12-00-00-123456' (a fixed folder named like the
-    label, 'multirun/gat_cora_optuna', gives just the label, so a continued study stays one group)."""
+    last two parts, e.g. 'default 2025-01-31/12-00-00-123456'; a folder named like the label
+    ('multirun/gat_cora_optuna': a continued study) gives just the label."""
     parts = [p for p in Path(str(sweep_dir)).parts[-2:] if p not in ("multirun", label)]
     return " ".join([label, "/".join(parts)]).strip()
 
