@@ -49,6 +49,7 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -57,7 +58,7 @@ import yaml
 
 from attnflow.io.checkpoints import CheckpointError, Run, load_run, load_weights, run_artifacts
 from attnflow.training.onednn import bound_primitive_cache
-from attnflow.config.registry import ConfigError, suggest
+from attnflow.config.registry import AttnflowWarning, ConfigError, suggest
 from attnflow.io.text import check_folder, check_new_outputs, path_arg
 
 TRAINER_FIELDS = ("accelerator", "devices", "precision", "limit_val_batches", "limit_test_batches")
@@ -160,33 +161,22 @@ def apply_overrides(run: Run, overrides: List[Tuple[str, Any]]) -> Tuple[Dict[st
 
 def _refuse_unread(keys: List[str], cfg: Dict[str, Any], split: str,
                    trained: Dict[str, Any]) -> None:
-    """An override that this evaluation leaves unread is refused, as attnflow-train refuses one
-    (:mod:`attnflow.config.overrides`); it was accepted and recorded in the result: the other split's
-    ``trainer.limit_*_batches``, a task field read in training only (``task.optim``, word
-    dropout) or by the other split (``Task.split_fields``: ``beam_size`` is the test split's,
-    ``val_beam_size`` validation's), a data field only the test split reads with ``split=val``
-    (``test_fields``: Multi30k's ``data.test``) or the validation split reads with ``split=test``
-    (``val_fields``), a data field read in training only (``training_only``: the tokenizers'
-    settings, as the run's own are loaded), a data field the rest of the data config leaves
-    unread (``data.batch_size`` with a full-graph loader), the root ``seed`` where evaluating
-    draws nothing from the random state it seeds (the data class's ``evaluation_draws(fields)``;
-    the message names ``data.seed`` where the data reads one). A field the model is bound to
+    """An override that this evaluation leaves unread gets a warning: the other split's
+    ``trainer.limit_*_batches``, a data field only the other split reads (``test_fields``,
+    ``val_fields``). The root ``seed`` where evaluating draws nothing from the random state it
+    seeds (the data class's ``evaluation_draws(fields)``) is refused. A field the model is bound to
     (``run_fixed``: the translation direction) is refused with a value other than the run's
     (``trained``: its data config): a de→en model fed English sources scored BLEU 0 without a
     word."""
-    from attnflow.config.registry import DATA, TASKS
+    from attnflow.config.registry import DATA
 
-    task_class, data_class = TASKS.get(cfg["task"]["name"]), DATA.get(cfg["data"]["name"])
+    data_class = DATA.get(cfg["data"]["name"])
     by_split = {  # {key: the one split that reads it}
         **{f"trainer.limit_{s}_batches": s for s in SPLITS},
-        **{f"task.{f}": s for f, s in getattr(task_class, "split_fields", {}).items()},
         **{f"data.{f}": s for s, attr in (("test", "test_fields"), ("val", "val_fields"))
            for f in getattr(data_class, attr, ())}}
     unread = {key: f"split={split} evaluates the {split} split; it is read with split={s}"
               for key, s in by_split.items() if s != split}
-    for head, block in (("task", task_class), ("data", data_class)):
-        unread.update({f"{head}.{f}": f"{head} '{cfg[head]['name']}' reads it in training only"
-                       for f in getattr(block, "training_only", ())})
     fixed = [f for f in getattr(data_class, "run_fixed", ()) if f"data.{f}" in keys]
     if fixed and trained.get("name") == cfg["data"]["name"]:
         before = DATA.validate(trained, "data")  # with the defaults the stored config left out
@@ -195,7 +185,6 @@ def _refuse_unread(keys: List[str], cfg: Dict[str, Any], split: str,
                 raise ConfigError(f"data.{f}={cfg['data'].get(f)}: the run was trained with data.{f}="
                                   f"{before.get(f)}, and its model fits only that; evaluate a run "
                                   f"trained for the other setting")
-    unread.update(DATA.inert_fields(cfg["data"], "data"))
     draws = getattr(data_class, "evaluation_draws", None)
     if "seed" in keys and not (draws and draws(cfg["data"])):
         # training hands the root seed to seed_everything and (through ${seed}) to data.seed, which
@@ -209,7 +198,7 @@ def _refuse_unread(keys: List[str], cfg: Dict[str, Any], split: str,
                           if reads else ". Drop the override"))
     for key in keys:
         if key in unread:
-            raise ConfigError(f"{key} does nothing in attnflow-eval: {unread[key]}. Drop the override")
+            warnings.warn(f"{key} does nothing in attnflow-eval: {unread[key]}", AttnflowWarning)
 
 
 def output_path(run: Run, split: str, out: Optional[str]) -> Path:

@@ -206,11 +206,7 @@ class ShapesDataModule(CaptioningDataModule):
 
     test_fields = ("test_size",)
     val_fields = ("val_size",)  # (each split draws from seeds of its own: make_splits)
-    training_only = ("train_size",)  # evaluation loads the run's vocabulary and draws no training image
-
     owner = "data 'shapes'"
-    generates_data = True  # no files: paths.data_dir is not read (attnflow.config.overrides)
-
     @classmethod
     def image_side(cls, fields) -> tuple:
         """(the field, the side in pixels) of the images this config gives (captioner.check_config)."""

@@ -145,7 +145,6 @@ class ParallelDataModule(SplitDataModule):
     """
 
     test_fields, val_fields = ("test",), ("val",)
-    training_only = ("train", "tokenizer", "vocab_size")  # evaluation loads the run's tokenizers
     run_fixed = ("src_lang", "tgt_lang", "shared_vocab")  # the model's direction and vocabularies
 
     interface = "seq2seq"  # sequence pairs: seq2seq/transformer models, seq2seq/translation tasks

@@ -70,8 +70,6 @@ class ReverseDataModule(SplitDataModule):
     test_fields = ("test_size",)
 
     interface = "seq2seq"  # sequence pairs: seq2seq/transformer models, seq2seq/translation tasks
-    generates_data = True  # no files: paths.data_dir is not read (attnflow.config.overrides)
-
     def __init__(self, *, task: Literal["reverse", "copy", "sort"] = "reverse",
                  symbols: Annotated[int, Range(ge=2)] = 20,
                  min_len: PositiveInt = 4, max_len: PositiveInt = 16,

@@ -45,7 +45,7 @@ to ``<run dir>/attention/graph_embedding.png`` and logs it to TensorBoard / W&B.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, Literal, Mapping
+from typing import Any, Literal, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -141,16 +141,6 @@ class NodeClassificationTask(Task):
         # split -> float32 sums of COUNTS over the epoch's batches so far (not a module or a
         # buffer: nothing of it goes into checkpoints, as torchmetrics' states did not)
         self._sums: dict = {}
-
-    @classmethod
-    def inert_fields(cls, fields: Mapping[str, Any]) -> Dict[str, str]:
-        """Without P-reg its adjacency is unread: refused when typed (:mod:`attnflow.config.overrides`),
-        while a preset's value is left alone, so ``experiment=gat_cora_preg
-        task.propagation_reg=0`` switches P-reg off."""
-        if fields.get("propagation_reg"):
-            return {}
-        return {"propagation_adjacency": "{at}propagation_adjacency is P-reg's Â, read only with "
-                                         "{at}propagation_reg > 0"}
 
     @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:

@@ -133,7 +133,6 @@ class Seq2SeqTask(Task):
     interface = "seq2seq"
     metrics = {"loss": "min", "token_acc": "max", "seq_acc": "max", "penalty": "min"}
     monitor, monitor_mode = "val/seq_acc", "max"
-    training_only = ("optim", "src_word_dropout", "tgt_word_dropout", "rdrop_alpha")
     conditional_metrics = {"penalty": "penalty_weight"}
 
     def __init__(self, model: nn.Module, pad_id: int, bos_id: int, eos_id: int,
