@@ -180,8 +180,9 @@ class Registry:
     def ask(self, cfg: Any, hook: str, path: str = "") -> Any:
         """The answer of the class ``cfg`` names to its classmethod ``hook(fields)`` (None without
         one): how a block's config check learns what another block will give it."""
-        answer = getattr(self.get(_to_dict(cfg).get("name"), path), hook, None)
-        return answer(self.validate(cfg, path)) if answer is not None else None
+        data = _to_dict(cfg)
+        answer = getattr(self.get(data.get("name"), path), hook, None)
+        return answer(data if self._complete(data) else self.validate(data, path)) if answer else None
 
     def build(self, cfg: Any, *context: Any, path: str = "", **extra: Any):
         """Validate ``cfg`` and construct the block: ``Class(*context, **fields, **extra)``

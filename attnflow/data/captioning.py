@@ -239,7 +239,7 @@ class ShapesDataModule(CaptioningDataModule):
     def check_config(cls, cfg: dict) -> None:
         """Before any work (run.check_composition): the drawing options that do not fit together
         (shapes.py's checks, each naming its field)."""
-        fields = DATA.validate(cfg["data"], "data")
+        fields = cfg["data"]
         try:
             check_options(**{k: fields[k] for k in ("size", "grid", "min_shapes", "max_shapes",
                                                     "background")})

@@ -89,7 +89,7 @@ class ReverseDataModule(SplitDataModule):
     @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
         """Before any work (run.check_composition): what the fields' own bounds cannot say."""
-        fields = DATA.validate(cfg["data"], "data")
+        fields = cfg["data"]
         _check_lengths(fields["min_len"], fields["max_len"])
 
     # -- what models and tasks need to know --------------------------------------------------

@@ -121,7 +121,7 @@ class BertModel(nn.Module):
         """Before any data is made (run.check_composition): the attention's heads divide d_model,
         the positions cover model.max_len and model.max_len covers the data's inputs."""
         if (cfg.get("model") or {}).get("name") == "bert":
-            model = MODELS.validate(cfg["model"], "model")
+            model = cfg["model"]
             check_model_heads(model)
             _check_positions(model["max_len"], (model.get("positional") or {}).get("max_len"))
             longest = DATA.ask(cfg["data"], "longest_positions", "data")  # multitask: the tasks'

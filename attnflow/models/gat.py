@@ -64,7 +64,7 @@ class GAT(nn.Module):
         (the constructor would find out only once the graph is read, naming its own per-layer
         configs)."""
         if (cfg.get("model") or {}).get("name") == "gat":
-            layer = MODELS.validate(cfg["model"], "model")["layer"]
+            layer = cfg["model"]["layer"]
             try:
                 GRAPH_LAYERS.get(layer)
             except ConfigError as err:

@@ -74,7 +74,7 @@ class ClassificationTask(Task):
         sweeper, but never logged."""
         if cfg["task"].get("name") != "classification":
             return
-        weight = TASKS.validate(cfg["task"], "task")["penalty_weight"]
+        weight = cfg["task"]["penalty_weight"]
         model = cfg["model"]["name"]
         if weight > 0 and not getattr(MODELS.get(model), "attention_hops", False):
             hops = [n for n in MODELS.names() if getattr(MODELS.get(n), "attention_hops", False)]

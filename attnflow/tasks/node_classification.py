@@ -146,9 +146,9 @@ class NodeClassificationTask(Task):
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
         """The refusals of ``__init__`` that need no data, before any data is read."""
         if cfg["task"].get("name") == "node_classification":
-            task = TASKS.validate(cfg["task"], "task")  # with the defaults
+            task = cfg["task"]  # with the defaults
             _check_options(*(task[k] for k in ("multi_label", "label_smoothing", "propagation_reg")))
-            data = DATA.validate(cfg["data"], "data")
+            data = cfg["data"]
             if "multi_label" in data:  # a data set that says in its config which labels it makes
                 _check_labels(task["multi_label"], data["multi_label"])
             known = getattr(DATA.get(cfg["data"]["name"]), "known_multi_label", None)

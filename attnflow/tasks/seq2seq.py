@@ -158,9 +158,9 @@ class Seq2SeqTask(Task):
         """Before any data is read: R-Drop with nothing that drops out — both word dropouts 0 and
         no field of the model's config (its defaults filled in) whose name holds ``dropout``
         above 0 — is refused, as the constructor refuses it for the built model."""
-        task = TASKS.validate(cfg["task"], "task")
+        task = cfg["task"]
         if (task["rdrop_alpha"] > 0 and not (task["src_word_dropout"] or task["tgt_word_dropout"])
-                and not any_dropout_field(MODELS.validate(cfg["model"], "model"))):
+                and not any_dropout_field(cfg["model"])):
             raise ConfigError(_NO_DROPOUT.format(task["rdrop_alpha"]))
         decoder = decoder_without_attention(cfg.get("model") or {})
         if task.get("penalty_weight", 0) > 0 and decoder:

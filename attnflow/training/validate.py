@@ -15,6 +15,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
+from attnflow.blocks.attention.multihead import check_heads
 from attnflow.blocks.positional.learned import check_table_covers
 from attnflow.training.callbacks import (MATMUL_PRECISIONS, AttentionMapsConfig,
                                 CheckpointConfig, EarlyStoppingConfig)
@@ -187,11 +188,20 @@ def _check_encoder_kinds(model_cfg: Dict[str, Any]) -> None:
 
 
 def _check_own_encoder(cfg: Dict[str, Any]) -> None:
-    """A bounded positional table (``learned``) of a model's own encoder (``model.encoder``)
-    covers the longest input the data gives it (the data class's ``longest_source_positions``,
-    else ``longest_positions``): the table refuses a longer input only at the first such batch."""
+    """A model's own encoder (``model.encoder``: seq2seq's or self_attentive's), with messages
+    naming its own fields (the meta build names the shared ``attention`` group, which these models
+    do not read): its attention's heads divide its width, and a bounded positional table
+    (``learned``) covers the longest input the data gives it (the data class's
+    ``longest_source_positions``, else ``longest_positions``), which it refuses only at the first
+    such batch."""
     encoder = cfg["model"].get("encoder")
-    positional = encoder.get("positional") if isinstance(encoder, dict) else None
+    if not isinstance(encoder, dict):
+        return
+    attention, positional = encoder.get("attention"), encoder.get("positional")
+    width = encoder.get("d_model") or cfg["model"].get("embed_dim")
+    if isinstance(attention, dict) and "heads" in attention and isinstance(width, int):
+        check_heads(attention["name"], width, attention["heads"], attention.get("head_dim"),
+                    at="model.encoder.attention", size="model.encoder.d_model, else model.embed_dim")
     if isinstance(positional, dict) and positional.get("max_len"):
         data = DATA.get(cfg["data"]["name"])
         longest = next((hook(cfg["data"]) for hook in (getattr(data, "longest_source_positions", None),
@@ -229,8 +239,9 @@ def check_model_builds(cfg: Dict[str, Any]) -> None:
 
 
 def check_composition(cfg: Dict[str, Any]) -> None:
-    """Data, model and task fit together (by their ``interface``), and an explicit checkpoint or
-    early-stopping ``monitor`` is a metric the task logs; before any data is made."""
+    """Data, model and task fit together (by their ``interface``; the classes' ``check_config``,
+    given ``cfg`` with the validated blocks), and an explicit checkpoint or early-stopping
+    ``monitor`` is a metric the task logs; before any data is made."""
     picked = [(group, cfg[group]["name"], reg) for group, reg in
               (("data", DATA), ("model", MODELS), ("task", TASKS))]
     _check_encoder_kinds(cfg["model"])
@@ -333,18 +344,19 @@ def unread_settings(cfg: DictConfig | Dict[str, Any]) -> tuple:
     try:
         validate_config(resolved)
     except ConfigError as err:  # a field that takes its value from another: say which
-        note = _interpolation_note(cfg, str(err)) if isinstance(cfg, DictConfig) else ""
-        if not note:
+        shown = _as_typed(cfg, str(err)) if isinstance(cfg, DictConfig) else str(err)
+        if shown == str(err):
             raise
-        raise ConfigError(f"{err}{note}") from None
+        raise ConfigError(shown) from None
     return resolved, found
 
 
-def _interpolation_note(cfg: DictConfig, message: str) -> str:
-    """Where the field a message names (``(at 'model.decoder.attention.scorer.hidden')``), or a
-    node above it, is an interpolation in the composed config (``attention: ${attention}``), a
-    note naming where the value comes from: the user set that one, not the path the message names."""
-    found = re.search(r"\(at '([\w.]+)'", message)
+def _as_typed(cfg: DictConfig, message: str) -> str:
+    """``message`` naming the field the user set where the path it names (``at
+    'model.decoder.attention.scorer.hidden'``) passes through an interpolation of the composed
+    config: a block taken whole from another key (``scorer: ${scorer}``) is named there
+    (``scorer.hidden``); a field whose value comes from another gets a note naming that one."""
+    found = re.search(r"at '([\w.]+)'", message)
     parts = found.group(1).split(".") if found else []
     for end in range(len(parts), 0, -1):
         parent = (OmegaConf.select(cfg, ".".join(parts[:end - 1]), throw_on_resolution_failure=False)
@@ -352,5 +364,8 @@ def _interpolation_note(cfg: DictConfig, message: str) -> str:
         key = parts[end - 1]
         if isinstance(parent, DictConfig) and key in parent and OmegaConf.is_interpolation(parent, key):
             source = OmegaConf.to_container(parent, resolve=False)[key]
-            return f" ({'.'.join(parts[:end])} is {source} in this config: the value comes from there)"
-    return ""
+            whole = re.fullmatch(r"\$\{([\w.]+)\}", source)
+            if whole and end < len(parts):
+                return message.replace(found.group(1), ".".join([whole.group(1), *parts[end:]]))
+            return f"{message} ({'.'.join(parts[:end])} is {source} in this config: the value comes from there)"
+    return message
