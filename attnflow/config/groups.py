@@ -1,24 +1,15 @@
 """The shared config groups and the composition contract: every group is used, or refused.
 
 ``scorer``, ``normalizer``, ``aggregator``, ``attention``, ``positional`` and ``pooling`` are
-top-level choices that a model *consumes* by interpolating them into its config, e.g.
-``conf/model/transformer.yaml`` has ``attention: ${attention}`` and ``conf/attention/multihead.yaml``
-has ``scorer: ${scorer}``: one override (``scorer=dot``) then changes the scorer of whatever model
-is chosen. The interpolations are the declaration — a model consumes exactly the groups reachable
-from its config through them (transitively: model → attention → scorer).
-
-The contract, checked before any data is made (:func:`check_shared_groups`):
-
-- a group the model does not consume but that this run *sets* — chosen differently from the root
-  default of ``conf/train.yaml`` (on the command line, in an experiment or model file) or with
-  fields that differ from its option file — is a :class:`ConfigError` naming the group, the model
-  and the groups it does consume: such an override would silently do nothing;
-- groups the model does not consume are dropped from the config the run saves;
-- replacing a group's block by name (``scorer.name=negdot``) drops the fields that came from the
-  old block's option file and that the new block does not have (``hidden_dim`` of ``additive``);
-  so does replacing a block nested in another's config (``model.encoder.name=transformer_encoder``:
-  :func:`drop_swapped_block_fields`); a field typed under a block the config files leave at its
-  constructor default is set on that default (:func:`fill_default_blocks`).
+top-level choices a model *consumes* by interpolating them (``attention: ${attention}`` in
+``conf/model/transformer.yaml``, ``scorer: ${scorer}`` in ``conf/attention/multihead.yaml``), so
+``scorer=dot`` changes the scorer of whatever model is chosen. A group this run sets that the
+model does not consume is a :class:`ConfigError` (:func:`unused_groups`); unconsumed groups are
+left out of the run's config. Swapping a block by name drops the old block's fields
+(:func:`drop_swapped_block_fields`); a field typed under a block the files leave at its
+constructor default is set on that default (:func:`fill_default_blocks`). The command line's
+plain field assignments become Hydra's add-or-override where they may name such a field
+(:func:`field_overrides`).
 """
 
 from __future__ import annotations
@@ -353,18 +344,12 @@ def check_shared_groups(cfg: DictConfig, conf_dir: Path,
 def unused_groups(cfg: DictConfig, conf_dir: Path, choices: Optional[Mapping[str, Any]] = None,
                   typed: Optional[Iterable[str]] = None,
                   overrides: Optional[Iterable[str]] = None) -> tuple:
-    """The contract on a composed (unresolved) config.
-
-    ``choices`` are Hydra's group choices of this run (``HydraConfig.runtime.choices``) when
-    known; otherwise a group's option is taken to be its block's name. ``typed``: the top-level
-    keys the command line set, when known. A group the model does not use is refused only where
-    the user set it there: one an experiment file set (``experiment=han_imdb`` sets ``scorer=dot``
-    for its attention pooling) is left out quietly when an override changes the model's need of
-    it (``pooling=max``). Without ``typed`` every setting counts as the user's. ``overrides``:
-    the command line, when known (a group option it chose drops the fields an experiment set
-    for the option it replaced). Returns (the consumed groups, {group: the refusal} of those set
-    but unused); the replaced block's stale fields are dropped from ``cfg`` on the way.
-    """
+    """(the consumed groups, {group: its refusal} of those set but unused) of a composed,
+    unresolved config; a replaced block's stale fields are dropped from ``cfg`` on the way.
+    ``choices``: Hydra's group choices (else a group's option is its block's name); ``typed``: the
+    top-level keys the command line set, where known: a group an experiment file set is then left
+    out quietly when an override changes the model's need of it (``experiment=han_imdb
+    pooling=max``); ``overrides``: the command line."""
     shown = typed_fields(map(str, overrides or ()))  # {typed key: the override as typed}
     chosen = _typed_choices(shown)
     choices = dict(choices or {})
