@@ -8,6 +8,7 @@ import re
 import pytest
 import torch
 import yaml
+from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 from torch import nn
 
@@ -366,13 +367,15 @@ def test_plain_field_overrides_reach_fields_left_at_their_defaults():
     assert field_overrides(["scorer=dot", "attention.heads=2", "+x=1", "~y", "hydra.run.dir=d",
                             "experiment=mt_rnnenc", "seed=3"], CONF) == [
         "scorer=dot", "++attention.heads=2", "+x=1", "~y", "hydra.run.dir=d", "experiment=mt_rnnenc",
-        "++seed=3"]
+        "seed=3"]
     cfg = resolve_config(compose_cfg(["attention=multihead", "attention.heads=2"]))
     assert cfg["model"]["decoder"]["attention"]["heads"] == 2
-    with pytest.raises(ConfigError, match="has no field 'haeds'"):
-        resolve_config(compose_cfg(["attention=multihead", "attention.haeds=2"]))
-    with pytest.raises(ConfigError, match="no top-level key 'sed'.*Did you mean 'seed'"):
-        resolve_config(compose_cfg(["sed=3"]))
+    with pytest.raises(ConfigError, match="no block has a field 'haeds'.*Did you mean 'heads'"):
+        compose_cfg(["attention=multihead", "attention.haeds=2"])
+    with pytest.raises(ConfigError, match="attention 'single' has no field 'heads'"):
+        resolve_config(compose_cfg(["attention.heads=2"]))  # a field of another block
+    with pytest.raises(ConfigCompositionException):  # a key no config has: Hydra's strict check
+        compose_cfg(["sed=3"])
     assert resolve_config(compose_cfg(["seed=3"]))["seed"] == 3
 
 

@@ -414,16 +414,6 @@ def test_attnflows_warnings_are_one_line_without_its_source(tmp_path, monkeypatc
     assert err.count("attnflow: warning: ours\n") == 1 and "theirs" not in err, err  # (pytest's)
 
 
-def test_cli_a_data_dir_the_generated_data_does_not_read_is_one_message(tmp_path, monkeypatch, capsys):
-    """attnflow-train paths.data_dir=… with the default experiment (generated reversal data):
-    accepted, recorded in config.yaml, and nothing was read from it."""
-    code, out, err = _main(monkeypatch, capsys, tmp_path, "paths.data_dir=/data")
-    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err + out
-    assert err.startswith("attnflow: config error: paths.data_dir=/data (at 'paths.data_dir') does "
-                          "nothing: data 'reverse' generates its data and reads no files")
-    assert list(tmp_path.iterdir()) == []
-
-
 def test_a_shared_groups_field_typed_under_the_model_is_pointed_to_its_group(tmp_path, monkeypatch, capsys):
     """model.attention.heads=2 replaces the model's ``${attention}`` (the shared group's block) with
     a block of no name: refused, and the message says where the field goes."""

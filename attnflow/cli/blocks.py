@@ -64,7 +64,7 @@ def _print_config(overrides) -> int:
 
     from attnflow import config_dir
     from attnflow.cli.help import unknown_override
-    from attnflow.config.groups import field_overrides
+    from attnflow.config.groups import SHARED_GROUPS, field_overrides
     from attnflow.config.registry import ConfigError
     from attnflow.training.resume import ResumeError, from_hydra, prepare_argv
     from attnflow.training.validate import BLOCK_GROUPS, resolve_config
@@ -79,7 +79,8 @@ def _print_config(overrides) -> int:
         with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
             cfg = compose("train", overrides=overrides, return_hydra_config=True)
         resolved = resolve_config(from_hydra(cfg, overrides))
-        used = {group: registry.validate(resolved[group], group) for group, registry in BLOCK_GROUPS
+        groups = [(g, Registry.kinds()[g]) for g in SHARED_GROUPS] + BLOCK_GROUPS
+        used = {group: registry.validate(resolved[group], group) for group, registry in groups
                 if resolved.get(group) is not None}
     except (ConfigError, HydraException) as err:  # (Hydra's: an option it cannot find)
         kind = "" if isinstance(err, (ResumeError, HydraException)) else "config error: "

@@ -159,7 +159,11 @@ def main() -> None:
     except ResumeError as err:
         print(f"attnflow: {err}", file=sys.stderr)
         sys.exit(2)
-    sys.argv[1:] = field_overrides(sys.argv[1:], Path(CONF_DIR))
+    try:
+        sys.argv[1:] = field_overrides(sys.argv[1:], Path(CONF_DIR))
+    except ConfigError as err:
+        print(f"attnflow: config error: {err}", file=sys.stderr)
+        sys.exit(2)
     refused = check_sweep_values(sys.argv[1:], Path(CONF_DIR))
     if refused:  # a sweep value the run refuses: before the first job, not after the others ran
         print(f"attnflow: config error: {refused}", file=sys.stderr)

@@ -1,24 +1,15 @@
 """The shared config groups and the composition contract: every group is used, or refused.
 
 ``scorer``, ``normalizer``, ``aggregator``, ``attention``, ``positional`` and ``pooling`` are
-top-level choices that a model *consumes* by interpolating them into its config, e.g.
-``conf/model/transformer.yaml`` has ``attention: ${attention}`` and ``conf/attention/multihead.yaml``
-has ``scorer: ${scorer}``: one override (``scorer=dot``) then changes the scorer of whatever model
-is chosen. The interpolations are the declaration — a model consumes exactly the groups reachable
-from its config through them (transitively: model → attention → scorer).
-
-The contract, checked before any data is made (:func:`check_shared_groups`):
-
-- a group the model does not consume but that this run *sets* — chosen differently from the root
-  default of ``conf/train.yaml`` (on the command line, in an experiment or model file) or with
-  fields that differ from its option file — is a :class:`ConfigError` naming the group, the model
-  and the groups it does consume: such an override would silently do nothing;
-- groups the model does not consume are dropped from the config the run saves;
-- replacing a group's block by name (``scorer.name=negdot``) drops the fields that came from the
-  old block's option file and that the new block does not have (``hidden_dim`` of ``additive``);
-  so does replacing a block nested in another's config (``model.encoder.name=transformer_encoder``:
-  :func:`drop_swapped_block_fields`); a field typed under a block the config files leave at its
-  constructor default is set on that default (:func:`fill_default_blocks`).
+top-level choices a model *consumes* by interpolating them (``attention: ${attention}`` in
+``conf/model/transformer.yaml``, ``scorer: ${scorer}`` in ``conf/attention/multihead.yaml``), so
+``scorer=dot`` changes the scorer of whatever model is chosen. A group this run sets that the
+model does not consume is a :class:`ConfigError` (:func:`unused_groups`); unconsumed groups are
+left out of the run's config. Swapping a block by name drops the old block's fields
+(:func:`drop_swapped_block_fields`); a field typed under a block the files leave at its
+constructor default is set on that default (:func:`fill_default_blocks`). The command line's
+plain field assignments become Hydra's add-or-override where they may name such a field
+(:func:`field_overrides`).
 """
 
 from __future__ import annotations
@@ -29,8 +20,13 @@ import warnings
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from attnflow import config_dir
+from attnflow.config.overrides import leaf_paths, typed_fields
 from attnflow.config.registry import AttnflowWarning, Registry, ConfigError, suggest
 
 SHARED_GROUPS = ("scorer", "normalizer", "aggregator", "attention", "positional", "pooling")
@@ -169,8 +165,6 @@ def drop_swapped_block_fields(cfg: DictConfig, overrides: Iterable[str]) -> None
     never typed, and a sweep over ``model.encoder.name`` was impossible. A field typed on the
     command line stays, for the block's validation to refuse. A top-level block (``model.name``)
     is swapped by its group (``model=transformer``), a shared group's by the contract above."""
-    from attnflow.config.overrides import typed_fields
-
     shown = typed_fields(map(str, overrides))
     for key in shown:
         path, _, last = key.rpartition(".")
@@ -203,8 +197,6 @@ def fill_default_blocks(cfg: DictConfig, overrides: Iterable[str]) -> None:
     the files name through an interpolation (``model.word_pooling: ${pooling}``), which the typed
     fields replaced by a nameless block, is refused here, naming the interpolation, the other
     blocks that read it, the field on its group and this block given whole."""
-    from attnflow.config.overrides import typed_fields
-
     overrides = list(map(str, overrides))
     shown = typed_fields(overrides)
     prefixes = sorted({key.rsplit(".", i)[0] for key in shown for i in range(1, key.count("."))},
@@ -243,8 +235,6 @@ def _warn_group_replaced(cfg: DictConfig, path: str, base: Optional[tuple],
     the group's settings no longer reach it (nor do overrides of the group, refused then as unused
     where nothing else reads it). It takes effect; a warning says what it left and how to change
     the group instead."""
-    from attnflow import config_dir
-
     found = _group_source(base, path.rpartition(".")[2])
     if found is None:
         return
@@ -263,9 +253,6 @@ def _warn_group_replaced(cfg: DictConfig, path: str, base: Optional[tuple],
 def _base_of(path: str, overrides: List[str]) -> Optional[tuple]:
     """(the parent node of ``path``, the config) composed without the command line's fields under
     ``path``; None where it cannot be composed or has no such parent."""
-    from attnflow import config_dir
-    from attnflow.config.overrides import typed_fields
-
     kept = tuple(o for o in overrides if not o.lstrip("+~").startswith(("hydra.", "hydra/"))
                  and not any(k == path or k.startswith(path + ".") for k in typed_fields([o])))
     base = _compose(kept, str(config_dir()))
@@ -304,8 +291,6 @@ def _interpolated_block(cfg: DictConfig, path: str, base: tuple, shown: Mapping[
     by a block holding only those fields. Names the group the block comes from, the other places
     that read it, and the two overrides that do what was meant: the field on the group (every
     block reading it changes), or this block given whole."""
-    from attnflow.config.overrides import leaf_paths
-
     config = base[1]
     source, group = _group_source(base, path.rpartition(".")[2])
     typed = {k: v for k, v in shown.items() if k.startswith(path + ".")}
@@ -337,10 +322,6 @@ def _interpolated_block(cfg: DictConfig, path: str, base: tuple, shown: Mapping[
 def _compose(overrides: tuple, conf: str) -> Optional[DictConfig]:
     """Hydra's composition of ``train`` with ``overrides`` (in the running app's Hydra, else in
     the config tree ``conf``), or None where Hydra refuses them."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.errors import HydraException
-
     try:
         if GlobalHydra.instance().is_initialized():
             return compose("train", overrides=list(overrides))
@@ -363,20 +344,12 @@ def check_shared_groups(cfg: DictConfig, conf_dir: Path,
 def unused_groups(cfg: DictConfig, conf_dir: Path, choices: Optional[Mapping[str, Any]] = None,
                   typed: Optional[Iterable[str]] = None,
                   overrides: Optional[Iterable[str]] = None) -> tuple:
-    """The contract on a composed (unresolved) config.
-
-    ``choices`` are Hydra's group choices of this run (``HydraConfig.runtime.choices``) when
-    known; otherwise a group's option is taken to be its block's name. ``typed``: the top-level
-    keys the command line set, when known. A group the model does not use is refused only where
-    the user set it there: one an experiment file set (``experiment=han_imdb`` sets ``scorer=dot``
-    for its attention pooling) is left out quietly when an override changes the model's need of
-    it (``pooling=max``). Without ``typed`` every setting counts as the user's. ``overrides``:
-    the command line, when known (a group option it chose drops the fields an experiment set
-    for the option it replaced). Returns (the consumed groups, {group: the refusal} of those set
-    but unused); the replaced block's stale fields are dropped from ``cfg`` on the way.
-    """
-    from attnflow.config.overrides import typed_fields
-
+    """(the consumed groups, {group: its refusal} of those set but unused) of a composed,
+    unresolved config; a replaced block's stale fields are dropped from ``cfg`` on the way.
+    ``choices``: Hydra's group choices (else a group's option is its block's name); ``typed``: the
+    top-level keys the command line set, where known: a group an experiment file set is then left
+    out quietly when an override changes the model's need of it (``experiment=han_imdb
+    pooling=max``); ``overrides``: the command line."""
     shown = typed_fields(map(str, overrides or ()))  # {typed key: the override as typed}
     chosen = _typed_choices(shown)
     choices = dict(choices or {})
@@ -411,22 +384,45 @@ def prune_unused(resolved: Dict[str, Any], consumed: Iterable[str]) -> Dict[str,
     return {k: v for k, v in resolved.items() if k not in SHARED_GROUPS or k in keep}
 
 
-def field_overrides(overrides: Iterable[str], conf_dir: Path) -> List[str]:
-    """Command-line overrides with plain field assignments made "add or override".
+@functools.lru_cache(maxsize=1)
+def schema_field_names() -> frozenset:
+    """The name of every field of every registered block's typed config (a nested config's
+    fields too) and ``name``: the keys a preset may leave at their constructor default."""
+    return frozenset({"name"} | {field.rsplit(".", 1)[-1] for registry in Registry.kinds().values()
+                                 for name in registry.names() for field, _, _ in registry.fields(name)})
 
-    The YAML files hold only what a preset changes; every other field keeps its block's
-    constructor default and is absent from the composed config, where Hydra would refuse
-    ``attention.heads=4`` ("use +attention.heads"). So ``key=value`` becomes ``++key=value``
-    unless it chooses a group option (``scorer=dot``, ``experiment=…``, ``hydra/launcher=…``) or
-    already says ``+``/``++``/``~``. A misspelt field is still refused, by validation
-    (:func:`attnflow.training.validate.validate_config`), before any work.
-    """
+
+@functools.lru_cache(maxsize=4)
+def config_keys(conf_dir: Path) -> frozenset:
+    """Every key that some file of the config tree sets, at any depth."""
+    keys, todo = set(), [OmegaConf.to_container(OmegaConf.load(p), resolve=False)
+                         for p in conf_dir.rglob("*.yaml")]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, dict):
+            keys.update(map(str, node))
+            todo.extend(node.values())
+    return frozenset(keys)
+
+
+def field_overrides(overrides: Iterable[str], conf_dir: Path) -> List[str]:
+    """The command line with ``key=value`` made ``++key=value`` where the key may name a field
+    the YAML leaves at its default: a field of some block's typed config (``attention.heads=4``),
+    or a Trainer argument or callback field (``trainer.*``, ``callbacks.*``: Lightning's
+    signature and the callbacks' typed configs check those). Every other key keeps Hydra's own
+    strict check; one that no block has and no config file sets is refused here, with the
+    nearest field name (before Hydra, whose message has none)."""
+    known = schema_field_names()
     out = []
     for item in overrides:
         key = item.split("=", 1)[0]
-        group_choice = "/" in key or "@" in key or ("." not in key and (conf_dir / key).is_dir())
-        if "=" not in item or item.startswith(("+", "~", "-")) or group_choice or key.startswith("hydra."):
-            out.append(item)
-        else:
-            out.append("++" + item)
+        plain = ("=" in item and not item.startswith(("+", "~", "-", "hydra."))
+                 and "/" not in key and "@" not in key and "." in key)
+        leaf = key.rsplit(".", 1)[-1]
+        if plain and (key.startswith(("trainer.", "callbacks.")) or leaf in known):
+            item = "++" + item
+        elif plain and leaf not in config_keys(conf_dir):
+            raise ConfigError(f"no block has a field '{leaf}' (at '{key}'); `attnflow-blocks "
+                              f"--config` lists a run's fields.{suggest(leaf, known)}")
+        out.append(item)
     return out

@@ -1,142 +1,46 @@
 """Registries: the only way from a config name to a class.
 
-One :class:`Registry` per block kind (``scorer``, ``normalizer``, ``aggregator``, ``attention``,
-``encoder``, ``decoder``, ``model``, ``data``, ``task``, ``logger``). A block registers under a short name::
+One :class:`Registry` per block kind (``scorer``, ``encoder``, ``model``, ``data``, ``task``, ...).
+A block registers under a short name, ``@SCORERS.register("additive")``, and its typed config is
+its constructor: each keyword-only parameter (annotated, with a default) is a YAML field (a field
+of the generated dataclass ``Registry.schema(name)``); positional parameters are the context a
+parent supplies (dimensions, vocabulary sizes). ``BlockSpec["scorer"]`` holds a child block's
+config, a dataclass annotation a nested config without a name, ``Range`` a numeric field's bounds
+(:mod:`attnflow.config.types`). A subclass whose ``__init__`` passes ``**kwargs`` up inherits its
+parents' fields. :meth:`Registry.validate` checks a config tree (unknown field, type, choice,
+range) and raises :class:`ConfigError` naming the block, the field and the config path.
 
-    @SCORERS.register("additive")
-    class AdditiveScorer(Scorer):
-        def __init__(self, query_dim: int, key_dim: int, *, hidden_dim: int = 128): ...
-
-The block's *typed config* is derived from its constructor: every keyword-only parameter with a
-type annotation and a default is a YAML field (it becomes a field of a generated dataclass,
-``Registry.schema(name)``). Positional parameters are the *context* a parent block supplies
-(dimensions, vocabulary sizes), never YAML. A field annotated ``BlockSpec["scorer"]`` holds the
-config of a child block of that kind and is validated recursively. A field annotated with a
-dataclass (a task's ``optim: OptimConfig = OptimConfig(lr=0.003)``) is a nested typed config
-without a name: its fields are checked like a block's (unknown field, type, ``Literal`` choices),
-defaults come from the field's default instance, and the block receives the dataclass. A numeric
-field's bounds are part of its annotation, ``Annotated[float, Range(ge=0, lt=1)]`` (or one of the
-names for the common ones: :data:`Probability`, :data:`PositiveInt`, :data:`NonNegativeInt`,
-:data:`PositiveFloat`, :data:`NonNegativeFloat`), and are checked with its type: a dropout of 1.5
-or a learning rate of −1 is a ConfigError naming the field, before any work, not torch's
-traceback from deep inside the build or the first step. A subclass whose ``__init__`` takes
-``**kwargs`` (and passes them up) inherits its parents' keyword-only fields; declaring one again
-changes its default.
-
-``validate(cfg, path)`` checks a config tree before anything is built or loaded; errors are
-:class:`ConfigError` naming the block kind, the block, the field and the config path, and listing
-what is allowed.
-
-Discovery: a registry knows the package(s) its built-in blocks live in (``SCORERS``:
-``attnflow.blocks.scorers``) and imports every public module there on its first lookup, so a new
-block is one new file, with no import list to edit. Third-party packages register blocks through
-the ``attnflow.blocks`` entry-point group: each entry point names a module (imported for its
-``register`` decorators) or a callable (called once).
+A registry imports every public module of its package(s) on its first lookup (a new block is one
+new file); third-party blocks register through the ``attnflow.blocks`` entry-point group.
 """
 
 from __future__ import annotations
 
-import collections.abc
+import contextvars
 import copy
 import dataclasses
 import difflib
 import importlib
 import inspect
-import math
 import pkgutil
-import types
 import typing
 from importlib import metadata
-from typing import Annotated, Any, Callable, Dict, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Union
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from attnflow.io.console import AttnflowWarning  # noqa: F401  (re-exported)
+from attnflow.config.types import (  # noqa: F401  (the annotations blocks import from here)
+    BlockSpec, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, Probability, Range,
+    block_kind, choice_text, literal_choices, one_of, split_range, type_name)
 
 ENTRY_POINT_GROUP = "attnflow.blocks"
+_BUILDING = contextvars.ContextVar("building", default=False)  # inside Registry.create
 
 
 class ConfigError(ValueError):
     """A config names an unknown block or has a bad field. The message is meant for the user."""
-
-
-class _BlockKind:
-    def __init__(self, kind: str):
-        self.kind = kind
-
-    def __repr__(self) -> str:
-        return f"BlockSpec[{self.kind!r}]"
-
-
-class BlockSpec:
-    """Annotation for a field that holds a child block's config: ``BlockSpec["scorer"]``."""
-
-    def __class_getitem__(cls, kind: str):
-        return typing.Annotated[Any, _BlockKind(kind)]
-
-
-@dataclasses.dataclass(frozen=True)
-class Range:
-    """Bounds of a numeric field, in its annotation: ``Annotated[float, Range(ge=0, lt=1)]``
-    (``ge``/``gt``: at least / more than; ``le``/``lt``: at most / less than; ``what``: what the
-    value is, for the message). ``None`` passes (the bounds of an ``Optional`` field)."""
-
-    ge: Optional[float] = None
-    gt: Optional[float] = None
-    le: Optional[float] = None
-    lt: Optional[float] = None
-    what: str = ""
-
-    def holds(self, value: Any) -> bool:
-        """Within the bounds, and finite (NaN and ±inf, which YAML reads from ``nan``/``inf``, are
-        no learning rate or weight: inf passed ``> 0`` and the run failed on a NaN loss)."""
-        return value is None or not (
-            (self.ge is not None and value < self.ge) or (self.gt is not None and value <= self.gt)
-            or (self.le is not None and value > self.le) or (self.lt is not None and value >= self.lt)
-            or value != value or value in (math.inf, -math.inf))
-
-    def refusal(self, value: Any) -> str:
-        """``must be <bounds> (<what>), got <value>`` for a value :meth:`holds` refuses."""
-        finite = "a finite number " if value in (math.inf, -math.inf) else ""
-        return f"must be {finite}{self}{f' ({self.what})' if self.what else ''}, got {value!r}"
-
-    def __str__(self) -> str:
-        low = (f"[{self.ge:g}" if self.ge is not None else f"({self.gt:g}" if self.gt is not None else None)
-        high = (f"{self.le:g}]" if self.le is not None else f"{self.lt:g})" if self.lt is not None else None)
-        if low and high:
-            return f"in {low}, {high}"
-        if low:
-            return f"{'>=' if low[0] == '[' else '>'} {low[1:]}"
-        return f"{'<=' if high[-1] == ']' else '<'} {high[:-1]}" if high else "any number"
-
-
-Probability = Annotated[float, Range(ge=0, lt=1)]  # dropout rates, label smoothing
-PositiveInt = Annotated[int, Range(ge=1)]
-NonNegativeInt = Annotated[int, Range(ge=0)]
-PositiveFloat = Annotated[float, Range(gt=0)]
-NonNegativeFloat = Annotated[float, Range(ge=0)]
-
-
-def _split_range(tp: Any) -> tuple:
-    """(the annotation without its :class:`Range`, the Range or None); ``Optional[Annotated[T,
-    Range]]`` gives ``Optional[T]``."""
-    rng = next((m for m in getattr(tp, "__metadata__", ()) if isinstance(m, Range)), None)
-    if rng is not None:
-        return tp.__origin__, rng
-    if typing.get_origin(tp) is Union:
-        parts = [_split_range(a) for a in typing.get_args(tp)]
-        found = [r for _, r in parts if r is not None]
-        if found:
-            return Union[tuple(t for t, _ in parts)], found[0]
-    return tp, None
-
-
-def _block_kind(annotation: Any) -> Optional[str]:
-    for meta in getattr(annotation, "__metadata__", ()):
-        if isinstance(meta, _BlockKind):
-            return meta.kind
-    return None
 
 
 def _to_dict(cfg: Any) -> Dict[str, Any]:
@@ -180,24 +84,20 @@ class Registry:
                     f"{self.kind} '{name}' is registered already (by {self._classes[name].__module__}."
                     f"{self._classes[name].__qualname__}); pick another name"
                 )
-            self._specs[name] = _schema_from_init(cls, f"{self.kind}.{name}")
+            self._specs[name] = _build_schema(_init_params(cls, f"{self.kind}.{name}"), f"{self.kind}.{name}")
             self._classes[name] = cls
             cls.registry_name = name
             return cls
 
         return deco
 
-    def unregister(self, name: str) -> None:
-        """Forget block ``name`` (tests; a notebook cell that defines a block again)."""
+    def unregister(self, name: str) -> None:  # (tests; a notebook cell that defines it again)
         for table in (self._classes, self._specs):
             table.pop(name, None)
 
     # -- lookup ------------------------------------------------------------------------------
     def discover(self) -> None:
-        """Import the modules of this registry's packages (once), then the plugins.
-
-        An error in a built-in block module propagates: it is a bug, not a config error.
-        """
+        """Import the modules of this registry's packages (once), then the plugins."""
         if not self._discovered:
             self._discovered = True  # set first: a module being imported may look blocks up
             try:
@@ -256,32 +156,14 @@ class Registry:
 
     # -- validation and building ----------------------------------------------------------------
     def validate(self, cfg: Any, path: str = "") -> Dict[str, Any]:
-        """Check ``cfg`` against the block's typed config; return it as a plain dict with defaults.
-
-        Child blocks (fields annotated ``BlockSpec[kind]``) and nested configs (fields annotated
-        with a dataclass) are validated recursively.
-        """
+        """``cfg`` checked against the block's typed config (child blocks and nested configs in
+        turn), as a plain dict with every field (its default where ``cfg`` leaves it out)."""
         path = path or self.kind
         data = _to_dict(cfg)
         if "name" not in data or data["name"] in (None, ""):
-            rest = {k: v for k, v in data.items() if k != "name"}
-            hint = ""
-            if rest:  # a field typed under a block that an interpolation named (model.attention:
-                # ${attention}) replaces the interpolation: the block's own group is where it goes.
-                # (Under a block left at its constructor default, attnflow-train sets the typed
-                # fields on that default: attnflow.config.groups.fill_default_blocks; a config built in
-                # Python without a command line must name the block with them.)
-                first, value = next(iter(rest.items()))
-                group = path.rsplit(".", 1)[-1]
-                hint = (f" ('{path}' holds only {', '.join(rest)}: a field set under a block "
-                        f"replaces that block's config. Where another config names the block "
-                        f"(model.{group}: ${{{group}}}), set it there, e.g. {group}.{first}={value}; "
-                        f"else name the block with it, e.g. {path}.name={self.names()[0]} "
-                        f"{path}.{first}={value})")
-            raise ConfigError(
-                f"'{path}' needs a 'name': one of the registered {self.kind}s: "
-                f"{', '.join(self.names())}{hint}"
-            )
+            rest = ", ".join(k for k in data if k != "name")
+            raise ConfigError(f"'{path}' needs a 'name': one of the registered {self.kind}s: "
+                              f"{', '.join(self.names())}" + (f" (it holds only {rest})" if rest else ""))
         name = data.pop("name")
         if not isinstance(name, str):
             raise ConfigError(f"'{path}.name' must be a string naming a {self.kind}, got {name!r}")
@@ -291,34 +173,39 @@ class Registry:
         return out
 
     def ask(self, cfg: Any, hook: str, path: str = "") -> Any:
-        """What the class ``cfg`` names answers, from its fields with their defaults, through its
-        classmethod ``hook`` (e.g. a data class's ``one_vocabulary(fields)``); None where the class
-        has no such hook. How one block's config check learns what another block will give it,
-        before any of them is built (:func:`attnflow.training.validate.check_composition`)."""
-        answer = getattr(self.get(_to_dict(cfg).get("name"), path), hook, None)
-        return answer(self.validate(cfg, path)) if answer is not None else None
-
-    def inert_fields(self, validated: Dict[str, Any], path: str = "") -> Dict[str, str]:
-        """{config path: why it does nothing} over a validated config tree (:meth:`validate`'s
-        result): the fields that the rest of the config leaves unread, e.g. ``window`` of a
-        global-alignment Luong decoder. A block class (or a nested config's dataclass) says which
-        of its fields are idle with a classmethod ``inert_fields(fields) -> {field: why}``, given
-        its fields with their defaults; the child blocks and nested configs are asked in turn.
-        The run refuses a field listed here when the command line sets it
-        (:mod:`attnflow.config.overrides`)."""
-        path = path or self.kind
-        return _inert(self._specs[validated["name"]], self._classes[validated["name"]],
-                      validated, path)
+        """The answer of the class ``cfg`` names to its classmethod ``hook(fields)`` (None without
+        one): how a block's config check learns what another block will give it."""
+        data = _to_dict(cfg)
+        answer = getattr(self.get(data.get("name"), path), hook, None)
+        return answer(data if self._complete(data) else self.validate(data, path)) if answer else None
 
     def build(self, cfg: Any, *context: Any, path: str = "", **extra: Any):
         """Validate ``cfg`` and construct the block: ``Class(*context, **fields, **extra)``
         (a nested config is passed as its dataclass)."""
-        data = self.validate(cfg, path)
+        data = _to_dict(cfg)
+        if not (_BUILDING.get() and self._complete(data)):
+            data = self.validate(data, path)
+        return self.create(data, *context, **extra)
+
+    def create(self, validated: Dict[str, Any], *context: Any, **extra: Any):
+        """Construct the block of a config :meth:`validate` returned, without validating it again;
+        the child blocks its constructor builds from that tree are not validated again either."""
+        data = dict(validated)
         name = data.pop("name")
         for key, child in self._specs[name].children.items():
             if isinstance(child, _NestedConfig):
                 data[key] = child.build(data[key])
-        return self._classes[name](*context, **data, **extra)
+        token = _BUILDING.set(True)
+        try:
+            return self._classes[name](*context, **data, **extra)
+        finally:
+            _BUILDING.reset(token)
+
+    def _complete(self, data: Dict[str, Any]) -> bool:
+        """Whether ``data`` holds every field of the block it names, as a validated config does."""
+        name = data.get("name")
+        return (isinstance(name, str) and name in self._specs
+                and all(f.name in data for f in dataclasses.fields(self._specs[name].schema)))
 
     def __contains__(self, name: str) -> bool:
         self.discover()
@@ -340,33 +227,6 @@ def _import_all(name: str) -> None:
     for info in sorted(pkgutil.iter_modules(getattr(module, "__path__", [])), key=lambda m: m.name):
         if not info.name.startswith("_"):
             _import_all(f"{name}.{info.name}")
-
-
-def type_name(tp: Any) -> str:
-    """A type as a YAML user reads it, in messages and in ``attnflow-blocks``: ``Optional[int]``
-    -> ``int or null``, ``Union[int, float]`` -> ``int or float``, ``list[int]`` -> ``list of
-    int``, a ``Literal`` -> its choices (``'warn'``), a class -> its name (``Accelerator``)."""
-    if isinstance(tp, str):
-        return tp
-    if tp is type(None):
-        return "null"
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin is Union or origin is types.UnionType:  # Literal members: one list of choices
-        nullable = type(None) in args
-        literal = [typing.get_origin(a) is typing.Literal for a in args]
-        choices = [c for a, lit in zip(args, literal) if lit for c in typing.get_args(a)]
-        names = [type_name(a) for a, lit in zip(args, literal) if not lit and a is not type(None)]
-        if choices and not names:
-            return _one_of(choices + [None] * nullable)
-        names += [_one_of(choices)] if choices else []
-        return " or ".join(dict.fromkeys(names + ["null"] * nullable))
-    if origin is typing.Literal:
-        return _one_of(args)
-    if origin is Annotated:
-        return type_name(args[0])
-    if origin in (list, tuple, set, collections.abc.Iterable, collections.abc.Sequence) and args:
-        return f"list of {type_name(args[0])}"
-    return getattr(origin or tp, "__name__", None) or str(tp).replace("typing.", "")
 
 
 def _init_params(cls: Any, qualname: str) -> Dict[str, tuple]:
@@ -406,18 +266,9 @@ def _init_params(cls: Any, qualname: str) -> Dict[str, tuple]:
     return out
 
 
-def _schema_from_init(cls: type, qualname: str) -> "_Spec":
-    """The typed config (:class:`_Spec`) of the keyword-only parameters of ``cls.__init__`` (and
-    of its parents' when it passes ``**kwargs`` up: :func:`_init_params`)."""
-    return _build_schema(_init_params(cls, qualname), qualname)
-
-
 class _Spec(typing.NamedTuple):
-    """A typed config: the generated dataclass (``schema``: each field's plain type and default)
-    and what a type does not say. ``children``: field → block kind (``BlockSpec[kind]``) or
-    :class:`_NestedConfig` (a field annotated with a dataclass: a typed child config without a
-    name); ``choices``: field → the values of its ``Literal`` annotation; ``bounds``: field → its
-    :class:`Range`."""
+    """A typed config: the generated dataclass and, per field, its child block kind or
+    :class:`_NestedConfig`, its ``Literal`` choices and its :class:`Range`."""
 
     schema: type
     children: Dict[str, Any]
@@ -425,41 +276,17 @@ class _Spec(typing.NamedTuple):
     bounds: Dict[str, Range]
 
 
-def _literal(tp: Any) -> tuple:
-    """(the values of a ``Literal`` annotation, whether ``None`` is allowed too): ``Literal['a',
-    'b']`` → (('a', 'b'), False); ``Optional[Literal['a', 'b']]`` → (('a', 'b'), True); any other
-    annotation → ((), False)."""
-    if typing.get_origin(tp) is typing.Literal:
-        return typing.get_args(tp), False
-    if typing.get_origin(tp) is Union:
-        args = typing.get_args(tp)
-        rest = [a for a in args if a is not type(None)]
-        if len(rest) == 1 and len(args) == 2 and typing.get_origin(rest[0]) is typing.Literal:
-            return typing.get_args(rest[0]), True
-    return (), False
-
-
-def _choice(value: Any) -> str:
-    """A choice as the user writes it in YAML (``null`` for None)."""
-    return "null" if value is None else repr(value)
-
-
-def _one_of(values: Sequence[Any]) -> str:
-    """Choices as YAML values, ``'min' | 'max' | null``."""
-    return " | ".join(map(_choice, values))
-
-
 def _build_schema(params: Dict[str, tuple], qualname: str) -> _Spec:
     """The :class:`_Spec` of fields {name: (annotation, default)}."""
     fields, children, choices, bounds = [], {}, {}, {}
     for name, (tp, default) in params.items():
-        tp, rng = _split_range(tp)
+        tp, rng = split_range(tp)
         if rng is not None:
             if not rng.holds(default):
                 raise TypeError(f"{qualname}: field '{name}' has a default {default!r} outside its "
                                 f"range ({rng})")
             bounds[name] = rng
-        kind = _block_kind(tp)
+        kind = block_kind(tp)
         if kind is not None:
             children[name] = kind
             tp = Any
@@ -468,7 +295,7 @@ def _build_schema(params: Dict[str, tuple], qualname: str) -> _Spec:
                 raise TypeError(f"{qualname}: field '{name}' needs a {tp.__name__} default")
             children[name] = _NestedConfig(tp, default, f"{qualname}.{name}")
             tp, default = Any, dataclasses.asdict(default)
-        literal, optional = _literal(tp)
+        literal, optional = literal_choices(tp)
         if literal:
             choices[name] = literal + ((None,) if optional else ())
             tp = Optional[type(literal[0])] if optional else type(literal[0])
@@ -541,7 +368,7 @@ def _check_fields(spec: _Spec, data: Dict[str, Any], path: str, label: str) -> D
         if out[key] not in options:
             raise ConfigError(
                 f"{label}: field '{key}' (at '{path}.{key}') must be one of "
-                f"{', '.join(map(_choice, options))}, got {out[key]!r}.{suggest(str(out[key]), map(str, options))}"
+                f"{', '.join(map(choice_text, options))}, got {out[key]!r}.{suggest(str(out[key]), map(str, options))}"
             )
     for key, rng in bounds.items():
         if not rng.holds(out[key]):
@@ -552,19 +379,6 @@ def _check_fields(spec: _Spec, data: Dict[str, Any], path: str, label: str) -> D
             out[key] = child.validate(value, f"{path}.{key}", f"{label} {key} config")
         else:
             out[key] = None if value is None else Registry._all[child].validate(value, f"{path}.{key}")
-    return out
-
-
-def _inert(spec: _Spec, cls: type, fields: Dict[str, Any], path: str) -> Dict[str, str]:
-    own = getattr(cls, "inert_fields", None)
-    out = {f"{path}.{k}": why.replace("{at}", f"{path}.")  # {at}: where the block is
-           for k, why in (own(fields) if own is not None else {}).items()}
-    for key, child in spec.children.items():
-        value = fields.get(key)
-        if isinstance(child, _NestedConfig):
-            out.update(_inert(child.spec, child.cls, value or {}, f"{path}.{key}"))
-        elif isinstance(value, dict) and value.get("name"):
-            out.update(Registry._all[child].inert_fields(value, f"{path}.{key}"))
     return out
 
 
@@ -582,7 +396,7 @@ def _list_fields(spec: _Spec):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         tname = f"BlockSpec[{child}]" if child else type_name(f.type)
         if f.name in choices:
-            tname = _one_of(choices[f.name])
+            tname = one_of(choices[f.name])
         if f.name in bounds:
             tname = f"{tname} {bounds[f.name]}"
         out.append((f.name, tname, default))

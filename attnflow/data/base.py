@@ -26,7 +26,6 @@ class SplitDataModule(pl.LightningDataModule):
     # the fields a trained model is bound to (another value than the run's)
     test_fields: Tuple[str, ...] = ()
     val_fields: Tuple[str, ...] = ()
-    training_only: Tuple[str, ...] = ()
     run_fixed: Tuple[str, ...] = ()
 
     def missing_test(self) -> Optional[str]:

@@ -206,11 +206,7 @@ class ShapesDataModule(CaptioningDataModule):
 
     test_fields = ("test_size",)
     val_fields = ("val_size",)  # (each split draws from seeds of its own: make_splits)
-    training_only = ("train_size",)  # evaluation loads the run's vocabulary and draws no training image
-
     owner = "data 'shapes'"
-    generates_data = True  # no files: paths.data_dir is not read (attnflow.config.overrides)
-
     @classmethod
     def image_side(cls, fields) -> tuple:
         """(the field, the side in pixels) of the images this config gives (captioner.check_config)."""
@@ -243,7 +239,7 @@ class ShapesDataModule(CaptioningDataModule):
     def check_config(cls, cfg: dict) -> None:
         """Before any work (run.check_composition): the drawing options that do not fit together
         (shapes.py's checks, each naming its field)."""
-        fields = DATA.validate(cfg["data"], "data")
+        fields = cfg["data"]
         try:
             check_options(**{k: fields[k] for k in ("size", "grid", "min_shapes", "max_shapes",
                                                     "background")})

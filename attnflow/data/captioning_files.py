@@ -212,30 +212,12 @@ class CaptionsDataModule(CaptioningDataModule):
     test_fields = ("test_captions", "test_split")
     val_fields = ("val_captions", "val_split")  # (evaluation reads its split's captions only)
     # evaluation loads the run's vocabulary (setup_evaluation) and reads only its split's captions
-    training_only = ("train_captions", "train_split", "min_freq")
-
     owner = OWNER
 
     @classmethod
     def image_side(cls, fields) -> tuple:
         """(the field, the side in pixels) of the images this config gives (captioner.check_config)."""
         return "data.image_size", fields["image_size"]
-
-    @classmethod
-    def inert_fields(cls, fields) -> Dict[str, str]:
-        """The fields a split's own captions file, or the data's order, leave unread (refused
-        when typed: :mod:`attnflow.config.overrides`)."""
-        out = {"seed": "the training order is drawn from the run's seed (seed=…), not from "
-                       "{at}seed; set seed"}
-        for split in ("train", "val", "test"):
-            if fields.get(f"{split}_captions"):
-                out[f"{split}_split"] = (f"{{at}}{split}_captions names the {split} split's own "
-                                         f"file, so the split of {{at}}captions is not read")
-        test_from_captions = not fields.get("test_captions") and fields.get("test_split", "test")
-        if fields.get("train_captions") and fields.get("val_captions") and not test_from_captions:
-            out["captions"] = ("every split has its own captions file ({at}train_captions, "
-                               "val_captions, test_captions or test_split=null)")
-        return out
 
     def __init__(self, *, root: str = "", captions: Optional[str] = "dataset_flickr8k.json",
                  train_captions: str = "", val_captions: str = "", test_captions: str = "",

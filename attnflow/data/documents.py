@@ -239,9 +239,6 @@ class DocumentDataModule(SplitDataModule):
     test_fields, val_fields = ("test_path",), ("val_path",)  # (evaluation reads its split's file only)
     # evaluation loads the run's vocabulary and classes (setup_evaluation) and reads the whole
     # split in one fixed order: these shape the training data and vocabulary only
-    training_only = ("train_path", "min_freq", "max_vocab", "lowercase", "limit_train", "limit_val",
-                     "bucket", "word_vectors")
-
     interface = "documents"  # documents: han/self_attentive models, the classification task
 
     def __init__(self, *, train_path: str = "", val_path: str = "", test_path: str = "",

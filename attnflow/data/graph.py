@@ -20,7 +20,7 @@ Loaders (``loader``):
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, List, Mapping, Optional
 
 import pytorch_lightning as pl
 import torch
@@ -108,19 +108,6 @@ class GraphDataModule(pl.LightningDataModule):
         seed=…`` seeds; elsewhere that override is refused): ``loader=neighbor`` samples each
         node's neighbours at evaluation too."""
         return fields.get("loader", "full") == "neighbor"
-
-    @classmethod
-    def inert_fields(cls, fields: Mapping[str, Any]) -> Dict[str, str]:
-        """The loader fields the chosen ``loader`` does not read (refused when typed:
-        :mod:`attnflow.config.overrides`)."""
-        loader = fields.get("loader", "full")
-        read_by = {"batch_size": ("khop", "neighbor"), "num_hops": ("khop",),
-                   "num_neighbors": ("neighbor",)}
-        what = {"full": "the whole graph is one batch", "khop": "each batch is the num_hops-hop "
-                "subgraph of its seeds", "neighbor": "the hops are len(num_neighbors)"}[loader]
-        return {key: f"with {{at}}loader={loader} {what}; {key} is read by "
-                     f"{' and '.join('loader=' + n for n in loaders)}"
-                for key, loaders in read_by.items() if loader not in loaders}
 
     # -- what subclasses provide ------------------------------------------------------------------
     def load(self) -> Data:

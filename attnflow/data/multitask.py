@@ -12,9 +12,8 @@ Each task's data config is ``common`` with the task's fields laid over it (an en
 ``name`` is a whole data config of its own), validated through the data registry as a single-task
 run's would be: an unknown field is refused before any work, naming ``data.tasks.<task>.<field>``
 and the fields there are (``data.common.<field>`` for a shared one). Every task's data module is
-built through the registry (:data:`~attnflow.config.registry.DATA`). A ``common`` field that every task
-sets itself (``data.common.label_field=rating`` where each task names its own label field) is read
-by none, and refused when typed (:meth:`MultiTaskDataModule.inert_fields`).
+built through the registry (:data:`~attnflow.config.registry.DATA`); a task's own field wins over
+``common``'s.
 
 One encoder reads every task's inputs, so the tasks share one tokenizer: the first task's data
 module makes it (trains it on its training texts, loads the ``tokenizer_from`` run's, or reads the
@@ -148,33 +147,6 @@ class MultiTaskDataModule(pl.LightningDataModule):
                         f"{path}.tasks.{first}.{field}={out[first][field]!r} makes the one tokenizer "
                         f"of every task, but task {t} has {field}={out[t][field]!r}: set {field} in "
                         f"{path}.common")
-        return out
-
-    @classmethod
-    def inert_fields(cls, fields: Mapping[str, Any]) -> Dict[str, str]:
-        """The ``common`` fields no task reads (refused when typed: :mod:`attnflow.config.overrides`):
-        every task that starts from ``common`` sets the field itself (its own value wins), or no
-        task starts from ``common`` (each entry names a data module of its own)."""
-        common = fields.get("common")
-        if not isinstance(common, Mapping):
-            return {}
-        try:
-            entries = {str(t): _mapping(e, "") for t, e in _mapping(fields.get("tasks"), "").items()}
-        except ConfigError:  # refused by task_configs, with its path
-            return {}
-        merging = [t for t, e in entries.items() if not e.get("name") or e["name"] == common.get("name")]
-        out: Dict[str, str] = {}
-        for field in common:
-            if any(field not in entries[t] for t in merging) or (field == "name" and merging):
-                continue
-            if merging:
-                own = ", ".join(f"{{at}}tasks.{t}.{field}={entries[t][field]}" for t in merging)
-                out[f"common.{field}"] = (f"every task sets {field} itself ({own}), and a task's own "
-                                          f"value wins over {{at}}common's; set {{at}}tasks.<task>.{field} instead")
-            else:
-                out[f"common.{field}"] = (f"every task's data names a module of its own "
-                                          f"({', '.join(f'{{at}}tasks.{t}.name' for t in entries)}), "
-                                          f"so none starts from {{at}}common")
         return out
 
     @classmethod

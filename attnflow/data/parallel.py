@@ -145,7 +145,6 @@ class ParallelDataModule(SplitDataModule):
     """
 
     test_fields, val_fields = ("test",), ("val",)
-    training_only = ("train", "tokenizer", "vocab_size")  # evaluation loads the run's tokenizers
     run_fixed = ("src_lang", "tgt_lang", "shared_vocab")  # the model's direction and vocabularies
 
     interface = "seq2seq"  # sequence pairs: seq2seq/transformer models, seq2seq/translation tasks
@@ -218,7 +217,7 @@ class ParallelDataModule(SplitDataModule):
     @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
         """Before any work (run.check_composition): what the fields' own bounds cannot say."""
-        fields = DATA.validate(cfg["data"], "data")
+        fields = cfg["data"]
         _check_langs(fields["src_lang"], fields["tgt_lang"])
 
     def setup_evaluation(self, run_dir, artifacts: dict, split: str) -> None:

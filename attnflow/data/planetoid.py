@@ -22,7 +22,7 @@ from __future__ import annotations
 import pickle
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Literal, Mapping, Optional
+from typing import Any, List, Literal, Mapping, Optional
 from unittest import mock
 
 import numpy as np
@@ -177,14 +177,6 @@ class PlanetoidDataModule(GraphDataModule):
     known_multi_label = False  # Cora, CiteSeer, PubMed: one class per node (checked before any work)
     # (features, classes) of each set (Yang et al. 2016, Table 1; Kipf & Welling 2017, Table 1)
     SIZES = {"Cora": (1433, 7), "CiteSeer": (3703, 6), "PubMed": (500, 3)}
-
-    @classmethod
-    def inert_fields(cls, fields: Mapping[str, Any]) -> Dict[str, str]:
-        out = super().inert_fields(fields)
-        if fields.get("loader", "full") != "khop":  # the graph is read, not drawn: no other use
-            out["seed"] = ("{at}seed draws the khop loader's seed batches; with "
-                           f"{{at}}loader={fields.get('loader', 'full')} it is unread")
-        return out
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:

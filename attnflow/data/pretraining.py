@@ -318,8 +318,6 @@ class PretrainingDataModule(SplitDataModule):
     val_fields = ("val_path", "limit_val")  # (limit_val draws the validation documents only)
     # evaluation loads the run's tokenizer (setup_evaluation; its vocabulary, its lower-casing)
     # and reads only the evaluated split: these shape the training data and the tokenizer only
-    training_only = ("train_path", "vocab_size", "lowercase", "limit_train")
-
     interface = "pretraining"  # unlabelled text: the bert model, the bert_pretraining task
 
     def __init__(self, *, train_path: str = "", val_path: str = "", test_path: str = "",
@@ -403,27 +401,6 @@ class PretrainingDataModule(SplitDataModule):
     def vocab_size(self) -> int:
         self.prepare_tokenizer()
         return self.tokenizer.get_vocab_size()
-
-    @classmethod
-    def inert_fields(cls, fields: Mapping[str, Any]) -> Dict[str, str]:
-        """``documents`` splits ``.txt`` corpora, ``text_field`` names the text of JSON-lines ones:
-        where no corpus file is of that format the field is unread (refused when typed:
-        :mod:`attnflow.config.overrides`). A file of neither format is left to the data error naming it."""
-        paths = {k: fields.get(k) for k in ("train_path", "val_path", "test_path") if fields.get(k)}
-        kinds = {corpus_format(p) for p in paths.values()}
-        if None in kinds:
-            return {}
-        shown = ", ".join(f"{{at}}{k}={p}" for k, p in paths.items())
-        out = {}
-        if "txt" not in kinds:
-            out["documents"] = (f"it splits .txt corpora into documents, and every corpus here is "
-                                f"JSON-lines, one document a line ({shown}); it is read with a .txt "
-                                f"{{at}}train_path, val_path or test_path")
-        if "jsonl" not in kinds:
-            out["text_field"] = (f"it names the text of JSON-lines corpora, and every corpus here "
-                                 f"is .txt ({shown}); it is read with a .jsonl {{at}}train_path, "
-                                 f"val_path or test_path")
-        return out
 
     @classmethod
     def longest_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:

@@ -70,8 +70,6 @@ class ReverseDataModule(SplitDataModule):
     test_fields = ("test_size",)
 
     interface = "seq2seq"  # sequence pairs: seq2seq/transformer models, seq2seq/translation tasks
-    generates_data = True  # no files: paths.data_dir is not read (attnflow.config.overrides)
-
     def __init__(self, *, task: Literal["reverse", "copy", "sort"] = "reverse",
                  symbols: Annotated[int, Range(ge=2)] = 20,
                  min_len: PositiveInt = 4, max_len: PositiveInt = 16,
@@ -91,7 +89,7 @@ class ReverseDataModule(SplitDataModule):
     @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
         """Before any work (run.check_composition): what the fields' own bounds cannot say."""
-        fields = DATA.validate(cfg["data"], "data")
+        fields = cfg["data"]
         _check_lengths(fields["min_len"], fields["max_len"])
 
     # -- what models and tasks need to know --------------------------------------------------

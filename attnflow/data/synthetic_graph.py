@@ -12,7 +12,7 @@ is deterministic given ``seed``.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Dict, List, Literal, Mapping, Sequence
+from typing import Annotated, Any, List, Literal, Mapping, Sequence
 
 import torch
 from torch_geometric.data import Data
@@ -82,8 +82,6 @@ class SyntheticGraphDataModule(GraphDataModule):
     """
 
     name = "synthetic_graph"
-    generates_data = True  # no files: paths.data_dir is not read (attnflow.config.overrides)
-
     def __init__(self, *, num_nodes: Annotated[int, Range(ge=4)] = 400,
                  num_classes: Annotated[int, Range(ge=2)] = 4,
                  feature_dim: PositiveInt = 16,
@@ -105,18 +103,10 @@ class SyntheticGraphDataModule(GraphDataModule):
                        extra_label_prob=extra_label_prob, split=list(split), seed=seed)
 
     @classmethod
-    def inert_fields(cls, fields: Mapping[str, Any]) -> Dict[str, str]:
-        out = super().inert_fields(fields)
-        if not fields.get("multi_label"):
-            out["extra_label_prob"] = ("each node has one label ({at}multi_label=false); "
-                                       "set {at}multi_label=true for second labels")
-        return out
-
-    @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
         """Before any work (run.check_composition): the split against the number of nodes."""
         super().check_config(cfg)
-        fields = DATA.validate(cfg["data"], "data")
+        fields = cfg["data"]
         _check_split(fields["split"], fields["num_nodes"])
 
     def load(self) -> Data:

@@ -178,9 +178,6 @@ class TextClassificationDataModule(SplitDataModule):
     test_fields, val_fields = ("test_path",), ("val_path",)  # (evaluation reads its split's file only)
     # evaluation loads the run's tokenizer and classes (setup_evaluation) and reads the whole split
     # in one fixed order: these shape the training data and the tokenizer trained for it only
-    training_only = ("train_path", "tokenizer_from", "vocab_size", "lowercase", "limit_train",
-                     "limit_val", "bucket")
-
     interface = "text_classification"  # the bert model (head sequence), the text_classification task
 
     def __init__(self, *, train_path: str = "", val_path: str = "", test_path: str = "",

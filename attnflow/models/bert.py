@@ -117,20 +117,11 @@ class BertModel(nn.Module):
         return cls.head_interfaces.get(cfg.get("head") or "pretraining")
 
     @classmethod
-    def inert_fields(cls, fields: dict) -> dict:
-        """Pretraining has no classifier to drop out before (refused when typed:
-        :mod:`attnflow.config.overrides`); a fine-tuning run sets its own."""
-        if (fields.get("head") or "pretraining") != "pretraining":
-            return {}
-        return {"classifier_dropout": "{at}head=pretraining has the MLM and NSP heads, no "
-                                      "classifier; it is read by head=sequence, token and multitask"}
-
-    @classmethod
     def check_config(cls, cfg: dict) -> None:
         """Before any data is made (run.check_composition): the attention's heads divide d_model,
         the positions cover model.max_len and model.max_len covers the data's inputs."""
         if (cfg.get("model") or {}).get("name") == "bert":
-            model = MODELS.validate(cfg["model"], "model")
+            model = cfg["model"]
             check_model_heads(model)
             _check_positions(model["max_len"], (model.get("positional") or {}).get("max_len"))
             longest = DATA.ask(cfg["data"], "longest_positions", "data")  # multitask: the tasks'

@@ -97,7 +97,7 @@ class Captioner(EncoderDecoder):
             raise ConfigError(cls.kind_error(name, kind, given))
         side = DATA.ask(cfg["data"], "image_side", "data") if given == "image" else None
         if side:  # the encoder's grid over the data's images: at least one region
-            encoder_cfg = MODELS.validate(cfg["model"], "model")["encoder"]
+            encoder_cfg = cfg["model"]["encoder"]
             with torch.device("meta"):
                 encoder = ENCODERS.build(encoder_cfg, 3, path="model.encoder")
             grid = getattr(encoder, "grid", None)

@@ -20,7 +20,7 @@ the aggregators come from the registries.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Tuple
+from typing import List, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -59,26 +59,12 @@ class GAT(nn.Module):
     interface = "graph"  # works on graph data (attnflow.training.validate.check_composition)
 
     @classmethod
-    def inert_fields(cls, fields: Mapping[str, Any]) -> Dict[str, str]:
-        """With one layer there is no hidden layer: its fields are unread; without input dropout,
-        how its mask is drawn (refused when typed: :mod:`attnflow.config.overrides`)."""
-        out = {}
-        if fields.get("layers", 2) == 1:
-            out = {key: ("{at}layers=1 is the output layer alone (out_heads heads of num_classes "
-                         "features, output_aggregator); it is read by hidden layers, layers >= 2")
-                   for key in ("hidden_dim", "heads", "hidden_aggregator")}
-        if not fields.get("dropout", 0.6):
-            out["head_dropout"] = ("{at}dropout=0 drops no input, shared mask or per head alike; "
-                                   "set {at}dropout")
-        return out
-
-    @classmethod
     def check_config(cls, cfg: dict) -> None:
         """Before any data is made (run.check_composition): ``model.layer`` names a graph layer
         (the constructor would find out only once the graph is read, naming its own per-layer
         configs)."""
         if (cfg.get("model") or {}).get("name") == "gat":
-            layer = MODELS.validate(cfg["model"], "model")["layer"]
+            layer = cfg["model"]["layer"]
             try:
                 GRAPH_LAYERS.get(layer)
             except ConfigError as err:

@@ -66,7 +66,7 @@ class Transformer(EncoderDecoder):
         positions of a bounded table (``learned``) cover the longest sequence the data gives
         (its ``longest_positions``), which the table refused only at the first such batch."""
         if (cfg.get("model") or {}).get("name") == "transformer":
-            model = MODELS.validate(cfg["model"], "model")
+            model = cfg["model"]
             check_model_heads(model)
             if (model.get("positional") or {}).get("max_len"):
                 check_table_covers(model["positional"],

@@ -23,7 +23,7 @@ A task is a LightningModule around a model. This base owns
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, Mapping, Optional
 
 import pytorch_lightning as pl
 import torch
@@ -47,10 +47,8 @@ class Task(pl.LightningModule):
     monitor: str = "val/loss"
     monitor_mode: str = "min"
     # fields read in training only: attnflow-eval refuses them as overrides that would do nothing
-    training_only: Tuple[str, ...] = ("optim",)
     # fields one evaluation split reads ({field: 'val' | 'test'}): attnflow-eval refuses them
     # with the other split
-    split_fields: Dict[str, str] = {}
     # metrics logged only where a field of the task is above 0 ({metric: field})
     conditional_metrics: Dict[str, str] = {}
 

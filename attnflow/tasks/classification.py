@@ -49,11 +49,6 @@ class ClassificationTask(Task):
     metrics = {"loss": "min", "acc": "max", "f1": "max", "penalty": "min"}
     conditional_metrics = {"penalty": "penalty_weight"}
     monitor, monitor_mode = "val/acc", "max"
-    # written at the end of each validation epoch only (attnflow.config.overrides: idle without validation),
-    # into the run directory: attnflow-eval validates in a scratch folder it then deletes
-    validation_epoch_fields = ("renderings",)
-    training_only = ("optim", "renderings")
-
     def __init__(self, model: nn.Module, num_classes: int, class_names: Sequence[str] = (),
                  itos: Sequence[str] = (), *,
                  optim: OptimConfig = OptimConfig(lr=0.002, scheduler="cosine"),
@@ -79,7 +74,7 @@ class ClassificationTask(Task):
         sweeper, but never logged."""
         if cfg["task"].get("name") != "classification":
             return
-        weight = TASKS.validate(cfg["task"], "task")["penalty_weight"]
+        weight = cfg["task"]["penalty_weight"]
         model = cfg["model"]["name"]
         if weight > 0 and not getattr(MODELS.get(model), "attention_hops", False):
             hops = [n for n in MODELS.names() if getattr(MODELS.get(n), "attention_hops", False)]

@@ -45,7 +45,7 @@ to ``<run dir>/attention/graph_embedding.png`` and logs it to TensorBoard / W&B.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, Literal, Mapping
+from typing import Any, Literal, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -143,22 +143,12 @@ class NodeClassificationTask(Task):
         self._sums: dict = {}
 
     @classmethod
-    def inert_fields(cls, fields: Mapping[str, Any]) -> Dict[str, str]:
-        """Without P-reg its adjacency is unread: refused when typed (:mod:`attnflow.config.overrides`),
-        while a preset's value is left alone, so ``experiment=gat_cora_preg
-        task.propagation_reg=0`` switches P-reg off."""
-        if fields.get("propagation_reg"):
-            return {}
-        return {"propagation_adjacency": "{at}propagation_adjacency is P-reg's Â, read only with "
-                                         "{at}propagation_reg > 0"}
-
-    @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
         """The refusals of ``__init__`` that need no data, before any data is read."""
         if cfg["task"].get("name") == "node_classification":
-            task = TASKS.validate(cfg["task"], "task")  # with the defaults
+            task = cfg["task"]  # with the defaults
             _check_options(*(task[k] for k in ("multi_label", "label_smoothing", "propagation_reg")))
-            data = DATA.validate(cfg["data"], "data")
+            data = cfg["data"]
             if "multi_label" in data:  # a data set that says in its config which labels it makes
                 _check_labels(task["multi_label"], data["multi_label"])
             known = getattr(DATA.get(cfg["data"]["name"]), "known_multi_label", None)

@@ -79,21 +79,6 @@ class OptimConfig:
     decay_bias_and_norm: bool = True
     cooldown: Probability = 0.0
 
-    @classmethod
-    def inert_fields(cls, fields) -> dict:
-        """``warmup_steps`` with a schedule that has no warm-up, ``decay_bias_and_norm`` without
-        weight decay (refused when typed: :mod:`attnflow.config.overrides`)."""
-        out = {}
-        scheduler = fields.get("scheduler", "none")
-        if scheduler in ("none", "cosine"):
-            warm = [s for s in SCHEDULERS if s not in ("none", "cosine")]
-            out["warmup_steps"] = (f"{{at}}scheduler={scheduler} has no warm-up; it is read by "
-                                   f"scheduler={', '.join(warm)}")
-        if not fields.get("weight_decay"):
-            out["decay_bias_and_norm"] = ("{at}weight_decay=0 decays no parameter, so which ones are "
-                                          "exempt changes nothing; set {at}weight_decay")
-        return out
-
 
 def make_optimizer(params: Iterable[torch.nn.Parameter], name: str, lr: float,
                    weight_decay: float, fused: bool = True) -> torch.optim.Optimizer:

@@ -37,7 +37,7 @@ from torchmetrics import MeanMetric
 
 from attnflow.blocks.attention.penalty import diversity_penalty
 from attnflow.blocks.decoders.base import logits_at
-from attnflow.config.registry import DECODERS, MODELS, TASKS, ConfigError, NonNegativeFloat, Probability
+from attnflow.config.registry import DECODERS, TASKS, ConfigError, NonNegativeFloat, Probability
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
 
@@ -133,7 +133,6 @@ class Seq2SeqTask(Task):
     interface = "seq2seq"
     metrics = {"loss": "min", "token_acc": "max", "seq_acc": "max", "penalty": "min"}
     monitor, monitor_mode = "val/seq_acc", "max"
-    training_only = ("optim", "src_word_dropout", "tgt_word_dropout", "rdrop_alpha")
     conditional_metrics = {"penalty": "penalty_weight"}
 
     def __init__(self, model: nn.Module, pad_id: int, bos_id: int, eos_id: int,
@@ -159,9 +158,9 @@ class Seq2SeqTask(Task):
         """Before any data is read: R-Drop with nothing that drops out — both word dropouts 0 and
         no field of the model's config (its defaults filled in) whose name holds ``dropout``
         above 0 — is refused, as the constructor refuses it for the built model."""
-        task = TASKS.validate(cfg["task"], "task")
+        task = cfg["task"]
         if (task["rdrop_alpha"] > 0 and not (task["src_word_dropout"] or task["tgt_word_dropout"])
-                and not any_dropout_field(MODELS.validate(cfg["model"], "model"))):
+                and not any_dropout_field(cfg["model"])):
             raise ConfigError(_NO_DROPOUT.format(task["rdrop_alpha"]))
         decoder = decoder_without_attention(cfg.get("model") or {})
         if task.get("penalty_weight", 0) > 0 and decoder:

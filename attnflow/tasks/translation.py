@@ -48,8 +48,6 @@ class TranslationTask(Seq2SeqTask):
         length_penalty: α of the GNMT length penalty ((5+|y|)/6)^α (default 0.6).
     """
 
-    split_fields = {"beam_size": "test", "val_beam_size": "val"}
-
     metrics = {**Seq2SeqTask.metrics, "bleu": "max", "bleu_lc": "max", "wer": "min"}
     monitor, monitor_mode = "val/bleu", "max"
 

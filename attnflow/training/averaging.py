@@ -75,14 +75,6 @@ class AverageConfig:
     monitor: Optional[str] = None
     mode: Optional[Literal["min", "max"]] = None
 
-    @classmethod
-    def inert_fields(cls, fields, run=None) -> dict:
-        """``mode`` ranks the best N; the last N are not ranked (refused when typed:
-        :mod:`attnflow.config.overrides`; ``monitor`` is still recorded with the last N's scores)."""
-        if fields.get("last") is None:
-            return {}
-        return {"mode": "{at}last keeps the last validated epochs, unranked; it is read with {at}best"}
-
 
 # -- the config ------------------------------------------------------------------------------------
 def check_config(callbacks: Dict[str, Any], metric_names: Callable[[], Sequence[str]]) -> None:

@@ -28,23 +28,6 @@ class CheckpointConfig:
     save_top_k: Annotated[int, Range(ge=-1, what="-1 keeps every checkpoint")] = 1
     save_last: bool = True
 
-    @classmethod
-    def inert_fields(cls, fields, run=None) -> dict:
-        """``save_top_k=0`` keeps no best checkpoint (Lightning ranks nothing; the final metrics
-        are of the last weights), yet ``monitor`` and ``mode`` are read elsewhere: by
-        ``callbacks.average`` (its metric where its own ``monitor`` is null) and by attnflow-report
-        (``monitor`` is the metric it sorts runs by, ``mode`` the direction of that monitor). So
-        only ``mode`` with a null ``monitor`` and no averaging is idle (refused when typed:
-        :mod:`attnflow.config.overrides`)."""
-        if fields.get("save_top_k", 1) != 0 or fields.get("monitor") is not None or run is None:
-            return {}
-        if (run.get("callbacks") or {}).get("average") is not None:
-            return {}
-        return {"mode": ("{at}save_top_k=0 keeps no best checkpoint, so no checkpoint is ranked by "
-                         "it (the final metrics are of the last weights), and with {at}monitor null "
-                         "and callbacks.average null nothing else reads it; set {at}save_top_k=1 (or "
-                         "-1: every one) to keep the best")}
-
 
 @dataclasses.dataclass(frozen=True)
 class EarlyStoppingConfig:
@@ -64,26 +47,6 @@ class AttentionMapsConfig:
 
     examples: NonNegativeInt = 4
     every_n_epochs: NonNegativeInt = 1
-
-    @classmethod
-    def inert_fields(cls, fields, run=None) -> dict:
-        """With no examples there are no maps to time; without a W&B or TensorBoard logger (in the
-        run's config ``run``) none is drawn during training, and the pictures written after it do
-        not depend on ``every_n_epochs`` (refused when typed: :mod:`attnflow.config.overrides`)."""
-        if not fields.get("examples", 4):
-            return {"every_n_epochs": "{at}examples=0 draws no attention maps; set {at}examples"}
-        if run is None:  # (no run config to ask: nothing is claimed)
-            return {}
-        chosen = run.get("logger") or {}
-        loggers = [n for n in ([chosen] if isinstance(chosen, str) else chosen) if n != "none"]
-        if set(loggers) & set(DASHBOARD_LOGGERS):
-            return {}
-        chosen = ("none" if not loggers else loggers[0] if len(loggers) == 1
-                  else f"[{','.join(loggers)}]")
-        return {"every_n_epochs": (f"the maps drawn during training go to a W&B or TensorBoard "
-                                   f"logger, and logger={chosen} gives neither (the pictures written "
-                                   f"to <run dir>/attention/ after training are drawn whatever it "
-                                   f"says); add one, e.g. logger=[csv,tensorboard]")}
 
 
 # the loggers AttentionMaps sends its maps to during training (by their registry names)

@@ -26,11 +26,9 @@ from attnflow.training.ema import EMAConfig  # callbacks.ema
 from attnflow.config.groups import (drop_swapped_block_fields, fill_default_blocks, prune_unused,
                              top_level_keys, top_level_refusal, unused_groups)
 from attnflow.training.loggers import (LOGGER_CONFIG)
-from attnflow.config.overrides import (command_line, hydra_references, read_keys, typed_groups,
-                                unread_overrides)
+from attnflow.config.overrides import command_line, typed_groups
 from attnflow.training.precision import check_precision  # =auto
-from attnflow.config.registry import (AGGREGATORS, ATTENTIONS, DATA, ENCODERS, MODELS, NORMALIZERS,
-                               POOLINGS, POSITIONALS, SCORERS, TASKS, ConfigError, suggest,
+from attnflow.config.registry import (DATA, ENCODERS, MODELS, TASKS, ConfigError, suggest,
                                build_config)
 
 from attnflow.training.trainer_checks import (SET_BY_ATTNFLOW, check_callback_needs, check_minimums,
@@ -38,12 +36,9 @@ from attnflow.training.trainer_checks import (SET_BY_ATTNFLOW, check_callback_ne
                                               check_trainer_types, check_trains_something,
                                               check_validation_schedule, trainer_fields)
 
-# Top-level config groups validated by a registry. The shared choices (scorer, normalizer,
-# aggregator, attention, positional, pooling) are interpolated into models (attnflow.config.groups);
-# validating the ones the model uses here names the path the user typed (``scorer.name=...``).
-BLOCK_GROUPS = [("scorer", SCORERS), ("normalizer", NORMALIZERS), ("aggregator", AGGREGATORS),
-                ("attention", ATTENTIONS), ("positional", POSITIONALS), ("pooling", POOLINGS),
-                ("data", DATA), ("model", MODELS), ("task", TASKS),
+# The top-level blocks validated by a registry; a shared group (scorer, attention, ...) is
+# validated where the model reads it, its message noting the interpolation it came through.
+BLOCK_GROUPS = [("data", DATA), ("model", MODELS), ("task", TASKS),
                 ("logger", LOGGER_CONFIG)]  # a mapping logger name -> fields (attnflow.training.loggers)
 
 CALLBACK_FIELDS = {  # a dataclass: the entry's typed config (names, types, ranges: build_config)
@@ -64,9 +59,10 @@ def validate_config(cfg: Dict[str, Any]) -> None:
     for key in cfg:
         if key not in known:
             raise ConfigError(top_level_refusal(key, known))
+    checked = dict(cfg)  # the blocks with their defaults, each validated here once
     for group, registry in BLOCK_GROUPS:
         if group in cfg and cfg[group] is not None:
-            registry.validate(cfg[group], group)
+            checked[group] = registry.validate(cfg[group], group)
         elif group in ("data", "model", "task"):
             raise ConfigError(f"the config has no '{group}': choose one with {group}=NAME")
     allowed = trainer_fields()
@@ -114,8 +110,8 @@ def validate_config(cfg: Dict[str, Any]) -> None:
     check_test_reads_batches(cfg)
     check_callback_needs(cfg, task_cls)
     _check_root_fields(cfg)
-    check_composition(cfg)
-    check_model_builds(cfg)
+    check_composition(checked)
+    check_model_builds(checked)
 
 
 @functools.lru_cache(maxsize=1)
@@ -192,30 +188,25 @@ def _check_encoder_kinds(model_cfg: Dict[str, Any]) -> None:
 
 
 def _check_own_encoder(cfg: Dict[str, Any]) -> None:
-    """A model's own encoder (``model.encoder``: seq2seq's or self_attentive's
-    ``transformer_encoder``), before any data is made, with messages naming its own fields — the
-    shared ``attention`` and ``positional`` groups that the Transformer and BERT read (and check in
-    their ``check_config``) are not what such an encoder uses:
-
-    - its attention's heads divide its width (``model.encoder.d_model``, else ``model.embed_dim``);
-      the build on the meta device refused it too, but named ``attention.heads``, which these
-      models refuse as a group they do not use;
-    - a bounded positional table (``learned``) covers the longest input the data gives the encoder
-      (the data class's ``longest_source_positions``, else ``longest_positions``); the table
-      refused a longer input only at the first such batch, mid-run."""
-    if not isinstance((cfg["model"] or {}).get("encoder"), dict):
+    """A model's own encoder (``model.encoder``: seq2seq's or self_attentive's), with messages
+    naming its own fields (the meta build names the shared ``attention`` group, which these models
+    do not read): its attention's heads divide its width, and a bounded positional table
+    (``learned``) covers the longest input the data gives it (the data class's
+    ``longest_source_positions``, else ``longest_positions``), which it refuses only at the first
+    such batch."""
+    encoder = cfg["model"].get("encoder")
+    if not isinstance(encoder, dict):
         return
-    model = MODELS.validate(cfg["model"], "model")  # (with the blocks' defaults)
-    encoder = model["encoder"]
-    attention = encoder.get("attention")
-    width = encoder.get("d_model") or model.get("embed_dim")
+    attention, positional = encoder.get("attention"), encoder.get("positional")
+    width = encoder.get("d_model") or cfg["model"].get("embed_dim")
     if isinstance(attention, dict) and "heads" in attention and isinstance(width, int):
         check_heads(attention["name"], width, attention["heads"], attention.get("head_dim"),
                     at="model.encoder.attention", size="model.encoder.d_model, else model.embed_dim")
-    positional = encoder.get("positional")
     if isinstance(positional, dict) and positional.get("max_len"):
-        longest = (DATA.ask(cfg["data"], "longest_source_positions", "data")
-                   or DATA.ask(cfg["data"], "longest_positions", "data"))
+        data = DATA.get(cfg["data"]["name"])
+        longest = next((hook(cfg["data"]) for hook in (getattr(data, "longest_source_positions", None),
+                                                       getattr(data, "longest_positions", None))
+                        if hook is not None and hook(cfg["data"])), None)
         check_table_covers(positional, longest, "model.encoder.positional", " the encoder",
                            "model.encoder.positional.name=sinusoidal")
 
@@ -229,7 +220,8 @@ def check_model_builds(cfg: Dict[str, Any]) -> None:
     is found: the stand-in sizes are chosen to pass every check that compares real ones (both
     vocabularies the same size), and a data module without stand-ins (its sizes are in its files)
     skips this. An error the meta device itself raises leaves the decision to the real build."""
-    context = DATA.ask(cfg["data"], "placeholder_context", "data")
+    stand_in = getattr(DATA.get(cfg["data"]["name"]), "placeholder_context", None)
+    context = stand_in(cfg["data"]) if stand_in is not None else None
     if context is None:
         return
     model_cfg = dict(cfg["model"])
@@ -237,7 +229,7 @@ def check_model_builds(cfg: Dict[str, Any]) -> None:
         model_cfg["init_from"] = None
     try:
         with torch.device("meta"):
-            MODELS.build(model_cfg, path="model", **context)
+            MODELS.create(model_cfg, **context)
     except ConfigError:
         raise
     except ValueError as err:  # a block's own refusal of its fields (its message names them)
@@ -247,8 +239,9 @@ def check_model_builds(cfg: Dict[str, Any]) -> None:
 
 
 def check_composition(cfg: Dict[str, Any]) -> None:
-    """Data, model and task fit together (by their ``interface``), and an explicit checkpoint or
-    early-stopping ``monitor`` is a metric the task logs; before any data is made."""
+    """Data, model and task fit together (by their ``interface``; the classes' ``check_config``,
+    given ``cfg`` with the validated blocks), and an explicit checkpoint or early-stopping
+    ``monitor`` is a metric the task logs; before any data is made."""
     picked = [(group, cfg[group]["name"], reg) for group, reg in
               (("data", DATA), ("model", MODELS), ("task", TASKS))]
     _check_encoder_kinds(cfg["model"])
@@ -320,31 +313,24 @@ def _sweep_job(cfg: Any) -> bool:
     return isinstance(cfg, DictConfig) and "hydra" in cfg and cfg.hydra.get("mode") == RunMode.MULTIRUN
 
 
-def resolve_config(cfg: DictConfig | Dict[str, Any], unread: bool = True) -> Dict[str, Any]:
+def resolve_config(cfg: DictConfig | Dict[str, Any]) -> Dict[str, Any]:
     """The run's resolved, validated config. A composed (unresolved) config goes through the
-    shared-group contract first (:mod:`attnflow.config.groups`): groups the model does not use are
-    refused when set, and left out of the result. ``unread``: refuse a field set on the command
-    line that the config leaves unread (:mod:`attnflow.config.overrides`) — not in a sweep's job, nor
-    in the sweep's pre-check, which weighs such settings over the jobs itself."""
-    return _resolve(cfg, refuse=unread and not _sweep_job(cfg))[0]
+    shared-group contract first (:mod:`attnflow.config.groups`): a group the model does not use
+    is refused when set, and left out of the result."""
+    resolved, unused = unread_settings(cfg)
+    if unused and not _sweep_job(cfg):  # (a sweep's pre-check weighs them over its jobs)
+        raise ConfigError(next(iter(unused.values()))[1])
+    return resolved
 
 
-def unread_settings(cfg: DictConfig) -> tuple:
-    """(the resolved config, {key: (the override as typed, its refusal)}) of a config composed
-    with Hydra's node: the typed shared groups the model does not use and the typed fields the
-    config leaves unread, listed instead of refused — a sweep's pre-check refuses only those that
-    no job uses (:func:`attnflow.config.sweeps.check_sweep_values`)."""
-    return _resolve(cfg, refuse=False)
-
-
-def _resolve(cfg: DictConfig | Dict[str, Any], refuse: bool) -> tuple:
-    """:func:`resolve_config` and :func:`unread_settings`: the resolved config and the typed
-    settings it leaves unused, refused (the first of them) where ``refuse``."""
-    typed, found, hydra_reads = None, {}, set()
+def unread_settings(cfg: DictConfig | Dict[str, Any]) -> tuple:
+    """(the resolved, validated config, {group: (the override as typed, its refusal)} of the
+    typed shared groups the model does not use)."""
+    typed, found = None, {}
     if not isinstance(cfg, DictConfig):
         resolved = dict(cfg)
     else:
-        choices, typed, hydra_reads = _choices(cfg), command_line(cfg), hydra_references(cfg)
+        choices, typed = _choices(cfg), command_line(cfg)
         cfg = copy.deepcopy(cfg)
         if "hydra" in cfg:  # composed with return_hydra_config: Hydra's own node is not the run's
             with open_dict(cfg):
@@ -352,41 +338,34 @@ def _resolve(cfg: DictConfig | Dict[str, Any], refuse: bool) -> tuple:
         drop_swapped_block_fields(cfg, typed or ())  # model.encoder.name=…: the old block's fields
         fill_default_blocks(cfg, typed or ())  # model.encoder.attention.heads=4: its default block
         consumed, groups = unused_groups(cfg, config_dir(), choices, typed_groups(typed), typed)
-        if refuse and groups:
-            raise ConfigError(next(iter(groups.values())))
         found = {group: (" ".join(o.lstrip("+") for o in typed or () if typed_groups([o]) == {group}),
                          message) for group, message in groups.items()}
         resolved = prune_unused(OmegaConf.to_container(cfg, resolve=True), consumed)
     try:
         validate_config(resolved)
-        # a field this config leaves unread (one an interpolation reads, Hydra's too, is read)
-        fields = (unread_overrides(resolved, typed, read_keys(cfg, hydra_reads))
-                  if typed else {})
-        if refuse and fields:
-            raise ConfigError(next(iter(fields.values()))[1])
     except ConfigError as err:  # a field that takes its value from another: say which
-        note = _interpolation_note(cfg, str(err)) if isinstance(cfg, DictConfig) else ""
-        if not note:
+        shown = _as_typed(cfg, str(err)) if isinstance(cfg, DictConfig) else str(err)
+        if shown == str(err):
             raise
-        raise ConfigError(f"{err}{note}") from None
-    return resolved, {**found, **fields}
+        raise ConfigError(shown) from None
+    return resolved, found
 
 
-def _interpolation_note(cfg: DictConfig, message: str) -> str:
-    """Where the field a message names (``(at 'data.num_hops')``) is an interpolation in the
-    composed config (``num_hops: ${model.layers}``), a note naming the field its value comes from:
-    the user set that one, not the field the message names."""
-    found = re.search(r"\(at '([\w.]+)'", message)
-    if not found:
-        return ""
-    path = found.group(1)
-    parent_path, _, key = path.rpartition(".")
-    parent = (OmegaConf.select(cfg, parent_path, throw_on_resolution_failure=False)
-              if parent_path else cfg)
-    if (not isinstance(parent, DictConfig) or key not in parent
-            or not OmegaConf.is_interpolation(parent, key)):
-        return ""
-    source = OmegaConf.to_container(parent, resolve=False)[key]
-    return f" ({path} is {source} in this config: the value comes from there)"
-
-
+def _as_typed(cfg: DictConfig, message: str) -> str:
+    """``message`` naming the field the user set where the path it names (``at
+    'model.decoder.attention.scorer.hidden'``) passes through an interpolation of the composed
+    config: a block taken whole from another key (``scorer: ${scorer}``) is named there
+    (``scorer.hidden``); a field whose value comes from another gets a note naming that one."""
+    found = re.search(r"at '([\w.]+)'", message)
+    parts = found.group(1).split(".") if found else []
+    for end in range(len(parts), 0, -1):
+        parent = (OmegaConf.select(cfg, ".".join(parts[:end - 1]), throw_on_resolution_failure=False)
+                  if end > 1 else cfg)
+        key = parts[end - 1]
+        if isinstance(parent, DictConfig) and key in parent and OmegaConf.is_interpolation(parent, key):
+            source = OmegaConf.to_container(parent, resolve=False)[key]
+            whole = re.fullmatch(r"\$\{([\w.]+)\}", source)
+            if whole and end < len(parts):
+                return message.replace(found.group(1), ".".join([whole.group(1), *parts[end:]]))
+            return f"{message} ({'.'.join(parts[:end])} is {source} in this config: the value comes from there)"
+    return message

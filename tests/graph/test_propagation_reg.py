@@ -133,14 +133,6 @@ def test_refusals_name_the_field():
     with pytest.raises(ConfigError, match="propagation_reg"):
         TASKS.build({"name": "node_classification", "propagation_reg": -0.1}, GAT(16, 4),
                     **dm.task_context())
-    # without P-reg its adjacency is unread: listed for the command line's refusal, not the build's
-    idle = TASKS.inert_fields(TASKS.validate({"name": "node_classification",
-                                              "propagation_adjacency": "gcn"}, "task"), "task")
-    assert idle["task.propagation_adjacency"] == ("task.propagation_adjacency is P-reg's Â, read "
-                                                  "only with task.propagation_reg > 0")
-    assert "task.propagation_adjacency" not in TASKS.inert_fields(TASKS.validate(
-        {"name": "node_classification", "propagation_reg": 0.5, "propagation_adjacency": "gcn"},
-        "task"), "task")
     with pytest.raises(ConfigError, match="propagation_adjacency.*one of 'mean', 'gcn'"):
         TASKS.build({"name": "node_classification", "propagation_reg": 0.5,
                      "propagation_adjacency": "sym"}, GAT(16, 4), **dm.task_context(), path="task")
@@ -159,18 +151,12 @@ def test_the_preset_and_its_override_reach_the_task(overrides, mu, adjacency):
 
 
 @pytest.mark.parametrize("base,bad,match", [
-    (["experiment=gat_cora"], "task.propagation_adjacency=gcn",
-     "task.propagation_adjacency=gcn (at 'task.propagation_adjacency') does nothing: "
-     "task.propagation_adjacency is P-reg's Â, read only with task.propagation_reg > 0"),
-    (["experiment=gat_cora_preg", "task.propagation_reg=0"], "task.propagation_adjacency=gcn",
-     "read only with task.propagation_reg > 0"),
     (["experiment=gat_synthetic", "data.multi_label=true", "task.multi_label=true"],
      "task.propagation_reg=0.5", "propagation_reg applies to single-label data"),
     (["experiment=gat_synthetic", "data.multi_label=true", "task.multi_label=true"],
      "task.label_smoothing=0.1", "label_smoothing applies to single-label data")])
 def test_refused_before_any_data_is_read_or_any_file_written(tmp_path, base, bad, match):
-    """The run's preflight refuses these (the task's check_config, or the command line's unread
-    fields: a preset's adjacency without P-reg is left alone, a typed one is refused): the data
+    """The run's preflight refuses these (the task's check_config): the data
     root does not exist here, so reaching Cora's data module would fail otherwise, and the run
     folder stays unmade; without the offending value the same config passes the preflight."""
     from attnflow.training.validate import resolve_config

@@ -25,7 +25,7 @@ the whole prefix and attends for all steps at once.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Literal, Mapping, Optional, Tuple
+from typing import Literal, Optional, Tuple
 
 import torch
 from torch import nn
@@ -60,15 +60,6 @@ class LuongDecoder(Decoder):
     """
 
     static_state = ("memory", "mask")
-
-    @classmethod
-    def inert_fields(cls, fields: Mapping[str, Any]) -> Dict[str, str]:
-        """``window`` and ``gaussian`` shape local alignment only (refused when typed with global
-        alignment: :mod:`attnflow.config.overrides`)."""
-        if fields.get("alignment", "global") != "global":
-            return {}
-        return {key: "{at}alignment=global attends over every source position; it is read by "
-                     "alignment=local_m and local_p" for key in ("window", "gaussian")}
 
     def __init__(self, vocab_size: int, memory_dim: int, init_dim: int, *,
                  cell: Literal["lstm", "gru"] = "lstm", embed_dim: PositiveInt = 64,

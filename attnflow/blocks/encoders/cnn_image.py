@@ -55,18 +55,6 @@ class CNNImageEncoder(nn.Module):
 
     input_kind = "image"
 
-    @classmethod
-    def inert_fields(cls, fields) -> dict:
-        """Without pooling, its size is unread; with size 1, its kind (refused when typed:
-        :mod:`attnflow.config.overrides`)."""
-        if fields.get("pooling", "max") == "none":
-            return {"pool_size": "{at}pooling=none keeps every stage's resolution; it is read by "
-                                 "pooling=max and avg"}
-        if fields.get("pool_size", 2) == 1:
-            return {"pooling": "{at}pool_size=1 keeps every stage's resolution, max or avg alike; "
-                               "it is read with pool_size >= 2"}
-        return {}
-
     def __init__(self, in_channels: PositiveInt = 3, *,
                  channels: List[int] = [32, 64, 128],  # noqa: B006
                  kernel: PositiveInt = 3, norm: Literal["batch", "none"] = "batch",

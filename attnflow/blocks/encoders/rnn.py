@@ -17,14 +17,6 @@ from attnflow.config.registry import ENCODERS, PositiveInt, Probability
 CELLS = {"rnn": nn.RNN, "gru": nn.GRU, "lstm": nn.LSTM}
 
 
-def unread_dropout(fields) -> dict:
-    """``dropout`` acts between stacked layers: with one layer it is unread (refused when typed:
-    :mod:`attnflow.config.overrides`)."""
-    if fields.get("layers", 1) > 1:
-        return {}
-    return {"dropout": "{at}layers=1 has no layer above another to drop out between; it is read "
-                       "with layers >= 2"}
-
 
 @ENCODERS.register("rnn")
 class RNNEncoder(nn.Module):
@@ -41,8 +33,6 @@ class RNNEncoder(nn.Module):
         x (B, T, input_dim), lengths (B,) -> outputs (B, T, output_dim) with zeros at padding,
         final (B, output_dim): the last layer's final state, directions concatenated.
     """
-
-    inert_fields = classmethod(lambda cls, fields: unread_dropout(fields))
 
     def __init__(self, input_dim: int, *, cell: Literal["gru", "lstm", "rnn"] = "gru",
                  hidden_dim: PositiveInt = 128, layers: PositiveInt = 1, bidirectional: bool = True,

@@ -21,7 +21,6 @@ import torch
 from torch import nn
 
 from attnflow.config.registry import ENCODERS, PositiveInt, Probability
-from attnflow.blocks.encoders.rnn import unread_dropout  # the same rule: dropout between layers
 
 CELLS = {"rnn": nn.RNN, "gru": nn.GRU, "lstm": nn.LSTM}
 
@@ -52,8 +51,6 @@ class UnpackedRNNEncoder(nn.Module):
         final (B, output_dim): the last layer's forward state at the last real token and backward
         state at the first (zeros for length 0).
     """
-
-    inert_fields = classmethod(lambda cls, fields: unread_dropout(fields))
 
     def __init__(self, input_dim: int, *, cell: Literal["gru", "lstm", "rnn"] = "gru",
                  hidden_dim: PositiveInt = 128, layers: PositiveInt = 1, bidirectional: bool = True,

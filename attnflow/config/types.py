@@ -1,0 +1,141 @@
+"""The annotations of a block's typed config: ``BlockSpec[kind]`` for a child block, ``Range`` for
+a numeric field's bounds (``Annotated[float, Range(ge=0, lt=1)]``, or one of the common names
+below), ``Literal`` for choices; and how a type reads in messages (:func:`type_name`)."""
+
+from __future__ import annotations
+
+import collections.abc
+import dataclasses
+import math
+import types
+import typing
+from typing import Annotated, Any, Optional, Sequence, Union
+
+
+class _BlockKind:
+    def __init__(self, kind: str):
+        self.kind = kind
+
+    def __repr__(self) -> str:
+        return f"BlockSpec[{self.kind!r}]"
+
+
+class BlockSpec:
+    """Annotation for a field that holds a child block's config: ``BlockSpec["scorer"]``."""
+
+    def __class_getitem__(cls, kind: str):
+        return typing.Annotated[Any, _BlockKind(kind)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """Bounds of a numeric field, in its annotation: ``Annotated[float, Range(ge=0, lt=1)]``
+    (``ge``/``gt``: at least / more than; ``le``/``lt``: at most / less than; ``what``: what the
+    value is, for the message). ``None`` passes (the bounds of an ``Optional`` field)."""
+
+    ge: Optional[float] = None
+    gt: Optional[float] = None
+    le: Optional[float] = None
+    lt: Optional[float] = None
+    what: str = ""
+
+    def holds(self, value: Any) -> bool:
+        """Within the bounds, and finite (NaN and ±inf, which YAML reads from ``nan``/``inf``, are
+        no learning rate or weight: inf passed ``> 0`` and the run failed on a NaN loss)."""
+        return value is None or not (
+            (self.ge is not None and value < self.ge) or (self.gt is not None and value <= self.gt)
+            or (self.le is not None and value > self.le) or (self.lt is not None and value >= self.lt)
+            or value != value or value in (math.inf, -math.inf))
+
+    def refusal(self, value: Any) -> str:
+        """``must be <bounds> (<what>), got <value>`` for a value :meth:`holds` refuses."""
+        finite = "a finite number " if value in (math.inf, -math.inf) else ""
+        return f"must be {finite}{self}{f' ({self.what})' if self.what else ''}, got {value!r}"
+
+    def __str__(self) -> str:
+        low = (f"[{self.ge:g}" if self.ge is not None else f"({self.gt:g}" if self.gt is not None else None)
+        high = (f"{self.le:g}]" if self.le is not None else f"{self.lt:g})" if self.lt is not None else None)
+        if low and high:
+            return f"in {low}, {high}"
+        if low:
+            return f"{'>=' if low[0] == '[' else '>'} {low[1:]}"
+        return f"{'<=' if high[-1] == ']' else '<'} {high[:-1]}" if high else "any number"
+
+
+Probability = Annotated[float, Range(ge=0, lt=1)]  # dropout rates, label smoothing
+PositiveInt = Annotated[int, Range(ge=1)]
+NonNegativeInt = Annotated[int, Range(ge=0)]
+PositiveFloat = Annotated[float, Range(gt=0)]
+NonNegativeFloat = Annotated[float, Range(ge=0)]
+
+
+def split_range(tp: Any) -> tuple:
+    """(the annotation without its :class:`Range`, the Range or None); ``Optional[Annotated[T,
+    Range]]`` gives ``Optional[T]``."""
+    rng = next((m for m in getattr(tp, "__metadata__", ()) if isinstance(m, Range)), None)
+    if rng is not None:
+        return tp.__origin__, rng
+    if typing.get_origin(tp) is Union:
+        parts = [split_range(a) for a in typing.get_args(tp)]
+        found = [r for _, r in parts if r is not None]
+        if found:
+            return Union[tuple(t for t, _ in parts)], found[0]
+    return tp, None
+
+
+def block_kind(annotation: Any) -> Optional[str]:
+    for meta in getattr(annotation, "__metadata__", ()):
+        if isinstance(meta, _BlockKind):
+            return meta.kind
+    return None
+
+
+def type_name(tp: Any) -> str:
+    """A type as a YAML user reads it, in messages and in ``attnflow-blocks``: ``Optional[int]``
+    -> ``int or null``, ``Union[int, float]`` -> ``int or float``, ``list[int]`` -> ``list of
+    int``, a ``Literal`` -> its choices (``'warn'``), a class -> its name (``Accelerator``)."""
+    if isinstance(tp, str):
+        return tp
+    if tp is type(None):
+        return "null"
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is Union or origin is types.UnionType:  # Literal members: one list of choices
+        nullable = type(None) in args
+        literal = [typing.get_origin(a) is typing.Literal for a in args]
+        choices = [c for a, lit in zip(args, literal) if lit for c in typing.get_args(a)]
+        names = [type_name(a) for a, lit in zip(args, literal) if not lit and a is not type(None)]
+        if choices and not names:
+            return one_of(choices + [None] * nullable)
+        names += [one_of(choices)] if choices else []
+        return " or ".join(dict.fromkeys(names + ["null"] * nullable))
+    if origin is typing.Literal:
+        return one_of(args)
+    if origin is Annotated:
+        return type_name(args[0])
+    if origin in (list, tuple, set, collections.abc.Iterable, collections.abc.Sequence) and args:
+        return f"list of {type_name(args[0])}"
+    return getattr(origin or tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def literal_choices(tp: Any) -> tuple:
+    """(the values of a ``Literal`` annotation, whether ``None`` is allowed too): ``Literal['a',
+    'b']`` → (('a', 'b'), False); ``Optional[Literal['a', 'b']]`` → (('a', 'b'), True); any other
+    annotation → ((), False)."""
+    if typing.get_origin(tp) is typing.Literal:
+        return typing.get_args(tp), False
+    if typing.get_origin(tp) is Union:
+        args = typing.get_args(tp)
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1 and len(args) == 2 and typing.get_origin(rest[0]) is typing.Literal:
+            return typing.get_args(rest[0]), True
+    return (), False
+
+
+def choice_text(value: Any) -> str:
+    """A choice as the user writes it in YAML (``null`` for None)."""
+    return "null" if value is None else repr(value)
+
+
+def one_of(values: Sequence[Any]) -> str:
+    """Choices as YAML values, ``'min' | 'max' | null``."""
+    return " | ".join(map(choice_text, values))
