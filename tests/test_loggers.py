@@ -259,19 +259,13 @@ def test_online_w_and_b_without_credentials_is_refused_before_any_work(monkeypat
     assert cfg["logger"]["wandb"]["mode"] == "online"
 
 
-def test_old_logger_layout_is_refused_with_the_new_one_and_upgraded_from_checkpoints():
-    from attnflow.io.checkpoints import upgrade_config
+def test_old_logger_layout_is_refused_with_the_new_one():
     from attnflow.training.validate import validate_config
 
     old = resolve_config(compose_cfg([]))
     old["logger"] = {"name": "wandb", "project": "p"}
     with pytest.raises(ConfigError, match=r"old layout.*logger: \{wandb: \{\}\}"):
         validate_config(old)
-    new = upgrade_config(old)
-    assert new["logger"] == {"wandb": {"project": "p"}}
-    validate_config(new)
-    assert upgrade_config({"logger": {"name": "none"}})["logger"] == {}
-    assert upgrade_config({"logger": {"csv": {}}})["logger"] == {"csv": {}}  # today's: unchanged
 
 
 # -- run identity -----------------------------------------------------------------------------------
