@@ -148,8 +148,11 @@ def why_unreadable(path: Path, err: Exception) -> str:
     return f"{type(err).__name__}: {text}"
 
 
-def read_checkpoint(path: Path, device: str = "cpu") -> Dict[str, Any]:
-    """The checkpoint's dictionary, read without unpickling arbitrary objects."""
+def read_checkpoint(path: Path | str, device: Any = "cpu", mmap: bool = False,
+                    lightning: bool = True) -> Dict[str, Any]:
+    """The checkpoint's dictionary, read with ``weights_only=True`` (no arbitrary unpickling), or a
+    :class:`CheckpointError` saying what is wrong with the file. ``mmap``: map the tensors instead
+    of reading them; ``lightning``: it must be a Lightning checkpoint (a ``state_dict`` entry)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"no such checkpoint file: {path}")
@@ -159,10 +162,10 @@ def read_checkpoint(path: Path, device: str = "cpu") -> Dict[str, Any]:
     import torch
 
     try:
-        ckpt = torch.load(path, map_location=device, weights_only=True)
+        ckpt = torch.load(path, map_location=device, weights_only=True, mmap=mmap)
     except Exception as err:  # noqa: BLE001  (any unreadable or unsafe file)
         raise CheckpointError(f"cannot read checkpoint {path}: {why_unreadable(path, err)}") from None
-    if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
+    if lightning and (not isinstance(ckpt, dict) or "state_dict" not in ckpt):
         raise CheckpointError(f"{path} is not an attnflow/Lightning checkpoint (no state_dict)")
     return ckpt
 
