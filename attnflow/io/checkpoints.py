@@ -8,7 +8,7 @@ Checkpoints are read with ``torch.load(weights_only=True)``: attnflow stores onl
 containers in them, so a file that needs unpickling of arbitrary objects is refused.
 
 :func:`load_run` gives a run's checkpoint with its config (``attnflow_config``, else the run's
-``config.yaml``) upgraded to today's fields; :func:`run_artifacts` what prediction needs besides
+``config.yaml``); :func:`run_artifacts` what prediction needs besides
 weights; :func:`load_weights` loads them into a rebuilt model. Every failure — a missing path, a
 sweep folder or a folder of runs (:func:`runs_inside` names them), an empty, truncated or corrupt
 file, a file that is no checkpoint (a ``config.yaml``), a checkpoint of another program or another
@@ -148,8 +148,11 @@ def why_unreadable(path: Path, err: Exception) -> str:
     return f"{type(err).__name__}: {text}"
 
 
-def read_checkpoint(path: Path, device: str = "cpu") -> Dict[str, Any]:
-    """The checkpoint's dictionary, read without unpickling arbitrary objects."""
+def read_checkpoint(path: Path | str, device: Any = "cpu", mmap: bool = False,
+                    lightning: bool = True) -> Dict[str, Any]:
+    """The checkpoint's dictionary, read with ``weights_only=True`` (no arbitrary unpickling), or a
+    :class:`CheckpointError` saying what is wrong with the file. ``mmap``: map the tensors instead
+    of reading them; ``lightning``: it must be a Lightning checkpoint (a ``state_dict`` entry)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"no such checkpoint file: {path}")
@@ -159,10 +162,10 @@ def read_checkpoint(path: Path, device: str = "cpu") -> Dict[str, Any]:
     import torch
 
     try:
-        ckpt = torch.load(path, map_location=device, weights_only=True)
+        ckpt = torch.load(path, map_location=device, weights_only=True, mmap=mmap)
     except Exception as err:  # noqa: BLE001  (any unreadable or unsafe file)
         raise CheckpointError(f"cannot read checkpoint {path}: {why_unreadable(path, err)}") from None
-    if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
+    if lightning and (not isinstance(ckpt, dict) or "state_dict" not in ckpt):
         raise CheckpointError(f"{path} is not an attnflow/Lightning checkpoint (no state_dict)")
     return ckpt
 
@@ -189,7 +192,7 @@ class Run(NamedTuple):
     checkpoint: Path      # the checkpoint file used
     run_dir: Path         # the run directory (tokenizer/, vocab.json, eval/)
     ckpt: Dict[str, Any]  # the checkpoint's dictionary
-    config: Dict[str, Any]  # the resolved run config, upgraded to today's fields
+    config: Dict[str, Any]  # the resolved run config
 
 
 def torch_device(device: str) -> str:
@@ -237,7 +240,6 @@ def load_run(target: Path | str, device: str = "cpu") -> Run:
                   else str(run_dir / "config.yaml"))
         raise CheckpointError(f"{source} is not an attnflow run config: it needs the mappings "
                               f"'data' and 'model' (the config attnflow-train resolved)")
-    cfg = upgrade_config(cfg)
     if cfg["model"].get("init_from"):  # the run's own checkpoint holds the weights: a fine-tuned
         cfg["model"] = {**cfg["model"], "init_from": None}  # run needs no pretraining run to load
     return Run(ckpt_path, run_dir, ckpt, cfg)
@@ -293,59 +295,3 @@ def read_index(run_dir: Path | str) -> Optional[Dict[str, Any]]:
     one (a run trained without ``callbacks.average``)."""
     path = Path(run_dir) / "checkpoints" / AVG_DIR / INDEX
     return json.loads(path.read_text()) if path.is_file() else None
-
-
-_ATTENTION_FIELDS = {"heads": "heads", "scorer": "scorer", "attention_dropout": "dropout"}
-
-
-def _upgrade_model(node: Any) -> Any:
-    """Model configs of older runs: the Transformer's flat ``heads``/``scorer``/
-    ``attention_dropout`` (now its ``attention`` child) and seq2seq's unused ``positional``."""
-    if isinstance(node, list):
-        return [_upgrade_model(v) for v in node]
-    if not isinstance(node, dict):
-        return node
-    node = {k: _upgrade_model(v) for k, v in node.items()}
-    if node.get("name") in ("transformer", "transformer_encoder", "transformer_decoder") \
-            and "attention" not in node:
-        attention = {"name": "multihead"}
-        attention.update({new: node.pop(old) for old, new in _ATTENTION_FIELDS.items() if old in node})
-        node["attention"] = attention
-    if node.get("name") == "seq2seq":
-        node.pop("positional", None)
-    return node
-
-
-# the fields of the task's ``optim`` child config, which older runs had at the task's top level
-_FLAT_OPTIM_FIELDS = ("optimizer", "lr", "weight_decay", "scheduler", "warmup_steps")
-
-
-def upgrade_task_config(task_cfg: Dict[str, Any]) -> Dict[str, Any]:
-    """A task config with the flat optimiser fields of older runs (``lr``, ``optimizer``, ...)
-    moved under ``optim``."""
-    out = dict(task_cfg)
-    flat = {k: out.pop(k) for k in _FLAT_OPTIM_FIELDS if k in out}
-    if flat:
-        out["optim"] = {**flat, **dict(out.get("optim") or {})}
-    return out
-
-
-def upgrade_logger_config(logger_cfg: Any) -> Dict[str, Any]:
-    """The ``logger`` config of older runs, ``{name: csv, ...fields}``, as today's mapping from
-    logger name to fields (``{csv: {...}}``; ``name: none`` is ``{}``)."""
-    if not isinstance(logger_cfg, dict) or not isinstance(logger_cfg.get("name"), str):
-        return logger_cfg
-    fields = {k: v for k, v in logger_cfg.items() if k != "name"}
-    return {} if logger_cfg["name"] == "none" else {logger_cfg["name"]: fields}
-
-
-def upgrade_config(cfg: Dict[str, Any]) -> Dict[str, Any]:
-    """A run config saved by an older attnflow, in today's field layout (model, task, logger)."""
-    cfg = dict(cfg)
-    if "logger" in cfg:
-        cfg["logger"] = upgrade_logger_config(cfg["logger"])
-    if isinstance(cfg.get("model"), dict):
-        cfg["model"] = _upgrade_model(cfg["model"])
-    if isinstance(cfg.get("task"), dict):
-        cfg["task"] = upgrade_task_config(cfg["task"])
-    return cfg

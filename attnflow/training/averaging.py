@@ -1,44 +1,21 @@
 """Checkpoint averaging: the element-wise mean of the weights of several epochs' checkpoints.
 
-Vaswani et al. (2017, §6.1) report their Transformers with the average of the last 5 (base) or
-20 (big) checkpoints, and Wu et al. (2021) their tiny Multi30k Transformer with the last 10:
-the mean of parameters θ̄ = (1/N) Σ_k θ_k taken along the end of a run lies nearer the centre
-of the flat region SGD/Adam wanders in than any single iterate, and usually scores a little
-better than the best single checkpoint (fairseq's ``scripts/average_checkpoints.py`` computes
-the same mean). ``callbacks.average={last: N}`` averages the last N validated epochs,
-``{best: N}`` the N best by the monitored metric (the checkpoint's, i.e. the task's, e.g.
-``val/bleu``, unless ``monitor``/``mode`` are given there).
+Vaswani et al. (2017, §6.1) report their Transformers with the average of the last 5 or 20
+checkpoints, Wu et al. (2021) their Multi30k Transformer with the last 10 (fairseq's
+``average_checkpoints.py`` computes the same mean). ``callbacks.average={last: N}`` averages the
+last N validated epochs, ``{best: N}`` the N best by the monitored metric (the checkpoint's
+unless ``monitor``/``mode`` are given).
 
-How (and why this way):
-
-- :class:`CheckpointAverage` (a Lightning callback) writes, after each validation of the fit,
-  the LightningModule's ``state_dict`` — weights only, no optimiser — to
-  ``checkpoints/avg/epoch<k>.pt`` (atomically, as every attnflow checkpoint:
-  :func:`attnflow.training.state.atomic_torch_save`), and deletes the files that can no longer
-  be part of the average: at most N files are on disk, and none in memory, so averaging costs
-  no RAM during training however large N is. An epoch validated several times
-  (``val_check_interval`` < 1) keeps its latest validation. So does a validation fewer than
-  ``NEAR_FRACTION`` (1 %) of an epoch's optimiser steps after a kept one (at least one step
-  apart counts as distinct): nearly the same weights, which would count twice in the mean or an
-  ensemble. It happens at the end of a fit stopped by ``trainer.max_time`` (or early stopping)
-  just after an epoch began: Lightning validates that part-epoch too. Of such a pair ``last``
-  keeps the newer, ``best`` the better (ties: the newer).
-- Which files are kept (epoch, step, score, file) is the callback's state: Lightning saves it in
-  every checkpoint, so ``resume=<run>`` continues from ``last.ckpt`` with the kept set of that
-  moment (files written after it, by a run killed before its next ``last.ckpt``, are stale and
-  removed when training starts). It is also written to ``checkpoints/avg/kept.json`` after every
-  change — the record :func:`finish` reads after the fit, which works when the fit ran in other
-  processes (``ddp_spawn``) too.
-- :func:`finish` writes ``checkpoints/averaged.ckpt``: a copy of the final Lightning checkpoint
-  (``last.ckpt``; the best one when there is no last) whose ``state_dict`` is the mean of the
-  kept files — floating-point entries summed in float64 and cast back to their dtype; integer
-  buffers (BatchNorm's ``num_batches_tracked``) are counters, not weights, and are taken from
-  the newest file — with ``attnflow_config``/``attnflow_artifacts`` kept and
-  ``attnflow_average`` recording what was averaged. :func:`attnflow.training.run.train` then validates
-  and tests that checkpoint and names it ``best_checkpoint`` in ``metrics.json``, so
-  attnflow-eval/-translate/-predict use it unchanged.
-- A run stopped before its fit ended keeps the files and ``kept.json``: ``attnflow-average RUN``
-  (:mod:`attnflow.cli.average`) writes the same ``averaged.ckpt`` from them.
+:class:`CheckpointAverage` writes the module's weights (θ̄ under ``callbacks.ema``) after each
+validation of the fit to ``checkpoints/avg/epoch<k>.pt`` and deletes the files that can no longer
+be part of the average, so at most N are on disk and none in memory. An epoch validated twice
+keeps its latest validation; so does a validation within ``NEAR_FRACTION`` of an epoch's steps
+of a kept one (nearly the same weights; ``best`` keeps the better). The kept set is the
+callback's state (saved in every checkpoint, so a resume continues with it) and is written to
+``checkpoints/avg/kept.json``. After the fit :func:`finish` writes ``checkpoints/averaged.ckpt``,
+a copy of ``last.ckpt`` whose ``state_dict`` is the mean (floats summed in float64; integer
+buffers from the newest file), which the run then validates, tests and names its best
+checkpoint. ``attnflow-average`` (:mod:`attnflow.cli.average`) writes it for a stopped run.
 """
 
 from __future__ import annotations
@@ -46,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Literal, Optional, Sequence
 
@@ -53,8 +31,6 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.utilities import rank_zero_warn
 
-# the kept epochs' folder (AVG_DIR), its index (INDEX, read_index) and the output (AVERAGED) are
-# defined in attnflow.io.checkpoints, where attnflow-average reads them without importing Lightning
 from attnflow.io.checkpoints import AVERAGED, AVG_DIR, INDEX, read_index  # noqa: F401
 from attnflow.training.ema import averaged_weights
 from attnflow.config.registry import AttnflowWarning, ConfigError, PositiveInt, suggest
@@ -76,21 +52,21 @@ class AverageConfig:
     mode: Optional[Literal["min", "max"]] = None
 
 
-# -- the config ------------------------------------------------------------------------------------
 def check_config(callbacks: Dict[str, Any], metric_names: Callable[[], Sequence[str]]) -> None:
-    """Refuse a bad ``callbacks.average`` before any work, naming the field: exactly one of
-    ``last``/``best``, a positive int; ``mode`` min|max|null; ``monitor`` a metric the task logs
-    (``metric_names()``); and a checkpoint to copy (``callbacks.checkpoint`` not disabled)."""
+    """Refuse a bad ``callbacks.average`` (its fields' types: :class:`AverageConfig`): exactly
+    one of ``last``/``best``; ``monitor`` a metric the task logs (``metric_names()``); a
+    checkpoint to copy. ``mode`` with ``last`` is unread: a warning."""
     entry = (callbacks or {}).get("average")
     if entry is None:
         return
-    # (a mapping, its unknown fields, types, ranges, mode: AverageConfig, checked before this by
-    # attnflow.training.validate.validate_config)
     given = [k for k in ("last", "best") if entry.get(k) is not None]
     if len(given) != 1:
         raise ConfigError("callbacks.average needs exactly one of 'last' (the last N validated "
                           "epochs) or 'best' (the N best by the monitored metric), got "
                           f"{', '.join(given) or 'neither'}")
+    if entry.get("last") is not None and entry.get("mode") is not None:
+        warnings.warn("callbacks.average.mode is unread: last keeps the last validated epochs, "
+                      "unranked", AttnflowWarning, stacklevel=2)
     monitor = entry.get("monitor")
     names = metric_names() if monitor is not None else []
     if names and monitor not in names:
@@ -103,7 +79,7 @@ def check_config(callbacks: Dict[str, Any], metric_names: Callable[[], Sequence[
 
 def monitor_of(entry: Dict[str, Any], checkpoint: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     """``entry``'s monitor/mode, where null the checkpoint entry's (null there too: the task's,
-    filled in by :func:`attnflow.training.run._with_task_monitor`)."""
+    filled in by the runner)."""
     checkpoint = checkpoint if isinstance(checkpoint, dict) else {}
     out = {"monitor": entry.get("monitor"), "mode": entry.get("mode")}
     if out["monitor"] is None:
@@ -113,7 +89,6 @@ def monitor_of(entry: Dict[str, Any], checkpoint: Optional[Dict[str, Any]]) -> D
     return out
 
 
-# -- the callback ----------------------------------------------------------------------------------
 def select_kept(entries: List[Dict[str, Any]], by: str, n: int, mode: str) -> List[Dict[str, Any]]:
     """The entries that stay: the last ``n`` epochs, or the ``n`` best scores (ties: the newer;
     a missing or NaN score counts as the worst), in epoch order."""
@@ -142,7 +117,6 @@ class CheckpointAverage(pl.Callback):
         self.monitor, self.mode = monitor, mode or "min"
         self.kept: List[Dict[str, Any]] = []
 
-    # the kept set on disk ---------------------------------------------------------------------------
     def _write_index(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         with atomic_path(self.dir / INDEX) as tmp:
@@ -150,9 +124,8 @@ class CheckpointAverage(pl.Callback):
                                        "mode": self.mode, "kept": self.kept}, indent=2))
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        # after Lightning restored this callback's state (resume; on_train_start comes after the
-        # restore for every strategy, on_fit_start not for those restoring after setup): files not
-        # in the kept set were written after that checkpoint and would be averaged wrongly
+        # after Lightning restored this callback's state: files not in the kept set were written
+        # after that checkpoint (a run killed before its next last.ckpt)
         if not trainer.is_global_zero:
             return
         names = {e["file"] for e in self.kept}
@@ -162,7 +135,7 @@ class CheckpointAverage(pl.Callback):
         self._write_index()
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.sanity_checking or trainer.state.fn != "fit" or getattr(trainer, "fast_dev_run", False):
+        if trainer.sanity_checking or trainer.state.fn != "fit" or trainer.fast_dev_run:
             return  # (fast_dev_run: no checkpoints, as Lightning's ModelCheckpoint writes none)
         value = trainer.callback_metrics.get(self.monitor) if self.monitor else None
         score = float(value) if value is not None else None
@@ -208,14 +181,13 @@ class CheckpointAverage(pl.Callback):
 def near_steps(trainer: pl.Trainer) -> int:
     """Optimiser steps within which two validations hold one model: ``NEAR_FRACTION`` of an
     epoch's, at least 1 (so only the same step, for epochs under 100 steps or of unknown length)."""
-    batches = getattr(trainer, "num_training_batches", None)
-    if not isinstance(batches, (int, float)) or not math.isfinite(batches):
+    batches = trainer.num_training_batches
+    if not math.isfinite(batches):
         return 1
-    per_epoch = batches / max(1, getattr(trainer, "accumulate_grad_batches", 1))
+    per_epoch = batches / max(1, trainer.accumulate_grad_batches)
     return max(1, math.ceil(per_epoch * NEAR_FRACTION))
 
 
-# -- the average -----------------------------------------------------------------------------------
 def average_state_dicts(paths: Sequence[Path]) -> Dict[str, torch.Tensor]:
     """The element-wise mean of the ``state_dict`` of the files ``paths`` (oldest first): floats
     summed in float64, one file in memory at a time, cast back; other dtypes from the last. Names
@@ -294,8 +266,7 @@ def average_into(run_dir: Path, index: Dict[str, Any], kept: List[Dict[str, Any]
                  out: Path) -> Dict[str, Any]:
     """Write the mean of the ``kept`` entries' files (of ``index``, the run's ``kept.json``) into a
     copy of the checkpoint ``base`` at ``out``, with ``attnflow_average`` recording what was
-    averaged; returns that record and ``path``. (:func:`write_average` after the fit;
-    attnflow-average, :mod:`attnflow.cli.average`, for a run stopped before.)"""
+    averaged; returns that record and ``path``."""
     avg_dir = run_dir / "checkpoints" / AVG_DIR
     record = {"path": str(out), "by": index["by"], "n": index["n"], "monitor": index.get("monitor"),
               "epochs": [e["epoch"] for e in kept], "steps": [e["step"] for e in kept],

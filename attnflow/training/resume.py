@@ -127,11 +127,9 @@ def _set(cfg: Dict[str, Any], key: str, value: Any) -> None:
 
 
 def _upgrade(cfg: Dict[str, Any]) -> Dict[str, Any]:
-    """A saved config in today's layout: :func:`attnflow.io.checkpoints.upgrade_config`, and the
-    logger's old ``{name: wandb, project: …}`` as the mapping ``{wandb: {project: …}}``."""
-    from attnflow.io.checkpoints import upgrade_config
-
-    cfg = upgrade_config(dict(cfg))
+    """A saved config with the logger's old ``{name: wandb, project: …}`` as the mapping
+    ``{wandb: {project: …}}``."""
+    cfg = dict(cfg)
     logger = cfg.get("logger")
     if isinstance(logger, dict) and isinstance(logger.get("name"), str):
         fields = {k: v for k, v in logger.items() if k != "name"}

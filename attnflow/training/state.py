@@ -1,35 +1,21 @@
 """What a checkpoint must hold for a resumed run to continue exactly, and how it is written.
 
-Lightning's checkpoint already holds the weights, the optimiser and scheduler states and the loop
-counters. For a run continued from ``last.ckpt`` to equal the uninterrupted one (the same seed, the
-same numbers) it must also continue
+Lightning's checkpoint holds the weights, optimiser, scheduler and loop counters. For a run
+continued from ``last.ckpt`` to equal the uninterrupted one it must also continue the global random
+streams (torch, numpy, ``random``, CUDA: dropout and shuffling draw from them; Lightning does not
+restore them) and the train loader's position within an epoch (the loader redraws the epoch's
+order from the torch state it was drawn from and skips the batches already trained).
+:class:`TrainingState` stores both, as tensors and plain lists (checkpoints are read with
+``weights_only=True``), and the W&B run id, so a resumed run logs into the same W&B run.
 
-- the global random streams (torch, numpy, Python's ``random``; CUDA's where used): Lightning does
-  not restore them, and dropout and ``DataLoader(shuffle=True)`` draw from torch's.
-  :class:`TrainingState` stores them (as tensors and plain lists: checkpoints are read with
-  ``weights_only=True``) and puts them back when the fit starts;
-- the training data loader's position: a checkpoint written within an epoch (Ctrl-C) continues at
-  the batch after the last one trained, in the same order. A ``DataLoader`` draws its order (the
-  sampler's seed, and the workers' base seed) from torch's stream when its iterator is made; the
-  train loader is made *resumable* (Lightning's ``state_dict``/``load_state_dict`` protocol for
-  data loaders): it keeps the torch state its epoch was drawn from, and a resumed one redraws the
-  order from that state and skips the batches already trained, then hands the stream back;
-- the W&B run id (``checkpoint["attnflow_wandb_run_id"]``), so that a resumed run logs into the
-  same W&B run.
-
-:class:`SafeCheckpointIO` writes every checkpoint atomically (a temporary file in the same
-folder, fsync, ``os.replace``): a kill while saving leaves the previous ``last.ckpt`` whole. It
-reads them with ``weights_only=True`` — also Lightning's own load of ``ckpt_path`` on resume — and
-says what is wrong with a file that cannot be read.
-
-:class:`GracefulInterrupt`: the first Ctrl-C (SIGINT) lets the running training step finish,
-writes ``last.ckpt`` (the state after that step, resumable at that batch), finishes the run as
-interrupted (the W&B run too: ``attnflow.training.run.train`` finishes the loggers) and says how to resume;
-a second Ctrl-C stops at once, keeping the last checkpoint written.
+:class:`SafeCheckpointIO` writes every checkpoint atomically (temporary file, fsync,
+``os.replace``) and reads it with ``weights_only=True``. :class:`GracefulInterrupt`: the first
+Ctrl-C finishes the running step, writes ``last.ckpt`` and says how to resume; a second stops at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -45,62 +31,36 @@ from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 from pytorch_lightning.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader
 
-from attnflow.io.checkpoints import CheckpointError, why_unreadable
+from attnflow.io.checkpoints import read_checkpoint
+from attnflow.io.text import atomic_path
 
 WANDB_ID_KEY = "attnflow_wandb_run_id"
 
 
-# -- writing and reading checkpoint files ----------------------------------------------------------
 def atomic_torch_save(obj: Any, path: Path | str) -> None:
-    """``torch.save`` to a temporary file beside ``path``, fsync, then ``os.replace``: readers see
-    the old file or the new one, never a part (POSIX rename is atomic within a file system)."""
+    """``torch.save`` through :func:`attnflow.io.text.atomic_path`, with the file and its folder
+    fsynced: readers, and a machine that lost power, see the old file or the new one, never a part."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     for stale in path.parent.glob(f".{path.name}.*.tmp"):  # parts left by a process killed mid-save
         stale.unlink(missing_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():  # a failed save: the previous file is untouched, the part is dropped
-            tmp.unlink()
-    try:  # make the rename itself durable
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+    with contextlib.suppress(OSError):  # the rename too, where folders can be fsynced
         fd = os.open(path.parent, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
-    except OSError:  # file systems (or platforms) without directory fsync
-        pass
 
 
-def load_checkpoint_file(path: Path | str, map_location: Any = "cpu", mmap: bool = False,
-                         lightning: bool = True) -> Dict[str, Any]:
-    """A checkpoint's dictionary, read with ``weights_only=True`` (no arbitrary unpickling), or a
-    :class:`CheckpointError` naming the file and what is wrong with it. ``mmap=True`` maps the
-    tensors instead of reading them (cheap checks of a large file's config); ``lightning``: it
-    must be a Lightning checkpoint (a ``state_dict`` entry)."""
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"no such checkpoint file: {path}")
-    try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
-    except Exception as err:  # noqa: BLE001  (any unreadable, truncated or unsafe file)
-        raise CheckpointError(f"cannot read checkpoint {path}: {why_unreadable(path, err)}") from None
-    if lightning and (not isinstance(ckpt, dict) or "state_dict" not in ckpt):
-        raise CheckpointError(f"{path} is not an attnflow/Lightning checkpoint (no state_dict)")
-    return ckpt
+load_checkpoint_file = read_checkpoint  # (path, map_location, mmap=, lightning=)
 
 
 class SafeCheckpointIO(TorchCheckpointIO):
     """Lightning's checkpoint IO with atomic writes and ``weights_only=True`` reads (Trainer
-    ``plugins=[SafeCheckpointIO()]``): every checkpoint Lightning saves or loads — ``last.ckpt``,
-    the best ones, ``fit(ckpt_path=…)`` on resume, ``validate``/``test`` of the best — goes
-    through it. Remote (fsspec URL) paths keep Lightning's own IO."""
+    ``plugins=[SafeCheckpointIO()]``); remote (fsspec URL) paths keep Lightning's own IO."""
 
     def save_checkpoint(self, checkpoint: Dict[str, Any], path: Any, storage_options: Any = None) -> None:
         if "://" in str(path):
@@ -117,7 +77,6 @@ class SafeCheckpointIO(TorchCheckpointIO):
                                     lightning=False)
 
 
-# -- random streams --------------------------------------------------------------------------------
 def rng_state() -> Dict[str, Any]:
     """The global random streams as tensors and plain values (loadable with weights_only=True)."""
     version, py_state, gauss = random.getstate()
@@ -144,7 +103,6 @@ def set_rng_state(state: Dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-# -- a resumable train loader ------------------------------------------------------------------------
 class _LoaderPosition:
     """Shared by :class:`TrainingState` and the train loader: the torch state the current epoch's
     order was drawn from, the batches trained in it, and a position to resume at."""
@@ -180,14 +138,6 @@ def _resumable_iter(self):
     yield from it
 
 
-def _state_dict(self) -> Dict[str, Any]:
-    return type(self)._attnflow_position.state_dict()
-
-
-def _load_state_dict(self, state: Dict[str, Any]) -> None:
-    type(self)._attnflow_position.load_state_dict(state)
-
-
 def make_resumable(loader: Any, position: _LoaderPosition) -> Any:
     """``loader`` (a ``DataLoader``) as an instance of a subclass with the resumable ``__iter__``
     and Lightning's ``state_dict``/``load_state_dict``; anything else unchanged. The subclass
@@ -195,17 +145,16 @@ def make_resumable(loader: Any, position: _LoaderPosition) -> Any:
     if not isinstance(loader, DataLoader) or hasattr(type(loader), "_attnflow_position"):
         return loader
     cls = type(f"Resumable{type(loader).__name__}", (type(loader),),
-               {"__iter__": _resumable_iter, "state_dict": _state_dict,
-                "load_state_dict": _load_state_dict, "_attnflow_position": position,
-                "__module__": __name__})
+               {"__iter__": _resumable_iter, "state_dict": lambda self: position.state_dict(),
+                "load_state_dict": lambda self, state: position.load_state_dict(state),
+                "_attnflow_position": position, "__module__": __name__})
     loader.__class__ = cls
     return loader
 
 
-# -- the callback --------------------------------------------------------------------------------------
 class _TracksValidation(pl.Callback):
-    """Remembers the global step of this process's last validation in fit (``_validated_step``):
-    whether the weights being saved were validated (:class:`TrainingState`, :class:`RunCheckpoint`)."""
+    """Remembers the global step of the last validation in fit: whether the weights being saved
+    were validated."""
 
     _validated_step: int = -1
 
@@ -216,8 +165,8 @@ class _TracksValidation(pl.Callback):
 
 
 class TrainingState(_TracksValidation):
-    """Stores in every checkpoint the random streams, the train loader's position and the W&B run
-    id, and restores the first two when a fit starts from a checkpoint (see the module docstring)."""
+    """Stores the random streams, the train loader's position and the W&B run id in every
+    checkpoint; restores the first two when a fit starts from one."""
 
     def __init__(self) -> None:
         self.position = _LoaderPosition()
@@ -228,13 +177,8 @@ class TrainingState(_TracksValidation):
         dm = trainer.datamodule
         if stage != "fit" or dm is None or self._patched is not None:
             return
-        make = dm.train_dataloader
-        position = self.position
-
-        def train_dataloader():
-            return make_resumable(make(), position)
-
-        dm.train_dataloader = train_dataloader  # an instance attribute; removed at teardown
+        make = dm.train_dataloader  # an instance attribute below; removed at teardown
+        dm.train_dataloader = lambda: make_resumable(make(), self.position)
         self._patched = dm
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -254,9 +198,8 @@ class TrainingState(_TracksValidation):
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         self._to_restore = state_dict.get("rng")
-        # the loader's position travels here too: Lightning loads its own copy (the loader's
-        # state_dict) only when the train loader was not made before the loops were restored,
-        # and a cosine schedule's estimated_stepping_batches makes it earlier
+        # the loader's position travels here too: Lightning restores the loader's own state_dict
+        # only when the loader is made after the loops are restored
         self.position.load_state_dict(state_dict.get("loader") or {})
 
     def on_fit_start(self, trainer, pl_module) -> None:
@@ -276,23 +219,10 @@ class TrainingState(_TracksValidation):
 
 def finish_epoch(fit: Optional[Dict[str, Any]], batches: float) -> None:
     """The fit loop state ``fit`` of a checkpoint written at the end of an epoch that was not
-    validated (``on_train_epoch_end``; ``limit_val_batches=0``, or ``check_val_every_n_epoch`` > 1)
-    as the state at the next epoch's start, in place. Lightning 2.6 resumes a step-limited run
-    (``max_steps``) from an epoch-end state as a restart within that epoch (FitLoop.restarting:
-    ``or self._iteration_based_training()``; RESTARTED_ON_EPOCH_END), and its epoch loop leaves
-    the epoch only after the restart's pending validation (_TrainingEpochLoop.done:
-    ``_is_validation_done`` is ``not self.restarting or self.val_loop._has_run``; advance skips
-    the batch only where ``_should_check_val_fx``): with none due, it trained one more batch of
-    that epoch, from a new pass over its loader, before the next epoch. Here the epoch is counted
-    completed (FitLoop.on_advance_end's ``increment_completed``, after the save) and the
-    per-epoch counters are zeroed as _TrainingEpochLoop.reset does for a new epoch
-    (``reset_on_run``), so the resume starts the next epoch as the uninterrupted run did.
-
-    The same holds for the state :class:`LastCheckpoint` saves at the end of training after an
-    unvalidated last epoch (``check_val_every_n_epoch`` > 1: Lightning saves nothing at such an
-    epoch's end), where Lightning has counted the epoch completed but kept its batch counters: a
-    run extended by ``max_steps`` from there ran an empty epoch, and the next epochs got the
-    shuffles of the epochs after them."""
+    validated (no validation loader, ``check_val_every_n_epoch`` > 1) as the state at the next
+    epoch's start, in place: Lightning resumes a step-limited run from an epoch-end state as a
+    restart within that epoch and trains one more batch of it. The epoch is counted completed
+    and its per-epoch counters zeroed, as Lightning does when a new epoch starts."""
     if not fit:
         return
     epochs, progress = fit["epoch_progress"], fit["epoch_loop.batch_progress"]
@@ -322,7 +252,6 @@ def wandb_run_id(trainer: pl.Trainer) -> Optional[str]:
     return None
 
 
-# -- checkpoints that follow their run folder ---------------------------------------------------------
 def _moved(path: Any, old: str, new: str) -> Any:
     """``path`` under the folder ``old`` as the same name under ``new``; other values unchanged."""
     if not path:
@@ -334,61 +263,41 @@ def _moved(path: Any, old: str, new: str) -> Any:
 
 
 class RunCheckpoint(_TracksValidation, ModelCheckpoint):
-    """Lightning's ``ModelCheckpoint`` whose restored state follows the run folder. Its state
-    holds absolute paths (``best_model_path``, ``best_k_models``, …) and the folder they are in;
-    in a run moved or copied since, Lightning drops that state but keeps ``best_model_path``, the
-    old folder's file: the final validation and test of a resumed moved run failed on a file no
-    longer there (after training), and those of a copy evaluated the original's best checkpoint
-    and recorded it as its own. Here every path under the old folder is read as the same name
-    under this one, and the state is restored whole.
+    """Lightning's ``ModelCheckpoint`` whose restored state follows the run folder: its paths
+    under the folder it was saved in are read as the same names under this one (a run moved or
+    copied since), and files this folder lacks (a new run started from another run's checkpoint)
+    are forgotten, so a run's best checkpoint is always one of its own files.
 
-    A file the same name does not find in this folder is forgotten: a *new* run started from
-    another run's checkpoint (``ckpt_path=``) has none of that run's files, and its best
-    checkpoint, mapped here, was a missing file — the final validation failed after training
-    (``CheckpointError``, no metrics.json) wherever the new epochs did not beat it. Its top-k
-    entries, best and k-th path and score go (those that remain are chosen among again), so the
-    new run's own validations choose its best; a run's best checkpoint is always one of its own
-    files, and top-k rotation never deletes another run's.
-
-    A top-k checkpoint is scored only by a validation of its own weights. Lightning saves the
-    top-k at ``on_train_epoch_end`` when validation runs at every epoch's end; an epoch cut by
-    ``max_steps`` ends there too, without a validation, so Lightning scored its weights with the
-    previous validation's value — after ``last.ckpt`` was written (:class:`LastCheckpoint`), so
-    the file and the top-k entry it evicted were in no checkpoint's state: a resume never deleted
-    it, and the run ended with more than ``save_top_k`` top-k files (the evicted one, a validated
-    checkpoint, deleted for unvalidated weights). Here a validation metric not computed at this
-    step writes no top-k file; the final weights are in ``last.ckpt``. (attnflow's metrics are
-    ``<split>/<name>``: a ``val/`` monitor is a validation's; a ``train/`` one is fresh at every
-    step.)
-
-    A stop within an epoch at a validation (``max_steps`` at a ``val_check_interval`` batch, or
-    ``max_time``, which validates before it stops) writes that validation's top-k file after
-    :class:`LastCheckpoint` wrote ``last.ckpt`` of the same step (at the batch's end, where the
-    state resumes within the epoch): the new file and the one it evicted are recorded in
-    ``last.ckpt``'s state of this callback, so that a resume rotates and chooses among them."""
+    A top-k checkpoint is scored only by a validation of its own weights: an epoch cut by
+    ``max_steps`` without a validation writes no top-k file (its weights are in ``last.ckpt``).
+    A top-k file written after ``last.ckpt`` of the same step is recorded in ``last.ckpt``'s
+    state of this callback, so that a resume rotates and chooses among it."""
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         stale = (self.monitor is not None and self.monitor.startswith("val/")
                  and self._validated_step != trainer.global_step)
         if not stale:  # (see the class: an epoch cut by max_steps, not validated at its end)
-            super().on_train_epoch_end(trainer, pl_module)
+            self._saving_top_k(trainer, pl_module, super().on_train_epoch_end)
 
-    def _save_topk_checkpoint(self, trainer: pl.Trainer, monitor_candidates: Dict[str, Any]) -> None:
-        saved = self._last_checkpoint_saved
-        super()._save_topk_checkpoint(trainer, monitor_candidates)
-        if self._last_checkpoint_saved != saved:  # a new top-k file (see the class)
-            self._record_in_last(trainer)
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._saving_top_k(trainer, pl_module, super().on_validation_end)
 
-    def _record_in_last(self, trainer: pl.Trainer) -> None:
-        """This callback's state, into ``last.ckpt`` where it was written at this step before."""
-        last = [cb for cb in trainer.checkpoint_callbacks if isinstance(cb, LastCheckpoint)
-                and cb is not self and cb._last_global_step_saved == trainer.global_step]
-        for cb in last:
+    def _saving_top_k(self, trainer: pl.Trainer, pl_module: pl.LightningModule, save: Any) -> None:
+        """``save`` (a hook that may write a top-k file); a new top-k file is recorded in a
+        ``last.ckpt`` written at this step before."""
+        before = dict(self.best_k_models)
+        save(trainer, pl_module)
+        if self.monitor is None or self.best_k_models == before:
+            return
+        for cb in trainer.checkpoint_callbacks:
             path = Path(cb.dirpath) / "last.ckpt"
+            if not isinstance(cb, LastCheckpoint) or cb is self:
+                continue
             if trainer.is_global_zero and path.is_file():
-                ckpt = load_checkpoint_file(path)
-                ckpt["callbacks"][self.state_key] = self.state_dict()
-                atomic_torch_save(ckpt, path)
+                ckpt = load_checkpoint_file(path, mmap=True)
+                if ckpt.get("global_step") == trainer.global_step:
+                    ckpt["callbacks"][self.state_key] = self.state_dict()
+                    atomic_torch_save(ckpt, path)
             trainer.strategy.barrier()
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
@@ -419,29 +328,18 @@ class RunCheckpoint(_TracksValidation, ModelCheckpoint):
 
     @property
     def state_key(self) -> str:
-        """Lightning's own (``ModelCheckpoint{…}``), under which runs saved before this class
-        hold their state: a resume of one restores it."""
+        """Lightning's own (``ModelCheckpoint{…}``)."""
         key = super().state_key
         if type(self) is RunCheckpoint:
             return key.replace(RunCheckpoint.__qualname__, ModelCheckpoint.__qualname__, 1)
         return key
 
 
-# -- last.ckpt -------------------------------------------------------------------------------------------
 class LastCheckpoint(RunCheckpoint):
-    """``last.ckpt``: the state after every epoch and every validation (an unmonitored checkpoint:
-    Lightning's ``save_last`` writes it only beside a top-k checkpoint), and at the end of
-    training when it stopped between them — ``max_steps`` or ``max_time`` in the middle of an
-    epoch, before the next validation — so that the final weights are on disk and a resume
-    continues from them instead of redoing the steps since the last validation.
-
-    A stop within an epoch is saved at the end of its last batch, as a Ctrl-C is
-    (:class:`GracefulInterrupt`): a resumed run continues at the next batch of that epoch. Left to
-    Lightning, the save came at ``on_train_epoch_end`` of the cut epoch, whose loop counters say
-    the epoch is over while the batch counters say it is not: the resumed run trained the rest of
-    the epoch as the next one, so ``max_epochs`` came one epoch early. The save here sets the last
-    saved step, so that later save of the same step is skipped (Lightning's ``ModelCheckpoint``
-    runs after the other callbacks: the loader position and the Timer's stop are known here)."""
+    """``last.ckpt``: the state after every epoch and every validation (an unmonitored
+    checkpoint), and at the end of training when it stopped between them (``max_steps`` or
+    ``max_time`` within an epoch), so that the final weights are on disk. A stop within an epoch
+    is saved at the end of its last batch, so a resume continues at the next batch of that epoch."""
 
     def __init__(self, run_dir: Path | str):
         super().__init__(dirpath=Path(run_dir) / "checkpoints", filename="last", monitor=None,
@@ -452,7 +350,8 @@ class LastCheckpoint(RunCheckpoint):
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
         mid_epoch = batch_idx + 1 < trainer.num_training_batches
         stopping = (0 < trainer.max_steps <= trainer.global_step or (
-            trainer.should_stop and getattr(trainer.fit_loop, "_can_stop_early", True)))
+            trainer.should_stop and trainer.current_epoch >= (trainer.min_epochs or 0)
+            and trainer.global_step >= (trainer.min_steps or 0)))
         if (mid_epoch and stopping and not trainer.fast_dev_run
                 and trainer.global_step > self._last_global_step_saved):
             trainer.save_checkpoint(Path(self.dirpath) / "last.ckpt")
@@ -465,12 +364,9 @@ class LastCheckpoint(RunCheckpoint):
             self._last_global_step_saved = trainer.global_step
 
 
-# -- Ctrl-C ---------------------------------------------------------------------------------------------
 class GracefulInterrupt(pl.Callback):
-    """The first SIGINT during training asks to stop after the running step: at the next
-    optimiser-step boundary within an epoch (or at the epoch's end, after its validation and
-    checkpoints) ``last.ckpt`` is written and the fit stops as interrupted. A second SIGINT raises
-    ``KeyboardInterrupt`` at once; the last checkpoint written stays as it was."""
+    """The first SIGINT during training stops at the next optimiser-step boundary (or the epoch's
+    end) after writing ``last.ckpt``; a second raises ``KeyboardInterrupt`` at once."""
 
     def __init__(self, run_dir: Path | str):
         self.run_dir = Path(run_dir)
@@ -479,7 +375,6 @@ class GracefulInterrupt(pl.Callback):
         self.saved = False
         self._previous = None
 
-    # the handler ----------------------------------------------------------------------------------
     def _handler(self, signum, frame) -> None:
         if self.requested:  # the second Ctrl-C: at once
             raise KeyboardInterrupt
@@ -505,7 +400,6 @@ class GracefulInterrupt(pl.Callback):
     def teardown(self, trainer, pl_module, stage: str) -> None:
         self._uninstall()
 
-    # the stop ----------------------------------------------------------------------------------------
     def _should_stop(self, trainer: pl.Trainer) -> bool:
         if trainer.world_size > 1:  # all ranks stop at the same step (one rank may get the signal)
             return bool(trainer.strategy.reduce_boolean_decision(self.requested, all=False))
