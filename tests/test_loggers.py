@@ -197,7 +197,7 @@ def test_logger_choices_compose_to_a_mapping_of_loggers(tmp_path):
 @pytest.mark.parametrize("override, message", [
     ("logger.wandb.projetc=x", r"field 'projetc' \(at 'logger.wandb.projetc'\).*"
                                r"Did you mean 'project'"),
-    ("logger.tensorbord.save_dir=x", r"unknown logger 'tensorbord' at 'logger.tensorbord'.*Registered "
+    ("logger.tensorbord.project=x", r"unknown logger 'tensorbord' at 'logger.tensorbord'.*Registered "
                               r"loggers: csv, none, tensorboard, wandb.*Did you mean 'tensorboard'"),
     ("logger.wandb.name=x", r"no field 'name' \(at 'logger.wandb.name'\).*run.name"),
     ("logger.csv=3", r"'logger.csv' must be a mapping"),
