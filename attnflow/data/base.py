@@ -21,11 +21,7 @@ class SplitDataModule(pl.LightningDataModule):
     def _loader(self, split: str, train: bool) -> DataLoader:
         raise NotImplementedError
 
-    # what attnflow-eval refuses as overrides: the fields only the test split reads (with
-    # split=val), only the validation split reads (with split=test), only training reads, and
-    # the fields a trained model is bound to (another value than the run's)
-    test_fields: Tuple[str, ...] = ()
-    val_fields: Tuple[str, ...] = ()
+    # the fields a trained model is bound to: attnflow-eval refuses another value than the run's
     run_fixed: Tuple[str, ...] = ()
 
     def missing_test(self) -> Optional[str]:

@@ -204,8 +204,6 @@ class ShapesDataModule(CaptioningDataModule):
         seed: seed of the drawing; the splits use disjoint seed ranges (default 1234).
     """
 
-    test_fields = ("test_size",)
-    val_fields = ("val_size",)  # (each split draws from seeds of its own: make_splits)
     owner = "data 'shapes'"
     @classmethod
     def image_side(cls, fields) -> tuple:

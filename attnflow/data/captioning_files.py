@@ -209,8 +209,6 @@ class CaptionsDataModule(CaptioningDataModule):
             seed_everything); kept so that earlier runs' configs still load (default 1234).
     """
 
-    test_fields = ("test_captions", "test_split")
-    val_fields = ("val_captions", "val_split")  # (evaluation reads its split's captions only)
     # evaluation loads the run's vocabulary (setup_evaluation) and reads only its split's captions
     owner = OWNER
 

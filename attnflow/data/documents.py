@@ -236,7 +236,6 @@ class DocumentDataModule(SplitDataModule):
             embedding from. ``dim`` must equal ``model.embed_dim`` (checked before any work).
     """
 
-    test_fields, val_fields = ("test_path",), ("val_path",)  # (evaluation reads its split's file only)
     # evaluation loads the run's vocabulary and classes (setup_evaluation) and reads the whole
     # split in one fixed order: these shape the training data and vocabulary only
     interface = "documents"  # documents: han/self_attentive models, the classification task

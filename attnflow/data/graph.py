@@ -102,13 +102,6 @@ class GraphDataModule(pl.LightningDataModule):
         """Before any work (run.check_composition): a loader whose packages are missing."""
         _check_loader(cfg["data"].get("name", cls.name), cfg["data"].get("loader", "full"))
 
-    @classmethod
-    def evaluation_draws(cls, fields: Mapping[str, Any]) -> bool:
-        """Whether evaluating draws from the process's random state (which ``attnflow-eval
-        seed=…`` seeds; elsewhere that override is refused): ``loader=neighbor`` samples each
-        node's neighbours at evaluation too."""
-        return fields.get("loader", "full") == "neighbor"
-
     # -- what subclasses provide ------------------------------------------------------------------
     def load(self) -> Data:
         raise NotImplementedError

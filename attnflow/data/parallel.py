@@ -144,7 +144,6 @@ class ParallelDataModule(SplitDataModule):
         seed: batch shuffling seed (default 1234).
     """
 
-    test_fields, val_fields = ("test",), ("val",)
     run_fixed = ("src_lang", "tgt_lang", "shared_vocab")  # the model's direction and vocabularies
 
     interface = "seq2seq"  # sequence pairs: seq2seq/transformer models, seq2seq/translation tasks

@@ -314,8 +314,6 @@ class PretrainingDataModule(SplitDataModule):
         seed: instance creation, shuffling and evaluation-masking seed (default 1234).
     """
 
-    test_fields = ("test_path",)
-    val_fields = ("val_path", "limit_val")  # (limit_val draws the validation documents only)
     # evaluation loads the run's tokenizer (setup_evaluation; its vocabulary, its lower-casing)
     # and reads only the evaluated split: these shape the training data and the tokenizer only
     interface = "pretraining"  # unlabelled text: the bert model, the bert_pretraining task

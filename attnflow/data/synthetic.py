@@ -67,7 +67,6 @@ class ReverseDataModule(SplitDataModule):
         seed: the generator's seed (default 1234).
     """
 
-    test_fields = ("test_size",)
 
     interface = "seq2seq"  # sequence pairs: seq2seq/transformer models, seq2seq/translation tasks
     def __init__(self, *, task: Literal["reverse", "copy", "sort"] = "reverse",

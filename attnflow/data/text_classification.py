@@ -175,7 +175,6 @@ class TextClassificationDataModule(SplitDataModule):
         seed: subset, shuffling and tokenizer seed (default 1234).
     """
 
-    test_fields, val_fields = ("test_path",), ("val_path",)  # (evaluation reads its split's file only)
     # evaluation loads the run's tokenizer and classes (setup_evaluation) and reads the whole split
     # in one fixed order: these shape the training data and the tokenizer trained for it only
     interface = "text_classification"  # the bert model (head sequence), the text_classification task
