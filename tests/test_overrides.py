@@ -306,33 +306,6 @@ def test_attention_maps_during_training_need_a_dashboard_logger(tmp_path):
     assert list((tmp_path / "run" / "attention").glob("*.png"))
 
 
-def test_in_a_sweep_a_field_read_by_some_jobs_is_accepted_and_its_jobs_run():
-    from attnflow.config.groups import field_overrides
-    from attnflow.config.sweeps import check_sweep_values
-    from support import CONF
-
-    argv = ["-m", "model.encoder.layers=1,2", "model.encoder.dropout=0.3"]
-    assert check_sweep_values(field_overrides(argv, CONF), CONF) is None
-    job = ["model.encoder.layers=1", "model.encoder.dropout=0.3", "hydra.mode=MULTIRUN"]
-    resolved = resolve_config(compose_cfg(job, return_hydra_config=True))  # the layers=1 job runs
-    assert resolved["model"]["encoder"]["dropout"] == 0.3
-    with pytest.raises(ConfigError, match="model.encoder.dropout=0.3"):  # alone, it is refused
-        resolve_config(compose_cfg(job[:2], return_hydra_config=True))
-
-
-@pytest.mark.parametrize("argv", [
-    ["-m", "experiment=han_imdb", "pooling=attention,max", "scorer=general"],  # one job reads scorer
-    ["-m", "attention=single,multihead", "aggregator=mean"],  # multihead reads the aggregator
-    ["-m", "experiment=gat_cora_const", "seed=1,2", "data.seed=3", "data.loader=full,khop"],
-])
-def test_a_sweep_over_a_conditional_space_of_groups_or_fields_is_accepted(argv):
-    from attnflow.config.groups import field_overrides
-    from attnflow.config.sweeps import check_sweep_values
-    from support import CONF
-
-    assert check_sweep_values(field_overrides(argv, CONF), CONF) is None
-
-
 def test_a_field_an_interpolation_reads_is_read(tmp_path):
     """data.num_hops with loader=full is unread by the data, but model.layers=${data.num_hops}
     reads it: not refused."""
@@ -341,15 +314,6 @@ def test_a_field_an_interpolation_reads_is_read(tmp_path):
     assert resolved["model"]["layers"] == 3
     with pytest.raises(ConfigError, match="data.num_hops=3 .* does nothing"):
         resolve_config(compose_cfg(["experiment=gat_cora", "data.num_hops=3"], return_hydra_config=True))
-
-
-def test_a_glob_sweep_is_left_to_hydra():
-    from attnflow.config.groups import field_overrides
-    from attnflow.config.sweeps import check_sweep_values
-    from support import CONF
-
-    argv = ["-m", "experiment=glob(gat_cora_*)", "model.heads=4"]
-    assert check_sweep_values(field_overrides(argv, CONF), CONF) is None
 
 
 def test_a_common_field_every_task_sets_itself_is_unread_and_refused_when_typed():
@@ -512,30 +476,6 @@ def test_log_every_n_steps_with_a_logger_or_the_text_bar_is_accepted(overrides):
     assert resolved["trainer"]["log_every_n_steps"] == 5
 
 
-def test_a_sweep_weighs_log_every_n_steps_over_its_jobs_and_their_terminals(monkeypatch):
-    """Refused only where no job reads it; submitit's jobs print to log files, so their auto bar
-    is the text bar even when the sweep is started from a terminal."""
-    import io
-    import sys
-
-    from attnflow.config.groups import field_overrides
-    from attnflow.config.sweeps import check_sweep_values
-    from support import CONF
-
-    class Terminal(io.StringIO):
-        def isatty(self):
-            return True
-
-    check = lambda *argv: check_sweep_values(field_overrides(["-m", *argv], CONF), CONF)  # noqa: E731
-    every = ["experiment=gat_synthetic", "trainer.log_every_n_steps=5"]
-    assert check(*every, "logger=none,csv", "callbacks.progress_bar=none") is None
-    refused = check(*every, "seed=1,2", "logger=none", "callbacks.progress_bar=none")
-    assert refused.startswith("trainer.log_every_n_steps=5 is read by none of the sweep's jobs")
-    monkeypatch.setattr(sys, "stdout", Terminal())
-    assert "draws the rich bar on this terminal" in check(*every, "seed=1,2", "logger=none")
-    assert check(*every, "seed=1,2", "logger=none", "hydra/launcher=slurm") is None
-
-
 # -- paths.data_dir: read only where a field is built from it ----------------------------------------------
 
 @pytest.mark.parametrize("overrides, says", [
@@ -574,19 +514,6 @@ def test_the_data_dir_of_the_environment_is_not_an_override(monkeypatch):
     monkeypatch.setenv("ATTNFLOW_DATA_DIR", "/data")
     resolved = resolve_config(compose_cfg(["experiment=gat_synthetic"], return_hydra_config=True))
     assert resolved["paths"]["data_dir"] == "/data"
-
-
-def test_a_data_dir_typed_for_a_sweep_is_refused_only_where_no_job_reads_it():
-    from attnflow.config.groups import field_overrides
-    from attnflow.config.sweeps import check_sweep_values
-    from support import CONF
-
-    check = lambda *argv: check_sweep_values(field_overrides(["-m", *argv], CONF), CONF)  # noqa: E731
-    assert check("experiment=gat_synthetic,gat_cora", "paths.data_dir=/data") is None
-    refused = check("experiment=gat_synthetic", "seed=1,2", "paths.data_dir=/data")
-    assert refused.startswith("paths.data_dir=/data is read by none of the sweep's jobs, so no job "
-                              "was started: paths.data_dir=/data (at 'paths.data_dir') does nothing: "
-                              "data 'synthetic_graph' generates its data")
 
 
 # -- paths.root_dir: read only through paths.data_dir's default --------------------------------------------
