@@ -263,20 +263,6 @@ def test_a_nested_block_swapped_by_name_drops_the_fields_set_for_the_old_one(bas
     assert kept["name"] != "transformer_encoder" and "hidden_dim" in kept
 
 
-def test_a_sweep_over_a_nested_blocks_name_gives_each_job_its_blocks_fields():
-    """-m model.encoder.name=rnn,transformer_encoder: the pre-check composes both jobs as they will
-    run; the transformer job leaves out the rnn fields (before: refused for them, no job started)."""
-    from attnflow.config.sweeps import check_sweep_values
-
-    with pytest.warns(UserWarning, match="model.encoder.hidden_dim: set for the encoder that "
-                                         "model.encoder.name=transformer_encoder replaced"):
-        assert check_sweep_values(["-m", "model.encoder.name=rnn,transformer_encoder"], CONF) is None
-    says = check_sweep_values(["-m", "model.encoder.name=rnn,transformer_encoder",
-                               "++model.encoder.ffn_dim=64"], CONF)  # typed: not the rnn's field
-    assert says and says.startswith("the sweep's model.encoder.name=rnn is refused") and \
-        "encoder 'rnn' has no field 'ffn_dim'" in says
-
-
 def test_a_field_typed_under_a_block_left_at_its_default_tunes_that_block():
     """transformer_encoder's ``attention`` is absent from the config files (its constructor default,
     multihead of 8 scaled-dot heads). model.encoder.attention.heads=2 was refused ("needs a
@@ -344,23 +330,6 @@ def test_a_block_swapped_by_name_over_a_shared_group_says_what_it_left():
         warnings.simplefilter("error", AttnflowWarning)  # the group override: no warning
         cfg = resolve_config(compose_cfg([swap[0], "attention=multihead"], return_hydra_config=True))
     assert cfg["model"]["decoder"]["attention"]["name"] == "multihead"
-
-
-def test_a_sweep_over_a_default_blocks_field_runs_every_job():
-    """-m model.encoder.attention.heads=1,2 under a swapped-in transformer encoder: each job fills
-    the default attention block (before: the pre-check refused the sweep, no job started)."""
-    from attnflow.config.sweeps import check_sweep_values
-
-    def sweep(*values):  # as attnflow-train hands it over (field_overrides: ++ for plain fields)
-        return check_sweep_values(field_overrides(
-            ["-m", "model=rnnsearch", "model.encoder.name=transformer_encoder",
-             f"model.encoder.attention.heads={','.join(values)}"], CONF), CONF)
-
-    with pytest.warns(UserWarning, match="left out"):  # the rnn encoder's hidden_dim (swap above)
-        assert sweep("1", "2") is None
-    with pytest.warns(UserWarning, match="left out"):
-        says = sweep("1", "3")  # 3 heads do not divide the encoder's d_model
-    assert says and "model.encoder.attention.heads=3" in says, says
 
 
 def test_plain_field_overrides_reach_fields_left_at_their_defaults():

@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import itertools
 import json
-import logging
-import math
 import os
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -22,8 +19,8 @@ from omegaconf import OmegaConf
 
 from attnflow.config.registry import ConfigError, MODELS, DATA
 from attnflow.training.validate import resolve_config
-from attnflow.config.sweeps import (check_optimized_metric, check_sweep_values, final_metric_names,
-                             missing_plugin, required_plugins)
+from attnflow.config.sweeps import missing_plugin, required_plugins
+from attnflow.training.sweeps import check_direction, check_optimized_metric, final_metric_names
 from support import CONF, FAST, compose_cfg, train_cli
 
 TRAIN = str(Path(sys.executable).with_name("attnflow-train"))
@@ -151,7 +148,7 @@ def test_a_metric_the_config_switches_off_is_refused_before_any_work(tmp_path):
 def test_cli_metric_the_run_did_not_report_fails_after_it(monkeypatch, capsys, tmp_path):
     """A metric the config check expects that the run did not log (e.g. captioning's grounding,
     which needs region boxes in the data): the run's own metrics are named."""
-    import attnflow.config.sweeps as sweeps
+    import attnflow.training.sweeps as sweeps
 
     names = sweeps.final_metric_names
     monkeypatch.setattr(sweeps, "final_metric_names", lambda cfg: [*names(cfg), "val/unlogged"])
@@ -193,179 +190,36 @@ def test_a_split_the_run_evaluates_on_no_batch_reports_no_metric_refused_before_
                                                "trainer.limit_test_batches=0"])) == "val/loss"
 
 
-# -- the search space, checked before the first job -----------------------------------------------------
-@pytest.mark.parametrize("argv, says", [
-    (["-m", "model.dropout=0.1,0.5,1.5"], "the sweep's model.dropout=1.5 is refused, so no job was "
-                                          "started: model 'seq2seq': field 'dropout' (at 'model.dropout') "
-                                          "must be in [0, 1), got 1.5"),
-    (["-m", "task.optim.lr=range(-2,1)"], "the sweep's task.optim.lr=-2 is refused"),  # a range: its ends
-    (["hparams_search=gat_cora_optuna", "++model.attn_dropout=interval(0.2, 1.0)"],  # an interval: both
-     "the sweep's model.attn_dropout=1.0 is refused"),
-    # what the job would refuse before its data, checked for every value before the first job
-    (["-m", "optimized_metric=val/loss,val/accc"], "the sweep's optimized_metric=val/accc is refused"),
-    (["-m", "task.penalty_weight=0.3,0", "optimized_metric=val/penalty"],
-     "the sweep's task.penalty_weight=0 is refused, so no job was started: optimized_metric 'val/penalty'"),
-    (["-m", "trainer.accelerator=cpu,gpu"], "the sweep's trainer.accelerator=gpu is refused, so no job "
-                                            "was started: trainer.accelerator=gpu"),
-    (["-m", "logger=wandb", "logger.wandb.project=ok,a/b"], "the sweep's logger.wandb.project=a/b is refused"),
+# -- the sweep's own settings, checked by its first job before any work -------------------------------
+@pytest.mark.parametrize("overrides, says", [
     (["hparams_search=gat_cora_optuna", "optimized_metric=val/loss"],
      "optimized_metric=val/loss is better lower (task 'node_classification'), but "
      "hydra.sweeper.direction=maximize would seek the worst runs: set hydra.sweeper.direction=minimize"),
-    # the Optuna sweeper's own default direction (an enum, not a typed string): a traceback, and unchecked
-    (["-m", "hydra/sweeper=optuna", "model.dropout=interval(0.1,0.5)", "optimized_metric=val/seq_acc"],
+    # the Optuna sweeper's own default direction (an enum, not a typed string)
+    (["hydra/sweeper=optuna", "optimized_metric=val/seq_acc"],
      "optimized_metric=val/seq_acc is better higher (task 'seq2seq'), but hydra.sweeper.direction="
      "minimize (the sweeper's default: none was set) would seek the worst runs: set "
      "hydra.sweeper.direction=maximize"),
-    # nothing for the study to rank: every trial trained, then "No trials are completed yet"
-    (["-m", "hydra/sweeper=optuna", "model.dropout=interval(0.1,0.5)"],
-     "an Optuna sweep needs optimized_metric, the metric each job returns to the study (none is set: "
-     "every trial would train, then the sweep would stop with no trial completed); set "
-     "optimized_metric=val/seq_acc (task 'seq2seq''s checkpoint metric) with hydra.sweeper.direction=maximize"),
-    # a sweep over a hydra.* key: an AssertionError traceback from the check of the jobs
-    (["-m", "hydra/sweeper=optuna", "hydra.sweeper.direction=maximize", "optimized_metric=val/seq_acc",
-      "+hydra.sweeper.params.model.dropout=interval(0.1,0.5)"],
-     "+hydra.sweeper.params.model.dropout=interval(0.1,0.5): a sweep over Hydra's own settings "
-     "(hydra.*), which Hydra does not support; give the search space as overrides of the run "
-     "(model.dropout=interval(0.1,0.5)) on the command line"),
-    # refused for every job: not "the sweep's scorer=dot is refused", which blamed the first value
-    (["-m", "scorer=dot,additive", "optimized_metric=val/seqacc"],
-     "config error: optimized_metric 'val/seqacc' (at 'optimized_metric') is not a metric that task "
-     "'seq2seq' reports at the end of a run"),
-    # a sweeper's field misspelt: Hydra's five lines, exit 1
-    (["-m", "hydra/sweeper=optuna", "optimized_metric=val/seq_acc", "hydra.sweeper.direction=maximize",
-      "model.dropout=interval(0.1,0.5)", "hydra.sweeper.n_trial=2"],
-     "config error: hydra.sweeper.n_trial: sweeper OptunaSweeperConf has no field 'n_trial'; its fields: "
-     "sampler, direction, storage, study_name, n_trials, n_jobs, max_failure_rate, search_space, params, "
-     "custom_search_space. Did you mean 'n_trials'?"),
-    (["-m", "seed=1,2", "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2"],
-     "a multirun (-m) with trainer.strategy=ddp on 2 device(s)"),
-    # a group option missing from conf/: Hydra would say so only after making the sweep folder
-    (["-m", "scorer=dot,dott"], "scorer has no option 'dott' (at 'scorer=dot,dott'); options: additive"),
-    # what Hydra, Optuna or W&B would refuse with a traceback, or merge
-    (["-m", "model.dropout=interval(0.1,0.5)"], "interval() is a range for a search"),
-    (["hparams_search=gat_cora_optuna", "hydra.sweeper.n_trials=0"], "hydra.sweeper.n_trials must be an int >= 1"),
-    (["hparams_search=gat_cora_optuna", "hydra.sweeper.direction=maximise"],
-     "hydra.sweeper.direction must be minimize or maximize"),
-    (["-m", "seed=1,2", "logger=wandb", "logger.wandb.run_id=one"], "logger.wandb.run_id=one names one W&B "
-                                                                    "run for every job of the sweep"),
-    (["-m", "seed=1,2", "logger=[csv,wandb]", "logger.wandb.run_name=mine"],
-     "logger.wandb.run_name=mine gives every job of the sweep the one W&B run name"),
-    (["-m", "seed=1,2", "logger=wandb", "run.name=mine"], "run.name=mine gives every job of the sweep the "
-                                                          "one W&B run name"),
-    # a multirun of one job is checked as a sweep
-    (["-m", "attention=multihead", "attention.heads=7"],
-     "the sweep's one job is refused, so no job was started: attention 'multihead': the query size 128"),
-    # a shared group that no job uses
-    (["-m", "experiment=han_imdb", "pooling=mean,max", "scorer=general"],
-     "scorer=general is read by none of the sweep's jobs, so no job was started: scorer=general (at "
-     "'scorer') does nothing: model 'han' does not use the shared group 'scorer'"),
-    (["-m", "model.dropout=0.1,0.2", "task.optim.lr=0.1,0.2", "model.decoder.hidden_dim=0"],
-     "the sweep's first job (model.dropout=0.1 task.optim.lr=0.1) is refused, so no job was started: "
-     "decoder 'rnn_attention': field 'hidden_dim'"),  # a plain override every job shares: not one value's fault
-    # values refused only together: each passes with the others' first value, the job (1, 2) never validates
-    (["-m", "trainer.max_epochs=2,1", "trainer.check_val_every_n_epoch=1,2"],
-     "the sweep's job trainer.max_epochs=1 trainer.check_val_every_n_epoch=2 is refused, so no job was "
-     "started: trainer.check_val_every_n_epoch=2 with trainer.max_epochs=1 runs no validation"),
-    # … in a grid too large to compose every job (20 > 16): the pair is held by a job of the pairwise check
-    (["-m", "trainer.max_epochs=2,1", "trainer.check_val_every_n_epoch=1,2", "seed=1,2,3,4,5"],
-     "the sweep's job trainer.max_epochs=1 trainer.check_val_every_n_epoch=2 seed=2 is refused, so no "
-     "job was started: trainer.check_val_every_n_epoch=2 with trainer.max_epochs=1 runs no validation"),
+    (["hydra/sweeper=optuna"], "an Optuna sweep needs optimized_metric"),
 ])
-def test_a_sweep_value_the_run_refuses_stops_the_sweep_before_any_job(monkeypatch, capsys, tmp_path,
-                                                                      argv, says):
-    """Each value of a sweep is checked as the run checks its config (one key varied at a time,
-    both ends of a range or interval, and in a small grid every job) before Hydra starts: the
-    sweep folder is never made."""
-    import torch
+def test_an_optuna_direction_against_its_metric_is_refused(overrides, says):
+    cfg = compose_cfg(overrides, return_hydra_config=True)
+    with pytest.raises(ConfigError) as err:
+        check_direction(cfg, cfg.hydra.sweeper)
+    assert says in str(err.value)
+    right = compose_cfg([*overrides[:1], "optimized_metric=val/loss", "hydra.sweeper.direction=minimize"],
+                        return_hydra_config=True)
+    check_direction(right, right.hydra.sweeper)
+    basic = compose_cfg(["optimized_metric=val/loss"], return_hydra_config=True)
+    check_direction(basic, basic.hydra.sweeper)  # the basic sweeper has no direction
 
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)  # a machine without a GPU
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+def test_a_misspelt_metric_stops_a_sweep_in_its_first_job_before_it_trains(monkeypatch, capsys, tmp_path):
     sweep = tmp_path / "sweep"
-    assert train_cli(monkeypatch, *argv, f"hydra.sweep.dir={sweep}") == 2
-    assert says in capsys.readouterr().err
-    assert not sweep.exists()
-
-
-def test_wandbs_name_variable_in_a_sweep_of_several_jobs_is_refused(monkeypatch, capsys, tmp_path):
-    """$WANDB_NAME names a W&B run where no field does: in a sweep every job would get it."""
-    monkeypatch.setenv("WANDB_NAME", "mine")
-    sweep = tmp_path / "sweep"
-    assert train_cli(monkeypatch, "-m", "seed=1,2", "logger=wandb", f"hydra.sweep.dir={sweep}") == 2
-    assert ("$WANDB_NAME=mine gives every job of the sweep the one W&B run name, so W&B's runs table "
-            "could not tell them apart; unset it") in capsys.readouterr().err
-    assert not sweep.exists()
-
-
-@pytest.mark.parametrize("argv, held, says", [
-    (["-m", "scorer=dot,general"], ["multirun.yaml"], "already holds a sweep (multirun.yaml), which this "
-                                                      "sweep's jobs would overwrite"),
-    (["-m", "scorer=dot,general"], ["0/config.yaml", "0/metrics.json"],
-     "already holds the runs of a sweep (1 job folder(s) with config.yaml: 0)"),
-    # another study (or none) in an Optuna folder would number its jobs from 0 again
-    (["hparams_search=gat_cora_optuna", "hydra.sweeper.study_name=other"], ["0/config.yaml"],
-     "already holds the runs of a sweep"),
-    (["-m", "seed=1,2", "hydra.sweep.subdir=fixed"], [], "hydra.sweep.subdir=fixed names one folder "
-                                                          "for every job of the sweep"),
-])
-def test_a_sweep_that_would_overwrite_runs_is_refused_before_any_job(monkeypatch, capsys, tmp_path,
-                                                                     argv, held, says):
-    sweep = tmp_path / "sweep"
-    for name in held:
-        (sweep / name).parent.mkdir(parents=True, exist_ok=True)
-        (sweep / name).write_text("earlier\n")
-    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
-    assert train_cli(monkeypatch, *argv, *TINY, f"hydra.sweep.dir={sweep}") == 2
-    assert says in capsys.readouterr().err
-    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
-    assert all((sweep / name).read_text() == "earlier\n" for name in held)
-
-
-def test_a_stored_study_is_continued_only_in_its_own_direction(monkeypatch, capsys, tmp_path):
-    import optuna
-
-    sweep = tmp_path / "study"
-    sweep.mkdir()
-    optuna.create_study(study_name="gat_cora_optuna", storage=f"sqlite:///{sweep}/optuna.db",
-                        direction="minimize")
-    before = (sweep / "optuna.db").read_bytes()
-    assert train_cli(monkeypatch, "hparams_search=gat_cora_optuna", *TINY_GRAPH, f"hydra.sweep.dir={sweep}") == 2
-    err = capsys.readouterr().err
-    assert ("hydra.sweeper.direction=maximize differs from the study 'gat_cora_optuna' stored in "
-            f"sqlite:///{sweep}/optuna.db, which minimizes") in err
-    assert sorted(p.name for p in sweep.iterdir()) == ["optuna.db"] and (sweep / "optuna.db").read_bytes() == before
-
-
-def test_a_stored_study_is_continued_only_by_its_own_command(monkeypatch, capsys, tmp_path):
-    """A study ranks its trials against each other: continuing it with another experiment (or any
-    other fixed override) mixed both in one ranking; the searched keys and hydra.* may differ."""
-    import optuna
-    import yaml
-    from omegaconf import OmegaConf
-
-    from attnflow.config.sweeps import _other_study_command
-
-    sweep = tmp_path / "study"
-    (sweep / "0" / ".hydra").mkdir(parents=True)
-    optuna.create_study(study_name="gat_cora_optuna", storage=f"sqlite:///{sweep}/optuna.db",
-                        direction="maximize")
-    first = ["++task.optim.lr=0.002", "hparams_search=gat_cora_optuna",  # its job 0, as Hydra
-             *(o.replace("=false", "=False") for o in TINY_GRAPH)]  # records it (False: the same)
-    (sweep / "0" / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(first))
-    before = (sweep / "optuna.db").read_bytes()
-    assert train_cli(monkeypatch, "hparams_search=gat_cora_optuna", *TINY_GRAPH, "data.num_nodes=90",
+    assert train_cli(monkeypatch, "-m", "scorer=dot,additive", "optimized_metric=val/seqacc", *TINY,
                      f"hydra.sweep.dir={sweep}") == 2
-    err = capsys.readouterr().err
-    assert f"hydra.sweep.dir={sweep} holds the Optuna study 'gat_cora_optuna' of another command" in err
-    assert "data.num_nodes=120" in err and "data.num_nodes=90" in err and "(no job was started)" in err
-    assert (sweep / "optuna.db").read_bytes() == before and sorted(p.name for p in sweep.iterdir()) == [
-        "0", "optuna.db"]
-    hydra = OmegaConf.create({"sweeper": {"_target_": "x.OptunaSweeper", "study_name": "gat_cora_optuna",
-                                          "storage": f"sqlite:///{sweep}/optuna.db"},
-                              "sweep": {"dir": str(sweep)}})
-    same = ["hparams_search=gat_cora_optuna", *TINY_GRAPH, "hydra.sweeper.n_trials=40"]
-    assert _other_study_command(hydra, same, {"++task.optim.lr": [0.001]}) is None
-    assert "experiment=gat_cora" in _other_study_command(hydra, [*same[:1], "experiment=gat_cora",
-                                                                  *same[2:]], {"++task.optim.lr": [0.001]})
+    assert "optimized_metric 'val/seqacc' (at 'optimized_metric') is not a metric" in capsys.readouterr().err
+    assert not list(sweep.glob("*/config.yaml")) and not (sweep / "1").exists()
 
 
 # -- real sweeps ---------------------------------------------------------------------------------------
@@ -519,56 +373,3 @@ def test_without_the_extra_one_line_says_what_to_install(argv, hidden, extra, tm
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert f'pip install -e ".[{extra}]"' in lines[0] and f"no module '{hidden[0]}'" in lines[0]
     assert not list(tmp_path.iterdir())  # nothing was started
-
-
-def test_an_experiment_file_that_sets_multirun_is_checked_as_a_sweep(tmp_path):
-    """``attnflow-train experiment=<file with hydra.mode: MULTIRUN>`` sweeps without ``-m``: its
-    values are checked too; a plain experiment is no sweep (None)."""
-    conf = tmp_path / "conf"
-    shutil.copytree(CONF, conf)
-    (conf / "experiment" / "my_sweep.yaml").write_text(
-        "# @package _global_\nhydra:\n  mode: MULTIRUN\n  sweeper:\n    params:\n"
-        "      ++model.dropout: 0.1,1.5\n")
-    says = check_sweep_values(["experiment=my_sweep"], conf)
-    assert says and says.startswith("the sweep's model.dropout=1.5 is refused, so no job was started")
-    assert check_sweep_values(["experiment=mt_transformer", "model.dropout=1.5"], conf) is None
-
-
-def test_a_small_grid_is_checked_job_by_job_and_a_large_one_pair_by_pair(caplog):
-    """The jobs the pre-check composes (sweeps._trials): the first job, each other value with the
-    rest at their first (so a value refused alone is named alone), then in a grid of at most
-    COMBINATIONS_CHECKED jobs the remaining ones, each once; in a larger grid, jobs holding every
-    pair of two keys' values, up to JOBS_CHECKED jobs in all."""
-    from attnflow.config.sweeps import COMBINATIONS_CHECKED, JOBS_CHECKED, _trials
-
-    trials = _trials({"a": ["1", "2"], "b": ["x", "y", "z"]})
-    assert trials[:4] == [(None, {"a": "1", "b": "x"}), ("a", {"a": "2", "b": "x"}),
-                          ("b", {"a": "1", "b": "y"}), ("b", {"a": "1", "b": "z"})]
-    jobs = [tuple(job.values()) for _, job in trials]
-    assert sorted(jobs) == sorted((a, b) for a in "12" for b in "xyz")  # all six, none twice
-    assert all(key is None for key, _ in trials[4:])
-    assert _trials({"a": ["1", "2", "3"]}) == [("a", {"a": "1"}), ("a", {"a": "2"}), ("a", {"a": "3"})]
-
-    def pairs_held(space, trials):  # every (key, value, other key, value) some job holds
-        return {(a, job[a], b, job[b]) for _, job in trials for a, b in itertools.combinations(space, 2)}
-
-    for space in ({"a": list("123"), "b": list("wxyz"), "c": list("pqrst")},  # 60 jobs
-                  {k: list("123") for k in "abcde"}):                        # 243 jobs
-        trials = _trials(space)
-        assert math.prod(map(len, space.values())) > COMBINATIONS_CHECKED
-        assert trials[0] == (None, {k: v[0] for k, v in space.items()})
-        one_key = 1 + sum(len(v) - 1 for v in space.values())
-        assert [key for key, _ in trials[1:one_key]] == [k for k, v in space.items() for _ in v[1:]]
-        every_pair = {(a, x, b, y) for a, b in itertools.combinations(space, 2)
-                      for x in space[a] for y in space[b]}
-        assert pairs_held(space, trials) == every_pair
-        assert len(trials) <= JOBS_CHECKED and len({tuple(j.values()) for _, j in trials}) == len(trials)
-    assert len(_trials({k: list("123") for k in "abcde"})) < 243 // 10  # far fewer than the grid
-
-    n = 10  # 100 pairs of two keys' values need 100 jobs: only JOBS_CHECKED are composed, with a warning
-    space = {"a": [str(i) for i in range(n)], "b": [str(i) for i in range(n)]}
-    with caplog.at_level(logging.WARNING, logger="attnflow.config.sweeps"):
-        big = _trials(space)
-    assert len(big) == JOBS_CHECKED < n * n
-    assert len(pairs_held(space, big)) == JOBS_CHECKED
-    assert f"{n * n - JOBS_CHECKED} more would be needed" in caplog.text

@@ -36,7 +36,7 @@ def run_app(cfg: DictConfig) -> float | None:
     from attnflow.training.distributed import check_multirun_strategy
     from attnflow.training.resume import from_hydra  # resume=<run>: the run's own config
     from attnflow.training.run import record_failure, train
-    from attnflow.config.sweeps import check_optimized_metric
+    from attnflow.training.sweeps import check_direction, check_optimized_metric
 
     out = Path(HydraConfig.get().runtime.output_dir)
     found = {p.name for p in out.iterdir()} if out.is_dir() else set()  # Hydra's files, a resumed run's
@@ -44,6 +44,8 @@ def run_app(cfg: DictConfig) -> float | None:
         # multirun + strategy=ddp would re-run the sweep in every rank: refused before any work
         check_multirun_strategy(cfg.get("trainer"), HydraConfig.get().mode == RunMode.MULTIRUN)
         metric = check_optimized_metric(cfg)  # a misspelt name fails before any work
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            check_direction(cfg, HydraConfig.get().sweeper)
         summary = train(from_hydra(cfg), out)
     except ConfigError as err:  # DataError: a data file missing, empty, cut short or malformed
         kind = "data" if isinstance(err, DataError) else "config"
@@ -129,7 +131,7 @@ def main() -> None:
             sys.stderr.close()
         return
     from attnflow.io.console import plain_warnings
-    from attnflow.config.sweeps import check_sweep_values, continue_optuna_studies, missing_plugin
+    from attnflow.config.sweeps import continue_optuna_studies, missing_plugin
 
     plain_warnings()  # attnflow's warnings as one line each
 
@@ -146,27 +148,19 @@ def main() -> None:
     from attnflow.config.groups import field_overrides
 
     if any(a.lstrip("+").startswith(("resume=", "hydra.run.dir=")) for a in sys.argv[1:]):
-        # every check before Hydra starts (a refused resume changes nothing), then the run's own
-        # directory, no new .hydra/ there, and only the overrides a resume allows; a new run is
-        # not pinned into an earlier run's directory
-        from attnflow.training.resume import cli_args
+        # a resume is checked before Hydra starts (a refused one changes nothing) and continues in
+        # the run's own directory; a new run is not pinned into an earlier run's directory
+        from attnflow.training.resume import ResumeError, prepare_argv
 
-        sys.argv[1:] = cli_args(sys.argv[1:])
-    from attnflow.training.resume import ResumeError, check_output_folders
-
-    try:
-        check_output_folders(sys.argv[1:])
-    except ResumeError as err:
-        print(f"attnflow: {err}", file=sys.stderr)
-        sys.exit(2)
+        try:
+            sys.argv[1:] = prepare_argv(sys.argv[1:])
+        except ResumeError as err:
+            print(f"attnflow: {err}", file=sys.stderr)
+            sys.exit(2)
     try:
         sys.argv[1:] = field_overrides(sys.argv[1:], Path(CONF_DIR))
     except ConfigError as err:
         print(f"attnflow: config error: {err}", file=sys.stderr)
-        sys.exit(2)
-    refused = check_sweep_values(sys.argv[1:], Path(CONF_DIR))
-    if refused:  # a sweep value the run refuses: before the first job, not after the others ran
-        print(f"attnflow: config error: {refused}", file=sys.stderr)
         sys.exit(2)
     continue_optuna_studies()
     import hydra

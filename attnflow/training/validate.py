@@ -303,30 +303,11 @@ def _choices(cfg: DictConfig) -> Dict[str, Any]:
     return {}
 
 
-def _sweep_job(cfg: Any) -> bool:
-    """Whether this is a job of a multirun (Hydra's mode), where the sweep has been checked."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    if HydraConfig.initialized():
-        return HydraConfig.get().mode == RunMode.MULTIRUN
-    return isinstance(cfg, DictConfig) and "hydra" in cfg and cfg.hydra.get("mode") == RunMode.MULTIRUN
-
-
 def resolve_config(cfg: DictConfig | Dict[str, Any]) -> Dict[str, Any]:
     """The run's resolved, validated config. A composed (unresolved) config goes through the
     shared-group contract first (:mod:`attnflow.config.groups`): a group the model does not use
     is refused when set, and left out of the result."""
-    resolved, unused = unread_settings(cfg)
-    if unused and not _sweep_job(cfg):  # (a sweep's pre-check weighs them over its jobs)
-        raise ConfigError(next(iter(unused.values()))[1])
-    return resolved
-
-
-def unread_settings(cfg: DictConfig | Dict[str, Any]) -> tuple:
-    """(the resolved, validated config, {group: (the override as typed, its refusal)} of the
-    typed shared groups the model does not use)."""
-    typed, found = None, {}
+    typed = None
     if not isinstance(cfg, DictConfig):
         resolved = dict(cfg)
     else:
@@ -338,8 +319,8 @@ def unread_settings(cfg: DictConfig | Dict[str, Any]) -> tuple:
         drop_swapped_block_fields(cfg, typed or ())  # model.encoder.name=…: the old block's fields
         fill_default_blocks(cfg, typed or ())  # model.encoder.attention.heads=4: its default block
         consumed, groups = unused_groups(cfg, config_dir(), choices, typed_groups(typed), typed)
-        found = {group: (" ".join(o.lstrip("+") for o in typed or () if typed_groups([o]) == {group}),
-                         message) for group, message in groups.items()}
+        if groups:
+            raise ConfigError(next(iter(groups.values())))
         resolved = prune_unused(OmegaConf.to_container(cfg, resolve=True), consumed)
     try:
         validate_config(resolved)
@@ -348,7 +329,7 @@ def unread_settings(cfg: DictConfig | Dict[str, Any]) -> tuple:
         if shown == str(err):
             raise
         raise ConfigError(shown) from None
-    return resolved, found
+    return resolved
 
 
 def _as_typed(cfg: DictConfig, message: str) -> str:
