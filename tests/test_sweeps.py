@@ -206,7 +206,7 @@ def test_a_split_the_run_evaluates_on_no_batch_reports_no_metric_refused_before_
     (["-m", "task.penalty_weight=0.3,0", "optimized_metric=val/penalty"],
      "the sweep's task.penalty_weight=0 is refused, so no job was started: optimized_metric 'val/penalty'"),
     (["-m", "trainer.accelerator=cpu,gpu"], "the sweep's trainer.accelerator=gpu is refused, so no job "
-                                            "was started: trainer.accelerator=gpu"),
+                                            "was started: trainer: "),  # Lightning's message
     (["-m", "logger=wandb", "logger.wandb.project=ok,a/b"], "the sweep's logger.wandb.project=a/b is refused"),
     (["hparams_search=gat_cora_optuna", "optimized_metric=val/loss"],
      "optimized_metric=val/loss is better lower (task 'node_classification'), but "
@@ -271,14 +271,6 @@ def test_a_split_the_run_evaluates_on_no_batch_reports_no_metric_refused_before_
     (["-m", "model.dropout=0.1,0.2", "task.optim.lr=0.1,0.2", "model.decoder.hidden_dim=0"],
      "the sweep's first job (model.dropout=0.1 task.optim.lr=0.1) is refused, so no job was started: "
      "decoder 'rnn_attention': field 'hidden_dim'"),  # a plain override every job shares: not one value's fault
-    # values refused only together: each passes with the others' first value, the job (1, 2) never validates
-    (["-m", "trainer.max_epochs=2,1", "trainer.check_val_every_n_epoch=1,2"],
-     "the sweep's job trainer.max_epochs=1 trainer.check_val_every_n_epoch=2 is refused, so no job was "
-     "started: trainer.check_val_every_n_epoch=2 with trainer.max_epochs=1 runs no validation"),
-    # … in a grid too large to compose every job (20 > 16): the pair is held by a job of the pairwise check
-    (["-m", "trainer.max_epochs=2,1", "trainer.check_val_every_n_epoch=1,2", "seed=1,2,3,4,5"],
-     "the sweep's job trainer.max_epochs=1 trainer.check_val_every_n_epoch=2 seed=2 is refused, so no "
-     "job was started: trainer.check_val_every_n_epoch=2 with trainer.max_epochs=1 runs no validation"),
 ])
 def test_a_sweep_value_the_run_refuses_stops_the_sweep_before_any_job(monkeypatch, capsys, tmp_path,
                                                                       argv, says):

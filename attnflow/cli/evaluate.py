@@ -105,7 +105,7 @@ def apply_overrides(run: Run, overrides: List[Tuple[str, Any]]) -> Tuple[Dict[st
     import attnflow  # noqa: F401  (registries find their blocks on lookup)
     from attnflow.config.registry import DATA, MODELS, TASKS
     from attnflow.training.validate import INTERFACES
-    from attnflow.training.trainer_checks import check_trainer_types, reads_no_batch
+    from attnflow.training.trainer_checks import check_trainer, reads_no_batch
 
     cfg = {k: (dict(v) if isinstance(v, dict) else v) for k, v in run.config.items()}
     if not isinstance(cfg.get("task"), dict):
@@ -135,7 +135,7 @@ def apply_overrides(run: Run, overrides: List[Tuple[str, Any]]) -> Tuple[Dict[st
             known = ["split", "seed", *(f"trainer.{f}" for f in TRAINER_FIELDS)]
             raise ConfigError(f"attnflow-eval has no override '{key}'; overrides: {USAGE}."
                               f"{suggest(key, known)}")
-    check_trainer_types(trainer)
+    trainer = check_trainer(trainer)
     cfg["data"] = DATA.validate(cfg["data"], "data")
     data_kind = getattr(DATA.get(cfg["data"]["name"]), "interface", None)
     model_kind = getattr(MODELS.get(cfg["model"]["name"]), "interface", None)
@@ -261,19 +261,17 @@ def evaluate(target: Path | str, overrides: List[str] = (), out: Optional[str] =
 
     import pytorch_lightning as pl
 
-    from attnflow.training.distributed import check_devices, lightning_refusals
-    from attnflow.training.precision import check_precision, resolve_precision
+    from attnflow.training.precision import resolve_precision
+    from attnflow.training.trainer_checks import lightning_errors
     from attnflow.config.registry import DATA, MODELS, TASKS
 
     start = time.time()
     with tempfile.TemporaryDirectory(prefix="attnflow-eval-") as scratch:  # task side files
         asked = {"accelerator": device, "precision": "32-true", **trainer_fields}
-        check_precision(asked)  # 16-mixed on the CPU
         fields, note, warn = resolve_precision(asked)  # trainer.precision=auto
         if note:
             print(f"attnflow-eval: {'warning: ' if warn else ''}{note}", file=sys.stderr)
-        check_devices(fields)  # a GPU this machine lacks: attnflow's message, as attnflow-train's
-        with lightning_refusals(fields):  # the overrides were checked (apply_overrides, check_devices)
+        with lightning_errors():  # what Lightning refuses of the fields: one message
             trainer = pl.Trainer(accelerator=fields["accelerator"], devices=fields.get("devices", 1),
                                  precision=fields["precision"],
                                  limit_val_batches=fields.get("limit_val_batches"),

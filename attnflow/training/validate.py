@@ -28,15 +28,11 @@ from attnflow.config.groups import (drop_swapped_block_fields, fill_default_bloc
 from attnflow.training.loggers import (LOGGER_CONFIG)
 from attnflow.config.overrides import (command_line, hydra_references, read_keys, typed_groups,
                                 unread_overrides)
-from attnflow.training.precision import check_precision  # =auto
 from attnflow.config.registry import (AGGREGATORS, ATTENTIONS, DATA, ENCODERS, MODELS, NORMALIZERS,
                                POOLINGS, POSITIONALS, SCORERS, TASKS, ConfigError, suggest,
                                build_config)
 
-from attnflow.training.trainer_checks import (SET_BY_ATTNFLOW, check_callback_needs, check_minimums,
-                                              check_schedule_length, check_test_reads_batches,
-                                              check_trainer_types, check_trains_something,
-                                              check_validation_schedule, trainer_fields)
+from attnflow.training.trainer_checks import check_trainer
 
 # Top-level config groups validated by a registry. The shared choices (scorer, normalizer,
 # aggregator, attention, positional, pooling) are interpolated into models (attnflow.config.groups);
@@ -57,7 +53,6 @@ CALLBACK_FIELDS = {  # a dataclass: the entry's typed config (names, types, rang
 }
 
 
-# Trainer arguments attnflow sets itself (from other config entries), so not trainer.* fields.
 def validate_config(cfg: Dict[str, Any]) -> None:
     """Raise :class:`ConfigError` for any unknown block name or bad field in ``cfg``."""
     known = top_level_keys(config_dir())
@@ -69,20 +64,7 @@ def validate_config(cfg: Dict[str, Any]) -> None:
             registry.validate(cfg[group], group)
         elif group in ("data", "model", "task"):
             raise ConfigError(f"the config has no '{group}': choose one with {group}=NAME")
-    allowed = trainer_fields()
-    for key in cfg.get("trainer") or {}:
-        if key not in allowed or key in SET_BY_ATTNFLOW:
-            raise ConfigError(
-                f"trainer has no field '{key}' (at 'trainer.{key}'); fields are the arguments of "
-                f"lightning's Trainer except {', '.join(SET_BY_ATTNFLOW)} (set by attnflow: "
-                f"logger=…, callbacks.…, callbacks.progress_bar, callbacks.checkpoint (null: none); "
-                f"plugins: the atomic, weights-only checkpoint IO; barebones: off, as the tasks log "
-                f"their metrics, which barebones forbids).{suggest(key, allowed)}")
-    check_trainer_types(cfg.get("trainer") or {})
-    check_trains_something(cfg.get("trainer") or {})
-    check_minimums(cfg.get("trainer") or {})
-    check_precision(cfg.get("trainer") or {})  # 16-mixed on the CPU: Lightning swaps in bf16
-    check_schedule_length(cfg)
+    check_trainer(cfg.get("trainer") or {})
     for key, value in (cfg.get("callbacks") or {}).items():
         if key not in CALLBACK_FIELDS:
             raise ConfigError(f"callbacks has no entry '{key}' (at 'callbacks.{key}'); entries: "
@@ -110,9 +92,6 @@ def validate_config(cfg: Dict[str, Any]) -> None:
     if not isinstance(lr_monitor, (bool, type(None))):  # any other value would switch it on
         raise ConfigError(f"callbacks.lr_monitor must be true or false (log the learning rate every "
                           f"step), got {lr_monitor!r}")
-    check_validation_schedule(cfg)
-    check_test_reads_batches(cfg)
-    check_callback_needs(cfg, task_cls)
     _check_root_fields(cfg)
     check_composition(cfg)
     check_model_builds(cfg)
