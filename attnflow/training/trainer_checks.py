@@ -15,7 +15,7 @@ import inspect
 import typing
 from typing import Any, Dict, Iterator, List, Optional
 
-import pytorch_lightning as pl
+from pytorch_lightning import Trainer
 from lightning_fabric.utilities.exceptions import MisconfigurationException
 from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import ValidationError
@@ -28,8 +28,9 @@ SET_BY_ATTNFLOW = ("logger", "callbacks", "default_root_dir", "enable_progress_b
                    "plugins", "barebones")
 
 
+@functools.lru_cache(maxsize=1)
 def trainer_fields() -> List[str]:
-    return [p for p in inspect.signature(pl.Trainer.__init__).parameters if p != "self"]
+    return [p for p in inspect.signature(Trainer.__init__).parameters if p != "self"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -37,7 +38,7 @@ def _schema() -> type:
     """A structured config of the Trainer's arguments: a scalar kind where the annotation names
     one (optionally None), else Any (a Union of kinds: left to Lightning)."""
     fields = []
-    hints = typing.get_type_hints(pl.Trainer.__init__)
+    hints = typing.get_type_hints(Trainer.__init__)
     for name in trainer_fields():
         hint = hints.get(name, Any)
         union = typing.get_origin(hint) is typing.Union
@@ -71,7 +72,7 @@ def check_trainer(trainer: Dict[str, Any]) -> Dict[str, Any]:
 
 @contextlib.contextmanager
 def lightning_errors() -> Iterator[None]:
-    """Around building a ``pl.Trainer``: Lightning's refusal of its arguments (by type: a
+    """Around building a Trainer: Lightning's refusal of its arguments (by type: a
     MisconfigurationException, ValueError, TypeError, or ModuleNotFoundError for an accelerator's
     package) becomes a :class:`ConfigError` with Lightning's message."""
     try:
