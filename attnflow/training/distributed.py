@@ -90,14 +90,14 @@ def check_multirun_strategy(trainer: Optional[Mapping[str, Any]], multirun: bool
         trainer = OmegaConf.to_container(trainer, resolve=True)
     trainer = trainer or {}
     strategy = trainer.get("strategy", "auto")
-    if not multirun or not relaunches_script(strategy):
+    if not multirun or not relaunches_script(strategy) or _scheduler_makes_processes():
         return
     try:
         probe = device_trainer(trainer)
     except ConfigError:  # (the run itself reports it, building its Trainer)
         return
     devices, nodes = probe.num_devices, probe.num_nodes
-    if devices * nodes <= 1 or _scheduler_makes_processes():
+    if devices * nodes <= 1:
         return
     raise ConfigError(
         f"a multirun (-m) with trainer.strategy={strategy} on {devices} device(s) × {nodes} node(s) "
