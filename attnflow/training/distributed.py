@@ -119,13 +119,8 @@ def _spawns_workers(trainer) -> bool:
 def continue_csv_logs(trainer) -> None:
     """Under ddp_spawn (or ddp_fork), make each CSVLogger of ``trainer`` append to the
     ``metrics.csv`` already on disk with its columns (see the module docstring); else nothing.
-
-    Where this process never used the logger (the spawned ``fit`` did), its version is the newest
-    one on disk (what that ``fit`` made) and its writer is made without Lightning's "delete an
-    existing metrics.csv" step, so a later stage neither starts ``version_1`` nor erases the log."""
-    from unittest import mock
-
-    from lightning_fabric.loggers.csv_logs import _ExperimentWriter
+    Called before the fit too: the writer made then (in this process, while its folder is empty)
+    fixes the version every stage writes to, and is never made again over a written log."""
     from pytorch_lightning.loggers import CSVLogger
 
     if not _spawns_workers(trainer):
@@ -133,18 +128,12 @@ def continue_csv_logs(trainer) -> None:
     for logger in trainer.loggers:
         if not isinstance(logger, CSVLogger):
             continue
-        if logger._version is None:
-            logger._version = max(0, logger._get_next_version() - 1)
-        path = os.path.join(logger.log_dir, _ExperimentWriter.NAME_METRICS_FILE)
-        if not os.path.isfile(path):
-            continue
-        if logger._experiment is None:
-            with mock.patch.object(_ExperimentWriter, "_check_log_dir_exists", lambda self: None):
-                logger.experiment  # noqa: B018  (creates the writer)
-        with open(path, newline="") as f:
-            header = next(csv.reader(f), [])
         writer = logger.experiment
-        writer.metrics_keys = sorted(set(writer.metrics_keys) | set(header))
+        path = os.path.join(logger.log_dir, "metrics.csv")
+        if os.path.isfile(path):
+            with open(path, newline="") as f:
+                header = next(csv.reader(f), [])
+            writer.metrics_keys = sorted(set(writer.metrics_keys) | set(header))
 
 
 def eval_sampler(dataset):

@@ -201,6 +201,7 @@ def _train(resolved: Dict[str, Any], trainer: pl.Trainer, run_dir: Path, fit_fro
         task.run_config = resolved
         start = time.time()
         log_hyperparams(trainer.loggers, resolved)
+        continue_csv_logs(trainer)  # (ddp_spawn: one CSV writer for every stage)
         trainer.fit(task, datamodule=dm, ckpt_path=fit_from, weights_only=True)
         fit_time = round(time.time() - start, 2)
         summary, last_epoch = _evaluate(trainer, task, dm, run_dir, resolved.get("test", True))
