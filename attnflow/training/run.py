@@ -145,11 +145,9 @@ def task_monitor(task_cfg: Dict[str, Any]) -> SimpleNamespace:
     """The task's monitor and its metrics' modes, from its config (the callbacks are made before
     the task): a multitask config's tasks add ``<task>/<metric>``."""
     cls = TASKS.get(task_cfg["name"])
-    metrics = dict(getattr(cls, "metrics", {}))
-    for name, entry in (task_cfg.get("tasks") or {}).items():
-        sub = ((entry or {}).get("task") or {}).get("name")
-        metrics.update({f"{name}/{m}": mode for m, mode in getattr(TASKS.get(sub), "metrics", {}).items()}
-                       if sub in TASKS else {})
+    metrics = dict(cls.metrics)
+    for name, entry in (task_cfg.get("tasks") or {}).items():  # (validated: each names its task)
+        metrics.update({f"{name}/{m}": mode for m, mode in TASKS.get(entry["task"]["name"]).metrics.items()})
     return SimpleNamespace(monitor=cls.monitor, monitor_mode=cls.monitor_mode, metrics=metrics)
 
 
