@@ -59,6 +59,7 @@ def test_bad_config_fails_before_any_work(overrides, expected, tmp_path):
     (["callbacks.average={best: 2}", "trainer.limit_val_batches=0.0"], ["callbacks.average"]),
     (["callbacks.early_stopping={}", "trainer.max_epochs=2", "trainer.min_epochs=5"], ["trainer.min_epochs"]),
     (["trainer.limit_test_batches=0"], ["test"]),
+    (["callbacks.ema={start_step: 50}", "trainer.max_steps=20"], ["callbacks.ema"]),
     # what they need: a logger, a training metric without validation, validation in the last epoch
     (["callbacks.lr_monitor=true", "logger=csv"], []),
     (["callbacks.early_stopping={monitor: train/loss}", "trainer.limit_val_batches=0"], []),
