@@ -253,6 +253,10 @@ def test_monitor_metric_names_depend_on_the_tasks(files, tmp_path):
     task = build(cfg)[2]
     ck = [c for c in build_callbacks(cfg["callbacks"], tmp_path, task) if isinstance(c, ModelCheckpoint)]
     assert (ck[0].monitor, ck[0].mode) == ("val/rating/acc", "max")
+    from attnflow.training.run import task_monitor  # from the config, before the task is built
+    ck = [c for c in build_callbacks(cfg["callbacks"], tmp_path, task_monitor(cfg["task"]))
+          if isinstance(c, ModelCheckpoint)]
+    assert (ck[0].monitor, ck[0].mode) == ("val/rating/acc", "max")
     ck = [c for c in build_callbacks(config(files)["callbacks"], tmp_path, task) if isinstance(c, ModelCheckpoint)]
     assert (ck[0].monitor, ck[0].mode) == ("val/loss", "min")  # the default: Σ λ_t L_t
     assert check_optimized_metric({**cfg, "optimized_metric": "val/polarity/f1"}) == "val/polarity/f1"

@@ -104,7 +104,7 @@ def apply_overrides(run: Run, overrides: List[Tuple[str, Any]]) -> Tuple[Dict[st
     applied and validated against the registries (:class:`ConfigError` naming the key)."""
     import attnflow  # noqa: F401  (registries find their blocks on lookup)
     from attnflow.config.registry import DATA, TASKS
-    from attnflow.training.trainer_checks import check_trainer_types, reads_no_batch
+    from attnflow.training.trainer_checks import check_trainer, reads_no_batch
 
     cfg = {k: (dict(v) if isinstance(v, dict) else v) for k, v in run.config.items()}
     if not isinstance(cfg.get("task"), dict):
@@ -134,7 +134,7 @@ def apply_overrides(run: Run, overrides: List[Tuple[str, Any]]) -> Tuple[Dict[st
             known = ["split", "seed", *(f"trainer.{f}" for f in TRAINER_FIELDS)]
             raise ConfigError(f"attnflow-eval has no override '{key}'; overrides: {USAGE}."
                               f"{suggest(key, known)}")
-    check_trainer_types(trainer)
+    trainer = check_trainer(trainer)
     cfg["data"] = DATA.validate(cfg["data"], "data")
     _check_kinds(cfg)
     cfg["task"] = TASKS.validate(cfg["task"], "task")
@@ -228,16 +228,14 @@ def _trainer(device: str, trainer_fields: Dict[str, Any], scratch: str):
     """Lightning's Trainer for one evaluation: ``device`` and the ``trainer.*`` overrides."""
     import pytorch_lightning as pl
 
-    from attnflow.training.distributed import check_devices, lightning_refusals
-    from attnflow.training.precision import check_precision, resolve_precision
+    from attnflow.training.precision import resolve_precision
+    from attnflow.training.trainer_checks import lightning_errors
 
     asked = {"accelerator": device, "precision": "32-true", **trainer_fields}
-    check_precision(asked)  # 16-mixed on the CPU
     fields, note, warn = resolve_precision(asked)  # trainer.precision=auto
     if note:
         print(f"attnflow-eval: {'warning: ' if warn else ''}{note}", file=sys.stderr)
-    check_devices(fields)  # a GPU this machine lacks: attnflow's message, as attnflow-train's
-    with lightning_refusals(fields):  # the overrides were checked (apply_overrides, check_devices)
+    with lightning_errors():  # what Lightning refuses of the fields: one message
         return pl.Trainer(accelerator=fields["accelerator"], devices=fields.get("devices", 1),
                           precision=fields["precision"],
                           limit_val_batches=fields.get("limit_val_batches"),

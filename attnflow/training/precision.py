@@ -63,24 +63,6 @@ def _uses_cuda(accelerator: Any) -> bool:
     return accelerator in (None, "auto") and torch.cuda.is_available()
 
 
-def check_precision(trainer: Dict[str, Any]) -> None:
-    """Before any work: float16 mixed precision where the run will be on the CPU, which Lightning
-    replaces by bf16-mixed with a warning of its own (``config.yaml`` keeps ``16-mixed`` while
-    ``bf16-mixed`` ran, often emulated and many times slower) — a :class:`ConfigError`."""
-    precision, accelerator = str(trainer.get("precision")), trainer.get("accelerator", "auto")
-    if precision not in ("16-mixed", "16") or accelerator not in (None, "auto", "cpu"):
-        return
-    from attnflow.training.distributed import has_mps  # (auto: Lightning's choice of MPS)
-
-    if accelerator == "cpu" or not (_uses_cuda(accelerator) or has_mps()):
-        from attnflow.config.registry import ConfigError
-
-        raise ConfigError(f"trainer.precision={precision} (at 'trainer.precision') is float16 "
-                          f"autocast, which needs a GPU; on the CPU Lightning would run bf16-mixed "
-                          f"instead. Use trainer.precision=32-true, auto (bf16-mixed only where the "
-                          f"CPU has it natively), or bf16-mixed")
-
-
 def native_bf16(accelerator: Any) -> Tuple[Optional[bool], str]:
     """Whether the device ``trainer.accelerator`` chooses has native bfloat16, and why."""
     if _uses_cuda(accelerator):

@@ -167,12 +167,6 @@ def _refuse_unsafe(keys: Iterable[str], run: Path) -> None:
 
 def _check_precision(old: Any, new: Any, run: Path) -> None:
     """A resume's change of ``trainer.precision``: only among :data:`FLOAT32_WEIGHTS`."""
-    from attnflow.training.trainer_checks import check_trainer_types
-
-    try:  # a value that is no precision at all is named as such, not as a change of dtype
-        check_trainer_types({"precision": new})
-    except ConfigError as err:
-        raise ResumeError(f"resume={run}: {err}") from None
     if str(old) != str(new) and not {str(old), str(new)} <= set(FLOAT32_WEIGHTS):
         raise ResumeError(f"resume={run}: trainer.precision={new} would change the dtype of the "
                           f"weights the run trained with (trainer.precision={old}); a resume may "

@@ -6,8 +6,8 @@ its own and records each resume in ``resume-<n>.yaml``: :mod:`attnflow.training.
 validation and test metrics by name), and the logger's files (``csv/``, ``tensorboard/``,
 ``wandb/``). Order of work:
 
-1. validate every block config against the registries and the trainer/callback fields — before
-   any data is made or loaded, so a typo fails in a second with a message, not a traceback;
+1. validate the config (:mod:`attnflow.training.validate`), then build the Trainer, where
+   Lightning checks its own arguments — before the run directory is written or any data made;
 2. build the data module, the model (a tree of blocks) and the task from the registries;
 3. ``Trainer.fit``, then validation and test of the best checkpoint;
 4. write ``metrics.json`` (atomically; a failed run writes none and overwrites nothing) and always
@@ -16,12 +16,11 @@ validation and test metrics by name), and the logger's files (``csv/``, ``tensor
 
 from __future__ import annotations
 
-import contextlib
 import json
-import re
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from types import SimpleNamespace
+from typing import Any, Dict, List
 
 import pytorch_lightning as pl
 import torch
@@ -32,8 +31,7 @@ from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
 from attnflow.training.callbacks import (AttentionMaps, Float32MatmulPrecision,
                                 StopOnNonFiniteLoss)
-from attnflow.training.distributed import (check_devices, continue_csv_logs, fit_progress,
-                                  lightning_refusals)
+from attnflow.training.distributed import continue_csv_logs, fit_progress
 from attnflow.training.progress import progress_bar
 from attnflow.training import resume, state as training_state  # resume=, ckpt_path=; exact restarts, atomic checkpoints
 from attnflow.training import averaging  # callbacks.average: checkpoint averaging
@@ -41,7 +39,8 @@ from attnflow.training.ema import ExponentialMovingAverage  # callbacks.ema
 from attnflow.training.loggers import (build_loggers, finish_loggers, log_hyperparams,
                               logger_identity, run_identity, summarize_loggers)
 from attnflow.training.precision import resolve_precision  # =auto
-from attnflow.config.registry import (DATA, MODELS, TASKS, ConfigError)
+from attnflow.training.trainer_checks import check_trainer, idle_settings, lightning_errors
+from attnflow.config.registry import DATA, MODELS, TASKS, AttnflowWarning, ConfigError
 from attnflow.io.text import atomic_path
 
 from attnflow.training.validate import resolve_config
@@ -126,48 +125,63 @@ def train(cfg: DictConfig | Dict[str, Any], run_dir: Path | str) -> Dict[str, An
     """Validate, build, fit, evaluate; return (and write) the final metrics."""
     run_dir = Path(run_dir)
     resolved = resolve_config(cfg)
-    check_devices(resolved.get("trainer"))  # the GPUs a run asks for, on this machine
     resolved.update(run_identity(cfg, resolved))  # run name/experiment/group, tags
-    run_dir.mkdir(parents=True, exist_ok=True)
-    # config.yaml of a new run; a resumed one keeps its own and records the resume beside it
-    # (resume-<n>.yaml); the checkpoint to fit from is checked here, before any work
-    fit_from = resume.start(resolved, run_dir)
-
-    pl.seed_everything(resolved.get("seed", 1234), workers=True, verbose=False)
     matmul, found = resolved.get("float32_matmul_precision"), torch.get_float32_matmul_precision()
     if matmul:  # here, before the Trainer checks it; in ddp_spawn's processes, by the callback
         torch.set_float32_matmul_precision(matmul)
     try:
-        return _train(resolved, run_dir, fit_from, matmul)
+        trainer = build_trainer(resolved, run_dir)  # Lightning's checks: before any file or data
+        run_dir.mkdir(parents=True, exist_ok=True)
+        # config.yaml of a new run; a resumed one keeps its own and records the resume beside it
+        # (resume-<n>.yaml); the checkpoint to fit from is checked here
+        fit_from = resume.start(resolved, run_dir)
+        pl.seed_everything(resolved.get("seed", 1234), workers=True, verbose=False)
+        return _train(resolved, trainer, run_dir, fit_from)
     finally:
         torch.set_float32_matmul_precision(found)
 
 
-@contextlib.contextmanager
-def _fit_refusals() -> Iterator[None]:
-    """Around ``trainer.fit``: what Lightning refuses only once the training batches are counted
-    (after the data is made and the sanity check ran; still before any step) becomes a
-    :class:`ConfigError` naming the field. An int ``val_check_interval`` is a number of batches
-    within an epoch, and an epoch may have fewer (``limit_train_batches`` included)."""
-    try:
-        yield
-    except ValueError as err:
-        found = re.search(r"`val_check_interval` \((\d+)\) must be less than or equal to the number "
-                          r"of the training batches \((\d+)\)", str(err))
-        if not found:
-            raise
-        asked, batches = found.groups()
-        raise ConfigError(f"trainer.val_check_interval={asked} (at 'trainer.val_check_interval') is "
-                          f"more than the {batches} training batches of an epoch: give at most "
-                          f"{batches}, a fraction of the epoch (e.g. 0.5), or count batches across "
-                          f"epochs with trainer.check_val_every_n_epoch=null") from None
+def task_monitor(task_cfg: Dict[str, Any]) -> SimpleNamespace:
+    """The task's monitor and its metrics' modes, from its config (the callbacks are made before
+    the task): a multitask config's tasks add ``<task>/<metric>``."""
+    cls = TASKS.get(task_cfg["name"])
+    metrics = dict(cls.metrics)
+    for name, entry in (task_cfg.get("tasks") or {}).items():  # (validated: each names its task)
+        metrics.update({f"{name}/{m}": mode for m, mode in TASKS.get(entry["task"]["name"]).metrics.items()})
+    return SimpleNamespace(monitor=cls.monitor, monitor_mode=cls.monitor_mode, metrics=metrics)
 
 
-def _train(resolved: Dict[str, Any], run_dir: Path, fit_from: Any, matmul: Any) -> Dict[str, Any]:
+def build_trainer(resolved: Dict[str, Any], run_dir: Path) -> pl.Trainer:
+    """The run's Trainer, with its loggers and callbacks; what Lightning refuses of the trainer
+    fields is a :class:`ConfigError`. A setting the config leaves unread is one warning line,
+    and a callback so named is not built."""
+    trainer_args, note, warn = resolve_precision(check_trainer(resolved.get("trainer") or {}))
+    if note:  # trainer.precision=auto's choice; bf16 where it is emulated
+        (rank_zero_warn if warn else rank_zero_info)(note)
+    wanted = dict(resolved.get("callbacks") or {})
+    for key, why in idle_settings(resolved, TASKS.get(resolved["task"]["name"])).items():
+        rank_zero_warn(why, category=AttnflowWarning)
+        if key.startswith("callbacks."):
+            wanted[key.split(".", 1)[1]] = None
+    logger = build_loggers(resolved.get("logger"), run_dir, logger_identity(resolved))  # [] for none
+    callbacks = build_callbacks(wanted, run_dir, task_monitor(resolved["task"]))
+    if resolved.get("float32_matmul_precision"):
+        callbacks.append(Float32MatmulPrecision(resolved["float32_matmul_precision"]))
+    bar = wanted.get("progress_bar", "auto")
+    with lightning_errors():
+        return pl.Trainer(**trainer_args, logger=logger or False,
+                          callbacks=[*callbacks, *training_state.callbacks(run_dir)],
+                          plugins=[training_state.SafeCheckpointIO()],  # atomic, weights_only
+                          default_root_dir=str(run_dir), enable_progress_bar=bar not in ("none", None),
+                          # callbacks.checkpoint=null: none (else Lightning adds a ModelCheckpoint)
+                          enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks))
+
+
+def _train(resolved: Dict[str, Any], trainer: pl.Trainer, run_dir: Path, fit_from: Any) -> Dict[str, Any]:
     """:func:`train` from the data module on. A :class:`ConfigError` (or ``DataError``) raised
     before the first training step carries ``before_work=True``: nothing of value was made, so
     ``attnflow-train`` may forget what the run wrote (its ``config.yaml``, tokenizers)."""
-    trainer, logger, failed = None, [], True
+    failed = True
     try:
         dm = DATA.build(resolved["data"], path="data")
         if hasattr(dm, "set_run_dir"):  # data modules that keep files with the run (tokenizers)
@@ -183,67 +197,51 @@ def _train(resolved: Dict[str, Any], run_dir: Path, fit_from: Any, matmul: Any) 
         if hasattr(dm, "save_artifacts"):  # what prediction needs besides weights (e.g. a vocabulary)
             dm.save_artifacts(run_dir)
         task.run_config = resolved
-        logger = build_loggers(resolved.get("logger"), run_dir, logger_identity(resolved))  # [] for none
-        callbacks = build_callbacks(resolved.get("callbacks") or {}, run_dir, task)  # the built task:
-        # its metrics' modes may depend on its config (multitask: '<task>/acc' is 'max')
-        if matmul:
-            callbacks.append(Float32MatmulPrecision(matmul))
-        bar = (resolved.get("callbacks") or {}).get("progress_bar", "auto")
-        # callbacks.checkpoint=null: no checkpoints at all (else Lightning adds a ModelCheckpoint of its own)
-        checkpoints = any(isinstance(c, ModelCheckpoint) for c in callbacks)
-        trainer_args, note, warn = resolve_precision(resolved.get("trainer") or {})  # auto; emulated bf16
-        if note:
-            (rank_zero_warn if warn else rank_zero_info)(note)
-        with lightning_refusals(trainer_args):
-            trainer = pl.Trainer(**trainer_args, logger=logger or False,
-                                 callbacks=[*callbacks, *training_state.callbacks(run_dir)],
-                                 plugins=[training_state.SafeCheckpointIO()],  # atomic, weights_only
-                                 default_root_dir=str(run_dir), enable_progress_bar=bar not in ("none", None),
-                                 enable_checkpointing=checkpoints)
         start = time.time()
-        log_hyperparams(logger, resolved)
-        with _fit_refusals():
-            trainer.fit(task, datamodule=dm, ckpt_path=fit_from, weights_only=True)
-        fit_time = time.time() - start
-        last_epoch = dict(trainer.callback_metrics)  # the last epoch's, before the best's validation
-        best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
-        ckpt = best or None
-        # validate and test the best checkpoint; under ddp_spawn each stage runs in new processes
-        # whose CSV logger must append to what the earlier stage wrote (attnflow.training.distributed)
-        continue_csv_logs(trainer)
-        epochs, global_step = fit_progress(trainer, run_dir / "checkpoints")  # (ddp_spawn: from disk)
-        best_of = dict(datamodule=dm, ckpt_path=ckpt, verbose=False, weights_only=True)
-        averaged = averaging.finish(trainer, run_dir, best)  # callbacks.average: averaged.ckpt
-        if averaged:  # the best single checkpoint's val metrics, for comparison; then the average's
-            single = _metrics(trainer.validate(task, **best_of))
-            continue_csv_logs(trainer)
-            best_of["ckpt_path"] = ckpt = averaged["path"]
-        metrics = _metrics(trainer.validate(task, **best_of))
-        if resolved.get("test", True):
-            continue_csv_logs(trainer)
-            metrics.update(_metrics(trainer.test(task, **best_of)))
-        summary = {
-            "metrics": metrics,
-            "best_checkpoint": best,
-            "epochs": epochs,
-            "global_step": global_step,
-            "fit_seconds": round(fit_time, 2),
-            "parameters": sum(p.numel() for p in model.parameters()),
-            "precision": str(trainer.precision),  # what ran (trainer.precision=auto: the choice)
-        }
-        if averaged:  # best_checkpoint is the averaged one: eval/translate/predict use it
-            summary.update(best_checkpoint=ckpt, best_single_checkpoint=best,
-                           metrics_best_single=single, averaged_from={
-                               k: averaged[k] for k in ("by", "n", "monitor", "epochs", "steps",
-                                                        "scores", "files")})
+        log_hyperparams(trainer.loggers, resolved)
+        continue_csv_logs(trainer)  # (ddp_spawn: one CSV writer for every stage)
+        trainer.fit(task, datamodule=dm, ckpt_path=fit_from, weights_only=True)
+        fit_time = round(time.time() - start, 2)
+        summary, last_epoch = _evaluate(trainer, task, dm, run_dir, resolved.get("test", True))
+        summary.update(fit_seconds=fit_time, parameters=sum(p.numel() for p in model.parameters()))
         if trainer.is_global_zero:
             _write_json(run_dir / "metrics.json", summary)
-            summarize_loggers(logger, summary, last_epoch)
+            summarize_loggers(trainer.loggers, summary, last_epoch)
         failed = False
         return summary
     except ConfigError as err:  # a DataError too (a missing file): was it before any step?
-        err.before_work = trainer is None or (  # (ddp_spawn trains in other processes: on disk)
+        err.before_work = (  # (ddp_spawn trains in other processes: on disk)
             trainer.global_step == 0 and not any(run_dir.rglob("*.ckpt")))
         raise
     finally:
-        finish_loggers(logger, failed)  # one W&B run per job, also when training failed
+        finish_loggers(trainer.loggers, failed)  # one W&B run per job, also when training failed
+
+
+def _evaluate(trainer: pl.Trainer, task: Any, dm: Any, run_dir: Path, test: bool) -> tuple:
+    """After the fit: the best checkpoint (or the average of several, ``callbacks.average``)
+    validated and tested; (the fields of ``metrics.json`` that describe it, the last epoch's
+    metrics)."""
+    last_epoch = dict(trainer.callback_metrics)  # the last epoch's, before the best's validation
+    best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+    ckpt = best or None
+    # under ddp_spawn each stage runs in new processes whose CSV logger must append to what the
+    # earlier stage wrote (attnflow.training.distributed)
+    continue_csv_logs(trainer)
+    epochs, global_step = fit_progress(trainer, run_dir / "checkpoints")  # (ddp_spawn: from disk)
+    best_of = dict(datamodule=dm, ckpt_path=ckpt, verbose=False, weights_only=True)
+    averaged = averaging.finish(trainer, run_dir, best)  # callbacks.average: averaged.ckpt
+    out: Dict[str, Any] = {}
+    if averaged:  # the best single checkpoint's val metrics, for comparison; then the average's
+        out = dict(best_checkpoint=averaged["path"], best_single_checkpoint=best,
+                   metrics_best_single=_metrics(trainer.validate(task, **best_of)),
+                   averaged_from={k: averaged[k] for k in ("by", "n", "monitor", "epochs", "steps",
+                                                           "scores", "files")})
+        continue_csv_logs(trainer)
+        best_of["ckpt_path"] = averaged["path"]
+    metrics = _metrics(trainer.validate(task, **best_of))
+    if test:
+        continue_csv_logs(trainer)
+        metrics.update(_metrics(trainer.test(task, **best_of)))
+    return {"metrics": metrics, "best_checkpoint": best, "epochs": epochs, "global_step": global_step,
+            "precision": str(trainer.precision),  # what ran (trainer.precision=auto: the choice)
+            **out}, last_epoch

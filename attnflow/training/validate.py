@@ -27,14 +27,10 @@ from attnflow.config.groups import (drop_swapped_block_fields, fill_default_bloc
                              top_level_keys, top_level_refusal, unused_groups)
 from attnflow.training.loggers import (LOGGER_CONFIG)
 from attnflow.config.overrides import command_line, typed_groups
-from attnflow.training.precision import check_precision  # =auto
 from attnflow.config.registry import (DATA, ENCODERS, MODELS, TASKS, ConfigError, suggest,
                                build_config)
 
-from attnflow.training.trainer_checks import (SET_BY_ATTNFLOW, check_callback_needs, check_minimums,
-                                              check_schedule_length, check_test_reads_batches,
-                                              check_trainer_types, check_trains_something,
-                                              check_validation_schedule, trainer_fields)
+from attnflow.training.trainer_checks import check_trainer
 
 # The top-level blocks validated by a registry; a shared group (scorer, attention, ...) is
 # validated where the model reads it, its message noting the interpolation it came through.
@@ -52,7 +48,6 @@ CALLBACK_FIELDS = {  # a dataclass: the entry's typed config (names, types, rang
 }
 
 
-# Trainer arguments attnflow sets itself (from other config entries), so not trainer.* fields.
 def validate_config(cfg: Dict[str, Any]) -> None:
     """Raise :class:`ConfigError` for any unknown block name or bad field in ``cfg``."""
     known = top_level_keys(config_dir())
@@ -65,20 +60,7 @@ def validate_config(cfg: Dict[str, Any]) -> None:
             checked[group] = registry.validate(cfg[group], group)
         elif group in ("data", "model", "task"):
             raise ConfigError(f"the config has no '{group}': choose one with {group}=NAME")
-    allowed = trainer_fields()
-    for key in cfg.get("trainer") or {}:
-        if key not in allowed or key in SET_BY_ATTNFLOW:
-            raise ConfigError(
-                f"trainer has no field '{key}' (at 'trainer.{key}'); fields are the arguments of "
-                f"lightning's Trainer except {', '.join(SET_BY_ATTNFLOW)} (set by attnflow: "
-                f"logger=…, callbacks.…, callbacks.progress_bar, callbacks.checkpoint (null: none); "
-                f"plugins: the atomic, weights-only checkpoint IO; barebones: off, as the tasks log "
-                f"their metrics, which barebones forbids).{suggest(key, allowed)}")
-    check_trainer_types(cfg.get("trainer") or {})
-    check_trains_something(cfg.get("trainer") or {})
-    check_minimums(cfg.get("trainer") or {})
-    check_precision(cfg.get("trainer") or {})  # 16-mixed on the CPU: Lightning swaps in bf16
-    check_schedule_length(cfg)
+    check_trainer(cfg.get("trainer") or {})
     for key, value in (cfg.get("callbacks") or {}).items():
         if key not in CALLBACK_FIELDS:
             raise ConfigError(f"callbacks has no entry '{key}' (at 'callbacks.{key}'); entries: "
@@ -106,9 +88,6 @@ def validate_config(cfg: Dict[str, Any]) -> None:
     if not isinstance(lr_monitor, (bool, type(None))):  # any other value would switch it on
         raise ConfigError(f"callbacks.lr_monitor must be true or false (log the learning rate every "
                           f"step), got {lr_monitor!r}")
-    check_validation_schedule(cfg)
-    check_test_reads_batches(cfg)
-    check_callback_needs(cfg, task_cls)
     _check_root_fields(cfg)
     check_composition(checked)
     check_model_builds(checked)
