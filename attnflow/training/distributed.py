@@ -66,12 +66,6 @@ def device_trainer(trainer: Mapping[str, Any]):
         info.setLevel(level)
 
 
-def check_devices(trainer: Optional[Mapping[str, Any]]) -> None:
-    """Refuse devices this machine cannot give, as Lightning does, before any work. Checked in the
-    process that trains (a sweep's job on a cluster's GPU node), not where a config is composed."""
-    device_trainer(trainer or {})
-
-
 def _scheduler_makes_processes() -> bool:
     """A cluster environment in which Lightning relaunches nothing: the processes come from srun
     (SLURM), torchrun or LSF's jsrun (Kubeflow cannot be detected)."""
