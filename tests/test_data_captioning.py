@@ -120,8 +120,6 @@ def test_shapes_no_test_split_and_bad_fields():
         dm.test_dataloader()
     with pytest.raises(ConfigError, match="grid"):
         shapes(grid=1)
-    with pytest.raises(ConfigError, match="batch_size"):
-        shapes(batch_size=0)
 
 
 def test_shapes_artifacts_round_trip(tmp_path):

@@ -213,8 +213,6 @@ def test_bad_input_is_named(tmp_path, corpus):
     one.write_text("a single document. with two sentences.\n")
     with pytest.raises(DataError, match="at least 2 documents"):
         PretrainingDataModule(train_path=str(one), val_path=str(one), vocab_size=50).setup()
-    with pytest.raises(ValueError, match="documents must be 'line' or 'blank_line'"):
-        module(corpus, documents="paragraph")
     with pytest.raises(ValueError, match="train_path"):
         PretrainingDataModule(val_path="x.txt")
 

@@ -273,9 +273,6 @@ def test_monitor_metric_names_depend_on_the_tasks(files, tmp_path):
     (["callbacks.checkpoint.monitor=val/ratng/acc"],
      r"monitor 'val/ratng/acc' is not a metric .*val/rating/acc.*Did you mean 'val/rating/acc'"),
     (["data.tasks.rating.lable_field=rating"], r"no field 'lable_field' \(at 'data.tasks.rating.lable_field'\)"),
-    (["data.tasks.rating.vocab_size=80"], r"data.tasks.rating.vocab_size=80 differs from the first task's"),
-    (["data.tasks.polarity.vocab_size=80"],  # the first task's makes the tokenizer: rating's 60 would do nothing
-     r"data.tasks.polarity.vocab_size=80 makes the one tokenizer of every task, but task rating has vocab_size=60"),
     (["++data.tasks.extra={}"], r"task.tasks lacks extra"),
     (["model.head=sequence"], r"set model.head=multitask"),
     (["task.tasks.rating.task.optim.lr=0.1"], r"'task.tasks.rating.task.optim' would do nothing"),

@@ -21,7 +21,7 @@ class SplitDataModule(pl.LightningDataModule):
     def _loader(self, split: str, train: bool) -> DataLoader:
         raise NotImplementedError
 
-    # the fields a trained model is bound to: attnflow-eval refuses another value than the run's
+    # the fields a trained model is bound to (attnflow-eval keeps the run's values)
     run_fixed: Tuple[str, ...] = ()
 
     def missing_test(self) -> Optional[str]:

@@ -30,7 +30,6 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from attnflow.data.base import SplitDataModule
-from attnflow.data.errors import check_fields
 from attnflow.data.shapes import (BOS, EOS, PAD, RELATIONS, UNK, ShapesCaptions, Vocab,
                                   all_captions, check_options, collate, make_splits)
 from attnflow.data.sampling import eval_sampler
@@ -219,11 +218,6 @@ class ShapesDataModule(CaptioningDataModule):
                  num_workers: NonNegativeInt = 0, seed: int = 1234):
         super().__init__()
         try:
-            check_fields(self.owner, [
-                ("train_size", train_size, train_size >= 1, ">= 1"),
-                ("val_size", val_size, val_size >= 1, ">= 1"),
-                ("batch_size", batch_size, batch_size >= 1, ">= 1"),
-                ("num_workers", num_workers, num_workers >= 0, ">= 0")])
             self.sets: Dict[str, ShapesCaptions] = make_splits(
                 train_size, val_size, test_size, seed, size=size, grid=grid,
                 min_shapes=min_shapes, max_shapes=max_shapes, background=background)
@@ -235,8 +229,7 @@ class ShapesDataModule(CaptioningDataModule):
 
     @classmethod
     def check_config(cls, cfg: dict) -> None:
-        """Before any work (run.check_composition): the drawing options that do not fit together
-        (shapes.py's checks, each naming its field)."""
+        """The drawing options fit together (shapes.py's checks, each naming its field)."""
         fields = cfg["data"]
         try:
             check_options(**{k: fields[k] for k in ("size", "grid", "min_shapes", "max_shapes",

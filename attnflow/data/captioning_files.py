@@ -3,8 +3,8 @@ in their common layouts, read by :mod:`attnflow.data.captions`, for Show, Attend
 (Xu et al. 2015). Batches and ids as :mod:`attnflow.data.captioning` says.
 
 Where the captions are. Relative paths are under ``root``. ``captions`` is one file for every
-split — a Karpathy-split JSON (Karpathy & Fei-Fei 2015: ``dataset_flickr8k.json``, the file the
-PyTorch captioning tutorials use), whose images carry their split; ``train_split`` (default
+split — a Karpathy-split JSON (Karpathy & Fei-Fei 2015: ``dataset_flickr8k.json``), whose
+images carry their split; ``train_split`` (default
 ``[train, restval]``), ``val_split`` and ``test_split`` pick them. ``train_captions``,
 ``val_captions``, ``test_captions`` are per-split files of any layout (``image<TAB>caption`` text,
 Flickr8k's ``name.jpg#k`` included, COCO JSON, Karpathy JSON read whole); a split's own file wins
@@ -21,9 +21,8 @@ Features: ``features`` names a directory of ``<image stem>.npy`` arrays or one `
 image file name, each (L, D) (read with ``allow_pickle=False``); every image must have the same
 (L, D), and the images must exist too (attention maps are drawn over them).
 
-Everything is read and checked in ``setup()`` — which the runner reaches through
-``model_context()`` before the model is built — so a missing file, a missing image, an empty
-caption or a feature array of another size fails before any training, with a one-line
+Everything is read and checked in ``setup()`` (reached through ``model_context()`` before the
+model is built): a bad file fails before training with a
 :class:`~attnflow.data.errors.DataError` naming the file (and line or entry) and the field.
 """
 
@@ -41,7 +40,7 @@ from torch.utils.data import Dataset
 
 from attnflow.data.captioning import CaptioningDataModule, frame_targets, tokenize_caption
 from attnflow.data.captions import load_image, read_captions
-from attnflow.data.errors import DataError, DataFileNotFoundError, check_fields
+from attnflow.data.errors import DataError, DataFileNotFoundError
 from attnflow.data.shapes import Vocab
 from attnflow.config.registry import DATA, ConfigError, NonNegativeInt, PositiveInt
 
@@ -205,8 +204,7 @@ class CaptionsDataModule(CaptioningDataModule):
             (L, D) region features; null = pixels (default null).
         batch_size: items per batch (default 32).
         num_workers: DataLoader workers (default 0).
-        seed: unread: the training order is drawn from the run's ``seed`` (Lightning's
-            seed_everything); kept so that earlier runs' configs still load (default 1234).
+        seed: unread: the training order follows the run's ``seed`` (default 1234).
     """
 
     # evaluation loads the run's vocabulary (setup_evaluation) and reads only its split's captions
@@ -227,15 +225,6 @@ class CaptionsDataModule(CaptioningDataModule):
                  batch_size: PositiveInt = 32,
                  num_workers: NonNegativeInt = 0, seed: int = 1234):
         super().__init__()
-        check = [("image_size", image_size, image_size >= 1, ">= 1"),
-                 ("min_freq", min_freq, min_freq >= 1, ">= 1"),
-                 ("max_len", max_len, max_len >= 1, ">= 1"),
-                 ("batch_size", batch_size, batch_size >= 1, ">= 1"),
-                 ("num_workers", num_workers, num_workers >= 0, ">= 0")]
-        try:
-            check_fields(OWNER, check)
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
         self.root = Path(root or ".")
         self.captions = captions or None
         self.own = {"train": train_captions, "val": val_captions, "test": test_captions}

@@ -10,17 +10,12 @@ Layouts (an image folder ``image_dir`` plus one captions file; ``.gz`` allowed f
   [{"image_id", "caption"}]}``.
 * Karpathy-split JSON (Karpathy & Fei-Fei 2015, ``dataset_flickr8k.json``/``dataset_coco.json``):
   ``{"images": [{"filename", "filepath"?, "split", "sentences": [{"raw"}]}]}``; ``split`` keeps the
-  images of one split (or of several: ``("train", "restval")``). Only this layout has splits, so a
-  ``split`` given for another layout is refused rather than silently ignored.
+  images of one split (or of several: ``("train", "restval")``); only this layout has splits.
 
-Every image gets one pair per caption (Flickr8k has five), in file order; each pair is a
-2-tuple that also carries ``.where`` (the file and line or JSON entry it came from). Images are checked to
-exist while the file is read (once per image), so a wrong ``image_dir`` or a missing file fails
-before any training with the captions file and line (or JSON entry) that names it; one
-:class:`~attnflow.data.errors.DataError` (a one-line message naming the file and the line or
-field) covers every mistake: a missing captions file or image, a line without a tab, an empty
-caption, invalid JSON or missing fields, a COCO annotation whose ``image_id`` has no image.
-:func:`load_image` reads an image with PIL and names the file (and the reference) when it cannot.
+Every image gets one pair per caption, in file order; each pair also carries ``.where`` (the file
+and line or JSON entry it came from). Images are checked to exist while the file is read, so a
+wrong ``image_dir`` fails before training; every malformed input raises
+:class:`~attnflow.data.errors.DataError` naming the file and the line or field.
 """
 
 from __future__ import annotations

@@ -233,11 +233,9 @@ class DocumentDataModule(SplitDataModule):
             :class:`~attnflow.data.word_vectors.WordVectorsConfig` fields (dim, window, alpha, eig,
             min_count, weighting, scale, seed): word vectors computed from the training split
             (PPMI + SVD, Levy et al. 2015) and handed to the model as ``word_vectors`` to start its
-            embedding from. ``dim`` must equal ``model.embed_dim`` (checked before any work).
+            embedding from. ``dim`` must equal ``model.embed_dim``.
     """
 
-    # evaluation loads the run's vocabulary and classes (setup_evaluation) and reads the whole
-    # split in one fixed order: these shape the training data and vocabulary only
     interface = "documents"  # documents: han/self_attentive models, the classification task
 
     def __init__(self, *, train_path: str = "", val_path: str = "", test_path: str = "",
@@ -256,8 +254,6 @@ class DocumentDataModule(SplitDataModule):
         for name, value in (("train_path", train_path), ("val_path", val_path)):
             if not value:
                 raise ValueError(f"data 'documents': '{name}' is required (a JSON-lines file)")
-        if batch_size < 1:
-            raise ValueError(f"data 'documents': batch_size must be >= 1, got {batch_size}")
         self.paths = {"train": Path(train_path), "val": Path(val_path),
                       "test": Path(test_path) if test_path else None}
         self.text_field, self.label_field = text_field, label_field
@@ -277,9 +273,7 @@ class DocumentDataModule(SplitDataModule):
     # -- word vectors ----------------------------------------------------------------------
     @staticmethod
     def word_vectors_config(value: Any, path: str = "data.word_vectors"):
-        """``data.word_vectors`` as a WordVectorsConfig (None when off); an unknown field, a wrong
-        type, choice or a value out of its range is a ConfigError naming it (the registry's
-        nested-config checks)."""
+        """``data.word_vectors`` as a WordVectorsConfig (None when off), checked by the registry."""
         from attnflow.data.word_vectors import WordVectorsConfig
 
         if value is None:
@@ -288,9 +282,8 @@ class DocumentDataModule(SplitDataModule):
 
     @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
-        """Before any work (run.check_composition): ``data.max_vocab`` above the specials,
-        ``data.word_vectors``' fields, and its ``dim`` against the model's ``embed_dim`` (the
-        vectors are copied into the embedding)."""
+        """``data.max_vocab`` above the specials; ``data.word_vectors.dim`` equal to the model's
+        ``embed_dim`` (the vectors are copied into the embedding)."""
         max_vocab = (cfg.get("data") or {}).get("max_vocab")
         if isinstance(max_vocab, int) and 0 < max_vocab <= len(SPECIALS):
             raise ConfigError(f"data.max_vocab={max_vocab} (at 'data.max_vocab') leaves no word beside "
@@ -325,17 +318,14 @@ class DocumentDataModule(SplitDataModule):
     # -- what models and tasks need -------------------------------------------------------
     @classmethod
     def longest_source_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:
-        """The most positions a flat model's encoder (self_attentive: a document's sentences one
-        after another) is given, and why (``{at}``: the data config's path), for
-        :func:`attnflow.training.validate._check_own_encoder`. (Not ``longest_positions``, which the models that
-        read the data whole, BERT and the Transformer, ask: they do not take documents.)"""
+        """The most positions a flat model's encoder is given (a document's sentences one after
+        another), and why (``{at}``: the data config's path)."""
         n, w = fields["max_sentences"], fields["max_words"]
         return n * w, f"{{at}}max_sentences={n} × {{at}}max_words={w} words of a document"
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
-        """:meth:`model_context` with stand-in sizes (:func:`attnflow.training.validate.check_model_builds`);
-        no ``word_vectors``: they come from the data."""
+        """:meth:`model_context` with stand-in sizes, for a build before the data is read."""
         return {"vocab_size": 1000, "num_classes": 2, "pad_id": PAD}
 
     def model_context(self) -> dict:

@@ -88,9 +88,6 @@ class GraphDataModule(pl.LightningDataModule):
     def __init__(self, *, loader: str = "full", batch_size: int = 512, num_hops: int = 2,
                  num_neighbors: Optional[List[int]] = None, seed: int = 1234):
         super().__init__()
-        if loader not in ("full", "khop", "neighbor"):
-            raise ValueError(f"data '{self.name}': loader must be 'full', 'khop' or 'neighbor', "
-                             f"got {loader!r}")
         _check_loader(self.name, loader)
         self.loader, self.batch_size, self.num_hops = loader, batch_size, num_hops
         self.num_neighbors = list(num_neighbors or [10, 10])
@@ -99,7 +96,7 @@ class GraphDataModule(pl.LightningDataModule):
 
     @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
-        """Before any work (run.check_composition): a loader whose packages are missing."""
+        """A loader whose packages are missing."""
         _check_loader(cfg["data"].get("name", cls.name), cfg["data"].get("loader", "full"))
 
     # -- what subclasses provide ------------------------------------------------------------------

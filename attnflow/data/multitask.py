@@ -9,32 +9,26 @@ Config (``conf/data/multitask_imdb.yaml``)::
       rating: {label_field: rating}   # common with these fields changed
 
 Each task's data config is ``common`` with the task's fields laid over it (an entry with another
-``name`` is a whole data config of its own), validated through the data registry as a single-task
-run's would be: an unknown field is refused before any work, naming ``data.tasks.<task>.<field>``
-and the fields there are (``data.common.<field>`` for a shared one). Every task's data module is
-built through the registry (:data:`~attnflow.config.registry.DATA`); a task's own field wins over
-``common``'s.
+``name`` is a whole data config of its own), validated and built through the data registry
+(:data:`~attnflow.config.registry.DATA`) as a single-task run's would be.
 
 One encoder reads every task's inputs, so the tasks share one tokenizer: the first task's data
 module makes it (trains it on its training texts, loads the ``tokenizer_from`` run's, or reads the
 one saved with this run on resume) and the others are handed the same object, never training
-their own; fields that decide the tokenizer (``tokenizer_from``, ``vocab_size``, ``lowercase``)
-must therefore agree across the tasks (put them in ``common``).
+their own; a later task's tokenizer fields are unread (a warning): put them in ``common``.
 
 Loaders: training takes one batch of every task per step, a batch ``{task: that task's batch}``;
 an epoch is the longest task's batches, shorter tasks start over (Lightning's ``max_size_cycle``).
-In one process this is :class:`CycleLoader`, a ``DataLoader`` over the tasks' loaders, so that a
-run stopped within an epoch resumes at the next batch exactly as a single-task run does
-(:mod:`attnflow.training.state` makes DataLoaders resumable); under DDP it is Lightning's
-``CombinedLoader(…, "max_size_cycle")``, which gives each task's loader its distributed sampler
-(there a resume within an epoch restarts that epoch's order; Lightning warns). Validation and test
+In one process this is :class:`CycleLoader`, a ``DataLoader`` (so a run resumes within an
+epoch as a single-task run does); under DDP it is Lightning's ``CombinedLoader(…,
+"max_size_cycle")``, which gives each task's loader its distributed sampler. Validation and test
 run each task's loader in turn (``CombinedLoader(…, "sequential")``, ``dataloader_idx`` = the
-task's place in :attr:`task_names`). Each task's loader is its own data module's, so bucketing,
-samplers and workers are as in a single-task run.
+task's place in :attr:`task_names`). Each task's loader is its own data module's.
 """
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -42,7 +36,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
-from attnflow.config.registry import DATA, BlockSpec, ConfigError
+from attnflow.config.registry import DATA, AttnflowWarning, BlockSpec, ConfigError
 
 # fields that decide a text data module's tokenizer: one tokenizer for all tasks, so equal
 TOKENIZER_FIELDS = ("tokenizer_from", "vocab_size", "lowercase", "tokenizer")
@@ -90,7 +84,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
         common: the data config the tasks share (a data block: name and fields) (default None:
             every task entry is a whole data config).
         tasks: task name → its fields over ``common`` (a mapping; ``{}``: common as it is), in the
-            order of ``task.tasks`` or any other (default {}: refused, name at least one).
+            order of ``task.tasks`` or any other (at least one).
     """
 
     interface = "multitask"  # with task 'multitask' and model 'bert' (model.head=multitask)
@@ -111,8 +105,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
     # -- config ------------------------------------------------------------------------------------
     @classmethod
     def task_configs(cls, cfg: Mapping[str, Any], path: str = "data") -> Dict[str, Dict[str, Any]]:
-        """{task: its validated data config} of a ``multitask`` data config; a
-        :class:`ConfigError` naming the field's path for anything the registry refuses."""
+        """{task: its validated data config} of a ``multitask`` data config."""
         common = cfg.get("common")
         if common is not None:
             common = DATA.validate(common, f"{path}.common")
@@ -133,25 +126,16 @@ class MultiTaskDataModule(pl.LightningDataModule):
                 raise ConfigError(f"'{where}.name': a task's data cannot be multitask itself")
             out[str(t)] = DATA.validate(merged, where)
         first, *others = out
-        for t in others:  # one tokenizer: a field that decides it, set for one task, must agree
+        for t in others:  # the first task's data makes the one tokenizer: a later task's is unread
             for field in TOKENIZER_FIELDS:
-                if field not in out[t] or out[t][field] == out[first].get(field):
-                    continue
-                if field in _mapping(entries[t], ""):  # a later task's would do nothing
-                    raise ConfigError(
-                        f"{path}.tasks.{t}.{field}={out[t][field]!r} differs from the first task's "
-                        f"({first}: {out[first][field]!r}): the tasks share one tokenizer, which the "
-                        f"first task's data makes; set {field} in {path}.common")
-                if field in _mapping(entries[first], ""):  # task t's own value would do nothing
-                    raise ConfigError(
-                        f"{path}.tasks.{first}.{field}={out[first][field]!r} makes the one tokenizer "
-                        f"of every task, but task {t} has {field}={out[t][field]!r}: set {field} in "
-                        f"{path}.common")
+                if field in out[t] and out[t][field] != out[first].get(field):
+                    warnings.warn(f"{path}.tasks.{t}.{field}={out[t][field]!r} unread: the first "
+                                  f"task's data makes the shared tokenizer", AttnflowWarning, stacklevel=2)
         return out
 
     @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
-        """Every task's data config is valid (run.check_composition, before any work)."""
+        """Every task's data config is valid."""
         cls.task_configs(cfg["data"])
 
     @classmethod

@@ -3,24 +3,18 @@
 Files are ``<root>/<split>.<lang>`` or ``<root>/<split>.<lang>.gz`` (Multi30k: train, val,
 test_2016_flickr; en and de), line i of the source file translating line i of the target file.
 Either direction works (``src_lang``/``tgt_lang``). Nothing is downloaded. A missing, empty or
-cut-short file raises :class:`~attnflow.data.errors.DataError` naming it (and the line); a fresh
-run reads all three splits before any work.
+cut-short file raises :class:`~attnflow.data.errors.DataError` naming it (and the line).
 
-Tokenisation (BPE or WordPiece trained on the training split): HF
-``tokenizers`` with NFKC normalisation (optionally lower-casing), a Metaspace + punctuation
-pre-tokeniser (words carry a leading ``▁``, so decoding restores the original spacing: detokenised
-output is plain text for sacreBLEU), and a BPE (Sennrich et al. 2016) or WordPiece (Schuster &
-Nakajima 2012; Devlin et al. 2019) model. Trained on the training split only (of the first
-``max_pairs`` pairs when set); one tokenizer for both sides with ``shared_vocab`` (needed for tied
-embeddings), else one per language. With a run directory (the runner calls ``set_run_dir``) the
-tokenizers are written to ``<run_dir>/tokenizer/`` and read back from there when present (resume,
-evaluation, ``attnflow-translate``). Token ids: 0 ⟨pad⟩, 1 ⟨bos⟩, 2 ⟨eos⟩, 3 ⟨unk⟩.
+Tokenisation: HF ``tokenizers``, NFKC (optionally lower-casing), a Metaspace + punctuation
+pre-tokeniser (decoding restores the spacing, so output is plain text for sacreBLEU), and a BPE
+(Sennrich et al. 2016) or WordPiece model trained on the training split only; one tokenizer for
+both sides with ``shared_vocab`` (tied embeddings), else one per language. They are saved in
+``<run_dir>/tokenizer/`` and read back from there (resume, evaluation, ``attnflow-translate``).
+Token ids: 0 ⟨pad⟩, 1 ⟨bos⟩, 2 ⟨eos⟩, 3 ⟨unk⟩.
 
-Batches (as :func:`attnflow.data.synthetic.collate`): ``src`` (B, S), ``src_lengths`` (B,),
-``tgt_in`` = ⟨bos⟩ y (B, T), ``tgt_out`` = y ⟨eos⟩ (B, T), padded with 0, plus ``idx`` (B,) the
-pairs' line numbers (the task reads the untokenised references by it). Training batches group
-pairs of similar length (sorted within pools of 100 batches, then shuffled batch by batch), so
-little compute goes to padding.
+Batches: ``src`` (B, S), ``src_lengths`` (B,), ``tgt_in`` = ⟨bos⟩ y (B, T), ``tgt_out`` = y ⟨eos⟩
+(B, T), padded with 0, and ``idx`` (B,) the pairs' line numbers (for the untokenised references).
+Training batches group pairs of similar length, so little compute goes to padding.
 """
 
 from __future__ import annotations
@@ -184,10 +178,8 @@ class ParallelDataModule(SplitDataModule):
         return {"src": folder / f"{self.src_lang}.json", "tgt": folder / f"{self.tgt_lang}.json"}
 
     def load_tokenizers(self, folder, artifacts: Optional[dict] = None) -> None:
-        """The run's tokenizers: the files in ``folder`` (``<run dir>/tokenizer/``), else those
-        its checkpoint carries (``artifacts``: the checkpoint's ``attnflow_artifacts``, see
-        :meth:`artifacts`) — so a checkpoint copied out of its run directory still translates
-        and evaluates. Neither: :class:`FileNotFoundError` naming the files."""
+        """The run's tokenizers: the files in ``folder``, else those the checkpoint's
+        ``artifacts`` carry (a checkpoint copied out of its run still works)."""
         files = self.tokenizer_files(Path(folder))
         missing = [str(p) for p in files.values() if not p.is_file()]
         if not missing:
@@ -207,22 +199,19 @@ class ParallelDataModule(SplitDataModule):
                                     f"the checkpoint's tokenizers cannot be read: {err}") from None
 
     def artifacts(self) -> dict:
-        """What using the weights needs besides them, stored in every checkpoint
-        (:meth:`attnflow.tasks.base.Task.on_save_checkpoint`): the source and target tokenizers
-        as JSON text (the same text twice for ``shared_vocab``)."""
+        """What using the weights needs besides them, stored in every checkpoint: the
+        tokenizers as JSON text."""
         self.prepare_tokenizers()
         return {"tokenizers": {"src": self.src_tok.to_str(), "tgt": self.tgt_tok.to_str()}}
 
     @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
-        """Before any work (run.check_composition): what the fields' own bounds cannot say."""
+        """Source and target languages differ."""
         fields = cfg["data"]
         _check_langs(fields["src_lang"], fields["tgt_lang"])
 
     def setup_evaluation(self, run_dir, artifacts: dict, split: str) -> None:
-        """Only what evaluating a trained run on ``split`` needs (attnflow-eval): the run's saved
-        tokenizers (``<run_dir>/tokenizer/``, else the checkpoint's ``artifacts``) and that split's
-        files; the training files are not read and no tokenizer is trained."""
+        """Only what evaluating a trained run on ``split`` needs: its tokenizers and that split."""
         self.load_tokenizers(Path(run_dir) / "tokenizer", artifacts)
         src, tgt = self.split_text(split)  # DataError when a file is missing, empty or cut short
         s_ids = [e.ids for e in self.src_tok.encode_batch(src)]
@@ -256,7 +245,7 @@ class ParallelDataModule(SplitDataModule):
         if folder and all(p.is_file() for p in self.tokenizer_files(folder).values()):
             return self.load_tokenizers(folder)
         src, tgt = self.split_text("train")
-        for split in ("val", "test"):  # a missing, empty or cut file fails now, before any work
+        for split in ("val", "test"):  # a bad file fails now, not after training
             self.split_text(split)
         if self.shared:
             self.src_tok = self.tgt_tok = train_tokenizer(self.kind, src + tgt, self.vocab, self.lowercase)
@@ -280,16 +269,13 @@ class ParallelDataModule(SplitDataModule):
 
     @classmethod
     def longest_source_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:
-        """The most positions an encoder is given (every split's sources, and attnflow-translate's
-        input lines, are cut to ``max_src_len``), and why (``{at}``: the data config's path)."""
+        """The most positions an encoder is given, and why (``{at}``: the data config's path)."""
         return fields["max_src_len"], f"{{at}}max_src_len={fields['max_src_len']}"
 
     @classmethod
     def longest_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:
-        """The most positions a sequence model is given, and why (``{at}``: the data config's
-        path): sources cut to ``max_src_len``, ⟨bos⟩-led training targets of ``max_tgt_len + 1``,
-        outputs decoded to ``max_decode_len``. (Validation and test targets are not cut: a longer
-        one is found only when it comes.)"""
+        """The most positions a sequence model is given (sources, ⟨bos⟩-led targets, decoded
+        outputs), and why (``{at}``: the data config's path)."""
         src, tgt = fields["max_src_len"], fields["max_tgt_len"]
         decode = fields["max_decode_len"] or tgt + 2
         why = (f"{{at}}max_src_len={src}, {{at}}max_tgt_len={tgt} (+ ⟨bos⟩), outputs decoded to "
@@ -298,8 +284,7 @@ class ParallelDataModule(SplitDataModule):
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
-        """:meth:`model_context` with stand-in sizes (:func:`attnflow.training.validate.check_model_builds`);
-        both sides the same size, as ``tie_embeddings=all`` needs (a joint vocabulary has it)."""
+        """:meth:`model_context` with stand-in sizes (both sides equal, as tied embeddings need)."""
         return {"src_vocab": fields["vocab_size"], "tgt_vocab": fields["vocab_size"], "pad_id": PAD}
 
     def model_context(self) -> dict:

@@ -3,16 +3,12 @@
 Source: Yang, Cohen & Salakhutdinov 2016, "Revisiting semi-supervised learning with graph
 embeddings" (the split: 20 labelled nodes per class for training, 500 validation, 1000 test);
 used by Veličković et al. 2018 (GAT). Read from ``<root>/<Name>/raw/ind.<name>.{x,tx,allx,y,ty,
-ally,graph,test.index}`` — PyG's raw layout, the files of github.com/kimiyoung/planetoid — with
-PyG's own reader (``torch_geometric.io.read_planetoid_data``: the CiteSeer isolated-node fix,
-duplicate and self-loop removal), made undirected as the GAT authors' loader reads the graph
-(PetarV-/GAT ``utils/process.py``, via ``networkx.from_dict_of_lists``): an edge listed one way
-only is kept both ways (PyG would keep it one way). Nothing is downloaded and nothing is written next to the data
-(the data folder may be read-only): the raw files are parsed in memory. The feature matrices are
-pickled SciPy sparse matrices; they are rebuilt with NumPy, so SciPy is not needed. A missing,
-empty, truncated or crafted raw file raises :class:`~attnflow.data.errors.DataError` naming it;
-the row counts of the files of one node set (x/y, allx/ally, tx/ty/test.index) must agree, which
-also catches a ``test.index`` cut at a line end (it parses without error).
+ally,graph,test.index}`` (PyG's raw layout) with PyG's own reader, made undirected as the GAT
+authors' loader reads the graph (an edge listed one way only is kept both ways). Nothing is
+downloaded or written; the pickled SciPy feature matrices are rebuilt with NumPy (no SciPy). A
+missing, empty, truncated or crafted raw file raises :class:`~attnflow.data.errors.DataError`
+naming it; the row counts of the files of one node set must agree (this catches a truncated
+``test.index``).
 
 Features are row-normalised (each node's features sum to 1), as in the GAT paper's code.
 """
@@ -174,13 +170,13 @@ class PlanetoidDataModule(GraphDataModule):
         seed: the mini-batch partition's seed (default 1234).
     """
 
-    known_multi_label = False  # Cora, CiteSeer, PubMed: one class per node (checked before any work)
+    known_multi_label = False  # Cora, CiteSeer, PubMed: one class per node
     # (features, classes) of each set (Yang et al. 2016, Table 1; Kipf & Welling 2017, Table 1)
     SIZES = {"Cora": (1433, 7), "CiteSeer": (3703, 6), "PubMed": (500, 3)}
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
-        """The set's own sizes (a refusal then names its real number of classes)."""
+        """The set's own sizes, for a build before the data is read."""
         in_dim, num_classes = cls.SIZES[fields.get("dataset", "Cora")]
         return {"in_dim": in_dim, "num_classes": num_classes}
 

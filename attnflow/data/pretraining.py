@@ -49,7 +49,7 @@ from torch.utils.data import DataLoader
 from attnflow.data.base import SplitDataModule
 from attnflow.data.buckets import BucketBatchSampler
 from attnflow.data.documents import clean, read_jsonl, split_sentences
-from attnflow.data.errors import DataError, check_fields, numbered_lines
+from attnflow.data.errors import DataError, numbered_lines
 from attnflow.data.sampling import eval_sampler
 from attnflow.config.registry import DATA, NonNegativeInt, PositiveInt, Probability, Range
 from attnflow.io.text import atomic_path
@@ -119,12 +119,8 @@ def train_wordpiece(texts: Sequence[str], vocab_size: int, lowercase: bool = Tru
     """A WordPiece tokenizer (Schuster & Nakajima 2012; Devlin et al. 2019) trained on ``texts``,
     with BERT's special tokens at ids 0–4 and no special tokens added on encoding.
 
-    Not bit-reproducible: HF tokenizers' trainer numbers the ``##`` continuation pieces in
-    hash-map order, which changes from process to process, and breaks ties between equally
-    frequent merges by those numbers (huggingface/tokenizers issue 1794; the fix, pull request
-    2066, is not released). Two trainings on the same texts can give different ids and, at
-    ties, different pieces; a run saves its tokenizer (``<run>/tokenizer/``, and in every
-    checkpoint), so evaluating or fine-tuning from it never retrains one."""
+    Not bit-reproducible (HF tokenizers break ties between equal merges in hash-map order), so a
+    run saves its tokenizer and evaluating or fine-tuning from it never retrains one."""
     from tokenizers import models, trainers
 
     from attnflow.data.parallel import new_tokenizer
@@ -332,15 +328,6 @@ class PretrainingDataModule(SplitDataModule):
         for name, value in (("train_path", train_path), ("val_path", val_path)):
             if not value:
                 raise ValueError(f"{OWNER}: '{name}' is required (a .txt or .jsonl corpus file)")
-        check_fields(OWNER, [
-            ("documents", documents, documents in ("line", "blank_line"), "'line' or 'blank_line'"),
-            ("vocab_size", vocab_size, vocab_size > len(SPECIALS), f"> {len(SPECIALS)}"),
-            ("max_len", max_len, max_len >= 5, ">= 5 (3 specials and two segments)"),
-            ("short_seq_prob", short_seq_prob, 0 <= short_seq_prob <= 1, "in [0, 1]"),
-            ("mlm_prob", mlm_prob, 0 < mlm_prob < 1, "in (0, 1)"),
-            ("batch_size", batch_size, batch_size >= 1, ">= 1"),
-            ("limit_train", limit_train, limit_train >= 0, ">= 0"),
-            ("limit_val", limit_val, limit_val >= 0, ">= 0")])
         self.paths = {"train": Path(train_path), "val": Path(val_path),
                       "test": Path(test_path) if test_path else None}
         self.text_field, self.documents = text_field, documents

@@ -1,13 +1,9 @@
 """A synthetic image-captioning set the package makes itself: a few coloured shapes on a canvas
 and a caption naming them with their spatial relations.
 
-The task is Xu et al. (2015), "Show, Attend and Tell": a decoder attends over the L regions of an
-image while it writes each word. Real captioning sets (Flickr8k, COCO) do not say which pixels a
-word refers to, so whether the model "looks at the right place" can only be eyeballed on heat
-maps. Here every word that names a shape — its colour adjective and its noun — comes with that
-shape's exact region (bounding box and boolean pixel mask), so a test can measure how much
-attention mass lands on the named shape against the uniform share 1/L: a grounding test that can
-pass or fail. It also trains on the CPU in minutes with no downloads.
+For Show, Attend and Tell (Xu et al. 2015): every word that names a shape (colour and noun) comes
+with that shape's exact pixel mask, so a test can measure the attention mass on the named shape
+against the uniform share 1/L. It trains on the CPU in minutes with no downloads.
 
 An image is (3, H, W) float in [0, 1]: a black or grey canvas with 1..``max_shapes`` shapes
 (circle, square, triangle) of distinct colours (red, green, blue, yellow: pure RGB values, never
@@ -23,8 +19,7 @@ e.g. "a red circle left of a blue square", "a green triangle above a yellow circ
 a red square", "a blue square". Every relation is said of the first shape (the subject).
 
 Example ``i`` of a :class:`ShapesCaptions` set is drawn from its own ``random.Random(seed + i)``
-(no global RNG is touched), so it can be regenerated alone. Drawing is torch tensor ops on a
-pixel-centre meshgrid, no loops over pixels. Token ids follow :mod:`attnflow.data.synthetic`:
+(no global RNG), so it can be regenerated alone. Token ids follow :mod:`attnflow.data.synthetic`:
 0 ⟨pad⟩, 1 ⟨bos⟩, 2 ⟨eos⟩, then 3 ⟨unk⟩ and the words of the training captions.
 """
 
@@ -201,7 +196,7 @@ def all_captions(example: ShapesExample) -> List[List[str]]:
 
 
 def check_options(*, size: int, grid: int, min_shapes: int, max_shapes: int, background: str) -> None:
-    """Refuse impossible settings with the field's name and what is allowed."""
+    """Impossible settings: a ValueError naming the field and what is allowed."""
     if grid < 2:
         raise ValueError(f"data 'shapes': grid must be >= 2 (cells per side), got {grid}")
     if size < 16 * grid:  # cells under 16 px draw circles, squares, triangles alike

@@ -76,9 +76,6 @@ class ReverseDataModule(SplitDataModule):
                  test_size: NonNegativeInt = 500, batch_size: PositiveInt = 64, seed: int = 1234):
         super().__init__()
         _check_lengths(min_len, max_len)
-        if symbols < 2:
-            raise ConfigError(f"data 'reverse': field 'symbols' (at 'data.symbols') must be >= 2, "
-                              f"got {symbols}")
         self.task, self.symbols, self.min_len, self.max_len = task, symbols, min_len, max_len
         self.sizes = {"train": train_size, "val": val_size, "test": test_size}
         self.batch_size, self.seed = batch_size, seed
@@ -87,7 +84,7 @@ class ReverseDataModule(SplitDataModule):
 
     @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
-        """Before any work (run.check_composition): what the fields' own bounds cannot say."""
+        """min_len <= max_len."""
         fields = cfg["data"]
         _check_lengths(fields["min_len"], fields["max_len"])
 
@@ -103,15 +100,13 @@ class ReverseDataModule(SplitDataModule):
 
     @classmethod
     def longest_source_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:
-        """The most positions an encoder is given (sources of at most ``max_len`` symbols), and
-        why (``{at}``: the data config's path)."""
+        """The most positions an encoder is given, and why (``{at}``: the data config's path)."""
         return fields["max_len"], f"{{at}}max_len={fields['max_len']}"
 
     @classmethod
     def longest_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:
-        """The most positions a sequence model is given, and why (``{at}``: the data config's
-        path): outputs are decoded to ``max_len + 2`` tokens (:meth:`task_context`), one more
-        than a ⟨bos⟩-led target."""
+        """The most positions a sequence model is given (outputs decoded to ``max_len + 2``), and
+        why (``{at}``: the data config's path)."""
         n = fields["max_len"]
         return n + 2, f"{{at}}max_len={n}: outputs decoded to {n + 2} tokens"
 

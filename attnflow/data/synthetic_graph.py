@@ -94,9 +94,6 @@ class SyntheticGraphDataModule(GraphDataModule):
                  seed: int = 1234):
         super().__init__(loader=loader, batch_size=batch_size, num_hops=num_hops,
                          num_neighbors=num_neighbors, seed=seed)
-        if num_nodes < 4 or num_classes < 2:
-            raise ConfigError(f"data 'synthetic_graph': need num_nodes >= 4 and num_classes >= 2 (at "
-                              f"'data.num_nodes', 'data.num_classes'), got {num_nodes}, {num_classes}")
         _check_split(split, num_nodes)
         self.kw = dict(num_nodes=num_nodes, num_classes=num_classes, feature_dim=feature_dim,
                        p_in=p_in, p_out=p_out, noise=noise, multi_label=multi_label,
@@ -104,7 +101,7 @@ class SyntheticGraphDataModule(GraphDataModule):
 
     @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
-        """Before any work (run.check_composition): the split against the number of nodes."""
+        """The split against the number of nodes."""
         super().check_config(cfg)
         fields = cfg["data"]
         _check_split(fields["split"], fields["num_nodes"])

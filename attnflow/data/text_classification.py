@@ -28,6 +28,7 @@ Batch: ``input_ids`` (B, T) long, padded with [PAD] = 0, ``segment_ids`` (B, T) 
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 from typing import Annotated, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -37,10 +38,10 @@ from torch.utils.data import DataLoader
 
 from attnflow.data.base import SplitDataModule
 from attnflow.data.documents import clean, read_jsonl
-from attnflow.data.errors import DataError, check_fields, numbered_lines
+from attnflow.data.errors import DataError, numbered_lines
 from attnflow.data.pretraining import (CLS, PAD, SEP, SPECIALS, TOKENIZER_FILE, pad_rows,
                                        save_tokenizer, train_wordpiece)
-from attnflow.config.registry import DATA, NonNegativeInt, PositiveInt, Range
+from attnflow.config.registry import DATA, AttnflowWarning, NonNegativeInt, PositiveInt, Range
 
 log = logging.getLogger(__name__)
 
@@ -162,10 +163,9 @@ class TextClassificationDataModule(SplitDataModule):
         tokenizer_from: the pretraining run (directory or .ckpt) whose tokenizer is used; it must
             be the run the encoder comes from (the experiments set it to ``${model.init_from}``);
             null = train a WordPiece tokenizer on the training texts (default null).
-        vocab_size: WordPiece size when training one; refused with tokenizer_from (default null:
+        vocab_size: WordPiece size when training one; unread with tokenizer_from (default null:
             30522).
-        lowercase: lower-case when training one; refused with tokenizer_from, whose tokenizer
-            decides (default null: True).
+        lowercase: lower-case when training one; unread with tokenizer_from (default null: True).
         max_len: longest sequence in subwords, [CLS] and [SEP] included (default 256).
         limit_train, limit_val: use only N texts, a random subset drawn with ``seed``, 0 = all
             (default 0).
@@ -192,20 +192,10 @@ class TextClassificationDataModule(SplitDataModule):
         for name, value in (("train_path", train_path), ("val_path", val_path)):
             if not value:
                 raise ValueError(f"{OWNER}: '{name}' is required (a .jsonl or label<TAB>text file)")
-        if tokenizer_from:
-            for name, value in (("vocab_size", vocab_size), ("lowercase", lowercase)):
-                if value is not None:
-                    raise ValueError(f"{OWNER}: {name}={value} cannot apply: the tokenizer comes from "
-                                     f"tokenizer_from={tokenizer_from} (the pretraining run's); leave "
-                                     f"data.{name} null, or set data.tokenizer_from=null to train one")
-        check_fields(OWNER, [  # vocab_size, max_len: also in their annotations (the registry's check,
-            # before any work); these are for a module built in Python
-            ("vocab_size", vocab_size, vocab_size is None or vocab_size > len(SPECIALS),
-             f"> {len(SPECIALS)}"),
-            ("max_len", max_len, max_len >= 3, ">= 3 ([CLS], a subword, [SEP])"),
-            ("batch_size", batch_size, batch_size >= 1, ">= 1"),
-            ("limit_train", limit_train, limit_train >= 0, ">= 0"),
-            ("limit_val", limit_val, limit_val >= 0, ">= 0")])
+        unread = [n for n, v in (("vocab_size", vocab_size), ("lowercase", lowercase)) if v is not None]
+        if tokenizer_from and unread:
+            warnings.warn(f"{OWNER}: {', '.join(unread)} unread: the tokenizer comes from "
+                          f"tokenizer_from={tokenizer_from}", AttnflowWarning, stacklevel=2)
         self.paths = {"train": Path(train_path), "val": Path(val_path),
                       "test": Path(test_path) if test_path else None}
         self.text_field, self.label_field = text_field, label_field

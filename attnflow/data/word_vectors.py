@@ -16,12 +16,9 @@ matching SGNS (word2vec) on similarity tasks when it uses word2vec's own tricks:
 3. truncated SVD ``PPMI ≈ U Σ Vᵀ`` and word vectors ``W = U Σ^p`` with the *eigenvalue weighting*
    p = 0.5 (Levy et al. 2015 §3.3: √σ does better than σ on similarity tasks).
 
-Everything is vectorised: one numpy pass per window offset builds the pairs, ``scipy.sparse``
-sums them, and ``scipy.sparse.linalg.svds`` (seeded start vector) takes the top ``dim`` singular
-triplets. The ⟨pad⟩ row is zero (padding is never a word or a context); ⟨unk⟩ gets what its
-counts give. Finally the rows are rescaled so that their mean norm is ``scale · √dim``: with
-scale 1 that is the norm of a row of ``nn.Embedding``'s default N(0, 1) init, the scale the
-model's first layers were tuned for (an SVD's rows are far smaller and uneven).
+Vectorised (one numpy pass per window offset, ``scipy.sparse`` sums, seeded ``svds``). The ⟨pad⟩
+row is zero. Rows are rescaled to a mean norm of ``scale · √dim``, the norm of an
+``nn.Embedding`` N(0, 1) row (an SVD's rows are far smaller).
 """
 
 from __future__ import annotations
