@@ -274,7 +274,6 @@ def test_monitor_metric_names_depend_on_the_tasks(files, tmp_path):
      r"data.tasks.polarity.vocab_size=80 makes the one tokenizer of every task, but task rating has vocab_size=60"),
     (["++data.tasks.extra={}"], r"task.tasks lacks extra"),
     (["model.head=sequence"], r"set model.head=multitask"),
-    (["task.tasks.rating.task.optim.lr=0.1"], r"'task.tasks.rating.task.optim' would do nothing"),
     (["task.tasks.rating.task={name: classification}"],
      r"task.tasks.rating: task 'classification' works on documents, but its data .* gives text_classification"),
     (["task.tasks.rating.task={name: bert_pretraining}", "data.tasks.rating.name=bert_pretraining",

@@ -81,8 +81,6 @@ class GAT(nn.Module):
                  output_aggregator: BlockSpec["aggregator"] = {"name": "mean"},  # noqa: B006
                  layer: str = "attention"):
         super().__init__()
-        if layers < 1:
-            raise ValueError(f"model 'gat': layers must be >= 1, got {layers}")
         self.in_dim, self.num_classes, self.dropout = in_dim, num_classes, dropout
         self.head_dropout = head_dropout
         self.layers = nn.ModuleList()

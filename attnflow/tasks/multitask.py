@@ -39,6 +39,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import warnings
 from typing import Any, Dict, Mapping, Optional, Sequence
 
 import torch
@@ -46,7 +47,7 @@ from torch import nn
 from torchmetrics import MeanMetric
 
 from attnflow.tasks.base import updated_on_any_rank
-from attnflow.config.registry import DATA, MODELS, TASKS, ConfigError, suggest
+from attnflow.config.registry import DATA, MODELS, TASKS, AttnflowWarning, ConfigError, suggest
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
 
@@ -192,8 +193,8 @@ class MultiTask(Task):
                 raise ConfigError(f"'{where}.task.name': a task of a multitask run cannot be "
                                   f"multitask itself")
             if "optim" in sub:
-                raise ConfigError(f"'{where}.task.optim' would do nothing: the tasks are trained "
-                                  f"together by one optimiser; set task.optim.* instead")
+                warnings.warn(f"{where}.task.optim is unread: task.optim trains all tasks",
+                              AttnflowWarning)
             out[t] = {"weight": float(weight), "task": TASKS.validate(sub, f"{where}.task")}
         if not any(e["weight"] > 0 for e in out.values()):
             raise ConfigError(f"task 'multitask': every weight in {path} is 0, so nothing would be "
@@ -224,7 +225,7 @@ class MultiTask(Task):
         if model_iface != "multitask":
             fit = [h for h, i in heads.items() if i == "multitask"]
             raise ConfigError(
-                f"task 'multitask' needs a model with one head per task: "
+                "task 'multitask' needs a model with one head per task: "
                 + (f"set model.head={fit[0]} (model '{cfg['model']['name']}', now "
                    f"model.head={cfg['model'].get('head')})" if fit else
                    f"model '{cfg['model']['name']}' has none (model=bert model.head=multitask)"))

@@ -44,6 +44,7 @@ to ``<run dir>/attention/graph_embedding.png`` and logs it to TensorBoard / W&B.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
@@ -54,7 +55,7 @@ from torch import nn
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import remove_self_loops, scatter
 
-from attnflow.config.registry import DATA, TASKS, ConfigError, NonNegativeFloat, Probability
+from attnflow.config.registry import DATA, TASKS, AttnflowWarning, ConfigError, NonNegativeFloat, Probability
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
 
@@ -94,12 +95,6 @@ def _check_labels(multi_label: bool, multi_label_data: bool) -> None:
                           f"task.multi_label={str(multi_label_data).lower()}")
 
 
-def _check_options(multi_label: bool, label_smoothing: float, propagation_reg: float) -> None:
-    """The refusals that need no data: options that would do the wrong thing."""
-    for field, value in (("label_smoothing", label_smoothing), ("propagation_reg", propagation_reg)):
-        if multi_label and value:
-            raise ConfigError(f"task 'node_classification': {field} applies to single-label data "
-                              f"(SoftMax cross-entropy); got {value} with multi_label=true")
 
 
 @TASKS.register("node_classification")
@@ -133,7 +128,6 @@ class NodeClassificationTask(Task):
                  label_smoothing: Probability = 0.0, propagation_reg: NonNegativeFloat = 0.0,
                  propagation_adjacency: Literal["mean", "gcn"] = "mean"):
         super().__init__(model, optim=optim)
-        _check_options(multi_label, label_smoothing, propagation_reg)
         _check_labels(multi_label, multi_label_data)
         self.num_classes, self.multi_label = num_classes, multi_label
         self.picture, self.label_smoothing = picture, label_smoothing
@@ -144,10 +138,13 @@ class NodeClassificationTask(Task):
 
     @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
-        """The refusals of ``__init__`` that need no data, before any data is read."""
+        """The task's labels are the data's kind; single-label options unread with multi_label."""
         if cfg["task"].get("name") == "node_classification":
             task = cfg["task"]  # with the defaults
-            _check_options(*(task[k] for k in ("multi_label", "label_smoothing", "propagation_reg")))
+            for field in ("label_smoothing", "propagation_reg"):
+                if task["multi_label"] and task[field]:
+                    warnings.warn(f"task.{field}={task[field]} applies to single-label data only; "
+                                  f"unread with task.multi_label=true", AttnflowWarning)
             data = cfg["data"]
             if "multi_label" in data:  # a data set that says in its config which labels it makes
                 _check_labels(task["multi_label"], data["multi_label"])
