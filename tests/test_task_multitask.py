@@ -262,13 +262,13 @@ def test_monitor_metric_names_depend_on_the_tasks(files, tmp_path):
 
 @pytest.mark.parametrize("overrides, message", [
     (["task.tasks.rating.task.lrr=1"],
-     r"task 'text_classification' has no field 'lrr' \(at 'task.tasks.rating.task.lrr'\)\. Its fields: .*label_smoothing"),
+     r"no block has a field 'lrr' \(at 'task.tasks.rating.task.lrr'\)"),
     (["task.tasks.rating.weight=-0.5"], r"'task.tasks.rating.weight'\) must be a finite number >= 0, got -0.5"),
     (["task.tasks.rating.weight=0", "task.tasks.polarity.weight=0"], r"every weight .* is 0"),
-    (["task.tasks.rating.wieght=1"], r"no field 'wieght' \(at 'task.tasks.rating.wieght'\).*Did you mean 'weight'"),
+    (["task.tasks.rating.wieght=1"], r"no block has a field 'wieght' \(at 'task.tasks.rating.wieght'\)"),
     (["callbacks.checkpoint.monitor=val/ratng/acc"],
      r"monitor 'val/ratng/acc' is not a metric .*val/rating/acc.*Did you mean 'val/rating/acc'"),
-    (["data.tasks.rating.lable_field=rating"], r"no field 'lable_field' \(at 'data.tasks.rating.lable_field'\)"),
+    (["data.tasks.rating.lable_field=rating"], r"field 'lable_field' \(at 'data.tasks.rating.lable_field'\).*Did you mean 'label_field'"),
     (["data.tasks.rating.vocab_size=80"], r"data.tasks.rating.vocab_size=80 differs from the first task's"),
     (["data.tasks.polarity.vocab_size=80"],  # the first task's makes the tokenizer: rating's 60 would do nothing
      r"data.tasks.polarity.vocab_size=80 makes the one tokenizer of every task, but task rating has vocab_size=60"),

@@ -123,7 +123,7 @@ class BertModel(nn.Module):
                 given = longest[1].replace("{at}", "data.")
                 raise ConfigError(
                     f"model 'bert': {given} gives inputs longer than model.max_len="
-                    f"{model['max_len']}, which the model refuses at the first such batch; lower "
+                    f"{model['max_len']}; lower "
                     f"{given.split('=')[0]} or raise model.max_len (and positional.max_len)")
             if model["head"] == "pretraining" and model["type_vocab_size"] < 2:
                 raise ConfigError(f"model 'bert': model.type_vocab_size={model['type_vocab_size']} with "

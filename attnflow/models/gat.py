@@ -60,9 +60,7 @@ class GAT(nn.Module):
 
     @classmethod
     def check_config(cls, cfg: dict) -> None:
-        """Before any data is made (run.check_composition): ``model.layer`` names a graph layer
-        (the constructor would find out only once the graph is read, naming its own per-layer
-        configs)."""
+        """``model.layer`` names a graph layer."""
         if (cfg.get("model") or {}).get("name") == "gat":
             layer = cfg["model"]["layer"]
             try:

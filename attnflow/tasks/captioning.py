@@ -77,9 +77,8 @@ class CaptioningTask(TranslationTask):
 
     @classmethod
     def check_config(cls, cfg: dict) -> None:
-        """Before any data is made: λ > 0 needs a decoder that attends (the regulariser is a sum
-        of its weights); ``rnn`` (RNNenc, no attention) would fail at the first step instead.
-        And the seq2seq task's refusals."""
+        """λ > 0 needs a decoder that attends (the regulariser is a sum of its weights); an image
+        source leaves src_word_dropout unread. And the seq2seq task's checks."""
         super().check_config(cfg)
         if cfg["task"].get("name") != "captioning":
             return

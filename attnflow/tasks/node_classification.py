@@ -29,13 +29,9 @@ the class; multi-label: fraction of (node, class) decisions σ(z) > ½ that are 
 also ``f1`` (micro-averaged F1, the PPI metric). Metrics accumulate over the mini-batches of an
 epoch, so full-batch and mini-batch evaluation agree.
 
-The counts behind ``acc`` and ``f1`` are plain tensors summed per epoch (right decisions,
-decisions, tp, fp, fn; summed over the ranks under DDP, as torchmetrics' sum states are) and
-logged once at the end of the epoch: Σ right / Σ decisions is what a torchmetrics ``MeanMetric``
-of the 0/1 decisions computes, to the bit (integer-valued float32 sums, exact up to 2²⁴ decisions
-per epoch, as its float32 states are), without its objects' per-epoch cost (update/compute/reset,
-module walks on every train/eval switch), a visible share of the fixed cost of a full-batch epoch
-on Cora (docs/benchmarks.md, "GAT on Planetoid").
+The counts behind ``acc`` and ``f1`` (right decisions, decisions, tp, fp, fn) are float32 tensors
+summed per epoch and over the ranks, logged at the epoch's end: what torchmetrics would compute,
+without its per-epoch object cost on a full-batch graph.
 
 With ``picture`` the task saves, at the end of training, a 2-D projection (PCA) of the output
 layer's node vectors coloured by class with edges drawn by attention weight (after Veličković et al. 2018, Fig. 2)
@@ -111,9 +107,9 @@ class NodeClassificationTask(Task):
             paper's for Cora; constant).
         picture: save the embedding picture when training ends (default True).
         label_smoothing: ε of the single-label loss, every split (default 0.0: the paper's);
-            multi-label runs refuse ε > 0.
+            unread with multi_label.
         propagation_reg: μ of the P-reg term of the training loss (default 0.0: none, the
-            paper's); multi-label runs refuse μ > 0.
+            paper's); unread with multi_label.
         propagation_adjacency: P-reg's Â, 'mean' (D⁻¹A, the paper's text) or 'gcn'
             (D̃^-½(A+I)D̃^-½, the authors' code); default 'mean'. 'gcn' needs μ > 0.
     """

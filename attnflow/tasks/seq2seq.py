@@ -17,9 +17,8 @@ is run twice in one forward pass (the batch stacked on itself), so dropout and w
 two sub-models P₁, P₂, and the loss is Eq. 3 halved — the cross-entropy keeps its usual scale:
 L = ½ [CE(P₁) + CE(P₂) + α · ½ (KL(P₁‖P₂) + KL(P₂‖P₁))], each term averaged over real target
 tokens, the KL summed over the vocabulary (logged as ``train/rdrop_kl``, the bracket's ½(…);
-``train/loss`` stays the cross-entropy). A step takes about 2.5× a plain one's time on a CPU
-(bench/translation_step.py). A model without dropout and without word dropout gives P₁ = P₂, so
-the task refuses α > 0 there.
+``train/loss`` stays the cross-entropy). A step takes about 2.5× a plain one's time on a CPU.
+Without any dropout P₁ = P₂, and α > 0 gets a warning.
 
 Metrics, logged as ``{train,val,test}/<name>``: ``loss``, ``token_acc`` (teacher-forced argmax
 equals the reference token), ``seq_acc`` (greedy decoding reproduces the whole reference up to and
@@ -141,9 +140,8 @@ class Seq2SeqTask(Task):
 
     @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
-        """Before any data is read: R-Drop with nothing that drops out — both word dropouts 0 and
-        no field of the model's config (its defaults filled in) whose name holds ``dropout``
-        above 0 — is refused, as the constructor refuses it for the built model."""
+        """R-Drop with nothing that drops out (word dropouts 0, no ``*dropout*`` field of the
+        model above 0) warns; the diversity penalty needs a decoder that attends."""
         task = cfg["task"]
         if (task["rdrop_alpha"] > 0 and not (task["src_word_dropout"] or task["tgt_word_dropout"])
                 and not any_dropout_field(cfg["model"])):
