@@ -82,32 +82,25 @@ def test_alpha_zero_runs_the_batch_once():
     assert seen == [2, 4]
 
 
-def test_refused_without_any_dropout_and_allowed_with_word_dropout():
-    with pytest.raises(ConfigError, match=r"task.rdrop_alpha=5.0 compares two dropout passes.*"
-                                          r"model.dropout or task.tgt_word_dropout"):
-        make_task(dropout=0.0, rdrop_alpha=5.0)
-    assert make_task(dropout=0.0, rdrop_alpha=5.0, tgt_word_dropout=0.1).rdrop_alpha == 5.0
-
-
 @pytest.mark.parametrize("base", [["experiment=mt_transformer", "model.dropout=0"],
                                   ["data=shapes", "model=captioner", "task=captioning",
                                    "model.dropout=0", "model.encoder.dropout=0"]])
-def test_refused_before_any_data_is_read_or_any_file_written(tmp_path, base):
-    """The run's preflight (the task's check_config, the model's defaults filled in) refuses
-    R-Drop with no dropout anywhere: the data root does not exist here, so reaching the data
-    module would fail otherwise, and the run folder stays unmade; with word dropout, or with the
-    model's dropout above 0, the same config passes."""
+def test_a_warning_without_any_dropout(base):
+    """R-Drop with nothing that drops out (the model's defaults filled in) warns; with word
+    dropout, or with the model's dropout above 0, it does not."""
+    import warnings
+
+    from attnflow.config.registry import AttnflowWarning
     from attnflow.training.validate import resolve_config
-    from attnflow.training.run import train
     from support import compose_cfg
 
-    run_dir = tmp_path / "run"
-    base = [*base, f"paths.data_dir={tmp_path / 'no-data-here'}", "logger=none", "task.rdrop_alpha=2"]
-    with pytest.raises(ConfigError, match=r"task.rdrop_alpha=2.0 compares two dropout passes"):
-        train(compose_cfg(base), run_dir)
-    assert not run_dir.exists()
-    resolve_config(compose_cfg([*base, "task.tgt_word_dropout=0.1"]))
-    resolve_config(compose_cfg([b.replace("model.dropout=0", "model.dropout=0.2") for b in base]))
+    base = [*base, "task.rdrop_alpha=2"]
+    with pytest.warns(AttnflowWarning, match=r"task.rdrop_alpha=2.0 does nothing"):
+        resolve_config(compose_cfg(base))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", "task.rdrop_alpha", AttnflowWarning)
+        resolve_config(compose_cfg([*base, "task.tgt_word_dropout=0.1"]))
+        resolve_config(compose_cfg([b.replace("model.dropout=0", "model.dropout=0.2") for b in base]))
 
 
 def test_the_override_reaches_the_task_and_a_negative_alpha_is_refused():

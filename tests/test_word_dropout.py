@@ -77,19 +77,12 @@ def test_the_overrides_reach_the_task_and_bad_values_are_refused():
 
 
 def test_a_captioning_source_has_no_tokens_to_drop():
-    """An image source: src_word_dropout is refused before any data (and by the class itself);
-    tgt_word_dropout (the caption's inputs) is allowed."""
+    """An image source: src_word_dropout is unread (a warning); tgt_word_dropout is read."""
+    from attnflow.config.registry import AttnflowWarning
     from attnflow.training.validate import resolve_config
     from support import compose_cfg
 
     base = ["data=shapes", "model=captioner", "task=captioning"]
-    with pytest.raises(ConfigError, match=r"task.src_word_dropout=0.1 drops source tokens, and a "
-                                          r"captioning source is an image"):
+    with pytest.warns(AttnflowWarning, match=r"task.src_word_dropout=0.1 is unread"):
         resolve_config(compose_cfg([*base, "task.src_word_dropout=0.1"]))
     assert resolve_config(compose_cfg([*base, "task.tgt_word_dropout=0.1"]))["task"]["tgt_word_dropout"] == 0.1
-    model = MODELS.build({"name": "captioner", "encoder": {"name": "cnn", "channels": [4]},
-                          "decoder": {"name": "rnn", "embed_dim": 4, "hidden_dim": 4}},
-                         tgt_vocab=6, pad_id=PAD, in_channels=3, path="model")
-    with pytest.raises(ConfigError, match="task.src_word_dropout=0.3"):
-        TASKS.build({"name": "captioning", "src_word_dropout": 0.3, "attention_reg": 0.0}, model,
-                    pad_id=PAD, bos_id=BOS, eos_id=EOS, max_decode_len=4, itos=[], path="task")

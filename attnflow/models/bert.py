@@ -98,28 +98,22 @@ class BertModel(nn.Module):
         nsp_logits (B, 2), pooled (B, d); classify_logits (B, C), token_logits (B, T, C).
     """
 
-    # what it works on depends on ``head`` (MLM + NSP batches, or labelled texts), which a class
-    # attribute cannot say: undeclared, so attnflow.training.validate.check_composition checks data against task,
-    # and the constructor checks the head against the data (num_classes); ``head_interfaces``
-    # says it per head, for a composition check that reads the model's config
+    # what it works on depends on ``head``, so it is given per head (interface_of)
     interface = None
     head_interfaces = {"pretraining": "pretraining", "sequence": "text_classification",
                        "token": "token_classification", "multitask": "multitask"}
-    # the heads that head 'multitask' builds per task (named by the task; the task's data decides
-    # which, through head_interfaces); pretraining's MLM/NSP heads are not among them
-    task_head_kinds = ("sequence", "token")
-    interfaces = tuple(head_interfaces.values())  # all of them (composition error messages)
+    task_head_kinds = ("sequence", "token")  # the heads that head 'multitask' builds per task
+    interfaces = tuple(head_interfaces.values())
 
     @classmethod
     def interface_of(cls, cfg: dict) -> str:
-        """What a model of this config works on (its ``head``'s batches), for the composition
-        check before any work."""
+        """What a model of this config works on: its ``head``'s batches."""
         return cls.head_interfaces.get(cfg.get("head") or "pretraining")
 
     @classmethod
     def check_config(cls, cfg: dict) -> None:
-        """Before any data is made (run.check_composition): the attention's heads divide d_model,
-        the positions cover model.max_len and model.max_len covers the data's inputs."""
+        """The attention's heads divide d_model, the positions cover model.max_len and
+        model.max_len covers the data's inputs."""
         if (cfg.get("model") or {}).get("name") == "bert":
             model = cfg["model"]
             check_model_heads(model)
@@ -129,7 +123,7 @@ class BertModel(nn.Module):
                 given = longest[1].replace("{at}", "data.")
                 raise ConfigError(
                     f"model 'bert': {given} gives inputs longer than model.max_len="
-                    f"{model['max_len']}, which the model refuses at the first such batch; lower "
+                    f"{model['max_len']}; lower "
                     f"{given.split('=')[0]} or raise model.max_len (and positional.max_len)")
             if model["head"] == "pretraining" and model["type_vocab_size"] < 2:
                 raise ConfigError(f"model 'bert': model.type_vocab_size={model['type_vocab_size']} with "
@@ -150,20 +144,7 @@ class BertModel(nn.Module):
                  init_from: Optional[str] = None, freeze_encoder: bool = False,
                  classifier_dropout: Probability = 0.1):
         super().__init__()
-        if type_vocab_size < 1:
-            raise ConfigError(f"model 'bert': type_vocab_size must be >= 1, got {type_vocab_size}")
-        kinds = self._task_head_kinds(head, tasks)  # head 'multitask': {task: 'sequence' | 'token'}
-        if head not in ("pretraining", "multitask") and num_classes < 2:
-            raise ConfigError(
-                f"model 'bert': model.head={head} needs labelled data (at least 2 classes), but the "
-                f"data gives {num_classes} classes; pretraining data goes with model.head=pretraining")
-        if head == "pretraining" and num_classes:
-            raise ConfigError(
-                f"model 'bert': model.head=pretraining (MLM + NSP) on labelled data with "
-                f"{num_classes} classes; set model.head=sequence (one label per text) or token")
-        if not 0.0 <= classifier_dropout < 1.0:
-            raise ConfigError(f"model 'bert': model.classifier_dropout must be in [0, 1), "
-                              f"got {classifier_dropout}")
+        kinds = self._head_kinds(head, num_classes, tasks)
         self.pad_id, self.d_model, self.max_len, self.head = pad_id, d_model, max_len, head
         # this run's architecture, to compare with a checkpoint's (init_from)
         self._architecture = {
@@ -186,20 +167,7 @@ class BertModel(nn.Module):
              "positional": positional if pos.relative else {"name": "none"}},
             d_model, path="model")
         self.pooler = nn.Linear(d_model, d_model)  # tanh(W_s z₀ + b_s): NSP and sequence heads
-        if head == "pretraining":
-            # MLM head: transform (dense, GELU, LN), then the tied decoder with its own bias
-            self.mlm_transform = nn.Linear(d_model, d_model)
-            self.mlm_norm = nn.LayerNorm(d_model)
-            self.mlm_decoder = nn.Linear(d_model, vocab_size)
-            self.mlm_decoder.weight = self.token_embedding.weight  # tied: one parameter
-            self.nsp = nn.Linear(d_model, 2)  # NSP: W_y on the pooled vector
-        else:
-            self.classifier_dropout = nn.Dropout(classifier_dropout)
-            if head == "multitask":  # one classifier per task, as the single-task heads' own
-                self.head_of_task = kinds  # task -> 'sequence' | 'token'
-                self.task_heads = nn.ModuleDict({t: nn.Linear(d_model, c) for t, (_, c) in tasks.items()})
-            else:
-                self.classifier = nn.Linear(d_model, num_classes)
+        self._build_head(head, vocab_size, num_classes, kinds, tasks, classifier_dropout)
         self._init_weights(init_std)
         if init_from:
             self.load_encoder(init_from)
@@ -208,11 +176,37 @@ class BertModel(nn.Module):
                 if name.split(".")[0] not in HEAD_MODULES[head]:
                     p.requires_grad_(False)
 
+    def _build_head(self, head: str, vocab_size: int, num_classes: int, kinds: Dict[str, str],
+                    tasks: Optional[Dict[str, tuple]], dropout: float) -> None:
+        d = self.d_model
+        if head == "pretraining":
+            # MLM head: transform (dense, GELU, LN), then the tied decoder with its own bias
+            self.mlm_transform = nn.Linear(d, d)
+            self.mlm_norm = nn.LayerNorm(d)
+            self.mlm_decoder = nn.Linear(d, vocab_size)
+            self.mlm_decoder.weight = self.token_embedding.weight  # tied: one parameter
+            self.nsp = nn.Linear(d, 2)  # NSP: W_y on the pooled vector
+            return
+        self.classifier_dropout = nn.Dropout(dropout)
+        if head == "multitask":  # one classifier per task
+            self.head_of_task = kinds  # task -> 'sequence' | 'token'
+            self.task_heads = nn.ModuleDict({t: nn.Linear(d, c) for t, (_, c) in tasks.items()})
+        else:
+            self.classifier = nn.Linear(d, num_classes)
+
     @classmethod
-    def _task_head_kinds(cls, head: str, tasks: Optional[Dict[str, tuple]]) -> Dict[str, str]:
-        """{task: head kind} of head 'multitask' from ``tasks`` (context: task name → (what its
-        data gives, its number of classes)); refused where a task's data needs a head that is not
-        built per task, or with fewer than 2 classes."""
+    def _head_kinds(cls, head: str, num_classes: int,
+                    tasks: Optional[Dict[str, tuple]]) -> Dict[str, str]:
+        """Check the head against the data; {task: head kind} for head 'multitask' (``tasks``:
+        task name → (what its data gives, its number of classes))."""
+        if head not in ("pretraining", "multitask") and num_classes < 2:
+            raise ConfigError(
+                f"model 'bert': model.head={head} needs labelled data (at least 2 classes), but the "
+                f"data gives {num_classes} classes; pretraining data goes with model.head=pretraining")
+        if head == "pretraining" and num_classes:
+            raise ConfigError(
+                f"model 'bert': model.head=pretraining (MLM + NSP) on labelled data with "
+                f"{num_classes} classes; set model.head=sequence (one label per text) or token")
         if head != "multitask":
             if tasks:
                 raise ConfigError(f"model 'bert': named tasks ({', '.join(tasks)}) need "
@@ -224,14 +218,13 @@ class BertModel(nn.Module):
         by_interface = {i: h for h, i in cls.head_interfaces.items()}
         kinds = {}
         for t, (interface, classes) in tasks.items():
-            kind = by_interface.get(interface)
-            if kind not in cls.task_head_kinds:
+            kinds[t] = by_interface.get(interface)
+            if kinds[t] not in cls.task_head_kinds:
                 raise ConfigError(
                     f"model 'bert': task '{t}' works on {interface}, for which model.head=multitask "
                     f"has no per-task head (per-task heads: {', '.join(cls.task_head_kinds)})")
             if classes < 2:
                 raise ConfigError(f"model 'bert': task '{t}' has {classes} classes; a head needs 2 or more")
-            kinds[t] = kind
         return kinds
 
     def _classifier(self, task: Optional[str]) -> nn.Module:
@@ -300,33 +293,28 @@ class BertModel(nn.Module):
         return self._classifier(task)(self.classifier_dropout(hidden))
 
     # -- init_from ---------------------------------------------------------------------------------
-    def load_encoder(self, target: str) -> Dict[str, List[str]]:
-        """Load the embeddings, encoder and pooler (and, for head 'pretraining', the MLM/NSP heads)
-        of the ``bert`` run at ``target`` (run directory or checkpoint), read with
-        ``weights_only=True``. Refused with a :class:`ConfigError` naming what differs: another
-        model family, an architecture field, the vocabulary size, a tensor. Returns
-        {'loaded', 'new', 'unused'} (parameter names) and logs them once."""
+    def _checkpoint_state(self, target: str) -> tuple:
+        """(where, {name: tensor}) of the ``bert`` run at ``target``, read with
+        ``weights_only=True``; a :class:`ConfigError` names what differs from this model: the
+        model family, an architecture field, the vocabulary size."""
         from attnflow.io.checkpoints import CheckpointError, load_run
 
         try:
             run = load_run(target)
         except CheckpointError as err:
             raise ConfigError(f"model.init_from: {err}") from None
-        where = run.checkpoint
-        model_cfg = run.config["model"]
-        family = model_cfg.get("name")
-        if family != "bert":
-            task = (run.config.get("task") or {}).get("name", "?")
+        where, model_cfg = run.checkpoint, run.config["model"]
+        if model_cfg.get("name") != "bert":
             raise ConfigError(
-                f"model.init_from: {where} is a checkpoint of model '{family}' (task '{task}'), not "
-                f"of a 'bert' run; give a bert pretraining run (experiment=bert_pretrain_imdb)")
+                f"model.init_from: {where} is a checkpoint of model '{model_cfg.get('name')}', "
+                f"not of a 'bert' run; give a bert pretraining run (experiment=bert_pretrain_imdb)")
         try:
             theirs = MODELS.validate(model_cfg, "model")
             theirs["attention"] = ATTENTIONS.validate(theirs["attention"], "model.attention")
             theirs["positional"] = POSITIONALS.validate(theirs["positional"], "model.positional")
         except ConfigError as err:
             raise ConfigError(f"model.init_from: the model config of {where} is not a valid bert "
-                              f"config today: {err}") from None
+                              f"config: {err}") from None
         diffs = _differences({k: theirs[k] for k in ARCHITECTURE}, self._architecture, "model")
         if diffs:
             raise ConfigError(
@@ -342,6 +330,13 @@ class BertModel(nn.Module):
                 f"model.init_from: the checkpoint's vocabulary has {emb.shape[0]} tokens but this "
                 f"run's tokenizer gives {rows}: the tokenizer must be the pretraining run's "
                 f"(data.tokenizer_from: ${{model.init_from}})")
+        return where, state
+
+    def load_encoder(self, target: str) -> Dict[str, List[str]]:
+        """Load the embeddings, encoder and pooler (and, for head 'pretraining', the MLM/NSP heads)
+        of the ``bert`` run at ``target`` (run directory or checkpoint). Returns {'loaded', 'new',
+        'unused'} (parameter names) and logs them once."""
+        where, state = self._checkpoint_state(target)
         own = self.state_dict()
         head = HEAD_MODULES[self.head]
         missing = [k for k in own if k not in state and k.split(".")[0] not in head]

@@ -83,9 +83,8 @@ class Captioner(EncoderDecoder):
 
     @classmethod
     def check_config(cls, cfg: dict) -> None:
-        """Before any data is made: the encoder reads what the data gives (pixels, or region
-        features when ``data.features`` is set), and its grid over the data's images (the data
-        class's ``image_side``) leaves at least one region."""
+        """The encoder reads what the data gives (pixels, or region features with
+        ``data.features``), and its grid over the data's images leaves at least one region."""
         if cfg["model"].get("name") != "captioner":
             return
         name = (cfg["model"].get("encoder") or {}).get("name", "cnn")

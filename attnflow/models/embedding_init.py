@@ -8,9 +8,7 @@ import torch
 
 
 def init_embedding(embedding: torch.nn.Embedding, vectors, owner: str) -> None:
-    """Copy ``vectors`` (V, dim) into ``embedding`` (the models' ``word_vectors`` context); a
-    shape that differs is a ValueError naming both (the config check catches a dim mismatch
-    before any work; this guards direct construction)."""
+    """Copy ``vectors`` (V, dim) into ``embedding``; a shape that differs is a ValueError."""
     if vectors is None:
         return
     vectors = torch.as_tensor(vectors, dtype=embedding.weight.dtype)

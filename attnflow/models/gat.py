@@ -60,9 +60,7 @@ class GAT(nn.Module):
 
     @classmethod
     def check_config(cls, cfg: dict) -> None:
-        """Before any data is made (run.check_composition): ``model.layer`` names a graph layer
-        (the constructor would find out only once the graph is read, naming its own per-layer
-        configs)."""
+        """``model.layer`` names a graph layer."""
         if (cfg.get("model") or {}).get("name") == "gat":
             layer = cfg["model"]["layer"]
             try:
@@ -81,8 +79,6 @@ class GAT(nn.Module):
                  output_aggregator: BlockSpec["aggregator"] = {"name": "mean"},  # noqa: B006
                  layer: str = "attention"):
         super().__init__()
-        if layers < 1:
-            raise ValueError(f"model 'gat': layers must be >= 1, got {layers}")
         self.in_dim, self.num_classes, self.dropout = in_dim, num_classes, dropout
         self.head_dropout = head_dropout
         self.layers = nn.ModuleList()

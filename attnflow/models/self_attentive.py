@@ -69,8 +69,6 @@ class SelfAttentive(nn.Module):
                  attn_dim: PositiveInt = 128, hops: PositiveInt = 8, mlp_dim: PositiveInt = 256,
                  dropout: Probability = 0.0):
         super().__init__()
-        if hops < 1:
-            raise ValueError(f"model 'self_attentive': hops must be >= 1, got {hops}")
         self.hops = hops
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)
         init_embedding(self.embedding, word_vectors, "model 'self_attentive'")

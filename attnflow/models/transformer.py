@@ -60,11 +60,9 @@ class Transformer(EncoderDecoder):
 
     @classmethod
     def check_config(cls, cfg: dict) -> None:
-        """Before any data is made (run.check_composition): the attention's heads divide d_model,
-        ``tie_embeddings=all`` has one vocabulary for both sides (the data class's
-        ``one_vocabulary``): two vocabularies of the same size would tie unrelated tokens, and
-        positions of a bounded table (``learned``) cover the longest sequence the data gives
-        (its ``longest_positions``), which the table refused only at the first such batch."""
+        """The attention's heads divide d_model, ``tie_embeddings=all`` has one vocabulary for
+        both sides (two of the same size would tie unrelated tokens), and a bounded positional
+        table covers the longest sequence the data gives."""
         if (cfg.get("model") or {}).get("name") == "transformer":
             model = cfg["model"]
             check_model_heads(model)

@@ -11,7 +11,7 @@ A task is a LightningModule around a model. This base owns
   run allows one) and ``configure_gradient_clipping`` (clipping under bf16-mixed with it);
 - the step dispatch: ``training_step``, ``validation_step`` and ``test_step`` call
   ``step(batch, split)``, which a subclass implements (it returns the training loss);
-- what the runner needs before any data is built: ``interface`` (what data and models it works
+- what the runner reads before any data is built: ``interface`` (what data and models it works
   with: ``"seq2seq"``, ``"documents"``, ``"graph"``), ``metrics`` (name → 'min' or 'max': what it
   logs as ``{train,val,test}/<name>``) and the checkpoint metric ``monitor`` with its
   ``monitor_mode`` (ModelCheckpoint and early stopping take them unless the config names one);
@@ -46,9 +46,6 @@ class Task(pl.LightningModule):
     metrics: Dict[str, str] = {"loss": "min"}
     monitor: str = "val/loss"
     monitor_mode: str = "min"
-    # fields read in training only: attnflow-eval refuses them as overrides that would do nothing
-    # fields one evaluation split reads ({field: 'val' | 'test'}): attnflow-eval refuses them
-    # with the other split
     # metrics logged only where a field of the task is above 0 ({metric: field})
     conditional_metrics: Dict[str, str] = {}
 
@@ -90,11 +87,9 @@ class Task(pl.LightningModule):
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None,
                                     gradient_clip_algorithm=None) -> None:
-        """Lightning's clipping (``trainer.gradient_clip_val``), except under bf16-mixed: there
-        Lightning's mixed-precision plugin refuses to clip for a fused optimiser (:func:`~attnflow.
-        tasks.optim.make_optimizer`'s), a rule made for float16's GradScaler, which unscales inside
-        the fused step; bf16-mixed has no scaler, so the gradients are clipped here exactly as
-        Lightning's base precision plugin clips them (by norm, or by value)."""
+        """Lightning's clipping, except under bf16-mixed with a fused optimiser, which Lightning's
+        mixed-precision plugin will not clip (a rule for float16's GradScaler); bf16-mixed has no
+        scaler, so the gradients are clipped here as the base precision plugin clips them."""
         plugin = self.trainer.precision_plugin
         if gradient_clip_val and isinstance(plugin, MixedPrecision) and plugin.scaler is None:
             Precision.clip_gradients(plugin, optimizer, gradient_clip_val,

@@ -77,8 +77,6 @@ class BertPretrainingTask(Task):
             if not callable(getattr(model, method, None)):
                 raise ValueError(f"task 'bert_pretraining' needs a model with a '{method}' method "
                                  f"(model=bert); got {type(model).__name__}")
-        if not nsp_weight >= 0:
-            raise ValueError(f"task 'bert_pretraining': nsp_weight must be >= 0, got {nsp_weight}")
         self.mask_id, self.itos, self.nsp_weight = mask_id, list(itos), float(nsp_weight)
 
     def forward(self, batch: Dict[str, torch.Tensor]) -> torch.Tensor:

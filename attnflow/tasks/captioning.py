@@ -24,6 +24,7 @@ share; 1 = no better than uniform).
 
 from __future__ import annotations
 
+import warnings
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -33,15 +34,11 @@ from torchmetrics import SumMetric
 from attnflow.blocks.attention.penalty import doubly_stochastic_penalty
 from attnflow.blocks.decoders.decoding import decode
 from attnflow.tasks.base import updated_on_any_rank
-from attnflow.config.registry import TASKS, ConfigError, NonNegativeFloat, PositiveInt, Probability
+from attnflow.config.registry import TASKS, AttnflowWarning, ConfigError, NonNegativeFloat, PositiveInt, Probability
 from attnflow.tasks.captioning_metrics import grounding_sums, named_cells
 from attnflow.tasks.optim import OptimConfig
 from attnflow.tasks.seq2seq import decoder_without_attention, strip_after_eos
 from attnflow.tasks.translation import TranslationTask
-
-
-_NO_SOURCE_TOKENS = ("task.src_word_dropout={} drops source tokens, and a captioning source is an "
-                     "image; set task.src_word_dropout=0 (task.tgt_word_dropout drops caption inputs)")
 
 
 @TASKS.register("captioning")
@@ -73,10 +70,6 @@ class CaptioningTask(TranslationTask):
         super().__init__(model, pad_id, bos_id, eos_id, max_decode_len, itos,
                          references=references, optim=optim, label_smoothing=label_smoothing,
                          beam_size=beam_size, length_penalty=length_penalty, **kwargs)
-        if attention_reg < 0:
-            raise ValueError(f"task 'captioning': attention_reg (λ) must be >= 0, got {attention_reg}")
-        if self.src_word_dropout > 0:
-            raise ConfigError(_NO_SOURCE_TOKENS.format(self.src_word_dropout))
         self.attention_reg = attention_reg
         # Σ mass and Σ uniform share over the split's object-naming words (synced under DDP)
         self._ground = nn.ModuleDict({f"{s}_{k}": SumMetric() for s in ("val", "test")
@@ -84,15 +77,15 @@ class CaptioningTask(TranslationTask):
 
     @classmethod
     def check_config(cls, cfg: dict) -> None:
-        """Before any data is made: λ > 0 needs a decoder that attends (the regulariser is a sum
-        of its weights); ``rnn`` (RNNenc, no attention) would fail at the first step instead.
-        And the seq2seq task's refusals."""
+        """λ > 0 needs a decoder that attends (the regulariser is a sum of its weights); an image
+        source leaves src_word_dropout unread. And the seq2seq task's checks."""
         super().check_config(cfg)
         if cfg["task"].get("name") != "captioning":
             return
         task = cfg["task"]  # with the defaults
         if task["src_word_dropout"] > 0:
-            raise ConfigError(_NO_SOURCE_TOKENS.format(task["src_word_dropout"]))
+            warnings.warn(f"task.src_word_dropout={task['src_word_dropout']} is unread: a captioning "
+                          f"source is an image", AttnflowWarning)
         decoder = decoder_without_attention(cfg.get("model") or {})
         lam = task["attention_reg"]
         if decoder and lam > 0:

@@ -14,6 +14,7 @@ The model contract: ``model(tokens (B,S,W), sent_lengths (B,S)) -> {"logits": (B
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Sequence
 
@@ -23,7 +24,7 @@ from torch import nn
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from attnflow.blocks.attention.penalty import diversity_penalty
-from attnflow.config.registry import (MODELS, TASKS, ConfigError, NonNegativeFloat, NonNegativeInt,
+from attnflow.config.registry import (MODELS, TASKS, AttnflowWarning, NonNegativeFloat, NonNegativeInt,
                                Probability)
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
@@ -67,22 +68,15 @@ class ClassificationTask(Task):
 
     @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
-        """Before any data is read: ``penalty_weight`` needs a model that returns attention hops
-        (its class's ``attention_hops``: self_attentive). HAN's pooling weights are one
-        distribution per sentence and per document, not hops to keep apart: the task skipped the
-        penalty without a word, and ``val/penalty`` was promised to the checkpoint monitor and a
-        sweeper, but never logged."""
+        """``penalty_weight`` is read only by a model that returns attention hops (its class's
+        ``attention_hops``: self_attentive); HAN's pooling weights are not hops."""
         if cfg["task"].get("name") != "classification":
             return
         weight = cfg["task"]["penalty_weight"]
         model = cfg["model"]["name"]
         if weight > 0 and not getattr(MODELS.get(model), "attention_hops", False):
-            hops = [n for n in MODELS.names() if getattr(MODELS.get(n), "attention_hops", False)]
-            raise ConfigError(
-                f"task.penalty_weight={weight} (at 'task.penalty_weight') does nothing: the "
-                f"diversity penalty ‖AAᵀ − I‖²_F is over the attention hops A that a model returns, "
-                f"and model '{model}' returns none (models with hops: {', '.join(hops)}); set "
-                f"task.penalty_weight=0, or choose one of those (e.g. model={hops[0]})")
+            warnings.warn(f"task.penalty_weight={weight} is unread: model '{model}' returns no "
+                          f"attention hops", AttnflowWarning)
 
     def forward(self, batch: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         return self.model(batch["tokens"], batch["sent_lengths"])

@@ -21,8 +21,7 @@ Config: ``tasks`` is a mapping (a Hydra list cannot be overridden item by item; 
       polarity: {weight: 1.0, task: {name: text_classification}}
       rating:   {weight: 0.5, task: {name: text_classification, label_smoothing: 0.1}}
 
-``task`` is a task config validated by the registry as in a single-task run (an unknown field is
-refused naming ``task.tasks.<t>.task.<field>``); the optimiser is this task's (``task.optim``) for
+``task`` is a task config validated by the registry as in a single-task run; the optimiser is this task's (``task.optim``) for
 all of them. Each task's data is ``data.tasks.<t>`` of data ``multitask``, the same task names.
 The model builds one head per task (``model=bert model.head=multitask``: a sequence head for
 labelled texts) on the one encoder; a task sees the model through :class:`TaskView`, the encoder
@@ -39,6 +38,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import warnings
 from typing import Any, Dict, Mapping, Optional, Sequence
 
 import torch
@@ -46,7 +46,7 @@ from torch import nn
 from torchmetrics import MeanMetric
 
 from attnflow.tasks.base import updated_on_any_rank
-from attnflow.config.registry import DATA, MODELS, TASKS, ConfigError, suggest
+from attnflow.config.registry import DATA, MODELS, TASKS, AttnflowWarning, ConfigError, suggest
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
 
@@ -118,7 +118,7 @@ class MultiTask(Task):
         contexts: task → its data's task context (classes, their names) (context, from the data
             module ``multitask``).
         tasks: task name → {weight: λ_t ≥ 0 (default 1.0), task: a task config}, in order
-            (default {}: refused, name at least one).
+            (at least one).
         optim: optimiser and schedule of all tasks (default as text_classification: AdamW, peak
             lr 3e-5 after 100 linear warm-up steps, then linear decay to 0, weight decay 0.01
             except on biases and norms).
@@ -156,7 +156,7 @@ class MultiTask(Task):
     @classmethod
     def task_entries(cls, tasks: Any, path: str = "task.tasks") -> Dict[str, Dict[str, Any]]:
         """{task: {'weight': λ, 'task': validated task config}}; a :class:`ConfigError` naming
-        the path of anything wrong (before any work: :meth:`check_config`)."""
+        the path of anything wrong."""
         tasks = _plain(tasks)
         if not isinstance(tasks, Mapping) or not tasks:
             raise ConfigError(f"'{path}' must name at least one task: a mapping task → {{weight, "
@@ -192,8 +192,8 @@ class MultiTask(Task):
                 raise ConfigError(f"'{where}.task.name': a task of a multitask run cannot be "
                                   f"multitask itself")
             if "optim" in sub:
-                raise ConfigError(f"'{where}.task.optim' would do nothing: the tasks are trained "
-                                  f"together by one optimiser; set task.optim.* instead")
+                warnings.warn(f"{where}.task.optim is unread: task.optim trains all tasks",
+                              AttnflowWarning)
             out[t] = {"weight": float(weight), "task": TASKS.validate(sub, f"{where}.task")}
         if not any(e["weight"] > 0 for e in out.values()):
             raise ConfigError(f"task 'multitask': every weight in {path} is 0, so nothing would be "
@@ -202,8 +202,7 @@ class MultiTask(Task):
 
     @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
-        """The tasks, their data and the model's heads fit (run.check_composition, before any
-        work): each task has data of the kind it works on, under the same name, and the model
+        """The tasks, their data and the model's heads fit: each task has data of the kind it works on, under the same name, and the model
         builds a head of that kind per task."""
         entries = cls.task_entries(cfg["task"].get("tasks"))
         data_cls = DATA.get(cfg["data"]["name"], "data")
@@ -224,7 +223,7 @@ class MultiTask(Task):
         if model_iface != "multitask":
             fit = [h for h, i in heads.items() if i == "multitask"]
             raise ConfigError(
-                f"task 'multitask' needs a model with one head per task: "
+                "task 'multitask' needs a model with one head per task: "
                 + (f"set model.head={fit[0]} (model '{cfg['model']['name']}', now "
                    f"model.head={cfg['model'].get('head')})" if fit else
                    f"model '{cfg['model']['name']}' has none (model=bert model.head=multitask)"))

@@ -29,13 +29,9 @@ the class; multi-label: fraction of (node, class) decisions σ(z) > ½ that are 
 also ``f1`` (micro-averaged F1, the PPI metric). Metrics accumulate over the mini-batches of an
 epoch, so full-batch and mini-batch evaluation agree.
 
-The counts behind ``acc`` and ``f1`` are plain tensors summed per epoch (right decisions,
-decisions, tp, fp, fn; summed over the ranks under DDP, as torchmetrics' sum states are) and
-logged once at the end of the epoch: Σ right / Σ decisions is what a torchmetrics ``MeanMetric``
-of the 0/1 decisions computes, to the bit (integer-valued float32 sums, exact up to 2²⁴ decisions
-per epoch, as its float32 states are), without its objects' per-epoch cost (update/compute/reset,
-module walks on every train/eval switch), a visible share of the fixed cost of a full-batch epoch
-on Cora (docs/benchmarks.md, "GAT on Planetoid").
+The counts behind ``acc`` and ``f1`` (right decisions, decisions, tp, fp, fn) are float32 tensors
+summed per epoch and over the ranks, logged at the epoch's end: what torchmetrics would compute,
+without its per-epoch object cost on a full-batch graph.
 
 With ``picture`` the task saves, at the end of training, a 2-D projection (PCA) of the output
 layer's node vectors coloured by class with edges drawn by attention weight (after Veličković et al. 2018, Fig. 2)
@@ -44,6 +40,7 @@ to ``<run dir>/attention/graph_embedding.png`` and logs it to TensorBoard / W&B.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
@@ -54,7 +51,7 @@ from torch import nn
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import remove_self_loops, scatter
 
-from attnflow.config.registry import DATA, TASKS, ConfigError, NonNegativeFloat, Probability
+from attnflow.config.registry import DATA, TASKS, AttnflowWarning, ConfigError, NonNegativeFloat, Probability
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
 
@@ -94,12 +91,6 @@ def _check_labels(multi_label: bool, multi_label_data: bool) -> None:
                           f"task.multi_label={str(multi_label_data).lower()}")
 
 
-def _check_options(multi_label: bool, label_smoothing: float, propagation_reg: float) -> None:
-    """The refusals that need no data: options that would do the wrong thing."""
-    for field, value in (("label_smoothing", label_smoothing), ("propagation_reg", propagation_reg)):
-        if multi_label and value:
-            raise ConfigError(f"task 'node_classification': {field} applies to single-label data "
-                              f"(SoftMax cross-entropy); got {value} with multi_label=true")
 
 
 @TASKS.register("node_classification")
@@ -116,9 +107,9 @@ class NodeClassificationTask(Task):
             paper's for Cora; constant).
         picture: save the embedding picture when training ends (default True).
         label_smoothing: ε of the single-label loss, every split (default 0.0: the paper's);
-            multi-label runs refuse ε > 0.
+            unread with multi_label.
         propagation_reg: μ of the P-reg term of the training loss (default 0.0: none, the
-            paper's); multi-label runs refuse μ > 0.
+            paper's); unread with multi_label.
         propagation_adjacency: P-reg's Â, 'mean' (D⁻¹A, the paper's text) or 'gcn'
             (D̃^-½(A+I)D̃^-½, the authors' code); default 'mean'. 'gcn' needs μ > 0.
     """
@@ -133,7 +124,6 @@ class NodeClassificationTask(Task):
                  label_smoothing: Probability = 0.0, propagation_reg: NonNegativeFloat = 0.0,
                  propagation_adjacency: Literal["mean", "gcn"] = "mean"):
         super().__init__(model, optim=optim)
-        _check_options(multi_label, label_smoothing, propagation_reg)
         _check_labels(multi_label, multi_label_data)
         self.num_classes, self.multi_label = num_classes, multi_label
         self.picture, self.label_smoothing = picture, label_smoothing
@@ -144,10 +134,13 @@ class NodeClassificationTask(Task):
 
     @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
-        """The refusals of ``__init__`` that need no data, before any data is read."""
+        """The task's labels are the data's kind; single-label options unread with multi_label."""
         if cfg["task"].get("name") == "node_classification":
             task = cfg["task"]  # with the defaults
-            _check_options(*(task[k] for k in ("multi_label", "label_smoothing", "propagation_reg")))
+            for field in ("label_smoothing", "propagation_reg"):
+                if task["multi_label"] and task[field]:
+                    warnings.warn(f"task.{field}={task[field]} applies to single-label data only; "
+                                  f"unread with task.multi_label=true", AttnflowWarning)
             data = cfg["data"]
             if "multi_label" in data:  # a data set that says in its config which labels it makes
                 _check_labels(task["multi_label"], data["multi_label"])

@@ -168,8 +168,8 @@ def run_progress(trainer, steps: Optional[float] = None) -> Callable[[int], floa
 
 
 def schedule_length_error(scheduler: str, epochs: str = "trainer.max_epochs=-1") -> ConfigError:
-    """The refusal of a decaying schedule in a run with no step count (max_epochs=-1, no max_steps);
-    ``epochs``: how the run came to have no epoch limit."""
+    """The error for a decaying schedule in a run with no step count (``epochs``: how the run
+    came to have no epoch limit)."""
     return ConfigError(f"task.optim.scheduler={scheduler} decays the learning rate over the run's "
                        f"steps, but {epochs} without trainer.max_steps sets no end; set "
                        "trainer.max_steps (or max_epochs), task.optim.scheduler=noam, "
@@ -195,7 +195,7 @@ def configure(module, cfg: OptimConfig):
         return opt
     decays = cfg.scheduler in ("cosine", "linear")
     steps = float(module.trainer.estimated_stepping_batches) if decays or cfg.cooldown > 0 else 0.0
-    if decays and not math.isfinite(steps):  # attnflow-train refuses it earlier (run.py)
+    if decays and not math.isfinite(steps):  # attnflow-train checks it first
         raise schedule_length_error(cfg.scheduler)
     factor = lr_factor(cfg.scheduler, int(steps) if math.isfinite(steps) else 0, cfg.warmup_steps)
     if cfg.cooldown > 0:

@@ -67,9 +67,6 @@ class TextClassificationTask(Task):
                              + (f" with head {head!r}" if isinstance(head, str) else ""))
         if num_classes < 2:
             raise ValueError(f"task 'text_classification': num_classes must be >= 2, got {num_classes}")
-        if not 0.0 <= label_smoothing < 1.0:
-            raise ValueError(f"task 'text_classification': label_smoothing must be in [0, 1), "
-                             f"got {label_smoothing}")
         self.num_classes, self.label_smoothing = num_classes, label_smoothing
         self.class_names = list(class_names) or [str(i) for i in range(num_classes)]
         self._acc = nn.ModuleDict({f"{s}_": MulticlassAccuracy(num_classes, average="micro")

@@ -60,8 +60,6 @@ class TranslationTask(Seq2SeqTask):
                  **kwargs):
         super().__init__(model, pad_id, bos_id, eos_id, max_decode_len, itos, optim=optim,
                          label_smoothing=label_smoothing, **kwargs)
-        if beam_size < 1 or val_beam_size < 1:
-            raise ValueError(f"task 'translation': beam sizes must be >= 1, got {beam_size}, {val_beam_size}")
         self.src_itos = list(src_itos) or self.itos
         self.detokenize = detokenize or (lambda ids: " ".join(self._tok(i) for i in ids
                                                               if i not in (pad_id, bos_id, eos_id)))
