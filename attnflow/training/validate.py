@@ -95,8 +95,7 @@ def validate_config(cfg: Dict[str, Any]) -> None:
 
 @functools.lru_cache(maxsize=1)
 def _paths_fields() -> List[str]:
-    """The fields of conf/paths/default.yaml (read once: every validation, e.g. each probed job of
-    a sweep, asks)."""
+    """The fields of conf/paths/default.yaml, read once."""
     return list(OmegaConf.load(config_dir() / "paths" / "default.yaml").keys())
 
 
