@@ -86,7 +86,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from attnflow.data.pretraining import IGNORE, SPECIALS, mask_tokens, pack_pairs
+from attnflow.data.corpus import SPECIALS
+from attnflow.data.pretraining import IGNORE, mask_tokens, pack_pairs
 from attnflow.config.registry import MODELS
 from attnflow.tasks.bert_pretraining import BertPretrainingTask
 

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from attnflow.data.errors import DataError
-from attnflow.data.pretraining import CLS, PAD, SEP, train_wordpiece
+from attnflow.data.corpus import CLS, PAD, SEP, train_wordpiece
 from attnflow.data.text_classification import TextClassificationDataModule, collate_texts
 from attnflow.config.registry import ConfigError, DATA, TASKS
 from attnflow.tasks.text_classification import TextClassificationTask

@@ -17,9 +17,8 @@ import pytest
 import torch
 
 from attnflow.data.errors import DataError
-from attnflow.data.pretraining import (CLS, IGNORE, MASK, PAD, SEP, SPECIALS, MaskingCollate,
-                                       PretrainingDataModule, make_instances, mask_tokens,
-                                       read_documents)
+from attnflow.data.corpus import CLS, MASK, PAD, SEP, SPECIALS, read_documents
+from attnflow.data.pretraining import IGNORE, MaskingCollate, PretrainingDataModule, make_instances, mask_tokens
 from support import DATA_DIR, compose_cfg
 
 Z = 5.0  # standard deviations of the binomial bounds

@@ -174,7 +174,7 @@ def test_a_run_stopped_mid_epoch_resumes_to_the_uninterrupted_result(files, tmp_
     run, exactly (the cycling loader resumes at its next batch; the run's tokenizer is read back).
     The tokenizer comes from a saved one: HF's WordPiece training may break ties differently from
     one call to the next (huggingface/tokenizers#1794)."""
-    from attnflow.data.pretraining import train_wordpiece
+    from attnflow.data.corpus import train_wordpiece
 
     tok_run = tmp_path / "tok"
     (tok_run / "tokenizer").mkdir(parents=True)
@@ -214,7 +214,7 @@ def test_the_dashboard_shows_the_first_tasks_texts_as_words(files):
 
 
 def test_init_from_loads_the_encoder_and_the_heads_are_new(files, tmp_path, caplog):
-    from attnflow.data.pretraining import train_wordpiece
+    from attnflow.data.corpus import train_wordpiece
     from attnflow.tasks.bert_pretraining import BertPretrainingTask
 
     texts = [json.loads(line)["text"] for line in files[0].read_text().splitlines()]

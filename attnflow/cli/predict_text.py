@@ -63,7 +63,7 @@ def load_bert(run: Run, device: str = "cpu") -> BertRun:
     """The run's BERT model with its weights, in eval mode, and its tokenizer."""
     from tokenizers import Tokenizer
 
-    from attnflow.data.pretraining import PAD, TOKENIZER_FILE
+    from attnflow.data.corpus import PAD, TOKENIZER_FILE
     from attnflow.data.text_classification import check_specials
     from attnflow.config.registry import ConfigError, DATA
 
@@ -117,7 +117,7 @@ def encode(bert: BertRun, texts: Sequence[str]) -> List[dict]:
     """Per text: ``ids`` ``[CLS] subwords [SEP]`` cut to ``max_len`` (as the data modules'
     ``encode_texts``: the end is cut), ``segments`` (0, then 1 after the first inner [SEP] of a
     pretraining run's input), ``subwords`` (how many the text has) and ``cut`` (how many were cut)."""
-    from attnflow.data.pretraining import SEP
+    from attnflow.data.corpus import SEP
     from attnflow.data.text_classification import encode_texts
 
     full, _ = encode_texts(bert.tokenizer, texts, sys.maxsize)  # every subword: to count the cut
@@ -153,7 +153,7 @@ def predict_texts(bert: BertRun, texts: Sequence[str], top_k: int = 5) -> List[d
     """Per text: ``tokens``, ``cls_attention`` (N, J, T) numpy, ``subwords``, ``cut``,
     ``empty``, and for classification ``label``, ``probability``, ``probabilities``; for
     fill-mask ``masks`` (per [MASK], the top-k {token, token_str, score}) and ``sequence``."""
-    from attnflow.data.pretraining import MASK
+    from attnflow.data.corpus import MASK
     from attnflow.viz.explain import join_pieces
 
     items = encode(bert, texts)

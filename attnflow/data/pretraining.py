@@ -48,102 +48,19 @@ from torch.utils.data import DataLoader
 
 from attnflow.data.base import SplitDataModule
 from attnflow.data.buckets import BucketBatchSampler
-from attnflow.data.documents import clean, read_jsonl, split_sentences
-from attnflow.data.errors import DataError, numbered_lines
+from attnflow.data.corpus import (CLS, MASK, PAD, SEP, SPECIALS, TOKENIZER_FILE, read_documents, save_tokenizer, sentences_of, train_wordpiece)
+from attnflow.data.documents import clean
+from attnflow.data.errors import DataError
 from attnflow.data.sampling import eval_sampler
 from attnflow.config.registry import DATA, NonNegativeInt, PositiveInt, Probability, Range
-from attnflow.io.text import atomic_path
 
 log = logging.getLogger(__name__)
 
 OWNER = "data 'bert_pretraining'"
-PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
-SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 IGNORE = -100  # the label CrossEntropyLoss ignores (its ignore_index default, HF's convention)
-TOKENIZER_FILE = "wordpiece.json"
-
-
-# -- reading documents ------------------------------------------------------------------------------
-def corpus_format(path: Any) -> Optional[str]:
-    """'jsonl' (``.jsonl``/``.json``), 'txt' (``.txt``), either optionally ``.gz``; None for another
-    name (:func:`read_documents` refuses it, naming the file)."""
-    name = str(path)
-    name = name[:-3] if name.endswith(".gz") else name
-    return "jsonl" if name.endswith((".jsonl", ".json")) else "txt" if name.endswith(".txt") else None
-
-
-def read_documents(path: Path, text_field: str = "text", documents: str = "line", limit: int = 0,
-                   seed: int = 0) -> List[str]:
-    """Raw document texts of a corpus file (see the module docstring); ``limit``: a seeded random
-    subset of N documents (0 = all). Empty documents are dropped; a file with none is an error."""
-    path = Path(path)
-    kind = corpus_format(path.name)
-    if kind == "jsonl":
-        try:
-            texts = [t for t, _ in read_jsonl(path, text_field, None)]
-        except DataError as err:  # its messages name the documents module
-            raise DataError(str(err).replace("data 'documents'", OWNER, 1)) from None
-    elif kind == "txt":
-        if documents not in ("line", "blank_line"):
-            raise ValueError(f"{OWNER}: documents must be 'line' or 'blank_line', got {documents!r}")
-        lines = [line for _, line in numbered_lines(path, OWNER)]
-        if documents == "line":
-            texts = lines
-        else:  # paragraphs: runs of non-blank lines, each line break kept as a sentence break
-            texts, current = [], []
-            for line in lines + [""]:
-                if line.strip():
-                    current.append(line)
-                elif current:
-                    texts.append("\n".join(current))
-                    current = []
-    else:
-        raise DataError(f"{OWNER}: {path}: unknown corpus format; use .txt or .jsonl files "
-                        f"(optionally .gz)")
-    texts = [t for t in texts if t.strip()]
-    if not texts:
-        raise DataError(f"{OWNER}: {path} holds no documents (empty or blank)")
-    if limit and limit < len(texts):  # a seeded random subset: files may be sorted (by label)
-        keep = sorted(random.Random(seed).sample(range(len(texts)), limit))
-        texts = [texts[i] for i in keep]
-    return texts
-
-
-def sentences_of(text: str) -> List[str]:
-    """The sentences of a document after markup removal (documents.py's cleaner and splitter)."""
-    return split_sentences(clean(text))
-
-
-# -- tokenizer -------------------------------------------------------------------------------------
-def train_wordpiece(texts: Sequence[str], vocab_size: int, lowercase: bool = True):
-    """A WordPiece tokenizer (Schuster & Nakajima 2012; Devlin et al. 2019) trained on ``texts``,
-    with BERT's special tokens at ids 0–4 and no special tokens added on encoding.
-
-    Not bit-reproducible (HF tokenizers break ties between equal merges in hash-map order), so a
-    run saves its tokenizer and evaluating or fine-tuning from it never retrains one."""
-    from tokenizers import models, trainers
-
-    from attnflow.data.parallel import new_tokenizer
-
-    tok = new_tokenizer("wordpiece", lowercase)  # NFKC (+ lower case), Metaspace + punctuation
-    tok.model = models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##")
-    tok.train_from_iterator(texts, trainers.WordPieceTrainer(
-        vocab_size=vocab_size, special_tokens=SPECIALS, show_progress=False))
-    for i, s in enumerate(SPECIALS):
-        assert tok.token_to_id(s) == i, f"special token {s} should have id {i}"
-    return tok
 
 
 # -- instances (Devlin et al. 2019 §A.2) -------------------------------------------------------------
-def save_tokenizer(tokenizer, run_dir) -> Path:
-    """``<run_dir>/tokenizer/wordpiece.json``, written atomically (under DDP every rank writes
-    the same file; none may read a half-written one)."""
-    path = Path(run_dir) / "tokenizer" / TOKENIZER_FILE
-    with atomic_path(path) as tmp:
-        tokenizer.save(str(tmp))
-    return path
-
-
 def _truncate_pair(a: list, b: list, max_tokens: int, rng: random.Random) -> None:
     """Cut the longer segment at a random end until the pair fits (the authors' truncate_seq_pair)."""
     while len(a) + len(b) > max_tokens:

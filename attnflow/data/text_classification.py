@@ -39,8 +39,8 @@ from torch.utils.data import DataLoader
 from attnflow.data.base import SplitDataModule
 from attnflow.data.documents import clean, read_jsonl
 from attnflow.data.errors import DataError, numbered_lines
-from attnflow.data.pretraining import (CLS, PAD, SEP, SPECIALS, TOKENIZER_FILE, pad_rows,
-                                       save_tokenizer, train_wordpiece)
+from attnflow.data.corpus import CLS, PAD, SEP, SPECIALS, TOKENIZER_FILE, save_tokenizer, train_wordpiece
+from attnflow.data.pretraining import pad_rows
 from attnflow.config.registry import DATA, AttnflowWarning, NonNegativeInt, PositiveInt, Range
 
 log = logging.getLogger(__name__)
