@@ -67,7 +67,7 @@ def test_config_of_a_resumed_run_is_that_runs_and_bad_options_are_one_line(capsy
     shown = yaml.safe_load(capsys.readouterr().out)
     assert shown["data"]["train_size"] == 64 and shown["data"]["symbols"] == 7
     assert main(["--config", f"resume={tmp_path / 'none'}"]) == 2
-    assert "no such directory" in capsys.readouterr().err
+    assert "not an attnflow run directory" in capsys.readouterr().err
     assert main(["--config", f"resume={run}", "model.encoder.hidden_dim=8"]) == 2
     assert "'model.encoder.hidden_dim' would change the resumed run" in capsys.readouterr().err
     assert main(["--config", "experiment=nosuch"]) == 2

@@ -113,8 +113,11 @@ def test_label_smoothing_loss_equals_the_smoothed_cross_entropy_by_hand():
     assert out["val/loss"] != pytest.approx(float(F.cross_entropy(z, y)), rel=1e-3)
 
 
-def test_label_smoothing_is_refused_for_multi_label_data_naming_the_field():
-    dm = SyntheticGraphDataModule(num_nodes=40, multi_label=True)
-    with pytest.raises(ValueError, match="label_smoothing.*multi_label"):
-        TASKS.build({"name": "node_classification", "multi_label": True, "picture": False,
-                     "label_smoothing": 0.1}, GAT(16, 4), **dm.task_context())
+def test_label_smoothing_is_unread_for_multi_label_data_and_warns():
+    from attnflow.config.registry import DATA, AttnflowWarning
+
+    task = TASKS.validate({"name": "node_classification", "multi_label": True, "label_smoothing": 0.1},
+                          "task")
+    data = DATA.validate({"name": "synthetic_graph", "multi_label": True}, "data")
+    with pytest.warns(AttnflowWarning, match="task.label_smoothing=0.1 applies to single-label"):
+        TASKS.get("node_classification").check_config({"task": task, "data": data})
