@@ -15,10 +15,20 @@ import contextlib
 import sys
 from typing import Any, Dict, Iterator, Mapping
 
+
 class AttnflowWarning(UserWarning):
     """What attnflow tells the user of their run: a field left out, a fallback taken. The console
     scripts print it as one line, ``attnflow: warning: …`` (:func:`plain_warnings`):
     the user's config is its cause, not the line of attnflow that noticed it."""
+
+
+def warn_unread(field: str, why: str) -> None:
+    """One warning line for a field the chosen setting leaves unread: it is accepted and has no
+    effect (``encoder 'rnn': dropout=0.3 is unread: …``). Called where the setting is known (a
+    block's constructor, a data module, a callback), so each build names it once."""
+    import warnings
+
+    warnings.warn(f"{field} is unread: {why}", AttnflowWarning, stacklevel=3)
 
 
 BARS = ("auto", "rich", "tqdm", "text", "none")  # callbacks.progress_bar (attnflow.training.progress)
@@ -31,7 +41,6 @@ def plain_warnings() -> None:
     ``LeafSpec``, raised by its own code on every run and nothing a user can act on, is silenced.
     For the console scripts; installed once."""
     import warnings
-
 
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
     shown = warnings.showwarning
