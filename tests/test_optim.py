@@ -31,16 +31,12 @@ def test_cosine_goes_from_one_to_zero():
     assert f(100) == pytest.approx(0.0) and f(500) == pytest.approx(0.0)
 
 
-def test_optimizers_by_name_and_bad_names():
+def test_optimizers_by_name():
     p = [torch.nn.Parameter(torch.zeros(2))]
     assert isinstance(optim.make_optimizer(p, "adam", 0.1, 0.0), torch.optim.Adam)
     assert isinstance(optim.make_optimizer(p, "adamw", 0.1, 0.0), torch.optim.AdamW)
     sgd = optim.make_optimizer(p, "sgd", 0.1, 0.0)
     assert isinstance(sgd, torch.optim.SGD) and sgd.defaults["momentum"] == 0.9
-    with pytest.raises(ValueError, match="optimizer must be one of adam, adamw, sgd, got 'adagrad'"):
-        optim.make_optimizer(p, "adagrad", 0.1, 0.0)
-    with pytest.raises(ValueError, match="scheduler must be one of"):
-        optim.lr_factor("step", 10)
 
 
 def _hand_steps(name, w, grads, lr=0.01, wd=0.1, b1=0.9, b2=0.999, eps=1e-8):

@@ -95,7 +95,7 @@ def test_a_warning_without_any_dropout(base):
     from support import compose_cfg
 
     base = [*base, "task.rdrop_alpha=2"]
-    with pytest.warns(AttnflowWarning, match=r"task.rdrop_alpha=2.0 does nothing"):
+    with pytest.warns(AttnflowWarning, match=r"task.rdrop_alpha=2.0 is unread: nothing drops out"):
         resolve_config(compose_cfg(base))
     with warnings.catch_warnings():
         warnings.filterwarnings("error", "task.rdrop_alpha", AttnflowWarning)

@@ -274,7 +274,7 @@ def test_monitor_metric_names_depend_on_the_tasks(files, tmp_path):
      r"monitor 'val/ratng/acc' is not a metric .*val/rating/acc.*Did you mean 'val/rating/acc'"),
     (["data.tasks.rating.lable_field=rating"], r"field 'lable_field' \(at 'data.tasks.rating.lable_field'\).*Did you mean 'label_field'"),
     (["++data.tasks.extra={}"], r"task.tasks lacks extra"),
-    (["model.head=sequence"], r"set model.head=multitask"),
+    (["model.head=sequence"], r"do not fit together"),
     (["task.tasks.rating.task={name: classification}"],
      r"task.tasks.rating: task 'classification' works on documents, but its data .* gives text_classification"),
     (["task.tasks.rating.task={name: bert_pretraining}", "data.tasks.rating.name=bert_pretraining",

@@ -1,23 +1,9 @@
-"""What every task shares: the model, the optimiser config, the checkpoint metric, the run config.
+"""The base of every task: a LightningModule around a model with its ``optim`` child config.
 
-A task is a LightningModule around a model. This base owns
-
-- ``optim``: one typed child config (:class:`~attnflow.tasks.optim.OptimConfig`: optimizer, lr,
-  weight_decay, scheduler, warmup_steps), validated by the registry like any field
-  (``task.optim.lr=0.01``); a subclass gives its own default by declaring ``optim`` again with
-  another default, and passes the rest of its parent's fields up with ``**kwargs`` (the registry
-  collects keyword-only fields along the MRO);
-- ``configure_optimizers`` (:func:`attnflow.tasks.optim.configure`: a fused optimiser where the
-  run allows one) and ``configure_gradient_clipping`` (clipping under bf16-mixed with it);
-- the step dispatch: ``training_step``, ``validation_step`` and ``test_step`` call
-  ``step(batch, split)``, which a subclass implements (it returns the training loss);
-- what the runner reads before any data is built: ``interface`` (what data and models it works
-  with: ``"seq2seq"``, ``"documents"``, ``"graph"``), ``metrics`` (name → 'min' or 'max': what it
-  logs as ``{train,val,test}/<name>``) and the checkpoint metric ``monitor`` with its
-  ``monitor_mode`` (ModelCheckpoint and early stopping take them unless the config names one);
-- ``run_config`` (the resolved config, set by the runner) and ``on_save_checkpoint``, which stores
-  it as ``checkpoint["attnflow_config"]`` together with the data module's ``artifacts()`` when it
-  has them (``checkpoint["attnflow_artifacts"]``: what prediction needs besides weights).
+A subclass implements ``step(batch, split)`` (returning the training loss) and declares what the
+runner reads before building: ``interface`` (the data and models it works with), ``metrics``
+(name → 'min'/'max', logged as ``{train,val,test}/<name>``) and the checkpoint ``monitor``.
+Checkpoints carry the resolved config and the data module's ``artifacts()``.
 """
 
 from __future__ import annotations
@@ -30,17 +16,13 @@ import torch
 from pytorch_lightning.plugins.precision import MixedPrecision, Precision
 from pytorch_lightning.utilities.enums import GradClipAlgorithmType
 from torch import nn
+from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from attnflow.tasks.optim import OptimConfig, configure
 
 
 class Task(pl.LightningModule):
-    """Base of the registered tasks (not registered itself).
-
-    Args:
-        model: the model (context).
-        optim: optimiser and schedule (one child config; default: OptimConfig()).
-    """
+    """Base of the registered tasks (not registered itself)."""
 
     interface: Optional[str] = None
     metrics: Dict[str, str] = {"loss": "min"}
@@ -71,9 +53,7 @@ class Task(pl.LightningModule):
 
     @contextmanager
     def eval_mode(self) -> Iterator[None]:
-        """Eval mode (no dropout) for a forward pass outside Lightning's loops (dashboards,
-        explanations, pictures during training); the previous mode is restored after, also when
-        the pass fails."""
+        """Eval mode for a forward pass outside Lightning's loops; the previous mode after."""
         was_training = self.training
         self.eval()
         try:
@@ -81,15 +61,35 @@ class Task(pl.LightningModule):
         finally:
             self.train(was_training)
 
+    # -- the metrics of the classifiers ----------------------------------------------------------
+    def add_class_metrics(self, num_classes: int) -> None:
+        """Micro accuracy (every split) and macro F1 (val, test) for :meth:`log_class_metrics`."""
+        self._acc = nn.ModuleDict({f"{s}_": MulticlassAccuracy(num_classes, average="micro")
+                                   for s in ("train", "val", "test")})
+        self._f1 = nn.ModuleDict({f"{s}_": MulticlassF1Score(num_classes, average="macro")
+                                  for s in ("val", "test")})
+
+    def log_class_metrics(self, split: str, loss: torch.Tensor, logits: torch.Tensor,
+                          y: torch.Tensor) -> None:
+        """``<split>/loss``, ``/acc`` and (val, test) ``/f1``; val/test over every rank's items."""
+        n, pred = len(y), logits.argmax(-1)
+        acc = self._acc[f"{split}_"]
+        acc(pred, y)  # forward, not update: it also sets the per-step value that training logs
+        self.log(f"{split}/loss", loss, batch_size=n, prog_bar=split != "test",
+                 sync_dist=split != "train")
+        self.log(f"{split}/acc", acc, batch_size=n, prog_bar=True)
+        if split != "train":
+            self._f1[f"{split}_"].update(pred, y)
+            self.log(f"{split}/f1", self._f1[f"{split}_"], batch_size=n)
+
     # -- optimisation and checkpoints ---------------------------------------------------------------
     def configure_optimizers(self):
         return configure(self, self.optim)
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None,
                                     gradient_clip_algorithm=None) -> None:
-        """Lightning's clipping, except under bf16-mixed with a fused optimiser, which Lightning's
-        mixed-precision plugin will not clip (a rule for float16's GradScaler); bf16-mixed has no
-        scaler, so the gradients are clipped here as the base precision plugin clips them."""
+        """Lightning's clipping; under bf16-mixed (no GradScaler) clipped as the base precision
+        plugin clips, since Lightning's mixed plugin refuses to clip with a fused optimiser."""
         plugin = self.trainer.precision_plugin
         if gradient_clip_val and isinstance(plugin, MixedPrecision) and plugin.scaler is None:
             Precision.clip_gradients(plugin, optimizer, gradient_clip_val,
@@ -103,7 +103,6 @@ class Task(pl.LightningModule):
         if dm is not None and hasattr(dm, "artifacts"):
             checkpoint["attnflow_artifacts"] = dm.artifacts()
 
-    # -- what the runner checks before building -------------------------------------------------------
     @classmethod
     def metric_names(cls, splits=("train", "val")) -> list:
         """``<split>/<metric>`` for every metric the task logs."""
@@ -111,18 +110,14 @@ class Task(pl.LightningModule):
 
     @classmethod
     def metric_names_of(cls, task_cfg: Mapping[str, Any], splits=("train", "val")) -> list:
-        """:meth:`metric_names` that a task of config ``task_cfg`` logs: less a conditional
-        metric whose field is 0 there (``penalty`` without ``penalty_weight``), which an
-        ``optimized_metric`` or a monitor would wait for in vain."""
+        """:meth:`metric_names` less a conditional metric whose field is 0 in ``task_cfg``."""
         off = {m for m, field in cls.conditional_metrics.items() if not (task_cfg.get(field) or 0) > 0}
         return [n for n in cls.metric_names(splits) if n.split("/", 1)[1] not in off]
 
 
 def updated_on_any_rank(metric, trainer) -> bool:
-    """Whether ``metric`` (a torchmetrics object) was updated on any rank. Its ``compute()``
-    syncs under DDP, so every rank must call it or none; with :func:`eval_sampler` a rank whose
-    shard was empty (fewer items than ranks) has no update of its own, and deciding per rank
-    would leave the others waiting in the collective. One process: ``metric.update_count``."""
+    """Whether a torchmetrics ``metric`` was updated on any rank: its ``compute()`` syncs under
+    DDP, so every rank must call it or none, also one whose shard was empty."""
     updated = bool(metric.update_count)
     strategy = getattr(trainer, "strategy", None) if trainer is not None else None
     if strategy is not None:

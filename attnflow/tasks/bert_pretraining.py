@@ -1,35 +1,13 @@
-"""BERT pretraining task: masked language modelling (MLM) plus next-sentence prediction (NSP).
+"""BERT pretraining: masked language modelling (MLM) plus next-sentence prediction (NSP).
 
-Source: Devlin et al. 2019, "BERT: Pre-training of Deep Bidirectional Transformers for Language
-Understanding", §3.1 and §A.1–A.2: the pretraining loss is the sum of the mean MLM likelihood
-and the mean NSP likelihood,
+Devlin et al. 2019, §3.1 and §A.1–A.2: the loss is the mean MLM plus the mean NSP likelihood,
 
     L = −1/|M| Σ_{(b,t)∈M} ln p(x_{b,t} | x̃_b)  −  1/B Σ_b ln p(y_b | x̃_b),
 
-where M is the set of positions selected for MLM (``mlm_labels != -100``: the 15% the data
-module picked, whatever it replaced them with) and y_b the NSP label (0: S′ is the true next span,
-1: a random span, as HF transformers' ``next_sentence_label``). Positions outside M never count,
-neither in the loss nor in the accuracy.
-
-Logged as ``{train,val,test}/<name>``: ``loss`` (L), ``mlm_loss``, ``nsp_loss``, ``mlm_acc``
-(argmax over the vocabulary at the selected positions), ``nsp_acc`` (over the pairs). Each is
-logged with the number of items it averages over as its batch size, so that an epoch's value is
-the mean over all selected positions (or pairs), not a mean of batch means; an epoch's ``loss``
-is the mean of the batches' L weighted by their pairs (so not exactly the epoch's ``mlm_loss`` +
-``nsp_loss``, whose MLM part is weighted by selected positions).
-
-The batch contract (from the ``bert_pretraining`` data module): ``input_ids``, ``segment_ids``
-(B, T) long, ``attention_mask`` (B, T) bool, ``mlm_labels`` (B, T) long (−100: not selected),
-``nsp_labels`` (B,) long. The model contract: ``model(input_ids, segment_ids, attention_mask) ->
-hidden (B, T, d)``, ``model.mlm_logits(hidden) -> (…, V)``, ``model.nsp_logits(hidden) -> (B, 2)``.
-
-The MLM output layer is applied only at the selected positions (about 15% of the tokens): its
-V-sized output is the largest tensor of a step, and the other 85% would be thrown away.
-
-Dashboard (:meth:`BertPretrainingTask.dashboard`, each validation with W&B or TensorBoard): per
-example pair the ⟨CLS⟩ query's attention over its tokens in every layer and head as a heat map
-(``val/attention/<i>``), and ``val/masked_lm``: the masked input, the original and the predicted
-token at each selected position, and the true and predicted next-sentence label.
+M the positions selected for MLM (``mlm_labels != -100``), y_b the NSP label (0: S′ follows S,
+1: random). Each metric is logged with the count it averages over as its batch size, so an
+epoch's value is the mean over all selected positions (or pairs). The MLM output layer runs only
+at the selected positions: its V-sized output is a step's largest tensor.
 """
 
 from __future__ import annotations
@@ -50,18 +28,8 @@ NSP_NAMES = ("next", "random")  # nsp_labels 0: S′ is the true next span; 1: a
 
 @TASKS.register("bert_pretraining")
 class BertPretrainingTask(Task):
-    """Pretrains a BERT encoder with the MLM and NSP losses (Devlin et al. 2019).
-
-    Args:
-        model: a model with ``forward``, ``mlm_logits`` and ``nsp_logits`` (context).
-        mask_id: id of the [MASK] token (context, from the data module).
-        itos: token id → string, for dashboards (context; may be empty).
-        optim: optimiser and schedule (default Devlin et al. 2019 §A.2's: AdamW, weight decay
-            0.01 except on biases and norms, peak lr 1e-4 after linear warm-up — 1,000 steps
-            here, their 10,000 were 1% of a million — then linear decay to 0 at the last step).
-        nsp_weight: weight of the NSP loss in the sum (default 1.0: Devlin et al.'s sum; 0.0
-            trains on MLM alone, as Liu et al. 2019's RoBERTa; NSP is still measured).
-    """
+    """Pretrains a BERT encoder with the MLM and NSP losses (Devlin et al. 2019, §A.2's optimiser;
+    1,000 warm-up steps). ``nsp_weight`` 0 trains on MLM alone (RoBERTa); NSP is still measured."""
 
     interface = "pretraining"
     metrics = {"loss": "min", "mlm_loss": "min", "nsp_loss": "min", "mlm_acc": "max", "nsp_acc": "max"}
@@ -73,10 +41,6 @@ class BertPretrainingTask(Task):
                                                   decay_bias_and_norm=False),
                  nsp_weight: NonNegativeFloat = 1.0):
         super().__init__(model, optim=optim)
-        for method in ("mlm_logits", "nsp_logits"):
-            if not callable(getattr(model, method, None)):
-                raise ValueError(f"task 'bert_pretraining' needs a model with a '{method}' method "
-                                 f"(model=bert); got {type(model).__name__}")
         self.mask_id, self.itos, self.nsp_weight = mask_id, list(itos), float(nsp_weight)
 
     def forward(self, batch: Dict[str, torch.Tensor]) -> torch.Tensor:
@@ -120,11 +84,9 @@ class BertPretrainingTask(Task):
 
     @torch.no_grad()
     def dashboard(self, batch: Dict[str, torch.Tensor]) -> List[dict]:
-        """Panels for :class:`attnflow.training.callbacks.AttentionMaps`: per pair the ⟨CLS⟩ row of every
-        layer's and head's self-attention over its tokens (``val/attention/<i>``, one size for
-        all; ``attention/val_pair_<i>.png`` at the end), and ``val/masked_lm``: the input as the
-        model reads it, ``original→predicted`` at each selected position, the next-sentence
-        label (``next``: S′ follows S, ``random``) and its prediction."""
+        """Per pair the ⟨CLS⟩ row of every layer's and head's attention (``val/attention/<i>``),
+        and ``val/masked_lm``: the input, ``original→predicted`` at each selected position, the
+        next-sentence label and its prediction."""
         from attnflow.viz.explain import join_pieces
         from attnflow.viz.figures import cls_attention_panels, cls_rows, table_panel
 

@@ -1,30 +1,17 @@
-"""Image captioning task (Show, Attend and Tell): translation's training and decoding, images in.
+"""Image captioning (Show, Attend and Tell): translation's training and decoding, images in.
 
-Source: Xu et al. 2015, "Show, Attend and Tell", eq. (14): the loss is the caption's negative
-log-likelihood plus the doubly stochastic regulariser
+Xu et al. 2015, eq. (14): the caption's negative log-likelihood plus the doubly stochastic
+regulariser, λ = ``attention_reg``,
 
     L_d = −Σ_t log p(y_t | a, y_<t) + λ Σ_i (1 − Σ_t α_ti)²
 
-(:func:`attnflow.blocks.attention.penalty.doubly_stochastic_penalty`; ``attention_reg`` is λ, 0
-switches it off). As in the authors' code (arctic-captions: the word losses summed per caption, R
-summed over regions, λ = 1), L_d is summed over the batch's captions and, like the cross-entropy
-of every attnflow task, divided by the number of target tokens: loss = mean word cross-entropy +
-λ · Σ_captions R / #tokens. (The popular PyTorch tutorial averages R over regions instead, which
-weakens λ by a factor L.) Everything else is :class:`~attnflow.tasks.translation.TranslationTask`'s, with
-the images as the source: teacher forcing, label smoothing, greedy decoding for validation and
-beam search for test (:mod:`attnflow.blocks.decoders.decoding`), and BLEU-4 by sacreBLEU against every reference
-caption of an image (multi-reference, as COCO and Flickr8k are scored).
-
-Metrics, as ``{val,test}/<name>``: ``bleu`` (BLEU-4), ``bleu_lc``, ``wer`` (against the first
-reference), ``loss``, ``token_acc``, ``seq_acc``, ``attention_reg`` (R, also for train) and, when
-the data knows which pixels each word names (``shapes``), ``grounding`` and ``grounding_mass``
-(:mod:`attnflow.tasks.captioning_metrics`: attention mass on the named object against the uniform
-share; 1 = no better than uniform).
+summed over captions and divided by the target tokens, as the authors' code (arctic-captions)
+and like the cross-entropy. BLEU-4 is scored against every reference caption of an image; on
+``shapes`` also ``grounding`` (:mod:`attnflow.tasks.captioning_metrics`).
 """
 
 from __future__ import annotations
 
-import warnings
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -33,8 +20,9 @@ from torchmetrics import SumMetric
 
 from attnflow.blocks.attention.penalty import doubly_stochastic_penalty
 from attnflow.blocks.decoders.decoding import decode
+from attnflow.config.registry import TASKS, NonNegativeFloat, PositiveInt, Probability
+from attnflow.io.console import warn_unread
 from attnflow.tasks.base import updated_on_any_rank
-from attnflow.config.registry import TASKS, AttnflowWarning, ConfigError, NonNegativeFloat, PositiveInt, Probability
 from attnflow.tasks.captioning_metrics import grounding_sums, named_cells
 from attnflow.tasks.optim import OptimConfig
 from attnflow.tasks.seq2seq import decoder_without_attention, strip_after_eos
@@ -43,19 +31,7 @@ from attnflow.tasks.translation import TranslationTask
 
 @TASKS.register("captioning")
 class CaptioningTask(TranslationTask):
-    """Caption images with an attention decoder; BLEU-4 and, on ``shapes``, grounding.
-
-    Args:
-        model, pad_id, bos_id, eos_id, max_decode_len, itos: as the translation task (context).
-        references: (split, item indices) -> every reference caption of each image (context).
-        optim: optimiser and schedule (default Adam, lr 1e-3, constant).
-        label_smoothing: ε of the smoothed cross-entropy (default 0.0, as Xu et al.).
-        attention_reg: λ of the doubly stochastic regulariser λ Σ_i (1 − Σ_t α_ti)², per target
-            token as the cross-entropy (default 1.0, the authors' code's; 0 switches it off).
-        beam_size: beam of test decoding and of ``caption``; 1 = greedy (default 3).
-        val_beam_size: beam of validation decoding (default 1: greedy, cheaper).
-        length_penalty: α of the GNMT length penalty ((5+|y|)/6)^α (default 0.0: none).
-    """
+    """Caption images with an attention decoder; BLEU-4 and, on ``shapes``, grounding."""
 
     interface = "captioning"
     metrics = {**TranslationTask.metrics, "attention_reg": "min", "grounding": "max",
@@ -77,21 +53,18 @@ class CaptioningTask(TranslationTask):
 
     @classmethod
     def check_config(cls, cfg: dict) -> None:
-        """λ > 0 needs a decoder that attends (the regulariser is a sum of its weights); an image
-        source leaves src_word_dropout unread. And the seq2seq task's checks."""
+        """An image source leaves src_word_dropout unread, a decoder without attention λ."""
         super().check_config(cfg)
-        if cfg["task"].get("name") != "captioning":
+        task = cfg["task"]
+        if task.get("name") != "captioning":
             return
-        task = cfg["task"]  # with the defaults
         if task["src_word_dropout"] > 0:
-            warnings.warn(f"task.src_word_dropout={task['src_word_dropout']} is unread: a captioning "
-                          f"source is an image", AttnflowWarning)
+            warn_unread(f"task.src_word_dropout={task['src_word_dropout']}",
+                        "a captioning source is an image")
         decoder = decoder_without_attention(cfg.get("model") or {})
-        lam = task["attention_reg"]
-        if decoder and lam > 0:
-            raise ConfigError(f"task.attention_reg={lam} (the doubly stochastic regulariser) needs "
-                              f"attention weights, and decoder '{decoder}' has none; set "
-                              f"task.attention_reg=0 or model.decoder.name=rnn_attention")
+        if decoder and task["attention_reg"] > 0:
+            warn_unread(f"task.attention_reg={task['attention_reg']}",
+                        f"decoder '{decoder}' has no attention weights")
 
     # -- the seq2seq hooks: images in, attention terms out ----------------------------------------
     def _source(self, batch: Dict[str, torch.Tensor]):
@@ -104,9 +77,6 @@ class CaptioningTask(TranslationTask):
     def _attention_loss(self, weights, valid: torch.Tensor, split: str, n: int, batch=None):
         extra = super()._attention_loss(weights, valid, split, n, batch)
         if weights is None:
-            if self.attention_reg > 0:
-                raise ValueError("task.attention_reg > 0 needs attention weights, and this model's "
-                                 "decoder has none (decoder 'rnn'); set task.attention_reg=0")
             return extra
         reg = doubly_stochastic_penalty(weights, valid)  # mean over captions of R
         self.log(f"{split}/attention_reg", reg, batch_size=len(valid), sync_dist=split != "train")
@@ -140,9 +110,8 @@ class CaptioningTask(TranslationTask):
     @torch.no_grad()
     def caption(self, images: torch.Tensor, beam_size: Optional[int] = None,
                 need_weights: bool = False) -> Tuple[List[List[str]], Optional[List[torch.Tensor]]]:
-        """Captions of a batch of images (or region features): the words of each (no ⟨eos⟩), and
-        with ``need_weights`` each caption's attention (T_i, L) — one row per word, heads
-        averaged — else None. ``beam_size`` None: the task's ``beam_size``."""
+        """The words of each image's caption and, with ``need_weights``, its attention (T_i, L),
+        heads averaged (else None)."""
         beam = self.beam_size if beam_size is None else beam_size
         tokens, weights = decode(self.model, images, None, self.bos_id, self.eos_id,
                                  self.max_decode_len, beam, self.length_penalty, need_weights)
@@ -150,8 +119,8 @@ class CaptioningTask(TranslationTask):
         words, alphas = [], []
         special = (self.pad_id, self.bos_id, self.eos_id)
         for i, row in enumerate(tokens.tolist()):
-            keep = [j for j, t in enumerate(row) if t not in special]  # (an untrained model
-            words.append([self._tok(row[j]) for j in keep])  # may emit ⟨pad⟩ or ⟨bos⟩: dropped)
+            keep = [j for j, t in enumerate(row) if t not in special]
+            words.append([self._tok(row[j]) for j in keep])
             if weights is not None:
                 alphas.append(weights[i, keep].mean(1).float().cpu())
         return words, (alphas if need_weights and weights is not None else None)
@@ -159,9 +128,8 @@ class CaptioningTask(TranslationTask):
     # -- dashboard -----------------------------------------------------------------------------------
     @torch.no_grad()
     def dashboard(self, batch: Dict[str, torch.Tensor]) -> List[dict]:
-        """Per example the image with each generated word's attention drawn over it
-        (``val/attention/<i>``; ``attention/val_example_<i>.png`` at the end), and
-        ``val/captions``: a table of reference and hypothesis (validation decoding)."""
+        """Per example each generated word's attention over the image (``val/attention/<i>``),
+        and ``val/captions``: reference and hypothesis."""
         from attnflow.viz.figures import caption_figure, image_panel, table_panel
 
         images = batch["images"].to(self.device)
@@ -174,11 +142,8 @@ class CaptioningTask(TranslationTask):
             h, w = self.model.grid(images)
             pixels = torch.full((len(words), 3, 16 * h, 16 * w), 0.5)
         boxes = self.model.region_boxes(images, pixel_size=tuple(pixels.shape[-2:]))
-        if self.references is not None and "idx" in batch:
-            refs = [r[0] if isinstance(r, (list, tuple)) else r
-                    for r in self.references("val", batch["idx"].tolist())]
-        else:
-            refs = self.ids_to_text(batch["tgt_out"])
+        refs = [r[0] if isinstance(r, (list, tuple)) else r
+                for r in self.references_of(batch, "val")]
         panels = []
         for i, (w, a) in enumerate(zip(words, alphas or [])):
             text = " ".join(w)

@@ -1,17 +1,14 @@
 """Where a captioning model looks: attention mass on the region a word names (grounding).
 
-Xu et al. 2015 ("Show, Attend and Tell", §5.4) show attention maps that follow the objects a word
-names, judged by eye. Where the pixels of the named object are known (the synthetic ``shapes``
-set: :mod:`attnflow.data.shapes`), the judgement becomes a measure. For a caption word t that
-names an object with pixel mask M_t, let R_t be the regions (grid cells of the encoder) whose
-box contains a pixel of M_t. Then
+Xu et al. 2015 (§5.4) judge by eye that attention follows the named object; where its pixels are
+known (``shapes``) it is measured. For a word t naming an object with pixel mask M_t, R_t the
+regions whose box holds a pixel of M_t:
 
     mass_t  = Σ_{i ∈ R_t} α_ti        (attention the decoder spends on the object while writing t)
     share_t = |R_t| / L               (what uniform attention, α_ti = 1/L, would spend there)
     grounding = Σ_t mass_t / Σ_t share_t   over every object-naming word of the corpus
 
-Uniform attention scores exactly 1; attention that ignores the image scores about 1 as well; a
-decoder that looks at the object it names scores up to 1 / mean share (L / |R_t|).
+Uniform attention scores 1; looking at the named object scores up to L / |R_t|.
 """
 
 from __future__ import annotations

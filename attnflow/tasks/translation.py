@@ -1,19 +1,8 @@
-"""Machine translation task: the seq2seq loss, decoding with greedy or beam search, and BLEU/WER
-on detokenised text.
+"""Machine translation: the seq2seq loss, greedy or beam decoding, BLEU and WER on detokenised text.
 
-Source: Sutskever et al. 2014, Bahdanau et al. 2015 (loss −Σ_t ln p(w̃_t | t, S, W)); Papineni et al.
-2002 (BLEU); WER, the word-level edit distance divided by the reference length.
-Training is :class:`~attnflow.tasks.seq2seq.Seq2SeqTask`'s (teacher-forced cross-entropy with
-label smoothing, optimisers, schedules). Validation and test decode every source sentence (greedy
-with beam size 1, else batched beam search of :mod:`attnflow.blocks.decoders.decoding`, which needs only
-``model.encode`` and the decoder protocol), detokenise the output with the data module's
-tokenizer and score it against the untokenised references:
-
-- ``{val,test}/bleu``: sacreBLEU corpus BLEU (13a, exp smoothing, case-sensitive); its signature
-  is kept in ``bleu_signature`` and printed;
-- ``{val,test}/bleu_lc``: the same, lower-cased (what tutorials that lower-case report);
-- ``{val,test}/wer``: corpus word error rate (jiwer);
-- plus ``loss``, ``token_acc`` and ``seq_acc`` of the seq2seq task.
+Validation and test decode every source sentence (beam 1: greedy), detokenise with the data's
+tokenizer and score against the untokenised references: ``bleu`` (sacreBLEU corpus BLEU, 13a,
+case-sensitive; Papineni et al. 2002, Post 2018), ``bleu_lc`` (lower-cased), ``wer`` (jiwer).
 """
 
 from __future__ import annotations
@@ -32,21 +21,8 @@ from attnflow.tasks.translation_metrics import corpus_bleu, word_error_rate
 
 @TASKS.register("translation")
 class TranslationTask(Seq2SeqTask):
-    """Seq2seq training with BLEU/WER evaluation of decoded, detokenised translations.
-
-    Args:
-        model, pad_id, bos_id, eos_id, max_decode_len, itos: as the seq2seq task (context).
-        src_itos: source id → token string, for heat-map labels (context).
-        detokenize: target ids -> text (context, from the data module).
-        references: (split, line numbers) -> untokenised reference lines (context; without it
-            the references are the detokenised target ids).
-        optim: optimiser and schedule (default Adam, lr 1e-3, constant).
-        label_smoothing: as the seq2seq task (default 0.1 here).
-        penalty_weight: as the seq2seq task (through ``**kwargs``).
-        beam_size: beam of test decoding; 1 = greedy (default 4).
-        val_beam_size: beam of validation decoding (default 1: greedy, cheaper).
-        length_penalty: α of the GNMT length penalty ((5+|y|)/6)^α (default 0.6).
-    """
+    """Seq2seq training with BLEU/WER of decoded translations; ``beam_size`` (test) and
+    ``val_beam_size`` 1 is greedy; ``length_penalty`` is GNMT's α in ((5+|y|)/6)^α."""
 
     metrics = {**Seq2SeqTask.metrics, "bleu": "max", "bleu_lc": "max", "wer": "min"}
     monitor, monitor_mode = "val/bleu", "max"
@@ -92,19 +68,21 @@ class TranslationTask(Seq2SeqTask):
         hyps, refs = self._text[split]
         hyps += self.ids_to_text(pred)
         self._lines[split] += batch["idx"].tolist() if "idx" in batch else [None] * len(match)
+        refs += self.references_of(batch, split)
+
+    def references_of(self, batch, split: str) -> list:
+        """The batch's untokenised references where the data gives them, else its targets."""
         if self.references is not None and "idx" in batch:
-            refs += self.references(split, batch["idx"].tolist())
-        else:
-            refs += self.ids_to_text(batch["tgt_out"])
+            return self.references(split, batch["idx"].tolist())
+        return self.ids_to_text(batch["tgt_out"])
 
     def _epoch_start(self, split: str) -> None:
         self._text[split] = ([], [])
         self._lines[split] = []
 
     def _corpus(self, split: str) -> tuple:
-        """(hypotheses, references) of the whole split. Under DDP each rank decodes its shard, and
-        corpus BLEU is no mean of per-rank BLEUs: every rank gathers all shards (the same corpus
-        on each), counting once a pair that a padding DistributedSampler gave to two ranks."""
+        """(hypotheses, references) of the whole split, every rank's shard gathered (corpus BLEU
+        is no mean of per-rank BLEUs), a pair padded onto two ranks counted once."""
         hyps, refs = self._text[split]
         dist = torch.distributed
         if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
@@ -155,8 +133,7 @@ class TranslationTask(Seq2SeqTask):
 
     # -- dashboard ---------------------------------------------------------------------------------
     def source_text(self, ids: Sequence[int]) -> str:
-        """Source ids as text for reading: subwords joined (Metaspace ``▁`` starts a word,
-        WordPiece ``##`` continues one), specials dropped."""
+        """Source ids as text: subwords joined (``▁`` starts a word, ``##`` continues one)."""
         toks = [self._src_tok(i) for i in ids if i not in (self.pad_id, self.bos_id, self.eos_id)]
         if any("▁" in t for t in toks):
             text = "".join(t[2:] if t.startswith("##") else t for t in toks).replace("▁", " ")
@@ -166,19 +143,14 @@ class TranslationTask(Seq2SeqTask):
 
     @torch.no_grad()
     def dashboard(self, batch: Dict[str, torch.Tensor]) -> List[dict]:
-        """The seq2seq heat maps plus ``val/translations``: a table of source, reference and
-        hypothesis (validation decoding: beam ``val_beam_size``) of the same examples."""
+        """The seq2seq heat maps and ``val/translations``: source, reference, hypothesis."""
         from attnflow.viz.figures import table_panel
 
         panels = super().dashboard(batch)
         src, lengths = batch["src"].to(self.device), batch["src_lengths"].to(self.device)
         with self.eval_mode():
             pred, _ = self.translate_ids(src, lengths, self.val_beam_size)
-        hyps = self.ids_to_text(pred)
-        if self.references is not None and "idx" in batch:
-            refs = self.references("val", batch["idx"].tolist())
-        else:
-            refs = self.ids_to_text(batch["tgt_out"])
+        hyps, refs = self.ids_to_text(pred), self.references_of(batch, "val")
         sources = [self.source_text(row[: int(n)]) for row, n in zip(batch["src"].tolist(), lengths.tolist())]
         panels.append(table_panel("val/translations", ["source", "reference", "hypothesis"],
                                   list(zip(sources, refs, hyps))))

@@ -1,17 +1,8 @@
 """Translation metrics on detokenised text: corpus BLEU (sacreBLEU) and word error rate (jiwer).
 
-Source: Papineni et al. 2002 (BLEU); Post 2018 (sacreBLEU: BLEU on detokenised
-text with its own tokenisation, reported with a signature that pins every setting).
-
-BLEU = BP · exp(Σ_{n=1..4} ¼ log p_n), p_n the clipped n-gram precision over the corpus,
-BP = min(1, exp(1 − r/c)) (r reference length, c hypothesis length); sacreBLEU's defaults:
-13a tokenisation, exponential smoothing, case-sensitive. ``lowercase=True`` gives the
-case-insensitive score that common tutorials report on tokenised lower-cased text (their
-numbers are on spaCy/Moses-tokenised text; 13a tokenisation splits punctuation the same way, so
-the two agree closely but not exactly).
-
-WER = (S + D + I) / N over the corpus: word substitutions, deletions and insertions of the
-minimal alignment of each hypothesis to its reference, divided by the reference word count.
+BLEU = BP · exp(Σ_{n=1..4} ¼ log p_n), p_n the clipped n-gram precision, BP = min(1, exp(1 − r/c))
+(Papineni et al. 2002), with sacreBLEU's defaults (Post 2018). WER = (S + D + I) / N over the
+corpus: word edits of each minimal alignment over the reference words.
 """
 
 from __future__ import annotations
@@ -20,10 +11,8 @@ from typing import List, Sequence, Tuple, Union
 
 
 def reference_streams(references: Sequence[Union[str, Sequence[str]]]) -> List[List[str]]:
-    """sacreBLEU's reference streams (stream k = every sentence's k-th reference) from one
-    reference per sentence, or a list of them (captions: several per image). A sentence with
-    fewer references repeats its last one: BLEU clips n-gram counts by the maximum over
-    references and takes the closest reference length, so a repeated reference changes nothing."""
+    """sacreBLEU's reference streams (stream k: every sentence's k-th reference); a sentence
+    with fewer references repeats its last one, which changes no BLEU."""
     refs = [[r] if isinstance(r, str) else list(r) for r in references]
     if any(not r for r in refs):
         raise ValueError("every sentence needs at least one reference")

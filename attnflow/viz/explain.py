@@ -1,17 +1,7 @@
-"""HTML renderings of document attention, as in Figure 5 of Yang et al. 2016: each sentence gets
-a red bar whose intensity is its sentence weight, each word a blue background whose intensity is
-its word weight (scaled by √ of its sentence's weight, as in the paper, then by the document's
-maximum so the strongest word is fully coloured).
-
-Used by the classification task (validation renderings in ``<run dir>/renderings/``) and by
-``attnflow-predict --explain out.html``.
-
-BERT texts (:func:`render_text_html`): per text, the ⟨CLS⟩ query's attention over its WordPiece
-tokens in every layer and head (one table row each, then the mean over the last layer's heads),
-each token shaded blue by its weight relative to the row's largest (hover: the weight), and the
-all-heads picture (:func:`attnflow.viz.figures.cls_attention_figure`) embedded as a PNG. Tokens are shown
-as WordPiece pieces: the Metaspace word-start mark ``▁`` dropped, a ``##`` continuation kept and
-drawn against the piece before it.
+"""HTML renderings of attention. Documents as in Yang et al. 2016, Fig. 5: a red bar per sentence
+weight, each word's background blue by word weight × √(sentence weight), relative to the maximum.
+BERT texts: the ⟨CLS⟩ row of every layer and head over the WordPiece tokens, one table row each
+plus the last layer's mean, with the all-heads picture embedded.
 """
 
 from __future__ import annotations
@@ -88,24 +78,19 @@ _SPECIAL = re.compile(r"\[[A-Z]+\]")  # [CLS], [SEP], [MASK], [UNK], [PAD]: word
 
 
 def shown_piece(token: str) -> str:
-    """A WordPiece token as displayed: the Metaspace word-start mark ``▁`` dropped (it is the
-    space before the word), ``##`` continuations kept."""
+    """A WordPiece token as displayed: a leading ``▁`` dropped, ``##`` kept."""
     return token[1:] if token.startswith("\u2581") and len(token) > 1 else token
 
 
 def join_pieces(tokens: Sequence[str], skip: Sequence[str] = ("[PAD]",)) -> str:
-    """The text the pieces spell, as the run's WordPiece decoder joins them (``##`` glued to the
-    piece before, ``▁`` a space; :func:`attnflow.data.parallel.new_tokenizer`); ``skip``: tokens
-    left out (special tokens)."""
+    """The text the pieces spell (``##`` glued on, ``▁`` a space), ``skip`` tokens left out."""
     text = "".join(t[2:] if t.startswith("##") else f" {t} " if _SPECIAL.fullmatch(t) else t
                    for t in tokens if t not in skip)
     return " ".join(text.replace("\u2581", " ").split())
 
 
 def text_html(tokens: Sequence[str], cls_attention, title: str, picture: Optional[bytes] = None) -> str:
-    """One text as a <div>: ``cls_attention`` (N, J, T) nested sequences or an array, the ⟨CLS⟩
-    row of each layer's and head's attention over ``tokens`` (T); ``picture``: PNG bytes of the
-    all-heads heat map, embedded."""
+    """One text as a <div>: ``cls_attention`` (N, J, T) over ``tokens``; ``picture``: PNG bytes."""
     import numpy as np
 
     w = np.asarray(cls_attention, dtype=float)
@@ -118,8 +103,7 @@ def text_html(tokens: Sequence[str], cls_attention, title: str, picture: Optiona
     body = []
     for label, row, kind in rows:  # rendering, not a training path
         top = max(float(row.max(initial=0.0)), 1e-12)
-        # blue #1e5adc at opacity a/top as 8-digit hex: ~30 bytes a cell less than rgba() on pages
-        # of tens of thousands of cells (BERT-base: 145 rows × 256 tokens per text)
+        # opacity as 8-digit hex: ~30 bytes a cell less than rgba() on pages of 10⁴+ cells
         tds = "".join(
             f'<td{cls} style="background:#1e5adc{round(255 * a / top):02x}'
             f'{";color:#fff" if a / top > 0.7 else ""}" title="{a:.4f}">{text}</td>'

@@ -1,22 +1,10 @@
-"""Attention pictures (matplotlib, no screen needed) and the dashboard panels tasks hand to loggers.
+"""Attention pictures (matplotlib, Agg) and the dashboard panels tasks hand to loggers.
 
-Every picture has a fixed size in pixels, whatever the lengths it shows: W&B shows the images
-of one key side by side across steps and warns "Images sizes do not match" (and scales them
-badly) when they differ, so fonts shrink instead of figures growing.
-
-- :func:`attention_figure`: α of a sequence-to-sequence model (rows: output tokens, columns:
-  source tokens), as in Bahdanau et al. 2015, Fig. 3;
-- :func:`document_figure`: a document's word and sentence weights (HAN, Yang et al. 2016, Fig. 5:
-  red sentence bars, blue words);
-- :func:`neighbourhood_figure`: a graph node's neighbours and their α per head and layer (GAT,
-  Veličković et al. 2018, eq. 3);
-- :func:`cls_attention_figure`: the ⟨CLS⟩ row of every layer's and head's self-attention over a
-  text's WordPiece tokens (BERT, Devlin et al. 2019; the picture of Clark et al. 2019, "What does
-  BERT look at?").
-
-Panels (:func:`image_panel`, :func:`html_panel`, :func:`table_panel`) are plain dicts that
-:func:`attnflow.viz.panels.log_panels` turns into W&B images / HTML / tables and TensorBoard
-images / text.
+Every picture has a fixed size in pixels, whatever the lengths it shows (W&B shows one key's
+images side by side and scales mismatched sizes badly): fonts shrink instead. Seq2seq α
+(Bahdanau et al. 2015, Fig. 3), HAN documents (Yang et al. 2016, Fig. 5), GAT neighbourhoods
+(Veličković et al. 2018), BERT's ⟨CLS⟩ rows (Clark et al. 2019) and captions (Xu et al. 2015).
+Panels are plain dicts for :func:`attnflow.viz.panels.log_panels`.
 """
 
 from __future__ import annotations
@@ -45,8 +33,7 @@ def _fontsize(n: int, room: float = 220.0, lo: float = 4.0, hi: float = 10.0) ->
 
 def attention_figure(weights: torch.Tensor, source: Sequence[str], output: Sequence[str],
                      title: str = "", figsize=HEATMAP_SIZE):
-    """A figure of α (rows: output tokens, columns: source tokens), darker = more weight; always
-    ``figsize`` (default 640 × 640 pixels), labels shrinking with the lengths."""
+    """α (rows: output tokens, columns: source tokens), darker = more weight."""
     w = weights.detach().float().cpu().numpy()
     fig, ax = plt.subplots(figsize=figsize, dpi=DPI)
     im = ax.imshow(w, cmap="Greys", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
@@ -83,11 +70,9 @@ def figure_to_array(fig) -> np.ndarray:
 def document_figure(sentences: Sequence[Sequence[str]], word_weights: Sequence[Sequence[float]],
                     sent_weights: Optional[Sequence[float]], title: str = "",
                     max_sentences: int = 12, max_words: int = 20, figsize=DOCUMENT_SIZE):
-    """A document's attention as a picture: one row per sentence, its words in cells shaded blue
-    by word weight × √(sentence weight) relative to the document's maximum (Yang et al. 2016,
-    Fig. 5), and a red bar per sentence for its weight. Long documents show the
-    ``max_sentences`` heaviest sentences (in document order), long sentences the ``max_words``
-    words around their heaviest word."""
+    """One row per sentence, words shaded blue by word weight × √(sentence weight) relative to
+    the maximum, a red bar per sentence weight (Yang et al. 2016, Fig. 5); at most the
+    ``max_sentences`` heaviest sentences and ``max_words`` words around each one's heaviest."""
     n = len(sentences)
     sw = np.asarray(sent_weights if sent_weights is not None else [1.0] * n, dtype=float)
     heaviest = np.asarray([max(map(float, w[:len(s)]), default=0.0)
@@ -127,9 +112,8 @@ def document_figure(sentences: Sequence[Sequence[str]], word_weights: Sequence[S
 # -- graphs ---------------------------------------------------------------------------------------
 def neighbourhood_figure(alphas: Sequence[np.ndarray], labels: Sequence[str], title: str = "",
                          figsize=NEIGHBOURHOOD_SIZE):
-    """One node's attention over its neighbours: per layer a (heads × neighbours) heat map of
-    α_tj (Veličković et al. 2018, eq. 3); ``alphas[l]`` is (K, J_l), ``labels`` the K neighbours.
-    The colour scale runs from 0 to the largest α shown (the colour bar says how large)."""
+    """Per layer a (heads × neighbours) heat map of α_tj (Veličković et al. 2018, eq. 3);
+    ``alphas[l]`` (K, J_l), ``labels`` the K neighbours; colours from 0 to the largest α."""
     if not len(labels):  # an isolated node (a model without self-loops)
         fig, ax = plt.subplots(figsize=figsize, dpi=DPI)
         ax.axis("off")
@@ -156,19 +140,15 @@ def neighbourhood_figure(alphas: Sequence[np.ndarray], labels: Sequence[str], ti
 
 # -- texts (BERT) ----------------------------------------------------------------------------------
 def cls_attention_figure(cls, tokens: Sequence[str], title: str = "", figsize=TEXT_ATTENTION_SIZE):
-    """The ⟨CLS⟩ query's attention over a text's tokens in every layer and head: ``cls`` (N, J, T)
-    (``weights[l][b, j, 0, :T]`` of the encoder, each row summing to 1 over the T tokens) drawn as
-    an (N·J) × T heat map, rows ``L1 h1 … LN hJ`` top to bottom with a line between layers,
-    columns the tokens (every k-th labelled when there are too many to read). The colour scale
-    runs from 0 to the largest weight shown (the colour bar says how large): ⟨CLS⟩ rows put most
-    of their weight on [CLS] and [SEP] in trained BERTs (Clark et al. 2019), which a fixed 0–1
-    scale would leave as the only visible cells. Always ``figsize`` (1200 × 600 pixels)."""
+    """The ⟨CLS⟩ row of every layer's and head's attention, ``cls`` (N, J, T), as an (N·J) × T
+    heat map. Colours run from 0 to the largest weight: trained BERTs put most on [CLS] and
+    [SEP] (Clark et al. 2019), which a fixed 0–1 scale would leave the only visible cells."""
     from attnflow.viz.explain import shown_piece
 
     w = np.asarray(cls.detach().float().cpu() if isinstance(cls, torch.Tensor) else cls, dtype=float)
     N, J, T = w.shape
     rows = w.reshape(N * J, T)
-    # fixed margins, not a layout engine: the same frame for every text, and twice as fast
+    # fixed margins, not a layout engine: the same frame for every text
     fig = plt.figure(figsize=figsize, dpi=DPI)
     ax, bar = fig.add_axes((0.07, 0.17, 0.83, 0.76)), fig.add_axes((0.912, 0.17, 0.012, 0.76))
     im = ax.imshow(rows, cmap="viridis", vmin=0.0, vmax=max(float(rows.max(initial=0.0)), 1e-6),
@@ -192,16 +172,13 @@ def cls_attention_figure(cls, tokens: Sequence[str], title: str = "", figsize=TE
 
 
 def cls_rows(maps: Sequence[torch.Tensor]) -> torch.Tensor:
-    """(B, N, J, T): row 0 (the ⟨CLS⟩ query) of each of the N layers' (B, J, T, T) attention
-    weights (``model(..., need_weights=True)``; a single-head (B, T, T) map counts as J = 1)."""
+    """(B, N, J, T): row 0 (⟨CLS⟩) of each layer's (B, J, T, T) (or (B, T, T)) attention."""
     return torch.stack([(m if m.dim() == 4 else m.unsqueeze(1))[:, :, 0] for m in maps], 1).float()
 
 
 def cls_attention_panels(cls: torch.Tensor, tokens: Sequence[Sequence[str]], titles: Sequence[str],
                          file_stem: str) -> list:
-    """One image panel per text (``val/attention/<i>``, all 1200 × 600;
-    ``attention/<file_stem>_<i>.png`` at the end of training) of ``cls`` (B, N, J, T) over each
-    text's tokens (its first ``len(tokens[i])`` columns: padding left out)."""
+    """One image panel per text (``val/attention/<i>``) of ``cls`` (B, N, J, T), padding cut."""
     return [image_panel(f"val/attention/{i}", cls_attention_figure(cls[i, :, :, : len(toks)], toks, title),
                         caption=title, file=f"{file_stem}_{i}.png")
             for i, (toks, title) in enumerate(zip(tokens, titles))]
@@ -219,8 +196,7 @@ def figure_png(fig) -> bytes:
 
 # -- panels: what a task's ``dashboard(batch)`` returns ------------------------------------------------
 def image_panel(key: str, fig, caption: str = "", file: Optional[str] = None) -> dict:
-    """An image logged under ``key`` (one W&B panel per key); ``file``: also written to the run's
-    ``attention/`` folder when training ends."""
+    """An image logged under ``key``; ``file``: also saved to ``attention/`` when training ends."""
     return {"kind": "image", "key": key, "image": figure_to_array(fig), "caption": caption, "file": file}
 
 
@@ -243,10 +219,8 @@ def _as_tensor(x) -> torch.Tensor:
 
 
 def alpha_grid(alpha, boxes) -> torch.Tensor:
-    """α (T, L) over the L regions as (T, h, w) maps on the region grid. The grid follows from
-    ``boxes`` (L, 4) [top, left, bottom, right), row-major as the image encoders give them
-    (:meth:`CNNImageEncoder.region_boxes`, :meth:`FeatureEncoder.region_boxes`): w is the number
-    of boxes sharing the first box's top, h = L / w."""
+    """α (T, L) as (T, h, w) maps on the row-major grid of ``boxes`` (L, 4) [top, left, bottom,
+    right): w boxes share the first box's top."""
     alpha, b = _as_tensor(alpha), _as_tensor(boxes).double()
     L = alpha.shape[1]
     w = int((b[:, 0] == b[0, 0]).sum())
@@ -257,14 +231,9 @@ def alpha_grid(alpha, boxes) -> torch.Tensor:
 
 
 def attention_overlay(alpha, boxes, height: int, width: int) -> torch.Tensor:
-    """(T, height, width) heat maps in [0, 1] (NaN outside the regions' boxes): each word's α over
-    the region grid upsampled bilinearly to the pixels the grid covers (cell centres keep their α,
-    pixels between them are interpolated), then stretched from the uniform share 1/L (0: no more
-    than uniform) to the word's largest α, or 2/L if that is larger (1). The stretch is close to
-    the tutorials' (``imshow`` scales each map from its minimum to its maximum), but a uniform or
-    nearly uniform α — an untrained model's — stays dark instead of lighting the whole image. The
-    smooth upsampling is that of the Show-Attend-Tell tutorials' ``visualize_att`` (Xu et al.
-    2015, Fig. 2–3), done in one ``interpolate`` call for all words."""
+    """(T, height, width) heat maps in [0, 1] (NaN outside the boxes): each word's α upsampled
+    bilinearly over the grid's pixels (as the Show-Attend-Tell tutorials), stretched from the
+    uniform share 1/L (0) to max(largest α, 2/L) (1), so near-uniform α stays dark."""
     grid = alpha_grid(alpha, boxes)
     b = _as_tensor(boxes).double()
     top, left = int(round(float(b[:, 0].min()))), int(round(float(b[:, 1].min())))
@@ -283,16 +252,9 @@ def attention_overlay(alpha, boxes, height: int, width: int) -> torch.Tensor:
 
 def caption_figure(image, words: Sequence[str], alpha, boxes, title: str = "",
                    figsize=CAPTION_SIZE):
-    """A generated caption's attention drawn on its image (Xu et al. 2015, Fig. 2–3): the image,
-    then one panel per word titled with the word, α of that word (``alpha`` (T, L), one row per
-    word) spread over the regions' ``boxes`` (L, 4) [top, left, bottom, right) pixel boxes,
-    smoothed (:func:`attention_overlay`) and drawn as a semi-transparent heat map over the image
-    (bright: where the word looked; each word's map scaled from the uniform share 1/L to its own
-    largest α (at least 2/L), which is written under the panel). ``image`` (3, H, W) (or (1, H, W)) floats in
-    [0, 1].
-
-    Always ``figsize`` (800 × 860 pixels) with a fixed grid of 4 × 4 panels: the image and the first
-    15 words; a longer caption says "… n more" in the title."""
+    """A caption's attention on its image (Xu et al. 2015, Fig. 2–3): the image, then per word
+    (up to 15) its α (``alpha`` (T, L) over ``boxes``) as a heat map over the image
+    (:func:`attention_overlay`). ``image`` (3 or 1, H, W) floats in [0, 1]."""
     img, a = _as_tensor(image), _as_tensor(alpha)
     H, W = img.shape[1:]
     rows, cols = CAPTION_GRID

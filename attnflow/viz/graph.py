@@ -1,12 +1,6 @@
-"""The graph-attention picture, after Veličković et al. 2018, Fig. 2: node
-vectors projected to 2-D, coloured by class, with each edge drawn with opacity and width ∝ its
-attention weight (mean over heads). The task draws the output layer's vectors with the output
-layer's α (the paper's figure shows the first hidden layer with its 8 heads summed). The projection is PCA (``torch.pca_lowrank``; scikit-learn's t-SNE is
-not a dependency).
-
-Also the per-node view of the dashboards: :func:`neighbourhoods` gathers, for a few nodes, each
-node's neighbours and their α per layer and head, which :func:`attnflow.viz.figures.neighbourhood_figure`
-draws."""
+"""The graph-attention picture after Veličković et al. 2018, Fig. 2: node vectors projected to 2-D
+(PCA), coloured by class, each edge's opacity and width ∝ its α (mean over heads); and the
+per-node neighbourhoods of the dashboards."""
 
 from __future__ import annotations
 
@@ -66,9 +60,7 @@ EMBEDDING_CAPTION = ("every node's output vector (PCA, 2-D) by true class; edges
 
 
 def log_figure(fig, path: Path, trainer, tag: str, caption: str = "", when: str = "") -> Path:
-    """Save ``fig`` to ``path`` and log it to the trainer's TensorBoard / W&B loggers under
-    ``tag``, as the dashboards' image panels are (one image per W&B key; ``caption`` and ``when``
-    as :func:`attnflow.viz.panels.log_panels` takes them)."""
+    """Save ``fig`` to ``path`` and log it to the trainer's loggers under ``tag``."""
     from attnflow.viz.figures import image_panel
     from attnflow.viz.panels import log_panels
 
@@ -81,12 +73,8 @@ def log_figure(fig, path: Path, trainer, tag: str, caption: str = "", when: str 
 
 def neighbourhoods(weights: Sequence[Tuple[torch.Tensor, torch.Tensor]], nodes: torch.Tensor,
                    max_neighbours: int = 24) -> List[Tuple[torch.Tensor, List[torch.Tensor]]]:
-    """Per chosen node t: (its neighbours j, [α_tj per layer: (K, heads)]).
-
-    ``weights``: a GAT's [(edge_index (2, E), α (E, J))] per layer, edges j → t (PyG's
-    source-to-target flow, self-loops included). Neighbours are those of the first layer's
-    edges; with more than ``max_neighbours`` the heaviest (mean α over layers and heads) are
-    kept, in node order."""
+    """Per node t: (its first-layer neighbours j, [α_tj per layer: (K, heads)]) from a GAT's
+    [(edge_index, α (E, J))]; at most the ``max_neighbours`` heaviest, in node order."""
     size = max(int(ei.max()) for ei, _ in weights) + 1 if weights[0][0].numel() else 1
     out = []
     for t in nodes.tolist():  # a few nodes, for pictures

@@ -7,11 +7,8 @@ from pytorch_lightning.loggers import TensorBoardLogger, WandbLogger
 
 
 def log_panels(loggers, panels: list, step: int, when: str = "") -> None:
-    """Dashboard panels to W&B (images, ``wandb.Html``, ``wandb.Table``; one ``log`` call, so one
-    history row) and TensorBoard (images; tables as Markdown text; HTML is W&B's only). A W&B
-    image's caption ends with ``when`` (e.g. ``epoch 3, step 120``): W&B's media panel shows it
-    beside the picture, so a picture of the best checkpoint drawn after training is told apart
-    from the last epoch's."""
+    """Panels to W&B (images, HTML, tables; one history row) and TensorBoard (images, tables as
+    Markdown). A W&B image's caption ends with ``when`` (e.g. ``epoch 3, step 120``)."""
     if not panels:
         return
     for lg in loggers:

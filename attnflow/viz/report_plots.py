@@ -1,7 +1,5 @@
-"""The pictures of ``attnflow-report`` (:mod:`attnflow.cli.report`, from :mod:`attnflow.viz.runs`): the sort metric against each
-swept parameter, learning curves, Optuna's optimisation history and parameter importances, and
-thumbnails of each run's attention pictures. Matplotlib through ``Figure`` objects (no pyplot
-state, no display), Pillow for thumbnails; whatever cannot be drawn becomes a note in the report.
+"""The pictures of ``attnflow-report``: the metric against each swept parameter, learning curves,
+Optuna's history and importances, thumbnails; what cannot be drawn becomes a note.
 """
 
 from __future__ import annotations
@@ -36,8 +34,7 @@ def _save(fig, out: Path, name: str) -> Path:
 
 
 def plot_param(report: Report, param: str, out: Path) -> Optional[Path]:
-    """The sort metric against one swept parameter: a scatter for numbers (log axis over two
-    decades), a strip plot (with boxes from three values on) for categories."""
+    """The metric against a swept parameter: a scatter for numbers, a strip plot for categories."""
     pts = [(report.value(r, param), r.metrics[report.metric]) for r in report.runs
            if report.metric in r.metrics and not math.isnan(r.metrics[report.metric])]
     if not pts:
@@ -92,9 +89,7 @@ def plot_curves(report: Report, metric: str, out: Path) -> Optional[Path]:
 
 @contextmanager
 def _study(report: Report):
-    """Yields (the sweep's Optuna study, None) — loaded from a copy of its sqlite storage, kept
-    while the study is read (optuna queries lazily) — or (None, a note saying why not: optuna
-    missing, no storage file, several studies and no name)."""
+    """Yields (the sweep's Optuna study from a copy of its storage, None) or (None, why not)."""
     try:
         import optuna
     except ImportError:
@@ -127,10 +122,8 @@ def _study(report: Report):
 
 
 def plot_optuna(report: Report, out: Path) -> List[Tuple[str, Path]]:
-    """Optuna's optimisation history (optuna.visualization.matplotlib) and the parameter
-    importances (optuna.importance.get_param_importances with mean decrease in impurity of a
-    random forest, Breiman 2001: optuna 2.10's default fANOVA evaluator fails with current
-    scikit-learn); a note in the report for whatever cannot be drawn."""
+    """Optuna's optimisation history and parameter importances (mean decrease in impurity:
+    optuna's default fANOVA fails with current scikit-learn)."""
     with _study(report) as (study, note):
         if study is None:
             report.notes.append(note)

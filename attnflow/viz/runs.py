@@ -1,7 +1,5 @@
-"""The runs ``attnflow-report`` reads, as data: a run folder's config, overrides, final metrics and
-learning curves (:func:`read_run`, :func:`history`); a run or sweep folder as a :class:`Report`, its
-runs sorted best first by the metric chosen (:func:`build`), and its table (:func:`table`). The
-writers (:mod:`attnflow.cli.report`) and the plots (:mod:`attnflow.viz.report_plots`) read it.
+"""The runs ``attnflow-report`` reads: a run or sweep folder as a :class:`Report`, its runs sorted
+best first by the metric chosen (:func:`build`), and its table (:func:`table`).
 """
 
 from __future__ import annotations
@@ -44,9 +42,7 @@ class Run:
 
 @dataclass
 class Group:
-    """The runs of one experiment among runs (or a sweep's jobs) of several
-    (:func:`check_experiments`): ranked among themselves by their own metric, in the table's
-    ``group`` column as ``name``."""
+    """The runs of one experiment among several, ranked by their own metric (column ``group``)."""
 
     name: str
     what: str  # "task seq2seq on reverse data"
@@ -89,8 +85,7 @@ def natural(name: str) -> Tuple:
 
 
 def _parse_overrides(lines: Sequence[str]) -> Dict[str, Any]:
-    """Hydra's overrides as {key: typed value}, parsed by Hydra's own grammar (``lr=1e-3`` is the
-    float 0.001, ``scorer=dot`` the string 'dot'); a deletion ``~key`` maps to None."""
+    """Hydra's overrides as {key: typed value}, by Hydra's own grammar (``~key``: None)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     out: Dict[str, Any] = {}
@@ -101,7 +96,7 @@ def _parse_overrides(lines: Sequence[str]) -> Dict[str, Any]:
             value = o.value()
             out[o.key_or_group] = value if isinstance(value, (str, int, float, bool)) or value is None \
                 else str(value)
-        except Exception:  # a line Hydra would not have written; keep it readable anyway
+        except Exception:  # a line Hydra would not have written
             key, _, value = str(line).lstrip("+~").partition("=")
             out[key] = value
     return out
@@ -121,8 +116,7 @@ def _load_yaml(path: Path) -> Any:
 
 
 def _one_line(err: Any) -> str:
-    """A problem as one line of the status column: a YAML error's problem and where (its first
-    line, "while parsing a flow sequence", says little), else the first line and "…"."""
+    """A problem as one line: a YAML error's problem and where, else the first line and "…"."""
     mark = getattr(err, "problem_mark", None)
     if isinstance(err, yaml.MarkedYAMLError) and err.problem and mark is not None:
         return f"{err.problem} at line {mark.line + 1}, column {mark.column + 1}"
@@ -153,7 +147,7 @@ def read_run(path: Path, name: str, pictures: int = 4) -> Run:
                 raise ValueError(f"a JSON {type(summary).__name__}, not an object")
             run.metrics = {k: float(v) for k, v in (summary.get("metrics") or {}).items()}
             run.summary = summary
-            if summary.get("failed"):  # the run failed after writing it (attnflow.training.run.record_failure)
+            if summary.get("failed"):
                 problems.append(f"failed: {_one_line(summary['failed'])}")
         except (OSError, ValueError, TypeError, AttributeError) as err:
             problems.append(f"unreadable metrics.json ({_one_line(err)})")
@@ -165,9 +159,8 @@ def read_run(path: Path, name: str, pictures: int = 4) -> Run:
 
 
 def history(run: Run, metric: str) -> Dict[int, float]:
-    """``metric`` per training epoch from the CSV logger's ``metrics.csv`` files (a resumed run
-    has several versions: later ones win). The rows of the final validation/test of the best
-    checkpoint, logged after fit at epoch = ``metrics.json``'s ``epochs``, are left out."""
+    """``metric`` per training epoch from the CSV logs (later versions win), less the final
+    evaluation logged after fit."""
     last = run.summary.get("epochs")
     out: Dict[int, float] = {}
     for f in sorted(run.path.glob("csv/version_*/metrics.csv"), key=lambda p: natural(p.parent.name)):
@@ -183,9 +176,8 @@ def history(run: Run, metric: str) -> Dict[int, float]:
 
 
 def sweep_record(path: Path) -> Dict[str, Any]:
-    """The ``hydra`` section a sweep folder records: ``multirun.yaml``'s, else — the Optuna sweeper
-    writes none — its first job's ``.hydra/hydra.yaml``, where that job ran in MULTIRUN mode as the
-    job of its folder's number; {} for a folder of runs started one by one, or a record unread."""
+    """The ``hydra`` section of ``multirun.yaml``, else of the first job's ``.hydra/hydra.yaml``
+    where it ran as a sweep's job (the Optuna sweeper writes no multirun.yaml); else {}."""
     try:
         if (path / "multirun.yaml").is_file():
             return (_load_yaml(path / "multirun.yaml") or {}).get("hydra") or {}
@@ -199,14 +191,9 @@ def sweep_record(path: Path) -> Dict[str, Any]:
 
 
 def find_runs(path: Path, pictures: int = 4) -> Tuple[str, List[Run]]:
-    """("run", [the run]), ("sweep", [its job folders' runs]) for a multirun folder (``multirun.yaml``,
-    or jobs that ran as a sweep's: :func:`sweep_record`), or ("runs", [its runs]) for another folder
-    of run folders (``outputs/<date>/``: runs started one by one, perhaps of different
-    experiments); :class:`ReportError` else."""
+    """("run", [run]), ("sweep", [its jobs' runs]) or ("runs", [a folder's runs])."""
     if not path.exists():
-        raise ReportError(f"'{path}' does not exist; give a run directory (holding config.yaml, "
-                          f"metrics.json and .hydra/) or a multirun directory (multirun.yaml and "
-                          f"one folder per job)")
+        raise ReportError(f"'{path}' does not exist")
     if not path.is_dir():
         raise ReportError(f"'{path}' is a file, not a run or multirun directory")
     if (path / "multirun.yaml").is_file() or not _is_run(path):
@@ -218,8 +205,7 @@ def find_runs(path: Path, pictures: int = 4) -> Tuple[str, List[Run]]:
         hint = f" It holds multirun directories; report one of them: {', '.join(sweeps[:5])}" \
             if sweeps else ""
         raise ReportError(f"'{path}' is neither a run directory (config.yaml, metrics.json or "
-                          f".hydra/ inside) nor a multirun directory (multirun.yaml and job folders "
-                          f"0/, 1/, … that are run directories).{hint}")
+                          f".hydra/) nor a multirun directory (multirun.yaml).{hint}")
     return "run", [read_run(path, path.name, pictures)]
 
 
@@ -229,8 +215,7 @@ def _lower_isbetter(metric: str) -> bool:
 
 
 def _task_class(config: Dict[str, Any]):
-    """The run's task class from the registry (its ``monitor`` and ``metrics`` directions), or
-    None for a run without a known task."""
+    """The run's registered task class, or None."""
     name = (config.get("task") or {}).get("name")
     try:
         return TASKS.get(name) if name else None
@@ -240,10 +225,8 @@ def _task_class(config: Dict[str, Any]):
 
 def choose_metric(runs: List[Run], sweeper: Dict[str, Any], metric: Optional[str] = None
                   ) -> Tuple[str, bool, str]:
-    """(metric, maximize, where the choice came from). The direction: the Optuna sweeper's for
-    its ``optimized_metric``, the checkpoint's ``mode`` for its monitor, the task's declared
-    direction for any metric it declares (``penalty``: lower is better, though the name says
-    nothing), else by name (loss, wer, error: lower is better)."""
+    """(metric, maximize, source). The direction: the sweeper's for ``optimized_metric``, the
+    checkpoint's ``mode`` for its monitor, the task's declared one, else by name (loss: min)."""
     config = next((r.config for r in runs if r.config), {})
     ck = (config.get("callbacks") or {}).get("checkpoint") or {}
     source = "--metric"
@@ -269,9 +252,8 @@ def choose_metric(runs: List[Run], sweeper: Dict[str, Any], metric: Optional[str
 
 
 def swept_params(runs: List[Run]) -> Tuple[List[str], Dict[str, Any]]:
-    """(parameters that differ between runs, overrides common to all). From Hydra's overrides
-    where every run has them, else from the runs' resolved configs (a key whose values repeat
-    another, shorter key's — an interpolated copy — is left out)."""
+    """(parameters that differ between runs, overrides common to all): from the overrides where
+    every run has them, else the configs (a key repeating a shorter key's values left out)."""
     with_cfg = [r for r in runs if r.overrides is not None or r.config]
     if not with_cfg:
         return [], {}
@@ -294,8 +276,7 @@ def swept_params(runs: List[Run]) -> Tuple[List[str], Dict[str, Any]]:
 
 
 def _sort_key(report_metric: str, maximize: bool):
-    """Best first: ok runs by the metric, then ok runs without it, then every run with a problem
-    (failed, or a damaged file: never the best, whatever its metrics say) in job order."""
+    """Best first: ok runs by the metric, ok runs without it, then runs with a problem."""
     def key(run: Run):
         v = run.metrics.get(report_metric)
         if run.status != "ok" or v is None or math.isnan(v):
@@ -305,8 +286,7 @@ def _sort_key(report_metric: str, maximize: bool):
 
 
 def _experiment(run: Run) -> Tuple[str, bool, str]:
-    """(the metric a run alone is sorted by, its direction, its task and data): runs that differ in
-    it are of different experiments, whose values do not compare."""
+    """(the metric a run alone is sorted by, its direction, its task and data)."""
     metric, maximize, _ = choose_metric([run], {})
     task = (run.config.get("task") or {}).get("name")
     data = run.config.get("data") or {}
@@ -319,11 +299,8 @@ def better(maximize: bool) -> str:
 
 
 def check_experiments(report: Report, given: bool) -> None:
-    """Runs may be of different experiments: they differ in their own sort metric, direction, task
-    or data, so their values do not compare (each was sorted by the first run's metric). Unless
-    ``--metric`` was given (then a note says the values may not compare), they are ranked within
-    each experiment (``groups``): a sweep's jobs (one command over ``experiment=…`` or
-    ``data=…``) and a folder of runs started one by one alike."""
+    """Runs of different experiments (metric, direction, task or data) do not compare: ranked
+    within each experiment, or, with ``--metric``, with a note saying so."""
     groups: Dict[Tuple[str, bool, str], List[str]] = {}
     for r in sorted(report.runs, key=lambda r: natural(r.name)):  # folder order
         if r.config:
@@ -340,9 +317,7 @@ def check_experiments(report: Report, given: bool) -> None:
 
 
 def _rank_within(report: Report, groups: Dict[Tuple[str, bool, str], List[str]]) -> None:
-    """Rank runs (a sweep's jobs) within each experiment: the groups in folder (job) order, each
-    best first by its own metric (its failed and damaged runs after its ok ones), runs of no known
-    experiment (no config.yaml) last; the shared metric stays the table's first metric column."""
+    """The groups in folder order, each best first by its own metric; runs without config last."""
     report.groups = [Group(chr(ord("A") + i) if i < 26 else str(i + 1), what, m, up, names)
                      for i, ((m, up, what), names) in enumerate(groups.items())]
     order = {n: i for i, g in enumerate(report.groups) for n in g.runs}
@@ -407,7 +382,7 @@ def metric_columns(report: Report) -> List[str]:
 
 def table(report: Report, full: bool = False) -> Tuple[List[str], List[List[Any]]]:
     """(header, rows): run, status, swept parameters, metrics, epochs, steps, fit seconds; raw
-    values when ``full`` (the CSV), formatted cells otherwise."""
+    values when ``full``."""
     metrics = metric_columns(report)
     grouped = ["group"] if report.groups else []
     header = ["run", "status", *grouped, *report.params, *metrics, "epochs", "global_step", "fit_seconds"]
@@ -422,8 +397,7 @@ def table(report: Report, full: bool = False) -> Tuple[List[str], List[List[Any]
 
 
 def best_runs(report: Report) -> List[Run]:
-    """The best run, or each experiment's where the runs are ranked within each: the first row
-    (of the experiment), where it is ok with the sort metric."""
+    """The best run of each experiment (of all, where ranked as one), if ok with the metric."""
     ranked = [(g.metric, [r for r in report.runs if r.name in g.runs]) for g in report.groups] \
         or [(report.metric, report.runs)]
     return [runs[0] for metric, runs in ranked if runs and runs[0].status == "ok"
@@ -437,8 +411,7 @@ def best_run(report: Report) -> Optional[Run]:
 
 
 def ranking(report: Report, where: bool = False) -> str:
-    """How the table is ordered: ranked within each experiment (each group, its metric and runs),
-    or sorted by the metric (``where``: and where the metric came from)."""
+    """How the table is ordered (``where``: and where the metric came from)."""
     if report.groups:
         return "ranked within each experiment, best first: " + "; ".join(
             f"{g.name} = {g.what}, by {g.metric} ({better(g.maximize)}): {listed(g.runs, 4)}"

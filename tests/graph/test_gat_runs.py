@@ -61,12 +61,6 @@ def test_multi_label_loss_is_per_class_sigmoid_log_loss():
     torch.testing.assert_close(task.step(d, "train"), by_hand)
 
 
-def test_task_refuses_labels_of_the_other_kind():
-    dm = SyntheticGraphDataModule(num_nodes=40, multi_label=True)
-    with pytest.raises(ValueError, match="task.multi_label=true"):
-        TASKS.build({"name": "node_classification"}, GAT(16, 4), **dm.task_context())
-
-
 def test_khop_batches_hold_each_seeds_receptive_field():
     """A 2-layer GAT's outputs for the seeds of a 2-hop subgraph equal its full-graph outputs."""
     dm = SyntheticGraphDataModule(num_nodes=200, loader="khop", batch_size=16)

@@ -119,5 +119,5 @@ def test_label_smoothing_is_unread_for_multi_label_data_and_warns():
     task = TASKS.validate({"name": "node_classification", "multi_label": True, "label_smoothing": 0.1},
                           "task")
     data = DATA.validate({"name": "synthetic_graph", "multi_label": True}, "data")
-    with pytest.warns(AttnflowWarning, match="task.label_smoothing=0.1 applies to single-label"):
+    with pytest.warns(AttnflowWarning, match="task.label_smoothing=0.1 is unread: single-label"):
         TASKS.get("node_classification").check_config({"task": task, "data": data})

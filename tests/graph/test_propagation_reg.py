@@ -148,9 +148,9 @@ def test_the_preset_and_its_override_reach_the_task(overrides, mu, adjacency):
 
 @pytest.mark.parametrize("base,bad,match", [
     (["experiment=gat_synthetic", "data.multi_label=true", "task.multi_label=true"],
-     "task.propagation_reg=0.5", "propagation_reg=0.5 applies to single-label data"),
+     "task.propagation_reg=0.5", "propagation_reg=0.5 is unread: single-label data"),
     (["experiment=gat_synthetic", "data.multi_label=true", "task.multi_label=true"],
-     "task.label_smoothing=0.1", "label_smoothing=0.1 applies to single-label data")])
+     "task.label_smoothing=0.1", "label_smoothing=0.1 is unread: single-label data")])
 def test_single_label_options_warn_with_multi_label(base, bad, match):
     from attnflow.config.registry import AttnflowWarning
     from attnflow.training.validate import resolve_config
