@@ -38,9 +38,6 @@ from support import FAST, ROOT, compose_cfg, train_cli
     (["resume=5"], ["resume must be a string or null, got 5"]),
     (["+paths.data_dri=/x"], ["paths has no field 'data_dri' (at 'paths.data_dri')", "Did you mean 'data_dir'?"]),
     (["float32_matmul_precision=fast"], ["float32_matmul_precision must be one of highest, high, medium", "'fast'"]),
-    # a penalty on attention weights a decoder does not have (it failed at the first training step)
-    (["model=rnnenc", "task.penalty_weight=0.1"], ["task.penalty_weight=0.1 (the diversity penalty) needs "
-                                                   "attention weights, and decoder 'rnn' has none"]),
 ])
 def test_bad_config_fails_before_any_work(overrides, expected, tmp_path):
     cfg = compose_cfg([*FAST, *overrides])

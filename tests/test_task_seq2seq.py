@@ -67,3 +67,15 @@ def test_no_attention_means_no_maps_and_no_penalty():
     with_penalty = task._loss(_batch(), "train")
     task.penalty_weight = 0.0
     torch.testing.assert_close(task._loss(_batch(), "train"), with_penalty)
+
+
+def test_a_penalty_without_attention_is_unread_and_warns_once_composed():
+    import pytest
+
+    from attnflow.config.registry import AttnflowWarning
+    from attnflow.training.validate import resolve_config
+    from support import FAST, compose_cfg
+
+    with pytest.warns(AttnflowWarning, match="task.penalty_weight=0.1 is unread: decoder 'rnn' has "
+                                             "no attention weights"):
+        resolve_config(compose_cfg([*FAST, "model=rnnenc", "task.penalty_weight=0.1"]))
