@@ -60,13 +60,6 @@ def propagation_loss(logits: torch.Tensor, edge_index: torch.Tensor,
     return ce[has].mean()
 
 
-def _check_labels(multi_label: bool, multi_label_data: bool) -> None:
-    if multi_label != multi_label_data:
-        kind = "multi-label ((N, C) 0/1)" if multi_label_data else "single-label ((N,) ids)"
-        raise ConfigError(f"task 'node_classification': the data's labels are {kind}; set "
-                          f"task.multi_label={str(multi_label_data).lower()}")
-
-
 @TASKS.register("node_classification")
 class NodeClassificationTask(Task):
     """Trains a graph model (x, edge_index) -> logits (N, C) on masked nodes; the default optim
@@ -100,8 +93,10 @@ class NodeClassificationTask(Task):
             data = cfg["data"]  # its config says which labels it makes, or its class does
             known = data.get("multi_label",
                              getattr(DATA.get(data["name"]), "known_multi_label", None))
-            if known is not None:
-                _check_labels(task["multi_label"], known)
+            if known is not None and known != task["multi_label"]:
+                kind = "multi-label ((N, C) 0/1)" if known else "single-label ((N,) ids)"
+                raise ConfigError(f"task 'node_classification': the data's labels are {kind}; "
+                                  f"set task.multi_label={str(known).lower()}")
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
         return self.model(x, edge_index)

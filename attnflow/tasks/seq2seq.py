@@ -179,13 +179,19 @@ class Seq2SeqTask(Task):
             return self._loss(batch, split)
         self._eval_step(batch, split)
 
-    def _eval_step(self, batch, split: str) -> None:
+    def _decode(self, batch, split: str) -> torch.Tensor:
+        return self.model.greedy(*self._source(batch), self.bos_id, self.eos_id,
+                                 self.max_decode_len)[0]
+
+    def _eval_step(self, batch, split: str) -> torch.Tensor:
+        """The loss, and ``seq_acc`` of the decoded batch (returned)."""
         self._loss(batch, split)
-        pred, _ = self.model.greedy(*self._source(batch), self.bos_id, self.eos_id,
-                                    self.max_decode_len)
+        pred = self._decode(batch, split)
         match = exact_match(pred, batch["tgt_out"], self.eos_id, self.pad_id)
         self._seq_acc[f"{split}_"].update(match.float())
-        self.log(f"{split}/seq_acc", self._seq_acc[f"{split}_"], batch_size=len(match), prog_bar=True)
+        self.log(f"{split}/seq_acc", self._seq_acc[f"{split}_"], batch_size=len(match),
+                 prog_bar=self.monitor.endswith("seq_acc"))
+        return pred
 
     # -- attention maps --------------------------------------------------------------------------
     @torch.no_grad()

@@ -15,7 +15,7 @@ from pytorch_lightning.utilities import rank_zero_info
 from attnflow.blocks.decoders.decoding import decode
 from attnflow.config.registry import TASKS, NonNegativeFloat, PositiveInt, Probability
 from attnflow.tasks.optim import OptimConfig
-from attnflow.tasks.seq2seq import Seq2SeqTask, exact_match, strip_after_eos
+from attnflow.tasks.seq2seq import Seq2SeqTask, strip_after_eos
 from attnflow.tasks.translation_metrics import corpus_bleu, word_error_rate
 
 
@@ -58,17 +58,17 @@ class TranslationTask(Seq2SeqTask):
     def ids_to_text(self, tokens: torch.Tensor) -> List[str]:
         return [self.detokenize(row) for row in strip_after_eos(tokens, self.eos_id, self.pad_id).tolist()]
 
-    def _eval_step(self, batch, split: str) -> None:
-        self._loss(batch, split)
+    def _decode(self, batch, split: str) -> torch.Tensor:
         beam = self.val_beam_size if split == "val" else self.beam_size
-        pred, _ = self.translate_ids(*self._source(batch), beam)
-        match = exact_match(pred, batch["tgt_out"], self.eos_id, self.pad_id)
-        self._seq_acc[f"{split}_"].update(match.float())
-        self.log(f"{split}/seq_acc", self._seq_acc[f"{split}_"], batch_size=len(match))
+        return self.translate_ids(*self._source(batch), beam)[0]
+
+    def _eval_step(self, batch, split: str) -> torch.Tensor:
+        pred = super()._eval_step(batch, split)
         hyps, refs = self._text[split]
         hyps += self.ids_to_text(pred)
-        self._lines[split] += batch["idx"].tolist() if "idx" in batch else [None] * len(match)
+        self._lines[split] += batch["idx"].tolist() if "idx" in batch else [None] * len(pred)
         refs += self.references_of(batch, split)
+        return pred
 
     def references_of(self, batch, split: str) -> list:
         """The batch's untokenised references where the data gives them, else its targets."""
@@ -89,13 +89,10 @@ class TranslationTask(Seq2SeqTask):
             return hyps, refs
         shards = [None] * dist.get_world_size()
         dist.all_gather_object(shards, (hyps, refs, self._lines[split]))
-        out, seen = {}, set()
+        out: dict = {}
         for rank, (h, r, lines) in enumerate(shards):
             for i, (hyp, ref, line) in enumerate(zip(h, r, lines)):
-                key = ("line", line) if line is not None else ("rank", rank, i)
-                if key not in seen:
-                    seen.add(key)
-                    out[key] = (hyp, ref)
+                out.setdefault(("line", line) if line is not None else ("rank", rank, i), (hyp, ref))
         pairs = [out[k] for k in sorted(out, key=str)]
         return [h for h, _ in pairs], [r for _, r in pairs]
 
