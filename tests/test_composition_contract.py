@@ -201,7 +201,7 @@ def test_replacing_a_block_by_name_drops_the_old_blocks_fields():
                                          r"the scorer that scorer.name=dot replaced, left out"):
         drop_swapped_block_fields(cfg, ["scorer.name=dot"])
     assert OmegaConf.to_container(cfg.scorer) == {"name": "dot"}
-    typed = OmegaConf.create({"scorer": {"name": "dot", "hidden_dim": 8}})  # typed by the user: kept
+    typed = OmegaConf.create({"scorer": {"name": "dot", "hidden_dim": 8}})  # typed: kept
     drop_swapped_block_fields(typed, ["scorer.name=dot", "scorer.hidden_dim=8"])
     assert typed.scorer.hidden_dim == 8
 
@@ -212,8 +212,8 @@ def test_a_group_option_chosen_over_an_experiments_drops_the_fields_it_lacks():
     experiment's own block where no command line is known."""
     cmd = ["experiment=reverse_multihead", "attention=single"]
     with pytest.warns(UserWarning, match=r"attention 'single' has no field attention.heads, "
-                                         r"attention.head_dim: set for the attention that attention=single "
-                                         r"replaced, left out"):
+                                         r"attention.head_dim: set for the attention that "
+                                         r"attention=single replaced, left out"):
         resolved = resolve_config(compose_cfg(cmd, return_hydra_config=True))
     assert resolved["attention"]["name"] == "single" and "heads" not in resolved["attention"]
     assert resolved["model"]["decoder"]["attention"] == resolved["attention"]

@@ -163,7 +163,7 @@ def _in_files(path: str, overrides: List[str]) -> bool:
                  and not any(k == path or k.startswith(path + ".") for k in typed_fields([o])))
     base = _compose(kept, str(config_dir()))
     parent_path, _, field = path.rpartition(".")
-    parent = OmegaConf.select(base, parent_path, throw_on_resolution_failure=False) if base else None
+    parent = base and OmegaConf.select(base, parent_path, throw_on_resolution_failure=False)
     return not isinstance(parent, DictConfig) or field in parent
 
 

@@ -158,7 +158,7 @@ def save_arrays(path: Path | str, arrays: Dict[str, np.ndarray]) -> Path:
 
 
 def path_arg(value: str) -> str:
-    """The argparse ``type`` of path arguments: an empty one (an unset shell variable) is refused."""
+    """The argparse ``type`` of path arguments: an empty one (an unset variable) is refused."""
     if not value.strip():
         raise argparse.ArgumentTypeError("an empty path names no file or folder: give a path, or "
                                          "leave the option out")
