@@ -1,11 +1,5 @@
 """attnflow: attention models as compositions of registered blocks, configured with Hydra and
-trained with PyTorch Lightning.
-
-Importing the package is light (no Lightning, no PyG): each registry imports the modules of its
-built-in blocks (scorers, normalisers, aggregators, attention, encoders, decoders, models, data
-modules, tasks, loggers) and the third-party blocks of the ``attnflow.blocks`` entry-point group
-on its first lookup.
-"""
+trained with PyTorch Lightning. Importing it is light: registries import their blocks on lookup."""
 
 __version__ = "0.1.0"
 
@@ -20,15 +14,13 @@ from omegaconf import OmegaConf as _OmegaConf  # noqa: E402
 
 
 def config_dir() -> _Path:
-    """The Hydra config tree: the checkout's top-level ``conf/`` (a checkout or an editable install,
-    where users edit it), else the copy installed with the package (``attnflow/conf``)."""
+    """The Hydra config tree: the checkout's ``conf/``, else the copy installed with the package."""
     checkout = _Path(__file__).resolve().parent.parent / "conf"
     if (checkout / "train.yaml").is_file():
         return checkout
     return _Path(str(_resources.files(__name__) / "conf"))
 
 
-# ${attnflow_root:} in conf/paths: the project checkout (the folder holding conf/ and attnflow/);
-# for an installed wheel, the folder holding the package
+# ${attnflow_root:} in conf/paths: the folder holding the package (a checkout's root)
 _OmegaConf.register_new_resolver(
     "attnflow_root", lambda: str(_Path(__file__).resolve().parent.parent), replace=True)

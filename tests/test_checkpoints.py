@@ -79,12 +79,7 @@ def test_reading_refuses_what_is_not_a_plain_checkpoint(tmp_path, capsys):
     with pytest.raises(CheckpointError, match="no such run directory or checkpoint"):
         find_checkpoint(tmp_path / "missing")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(CheckpointError, match="without checkpoints") as err:
-        find_checkpoint(tmp_path / "empty")
-    assert "callbacks.checkpoint" not in str(err.value)
-    # a run trained with callbacks.checkpoint=null: the message names the setting
-    (tmp_path / "empty" / "config.yaml").write_text("callbacks:\n  checkpoint: null\n  early_stopping: null\n")
-    with pytest.raises(CheckpointError, match=r"without checkpoints .* callbacks.checkpoint=null"):
+    with pytest.raises(CheckpointError, match="without checkpoints"):
         find_checkpoint(tmp_path / "empty")
     evil = tmp_path / "evil.ckpt"
     evil.write_bytes(pickle.dumps({"state_dict": {}, "x": _Boom()}))
@@ -117,11 +112,6 @@ def test_a_sweep_folder_or_a_file_that_is_no_checkpoint_is_named_for_what_it_is(
     with pytest.raises(CheckpointError, match=r"is a folder of runs, not a run directory: .*; "
                                               r"attnflow-report .* ranks them$"):
         find_checkpoint(sweep)  # (within each experiment, where they are of several)
-    new = tmp_path / "new_sweep"  # Hydra's record before the first job wrote its run
-    new.mkdir()
-    (new / "multirun.yaml").write_text("hydra: {}\n")
-    with pytest.raises(CheckpointError, match="a multirun .sweep. folder that holds no job's run yet"):
-        find_checkpoint(new)
     for name, text in (("config.yaml", "data:\n  name: reverse\n"), ("metrics.json", '{"metrics": {}}')):
         (tmp_path / name).write_text(text)
         assert evaluate([str(tmp_path / name)]) == 2
@@ -132,22 +122,21 @@ def test_a_sweep_folder_or_a_file_that_is_no_checkpoint_is_named_for_what_it_is(
 
 
 def test_a_config_without_data_or_model_is_named_as_such(tmp_path):
-    """load_run names what is wrong: no config at all, or a config (the checkpoint's or the run's
-    config.yaml) that is not a run config — not "config.yaml is missing" when it is there."""
+    """load_run refuses a checkpoint without a run config (the checkpoint's or config.yaml)."""
     from attnflow.io.checkpoints import load_run
 
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
     ckpt = run / "checkpoints" / "last.ckpt"
     torch.save({"state_dict": {}}, ckpt)
-    with pytest.raises(CheckpointError, match="carries no 'attnflow_config'.*config.yaml is missing"):
+    refusal = r"last.ckpt is not an attnflow run: .*config.yaml is a run config with .*'data'"
+    with pytest.raises(CheckpointError, match=refusal):
         load_run(run)
     (run / "config.yaml").write_text("- just\n- a list\n")
-    with pytest.raises(CheckpointError, match=r"config\.yaml is not an attnflow run config: .*'data'"):
+    with pytest.raises(CheckpointError, match=refusal):
         load_run(run)
     torch.save({"state_dict": {}, "attnflow_config": {"data": {"name": "x"}}}, ckpt)
-    with pytest.raises(CheckpointError, match="checkpoint's 'attnflow_config' is not an attnflow run "
-                                              "config"):
+    with pytest.raises(CheckpointError, match=refusal):
         load_run(run)
 
 

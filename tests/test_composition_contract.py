@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from attnflow.blocks.scorers.base import Scorer
-from attnflow.config.groups import check_shared_groups, consumed_groups, field_overrides
+from attnflow.config.groups import consumed_groups, drop_swapped_block_fields, field_overrides
 from attnflow.config.registry import MODELS, Registry, SCORERS, ConfigError
 from attnflow.training.validate import resolve_config
 from attnflow.training.run import train
@@ -195,29 +195,25 @@ def test_the_saved_config_holds_only_the_groups_that_were_used(tmp_path):
     assert not {"aggregator", "positional", "pooling"} & set(saved)
 
 
-def test_replacing_a_block_by_name_drops_the_old_blocks_fields(tmp_path):
-    conf = tmp_path / "conf"
-    (conf / "scorer").mkdir(parents=True)
-    (conf / "train.yaml").write_text("defaults:\n  - scorer: wide\n")
-    (conf / "scorer" / "wide.yaml").write_text("name: additive\nhidden_dim: 7\n")
-    cfg = OmegaConf.create({"scorer": {"name": "dot", "hidden_dim": 7},
-                            "model": {"name": "x", "attention": {"scorer": "${scorer}"}}})
-    check_shared_groups(cfg, conf, {"scorer": "wide"})
+def test_replacing_a_block_by_name_drops_the_old_blocks_fields():
+    cfg = OmegaConf.create({"scorer": {"name": "dot", "hidden_dim": 7}})
+    with pytest.warns(UserWarning, match=r"scorer 'dot' has no field scorer.hidden_dim: set for "
+                                         r"the scorer that scorer.name=dot replaced, left out"):
+        drop_swapped_block_fields(cfg, ["scorer.name=dot"])
     assert OmegaConf.to_container(cfg.scorer) == {"name": "dot"}
-    typed = OmegaConf.create({"scorer": {"name": "dot", "hidden_dim": 8},  # typed by the user: kept
-                              "model": {"name": "x", "attention": {"scorer": "${scorer}"}}})
-    check_shared_groups(typed, conf, {"scorer": "wide"})
+    typed = OmegaConf.create({"scorer": {"name": "dot", "hidden_dim": 8}})  # typed: kept
+    drop_swapped_block_fields(typed, ["scorer.name=dot", "scorer.hidden_dim=8"])
     assert typed.scorer.hidden_dim == 8
 
 
 def test_a_group_option_chosen_over_an_experiments_drops_the_fields_it_lacks():
-    """reverse_multihead sets attention.heads and head_dim for its multi-head attention; the
-    command line's attention=single (no heads) was refused for the experiment's fields. Now they
-    are left out with a warning, and the single-head model builds; a field the user types for a
-    block without it is still refused, and so is the experiment's own block without a choice."""
+    """reverse_multihead sets attention.heads and head_dim; attention=single (no heads) leaves
+    them out with a warning. A field typed for a block without it is refused, and so is the
+    experiment's own block where no command line is known."""
     cmd = ["experiment=reverse_multihead", "attention=single"]
     with pytest.warns(UserWarning, match=r"attention 'single' has no field attention.heads, "
-                                         r"attention.head_dim: set for another attention, left out"):
+                                         r"attention.head_dim: set for the attention that "
+                                         r"attention=single replaced, left out"):
         resolved = resolve_config(compose_cfg(cmd, return_hydra_config=True))
     assert resolved["attention"]["name"] == "single" and "heads" not in resolved["attention"]
     assert resolved["model"]["decoder"]["attention"] == resolved["attention"]
@@ -265,11 +261,9 @@ def test_a_nested_block_swapped_by_name_drops_the_fields_set_for_the_old_one(bas
 
 def test_a_field_typed_under_a_block_left_at_its_default_tunes_that_block():
     """transformer_encoder's ``attention`` is absent from the config files (its constructor default,
-    multihead of 8 scaled-dot heads). model.encoder.attention.heads=2 was refused ("needs a
-    'name'": the typed field replaced the default with a nameless block); now it sets that default
-    block's field, a field two levels down too, and the run's config names the block. Where the
-    files name the block through a shared group (rnnsearch's decoder: ``${attention}``), the typed
-    field is still refused, pointing to the group, since filling it would drop the group's block."""
+    multihead of 8 scaled-dot heads): a field typed under it, two levels down too, is set on that
+    block, which the run's config names. Where the files name the block through a shared group
+    (rnnsearch's decoder: ``${attention}``), the nameless typed block is refused."""
     from attnflow.models.encoder_decoder import EncoderDecoder  # noqa: F401 (registered models)
     from attnflow.config.registry import ATTENTIONS, ENCODERS
 
@@ -295,41 +289,22 @@ def test_a_field_typed_under_a_block_left_at_its_default_tunes_that_block():
         _, untouched = build()
     heads = {m.heads for m in untouched.encoder.modules() if type(m).__name__ == "MultiHeadAttention"}
     assert heads == {plain["heads"]} and plain["heads"] != 2
-    with pytest.raises(ConfigError, match=r"\(model.decoder.attention: \$\{attention\}\).*e\.g\. "
-                                          r"attention.dropout=0.1"):
+    with pytest.raises(ConfigError, match=r"'model.decoder.attention' needs a 'name'.*"
+                                          r"\(it holds only dropout\)"):
         with pytest.warns(UserWarning, match="left out"):
             build("model.decoder.attention.dropout=0.1")
 
 
-def test_a_block_swapped_by_name_over_a_shared_group_says_what_it_left():
-    """experiment=reverse_bahdanau takes the decoder's attention from the shared group (single with
-    an additive scorer). model.decoder.attention.name=multihead replaced that interpolation: the
-    decoder got multihead with its own defaults (scaled-dot scorer) and the experiment's additive
-    scorer was dropped without a word. The swap still takes effect; a warning names what it left
-    and the group override that changes every reader instead. A nested block the files name
-    directly (model.encoder, no group) swaps without it."""
-    import warnings
-
-    from attnflow.config.registry import AttnflowWarning
-
+def test_a_block_swapped_by_name_over_a_shared_group_takes_effect():
+    """reverse_bahdanau takes the decoder's attention from the shared group (single, additive);
+    model.decoder.attention.name=multihead replaces it by multihead with its own defaults."""
     swap = ["experiment=reverse_bahdanau", "model.decoder.attention.name=multihead"]
-    with pytest.warns(AttnflowWarning) as said:
-        cfg = resolve_config(compose_cfg(swap, return_hydra_config=True))
-    assert len(said) == 1 and str(said[0].message) == (
-        "model.decoder.attention.name=multihead replaced the block this config takes from "
-        "'attention' (model.decoder.attention: ${attention}, here {name:single,scorer:{name:additive},"
-        "normalizer:{name:softmax}}): model.decoder.attention is now multihead with its own "
-        "defaults, and 'attention' no longer reaches it; to change 'attention' for every block that "
-        "reads it, type attention=multihead instead")
+    cfg = resolve_config(compose_cfg(swap, return_hydra_config=True))
     model = MODELS.build(cfg["model"], src_vocab=20, tgt_vocab=20)
-    assert _kinds(model.decoder, "scorer") == {"scaled_dot"}  # what the warning says it now is
+    assert _kinds(model.decoder, "scorer") == {"scaled_dot"}
     base = MODELS.build(resolve_config(compose_cfg(swap[:1], return_hydra_config=True))["model"],
                         src_vocab=20, tgt_vocab=20)
-    assert _kinds(base.decoder, "scorer") == {"additive"}  # what it left
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", AttnflowWarning)  # the group override: no warning
-        cfg = resolve_config(compose_cfg([swap[0], "attention=multihead"], return_hydra_config=True))
-    assert cfg["model"]["decoder"]["attention"]["name"] == "multihead"
+    assert _kinds(base.decoder, "scorer") == {"additive"}
 
 
 def test_plain_field_overrides_reach_fields_left_at_their_defaults():
@@ -472,37 +447,23 @@ def test_a_value_out_of_its_fields_range_is_refused_before_any_work(overrides, s
 
 
 @pytest.mark.parametrize("experiment, typed, group_fix, this_block, other_block", [
-    # HAN's two poolings both read ${pooling}: the message named 'model.word_pooling: ${word_pooling}'
-    # and told the user to type word_pooling.scorer=…, a top-level key that does not exist
     ("han_imdb", "model.word_pooling.scorer.name=additive", "pooling.scorer.name=additive",
      "word_pooling", "sentence_pooling"),
-    # a nested block: the message named 'model.attention: ${attention}', a path the seq2seq lacks
     ("reverse_bahdanau", "model.decoder.attention.scorer.name=dot", "attention.scorer.name=dot",
      "decoder", None),
 ])
-def test_a_field_typed_under_a_block_an_interpolation_names_is_pointed_to_both_ways_that_work(
+def test_a_field_typed_under_a_block_an_interpolation_names_is_refused_and_set_on_its_group(
         experiment, typed, group_fix, this_block, other_block):
+    """A field typed under a block the files take from a shared group replaces it by a nameless
+    block: refused by the block's validation; set on the group, it reaches every reader."""
     path = typed.split("=")[0].rsplit(".", 2)[0]
-    source = "${pooling}" if "pooling" in path else "${attention}"
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(ConfigError, match=rf"'{path}' needs a 'name'"):
         resolve_config(compose_cfg([f"experiment={experiment}", typed], return_hydra_config=True))
-    message = str(err.value)
-    assert message.startswith(f"{typed} (at '{path}') replaces the block there")
-    assert f"({path}: {source}" in message and f"e.g. {group_fix};" in message
-    if other_block:
-        assert f"model.{other_block} reads it too" in message
-    whole = re.search(r"give this block whole: (\S+)$", message).group(1)
-    assert whole.startswith(f"{path}={{name:")
     context = (dict(vocab_size=20, num_classes=2) if experiment == "han_imdb"
                else dict(src_vocab=20, tgt_vocab=20))
     want = typed.rsplit("=", 1)[1]
-    # both suggestions resolve and build, and the typed scorer is where they say it goes
-    by_group, by_block = (
-        MODELS.build(resolve_config(compose_cfg([f"experiment={experiment}", fix],
-                                                return_hydra_config=True))["model"], **context)
-        for fix in (group_fix, whole))
-    scorers = lambda m, part: {type(s).registry_name for s in getattr(m, part).modules()
-                               if isinstance(s, Scorer)}
-    assert scorers(by_group, this_block) == scorers(by_block, this_block) == {want}
-    if other_block:  # the group changes both poolings, the whole block only the one typed
-        assert scorers(by_group, other_block) == {want} != scorers(by_block, other_block)
+    model = MODELS.build(resolve_config(compose_cfg([f"experiment={experiment}", group_fix],
+                                                    return_hydra_config=True))["model"], **context)
+    for part in filter(None, (this_block, other_block)):
+        assert {type(s).registry_name for s in getattr(model, part).modules()
+                if isinstance(s, Scorer)} == {want}

@@ -317,14 +317,13 @@ def test_attnflows_warnings_are_one_line_without_its_source(tmp_path, monkeypatc
     assert err.count("attnflow: warning: ours\n") == 1 and "theirs" not in err, err  # (pytest's)
 
 
-def test_a_shared_groups_field_typed_under_the_model_is_pointed_to_its_group(tmp_path, monkeypatch, capsys):
-    """model.attention.heads=2 replaces the model's ``${attention}`` (the shared group's block) with
-    a block of no name: refused, and the message says where the field goes."""
+def test_a_shared_groups_field_typed_under_the_model_is_refused_by_the_block(tmp_path, monkeypatch,
+                                                                             capsys):
+    """model.attention.heads=2 replaces the model's ``${attention}`` with a block of no name."""
     code, out, err = _main(monkeypatch, capsys, tmp_path, "experiment=reverse_transformer",
                            "model.attention.heads=2")
     assert code == 2 and "Traceback" not in err + out
-    assert "model.attention.heads=2 (at 'model.attention') replaces the block there" in err, err
-    assert "(model.attention: ${attention})" in err and "e.g. attention.heads=2;" in err
+    assert "'model.attention' needs a 'name'" in err and "(it holds only heads)" in err, err
     assert list(tmp_path.iterdir()) == []
 
 

@@ -145,11 +145,13 @@ def test_a_field_out_of_its_range_is_refused_naming_field_range_and_value():
         assert reg.build({"name": "r", "n": 3}).n == 3
         fields = {f: t for f, t, _ in reg.fields("r")}
         assert fields["n"] == "int or null in [2, 4]" and fields["knobs.rate"] == "float > 0"
-        with pytest.raises(TypeError, match="default 2 outside its range"):  # a block's own bug
-            @reg.register("bad_default")
-            class B(nn.Module):
-                def __init__(self, *, p: Annotated[float, Range(ge=0, lt=1)] = 2):
-                    super().__init__()
+        @reg.register("bad_default")  # a block's own bug: refused where it is used
+        class B(nn.Module):
+            def __init__(self, *, p: Annotated[float, Range(ge=0, lt=1)] = 2):
+                super().__init__()
+
+        with pytest.raises(ConfigError, match=r"must be in \[0, 1\), got 2"):
+            reg.validate({"name": "bad_default"}, "block")
     finally:
         del Registry._all["test_range_kind"]
 

@@ -1,13 +1,9 @@
-"""The command line of a run as Hydra recorded it: which keys the user typed.
-
-The shared-group contract (:mod:`attnflow.config.groups`) refuses only a group the user set, and
-swapping a block by name keeps the fields typed for the new one; both ask here what was typed.
-"""
+"""The command line of a run as Hydra recorded it: which keys the user typed."""
 
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -16,8 +12,7 @@ from omegaconf import DictConfig
 
 
 def command_line(cfg: Any) -> Optional[List[str]]:
-    """Hydra's task overrides of this run (``['data.batch_size=8', 'scorer=dot']``), or None where
-    no command line is known (a config composed in Python without Hydra's node)."""
+    """Hydra's task overrides of this run, or None where no command line is known."""
     if isinstance(cfg, DictConfig) and "hydra" in cfg and cfg.hydra.get("overrides") is not None:
         return [str(o) for o in cfg.hydra.overrides.task]
     if HydraConfig.initialized():
@@ -26,10 +21,8 @@ def command_line(cfg: Any) -> Optional[List[str]]:
 
 
 def typed_fields(overrides: Iterable[str]) -> Dict[str, str]:
-    """{dotted key: the override as typed} of the assignments (``++data.batch_size=8`` →
-    ``data.batch_size``; a mapping value names each of its keys, ``callbacks.average={last:2}``
-    → ``callbacks.average.last`` too); deletions (``~key``) and group choices with a package
-    (``a/b=c``) are left out."""
+    """{dotted key: the override as typed} of the assignments, a mapping value's keys too
+    (``callbacks.average={last:2}`` → ``callbacks.average.last``); not deletions, nor ``a/b=c``."""
     parser = OverridesParser.create()
     out = {}
     for item in overrides:
@@ -55,17 +48,8 @@ def typed_fields(overrides: Iterable[str]) -> Dict[str, str]:
 
 
 def typed_groups(overrides: Optional[Iterable[str]]) -> Optional[set]:
-    """The top-level keys the command line set (``scorer=dot``, ``scorer.hidden_dim=3`` →
-    ``scorer``), or None where no command line is known."""
+    """The top-level keys the command line set, or None where no command line is known."""
     if overrides is None:
         return None
     return {re.split(r"[./=@]", str(o).lstrip("+~"), maxsplit=1)[0] for o in overrides}
 
-
-def leaf_paths(node: Any, prefix: str = "") -> Iterator[Tuple[str, Any]]:
-    """(dotted path, value) of each leaf of a plain config tree, in its order (a list is a leaf)."""
-    if isinstance(node, dict):
-        for key, value in node.items():
-            yield from leaf_paths(value, f"{prefix}.{key}" if prefix else str(key))
-    else:
-        yield prefix, node

@@ -1,17 +1,13 @@
 """Registries: the only way from a config name to a class.
 
-One :class:`Registry` per block kind (``scorer``, ``encoder``, ``model``, ``data``, ``task``, ...).
-A block registers under a short name, ``@SCORERS.register("additive")``, and its typed config is
-its constructor: each keyword-only parameter (annotated, with a default) is a YAML field (a field
-of the generated dataclass ``Registry.schema(name)``); positional parameters are the context a
-parent supplies (dimensions, vocabulary sizes). ``BlockSpec["scorer"]`` holds a child block's
-config, a dataclass annotation a nested config without a name, ``Range`` a numeric field's bounds
-(:mod:`attnflow.config.types`). A subclass whose ``__init__`` passes ``**kwargs`` up inherits its
-parents' fields. :meth:`Registry.validate` checks a config tree (unknown field, type, choice,
-range) and raises :class:`ConfigError` naming the block, the field and the config path.
-
-A registry imports every public module of its package(s) on its first lookup (a new block is one
-new file); third-party blocks register through the ``attnflow.blocks`` entry-point group.
+One :class:`Registry` per block kind. A block registers under a short name
+(``@SCORERS.register("additive")``); its keyword-only constructor parameters (annotated, with a
+default) are its YAML fields, its positional ones the context a parent supplies. ``BlockSpec``
+marks a child block, a dataclass annotation a nested config, ``Range`` bounds
+(:mod:`attnflow.config.types`). :meth:`Registry.validate` refuses an unknown field, a wrong type,
+choice or range with a :class:`ConfigError` naming the block, field and path. A registry imports
+its package's modules on first lookup; plugins register through the ``attnflow.blocks``
+entry-point group.
 """
 
 from __future__ import annotations
@@ -73,17 +69,15 @@ class Registry:
         self.packages = (packages,) if isinstance(packages, str) else tuple(packages)
         self._discovered = False
         self._classes: Dict[str, type] = {}
-        self._specs: Dict[str, _Spec] = {}  # name -> its typed config (schema, children, ...)
+        self._specs: Dict[str, _Spec] = {}
         Registry._all[kind] = self
 
     # -- registration -----------------------------------------------------------------------
     def register(self, name: str) -> Callable[[type], type]:
         def deco(cls: type) -> type:
             if name in self._classes:
-                raise ValueError(
-                    f"{self.kind} '{name}' is registered already (by {self._classes[name].__module__}."
-                    f"{self._classes[name].__qualname__}); pick another name"
-                )
+                raise ValueError(f"{self.kind} '{name}' is registered already "
+                                 f"({self._classes[name].__qualname__})")
             self._specs[name] = _build_schema(_init_params(cls, f"{self.kind}.{name}"), f"{self.kind}.{name}")
             self._classes[name] = cls
             cls.registry_name = name
@@ -91,9 +85,9 @@ class Registry:
 
         return deco
 
-    def unregister(self, name: str) -> None:  # (tests; a notebook cell that defines it again)
-        for table in (self._classes, self._specs):
-            table.pop(name, None)
+    def unregister(self, name: str) -> None:
+        self._classes.pop(name, None)
+        self._specs.pop(name, None)
 
     # -- lookup ------------------------------------------------------------------------------
     def discover(self) -> None:
@@ -116,10 +110,9 @@ class Registry:
         self.discover()
         if name not in self._classes:
             where = f" at '{path}.name'" if path else ""
-            raise ConfigError(
-                f"unknown {self.kind} '{name}'{where}. Registered {self.kind}s: "
-                f"{', '.join(sorted(self._classes)) or '(none)'}.{suggest(name, self._classes)}"
-            )
+            raise ConfigError(f"unknown {self.kind} '{name}'{where}. Registered {self.kind}s: "
+                              f"{', '.join(sorted(self._classes)) or '(none)'}."
+                              f"{suggest(name, self._classes)}")
         return self._classes[name]
 
     def schema(self, name: str) -> type:
@@ -127,19 +120,17 @@ class Registry:
         return self._specs[name].schema
 
     def fields(self, name: str):
-        """[(field, type string, default)] of a block's typed config; the fields of a nested
-        config are listed as ``<field>.<subfield>``."""
+        """[(field, type string, default)]; a nested config's as ``<field>.<subfield>``."""
         self.get(name)
         return _list_fields(self._specs[name])
 
     def field_names(self, name: str) -> set:
-        """The top-level fields of block ``name``'s typed config (a nested config counts once)."""
+        """The top-level fields of block ``name``'s typed config."""
         self.get(name)
         return {f.name for f in dataclasses.fields(self._specs[name].schema)}
 
     def child_default(self, name: str, field: str) -> Any:
-        """The constructor default of block ``name``'s child-block field ``field`` (a fresh copy:
-        ``{'name': 'multihead'}`` for transformer_encoder's ``attention``), or None."""
+        """A fresh copy of the default of block ``name``'s child-block field ``field``, or None."""
         if self.child_kind(name, field) is None:
             return None
         default = next(f for f in dataclasses.fields(self._specs[name].schema) if f.name == field)
@@ -148,16 +139,14 @@ class Registry:
         return None if default.default is dataclasses.MISSING else copy.deepcopy(default.default)
 
     def child_kind(self, name: str, field: str) -> Optional[str]:
-        """The block kind a field of block ``name`` holds (``BlockSpec[kind]``: ``encoder`` for
-        model 'seq2seq''s ``encoder``), or None for any other field."""
+        """The block kind of a ``BlockSpec[kind]`` field of block ``name``, else None."""
         self.get(name)
         child = self._specs[name].children.get(field)
         return child if isinstance(child, str) else None
 
     # -- validation and building ----------------------------------------------------------------
     def validate(self, cfg: Any, path: str = "") -> Dict[str, Any]:
-        """``cfg`` checked against the block's typed config (child blocks and nested configs in
-        turn), as a plain dict with every field (its default where ``cfg`` leaves it out)."""
+        """``cfg`` checked against the block's typed config, as a plain dict with every field."""
         path = path or self.kind
         data = _to_dict(cfg)
         if "name" not in data or data["name"] in (None, ""):
@@ -173,28 +162,23 @@ class Registry:
         return out
 
     def ask(self, cfg: Any, hook: str, path: str = "") -> Any:
-        """The answer of the class ``cfg`` names to its classmethod ``hook(fields)`` (None without
-        one): how a block's config check learns what another block will give it."""
+        """The answer of the class ``cfg`` names to its classmethod ``hook(fields)``, or None."""
         data = _to_dict(cfg)
         answer = getattr(self.get(data.get("name"), path), hook, None)
         return answer(data if self._complete(data) else self.validate(data, path)) if answer else None
 
     def build(self, cfg: Any, *context: Any, path: str = "", **extra: Any):
-        """Validate ``cfg`` and construct the block: ``Class(*context, **fields, **extra)``
-        (a nested config is passed as its dataclass)."""
+        """Validate ``cfg`` and construct ``Class(*context, **fields, **extra)``."""
         data = _to_dict(cfg)
         if not (_BUILDING.get() and self._complete(data)):
             data = self.validate(data, path)
         return self.create(data, *context, **extra)
 
     def create(self, validated: Dict[str, Any], *context: Any, **extra: Any):
-        """Construct the block of a config :meth:`validate` returned, without validating it again;
-        the child blocks its constructor builds from that tree are not validated again either."""
+        """Construct the block of a validated config (its children are not validated again)."""
         data = dict(validated)
         name = data.pop("name")
-        for key, child in self._specs[name].children.items():
-            if isinstance(child, _NestedConfig):
-                data[key] = child.build(data[key])
+        data = _with_nested(self._specs[name], data)
         token = _BUILDING.set(True)
         try:
             return self._classes[name](*context, **data, **extra)
@@ -202,7 +186,7 @@ class Registry:
             _BUILDING.reset(token)
 
     def _complete(self, data: Dict[str, Any]) -> bool:
-        """Whether ``data`` holds every field of the block it names, as a validated config does."""
+        """Whether ``data`` holds every field of the block it names (a validated config)."""
         name = data.get("name")
         return (isinstance(name, str) and name in self._specs
                 and all(f.name in data for f in dataclasses.fields(self._specs[name].schema)))
@@ -216,13 +200,13 @@ class Registry:
 
     @classmethod
     def kinds(cls) -> Dict[str, "Registry"]:
-        """Every registry by kind (plugins may add kinds); each discovers its blocks on lookup."""
+        """Every registry by kind (plugins may add kinds)."""
         load_plugins()
         return dict(cls._all)
 
 
 def _import_all(name: str) -> None:
-    """Import module ``name`` and, if it is a package, each of its public modules (sorted by name)."""
+    """Import module ``name`` and, for a package, each of its public modules."""
     module = importlib.import_module(name)
     for info in sorted(pkgutil.iter_modules(getattr(module, "__path__", [])), key=lambda m: m.name):
         if not info.name.startswith("_"):
@@ -230,10 +214,8 @@ def _import_all(name: str) -> None:
 
 
 def _init_params(cls: Any, qualname: str) -> Dict[str, tuple]:
-    """{field: (annotation, default)} of the keyword-only parameters of ``cls.__init__`` — and,
-    while an ``__init__`` takes ``**kwargs`` (and passes them up), of the parents' ``__init__``
-    along the MRO: parents' fields first; a subclass that declares a parent's field again changes
-    its annotation or default in place."""
+    """{field: (annotation, default)} of the keyword-only parameters of ``cls.__init__``, and of
+    the parents' while an ``__init__`` passes ``**kwargs`` up (parents' fields first)."""
     if not isinstance(cls, type):  # a factory function
         inits = [cls]
     else:
@@ -258,17 +240,15 @@ def _init_params(cls: Any, qualname: str) -> Dict[str, tuple]:
             continue
         hints = typing.get_type_hints(init, include_extras=True) if params else {}
         for p in params:
-            if p.name not in hints:
-                raise TypeError(f"{qualname}: keyword-only parameter '{p.name}' needs a type annotation")
-            if p.default is inspect.Parameter.empty:
-                raise TypeError(f"{qualname}: keyword-only parameter '{p.name}' needs a default")
+            if p.name not in hints or p.default is inspect.Parameter.empty:
+                raise TypeError(f"{qualname}: keyword-only parameter '{p.name}' needs a type "
+                                f"annotation and a default")
             out[p.name] = (hints[p.name], p.default)  # a redeclared field keeps its place
     return out
 
 
 class _Spec(typing.NamedTuple):
-    """A typed config: the generated dataclass and, per field, its child block kind or
-    :class:`_NestedConfig`, its ``Literal`` choices and its :class:`Range`."""
+    """A typed config: its dataclass; per field its child kind or nested config, choices, range."""
 
     schema: type
     children: Dict[str, Any]
@@ -277,14 +257,10 @@ class _Spec(typing.NamedTuple):
 
 
 def _build_schema(params: Dict[str, tuple], qualname: str) -> _Spec:
-    """The :class:`_Spec` of fields {name: (annotation, default)}."""
     fields, children, choices, bounds = [], {}, {}, {}
     for name, (tp, default) in params.items():
         tp, rng = split_range(tp)
         if rng is not None:
-            if not rng.holds(default):
-                raise TypeError(f"{qualname}: field '{name}' has a default {default!r} outside its "
-                                f"range ({rng})")
             bounds[name] = rng
         kind = block_kind(tp)
         if kind is not None:
@@ -308,9 +284,8 @@ def _build_schema(params: Dict[str, tuple], qualname: str) -> _Spec:
 
 
 class _NestedConfig:
-    """A field annotated with a dataclass (e.g. a task's ``optim: OptimConfig``): its fields,
-    with the defaults of the field's default instance, are validated like a block's — unknown
-    field, type, ``Literal`` choices, ranges — and it is built as that dataclass."""
+    """A field annotated with a dataclass (``optim: OptimConfig``): validated like a block's
+    fields (defaults from the field's default instance), built as that dataclass."""
 
     def __init__(self, cls: type, default: Any, qualname: str):
         self.cls = cls
@@ -319,60 +294,53 @@ class _NestedConfig:
         self.spec = _build_schema(params, qualname)
 
     def validate(self, cfg: Any, path: str, label: str) -> Dict[str, Any]:
-        if cfg is None:
-            cfg = {}
-        if not (isinstance(cfg, (Mapping, DictConfig)) or dataclasses.is_dataclass(cfg)):
-            names = ", ".join(f.name for f in dataclasses.fields(self.spec.schema))
-            raise ConfigError(f"{label} (at '{path}') must be a mapping with the fields {names}; "
-                              f"got {cfg!r}")
-        return _check_fields(self.spec, _to_dict(cfg), path, label)
+        if cfg is not None and not (isinstance(cfg, (Mapping, DictConfig))
+                                    or dataclasses.is_dataclass(cfg)):
+            raise ConfigError(f"{label} (at '{path}') must be a mapping, got {cfg!r}")
+        return _check_fields(self.spec, _to_dict(cfg or {}), path, label)
 
     def build(self, data: Dict[str, Any]) -> Any:
-        data = dict(data)
-        for key, child in self.spec.children.items():
-            if isinstance(child, _NestedConfig):
-                data[key] = child.build(data[key])
-        return self.cls(**data)
+        return self.cls(**_with_nested(self.spec, data))
+
+
+def _with_nested(spec: _Spec, data: Dict[str, Any]) -> Dict[str, Any]:
+    """``data`` with each nested config's fields built as its dataclass."""
+    return {k: spec.children[k].build(v) if isinstance(spec.children.get(k), _NestedConfig) else v
+            for k, v in data.items()}
 
 
 def build_config(cls: type, cfg: Any, path: str, label: str) -> Any:
-    """A dataclass config (e.g. ``data.word_vectors``) from a mapping, checked as a block's fields
-    are (unknown field, type, ``Literal`` choices, :class:`Range`; a ConfigError naming
-    ``path``); the dataclass's defaults fill what ``cfg`` leaves out."""
+    """A dataclass config from a mapping, checked as a block's fields are."""
     nested = _NestedConfig(cls, cls(), path)
     return nested.build(nested.validate(cfg, path, label))
 
 
 def _check_fields(spec: _Spec, data: Dict[str, Any], path: str, label: str) -> Dict[str, Any]:
-    """``data`` checked against a typed config (unknown fields, types, choices, bounds, children) and
-    completed with its defaults; errors name ``label`` (e.g. "scorer 'additive'") and the path."""
+    """``data`` checked against a typed config and completed with its defaults; errors name
+    ``label`` (e.g. "scorer 'additive'") and the path."""
     schema, children, choices, bounds = spec
     allowed = [f.name for f in dataclasses.fields(schema)]
-    for key in data:
-        if key not in allowed:
-            raise ConfigError(
-                f"{label} has no field '{key}' (at '{path}.{key}'). "
-                f"Its fields: {', '.join(allowed) or '(none)'}.{suggest(key, allowed)}"
-            )
+    for key in [k for k in data if k not in allowed]:
+        raise ConfigError(f"{label} has no field '{key}' (at '{path}.{key}'). Its fields: "
+                          f"{', '.join(allowed) or '(none)'}.{suggest(key, allowed)}")
     plain = {k: v for k, v in data.items() if k not in children}
     try:
         typed = OmegaConf.merge(OmegaConf.structured(schema), plain)
     except OmegaConfBaseException as err:
         key = getattr(err, "key", None) or getattr(err, "full_key", None) or "?"
         ftype = {f.name: type_name(f.type) for f in dataclasses.fields(schema)}.get(str(key), "?")
-        raise ConfigError(
-            f"{label}: field '{key}' (at '{path}.{key}') must be {ftype}, got {plain.get(str(key))!r}"
-        ) from None
+        raise ConfigError(f"{label}: field '{key}' (at '{path}.{key}') must be {ftype}, got "
+                          f"{plain.get(str(key))!r}") from None
     out = OmegaConf.to_container(typed)
-    for key, options in choices.items():
-        if out[key] not in options:
-            raise ConfigError(
-                f"{label}: field '{key}' (at '{path}.{key}') must be one of "
-                f"{', '.join(map(choice_text, options))}, got {out[key]!r}.{suggest(str(out[key]), map(str, options))}"
-            )
-    for key, rng in bounds.items():
-        if not rng.holds(out[key]):
-            raise ConfigError(f"{label}: field '{key}' (at '{path}.{key}') {rng.refusal(out[key])}")
+    for key in out:
+        if key in choices and out[key] not in choices[key]:
+            why = (f"must be one of {', '.join(map(choice_text, choices[key]))}, got {out[key]!r}."
+                   f"{suggest(str(out[key]), map(str, choices[key]))}")
+        elif key in bounds and not bounds[key].holds(out[key]):
+            why = bounds[key].refusal(out[key])
+        else:
+            continue
+        raise ConfigError(f"{label}: field '{key}' (at '{path}.{key}') {why}")
     for key, child in children.items():
         value = data.get(key, out.get(key))
         if isinstance(child, _NestedConfig):
@@ -383,8 +351,7 @@ def _check_fields(spec: _Spec, data: Dict[str, Any], path: str, label: str) -> D
 
 
 def _list_fields(spec: _Spec):
-    """[(field, type string, default)]; a nested config's fields as ``<field>.<subfield>``; a
-    bounded field's type with its range (``float in [0, 1)``)."""
+    """[(field, type string with its choices or range, default)]."""
     schema, children, choices, bounds = spec
     out = []
     for f in dataclasses.fields(schema):
@@ -422,8 +389,7 @@ def load_plugins() -> None:
 
 
 def reload_plugins() -> None:
-    """Forget what was discovered and which plugins were loaded: the next lookup looks again and
-    imports what is new (for tests that add a block module or install a plugin at run time)."""
+    """Forget what was discovered and loaded: the next lookup imports what is new."""
     global _plugins_loaded
     _plugins_loaded = False
     for registry in Registry._all.values():
@@ -442,4 +408,4 @@ TASKS = Registry("task", "attnflow.tasks")
 LOGGERS = Registry("logger", "attnflow.training.loggers")
 POOLINGS = Registry("pooling", "attnflow.blocks.pooling")
 POSITIONALS = Registry("positional", "attnflow.blocks.positional")
-GRAPH_LAYERS = Registry("graph_layer", "attnflow.blocks.graph")  # message-passing layers: (x (N, F), edge_index (2, E)) -> (N, D′)
+GRAPH_LAYERS = Registry("graph_layer", "attnflow.blocks.graph")  # (x, edge_index) -> (N, D′)

@@ -1,19 +1,8 @@
-"""What attnflow adds to Hydra's sweepers and launchers (docs/sweeps.md), with no import of
-torch or of :mod:`attnflow.training` (the console script calls it before either):
-
-- :func:`missing_plugin`: a sweep or launcher whose plugin is not installed is named, with the
-  extra that installs it, before Hydra starts (Hydra would print a traceback about a config it
-  cannot find). Only file text is read here: no Hydra, no Optuna imported.
-- :func:`continue_optuna_studies`: an Optuna study whose storage already holds trials (the
-  ``sqlite:///${hydra.sweep.dir}/optuna.db`` of ``conf/hparams_search/*_optuna.yaml``) continues:
-  ``hydra.sweeper.n_trials`` counts the finished trials already there, and new jobs are numbered
-  after the trials already in the study (job number = Optuna trial number), so the folders of
-  earlier jobs are never reused; the sampler is reseeded (a seeded sampler would propose the
-  study's first trials again). The stock sweeper (hydra-optuna-sweeper 1.3) runs ``n_trials``
-  more and numbers its jobs from 0 again, overwriting ``<sweep dir>/0/`` and on.
-
-What a job checks of the sweep (the metric it returns, the study's direction) is in
-:mod:`attnflow.training.sweeps`.
+"""What attnflow adds to Hydra's sweepers and launchers (docs/sweeps.md), importing neither torch
+nor :mod:`attnflow.training`: :func:`missing_plugin` names a sweeper or launcher that is not
+installed, with the extra that installs it, from the config files' text alone;
+:func:`continue_optuna_studies` makes an Optuna study found in its storage continue (n_trials
+counts its finished trials, jobs are numbered after them, the sampler is reseeded).
 """
 
 from __future__ import annotations
@@ -37,7 +26,7 @@ PLUGINS = {
 
 
 def _defaults(path: Path) -> list:
-    """The defaults list of a config file ([] when it has none or is not YAML we can read)."""
+    """The defaults list of a config file ([] when it has none or cannot be read)."""
     import yaml  # PyYAML, which OmegaConf already imports
 
     try:
@@ -48,8 +37,7 @@ def _defaults(path: Path) -> list:
 
 
 def _plugin_of(group: str, option: str, conf_dir: Path, seen: set) -> Optional[str]:
-    """The plugin behind ``hydra/sweeper=option`` or ``hydra/launcher=option`` (also one of our
-    launcher files, which extend a plugin's config), or None."""
+    """The plugin behind ``hydra/sweeper=option`` or ``hydra/launcher=option``, or None."""
     if group == "hydra/sweeper":
         return "optuna" if option == "optuna" else None
     if option == "joblib":
@@ -79,8 +67,7 @@ def _choices(argv: Iterable[str], conf_dir: Path) -> Iterable[Tuple[str, str, st
 
 def required_plugins(argv: Iterable[str], conf_dir: Path) -> Iterable[Tuple[str, str]]:
     """(plugin, the argument that needs it) for the sweepers and launchers the command line picks,
-    directly (``hydra/sweeper=optuna``) or through a config's defaults list
-    (``hparams_search=gat_cora_optuna`` → ``override /hydra/sweeper: optuna``)."""
+    directly or through a config's defaults list (``hparams_search=gat_cora_optuna``)."""
     for group, option, arg in _choices(argv, conf_dir):
         seen: set = set()
         if group in ("hydra/sweeper", "hydra/launcher"):
@@ -106,8 +93,7 @@ def _importable(module: str) -> bool:
 
 
 def missing_module(plugin: str) -> Optional[str]:
-    """The first module that ``plugin`` (a key of :data:`PLUGINS`) needs and that is not
-    installed, else None (also for ``attnflow-train --help``'s "not installed" notes)."""
+    """The first module ``plugin`` needs that is not installed, else None."""
     return next((m for m in PLUGINS[plugin][0] if not _importable(m)), None)
 
 
@@ -152,10 +138,8 @@ def _continuing(sweep):
 
 
 def continue_optuna_studies() -> None:
-    """Make hydra-optuna-sweeper continue a study found in its storage (see the module docstring);
-    a no-op where the plugin is not installed. Patches the class Hydra's plugin registry holds
-    (its scan re-executes plugin modules, so a class imported before it is not the one used);
-    imports no Optuna."""
+    """Make hydra-optuna-sweeper continue a study found in its storage; a no-op without the
+    plugin. Patches the class Hydra's plugin registry holds (its scan re-executes the modules)."""
     from hydra.core.plugins import Plugins
 
     logging.getLogger("alembic").setLevel(logging.WARNING)  # Optuna's storage: "setup plugin …" at INFO

@@ -1,6 +1,5 @@
-"""The annotations of a block's typed config: ``BlockSpec[kind]`` for a child block, ``Range`` for
-a numeric field's bounds (``Annotated[float, Range(ge=0, lt=1)]``, or one of the common names
-below), ``Literal`` for choices; and how a type reads in messages (:func:`type_name`)."""
+"""The annotations of a block's typed config (``BlockSpec[kind]``, ``Range``, ``Literal``) and
+how a type reads in messages (:func:`type_name`)."""
 
 from __future__ import annotations
 
@@ -29,9 +28,8 @@ class BlockSpec:
 
 @dataclasses.dataclass(frozen=True)
 class Range:
-    """Bounds of a numeric field, in its annotation: ``Annotated[float, Range(ge=0, lt=1)]``
-    (``ge``/``gt``: at least / more than; ``le``/``lt``: at most / less than; ``what``: what the
-    value is, for the message). ``None`` passes (the bounds of an ``Optional`` field)."""
+    """Bounds of a numeric field: ``Annotated[float, Range(ge=0, lt=1)]``; ``what`` names the
+    value in the message. ``None`` passes (an ``Optional`` field)."""
 
     ge: Optional[float] = None
     gt: Optional[float] = None
@@ -40,15 +38,13 @@ class Range:
     what: str = ""
 
     def holds(self, value: Any) -> bool:
-        """Within the bounds, and finite (NaN and ±inf, which YAML reads from ``nan``/``inf``, are
-        no learning rate or weight: inf passed ``> 0`` and the run failed on a NaN loss)."""
+        """Within the bounds, and finite (YAML reads ``nan`` and ``inf``)."""
         return value is None or not (
             (self.ge is not None and value < self.ge) or (self.gt is not None and value <= self.gt)
             or (self.le is not None and value > self.le) or (self.lt is not None and value >= self.lt)
             or value != value or value in (math.inf, -math.inf))
 
     def refusal(self, value: Any) -> str:
-        """``must be <bounds> (<what>), got <value>`` for a value :meth:`holds` refuses."""
         finite = "a finite number " if value in (math.inf, -math.inf) else ""
         return f"must be {finite}{self}{f' ({self.what})' if self.what else ''}, got {value!r}"
 
@@ -70,8 +66,7 @@ NonNegativeFloat = Annotated[float, Range(ge=0)]
 
 
 def split_range(tp: Any) -> tuple:
-    """(the annotation without its :class:`Range`, the Range or None); ``Optional[Annotated[T,
-    Range]]`` gives ``Optional[T]``."""
+    """(the annotation without its :class:`Range`, the Range or None)."""
     rng = next((m for m in getattr(tp, "__metadata__", ()) if isinstance(m, Range)), None)
     if rng is not None:
         return tp.__origin__, rng
@@ -91,9 +86,8 @@ def block_kind(annotation: Any) -> Optional[str]:
 
 
 def type_name(tp: Any) -> str:
-    """A type as a YAML user reads it, in messages and in ``attnflow-blocks``: ``Optional[int]``
-    -> ``int or null``, ``Union[int, float]`` -> ``int or float``, ``list[int]`` -> ``list of
-    int``, a ``Literal`` -> its choices (``'warn'``), a class -> its name (``Accelerator``)."""
+    """A type in YAML's words: ``Optional[int]`` -> ``int or null``, ``list[int]`` -> ``list of
+    int``, a ``Literal`` -> its choices, a class -> its name."""
     if isinstance(tp, str):
         return tp
     if tp is type(None):
@@ -118,9 +112,7 @@ def type_name(tp: Any) -> str:
 
 
 def literal_choices(tp: Any) -> tuple:
-    """(the values of a ``Literal`` annotation, whether ``None`` is allowed too): ``Literal['a',
-    'b']`` → (('a', 'b'), False); ``Optional[Literal['a', 'b']]`` → (('a', 'b'), True); any other
-    annotation → ((), False)."""
+    """(the values of a ``Literal`` or ``Optional[Literal]`` annotation, whether None is too)."""
     if typing.get_origin(tp) is typing.Literal:
         return typing.get_args(tp), False
     if typing.get_origin(tp) is Union:
@@ -132,10 +124,8 @@ def literal_choices(tp: Any) -> tuple:
 
 
 def choice_text(value: Any) -> str:
-    """A choice as the user writes it in YAML (``null`` for None)."""
     return "null" if value is None else repr(value)
 
 
 def one_of(values: Sequence[Any]) -> str:
-    """Choices as YAML values, ``'min' | 'max' | null``."""
     return " | ".join(map(choice_text, values))

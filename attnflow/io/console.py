@@ -1,31 +1,22 @@
-"""What the console scripts print, outside the progress bar (:mod:`attnflow.training.progress`): attnflow's
-warnings as one line each, whether output goes to a terminal, and the final metrics as a table.
-
-:func:`print_metrics` prints the run's final validation and test metrics (of the best checkpoint,
-as in ``metrics.json``) as a rich table, one row per metric and one column per split.
-
-No Lightning or torch import here: ``attnflow-train`` installs :func:`plain_warnings` before Hydra
-composes the config, so a typo that Hydra refuses (``scorer=bogus``) is answered in a second or
-two, not after the ≈ 6 s that importing Lightning takes.
+"""What the console scripts print outside the progress bar: attnflow's warnings as one line each,
+whether output goes to a terminal, and the final metrics as a table. No Lightning or torch import
+here (installed before Hydra composes the config, so its refusals come in a second or two).
 """
 
 from __future__ import annotations
 
-import contextlib
 import sys
-from typing import Any, Dict, Iterator, Mapping
+from typing import Any, Dict, Mapping
 
 
 class AttnflowWarning(UserWarning):
-    """What attnflow tells the user of their run: a field left out, a fallback taken. The console
-    scripts print it as one line, ``attnflow: warning: …`` (:func:`plain_warnings`):
-    the user's config is its cause, not the line of attnflow that noticed it."""
+    """What attnflow tells the user of their run (a field left out, a fallback taken), printed by
+    the console scripts as one line, ``attnflow: warning: …``."""
 
 
 def warn_unread(field: str, why: str) -> None:
-    """One warning line for a field the chosen setting leaves unread: it is accepted and has no
-    effect (``encoder 'rnn': dropout=0.3 is unread: …``). Called where the setting is known (a
-    block's constructor, a data module, a callback), so each build names it once."""
+    """One warning line for a field the chosen setting leaves unread (``encoder 'rnn':
+    dropout=0.3 is unread: …``), from where the setting is known (a block's constructor)."""
     import warnings
 
     warnings.warn(f"{field} is unread: {why}", AttnflowWarning, stacklevel=3)
@@ -35,11 +26,9 @@ BARS = ("auto", "rich", "tqdm", "text", "none")  # callbacks.progress_bar (attnf
 
 
 def plain_warnings() -> None:
-    """attnflow's own warnings (:class:`AttnflowWarning`: a field left out, a
-    fallback taken) as one line on stderr, ``attnflow: warning: …``, instead of Python's form with
-    attnflow's file and source line; other warnings as before. Lightning's deprecation of
-    ``LeafSpec``, raised by its own code on every run and nothing a user can act on, is silenced.
-    For the console scripts; installed once."""
+    """:class:`AttnflowWarning` as one line on stderr, ``attnflow: warning: …``, without
+    attnflow's file and source line; other warnings as before, but Lightning's own ``LeafSpec``
+    deprecation (nothing a user can act on) is silenced. Installed once."""
     import warnings
 
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
@@ -57,27 +46,8 @@ def plain_warnings() -> None:
     warnings.showwarning = show
 
 
-_ELSEWHERE = False  # set by printing_elsewhere()
-
-
-@contextlib.contextmanager
-def printing_elsewhere() -> Iterator[None]:
-    """Within it :func:`is_interactive` is False: the runs whose configs are checked print to
-    files of their own, not to this terminal (a sweep's jobs on a cluster's nodes), so ``auto``
-    is the text bar for them."""
-    global _ELSEWHERE
-    before, _ELSEWHERE = _ELSEWHERE, True
-    try:
-        yield
-    finally:
-        _ELSEWHERE = before
-
-
 def is_interactive() -> bool:
-    """Whether stdout is a terminal, or a Jupyter kernel (as rich detects it). Not FORCE_COLOR
-    and the like: colour wanted in a CI log still needs lines, not a redrawn bar."""
-    if _ELSEWHERE:
-        return False
+    """Whether stdout is a terminal, or a Jupyter kernel (as rich detects it)."""
     try:
         if sys.stdout.isatty():
             return True
@@ -98,8 +68,8 @@ def fmt_value(value: Any) -> str:
 
 def print_metrics(metrics: Mapping[str, float], title: str = "final metrics (best checkpoint)",
                   file=None) -> None:
-    """The final metrics as a table: a row per metric, a column per split (``val/acc`` → row
-    ``acc``, column ``validation``), printed with rich (plain characters when not a terminal)."""
+    """The final metrics as a rich table: a row per metric, a column per split (``val/acc`` →
+    row ``acc``, column ``validation``)."""
     from rich.console import Console
     from rich.table import Table
 

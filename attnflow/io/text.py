@@ -1,17 +1,10 @@
-"""Inputs and outputs of the command-line tools (translate, predict): lines in, arrays out.
+"""Inputs and outputs of the command-line tools: lines in, arrays out.
 
-Lines. A text file holds one item (a sentence, a document) per line; a ``.gz`` file is read with
-gzip. Lines are split on ``\\n`` alone (a ``\\r\\n`` ending is accepted): JSON lines are defined
-that way, and texts may hold U+0085 or U+2028 (the original IMDB reviews do), which
-``str.splitlines()`` would take for line ends — cutting a JSON string in two, or shifting every
-later output line against its input. Lines are read lazily, so output can stream (each batch
-printed as it is done) and a file of any size needs no memory for its whole text. A file that
-is missing, a folder, not gzip, cut short, or not UTF-8 raises :class:`InputError` naming the file
-(and line).
-
-Arrays. :func:`save_arrays` writes a NumPy ``.npz`` archive (uncompressed arrays and text as
-Unicode arrays, so ``numpy.load(path)`` needs no ``allow_pickle``), atomically: a failure leaves no
-half-written file and an existing one untouched.
+Lines are split on ``\\n`` alone (``\\r\\n`` accepted): JSON lines are defined that way, and
+texts may hold U+0085 or U+2028, which ``str.splitlines()`` takes for line ends. They are read
+lazily (``.gz`` with gzip), so output can stream. An unreadable input raises :class:`InputError`
+naming the file (and line). Arrays are written as an ``.npz`` (text as Unicode arrays, no
+pickling), atomically.
 """
 
 from __future__ import annotations
@@ -50,9 +43,9 @@ def _lines(stream: Iterable[str], where: str) -> Iterator[str]:
 
 
 def iter_lines(path: Path | str, what: str = "input file") -> Iterator[str]:
-    """The lines of a text file (``.gz``: gzip), without line ends; see the module docstring."""
+    """The lines of a text file (``.gz``: gzip), without line ends."""
     path = Path(path)
-    if path.is_dir():  # (was "no such input file", of a path that is there)
+    if path.is_dir():
         raise InputError(f"{what} {path}: a folder, not a file; name a file of one input per line")
     if not path.is_file():
         raise InputError(f"no such {what}: {path}")
@@ -103,8 +96,7 @@ def text_array(items) -> np.ndarray:
 
 
 def check_npz(path: Path | str) -> Path:
-    """``path`` if it names a ``.npz`` file, else :class:`InputError` (the CLIs check their
-    ``--save-attention`` with it before any work)."""
+    """``path`` if it names a ``.npz`` file, else :class:`InputError`."""
     path = Path(path)
     if path.suffix != ".npz":
         raise InputError(f"--save-attention needs a file name ending in .npz, got {path}")
@@ -112,21 +104,14 @@ def check_npz(path: Path | str) -> Path:
 
 
 def check_png(path: Path | str, option: str = "--attention") -> Path:
-    """``path`` if it names a ``.png`` file, else :class:`InputError`: the CLIs check their
-    ``--attention`` with it before any work (matplotlib refused another suffix only after the
-    decoding, when the picture was saved)."""
+    """``path`` if it names a ``.png`` file, else :class:`InputError`."""
     if Path(path).suffix.lower() != ".png":
         raise InputError(f"{option} takes the PNG file to write ({option} OUT.png), got {str(path)!r}")
     return Path(path)
 
 
 def check_new_outputs(*options: Tuple[str, Any]) -> None:
-    """Before any work of a CLI: each ``(option, path)`` given (``-o``, ``--save-attention``, …)
-    names a file that does not exist yet, in a folder that exists or can be made (no part of the
-    path above it is a file: ``mkdir`` failed there with a traceback after the work), and no two
-    options name the same file (the later write replaced the earlier one, or failed renaming its
-    temporary file). An earlier result is never overwritten and no result is lost
-    (:class:`InputError` naming the option and the file)."""
+    """Each ``(option, path)`` names a new file in a folder that can be made, no two the same."""
     given: Dict[Path, str] = {}
     for option, path in options:
         if not isinstance(path, (str, Path)) or not path:
@@ -143,9 +128,7 @@ def check_new_outputs(*options: Tuple[str, Any]) -> None:
 
 
 def check_folder(what: str, path: Path | str, hint: str = "name a file in a folder") -> None:
-    """The nearest existing folder above ``path`` is a folder, not a file (else :class:`InputError`
-    starting with ``what``, e.g. the option and the path, and ending with ``hint``): checked
-    before any work, as writing there later fails (mkdir's ``FileExistsError``)."""
+    """The nearest existing parent of ``path`` is a folder, else :class:`InputError`."""
     for parent in Path(path).parents:
         if parent.exists():
             if not parent.is_dir():
@@ -155,10 +138,7 @@ def check_folder(what: str, path: Path | str, hint: str = "name a file in a fold
 
 @contextlib.contextmanager
 def atomic_path(path: Path | str) -> Iterator[Path]:
-    """A temporary name beside ``path`` to write to; on success it replaces ``path`` in one rename
-    (readers — a DDP rank, a user — see the old file or the new one, never a part), on failure it
-    is removed and ``path`` is left as it was. Checkpoints add an fsync
-    (:func:`attnflow.training.state.atomic_torch_save`)."""
+    """A temporary name beside ``path``, renamed to ``path`` on success and removed on failure."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -178,9 +158,7 @@ def save_arrays(path: Path | str, arrays: Dict[str, np.ndarray]) -> Path:
 
 
 def path_arg(value: str) -> str:
-    """The argparse ``type`` of the console scripts' path arguments: an empty one (``-o ''``, from
-    a shell variable left unset) names no file and is refused; it was taken as "not given" (the
-    default place, stdout) or as the current folder."""
+    """The argparse ``type`` of path arguments: an empty one (an unset variable) is refused."""
     if not value.strip():
         raise argparse.ArgumentTypeError("an empty path names no file or folder: give a path, or "
                                          "leave the option out")
@@ -194,8 +172,6 @@ def listed(items: Iterable[Any], most: int) -> str:
 
 
 def no_inputs(what: str, option: str, path: Any, held: str = "lines", metavar: str = "") -> str:
-    """The refusal of an input that gave nothing, naming where it was read from: ``no sentences
-    given (arguments, -f FILE or stdin): -f empty.txt holds no lines`` (``option`` the file
-    option, ``path`` its value, None for stdin)."""
+    """The refusal of an input that gave nothing (``path``: None for stdin)."""
     source = f"{option} {path}" if path else "stdin"
     return f"no {what} given (arguments, {option}{metavar} or stdin): {source} holds no {held}"
