@@ -1,25 +1,16 @@
-"""Node-classification data on one graph: the shared LightningDataModule of graph data sets.
+"""Node classification on one graph: the LightningDataModule the graph data sets share.
 
-A subclass provides ``load() -> torch_geometric.data.Data`` with ``x`` (N, F), ``edge_index``
-(2, E), ``y`` ((N,) class ids, or (N, C) 0/1 for multi-label) and boolean ``train_mask``,
-``val_mask``, ``test_mask``. Every batch is such a ``Data`` whose ``<split>_mask`` marks the nodes
-the loss and metrics of that split count.
-
-Loaders (``loader``):
-
-- ``full`` — the whole graph is one batch every epoch (the paper's transductive training).
-- ``khop`` — mini-batches that need no extra packages: the split's nodes are cut into batches of
-  ``batch_size`` seeds (a fixed random partition; batch order shuffled each epoch) and each batch
-  is the ``num_hops``-hop subgraph around its seeds (``torch_geometric.utils.k_hop_subgraph``), so
-  a ``num_hops``-layer model sees each seed's full receptive field; only the seeds count. A plain
-  map-style dataset, so under DDP Lightning's DistributedSampler splits the batches over ranks.
-- ``neighbor`` — PyG's ``NeighborLoader`` (GraphSAGE-style sampling of ``num_neighbors`` per hop);
-  needs ``pyg-lib`` or ``torch-sparse`` (``pip install -e ".[graph-sampling]" -f
-  https://data.pyg.org/whl/torch-2.13.0+cpu.html``; neither is on the package index).
+A subclass's ``load()`` gives a ``torch_geometric.data.Data`` with ``x`` (N, F), ``edge_index``,
+``y`` ((N,) ids or (N, C) 0/1) and boolean ``<split>_mask``; each batch is such a ``Data`` whose
+``<split>_mask`` marks the nodes the split's loss and metrics count. ``loader``: ``full`` (the
+whole graph each step, as Veličković et al. 2018 train), ``khop`` (seed batches of ``batch_size``
+with their ``num_hops``-hop subgraph: a ``num_hops``-layer model sees each seed's whole receptive
+field) or ``neighbor`` (PyG's ``NeighborLoader``; needs pyg-lib or torch-sparse).
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, List, Mapping, Optional
 
 import pytorch_lightning as pl
@@ -29,6 +20,7 @@ from torch_geometric.data import Data
 from torch_geometric.utils import k_hop_subgraph
 
 from attnflow.config.registry import ConfigError
+from attnflow.io.console import warn_unread
 
 SPLITS = ("train", "val", "test")
 
@@ -85,19 +77,24 @@ class GraphDataModule(pl.LightningDataModule):
 
     interface = "graph"  # graphs: the gat model, the node_classification task
 
+    seed_makes_graph = False  # else the seed is read by the khop partition only
+
     def __init__(self, *, loader: str = "full", batch_size: int = 512, num_hops: int = 2,
                  num_neighbors: Optional[List[int]] = None, seed: int = 1234):
         super().__init__()
         _check_loader(self.name, loader)
+        given = {"batch_size": batch_size, "num_hops": num_hops, "num_neighbors": num_neighbors,
+                 "seed": seed}
+        read = {"batch_size": loader != "full", "num_hops": loader == "khop",
+                "num_neighbors": loader == "neighbor", "seed": self.seed_makes_graph or loader == "khop"}
+        defaults = inspect.signature(type(self).__init__).parameters
+        for field, value in given.items():
+            if not read[field] and value is not None and value != defaults[field].default:
+                warn_unread(f"data '{self.name}': {field}={value}", f"loader={loader} does not read it")
         self.loader, self.batch_size, self.num_hops = loader, batch_size, num_hops
         self.num_neighbors = list(num_neighbors or [10, 10])
         self.seed = seed
         self.data: Optional[Data] = None
-
-    @classmethod
-    def check_config(cls, cfg: Mapping[str, Any]) -> None:
-        """A loader whose packages are missing."""
-        _check_loader(cfg["data"].get("name", cls.name), cfg["data"].get("loader", "full"))
 
     # -- what subclasses provide ------------------------------------------------------------------
     def load(self) -> Data:

@@ -1,16 +1,8 @@
-"""Planetoid citation graphs (Cora, CiteSeer, PubMed) with the standard public split.
-
-Source: Yang, Cohen & Salakhutdinov 2016, "Revisiting semi-supervised learning with graph
-embeddings" (the split: 20 labelled nodes per class for training, 500 validation, 1000 test);
-used by Veličković et al. 2018 (GAT). Read from ``<root>/<Name>/raw/ind.<name>.{x,tx,allx,y,ty,
-ally,graph,test.index}`` (PyG's raw layout) with PyG's own reader, made undirected as the GAT
-authors' loader reads the graph (an edge listed one way only is kept both ways). Nothing is
-downloaded or written; the pickled SciPy feature matrices are rebuilt with NumPy (no SciPy). A
-missing, empty, truncated or crafted raw file raises :class:`~attnflow.data.errors.DataError`
-naming it; the row counts of the files of one node set must agree (this catches a truncated
-``test.index``).
-
-Features are row-normalised (each node's features sum to 1), as in the GAT paper's code.
+"""Planetoid citation graphs (Cora, CiteSeer, PubMed) with the public split of Yang, Cohen &
+Salakhutdinov 2016 (20 labelled nodes per class, 500 validation, 1000 test), as GAT (Veličković et
+al. 2018) uses them. Read from PyG's raw layout ``<root>/<Name>/raw/ind.<name>.*`` with PyG's own
+reader, the pickles unpickled with NumPy only (no SciPy, no code run), made undirected as the GAT
+authors' loader reads it; features row-normalised as in their code. Nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -155,20 +147,8 @@ def normalize_rows(x: torch.Tensor) -> torch.Tensor:
 
 @DATA.register("planetoid")
 class PlanetoidDataModule(GraphDataModule):
-    """Cora, CiteSeer or PubMed with the public split, as one graph.
-
-    Args:
-        dataset: 'Cora', 'CiteSeer' or 'PubMed' (default 'Cora').
-        root: the folder holding ``<Name>/raw/`` (default ``${paths.data_dir}/planetoid`` in YAML;
-            here '.').
-        normalize_features: row-normalise the bag-of-words features (default True).
-        loader: 'full' (one batch), 'khop' or 'neighbor' (mini-batches; see
-            :mod:`attnflow.data.graph`) (default 'full').
-        batch_size: seed nodes per mini-batch (default 512).
-        num_hops: hops of 'khop' subgraphs (default 2: a 2-layer GAT's receptive field).
-        num_neighbors: neighbours sampled per hop by 'neighbor' (default [10, 10]).
-        seed: the mini-batch partition's seed (default 1234).
-    """
+    """Cora, CiteSeer or PubMed with the public split, as one graph; ``root`` holds
+    ``<Name>/raw/``; loader fields as in :mod:`attnflow.data.graph`."""
 
     known_multi_label = False  # Cora, CiteSeer, PubMed: one class per node
     # (features, classes) of each set (Yang et al. 2016, Table 1; Kipf & Welling 2017, Table 1)
