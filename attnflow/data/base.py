@@ -5,13 +5,41 @@ loader of a split whose items have lengths (length-bucketed when training)."""
 from __future__ import annotations
 
 import random
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import pytorch_lightning as pl
+import torch
 from torch.utils.data import DataLoader, Dataset
 
 from attnflow.data.buckets import BucketBatchSampler, trainer_epoch
 from attnflow.data.sampling import eval_sampler
+
+PAD, BOS, EOS = 0, 1, 2  # the first ids of every sequence data module's vocabulary
+
+
+def frame_targets(seqs: Sequence[Sequence[int]]) -> tuple:
+    """(tgt_in, tgt_out), (B, T) long with T = longest + 1: ⟨bos⟩ y and y ⟨eos⟩, ⟨pad⟩ after."""
+    B, T = len(seqs), max((len(s) for s in seqs), default=0) + 1
+    tgt_in = torch.full((B, T), PAD, dtype=torch.long)
+    tgt_out = torch.full((B, T), PAD, dtype=torch.long)
+    tgt_in[:, 0] = BOS
+    for i, s in enumerate(seqs):
+        ids = torch.as_tensor(list(s), dtype=torch.long)
+        tgt_in[i, 1 : len(s) + 1] = ids
+        tgt_out[i, : len(s)] = ids
+        tgt_out[i, len(s)] = EOS
+    return tgt_in, tgt_out
+
+
+def collate_seq2seq(sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]
+                    ) -> Dict[str, torch.Tensor]:
+    """``src`` (B, S) padded, ``src_lengths`` (at least 1), ``tgt_in``, ``tgt_out``."""
+    src = torch.full((len(sources), max(max(map(len, sources)), 1)), PAD, dtype=torch.long)
+    for i, s in enumerate(sources):
+        src[i, : len(s)] = torch.as_tensor(list(s), dtype=torch.long)
+    tgt_in, tgt_out = frame_targets(targets)
+    return {"src": src, "src_lengths": torch.tensor([max(len(s), 1) for s in sources]),
+            "tgt_in": tgt_in, "tgt_out": tgt_out}
 
 
 class SplitDataModule(pl.LightningDataModule):

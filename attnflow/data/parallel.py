@@ -25,14 +25,14 @@ from typing import Annotated, Any, Dict, List, Literal, Mapping, Optional, Seque
 import torch
 from torch.utils.data import DataLoader
 
-from attnflow.data.base import SplitDataModule
+from attnflow.data.base import BOS, EOS, PAD, SplitDataModule, collate_seq2seq
 from attnflow.data.buckets import BucketBatchSampler, trainer_epoch
 from attnflow.data.errors import DataError, DataFileNotFoundError, numbered_lines
 from attnflow.data.sampling import eval_sampler
 from attnflow.config.registry import DATA, ConfigError, NonNegativeInt, PositiveInt, Range
 from attnflow.io.text import atomic_path
 
-PAD, BOS, EOS, UNK = 0, 1, 2, 3
+UNK = 3
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 
 
@@ -92,22 +92,10 @@ def load_tokenizer(path: Path):
 
 
 def collate(pairs: Sequence[tuple]) -> Dict[str, torch.Tensor]:
-    """(line index, source ids, target ids) triples -> a padded batch with ⟨bos⟩/⟨eos⟩."""
-    B = len(pairs)
-    S = max(max(len(s) for _, s, _ in pairs), 1)
-    T = max(len(t) for _, _, t in pairs) + 1
-    src = torch.full((B, S), PAD, dtype=torch.long)
-    tgt_in = torch.full((B, T), PAD, dtype=torch.long)
-    tgt_out = torch.full((B, T), PAD, dtype=torch.long)
-    for i, (_, s, t) in enumerate(pairs):
-        src[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-        tgt_in[i, 0] = BOS
-        tgt_in[i, 1 : len(t) + 1] = torch.tensor(t, dtype=torch.long)
-        tgt_out[i, : len(t)] = torch.tensor(t, dtype=torch.long)
-        tgt_out[i, len(t)] = EOS
-    lengths = torch.tensor([max(len(s), 1) for _, s, _ in pairs])
-    idx = torch.tensor([j for j, _, _ in pairs])
-    return {"src": src, "src_lengths": lengths, "tgt_in": tgt_in, "tgt_out": tgt_out, "idx": idx}
+    """(line index, source ids, target ids) triples -> a padded batch; ``idx`` the lines."""
+    batch = collate_seq2seq([s for _, s, _ in pairs], [t for _, _, t in pairs])
+    batch["idx"] = torch.tensor([j for j, _, _ in pairs])
+    return batch
 
 
 def _check_langs(src_lang: str, tgt_lang: str) -> None:

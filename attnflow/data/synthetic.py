@@ -16,11 +16,10 @@ from typing import Annotated, Any, Dict, List, Literal, Mapping, Optional, Seque
 import torch
 from torch.utils.data import DataLoader
 
-from attnflow.data.base import SplitDataModule
+from attnflow.data.base import BOS, EOS, PAD, SplitDataModule, collate_seq2seq
 from attnflow.data.sampling import eval_sampler
 from attnflow.config.registry import DATA, ConfigError, NonNegativeInt, PositiveInt, Range
 
-PAD, BOS, EOS = 0, 1, 2
 SPECIALS = ["<pad>", "<bos>", "<eos>"]
 
 
@@ -30,21 +29,8 @@ def _symbol_names(n: int) -> List[str]:
 
 
 def collate(pairs: Sequence[tuple]) -> Dict[str, torch.Tensor]:
-    """Pad a list of (source ids, target ids) into a batch with ⟨bos⟩/⟨eos⟩ on the target."""
-    B = len(pairs)
-    S = max(len(s) for s, _ in pairs)
-    T = max(len(t) for _, t in pairs) + 1
-    src = torch.full((B, S), PAD, dtype=torch.long)
-    tgt_in = torch.full((B, T), PAD, dtype=torch.long)
-    tgt_out = torch.full((B, T), PAD, dtype=torch.long)
-    for i, (s, t) in enumerate(pairs):
-        src[i, : len(s)] = torch.tensor(s)
-        tgt_in[i, 0] = BOS
-        tgt_in[i, 1 : len(t) + 1] = torch.tensor(t)
-        tgt_out[i, : len(t)] = torch.tensor(t)
-        tgt_out[i, len(t)] = EOS
-    lengths = torch.tensor([len(s) for s, _ in pairs])
-    return {"src": src, "src_lengths": lengths, "tgt_in": tgt_in, "tgt_out": tgt_out}
+    """(source ids, target ids) pairs -> a padded batch with ⟨bos⟩/⟨eos⟩ on the target."""
+    return collate_seq2seq([s for s, _ in pairs], [t for _, t in pairs])
 
 
 def _check_lengths(min_len: int, max_len: int) -> None:
