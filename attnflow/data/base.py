@@ -5,13 +5,15 @@ loader of a split whose items have lengths (length-bucketed when training)."""
 from __future__ import annotations
 
 import random
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 from attnflow.data.buckets import BucketBatchSampler, trainer_epoch
+from attnflow.data.errors import DataError
 from attnflow.data.sampling import eval_sampler
 
 PAD, BOS, EOS = 0, 1, 2  # the first ids of every sequence data module's vocabulary
@@ -42,6 +44,13 @@ def collate_seq2seq(sources: Sequence[Sequence[int]], targets: Sequence[Sequence
             "tgt_in": tgt_in, "tgt_out": tgt_out}
 
 
+def random_subset(rows: list, limit: int, seed: int) -> list:
+    """``limit`` rows drawn with ``seed``, in file order (0: all); files may be sorted by label."""
+    if limit and limit < len(rows):
+        rows = [rows[i] for i in sorted(random.Random(seed).sample(range(len(rows)), limit))]
+    return rows
+
+
 class SplitDataModule(pl.LightningDataModule):
     """A data module whose loaders differ only by split: a subclass implements
     ``_loader(split, train)`` and, when its test split can be absent, ``missing_test()``."""
@@ -55,6 +64,56 @@ class SplitDataModule(pl.LightningDataModule):
     def missing_test(self) -> Optional[str]:
         """Why there is no test split (the error's message), or None when there is one."""
         return None
+
+    def set_run_dir(self, run_dir) -> None:
+        """Where the run keeps files (``<run_dir>/tokenizer/``): saved there, read back on resume."""
+        self.run_dir = Path(run_dir)
+
+
+class FileDataModule(SplitDataModule):
+    """Labelled or unlabelled text files ``train_path``, ``val_path`` and an optional
+    ``test_path`` (absent: no test split), read by a subclass into ``self.rows``."""
+
+    owner = "data"
+    run_dir: Optional[Path] = None
+
+    def set_paths(self, what: str, train_path: str, val_path: str, test_path: str) -> None:
+        for name, value in (("train_path", train_path), ("val_path", val_path)):
+            if not value:
+                raise ValueError(f"{self.owner}: '{name}' is required ({what})")
+        self.paths = {"train": Path(train_path), "val": Path(val_path),
+                      "test": Path(test_path) if test_path else None}
+
+    @property
+    def has_test(self) -> bool:
+        return self.paths["test"] is not None and self.paths["test"].is_file()
+
+    def missing_test(self) -> Optional[str]:
+        if self.has_test:
+            return None
+        return (f"{self.owner}: no test split (test_path={str(self.paths['test'] or '')!r} is "
+                "absent); run with test=false")
+
+    def eval_path(self, split: str) -> Path:
+        if self.paths.get(split) is None:
+            raise ValueError(f"{self.owner}: no {split} file; set data.{split}_path")
+        return self.paths[split]
+
+    def sorted_labels(self, rows: Sequence[tuple], field: str) -> list:
+        """The training labels' values, sorted: class i is the i-th (IMDB: 1..4, 7..10)."""
+        try:
+            return sorted({y for _, y in rows})
+        except TypeError:
+            raise DataError(f"{self.owner}: label field '{field}' of {self.paths['train']} mixes "
+                            "types") from None
+
+    def label_ids(self, raw: Sequence, values: list, split: str, what: str, field: str) -> List[int]:
+        index = {v: i for i, v in enumerate(values)}
+        for n, v in enumerate(raw):
+            if v not in index:
+                raise DataError(f"{self.owner}: {split} {what} {n + 1} ({self.paths[split]}) has "
+                                f"{field}={v!r}, not seen in training; training values: {values}")
+        return [index[v] for v in raw]
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", True)

@@ -90,6 +90,22 @@ def train_wordpiece(texts: Sequence[str], vocab_size: int, lowercase: bool = Tru
     return tok
 
 
+def run_tokenizer(run_dir, artifacts: Optional[dict] = None, owner: Optional[str] = None):
+    """The tokenizer saved with a run (``tokenizer/wordpiece.json``), else the one its checkpoint's
+    ``artifacts`` carry; without either None, or with ``owner`` an error naming it."""
+    from tokenizers import Tokenizer
+
+    saved = Path(run_dir) / "tokenizer" / TOKENIZER_FILE
+    if saved.is_file():
+        return Tokenizer.from_file(str(saved))
+    if (artifacts or {}).get("tokenizer"):
+        return Tokenizer.from_str(artifacts["tokenizer"])
+    if owner:
+        raise ValueError(f"{owner}: the run has no tokenizer ({saved} is missing and its "
+                         f"checkpoint carries none)")
+    return None
+
+
 def save_tokenizer(tokenizer, run_dir) -> Path:
     """``<run_dir>/tokenizer/wordpiece.json``, written atomically (under DDP every rank writes
     the same file; none may read a half-written one)."""

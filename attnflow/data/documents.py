@@ -1,26 +1,13 @@
-"""Document classification from JSON-lines files: hierarchical batches (documents × sentences ×
-words) for the hierarchical attention network (Yang et al. 2016) and flat models alike.
+"""Document classification from JSON-lines files (``.gz`` allowed): hierarchical batches
+(documents × sentences × words) for the hierarchical attention network (Yang et al. 2016) and the
+flat models alike.
 
-Each line is a JSON object with a text field (default ``text``) and a label field (default
-``label``; e.g. ``rating`` for IMDB's 8-level rating task); other fields are ignored. Files may be
-gzip-compressed (``.gz``). Processing, done once at ``setup`` (not per batch):
-
-1. cleaning: HTML line breaks (``<br />``) and other tags become spaces;
-2. sentence splitting after ``.``, ``!``, ``?`` (and at removed line breaks), word tokenisation with
-   a regular expression (words, numbers, apostrophes inside words, punctuation), lower-casing;
-3. a vocabulary from the training split (``min_freq``, ``max_vocab``; ids 0 ⟨pad⟩, 1 ⟨unk⟩);
-4. caps: at most ``max_sentences`` sentences per document and ``max_words`` words per sentence;
-   what was cut is counted and logged per split.
-
-Empty sentences are dropped; an empty document (no words after cleaning) is kept with zero
-sentences and the models pool it to a zero vector. Labels are mapped to class indices in sorted
-order of their values (IMDB ratings 1,2,3,4,7,8,9,10 → classes 0..7); ``class_names`` keeps them.
-The test split is optional: when its file is absent there is no test loader (set ``test=false``).
-A file that is missing, empty, cut short (gzip), not UTF-8 or holds a line that is not a JSON
-object raises :class:`~attnflow.data.errors.DataError` naming the file and the line.
-
-Batch (see :func:`collate_documents`): ``tokens`` (B, S, W) long, ``sent_lengths`` (B, S) words per
-sentence (0 = padding sentence), ``doc_lengths`` (B,) sentences per document, ``labels`` (B,).
+At ``setup``: markup removed (``<br />`` ends a sentence), sentences split after ``.!?``, words
+tokenised and lower-cased, a vocabulary built from the training split (ids 0 ⟨pad⟩, 1 ⟨unk⟩), and
+each document capped at ``max_sentences`` × ``max_words`` (what was cut is logged). An empty
+document keeps zero sentences (pooled to a zero vector). Labels become classes in sorted order.
+Batch: ``tokens`` (B, S, W), ``sent_lengths`` (B, S) (0: padding), ``doc_lengths`` (B,),
+``labels`` (B,).
 """
 
 from __future__ import annotations
@@ -28,7 +15,6 @@ from __future__ import annotations
 import html
 import json
 import logging
-import random
 import re
 from collections import Counter
 from pathlib import Path
@@ -38,7 +24,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from attnflow.data.base import SplitDataModule
+from attnflow.data.base import FileDataModule, random_subset
 from attnflow.data.errors import DataError, numbered_lines
 from attnflow.config.registry import DATA, MODELS, ConfigError, NonNegativeInt, PositiveInt, build_config
 
@@ -146,10 +132,8 @@ def encode_documents(docs: Sequence[List[List[str]]], labels: Sequence[int], voc
 
 
 def collate_documents(items: Sequence[tuple]) -> Dict[str, torch.Tensor]:
-    """Pad (ids, sentence lengths, label) triples into a hierarchical batch.
-
-    Scatters every word of every document at once (no loop over sentences or words).
-    """
+    """Pad (ids, sentence lengths, label) triples into a hierarchical batch (one scatter of
+    every word, no loop over sentences or words)."""
     B = len(items)
     doc_lengths = np.array([len(sl) for _, sl, _ in items], dtype=np.int64)
     all_lens = np.concatenate([sl for _, sl, _ in items]) if B else np.zeros(0, np.int64)
@@ -173,9 +157,8 @@ def collate_documents(items: Sequence[tuple]) -> Dict[str, torch.Tensor]:
 
 def read_jsonl(path: Path, text_field: str, label_field: Optional[str], limit: int = 0,
                seed: int = 0):
-    """[(text, label or None)] from a JSON-lines file; clear errors (:class:`DataError`) naming
-    file, line and field: a missing, empty, truncated (gzip) or non-UTF-8 file, a line that is not
-    a JSON object, a missing field. Lines are split on ``\\n`` alone (texts may hold U+2028)."""
+    """[(text, label or None)] from a JSON-lines file; a :class:`DataError` names the file, line
+    and field of what is malformed. Lines end at ``\\n`` alone (texts may hold U+2028)."""
     path = Path(path)
     owner = "data 'documents'"
     out = []
@@ -203,39 +186,20 @@ def read_jsonl(path: Path, text_field: str, label_field: Optional[str], limit: i
     if not out:
         raise DataError(f"{owner}: {path} holds no documents (the file is empty or blank); "
                         f"expected one JSON object per line with a '{text_field}' field")
-    if limit and limit < len(out):  # a seeded random subset: files may be sorted by label
-        keep = sorted(random.Random(seed).sample(range(len(out)), limit))
-        out = [out[i] for i in keep]
-    return out
+    return random_subset(out, limit, seed)
 
 
 @DATA.register("documents")
-class DocumentDataModule(SplitDataModule):
+class DocumentDataModule(FileDataModule):
     """Labelled documents from JSON lines, batched as documents × sentences × words.
 
-    Args:
-        train_path, val_path: JSON-lines files (``.gz`` allowed) (default '': required).
-        test_path: optional test file; absent or '' means no test split (default '').
-        text_field: the field holding the text (default 'text').
-        label_field: the field holding the label, e.g. 'label' or 'rating' (default 'label').
-        max_sentences: sentences kept per document, at least 1 (default 30).
-        max_words: words kept per sentence, at least 1 (default 50).
-        min_freq: a training word's minimum count to enter the vocabulary (default 5).
-        max_vocab: vocabulary size cap including specials, 0 = none (default 50000).
-        lowercase: lower-case before tokenising (default True).
-        limit_train, limit_val: use only N documents, a random subset drawn with ``seed``, 0 = all
-            (default 0).
-        batch_size: documents per batch (default 32).
-        bucket: batch training documents of similar size together (default True).
-        num_workers: DataLoader workers (default 0).
-        seed: shuffling seed (default 1234).
-        word_vectors: null (default: the model's embeddings start random) or a mapping of
-            :class:`~attnflow.data.word_vectors.WordVectorsConfig` fields (dim, window, alpha, eig,
-            min_count, weighting, scale, seed): word vectors computed from the training split
-            (PPMI + SVD, Levy et al. 2015) and handed to the model as ``word_vectors`` to start its
-            embedding from. ``dim`` must equal ``model.embed_dim``.
+    ``max_vocab`` counts the specials (0: no cap); ``limit_train``/``limit_val``: a random subset
+    of N documents (0: all); ``word_vectors``: null, or :class:`~attnflow.data.word_vectors.
+    WordVectorsConfig` fields: vectors from the training split (PPMI + SVD, Levy et al. 2015) that
+    start the model's embedding (``dim`` = ``model.embed_dim``).
     """
 
+    owner = "data 'documents'"
     interface = "documents"  # documents: han/self_attentive models, the classification task
 
     def __init__(self, *, train_path: str = "", val_path: str = "", test_path: str = "",
@@ -251,11 +215,7 @@ class DocumentDataModule(SplitDataModule):
         super().__init__()
         self.word_vectors_cfg = self.word_vectors_config(word_vectors)
         self._word_vectors: Optional[torch.Tensor] = None
-        for name, value in (("train_path", train_path), ("val_path", val_path)):
-            if not value:
-                raise ValueError(f"data 'documents': '{name}' is required (a JSON-lines file)")
-        self.paths = {"train": Path(train_path), "val": Path(val_path),
-                      "test": Path(test_path) if test_path else None}
+        self.set_paths("a JSON-lines file", train_path, val_path, test_path)
         self.text_field, self.label_field = text_field, label_field
         self.max_sentences, self.max_words = max_sentences, max_words
         self.min_freq, self.max_vocab, self.lowercase = min_freq, max_vocab, lowercase
@@ -265,10 +225,6 @@ class DocumentDataModule(SplitDataModule):
         self.label_values: List = []
         self.splits: Dict[str, EncodedDocs] = {}
         self.stats: Dict[str, dict] = {}
-
-    @property
-    def has_test(self) -> bool:
-        return self.paths["test"] is not None and self.paths["test"].is_file()
 
     # -- word vectors ----------------------------------------------------------------------
     @staticmethod
@@ -282,13 +238,7 @@ class DocumentDataModule(SplitDataModule):
 
     @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
-        """``data.max_vocab`` above the specials; ``data.word_vectors.dim`` equal to the model's
-        ``embed_dim`` (the vectors are copied into the embedding)."""
-        max_vocab = (cfg.get("data") or {}).get("max_vocab")
-        if isinstance(max_vocab, int) and 0 < max_vocab <= len(SPECIALS):
-            raise ConfigError(f"data.max_vocab={max_vocab} (at 'data.max_vocab') leaves no word beside "
-                              f"{', '.join(SPECIALS)}: every word would read as unknown. Use 0 (no cap) "
-                              f"or more than {len(SPECIALS)}")
+        """``data.word_vectors.dim`` equals the model's ``embed_dim`` (they start the embedding)."""
         wv = cls.word_vectors_config((cfg.get("data") or {}).get("word_vectors"))
         model = cfg.get("model") or {}
         if wv is None or not model.get("name") or model["name"] not in MODELS:
@@ -303,8 +253,7 @@ class DocumentDataModule(SplitDataModule):
                               f"must match (set data.word_vectors.dim=${{model.embed_dim}})")
 
     def train_word_vectors(self) -> torch.Tensor:
-        """(V, dim) vectors from the training split's encoded sentences (after the caps), computed
-        once; the dev split is never read for them."""
+        """(V, dim) vectors from the training split's capped sentences, computed once."""
         from attnflow.data.word_vectors import train_word_vectors
 
         if self._word_vectors is None:
@@ -318,19 +267,17 @@ class DocumentDataModule(SplitDataModule):
     # -- what models and tasks need -------------------------------------------------------
     @classmethod
     def longest_source_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:
-        """The most positions a flat model's encoder is given (a document's sentences one after
-        another), and why (``{at}``: the data config's path)."""
+        """The most positions a flat model's encoder is given, and why."""
         n, w = fields["max_sentences"], fields["max_words"]
         return n * w, f"{{at}}max_sentences={n} × {{at}}max_words={w} words of a document"
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
-        """:meth:`model_context` with stand-in sizes, for a build before the data is read."""
         return {"vocab_size": 1000, "num_classes": 2, "pad_id": PAD}
 
     def model_context(self) -> dict:
-        """Sizes, and ``word_vectors`` when ``data.word_vectors`` is set and the training split
-        is loaded (not after ``setup_evaluation``: the weights then come from a checkpoint)."""
+        """Sizes, and ``word_vectors`` when set and the training split is read (not in
+        evaluation: the weights come from a checkpoint)."""
         self.setup()
         ctx = {"vocab_size": len(self.vocab), "num_classes": len(self.label_values), "pad_id": PAD}
         if self.word_vectors_cfg is not None and "train" in self.splits:
@@ -355,12 +302,8 @@ class DocumentDataModule(SplitDataModule):
         return path
 
     def setup_evaluation(self, run_dir, artifacts: dict, split: str) -> None:
-        """Only what evaluating a trained run on ``split`` needs (attnflow-eval): the run's
-        vocabulary and classes (``artifacts``: its vocab.json) and that split's file; the training
-        file is not read, and the vocabulary is not rebuilt."""
-        path = self.paths.get(split)
-        if path is None:
-            raise ValueError(f"data 'documents': no {split} file; set data.{split}_path")
+        """The run's vocabulary and classes and ``split``'s file only (attnflow-eval)."""
+        path = self.eval_path(split)
         if not artifacts.get("vocab"):
             raise ValueError(f"data 'documents': the run has no vocabulary ({Path(run_dir) / 'vocab.json'} "
                              f"is missing and its checkpoint carries none)")
@@ -374,15 +317,7 @@ class DocumentDataModule(SplitDataModule):
 
     # -- data -----------------------------------------------------------------------------
     def _labels(self, raw: List, split: str) -> List[int]:
-        index = {v: i for i, v in enumerate(self.label_values)}
-        out = []
-        for n, v in enumerate(raw):
-            if v not in index:
-                raise DataError(f"data 'documents': {split} document {n + 1} ({self.paths[split]}) has "
-                                f"{self.label_field}={v!r}, not seen in training; training values: "
-                                f"{self.label_values}")
-            out.append(index[v])
-        return out
+        return self.label_ids(raw, self.label_values, split, "document", self.label_field)
 
     def setup(self, stage: Optional[str] = None) -> None:
         if self.splits:
@@ -395,11 +330,7 @@ class DocumentDataModule(SplitDataModule):
             log.info("data 'documents': no test split (%s is absent)", self.paths["test"])
         tokenized = {s: [tokenize(t, self.lowercase) for t, _ in r] for s, r in rows.items()}
         self.vocab = Vocabulary.build(tokenized["train"], self.min_freq, self.max_vocab, self.lowercase)
-        try:
-            self.label_values = sorted({y for _, y in rows["train"]})
-        except TypeError:
-            raise DataError(f"data 'documents': label field '{self.label_field}' of "
-                            f"{self.paths['train']} mixes types") from None
+        self.label_values = self.sorted_labels(rows["train"], self.label_field)
         for s, r in rows.items():
             labels = self._labels([y for _, y in r], s)
             self.splits[s], self.stats[s] = encode_documents(
@@ -419,15 +350,8 @@ class DocumentDataModule(SplitDataModule):
             data, lambda: [len(sl) * 1000 + (int(sl.max()) if len(sl) else 0) for sl in data.sent_lens],
             collate_documents, train)
 
-    def missing_test(self) -> Optional[str]:
-        if not self.has_test:
-            return (f"data 'documents': no test split (test_path={str(self.paths['test'] or '')!r} "
-                    "is absent); run with test=false")
-        return None
-
     def example_batch(self, n: int, split: str = "val") -> Dict[str, torch.Tensor]:
-        """``n`` documents of a split as a batch (renderings, dashboards), taken across the labels
-        (the first of each label, then the second, ...: files may be sorted by label)."""
+        """``n`` documents of a split as a batch, taken across the labels (dashboards)."""
         from attnflow.data.examples import spread_over_labels
 
         self.setup()
