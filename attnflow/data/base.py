@@ -70,6 +70,38 @@ class SplitDataModule(pl.LightningDataModule):
         self.run_dir = Path(run_dir)
 
 
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", False)
+
+    def test_dataloader(self) -> DataLoader:
+        why = self.missing_test()
+        if why:
+            raise ValueError(why)
+        return self._loader("test", False)
+
+    def _sized_loader(self, data: Dataset, sizes: Callable[[], Sequence[int]], collate: Callable,
+                      train: bool) -> DataLoader:
+        """The loader of ``data``: when training with ``self.bucket``, batches of similar
+        ``sizes()`` (little padding; :class:`BucketBatchSampler`, reshuffled per epoch); else
+        shuffled when training, and under DDP each evaluation item on exactly one rank. In one
+        process evaluation walks the split in one fixed order drawn from ``seed``: labelled files
+        may be sorted by label (IMDB's are), and a prefix of them (``limit_val_batches``) was one
+        class, scored 1.0 without a word. Reads ``bucket``, ``batch_size``, ``seed`` and
+        ``num_workers`` of the module."""
+        if train and self.bucket:
+            return DataLoader(data, batch_sampler=BucketBatchSampler(
+                sizes(), self.batch_size, True, self.seed, pool=50, epoch=trainer_epoch(self)),
+                              collate_fn=collate, num_workers=self.num_workers)
+        sampler = None if train else eval_sampler(data)
+        if not train and sampler is None:  # the same order every epoch and every evaluation
+            sampler = random.Random(self.seed).sample(range(len(data)), len(data))
+        return DataLoader(data, batch_size=self.batch_size, shuffle=train, collate_fn=collate,
+                          sampler=sampler, num_workers=self.num_workers)
+
+
 class FileDataModule(SplitDataModule):
     """Labelled or unlabelled text files ``train_path``, ``val_path`` and an optional
     ``test_path`` (absent: no test split), read by a subclass into ``self.rows``."""
@@ -114,34 +146,3 @@ class FileDataModule(SplitDataModule):
                 raise DataError(f"{self.owner}: {split} {what} {n + 1} ({self.paths[split]}) has "
                                 f"{field}={v!r}, not seen in training; training values: {values}")
         return [index[v] for v in raw]
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", False)
-
-    def test_dataloader(self) -> DataLoader:
-        why = self.missing_test()
-        if why:
-            raise ValueError(why)
-        return self._loader("test", False)
-
-    def _sized_loader(self, data: Dataset, sizes: Callable[[], Sequence[int]], collate: Callable,
-                      train: bool) -> DataLoader:
-        """The loader of ``data``: when training with ``self.bucket``, batches of similar
-        ``sizes()`` (little padding; :class:`BucketBatchSampler`, reshuffled per epoch); else
-        shuffled when training, and under DDP each evaluation item on exactly one rank. In one
-        process evaluation walks the split in one fixed order drawn from ``seed``: labelled files
-        may be sorted by label (IMDB's are), and a prefix of them (``limit_val_batches``) was one
-        class, scored 1.0 without a word. Reads ``bucket``, ``batch_size``, ``seed`` and
-        ``num_workers`` of the module."""
-        if train and self.bucket:
-            return DataLoader(data, batch_sampler=BucketBatchSampler(
-                sizes(), self.batch_size, True, self.seed, pool=50, epoch=trainer_epoch(self)),
-                              collate_fn=collate, num_workers=self.num_workers)
-        sampler = None if train else eval_sampler(data)
-        if not train and sampler is None:  # the same order every epoch and every evaluation
-            sampler = random.Random(self.seed).sample(range(len(data)), len(data))
-        return DataLoader(data, batch_size=self.batch_size, shuffle=train, collate_fn=collate,
-                          sampler=sampler, num_workers=self.num_workers)

@@ -1,20 +1,11 @@
-"""Parallel text: line-aligned source/target files, subword tokenisation, length-bucketed batches.
+"""Parallel text: line-aligned ``<root>/<split>.<lang>[.gz]`` files (Multi30k), subword
+tokenisation, length-bucketed batches; nothing is downloaded.
 
-Files are ``<root>/<split>.<lang>`` or ``<root>/<split>.<lang>.gz`` (Multi30k: train, val,
-test_2016_flickr; en and de), line i of the source file translating line i of the target file.
-Either direction works (``src_lang``/``tgt_lang``). Nothing is downloaded. A missing, empty or
-cut-short file raises :class:`~attnflow.data.errors.DataError` naming it (and the line).
-
-Tokenisation: HF ``tokenizers``, NFKC (optionally lower-casing), a Metaspace + punctuation
-pre-tokeniser (decoding restores the spacing, so output is plain text for sacreBLEU), and a BPE
-(Sennrich et al. 2016) or WordPiece model trained on the training split only; one tokenizer for
-both sides with ``shared_vocab`` (tied embeddings), else one per language. They are saved in
-``<run_dir>/tokenizer/`` and read back from there (resume, evaluation, ``attnflow-translate``).
-Token ids: 0 ⟨pad⟩, 1 ⟨bos⟩, 2 ⟨eos⟩, 3 ⟨unk⟩.
-
-Batches: ``src`` (B, S), ``src_lengths`` (B,), ``tgt_in`` = ⟨bos⟩ y (B, T), ``tgt_out`` = y ⟨eos⟩
-(B, T), padded with 0, and ``idx`` (B,) the pairs' line numbers (for the untokenised references).
-Training batches group pairs of similar length, so little compute goes to padding.
+Tokenizers (HF ``tokenizers``): NFKC (optionally lower case), Metaspace + punctuation (decoding
+restores the spacing: plain text for sacreBLEU), BPE (Sennrich et al. 2016) or WordPiece trained
+on the training split, one for both sides with ``shared_vocab``; saved in ``<run_dir>/tokenizer/``
+(atomically: every DDP rank saves the same files). Ids 0 ⟨pad⟩, 1 ⟨bos⟩, 2 ⟨eos⟩, 3 ⟨unk⟩.
+Batches: ``src``, ``src_lengths``, ``tgt_in``, ``tgt_out`` and ``idx``, the pairs' line numbers.
 """
 
 from __future__ import annotations
@@ -37,8 +28,7 @@ SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 
 
 def read_lines(path: Path) -> List[str]:
-    """Lines of a plain or gzipped UTF-8 text file, without line ends; a truncated gzip stream or
-    a file that is not UTF-8 raises :class:`DataError` naming the file and the line."""
+    """Lines of a plain or gzipped UTF-8 text file, without line ends."""
     return [line for _, line in numbered_lines(path, "data 'parallel'")]
 
 
@@ -106,25 +96,9 @@ def _check_langs(src_lang: str, tgt_lang: str) -> None:
 
 @DATA.register("parallel")
 class ParallelDataModule(SplitDataModule):
-    """Line-aligned parallel text with subword tokenisation (see the module docstring).
-
-    Args:
-        root: the folder holding the files (default '': required; Multi30k:
-            ``${paths.data_dir}/multi30k``).
-        src_lang, tgt_lang: file suffixes of source and target (default 'de', 'en').
-        train, val, test: split file stems (default 'train', 'val', 'test_2016_flickr').
-        tokenizer: 'bpe' or 'wordpiece' (default 'bpe').
-        vocab_size: subword vocabulary size per tokenizer (default 8000).
-        shared_vocab: one tokenizer trained on both sides (default False).
-        lowercase: lower-case everything before tokenising (default False).
-        max_src_len, max_tgt_len: training pairs longer than this (in subwords) are dropped;
-            evaluation sources are truncated (default 100, 100).
-        max_decode_len: longest generated output; 0 = max_tgt_len + 2 (default 0).
-        batch_size: sentence pairs per batch (default 64).
-        max_pairs: use only the first N pairs of every split, 0 = all (default 0; for tests).
-        num_workers: DataLoader workers (default 0).
-        seed: batch shuffling seed (default 1234).
-    """
+    """Line-aligned parallel text (module docstring): training pairs over ``max_src_len`` or
+    ``max_tgt_len`` subwords are dropped, evaluation sources cut; ``max_decode_len`` 0:
+    max_tgt_len + 2; ``max_pairs``: the first N pairs of each split (0: all)."""
 
     run_fixed = ("src_lang", "tgt_lang", "shared_vocab")  # the model's direction and vocabularies
 
@@ -156,18 +130,13 @@ class ParallelDataModule(SplitDataModule):
         self.splits: Dict[str, list] = {}  # split -> [(line, src ids, tgt ids)]
 
     # -- run directory and tokenizers -------------------------------------------------------------
-    def set_run_dir(self, run_dir) -> None:
-        """Where the tokenizers are saved (``<run_dir>/tokenizer/``), and loaded from if there."""
-        self.run_dir = Path(run_dir)
-
     def tokenizer_files(self, folder: Path) -> Dict[str, Path]:
         if self.shared:
             return {"src": folder / "shared.json", "tgt": folder / "shared.json"}
         return {"src": folder / f"{self.src_lang}.json", "tgt": folder / f"{self.tgt_lang}.json"}
 
     def load_tokenizers(self, folder, artifacts: Optional[dict] = None) -> None:
-        """The run's tokenizers: the files in ``folder``, else those the checkpoint's
-        ``artifacts`` carry (a checkpoint copied out of its run still works)."""
+        """The run's tokenizers: the files in ``folder``, else the checkpoint's ``artifacts``."""
         files = self.tokenizer_files(Path(folder))
         missing = [str(p) for p in files.values() if not p.is_file()]
         if not missing:
@@ -187,8 +156,7 @@ class ParallelDataModule(SplitDataModule):
                                     f"the checkpoint's tokenizers cannot be read: {err}") from None
 
     def artifacts(self) -> dict:
-        """What using the weights needs besides them, stored in every checkpoint: the
-        tokenizers as JSON text."""
+        """The tokenizers as JSON text (stored in every checkpoint)."""
         self.prepare_tokenizers()
         return {"tokenizers": {"src": self.src_tok.to_str(), "tgt": self.tgt_tok.to_str()}}
 
@@ -199,7 +167,7 @@ class ParallelDataModule(SplitDataModule):
         _check_langs(fields["src_lang"], fields["tgt_lang"])
 
     def setup_evaluation(self, run_dir, artifacts: dict, split: str) -> None:
-        """Only what evaluating a trained run on ``split`` needs: its tokenizers and that split."""
+        """The run's tokenizers and ``split`` only (attnflow-eval)."""
         self.load_tokenizers(Path(run_dir) / "tokenizer", artifacts)
         src, tgt = self.split_text(split)  # DataError when a file is missing, empty or cut short
         s_ids = [e.ids for e in self.src_tok.encode_batch(src)]
@@ -244,15 +212,13 @@ class ParallelDataModule(SplitDataModule):
             folder.mkdir(parents=True, exist_ok=True)
             files = self.tokenizer_files(folder)
             for tok, path in ((self.src_tok, files["src"]), (self.tgt_tok, files["tgt"])):
-                # atomically: under DDP every rank trains and saves the (same) tokenizers, and a
-                # rank that finds the files loads them; it must never read a half-written one
                 with atomic_path(path) as tmp:
                     tok.save(str(tmp))
 
     # -- what models and tasks need ----------------------------------------------------------------
     @classmethod
     def one_vocabulary(cls, fields: Mapping[str, Any]) -> bool:
-        """Whether source and target tokens share one vocabulary (ids), as tied embeddings need."""
+        """Whether source and target share one vocabulary, as tied embeddings need."""
         return bool(fields["shared_vocab"])
 
     @classmethod
@@ -262,8 +228,7 @@ class ParallelDataModule(SplitDataModule):
 
     @classmethod
     def longest_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:
-        """The most positions a sequence model is given (sources, ⟨bos⟩-led targets, decoded
-        outputs), and why (``{at}``: the data config's path)."""
+        """The most positions a sequence model is given, and why."""
         src, tgt = fields["max_src_len"], fields["max_tgt_len"]
         decode = fields["max_decode_len"] or tgt + 2
         why = (f"{{at}}max_src_len={src}, {{at}}max_tgt_len={tgt} (+ ⟨bos⟩), outputs decoded to "
@@ -272,7 +237,6 @@ class ParallelDataModule(SplitDataModule):
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
-        """:meth:`model_context` with stand-in sizes (both sides equal, as tied embeddings need)."""
         return {"src_vocab": fields["vocab_size"], "tgt_vocab": fields["vocab_size"], "pad_id": PAD}
 
     def model_context(self) -> dict:

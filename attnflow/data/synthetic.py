@@ -1,10 +1,6 @@
-"""Synthetic sequence-to-sequence data the package makes itself: reverse (or copy, or sort)
-random token sequences of varying length.
-
-The default experiment trains on it, so it runs on a fresh machine with no downloads. Validation
-and test sequences are held out: none of them occurs in the training set. Generation is
-deterministic given ``seed``. Token ids: 0 ⟨pad⟩, 1 ⟨bos⟩, 2 ⟨eos⟩, then the symbols, shown as
-letters (a, b, c, …) on heat maps.
+"""Synthetic sequence-to-sequence data: reverse (or copy, or sort) random token sequences; the
+default experiment trains on it with no downloads. Validation and test sequences never occur in
+training; deterministic in ``seed``. Ids 0 ⟨pad⟩, 1 ⟨bos⟩, 2 ⟨eos⟩, then the symbols (a, b, …).
 """
 
 from __future__ import annotations
@@ -41,18 +37,8 @@ def _check_lengths(min_len: int, max_len: int) -> None:
 
 @DATA.register("reverse")
 class ReverseDataModule(SplitDataModule):
-    """Random sequences x of ``symbols`` symbols, lengths in [min_len, max_len]; target f(x).
-
-    Args:
-        task: 'reverse' (y = x reversed, attention is the anti-diagonal), 'copy' (the diagonal) or
-            'sort' (default 'reverse').
-        symbols: alphabet size (default 20).
-        min_len, max_len: sequence lengths, inclusive (default 4, 16).
-        train_size, val_size, test_size: sequences per split (default 20000, 500, 500).
-        batch_size: (default 64).
-        seed: the generator's seed (default 1234).
-    """
-
+    """Random sequences x of ``symbols`` symbols, lengths in [min_len, max_len]; target f(x):
+    'reverse' (attention on the anti-diagonal), 'copy' (the diagonal) or 'sort'."""
 
     interface = "seq2seq"  # sequence pairs: seq2seq/transformer models, seq2seq/translation tasks
     def __init__(self, *, task: Literal["reverse", "copy", "sort"] = "reverse",
@@ -86,19 +72,17 @@ class ReverseDataModule(SplitDataModule):
 
     @classmethod
     def longest_source_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:
-        """The most positions an encoder is given, and why (``{at}``: the data config's path)."""
+        """The most positions an encoder is given, and why."""
         return fields["max_len"], f"{{at}}max_len={fields['max_len']}"
 
     @classmethod
     def longest_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:
-        """The most positions a sequence model is given (outputs decoded to ``max_len + 2``), and
-        why (``{at}``: the data config's path)."""
+        """The most positions a sequence model is given (outputs: ``max_len + 2``), and why."""
         n = fields["max_len"]
         return n + 2, f"{{at}}max_len={n}: outputs decoded to {n + 2} tokens"
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
-        """:meth:`model_context` with stand-in sizes (:func:`attnflow.training.validate.check_model_builds`)."""
         return {"src_vocab": 32, "tgt_vocab": 32, "pad_id": PAD}
 
     def model_context(self) -> dict:
@@ -139,7 +123,7 @@ class ReverseDataModule(SplitDataModule):
             self.splits[split] = out
 
     def missing_test(self) -> Optional[str]:
-        if not self.sizes["test"]:  # (an empty test loader tested nothing and reported nothing)
+        if not self.sizes["test"]:
             return "data 'reverse': data.test_size=0, so there is no test split; run with test=false"
         return None
 
