@@ -63,7 +63,6 @@ class CaptioningDataModule(SplitDataModule):
     def feature_dim(self) -> Optional[int]:
         return None
 
-    # -- what models and tasks need ---------------------------------------------------------------
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
         """:meth:`model_context` with stand-in sizes (:func:`attnflow.training.validate.check_model_builds`);
@@ -111,7 +110,6 @@ class CaptioningDataModule(SplitDataModule):
         except ValueError as err:
             raise ConfigError(f"{self.owner}: the run's vocabulary is not a captioning one: {err}") from None
 
-    # -- loaders ----------------------------------------------------------------------------------
     def _loader(self, split: str, train: bool) -> DataLoader:
         self.setup()
         data = self.dataset(split)
@@ -126,7 +124,6 @@ class CaptioningDataModule(SplitDataModule):
         return self.collate_fn()([data[i] for i in range(min(n, len(data)))])
 
 
-# -- shapes -----------------------------------------------------------------------------------------
 def longest_shapes_caption(max_shapes: int) -> int:
     """Words of the longest caption of ``max_shapes`` shapes: "a C S", per other shape the
     longest relation and "a C S", "and" between relations."""

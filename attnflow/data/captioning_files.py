@@ -237,7 +237,6 @@ class CaptionsDataModule(CaptioningDataModule):
     def feature_dim(self) -> Optional[int]:
         return None if self.shape is None else self.shape[1]
 
-    # -- reading ---------------------------------------------------------------------------------
     def _read(self, split: str) -> List[tuple]:
         """[(image, words, where)] of a split; errors name the file and the fields."""
         fields, path, names = self._source(split)
@@ -301,7 +300,6 @@ class CaptionsDataModule(CaptioningDataModule):
         self.vocab = vocab
         self.data = {split: self._items(split, rows)}
 
-    # -- what the base class serves ----------------------------------------------------------------
     def dataset(self, split: str) -> CaptionItems:
         return self.data[split]
 

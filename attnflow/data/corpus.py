@@ -19,7 +19,6 @@ SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 TOKENIZER_FILE = "wordpiece.json"
 
 
-# -- reading documents ------------------------------------------------------------------------------
 def corpus_format(path: Any) -> Optional[str]:
     """'jsonl' (``.jsonl``/``.json``), 'txt' (``.txt``), either optionally ``.gz``; None for another
     name (:func:`read_documents` refuses it, naming the file)."""
@@ -70,7 +69,6 @@ def sentences_of(text: str) -> List[str]:
     return split_sentences(clean(text))
 
 
-# -- tokenizer -------------------------------------------------------------------------------------
 def train_wordpiece(texts: Sequence[str], vocab_size: int, lowercase: bool = True):
     """A WordPiece tokenizer (Schuster & Nakajima 2012; Devlin et al. 2019) trained on ``texts``,
     with BERT's special tokens at ids 0–4 and no special tokens added on encoding.

@@ -226,7 +226,6 @@ class DocumentDataModule(FileDataModule):
         self.splits: Dict[str, EncodedDocs] = {}
         self.stats: Dict[str, dict] = {}
 
-    # -- word vectors ----------------------------------------------------------------------
     @staticmethod
     def word_vectors_config(value: Any, path: str = "data.word_vectors"):
         """``data.word_vectors`` as a WordVectorsConfig (None when off), checked by the registry."""
@@ -264,7 +263,6 @@ class DocumentDataModule(FileDataModule):
                                                     self.word_vectors_cfg, PAD)
         return self._word_vectors
 
-    # -- what models and tasks need -------------------------------------------------------
     @classmethod
     def longest_source_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:
         """The most positions a flat model's encoder is given, and why."""
@@ -315,7 +313,6 @@ class DocumentDataModule(FileDataModule):
         self.splits[split], self.stats[split] = encode_documents(
             tokenized, labels, self.vocab, self.max_sentences, self.max_words)
 
-    # -- data -----------------------------------------------------------------------------
     def _labels(self, raw: List, split: str) -> List[int]:
         return self.label_ids(raw, self.label_values, split, "document", self.label_field)
 

@@ -96,11 +96,9 @@ class GraphDataModule(pl.LightningDataModule):
         self.seed = seed
         self.data: Optional[Data] = None
 
-    # -- what subclasses provide ------------------------------------------------------------------
     def load(self) -> Data:
         raise NotImplementedError
 
-    # -- what models and tasks need to know ----------------------------------------------------
     def _graph(self) -> Data:
         if self.data is None:
             self.data = self.load()
@@ -126,7 +124,6 @@ class GraphDataModule(pl.LightningDataModule):
     def task_context(self) -> dict:
         return {"num_classes": self.num_classes, "multi_label_data": self.multi_label}
 
-    # -- loaders -------------------------------------------------------------------------------
     def setup(self, stage: Optional[str] = None) -> None:
         self._graph()
 

@@ -129,7 +129,6 @@ class ParallelDataModule(SplitDataModule):
         self.text: Dict[str, tuple] = {}  # split -> (source lines, target lines)
         self.splits: Dict[str, list] = {}  # split -> [(line, src ids, tgt ids)]
 
-    # -- run directory and tokenizers -------------------------------------------------------------
     def tokenizer_files(self, folder: Path) -> Dict[str, Path]:
         if self.shared:
             return {"src": folder / "shared.json", "tgt": folder / "shared.json"}
@@ -215,7 +214,6 @@ class ParallelDataModule(SplitDataModule):
                 with atomic_path(path) as tmp:
                     tok.save(str(tmp))
 
-    # -- what models and tasks need ----------------------------------------------------------------
     @classmethod
     def one_vocabulary(cls, fields: Mapping[str, Any]) -> bool:
         """Whether source and target share one vocabulary, as tied embeddings need."""
@@ -269,7 +267,6 @@ class ParallelDataModule(SplitDataModule):
         tgt = self.split_text(split)[1]
         return [tgt[i] for i in idx]
 
-    # -- data --------------------------------------------------------------------------------------
     def setup(self, stage: Optional[str] = None) -> None:
         self.prepare_tokenizers()
         for split in ("train", "val", "test"):

@@ -39,7 +39,6 @@ OWNER = "data 'bert_pretraining'"
 IGNORE = -100  # the label CrossEntropyLoss ignores (its ignore_index default, HF's convention)
 
 
-# -- instances (Devlin et al. 2019 §A.2) -------------------------------------------------------------
 def _truncate_pair(a: list, b: list, max_tokens: int, rng: random.Random) -> None:
     """Cut the longer segment at a random end until the pair fits (the authors' truncate_seq_pair)."""
     while len(a) + len(b) > max_tokens:
@@ -100,7 +99,6 @@ def make_instances(docs: Sequence[Sequence[np.ndarray]], max_len: int, short_seq
     return out
 
 
-# -- batches ---------------------------------------------------------------------------------------
 def pad_rows(rows: Sequence[np.ndarray], fill: int = PAD) -> tuple:
     """(ids (B, T) int64, rows left-aligned and ``fill`` after; real (B, T) bool), T the longest
     row (1 for no rows)."""
@@ -208,7 +206,6 @@ class PretrainingDataModule(FileDataModule):
         self.texts: Dict[str, List[str]] = {}
         self.splits: Dict[str, Instances] = {}
 
-    # -- tokenizer --------------------------------------------------------------------------------
     def split_texts(self, split: str) -> List[str]:
         if split not in self.texts:
             self.texts[split] = read_documents(self.paths[split], self.text_field, self.documents,
@@ -241,7 +238,6 @@ class PretrainingDataModule(FileDataModule):
         return {"tokenizer": self.tokenizer.to_str(), "specials": dict(zip(SPECIALS, range(len(SPECIALS)))),
                 "lowercase": self.lowercase, "max_len": self.max_len}
 
-    # -- what models and tasks need ----------------------------------------------------------------
     @property
     def vocab_size(self) -> int:
         self.prepare_tokenizer()
@@ -275,7 +271,6 @@ class PretrainingDataModule(FileDataModule):
             start += len(doc)
         return [d for d in out if d]
 
-    # -- data --------------------------------------------------------------------------------------
     def make_split(self, split: str) -> Instances:
         docs = self.encode_documents(self.split_texts(split))
         offset = {"train": 0, "val": 1, "test": 2}[split]

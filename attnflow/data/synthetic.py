@@ -60,7 +60,6 @@ class ReverseDataModule(SplitDataModule):
         fields = cfg["data"]
         _check_lengths(fields["min_len"], fields["max_len"])
 
-    # -- what models and tasks need to know --------------------------------------------------
     @property
     def vocab_size(self) -> int:
         return len(self.itos)
@@ -92,7 +91,6 @@ class ReverseDataModule(SplitDataModule):
         return {"pad_id": PAD, "bos_id": BOS, "eos_id": EOS, "max_decode_len": self.max_len + 2,
                 "itos": self.itos}
 
-    # -- data ---------------------------------------------------------------------------------
     def _target(self, x: tuple) -> tuple:
         if self.task == "reverse":
             return x[::-1]

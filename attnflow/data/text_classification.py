@@ -34,7 +34,6 @@ OWNER = "data 'text_classification'"
 DEFAULT_VOCAB = 30522  # BERT's WordPiece size, when a tokenizer is trained here
 
 
-# -- reading -----------------------------------------------------------------------------------------
 def read_labelled(path: Path, text_field: str, label_field: str, limit: int = 0,
                   seed: int = 0) -> List[tuple]:
     """``[(text, label)]`` of a JSON-lines or ``label<TAB>text`` file; ``limit``: a seeded random
@@ -96,7 +95,6 @@ def check_specials(tok, where: str) -> None:
                         f"{', '.join(f'{s}={i}' for i, s in enumerate(SPECIALS))}; got {', '.join(wrong)}")
 
 
-# -- encoding and batches --------------------------------------------------------------------------
 class EncodedTexts(torch.utils.data.Dataset):
     """Texts as id arrays ``[CLS] … [SEP]`` with their class indices."""
 
@@ -164,7 +162,6 @@ class TextClassificationDataModule(FileDataModule):
         self.label_values: List = []
         self.splits: Dict[str, EncodedTexts] = {}
 
-    # -- files, labels, tokenizer ------------------------------------------------------------------
     def read(self) -> None:
         """Read the files and the label values (every file now: a bad one fails before any work)."""
         if self.rows:
@@ -208,7 +205,6 @@ class TextClassificationDataModule(FileDataModule):
                 "class_names": [str(v) for v in self.label_values], "label_values": self.label_values,
                 "label_field": self.label_field, "text_field": self.text_field, "max_len": self.max_len}
 
-    # -- what models and tasks need ----------------------------------------------------------------
     @classmethod
     def longest_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:
         """The most positions a model is given, and why (``{at}``: the data config's path)."""
@@ -228,7 +224,6 @@ class TextClassificationDataModule(FileDataModule):
         self.read()
         return {"num_classes": len(self.label_values), "class_names": [str(v) for v in self.label_values]}
 
-    # -- data --------------------------------------------------------------------------------------
     def _labels(self, raw: Sequence, split: str) -> List[int]:
         return self.label_ids(raw, self.label_values, split, "text", self.label_field)
 
