@@ -34,21 +34,9 @@ OWNER = "data 'captions'"
 SPLITS = ("train", "val", "test")
 
 
-def _npy_shape(fp) -> Optional[tuple]:
-    """(shape, dtype) from a .npy header without reading the array (None: an unknown version)."""
-    version = np.lib.format.read_magic(fp)
-    read = {(1, 0): np.lib.format.read_array_header_1_0,
-            (2, 0): np.lib.format.read_array_header_2_0}.get(version)
-    if read is None:
-        return None
-    shape, _, dtype = read(fp)
-    return shape, dtype
-
-
 class FeatureStore:
-    """Precomputed (L, D) region features per image: ``<dir>/<image stem>.npy``, or the arrays of
-    one ``.npz`` keyed by image file name. The ``.npz`` handle is opened once per process (a
-    DataLoader worker opens its own)."""
+    """(L, D) region features per image: ``<dir>/<image stem>.npy``, or one ``.npz`` keyed by
+    image file name (opened once per process)."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -73,33 +61,30 @@ class FeatureStore:
 
     def shape(self, image: Path, where: str, zf: Optional[zipfile.ZipFile] = None) -> tuple:
         """(shape, dtype) of the image's array, read from its header; a missing one is an error."""
-        src = self.source(image)
         try:
             if self.npz_keys is None:
                 file = self.path / f"{image.stem}.npy"
                 if not file.is_file():
                     raise DataFileNotFoundError(f"{OWNER}: no features for image {image.name} "
                                                 f"(named in {where}): {file} does not exist")
-                with open(file, "rb") as fp:
-                    head = _npy_shape(fp)
-            else:
-                if image.name not in self.npz_keys:
-                    raise DataError(f"{OWNER}: no features for image {image.name} (named in "
-                                    f"{where}): {self.path} has no array '{image.name}'")
-                with zf.open(f"{image.name}.npy") as fp:
-                    head = _npy_shape(fp)
-            if head is None:
-                arr = self.load(image)
-                head = (tuple(arr.shape), arr.dtype)
+                arr = np.load(file, mmap_mode="r", allow_pickle=False)
+                return arr.shape, arr.dtype
+            if image.name not in self.npz_keys:
+                raise DataError(f"{OWNER}: no features for image {image.name} (named in "
+                                f"{where}): {self.path} has no array '{image.name}'")
+            with zf.open(f"{image.name}.npy") as fp:
+                version = np.lib.format.read_magic(fp)
+                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                    np.lib.format.read_array_header_2_0
+                shape, _, dtype = read(fp)
+            return shape, dtype
         except DataError:
             raise
         except (OSError, ValueError, KeyError, zipfile.BadZipFile) as err:
-            raise DataError(f"{OWNER}: cannot read features {src}: {err}") from None
-        return head
+            raise DataError(f"{OWNER}: cannot read features {self.source(image)}: {err}") from None
 
     def check(self, images: Dict[Path, str]) -> Tuple[int, int]:
-        """(L, D) shared by the arrays of ``images`` ({path: where named}); refuses an array that
-        is not 2-D numbers or whose (L, D) differs from the first one's, naming its file."""
+        """(L, D) shared by the 2-D numeric arrays of ``images`` ({path: where named})."""
         first: Optional[tuple] = None
         zf = zipfile.ZipFile(self.path) if self.npz_keys is not None else None
         try:
@@ -135,8 +120,7 @@ class FeatureStore:
 
 @dataclass
 class CaptionItems(Dataset):
-    """A split's items: image file, target ids (cut to ``max_len``), where it was named, and the
-    reference captions; ``__getitem__`` gives (index, pixels or features, ids)."""
+    """A split's items (image, target ids, where named, references): (index, input, ids)."""
 
     images: List[Path]
     ids: List[List[int]]
@@ -314,8 +298,7 @@ class CaptionsDataModule(CaptioningDataModule):
         return None if self._source("test") else f"{self._no_source('test')}; or run with test=false"
 
     def example_batch(self, n: int, split: str = "val") -> Dict[str, torch.Tensor]:
-        """The first ``n`` items of a split; with features also ``pixels``, the images to draw
-        attention over."""
+        """The first ``n`` items; with features also ``pixels``, to draw attention over."""
         batch = super().example_batch(n, split)
         if self.input_kind == "features":
             data = self.data[split]
