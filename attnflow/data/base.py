@@ -126,6 +126,14 @@ class FileDataModule(SplitDataModule):
         return (f"{self.owner}: no test split (test_path={str(self.paths['test'] or '')!r} is "
                 "absent); run with test=false")
 
+    def example_batch(self, n: int, split: str = "val") -> Dict[str, torch.Tensor]:
+        """``n`` items of a split as a batch, taken across the labels (dashboards)."""
+        from attnflow.data.examples import spread_over_labels
+
+        self.setup()
+        data = self.splits[split]
+        return self.collate([data[i] for i in spread_over_labels(data.labels, n).tolist()])
+
     def eval_path(self, split: str) -> Path:
         if self.paths.get(split) is None:
             raise ValueError(f"{self.owner}: no {split} file; set data.{split}_path")

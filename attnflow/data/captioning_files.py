@@ -133,10 +133,7 @@ class CaptionItems(Dataset):
         return len(self.images)
 
     def __getitem__(self, i: int):
-        if self.features is not None:
-            x = self.features.load(self.images[i])
-        else:
-            x = load_image(self.images[i], self.image_size, where=self.where[i])
+        x = self.pixels(i) if self.features is None else self.features.load(self.images[i])
         return i, x, self.ids[i]
 
     def pixels(self, i: int) -> torch.Tensor:

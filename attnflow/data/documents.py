@@ -156,11 +156,10 @@ def collate_documents(items: Sequence[tuple]) -> Dict[str, torch.Tensor]:
 
 
 def read_jsonl(path: Path, text_field: str, label_field: Optional[str], limit: int = 0,
-               seed: int = 0):
+               seed: int = 0, owner: str = "data 'documents'"):
     """[(text, label or None)] from a JSON-lines file; a :class:`DataError` names the file, line
     and field of what is malformed. Lines end at ``\\n`` alone (texts may hold U+2028)."""
     path = Path(path)
-    owner = "data 'documents'"
     out = []
     for n, line in numbered_lines(path, owner):
         if not line.strip():
@@ -345,15 +344,9 @@ class DocumentDataModule(FileDataModule):
         data = self.splits[split]
         return self._sized_loader(  # sentences, then the longest sentence: similar shapes together
             data, lambda: [len(sl) * 1000 + (int(sl.max()) if len(sl) else 0) for sl in data.sent_lens],
-            collate_documents, train)
+            self.collate, train)
 
-    def example_batch(self, n: int, split: str = "val") -> Dict[str, torch.Tensor]:
-        """``n`` documents of a split as a batch, taken across the labels (dashboards)."""
-        from attnflow.data.examples import spread_over_labels
-
-        self.setup()
-        data = self.splits[split]
-        return collate_documents([data[i] for i in spread_over_labels(data.labels, n).tolist()])
+    collate = staticmethod(collate_documents)
 
 
 def encode_texts(texts: Sequence[str], vocab: Vocabulary, max_sentences: int, max_words: int):

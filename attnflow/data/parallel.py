@@ -147,12 +147,8 @@ class ParallelDataModule(SplitDataModule):
                                     f"the checkpoint carries no tokenizers (attnflow_artifacts)")
         from tokenizers import Tokenizer
 
-        try:
-            self.src_tok = Tokenizer.from_str(saved["src"])
-            self.tgt_tok = self.src_tok if self.shared else Tokenizer.from_str(saved["tgt"])
-        except Exception as err:  # noqa: BLE001  (tokenizers raises its own Exception type)
-            raise FileNotFoundError(f"data 'parallel': no tokenizer file {', '.join(missing)}, and "
-                                    f"the checkpoint's tokenizers cannot be read: {err}") from None
+        self.src_tok = Tokenizer.from_str(saved["src"])
+        self.tgt_tok = self.src_tok if self.shared else Tokenizer.from_str(saved["tgt"])
 
     def artifacts(self) -> dict:
         """The tokenizers as JSON text (stored in every checkpoint)."""
@@ -168,11 +164,8 @@ class ParallelDataModule(SplitDataModule):
     def setup_evaluation(self, run_dir, artifacts: dict, split: str) -> None:
         """The run's tokenizers and ``split`` only (attnflow-eval)."""
         self.load_tokenizers(Path(run_dir) / "tokenizer", artifacts)
-        src, tgt = self.split_text(split)  # DataError when a file is missing, empty or cut short
-        s_ids = [e.ids for e in self.src_tok.encode_batch(src)]
-        t_ids = [e.ids for e in self.tgt_tok.encode_batch(tgt)]
         self.splits = {s: [] for s in ("train", "val", "test")}  # setup() reads none of them
-        self.splits[split] = [(i, s[: self.max_src_len], t) for i, (s, t) in enumerate(zip(s_ids, t_ids))]
+        self.splits[split] = self._encode(split)
 
     def split_text(self, split: str) -> tuple:
         """(source lines, target lines) of a split as read (after ``max_pairs``), cached."""
@@ -267,24 +260,27 @@ class ParallelDataModule(SplitDataModule):
         tgt = self.split_text(split)[1]
         return [tgt[i] for i in idx]
 
+    def _encode(self, split: str) -> list:
+        """[(line, source ids, target ids)]: training pairs too long or empty dropped, every
+        evaluation pair kept, its source cut."""
+        src, tgt = self.split_text(split)
+        pairs = enumerate(zip((e.ids for e in self.src_tok.encode_batch(src)),
+                              (e.ids for e in self.tgt_tok.encode_batch(tgt))))
+        if split != "train":
+            return [(i, s[: self.max_src_len], t) for i, (s, t) in pairs]
+        out = [(i, s, t) for i, (s, t) in pairs
+               if 0 < len(s) <= self.max_src_len and 0 < len(t) <= self.max_tgt_len]
+        if not out:
+            raise DataError(f"data 'parallel': no training pair of {self.root}/{self.stems[split]}."
+                            f"{{{self.src_lang},{self.tgt_lang}}} fits max_src_len={self.max_src_len} "
+                            f"and max_tgt_len={self.max_tgt_len} subwords; raise them")
+        return out
+
     def setup(self, stage: Optional[str] = None) -> None:
         self.prepare_tokenizers()
         for split in ("train", "val", "test"):
-            if split in self.splits:
-                continue
-            src, tgt = self.split_text(split)
-            s_ids = [e.ids for e in self.src_tok.encode_batch(src)]
-            t_ids = [e.ids for e in self.tgt_tok.encode_batch(tgt)]
-            if split == "train":
-                self.splits[split] = [(i, s, t) for i, (s, t) in enumerate(zip(s_ids, t_ids))
-                                      if 0 < len(s) <= self.max_src_len and 0 < len(t) <= self.max_tgt_len]
-                if not self.splits[split]:
-                    raise DataError(
-                        f"data 'parallel': no training pair of {self.root}/{self.stems[split]}."
-                        f"{{{self.src_lang},{self.tgt_lang}}} fits max_src_len={self.max_src_len} and "
-                        f"max_tgt_len={self.max_tgt_len} subwords; raise them")
-            else:  # every evaluation pair counts
-                self.splits[split] = [(i, s[: self.max_src_len], t) for i, (s, t) in enumerate(zip(s_ids, t_ids))]
+            if split not in self.splits:
+                self.splits[split] = self._encode(split)
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         self.setup()

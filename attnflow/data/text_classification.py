@@ -41,10 +41,7 @@ def read_labelled(path: Path, text_field: str, label_field: str, limit: int = 0,
     path = Path(path)
     name = path.name[:-3] if path.name.endswith(".gz") else path.name
     if name.endswith(".jsonl") or name.endswith(".json"):
-        try:
-            return read_jsonl(path, text_field, label_field, limit, seed)
-        except DataError as err:  # its messages name the documents module
-            raise DataError(str(err).replace("data 'documents'", OWNER, 1)) from None
+        return read_jsonl(path, text_field, label_field, limit, seed, OWNER)
     if not (name.endswith(".tsv") or name.endswith(".txt")):
         raise DataError(f"{OWNER}: {path}: unknown format; use .jsonl (a '{text_field}' and a "
                         f"'{label_field}' field per line) or .tsv/.txt (label<TAB>text per line), "
@@ -252,12 +249,6 @@ class TextClassificationDataModule(FileDataModule):
         self.setup()
         data = self.splits[split]
         # IMDB texts run from 10 to 1,000 subwords: bucketed by length when training
-        return self._sized_loader(data, lambda: [len(i) for i in data.ids], collate_texts, train)
+        return self._sized_loader(data, lambda: [len(i) for i in data.ids], self.collate, train)
 
-    def example_batch(self, n: int, split: str = "val") -> Dict[str, torch.Tensor]:
-        """``n`` texts of a split as a batch, taken across the labels (dashboards)."""
-        from attnflow.data.examples import spread_over_labels
-
-        self.setup()
-        data = self.splits[split]
-        return collate_texts([data[i] for i in spread_over_labels(data.labels, n).tolist()])
+    collate = staticmethod(collate_texts)
