@@ -61,28 +61,21 @@ class KHopBatches(Dataset):
         return out
 
 
-def _check_loader(name: str, loader: str) -> None:
-    if loader == "neighbor" and not neighbor_sampling_available():
-        raise ConfigError(
-            f"data '{name}': data.loader=neighbor (PyG's NeighborLoader) needs pyg-lib or "
-            "torch-sparse, and neither is installed. Install one from PyG's wheel index, e.g. "
-            "pip install pyg-lib -f https://data.pyg.org/whl/torch-2.13.0+cpu.html "
-            "(or +cu128 for CUDA), or use data.loader=khop (no extra packages).")
-
-
 class GraphDataModule(pl.LightningDataModule):
     """Base class: one graph, full-batch or mini-batch loaders (see the module docstring)."""
 
     name = "graph"
-
     interface = "graph"  # graphs: the gat model, the node_classification task
-
     seed_makes_graph = False  # else the seed is read by the khop partition only
 
     def __init__(self, *, loader: str = "full", batch_size: int = 512, num_hops: int = 2,
                  num_neighbors: Optional[List[int]] = None, seed: int = 1234):
         super().__init__()
-        _check_loader(self.name, loader)
+        if loader == "neighbor" and not neighbor_sampling_available():
+            raise ConfigError(
+                f"data '{self.name}': data.loader=neighbor (PyG's NeighborLoader) needs pyg-lib or "
+                "torch-sparse, neither installed: pip install pyg-lib -f https://data.pyg.org/whl/"
+                "torch-2.13.0+cpu.html (or +cu128), or use data.loader=khop (no extra packages).")
         given = {"batch_size": batch_size, "num_hops": num_hops, "num_neighbors": num_neighbors,
                  "seed": seed}
         read = {"batch_size": loader != "full", "num_hops": loader == "khop",

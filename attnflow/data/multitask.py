@@ -75,6 +75,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
                 raise
             except ValueError as err:  # a data module's own check: say which task's data
                 raise ConfigError(f"data.tasks.{t}: {err}") from None
+        self.first = next(iter(self.parts.values()), None)  # makes the tokenizer every task reads with
         self._shared = False
 
     @classmethod
@@ -119,32 +120,27 @@ class MultiTaskDataModule(pl.LightningDataModule):
 
     @property
     def tokenizer(self):
-        """The tokenizer every task reads with (the first task's; None before it is made)."""
-        return getattr(next(iter(self.parts.values())), "tokenizer", None)
+        return getattr(self.first, "tokenizer", None)
 
     def _share_tokenizer(self, prepare: bool = True) -> None:
         """The first task's tokenizer, made (or loaded) once, handed to the other tasks."""
         if self._shared:
             return
-        first, *others = self.parts.values()
-        if prepare and hasattr(first, "prepare_tokenizer"):
-            first.prepare_tokenizer()
-        tokenizer = getattr(first, "tokenizer", None)
-        for part in others:
-            if tokenizer is not None and hasattr(part, "tokenizer"):
-                part.tokenizer = tokenizer
+        if prepare and hasattr(self.first, "prepare_tokenizer"):
+            self.first.prepare_tokenizer()
+        for part in list(self.parts.values())[1:]:
+            if self.tokenizer is not None and hasattr(part, "tokenizer"):
+                part.tokenizer = self.tokenizer
         self._shared = True
 
     def set_run_dir(self, run_dir) -> None:
         """The first task's data keeps the tokenizer with the run (and reads it back on resume)."""
-        first = next(iter(self.parts.values()))
-        if hasattr(first, "set_run_dir"):
-            first.set_run_dir(run_dir)
+        if hasattr(self.first, "set_run_dir"):
+            self.first.set_run_dir(run_dir)
 
     def save_artifacts(self, run_dir) -> Optional[Path]:
         self._share_tokenizer()
-        first = next(iter(self.parts.values()))
-        return first.save_artifacts(run_dir) if hasattr(first, "save_artifacts") else None
+        return self.first.save_artifacts(run_dir) if hasattr(self.first, "save_artifacts") else None
 
     def artifacts(self) -> dict:
         """Each task's artifacts (``tasks``), the shared tokenizer once (``tokenizer``)."""
@@ -229,5 +225,4 @@ class MultiTaskDataModule(pl.LightningDataModule):
 
     def example_batch(self, n: int, split: str = "val"):
         """The first task's examples (dashboards)."""
-        first = next(iter(self.parts.values()))
-        return first.example_batch(n, split)
+        return self.first.example_batch(n, split)

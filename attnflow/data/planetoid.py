@@ -72,11 +72,7 @@ class _PickleShim:  # what torch_geometric.io.planetoid calls as ``pickle.load``
         try:
             return _Unpickler(f, encoding=encoding).load()
         except (pickle.UnpicklingError, EOFError, ValueError) as err:
-            what = str(err)
-            if isinstance(err, EOFError) or what in ("", "Ran out of input"):
-                what = "the file ends early: it is truncated or empty"
-            elif "truncated" in what:
-                what += " (the file is cut short)"
+            what = "the file ends early: it is truncated or empty" if isinstance(err, EOFError) else err
             raise DataError(f"data 'planetoid': cannot read {getattr(f, 'name', 'a raw file')}: "
                             f"{what}") from None
 
@@ -86,9 +82,8 @@ _SAME_ROWS = [("x", "y"), ("allx", "ally"), ("tx", "ty", "test.index")]
 
 
 def _counting(read_file, folder: Path, key: str):
-    """PyG's ``read_file`` that also checks, when the last file (test.index) is read, that the
-    files of each node set have as many rows: a text file cut at a line end (``test.index``) or an
-    empty one unpickles or parses without error, and PyG would build a wrong graph from it."""
+    """PyG's ``read_file`` that checks, once test.index is read, that the files of each node set
+    have as many rows (a file cut at a line end parses without error, into a wrong graph)."""
     rows: dict = {}
 
     def read(folder_, prefix, name):
@@ -134,8 +129,7 @@ def read_planetoid(root: str | Path, name: str) -> Data:
             mock.patch.object(pyg_planetoid, "read_file", _counting(pyg_planetoid.read_file, folder, key)):
         warnings.simplefilter("ignore")
         data = pyg_planetoid.read_planetoid_data(str(folder), key)
-    # the authors' loader (networkx.from_dict_of_lists) reads the graph as undirected; PyG keeps
-    # the dict's lists as directed edges, so a list that names i → j without j → i would lose j → i
+    # the authors' loader (networkx.from_dict_of_lists) reads i → j as undirected; PyG would not
     data.edge_index = to_undirected(data.edge_index, num_nodes=data.num_nodes)
     return data
 
