@@ -435,7 +435,6 @@ def test_an_image_encoder_in_a_sequence_model_is_refused_before_any_work(overrid
     # tokenizer trained first) or nowhere (a negative vocabulary: an OverflowError in the trainer)
     (["experiment=mt_transformer", "data.vocab_size=-1"], "data 'parallel': field 'vocab_size' "
                                                           "(at 'data.vocab_size') must be >= 5"),
-    (["experiment=mt_transformer", "data.tgt_lang=de"], "data.src_lang and data.tgt_lang are both 'de'"),
     (["experiment=bert_imdb", "data.max_len=2"], "(at 'data.max_len') must be >= 3 ([CLS], a subword, [SEP])"),
     (["experiment=bert_pretrain_imdb", "data.vocab_size=5"], "(at 'data.vocab_size') must be >= 6"),
     (["experiment=gat_synthetic", "data.p_in=2.5"], "(at 'data.p_in') must be in [0, 1], got 2.5"),

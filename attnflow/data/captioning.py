@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from attnflow.data.base import SplitDataModule, frame_targets
 from attnflow.data.shapes import (BOS, EOS, PAD, RELATIONS, UNK, ShapesCaptions, Vocab,
-                                  all_captions, check_options, collate, make_splits)
+                                  all_captions, collate, make_splits)
 from attnflow.data.sampling import eval_sampler
 from attnflow.config.registry import DATA, ConfigError, NonNegativeInt, PositiveInt
 
@@ -176,11 +176,6 @@ class ShapesDataModule(CaptioningDataModule):
         self.size, self.batch_size, self.num_workers, self.seed = size, batch_size, num_workers, seed
         self.max_decode_len = longest_shapes_caption(max_shapes) + 2
         self._captions: Dict[str, List[List[str]]] = {}
-
-    @classmethod
-    def check_config(cls, cfg: dict) -> None:
-        """The drawing options fit together."""
-        check_options(**cfg["data"])
 
     @property
     def image_size(self) -> int:

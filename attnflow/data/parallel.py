@@ -88,12 +88,6 @@ def collate(pairs: Sequence[tuple]) -> Dict[str, torch.Tensor]:
     return batch
 
 
-def _check_langs(src_lang: str, tgt_lang: str) -> None:
-    if src_lang == tgt_lang:
-        raise ConfigError(f"data 'parallel': data.src_lang and data.tgt_lang are both {src_lang!r} "
-                          f"(at 'data.tgt_lang'): a translation needs two languages")
-
-
 @DATA.register("parallel")
 class ParallelDataModule(SplitDataModule):
     """Line-aligned parallel text (module docstring): training pairs over ``max_src_len`` or
@@ -117,7 +111,9 @@ class ParallelDataModule(SplitDataModule):
         if not root:
             raise ValueError("data 'parallel': set 'root' to the folder of the text files "
                              "(Multi30k: ${paths.data_dir}/multi30k)")
-        _check_langs(src_lang, tgt_lang)
+        if src_lang == tgt_lang:
+            raise ConfigError(f"data 'parallel': data.src_lang and data.tgt_lang are both "
+                              f"{src_lang!r} (at 'data.tgt_lang'): a translation needs two languages")
         self.root, self.src_lang, self.tgt_lang = Path(root), src_lang, tgt_lang
         self.stems = {"train": train, "val": val, "test": test}
         self.kind, self.vocab, self.shared, self.lowercase = tokenizer, vocab_size, shared_vocab, lowercase
@@ -154,12 +150,6 @@ class ParallelDataModule(SplitDataModule):
         """The tokenizers as JSON text (stored in every checkpoint)."""
         self.prepare_tokenizers()
         return {"tokenizers": {"src": self.src_tok.to_str(), "tgt": self.tgt_tok.to_str()}}
-
-    @classmethod
-    def check_config(cls, cfg: Mapping[str, Any]) -> None:
-        """Source and target languages differ."""
-        fields = cfg["data"]
-        _check_langs(fields["src_lang"], fields["tgt_lang"])
 
     def setup_evaluation(self, run_dir, artifacts: dict, split: str) -> None:
         """The run's tokenizers and ``split`` only (attnflow-eval)."""

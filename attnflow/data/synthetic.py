@@ -29,12 +29,6 @@ def collate(pairs: Sequence[tuple]) -> Dict[str, torch.Tensor]:
     return collate_seq2seq([s for s, _ in pairs], [t for _, t in pairs])
 
 
-def _check_lengths(min_len: int, max_len: int) -> None:
-    if not 1 <= min_len <= max_len:
-        raise ConfigError(f"data 'reverse': need 1 <= min_len <= max_len (at 'data.min_len', "
-                          f"'data.max_len'), got {min_len}, {max_len}")
-
-
 @DATA.register("reverse")
 class ReverseDataModule(SplitDataModule):
     """Random sequences x of ``symbols`` symbols, lengths in [min_len, max_len]; target f(x):
@@ -47,18 +41,14 @@ class ReverseDataModule(SplitDataModule):
                  train_size: PositiveInt = 20000, val_size: PositiveInt = 500,
                  test_size: NonNegativeInt = 500, batch_size: PositiveInt = 64, seed: int = 1234):
         super().__init__()
-        _check_lengths(min_len, max_len)
+        if min_len > max_len:
+            raise ConfigError(f"data 'reverse': need 1 <= min_len <= max_len (at 'data.min_len', "
+                              f"'data.max_len'), got {min_len}, {max_len}")
         self.task, self.symbols, self.min_len, self.max_len = task, symbols, min_len, max_len
         self.sizes = {"train": train_size, "val": val_size, "test": test_size}
         self.batch_size, self.seed = batch_size, seed
         self.itos = SPECIALS + _symbol_names(symbols)
         self.splits: Dict[str, list] = {}
-
-    @classmethod
-    def check_config(cls, cfg: Mapping[str, Any]) -> None:
-        """min_len <= max_len."""
-        fields = cfg["data"]
-        _check_lengths(fields["min_len"], fields["max_len"])
 
     @property
     def vocab_size(self) -> int:

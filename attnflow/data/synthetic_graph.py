@@ -6,7 +6,7 @@ community centroids plus Gaussian noise. ``multi_label``: a second community wit
 
 from __future__ import annotations
 
-from typing import Annotated, Any, List, Literal, Mapping, Sequence
+from typing import Annotated, List, Literal, Sequence
 
 import torch
 from torch_geometric.data import Data
@@ -79,12 +79,6 @@ class SyntheticGraphDataModule(GraphDataModule):
         self.kw = dict(num_nodes=num_nodes, num_classes=num_classes, feature_dim=feature_dim,
                        p_in=p_in, p_out=p_out, noise=noise, multi_label=multi_label,
                        extra_label_prob=extra_label_prob, split=list(split), seed=seed)
-
-    @classmethod
-    def check_config(cls, cfg: Mapping[str, Any]) -> None:
-        """The split against the number of nodes."""
-        fields = cfg["data"]
-        _check_split(fields["split"], fields["num_nodes"])
 
     def load(self) -> Data:
         return make_sbm_graph(**self.kw)
