@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader
 
 from attnflow.data.base import FileDataModule, random_subset
 from attnflow.data.errors import DataError, numbered_lines
-from attnflow.config.registry import DATA, MODELS, ConfigError, NonNegativeInt, PositiveInt, build_config
+from attnflow.config.registry import DATA, NonNegativeInt, PositiveInt, build_config
 
 log = logging.getLogger(__name__)
 
@@ -234,22 +234,6 @@ class DocumentDataModule(FileDataModule):
             return None
         return build_config(WordVectorsConfig, value, path, "data 'documents' word_vectors config")
 
-    @classmethod
-    def check_config(cls, cfg: Mapping[str, Any]) -> None:
-        """``data.word_vectors.dim`` equals the model's ``embed_dim`` (they start the embedding)."""
-        wv = cls.word_vectors_config((cfg.get("data") or {}).get("word_vectors"))
-        model = cfg.get("model") or {}
-        if wv is None or not model.get("name") or model["name"] not in MODELS:
-            return
-        fields = MODELS.validate(model, "model")
-        if "embed_dim" not in fields:
-            raise ConfigError(f"data.word_vectors is set, but model '{model['name']}' has no word "
-                              f"embedding (no embed_dim) to start from them; set data.word_vectors=null")
-        if fields["embed_dim"] != wv.dim:
-            raise ConfigError(f"data.word_vectors.dim={wv.dim} differs from model.embed_dim="
-                              f"{fields['embed_dim']}: the vectors start the model's embedding, so they "
-                              f"must match (set data.word_vectors.dim=${{model.embed_dim}})")
-
     def train_word_vectors(self) -> torch.Tensor:
         """(V, dim) vectors from the training split's capped sentences, computed once."""
         from attnflow.data.word_vectors import train_word_vectors
@@ -270,7 +254,11 @@ class DocumentDataModule(FileDataModule):
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
-        return {"vocab_size": 1000, "num_classes": 2, "pad_id": PAD}
+        ctx = {"vocab_size": 1000, "num_classes": 2, "pad_id": PAD}
+        if fields.get("word_vectors"):  # the model refuses a dim other than its embed_dim
+            ctx["word_vectors"] = torch.empty(
+                1000, cls.word_vectors_config(fields["word_vectors"]).dim, device="meta")
+        return ctx
 
     def model_context(self) -> dict:
         """Sizes, and ``word_vectors`` when set and the training split is read (not in
