@@ -1,7 +1,7 @@
 """Planetoid citation graphs (Cora, CiteSeer, PubMed) with the public split of Yang, Cohen &
 Salakhutdinov 2016 (20 labelled nodes per class, 500 validation, 1000 test), as GAT (Veličković et
 al. 2018) uses them. Read from PyG's raw layout ``<root>/<Name>/raw/ind.<name>.*`` with PyG's own
-reader, the pickles unpickled with NumPy only (no SciPy, no code run), made undirected as the GAT
+reader, the pickles unpickled with NumPy and SciPy classes only (no code run), made undirected as the GAT
 authors' loader reads it; features row-normalised as in their code. Nothing is downloaded.
 """
 
@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, List, Literal, Mapping, Optional
 from unittest import mock
 
-import numpy as np
 import torch
 from torch_geometric.data import Data
 from torch_geometric.utils import to_undirected
@@ -24,26 +23,6 @@ from attnflow.config.registry import DATA, PositiveInt
 
 NAMES = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
 RAW_FILES = ["x", "tx", "allx", "y", "ty", "ally", "graph", "test.index"]
-
-
-class _SparseMatrix:
-    """Stands in for a pickled ``scipy.sparse`` CSR/CSC matrix; ``todense()`` with NumPy."""
-
-    def __init__(self, *args, **kwargs):
-        pass
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-
-    def todense(self) -> np.ndarray:
-        n, m = self._shape
-        fmt = getattr(self, "format", "csr")
-        rows, cols = (n, m) if fmt == "csr" else (m, n)
-        out = np.zeros((rows, cols), dtype=np.float32)
-        indptr = np.asarray(self.indptr)
-        major = np.repeat(np.arange(rows), np.diff(indptr))
-        out[major, np.asarray(self.indices)] = np.asarray(self.data, dtype=np.float32)
-        return out if fmt == "csr" else out.T
 
 
 # what the Planetoid raw files hold: NumPy arrays, SciPy sparse matrices, a defaultdict of lists
@@ -57,8 +36,10 @@ class _Unpickler(pickle.Unpickler):
     """Loads only the types the raw files hold, so a crafted file cannot run code."""
 
     def find_class(self, module, name):
-        if module.startswith("scipy.sparse"):
-            return _SparseMatrix
+        if module.startswith("scipy.sparse") and name in ("csr_matrix", "csc_matrix"):
+            import scipy.sparse
+
+            return getattr(scipy.sparse, name)
         if (module, name) not in _ALLOWED:
             raise pickle.UnpicklingError(
                 f"a Planetoid raw file may hold only NumPy arrays, SciPy sparse matrices and lists; "
