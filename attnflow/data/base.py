@@ -84,13 +84,9 @@ class SplitDataModule(pl.LightningDataModule):
 
     def _sized_loader(self, data: Dataset, sizes: Callable[[], Sequence[int]], collate: Callable,
                       train: bool) -> DataLoader:
-        """The loader of ``data``: when training with ``self.bucket``, batches of similar
-        ``sizes()`` (little padding; :class:`BucketBatchSampler`, reshuffled per epoch); else
-        shuffled when training, and under DDP each evaluation item on exactly one rank. In one
-        process evaluation walks the split in one fixed order drawn from ``seed``: labelled files
-        may be sorted by label (IMDB's are), and a prefix of them (``limit_val_batches``) was one
-        class, scored 1.0 without a word. Reads ``bucket``, ``batch_size``, ``seed`` and
-        ``num_workers`` of the module."""
+        """Training with ``self.bucket``: batches of similar ``sizes()``; else shuffled. Evaluation
+        walks one fixed order drawn from ``seed`` (files may be sorted by label, so a prefix
+        would be one class); under DDP each item on one rank."""
         if train and self.bucket:
             return DataLoader(data, batch_sampler=BucketBatchSampler(
                 sizes(), self.batch_size, True, self.seed, pool=50, epoch=trainer_epoch(self)),

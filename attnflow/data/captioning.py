@@ -46,27 +46,13 @@ class CaptioningDataModule(SplitDataModule):
     input_kind = "pixels"  # or "features"
     vocab: Optional[Vocab] = None
 
-    def dataset(self, split: str) -> Dataset:
-        raise NotImplementedError
-
-    def collate_fn(self):
-        raise NotImplementedError
-
-    def references(self, split: str, idx: Sequence[int]) -> List[List[str]]:
-        raise NotImplementedError
-
-    @property
-    def image_size(self) -> Optional[int]:
-        raise NotImplementedError
-
     @property
     def feature_dim(self) -> Optional[int]:
         return None
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
-        """:meth:`model_context` with stand-in sizes (:func:`attnflow.training.validate.check_model_builds`);
-        None for region features: their size is read from the files."""
+        """Stand-in sizes; None for region features (their size is in the files)."""
         if fields.get("features"):
             return None
         return {"tgt_vocab": 32, "pad_id": PAD, "in_channels": 3, "feature_dim": None}

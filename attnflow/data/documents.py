@@ -294,14 +294,14 @@ class DocumentDataModule(FileDataModule):
                              f"is missing and its checkpoint carries none)")
         self.vocab = Vocabulary.from_json(artifacts["vocab"])
         self.label_values = list(artifacts["label_values"])
-        rows = read_jsonl(path, self.text_field, self.label_field)  # DataError when it holds none
-        tokenized = [tokenize(t, self.vocab.lowercase) for t, _ in rows]
-        labels = self._labels([y for _, y in rows], split)
+        rows = read_jsonl(path, self.text_field, self.label_field)
+        self._encode(split, rows, [tokenize(t, self.vocab.lowercase) for t, _ in rows])
+
+    def _encode(self, split: str, rows: List[tuple], tokenized: List) -> None:
+        labels = self.label_ids([y for _, y in rows], self.label_values, split, "document",
+                                self.label_field)
         self.splits[split], self.stats[split] = encode_documents(
             tokenized, labels, self.vocab, self.max_sentences, self.max_words)
-
-    def _labels(self, raw: List, split: str) -> List[int]:
-        return self.label_ids(raw, self.label_values, split, "document", self.label_field)
 
     def setup(self, stage: Optional[str] = None) -> None:
         if self.splits:
@@ -316,9 +316,7 @@ class DocumentDataModule(FileDataModule):
         self.vocab = Vocabulary.build(tokenized["train"], self.min_freq, self.max_vocab, self.lowercase)
         self.label_values = self.sorted_labels(rows["train"], self.label_field)
         for s, r in rows.items():
-            labels = self._labels([y for _, y in r], s)
-            self.splits[s], self.stats[s] = encode_documents(
-                tokenized[s], labels, self.vocab, self.max_sentences, self.max_words)
+            self._encode(s, r, tokenized[s])
             st = self.stats[s]
             log.info("data 'documents' %s: %d documents (%d empty); cut %d of %d sentences "
                      "(max_sentences=%d) and %d of %d words (max_words=%d)", s, st["documents"],

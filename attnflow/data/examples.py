@@ -1,9 +1,5 @@
-"""Choosing the validation examples that dashboards show: spread across labels.
-
-Data files are often sorted by label (the IMDB dev file: all negative reviews first), so "the
-first n" would show one class only. :func:`spread_over_labels` takes them round-robin over the
-labels instead: the first item of each label (in label order), then the second of each, ...
-"""
+"""Validation examples for dashboards, spread across labels (data files are often sorted by
+label, so "the first n" would show one class)."""
 
 from __future__ import annotations
 

@@ -221,13 +221,11 @@ class TextClassificationDataModule(FileDataModule):
         self.read()
         return {"num_classes": len(self.label_values), "class_names": [str(v) for v in self.label_values]}
 
-    def _labels(self, raw: Sequence, split: str) -> List[int]:
-        return self.label_ids(raw, self.label_values, split, "text", self.label_field)
-
     def _encode(self, split: str, rows: List[tuple]) -> EncodedTexts:
         ids, cut = encode_texts(self.tokenizer, [t for t, _ in rows], self.max_len)
         log.info("%s %s: %d texts, %d cut to max_len=%d subwords", OWNER, split, len(ids), cut, self.max_len)
-        return EncodedTexts(ids, self._labels([y for _, y in rows], split))
+        return EncodedTexts(ids, self.label_ids([y for _, y in rows], self.label_values, split,
+                                                "text", self.label_field))
 
     def setup(self, stage: Optional[str] = None) -> None:
         self.read()
