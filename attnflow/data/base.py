@@ -44,6 +44,20 @@ def collate_seq2seq(sources: Sequence[Sequence[int]], targets: Sequence[Sequence
             "tgt_in": tgt_in, "tgt_out": tgt_out}
 
 
+class Columns(Dataset):
+    """Items as tuples of equally long columns, each column also an attribute (``.labels``)."""
+
+    def __init__(self, **columns):
+        self.__dict__.update(columns)
+        self.columns = list(columns.values())
+
+    def __len__(self) -> int:
+        return len(self.columns[0])
+
+    def __getitem__(self, i: int) -> tuple:
+        return tuple(c[i] for c in self.columns)
+
+
 def random_subset(rows: list, limit: int, seed: int) -> list:
     """``limit`` rows drawn with ``seed``, in file order (0: all); files may be sorted by label."""
     if limit and limit < len(rows):

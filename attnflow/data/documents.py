@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from attnflow.data.base import FileDataModule, random_subset
+from attnflow.data.base import Columns, FileDataModule, random_subset
 from attnflow.data.errors import DataError, numbered_lines
 from attnflow.config.registry import DATA, NonNegativeInt, PositiveInt, build_config
 
@@ -96,19 +96,6 @@ class Vocabulary:
         return cls(data["itos"], data.get("lowercase", True))
 
 
-class EncodedDocs:
-    """Documents as flat id arrays + sentence lengths (after caps), with labels."""
-
-    def __init__(self, ids: List[np.ndarray], sent_lens: List[np.ndarray], labels: List[int]):
-        self.ids, self.sent_lens, self.labels = ids, sent_lens, labels
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitem__(self, i: int):
-        return self.ids[i], self.sent_lens[i], self.labels[i]
-
-
 def cap_document(doc: List[List[str]], max_sentences: int, max_words: int) -> List[List[str]]:
     """The first ``max_sentences`` sentences, each cut to ``max_words`` words (0 = no cap)."""
     doc = doc[:max_sentences] if max_sentences > 0 else doc
@@ -117,7 +104,7 @@ def cap_document(doc: List[List[str]], max_sentences: int, max_words: int) -> Li
 
 def encode_documents(docs: Sequence[List[List[str]]], labels: Sequence[int], vocab: Vocabulary,
                      max_sentences: int, max_words: int) -> tuple:
-    """Encode and cap. Returns (EncodedDocs, stats) with counts of cut sentences and words."""
+    """Encode and cap: (Columns ids, sent_lens, labels; counts of what was cut)."""
     stats = Counter()
     ids_out, lens_out = [], []
     for doc in docs:
@@ -128,7 +115,7 @@ def encode_documents(docs: Sequence[List[List[str]]], labels: Sequence[int], voc
         enc = vocab.encode(kept)
         ids_out.append(np.fromiter((i for s in enc for i in s), dtype=np.int64))
         lens_out.append(np.array([len(s) for s in enc], dtype=np.int64))
-    return EncodedDocs(ids_out, lens_out, list(labels)), dict(stats)
+    return Columns(ids=ids_out, sent_lens=lens_out, labels=list(labels)), dict(stats)
 
 
 def collate_documents(items: Sequence[tuple]) -> Dict[str, torch.Tensor]:
@@ -222,7 +209,7 @@ class DocumentDataModule(FileDataModule):
         self.batch_size, self.bucket, self.num_workers, self.seed = batch_size, bucket, num_workers, seed
         self.vocab: Optional[Vocabulary] = None
         self.label_values: List = []
-        self.splits: Dict[str, EncodedDocs] = {}
+        self.splits: Dict[str, Columns] = {}
         self.stats: Dict[str, dict] = {}
 
     @staticmethod

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from attnflow.data.base import FileDataModule, random_subset
+from attnflow.data.base import Columns, FileDataModule, random_subset
 from attnflow.data.documents import clean, read_jsonl
 from attnflow.data.errors import DataError, numbered_lines
 from attnflow.data.corpus import (CLS, PAD, SEP, SPECIALS, TOKENIZER_FILE, run_tokenizer,
@@ -92,19 +92,6 @@ def check_specials(tok, where: str) -> None:
                         f"{', '.join(f'{s}={i}' for i, s in enumerate(SPECIALS))}; got {', '.join(wrong)}")
 
 
-class EncodedTexts(torch.utils.data.Dataset):
-    """Texts as id arrays ``[CLS] … [SEP]`` with their class indices."""
-
-    def __init__(self, ids: List[np.ndarray], labels: List[int]):
-        self.ids, self.labels = ids, labels
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitem__(self, i: int):
-        return self.ids[i], self.labels[i]
-
-
 def encode_texts(tokenizer, texts: Sequence[str], max_len: int) -> tuple:
     """(``[CLS] text [SEP]`` id arrays cut to ``max_len``, how many texts were cut). One
     ``encode_batch`` call for all texts (the tokenizer's Rust threads)."""
@@ -157,7 +144,7 @@ class TextClassificationDataModule(FileDataModule):
         self.tokenizer = None
         self.rows: Dict[str, List[tuple]] = {}
         self.label_values: List = []
-        self.splits: Dict[str, EncodedTexts] = {}
+        self.splits: Dict[str, Columns] = {}
 
     def read(self) -> None:
         """Read the files and the label values (every file now: a bad one fails before any work)."""
@@ -221,11 +208,11 @@ class TextClassificationDataModule(FileDataModule):
         self.read()
         return {"num_classes": len(self.label_values), "class_names": [str(v) for v in self.label_values]}
 
-    def _encode(self, split: str, rows: List[tuple]) -> EncodedTexts:
+    def _encode(self, split: str, rows: List[tuple]) -> Columns:
         ids, cut = encode_texts(self.tokenizer, [t for t, _ in rows], self.max_len)
         log.info("%s %s: %d texts, %d cut to max_len=%d subwords", OWNER, split, len(ids), cut, self.max_len)
-        return EncodedTexts(ids, self.label_ids([y for _, y in rows], self.label_values, split,
-                                                "text", self.label_field))
+        return Columns(ids=ids, labels=self.label_ids([y for _, y in rows], self.label_values, split,
+                                                      "text", self.label_field))
 
     def setup(self, stage: Optional[str] = None) -> None:
         self.read()
