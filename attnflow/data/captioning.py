@@ -149,12 +149,10 @@ class ShapesDataModule(CaptioningDataModule):
         return "data.size", fields["size"]
 
     def __init__(self, *, train_size: PositiveInt = 5000, val_size: PositiveInt = 500,
-                 test_size: NonNegativeInt = 500,
-                 size: PositiveInt = 64, grid: PositiveInt = 3, min_shapes: PositiveInt = 1,
-                 max_shapes: PositiveInt = 3,
+                 test_size: NonNegativeInt = 500, size: PositiveInt = 64, grid: PositiveInt = 3,
+                 min_shapes: PositiveInt = 1, max_shapes: PositiveInt = 3,
                  background: Literal["black", "grey", "mixed"] = "black",
-                 batch_size: PositiveInt = 64,
-                 num_workers: NonNegativeInt = 0, seed: int = 1234):
+                 batch_size: PositiveInt = 64, num_workers: NonNegativeInt = 0, seed: int = 1234):
         super().__init__()
         self.sets: Dict[str, ShapesCaptions] = make_splits(
             train_size, val_size, test_size, seed, size=size, grid=grid, min_shapes=min_shapes,

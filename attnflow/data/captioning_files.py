@@ -165,9 +165,8 @@ class CaptionsDataModule(CaptioningDataModule):
                  train_split: List[str] = ["train", "restval"],  # noqa: B006
                  val_split: Optional[str] = "val", test_split: Optional[str] = "test",
                  image_dir: str = "Flicker8k_Dataset", image_size: PositiveInt = 112,
-                 min_freq: PositiveInt = 5,
-                 max_len: PositiveInt = 50, features: Optional[str] = None,
-                 batch_size: PositiveInt = 32,
+                 min_freq: PositiveInt = 5, max_len: PositiveInt = 50,
+                 features: Optional[str] = None, batch_size: PositiveInt = 32,
                  num_workers: NonNegativeInt = 0, seed: int = 1234):
         super().__init__()
         self.root = Path(root or ".")

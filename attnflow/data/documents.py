@@ -190,13 +190,11 @@ class DocumentDataModule(FileDataModule):
 
     def __init__(self, *, train_path: str = "", val_path: str = "", test_path: str = "",
                  text_field: str = "text", label_field: str = "label",
-                 max_sentences: PositiveInt = 30,
-                 max_words: PositiveInt = 50, min_freq: PositiveInt = 5,
-                 max_vocab: NonNegativeInt = 50000,
+                 max_sentences: PositiveInt = 30, max_words: PositiveInt = 50,
+                 min_freq: PositiveInt = 5, max_vocab: NonNegativeInt = 50000,
                  lowercase: bool = True, limit_train: NonNegativeInt = 0,
-                 limit_val: NonNegativeInt = 0,
-                 batch_size: PositiveInt = 32, bucket: bool = True, num_workers: NonNegativeInt = 0,
-                 seed: int = 1234,
+                 limit_val: NonNegativeInt = 0, batch_size: PositiveInt = 32, bucket: bool = True,
+                 num_workers: NonNegativeInt = 0, seed: int = 1234,
                  word_vectors: Optional[Dict[str, Any]] = None):
         super().__init__()
         self.word_vectors_cfg = self.word_vectors_config(word_vectors)

@@ -27,11 +27,6 @@ UNK = 3
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 
 
-def read_lines(path: Path) -> List[str]:
-    """Lines of a plain or gzipped UTF-8 text file, without line ends."""
-    return [line for _, line in numbered_lines(path, "data 'parallel'")]
-
-
 def find_file(root: Path, stem: str, lang: str) -> Path:
     for name in (f"{stem}.{lang}", f"{stem}.{lang}.gz"):
         if (root / name).is_file():
@@ -103,9 +98,8 @@ class ParallelDataModule(SplitDataModule):
                  tokenizer: Literal["bpe", "wordpiece"] = "bpe",
                  vocab_size: Annotated[int, Range(ge=5, what="the 4 special tokens and more")] = 8000,
                  shared_vocab: bool = False, lowercase: bool = False,
-                 max_src_len: PositiveInt = 100,
-                 max_tgt_len: PositiveInt = 100, max_decode_len: NonNegativeInt = 0,
-                 batch_size: PositiveInt = 64,
+                 max_src_len: PositiveInt = 100, max_tgt_len: PositiveInt = 100,
+                 max_decode_len: NonNegativeInt = 0, batch_size: PositiveInt = 64,
                  max_pairs: NonNegativeInt = 0, num_workers: NonNegativeInt = 0, seed: int = 1234):
         super().__init__()
         if not root:
@@ -162,7 +156,7 @@ class ParallelDataModule(SplitDataModule):
         if split not in self.text:
             stem = self.stems[split]
             files = [find_file(self.root, stem, lang) for lang in (self.src_lang, self.tgt_lang)]
-            src, tgt = (read_lines(f) for f in files)
+            src, tgt = ([line for _, line in numbered_lines(f, "data 'parallel'")] for f in files)
             for f, lines in zip(files, (src, tgt)):
                 if not any(line.strip() for line in lines):  # else a run trains on nothing, exit 0
                     raise DataError(f"data 'parallel': {f} is empty ({len(lines)} lines, none with "

@@ -140,8 +140,8 @@ class PlanetoidDataModule(GraphDataModule):
     def __init__(self, *, dataset: Literal["Cora", "CiteSeer", "PubMed"] = "Cora", root: str = ".",
                  normalize_features: bool = True,
                  loader: Literal["full", "khop", "neighbor"] = "full",
-                 batch_size: PositiveInt = 512,
-                 num_hops: PositiveInt = 2, num_neighbors: List[int] = [10, 10],  # noqa: B006
+                 batch_size: PositiveInt = 512, num_hops: PositiveInt = 2,
+                 num_neighbors: List[int] = [10, 10],  # noqa: B006
                  seed: int = 1234):
         super().__init__(loader=loader, batch_size=batch_size, num_hops=num_hops,
                          num_neighbors=num_neighbors, seed=seed)

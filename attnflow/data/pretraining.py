@@ -192,9 +192,8 @@ class PretrainingDataModule(FileDataModule):
                  max_len: Annotated[int, Range(ge=5, what="3 specials and two segments")] = 128,
                  short_seq_prob: Probability = 0.1,
                  mlm_prob: Annotated[float, Range(gt=0, lt=1)] = 0.15,
-                 limit_train: NonNegativeInt = 0,
-                 limit_val: NonNegativeInt = 0, batch_size: PositiveInt = 32,
-                 num_workers: NonNegativeInt = 0, seed: int = 1234):
+                 limit_train: NonNegativeInt = 0, limit_val: NonNegativeInt = 0,
+                 batch_size: PositiveInt = 32, num_workers: NonNegativeInt = 0, seed: int = 1234):
         super().__init__()
         self.set_paths("a .txt or .jsonl corpus file", train_path, val_path, test_path)
         self.text_field, self.documents = text_field, documents

@@ -36,10 +36,10 @@ class ReverseDataModule(SplitDataModule):
 
     interface = "seq2seq"  # sequence pairs: seq2seq/transformer models, seq2seq/translation tasks
     def __init__(self, *, task: Literal["reverse", "copy", "sort"] = "reverse",
-                 symbols: Annotated[int, Range(ge=2)] = 20,
-                 min_len: PositiveInt = 4, max_len: PositiveInt = 16,
-                 train_size: PositiveInt = 20000, val_size: PositiveInt = 500,
-                 test_size: NonNegativeInt = 500, batch_size: PositiveInt = 64, seed: int = 1234):
+                 symbols: Annotated[int, Range(ge=2)] = 20, min_len: PositiveInt = 4,
+                 max_len: PositiveInt = 16, train_size: PositiveInt = 20000,
+                 val_size: PositiveInt = 500, test_size: NonNegativeInt = 500,
+                 batch_size: PositiveInt = 64, seed: int = 1234):
         super().__init__()
         if min_len > max_len:
             raise ConfigError(f"data 'reverse': need 1 <= min_len <= max_len (at 'data.min_len', "

@@ -64,14 +64,14 @@ class SyntheticGraphDataModule(GraphDataModule):
     name = "synthetic_graph"
     seed_makes_graph = True
     def __init__(self, *, num_nodes: Annotated[int, Range(ge=4)] = 400,
-                 num_classes: Annotated[int, Range(ge=2)] = 4,
-                 feature_dim: PositiveInt = 16,
+                 num_classes: Annotated[int, Range(ge=2)] = 4, feature_dim: PositiveInt = 16,
                  p_in: Annotated[float, Range(ge=0, le=1)] = 0.05,
                  p_out: Annotated[float, Range(ge=0, le=1)] = 0.005, noise: NonNegativeFloat = 1.0,
                  multi_label: bool = False, extra_label_prob: Probability = 0.5,
                  split: List[float] = [0.5, 0.25],  # noqa: B006
-                 loader: Literal["full", "khop", "neighbor"] = "full", batch_size: PositiveInt = 64,
-                 num_hops: PositiveInt = 2, num_neighbors: List[int] = [10, 10],  # noqa: B006
+                 loader: Literal["full", "khop", "neighbor"] = "full",
+                 batch_size: PositiveInt = 64, num_hops: PositiveInt = 2,
+                 num_neighbors: List[int] = [10, 10],  # noqa: B006
                  seed: int = 1234):
         super().__init__(loader=loader, batch_size=batch_size, num_hops=num_hops,
                          num_neighbors=num_neighbors, seed=seed)

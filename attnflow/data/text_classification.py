@@ -126,9 +126,9 @@ class TextClassificationDataModule(FileDataModule):
                  vocab_size: Optional[Annotated[int, Range(ge=6, what="the 5 special tokens and more")]] = None,
                  lowercase: Optional[bool] = None,
                  max_len: Annotated[int, Range(ge=3, what="[CLS], a subword, [SEP]")] = 256,
-                 limit_train: NonNegativeInt = 0,
-                 limit_val: NonNegativeInt = 0, batch_size: PositiveInt = 32, bucket: bool = True,
-                 num_workers: NonNegativeInt = 0, seed: int = 1234):
+                 limit_train: NonNegativeInt = 0, limit_val: NonNegativeInt = 0,
+                 batch_size: PositiveInt = 32, bucket: bool = True, num_workers: NonNegativeInt = 0,
+                 seed: int = 1234):
         super().__init__()
         self.set_paths("a .jsonl or label<TAB>text file", train_path, val_path, test_path)
         for name, value in (("vocab_size", vocab_size), ("lowercase", lowercase)):
