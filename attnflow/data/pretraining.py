@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from attnflow.data.base import FileDataModule
+from attnflow.data.base import Columns, FileDataModule
 from attnflow.data.buckets import BucketBatchSampler
 from attnflow.data.corpus import (CLS, MASK, PAD, SEP, SPECIALS, read_documents, run_tokenizer,
                                   save_tokenizer, sentences_of, train_wordpiece)
@@ -159,23 +159,6 @@ class MaskingCollate:
         return batch
 
 
-class Instances(torch.utils.data.Dataset):
-    """Instances as ``(index, A ids, B ids, nsp label)``; ``pairs`` also keeps their documents."""
-
-    def __init__(self, pairs: Sequence[tuple]):
-        self.pairs = list(pairs)
-
-    def __len__(self) -> int:
-        return len(self.pairs)
-
-    def __getitem__(self, i: int):
-        a, b, y = self.pairs[i][:3]
-        return i, a, b, y
-
-    def sizes(self) -> List[int]:
-        return [len(p[0]) + len(p[1]) for p in self.pairs]
-
-
 @DATA.register("bert_pretraining")
 class PretrainingDataModule(FileDataModule):
     """Masked-LM + next-sentence pairs from a ``.txt`` or ``.jsonl`` corpus (module docstring);
@@ -203,7 +186,7 @@ class PretrainingDataModule(FileDataModule):
         self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
         self.tokenizer = None
         self.texts: Dict[str, List[str]] = {}
-        self.splits: Dict[str, Instances] = {}
+        self.splits: Dict[str, Columns] = {}  # (index, A ids, B ids, nsp label) items
 
     def split_texts(self, split: str) -> List[str]:
         if split not in self.texts:
@@ -270,7 +253,7 @@ class PretrainingDataModule(FileDataModule):
             start += len(doc)
         return [d for d in out if d]
 
-    def make_split(self, split: str) -> Instances:
+    def make_split(self, split: str) -> Columns:
         docs = self.encode_documents(self.split_texts(split))
         offset = {"train": 0, "val": 1, "test": 2}[split]
         pairs = make_instances(docs, self.max_len, self.short_seq_prob, self.seed * 3 + offset)
@@ -278,7 +261,8 @@ class PretrainingDataModule(FileDataModule):
             raise DataError(f"{OWNER}: {self.paths[split]} gives no sentence pairs")
         log.info("%s %s: %d documents, %d instances (%.1f%% random next)", OWNER, split, len(docs),
                  len(pairs), 100 * np.mean([p[2] for p in pairs]))
-        return Instances(pairs)
+        return Columns(idx=list(range(len(pairs))), a=[p[0] for p in pairs],
+                       b=[p[1] for p in pairs], nsp=[p[2] for p in pairs])
 
     def setup(self, stage: Optional[str] = None) -> None:
         self.prepare_tokenizer()
@@ -305,7 +289,8 @@ class PretrainingDataModule(FileDataModule):
             # next (a document's last true pair is short), so buckets would skew NSP per batch
             return DataLoader(data, batch_size=self.batch_size, shuffle=True,
                               collate_fn=self.collate(True), num_workers=self.num_workers)
-        sampler = BucketBatchSampler(data.sizes(), self.batch_size, False, self.seed)
+        sizes = [len(a) + len(b) for a, b in zip(data.a, data.b)]
+        sampler = BucketBatchSampler(sizes, self.batch_size, False, self.seed)
         return DataLoader(data, batch_sampler=sampler, collate_fn=self.collate(False),
                           num_workers=self.num_workers)
 
