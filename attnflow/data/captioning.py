@@ -1,11 +1,7 @@
 """Image captioning data (Show, Attend and Tell: Xu et al. 2015): what the captioning modules
-share, and ``shapes``, the synthetic set of :mod:`attnflow.data.shapes`.
-
-Batches: ``images`` (B, 3, H, W) pixels in [0, 1] or (B, L, D) region features; ``tgt_in`` =
-⟨bos⟩ w…, ``tgt_out`` = w… ⟨eos⟩ (B, T), padded with ⟨pad⟩; ``idx`` (B,), the items' indices for
-``references(split, idx)`` (multi-reference BLEU); ``shapes`` also ``regions`` (B, T, H, W), the
-pixels each word names. ``artifacts()`` (``<run>/vocab.json``, checkpoints) holds what captioning
-a new image needs besides the weights.
+share, and ``shapes``, the synthetic set of :mod:`attnflow.data.shapes`. Batches: ``images``
+(pixels or (B, L, D) region features), ``tgt_in``/``tgt_out``, ``idx`` (for ``references``, BLEU's
+multiple references) and, for ``shapes``, ``regions``: the pixels each word names.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
-"""The data module ``captions``: real image–caption sets (Flickr8k, Flickr30k, COCO) read by
-:mod:`attnflow.data.captions`, for Show, Attend and Tell (Xu et al. 2015).
-
-``captions`` is one Karpathy-split JSON (Karpathy & Fei-Fei 2015) for every split, its images
-picked by ``<split>_split``; ``<split>_captions`` is a split's own file of any layout and wins.
-Train items are (image, caption) pairs; val/test items are images, the first caption the loss's
-target and all of them BLEU's references. Inputs are pixels (``image_size`` square, in [0, 1]) or,
-with ``features``, (L, D) arrays per image (``<stem>.npy`` files or one ``.npz`` keyed by file
-name). ``setup()`` reads and checks every file, so a bad one fails before training.
+"""The data module ``captions``: real image–caption sets (Flickr8k, Flickr30k, COCO), read by
+:mod:`attnflow.data.captions`. ``captions`` is one Karpathy-split JSON (Karpathy & Fei-Fei 2015)
+whose images ``<split>_split`` picks; ``<split>_captions`` is a split's own file and wins. Train
+items are (image, caption) pairs; val/test items are images with all their captions as references.
+Inputs are pixels or, with ``features``, (L, D) arrays per image (``.npy`` files or one ``.npz``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""The corpus and tokenizer of BERT pretraining (Devlin et al. 2019): documents read from
-``.jsonl``/``.txt`` files (optionally gzipped; one document a line, or blank-line separated), split
-into sentences as the document classifiers do, and a WordPiece tokenizer with BERT's special
-tokens at ids 0–4, saved with the run as ``tokenizer/wordpiece.json``."""
+"""BERT's corpus and tokenizer (Devlin et al. 2019): documents from ``.jsonl``/``.txt`` files, and
+a WordPiece tokenizer with the special tokens at ids 0–4, saved with the run."""
 
 from __future__ import annotations
 

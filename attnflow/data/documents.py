@@ -1,13 +1,8 @@
-"""Document classification from JSON-lines files (``.gz`` allowed): hierarchical batches
-(documents × sentences × words) for the hierarchical attention network (Yang et al. 2016) and the
-flat models alike.
-
-At ``setup``: markup removed (``<br />`` ends a sentence), sentences split after ``.!?``, words
-tokenised and lower-cased, a vocabulary built from the training split (ids 0 ⟨pad⟩, 1 ⟨unk⟩), and
-each document capped at ``max_sentences`` × ``max_words`` (what was cut is logged). An empty
-document keeps zero sentences (pooled to a zero vector). Labels become classes in sorted order.
-Batch: ``tokens`` (B, S, W), ``sent_lengths`` (B, S) (0: padding), ``doc_lengths`` (B,),
-``labels`` (B,).
+"""Document classification from JSON-lines files: hierarchical batches (documents × sentences ×
+words) for the hierarchical attention network (Yang et al. 2016) and the flat models. Markup is
+removed, sentences split after ``.!?``, words lower-cased, the vocabulary built on the training
+split and documents capped at ``max_sentences`` × ``max_words``; labels become classes in sorted
+order.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""Several data sets at once, one per task of a multi-task run (task ``multitask``): each task's
-data config is ``common`` with the task's fields laid over it (an entry naming another module is a
-whole config of its own), validated and built through the data registry.
-
-One encoder reads every task, so the tasks share one tokenizer: the first task's data makes (or
-loads) it and the others are handed the same object; a later task's tokenizer fields are unread.
-Training takes one batch of every task per step, ``{task: batch}``, for the longest task's batches
-(Lightning's ``max_size_cycle``; :class:`CycleLoader` in one process so a run resumes within an
-epoch); validation and test run each task's loader in turn (``dataloader_idx``: the task's place).
+"""One data set per task of a multi-task run: ``common`` with each task's fields laid over it.
+The tasks share one tokenizer, made by the first task's data; training takes a batch of every
+task per step (Lightning's ``max_size_cycle``), evaluation each task's loader in turn.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """Parallel text: line-aligned ``<root>/<split>.<lang>[.gz]`` files (Multi30k), subword
-tokenisation, length-bucketed batches; nothing is downloaded.
-
-Tokenizers (HF ``tokenizers``): NFKC (optionally lower case), Metaspace + punctuation (decoding
-restores the spacing: plain text for sacreBLEU), BPE (Sennrich et al. 2016) or WordPiece trained
-on the training split, one for both sides with ``shared_vocab``; saved in ``<run_dir>/tokenizer/``
-(atomically: every DDP rank saves the same files). Ids 0 ⟨pad⟩, 1 ⟨bos⟩, 2 ⟨eos⟩, 3 ⟨unk⟩.
-Batches: ``src``, ``src_lengths``, ``tgt_in``, ``tgt_out`` and ``idx``, the pairs' line numbers.
+tokenisation and length-bucketed batches. Tokenizers: NFKC (optionally lower case), Metaspace +
+punctuation (decoding restores plain text for sacreBLEU), BPE (Sennrich et al. 2016) or WordPiece
+trained on the training split (one for both sides with ``shared_vocab``), saved with the run.
 """
 
 from __future__ import annotations

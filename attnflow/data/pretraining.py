@@ -1,16 +1,9 @@
-"""BERT pretraining data: sentence pairs with masked-LM and next-sentence labels (Devlin et
-al. 2019, §3.1, §A.1–A.2), from a corpus read by :mod:`attnflow.data.corpus` with a WordPiece
-tokenizer trained on the training texts and saved with the run.
-
-Instances (§A.2, as the authors' ``create_pretraining_data.py``): a document's sentences are packed
-into chunks of up to ``max_len - 3`` subwords (shorter with probability ``short_seq_prob``), each
-cut at a random sentence boundary into A and B; with probability ½ B is replaced by sentences of
-another document (``nsp_labels`` 1; the unused sentences go back), and a pair too long loses
-subwords of its longer segment at a random end. Masking (§3.1) is drawn anew for every training
+"""BERT pretraining data (Devlin et al. 2019, §3.1, §A.1–A.2): sentence pairs with masked-LM and
+next-sentence labels. Instances as the authors' ``create_pretraining_data.py`` makes them: a
+document's sentences packed into chunks of up to ``max_len - 3`` subwords (shorter with
+probability ``short_seq_prob``), cut at a random sentence boundary into A and B; with probability
+½ B comes from another document (``nsp_labels`` 1). Masking is drawn anew for every training
 batch (dynamic, Liu et al. 2019) and seeded by the instances in evaluation.
-
-Batch: ``input_ids`` ``[CLS] A [SEP] B [SEP]`` (B, T), ``segment_ids`` (1 for B and its [SEP]),
-``attention_mask``, ``mlm_labels`` (-100 where not selected), ``nsp_labels``, ``idx``.
 """
 
 from __future__ import annotations

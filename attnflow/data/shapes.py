@@ -1,16 +1,12 @@
-"""Synthetic image captioning: coloured shapes on a canvas, captions naming them and their
-spatial relations, every named shape's pixels known (the ground truth of the grounding test of
-Show, Attend and Tell's attention, Xu et al. 2015). No downloads; trains on a CPU in minutes.
-
-1..``max_shapes`` shapes of distinct pure colours, each whole inside its own cell of a ``grid`` ×
-``grid`` layout (no overlaps); relations hold between cells (rows grow downwards)::
+"""Synthetic image captioning for Show, Attend and Tell (Xu et al. 2015): coloured shapes, each
+whole in its own cell of a ``grid`` × ``grid`` layout, and a caption naming them; every named
+shape's pixels are known (the ground truth of the grounding test). The grammar::
 
     caption  := object ( relation object ( "and" relation object )* )?
     object   := "a" COLOUR SHAPE
     relation := "left of" | "right of" | "above" | "below"
 
-Example ``i`` is drawn from its own ``random.Random(seed + i)``. Ids: 0 ⟨pad⟩, 1 ⟨bos⟩, 2 ⟨eos⟩,
-3 ⟨unk⟩, then the training captions' words.
+Example ``i`` is drawn from its own ``random.Random(seed + i)``.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""Labelled texts as WordPiece ids ``[CLS] text [SEP]`` for fine-tuning BERT on a
-single-sentence classification task (Devlin et al. 2019, §4.1; segment ids all 0).
-
-Files: JSON lines with a text and a label field, or ``label<TAB>text`` lines (``.gz`` allowed);
-markup removed as for the document classifiers; labels become classes in sorted order. The
-tokenizer must be the one the encoder was pretrained with: ``tokenizer_from`` names that run (its
-directory or a ``.ckpt``); null trains one on the training texts (the from-scratch baseline).
-Either way it is saved with this run and read back on resume. Texts are cut to ``max_len``
-subwords at their end, as BERT's classifier scripts cut them.
+"""Labelled texts as WordPiece ids ``[CLS] text [SEP]`` for fine-tuning BERT on single-sentence
+classification (Devlin et al. 2019, §4.1). Files: JSON lines or ``label<TAB>text`` lines. The
+tokenizer is the pretraining run's (``tokenizer_from``), else trained on the training texts; it is
+saved with this run. Texts are cut to ``max_len`` subwords at their end.
 """
 
 from __future__ import annotations
