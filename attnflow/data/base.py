@@ -14,7 +14,6 @@ from torch.utils.data import DataLoader, Dataset
 
 from attnflow.data.buckets import BucketBatchSampler, trainer_epoch
 from attnflow.data.errors import DataError
-from attnflow.data.sampling import eval_sampler
 
 PAD, BOS, EOS = 0, 1, 2  # the first ids of every sequence data module's vocabulary
 
@@ -56,6 +55,18 @@ class Columns(Dataset):
 
     def __getitem__(self, i: int) -> tuple:
         return tuple(c[i] for c in self.columns)
+
+
+def eval_sampler(dataset):
+    """Under DDP each evaluation item on exactly one rank (Lightning's sampler repeats items to
+    even out the ranks: counted twice); None in one process."""
+    import torch
+
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return None
+    from pytorch_lightning.overrides.distributed import UnrepeatedDistributedSampler
+
+    return UnrepeatedDistributedSampler(dataset, shuffle=False)
 
 
 def random_subset(rows: list, limit: int, seed: int) -> list:

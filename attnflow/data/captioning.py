@@ -15,10 +15,9 @@ from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from attnflow.data.base import SplitDataModule, frame_targets
+from attnflow.data.base import SplitDataModule, eval_sampler, frame_targets
 from attnflow.data.shapes import (BOS, EOS, PAD, RELATIONS, UNK, ShapesCaptions, Vocab,
                                   all_captions, collate, make_splits)
-from attnflow.data.sampling import eval_sampler
 from attnflow.config.registry import DATA, ConfigError, NonNegativeInt, PositiveInt
 
 __all__ = ["CaptioningDataModule", "ShapesDataModule", "tokenize_caption", "frame_targets",

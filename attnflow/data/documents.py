@@ -35,8 +35,7 @@ _WORD = re.compile(r"\w+(?:['’]\w+)?|[^\w\s]")  # Unicode words (naïve, café
 
 
 def clean(text: str) -> str:
-    """Line breaks to newlines, other markup removed, entities decoded, whitespace collapsed
-    within lines."""
+    """Line breaks to newlines, other markup removed, entities decoded, whitespace collapsed."""
     text = _BREAK.sub("\n", text)
     text = html.unescape(_TAG.sub(" ", text))
     return "\n".join(" ".join(line.split()) for line in text.split("\n"))
@@ -172,13 +171,9 @@ def read_jsonl(path: Path, text_field: str, label_field: Optional[str], limit: i
 
 @DATA.register("documents")
 class DocumentDataModule(FileDataModule):
-    """Labelled documents from JSON lines, batched as documents × sentences × words.
-
-    ``max_vocab`` counts the specials (0: no cap); ``limit_train``/``limit_val``: a random subset
-    of N documents (0: all); ``word_vectors``: null, or :class:`~attnflow.data.word_vectors.
-    WordVectorsConfig` fields: vectors from the training split (PPMI + SVD, Levy et al. 2015) that
-    start the model's embedding (``dim`` = ``model.embed_dim``).
-    """
+    """Labelled documents as documents × sentences × words; ``max_vocab`` counts the specials
+    (0: no cap); ``word_vectors``: null or :class:`~attnflow.data.word_vectors.WordVectorsConfig`
+    fields, vectors from the training split that start the model's embedding."""
 
     owner = "data 'documents'"
     interface = "documents"  # documents: han/self_attentive models, the classification task
@@ -241,8 +236,7 @@ class DocumentDataModule(FileDataModule):
         return ctx
 
     def model_context(self) -> dict:
-        """Sizes, and ``word_vectors`` when set and the training split is read (not in
-        evaluation: the weights come from a checkpoint)."""
+        """Sizes, and ``word_vectors`` when set and the training split is read."""
         self.setup()
         ctx = {"vocab_size": len(self.vocab), "num_classes": len(self.label_values), "pad_id": PAD}
         if self.word_vectors_cfg is not None and "train" in self.splits:

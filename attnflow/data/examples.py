@@ -9,9 +9,8 @@ import torch
 
 
 def spread_over_labels(labels: Sequence[int] | torch.Tensor, n: int) -> torch.Tensor:
-    """Indices of ``n`` items (fewer if there are fewer) taken round-robin over the labels, each
-    label's items in their order: e.g. labels [0, 0, 0, 1, 1] and n = 3 give [0, 3, 1]. The
-    indices are on the labels' device (a GPU run's graph stays on its GPU)."""
+    """Indices of ``n`` items taken round-robin over the labels, each label's in order: labels
+    [0, 0, 0, 1, 1] and n = 3 give [0, 3, 1]; on the labels' device."""
     labels = torch.as_tensor(labels).flatten()
     if n <= 0 or labels.numel() == 0:
         return torch.zeros(0, dtype=torch.long, device=labels.device)

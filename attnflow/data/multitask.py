@@ -158,8 +158,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
         self._share_tokenizer(prepare=False)
 
     def model_context(self) -> dict:
-        """The first task's context and ``tasks``: task → (its data's interface, its classes),
-        one head per task."""
+        """The first task's context and ``tasks``: task → (interface, classes), a head each."""
         self._share_tokenizer()
         contexts = {t: dict(p.model_context()) for t, p in self.parts.items()}
         first = next(iter(contexts))

@@ -17,13 +17,12 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from attnflow.data.base import Columns, FileDataModule
+from attnflow.data.base import Columns, FileDataModule, eval_sampler
 from attnflow.data.buckets import BucketBatchSampler
 from attnflow.data.corpus import (CLS, MASK, PAD, SEP, SPECIALS, read_documents, run_tokenizer,
                                   save_tokenizer, sentences_of, train_wordpiece)
 from attnflow.data.documents import clean
 from attnflow.data.errors import DataError
-from attnflow.data.sampling import eval_sampler
 from attnflow.config.registry import DATA, NonNegativeInt, PositiveInt, Probability, Range
 
 log = logging.getLogger(__name__)
@@ -207,8 +206,7 @@ class PretrainingDataModule(FileDataModule):
         return save_tokenizer(self.tokenizer, run_dir)
 
     def artifacts(self) -> dict:
-        """What using the weights needs besides them (stored in checkpoints): the tokenizer as
-        JSON text and the special ids."""
+        """What using the weights needs besides them (stored in checkpoints)."""
         self.prepare_tokenizer()
         return {"tokenizer": self.tokenizer.to_str(), "specials": dict(zip(SPECIALS, range(len(SPECIALS)))),
                 "lowercase": self.lowercase, "max_len": self.max_len}

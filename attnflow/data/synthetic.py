@@ -12,8 +12,7 @@ from typing import Annotated, Any, Dict, List, Literal, Mapping, Optional, Seque
 import torch
 from torch.utils.data import DataLoader
 
-from attnflow.data.base import BOS, EOS, PAD, SplitDataModule, collate_seq2seq
-from attnflow.data.sampling import eval_sampler
+from attnflow.data.base import BOS, EOS, PAD, SplitDataModule, collate_seq2seq, eval_sampler
 from attnflow.config.registry import DATA, ConfigError, NonNegativeInt, PositiveInt, Range
 
 SPECIALS = ["<pad>", "<bos>", "<eos>"]

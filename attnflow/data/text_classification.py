@@ -31,8 +31,7 @@ DEFAULT_VOCAB = 30522  # BERT's WordPiece size, when a tokenizer is trained here
 
 def read_labelled(path: Path, text_field: str, label_field: str, limit: int = 0,
                   seed: int = 0) -> List[tuple]:
-    """``[(text, label)]`` of a JSON-lines or ``label<TAB>text`` file; ``limit``: a seeded random
-    subset of N texts (0 = all; files may be sorted by label)."""
+    """``[(text, label)]`` of a JSON-lines or ``label<TAB>text`` file (``limit``: a subset)."""
     path = Path(path)
     name = path.name[:-3] if path.name.endswith(".gz") else path.name
     if name.endswith(".jsonl") or name.endswith(".json"):
@@ -88,8 +87,7 @@ def check_specials(tok, where: str) -> None:
 
 
 def encode_texts(tokenizer, texts: Sequence[str], max_len: int) -> tuple:
-    """(``[CLS] text [SEP]`` id arrays cut to ``max_len``, how many texts were cut). One
-    ``encode_batch`` call for all texts (the tokenizer's Rust threads)."""
+    """(``[CLS] text [SEP]`` id arrays cut to ``max_len``, how many texts were cut)."""
     cleaned = [clean(t).replace("\n", " ") for t in texts]
     enc = tokenizer.encode_batch(cleaned, add_special_tokens=False)
     keep = max_len - 2
@@ -177,8 +175,7 @@ class TextClassificationDataModule(FileDataModule):
         return save_tokenizer(self.tokenizer, run_dir)
 
     def artifacts(self) -> dict:
-        """What using the weights needs besides them (stored in checkpoints): the tokenizer as
-        JSON text, the special ids, the classes and the fields."""
+        """What using the weights needs besides them (stored in checkpoints)."""
         self.setup()
         return {"tokenizer": self.tokenizer.to_str(), "specials": dict(zip(SPECIALS, range(len(SPECIALS)))),
                 "class_names": [str(v) for v in self.label_values], "label_values": self.label_values,
