@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from attnflow.data.base import SplitDataModule, eval_sampler, frame_targets
+from attnflow.data.base import Columns, SplitDataModule, eval_sampler, frame_targets
 from attnflow.data.shapes import (BOS, EOS, PAD, RELATIONS, UNK, ShapesCaptions, Vocab,
                                   all_captions, collate, make_splits)
 from attnflow.config.registry import DATA, ConfigError, NonNegativeInt, PositiveInt
@@ -112,19 +112,6 @@ def longest_shapes_caption(max_shapes: int) -> int:
     return 3 + (max_shapes - 1) * (rel + 3) + max(0, max_shapes - 2)
 
 
-class _Indexed(Dataset):
-    """(index, example) pairs of a dataset: the batch carries ``idx``."""
-
-    def __init__(self, data: Dataset):
-        self.data = data
-
-    def __len__(self) -> int:
-        return len(self.data)
-
-    def __getitem__(self, i: int):
-        return i, self.data[i]
-
-
 def collate_shapes(items: Sequence[tuple], vocab: Vocab) -> Dict[str, torch.Tensor]:
     """:func:`attnflow.data.shapes.collate` of (index, example) pairs, plus ``idx``."""
     batch = collate([e for _, e in items], vocab)
@@ -169,7 +156,7 @@ class ShapesDataModule(CaptioningDataModule):
         self.vocab = self.run_vocab(run_dir, artifacts)
 
     def dataset(self, split: str) -> Dataset:
-        return _Indexed(self.sets[split])
+        return Columns(idx=range(len(self.sets[split])), example=self.sets[split])  # batches carry idx
 
     def collate_fn(self):
         return partial(collate_shapes, vocab=self.vocab)

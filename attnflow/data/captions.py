@@ -42,10 +42,6 @@ class Pair(tuple):
         return (self[0], self[1], self.where)
 
 
-def _base_name(path: Path) -> str:
-    return path.name[:-3] if path.name.endswith(".gz") else path.name
-
-
 class _Images:
     """Image names resolved against ``image_dir``, each checked to exist once."""
 
@@ -135,11 +131,7 @@ def _read_karpathy(data: dict, path: Path, images: _Images, splits) -> List[Pair
         if splits is not None and split not in splits:
             continue
         name = _field(image, "filename", where, path, str)
-        folder = image.get("filepath") or ""
-        if not isinstance(folder, str):
-            raise DataError(f"{OWNER}: {path}: {where}.filepath should be a str, got "
-                            f"{type(folder).__name__}")
-        file = images(str(Path(folder) / name), f"{path} {where}")
+        file = images(str(Path(str(image.get("filepath") or "")) / name), f"{path} {where}")
         for j, sentence in enumerate(_field(image, "sentences", where, path, list)):
             s_where = f"{where}.sentences[{j}]"
             text = _field(sentence, "raw", s_where, path)
@@ -167,7 +159,7 @@ def read_captions(path: Union[Path, str], image_dir: Union[Path, str],
     if split is not None:
         splits = {split} if isinstance(split, str) else set(split)
     images = _Images(Path(image_dir))
-    name = _base_name(path)
+    name = path.name[:-3] if path.name.endswith(".gz") else path.name
     if name.endswith(".json"):
         data = _load_json(path)
         if not isinstance(data, dict) or "images" not in data:

@@ -20,6 +20,7 @@ from torch_geometric.data import Data
 from torch_geometric.utils import k_hop_subgraph
 
 from attnflow.config.registry import ConfigError
+from attnflow.data.base import eval_sampler
 from attnflow.io.console import warn_unread
 
 SPLITS = ("train", "val", "test")
@@ -108,7 +109,6 @@ class GraphDataModule(pl.LightningDataModule):
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
-        """:meth:`model_context` with stand-in sizes (:func:`attnflow.training.validate.check_model_builds`)."""
         return {"in_dim": fields.get("feature_dim", 16), "num_classes": fields.get("num_classes", 3)}
 
     def model_context(self) -> dict:
@@ -126,13 +126,7 @@ class GraphDataModule(pl.LightningDataModule):
             return DataLoader([data], batch_size=1, collate_fn=_first)
         if self.loader == "khop":
             ds = KHopBatches(data, split, self.batch_size, self.num_hops, self.seed)
-            sampler = None
-            if split != "train" and torch.distributed.is_available() and torch.distributed.is_initialized():
-                # Lightning's DistributedSampler pads by repeating batches: evaluation would count
-                # those seeds twice; this one gives ranks one batch more or less instead
-                from pytorch_lightning.overrides.distributed import UnrepeatedDistributedSampler
-
-                sampler = UnrepeatedDistributedSampler(ds, shuffle=False)
+            sampler = None if split == "train" else eval_sampler(ds)  # DDP: each seed once
             return DataLoader(ds, batch_size=1, shuffle=split == "train", sampler=sampler,
                               collate_fn=_first)
         from torch_geometric.loader import NeighborLoader

@@ -212,10 +212,6 @@ class MultiTaskDataModule(pl.LightningDataModule):
                 return f"data.tasks.{t}: {why}"
         return None
 
-    @property
-    def has_test(self) -> bool:
-        return self.missing_test() is None
-
     def example_batch(self, n: int, split: str = "val"):
         """The first task's examples (dashboards)."""
         return self.first.example_batch(n, split)
