@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from attnflow.data.buckets import BucketBatchSampler, trainer_epoch
 from attnflow.data.errors import DataError
+from attnflow.data.examples import spread_over_labels
 
 PAD, BOS, EOS = 0, 1, 2  # the first ids of every sequence data module's vocabulary
 
@@ -124,8 +125,8 @@ class SplitDataModule(pl.LightningDataModule):
 
 
 class FileDataModule(SplitDataModule):
-    """Labelled or unlabelled text files ``train_path``, ``val_path`` and an optional
-    ``test_path`` (absent: no test split), read by a subclass into ``self.rows``."""
+    """Text files ``train_path``, ``val_path`` and an optional ``test_path`` (absent: no test
+    split), encoded by a subclass into ``self.splits`` (labelled ones: ``.labels``)."""
 
     owner = "data"
     run_dir: Optional[Path] = None
@@ -149,8 +150,6 @@ class FileDataModule(SplitDataModule):
 
     def example_batch(self, n: int, split: str = "val") -> Dict[str, torch.Tensor]:
         """``n`` items of a split as a batch, taken across the labels (dashboards)."""
-        from attnflow.data.examples import spread_over_labels
-
         self.setup()
         data = self.splits[split]
         return self.collate([data[i] for i in spread_over_labels(data.labels, n).tolist()])
