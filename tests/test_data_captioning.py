@@ -5,6 +5,7 @@ artifacts."""
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from PIL import Image
 
 from attnflow.data.captioning import tokenize_caption
 from attnflow.data.errors import DataError
-from attnflow.config.registry import DATA, ConfigError
+from attnflow.config.registry import DATA, AttnflowWarning, ConfigError
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3  # the contract's ids
 RGB = {"red": (1.0, 0.0, 0.0), "green": (0.0, 1.0, 0.0), "blue": (0.0, 0.0, 1.0),
@@ -300,3 +301,15 @@ def test_fields_a_splits_own_file_leaves_unread_change_nothing(folder):
                 for b in (dm.example_batch(10, s) for s in ("train", "val"))]
 
     assert pairs() == pairs(train_split=["other"], val_split="nowhere", captions="missing.json", seed=7)
+
+
+def test_a_split_name_beside_the_splits_own_file_warns(folder):
+    with pytest.warns(AttnflowWarning) as said:
+        captions(folder, train_split=["other"], val_split="nowhere")
+    assert [str(w.message) for w in said] == [
+        "data 'captions': train_split=['other'] is unread: train_captions=train.tsv names the "
+        "split's own file",
+        "data 'captions': val_split=nowhere is unread: val_captions=val.tsv names the split's own file"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        captions(folder, test_split="other")  # test has no own file: test_split is read

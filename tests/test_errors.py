@@ -224,16 +224,8 @@ def test_an_accelerator_the_machine_lacks_is_lightnings_message(monkeypatch, tmp
 
 @pytest.mark.parametrize("overrides, expected", [
     ([*FAST, "data.symbols=1"], "data 'reverse': field 'symbols' (at 'data.symbols') must be >= 2, got 1"),
-    ([*FAST, "data.min_len=10", "data.max_len=5"],
-     "need 1 <= min_len <= max_len (at 'data.min_len', 'data.max_len'), got 10, 5"),
-    (["experiment=gat_synthetic", "data.num_nodes=10", "data.split=[0.05,0.5]"],
-     "split [0.05, 0.5] of 10 nodes leaves an empty split (0 train, 5 val, 5 test)"),
-    (["experiment=gat_synthetic", "data.split=[0.5,0.6]"],
-     "field 'split' (at 'data.split') must be [train, val] fractions with train + val < 1"),
     (["experiment=gat_synthetic", "data.multi_label=true"],
      "the data's labels are multi-label ((N, C) 0/1); set task.multi_label=true"),
-    (["experiment=caption_shapes", "data.grid=1"], "data 'shapes': grid must be >= 2"),
-    (["experiment=caption_shapes", "data.max_shapes=12"], "need 1 <= min_shapes <= max_shapes <= 4"),
     (["experiment=reverse_transformer", "attention.heads=3"],
      "attention 'multihead': the query size 64 (model.d_model of a Transformer or BERT, "
      "model.decoder.hidden_dim of an RNN decoder) is not divisible by heads 3"),
@@ -249,6 +241,26 @@ def test_fields_that_do_not_fit_together_are_refused_before_any_work(overrides, 
         train(compose_cfg([*overrides, "logger=none"]), tmp_path / "run")
     assert expected in str(err.value)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    ([*FAST, "data.min_len=10", "data.max_len=5"],
+     "need 1 <= min_len <= max_len (at 'data.min_len', 'data.max_len'), got 10, 5"),
+    (["experiment=gat_synthetic", "data.num_nodes=10", "data.split=[0.05,0.5]"],
+     "split [0.05, 0.5] of 10 nodes leaves an empty split (0 train, 5 val, 5 test)"),
+    (["experiment=gat_synthetic", "data.split=[0.5,0.6]"],
+     "field 'split' (at 'data.split') must be [train, val] fractions with train + val < 1"),
+    (["experiment=caption_shapes", "data.grid=1"], "data 'shapes': grid must be >= 2"),
+    (["experiment=caption_shapes", "data.max_shapes=12"], "need 1 <= min_shapes <= max_shapes <= 4"),
+    (["experiment=mt_transformer", "data.tgt_lang=de"], "data.src_lang and data.tgt_lang are both 'de'"),
+])
+def test_data_fields_that_do_not_fit_together_are_refused_before_training(overrides, expected,
+                                                                          tmp_path):
+    """The data module's constructor refuses them, before any data is read."""
+    with pytest.raises(ConfigError) as err:
+        train(compose_cfg([*overrides, "logger=none"]), tmp_path / "run")
+    assert expected in str(err.value) and err.value.before_work
+    assert not (tmp_path / "run" / "checkpoints").exists()
 
 
 def test_a_refused_field_that_takes_its_value_from_another_names_that_one(tmp_path):

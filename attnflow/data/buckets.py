@@ -1,16 +1,7 @@
-"""Length-bucketed batches, shared by the data modules of variable-length inputs.
-
-Shuffled: the items are shuffled, every pool of ``pool`` batches is sorted by size and cut into
-batches, and the order of the batches is shuffled — similar sizes in a batch (little padding), a
-new order each epoch. The epoch comes from ``epoch`` (the data module passes the trainer's current
-epoch, so a resumed run continues with the order it would have had) or, without it, from a
-counter of iterations. Not shuffled: the whole set sorted by size (evaluation order is free).
-
-Under DDP the sampler batches one rank's share of the items: it is a PyTorch ``BatchSampler``
-with a ``sampler`` argument, so Lightning re-creates it with the DistributedSampler it injects
-(reshuffled across ranks each epoch, every rank the same number of items, hence of batches — a
-rank with fewer batches would hang the others in the gradient all-reduce). Without ``sampler``
-it batches every item, as in one process.
+"""Length-bucketed batches: shuffled, each pool of ``pool`` batches sorted by size and cut, the
+batches shuffled (little padding, a new order each epoch; ``epoch`` gives the trainer's epoch so
+a resumed run keeps its order); not shuffled, the whole set sorted by size. A ``BatchSampler``
+with a ``sampler`` argument, so under DDP Lightning re-creates it with its DistributedSampler.
 """
 
 from __future__ import annotations
@@ -22,8 +13,8 @@ from torch.utils.data import BatchSampler, Sampler
 
 
 class BucketBatchSampler(BatchSampler):
-    """Batches of indices of items of similar ``sizes`` (see the module docstring); ``sampler``:
-    the indices to batch (default: all; under DDP Lightning passes this rank's share)."""
+    """Batches of indices of items of similar ``sizes``; ``sampler``: the indices to batch
+    (default all; under DDP Lightning passes this rank's share)."""
 
     def __init__(self, sizes: Sequence[float], batch_size: int, shuffle: bool = True, seed: int = 0,
                  pool: int = 100, epoch: Optional[Callable[[], Optional[int]]] = None,

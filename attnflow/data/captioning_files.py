@@ -1,29 +1,8 @@
-"""The registered data module ``captions``: real image–caption sets (Flickr8k, Flickr30k, COCO)
-in their common layouts, read by :mod:`attnflow.data.captions`, for Show, Attend and Tell
-(Xu et al. 2015). Batches and ids as :mod:`attnflow.data.captioning` says.
-
-Where the captions are. Relative paths are under ``root``. ``captions`` is one file for every
-split — a Karpathy-split JSON (Karpathy & Fei-Fei 2015: ``dataset_flickr8k.json``), whose
-images carry their split; ``train_split`` (default
-``[train, restval]``), ``val_split`` and ``test_split`` pick them. ``train_captions``,
-``val_captions``, ``test_captions`` are per-split files of any layout (``image<TAB>caption`` text,
-Flickr8k's ``name.jpg#k`` included, COCO JSON, Karpathy JSON read whole); a split's own file wins
-over ``captions``. Train and val must have a source; test may have none (``test_split: null``).
-
-Items. Train: every (image, caption) pair. Val/test: one item per image (in file order), its
-first caption the target of the loss, all its captions the references of BLEU. Captions are
-tokenised by :func:`~attnflow.data.captioning.tokenize_caption` (lower case, words, no
-punctuation); words seen fewer than ``min_freq`` times in training become ⟨unk⟩; targets are cut
-to ``max_len`` words (references are not cut).
-
-Input. Pixels: each image loaded with PIL, RGB, resized to ``image_size`` square, in [0, 1].
-Features: ``features`` names a directory of ``<image stem>.npy`` arrays or one ``.npz`` keyed by
-image file name, each (L, D) (read with ``allow_pickle=False``); every image must have the same
-(L, D), and the images must exist too (attention maps are drawn over them).
-
-Everything is read and checked in ``setup()`` (reached through ``model_context()`` before the
-model is built): a bad file fails before training with a
-:class:`~attnflow.data.errors.DataError` naming the file (and line or entry) and the field.
+"""The data module ``captions``: real image–caption sets (Flickr8k, Flickr30k, COCO), read by
+:mod:`attnflow.data.captions`. ``captions`` is one Karpathy-split JSON (Karpathy & Fei-Fei 2015)
+whose images ``<split>_split`` picks; ``<split>_captions`` is a split's own file and wins. Train
+items are (image, caption) pairs; val/test items are images with all their captions as references.
+Inputs are pixels or, with ``features``, (L, D) arrays per image (``.npy`` files or one ``.npz``).
 """
 
 from __future__ import annotations
@@ -43,6 +22,7 @@ from attnflow.data.captions import load_image, read_captions
 from attnflow.data.errors import DataError, DataFileNotFoundError
 from attnflow.data.shapes import Vocab
 from attnflow.config.registry import DATA, ConfigError, NonNegativeInt, PositiveInt
+from attnflow.io.console import warn_unread
 
 log = logging.getLogger(__name__)
 
@@ -50,21 +30,9 @@ OWNER = "data 'captions'"
 SPLITS = ("train", "val", "test")
 
 
-def _npy_shape(fp) -> Optional[tuple]:
-    """(shape, dtype) from a .npy header without reading the array (None: an unknown version)."""
-    version = np.lib.format.read_magic(fp)
-    read = {(1, 0): np.lib.format.read_array_header_1_0,
-            (2, 0): np.lib.format.read_array_header_2_0}.get(version)
-    if read is None:
-        return None
-    shape, _, dtype = read(fp)
-    return shape, dtype
-
-
 class FeatureStore:
-    """Precomputed (L, D) region features per image: ``<dir>/<image stem>.npy``, or the arrays of
-    one ``.npz`` keyed by image file name. The ``.npz`` handle is opened once per process (a
-    DataLoader worker opens its own)."""
+    """(L, D) region features per image: ``<dir>/<image stem>.npy``, or one ``.npz`` keyed by
+    image file name (opened once per process)."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -89,33 +57,30 @@ class FeatureStore:
 
     def shape(self, image: Path, where: str, zf: Optional[zipfile.ZipFile] = None) -> tuple:
         """(shape, dtype) of the image's array, read from its header; a missing one is an error."""
-        src = self.source(image)
         try:
             if self.npz_keys is None:
                 file = self.path / f"{image.stem}.npy"
                 if not file.is_file():
                     raise DataFileNotFoundError(f"{OWNER}: no features for image {image.name} "
                                                 f"(named in {where}): {file} does not exist")
-                with open(file, "rb") as fp:
-                    head = _npy_shape(fp)
-            else:
-                if image.name not in self.npz_keys:
-                    raise DataError(f"{OWNER}: no features for image {image.name} (named in "
-                                    f"{where}): {self.path} has no array '{image.name}'")
-                with zf.open(f"{image.name}.npy") as fp:
-                    head = _npy_shape(fp)
-            if head is None:
-                arr = self.load(image)
-                head = (tuple(arr.shape), arr.dtype)
+                arr = np.load(file, mmap_mode="r", allow_pickle=False)
+                return arr.shape, arr.dtype
+            if image.name not in self.npz_keys:
+                raise DataError(f"{OWNER}: no features for image {image.name} (named in "
+                                f"{where}): {self.path} has no array '{image.name}'")
+            with zf.open(f"{image.name}.npy") as fp:
+                version = np.lib.format.read_magic(fp)
+                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                    np.lib.format.read_array_header_2_0
+                shape, _, dtype = read(fp)
+            return shape, dtype
         except DataError:
             raise
         except (OSError, ValueError, KeyError, zipfile.BadZipFile) as err:
-            raise DataError(f"{OWNER}: cannot read features {src}: {err}") from None
-        return head
+            raise DataError(f"{OWNER}: cannot read features {self.source(image)}: {err}") from None
 
     def check(self, images: Dict[Path, str]) -> Tuple[int, int]:
-        """(L, D) shared by the arrays of ``images`` ({path: where named}); refuses an array that
-        is not 2-D numbers or whose (L, D) differs from the first one's, naming its file."""
+        """(L, D) shared by the 2-D numeric arrays of ``images`` ({path: where named})."""
         first: Optional[tuple] = None
         zf = zipfile.ZipFile(self.path) if self.npz_keys is not None else None
         try:
@@ -151,8 +116,7 @@ class FeatureStore:
 
 @dataclass
 class CaptionItems(Dataset):
-    """A split's items: image file, target ids (cut to ``max_len``), where it was named, and the
-    reference captions; ``__getitem__`` gives (index, pixels or features, ids)."""
+    """A split's items (image, target ids, where named, references): (index, input, ids)."""
 
     images: List[Path]
     ids: List[List[int]]
@@ -165,10 +129,7 @@ class CaptionItems(Dataset):
         return len(self.images)
 
     def __getitem__(self, i: int):
-        if self.features is not None:
-            x = self.features.load(self.images[i])
-        else:
-            x = load_image(self.images[i], self.image_size, where=self.where[i])
+        x = self.pixels(i) if self.features is None else self.features.load(self.images[i])
         return i, x, self.ids[i]
 
     def pixels(self, i: int) -> torch.Tensor:
@@ -184,30 +145,10 @@ def collate_captions(items: Sequence[tuple]) -> Dict[str, torch.Tensor]:
 
 @DATA.register("captions")
 class CaptionsDataModule(CaptioningDataModule):
-    """Real image–caption sets: an image folder plus a captions file (see the module docstring).
+    """Real image–caption sets: an image folder and captions files (module docstring); relative
+    paths are under ``root``; ``max_len`` cuts targets (not references); ``seed`` is unread (the
+    order follows the run's seed)."""
 
-    Args:
-        root: folder the relative paths below are under (default '': the working directory).
-        captions: one captions file for every split, a Karpathy-split JSON (default
-            'dataset_flickr8k.json'); '' or null: per-split files only.
-        train_captions, val_captions, test_captions: a split's own captions file (TSV, COCO or
-            Karpathy JSON, read whole); wins over ``captions`` (default '': none).
-        train_split: Karpathy split names of the training images (default [train, restval]).
-        val_split, test_split: Karpathy split name of the val/test images; test_split null and
-            no test_captions = no test split (default 'val', 'test').
-        image_dir: the image folder (default 'Flicker8k_Dataset', Flickr8k's zip's name).
-        image_size: square side images are resized to (default 112: the default 3-stage CNN
-            gives the paper's 14×14 = 196 regions at a quarter of 224²'s CPU cost).
-        min_freq: training words seen fewer times become <unk> (default 5).
-        max_len: target captions are cut to this many words (default 50).
-        features: a directory of <image stem>.npy or one .npz keyed by image file name, each
-            (L, D) region features; null = pixels (default null).
-        batch_size: items per batch (default 32).
-        num_workers: DataLoader workers (default 0).
-        seed: unread: the training order follows the run's ``seed`` (default 1234).
-    """
-
-    # evaluation loads the run's vocabulary (setup_evaluation) and reads only its split's captions
     owner = OWNER
 
     @classmethod
@@ -220,9 +161,8 @@ class CaptionsDataModule(CaptioningDataModule):
                  train_split: List[str] = ["train", "restval"],  # noqa: B006
                  val_split: Optional[str] = "val", test_split: Optional[str] = "test",
                  image_dir: str = "Flicker8k_Dataset", image_size: PositiveInt = 112,
-                 min_freq: PositiveInt = 5,
-                 max_len: PositiveInt = 50, features: Optional[str] = None,
-                 batch_size: PositiveInt = 32,
+                 min_freq: PositiveInt = 5, max_len: PositiveInt = 50,
+                 features: Optional[str] = None, batch_size: PositiveInt = 32,
                  num_workers: NonNegativeInt = 0, seed: int = 1234):
         super().__init__()
         self.root = Path(root or ".")
@@ -241,9 +181,18 @@ class CaptionsDataModule(CaptioningDataModule):
         self.data: Dict[str, CaptionItems] = {}
         for split in ("train", "val"):
             if self._source(split) is None:
-                raise ConfigError(f"{OWNER}: the {split} split has no captions file: set "
-                                  f"data.{split}_captions, or data.captions (a Karpathy-split JSON) "
-                                  f"with data.{split}_split")
+                raise ConfigError(self._no_source(split))
+        given = {"train": list(train_split), "val": val_split, "test": test_split}
+        defaults = {"train": ["train", "restval"], "val": "val", "test": "test"}
+        for split, own in self.own.items():
+            if own and given[split] != defaults[split]:
+                warn_unread(f"{OWNER}: {split}_split={given[split]}",
+                            f"{split}_captions={own} names the split's own file")
+
+    @staticmethod
+    def _no_source(split: str) -> str:
+        return (f"{OWNER}: the {split} split has no captions file: set data.{split}_captions, or "
+                f"data.captions (a Karpathy-split JSON) with data.{split}_split")
 
     def _path(self, value: str) -> Path:
         return self.root / value  # an absolute value stays itself
@@ -264,7 +213,6 @@ class CaptionsDataModule(CaptioningDataModule):
     def feature_dim(self) -> Optional[int]:
         return None if self.shape is None else self.shape[1]
 
-    # -- reading ---------------------------------------------------------------------------------
     def _read(self, split: str) -> List[tuple]:
         """[(image, words, where)] of a split; errors name the file and the fields."""
         fields, path, names = self._source(split)
@@ -317,8 +265,7 @@ class CaptionsDataModule(CaptioningDataModule):
     def setup_evaluation(self, run_dir, artifacts: dict, split: str) -> None:
         """The run's vocabulary and only ``split``'s captions (attnflow-eval)."""
         if self._source(split) is None:
-            raise ConfigError(f"{OWNER}: the {split} split has no captions file: set "
-                              f"data.{split}_captions, or data.captions with data.{split}_split")
+            raise ConfigError(self._no_source(split))
         vocab = self.run_vocab(run_dir, artifacts)
         rows = self._read(split)
         self._check_features({split: rows})
@@ -329,7 +276,6 @@ class CaptionsDataModule(CaptioningDataModule):
         self.vocab = vocab
         self.data = {split: self._items(split, rows)}
 
-    # -- what the base class serves ----------------------------------------------------------------
     def dataset(self, split: str) -> CaptionItems:
         return self.data[split]
 
@@ -341,14 +287,10 @@ class CaptionsDataModule(CaptioningDataModule):
         return [list(refs[int(i)]) for i in idx]
 
     def missing_test(self) -> Optional[str]:
-        if self._source("test") is None:
-            return (f"{OWNER}: no test split (set data.test_captions, or data.captions with "
-                    f"data.test_split); run with test=false")
-        return None
+        return None if self._source("test") else f"{self._no_source('test')}; or run with test=false"
 
     def example_batch(self, n: int, split: str = "val") -> Dict[str, torch.Tensor]:
-        """The first ``n`` items of a split; with features also ``pixels``, the images to draw
-        attention over."""
+        """The first ``n`` items; with features also ``pixels``, to draw attention over."""
         batch = super().example_batch(n, split)
         if self.input_kind == "features":
             data = self.data[split]

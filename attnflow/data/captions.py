@@ -1,21 +1,13 @@
-"""Image–caption pairs in the common real layouts, for image captioning with visual attention
-(Show, Attend and Tell: Xu et al. 2015).
+"""Image–caption pairs in the common layouts (an image folder plus one captions file, ``.gz``
+allowed), for image captioning (Show, Attend and Tell: Xu et al. 2015):
 
-Layouts (an image folder ``image_dir`` plus one captions file; ``.gz`` allowed for every one):
+* text (``.tsv``/``.txt``): ``image<TAB>caption`` per line; Flickr8k's ``name.jpg#k`` suffix is
+  stripped (Hodosh et al. 2013);
+* COCO JSON (Lin et al. 2014): ``images`` [{id, file_name}], ``annotations`` [{image_id, caption}];
+* Karpathy-split JSON (Karpathy & Fei-Fei 2015): ``images`` [{filename, filepath?, split,
+  sentences: [{raw}]}], the only layout with splits.
 
-* text (``.tsv``/``.txt``): one ``image<TAB>caption`` per line. Flickr8k's ``Flickr8k.token.txt``
-  (Hodosh et al. 2013) writes ``name.jpg#0<TAB>caption`` — the ``#k`` caption-number suffix is
-  stripped. Blank lines are skipped.
-* COCO JSON (Lin et al. 2014): ``{"images": [{"id", "file_name"}], "annotations":
-  [{"image_id", "caption"}]}``.
-* Karpathy-split JSON (Karpathy & Fei-Fei 2015, ``dataset_flickr8k.json``/``dataset_coco.json``):
-  ``{"images": [{"filename", "filepath"?, "split", "sentences": [{"raw"}]}]}``; ``split`` keeps the
-  images of one split (or of several: ``("train", "restval")``); only this layout has splits.
-
-Every image gets one pair per caption, in file order; each pair also carries ``.where`` (the file
-and line or JSON entry it came from). Images are checked to exist while the file is read, so a
-wrong ``image_dir`` fails before training; every malformed input raises
-:class:`~attnflow.data.errors.DataError` naming the file and the line or field.
+A malformed file raises :class:`~attnflow.data.errors.DataError` naming the file and line or field.
 """
 
 from __future__ import annotations
@@ -36,9 +28,8 @@ _CAPTION_NO = re.compile(r"#\d+$")  # Flickr8k.token.txt: "name.jpg#3"
 
 
 class Pair(tuple):
-    """``(image path, caption)`` — a plain 2-tuple (unpacks and compares as one) that also
-    carries ``where``, the captions file and line (or JSON entry) it came from, for
-    :func:`load_image`'s errors: ``load_image(pair[0], size, where=pair.where)``."""
+    """``(image path, caption)``, a plain 2-tuple that also carries ``where``: the file and line
+    (or JSON entry) it came from, for errors."""
 
     where: str
 
@@ -51,12 +42,8 @@ class Pair(tuple):
         return (self[0], self[1], self.where)
 
 
-def _base_name(path: Path) -> str:
-    return path.name[:-3] if path.name.endswith(".gz") else path.name
-
-
 class _Images:
-    """Resolves image names against ``image_dir`` and checks each file exists once."""
+    """Image names resolved against ``image_dir``, each checked to exist once."""
 
     def __init__(self, image_dir: Path):
         self.dir = Path(image_dir)
@@ -144,11 +131,7 @@ def _read_karpathy(data: dict, path: Path, images: _Images, splits) -> List[Pair
         if splits is not None and split not in splits:
             continue
         name = _field(image, "filename", where, path, str)
-        folder = image.get("filepath") or ""
-        if not isinstance(folder, str):
-            raise DataError(f"{OWNER}: {path}: {where}.filepath should be a str, got "
-                            f"{type(folder).__name__}")
-        file = images(str(Path(folder) / name), f"{path} {where}")
+        file = images(str(Path(str(image.get("filepath") or "")) / name), f"{path} {where}")
         for j, sentence in enumerate(_field(image, "sentences", where, path, list)):
             s_where = f"{where}.sentences[{j}]"
             text = _field(sentence, "raw", s_where, path)
@@ -167,9 +150,8 @@ def _load_json(path: Path):
 
 def read_captions(path: Union[Path, str], image_dir: Union[Path, str],
                   split: Optional[Union[str, Iterable[str]]] = None) -> List[Pair]:
-    """``[(image path, caption)]`` of a captions file (see the module docstring for the layouts),
-    image paths resolved against ``image_dir`` and checked to exist; ``split`` (Karpathy JSON
-    only): a split name or names to keep. Raises :class:`DataError` naming the file and line."""
+    """``[(image path, caption)]`` of a captions file, images under ``image_dir`` checked to
+    exist; ``split`` (Karpathy JSON only): the split name or names to keep."""
     path = Path(path)
     if not path.is_file():
         raise DataFileNotFoundError(f"{OWNER}: captions file not found: {path}")
@@ -177,7 +159,7 @@ def read_captions(path: Union[Path, str], image_dir: Union[Path, str],
     if split is not None:
         splits = {split} if isinstance(split, str) else set(split)
     images = _Images(Path(image_dir))
-    name = _base_name(path)
+    name = path.name[:-3] if path.name.endswith(".gz") else path.name
     if name.endswith(".json"):
         data = _load_json(path)
         if not isinstance(data, dict) or "images" not in data:
@@ -205,15 +187,10 @@ def read_captions(path: Union[Path, str], image_dir: Union[Path, str],
 
 
 def load_image(path: Union[Path, str], size: int, where: Optional[str] = None) -> torch.Tensor:
-    """The image at ``path`` as a ``(3, size, size)`` float tensor in [0, 1]: converted to RGB
-    (greyscale, palette and RGBA images too) and resized (bilinear) to the square input the CNN
-    encoder of Xu et al. (2015) expects. ``where`` (e.g. ``"captions.txt line 7"``) names the
-    reference to the image in errors. A missing, unreadable or corrupt image raises
-    :class:`DataError` naming the file."""
+    """The image at ``path`` as RGB ``(3, size, size)`` floats in [0, 1], resized (bilinear) to
+    the square input of the CNN encoder; ``where`` names the reference to it in errors."""
     from PIL import Image, UnidentifiedImageError
 
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise DataError(f"{OWNER}: image size must be a positive integer, got {size!r}")
     path = Path(path)
     ref = f" (named in {where})" if where else ""
     if not path.is_file():

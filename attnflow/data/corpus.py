@@ -1,14 +1,12 @@
-"""The corpus and tokenizer of BERT pretraining (Devlin et al. 2019): documents read from
-``.jsonl``/``.txt`` files (optionally gzipped; one document a line, or blank-line separated), split
-into sentences as the document classifiers do, and a WordPiece tokenizer with BERT's special
-tokens at ids 0–4, saved with the run as ``tokenizer/wordpiece.json``."""
+"""BERT's corpus and tokenizer (Devlin et al. 2019): documents from ``.jsonl``/``.txt`` files, and
+a WordPiece tokenizer with the special tokens at ids 0–4, saved with the run."""
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
-from typing import Any, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
+from attnflow.data.base import random_subset
 from attnflow.data.documents import clean, read_jsonl, split_sentences
 from attnflow.data.errors import DataError, numbered_lines
 from attnflow.io.text import atomic_path
@@ -19,29 +17,15 @@ SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 TOKENIZER_FILE = "wordpiece.json"
 
 
-# -- reading documents ------------------------------------------------------------------------------
-def corpus_format(path: Any) -> Optional[str]:
-    """'jsonl' (``.jsonl``/``.json``), 'txt' (``.txt``), either optionally ``.gz``; None for another
-    name (:func:`read_documents` refuses it, naming the file)."""
-    name = str(path)
-    name = name[:-3] if name.endswith(".gz") else name
-    return "jsonl" if name.endswith((".jsonl", ".json")) else "txt" if name.endswith(".txt") else None
-
-
 def read_documents(path: Path, text_field: str = "text", documents: str = "line", limit: int = 0,
                    seed: int = 0) -> List[str]:
     """Raw document texts of a corpus file (see the module docstring); ``limit``: a seeded random
     subset of N documents (0 = all). Empty documents are dropped; a file with none is an error."""
     path = Path(path)
-    kind = corpus_format(path.name)
-    if kind == "jsonl":
-        try:
-            texts = [t for t, _ in read_jsonl(path, text_field, None)]
-        except DataError as err:  # its messages name the documents module
-            raise DataError(str(err).replace("data 'documents'", OWNER, 1)) from None
-    elif kind == "txt":
-        if documents not in ("line", "blank_line"):
-            raise ValueError(f"{OWNER}: documents must be 'line' or 'blank_line', got {documents!r}")
+    name = path.name[:-3] if path.name.endswith(".gz") else path.name
+    if name.endswith((".jsonl", ".json")):
+        texts = [t for t, _ in read_jsonl(path, text_field, None, owner=OWNER)]
+    elif name.endswith(".txt"):
         lines = [line for _, line in numbered_lines(path, OWNER)]
         if documents == "line":
             texts = lines
@@ -59,10 +43,7 @@ def read_documents(path: Path, text_field: str = "text", documents: str = "line"
     texts = [t for t in texts if t.strip()]
     if not texts:
         raise DataError(f"{OWNER}: {path} holds no documents (empty or blank)")
-    if limit and limit < len(texts):  # a seeded random subset: files may be sorted (by label)
-        keep = sorted(random.Random(seed).sample(range(len(texts)), limit))
-        texts = [texts[i] for i in keep]
-    return texts
+    return random_subset(texts, limit, seed)
 
 
 def sentences_of(text: str) -> List[str]:
@@ -70,13 +51,9 @@ def sentences_of(text: str) -> List[str]:
     return split_sentences(clean(text))
 
 
-# -- tokenizer -------------------------------------------------------------------------------------
 def train_wordpiece(texts: Sequence[str], vocab_size: int, lowercase: bool = True):
-    """A WordPiece tokenizer (Schuster & Nakajima 2012; Devlin et al. 2019) trained on ``texts``,
-    with BERT's special tokens at ids 0–4 and no special tokens added on encoding.
-
-    Not bit-reproducible (HF tokenizers break ties between equal merges in hash-map order), so a
-    run saves its tokenizer and evaluating or fine-tuning from it never retrains one."""
+    """A WordPiece tokenizer (Schuster & Nakajima 2012) trained on ``texts``, BERT's specials at
+    ids 0–4; not bit-reproducible (HF breaks ties in hash order), hence saved with the run."""
     from tokenizers import models, trainers
 
     from attnflow.data.parallel import new_tokenizer
@@ -90,9 +67,24 @@ def train_wordpiece(texts: Sequence[str], vocab_size: int, lowercase: bool = Tru
     return tok
 
 
+def run_tokenizer(run_dir, artifacts: Optional[dict] = None, owner: Optional[str] = None):
+    """The tokenizer saved with a run (``tokenizer/wordpiece.json``), else the one its checkpoint's
+    ``artifacts`` carry; without either None, or with ``owner`` an error naming it."""
+    from tokenizers import Tokenizer
+
+    saved = Path(run_dir) / "tokenizer" / TOKENIZER_FILE
+    if saved.is_file():
+        return Tokenizer.from_file(str(saved))
+    if (artifacts or {}).get("tokenizer"):
+        return Tokenizer.from_str(artifacts["tokenizer"])
+    if owner:
+        raise ValueError(f"{owner}: the run has no tokenizer ({saved} is missing and its "
+                         f"checkpoint carries none)")
+    return None
+
+
 def save_tokenizer(tokenizer, run_dir) -> Path:
-    """``<run_dir>/tokenizer/wordpiece.json``, written atomically (under DDP every rank writes
-    the same file; none may read a half-written one)."""
+    """``<run_dir>/tokenizer/wordpiece.json``, written atomically (every DDP rank writes it)."""
     path = Path(run_dir) / "tokenizer" / TOKENIZER_FILE
     with atomic_path(path) as tmp:
         tokenizer.save(str(tmp))

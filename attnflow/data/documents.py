@@ -1,26 +1,8 @@
 """Document classification from JSON-lines files: hierarchical batches (documents × sentences ×
-words) for the hierarchical attention network (Yang et al. 2016) and flat models alike.
-
-Each line is a JSON object with a text field (default ``text``) and a label field (default
-``label``; e.g. ``rating`` for IMDB's 8-level rating task); other fields are ignored. Files may be
-gzip-compressed (``.gz``). Processing, done once at ``setup`` (not per batch):
-
-1. cleaning: HTML line breaks (``<br />``) and other tags become spaces;
-2. sentence splitting after ``.``, ``!``, ``?`` (and at removed line breaks), word tokenisation with
-   a regular expression (words, numbers, apostrophes inside words, punctuation), lower-casing;
-3. a vocabulary from the training split (``min_freq``, ``max_vocab``; ids 0 ⟨pad⟩, 1 ⟨unk⟩);
-4. caps: at most ``max_sentences`` sentences per document and ``max_words`` words per sentence;
-   what was cut is counted and logged per split.
-
-Empty sentences are dropped; an empty document (no words after cleaning) is kept with zero
-sentences and the models pool it to a zero vector. Labels are mapped to class indices in sorted
-order of their values (IMDB ratings 1,2,3,4,7,8,9,10 → classes 0..7); ``class_names`` keeps them.
-The test split is optional: when its file is absent there is no test loader (set ``test=false``).
-A file that is missing, empty, cut short (gzip), not UTF-8 or holds a line that is not a JSON
-object raises :class:`~attnflow.data.errors.DataError` naming the file and the line.
-
-Batch (see :func:`collate_documents`): ``tokens`` (B, S, W) long, ``sent_lengths`` (B, S) words per
-sentence (0 = padding sentence), ``doc_lengths`` (B,) sentences per document, ``labels`` (B,).
+words) for the hierarchical attention network (Yang et al. 2016) and the flat models. Markup is
+removed, sentences split after ``.!?``, words lower-cased, the vocabulary built on the training
+split and documents capped at ``max_sentences`` × ``max_words``; labels become classes in sorted
+order.
 """
 
 from __future__ import annotations
@@ -28,7 +10,6 @@ from __future__ import annotations
 import html
 import json
 import logging
-import random
 import re
 from collections import Counter
 from pathlib import Path
@@ -38,9 +19,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from attnflow.data.base import SplitDataModule
+from attnflow.data.base import Columns, FileDataModule, random_subset
 from attnflow.data.errors import DataError, numbered_lines
-from attnflow.config.registry import DATA, MODELS, ConfigError, NonNegativeInt, PositiveInt, build_config
+from attnflow.config.registry import DATA, NonNegativeInt, PositiveInt, build_config
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +35,7 @@ _WORD = re.compile(r"\w+(?:['’]\w+)?|[^\w\s]")  # Unicode words (naïve, café
 
 
 def clean(text: str) -> str:
-    """Line breaks to newlines, other markup removed, entities decoded, whitespace collapsed
-    within lines."""
+    """Line breaks to newlines, other markup removed, entities decoded, whitespace collapsed."""
     text = _BREAK.sub("\n", text)
     text = html.unescape(_TAG.sub(" ", text))
     return "\n".join(" ".join(line.split()) for line in text.split("\n"))
@@ -110,19 +90,6 @@ class Vocabulary:
         return cls(data["itos"], data.get("lowercase", True))
 
 
-class EncodedDocs:
-    """Documents as flat id arrays + sentence lengths (after caps), with labels."""
-
-    def __init__(self, ids: List[np.ndarray], sent_lens: List[np.ndarray], labels: List[int]):
-        self.ids, self.sent_lens, self.labels = ids, sent_lens, labels
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitem__(self, i: int):
-        return self.ids[i], self.sent_lens[i], self.labels[i]
-
-
 def cap_document(doc: List[List[str]], max_sentences: int, max_words: int) -> List[List[str]]:
     """The first ``max_sentences`` sentences, each cut to ``max_words`` words (0 = no cap)."""
     doc = doc[:max_sentences] if max_sentences > 0 else doc
@@ -131,7 +98,7 @@ def cap_document(doc: List[List[str]], max_sentences: int, max_words: int) -> Li
 
 def encode_documents(docs: Sequence[List[List[str]]], labels: Sequence[int], vocab: Vocabulary,
                      max_sentences: int, max_words: int) -> tuple:
-    """Encode and cap. Returns (EncodedDocs, stats) with counts of cut sentences and words."""
+    """Encode and cap: (Columns ids, sent_lens, labels; counts of what was cut)."""
     stats = Counter()
     ids_out, lens_out = [], []
     for doc in docs:
@@ -142,14 +109,12 @@ def encode_documents(docs: Sequence[List[List[str]]], labels: Sequence[int], voc
         enc = vocab.encode(kept)
         ids_out.append(np.fromiter((i for s in enc for i in s), dtype=np.int64))
         lens_out.append(np.array([len(s) for s in enc], dtype=np.int64))
-    return EncodedDocs(ids_out, lens_out, list(labels)), dict(stats)
+    return Columns(ids=ids_out, sent_lens=lens_out, labels=list(labels)), dict(stats)
 
 
 def collate_documents(items: Sequence[tuple]) -> Dict[str, torch.Tensor]:
-    """Pad (ids, sentence lengths, label) triples into a hierarchical batch.
-
-    Scatters every word of every document at once (no loop over sentences or words).
-    """
+    """Pad (ids, sentence lengths, label) triples into a hierarchical batch (one scatter of
+    every word, no loop over sentences or words)."""
     B = len(items)
     doc_lengths = np.array([len(sl) for _, sl, _ in items], dtype=np.int64)
     all_lens = np.concatenate([sl for _, sl, _ in items]) if B else np.zeros(0, np.int64)
@@ -172,12 +137,10 @@ def collate_documents(items: Sequence[tuple]) -> Dict[str, torch.Tensor]:
 
 
 def read_jsonl(path: Path, text_field: str, label_field: Optional[str], limit: int = 0,
-               seed: int = 0):
-    """[(text, label or None)] from a JSON-lines file; clear errors (:class:`DataError`) naming
-    file, line and field: a missing, empty, truncated (gzip) or non-UTF-8 file, a line that is not
-    a JSON object, a missing field. Lines are split on ``\\n`` alone (texts may hold U+2028)."""
+               seed: int = 0, owner: str = "data 'documents'"):
+    """[(text, label or None)] from a JSON-lines file; a :class:`DataError` names the file, line
+    and field of what is malformed. Lines end at ``\\n`` alone (texts may hold U+2028)."""
     path = Path(path)
-    owner = "data 'documents'"
     out = []
     for n, line in numbered_lines(path, owner):
         if not line.strip():
@@ -203,59 +166,30 @@ def read_jsonl(path: Path, text_field: str, label_field: Optional[str], limit: i
     if not out:
         raise DataError(f"{owner}: {path} holds no documents (the file is empty or blank); "
                         f"expected one JSON object per line with a '{text_field}' field")
-    if limit and limit < len(out):  # a seeded random subset: files may be sorted by label
-        keep = sorted(random.Random(seed).sample(range(len(out)), limit))
-        out = [out[i] for i in keep]
-    return out
+    return random_subset(out, limit, seed)
 
 
 @DATA.register("documents")
-class DocumentDataModule(SplitDataModule):
-    """Labelled documents from JSON lines, batched as documents × sentences × words.
+class DocumentDataModule(FileDataModule):
+    """Labelled documents as documents × sentences × words; ``max_vocab`` counts the specials
+    (0: no cap); ``word_vectors``: null or :class:`~attnflow.data.word_vectors.WordVectorsConfig`
+    fields, vectors from the training split that start the model's embedding."""
 
-    Args:
-        train_path, val_path: JSON-lines files (``.gz`` allowed) (default '': required).
-        test_path: optional test file; absent or '' means no test split (default '').
-        text_field: the field holding the text (default 'text').
-        label_field: the field holding the label, e.g. 'label' or 'rating' (default 'label').
-        max_sentences: sentences kept per document, at least 1 (default 30).
-        max_words: words kept per sentence, at least 1 (default 50).
-        min_freq: a training word's minimum count to enter the vocabulary (default 5).
-        max_vocab: vocabulary size cap including specials, 0 = none (default 50000).
-        lowercase: lower-case before tokenising (default True).
-        limit_train, limit_val: use only N documents, a random subset drawn with ``seed``, 0 = all
-            (default 0).
-        batch_size: documents per batch (default 32).
-        bucket: batch training documents of similar size together (default True).
-        num_workers: DataLoader workers (default 0).
-        seed: shuffling seed (default 1234).
-        word_vectors: null (default: the model's embeddings start random) or a mapping of
-            :class:`~attnflow.data.word_vectors.WordVectorsConfig` fields (dim, window, alpha, eig,
-            min_count, weighting, scale, seed): word vectors computed from the training split
-            (PPMI + SVD, Levy et al. 2015) and handed to the model as ``word_vectors`` to start its
-            embedding from. ``dim`` must equal ``model.embed_dim``.
-    """
-
+    owner = "data 'documents'"
     interface = "documents"  # documents: han/self_attentive models, the classification task
 
     def __init__(self, *, train_path: str = "", val_path: str = "", test_path: str = "",
                  text_field: str = "text", label_field: str = "label",
-                 max_sentences: PositiveInt = 30,
-                 max_words: PositiveInt = 50, min_freq: PositiveInt = 5,
-                 max_vocab: NonNegativeInt = 50000,
+                 max_sentences: PositiveInt = 30, max_words: PositiveInt = 50,
+                 min_freq: PositiveInt = 5, max_vocab: NonNegativeInt = 50000,
                  lowercase: bool = True, limit_train: NonNegativeInt = 0,
-                 limit_val: NonNegativeInt = 0,
-                 batch_size: PositiveInt = 32, bucket: bool = True, num_workers: NonNegativeInt = 0,
-                 seed: int = 1234,
+                 limit_val: NonNegativeInt = 0, batch_size: PositiveInt = 32, bucket: bool = True,
+                 num_workers: NonNegativeInt = 0, seed: int = 1234,
                  word_vectors: Optional[Dict[str, Any]] = None):
         super().__init__()
         self.word_vectors_cfg = self.word_vectors_config(word_vectors)
         self._word_vectors: Optional[torch.Tensor] = None
-        for name, value in (("train_path", train_path), ("val_path", val_path)):
-            if not value:
-                raise ValueError(f"data 'documents': '{name}' is required (a JSON-lines file)")
-        self.paths = {"train": Path(train_path), "val": Path(val_path),
-                      "test": Path(test_path) if test_path else None}
+        self.set_paths("a JSON-lines file", train_path, val_path, test_path)
         self.text_field, self.label_field = text_field, label_field
         self.max_sentences, self.max_words = max_sentences, max_words
         self.min_freq, self.max_vocab, self.lowercase = min_freq, max_vocab, lowercase
@@ -263,14 +197,9 @@ class DocumentDataModule(SplitDataModule):
         self.batch_size, self.bucket, self.num_workers, self.seed = batch_size, bucket, num_workers, seed
         self.vocab: Optional[Vocabulary] = None
         self.label_values: List = []
-        self.splits: Dict[str, EncodedDocs] = {}
+        self.splits: Dict[str, Columns] = {}
         self.stats: Dict[str, dict] = {}
 
-    @property
-    def has_test(self) -> bool:
-        return self.paths["test"] is not None and self.paths["test"].is_file()
-
-    # -- word vectors ----------------------------------------------------------------------
     @staticmethod
     def word_vectors_config(value: Any, path: str = "data.word_vectors"):
         """``data.word_vectors`` as a WordVectorsConfig (None when off), checked by the registry."""
@@ -280,31 +209,8 @@ class DocumentDataModule(SplitDataModule):
             return None
         return build_config(WordVectorsConfig, value, path, "data 'documents' word_vectors config")
 
-    @classmethod
-    def check_config(cls, cfg: Mapping[str, Any]) -> None:
-        """``data.max_vocab`` above the specials; ``data.word_vectors.dim`` equal to the model's
-        ``embed_dim`` (the vectors are copied into the embedding)."""
-        max_vocab = (cfg.get("data") or {}).get("max_vocab")
-        if isinstance(max_vocab, int) and 0 < max_vocab <= len(SPECIALS):
-            raise ConfigError(f"data.max_vocab={max_vocab} (at 'data.max_vocab') leaves no word beside "
-                              f"{', '.join(SPECIALS)}: every word would read as unknown. Use 0 (no cap) "
-                              f"or more than {len(SPECIALS)}")
-        wv = cls.word_vectors_config((cfg.get("data") or {}).get("word_vectors"))
-        model = cfg.get("model") or {}
-        if wv is None or not model.get("name") or model["name"] not in MODELS:
-            return
-        fields = MODELS.validate(model, "model")
-        if "embed_dim" not in fields:
-            raise ConfigError(f"data.word_vectors is set, but model '{model['name']}' has no word "
-                              f"embedding (no embed_dim) to start from them; set data.word_vectors=null")
-        if fields["embed_dim"] != wv.dim:
-            raise ConfigError(f"data.word_vectors.dim={wv.dim} differs from model.embed_dim="
-                              f"{fields['embed_dim']}: the vectors start the model's embedding, so they "
-                              f"must match (set data.word_vectors.dim=${{model.embed_dim}})")
-
     def train_word_vectors(self) -> torch.Tensor:
-        """(V, dim) vectors from the training split's encoded sentences (after the caps), computed
-        once; the dev split is never read for them."""
+        """(V, dim) vectors from the training split's capped sentences, computed once."""
         from attnflow.data.word_vectors import train_word_vectors
 
         if self._word_vectors is None:
@@ -315,22 +221,22 @@ class DocumentDataModule(SplitDataModule):
                                                     self.word_vectors_cfg, PAD)
         return self._word_vectors
 
-    # -- what models and tasks need -------------------------------------------------------
     @classmethod
     def longest_source_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:
-        """The most positions a flat model's encoder is given (a document's sentences one after
-        another), and why (``{at}``: the data config's path)."""
+        """The most positions a flat model's encoder is given, and why."""
         n, w = fields["max_sentences"], fields["max_words"]
         return n * w, f"{{at}}max_sentences={n} × {{at}}max_words={w} words of a document"
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
-        """:meth:`model_context` with stand-in sizes, for a build before the data is read."""
-        return {"vocab_size": 1000, "num_classes": 2, "pad_id": PAD}
+        ctx = {"vocab_size": 1000, "num_classes": 2, "pad_id": PAD}
+        if fields.get("word_vectors"):  # the model refuses a dim other than its embed_dim
+            ctx["word_vectors"] = torch.empty(
+                1000, cls.word_vectors_config(fields["word_vectors"]).dim, device="meta")
+        return ctx
 
     def model_context(self) -> dict:
-        """Sizes, and ``word_vectors`` when ``data.word_vectors`` is set and the training split
-        is loaded (not after ``setup_evaluation``: the weights then come from a checkpoint)."""
+        """Sizes, and ``word_vectors`` when set and the training split is read."""
         self.setup()
         ctx = {"vocab_size": len(self.vocab), "num_classes": len(self.label_values), "pad_id": PAD}
         if self.word_vectors_cfg is not None and "train" in self.splits:
@@ -355,34 +261,21 @@ class DocumentDataModule(SplitDataModule):
         return path
 
     def setup_evaluation(self, run_dir, artifacts: dict, split: str) -> None:
-        """Only what evaluating a trained run on ``split`` needs (attnflow-eval): the run's
-        vocabulary and classes (``artifacts``: its vocab.json) and that split's file; the training
-        file is not read, and the vocabulary is not rebuilt."""
-        path = self.paths.get(split)
-        if path is None:
-            raise ValueError(f"data 'documents': no {split} file; set data.{split}_path")
+        """The run's vocabulary and classes and ``split``'s file only (attnflow-eval)."""
+        path = self.eval_path(split)
         if not artifacts.get("vocab"):
             raise ValueError(f"data 'documents': the run has no vocabulary ({Path(run_dir) / 'vocab.json'} "
                              f"is missing and its checkpoint carries none)")
         self.vocab = Vocabulary.from_json(artifacts["vocab"])
         self.label_values = list(artifacts["label_values"])
-        rows = read_jsonl(path, self.text_field, self.label_field)  # DataError when it holds none
-        tokenized = [tokenize(t, self.vocab.lowercase) for t, _ in rows]
-        labels = self._labels([y for _, y in rows], split)
+        rows = read_jsonl(path, self.text_field, self.label_field)
+        self._encode(split, rows, [tokenize(t, self.vocab.lowercase) for t, _ in rows])
+
+    def _encode(self, split: str, rows: List[tuple], tokenized: List) -> None:
+        labels = self.label_ids([y for _, y in rows], self.label_values, split, "document",
+                                self.label_field)
         self.splits[split], self.stats[split] = encode_documents(
             tokenized, labels, self.vocab, self.max_sentences, self.max_words)
-
-    # -- data -----------------------------------------------------------------------------
-    def _labels(self, raw: List, split: str) -> List[int]:
-        index = {v: i for i, v in enumerate(self.label_values)}
-        out = []
-        for n, v in enumerate(raw):
-            if v not in index:
-                raise DataError(f"data 'documents': {split} document {n + 1} ({self.paths[split]}) has "
-                                f"{self.label_field}={v!r}, not seen in training; training values: "
-                                f"{self.label_values}")
-            out.append(index[v])
-        return out
 
     def setup(self, stage: Optional[str] = None) -> None:
         if self.splits:
@@ -395,15 +288,9 @@ class DocumentDataModule(SplitDataModule):
             log.info("data 'documents': no test split (%s is absent)", self.paths["test"])
         tokenized = {s: [tokenize(t, self.lowercase) for t, _ in r] for s, r in rows.items()}
         self.vocab = Vocabulary.build(tokenized["train"], self.min_freq, self.max_vocab, self.lowercase)
-        try:
-            self.label_values = sorted({y for _, y in rows["train"]})
-        except TypeError:
-            raise DataError(f"data 'documents': label field '{self.label_field}' of "
-                            f"{self.paths['train']} mixes types") from None
+        self.label_values = self.sorted_labels(rows["train"], self.label_field)
         for s, r in rows.items():
-            labels = self._labels([y for _, y in r], s)
-            self.splits[s], self.stats[s] = encode_documents(
-                tokenized[s], labels, self.vocab, self.max_sentences, self.max_words)
+            self._encode(s, r, tokenized[s])
             st = self.stats[s]
             log.info("data 'documents' %s: %d documents (%d empty); cut %d of %d sentences "
                      "(max_sentences=%d) and %d of %d words (max_words=%d)", s, st["documents"],
@@ -417,22 +304,9 @@ class DocumentDataModule(SplitDataModule):
         data = self.splits[split]
         return self._sized_loader(  # sentences, then the longest sentence: similar shapes together
             data, lambda: [len(sl) * 1000 + (int(sl.max()) if len(sl) else 0) for sl in data.sent_lens],
-            collate_documents, train)
+            self.collate, train)
 
-    def missing_test(self) -> Optional[str]:
-        if not self.has_test:
-            return (f"data 'documents': no test split (test_path={str(self.paths['test'] or '')!r} "
-                    "is absent); run with test=false")
-        return None
-
-    def example_batch(self, n: int, split: str = "val") -> Dict[str, torch.Tensor]:
-        """``n`` documents of a split as a batch (renderings, dashboards), taken across the labels
-        (the first of each label, then the second, ...: files may be sorted by label)."""
-        from attnflow.data.examples import spread_over_labels
-
-        self.setup()
-        data = self.splits[split]
-        return collate_documents([data[i] for i in spread_over_labels(data.labels, n).tolist()])
+    collate = staticmethod(collate_documents)
 
 
 def encode_texts(texts: Sequence[str], vocab: Vocabulary, max_sentences: int, max_words: int):

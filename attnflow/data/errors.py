@@ -1,8 +1,5 @@
-"""Errors of data files, and reading their lines with errors that name the file and the line.
-
-A missing, empty, truncated, non-UTF-8 or malformed data file is a setup mistake: it raises
-:class:`DataError` (a ``ConfigError``: one-line message, exit status 2, no traceback).
-"""
+"""Data file errors (a :class:`DataError` is a ``ConfigError``: one line, exit status 2), and
+reading lines with errors that name the file and the line."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Choosing the validation examples that dashboards show: spread across labels.
-
-Data files are often sorted by label (the IMDB dev file: all negative reviews first), so "the
-first n" would show one class only. :func:`spread_over_labels` takes them round-robin over the
-labels instead: the first item of each label (in label order), then the second of each, ...
-"""
+"""Validation examples for dashboards, spread across labels (data files are often sorted by
+label, so "the first n" would show one class)."""
 
 from __future__ import annotations
 
@@ -13,9 +9,8 @@ import torch
 
 
 def spread_over_labels(labels: Sequence[int] | torch.Tensor, n: int) -> torch.Tensor:
-    """Indices of ``n`` items (fewer if there are fewer) taken round-robin over the labels, each
-    label's items in their order: e.g. labels [0, 0, 0, 1, 1] and n = 3 give [0, 3, 1]. The
-    indices are on the labels' device (a GPU run's graph stays on its GPU)."""
+    """Indices of ``n`` items taken round-robin over the labels, each label's in order: labels
+    [0, 0, 0, 1, 1] and n = 3 give [0, 3, 1]; on the labels' device."""
     labels = torch.as_tensor(labels).flatten()
     if n <= 0 or labels.numel() == 0:
         return torch.zeros(0, dtype=torch.long, device=labels.device)

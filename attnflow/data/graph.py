@@ -1,25 +1,16 @@
-"""Node-classification data on one graph: the shared LightningDataModule of graph data sets.
+"""Node classification on one graph: the LightningDataModule the graph data sets share.
 
-A subclass provides ``load() -> torch_geometric.data.Data`` with ``x`` (N, F), ``edge_index``
-(2, E), ``y`` ((N,) class ids, or (N, C) 0/1 for multi-label) and boolean ``train_mask``,
-``val_mask``, ``test_mask``. Every batch is such a ``Data`` whose ``<split>_mask`` marks the nodes
-the loss and metrics of that split count.
-
-Loaders (``loader``):
-
-- ``full`` — the whole graph is one batch every epoch (the paper's transductive training).
-- ``khop`` — mini-batches that need no extra packages: the split's nodes are cut into batches of
-  ``batch_size`` seeds (a fixed random partition; batch order shuffled each epoch) and each batch
-  is the ``num_hops``-hop subgraph around its seeds (``torch_geometric.utils.k_hop_subgraph``), so
-  a ``num_hops``-layer model sees each seed's full receptive field; only the seeds count. A plain
-  map-style dataset, so under DDP Lightning's DistributedSampler splits the batches over ranks.
-- ``neighbor`` — PyG's ``NeighborLoader`` (GraphSAGE-style sampling of ``num_neighbors`` per hop);
-  needs ``pyg-lib`` or ``torch-sparse`` (``pip install -e ".[graph-sampling]" -f
-  https://data.pyg.org/whl/torch-2.13.0+cpu.html``; neither is on the package index).
+A subclass's ``load()`` gives a ``torch_geometric.data.Data`` with ``x`` (N, F), ``edge_index``,
+``y`` ((N,) ids or (N, C) 0/1) and boolean ``<split>_mask``; each batch is such a ``Data`` whose
+``<split>_mask`` marks the nodes the split's loss and metrics count. ``loader``: ``full`` (the
+whole graph each step, as Veličković et al. 2018 train), ``khop`` (seed batches of ``batch_size``
+with their ``num_hops``-hop subgraph: a ``num_hops``-layer model sees each seed's whole receptive
+field) or ``neighbor`` (PyG's ``NeighborLoader``; needs pyg-lib or torch-sparse).
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, List, Mapping, Optional
 
 import pytorch_lightning as pl
@@ -29,6 +20,8 @@ from torch_geometric.data import Data
 from torch_geometric.utils import k_hop_subgraph
 
 from attnflow.config.registry import ConfigError
+from attnflow.data.base import eval_sampler
+from attnflow.io.console import warn_unread
 
 SPLITS = ("train", "val", "test")
 
@@ -69,41 +62,37 @@ class KHopBatches(Dataset):
         return out
 
 
-def _check_loader(name: str, loader: str) -> None:
-    if loader == "neighbor" and not neighbor_sampling_available():
-        raise ConfigError(
-            f"data '{name}': data.loader=neighbor (PyG's NeighborLoader) needs pyg-lib or "
-            "torch-sparse, and neither is installed. Install one from PyG's wheel index, e.g. "
-            "pip install pyg-lib -f https://data.pyg.org/whl/torch-2.13.0+cpu.html "
-            "(or +cu128 for CUDA), or use data.loader=khop (no extra packages).")
-
-
 class GraphDataModule(pl.LightningDataModule):
     """Base class: one graph, full-batch or mini-batch loaders (see the module docstring)."""
 
     name = "graph"
-
     interface = "graph"  # graphs: the gat model, the node_classification task
+    seed_makes_graph = False  # else the seed is read by the khop partition only
 
     def __init__(self, *, loader: str = "full", batch_size: int = 512, num_hops: int = 2,
                  num_neighbors: Optional[List[int]] = None, seed: int = 1234):
         super().__init__()
-        _check_loader(self.name, loader)
+        if loader == "neighbor" and not neighbor_sampling_available():
+            raise ConfigError(
+                f"data '{self.name}': data.loader=neighbor (PyG's NeighborLoader) needs pyg-lib or "
+                "torch-sparse, neither installed: pip install pyg-lib -f https://data.pyg.org/whl/"
+                "torch-2.13.0+cpu.html (or +cu128), or use data.loader=khop (no extra packages).")
+        given = {"batch_size": batch_size, "num_hops": num_hops, "num_neighbors": num_neighbors,
+                 "seed": seed}
+        read = {"batch_size": loader != "full", "num_hops": loader == "khop",
+                "num_neighbors": loader == "neighbor", "seed": self.seed_makes_graph or loader == "khop"}
+        defaults = inspect.signature(type(self).__init__).parameters
+        for field, value in given.items():
+            if not read[field] and value is not None and value != defaults[field].default:
+                warn_unread(f"data '{self.name}': {field}={value}", f"loader={loader} does not read it")
         self.loader, self.batch_size, self.num_hops = loader, batch_size, num_hops
         self.num_neighbors = list(num_neighbors or [10, 10])
         self.seed = seed
         self.data: Optional[Data] = None
 
-    @classmethod
-    def check_config(cls, cfg: Mapping[str, Any]) -> None:
-        """A loader whose packages are missing."""
-        _check_loader(cfg["data"].get("name", cls.name), cfg["data"].get("loader", "full"))
-
-    # -- what subclasses provide ------------------------------------------------------------------
     def load(self) -> Data:
         raise NotImplementedError
 
-    # -- what models and tasks need to know ----------------------------------------------------
     def _graph(self) -> Data:
         if self.data is None:
             self.data = self.load()
@@ -120,7 +109,6 @@ class GraphDataModule(pl.LightningDataModule):
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
-        """:meth:`model_context` with stand-in sizes (:func:`attnflow.training.validate.check_model_builds`)."""
         return {"in_dim": fields.get("feature_dim", 16), "num_classes": fields.get("num_classes", 3)}
 
     def model_context(self) -> dict:
@@ -129,7 +117,6 @@ class GraphDataModule(pl.LightningDataModule):
     def task_context(self) -> dict:
         return {"num_classes": self.num_classes, "multi_label_data": self.multi_label}
 
-    # -- loaders -------------------------------------------------------------------------------
     def setup(self, stage: Optional[str] = None) -> None:
         self._graph()
 
@@ -139,13 +126,7 @@ class GraphDataModule(pl.LightningDataModule):
             return DataLoader([data], batch_size=1, collate_fn=_first)
         if self.loader == "khop":
             ds = KHopBatches(data, split, self.batch_size, self.num_hops, self.seed)
-            sampler = None
-            if split != "train" and torch.distributed.is_available() and torch.distributed.is_initialized():
-                # Lightning's DistributedSampler pads by repeating batches: evaluation would count
-                # those seeds twice; this one gives ranks one batch more or less instead
-                from pytorch_lightning.overrides.distributed import UnrepeatedDistributedSampler
-
-                sampler = UnrepeatedDistributedSampler(ds, shuffle=False)
+            sampler = None if split == "train" else eval_sampler(ds)  # DDP: each seed once
             return DataLoader(ds, batch_size=1, shuffle=split == "train", sampler=sampler,
                               collate_fn=_first)
         from torch_geometric.loader import NeighborLoader

@@ -1,20 +1,7 @@
-"""Parallel text: line-aligned source/target files, subword tokenisation, length-bucketed batches.
-
-Files are ``<root>/<split>.<lang>`` or ``<root>/<split>.<lang>.gz`` (Multi30k: train, val,
-test_2016_flickr; en and de), line i of the source file translating line i of the target file.
-Either direction works (``src_lang``/``tgt_lang``). Nothing is downloaded. A missing, empty or
-cut-short file raises :class:`~attnflow.data.errors.DataError` naming it (and the line).
-
-Tokenisation: HF ``tokenizers``, NFKC (optionally lower-casing), a Metaspace + punctuation
-pre-tokeniser (decoding restores the spacing, so output is plain text for sacreBLEU), and a BPE
-(Sennrich et al. 2016) or WordPiece model trained on the training split only; one tokenizer for
-both sides with ``shared_vocab`` (tied embeddings), else one per language. They are saved in
-``<run_dir>/tokenizer/`` and read back from there (resume, evaluation, ``attnflow-translate``).
-Token ids: 0 ⟨pad⟩, 1 ⟨bos⟩, 2 ⟨eos⟩, 3 ⟨unk⟩.
-
-Batches: ``src`` (B, S), ``src_lengths`` (B,), ``tgt_in`` = ⟨bos⟩ y (B, T), ``tgt_out`` = y ⟨eos⟩
-(B, T), padded with 0, and ``idx`` (B,) the pairs' line numbers (for the untokenised references).
-Training batches group pairs of similar length, so little compute goes to padding.
+"""Parallel text: line-aligned ``<root>/<split>.<lang>[.gz]`` files (Multi30k), subword
+tokenisation and length-bucketed batches. Tokenizers: NFKC (optionally lower case), Metaspace +
+punctuation (decoding restores plain text for sacreBLEU), BPE (Sennrich et al. 2016) or WordPiece
+trained on the training split (one for both sides with ``shared_vocab``), saved with the run.
 """
 
 from __future__ import annotations
@@ -25,21 +12,14 @@ from typing import Annotated, Any, Dict, List, Literal, Mapping, Optional, Seque
 import torch
 from torch.utils.data import DataLoader
 
-from attnflow.data.base import SplitDataModule
+from attnflow.data.base import BOS, EOS, PAD, SplitDataModule, collate_seq2seq, eval_sampler
 from attnflow.data.buckets import BucketBatchSampler, trainer_epoch
 from attnflow.data.errors import DataError, DataFileNotFoundError, numbered_lines
-from attnflow.data.sampling import eval_sampler
 from attnflow.config.registry import DATA, ConfigError, NonNegativeInt, PositiveInt, Range
 from attnflow.io.text import atomic_path
 
-PAD, BOS, EOS, UNK = 0, 1, 2, 3
+UNK = 3
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
-
-
-def read_lines(path: Path) -> List[str]:
-    """Lines of a plain or gzipped UTF-8 text file, without line ends; a truncated gzip stream or
-    a file that is not UTF-8 raises :class:`DataError` naming the file and the line."""
-    return [line for _, line in numbered_lines(path, "data 'parallel'")]
 
 
 def find_file(root: Path, stem: str, lang: str) -> Path:
@@ -92,51 +72,17 @@ def load_tokenizer(path: Path):
 
 
 def collate(pairs: Sequence[tuple]) -> Dict[str, torch.Tensor]:
-    """(line index, source ids, target ids) triples -> a padded batch with ⟨bos⟩/⟨eos⟩."""
-    B = len(pairs)
-    S = max(max(len(s) for _, s, _ in pairs), 1)
-    T = max(len(t) for _, _, t in pairs) + 1
-    src = torch.full((B, S), PAD, dtype=torch.long)
-    tgt_in = torch.full((B, T), PAD, dtype=torch.long)
-    tgt_out = torch.full((B, T), PAD, dtype=torch.long)
-    for i, (_, s, t) in enumerate(pairs):
-        src[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-        tgt_in[i, 0] = BOS
-        tgt_in[i, 1 : len(t) + 1] = torch.tensor(t, dtype=torch.long)
-        tgt_out[i, : len(t)] = torch.tensor(t, dtype=torch.long)
-        tgt_out[i, len(t)] = EOS
-    lengths = torch.tensor([max(len(s), 1) for _, s, _ in pairs])
-    idx = torch.tensor([j for j, _, _ in pairs])
-    return {"src": src, "src_lengths": lengths, "tgt_in": tgt_in, "tgt_out": tgt_out, "idx": idx}
-
-
-def _check_langs(src_lang: str, tgt_lang: str) -> None:
-    if src_lang == tgt_lang:
-        raise ConfigError(f"data 'parallel': data.src_lang and data.tgt_lang are both {src_lang!r} "
-                          f"(at 'data.tgt_lang'): a translation needs two languages")
+    """(line index, source ids, target ids) triples -> a padded batch; ``idx`` the lines."""
+    batch = collate_seq2seq([s for _, s, _ in pairs], [t for _, _, t in pairs])
+    batch["idx"] = torch.tensor([j for j, _, _ in pairs])
+    return batch
 
 
 @DATA.register("parallel")
 class ParallelDataModule(SplitDataModule):
-    """Line-aligned parallel text with subword tokenisation (see the module docstring).
-
-    Args:
-        root: the folder holding the files (default '': required; Multi30k:
-            ``${paths.data_dir}/multi30k``).
-        src_lang, tgt_lang: file suffixes of source and target (default 'de', 'en').
-        train, val, test: split file stems (default 'train', 'val', 'test_2016_flickr').
-        tokenizer: 'bpe' or 'wordpiece' (default 'bpe').
-        vocab_size: subword vocabulary size per tokenizer (default 8000).
-        shared_vocab: one tokenizer trained on both sides (default False).
-        lowercase: lower-case everything before tokenising (default False).
-        max_src_len, max_tgt_len: training pairs longer than this (in subwords) are dropped;
-            evaluation sources are truncated (default 100, 100).
-        max_decode_len: longest generated output; 0 = max_tgt_len + 2 (default 0).
-        batch_size: sentence pairs per batch (default 64).
-        max_pairs: use only the first N pairs of every split, 0 = all (default 0; for tests).
-        num_workers: DataLoader workers (default 0).
-        seed: batch shuffling seed (default 1234).
-    """
+    """Line-aligned parallel text (module docstring): training pairs over ``max_src_len`` or
+    ``max_tgt_len`` subwords are dropped, evaluation sources cut; ``max_decode_len`` 0:
+    max_tgt_len + 2; ``max_pairs``: the first N pairs of each split (0: all)."""
 
     run_fixed = ("src_lang", "tgt_lang", "shared_vocab")  # the model's direction and vocabularies
 
@@ -147,15 +93,16 @@ class ParallelDataModule(SplitDataModule):
                  tokenizer: Literal["bpe", "wordpiece"] = "bpe",
                  vocab_size: Annotated[int, Range(ge=5, what="the 4 special tokens and more")] = 8000,
                  shared_vocab: bool = False, lowercase: bool = False,
-                 max_src_len: PositiveInt = 100,
-                 max_tgt_len: PositiveInt = 100, max_decode_len: NonNegativeInt = 0,
-                 batch_size: PositiveInt = 64,
+                 max_src_len: PositiveInt = 100, max_tgt_len: PositiveInt = 100,
+                 max_decode_len: NonNegativeInt = 0, batch_size: PositiveInt = 64,
                  max_pairs: NonNegativeInt = 0, num_workers: NonNegativeInt = 0, seed: int = 1234):
         super().__init__()
         if not root:
             raise ValueError("data 'parallel': set 'root' to the folder of the text files "
                              "(Multi30k: ${paths.data_dir}/multi30k)")
-        _check_langs(src_lang, tgt_lang)
+        if src_lang == tgt_lang:
+            raise ConfigError(f"data 'parallel': data.src_lang and data.tgt_lang are both "
+                              f"{src_lang!r} (at 'data.tgt_lang'): a translation needs two languages")
         self.root, self.src_lang, self.tgt_lang = Path(root), src_lang, tgt_lang
         self.stems = {"train": train, "val": val, "test": test}
         self.kind, self.vocab, self.shared, self.lowercase = tokenizer, vocab_size, shared_vocab, lowercase
@@ -167,19 +114,13 @@ class ParallelDataModule(SplitDataModule):
         self.text: Dict[str, tuple] = {}  # split -> (source lines, target lines)
         self.splits: Dict[str, list] = {}  # split -> [(line, src ids, tgt ids)]
 
-    # -- run directory and tokenizers -------------------------------------------------------------
-    def set_run_dir(self, run_dir) -> None:
-        """Where the tokenizers are saved (``<run_dir>/tokenizer/``), and loaded from if there."""
-        self.run_dir = Path(run_dir)
-
     def tokenizer_files(self, folder: Path) -> Dict[str, Path]:
         if self.shared:
             return {"src": folder / "shared.json", "tgt": folder / "shared.json"}
         return {"src": folder / f"{self.src_lang}.json", "tgt": folder / f"{self.tgt_lang}.json"}
 
     def load_tokenizers(self, folder, artifacts: Optional[dict] = None) -> None:
-        """The run's tokenizers: the files in ``folder``, else those the checkpoint's
-        ``artifacts`` carry (a checkpoint copied out of its run still works)."""
+        """The run's tokenizers: the files in ``folder``, else the checkpoint's ``artifacts``."""
         files = self.tokenizer_files(Path(folder))
         missing = [str(p) for p in files.values() if not p.is_file()]
         if not missing:
@@ -191,40 +132,26 @@ class ParallelDataModule(SplitDataModule):
                                     f"the checkpoint carries no tokenizers (attnflow_artifacts)")
         from tokenizers import Tokenizer
 
-        try:
-            self.src_tok = Tokenizer.from_str(saved["src"])
-            self.tgt_tok = self.src_tok if self.shared else Tokenizer.from_str(saved["tgt"])
-        except Exception as err:  # noqa: BLE001  (tokenizers raises its own Exception type)
-            raise FileNotFoundError(f"data 'parallel': no tokenizer file {', '.join(missing)}, and "
-                                    f"the checkpoint's tokenizers cannot be read: {err}") from None
+        self.src_tok = Tokenizer.from_str(saved["src"])
+        self.tgt_tok = self.src_tok if self.shared else Tokenizer.from_str(saved["tgt"])
 
     def artifacts(self) -> dict:
-        """What using the weights needs besides them, stored in every checkpoint: the
-        tokenizers as JSON text."""
+        """The tokenizers as JSON text (stored in every checkpoint)."""
         self.prepare_tokenizers()
         return {"tokenizers": {"src": self.src_tok.to_str(), "tgt": self.tgt_tok.to_str()}}
 
-    @classmethod
-    def check_config(cls, cfg: Mapping[str, Any]) -> None:
-        """Source and target languages differ."""
-        fields = cfg["data"]
-        _check_langs(fields["src_lang"], fields["tgt_lang"])
-
     def setup_evaluation(self, run_dir, artifacts: dict, split: str) -> None:
-        """Only what evaluating a trained run on ``split`` needs: its tokenizers and that split."""
+        """The run's tokenizers and ``split`` only (attnflow-eval)."""
         self.load_tokenizers(Path(run_dir) / "tokenizer", artifacts)
-        src, tgt = self.split_text(split)  # DataError when a file is missing, empty or cut short
-        s_ids = [e.ids for e in self.src_tok.encode_batch(src)]
-        t_ids = [e.ids for e in self.tgt_tok.encode_batch(tgt)]
         self.splits = {s: [] for s in ("train", "val", "test")}  # setup() reads none of them
-        self.splits[split] = [(i, s[: self.max_src_len], t) for i, (s, t) in enumerate(zip(s_ids, t_ids))]
+        self.splits[split] = self._encode(split)
 
     def split_text(self, split: str) -> tuple:
         """(source lines, target lines) of a split as read (after ``max_pairs``), cached."""
         if split not in self.text:
             stem = self.stems[split]
             files = [find_file(self.root, stem, lang) for lang in (self.src_lang, self.tgt_lang)]
-            src, tgt = (read_lines(f) for f in files)
+            src, tgt = ([line for _, line in numbered_lines(f, "data 'parallel'")] for f in files)
             for f, lines in zip(files, (src, tgt)):
                 if not any(line.strip() for line in lines):  # else a run trains on nothing, exit 0
                     raise DataError(f"data 'parallel': {f} is empty ({len(lines)} lines, none with "
@@ -256,15 +183,12 @@ class ParallelDataModule(SplitDataModule):
             folder.mkdir(parents=True, exist_ok=True)
             files = self.tokenizer_files(folder)
             for tok, path in ((self.src_tok, files["src"]), (self.tgt_tok, files["tgt"])):
-                # atomically: under DDP every rank trains and saves the (same) tokenizers, and a
-                # rank that finds the files loads them; it must never read a half-written one
                 with atomic_path(path) as tmp:
                     tok.save(str(tmp))
 
-    # -- what models and tasks need ----------------------------------------------------------------
     @classmethod
     def one_vocabulary(cls, fields: Mapping[str, Any]) -> bool:
-        """Whether source and target tokens share one vocabulary (ids), as tied embeddings need."""
+        """Whether source and target share one vocabulary, as tied embeddings need."""
         return bool(fields["shared_vocab"])
 
     @classmethod
@@ -274,8 +198,7 @@ class ParallelDataModule(SplitDataModule):
 
     @classmethod
     def longest_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:
-        """The most positions a sequence model is given (sources, ⟨bos⟩-led targets, decoded
-        outputs), and why (``{at}``: the data config's path)."""
+        """The most positions a sequence model is given, and why."""
         src, tgt = fields["max_src_len"], fields["max_tgt_len"]
         decode = fields["max_decode_len"] or tgt + 2
         why = (f"{{at}}max_src_len={src}, {{at}}max_tgt_len={tgt} (+ ⟨bos⟩), outputs decoded to "
@@ -284,7 +207,6 @@ class ParallelDataModule(SplitDataModule):
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
-        """:meth:`model_context` with stand-in sizes (both sides equal, as tied embeddings need)."""
         return {"src_vocab": fields["vocab_size"], "tgt_vocab": fields["vocab_size"], "pad_id": PAD}
 
     def model_context(self) -> dict:
@@ -317,25 +239,27 @@ class ParallelDataModule(SplitDataModule):
         tgt = self.split_text(split)[1]
         return [tgt[i] for i in idx]
 
-    # -- data --------------------------------------------------------------------------------------
+    def _encode(self, split: str) -> list:
+        """[(line, source ids, target ids)]: training pairs too long or empty dropped, every
+        evaluation pair kept, its source cut."""
+        src, tgt = self.split_text(split)
+        pairs = enumerate(zip((e.ids for e in self.src_tok.encode_batch(src)),
+                              (e.ids for e in self.tgt_tok.encode_batch(tgt))))
+        if split != "train":
+            return [(i, s[: self.max_src_len], t) for i, (s, t) in pairs]
+        out = [(i, s, t) for i, (s, t) in pairs
+               if 0 < len(s) <= self.max_src_len and 0 < len(t) <= self.max_tgt_len]
+        if not out:
+            raise DataError(f"data 'parallel': no training pair of {self.root}/{self.stems[split]}."
+                            f"{{{self.src_lang},{self.tgt_lang}}} fits max_src_len={self.max_src_len} "
+                            f"and max_tgt_len={self.max_tgt_len} subwords; raise them")
+        return out
+
     def setup(self, stage: Optional[str] = None) -> None:
         self.prepare_tokenizers()
         for split in ("train", "val", "test"):
-            if split in self.splits:
-                continue
-            src, tgt = self.split_text(split)
-            s_ids = [e.ids for e in self.src_tok.encode_batch(src)]
-            t_ids = [e.ids for e in self.tgt_tok.encode_batch(tgt)]
-            if split == "train":
-                self.splits[split] = [(i, s, t) for i, (s, t) in enumerate(zip(s_ids, t_ids))
-                                      if 0 < len(s) <= self.max_src_len and 0 < len(t) <= self.max_tgt_len]
-                if not self.splits[split]:
-                    raise DataError(
-                        f"data 'parallel': no training pair of {self.root}/{self.stems[split]}."
-                        f"{{{self.src_lang},{self.tgt_lang}}} fits max_src_len={self.max_src_len} and "
-                        f"max_tgt_len={self.max_tgt_len} subwords; raise them")
-            else:  # every evaluation pair counts
-                self.splits[split] = [(i, s[: self.max_src_len], t) for i, (s, t) in enumerate(zip(s_ids, t_ids))]
+            if split not in self.splits:
+                self.splits[split] = self._encode(split)
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         self.setup()

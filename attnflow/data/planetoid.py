@@ -1,16 +1,8 @@
-"""Planetoid citation graphs (Cora, CiteSeer, PubMed) with the standard public split.
-
-Source: Yang, Cohen & Salakhutdinov 2016, "Revisiting semi-supervised learning with graph
-embeddings" (the split: 20 labelled nodes per class for training, 500 validation, 1000 test);
-used by Veličković et al. 2018 (GAT). Read from ``<root>/<Name>/raw/ind.<name>.{x,tx,allx,y,ty,
-ally,graph,test.index}`` (PyG's raw layout) with PyG's own reader, made undirected as the GAT
-authors' loader reads the graph (an edge listed one way only is kept both ways). Nothing is
-downloaded or written; the pickled SciPy feature matrices are rebuilt with NumPy (no SciPy). A
-missing, empty, truncated or crafted raw file raises :class:`~attnflow.data.errors.DataError`
-naming it; the row counts of the files of one node set must agree (this catches a truncated
-``test.index``).
-
-Features are row-normalised (each node's features sum to 1), as in the GAT paper's code.
+"""Planetoid citation graphs (Cora, CiteSeer, PubMed) with the public split of Yang, Cohen &
+Salakhutdinov 2016 (20 labelled nodes per class, 500 validation, 1000 test), as GAT (Veličković et
+al. 2018) uses them. Read from PyG's raw layout ``<root>/<Name>/raw/ind.<name>.*`` with PyG's own
+reader, the pickles unpickled with NumPy and SciPy classes only (no code run), made undirected as the GAT
+authors' loader reads it; features row-normalised as in their code. Nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -21,7 +13,6 @@ from pathlib import Path
 from typing import Any, List, Literal, Mapping, Optional
 from unittest import mock
 
-import numpy as np
 import torch
 from torch_geometric.data import Data
 from torch_geometric.utils import to_undirected
@@ -32,26 +23,6 @@ from attnflow.config.registry import DATA, PositiveInt
 
 NAMES = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
 RAW_FILES = ["x", "tx", "allx", "y", "ty", "ally", "graph", "test.index"]
-
-
-class _SparseMatrix:
-    """Stands in for a pickled ``scipy.sparse`` CSR/CSC matrix; ``todense()`` with NumPy."""
-
-    def __init__(self, *args, **kwargs):
-        pass
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-
-    def todense(self) -> np.ndarray:
-        n, m = self._shape
-        fmt = getattr(self, "format", "csr")
-        rows, cols = (n, m) if fmt == "csr" else (m, n)
-        out = np.zeros((rows, cols), dtype=np.float32)
-        indptr = np.asarray(self.indptr)
-        major = np.repeat(np.arange(rows), np.diff(indptr))
-        out[major, np.asarray(self.indices)] = np.asarray(self.data, dtype=np.float32)
-        return out if fmt == "csr" else out.T
 
 
 # what the Planetoid raw files hold: NumPy arrays, SciPy sparse matrices, a defaultdict of lists
@@ -65,8 +36,10 @@ class _Unpickler(pickle.Unpickler):
     """Loads only the types the raw files hold, so a crafted file cannot run code."""
 
     def find_class(self, module, name):
-        if module.startswith("scipy.sparse"):
-            return _SparseMatrix
+        if module.startswith("scipy.sparse") and name in ("csr_matrix", "csc_matrix"):
+            import scipy.sparse
+
+            return getattr(scipy.sparse, name)
         if (module, name) not in _ALLOWED:
             raise pickle.UnpicklingError(
                 f"a Planetoid raw file may hold only NumPy arrays, SciPy sparse matrices and lists; "
@@ -80,11 +53,7 @@ class _PickleShim:  # what torch_geometric.io.planetoid calls as ``pickle.load``
         try:
             return _Unpickler(f, encoding=encoding).load()
         except (pickle.UnpicklingError, EOFError, ValueError) as err:
-            what = str(err)
-            if isinstance(err, EOFError) or what in ("", "Ran out of input"):
-                what = "the file ends early: it is truncated or empty"
-            elif "truncated" in what:
-                what += " (the file is cut short)"
+            what = "the file ends early: it is truncated or empty" if isinstance(err, EOFError) else err
             raise DataError(f"data 'planetoid': cannot read {getattr(f, 'name', 'a raw file')}: "
                             f"{what}") from None
 
@@ -94,9 +63,8 @@ _SAME_ROWS = [("x", "y"), ("allx", "ally"), ("tx", "ty", "test.index")]
 
 
 def _counting(read_file, folder: Path, key: str):
-    """PyG's ``read_file`` that also checks, when the last file (test.index) is read, that the
-    files of each node set have as many rows: a text file cut at a line end (``test.index``) or an
-    empty one unpickles or parses without error, and PyG would build a wrong graph from it."""
+    """PyG's ``read_file`` that checks, once test.index is read, that the files of each node set
+    have as many rows (a file cut at a line end parses without error, into a wrong graph)."""
     rows: dict = {}
 
     def read(folder_, prefix, name):
@@ -142,8 +110,7 @@ def read_planetoid(root: str | Path, name: str) -> Data:
             mock.patch.object(pyg_planetoid, "read_file", _counting(pyg_planetoid.read_file, folder, key)):
         warnings.simplefilter("ignore")
         data = pyg_planetoid.read_planetoid_data(str(folder), key)
-    # the authors' loader (networkx.from_dict_of_lists) reads the graph as undirected; PyG keeps
-    # the dict's lists as directed edges, so a list that names i → j without j → i would lose j → i
+    # the authors' loader (networkx.from_dict_of_lists) reads i → j as undirected; PyG would not
     data.edge_index = to_undirected(data.edge_index, num_nodes=data.num_nodes)
     return data
 
@@ -155,20 +122,8 @@ def normalize_rows(x: torch.Tensor) -> torch.Tensor:
 
 @DATA.register("planetoid")
 class PlanetoidDataModule(GraphDataModule):
-    """Cora, CiteSeer or PubMed with the public split, as one graph.
-
-    Args:
-        dataset: 'Cora', 'CiteSeer' or 'PubMed' (default 'Cora').
-        root: the folder holding ``<Name>/raw/`` (default ``${paths.data_dir}/planetoid`` in YAML;
-            here '.').
-        normalize_features: row-normalise the bag-of-words features (default True).
-        loader: 'full' (one batch), 'khop' or 'neighbor' (mini-batches; see
-            :mod:`attnflow.data.graph`) (default 'full').
-        batch_size: seed nodes per mini-batch (default 512).
-        num_hops: hops of 'khop' subgraphs (default 2: a 2-layer GAT's receptive field).
-        num_neighbors: neighbours sampled per hop by 'neighbor' (default [10, 10]).
-        seed: the mini-batch partition's seed (default 1234).
-    """
+    """Cora, CiteSeer or PubMed with the public split, as one graph; ``root`` holds
+    ``<Name>/raw/``; loader fields as in :mod:`attnflow.data.graph`."""
 
     known_multi_label = False  # Cora, CiteSeer, PubMed: one class per node
     # (features, classes) of each set (Yang et al. 2016, Table 1; Kipf & Welling 2017, Table 1)
@@ -185,8 +140,8 @@ class PlanetoidDataModule(GraphDataModule):
     def __init__(self, *, dataset: Literal["Cora", "CiteSeer", "PubMed"] = "Cora", root: str = ".",
                  normalize_features: bool = True,
                  loader: Literal["full", "khop", "neighbor"] = "full",
-                 batch_size: PositiveInt = 512,
-                 num_hops: PositiveInt = 2, num_neighbors: List[int] = [10, 10],  # noqa: B006
+                 batch_size: PositiveInt = 512, num_hops: PositiveInt = 2,
+                 num_neighbors: List[int] = [10, 10],  # noqa: B006
                  seed: int = 1234):
         super().__init__(loader=loader, batch_size=batch_size, num_hops=num_hops,
                          num_neighbors=num_neighbors, seed=seed)

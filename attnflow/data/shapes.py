@@ -1,26 +1,12 @@
-"""A synthetic image-captioning set the package makes itself: a few coloured shapes on a canvas
-and a caption naming them with their spatial relations.
-
-For Show, Attend and Tell (Xu et al. 2015): every word that names a shape (colour and noun) comes
-with that shape's exact pixel mask, so a test can measure the attention mass on the named shape
-against the uniform share 1/L. It trains on the CPU in minutes with no downloads.
-
-An image is (3, H, W) float in [0, 1]: a black or grey canvas with 1..``max_shapes`` shapes
-(circle, square, triangle) of distinct colours (red, green, blue, yellow: pure RGB values, never
-equal to the canvas) each drawn whole inside its own cell of a ``grid`` × ``grid`` layout, so the
-shapes never overlap and each one's pixels are exactly the pixels of its colour. Captions come from
-a small grammar whose relations hold between the shapes' centres (image rows grow downwards)::
+"""Synthetic image captioning for Show, Attend and Tell (Xu et al. 2015): coloured shapes, each
+whole in its own cell of a ``grid`` × ``grid`` layout, and a caption naming them; every named
+shape's pixels are known (the ground truth of the grounding test). The grammar::
 
     caption  := object ( relation object ( "and" relation object )* )?
     object   := "a" COLOUR SHAPE
     relation := "left of" | "right of" | "above" | "below"
 
-e.g. "a red circle left of a blue square", "a green triangle above a yellow circle and right of
-a red square", "a blue square". Every relation is said of the first shape (the subject).
-
-Example ``i`` of a :class:`ShapesCaptions` set is drawn from its own ``random.Random(seed + i)``
-(no global RNG), so it can be regenerated alone. Token ids follow :mod:`attnflow.data.synthetic`:
-0 ⟨pad⟩, 1 ⟨bos⟩, 2 ⟨eos⟩, then 3 ⟨unk⟩ and the words of the training captions.
+Example ``i`` is drawn from its own ``random.Random(seed + i)``.
 """
 
 from __future__ import annotations
@@ -34,7 +20,10 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 import torch
 from torch.utils.data import Dataset
 
-PAD, BOS, EOS, UNK = 0, 1, 2, 3
+from attnflow.config.registry import ConfigError
+from attnflow.data.base import BOS, EOS, PAD, frame_targets
+
+UNK = 3
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 
 SHAPES = ("circle", "square", "triangle")
@@ -49,10 +38,7 @@ SPLIT_STRIDE = 10_000_000
 
 @dataclass
 class Shape:
-    """One drawn shape: what it is, where it is (grid cell, centre in pixels), and its pixels.
-
-    ``box`` is (x_min, y_min, x_max, y_max), inclusive pixel indices of ``mask``'s True pixels.
-    """
+    """One drawn shape; ``box`` = inclusive (x_min, y_min, x_max, y_max) of ``mask``."""
 
     kind: str
     colour: str
@@ -83,8 +69,7 @@ class ShapesExample:
         return None if j < 0 else (self.shapes[j].box, self.shapes[j].mask)
 
     def word_masks(self) -> torch.Tensor:
-        """(T, H, W) bool: per word the named shape's mask, all False for other words — ready to
-        sum attention mass over (once attention maps are upsampled to the image size)."""
+        """(T, H, W) bool: per word the named shape's mask (all False for other words)."""
         H, W = self.image.shape[1:]
         out = torch.zeros(len(self.words), H, W, dtype=torch.bool)
         for t, j in enumerate(self.word_shape):
@@ -113,8 +98,7 @@ def _box(mask: torch.Tensor) -> Tuple[int, int, int, int]:
 
 
 def relation(subject: Shape, other: Shape) -> List[str]:
-    """The relations that hold for "subject REL other", from the cells (equivalently the
-    centres: each shape lies inside its own cell, so cell order is centre order)."""
+    """The relations that hold for "subject REL other" (cell order is centre order)."""
     (r0, c0), (r1, c1) = subject.cell, other.cell
     out = []
     if c0 != c1:
@@ -126,16 +110,8 @@ def relation(subject: Shape, other: Shape) -> List[str]:
 
 def make_example(seed: int, *, size: int = 64, grid: int = 3, min_shapes: int = 1,
                  max_shapes: int = 3, background: str = "black") -> ShapesExample:
-    """Draw one example from ``random.Random(seed)`` alone (see the module docstring).
-
-    Args:
-        size: image height and width in pixels (default 64).
-        grid: cells per side of the layout (default 3: a 3×3 grid).
-        min_shapes, max_shapes: shapes per image, inclusive (default 1..3).
-        background: 'black', 'grey' or 'mixed' (each image picks one) (default 'black').
-    """
-    check_options(size=size, grid=grid, min_shapes=min_shapes, max_shapes=max_shapes,
-                  background=background)
+    """One example from ``random.Random(seed)`` alone; ``background`` 'mixed': each image
+    picks black or grey."""
     rng = random.Random(seed)
     bg = rng.choice(sorted(BACKGROUNDS)) if background == "mixed" else background
     n = rng.randint(min_shapes, max_shapes)
@@ -162,9 +138,8 @@ def make_example(seed: int, *, size: int = 64, grid: int = 3, min_shapes: int = 
 
 def caption_words(shapes: Sequence[Shape], order: Sequence[int], rels: Sequence[str]
                   ) -> Tuple[List[str], List[int]]:
-    """The grammar: shape ``order[0]`` is the subject, then for each next shape of ``order`` its
-    relation from ``rels`` ("and" before every relation after the first). Returns the words and,
-    per word, the index of the shape it names (-1 for none)."""
+    """The grammar's words for subject ``order[0]`` and the rest with ``rels``, and per word the
+    index of the shape it names (-1 for none)."""
     s = order[0]
     words, word_shape = ["a", shapes[s].colour, shapes[s].kind], [-1, s, s]
     for k, (j, rel) in enumerate(zip(order[1:], rels)):
@@ -178,11 +153,8 @@ def caption_words(shapes: Sequence[Shape], order: Sequence[int], rels: Sequence[
 
 
 def all_captions(example: ShapesExample) -> List[List[str]]:
-    """Every caption the grammar allows for the drawn shapes: any shape as the subject, the others
-    in any order, each with any relation that holds (up to 3 · 2 · 2 · 2 = 24 for three shapes).
-    The example's own caption comes first. A caption drawn by :func:`make_example` is one
-    arbitrary choice among these, so scoring generated captions against all of them (as COCO
-    scores against five human captions) does not punish a correct caption for another choice."""
+    """Every caption the grammar allows for the drawn shapes (any subject, order and true
+    relation), the drawn one first: BLEU's references, as COCO scores against five captions."""
     out = [list(example.words)]
     seen = {tuple(example.words)}
     for order in permutations(range(len(example.shapes))):
@@ -195,35 +167,22 @@ def all_captions(example: ShapesExample) -> List[List[str]]:
     return out
 
 
-def check_options(*, size: int, grid: int, min_shapes: int, max_shapes: int, background: str) -> None:
-    """Impossible settings: a ValueError naming the field and what is allowed."""
+def check_options(*, size: int, grid: int, min_shapes: int, max_shapes: int, **_) -> None:
     if grid < 2:
-        raise ValueError(f"data 'shapes': grid must be >= 2 (cells per side), got {grid}")
+        raise ConfigError(f"data 'shapes': grid must be >= 2 (cells per side), got {grid}")
     if size < 16 * grid:  # cells under 16 px draw circles, squares, triangles alike
-        raise ValueError(f"data 'shapes': size must be >= 16 * grid = {16 * grid} pixels so the "
-                         f"shapes stay distinguishable, got size={size} with grid={grid}")
+        raise ConfigError(f"data 'shapes': size must be >= 16 * grid = {16 * grid} pixels so the "
+                          f"shapes stay distinguishable, got size={size} with grid={grid}")
     top = min(grid * grid, len(COLOURS))
     if not 1 <= min_shapes <= max_shapes <= top:
-        raise ValueError(f"data 'shapes': need 1 <= min_shapes <= max_shapes <= {top} (cells and "
-                         f"distinct colours), got min_shapes={min_shapes}, max_shapes={max_shapes}")
-    if background not in (*BACKGROUNDS, "mixed"):
-        raise ValueError(f"data 'shapes': background must be one of black, grey, mixed; "
-                         f"got {background!r}")
+        raise ConfigError(f"data 'shapes': need 1 <= min_shapes <= max_shapes <= {top} (cells and "
+                          f"distinct colours), got min_shapes={min_shapes}, max_shapes={max_shapes}")
 
 
 class ShapesCaptions(Dataset):
-    """``n`` examples; example i is ``make_example(seed + i, **options)``, drawn on access.
-
-    Use :func:`make_splits` for train/val/test sets with disjoint seed ranges.
-    """
+    """``n`` examples; example i is ``make_example(seed + i, **options)``, drawn on access."""
 
     def __init__(self, n: int, seed: int = 1234, **options):
-        if n < 0:
-            raise ValueError(f"data 'shapes': the number of examples must be >= 0, got {n}")
-        unknown = sorted(set(options) - set(_DEFAULTS))
-        if unknown:
-            raise ValueError(f"data 'shapes': unknown option(s) {', '.join(unknown)}; allowed: "
-                             f"{', '.join(_DEFAULTS)}")
         check_options(**{**_DEFAULTS, **options})
         self.n, self.seed, self.options = n, seed, options
 
@@ -244,19 +203,15 @@ _DEFAULTS = dict(size=64, grid=3, min_shapes=1, max_shapes=3, background="black"
 
 def make_splits(train_size: int = 5000, val_size: int = 500, test_size: int = 500,
                 seed: int = 1234, **options) -> Dict[str, ShapesCaptions]:
-    """Train/val/test sets; split k draws from seeds seed + k·SPLIT_STRIDE + i, so the splits
-    never share a seed (the images themselves may coincide by chance: there are few layouts)."""
+    """Train/val/test sets; split k draws from seeds seed + k·SPLIT_STRIDE + i (disjoint)."""
     sizes = {"train": train_size, "val": val_size, "test": test_size}
-    for name, n in sizes.items():
-        if not 0 <= n <= SPLIT_STRIDE:
-            raise ValueError(f"data 'shapes': {name}_size must be in 0..{SPLIT_STRIDE}, got {n}")
     return {name: ShapesCaptions(n, seed + k * SPLIT_STRIDE, **options)
             for k, (name, n) in enumerate(sizes.items())}
 
 
 class Vocab:
-    """Words ↔ ids: ⟨pad⟩ ⟨bos⟩ ⟨eos⟩ ⟨unk⟩ first, then words of at least ``min_freq``
-    occurrences, most frequent first (ties alphabetical), so the ids do not depend on order."""
+    """Words ↔ ids: the specials, then words seen ``min_freq`` times, most frequent first (ties
+    alphabetical)."""
 
     def __init__(self, itos: Sequence[str]):
         if list(itos[: len(SPECIALS)]) != SPECIALS:
@@ -290,20 +245,11 @@ class Vocab:
 
 
 def collate(examples: Sequence[ShapesExample], vocab: Vocab) -> Dict[str, torch.Tensor]:
-    """Stack images and frame captions as in :func:`attnflow.data.synthetic.collate`:
-    ``tgt_in`` = ⟨bos⟩ w…, ``tgt_out`` = w… ⟨eos⟩, ⟨pad⟩ after; ``regions`` (B, T, H, W) bool is
-    the named shape's mask for each ``tgt_out`` word (False elsewhere)."""
-    B, T = len(examples), max(len(e.words) for e in examples) + 1
-    H, W = examples[0].image.shape[1:]
-    tgt_in = torch.full((B, T), PAD, dtype=torch.long)
-    tgt_out = torch.full((B, T), PAD, dtype=torch.long)
-    regions = torch.zeros(B, T, H, W, dtype=torch.bool)
+    """Images, framed captions, and ``regions`` (B, T, H, W): each ``tgt_out`` word's shape."""
+    ids = [vocab.encode(e.words) for e in examples]
+    tgt_in, tgt_out = frame_targets(ids)
+    regions = torch.zeros(*tgt_out.shape, *examples[0].image.shape[1:], dtype=torch.bool)
     for i, e in enumerate(examples):
-        ids = torch.tensor(vocab.encode(e.words))
-        tgt_in[i, 0] = BOS
-        tgt_in[i, 1 : len(ids) + 1] = ids
-        tgt_out[i, : len(ids)] = ids
-        tgt_out[i, len(ids)] = EOS
-        regions[i, : len(ids)] = e.word_masks()
+        regions[i, : len(ids[i])] = e.word_masks()
     return {"images": torch.stack([e.image for e in examples]), "tgt_in": tgt_in,
             "tgt_out": tgt_out, "regions": regions}

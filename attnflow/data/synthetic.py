@@ -1,10 +1,6 @@
-"""Synthetic sequence-to-sequence data the package makes itself: reverse (or copy, or sort)
-random token sequences of varying length.
-
-The default experiment trains on it, so it runs on a fresh machine with no downloads. Validation
-and test sequences are held out: none of them occurs in the training set. Generation is
-deterministic given ``seed``. Token ids: 0 ⟨pad⟩, 1 ⟨bos⟩, 2 ⟨eos⟩, then the symbols, shown as
-letters (a, b, c, …) on heat maps.
+"""Synthetic sequence-to-sequence data: reverse (or copy, or sort) random token sequences; the
+default experiment trains on it with no downloads. Validation and test sequences never occur in
+training; deterministic in ``seed``. Ids 0 ⟨pad⟩, 1 ⟨bos⟩, 2 ⟨eos⟩, then the symbols (a, b, …).
 """
 
 from __future__ import annotations
@@ -16,11 +12,9 @@ from typing import Annotated, Any, Dict, List, Literal, Mapping, Optional, Seque
 import torch
 from torch.utils.data import DataLoader
 
-from attnflow.data.base import SplitDataModule
-from attnflow.data.sampling import eval_sampler
+from attnflow.data.base import BOS, EOS, PAD, SplitDataModule, collate_seq2seq, eval_sampler
 from attnflow.config.registry import DATA, ConfigError, NonNegativeInt, PositiveInt, Range
 
-PAD, BOS, EOS = 0, 1, 2
 SPECIALS = ["<pad>", "<bos>", "<eos>"]
 
 
@@ -30,65 +24,31 @@ def _symbol_names(n: int) -> List[str]:
 
 
 def collate(pairs: Sequence[tuple]) -> Dict[str, torch.Tensor]:
-    """Pad a list of (source ids, target ids) into a batch with ⟨bos⟩/⟨eos⟩ on the target."""
-    B = len(pairs)
-    S = max(len(s) for s, _ in pairs)
-    T = max(len(t) for _, t in pairs) + 1
-    src = torch.full((B, S), PAD, dtype=torch.long)
-    tgt_in = torch.full((B, T), PAD, dtype=torch.long)
-    tgt_out = torch.full((B, T), PAD, dtype=torch.long)
-    for i, (s, t) in enumerate(pairs):
-        src[i, : len(s)] = torch.tensor(s)
-        tgt_in[i, 0] = BOS
-        tgt_in[i, 1 : len(t) + 1] = torch.tensor(t)
-        tgt_out[i, : len(t)] = torch.tensor(t)
-        tgt_out[i, len(t)] = EOS
-    lengths = torch.tensor([len(s) for s, _ in pairs])
-    return {"src": src, "src_lengths": lengths, "tgt_in": tgt_in, "tgt_out": tgt_out}
-
-
-def _check_lengths(min_len: int, max_len: int) -> None:
-    if not 1 <= min_len <= max_len:
-        raise ConfigError(f"data 'reverse': need 1 <= min_len <= max_len (at 'data.min_len', "
-                          f"'data.max_len'), got {min_len}, {max_len}")
+    """(source ids, target ids) pairs -> a padded batch with ⟨bos⟩/⟨eos⟩ on the target."""
+    return collate_seq2seq([s for s, _ in pairs], [t for _, t in pairs])
 
 
 @DATA.register("reverse")
 class ReverseDataModule(SplitDataModule):
-    """Random sequences x of ``symbols`` symbols, lengths in [min_len, max_len]; target f(x).
-
-    Args:
-        task: 'reverse' (y = x reversed, attention is the anti-diagonal), 'copy' (the diagonal) or
-            'sort' (default 'reverse').
-        symbols: alphabet size (default 20).
-        min_len, max_len: sequence lengths, inclusive (default 4, 16).
-        train_size, val_size, test_size: sequences per split (default 20000, 500, 500).
-        batch_size: (default 64).
-        seed: the generator's seed (default 1234).
-    """
-
+    """Random sequences x of ``symbols`` symbols, lengths in [min_len, max_len]; target f(x):
+    'reverse' (attention on the anti-diagonal), 'copy' (the diagonal) or 'sort'."""
 
     interface = "seq2seq"  # sequence pairs: seq2seq/transformer models, seq2seq/translation tasks
     def __init__(self, *, task: Literal["reverse", "copy", "sort"] = "reverse",
-                 symbols: Annotated[int, Range(ge=2)] = 20,
-                 min_len: PositiveInt = 4, max_len: PositiveInt = 16,
-                 train_size: PositiveInt = 20000, val_size: PositiveInt = 500,
-                 test_size: NonNegativeInt = 500, batch_size: PositiveInt = 64, seed: int = 1234):
+                 symbols: Annotated[int, Range(ge=2)] = 20, min_len: PositiveInt = 4,
+                 max_len: PositiveInt = 16, train_size: PositiveInt = 20000,
+                 val_size: PositiveInt = 500, test_size: NonNegativeInt = 500,
+                 batch_size: PositiveInt = 64, seed: int = 1234):
         super().__init__()
-        _check_lengths(min_len, max_len)
+        if min_len > max_len:
+            raise ConfigError(f"data 'reverse': need 1 <= min_len <= max_len (at 'data.min_len', "
+                              f"'data.max_len'), got {min_len}, {max_len}")
         self.task, self.symbols, self.min_len, self.max_len = task, symbols, min_len, max_len
         self.sizes = {"train": train_size, "val": val_size, "test": test_size}
         self.batch_size, self.seed = batch_size, seed
         self.itos = SPECIALS + _symbol_names(symbols)
         self.splits: Dict[str, list] = {}
 
-    @classmethod
-    def check_config(cls, cfg: Mapping[str, Any]) -> None:
-        """min_len <= max_len."""
-        fields = cfg["data"]
-        _check_lengths(fields["min_len"], fields["max_len"])
-
-    # -- what models and tasks need to know --------------------------------------------------
     @property
     def vocab_size(self) -> int:
         return len(self.itos)
@@ -100,19 +60,17 @@ class ReverseDataModule(SplitDataModule):
 
     @classmethod
     def longest_source_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:
-        """The most positions an encoder is given, and why (``{at}``: the data config's path)."""
+        """The most positions an encoder is given, and why."""
         return fields["max_len"], f"{{at}}max_len={fields['max_len']}"
 
     @classmethod
     def longest_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:
-        """The most positions a sequence model is given (outputs decoded to ``max_len + 2``), and
-        why (``{at}``: the data config's path)."""
+        """The most positions a sequence model is given (outputs: ``max_len + 2``), and why."""
         n = fields["max_len"]
         return n + 2, f"{{at}}max_len={n}: outputs decoded to {n + 2} tokens"
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
-        """:meth:`model_context` with stand-in sizes (:func:`attnflow.training.validate.check_model_builds`)."""
         return {"src_vocab": 32, "tgt_vocab": 32, "pad_id": PAD}
 
     def model_context(self) -> dict:
@@ -122,7 +80,6 @@ class ReverseDataModule(SplitDataModule):
         return {"pad_id": PAD, "bos_id": BOS, "eos_id": EOS, "max_decode_len": self.max_len + 2,
                 "itos": self.itos}
 
-    # -- data ---------------------------------------------------------------------------------
     def _target(self, x: tuple) -> tuple:
         if self.task == "reverse":
             return x[::-1]
@@ -153,7 +110,7 @@ class ReverseDataModule(SplitDataModule):
             self.splits[split] = out
 
     def missing_test(self) -> Optional[str]:
-        if not self.sizes["test"]:  # (an empty test loader tested nothing and reported nothing)
+        if not self.sizes["test"]:
             return "data 'reverse': data.test_size=0, so there is no test split; run with test=false"
         return None
 

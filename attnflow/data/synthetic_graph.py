@@ -1,18 +1,12 @@
-"""A generated graph for node classification (tests, mini-batch and DDP checks; no files).
-
-A stochastic block model: N nodes in C communities; an edge joins two nodes with probability
-``p_in`` if they share a community and ``p_out`` otherwise (undirected: both directions). Node
-features are the sum of the node's community centroids plus Gaussian noise. Single-label: one
-community per node, y (N,) class ids. Multi-label (``multi_label``): each node also joins a second
-random community with probability ``extra_label_prob``; y (N, C) is 0/1 (multi-label node
-classification with per-class sigmoid log-loss, as on PPI in Veličković et al. 2018). Splits are
-random node masks. Generation
-is deterministic given ``seed``.
+"""A generated graph for node classification: a stochastic block model of N nodes in C
+communities (edge probability ``p_in`` within, ``p_out`` across; undirected), features the node's
+community centroids plus Gaussian noise. ``multi_label``: a second community with probability
+``extra_label_prob`` and y (N, C) 0/1, as PPI in Veličković et al. 2018. Deterministic in ``seed``.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, List, Literal, Mapping, Sequence
+from typing import Annotated, List, Literal, Sequence
 
 import torch
 from torch_geometric.data import Data
@@ -65,32 +59,19 @@ def _check_split(split: Sequence[float], num_nodes: int) -> None:
 
 @DATA.register("synthetic_graph")
 class SyntheticGraphDataModule(GraphDataModule):
-    """A stochastic-block-model graph with class-dependent features.
-
-    Args:
-        num_nodes: N (default 400).
-        num_classes: C communities (default 4).
-        feature_dim: (default 16).
-        p_in, p_out: edge probability within / across communities (default 0.05, 0.005).
-        noise: std of the feature noise (default 1.0).
-        multi_label: y is (N, C) 0/1 with up to two labels per node (default False).
-        extra_label_prob: probability of a second label when multi_label (default 0.5).
-        split: fractions of train and validation nodes; the rest is test (default [0.5, 0.25]).
-        loader, batch_size, num_hops, num_neighbors: as in :mod:`attnflow.data.graph`
-            (default 'full', 64, 2, [10, 10]).
-        seed: (default 1234).
-    """
+    """A stochastic-block-model graph; ``split``: train and val fractions, the rest test."""
 
     name = "synthetic_graph"
+    seed_makes_graph = True
     def __init__(self, *, num_nodes: Annotated[int, Range(ge=4)] = 400,
-                 num_classes: Annotated[int, Range(ge=2)] = 4,
-                 feature_dim: PositiveInt = 16,
+                 num_classes: Annotated[int, Range(ge=2)] = 4, feature_dim: PositiveInt = 16,
                  p_in: Annotated[float, Range(ge=0, le=1)] = 0.05,
                  p_out: Annotated[float, Range(ge=0, le=1)] = 0.005, noise: NonNegativeFloat = 1.0,
                  multi_label: bool = False, extra_label_prob: Probability = 0.5,
                  split: List[float] = [0.5, 0.25],  # noqa: B006
-                 loader: Literal["full", "khop", "neighbor"] = "full", batch_size: PositiveInt = 64,
-                 num_hops: PositiveInt = 2, num_neighbors: List[int] = [10, 10],  # noqa: B006
+                 loader: Literal["full", "khop", "neighbor"] = "full",
+                 batch_size: PositiveInt = 64, num_hops: PositiveInt = 2,
+                 num_neighbors: List[int] = [10, 10],  # noqa: B006
                  seed: int = 1234):
         super().__init__(loader=loader, batch_size=batch_size, num_hops=num_hops,
                          num_neighbors=num_neighbors, seed=seed)
@@ -98,13 +79,6 @@ class SyntheticGraphDataModule(GraphDataModule):
         self.kw = dict(num_nodes=num_nodes, num_classes=num_classes, feature_dim=feature_dim,
                        p_in=p_in, p_out=p_out, noise=noise, multi_label=multi_label,
                        extra_label_prob=extra_label_prob, split=list(split), seed=seed)
-
-    @classmethod
-    def check_config(cls, cfg: Mapping[str, Any]) -> None:
-        """The split against the number of nodes."""
-        super().check_config(cfg)
-        fields = cfg["data"]
-        _check_split(fields["split"], fields["num_nodes"])
 
     def load(self) -> Data:
         return make_sbm_graph(**self.kw)

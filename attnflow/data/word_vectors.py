@@ -1,24 +1,14 @@
-"""Count-based word vectors from the training documents themselves (no external data).
+"""Count-based word vectors from the training documents (no external data), as HAN (Yang et al.
+2016) starts its embedding from word2vec trained on the task's texts: an SVD of the PPMI
+word–context matrix, which matches SGNS with word2vec's tricks (Levy, Goldberg & Dagan 2015):
 
-Why: HAN (Yang et al. 2016) initialises its embeddings with word2vec trained on the task's own
-training and validation texts. Here the same idea, from the *training* split only and without a
-word2vec loop: an SVD of the PPMI word–context matrix, which Levy, Goldberg & Dagan (2015),
-"Improving distributional similarity with lessons learned from word embeddings", §3 and §6, show
-matching SGNS (word2vec) on similarity tasks when it uses word2vec's own tricks:
+1. counts ``#(w, c)`` within a symmetric ``window`` inside each sentence, each pair weighted 1
+   (``uniform``) or 1/distance (``harmonic``);
+2. PPMI with context distribution smoothing (§3.1): ``P_α(c) = #(c)^α / Σ_c' #(c')^α``,
+   ``PPMI(w, c) = max(0, log P(w, c) / (P(w) P_α(c)))``;
+3. truncated SVD ``PPMI ≈ U Σ Vᵀ``, vectors ``W = U Σ^p`` (eigenvalue weighting p, §3.3).
 
-1. co-occurrence counts ``#(w, c)`` of word ``w`` and context ``c`` within a symmetric window of
-   ``window`` tokens inside each sentence (the encoded ids kept by DocumentDataModule, after the
-   caps), each pair weighted 1 (``weighting='uniform'``) or by 1/distance (``'harmonic'``,
-   GloVe's and word2vec's dynamic-window expectation, roughly);
-2. PPMI (Church & Hanks 1990; positive part as in Bullinaria & Levy 2007) with *context
-   distribution smoothing* (Levy et al. 2015 §3.1): ``P_α(c) = #(c)^α / Σ_c' #(c')^α``,
-   α = 0.75 as word2vec's negative sampling, ``PPMI(w, c) = max(0, log P(w, c) / (P(w) P_α(c)))``;
-3. truncated SVD ``PPMI ≈ U Σ Vᵀ`` and word vectors ``W = U Σ^p`` with the *eigenvalue weighting*
-   p = 0.5 (Levy et al. 2015 §3.3: √σ does better than σ on similarity tasks).
-
-Vectorised (one numpy pass per window offset, ``scipy.sparse`` sums, seeded ``svds``). The ⟨pad⟩
-row is zero. Rows are rescaled to a mean norm of ``scale · √dim``, the norm of an
-``nn.Embedding`` N(0, 1) row (an SVD's rows are far smaller).
+The ⟨pad⟩ row is zero; rows are rescaled to a mean norm of ``scale · √dim`` (an N(0, 1) row's).
 """
 
 from __future__ import annotations
@@ -38,19 +28,8 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass
 class WordVectorsConfig:
-    """``data.word_vectors`` (null = off): word vectors from the training split.
-
-    Fields:
-        dim: vector size; must equal ``model.embed_dim`` (default 200).
-        window: context words on each side, inside a sentence (default 5).
-        alpha: context distribution smoothing exponent (default 0.75; 1 = plain PMI).
-        eig: singular value weighting p in W = U Σ^p (default 0.5).
-        min_count: words seen fewer times in the training split get a zero vector (default 1).
-        weighting: 'uniform' (each pair in the window counts 1) or 'harmonic' (1/distance)
-            (default 'harmonic').
-        scale: the rows' mean norm over √dim (default 1.0: nn.Embedding's N(0, 1) init).
-        seed: the SVD's start vector (default 0).
-    """
+    """``data.word_vectors`` (null = off); ``min_count``: rarer words get a zero vector;
+    ``scale``: the rows' mean norm over √dim; ``seed``: the SVD's start vector."""
 
     dim: PositiveInt = 200
     window: PositiveInt = 5
@@ -63,7 +42,7 @@ class WordVectorsConfig:
 
 
 def flatten(sentences: Sequence[Sequence[int]]):
-    """(ids, lengths) of a list of id sentences: the layout the functions below take."""
+    """(ids, lengths) of a list of id sentences."""
     lengths = np.array([len(s) for s in sentences], dtype=np.int64)
     ids = np.concatenate([np.asarray(s, dtype=np.int64) for s in sentences]) if len(sentences) \
         else np.zeros(0, np.int64)
@@ -72,12 +51,9 @@ def flatten(sentences: Sequence[Sequence[int]]):
 
 def cooccurrence(ids: np.ndarray, lengths: np.ndarray, vocab_size: int, window: int,
                  weighting: str = "harmonic", pad_id: int = 0):
-    """Symmetric (V, V) co-occurrence counts (scipy CSR, float64) of ids within ``window``
-    positions of each other inside the same sentence; pairs with ``pad_id`` are dropped.
-
-    ``ids``: every sentence's ids one after another; ``lengths``: words per sentence. For each
-    offset d = 1..window the pairs (t, t + d) that stay inside one sentence are taken with one
-    vectorised mask (no loop over tokens)."""
+    """Symmetric (V, V) co-occurrence counts (CSR) of ids within ``window`` positions inside one
+    sentence (``ids`` one sentence after another, ``lengths`` words per sentence); one vectorised
+    mask per offset; pairs with ``pad_id`` dropped."""
     import scipy.sparse as sp
 
     ids = np.asarray(ids, dtype=np.int64)
@@ -100,9 +76,7 @@ def cooccurrence(ids: np.ndarray, lengths: np.ndarray, vocab_size: int, window: 
 
 
 def ppmi(counts, alpha: float = 0.75):
-    """PPMI with context distribution smoothing (Levy et al. 2015 §3.1) of a sparse count matrix:
-    ``max(0, log(#(w,c) · Σ_c' #(c')^α / (#(w) · #(c)^α)))`` — the ``Σ#`` of P(w, c) and P(w)
-    cancel; only stored (non-zero) counts are computed."""
+    """``max(0, log(#(w,c) · Σ_c' #(c')^α / (#(w) · #(c)^α)))`` of the stored counts."""
     import scipy.sparse as sp
 
     counts = sp.csr_matrix(counts, dtype=np.float64)
@@ -116,9 +90,8 @@ def ppmi(counts, alpha: float = 0.75):
 
 
 def svd_vectors(matrix, dim: int, eig: float = 0.5, seed: int = 0) -> np.ndarray:
-    """``U Σ^eig`` of the top ``dim`` singular triplets of a sparse matrix (ARPACK via
-    ``scipy.sparse.linalg.svds``, start vector from ``seed``); columns ordered by σ descending and
-    signs fixed (the largest entry of each column of U positive) so results are reproducible."""
+    """``U Σ^eig`` of the top ``dim`` singular triplets (ARPACK, start vector from ``seed``),
+    ordered by σ, signs fixed (each column's largest entry positive): reproducible."""
     from scipy.sparse.linalg import svds
 
     n = min(matrix.shape)
@@ -141,8 +114,7 @@ def svd_vectors(matrix, dim: int, eig: float = 0.5, seed: int = 0) -> np.ndarray
 
 def train_word_vectors(ids: np.ndarray, lengths: np.ndarray, vocab_size: int,
                        cfg: WordVectorsConfig, pad_id: int = 0) -> torch.Tensor:
-    """(vocab_size, cfg.dim) float32 word vectors of the id sentences (``ids``, ``lengths``: see
-    :func:`cooccurrence`; see the module doc for the method)."""
+    """(vocab_size, cfg.dim) float32 word vectors of the id sentences (module docstring)."""
     start = time.perf_counter()
     counts = cooccurrence(ids, lengths, vocab_size, cfg.window, cfg.weighting, pad_id)
     if cfg.min_count > 1:

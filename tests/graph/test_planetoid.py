@@ -58,14 +58,25 @@ def test_neighbor_sampling_without_extras_says_what_to_install():
         pytest.skip("pyg-lib or torch-sparse is installed")
     with pytest.raises(ValueError, match="pyg-lib or torch-sparse.*data.loader=khop"):
         PlanetoidDataModule(root=str(ROOT), loader="neighbor")
-    # and before any work, where the run's config is checked (a ConfigError: one line, exit 2)
-    from attnflow.config.registry import ConfigError
-    from attnflow.training.validate import resolve_config
-    from support import compose_cfg
 
-    for experiment in ("gat_cora", "gat_synthetic"):
-        with pytest.raises(ConfigError, match="data.loader=neighbor .* needs pyg-lib or torch-sparse"):
-            resolve_config(compose_cfg([f"experiment={experiment}", "data.loader=neighbor"]))
+
+@pytest.mark.parametrize("loader, field, value", [
+    ("full", "batch_size", 64), ("full", "num_hops", 3), ("khop", "num_neighbors", [5]),
+    ("full", "seed", 7), ("khop", "batch_size", 512)])
+def test_a_field_the_loader_does_not_read_warns(loader, field, value, recwarn):
+    PlanetoidDataModule(root=str(ROOT), loader=loader, **{field: value})
+    said = [str(w.message) for w in recwarn if "is unread" in str(w.message)]
+    if (loader, field) == ("khop", "batch_size"):  # read, and the default: no warning
+        assert said == []
+    else:
+        assert said == [f"data 'planetoid': {field}={value} is unread: loader={loader} does not read it"]
+
+
+def test_the_synthetic_graphs_seed_is_read_by_every_loader(recwarn):
+    from attnflow.data.synthetic_graph import SyntheticGraphDataModule
+
+    SyntheticGraphDataModule(seed=3, num_hops=2)
+    assert not [w for w in recwarn if "is unread" in str(w.message)]
 
 
 @pytest.mark.data
