@@ -62,7 +62,6 @@ class SyntheticGraphDataModule(GraphDataModule):
     """A stochastic-block-model graph; ``split``: train and val fractions, the rest test."""
 
     name = "synthetic_graph"
-    seed_makes_graph = True
     def __init__(self, *, num_nodes: Annotated[int, Range(ge=4)] = 400,
                  num_classes: Annotated[int, Range(ge=2)] = 4, feature_dim: PositiveInt = 16,
                  p_in: Annotated[float, Range(ge=0, le=1)] = 0.05,

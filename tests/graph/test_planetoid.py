@@ -66,13 +66,13 @@ def test_neighbor_sampling_without_extras_says_what_to_install():
 def test_a_field_the_loader_does_not_read_warns(loader, field, value, recwarn):
     PlanetoidDataModule(root=str(ROOT), loader=loader, **{field: value})
     said = [str(w.message) for w in recwarn if "is unread" in str(w.message)]
-    if (loader, field) == ("khop", "batch_size"):  # read, and the default: no warning
+    if (loader, field) in (("khop", "batch_size"), ("full", "seed")):  # read, or the run's seed
         assert said == []
     else:
         assert said == [f"data 'planetoid': {field}={value} is unread: loader={loader} does not read it"]
 
 
-def test_the_synthetic_graphs_seed_is_read_by_every_loader(recwarn):
+def test_the_synthetic_graphs_seed_never_warns(recwarn):
     from attnflow.data.synthetic_graph import SyntheticGraphDataModule
 
     SyntheticGraphDataModule(seed=3, num_hops=2)
