@@ -448,7 +448,7 @@ def test_an_image_encoder_in_a_sequence_model_is_refused_before_any_work(overrid
                                                        "'attentoin'"),
     (["experiment=han_imdb", "data.max_vocab=2"], "data.max_vocab=2 (at 'data.max_vocab') leaves no word "
                                                   "beside <pad>, <unk>"),
-    (["experiment=bert_pretrain_imdb", "model.type_vocab_size=1"], "next-sentence prediction gives two segments"),
+    (["experiment=bert_pretrain_imdb", "model.type_vocab_size=1"], "next-sentence prediction needs two segments"),
     # the callbacks entries are typed configs too (attnflow.training.callbacks: CheckpointConfig, ...)
     (["callbacks.attention_maps.examples=-2"], "(at 'callbacks.attention_maps.examples') must be >= 0"),
     (["+callbacks.early_stopping={patience: -3}"], "(at 'callbacks.early_stopping.patience') must be >= 0"),
