@@ -133,7 +133,7 @@ class BertModel(nn.Module):
 
     @classmethod
     def _head_kinds(cls, head: str, tasks: Optional[Dict[str, tuple]]) -> Dict[str, str]:
-        """{task: 'sequence' | 'token'} for head 'multitask' (tasks: name -> (interface, classes))."""
+        """{task: 'sequence' | 'token'} for head 'multitask' (tasks: name -> (interface, C))."""
         if head != "multitask":
             return {}
         by_interface = {i: h for h, i in cls.head_interfaces.items()}
@@ -141,7 +141,7 @@ class BertModel(nn.Module):
         for t, kind in kinds.items():
             if kind not in cls.task_head_kinds:
                 raise ConfigError(f"model 'bert': task '{t}' works on {tasks[t][0]}, which has no "
-                                  f"per-task head (per-task heads: {', '.join(cls.task_head_kinds)})")
+                                  f"per-task head ({', '.join(cls.task_head_kinds)})")
         return kinds
 
     def _classifier(self, task: Optional[str]) -> nn.Module:

@@ -142,7 +142,7 @@ def test_local_fields_with_global_alignment_warn_once_each():
 
     from attnflow.io.console import AttnflowWarning
 
-    with pytest.warns(AttnflowWarning, match=r"decoder 'luong': window=3 is unread: .*alignment=global"):
+    with pytest.warns(AttnflowWarning, match=r"'luong': window=3 is unread: .*alignment=global"):
         DECODERS.build({"name": "luong", "window": 3}, V, MEM, INIT)
     with pytest.warns(AttnflowWarning, match=r"decoder 'luong': gaussian=False is unread"):
         DECODERS.build({"name": "luong", "gaussian": False}, V, MEM, INIT)

@@ -113,7 +113,7 @@ def test_dropout_with_one_layer_warns_as_unread(name):
 
     from attnflow.io.console import AttnflowWarning
 
-    with pytest.warns(AttnflowWarning, match=rf"encoder '{name}': dropout=0.3 is unread: .*layers=1"):
+    with pytest.warns(AttnflowWarning, match=rf"'{name}': dropout=0.3 is unread: .*layers=1"):
         ENCODERS.build({"name": name, "dropout": 0.3}, 4)
     with warnings.catch_warnings():
         warnings.simplefilter("error", AttnflowWarning)

@@ -37,7 +37,8 @@ class CNNImageEncoder(nn.Module):
             raise ConfigError(f"encoder 'cnn': field 'channels' must list positive ints (one per "
                               f"stage), got {channels!r}")
         if kernel % 2 == 0:
-            raise ConfigError(f"encoder 'cnn': field 'kernel' must be odd ('same' padding), got {kernel}")
+            raise ConfigError(f"encoder 'cnn': field 'kernel' must be odd ('same' padding), "
+                              f"got {kernel}")
         if pooling == "none" and pool_size != 2:
             warn_unread(f"encoder 'cnn': pool_size={pool_size}", "pooling=none")
         if pool_size == 1 and pooling != "max":
