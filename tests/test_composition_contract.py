@@ -418,9 +418,9 @@ def test_an_image_encoder_in_a_sequence_model_is_refused_before_any_work(overrid
     (["experiment=bert_imdb", "positional.max_len=64"], "model.max_len=512 is longer than the 64 learned positions"),
     (["experiment=gat_cora", "task.multi_label=true"], "the data's labels are single-label ((N,) ids); "
                                                        "set task.multi_label=false"),
-    (["experiment=gat_cora", "model.layer=attentoin"], "model.layer (at 'model.layer'): unknown graph_layer "
-                                                       "'attentoin'"),
-    (["experiment=bert_pretrain_imdb", "model.type_vocab_size=1"], "next-sentence prediction gives two segments"),
+    (["experiment=gat_cora", "model.layer=attentoin"], "unknown graph_layer 'attentoin'"),
+    (["experiment=bert_pretrain_imdb", "model.type_vocab_size=1"],
+     "next-sentence prediction needs two segments"),
     # the callbacks entries are typed configs too (attnflow.training.callbacks: CheckpointConfig, ...)
     (["callbacks.attention_maps.examples=-2"], "(at 'callbacks.attention_maps.examples') must be >= 0"),
     (["+callbacks.early_stopping={patience: -3}"], "(at 'callbacks.early_stopping.patience') must be >= 0"),

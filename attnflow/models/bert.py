@@ -1,31 +1,17 @@
 """BERT: a Transformer encoder over ⟨CLS⟩ S ⟨SEP⟩ S′ ⟨SEP⟩ with MLM and NSP heads.
 
-Source: Devlin et al. 2019, "BERT: Pre-training of deep bidirectional transformers for language
-understanding": §3 and Fig. 2 (input = token + segment + position embeddings), §3.1 (masked LM,
-next-sentence prediction), Appendix A.2 (GELU, N(0, 0.02²) initialisation); the MLM output layer
-shares the token embeddings (Press & Wolf 2017, as the released BERT code does).
+Devlin et al. 2019, §3, Fig. 2, §3.1, App. A.2 (GELU, N(0, 0.02²) init); the MLM decoder is tied
+to the token embeddings (Press & Wolf 2017):
 
-    e_t  = Dropout(LN(E_tok x_t + E_seg s_t + P_t))            (embeddings)
-    Z    = TransformerEncoder(e)                              (the ``transformer_encoder`` block,
-                                                               the translation encoder; GELU FFN)
-    MLM:  logits_t = E_tok LN(GELU(W_t z_t + b_t)) + b_V       (tied decoder, own bias)
-    NSP:  logits   = W_y tanh(W_s z₀ + b_s) + b_y              (the pooler on ⟨CLS⟩, then W_y;
-                                                               the loss applies the softmax)
+    e_t = Dropout(LN(E_tok x_t + E_seg s_t + P_t)),   Z = TransformerEncoder(e)
+    MLM:  logits_t = E_tok LN(GELU(W_t z_t + b_t)) + b_V
+    NSP:  logits   = W_y tanh(W_s z₀ + b_s) + b_y
 
-Positions: ``positional`` learned (BERT's P, ``max_len`` rows) or sinusoidal are added here,
-before the LayerNorm, as BERT does; ``relative`` (Shaw et al. 2018) adds nothing and is handed to
-the encoder, whose self-attention layers then carry relative-position terms. The encoder gets
-``positional: none`` otherwise, so its own dropout is BERT's embedding dropout.
-
-Fine-tuning (Devlin et al. 2019, §4.1 and Fig. 4): ``head: sequence`` puts a fresh linear layer on
-the pooled ⟨CLS⟩ vector, ``classify_logits = W_c Dropout(tanh(W_s z₀ + b_s)) + b_c`` (B, C);
-``head: token`` one on every token, ``token_logits = W_c Dropout(z_t) + b_c`` (B, T, C). The MLM and
-NSP heads exist for ``head: pretraining`` only. ``head: multitask`` (task ``multitask``) builds one
-such classifier per named task of the run on the one encoder (``task_heads``, a sequence or token
-head by what the task's data gives); ``classify_logits``/``token_logits`` take the task's name. ``init_from`` (a pretraining run directory or
-checkpoint) loads the embeddings, the encoder and the pooler, read with ``weights_only=True``
-(:mod:`attnflow.io.checkpoints`), after checking that the checkpoint is a ``bert`` of the same
-architecture and vocabulary; ``freeze_encoder`` then trains the new head only.
+Absolute positions are added before the LayerNorm; ``relative`` (Shaw et al. 2018) goes to the
+encoder's self-attention. Fine-tuning heads (§4.1, Fig. 4): ``sequence`` W_c Dropout(tanh(W_s z₀
++ b_s)) + b_c, ``token`` W_c Dropout(z_t) + b_c, ``multitask`` one such head per named task.
+``init_from`` loads embeddings, encoder and pooler of a pretraining run of the same
+architecture; ``freeze_encoder`` then trains the head only.
 """
 
 from __future__ import annotations
@@ -37,69 +23,28 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnflow.blocks.attention.multihead import check_model_heads
 from attnflow.config.registry import (ATTENTIONS, DATA, ENCODERS, MODELS, POSITIONALS, BlockSpec,
                                ConfigError, PositiveFloat, PositiveInt, Probability)
 
 log = logging.getLogger(__name__)
 
-HEADS = ("pretraining", "sequence", "token", "multitask")
-# the model's own modules that a head adds; everything else is the encoder side (embeddings,
-# encoder, pooler), which init_from loads and freeze_encoder freezes
+# the modules a head adds; the rest (embeddings, encoder, pooler) is what init_from loads
 HEAD_MODULES = {"pretraining": ("mlm_transform", "mlm_norm", "mlm_decoder", "nsp"),
                 "sequence": ("classifier",), "token": ("classifier",), "multitask": ("task_heads",)}
-# model fields that fix the shapes or the function of the encoder side: a checkpoint must agree
-# on them (dropouts, init_std, max_len and the fine-tuning fields may differ)
+# fields a checkpoint must share (dropouts, init_std, max_len and the heads may differ)
 ARCHITECTURE = ("d_model", "layers", "ffn_dim", "norm", "activation", "type_vocab_size",
                 "attention", "positional")
 
 
-def _check_positions(max_len: int, positions: Optional[int]) -> None:
-    """``model.max_len`` within the positional encoding's ``max_len`` rows (None: no table)."""
-    if positions is not None and positions < max_len:
-        raise ConfigError(
-            f"model 'bert': model.max_len={max_len} is longer than the {positions} learned "
-            f"positions (positional.max_len); raise positional.max_len or lower model.max_len")
-
-
 @MODELS.register("bert")
 class BertModel(nn.Module):
-    """BERT encoder with pretraining heads (MLM, NSP) and the pooler for fine-tuning heads.
+    """BERT encoder with pretraining heads (MLM, NSP) or fine-tuning heads.
 
-    Args:
-        vocab_size: V (context, from the data module).
-        pad_id: the padding token id (context).
-        d_model: hidden size d (default 256: bert_mini; BERT-base 768).
-        layers: N encoder layers (default 4).
-        ffn_dim: the FFN's inner size (default 1024 = 4d).
-        dropout: on the embeddings and in the residuals (default 0.1).
-        activation_dropout: after the FFN's activation (default 0.0).
-        max_len: the longest input accepted (default 512); learned positions need
-            ``positional.max_len`` (default 512) at least as large.
-        type_vocab_size: the number of segment types (default 2: A and B).
-        norm: 'post' (BERT) or 'pre' (Xiong et al. 2020) (default 'post').
-        activation: the FFN's nonlinearity (default 'gelu', as BERT).
-        init_std: σ of the N(0, σ²) initialisation of linear and embedding weights (default 0.02).
-        positional: positions (default learned; relative, sinusoidal or none also work).
-        attention: the self-attention of every layer (default multihead; the presets set J).
-        num_classes: C (context, from labelled data; 0 for pretraining data).
-        tasks: the named tasks of a multitask run (context): task → (what its data gives, its
-            number of classes); head 'multitask' builds a classifier for each.
-        head: 'pretraining' (MLM + NSP), 'sequence' (one label per input, on the pooled ⟨CLS⟩),
-            'token' (one label per token) or 'multitask' (one of those per named task)
-            (default 'pretraining').
-        init_from: a pretraining run directory or ``.ckpt`` whose embeddings, encoder and pooler
-            are loaded (default None: random initialisation).
-        freeze_encoder: embeddings, encoder and pooler get no gradient; only the head trains.
-        classifier_dropout: before the sequence/token classifier (default 0.1, as BERT).
-    Shape:
-        forward: input_ids, segment_ids (B, T) long, attention_mask (B, T) bool, True at real
-        tokens, padding at the end -> hidden (B, T, d), zero at padding. mlm_logits (B, T, V),
-        nsp_logits (B, 2), pooled (B, d); classify_logits (B, C), token_logits (B, T, C).
+    Shape: input_ids, segment_ids (B, T) long, attention_mask (B, T) bool (a prefix of real
+    tokens) -> hidden (B, T, d), zero at padding.
     """
 
-    # what it works on depends on ``head``, so it is given per head (interface_of)
-    interface = None
+    interface = None  # per head: interface_of
     head_interfaces = {"pretraining": "pretraining", "sequence": "text_classification",
                        "token": "token_classification", "multitask": "multitask"}
     task_head_kinds = ("sequence", "token")  # the heads that head 'multitask' builds per task
@@ -107,28 +52,18 @@ class BertModel(nn.Module):
 
     @classmethod
     def interface_of(cls, cfg: dict) -> str:
-        """What a model of this config works on: its ``head``'s batches."""
         return cls.head_interfaces.get(cfg.get("head") or "pretraining")
 
     @classmethod
     def check_config(cls, cfg: dict) -> None:
-        """The attention's heads divide d_model, the positions cover model.max_len and
-        model.max_len covers the data's inputs."""
+        """model.max_len covers the data's inputs."""
         if (cfg.get("model") or {}).get("name") == "bert":
-            model = cfg["model"]
-            check_model_heads(model)
-            _check_positions(model["max_len"], (model.get("positional") or {}).get("max_len"))
-            longest = DATA.ask(cfg["data"], "longest_positions", "data")  # multitask: the tasks'
-            if longest and longest[0] > model["max_len"]:
+            max_len = cfg["model"]["max_len"]
+            longest = DATA.ask(cfg["data"], "longest_positions", "data")
+            if longest and longest[0] > max_len:
                 given = longest[1].replace("{at}", "data.")
-                raise ConfigError(
-                    f"model 'bert': {given} gives inputs longer than model.max_len="
-                    f"{model['max_len']}; lower "
-                    f"{given.split('=')[0]} or raise model.max_len (and positional.max_len)")
-            if model["head"] == "pretraining" and model["type_vocab_size"] < 2:
-                raise ConfigError(f"model 'bert': model.type_vocab_size={model['type_vocab_size']} with "
-                                  f"head=pretraining: next-sentence prediction gives two segments "
-                                  f"(A and B); use 2 or more")
+                raise ConfigError(f"model 'bert': {given} gives inputs longer than model.max_len="
+                                  f"{max_len}; lower {given.split('=')[0]} or raise model.max_len")
 
     def __init__(self, vocab_size: int, pad_id: int = 0, num_classes: int = 0,
                  tasks: Optional[Dict[str, tuple]] = None, *,
@@ -144,18 +79,20 @@ class BertModel(nn.Module):
                  init_from: Optional[str] = None, freeze_encoder: bool = False,
                  classifier_dropout: Probability = 0.1):
         super().__init__()
-        kinds = self._head_kinds(head, num_classes, tasks)
+        kinds = self._head_kinds(head, tasks)
+        if head == "pretraining" and type_vocab_size < 2:
+            raise ConfigError(f"model 'bert': type_vocab_size={type_vocab_size}: next-sentence "
+                              f"prediction needs two segments (A and B)")
         self.pad_id, self.d_model, self.max_len, self.head = pad_id, d_model, max_len, head
-        # this run's architecture, to compare with a checkpoint's (init_from)
         self._architecture = {
             "d_model": d_model, "layers": layers, "ffn_dim": ffn_dim, "norm": norm,
             "activation": activation, "type_vocab_size": type_vocab_size,
             "attention": ATTENTIONS.validate(attention, "model.attention"),
             "positional": POSITIONALS.validate(positional, "model.positional")}
         pos = POSITIONALS.build(positional, d_model, path="positional")
-        _check_positions(max_len, getattr(pos, "max_len", None))
-        # an absolute encoding is added here, before the LayerNorm (BERT); a relative one goes to
-        # the encoder, whose attention layers carry it
+        if getattr(pos, "max_len", max_len) < max_len:
+            raise ConfigError(f"model 'bert': model.max_len={max_len} is longer than the "
+                              f"{pos.max_len} learned positions (positional.max_len)")
         self.positional = None if pos.relative else pos
         self.token_embedding = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
         self.segment_embedding = nn.Embedding(type_vocab_size, d_model)
@@ -195,50 +132,23 @@ class BertModel(nn.Module):
             self.classifier = nn.Linear(d, num_classes)
 
     @classmethod
-    def _head_kinds(cls, head: str, num_classes: int,
-                    tasks: Optional[Dict[str, tuple]]) -> Dict[str, str]:
-        """Check the head against the data; {task: head kind} for head 'multitask' (``tasks``:
-        task name → (what its data gives, its number of classes))."""
-        if head not in ("pretraining", "multitask") and num_classes < 2:
-            raise ConfigError(
-                f"model 'bert': model.head={head} needs labelled data (at least 2 classes), but the "
-                f"data gives {num_classes} classes; pretraining data goes with model.head=pretraining")
-        if head == "pretraining" and num_classes:
-            raise ConfigError(
-                f"model 'bert': model.head=pretraining (MLM + NSP) on labelled data with "
-                f"{num_classes} classes; set model.head=sequence (one label per text) or token")
+    def _head_kinds(cls, head: str, tasks: Optional[Dict[str, tuple]]) -> Dict[str, str]:
+        """{task: 'sequence' | 'token'} for head 'multitask' (tasks: name -> (interface, C))."""
         if head != "multitask":
-            if tasks:
-                raise ConfigError(f"model 'bert': named tasks ({', '.join(tasks)}) need "
-                                  f"model.head=multitask, got model.head={head}")
             return {}
-        if not tasks:
-            raise ConfigError("model 'bert': model.head=multitask needs the named tasks of a "
-                              "multitask run (task=multitask, data=multitask)")
         by_interface = {i: h for h, i in cls.head_interfaces.items()}
-        kinds = {}
-        for t, (interface, classes) in tasks.items():
-            kinds[t] = by_interface.get(interface)
-            if kinds[t] not in cls.task_head_kinds:
-                raise ConfigError(
-                    f"model 'bert': task '{t}' works on {interface}, for which model.head=multitask "
-                    f"has no per-task head (per-task heads: {', '.join(cls.task_head_kinds)})")
-            if classes < 2:
-                raise ConfigError(f"model 'bert': task '{t}' has {classes} classes; a head needs 2 or more")
+        kinds = {t: by_interface.get(interface) for t, (interface, _) in tasks.items()}
+        for t, kind in kinds.items():
+            if kind not in cls.task_head_kinds:
+                raise ConfigError(f"model 'bert': task '{t}' works on {tasks[t][0]}, which has no "
+                                  f"per-task head ({', '.join(cls.task_head_kinds)})")
         return kinds
 
     def _classifier(self, task: Optional[str]) -> nn.Module:
-        """The sequence/token classifier: the model's one, or task ``task``'s (head 'multitask')."""
-        if self.head != "multitask":
-            return self.classifier
-        if task not in self.task_heads:
-            raise KeyError(f"model 'bert': no head for task {task!r}; heads: {', '.join(self.task_heads)}")
-        return self.task_heads[task]
+        return self.classifier if self.head != "multitask" else self.task_heads[task]
 
     def _init_weights(self, std: float) -> None:
-        """N(0, std²) weights and zero biases for every linear and embedding map (Devlin et al.
-        2019, App. A.2; the released code's truncated normal differs beyond 2σ only); LayerNorms
-        keep (1, 0); the padding row is zero."""
+        """N(0, std²) linear and embedding weights, zero biases and padding row (App. A.2)."""
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(module.weight, 0.0, std)
@@ -259,19 +169,16 @@ class BertModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, segment_ids: torch.Tensor,
                 attention_mask: torch.Tensor, need_weights: bool = False):
-        """hidden (B, T, d), zero at padding; with ``need_weights`` (hidden, [N × (B, J, T, T)]),
-        every layer's self-attention weights (query rows, key columns; zero at padding keys)."""
+        """hidden (B, T, d); with ``need_weights`` also every layer's weights (B, J, T, T)."""
         mask = attention_mask.bool()
         lengths = mask.sum(-1)
         if not torch.equal(mask, torch.arange(mask.shape[1], device=mask.device) < lengths[:, None]):
-            raise ValueError("model 'bert': attention_mask must be True on a prefix of each row "
-                             "(real tokens first, padding at the end)")
+            raise ValueError("model 'bert': attention_mask must be True on a prefix of each row")
         out = self.encoder(self.embed(input_ids, segment_ids), lengths, need_weights=need_weights)
         return (out[0], out[2]) if need_weights else out[0]
 
     def mlm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """(…, T, V): E_tok LN(GELU(W_t z + b_t)) + b_V. Pass only the selected positions'
-        vectors (hidden[labels != -100], (M, d)) to spare the V-wide product elsewhere."""
+        """(…, V): E_tok LN(GELU(W_t z + b_t)) + b_V (pass the masked positions only)."""
         return self.mlm_decoder(self.mlm_norm(F.gelu(self.mlm_transform(hidden))))
 
     def pooled(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -283,20 +190,16 @@ class BertModel(nn.Module):
         return self.nsp(self.pooled(hidden))
 
     def classify_logits(self, hidden: torch.Tensor, task: Optional[str] = None) -> torch.Tensor:
-        """(B, C): W_c Dropout(tanh(W_s z₀ + b_s)) + b_c (Devlin et al. 2019, §4.1); head 'sequence'
-        (head 'multitask': the classifier of ``task``)."""
+        """(B, C): W_c Dropout(tanh(W_s z₀ + b_s)) + b_c (§4.1), of ``task`` for multitask."""
         return self._classifier(task)(self.classifier_dropout(self.pooled(hidden)))
 
     def token_logits(self, hidden: torch.Tensor, task: Optional[str] = None) -> torch.Tensor:
-        """(B, T, C): W_c Dropout(z_t) + b_c at every position (§4.3, Fig. 4d); head 'token'
-        (head 'multitask': the classifier of ``task``)."""
+        """(B, T, C): W_c Dropout(z_t) + b_c at every position (§4.3, Fig. 4d)."""
         return self._classifier(task)(self.classifier_dropout(hidden))
 
-    # -- init_from ---------------------------------------------------------------------------------
     def _checkpoint_state(self, target: str) -> tuple:
-        """(where, {name: tensor}) of the ``bert`` run at ``target``, read with
-        ``weights_only=True``; a :class:`ConfigError` names what differs from this model: the
-        model family, an architecture field, the vocabulary size."""
+        """(where, {name: tensor}) of the ``bert`` run at ``target`` (``weights_only=True``),
+        after checking its model family, architecture and vocabulary size against this one."""
         from attnflow.io.checkpoints import CheckpointError, load_run
 
         try:
@@ -333,9 +236,8 @@ class BertModel(nn.Module):
         return where, state
 
     def load_encoder(self, target: str) -> Dict[str, List[str]]:
-        """Load the embeddings, encoder and pooler (and, for head 'pretraining', the MLM/NSP heads)
-        of the ``bert`` run at ``target`` (run directory or checkpoint). Returns {'loaded', 'new',
-        'unused'} (parameter names) and logs them once."""
+        """Load the encoder side (and for head 'pretraining' the MLM/NSP heads) of the run at
+        ``target``; returns and logs {'loaded', 'new', 'unused'} parameter names."""
         where, state = self._checkpoint_state(target)
         own = self.state_dict()
         head = HEAD_MODULES[self.head]
@@ -343,8 +245,7 @@ class BertModel(nn.Module):
         if missing:
             raise ConfigError(f"model.init_from: {where} lacks {len(missing)} encoder weights of "
                               f"this model (e.g. {missing[0]}); a checkpoint of another bert variant?")
-        # a classifier is always new (even from a fine-tuned run's); MLM/NSP heads go on
-        # pretraining when both have them
+        # a classifier is always new; MLM/NSP heads load for pretraining only
         loaded = {k: state[k] for k in own
                   if k in state and (self.head == "pretraining" or k.split(".")[0] not in head)}
         for k, v in loaded.items():
@@ -364,9 +265,8 @@ class BertModel(nn.Module):
 
 
 def _differences(theirs: Any, ours: Any, path: str) -> List[tuple]:
-    """[(field path, checkpoint value, this run's value)] of two validated configs, recursively;
-    dropouts and initialisation scales differ freely (they change training, not what the
-    weights mean)."""
+    """[(field path, checkpoint value, this run's value)] of two validated configs, recursively,
+    dropouts and init scales excepted."""
     if isinstance(theirs, dict) and isinstance(ours, dict):
         if theirs.get("name") != ours.get("name"):  # another block: its fields differ anyway
             return [(f"{path}.name", theirs.get("name"), ours.get("name"))]

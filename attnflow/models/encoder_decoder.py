@@ -28,10 +28,8 @@ class EncoderDecoder(nn.Module):
     def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, tgt_in: torch.Tensor,
                 need_weights: bool = False, positions: Optional[torch.Tensor] = None
                 ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-        """Logits (B, T, V) of every target position given the reference prefix, and α
-        (B, T, J, S) when asked for and the decoder has attention. With ``positions`` (B, T)
-        bool, the logits of those positions only, (N, V) in row-major order: a decoder that
-        takes ``positions`` skips the output layer elsewhere, another one is indexed after."""
+        """Teacher forcing: logits (B, T, V) (with ``positions`` (B, T) bool those rows only,
+        (N, V)), and α (B, T, J, S) when asked for and the decoder attends."""
         memory, mask, final = self.encode(src, src_lengths)
         if positions is None:
             return self.decoder(tgt_in, memory, mask, final, need_weights=need_weights)

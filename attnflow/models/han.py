@@ -1,19 +1,13 @@
 """Hierarchical attention network for document classification.
 
-Source: Yang et al. 2016, "Hierarchical attention networks for document classification", §2.2
-(word attention: eq. (5)–(7)) and §2.3. Words x_it, t = 1..T_i, in sentences i = 1..L:
+Yang et al. 2016, §2.2 (word attention, eq. (5)–(7)) and §2.3. Words x_it in sentences i:
 
-    h_it = BiGRU(W₀ x_it)                       word encoder
-    s_i  = pool_t(h_it)                          attention: Σ_t h_it SoftMax_t(u_itᵀq₁),
-                                                 u_it = tanh(W₁ h_it + b₁)
-    h_i  = BiGRU(s_i)                            sentence encoder
-    v    = pool_i(h_i)                           attention with u_i = tanh(W₂ h_i + b₂), query q₂
-    p(y | d) = SoftMax_y(W_y v + b_y)
+    h_it = BiGRU(W₀ x_it),   s_i = pool_t(h_it)     (attention: Σ_t h_it SoftMax_t(u_itᵀq₁),
+                                                      u_it = tanh(W₁ h_it + b₁))
+    h_i  = BiGRU(s_i),       v   = pool_i(h_i),      p(y | d) = SoftMax(W_y v + b_y)
 
-Both poolings are blocks of the ``pooling`` registry, so the paper's ablations are overrides:
-attention (HN-ATT), mean (HN-AVE), max (HN-MAX); the encoders come from the ``encoder`` registry
-and the attention scorer from the ``scorer`` registry. All sentences of all documents of a batch go
-through the word encoder at once, as one (B·S, W, E) batch of the non-empty sentences.
+The poolings are ``pooling`` blocks, so the ablations are overrides: attention (HN-ATT), mean
+(HN-AVE), max (HN-MAX). The non-empty sentences of a batch go through the word encoder at once.
 """
 
 from __future__ import annotations
@@ -29,13 +23,8 @@ from attnflow.config.registry import ENCODERS, MODELS, POOLINGS, BlockSpec, Posi
 
 def encode_masked(encoder: nn.Module, x: torch.Tensor, lengths: torch.Tensor,
                   chunks: PositiveInt = 1) -> torch.Tensor:
-    """Run ``encoder`` on the rows with length > 0 only; zero outputs for empty rows.
-
-    With ``chunks`` > 1 the non-empty rows are sorted by length and encoded in that many groups,
-    each padded only to its own longest row (less work on padding; a fixed number of calls).
-
-    x (N, T, E), lengths (N,) -> (N, T, encoder.output_dim).
-    """
+    """``encoder`` on the rows of length > 0 (zero for the others), sorted by length in
+    ``chunks`` groups each padded to its own longest row: x (N, T, E) -> (N, T, output_dim)."""
     keep = lengths > 0
     out = x.new_zeros(x.shape[0], x.shape[1], encoder.output_dim)
     if not bool(keep.any()):
@@ -55,26 +44,12 @@ def encode_masked(encoder: nn.Module, x: torch.Tensor, lengths: torch.Tensor,
 class HierarchicalAttentionNetwork(nn.Module):
     """Words → sentence vectors → document vector → class logits.
 
-    Args:
-        vocab_size, num_classes: (context, from the data module).
-        pad_id: the padding id (context, default 0).
-        word_vectors: (V, embed_dim) initial word embeddings (context, from ``data.word_vectors``;
-            default None: nn.Embedding's N(0, 1) init).
-        embed_dim: word embedding size (default 100).
-        word_encoder: encoder over the words of a sentence (default bidirectional GRU, 50 per
-            direction).
-        word_pooling: words → sentence vector (default attention pooling).
-        sentence_encoder: encoder over the sentence vectors (default bidirectional GRU, 50).
-        sentence_pooling: sentences → document vector (default attention pooling).
-        dropout: on embeddings and on the document vector (default 0.0).
-        length_groups: the non-empty sentences of a batch are sorted by length and encoded in
-            this many groups, each padded to its own longest sentence (default 4; 1 = one call).
-    Shape:
-        tokens (B, S, W), sent_lengths (B, S) -> dict with ``logits`` (B, C), ``word_weights``
-        (B, S, W) and ``sent_weights`` (B, S) (None for max pooling).
+    ``length_groups``: the non-empty sentences are encoded in this many groups by length.
+    Shape: tokens (B, S, W), sent_lengths (B, S) -> {``logits`` (B, C), ``word_weights``
+    (B, S, W), ``sent_weights`` (B, S)} (weights None for max pooling).
     """
 
-    interface = "documents"  # works on document data (attnflow.training.validate.check_composition)
+    interface = "documents"
 
     def __init__(self, vocab_size: int, num_classes: int, pad_id: int = 0,
                  word_vectors: Optional[torch.Tensor] = None, *, embed_dim: PositiveInt = 100,

@@ -1,16 +1,12 @@
 """Structured self-attentive document embedding.
 
-Source: Lin et al. 2017, "A structured self-attentive sentence embedding" (the model and its
-"penalization term"). Over the words w_1..w_n of a whole document:
+Lin et al. 2017, "A structured self-attentive sentence embedding". Over the words of a document:
 
-    H = BiLSTM(E w)                              (n × 2u)
-    A = softmax(W_s2 tanh(W_s1 Hᵀ))              (r × n): r attention hops, SoftMax over words
-    M = A H                                      (r × 2u): the embedding matrix
+    H = BiLSTM(E w) (n × 2u),   A = softmax(W_s2 tanh(W_s1 Hᵀ)) (r × n),   M = A H (r × 2u)
     p(y | d) = SoftMax(W_y ReLU(W_h vec(M) + b_h) + b_y)
 
-The task adds ``penalty_weight`` · ‖AAᵀ − I‖²_F (returned as ``attention``). The hierarchical
-batch is flattened: the words of each document are packed left, in order, without padding between
-sentences (one gather, no loop).
+The task adds ``penalty_weight`` · ‖AAᵀ − I‖²_F (A returned as ``attention``). The words of each
+document are packed left without padding between sentences.
 """
 
 from __future__ import annotations
@@ -43,25 +39,12 @@ def flatten_documents(tokens: torch.Tensor, sent_lengths: torch.Tensor):
 class SelfAttentive(nn.Module):
     """BiLSTM + r-hop self-attention + MLP classifier.
 
-    Args:
-        vocab_size, num_classes: (context, from the data module).
-        pad_id: the padding id (context, default 0).
-        word_vectors: (V, embed_dim) initial word embeddings (context, from ``data.word_vectors``;
-            default None: nn.Embedding's N(0, 1) init).
-        embed_dim: word embedding size (default 100).
-        encoder: the word encoder (default bidirectional LSTM, 100 per direction).
-        attn_dim: d_a, rows of W_s1 (default 128).
-        hops: r, rows of A (default 8).
-        mlp_dim: hidden size of the classifier (default 256).
-        dropout: on embeddings and before the classifier (default 0.0).
-    Shape:
-        tokens (B, S, W), sent_lengths (B, S) -> dict with ``logits`` (B, C), ``attention``
-        (B, r, N) hops over the N flat words, ``word_weights`` (B, S, W) (mean over hops).
+    Shape: tokens (B, S, W), sent_lengths (B, S) -> {``logits`` (B, C), ``attention`` (B, r, N)
+    over the N flat words, ``word_weights`` (B, S, W) (mean over hops)}.
     """
 
-    interface = "documents"  # works on document data (attnflow.training.validate.check_composition)
-    # returns its r hops as ``attention``: the classification task's ``penalty_weight`` reads them
-    attention_hops = True
+    interface = "documents"
+    attention_hops = True  # returns its r hops as ``attention`` (the task's penalty reads them)
 
     def __init__(self, vocab_size: int, num_classes: int, pad_id: int = 0,
                  word_vectors: Optional[torch.Tensor] = None, *, embed_dim: PositiveInt = 100,

@@ -17,19 +17,8 @@ from attnflow.config.registry import DECODERS, ENCODERS, MODELS, BlockSpec, Posi
 
 @MODELS.register("seq2seq")
 class Seq2Seq(EncoderDecoder):
-    """p(y | x) = decoder(y_<t, encoder(E x)).
-
-    Args:
-        src_vocab, tgt_vocab: vocabulary sizes (context, from the data module).
-        pad_id: the padding token id (context).
-        embed_dim: source embedding size (default 64).
-        encoder: the encoder's config (default bidirectional GRU).
-        decoder: the decoder's config (default GRU with single-head additive attention).
-        dropout: on source embeddings (default 0.0).
-    Shape:
-        forward: src (B, S), src_lengths (B,), tgt_in (B, T) -> logits (B, T, V), weights
-        (B, T, J, S) or None.
-    """
+    """p(y | x) = decoder(y_<t, encoder(E x)): src (B, S), src_lengths (B,), tgt_in (B, T)
+    -> logits (B, T, V), weights (B, T, J, S) or None."""
 
     def __init__(self, src_vocab: int, tgt_vocab: int, pad_id: int = 0, *,
                  embed_dim: PositiveInt = 64,

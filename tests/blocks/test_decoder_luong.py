@@ -114,8 +114,8 @@ def test_local_m_is_monotonic_diagonal_with_zero_window():
     torch.testing.assert_close(w.sum(-1), torch.ones(3, 8, 1, dtype=torch.float64))
 
 
-def test_dot_scorer_needs_equal_sizes_and_says_why():
-    with pytest.raises(ConfigError, match="hidden_dim=8.*encoder output's size \\(6\\)"):
+def test_dot_scorer_needs_equal_sizes():
+    with pytest.raises(ConfigError, match="query_dim == key_dim, got 8 and 6"):
         DECODERS.build({"name": "luong", "hidden_dim": 8, "attention": {"name": "single", "scorer": {"name": "dot"}}},
                        V, 6, INIT)
     dec = DECODERS.build({"name": "luong", "hidden_dim": 6, "attention": {"name": "single", "scorer": {"name": "dot"}}},
@@ -135,3 +135,18 @@ def test_concat_score_is_the_additive_scorer_and_multihead_global_works():
         tgt_in, memory, mask, init = inputs()
         _, w = dec(tgt_in, memory, mask, init, need_weights=True)
         assert w.shape == (3, 6, J, 7)
+
+
+def test_local_fields_with_global_alignment_warn_once_each():
+    import warnings
+
+    from attnflow.io.console import AttnflowWarning
+
+    with pytest.warns(AttnflowWarning, match=r"'luong': window=3 is unread: .*alignment=global"):
+        DECODERS.build({"name": "luong", "window": 3}, V, MEM, INIT)
+    with pytest.warns(AttnflowWarning, match=r"decoder 'luong': gaussian=False is unread"):
+        DECODERS.build({"name": "luong", "gaussian": False}, V, MEM, INIT)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AttnflowWarning)  # defaults, or a local alignment: silent
+        DECODERS.build({"name": "luong"}, V, MEM, INIT)
+        DECODERS.build({"name": "luong", "alignment": "local_m", "window": 3}, V, MEM, INIT)

@@ -112,5 +112,18 @@ def test_bad_images_are_refused_clearly():
     enc = build(channels=[2, 2, 2])
     with pytest.raises(ValueError, match="too small.*at least 8×8"):
         enc(torch.randn(1, 3, 7, 20, dtype=torch.float64))
-    with pytest.raises(ValueError, match=r"expects images \(B, 3, H, W\)"):
-        enc(torch.randn(1, 1, 16, 16, dtype=torch.float64))
+
+
+def test_pool_fields_left_unread_warn():
+    import warnings
+
+    from attnflow.io.console import AttnflowWarning
+
+    with pytest.warns(AttnflowWarning, match=r"encoder 'cnn': pool_size=3 is unread: pooling=none"):
+        build(pooling="none", pool_size=3)
+    with pytest.warns(AttnflowWarning, match=r"encoder 'cnn': pooling=avg is unread: pool_size=1"):
+        build(pooling="avg", pool_size=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AttnflowWarning)
+        build(pooling="none")
+        build(pooling="avg", pool_size=3)

@@ -105,3 +105,17 @@ def test_directions_by_hand(cell):
 def test_bad_cell_is_config_error():
     with pytest.raises(ConfigError, match="cell"):
         ENCODERS.build({"name": "rnn", "cell": "transformer"}, 4)
+
+
+@pytest.mark.parametrize("name", ["rnn", "rnn_unpacked"])
+def test_dropout_with_one_layer_warns_as_unread(name):
+    import warnings
+
+    from attnflow.io.console import AttnflowWarning
+
+    with pytest.warns(AttnflowWarning, match=rf"'{name}': dropout=0.3 is unread: .*layers=1"):
+        ENCODERS.build({"name": name, "dropout": 0.3}, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AttnflowWarning)
+        ENCODERS.build({"name": name}, 4)
+        ENCODERS.build({"name": name, "dropout": 0.3, "layers": 2}, 4)

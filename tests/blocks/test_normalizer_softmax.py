@@ -103,8 +103,10 @@ def test_temperature(how, temperature):
 
 
 def test_bad_temperature():
-    with pytest.raises(ValueError):
-        SoftmaxNormalizer(temperature=0.0)
+    from attnflow.config.registry import NORMALIZERS, ConfigError
+
+    with pytest.raises(ConfigError, match="temperature"):
+        NORMALIZERS.build({"name": "softmax", "temperature": 0.0})
 
 
 def test_masked_softmax_empty_rows_are_zero_with_zero_gradients():

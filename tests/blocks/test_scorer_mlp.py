@@ -126,7 +126,7 @@ def test_prepared_equals_score():
 
 
 def test_bad_config():
-    with pytest.raises(ValueError):
-        MLPScorer(3, 3, layers=0)
+    with pytest.raises(ConfigError, match="layers"):
+        SCORERS.build({"name": "mlp", "layers": 0}, 3, 3)
     with pytest.raises(ConfigError):
         SCORERS.build({"name": "mlp", "activation": "sigmoid"}, 3, 3)

@@ -1,17 +1,10 @@
 """The attention computation shared by every attention block.
 
-c = Σ_i v_i · norm_i a(k_i, q)  (with SoftMax: c = Attn(q, K, V) = Σ_i v_i SoftMax_i a(k_i, q);
-Bahdanau et al. 2015, eq. (5)–(6), in the query/key/value form of Vaswani et al. 2017, §3.2).
-
-Two paths, same numbers within floating-point tolerance:
-- fused: when the scorer is s·qᵀk (``sdpa_scale`` is set: dot, scaled_dot), the normaliser is
-  SoftMax and no weights are requested, ``torch.nn.functional.scaled_dot_product_attention`` does
-  scores, mask, SoftMax, dropout and the weighted sum in one kernel (flash / memory-efficient
-  kernels on GPUs);
-- explicit: scores from the scorer, masks, normaliser, dropout, weights @ values; returns α.
-
-Masks are boolean, True where a key may be attended, broadcastable to (..., Tq, Tk). ``causal``
-adds the "future" mask (query t sees keys ≤ t, aligned top-left as in SDPA).
+c = Σ_i v_i · norm_i a(k_i, q) (Bahdanau et al. 2015, eq. (5)–(6); Vaswani et al. 2017, §3.2).
+When the scorer is s·qᵀk (``sdpa_scale``), the normaliser SoftMax and no weights are asked for,
+``F.scaled_dot_product_attention`` does it in one kernel; otherwise scores, masks, normaliser,
+dropout and weights @ values run explicitly. Masks are bool, True where a key may be attended;
+``causal`` lets query t see keys ≤ t.
 """
 
 from __future__ import annotations
@@ -37,11 +30,8 @@ def padding_mask(lengths: torch.Tensor, max_len: Optional[int] = None) -> torch.
 
 
 def sdpa(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, **kwargs) -> torch.Tensor:
-    """``F.scaled_dot_product_attention``; on the CPU with bf16/fp16 inputs (``bf16-mixed``
-    autocast, ``bf16-true`` weights) it computes in float32 and returns the inputs' dtype: with
-    torch 2.13 the CPU flash-attention backward in bf16 took 6× its float32 time, more than bf16
-    saved in every matrix product of a d=256 Transformer's training step (docs/benchmarks.md,
-    "bf16 on the CPU")."""
+    """``F.scaled_dot_product_attention``, in float32 for bf16/fp16 inputs on the CPU (whose
+    bf16 backward was 6× slower than float32's)."""
     if query.device.type != "cpu" or query.dtype not in (torch.bfloat16, torch.float16):
         return F.scaled_dot_product_attention(query, keys, values, **kwargs)
     with torch.autocast("cpu", enabled=False):

@@ -1,27 +1,15 @@
 """Multi-head attention: cʲ = Attn(W_qʲ q, W_kʲ H, W_vʲ H), j = 1..J, then an aggregator.
 
-Source: Vaswani et al. 2017, §3.2.2 (J heads, each its own W_qʲ, W_kʲ, W_vʲ); aggregation by mean
-(Veličković et al. 2018, eq. (6)), concat, or concat + W (Vaswani's W^O). Projected q/k/v:
-a = (W_k h)ᵀ(W_q h′)/√d with value W_v h, and the option W_k ≡ W_v (``shared_kv``, fewer weights).
+Vaswani et al. 2017, §3.2.2; aggregation by mean (Veličković et al. 2018, eq. (6)), concat or
+concat + W^O; ``shared_kv``: W_k ≡ W_v. The J projections are one matrix each, split by a reshape.
 
-The J projections are one matrix each for q, k and v (J·d rows), split into heads by a reshape, so
-no Python loop runs over heads. The scorer acts on each head's d-dimensional vectors (its own
-parameters, if any, are shared by the heads). With scaled_dot/dot, softmax and no maps requested
-the heads go through ``scaled_dot_product_attention`` together.
-
-Relative positions (Shaw, Uszkoreit & Vaswani 2018, eq. (3)–(4)): when its parent asks for them in
-self-attention (``relative_distance`` δ, e.g. a Transformer with ``positional=relative``),
+Relative positions (Shaw, Uszkoreit & Vaswani 2018, eq. (3)–(4)), with δ = ``relative_distance``:
 
     c_j = Σ_i (v_i + wᵛ_{i⊟j}) SoftMax_i a(k_i + wᵏ_{i⊟j}, q_j),   i⊟j = clip(i − j, −δ, δ)
 
-per head, with wᵏ_r, wᵛ_r ∈ R^d, r = −δ..δ, learned and shared by the heads of the layer (as in the
-paper). No loop over tokens or heads: with a dot-product scorer (s·qᵀk) the score splits as
-s·(q_jᵀk_i + q_jᵀwᵏ_{i⊟j}) — Q Kᵀ is one batched matmul and Q Wᵏᵀ is (Tq × (2δ+1)), gathered by
-the relative index (the efficient form of Shaw et al. §3.3). Any other scorer gets the keys
-k_i + wᵏ_{i⊟j} for every pair (a (Tq, Tk, d) tensor per head). The value term Σ_i α_ji wᵛ_{i⊟j}
-sums the weights of each distance (a scatter-add into 2δ+1 bins) and multiplies by Wᵛ. Query row
-t has position ``query_offset + t``, key row i position i (a decoder generating step t attends
-from position t to cached keys 0..t).
+wᵏ, wᵛ shared by the heads. A dot-product scorer splits the score into Q Kᵀ + Q Wᵏᵀ gathered by
+distance (Shaw et al. §3.3); any other scorer gets k_i + wᵏ_{i⊟j} per pair. The value term adds
+up the weights of each distance (2δ+1 bins) times Wᵛ. Query row t is at ``query_offset + t``.
 """
 
 from __future__ import annotations
@@ -49,10 +37,8 @@ def relative_index(tq: int, tk: int, max_distance: int, query_offset: int = 0,
 def check_heads(name: str, query_dim: int, heads: int, head_dim: Optional[int],
                 at: str = "attention", size: str = "model.d_model of a Transformer or BERT, "
                                                       "model.decoder.hidden_dim of an RNN decoder") -> None:
-    """Without ``head_dim`` each head gets query_dim / heads features, so ``heads`` must divide
-    the query size; also called by the models' ``check_config`` (before any data is made), and
-    for a model's own encoder by :mod:`attnflow.training.run` with its path (``at``: where the attention's
-    fields are set; ``size``: where the query size comes from)."""
+    """Without ``head_dim``, ``heads`` must divide the query size (``at``: where the fields are
+    set; ``size``: where the query size comes from)."""
     if head_dim is None and query_dim % heads:
         raise ConfigError(
             f"attention '{name}': the query size {query_dim} ({size}) is not divisible by heads "
@@ -71,22 +57,8 @@ def check_model_heads(model: Mapping[str, Any]) -> None:
 class MultiHeadAttention(AttentionBlock):
     """J projected heads and an aggregator.
 
-    Args:
-        query_dim, key_dim, value_dim: sizes of q, k, v (context).
-        self_attention: queries and keys are positions of one sequence (context).
-        relative_distance: δ: add relative-position terms (context, from a parent whose positions
-            are relative; only in self-attention) (default None: none).
-        heads: J (default 8).
-        head_dim: d, the size of each head's q, k, v (default None: query_dim // heads).
-        scorer: the scorer's config (default scaled_dot).
-        normalizer: the normaliser's config (default softmax).
-        aggregator: how heads combine (default concat_proj back to query_dim).
-        dropout: attention dropout on α (default 0.0).
-        bias: biases in the q, k, v projections (default True).
-        shared_kv: W_k ≡ W_v, one matrix for keys and values (default False).
-    Shape:
-        query (B, Tq, Dq), keys (B, Tk, Dk), values (B, Tk, Dv), mask bool broadcastable to
-        (B, Tq, Tk) -> context (B, Tq, output_dim), weights (B, J, Tq, Tk) or None.
+    Shape: query (B, Tq, Dq), keys (B, Tk, Dk), values (B, Tk, Dv), mask broadcastable to
+    (B, Tq, Tk) -> context (B, Tq, output_dim), weights (B, J, Tq, Tk) or None.
     """
 
     def __init__(self, query_dim: int, key_dim: int, value_dim: int, self_attention: bool = False,
@@ -98,11 +70,6 @@ class MultiHeadAttention(AttentionBlock):
                  dropout: Probability = 0.0, bias: bool = True, shared_kv: bool = False):
         super().__init__()
         name = self.registry_name
-        if heads < 1:
-            raise ConfigError(f"attention '{name}': heads must be >= 1, got {heads}")
-        if relative_distance is not None and (relative_distance < 0 or not self_attention):
-            raise ConfigError(f"attention '{name}': relative positions need self-attention and "
-                              f"δ >= 0, got δ={relative_distance}")
         check_heads(name, query_dim, heads, head_dim)
         if head_dim is None:
             head_dim = query_dim // heads

@@ -1,39 +1,16 @@
-"""The decoder protocol shared by every sequence decoder (RNN with or without attention, Luong,
-Transformer), and the generic helpers that use only this protocol.
+"""The decoder protocol of every sequence decoder, and helpers that use only the protocol.
 
-Source: Sutskever et al. 2014, eq. (1) (p(y|x) = Π_t p(y_t | y_<t, x)), Bahdanau et al. 2015.
-A decoder is a conditional language model over target tokens given the encoder's output:
+Sutskever et al. 2014, eq. (1); Bahdanau et al. 2015: p(y_t | y_<t, x) = SoftMax(g(y_<t, memory,
+init)). A decoder implements
 
-    p(y_t | y_<t, x) = SoftMax(logits_t),  logits_t = g(y_<t, memory, init)
+- ``forward(tgt_in (B, T), memory (B, S, D), memory_mask (B, S), init (B, D_init),
+  need_weights=False[, positions]) -> (logits (B, T, V), weights (B, T, J, S) or None)``:
+  teacher forcing; with ``positions`` (B, T) bool only those rows' logits, (N, V);
+- ``start(memory, memory_mask, init) -> state``: a nest of tensors, batch first;
+- ``step(y_prev (B,), state, need_weights) -> (logits (B, V), state, weights (B, J, S) or None)``;
+- ``reorder(state, index)`` (and optionally ``reorder_beams``) for beam search.
 
-Teacher forcing computes every logits_t at once from the reference prefix; generation calls
-``step`` once per target position. Greedy and beam search (:mod:`attnflow.blocks.decoders.decoding`) use only
-``model.encode`` and this protocol, so they work for every decoder that implements it.
-
-The protocol (duck-typed; :class:`Decoder` is a convenience base class):
-
-``forward(tgt_in, memory, memory_mask, init, need_weights=False) -> (logits, weights)``
-    teacher forcing; tgt_in (B, T) token ids starting with ⟨BOS⟩, memory (B, S, D) encoder
-    outputs (zero at padding), memory_mask (B, S) bool (True = real token), init (B, D_init) the
-    encoder's final state. Returns logits (B, T, V) and, when ``need_weights``, the attention over
-    the source (B, T, J, S) (J heads, or layers×heads, or 1), else None.
-    Optionally ``forward(..., positions=None)``: with positions (B, T) bool, the logits of those
-    positions only, (N, V) in row-major order, so the output layer skips the rest (the loss
-    needs the real target tokens only); :func:`takes_positions` tells whether a decoder does.
-``start(memory, memory_mask, init) -> state``
-    everything a step needs; the state is any nest of tuples/lists/dicts whose tensor leaves all
-    have the batch as their first dimension (so beam search can reorder it).
-``step(y_prev (B,), state, need_weights=False) -> (logits (B, V), state, weights (B, J, S) or None)``
-    one target position given the previous token (⟨BOS⟩ first).
-``reorder_beams(state, rows) -> state`` (optional; :class:`Decoder` has it)
-    ``reorder`` between beam-search steps, free to leave alone what is the same for every beam of a
-    sentence (:attr:`Decoder.static_state`); a decoder without it is reordered with ``reorder``.
-``reorder(state, index (B',) long) -> state``
-    ``index_select`` along the batch dimension of every tensor of the state (beam search keeps the
-    surviving hypotheses, or expands each sentence into beams with ``repeat_interleave``).
-
-Invariant checked by the tests of every decoder: running ``step`` over the reference prefix gives
-the same logits as ``forward`` (teacher forcing), and output t never depends on tgt_in[:, t+1:].
+Running ``step`` over the reference prefix gives ``forward``'s logits (checked by the tests).
 """
 
 from __future__ import annotations
@@ -83,18 +60,25 @@ def reorder_state(state: Any, index: torch.Tensor) -> Any:
     return map_state(state, lambda t: t.index_select(0, index))
 
 
+def initial_state(init: nn.Linear, final: torch.Tensor, lstm: bool):
+    """s_0 = tanh(W_init h̄) (B, H); an LSTM's (h_0, c_0 = 0)."""
+    h0 = torch.tanh(init(final))
+    return (h0, torch.zeros_like(h0)) if lstm else h0
+
+
+def to_rnn(hidden):
+    """(B, H) per row (or an LSTM's pair) -> (1, B, H) for nn.GRU/LSTM."""
+    return map_state(hidden, lambda x: x.unsqueeze(0).contiguous())
+
+
+def from_rnn(hidden):
+    """(1, B, H) from nn.GRU/LSTM (or an LSTM's pair) -> (B, H) per row."""
+    return map_state(hidden, lambda x: x[0])
+
+
 class Decoder(nn.Module):
-    """Base class of the decoder protocol (see the module docstring).
-
-    Subclasses implement ``start`` and ``step``; ``forward`` defaults to running ``step`` over
-    the reference prefix (override it when the whole prefix can be processed at once), and
-    ``reorder`` defaults to :func:`reorder_state`.
-
-    Shape:
-        forward: tgt_in (B, T), memory (B, S, D), memory_mask (B, S), init (B, D_init)
-        -> logits (B, T, V), weights (B, T, J, S) or None.
-        step: y_prev (B,) -> logits (B, V), state, weights (B, J, S) or None.
-    """
+    """Base of the protocol: subclasses implement ``start`` and ``step``; ``forward`` runs
+    ``step`` over the prefix unless overridden."""
 
     def start(self, memory: torch.Tensor, memory_mask: torch.Tensor, init: torch.Tensor) -> Any:
         raise NotImplementedError
@@ -111,9 +95,7 @@ class Decoder(nn.Module):
         return reorder_state(state, index)
 
     def reorder_beams(self, state: Any, rows: torch.Tensor) -> Any:
-        """Beam search's reordering between steps: ``reorder`` on what changes between beams; the
-        ``static_state`` entries stay (beams only ever move within their own sentence, whose rows
-        hold the same values)."""
+        """``reorder`` on all but the ``static_state`` entries (the same for every beam)."""
         if not self.static_state or not isinstance(state, dict):
             return self.reorder(state, rows)
         static = self.static_state
@@ -134,7 +116,6 @@ class Decoder(nn.Module):
     @torch.no_grad()
     def greedy(self, memory: torch.Tensor, memory_mask: torch.Tensor, init: torch.Tensor,
                bos_id: int, eos_id: int, max_len: int, need_weights: bool = False):
-        """Argmax decoding with this decoder (see :func:`attnflow.blocks.decoders.decoding.greedy_decode`)."""
         from attnflow.blocks.decoders.decoding import greedy_from_memory
 
         return greedy_from_memory(self, memory, memory_mask, init, bos_id, eos_id, max_len,

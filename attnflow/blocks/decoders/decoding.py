@@ -1,18 +1,9 @@
-"""Generation for every encoder–decoder model: greedy decoding and batched beam search.
+"""Greedy decoding and batched beam search for every encoder–decoder model.
 
 Both use only ``model.encode(src, src_lengths) -> (memory, memory_mask, final)`` and the decoder
-protocol of :mod:`attnflow.blocks.decoders.base` (``start``, ``step``, ``reorder``), so they work
-for the RNN decoders and the Transformer alike.
-
-Greedy: y_t = argmax_v p(v | y_<t, x) until every sentence has produced ⟨EOS⟩ or ``max_len``
-tokens; a finished row keeps emitting ⟨EOS⟩.
-
-Beam search (Sutskever et al. 2014; length penalty of Wu et al. 2016, GNMT): keep the K best
-live prefixes by log p(y_≤t | x) = Σ_τ log p(y_τ | y_<τ, x) and a buffer of K finished
-hypotheses scored log p(y | x) / lp(|y|),  lp(n) = ((5 + n) / 6)^α  (α = ``length_penalty``;
-0 = no penalty); see :func:`beam_search`.
-All sentences and beams are one batch of B·K rows (no loop over sentences); only the inherent
-loop over target positions remains. With K = 1 beam search is greedy decoding.
+protocol (:mod:`attnflow.blocks.decoders.base`). Beam search (Sutskever et al. 2014) ranks
+finished hypotheses by log p(y | x) / lp(|y|), lp(n) = ((5 + n) / 6)^α (Wu et al. 2016, GNMT);
+all sentences and beams are one batch of B·K rows.
 """
 
 from __future__ import annotations
@@ -20,6 +11,7 @@ from __future__ import annotations
 from typing import Optional, Tuple
 
 import torch
+import torch.nn.functional as F
 
 NEG_INF = float("-inf")
 
@@ -29,9 +21,8 @@ def greedy_from_memory(decoder, memory: torch.Tensor, memory_mask: torch.Tensor,
                        init: torch.Tensor, bos_id: int, eos_id: int, max_len: int,
                        need_weights: bool = False
                        ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """Argmax decoding from encoder outputs. Returns tokens (B, L) (⟨EOS⟩ included, then ⟨EOS⟩
-    repeated; L ≤ max_len) and weights (B, L, J, S), or None when not asked for or when the
-    decoder has no attention (RNNenc)."""
+    """Argmax decoding: tokens (B, L ≤ max_len), ⟨EOS⟩ repeated after the first; weights
+    (B, L, J, S), or None when not asked for or the decoder has no attention."""
     state = decoder.start(memory, memory_mask, init)
     y = torch.full((memory.shape[0],), bos_id, dtype=torch.long, device=memory.device)
     done = torch.zeros_like(y, dtype=torch.bool)
@@ -50,6 +41,8 @@ def greedy_from_memory(decoder, memory: torch.Tensor, memory_mask: torch.Tensor,
     return torch.stack(tokens, 1), (torch.stack(weights, 1) if has_weights else None)
 
 
+
+
 @torch.no_grad()
 def greedy_decode(model, src: torch.Tensor, src_lengths: torch.Tensor, bos_id: int, eos_id: int,
                   max_len: int, need_weights: bool = False
@@ -61,8 +54,7 @@ def greedy_decode(model, src: torch.Tensor, src_lengths: torch.Tensor, bos_id: i
 
 
 def length_penalty_factor(lengths, alpha: float):
-    """GNMT length penalty lp(n) = ((5 + n) / 6)^α for a length (a float back) or a tensor of
-    them; α = 0 gives 1 exactly."""
+    """GNMT's lp(n) = ((5 + n) / 6)^α for a length or a tensor of them; α = 0 gives 1."""
     n = lengths.float() if isinstance(lengths, torch.Tensor) else float(lengths)
     return ((5.0 + n) / 6.0) ** alpha
 
@@ -75,10 +67,47 @@ def _gather_rows(x: Optional[torch.Tensor], rows: torch.Tensor) -> Optional[torc
 
 
 def reorder_beams(decoder, state, rows: torch.Tensor):
-    """Between beam-search steps: the decoder's ``reorder_beams`` (which may leave its static
-    entries in place), or ``reorder`` for a decoder of the protocol without it."""
+    """The decoder's ``reorder_beams`` if it has one, else its ``reorder``."""
     fn = getattr(decoder, "reorder_beams", None)
     return fn(state, rows) if fn is not None else decoder.reorder(state, rows)
+
+
+def _finish(fin, top, rows, tok, is_eos, history, w, w_history, factor: float, eos_id: int):
+    """Candidates ending in ⟨EOS⟩ among the best K join ``fin`` = (scores (B, K), tokens
+    (B, K, t), weights (B, K, t, J, S) or None), the K best finished hypotheses, scored
+    log p / ``factor``."""
+    scores, tokens, weights = fin
+    B, K = scores.shape
+    new = torch.where(is_eos[:, :K], top[:, :K] / factor, NEG_INF)
+    cand = torch.cat([_gather_rows(history, rows[:, :K]), tok[:, :K, None]], -1)
+    scores, pick = torch.cat([scores, new], 1).topk(K, dim=1)
+    tokens = torch.cat([F.pad(tokens, (0, 1), value=eos_id), cand], 1).gather(
+        1, pick.unsqueeze(-1).expand(-1, -1, cand.shape[-1]))
+    if w is not None:
+        cand_w = _gather_rows(w, rows[:, :K]).unsqueeze(2)  # (B, K, 1, J, S)
+        past = _gather_rows(w_history, rows[:, :K])
+        cand_w = cand_w if past is None else torch.cat([past, cand_w], 2)
+        old = torch.zeros_like(cand_w) if weights is None else F.pad(weights, (0, 0, 0, 0, 0, 1))
+        idx = pick.view(B, K, 1, 1, 1).expand(-1, -1, *cand_w.shape[2:])
+        weights = torch.cat([old, cand_w], 1).gather(1, idx)
+    return scores, tokens, weights
+
+
+def _best(fin, live, done, history, w_history, factor: float):
+    """(tokens (B, L), weights or None, score (B,)) of each sentence's best hypothesis; prefixes
+    still live at the end compete as they are unless the sentence is done."""
+    fin_scores, fin_tokens, fin_weights = fin
+    (B, K), L = live.shape, history.shape[1]
+    scores = torch.cat([fin_scores, torch.where(done.unsqueeze(1), NEG_INF, live / factor)], 1)
+    best = scores.argmax(-1)
+    at = torch.arange(B, device=live.device)
+    tokens = torch.cat([fin_tokens, history.view(B, K, L)], 1)[at, best]
+    weights = None
+    if w_history is not None:
+        J_S = w_history.shape[2:]
+        fw = fin_weights if fin_weights is not None else w_history.new_zeros(B, K, L, *J_S)
+        weights = torch.cat([fw, w_history.view(B, K, L, *J_S)], 1)[at, best]
+    return tokens, weights, scores.gather(1, best.unsqueeze(1)).squeeze(1)
 
 
 @torch.no_grad()
@@ -87,41 +116,30 @@ def beam_search(model, src: torch.Tensor, src_lengths: torch.Tensor, bos_id: int
                 need_weights: bool = False, return_scores: bool = False):
     """Batched beam search over B sentences × K beams.
 
-    Every step extends the K live prefixes of each sentence by every token and takes the 2K best
-    candidates by log p(y_≤t | x). Candidates ending in ⟨EOS⟩ among the best K are finished: they
-    move to the sentence's buffer of K finished hypotheses, scored log p(y | x) / lp(|y|) with
-    |y| counting ⟨EOS⟩; the best K candidates not ending in ⟨EOS⟩ stay live, so finished
-    hypotheses never crowd longer ones out of the beam (as in fairseq and GNMT). A sentence is done
-    when no live prefix can still beat its best finished hypothesis: log-probabilities only fall
-    and lp grows, so a live score s can reach at most s / lp(max_len). Prefixes still live at
-    ``max_len`` compete as they are. With K = 1 and no length penalty this is greedy decoding.
-
-    Returns tokens (B, L) of the best hypothesis per sentence (⟨EOS⟩ included, then ⟨EOS⟩
-    repeated), weights (B, L, J, S) or None, and with ``return_scores`` the best hypothesis'
-    score (B,): log p(y | x) / lp(|y|), which is log p(y | x) when ``length_penalty`` is 0.
+    Each step takes the 2K best extensions by log p(y_≤t | x): those ending in ⟨EOS⟩ among the
+    best K are finished (:func:`_finish`), the best K others stay live, so finished hypotheses
+    never crowd longer ones out (as fairseq and GNMT). A sentence is done when no live score s
+    can beat its best finished one, s / lp(max_len). K = 1 without penalty is greedy decoding.
+    Returns tokens (B, L), weights (B, L, J, S) or None, and with ``return_scores`` the best
+    score log p(y | x) / lp(|y|) (B,).
     """
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
     memory, mask, final = model.encode(src, src_lengths)
     decoder = model.decoder
     B, K, dev = memory.shape[0], beam_size, memory.device
-    state = decoder.start(memory, mask, final)
-    state = decoder.reorder(state, torch.arange(B, device=dev).repeat_interleave(K))  # (B·K)
+    state = decoder.reorder(decoder.start(memory, mask, final),
+                            torch.arange(B, device=dev).repeat_interleave(K))  # (B·K)
     live = torch.full((B, K), NEG_INF, device=dev)
-    live[:, 0] = 0.0  # only one live hypothesis at first: the K beams are identical
+    live[:, 0] = 0.0  # the K beams start identical: one live hypothesis
     y = torch.full((B * K,), bos_id, dtype=torch.long, device=dev)
     history = torch.empty(B * K, 0, dtype=torch.long, device=dev)  # live prefixes
     w_history: Optional[torch.Tensor] = None  # (B·K, t, J, S)
-    fin_scores = torch.full((B, K), NEG_INF, device=dev)  # finished, length-normalised
-    fin_tokens = torch.empty(B, K, 0, dtype=torch.long, device=dev)
-    fin_weights: Optional[torch.Tensor] = None  # (B, K, t, J, S)
+    fin = (torch.full((B, K), NEG_INF, device=dev),
+           torch.empty(B, K, 0, dtype=torch.long, device=dev), None)
     done = torch.zeros(B, dtype=torch.bool, device=dev)
     base = (torch.arange(B, device=dev) * K).unsqueeze(1)  # (B, 1) first row of each sentence
-    def lp(n: int) -> float:
-        return length_penalty_factor(n, length_penalty)
-
     for t in range(max_len):
         logits, state, w = decoder.step(y, state, need_weights)
+        w = w if need_weights else None
         logp = torch.log_softmax(logits.float(), dim=-1)  # (B·K, V)
         V = logp.shape[-1]
         cand = (live.reshape(B * K, 1) + logp).reshape(B, K * V)
@@ -129,48 +147,22 @@ def beam_search(model, src: torch.Tensor, src_lengths: torch.Tensor, bos_id: int
         rows = base + torch.div(flat, V, rounding_mode="floor")  # source rows of the candidates
         tok = flat % V
         is_eos = tok == eos_id
-        keep_w = need_weights and w is not None
-        # -- finished: ⟨EOS⟩ among the best K candidates joins the buffer of K finished ------------
-        new_fin = torch.where(is_eos[:, :K], top[:, :K] / lp(t + 1), NEG_INF)
-        cand_tokens = torch.cat([_gather_rows(history, rows[:, :K]), tok[:, :K, None]], -1)
-        fin_tokens = torch.nn.functional.pad(fin_tokens, (0, 1), value=eos_id)
-        fin_scores, pick = torch.cat([fin_scores, new_fin], 1).topk(K, dim=1)
-        fin_tokens = torch.cat([fin_tokens, cand_tokens], 1).gather(
-            1, pick.unsqueeze(-1).expand(-1, -1, t + 1))
-        if keep_w:
-            step_w = _gather_rows(w, rows[:, :K]).unsqueeze(2)  # (B, K, 1, J, S)
-            past = _gather_rows(w_history, rows[:, :K]) if w_history is not None else None
-            cand_w = step_w if past is None else torch.cat([past, step_w], 2)
-            old = (torch.zeros_like(cand_w) if fin_weights is None
-                   else torch.nn.functional.pad(fin_weights, (0, 0, 0, 0, 0, 1)))
-            idx = pick.view(B, K, 1, 1, 1).expand(-1, -1, *cand_w.shape[2:])
-            fin_weights = torch.cat([old, cand_w], 1).gather(1, idx)
-        # -- live: the best K candidates that do not end in ⟨EOS⟩ --------------------------------
+        fin = _finish(fin, top, rows, tok, is_eos, history, w, w_history,
+                      length_penalty_factor(t + 1, length_penalty), eos_id)
         live, pos = top.masked_fill(is_eos, NEG_INF).topk(K, dim=1)
         sel = rows.gather(1, pos).reshape(B * K)
         y = tok.gather(1, pos).reshape(B * K)
         state = reorder_beams(decoder, state, sel)
         history = torch.cat([history.index_select(0, sel), y.unsqueeze(1)], dim=1)
-        if keep_w:
+        if w is not None:
             w = w.index_select(0, sel).unsqueeze(1)
             w_history = w if w_history is None else torch.cat([w_history.index_select(0, sel), w], 1)
-        done |= fin_scores[:, 0] >= live[:, 0] / lp(max_len)
+        done |= fin[0][:, 0] >= live[:, 0] / length_penalty_factor(max_len, length_penalty)
         if bool(done.all()):
             break
-    L = history.shape[1]
-    # prefixes still live at max_len compete as they are (no ⟨EOS⟩), unless the sentence is done
-    live_final = torch.where(done.unsqueeze(1), NEG_INF, live / lp(L))
-    scores = torch.cat([fin_scores, live_final], 1)  # (B, 2K)
-    best = scores.argmax(-1)
-    tokens = torch.cat([fin_tokens, history.view(B, K, L)], 1)[torch.arange(B, device=dev), best]
-    weights = None
-    if w_history is not None:
-        J_S = w_history.shape[2:]
-        fw = fin_weights if fin_weights is not None else w_history.new_zeros(B, K, L, *J_S)
-        weights = torch.cat([fw, w_history.view(B, K, L, *J_S)], 1)[torch.arange(B, device=dev), best]
-    if return_scores:
-        return tokens, weights, scores.gather(1, best.unsqueeze(1)).squeeze(1)
-    return tokens, weights
+    tokens, weights, score = _best(fin, live, done, history, w_history,
+                                   length_penalty_factor(history.shape[1], length_penalty))
+    return (tokens, weights, score) if return_scores else (tokens, weights)
 
 
 def decode(model, src: torch.Tensor, src_lengths: torch.Tensor, bos_id: int, eos_id: int,

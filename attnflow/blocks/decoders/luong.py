@@ -1,26 +1,16 @@
-"""Luong attention decoder: global or local (local-m, local-p) attention from the current state,
-with input feeding.
+"""Luong attention decoder: global or local (local-m, local-p) attention, input feeding.
 
-Source: Luong, Pham & Manning 2015 ("Effective Approaches to Attention-based NMT"), §3.1–3.3
-(global vs local attention, the Gaussian window, input feeding). With h̄_s the encoder states and D
-the window half-width:
+Luong, Pham & Manning 2015, §3.1–3.3. With h̄_s the encoder states and D the window half-width:
 
-    h_t  = f(h_{t−1}, [E y_{t−1}; h̃_{t−1}])          input feeding (h̃_0 = 0); without it [E y_{t−1}]
-    a_t(s) = align(h_t, h̄_s) = SoftMax_s score(h_t, h̄_s)
-        score: dot h_tᵀh̄_s, general h_tᵀW_a h̄_s, concat v_aᵀ tanh(W_a[h_t; h̄_s])
-        (``scorer=dot | general | additive``: the additive scorer wᵀtanh(U h̄_s + V h_t) is concat)
-    global:  a_t over every source word
-    local-m: p_t = t (monotonic), local-p: p_t = S_x · sigmoid(v_pᵀ tanh(W_p h_t)), S_x the source
-             length (here (S_x − 1)·sigmoid, so p_t lands on a word); only |s − p_t| ≤ D is
-             attended (SoftMax over the window), then
-             a_t(s) ← a_t(s) · exp(−(s − p_t)² / 2σ²),  σ = D/2
-             (Luong et al. use the Gaussian for local-p only; ``gaussian: false`` drops it)
-    c_t  = Σ_s a_t(s) h̄_s,   h̃_t = tanh(W_c [c_t; h_t]),   p(y_t | y_<t, x) = SoftMax(W_s h̃_t)
-    h_0  = tanh(W_init h̄), h̄ the encoder's final state.
+    h_t  = f(h_{t−1}, [E y_{t−1}; h̃_{t−1}])          (input feeding; without it [E y_{t−1}])
+    a_t(s) = SoftMax_s score(h_t, h̄_s)               (score: dot, general, concat = additive)
+    local-m: p_t = t;  local-p: p_t = (S_x − 1)·sigmoid(v_pᵀ tanh(W_p h_t));  only |s − p_t| ≤ D,
+             a_t(s) ← a_t(s) · exp(−(s − p_t)² / 2σ²),  σ = D/2   (``gaussian``)
+    c_t  = Σ_s a_t(s) h̄_s,  h̃_t = tanh(W_c [c_t; h_t]),  p(y_t | y_<t, x) = SoftMax(W_s h̃_t)
+    h_0  = tanh(W_init h̄)
 
-Unlike RNNsearch (``rnn_attention``) the query is the new state h_t, not s_{t−1}. Without input
-feeding the recurrence does not depend on attention, so teacher forcing runs the fused RNN over
-the whole prefix and attends for all steps at once.
+The query is the new state h_t (RNNsearch uses s_{t−1}). Without input feeding teacher forcing
+runs the fused RNN over the whole prefix and attends for all steps at once.
 """
 
 from __future__ import annotations
@@ -31,33 +21,15 @@ import torch
 from torch import nn
 
 from attnflow.blocks.attention.base import refuse_relative
-from attnflow.blocks.decoders.base import Decoder
-from attnflow.config.registry import (ATTENTIONS, DECODERS, SCORERS, BlockSpec, ConfigError,
-                               NonNegativeInt, PositiveInt, Probability)
+from attnflow.blocks.decoders.base import Decoder, from_rnn, initial_state, to_rnn
+from attnflow.config.registry import (ATTENTIONS, DECODERS, BlockSpec, ConfigError, NonNegativeInt,
+                                      PositiveInt, Probability)
+from attnflow.io.console import warn_unread
 
 
 @DECODERS.register("luong")
 class LuongDecoder(Decoder):
-    """GRU/LSTM decoder with Luong global/local attention and input feeding.
-
-    Args:
-        vocab_size: target vocabulary size (context).
-        memory_dim: size of the encoder states h̄_s (context).
-        init_dim: size of the encoder's final state (context).
-        cell: 'gru' or 'lstm' (default 'lstm', as Luong et al.).
-        embed_dim: target embedding size (default 64).
-        hidden_dim: state size of h_t (default 128); must equal memory_dim for the dot scorer.
-        attention: the attention block's config (default single-head, general scorer); local
-            alignment needs the single-head block.
-        alignment: 'global', 'local_m' or 'local_p' (default 'global').
-        window: D, the half-width of the local window (default 5; σ = D/2).
-        gaussian: multiply local weights by exp(−(s − p_t)²/2σ²) (default True).
-        input_feed: feed h̃_{t−1} into the next step (default True).
-        dropout: on embeddings and on h̃_t before the output layer (default 0.0).
-    Shape:
-        forward: tgt_in (B, T), memory (B, S, memory_dim), memory_mask (B, S), init (B, init_dim)
-        -> logits (B, T, vocab_size), weights (B, T, J, S) or None.
-    """
+    """GRU/LSTM decoder with Luong global/local attention and input feeding."""
 
     static_state = ("memory", "mask")
 
@@ -71,21 +43,17 @@ class LuongDecoder(Decoder):
         super().__init__()
         att_cls = ATTENTIONS.get(attention["name"])
         refuse_relative(att_cls, "decoder 'luong'")
-        scorer = (attention.get("scorer") or {}).get("name") if att_cls.plain else None
-        if scorer and SCORERS.get(scorer).requires_equal_dims and hidden_dim != memory_dim:
-            raise ConfigError(  # a plain block hands h_t and h̄_s to the scorer unprojected
-                f"decoder 'luong': scorer '{scorer}' compares h_t with h̄_s directly, so the decoder "
-                f"state (hidden_dim={hidden_dim}) must have the encoder output's size ({memory_dim}); "
-                f"set model.decoder.hidden_dim={memory_dim} or use scorer=general")
-        if alignment != "global":
-            if not att_cls.plain:
-                raise ConfigError(
-                    f"decoder 'luong': local alignment ({alignment}) reweights the attention "
-                    f"weights with a Gaussian window and recomputes c_t = α h̄ from them, which "
-                    f"needs a plain block (α over the unprojected encoder states); attention "
-                    f"'{attention['name']}' projects its values — use attention=single")
-            if window < 1:
-                raise ConfigError(f"decoder 'luong': window must be >= 1, got {window}")
+        if alignment == "global":
+            for field, value, default in (("window", window, 5), ("gaussian", gaussian, True)):
+                if value != default:
+                    warn_unread(f"decoder 'luong': {field}={value}",
+                                "it shapes local attention; alignment=global")
+        elif not att_cls.plain:
+            raise ConfigError(f"decoder 'luong': local alignment ({alignment}) recomputes c_t "
+                              f"from reweighted α over the unprojected encoder states, which "
+                              f"needs a plain block; use attention=single")
+        elif window < 1:
+            raise ConfigError(f"decoder 'luong': window must be >= 1, got {window}")
         self.cell_type, self.alignment, self.window = cell, alignment, window
         self.gaussian, self.input_feed, self.hidden_dim = gaussian, input_feed, hidden_dim
         self.embedding = nn.Embedding(vocab_size, embed_dim)
@@ -101,7 +69,6 @@ class LuongDecoder(Decoder):
             self.W_p = nn.Linear(hidden_dim, hidden_dim, bias=False)
             self.v_p = nn.Linear(hidden_dim, 1, bias=False)
 
-    # -- attention at every given step ----------------------------------------------------------
     def _positions(self, h: torch.Tensor, t: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """p_t (B, T) for states h (B, T, H) at target positions t (B, T)."""
         last = (lengths - 1).unsqueeze(1).to(h.dtype)
@@ -130,19 +97,8 @@ class LuongDecoder(Decoder):
         context = w @ prepared[1]
         return context, (w.unsqueeze(2) if need_weights else None)
 
-    # -- the decoder protocol -------------------------------------------------------------------
     def _h0(self, init: torch.Tensor):
-        h0 = torch.tanh(self.init(init))
-        return (h0, torch.zeros_like(h0)) if self.cell_type == "lstm" else h0
-
-    @staticmethod
-    def _to_rnn(hidden):  # (B, H) per row -> (1, B, H) for nn.GRU/LSTM
-        return tuple(x.unsqueeze(0).contiguous() for x in hidden) if isinstance(hidden, tuple) \
-            else hidden.unsqueeze(0).contiguous()
-
-    @staticmethod
-    def _from_rnn(h):
-        return tuple(x[0] for x in h) if isinstance(h, tuple) else h[0]
+        return initial_state(self.init, init, self.cell_type == "lstm")
 
     def start(self, memory: torch.Tensor, memory_mask: torch.Tensor, init: torch.Tensor) -> dict:
         B = memory.shape[0]
@@ -158,11 +114,11 @@ class LuongDecoder(Decoder):
         """One recurrence step from the embedded input x (B, E): (h̃_t (B, H), state, α)."""
         if self.input_feed:
             x = torch.cat([x, state["feed"]], dim=-1)
-        out, h = self.rnn(x.unsqueeze(1), self._to_rnn(state["hidden"]))  # out (B, 1, H)
+        out, h = self.rnn(x.unsqueeze(1), to_rnn(state["hidden"]))  # out (B, 1, H)
         context, w = self._attend(out, state["memory"], state["mask"], state["t"].unsqueeze(1),
                                   need_weights)
         feed = self._output(context, out)[:, 0]
-        new = {**state, "hidden": self._from_rnn(h), "feed": feed, "t": state["t"] + 1}
+        new = {**state, "hidden": from_rnn(h), "feed": feed, "t": state["t"] + 1}
         return feed, new, (w[:, 0] if w is not None else None)
 
     def step(self, y_prev: torch.Tensor, state: dict, need_weights: bool = False):
@@ -187,7 +143,7 @@ class LuongDecoder(Decoder):
             return logits(torch.stack(feeds, 1)), (torch.stack(weights, 1) if need_weights else None)
         B, T = tgt_in.shape
         prepared = self.attention.prepare(memory, memory)
-        states, _ = self.rnn(self.dropout(self.embedding(tgt_in)), self._to_rnn(self._h0(init)))
+        states, _ = self.rnn(self.dropout(self.embedding(tgt_in)), to_rnn(self._h0(init)))
         t = torch.arange(T, device=tgt_in.device).expand(B, T)
         context, w = self._attend(states, prepared, memory_mask, t, need_weights)
         return logits(self._output(context, states)), w

@@ -1,20 +1,11 @@
 """Recurrent decoder with attention over the encoder states (RNNsearch).
 
-Source: Bahdanau, Cho & Bengio 2015, §3.1 (c_t: eq. (5); α_t: eq. (6)):
-    c_t  = Σ_i α_ti h_i,   α_t = norm_i a(h_i, s_{t−1})      (attention with the previous state)
-    s_t  = f(s_{t−1}, [E y_{t−1}; c_t])                      (GRU or LSTM cell)
+Bahdanau, Cho & Bengio 2015, §3.1, eq. (5)–(6):
+    c_t  = Σ_i α_ti h_i,   α_t = norm_i a(h_i, s_{t−1})
+    s_t  = f(s_{t−1}, [E y_{t−1}; c_t]),   s_0 = tanh(W_init h̄)
     p(y_t | y_<t, x) = SoftMax(W_o [s_t; c_t; E y_{t−1}] + b_o)
-    s_0  = tanh(W_init h̄), h̄ the encoder's final state (Bahdanau: the backward state of word 1)
-
-With ``gate`` (Xu et al. 2015, "Show, Attend and Tell", §4.2.1) the context is scaled by a
-scalar gate from the previous state, c_t ← β_t c_t with β_t = σ(w_β · s_{t−1} + b_β), which the
-paper found puts more emphasis on the attended objects in captioning.
-
-The attention block is pluggable (``single`` with any scorer, or ``multihead``), so one
-override changes the scorer. Teacher forcing runs the cell step by step (the recurrence needs
-s_{t−1}), but the key projections of the scorer are computed once per source sentence and the
-output layer runs once over all steps. Generation goes through the decoder protocol
-(``start``/``step``/``reorder``, :mod:`attnflow.blocks.decoders.base`); ``greedy`` is inherited.
+With ``gate`` (Xu et al. 2015, §4.2.1) c_t ← σ(w_β · s_{t−1} + b_β) c_t. The scorer's key
+projections run once per sentence and the output layer once over all steps.
 """
 
 from __future__ import annotations
@@ -25,28 +16,13 @@ import torch
 from torch import nn
 
 from attnflow.blocks.attention.base import refuse_relative
-from attnflow.blocks.decoders.base import Decoder
+from attnflow.blocks.decoders.base import Decoder, initial_state
 from attnflow.config.registry import ATTENTIONS, DECODERS, BlockSpec, PositiveInt, Probability
 
 
 @DECODERS.register("rnn_attention")
 class AttentionRNNDecoder(Decoder):
-    """GRU/LSTM decoder with attention: s_t = f(s_{t−1}, [E y_{t−1}; c_t]).
-
-    Args:
-        vocab_size: target vocabulary size (context).
-        memory_dim: size of the encoder states h_i (context).
-        init_dim: size of the encoder's final state h̄ (context).
-        cell: 'gru' or 'lstm' (default 'gru').
-        embed_dim: target embedding size (default 64).
-        hidden_dim: state size of s_t (default 128).
-        attention: the attention block's config (default single-head, additive scorer).
-        dropout: on embeddings and before the output layer (default 0.0).
-        gate: scale the context by β_t = σ(w_β · s_{t−1} + b_β) (Xu et al. 2015) (default false).
-    Shape:
-        forward: tgt_in (B, T) token ids, memory (B, S, memory_dim), memory_mask (B, S) bool,
-        init (B, init_dim) -> logits (B, T, vocab_size), weights (B, T, J, S) or None.
-    """
+    """GRU/LSTM decoder with attention: s_t = f(s_{t−1}, [E y_{t−1}; c_t])."""
 
     static_state = ("memory", "mask")
 
@@ -68,11 +44,9 @@ class AttentionRNNDecoder(Decoder):
         self.out = nn.Linear(hidden_dim + ctx_dim + embed_dim, vocab_size)
         self.gate = nn.Linear(hidden_dim, 1) if gate else None
 
-    # -- the decoder protocol (attnflow.blocks.decoders.base) ---------------------------------
     def start(self, memory: torch.Tensor, memory_mask: torch.Tensor, init: torch.Tensor) -> dict:
         """The step state: prepared memory (scorer keys, values), mask (B, 1, S), s_0."""
-        h0 = torch.tanh(self.init(init))
-        hidden = (h0, torch.zeros_like(h0)) if self.cell_type == "lstm" else h0
+        hidden = initial_state(self.init, init, self.cell_type == "lstm")
         return {"memory": self.attention.prepare(memory, memory), "mask": memory_mask.unsqueeze(1),
                 "hidden": hidden}
 
@@ -99,7 +73,6 @@ class AttentionRNNDecoder(Decoder):
         f, hidden, w = self._step(emb, state["memory"], state["mask"], state["hidden"], need_weights)
         return self.out(self.dropout(f)), {**state, "hidden": hidden}, w
 
-    # -- teacher forcing ----------------------------------------------------------------------
     def forward(self, tgt_in: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor,
                 init: torch.Tensor, need_weights: bool = False,
                 positions: Optional[torch.Tensor] = None

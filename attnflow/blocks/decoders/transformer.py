@@ -1,26 +1,15 @@
-"""Transformer decoder: masked self-attention, encoder–decoder attention, FFN; N layers; linear
-output over the target vocabulary.
+"""Transformer decoder: masked self-attention, encoder–decoder attention, FFN; N layers.
 
-Source: Vaswani et al. 2017, §3.1 (decoder stack) and §3.2.3 (masked self-attention, encoder–decoder
-attention):
+Vaswani et al. 2017, §3.1, §3.2.3:
 
-    h_t   = E y_{t−1}·√d + p_t,  H_t = (h_1 … h_t)            (masked: no data from the future)
-    h′_t  = LN(h_t + Dropout(MH Attn(h_t, H_t, H_t)))          (causal self-attention)
-    h″_t  = LN(h′_t + Dropout(MH Attn(h′_t, Z, Z)))            (Q from the decoder, K, V = encoder
-                                                                output Z, padding masked)
-    z_t   = LN(h″_t + Dropout(FFN(h″_t)))
-    p(y_t | y_<t, x) = SoftMax(W_o z_t + b_o)                  (W_o = E when tied)
+    h_t  = E y_{t−1}·√d + p_t
+    h′_t = LN(h_t + Dropout(MH Attn(h_t, H_≤t, H_≤t)))         (causal self-attention)
+    h″_t = LN(h′_t + Dropout(MH Attn(h′_t, Z, Z)))             (encoder–decoder attention)
+    z_t  = LN(h″_t + Dropout(FFN(h″_t))),   p(y_t | y_<t, x) = SoftMax(W_o z_t + b_o)
 
-Pre-LN (``norm: pre``): x + Dropout(Sublayer(LN(x))) and a final LN. The positional encoding is
-added here, to the scaled target embeddings. Every sublayer's attention is the ``attention`` block;
-with ``positional: relative`` (or ``attention: relative_multihead``) the self-attention carries
-relative positions (Shaw et al. 2018) and the encoder–decoder attention stays plain. Dropout on the
-embeddings and residuals is :mod:`attnflow.blocks.dropout`'s (a cheaper mask on the CPU).
-
-Decoder protocol (:mod:`attnflow.blocks.decoders.base`): ``forward`` is teacher forcing over the
-whole prefix at once (causal mask; SDPA's causal kernel with scaled_dot); ``start``/``step``
-decode incrementally with a key/value cache per layer (the keys and values of the positions so far,
-and the projected encoder output computed once), so step t costs O(t), not O(t²).
+Pre-LN (``norm: pre``): x + Dropout(Sublayer(LN(x))) and a final LN. With relative positions
+(Shaw et al. 2018) only the self-attention carries them. ``step`` decodes with a key/value cache
+per layer, so step t costs O(t).
 """
 
 from __future__ import annotations
@@ -43,11 +32,7 @@ def _with_heads(weights: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
 
 
 class TransformerDecoderLayer(nn.Module):
-    """One decoder layer: causal self-attention, encoder–decoder attention, FFN.
-
-    Shape: x (B, T, d), memory (B, S, D_mem), memory_mask (B, 1, S) -> (B, T, d) and the
-    encoder–decoder weights (B, J, T, S) or None.
-    """
+    """Causal self-attention, encoder–decoder attention, FFN: x (B, T, d) -> (B, T, d), α."""
 
     def __init__(self, dim: int, memory_dim: int, ffn_dim: int, attention: Dict[str, Any],
                  positional=None, dropout: Probability = 0.1, activation_dropout: Probability = 0.0,
@@ -80,8 +65,7 @@ class TransformerDecoderLayer(nn.Module):
         new_cache = []
 
         def self_attention(h):
-            # the cache holds the projected keys and values (per head); scorers whose prepared
-            # keys change shape (additive, mlp, gat) prepare the whole cache each step
+            # the cache holds projected keys and values; the scorer prepares the whole cache
             att = self.self_attn
             k, v = att.project(h, h)
             if cache is not None:
@@ -98,31 +82,7 @@ class TransformerDecoderLayer(nn.Module):
 
 @DECODERS.register("transformer_decoder")
 class TransformerDecoder(Decoder):
-    """N decoder layers over E y·√d + p, then W_o (tied to E by default).
-
-    Args:
-        vocab_size: target vocabulary size (context).
-        memory_dim: size of the encoder outputs (context).
-        init_dim: size of the encoder's final state (context; unused: the Transformer decoder
-            starts from ⟨BOS⟩ and attends to the memory).
-        d_model: d (default 512).
-        layers: N (default 6).
-        ffn_dim: inner size of the FFN (default 2048).
-        dropout: on the embedding sum and in the residuals (default 0.1).
-        activation_dropout: after the FFN's ReLU (default 0.0).
-        norm: 'post' (the paper) or 'pre' (default 'post').
-        positional: the positional block (default sinusoidal; 'relative' adds no encoding and gives
-            the self-attention relative-position terms).
-        attention: the attention block of every sublayer, self- and encoder–decoder attention
-            (default multihead: 8 scaled-dot heads); relative terms act in self-attention only.
-        scale_embeddings: multiply embeddings by √d (default True; embeddings then start
-            N(0, 1/d)).
-        tie_output: W_o ≡ E, the output layer shares the embedding matrix (default True).
-    Shape:
-        forward: tgt_in (B, T), memory (B, S, memory_dim), memory_mask (B, S), init (B, init_dim)
-        -> logits (B, T, vocab_size), weights (B, T, J, S) of the last layer's encoder–decoder
-        attention, or None.
-    """
+    """N decoder layers over E y·√d + p, then W_o (tied to E by default)."""
 
     static_state = ("memory", "mask")
 
@@ -159,7 +119,6 @@ class TransformerDecoder(Decoder):
     def _embed(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
         return self.dropout(self.positional(self.embedding(tokens) * self.embed_scale, offset))
 
-    # -- teacher forcing -------------------------------------------------------------------------
     def forward(self, tgt_in: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor,
                 init: Optional[torch.Tensor] = None, need_weights: bool = False,
                 positions: Optional[torch.Tensor] = None
@@ -172,7 +131,6 @@ class TransformerDecoder(Decoder):
         x = self.final_norm(x if positions is None else x[positions])
         return self.out(x), (weights.transpose(1, 2) if weights is not None else None)
 
-    # -- incremental decoding ---------------------------------------------------------------------
     def start(self, memory: torch.Tensor, memory_mask: torch.Tensor,
               init: Optional[torch.Tensor] = None) -> Dict[str, Any]:
         """State: the projected memory per layer, the mask, empty self-attention caches, t = 0."""

@@ -1,15 +1,11 @@
-"""Precomputed image features: region vectors extracted elsewhere (e.g. a VGG/ResNet conv layer).
+"""Precomputed image features: region vectors extracted offline (e.g. a VGG conv layer).
 
-Source: Xu et al. 2015, "Show, Attend and Tell", §3.1.1 (a = {a_1 … a_L}, a_i ∈ R^D, from a
-pretrained CNN's 14×14×512 conv layer, so L = 196, D = 512). For users who run the CNN once,
-offline, and store the (L, D) arrays (.npy/.npz, read by the data module). This block only
-adapts them for the decoder:
+Xu et al. 2015, §3.1.1 (a = {a_1 … a_L}, a_i ∈ R^D; L = 196, D = 512 there). The block adapts them:
 
     ã_i = LN(a_i) | a_i / ‖a_i‖₂ | a_i      (``norm``: layer (Ba et al. 2016), l2, none)
-    a′_i = Dropout(ã_i) W + b               (``out_dim``: a linear projection D → out_dim)
+    a′_i = Dropout(ã_i) W + b               (``out_dim``: a projection D → out_dim)
 
-The regions are taken to be a row-major grid (h, w): region i = row i // w, column i % w, with
-(h, w) the ``grid`` field, or √L × √L when the field is null and L is a square.
+Regions form a row-major grid (h, w): the ``grid`` field, or √L × √L when it is null.
 """
 
 from __future__ import annotations
@@ -26,23 +22,7 @@ from attnflow.config.registry import ENCODERS, ConfigError, PositiveInt, Probabi
 
 @ENCODERS.register("features")
 class FeatureEncoder(nn.Module):
-    """Precomputed region features (B, L, D) → normalised/projected regions and their grid.
-
-    Forward contract (differs from the text encoders' ``(x, lengths)``; marked by
-    ``input_kind = "image_features"``): ``forward(features)`` with features (B, L, input_dim)
-    returns ``(regions, grid)``: regions (B, L, output_dim) and grid = (h, w) with h·w = L, the
-    row-major layout of the regions. Every item of a batch has the same L: no mask.
-
-    Args:
-        input_dim: D of the stored features (context: read from the arrays by the data module).
-        out_dim: a linear projection D → out_dim; null keeps D (default null).
-        norm: 'none', 'layer' (LayerNorm over D) or 'l2' (unit length) before the projection
-            (default 'none').
-        grid: [h, w] of the regions; null infers √L × √L and refuses a non-square L (default null).
-        dropout: on the features, before the projection (default 0.0).
-    Shape:
-        features (B, L, input_dim) -> regions (B, L, output_dim), grid (h, w).
-    """
+    """Region features (B, L, input_dim) → regions (B, L, output_dim) and the grid (h, w)."""
 
     input_kind = "image_features"
 
@@ -50,16 +30,9 @@ class FeatureEncoder(nn.Module):
                  norm: Literal["none", "layer", "l2"] = "none", grid: Optional[List[int]] = None,
                  dropout: Probability = 0.0):
         super().__init__()
-        if grid is not None:
-            grid = list(grid)
-            if len(grid) != 2 or any(int(g) < 1 for g in grid):
-                raise ConfigError(f"encoder 'features': field 'grid' must be [h, w] with two "
-                                  f"positive ints (or null to infer a square), got {grid!r}")
-        if out_dim is not None and out_dim < 1:
-            raise ConfigError(f"encoder 'features': field 'out_dim' must be a positive int or "
-                              f"null, got {out_dim!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ConfigError(f"encoder 'features': field 'dropout' must be in [0, 1), got {dropout!r}")
+        if grid is not None and (len(grid) != 2 or min(grid) < 1):
+            raise ConfigError(f"encoder 'features': field 'grid' must be [h, w] with two positive "
+                              f"ints (or null to infer a square), got {list(grid)!r}")
         self.input_dim = input_dim
         self.grid_field = None if grid is None else (int(grid[0]), int(grid[1]))
         self.norm = norm
@@ -69,7 +42,7 @@ class FeatureEncoder(nn.Module):
         self.output_dim = out_dim if out_dim is not None else input_dim
 
     def grid(self, num_regions: int) -> Tuple[int, int]:
-        """(h, w) for L regions: the ``grid`` field, checked against L, or √L × √L."""
+        """(h, w) for L regions: the ``grid`` field or √L × √L."""
         if self.grid_field is not None:
             h, w = self.grid_field
             if h * w != num_regions:

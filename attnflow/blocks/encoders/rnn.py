@@ -1,8 +1,7 @@
 """Recurrent encoder: RNN, GRU or LSTM, optionally bidirectional with the states concatenated.
 
-Source: Elman 1990 (RNN), Hochreiter & Schmidhuber 1997 (LSTM), Cho et al. 2014 (GRU), Schuster &
-Paliwal 1997 (bidirectional RNN); Bahdanau et al. 2015, §3.2 (h_j =
-[h→_j; h←_j], the annotation of word j). Padding is skipped with packed sequences, so the
+Elman 1990, Hochreiter & Schmidhuber 1997, Cho et al. 2014 (GRU), Schuster & Paliwal 1997;
+Bahdanau et al. 2015, §3.2: h_j = [h→_j; h←_j]. Packed sequences skip the padding, so the
 backward direction starts at each sequence's last real token.
 """
 
@@ -13,31 +12,30 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from attnflow.config.registry import ENCODERS, PositiveInt, Probability
+from attnflow.io.console import warn_unread
 
 CELLS = {"rnn": nn.RNN, "gru": nn.GRU, "lstm": nn.LSTM}
 
+
+def warn_layer_dropout(name: str, layers: int, dropout: float) -> None:
+    """``dropout`` acts between stacked layers: unread with one layer."""
+    if layers == 1 and dropout:
+        warn_unread(f"encoder '{name}': dropout={dropout}", "dropout acts between layers; layers=1")
 
 
 @ENCODERS.register("rnn")
 class RNNEncoder(nn.Module):
     """H = (h_1 … h_n), h_j = [h→_j; h←_j] for a bidirectional encoder.
 
-    Args:
-        input_dim: size of the input vectors (context: the embedding size).
-        cell: 'gru', 'lstm' or 'rnn' (default 'gru').
-        hidden_dim: state size per direction (default 128).
-        layers: stacked layers (default 1).
-        bidirectional: run a backward RNN too and concatenate (default True).
-        dropout: between stacked layers (default 0.0).
-    Shape:
-        x (B, T, input_dim), lengths (B,) -> outputs (B, T, output_dim) with zeros at padding,
-        final (B, output_dim): the last layer's final state, directions concatenated.
+    Shape: x (B, T, input_dim), lengths (B,) -> outputs (B, T, output_dim), zero at padding, and
+    final (B, output_dim): the last layer's final states, directions concatenated.
     """
 
     def __init__(self, input_dim: int, *, cell: Literal["gru", "lstm", "rnn"] = "gru",
                  hidden_dim: PositiveInt = 128, layers: PositiveInt = 1, bidirectional: bool = True,
                  dropout: Probability = 0.0):
         super().__init__()
+        warn_layer_dropout("rnn", layers, dropout)
         self.rnn = CELLS[cell](input_dim, hidden_dim, num_layers=layers, batch_first=True,
                                bidirectional=bidirectional, dropout=dropout if layers > 1 else 0.0)
         self.directions = 2 if bidirectional else 1

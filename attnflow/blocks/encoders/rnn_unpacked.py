@@ -1,16 +1,9 @@
-"""Recurrent encoder without packed sequences: fast on CPUs for many short sequences.
+"""Recurrent encoder without packed sequences: the ``rnn`` encoder's function (Bahdanau et al.
+2015, §3.2: h_j = [h→_j; h←_j]) on the padded batch, fast on CPUs for many short sequences.
 
-Same function as the ``rnn`` encoder (Bahdanau et al. 2015, §3.2: h_j = [h→_j; h←_j])
-but computed on the padded batch: the forward RNN reads the padded rows as they are (padding comes
-after the last real token, so it never reaches a real position), and the backward RNN reads each
-row reversed *within its length* — x'_t = x_{len−1−t} for t < len — and its outputs are reversed
-back the same way. Outputs at real positions equal those of the packed encoder with the same
-weights; padding positions are set to zero. Packed sequences make PyTorch's CPU RNN step through a
-shrinking batch one time step at a time, which is several times slower for the thousands of short
-sentences of a document batch (hierarchical attention); lengths of 0 are allowed (all-zero rows).
-
-Each direction of each layer is a one-layer ``nn.GRU``/``nn.LSTM``/``nn.RNN``; layer l > 1 reads
-the concatenated outputs of layer l − 1.
+The forward RNN reads the padded rows as they are (padding follows the real tokens); the backward
+RNN reads each row reversed within its length and its outputs are reversed back. Real positions
+equal the packed encoder's with the same weights; padding is zero; lengths of 0 are allowed.
 """
 
 from __future__ import annotations
@@ -20,9 +13,8 @@ from typing import Literal, Tuple
 import torch
 from torch import nn
 
+from attnflow.blocks.encoders.rnn import CELLS, warn_layer_dropout
 from attnflow.config.registry import ENCODERS, PositiveInt, Probability
-
-CELLS = {"rnn": nn.RNN, "gru": nn.GRU, "lstm": nn.LSTM}
 
 
 def reverse_within_length(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -37,27 +29,16 @@ def reverse_within_length(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tenso
 
 @ENCODERS.register("rnn_unpacked")
 class UnpackedRNNEncoder(nn.Module):
-    """H = (h_1 … h_n), h_j = [h→_j; h←_j], without packed sequences.
+    """``rnn`` without packed sequences; each direction of each layer is one-layer RNN.
 
-    Args:
-        input_dim: size of the input vectors (context: the embedding size).
-        cell: 'gru', 'lstm' or 'rnn' (default 'gru').
-        hidden_dim: state size per direction (default 128).
-        layers: stacked layers (default 1).
-        bidirectional: run a backward RNN too and concatenate (default True).
-        dropout: between stacked layers (default 0.0).
-    Shape:
-        x (B, T, input_dim), lengths (B,) -> outputs (B, T, output_dim) with zeros at padding,
-        final (B, output_dim): the last layer's forward state at the last real token and backward
-        state at the first (zeros for length 0).
+    Shape: as ``rnn``; final is zero for length 0.
     """
 
     def __init__(self, input_dim: int, *, cell: Literal["gru", "lstm", "rnn"] = "gru",
                  hidden_dim: PositiveInt = 128, layers: PositiveInt = 1, bidirectional: bool = True,
                  dropout: Probability = 0.0):
         super().__init__()
-        if layers < 1:
-            raise ValueError(f"encoder 'rnn_unpacked': layers must be >= 1, got {layers}")
+        warn_layer_dropout("rnn_unpacked", layers, dropout)
         self.directions = 2 if bidirectional else 1
         self.hidden_dim, self.output_dim = hidden_dim, hidden_dim * self.directions
         self.layers = nn.ModuleList()

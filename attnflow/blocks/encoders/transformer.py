@@ -1,27 +1,13 @@
-"""Transformer encoder: N identical layers of multi-head self-attention and a position-wise FFN.
+"""Transformer encoder: N layers of multi-head self-attention and a position-wise FFN.
 
-Source: Vaswani et al. 2017, "Attention is all you need": §3.1 (encoder stack, LayerNorm(x +
-Sublayer(x))), §3.3 (FFN, eq. (2)), §5.4 (residual dropout):
+Vaswani et al. 2017, §3.1, §3.3 (FFN, eq. (2)), §5.4 (residual dropout):
 
-    h_i    = x_i + p_i                                    (positional block; dropout on the sum)
-    h′     = MH_j Attn(W_qʲ h_i, W_kʲ H, W_vʲ H)           (the ``attention`` block; with relative
-                                                            positions its relative terms)
-    h″     = LN(h_i + Dropout(h′))                        (post-LN, the paper)
-    h‴     = W₂ ReLU(W₁ h″ + b₁) + b₂                     (FFN; ``activation: gelu`` puts GELU
-                                                            for ReLU, as BERT does: Devlin et al.
-                                                            2019 §3; Hendrycks & Gimpel 2016)
-    z_i    = LN(h″ + Dropout(h‴))
+    h_i = x_i + p_i,   h″ = LN(h + Dropout(MH Attn(h, H, H))),   z = LN(h″ + Dropout(FFN(h″)))
+    FFN(h) = W₂ g(W₁ h + b₁) + b₂,   g = ReLU, or GELU as BERT (Devlin et al. 2019; Hendrycks &
+    Gimpel 2016)
 
-Pre-LN (``norm: pre``, Xiong et al. 2020): h″ = h + Dropout(MH(LN(h))), z = h″ + Dropout(FFN(LN(h″)))
-and one final LN after the last layer. The positional encoding is added **here** (by the
-encoder, to the embeddings it receives), so ``seq2seq`` with ``encoder: transformer_encoder``
-works too; the model scales the embeddings by √d before.
-
-Attention is built from the registry: ``attention`` (multihead, relative_multihead, single or any
-registered block) with its scorer, normaliser and aggregator; scaled_dot takes the fused SDPA
-path. Padding keys are masked; outputs at padding rows are zero (encoder protocol). Dropout on the
-embeddings, residuals and FFN is :mod:`attnflow.blocks.dropout`'s (torch's distribution, a
-cheaper mask on the CPU).
+Pre-LN (``norm: pre``, Xiong et al. 2020): h + Dropout(Sublayer(LN(h))) and a final LN. The
+positional encoding is added here; padding keys are masked and padding rows are zero.
 """
 
 from __future__ import annotations
@@ -40,37 +26,18 @@ from attnflow.config.registry import (ATTENTIONS, ENCODERS, POSITIONALS, BlockSp
 
 def build_attention(cfg: Dict[str, Any], query_dim: int, key_dim: int, self_attention: bool,
                     positional=None):
-    """An attention block of the ``attention`` config for one sublayer. Self-attention under a
-    relative positional block (``positional.relative``) gets its δ as ``relative_distance``.
-    The sublayer adds the block's output to its residual stream of ``query_dim`` features, so an
-    aggregator that gives another size (``mean``: one head's size; ``concat`` with a
-    ``head_dim``; ``concat_proj`` with an ``out_dim``) is refused here — on the meta device,
-    before any data is read — rather than at the first forward pass."""
+    """The attention block of one sublayer; self-attention under a relative positional block
+    gets its δ. Its output is added to the residual stream, so it must give ``query_dim``."""
     relative = self_attention and positional is not None and positional.relative
     block = ATTENTIONS.build(cfg, query_dim, key_dim, key_dim, self_attention,
                              positional.max_distance if relative else None, path="attention")
     out = getattr(block, "output_dim", query_dim)
     if out != query_dim:
-        raise ConfigError(_residual_mismatch(block, query_dim, out))
+        raise ConfigError(
+            f"attention '{block.registry_name}' gives {out} features, but a Transformer layer adds "
+            f"it to its residual stream of {query_dim} features (d_model); use aggregator "
+            f"concat_proj, or concat with heads × head_dim = {query_dim}")
     return block
-
-
-def _residual_mismatch(block: nn.Module, dim: int, out: int) -> str:
-    """Why an attention block giving ``out`` features does not fit a Transformer layer of ``dim``."""
-    gives = f"attention '{getattr(block, 'registry_name', type(block).__name__)}'"
-    aggregator = getattr(block, "aggregator", None)
-    if aggregator is not None:
-        name = getattr(aggregator, "registry_name", type(aggregator).__name__)
-        heads, head_dim = getattr(block, "heads", "?"), getattr(block, "head_dim", "?")
-        how = {"mean": f"the mean of {heads} heads of {head_dim}",
-               "concat": f"{heads} heads × head_dim {head_dim}"}.get(name, f"its out_dim {out}")
-        gives += f" with aggregator '{name}' gives {out} features ({how})"
-    else:
-        gives += f" gives {out} features"
-    return (f"{gives}, but a Transformer layer adds the attention's output to its residual stream "
-            f"of {dim} features (d_model): the aggregator must give {dim}; use aggregator "
-            f"concat_proj (it projects the heads back to d_model; leave its out_dim unset), or "
-            f"concat with heads × head_dim = {dim}")
 
 
 ACTIVATIONS = {"relu": torch.relu, "gelu": F.gelu}  # gelu: the exact (erf) form, as BERT's
@@ -82,9 +49,6 @@ class FeedForward(nn.Module):
 
     def __init__(self, dim: int, hidden: int, dropout: float = 0.0, activation: str = "relu"):
         super().__init__()
-        if activation not in ACTIVATIONS:
-            raise ConfigError(f"transformer FFN: activation must be one of "
-                              f"{', '.join(ACTIVATIONS)}, got {activation!r}")
         self.linear1 = nn.Linear(dim, hidden)
         self.linear2 = nn.Linear(hidden, dim)
         self.dropout = Dropout(dropout) if dropout > 0 else nn.Identity()
@@ -95,10 +59,7 @@ class FeedForward(nn.Module):
 
 
 class TransformerEncoderLayer(nn.Module):
-    """One encoder layer: self-attention and FFN sublayers, each with residual, dropout and LN.
-
-    Shape: x (B, T, d), mask (B, 1, T) bool (True = real key) or None -> (B, T, d).
-    """
+    """Self-attention and FFN sublayers: x (B, T, d), mask (B, 1, T) -> (B, T, d)."""
 
     def __init__(self, dim: int, ffn_dim: int, attention: Dict[str, Any], positional=None,
                  dropout: Probability = 0.1, activation_dropout: Probability = 0.0,
@@ -130,23 +91,8 @@ class TransformerEncoderLayer(nn.Module):
 class TransformerEncoder(nn.Module):
     """Z = Layer_N(… Layer_1(Dropout(x + p)) …), then LN for pre-LN.
 
-    Args:
-        input_dim: size of the input vectors (context; projected to d_model when different).
-        d_model: d (default None: input_dim).
-        layers: N (default 6).
-        ffn_dim: inner size of the FFN (default 2048).
-        dropout: on the embedding sum and in the residuals (default 0.1).
-        activation_dropout: after the FFN's ReLU (default 0.0).
-        norm: 'post' (the paper) or 'pre' (default 'post').
-        activation: the FFN's nonlinearity, 'relu' (the paper) or 'gelu' (BERT) (default 'relu').
-        positional: the positional block (default sinusoidal; 'relative' adds no encoding and
-            gives every self-attention relative-position terms with its δ).
-        attention: the self-attention block of every layer: heads J, scorer, normaliser,
-            aggregator, dropout on α (default multihead: 8 scaled-dot heads, concat + W^O).
-    Shape:
-        x (B, T, input_dim), lengths (B,) -> outputs (B, T, d) with zeros at padding, final (B, d)
-        the mean of the outputs over real tokens; with ``need_weights`` also a list of the N
-        layers' self-attention weights (B, J, T, T) (attention maps for dashboards).
+    Shape: x (B, T, input_dim), lengths (B,) -> outputs (B, T, d), zero at padding, final (B, d)
+    the mean over real tokens; with ``need_weights`` also every layer's weights (B, J, T, T).
     """
 
     def __init__(self, input_dim: int, *, d_model: Optional[int] = None, layers: PositiveInt = 6,

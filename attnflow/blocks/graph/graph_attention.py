@@ -1,30 +1,16 @@
 """Graph attention layer (GAT) with a pluggable scorer, as a PyG ``MessagePassing`` block.
 
-Source: Veličković et al. 2018, "Graph attention networks", §2.1, eq. (1)–(6).
-For node t with neighbourhood N(t) (its in-neighbours plus t itself: self-loops) and J heads::
+Veličković et al. 2018, §2.1, eq. (1)–(6). For node t with neighbourhood N(t) (self-loops
+included) and J heads::
 
-    αʲ_{it} = norm_{i ∈ N(t)} a_j(k = Wʲh_i, q = Wʲh_t)              (norm: SoftMax by default)
-    cʲ_t    = Σ_{i ∈ N(t)} αʲ_{it} Wʲh_i
-    c_t     = aggregate(c¹_t … cᴶ_t) + b        (concat in hidden layers, mean in the output layer)
+    αʲ_{it} = norm_{i ∈ N(t)} a_j(Wʲh_i, Wʲh_t),   cʲ_t = Σ_{i ∈ N(t)} αʲ_{it} Wʲh_i
+    c_t     = aggregate(c¹_t … cᴶ_t) + b
 
-With the ``gat`` scorer a_j(k, q) = LeakyReLU(uʲᵀk + vʲᵀq) this is the paper's layer and equals
-``torch_geometric.nn.GATConv`` given the same weights (W ↔ ``lin``, uʲ ↔ ``att_src[j]``,
-vʲ ↔ ``att_dst[j]``, b ↔ ``bias``).
-
-How an edge is scored follows the scorer's capabilities (:mod:`attnflow.blocks.scorers.base`),
-never its name: a ``decomposable`` scorer (gat, const, …) has per-node terms, so — as GATConv —
-``key_terms`` and ``query_terms`` run once per node, (N, J), are gathered per edge and combined
-(``combine_terms``); const's zero terms cost no per-edge feature work. A parameter-free s·kᵀq scorer
-(``sdpa_scale``: dot, scaled_dot) is one product per edge; any other scorer (cosine, general,
-additive, mlp, gatv2, …) scores each edge (i → t) on per-edge tensors, (E, J, 1, d) — no E×E
-matrix. Heads whose scorers have parameters run as one vectorised call (``torch.func.vmap`` over
-the J scorers' stacked parameters), never a loop over heads; each head's scorer is initialised
-by ``scorer.reset_parameters(J)``.
-
-α is normalised over each neighbourhood by the ``normalizer`` block's segment form
-(``normalize_segments``: softmax is PyG's scatter ``softmax``; norm divides a positive score by its
-scatter sum); dropout on α (attention dropout) is applied after it, as in the paper. Edges are
-(source, target) = ``edge_index[0], edge_index[1]`` (PyG's ``source_to_target`` flow).
+With the ``gat`` scorer this equals ``torch_geometric.nn.GATConv`` given the same weights. A
+``decomposable`` scorer is computed per node and gathered per edge (as GATConv); a
+parameter-free s·kᵀq scorer is one product per edge; any other scores per-edge tensors (E, J, 1, d),
+with the heads' scorers vmapped over their stacked parameters. α is normalised over each N(t)
+by the normaliser's segment form, then dropped out (attention dropout).
 """
 
 from __future__ import annotations
@@ -65,27 +51,10 @@ class _Call(nn.Module):
 class GraphAttention(MessagePassing):
     """One graph attention layer: J heads of W (in_dim → out_dim), scored by ``scorer``.
 
-    Args:
-        in_dim: input features per node (context).
-        out_dim: features per head, C (context).
-        heads: J (default 1).
-        scorer: the scorer config, one scorer per head (default ``{name: gat}``: the paper's).
-        normalizer: normalises scores over each N(t); needs a segment form (default softmax).
-        aggregator: how heads combine: ``concat`` (J·C) or ``mean`` (C) (default concat).
-        dropout: attention dropout on α (default 0.0).
-        value_dropout: dropout on the values Wʲh_i that α weighs (not on the scores): the
-            reference implementation's second ``in_drop`` (``seq_fts``); 0 gives GATConv's layer
-            (default 0.0).
-        input_dropout: dropout on the layer's input x with an independent mask per head, as the
-            reference implementation's ``attn_head`` (each head drops its own copy of the input:
-            Wʲ dropoutʲ(x)); scores and values then come from those per-head features. 0: no
-            dropout here (GATConv drops x once, shared by the heads, before the layer) (default 0.0).
-        add_self_loops: include t in N(t) (existing self-loops are replaced by one) (default True).
-        bias: add a learned bias after aggregation (default True).
-    Shape:
-        x (N, in_dim), edge_index (2, E) -> (N, aggregator.output_dim); with
-        ``return_attention_weights=True`` also (edge_index with self-loops (2, E′), α (E′, J));
-        α is the normaliser's output before attention dropout, so it sums to 1 over each N(t).
+    ``value_dropout`` drops Wʲh_i before α weighs them and ``input_dropout`` drops x with a mask
+    per head, as the authors' TensorFlow code (``seq_fts``, ``attn_head``); 0 gives GATConv.
+    Shape: x (N, in_dim), edge_index (2, E) -> (N, output_dim); with
+    ``return_attention_weights`` also (edge_index with self-loops, α (E′, J)) before dropout.
     """
 
     def __init__(self, in_dim: int, out_dim: int, *, heads: PositiveInt = 1,
@@ -96,8 +65,6 @@ class GraphAttention(MessagePassing):
                  input_dropout: Probability = 0.0,
                  add_self_loops: bool = True, bias: bool = True):
         super().__init__(aggr="add", node_dim=0)
-        if heads < 1 or out_dim < 1:
-            raise ValueError(f"graph attention: heads and out_dim must be >= 1, got {heads}, {out_dim}")
         self.in_dim, self.out_dim, self.heads = in_dim, out_dim, heads
         self.dropout, self.value_dropout, self.add_self_loops = dropout, value_dropout, add_self_loops
         self.input_dropout = input_dropout
@@ -111,9 +78,8 @@ class GraphAttention(MessagePassing):
             with_form = [n for n in NORMALIZERS.names() if NORMALIZERS.get(n).has_segment_form()]
             raise ConfigError(
                 f"graph attention: normalizer '{self.normalizer.registry_name}' (at 'normalizer') "
-                f"has no segment form (normalize_segments), and a graph layer normalises the "
-                f"scores of the edges into each node, not a padded row of keys; normalisers with "
-                f"one: {', '.join(with_form)}")
+                f"has no segment form over a node's edges; normalisers with one: "
+                f"{', '.join(with_form)}")
         self.bias = nn.Parameter(torch.zeros(self.aggregator.output_dim)) if bias else None
         first = self.scorers[0]
         self._has_params = any(p.requires_grad for p in first.parameters())
@@ -181,11 +147,8 @@ class GraphAttention(MessagePassing):
 
     # -- forward ---------------------------------------------------------------------------------
     def _head_dropped_lin(self, x: torch.Tensor) -> torch.Tensor:
-        """Wʲ dropoutʲ(x) for every head j, each with its own mask: (N, J, C).
-
-        Dropping a zero changes nothing, so only the nonzero entries of x get per-head masks:
-        with bag-of-words features (Cora: 1.3 % nonzero) that is nnz × J × C work instead of a
-        J-fold copy of x; a dense x (hidden layers) takes the (J, N, F) batched product."""
+        """Wʲ dropoutʲ(x) for every head j, each with its own mask: (N, J, C); a sparse x gets
+        masks for its nonzero entries only (a dropped zero changes nothing)."""
         N, F_in = x.shape
         J, C, p = self.heads, self.out_dim, self.input_dropout
         W = self.lin.weight.view(J, C, F_in)

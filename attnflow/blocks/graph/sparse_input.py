@@ -1,17 +1,9 @@
 """Dropout on mostly-zero node features, drawing only for the nonzero entries.
 
-Planetoid inputs are bags of words: Cora's 2708 × 1433 features are 1.3 % nonzero. Dropout
-(Srivastava et al. 2014) draws a Bernoulli variable for every entry, but a dropped zero stays zero,
-so drawing for the nonzeros only gives the same distribution of outputs (each kept entry scaled by
-1/(1−p)) with nnz draws instead of N·F. On Cora the dense draw was about half of a full-batch
-epoch's time (docs/benchmarks.md, "GAT on Planetoid"); finding the nonzeros costs a tenth of it.
-(Summing x Wᵀ over the nonzeros instead of the dense product was measured too and gained nothing
-once the scan for them is paid, so the layers keep the dense product.)
-
-A dense input (more than ``DENSE_ABOVE`` of the entries nonzero, or one that requires gradients:
-an activation, not data) takes ``F.dropout``. The random stream differs from the dense dropout's
-(fewer draws), so a seed gives other masks than ``F.dropout`` would: the same distribution, not
-the same numbers.
+Dropout (Srivastava et al. 2014) leaves a dropped zero zero, so drawing for the nonzeros only
+(Cora: 1.3 %) gives the same distribution with nnz draws instead of N·F (about half of a Cora
+epoch's time). A dense input (over ``DENSE_ABOVE`` nonzero, or one requiring gradients) takes
+``F.dropout``. The random stream differs from ``F.dropout``'s.
 """
 
 from __future__ import annotations

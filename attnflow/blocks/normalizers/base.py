@@ -1,16 +1,9 @@
-"""The normaliser contract: turn raw scores into attention weights α.
+"""The normaliser contract: raw scores (..., Tq, Tk) and a bool mask (True: may be attended) ->
+weights α ≥ 0 summing to 1 over the allowed keys; a row with none is all zero, not NaN.
 
-Shape:
-    scores: (..., Tq, Tk); mask: bool, broadcastable to scores, True where a key may be attended
-    (None: all) -> weights (..., Tq, Tk), each row ≥ 0 summing to 1 over the allowed keys, 0 on
-    masked keys. A row with no allowed key gets all-zero weights (an empty context), not NaN.
-
-Segment form (optional; graph attention needs it): the keys of a query are not a padded row but
-the edges that share a target node, ``normalize_segments(scores (E, J), index (E,),
-num_segments) -> (E, J)``: for every segment s (target node) and column j, the weights of the
-edges e with ``index[e] == s`` are ≥ 0 and sum to 1, normalised as ``forward`` normalises a row
-(a segment with no edge has nothing to normalise). ``has_segment_form()`` says whether a class
-implements it, so that a block can refuse a normaliser without one when it is built.
+Segment form (graph attention): ``normalize_segments(scores (E, J), index (E,), num_segments)``
+normalises over the entries sharing an index (a node's incoming edges); ``has_segment_form()``
+says whether a class has one.
 """
 
 from typing import Optional

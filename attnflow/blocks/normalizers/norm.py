@@ -1,11 +1,7 @@
 """Plain normalisation of a positive score: norm_i(p_i) = p_i / Σ_k p_k.
 
-Source: the general form α_ti = norm_i a(h_i, h′_{t−1}) of attention weights; with
-a(h, h′) = exp(hᵀh′) norm becomes SoftMax, as in Bahdanau et al. 2015, eq. (6). ``positive``
-says how a raw score is made positive first:
-'none' (the scorer's score is used as it is and must be ≥ 0), 'exp' (p = exp(a), which makes this
-SoftMax), 'softplus' (p = log(1 + eᵃ)), 'relu' (p = max(a, 0)). Masked keys get p = 0. ``eps``
-keeps a row whose p are all zero from dividing by zero (its weights stay 0).
+The general form α_ti = norm_i a(h_i, h′_{t−1}); with p = exp(a) it is SoftMax (Bahdanau et al.
+2015, eq. (6)). ``positive`` makes a score positive first: 'none', 'exp', 'softplus', 'relu'.
 """
 
 from typing import Literal, Optional
@@ -19,14 +15,7 @@ from attnflow.config.registry import NORMALIZERS
 
 @NORMALIZERS.register("norm")
 class NormNormalizer(Normalizer):
-    """α_i = p_i / Σ_k p_k with p = positive(a), p = 0 on masked keys.
-
-    Args:
-        positive: 'none', 'exp', 'softplus' or 'relu' (default 'softplus').
-        eps: added to the denominator (default 1e-12).
-    Shape: scores (..., Tq, Tk), mask broadcastable bool -> (..., Tq, Tk); segment form
-    (graph attention): scores (E, J), index (E,) -> (E, J), Σ over a scatter sum per index.
-    """
+    """α_i = p_i / (Σ_k p_k + eps) with p = positive(a), p = 0 on masked keys."""
 
     def __init__(self, *, positive: Literal["softplus", "exp", "relu", "none"] = "softplus",
                  eps: float = 1e-12):

@@ -16,9 +16,7 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """SoftMax over the last axis with masked keys (``mask`` False) at weight 0; a row with no
     allowed key is all 0 (an empty sentence or document), with zero gradients, not NaN."""
     weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
-    # rows with no allowed key are NaN after softmax(-inf, ..., -inf): make them zero. The check
-    # runs on the (usually broadcast, small) mask, so the full weights are touched again only
-    # when such a row exists.
+    # rows with no allowed key are NaN after softmax(-inf, …): zero them (checked on the mask)
     empty = ~mask.any(dim=-1, keepdim=True)
     if bool(empty.any()):
         weights = weights.masked_fill(empty, 0.0)
@@ -27,18 +25,10 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 @NORMALIZERS.register("softmax")
 class SoftmaxNormalizer(Normalizer):
-    """α = SoftMax(scores masked by −∞).
-
-    Args:
-        temperature: divide scores by this before the SoftMax (default 1.0).
-    Shape: scores (..., Tq, Tk), mask broadcastable bool -> (..., Tq, Tk); segment form
-    (graph attention): scores (E, J), index (E,) -> (E, J), PyG's scatter ``softmax``.
-    """
+    """α = SoftMax(scores / temperature, masked by −∞); segment form: PyG's scatter softmax."""
 
     def __init__(self, *, temperature: PositiveFloat = 1.0):
         super().__init__()
-        if temperature <= 0:
-            raise ValueError(f"normalizer 'softmax': temperature must be > 0, got {temperature}")
         self.temperature = temperature
         self.is_softmax = temperature == 1.0
 

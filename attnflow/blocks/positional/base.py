@@ -1,22 +1,14 @@
-"""The positional-encoding contract: add position information to a sequence of vectors.
+"""The positional-encoding contract: h_i = x_i + p_i (Vaswani et al. 2017, §3.5; Shaw et al. 2018).
 
-Source: Vaswani et al. 2017, §3.5 (h_i = x_i + p_i: encodings added to the embeddings); Shaw et al.
-2018.
-
-``forward(x (B, T, D), offset=0) -> (B, T, D)``: x_t + p_{offset+t}. ``offset`` is the position of
-the first row (a decoder generating token by token passes the step number). Absolute encodings
-(``sinusoidal``, ``learned``) add a vector; ``none`` and ``relative`` return x unchanged. A block
-with ``relative = True`` asks its parent to give its self-attention relative-position terms with
-clipping distance ``max_distance`` instead (the ``relative_distance`` context of attention blocks,
-:mod:`attnflow.blocks.attention.base`). Only models whose config consumes the ``positional`` group
-take one; for any other, ``positional=…`` is refused before any work (:mod:`attnflow.config.groups`).
+``forward(x (B, T, D), offset=0)`` adds p_{offset+t} (``offset``: a decoder's step). ``none`` and
+``relative`` add nothing; ``relative = True`` asks the parent's self-attention for relative terms
+with clipping distance ``max_distance``.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
-
 
 
 class Positional(nn.Module):

@@ -1,9 +1,7 @@
 """Learned absolute positional embeddings: p_t is row t of a trained matrix P (max_len × d).
 
-Source: Gehring et al. 2017; Vaswani et al. 2017 §3.5
-(found to give results close to the sinusoids); Devlin et al. 2019 (BERT). Unlike sinusoids, the
-length is bounded by ``max_len``: longer inputs are an error (the models' config checks compare
-``max_len`` with the longest input the data's config allows, before any work).
+Gehring et al. 2017; Vaswani et al. 2017, §3.5; Devlin et al. 2019 (BERT). The length is bounded
+by ``max_len``.
 """
 
 from __future__ import annotations
@@ -19,12 +17,8 @@ from attnflow.config.registry import POSITIONALS, ConfigError, PositiveFloat, Po
 
 def check_table_covers(positional: Optional[Dict[str, Any]], longest: Optional[Tuple[int, str]],
                        at: str, gives: str = "", sinusoidal: str = "positional=sinusoidal") -> None:
-    """A bounded table (a validated positional config with ``max_len``) covers the longest input
-    the data config allows (``longest``: a data class's ``longest_positions`` answer, ``{at}`` in
-    its reason standing for ``data.``), checked before any work by the models that hold one;
-    :meth:`LearnedPositional.encoding` refused a longer input only at the first such batch.
-    ``at``: where the table's fields are set (``positional``, ``model.encoder.positional``);
-    ``gives``: to what (`` the encoder``); ``sinusoidal``: the override that lifts the bound."""
+    """A bounded table (``positional.max_len``) covers the longest input the data gives
+    (``longest``: (length, reason)); ``at``: where its fields are set."""
     table = (positional or {}).get("max_len")
     if table and longest and longest[0] > table:
         raise ConfigError(
@@ -36,14 +30,7 @@ def check_table_covers(positional: Optional[Dict[str, Any]], longest: Optional[T
 
 @POSITIONALS.register("learned")
 class LearnedPositional(Positional):
-    """x_t + P[offset + t], P ∈ R^{max_len × d} trained with the model, initialised N(0, init_std²).
-
-    Args:
-        dim: d, the model size (context).
-        max_len: the number of positions (default 512).
-        init_std: standard deviation of the initial P (default 0.02).
-    Shape: x (B, T, d) -> (B, T, d).
-    """
+    """x_t + P[offset + t], P ∈ R^{max_len × d}, initialised N(0, init_std²)."""
 
     def __init__(self, dim: int, *, max_len: PositiveInt = 512, init_std: PositiveFloat = 0.02):
         super().__init__(dim)
@@ -51,7 +38,7 @@ class LearnedPositional(Positional):
         self.weight = nn.Parameter(torch.randn(max_len, dim) * init_std)
 
     def encoding(self, length: int, offset: int = 0, device=None, dtype=None) -> torch.Tensor:
-        if offset + length > self.max_len:  # a ConfigError: attnflow-train says it in one line
+        if offset + length > self.max_len:
             raise ConfigError(
                 f"positional 'learned': position {offset + length - 1} is beyond max_len "
                 f"{self.max_len}; raise positional.max_len or use positional=sinusoidal")

@@ -1,9 +1,7 @@
 """Sinusoidal positional encoding: PE(pos, 2i) = sin(pos / 10000^{2i/d}), PE(pos, 2i+1) = cos(…).
 
-Source: Vaswani et al. 2017, §3.5 (a variant has sines and cosines in halves: p_is = sin(i·10^{−8s/d}),
-p_{i,s+d/2} = cos(i·10^{−8s/d}) — the same frequencies 10000^{−2i/d}; here sine and cosine are
-interleaved as in the paper). Positions count from 0. No parameters; the table is cached and
-grown on demand, so sequence length is unbounded.
+Vaswani et al. 2017, §3.5, sine and cosine interleaved; positions from 0. The table is cached and
+grown on demand, so the length is unbounded.
 """
 
 from __future__ import annotations
@@ -28,13 +26,7 @@ def sinusoid_table(length: int, dim: int, offset: int = 0) -> torch.Tensor:
 
 @POSITIONALS.register("sinusoidal")
 class SinusoidalPositional(Positional):
-    """x_t + PE(offset + t), PE(pos, 2i) = sin(pos/10000^{2i/d}), PE(pos, 2i+1) = cos(pos/10000^{2i/d}).
-
-    Args:
-        dim: d, the model size (context).
-        scale: multiply PE by this (default 1.0).
-    Shape: x (B, T, d) -> (B, T, d).
-    """
+    """x_t + scale · PE(offset + t)."""
 
     def __init__(self, dim: int, *, scale: float = 1.0):
         super().__init__(dim)

@@ -1,42 +1,17 @@
 """The scorer contract: a(k, q), the relevance of each key to each query.
 
-Shape:
-    query: (..., Tq, Dq), keys: (..., Tk, Dk)  ->  scores: (..., Tq, Tk), raw (unnormalised).
+query (..., Tq, Dq), keys (..., Tk, Dk) -> raw scores (..., Tq, Tk). ``prepare_keys(keys)`` runs
+once per key sequence and ``score_prepared(query, prepared)`` per query (a decoder's steps);
+``score`` does both. Masking and normalisation belong to the attention block.
 
-Masking and normalisation live in the attention block (:mod:`attnflow.blocks.attention`), not in
-scorers. A scorer may split its work so that a recurrent decoder, which asks with a new query at
-every step against the same keys, projects the keys once: ``prepare_keys(keys)`` is called once,
-``score_prepared(query, prepared)`` at every step, and ``score(query, keys)`` does both.
+Capabilities (class attributes, read without building the scorer):
 
-``sdpa_scale`` is the factor s when the score is s·qᵀk, so that attention can dispatch to the
-fused ``torch.nn.functional.scaled_dot_product_attention``; ``None`` for every other scorer.
-
-Capabilities, read by composing blocks instead of dispatching on scorer names or classes (class
-attributes, so ``SCORERS.get(name).requires_equal_dims`` answers without building the scorer):
-
-``requires_equal_dims``
-    True when the scorer compares q and k directly, so every instance needs
-    ``query_dim == key_dim`` (dot, scaled_dot, cosine). The base constructor then runs
-    ``_require_equal_dims()``, a :class:`~attnflow.config.registry.ConfigError` naming the sizes. A
-    scorer whose need depends on its fields (gatv2 without ``hidden_dim``, gat with it) leaves the
-    attribute False and calls ``_require_equal_dims()`` itself.
-
-``decomposable``
-    True when a(k, q) = ``combine_terms(key_terms(k), query_terms(q))`` with one number per
-    vector: ``key_terms(keys (..., T, Dk)) -> (..., T)``, ``query_terms(query (..., T, Dq)) ->
-    (..., T)`` and an elementwise, broadcasting ``combine_terms(key_term, query_term)`` (gat:
-    LeakyReLU(uᵀk + vᵀq); const: 0). Edge attention then computes the terms once per node and
-    gathers them per edge (as PyG's ``GATConv``) instead of scoring per-edge feature vectors.
-    The learned parts are f and g: ``combine_terms`` uses no parameters (its fields, e.g. a
-    slope, are the same for every head), so it is applied to the terms of all heads at once.
-    Optionally ``stacked_terms(scorers, x)`` (a classmethod) computes the terms of J scorers of
-    the class at once, x (..., J, D) -> ((..., J), (..., J)), e.g. from stacked parameters;
-    without it (it returns None) a J-head layer runs the per-head methods under ``torch.func.vmap``.
-
-``reset_parameters(heads)``
-    Re-initialise the parameters for use as one head of a layer of ``heads`` scorers, one per
-    head (the graph attention layer calls it for each head's scorer). The default does nothing
-    (the constructor's initialisation stands); gat uses ``GATConv``'s glorot over (J, C).
+- ``sdpa_scale``: s when a = s·qᵀk, so attention may use the fused SDPA kernel (else None);
+- ``requires_equal_dims``: q and k are compared directly (dot, scaled_dot, cosine);
+- ``decomposable``: a = ``combine_terms(key_terms(k), query_terms(q))`` with one number per
+  vector and a parameter-free combine, so graph attention computes the terms per node (as
+  GATConv); ``stacked_terms(scorers, x)`` may compute J scorers' terms at once (None: vmap);
+- ``reset_parameters(heads)``: re-initialise as one head of ``heads`` (gat: GATConv's glorot).
 """
 
 from __future__ import annotations
@@ -50,7 +25,7 @@ from attnflow.config.registry import ConfigError
 
 
 class Scorer(nn.Module):
-    """Base class: ``score(query, keys) -> (..., Tq, Tk)``; capabilities in the module docstring."""
+    """Base class: ``score(query, keys) -> (..., Tq, Tk)``."""
 
     sdpa_scale: Optional[float] = None
     #: every instance needs query_dim == key_dim (checked in ``__init__``): q and k are compared directly

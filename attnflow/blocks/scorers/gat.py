@@ -1,27 +1,12 @@
 """GAT scorer: a(k, q) = LeakyReLU(uᵀk + vᵀq).
 
-Source: Veličković et al. 2018, "Graph attention networks", §2.1, eq. (3): LeakyReLU(aᵀ[Wh_i ‖ Wh_t])
-with a = [u; v], i.e. a(Wʲh_i, Wʲh_t) = LeakyReLU(uʲWʲh_i + vʲWʲh_t).
-In a GAT layer the inputs are already the
-projected Wh, so by default the scorer has only u and v; ``hidden_dim`` adds a shared projection W
-for use on raw vectors (then query_dim must equal key_dim, as in the paper where k and q are node
-features of one space). Negative slope 0.2 as in the paper.
+Veličković et al. 2018, §2.1, eq. (3): LeakyReLU(aᵀ[Wh_i ‖ Wh_t]) with a = [u; v], slope 0.2. In
+a GAT layer k and q are already Wh; ``hidden_dim`` adds a shared projection W for raw vectors.
+Decomposable: f(k) = uᵀWk, g(q) = vᵀWq, combine = LeakyReLU(f + g).
 
-The score is decomposable (``decomposable``): f(k) = uᵀWk, g(q) = vᵀWq, combine = LeakyReLU(f + g),
-so a graph attention layer computes f and g once per node and gathers them per edge (as PyG's
-``GATConv``). As one head of a J-head layer, ``reset_parameters(J)`` draws u and v as ``GATConv``
-draws its ``att_src`` / ``att_dst`` (glorot over (J, C)).
-
-Two options follow the authors' released TensorFlow layer (Veličković et al. 2018, code
-PetarV-/GAT ``utils/layers.py``, ``attn_head``), where each term is ``conv1d(seq_fts, 1, 1)``:
-
-- ``bias``: that convolution has a bias, so the logit is LeakyReLU(uᵀk + b₁ + vᵀq + b₂). Only the
-  sum b = b₁ + b₂ matters; it moves every logit of the head before the LeakyReLU (the kink), so it
-  changes α even though SoftMax ignores a constant added *after* the LeakyReLU. One learned
-  scalar per head, initialised to zero (TensorFlow's bias default), added to the key term.
-- ``init='per_head'``: the kernel (1, C, 1) of each head's term is drawn with its own glorot bound
-  √(6 / (C + 1)) (TensorFlow's default glorot_uniform), not GATConv's √(6 / (J + C)) over the
-  stacked (J, C) — about 1.3× larger for C = J = 8.
+Following the authors' TensorFlow layer (PetarV-/GAT ``attn_head``): ``bias`` adds a learned
+scalar inside the LeakyReLU (initialised 0), and ``init='per_head'`` draws each head's u, v with
+glorot bound √(6 / (C + 1)) rather than GATConv's √(6 / (J + C)) over the stacked (J, C).
 """
 
 import math
@@ -37,19 +22,7 @@ from attnflow.config.registry import SCORERS, NonNegativeFloat, PositiveInt
 
 @SCORERS.register("gat")
 class GATScorer(Scorer):
-    """a(k, q) = LeakyReLU(uᵀWk + vᵀWq), W = I unless ``hidden_dim`` is set.
-
-    Args:
-        query_dim, key_dim: sizes of q and k (context).
-        negative_slope: LeakyReLU slope (default 0.2).
-        hidden_dim: if set, a shared projection W (hidden_dim × d) before u, v (default None).
-        bias: a learned scalar b inside the LeakyReLU, LeakyReLU(uᵀWk + vᵀWq + b), as the
-            authors' code (default False: the paper's equation and GATConv).
-        init: how ``reset_parameters(heads)`` draws u and v: 'gatconv' (glorot over the heads'
-            stacked (J, C)) or 'per_head' (glorot over each head's (C, 1), the authors' TensorFlow
-            code) (default 'gatconv').
-    Shape: query (..., Tq, Dq), keys (..., Tk, Dk) -> (..., Tq, Tk).
-    """
+    """a(k, q) = LeakyReLU(uᵀWk + vᵀWq (+ b)), W = I unless ``hidden_dim`` is set."""
 
     decomposable = True
 

@@ -1,12 +1,8 @@
 """GATv2 scorer: a(k, q) = aᵀ LeakyReLU(Uk + Vq).
 
-Source: Brody, Alon & Yahav 2022, "How attentive are graph attention networks?" (GATv2). GAT's
-score LeakyReLU(uᵀk + vᵀq) is monotone in uᵀk for every query, so every node ranks its neighbours
-the same way ("static" attention); applying the non-linearity before the dot product with a makes
-the ranking depend on the query ("dynamic" attention). In a graph attention layer the inputs are
-already the projected Wh, so by default U = V = I and a(Wh_i, Wh_t) = aᵀ LeakyReLU(Wh_i + Wh_t):
-PyG's ``GATv2Conv(share_weights=True)``. ``hidden_dim`` adds the projections U, V (for raw
-vectors, e.g. as a sequence-attention scorer).
+Brody, Alon & Yahav 2022: applying the non-linearity before the dot product with a makes the
+ranking of neighbours depend on the query ("dynamic" attention). U = V = I by default (PyG's
+``GATv2Conv(share_weights=True)`` on Wh); ``hidden_dim`` adds the projections U, V.
 """
 
 from typing import Optional
@@ -21,14 +17,7 @@ from attnflow.config.registry import SCORERS, NonNegativeFloat, PositiveInt
 
 @SCORERS.register("gatv2")
 class GATv2Scorer(Scorer):
-    """a(k, q) = aᵀ LeakyReLU(Uk + Vq), U = V = I unless ``hidden_dim`` is set.
-
-    Args:
-        query_dim, key_dim: sizes of q and k (context; equal unless ``hidden_dim`` is set).
-        negative_slope: LeakyReLU slope (default 0.2).
-        hidden_dim: if set, projections U, V to hidden_dim before the sum (default None).
-    Shape: query (..., Tq, Dq), keys (..., Tk, Dk) -> (..., Tq, Tk).
-    """
+    """a(k, q) = aᵀ LeakyReLU(Uk + Vq), U = V = I unless ``hidden_dim`` is set."""
 
     def __init__(self, query_dim: int, key_dim: int, *, negative_slope: NonNegativeFloat = 0.2,
                  hidden_dim: Optional[PositiveInt] = None):

@@ -20,22 +20,12 @@ _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
 
 @SCORERS.register("mlp")
 class MLPScorer(Scorer):
-    """a(k, q) = W_L σ(… σ(W_1 [k; q] + b_1) …) + b_L.
-
-    Args:
-        query_dim, key_dim: sizes of q and k (context).
-        hidden_dim: width of every hidden layer (default 128).
-        layers: number of hidden layers, ≥ 1 (default 1).
-        activation: 'tanh', 'relu' or 'gelu' (default 'tanh').
-    Shape: query (..., Tq, Dq), keys (..., Tk, Dk) -> (..., Tq, Tk).
-    """
+    """a(k, q) = W_L σ(… σ(W_1 [k; q] + b_1) …) + b_L, ``layers`` hidden layers."""
 
     def __init__(self, query_dim: int, key_dim: int, *, hidden_dim: PositiveInt = 128,
                  layers: PositiveInt = 1,
                  activation: Literal["tanh", "relu", "gelu"] = "tanh"):
         super().__init__(query_dim, key_dim)
-        if layers < 1:
-            raise ValueError(f"scorer 'mlp': layers must be >= 1, got {layers}")
         self.first_k = nn.Linear(key_dim, hidden_dim, bias=True)
         self.first_q = nn.Linear(query_dim, hidden_dim, bias=False)
         act = _ACTIVATIONS[activation]
