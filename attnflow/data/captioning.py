@@ -125,10 +125,6 @@ class ShapesDataModule(CaptioningDataModule):
     (:mod:`attnflow.data.shapes`); drawn on access; the vocabulary from the train captions."""
 
     owner = "data 'shapes'"
-    @classmethod
-    def image_side(cls, fields) -> tuple:
-        """(the field, the side in pixels) of the images this config gives (captioner.check_config)."""
-        return "data.size", fields["size"]
 
     def __init__(self, *, train_size: PositiveInt = 5000, val_size: PositiveInt = 500,
                  test_size: NonNegativeInt = 500, size: PositiveInt = 64, grid: PositiveInt = 3,

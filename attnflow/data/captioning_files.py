@@ -151,10 +151,6 @@ class CaptionsDataModule(CaptioningDataModule):
 
     owner = OWNER
 
-    @classmethod
-    def image_side(cls, fields) -> tuple:
-        """(the field, the side in pixels) of the images this config gives (captioner.check_config)."""
-        return "data.image_size", fields["image_size"]
 
     def __init__(self, *, root: str = "", captions: Optional[str] = "dataset_flickr8k.json",
                  train_captions: str = "", val_captions: str = "", test_captions: str = "",
