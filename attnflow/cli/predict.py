@@ -11,57 +11,27 @@
     attnflow-predict BERT_PRETRAINING_RUN "The film was [MASK] ." --top-k 5   # fill [MASK] tokens
     attnflow-predict CAPTION_RUN photo.png --attention out.png   # caption an image, draw where words looked
 
-What it does follows the run's kind (the ``interface`` its model declares), read from the resolved
-config stored in the checkpoint (``attnflow_config``; no pickled modules): the model is rebuilt
-from the registries and the weights loaded into it. For a run directory the best checkpoint
-(``metrics.json``) is used, else ``checkpoints/last.ckpt``. A missing path, a corrupt or truncated
-checkpoint, or one that is not an attnflow run: one message, exit status 2. So is, before any
-work, an output (``-o``, ``--explain``, ``--save-attention``, ``--attention``) that exists, lies
-under a file, or is named by two of these options (:func:`attnflow.io.text.check_new_outputs`),
-and inputs given both as arguments and with ``--file``.
+The run's kind (its model's ``interface``) chooses what is done; the model is rebuilt from the
+config stored in the checkpoint and its weights loaded. A run directory gives its best checkpoint
+(``metrics.json``), else ``checkpoints/last.ckpt``. A bad path or checkpoint, or an output that
+exists: one message, exit status 2. An option the run's kind leaves unread is one warning.
 
-Documents (``documents``). The vocabulary comes from ``vocab.json`` in the run directory or the
-checkpoint's ``attnflow_artifacts``. Output: one line per input line (split on ``\\n`` alone),
-``label<TAB>probability<TAB>text`` (JSON lines with ``--json``), printed batch by batch. A blank
-line or a document without words gives ``-<TAB>-<TAB>(empty: no words)`` (JSON: ``"label": null,
-"empty": true``) and a note on stderr, so output lines stay aligned with input lines. A document
-longer than the run's caps (``data.max_sentences`` of ``data.max_words``, as in training) is
-classified from what fits, with a note on stderr counting what was cut.
+Documents and texts: one output line per input line, ``label<TAB>probability<TAB>text`` (JSON
+lines with ``--json``); an empty line gives ``-<TAB>-<TAB>(empty: no words)``; text over the run's
+caps is cut as in training (a note on stderr). Graphs: CSV, one row per node,
+``node,label,prob,prob_<class>…``; ``--explain`` adds the ``--top-k`` sources i of N(t) with the
+largest α_{it} of the last layer, averaged over heads. Pretraining runs fill each ``[MASK]``;
+captioning runs caption each image by beam search (``--beam``).
 
-Graphs (``graph``). The graph is the run's data (``data`` of its config: the Planetoid raw files,
-or the generated graph); nothing else is needed. Output: CSV with a header (``-o`` names a
-``.csv`` file; any other name is refused before any work), one row per node:
-``node,label,prob,prob_<class>…`` (SoftMax probabilities; multi-label runs: σ per class, ``label``
-the classes with σ > ½ joined by ``|``, ``prob`` the largest σ). ``--explain`` adds ``neighbours``:
-the ``--top-k`` nodes i of N(t) (the paper's neighbourhood, t itself included) with the largest
-α_{it} of the last layer, averaged over its heads, as ``i:α`` separated by spaces.
+``--save-attention OUT.npz`` holds ``kind``, ``lines`` and per input i
 
-Texts (BERT runs: :mod:`attnflow.cli.predict_text`): a fine-tuned run labels them as documents,
-a pretraining run fills each ``[MASK]`` with its ``--top-k`` most probable tokens. Images
-(captioning runs: :mod:`attnflow.cli.predict_image`): each is captioned by beam search of
-``--beam`` K, and ``--attention OUT.png`` draws where each word looked. An option the run's kind
-leaves unread (``--beam`` for a document run, ``--json`` for a graph run, …) is one warning.
-
-``--save-attention OUT.npz`` (``numpy.load``; no pickling) holds ``kind`` (``"documents"``,
-``"graph"``, ``"text"`` or ``"captioning"``) and
-
-- documents, for input line i (0-based; ``lines`` in all): ``{i}/words`` (S, W) the words read
-  ('' at padding), ``{i}/word_weights`` (S, W) (each sentence's row sums to 1 with attention
-  pooling; the self-attentive model: the mean of its hops, summing to 1 over the document),
-  ``{i}/sent_weights`` (S,) summing to 1 (HAN with attention or mean pooling), ``{i}/hops``
-  (r, n) the self-attentive model's r hops over the document's n words in reading order, each
-  summing to 1 (Lin et al. 2017); an empty document has (0, 0) words and no weights;
-- texts (BERT), for input line i (0-based; ``lines`` in all): ``{i}/tokens`` (T,) the WordPiece
-  tokens read, ``[CLS]`` … ``[SEP]`` (empty for an empty line), ``{i}/cls_attention`` (N, J, T)
-  the ⟨CLS⟩ query's attention weights in each of the N layers and J heads (row 0 of the
-  encoder's self-attention; each row sums to 1 over the T tokens; absent for an empty line);
-- images (captioning), for input i (0-based; ``lines`` in all): ``{i}/image`` the path given,
-  ``{i}/words`` (T,) the caption's words (no ⟨eos⟩), ``{i}/alpha`` (T, h, w) each word's
-  attention over the h × w region grid (row-major as the encoder's regions; each row sums to 1
-  over the h·w regions: soft attention, Xu et al. 2015, eq. (4)–(5));
-- graphs: ``num_nodes``; per layer k (0 = input): ``layer{k}/edge_index`` (2, E′) edges
-  (source i, target t) with self-loops and ``layer{k}/alpha`` (E′, J) per head; for every target
-  t and head j, Σ_{edges i→t} α = 1 (Veličković et al. 2018, eq. (3)).
+- documents: ``{i}/words`` (S, W), ``{i}/word_weights`` (S, W), ``{i}/sent_weights`` (S,) or
+  ``{i}/hops`` (r, n) (Lin et al. 2017), each row summing to 1;
+- texts (BERT): ``{i}/tokens`` (T,), ``{i}/cls_attention`` (N, J, T): row 0 of each layer's and
+  head's self-attention;
+- images: ``{i}/image``, ``{i}/words`` (T,), ``{i}/alpha`` (T, h, w) (Xu et al. 2015, eq. (4)–(5));
+- graphs: ``num_nodes``, per layer k ``layer{k}/edge_index`` (2, E′) with self-loops and
+  ``layer{k}/alpha`` (E′, J); Σ_{i→t} α = 1 (Veličković et al. 2018, eq. (3)).
 """
 
 from __future__ import annotations
@@ -69,21 +39,21 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import os
 import sys
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional
 
 import numpy as np
 
 import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
-from attnflow.cli.predict_io import (BATCH_SIZE, PredictError, check_explain_html, label_line,
-                                     read_texts, write_attention)
+from attnflow.cli.predict_io import (BATCH_SIZE, PredictError, check_explain_html, label_all,
+                                     label_line, positive, read_texts, write_attention)
 from attnflow.config.registry import DATA, MODELS, TASKS, AttnflowWarning
 from attnflow.io.checkpoints import CheckpointError, Run, load_run, load_weights, no_grad, run_artifacts
-from attnflow.io.console import plain_warnings
-from attnflow.io.text import (InputError, batched, check_new_outputs, check_npz, no_inputs, path_arg,
+from attnflow.io.console import plain_warnings, warn_unread
+from attnflow.io.text import (InputError, atomic_path, check_new_outputs, check_npz, path_arg,
                               save_arrays, text_array)
 from attnflow.training.onednn import bound_primitive_cache
 
@@ -92,7 +62,6 @@ from attnflow.training.onednn import bound_primitive_cache
 if TYPE_CHECKING:
     import torch
 
-WARN_DOCS = 10  # documents over the caps warned one by one; then only the total
 # the options each kind of run leaves unread ("inputs": texts as arguments or --file)
 UNREAD = {"documents": ("--top-k", "--beam", "--attention"),
           "graph": ("inputs", "--json", "--batch-size", "--beam", "--attention"),
@@ -191,39 +160,21 @@ def _documents(args, run: Run, out) -> int:
     task, art = load(args.model, args.device, run)
     texts, where = read_texts(args, art.get("text_field", "text"))
     caps = f"{art['max_sentences']} sentences of {art['max_words']} words"
-    explained, arrays = [], {}
-    n = over = words = words_cut = 0
-    for chunk in batched(texts, args.batch_size):
-        results = predict(task, art, chunk, args.batch_size)
-        lines = []
-        for j, r in enumerate(results, n + 1):
-            cut = r["cut"]
-            words += cut["words"]
-            if r["empty"]:
-                print(f"attnflow-predict: {where} {j} is empty: no words to classify "
-                      f"('-' is written in its place)", file=sys.stderr)
-                lines.append(label_line(r, args.json))
-                continue
-            if cut["words_cut"] or cut["sentences_cut"]:
-                over += 1
-                words_cut += cut["words_cut"]
-                if over <= WARN_DOCS:
-                    print(f"attnflow-predict: {where} {j} has {cut['sentences']} sentences and "
-                          f"{cut['words']} words; the model reads at most {caps} (the run's "
-                          f"data.max_sentences, data.max_words): {cut['sentences_cut']} sentences "
-                          f"and {cut['words_cut']} of {cut['words']} words cut", file=sys.stderr)
-            lines.append(label_line(r, args.json))
-        print("\n".join(lines), file=out, flush=True)
-        if args.save_attention:
-            arrays.update(document_arrays(task, art, chunk, n))
-        if args.explain:
-            explained += [r for r in results if not r["empty"]]
-        n += len(chunk)
-    if not n:
-        raise PredictError(no_inputs("documents", "--file", args.file))
-    if over:
-        print(f"attnflow-predict: {over} of {n} documents were longer than {caps}: "
-              f"{words_cut} of {words} words cut in all", file=sys.stderr)
+
+    def step(chunk, first):
+        arrays = document_arrays(task, art, chunk, first) if args.save_attention else {}
+        return predict(task, art, chunk, args.batch_size), arrays
+
+    def note(r, _):
+        c = r["cut"]
+        msg = (f"has {c['sentences']} sentences and {c['words']} words; the model reads at most "
+               f"{caps} (the run's data.max_sentences, data.max_words): {c['sentences_cut']} "
+               f"sentences and {c['words_cut']} of {c['words']} words cut")
+        return msg if c["words_cut"] or c["sentences_cut"] else None, c["words"], c["words_cut"]
+
+    explained, arrays, n = label_all(args, out, texts, where, "documents", "classify",
+                                     caps + ": {cut} of {size} words", step,
+                                     lambda r: label_line(r, args.json), note)
     if args.explain:
         from attnflow.viz.explain import write_html
 
@@ -272,11 +223,8 @@ def top_neighbours(edge_index: torch.Tensor, alpha: torch.Tensor, num_nodes: int
 
 def _graph(args, run: Run, out) -> int:
     if isinstance(args.explain, str):
-        raise PredictError(f"for a graph run --explain takes no file ({args.explain!r}): it adds "
-                           f"the neighbours column to the CSV (-o FILE)")
-    k = 5 if args.top_k is None else args.top_k
-    if k < 1:
-        raise PredictError(f"--top-k must be >= 1, got {k}")
+        warn_unread(f"--explain {args.explain}", "a graph run adds the neighbours column to the CSV")
+    k = args.top_k or 5
     import torch
 
     model, data = load_graph(run, args.device)
@@ -319,45 +267,27 @@ def _graph(args, run: Run, out) -> int:
     return 0
 
 
-# -- texts (BERT) -------------------------------------------------------------------------------------
 def _texts(args, run: Run, out) -> int:
-    """BERT runs: :func:`attnflow.cli.predict_text.predict_bert`."""
     from attnflow.cli.predict_text import predict_bert
 
     return predict_bert(args, run, out)
 
 
-# -- images (captioning) ------------------------------------------------------------------------------
 def _captions(args, run: Run, out) -> int:
-    """Captioning runs: :func:`attnflow.cli.predict_image.predict_captions`."""
     from attnflow.cli.predict_image import predict_captions
 
     return predict_captions(args, run, out)
 
 
 # -- the command --------------------------------------------------------------------------------------
-class _Output:
-    """stdout, or ``-o FILE`` written beside the target and moved into place at the end (a failed
-    run leaves an existing FILE as it was)."""
-
-    def __init__(self, path: Optional[str]):
-        self.path = Path(path) if path else None
-        self.tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp") if path else None
-
-    def __enter__(self):
-        if self.path is None:
-            return sys.stdout
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.f = open(self.tmp, "w", encoding="utf-8", newline="")
-        return self.f
-
-    def __exit__(self, kind, *_):
-        if self.path is not None:
-            self.f.close()
-            if kind is None:
-                os.replace(self.tmp, self.path)
-            self.tmp.unlink(missing_ok=True)
-        return False
+@contextmanager
+def _output(path: Optional[str]):
+    """stdout, or ``-o FILE`` moved into place at the end (a failed run leaves FILE as it was)."""
+    if not path:
+        yield sys.stdout
+        return
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as f:
+        yield f
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -372,19 +302,19 @@ def _parser() -> argparse.ArgumentParser:
                    help="documents: write word/sentence weights as HTML; BERT texts: the "
                         "[CLS] attention of every layer and head as HTML; graphs: list each "
                         "node's top-weighted neighbours")
-    p.add_argument("--top-k", type=int, default=None,
+    p.add_argument("--top-k", type=positive, default=None,
                    help="graphs: neighbours listed; BERT pretraining runs: candidates per [MASK] "
                         "(default 5)")
     p.add_argument("--json", action="store_true", help="documents and texts: print JSON lines")
     p.add_argument("-o", "--output", type=path_arg, help="write the predictions here instead of stdout")
     p.add_argument("--save-attention", metavar="OUT.npz", type=path_arg,
                    help="write the attention maps as arrays (keys: see the module docstring)")
-    p.add_argument("--beam", type=int, default=None, metavar="K",
+    p.add_argument("--beam", type=positive, default=None, metavar="K",
                    help="captioning runs: beam size (default: the run's task.beam_size; 1 = greedy)")
     p.add_argument("--attention", metavar="OUT.png", type=path_arg,
                    help="captioning runs: draw each word's attention over the image (several "
                         "images: OUT-0.png, OUT-1.png, …)")
-    p.add_argument("--batch-size", type=int, default=None,
+    p.add_argument("--batch-size", type=positive, default=None,
                    help=f"documents, texts, images: how many go through the model together "
                         f"(default {BATCH_SIZE}; not for graph runs)")
     p.add_argument("--device", default="cpu")
@@ -415,11 +345,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     plain_warnings()
     args = _parser().parse_intermixed_args(argv)
     try:
-        if args.batch_size is not None and args.batch_size < 1:
-            raise PredictError(f"--batch-size must be >= 1, got {args.batch_size}")
-        if args.texts and args.file:  # the texts were read and the file ignored
-            raise PredictError(f"inputs as arguments and --file {args.file}: give inputs as "
-                               f"arguments or --file, not both")
         if args.save_attention:
             check_npz(args.save_attention)
         check_new_outputs(("-o", args.output), ("--save-attention", args.save_attention),
@@ -434,11 +359,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                                f"attnflow-predict labels documents, graph nodes and texts (BERT "
                                f"runs: text_classification, bert_pretraining) and captions images"
                                f"{tool}")
-        if kind == "graph" and args.output and Path(args.output).suffix.lower() != ".csv":
-            raise PredictError(f"-o {args.output}: a graph run writes its labels as CSV; name a .csv "
-                               f"file (the attention arrays go to --save-attention OUT.npz)")
         _drop_unread(args, kind, run)
-        with _Output(args.output) as out:
+        with _output(args.output) as out:
             return handlers[kind](args, run, out)
     except (CheckpointError, PredictError, InputError, FileNotFoundError, ValueError) as err:
         print(f"attnflow-predict: {err}", file=sys.stderr)
