@@ -1,44 +1,29 @@
 """attnflow-predict: label documents, texts (BERT) or graph nodes with a trained run, and explain them.
 
-    attnflow-predict RUN "A great film." "Dull and far too long."   # documents (HAN, self-attentive)
-    attnflow-predict RUN --file reviews.txt     # one document per line (.gz; .jsonl[.gz]: the run's text field)
-    cat review.txt | attnflow-predict RUN       # stdin: one document per line
-    attnflow-predict RUN "..." --explain out.html            # word and sentence weights as colour
-    attnflow-predict GAT_RUN -o nodes.csv                    # every node: label, probabilities
-    attnflow-predict GAT_RUN --explain --top-k 5             # + each node's top-weighted neighbours
-    attnflow-predict RUN ... --save-attention attn.npz       # attention maps as data
-    attnflow-predict BERT_RUN "A great film." --explain out.html   # fine-tuned BERT: label, ⟨CLS⟩ attention
+    attnflow-predict RUN "A great film." "Dull." --explain out.html   # documents: words' weights
+    attnflow-predict RUN --file reviews.jsonl.gz --json             # one input per line (or stdin)
+    attnflow-predict GAT_RUN --explain --top-k 5 -o nodes.csv        # graph nodes, top neighbours
     attnflow-predict BERT_PRETRAINING_RUN "The film was [MASK] ." --top-k 5   # fill [MASK] tokens
-    attnflow-predict CAPTION_RUN photo.png --attention out.png   # caption an image, draw where words looked
+    attnflow-predict CAPTION_RUN photo.png --attention out.png       # caption, where words looked
+    attnflow-predict RUN ... --save-attention attn.npz               # attention maps as data
 
-The run's kind (its model's ``interface``) chooses what is done; the model is rebuilt from the
-config stored in the checkpoint and its weights loaded. A run directory gives its best checkpoint
-(``metrics.json``), else ``checkpoints/last.ckpt``. A bad path or checkpoint, or an output that
-exists: one message, exit status 2. An option the run's kind leaves unread is one warning.
-
-Documents and texts: one output line per input line, ``label<TAB>probability<TAB>text`` (JSON
-lines with ``--json``); an empty line gives ``-<TAB>-<TAB>(empty: no words)``; text over the run's
-caps is cut as in training (a note on stderr). Graphs: CSV, one row per node,
-``node,label,prob,prob_<class>…``; ``--explain`` adds the ``--top-k`` sources i of N(t) with the
-largest α_{it} of the last layer, averaged over heads. Pretraining runs fill each ``[MASK]``;
-captioning runs caption each image by beam search (``--beam``).
-
-``--save-attention OUT.npz`` holds ``kind``, ``lines`` and per input i
-
-- documents: ``{i}/words`` (S, W), ``{i}/word_weights`` (S, W), ``{i}/sent_weights`` (S,) or
-  ``{i}/hops`` (r, n) (Lin et al. 2017), each row summing to 1;
-- texts (BERT): ``{i}/tokens`` (T,), ``{i}/cls_attention`` (N, J, T): row 0 of each layer's and
-  head's self-attention;
-- images: ``{i}/image``, ``{i}/words`` (T,), ``{i}/alpha`` (T, h, w) (Xu et al. 2015, eq. (4)–(5));
-- graphs: ``num_nodes``, per layer k ``layer{k}/edge_index`` (2, E′) with self-loops and
-  ``layer{k}/alpha`` (E′, J); Σ_{i→t} α = 1 (Veličković et al. 2018, eq. (3)).
+The run's kind (its model's or data's ``interface``) chooses what is done; the model is rebuilt
+from the config stored in the checkpoint (a run directory: its best checkpoint, else
+``last.ckpt``). A bad path or checkpoint, or an output that exists: one message, exit status 2;
+an option the run's kind leaves unread: one warning. Documents and texts give one line per input
+line, ``label<TAB>probability<TAB>text`` (``--json``: JSON lines; an empty line: ``-``), inputs
+over the run's caps cut as in training, with a note. Graphs give CSV, one row per node:
+``node,label,prob,prob_<class>…`` and with ``--explain`` the ``--top-k`` sources of the largest
+α of the last layer, averaged over heads. ``--save-attention`` holds ``kind``, ``lines`` and per
+input i its maps (documents ``{i}/words``, ``{i}/word_weights``, ``{i}/sent_weights`` or
+``{i}/hops``; texts ``{i}/tokens``, ``{i}/cls_attention`` (N, J, T); images ``{i}/words``,
+``{i}/alpha`` (T, h, w)), or for a graph ``layer{k}/edge_index`` and ``layer{k}/alpha`` (E′, J).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import io
 import sys
 import warnings
 from contextlib import contextmanager
@@ -53,13 +38,11 @@ from attnflow.cli.predict_io import (BATCH_SIZE, PredictError, check_explain_htm
 from attnflow.config.registry import DATA, MODELS, TASKS, AttnflowWarning
 from attnflow.io.checkpoints import CheckpointError, Run, load_run, load_weights, no_grad, run_artifacts
 from attnflow.io.console import plain_warnings, warn_unread
-from attnflow.io.text import (InputError, atomic_path, check_new_outputs, check_npz, path_arg,
-                              save_arrays, text_array)
+from attnflow.io.text import (InputError, atomic_path, check_new_outputs, check_npz, no_inputs,
+                              path_arg, save_arrays, text_array)
 from attnflow.training.onednn import bound_primitive_cache
 
-# torch and the data modules (attnflow.data.documents; predict_text, predict_image: torch) are
-# imported where a run is rebuilt, so that a bad argument or path is refused before their import
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # torch is imported where a run is rebuilt
     import torch
 
 # the options each kind of run leaves unread ("inputs": texts as arguments or --file)
@@ -131,8 +114,7 @@ def predict(task, art: dict, texts: List[str], batch_size: int = 32) -> List[dic
 
 @no_grad
 def document_arrays(task, art: dict, texts: List[str], first: int) -> Dict[str, np.ndarray]:
-    """The ``--save-attention`` arrays of ``texts``, documents ``first``, ``first + 1``, … (see
-    the module docstring), from one forward pass of the model over their batch."""
+    """The ``--save-attention`` arrays of ``texts``, numbered from ``first``, from one forward pass."""
     from attnflow.data.documents import encode_texts
 
     batch, shown = encode_texts(texts, art["vocab_obj"], art["max_sentences"], art["max_words"])
@@ -159,11 +141,12 @@ def _documents(args, run: Run, out) -> int:
     check_explain_html(args, "documents")
     task, art = load(args.model, args.device, run)
     texts, where = read_texts(args, art.get("text_field", "text"))
-    caps = f"{art['max_sentences']} sentences of {art['max_words']} words"
+    caps, explained = f"{art['max_sentences']} sentences of {art['max_words']} words", []
 
     def step(chunk, first):
-        arrays = document_arrays(task, art, chunk, first) if args.save_attention else {}
-        return predict(task, art, chunk, args.batch_size), arrays
+        results = predict(task, art, chunk, args.batch_size)
+        explained.extend(r for r in results if args.explain and not r["empty"])
+        return results, document_arrays(task, art, chunk, first) if args.save_attention else {}
 
     def note(r, _):
         c = r["cut"]
@@ -172,9 +155,10 @@ def _documents(args, run: Run, out) -> int:
                f"sentences and {c['words_cut']} of {c['words']} words cut")
         return msg if c["words_cut"] or c["sentences_cut"] else None, c["words"], c["words_cut"]
 
-    explained, arrays, n = label_all(args, out, texts, where, "documents", "classify",
-                                     caps + ": {cut} of {size} words", step,
-                                     lambda r: label_line(r, args.json), note)
+    arrays, n = label_all(args, out, texts, where, step, lambda r: label_line(r, args.json), note,
+                          what="documents", caps=caps + ": {cut} of {size} words",
+                          empty="no words to classify ('-' is written in its place)",
+                          none=no_inputs("documents", "--file", args.file))
     if args.explain:
         from attnflow.viz.explain import write_html
 
@@ -189,8 +173,7 @@ def _documents(args, run: Run, out) -> int:
 
 # -- graphs -------------------------------------------------------------------------------------------
 def load_graph(run: Run, device: str = "cpu"):
-    """(model, graph) of a node-classification run: the model rebuilt from the registries, the
-    graph from the run's data config."""
+    """(model, graph) of a node-classification run, the graph from the run's data config."""
     cfg = run.config
     dm = DATA.build(cfg["data"], path="data")
     ctx = dm.model_context()
@@ -248,14 +231,12 @@ def _graph(args, run: Run, out) -> int:
         neighbours = [" ".join(f"{i}:{a:.4f}" for i, a in zip(ri, rw) if i >= 0)
                       for ri, rw in zip(ids.tolist(), w.tolist())]
         header.append("neighbours")
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
+    writer = csv.writer(out, lineterminator="\n")
     writer.writerow(header)
     top = probs.max(-1).values.tolist()
-    for t, row in enumerate(probs.tolist()):  # output formatting, one row per node
+    for t, row in enumerate(probs.tolist()):
         writer.writerow([t, labels[t], f"{top[t]:.4f}", *(f"{p:.4f}" for p in row),
                          *([neighbours[t]] if neighbours else [])])
-    out.write(buf.getvalue())
     out.flush()
     if args.save_attention:
         arrays = {"kind": np.asarray("graph"), "num_nodes": np.asarray(N)}
@@ -293,42 +274,37 @@ def _output(path: Optional[str]):
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="attnflow-predict", description=__doc__.split("\n\n")[0])
     p.add_argument("model", type=path_arg, help="a run directory or a .ckpt file")
-    p.add_argument("texts", nargs="*", help="documents or texts to label, or image files to "
-                                           "caption (default: --file, else stdin)")
-    p.add_argument("--file", type=path_arg,
-                   help="one document per line (.gz; .jsonl[.gz]: objects with the run's text "
-                        "field); captioning runs: one image path per line")
+    p.add_argument("texts", nargs="*", help="documents or texts to label, or images to caption "
+                                           "(default: --file, else stdin)")
+    p.add_argument("--file", type=path_arg, help="one input per line (.gz; .jsonl[.gz]: objects "
+                                                 "with the run's text field)")
     p.add_argument("--explain", nargs="?", const=True, metavar="OUT.html", type=path_arg,
-                   help="documents: write word/sentence weights as HTML; BERT texts: the "
-                        "[CLS] attention of every layer and head as HTML; graphs: list each "
-                        "node's top-weighted neighbours")
+                   help="documents, texts: write the attention weights as HTML; graphs: list "
+                        "each node's top-weighted neighbours")
     p.add_argument("--top-k", type=positive, default=None,
-                   help="graphs: neighbours listed; BERT pretraining runs: candidates per [MASK] "
-                        "(default 5)")
+                   help="graphs: neighbours listed; pretraining runs: candidates per [MASK] (5)")
     p.add_argument("--json", action="store_true", help="documents and texts: print JSON lines")
-    p.add_argument("-o", "--output", type=path_arg, help="write the predictions here instead of stdout")
+    p.add_argument("-o", "--output", type=path_arg, help="write the predictions here")
     p.add_argument("--save-attention", metavar="OUT.npz", type=path_arg,
-                   help="write the attention maps as arrays (keys: see the module docstring)")
+                   help="write the attention maps as arrays")
     p.add_argument("--beam", type=positive, default=None, metavar="K",
-                   help="captioning runs: beam size (default: the run's task.beam_size; 1 = greedy)")
+                   help="captioning runs: beam size (default: the run's task.beam_size)")
     p.add_argument("--attention", metavar="OUT.png", type=path_arg,
-                   help="captioning runs: draw each word's attention over the image (several "
-                        "images: OUT-0.png, OUT-1.png, …)")
+                   help="captioning runs: draw each word's attention over the image")
     p.add_argument("--batch-size", type=positive, default=None,
-                   help=f"documents, texts, images: how many go through the model together "
-                        f"(default {BATCH_SIZE}; not for graph runs)")
+                   help=f"inputs through the model together (default {BATCH_SIZE})")
     p.add_argument("--device", default="cpu")
     return p
 
 
 def _drop_unread(args, kind: str, run: Run) -> None:
     """The options a run of ``kind`` leaves unread: one warning naming them, then unset."""
-    graph_top_k = kind == "graph" and args.top_k is not None and not args.explain
-    given = {"inputs": bool(args.texts or args.file), "--json": args.json,
-             "--batch-size": args.batch_size is not None, "--beam": args.beam is not None,
-             "--attention": args.attention is not None, "--explain": bool(args.explain),
-             "--top-k": args.top_k is not None}
-    unread = [o for o in UNREAD[kind] if given[o]] + ["--top-k (without --explain)"] * graph_top_k
+    given = {"inputs": args.texts or args.file, "--json": args.json, "--batch-size": args.batch_size,
+             "--beam": args.beam, "--attention": args.attention, "--explain": args.explain,
+             "--top-k": args.top_k}
+    unread = [o for o in UNREAD[kind] if given[o] not in (None, False, [])]
+    if kind == "graph" and args.top_k and not args.explain:
+        unread.append("--top-k (without --explain)")
     if unread:
         names = ["texts and --file" if o == "inputs" else o for o in unread]
         warnings.warn(f"{', '.join(names)}: not read for the run at {run.run_dir}, which works on "

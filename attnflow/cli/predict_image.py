@@ -4,13 +4,10 @@
     attnflow-predict RUN photo.png --attention out.png       # + the attention overlay (PNG)
     attnflow-predict RUN --file images.txt --beam 5 --json   # image paths one per line
 
-Inputs are read as in training: images resized to the run's ``image_size``, or for a features
-run one ``.npy`` file (L, D) of region features each; all are read before anything is written.
-Captions come from :meth:`CaptioningTask.caption` (beam search of ``task.beam_size`` or ``--beam``).
-Output: ``path<TAB>caption`` per input (``--json``: ``{"image", "caption", "words"}``).
-``--attention OUT.png`` draws each word's α over the region grid (Xu et al. 2015, Fig. 2–3) to
-OUT.png, or OUT-0.png, OUT-1.png, … for several inputs; a features run draws on the image of the
-same stem beside the ``.npy`` file, else on a grey canvas of the grid.
+Inputs are read as in training (images resized; a features run: one ``.npy`` (L, D) each), all
+before anything is written. ``--attention OUT.png`` draws each word's α over the region grid (Xu
+et al. 2015, Fig. 2–3) to OUT.png, or OUT-0.png, OUT-1.png, …; a features run draws on the image
+of the same stem beside the ``.npy`` file, else on a grey canvas.
 """
 
 from __future__ import annotations
@@ -59,15 +56,10 @@ def load_captioner(run: Run, device: str = "cpu"):
 # -- inputs ---------------------------------------------------------------------------------------
 def read_input(path: str, art: dict, model) -> torch.Tensor:
     """One input as the model reads it: (3, S, S) pixels, or (L, D) features from a ``.npy``."""
-    from attnflow.data.errors import DataError
-
     if art["input"] != "features":
         from attnflow.data.captions import load_image
 
-        try:
-            return load_image(path, int(art["image_size"]))
-        except DataError as err:
-            raise PredictError(str(err).removeprefix("captions: ")) from None
+        return load_image(path, int(art["image_size"]))  # a DataError names the file
     p = Path(path)
     try:
         x = np.load(p, allow_pickle=False)

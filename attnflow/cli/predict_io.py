@@ -6,12 +6,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, List, Tuple
+from typing import Callable, Iterable, Iterator, Tuple
 
 import numpy as np
 
 from attnflow.io.console import warn_unread
-from attnflow.io.text import batched, iter_lines, iter_stdin, no_inputs, save_arrays
+from attnflow.io.text import batched, iter_lines, iter_stdin, save_arrays
 
 EMPTY = "(empty: no words)"
 BATCH_SIZE = 32  # --batch-size of documents, texts and images
@@ -70,36 +70,33 @@ def check_explain_html(args, what: str) -> None:
         raise PredictError(f"--explain takes the HTML file to write for {what} (--explain OUT.html)")
 
 
-def label_all(args, out, texts: Iterable[str], where: str, what: str, verb: str, caps: str,
-              step: Callable, line: Callable, note: Callable) -> Tuple[List[dict], dict, int]:
-    """Label ``texts`` batch by batch, one output line each (``line(r)``); ``step(chunk, first)``
-    gives (results, attention arrays). An empty input and one the caps cut (``note(r, j)`` for
-    input j: (message or None, size, cut)) are noted on stderr, then the total cut (``caps``
-    formatted with ``cut`` and ``size``). Returns (non-empty results, arrays, inputs)."""
-    explained, arrays, n, over, size, cut = [], {}, 0, 0, 0, 0
+def label_all(args, out, texts: Iterable[str], where: str, step: Callable, line: Callable,
+              note: Callable, *, what: str, empty: str, caps: str, none: str,
+              prog: str = "attnflow-predict") -> Tuple[dict, int]:
+    """Run ``step(chunk, first)`` -> (results, arrays) over batches of ``texts``, printing one
+    line per input (``line(r)``). An empty input, and one the caps cut (``note(r, j)`` for input
+    j: (message or None, size, cut)), is noted on stderr, then the total cut (``caps`` formatted
+    with ``cut`` and ``size``); no input at all is the error ``none``. Returns (arrays, inputs)."""
+    arrays, n, over, size, cut = {}, 0, 0, 0, 0
     for chunk in batched(texts, args.batch_size):
         results, more = step(chunk, n)
         for j, r in enumerate(results, n + 1):
             if r["empty"]:
-                print(f"attnflow-predict: {where} {j} is empty: no words to {verb} ('-' is "
-                      f"written in its place)", file=sys.stderr)
+                print(f"{prog}: {where} {j} is empty: {empty}", file=sys.stderr)
                 continue
             msg, s, c = note(r, j)
-            size, cut = size + s, cut + c
-            if msg:
-                over += 1
-                if over <= WARN_CUT:
-                    print(f"attnflow-predict: {where} {j} {msg}", file=sys.stderr)
+            size, cut, over = size + s, cut + c, over + bool(msg)
+            if msg and over <= WARN_CUT:
+                print(f"{prog}: {where} {j} {msg}", file=sys.stderr)
         print("\n".join(map(line, results)), file=out, flush=True)
-        arrays.update(more if args.save_attention else {})
-        explained += [r for r in results if not r["empty"]] if args.explain else []
+        arrays.update(more)
         n += len(chunk)
     if not n:
-        raise PredictError(no_inputs(what, "--file", args.file))
+        raise PredictError(none)
     if over:
-        print(f"attnflow-predict: {over} of {n} {what} were longer than "
-              f"{caps.format(cut=cut, size=size)} cut in all", file=sys.stderr)
-    return explained, arrays, n
+        print(f"{prog}: {over} of {n} {what} were longer than {caps.format(cut=cut, size=size)} "
+              f"cut in all", file=sys.stderr)
+    return arrays, n
 
 
 def label_line(r: dict, as_json: bool) -> str:
@@ -114,9 +111,9 @@ def label_line(r: dict, as_json: bool) -> str:
     return f"{r['label']}\t{r['probability']:.4f}\t{' '.join(r['text'].split())[:80]}"
 
 
-def write_attention(path: str, arrays: dict, kind: str, n: int, what: str) -> None:
-    """``--save-attention``: ``arrays`` with ``kind`` and ``lines`` (``n``) to ``path``, and a
-    note on stderr."""
+def write_attention(path: str, arrays: dict, kind: str, n: int, what: str,
+                    prog: str = "attnflow-predict") -> None:
+    """``--save-attention``: ``arrays`` with ``kind`` and ``lines`` (``n``), and a note."""
     arrays.update(kind=np.asarray(kind), lines=np.asarray(n))
-    print(f"attnflow-predict: attention of {n} {what} written to {save_arrays(path, arrays)}",
+    print(f"{prog}: attention of {n} {what} written to {save_arrays(path, arrays)}",
           file=sys.stderr)

@@ -4,13 +4,9 @@ their [MASK] tokens (pretrained, ``task=bert_pretraining``), and show the attent
     attnflow-predict FINETUNED_RUN "A wonderful film." --explain out.html
     attnflow-predict PRETRAINING_RUN "The film was [MASK] ." --top-k 5 --json
 
-Each line is encoded as in training (``[CLS] subwords [SEP]``, cut at its end to the run's
-``data.max_len``); in a pretraining run's input a literal ``[SEP]`` starts segment B. A
-classification prints ``label<TAB>probability<TAB>text``, the SoftMax of the classifier's logits
-(Devlin et al. 2019 §4.1); fill-mask (as HF's ``fill-mask`` pipeline) the text with each [MASK]
-replaced by its most probable token, then per [MASK] its ``--top-k`` candidates as ``token:p``
-(``--json``: ``sequence``, ``masks`` of ``{token, token_str, score}``, ``text``).
-``--explain OUT.html``: the ⟨CLS⟩ query's attention of every layer and head, over the tokens.
+Lines are encoded as in training (``[CLS] subwords [SEP]``, cut to ``data.max_len``); in a
+pretraining run's input a literal ``[SEP]`` starts segment B. Fill-mask (as HF's ``fill-mask``
+pipeline) prints the filled text, then per [MASK] its ``--top-k`` candidates as ``token:p``.
 """
 
 from __future__ import annotations
@@ -27,6 +23,7 @@ from attnflow.cli.predict_io import (PredictError, check_explain_html, label_all
                                      read_texts, write_attention)
 from attnflow.config.registry import MODELS
 from attnflow.io.checkpoints import Run, load_weights
+from attnflow.io.text import no_inputs
 from attnflow.viz.figures import cls_rows
 
 
@@ -185,13 +182,14 @@ def predict_bert(args, run: Run, out) -> int:
     pre = bert.pretraining
     check_explain_html(args, "texts")
     texts, where = read_texts(args, (run.config.get("data") or {}).get("text_field") or "text")
-    limit = bert.max_len - 2
+    limit, explained = bert.max_len - 2, []
     caps = f"{limit} subwords (the run's data.max_len={bert.max_len})"
 
     def step(chunk, first):
         results = predict_texts(bert, chunk, args.top_k or 5)
+        explained.extend(r for r in results if args.explain and not r["empty"])
         arrays = {}
-        for i, r in enumerate(results, first):
+        for i, r in enumerate(results if args.save_attention else (), first):
             arrays[f"{i}/tokens"] = np.asarray(r.get("tokens", []), dtype=str)
             if not r["empty"]:
                 arrays[f"{i}/cls_attention"] = r["cls_attention"]
@@ -205,9 +203,10 @@ def predict_bert(args, run: Run, out) -> int:
                f"[SEP] (the run's data.max_len={bert.max_len}): {r['cut']} cut from its end")
         return msg if r["cut"] else None, r["subwords"], r["cut"]
 
-    explained, arrays, n = label_all(args, out, texts, where, "texts",
-                                     "fill" if pre else "classify", caps + ": {cut} of {size} subwords",
-                                     step, lambda r: _line(r, args, pre), note)
+    arrays, n = label_all(args, out, texts, where, step, lambda r: _line(r, args, pre), note,
+                          what="texts", caps=caps + ": {cut} of {size} subwords",
+                          empty=f"no words to {'fill' if pre else 'classify'} ('-' is written "
+                                f"in its place)", none=no_inputs("texts", "--file", args.file))
     if args.explain:
         from attnflow.viz.explain import write_text_html
         from attnflow.viz.figures import cls_attention_figure, figure_png

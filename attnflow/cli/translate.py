@@ -25,12 +25,13 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from attnflow.cli.predict_io import positive, read_texts
+from attnflow.cli.predict_io import (PredictError, label_all, positive, read_texts,
+                                     write_attention)
 from attnflow.config.registry import AttnflowWarning, ConfigError
 from attnflow.io.checkpoints import CheckpointError, load_run, load_weights, no_grad
 from attnflow.io.console import plain_warnings
-from attnflow.io.text import (InputError, batched, check_new_outputs, check_npz, check_png,
-                              no_inputs, path_arg, save_arrays, text_array)
+from attnflow.io.text import (InputError, check_new_outputs, check_npz, check_png,
+                              no_inputs, path_arg, text_array)
 from attnflow.training.onednn import bound_primitive_cache
 
 if TYPE_CHECKING:  # imported where decoding starts: a bad argument is refused before (seconds)
@@ -277,46 +278,37 @@ def _check_options(args) -> None:
     check_new_outputs(*(("--attention", p) for p in maps), ("--save-attention", args.save_attention))
 
 
-def _note_lines(chunk: Sequence[str], full: Sequence[int], first: int, where: str, limit: int) -> int:
-    """Notes on stderr of the empty lines and those over ``limit`` subwords; how many were cut."""
-    cut = 0
-    for j, (line, n_full) in enumerate(zip(chunk, full), first):
-        if not line.strip() or n_full == 0:
-            why = "is empty" if not line.strip() else "gives no subwords"
-            print(f"attnflow-translate: {where} {j} {why}: nothing to translate (an empty line is "
-                  f"written in its place)", file=sys.stderr)
-        elif n_full > limit:
-            cut += 1
-            print(f"attnflow-translate: {where} {j} has {n_full} subwords; the model reads at most "
-                  f"{limit} (data.max_src_len of the run): {n_full - limit} subwords cut, the rest "
-                  f"is translated", file=sys.stderr)
-    return cut
-
-
 def _translate_all(args, lines, where: str, model, dm, beam: int, length_penalty: float):
     """Translate ``lines`` batch by batch, printing each; (heat maps, arrays, lines)."""
-    max_len = args.max_len or dm.max_decode_len
-    heat_maps, arrays, n_lines, n_cut = [], {}, 0, 0
-    for chunk in batched(lines, args.batch_size):
+    max_len, limit, heat_maps = args.max_len or dm.max_decode_len, dm.max_src_len, []
+
+    def step(chunk, first):
         ids, full = encode(dm, chunk)
-        n_cut += _note_lines(chunk, full, n_lines + 1, where, dm.max_src_len)
         rows, w = decode_ids(model, ids, beam, length_penalty, max_len,
                              need_weights=bool(args.attention), batch_size=args.batch_size)
-        print("\n".join(dm.detokenize(r) for r in rows), flush=True)
         if args.attention:
-            heat_maps += [(*m, line) for m, line in zip(_heat_maps(dm, w, ids, rows), chunk) if m]
+            heat_maps.extend((*m, line) for m, line in zip(_heat_maps(dm, w, ids, rows), chunk) if m)
+        arrays = {}
         if args.save_attention:
-            for j, (s, r, maps) in enumerate(zip(ids, rows, attention_arrays(model, ids, rows)), n_lines):
+            for j, (s, r, maps) in enumerate(zip(ids, rows, attention_arrays(model, ids, rows)), first):
                 arrays[f"{j}/source"] = text_array(_tokens(dm.src_tok, s))
                 arrays[f"{j}/output"] = text_array(_tokens(dm.tgt_tok, r))
                 arrays.update({f"{j}/{k}": v for k, v in maps.items()})
-        n_lines += len(chunk)
-    if not n_lines:
-        raise TranslateError(no_inputs("sentences", "-f", args.file, metavar=" FILE"))
-    if n_cut > 1:
-        print(f"attnflow-translate: {n_cut} of {n_lines} lines were longer than "
-              f"{dm.max_src_len} subwords and were cut", file=sys.stderr)
-    return heat_maps, arrays, n_lines
+        return [{"empty": not (line.strip() and n), "full": n, "out": dm.detokenize(r)}
+                for line, n, r in zip(chunk, full, rows)], arrays
+
+    def note(r, _):
+        n = r["full"]
+        msg = (f"has {n} subwords; the model reads at most {limit} (data.max_src_len of the run): "
+               f"{n - limit} subwords cut, the rest is translated")
+        return (msg, n, n - limit) if n > limit else (None, n, 0)
+
+    none = no_inputs("sentences", "-f", args.file, metavar=" FILE")
+    arrays, n = label_all(args, sys.stdout, lines, where, step, lambda r: r["out"], note,
+                          what="lines", caps=f"{limit} subwords: " + "{cut} of {size} subwords",
+                          empty="nothing to translate (an empty line is written in its place)",
+                          none=none, prog="attnflow-translate")
+    return heat_maps, arrays, n
 
 
 def _write_attention(args, heat_maps, arrays, n_lines: int) -> None:
@@ -331,9 +323,8 @@ def _write_attention(args, heat_maps, arrays, n_lines: int) -> None:
             print("attnflow-translate: no heat map written: this model has no attention "
                   "(or every input line was empty)", file=sys.stderr)
     if args.save_attention:
-        arrays.update(kind=np.asarray("translation"), lines=np.asarray(n_lines))
-        path = save_arrays(args.save_attention, arrays)
-        print(f"attnflow-translate: attention of {n_lines} lines written to {path}", file=sys.stderr)
+        write_attention(args.save_attention, arrays, "translation", n_lines, "lines",
+                        "attnflow-translate")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -347,7 +338,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         model, dm, configs = load_members(paths, args.device)
         beam, length_penalty = decoding_settings(paths, configs, args.beam, args.length_penalty)
         _write_attention(args, *_translate_all(args, lines, where, model, dm, beam, length_penalty))
-    except (TranslateError, CheckpointError, InputError, ConfigError, OSError) as err:
+    except (TranslateError, PredictError, CheckpointError, InputError, ConfigError, OSError) as err:
         print(f"attnflow-translate: {err}", file=sys.stderr)
         return 2
     return 0
