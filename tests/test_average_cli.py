@@ -86,8 +86,8 @@ def test_problems_are_refused_with_status_2_and_nothing_written(finished, stoppe
     dropped = next(e for e in rec.states if e not in kept)
     _refused([str(run), "--epochs", str(dropped)], f"--epochs {dropped}: not kept; the kept epochs "
              f"are {' '.join(map(str, kept))}", capsys)
-    _refused([str(tmp_path / "nowhere")], f"{tmp_path / 'nowhere'} is not a run directory", capsys)
-    _refused([str(run / "checkpoints" / "last.ckpt")], "last.ckpt is not a run directory", capsys)
+    _refused([str(tmp_path / "nowhere")], f"no such run directory: {tmp_path / 'nowhere'}", capsys)
+    _refused([str(run / "checkpoints" / "last.ckpt")], "no such run directory: ", capsys)
     sweep = tmp_path / "sweep"
     sweep.mkdir()
     (sweep / "multirun.yaml").write_text("hydra: {}\n")

@@ -1,7 +1,6 @@
 """attnflow-average: the averaged checkpoint of a run that stopped before its fit ended.
 
     attnflow-average RUN                      # the kept epochs → RUN/checkpoints/averaged.ckpt
-    attnflow-average RUN --epochs 3 4 5       # some of them
     attnflow-average RUN --epochs 3 4 5 --name avg-345.ckpt   # RUN/checkpoints/avg-345.ckpt
     attnflow-eval RUN/checkpoints/averaged.ckpt split=val     # then evaluate it
 
@@ -27,7 +26,7 @@ def plan(run_dir: Path, epochs: Optional[List[int]], name: str = AVERAGED) -> tu
     """(``kept.json``, its kept entries, those to average, the checkpoint to copy, the output
     path); a :class:`CheckpointError` naming what is wrong otherwise."""
     if not run_dir.is_dir():
-        raise CheckpointError(f"{run_dir} is not a run directory")
+        raise CheckpointError(f"no such run directory: {run_dir}")
     held = runs_inside(run_dir)
     if held:
         raise CheckpointError(held)

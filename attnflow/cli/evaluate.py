@@ -183,12 +183,6 @@ def _write_new(path: Path, data: dict) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def _context_summary(ctx: Dict[str, Any]) -> str:
-    sizes = [f"{k}={v}" for k, v in ctx.items() if isinstance(v, int) and not isinstance(v, bool)
-             and k != "pad_id"]
-    return f" ({', '.join(sizes)})" if sizes else ""
-
-
 def _trainer(device: str, trainer_fields: Dict[str, Any], scratch: str):
     """Lightning's Trainer for one evaluation: ``device`` and the ``trainer.*`` overrides."""
     import pytorch_lightning as pl
@@ -230,8 +224,9 @@ def evaluate(target: Path | str, overrides: List[str] = (), out: Optional[str] =
             dm.setup_evaluation(run.run_dir, run_artifacts(run), split)
         ctx = dm.model_context()
         model = MODELS.build(cfg["model"], path="model", **ctx)
+        sizes = ", ".join(f"{k}={v}" for k, v in ctx.items() if type(v) is int and k != "pad_id")
         load_weights(model, run.ckpt["state_dict"], "model.", f"model '{cfg['model']['name']}' "
-                     f"built for data '{cfg['data']['name']}'{_context_summary(ctx)}")
+                     f"built for data '{cfg['data']['name']}'" + (f" ({sizes})" if sizes else ""))
         task = TASKS.build(cfg["task"], model, path="task", **dm.task_context())
         task.run_config = cfg
         run_split = trainer.validate if split == "val" else trainer.test

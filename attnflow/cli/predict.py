@@ -64,7 +64,6 @@ def run_interface(run: Run) -> Optional[str]:
     return None
 
 
-# -- documents ----------------------------------------------------------------------------------------
 def load(target: Path | str, device: str = "cpu", run: Optional[Run] = None):
     """(task, artifacts) of a document classifier rebuilt from a run directory or checkpoint."""
     from attnflow.data.documents import Vocabulary
@@ -171,7 +170,6 @@ def _documents(args, run: Run, out) -> int:
     return 0
 
 
-# -- graphs -------------------------------------------------------------------------------------------
 def load_graph(run: Run, device: str = "cpu"):
     """(model, graph) of a node-classification run, the graph from the run's data config."""
     cfg = run.config
@@ -207,27 +205,23 @@ def top_neighbours(edge_index: torch.Tensor, alpha: torch.Tensor, num_nodes: int
 def _graph(args, run: Run, out) -> int:
     if isinstance(args.explain, str):
         warn_unread(f"--explain {args.explain}", "a graph run adds the neighbours column to the CSV")
-    k = args.top_k or 5
     import torch
 
     model, data = load_graph(run, args.device)
     with torch.no_grad():
         logits, weights = model(data.x.to(args.device), data.edge_index.to(args.device),
                                 need_weights=True)
-    logits = logits.float().cpu()
     multi = bool(run.config.get("task", {}).get("multi_label", False))
-    probs = torch.sigmoid(logits) if multi else torch.softmax(logits, -1)
+    probs = logits.float().cpu().sigmoid() if multi else logits.float().cpu().softmax(-1)
     N, C = probs.shape
     names = [str(c) for c in range(C)]
     header = ["node", "label", "prob"] + [f"prob_{c}" for c in names]
-    if multi:
-        labels = ["|".join(n for n, on in zip(names, row) if on) for row in (probs > 0.5).tolist()]
-    else:
-        labels = [names[i] for i in probs.argmax(-1).tolist()]
+    labels = (["|".join(n for n, on in zip(names, row) if on) for row in (probs > 0.5).tolist()]
+              if multi else [names[i] for i in probs.argmax(-1).tolist()])
     neighbours = None
     if args.explain:
         ei, alpha = weights[-1]
-        ids, w = top_neighbours(ei.cpu(), alpha.float().mean(-1).cpu(), N, k)
+        ids, w = top_neighbours(ei.cpu(), alpha.float().mean(-1).cpu(), N, args.top_k or 5)
         neighbours = [" ".join(f"{i}:{a:.4f}" for i, a in zip(ri, rw) if i >= 0)
                       for ri, rw in zip(ids.tolist(), w.tolist())]
         header.append("neighbours")
@@ -260,7 +254,6 @@ def _captions(args, run: Run, out) -> int:
     return predict_captions(args, run, out)
 
 
-# -- the command --------------------------------------------------------------------------------------
 @contextmanager
 def _output(path: Optional[str]):
     """stdout, or ``-o FILE`` moved into place at the end (a failed run leaves FILE as it was)."""

@@ -1,9 +1,5 @@
 """attnflow-predict for captioning runs: caption images and draw where each word looked.
 
-    attnflow-predict RUN photo.png other.jpg                 # path<TAB>caption per image
-    attnflow-predict RUN photo.png --attention out.png       # + the attention overlay (PNG)
-    attnflow-predict RUN --file images.txt --beam 5 --json   # image paths one per line
-
 Inputs are read as in training (images resized; a features run: one ``.npy`` (L, D) each), all
 before anything is written. ``--attention OUT.png`` draws each word's α over the region grid (Xu
 et al. 2015, Fig. 2–3) to OUT.png, or OUT-0.png, OUT-1.png, …; a features run draws on the image
@@ -53,7 +49,6 @@ def load_captioner(run: Run, device: str = "cpu"):
     return task.eval().to(device), art
 
 
-# -- inputs ---------------------------------------------------------------------------------------
 def read_input(path: str, art: dict, model) -> torch.Tensor:
     """One input as the model reads it: (3, S, S) pixels, or (L, D) features from a ``.npy``."""
     if art["input"] != "features":
@@ -104,25 +99,19 @@ def attention_names(out: str, n: int) -> List[Path]:
     return [path] if n == 1 else [path.with_name(f"{path.stem}-{i}{path.suffix}") for i in range(n)]
 
 
-# -- the handler ----------------------------------------------------------------------------------
 def _caption_batch(task, xs: Sequence[torch.Tensor], beam: Optional[int]):
     """Words and α (T_i, L) per input: one call of ``task.caption`` when the inputs share a shape
     (always for pixels), else one per input (features with different L)."""
     if len({tuple(x.shape) for x in xs}) == 1:
         return task.caption(torch.stack(list(xs)).to(task.device), beam, need_weights=True)
-    words, alphas = [], []
-    for x in xs:
-        w, a = task.caption(x[None].to(task.device), beam, need_weights=True)
-        words += w
-        alphas += a
-    return words, alphas
+    each = [task.caption(x[None].to(task.device), beam, need_weights=True) for x in xs]
+    return [w for ws, _ in each for w in ws], [a for _, als in each for a in als]
 
 
 def _line(path: str, words: List[str], as_json: bool) -> str:
     caption = " ".join(words)
-    if as_json:
-        return json.dumps({"image": path, "caption": caption, "words": words}, ensure_ascii=False)
-    return f"{path}\t{caption}"
+    return (json.dumps({"image": path, "caption": caption, "words": words}, ensure_ascii=False)
+            if as_json else f"{path}\t{caption}")
 
 
 def predict_captions(args, run: Run, out) -> int:

@@ -1,4 +1,4 @@
-"""What the handlers of ``attnflow-predict`` share: inputs, the labelling loop, output lines."""
+"""What attnflow-predict's handlers and attnflow-translate share: inputs, the labelling loop."""
 
 from __future__ import annotations
 
@@ -41,10 +41,6 @@ def _jsonl_text(line: str, n: int, path: Path, field: str) -> str:
     return row[field]
 
 
-def is_jsonl(path: str) -> bool:
-    return path.endswith((".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz"))
-
-
 def read_texts(args, field: str = "text", texts: str = "texts",
                flag: str = "--file") -> Tuple[Iterator[str], str]:
     """The inputs, lazily (one per input line; a blank JSON line is an empty document), and how
@@ -56,7 +52,7 @@ def read_texts(args, field: str = "text", texts: str = "texts",
         return iter(given), "argument"
     if file:
         lines = iter_lines(file, flag)
-        if is_jsonl(file) and field:
+        if field and file.endswith((".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz")):
             path = Path(file)
             lines = (_jsonl_text(ln, n, path, field) if ln.strip() else ""
                      for n, ln in enumerate(lines, 1))

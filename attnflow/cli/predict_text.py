@@ -1,9 +1,6 @@
 """attnflow-predict for BERT runs: label texts (fine-tuned, ``task=text_classification``) or fill
 their [MASK] tokens (pretrained, ``task=bert_pretraining``), and show the attention of ⟨CLS⟩.
 
-    attnflow-predict FINETUNED_RUN "A wonderful film." --explain out.html
-    attnflow-predict PRETRAINING_RUN "The film was [MASK] ." --top-k 5 --json
-
 Lines are encoded as in training (``[CLS] subwords [SEP]``, cut to ``data.max_len``); in a
 pretraining run's input a literal ``[SEP]`` starts segment B. Fill-mask (as HF's ``fill-mask``
 pipeline) prints the filled text, then per [MASK] its ``--top-k`` candidates as ``token:p``.
@@ -25,7 +22,6 @@ from attnflow.config.registry import MODELS
 from attnflow.io.checkpoints import Run, load_weights
 from attnflow.io.text import no_inputs
 from attnflow.viz.figures import cls_rows
-
 
 
 @dataclass
@@ -69,7 +65,6 @@ def load_bert(run: Run, device: str = "cpu") -> BertRun:
     return BertRun(model.eval().to(device), tok, itos, max_len, names, pretraining)
 
 
-# -- encoding and one forward pass -------------------------------------------------------------------
 def encode(bert: BertRun, texts: Sequence[str]) -> List[dict]:
     """Per text: ``ids`` ``[CLS] subwords [SEP]`` cut to ``max_len`` (as the data modules'
     ``encode_texts``: the end is cut), ``segments`` (0, then 1 after the first inner [SEP] of a
@@ -104,7 +99,6 @@ def forward(bert: BertRun, items: Sequence[dict]):
     return hidden, cls_rows(maps), torch.from_numpy(lens)
 
 
-# -- results --------------------------------------------------------------------------------------
 @torch.no_grad()
 def predict_texts(bert: BertRun, texts: Sequence[str], top_k: int = 5) -> List[dict]:
     """Per text: ``tokens``, ``cls_attention`` (N, J, T) numpy, ``subwords``, ``cut``,
@@ -175,7 +169,6 @@ def _line(r: dict, args, pretraining: bool) -> str:
                                        for m in r["masks"])])
 
 
-# -- the handler ----------------------------------------------------------------------------------
 def predict_bert(args, run: Run, out) -> int:
     """attnflow-predict on a BERT run (see the module docstring)."""
     bert = load_bert(run, args.device)

@@ -2,7 +2,6 @@
 the same table as Markdown and CSV, PNG plots, and the table in the terminal.
 
     attnflow-report outputs/multirun/2026-11-23/16-37-38-531686      # writes <dir>/report/
-    attnflow-report outputs/2026-11-23/10-00-00-000000 -o /tmp/rep   # one run
     attnflow-report <sweep dir> --metric val/token_acc               # sort by another metric
 
 Runs are sorted by ``--metric``, else the config's ``optimized_metric``, else the checkpoint
@@ -51,8 +50,6 @@ def print_table(report: Report, console=None) -> None:
     for note in report.notes:
         console.print(f"note: {note}")
 
-
-# ---------------------------------------------------------------- writers
 
 def _data_uri(path: Path) -> str:
     return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")

@@ -3,7 +3,6 @@
     attnflow-translate RUN "Ein Mann schläft."                  # sentences as arguments
     attnflow-translate RUN -f sentences.de.gz > out.en         # one per line (or stdin)
     attnflow-translate RUN "Ein Hund läuft." --attention alpha.png --beam 5   # α heat map
-    attnflow-translate RUN -f in.de --save-attention attn.npz  # attention maps as data
     attnflow-translate RUN_A -f in.de --ensemble RUN_B --ensemble b/checkpoints/epoch9.ckpt
 
 Output: one line per input line (an empty line for an empty one; one over ``data.max_src_len``
@@ -69,24 +68,18 @@ def load_ensemble(paths: Sequence[Path], device: str = "cpu"):
 
 def load_members(paths: Sequence[Path], device: str = "cpu"):
     """:func:`load_ensemble`, with the config of every member (in the order of ``paths``)."""
-    model, dm, cfg = load(paths[0], device)
+    loaded = [load(path, device) for path in paths]
+    (model, dm, _), configs = loaded[0], [cfg for _, _, cfg in loaded]
+    for path, (_, other, _) in zip(paths[1:], loaded[1:]):
+        for side, what in (("src_tok", "source"), ("tgt_tok", "target")):
+            if getattr(other, side).to_str() != getattr(dm, side).to_str():
+                raise TranslateError(f"--ensemble {path}: its {what} tokenizer differs from that of "
+                                     f"{paths[0]}; an ensemble's members share their token ids")
     if len(paths) == 1:
-        return model, dm, [cfg]
+        return model, dm, configs
     from attnflow.models.ensemble import Ensemble
 
-    members, configs = [model], [cfg]
-    for path in paths[1:]:
-        other, odm, ocfg = load(path, device)
-        configs.append(ocfg)
-        for side in ("src_tok", "tgt_tok"):
-            if getattr(odm, side).to_str() != getattr(dm, side).to_str():
-                what = "source" if side == "src_tok" else "target"
-                raise TranslateError(f"--ensemble {path}: its {what} tokenizer differs from that of "
-                                     f"{paths[0]}; an ensemble's members share their token ids "
-                                     f"(runs trained with the same tokenizer, e.g. one run's "
-                                     f"checkpoints)")
-        members.append(other)
-    return Ensemble(members).eval(), dm, configs
+    return Ensemble([m for m, _, _ in loaded]).eval(), dm, configs
 
 
 def run_decoding(cfg) -> Dict[str, float]:
@@ -177,7 +170,6 @@ def _tokens(tok, ids) -> List[str]:
     return [tok.id_to_token(t) for t in ids]
 
 
-# -- attention as data -------------------------------------------------------------------------------
 def _with_heads(w: torch.Tensor) -> torch.Tensor:
     return w.unsqueeze(1) if w.dim() == 3 else w  # (B, Tq, Tk) of one head -> (B, 1, Tq, Tk)
 
@@ -245,18 +237,17 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("sentences", nargs="*", help="sentences to translate (else -f FILE, else stdin)")
     ap.add_argument("-f", "--file", type=path_arg, help="a text file (.gz: gzip), one sentence per line")
     ap.add_argument("--beam", type=positive, default=None,
-                    help="beam size; 1 = greedy (default: the run's task.beam_size, as its test "
-                         "decoding; 1 where its task has none)")
+                    help="beam size; 1 = greedy (default: the run's task.beam_size, else 1)")
     ap.add_argument("--length-penalty", type=float, default=None,
-                    help="GNMT α (default: the run's task.length_penalty; 0.6 where its task has none)")
+                    help="GNMT α (default: the run's task.length_penalty, else 0.6)")
     ap.add_argument("--max-len", type=positive, default=None,
                     help="longest output in subwords (default: the run's data.max_decode_len)")
     ap.add_argument("--batch-size", type=positive, default=64,
-                    help="lines translated (and printed) together (default 64)")
+                    help="lines decoded and printed together (default 64)")
     ap.add_argument("--attention", metavar="OUT.png", type=path_arg,
                     help="write the α heat map of the first sentence (more sentences: OUT_1.png, …)")
     ap.add_argument("--save-attention", metavar="OUT.npz", type=path_arg,
-                    help="write every attention map as arrays (keys: see the module docstring)")
+                    help="write every attention map as arrays")
     ap.add_argument("--ensemble", metavar="PATH", action="append", default=[], type=path_arg,
                     help="another run or .ckpt decoding with the first (repeatable)")
     ap.add_argument("--device", default="cpu")
