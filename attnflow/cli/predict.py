@@ -57,10 +57,9 @@ def run_interface(run: Run) -> Optional[str]:
     """What the run works on ('documents', 'graph', 'seq2seq'), from its model (else its data)."""
     for group, registry in (("model", MODELS), ("data", DATA)):
         name = (run.config.get(group) or {}).get("name")
-        if name in registry.names():
-            kind = getattr(registry.get(name), "interface", None)
-            if kind:
-                return kind
+        kind = name in registry.names() and getattr(registry.get(name), "interface", None)
+        if kind:
+            return kind
     return None
 
 

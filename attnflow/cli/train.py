@@ -35,14 +35,14 @@ def run_app(cfg: DictConfig) -> float | None:
     from attnflow.training.run import record_failure, train
     from attnflow.training.sweeps import check_direction, check_optimized_metric
 
-    out = Path(HydraConfig.get().runtime.output_dir)
+    hc = HydraConfig.get()
+    out, multirun = Path(hc.runtime.output_dir), hc.mode == RunMode.MULTIRUN
     found = {p.name for p in out.iterdir()} if out.is_dir() else set()  # Hydra's files, a resumed run's
     try:
-        # multirun + strategy=ddp would re-run the sweep in every rank: refused before any work
-        check_multirun_strategy(cfg.get("trainer"), HydraConfig.get().mode == RunMode.MULTIRUN)
+        check_multirun_strategy(cfg.get("trainer"), multirun)  # ddp would re-run it in every rank
         metric = check_optimized_metric(cfg)  # a misspelt name fails before any work
-        if HydraConfig.get().mode == RunMode.MULTIRUN:
-            check_direction(cfg, HydraConfig.get().sweeper)
+        if multirun:
+            check_direction(cfg, hc.sweeper)
         summary = train(from_hydra(cfg), out)
     except ConfigError as err:  # DataError: a data file missing, empty, cut short or malformed
         kind = "data" if isinstance(err, DataError) else "config"
@@ -51,7 +51,7 @@ def run_app(cfg: DictConfig) -> float | None:
         sys.exit(2)
     except NonFiniteLossError as err:
         print(f"attnflow: {err}", file=sys.stderr)
-        if metric and HydraConfig.get().mode == RunMode.MULTIRUN:
+        if metric and multirun:
             return float("nan")  # one diverging job of a sweep: Optuna records a failed trial, the sweep goes on
         sys.exit(1)
     _print_summary(summary)
