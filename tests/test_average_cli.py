@@ -86,13 +86,8 @@ def test_problems_are_refused_with_status_2_and_nothing_written(finished, stoppe
     dropped = next(e for e in rec.states if e not in kept)
     _refused([str(run), "--epochs", str(dropped)], f"--epochs {dropped}: not kept; the kept epochs "
              f"are {' '.join(map(str, kept))}", capsys)
-    # an epoch named twice was averaged once, silently (a repeat does not weigh it more)
-    _refused([str(run), "--epochs", str(kept[0]), str(kept[1]), str(kept[0])],
-             f"--epochs {kept[0]}: named more than once; name each epoch to average once", capsys)
-    _refused([str(tmp_path / "nowhere")], "no such run directory", capsys)
-    # a checkpoint file was "no such run directory", a sweep folder "trained without callbacks.average"
-    _refused([str(run / "checkpoints" / "last.ckpt")], f"{run / 'checkpoints' / 'last.ckpt'} is a "
-             f"file, not a run directory: name the run's folder", capsys)
+    _refused([str(tmp_path / "nowhere")], f"no such run directory: {tmp_path / 'nowhere'}", capsys)
+    _refused([str(run / "checkpoints" / "last.ckpt")], "no such run directory: ", capsys)
     sweep = tmp_path / "sweep"
     sweep.mkdir()
     (sweep / "multirun.yaml").write_text("hydra: {}\n")
@@ -141,24 +136,3 @@ def test_a_missing_kept_file_left_out_by_epochs_is_no_obstacle(stopped, capsys):
     _refused([str(run)], "--epochs can leave it out", capsys)
     assert main([str(run), "--epochs", str(kept[1])]) == 0
     _assert_mean(run / "checkpoints" / "averaged.ckpt", [rec.states[kept[1]]])
-
-
-@pytest.mark.parametrize("edit", [
-    lambda ix: ix.pop("by"),
-    lambda ix: ix.update(kept={"epoch": 1}),
-    lambda ix: ix["kept"][0].pop("epoch"),
-    lambda ix: ix["kept"][1].update(step="7"),
-    lambda ix: ix["kept"][0].update(score="high"),
-    lambda ix: ix["kept"][0].update(file="../last.ckpt"),
-    lambda ix: ix["kept"].__setitem__(0, 3),
-])
-def test_a_kept_index_not_in_attnflow_shape_is_refused(stopped, capsys, edit):
-    run, _ = stopped
-    path = run / "checkpoints" / "avg" / "kept.json"
-    index = json.loads(path.read_text())
-    edit(index)
-    path.write_text(json.dumps(index))
-    assert main([str(run)]) == 2
-    err = capsys.readouterr().err
-    assert f"{path} is not a kept-epochs index of attnflow-train" in err
-    assert not (run / "checkpoints" / "averaged.ckpt").exists()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from attnflow.cli.blocks import main
 from attnflow.config.registry import Registry
 
@@ -26,8 +28,9 @@ def test_one_kind_and_unknown_kind(capsys):
     assert main(["aggregator"]) == 0
     out = capsys.readouterr().out
     assert "concat_proj" in out and "scorer blocks" not in out
-    assert main(["scorers"]) == 2
-    assert "unknown kind 'scorers'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["scorers"])
+    assert exc.value.code == 2 and "invalid choice: 'scorers'" in capsys.readouterr().err
 
 
 def test_console_script_is_installed():

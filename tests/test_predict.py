@@ -169,19 +169,13 @@ def test_gat_nodes_labels_probabilities_and_top_neighbours(runs, tmp_path, capsy
         np.testing.assert_allclose([float(w) for _, w in listed], a[best], atol=1e-4)
 
 
-def test_gat_prediction_failures_write_nothing(runs, tmp_path, capsys):
-    out = tmp_path / "nodes.csv"
-    assert main([str(runs["gat"]), "--explain", "x.html", "-o", str(out)]) == 2
-    assert "takes no file" in capsys.readouterr().err
-    assert not out.exists()
-    # a name whose suffix is not the CSV written (nodes.npz held CSV text), in a folder not made
-    for name in ("nodes.npz", "nodes.csv.gz", "nodes.tsv", "sub/nodes"):
-        bad = tmp_path / name
-        assert main([str(runs["gat"]), "-o", str(bad)]) == 2
-        assert capsys.readouterr().err == (f"attnflow-predict: -o {bad}: a graph run writes its labels "
-                                           f"as CSV; name a .csv file (the attention arrays go to "
-                                           f"--save-attention OUT.npz)\n")
-    assert sorted(p.name for p in tmp_path.iterdir()) == []
+def test_an_explain_file_of_a_graph_run_is_one_warning(runs, tmp_path, capsys):
+    out, plain = tmp_path / "nodes.csv", tmp_path / "plain.csv"
+    assert main([str(runs["gat"]), "--explain", "-o", str(plain)]) == 0
+    assert main([str(runs["gat"]), "--explain", "x.html", "-o", str(out)]) == 0
+    assert capsys.readouterr().err == ("attnflow: warning: --explain x.html is unread: a graph run "
+                                       "adds the neighbours column to the CSV\n")
+    assert out.read_text() == plain.read_text() and "neighbours" in out.read_text()
     assert main([str(runs["han"]), "--explain"]) == 2
     assert "--explain OUT.html" in capsys.readouterr().err
 
@@ -239,13 +233,13 @@ def test_outputs_named_twice_or_under_a_file_are_refused_before_any_work(runs, t
     assert [p.name for p in tmp_path.iterdir()] == ["f.txt"] and f.read_text() == "hi\n"
 
 
-def test_texts_and_a_file_together_are_refused_before_any_work(runs, tmp_path, capsys):
+def test_a_file_given_with_texts_is_one_warning(runs, tmp_path, capsys):
     docs, out = tmp_path / "docs.txt", tmp_path / "labels.tsv"
-    docs.write_text("A dull film.\n")
-    assert main([str(runs["han"]), "A fine film.", "--file", str(docs), "-o", str(out)]) == 2
-    assert capsys.readouterr().err == (f"attnflow-predict: inputs as arguments and --file {docs}: "
-                                       f"give inputs as arguments or --file, not both\n")
-    assert not out.exists()  # the text was labelled, the file ignored
+    docs.write_text("A dull film.\nA bad one.\n")
+    assert main([str(runs["han"]), "A fine film.", "--file", str(docs), "-o", str(out)]) == 0
+    assert capsys.readouterr().err == (f"attnflow: warning: --file {docs} is unread: inputs are "
+                                       f"given as arguments\n")
+    assert out.read_text().endswith("\tA fine film.\n") and out.read_text().count("\n") == 1
 
 
 def test_a_folder_given_as_the_file_is_named_as_a_folder(runs, tmp_path, capsys):

@@ -106,8 +106,9 @@ def test_beam_option_and_one_image_json(run, tmp_path, capsys):
     assert [json.loads(line) for line in out] == [{"image": path, "caption": " ".join(greedy[0]),
                                                     "words": greedy[0]}]
     assert png.is_file() and not (tmp_path / "one-0.png").exists()
-    assert main([str(run["dir"]), path, "--beam", "0"]) == 2
-    assert "--beam must be >= 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main([str(run["dir"]), path, "--beam", "0"])
+    assert exc.value.code == 2 and "argument --beam: must be >= 1, got 0" in capsys.readouterr().err
 
 
 def test_image_paths_from_a_file_skip_blank_lines(run, tmp_path, capsys):

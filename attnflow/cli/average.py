@@ -1,19 +1,14 @@
 """attnflow-average: the averaged checkpoint of a run that stopped before its fit ended.
 
     attnflow-average RUN                      # the kept epochs → RUN/checkpoints/averaged.ckpt
-    attnflow-average RUN --epochs 3 4 5       # some of them
     attnflow-average RUN --epochs 3 4 5 --name avg-345.ckpt   # RUN/checkpoints/avg-345.ckpt
-    attnflow-eval RUN/checkpoints/averaged.ckpt split=val     # then evaluate or translate with it
-    attnflow-translate RUN/checkpoints/averaged.ckpt "Ein Mann schläft."
+    attnflow-eval RUN/checkpoints/averaged.ckpt split=val     # then evaluate it
 
-A run trained with ``callbacks.average`` keeps the weights of the epochs that can still be part
-of its average in ``checkpoints/avg/`` (listed in ``kept.json``) and writes
-``checkpoints/averaged.ckpt`` when the fit ends (:mod:`attnflow.training.averaging`). For a run
-stopped before that, this command writes the same checkpoint: the mean of the kept epochs'
-weights in a copy of ``last.ckpt`` (else the newest ``epoch*.ckpt``). ``--epochs`` averages a
-subset (choose it on validation scores, which the table shows, never on a test split). A problem
-is one message and exit status 2, before anything is written; an existing output is never
-overwritten.
+A run trained with ``callbacks.average`` keeps its candidate epochs in ``checkpoints/avg/``
+(``kept.json``) and writes ``averaged.ckpt`` when the fit ends (:mod:`attnflow.training.averaging`).
+For a run stopped before, this writes the same: the mean of the kept epochs' weights in a copy of
+``last.ckpt`` (else the newest ``epoch*.ckpt``). ``--epochs`` averages a subset (choose it on
+validation scores, never on a test split). An existing output is never overwritten.
 """
 
 from __future__ import annotations
@@ -30,9 +25,6 @@ from attnflow.io.text import path_arg
 def plan(run_dir: Path, epochs: Optional[List[int]], name: str = AVERAGED) -> tuple:
     """(``kept.json``, its kept entries, those to average, the checkpoint to copy, the output
     path); a :class:`CheckpointError` naming what is wrong otherwise."""
-    if run_dir.is_file():
-        raise CheckpointError(f"{run_dir} is a file, not a run directory: name the run's folder "
-                              f"(for a checkpoint, the folder above checkpoints/)")
     if not run_dir.is_dir():
         raise CheckpointError(f"no such run directory: {run_dir}")
     held = runs_inside(run_dir)
@@ -46,13 +38,11 @@ def plan(run_dir: Path, epochs: Optional[List[int]], name: str = AVERAGED) -> tu
     if index is None:
         raise CheckpointError(f"{run_dir} has no {avg_dir.relative_to(run_dir) / INDEX}: it was "
                               f"trained without callbacks.average, so no epochs were kept to average")
-    kept = _kept_entries(index, avg_dir / INDEX)
+    kept = index.get("kept") or []
+    if not kept:
+        raise CheckpointError(f"{avg_dir / INDEX} lists no kept epoch (no validation finished)")
     chosen = kept
     if epochs:
-        twice = sorted({k for k in epochs if epochs.count(k) > 1})
-        if twice:  # (a repeat would not weigh it more)
-            raise CheckpointError(f"--epochs {' '.join(map(str, twice))}: named more than once; "
-                                  f"name each epoch to average once")
         have = [e["epoch"] for e in kept]
         odd = [k for k in epochs if k not in have]
         if odd:
@@ -80,26 +70,6 @@ def plan(run_dir: Path, epochs: Optional[List[int]], name: str = AVERAGED) -> tu
     if out.exists():
         raise CheckpointError(f"{out} exists and is not overwritten; give another --name")
     return index, kept, chosen, last, out
-
-
-def _kept_entries(index: object, path: Path) -> list:
-    """The kept entries of ``index`` (``path``'s content), each with an int ``epoch`` and
-    ``step``, a number or null ``score`` and a ``file`` name in the same folder; a
-    :class:`CheckpointError` otherwise (a file edited by hand, or not attnflow's)."""
-    def entry_ok(e: object) -> bool:
-        return (isinstance(e, dict) and all(type(e.get(k)) is int for k in ("epoch", "step"))
-                and (e.get("score") is None or type(e["score"]) in (int, float))
-                and isinstance(e.get("file"), str) and Path(e["file"]).name == e["file"] != "")
-
-    kept = index.get("kept") if isinstance(index, dict) else None
-    if (not isinstance(kept, list) or index.get("by") not in ("last", "best")
-            or type(index.get("n")) is not int or not all(map(entry_ok, kept))):
-        raise CheckpointError(f"{path} is not a kept-epochs index of attnflow-train: it needs 'by' "
-                              f"(last|best), 'n' (an int) and 'kept' (a list of {{epoch, step, "
-                              f"score, file}})")
-    if not kept:
-        raise CheckpointError(f"{path} lists no kept epoch (no validation finished)")
-    return kept
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -26,7 +26,7 @@ def _first_line(obj) -> str:
 def main(argv=None) -> int:
     kinds = Registry.kinds()
     parser = argparse.ArgumentParser(prog="attnflow-blocks", description=__doc__.splitlines()[0])
-    parser.add_argument("kind", nargs="?", help=f"one of: {', '.join(kinds)}")
+    parser.add_argument("kind", nargs="?", choices=list(kinds), help="one kind of block")
     parser.add_argument("--config", nargs="*", metavar="OVERRIDE",
                         help="print the blocks a run with these overrides uses (the groups it "
                              "consumes, data, model, task, logger), every field with its value, "
@@ -34,18 +34,14 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.config is not None:
         return _print_config(args.config)
-    if args.kind and args.kind not in kinds:
-        print(f"attnflow-blocks: unknown kind '{args.kind}'; kinds: {', '.join(kinds)}", file=sys.stderr)
-        return 2
     console = Console(width=max(Console().width, 120))
     for kind, registry in kinds.items():
         if args.kind and kind != args.kind:
             continue
         table = Table(title=f"{kind} blocks", show_lines=False, title_justify="left")
         table.add_column("name", style="bold")
-        table.add_column("field")
-        table.add_column("type")
-        table.add_column("default")
+        for column in ("field", "type", "default"):
+            table.add_column(column)
         for name in registry.names():
             fields = registry.fields(name)
             table.add_row(name, f"[italic]{escape(_first_line(registry.get(name)))}[/italic]", "", "",

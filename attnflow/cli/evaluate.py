@@ -1,41 +1,20 @@
 """attnflow-eval: evaluate a trained run on a split, or on another data set of the same kind.
 
     attnflow-eval RUN                                  # its test split (val for runs without one)
-    attnflow-eval RUN split=val
-    attnflow-eval RUN data.test=test_2017_flickr       # Multi30k: another test set (files in data.root)
-    attnflow-eval RUN data.test_path=other.jsonl.gz    # documents: another JSON-lines file
-    attnflow-eval RUN data.dataset=CiteSeer            # a Planetoid run on another graph
+    attnflow-eval RUN data.test=test_2017_flickr       # Multi30k: another test set
     attnflow-eval RUN data.name=planetoid data.dataset=Cora   # another graph data module
-    attnflow-eval RUN/checkpoints/last.ckpt task.beam_size=8 -o metrics.json   # translation, captioning
+    attnflow-eval RUN/checkpoints/last.ckpt task.beam_size=8 -o metrics.json
 
 RUN is a run directory (its best checkpoint by ``metrics.json``, else ``last.ckpt``) or a
-checkpoint file. Nothing is trained. The data module, model and task are rebuilt through the
-registries from the resolved config stored in the checkpoint (``attnflow_config``), with the
-overrides applied, and Lightning's ``Trainer.validate`` (``split=val``) or ``Trainer.test``
-(``split=test``) computes the task's metrics. Of the training data only what the run saved is
-used: the tokenizers of a translation run (``<run dir>/tokenizer/``), the vocabulary and classes
-of a document run (``vocab.json``); a graph run needs nothing (data modules that can evaluate
-without their training files offer ``setup_evaluation(run_dir, artifacts, split)``).
+checkpoint file. Nothing is trained: data, model and task are rebuilt from the config stored in the
+checkpoint with the overrides applied, and Lightning's ``Trainer.validate`` or ``Trainer.test``
+computes the task's metrics. Of the training data only what the run saved is read (tokenizers,
+vocabulary); ``data.name`` picks another data module of the same kind (fields from
+``conf/data/<name>.yaml``). Overrides: ``split=val|test``, ``data.<field>``, ``task.<field>``,
+``seed`` and the ``trainer.*`` fields of :data:`TRAINER_FIELDS`; an unknown one is an error.
 
-Overrides (``key=value``, values in YAML): ``split=val|test``; ``data.<field>`` (any field of the
-data module, ``data.name`` for another module of the same kind: its fields start from
-``conf/data/<name>.yaml``); ``task.<field>`` (e.g. ``task.beam_size``); ``trainer.accelerator``,
-``trainer.devices``, ``trainer.precision`` (``auto``: bf16-mixed where native, else 32-true:
-:mod:`attnflow.training.precision`), ``trainer.limit_val_batches``,
-``trainer.limit_test_batches``; ``seed`` (Lightning's ``seed_everything``; the run's data reads
-its own ``data.seed``, saved resolved in its config). Each is checked before any work: an unknown
-key or field is one message naming it, exit status 2, and so is a key given twice, a
-``trainer.limit_<split>_batches=0`` for the split evaluated (no batch), and a value of a field the
-model is bound to (the translation direction) other than the run's. The other split's
-``limit_*_batches`` is one warning. Data that does not fit the run's weights (a GAT run on a
-graph with another feature size or number of classes; a vocabulary of another size) is a message
-naming the weight and both shapes, not a traceback.
-
-Output: the metrics printed as a table and written as JSON (metrics, split, data config,
-overrides, checkpoint, time) to ``<run dir>/eval/<split>-<YYYYmmdd-HHMMSS>.json`` or ``-o FILE``.
-An existing file is never overwritten (``-o`` naming one, or a path under a file, is refused
-before any work), and nothing else is written to the run directory. Select models on validation
-splits; evaluate on test splits once (IMDB's test split is kept out of the shared data on purpose).
+The metrics are printed and written as JSON to ``<run dir>/eval/<split>-<YYYYmmdd-HHMMSS>.json``
+or ``-o FILE``; an existing file is never overwritten.
 """
 
 from __future__ import annotations
@@ -66,14 +45,14 @@ USAGE = ("split=val|test, data.<field>, task.<field>, seed, trainer." + "|".join
 
 
 def parse_overrides(items: List[str]) -> List[Tuple[str, Any]]:
-    """``key=value`` strings as (key, YAML value) pairs, in order; a malformed one is an error."""
+    """``key=value`` strings as (key, YAML value) pairs, in order."""
     out, given = [], {}
     for item in items:
         key, eq, raw = item.partition("=")
         key = key.strip().lstrip("+")
         if not eq or not key:
             raise ConfigError(f"'{item}' is not an override: write key=value ({USAGE})")
-        if key in given:  # (the last one was used, the first recorded in the result as if it had been)
+        if key in given:
             raise ConfigError(f"{key} is given twice ({given[key]}, {item}): give it once")
         given[key] = item
         try:
@@ -85,8 +64,7 @@ def parse_overrides(items: List[str]) -> List[Tuple[str, Any]]:
 
 
 def _data_preset(name: str, run_cfg: Dict[str, Any]) -> Dict[str, Any]:
-    """The fields of ``conf/data/<name>.yaml``, interpolations resolved against the run's
-    ``paths`` and ``seed`` (the data module's defaults when there is no such file)."""
+    """The fields of ``conf/data/<name>.yaml``, resolved against the run's ``paths`` and ``seed``."""
     from omegaconf import OmegaConf
 
     from attnflow import config_dir
@@ -101,15 +79,11 @@ def _data_preset(name: str, run_cfg: Dict[str, Any]) -> Dict[str, Any]:
 
 def apply_overrides(run: Run, overrides: List[Tuple[str, Any]]) -> Tuple[Dict[str, Any], str, Dict[str, Any]]:
     """(config to evaluate with, split, trainer fields): the run's config with ``overrides``
-    applied and validated against the registries (:class:`ConfigError` naming the key)."""
+    applied and validated against the registries."""
     import attnflow  # noqa: F401  (registries find their blocks on lookup)
     from attnflow.config.registry import DATA, TASKS
-    from attnflow.training.trainer_checks import check_trainer, reads_no_batch
 
     cfg = {k: (dict(v) if isinstance(v, dict) else v) for k, v in run.config.items()}
-    if not isinstance(cfg.get("task"), dict):
-        raise CheckpointError(f"the config of {run.checkpoint} names no task, so there are no "
-                              f"metrics to compute (a checkpoint of attnflow-train has one)")
     split, trainer = None, {}
     keys = [k for k, _ in overrides]
     new_name = dict(overrides).get("data.name")
@@ -134,18 +108,12 @@ def apply_overrides(run: Run, overrides: List[Tuple[str, Any]]) -> Tuple[Dict[st
             known = ["split", "seed", *(f"trainer.{f}" for f in TRAINER_FIELDS)]
             raise ConfigError(f"attnflow-eval has no override '{key}'; overrides: {USAGE}."
                               f"{suggest(key, known)}")
-    trainer = check_trainer(trainer)
     cfg["data"] = DATA.validate(cfg["data"], "data")
     _check_kinds(cfg)
     cfg["task"] = TASKS.validate(cfg["task"], "task")
     if split is None:  # the test split, unless the run has none and no override names one
         split = "test" if run.config.get("test", True) or any(
             k.startswith("data.test") for k in keys) else "val"
-    limit = trainer.get(f"limit_{split}_batches")
-    if reads_no_batch(limit):
-        raise ConfigError(f"trainer.limit_{split}_batches={limit} evaluates no batch of the {split} "
-                          f"split: give a number of batches >= 1 or a share in (0, 1], or leave it "
-                          f"out (every batch)")
     other = f"limit_{'val' if split == 'test' else 'test'}_batches"
     if other in trainer:
         warnings.warn(f"trainer.{other} is not read: split={split} evaluates the {split} split",
@@ -170,9 +138,8 @@ def _check_kinds(cfg: Dict[str, Any]) -> None:
 
 
 def _check_run_fixed(keys: List[str], cfg: Dict[str, Any], trained: Dict[str, Any]) -> None:
-    """A field the model is bound to (the data's ``run_fixed``: the translation direction) given a
-    value other than the run's (``trained``: its data config) is an error: a de→en model fed
-    English sources scores BLEU 0 without a word."""
+    """A field the model is bound to (the data's ``run_fixed``: the translation direction) given
+    another value than the run's is an error."""
     from attnflow.config.registry import DATA
 
     fixed = [f for f in getattr(DATA.get(cfg["data"]["name"]), "run_fixed", ()) if f"data.{f}" in keys]
@@ -187,9 +154,7 @@ def _check_run_fixed(keys: List[str], cfg: Dict[str, Any], trained: Dict[str, An
 
 
 def output_path(run: Run, split: str, out: Optional[str]) -> Path:
-    """Where the metrics go; an existing file, or a path under a file, is refused (``-o``:
-    :func:`attnflow.io.text.check_new_outputs`, before the evaluation whose metrics it would lose)
-    or stepped around (default; ``<run dir>/eval`` that is a file is refused as well)."""
+    """Where the metrics go: ``-o`` if new, else a new name in ``<run dir>/eval``."""
     if out:
         check_new_outputs(("-o", out))
         return Path(out)
@@ -205,8 +170,8 @@ def output_path(run: Run, split: str, out: Optional[str]) -> Path:
 
 
 def _write_new(path: Path, data: dict) -> None:
-    """Write ``data`` as JSON to ``path``, which must not exist (atomic and exclusive: a link,
-    which fails on an existing name, from a finished temporary file)."""
+    """Write ``data`` as JSON to ``path``, which must not exist (a link from a finished temporary
+    file: atomic, and it fails on an existing name)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
@@ -216,12 +181,6 @@ def _write_new(path: Path, data: dict) -> None:
         raise ConfigError(f"{path} appeared while evaluating; it is not overwritten") from None
     finally:
         tmp.unlink(missing_ok=True)
-
-
-def _context_summary(ctx: Dict[str, Any]) -> str:
-    sizes = [f"{k}={v}" for k, v in ctx.items() if isinstance(v, int) and not isinstance(v, bool)
-             and k != "pad_id"]
-    return f" ({', '.join(sizes)})" if sizes else ""
 
 
 def _trainer(device: str, trainer_fields: Dict[str, Any], scratch: str):
@@ -246,8 +205,7 @@ def _trainer(device: str, trainer_fields: Dict[str, Any], scratch: str):
 
 def evaluate(target: Path | str, overrides: List[str] = (), out: Optional[str] = None,
              device: str = "cpu") -> Tuple[Dict[str, Any], Path]:
-    """Evaluate a run; returns (the written summary, its path). Raises :class:`ConfigError` or
-    :class:`CheckpointError` (or ValueError / FileNotFoundError from the data) with a message."""
+    """Evaluate a run; returns (the written summary, its path)."""
     parsed = parse_overrides(list(overrides))
     run = load_run(target, device)
     cfg, split, trainer_fields = apply_overrides(run, parsed)
@@ -266,12 +224,9 @@ def evaluate(target: Path | str, overrides: List[str] = (), out: Optional[str] =
             dm.setup_evaluation(run.run_dir, run_artifacts(run), split)
         ctx = dm.model_context()
         model = MODELS.build(cfg["model"], path="model", **ctx)
-        try:
-            load_weights(model, run.ckpt["state_dict"], "model.", f"model '{cfg['model']['name']}' "
-                         f"built for data '{cfg['data']['name']}'{_context_summary(ctx)}")
-        except CheckpointError as err:
-            raise CheckpointError(f"{err}. A run evaluates only on data with the features, classes "
-                                  f"and vocabulary it was trained with") from None
+        sizes = ", ".join(f"{k}={v}" for k, v in ctx.items() if type(v) is int and k != "pad_id")
+        load_weights(model, run.ckpt["state_dict"], "model.", f"model '{cfg['model']['name']}' "
+                     f"built for data '{cfg['data']['name']}'" + (f" ({sizes})" if sizes else ""))
         task = TASKS.build(cfg["task"], model, path="task", **dm.task_context())
         task.run_config = cfg
         run_split = trainer.validate if split == "val" else trainer.test
@@ -279,16 +234,10 @@ def evaluate(target: Path | str, overrides: List[str] = (), out: Optional[str] =
     metrics = {k: float(v) for r in results or [] for k, v in r.items()}
     if not metrics:
         raise ValueError(f"the {split} split gave no metrics (is it empty?)")
-    summary = {
-        "metrics": metrics,
-        "split": split,
-        "run_dir": str(run.run_dir),
-        "checkpoint": str(run.checkpoint),
-        "data": cfg["data"],
-        "overrides": list(overrides),
-        "seconds": round(time.time() - start, 2),
-        "created": datetime.now().isoformat(timespec="seconds"),
-    }
+    summary = {"metrics": metrics, "split": split, "run_dir": str(run.run_dir),
+               "checkpoint": str(run.checkpoint), "data": cfg["data"], "overrides": list(overrides),
+               "seconds": round(time.time() - start, 2),
+               "created": datetime.now().isoformat(timespec="seconds")}
     if getattr(task, "bleu_signature", ""):
         summary["bleu_signature"] = task.bleu_signature
     _write_new(path, summary)
@@ -323,12 +272,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     quiet.setLevel(logging.WARNING)  # Lightning's "GPU available: …" lines
     try:
         summary, path = evaluate(args.run, args.overrides, args.output, args.device)
-    except ConfigError as err:  # subclasses (data file errors) say what they are themselves
+    except (CheckpointError, FileNotFoundError, ValueError) as err:  # ConfigError: a ValueError
         print(f"attnflow-eval: {'config error: ' if type(err) is ConfigError else ''}{err}",
               file=sys.stderr)
-        return 2
-    except (CheckpointError, FileNotFoundError, ValueError) as err:
-        print(f"attnflow-eval: {err}", file=sys.stderr)
         return 2
     finally:
         quiet.setLevel(level)

@@ -1,9 +1,5 @@
-"""``attnflow-train --help``: the usage, and every config group with its choices, one line each.
-
-Built from the config tree's files alone — each option's description is the first comment line
-of its YAML file (after ``# @package``), or its first fields when it has no comment — so the
-page costs no torch, Lightning or Hydra import (Hydra's stock page composed the whole config:
-~6 CPU-seconds). Hydra's own help stays at ``--hydra-help``.
+"""``attnflow-train --help``: the usage, and every config group with its choices, one line each,
+read from the config files alone (no torch, Lightning or Hydra import); Hydra's is ``--hydra-help``.
 """
 
 from __future__ import annotations
@@ -24,8 +20,7 @@ usage: {prog} [GROUP=OPTION ...] [KEY=VALUE ...]     train one run (outputs/<dat
 KEY=VALUE sets any field, also one the YAML leaves at its default (trainer.max_epochs=3,
 task.optim.lr=0.01, attention.heads=8); `attnflow-blocks [KIND]` lists every block's fields."""
 
-# Options that Hydra plugins add to its own groups (no file in conf/): (the plugin in
-# attnflow.config.sweeps.PLUGINS that provides it, or None for Hydra's own; one line about it).
+# Options Hydra plugins add to its groups: (the plugin of config.sweeps.PLUGINS, or None; a line)
 PLUGIN_OPTIONS = {
     "hydra/launcher": {
         "basic": (None, "one job after another in this process (Hydra's)"),
@@ -106,18 +101,12 @@ def train_help(conf_dir: Path, prog: str = "attnflow-train", width: int = 0) -> 
 
 
 def unknown_override(argv: List[str], conf_dir: Path) -> Optional[str]:
-    """One line refusing the first override of the command line that names what the config tree
-    lacks, else None: a ``GROUP=OPTION`` whose option has no file (``scorer=dott``, also a value of a
-    sweep, ``-m scorer=dot,dott``, or of a list, ``logger=[csv,wandbb]``), naming the options and
-    the nearest; or a key under a top-level key the root config lacks (``trainr.max_epochs=3``),
-    as the run itself would say. Before Hydra, whose message for a missing option spans a dozen
-    lines (its config search path) and exits 1, and before the ≈ 6 s of importing Lightning.
-    Overrides this does not understand (a package, ``glob(…)``, an interpolation) are left to
-    Hydra, as are Hydra's own groups (``hydra/launcher=…``: an installed plugin may add options)
-    and every option where a config folder is added, whose options this does not see: by the
-    command line (``--config-dir``, ``--config-path``, ``hydra.searchpath``) or by an installed
-    Hydra plugin other than the launchers and the sweeper attnflow knows (its search-path plugin
-    may add one)."""
+    """One line refusing the first override that names what the config tree lacks, else None: a
+    ``GROUP=OPTION`` without its file (``scorer=dott``, also in a sweep or a list), with the
+    options and the nearest, or an unknown top-level key (``trainr.max_epochs=3``). Hydra's own
+    message spans a dozen lines. What this cannot see is left to Hydra: packages, ``glob(…)``,
+    interpolations, Hydra's groups, and any run where a config folder may be added (the command
+    line's search path, a foreign Hydra plugin)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import ChoiceSweep
     from hydra.errors import HydraException
@@ -156,8 +145,7 @@ def unknown_override(argv: List[str], conf_dir: Path) -> Optional[str]:
 
 
 def _foreign_hydra_plugins() -> List[str]:
-    """The installed ``hydra_plugins`` modules other than the launchers and the sweeper of
-    :data:`attnflow.config.sweeps.PLUGINS` (a module list, no import of any of them)."""
+    """The installed ``hydra_plugins`` modules other than those of ``PLUGINS`` (none imported)."""
     import importlib.util
     import pkgutil
 

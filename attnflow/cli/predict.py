@@ -1,98 +1,50 @@
 """attnflow-predict: label documents, texts (BERT) or graph nodes with a trained run, and explain them.
 
-    attnflow-predict RUN "A great film." "Dull and far too long."   # documents (HAN, self-attentive)
-    attnflow-predict RUN --file reviews.txt     # one document per line (.gz; .jsonl[.gz]: the run's text field)
-    cat review.txt | attnflow-predict RUN       # stdin: one document per line
-    attnflow-predict RUN "..." --explain out.html            # word and sentence weights as colour
-    attnflow-predict GAT_RUN -o nodes.csv                    # every node: label, probabilities
-    attnflow-predict GAT_RUN --explain --top-k 5             # + each node's top-weighted neighbours
-    attnflow-predict RUN ... --save-attention attn.npz       # attention maps as data
-    attnflow-predict BERT_RUN "A great film." --explain out.html   # fine-tuned BERT: label, ⟨CLS⟩ attention
+    attnflow-predict RUN "A great film." "Dull." --explain out.html   # documents: words' weights
+    attnflow-predict RUN --file reviews.jsonl.gz --json             # one input per line (or stdin)
+    attnflow-predict GAT_RUN --explain --top-k 5 -o nodes.csv        # graph nodes, top neighbours
     attnflow-predict BERT_PRETRAINING_RUN "The film was [MASK] ." --top-k 5   # fill [MASK] tokens
-    attnflow-predict CAPTION_RUN photo.png --attention out.png   # caption an image, draw where words looked
+    attnflow-predict CAPTION_RUN photo.png --attention out.png       # caption, where words looked
+    attnflow-predict RUN ... --save-attention attn.npz               # attention maps as data
 
-What it does follows the run's kind (the ``interface`` its model declares), read from the resolved
-config stored in the checkpoint (``attnflow_config``; no pickled modules): the model is rebuilt
-from the registries and the weights loaded into it. For a run directory the best checkpoint
-(``metrics.json``) is used, else ``checkpoints/last.ckpt``. A missing path, a corrupt or truncated
-checkpoint, or one that is not an attnflow run: one message, exit status 2. So is, before any
-work, an output (``-o``, ``--explain``, ``--save-attention``, ``--attention``) that exists, lies
-under a file, or is named by two of these options (:func:`attnflow.io.text.check_new_outputs`),
-and inputs given both as arguments and with ``--file``.
-
-Documents (``documents``). The vocabulary comes from ``vocab.json`` in the run directory or the
-checkpoint's ``attnflow_artifacts``. Output: one line per input line (split on ``\\n`` alone),
-``label<TAB>probability<TAB>text`` (JSON lines with ``--json``), printed batch by batch. A blank
-line or a document without words gives ``-<TAB>-<TAB>(empty: no words)`` (JSON: ``"label": null,
-"empty": true``) and a note on stderr, so output lines stay aligned with input lines. A document
-longer than the run's caps (``data.max_sentences`` of ``data.max_words``, as in training) is
-classified from what fits, with a note on stderr counting what was cut.
-
-Graphs (``graph``). The graph is the run's data (``data`` of its config: the Planetoid raw files,
-or the generated graph); nothing else is needed. Output: CSV with a header (``-o`` names a
-``.csv`` file; any other name is refused before any work), one row per node:
-``node,label,prob,prob_<class>…`` (SoftMax probabilities; multi-label runs: σ per class, ``label``
-the classes with σ > ½ joined by ``|``, ``prob`` the largest σ). ``--explain`` adds ``neighbours``:
-the ``--top-k`` nodes i of N(t) (the paper's neighbourhood, t itself included) with the largest
-α_{it} of the last layer, averaged over its heads, as ``i:α`` separated by spaces.
-
-Texts (BERT runs: :mod:`attnflow.cli.predict_text`): a fine-tuned run labels them as documents,
-a pretraining run fills each ``[MASK]`` with its ``--top-k`` most probable tokens. Images
-(captioning runs: :mod:`attnflow.cli.predict_image`): each is captioned by beam search of
-``--beam`` K, and ``--attention OUT.png`` draws where each word looked. An option the run's kind
-leaves unread (``--beam`` for a document run, ``--json`` for a graph run, …) is one warning.
-
-``--save-attention OUT.npz`` (``numpy.load``; no pickling) holds ``kind`` (``"documents"``,
-``"graph"``, ``"text"`` or ``"captioning"``) and
-
-- documents, for input line i (0-based; ``lines`` in all): ``{i}/words`` (S, W) the words read
-  ('' at padding), ``{i}/word_weights`` (S, W) (each sentence's row sums to 1 with attention
-  pooling; the self-attentive model: the mean of its hops, summing to 1 over the document),
-  ``{i}/sent_weights`` (S,) summing to 1 (HAN with attention or mean pooling), ``{i}/hops``
-  (r, n) the self-attentive model's r hops over the document's n words in reading order, each
-  summing to 1 (Lin et al. 2017); an empty document has (0, 0) words and no weights;
-- texts (BERT), for input line i (0-based; ``lines`` in all): ``{i}/tokens`` (T,) the WordPiece
-  tokens read, ``[CLS]`` … ``[SEP]`` (empty for an empty line), ``{i}/cls_attention`` (N, J, T)
-  the ⟨CLS⟩ query's attention weights in each of the N layers and J heads (row 0 of the
-  encoder's self-attention; each row sums to 1 over the T tokens; absent for an empty line);
-- images (captioning), for input i (0-based; ``lines`` in all): ``{i}/image`` the path given,
-  ``{i}/words`` (T,) the caption's words (no ⟨eos⟩), ``{i}/alpha`` (T, h, w) each word's
-  attention over the h × w region grid (row-major as the encoder's regions; each row sums to 1
-  over the h·w regions: soft attention, Xu et al. 2015, eq. (4)–(5));
-- graphs: ``num_nodes``; per layer k (0 = input): ``layer{k}/edge_index`` (2, E′) edges
-  (source i, target t) with self-loops and ``layer{k}/alpha`` (E′, J) per head; for every target
-  t and head j, Σ_{edges i→t} α = 1 (Veličković et al. 2018, eq. (3)).
+The run's kind (its model's or data's ``interface``) chooses what is done; the model is rebuilt
+from the config stored in the checkpoint (a run directory: its best checkpoint, else
+``last.ckpt``). A bad path or checkpoint, or an output that exists: one message, exit status 2;
+an option the run's kind leaves unread: one warning. Documents and texts give one line per input
+line, ``label<TAB>probability<TAB>text`` (``--json``: JSON lines; an empty line: ``-``), inputs
+over the run's caps cut as in training, with a note. Graphs give CSV, one row per node:
+``node,label,prob,prob_<class>…`` and with ``--explain`` the ``--top-k`` sources of the largest
+α of the last layer, averaged over heads. ``--save-attention`` holds ``kind``, ``lines`` and per
+input i its maps (documents ``{i}/words``, ``{i}/word_weights``, ``{i}/sent_weights`` or
+``{i}/hops``; texts ``{i}/tokens``, ``{i}/cls_attention`` (N, J, T); images ``{i}/words``,
+``{i}/alpha`` (T, h, w)), or for a graph ``layer{k}/edge_index`` and ``layer{k}/alpha`` (E′, J).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import io
-import os
 import sys
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional
 
 import numpy as np
 
 import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
-from attnflow.cli.predict_io import (BATCH_SIZE, PredictError, check_explain_html, label_line,
-                                     read_texts, write_attention)
+from attnflow.cli.predict_io import (BATCH_SIZE, PredictError, check_explain_html, label_all,
+                                     label_line, positive, read_texts, write_attention)
 from attnflow.config.registry import DATA, MODELS, TASKS, AttnflowWarning
 from attnflow.io.checkpoints import CheckpointError, Run, load_run, load_weights, no_grad, run_artifacts
-from attnflow.io.console import plain_warnings
-from attnflow.io.text import (InputError, batched, check_new_outputs, check_npz, no_inputs, path_arg,
-                              save_arrays, text_array)
+from attnflow.io.console import plain_warnings, warn_unread
+from attnflow.io.text import (InputError, atomic_path, check_new_outputs, check_npz, no_inputs,
+                              path_arg, save_arrays, text_array)
 from attnflow.training.onednn import bound_primitive_cache
 
-# torch and the data modules (attnflow.data.documents; predict_text, predict_image: torch) are
-# imported where a run is rebuilt, so that a bad argument or path is refused before their import
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # torch is imported where a run is rebuilt
     import torch
 
-WARN_DOCS = 10  # documents over the caps warned one by one; then only the total
 # the options each kind of run leaves unread ("inputs": texts as arguments or --file)
 UNREAD = {"documents": ("--top-k", "--beam", "--attention"),
           "graph": ("inputs", "--json", "--batch-size", "--beam", "--attention"),
@@ -105,14 +57,12 @@ def run_interface(run: Run) -> Optional[str]:
     """What the run works on ('documents', 'graph', 'seq2seq'), from its model (else its data)."""
     for group, registry in (("model", MODELS), ("data", DATA)):
         name = (run.config.get(group) or {}).get("name")
-        if name in registry.names():
-            kind = getattr(registry.get(name), "interface", None)
-            if kind:
-                return kind
+        kind = name in registry.names() and getattr(registry.get(name), "interface", None)
+        if kind:
+            return kind
     return None
 
 
-# -- documents ----------------------------------------------------------------------------------------
 def load(target: Path | str, device: str = "cpu", run: Optional[Run] = None):
     """(task, artifacts) of a document classifier rebuilt from a run directory or checkpoint."""
     from attnflow.data.documents import Vocabulary
@@ -162,8 +112,7 @@ def predict(task, art: dict, texts: List[str], batch_size: int = 32) -> List[dic
 
 @no_grad
 def document_arrays(task, art: dict, texts: List[str], first: int) -> Dict[str, np.ndarray]:
-    """The ``--save-attention`` arrays of ``texts``, documents ``first``, ``first + 1``, … (see
-    the module docstring), from one forward pass of the model over their batch."""
+    """The ``--save-attention`` arrays of ``texts``, numbered from ``first``, from one forward pass."""
     from attnflow.data.documents import encode_texts
 
     batch, shown = encode_texts(texts, art["vocab_obj"], art["max_sentences"], art["max_words"])
@@ -190,40 +139,24 @@ def _documents(args, run: Run, out) -> int:
     check_explain_html(args, "documents")
     task, art = load(args.model, args.device, run)
     texts, where = read_texts(args, art.get("text_field", "text"))
-    caps = f"{art['max_sentences']} sentences of {art['max_words']} words"
-    explained, arrays = [], {}
-    n = over = words = words_cut = 0
-    for chunk in batched(texts, args.batch_size):
+    caps, explained = f"{art['max_sentences']} sentences of {art['max_words']} words", []
+
+    def step(chunk, first):
         results = predict(task, art, chunk, args.batch_size)
-        lines = []
-        for j, r in enumerate(results, n + 1):
-            cut = r["cut"]
-            words += cut["words"]
-            if r["empty"]:
-                print(f"attnflow-predict: {where} {j} is empty: no words to classify "
-                      f"('-' is written in its place)", file=sys.stderr)
-                lines.append(label_line(r, args.json))
-                continue
-            if cut["words_cut"] or cut["sentences_cut"]:
-                over += 1
-                words_cut += cut["words_cut"]
-                if over <= WARN_DOCS:
-                    print(f"attnflow-predict: {where} {j} has {cut['sentences']} sentences and "
-                          f"{cut['words']} words; the model reads at most {caps} (the run's "
-                          f"data.max_sentences, data.max_words): {cut['sentences_cut']} sentences "
-                          f"and {cut['words_cut']} of {cut['words']} words cut", file=sys.stderr)
-            lines.append(label_line(r, args.json))
-        print("\n".join(lines), file=out, flush=True)
-        if args.save_attention:
-            arrays.update(document_arrays(task, art, chunk, n))
-        if args.explain:
-            explained += [r for r in results if not r["empty"]]
-        n += len(chunk)
-    if not n:
-        raise PredictError(no_inputs("documents", "--file", args.file))
-    if over:
-        print(f"attnflow-predict: {over} of {n} documents were longer than {caps}: "
-              f"{words_cut} of {words} words cut in all", file=sys.stderr)
+        explained.extend(r for r in results if args.explain and not r["empty"])
+        return results, document_arrays(task, art, chunk, first) if args.save_attention else {}
+
+    def note(r, _):
+        c = r["cut"]
+        msg = (f"has {c['sentences']} sentences and {c['words']} words; the model reads at most "
+               f"{caps} (the run's data.max_sentences, data.max_words): {c['sentences_cut']} "
+               f"sentences and {c['words_cut']} of {c['words']} words cut")
+        return msg if c["words_cut"] or c["sentences_cut"] else None, c["words"], c["words_cut"]
+
+    arrays, n = label_all(args, out, texts, where, step, lambda r: label_line(r, args.json), note,
+                          what="documents", caps=caps + ": {cut} of {size} words",
+                          empty="no words to classify ('-' is written in its place)",
+                          none=no_inputs("documents", "--file", args.file))
     if args.explain:
         from attnflow.viz.explain import write_html
 
@@ -236,10 +169,8 @@ def _documents(args, run: Run, out) -> int:
     return 0
 
 
-# -- graphs -------------------------------------------------------------------------------------------
 def load_graph(run: Run, device: str = "cpu"):
-    """(model, graph) of a node-classification run: the model rebuilt from the registries, the
-    graph from the run's data config."""
+    """(model, graph) of a node-classification run, the graph from the run's data config."""
     cfg = run.config
     dm = DATA.build(cfg["data"], path="data")
     ctx = dm.model_context()
@@ -272,42 +203,33 @@ def top_neighbours(edge_index: torch.Tensor, alpha: torch.Tensor, num_nodes: int
 
 def _graph(args, run: Run, out) -> int:
     if isinstance(args.explain, str):
-        raise PredictError(f"for a graph run --explain takes no file ({args.explain!r}): it adds "
-                           f"the neighbours column to the CSV (-o FILE)")
-    k = 5 if args.top_k is None else args.top_k
-    if k < 1:
-        raise PredictError(f"--top-k must be >= 1, got {k}")
+        warn_unread(f"--explain {args.explain}", "a graph run adds the neighbours column to the CSV")
     import torch
 
     model, data = load_graph(run, args.device)
     with torch.no_grad():
         logits, weights = model(data.x.to(args.device), data.edge_index.to(args.device),
                                 need_weights=True)
-    logits = logits.float().cpu()
     multi = bool(run.config.get("task", {}).get("multi_label", False))
-    probs = torch.sigmoid(logits) if multi else torch.softmax(logits, -1)
+    probs = logits.float().cpu().sigmoid() if multi else logits.float().cpu().softmax(-1)
     N, C = probs.shape
     names = [str(c) for c in range(C)]
     header = ["node", "label", "prob"] + [f"prob_{c}" for c in names]
-    if multi:
-        labels = ["|".join(n for n, on in zip(names, row) if on) for row in (probs > 0.5).tolist()]
-    else:
-        labels = [names[i] for i in probs.argmax(-1).tolist()]
+    labels = (["|".join(n for n, on in zip(names, row) if on) for row in (probs > 0.5).tolist()]
+              if multi else [names[i] for i in probs.argmax(-1).tolist()])
     neighbours = None
     if args.explain:
         ei, alpha = weights[-1]
-        ids, w = top_neighbours(ei.cpu(), alpha.float().mean(-1).cpu(), N, k)
+        ids, w = top_neighbours(ei.cpu(), alpha.float().mean(-1).cpu(), N, args.top_k or 5)
         neighbours = [" ".join(f"{i}:{a:.4f}" for i, a in zip(ri, rw) if i >= 0)
                       for ri, rw in zip(ids.tolist(), w.tolist())]
         header.append("neighbours")
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
+    writer = csv.writer(out, lineterminator="\n")
     writer.writerow(header)
     top = probs.max(-1).values.tolist()
-    for t, row in enumerate(probs.tolist()):  # output formatting, one row per node
+    for t, row in enumerate(probs.tolist()):
         writer.writerow([t, labels[t], f"{top[t]:.4f}", *(f"{p:.4f}" for p in row),
                          *([neighbours[t]] if neighbours else [])])
-    out.write(buf.getvalue())
     out.flush()
     if args.save_attention:
         arrays = {"kind": np.asarray("graph"), "num_nodes": np.asarray(N)}
@@ -319,86 +241,62 @@ def _graph(args, run: Run, out) -> int:
     return 0
 
 
-# -- texts (BERT) -------------------------------------------------------------------------------------
 def _texts(args, run: Run, out) -> int:
-    """BERT runs: :func:`attnflow.cli.predict_text.predict_bert`."""
     from attnflow.cli.predict_text import predict_bert
 
     return predict_bert(args, run, out)
 
 
-# -- images (captioning) ------------------------------------------------------------------------------
 def _captions(args, run: Run, out) -> int:
-    """Captioning runs: :func:`attnflow.cli.predict_image.predict_captions`."""
     from attnflow.cli.predict_image import predict_captions
 
     return predict_captions(args, run, out)
 
 
-# -- the command --------------------------------------------------------------------------------------
-class _Output:
-    """stdout, or ``-o FILE`` written beside the target and moved into place at the end (a failed
-    run leaves an existing FILE as it was)."""
-
-    def __init__(self, path: Optional[str]):
-        self.path = Path(path) if path else None
-        self.tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp") if path else None
-
-    def __enter__(self):
-        if self.path is None:
-            return sys.stdout
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.f = open(self.tmp, "w", encoding="utf-8", newline="")
-        return self.f
-
-    def __exit__(self, kind, *_):
-        if self.path is not None:
-            self.f.close()
-            if kind is None:
-                os.replace(self.tmp, self.path)
-            self.tmp.unlink(missing_ok=True)
-        return False
+@contextmanager
+def _output(path: Optional[str]):
+    """stdout, or ``-o FILE`` moved into place at the end (a failed run leaves FILE as it was)."""
+    if not path:
+        yield sys.stdout
+        return
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as f:
+        yield f
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="attnflow-predict", description=__doc__.split("\n\n")[0])
     p.add_argument("model", type=path_arg, help="a run directory or a .ckpt file")
-    p.add_argument("texts", nargs="*", help="documents or texts to label, or image files to "
-                                           "caption (default: --file, else stdin)")
-    p.add_argument("--file", type=path_arg,
-                   help="one document per line (.gz; .jsonl[.gz]: objects with the run's text "
-                        "field); captioning runs: one image path per line")
+    p.add_argument("texts", nargs="*", help="documents or texts to label, or images to caption "
+                                           "(default: --file, else stdin)")
+    p.add_argument("--file", type=path_arg, help="one input per line (.gz; .jsonl[.gz]: objects "
+                                                 "with the run's text field)")
     p.add_argument("--explain", nargs="?", const=True, metavar="OUT.html", type=path_arg,
-                   help="documents: write word/sentence weights as HTML; BERT texts: the "
-                        "[CLS] attention of every layer and head as HTML; graphs: list each "
-                        "node's top-weighted neighbours")
-    p.add_argument("--top-k", type=int, default=None,
-                   help="graphs: neighbours listed; BERT pretraining runs: candidates per [MASK] "
-                        "(default 5)")
+                   help="documents, texts: write the attention weights as HTML; graphs: list "
+                        "each node's top-weighted neighbours")
+    p.add_argument("--top-k", type=positive, default=None,
+                   help="graphs: neighbours listed; pretraining runs: candidates per [MASK] (5)")
     p.add_argument("--json", action="store_true", help="documents and texts: print JSON lines")
-    p.add_argument("-o", "--output", type=path_arg, help="write the predictions here instead of stdout")
+    p.add_argument("-o", "--output", type=path_arg, help="write the predictions here")
     p.add_argument("--save-attention", metavar="OUT.npz", type=path_arg,
-                   help="write the attention maps as arrays (keys: see the module docstring)")
-    p.add_argument("--beam", type=int, default=None, metavar="K",
-                   help="captioning runs: beam size (default: the run's task.beam_size; 1 = greedy)")
+                   help="write the attention maps as arrays")
+    p.add_argument("--beam", type=positive, default=None, metavar="K",
+                   help="captioning runs: beam size (default: the run's task.beam_size)")
     p.add_argument("--attention", metavar="OUT.png", type=path_arg,
-                   help="captioning runs: draw each word's attention over the image (several "
-                        "images: OUT-0.png, OUT-1.png, …)")
-    p.add_argument("--batch-size", type=int, default=None,
-                   help=f"documents, texts, images: how many go through the model together "
-                        f"(default {BATCH_SIZE}; not for graph runs)")
+                   help="captioning runs: draw each word's attention over the image")
+    p.add_argument("--batch-size", type=positive, default=None,
+                   help=f"inputs through the model together (default {BATCH_SIZE})")
     p.add_argument("--device", default="cpu")
     return p
 
 
 def _drop_unread(args, kind: str, run: Run) -> None:
     """The options a run of ``kind`` leaves unread: one warning naming them, then unset."""
-    graph_top_k = kind == "graph" and args.top_k is not None and not args.explain
-    given = {"inputs": bool(args.texts or args.file), "--json": args.json,
-             "--batch-size": args.batch_size is not None, "--beam": args.beam is not None,
-             "--attention": args.attention is not None, "--explain": bool(args.explain),
-             "--top-k": args.top_k is not None}
-    unread = [o for o in UNREAD[kind] if given[o]] + ["--top-k (without --explain)"] * graph_top_k
+    given = {"inputs": args.texts or args.file, "--json": args.json, "--batch-size": args.batch_size,
+             "--beam": args.beam, "--attention": args.attention, "--explain": args.explain,
+             "--top-k": args.top_k}
+    unread = [o for o in UNREAD[kind] if given[o] not in (None, False, [])]
+    if kind == "graph" and args.top_k and not args.explain:
+        unread.append("--top-k (without --explain)")
     if unread:
         names = ["texts and --file" if o == "inputs" else o for o in unread]
         warnings.warn(f"{', '.join(names)}: not read for the run at {run.run_dir}, which works on "
@@ -415,11 +313,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     plain_warnings()
     args = _parser().parse_intermixed_args(argv)
     try:
-        if args.batch_size is not None and args.batch_size < 1:
-            raise PredictError(f"--batch-size must be >= 1, got {args.batch_size}")
-        if args.texts and args.file:  # the texts were read and the file ignored
-            raise PredictError(f"inputs as arguments and --file {args.file}: give inputs as "
-                               f"arguments or --file, not both")
         if args.save_attention:
             check_npz(args.save_attention)
         check_new_outputs(("-o", args.output), ("--save-attention", args.save_attention),
@@ -434,11 +327,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                                f"attnflow-predict labels documents, graph nodes and texts (BERT "
                                f"runs: text_classification, bert_pretraining) and captions images"
                                f"{tool}")
-        if kind == "graph" and args.output and Path(args.output).suffix.lower() != ".csv":
-            raise PredictError(f"-o {args.output}: a graph run writes its labels as CSV; name a .csv "
-                               f"file (the attention arrays go to --save-attention OUT.npz)")
         _drop_unread(args, kind, run)
-        with _Output(args.output) as out:
+        with _output(args.output) as out:
             return handlers[kind](args, run, out)
     except (CheckpointError, PredictError, InputError, FileNotFoundError, ValueError) as err:
         print(f"attnflow-predict: {err}", file=sys.stderr)

@@ -1,23 +1,9 @@
 """attnflow-predict for captioning runs: caption images and draw where each word looked.
 
-    attnflow-predict RUN photo.png other.jpg                 # path<TAB>caption per image
-    attnflow-predict RUN photo.png --attention out.png       # + the attention overlay (PNG)
-    attnflow-predict RUN --file images.txt --beam 5 --json   # image paths one per line
-
-The model and the task are rebuilt from the run's config with the context its data module gave
-in training (``vocab.json`` or the checkpoint's ``attnflow_artifacts``); captions come from
-:meth:`CaptioningTask.caption` (beam search of the run's ``task.beam_size``, or ``--beam``). Inputs
-are read as in training: images resized to the run's ``image_size``, or for a features run
-(``data.features``) one ``.npy`` file (L, D) of region features each. Every input is read before
-anything is written: one that cannot be read stops the command with one line naming it.
-
-Output: ``path<TAB>caption`` per input (``--json``: ``{"image", "caption", "words"}``), printed
-batch by batch. ``--attention OUT.png``: per input the picture of
-:func:`attnflow.viz.figures.caption_figure` — the image, then each word's α over the region grid drawn
-over it (Xu et al. 2015, Fig. 2–3) — to OUT.png for one input, else OUT-0.png, OUT-1.png, …
-(each named on stderr). A features run draws on the image of the same name beside the ``.npy`` file
-(``.png``/``.jpg``/``.jpeg``) when there is one, else on a grey canvas of the grid.
-``--save-attention OUT.npz``: see :mod:`attnflow.cli.predict`.
+Inputs are read as in training (images resized; a features run: one ``.npy`` (L, D) each), all
+before anything is written. ``--attention OUT.png`` draws each word's α over the region grid (Xu
+et al. 2015, Fig. 2–3) to OUT.png, or OUT-0.png, OUT-1.png, …; a features run draws on the image
+of the same stem beside the ``.npy`` file, else on a grey canvas.
 """
 
 from __future__ import annotations
@@ -37,7 +23,6 @@ from attnflow.io.text import (atomic_path, batched, check_new_outputs, check_png
                               text_array)
 
 PAD, BOS, EOS = 0, 1, 2  # the captioning vocabularies' fixed ids (attnflow.data.shapes.Vocab)
-SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 SIBLING_IMAGES = (".png", ".jpg", ".jpeg")
 DRAW_SIZE = 224  # pixels of a features run's sibling image in the overlay
 
@@ -51,23 +36,12 @@ def load_captioner(run: Run, device: str = "cpu"):
                               f"{run.run_dir / 'vocab.json'} and the checkpoint's artifacts lack "
                               f"{', '.join(repr(k) for k in missing)}")
     itos = [str(w) for w in art["itos"]]
-    if itos[: len(SPECIALS)] != SPECIALS:
-        raise CheckpointError(f"the run's vocabulary does not start with {SPECIALS} (got "
-                              f"{itos[:4]}): not a captioning vocabulary")
     features = art["input"] == "features"
-    if features and not art.get("feature_dim"):
-        raise CheckpointError("the run reads region features but its artifacts give no "
-                              "'feature_dim'")
-    if not features and not art.get("image_size"):
-        raise CheckpointError("the run reads pixels but its artifacts give no 'image_size'")
-    try:
-        model = MODELS.build(cfg["model"], path="model", tgt_vocab=len(itos), pad_id=PAD,
-                             in_channels=None if features else 3,
-                             feature_dim=int(art["feature_dim"]) if features else None)
-        task = TASKS.build(cfg["task"], model, path="task", pad_id=PAD, bos_id=BOS, eos_id=EOS,
-                           max_decode_len=int(art["max_decode_len"]), itos=itos, references=None)
-    except ConfigError as err:
-        raise PredictError(f"the run's model cannot be rebuilt: {err}") from None
+    model = MODELS.build(cfg["model"], path="model", tgt_vocab=len(itos), pad_id=PAD,
+                         in_channels=None if features else 3,
+                         feature_dim=int(art["feature_dim"]) if features else None)
+    task = TASKS.build(cfg["task"], model, path="task", pad_id=PAD, bos_id=BOS, eos_id=EOS,
+                       max_decode_len=int(art["max_decode_len"]), itos=itos, references=None)
     load_weights(model, run.ckpt["state_dict"], "model.",
                  f"model '{cfg['model'].get('name')}' (a vocabulary of {len(itos)} words, "
                  + (f"features of {art['feature_dim']})" if features else
@@ -75,32 +49,22 @@ def load_captioner(run: Run, device: str = "cpu"):
     return task.eval().to(device), art
 
 
-# -- inputs ---------------------------------------------------------------------------------------
 def read_input(path: str, art: dict, model) -> torch.Tensor:
     """One input as the model reads it: (3, S, S) pixels, or (L, D) features from a ``.npy``."""
-    from attnflow.data.errors import DataError
-
     if art["input"] != "features":
         from attnflow.data.captions import load_image
 
-        try:
-            return load_image(path, int(art["image_size"]))
-        except DataError as err:
-            raise PredictError(str(err).removeprefix("captions: ")) from None
+        return load_image(path, int(art["image_size"]))  # a DataError names the file
     p = Path(path)
-    if not p.is_file():
-        raise PredictError(f"features file not found: {p}")
     try:
         x = np.load(p, allow_pickle=False)
     except (OSError, ValueError, EOFError) as err:
         raise PredictError(f"cannot read features {p}: {' '.join(str(err).split())} (a "
                                 f".npy array (L, D) per input)") from None
     D = int(art["feature_dim"])
-    if not isinstance(x, np.ndarray) or x.ndim != 2 or x.shape[1] != D or x.shape[0] < 1:
-        raise PredictError(f"features {p} have shape {getattr(x, 'shape', '?')}; the run reads "
-                                f"(L, {D}) region features (its data.features had D = {D})")
-    if not np.issubdtype(x.dtype, np.number):
-        raise PredictError(f"features {p} are not numbers (dtype {x.dtype})")
+    if x.ndim != 2 or x.shape[1] != D or x.shape[0] < 1:
+        raise PredictError(f"features {p} have shape {x.shape}; the run reads (L, {D}) region "
+                           f"features (its data.features had D = {D})")
     feats = torch.from_numpy(x.astype(np.float32))
     try:
         model.grid(feats[None])
@@ -135,25 +99,19 @@ def attention_names(out: str, n: int) -> List[Path]:
     return [path] if n == 1 else [path.with_name(f"{path.stem}-{i}{path.suffix}") for i in range(n)]
 
 
-# -- the handler ----------------------------------------------------------------------------------
 def _caption_batch(task, xs: Sequence[torch.Tensor], beam: Optional[int]):
     """Words and α (T_i, L) per input: one call of ``task.caption`` when the inputs share a shape
     (always for pixels), else one per input (features with different L)."""
     if len({tuple(x.shape) for x in xs}) == 1:
         return task.caption(torch.stack(list(xs)).to(task.device), beam, need_weights=True)
-    words, alphas = [], []
-    for x in xs:
-        w, a = task.caption(x[None].to(task.device), beam, need_weights=True)
-        words += w
-        alphas += a
-    return words, alphas
+    each = [task.caption(x[None].to(task.device), beam, need_weights=True) for x in xs]
+    return [w for ws, _ in each for w in ws], [a for _, als in each for a in als]
 
 
 def _line(path: str, words: List[str], as_json: bool) -> str:
     caption = " ".join(words)
-    if as_json:
-        return json.dumps({"image": path, "caption": caption, "words": words}, ensure_ascii=False)
-    return f"{path}\t{caption}"
+    return (json.dumps({"image": path, "caption": caption, "words": words}, ensure_ascii=False)
+            if as_json else f"{path}\t{caption}")
 
 
 def predict_captions(args, run: Run, out) -> int:
@@ -162,8 +120,6 @@ def predict_captions(args, run: Run, out) -> int:
 
     from attnflow.viz.figures import DPI, caption_figure
 
-    if args.beam is not None and args.beam < 1:
-        raise PredictError(f"--beam must be >= 1, got {args.beam}")
     if args.attention:
         check_png(args.attention)
     task, art = load_captioner(run, args.device)

@@ -1,31 +1,9 @@
 """attnflow-predict for BERT runs: label texts (fine-tuned, ``task=text_classification``) or fill
 their [MASK] tokens (pretrained, ``task=bert_pretraining``), and show the attention of ⟨CLS⟩.
 
-    attnflow-predict FINETUNED_RUN "A wonderful film." --explain out.html
-    attnflow-predict PRETRAINING_RUN "The film was [MASK] ." --top-k 5 --json
-
-The model is rebuilt from the run's config and checkpoint (a fine-tuned run's checkpoint holds
-every weight), the tokenizer is the run's own (``<run>/tokenizer/``, else the checkpoint's
-artifacts). Each input line is encoded as in training: markup removed, ``[CLS] subwords [SEP]``,
-cut at its end to the run's ``data.max_len`` (a note on stderr counts what was cut). In a
-pretraining run's input a literal ``[SEP]`` starts segment B (``[CLS] A [SEP] B [SEP]``).
-
-Output, one line per input line (a blank line, or one without subwords: ``-`` and a note on
-stderr), printed batch by batch:
-
-- classification: ``label<TAB>probability<TAB>text`` (``--json``: ``label``, ``probability``,
-  ``probabilities`` by class, ``text``), SoftMax of the classifier's logits (Devlin et al. 2019 §4.1);
-- fill-mask (as HF's ``fill-mask`` pipeline): the text with every [MASK] replaced by its most
-  probable token, then one column per [MASK] of its ``--top-k`` (default 5) candidates as
-  ``token:p`` separated by spaces, p the SoftMax over the vocabulary of the MLM head's logits
-  (``--json``: ``sequence``, ``masks``: per [MASK] a list of ``{token, token_str, score}``,
-  ``text``; ``token`` the id, ``token_str`` the piece as the vocabulary holds it: ``▁`` starts
-  a word, ``##`` continues one). A text without [MASK] is written unchanged with no candidates
-  (and a note).
-
-``--explain OUT.html``: per text, the attention weights of the ⟨CLS⟩ query (row 0 of every layer's
-and head's self-attention, over the real tokens) as a table and as one picture
-(:func:`attnflow.viz.explain.render_text_html`). ``--save-attention OUT.npz``: see :mod:`attnflow.cli.predict`.
+Lines are encoded as in training (``[CLS] subwords [SEP]``, cut to ``data.max_len``); in a
+pretraining run's input a literal ``[SEP]`` starts segment B. Fill-mask (as HF's ``fill-mask``
+pipeline) prints the filled text, then per [MASK] its ``--top-k`` candidates as ``token:p``.
 """
 
 from __future__ import annotations
@@ -38,15 +16,12 @@ from typing import List, Sequence
 import numpy as np
 import torch
 
-from attnflow.cli.predict_io import (PredictError, check_explain_html, label_line, read_texts,
-                                     write_attention)
+from attnflow.cli.predict_io import (PredictError, check_explain_html, label_all, label_line,
+                                     read_texts, write_attention)
 from attnflow.config.registry import MODELS
 from attnflow.io.checkpoints import Run, load_weights
-from attnflow.io.text import batched, no_inputs
+from attnflow.io.text import no_inputs
 from attnflow.viz.figures import cls_rows
-
-WARN_TEXTS = 10  # texts over data.max_len warned one by one; then only the total
-TASKS_SUPPORTED = {"text_classification": "labels texts", "bert_pretraining": "fills [MASK] tokens"}
 
 
 @dataclass
@@ -63,47 +38,25 @@ def load_bert(run: Run, device: str = "cpu") -> BertRun:
     """The run's BERT model with its weights, in eval mode, and its tokenizer."""
     from tokenizers import Tokenizer
 
+    from attnflow.config.registry import DATA
     from attnflow.data.corpus import PAD, TOKENIZER_FILE
-    from attnflow.data.text_classification import check_specials
-    from attnflow.config.registry import ConfigError, DATA
 
     cfg = run.config
-    task = (cfg.get("task") or {}).get("name")
-    if task not in TASKS_SUPPORTED or (cfg["model"].get("name") != "bert"):
-        raise PredictError(
-            f"the run at {run.run_dir} is a '{cfg['model'].get('name')}' model with task '{task}'; "
-            f"attnflow-predict on text runs supports model 'bert' with task "
-            + " or ".join(f"'{t}' ({what})" for t, what in TASKS_SUPPORTED.items()))
     art = dict(run.ckpt.get("attnflow_artifacts") or {})
     saved = run.run_dir / "tokenizer" / TOKENIZER_FILE
-    try:
-        if saved.is_file():
-            tok, where = Tokenizer.from_file(str(saved)), str(saved)
-        elif isinstance(art.get("tokenizer"), str) and art["tokenizer"]:
-            tok, where = Tokenizer.from_str(art["tokenizer"]), f"the tokenizer of {run.checkpoint}"
-        else:
-            raise PredictError(f"the run has no tokenizer: {saved} is missing and its checkpoint "
-                                   f"{run.checkpoint} carries none")
-    except Exception as err:  # noqa: BLE001  (tokenizers raises its own Exception type)
-        if isinstance(err, PredictError):
-            raise
-        raise PredictError(f"the run's tokenizer cannot be read: {err}") from None
-    try:
-        check_specials(tok, where)
-    except ConfigError as err:
-        raise PredictError(str(err)) from None
-    pretraining = task == "bert_pretraining"
+    if saved.is_file():
+        tok = Tokenizer.from_file(str(saved))
+    elif art.get("tokenizer"):
+        tok = Tokenizer.from_str(art["tokenizer"])
+    else:
+        raise PredictError(f"the run has no tokenizer: {saved} is missing and its checkpoint "
+                           f"{run.checkpoint} carries none")
+    pretraining = (cfg.get("task") or {}).get("name") == "bert_pretraining"
     names = [] if pretraining else [str(c) for c in art.get("class_names") or []]
-    if not pretraining and len(names) < 2:
-        raise PredictError(f"{run.checkpoint} carries no class names (attnflow_artifacts); a "
-                               f"checkpoint of attnflow-train does")
     max_len = art.get("max_len") or DATA.validate(cfg["data"], "data").get("max_len")
     vocab = tok.get_vocab_size()
-    try:
-        model = MODELS.build(cfg["model"], vocab_size=vocab, pad_id=PAD, num_classes=len(names),
-                             path="model")
-    except ConfigError as err:
-        raise PredictError(f"the run's model cannot be rebuilt: {err}") from None
+    model = MODELS.build(cfg["model"], vocab_size=vocab, pad_id=PAD, num_classes=len(names),
+                         path="model")
     load_weights(model, run.ckpt["state_dict"], "model.",
                  f"model 'bert' (head {cfg['model'].get('head', 'pretraining')}, a vocabulary of "
                  f"{vocab} tokens, {len(names)} classes)")
@@ -112,7 +65,6 @@ def load_bert(run: Run, device: str = "cpu") -> BertRun:
     return BertRun(model.eval().to(device), tok, itos, max_len, names, pretraining)
 
 
-# -- encoding and one forward pass -------------------------------------------------------------------
 def encode(bert: BertRun, texts: Sequence[str]) -> List[dict]:
     """Per text: ``ids`` ``[CLS] subwords [SEP]`` cut to ``max_len`` (as the data modules'
     ``encode_texts``: the end is cut), ``segments`` (0, then 1 after the first inner [SEP] of a
@@ -147,7 +99,6 @@ def forward(bert: BertRun, items: Sequence[dict]):
     return hidden, cls_rows(maps), torch.from_numpy(lens)
 
 
-# -- results --------------------------------------------------------------------------------------
 @torch.no_grad()
 def predict_texts(bert: BertRun, texts: Sequence[str], top_k: int = 5) -> List[dict]:
     """Per text: ``tokens``, ``cls_attention`` (N, J, T) numpy, ``subwords``, ``cut``,
@@ -218,54 +169,37 @@ def _line(r: dict, args, pretraining: bool) -> str:
                                        for m in r["masks"])])
 
 
-# -- the handler ----------------------------------------------------------------------------------
 def predict_bert(args, run: Run, out) -> int:
     """attnflow-predict on a BERT run (see the module docstring)."""
     bert = load_bert(run, args.device)
     pre = bert.pretraining
-    top_k = 5 if args.top_k is None else args.top_k
-    if top_k < 1:
-        raise PredictError(f"--top-k must be >= 1, got {top_k}")
     check_explain_html(args, "texts")
     texts, where = read_texts(args, (run.config.get("data") or {}).get("text_field") or "text")
-    limit = bert.max_len - 2
-    explained, arrays = [], {}
-    n = over = subwords = cut = 0
-    for chunk in batched(texts, args.batch_size):
-        results = predict_texts(bert, chunk, top_k)
-        lines = []
-        for j, r in enumerate(results, n + 1):
-            subwords += r["subwords"]
-            if r["empty"]:
-                print(f"attnflow-predict: {where} {j} is empty: no words to "
-                      f"{'fill' if pre else 'classify'} ('-' is written in its place)", file=sys.stderr)
-                lines.append(_line(r, args, pre))
-                continue
-            if r["cut"]:
-                over += 1
-                cut += r["cut"]
-                if over <= WARN_TEXTS:
-                    print(f"attnflow-predict: {where} {j} has {r['subwords']} subwords; the model "
-                          f"reads at most {limit} between [CLS] and [SEP] (the run's "
-                          f"data.max_len={bert.max_len}): {r['cut']} cut from its end", file=sys.stderr)
-            if pre and not r["masks"]:
-                print(f"attnflow-predict: {where} {j} has no [MASK] to fill (written unchanged)",
-                      file=sys.stderr)
-            lines.append(_line(r, args, pre))
-        print("\n".join(lines), file=out, flush=True)
-        for b, r in enumerate(results):
-            if args.save_attention:
-                arrays[f"{n + b}/tokens"] = np.asarray(r.get("tokens", []), dtype=str)
-                if not r["empty"]:
-                    arrays[f"{n + b}/cls_attention"] = r["cls_attention"]
-            if args.explain and not r["empty"]:
-                explained.append(r)
-        n += len(chunk)
-    if not n:
-        raise PredictError(no_inputs("texts", "--file", args.file))
-    if over:
-        print(f"attnflow-predict: {over} of {n} texts were longer than {limit} subwords (the run's "
-              f"data.max_len={bert.max_len}): {cut} of {subwords} subwords cut in all", file=sys.stderr)
+    limit, explained = bert.max_len - 2, []
+    caps = f"{limit} subwords (the run's data.max_len={bert.max_len})"
+
+    def step(chunk, first):
+        results = predict_texts(bert, chunk, args.top_k or 5)
+        explained.extend(r for r in results if args.explain and not r["empty"])
+        arrays = {}
+        for i, r in enumerate(results if args.save_attention else (), first):
+            arrays[f"{i}/tokens"] = np.asarray(r.get("tokens", []), dtype=str)
+            if not r["empty"]:
+                arrays[f"{i}/cls_attention"] = r["cls_attention"]
+        return results, arrays
+
+    def note(r, j):
+        if pre and not r["masks"]:
+            print(f"attnflow-predict: {where} {j} has no [MASK] to fill (written "
+                  f"unchanged)", file=sys.stderr)
+        msg = (f"has {r['subwords']} subwords; the model reads at most {limit} between [CLS] and "
+               f"[SEP] (the run's data.max_len={bert.max_len}): {r['cut']} cut from its end")
+        return msg if r["cut"] else None, r["subwords"], r["cut"]
+
+    arrays, n = label_all(args, out, texts, where, step, lambda r: _line(r, args, pre), note,
+                          what="texts", caps=caps + ": {cut} of {size} subwords",
+                          empty=f"no words to {'fill' if pre else 'classify'} ('-' is written "
+                                f"in its place)", none=no_inputs("texts", "--file", args.file))
     if args.explain:
         from attnflow.viz.explain import write_text_html
         from attnflow.viz.figures import cls_attention_figure, figure_png
@@ -278,4 +212,3 @@ def predict_bert(args, run: Run, out) -> int:
     if args.save_attention:
         write_attention(args.save_attention, arrays, "text", n, "texts")
     return 0
-

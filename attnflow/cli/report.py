@@ -2,33 +2,13 @@
 the same table as Markdown and CSV, PNG plots, and the table in the terminal.
 
     attnflow-report outputs/multirun/2026-11-23/16-37-38-531686      # writes <dir>/report/
-    attnflow-report outputs/2026-11-23/10-00-00-000000 -o /tmp/rep   # one run
     attnflow-report <sweep dir> --metric val/token_acc               # sort by another metric
 
-What it reads (all written by :mod:`attnflow.training.run` and Hydra, nothing else is needed): each run's
-``metrics.json`` (final metrics), ``config.yaml`` (resolved config: ``optimized_metric``, the
-checkpoint monitor), ``.hydra/overrides.yaml`` (the run's overrides, typed by Hydra's own override
-parser), ``csv/version_*/metrics.csv`` (the learning curves) and ``attention/*.png``; in a sweep
-folder ``multirun.yaml`` (the sweeper, its direction and study name; where the sweeper wrote none,
-as Optuna's, the first job's ``.hydra/hydra.yaml``) and, for Optuna sweeps, the
-study's sqlite storage (``optuna.db``), read from a copy so that a running study is never locked
-or changed.
-
-Runs are sorted by the optimised metric, best first: ``--metric``, else the config's
-``optimized_metric``, else the checkpoint monitor (``callbacks.checkpoint.monitor``, or the task's
-own ``monitor`` when that is null), else ``val/loss``. A run without ``metrics.json`` (failed,
-killed or still running), or whose ``metrics.json`` records ``failed`` (the run failed after
-writing it: :func:`attnflow.training.run.record_failure`), is listed with that status, last, never
-dropped. A folder of runs that is no sweep (``outputs/<date>/``: no ``multirun.yaml``) is
-reported as "runs"; runs (or a sweep's jobs, ``-m data=…``) of different experiments
-are ranked within each experiment unless ``--metric`` is given
-(:func:`attnflow.viz.runs.check_experiments`). The page needs no network and no JavaScript: every
-picture is a base64 ``data:`` URI.
-
-The output folder (``-o``, default ``<path>/report``) is new, empty, or an earlier report of the
-same path, which is refreshed; a folder of other files (a run's folder, another path's report) is
-refused before anything is written, since the report would overwrite its files, and so is an
-``-o`` under a file (``-o notes.txt/rep``). ``.report-of`` in the folder names the path it reports.
+Runs are sorted by ``--metric``, else the config's ``optimized_metric``, else the checkpoint
+monitor, else ``val/loss``; runs of different experiments are ranked apart, and a run without
+metrics is listed last with its status. An Optuna study is read from a copy of ``optuna.db``. The
+output folder (``-o``, default ``<path>/report``) is new, empty or an earlier report of the same
+path (``.report-of``); any other folder is refused before anything is written.
 """
 
 from __future__ import annotations
@@ -71,15 +51,12 @@ def print_table(report: Report, console=None) -> None:
         console.print(f"note: {note}")
 
 
-# ---------------------------------------------------------------- writers
-
 def _data_uri(path: Path) -> str:
     return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
 
 
 def _rel(path: Path, start: Path) -> str:
     return Path(os.path.relpath(path, start)).as_posix()
-
 
 
 def _summary_lines(report: Report) -> List[str]:
@@ -168,10 +145,8 @@ def _write(path: Path, text: str) -> None:
 
 
 def check_out(out: Path, source: Path) -> None:
-    """Refuse an output folder whose files the report would overwrite (module docstring): one
-    that is not new, empty, a report of ``source`` (``.report-of``), or ``source``'s own
-    ``report`` folder holding a report (written before that file existed, or recording the path
-    of a run or sweep moved or copied since)."""
+    """Refuse an output folder that is not new, empty, a report of ``source`` (``.report-of``)
+    or ``source``'s own ``report`` folder (also of a run or sweep moved since)."""
     if not out.exists():
         return
     if not out.is_dir():
@@ -193,8 +168,7 @@ def check_out(out: Path, source: Path) -> None:
 
 
 def write_report(report: Report, out: Path) -> Dict[str, Path]:
-    """Plots, thumbnails, report.html, report.md and report.csv in ``out`` (:func:`check_out` has
-    accepted it), and the ``.report-of`` record."""
+    """Plots, thumbnails, report.html, report.md, report.csv and ``.report-of`` in ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     _write(out / REPORT_OF, str(report.path.resolve()) + "\n")
     plots: List[Tuple[str, Path]] = []

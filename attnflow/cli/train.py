@@ -4,9 +4,7 @@
     attnflow-train scorer=dot               # swap the attention scorer
     attnflow-train experiment=reverse_multihead logger=wandb
 
-Config errors (unknown block names, bad fields) print one message and exit with status 2.
-``--help`` lists the config groups and their options from the config files alone
-(:mod:`attnflow.cli.help`: no torch, Lightning or Hydra import); Hydra's own is ``--hydra-help``.
+Config errors print one message and exit with status 2; ``--help``: :mod:`attnflow.cli.help`.
 """
 
 from __future__ import annotations
@@ -26,8 +24,7 @@ CONF_DIR = str(config_dir())  # the checkout's conf/, or the one installed with 
 
 
 def run_app(cfg: DictConfig) -> float | None:
-    """The task function Hydra runs once per job (:func:`main` wraps it in ``hydra.main``, so that
-    importing this module, and ``--help``, import no Hydra). Returns ``optimized_metric``'s value."""
+    """The task function Hydra runs once per job; returns ``optimized_metric``'s value."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -38,14 +35,14 @@ def run_app(cfg: DictConfig) -> float | None:
     from attnflow.training.run import record_failure, train
     from attnflow.training.sweeps import check_direction, check_optimized_metric
 
-    out = Path(HydraConfig.get().runtime.output_dir)
+    hc = HydraConfig.get()
+    out, multirun = Path(hc.runtime.output_dir), hc.mode == RunMode.MULTIRUN
     found = {p.name for p in out.iterdir()} if out.is_dir() else set()  # Hydra's files, a resumed run's
     try:
-        # multirun + strategy=ddp would re-run the sweep in every rank: refused before any work
-        check_multirun_strategy(cfg.get("trainer"), HydraConfig.get().mode == RunMode.MULTIRUN)
+        check_multirun_strategy(cfg.get("trainer"), multirun)  # ddp would re-run it in every rank
         metric = check_optimized_metric(cfg)  # a misspelt name fails before any work
-        if HydraConfig.get().mode == RunMode.MULTIRUN:
-            check_direction(cfg, HydraConfig.get().sweeper)
+        if multirun:
+            check_direction(cfg, hc.sweeper)
         summary = train(from_hydra(cfg), out)
     except ConfigError as err:  # DataError: a data file missing, empty, cut short or malformed
         kind = "data" if isinstance(err, DataError) else "config"
@@ -54,7 +51,7 @@ def run_app(cfg: DictConfig) -> float | None:
         sys.exit(2)
     except NonFiniteLossError as err:
         print(f"attnflow: {err}", file=sys.stderr)
-        if metric and HydraConfig.get().mode == RunMode.MULTIRUN:
+        if metric and multirun:
             return float("nan")  # one diverging job of a sweep: Optuna records a failed trial, the sweep goes on
         sys.exit(1)
     _print_summary(summary)
@@ -70,13 +67,9 @@ def run_app(cfg: DictConfig) -> float | None:
 
 
 def _forget_refused_run(found: set | None = None) -> None:
-    """A single run refused before any work leaves no folder behind: Hydra made its run directory
-    (``outputs/<date>/<time>/`` with ``.hydra/`` and ``train.log``) before attnflow's checks ran.
-    Where the refusal came after the run began to write but before its first training step (a
-    missing data file: ``before_work``), ``found`` names what the folder held before: what the run
-    added beside it (``config.yaml``, tokenizers; a resumed run's ``resume-<n>.yaml``) goes first.
-    The folder is removed only while Hydra's files are all it holds (a resumed run's own directory,
-    or a ``hydra.run.dir`` with other files, is kept), with the date folder if that is left empty."""
+    """A single run refused before any work leaves no folder behind: what it added beside
+    ``found`` (given for a refusal after it began to write) goes, then the folder while it holds
+    only Hydra's files, and its date folder if left empty. A checkpoint is never removed."""
     import contextlib
     import re
     import shutil
@@ -100,9 +93,7 @@ def _forget_refused_run(found: set | None = None) -> None:
 
 
 def _print_summary(summary: dict) -> None:
-    """The final validation and test metrics as a table (global rank 0 only), titled with the
-    weights they are of: the best checkpoint, the averaged one (``callbacks.average``), or the last
-    weights where no best checkpoint was kept (``callbacks.checkpoint.save_top_k=0``)."""
+    """The final metrics as a table (global rank 0 only), titled with the weights they are of."""
     from pytorch_lightning.utilities import rank_zero_only
 
     from attnflow.io.console import print_metrics
@@ -119,8 +110,7 @@ def evaluated_weights(summary: dict) -> str:
 
 
 def main() -> None:
-    """The console script: plain field overrides may name fields the YAML leaves at their
-    constructor defaults (:func:`attnflow.config.groups.field_overrides`), then Hydra runs the app."""
+    """The console script: overrides are checked and completed, then Hydra runs the app."""
     bound_primitive_cache()  # before any tensor work: oneDNN reads it once
     if {"-h", "--help"} & set(sys.argv[1:]):
         from attnflow.cli.help import train_help
@@ -130,37 +120,27 @@ def main() -> None:
         except BrokenPipeError:  # `attnflow-train --help | head`
             sys.stderr.close()
         return
-    from attnflow.io.console import plain_warnings
+    from attnflow.cli.help import unknown_override
+    from attnflow.config.groups import field_overrides
     from attnflow.config.sweeps import continue_optuna_studies, missing_plugin
+    from attnflow.io.console import plain_warnings
 
     plain_warnings()  # attnflow's warnings as one line each
-
-    missing = missing_plugin(sys.argv[1:], Path(CONF_DIR))
-    if missing:  # before Hydra, whose message would be a traceback about a config it cannot find
-        print(f"attnflow: {missing}", file=sys.stderr)
+    argv, conf = sys.argv[1:], Path(CONF_DIR)
+    missing = missing_plugin(argv, conf)  # before Hydra, whose messages span a dozen lines
+    unknown = None if missing else unknown_override(argv, conf)
+    if missing or unknown:
+        print(f"attnflow: {missing or 'config error: ' + unknown}", file=sys.stderr)
         sys.exit(2)
-    from attnflow.cli.help import unknown_override
-
-    unknown = unknown_override(sys.argv[1:], Path(CONF_DIR))
-    if unknown:  # before Hydra, whose message spans a dozen lines, and before Lightning's import
-        print(f"attnflow: config error: {unknown}", file=sys.stderr)
-        sys.exit(2)
-    from attnflow.config.groups import field_overrides
-
-    if any(a.lstrip("+").startswith(("resume=", "hydra.run.dir=")) for a in sys.argv[1:]):
-        # a resume is checked before Hydra starts (a refused one changes nothing) and continues in
-        # the run's own directory; a new run is not pinned into an earlier run's directory
-        from attnflow.training.resume import ResumeError, prepare_argv
-
-        try:
-            sys.argv[1:] = prepare_argv(sys.argv[1:])
-        except ResumeError as err:
-            print(f"attnflow: {err}", file=sys.stderr)
-            sys.exit(2)
     try:
-        sys.argv[1:] = field_overrides(sys.argv[1:], Path(CONF_DIR))
-    except ConfigError as err:
-        print(f"attnflow: config error: {err}", file=sys.stderr)
+        if any(a.lstrip("+").startswith(("resume=", "hydra.run.dir=")) for a in argv):
+            from attnflow.training.resume import prepare_argv  # checked before Hydra starts
+
+            argv = prepare_argv(argv)
+        sys.argv[1:] = field_overrides(argv, conf)
+    except ConfigError as err:  # a ResumeError says what it is itself
+        print(f"attnflow: {'config error: ' if type(err) is ConfigError else ''}{err}",
+              file=sys.stderr)
         sys.exit(2)
     continue_optuna_studies()
     import hydra

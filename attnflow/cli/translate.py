@@ -1,72 +1,36 @@
 """attnflow-translate: translate sentences with a trained run directory or checkpoint.
 
-    attnflow-translate outputs/2026-11-22/05-00-00 "Ein Mann schläft."     # sentences as arguments
-    attnflow-translate run_dir -f sentences.de > out.en                       # a file (.gz too), one per line
-    echo "Zwei Hunde spielen." | attnflow-translate run_dir/checkpoints/last.ckpt --beam 5
-    attnflow-translate run_dir "Ein Hund läuft." --attention alpha.png        # α heat map
-    attnflow-translate run_dir -f in.de --save-attention attn.npz             # attention maps as data
-    attnflow-translate run_a -f in.de --ensemble run_b --ensemble b/checkpoints/epoch9.ckpt --beam 5
+    attnflow-translate RUN "Ein Mann schläft."                  # sentences as arguments
+    attnflow-translate RUN -f sentences.de.gz > out.en         # one per line (or stdin)
+    attnflow-translate RUN "Ein Hund läuft." --attention alpha.png --beam 5   # α heat map
+    attnflow-translate RUN_A -f in.de --ensemble RUN_B --ensemble b/checkpoints/epoch9.ckpt
 
-A run directory's best checkpoint (``metrics.json``, else ``last.ckpt``) and tokenizers
-(``tokenizer/``, else those the checkpoint carries) are read; a checkpoint path works too.
-Output: one line per input line (split on ``\\n`` alone), detokenised, printed batch by batch.
-Decoding: greedy with ``--beam 1``, else batched beam search with the GNMT length penalty. Without
-``--beam`` / ``--length-penalty`` / ``--max-len`` a run decodes as its own test step did:
-``task.beam_size``, ``task.length_penalty`` (a task without beam search: beam 1, α 0.6) and
-``data.max_decode_len`` (:func:`run_decoding`).
-
-A bad path or checkpoint, a run that is not a translation run, a missing input file or an input
-of no lines is one message, exit status 2. An empty input line gives an empty output line (and a
-note), so output lines stay aligned with input lines; a line over ``data.max_src_len`` subwords
-is translated from what fits, with a note counting the subwords cut. No output file is
-overwritten (:func:`attnflow.io.text.check_new_outputs`): ``--attention OUT.png`` writes OUT.png,
-OUT_1.png, … one heat map per line, each name checked before decoding (``-f``, stdin: before the
-first is written).
-
-``--ensemble PATH`` (repeatable) adds a run or checkpoint to the first: the models decode as one,
-each token chosen from the mean of their next-token distributions (:mod:`attnflow.models.ensemble`;
-e.g. the best epochs of one run, which ``callbacks.average`` keeps). Every member must have the
-first's tokenizers (else exit 2, naming the member); the first's data settings (``max_src_len``,
-the decoding limit) apply, and so do its beam and α unless the options are given (a member that
-decoded otherwise is one warning). An ensemble has no one attention map: ``--attention`` and
-``--save-attention`` are one warning with it, and not written.
-
-``--save-attention OUT.npz`` writes the attention of every translated line as arrays
-(``numpy.load(OUT)``; no pickling). The maps are those of a teacher-forced pass over the output
-the decoder produced (the same numbers as during decoding: the decoder's output at position t
-depends only on the tokens before it). Line i of the input (0-based) gives the keys
-
-- ``kind``: ``"translation"``; ``lines``: the number of input lines;
-- ``{i}/source`` (S,): the source subwords; ``{i}/output`` (T,): the output subwords, ``<eos>``
-  included when produced (one row per decoder position);
-- ``{i}/cross`` (L, J, T, S): encoder–decoder attention: for a Transformer per decoder layer
-  (L) and head (J); for the RNN models the α of the decoder's attention, L = 1 (J heads with
-  ``attention=multihead``, else 1); absent for models without attention (RNNenc);
-- ``{i}/encoder_self`` (L, J, S, S) and ``{i}/decoder_self`` (L, J, T, T): Transformer
-  self-attention per layer and head (the decoder's is causal: row t is zero after t).
-
-Every row of every map (a query position) sums to 1 over the keys (SoftMax), except with the
-``norm`` normaliser (still 1) and Luong's local attention, whose α is reweighted by a Gaussian
-around the aligned position (Luong et al. 2015, eq. (10)). An empty input line has empty
-``source``/``output`` and no maps.
+Output: one line per input line (an empty line for an empty one; one over ``data.max_src_len``
+subwords is cut, with a note). Without ``--beam``, ``--length-penalty``, ``--max-len`` a run
+decodes as its test step did. ``--ensemble`` decodes with the mean of the members' next-token
+distributions; they share the first's tokenizers, and its settings apply. ``--save-attention``
+holds ``kind``, ``lines`` and per line i, from a teacher-forced pass over the output:
+``{i}/source`` (S,), ``{i}/output`` (T,), ``{i}/cross`` (L, J, T, S) (RNN decoders: L = 1) and
+for Transformers ``{i}/encoder_self`` (L, J, S, S) and ``{i}/decoder_self`` (L, J, T, T).
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from attnflow.cli.predict_io import (PredictError, label_all, positive, read_texts,
+                                     write_attention)
 from attnflow.config.registry import AttnflowWarning, ConfigError
 from attnflow.io.checkpoints import CheckpointError, load_run, load_weights, no_grad
 from attnflow.io.console import plain_warnings
-from attnflow.io.text import (InputError, batched, check_new_outputs, check_npz, check_png,
-                              iter_lines, iter_stdin, no_inputs, path_arg, save_arrays, text_array)
+from attnflow.io.text import (InputError, check_new_outputs, check_npz, check_png,
+                              no_inputs, path_arg, text_array)
 from attnflow.training.onednn import bound_primitive_cache
 
 if TYPE_CHECKING:  # imported where decoding starts: a bad argument is refused before (seconds)
@@ -82,65 +46,45 @@ def load(path: Path, device: str = "cpu"):
     import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
     from attnflow.config.registry import DATA, MODELS
 
-    try:
-        run = load_run(path, device)
-    except CheckpointError as err:
-        raise TranslateError(str(err)) from None
+    run = load_run(path, device)
     cfg = run.config
     if cfg["data"].get("name") != "parallel":
         raise TranslateError(f"the run at {run.run_dir} is not a translation run (data "
-                             f"'{cfg['data'].get('name')}'; attnflow-translate decodes runs of "
-                             f"data=parallel); attnflow-eval {run.run_dir} gives any run's metrics, "
-                             f"attnflow-predict labels documents, graph nodes and texts and captions "
-                             f"images")
+                             f"'{cfg['data'].get('name')}'); attnflow-eval gives any run's metrics, "
+                             f"attnflow-predict labels documents, graph nodes, texts and images")
     dm = DATA.build(cfg["data"], path="data")
-    try:
-        dm.load_tokenizers(run.run_dir / "tokenizer", run.ckpt.get("attnflow_artifacts"))
-    except FileNotFoundError as err:
-        raise TranslateError(f"{err} — training saves them in <run dir>/tokenizer/ and in every "
-                             f"checkpoint") from None
+    dm.load_tokenizers(run.run_dir / "tokenizer", run.ckpt.get("attnflow_artifacts"))
     model = MODELS.build(cfg["model"], path="model", **dm.model_context())
-    try:
-        load_weights(model, run.ckpt["state_dict"], "model.", f"model '{cfg['model'].get('name')}'")
-    except CheckpointError as err:
-        raise TranslateError(f"{run.checkpoint}: {err}") from None
+    load_weights(model, run.ckpt["state_dict"], "model.", f"model '{cfg['model'].get('name')}'")
     return model.to(device).eval(), dm, cfg
 
 
 def load_ensemble(paths: Sequence[Path], device: str = "cpu"):
-    """(model, data module, config) of ``paths[0]``, or with more paths an
-    :class:`~attnflow.models.ensemble.Ensemble` of all of them with the first's data module and
-    config; every member must have the first's tokenizers."""
+    """(model, data module, config) of ``paths[0]``, or the Ensemble of all ``paths`` with the
+    first's data module and config."""
     model, dm, configs = load_members(paths, device)
     return model, dm, configs[0]
 
 
 def load_members(paths: Sequence[Path], device: str = "cpu"):
     """:func:`load_ensemble`, with the config of every member (in the order of ``paths``)."""
-    model, dm, cfg = load(paths[0], device)  # (a bad path is refused before torch's import)
+    loaded = [load(path, device) for path in paths]
+    (model, dm, _), configs = loaded[0], [cfg for _, _, cfg in loaded]
+    for path, (_, other, _) in zip(paths[1:], loaded[1:]):
+        for side, what in (("src_tok", "source"), ("tgt_tok", "target")):
+            if getattr(other, side).to_str() != getattr(dm, side).to_str():
+                raise TranslateError(f"--ensemble {path}: its {what} tokenizer differs from that of "
+                                     f"{paths[0]}; an ensemble's members share their token ids")
     if len(paths) == 1:
-        return model, dm, [cfg]
+        return model, dm, configs
     from attnflow.models.ensemble import Ensemble
 
-    members, configs = [model], [cfg]
-    for path in paths[1:]:
-        other, odm, ocfg = load(path, device)
-        configs.append(ocfg)
-        for side in ("src_tok", "tgt_tok"):
-            if getattr(odm, side).to_str() != getattr(dm, side).to_str():
-                what = "source" if side == "src_tok" else "target"
-                raise TranslateError(f"--ensemble {path}: its {what} tokenizer differs from that of "
-                                     f"{paths[0]}; an ensemble's members share their token ids "
-                                     f"(runs trained with the same tokenizer, e.g. one run's "
-                                     f"checkpoints)")
-        members.append(other)
-    return Ensemble(members).eval(), dm, configs
+    return Ensemble([m for m, _, _ in loaded]).eval(), dm, configs
 
 
 def run_decoding(cfg) -> Dict[str, float]:
-    """How the run's test step decoded: ``{"beam": task.beam_size, "length_penalty":
-    task.length_penalty}``, the task's defaults filled in; a task without beam search
-    (``task=seq2seq``, greedy) or a config without a task gives beam 1 and α 0.6."""
+    """How the run's test step decoded: ``{"beam", "length_penalty"}`` from its task (a task
+    without beam search: 1 and 0.6)."""
     from attnflow.config.registry import TASKS
 
     task = TASKS.validate(cfg["task"], "task") if cfg.get("task") else {}
@@ -150,8 +94,8 @@ def run_decoding(cfg) -> Dict[str, float]:
 
 def decoding_settings(paths: Sequence[Path], configs: Sequence, beam: Optional[int],
                       length_penalty: Optional[float]) -> Tuple[int, float]:
-    """(beam, α): the options where given, else the first run's own (:func:`run_decoding`); an
-    ensemble member that decoded otherwise is one warning (its settings are not read)."""
+    """(beam, α): the options where given, else the first run's own; an ensemble member that
+    decoded otherwise is one warning."""
     given = {"beam": beam, "length_penalty": length_penalty}
     own = [run_decoding(cfg) for cfg in configs]
     unread = []
@@ -167,18 +111,8 @@ def decoding_settings(paths: Sequence[Path], configs: Sequence, beam: Optional[i
     return int(given["beam"]), float(given["length_penalty"])
 
 
-def read_inputs(args) -> Tuple[Iterator[str], str]:
-    """The input lines (lazily) and how to name one in messages."""
-    if args.sentences:
-        return iter(args.sentences), "argument"
-    if args.file:
-        return iter_lines(args.file, "-f"), f"{args.file} line"
-    return iter_stdin(), "stdin line"
-
-
 def heat_map_names(out: str, n: int) -> List[Path]:
-    """``--attention OUT.png``: the files of ``n`` heat maps, OUT.png then OUT_1.png, OUT_2.png, …
-    (one per input line with a map, in order)."""
+    """``--attention OUT.png``: the files of ``n`` heat maps, OUT.png, OUT_1.png, OUT_2.png, …"""
     base = Path(out)
     return [base.with_name(f"{base.stem}_{k}{base.suffix}") if k else base for k in range(n)]
 
@@ -222,31 +156,30 @@ def translate(model, dm, lines: List[str], beam: int = 1, length_penalty: float 
     ids, _ = encode(dm, lines)
     rows, w = decode_ids(model, ids, beam, length_penalty, max_len or dm.max_decode_len,
                          need_weights, batch_size)
-    maps = [None] * len(lines)
-    if need_weights:
-        for i, wi in enumerate(w):
-            if wi is not None:
-                maps[i] = (wi.mean(1), [dm.src_tok.id_to_token(t) for t in ids[i]],
-                           [dm.tgt_tok.id_to_token(t) for t in rows[i]])
+    maps = _heat_maps(dm, w, ids, rows) if need_weights else [None] * len(lines)
     return [dm.detokenize(r) for r in rows], maps
 
 
-# -- attention as data -------------------------------------------------------------------------------
+def _heat_maps(dm, w, ids, rows) -> list:
+    """Per source: (α (T, S) averaged over heads, source tokens, output tokens), or None."""
+    return [None if wi is None else (wi.mean(1), _tokens(dm.src_tok, s), _tokens(dm.tgt_tok, r))
+            for wi, s, r in zip(w, ids, rows)]
+
+
+def _tokens(tok, ids) -> List[str]:
+    return [tok.id_to_token(t) for t in ids]
+
+
 def _with_heads(w: torch.Tensor) -> torch.Tensor:
     return w.unsqueeze(1) if w.dim() == 3 else w  # (B, Tq, Tk) of one head -> (B, 1, Tq, Tk)
 
 
 @no_grad
 def attention_arrays(model, ids: List[List[int]], rows: List[List[int]]) -> List[Dict[str, np.ndarray]]:
-    """Per source with an output: ``cross`` (L, J, T, S) and, for models whose attention blocks
-    run as modules (Transformers), ``encoder_self`` (L, J, S, S) and ``decoder_self`` (L, J, T, T)
-    — from one teacher-forced pass over the produced output (see the module docstring).
-
-    Every attention block of the model is asked for its weights by a forward pre-hook
-    (``need_weights=True``) and a hook keeps them; which map a block gives follows the model's
-    structure (``model.encoder`` / ``model.decoder``, and whether the block's queries are its
-    keys), not the block's class.
-    """
+    """Per source with an output, from one teacher-forced pass: ``cross`` (L, J, T, S) and for
+    Transformers ``encoder_self`` and ``decoder_self``. Hooks make every attention block under
+    ``model.encoder`` / ``model.decoder`` return its weights; a block whose queries are its keys
+    gives self-attention."""
     import torch
 
     from attnflow.blocks.attention.base import AttentionBlock
@@ -303,98 +236,70 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("run", type=path_arg, help="a run directory (attnflow-train output) or a .ckpt file")
     ap.add_argument("sentences", nargs="*", help="sentences to translate (else -f FILE, else stdin)")
     ap.add_argument("-f", "--file", type=path_arg, help="a text file (.gz: gzip), one sentence per line")
-    ap.add_argument("--beam", type=int, default=None,
-                    help="beam size; 1 = greedy (default: the run's task.beam_size, as its test "
-                         "decoding; 1 where its task has none)")
+    ap.add_argument("--beam", type=positive, default=None,
+                    help="beam size; 1 = greedy (default: the run's task.beam_size, else 1)")
     ap.add_argument("--length-penalty", type=float, default=None,
-                    help="GNMT α (default: the run's task.length_penalty; 0.6 where its task has none)")
-    ap.add_argument("--max-len", type=int, default=None,
+                    help="GNMT α (default: the run's task.length_penalty, else 0.6)")
+    ap.add_argument("--max-len", type=positive, default=None,
                     help="longest output in subwords (default: the run's data.max_decode_len)")
-    ap.add_argument("--batch-size", type=int, default=64,
-                    help="lines translated (and printed) together (default 64)")
+    ap.add_argument("--batch-size", type=positive, default=64,
+                    help="lines decoded and printed together (default 64)")
     ap.add_argument("--attention", metavar="OUT.png", type=path_arg,
                     help="write the α heat map of the first sentence (more sentences: OUT_1.png, …)")
     ap.add_argument("--save-attention", metavar="OUT.npz", type=path_arg,
-                    help="write every attention map as arrays (keys: see the module docstring)")
+                    help="write every attention map as arrays")
     ap.add_argument("--ensemble", metavar="PATH", action="append", default=[], type=path_arg,
-                    help="another run directory or .ckpt decoding with the first (repeatable): "
-                         "tokens from the mean of their distributions")
+                    help="another run or .ckpt decoding with the first (repeatable)")
     ap.add_argument("--device", default="cpu")
     return ap
 
 
 def _check_options(args) -> None:
-    """Bad values and outputs, before any work; the attention options of an ensemble (which has
-    no one attention map) are one warning and dropped."""
-    for name, value in (("--beam", args.beam), ("--batch-size", args.batch_size),
-                        ("--max-len", args.max_len)):
-        if value is not None and value < 1:
-            raise TranslateError(f"{name} must be >= 1, got {value}")
-    if args.length_penalty is not None and (not args.length_penalty >= 0  # (NaN fails >=)
-                                            or math.isinf(args.length_penalty)):
-        raise TranslateError(f"--length-penalty must be a number >= 0 (GNMT's α; 0: none), got "
-                             f"{args.length_penalty}")
+    """Outputs, before any work; an ensemble's attention options (no one map) are one warning."""
     if args.ensemble and (args.attention or args.save_attention):
         warnings.warn("--attention and --save-attention are not read with --ensemble: an ensemble "
                       "has no one attention map", AttnflowWarning)
         args.attention = args.save_attention = None
     if args.save_attention:
         check_npz(args.save_attention)
-    if args.attention:
-        check_png(args.attention)
-    if args.sentences and args.file:  # the sentences were read and the file ignored
-        raise TranslateError(f"sentences as arguments and -f {args.file}: give sentences as "
-                             f"arguments or -f, not both")
     maps = []
-    if args.attention:  # sentences given: each one's heat map (a blank one has none); -f and
-        # stdin: OUT.png now, the others before they are written
+    if args.attention:  # sentences given: each one's map (a blank one has none); -f, stdin: later
+        check_png(args.attention)
         maps = heat_map_names(args.attention, max(1, sum(bool(s.strip()) for s in args.sentences)))
     check_new_outputs(*(("--attention", p) for p in maps), ("--save-attention", args.save_attention))
 
 
-def _note_lines(chunk: Sequence[str], full: Sequence[int], first: int, where: str, limit: int) -> int:
-    """Notes on stderr of the lines of ``chunk`` (numbered from ``first``) that are empty or over
-    ``limit`` subwords (``full``: their lengths); returns how many were cut."""
-    cut = 0
-    for j, (line, n_full) in enumerate(zip(chunk, full), first):
-        if not line.strip() or n_full == 0:
-            why = "is empty" if not line.strip() else "gives no subwords"
-            print(f"attnflow-translate: {where} {j} {why}: nothing to translate (an empty line is "
-                  f"written in its place)", file=sys.stderr)
-        elif n_full > limit:
-            cut += 1
-            print(f"attnflow-translate: {where} {j} has {n_full} subwords; the model reads at most "
-                  f"{limit} (data.max_src_len of the run): {n_full - limit} subwords cut, the rest "
-                  f"is translated", file=sys.stderr)
-    return cut
-
-
 def _translate_all(args, lines, where: str, model, dm, beam: int, length_penalty: float):
     """Translate ``lines`` batch by batch, printing each; (heat maps, arrays, lines)."""
-    max_len = args.max_len or dm.max_decode_len
-    heat_maps, arrays, n_lines, n_cut = [], {}, 0, 0
-    for chunk in batched(lines, args.batch_size):
+    max_len, limit, heat_maps = args.max_len or dm.max_decode_len, dm.max_src_len, []
+
+    def step(chunk, first):
         ids, full = encode(dm, chunk)
-        n_cut += _note_lines(chunk, full, n_lines + 1, where, dm.max_src_len)
         rows, w = decode_ids(model, ids, beam, length_penalty, max_len,
                              need_weights=bool(args.attention), batch_size=args.batch_size)
-        print("\n".join(dm.detokenize(r) for r in rows), flush=True)
         if args.attention:
-            heat_maps += [(wi.mean(1), [dm.src_tok.id_to_token(t) for t in s],
-                           [dm.tgt_tok.id_to_token(t) for t in r], line)
-                          for wi, s, r, line in zip(w, ids, rows, chunk) if wi is not None]
+            heat_maps.extend((*m, line) for m, line in zip(_heat_maps(dm, w, ids, rows), chunk) if m)
+        arrays = {}
         if args.save_attention:
-            for j, (s, r, maps) in enumerate(zip(ids, rows, attention_arrays(model, ids, rows)), n_lines):
-                arrays[f"{j}/source"] = text_array([dm.src_tok.id_to_token(t) for t in s])
-                arrays[f"{j}/output"] = text_array([dm.tgt_tok.id_to_token(t) for t in r])
+            for j, (s, r, maps) in enumerate(zip(ids, rows, attention_arrays(model, ids, rows)), first):
+                arrays[f"{j}/source"] = text_array(_tokens(dm.src_tok, s))
+                arrays[f"{j}/output"] = text_array(_tokens(dm.tgt_tok, r))
                 arrays.update({f"{j}/{k}": v for k, v in maps.items()})
-        n_lines += len(chunk)
-    if not n_lines:
-        raise TranslateError(no_inputs("sentences", "-f", args.file, metavar=" FILE"))
-    if n_cut > 1:
-        print(f"attnflow-translate: {n_cut} of {n_lines} lines were longer than "
-              f"{dm.max_src_len} subwords and were cut", file=sys.stderr)
-    return heat_maps, arrays, n_lines
+        return [{"empty": not (line.strip() and n), "full": n, "out": dm.detokenize(r)}
+                for line, n, r in zip(chunk, full, rows)], arrays
+
+    def note(r, _):
+        n = r["full"]
+        msg = (f"has {n} subwords; the model reads at most {limit} (data.max_src_len of the run): "
+               f"{n - limit} subwords cut, the rest is translated")
+        return (msg, n, n - limit) if n > limit else (None, n, 0)
+
+    none = no_inputs("sentences", "-f", args.file, metavar=" FILE")
+    arrays, n = label_all(args, sys.stdout, lines, where, step, lambda r: r["out"], note,
+                          what="lines", caps=f"{limit} subwords: " + "{cut} of {size} subwords",
+                          empty="nothing to translate (an empty line is written in its place)",
+                          none=none, prog="attnflow-translate")
+    return heat_maps, arrays, n
 
 
 def _write_attention(args, heat_maps, arrays, n_lines: int) -> None:
@@ -409,9 +314,8 @@ def _write_attention(args, heat_maps, arrays, n_lines: int) -> None:
             print("attnflow-translate: no heat map written: this model has no attention "
                   "(or every input line was empty)", file=sys.stderr)
     if args.save_attention:
-        arrays.update(kind=np.asarray("translation"), lines=np.asarray(n_lines))
-        path = save_arrays(args.save_attention, arrays)
-        print(f"attnflow-translate: attention of {n_lines} lines written to {path}", file=sys.stderr)
+        write_attention(args.save_attention, arrays, "translation", n_lines, "lines",
+                        "attnflow-translate")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -420,13 +324,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_intermixed_args(argv)  # options before or after the sentences
     try:
         _check_options(args)
-        lines, where = read_inputs(args)
+        lines, where = read_texts(args, None, "sentences", "-f")
         paths = [Path(p) for p in [args.run, *args.ensemble]]
         model, dm, configs = load_members(paths, args.device)
         beam, length_penalty = decoding_settings(paths, configs, args.beam, args.length_penalty)
         _write_attention(args, *_translate_all(args, lines, where, model, dm, beam, length_penalty))
-    except (TranslateError, InputError, ConfigError, OSError) as err:
-        # ConfigError: the run's data module (tokenizer files); OSError: writing --attention/.npz
+    except (TranslateError, PredictError, CheckpointError, InputError, ConfigError, OSError) as err:
         print(f"attnflow-translate: {err}", file=sys.stderr)
         return 2
     return 0
