@@ -116,10 +116,8 @@ class StopOnNonFiniteLoss(pl.Callback):
             where = "" if value is None or not math.isfinite(value) else " on another rank"
             raise NonFiniteLossError(
                 f"the training loss is {'non-finite' if where else value}{where} at epoch "
-                f"{trainer.current_epoch}, step "
-                f"{trainer.global_step} (batch {batch_idx}); training stopped, nothing of this epoch "
-                f"was saved. Lower task.optim.lr, clip gradients (trainer.gradient_clip_val) or check "
-                f"the data")
+                f"{trainer.current_epoch}, step {trainer.global_step}; training stopped unsaved. "
+                f"Lower task.optim.lr, clip gradients (trainer.gradient_clip_val) or check the data")
 
 
 # torch.set_float32_matmul_precision's settings (high: TF32 tensor cores; medium: bfloat16)
@@ -131,8 +129,7 @@ class Float32MatmulPrecision(pl.Callback):
     do not inherit it), put back at teardown."""
 
     def __init__(self, value: str):
-        self.value = value
-        self._found: Optional[str] = None
+        self.value, self._found = value, None
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._found = torch.get_float32_matmul_precision()
