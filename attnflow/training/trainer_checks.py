@@ -51,8 +51,9 @@ def check_trainer(trainer: Dict[str, Any]) -> Dict[str, Any]:
         if key not in allowed or key in SET_BY_ATTNFLOW:
             raise ConfigError(
                 f"trainer has no field '{key}' (at 'trainer.{key}'); fields are the arguments of "
-                f"lightning's Trainer except {', '.join(SET_BY_ATTNFLOW)} (set by attnflow; "
-                f"barebones forbids the tasks' logging).{suggest(key, allowed)}")
+                f"lightning's Trainer except {', '.join(SET_BY_ATTNFLOW)} (set by attnflow: logger=…, "
+                f"callbacks.…, callbacks.checkpoint (null: none); barebones forbids the tasks' "
+                f"logging).{suggest(key, allowed)}")
     try:
         typed = OmegaConf.to_container(OmegaConf.merge(OmegaConf.structured(_schema()), trainer))
     except ValidationError as err:
