@@ -141,7 +141,7 @@ def test_best_n_in_a_run_picks_the_lowest_val_loss_epochs(tmp_path, monkeypatch)
     (["callbacks.average={last: 2, every: 3}"], "callbacks.average has no field 'every'"),
     (["callbacks.average={best: 2, mode: up}"], "field 'mode' (at 'callbacks.average.mode') must be one of 'min', 'max', null, got 'up'"),
     (["callbacks.average={best: 2, monitor: val/los}"], "callbacks.average.monitor 'val/los' is not"),
-    (["callbacks.average=10"], "callbacks.average must be a mapping"),
+    (["callbacks.average=10"], "callbacks.average (at 'callbacks.average') must be a mapping"),
     (["callbacks.average.last=2", "callbacks.checkpoint=null"], "needs callbacks.checkpoint"),
 ])
 def test_bad_entries_are_refused_before_any_work(tmp_path, overrides, says):
@@ -154,8 +154,8 @@ def test_mode_with_last_is_unread_and_said_in_a_warning():
     from attnflow.config.registry import AttnflowWarning
     from attnflow.training.averaging import check_config
 
-    with pytest.warns(AttnflowWarning, match="callbacks.average.mode is unread"):
-        check_config({"average": {"last": 2, "mode": "max"}, "checkpoint": {}}, lambda: [])
+    with pytest.warns(AttnflowWarning, match="callbacks.average.mode=max is unread"):
+        check_config({"average": {"last": 2, "mode": "max"}, "checkpoint": {}})
 
 
 def test_the_command_line_refuses_with_status_2(tmp_path, monkeypatch, capsys):

@@ -260,22 +260,15 @@ def test_a_step_limited_resume_from_an_epoch_end_trains_what_it_asks(finished, t
     run = _copy(finished / "default", tmp_path / "run")
     change = {"trainer.max_epochs": epochs, "trainer.max_steps": steps}
     if trained is None:
-        with pytest.raises(ResumeError, match=r"saved at the end of epoch 1.*an epoch early.*"
-                                              r"trainer\.max_epochs=-1 \(max_steps ends it\)"):
+        with pytest.raises(ResumeError, match=r"saved at the end of epoch 1.*an epoch early; set one"):
             resume_config(run, change)
         return
     assert train(resume_config(run, change), run)["global_step"] == trained
 
 
-def test_a_resume_may_change_the_precision_among_those_with_float32_weights(finished, tmp_path):
-    """E.g. a bf16-mixed run continued on a CPU that emulates bf16: trainer.precision=auto or
-    32-true is allowed, recorded, and a later resume still passes; half-precision weights are not."""
+def test_a_resume_may_change_the_precision(finished, tmp_path):
+    """E.g. a run continued on a CPU that emulates bf16: recorded, and a later resume still passes."""
     run = _copy(finished / "default", tmp_path / "run")
-    before = _tree(run)
-    for value in ("bf16-true", "16-true", "64-true"):
-        with pytest.raises(ResumeError, match=rf"trainer.precision={value} would change the dtype"):
-            resume_config(run, {"trainer.max_epochs": 2, "trainer.precision": value})
-    assert _tree(run) == before
     cfg = resume_config(run, {"trainer.max_epochs": 2, "trainer.precision": "bf16-mixed"})
     assert cfg["trainer"]["precision"] == "bf16-mixed"
     second = train(cfg, run)
@@ -316,8 +309,6 @@ def test_refused_resumes_name_the_problem_and_change_nothing(finished, tmp_path,
         ([f"resume={run}", "trainer.max_epochs=3", "model.encoder.hidden_dim=32"],
          "'model.encoder.hidden_dim' would change the resumed run"),
         ([f"resume={run}", "scorer=dot", "trainer.max_epochs=3"], "'scorer' would change"),
-        ([f"resume={run}", "trainer.max_epochs=3", "trainer.precision=bf16-true"],
-         "trainer.precision=bf16-true would change the dtype of the weights"),
         ([f"resume={run}", "experiment=reverse_transformer", "trainer.max_epochs=3"],
          "the run is experiment 'default', the command line names experiment=reverse_transformer"),
         ([f"resume={run}"], "already finished"),

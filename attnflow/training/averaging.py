@@ -1,21 +1,13 @@
-"""Checkpoint averaging: the element-wise mean of the weights of several epochs' checkpoints.
+"""Checkpoint averaging: the element-wise mean of several epochs' weights, as Vaswani et al.
+(2017, §6.1: the last 5 or 20 checkpoints) and Wu et al. (2021: the last 10) report.
+``callbacks.average={last: N}`` averages the last N validated epochs, ``{best: N}`` the N best by
+the monitored metric. Lightning's ``WeightAveraging`` keeps one running average of every update,
+not a chosen set of epochs, so it does not do this.
 
-Vaswani et al. (2017, §6.1) report their Transformers with the average of the last 5 or 20
-checkpoints, Wu et al. (2021) their Multi30k Transformer with the last 10 (fairseq's
-``average_checkpoints.py`` computes the same mean). ``callbacks.average={last: N}`` averages the
-last N validated epochs, ``{best: N}`` the N best by the monitored metric (the checkpoint's
-unless ``monitor``/``mode`` are given).
-
-:class:`CheckpointAverage` writes the module's weights (θ̄ under ``callbacks.ema``) after each
-validation of the fit to ``checkpoints/avg/epoch<k>.pt`` and deletes the files that can no longer
-be part of the average, so at most N are on disk and none in memory. An epoch validated twice
-keeps its latest validation; so does a validation within ``NEAR_FRACTION`` of an epoch's steps
-of a kept one (nearly the same weights; ``best`` keeps the better). The kept set is the
-callback's state (saved in every checkpoint, so a resume continues with it) and is written to
-``checkpoints/avg/kept.json``. After the fit :func:`finish` writes ``checkpoints/averaged.ckpt``,
-a copy of ``last.ckpt`` whose ``state_dict`` is the mean (floats summed in float64; integer
-buffers from the newest file), which the run then validates, tests and names its best
-checkpoint. ``attnflow-average`` (:mod:`attnflow.cli.average`) writes it for a stopped run.
+:class:`CheckpointAverage` saves the weights (θ̄ under ``callbacks.ema``) after each validation to
+``checkpoints/avg/epoch<k>.pt`` and deletes those no longer in the kept set (its state, and
+``kept.json``). After the fit :func:`finish` writes ``checkpoints/averaged.ckpt``, a copy of
+``last.ckpt`` with the mean, which the run validates and tests as its best checkpoint.
 """
 
 from __future__ import annotations
@@ -23,18 +15,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Literal, Optional, Sequence
+from typing import Any, Dict, List, Literal, Optional, Sequence
 
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.utilities import rank_zero_warn
 
+from attnflow.config.registry import AttnflowWarning, ConfigError, PositiveInt
 from attnflow.io.checkpoints import AVERAGED, AVG_DIR, INDEX, read_index  # noqa: F401
-from attnflow.training.ema import averaged_weights
-from attnflow.config.registry import AttnflowWarning, ConfigError, PositiveInt, suggest
+from attnflow.io.console import warn_unread
 from attnflow.io.text import atomic_path
+from attnflow.training.ema import averaged_weights
 from attnflow.training.state import atomic_torch_save, load_checkpoint_file
 
 
@@ -43,8 +35,8 @@ NEAR_FRACTION = 0.01  # validations closer than this share of an epoch's steps a
 
 @dataclasses.dataclass(frozen=True)
 class AverageConfig:
-    """``callbacks.average`` (null: no averaging): exactly one of ``last`` (the last N validated
-    epochs) or ``best`` (the N best by ``monitor``; null monitor/mode: the checkpoint's)."""
+    """``callbacks.average`` (null: none): exactly one of ``last`` or ``best`` (by ``monitor``;
+    null monitor/mode: the checkpoint's)."""
 
     last: Optional[PositiveInt] = None
     best: Optional[PositiveInt] = None
@@ -52,10 +44,8 @@ class AverageConfig:
     mode: Optional[Literal["min", "max"]] = None
 
 
-def check_config(callbacks: Dict[str, Any], metric_names: Callable[[], Sequence[str]]) -> None:
-    """Refuse a bad ``callbacks.average`` (its fields' types: :class:`AverageConfig`): exactly
-    one of ``last``/``best``; ``monitor`` a metric the task logs (``metric_names()``); a
-    checkpoint to copy. ``mode`` with ``last`` is unread: a warning."""
+def check_config(callbacks: Dict[str, Any]) -> None:
+    """``callbacks.average``'s rules across fields: one of ``last``/``best``, and a checkpoint."""
     entry = (callbacks or {}).get("average")
     if entry is None:
         return
@@ -65,21 +55,14 @@ def check_config(callbacks: Dict[str, Any], metric_names: Callable[[], Sequence[
                           "epochs) or 'best' (the N best by the monitored metric), got "
                           f"{', '.join(given) or 'neither'}")
     if entry.get("last") is not None and entry.get("mode") is not None:
-        warnings.warn("callbacks.average.mode is unread: last keeps the last validated epochs, "
-                      "unranked", AttnflowWarning, stacklevel=2)
-    monitor = entry.get("monitor")
-    names = metric_names() if monitor is not None else []
-    if names and monitor not in names:
-        raise ConfigError(f"callbacks.average.monitor '{monitor}' is not a metric the task logs; "
-                          f"it logs {', '.join(names)}.{suggest(monitor, names)}")
+        warn_unread(f"callbacks.average.mode={entry['mode']}", "last keeps the last epochs, unranked")
     if callbacks.get("checkpoint") is None:
         raise ConfigError("callbacks.average needs callbacks.checkpoint (averaged.ckpt is a copy "
                           "of the run's last checkpoint with the averaged weights)")
 
 
 def monitor_of(entry: Dict[str, Any], checkpoint: Optional[Dict[str, Any]]) -> Dict[str, Any]:
-    """``entry``'s monitor/mode, where null the checkpoint entry's (null there too: the task's,
-    filled in by the runner)."""
+    """``entry``'s monitor/mode, where null the checkpoint entry's."""
     checkpoint = checkpoint if isinstance(checkpoint, dict) else {}
     out = {"monitor": entry.get("monitor"), "mode": entry.get("mode")}
     if out["monitor"] is None:
@@ -107,8 +90,7 @@ def select_kept(entries: List[Dict[str, Any]], by: str, n: int, mode: str) -> Li
 
 
 class CheckpointAverage(pl.Callback):
-    """Keeps the weights of the epochs that can still be part of the average on disk (see the
-    module docstring); ``last`` or ``best`` is N."""
+    """Keeps on disk the weights of the epochs that can still be averaged (see the module)."""
 
     def __init__(self, run_dir: Path | str, last: Optional[int] = None, best: Optional[int] = None,
                  monitor: Optional[str] = None, mode: Optional[str] = None):
@@ -124,8 +106,7 @@ class CheckpointAverage(pl.Callback):
                                        "mode": self.mode, "kept": self.kept}, indent=2))
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        # after Lightning restored this callback's state: files not in the kept set were written
-        # after that checkpoint (a run killed before its next last.ckpt)
+        # (after the restore: files outside the kept set were written after that checkpoint)
         if not trainer.is_global_zero:
             return
         names = {e["file"] for e in self.kept}
@@ -136,7 +117,7 @@ class CheckpointAverage(pl.Callback):
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or trainer.state.fn != "fit" or trainer.fast_dev_run:
-            return  # (fast_dev_run: no checkpoints, as Lightning's ModelCheckpoint writes none)
+            return
         value = trainer.callback_metrics.get(self.monitor) if self.monitor else None
         score = float(value) if value is not None else None
         if self.by == "best" and score is None:
@@ -150,7 +131,7 @@ class CheckpointAverage(pl.Callback):
         others = [e for e in self.kept if e["epoch"] != epoch]
         gap = near_steps(trainer)
         twin = next((e for e in others if 0 <= entry["step"] - e["step"] < gap), None)
-        if twin is not None:  # nearly the same weights as a kept entry: one of the two stays
+        if twin is not None:  # nearly the same weights: one of the two stays
             if self.by == "best" and select_kept([twin, entry], "best", 1, self.mode)[0] is twin:
                 return
             others.remove(twin)
@@ -159,8 +140,8 @@ class CheckpointAverage(pl.Callback):
         candidates = others + [entry]
         keep = select_kept(candidates, self.by, self.n, self.mode)
         if trainer.is_global_zero:
-            if entry in keep:  # weights only; the tensors as they are (map_location cpu on load)
-                weights = averaged_weights(trainer) or pl_module.state_dict()  # callbacks.ema: θ̄
+            if entry in keep:
+                weights = averaged_weights(trainer) or pl_module.state_dict()
                 state = {k: v.detach().cpu() for k, v in weights.items()}
                 atomic_torch_save({"state_dict": state, **{k: entry[k] for k in ("epoch", "step", "score")},
                                    "monitor": self.monitor}, self.dir / entry["file"])
@@ -179,8 +160,8 @@ class CheckpointAverage(pl.Callback):
 
 
 def near_steps(trainer: pl.Trainer) -> int:
-    """Optimiser steps within which two validations hold one model: ``NEAR_FRACTION`` of an
-    epoch's, at least 1 (so only the same step, for epochs under 100 steps or of unknown length)."""
+    """Optimiser steps within which two validations hold one model (``NEAR_FRACTION`` of an
+    epoch's, at least 1)."""
     batches = trainer.num_training_batches
     if not math.isfinite(batches):
         return 1
@@ -189,10 +170,8 @@ def near_steps(trainer: pl.Trainer) -> int:
 
 
 def average_state_dicts(paths: Sequence[Path]) -> Dict[str, torch.Tensor]:
-    """The element-wise mean of the ``state_dict`` of the files ``paths`` (oldest first): floats
-    summed in float64, one file in memory at a time, cast back; other dtypes from the last. Names
-    that share one tensor in every file (tied weights: a Transformer's embeddings and output
-    projection) share the mean too, so it is saved once, as in the run's own files."""
+    """The element-wise mean of the files' ``state_dict``: floats summed in float64, one file in
+    memory at a time; other dtypes from the last. Tied weights stay tied."""
     total: Dict[str, torch.Tensor] = {}
     newest: Dict[str, torch.Tensor] = {}
     keys = None
@@ -218,8 +197,7 @@ def average_state_dicts(paths: Sequence[Path]) -> Dict[str, torch.Tensor]:
 
 
 def _aliases(state: Dict[str, torch.Tensor]) -> Dict[str, str]:
-    """{name: the first name holding the same tensor} for the names after the first of a group
-    (same storage, offset, shape and strides: torch.save keeps such sharing)."""
+    """{name: the first name holding the same tensor} for the later names of each group."""
     first: Dict[tuple, str] = {}
     alias = {}
     for k, v in state.items():
@@ -232,10 +210,8 @@ def _aliases(state: Dict[str, torch.Tensor]) -> Dict[str, str]:
 
 
 def finish(trainer: pl.Trainer, run_dir: Path | str, best: str = "") -> Optional[Dict[str, Any]]:
-    """After the fit: write ``checkpoints/averaged.ckpt`` and return its record ({path, epochs,
-    files, ...}), or None when the run does not average or has no validated epoch to average.
-    Rank 0 reads the kept set and writes the file; the record is broadcast, so every rank (also
-    on nodes that do not share rank 0's disk) decides alike and waits for the file."""
+    """After the fit: rank 0 writes ``checkpoints/averaged.ckpt``; its record (or None) is
+    broadcast, so every rank decides alike."""
     record = None
     if any(isinstance(c, CheckpointAverage) for c in trainer.callbacks) and trainer.is_global_zero:
         record = write_average(Path(run_dir), best)
@@ -243,9 +219,8 @@ def finish(trainer: pl.Trainer, run_dir: Path | str, best: str = "") -> Optional
 
 
 def write_average(run_dir: Path, best: str) -> Optional[Dict[str, Any]]:
-    """After the fit: the mean of the kept files into ``checkpoints/averaged.ckpt`` (a copy of
-    ``last.ckpt``, else of ``best``); its record, or None with a warning when there is nothing to
-    average or no checkpoint to copy."""
+    """The mean of the kept files into a copy of ``last.ckpt`` (else ``best``); its record, or
+    None with a warning."""
     index = read_index(run_dir)
     avg_dir = run_dir / "checkpoints" / AVG_DIR
     kept = [e for e in (index or {}).get("kept", []) if (avg_dir / e["file"]).is_file()]
@@ -264,9 +239,8 @@ def write_average(run_dir: Path, best: str) -> Optional[Dict[str, Any]]:
 
 def average_into(run_dir: Path, index: Dict[str, Any], kept: List[Dict[str, Any]], base: Path,
                  out: Path) -> Dict[str, Any]:
-    """Write the mean of the ``kept`` entries' files (of ``index``, the run's ``kept.json``) into a
-    copy of the checkpoint ``base`` at ``out``, with ``attnflow_average`` recording what was
-    averaged; returns that record and ``path``."""
+    """Write the mean of the ``kept`` entries' files into a copy of ``base`` at ``out``, with
+    ``attnflow_average`` recording what was averaged; returns that record and ``path``."""
     avg_dir = run_dir / "checkpoints" / AVG_DIR
     record = {"path": str(out), "by": index["by"], "n": index["n"], "monitor": index.get("monitor"),
               "epochs": [e["epoch"] for e in kept], "steps": [e["step"] for e in kept],

@@ -1,5 +1,5 @@
-"""Lightning callbacks of attnflow: attention pictures during and after training; a stop on a
-non-finite training loss; the float32 matmul precision in every training process."""
+"""attnflow's Lightning callbacks: attention pictures, a stop on a non-finite loss, and the
+float32 matmul precision in every training process."""
 
 from __future__ import annotations
 
@@ -13,15 +13,14 @@ import torch
 from pytorch_lightning.loggers import TensorBoardLogger, WandbLogger
 
 from attnflow.config.registry import NonNegativeFloat, NonNegativeInt, Range
+from attnflow.io.console import warn_unread
 from attnflow.viz.panels import log_panels
 
 
-# -- the typed configs of the callbacks entries (checked by attnflow.training.validate.validate_config) --------------
 @dataclasses.dataclass(frozen=True)
 class CheckpointConfig:
-    """``callbacks.checkpoint`` (null: no checkpoints): Lightning's ``ModelCheckpoint`` keeping the
-    ``save_top_k`` best by ``monitor`` (-1: every one; null monitor/mode: the task's metric and
-    its mode, checked by the runner), and ``last.ckpt`` when ``save_last``."""
+    """``callbacks.checkpoint`` (null: none): the ``save_top_k`` best by ``monitor`` (null: the
+    task's metric and mode), and ``last.ckpt`` when ``save_last``."""
 
     monitor: Optional[str] = None
     mode: Optional[Literal["min", "max"]] = None
@@ -31,8 +30,7 @@ class CheckpointConfig:
 
 @dataclasses.dataclass(frozen=True)
 class EarlyStoppingConfig:
-    """``callbacks.early_stopping`` (null: none): Lightning's ``EarlyStopping`` after ``patience``
-    validations without an improvement of at least ``min_delta`` in ``monitor``."""
+    """``callbacks.early_stopping`` (null: none): Lightning's ``EarlyStopping``."""
 
     monitor: Optional[str] = None
     mode: Optional[Literal["min", "max"]] = None
@@ -42,31 +40,26 @@ class EarlyStoppingConfig:
 
 @dataclasses.dataclass(frozen=True)
 class AttentionMapsConfig:
-    """``callbacks.attention_maps`` (null: none): :class:`AttentionMaps` of ``examples`` validation
-    examples every ``every_n_epochs`` validations (0: only after training)."""
+    """``callbacks.attention_maps`` (null: none): :class:`AttentionMaps`."""
 
     examples: NonNegativeInt = 4
     every_n_epochs: NonNegativeInt = 1
 
 
-# the loggers AttentionMaps sends its maps to during training (by their registry names)
 DASHBOARD_LOGGERS = ("wandb", "tensorboard")
 
 
 class AttentionMaps(pl.Callback):
-    """Every ``every_n_epochs`` validations (and at the validation of the best checkpoint after
-    training), the task's attention dashboard of ``examples`` validation examples goes to the W&B
-    and TensorBoard loggers (on rank 0; nothing is computed when neither is in use); when
-    training ends its images are written to ``<out_dir>``.
-
-    The data module offers ``example_batch(n)`` (examples chosen across labels where there are
-    labels), the task ``dashboard(batch) -> [panel]`` (:mod:`attnflow.viz.figures`): images (one W&B
-    key per example, e.g. ``val/attention/0``; all of one size), HTML (W&B only) and tables
-    (W&B tables; TensorBoard text).
-    """
+    """Every ``every_n_epochs`` validations (0: only after training) and at the final validation,
+    the task's ``dashboard`` of ``examples`` validation examples (the data module's
+    ``example_batch``) goes to the W&B and TensorBoard loggers on rank 0; at the end of training
+    its images are written to ``out_dir``."""
 
     def __init__(self, out_dir: Path, examples: int = 4, every_n_epochs: int = 1):
         self.out_dir, self.examples, self.every_n_epochs = Path(out_dir), examples, every_n_epochs
+        if examples == 0 and every_n_epochs != 1:
+            warn_unread(f"callbacks.attention_maps.every_n_epochs={every_n_epochs}",
+                        "examples=0 draws no maps")
 
     def _panels(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> list:
         dm = trainer.datamodule
@@ -97,8 +90,7 @@ class AttentionMaps(pl.Callback):
 
 
 def _when(trainer: pl.Trainer) -> str:
-    """When a validation's pictures were drawn: an epoch of the fit (0-based, as W&B's ``epoch``),
-    or after training, of the checkpoint validated (the best one, or the average of several)."""
+    """When a validation's pictures were drawn: an epoch of the fit, or after it (of which weights)."""
     if trainer.state.fn == "fit":
         return f"epoch {trainer.current_epoch}, step {trainer.global_step}"
     ckpt = getattr(trainer, "ckpt_path", None)
@@ -110,10 +102,8 @@ class NonFiniteLossError(RuntimeError):
 
 
 class StopOnNonFiniteLoss(pl.Callback):
-    """Stops training at the first NaN/∞ training loss, naming the epoch and step, before any
-    checkpoint holds the broken weights (the checkpoints of earlier epochs are kept). Under DDP
-    the ranks decide together (any rank's non-finite loss stops all of them): a rank stopping
-    alone would leave the others waiting in the next gradient all-reduce."""
+    """Stops training at the first NaN/∞ training loss, before a checkpoint holds the broken
+    weights. Under DDP the ranks decide together, so none waits alone in an all-reduce."""
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs,
                            batch, batch_idx: int) -> None:
@@ -126,26 +116,20 @@ class StopOnNonFiniteLoss(pl.Callback):
             where = "" if value is None or not math.isfinite(value) else " on another rank"
             raise NonFiniteLossError(
                 f"the training loss is {'non-finite' if where else value}{where} at epoch "
-                f"{trainer.current_epoch}, step "
-                f"{trainer.global_step} (batch {batch_idx}); training stopped, nothing of this epoch "
-                f"was saved. Lower task.optim.lr, clip gradients (trainer.gradient_clip_val) or check "
-                f"the data")
+                f"{trainer.current_epoch}, step {trainer.global_step}; training stopped unsaved. "
+                f"Lower task.optim.lr, clip gradients (trainer.gradient_clip_val) or check the data")
 
 
-# torch.set_float32_matmul_precision's settings: float32 products in full float32 (PyTorch's
-# default), with TF32 tensor cores (Ampere and newer: a 10-bit mantissa), or in bfloat16
+# torch.set_float32_matmul_precision's settings (high: TF32 tensor cores; medium: bfloat16)
 MATMUL_PRECISIONS = ("highest", "high", "medium")
 
 
 class Float32MatmulPrecision(pl.Callback):
-    """The run's ``float32_matmul_precision`` in every process that trains: the runner sets it in
-    its own process before the Trainer exists (where Lightning checks it), but processes that
-    ``trainer.strategy=ddp_spawn`` starts do not inherit PyTorch's global settings, so each sets it
-    again when the Trainer sets up, and puts back what it found at teardown."""
+    """The run's ``float32_matmul_precision`` in every process that trains (those of ddp_spawn
+    do not inherit it), put back at teardown."""
 
     def __init__(self, value: str):
-        self.value = value
-        self._found: Optional[str] = None
+        self.value, self._found = value, None
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._found = torch.get_float32_matmul_precision()

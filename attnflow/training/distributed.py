@@ -1,26 +1,10 @@
-"""Running on many devices and machines: what attnflow adds to Lightning's strategies.
+"""Many devices and machines: what attnflow adds to Lightning's strategies.
 
-Lightning does the data parallelism (``trainer=ddp``: one process per device, gradients averaged
-over ranks; DistributedSampler injected into the data loaders). What is ours around it:
-
-- **Multirun + a script-relaunching strategy is refused.** ``strategy=ddp`` (and fsdp,
-  deepspeed) starts ranks 1…N-1 by re-running the command line with ``hydra.run.dir`` pinned
-  (``lightning_fabric``'s ``_hydra_subprocess_cmd``). In a Hydra multirun (``-m``) that command
-  is the whole sweep, so every rank would run its own sweep — jobs that never meet in the same
-  collective, i.e. a deadlock, or N sweeps. :func:`check_multirun_strategy` refuses it before any
-  work, unless the processes are made by a cluster scheduler (SLURM via the submitit launcher,
-  torchrun, LSF), where Lightning relaunches nothing. ``trainer=ddp_spawn`` is safe in
-  sweeps: it spawns workers inside the job with ``torch.multiprocessing``.
-- **ddp_spawn's CSV log is continued, not cut** (:func:`continue_csv_logs`). Under ddp_spawn each
-  of ``fit``, ``validate`` and ``test`` runs in freshly spawned processes that get a copy of the
-  main process's CSVLogger — which never saw what the previous stage wrote. Lightning's CSV writer
-  then rewrites ``metrics.csv`` with only the new stage's columns, fails on the old rows and
-  leaves the file cut to its header. Telling the logger the columns already in the file first
-  makes it append as in a single process; :func:`fit_progress` reads the fit's epochs and steps
-  back from its checkpoint for ``metrics.json``.
-- **Evaluation counts each item once** (:func:`eval_sampler`): validation and test loaders give
-  every item to exactly one rank, and the tasks reduce their metrics over ranks (``sync_dist``,
-  torchmetrics, BLEU over the gathered corpus).
+- A Hydra multirun (``-m``) with a strategy whose ranks Lightning starts by re-running the
+  command line (ddp, fsdp, deepspeed) would run the whole sweep on every rank: refused
+  (:func:`check_multirun_strategy`) unless a scheduler (SLURM, torchrun, LSF) makes the processes.
+- Under ddp_spawn each stage runs in new processes with a copy of the CSVLogger that never saw
+  the earlier stage's rows; :func:`continue_csv_logs` makes it append to ``metrics.csv``.
 """
 
 from __future__ import annotations
@@ -38,8 +22,7 @@ _SPAWNING = ("spawn", "fork", "notebook")  # start methods that make workers ins
 
 
 def relaunches_script(strategy: Any) -> bool:
-    """Whether Lightning starts the other ranks of ``strategy`` (a registry name) by re-running
-    the command line (its subprocess-script launcher): ddp and its variants, fsdp, deepspeed."""
+    """Whether Lightning starts the ranks of ``strategy`` (a name) by re-running the script."""
     if not isinstance(strategy, str):
         return False
     name = strategy.lower()
@@ -49,9 +32,7 @@ def relaunches_script(strategy: Any) -> bool:
 
 
 def device_trainer(trainer: Mapping[str, Any]):
-    """A Trainer of ``trainer``'s device fields (accelerator, devices, strategy, num_nodes), quietly:
-    Lightning refuses what this machine cannot give (:func:`lightning_errors`); its
-    ``num_devices`` and ``num_nodes`` are what a run of these fields uses."""
+    """A quiet Trainer of ``trainer``'s device fields: its ``num_devices`` and ``num_nodes``."""
     import pytorch_lightning as pl
 
     fields = {k: trainer[k] for k in ("accelerator", "devices", "strategy", "num_nodes") if k in trainer}
@@ -67,8 +48,7 @@ def device_trainer(trainer: Mapping[str, Any]):
 
 
 def _scheduler_makes_processes() -> bool:
-    """A cluster environment in which Lightning relaunches nothing: the processes come from srun
-    (SLURM), torchrun or LSF's jsrun (Kubeflow cannot be detected)."""
+    """Whether SLURM, torchrun or LSF made the processes (Lightning then relaunches nothing)."""
     from lightning_fabric.plugins.environments import (LSFEnvironment, SLURMEnvironment,
                                                        TorchElasticEnvironment)
 
@@ -76,8 +56,7 @@ def _scheduler_makes_processes() -> bool:
 
 
 def check_multirun_strategy(trainer: Optional[Mapping[str, Any]], multirun: bool) -> None:
-    """Refuse a Hydra multirun whose trainer relaunches the script on more than one device or
-    node (see the module docstring); a :class:`ConfigError` naming the fields and the ways out."""
+    """Refuse a multirun whose trainer relaunches the script on more than one device or node."""
     from omegaconf import DictConfig, OmegaConf
 
     if isinstance(trainer, DictConfig):
@@ -96,28 +75,16 @@ def check_multirun_strategy(trainer: Optional[Mapping[str, Any]], multirun: bool
     raise ConfigError(
         f"a multirun (-m) with trainer.strategy={strategy} on {devices} device(s) × {nodes} node(s) "
         f"is refused: Lightning starts the other ranks by re-running this command, so every rank "
-        f"would run the whole sweep (and the jobs can deadlock). For a sweep use trainer=ddp_spawn "
-        f"(workers spawned inside each job), or the submitit launcher "
-        f"(hydra/launcher=slurm: one SLURM job per run, its ranks started by srun; docs/sweeps.md "
-        f"\"Many devices, many machines\"), or run the jobs one by one without -m")
-
-
-def _spawns_workers(trainer) -> bool:
-    """Whether the trainer's strategy runs each stage in new worker processes (ddp_spawn,
-    ddp_fork, ddp_notebook: Lightning's multiprocessing launcher)."""
-    from pytorch_lightning.strategies.launchers.multiprocessing import _MultiProcessingLauncher
-
-    return isinstance(getattr(trainer.strategy, "launcher", None), _MultiProcessingLauncher)
+        f"would run the whole sweep. Use trainer=ddp_spawn, or the submitit launcher (docs/sweeps.md)")
 
 
 def continue_csv_logs(trainer) -> None:
-    """Under ddp_spawn (or ddp_fork), make each CSVLogger of ``trainer`` append to the
-    ``metrics.csv`` already on disk with its columns (see the module docstring); else nothing.
-    Called before the fit too: the writer made then (in this process, while its folder is empty)
-    fixes the version every stage writes to, and is never made again over a written log."""
+    """Make each CSVLogger of ``trainer`` know the columns of the ``metrics.csv`` on disk, so a
+    stage run in new processes (ddp_spawn) appends to it; within one process it knows them
+    already. Called before the fit too: the writer made then fixes the version every stage uses."""
     from pytorch_lightning.loggers import CSVLogger
 
-    if not _spawns_workers(trainer):
+    if not trainer.is_global_zero:
         return
     for logger in trainer.loggers:
         if not isinstance(logger, CSVLogger):
@@ -131,16 +98,14 @@ def continue_csv_logs(trainer) -> None:
 
 
 def fit_progress(trainer, checkpoint_dir) -> tuple:
-    """(epochs, global_step) of the finished ``fit``. Under ddp_spawn the fit ran in spawned
-    processes and this process's trainer still counts 0 (Lightning sends back only the weights,
-    the best checkpoint's path and the callback metrics): then they are read from the newest
-    checkpoint the fit wrote (``last.ckpt`` when kept, else the newest one: its epoch + 1)."""
-    if not _spawns_workers(trainer) or trainer.global_step > 0:
+    """(epochs, global_step) of the finished ``fit``. Where this process counts no step (the fit
+    ran in ddp_spawn's processes), from the newest checkpoint the fit wrote."""
+    if trainer.global_step > 0:
         return trainer.current_epoch, trainer.global_step
     from attnflow.training.state import load_checkpoint_file
 
     files = sorted(Path(checkpoint_dir).glob("*.ckpt"), key=lambda p: p.stat().st_mtime)
     if not files:
         return trainer.current_epoch, trainer.global_step
-    ckpt = load_checkpoint_file(files[-1], mmap=True)  # weights_only, naming a bad file
+    ckpt = load_checkpoint_file(files[-1], mmap=True)
     return int(ckpt.get("epoch", -1)) + 1, int(ckpt.get("global_step", 0))

@@ -6,15 +6,10 @@ s % ``every_n_steps`` == 0,
     θ̄ ← β θ̄ + (1 − β) θ,     θ̄ = θ at the first update,
 
 the Polyak–Ruppert average in its exponential form (Polyak & Juditsky 1992; Marian's
-exponential smoothing, Junczys-Dowmunt et al. 2018). Lightning's
-:class:`~pytorch_lightning.callbacks.EMAWeightAveraging` does the work: θ keeps training, each
-validation of the fit scores θ̄, every checkpoint's ``state_dict`` is θ̄ (θ is kept as
-``current_model_state`` for resume) and the module holds θ̄ after the fit. Before the first update
-θ̄ is the initial weights, as Lightning defines it.
-
-The subclass keeps that to the fit: validating or testing a saved checkpoint afterwards scores the
-checkpoint's ``state_dict`` (its θ̄) as saved, and a checkpoint written after the fit ended still
-keeps θ as the state to resume.
+exponential smoothing, Junczys-Dowmunt et al. 2018). Lightning's ``EMAWeightAveraging`` does the
+work: validations of the fit score θ̄, checkpoints hold θ̄ as ``state_dict`` and θ as
+``current_model_state``. The subclass keeps that to the fit: evaluating a saved checkpoint later
+scores its θ̄ as saved, and a checkpoint written after the fit still keeps θ to resume.
 """
 
 from __future__ import annotations
@@ -32,8 +27,7 @@ from attnflow.config.registry import AttnflowWarning, NonNegativeInt, PositiveIn
 
 @dataclasses.dataclass(frozen=True)
 class EMAConfig:
-    """``callbacks.ema`` (null: none): θ̄ ← β θ̄ + (1 − β) θ with β = ``decay``, after the
-    optimiser steps from ``start_step`` on whose index is a multiple of ``every_n_steps``."""
+    """``callbacks.ema`` (null: none): β = ``decay``; see the module."""
 
     decay: Annotated[float, Range(gt=0, lt=1, what="β of θ̄ ← βθ̄ + (1 − β)θ")] = 0.999
     start_step: NonNegativeInt = 0
@@ -41,7 +35,7 @@ class EMAConfig:
 
 
 class ExponentialMovingAverage(EMAWeightAveraging):
-    """Lightning's EMA callback with attnflow's field names, acting during the fit only."""
+    """Lightning's EMA callback with attnflow's field names, during the fit only."""
 
     def __init__(self, decay: float = 0.999, start_step: int = 0, every_n_steps: int = 1):
         super().__init__(decay=decay, update_every_n_steps=every_n_steps,
@@ -50,10 +44,12 @@ class ExponentialMovingAverage(EMAWeightAveraging):
         self._trained: Optional[Dict[str, torch.Tensor]] = None  # θ, once θ̄ replaced it at the end
 
     def averaged_state_dict(self, trainer: pl.Trainer) -> Optional[Dict[str, torch.Tensor]]:
-        """θ̄ under the LightningModule's parameter names while fitting; else None."""
-        if trainer.state.fn != "fit" or self._average_model is None:
+        """θ̄ under the LightningModule's names while fitting (as a checkpoint saves it); else None."""
+        if trainer.state.fn != "fit":
             return None
-        return self._average_model.module.state_dict()
+        ckpt: Dict[str, Any] = {"state_dict": {}}
+        EMAWeightAveraging.on_save_checkpoint(self, trainer, trainer.lightning_module, ckpt)
+        return ckpt["state_dict"] if "current_model_state" in ckpt else None
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage == "fit":
@@ -85,13 +81,12 @@ class ExponentialMovingAverage(EMAWeightAveraging):
 
     def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                            checkpoint: Dict[str, Any]) -> None:
-        if trainer.state.fn == "fit":  # evaluating a checkpoint: its state_dict (θ̄) was loaded
+        if trainer.state.fn == "fit":  # (evaluating: its state_dict, θ̄, is loaded as it is)
             super().on_load_checkpoint(trainer, pl_module, checkpoint)
 
 
 def averaged_weights(trainer: pl.Trainer) -> Optional[Dict[str, torch.Tensor]]:
-    """θ̄ of the trainer's ``callbacks.ema`` while fitting, or None: the weights a checkpoint
-    saved now would hold, for callbacks that save weights themselves."""
+    """θ̄ of the trainer's ``callbacks.ema`` while fitting, else None."""
     for cb in trainer.callbacks:
         if isinstance(cb, ExponentialMovingAverage):
             return cb.averaged_state_dict(trainer)

@@ -1,12 +1,7 @@
-"""Experiment loggers by registry name: ``csv`` (default), ``tensorboard``, ``wandb``, ``none``.
-
-The ``logger`` config maps logger names to their fields, as in lightning-hydra-template:
-``logger=csv`` is ``{csv: {}}``, ``logger=[csv,wandb]`` both, ``logger=none`` none. W&B runs
-offline unless ``logger.wandb.mode`` or ``$WANDB_MODE`` says otherwise (``wandb sync`` uploads
-later) and checks its own settings when its run starts (:func:`log_hyperparams`).
-
-:func:`run_identity` names a run from its experiment and the overrides typed (``gat_cora
-scorer=dot``), groups the jobs of a multirun by sweep, and keeps both in the config's ``run``.
+"""Experiment loggers by registry name (``csv``, ``tensorboard``, ``wandb``, ``none``): the
+``logger`` config maps names to fields (``logger=[csv,wandb]``). W&B runs offline unless
+``logger.wandb.mode`` or ``$WANDB_MODE`` says otherwise. :func:`run_identity` names a run from
+its experiment and typed overrides (``gat_cora scorer=dot``) and groups a multirun's jobs.
 """
 
 from __future__ import annotations
@@ -14,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import warnings
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Dict, List, Mapping, Optional
@@ -23,18 +17,19 @@ import yaml
 from hydra.core.hydra_config import HydraConfig
 from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger, WandbLogger
 
-from attnflow.config.registry import LOGGERS, AttnflowWarning, ConfigError, build_config, suggest
+from attnflow.config.registry import LOGGERS, ConfigError, build_config
+from attnflow.io.console import warn_unread
 
 
 @LOGGERS.register("csv")
 def csv_logger(save_dir: str, identity: Optional[dict] = None):
-    """Lightning's CSVLogger: <run dir>/csv/version_N/metrics.csv (a resumed run writes N + 1)."""
+    """<run dir>/csv/version_N/metrics.csv (a resumed run writes N + 1)."""
     return CSVLogger(save_dir, name="csv")
 
 
 @LOGGERS.register("tensorboard")
 def tensorboard_logger(save_dir: str, identity: Optional[dict] = None):
-    """TensorBoard event files in <run dir>/tensorboard/version_N (``tensorboard --logdir outputs``)."""
+    """<run dir>/tensorboard/version_N."""
     return TensorBoardLogger(save_dir, name="tensorboard", default_hp_metric=False)
 
 
@@ -43,18 +38,9 @@ def wandb_logger(save_dir: str, identity: Optional[dict] = None, *, project: Opt
                  entity: Optional[str] = None, group: Optional[str] = None,
                  run_name: Optional[str] = None, tags: List[str] = [], mode: Optional[str] = None,
                  run_id: Optional[str] = None):
-    """Weights & Biases; files in <run dir>/wandb. A null field falls back to W&B's own variable.
-
-    Args:
-        project: the W&B project ($WANDB_PROJECT, else 'attnflow').
-        entity: as in ``wandb.init`` ($WANDB_ENTITY, else the account's).
-        group: the W&B group (default: the run's ``run.group``).
-        run_name: the run's display name (default: ``run.name``).
-        tags: more tags, after the top-level ``tags`` and the experiment's name.
-        mode: as in ``wandb.init``: 'offline', 'online', 'disabled', ... ($WANDB_MODE, else 'offline').
-        run_id: resume this W&B run (null: a new run).
-
-    The W&B job type is ``train`` ($WANDB_JOB_TYPE where set), which W&B's runs table groups by."""
+    """Weights & Biases in <run dir>/wandb; a null field is W&B's variable (project: else
+    'attnflow'; mode: else 'offline'), or the run's ``run.group``/``run.name``. ``tags`` follow
+    the run's; ``run_id`` resumes that W&B run."""
     identity = identity or {}
     name = run_name or identity.get("name") or Path(save_dir).name
     logger = WandbLogger(project=project or os.environ.get("WANDB_PROJECT") or "attnflow",
@@ -63,15 +49,14 @@ def wandb_logger(save_dir: str, identity: Optional[dict] = None, *, project: Opt
                          save_dir=save_dir, mode=mode or os.environ.get("WANDB_MODE") or "offline",
                          id=run_id, resume="allow" if run_id else None,
                          job_type=os.environ.get("WANDB_JOB_TYPE") or "train")
-    # Lightning passes anonymous=None to wandb.init, which W&B answers on every run with a
-    # warning that the setting has no effect; Lightning has no argument to leave it out
+    # Lightning passes anonymous=None to wandb.init, which W&B answers with a warning on every
+    # run (wandb.termwarn, not Python's warnings); no public argument leaves it out
     logger._wandb_init.pop("anonymous", None)
     return logger
 
 
 def _fit(name: str, most: int) -> str:
-    """``name`` in at most ``most`` characters (W&B's limit on a run name), ending in a digest of
-    the whole, so sweep jobs whose swept value comes last keep distinct names."""
+    """``name`` in at most ``most`` characters (W&B's limit), ending in a digest of the whole."""
     if len(name) <= most:
         return name
     return f"{name[:most - 10]} … {hashlib.sha1(name.encode()).hexdigest()[:7]}"
@@ -79,42 +64,32 @@ def _fit(name: str, most: int) -> str:
 
 @LOGGERS.register("none")
 def no_logger(save_dir: str, identity: Optional[dict] = None):
-    """No experiment logger (``logger=none``); metrics.json, checkpoints and PNGs are still written."""
+    """No experiment logger (metrics.json, checkpoints and pictures are still written)."""
     return False
 
 
-# -- the logger mapping ------------------------------------------------------------------------
 def validate_loggers(cfg: Any, path: str = "logger") -> Dict[str, Dict[str, Any]]:
-    """``{logger name: its fields with defaults}`` of a ``logger`` config; an unknown logger or
-    field is a :class:`ConfigError` naming ``logger.<name>.<field>``."""
+    """``{logger name: its fields with defaults}`` of a ``logger`` config, or a :class:`ConfigError`."""
     if cfg is None:
         return {}
     if not isinstance(cfg, Mapping):
-        raise ConfigError(f"'{path}' must map logger names to their fields, e.g. {{csv: {{}}}} "
-                          f"(logger=csv, logger=[csv,wandb] or logger=none); got {cfg!r}")
-    names, out = LOGGERS.names(), {}
+        raise ConfigError(f"'{path}' must map logger names to their fields (logger=[csv,wandb]), "
+                          f"got {cfg!r}")
+    out = {}
     for name, fields in cfg.items():
-        if name not in names:
-            raise ConfigError(f"unknown logger '{name}' at '{path}.{name}'. Registered loggers: "
-                              f"{', '.join(names)}.{suggest(str(name), names)}")
-        fields = {} if fields is None else fields
-        if not isinstance(fields, Mapping):
-            raise ConfigError(f"'{path}.{name}' must be a mapping of logger '{name}''s fields, "
-                              f"got {fields!r}")
-        if "name" in fields:  # the registry's key for the logger itself
-            raise ConfigError(f"logger '{name}' has no field 'name' (at '{path}.{name}.name'); "
-                              f"the run's name is run.name")
-        out[name] = LOGGERS.validate({**fields, "name": name}, f"{path}.{name}")
+        if not isinstance(fields, (Mapping, type(None))) or "name" in (fields or {}):
+            raise ConfigError(f"'{path}.{name}' must be a mapping of logger '{name}''s fields (the "
+                              f"run's name is run.name), got {fields!r}")
+        out[name] = LOGGERS.validate({**(fields or {}), "name": name}, f"{path}.{name}")
         out[name].pop("name")
     return out
 
 
-# the ``logger`` group for ``validate_config`` and ``attnflow-blocks --config``: registry-like
 LOGGER_CONFIG = SimpleNamespace(kind="logger", validate=validate_loggers)
 
 
 def build_loggers(cfg: Any, run_dir: Path | str, identity: Optional[dict] = None) -> list:
-    """The Lightning loggers of a ``logger`` config ([] for none), in the order given."""
+    """The Lightning loggers of a ``logger`` config, in order."""
     out = []
     for name, fields in validate_loggers(cfg).items():
         logger = LOGGERS.build({**fields, "name": name}, str(run_dir), identity or {},
@@ -125,16 +100,15 @@ def build_loggers(cfg: Any, run_dir: Path | str, identity: Optional[dict] = None
 
 
 def log_hyperparams(loggers: list, config: Dict[str, Any]) -> None:
-    """The resolved config (with its ``run`` identity and ``tags``) to every logger. The W&B run
-    starts here; what W&B refuses (a project name, a tag, a mode, missing credentials) is raised
-    as a :class:`ConfigError` carrying W&B's message."""
+    """The resolved config to every logger; the W&B run starts here (what W&B refuses: a
+    :class:`ConfigError`)."""
     for logger in loggers:
         if isinstance(logger, WandbLogger):
             import wandb
 
             try:
                 logger.experiment  # wandb.init, on global rank 0
-            except (wandb.errors.Error, ValueError) as err:  # ValueError: its settings' pydantic
+            except (wandb.errors.Error, ValueError) as err:
                 raise ConfigError(f"W&B refused to start the run (logger.wandb, $WANDB_*): "
                                   f"{err}") from err
         logger.log_hyperparams(config)
@@ -149,9 +123,8 @@ def _wandb_run(loggers: list) -> Any:
 
 
 def summarize_loggers(loggers: list, summary: Dict[str, Any], last_epoch: Mapping[str, Any]) -> None:
-    """``metrics.json`` as the W&B run's summary (the runs table's columns), rather than whatever
-    was logged last: its metrics by name (of the checkpoint validated after training), its other
-    fields as they are, and the last epoch's values of those metrics as ``last_epoch/<name>``."""
+    """``metrics.json`` as the W&B run's summary (not what was logged last), with the last
+    epoch's values as ``last_epoch/<name>``."""
     run = _wandb_run(loggers)
     if run is not None:
         last = {f"last_epoch/{k}": float(v) for k, v in last_epoch.items() if k in summary["metrics"]}
@@ -160,14 +133,12 @@ def summarize_loggers(loggers: list, summary: Dict[str, Any], last_epoch: Mappin
 
 
 def finish_loggers(loggers: list, failed: bool) -> None:
-    """End this job's W&B run (exit code 1 when training failed), so that each job of a multirun
-    gets its own run; called in ``finally``. Other loggers flush themselves."""
+    """End this job's W&B run (exit code 1 when training failed): one W&B run per job."""
     run = _wandb_run(loggers)
     if run is not None:
         run.finish(exit_code=1 if failed else 0)
 
 
-# -- run identity --------------------------------------------------------------------------------
 # Overrides that say where or how a run is recorded, not what it trains: left out of its name.
 NOISE = ("hydra", "paths", "experiment", "logger", "callbacks.progress_bar", "run", "tags",
          "resume", "ckpt_path", "hparams_search", "optimized_metric")
@@ -192,15 +163,13 @@ def _key(override: str) -> str:
 
 
 def typed_overrides(overrides) -> List[str]:
-    """The overrides that change what is trained, as typed (without a leading ``+``/``++``):
-    no hydra.*, paths.*, experiment=, logger choices or fields, ...."""
+    """The overrides that change what is trained, as typed (no leading ``+``, no :data:`NOISE`)."""
     return [item.lstrip("+") for item in overrides or ()
             if not any(_key(item) == n or _key(item).startswith((n + ".", n + "/")) for n in NOISE)]
 
 
 def _hydra_info(cfg: Any) -> Optional[dict]:
-    """{choices, overrides, multirun, sweep_dir} from the running Hydra app, or from the ``hydra``
-    node of a config composed with ``return_hydra_config``; None outside Hydra."""
+    """{choices, overrides, multirun, sweep_dir} of Hydra (None outside it)."""
     if HydraConfig.initialized():
         hc = HydraConfig.get()
     elif hasattr(cfg, "get") and cfg.get("hydra") is not None:
@@ -213,8 +182,7 @@ def _hydra_info(cfg: Any) -> Optional[dict]:
 
 
 def _swept_experiments(sweep_dir: Any) -> Optional[str]:
-    """``a,b`` when the sweep (its ``multirun.yaml``, written before the first job) sweeps
-    ``experiment=a,b``: the group's label then, so the jobs of one sweep share one group."""
+    """``a,b`` when the sweep's ``multirun.yaml`` sweeps ``experiment=a,b``, else None."""
     try:
         typed = yaml.safe_load((Path(str(sweep_dir)) / "multirun.yaml").read_text())["hydra"]["overrides"]["task"]
     except (OSError, yaml.YAMLError, KeyError, TypeError):
@@ -225,22 +193,19 @@ def _swept_experiments(sweep_dir: Any) -> Optional[str]:
 
 
 def sweep_group(label: str, sweep_dir: str) -> str:
-    """A multirun's W&B group: its label (search config or experiment) and the sweep folder's
-    last two parts, e.g. 'default 2025-01-31/12-00-00-123456'; a folder named like the label
-    ('multirun/gat_cora_optuna': a continued study) gives just the label."""
+    """A multirun's W&B group: its label and the sweep folder's last two parts (without
+    'multirun' or the label), e.g. 'default 2025-01-31/12-00-00-123456'."""
     parts = [p for p in Path(str(sweep_dir)).parts[-2:] if p not in ("multirun", label)]
     return " ".join([label, "/".join(parts)]).strip()
 
 
 def _wandb_identity(run: Dict[str, Any], wandb: Mapping[str, Any], tags: List[Any]) -> List[Any]:
-    """With a W&B logger: ``logger.wandb.run_name``/``group`` name the run (and are recorded as
-    its ``run.name``/``group``); else W&B's own $WANDB_NAME/$WANDB_RUN_GROUP where no ``run``
-    field is set. Returns ``tags`` with $WANDB_TAGS's (comma-separated) added."""
+    """``logger.wandb.run_name``/``group`` as the run's name/group, else $WANDB_NAME and
+    $WANDB_RUN_GROUP where unset; ``tags`` with $WANDB_TAGS's."""
     for key, field, var in (("name", "run_name", "WANDB_NAME"), ("group", "group", "WANDB_RUN_GROUP")):
         if wandb.get(field) is not None:
             if run[key] not in (None, wandb[field]):
-                warnings.warn(f"logger.wandb.{field}={wandb[field]} names the run's {key}; "
-                              f"run.{key}={run[key]} is left unread", AttnflowWarning, stacklevel=3)
+                warn_unread(f"run.{key}={run[key]}", f"logger.wandb.{field}={wandb[field]} names it")
             run[key] = wandb[field]
         elif run[key] is None and os.environ.get(var):
             run[key] = os.environ[var]
@@ -248,13 +213,8 @@ def _wandb_identity(run: Dict[str, Any], wandb: Mapping[str, Any], tags: List[An
 
 
 def run_identity(cfg: Any, resolved: Dict[str, Any]) -> Dict[str, Any]:
-    """``{"run": {experiment, name, group, overrides}, "tags": [...]}`` for the resolved config.
-
-    ``run.*`` fields already set (by the user, or in a saved config being resumed) are kept; with
-    a W&B logger its fields and W&B's own variables come next (:func:`_wandb_identity`); the
-    others come from Hydra (the composed ``cfg``'s choices and typed overrides). Outside Hydra
-    (``train(cfg, dir)`` from Python) the experiment is unknown (null) and the name is
-    "<model> on <data>"."""
+    """``{"run": {experiment, name, group, overrides}, "tags": [...]}``: the ``run`` fields set
+    are kept, then W&B's, then Hydra's; outside Hydra the name is "<model> on <data>"."""
     run = dataclasses.asdict(build_config(RunConfig, resolved.get("run"), "run", "run"))
     tags = [] if resolved.get("tags") is None else resolved["tags"]
     if not isinstance(tags, list):
@@ -282,7 +242,7 @@ def run_identity(cfg: Any, resolved: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def logger_identity(resolved: Dict[str, Any]) -> Dict[str, Any]:
-    """What loggers need of the identity: name, group and tags (config tags + experiment)."""
+    """The identity's name, group and tags (with the experiment)."""
     run = resolved.get("run") or {}
     return {"name": run.get("name"), "group": run.get("group"),
             "tags": _unique([*(resolved.get("tags") or []), run.get("experiment")])}

@@ -1,26 +1,11 @@
 """``trainer.precision=auto``, and a warning where bf16 is asked of hardware that emulates it.
 
-bfloat16 (Kalamkar et al. 2019, "A Study of BFLOAT16 for Deep Learning Training") in mixed
-precision (Micikevicius et al. 2018: float32 master weights, half-precision products) saves time
-only where the hardware multiplies bfloat16 itself: NVIDIA GPUs from Ampere on (compute
-capability ≥ 8.0) and x86 CPUs with AVX512-BF16 or AMX (aarch64: the ``bf16`` feature). Elsewhere
-bfloat16 products fall back to slow kernels, and a step becomes many times slower
-than plain float32: on an AMD EPYC (Zen 3, AVX2 only), one thread, the d=256 3+3-layer
-Transformer's training step (``bench/translation_step.py --compare-bf16``, B=64) ran at 0.078 and
-0.089 of float32's token rate under bf16 autocast, 11–13× slower (2026-11-27; docs/benchmarks.md,
-"bf16 on a CPU without it"). A time-boxed recipe that asks for bf16 there trains a tenth of its
-steps.
-
-So attnflow adds one value to Lightning's ``trainer.precision``:
-
-- ``auto``: ``bf16-mixed`` where the accelerator the run will use has native bfloat16, else
-  ``32-true``; the choice is printed, recorded in ``metrics.json`` (``precision``), and made
-  again on resume (a run resumed on other hardware takes what is fast there; the weights are
-  float32 either way). ``config.yaml`` keeps ``auto``, as asked.
-- an explicit ``bf16-mixed``/``bf16-true`` (or ``bf16``) on a CPU known to lack native bfloat16,
-  or on a GPU that emulates it, takes effect, as every override does, with a warning that names
-  the field, the slowdown and the fix (a stopped run may take the fix too: ``resume=<run>
-  trainer.precision=auto``, :data:`attnflow.training.resume.FLOAT32_WEIGHTS`).
+bfloat16 (Kalamkar et al. 2019) in mixed precision (Micikevicius et al. 2018) saves time only
+where the hardware multiplies bfloat16 itself: NVIDIA GPUs from Ampere on and x86 CPUs with
+AVX512-BF16 or AMX (aarch64: ``bf16``). Elsewhere a step is many times slower than float32
+(11–13× for a d=256 Transformer on an AVX2 CPU; docs/benchmarks.md). ``auto`` is ``bf16-mixed``
+where it is native, else ``32-true``, chosen again on resume; an explicit bf16 where it is
+emulated runs, with a warning naming the fix.
 """
 
 from __future__ import annotations
@@ -77,8 +62,8 @@ def native_bf16(accelerator: Any) -> Tuple[Optional[bool], str]:
 
 
 def resolve_precision(trainer: Dict[str, Any]) -> Tuple[Dict[str, Any], Optional[str], bool]:
-    """The Trainer arguments with ``precision: auto`` made concrete, a message for the log (None:
-    nothing to say) and whether it is a warning (bf16 asked where it is emulated)."""
+    """The Trainer arguments with ``precision: auto`` made concrete, a message for the log (or
+    None) and whether it is a warning (bf16 where it is emulated)."""
     precision, accelerator = trainer.get("precision"), trainer.get("accelerator", "auto")
     if precision == AUTO:
         native, why = native_bf16(accelerator)
@@ -88,12 +73,8 @@ def resolve_precision(trainer: Dict[str, Any]) -> Tuple[Dict[str, Any], Optional
     if str(precision) not in BF16:
         return trainer, None, False
     native, why = native_bf16(accelerator)
-    if native is not False:  # native, or attnflow cannot tell: nothing to say
+    if native is not False:  # (native, or cannot tell)
         return trainer, None, False
-    if _uses_cuda(accelerator):
-        return trainer, (f"trainer.precision={precision}: {why}; a step may be slower than "
-                         f"32-true (16-mixed uses this GPU's float16 units); auto picks 32-true"), True
-    return trainer, (f"trainer.precision={precision} on a CPU without native bfloat16 ({why}): "
-                     f"PyTorch emulates it, and a step is many times slower than 32-true "
-                     f"(11–13× for a d=256 Transformer on an AVX2 CPU). Set "
-                     f"trainer.precision=32-true, or auto (bf16 only where it is native)"), True
+    where = (f": {why}; a step may be slower than 32-true (or 16-mixed)" if _uses_cuda(accelerator)
+             else f" on a CPU without native bfloat16 ({why}): a step is many times slower")
+    return trainer, f"trainer.precision={precision}{where}; set trainer.precision=32-true or auto", True

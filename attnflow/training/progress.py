@@ -1,12 +1,5 @@
-"""The progress bar of ``attnflow-train``: lines that work in a terminal, a pipe or a log file.
-
-``callbacks.progress_bar`` chooses the bar (:func:`progress_bar`):
-
-- ``auto`` (the default): Lightning's rich bar on a terminal (or in Jupyter), else ``text``;
-- ``text``: :class:`TextProgressBar`, plain lines flushed as they are written — what a log file or
-  ``attnflow-train | tee log`` needs (a redrawn bar writes nothing to a pipe until it ends);
-- ``rich``, ``tqdm``: Lightning's bars; ``none``: no bar.
-"""
+"""``callbacks.progress_bar``: ``auto`` (rich on a terminal, else ``text``), ``text`` (plain
+lines flushed as written: a log file or a pipe), ``rich``, ``tqdm`` or ``none``."""
 
 from __future__ import annotations
 
@@ -40,16 +33,11 @@ def _duration(seconds: float) -> str:
 
 
 class TextProgressBar(ProgressBar):
-    """Progress as plain lines, each flushed at once: one every ``every_n_steps`` batches of a loop
-    (default: the trainer's ``log_every_n_steps``) and one at the end of each training epoch with
-    its training and validation metrics.
+    """Plain lines, each flushed: one every ``every_n_steps`` batches of a loop (default: the
+    trainer's ``log_every_n_steps``) and one per training epoch with its metrics::
 
         epoch 1/4 step 50/313 (16%) 21.3 it/s eta 0:12 train/loss=1.82
         epoch 1/4 done in 0:15: train/loss=0.913 val/loss=0.412 val/seq_acc=0.62
-        test step 50/63 (79%) 8.2 it/s eta 0:01
-
-    A loop of one batch (full-graph GAT) prints only its epoch line. Runs on global rank 0 only
-    (Lightning's ProgressBar disables the others).
     """
 
     def __init__(self, every_n_steps: Optional[int] = None):
@@ -57,9 +45,8 @@ class TextProgressBar(ProgressBar):
         self.every_n_steps = every_n_steps
         self._enabled = True
         self._started: Dict[str, float] = {}
-        self._skipped: Dict[str, int] = {}  # batches of the loop done before its clock started
+        self._skipped: Dict[str, int] = {}  # batches done before the clock started (resume)
 
-    # -- ProgressBar interface -----------------------------------------------------------------------
     def disable(self) -> None:
         self._enabled = False
 
@@ -70,7 +57,6 @@ class TextProgressBar(ProgressBar):
         if self._enabled:
             print(*args, **kwargs, flush=True)
 
-    # -- helpers -------------------------------------------------------------------------------------
     def _every(self, trainer: pl.Trainer) -> int:
         return max(1, int(self.every_n_steps or trainer.log_every_n_steps or 50))
 
@@ -81,7 +67,7 @@ class TextProgressBar(ProgressBar):
     def _step_line(self, trainer: pl.Trainer, loop: str, done: int, total: Any) -> Optional[str]:
         """The line after ``done`` batches of ``total``, or None when none is due."""
         if done % self._every(trainer) or (isinstance(total, (int, float)) and done >= total):
-            return None  # the last batch of a loop is covered by the epoch (or final) line
+            return None  # (the last batch: the epoch line)
         elapsed = max(time.monotonic() - self._started.get(loop, time.monotonic()), 1e-9)
         timed = done - self._skipped.get(loop, 0)
         rate = timed / elapsed
@@ -99,18 +85,16 @@ class TextProgressBar(ProgressBar):
                        if k.startswith(prefixes) and not k.endswith("_step"))
         return " ".join(f"{k.removesuffix('_epoch')}={fmt_value(v)}" for k, v in items)
 
-    # -- training ------------------------------------------------------------------------------------
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._started["train"] = self._started["epoch"] = time.monotonic()
         self._skipped["train"] = 0
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if "train" not in self._started:  # resumed mid-epoch: Lightning starts no epoch; time
-            self._started["train"] = self._started["epoch"] = time.monotonic()  # from this batch
+        if "train" not in self._started:  # resumed mid-epoch: no epoch start
+            self._started["train"] = self._started["epoch"] = time.monotonic()
             self._skipped["train"] = batch_idx + 1
         line = self._step_line(trainer, "train", batch_idx + 1, self.total_train_batches)
         if line:
-            # the bar's metrics of this step (validation values shown would be last epoch's)
             bar = {k: v for k, v in self.get_metrics(trainer, pl_module).items()
                    if k.startswith("train/") or "/" not in k and k != "v_num"}
             extra = " ".join(f"{k.removesuffix('_step')}={fmt_value(v)}" for k, v in sorted(bar.items()))
@@ -122,7 +106,6 @@ class TextProgressBar(ProgressBar):
             took += f" (resumed after step {self._skipped['train']})"
         self.print(f"{self._epoch(trainer)} done in {took}: {self._metrics(trainer)}".rstrip(": "))
 
-    # -- evaluation loops (validation during fit, validate, test) -------------------------------------
     def on_validation_epoch_start(self, trainer, pl_module) -> None:
         self._started["eval"] = time.monotonic()
 

@@ -1,17 +1,9 @@
-"""One training run, from a resolved config to files in the run directory.
+"""One training run, from a config to its run directory: ``config.yaml``, ``checkpoints/``,
+``attention/``, ``metrics.json`` and the loggers' files.
 
-This module owns the run directory: ``config.yaml`` (the resolved config; a resumed run keeps
-its own and records each resume in ``resume-<n>.yaml``: :mod:`attnflow.training.resume`), ``checkpoints/``
-(Lightning's ModelCheckpoint: best and last), ``attention/`` (heat maps), ``metrics.json`` (final
-validation and test metrics by name), and the logger's files (``csv/``, ``tensorboard/``,
-``wandb/``). Order of work:
-
-1. validate the config (:mod:`attnflow.training.validate`), then build the Trainer, where
-   Lightning checks its own arguments — before the run directory is written or any data made;
-2. build the data module, the model (a tree of blocks) and the task from the registries;
-3. ``Trainer.fit``, then validation and test of the best checkpoint;
-4. write ``metrics.json`` (atomically; a failed run writes none and overwrites nothing) and always
-   finish the W&B run, with a failure exit code if training failed.
+The config is validated and the Trainer built (Lightning checks its own arguments) before the
+run directory is written or any data made; then data, model and task are built, fitted, and the
+best checkpoint validated and tested. ``metrics.json`` is written atomically at the end.
 """
 
 from __future__ import annotations
@@ -29,26 +21,23 @@ from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor, Mode
 from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 
 import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
-from attnflow.training.callbacks import (AttentionMaps, Float32MatmulPrecision,
-                                StopOnNonFiniteLoss)
-from attnflow.training.distributed import continue_csv_logs, fit_progress
-from attnflow.training.progress import progress_bar
-from attnflow.training import resume, state as training_state  # resume=, ckpt_path=; exact restarts, atomic checkpoints
-from attnflow.training import averaging  # callbacks.average: checkpoint averaging
-from attnflow.training.ema import ExponentialMovingAverage  # callbacks.ema
-from attnflow.training.loggers import (build_loggers, finish_loggers, log_hyperparams,
-                              logger_identity, run_identity, summarize_loggers)
-from attnflow.training.precision import resolve_precision  # =auto
-from attnflow.training.trainer_checks import check_trainer, idle_settings, lightning_errors
 from attnflow.config.registry import DATA, MODELS, TASKS, AttnflowWarning, ConfigError
+from attnflow.io.console import warn_unread
 from attnflow.io.text import atomic_path
-
+from attnflow.training import averaging, resume, state as training_state
+from attnflow.training.callbacks import AttentionMaps, Float32MatmulPrecision, StopOnNonFiniteLoss
+from attnflow.training.distributed import continue_csv_logs, fit_progress
+from attnflow.training.ema import ExponentialMovingAverage
+from attnflow.training.loggers import (build_loggers, finish_loggers, log_hyperparams,
+                                       logger_identity, run_identity, summarize_loggers)
+from attnflow.training.precision import resolve_precision
+from attnflow.training.progress import progress_bar
+from attnflow.training.trainer_checks import check_trainer, idle_settings, lightning_errors
 from attnflow.training.validate import resolve_config
 
 
 def _with_task_monitor(entry: Dict[str, Any], task: Any) -> Dict[str, Any]:
-    """``entry`` (checkpoint or early-stopping fields) with ``monitor``/``mode`` taken from the
-    task where null: its checkpoint metric, and the mode of the monitored metric."""
+    """``entry`` with a null ``monitor``/``mode`` taken from the task."""
     entry = dict(entry)
     if task is None:
         return {k: v for k, v in entry.items() if not (k in ("monitor", "mode") and v is None)}
@@ -62,36 +51,37 @@ def _with_task_monitor(entry: Dict[str, Any], task: Any) -> Dict[str, Any]:
 
 
 def build_callbacks(cfg: Dict[str, Any], run_dir: Path, task: Any = None) -> List[pl.Callback]:
-    """The callbacks of ``cfg`` (the ``callbacks`` config); a checkpoint or early-stopping entry
-    without ``monitor``/``mode`` monitors the ``task``'s metric (``Task.monitor``; a task class,
-    or the built task, whose ``metrics`` give the mode of a metric its config adds)."""
+    """The callbacks of the ``callbacks`` config ``cfg``; a null ``monitor``/``mode`` is the
+    ``task``'s (a task class, or :func:`task_monitor`)."""
     out: List[pl.Callback] = [StopOnNonFiniteLoss()]
-    ck = cfg.get("checkpoint")  # (an entry of {}: its fields' defaults, not "off"; only null is off)
+    ck = cfg.get("checkpoint")  # ({}: its defaults; only null is off)
     if ck is not None:
         ck = dict(ck)
         save_last = ck.pop("save_last", True)
+        if (ck.get("save_top_k", 1) == 0 and ck.get("monitor") is None
+                and ck.get("mode") is not None and cfg.get("average") is None):
+            warn_unread(f"callbacks.checkpoint.mode={ck['mode']}", "save_top_k=0 ranks nothing")
         out.append(training_state.RunCheckpoint(
             dirpath=run_dir / "checkpoints", filename="epoch{epoch}-step{step}",
             auto_insert_metric_name=False, **_with_task_monitor(ck, task)))
-        if save_last:  # Lightning writes last.ckpt only when a top-k checkpoint was written: a
-            # second, unmonitored callback keeps last.ckpt the state after every epoch
-            out.append(training_state.LastCheckpoint(run_dir))  # … and at the end of training
+        if save_last:  # (Lightning's own last.ckpt follows top-k saves only)
+            out.append(training_state.LastCheckpoint(run_dir))
     es = cfg.get("early_stopping")
     if es is not None:
         out.append(EarlyStopping(**_with_task_monitor(es, task)))
     maps = cfg.get("attention_maps")
     if maps is not None:
         out.append(AttentionMaps(run_dir / "attention", **maps))
-    bar = progress_bar(cfg.get("progress_bar", "auto"))  # auto: rich on a terminal, else text lines
+    bar = progress_bar(cfg.get("progress_bar", "auto"))
     if bar is not None:
         out.append(bar)
     if cfg.get("lr_monitor"):
         out.append(LearningRateMonitor(logging_interval="step"))
     ema = cfg.get("ema")
-    if ema is not None:  # ({}: the defaults) before callbacks.average, which keeps what it validates
+    if ema is not None:  # before callbacks.average, which keeps θ̄
         out.append(ExponentialMovingAverage(**ema))
     avg = cfg.get("average")
-    if avg is not None:  # best N by the checkpoint's metric (the task's) unless the entry names one
+    if avg is not None:
         watch = _with_task_monitor(averaging.monitor_of(avg, cfg.get("checkpoint")), task)
         out.append(averaging.CheckpointAverage(run_dir, avg.get("last"), avg.get("best"),
                                                watch.get("monitor"), watch.get("mode")))
@@ -104,9 +94,7 @@ def _write_json(path: Path, data: dict) -> None:
 
 
 def record_failure(run_dir: Path, reason: str) -> None:
-    """A run that failed after writing its ``metrics.json`` (the metric a sweeper optimises was not
-    among those it reported) says so there, as ``failed``: attnflow-report lists it as the run's
-    status instead of ``ok``. Global rank 0 only, as metrics.json is written."""
+    """Record ``failed: reason`` in a written ``metrics.json`` (attnflow-report's status)."""
     from pytorch_lightning.utilities import rank_zero_only
 
     path = Path(run_dir) / "metrics.json"
@@ -127,13 +115,11 @@ def train(cfg: DictConfig | Dict[str, Any], run_dir: Path | str) -> Dict[str, An
     resolved = resolve_config(cfg)
     resolved.update(run_identity(cfg, resolved))  # run name/experiment/group, tags
     matmul, found = resolved.get("float32_matmul_precision"), torch.get_float32_matmul_precision()
-    if matmul:  # here, before the Trainer checks it; in ddp_spawn's processes, by the callback
+    if matmul:  # (ddp_spawn's processes: the callback)
         torch.set_float32_matmul_precision(matmul)
     try:
-        trainer = build_trainer(resolved, run_dir)  # Lightning's checks: before any file or data
+        trainer = build_trainer(resolved, run_dir)  # before any file or data
         run_dir.mkdir(parents=True, exist_ok=True)
-        # config.yaml of a new run; a resumed one keeps its own and records the resume beside it
-        # (resume-<n>.yaml); the checkpoint to fit from is checked here
         fit_from = resume.start(resolved, run_dir)
         pl.seed_everything(resolved.get("seed", 1234), workers=True, verbose=False)
         return _train(resolved, trainer, run_dir, fit_from)
@@ -142,8 +128,7 @@ def train(cfg: DictConfig | Dict[str, Any], run_dir: Path | str) -> Dict[str, An
 
 
 def task_monitor(task_cfg: Dict[str, Any]) -> SimpleNamespace:
-    """The task's monitor and its metrics' modes, from its config (the callbacks are made before
-    the task): a multitask config's tasks add ``<task>/<metric>``."""
+    """The task's monitor and metric modes from its config (a multitask's add ``<task>/<metric>``)."""
     cls = TASKS.get(task_cfg["name"])
     metrics = dict(cls.metrics)
     for name, entry in (task_cfg.get("tasks") or {}).items():  # (validated: each names its task)
@@ -152,11 +137,10 @@ def task_monitor(task_cfg: Dict[str, Any]) -> SimpleNamespace:
 
 
 def build_trainer(resolved: Dict[str, Any], run_dir: Path) -> pl.Trainer:
-    """The run's Trainer, with its loggers and callbacks; what Lightning refuses of the trainer
-    fields is a :class:`ConfigError`. A setting the config leaves unread is one warning line,
-    and a callback so named is not built."""
+    """The run's Trainer with its loggers and callbacks; a setting left unread is one warning
+    line (a callback so named is not built)."""
     trainer_args, note, warn = resolve_precision(check_trainer(resolved.get("trainer") or {}))
-    if note:  # trainer.precision=auto's choice; bf16 where it is emulated
+    if note:
         (rank_zero_warn if warn else rank_zero_info)(note)
     wanted = dict(resolved.get("callbacks") or {})
     for key, why in idle_settings(resolved, TASKS.get(resolved["task"]["name"])).items():
@@ -171,30 +155,28 @@ def build_trainer(resolved: Dict[str, Any], run_dir: Path) -> pl.Trainer:
     with lightning_errors():
         return pl.Trainer(**trainer_args, logger=logger or False,
                           callbacks=[*callbacks, *training_state.callbacks(run_dir)],
-                          plugins=[training_state.SafeCheckpointIO()],  # atomic, weights_only
+                          plugins=[training_state.SafeCheckpointIO()],
                           default_root_dir=str(run_dir), enable_progress_bar=bar not in ("none", None),
-                          # callbacks.checkpoint=null: none (else Lightning adds a ModelCheckpoint)
                           enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks))
 
 
 def _train(resolved: Dict[str, Any], trainer: pl.Trainer, run_dir: Path, fit_from: Any) -> Dict[str, Any]:
-    """:func:`train` from the data module on. A :class:`ConfigError` (or ``DataError``) raised
-    before the first training step carries ``before_work=True``: nothing of value was made, so
-    ``attnflow-train`` may forget what the run wrote (its ``config.yaml``, tokenizers)."""
+    """:func:`train` from the data on. A :class:`ConfigError` raised before the first step
+    carries ``before_work=True``: ``attnflow-train`` may then delete what the run wrote."""
     failed = True
     try:
         dm = DATA.build(resolved["data"], path="data")
-        if hasattr(dm, "set_run_dir"):  # data modules that keep files with the run (tokenizers)
+        if hasattr(dm, "set_run_dir"):  # (tokenizers kept with the run)
             dm.set_run_dir(run_dir)
         model_cfg = resolved["model"]
-        if fit_from and model_cfg.get("init_from"):  # the checkpoint fitted from holds every weight:
-            model_cfg = {**model_cfg, "init_from": None}  # the pretraining run is not read again
+        if fit_from and model_cfg.get("init_from"):  # the checkpoint holds every weight
+            model_cfg = {**model_cfg, "init_from": None}
         model = MODELS.build(model_cfg, path="model", **dm.model_context())
         task = TASKS.build(resolved["task"], model, path="task", **dm.task_context())
         why = dm.missing_test() if resolved.get("test", True) and hasattr(dm, "missing_test") else None
-        if why:  # (its files are read by now) the fit would run, then the test stop on it
+        if why:
             raise ConfigError(why)
-        if hasattr(dm, "save_artifacts"):  # what prediction needs besides weights (e.g. a vocabulary)
+        if hasattr(dm, "save_artifacts"):  # (e.g. a vocabulary, for prediction)
             dm.save_artifacts(run_dir)
         task.run_config = resolved
         start = time.time()
@@ -209,29 +191,25 @@ def _train(resolved: Dict[str, Any], trainer: pl.Trainer, run_dir: Path, fit_fro
             summarize_loggers(trainer.loggers, summary, last_epoch)
         failed = False
         return summary
-    except ConfigError as err:  # a DataError too (a missing file): was it before any step?
-        err.before_work = (  # (ddp_spawn trains in other processes: on disk)
+    except ConfigError as err:  # (a DataError too)
+        err.before_work = (  # (ddp_spawn trains in other processes: ask the disk)
             trainer.global_step == 0 and not any(run_dir.rglob("*.ckpt")))
         raise
     finally:
-        finish_loggers(trainer.loggers, failed)  # one W&B run per job, also when training failed
+        finish_loggers(trainer.loggers, failed)
 
 
 def _evaluate(trainer: pl.Trainer, task: Any, dm: Any, run_dir: Path, test: bool) -> tuple:
-    """After the fit: the best checkpoint (or the average of several, ``callbacks.average``)
-    validated and tested; (the fields of ``metrics.json`` that describe it, the last epoch's
-    metrics)."""
+    """The best (or averaged) checkpoint validated and tested: (``metrics.json``'s fields,
+    the last epoch's metrics)."""
     last_epoch = dict(trainer.callback_metrics)  # the last epoch's, before the best's validation
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
-    ckpt = best or None
-    # under ddp_spawn each stage runs in new processes whose CSV logger must append to what the
-    # earlier stage wrote (attnflow.training.distributed)
     continue_csv_logs(trainer)
-    epochs, global_step = fit_progress(trainer, run_dir / "checkpoints")  # (ddp_spawn: from disk)
-    best_of = dict(datamodule=dm, ckpt_path=ckpt, verbose=False, weights_only=True)
-    averaged = averaging.finish(trainer, run_dir, best)  # callbacks.average: averaged.ckpt
+    epochs, global_step = fit_progress(trainer, run_dir / "checkpoints")
+    best_of = dict(datamodule=dm, ckpt_path=best or None, verbose=False, weights_only=True)
+    averaged = averaging.finish(trainer, run_dir, best)
     out: Dict[str, Any] = {}
-    if averaged:  # the best single checkpoint's val metrics, for comparison; then the average's
+    if averaged:  # the best single checkpoint's val metrics too, for comparison
         out = dict(best_checkpoint=averaged["path"], best_single_checkpoint=best,
                    metrics_best_single=_metrics(trainer.validate(task, **best_of)),
                    averaged_from={k: averaged[k] for k in ("by", "n", "monitor", "epochs", "steps",
@@ -243,5 +221,5 @@ def _evaluate(trainer: pl.Trainer, task: Any, dm: Any, run_dir: Path, test: bool
         continue_csv_logs(trainer)
         metrics.update(_metrics(trainer.test(task, **best_of)))
     return {"metrics": metrics, "best_checkpoint": best, "epochs": epochs, "global_step": global_step,
-            "precision": str(trainer.precision),  # what ran (trainer.precision=auto: the choice)
+            "precision": str(trainer.precision),
             **out}, last_epoch

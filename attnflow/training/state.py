@@ -1,16 +1,8 @@
-"""What a checkpoint must hold for a resumed run to continue exactly, and how it is written.
-
-Lightning's checkpoint holds the weights, optimiser, scheduler and loop counters. For a run
-continued from ``last.ckpt`` to equal the uninterrupted one it must also continue the global random
-streams (torch, numpy, ``random``, CUDA: dropout and shuffling draw from them; Lightning does not
-restore them) and the train loader's position within an epoch (the loader redraws the epoch's
-order from the torch state it was drawn from and skips the batches already trained).
-:class:`TrainingState` stores both, as tensors and plain lists (checkpoints are read with
-``weights_only=True``), and the W&B run id, so a resumed run logs into the same W&B run.
-
-:class:`SafeCheckpointIO` writes every checkpoint atomically (temporary file, fsync,
-``os.replace``) and reads it with ``weights_only=True``. :class:`GracefulInterrupt`: the first
-Ctrl-C finishes the running step, writes ``last.ckpt`` and says how to resume; a second stops at once.
+"""What a checkpoint holds beyond Lightning's for a resumed run to equal the uninterrupted one:
+the global random streams (Lightning does not restore them) and the train loader's position
+within an epoch (:class:`TrainingState`), as tensors, since checkpoints are read with
+``weights_only=True``. Checkpoints are written atomically (:class:`SafeCheckpointIO`); the first
+Ctrl-C writes ``last.ckpt`` at the next step (:class:`GracefulInterrupt`).
 """
 
 from __future__ import annotations
@@ -38,8 +30,7 @@ WANDB_ID_KEY = "attnflow_wandb_run_id"
 
 
 def atomic_torch_save(obj: Any, path: Path | str) -> None:
-    """``torch.save`` through :func:`attnflow.io.text.atomic_path`, with the file and its folder
-    fsynced: readers, and a machine that lost power, see the old file or the new one, never a part."""
+    """``torch.save`` to a temporary file, fsynced and renamed: the old file or the new, never a part."""
     path = Path(path)
     for stale in path.parent.glob(f".{path.name}.*.tmp"):  # parts left by a process killed mid-save
         stale.unlink(missing_ok=True)
@@ -59,26 +50,24 @@ load_checkpoint_file = read_checkpoint  # (path, map_location, mmap=, lightning=
 
 
 class SafeCheckpointIO(TorchCheckpointIO):
-    """Lightning's checkpoint IO with atomic writes and ``weights_only=True`` reads (Trainer
-    ``plugins=[SafeCheckpointIO()]``); remote (fsspec URL) paths keep Lightning's own IO."""
+    """Lightning's checkpoint IO with atomic writes and ``weights_only=True`` reads (remote
+    paths: Lightning's own)."""
 
     def save_checkpoint(self, checkpoint: Dict[str, Any], path: Any, storage_options: Any = None) -> None:
         if "://" in str(path):
             return super().save_checkpoint(checkpoint, path, storage_options)
-        if storage_options is not None:
-            raise TypeError("SafeCheckpointIO.save_checkpoint takes no storage_options")
         atomic_torch_save(checkpoint, path)
 
     def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: Optional[bool] = None) -> Dict[str, Any]:
         if "://" in str(path):
             return super().load_checkpoint(path, map_location=map_location, weights_only=True)
-        # not only Lightning checkpoints: ddp_spawn hands the weights back in a plain state dict
+        # (also a plain state dict: ddp_spawn hands the weights back so)
         return load_checkpoint_file(path, map_location if map_location is not None else "cpu",
                                     lightning=False)
 
 
 def rng_state() -> Dict[str, Any]:
-    """The global random streams as tensors and plain values (loadable with weights_only=True)."""
+    """The global random streams as tensors and plain values."""
     version, py_state, gauss = random.getstate()
     _, keys, pos, has_gauss, cached = np.random.get_state()
     state = {"torch": torch.get_rng_state(),
@@ -104,8 +93,7 @@ def set_rng_state(state: Dict[str, Any]) -> None:
 
 
 class _LoaderPosition:
-    """Shared by :class:`TrainingState` and the train loader: the torch state the current epoch's
-    order was drawn from, the batches trained in it, and a position to resume at."""
+    """The torch state the epoch's order was drawn from, the batches trained, a position to resume."""
 
     def __init__(self) -> None:
         self.epoch_rng: Optional[torch.Tensor] = None
@@ -121,8 +109,8 @@ class _LoaderPosition:
 
 
 def _resumable_iter(self):
-    """The train loader's ``__iter__``: a generator, so it runs at the first ``next()`` (right
-    after ``iter()`` in Lightning's fetcher, as the base loader's own draws would)."""
+    """The train loader's ``__iter__``: on resume it redraws the epoch's order from the state it
+    was drawn from and skips the batches trained, then restores the stream."""
     pos: _LoaderPosition = type(self)._attnflow_position
     pending, pos.pending = pos.pending, None
     skip = int(pending["trained"]) if pending else 0
@@ -130,18 +118,17 @@ def _resumable_iter(self):
     if skip:  # redraw this epoch's order from the state it was first drawn from
         torch.set_rng_state(pending["epoch_rng"])
     pos.epoch_rng = torch.get_rng_state()
-    it = super(type(self), self).__iter__()  # the loader's own iterator (its draws happen here)
-    for _ in range(skip):  # loads the skipped batches (no training): the order's draws happen here
+    it = super(type(self), self).__iter__()
+    for _ in range(skip):
         next(it, None)
     if skip:
-        torch.set_rng_state(resumed_stream)  # the stream as it was when the checkpoint was written
+        torch.set_rng_state(resumed_stream)
     yield from it
 
 
 def make_resumable(loader: Any, position: _LoaderPosition) -> Any:
     """``loader`` (a ``DataLoader``) as an instance of a subclass with the resumable ``__iter__``
-    and Lightning's ``state_dict``/``load_state_dict``; anything else unchanged. The subclass
-    keeps the loader's constructor, so Lightning can still re-create it (distributed samplers)."""
+    (its constructor kept, for Lightning's distributed samplers); anything else unchanged."""
     if not isinstance(loader, DataLoader) or hasattr(type(loader), "_attnflow_position"):
         return loader
     cls = type(f"Resumable{type(loader).__name__}", (type(loader),),
@@ -153,8 +140,7 @@ def make_resumable(loader: Any, position: _LoaderPosition) -> Any:
 
 
 class _TracksValidation(pl.Callback):
-    """Remembers the global step of the last validation in fit: whether the weights being saved
-    were validated."""
+    """The global step of the last validation in fit."""
 
     _validated_step: int = -1
 
@@ -165,8 +151,7 @@ class _TracksValidation(pl.Callback):
 
 
 class TrainingState(_TracksValidation):
-    """Stores the random streams, the train loader's position and the W&B run id in every
-    checkpoint; restores the first two when a fit starts from one."""
+    """Saves the random streams, the loader's position and the W&B run id; restores the first two."""
 
     def __init__(self) -> None:
         self.position = _LoaderPosition()
@@ -177,7 +162,7 @@ class TrainingState(_TracksValidation):
         dm = trainer.datamodule
         if stage != "fit" or dm is None or self._patched is not None:
             return
-        make = dm.train_dataloader  # an instance attribute below; removed at teardown
+        make = dm.train_dataloader  # (removed at teardown)
         dm.train_dataloader = lambda: make_resumable(make(), self.position)
         self._patched = dm
 
@@ -198,13 +183,11 @@ class TrainingState(_TracksValidation):
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         self._to_restore = state_dict.get("rng")
-        # the loader's position travels here too: Lightning restores the loader's own state_dict
-        # only when the loader is made after the loops are restored
+        # (here: Lightning restores a loader's state only when made after the loops)
         self.position.load_state_dict(state_dict.get("loader") or {})
 
     def on_fit_start(self, trainer, pl_module) -> None:
-        # after the restore of weights and loops, before the sanity check (which Lightning runs
-        # with the streams isolated) and the train loader's first iterator
+        # after weights and loops are restored, before the loader's first iterator
         if self._to_restore is not None:
             set_rng_state(self._to_restore)
             self._to_restore = None
@@ -218,11 +201,9 @@ class TrainingState(_TracksValidation):
 
 
 def finish_epoch(fit: Optional[Dict[str, Any]], batches: float) -> None:
-    """The fit loop state ``fit`` of a checkpoint written at the end of an epoch that was not
-    validated (no validation loader, ``check_val_every_n_epoch`` > 1) as the state at the next
-    epoch's start, in place: Lightning resumes a step-limited run from an epoch-end state as a
-    restart within that epoch and trains one more batch of it. The epoch is counted completed
-    and its per-epoch counters zeroed, as Lightning does when a new epoch starts."""
+    """The fit loop state of a checkpoint written at the end of an unvalidated epoch, in place,
+    as the next epoch's start (Lightning would resume a step-limited run within the old epoch
+    and train one more batch of it)."""
     if not fit:
         return
     epochs, progress = fit["epoch_progress"], fit["epoch_loop.batch_progress"]
@@ -253,7 +234,7 @@ def wandb_run_id(trainer: pl.Trainer) -> Optional[str]:
 
 
 def _moved(path: Any, old: str, new: str) -> Any:
-    """``path`` under the folder ``old`` as the same name under ``new``; other values unchanged."""
+    """``path`` under ``old`` as the same name under ``new``; other values unchanged."""
     if not path:
         return path
     try:
@@ -263,28 +244,22 @@ def _moved(path: Any, old: str, new: str) -> Any:
 
 
 class RunCheckpoint(_TracksValidation, ModelCheckpoint):
-    """Lightning's ``ModelCheckpoint`` whose restored state follows the run folder: its paths
-    under the folder it was saved in are read as the same names under this one (a run moved or
-    copied since), and files this folder lacks (a new run started from another run's checkpoint)
-    are forgotten, so a run's best checkpoint is always one of its own files.
-
-    A top-k checkpoint is scored only by a validation of its own weights: an epoch cut by
-    ``max_steps`` without a validation writes no top-k file (its weights are in ``last.ckpt``).
-    A top-k file written after ``last.ckpt`` of the same step is recorded in ``last.ckpt``'s
-    state of this callback, so that a resume rotates and chooses among it."""
+    """Lightning's ``ModelCheckpoint`` whose restored paths follow the run folder (moved or
+    copied), forgetting files it lacks, so a run's best checkpoint is one of its own files. A
+    top-k file is scored only by a validation of its own weights, and is recorded in a
+    ``last.ckpt`` of the same step, so a resume chooses among it."""
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         stale = (self.monitor is not None and self.monitor.startswith("val/")
                  and self._validated_step != trainer.global_step)
-        if not stale:  # (see the class: an epoch cut by max_steps, not validated at its end)
+        if not stale:
             self._saving_top_k(trainer, pl_module, super().on_train_epoch_end)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._saving_top_k(trainer, pl_module, super().on_validation_end)
 
     def _saving_top_k(self, trainer: pl.Trainer, pl_module: pl.LightningModule, save: Any) -> None:
-        """``save`` (a hook that may write a top-k file); a new top-k file is recorded in a
-        ``last.ckpt`` written at this step before."""
+        """``save`` (a hook); a new top-k file is recorded in this step's ``last.ckpt``."""
         before = dict(self.best_k_models)
         save(trainer, pl_module)
         if self.monitor is None or self.best_k_models == before:
@@ -312,13 +287,13 @@ class RunCheckpoint(_TracksValidation, ModelCheckpoint):
         super().load_state_dict(state_dict)
 
     def _own_files(self, state_dict: Dict[str, Any]) -> Dict[str, Any]:
-        """``state_dict`` without the files this run's folder lacks (see the class)."""
+        """``state_dict`` without the files this run's folder lacks."""
         top = {p: v for p, v in state_dict["best_k_models"].items() if os.path.isfile(p)}
         last = state_dict.get("last_model_path") or ""
         out = {**state_dict, "best_k_models": top, "best_model_path": "", "best_model_score": None,
-               "kth_best_model_path": "", "kth_value": self.kth_value,  # (this callback's initial one)
+               "kth_best_model_path": "", "kth_value": self.kth_value,
                "last_model_path": last if os.path.isfile(last) else ""}
-        if top:  # as Lightning chooses them (ModelCheckpoint._update_best_and_save)
+        if top:  # as Lightning chooses them
             best = (min if self.mode == "min" else max)(top, key=top.get)
             out.update(best_model_path=best, best_model_score=top[best])
             if len(top) == self.save_top_k:
@@ -336,10 +311,8 @@ class RunCheckpoint(_TracksValidation, ModelCheckpoint):
 
 
 class LastCheckpoint(RunCheckpoint):
-    """``last.ckpt``: the state after every epoch and every validation (an unmonitored
-    checkpoint), and at the end of training when it stopped between them (``max_steps`` or
-    ``max_time`` within an epoch), so that the final weights are on disk. A stop within an epoch
-    is saved at the end of its last batch, so a resume continues at the next batch of that epoch."""
+    """``last.ckpt``: the state after every epoch and validation, and where training stops
+    within an epoch, after its last batch (a resume continues at the next one)."""
 
     def __init__(self, run_dir: Path | str):
         super().__init__(dirpath=Path(run_dir) / "checkpoints", filename="last", monitor=None,
@@ -365,8 +338,7 @@ class LastCheckpoint(RunCheckpoint):
 
 
 class GracefulInterrupt(pl.Callback):
-    """The first SIGINT during training stops at the next optimiser-step boundary (or the epoch's
-    end) after writing ``last.ckpt``; a second raises ``KeyboardInterrupt`` at once."""
+    """The first SIGINT stops at the next optimiser step after writing ``last.ckpt``; a second at once."""
 
     def __init__(self, run_dir: Path | str):
         self.run_dir = Path(run_dir)
@@ -382,26 +354,19 @@ class GracefulInterrupt(pl.Callback):
         print("\nattnflow: Ctrl-C: stopping after this training step and saving last.ckpt "
               "(Ctrl-C again to stop at once)", file=sys.stderr, flush=True)
 
-    def _install(self) -> None:
+    def on_train_start(self, *_: Any) -> None:
         if threading.current_thread() is threading.main_thread() and self._previous is None:
             self._previous = signal.signal(signal.SIGINT, self._handler)
 
-    def _uninstall(self) -> None:
+    def teardown(self, trainer: Any = None, pl_module: Any = None, stage: Any = None) -> None:
         if self._previous is not None and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, self._previous)
             self._previous = None
 
-    def on_train_start(self, trainer, pl_module) -> None:
-        self._install()
-
-    def on_train_end(self, trainer, pl_module) -> None:
-        self._uninstall()
-
-    def teardown(self, trainer, pl_module, stage: str) -> None:
-        self._uninstall()
+    on_train_end = teardown
 
     def _should_stop(self, trainer: pl.Trainer) -> bool:
-        if trainer.world_size > 1:  # all ranks stop at the same step (one rank may get the signal)
+        if trainer.world_size > 1:  # (all ranks stop at one step)
             return bool(trainer.strategy.reduce_boolean_decision(self.requested, all=False))
         return self.requested
 
@@ -412,7 +377,7 @@ class GracefulInterrupt(pl.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         done = batch_idx + 1
-        stepped = done % max(1, trainer.accumulate_grad_batches) == 0  # no half-accumulated grads
+        stepped = done % max(1, trainer.accumulate_grad_batches) == 0
         if done < trainer.num_training_batches and stepped and self._should_stop(trainer):
             self._stop(trainer)
 
@@ -421,23 +386,17 @@ class GracefulInterrupt(pl.Callback):
             self._stop(trainer)
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-        self._uninstall()
+        self.teardown()
         if not isinstance(exception, KeyboardInterrupt) or not trainer.is_global_zero:
             return
-        run = self.run_dir
-        if self.saved:
-            what = (f"saved {self.last} (epoch {trainer.current_epoch}, step {trainer.global_step}: "
-                    f"the run continues from there)")
-        elif self.last.is_file():
-            what = f"the last checkpoint is {self.last} (written before the interrupt)"
-        else:
-            print(f"\nattnflow: interrupted before the first checkpoint; nothing to resume in {run}",
-                  file=sys.stderr, flush=True)
-            return
-        print(f"\nattnflow: interrupted; {what}. Resume with:\n  attnflow-train resume={run}",
+        what = (f"saved {self.last} (epoch {trainer.current_epoch}, step {trainer.global_step})"
+                if self.saved else f"the last checkpoint is {self.last}" if self.last.is_file()
+                else None)
+        print(f"\nattnflow: interrupted; {what}. Resume with:\n  attnflow-train resume={self.run_dir}"
+              if what else "\nattnflow: interrupted before the first checkpoint; nothing to resume",
               file=sys.stderr, flush=True)
 
 
 def callbacks(run_dir: Path | str) -> List[pl.Callback]:
-    """The callbacks every attnflow run gets for exact resume and a clean Ctrl-C."""
+    """The callbacks of every run for exact resume and a clean Ctrl-C."""
     return [TrainingState(), GracefulInterrupt(run_dir)]

@@ -1,7 +1,5 @@
-"""What a job of a sweep checks before any work (docs/sweeps.md): the metric it returns to the
-sweeper (``optimized_metric``) must be one the run reports at its end, and an Optuna study must
-seek the better end of it. A misspelt metric is an error in the first job, before it trains;
-every other value of a sweep is checked by the job that runs it, as a single run's is."""
+"""A sweep's job, before any work: ``optimized_metric`` is a metric the run reports, and an
+Optuna study seeks its better end (docs/sweeps.md)."""
 
 from __future__ import annotations
 
@@ -15,8 +13,7 @@ from attnflow.training.validate import metric_names
 
 
 def _unread_split(cfg: Any, split: str) -> Optional[str]:
-    """Why a run of ``cfg`` reports no metric of ``split`` at its end, or None where it does:
-    ``test=false``, or ``trainer.limit_<split>_batches=0`` (the final pass reads no batch)."""
+    """Why a run of ``cfg`` reports no metric of ``split`` at its end, or None."""
     if split == "test" and not cfg.get("test", True):
         return "test=false: no test metrics"
     limit = (cfg.get("trainer") or {}).get(f"limit_{split}_batches")
@@ -26,15 +23,13 @@ def _unread_split(cfg: Any, split: str) -> Optional[str]:
 
 
 def final_metric_names(cfg: Any) -> list:
-    """The metrics a run of ``cfg`` reports at its end (``metrics.json``): the task's metrics on
-    the validation and test splits, less a split it does not evaluate (:func:`_unread_split`)."""
+    """The metrics a run of ``cfg`` reports in ``metrics.json``."""
     splits = tuple(s for s in ("val", "test") if not _unread_split(cfg, s))
     return metric_names(TASKS.get(cfg["task"]["name"]), cfg, splits) if splits else []
 
 
 def check_optimized_metric(cfg: Any) -> Optional[str]:
-    """``cfg.optimized_metric`` when it names a metric the run reports, None when unset; else a
-    :class:`~attnflow.config.registry.ConfigError` naming the metrics there are."""
+    """``cfg.optimized_metric`` (None: unset), or a :class:`ConfigError` naming the metrics."""
     metric = cfg.get("optimized_metric")
     if not metric:
         return None
@@ -54,16 +49,13 @@ def check_optimized_metric(cfg: Any) -> Optional[str]:
 
 
 def _directions(direction: Any) -> List[str]:
-    """An Optuna sweeper's ``direction`` as lower-case names, one per objective (left at the
-    sweeper's default, OmegaConf gives its ``Direction`` enum, whose name is the direction)."""
+    """An Optuna sweeper's ``direction`` as lower-case names, one per objective."""
     items = direction if isinstance(direction, (list, tuple, ListConfig)) else [direction]
     return [str(getattr(d, "name", d)).lower() for d in items]
 
 
 def check_direction(cfg: Any, sweeper: Any) -> None:
-    """An Optuna sweep needs ``optimized_metric`` (else every trial trains and the study ranks
-    none), and its ``direction`` must be the way the task ranks that metric (``Task.metrics``:
-    loss is 'min', accuracy 'max'), else the study seeks the worst runs. Other sweepers: nothing."""
+    """An Optuna sweep needs ``optimized_metric``, and a ``direction`` that seeks its better end."""
     if "optuna" not in str(sweeper.get("_target_", "")).lower():
         return
     metric, direction = cfg.get("optimized_metric"), sweeper.get("direction")

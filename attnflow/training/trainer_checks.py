@@ -1,10 +1,6 @@
-"""The ``trainer`` entry of a run config, and the settings a run config leaves unread.
-
-The keys of ``trainer`` are the Trainer's arguments less those attnflow sets; OmegaConf checks
-and converts the values of its scalar arguments (int, float, bool, str) by the Trainer's own
-annotations. Everything else (ranges, names, devices, precision) Lightning checks when the run
-builds its Trainer, before the data: :func:`lightning_errors` turns that refusal into a
-:class:`ConfigError`."""
+"""The ``trainer`` entry: the Trainer's arguments less those attnflow sets, scalar values
+converted by the Trainer's annotations; the rest Lightning checks when the run builds its
+Trainer, before the data. And the settings a run config leaves unread."""
 
 from __future__ import annotations
 
@@ -35,8 +31,7 @@ def trainer_fields() -> List[str]:
 
 @functools.lru_cache(maxsize=1)
 def _schema() -> type:
-    """A structured config of the Trainer's arguments: a scalar kind where the annotation names
-    one (optionally None), else Any (a Union of kinds: left to Lightning)."""
+    """A structured config of the Trainer's arguments: a scalar kind where one is annotated."""
     fields = []
     hints = typing.get_type_hints(Trainer.__init__)
     for name in trainer_fields():
@@ -50,17 +45,15 @@ def _schema() -> type:
 
 
 def check_trainer(trainer: Dict[str, Any]) -> Dict[str, Any]:
-    """``trainer`` with its keys checked (a misspelt one with a did-you-mean) and its scalar
-    values converted by the Trainer's annotations; a :class:`ConfigError` naming the field."""
+    """``trainer`` with its keys checked and its scalar values converted, or a :class:`ConfigError`."""
     allowed = trainer_fields()
     for key in trainer:
         if key not in allowed or key in SET_BY_ATTNFLOW:
             raise ConfigError(
                 f"trainer has no field '{key}' (at 'trainer.{key}'); fields are the arguments of "
-                f"lightning's Trainer except {', '.join(SET_BY_ATTNFLOW)} (set by attnflow: "
-                f"logger=…, callbacks.…, callbacks.progress_bar, callbacks.checkpoint (null: none); "
-                f"plugins: the atomic, weights-only checkpoint IO; barebones: off, as the tasks log "
-                f"their metrics, which barebones forbids).{suggest(key, allowed)}")
+                f"lightning's Trainer except {', '.join(SET_BY_ATTNFLOW)} (set by attnflow: logger=…, "
+                f"callbacks.…, callbacks.checkpoint (null: none); barebones forbids the tasks' "
+                f"logging).{suggest(key, allowed)}")
     try:
         typed = OmegaConf.to_container(OmegaConf.merge(OmegaConf.structured(_schema()), trainer))
     except ValidationError as err:
@@ -72,9 +65,7 @@ def check_trainer(trainer: Dict[str, Any]) -> Dict[str, Any]:
 
 @contextlib.contextmanager
 def lightning_errors() -> Iterator[None]:
-    """Around building a Trainer: Lightning's refusal of its arguments (by type: a
-    MisconfigurationException, ValueError, TypeError, or ModuleNotFoundError for an accelerator's
-    package) becomes a :class:`ConfigError` with Lightning's message."""
+    """Lightning's refusal of its arguments (by type) as a :class:`ConfigError`."""
     try:
         yield
     except (MisconfigurationException, ValueError, TypeError, ModuleNotFoundError) as err:
@@ -82,14 +73,12 @@ def lightning_errors() -> Iterator[None]:
 
 
 def reads_no_batch(limit: Any) -> bool:
-    """Whether a ``trainer.limit_<split>_batches`` value lets that split's loop read no batch (0 or
-    0.0; None is every batch)."""
+    """Whether a ``trainer.limit_<split>_batches`` value reads no batch (0 or 0.0)."""
     return isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit == 0
 
 
 def idle_settings(cfg: Dict[str, Any], task_cls: Any) -> Dict[str, str]:
-    """{setting: why the rest of ``cfg`` leaves it unread}: the run warns once for each, and
-    builds no callback so named."""
+    """{setting: why ``cfg`` leaves it unread}: one warning each; a callback so named is not built."""
     trainer, callbacks, out = cfg.get("trainer") or {}, cfg.get("callbacks") or {}, {}
     for low, high in (("min_epochs", "max_epochs"), ("min_steps", "max_steps")):
         least, most = trainer.get(low), trainer.get(high)
@@ -101,7 +90,7 @@ def idle_settings(cfg: Dict[str, Any], task_cls: Any) -> Dict[str, str]:
     if callbacks.get("lr_monitor") and not set(cfg.get("logger") or {}) - {"none"}:
         out["callbacks.lr_monitor"] = "callbacks.lr_monitor is unread: logger=none gives it no logger"
     val, every = trainer.get("limit_val_batches"), trainer.get("check_val_every_n_epoch")
-    late = not cfg.get("resume") and resume.next_validation(trainer) is not None  # (a resume: resume.py)
+    late = not cfg.get("resume") and resume.next_validation(trainer) is not None
     if late:
         out["trainer.check_val_every_n_epoch"] = (
             f"trainer.check_val_every_n_epoch={every} is unread: the run ends at trainer.max_epochs="
