@@ -102,8 +102,8 @@ def _cut_short(path: Path) -> bool:
 
 def why_unreadable(path: Path, err: Exception) -> str:
     text = str(err).splitlines()[0] if str(err) else type(err).__name__
-    if _not_torch_file(path):
-        return _not_torch_file(path)
+    if not_torch := _not_torch_file(path):
+        return not_torch
     if isinstance(err, EOFError) or _cut_short(path):
         return f"the file is corrupt or truncated (cut short by a kill or a full disk?): {text}"
     if isinstance(err, pickle.UnpicklingError):
@@ -119,8 +119,8 @@ def read_checkpoint(path: Path | str, device: Any = "cpu", mmap: bool = False,
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"no such checkpoint file: {path}")
-    if _not_torch_file(path):  # refused before torch's import (seconds)
-        raise CheckpointError(f"cannot read checkpoint {path}: {_not_torch_file(path)}")
+    if not_torch := _not_torch_file(path):  # refused before torch's import (seconds)
+        raise CheckpointError(f"cannot read checkpoint {path}: {not_torch}")
     import torch
 
     try:
