@@ -184,6 +184,34 @@ def test_in_process_registration_is_usable_from_config():
         reg.build({"name": "scaled", "factr": 3.0}, 4)
 
 
+def test_a_child_is_validated_once_and_a_complete_but_bad_config_still_is_checked(monkeypatch):
+    reg = Registry("test_once_kind")
+    seen = []
+
+    @reg.register("holder")
+    class Holder(nn.Module):
+        def __init__(self, dim: int, *, child: BlockSpec["scorer"] = {"name": "dot"}):
+            super().__init__()
+            self.child = SCORERS.build(child, dim, dim)
+
+    validate = SCORERS.validate
+    monkeypatch.setattr(SCORERS, "validate", lambda cfg, path="": seen.append(path) or validate(cfg, path))
+    reg.build({"name": "holder", "child": {"name": "additive"}}, 4)
+    assert seen == ["test_once_kind.child"]  # by the parent's check; the child's build trusts it
+    bad = {"name": "holder", "child": {"name": "additive", "hidden_dim": -3, "bias": True}}
+    with pytest.raises(ConfigError, match="hidden_dim"):  # every field present, one out of range
+        reg.build(bad, 4)
+
+    @reg.register("fixed")
+    class Fixed(nn.Module):  # builds a literal child config inside its own build
+        def __init__(self, dim: int):
+            super().__init__()
+            self.child = SCORERS.build(bad["child"], dim, dim)
+
+    with pytest.raises(ConfigError, match="hidden_dim"):
+        reg.build({"name": "fixed"}, 4)
+
+
 def test_third_party_entry_point_registers_blocks(tmp_path, monkeypatch):
     """A package on sys.path with an `attnflow.blocks` entry point is found and loaded."""
     pkg = tmp_path / "attnflow_demo_plugin"

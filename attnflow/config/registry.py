@@ -32,7 +32,7 @@ from attnflow.config.types import (  # noqa: F401  (the annotations blocks impor
     block_kind, choice_text, literal_choices, one_of, split_range, type_name)
 
 ENTRY_POINT_GROUP = "attnflow.blocks"
-_BUILDING = contextvars.ContextVar("building", default=False)  # inside Registry.create
+_TRUSTED = contextvars.ContextVar("trusted", default=frozenset())  # ids of checked children
 
 
 class ConfigError(ValueError):
@@ -165,31 +165,22 @@ class Registry:
         """The answer of the class ``cfg`` names to its classmethod ``hook(fields)``, or None."""
         data = _to_dict(cfg)
         answer = getattr(self.get(data.get("name"), path), hook, None)
-        return answer(data if self._complete(data) else self.validate(data, path)) if answer else None
+        return answer(self.validate(data, path)) if answer else None
 
     def build(self, cfg: Any, *context: Any, path: str = "", **extra: Any):
         """Validate ``cfg`` and construct ``Class(*context, **fields, **extra)``."""
-        data = _to_dict(cfg)
-        if not (_BUILDING.get() and self._complete(data)):
-            data = self.validate(data, path)
-        return self.create(data, *context, **extra)
+        checked = isinstance(cfg, dict) and id(cfg) in _TRUSTED.get()
+        return self.create(cfg if checked else self.validate(cfg, path), *context, **extra)
 
     def create(self, validated: Dict[str, Any], *context: Any, **extra: Any):
         """Construct the block of a validated config (its children are not validated again)."""
         data = dict(validated)
         name = data.pop("name")
-        data = _with_nested(self._specs[name], data)
-        token = _BUILDING.set(True)
+        token = _TRUSTED.set(_TRUSTED.get() | _dict_ids(data))  # the children it builds
         try:
-            return self._classes[name](*context, **data, **extra)
+            return self._classes[name](*context, **_with_nested(self._specs[name], data), **extra)
         finally:
-            _BUILDING.reset(token)
-
-    def _complete(self, data: Dict[str, Any]) -> bool:
-        """Whether ``data`` holds every field of the block it names (a validated config)."""
-        name = data.get("name")
-        return (isinstance(name, str) and name in self._specs
-                and all(f.name in data for f in dataclasses.fields(self._specs[name].schema)))
+            _TRUSTED.reset(token)
 
     def __contains__(self, name: str) -> bool:
         self.discover()
@@ -203,6 +194,13 @@ class Registry:
         """Every registry by kind (plugins may add kinds)."""
         load_plugins()
         return dict(cls._all)
+
+
+def _dict_ids(node: Any) -> frozenset:
+    """The ids of the dicts inside ``node`` at any depth."""
+    values = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+    return frozenset().union(*(({id(v)} if isinstance(v, dict) else set()) | _dict_ids(v)
+                               for v in values))
 
 
 def _import_all(name: str) -> None:
