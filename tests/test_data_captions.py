@@ -58,8 +58,8 @@ def test_corrupt_image_error_names_captions_line(tmp_path, images):
     path.write_text("a.png\tred\nb.png#0\tblue\n", encoding="utf-8")
     pairs = read_captions(path, images)
     assert load_image(pairs[0][0], 3).shape == (3, 3, 3)
-    with pytest.raises(DataError, match=rf"cannot read image .*b\.png \(named in .*caps\.tsv "
-                                        rf"line 2\)"):
+    with pytest.raises(DataError, match=r"cannot read image .*b\.png \(named in .*caps\.tsv "
+                                        r"line 2\)"):
         load_image(pairs[1][0], 3, where=pairs[1].where)
 
 

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from attnflow.cli.evaluate import main
 from attnflow.training.run import train
 from cli_runs import (GRAPH, document_files, document_overrides, fabricate_run,
-                      one_torch_thread, parallel_files, translation_overrides, write_jsonl)
+                      parallel_files, translation_overrides, write_jsonl)
 # one_torch_thread: an autouse fixture, in effect by being imported
 from support import DATA_DIR, compose_cfg
 

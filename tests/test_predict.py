@@ -17,7 +17,7 @@ import attnflow.cli.predict as predict_mod
 import attnflow.cli.predict_io as predict_io
 from attnflow.cli.predict import main
 from cli_runs import (GRAPH, assert_streams, document_files, document_overrides, fabricate_run,
-                      one_torch_thread, parallel_files, translation_overrides, write_jsonl)
+                      parallel_files, translation_overrides, write_jsonl)
 # one_torch_thread: an autouse fixture, in effect by being imported
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnflow.config.registry import MODELS, TASKS, ConfigError
+from attnflow.config.registry import ConfigError
 from attnflow.tasks.seq2seq import word_dropout
 from support import BOS, EOS, PAD, pair_batch as batch, tiny_translation_task as make_task
 

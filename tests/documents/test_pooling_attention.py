@@ -2,7 +2,6 @@
 
 import torch
 
-from attnflow.blocks.pooling.attention import AttentionPooling
 from attnflow.blocks.scorers.scaled_dot import ScaledDotScorer
 from attnflow.config.registry import POOLINGS
 
