@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 import os
 import re
 from pathlib import Path
@@ -42,6 +44,15 @@ def load_bench(name: str):
 
 
 def compose_cfg(overrides: List[str] = (), return_hydra_config: bool = False) -> DictConfig:
+    """The config ``attnflow-train overrides`` composes (a copy: the tests may change it); with
+    ``return_hydra_config`` composed afresh (Hydra's part records the working directory)."""
+    if return_hydra_config:
+        return _composed.__wrapped__(tuple(overrides), True)
+    return copy.deepcopy(_composed(tuple(overrides), False))
+
+
+@functools.lru_cache(maxsize=512)  # (the files of conf/ do not change during the tests)
+def _composed(overrides: tuple, return_hydra_config: bool) -> DictConfig:
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         # as attnflow-train does: plain field overrides may name fields left at their defaults
         return compose("train", overrides=field_overrides(overrides, CONF),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from attnflow.data.synthetic import BOS, EOS, PAD, ReverseDataModule, collate
+from attnflow.data.synthetic import BOS, EOS, PAD, ReverseDataModule, collate, target_of
 
 
 def test_reverse_targets_and_held_out_splits():
@@ -29,7 +29,7 @@ def test_same_seed_same_data_other_seed_other_data():
 
 @pytest.mark.parametrize("task, expect", [("copy", [5, 3, 4]), ("sort", [3, 4, 5])])
 def test_other_tasks(task, expect):
-    assert list(ReverseDataModule(task=task)._target((5, 3, 4))) == expect
+    assert list(target_of(task, (5, 3, 4))) == expect
 
 
 def test_collate_pads_and_frames_targets():

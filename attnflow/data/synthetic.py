@@ -5,6 +5,7 @@ training; deterministic in ``seed``. Ids 0 ⟨pad⟩, 1 ⟨bos⟩, 2 ⟨eos⟩, 
 
 from __future__ import annotations
 
+import functools
 import random
 import string
 from typing import Annotated, Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple
@@ -26,6 +27,32 @@ def _symbol_names(n: int) -> List[str]:
 def collate(pairs: Sequence[tuple]) -> Dict[str, torch.Tensor]:
     """(source ids, target ids) pairs -> a padded batch with ⟨bos⟩/⟨eos⟩ on the target."""
     return collate_seq2seq([s for s, _ in pairs], [t for _, t in pairs])
+
+
+def target_of(task: str, x: tuple) -> tuple:
+    return x[::-1] if task == "reverse" else tuple(sorted(x)) if task == "sort" else x
+
+
+@functools.lru_cache(maxsize=4)  # (runs of one process, e.g. a sweep's jobs, share the draw)
+def draw_splits(task: str, symbols: int, min_len: int, max_len: int, sizes: Tuple[int, int, int],
+                seed: int) -> Dict[str, tuple]:
+    """The (x, f(x)) pairs of each split; held-out splits never repeat a training sequence."""
+    rng, seen, splits = random.Random(seed), set(), {}
+    for split, size in zip(("train", "val", "test"), sizes):
+        out, tries = [], 0
+        while len(out) < size:
+            tries += 1
+            if tries > 50 * size + 1000:
+                raise ValueError(
+                    f"data 'reverse': cannot draw {size} distinct {split} sequences from {symbols} "
+                    f"symbols of length {min_len}..{max_len}; raise symbols or max_len, or lower "
+                    "the split sizes")
+            x = tuple(rng.randrange(3, 3 + symbols) for _ in range(rng.randint(min_len, max_len)))
+            if split == "train" or x not in seen:
+                seen.add(x)
+                out.append((x, target_of(task, x)))
+        splits[split] = tuple(out)
+    return splits
 
 
 @DATA.register("reverse")
@@ -80,34 +107,11 @@ class ReverseDataModule(SplitDataModule):
         return {"pad_id": PAD, "bos_id": BOS, "eos_id": EOS, "max_decode_len": self.max_len + 2,
                 "itos": self.itos}
 
-    def _target(self, x: tuple) -> tuple:
-        if self.task == "reverse":
-            return x[::-1]
-        if self.task == "sort":
-            return tuple(sorted(x))
-        return x
-
     def setup(self, stage: str | None = None) -> None:
-        if self.splits:
-            return
-        rng = random.Random(self.seed)
-        seen: set = set()
-        for split in ("train", "val", "test"):
-            out = []
-            tries = 0
-            while len(out) < self.sizes[split]:
-                tries += 1
-                if tries > 50 * self.sizes[split] + 1000:
-                    raise ValueError(
-                        f"data 'reverse': cannot draw {self.sizes[split]} distinct {split} sequences "
-                        f"from {self.symbols} symbols of length {self.min_len}..{self.max_len}; "
-                        "raise symbols or max_len, or lower the split sizes")
-                n = rng.randint(self.min_len, self.max_len)
-                x = tuple(rng.randrange(3, 3 + self.symbols) for _ in range(n))
-                if split == "train" or x not in seen:  # held-out splits never repeat training data
-                    seen.add(x)
-                    out.append((x, self._target(x)))
-            self.splits[split] = out
+        if not self.splits:
+            self.splits = {split: list(pairs) for split, pairs in draw_splits(
+                self.task, self.symbols, self.min_len, self.max_len,
+                tuple(self.sizes.values()), self.seed).items()}
 
     def missing_test(self) -> Optional[str]:
         if not self.sizes["test"]:
