@@ -19,11 +19,11 @@ ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"
 DATA_DIR = Path(os.environ.get("ATTNFLOW_DATA_DIR", ROOT.parent / "shared" / "data"))
 
-# Small and fast: a few steps, no progress bar, CSV logging only.
+# Small and fast: a few steps, no progress bar or attention pictures, CSV logging only.
 FAST = [
     "data.train_size=256", "data.val_size=64", "data.test_size=64", "data.batch_size=32",
     "trainer.accelerator=cpu", "trainer.max_epochs=1",
-    "callbacks.progress_bar=none", "callbacks.attention_maps.examples=2",
+    "callbacks.progress_bar=none", "callbacks.attention_maps.examples=0",
 ]
 
 

@@ -19,8 +19,8 @@ from attnflow.training.validate import resolve_config
 from attnflow.training.run import train
 from support import FAST, compose_cfg
 
-SHORT = [*FAST, "trainer.limit_train_batches=2", "trainer.limit_val_batches=1",
-         "trainer.limit_test_batches=1", "trainer.log_every_n_steps=1"]
+SHORT = [*FAST, "callbacks.attention_maps.examples=2", "trainer.limit_train_batches=2",
+         "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "trainer.log_every_n_steps=1"]
 UNTESTED = [o for o in SHORT if not o.startswith("trainer.limit_test_batches")]  # with test=false
 
 

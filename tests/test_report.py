@@ -24,9 +24,10 @@ from attnflow.cli.report import main
 from attnflow.viz.runs import MISSING
 from support import CHROMIUM, CHROMIUM_MISSING, FAST, chromium_dom, chromium_flags, train_cli
 
-# FAST, smaller still, with two epochs so that learning curves have two points.
+# FAST, smaller still, with two epochs so that learning curves have two points, and a picture.
 TINY = {**dict(o.split("=", 1) for o in FAST), "data.train_size": "64", "data.val_size": "32",
-        "data.test_size": "32", "trainer.max_epochs": "2", "trainer.enable_model_summary": "false"}
+        "data.test_size": "32", "trainer.max_epochs": "2", "trainer.enable_model_summary": "false",
+        "callbacks.attention_maps.examples": "1"}
 
 
 @pytest.fixture(scope="module")
