@@ -21,6 +21,7 @@ def test_importing_a_block_module_does_not_import_lightning_or_pyg():
     code = textwrap.dedent("""
         import sys
         import attnflow.blocks.scorers.dot
+        import attnflow.blocks.normalizers.softmax, attnflow.blocks.normalizers.norm
         import attnflow.config.registry
         from attnflow.config.registry import SCORERS
         SCORERS.build({"name": "additive"}, 4, 4)
