@@ -41,8 +41,6 @@ def greedy_from_memory(decoder, memory: torch.Tensor, memory_mask: torch.Tensor,
     return torch.stack(tokens, 1), (torch.stack(weights, 1) if has_weights else None)
 
 
-
-
 @torch.no_grad()
 def greedy_decode(model, src: torch.Tensor, src_lengths: torch.Tensor, bos_id: int, eos_id: int,
                   max_len: int, need_weights: bool = False
