@@ -7,6 +7,7 @@ import re
 
 import pytest
 import torch
+import yaml
 from omegaconf import OmegaConf
 
 from attnflow.blocks.scorers.additive import AdditiveScorer
@@ -57,9 +58,30 @@ NARROW = {"transformer": ["model.d_model=48", "model.ffn_dim=96"],
                       "model.decoder.embed_dim=32", "model.decoder.hidden_dim=32"]}
 
 
+def _chosen(experiment: str, group: str) -> str:
+    """The block name (``data.name``, ``model.name``) that ``experiment`` gets from its option of
+    ``group``, read from the files of conf/ (the experiment's, those it extends, the option's)
+    rather than composed: the test composes each experiment once, and checks this against it."""
+    def option(path, key):
+        defaults = (yaml.safe_load(path.read_text()) or {}).get("defaults") or []
+        for entry in defaults:
+            if isinstance(entry, dict) and key in entry:
+                return entry[key]
+        parents = [e for e in defaults if isinstance(e, str) and e != "_self_"]
+        return option(path.parent / f"{parents[0]}.yaml", key) if parents else None
+
+    picked = option(CONF / "experiment" / f"{experiment}.yaml", f"override /{group}")
+    picked = picked or option(CONF / "train.yaml", group)
+    node = yaml.safe_load((CONF / group / f"{picked}.yaml").read_text())
+    while "name" not in node:  # an option that extends another (transformer_base: transformer)
+        parent = next(e for e in node["defaults"] if isinstance(e, str) and e != "_self_")
+        node = yaml.safe_load((CONF / group / f"{parent}.yaml").read_text())
+    return node["name"]
+
+
 @pytest.mark.parametrize("experiment", experiments())
 def test_every_experiment_runs_one_step(experiment, tmp_path):
-    data_name = compose_cfg([f"experiment={experiment}"]).data.name
+    data_name = _chosen(experiment, "data")
     documents = data_name == "documents"
     pretraining = data_name in ("bert_pretraining", "text_classification", "multitask")  # BERT on IMDB texts
     if (documents or pretraining) and not (DATA_DIR / "imdb").is_dir():
@@ -67,18 +89,21 @@ def test_every_experiment_runs_one_step(experiment, tmp_path):
     if data_name == "parallel" and not (DATA_DIR / "multi30k").is_dir():
         pytest.skip(f"Multi30k not found at {DATA_DIR / 'multi30k'} (set ATTNFLOW_DATA_DIR)")
     graph = data_name in ("planetoid", "synthetic_graph")  # graph attention (GAT) experiments
-    if data_name == "planetoid":
-        raw = DATA_DIR / "planetoid" / compose_cfg([f"experiment={experiment}"]).data.dataset / "raw"
-        if not raw.is_dir():
-            pytest.skip(f"Planetoid raw files not found at {raw} (set ATTNFLOW_DATA_DIR)")
     fast = PARALLEL_FAST if data_name == "parallel" else GENERATED_FAST
     fast = DOCUMENT_FAST if documents else fast
     fast = GRAPH_FAST if graph else PRETRAINING_FAST if pretraining else fast
     if data_name == "multitask":  # the tasks' shared data fields are under data.common
         fast = [f.replace("data.", "data.common.", 1) for f in fast]
     if data_name == "parallel":
-        fast = [*fast, *NARROW[compose_cfg([f"experiment={experiment}"]).model.name]]
+        fast = [*fast, *NARROW[_chosen(experiment, "model")]]
     cfg = compose_cfg([f"experiment={experiment}", *fast, *CHEAP, "trainer.fast_dev_run=true"])
+    assert cfg.data.name == data_name  # (what _chosen read)
+    if data_name == "parallel":
+        assert cfg.model.name == _chosen(experiment, "model")
+    if data_name == "planetoid":
+        raw = DATA_DIR / "planetoid" / cfg.data.dataset / "raw"
+        if not raw.is_dir():
+            pytest.skip(f"Planetoid raw files not found at {raw} (set ATTNFLOW_DATA_DIR)")
     summary = train(cfg, tmp_path)
     assert summary["global_step"] == 1
     saved = json.loads((tmp_path / "metrics.json").read_text())
