@@ -6,11 +6,13 @@ import json
 import re
 
 import pytest
+import torch
+import yaml
 from omegaconf import OmegaConf
 
 from attnflow.blocks.scorers.additive import AdditiveScorer
 from attnflow.blocks.scorers.dot import DotScorer
-from attnflow.config.registry import MODELS, SCORERS
+from attnflow.config.registry import DATA, MODELS, SCORERS, TASKS
 from attnflow.training.validate import resolve_config
 from attnflow.training.run import train
 from support import CONF, DATA_DIR, FAST, ROOT, compose_cfg, experiments
@@ -42,9 +44,60 @@ PRETRAINING_FAST = ["data.limit_train=64", "data.limit_val=32", "data.batch_size
                     "model.layers=1", "trainer.accelerator=cpu", "callbacks.progress_bar=none"]
 
 
+# Every run: nothing recorded or drawn that the test does not read (metrics.json is the run's own).
+CHEAP = ["trainer.enable_model_summary=false", "callbacks.attention_maps.examples=0", "logger=none"]
+
+# Generated data (the reversal, the shapes): a batch of each split is all one step reads.
+GENERATED_FAST = [*FAST, "data.train_size=32", "data.val_size=16", "data.test_size=16",
+                  "data.batch_size=16"]
+
+# Translation models at a width a step on a CPU takes little time with: each keeps its layers,
+# heads (48: divisible by 2, 3, 4 and 8) and blocks.
+NARROW = {"transformer": ["model.d_model=48", "model.ffn_dim=96"],
+          "seq2seq": ["model.embed_dim=32", "model.encoder.hidden_dim=32",
+                      "model.decoder.embed_dim=32", "model.decoder.hidden_dim=32"]}
+
+
+def _chosen(experiment: str, group: str) -> str:
+    """The block name (``data.name``, ``model.name``) that ``experiment`` gets from its option of
+    ``group``, read from the files of conf/ (the experiment's, those it extends, the option's)
+    rather than composed: the test composes each experiment once, and checks this against it."""
+    def option(path, key):
+        defaults = (yaml.safe_load(path.read_text()) or {}).get("defaults") or []
+        for entry in defaults:
+            if isinstance(entry, dict) and key in entry:
+                return entry[key]
+        parents = [e for e in defaults if isinstance(e, str) and e != "_self_"]
+        return option(path.parent / f"{parents[0]}.yaml", key) if parents else None
+
+    picked = option(CONF / "experiment" / f"{experiment}.yaml", f"override /{group}")
+    picked = picked or option(CONF / "train.yaml", group)
+    node = yaml.safe_load((CONF / group / f"{picked}.yaml").read_text())
+    while "name" not in node:  # an option that extends another (transformer_base: transformer)
+        parent = next(e for e in node["defaults"] if isinstance(e, str) and e != "_self_")
+        node = yaml.safe_load((CONF / group / f"{parent}.yaml").read_text())
+    return node["name"]
+
+
+@pytest.fixture(scope="module")
+def imdb_sample(tmp_path_factory):
+    """A data folder whose imdb/ holds every 100th review of IMDB's files (both classes, every
+    rating): the runs read 64 reviews, and the full files cost seconds to read each time."""
+    import gzip
+
+    root = tmp_path_factory.mktemp("data")
+    (root / "imdb").mkdir()
+    for source in sorted((DATA_DIR / "imdb").glob("*.jsonl.gz")):
+        with gzip.open(source, "rt", encoding="utf-8", newline="\n") as f:
+            sample = [line for i, line in enumerate(f) if i % 100 == 0]
+        with gzip.open(root / "imdb" / source.name, "wt", encoding="utf-8", newline="\n") as f:
+            f.writelines(sample)
+    return root
+
+
 @pytest.mark.parametrize("experiment", experiments())
-def test_every_experiment_runs_one_step(experiment, tmp_path):
-    data_name = compose_cfg([f"experiment={experiment}"]).data.name
+def test_every_experiment_runs_one_step(experiment, tmp_path, request):
+    data_name = _chosen(experiment, "data")
     documents = data_name == "documents"
     pretraining = data_name in ("bert_pretraining", "text_classification", "multitask")  # BERT on IMDB texts
     if (documents or pretraining) and not (DATA_DIR / "imdb").is_dir():
@@ -52,15 +105,23 @@ def test_every_experiment_runs_one_step(experiment, tmp_path):
     if data_name == "parallel" and not (DATA_DIR / "multi30k").is_dir():
         pytest.skip(f"Multi30k not found at {DATA_DIR / 'multi30k'} (set ATTNFLOW_DATA_DIR)")
     graph = data_name in ("planetoid", "synthetic_graph")  # graph attention (GAT) experiments
-    if data_name == "planetoid":
-        raw = DATA_DIR / "planetoid" / compose_cfg([f"experiment={experiment}"]).data.dataset / "raw"
-        if not raw.is_dir():
-            pytest.skip(f"Planetoid raw files not found at {raw} (set ATTNFLOW_DATA_DIR)")
-    fast = DOCUMENT_FAST if documents else PARALLEL_FAST if data_name == "parallel" else FAST
+    fast = PARALLEL_FAST if data_name == "parallel" else GENERATED_FAST
+    fast = DOCUMENT_FAST if documents else fast
     fast = GRAPH_FAST if graph else PRETRAINING_FAST if pretraining else fast
     if data_name == "multitask":  # the tasks' shared data fields are under data.common
         fast = [f.replace("data.", "data.common.", 1) for f in fast]
-    cfg = compose_cfg([f"experiment={experiment}", *fast, "trainer.fast_dev_run=true"])
+    if data_name == "parallel":
+        fast = [*fast, *NARROW[_chosen(experiment, "model")]]
+    if documents or pretraining:
+        fast = [*fast, f"paths.data_dir={request.getfixturevalue('imdb_sample')}"]
+    cfg = compose_cfg([f"experiment={experiment}", *fast, *CHEAP, "trainer.fast_dev_run=true"])
+    assert cfg.data.name == data_name  # (what _chosen read)
+    if data_name == "parallel":
+        assert cfg.model.name == _chosen(experiment, "model")
+    if data_name == "planetoid":
+        raw = DATA_DIR / "planetoid" / cfg.data.dataset / "raw"
+        if not raw.is_dir():
+            pytest.skip(f"Planetoid raw files not found at {raw} (set ATTNFLOW_DATA_DIR)")
     summary = train(cfg, tmp_path)
     assert summary["global_step"] == 1
     saved = json.loads((tmp_path / "metrics.json").read_text())
@@ -96,25 +157,50 @@ def test_every_registered_scorer_has_a_group_option():
 OPTIONS = {g: sorted(p.stem for p in (CONF / g).glob("*.yaml")) for g in ("scorer",)}
 
 
+def _one_training_step(cfg):
+    """What a run's first step does, without a Trainer: the config resolved and validated, the
+    data, model and task built as attnflow-train builds them, the loss of the first training
+    batch and its gradients; the keys the task logged."""
+    resolved = resolve_config(cfg)
+    dm = DATA.build(resolved["data"], path="data")
+    model = MODELS.build(resolved["model"], path="model", **dm.model_context())
+    task = TASKS.build(resolved["task"], model, path="task", **dm.task_context())
+    dm.setup("fit")
+    logged = {}
+    task.log = lambda key, value, **kw: logged.__setitem__(key, value)
+    loss = task.step(next(iter(dm.train_dataloader())), "train")
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+    return model, logged
+
+
 @pytest.mark.parametrize("scorer", OPTIONS["scorer"])
-def test_every_scorer_trains_a_step_in_the_default_experiment(scorer, tmp_path):
-    cfg = compose_cfg([f"scorer={scorer}", *FAST, "trainer.fast_dev_run=true", "logger=none"])
+def test_every_scorer_trains_a_step_in_the_default_experiment(scorer):
+    cfg = compose_cfg([f"scorer={scorer}", *GENERATED_FAST])
     expected = OmegaConf.load(CONF / "scorer" / f"{scorer}.yaml")  # gat_authors: gat + options
     assert OmegaConf.to_container(cfg.model.decoder.attention.scorer) == OmegaConf.to_container(expected)
-    assert train(cfg, tmp_path)["global_step"] == 1
+    model, logged = _one_training_step(cfg)
+    assert type(model.decoder.attention.scorer).registry_name == expected.name
+    assert "train/loss" in logged
 
 
 @pytest.mark.parametrize("aggregator", ["mean", "concat", "concat_proj"])
-def test_multihead_with_each_aggregator_and_norm(aggregator, tmp_path):
+def test_multihead_with_each_aggregator_and_norm(aggregator):
     cfg = compose_cfg(["attention=multihead", f"aggregator={aggregator}", "normalizer=norm",
-                       "task.penalty_weight=0.1", *FAST, "trainer.fast_dev_run=true", "logger=none"])
-    summary = train(cfg, tmp_path)
-    assert summary["global_step"] == 1
+                       "task.penalty_weight=0.1", *GENERATED_FAST])
+    model, logged = _one_training_step(cfg)
+    attention = model.decoder.attention
+    assert type(attention.aggregator).registry_name == aggregator
+    assert type(attention.normalizer).registry_name == "norm"
+    assert "train/penalty" in logged  # the penalty weighs the step's loss
 
 
 def test_penalty_is_logged_when_weighted(tmp_path):
-    cfg = compose_cfg(["experiment=reverse_multihead", *FAST, "trainer.limit_train_batches=2",
-                       "trainer.log_every_n_steps=1", "test=false"])
+    cfg = compose_cfg(["experiment=reverse_multihead", *GENERATED_FAST, "test=false",
+                       "trainer.limit_train_batches=1", "trainer.limit_val_batches=1",
+                       "trainer.log_every_n_steps=1",
+                       "trainer.enable_model_summary=false", "callbacks.attention_maps.examples=0"])
     train(cfg, tmp_path)
     header = (tmp_path / "csv" / "version_0" / "metrics.csv").read_text().splitlines()[0]
     assert "train/penalty" in header

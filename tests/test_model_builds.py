@@ -70,7 +70,7 @@ def test_what_the_meta_device_cannot_do_is_left_to_the_real_build(monkeypatch):
 @pytest.mark.parametrize("name, fields", [
     ("reverse", {}),
     ("synthetic_graph", {"num_classes": 5, "feature_dim": 7}),
-    ("shapes", {}),
+    ("shapes", {"train_size": 16, "val_size": 8, "test_size": 8}),  # (a few images to draw)
 ])
 def test_the_stand_in_context_has_the_keys_of_the_real_one(name, fields):
     cls = DATA.get(name)

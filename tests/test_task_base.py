@@ -19,9 +19,15 @@ from attnflow.training.run import build_callbacks, train
 from attnflow.training.validate import resolve_config
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
-from support import DATA_DIR, FAST, compose_cfg
+from support import DATA_DIR, compose_cfg
 
 QUIET = ["callbacks.progress_bar=none", "trainer.accelerator=cpu"]
+# the runs that train: nothing recorded that the tests do not read
+CHEAP = [*QUIET, "logger=none", "trainer.enable_model_summary=false",
+         "callbacks.attention_maps.examples=0"]
+# two batches of the reversal, one of validation and of test
+TINY = [*CHEAP, "data.train_size=64", "data.val_size=16", "data.test_size=16", "data.batch_size=32",
+        "trainer.max_epochs=1"]
 CORA_RAW = DATA_DIR / "planetoid" / "Cora" / "raw"
 
 
@@ -202,8 +208,8 @@ def test_an_empty_entry_means_its_defaults_not_off(tmp_path):
 def test_checkpoint_null_writes_no_checkpoint(tmp_path):
     # (Lightning adds a ModelCheckpoint of its own unless told not to: the run wrote
     # csv/version_0/checkpoints/epoch=0-step=8.ckpt and tested it as the "best")
-    summary = train(compose_cfg(["callbacks.checkpoint=null", *FAST, *QUIET]), tmp_path / "run")
-    assert summary["best_checkpoint"] == "" and summary["global_step"] == 8
+    summary = train(compose_cfg(["callbacks.checkpoint=null", *TINY]), tmp_path / "run")
+    assert summary["best_checkpoint"] == "" and summary["global_step"] == 2
     assert not list((tmp_path / "run").rglob("*.ckpt"))
     assert {"val/seq_acc", "test/seq_acc"} <= set(summary["metrics"])  # of the final weights
     with pytest.raises(ConfigError, match=r"callbacks.checkpoint \(null: none\)"):
@@ -245,10 +251,7 @@ def test_other_misfits_name_the_odd_one_out(overrides, misfit):
 
 def test_translation_task_on_reverse_data_trains(tmp_path):
     """Without a tokenizer the translation task scores the space-joined target symbols."""
-    from support import FAST
-
-    cfg = compose_cfg(["task=translation", *FAST, "trainer.fast_dev_run=true", "logger=none",
-                       "task.beam_size=2"])
+    cfg = compose_cfg(["task=translation", *TINY, "trainer.fast_dev_run=true", "task.beam_size=2"])
     summary = train(cfg, tmp_path)
     assert summary["global_step"] == 1
     assert {"val/bleu", "test/bleu", "val/seq_acc"} <= set(summary["metrics"])
@@ -256,7 +259,7 @@ def test_translation_task_on_reverse_data_trains(tmp_path):
 
 def _two_graph_epochs(data_overrides, tmp_path):
     cfg = compose_cfg([*data_overrides, "model=gat", "task=node_classification",
-                       "trainer.max_epochs=2", *QUIET])
+                       "trainer.max_epochs=2", *CHEAP])
     summary = train(cfg, tmp_path)
     assert summary["epochs"] == 2
     assert {"val/acc", "val/loss", "test/acc"} <= set(summary["metrics"])
@@ -281,4 +284,5 @@ def test_planetoid_gat_node_classification_by_groups_trains(tmp_path):
 
 def test_synthetic_graph_gat_node_classification_by_groups_trains(tmp_path):
     torch.set_num_threads(1)
-    _two_graph_epochs(["data=synthetic_graph"], tmp_path)
+    _two_graph_epochs(["data=synthetic_graph", "data.num_nodes=100", "scorer.hidden_dim=16"],
+                      tmp_path)
