@@ -55,12 +55,13 @@ def test_wheel_install_trains_from_any_folder(tmp_path):
     work.mkdir()
     env = {**os.environ, "PYTHONPATH": str(site), "OMP_NUM_THREADS": "1"}
     env.pop("ATTNFLOW_DATA_DIR", None)
-    where = _run([sys.executable, "-c", "import attnflow; print(attnflow.__file__); print(attnflow.config_dir())"],
-                 work, env=env, timeout=60).stdout.split()
-    assert Path(where[0]).is_relative_to(site) and Path(where[1]) == site / "attnflow" / "conf", where
-
     run = tmp_path / "run"
-    _run([sys.executable, "-m", "attnflow.cli.train", "trainer.fast_dev_run=true", "data.train_size=64",
-          "data.val_size=16", "data.test_size=16", "callbacks.progress_bar=none", "logger=none",
-          f"hydra.run.dir={run}"], work, env=env, timeout=300)
+    # one interpreter: where attnflow and its configs are found, then attnflow-train's main()
+    script = ("import sys, attnflow; print(attnflow.__file__); print(attnflow.config_dir()); "
+              "from attnflow.cli.train import main; sys.argv[1:] = " + repr(
+                  ["trainer.fast_dev_run=true", "data.train_size=64", "data.val_size=16",
+                   "data.test_size=16", "callbacks.progress_bar=none", "logger=none",
+                   f"hydra.run.dir={run}"]) + "; main()")
+    where = _run([sys.executable, "-c", script], work, env=env, timeout=300).stdout.split()
+    assert Path(where[0]).is_relative_to(site) and Path(where[1]) == site / "attnflow" / "conf", where
     assert "metrics" in json.loads((run / "metrics.json").read_text())

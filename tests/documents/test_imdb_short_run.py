@@ -1,4 +1,5 @@
-"""A short real-data run: a small HAN on 2,000 IMDB documents (3 epochs, ~45 s on one thread) learns (dev accuracy clearly above
+"""A short real-data run: a small HAN on 2,000 IMDB documents (3 epochs in batches of 100: the
+word GRU's steps, not the batch size, cost the time) learns (dev accuracy clearly above
 chance), writes its vocabulary and validation renderings, and attnflow-predict reloads it from the
 run directory (rebuilt from the registries) to label and explain new texts."""
 
@@ -17,9 +18,9 @@ from support import DATA_DIR, compose_cfg
 pytestmark = pytest.mark.data
 
 SMALL = ["experiment=han_imdb", "data.limit_train=2000", "data.limit_val=200", "data.max_sentences=8",
-         "data.max_words=25", "data.min_freq=3", "data.batch_size=32", "model.embed_dim=64",
+         "data.max_words=25", "data.min_freq=3", "data.batch_size=100", "model.embed_dim=64",
          "model.word_encoder.hidden_dim=16", "model.sentence_encoder.hidden_dim=16", "pooling.dim=16",
-         "task.optim.lr=0.004", "trainer.max_epochs=3", "callbacks.progress_bar=none", "logger=csv",
+         "task.optim.lr=0.01", "trainer.max_epochs=3", "callbacks.progress_bar=none", "logger=csv",
          "trainer.accelerator=cpu", "trainer.enable_model_summary=false", "task.renderings=2",
          "trainer.num_sanity_val_steps=0"]
 
@@ -35,7 +36,7 @@ def run(tmp_path_factory):
 
 def test_short_run_learns(run):
     run_dir, summary = run
-    assert summary["metrics"]["val/acc"] > 0.65, summary["metrics"]   # chance is 0.5 (measured 0.79)
+    assert summary["metrics"]["val/acc"] > 0.65, summary["metrics"]  # chance 0.5; measured 0.76
     assert not any(k.startswith("test/") for k in summary["metrics"])  # no test split: skipped
     assert (run_dir / "vocab.json").is_file()
     import csv

@@ -20,7 +20,7 @@ QUIET = ["callbacks.progress_bar=none", "trainer.accelerator=cpu"]
                     reason=f"Cora raw files not found at {DATA_DIR / 'planetoid' / 'Cora' / 'raw'} "
                            "(set ATTNFLOW_DATA_DIR)")
 def test_short_cora_run_is_well_above_chance(tmp_path):
-    cfg = compose_cfg(["experiment=gat_cora", *QUIET, "trainer.max_epochs=40",
+    cfg = compose_cfg(["experiment=gat_cora", *QUIET, "trainer.max_epochs=30",
                        f"paths.data_dir={DATA_DIR}"])
     summary = train(cfg, tmp_path)
     m = summary["metrics"]
@@ -30,17 +30,17 @@ def test_short_cora_run_is_well_above_chance(tmp_path):
     assert json.loads((tmp_path / "metrics.json").read_text())["metrics"]["test/acc"] == m["test/acc"]
 
 
-@pytest.mark.parametrize("loader", ["full", "khop"])
-def test_synthetic_graph_training_learns(loader, tmp_path):
-    cfg = compose_cfg(["experiment=gat_synthetic", *QUIET, f"data.loader={loader}",
-                       "trainer.max_epochs=15", "logger=none", "task.picture=false"])
+def test_synthetic_graph_training_learns_full_batch(tmp_path):
+    # the k-hop mini-batches (the experiment's loader) train in the multi-label test below
+    cfg = compose_cfg(["experiment=gat_synthetic", *QUIET, "data.loader=full",
+                       "trainer.max_epochs=8", "logger=none", "task.picture=false"])
     m = train(cfg, tmp_path)["metrics"]
     assert m["test/acc"] > 0.8, m  # 4 balanced classes: chance 0.25
 
 
 def test_multi_label_training_with_sigmoid_log_loss(tmp_path):
     cfg = compose_cfg(["experiment=gat_synthetic", *QUIET, "data.multi_label=true",
-                       "task.multi_label=true", "trainer.max_epochs=15", "logger=none"])
+                       "task.multi_label=true", "trainer.max_epochs=8", "logger=none"])
     m = train(cfg, tmp_path)["metrics"]
     # about 1.5 of 4 labels per node: predicting none gives f1 0 and acc ~0.62
     assert m["test/f1"] > 0.75 and m["test/acc"] > 0.85, m
