@@ -55,6 +55,8 @@ def test_a_stopped_run_gets_the_average_its_fit_would_have_written(finished, sto
     assert ckpt["attnflow_average"]["epochs"] == kept
     assert ckpt["attnflow_config"] == last["attnflow_config"]
     fit = load(finished[0] / "checkpoints" / "averaged.ckpt")["state_dict"]  # the fit's own
+    fit_summary = json.loads((finished[0] / "metrics.json").read_text())
+    assert fit_summary["averaged_from"]["epochs"] == kept
     assert all(torch.equal(ckpt["state_dict"][k], fit[k]) for k in fit)
     err = capsys.readouterr()
     assert f"written to {out}" in err.err and "averaged" in err.out

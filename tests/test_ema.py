@@ -5,8 +5,8 @@ with θ̄ computed here by the formula: θ̄ is the initial weights until the fi
 then θ̄ ← βθ̄ + (1 − β)θ after each step s ≥ ``start_step`` with s % ``every_n_steps`` == 0.
 Validation during the fit scores θ̄ and training goes on with θ; every checkpoint's ``state_dict``
 is θ̄ (``current_model_state``: θ), the kept epochs of ``callbacks.average`` are θ̄, the final
-validation of the best checkpoint equals that epoch's; a resumed run ends as an uninterrupted one;
-bad entries are refused before any work."""
+validation of the best checkpoint equals that epoch's (a resumed run ends as an uninterrupted one:
+test_averaging.py); bad entries are refused before any work."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ import torch
 
 import attnflow.training.run as run_module
 from attnflow.config.registry import ConfigError
-from attnflow.training.resume import resume_config
 from attnflow.training.run import train
 from averaging_runs import TINY, load
 from support import compose_cfg
@@ -74,7 +73,8 @@ def _train(overrides, run_dir, monkeypatch):
 
 
 def test_validation_and_checkpoints_hold_the_average_and_training_goes_on_with_the_weights(tmp_path, monkeypatch):
-    summary, steps = _train([EMA, CONSTANT, "trainer.max_epochs=3", "callbacks.average.best=2"],
+    summary, steps = _train([EMA, CONSTANT, "trainer.max_epochs=3", "callbacks.average.best=2",
+                             "test=false"],
                             tmp_path / "run", monkeypatch)
     per_epoch = len(steps.after_step) // 3  # 4 steps an epoch
     bars = _ema_by_hand(steps.trained_from[0], steps.after_step)
@@ -120,22 +120,12 @@ def test_before_the_first_update_the_average_is_the_initial_weights(tmp_path, mo
     with pytest.warns(UserWarning, match=r"callbacks.ema made no average: training ended at step "
                                          r"\d+, before callbacks.ema.start_step=100"):
         summary, steps = _train(["callbacks.ema={decay: 0.5, start_step: 100}", CONSTANT,
-                                 "trainer.max_epochs=1"], tmp_path / "run", monkeypatch)
+                                 "trainer.max_epochs=1", "test=false", "logger=none"],
+                                tmp_path / "run", monkeypatch)
     assert _close(steps.validated[0], steps.trained_from[0])
     last = load(tmp_path / "run" / "checkpoints" / "last.ckpt")
     assert _close(last["state_dict"], steps.trained_from[0])
     assert _close(last["current_model_state"], steps.after_step[-1])
-
-
-def test_a_resumed_run_ends_as_an_uninterrupted_one(tmp_path, monkeypatch):
-    args = [*TINY, EMA, CONSTANT]
-    train(compose_cfg([*args, "trainer.max_epochs=3"]), tmp_path / "whole")
-    part = tmp_path / "part"
-    train(compose_cfg([*args, "trainer.max_epochs=1"]), part)
-    train(resume_config(part, {"trainer.max_epochs": 3}), part)
-    a, b = load(tmp_path / "whole" / "checkpoints" / "last.ckpt"), load(part / "checkpoints" / "last.ckpt")
-    for key in ("state_dict", "current_model_state"):
-        assert a[key].keys() == b[key].keys() and all(torch.equal(a[key][k], b[key][k]) for k in a[key])
 
 
 @pytest.mark.parametrize("overrides, expected", [

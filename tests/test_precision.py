@@ -224,7 +224,9 @@ def test_float32_matmul_precision_holds_while_training_and_is_put_back(tmp_path,
     monkeypatch.setattr(run, "build_callbacks", lambda *a, **k: [*build(*a, **k), See()])
     before = torch.get_float32_matmul_precision()
     assert before != "medium"
-    run.train(compose_cfg([*COMMON, *REVERSE, "float32_matmul_precision=medium"]), tmp_path / "run")
+    run.train(compose_cfg([*COMMON, "data.train_size=32", "data.val_size=32", "data.batch_size=32",
+                           "trainer.num_sanity_val_steps=0", "float32_matmul_precision=medium"]),
+              tmp_path / "run")  # one training and one validation batch
     assert ("train", "medium") in seen and all(p == "medium" for _, p in seen), seen
     assert torch.get_float32_matmul_precision() == before
 

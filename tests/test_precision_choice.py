@@ -29,7 +29,8 @@ from support import compose_cfg
 
 TINY = ["data.train_size=64", "data.val_size=32", "data.test_size=32", "data.batch_size=32",
         "trainer.max_epochs=1", "trainer.accelerator=cpu", "callbacks.progress_bar=none",
-        "logger=none", "callbacks.attention_maps=null", "trainer.num_sanity_val_steps=0"]
+        "logger=none", "callbacks.attention_maps=null", "trainer.num_sanity_val_steps=0",
+        "test=false", "trainer.enable_model_summary=false"]
 
 
 def _kernel_flags() -> set:
