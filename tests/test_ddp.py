@@ -36,12 +36,12 @@ from support import ROOT, compose_cfg, train_cli
 
 TRAIN = str(Path(sys.executable).parent / "attnflow-train")  # the console script, as users run it
 
-REVERSE = ["data.train_size=64", "data.val_size=64", "data.test_size=64", "data.min_len=8",
-           "data.max_len=8", "trainer.max_epochs=3", "trainer.accelerator=cpu",
-           "callbacks.progress_bar=none", "callbacks.attention_maps.examples=1",
+REVERSE = ["data.train_size=64", "data.val_size=16", "data.test_size=16", "data.min_len=8",
+           "data.max_len=8", "trainer.max_epochs=2", "trainer.accelerator=cpu",
+           "callbacks.progress_bar=none", "callbacks.attention_maps.examples=0",
            "callbacks.checkpoint.monitor=val/loss"]  # the best checkpoint is the last one
 GAT = ["experiment=gat_synthetic", "data.loader=full", "model.dropout=0", "model.attn_dropout=0",
-       "model.value_dropout=0", "trainer.max_epochs=3", "trainer.accelerator=cpu",
+       "model.value_dropout=0", "trainer.max_epochs=2", "trainer.accelerator=cpu",
        "callbacks.progress_bar=none", "task.picture=false"]
 GAT_MINIBATCH = ["experiment=gat_synthetic", "trainer.max_epochs=2", "trainer.accelerator=cpu",
                  "logger=none", "callbacks.progress_bar=none", "task.picture=false"]
@@ -86,7 +86,7 @@ def _logged_once(run):
     rows = (run / "csv" / "version_0" / "metrics.csv").read_text().splitlines()
     header = rows[0].split(",")
     val = [r for r in rows[1:] if r.split(",")[header.index("val/loss")]]
-    assert len(val) == 3 + 1, rows  # 3 epochs + the final validation of the best checkpoint
+    assert len(val) == 2 + 1, rows  # 2 epochs + the final validation of the best checkpoint
 
 
 def _ddp_run(result):
@@ -155,7 +155,7 @@ def test_ddp_default_experiment_equals_one_process(ddp_runs, tmp_path):
     run, ddp = _ddp_run(ddp_runs["reverse"])  # 2 ranks × 32
     one = train(compose_cfg([*REVERSE, "data.batch_size=64", "logger=none"]), tmp_path / "one")
     _assert_same_metrics(ddp, one)
-    assert one["global_step"] == 3  # one step per epoch: the whole training set
+    assert one["global_step"] == 2  # one step per epoch: the whole training set
     # one checkpoint set: the best and last.ckpt, no second copy from rank 1 (-v1)
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == sorted(
         [Path(ddp["best_checkpoint"]).name, "last.ckpt"])
