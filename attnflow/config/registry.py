@@ -196,11 +196,17 @@ class Registry:
         return dict(cls._all)
 
 
-def _dict_ids(node: Any) -> frozenset:
-    """The ids of the dicts inside ``node`` at any depth."""
-    values = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
-    return frozenset().union(*(({id(v)} if isinstance(v, dict) else set()) | _dict_ids(v)
-                               for v in values))
+def _dict_ids(data: Dict[str, Any]) -> frozenset:
+    """The ids of the dicts inside ``data`` at any depth (in dicts and lists)."""
+    ids, todo = set(), list(data.values())
+    while todo:
+        node = todo.pop()
+        if isinstance(node, dict):
+            ids.add(id(node))
+            todo.extend(node.values())
+        elif isinstance(node, list):
+            todo.extend(node)
+    return frozenset(ids)
 
 
 def _import_all(name: str) -> None:

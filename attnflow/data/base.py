@@ -61,8 +61,6 @@ class Columns(Dataset):
 def eval_sampler(dataset):
     """Under DDP each evaluation item on exactly one rank (Lightning's sampler repeats items to
     even out the ranks: counted twice); None in one process."""
-    import torch
-
     if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
         return None
     from pytorch_lightning.overrides.distributed import UnrepeatedDistributedSampler
