@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Iterator, Tuple
 
 from attnflow.config.registry import ConfigError
+from attnflow.io.text import InputError, iter_lines
 
 
 class DataError(ConfigError):
@@ -20,8 +21,6 @@ class DataFileNotFoundError(DataError, FileNotFoundError):
 def numbered_lines(path: Path | str, owner: str) -> Iterator[Tuple[int, str]]:
     """``(line number, line)`` of a text file (``.gz``: gzip); an unreadable file raises
     :class:`DataError` naming the file and the line, ``owner`` starting the message."""
-    from attnflow.io.text import InputError, iter_lines
-
     path = Path(path)
     if not path.is_file():
         raise DataFileNotFoundError(f"{owner}: file not found: {path}")

@@ -21,6 +21,7 @@ from torch_geometric.utils import k_hop_subgraph
 
 from attnflow.config.registry import ConfigError
 from attnflow.data.base import eval_sampler
+from attnflow.data.examples import spread_over_labels
 from attnflow.io.console import warn_unread
 
 SPLITS = ("train", "val", "test")
@@ -156,8 +157,6 @@ class GraphDataModule(pl.LightningDataModule):
     def example_batch(self, n: int, split: str = "val") -> dict:
         """``{"graph": the whole graph, "nodes": n node ids of the split}`` for dashboards, the
         nodes taken across the classes (multi-label: by each node's first class)."""
-        from attnflow.data.examples import spread_over_labels
-
         data = self._graph()
         ids = data[f"{split}_mask"].nonzero().flatten()
         y = data.y[ids]

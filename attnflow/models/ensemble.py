@@ -17,6 +17,8 @@ from typing import List, Sequence
 import torch
 from torch import nn
 
+from attnflow.blocks.decoders.decoding import reorder_beams
+
 
 class EnsembleDecoder(nn.Module):
     """The decoder protocol over M decoders: the state is the list of the members' states."""
@@ -45,8 +47,6 @@ class EnsembleDecoder(nn.Module):
 
     def reorder_beams(self, state: list, rows: torch.Tensor) -> list:
         """Beam search's reordering between steps: each member as it reorders itself."""
-        from attnflow.blocks.decoders.decoding import reorder_beams
-
         return [reorder_beams(d, s, rows) for d, s in zip(self.members, state)]
 
 

@@ -9,6 +9,7 @@ Panels are plain dicts for :func:`attnflow.viz.panels.log_panels`.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -18,6 +19,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+
+from attnflow.viz.explain import shown_piece  # noqa: E402
 
 DPI = 100
 HEATMAP_SIZE = (6.4, 6.4)      # inches: 640 × 640 pixels at DPI
@@ -143,8 +146,6 @@ def cls_attention_figure(cls, tokens: Sequence[str], title: str = "", figsize=TE
     """The ⟨CLS⟩ row of every layer's and head's attention, ``cls`` (N, J, T), as an (N·J) × T
     heat map. Colours run from 0 to the largest weight: trained BERTs put most on [CLS] and
     [SEP] (Clark et al. 2019), which a fixed 0–1 scale would leave the only visible cells."""
-    from attnflow.viz.explain import shown_piece
-
     w = np.asarray(cls.detach().float().cpu() if isinstance(cls, torch.Tensor) else cls, dtype=float)
     N, J, T = w.shape
     rows = w.reshape(N * J, T)
@@ -186,8 +187,6 @@ def cls_attention_panels(cls: torch.Tensor, tokens: Sequence[Sequence[str]], tit
 
 def figure_png(fig) -> bytes:
     """The figure as PNG bytes (for embedding in HTML); the figure is closed."""
-    import io
-
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI)
     plt.close(fig)

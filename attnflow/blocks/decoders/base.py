@@ -22,6 +22,8 @@ from typing import Any, Optional, Tuple
 import torch
 from torch import nn
 
+from attnflow.blocks.decoders.decoding import greedy_from_memory
+
 
 def takes_positions(module: nn.Module) -> bool:
     """Whether ``module.forward`` takes ``positions`` (the logits of some positions only)."""
@@ -116,7 +118,5 @@ class Decoder(nn.Module):
     @torch.no_grad()
     def greedy(self, memory: torch.Tensor, memory_mask: torch.Tensor, init: torch.Tensor,
                bos_id: int, eos_id: int, max_len: int, need_weights: bool = False):
-        from attnflow.blocks.decoders.decoding import greedy_from_memory
-
         return greedy_from_memory(self, memory, memory_mask, init, bos_id, eos_id, max_len,
                                   need_weights)
