@@ -52,10 +52,16 @@ def consumed_groups(cfg: DictConfig) -> List[str]:
     return [g for g in SHARED_GROUPS if g in seen]
 
 
+@functools.lru_cache(maxsize=4)
+def _root(conf_dir: Path) -> DictConfig:
+    """``conf/train.yaml``, read once (treat as read-only)."""
+    return OmegaConf.load(Path(conf_dir) / "train.yaml")
+
+
 def root_defaults(conf_dir: Path) -> Dict[str, str]:
     """{group: option} of the root config's defaults list (``conf/train.yaml``)."""
     out: Dict[str, str] = {}
-    for entry in OmegaConf.load(conf_dir / "train.yaml").get("defaults", []):
+    for entry in _root(conf_dir).get("defaults", []):
         if isinstance(entry, (dict, DictConfig)):
             out.update({str(group): option for group, option in entry.items()})
     return out
@@ -63,7 +69,7 @@ def root_defaults(conf_dir: Path) -> Dict[str, str]:
 
 def top_level_keys(conf_dir: Path) -> set:
     """The root config's keys: its defaults list's groups and its own fields (conf/train.yaml)."""
-    fields = set(OmegaConf.load(conf_dir / "train.yaml").keys()) - {"defaults"}
+    fields = set(_root(conf_dir).keys()) - {"defaults"}
     return (set(root_defaults(conf_dir)) - {"experiment"}) | fields | {"hydra"}
 
 
