@@ -157,7 +157,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_metrics(stopped):
 
 def test_ctrl_c_saves_a_resumable_checkpoint_mid_epoch_and_finishes_wandb(stopped):
     root, run = stopped["root"], stopped["root"] / "s"
-    assert stopped["s_rc"] != 0
+    assert stopped["s_rc"] == 128 + signal.SIGINT
     log = _log(root, "s")
     assert f"attnflow-train resume={run}" in log, log[-3000:]
     last = stopped["s_last"]
@@ -170,6 +170,50 @@ def test_ctrl_c_saves_a_resumable_checkpoint_mid_epoch_and_finishes_wandb(stoppe
     assert "finishing run" in debug and "got exitcode: 1" in debug
     assert first.name.rsplit("-", 1)[1] == second.name.rsplit("-", 1)[1] == last["attnflow_wandb_run_id"]
     _same_result(run, root / "u")  # resumed at the batch after the last trained one
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1])
+def test_a_preemption_signal_mid_epoch_saves_exits_128_plus_it_and_resumes_exactly(
+        stopped, signum, monkeypatch, capsys):
+    """SIGTERM (a scheduler's, ``timeout``'s) and SIGUSR1 (SLURM's warning) sent to a run in its
+    second epoch: last.ckpt after the running step, the resume command, exit 128 + signal; the
+    resumed run equals the uninterrupted one."""
+    run = stopped["root"] / signal.Signals(signum).name
+    last, sent = run / "checkpoints" / "last.ckpt", threading.Event()
+
+    def send():  # once the first epoch's checkpoint is there
+        deadline = time.time() + TIMEOUT
+        while not last.is_file() and time.time() < deadline:
+            time.sleep(0.02)
+        os.kill(os.getpid(), signum)
+        sent.set()
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    try:
+        code = train_cli(monkeypatch, *ARGS, "logger=csv", f"hydra.run.dir={run}")
+    finally:
+        sender.join(TIMEOUT)
+    assert sent.is_set() and code == 128 + signum
+    assert f"attnflow-train resume={run}" in capsys.readouterr().err
+    assert STEPS < _ckpt(last)["global_step"] < 2 * STEPS and not (run / "metrics.json").exists()
+    train(resume_config(run), run)
+    _same_result(run, stopped["root"] / "u")
+
+
+def test_a_signal_outside_the_training_loop_stops_at_once_with_its_status():
+    from attnflow.training.preemption import Interrupted, StopOnSignal
+
+    stop = StopOnSignal("run")
+    with pytest.raises(Interrupted) as err:  # not training: validation or test after the fit
+        stop._handler(signal.SIGTERM, None)
+    assert err.value.code == 143
+    stop.training = True
+    stop._handler(signal.SIGUSR1, None)  # the first, while training: a stop after this step
+    assert stop.requested == signal.SIGUSR1
+    with pytest.raises(Interrupted) as err:  # the second: at once
+        stop._handler(signal.SIGINT, None)
+    assert err.value.code == 130
 
 
 # -- the same seed twice -------------------------------------------------------------------------------

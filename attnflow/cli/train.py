@@ -4,11 +4,13 @@
     attnflow-train scorer=dot               # swap the attention scorer
     attnflow-train experiment=reverse_multihead logger=wandb
 
-Config errors print one message and exit with status 2; ``--help``: :mod:`attnflow.cli.help`.
+Config errors print one message and exit with status 2; a signal (SIGINT, SIGTERM, SIGUSR1) with
+``128 + signal`` (:mod:`attnflow.training.preemption`); ``--help``: :mod:`attnflow.cli.help`.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,10 +29,12 @@ def run_app(cfg: DictConfig) -> float | None:
     """The task function Hydra runs once per job; returns ``optimized_metric``'s value."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
+    from pytorch_lightning.utilities.exceptions import SIGTERMException
 
     from attnflow.training.callbacks import NonFiniteLossError
     from attnflow.data.errors import DataError
     from attnflow.training.distributed import check_multirun_strategy
+    from attnflow.training.preemption import Interrupted
     from attnflow.training.resume import from_hydra  # resume=<run>: the run's own config
     from attnflow.training.run import record_failure, train
     from attnflow.training.sweeps import check_direction, check_optimized_metric
@@ -44,6 +48,8 @@ def run_app(cfg: DictConfig) -> float | None:
         if multirun:
             check_direction(cfg, hc.sweeper)
         summary = train(from_hydra(cfg), out)
+    except SIGTERMException:  # Lightning's own stop (between the Trainer calls): exit 0 otherwise
+        raise Interrupted(signal.SIGTERM) from None
     except ConfigError as err:  # DataError: a data file missing, empty, cut short or malformed
         kind = "data" if isinstance(err, DataError) else "config"
         print(f"attnflow: {kind} error: {err}", file=sys.stderr)
@@ -145,7 +151,11 @@ def main() -> None:
     continue_optuna_studies()
     import hydra
 
-    hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")(run_app)()
+    try:
+        hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")(run_app)()
+    except KeyboardInterrupt:  # Ctrl-C before or between the Trainer calls: nothing to save
+        print("\nattnflow: interrupted", file=sys.stderr)
+        sys.exit(128 + signal.SIGINT)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """What a checkpoint holds beyond Lightning's for a resumed run to equal the uninterrupted one:
 the global random streams (Lightning does not restore them) and the train loader's position
 within an epoch (:class:`TrainingState`), as tensors, since checkpoints are read with
-``weights_only=True``. Checkpoints are written atomically (:class:`SafeCheckpointIO`); the first
-Ctrl-C writes ``last.ckpt`` at the next step (:class:`GracefulInterrupt`).
+``weights_only=True``. Checkpoints are written atomically (:class:`SafeCheckpointIO`); a signal
+writes ``last.ckpt`` at the next step (:mod:`attnflow.training.preemption`).
 """
 
 from __future__ import annotations
@@ -10,9 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import random
-import signal
-import sys
-import threading
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -25,6 +22,7 @@ from torch.utils.data import DataLoader
 
 from attnflow.io.checkpoints import read_checkpoint
 from attnflow.io.text import atomic_path
+from attnflow.training.preemption import StopOnSignal
 
 WANDB_ID_KEY = "attnflow_wandb_run_id"
 
@@ -337,66 +335,6 @@ class LastCheckpoint(RunCheckpoint):
             self._last_global_step_saved = trainer.global_step
 
 
-class GracefulInterrupt(pl.Callback):
-    """The first SIGINT stops at the next optimiser step after writing ``last.ckpt``; a second at once."""
-
-    def __init__(self, run_dir: Path | str):
-        self.run_dir = Path(run_dir)
-        self.last = self.run_dir / "checkpoints" / "last.ckpt"
-        self.requested = False
-        self.saved = False
-        self._previous = None
-
-    def _handler(self, signum, frame) -> None:
-        if self.requested:  # the second Ctrl-C: at once
-            raise KeyboardInterrupt
-        self.requested = True
-        print("\nattnflow: Ctrl-C: stopping after this training step and saving last.ckpt "
-              "(Ctrl-C again to stop at once)", file=sys.stderr, flush=True)
-
-    def on_train_start(self, *_: Any) -> None:
-        if threading.current_thread() is threading.main_thread() and self._previous is None:
-            self._previous = signal.signal(signal.SIGINT, self._handler)
-
-    def teardown(self, trainer: Any = None, pl_module: Any = None, stage: Any = None) -> None:
-        if self._previous is not None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, self._previous)
-            self._previous = None
-
-    on_train_end = teardown
-
-    def _should_stop(self, trainer: pl.Trainer) -> bool:
-        if trainer.world_size > 1:  # (all ranks stop at one step)
-            return bool(trainer.strategy.reduce_boolean_decision(self.requested, all=False))
-        return self.requested
-
-    def _stop(self, trainer: pl.Trainer) -> None:
-        trainer.save_checkpoint(self.last)
-        self.saved = True
-        raise KeyboardInterrupt
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
-        done = batch_idx + 1
-        stepped = done % max(1, trainer.accumulate_grad_batches) == 0
-        if done < trainer.num_training_batches and stepped and self._should_stop(trainer):
-            self._stop(trainer)
-
-    def on_train_epoch_end(self, trainer, pl_module) -> None:
-        if self._should_stop(trainer):
-            self._stop(trainer)
-
-    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-        self.teardown()
-        if not isinstance(exception, KeyboardInterrupt) or not trainer.is_global_zero:
-            return
-        what = (f"saved {self.last} (epoch {trainer.current_epoch}, step {trainer.global_step})"
-                if self.saved else f"the last checkpoint is {self.last}" if self.last.is_file()
-                else None)
-        print(f"\nattnflow: interrupted; {what}. Resume with:\n  attnflow-train resume={self.run_dir}"
-              if what else "\nattnflow: interrupted before the first checkpoint; nothing to resume",
-              file=sys.stderr, flush=True)
-
-
 def callbacks(run_dir: Path | str) -> List[pl.Callback]:
-    """The callbacks of every run for exact resume and a clean Ctrl-C."""
-    return [TrainingState(), GracefulInterrupt(run_dir)]
+    """The callbacks of every run for exact resume and a stop on a signal that loses no step."""
+    return [TrainingState(), StopOnSignal(run_dir)]

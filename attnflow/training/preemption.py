@@ -1,0 +1,110 @@
+"""Stopping on a signal without losing work: SIGINT (Ctrl-C), SIGTERM (what SLURM, Kubernetes and
+``timeout`` send before a kill) and SIGUSR1 (SLURM's warning, ``#SBATCH --signal=USR1@90``).
+
+While a fit trains, the first signal asks for a stop after the running optimiser step: ``last.ckpt``
+is written there (with the loader's position, so a resume trains the remaining batches), the
+loggers are finished, the resume command printed, and the process exits with ``128 + signal``
+(130 for SIGINT, 143 for SIGTERM, 138 for SIGUSR1), so that a job chain or scheduler sees the stop.
+A second signal, or one outside the training loop (validation or test after the fit), stops at once
+with the same status. In DDP every rank stops at the same step.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import pytorch_lightning as pl
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+
+
+class Interrupted(SystemExit):
+    """A run stopped by signal ``signum``; its exit status is ``128 + signum``."""
+
+    def __init__(self, signum: int):
+        super().__init__(128 + signum)
+        self.signum = signum
+
+
+class StopOnSignal(pl.Callback):
+    """Turns :data:`SIGNALS` into a stop after the running step with ``last.ckpt`` written.
+
+    Its handlers replace Lightning's from the first train, validation or test start of a
+    Trainer call to its end (Lightning's SIGTERM handler only flags a stop that exits 0)."""
+
+    def __init__(self, run_dir: Path | str):
+        self.run_dir = Path(run_dir)
+        self.last = self.run_dir / "checkpoints" / "last.ckpt"
+        self.requested: Optional[int] = None
+        self.training = False
+        self.saved = False
+        self._previous: Dict[int, Any] = {}
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self.requested is not None or not self.training:
+            raise Interrupted(signum)
+        self.requested = signum
+        print(f"\nattnflow: {signal.Signals(signum).name}: stopping after this training step and "
+              f"saving last.ckpt (send it again to stop at once)", file=sys.stderr, flush=True)
+
+    def _install(self) -> None:
+        if not self._previous and threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, self._handler) for s in SIGNALS}
+
+    def _restore(self) -> None:
+        if self._previous and threading.current_thread() is threading.main_thread():
+            for signum, handler in self._previous.items():
+                signal.signal(signum, handler)
+        self._previous = {}
+
+    def on_train_start(self, *_: Any) -> None:
+        self.training = True
+        self._install()
+
+    def on_train_end(self, *_: Any) -> None:
+        self.training = False
+
+    def on_validation_start(self, *_: Any) -> None:
+        self._install()
+
+    on_test_start = on_predict_start = on_validation_start
+
+    def teardown(self, trainer: Any = None, pl_module: Any = None, stage: Any = None) -> None:
+        self.training = False
+        self._restore()
+
+    def _should_stop(self, trainer: pl.Trainer) -> bool:
+        asked = self.requested is not None
+        if trainer.world_size > 1:  # (all ranks stop at one step)
+            return bool(trainer.strategy.reduce_boolean_decision(asked, all=False))
+        return asked
+
+    def _stop(self, trainer: pl.Trainer) -> None:
+        trainer.save_checkpoint(self.last)
+        self.saved = True
+        raise Interrupted(self.requested or signal.SIGTERM)  # (another rank's signal: the usual one)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        done = batch_idx + 1
+        stepped = done % max(1, trainer.accumulate_grad_batches) == 0
+        if done < trainer.num_training_batches and stepped and self._should_stop(trainer):
+            self._stop(trainer)
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        if self._should_stop(trainer):
+            self._stop(trainer)
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        self.teardown()
+        if not isinstance(exception, (Interrupted, KeyboardInterrupt)) or not trainer.is_global_zero:
+            return
+        what = (f"saved {self.last} (epoch {trainer.current_epoch}, step {trainer.global_step})"
+                if self.saved else f"the last checkpoint is {self.last}" if self.last.is_file()
+                else None)
+        print(f"\nattnflow: interrupted; {what}. Resume with:\n  attnflow-train resume={self.run_dir}"
+              if what else "\nattnflow: interrupted before the first checkpoint; nothing to resume",
+              file=sys.stderr, flush=True)
