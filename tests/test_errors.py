@@ -347,7 +347,7 @@ def test_a_run_refused_by_its_data_before_any_step_leaves_nothing_it_wrote(tmp_p
                                                                           capsys):
     """A missing data file is found only after the run wrote its config.yaml (the data module
     reads the files); still before any training step, so the run's folder goes as a config
-    error's does. In a folder that held files before (hydra.run.dir), only what the run added."""
+    error's does. A folder that holds files but no run (hydra.run.dir) is refused untouched."""
     empty = tmp_path / "no-data"
     empty.mkdir()
     code, _, err = _main(monkeypatch, capsys, tmp_path / "outputs", "experiment=gat_cora",
@@ -360,8 +360,8 @@ def test_a_run_refused_by_its_data_before_any_step_leaves_nothing_it_wrote(tmp_p
     (mine / "notes.txt").write_text("kept")
     code, _, err = _main(monkeypatch, capsys, tmp_path / "outputs", "experiment=gat_cora",
                          f"paths.data_dir={empty}", f"hydra.run.dir={mine}")
-    assert code == 2 and "Cora is missing" in err
-    assert sorted(p.name for p in mine.iterdir()) == [".hydra", "notes.txt", "train.log"]
+    assert code == 2 and f"hydra.run.dir={mine} holds files but no run (notes.txt)" in err
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
 
 
 @pytest.mark.parametrize("overrides, says", [

@@ -8,8 +8,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -22,6 +24,7 @@ import yaml
 
 from attnflow.training.resume import ResumeError, from_hydra, prepare_argv, resume_config
 from attnflow.training.run import train
+from attnflow.training.runlock import RunInUseError
 from attnflow.training.state import SafeCheckpointIO
 from support import FAST, ROOT, compose_cfg, train_cli
 
@@ -142,7 +145,9 @@ def test_sigkill_then_resume_gives_the_uninterrupted_metrics(stopped):
     assert stopped["k_rc"] == -signal.SIGKILL
     assert stopped["k_last"]["global_step"] == STEPS  # killed in the second epoch
     assert "metrics.json" not in stopped["k_tree"]
+    assert ".lock" in stopped["k_tree"]  # the killed run's, stale: the resume takes it over
     assert stopped["k2_rc"] == 0
+    assert not (root / "k" / ".lock").exists()
     _same_result(root / "k", root / "u")
     # the run's record is kept: config.yaml and .hydra/ as they were, the killed run's log too
     after = _tree(root / "k")
@@ -214,6 +219,43 @@ def test_a_signal_outside_the_training_loop_stops_at_once_with_its_status():
     with pytest.raises(Interrupted) as err:  # the second: at once
         stop._handler(signal.SIGINT, None)
     assert err.value.code == 130
+
+
+def test_one_writer_per_run_folder(tmp_path, monkeypatch, capsys):
+    """Two runs started at once in one folder: one trains, the other is refused before it writes;
+    a resume of the live run and a Python ``train`` there are refused too, changing nothing; the
+    lock goes with the run."""
+    run = tmp_path / "run"
+    args = [*ARGS, "trainer.max_epochs=50", "logger=csv", f"hydra.run.dir={run}"]
+    procs = [_start(tmp_path, name, [*args, f"seed={seed}"]) for seed, name in ((1, "a"), (2, "b"))]
+    try:
+        _poll_until(lambda: any(p.poll() is not None for p in procs))
+        loser = next(p for p in procs if p.poll() is not None)
+        live = next(p for p in procs if p is not loser)
+        name = "a" if loser is procs[0] else "b"
+        assert loser.returncode == 2, _log(tmp_path, name)
+        assert re.search(rf"{run} (is in use by pid {live.pid} on {socket.gethostname()}|already holds a run)",
+                         _log(tmp_path, name)), _log(tmp_path, name)
+        _poll_until(lambda: (run / "checkpoints" / "last.ckpt").is_file() or live.poll() is not None)
+        assert live.poll() is None and f"pid {live.pid} on" in (run / ".lock").read_text()
+        record = {p: (run / p).read_bytes() for p in ("config.yaml", ".hydra/config.yaml")}
+        assert train_cli(monkeypatch, f"resume={run}") == 2
+        assert f"{run} is in use by pid {live.pid}" in capsys.readouterr().err
+        with pytest.raises(RunInUseError):
+            train(compose_cfg(ARGS), run)
+        assert {p: (run / p).read_bytes() for p in record} == record
+        assert not list(run.glob("resume-*.yaml"))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+    assert live.wait(TIMEOUT) == 128 + signal.SIGTERM and not (run / ".lock").exists()
+
+
+def _poll_until(done, timeout=TIMEOUT):
+    deadline = time.time() + timeout
+    while not done() and time.time() < deadline:
+        time.sleep(0.05)
 
 
 # -- the same seed twice -------------------------------------------------------------------------------

@@ -83,6 +83,8 @@ def _forget_refused_run(found: set | None = None) -> None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from attnflow.training import runlock
+
     hc = HydraConfig.get()
     out = Path(hc.runtime.output_dir)
     if hc.mode != RunMode.RUN or not out.is_dir():
@@ -90,7 +92,7 @@ def _forget_refused_run(found: set | None = None) -> None:
     for path in out.iterdir() if found is not None else ():
         if path.name not in found and not any(path.rglob("*.ckpt")):  # (a checkpoint: never)
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
-    if {p.name for p in out.iterdir()} - {".hydra", "train.log"}:
+    if {p.name for p in out.iterdir()} - {".hydra", "train.log", runlock.NAME}:
         return
     shutil.rmtree(out, ignore_errors=True)
     if re.fullmatch(r"\d{4}-\d\d-\d\d", out.parent.name):  # outputs/<date>/: where this was its only run
@@ -127,8 +129,7 @@ def main() -> None:
             sys.stderr.close()
         return
     from attnflow.cli.help import unknown_override
-    from attnflow.config.groups import field_overrides
-    from attnflow.config.sweeps import continue_optuna_studies, missing_plugin
+    from attnflow.config.sweeps import missing_plugin
     from attnflow.io.console import plain_warnings
 
     plain_warnings()  # attnflow's warnings as one line each
@@ -138,13 +139,26 @@ def main() -> None:
     if missing or unknown:
         print(f"attnflow: {missing or 'config error: ' + unknown}", file=sys.stderr)
         sys.exit(2)
+    from attnflow.training import runlock
+
+    try:
+        _run_hydra(argv, conf)
+    finally:
+        runlock.release_all()  # (the run folder prepare_argv locked)
+
+
+def _run_hydra(argv: list, conf: Path) -> None:
+    """``argv`` checked, completed and run by Hydra."""
+    from attnflow.config.groups import field_overrides
+    from attnflow.config.sweeps import continue_optuna_studies
+
     try:
         if any(a.lstrip("+").startswith(("resume=", "hydra.run.dir=")) for a in argv):
             from attnflow.training.resume import prepare_argv  # checked before Hydra starts
 
             argv = prepare_argv(argv)
         sys.argv[1:] = field_overrides(argv, conf)
-    except ConfigError as err:  # a ResumeError says what it is itself
+    except ConfigError as err:  # a ResumeError or RunInUseError says what it is itself
         print(f"attnflow: {'config error: ' if type(err) is ConfigError else ''}{err}",
               file=sys.stderr)
         sys.exit(2)
@@ -156,7 +170,6 @@ def main() -> None:
     except KeyboardInterrupt:  # Ctrl-C before or between the Trainer calls: nothing to save
         print("\nattnflow: interrupted", file=sys.stderr)
         sys.exit(128 + signal.SIGINT)
-
 
 if __name__ == "__main__":
     main()

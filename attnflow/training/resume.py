@@ -20,6 +20,8 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from attnflow.config.registry import ConfigError
+from attnflow.training import runlock
+from attnflow.training.runlock import first_rank
 
 # (torch is imported where a checkpoint is read.) Overrides allowed with resume=, and below them:
 EXTEND = ("trainer.max_epochs", "trainer.max_steps", "trainer.max_time")
@@ -224,22 +226,17 @@ def _quote(value: str) -> str:
     return value if plain else "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def _rank_zero() -> bool:
-    """Whether this process is the first of a distributed job."""
-    return all(os.environ.get(v, "0") == "0" for v in ("RANK", "LOCAL_RANK", "SLURM_PROCID"))
-
-
 def prepare_argv(args: Sequence[str]) -> List[str]:
     """The Hydra command line for ``resume=…`` in ``args``, checked before Hydra starts (a
     refused resume changes nothing): the run's own directory, no new ``.hydra/``. Without
-    ``resume=``, ``args`` unchanged unless their ``hydra.run.dir`` already holds a run."""
+    ``resume=``, ``args`` unchanged unless their ``hydra.run.dir`` holds a run or other files.
+    The run folder named is locked for this process (:mod:`attnflow.training.runlock`) first."""
     parsed = [(a, *_parse(a)) for a in args if "=" in a and not a.startswith("-")]
     values = {k: v for _, k, v in parsed}
     target, pinned = values.get("resume"), values.get("hydra.run.dir")
     if not target:
-        if pinned and _rank_zero() and (Path(pinned).expanduser() / "config.yaml").is_file():
-            raise ResumeError(f"hydra.run.dir={pinned} already holds a run (config.yaml); a new run "
-                              f"there would overwrite its record (resume={pinned} continues it)")
+        if pinned and first_rank():
+            _check_new_run_dir(Path(pinned).expanduser())
         return list(args)
     flags = [a for a in args if a.startswith("-")]
     if flags:
@@ -250,6 +247,8 @@ def prepare_argv(args: Sequence[str]) -> List[str]:
     if pinned and Path(pinned).expanduser().resolve() != run:  # (a DDP relaunch pins the run's)
         raise ResumeError(f"resume={run} continues in the run's own directory; hydra.run.dir={pinned} "
                           f"names another")
+    if first_rank() and run.is_dir():
+        runlock.hold(run)
     keep = [item for item, key, _ in parsed
             if key not in ("resume", "experiment", "hydra.run.dir", "hydra.output_subdir")]
     _, ckpt = check_resumable(run, {k: v for _, k, v in parsed if k not in ("resume", "experiment")
@@ -263,6 +262,20 @@ def prepare_argv(args: Sequence[str]) -> List[str]:
           file=sys.stderr, flush=True)
     return [f"resume={_quote(str(run))}", *keep, f"hydra.run.dir={_quote(str(run))}",
             "hydra.output_subdir=null"]
+
+
+def _check_new_run_dir(run_dir: Path) -> None:
+    """A new run's pinned folder: absent or empty (then locked), not a run's or other files'."""
+    if (run_dir / "config.yaml").is_file():
+        raise ResumeError(f"hydra.run.dir={run_dir} already holds a run (config.yaml); a new run "
+                          f"there would overwrite its record (resume={run_dir} continues it)")
+    runlock.hold(run_dir)
+    found = sorted(p.name for p in run_dir.iterdir() if p.name != runlock.NAME)
+    if found:
+        runlock.release(run_dir)
+        raise ResumeError(f"hydra.run.dir={run_dir} holds files but no run ({', '.join(found[:5])}"
+                          f"{', …' if len(found) > 5 else ''}); a run there would overwrite them: "
+                          f"name an empty or new folder")
 
 
 def resume_config(run_dir: Path | str, overrides: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
@@ -324,7 +337,7 @@ def _start_resumed(resolved: Dict[str, Any], run: Path) -> str:
         record["previous_metrics"] = json.loads((run / "metrics.json").read_text()).get("metrics")
     except (OSError, ValueError, AttributeError):
         pass
-    if _rank_zero():  # DDP ranks re-run this: one record
+    if first_rank():  # DDP ranks re-run this: one record
         n = 1 + len(list(run.glob("resume-*.yaml")))
         (run / f"resume-{n}.yaml").write_text(_dump(record))
     return str(run / "checkpoints" / "last.ckpt")
@@ -369,7 +382,7 @@ def start(resolved: Dict[str, Any], run_dir: Path | str) -> Optional[str]:
     ckpt_path = resolved.get("ckpt_path")
     if ckpt_path:
         _check_fit_from(str(ckpt_path), resolved, run_dir)
-    if _rank_zero() and (run_dir / "config.yaml").is_file():
+    if first_rank() and (run_dir / "config.yaml").is_file():
         raise ResumeError(f"{run_dir} already holds a run (config.yaml); a new run there would "
                           f"overwrite its record, metrics and checkpoints (resume= continues it)")
     run_dir.mkdir(parents=True, exist_ok=True)

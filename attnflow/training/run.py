@@ -24,7 +24,7 @@ import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
 from attnflow.config.registry import DATA, MODELS, TASKS, AttnflowWarning, ConfigError
 from attnflow.io.console import warn_unread
 from attnflow.io.text import atomic_path
-from attnflow.training import averaging, resume, state as training_state
+from attnflow.training import averaging, resume, runlock, state as training_state
 from attnflow.training.callbacks import AttentionMaps, Float32MatmulPrecision, StopOnNonFiniteLoss
 from attnflow.training.distributed import continue_csv_logs, fit_progress
 from attnflow.training.ema import ExponentialMovingAverage
@@ -120,9 +120,10 @@ def train(cfg: DictConfig | Dict[str, Any], run_dir: Path | str) -> Dict[str, An
     try:
         trainer = build_trainer(resolved, run_dir)  # before any file or data
         run_dir.mkdir(parents=True, exist_ok=True)
-        fit_from = resume.start(resolved, run_dir)
-        pl.seed_everything(resolved.get("seed", 1234), workers=True, verbose=False)
-        return _train(resolved, trainer, run_dir, fit_from)
+        with runlock.holding(run_dir):
+            fit_from = resume.start(resolved, run_dir)
+            pl.seed_everything(resolved.get("seed", 1234), workers=True, verbose=False)
+            return _train(resolved, trainer, run_dir, fit_from)
     finally:
         torch.set_float32_matmul_precision(found)
 

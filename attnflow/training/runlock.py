@@ -1,0 +1,90 @@
+"""One writer per run folder: ``<run>/.lock``, an exclusive ``flock`` held by the process that trains
+there (its first rank) and naming its pid and host.
+
+The kernel releases the lock when the process ends, however it ends, so the file a ``kill -9``
+leaves behind is stale and the next run or resume takes it over; a clean end removes it. A second
+run or resume in a folder whose lock is held is refused before it writes anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Dict
+
+from attnflow.config.registry import ConfigError
+
+NAME = ".lock"
+_HELD: Dict[str, int] = {}  # {resolved run folder: the open, locked file}
+
+
+class RunInUseError(ConfigError):
+    """The run folder is another process's."""
+
+
+def first_rank() -> bool:
+    """Whether this process is the first of a distributed job (or the only process)."""
+    return all(os.environ.get(v, "0") == "0" for v in ("RANK", "LOCAL_RANK", "SLURM_PROCID"))
+
+
+def hold(run_dir: Path | str) -> bool:
+    """Lock ``run_dir`` (made if missing) for this process; False where this process holds it
+    already, :class:`RunInUseError` where another does."""
+    run_dir = Path(run_dir)
+    key = str(run_dir.resolve())
+    if key in _HELD:
+        return False
+    path = run_dir / NAME
+    while True:
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise ConfigError(f"cannot write the run folder {run_dir}: {err.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 256).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise RunInUseError(f"{run_dir} is in use by {holder}: one run writes a folder at a "
+                                f"time; wait for it to end (a stopped run continues with "
+                                f"resume={run_dir})") from None
+        with contextlib.suppress(FileNotFoundError):
+            if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                break  # (else its holder removed it as it ended: lock the new one)
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since "
+                 f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+    _HELD[key] = fd
+    return True
+
+
+def release(run_dir: Path | str) -> None:
+    """Remove and unlock ``run_dir``'s lock if this process holds it."""
+    fd = _HELD.pop(str(Path(run_dir).resolve()), None)
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            (Path(run_dir) / NAME).unlink()
+        os.close(fd)
+
+
+def release_all() -> None:
+    """Release every run folder this process holds."""
+    for key in list(_HELD):
+        release(key)
+
+
+@contextlib.contextmanager
+def holding(run_dir: Path | str):
+    """``run_dir`` locked for the block (by the first rank), released after it if locked here."""
+    took = first_rank() and hold(run_dir)
+    try:
+        yield
+    finally:
+        if took:
+            release(run_dir)
