@@ -1,12 +1,8 @@
-"""Stopping on a signal without losing work: SIGINT (Ctrl-C), SIGTERM (what SLURM, Kubernetes and
-``timeout`` send before a kill) and SIGUSR1 (SLURM's warning, ``#SBATCH --signal=USR1@90``).
-
-While a fit trains, the first signal asks for a stop after the running optimiser step: ``last.ckpt``
-is written there (with the loader's position, so a resume trains the remaining batches), the
-loggers are finished, the resume command printed, and the process exits with ``128 + signal``
-(130 for SIGINT, 143 for SIGTERM, 138 for SIGUSR1), so that a job chain or scheduler sees the stop.
-A second signal, or one outside the training loop (validation or test after the fit), stops at once
-with the same status. In DDP every rank stops at the same step.
+"""Stopping on SIGINT (Ctrl-C), SIGTERM (sent by SLURM, Kubernetes, ``timeout`` before a kill) or
+SIGUSR1 (SLURM's ``--signal=USR1@90``) without losing work: while training, the first signal stops
+after the running optimiser step with ``last.ckpt`` written (the loader's position too), the loggers
+finished and the resume command printed; the exit status is ``128 + signal`` (130, 143, 138). A
+second signal, or one outside the training loop, stops at once. DDP ranks stop at one step.
 """
 
 from __future__ import annotations
@@ -31,10 +27,8 @@ class Interrupted(SystemExit):
 
 
 class StopOnSignal(pl.Callback):
-    """Turns :data:`SIGNALS` into a stop after the running step with ``last.ckpt`` written.
-
-    Its handlers replace Lightning's from the first train, validation or test start of a
-    Trainer call to its end (Lightning's SIGTERM handler only flags a stop that exits 0)."""
+    """:data:`SIGNALS` as a stop after the running step; its handlers replace Lightning's (whose
+    SIGTERM stop exits 0) from a Trainer call's first train, validation or test start to its end."""
 
     def __init__(self, run_dir: Path | str):
         self.run_dir = Path(run_dir)
@@ -68,10 +62,7 @@ class StopOnSignal(pl.Callback):
     def on_train_end(self, *_: Any) -> None:
         self.training = False
 
-    def on_validation_start(self, *_: Any) -> None:
-        self._install()
-
-    on_test_start = on_predict_start = on_validation_start
+    on_validation_start = on_test_start = on_predict_start = lambda self, *_: self._install()
 
     def teardown(self, trainer: Any = None, pl_module: Any = None, stage: Any = None) -> None:
         self.training = False

@@ -1,9 +1,6 @@
 """One writer per run folder: ``<run>/.lock``, an exclusive ``flock`` held by the process that trains
-there (its first rank) and naming its pid and host.
-
-The kernel releases the lock when the process ends, however it ends, so the file a ``kill -9``
-leaves behind is stale and the next run or resume takes it over; a clean end removes it. A second
-run or resume in a folder whose lock is held is refused before it writes anything.
+there (its first rank), naming its pid and host. The kernel releases it however the process ends: a
+file left by ``kill -9`` is stale and taken over; a clean end removes it.
 """
 
 from __future__ import annotations

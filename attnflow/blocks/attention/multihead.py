@@ -14,7 +14,7 @@ up the weights of each distance (2δ+1 bins) times Wᵛ. Query row t is at ``que
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -43,14 +43,6 @@ def check_heads(name: str, query_dim: int, heads: int, head_dim: Optional[int],
         raise ConfigError(
             f"attention '{name}': the query size {query_dim} ({size}) is not divisible by heads "
             f"{heads}; change {at}.heads or set {at}.head_dim")
-
-
-def check_model_heads(model: Mapping[str, Any]) -> None:
-    """:func:`check_heads` for a model whose every attention reads ``d_model`` features (a
-    Transformer, BERT): ``model`` is its validated config, attention config included."""
-    attention = model.get("attention") or {}
-    if "heads" in attention and "d_model" in model:
-        check_heads(attention["name"], model["d_model"], attention["heads"], attention.get("head_dim"))
 
 
 @ATTENTIONS.register("multihead")
