@@ -75,7 +75,7 @@ class StopOnSignal(pl.Callback):
         return asked
 
     def _stop(self, trainer: pl.Trainer) -> None:
-        trainer.save_checkpoint(self.last)
+        trainer.save_checkpoint(self.last, weights_only=False)  # (the whole training state)
         self.saved = True
         raise Interrupted(self.requested or signal.SIGTERM)  # (another rank's signal: the usual one)
 

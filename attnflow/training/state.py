@@ -325,13 +325,13 @@ class LastCheckpoint(RunCheckpoint):
             and trainer.global_step >= (trainer.min_steps or 0)))
         if (mid_epoch and stopping and not trainer.fast_dev_run
                 and trainer.global_step > self._last_global_step_saved):
-            trainer.save_checkpoint(Path(self.dirpath) / "last.ckpt")
+            trainer.save_checkpoint(Path(self.dirpath) / "last.ckpt", weights_only=False)
             self._last_global_step_saved = trainer.global_step
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_train_end(trainer, pl_module)
         if trainer.global_step > self._last_global_step_saved and not trainer.fast_dev_run:
-            trainer.save_checkpoint(Path(self.dirpath) / "last.ckpt")
+            trainer.save_checkpoint(Path(self.dirpath) / "last.ckpt", weights_only=False)
             self._last_global_step_saved = trainer.global_step
 
 
