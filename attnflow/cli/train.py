@@ -171,5 +171,6 @@ def _run_hydra(argv: list, conf: Path) -> None:
         print("\nattnflow: interrupted", file=sys.stderr)
         sys.exit(128 + signal.SIGINT)
 
+
 if __name__ == "__main__":
     main()

@@ -38,7 +38,7 @@ def hold(run_dir: Path | str) -> bool:
     path = run_dir / NAME
     while True:
         try:
-            run_dir.mkdir(parents=True, exist_ok=True)
+            run_dir.mkdir(parents=True, exist_ok=True)  # (again after a holder removed the folder)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as err:
             raise ConfigError(f"cannot write the run folder {run_dir}: {err.strerror}") from None
