@@ -151,6 +151,7 @@ def _run_hydra(argv: list, conf: Path) -> None:
     """``argv`` checked, completed and run by Hydra."""
     from attnflow.config.groups import field_overrides
     from attnflow.config.sweeps import continue_optuna_studies
+    from attnflow.config.trust import code_refusal
 
     try:
         if any(a.lstrip("+").startswith(("resume=", "hydra.run.dir=")) for a in argv):
@@ -158,6 +159,9 @@ def _run_hydra(argv: list, conf: Path) -> None:
 
             argv = prepare_argv(argv)
         sys.argv[1:] = field_overrides(argv, conf)
+        why = code_refusal(sys.argv[1:], conf)
+        if why:
+            raise ConfigError(why)
     except ConfigError as err:  # a ResumeError or RunInUseError says what it is itself
         print(f"attnflow: {'config error: ' if type(err) is ConfigError else ''}{err}",
               file=sys.stderr)

@@ -1,0 +1,84 @@
+"""Configs never run code. attnflow names blocks by registry name, so a config could name code only
+through Hydra: a ``_target_`` (``hydra.utils.instantiate``), ``hydra.callbacks`` (called as Hydra
+starts), a logging ``()`` factory or handler ``class``, or a group option that is a path to YAML
+outside ``conf/``. Before Hydra starts, the command line's config is composed (once per option of
+a swept group) and such a config refused; launchers and sweepers are limited to Hydra's own and
+the plugins attnflow ships (:data:`TRUSTED_TARGETS`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
+
+TRUSTED_TARGETS = ("hydra._internal.core_plugins.", "hydra_plugins.hydra_joblib_launcher.",
+                   "hydra_plugins.hydra_submitit_launcher.", "hydra_plugins.hydra_optuna_sweeper.",
+                   "optuna.samplers.")
+_LOGGING = ("hydra.job_logging", "hydra.hydra_logging")
+
+
+def code_refusal(argv: Sequence[str], conf_dir: Path) -> Optional[str]:
+    """One line refusing the first piece of code the run's config names, else None (also where
+    Hydra cannot compose it: Hydra's own message follows)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+
+    for overrides in _variants([a for a in argv if not a.startswith("-")]):
+        try:
+            with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+                cfg = compose("train", overrides=overrides, return_hydra_config=True)
+        except (HydraException, ValueError):
+            return None
+        choices = OmegaConf.to_container(cfg.hydra.runtime.choices)
+        for group, option in choices.items():
+            if isinstance(option, str) and (option.startswith("/") or ".." in option.split("/")):
+                return f"{group}={option}: a group option is a name in {conf_dir / group}, not a path"
+        why = _named_code(OmegaConf.to_container(cfg, resolve=False))
+        if why:
+            return why
+    return None
+
+
+def _named_code(cfg: dict) -> Optional[str]:
+    if cfg["hydra"].get("callbacks"):
+        return (f"hydra.callbacks ({', '.join(cfg['hydra']['callbacks'])}) would run code as Hydra "
+                f"starts: attnflow refuses them")
+    for path, key, value in _walk(cfg):
+        if key == "_target_" and not (path.startswith("hydra.") and str(value).startswith(TRUSTED_TARGETS)):
+            return (f"{path}._target_={value}: a config names no code (blocks are named by registry "
+                    f"name; launchers and sweepers are Hydra's or attnflow's plugins)")
+        if path.startswith(_LOGGING) and (key == "()" or (key == "class" and not str(value).startswith("logging."))):
+            return f"{path}.{key}={value}: the logging config names code; only logging's own classes"
+    return None
+
+
+def _walk(node: Any, path: str = "") -> Iterator[Tuple[str, str, Any]]:
+    """(parent path, key, value) of every entry of a nested config."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in items:
+        yield path, str(key), value
+        yield from _walk(value, f"{path}.{key}" if path else str(key))
+
+
+def _variants(overrides: List[str]) -> Iterator[List[str]]:
+    """The overrides without sweeps, then with each option of each swept group (one at a time)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ChoiceSweep
+    from hydra.errors import HydraException
+
+    parser, plain, swept = OverridesParser.create(), [], []
+    for arg in overrides:
+        try:
+            override = parser.parse_override(arg)
+        except HydraException:  # (a syntax error: Hydra's message follows)
+            plain.append(arg)
+            continue
+        if not override.is_sweep_override():
+            plain.append(arg)
+        elif "." not in override.key_or_group and isinstance(override.value(), ChoiceSweep):
+            key = arg.split("=", 1)[0]
+            swept.append([f"{key}={option}" for option in override.value().list])
+    yield plain
+    yield from ([*plain, choice] for choice in itertools.chain.from_iterable(swept))
