@@ -6,8 +6,9 @@ not a chosen set of epochs, so it does not do this.
 
 :class:`CheckpointAverage` saves the weights (θ̄ under ``callbacks.ema``) after each validation to
 ``checkpoints/avg/epoch<k>.pt`` and deletes those no longer in the kept set (its state, and
-``kept.json``). After the fit :func:`finish` writes ``checkpoints/averaged.ckpt``, a copy of
-``last.ckpt`` with the mean, which the run validates and tests as its best checkpoint.
+``kept.json``) once a checkpoint holds the new set. After the fit :func:`finish` writes
+``checkpoints/averaged.ckpt``, a copy of ``last.ckpt`` with the mean, which the run validates and
+tests as its best checkpoint.
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ class CheckpointAverage(pl.Callback):
         self.by, self.n = ("last", int(last)) if last is not None else ("best", int(best))
         self.monitor, self.mode = monitor, mode or "min"
         self.kept: List[Dict[str, Any]] = []
+        self.saved: set = set()  # the files of the kept set the newest checkpoint holds
 
     def _write_index(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -109,11 +111,21 @@ class CheckpointAverage(pl.Callback):
         # (after the restore: files outside the kept set were written after that checkpoint)
         if not trainer.is_global_zero:
             return
-        names = {e["file"] for e in self.kept}
+        self._prune()
+        self._write_index()
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.is_global_zero:
+            self.saved = {e["file"] for e in self.kept}  # (last.ckpt holds them now)
+            self._prune()
+
+    def _prune(self) -> None:
+        """Delete the epoch files neither the kept set nor the newest checkpoint's names: a
+        resume from that checkpoint finds every file it keeps."""
+        names = {e["file"] for e in self.kept} | self.saved
         for p in self.dir.glob("epoch*.pt") if self.dir.is_dir() else ():
             if p.name not in names:
                 p.unlink(missing_ok=True)
-        self._write_index()
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or trainer.state.fn != "fit" or trainer.fast_dev_run:
@@ -135,28 +147,25 @@ class CheckpointAverage(pl.Callback):
             if self.by == "best" and select_kept([twin, entry], "best", 1, self.mode)[0] is twin:
                 return
             others.remove(twin)
-            if trainer.is_global_zero:
-                (self.dir / twin["file"]).unlink(missing_ok=True)
         candidates = others + [entry]
         keep = select_kept(candidates, self.by, self.n, self.mode)
-        if trainer.is_global_zero:
-            if entry in keep:
-                weights = averaged_weights(trainer) or pl_module.state_dict()
-                state = {k: v.detach().cpu() for k, v in weights.items()}
-                atomic_torch_save({"state_dict": state, **{k: entry[k] for k in ("epoch", "step", "score")},
-                                   "monitor": self.monitor}, self.dir / entry["file"])
-            for e in candidates:
-                if e not in keep:
-                    (self.dir / e["file"]).unlink(missing_ok=True)
+        if trainer.is_global_zero and entry in keep:
+            weights = averaged_weights(trainer) or pl_module.state_dict()
+            state = {k: v.detach().cpu() for k, v in weights.items()}
+            atomic_torch_save({"state_dict": state, **{k: entry[k] for k in ("epoch", "step", "score")},
+                               "monitor": self.monitor}, self.dir / entry["file"])
         self.kept = keep
         if trainer.is_global_zero:
+            self._prune()
             self._write_index()
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> Dict[str, Any]:  # (called as a checkpoint is saved)
+        self.saved = {e["file"] for e in self.kept}
         return {"kept": [dict(e) for e in self.kept], "by": self.by, "n": self.n}
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         self.kept = [dict(e) for e in state_dict.get("kept") or []]
+        self.saved = {e["file"] for e in self.kept}
 
 
 def near_steps(trainer: pl.Trainer) -> int:
