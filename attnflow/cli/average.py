@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from attnflow.io.checkpoints import AVERAGED, AVG_DIR, INDEX, CheckpointError, read_index, runs_inside
-from attnflow.io.text import path_arg
+from attnflow.io.text import InputError, check_folder, path_arg
 
 
 def plan(run_dir: Path, epochs: Optional[List[int]], name: str = AVERAGED) -> tuple:
@@ -69,6 +69,7 @@ def plan(run_dir: Path, epochs: Optional[List[int]], name: str = AVERAGED) -> tu
     out = run_dir / "checkpoints" / name
     if out.exists():
         raise CheckpointError(f"{out} exists and is not overwritten; give another --name")
+    check_folder(f"--name {name}", out)
     return index, kept, chosen, last, out
 
 
@@ -86,7 +87,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         from attnflow.training.averaging import average_into  # torch and Lightning: after every check
 
         record = average_into(run_dir, index, chosen, last, out)
-    except (CheckpointError, ValueError) as err:
+    except (CheckpointError, InputError, OSError, ValueError) as err:  # OSError: a full disk
         print(f"attnflow-average: {err}", file=sys.stderr)
         return 2
     _print(kept, record)

@@ -174,8 +174,8 @@ def _write_new(path: Path, data: dict) -> None:
     file: atomic, and it fails on an existing name)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     try:
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
         os.link(tmp, path)
     except FileExistsError:
         raise ConfigError(f"{path} appeared while evaluating; it is not overwritten") from None
@@ -272,7 +272,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     quiet.setLevel(logging.WARNING)  # Lightning's "GPU available: …" lines
     try:
         summary, path = evaluate(args.run, args.overrides, args.output, args.device)
-    except (CheckpointError, FileNotFoundError, ValueError) as err:  # ConfigError: a ValueError
+    except (CheckpointError, OSError, ValueError) as err:  # ConfigError: a ValueError
         print(f"attnflow-eval: {'config error: ' if type(err) is ConfigError else ''}{err}",
               file=sys.stderr)
         return 2

@@ -330,7 +330,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         _drop_unread(args, kind, run)
         with _output(args.output) as out:
             return handlers[kind](args, run, out)
-    except (CheckpointError, PredictError, InputError, FileNotFoundError, ValueError) as err:
+    except (CheckpointError, PredictError, InputError, OSError, ValueError) as err:
         print(f"attnflow-predict: {err}", file=sys.stderr)
         return 2
 

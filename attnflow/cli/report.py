@@ -218,8 +218,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     out = args.out or args.path / "report"
     try:
         if args.out is not None:  # before the runs are read: writing under a file fails at the end
-            check_folder(f"-o '{args.out}'", args.out, "name a folder for the report")
+            check_folder(f"-o '{out}'", out / "report.html", "name a folder for the report")
         report = build(args.path, args.metric, args.pictures)
+        check_folder(f"the report folder '{out}'", out / "report.html", "name a folder with -o")
         check_out(out, args.path)
     except (ReportError, InputError) as err:
         print(f"attnflow-report: {err}", file=sys.stderr)

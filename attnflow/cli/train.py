@@ -10,19 +10,38 @@ Config errors print one message and exit with status 2; a signal (SIGINT, SIGTER
 
 from __future__ import annotations
 
+import errno
 import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attnflow import config_dir
-from attnflow.training.onednn import bound_primitive_cache
 from attnflow.config.registry import ConfigError
+from attnflow.training import rollback
+from attnflow.training.onednn import bound_primitive_cache
+from attnflow.training.rollback import snapshot
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
 CONF_DIR = str(config_dir())  # the checkout's conf/, or the one installed with the package
+WRITE_FAULTS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def _check_output_folder(cfg: DictConfig, argv: list) -> None:
+    """The run's folder (a multirun's) can be made and written, before Hydra makes it."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from attnflow.io.text import check_folder
+
+    key = "hydra.sweep.dir" if {"-m", "--multirun"} & set(argv) else "hydra.run.dir"
+    try:
+        folder = OmegaConf.select(cfg, key, throw_on_resolution_failure=True)
+    except OmegaConfBaseException:  # (a resolver only Hydra's run sets: Hydra checks it)
+        return
+    check_folder(f"{key}={folder}", Path(folder) / "config.yaml", "name a folder for the run")
 
 
 def run_app(cfg: DictConfig) -> float | None:
@@ -41,7 +60,7 @@ def run_app(cfg: DictConfig) -> float | None:
 
     hc = HydraConfig.get()
     out, multirun = Path(hc.runtime.output_dir), hc.mode == RunMode.MULTIRUN
-    found = {p.name for p in out.iterdir()} if out.is_dir() else set()  # Hydra's files, a resumed run's
+    before = snapshot(out)  # Hydra's files, a resumed run's
     try:
         check_multirun_strategy(cfg.get("trainer"), multirun)  # ddp would re-run it in every rank
         metric = check_optimized_metric(cfg)  # a misspelt name fails before any work
@@ -53,8 +72,14 @@ def run_app(cfg: DictConfig) -> float | None:
     except ConfigError as err:  # DataError: a data file missing, empty, cut short or malformed
         kind = "data" if isinstance(err, DataError) else "config"
         print(f"attnflow: {kind} error: {err}", file=sys.stderr)
-        _forget_refused_run(found if getattr(err, "before_work", False) else None)
+        _take_back(before)
         sys.exit(2)
+    except OSError as err:
+        if err.errno not in WRITE_FAULTS:
+            raise
+        kept = _take_back(before) or rollback.kept(out)
+        print(f"attnflow: cannot write {err.filename or out}: {err.strerror}; {kept}", file=sys.stderr)
+        sys.exit(1)
     except NonFiniteLossError as err:
         print(f"attnflow: {err}", file=sys.stderr)
         if metric and multirun:
@@ -72,10 +97,10 @@ def run_app(cfg: DictConfig) -> float | None:
     return None
 
 
-def _forget_refused_run(found: set | None = None) -> None:
-    """A single run refused before any work leaves no folder behind: what it added beside
-    ``found`` (given for a refusal after it began to write) goes, then the folder while it holds
-    only Hydra's files, and its date folder if left empty. A checkpoint is never removed."""
+def _take_back(before: dict) -> str | None:
+    """A single run that failed before it saved a checkpoint takes back what it wrote since
+    ``before`` (:mod:`attnflow.training.rollback`); a new run's folder goes, and its date folder
+    if left empty. What it did, if it did."""
     import contextlib
     import re
     import shutil
@@ -87,17 +112,15 @@ def _forget_refused_run(found: set | None = None) -> None:
 
     hc = HydraConfig.get()
     out = Path(hc.runtime.output_dir)
-    if hc.mode != RunMode.RUN or not out.is_dir():
-        return
-    for path in out.iterdir() if found is not None else ():
-        if path.name not in found and not any(path.rglob("*.ckpt")):  # (a checkpoint: never)
-            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+    if hc.mode != RunMode.RUN or not out.is_dir() or not rollback.roll_back(out, before):
+        return None
     if {p.name for p in out.iterdir()} - {".hydra", "train.log", runlock.NAME}:
-        return
+        return f"{out} is as it was"
     shutil.rmtree(out, ignore_errors=True)
     if re.fullmatch(r"\d{4}-\d\d-\d\d", out.parent.name):  # outputs/<date>/: where this was its only run
         with contextlib.suppress(OSError):
             out.parent.rmdir()
+    return f"{out} is removed"
 
 
 def _print_summary(summary: dict) -> None:
@@ -151,7 +174,8 @@ def _run_hydra(argv: list, conf: Path) -> None:
     """``argv`` checked, completed and run by Hydra."""
     from attnflow.config.groups import field_overrides
     from attnflow.config.sweeps import continue_optuna_studies
-    from attnflow.config.trust import code_refusal
+    from attnflow.config.trust import code_refusal, composed
+    from attnflow.io.text import InputError
 
     try:
         if any(a.lstrip("+").startswith(("resume=", "hydra.run.dir=")) for a in argv):
@@ -159,15 +183,22 @@ def _run_hydra(argv: list, conf: Path) -> None:
 
             argv = prepare_argv(argv)
         sys.argv[1:] = field_overrides(argv, conf)
-        why = code_refusal(sys.argv[1:], conf)
-        if why:
-            raise ConfigError(why)
-    except ConfigError as err:  # a ResumeError or RunInUseError says what it is itself
+        for n, cfg in enumerate(composed(sys.argv[1:], conf)):
+            why = code_refusal(cfg, conf)
+            if why:
+                raise ConfigError(why)
+            if n == 0:
+                _check_output_folder(cfg, sys.argv[1:])
+    except (ConfigError, InputError) as err:  # a ResumeError or RunInUseError says what it is itself
         print(f"attnflow: {'config error: ' if type(err) is ConfigError else ''}{err}",
               file=sys.stderr)
         sys.exit(2)
     continue_optuna_studies()
+    import logging
+
     import hydra
+
+    logging.raiseExceptions = False  # train.log on a full disk: lines dropped, not a traceback each
 
     try:
         hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")(run_app)()

@@ -18,27 +18,30 @@ TRUSTED_TARGETS = ("hydra._internal.core_plugins.", "hydra_plugins.hydra_joblib_
 _LOGGING = ("hydra.job_logging", "hydra.hydra_logging")
 
 
-def code_refusal(argv: Sequence[str], conf_dir: Path) -> Optional[str]:
-    """One line refusing the first piece of code the run's config names, else None (also where
-    Hydra cannot compose it: Hydra's own message follows)."""
+def composed(argv: Sequence[str], conf_dir: Path) -> Iterator[Any]:
+    """The command line's config with Hydra's, once without sweeps and once per option of each
+    swept group; none where Hydra cannot compose it (Hydra's own message follows)."""
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
-    from omegaconf import OmegaConf
 
     for overrides in _variants([a for a in argv if not a.startswith("-")]):
         try:
             with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
                 cfg = compose("train", overrides=overrides, return_hydra_config=True)
         except (HydraException, ValueError):
-            return None
-        choices = OmegaConf.to_container(cfg.hydra.runtime.choices)
-        for group, option in choices.items():
-            if isinstance(option, str) and (option.startswith("/") or ".." in option.split("/")):
-                return f"{group}={option}: a group option is a name in {conf_dir / group}, not a path"
-        why = _named_code(OmegaConf.to_container(cfg, resolve=False))
-        if why:
-            return why
-    return None
+            return
+        yield cfg
+
+
+def code_refusal(cfg: Any, conf_dir: Path) -> Optional[str]:
+    """One line refusing the first piece of code a :func:`composed` config names, else None."""
+    from omegaconf import OmegaConf
+
+    choices = OmegaConf.to_container(cfg.hydra.runtime.choices)
+    for group, option in choices.items():
+        if isinstance(option, str) and (option.startswith("/") or ".." in option.split("/")):
+            return f"{group}={option}: a group option is a name in {conf_dir / group}, not a path"
+    return _named_code(OmegaConf.to_container(cfg, resolve=False))
 
 
 def _named_code(cfg: dict) -> Optional[str]:

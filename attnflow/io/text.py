@@ -128,11 +128,16 @@ def check_new_outputs(*options: Tuple[str, Any]) -> None:
 
 
 def check_folder(what: str, path: Path | str, hint: str = "name a file in a folder") -> None:
-    """The nearest existing parent of ``path`` is a folder, else :class:`InputError`."""
-    for parent in Path(path).parents:
+    """The nearest existing parent of ``path`` is a folder this process can write, else
+    :class:`InputError` (before any work: not after it)."""
+    for parent in Path(path).absolute().parents:
         if parent.exists():
             if not parent.is_dir():
                 raise InputError(f"{what}: {parent} is a file, not a folder; {hint}")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                why = ("a read-only file system" if os.statvfs(parent).f_flag & os.ST_RDONLY
+                       else "permission denied")
+                raise InputError(f"{what}: cannot write in {parent} ({why})")
             return
 
 

@@ -162,8 +162,7 @@ def build_trainer(resolved: Dict[str, Any], run_dir: Path) -> pl.Trainer:
 
 
 def _train(resolved: Dict[str, Any], trainer: pl.Trainer, run_dir: Path, fit_from: Any) -> Dict[str, Any]:
-    """:func:`train` from the data on. A :class:`ConfigError` raised before the first step
-    carries ``before_work=True``: ``attnflow-train`` may then delete what the run wrote."""
+    """:func:`train` from the data on."""
     failed = True
     try:
         dm = DATA.build(resolved["data"], path="data")
@@ -192,10 +191,6 @@ def _train(resolved: Dict[str, Any], trainer: pl.Trainer, run_dir: Path, fit_fro
             summarize_loggers(trainer.loggers, summary, last_epoch)
         failed = False
         return summary
-    except ConfigError as err:  # (a DataError too)
-        err.before_work = (  # (ddp_spawn trains in other processes: ask the disk)
-            trainer.global_step == 0 and not any(run_dir.rglob("*.ckpt")))
-        raise
     finally:
         finish_loggers(trainer.loggers, failed)
 

@@ -27,15 +27,41 @@ from attnflow.training.preemption import StopOnSignal
 WANDB_ID_KEY = "attnflow_wandb_run_id"
 
 
+class _Writes:
+    """A file's ``write`` and ``flush`` that keep the first ``OSError`` (torch's writer reports
+    a failed write as a RuntimeError naming byte offsets)."""
+
+    def __init__(self, f: Any) -> None:
+        self.f, self.error = f, None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as err:
+            self.error = self.error or err
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
 def atomic_torch_save(obj: Any, path: Path | str) -> None:
-    """``torch.save`` to a temporary file, fsynced and renamed: the old file or the new, never a part."""
+    """``torch.save`` to a temporary file, fsynced and renamed: the old file or the new, never a
+    part. A failed write (a full disk) is an ``OSError`` naming ``path``."""
     path = Path(path)
     for stale in path.parent.glob(f".{path.name}.*.tmp"):  # parts left by a process killed mid-save
         stale.unlink(missing_ok=True)
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        torch.save(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
+        writes = _Writes(f)
+        try:
+            torch.save(obj, writes)
+            f.flush()
+            os.fsync(f.fileno())
+        except (OSError, RuntimeError) as err:
+            err = writes.error or err
+            if isinstance(err, OSError) and err.errno:
+                raise OSError(err.errno, err.strerror, str(path)) from None
+            raise
     with contextlib.suppress(OSError):  # the rename too, where folders can be fsynced
         fd = os.open(path.parent, os.O_RDONLY)
         try:
