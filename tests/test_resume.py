@@ -185,11 +185,23 @@ def test_a_preemption_signal_mid_epoch_saves_exits_128_plus_it_and_resumes_exact
     second epoch: last.ckpt after the running step, the resume command, exit 128 + signal; the
     resumed run equals the uninterrupted one."""
     run = stopped["root"] / signal.Signals(signum).name
-    last, sent = run / "checkpoints" / "last.ckpt", threading.Event()
+    last = run / "checkpoints" / "last.ckpt"
+    code = _signalled(signum, run, monkeypatch, *ARGS, "logger=csv", f"hydra.run.dir={run}")
+    assert code == 128 + signum
+    assert f"attnflow-train resume={run}" in capsys.readouterr().err
+    assert STEPS < _ckpt(last)["global_step"] < 2 * STEPS and not (run / "metrics.json").exists()
+    train(resume_config(run), run)
+    _same_result(run, stopped["root"] / "u")
 
-    def send():  # once the first epoch's checkpoint is there
+
+def _signalled(signum: int, under: Path, monkeypatch, *args: str) -> int:
+    """attnflow-train's exit status with ``args``, sent ``signum`` once a ``last.ckpt`` is under
+    ``under`` (the first epoch's end)."""
+    sent = threading.Event()
+
+    def send():
         deadline = time.time() + TIMEOUT
-        while not last.is_file() and time.time() < deadline:
+        while not list(under.glob("**/checkpoints/last.ckpt")) and time.time() < deadline:
             time.sleep(0.02)
         os.kill(os.getpid(), signum)
         sent.set()
@@ -197,13 +209,38 @@ def test_a_preemption_signal_mid_epoch_saves_exits_128_plus_it_and_resumes_exact
     sender = threading.Thread(target=send)
     sender.start()
     try:
-        code = train_cli(monkeypatch, *ARGS, "logger=csv", f"hydra.run.dir={run}")
+        code = train_cli(monkeypatch, *args)
     finally:
         sender.join(TIMEOUT)
-    assert sent.is_set() and code == 128 + signum
-    assert f"attnflow-train resume={run}" in capsys.readouterr().err
-    assert STEPS < _ckpt(last)["global_step"] < 2 * STEPS and not (run / "metrics.json").exists()
-    train(resume_config(run), run)
+    assert sent.is_set()
+    return code
+
+
+def test_a_slurm_job_warned_with_sigusr1_is_requeued_and_continues_its_run(stopped, tmp_path, monkeypatch,
+                                                                           capsys):
+    """In a SLURM batch job (its variables set, ``scontrol`` a script recording its arguments),
+    SIGUSR1 saves last.ckpt, requeues the job and leaves a note naming the run; the requeued job
+    runs the same command (here: a new time-stamped folder each time) and continues that run to
+    the uninterrupted run's metrics."""
+    calls, scontrol = tmp_path / "calls", tmp_path / "bin" / "scontrol"
+    scontrol.parent.mkdir()
+    scontrol.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
+    scontrol.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{scontrol.parent}:{os.environ['PATH']}")
+    for name, value in {"SLURM_JOB_ID": "4242", "SLURM_NTASKS": "1", "SLURM_JOB_NAME": "train",
+                        "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0",
+                        "SLURM_RESTART_COUNT": "0", "ATTNFLOW_OUTPUT_DIR": str(tmp_path / "out")}.items():
+        monkeypatch.setenv(name, value)
+    args = [*ARGS, "logger=csv"]
+    assert _signalled(signal.SIGUSR1, tmp_path / "out", monkeypatch, *args) == 128 + signal.SIGUSR1
+    assert "SLURM job 4242 requeued: it continues this run" in capsys.readouterr().err
+    assert calls.read_text() == "requeue 4242\n"
+    note = tmp_path / "out" / ".requeued" / "4242"
+    run = Path(note.read_text().strip())
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    assert train_cli(monkeypatch, *args) == 0
+    assert f"a requeued SLURM job: attnflow-train resume={run}" in capsys.readouterr().err
+    assert not note.exists() and [p.parent for p in (tmp_path / "out").glob("*/*/config.yaml")] == [run]
     _same_result(run, stopped["root"] / "u")
 
 

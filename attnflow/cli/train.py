@@ -29,6 +29,26 @@ CONF_DIR = str(config_dir())  # the checkout's conf/, or the one installed with 
 WRITE_FAULTS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 
 
+def _requeued(argv: list, conf: Path) -> tuple:
+    """A requeued SLURM job's command, ``resume=<the run it stopped>``, and its note
+    (:mod:`attnflow.training.requeue`); else ``(argv, None)``."""
+    import os
+
+    if os.environ.get("SLURM_RESTART_COUNT", "0") == "0":
+        return argv, None
+    from attnflow.config.groups import field_overrides
+    from attnflow.config.trust import composed
+    from attnflow.training.requeue import requeued_run
+
+    cfg = next(composed(field_overrides(argv, conf), conf), None)
+    note = requeued_run(cfg.paths.output_root) if cfg is not None else None
+    if note is None:
+        return argv, None
+    run = note.read_text().strip()
+    print(f"attnflow: a requeued SLURM job: attnflow-train resume={run}", file=sys.stderr)
+    return [f"resume={run}"], note
+
+
 def _check_output_folder(cfg: DictConfig, argv: list) -> None:
     """The run's folder (a multirun's) can be made and written, before Hydra makes it."""
     from omegaconf import OmegaConf
@@ -178,6 +198,7 @@ def _run_hydra(argv: list, conf: Path) -> None:
     from attnflow.io.text import InputError
 
     try:
+        argv, note = _requeued(argv, conf)
         if any(a.lstrip("+").startswith(("resume=", "hydra.run.dir=")) for a in argv):
             from attnflow.training.resume import prepare_argv  # checked before Hydra starts
 
@@ -205,6 +226,10 @@ def _run_hydra(argv: list, conf: Path) -> None:
     except KeyboardInterrupt:  # Ctrl-C before or between the Trainer calls: nothing to save
         print("\nattnflow: interrupted", file=sys.stderr)
         sys.exit(128 + signal.SIGINT)
+    if note is not None:  # the requeued run has ended
+        from attnflow.training.requeue import forget
+
+        forget(note)
 
 
 if __name__ == "__main__":

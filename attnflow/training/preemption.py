@@ -2,7 +2,8 @@
 SIGUSR1 (SLURM's ``--signal=USR1@90``) without losing work: while training, the first signal stops
 after the running optimiser step with ``last.ckpt`` written (the loader's position too), the loggers
 finished and the resume command printed; the exit status is ``128 + signal`` (130, 143, 138). A
-second signal, or one outside the training loop, stops at once. DDP ranks stop at one step.
+second signal, or one outside the training loop, stops at once. DDP ranks stop at one step. In a
+SLURM batch job SIGUSR1 also requeues the job to continue the run (:mod:`attnflow.training.requeue`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 import pytorch_lightning as pl
+
+from attnflow.training.requeue import requeue
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
 
@@ -30,8 +33,9 @@ class StopOnSignal(pl.Callback):
     """:data:`SIGNALS` as a stop after the running step; its handlers replace Lightning's (whose
     SIGTERM stop exits 0) from a Trainer call's first train, validation or test start to its end."""
 
-    def __init__(self, run_dir: Path | str):
-        self.run_dir = Path(run_dir)
+    def __init__(self, run_dir: Path | str, output_root: Optional[str] = None):
+        self.run_dir, self.output_root = Path(run_dir), output_root
+        self.requeued: Optional[str] = None
         self.last = self.run_dir / "checkpoints" / "last.ckpt"
         self.requested: Optional[int] = None
         self.training = False
@@ -77,6 +81,8 @@ class StopOnSignal(pl.Callback):
     def _stop(self, trainer: pl.Trainer) -> None:
         trainer.save_checkpoint(self.last, weights_only=False)  # (the whole training state)
         self.saved = True
+        if self.requested == signal.SIGUSR1 and self.output_root and trainer.is_global_zero:
+            self.requeued = requeue(self.run_dir, self.output_root)
         raise Interrupted(self.requested or signal.SIGTERM)  # (another rank's signal: the usual one)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
@@ -99,3 +105,5 @@ class StopOnSignal(pl.Callback):
         print(f"\nattnflow: interrupted; {what}. Resume with:\n  attnflow-train resume={self.run_dir}"
               if what else "\nattnflow: interrupted before the first checkpoint; nothing to resume",
               file=sys.stderr, flush=True)
+        if self.requeued:
+            print(f"attnflow: {self.requeued}", file=sys.stderr, flush=True)

@@ -24,7 +24,7 @@ import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
 from attnflow.config.registry import DATA, MODELS, TASKS, AttnflowWarning, ConfigError
 from attnflow.io.console import warn_unread
 from attnflow.io.text import atomic_path
-from attnflow.training import averaging, resume, runlock, state as training_state
+from attnflow.training import averaging, requeue, resume, runlock, state as training_state
 from attnflow.training.callbacks import AttentionMaps, Float32MatmulPrecision, StopOnNonFiniteLoss
 from attnflow.training.distributed import continue_csv_logs, fit_progress
 from attnflow.training.ema import ExponentialMovingAverage
@@ -155,8 +155,9 @@ def build_trainer(resolved: Dict[str, Any], run_dir: Path) -> pl.Trainer:
     bar = wanted.get("progress_bar", "auto")
     with lightning_errors():
         return pl.Trainer(**trainer_args, logger=logger or False,
-                          callbacks=[*callbacks, *training_state.callbacks(run_dir)],
-                          plugins=[training_state.SafeCheckpointIO()],
+                          callbacks=[*callbacks, *training_state.callbacks(
+                              run_dir, (resolved.get("paths") or {}).get("output_root"))],
+                          plugins=[training_state.SafeCheckpointIO(), *requeue.plugins()],
                           default_root_dir=str(run_dir), enable_progress_bar=bar not in ("none", None),
                           enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks))
 

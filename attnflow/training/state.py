@@ -361,6 +361,7 @@ class LastCheckpoint(RunCheckpoint):
             self._last_global_step_saved = trainer.global_step
 
 
-def callbacks(run_dir: Path | str) -> List[pl.Callback]:
-    """The callbacks of every run for exact resume and a stop on a signal that loses no step."""
-    return [TrainingState(), StopOnSignal(run_dir)]
+def callbacks(run_dir: Path | str, output_root: Optional[str] = None) -> List[pl.Callback]:
+    """The callbacks of every run for exact resume and a stop on a signal that loses no step
+    (and, in a SLURM job, requeues it: ``output_root`` holds the note that names the run)."""
+    return [TrainingState(), StopOnSignal(run_dir, output_root)]
