@@ -30,6 +30,9 @@ TINY = ["data.train_size=64", "data.val_size=16", "data.test_size=16", "data.bat
     (["model.name=seq3seq"], ["unknown model 'seq3seq'", "seq2seq"]),
     (["trainer.max_epochs=abc"], ["trainer.max_epochs (at 'trainer.max_epochs') must be int or null, got 'abc'"]),
     (["+trainer.benchmark=maybe"], ["trainer.benchmark (at 'trainer.benchmark') must be bool or null"]),
+    (["trainer.max_epochs=99999999999999999999999"], ["trainer.max_epochs=99999999999999999999999 is beyond "
+                                                      "a 64-bit integer"]),
+    (["data.train_size=-9223372036854775809"], ["data.train_size=-9223372036854775809 is beyond"]),
     # Lightning's own refusals, when the run builds its Trainer (before the run folder and the data)
     (["trainer.precision=bf17"], ["trainer: Precision 'bf17' is invalid", "'bf16-mixed'"]),
     (["trainer.strategy=ddpp"], ["trainer: You selected an invalid strategy name: `strategy='ddpp'`"]),

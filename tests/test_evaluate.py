@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import yaml
 import torch.nn.functional as F
 
 from attnflow.cli.evaluate import main
@@ -63,6 +65,27 @@ def test_the_other_splits_batch_limit_is_one_warning(gat_run, tmp_path, capsys):
         "attnflow: warning: trainer.limit_test_batches is not read: split=val evaluates the val split")
     reported = json.loads((gat_run / "metrics.json").read_text())["metrics"]
     assert json.loads(out.read_text())["metrics"]["val/acc"] == pytest.approx(reported["val/acc"], abs=1e-6)
+
+
+def test_a_config_edited_by_hand_or_a_best_checkpoint_outside_the_run_is_one_warning(gat_run, tmp_path,
+                                                                                      capsys):
+    run = tmp_path / "run"
+    shutil.copytree(gat_run, run, ignore=shutil.ignore_patterns("eval"))
+    assert main([str(run), "-o", str(tmp_path / "a.json")]) == 0
+    assert "warning" not in capsys.readouterr().err
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "model": {**cfg["model"], "heads": 99}}))
+    metrics = json.loads((run / "metrics.json").read_text())
+    elsewhere = "/elsewhere/checkpoints/epoch9-step99.ckpt"
+    (run / "metrics.json").write_text(json.dumps({**metrics, "best_checkpoint": elsewhere}))
+    assert main([str(run), "-o", str(tmp_path / "b.json")]) == 0
+    assert capsys.readouterr().err.splitlines()[:2] == [
+        f"attnflow: warning: {run}/metrics.json names the best checkpoint {elsewhere}, which "
+        f"{run}/checkpoints does not hold; the run's own last.ckpt (else its first checkpoint) is used",
+        f"attnflow: warning: {run}/config.yaml differs from the checkpoint's config in model (edited "
+        f"by hand?): the checkpoint's config is used (data.* and task.* changes: as overrides)"]
+    used = Path(json.loads((tmp_path / "b.json").read_text())["checkpoint"])
+    assert used.parent == run / "checkpoints" and used.name in ("last.ckpt", "epoch1-step2.ckpt")
 
 
 def test_overrides_are_checked_before_any_work(gat_run, tmp_path, capsys, monkeypatch):

@@ -347,6 +347,15 @@ def test_wandb_project_is_wandb_projects_unless_the_field_sets_one(tmp_path, wan
     assert project() == "mine" and project("logger.wandb.project=p") == "p"
 
 
+def test_wandbs_files_go_to_wandb_dir_where_it_is_set_else_the_run_folder(tmp_path, wandb_env, monkeypatch):
+    cfg = resolve_config(compose_cfg(["logger=wandb"]))
+    monkeypatch.delenv("WANDB_DIR", raising=False)
+    assert build_loggers(cfg["logger"], tmp_path / "run", {})[0].save_dir == str(tmp_path / "run")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "w"))
+    (logger,) = build_loggers(cfg["logger"], tmp_path / "run", {})
+    assert logger.save_dir == str(tmp_path / "w") and logger._wandb_init["name"] == "run"
+
+
 def test_a_sweep_over_experiments_is_one_group(tmp_path):
     """``-m experiment=a,b``: each job has its own experiment, the sweep one group (read from the
     sweep's multirun.yaml, which Hydra writes before the first job)."""

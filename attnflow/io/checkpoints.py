@@ -42,6 +42,9 @@ def find_checkpoint(path: Path | str) -> Tuple[Path, Path]:
         best = None  # none, or damaged: last.ckpt
     if isinstance(best, str) and best and (ckpts / Path(best).name).is_file():
         return ckpts / Path(best).name, path
+    if isinstance(best, str) and best:
+        _warn(f"{path / 'metrics.json'} names the best checkpoint {best}, which {ckpts} does not "
+              f"hold; the run's own last.ckpt (else its first checkpoint) is used")
     for cand in [ckpts / "last.ckpt", *sorted(ckpts.glob("*.ckpt"))]:
         if cand.is_file():
             return cand, path
@@ -194,9 +197,34 @@ def load_run(target: Path | str, device: str = "cpu") -> Run:
         raise CheckpointError(f"{ckpt_path} is not an attnflow run: neither its 'attnflow_config' "
                               f"nor {run_dir / 'config.yaml'} is a run config with the mappings "
                               f"'data' and 'model'")
+    elif (run_dir / "config.yaml").is_file():
+        _warn_edited(run_dir / "config.yaml", cfg)
     if cfg["model"].get("init_from"):  # the run's own checkpoint holds every weight
         cfg["model"] = {**cfg["model"], "init_from": None}
     return Run(ckpt_path, run_dir, ckpt, cfg)
+
+
+def _warn(message: str) -> None:
+    import warnings
+
+    from attnflow.io.console import AttnflowWarning
+
+    warnings.warn(message, AttnflowWarning, stacklevel=3)
+
+
+def _warn_edited(path: Path, cfg: Dict[str, Any]) -> None:
+    """One warning where ``path`` (config.yaml) says other than the checkpoint's config of the
+    data, model or task (which no resume changes: an edit by hand)."""
+    try:
+        saved = read_config_yaml(path)
+    except CheckpointError:
+        saved = None
+    if not isinstance(saved, dict):
+        return
+    differ = [k for k in ("data", "model", "task") if saved.get(k) != cfg.get(k)]
+    if differ:
+        _warn(f"{path} differs from the checkpoint's config in {', '.join(differ)} (edited by "
+              f"hand?): the checkpoint's config is used (data.* and task.* changes: as overrides)")
 
 
 def run_artifacts(run: Run) -> Dict[str, Any]:

@@ -38,15 +38,15 @@ def wandb_logger(save_dir: str, identity: Optional[dict] = None, *, project: Opt
                  entity: Optional[str] = None, group: Optional[str] = None,
                  run_name: Optional[str] = None, tags: List[str] = [], mode: Optional[str] = None,
                  run_id: Optional[str] = None):
-    """Weights & Biases in <run dir>/wandb; a null field is W&B's variable (project: else
-    'attnflow'; mode: else 'offline'), or the run's ``run.group``/``run.name``. ``tags`` follow
-    the run's; ``run_id`` resumes that W&B run."""
+    """Weights & Biases in <run dir>/wandb (``$WANDB_DIR/wandb`` where set); a null field is
+    W&B's variable (project: else 'attnflow'; mode: else 'offline'), or the run's
+    ``run.group``/``run.name``. ``tags`` follow the run's; ``run_id`` resumes that W&B run."""
     identity = identity or {}
     name = run_name or identity.get("name") or Path(save_dir).name
     logger = WandbLogger(project=project or os.environ.get("WANDB_PROJECT") or "attnflow",
                          entity=entity, group=group or identity.get("group"),
                          tags=_unique([*identity.get("tags", []), *tags]), name=_fit(name, 128),
-                         save_dir=save_dir, mode=mode or os.environ.get("WANDB_MODE") or "offline",
+                         save_dir=os.environ.get("WANDB_DIR") or save_dir, mode=mode or os.environ.get("WANDB_MODE") or "offline",
                          id=run_id, resume="allow" if run_id else None,
                          job_type=os.environ.get("WANDB_JOB_TYPE") or "train")
     # Lightning passes anonymous=None to wandb.init, which W&B answers with a warning on every

@@ -52,6 +52,7 @@ def validate_config(cfg: Dict[str, Any]) -> None:
     for key in cfg:
         if key not in known:
             raise ConfigError(top_level_refusal(key, known))
+    _check_int64(cfg, "")
     checked = dict(cfg)  # the blocks with their defaults, each validated here once
     for group, registry in BLOCK_GROUPS:
         if group in cfg and cfg[group] is not None:
@@ -69,6 +70,17 @@ def validate_config(cfg: Dict[str, Any]) -> None:
     _check_root_fields(cfg)
     check_composition(checked)
     check_model_builds(checked)
+
+
+def _check_int64(node: Any, path: str) -> None:
+    """Every integer fits 64 bits (what torch, Lightning's counters and a checkpoint hold)."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in items:
+        at = f"{path}.{key}" if path else str(key)
+        if type(value) is int and not -2**63 <= value < 2**63:
+            raise ConfigError(f"{at}={value} is beyond a 64-bit integer (what torch and the "
+                              f"checkpoints hold); give a smaller number (a limit: -1 or null for none)")
+        _check_int64(value, at)
 
 
 @functools.lru_cache(maxsize=1)
