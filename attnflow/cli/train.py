@@ -5,7 +5,8 @@
     attnflow-train experiment=reverse_multihead logger=wandb
 
 Config errors print one message and exit with status 2; a signal (SIGINT, SIGTERM, SIGUSR1) with
-``128 + signal`` (:mod:`attnflow.training.preemption`); ``--help``: :mod:`attnflow.cli.help`.
+``128 + signal`` (:mod:`attnflow.training.preemption`); a write the disk refuses mid-run with 1
+and one line (:mod:`attnflow.training.rollback`); ``--help``: :mod:`attnflow.cli.help`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from attnflow import config_dir
 from attnflow.config.registry import ConfigError
 from attnflow.training import rollback
 from attnflow.training.onednn import bound_primitive_cache
-from attnflow.training.rollback import snapshot
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -80,7 +80,7 @@ def run_app(cfg: DictConfig) -> float | None:
 
     hc = HydraConfig.get()
     out, multirun = Path(hc.runtime.output_dir), hc.mode == RunMode.MULTIRUN
-    before = snapshot(out)  # Hydra's files, a resumed run's
+    before = rollback.snapshot(out)  # Hydra's files, a resumed run's
     try:
         check_multirun_strategy(cfg.get("trainer"), multirun)  # ddp would re-run it in every rank
         metric = check_optimized_metric(cfg)  # a misspelt name fails before any work
