@@ -131,7 +131,8 @@ def test_errors_name_the_file_line_and_field(files, tmp_path):
                                         r"field 'stars'"):
         module(files, label_field="stars").setup()
     unseen = write_jsonl(tmp_path / "unseen.jsonl", [{"text": "x", "label": 5}])
-    with pytest.raises(DataError, match=r"val text 1 .*label=5, not seen in training"):
+    with pytest.raises(DataError, match=r"unseen.jsonl line 1: label=5 is not a class of the labels of "
+                                        r".*train.jsonl \(0, 1\)"):
         TextClassificationDataModule(train_path=str(files[0]), val_path=str(unseen), vocab_size=60).setup()
     with pytest.raises(DataError, match="file not found"):
         TextClassificationDataModule(train_path=str(tmp_path / "nope.jsonl"), val_path=str(files[1])).setup()

@@ -1,7 +1,8 @@
 """A broken data file stops the run with one message naming the file (and the line), before any
 checkpoint is written and without touching what is already there: truncated gzip (Multi30k,
-IMDB), a malformed JSON line, an empty IMDB file, empty Multi30k files, empty or truncated
-Planetoid raw files. The broken files are made here, in temporary folders."""
+IMDB), a malformed JSON line, an empty IMDB file, a label outside the classes, empty Multi30k
+files, empty or truncated Planetoid raw files, an edge to a missing node. The broken files are
+made here, in temporary folders."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from attnflow.data.documents import DocumentDataModule
 from attnflow.data.errors import DataError
@@ -109,6 +111,55 @@ def test_cli_prints_a_data_error_without_traceback_and_writes_nothing(tmp_path, 
     assert not (run / "checkpoints").exists() and not (run / "metrics.json").exists()
 
 
+# -- labels -------------------------------------------------------------------------------------
+def _with_line(path: Path, n: int, row: dict) -> Path:
+    """``path``'s JSON lines with line ``n`` replaced by ``row``."""
+    lines = gzip.decompress(path.read_bytes()).decode().splitlines()
+    lines[n - 1] = json.dumps(row)
+    return _gz(path, "\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("label, why", [
+    (-1, "label=-1 is not a class of data.labels (0, 1)"),
+    (5, "label=5 is not a class of data.labels (0, 1)"),
+    ("pos", "label='pos' is not a class of data.labels (0, 1)"),
+    (None, "label=None is not a class of data.labels (0, 1)")])
+def test_a_label_outside_the_declared_classes_is_one_line_naming_file_line_and_value(tmp_path, monkeypatch,
+                                                                                     capsys, label, why):
+    """IMDB's data config declares labels [0, 1]; one line of another label stops the run (it
+    used to add a class)."""
+    train_file = _with_line(_documents(tmp_path / "train.jsonl.gz"), 7, {"text": "odd.", "label": label})
+    run = tmp_path / "run"
+    code = train_cli(monkeypatch, "experiment=han_imdb", f"data.train_path={train_file}",
+                     f"data.val_path={_documents(tmp_path / 'dev.jsonl.gz')}", "data.test_path=",
+                     "callbacks.progress_bar=none", f"hydra.run.dir={run}")
+    assert code == 2
+    assert capsys.readouterr().err == f"attnflow: data error: data 'documents': {train_file} line 7: {why}\n"
+    assert not run.exists()
+
+
+def test_string_labels_are_classes_in_the_order_data_labels_gives(tmp_path):
+    rows = [{"text": f"doc {i}.", "label": ["neg", "pos"][i % 2]} for i in range(6)]
+    path = _gz(tmp_path / "train.jsonl.gz", "\n".join(json.dumps(r) for r in rows) + "\n")
+    dm = DocumentDataModule(train_path=str(path), val_path=str(path), labels=["pos", "neg"], min_freq=1)
+    dm.setup()
+    assert dm.label_values == ["pos", "neg"] and list(dm.splits["train"].labels) == [1, 0, 1, 0, 1, 0]
+    assert DocumentDataModule(train_path=str(path), val_path=str(path), min_freq=1).task_context()[
+        "class_names"] == ["neg", "pos"]  # no data.labels: the training file's, sorted
+
+
+def test_without_data_labels_a_file_mixing_label_types_or_a_label_unseen_in_training_is_named(tmp_path):
+    train_file = _with_line(_documents(tmp_path / "train.jsonl.gz"), 5, {"text": "odd.", "label": "1"})
+    with pytest.raises(DataError, match=rf"{train_file} line 5: label='1' is a str, the file's first "
+                                        r"label 0 a int: labels are all ints or all strings"):
+        DocumentDataModule(train_path=str(train_file), val_path=str(train_file)).setup()
+    dev = _with_line(_documents(tmp_path / "dev.jsonl.gz", 20), 3, {"text": "odd.", "label": 2})
+    with pytest.raises(DataError, match=rf"{dev} line 3: label=2 is not a class of the labels of .*train2"):
+        DocumentDataModule(train_path=str(_documents(tmp_path / "train2.jsonl.gz")), val_path=str(dev)).setup()
+    with pytest.raises(ValueError, match=r"labels=\[0, 'a'\] must list two or more distinct classes"):
+        DocumentDataModule(train_path=str(dev), val_path=str(dev), labels=[0, "a"])
+
+
 # -- empty Multi30k files -------------------------------------------------------------------------
 @pytest.mark.parametrize("split", ["train", "val"])
 def test_empty_multi30k_file_fails_the_run_before_any_checkpoint(tmp_path, split):
@@ -182,3 +233,22 @@ def test_empty_or_truncated_planetoid_file_is_named(tmp_path, name, damage, why)
     with pytest.raises(DataError, match=rf"{path}.*{why}|{why}.*{path}") as err:
         read_planetoid(tmp_path, "Cora")
     assert str(path) in str(err.value)
+
+
+def test_an_edge_to_a_missing_node_is_refused_naming_the_file_and_a_graph_without_edges_trains(
+        tmp_path, monkeypatch, capsys):
+    raw = _planetoid(tmp_path / "far")
+    graph = defaultdict(list, {i: [(i + 1) % 514] for i in range(514)})
+    graph[3].append(9999)
+    (raw / "ind.cora.graph").write_bytes(pickle.dumps(graph, protocol=2))
+    with pytest.raises(DataError, match=rf"{raw}/ind.cora.graph: node 3 lists neighbour 9999, but the "
+                                        r"graph has 514 nodes \(ids 0 to 513\)"):
+        read_planetoid(tmp_path / "far", "Cora")
+    raw = _planetoid(tmp_path / "none")
+    (raw / "ind.cora.graph").write_bytes(pickle.dumps(defaultdict(list), protocol=2))
+    data = read_planetoid(tmp_path / "none", "Cora")
+    assert data.edge_index.shape == (2, 0) and data.edge_index.dtype == torch.long
+    assert train_cli(monkeypatch, "experiment=gat_cora", f"data.root={tmp_path / 'none'}", "test=false",
+                     "trainer.max_epochs=1", "callbacks.progress_bar=none",
+                     f"hydra.run.dir={tmp_path / 'run'}") == 0  # each node attends to itself
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["metrics"]["val/acc"] >= 0

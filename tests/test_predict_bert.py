@@ -53,6 +53,7 @@ def runs(tmp_path_factory):
     (base / "corpus.txt").write_text("".join(f"{r['text']} {r['text']}\n" for r in rows))
     ft = fabricate_run(["experiment=bert_imdb", f"data.train_path={base}/train.jsonl",
                         f"data.val_path={base}/dev.jsonl", "data.test_path=", "data.max_len=16",
+                        "data.labels=[neg,pos]",
                         *TINY, *QUIET], base / "ft")
     # as if fine-tuned from a pretraining run deleted since: prediction needs only this run
     path = ft / "checkpoints" / "last.ckpt"

@@ -279,7 +279,7 @@ def test_monitor_metric_names_depend_on_the_tasks(files, tmp_path):
     (["task.tasks.rating.task={name: classification}"],
      r"task.tasks.rating: task 'classification' works on documents, but its data .* gives text_classification"),
     (["task.tasks.rating.task={name: bert_pretraining}", "data.tasks.rating.name=bert_pretraining",
-      "~data.tasks.rating.label_field"],
+      "~data.tasks.rating.label_field", "~data.tasks.rating.labels"],
      r"task.tasks.rating: task 'bert_pretraining' .* needs a 'pretraining' head; model 'bert' builds per task only sequence"),
 ])
 def test_bad_configs_are_refused_before_any_work(files, tmp_path, overrides, message):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import pytorch_lightning as pl
 import torch
@@ -157,18 +157,50 @@ class FileDataModule(SplitDataModule):
             raise ValueError(f"{self.owner}: no {split} file; set data.{split}_path")
         return self.paths[split]
 
-    def sorted_labels(self, rows: Sequence[tuple], field: str) -> list:
-        """The training labels' values, sorted: class i is the i-th (IMDB: 1..4, 7..10)."""
-        try:
-            return sorted({y for _, y in rows})
-        except TypeError:
-            raise DataError(f"{self.owner}: label field '{field}' of {self.paths['train']} mixes "
-                            "types") from None
+    def class_values(self, train_rows: Sequence[tuple], labels: Optional[list], field: str) -> list:
+        """The classes, class i the i-th: ``data.labels``, else the training file's values sorted."""
+        values = list(labels) if labels is not None else sorted({y for _, y in train_rows})
+        if len(values) < 2:
+            raise DataError(f"{self.owner}: {self.paths['train']} has one label value {values} in "
+                            f"'{field}'; classification needs two")
+        return values
 
-    def label_ids(self, raw: Sequence, values: list, split: str, what: str, field: str) -> List[int]:
+    def classes(self, values: list, labels: Optional[list]) -> Tuple[list, str]:
+        """What :func:`class_label` checks the other files' labels against."""
+        return values, "data.labels" if labels is not None else f"the labels of {self.paths['train']}"
+
+    @staticmethod
+    def label_ids(raw: Sequence, values: list) -> List[int]:
         index = {v: i for i, v in enumerate(values)}
-        for n, v in enumerate(raw):
-            if v not in index:
-                raise DataError(f"{self.owner}: {split} {what} {n + 1} ({self.paths[split]}) has "
-                                f"{field}={v!r}, not seen in training; training values: {values}")
         return [index[v] for v in raw]
+
+
+def check_labels(labels: Optional[Sequence], owner: str) -> Optional[list]:
+    """``data.labels``: null (the classes are the training file's labels), or two or more distinct
+    class values, all ints or all strings (``[neg, pos]``); class i is the i-th."""
+    if labels is None:
+        return None
+    labels, kinds = list(labels), {type(v) for v in labels}
+    if len(labels) < 2 or len(set(labels)) < len(labels) or kinds not in ({int}, {str}):
+        raise ValueError(f"{owner}: labels={labels} must list two or more distinct classes, all "
+                         f"ints or all strings")
+    return labels
+
+
+def class_label(value: Any, classes: Optional[Tuple[list, str]], where: str, field: str,
+                first: Any = None) -> Any:
+    """A label ``value`` read at ``where`` (a file and line) as a class value. With ``classes``
+    (values, whence) it must be one of them (a ``label<TAB>text`` label matches by its text);
+    without, an int or a string of the type of the file's ``first`` label."""
+    if classes is not None:
+        for known in classes[0]:
+            if (type(known) is type(value) and known == value) or (type(value) is str and str(known) == value):
+                return known
+        raise DataError(f"{where}: {field}={value!r} is not a class of {classes[1]} "
+                        f"({', '.join(map(repr, classes[0]))})")
+    if type(value) not in (int, str):
+        raise DataError(f"{where}: {field}={value!r} is no class label (an int or a string)")
+    if first is not None and type(value) is not type(first):
+        raise DataError(f"{where}: {field}={value!r} is a {type(value).__name__}, the file's first "
+                        f"label {first!r} a {type(first).__name__}: labels are all ints or all strings")
+    return value

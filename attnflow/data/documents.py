@@ -7,6 +7,7 @@ order.
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import logging
@@ -19,7 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from attnflow.data.base import Columns, FileDataModule, random_subset
+from attnflow.data.base import Columns, FileDataModule, check_labels, class_label, random_subset
 from attnflow.data.errors import DataError, numbered_lines
 from attnflow.config.registry import DATA, NonNegativeInt, PositiveInt, build_config
 
@@ -137,11 +138,12 @@ def collate_documents(items: Sequence[tuple]) -> Dict[str, torch.Tensor]:
 
 
 def read_jsonl(path: Path, text_field: str, label_field: Optional[str], limit: int = 0,
-               seed: int = 0, owner: str = "data 'documents'"):
+               seed: int = 0, owner: str = "data 'documents'", classes: Optional[tuple] = None):
     """[(text, label or None)] from a JSON-lines file; a :class:`DataError` names the file, line
-    and field of what is malformed. Lines end at ``\\n`` alone (texts may hold U+2028)."""
+    and field of what is malformed, and a label not of ``classes`` (:func:`class_label`). Lines
+    end at ``\\n`` alone (texts may hold U+2028)."""
     path = Path(path)
-    out = []
+    out, first = [], None
     for n, line in numbered_lines(path, owner):
         if not line.strip():
             continue
@@ -162,7 +164,11 @@ def read_jsonl(path: Path, text_field: str, label_field: Optional[str], limit: i
         if text is not None and not isinstance(text, str):  # else a TypeError deep in tokenize
             raise DataError(f"{owner}: {path} line {n}: the text field '{text_field}' holds "
                             f"{type(text).__name__} {text!r:.60}, not a string")
-        out.append((text or "", row[label_field] if label_field else None))
+        label = None
+        if label_field:
+            label = class_label(row[label_field], classes, f"{owner}: {path} line {n}", label_field, first)
+            first = label if first is None else first
+        out.append((text or "", label))
     if not out:
         raise DataError(f"{owner}: {path} holds no documents (the file is empty or blank); "
                         f"expected one JSON object per line with a '{text_field}' field")
@@ -185,8 +191,9 @@ class DocumentDataModule(FileDataModule):
                  lowercase: bool = True, limit_train: NonNegativeInt = 0,
                  limit_val: NonNegativeInt = 0, batch_size: PositiveInt = 32, bucket: bool = True,
                  num_workers: NonNegativeInt = 0, seed: int = 1234,
-                 word_vectors: Optional[Dict[str, Any]] = None):
+                 word_vectors: Optional[Dict[str, Any]] = None, labels: Optional[List[Any]] = None):
         super().__init__()
+        self.labels = check_labels(labels, self.owner)
         self.word_vectors_cfg = self.word_vectors_config(word_vectors)
         self._word_vectors: Optional[torch.Tensor] = None
         self.set_paths("a JSON-lines file", train_path, val_path, test_path)
@@ -268,27 +275,30 @@ class DocumentDataModule(FileDataModule):
                              f"is missing and its checkpoint carries none)")
         self.vocab = Vocabulary.from_json(artifacts["vocab"])
         self.label_values = list(artifacts["label_values"])
-        rows = read_jsonl(path, self.text_field, self.label_field)
+        rows = read_jsonl(path, self.text_field, self.label_field,
+                          classes=(self.label_values, "the run's classes"))
         self._encode(split, rows, [tokenize(t, self.vocab.lowercase) for t, _ in rows])
 
     def _encode(self, split: str, rows: List[tuple], tokenized: List) -> None:
-        labels = self.label_ids([y for _, y in rows], self.label_values, split, "document",
-                                self.label_field)
+        labels = self.label_ids([y for _, y in rows], self.label_values)
         self.splits[split], self.stats[split] = encode_documents(
             tokenized, labels, self.vocab, self.max_sentences, self.max_words)
 
     def setup(self, stage: Optional[str] = None) -> None:
         if self.splits:
             return
-        rows = {s: read_jsonl(self.paths[s], self.text_field, self.label_field, self.limits[s], self.seed)
-                for s in ("train", "val")}
+        read = functools.partial(read_jsonl, text_field=self.text_field, label_field=self.label_field)
+        rows = {"train": read(self.paths["train"], limit=self.limits["train"], seed=self.seed,
+                              classes=self.classes(self.labels, self.labels) if self.labels else None)}
+        self.label_values = self.class_values(rows["train"], self.labels, self.label_field)
+        classes = self.classes(self.label_values, self.labels)
+        rows["val"] = read(self.paths["val"], limit=self.limits["val"], seed=self.seed, classes=classes)
         if self.has_test:
-            rows["test"] = read_jsonl(self.paths["test"], self.text_field, self.label_field)
+            rows["test"] = read(self.paths["test"], classes=classes)
         elif self.paths["test"] is not None:
             log.info("data 'documents': no test split (%s is absent)", self.paths["test"])
         tokenized = {s: [tokenize(t, self.lowercase) for t, _ in r] for s, r in rows.items()}
         self.vocab = Vocabulary.build(tokenized["train"], self.min_freq, self.max_vocab, self.lowercase)
-        self.label_values = self.sorted_labels(rows["train"], self.label_field)
         for s, r in rows.items():
             self._encode(s, r, tokenized[s])
             st = self.stats[s]

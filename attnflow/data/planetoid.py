@@ -110,8 +110,15 @@ def read_planetoid(root: str | Path, name: str) -> Data:
             mock.patch.object(pyg_planetoid, "read_file", _counting(pyg_planetoid.read_file, folder, key)):
         warnings.simplefilter("ignore")
         data = pyg_planetoid.read_planetoid_data(str(folder), key)
-    # the authors' loader (networkx.from_dict_of_lists) reads i → j as undirected; PyG would not
-    data.edge_index = to_undirected(data.edge_index, num_nodes=data.num_nodes)
+    edges, n = data.edge_index.long().reshape(2, -1), data.num_nodes  # (none: a float tensor)
+    outside = ((edges < 0) | (edges >= n)).any(0).nonzero()
+    if len(outside):
+        src, dst = edges[:, outside[0, 0]].tolist()
+        raise DataError(f"data 'planetoid': {folder / f'ind.{key}.graph'}: node {src} lists neighbour "
+                        f"{dst}, but the graph has {n} nodes (ids 0 to {n - 1})")
+    # the authors' loader (networkx.from_dict_of_lists) reads i → j as undirected; PyG would not.
+    # A graph without edges stays one: the attention's self-loops give each node itself
+    data.edge_index = to_undirected(edges, num_nodes=n)
     return data
 
 

@@ -6,6 +6,7 @@ saved with this run. Texts are cut to ``max_len`` subwords at their end.
 
 from __future__ import annotations
 
+import functools
 import logging
 from pathlib import Path
 from typing import Annotated, Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -14,7 +15,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from attnflow.data.base import Columns, FileDataModule, random_subset
+from attnflow.data.base import Columns, FileDataModule, check_labels, class_label, random_subset
 from attnflow.data.documents import clean, read_jsonl
 from attnflow.data.errors import DataError, numbered_lines
 from attnflow.data.corpus import (CLS, PAD, SEP, SPECIALS, TOKENIZER_FILE, run_tokenizer,
@@ -30,12 +31,13 @@ DEFAULT_VOCAB = 30522  # BERT's WordPiece size, when a tokenizer is trained here
 
 
 def read_labelled(path: Path, text_field: str, label_field: str, limit: int = 0,
-                  seed: int = 0) -> List[tuple]:
-    """``[(text, label)]`` of a JSON-lines or ``label<TAB>text`` file (``limit``: a subset)."""
+                  seed: int = 0, classes: Optional[tuple] = None) -> List[tuple]:
+    """``[(text, label)]`` of a JSON-lines or ``label<TAB>text`` file (``limit``: a subset); a
+    label not of ``classes`` is refused naming the file and line (:func:`class_label`)."""
     path = Path(path)
     name = path.name[:-3] if path.name.endswith(".gz") else path.name
     if name.endswith(".jsonl") or name.endswith(".json"):
-        return read_jsonl(path, text_field, label_field, limit, seed, OWNER)
+        return read_jsonl(path, text_field, label_field, limit, seed, OWNER, classes)
     if not (name.endswith(".tsv") or name.endswith(".txt")):
         raise DataError(f"{OWNER}: {path}: unknown format; use .jsonl (a '{text_field}' and a "
                         f"'{label_field}' field per line) or .tsv/.txt (label<TAB>text per line), "
@@ -47,7 +49,7 @@ def read_labelled(path: Path, text_field: str, label_field: str, limit: int = 0,
         label, tab, text = line.partition("\t")
         if not tab:
             raise DataError(f"{OWNER}: {path} line {n} has no tab; expected label<TAB>text")
-        rows.append((text, label.strip()))
+        rows.append((text, class_label(label.strip(), classes, f"{OWNER}: {path} line {n}", "label")))
     if not rows:
         raise DataError(f"{OWNER}: {path} holds no texts (the file is empty or blank)")
     return random_subset(rows, limit, seed)
@@ -121,8 +123,9 @@ class TextClassificationDataModule(FileDataModule):
                  max_len: Annotated[int, Range(ge=3, what="[CLS], a subword, [SEP]")] = 256,
                  limit_train: NonNegativeInt = 0, limit_val: NonNegativeInt = 0,
                  batch_size: PositiveInt = 32, bucket: bool = True, num_workers: NonNegativeInt = 0,
-                 seed: int = 1234):
+                 seed: int = 1234, labels: Optional[List[Any]] = None):
         super().__init__()
+        self.labels = check_labels(labels, OWNER)
         self.set_paths("a .jsonl or label<TAB>text file", train_path, val_path, test_path)
         for name, value in (("vocab_size", vocab_size), ("lowercase", lowercase)):
             if tokenizer_from and value is not None:
@@ -143,17 +146,16 @@ class TextClassificationDataModule(FileDataModule):
         """Read the files and the label values (every file now: a bad one fails before any work)."""
         if self.rows:
             return
-        for s in ("train", "val"):
-            self.rows[s] = read_labelled(self.paths[s], self.text_field, self.label_field,
-                                         self.limits[s], self.seed)
+        read = functools.partial(read_labelled, text_field=self.text_field, label_field=self.label_field)
+        self.rows["train"] = read(self.paths["train"], limit=self.limits["train"], seed=self.seed,
+                                  classes=self.classes(self.labels, self.labels) if self.labels else None)
+        self.label_values = self.class_values(self.rows["train"], self.labels, self.label_field)
+        classes = self.classes(self.label_values, self.labels)
+        self.rows["val"] = read(self.paths["val"], limit=self.limits["val"], seed=self.seed, classes=classes)
         if self.has_test:
-            self.rows["test"] = read_labelled(self.paths["test"], self.text_field, self.label_field)
+            self.rows["test"] = read(self.paths["test"], classes=classes)
         elif self.paths["test"] is not None:
             log.info("%s: no test split (%s is absent)", OWNER, self.paths["test"])
-        self.label_values = self.sorted_labels(self.rows["train"], self.label_field)
-        if len(self.label_values) < 2:
-            raise DataError(f"{OWNER}: {self.paths['train']} has one label value "
-                            f"{self.label_values} in '{self.label_field}'; classification needs two")
 
     def prepare_tokenizer(self) -> None:
         """This run's saved tokenizer (resume), else the pretraining run's, else train one."""
@@ -203,8 +205,7 @@ class TextClassificationDataModule(FileDataModule):
     def _encode(self, split: str, rows: List[tuple]) -> Columns:
         ids, cut = encode_texts(self.tokenizer, [t for t, _ in rows], self.max_len)
         log.info("%s %s: %d texts, %d cut to max_len=%d subwords", OWNER, split, len(ids), cut, self.max_len)
-        return Columns(ids=ids, labels=self.label_ids([y for _, y in rows], self.label_values, split,
-                                                      "text", self.label_field))
+        return Columns(ids=ids, labels=self.label_ids([y for _, y in rows], self.label_values))
 
     def setup(self, stage: Optional[str] = None) -> None:
         self.read()
@@ -220,7 +221,8 @@ class TextClassificationDataModule(FileDataModule):
         if "label_values" not in artifacts:
             raise ValueError(f"{OWNER}: the run's checkpoint carries no label values")
         self.label_values = list(artifacts["label_values"])
-        self.splits[split] = self._encode(split, read_labelled(path, self.text_field, self.label_field))
+        self.splits[split] = self._encode(split, read_labelled(
+            path, self.text_field, self.label_field, classes=(self.label_values, "the run's classes")))
 
     def _loader(self, split: str, train: bool) -> DataLoader:
         self.setup()
