@@ -16,6 +16,7 @@ import torch
 from pytorch_lightning.plugins.precision import MixedPrecision, Precision
 from pytorch_lightning.utilities.enums import GradClipAlgorithmType
 from torch import nn
+from torchmetrics import Metric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from attnflow.tasks.optim import OptimConfig, configure
@@ -96,6 +97,22 @@ class Task(pl.LightningModule):
                                      GradClipAlgorithmType(gradient_clip_algorithm or "norm"))
             return
         super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+    def on_fit_start(self) -> None:
+        self._reset_metrics()
+
+    def on_validation_start(self) -> None:
+        if self.trainer.state.fn != "fit":  # (within a fit the train metrics are still counting)
+            self._reset_metrics()
+
+    on_test_start = on_validation_start
+
+    def _reset_metrics(self) -> None:
+        """Every torchmetrics state to zero as a stage starts: under ddp_spawn a stage's workers
+        get the module with the states the fit left, and would count them again."""
+        for m in self.modules():
+            if isinstance(m, Metric):
+                m.reset()
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["attnflow_config"] = self.run_config
