@@ -171,7 +171,7 @@ def test_documents_on_another_file_without_the_training_file(tmp_path, capsys):
     assert json.loads(_eval_files(run)[-1].read_text())["split"] == "val"
     unseen = write_jsonl(tmp_path / "unseen.jsonl", [{"text": "A good film.", "label": 5}])
     assert main([str(run), f"data.test_path={unseen}"]) == 2
-    assert "label=5, not seen in training" in capsys.readouterr().err
+    assert f"{unseen} line 1: label=5 is not a class of the run's classes (0, 1)" in capsys.readouterr().err
 
 
 def test_translation_on_another_test_set_without_the_training_files(tmp_path, capsys):
