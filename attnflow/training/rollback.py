@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict
 
 from attnflow.io.text import atomic_path
 from attnflow.training import runlock
@@ -35,19 +35,12 @@ def snapshot(folder: Path | str) -> Snapshot:
     return out
 
 
-def saved_checkpoints(folder: Path | str, before: Snapshot) -> List[str]:
-    """The checkpoints under ``folder`` written since ``before``."""
-    now = snapshot(folder)
-    return sorted(k for k, v in now.items() if k.endswith(".ckpt") and before.get(k, ())[:2] != v[:2])
-
-
 def roll_back(folder: Path | str, before: Snapshot) -> bool:
     """Take back what was written under ``folder`` since ``before`` unless a checkpoint was: new
     files and folders go, small files changed or deleted get their bytes back. Whether it did."""
-    folder = Path(folder)
-    if saved_checkpoints(folder, before):
-        return False
-    now = snapshot(folder)
+    folder, now = Path(folder), snapshot(folder)
+    if any(k.endswith(".ckpt") and before.get(k, ())[:2] != v[:2] for k, v in now.items()):
+        return False  # (a checkpoint written since: everything stays)
     for rel, entry in sorted(now.items(), reverse=True):  # (a folder after its files)
         if rel not in before and rel != runlock.NAME:
             path = folder / rel
