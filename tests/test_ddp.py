@@ -207,8 +207,8 @@ def test_spawned_stages_continue_one_csv_log(tmp_path):
 
 def test_ddp_spawn_reports_the_metrics_its_epoch_showed_and_attnflow_eval_gives(tmp_path, capsys):
     """Spawned workers (a pickled module, unlike ddp_fork's) used to validate the best checkpoint
-    counting metric states the fit handed back: metrics.json's val/token_acc 0.1256 where the
-    epoch line and attnflow-eval gave 0.1479."""
+    counting metric states the fit handed back (metrics.json's val/token_acc 0.1256 where the
+    epoch line and attnflow-eval gave 0.1479), and to log it at step 0."""
     from attnflow.cli.evaluate import main as evaluate
 
     overrides = ["data.train_size=256", "data.val_size=64", "data.batch_size=32", "trainer.max_epochs=1",
@@ -216,8 +216,12 @@ def test_ddp_spawn_reports_the_metrics_its_epoch_showed_and_attnflow_eval_gives(
                  "trainer=ddp_spawn", "trainer.devices=2", "test=false", "trainer.enable_model_summary=false"]
     summary = train(compose_cfg(overrides), tmp_path)
     lines = (tmp_path / "csv" / "version_0" / "metrics.csv").read_text().splitlines()
-    col = lines[0].split(",").index("val/token_acc")
-    epoch, final = [float(r.split(",")[col]) for r in lines[1:] if r.split(",")[col]]
+    header = lines[0].split(",")
+    col, step = header.index("val/token_acc"), header.index("step")
+    rows = [r.split(",") for r in lines[1:] if r.split(",")[col]]
+    n = summary["global_step"]  # as in one process: the epoch's validation at step n - 1, the final at n
+    assert [int(r[step]) for r in rows] == [n - 1, n]
+    epoch, final = [float(r[col]) for r in rows]
     assert epoch == final == pytest.approx(summary["metrics"]["val/token_acc"], abs=1e-7)  # one epoch: the best
     assert evaluate([str(tmp_path), "split=val", "-o", str(tmp_path / "val.json")]) == 0
     got = json.loads((tmp_path / "val.json").read_text())["metrics"]

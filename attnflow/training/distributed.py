@@ -99,7 +99,9 @@ def continue_csv_logs(trainer) -> None:
 
 def fit_progress(trainer, checkpoint_dir) -> tuple:
     """(epochs, global_step) of the finished ``fit``. Where this process counts no step (the fit
-    ran in ddp_spawn's processes), from the newest checkpoint the fit wrote."""
+    ran in ddp_spawn's processes, which hand back weights and metrics only), the fit loop's
+    progress is loaded from the newest checkpoint the fit wrote, so that the later stages log
+    at the fit's last step, as in one process."""
     if trainer.global_step > 0:
         return trainer.current_epoch, trainer.global_step
     from attnflow.training.state import load_checkpoint_file
@@ -108,4 +110,6 @@ def fit_progress(trainer, checkpoint_dir) -> tuple:
     if not files:
         return trainer.current_epoch, trainer.global_step
     ckpt = load_checkpoint_file(files[-1], mmap=True)
+    if "fit_loop" in ckpt.get("loops", {}):
+        trainer.fit_loop.load_state_dict(ckpt["loops"]["fit_loop"])
     return int(ckpt.get("epoch", -1)) + 1, int(ckpt.get("global_step", 0))
