@@ -165,9 +165,13 @@ class FileDataModule(SplitDataModule):
                             f"'{field}'; classification needs two")
         return values
 
-    def classes(self, values: list, labels: Optional[list]) -> Tuple[list, str]:
-        """What :func:`class_label` checks the other files' labels against."""
-        return values, "data.labels" if labels is not None else f"the labels of {self.paths['train']}"
+    def classes(self, values: Optional[list] = None) -> Optional[Tuple[list, str]]:
+        """What :func:`class_label` checks a file's labels against: ``values`` (the classes), else
+        ``data.labels`` (``self.labels``), else nothing."""
+        values = values if values is not None else self.labels
+        if values is None:
+            return None
+        return values, "data.labels" if self.labels is not None else f"the labels of {self.paths['train']}"
 
     @staticmethod
     def label_ids(raw: Sequence, values: list) -> List[int]:

@@ -289,9 +289,9 @@ class DocumentDataModule(FileDataModule):
             return
         read = functools.partial(read_jsonl, text_field=self.text_field, label_field=self.label_field)
         rows = {"train": read(self.paths["train"], limit=self.limits["train"], seed=self.seed,
-                              classes=self.classes(self.labels, self.labels) if self.labels else None)}
+                              classes=self.classes())}
         self.label_values = self.class_values(rows["train"], self.labels, self.label_field)
-        classes = self.classes(self.label_values, self.labels)
+        classes = self.classes(self.label_values)
         rows["val"] = read(self.paths["val"], limit=self.limits["val"], seed=self.seed, classes=classes)
         if self.has_test:
             rows["test"] = read(self.paths["test"], classes=classes)

@@ -148,9 +148,9 @@ class TextClassificationDataModule(FileDataModule):
             return
         read = functools.partial(read_labelled, text_field=self.text_field, label_field=self.label_field)
         self.rows["train"] = read(self.paths["train"], limit=self.limits["train"], seed=self.seed,
-                                  classes=self.classes(self.labels, self.labels) if self.labels else None)
+                                  classes=self.classes())
         self.label_values = self.class_values(self.rows["train"], self.labels, self.label_field)
-        classes = self.classes(self.label_values, self.labels)
+        classes = self.classes(self.label_values)
         self.rows["val"] = read(self.paths["val"], limit=self.limits["val"], seed=self.seed, classes=classes)
         if self.has_test:
             self.rows["test"] = read(self.paths["test"], classes=classes)
