@@ -70,7 +70,6 @@ import datetime as _dt
 import json
 import os
 import platform
-import re
 import statistics
 import subprocess
 import sys
@@ -89,6 +88,7 @@ import torch.nn.functional as F
 from attnflow.data.corpus import SPECIALS
 from attnflow.data.pretraining import IGNORE, mask_tokens, pack_pairs
 from attnflow.config.registry import MODELS
+from attnflow.models import bert_hf
 from attnflow.tasks.bert_pretraining import BertPretrainingTask
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,33 +135,12 @@ def build_hf(vocab: int, dropout: float = DROPOUT, d_model: int = 256, layers: i
     return model
 
 
-_LAYER = {"attention.self.query": "self_attn.q_proj", "attention.self.key": "self_attn.k_proj",
-          "attention.self.value": "self_attn.v_proj",
-          "attention.output.dense": "self_attn.aggregator.proj",
-          "attention.output.LayerNorm": "norm1", "intermediate.dense": "ffn.linear1",
-          "output.dense": "ffn.linear2", "output.LayerNorm": "norm2"}
-_FIXED = {"bert.embeddings.word_embeddings.weight": "token_embedding.weight",
-          "bert.embeddings.position_embeddings.weight": "positional.weight",
-          "bert.embeddings.token_type_embeddings.weight": "segment_embedding.weight",
-          "bert.embeddings.LayerNorm": "embedding_norm", "bert.pooler.dense": "pooler",
-          "cls.predictions.transform.dense": "mlm_transform",
-          "cls.predictions.transform.LayerNorm": "mlm_norm",
-          "cls.predictions.decoder.weight": "token_embedding.weight",  # tied in both
-          "cls.predictions.decoder.bias": "mlm_decoder.bias", "cls.predictions.bias": "mlm_decoder.bias",
-          "cls.seq_relationship": "nsp"}
-
-
 def attnflow_name(hf_name: str) -> str:
     """The attnflow ``bert`` tensor that HF's ``hf_name`` holds (KeyError when none does)."""
-    if hf_name in _FIXED:
-        return _FIXED[hf_name]
-    m = re.fullmatch(r"bert\.encoder\.layer\.(\d+)\.(.+)\.(weight|bias)", hf_name)
-    if m and m.group(2) in _LAYER:
-        return f"encoder.layers.{m.group(1)}.{_LAYER[m.group(2)]}.{m.group(3)}"
-    m = re.fullmatch(r"(.+)\.(weight|bias)", hf_name)
-    if m and m.group(1) in _FIXED:
-        return f"{_FIXED[m.group(1)]}.{m.group(2)}"
-    raise KeyError(f"no attnflow tensor for HF's {hf_name}")
+    name = bert_hf.attnflow_name(hf_name)
+    if name is None:
+        raise KeyError(f"no attnflow tensor for HF's {hf_name}")
+    return name
 
 
 @torch.no_grad()

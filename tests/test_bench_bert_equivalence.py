@@ -17,8 +17,7 @@ import torch
 from support import load_bench
 
 transformers = pytest.importorskip(
-    "transformers", reason="HF transformers is not installed (pip install -e '.[bench]'); "
-    "only bench/bert.py needs it")
+    "transformers", reason="HF transformers is not installed (pip install -e '.[interop]')")
 
 SMALL = dict(d_model=32, layers=2, heads=4, ffn_dim=64, max_len=64)
 VOCAB = 97
@@ -46,8 +45,8 @@ def test_hf_with_copied_weights_computes_attnflows_function(bench, batch):
 
 def test_a_wrong_mapping_is_caught(bench, batch, monkeypatch):
     # keys and values swapped: every tensor is still copied, shapes agree, the function differs
-    monkeypatch.setitem(bench._LAYER, "attention.self.key", "self_attn.v_proj")
-    monkeypatch.setitem(bench._LAYER, "attention.self.value", "self_attn.k_proj")
+    monkeypatch.setitem(bench.bert_hf.LAYER, "attention.self.key", "self_attn.v_proj")
+    monkeypatch.setitem(bench.bert_hf.LAYER, "attention.self.value", "self_attn.k_proj")
     with pytest.raises(AssertionError, match="differ"):
         bench.check_equivalence(VOCAB, batch, atol=1e-5, **SMALL)
 

@@ -150,7 +150,7 @@ def test_an_architecture_mismatch_names_each_differing_field(pretrained, overrid
 def test_a_vocabulary_mismatch_asks_for_the_pretraining_tokenizer(tmp_path):
     _, run_dir = pretraining_run(tmp_path, vocab=60)
     with pytest.raises(ConfigError, match=r"60 tokens but this run's tokenizer gives 50: the "
-                                          r"tokenizer must be the pretraining run's"):
+                                          r"tokenizer must be the checkpoint's"):
         build("model.head=sequence", f"model.init_from={run_dir}", vocab=50)
 
 

@@ -1,5 +1,6 @@
 """BERT's corpus and tokenizer (Devlin et al. 2019): documents from ``.jsonl``/``.txt`` files, and
-a WordPiece tokenizer with the special tokens at ids 0–4, saved with the run."""
+a WordPiece tokenizer with the special tokens at ids 0–4 (trained here, or an HF checkpoint's
+vocabulary in that order: :mod:`attnflow.models.bert_hf`), saved with the run."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from attnflow.data.base import random_subset
 from attnflow.data.documents import clean, read_jsonl, split_sentences
 from attnflow.data.errors import DataError, numbered_lines
 from attnflow.io.text import atomic_path
+from attnflow.models import bert_hf
 
 OWNER = "data 'bert_pretraining'"
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
-SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+SPECIALS = list(bert_hf.SPECIALS)
 TOKENIZER_FILE = "wordpiece.json"
 
 
@@ -65,6 +67,68 @@ def train_wordpiece(texts: Sequence[str], vocab_size: int, lowercase: bool = Tru
     for i, s in enumerate(SPECIALS):
         assert tok.token_to_id(s) == i, f"special token {s} should have id {i}"
     return tok
+
+
+def hf_tokenizer(target: str, at: str):
+    """The WordPiece tokenizer of the HF checkpoint ``hf:…``, its vocabulary in attnflow's order
+    (:func:`~attnflow.models.bert_hf.specials_first`): ``tokenizer.json``'s normaliser and
+    pre-tokeniser, else BERT's with lower-casing and accents as ``tokenizer_config.json`` says."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+    folder = bert_hf.checkpoint_dir(target, at)
+    tokens = bert_hf.vocabulary(folder, at)
+    vocab = {tokens[old]: new for new, old in enumerate(bert_hf.specials_first(tokens, f"{at}: {folder}"))}
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", continuing_subword_prefix="##"))
+    if (folder / "tokenizer.json").is_file():
+        saved = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        tok.normalizer, tok.pre_tokenizer = saved.normalizer, saved.pre_tokenizer
+    else:
+        conf = folder / "tokenizer_config.json"
+        conf = bert_hf.read_json(conf, at) if conf.is_file() else {}
+        lower = conf.get("do_lower_case", True)
+        tok.normalizer = normalizers.BertNormalizer(
+            clean_text=True, handle_chinese_chars=conf.get("tokenize_chinese_chars", True),
+            strip_accents=conf.get("strip_accents"), lowercase=lower)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    tok.add_special_tokens(SPECIALS)
+    return tok
+
+
+def load_tokenizer(source: str, owner: str):
+    """The WordPiece tokenizer saved by the pretraining run ``source`` (a run directory or a
+    checkpoint file): ``<run>/tokenizer/wordpiece.json``, else the checkpoint's artifacts; or an
+    HF checkpoint's (``hf:…``, :func:`hf_tokenizer`)."""
+    from attnflow.io.checkpoints import CheckpointError, find_checkpoint, read_checkpoint
+
+    where = f"{owner}: tokenizer_from={source}"
+    if bert_hf.is_hf(source):
+        return hf_tokenizer(source, where)
+    path = Path(source)
+    tok = run_tokenizer(path) if path.is_dir() else None
+    if tok is None:
+        try:
+            ckpt_path, run_dir = find_checkpoint(path)
+            text = (read_checkpoint(ckpt_path).get("attnflow_artifacts") or {}).get("tokenizer")
+        except CheckpointError as err:
+            raise DataError(f"{where}: {err}") from None
+        if not isinstance(text, str) or not text:
+            raise DataError(f"{where}: {ckpt_path} carries no tokenizer (a checkpoint of a "
+                            f"bert_pretraining run does) and {run_dir / 'tokenizer' / TOKENIZER_FILE} "
+                            f"is missing")
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_str(text)
+    check_specials(tok, where)
+    return tok
+
+
+def check_specials(tok, where: str) -> None:
+    """BERT's special tokens at the ids the model was trained with (:data:`SPECIALS`)."""
+    wrong = [f"{s} (id {tok.token_to_id(s)})" for i, s in enumerate(SPECIALS) if tok.token_to_id(s) != i]
+    if wrong:
+        raise DataError(f"{where}: not a BERT WordPiece tokenizer: expected "
+                        f"{', '.join(f'{s}={i}' for i, s in enumerate(SPECIALS))}; got {', '.join(wrong)}")
 
 
 def run_tokenizer(run_dir, artifacts: Optional[dict] = None, owner: Optional[str] = None):

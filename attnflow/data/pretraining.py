@@ -19,15 +19,17 @@ from torch.utils.data import DataLoader
 
 from attnflow.data.base import Columns, FileDataModule, eval_sampler
 from attnflow.data.buckets import BucketBatchSampler
-from attnflow.data.corpus import (CLS, MASK, PAD, SEP, SPECIALS, read_documents, run_tokenizer,
-                                  save_tokenizer, sentences_of, train_wordpiece)
+from attnflow.data.corpus import (CLS, MASK, PAD, SEP, SPECIALS, load_tokenizer, read_documents,
+                                  run_tokenizer, save_tokenizer, sentences_of, train_wordpiece)
 from attnflow.data.documents import clean
 from attnflow.data.errors import DataError
 from attnflow.config.registry import DATA, NonNegativeInt, PositiveInt, Probability, Range
+from attnflow.io.console import warn_unread
 
 log = logging.getLogger(__name__)
 
 OWNER = "data 'bert_pretraining'"
+DEFAULT_VOCAB = 30522  # BERT's WordPiece size, when a tokenizer is trained here
 IGNORE = -100  # the label CrossEntropyLoss ignores (its ignore_index default, HF's convention)
 
 
@@ -162,8 +164,9 @@ class PretrainingDataModule(FileDataModule):
 
     def __init__(self, *, train_path: str = "", val_path: str = "", test_path: str = "",
                  text_field: str = "text", documents: Literal["line", "blank_line"] = "line",
-                 vocab_size: Annotated[int, Range(ge=6, what="the 5 special tokens and more")] = 30522,
-                 lowercase: bool = True,
+                 tokenizer_from: Optional[str] = None,
+                 vocab_size: Optional[Annotated[int, Range(ge=6, what="the 5 special tokens and more")]] = None,
+                 lowercase: Optional[bool] = None,
                  max_len: Annotated[int, Range(ge=5, what="3 specials and two segments")] = 128,
                  short_seq_prob: Probability = 0.1,
                  mlm_prob: Annotated[float, Range(gt=0, lt=1)] = 0.15,
@@ -172,7 +175,12 @@ class PretrainingDataModule(FileDataModule):
         super().__init__()
         self.set_paths("a .txt or .jsonl corpus file", train_path, val_path, test_path)
         self.text_field, self.documents = text_field, documents
-        self.vocab, self.lowercase, self.max_len = vocab_size, lowercase, max_len
+        for name, value in (("vocab_size", vocab_size), ("lowercase", lowercase)):
+            if tokenizer_from and value is not None:
+                warn_unread(f"{OWNER}: {name}={value}", f"the tokenizer comes from tokenizer_from={tokenizer_from}")
+        self.tokenizer_from = tokenizer_from or None
+        self.vocab, self.max_len = vocab_size or DEFAULT_VOCAB, max_len
+        self.lowercase = True if lowercase is None else lowercase
         self.short_seq_prob, self.mlm_prob = short_seq_prob, mlm_prob
         self.limits = {"train": limit_train, "val": limit_val, "test": 0}
         self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
@@ -187,9 +195,14 @@ class PretrainingDataModule(FileDataModule):
         return self.texts[split]
 
     def prepare_tokenizer(self) -> None:
-        """Load the run's tokenizer if saved, else train it on the training texts (and save)."""
+        """The run's saved tokenizer (resume), else ``tokenizer_from``'s, else one trained on the
+        training texts; saved with the run."""
         if self.tokenizer is None and self.run_dir:
             self.tokenizer = run_tokenizer(self.run_dir)
+        if self.tokenizer is None and self.tokenizer_from:
+            self.tokenizer = load_tokenizer(self.tokenizer_from, OWNER)
+            if self.run_dir:
+                self.save_artifacts(self.run_dir)
         if self.tokenizer is not None:
             return
         train = self.split_texts("train")
@@ -223,7 +236,7 @@ class PretrainingDataModule(FileDataModule):
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
-        return {"vocab_size": fields["vocab_size"], "pad_id": PAD}
+        return {"vocab_size": fields["vocab_size"] or DEFAULT_VOCAB, "pad_id": PAD}
 
     def model_context(self) -> dict:
         return {"vocab_size": self.vocab_size, "pad_id": PAD}

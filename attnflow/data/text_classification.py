@@ -18,16 +18,15 @@ from torch.utils.data import DataLoader
 from attnflow.data.base import Columns, FileDataModule, check_labels, class_label, random_subset
 from attnflow.data.documents import clean, read_jsonl
 from attnflow.data.errors import DataError, numbered_lines
-from attnflow.data.corpus import (CLS, PAD, SEP, SPECIALS, TOKENIZER_FILE, run_tokenizer,
+from attnflow.data.corpus import (CLS, PAD, SEP, SPECIALS, load_tokenizer, run_tokenizer,
                                   save_tokenizer, train_wordpiece)
-from attnflow.data.pretraining import pad_rows
+from attnflow.data.pretraining import DEFAULT_VOCAB, pad_rows
 from attnflow.config.registry import DATA, NonNegativeInt, PositiveInt, Range
 from attnflow.io.console import warn_unread
 
 log = logging.getLogger(__name__)
 
 OWNER = "data 'text_classification'"
-DEFAULT_VOCAB = 30522  # BERT's WordPiece size, when a tokenizer is trained here
 
 
 def read_labelled(path: Path, text_field: str, label_field: str, limit: int = 0,
@@ -53,39 +52,6 @@ def read_labelled(path: Path, text_field: str, label_field: str, limit: int = 0,
     if not rows:
         raise DataError(f"{OWNER}: {path} holds no texts (the file is empty or blank)")
     return random_subset(rows, limit, seed)
-
-
-def load_tokenizer(source: str):
-    """The WordPiece tokenizer saved by the pretraining run ``source`` (a run directory or a
-    checkpoint file): ``<run>/tokenizer/wordpiece.json``, else the checkpoint's artifacts."""
-    from attnflow.io.checkpoints import CheckpointError, find_checkpoint, read_checkpoint
-
-    where = f"{OWNER}: tokenizer_from={source}"
-    path = Path(source)
-    tok = run_tokenizer(path) if path.is_dir() else None
-    if tok is None:
-        try:
-            ckpt_path, run_dir = find_checkpoint(path)
-            text = (read_checkpoint(ckpt_path).get("attnflow_artifacts") or {}).get("tokenizer")
-        except CheckpointError as err:
-            raise DataError(f"{where}: {err}") from None
-        if not isinstance(text, str) or not text:
-            raise DataError(f"{where}: {ckpt_path} carries no tokenizer (a checkpoint of a "
-                            f"bert_pretraining run does) and {run_dir / 'tokenizer' / TOKENIZER_FILE} "
-                            f"is missing")
-        from tokenizers import Tokenizer
-
-        tok = Tokenizer.from_str(text)
-    check_specials(tok, where)
-    return tok
-
-
-def check_specials(tok, where: str) -> None:
-    """BERT's special tokens at the ids the model was trained with (pretraining.SPECIALS)."""
-    wrong = [f"{s} (id {tok.token_to_id(s)})" for i, s in enumerate(SPECIALS) if tok.token_to_id(s) != i]
-    if wrong:
-        raise DataError(f"{where}: not a BERT WordPiece tokenizer: expected "
-                        f"{', '.join(f'{s}={i}' for i, s in enumerate(SPECIALS))}; got {', '.join(wrong)}")
 
 
 def encode_texts(tokenizer, texts: Sequence[str], max_len: int) -> tuple:
@@ -163,7 +129,7 @@ class TextClassificationDataModule(FileDataModule):
             return
         self.tokenizer = run_tokenizer(self.run_dir) if self.run_dir else None
         if self.tokenizer is None and self.tokenizer_from:
-            self.tokenizer = load_tokenizer(self.tokenizer_from)
+            self.tokenizer = load_tokenizer(self.tokenizer_from, OWNER)
         elif self.tokenizer is None:
             self.read()
             self.tokenizer = train_wordpiece([clean(t) for t, _ in self.rows["train"]], self.vocab,

@@ -11,13 +11,14 @@ Absolute positions are added before the LayerNorm; ``relative`` (Shaw et al. 201
 encoder's self-attention. Fine-tuning heads (§4.1, Fig. 4): ``sequence`` W_c Dropout(tanh(W_s z₀
 + b_s)) + b_c, ``token`` W_c Dropout(z_t) + b_c, ``multitask`` one such head per named task.
 ``init_from`` loads embeddings, encoder and pooler of a pretraining run of the same
-architecture; ``freeze_encoder`` then trains the head only.
+architecture, or of a Hugging Face checkpoint (``hf:<dir or hub id>``, :mod:`bert_hf`, which
+also sets the architecture); ``freeze_encoder`` then trains the head only.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, List, Literal, Optional
+from typing import Any, Dict, List, Literal, Mapping, Optional
 
 import torch
 import torch.nn.functional as F
@@ -25,6 +26,8 @@ from torch import nn
 
 from attnflow.config.registry import (ATTENTIONS, DATA, ENCODERS, MODELS, POSITIONALS, BlockSpec,
                                ConfigError, PositiveFloat, PositiveInt, Probability)
+from attnflow.io.console import warn_unread
+from attnflow.models import bert_hf
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +80,7 @@ class BertModel(nn.Module):
                  attention: BlockSpec["attention"] = {"name": "multihead", "heads": 4},
                  head: Literal["pretraining", "sequence", "token", "multitask"] = "pretraining",
                  init_from: Optional[str] = None, freeze_encoder: bool = False,
-                 classifier_dropout: Probability = 0.1):
+                 classifier_dropout: Probability = 0.1, norm_eps: PositiveFloat = 1e-5):
         super().__init__()
         kinds = self._head_kinds(head, tasks)
         if head == "pretraining" and type_vocab_size < 2:
@@ -96,15 +99,15 @@ class BertModel(nn.Module):
         self.positional = None if pos.relative else pos
         self.token_embedding = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
         self.segment_embedding = nn.Embedding(type_vocab_size, d_model)
-        self.embedding_norm = nn.LayerNorm(d_model)
+        self.embedding_norm = nn.LayerNorm(d_model, norm_eps)
         self.encoder = ENCODERS.build(
             {"name": "transformer_encoder", "d_model": d_model, "layers": layers,
              "ffn_dim": ffn_dim, "dropout": dropout, "activation_dropout": activation_dropout,
-             "norm": norm, "activation": activation, "attention": attention,
+             "norm": norm, "activation": activation, "attention": attention, "norm_eps": norm_eps,
              "positional": positional if pos.relative else {"name": "none"}},
             d_model, path="model")
         self.pooler = nn.Linear(d_model, d_model)  # tanh(W_s z₀ + b_s): NSP and sequence heads
-        self._build_head(head, vocab_size, num_classes, kinds, tasks, classifier_dropout)
+        self._build_head(head, vocab_size, num_classes, kinds, tasks, classifier_dropout, norm_eps)
         self._init_weights(init_std)
         if init_from:
             self.load_encoder(init_from)
@@ -114,12 +117,12 @@ class BertModel(nn.Module):
                     p.requires_grad_(False)
 
     def _build_head(self, head: str, vocab_size: int, num_classes: int, kinds: Dict[str, str],
-                    tasks: Optional[Dict[str, tuple]], dropout: float) -> None:
+                    tasks: Optional[Dict[str, tuple]], dropout: float, eps: float) -> None:
         d = self.d_model
         if head == "pretraining":
             # MLM head: transform (dense, GELU, LN), then the tied decoder with its own bias
             self.mlm_transform = nn.Linear(d, d)
-            self.mlm_norm = nn.LayerNorm(d)
+            self.mlm_norm = nn.LayerNorm(d, eps)
             self.mlm_decoder = nn.Linear(d, vocab_size)
             self.mlm_decoder.weight = self.token_embedding.weight  # tied: one parameter
             self.nsp = nn.Linear(d, 2)  # NSP: W_y on the pooled vector
@@ -197,9 +200,45 @@ class BertModel(nn.Module):
         """(B, T, C): W_c Dropout(z_t) + b_c at every position (§4.3, Fig. 4d)."""
         return self._classifier(task)(self.classifier_dropout(hidden))
 
+    @classmethod
+    def complete_config(cls, cfg: dict, typed: Mapping[str, str]) -> None:
+        """``model.init_from=hf:…``: the architecture fields from its ``config.json``; a field
+        typed on the command line that it replaces gets one warning line."""
+        target = cfg["model"].get("init_from")
+        if not bert_hf.is_hf(target):
+            return
+        fields = bert_hf.architecture(bert_hf.checkpoint_dir(target))
+        shared = ("attention", "scorer", "normalizer", "aggregator", "positional")
+        for key, shown in typed.items():
+            parts = key.split(".")
+            if parts[0] in shared or (parts[0] == "model" and len(parts) > 1 and parts[1] in fields):
+                warn_unread(shown, f"model.init_from={target} sets the architecture (its config.json)")
+        cfg["model"].update(fields)
+
     def _checkpoint_state(self, target: str) -> tuple:
-        """(where, {name: tensor}) of the ``bert`` run at ``target`` (``weights_only=True``),
-        after checking its model family, architecture and vocabulary size against this one."""
+        """(where, {name: tensor}) of the ``bert`` run or HF checkpoint at ``target`` (weights
+        only), after checking its architecture and vocabulary size against this model's."""
+        if bert_hf.is_hf(target):
+            folder = bert_hf.checkpoint_dir(target)
+            where, model_cfg = folder, {"name": "bert", **bert_hf.architecture(folder)}
+            tokens = bert_hf.vocabulary(folder)
+            state = bert_hf.to_attnflow(bert_hf.read_weights(folder),
+                                        bert_hf.specials_first(tokens, f"model.init_from: {folder}"))
+        else:
+            where, model_cfg, state = self._run_state(target)
+        self._check_architecture(where, model_cfg)
+        emb = state.get("token_embedding.weight")
+        rows = self.token_embedding.num_embeddings
+        if emb is not None and emb.shape[0] != rows:
+            raise ConfigError(
+                f"model.init_from: the checkpoint's vocabulary has {emb.shape[0]} tokens but this "
+                f"run's tokenizer gives {rows}: the tokenizer must be the checkpoint's "
+                f"(data.tokenizer_from: ${{model.init_from}})")
+        return where, state
+
+    @staticmethod
+    def _run_state(target: str) -> tuple:
+        """(checkpoint, model config, {name: tensor}) of the attnflow ``bert`` run at ``target``."""
         from attnflow.io.checkpoints import CheckpointError, load_run
 
         try:
@@ -211,6 +250,10 @@ class BertModel(nn.Module):
             raise ConfigError(
                 f"model.init_from: {where} is a checkpoint of model '{model_cfg.get('name')}', "
                 f"not of a 'bert' run; give a bert pretraining run (experiment=bert_pretrain_imdb)")
+        return where, model_cfg, {k[len("model."):]: v for k, v in run.ckpt["state_dict"].items()
+                                  if k.startswith("model.")}
+
+    def _check_architecture(self, where: Any, model_cfg: dict) -> None:
         try:
             theirs = MODELS.validate(model_cfg, "model")
             theirs["attention"] = ATTENTIONS.validate(theirs["attention"], "model.attention")
@@ -223,17 +266,7 @@ class BertModel(nn.Module):
             raise ConfigError(
                 f"model.init_from: {where} has another architecture than this run: "
                 + "; ".join(f"{field}: checkpoint {a}, this run {b}" for field, a, b in diffs)
-                + " (set these fields as the pretraining run did)")
-        state = {k[len("model."):]: v for k, v in run.ckpt["state_dict"].items()
-                 if k.startswith("model.")}
-        emb = state.get("token_embedding.weight")
-        rows = self.token_embedding.num_embeddings
-        if emb is not None and emb.shape[0] != rows:
-            raise ConfigError(
-                f"model.init_from: the checkpoint's vocabulary has {emb.shape[0]} tokens but this "
-                f"run's tokenizer gives {rows}: the tokenizer must be the pretraining run's "
-                f"(data.tokenizer_from: ${{model.init_from}})")
-        return where, state
+                + " (set these fields as the checkpoint has them)")
 
     def load_encoder(self, target: str) -> Dict[str, List[str]]:
         """Load the encoder side (and for head 'pretraining' the MLM/NSP heads) of the run at
@@ -241,7 +274,8 @@ class BertModel(nn.Module):
         where, state = self._checkpoint_state(target)
         own = self.state_dict()
         head = HEAD_MODULES[self.head]
-        missing = [k for k in own if k not in state and k.split(".")[0] not in head]
+        # (a pooler HF's token classifiers save without starts anew)
+        missing = [k for k in own if k not in state and k.split(".")[0] not in (*head, "pooler")]
         if missing:
             raise ConfigError(f"model.init_from: {where} lacks {len(missing)} encoder weights of "
                               f"this model (e.g. {missing[0]}); a checkpoint of another bert variant?")

@@ -18,7 +18,7 @@ from attnflow.blocks.attention.multihead import check_heads
 from attnflow.blocks.positional.learned import check_table_covers
 from attnflow.config.groups import (drop_swapped_block_fields, fill_default_blocks, prune_unused,
                                     top_level_keys, top_level_refusal, unused_groups)
-from attnflow.config.overrides import command_line, typed_groups
+from attnflow.config.overrides import command_line, typed_fields, typed_groups
 from attnflow.config.registry import (DATA, ENCODERS, MODELS, TASKS, ConfigError, build_config,
                                       suggest)
 from attnflow.io.console import BARS
@@ -275,6 +275,7 @@ def resolve_config(cfg: DictConfig | Dict[str, Any]) -> Dict[str, Any]:
         if groups:
             raise ConfigError(next(iter(groups.values())))
         resolved = prune_unused(OmegaConf.to_container(cfg, resolve=True), consumed)
+    complete_model_config(resolved, typed_fields(typed or ()))
     try:
         validate_config(resolved)
     except ConfigError as err:
@@ -283,6 +284,15 @@ def resolve_config(cfg: DictConfig | Dict[str, Any]) -> Dict[str, Any]:
             raise
         raise ConfigError(shown) from None
     return resolved
+
+
+def complete_model_config(cfg: Dict[str, Any], typed: Dict[str, str]) -> None:
+    """The model's fields that its checkpoint decides (``complete_config``: BERT from an HF
+    checkpoint), in the config the run validates and saves."""
+    name = (cfg.get("model") or {}).get("name")
+    complete = getattr(MODELS.get(name), "complete_config", None) if name in MODELS else None
+    if complete is not None:
+        complete(cfg, typed)
 
 
 def _as_typed(cfg: DictConfig, message: str) -> str:

@@ -7,7 +7,8 @@ Vaswani et al. 2017, §3.1, §3.3 (FFN, eq. (2)), §5.4 (residual dropout):
     Gimpel 2016)
 
 Pre-LN (``norm: pre``, Xiong et al. 2020): h + Dropout(Sublayer(LN(h))) and a final LN. The
-positional encoding is added here; padding keys are masked and padding rows are zero.
+positional encoding is added here; padding keys are masked and padding rows are zero. LN's ε is
+``norm_eps`` (BERT's released weights: 1e-12).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from torch import nn
 from attnflow.blocks.attention.functional import padding_mask
 from attnflow.blocks.dropout import Dropout
 from attnflow.config.registry import (ATTENTIONS, ENCODERS, POSITIONALS, BlockSpec, ConfigError,
-                               PositiveInt, Probability)
+                               PositiveFloat, PositiveInt, Probability)
 
 
 def build_attention(cfg: Dict[str, Any], query_dim: int, key_dim: int, self_attention: bool,
@@ -63,13 +64,12 @@ class TransformerEncoderLayer(nn.Module):
 
     def __init__(self, dim: int, ffn_dim: int, attention: Dict[str, Any], positional=None,
                  dropout: Probability = 0.1, activation_dropout: Probability = 0.0,
-                 norm: str = "post",
-                 activation: str = "relu"):
+                 norm: str = "post", activation: str = "relu", norm_eps: float = 1e-5):
         super().__init__()
         self.pre = norm == "pre"
         self.self_attn = build_attention(attention, dim, dim, True, positional)
         self.ffn = FeedForward(dim, ffn_dim, activation_dropout, activation)
-        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.norm1, self.norm2 = nn.LayerNorm(dim, norm_eps), nn.LayerNorm(dim, norm_eps)
         self.dropout = Dropout(dropout)
 
     def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None,
@@ -101,7 +101,7 @@ class TransformerEncoder(nn.Module):
                  norm: Literal["post", "pre"] = "post",
                  positional: BlockSpec["positional"] = {"name": "sinusoidal"},
                  attention: BlockSpec["attention"] = {"name": "multihead"},
-                 activation: Literal["relu", "gelu"] = "relu"):
+                 activation: Literal["relu", "gelu"] = "relu", norm_eps: PositiveFloat = 1e-5):
         super().__init__()
         d = d_model or input_dim
         self.output_dim = d
@@ -110,9 +110,9 @@ class TransformerEncoder(nn.Module):
         self.dropout = Dropout(dropout)
         self.layers = nn.ModuleList(
             TransformerEncoderLayer(d, ffn_dim, attention, self.positional, dropout,
-                                    activation_dropout, norm, activation)
+                                    activation_dropout, norm, activation, norm_eps)
             for _ in range(layers))
-        self.final_norm = nn.LayerNorm(d) if norm == "pre" else nn.Identity()
+        self.final_norm = nn.LayerNorm(d, norm_eps) if norm == "pre" else nn.Identity()
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor, need_weights: bool = False):
         real = padding_mask(lengths, x.shape[1])  # (B, T)
