@@ -153,3 +153,24 @@ def save_tokenizer(tokenizer, run_dir) -> Path:
     with atomic_path(path) as tmp:
         tokenizer.save(str(tmp))
     return path
+
+
+def save_hf_tokenizer(tokenizer, folder: Path, max_len: int) -> None:
+    """``tokenizer.json`` (with BERT's ``[CLS] A [SEP] B [SEP]`` template), ``vocab.txt`` and
+    ``tokenizer_config.json`` in ``folder``: what transformers' ``AutoTokenizer`` reads, encoding
+    as the run does (after the data modules' markup removal, which it does not do)."""
+    import json
+
+    from tokenizers import Tokenizer, processors
+
+    tok = Tokenizer.from_str(tokenizer.to_str())
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", CLS), ("[SEP]", SEP)])
+    tok.save(str(folder / "tokenizer.json"))
+    vocab = tok.get_vocab()
+    (folder / "vocab.txt").write_text("\n".join(sorted(vocab, key=vocab.get)) + "\n", encoding="utf-8")
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": max_len,
+              **{f"{s.strip('[]').lower()}_token": s for s in SPECIALS},
+              "model_input_names": ["input_ids", "token_type_ids", "attention_mask"]}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")

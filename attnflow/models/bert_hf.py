@@ -193,3 +193,50 @@ def hf_name(attnflow_name_: str, prefix: str = "bert.") -> Optional[str]:
         return None
     inside = module.startswith(("embeddings", "pooler", "encoder"))
     return f"{prefix if inside else ''}{module}.{m.group(2)}"
+
+
+ARCHITECTURES = {"pretraining": "BertForPreTraining", "sequence": "BertForSequenceClassification",
+                 "token": "BertForTokenClassification"}
+
+
+def hf_config(model: Dict[str, Any], vocab_size: int, class_names: List[str]) -> Dict[str, Any]:
+    """``config.json`` of a validated attnflow ``bert`` config (attention and positional
+    validated too); a setting HF's BERT does not compute is refused naming it."""
+    attention, head = model["attention"], model.get("head") or "pretraining"
+    unlike = {"model.head": (head, tuple(ARCHITECTURES)), "model.norm": (model["norm"], ("post",)),
+              "model.positional.name": (model["positional"]["name"], ("learned",)),
+              "model.attention.name": (attention["name"], ("multihead",)),
+              "model.attention.scorer.name": (attention["scorer"]["name"], ("scaled_dot",)),
+              "model.attention.normalizer": (attention["normalizer"], ({"name": "softmax", "temperature": 1.0},)),
+              "model.attention.aggregator.name": (attention["aggregator"]["name"], ("concat_proj",)),
+              "model.attention.head_dim": (attention.get("head_dim"), (None, model["d_model"] // attention["heads"])),
+              "model.attention.bias": (attention.get("bias", True), (True,)),
+              "model.attention.shared_kv": (attention.get("shared_kv", False), (False,))}
+    for field, (value, allowed) in unlike.items():
+        if value not in allowed:
+            raise ConfigError(f"{field}={value}: Hugging Face's BERT has "
+                              f"{' or '.join(map(str, allowed))}")
+    labels = {str(i): str(c) for i, c in enumerate(class_names)}
+    return {"architectures": [ARCHITECTURES[head]], "model_type": "bert", "vocab_size": vocab_size,
+            "hidden_size": model["d_model"], "num_hidden_layers": model["layers"],
+            "num_attention_heads": attention["heads"], "intermediate_size": model["ffn_dim"],
+            "hidden_act": model["activation"], "hidden_dropout_prob": model["dropout"],
+            "attention_probs_dropout_prob": attention.get("dropout", 0.0),
+            "max_position_embeddings": model["max_len"], "type_vocab_size": model["type_vocab_size"],
+            "initializer_range": model["init_std"], "layer_norm_eps": model["norm_eps"],
+            "pad_token_id": 0, "classifier_dropout": model["classifier_dropout"],
+            "tie_word_embeddings": True, "position_embedding_type": "absolute",
+            **({"id2label": labels, "label2id": {c: int(i) for i, c in labels.items()}} if labels else {})}
+
+
+def to_hf(state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    """attnflow ``bert`` tensors under HF's names (``bert.``…, ``cls.``…, ``classifier.``…); the
+    tied MLM decoder is HF's word embeddings, saved once."""
+    out = {}
+    for name, tensor in state.items():
+        theirs = hf_name(name)
+        if theirs is None:
+            raise ConfigError(f"attnflow's bert tensor {name} has no Hugging Face counterpart")
+        if name != "mlm_decoder.weight":
+            out[theirs] = tensor.detach().contiguous()
+    return out

@@ -26,6 +26,8 @@ def encode_masked(encoder: nn.Module, x: torch.Tensor, lengths: torch.Tensor,
     """``encoder`` on the rows of length > 0 (zero for the others), sorted by length in
     ``chunks`` groups each padded to its own longest row: x (N, T, E) -> (N, T, output_dim)."""
     keep = lengths > 0
+    if torch.jit.is_tracing():  # an export: every row, shapes left to the inputs
+        return encoder(x, lengths.clamp(min=1))[0] * keep[:, None, None]
     out = x.new_zeros(x.shape[0], x.shape[1], encoder.output_dim)
     if not bool(keep.any()):
         return out

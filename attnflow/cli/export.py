@@ -1,0 +1,208 @@
+"""attnflow-export: a trained run as a Hugging Face model directory or an ONNX file.
+
+    attnflow-export RUN --to hf DIR          # BERT: pretraining, sequence or token classifier
+    attnflow-export RUN --to onnx FILE.onnx  # BERT texts, HAN documents, GAT nodes, an MT encoder
+
+``--to hf`` writes ``config.json``, ``model.safetensors`` and the tokenizer (``tokenizer.json``,
+``vocab.txt``, ``tokenizer_config.json``): transformers' ``AutoModelFor…`` and ``AutoTokenizer``
+load it and compute the run's outputs. ``--to onnx`` traces the model (batch, length, node and
+edge counts left dynamic) and, where onnxruntime is installed, checks the file against the model
+on the example it traced. Inputs and outputs:
+
+    texts      input_ids, segment_ids (B, T) int64, attention_mask (B, T) bool -> logits (B, C) or (B, T, C)
+    documents  tokens (B, S, W) int64, sent_lengths (B, S) int64 -> logits (B, C)
+    graph      x (N, F) float, edge_index (2, E) int64 -> logits (N, C)
+    seq2seq    src (B, S) int64, src_lengths (B,) int64 -> memory (B, S, d)
+
+An output that exists, a run of another kind or a setting HF's BERT lacks: one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Tuple
+
+import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
+from attnflow.cli.predict import run_interface
+from attnflow.cli.predict_io import PredictError
+from attnflow.config.registry import ATTENTIONS, MODELS, POSITIONALS, ConfigError
+from attnflow.io.checkpoints import CheckpointError, Run, load_run
+from attnflow.io.console import plain_warnings
+from attnflow.io.text import InputError, check_new_outputs, path_arg
+
+BERT_KINDS = ("text_classification", "token_classification", "pretraining")
+OPSET = 18  # ScatterElements with max reduction: the graph layers' segment softmax
+
+
+def export_hf(run: Run, kind: str, folder: Path) -> Path:
+    """The BERT run as an HF model directory (module docstring), written whole or not at all."""
+    import torch
+    from safetensors.torch import save_file
+
+    from attnflow.cli.predict_text import load_bert
+    from attnflow.data.corpus import save_hf_tokenizer
+    from attnflow.models import bert_hf
+
+    if kind not in BERT_KINDS or run.config["model"].get("name") != "bert":
+        raise PredictError(f"the run at {run.run_dir} is a '{run.config['model'].get('name')}' run "
+                           f"on {kind}; --to hf exports BERT runs (--to onnx: the others)")
+    bert = load_bert(run)
+    model_cfg = MODELS.validate(run.config["model"], "model")
+    model_cfg["attention"] = ATTENTIONS.validate(model_cfg["attention"], "model.attention")
+    model_cfg["positional"] = POSITIONALS.validate(model_cfg["positional"], "model.positional")
+    config = bert_hf.hf_config(model_cfg, bert.tokenizer.get_vocab_size(), bert.class_names)
+    config["transformers_version"] = "5.0.0"
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
+    try:
+        (tmp / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+        with torch.no_grad():
+            save_file(bert_hf.to_hf(bert.model.state_dict()), tmp / "model.safetensors",
+                      metadata={"format": "pt"})
+        save_hf_tokenizer(bert.tokenizer, tmp, bert.max_len)
+        tmp.rename(folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return folder
+
+
+# -- ONNX -------------------------------------------------------------------------------------------
+def _bert_example(run: Run):
+    import torch
+
+    from attnflow.cli.predict_text import load_bert
+
+    bert = load_bert(run)
+    ids = torch.tensor([[2, 7, 8, 9, 10, 3], [2, 11, 12, 3, 0, 0]]).clamp(max=len(bert.itos) - 1)
+    head = bert.model.head
+    if head not in ("sequence", "token"):
+        raise PredictError(f"--to onnx exports BERT classifiers (model.head sequence or token); "
+                           f"the run at {run.run_dir} has model.head={head}")
+    out = bert.model.classify_logits if head == "sequence" else bert.model.token_logits
+    return (lambda i, s, m: out(bert.model(i, s, m))), (ids, torch.zeros_like(ids), ids != 0), {
+        "input_ids": {0: "batch", 1: "length"}, "segment_ids": {0: "batch", 1: "length"},
+        "attention_mask": {0: "batch", 1: "length"},
+        "logits": {0: "batch", **({1: "length"} if head == "token" else {})}}, bert.model
+
+
+def _documents_example(run: Run):
+    import torch
+
+    from attnflow.cli.predict import load
+
+    task, art = load(run.checkpoint, run=run)
+    model = task.model
+    tokens = torch.tensor([[[2, 3, 4, 0], [5, 6, 0, 0]], [[7, 8, 9, 10], [0, 0, 0, 0]]])
+    tokens = tokens.clamp(max=len(art["vocab_obj"].itos) - 1)
+    return (lambda t, n: model(t, n)["logits"]), (tokens, (tokens != 0).sum(-1)), {
+        "tokens": {0: "batch", 1: "sentences", 2: "words"},
+        "sent_lengths": {0: "batch", 1: "sentences"}, "logits": {0: "batch"}}, model
+
+
+def _graph_example(run: Run):
+    from attnflow.cli.predict import load_graph
+
+    model, graph = load_graph(run)
+    return (lambda x, e: model(x, e)), (graph.x, graph.edge_index), {
+        "x": {0: "nodes"}, "edge_index": {1: "edges"}, "logits": {0: "nodes"}}, model
+
+
+def _seq2seq_example(run: Run):
+    import torch
+
+    from attnflow.cli.translate import load
+
+    model, _, _ = load(run.checkpoint)
+    src = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 2, 0, 0]])
+    return (lambda s, n: model.encode(s, n)[0]), (src, torch.tensor([5, 3])), {
+        "src": {0: "batch", 1: "length"}, "src_lengths": {0: "batch"},
+        "memory": {0: "batch", 1: "length"}}, model
+
+
+EXAMPLES: Dict[str, Callable] = {"text_classification": _bert_example,
+                                 "token_classification": _bert_example,
+                                 "documents": _documents_example, "graph": _graph_example,
+                                 "seq2seq": _seq2seq_example}
+
+
+def export_onnx(run: Run, kind: str, path: Path) -> Tuple[List[str], Optional[float]]:
+    """The run's model as an ONNX file (module docstring): (its input names, the largest
+    difference from the model on the traced example, None without onnxruntime)."""
+    import torch
+
+    if kind not in EXAMPLES:
+        raise PredictError(f"the run at {run.run_dir} works on {kind or 'unknown data'}; --to onnx "
+                           f"exports BERT classifiers, document, graph and seq2seq encoder runs")
+    fn, example, axes, model = EXAMPLES[kind](run)
+    names = list(axes)[:-1]
+
+    class Graph(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, *inputs):
+            return fn(*inputs)
+
+    wrapper = Graph().eval()
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.") as tmp, \
+            warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # the tracer's notes on checks it leaves out
+        part = Path(tmp) / path.name
+        torch.onnx.export(wrapper, example, str(part), input_names=names,
+                          output_names=list(axes)[-1:], dynamic_axes=axes, opset_version=OPSET,
+                          dynamo=False)
+        diff = _check(part, names, example, wrapper(*example))
+        part.replace(path)
+    return names, diff
+
+
+def _check(path: Path, names: List[str], example, want) -> Optional[float]:
+    try:
+        import onnxruntime
+    except ImportError:
+        return None
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3  # (shape notes of the traced graph)
+    session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    got = session.run(None, {n: t.numpy() for n, t in zip(names, example)})[0]
+    return float(abs(got - want.numpy()).max())
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="attnflow-export", description=__doc__.split("\n\n")[0])
+    p.add_argument("model", type=path_arg, help="a run directory or a .ckpt file")
+    p.add_argument("--to", choices=("hf", "onnx"), required=True, help="the format")
+    p.add_argument("output", type=path_arg, help="a new directory (hf) or .onnx file")
+    return p
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    plain_warnings()
+    args = _parser().parse_args(argv)
+    out = Path(args.output)
+    try:
+        check_new_outputs(("output", args.output))
+        run = load_run(args.model)
+        kind = run_interface(run)
+        if args.to == "hf":
+            print(f"attnflow-export: {export_hf(run, kind, out)}: config.json, model.safetensors, "
+                  f"tokenizer.json, vocab.txt, tokenizer_config.json", file=sys.stderr)
+            return 0
+        names, diff = export_onnx(run, kind, out)
+        check = "" if diff is None else f"; onnxruntime on the traced example: max |Δ| = {diff:.1e}"
+        print(f"attnflow-export: {out} (inputs {', '.join(names)}){check}", file=sys.stderr)
+        return 0
+    except (CheckpointError, PredictError, ConfigError, InputError, OSError, ValueError) as err:
+        print(f"attnflow-export: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
