@@ -206,8 +206,8 @@ def test_bad_input_is_named(tmp_path, corpus):
     bad.write_text('{"text": "fine."}\n{"body": "no text field"}\n')
     with pytest.raises(DataError, match=r"data 'bert_pretraining'.*bad.jsonl line 2.*'text'"):
         read_documents(bad)
-    with pytest.raises(DataError, match="corpus.csv.*\\.txt or \\.jsonl"):
-        read_documents(tmp_path / "corpus.csv")
+    with pytest.raises(DataError, match="corpus.xml: unknown corpus format; use .txt, .jsonl, .csv"):
+        read_documents(tmp_path / "corpus.xml")
     one = tmp_path / "one.txt"
     one.write_text("a single document. with two sentences.\n")
     with pytest.raises(DataError, match="at least 2 documents"):

@@ -1,7 +1,7 @@
 """attnflow-predict: label documents, texts (BERT) or graph nodes with a trained run, and explain them.
 
     attnflow-predict RUN "A great film." "Dull." --explain out.html   # documents: words' weights
-    attnflow-predict RUN --file reviews.jsonl.gz --json             # one input per line (or stdin)
+    attnflow-predict RUN --file reviews.jsonl.gz --json             # one input per line or row (or stdin)
     attnflow-predict GAT_RUN --explain --top-k 5 -o nodes.csv        # graph nodes, top neighbours
     attnflow-predict BERT_PRETRAINING_RUN "The film was [MASK] ." --top-k 5   # fill [MASK] tokens
     attnflow-predict CAPTION_RUN photo.png --attention out.png       # caption, where words looked
@@ -268,8 +268,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("model", type=path_arg, help="a run directory or a .ckpt file")
     p.add_argument("texts", nargs="*", help="documents or texts to label, or images to caption "
                                            "(default: --file, else stdin)")
-    p.add_argument("--file", type=path_arg, help="one input per line (.gz; .jsonl[.gz]: objects "
-                                                 "with the run's text field)")
+    p.add_argument("--file", type=path_arg, help="one input per line (.gz; .jsonl, .csv, .tsv, "
+                                                 ".parquet: the run's text field)")
     p.add_argument("--explain", nargs="?", const=True, metavar="OUT.html", type=path_arg,
                    help="documents, texts: write the attention weights as HTML; graphs: list "
                         "each node's top-weighted neighbours")

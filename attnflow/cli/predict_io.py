@@ -10,6 +10,7 @@ from typing import Callable, Iterable, Iterator, Tuple
 
 import numpy as np
 
+from attnflow.data.tables import table_format
 from attnflow.io.console import warn_unread
 from attnflow.io.text import batched, iter_lines, iter_stdin, save_arrays
 
@@ -41,6 +42,15 @@ def _jsonl_text(line: str, n: int, path: Path, field: str) -> str:
     return row[field]
 
 
+def _table_texts(path: Path, field: str) -> Iterator[str]:
+    from attnflow.data.tables import rows
+
+    for where, row in rows(path, [field], "--file"):
+        if field not in row or not isinstance(row[field], (str, type(None))):
+            raise PredictError(f"{path} {where} has no text field '{field}' (the run's data.text_field)")
+        yield row[field] or ""
+
+
 def read_texts(args, field: str = "text", texts: str = "texts",
                flag: str = "--file") -> Tuple[Iterator[str], str]:
     """The inputs, lazily (one per input line; a blank JSON line is an empty document), and how
@@ -50,6 +60,8 @@ def read_texts(args, field: str = "text", texts: str = "texts",
         if file:
             warn_unread(f"{flag} {file}", "inputs are given as arguments")
         return iter(given), "argument"
+    if file and field and table_format(file) in (".csv", ".tsv", ".parquet"):
+        return _table_texts(Path(file), field), f"{file} row"
     if file:
         lines = iter_lines(file, flag)
         if field and file.endswith((".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz")):

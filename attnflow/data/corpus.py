@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from attnflow.data.base import random_subset
-from attnflow.data.documents import clean, read_jsonl, split_sentences
+from attnflow.data.documents import clean, split_sentences
+from attnflow.data.tables import read_table, table_format
 from attnflow.data.errors import DataError, numbered_lines
 from attnflow.io.text import atomic_path
 from attnflow.models import bert_hf
@@ -25,8 +26,8 @@ def read_documents(path: Path, text_field: str = "text", documents: str = "line"
     subset of N documents (0 = all). Empty documents are dropped; a file with none is an error."""
     path = Path(path)
     name = path.name[:-3] if path.name.endswith(".gz") else path.name
-    if name.endswith((".jsonl", ".json")):
-        texts = [t for t, _ in read_jsonl(path, text_field, None, owner=OWNER)]
+    if table_format(path):
+        texts = [t for t, _ in read_table(path, text_field, None, owner=OWNER)]
     elif name.endswith(".txt"):
         lines = [line for _, line in numbered_lines(path, OWNER)]
         if documents == "line":
@@ -40,8 +41,8 @@ def read_documents(path: Path, text_field: str = "text", documents: str = "line"
                     texts.append("\n".join(current))
                     current = []
     else:
-        raise DataError(f"{OWNER}: {path}: unknown corpus format; use .txt or .jsonl files "
-                        f"(optionally .gz)")
+        raise DataError(f"{OWNER}: {path}: unknown corpus format; use .txt, .jsonl, .csv, .tsv "
+                        f"(optionally .gz) or .parquet files")
     texts = [t for t in texts if t.strip()]
     if not texts:
         raise DataError(f"{OWNER}: {path} holds no documents (empty or blank)")

@@ -1,4 +1,5 @@
-"""Document classification from JSON-lines files: hierarchical batches (documents × sentences ×
+"""Document classification from JSON-lines, CSV, TSV or Parquet files (:mod:`attnflow.data.tables`,
+fields ``text_field`` and ``label_field``): hierarchical batches (documents × sentences ×
 words) for the hierarchical attention network (Yang et al. 2016) and the flat models. Markup is
 removed, sentences split after ``.!?``, words lower-cased, the vocabulary built on the training
 split and documents capped at ``max_sentences`` × ``max_words``; labels become classes in sorted
@@ -20,8 +21,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from attnflow.data.base import Columns, FileDataModule, check_labels, class_label, random_subset
-from attnflow.data.errors import DataError, numbered_lines
+from attnflow.data.base import Columns, FileDataModule, check_labels
+from attnflow.data.tables import read_table
 from attnflow.config.registry import DATA, NonNegativeInt, PositiveInt, build_config
 
 log = logging.getLogger(__name__)
@@ -137,44 +138,6 @@ def collate_documents(items: Sequence[tuple]) -> Dict[str, torch.Tensor]:
             "labels": torch.tensor([y for _, _, y in items], dtype=torch.long)}
 
 
-def read_jsonl(path: Path, text_field: str, label_field: Optional[str], limit: int = 0,
-               seed: int = 0, owner: str = "data 'documents'", classes: Optional[tuple] = None):
-    """[(text, label or None)] from a JSON-lines file; a :class:`DataError` names the file, line
-    and field of what is malformed, and a label not of ``classes`` (:func:`class_label`). Lines
-    end at ``\\n`` alone (texts may hold U+2028)."""
-    path = Path(path)
-    out, first = [], None
-    for n, line in numbered_lines(path, owner):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise DataError(f"{owner}: {path} line {n} is not valid JSON: {err}") from None
-        if not isinstance(row, dict):
-            raise DataError(f"{owner}: {path} line {n} is JSON {type(row).__name__}, not an object "
-                            f"with a '{text_field}' field")
-        if text_field not in row:
-            raise DataError(f"{owner}: {path} line {n} has no text field "
-                            f"'{text_field}' (fields: {', '.join(row)}); set data.text_field")
-        if label_field is not None and label_field not in row:
-            raise DataError(f"{owner}: {path} line {n} has no label field "
-                            f"'{label_field}' (fields: {', '.join(row)}); set data.label_field")
-        text = row[text_field]
-        if text is not None and not isinstance(text, str):  # else a TypeError deep in tokenize
-            raise DataError(f"{owner}: {path} line {n}: the text field '{text_field}' holds "
-                            f"{type(text).__name__} {text!r:.60}, not a string")
-        label = None
-        if label_field:
-            label = class_label(row[label_field], classes, f"{owner}: {path} line {n}", label_field, first)
-            first = label if first is None else first
-        out.append((text or "", label))
-    if not out:
-        raise DataError(f"{owner}: {path} holds no documents (the file is empty or blank); "
-                        f"expected one JSON object per line with a '{text_field}' field")
-    return random_subset(out, limit, seed)
-
-
 @DATA.register("documents")
 class DocumentDataModule(FileDataModule):
     """Labelled documents as documents × sentences × words; ``max_vocab`` counts the specials
@@ -196,7 +159,7 @@ class DocumentDataModule(FileDataModule):
         self.labels = check_labels(labels, self.owner)
         self.word_vectors_cfg = self.word_vectors_config(word_vectors)
         self._word_vectors: Optional[torch.Tensor] = None
-        self.set_paths("a JSON-lines file", train_path, val_path, test_path)
+        self.set_paths("a .jsonl, .csv, .tsv or .parquet file", train_path, val_path, test_path)
         self.text_field, self.label_field = text_field, label_field
         self.max_sentences, self.max_words = max_sentences, max_words
         self.min_freq, self.max_vocab, self.lowercase = min_freq, max_vocab, lowercase
@@ -275,7 +238,7 @@ class DocumentDataModule(FileDataModule):
                              f"is missing and its checkpoint carries none)")
         self.vocab = Vocabulary.from_json(artifacts["vocab"])
         self.label_values = list(artifacts["label_values"])
-        rows = read_jsonl(path, self.text_field, self.label_field,
+        rows = read_table(path, self.text_field, self.label_field,
                           classes=(self.label_values, "the run's classes"))
         self._encode(split, rows, [tokenize(t, self.vocab.lowercase) for t, _ in rows])
 
@@ -287,7 +250,7 @@ class DocumentDataModule(FileDataModule):
     def setup(self, stage: Optional[str] = None) -> None:
         if self.splits:
             return
-        read = functools.partial(read_jsonl, text_field=self.text_field, label_field=self.label_field)
+        read = functools.partial(read_table, text_field=self.text_field, label_field=self.label_field)
         rows = {"train": read(self.paths["train"], limit=self.limits["train"], seed=self.seed,
                               classes=self.classes())}
         self.label_values = self.class_values(rows["train"], self.labels, self.label_field)

@@ -1,4 +1,6 @@
-"""Parallel text: line-aligned ``<root>/<split>.<lang>[.gz]`` files (Multi30k), subword
+"""Parallel text: line-aligned files, per split a stem (``<root>/<stem>.<lang>[.gz]``, Multi30k's
+layout), a pattern with ``{lang}`` (``corpus/train-{lang}.txt``) or two files ``[source,
+target]`` (these two as every data path: relative to the working directory); subword
 tokenisation and length-bucketed batches. Tokenizers: NFKC (optionally lower case), Metaspace +
 punctuation (decoding restores plain text for sacreBLEU), BPE (Sennrich et al. 2016) or WordPiece
 trained on the training split (one for both sides with ``shared_vocab``), saved with the run.
@@ -20,6 +22,34 @@ from attnflow.io.text import atomic_path
 
 UNK = 3
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
+
+
+def split_files(root: Path, spec: Any, langs: Sequence[str], split: str) -> List[Path]:
+    """(source file, target file) of a split's ``spec`` (module docstring)."""
+    if spec is None:
+        raise DataFileNotFoundError(f"data 'parallel': data.{split} is null; name its files")
+    if isinstance(spec, (list, tuple)):
+        named = [Path(p) for p in spec]
+    elif "{lang}" in spec:
+        named = [Path(spec.format(lang=lang)) for lang in langs]
+    else:
+        return [find_file(root, spec, lang) for lang in langs]
+    for path in named:
+        if not path.is_file():
+            raise DataFileNotFoundError(f"data 'parallel': data.{split} names {path}, which is "
+                                        f"not a file")
+    return named
+
+
+def check_split(split: str, spec: Any, root: str) -> None:
+    """A split is a stem or ``{lang}`` pattern (a string), or two files; a stem needs ``root``."""
+    pair = isinstance(spec, (list, tuple)) and len(spec) == 2 and all(isinstance(p, str) for p in spec)
+    if not (pair or isinstance(spec, str) and spec):
+        raise ConfigError(f"data 'parallel': data.{split}={spec!r} must be a file stem, a pattern "
+                          f"with {{lang}}, or two files [source, target]")
+    if not root and not pair and "{lang}" not in spec:
+        raise ConfigError(f"data 'parallel': data.{split}={spec} is a file stem under data.root; "
+                          f"set data.root (Multi30k: ${{paths.data_dir}}/multi30k)")
 
 
 def find_file(root: Path, stem: str, lang: str) -> Path:
@@ -89,7 +119,7 @@ class ParallelDataModule(SplitDataModule):
     interface = "seq2seq"  # sequence pairs: seq2seq/transformer models, seq2seq/translation tasks
 
     def __init__(self, *, root: str = "", src_lang: str = "de", tgt_lang: str = "en",
-                 train: str = "train", val: str = "val", test: str = "test_2016_flickr",
+                 train: Any = "train", val: Any = "val", test: Any = "test_2016_flickr",
                  tokenizer: Literal["bpe", "wordpiece"] = "bpe",
                  vocab_size: Annotated[int, Range(ge=5, what="the 4 special tokens and more")] = 8000,
                  shared_vocab: bool = False, lowercase: bool = False,
@@ -97,9 +127,9 @@ class ParallelDataModule(SplitDataModule):
                  max_decode_len: NonNegativeInt = 0, batch_size: PositiveInt = 64,
                  max_pairs: NonNegativeInt = 0, num_workers: NonNegativeInt = 0, seed: int = 1234):
         super().__init__()
-        if not root:
-            raise ValueError("data 'parallel': set 'root' to the folder of the text files "
-                             "(Multi30k: ${paths.data_dir}/multi30k)")
+        for split, spec in (("train", train), ("val", val), ("test", test)):
+            if spec is not None or split != "test":
+                check_split(split, spec, root)
         if src_lang == tgt_lang:
             raise ConfigError(f"data 'parallel': data.src_lang and data.tgt_lang are both "
                               f"{src_lang!r} (at 'data.tgt_lang'): a translation needs two languages")
@@ -149,16 +179,15 @@ class ParallelDataModule(SplitDataModule):
     def split_text(self, split: str) -> tuple:
         """(source lines, target lines) of a split as read (after ``max_pairs``), cached."""
         if split not in self.text:
-            stem = self.stems[split]
-            files = [find_file(self.root, stem, lang) for lang in (self.src_lang, self.tgt_lang)]
+            files = split_files(self.root, self.stems[split], (self.src_lang, self.tgt_lang), split)
             src, tgt = ([line for _, line in numbered_lines(f, "data 'parallel'")] for f in files)
             for f, lines in zip(files, (src, tgt)):
                 if not any(line.strip() for line in lines):  # else a run trains on nothing, exit 0
                     raise DataError(f"data 'parallel': {f} is empty ({len(lines)} lines, none with "
                                     f"text); the {split} split needs one sentence per line")
             if len(src) != len(tgt):
-                raise DataError(f"data 'parallel': {stem}.{self.src_lang} has {len(src)} lines "
-                                 f"but {stem}.{self.tgt_lang} has {len(tgt)}; files must be line-aligned")
+                raise DataError(f"data 'parallel': {files[0]} has {len(src)} lines but {files[1]} "
+                                f"has {len(tgt)}; files must be line-aligned")
             if self.max_pairs:
                 src, tgt = src[: self.max_pairs], tgt[: self.max_pairs]
             self.text[split] = (src, tgt)
@@ -173,7 +202,8 @@ class ParallelDataModule(SplitDataModule):
             return self.load_tokenizers(folder)
         src, tgt = self.split_text("train")
         for split in ("val", "test"):  # a bad file fails now, not after training
-            self.split_text(split)
+            if self.stems[split] is not None:
+                self.split_text(split)
         if self.shared:
             self.src_tok = self.tgt_tok = train_tokenizer(self.kind, src + tgt, self.vocab, self.lowercase)
         else:
@@ -250,16 +280,20 @@ class ParallelDataModule(SplitDataModule):
         out = [(i, s, t) for i, (s, t) in pairs
                if 0 < len(s) <= self.max_src_len and 0 < len(t) <= self.max_tgt_len]
         if not out:
-            raise DataError(f"data 'parallel': no training pair of {self.root}/{self.stems[split]}."
-                            f"{{{self.src_lang},{self.tgt_lang}}} fits max_src_len={self.max_src_len} "
-                            f"and max_tgt_len={self.max_tgt_len} subwords; raise them")
+            raise DataError(f"data 'parallel': no training pair of data.{split}={self.stems[split]} "
+                            f"fits max_src_len={self.max_src_len} and max_tgt_len={self.max_tgt_len} "
+                            f"subwords; raise them")
         return out
 
     def setup(self, stage: Optional[str] = None) -> None:
         self.prepare_tokenizers()
         for split in ("train", "val", "test"):
-            if split not in self.splits:
+            if split not in self.splits and self.stems[split] is not None:
                 self.splits[split] = self._encode(split)
+
+    def missing_test(self) -> Optional[str]:
+        return None if self.stems["test"] is not None else (
+            "data 'parallel': data.test is null, so there is no test split; run with test=false")
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         self.setup()

@@ -1,7 +1,8 @@
 """Labelled texts as WordPiece ids ``[CLS] text [SEP]`` for fine-tuning BERT on single-sentence
-classification (Devlin et al. 2019, §4.1). Files: JSON lines or ``label<TAB>text`` lines. The
-tokenizer is the pretraining run's (``tokenizer_from``), else trained on the training texts; it is
-saved with this run. Texts are cut to ``max_len`` subwords at their end.
+classification (Devlin et al. 2019, §4.1). Files: JSON lines, CSV, TSV, Parquet (named fields) or
+``label<TAB>text`` lines. The tokenizer is the pretraining run's or an HF checkpoint's
+(``tokenizer_from``), else trained on the training texts; it is saved with this run. Texts are cut
+to ``max_len`` subwords at their end.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from attnflow.data.base import Columns, FileDataModule, check_labels, class_label, random_subset
-from attnflow.data.documents import clean, read_jsonl
+from attnflow.data.documents import clean
+from attnflow.data.tables import has_header, read_table, table_format
 from attnflow.data.errors import DataError, numbered_lines
 from attnflow.data.corpus import (CLS, PAD, SEP, SPECIALS, load_tokenizer, run_tokenizer,
                                   save_tokenizer, train_wordpiece)
@@ -31,16 +33,17 @@ OWNER = "data 'text_classification'"
 
 def read_labelled(path: Path, text_field: str, label_field: str, limit: int = 0,
                   seed: int = 0, classes: Optional[tuple] = None) -> List[tuple]:
-    """``[(text, label)]`` of a JSON-lines or ``label<TAB>text`` file (``limit``: a subset); a
-    label not of ``classes`` is refused naming the file and line (:func:`class_label`)."""
+    """``[(text, label)]`` of a table file (:mod:`attnflow.data.tables`) or of ``label<TAB>text``
+    lines (``limit``: a subset); a label not of ``classes`` is refused naming the file and line
+    (:func:`class_label`)."""
     path = Path(path)
-    name = path.name[:-3] if path.name.endswith(".gz") else path.name
-    if name.endswith(".jsonl") or name.endswith(".json"):
-        return read_jsonl(path, text_field, label_field, limit, seed, OWNER, classes)
-    if not (name.endswith(".tsv") or name.endswith(".txt")):
-        raise DataError(f"{OWNER}: {path}: unknown format; use .jsonl (a '{text_field}' and a "
-                        f"'{label_field}' field per line) or .tsv/.txt (label<TAB>text per line), "
-                        f"optionally .gz")
+    kind = table_format(path)
+    if kind and (kind != ".tsv" or has_header(path, (text_field, label_field), OWNER)):
+        return read_table(path, text_field, label_field, limit, seed, OWNER, classes, "texts")
+    if kind != ".tsv" and not path.name.endswith((".txt", ".txt.gz")):
+        raise DataError(f"{OWNER}: {path}: unknown format; use .jsonl, .csv, .tsv or .parquet (a "
+                        f"'{text_field}' and a '{label_field}' field or column) or .txt/.tsv "
+                        f"without a header (label<TAB>text per line), optionally .gz")
     rows = []
     for n, line in numbered_lines(path, OWNER):
         if not line.strip():
