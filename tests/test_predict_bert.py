@@ -273,3 +273,39 @@ def test_explanation_renders_in_headless_chromium(runs, tmp_path, capsys):
     assert int(re.search(r'data-full="(\d+)"', dom).group(1)) >= rows
     first_row = re.search(r"<tr[^>]*><th>layer 1 head 1</th>(.*?)</tr>", dom).group(1)
     assert re.findall(r"<td[^>]*>(.*?)</td>", first_row) == [html.escape(_shown(t)) for t in tokens]
+
+
+def test_a_multitask_run_gets_a_label_per_task(tmp_path, capsys):
+    """One column pair (label, probability) per task, as the run's model rebuilt here and
+    run on one text at a time gives them; JSON lines carry every task's probabilities."""
+    rows = [{**r, "rating": [2, 9][i % 2]} for i, r in enumerate(_reviews(30, 1))]
+    write_jsonl(tmp_path / "train.jsonl", rows)
+    run = fabricate_run(["experiment=bert_imdb_multitask", f"data.common.train_path={tmp_path}/train.jsonl",
+                         f"data.common.val_path={tmp_path}/train.jsonl", "data.common.test_path=",
+                         "data.common.max_len=16", "data.tasks.polarity.labels=[neg,pos]",
+                         "data.tasks.rating.labels=null", "data.common.vocab_size=120",
+                         *[o for o in TINY if not o.startswith("data.")], *QUIET], tmp_path / "mt")
+    texts = ["the film was good and great .", "a dull and poor plot"]
+    assert main([str(run), *texts]) == 0
+    header, *lines = capsys.readouterr().out.splitlines()
+    assert header.split("\t") == ["polarity", "polarity_probability", "rating", "rating_probability", "text"]
+    from tokenizers import Tokenizer
+
+    ckpt = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    model = MODELS.build(ckpt["attnflow_config"]["model"], vocab_size=120, pad_id=0,
+                         tasks={"polarity": ("text_classification", 2), "rating": ("text_classification", 2)})
+    model.load_state_dict({k[6:]: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")})
+    tok = Tokenizer.from_file(str(run / "tokenizer" / "wordpiece.json"))
+    for text, line in zip(texts, lines):
+        ids = torch.tensor([[CLS, *tok.encode(text, add_special_tokens=False).ids, SEP]])
+        with torch.no_grad():
+            h = model.eval()(ids, torch.zeros_like(ids), ids != 0)
+        cells = line.split("\t")
+        for k, (task, names) in enumerate((("polarity", ["neg", "pos"]), ("rating", ["2", "9"]))):
+            p = torch.softmax(model.classify_logits(h, task), -1)[0]
+            assert cells[2 * k] == names[int(p.argmax())]
+            assert float(cells[2 * k + 1]) == pytest.approx(float(p.max()), abs=1e-4)
+        assert cells[-1] == text
+    assert main([str(run), texts[0], "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert set(row) == {"polarity", "rating", "text"} and set(row["rating"]["probabilities"]) == {"2", "9"}

@@ -181,7 +181,7 @@ def test_other_runs_keep_their_refusal(tmp_path, capsys):
     assert main([str(mt), "photo.png", "--attention", str(tmp_path / "o.png")]) == 2
     assert capsys.readouterr().err == (
         f"attnflow-predict: the run at {mt} works on seq2seq; attnflow-predict labels documents, "
-        f"graph nodes and texts (BERT runs: text_classification, bert_pretraining) and captions "
+        f"graph nodes and texts (BERT runs: text_classification, bert_pretraining, multitask) and captions "
         f"images (translation runs: attnflow-translate)\n")
 
 

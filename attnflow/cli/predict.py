@@ -4,6 +4,7 @@
     attnflow-predict RUN --file reviews.jsonl.gz --json             # one input per line or row (or stdin)
     attnflow-predict GAT_RUN --explain --top-k 5 -o nodes.csv        # graph nodes, top neighbours
     attnflow-predict BERT_PRETRAINING_RUN "The film was [MASK] ." --top-k 5   # fill [MASK] tokens
+    attnflow-predict MULTITASK_RUN "A great film."                   # a label per task
     attnflow-predict CAPTION_RUN photo.png --attention out.png       # caption, where words looked
     attnflow-predict RUN ... --save-attention attn.npz               # attention maps as data
 
@@ -50,7 +51,8 @@ UNREAD = {"documents": ("--top-k", "--beam", "--attention"),
           "graph": ("inputs", "--json", "--batch-size", "--beam", "--attention"),
           "text_classification": ("--top-k", "--beam", "--attention"),
           "pretraining": ("--beam", "--attention"),
-          "captioning": ("--explain", "--top-k")}
+          "captioning": ("--explain", "--top-k"),
+          "multitask": ("--top-k", "--beam", "--attention", "--explain", "--save-attention")}
 
 
 def run_interface(run: Run) -> Optional[str]:
@@ -247,6 +249,12 @@ def _texts(args, run: Run, out) -> int:
     return predict_bert(args, run, out)
 
 
+def _multitask(args, run: Run, out) -> int:
+    from attnflow.cli.predict_multitask import predict_multitask
+
+    return predict_multitask(args, run, out)
+
+
 def _captions(args, run: Run, out) -> int:
     from attnflow.cli.predict_image import predict_captions
 
@@ -293,7 +301,7 @@ def _drop_unread(args, kind: str, run: Run) -> None:
     """The options a run of ``kind`` leaves unread: one warning naming them, then unset."""
     given = {"inputs": args.texts or args.file, "--json": args.json, "--batch-size": args.batch_size,
              "--beam": args.beam, "--attention": args.attention, "--explain": args.explain,
-             "--top-k": args.top_k}
+             "--top-k": args.top_k, "--save-attention": args.save_attention}
     unread = [o for o in UNREAD[kind] if given[o] not in (None, False, [])]
     if kind == "graph" and args.top_k and not args.explain:
         unread.append("--top-k (without --explain)")
@@ -320,12 +328,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         run = load_run(args.model, args.device)
         kind = run_interface(run)
         handlers = {"documents": _documents, "graph": _graph, "text_classification": _texts,
-                    "pretraining": _texts, "captioning": _captions}
+                    "pretraining": _texts, "captioning": _captions, "multitask": _multitask}
         if kind not in handlers:
             tool = " (translation runs: attnflow-translate)" if kind == "seq2seq" else ""
             raise PredictError(f"the run at {run.run_dir} works on {kind or 'unknown data'}; "
                                f"attnflow-predict labels documents, graph nodes and texts (BERT "
-                               f"runs: text_classification, bert_pretraining) and captions images"
+                               f"runs: text_classification, bert_pretraining, multitask) and "
+                               f"captions images"
                                f"{tool}")
         _drop_unread(args, kind, run)
         with _output(args.output) as out:
