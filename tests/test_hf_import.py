@@ -157,19 +157,21 @@ def test_a_fine_tuning_run_starts_from_the_checkpoint(checkpoint, tmp_path, capl
     from attnflow.training.run import train
     from support import compose_cfg
 
-    _, folder = checkpoint
+    import shutil
+
+    folder = tmp_path / "bert"  # (moved away below)
+    shutil.copytree(checkpoint[1], folder)
     rows = [{"text": t, "label": i % 2} for i, t in enumerate(TEXTS * 6)]
     for split in ("train", "dev"):
         (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     run = tmp_path / "run"
+    command = ["experiment=bert_imdb", f"model.init_from=hf:{folder}", "model.d_model=48",
+               f"data.train_path={tmp_path / 'train.jsonl'}", f"data.val_path={tmp_path / 'dev.jsonl'}",
+               "data.test_path=", "data.max_len=16", "data.batch_size=8", "trainer.max_steps=2",
+               "callbacks.progress_bar=none", "callbacks.attention_maps.examples=0", "logger=csv"]
     with caplog.at_level(logging.INFO, logger="attnflow.models.bert"), \
             pytest.warns(AttnflowWarning, match=r"model.d_model=48 is unread: model.init_from=hf:"):
-        summary = train(compose_cfg([
-            "experiment=bert_imdb", f"model.init_from=hf:{folder}", "model.d_model=48",
-            f"data.train_path={tmp_path / 'train.jsonl'}", f"data.val_path={tmp_path / 'dev.jsonl'}",
-            "data.test_path=", "data.max_len=16", "data.batch_size=8", "trainer.max_steps=2",
-            "callbacks.progress_bar=none", "callbacks.attention_maps.examples=0",
-            "logger=csv"], return_hydra_config=True), run)
+        summary = train(compose_cfg(command, return_hydra_config=True), run)
     assert summary["global_step"] == 2
     saved = yaml.safe_load((run / "config.yaml").read_text())["model"]
     assert (saved["d_model"], saved["layers"], saved["attention"]["heads"], saved["norm_eps"]) == (
@@ -179,3 +181,9 @@ def test_a_fine_tuning_run_starts_from_the_checkpoint(checkpoint, tmp_path, capl
     from tokenizers import Tokenizer
     kept = Tokenizer.from_file(str(run / "tokenizer" / "wordpiece.json"))
     assert kept.get_vocab() == tok.get_vocab()
+    folder.rename(tmp_path / "moved")  # resuming reads the run's own checkpoint and tokenizer
+    from attnflow.training.resume import from_hydra
+
+    resumed = from_hydra(compose_cfg([f"resume={run}", "trainer.max_steps=3"]), ["trainer.max_steps=3"])
+    again = train(resumed, run)
+    assert again["global_step"] == 3

@@ -207,7 +207,13 @@ class BertModel(nn.Module):
         target = cfg["model"].get("init_from")
         if not bert_hf.is_hf(target):
             return
-        fields = bert_hf.architecture(bert_hf.checkpoint_dir(target))
+        try:
+            folder = bert_hf.checkpoint_dir(target)
+        except ConfigError:
+            if cfg.get("resume"):  # the run's own checkpoint holds every weight; resume checks
+                return  # its architecture against the saved config
+            raise
+        fields = bert_hf.architecture(folder)
         shared = ("attention", "scorer", "normalizer", "aggregator", "positional")
         for key, shown in typed.items():
             parts = key.split(".")
