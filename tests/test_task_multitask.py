@@ -130,7 +130,7 @@ def test_a_zero_weight_leaves_its_head_without_gradient(files):
             assert torch.allclose(got[n], p.grad, atol=1e-7), n
 
 
-def test_a_run_logs_each_tasks_metrics_under_its_name_and_is_evaluated(files, tmp_path, monkeypatch):
+def test_a_run_logs_each_tasks_metrics_under_its_name_and_is_evaluated(files, tmp_path, monkeypatch, capsys):
     """A 3-step run: train/{task}/…, val/{task}/… and {split}/loss = Σ λ_t L_t; one tokenizer
     trained for both tasks; attnflow-eval reproduces the final metrics; attnflow-predict refuses."""
     import attnflow.data.text_classification as text_data
@@ -163,10 +163,12 @@ def test_a_run_logs_each_tasks_metrics_under_its_name_and_is_evaluated(files, tm
     assert path.is_file() and evaluated["split"] == "val"
     for k in ("val/loss", "val/polarity/acc", "val/rating/acc", "val/rating/f1"):
         assert evaluated["metrics"][k] == pytest.approx(m[k], rel=1e-5), k
-    # attnflow-predict does not label multitask runs: one line, exit status 2
+    # attnflow-predict labels the trained run: a label and probability per task
     from attnflow.cli.predict import main as predict_main
 
-    assert predict_main([str(run), "a good film"]) == 2
+    assert predict_main([str(run), "a good film"]) == 0
+    header, line = capsys.readouterr().out.splitlines()[-2:]
+    assert header.startswith("polarity\tpolarity_probability\trating\t") and line.endswith("a good film")
 
 
 def test_a_run_stopped_mid_epoch_resumes_to_the_uninterrupted_result(files, tmp_path):

@@ -10,7 +10,6 @@ from typing import Callable, Iterable, Iterator, Tuple
 
 import numpy as np
 
-from attnflow.data.tables import table_format
 from attnflow.io.console import warn_unread
 from attnflow.io.text import batched, iter_lines, iter_stdin, save_arrays
 
@@ -60,7 +59,7 @@ def read_texts(args, field: str = "text", texts: str = "texts",
         if file:
             warn_unread(f"{flag} {file}", "inputs are given as arguments")
         return iter(given), "argument"
-    if file and field and table_format(file) in (".csv", ".tsv", ".parquet"):
+    if file and field and file.endswith((".csv", ".csv.gz", ".tsv", ".tsv.gz", ".parquet")):
         return _table_texts(Path(file), field), f"{file} row"
     if file:
         lines = iter_lines(file, flag)
