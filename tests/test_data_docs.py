@@ -21,7 +21,8 @@ SMALL = {"han_imdb": ["model.embed_dim=8", "model.word_encoder.hidden_dim=4",
                       "task.renderings=0"],
          "mt_transformer": ["model.d_model=16", "model.ffn_dim=16", "model.encoder_layers=1",
                             "model.decoder_layers=1", "attention.heads=2", "data.vocab_size=60",
-                            "task.beam_size=1"]}
+                            "task.beam_size=1"],
+         "gat_graph": ["task.picture=false"]}
 QUIET = ["trainer.max_epochs=1", "callbacks.progress_bar=none", "callbacks.attention_maps.examples=0",
          "logger=csv"]
 
@@ -47,11 +48,14 @@ def test_the_sections_name_their_files():
     assert list(files) == ["reviews/train.csv"] and command[:2] == ["attnflow-train", "experiment=han_imdb"]
     files, command = section("Translation")
     assert list(files) == ["corpus/train.fr", "corpus/train.en"]
+    files, command = section("Graphs")
+    assert list(files) == ["graph/nodes.csv", "graph/edges.csv"]
 
 
 @pytest.mark.parametrize("title, copies", [
     ("Documents and texts", {"reviews/train.csv": "reviews/dev.csv"}),
     ("Translation", {"corpus/train.fr": "corpus/dev.fr", "corpus/train.en": "corpus/dev.en"}),
+    ("Graphs", {}),
 ])
 def test_the_documented_example_trains(tmp_path, monkeypatch, title, copies):
     from attnflow.training.run import train
@@ -59,7 +63,7 @@ def test_the_documented_example_trains(tmp_path, monkeypatch, title, copies):
     files, command = section(title)
     monkeypatch.chdir(tmp_path)
     for name, text in files.items():
-        for path in (name, copies[name]):
+        for path in (name, *([copies[name]] if name in copies else [])):
             (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
             (tmp_path / path).write_text(text, encoding="utf-8")
     experiment = command[1].split("=", 1)[1]

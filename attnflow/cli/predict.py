@@ -215,7 +215,8 @@ def _graph(args, run: Run, out) -> int:
     multi = bool(run.config.get("task", {}).get("multi_label", False))
     probs = logits.float().cpu().sigmoid() if multi else logits.float().cpu().softmax(-1)
     N, C = probs.shape
-    names = [str(c) for c in range(C)]
+    names = list(getattr(data, "class_names", None) or map(str, range(C)))  # the files' own names
+    nodes = list(getattr(data, "node_ids", None) or range(N))
     header = ["node", "label", "prob"] + [f"prob_{c}" for c in names]
     labels = (["|".join(n for n, on in zip(names, row) if on) for row in (probs > 0.5).tolist()]
               if multi else [names[i] for i in probs.argmax(-1).tolist()])
@@ -223,14 +224,14 @@ def _graph(args, run: Run, out) -> int:
     if args.explain:
         ei, alpha = weights[-1]
         ids, w = top_neighbours(ei.cpu(), alpha.float().mean(-1).cpu(), N, args.top_k or 5)
-        neighbours = [" ".join(f"{i}:{a:.4f}" for i, a in zip(ri, rw) if i >= 0)
+        neighbours = [" ".join(f"{nodes[i]}:{a:.4f}" for i, a in zip(ri, rw) if i >= 0)
                       for ri, rw in zip(ids.tolist(), w.tolist())]
         header.append("neighbours")
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(header)
     top = probs.max(-1).values.tolist()
     for t, row in enumerate(probs.tolist()):
-        writer.writerow([t, labels[t], f"{top[t]:.4f}", *(f"{p:.4f}" for p in row),
+        writer.writerow([nodes[t], labels[t], f"{top[t]:.4f}", *(f"{p:.4f}" for p in row),
                          *([neighbours[t]] if neighbours else [])])
     out.flush()
     if args.save_attention:

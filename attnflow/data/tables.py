@@ -83,7 +83,7 @@ def _parquet_rows(path: Path, owner: str, fields: Sequence[str]) -> Iterator[Tup
     if missing:
         raise DataError(f"{owner}: {path} has no column '{missing[0]}' (columns: "
                         f"{', '.join(table.column_names)}); set data.{_setting(missing[0], fields)}")
-    for i, row in enumerate(table.select(list(fields)).to_pylist()):
+    for i, row in enumerate(table.to_pylist()):
         yield f"row {i}", row
 
 
