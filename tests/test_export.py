@@ -86,6 +86,7 @@ def test_a_sequence_classifier_loads_in_transformers_with_equal_tokens_and_logit
     with torch.no_grad():
         want = bert.model.classify_logits(bert.model(ids, seg, mask))
         got = hf(input_ids=ids, token_type_ids=seg, attention_mask=mask.long()).logits
+    print(f"\nhf sequence logits: max |Δ| = {(got - want).abs().max():.1e}")  # (-s)
     assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
 
 
@@ -107,6 +108,9 @@ def test_a_pretraining_run_round_trips_through_hf(runs, tmp_path):
         h = bert.model(ids, seg, mask)
         out = hf(input_ids=ids, token_type_ids=seg, attention_mask=mask.long())
         again = back(ids, seg, mask)
+        print(f"\nhf pretraining: MLM max |Δ| = {(out.prediction_logits - bert.model.mlm_logits(h))[mask].abs().max():.1e}, "
+              f"NSP {(out.seq_relationship_logits - bert.model.nsp_logits(h)).abs().max():.1e}; "
+              f"back: hidden {(again - h)[mask].abs().max():.1e}")  # (-s)
         assert torch.allclose(out.prediction_logits[mask], bert.model.mlm_logits(h)[mask], atol=1e-5)
         assert torch.allclose(out.seq_relationship_logits, bert.model.nsp_logits(h), atol=1e-5)
         assert torch.allclose(again[mask], h[mask], atol=1e-6)
@@ -180,4 +184,5 @@ def test_onnx_files_compute_what_attnflow_computes(runs, tmp_path, kind, capsys)
     got = session.run(None, {n: t.numpy() for n, t in feeds.items()})[0]
     with torch.no_grad():
         want = fn(*feeds.values()).numpy()
+    print(f"\nonnx {kind}: max |Δ| = {np.abs(got - want).max():.1e} on {tuple(got.shape)}")  # (-s)
     assert got.shape == want.shape and np.abs(got - want).max() <= 1e-4, np.abs(got - want).max()

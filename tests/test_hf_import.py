@@ -86,6 +86,10 @@ def test_hidden_states_mlm_and_nsp_logits_equal_hf(tmp_path, bin_file):
         hidden = ours(ids, enc["token_type_ids"], real)
         assert torch.allclose(hidden[real], want.hidden_states[-1][real], atol=1e-5)
         mlm = ours.mlm_logits(hidden)[..., torch.argsort(order)]  # back to HF's id order
+        print(f"\n{'bin' if bin_file else 'safetensors'}: max |Δ| hidden "
+              f"{(hidden - want.hidden_states[-1])[real].abs().max():.1e}, MLM "
+              f"{(mlm - want.prediction_logits)[real].abs().max():.1e}, NSP "
+              f"{(ours.nsp_logits(hidden) - want.seq_relationship_logits).abs().max():.1e}")  # (-s)
         assert torch.allclose(mlm[real], want.prediction_logits[real], atol=1e-5)
         assert torch.allclose(ours.nsp_logits(hidden), want.seq_relationship_logits, atol=1e-5)
         fresh = MODELS.build({"name": "bert", **bert_hf.architecture(tmp_path / "ckpt")},
