@@ -104,7 +104,7 @@ def test_every_experiment_runs_one_step(experiment, tmp_path, request):
         pytest.skip(f"IMDB data not found at {DATA_DIR / 'imdb'} (set ATTNFLOW_DATA_DIR)")
     if data_name == "parallel" and not (DATA_DIR / "multi30k").is_dir():
         pytest.skip(f"Multi30k not found at {DATA_DIR / 'multi30k'} (set ATTNFLOW_DATA_DIR)")
-    graph = data_name in ("planetoid", "synthetic_graph")  # graph attention (GAT) experiments
+    graph = data_name in ("planetoid", "synthetic_graph", "graph")  # graph attention (GAT) experiments
     fast = PARALLEL_FAST if data_name == "parallel" else GENERATED_FAST
     fast = DOCUMENT_FAST if documents else fast
     fast = GRAPH_FAST if graph else PRETRAINING_FAST if pretraining else fast
@@ -114,6 +114,10 @@ def test_every_experiment_runs_one_step(experiment, tmp_path, request):
         fast = [*fast, *NARROW[_chosen(experiment, "model")]]
     if documents or pretraining:
         fast = [*fast, f"paths.data_dir={request.getfixturevalue('imdb_sample')}"]
+    if data_name == "graph":  # the user's files: a ring of 8 nodes, two classes
+        (tmp_path / "nodes.csv").write_text("id,label,f\n" + "".join(f"{i},{i % 2},{i}\n" for i in range(8)))
+        (tmp_path / "edges.csv").write_text("source,target\n" + "".join(f"{i},{(i + 1) % 8}\n" for i in range(8)))
+        fast = [*fast, f"data.nodes={tmp_path / 'nodes.csv'}", f"data.edges={tmp_path / 'edges.csv'}"]
     cfg = compose_cfg([f"experiment={experiment}", *fast, *CHEAP, "trainer.fast_dev_run=true"])
     assert cfg.data.name == data_name  # (what _chosen read)
     if data_name == "parallel":
@@ -134,6 +138,8 @@ def test_every_experiment_runs_one_step(experiment, tmp_path, request):
         expected = {"val/loss", "val/mlm_loss", "val/nsp_loss", "val/mlm_acc", "val/nsp_acc"}
     if data_name == "text_classification":
         expected = {"val/loss", "val/acc", "val/f1"}
+    if data_name == "synthetic_ner":  # BERT token classification on the generated NER set
+        expected = {"val/loss", "val/acc", "val/f1", "val/precision", "val/recall", "test/f1"}
     if data_name == "multitask":  # each task's metrics under its name, and the weighted loss
         expected = {"val/loss"} | {f"val/{t}/{m}" for t in cfg.task.tasks for m in ("loss", "acc", "f1")}
     assert expected <= set(saved["metrics"])

@@ -181,8 +181,8 @@ def test_other_runs_keep_their_refusal(tmp_path, capsys):
     assert main([str(mt), "photo.png", "--attention", str(tmp_path / "o.png")]) == 2
     assert capsys.readouterr().err == (
         f"attnflow-predict: the run at {mt} works on seq2seq; attnflow-predict labels documents, "
-        f"graph nodes and texts (BERT runs: text_classification, bert_pretraining, multitask) and captions "
-        f"images (translation runs: attnflow-translate)\n")
+        f"graph nodes and texts (BERT runs: text_classification, token_classification, "
+        f"bert_pretraining, multitask) and captions images (translation runs: attnflow-translate)\n")
 
 
 def test_captioning_options_on_other_runs_are_one_warning(tmp_path, capsys):

@@ -5,6 +5,7 @@
     attnflow-predict GAT_RUN --explain --top-k 5 -o nodes.csv        # graph nodes, top neighbours
     attnflow-predict BERT_PRETRAINING_RUN "The film was [MASK] ." --top-k 5   # fill [MASK] tokens
     attnflow-predict MULTITASK_RUN "A great film."                   # a label per task
+    attnflow-predict TOKEN_RUN "Anna lives in Paris ." --json          # a tag per word (NER)
     attnflow-predict CAPTION_RUN photo.png --attention out.png       # caption, where words looked
     attnflow-predict RUN ... --save-attention attn.npz               # attention maps as data
 
@@ -13,9 +14,10 @@ from the config stored in the checkpoint (a run directory: its best checkpoint, 
 ``last.ckpt``). A bad path or checkpoint, or an output that exists: one message, exit status 2;
 an option the run's kind leaves unread: one warning. Documents and texts give one line per input
 line, ``label<TAB>probability<TAB>text`` (``--json``: JSON lines; an empty line: ``-``), inputs
-over the run's caps cut as in training, with a note. Graphs give CSV, one row per node:
-``node,label,prob,prob_<class>…`` and with ``--explain`` the ``--top-k`` sources of the largest
-α of the last layer, averaged over heads. ``--save-attention`` holds ``kind``, ``lines`` and per
+over the run's caps cut as in training, with a note; token-classification runs give
+``word/TAG word/TAG …`` per line (:mod:`attnflow.cli.predict_tokens`). Graphs give CSV, one
+row per node: ``node,label,prob,prob_<class>…`` and with ``--explain`` the ``--top-k`` sources of
+the largest α of the last layer, averaged over heads. ``--save-attention`` holds ``kind``, ``lines`` and per
 input i its maps (documents ``{i}/words``, ``{i}/word_weights``, ``{i}/sent_weights`` or
 ``{i}/hops``; texts ``{i}/tokens``, ``{i}/cls_attention`` (N, J, T); images ``{i}/words``,
 ``{i}/alpha`` (T, h, w)), or for a graph ``layer{k}/edge_index`` and ``layer{k}/alpha`` (E′, J).
@@ -51,6 +53,7 @@ UNREAD = {"documents": ("--top-k", "--beam", "--attention"),
           "graph": ("inputs", "--json", "--batch-size", "--beam", "--attention"),
           "text_classification": ("--top-k", "--beam", "--attention"),
           "pretraining": ("--beam", "--attention"),
+          "token_classification": ("--explain", "--top-k", "--beam", "--attention"),
           "captioning": ("--explain", "--top-k"),
           "multitask": ("--top-k", "--beam", "--attention", "--explain", "--save-attention")}
 
@@ -256,6 +259,12 @@ def _multitask(args, run: Run, out) -> int:
     return predict_multitask(args, run, out)
 
 
+def _tokens(args, run: Run, out) -> int:
+    from attnflow.cli.predict_tokens import predict_tokens
+
+    return predict_tokens(args, run, out)
+
+
 def _captions(args, run: Run, out) -> int:
     from attnflow.cli.predict_image import predict_captions
 
@@ -329,14 +338,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         run = load_run(args.model, args.device)
         kind = run_interface(run)
         handlers = {"documents": _documents, "graph": _graph, "text_classification": _texts,
-                    "pretraining": _texts, "captioning": _captions, "multitask": _multitask}
+                    "pretraining": _texts, "token_classification": _tokens, "captioning": _captions,
+                    "multitask": _multitask}
         if kind not in handlers:
             tool = " (translation runs: attnflow-translate)" if kind == "seq2seq" else ""
             raise PredictError(f"the run at {run.run_dir} works on {kind or 'unknown data'}; "
                                f"attnflow-predict labels documents, graph nodes and texts (BERT "
-                               f"runs: text_classification, bert_pretraining, multitask) and "
-                               f"captions images"
-                               f"{tool}")
+                               f"runs: text_classification, token_classification, "
+                               f"bert_pretraining, multitask) and captions images{tool}")
         _drop_unread(args, kind, run)
         with _output(args.output) as out:
             return handlers[kind](args, run, out)

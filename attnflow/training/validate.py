@@ -121,6 +121,7 @@ INTERFACES = {"seq2seq": "sequence pairs (source and target token ids)",
               "graph": "graphs (node features, edges, node labels)",
               "pretraining": "unlabelled text as sentence pairs (MLM and NSP batches)",
               "text_classification": "labelled texts (token ids, one label per text)",
+              "token_classification": "tagged sentences (token ids, a tag per word)",
               "multitask": "several tasks' data at once (a batch of each per step)",
               "captioning": "images with captions (pixels or region features, caption token ids)"}
 

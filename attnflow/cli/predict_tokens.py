@@ -1,0 +1,122 @@
+"""attnflow-predict for token-classification runs (BERT, ``task=token_classification``): a tag for
+every word of each input line.
+
+An input line is split at whitespace into words (``--file`` ``.jsonl``: each object's token list,
+the run's ``data.tokens_field``); the words are encoded as in training (WordPiece pieces of each
+word, cut to the run's ``data.max_len``) and each word is tagged by its first piece's argmax.
+Output, one line per input line: ``word/TAG word/TAG …`` (the tag follows the last ``/``; a word
+past the cut gets ``-``, with a note on stderr), or with ``--json`` an object with ``words``,
+``tags`` (null past the cut), ``probabilities`` (of each word's tag) and ``text``. An empty line
+gives ``-``. ``--save-attention``: per input i ``{i}/tokens`` and ``{i}/cls_attention`` (N, J, T).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Iterator, List, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+
+from attnflow.cli.predict_io import PredictError, label_all, read_texts, write_attention
+from attnflow.cli.predict_text import BertRun, forward, load_bert
+from attnflow.io.checkpoints import Run
+from attnflow.io.text import iter_lines, no_inputs
+
+Line = Union[str, Sequence[str]]  # a text line, or a JSON line's words
+
+
+def _jsonl_words(path: str, field: str) -> Iterator[List[str]]:
+    for n, line in enumerate(iter_lines(path, "--file"), 1):
+        if not line.strip():
+            yield []
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise PredictError(f"{path} line {n} is not JSON: {err}") from None
+        words = row.get(field) if isinstance(row, dict) else None
+        if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
+            raise PredictError(f"{path} line {n} has no list of words in '{field}' (the run's "
+                               f"data.tokens_field)")
+        yield words
+
+
+def read_lines(args, field: str) -> Tuple[Iterator[Line], str]:
+    """The inputs (text lines, or a ``.jsonl`` file's word lists) and how to name one."""
+    if not args.texts and args.file and args.file.endswith((".jsonl", ".jsonl.gz")):
+        return _jsonl_words(args.file, field), f"{args.file} line"
+    return read_texts(args, field="")
+
+
+@torch.no_grad()
+def tag_lines(bert: BertRun, lines: Sequence[Line]) -> List[dict]:
+    """Per line: ``text``, ``words``, ``tags`` and ``probabilities`` (None for a word past the
+    cut), ``cut`` (such words), ``empty``, ``subwords``; a non-empty one also ``tokens`` and
+    ``cls_attention`` (N, J, T) numpy."""
+    from attnflow.data.tagged import IGNORE, encode_tagged
+
+    words = [line.split() if isinstance(line, str) else [w.strip() for w in line] for line in lines]
+    words = [[w for w in ws if w] for ws in words]
+    ids, labels, cut = encode_tagged(bert.tokenizer, words, [np.zeros(len(w), np.int64) for w in words],
+                                     bert.max_len)
+    results = [{"text": line if isinstance(line, str) else " ".join(line), "words": ws,
+                "empty": not ws, "cut": c} for line, ws, c in zip(lines, words, cut)]
+    live = [k for k, r in enumerate(results) if not r["empty"]]
+    if not live:
+        return results
+    hidden, cls, lens = forward(bert, [{"ids": ids[k], "segments": np.zeros_like(ids[k])}
+                                       for k in live])
+    probs = torch.softmax(bert.model.token_logits(hidden).float(), -1).cpu()
+    top, best = probs.max(-1)
+    for row, k in enumerate(live):
+        r, n = results[k], int(lens[row])
+        first = np.flatnonzero(labels[k] != IGNORE)  # each kept word's first piece, in order
+        tags = [bert.class_names[c] for c in best[row, first].tolist()]
+        pad = [None] * r["cut"]
+        r.update(tags=tags + pad, probabilities=top[row, first].tolist() + pad,
+                 tokens=[bert.itos[x] for x in ids[k].tolist()],
+                 cls_attention=cls[row, :, :, :n].cpu().numpy())
+    return results
+
+
+def tagged_line(r: dict, as_json: bool) -> str:
+    """The output line of a tagged input (module docstring)."""
+    if as_json:
+        keys = ("words", "tags", "probabilities", "text")
+        empty = {"empty": True} if r["empty"] else {}
+        return json.dumps({**{k: r.get(k, []) for k in keys}, **empty})
+    if r["empty"]:
+        return "-"
+    return " ".join(f"{w}/{t if t is not None else '-'}" for w, t in zip(r["words"], r["tags"]))
+
+
+def predict_tokens(args, run: Run, out) -> int:
+    """attnflow-predict on a token-classification run (module docstring)."""
+    bert = load_bert(run, args.device)
+    field = (run.config.get("data") or {}).get("tokens_field") or "tokens"
+    lines, where = read_lines(args, field)
+    limit = bert.max_len - 2
+    caps = f"{limit} subwords (the run's data.max_len={bert.max_len})"
+
+    def step(chunk, first):
+        results = tag_lines(bert, chunk)
+        arrays = {}
+        for i, r in enumerate(results if args.save_attention else (), first):
+            arrays[f"{i}/tokens"] = np.asarray(r.get("tokens", []), dtype=str)
+            if not r["empty"]:
+                arrays[f"{i}/cls_attention"] = r["cls_attention"]
+        return results, arrays
+
+    def note(r, _):
+        msg = (f"has {len(r['words'])} words; the model reads at most {caps}: its last "
+               f"{r['cut']} words are not tagged ('-')")
+        return msg if r["cut"] else None, len(r["words"]), r["cut"]
+
+    arrays, n = label_all(args, out, lines, where, step, lambda r: tagged_line(r, args.json), note,
+                          what="lines", caps=caps + ": {cut} of {size} words",
+                          empty="no words to tag ('-' is written in its place)",
+                          none=no_inputs("lines", "--file", args.file))
+    if args.save_attention:
+        write_attention(args.save_attention, arrays, "tokens", n, "lines")
+    return 0
