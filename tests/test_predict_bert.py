@@ -309,3 +309,31 @@ def test_a_multitask_run_gets_a_label_per_task(tmp_path, capsys):
     assert main([str(run), texts[0], "--json"]) == 0
     row = json.loads(capsys.readouterr().out)
     assert set(row) == {"polarity", "rating", "text"} and set(row["rating"]["probabilities"]) == {"2", "9"}
+
+
+def test_a_multitask_run_with_a_token_task_tags_its_words(tmp_path, capsys):
+    """A token-classification task's column is word/TAG per word, as its head gives them."""
+    write_jsonl(tmp_path / "train.jsonl", _reviews(30, 2))
+    run = fabricate_run(["experiment=bert_imdb_multitask", f"data.common.train_path={tmp_path}/train.jsonl",
+                         f"data.common.val_path={tmp_path}/train.jsonl", "data.common.test_path=",
+                         "data.common.max_len=16", "data.tasks.polarity.labels=[neg,pos]",
+                         "~data.tasks.rating", "~task.tasks.rating", "data.common.vocab_size=120",
+                         "+data.tasks.ner={name:synthetic_ner,train_size:20,val_size:5,test_size:0,max_len:16}",
+                         "+task.tasks.ner={weight:1.0,task:{name:token_classification}}",
+                         *[o for o in TINY if not o.startswith("data.")], *QUIET], tmp_path / "mt")
+    assert main([str(run), "Anna flew to Paris .", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["ner"]["words"] == ["Anna", "flew", "to", "Paris", "."] and len(row["ner"]["tags"]) == 5
+    assert set(row["polarity"]["probabilities"]) == {"neg", "pos"}
+    from attnflow.cli.predict_multitask import load_multitask
+    from attnflow.cli.predict_tokens import tag_lines
+    from attnflow.io.checkpoints import load_run
+
+    runs, kinds = load_multitask(load_run(run))
+    assert kinds == {"polarity": "text_classification", "ner": "token_classification"}
+    want = tag_lines(runs["ner"], ["Anna flew to Paris ."], "ner")[0]
+    assert row["ner"]["tags"] == want["tags"]  # the ner head's, not another's
+    assert main([str(run), "Anna flew to Paris ."]) == 0
+    header, line = capsys.readouterr().out.splitlines()
+    assert header == "polarity\tpolarity_probability\tner\ttext"
+    assert line.split("\t")[2] == " ".join(f"{w}/{t or '-'}" for w, t in zip(want["words"], want["tags"]))

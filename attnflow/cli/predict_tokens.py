@@ -13,7 +13,7 @@ gives ``-``. ``--save-attention``: per input i ``{i}/tokens`` and ``{i}/cls_atte
 from __future__ import annotations
 
 import json
-from typing import Iterator, List, Sequence, Tuple, Union
+from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -50,10 +50,10 @@ def read_lines(args, field: str) -> Tuple[Iterator[Line], str]:
 
 
 @torch.no_grad()
-def tag_lines(bert: BertRun, lines: Sequence[Line]) -> List[dict]:
+def tag_lines(bert: BertRun, lines: Sequence[Line], task: Optional[str] = None) -> List[dict]:
     """Per line: ``text``, ``words``, ``tags`` and ``probabilities`` (None for a word past the
     cut), ``cut`` (such words), ``empty``, ``subwords``; a non-empty one also ``tokens`` and
-    ``cls_attention`` (N, J, T) numpy."""
+    ``cls_attention`` (N, J, T) numpy. ``task``: the head of a multi-task run."""
     from attnflow.data.tagged import IGNORE, encode_tagged
 
     words = [line.split() if isinstance(line, str) else [w.strip() for w in line] for line in lines]
@@ -67,7 +67,7 @@ def tag_lines(bert: BertRun, lines: Sequence[Line]) -> List[dict]:
         return results
     hidden, cls, lens = forward(bert, [{"ids": ids[k], "segments": np.zeros_like(ids[k])}
                                        for k in live])
-    probs = torch.softmax(bert.model.token_logits(hidden).float(), -1).cpu()
+    probs = torch.softmax(bert.model.token_logits(hidden, task).float(), -1).cpu()
     top, best = probs.max(-1)
     for row, k in enumerate(live):
         r, n = results[k], int(lens[row])
