@@ -52,6 +52,8 @@ def runs(tmp_path_factory):
         "pretraining": fabricate_run(["experiment=bert_pretrain_imdb", f"data.train_path={base}/corpus.txt",
                                       f"data.val_path={base}/corpus.txt", "data.max_len=24", *TINY,
                                       *QUIET], base / "pre"),
+        "token": fabricate_run(["experiment=bert_tokens", "data.train_size=40", "data.val_size=10",
+                                "data.test_size=0", "data.max_len=24", *TINY, *QUIET], base / "tok"),
         "han": fabricate_run(document_overrides(docs), base / "han"),
         "gat": fabricate_run(GRAPH, base / "gat"),
         "transformer": fabricate_run(translation_overrides(parallel_files(base / "mt"), "mt_transformer"),
@@ -88,6 +90,22 @@ def test_a_sequence_classifier_loads_in_transformers_with_equal_tokens_and_logit
         got = hf(input_ids=ids, token_type_ids=seg, attention_mask=mask.long()).logits
     print(f"\nhf sequence logits: max |Δ| = {(got - want).abs().max():.1e}")  # (-s)
     assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
+
+
+def test_a_token_classifier_loads_in_transformers_with_equal_logits(runs, tmp_path):
+    from transformers import AutoModelForTokenClassification
+
+    run = jitter(runs["token"])
+    assert main([str(run), "--to", "hf", str(tmp_path / "hf")]) == 0
+    hf = AutoModelForTokenClassification.from_pretrained(tmp_path / "hf").eval()
+    bert, rows = attnflow_bert(run)
+    assert list(hf.config.id2label.values()) == bert.class_names and bert.class_names[0] == "O"
+    ids, seg, mask = padded(rows)
+    with torch.no_grad():
+        want = bert.model.token_logits(bert.model(ids, seg, mask))
+        got = hf(input_ids=ids, token_type_ids=seg, attention_mask=mask.long()).logits
+    print(f"\nhf token logits: max |Δ| = {(got - want)[mask].abs().max():.1e}")  # (-s)
+    assert torch.allclose(got[mask], want[mask], atol=1e-5), (got - want)[mask].abs().max()
 
 
 def test_a_pretraining_run_round_trips_through_hf(runs, tmp_path):
@@ -148,7 +166,7 @@ def test_a_setting_hf_lacks_is_refused_naming_it(runs, tmp_path, capsys):
 
 def _inputs(kind, model, gen):
     """Inputs of other sizes than the exporter's example."""
-    if kind == "sequence":
+    if kind in ("sequence", "token"):
         ids = torch.randint(5, model.token_embedding.num_embeddings, (3, 11), generator=gen)
         ids[1, 7:] = 0
         ids[2, 4:] = 0
@@ -167,7 +185,7 @@ def _inputs(kind, model, gen):
     return {"src": src, "src_lengths": lengths}
 
 
-@pytest.mark.parametrize("kind", ["sequence", "han", "gat", "transformer"])
+@pytest.mark.parametrize("kind", ["sequence", "token", "han", "gat", "transformer"])
 def test_onnx_files_compute_what_attnflow_computes(runs, tmp_path, kind, capsys):
     ort = pytest.importorskip("onnxruntime")
     from attnflow.cli import export

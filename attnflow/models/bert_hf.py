@@ -222,7 +222,8 @@ def hf_config(model: Dict[str, Any], vocab_size: int, class_names: List[str]) ->
             "num_attention_heads": attention["heads"], "intermediate_size": model["ffn_dim"],
             "hidden_act": model["activation"], "hidden_dropout_prob": model["dropout"],
             "attention_probs_dropout_prob": attention.get("dropout", 0.0),
-            "max_position_embeddings": model["max_len"], "type_vocab_size": model["type_vocab_size"],
+            "max_position_embeddings": model["positional"]["max_len"],  # the table's rows
+            "type_vocab_size": model["type_vocab_size"],
             "initializer_range": model["init_std"], "layer_norm_eps": model["norm_eps"],
             "pad_token_id": 0, "classifier_dropout": model["classifier_dropout"],
             "tie_word_embeddings": True, "position_embedding_type": "absolute",
