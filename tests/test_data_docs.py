@@ -22,7 +22,13 @@ SMALL = {"han_imdb": ["model.embed_dim=8", "model.word_encoder.hidden_dim=4",
          "mt_transformer": ["model.d_model=16", "model.ffn_dim=16", "model.encoder_layers=1",
                             "model.decoder_layers=1", "attention.heads=2", "data.vocab_size=60",
                             "task.beam_size=1"],
-         "gat_graph": ["task.picture=false"]}
+         "gat_graph": ["task.picture=false"],
+         "self_attentive_imdb": ["model.embed_dim=8", "model.encoder.hidden_dim=4", "model.hops=2",
+                                 "model.attn_dim=4", "model.mlp_dim=4", "data.min_freq=1"],
+         "bert_imdb": ["model.d_model=16", "model.layers=1", "model.ffn_dim=16", "attention.heads=2",
+                       "data.vocab_size=60", "data.max_len=16"],
+         "captions": ["data.image_size=16", "model.decoder.embed_dim=8", "model.decoder.hidden_dim=8",
+                      "task.beam_size=1"]}
 QUIET = ["trainer.max_epochs=1", "callbacks.progress_bar=none", "callbacks.attention_maps.examples=0",
          "logger=csv"]
 
@@ -50,26 +56,39 @@ def test_the_sections_name_their_files():
     assert list(files) == ["corpus/train.fr", "corpus/train.en"]
     files, command = section("Graphs")
     assert list(files) == ["graph/nodes.csv", "graph/edges.csv"]
+    files, command = section("Image captions")
+    assert list(files) == ["photos/captions.tsv"] and command[1] == "data=captions"
 
 
-@pytest.mark.parametrize("title, copies", [
-    ("Documents and texts", {"reviews/train.csv": "reviews/dev.csv"}),
-    ("Translation", {"corpus/train.fr": "corpus/dev.fr", "corpus/train.en": "corpus/dev.en"}),
-    ("Graphs", {}),
+@pytest.mark.parametrize("title, copies, experiment", [
+    ("Documents and texts", {"reviews/train.csv": "reviews/dev.csv"}, None),
+    ("Documents and texts", {"reviews/train.csv": "reviews/dev.csv"}, "self_attentive_imdb"),
+    ("Documents and texts", {"reviews/train.csv": "reviews/dev.csv"}, "bert_imdb"),
+    ("Translation", {"corpus/train.fr": "corpus/dev.fr", "corpus/train.en": "corpus/dev.en"}, None),
+    ("Graphs", {}, None),
+    ("Image captions", {}, None),
 ])
-def test_the_documented_example_trains(tmp_path, monkeypatch, title, copies):
+def test_the_documented_example_trains(tmp_path, monkeypatch, title, copies, experiment):
+    """(``experiment``: the section's command with this experiment, as its text says works.)"""
+    from PIL import Image
+
     from attnflow.training.run import train
 
     files, command = section(title)
+    if experiment:
+        command[1] = f"experiment={experiment}"
     monkeypatch.chdir(tmp_path)
     for name, text in files.items():
         for path in (name, *([copies[name]] if name in copies else [])):
             (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
             (tmp_path / path).write_text(text, encoding="utf-8")
-    experiment = command[1].split("=", 1)[1]
+    for k, image in enumerate(sorted({ln.split("\t")[0] for ln in files.get("photos/captions.tsv", "").split("\n") if ln})):
+        (tmp_path / "photos" / "images").mkdir(parents=True, exist_ok=True)  # a plain colour each
+        Image.new("RGB", (20, 16), (200 * k, 90, 40)).save(tmp_path / "photos" / "images" / image, "JPEG")
+    experiment = next(a.split("=", 1)[1] for a in command if a.startswith(("experiment=", "data=")))
     summary = train(compose_cfg([*command[1:], *SMALL[experiment], *QUIET]), tmp_path / "run")
     assert summary["epochs"] == 1
-    if title.startswith("Documents"):
+    if title.startswith("Documents") and experiment != "bert_imdb":
         art = json.loads((tmp_path / "run" / "vocab.json").read_text())
         assert art["class_names"] == ["neg", "pos"]
 
