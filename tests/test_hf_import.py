@@ -191,3 +191,26 @@ def test_a_fine_tuning_run_starts_from_the_checkpoint(checkpoint, tmp_path, capl
     resumed = from_hydra(compose_cfg([f"resume={run}", "trainer.max_steps=3"]), ["trainer.max_steps=3"])
     again = train(resumed, run)
     assert again["global_step"] == 3
+
+
+def test_token_classification_and_multitask_start_from_it(checkpoint, tmp_path, caplog):
+    """experiment=bert_tokens trains from the checkpoint (its tokenizer tags the generated
+    sentences); bert_imdb_multitask takes its architecture and tokenizer too."""
+    from attnflow.training.run import train
+    from attnflow.training.validate import resolve_config
+    from support import compose_cfg
+
+    _, folder = checkpoint
+    with caplog.at_level(logging.INFO, logger="attnflow.models.bert"):
+        summary = train(compose_cfg([
+            "experiment=bert_tokens", f"model.init_from=hf:{folder}", "data.train_size=40",
+            "data.val_size=10", "data.test_size=0", "test=false", "data.max_len=32",
+            "trainer.max_steps=2", "callbacks.progress_bar=none",
+            "callbacks.attention_maps.examples=0", "logger=csv"]), tmp_path / "tok")
+    assert summary["global_step"] == 2
+    line = next(r.getMessage() for r in caplog.records if "loaded" in r.getMessage())
+    assert "new: classifier.weight, classifier.bias" in line
+    cfg = resolve_config(compose_cfg(["experiment=bert_imdb_multitask", f"model.init_from=hf:{folder}",
+                                      "data.common.max_len=32"]))
+    assert (cfg["model"]["d_model"], cfg["model"]["layers"]) == (32, 2)
+    assert cfg["data"]["common"]["tokenizer_from"] == f"hf:{folder}"
