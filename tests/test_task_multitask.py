@@ -132,8 +132,8 @@ def test_a_zero_weight_leaves_its_head_without_gradient(files):
 
 def test_a_run_logs_each_tasks_metrics_under_its_name_and_is_evaluated(files, tmp_path, monkeypatch, capsys):
     """A 3-step run: train/{task}/…, val/{task}/… and {split}/loss = Σ λ_t L_t; one tokenizer
-    trained for both tasks; attnflow-eval reproduces the final metrics; attnflow-predict refuses."""
-    import attnflow.data.text_classification as text_data
+    trained for both tasks; attnflow-eval reproduces the final metrics; attnflow-predict labels."""
+    import attnflow.data.corpus as text_data
     from attnflow.cli.evaluate import evaluate
 
     trained = []

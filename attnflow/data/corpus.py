@@ -5,7 +5,7 @@ vocabulary in that order: :mod:`attnflow.models.bert_hf`), saved with the run.""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 from attnflow.data.base import random_subset
 from attnflow.data.documents import clean, split_sentences
@@ -121,6 +121,20 @@ def load_tokenizer(source: str, owner: str):
 
         tok = Tokenizer.from_str(text)
     check_specials(tok, where)
+    return tok
+
+
+def bert_tokenizer(run_dir, tokenizer_from: Optional[str], owner: str,
+                   training_texts: Callable[[], Sequence[str]], vocab_size: int, lowercase: bool):
+    """This run's saved tokenizer (resume), else ``tokenizer_from``'s (a run or ``hf:…``), else
+    a WordPiece trained on ``training_texts()``; saved with the run."""
+    tok = run_tokenizer(run_dir) if run_dir else None
+    if tok is None and tokenizer_from:
+        tok = load_tokenizer(tokenizer_from, owner)
+    elif tok is None:
+        tok = train_wordpiece(training_texts(), vocab_size, lowercase)
+    if run_dir:
+        save_tokenizer(tok, run_dir)
     return tok
 
 

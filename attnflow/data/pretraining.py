@@ -19,8 +19,8 @@ from torch.utils.data import DataLoader
 
 from attnflow.data.base import Columns, FileDataModule, eval_sampler
 from attnflow.data.buckets import BucketBatchSampler
-from attnflow.data.corpus import (CLS, MASK, PAD, SEP, SPECIALS, load_tokenizer, read_documents,
-                                  run_tokenizer, save_tokenizer, sentences_of, train_wordpiece)
+from attnflow.data.corpus import (CLS, MASK, PAD, SEP, SPECIALS, bert_tokenizer, read_documents,
+                                  save_tokenizer, sentences_of)
 from attnflow.data.documents import clean
 from attnflow.data.errors import DataError
 from attnflow.config.registry import DATA, NonNegativeInt, PositiveInt, Probability, Range
@@ -195,23 +195,17 @@ class PretrainingDataModule(FileDataModule):
         return self.texts[split]
 
     def prepare_tokenizer(self) -> None:
-        """The run's saved tokenizer (resume), else ``tokenizer_from``'s, else one trained on the
-        training texts; saved with the run."""
-        if self.tokenizer is None and self.run_dir:
-            self.tokenizer = run_tokenizer(self.run_dir)
-        if self.tokenizer is None and self.tokenizer_from:
-            self.tokenizer = load_tokenizer(self.tokenizer_from, OWNER)
-            if self.run_dir:
-                self.save_artifacts(self.run_dir)
-        if self.tokenizer is not None:
-            return
-        train = self.split_texts("train")
-        for split in ("val", "test"):  # a missing or broken file fails now, before any work
-            if self.paths[split] is not None:
-                self.split_texts(split)
-        self.tokenizer = train_wordpiece([clean(t) for t in train], self.vocab, self.lowercase)
-        if self.run_dir:
-            self.save_artifacts(self.run_dir)
+        """The run's tokenizer (:func:`~attnflow.data.corpus.bert_tokenizer`); one trained here
+        reads every split first, so a missing or broken file fails before any work."""
+        def training_texts():
+            for split in ("val", "test"):
+                if self.paths[split] is not None:
+                    self.split_texts(split)
+            return [clean(t) for t in self.split_texts("train")]
+
+        if self.tokenizer is None:
+            self.tokenizer = bert_tokenizer(self.run_dir, self.tokenizer_from, OWNER, training_texts,
+                                            self.vocab, self.lowercase)
 
     def save_artifacts(self, run_dir) -> Path:
         """The tokenizer with the run (:func:`save_tokenizer`)."""

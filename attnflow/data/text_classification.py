@@ -20,8 +20,7 @@ from attnflow.data.base import Columns, FileDataModule, check_labels, class_labe
 from attnflow.data.documents import clean
 from attnflow.data.tables import has_header, read_table, table_format
 from attnflow.data.errors import DataError, numbered_lines
-from attnflow.data.corpus import (CLS, PAD, SEP, SPECIALS, load_tokenizer, run_tokenizer,
-                                  save_tokenizer, train_wordpiece)
+from attnflow.data.corpus import CLS, PAD, SEP, SPECIALS, bert_tokenizer, run_tokenizer, save_tokenizer
 from attnflow.data.pretraining import DEFAULT_VOCAB, pad_rows
 from attnflow.config.registry import DATA, NonNegativeInt, PositiveInt, Range
 from attnflow.io.console import warn_unread
@@ -127,18 +126,14 @@ class TextClassificationDataModule(FileDataModule):
             log.info("%s: no test split (%s is absent)", OWNER, self.paths["test"])
 
     def prepare_tokenizer(self) -> None:
-        """This run's saved tokenizer (resume), else the pretraining run's, else train one."""
-        if self.tokenizer is not None:
-            return
-        self.tokenizer = run_tokenizer(self.run_dir) if self.run_dir else None
-        if self.tokenizer is None and self.tokenizer_from:
-            self.tokenizer = load_tokenizer(self.tokenizer_from, OWNER)
-        elif self.tokenizer is None:
-            self.read()
-            self.tokenizer = train_wordpiece([clean(t) for t, _ in self.rows["train"]], self.vocab,
-                                             self.lowercase)
-        if self.run_dir:
-            self.save_artifacts(self.run_dir)
+        """The run's tokenizer (:func:`~attnflow.data.corpus.bert_tokenizer`)."""
+        if self.tokenizer is None:
+            self.tokenizer = bert_tokenizer(self.run_dir, self.tokenizer_from, OWNER,
+                                            self._training_texts, self.vocab, self.lowercase)
+
+    def _training_texts(self) -> List[str]:
+        self.read()
+        return [clean(t) for t, _ in self.rows["train"]]
 
     def save_artifacts(self, run_dir) -> Path:
         """The tokenizer with the run (``pretraining.save_tokenizer``)."""

@@ -17,11 +17,10 @@ from torch.utils.data import DataLoader
 
 from attnflow.config.registry import DATA, NonNegativeInt, PositiveInt, Range
 from attnflow.data.base import Columns, FileDataModule, check_labels
-from attnflow.data.corpus import PAD, SPECIALS, run_tokenizer, save_tokenizer, train_wordpiece
+from attnflow.data.corpus import PAD, SPECIALS, bert_tokenizer, run_tokenizer, save_tokenizer
 from attnflow.data.errors import DataError
 from attnflow.data.synthetic_ner import TAGS, draw_splits
 from attnflow.data.tagged import Tagged, collate_tagged, encode_tagged, read_tagged, tag_values
-from attnflow.data.corpus import load_tokenizer
 from attnflow.data.pretraining import DEFAULT_VOCAB
 from attnflow.io.console import warn_unread
 
@@ -82,18 +81,14 @@ class TaggedDataModule(FileDataModule):
             self.rows["test"] = self.sentences("test", tags)
 
     def prepare_tokenizer(self) -> None:
-        """This run's saved tokenizer (resume), else the pretraining run's, else train one."""
-        if self.tokenizer is not None:
-            return
-        self.tokenizer = run_tokenizer(self.run_dir) if self.run_dir else None
-        if self.tokenizer is None and self.tokenizer_from:
-            self.tokenizer = load_tokenizer(self.tokenizer_from, OWNER)
-        elif self.tokenizer is None:
-            self.read()
-            self.tokenizer = train_wordpiece([" ".join(w) for w, _ in self.rows["train"]],
-                                             self.vocab, self.lowercase)
-        if self.run_dir:
-            self.save_artifacts(self.run_dir)
+        """The run's tokenizer (:func:`~attnflow.data.corpus.bert_tokenizer`)."""
+        if self.tokenizer is None:
+            self.tokenizer = bert_tokenizer(self.run_dir, self.tokenizer_from, OWNER,
+                                            self._training_texts, self.vocab, self.lowercase)
+
+    def _training_texts(self) -> List[str]:
+        self.read()
+        return [" ".join(w) for w, _ in self.rows["train"]]
 
     def save_artifacts(self, run_dir):
         """The tokenizer with the run (``corpus.save_tokenizer``)."""
