@@ -163,3 +163,28 @@ def test_multi_reference_bleu_takes_the_best_matching_reference():
     assert word_error_rate(hyps, refs) == pytest.approx(word_error_rate(hyps, [r[0] for r in refs]))
     with pytest.raises(ValueError, match="at least one reference"):
         corpus_bleu(["x"], [[]])
+
+
+def test_a_split_is_two_files_or_a_pattern_here_or_under_root(tmp_path, monkeypatch):
+    """[source, target] and a {lang} pattern name files in the working directory, else under
+    data.root; a stem needs data.root; a missing file names both places."""
+    from attnflow.config.registry import DATA, ConfigError
+    from attnflow.data.errors import DataError
+
+    pairs = [("ein Hund", "a dog"), ("eine Katze", "a cat"), ("zwei Hunde", "two dogs")]
+    (tmp_path / "root").mkdir()
+    for folder, stem in ((tmp_path, "mine"), (tmp_path / "root", "theirs")):
+        (folder / f"{stem}.de").write_text("".join(d + "\n" for d, _ in pairs))
+        (folder / f"{stem}.en").write_text("".join(e + "\n" for _, e in pairs))
+    monkeypatch.chdir(tmp_path)
+    dm = DATA.build({"name": "parallel", "root": str(tmp_path / "root"), "train": ["mine.de", "mine.en"],
+                     "val": "theirs.{lang}", "test": None, "vocab_size": 30})
+    assert dm.split_text("train") == dm.split_text("val") == ([d for d, _ in pairs], [e for _, e in pairs])
+    assert dm.missing_test() and "data.test is null" in dm.missing_test()
+    with pytest.raises(ConfigError, match=r"data.train=train is a file stem under data.root"):
+        DATA.build({"name": "parallel", "root": "", "train": "train"})
+    with pytest.raises(ConfigError, match=r"must be a file stem, a pattern with \{lang\}, or two files"):
+        DATA.build({"name": "parallel", "root": "r", "train": ["a.de"]})
+    gone = DATA.build({"name": "parallel", "root": str(tmp_path / "root"), "train": "nope.{lang}"})
+    with pytest.raises(DataError, match=r"data.train names nope.de, which is not a file \(nor .*root/nope.de\)"):
+        gone.split_text("train")

@@ -151,6 +151,18 @@ def test_missing_files_and_offline_hub_ids_are_one_line_refusals(tmp_path, monke
     assert "\n" not in str(err.value)
 
 
+def test_a_hub_id_is_fetched_with_huggingface_hub(checkpoint, monkeypatch):
+    """hf:<id> asks huggingface_hub for the checkpoint's files only (here answered from the
+    local folder: the tests never download) and reads what it returns."""
+    hub = pytest.importorskip("huggingface_hub")
+    asked = []
+    monkeypatch.setattr(hub, "snapshot_download",
+                        lambda repo, allow_patterns: asked.append((repo, allow_patterns)) or str(checkpoint[1]))
+    assert bert_hf.checkpoint_dir("hf:prajjwal1/bert-mini") == checkpoint[1]
+    assert asked == [("prajjwal1/bert-mini", list(bert_hf.FILES))]
+    assert bert_hf.architecture(bert_hf.checkpoint_dir("hf:bert-base-uncased"))["d_model"] == 32
+
+
 def test_a_fine_tuning_run_starts_from_the_checkpoint(checkpoint, tmp_path, caplog):
     """experiment=bert_imdb with model.init_from=hf:<dir>: the architecture comes from
     config.json (a typed field it replaces: one warning), the encoder from the weights, the

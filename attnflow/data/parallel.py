@@ -1,6 +1,6 @@
 """Parallel text: line-aligned files, per split a stem (``<root>/<stem>.<lang>[.gz]``, Multi30k's
 layout), a pattern with ``{lang}`` (``corpus/train-{lang}.txt``) or two files ``[source,
-target]`` (these two as every data path: relative to the working directory); subword
+target]`` (these two relative to the working directory, else to ``root``); subword
 tokenisation and length-bucketed batches. Tokenizers: NFKC (optionally lower case), Metaspace +
 punctuation (decoding restores plain text for sacreBLEU), BPE (Sennrich et al. 2016) or WordPiece
 trained on the training split (one for both sides with ``shared_vocab``), saved with the run.
@@ -29,16 +29,19 @@ def split_files(root: Path, spec: Any, langs: Sequence[str], split: str) -> List
     if spec is None:
         raise DataFileNotFoundError(f"data 'parallel': data.{split} is null; name its files")
     if isinstance(spec, (list, tuple)):
-        named = [Path(p) for p in spec]
+        named = list(spec)
     elif "{lang}" in spec:
-        named = [Path(spec.format(lang=lang)) for lang in langs]
+        named = [spec.format(lang=lang) for lang in langs]
     else:
         return [find_file(root, spec, lang) for lang in langs]
-    for path in named:
-        if not path.is_file():
-            raise DataFileNotFoundError(f"data 'parallel': data.{split} names {path}, which is "
-                                        f"not a file")
-    return named
+    found = []
+    for name in named:  # as given (the working directory), else under data.root
+        path = next((p for p in (Path(name), root / name) if p.is_file()), None)
+        if path is None:
+            raise DataFileNotFoundError(f"data 'parallel': data.{split} names {name}, which is not a "
+                                        f"file (nor {root / name})")
+        found.append(path)
+    return found
 
 
 def check_split(split: str, spec: Any, root: str) -> None:
