@@ -192,6 +192,8 @@ def test_a_fine_tuning_run_starts_from_the_checkpoint(checkpoint, tmp_path, capl
     saved = yaml.safe_load((run / "config.yaml").read_text())["model"]
     assert (saved["d_model"], saved["layers"], saved["attention"]["heads"], saved["norm_eps"]) == (
         32, 2, 4, 1e-12)
+    groups = yaml.safe_load((run / "config.yaml").read_text())
+    assert groups["attention"] == saved["attention"] and groups["scorer"] == {"name": "scaled_dot"}
     assert any("loaded" in r.getMessage() and str(folder) in r.getMessage() for r in caplog.records)
     tok = hf_tokenizer(f"hf:{folder}", "test")
     from tokenizers import Tokenizer

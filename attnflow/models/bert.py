@@ -220,6 +220,9 @@ class BertModel(nn.Module):
             if parts[0] in shared or (parts[0] == "model" and len(parts) > 1 and parts[1] in fields):
                 warn_unread(shown, f"model.init_from={target} sets the architecture (its config.json)")
         cfg["model"].update(fields)
+        groups = {**{k: fields["attention"][k] for k in shared[1:4]}, "attention": fields["attention"],
+                  "positional": fields["positional"]}
+        cfg.update({k: v for k, v in groups.items() if k in cfg})  # the shared groups say the same
 
     def _checkpoint_state(self, target: str) -> tuple:
         """(where, {name: tensor}) of the ``bert`` run or HF checkpoint at ``target`` (weights
