@@ -79,7 +79,9 @@ def test_a_sequence_classifier_loads_in_transformers_with_equal_tokens_and_logit
 
     run = jitter(runs["sequence"])
     assert main([str(run), "--to", "hf", str(tmp_path / "hf")]) == 0
-    hf = AutoModelForSequenceClassification.from_pretrained(tmp_path / "hf").eval()
+    hf, info = AutoModelForSequenceClassification.from_pretrained(tmp_path / "hf", output_loading_info=True)
+    assert not any(info.values()), info  # every tensor used, none left over
+    hf.eval()
     tok = AutoTokenizer.from_pretrained(tmp_path / "hf")
     bert, rows = attnflow_bert(run)
     assert tok(TEXTS)["input_ids"] == rows  # [CLS] subwords [SEP], as the run encodes
@@ -97,7 +99,9 @@ def test_a_token_classifier_loads_in_transformers_with_equal_logits(runs, tmp_pa
 
     run = jitter(runs["token"])
     assert main([str(run), "--to", "hf", str(tmp_path / "hf")]) == 0
-    hf = AutoModelForTokenClassification.from_pretrained(tmp_path / "hf").eval()
+    hf, info = AutoModelForTokenClassification.from_pretrained(tmp_path / "hf", output_loading_info=True)
+    assert not any(info.values()), info  # every tensor used, none left over (no pooler)
+    hf.eval()
     bert, rows = attnflow_bert(run)
     assert list(hf.config.id2label.values()) == bert.class_names and bert.class_names[0] == "O"
     ids, seg, mask = padded(rows)
@@ -115,7 +119,9 @@ def test_a_pretraining_run_round_trips_through_hf(runs, tmp_path):
 
     run = jitter(runs["pretraining"])
     assert main([str(run), "--to", "hf", str(tmp_path / "hf")]) == 0
-    hf = BertForPreTraining.from_pretrained(tmp_path / "hf").eval()
+    hf, info = BertForPreTraining.from_pretrained(tmp_path / "hf", output_loading_info=True)
+    assert not any(info.values()), info
+    hf.eval()
     bert, rows = attnflow_bert(run)
     ids, seg, mask = padded(rows)
     from attnflow.models import bert_hf

@@ -62,7 +62,7 @@ def export_hf(run: Run, kind: str, folder: Path) -> Path:
     try:
         (tmp / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
         with torch.no_grad():
-            save_file(bert_hf.to_hf(bert.model.state_dict()), tmp / "model.safetensors",
+            save_file(bert_hf.to_hf(bert.model.state_dict(), bert.model.head), tmp / "model.safetensors",
                       metadata={"format": "pt"})
         save_hf_tokenizer(bert.tokenizer, tmp, bert.max_len)
         tmp.rename(folder)

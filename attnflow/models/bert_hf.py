@@ -230,14 +230,14 @@ def hf_config(model: Dict[str, Any], vocab_size: int, class_names: List[str]) ->
             **({"id2label": labels, "label2id": {c: int(i) for i, c in labels.items()}} if labels else {})}
 
 
-def to_hf(state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+def to_hf(state: Dict[str, torch.Tensor], head: str) -> Dict[str, torch.Tensor]:
     """attnflow ``bert`` tensors under HF's names (``bert.``…, ``cls.``…, ``classifier.``…); the
-    tied MLM decoder is HF's word embeddings, saved once."""
+    tied MLM decoder is HF's word embeddings, saved once; HF's token classifier has no pooler."""
     out = {}
     for name, tensor in state.items():
         theirs = hf_name(name)
         if theirs is None:
             raise ConfigError(f"attnflow's bert tensor {name} has no Hugging Face counterpart")
-        if name != "mlm_decoder.weight":
+        if name != "mlm_decoder.weight" and not (head == "token" and name.startswith("pooler.")):
             out[theirs] = tensor.detach().contiguous()
     return out
