@@ -138,6 +138,26 @@ def bert_tokenizer(run_dir, tokenizer_from: Optional[str], owner: str,
     return tok
 
 
+class WordPieceData:
+    """What a data module reading text with BERT's WordPiece shares: its tokenizer
+    (:func:`bert_tokenizer` of ``run_dir``, ``tokenizer_from``, ``vocab``, ``lowercase`` and
+    :meth:`training_texts`), saved with the run."""
+
+    tokenizer = None
+
+    def training_texts(self) -> List[str]:
+        raise NotImplementedError
+
+    def prepare_tokenizer(self) -> None:
+        if self.tokenizer is None:
+            self.tokenizer = bert_tokenizer(self.run_dir, self.tokenizer_from, self.owner,
+                                            self.training_texts, self.vocab, self.lowercase)
+
+    def save_artifacts(self, run_dir) -> Path:
+        self.prepare_tokenizer()
+        return save_tokenizer(self.tokenizer, run_dir)
+
+
 def check_specials(tok, where: str) -> None:
     """BERT's special tokens at the ids the model was trained with (:data:`SPECIALS`)."""
     wrong = [f"{s} (id {tok.token_to_id(s)})" for i, s in enumerate(SPECIALS) if tok.token_to_id(s) != i]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import random
-from pathlib import Path
 from typing import Annotated, Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -19,8 +18,8 @@ from torch.utils.data import DataLoader
 
 from attnflow.data.base import Columns, FileDataModule, eval_sampler
 from attnflow.data.buckets import BucketBatchSampler
-from attnflow.data.corpus import (CLS, MASK, PAD, SEP, SPECIALS, bert_tokenizer, read_documents,
-                                  save_tokenizer, sentences_of)
+from attnflow.data.corpus import (CLS, MASK, PAD, SEP, SPECIALS, WordPieceData, read_documents,
+                                  sentences_of)
 from attnflow.data.documents import clean
 from attnflow.data.errors import DataError
 from attnflow.config.registry import DATA, NonNegativeInt, PositiveInt, Probability, Range
@@ -154,7 +153,7 @@ class MaskingCollate:
 
 
 @DATA.register("bert_pretraining")
-class PretrainingDataModule(FileDataModule):
+class PretrainingDataModule(WordPieceData, FileDataModule):
     """Masked-LM + next-sentence pairs from a ``.txt`` or ``.jsonl`` corpus (module docstring);
     ``documents``: one per 'line' or 'blank_line'-separated in ``.txt`` files; ``max_len`` counts
     the specials (128: §A.2's first phase); ``limit_*``: a random subset of N documents."""
@@ -194,23 +193,12 @@ class PretrainingDataModule(FileDataModule):
                                                self.limits[split], self.seed)
         return self.texts[split]
 
-    def prepare_tokenizer(self) -> None:
-        """The run's tokenizer (:func:`~attnflow.data.corpus.bert_tokenizer`); one trained here
-        reads every split first, so a missing or broken file fails before any work."""
-        def training_texts():
-            for split in ("val", "test"):
-                if self.paths[split] is not None:
-                    self.split_texts(split)
-            return [clean(t) for t in self.split_texts("train")]
-
-        if self.tokenizer is None:
-            self.tokenizer = bert_tokenizer(self.run_dir, self.tokenizer_from, OWNER, training_texts,
-                                            self.vocab, self.lowercase)
-
-    def save_artifacts(self, run_dir) -> Path:
-        """The tokenizer with the run (:func:`save_tokenizer`)."""
-        self.prepare_tokenizer()
-        return save_tokenizer(self.tokenizer, run_dir)
+    def training_texts(self) -> List[str]:
+        """The training texts, every split read first: a missing or broken file fails now."""
+        for split in ("val", "test"):
+            if self.paths[split] is not None:
+                self.split_texts(split)
+        return [clean(t) for t in self.split_texts("train")]
 
     def artifacts(self) -> dict:
         """What using the weights needs besides them (stored in checkpoints)."""

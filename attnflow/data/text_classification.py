@@ -20,7 +20,7 @@ from attnflow.data.base import Columns, FileDataModule, check_labels, class_labe
 from attnflow.data.documents import clean
 from attnflow.data.tables import has_header, read_table, table_format
 from attnflow.data.errors import DataError, numbered_lines
-from attnflow.data.corpus import CLS, PAD, SEP, SPECIALS, bert_tokenizer, run_tokenizer, save_tokenizer
+from attnflow.data.corpus import CLS, PAD, SEP, SPECIALS, WordPieceData, run_tokenizer
 from attnflow.data.pretraining import DEFAULT_VOCAB, pad_rows
 from attnflow.config.registry import DATA, NonNegativeInt, PositiveInt, Range
 from attnflow.io.console import warn_unread
@@ -75,7 +75,7 @@ def collate_texts(items: Sequence[tuple]) -> Dict[str, torch.Tensor]:
 
 
 @DATA.register("text_classification")
-class TextClassificationDataModule(FileDataModule):
+class TextClassificationDataModule(WordPieceData, FileDataModule):
     """Labelled texts as ``[CLS] text [SEP]`` WordPiece ids (module docstring). ``vocab_size``
     (null: 30522) and ``lowercase`` (null: True) shape a tokenizer trained here: unread with
     ``tokenizer_from``; ``max_len`` counts [CLS] and [SEP]; ``limit_*``: a random subset."""
@@ -125,20 +125,9 @@ class TextClassificationDataModule(FileDataModule):
         elif self.paths["test"] is not None:
             log.info("%s: no test split (%s is absent)", OWNER, self.paths["test"])
 
-    def prepare_tokenizer(self) -> None:
-        """The run's tokenizer (:func:`~attnflow.data.corpus.bert_tokenizer`)."""
-        if self.tokenizer is None:
-            self.tokenizer = bert_tokenizer(self.run_dir, self.tokenizer_from, OWNER,
-                                            self._training_texts, self.vocab, self.lowercase)
-
-    def _training_texts(self) -> List[str]:
+    def training_texts(self) -> List[str]:
         self.read()
         return [clean(t) for t, _ in self.rows["train"]]
-
-    def save_artifacts(self, run_dir) -> Path:
-        """The tokenizer with the run (``pretraining.save_tokenizer``)."""
-        self.prepare_tokenizer()
-        return save_tokenizer(self.tokenizer, run_dir)
 
     def artifacts(self) -> dict:
         """What using the weights needs besides them (stored in checkpoints)."""

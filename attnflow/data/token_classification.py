@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader
 
 from attnflow.config.registry import DATA, NonNegativeInt, PositiveInt, Range
 from attnflow.data.base import Columns, FileDataModule, check_labels
-from attnflow.data.corpus import PAD, SPECIALS, bert_tokenizer, run_tokenizer, save_tokenizer
+from attnflow.data.corpus import PAD, SPECIALS, WordPieceData, run_tokenizer
 from attnflow.data.errors import DataError
 from attnflow.data.synthetic_ner import TAGS, draw_splits
 from attnflow.data.tagged import Tagged, collate_tagged, encode_tagged, read_tagged, tag_values
@@ -31,7 +31,7 @@ MaxLen = Annotated[int, Range(ge=3, what="[CLS], a subword, [SEP]")]
 VocabSize = Optional[Annotated[int, Range(ge=6, what="the 5 special tokens and more")]]
 
 
-class TaggedDataModule(FileDataModule):
+class TaggedDataModule(WordPieceData, FileDataModule):
     """What the file and the generated tagged data share (not registered): a subclass gives
     :meth:`sentences`. ``vocab_size`` (null: 30522) and ``lowercase`` (null: True) shape a
     tokenizer trained here, unread with ``tokenizer_from``; ``max_len`` counts [CLS] and [SEP]."""
@@ -80,20 +80,9 @@ class TaggedDataModule(FileDataModule):
         if self.has_test:
             self.rows["test"] = self.sentences("test", tags)
 
-    def prepare_tokenizer(self) -> None:
-        """The run's tokenizer (:func:`~attnflow.data.corpus.bert_tokenizer`)."""
-        if self.tokenizer is None:
-            self.tokenizer = bert_tokenizer(self.run_dir, self.tokenizer_from, OWNER,
-                                            self._training_texts, self.vocab, self.lowercase)
-
-    def _training_texts(self) -> List[str]:
+    def training_texts(self) -> List[str]:
         self.read()
         return [" ".join(w) for w, _ in self.rows["train"]]
-
-    def save_artifacts(self, run_dir):
-        """The tokenizer with the run (``corpus.save_tokenizer``)."""
-        self.prepare_tokenizer()
-        return save_tokenizer(self.tokenizer, run_dir)
 
     def artifacts(self) -> dict:
         """What using the weights needs besides them (stored in checkpoints)."""
