@@ -57,7 +57,6 @@ def export_hf(run: Run, kind: str, folder: Path) -> Path:
     model_cfg["attention"] = ATTENTIONS.validate(model_cfg["attention"], "model.attention")
     model_cfg["positional"] = POSITIONALS.validate(model_cfg["positional"], "model.positional")
     config = bert_hf.hf_config(model_cfg, bert.tokenizer.get_vocab_size(), bert.class_names)
-    config["transformers_version"] = "5.0.0"
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
     try:
         (tmp / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")

@@ -147,6 +147,17 @@ def predict_texts(bert: BertRun, texts: Sequence[str], top_k: int = 5) -> List[d
     return results
 
 
+def cls_arrays(results: Sequence[dict], first: int) -> dict:
+    """``--save-attention``'s arrays of texts numbered from ``first``: ``{i}/tokens`` and, but
+    for an empty one, ``{i}/cls_attention`` (N, J, T)."""
+    arrays = {}
+    for i, r in enumerate(results, first):
+        arrays[f"{i}/tokens"] = np.asarray(r.get("tokens", []), dtype=str)
+        if not r["empty"]:
+            arrays[f"{i}/cls_attention"] = r["cls_attention"]
+    return arrays
+
+
 def _title(r: dict, pretraining: bool) -> str:
     if not pretraining:
         return f"predicted {r['label']} (p={r['probability']:.3f})"
@@ -181,12 +192,7 @@ def predict_bert(args, run: Run, out) -> int:
     def step(chunk, first):
         results = predict_texts(bert, chunk, args.top_k or 5)
         explained.extend(r for r in results if args.explain and not r["empty"])
-        arrays = {}
-        for i, r in enumerate(results if args.save_attention else (), first):
-            arrays[f"{i}/tokens"] = np.asarray(r.get("tokens", []), dtype=str)
-            if not r["empty"]:
-                arrays[f"{i}/cls_attention"] = r["cls_attention"]
-        return results, arrays
+        return results, cls_arrays(results, first) if args.save_attention else {}
 
     def note(r, j):
         if pre and not r["masks"]:

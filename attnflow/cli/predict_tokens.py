@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from attnflow.cli.predict_io import PredictError, label_all, read_texts, write_attention
-from attnflow.cli.predict_text import BertRun, forward, load_bert
+from attnflow.cli.predict_text import BertRun, cls_arrays, forward, load_bert
 from attnflow.io.checkpoints import Run
 from attnflow.io.text import iter_lines, no_inputs
 
@@ -101,12 +101,7 @@ def predict_tokens(args, run: Run, out) -> int:
 
     def step(chunk, first):
         results = tag_lines(bert, chunk)
-        arrays = {}
-        for i, r in enumerate(results if args.save_attention else (), first):
-            arrays[f"{i}/tokens"] = np.asarray(r.get("tokens", []), dtype=str)
-            if not r["empty"]:
-                arrays[f"{i}/cls_attention"] = r["cls_attention"]
-        return results, arrays
+        return results, cls_arrays(results, first) if args.save_attention else {}
 
     def note(r, _):
         msg = (f"has {len(r['words'])} words; the model reads at most {caps}: its last "

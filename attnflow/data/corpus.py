@@ -5,7 +5,7 @@ vocabulary in that order: :mod:`attnflow.models.bert_hf`), saved with the run.""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 from attnflow.data.base import random_subset
 from attnflow.data.documents import clean, split_sentences
@@ -141,12 +141,41 @@ def bert_tokenizer(run_dir, tokenizer_from: Optional[str], owner: str,
 class WordPieceData:
     """What a data module reading text with BERT's WordPiece shares: its tokenizer
     (:func:`bert_tokenizer` of ``run_dir``, ``tokenizer_from``, ``vocab``, ``lowercase`` and
-    :meth:`training_texts`), saved with the run."""
+    :meth:`training_texts`), saved with the run; inputs of at most ``max_len`` positions; for a
+    labelled one (:meth:`class_list`) the model's and task's sizes and classes, and its splits
+    (``rows`` from ``read``, encoded by ``_encode``)."""
 
     tokenizer = None
 
     def training_texts(self) -> List[str]:
         raise NotImplementedError
+
+    def class_list(self) -> list:
+        """The classes, read from the files (labelled data)."""
+        raise NotImplementedError
+
+    @classmethod
+    def longest_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:
+        """The most positions a model is given, and why (``{at}``: the data config's path)."""
+        return fields["max_len"], f"{{at}}max_len={fields['max_len']}"
+
+    def model_context(self) -> dict:
+        classes = self.class_list()
+        self.prepare_tokenizer()
+        return {"vocab_size": self.tokenizer.get_vocab_size(), "pad_id": PAD,
+                "num_classes": len(classes)}
+
+    def task_context(self) -> dict:
+        classes = self.class_list()
+        return {"num_classes": len(classes), "class_names": [str(v) for v in classes]}
+
+    def setup(self, stage: Optional[str] = None) -> None:
+        """Every split's rows read (``read``) and encoded (``_encode``) once."""
+        self.read()
+        self.prepare_tokenizer()
+        for split, rows in self.rows.items():
+            if split not in self.splits:
+                self.splits[split] = self._encode(split, rows)
 
     def prepare_tokenizer(self) -> None:
         if self.tokenizer is None:

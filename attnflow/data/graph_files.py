@@ -36,7 +36,6 @@ from attnflow.io.console import warn_unread
 
 log = logging.getLogger(__name__)
 OWNER = "data 'graph'"
-SPLIT_NAMES = {"train": 0, "val": 1, "test": 2}
 
 
 def pyg_dataset(name: str, args: Mapping[str, Any], root: str) -> Data:
@@ -139,7 +138,7 @@ def table_graph(nodes: str, edges: str, f: _Fields, labels: Optional[list]) -> D
                 edge_index=_edges(edges, f, index, nodes))
     data.class_names, data.node_ids = [str(v) for v in values], [str(i) for i in index]
     if any(s not in (None, "") for s in splits):
-        for name, k in SPLIT_NAMES.items():
+        for name in SPLITS:
             data[f"{name}_mask"] = torch.tensor([s == name for s in splits])
     return data
 
@@ -148,10 +147,10 @@ def _edges(edges: str, f: _Fields, index: Dict[Any, int], nodes: str) -> torch.T
     pairs = []
     for where, row in rows(edges, [f.source, f.target], OWNER):
         pair = []
-        for field in (f.source, f.target):
+        for field, setting in ((f.source, "source_field"), (f.target, "target_field")):
             if field not in row:
                 raise DataError(f"{OWNER}: {edges} {where} has no column '{field}' (columns: "
-                                f"{', '.join(map(str, row))}); set data.{field == f.source and 'source' or 'target'}_field")
+                                f"{', '.join(map(str, row))}); set data.{setting}")
             if row[field] not in index:
                 raise DataError(f"{OWNER}: {edges} {where}: {field}={row[field]!r} is not a node of {nodes}")
             pair.append(index[row[field]])

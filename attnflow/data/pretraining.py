@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import Annotated, Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple
+from typing import Annotated, Any, Dict, List, Literal, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
@@ -210,11 +210,6 @@ class PretrainingDataModule(WordPieceData, FileDataModule):
     def vocab_size(self) -> int:
         self.prepare_tokenizer()
         return self.tokenizer.get_vocab_size()
-
-    @classmethod
-    def longest_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:
-        """The most positions a model is given, and why (``{at}``: the data config's path)."""
-        return fields["max_len"], f"{{at}}max_len={fields['max_len']}"
 
     @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import logging
 from pathlib import Path
-from typing import Annotated, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Annotated, Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
@@ -125,6 +125,10 @@ class TextClassificationDataModule(WordPieceData, FileDataModule):
         elif self.paths["test"] is not None:
             log.info("%s: no test split (%s is absent)", OWNER, self.paths["test"])
 
+    def class_list(self) -> list:
+        self.read()
+        return self.label_values
+
     def training_texts(self) -> List[str]:
         self.read()
         return [clean(t) for t, _ in self.rows["train"]]
@@ -137,35 +141,13 @@ class TextClassificationDataModule(WordPieceData, FileDataModule):
                 "label_field": self.label_field, "text_field": self.text_field, "max_len": self.max_len}
 
     @classmethod
-    def longest_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:
-        """The most positions a model is given, and why (``{at}``: the data config's path)."""
-        return fields["max_len"], f"{{at}}max_len={fields['max_len']}"
-
-    @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
         return {"vocab_size": fields["vocab_size"] or DEFAULT_VOCAB, "pad_id": PAD, "num_classes": 2}
-
-    def model_context(self) -> dict:
-        self.read()
-        self.prepare_tokenizer()
-        return {"vocab_size": self.tokenizer.get_vocab_size(), "pad_id": PAD,
-                "num_classes": len(self.label_values)}
-
-    def task_context(self) -> dict:
-        self.read()
-        return {"num_classes": len(self.label_values), "class_names": [str(v) for v in self.label_values]}
 
     def _encode(self, split: str, rows: List[tuple]) -> Columns:
         ids, cut = encode_texts(self.tokenizer, [t for t, _ in rows], self.max_len)
         log.info("%s %s: %d texts, %d cut to max_len=%d subwords", OWNER, split, len(ids), cut, self.max_len)
         return Columns(ids=ids, labels=self.label_ids([y for _, y in rows], self.label_values))
-
-    def setup(self, stage: Optional[str] = None) -> None:
-        self.read()
-        self.prepare_tokenizer()
-        for split, rows in self.rows.items():
-            if split not in self.splits:
-                self.splits[split] = self._encode(split, rows)
 
     def setup_evaluation(self, run_dir, artifacts: dict, split: str) -> None:
         """The run's tokenizer and classes and ``split``'s file only (attnflow-eval)."""

@@ -80,6 +80,10 @@ class TaggedDataModule(WordPieceData, FileDataModule):
         if self.has_test:
             self.rows["test"] = self.sentences("test", tags)
 
+    def class_list(self) -> list:
+        self.read()
+        return self.tag_names
+
     def training_texts(self) -> List[str]:
         self.read()
         return [" ".join(w) for w, _ in self.rows["train"]]
@@ -97,24 +101,9 @@ class TaggedDataModule(WordPieceData, FileDataModule):
         return {}
 
     @classmethod
-    def longest_positions(cls, fields: Mapping[str, Any]) -> Tuple[int, str]:
-        """The most positions a model is given, and why (``{at}``: the data config's path)."""
-        return fields["max_len"], f"{{at}}max_len={fields['max_len']}"
-
-    @classmethod
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
         return {"vocab_size": fields["vocab_size"] or cls.default_vocab, "pad_id": PAD,
                 "num_classes": len(fields.get("labels") or TAGS)}
-
-    def model_context(self) -> dict:
-        self.read()
-        self.prepare_tokenizer()
-        return {"vocab_size": self.tokenizer.get_vocab_size(), "pad_id": PAD,
-                "num_classes": len(self.tag_names)}
-
-    def task_context(self) -> dict:
-        self.read()
-        return {"num_classes": len(self.tag_names), "class_names": list(self.tag_names)}
 
     def _encode(self, split: str, rows: List[Tagged]) -> Columns:
         index = {t: i for i, t in enumerate(self.tag_names)}
@@ -124,13 +113,6 @@ class TaggedDataModule(WordPieceData, FileDataModule):
                  "left untagged", self.owner, split, len(rows), sum(len(t) for t in tag_ids),
                  sum(c > 0 for c in cut), self.max_len, sum(cut))
         return Columns(ids=ids, labels=labels)
-
-    def setup(self, stage: Optional[str] = None) -> None:
-        self.read()
-        self.prepare_tokenizer()
-        for split, rows in self.rows.items():
-            if split not in self.splits:
-                self.splits[split] = self._encode(split, rows)
 
     def setup_evaluation(self, run_dir, artifacts: dict, split: str) -> None:
         """The run's tokenizer and tags and ``split``'s sentences only (attnflow-eval): the

@@ -43,6 +43,8 @@ MODULES = {"embeddings.word_embeddings": "token_embedding",
            "cls.predictions.decoder": "mlm_decoder", "cls.seq_relationship": "nsp",
            "classifier": "classifier"}
 TENSORS = {"cls.predictions.bias": "mlm_decoder.bias"}
+_HF_LAYER = {v: k for k, v in LAYER.items()}  # attnflow -> HF, for export
+_HF_MODULES = {v: k for k, v in MODULES.items()}
 # config.json fields whose other values attnflow's bert does not compute
 REQUIRED = {"model_type": ("bert",), "position_embedding_type": ("absolute",),
             "hidden_act": ("gelu", "relu"), "is_decoder": (False,), "add_cross_attention": (False,)}
@@ -185,10 +187,10 @@ def hf_name(attnflow_name_: str, prefix: str = "bert.") -> Optional[str]:
         return "cls.predictions.bias"
     m = re.fullmatch(r"encoder\.layers\.(\d+)\.(.+)\.(weight|bias)", attnflow_name_)
     if m:
-        layer = {v: k for k, v in LAYER.items()}.get(m.group(2))
+        layer = _HF_LAYER.get(m.group(2))
         return f"{prefix}encoder.layer.{m.group(1)}.{layer}.{m.group(3)}" if layer else None
     m = re.fullmatch(r"(.+)\.(weight|bias)", attnflow_name_)
-    module = {v: k for k, v in MODULES.items()}.get(m.group(1)) if m else None
+    module = _HF_MODULES.get(m.group(1)) if m else None
     if module is None:
         return None
     inside = module.startswith(("embeddings", "pooler", "encoder"))
