@@ -19,6 +19,7 @@ from attnflow.io.text import listed
 
 RUN_MARKERS = ("config.yaml", "metrics.json", ".hydra")
 MISSING = "no metrics.json (failed, killed or unfinished)"
+PRUNED = "pruned"  # an Optuna trial stopped by the pruner: its metrics are those it reached
 LOWER_IS_BETTER = ("loss", "wer", "ter", "error", "perplexity", "ppl")
 
 
@@ -66,6 +67,7 @@ class Report:
     sweeper: Dict[str, Any]
     notes: List[str] = field(default_factory=list)
     groups: List[Group] = field(default_factory=list)  # runs of several experiments: each ranked
+    study: Any = None  # the sweep's Optuna study, an in-memory copy (attnflow.viz.study)
 
     def group(self, run: Run) -> Optional[Group]:
         return next((g for g in self.groups if run.name in g.runs), None)
@@ -127,7 +129,7 @@ def _one_line(err: Any) -> str:
 def read_run(path: Path, name: str, pictures: int = 4) -> Run:
     """A :class:`Run` from its directory; problems become its ``status``, never an exception."""
     run = Run(name=name, path=path)
-    problems = []
+    problems, pruned = [], False
     try:
         config = _load_yaml(path / "config.yaml") or {}
         if not isinstance(config, dict):
@@ -149,11 +151,13 @@ def read_run(path: Path, name: str, pictures: int = 4) -> Run:
             run.summary = summary
             if summary.get("failed"):
                 problems.append(f"failed: {_one_line(summary['failed'])}")
+            trial = summary.get("trial")
+            pruned = isinstance(trial, dict) and trial.get("state") == PRUNED
         except (OSError, ValueError, TypeError, AttributeError) as err:
             problems.append(f"unreadable metrics.json ({_one_line(err)})")
     else:
         problems.append(MISSING)
-    run.status = "; ".join(problems) or "ok"
+    run.status = "; ".join(problems) or (PRUNED if pruned else "ok")
     run.pictures = sorted((path / "attention").glob("*.png"), key=lambda p: natural(p.name))[:pictures]
     return run
 
@@ -232,6 +236,7 @@ def choose_metric(runs: List[Run], sweeper: Dict[str, Any], metric: Optional[str
     source = "--metric"
     if not metric and config.get("optimized_metric"):
         metric, source = config["optimized_metric"], "optimized_metric"
+        metric = metric[0] if isinstance(metric, list) else metric  # multi-objective: the first
     if not metric and ck.get("monitor"):
         metric, source = ck["monitor"], "callbacks.checkpoint.monitor"
     task = None if metric else _task_class(config)
@@ -240,6 +245,7 @@ def choose_metric(runs: List[Run], sweeper: Dict[str, Any], metric: Optional[str
     if not metric:
         metric, source = "val/loss", "default"
     direction = sweeper.get("direction")
+    direction = direction[0] if isinstance(direction, list) and direction else direction
     if source == "optimized_metric" and isinstance(direction, str):
         return metric, "max" in direction.lower(), source
     if metric == ck.get("monitor") and ck.get("mode") in ("min", "max"):
@@ -275,13 +281,14 @@ def swept_params(runs: List[Run]) -> Tuple[List[str], Dict[str, Any]]:
     return swept, (common if by_overrides else {})
 
 
-def _sort_key(report_metric: str, maximize: bool):
-    """Best first: ok runs by the metric, ok runs without it, then runs with a problem."""
+def sort_key(report_metric: str, maximize: bool):
+    """Best first: ok runs by the metric, then pruned ones by the value they reached, ok runs
+    without it, then runs with a problem."""
     def key(run: Run):
         v = run.metrics.get(report_metric)
-        if run.status != "ok" or v is None or math.isnan(v):
-            return (1 if run.status == "ok" else 2, 0.0)
-        return (0, -v if maximize else v)
+        if run.status not in ("ok", PRUNED) or v is None or math.isnan(v):
+            return (2 if run.status == "ok" else 3, 0.0)
+        return (0 if run.status == "ok" else 1, -v if maximize else v)
     return key
 
 
@@ -325,7 +332,7 @@ def _rank_within(report: Report, groups: Dict[Tuple[str, bool, str], List[str]])
     def key(run: Run):
         i = order.get(run.name, len(report.groups))
         g = report.groups[i] if i < len(report.groups) else None
-        return (i, *(_sort_key(g.metric, g.maximize)(run) if g else (2, 0.0)))
+        return (i, *(sort_key(g.metric, g.maximize)(run) if g else (3, 0.0)))
     report.runs.sort(key=key)
     metrics = {(g.metric, g.maximize) for g in report.groups}
     report.metric, report.maximize = next(iter(metrics)) if len(metrics) == 1 else ("", False)
@@ -341,7 +348,7 @@ def build(path: Path | str, metric: Optional[str] = None, pictures: int = 4) -> 
     kind, runs = find_runs(path, pictures)
     sweeper = (sweep_record(path).get("sweeper") or {}) if kind == "sweep" else {}
     metric, maximize, source = choose_metric(runs, sweeper, metric)
-    runs.sort(key=_sort_key(metric, maximize))  # stable: ties keep the job order
+    runs.sort(key=sort_key(metric, maximize))  # stable: ties keep the job order
     params, common = swept_params(runs)
     report = Report(path, kind, runs, metric, maximize, source, params, common, sweeper)
     check_experiments(report, given=source == "--metric")
