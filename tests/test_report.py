@@ -351,7 +351,7 @@ def _optuna_sweep(folder: Path, values, storage: bool = True) -> Path:
     """A sweep folder as hydra-optuna-sweeper leaves it (multirun.yaml, job folders) with a study
     in ``optuna.db`` built through optuna's API."""
     optuna = pytest.importorskip("optuna")
-    from optuna.distributions import CategoricalDistribution, LogUniformDistribution
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     folder.mkdir()
@@ -373,7 +373,7 @@ def _optuna_sweep(folder: Path, values, storage: bool = True) -> Path:
                 warnings.simplefilter("ignore")
                 study.add_trial(optuna.trial.create_trial(
                     params={"task.optim.lr": lr, "model.cell": cell}, value=value,
-                    distributions={"task.optim.lr": LogUniformDistribution(1e-4, 1.0),
+                    distributions={"task.optim.lr": FloatDistribution(1e-4, 1.0, log=True),
                                    "model.cell": CategoricalDistribution(["gru", "lstm"])}))
     return folder
 

@@ -6,7 +6,8 @@ the same table as Markdown and CSV, PNG plots, and the table in the terminal.
 
 Runs are sorted by ``--metric``, else the config's ``optimized_metric``, else the checkpoint
 monitor, else ``val/loss``; runs of different experiments are ranked apart, and a run without
-metrics is listed last with its status. An Optuna study is read from a copy of ``optuna.db``. The
+metrics is listed last with its status. An Optuna study is read from a copy of its storage
+(``optuna.db`` or ``optuna.journal``): its trial counts, best or Pareto-optimal trials and figures. The
 output folder (``-o``, default ``<path>/report``) is new, empty or an earlier report of the same
 path (``.report-of``); any other folder is refused before anything is written.
 """
@@ -24,8 +25,10 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from attnflow.io.text import InputError, atomic_path, check_folder, path_arg
-from attnflow.viz.report_plots import plot_curves, plot_optuna, plot_param, thumbnails
-from attnflow.viz.runs import Report, ReportError, best_runs, build, fmt, ranking, table
+from attnflow.viz.report_plots import plot_curves, plot_param, thumbnails
+from attnflow.viz.runs import PRUNED, Report, ReportError, best_runs, build, fmt, ranking, table
+from attnflow.viz.study import attach_study, summary_line
+from attnflow.viz.study_plots import plot_study
 
 REPORT_OF = ".report-of"  # in a report folder: the resolved path it reports
 
@@ -45,10 +48,15 @@ def print_table(report: Report, console=None) -> None:
         t.add_column(h, overflow="fold", justify="right" if h not in ("run", "status") else "left")
     best = best_runs(report)
     for run, row in zip(report.runs, rows):
-        t.add_row(*row, style="bold" if run in best else ("red" if run.status != "ok" else None))
+        t.add_row(*row, style="bold" if run in best else _style(run.status))
     console.print(t)
     for note in report.notes:
         console.print(f"note: {note}")
+
+
+def _style(status: str) -> Optional[str]:
+    """A row's look in the terminal: plain when ok, dim when pruned, red otherwise."""
+    return None if status == "ok" else "dim" if status == PRUNED else "red"
 
 
 def _data_uri(path: Path) -> str:
@@ -62,12 +70,14 @@ def _rel(path: Path, start: Path) -> str:
 def _summary_lines(report: Report) -> List[str]:
     n = len(report.runs)
     ok = sum(r.status == "ok" for r in report.runs)
+    pruned = sum(r.status == PRUNED for r in report.runs)
     measured = sum(bool(r.metrics) for r in report.runs)
     sweeper = str(report.sweeper.get("_target_", "")).rsplit(".", 1)[-1] or None
     lines = [f"{report.kind}: {report.path}",
-             f"{n} run(s): {ok} ok, {measured} with metrics"
-             + (f"; sweeper: {sweeper}" if sweeper else ""),
+             f"{n} run(s): {ok} ok, " + (f"{pruned} pruned, " if pruned else "")
+             + f"{measured} with metrics" + (f"; sweeper: {sweeper}" if sweeper else ""),
              ranking(report, where=True)]
+    lines += [summary_line(report)] if report.study is not None else []
     if report.common:
         lines.append("common overrides: " + " ".join(f"{k}={fmt(v)}" for k, v in report.common.items()))
     return lines
@@ -75,7 +85,7 @@ def _summary_lines(report: Report) -> List[str]:
 
 CSS = """body{font-family:sans-serif;margin:1.5em;color:#222}table{border-collapse:collapse;
 font-size:0.9em}th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}td.l,th{text-align:left}
-tr.best{background:#e8f5e9;font-weight:bold}tr.bad{color:#b00}figure{display:inline-block;margin:6px;vertical-align:top}
+tr.best{background:#e8f5e9;font-weight:bold}tr.bad{color:#b00}tr.pruned{color:#777}figure{display:inline-block;margin:6px;vertical-align:top}
 figcaption{font-size:0.8em;color:#555}img.plot{width:520px}.note{color:#8a5300}"""
 
 
@@ -92,7 +102,8 @@ def write_html(report: Report, out: Path, plots: List[Tuple[str, Path]],
                  + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr></thead><tbody>")
     best = best_runs(report)
     for run, row in zip(report.runs, rows):
-        cls = "bad" if run.status != "ok" else ("best" if run in best else "")
+        cls = "best" if run in best else "" if run.status == "ok" else \
+            "pruned" if run.status == PRUNED else "bad"
         parts.append(f"<tr class='{cls}' data-run='{e(run.name)}'>" + "".join(
             f"<td class='{'l' if i < 2 else ''}'>{e(c)}</td>" for i, c in enumerate(row)) + "</tr>")
     parts.append("</tbody></table>")
@@ -183,8 +194,7 @@ def write_report(report: Report, out: Path) -> Dict[str, Path]:
         path = plot_curves(report, m, out)
         if path:
             plots.append((f"learning curves: {m}", path))
-    if "optuna" in str(report.sweeper.get("_target_", "")).lower() or (report.path / "optuna.db").is_file():
-        plots += plot_optuna(report, out)
+    plots += plot_study(report, out)
     thumbs = thumbnails(report, out)
     files = {"html": out / "report.html", "md": out / "report.md", "csv": out / "report.csv"}
     _write(files["html"], write_html(report, out, plots, thumbs))
@@ -222,6 +232,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         report = build(args.path, args.metric, args.pictures)
         check_folder(f"the report folder '{out}'", out / "report.html", "name a folder with -o")
         check_out(out, args.path)
+        attach_study(report)
     except (ReportError, InputError) as err:
         print(f"attnflow-report: {err}", file=sys.stderr)
         sys.exit(2)
