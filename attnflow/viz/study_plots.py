@@ -16,9 +16,11 @@ from attnflow.viz.study import objective_names
 
 Figures = List[Tuple[str, Path]]
 # how each kind of trial's curve of intermediate values is drawn
+# (a marker on each step: a trial that reported once is a point)
 CURVES = {"complete": {"color": "tab:blue", "linestyle": "-", "linewidth": 1.2, "alpha": 0.8},
           "pruned": {"color": "grey", "linestyle": "--", "linewidth": 1.0, "alpha": 0.7},
           "running or failed": {"color": "tab:red", "linestyle": ":", "linewidth": 1.0, "alpha": 0.8}}
+CURVES = {k: {**v, "marker": ".", "markersize": 4} for k, v in CURVES.items()}
 
 
 @contextmanager
@@ -59,8 +61,9 @@ def plot_intermediate(report: Report, out: Path) -> Optional[Path]:
     """Every trial's reported values by step: completed trials blue, pruned ones dashed grey
     ending in a cross where the pruner stopped them, running or failed ones dotted red."""
     trials = [t for t in report.study.trials if t.intermediate_values]
-    if not trials:
-        report.notes.append("no trial reported intermediate values: no curves of them to show")
+    if not trials:  # a multi-objective study cannot report them: no note there
+        if len(report.study.directions) == 1:
+            report.notes.append("no trial reported intermediate values: no curves of them to show")
         return None
     fig, ax = new_figure()
     seen = set()
@@ -72,6 +75,9 @@ def plot_intermediate(report: Report, out: Path) -> Optional[Path]:
         seen.add(kind)
         if kind == "pruned":
             ax.plot(steps[-1:], [t.intermediate_values[steps[-1]]], "x", color="grey")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.legend(fontsize=8)
     ax.set_xlabel("step (validation)")
     ax.set_ylabel(f"intermediate value: {objective_names(report)[0]}")
