@@ -1,6 +1,6 @@
-"""Sweeps: the hparams_search group (a grid with Hydra's basic sweeper, Optuna TPE studies that
-continue from their sqlite storage), the metric a job returns, the launchers' configs, and the
-message when a sweep's plugin is not installed."""
+"""Sweeps: the hparams_search group (a grid with Hydra's basic sweeper; the Optuna searches
+compose), the metric a job returns, the launchers' configs, and the message when a sweep's plugin
+is not installed. Optuna studies run in test_sweep_optuna.py."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from attnflow.config.registry import ConfigError, MODELS, DATA
 from attnflow.training.validate import resolve_config
 from attnflow.config.sweeps import missing_plugin, required_plugins
-from attnflow.training.sweeps import check_direction, check_optimized_metric, final_metric_names
+from attnflow.sweep.checks import check_optimized_metric, final_metric_names
 from support import CONF, FAST, compose_cfg, train_cli
 
 TRAIN = str(Path(sys.executable).with_name("attnflow-train"))
@@ -28,9 +28,6 @@ TRAIN = str(Path(sys.executable).with_name("attnflow-train"))
 TINY = ["data.train_size=64", "data.val_size=16", "data.test_size=16", "data.batch_size=32",
         "trainer.accelerator=cpu", "trainer.max_epochs=1", "trainer.enable_model_summary=false",
         "trainer.num_sanity_val_steps=0", "callbacks.attention_maps=null", "logger=csv"]
-# GAT on a generated graph of 120 nodes: one mini-batch per epoch (for Optuna trials)
-TINY_GRAPH = ["experiment=gat_synthetic", "data.num_nodes=120", "trainer.max_epochs=1", "task.picture=false",
-              "callbacks.attention_maps=null", "trainer.accelerator=cpu", "callbacks.progress_bar=none", "logger=csv"]
 
 
 def _env():
@@ -85,8 +82,8 @@ def test_optuna_searches_compose_and_every_key_is_a_field(name, experiment, data
     cfg = _sweeper(name, "hydra.sweep.dir=/somewhere/sweep")
     sweeper = cfg.hydra.sweeper
     assert sweeper._target_.endswith("OptunaSweeper") and sweeper.sampler._target_.endswith("TPESampler")
-    assert sweeper.storage == "sqlite:////somewhere/sweep/optuna.db"  # in the sweep folder
-    assert sweeper.study_name == name and sweeper.direction == "maximize"
+    assert sweeper.storage is None  # the study in <sweep dir>/optuna.db
+    assert sweeper.study_name == name and sweeper.direction is None  # val/acc: maximize
     assert cfg.hydra.runtime.choices.experiment == experiment
     key, value = dataset_field
     assert cfg.data[key] == value
@@ -148,7 +145,7 @@ def test_a_metric_the_config_switches_off_is_refused_before_any_work(tmp_path):
 def test_cli_metric_the_run_did_not_report_fails_after_it(monkeypatch, capsys, tmp_path):
     """A metric the config check expects that the run did not log (e.g. captioning's grounding,
     which needs region boxes in the data): the run's own metrics are named."""
-    import attnflow.training.sweeps as sweeps
+    import attnflow.sweep.checks as sweeps
 
     names = sweeps.final_metric_names
     monkeypatch.setattr(sweeps, "final_metric_names", lambda cfg: [*names(cfg), "val/unlogged"])
@@ -188,30 +185,6 @@ def test_a_split_the_run_evaluates_on_no_batch_reports_no_metric_refused_before_
     assert not run.exists()  # refused before any work: not even Hydra's folder is left
     assert check_optimized_metric(compose_cfg(["optimized_metric=val/loss",
                                                "trainer.limit_test_batches=0"])) == "val/loss"
-
-
-# -- the sweep's own settings, checked by its first job before any work -------------------------------
-@pytest.mark.parametrize("overrides, says", [
-    (["hparams_search=gat_cora_optuna", "optimized_metric=val/loss"],
-     "optimized_metric=val/loss is better lower (task 'node_classification'), but "
-     "hydra.sweeper.direction=maximize would seek the worst runs: set hydra.sweeper.direction=minimize"),
-    # the Optuna sweeper's own default direction (an enum, not a typed string)
-    (["hydra/sweeper=optuna", "optimized_metric=val/seq_acc"],
-     "optimized_metric=val/seq_acc is better higher (task 'seq2seq'), but hydra.sweeper.direction="
-     "minimize (the sweeper's default: none was set) would seek the worst runs: set "
-     "hydra.sweeper.direction=maximize"),
-    (["hydra/sweeper=optuna"], "an Optuna sweep needs optimized_metric"),
-])
-def test_an_optuna_direction_against_its_metric_is_refused(overrides, says):
-    cfg = compose_cfg(overrides, return_hydra_config=True)
-    with pytest.raises(ConfigError) as err:
-        check_direction(cfg, cfg.hydra.sweeper)
-    assert says in str(err.value)
-    right = compose_cfg([*overrides[:1], "optimized_metric=val/loss", "hydra.sweeper.direction=minimize"],
-                        return_hydra_config=True)
-    check_direction(right, right.hydra.sweeper)
-    basic = compose_cfg(["optimized_metric=val/loss"], return_hydra_config=True)
-    check_direction(basic, basic.hydra.sweeper)  # the basic sweeper has no direction
 
 
 def test_a_misspelt_metric_stops_a_sweep_in_its_first_job_before_it_trains(monkeypatch, capsys, tmp_path):
@@ -260,39 +233,6 @@ def test_grid_multirun_through_the_console_script(tmp_path):
         row = next(r for r in table.splitlines() if re.match(r"│ loss\b", r))
         assert [c.strip() for c in row.split("│")[2:4]] == [f"{metrics['val/loss']:.4g}",
                                                             f"{metrics['test/loss']:.4g}"]
-
-
-def test_optuna_study_runs_and_continues_from_its_storage(monkeypatch, tmp_path):
-    """gat_cora_optuna on a generated graph: 2 trials, then the same command with n_trials=4 runs 2
-    more into the same study (jobs 2 and 3; jobs 0 and 1 untouched); each job's config holds its
-    trial's parameters and returned the metric Optuna stored."""
-    import optuna
-
-    sweep = tmp_path / "study"
-    args = ["hparams_search=gat_cora_optuna", *TINY_GRAPH, f"hydra.sweep.dir={sweep}"]
-    assert train_cli(monkeypatch, *args, "hydra.sweeper.n_trials=2") == 0
-    first = {p: p.read_bytes() for p in sweep.glob("[01]/**/*") if p.is_file()}
-    assert sorted(_job_configs(sweep)) == [0, 1] and (sweep / "optuna.db").is_file()
-
-    assert train_cli(monkeypatch, *args, "hydra.sweeper.n_trials=4") == 0
-    study = optuna.load_study(study_name="gat_cora_optuna", storage=f"sqlite:///{sweep}/optuna.db")
-    trials = study.trials
-    assert [t.number for t in trials] == [0, 1, 2, 3]
-    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
-    assert {p: p.read_bytes() for p in first} == first  # the first jobs' files as they were
-    jobs = _job_configs(sweep)
-    assert sorted(jobs) == [0, 1, 2, 3]
-    for t in trials:  # job number = trial number
-        cfg, metrics = jobs[t.number], json.loads((sweep / str(t.number) / "metrics.json").read_text())
-        assert t.params["++task.optim.lr"] == pytest.approx(cfg["task"]["optim"]["lr"])
-        assert t.params["++task.optim.weight_decay"] == pytest.approx(cfg["task"]["optim"]["weight_decay"])
-        assert t.params["++model.dropout"] == pytest.approx(cfg["model"]["dropout"])
-        assert t.params["++model.attn_dropout"] == pytest.approx(cfg["model"]["attn_dropout"])
-        assert t.value == pytest.approx(metrics["metrics"]["val/acc"])
-    lrs = [t.params["++task.optim.lr"] for t in trials]
-    assert len(set(lrs)) == 4  # the continued study proposes new points, not its first ones again
-    results = OmegaConf.load(sweep / "optimization_results.yaml")
-    assert results.best_value == pytest.approx(max(t.value for t in trials))
 
 
 # -- launchers -----------------------------------------------------------------------------------------
@@ -350,7 +290,7 @@ def test_required_plugins_follow_the_configs():
 
 
 @pytest.mark.parametrize("argv, hidden, extra", [
-    (["-m", "hparams_search=gat_cora_optuna"], ("optuna", "hydra_plugins.hydra_optuna_sweeper"), "sweep"),
+    (["-m", "hparams_search=gat_cora_optuna"], ("optuna",), "sweep"),
     (["-m", "hydra/launcher=slurm", "scorer=dot,general"], ("submitit", "hydra_plugins.hydra_submitit_launcher"),
      "launchers"),
 ])

@@ -250,7 +250,7 @@ def test_init_from_loads_the_encoder_and_the_heads_are_new(files, tmp_path, capl
 def test_monitor_metric_names_depend_on_the_tasks(files, tmp_path):
     from pytorch_lightning.callbacks import ModelCheckpoint
 
-    from attnflow.training.sweeps import check_optimized_metric
+    from attnflow.sweep.checks import check_optimized_metric
 
     cfg = config(files, "callbacks.checkpoint.monitor=val/rating/acc")
     task = build(cfg)[2]

@@ -30,7 +30,7 @@ PLUGIN_OPTIONS = {
     },
     "hydra/sweeper": {
         "basic": (None, "the grid of all combinations (Hydra's)"),
-        "optuna": ("optuna", "Optuna samplers: TPE, random, CMA-ES, grid"),
+        "optuna": ("optuna", "Optuna (attnflow's sweeper): TPE, random, CMA-ES, grid, NSGA-II; pruning"),
     },
 }
 

@@ -64,8 +64,19 @@ def _check_output_folder(cfg: DictConfig, argv: list) -> None:
     check_folder(f"{key}={folder}", Path(folder) / "config.yaml", "name a folder for the run")
 
 
-def run_app(cfg: DictConfig) -> float | None:
-    """The task function Hydra runs once per job; returns ``optimized_metric``'s value."""
+def _check_sweep(cfg: DictConfig) -> None:
+    """An Optuna sweep's metrics, directions and pruner (:mod:`attnflow.sweep.checks`)."""
+    from attnflow.config.sweeps import optuna_sweep
+
+    if optuna_sweep(cfg):
+        from attnflow.sweep.checks import check_sweep
+
+        check_sweep(cfg)
+
+
+def run_app(cfg: DictConfig) -> float | list | None:
+    """The task function Hydra runs once per job; returns ``optimized_metric``'s value (a list of
+    values for a list of metrics)."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
     from pytorch_lightning.utilities.exceptions import SIGTERMException
@@ -76,7 +87,8 @@ def run_app(cfg: DictConfig) -> float | None:
     from attnflow.training.preemption import Interrupted
     from attnflow.training.resume import from_hydra  # resume=<run>: the run's own config
     from attnflow.training.run import record_failure, train
-    from attnflow.training.sweeps import check_direction, check_optimized_metric
+    from attnflow.sweep.checks import check_optimized_metric
+    from attnflow.sweep.pruning import trial_reports
 
     hc = HydraConfig.get()
     out, multirun = Path(hc.runtime.output_dir), hc.mode == RunMode.MULTIRUN
@@ -84,9 +96,8 @@ def run_app(cfg: DictConfig) -> float | None:
     try:
         check_multirun_strategy(cfg.get("trainer"), multirun)  # ddp would re-run it in every rank
         metric = check_optimized_metric(cfg)  # a misspelt name fails before any work
-        if multirun:
-            check_direction(cfg, hc.sweeper)
-        summary = train(from_hydra(cfg), out)
+        reports = trial_reports(hc, metric) if multirun else None  # an Optuna trial's
+        summary = train(from_hydra(cfg), out, [reports] if reports else [])
     except SIGTERMException:  # Lightning's own stop (between the Trainer calls): exit 0 otherwise
         raise Interrupted(signal.SIGTERM) from None
     except ConfigError as err:  # DataError: a data file missing, empty, cut short or malformed
@@ -106,15 +117,18 @@ def run_app(cfg: DictConfig) -> float | None:
             return float("nan")  # one diverging job of a sweep: Optuna records a failed trial, the sweep goes on
         sys.exit(1)
     _print_summary(summary)
-    if metric:  # what a sweeper optimises; a metric the run did not report is an error, not None
-        if metric not in summary["metrics"]:
-            why = (f"optimized_metric '{metric}' was not reported by this run; it reported "
-                   f"{', '.join(sorted(summary['metrics'])) or 'nothing'}")
-            print(f"attnflow: {why}", file=sys.stderr)
-            record_failure(out, why)  # its metrics.json is written: attnflow-report must not say ok
-            sys.exit(2)
-        return summary["metrics"][metric]
-    return None
+    if not metric:
+        return None
+    wanted = metric if isinstance(metric, list) else [metric]  # what a sweeper optimises
+    missing = [m for m in wanted if m not in summary["metrics"]]
+    if missing:  # an error, not None
+        why = (f"optimized_metric '{missing[0]}' was not reported by this run; it reported "
+               f"{', '.join(sorted(summary['metrics'])) or 'nothing'}")
+        print(f"attnflow: {why}", file=sys.stderr)
+        record_failure(out, why)  # its metrics.json is written: attnflow-report must not say ok
+        sys.exit(2)
+    values = [summary["metrics"][m] for m in wanted]
+    return values if isinstance(metric, list) else values[0]
 
 
 def _take_back(before: dict) -> str | None:
@@ -193,7 +207,6 @@ def main() -> None:
 def _run_hydra(argv: list, conf: Path) -> None:
     """``argv`` checked, completed and run by Hydra."""
     from attnflow.config.groups import field_overrides
-    from attnflow.config.sweeps import continue_optuna_studies
     from attnflow.config.trust import code_refusal, composed
     from attnflow.io.text import InputError
 
@@ -210,11 +223,11 @@ def _run_hydra(argv: list, conf: Path) -> None:
                 raise ConfigError(why)
             if n == 0:
                 _check_output_folder(cfg, sys.argv[1:])
+                _check_sweep(cfg)
     except (ConfigError, InputError) as err:  # a ResumeError or RunInUseError says what it is itself
         print(f"attnflow: {'config error: ' if type(err) is ConfigError else ''}{err}",
               file=sys.stderr)
         sys.exit(2)
-    continue_optuna_studies()
     import logging
 
     import hydra

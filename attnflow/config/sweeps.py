@@ -1,24 +1,21 @@
-"""What attnflow adds to Hydra's sweepers and launchers (docs/sweeps.md), importing neither torch
+"""Sweepers and launchers as the command line picks them (docs/sweeps.md), importing neither torch
 nor :mod:`attnflow.training`: :func:`missing_plugin` names a sweeper or launcher that is not
-installed, with the extra that installs it, from the config files' text alone;
-:func:`continue_optuna_studies` makes an Optuna study found in its storage continue (n_trials
-counts its finished trials, jobs are numbered after them, the sampler is reseeded).
+installed, with the extra that installs it, from the config files' text alone.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib.util
-import logging
 import re
 from pathlib import Path
-from typing import Iterable, Optional, Tuple
+from typing import Any, Iterable, Optional, Tuple
 
-log = logging.getLogger(__name__)
+
+OPTUNA_SWEEPER = "hydra_plugins.attnflow_optuna_sweeper.optuna_sweeper.OptunaSweeper"  # attnflow's own
 
 # plugin → (modules it needs, the pip extra that installs them, what it is)
 PLUGINS = {
-    "optuna": (("optuna", "hydra_plugins.hydra_optuna_sweeper"), "sweep", "the Optuna sweeper"),
+    "optuna": (("optuna", "hydra_plugins.attnflow_optuna_sweeper"), "sweep", "the Optuna sweeper"),
     "joblib": (("joblib", "hydra_plugins.hydra_joblib_launcher"), "launchers", "the joblib launcher"),
     "submitit": (("submitit", "hydra_plugins.hydra_submitit_launcher"), "launchers",
                  "the submitit launcher"),
@@ -108,42 +105,6 @@ def missing_plugin(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
     return None
 
 
-# -- Optuna: a study in a storage continues --------------------------------------------------------
-def _continuing(sweep):
-    @functools.wraps(sweep)
-    def wrapper(self, arguments):
-        impl = self.sweeper  # OptunaSweeperImpl: storage, study_name, n_trials, job_idx
-        storage = impl.storage
-        if isinstance(storage, str) and storage.startswith("sqlite:///"):
-            # the database lives in the sweep folder, which the launcher makes only later
-            Path(storage[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-        if storage and impl.study_name:
-            import optuna
-
-            names = {s.study_name for s in optuna.get_all_study_summaries(storage)}
-            if impl.study_name in names:
-                trials = optuna.load_study(study_name=impl.study_name, storage=storage).trials
-                finished = sum(t.state.is_finished() for t in trials)
-                impl.job_idx = max(impl.job_idx, len(trials))
-                if trials and hasattr(impl.sampler, "reseed_rng"):
-                    impl.sampler.reseed_rng()  # else a seeded sampler repeats the study's first trials
-                wanted, impl.n_trials = impl.n_trials, max(0, impl.n_trials - finished)
-                log.info(f"Study {impl.study_name!r} in {storage} has {finished} finished trials "
-                         f"(of {len(trials)}): {impl.n_trials} more to reach n_trials={wanted}; "
-                         f"jobs are numbered from {impl.job_idx}")
-        return sweep(self, arguments)
-
-    wrapper._attnflow_continuing = True
-    return wrapper
-
-
-def continue_optuna_studies() -> None:
-    """Make hydra-optuna-sweeper continue a study found in its storage; a no-op without the
-    plugin. Patches the class Hydra's plugin registry holds (its scan re-executes the modules)."""
-    from hydra.core.plugins import Plugins
-
-    logging.getLogger("alembic").setLevel(logging.WARNING)  # Optuna's storage: "setup plugin …" at INFO
-    cls = Plugins.instance().class_name_to_class.get(
-        "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper")
-    if cls is not None and not getattr(cls.sweep, "_attnflow_continuing", False):
-        cls.sweep = _continuing(cls.sweep)
+def optuna_sweep(cfg: Any) -> bool:
+    """Whether a composed config (with its ``hydra`` node) sweeps with attnflow's Optuna sweeper."""
+    return cfg.hydra.sweeper.get("_target_") == OPTUNA_SWEEPER

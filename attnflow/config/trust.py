@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 TRUSTED_TARGETS = ("hydra._internal.core_plugins.", "hydra_plugins.hydra_joblib_launcher.",
-                   "hydra_plugins.hydra_submitit_launcher.", "hydra_plugins.hydra_optuna_sweeper.",
-                   "optuna.samplers.")
+                   "hydra_plugins.hydra_submitit_launcher.", "hydra_plugins.attnflow_optuna_sweeper.",
+                   "optuna.samplers.", "optuna.pruners.")
 _LOGGING = ("hydra.job_logging", "hydra.hydra_logging")
 
 

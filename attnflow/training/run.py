@@ -12,7 +12,7 @@ import json
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Sequence
 
 import pytorch_lightning as pl
 import torch
@@ -109,8 +109,10 @@ def _metrics(results: List[dict]) -> Dict[str, float]:
     return out
 
 
-def train(cfg: DictConfig | Dict[str, Any], run_dir: Path | str) -> Dict[str, Any]:
-    """Validate, build, fit, evaluate; return (and write) the final metrics."""
+def train(cfg: DictConfig | Dict[str, Any], run_dir: Path | str,
+          callbacks: Sequence[pl.Callback] = ()) -> Dict[str, Any]:
+    """Validate, build, fit, evaluate; return (and write) the final metrics. ``callbacks`` join
+    the config's; those with ``summary_fields()`` add fields to ``metrics.json``."""
     run_dir = Path(run_dir)
     resolved = resolve_config(cfg)
     resolved.update(run_identity(cfg, resolved))  # run name/experiment/group, tags
@@ -118,7 +120,7 @@ def train(cfg: DictConfig | Dict[str, Any], run_dir: Path | str) -> Dict[str, An
     if matmul:  # (ddp_spawn's processes: the callback)
         torch.set_float32_matmul_precision(matmul)
     try:
-        trainer = build_trainer(resolved, run_dir)  # before any file or data
+        trainer = build_trainer(resolved, run_dir, callbacks)  # before any file or data
         run_dir.mkdir(parents=True, exist_ok=True)
         with runlock.holding(run_dir):
             fit_from = resume.start(resolved, run_dir)
@@ -137,7 +139,7 @@ def task_monitor(task_cfg: Dict[str, Any]) -> SimpleNamespace:
     return SimpleNamespace(monitor=cls.monitor, monitor_mode=cls.monitor_mode, metrics=metrics)
 
 
-def build_trainer(resolved: Dict[str, Any], run_dir: Path) -> pl.Trainer:
+def build_trainer(resolved: Dict[str, Any], run_dir: Path, extra: Sequence[pl.Callback] = ()) -> pl.Trainer:
     """The run's Trainer with its loggers and callbacks; a setting left unread is one warning
     line (a callback so named is not built)."""
     trainer_args, note, warn = resolve_precision(check_trainer(resolved.get("trainer") or {}))
@@ -149,7 +151,7 @@ def build_trainer(resolved: Dict[str, Any], run_dir: Path) -> pl.Trainer:
         if key.startswith("callbacks."):
             wanted[key.split(".", 1)[1]] = None
     logger = build_loggers(resolved.get("logger"), run_dir, logger_identity(resolved))  # [] for none
-    callbacks = build_callbacks(wanted, run_dir, task_monitor(resolved["task"]))
+    callbacks = [*build_callbacks(wanted, run_dir, task_monitor(resolved["task"])), *extra]
     if resolved.get("float32_matmul_precision"):
         callbacks.append(Float32MatmulPrecision(resolved["float32_matmul_precision"]))
     bar = wanted.get("progress_bar", "auto")
@@ -187,6 +189,8 @@ def _train(resolved: Dict[str, Any], trainer: pl.Trainer, run_dir: Path, fit_fro
         fit_time = round(time.time() - start, 2)
         summary, last_epoch = _evaluate(trainer, task, dm, run_dir, resolved.get("test", True))
         summary.update(fit_seconds=fit_time, parameters=sum(p.numel() for p in model.parameters()))
+        for callback in trainer.callbacks:
+            summary.update(getattr(callback, "summary_fields", dict)())
         if trainer.is_global_zero:
             _write_json(run_dir / "metrics.json", summary)
             summarize_loggers(trainer.loggers, summary, last_epoch)

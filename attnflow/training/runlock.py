@@ -28,9 +28,9 @@ def first_rank() -> bool:
     return all(os.environ.get(v, "0") == "0" for v in ("RANK", "LOCAL_RANK", "SLURM_PROCID"))
 
 
-def hold(run_dir: Path | str) -> bool:
+def hold(run_dir: Path | str, advice: str = "") -> bool:
     """Lock ``run_dir`` (made if missing) for this process; False where this process holds it
-    already, :class:`RunInUseError` where another does."""
+    already, :class:`RunInUseError` (ending with ``advice``) where another does."""
     run_dir = Path(run_dir)
     key = str(run_dir.resolve())
     if key in _HELD:
@@ -47,9 +47,9 @@ def hold(run_dir: Path | str) -> bool:
         except BlockingIOError:
             holder = os.read(fd, 256).decode(errors="replace").strip() or "another process"
             os.close(fd)
-            raise RunInUseError(f"{run_dir} is in use by {holder}: one run writes a folder at a "
-                                f"time; wait for it to end (a stopped run continues with "
-                                f"resume={run_dir})") from None
+            raise RunInUseError(f"{run_dir} is in use by {holder}: " + (
+                advice or f"one run writes a folder at a time; wait for it to end (a stopped "
+                          f"run continues with resume={run_dir})")) from None
         with contextlib.suppress(FileNotFoundError):
             if os.fstat(fd).st_ino == os.stat(path).st_ino:
                 break  # (else its holder removed it as it ended: lock the new one)

@@ -103,9 +103,14 @@ def _check_root_fields(cfg: Dict[str, Any]) -> None:
         value = ((cfg.get(section) or {}) if section else cfg).get(name, options[0])
         if not any(value == o and type(value) is type(o) for o in options):
             raise ConfigError(f"{key} must be one of {', '.join(map(_yaml, options))}, got {value!r}")
-    for key in ("resume", "ckpt_path", "optimized_metric"):
+    for key in ("resume", "ckpt_path"):
         if not isinstance(cfg.get(key), (str, type(None))):
             raise ConfigError(f"{key} must be a string or null, got {cfg[key]!r}")
+    metric = cfg.get("optimized_metric")
+    metrics = metric if isinstance(metric, (list, tuple)) else [metric]
+    if metric is not None and not (metrics and all(isinstance(m, str) for m in metrics)):
+        raise ConfigError(f"optimized_metric must be a metric's name, a list of names (several "
+                          f"objectives) or null, got {metric!r}")
     known = _paths_fields()
     for key, value in (cfg.get("paths") or {}).items():
         if key not in known:

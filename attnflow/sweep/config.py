@@ -1,0 +1,54 @@
+"""``hydra/sweeper=optuna``: the fields of attnflow's Optuna sweeper (Hydra checks their types as it
+composes). The sampler and pruner are groups of their own: ``hydra/sweeper/sampler=tpe|random|cmaes|
+grid|nsgaii`` and ``hydra/sweeper/pruner=none|median|hyperband`` (conf/hydra/sweeper/)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from attnflow.config.sweeps import OPTUNA_SWEEPER as TARGET
+
+
+@dataclass
+class OptunaSweeperConf:
+    _target_: str = TARGET
+    _recursive_: bool = False  # the sweeper builds its sampler (seed, grid) and pruner itself
+    defaults: List[Any] = field(default_factory=lambda: ["_self_", {"sampler": "tpe"}, {"pruner": "none"}])
+    sampler: Any = None
+    pruner: Any = None
+    # null: each optimized_metric's better end; else minimize or maximize (a list: one each)
+    direction: Any = None
+    # null: <sweep dir>/optuna.db; a path ending in .journal: a journal file; else an SQLAlchemy URL
+    storage: Optional[str] = None
+    study_name: Optional[str] = None  # null: the hparams_search name
+    n_trials: int = 20  # finished trials the study holds when the sweep ends
+    n_jobs: int = 1  # trials at once
+    params: Optional[Dict[str, Any]] = None  # key: interval(…) | range(…) | choice(…) | a value
+
+
+def directions(direction: Any) -> List[str]:
+    """``hydra.sweeper.direction`` as a list of ``minimize``/``maximize``, one per objective."""
+    from omegaconf import OmegaConf
+
+    items = list(direction) if OmegaConf.is_list(direction) or isinstance(direction, (list, tuple)) \
+        else [direction]
+    return [str(getattr(d, "name", d)).lower() for d in items]
+
+
+def build(node: Any, where: Optional[str], **fields: Any) -> Any:
+    """The Optuna sampler or pruner of config ``node`` with ``fields`` added; a field its class
+    does not take (a saved search's ``n_startup_trials`` after ``hydra/sweeper/sampler=random``)
+    is left out, with one warning line naming it at ``where`` (None: said elsewhere)."""
+    import inspect
+
+    from hydra.utils import get_class, instantiate
+
+    from attnflow.io.console import warn_unread
+
+    params = inspect.signature(get_class(node["_target_"])).parameters
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    kept = {k: v for k, v in {**node, **fields}.items() if k.startswith("_") or k in params or takes_any}
+    for key in sorted(set(node) - set(kept)) if where else ():
+        warn_unread(f"{where}.{key}", f"{node['_target_'].rsplit('.', 1)[-1]} takes no {key}")
+    return instantiate({**kept}) if kept else None
