@@ -204,7 +204,7 @@ def test_help_lists_every_group_and_option_without_heavy_imports():
                 defaults[name] = m.group(2)
     folders = {p.name for p in CONF.iterdir() if p.is_dir() and p.name != "hydra"}
     assert folders | {"hydra/launcher", "hydra/sweeper"} <= set(listed), folders - set(listed)
-    for path in [*CONF.glob("*/*.yaml"), *CONF.glob("hydra/*/*.yaml")]:
+    for path in [*CONF.glob("*/*.yaml"), *CONF.glob("hydra/*/*.yaml"), *CONF.glob("hydra/sweeper/*/*.yaml")]:
         group = path.parent.relative_to(CONF).as_posix()
         if group == "hydra":
             continue
@@ -213,6 +213,9 @@ def test_help_lists_every_group_and_option_without_heavy_imports():
             assert listed[group][path.stem] == _first_comment(path)
     assert {"joblib", "submitit_slurm", "basic"} <= set(listed["hydra/launcher"])  # the plugins' own
     assert {"optuna", "basic"} <= set(listed["hydra/sweeper"])
+    optuna = compose_cfg(["hydra/sweeper=optuna"], return_hydra_config=True).hydra.runtime.choices
+    for group in ("hydra/sweeper/sampler", "hydra/sweeper/pruner"):  # the sweeper's own defaults
+        assert defaults[group] == optuna[group]
     root = OmegaConf.load(CONF / "train.yaml").defaults
     expected = {g: o for entry in root if isinstance(entry, DictConfig) for g, o in entry.items() if o and g != "hydra"}
     assert {g: defaults.get(g) for g in expected} == expected

@@ -81,6 +81,13 @@ def groups(conf_dir: Path) -> List[Tuple[str, str, List[Tuple[str, str]]]]:
             options.append((option, text))
         options += [(p.stem, describe(p)) for p in sorted((conf_dir / group).glob("*.yaml"))]
         out.append((group, "basic", options))
+    from attnflow.sweep.config import OptunaSweeperConf  # (dataclasses only)
+
+    for entry in OptunaSweeperConf().defaults:  # the Optuna sweeper's own groups
+        for name, default in (entry.items() if isinstance(entry, dict) else ()):
+            group = f"hydra/sweeper/{name}"
+            options = [(p.stem, describe(p)) for p in sorted((conf_dir / group).glob("*.yaml"))]
+            out.append((group + "   (with hydra/sweeper=optuna)", default, options))
     return out
 
 
