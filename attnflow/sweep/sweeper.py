@@ -40,7 +40,7 @@ class OptunaSearch:
     def __init__(self, sampler: Any, pruner: Any, direction: Any, storage: Optional[str],
                  study_name: Optional[str], n_trials: int, n_jobs: int, params: Any) -> None:
         self.sampler_cfg, self.pruner_cfg, self.params = sampler, pruner, params
-        self.storage = storage  # (direction: read with optimized_metric, checks.metric_directions)
+        self.storage = storage  # (direction: read beside optimized_metric, checks.metric_directions)
         self.study_name, self.n_trials, self.n_jobs = study_name, n_trials, n_jobs
 
     def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
@@ -117,35 +117,43 @@ class OptunaSearch:
                 for future in finished:
                     failure = _tell(study, pending.pop(future), future) or failure
         finally:
-            close = getattr(runner, "close", None)
-            if close:
-                close()
+            runner.close()
         if failure is not None:
             raise failure
 
-    def _runner(self):
-        """trial number, overrides → a future of the job's ``JobReturn``."""
+    def _runner(self) -> Any:
+        """(trial number, overrides) → a future of the job's ``JobReturn``."""
         if self.n_jobs > 1 and self.config.hydra.launcher._target_ == BASIC_LAUNCHER:
             from attnflow.sweep.processes import JobProcesses
 
             return JobProcesses(self.n_jobs, self.hydra_context, self.config, self.task_function)
-        if self.n_jobs > 1:
-            pool = ThreadPoolExecutor(self.n_jobs)
-            submit = lambda n, overrides: pool.submit(self._launch, n, overrides)  # noqa: E731
-            submit.close = lambda: pool.shutdown(wait=True, cancel_futures=True)
-            return submit
+        return Launches(self.launcher, self.n_jobs)
 
-        def here(n: int, overrides: List[str]) -> Future:
-            future: Future = Future()
-            try:
-                future.set_result(self._launch(n, overrides))
-            except Exception as err:  # noqa: BLE001  (told as the trial's failure)
-                future.set_exception(err)
-            return future
-        return here
 
-    def _launch(self, number: int, overrides: List[str]) -> Any:
+class Launches:
+    """Each trial one ``launcher.launch``: here and now with one job at a time, else from one of
+    ``n_jobs`` threads (the launcher runs the job elsewhere, e.g. as a SLURM job)."""
+
+    def __init__(self, launcher: Any, n_jobs: int) -> None:
+        self.launcher = launcher
+        self.pool = ThreadPoolExecutor(n_jobs) if n_jobs > 1 else None
+
+    def launch(self, number: int, overrides: List[str]) -> Any:
         return self.launcher.launch([overrides], initial_job_idx=number)[0]
+
+    def __call__(self, number: int, overrides: List[str]) -> Future:
+        if self.pool is not None:
+            return self.pool.submit(self.launch, number, overrides)
+        future: Future = Future()
+        try:
+            future.set_result(self.launch(number, overrides))
+        except Exception as err:  # noqa: BLE001  (told as the trial's failure)
+            future.set_exception(err)
+        return future
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _tell(study: Any, trial: Any, future: Future) -> Optional[BaseException]:
