@@ -37,7 +37,7 @@ def _run(cmd, cwd, **kw):
 def test_wheel_install_trains_from_any_folder(tmp_path):
     # build from a copy: nothing (build/, *.egg-info) is written into the checkout
     src = tmp_path / "src"
-    for folder in ("attnflow", "conf"):
+    for folder in ("attnflow", "conf", "hydra_plugins"):
         shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy(ROOT / name, src / name)
@@ -47,6 +47,7 @@ def test_wheel_install_trains_from_any_folder(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     shipped = {f"attnflow/conf/{p.relative_to(ROOT / 'conf').as_posix()}" for p in (ROOT / "conf").rglob("*.yaml")}
     assert shipped and shipped <= names, sorted(shipped - names)
+    assert "hydra_plugins/attnflow_optuna_sweeper/optuna_sweeper.py" in names  # where Hydra finds sweepers
 
     site = tmp_path / "site"
     _run(pip + ["install", "--no-deps", "--no-index", "--target", str(site), str(wheel)], tmp_path, timeout=300)
@@ -58,10 +59,13 @@ def test_wheel_install_trains_from_any_folder(tmp_path):
     run = tmp_path / "run"
     # one interpreter: where attnflow and its configs are found, then attnflow-train's main()
     script = ("import sys, attnflow; print(attnflow.__file__); print(attnflow.config_dir()); "
+              "from hydra.core.plugins import Plugins; from hydra.plugins.sweeper import Sweeper; "
+              "print([c.__module__ for c in Plugins.instance().discover(Sweeper)]); "
               "from attnflow.cli.train import main; sys.argv[1:] = " + repr(
                   ["trainer.fast_dev_run=true", "data.train_size=64", "data.val_size=16",
                    "data.test_size=16", "callbacks.progress_bar=none", "logger=none",
                    f"hydra.run.dir={run}"]) + "; main()")
-    where = _run([sys.executable, "-c", script], work, env=env, timeout=300).stdout.split()
+    where = _run([sys.executable, "-c", script], work, env=env, timeout=300).stdout.splitlines()
     assert Path(where[0]).is_relative_to(site) and Path(where[1]) == site / "attnflow" / "conf", where
+    assert "hydra_plugins.attnflow_optuna_sweeper.optuna_sweeper" in where[2]  # the installed sweeper
     assert "metrics" in json.loads((run / "metrics.json").read_text())
