@@ -213,3 +213,17 @@ def test_on_slurm_each_trial_is_a_cluster_job_of_the_same_study(monkeypatch, tmp
     for call in calls:  # the config each job composes its own from: the study's storage
         hydra = call.function.config.hydra
         assert storage_spec(hydra.sweeper.storage, hydra.sweep.dir) == f"sqlite:///{sweep}/optuna.db"
+
+
+def test_a_study_in_a_journal_file(monkeypatch, tmp_path):
+    """``storage: <path>.journal``: the study lives in Optuna's journal file (no sqlite)."""
+    from optuna.storages.journal import JournalFileBackend
+
+    sweep, journal = tmp_path / "study", tmp_path / "shared" / "study.journal"
+    assert train_cli(monkeypatch, *SEARCH, "hydra.sweeper.n_trials=1", f"hydra.sweeper.storage={journal}",
+                     f"hydra.sweep.dir={sweep}") == 0
+    study = optuna.load_study(study_name="gat_cora_optuna",
+                              storage=optuna.storages.JournalStorage(JournalFileBackend(str(journal))))
+    (trial,) = study.trials
+    assert trial.state.name == "COMPLETE" and not (sweep / "optuna.db").exists()
+    assert trial.value == pytest.approx(_job(sweep, 0)[1]["metrics"]["val/acc"])

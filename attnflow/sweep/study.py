@@ -19,8 +19,6 @@ from typing import Any, List, Optional, Tuple
 
 from attnflow.config.registry import ConfigError
 
-log = logging.getLogger(__name__)
-
 RETRY_OF = "retry_of"
 
 
