@@ -248,6 +248,12 @@ def test_run_name_from_experiment_and_typed_overrides():
     assert ident["run"] == {"experiment": "gat_cora", "name": "gat_cora scorer=dot task.optim.lr=0.01",
                             "group": None, "overrides": ["scorer=dot", "task.optim.lr=0.01"]}
     assert ident["tags"] == ["a", "b"]
+    # an Optuna trial's values rounded in the name (4 significant digits), kept whole in overrides
+    cfg = compose_cfg(["experiment=gat_cora", "task.optim.lr=0.042447295225632876", "model.dropout=0.5",
+                       "model.heads=8", "paths.data_dir=/d"], return_hydra_config=True)
+    ident = run_identity(cfg, resolve_config(cfg))["run"]
+    assert ident["name"] == "gat_cora task.optim.lr=0.04245 model.dropout=0.5 model.heads=8"
+    assert ident["overrides"][0] == "task.optim.lr=0.042447295225632876"
     assert typed_overrides(["++model.heads=2", "hydra/launcher=joblib", "logger.wandb.project=p",
                             "~callbacks.early_stopping", "callbacks.progress_bar=none"]) == [
         "model.heads=2", "~callbacks.early_stopping"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import re
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Dict, List, Mapping, Optional
@@ -170,6 +171,16 @@ def typed_overrides(overrides) -> List[str]:
             if not any(_key(item) == n or _key(item).startswith((n + ".", n + "/")) for n in NOISE)]
 
 
+def readable(override: str) -> str:
+    """``key=value`` with a float value as a person would write it (4 significant digits: an
+    Optuna trial's ``lr=0.042447295225632876`` is named ``lr=0.04245``); the rest as typed."""
+    key, eq, value = override.partition("=")
+    if not eq or not re.fullmatch(r"[-+]?(\d+\.\d*|\.\d+|\d+)(e[-+]?\d+)?", value.strip(), re.I):
+        return override
+    number = float(value)
+    return f"{key}={number:.4g}" if number != float(f"{number:.4g}") else override
+
+
 def _hydra_info(cfg: Any) -> Optional[dict]:
     """{choices, overrides, multirun, sweep_dir} of Hydra (None outside it)."""
     if HydraConfig.initialized():
@@ -236,7 +247,7 @@ def run_identity(cfg: Any, resolved: Dict[str, Any]) -> Dict[str, Any]:
             run["group"] = sweep_group(label, info["sweep_dir"])
     if run["name"] is None:
         if run["experiment"] is not None:
-            run["name"] = " ".join([run["experiment"], *(run["overrides"] or [])])
+            run["name"] = " ".join([run["experiment"], *map(readable, run["overrides"] or [])])
         else:
             names = [(resolved.get(k) or {}).get("name", "?") for k in ("model", "data")]
             run["name"] = f"{names[0]} on {names[1]}"
