@@ -151,14 +151,17 @@ def test_two_trials_at_once_and_two_objectives(monkeypatch, tmp_path):
     list each trial returns both values, the study seeks each one's better end, and the results
     file lists the trials no other trial dominates."""
     sweep = tmp_path / "study"
-    assert train_cli(monkeypatch, *SEARCH, "trainer.max_epochs=30", "optimized_metric=[val/acc,val/loss]",
+    assert train_cli(monkeypatch, *SEARCH, "trainer.max_epochs=60", "optimized_metric=[val/acc,val/loss]",
                      "hydra.sweeper.n_jobs=2", "hydra.sweeper.n_trials=3", f"hydra.sweep.dir={sweep}") == 0
     study = _study(sweep)
     assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE"]
     trials = study.trials
     assert [t.state.name for t in trials] == ["COMPLETE"] * 3
-    a, b = trials[0], trials[1]
-    assert a.datetime_start < b.datetime_complete and b.datetime_start < a.datetime_complete  # at once
+    def window(n):  # a job's start (Hydra writes .hydra/ first) and end (metrics.json last)
+        run = sweep / str(n)
+        return (run / ".hydra" / "config.yaml").stat().st_mtime, (run / "metrics.json").stat().st_mtime
+    (start0, end0), (start1, end1) = window(0), window(1)
+    assert start0 < end1 and start1 < end0  # the first two jobs ran at the same time
     for t in trials:
         m = _job(sweep, t.number)[1]["metrics"]
         assert t.values == pytest.approx([m["val/acc"], m["val/loss"]])
