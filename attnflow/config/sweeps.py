@@ -1,17 +1,21 @@
 """Sweepers and launchers as the command line picks them (docs/sweeps.md), importing neither torch
 nor :mod:`attnflow.training`: :func:`missing_plugin` names a sweeper or launcher that is not
-installed, with the extra that installs it, from the config files' text alone.
+installed, with the extra that installs it, from the config files' text alone; where an Optuna
+sweep keeps its study (:func:`storage_spec`, :func:`open_storage`), for the sweeper, its trials and
+``attnflow-report`` alike.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import logging
 import re
 from pathlib import Path
 from typing import Any, Iterable, Optional, Tuple
 
 
 OPTUNA_SWEEPER = "hydra_plugins.attnflow_optuna_sweeper.optuna_sweeper.OptunaSweeper"  # attnflow's own
+RETRY_OF = "retry_of"  # a trial's user attribute: the number of the cut-off trial it re-runs
 
 # plugin → (modules it needs, the pip extra that installs them, what it is)
 PLUGINS = {
@@ -108,3 +112,34 @@ def missing_plugin(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
 def optuna_sweep(cfg: Any) -> bool:
     """Whether a composed config (with its ``hydra`` node) sweeps with attnflow's Optuna sweeper."""
     return cfg.hydra.sweeper.get("_target_") == OPTUNA_SWEEPER
+
+
+# -- where an Optuna sweep keeps its study (the sweeper's, each trial's and the report's) ---------
+def storage_spec(storage: Optional[str], sweep_dir: Path | str) -> str:
+    """``hydra.sweeper.storage`` with null resolved to the sweep folder's ``optuna.db``; a journal
+    path made absolute (each trial opens it from its own working directory)."""
+    if not storage:
+        return f"sqlite:///{Path(sweep_dir).resolve() / 'optuna.db'}"
+    if str(storage).endswith(".journal"):
+        return str(Path(storage).resolve())
+    return str(storage)
+
+
+def open_storage(spec: str) -> Any:
+    """The Optuna storage of a :func:`storage_spec` (the sqlite file's folder made)."""
+    import optuna
+
+    if spec.endswith(".journal"):
+        from optuna.storages.journal import JournalFileBackend
+
+        Path(spec).parent.mkdir(parents=True, exist_ok=True)
+        return optuna.storages.JournalStorage(JournalFileBackend(spec))
+    if spec.startswith("sqlite:///"):
+        Path(spec[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        logging.getLogger("alembic").setLevel(logging.WARNING)  # "Context impl SQLiteImpl" at INFO
+    try:
+        return optuna.storages.RDBStorage(spec)
+    except RuntimeError as err:  # e.g. a study stored by an older Optuna: its message says the command
+        from attnflow.config.registry import ConfigError
+
+        raise ConfigError(f"hydra.sweeper.storage={spec}: {err}") from None

@@ -16,6 +16,7 @@ from typing import Any, Dict, Optional
 import pytorch_lightning as pl
 from pytorch_lightning.trainer.states import TrainerFn
 
+from attnflow.config.sweeps import storage_spec
 from attnflow.sweep import study as studies
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,6 @@ def trial_reports(hydra_cfg: Any, metric: Any) -> Optional[TrialReports]:
     if sweeper.get("_target_") != TARGET or not isinstance(metric, str) or not metric.startswith("val/"):
         return None
     pruner = build(sweeper.pruner, None)  # (the sweeper warned) if sweeper.get("pruner") else None
-    return TrialReports(studies.storage_spec(sweeper.storage, hydra_cfg.sweep.dir),
+    return TrialReports(storage_spec(sweeper.storage, hydra_cfg.sweep.dir),
                         studies.study_name(sweeper.study_name, hydra_cfg),
                         int(hydra_cfg.job.num), metric, pruner)

@@ -1,9 +1,7 @@
-"""The study a sweep fills, in its storage: opened by the sweeper, continued after a stop, and
-reached by each trial to report its validation metric (the pruner's input).
-
-Storage (``hydra.sweeper.storage``): null keeps the study in ``<sweep dir>/optuna.db`` (sqlite);
-a path ending in ``.journal`` is an Optuna journal file (append-only, for file systems where sqlite
-locks badly, e.g. NFS); anything else is an SQLAlchemy URL (``postgresql://…``).
+"""The study a sweep fills, in its storage (:func:`attnflow.config.sweeps.storage_spec`: null keeps
+it in ``<sweep dir>/optuna.db``; a ``.journal`` path is an Optuna journal file, for file systems
+where sqlite locks badly, e.g. NFS; else an SQLAlchemy URL): opened by the sweeper, continued
+after a stop, and reached by each trial to report its validation metric (the pruner's input).
 
 A continued study: trials still ``RUNNING`` were cut off when the sweep stopped (one sweep runs a
 study at a time: its folder's lock). Each is failed and its parameters queued again, the re-run
@@ -13,13 +11,9 @@ not cut off.
 
 from __future__ import annotations
 
-import logging
-from pathlib import Path
 from typing import Any, List, Optional, Tuple
 
-from attnflow.config.registry import ConfigError
-
-RETRY_OF = "retry_of"
+from attnflow.config.sweeps import RETRY_OF, open_storage
 
 
 def study_name(name: Optional[str], hydra_cfg: Any) -> str:
@@ -27,36 +21,6 @@ def study_name(name: Optional[str], hydra_cfg: Any) -> str:
     from omegaconf import OmegaConf
 
     return name or OmegaConf.select(hydra_cfg, "runtime.choices.hparams_search") or "attnflow"
-
-
-def storage_spec(storage: Optional[str], sweep_dir: Path | str) -> str:
-    """``hydra.sweeper.storage`` with null resolved to the sweep folder's ``optuna.db``; a journal
-    path made absolute (each trial opens it from its own working directory)."""
-    if not storage:
-        return f"sqlite:///{Path(sweep_dir).resolve() / 'optuna.db'}"
-    if str(storage).endswith(".journal"):
-        return str(Path(storage).resolve())
-    return str(storage)
-
-
-def open_storage(spec: str) -> Any:
-    """The Optuna storage of a :func:`storage_spec` (the sqlite file's folder made)."""
-    import optuna
-
-    if spec.endswith(".journal"):
-        from optuna.storages.journal import JournalFileBackend
-
-        Path(spec).parent.mkdir(parents=True, exist_ok=True)
-        return optuna.storages.JournalStorage(JournalFileBackend(spec))
-    if spec.startswith("sqlite:///"):
-        Path(spec[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-        logging.getLogger("alembic").setLevel(logging.WARNING)  # "Context impl SQLiteImpl" at INFO
-    if "://" not in spec:
-        return spec
-    try:
-        return optuna.storages.RDBStorage(spec)
-    except RuntimeError as err:  # e.g. a study stored by an older Optuna: its message says the command
-        raise ConfigError(f"hydra.sweeper.storage={spec}: {err}") from None
 
 
 def cut_off(study: Any) -> List[Any]:
@@ -84,8 +48,6 @@ def trial_handle(spec: str, study_name: str, number: int, pruner: Any) -> Tuple[
 
     storage = open_storage(spec)
     study = optuna.load_study(study_name=study_name, storage=storage, pruner=pruner)
-    if isinstance(storage, str):  # (a URL Optuna opened itself)
-        storage = optuna.storages.get_storage(storage)
     study_id = storage.get_study_id_from_name(study_name)
     trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, number)
     return study, optuna.trial.Trial(study, trial_id)

@@ -23,6 +23,7 @@ from typing import Any, List, Optional
 from omegaconf import OmegaConf
 
 from attnflow.config.registry import ConfigError
+from attnflow.config.sweeps import open_storage, storage_spec
 from attnflow.sweep import study as studies
 from attnflow.sweep.checks import metric_directions
 from attnflow.sweep.config import build
@@ -82,8 +83,8 @@ class OptunaSearch:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        self.spec = studies.storage_spec(self.storage, sweep_dir)
-        storage = studies.open_storage(self.spec)
+        self.spec = storage_spec(self.storage, sweep_dir)
+        storage = open_storage(self.spec)
         name = studies.study_name(self.study_name, self.config.hydra)
         known = {s.study_name: s for s in optuna.get_all_study_summaries(storage)}
         kept = [d.name.lower() for d in known[name].directions] if name in known else None

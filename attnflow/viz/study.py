@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from attnflow.config.sweeps import RETRY_OF, open_storage
 from attnflow.viz.runs import MISSING, PRUNED, Report, Run, natural, sort_key
 
 INTERRUPTED = "running or interrupted"  # RUNNING in the study, no result in its run folder
@@ -41,14 +42,6 @@ def storage_file(path: Path, sweeper: Dict[str, Any]) -> Optional[Path]:
     return found[0] if len(found) == 1 else None
 
 
-def _storage(optuna, copy: Path):
-    if copy.suffix == ".journal":
-        from optuna.storages.journal import JournalFileBackend
-
-        return optuna.storages.JournalStorage(JournalFileBackend(str(copy)))
-    return f"sqlite:///{copy}"
-
-
 def _in_memory(optuna, study):
     """A copy of ``study`` in memory (trial numbers, states, values and attributes kept)."""
     copy = optuna.create_study(study_name=study.study_name, directions=study.directions)
@@ -74,7 +67,7 @@ def load_study(path: Path, sweeper: Dict[str, Any]) -> Tuple[Any, Optional[str]]
     with tempfile.TemporaryDirectory(prefix="attnflow-report-") as tmp:
         try:
             copy = Path(shutil.copy2(found, Path(tmp) / f"study{found.suffix}"))
-            storage = _storage(optuna, copy)
+            storage = open_storage(str(copy) if copy.suffix == ".journal" else f"sqlite:///{copy}")
             names = optuna.get_all_study_names(storage)
             name = names[0] if len(names) == 1 else sweeper.get("study_name")
             if name not in names:
@@ -147,8 +140,8 @@ def apply_statuses(report: Report) -> None:
     """The runs' statuses from their trials: a pruned trial whose metrics.json does not say so
     is ``pruned``; a trial without a result in its folder (or without a folder) gets its state's
     status; runs are sorted again."""
-    retried_by = {t.user_attrs["retry_of"]: t.number for t in report.study.trials
-                  if isinstance(t.user_attrs.get("retry_of"), int)}
+    retried_by = {t.user_attrs[RETRY_OF]: t.number for t in report.study.trials
+                  if isinstance(t.user_attrs.get(RETRY_OF), int)}
     runs = {r.name: r for r in report.runs}
     added = []
     for t in report.study.trials:
@@ -162,8 +155,8 @@ def apply_statuses(report: Report) -> None:
             run.status = _status(t, retried_by)
             if run in added and run.status == MISSING:
                 run.status = f"no run folder (trial {STATE_WORDS.get(t.state.name, t.state.name)})"
-        if isinstance(t.user_attrs.get("retry_of"), int):
-            report.notes.append(f"trial {t.number} re-ran trial {t.user_attrs['retry_of']}, "
+        if isinstance(t.user_attrs.get(RETRY_OF), int):
+            report.notes.append(f"trial {t.number} re-ran trial {t.user_attrs[RETRY_OF]}, "
                                 "which was interrupted")
     report.runs += sorted(added, key=lambda r: natural(r.name))
     if not report.groups:
