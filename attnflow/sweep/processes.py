@@ -1,22 +1,16 @@
-"""Trials in ``n_jobs`` processes of this machine: each runs its job as Hydra's basic launcher would
-in this one (``run_job`` in the sweep's config, job number = trial number), with
-``cpu_count // n_jobs`` threads so that the processes do not oversubscribe the cores. The processes
-are started fresh (``spawn``): neither torch's threads nor the parent's open files are forked.
+"""Trials in ``n_jobs`` processes of this machine: each runs its job through Hydra's basic launcher,
+as this process would (job number = trial number), with ``cpu_count // n_jobs`` threads so that
+the processes do not oversubscribe the cores. The processes are started fresh (``spawn``): neither torch's threads nor the parent's open files are forked.
 Hydra's state (its config store, OmegaConf's resolvers) holds local functions: the jobs travel
 through cloudpickle, as with Hydra's joblib launcher.
 """
 
 from __future__ import annotations
 
-import logging
 import multiprocessing
 import os
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, Dict, List, Sequence
-
-from hydra.core.utils import filter_overrides
-
-log = logging.getLogger(__name__)
 
 
 def _threads(n: int) -> None:
@@ -32,21 +26,15 @@ def _run_pickled(job: bytes) -> bytes:
 
 def _run_job(number: int, overrides: Sequence[str], hydra_context: Any, config: Any,
              task_function: Any, singleton_state: Dict[Any, Any]) -> Any:
-    """One trial's job in this process: its config composed, run in ``<sweep dir>/<number>``."""
-    from hydra.core.hydra_config import HydraConfig
+    """One trial's job in this process, by the sweep's own (basic) launcher: its config composed,
+    run in ``<sweep dir>/<number>``."""
+    from hydra.core.plugins import Plugins
     from hydra.core.singleton import Singleton
-    from hydra.core.utils import run_job, setup_globals
-    from omegaconf import open_dict
 
-    setup_globals()
     Singleton.set_state(singleton_state)
-    job = hydra_context.config_loader.load_sweep_config(config, list(overrides))
-    with open_dict(job):
-        job.hydra.job.id = f"{job.hydra.job.name}_{number}"
-        job.hydra.job.num = number
-    HydraConfig.instance().set_config(job)
-    return run_job(hydra_context=hydra_context, task_function=task_function, config=job,
-                   job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+    launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context,
+                                                       task_function=task_function, config=config)
+    return launcher.launch([list(overrides)], initial_job_idx=number)[0]
 
 
 def _unpickle(running: Future, done: Future) -> None:
@@ -73,7 +61,6 @@ class JobProcesses:
     def __call__(self, number: int, overrides: List[str]) -> Future:
         import cloudpickle
 
-        log.info(f"\t#{number} : {' '.join(filter_overrides(overrides))}")
         job = cloudpickle.dumps((number, overrides, self.context, self.config, self.task_function,
                                  self.state))
         done: Future = Future()
