@@ -51,14 +51,16 @@ def atomic_torch_save(obj: Any, path: Path | str) -> None:
     path = Path(path)
     for stale in path.parent.glob(f".{path.name}.*.tmp"):  # parts left by a process killed mid-save
         stale.unlink(missing_ok=True)
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        writes = _Writes(f)
+    with atomic_path(path) as tmp:
+        writes = None
         try:
-            torch.save(obj, writes)
-            f.flush()
-            os.fsync(f.fileno())
+            with open(tmp, "wb") as f:  # (closing flushes too: a full disk can refuse that)
+                writes = _Writes(f)
+                torch.save(obj, writes)
+                f.flush()
+                os.fsync(f.fileno())
         except (OSError, RuntimeError) as err:
-            err = writes.error or err
+            err = getattr(writes, "error", None) or err
             if isinstance(err, OSError) and err.errno:
                 raise OSError(err.errno, err.strerror, str(path)) from None
             raise
