@@ -176,7 +176,8 @@ def test_learned_positions_of_a_models_own_encoder_shorter_than_its_input_are_re
     assert not (tmp_path / "run").exists()
     enough = [*overrides, *SWAP_ENCODER, f"model.encoder.positional.max_len={longest}"]
     resolved = resolve_config(compose_cfg(enough, return_hydra_config=True))
-    assert resolved["model"]["encoder"]["positional"] == {"name": "learned", "max_len": longest}
+    positional = resolved["model"]["encoder"]["positional"]
+    assert (positional["name"], positional["max_len"]) == ("learned", longest)
 
 
 @pytest.mark.parametrize("overrides, width", [

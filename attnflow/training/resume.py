@@ -19,7 +19,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
-from attnflow.config.registry import ConfigError
+from attnflow.config.registry import DATA, MODELS, TASKS, ConfigError
 from attnflow.training import runlock
 from attnflow.training.runlock import first_rank
 
@@ -65,6 +65,19 @@ def differences(a: Dict[str, Any], b: Dict[str, Any], only: Sequence[str] = (),
         va, vb = fa.get(key, "<unset: its default>"), fb.get(key, "<unset: its default>")
         if va != vb:
             out.append((key, va, vb))
+    return out
+
+
+def with_defaults(cfg: Dict[str, Any]) -> Dict[str, Any]:
+    """``cfg`` with its data, model and task blocks' defaults filled in, as a run saves them
+    now (a run saved before that is compared as a new one); a block it cannot check as saved."""
+    out = dict(cfg)
+    for group, registry in (("data", DATA), ("model", MODELS), ("task", TASKS)):
+        if isinstance(out.get(group), dict):
+            try:
+                out[group] = registry.validate(out[group], group)
+            except ConfigError:
+                pass
     return out
 
 
@@ -326,7 +339,7 @@ def _start_resumed(resolved: Dict[str, Any], run: Path) -> str:
     from attnflow.training.state import WANDB_ID_KEY
 
     saved, ckpt = check_run(run)
-    diffs = differences(saved, resolved)
+    diffs = differences(with_defaults(saved), resolved)
     _refuse_unsafe([k for k, _, _ in diffs], run)
     record = {"resumed_at": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv),
               "from": {"checkpoint": str(run / "checkpoints" / "last.ckpt"),
@@ -361,7 +374,8 @@ def _check_fit_from(ckpt_path: str, resolved: Dict[str, Any], run_dir: Path) -> 
         raise ResumeError(f"ckpt_path={ckpt_path} holds weights only (keys: "
                           f"{', '.join(sorted(map(str, ckpt))[:6])}), not a training state")
     saved = ckpt.get("attnflow_config")
-    diffs = differences(saved, resolved, only=STATE_DEFINING) if isinstance(saved, dict) else []
+    diffs = (differences(with_defaults(saved), resolved, only=STATE_DEFINING)
+             if isinstance(saved, dict) else [])
     if diffs:
         raise ResumeError(f"ckpt_path={ckpt_path} is a checkpoint of another model, data or task: "
                           f"{_listing(diffs, 'checkpoint', 'this run')}")

@@ -16,11 +16,11 @@ import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
 from attnflow import config_dir
 from attnflow.blocks.attention.multihead import check_heads
 from attnflow.blocks.positional.learned import check_table_covers
-from attnflow.config.groups import (drop_swapped_block_fields, fill_default_blocks, prune_unused,
+from attnflow.config.groups import (SHARED_GROUPS, drop_swapped_block_fields, fill_default_blocks, prune_unused,
                                     top_level_keys, top_level_refusal, unused_groups)
 from attnflow.config.overrides import command_line, typed_fields, typed_groups
-from attnflow.config.registry import (DATA, ENCODERS, MODELS, TASKS, ConfigError, build_config,
-                                      suggest)
+from attnflow.config.registry import (DATA, ENCODERS, MODELS, TASKS, ConfigError, Registry,
+                                      build_config, suggest)
 from attnflow.io.console import BARS
 from attnflow.training import averaging
 from attnflow.training.callbacks import (MATMUL_PRECISIONS, AttentionMapsConfig, CheckpointConfig,
@@ -46,8 +46,9 @@ ROOT_CHOICES = {"test": (True, False), "float32_matmul_precision": (None, *MATMU
                 "callbacks.progress_bar": (None, *BARS), "callbacks.lr_monitor": (None, True, False)}
 
 
-def validate_config(cfg: Dict[str, Any]) -> None:
-    """Raise :class:`ConfigError` for any unknown block name or bad field in ``cfg``."""
+def validate_config(cfg: Dict[str, Any]) -> Dict[str, Any]:
+    """``cfg`` with every block's defaults filled in (data, model, task, loggers), or a
+    :class:`ConfigError` for any unknown block name or bad field."""
     known = top_level_keys(config_dir())
     for key in cfg:
         if key not in known:
@@ -59,6 +60,9 @@ def validate_config(cfg: Dict[str, Any]) -> None:
             checked[group] = registry.validate(cfg[group], group)
         elif group in ("data", "model", "task"):
             raise ConfigError(f"the config has no '{group}': choose one with {group}=NAME")
+    for group in SHARED_GROUPS:  # (as the model that consumes them reads them)
+        if isinstance(cfg.get(group), dict):
+            checked[group] = Registry.kinds()[group].validate(cfg[group], group)
     check_trainer(cfg.get("trainer") or {})
     for key, value in (cfg.get("callbacks") or {}).items():
         if key not in CALLBACK_FIELDS:
@@ -70,6 +74,7 @@ def validate_config(cfg: Dict[str, Any]) -> None:
     _check_root_fields(cfg)
     check_composition(checked)
     check_model_builds(checked)
+    return checked
 
 
 def _check_int64(node: Any, path: str) -> None:
@@ -264,8 +269,9 @@ def _choices(cfg: DictConfig) -> Dict[str, Any]:
 
 
 def resolve_config(cfg: DictConfig | Dict[str, Any]) -> Dict[str, Any]:
-    """The run's resolved, validated config. A composed config goes through the shared-group
-    contract first (:mod:`attnflow.config.groups`)."""
+    """The run's resolved, validated config with every block default filled in (what its
+    loggers, ``config.yaml`` and checkpoints record). A composed config goes through the
+    shared-group contract first (:mod:`attnflow.config.groups`)."""
     typed = None
     if not isinstance(cfg, DictConfig):
         resolved = dict(cfg)
@@ -283,13 +289,12 @@ def resolve_config(cfg: DictConfig | Dict[str, Any]) -> Dict[str, Any]:
         resolved = prune_unused(OmegaConf.to_container(cfg, resolve=True), consumed)
     complete_model_config(resolved, typed_fields(typed or ()))
     try:
-        validate_config(resolved)
+        return validate_config(resolved)
     except ConfigError as err:
         shown = _as_typed(cfg, str(err)) if isinstance(cfg, DictConfig) else str(err)
         if shown == str(err):
             raise
         raise ConfigError(shown) from None
-    return resolved
 
 
 def complete_model_config(cfg: Dict[str, Any], typed: Dict[str, str]) -> None:
