@@ -73,6 +73,8 @@ def train_cli(monkeypatch, *args: str) -> int:
 
     monkeypatch.setattr(sys, "argv", ["attnflow-train", *args])
     handlers, level = logging.root.handlers[:], logging.root.level
+    for name in ("pytorch_lightning", "lightning_fabric"):  # (the app quiets them)
+        monkeypatch.setattr(logging.getLogger(name), "level", logging.getLogger(name).level)
     try:
         main()
     except SystemExit as exit_:

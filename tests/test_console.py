@@ -147,7 +147,7 @@ def test_the_final_metrics_title_names_the_weights_they_are_of(tmp_path, capsys)
     weights; the table said "final metrics (best checkpoint)" all the same. Its title now comes
     from the run's summary: best, averaged, or last weights."""
     from attnflow.training.run import train
-    from attnflow.cli.train import _print_summary, evaluated_weights
+    from attnflow.training.runlog import evaluated_weights, final_table
     from support import FAST
 
     args = [*FAST, "logger=none", "trainer.limit_train_batches=2", "trainer.limit_val_batches=2",
@@ -157,7 +157,7 @@ def test_the_final_metrics_title_names_the_weights_they_are_of(tmp_path, capsys)
     assert kept["best_checkpoint"] and not none["best_checkpoint"]
     assert evaluated_weights(kept) == "best checkpoint" and evaluated_weights(none) == "last weights"
     assert evaluated_weights({**kept, "averaged_from": {"n": 2}}) == "averaged checkpoint"
-    _print_summary(none)
+    final_table(none)
     assert "final metrics (last weights)" in capsys.readouterr().out
 
 

@@ -70,16 +70,16 @@ def _wandb_log(run: Path) -> bytes:
     return b"".join(p.read_bytes() for p in run.glob("*.wandb"))
 
 
-def _wandb_summary(run: Path) -> dict:
-    """The offline run's final summary (what W&B's runs table shows), read from its transaction
-    log: a LevelDB-style log (7-byte header, 32 KiB blocks of records: crc, length, type 1 whole /
-    2 first / 3 middle / 4 last) of W&B ``Record`` protobufs; offline, no wandb-summary.json."""
+def _wandb_records(run: Path):
+    """The offline run's W&B ``Record`` protobufs, read from its transaction log: a LevelDB-style
+    log (7-byte header, 32 KiB blocks of records: crc, length, type 1 whole / 2 first / 3 middle
+    / 4 last); offline there is no wandb-summary.json or config.yaml."""
     import struct
 
     from wandb.proto.wandb_internal_pb2 import Record
 
     data = _wandb_log(run)
-    pos, part, summary = 7, b"", {}
+    pos, part = 7, b""
     while pos + 7 <= len(data):
         if 32768 - pos % 32768 < 7:  # a block's tail too short for a record header: padding
             pos += 32768 - pos % 32768
@@ -87,11 +87,22 @@ def _wandb_summary(run: Path) -> dict:
         _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
         part, pos = part + data[pos + 7:pos + 7 + length], pos + 7 + length
         if kind in (1, 4):
-            record = Record.FromString(part)
+            yield Record.FromString(part)
             part = b""
-            for item in record.summary.update if record.HasField("summary") else ():
-                summary["/".join(item.nested_key) or item.key] = json.loads(item.value_json)
-    return summary
+
+
+def _wandb_items(run: Path, field: str) -> dict:
+    """The run's final ``summary`` (what W&B's runs table shows) or ``config`` (what it filters
+    and groups runs by), from its records."""
+    out = {}
+    for record in _wandb_records(run):
+        for item in getattr(record, field).update if record.HasField(field) else ():
+            out["/".join(item.nested_key) or item.key] = json.loads(item.value_json)
+    return out
+
+
+def _wandb_summary(run: Path) -> dict:
+    return _wandb_items(run, "summary")
 
 
 def test_csv_and_wandb_at_once_offline_by_default_with_name_tags_images_and_translations(
@@ -118,12 +129,12 @@ def test_csv_and_wandb_at_once_offline_by_default_with_name_tags_images_and_tran
     assert saved["run"]["experiment"] == "default" and saved["tags"] == ["smoke", "cpu"]
     assert saved["run"]["overrides"][:2] == ["task=translation", "task.optim.lr=0.002"]
     assert b'"experiment":"default"' in log.replace(b" ", b"")  # the logged config carries it
-    # the summary (W&B's runs table) is metrics.json: the best checkpoint's metrics by their
-    # names, which checkpoint, and the last epoch's values apart (one epoch: the same here)
+    # the summary (W&B's runs table) holds metrics.json: the best checkpoint's validation
+    # metrics as best/val/…, which checkpoint (one epoch: val/… is the same here)
     summary, metrics = _wandb_summary(run), json.loads((tmp_path / "run" / "metrics.json").read_text())
-    assert {k: summary[k] for k in metrics["metrics"]} == metrics["metrics"]
+    assert {k: summary[f"best/{k}"] for k in metrics["metrics"]} == metrics["metrics"]
     assert summary["best_checkpoint"] == metrics["best_checkpoint"] and summary["epochs"] == 1
-    assert summary["last_epoch/val/bleu"] == pytest.approx(metrics["metrics"]["val/bleu"])
+    assert summary["val/bleu"] == pytest.approx(metrics["metrics"]["val/bleu"])
     # each picture's caption says what it shows and when: the epoch's validation (2 steps), then
     # the best checkpoint's after training (one epoch: its only checkpoint)
     what = "validation example 0: α of each output word over the source · ".encode()
@@ -149,6 +160,63 @@ def test_csv_and_wandb_at_once_offline_by_default_with_name_tags_images_and_tran
     acc.Reload()
     text = acc.Tensors("val/translations/text_summary")[-1].tensor_proto.string_val[0].decode()
     assert text.startswith("| source | reference | hypothesis |") and table["data"][0][0] in text
+
+
+def test_the_logged_config_is_what_the_run_used_with_every_block_default(tmp_path, wandb_env):
+    """Each logger got only what YAML or the command line set (the default run's task was
+    {name: seq2seq}: no optimiser, learning rate or batch size); now W&B's config, the CSV
+    logger's hparams.yaml and config.yaml hold the config the run used, block defaults filled in."""
+    import torch
+
+    from attnflow.config.registry import DATA, MODELS, TASKS
+
+    run_dir = tmp_path / "run"
+    train(compose_cfg(["logger=[wandb,csv]", *SHORT], return_hydra_config=True), run_dir)
+    config = _wandb_items(_wandb_run(run_dir), "config")
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    hparams = yaml.safe_load((run_dir / "csv" / "version_0" / "hparams.yaml").read_text())
+    for section in ("data", "model", "task", "trainer"):
+        assert config[section] == saved[section] == hparams[section], section
+    # no YAML file sets these: the constructors' defaults, as the registry lists them
+    task_defaults = {f: d for f, _, d in TASKS.fields("seq2seq")}
+    assert {f"optim.{k}": v for k, v in config["task"]["optim"].items()} == {
+        f: d for f, d in task_defaults.items() if f.startswith("optim.")}
+    assert config["task"]["optim"]["optimizer"] in ("adam", "adamw", "sgd") and config["task"]["optim"]["lr"] > 0
+    assert config["data"]["batch_size"] == 32 and config["data"]["max_len"] == dict(
+        (f, d) for f, _, d in DATA.fields("reverse"))["max_len"]
+    # the sizes logged are the model's: built from them, it has the parameters the run counted
+    model_cfg = config["model"]
+    assert {"embed_dim", "encoder", "decoder"} <= set(model_cfg) and model_cfg["encoder"]["hidden_dim"] == 64
+    context = DATA.build(config["data"]).model_context()
+    with torch.device("meta"):
+        built = MODELS.build(model_cfg, **context)
+    parameters = json.loads((run_dir / "metrics.json").read_text())["parameters"]
+    assert sum(p.numel() for p in built.parameters()) == parameters
+
+
+def test_val_curves_hold_the_epochs_trained_and_the_best_checkpoint_its_own_names(tmp_path, wandb_env):
+    """After training, the best checkpoint was validated again and logged as one more point of
+    val/*: an epoch that never ran. Now it is logged as best/val/*; val/* has one point per
+    validation, and the learning rate is logged with a logger chosen."""
+    import csv
+
+    run_dir = tmp_path / "run"
+    train(compose_cfg(["logger=[wandb,csv]", *SHORT, "trainer.max_epochs=3"], return_hydra_config=True),
+          run_dir)
+    with open(run_dir / "csv" / "version_0" / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    val = [(int(r["epoch"]), float(r["val/seq_acc"])) for r in rows if r.get("val/seq_acc")]
+    assert [e for e, _ in val] == [0, 1, 2]
+    best = [float(r["best/val/seq_acc"]) for r in rows if r.get("best/val/seq_acc")]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert best == [pytest.approx(metrics["metrics"]["val/seq_acc"])]
+    assert metrics["metrics"]["val/seq_acc"] == pytest.approx(max(v for _, v in val))
+    lr = [r for r in rows if any(k.startswith("lr-") and r[k] for k in r)]
+    assert len(lr) == metrics["global_step"]  # one per step (log_every_n_steps=1)
+    summary = _wandb_summary(_wandb_run(run_dir))
+    assert summary["val/seq_acc"] == pytest.approx(val[-1][1])  # the last epoch's
+    assert summary["best/val/seq_acc"] == pytest.approx(metrics["metrics"]["val/seq_acc"])
+    assert summary["test/seq_acc"] == pytest.approx(metrics["metrics"]["test/seq_acc"])
 
 
 def test_no_pictures_with_zero_examples(tmp_path):

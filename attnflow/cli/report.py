@@ -33,12 +33,16 @@ from attnflow.viz.study_plots import plot_study
 REPORT_OF = ".report-of"  # in a report folder: the resolved path it reports
 
 
-def print_table(report: Report, console=None) -> None:
-    """The table in the terminal (rich), best run first; wide when output is not a terminal."""
+def print_table(report: Report, console=None, most: Optional[int] = None) -> None:
+    """The table in the terminal (rich), best run first; wide when output is not a terminal.
+    ``most``: in short, the first ``most`` runs with their parameters and the ranking metric."""
     from rich.console import Console
     from rich.table import Table
 
     header, rows = table(report)
+    if most is not None:
+        keep = [i for i, h in enumerate(header) if h in ("run", "status", *report.params, report.metric)]
+        header, rows = [header[i] for i in keep], [[row[i] for i in keep] for row in rows[:most]]
     console = console or Console()
     if not console.is_terminal:  # a file or a pipe: as wide as the table, no folded cells
         widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
@@ -50,6 +54,8 @@ def print_table(report: Report, console=None) -> None:
     for run, row in zip(report.runs, rows):
         t.add_row(*row, style="bold" if run in best else _style(run.status))
     console.print(t)
+    if len(rows) < len(report.runs):
+        console.print(f"… and {len(report.runs) - len(rows)} more")
     for note in report.notes:
         console.print(f"note: {note}")
 

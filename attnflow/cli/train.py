@@ -90,6 +90,7 @@ def run_app(cfg: DictConfig) -> float | list | None:
     from attnflow.sweep.checks import check_optimized_metric
     from attnflow.sweep.pruning import trial_reports
 
+    quiet_lightning()
     hc = HydraConfig.get()
     out, multirun = Path(hc.runtime.output_dir), hc.mode == RunMode.MULTIRUN
     before = rollback.snapshot(out)  # Hydra's files, a resumed run's
@@ -116,7 +117,7 @@ def run_app(cfg: DictConfig) -> float | list | None:
         if metric and multirun:
             return float("nan")  # one diverging job of a sweep: Optuna records a failed trial, the sweep goes on
         sys.exit(1)
-    _print_summary(summary)
+    _print_summary(summary, out)
     if not metric:
         return None
     wanted = metric if isinstance(metric, list) else [metric]  # what a sweeper optimises
@@ -129,6 +130,15 @@ def run_app(cfg: DictConfig) -> float | list | None:
         sys.exit(2)
     values = [summary["metrics"][m] for m in wanted]
     return values if isinstance(metric, list) else values[0]
+
+
+def quiet_lightning() -> None:
+    """Lightning's INFO lines off the console (its tips, "GPU available", checkpoint restored):
+    the run says where it is and what it trains itself (:mod:`attnflow.training.runlog`)."""
+    import logging
+
+    for name in ("pytorch_lightning", "lightning_fabric"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def _take_back(before: dict) -> str | None:
@@ -157,21 +167,13 @@ def _take_back(before: dict) -> str | None:
     return f"{out} is removed"
 
 
-def _print_summary(summary: dict) -> None:
-    """The final metrics as a table (global rank 0 only), titled with the weights they are of."""
-    from pytorch_lightning.utilities import rank_zero_only
+def _print_summary(summary: dict, out: Path) -> None:
+    """The final metrics as a table (global rank 0 only), titled with the weights they are of,
+    then the run's folder."""
+    from attnflow.training.runlog import final_table, say
 
-    from attnflow.io.console import print_metrics
-
-    if getattr(rank_zero_only, "rank", 0) == 0 and summary.get("metrics"):
-        print_metrics(summary["metrics"], f"final metrics ({evaluated_weights(summary)})")
-
-
-def evaluated_weights(summary: dict) -> str:
-    """Which weights a run's final metrics are of, from its ``metrics.json`` summary."""
-    if summary.get("averaged_from"):
-        return "averaged checkpoint"
-    return "best checkpoint" if summary.get("best_checkpoint") else "last weights"  # none kept
+    final_table(summary)
+    say(f"run folder: {out}")
 
 
 def main() -> None:

@@ -3,7 +3,7 @@ through Hydra: a ``_target_`` (``hydra.utils.instantiate``), ``hydra.callbacks``
 starts), a logging ``()`` factory or handler ``class``, or a group option that is a path to YAML
 outside ``conf/``. Before Hydra starts, the command line's config is composed (once per option of
 a swept group) and such a config refused; launchers and sweepers are limited to Hydra's own and
-the plugins attnflow ships (:data:`TRUSTED_TARGETS`).
+the plugins attnflow ships, Hydra callbacks to attnflow's own (:data:`TRUSTED_TARGETS`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 TRUSTED_TARGETS = ("hydra._internal.core_plugins.", "hydra_plugins.hydra_joblib_launcher.",
                    "hydra_plugins.hydra_submitit_launcher.", "hydra_plugins.attnflow_optuna_sweeper.",
-                   "optuna.samplers.", "optuna.pruners.")
+                   "optuna.samplers.", "optuna.pruners.", "attnflow.cli.sweep_end.")
 _LOGGING = ("hydra.job_logging", "hydra.hydra_logging")
 
 
@@ -45,9 +45,11 @@ def code_refusal(cfg: Any, conf_dir: Path) -> Optional[str]:
 
 
 def _named_code(cfg: dict) -> Optional[str]:
-    if cfg["hydra"].get("callbacks"):
-        return (f"hydra.callbacks ({', '.join(cfg['hydra']['callbacks'])}) would run code as Hydra "
-                f"starts: attnflow refuses them")
+    foreign = [name for name, entry in (cfg["hydra"].get("callbacks") or {}).items()
+               if not (isinstance(entry, dict) and str(entry.get("_target_")).startswith(TRUSTED_TARGETS))]
+    if foreign:
+        return (f"hydra.callbacks ({', '.join(foreign)}) would run code as Hydra starts: attnflow "
+                f"refuses them")
     for path, key, value in _walk(cfg):
         if key == "_target_" and not (path.startswith("hydra.") and str(value).startswith(TRUSTED_TARGETS)):
             return (f"{path}._target_={value}: a config names no code (blocks are named by registry "

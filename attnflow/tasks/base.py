@@ -38,6 +38,13 @@ class Task(pl.LightningModule):
         self.optim = OptimConfig(**optim) if isinstance(optim, Mapping) else optim
         self.run_config: Dict[str, Any] = {}  # the resolved config, stored in checkpoints
 
+    def log(self, name: str, value: Any, *args: Any, **kwargs: Any) -> None:
+        """Lightning's ``log``, the name after :attr:`logged_as` (``best/`` while the best
+        checkpoint is validated after training: not one more point of the ``val/`` curves)."""
+        super().log(self.logged_as + name, value, *args, **kwargs)
+
+    logged_as: str = ""
+
     # -- one batch -------------------------------------------------------------------------------
     def step(self, batch: Any, split: str) -> Optional[torch.Tensor]:
         """Loss and metrics of one batch of ``split`` ('train', 'val' or 'test'); returns the loss."""

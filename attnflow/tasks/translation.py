@@ -7,10 +7,10 @@ case-sensitive; Papineni et al. 2002, Post 2018), ``bleu_lc`` (lower-cased), ``w
 
 from __future__ import annotations
 
+import logging
 from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
-from pytorch_lightning.utilities import rank_zero_info
 
 from attnflow.blocks.decoders.decoding import decode
 from attnflow.config.registry import TASKS, NonNegativeFloat, PositiveInt, Probability
@@ -109,9 +109,10 @@ class TranslationTask(Seq2SeqTask):
         self.log(f"{split}/bleu", bleu, prog_bar=True, sync_dist=True)
         self.log(f"{split}/bleu_lc", bleu_lc, sync_dist=True)
         self.log(f"{split}/wer", wer, sync_dist=True)
-        if not self.trainer.sanity_checking:
-            rank_zero_info(f"{split}: BLEU {bleu:.2f} (sacreBLEU {self.bleu_signature}), "
-                           f"lower-cased {bleu_lc:.2f}, WER {wer:.3f} on {len(hyps)} sentences")
+        if not self.trainer.sanity_checking and self.trainer.is_global_zero:  # (a run's train.log)
+            logging.getLogger("attnflow.run").info(
+                f"{split}: BLEU {bleu:.2f} (sacreBLEU {self.bleu_signature}), lower-cased "
+                f"{bleu_lc:.2f}, WER {wer:.3f} on {len(hyps)} sentences")
 
     def on_validation_epoch_start(self) -> None:
         self._epoch_start("val")

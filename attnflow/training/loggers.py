@@ -123,14 +123,13 @@ def _wandb_run(loggers: list) -> Any:
         return wandb.run
 
 
-def summarize_loggers(loggers: list, summary: Dict[str, Any], last_epoch: Mapping[str, Any]) -> None:
-    """``metrics.json`` as the W&B run's summary (not what was logged last), with the last
-    epoch's values as ``last_epoch/<name>``; an Optuna trial's state also as a tag."""
+def summarize_loggers(loggers: list, summary: Dict[str, Any]) -> None:
+    """``metrics.json`` into the W&B run's summary, the best checkpoint's validation metrics
+    as ``best/val/…`` (``val/…`` stays the last epoch's); an Optuna trial's state also as a tag."""
     run = _wandb_run(loggers)
     if run is not None:
-        last = {f"last_epoch/{k}": float(v) for k, v in last_epoch.items() if k in summary["metrics"]}
-        rest = {k: v for k, v in summary.items() if k != "metrics"}
-        run.summary.update({**summary["metrics"], **rest, **last})
+        best = {f"best/{k}" if k.startswith("val/") else k: v for k, v in summary["metrics"].items()}
+        run.summary.update({**best, **{k: v for k, v in summary.items() if k != "metrics"}})
         if "trial" in summary:  # an Optuna trial: its state (complete, pruned) as a tag to filter by
             run.tags = (*run.tags, summary["trial"]["state"])
 

@@ -26,7 +26,20 @@ def progress_bar(kind: Optional[str], every_n_steps: Optional[int] = None) -> Op
     return None
 
 
-def _duration(seconds: float) -> str:
+def epoch_label(trainer: pl.Trainer) -> str:
+    """``epoch 3/10`` (``?`` for a run without an epoch limit)."""
+    total = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else "?"
+    return f"epoch {trainer.current_epoch + 1}/{total}"
+
+
+def epoch_metrics(trainer: pl.Trainer, prefixes=("train/", "val/")) -> str:
+    """The epoch's train and validation metrics as ``name=value`` pairs."""
+    items = sorted((k, v) for k, v in trainer.callback_metrics.items()
+                   if k.startswith(prefixes) and not k.endswith("_step"))
+    return " ".join(f"{k.removesuffix('_epoch')}={fmt_value(v)}" for k, v in items)
+
+
+def duration(seconds: float) -> str:
     seconds = int(round(seconds))
     h, rest = divmod(seconds, 3600)
     return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
@@ -61,8 +74,7 @@ class TextProgressBar(ProgressBar):
         return max(1, int(self.every_n_steps or trainer.log_every_n_steps or 50))
 
     def _epoch(self, trainer: pl.Trainer) -> str:
-        total = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else "?"
-        return f"epoch {trainer.current_epoch + 1}/{total}"
+        return epoch_label(trainer)
 
     def _step_line(self, trainer: pl.Trainer, loop: str, done: int, total: Any) -> Optional[str]:
         """The line after ``done`` batches of ``total``, or None when none is due."""
@@ -75,15 +87,10 @@ class TextProgressBar(ProgressBar):
         if isinstance(total, int) and total > 0:
             where += f"/{total} ({100 * done // total}%)"
             if timed > 0:
-                where += f" {rate:.1f} it/s eta {_duration((total - done) / rate)}"
+                where += f" {rate:.1f} it/s eta {duration((total - done) / rate)}"
         elif timed > 0:
             where += f" {rate:.1f} it/s"
         return where
-
-    def _metrics(self, trainer: pl.Trainer, prefixes=("train/", "val/")) -> str:
-        items = sorted((k, v) for k, v in trainer.callback_metrics.items()
-                       if k.startswith(prefixes) and not k.endswith("_step"))
-        return " ".join(f"{k.removesuffix('_epoch')}={fmt_value(v)}" for k, v in items)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._started["train"] = self._started["epoch"] = time.monotonic()
@@ -101,10 +108,10 @@ class TextProgressBar(ProgressBar):
             self.print(f"{self._epoch(trainer)} {line} {extra}".rstrip())
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        took = _duration(time.monotonic() - self._started.get("epoch", time.monotonic()))
+        took = duration(time.monotonic() - self._started.get("epoch", time.monotonic()))
         if self._skipped.get("train"):
             took += f" (resumed after step {self._skipped['train']})"
-        self.print(f"{self._epoch(trainer)} done in {took}: {self._metrics(trainer)}".rstrip(": "))
+        self.print(f"{self._epoch(trainer)} done in {took}: {epoch_metrics(trainer)}".rstrip(": "))
 
     def on_validation_epoch_start(self, trainer, pl_module) -> None:
         self._started["eval"] = time.monotonic()

@@ -18,13 +18,13 @@ import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig
 from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
-from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
+from pytorch_lightning.utilities import rank_zero_warn
 
 import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
 from attnflow.config.registry import DATA, MODELS, TASKS, AttnflowWarning, ConfigError
 from attnflow.io.console import warn_unread
 from attnflow.io.text import atomic_path
-from attnflow.training import averaging, requeue, resume, runlock, state as training_state
+from attnflow.training import averaging, requeue, resume, runlock, runlog, state as training_state
 from attnflow.training.callbacks import AttentionMaps, Float32MatmulPrecision, StopOnNonFiniteLoss
 from attnflow.training.distributed import continue_csv_logs, fit_progress
 from attnflow.training.ema import ExponentialMovingAverage
@@ -102,11 +102,21 @@ def record_failure(run_dir: Path, reason: str) -> None:
         _write_json(path, {**json.loads(path.read_text()), "failed": reason})
 
 
-def _metrics(results: List[dict]) -> Dict[str, float]:
+def _metrics(results: List[dict], prefix: str = "") -> Dict[str, float]:
     out: Dict[str, float] = {}
     for r in results or []:
-        out.update({k: float(v) for k, v in r.items()})
+        out.update({k.removeprefix(prefix): float(v) for k, v in r.items()})
     return out
+
+
+def _validate_as(prefix: str, trainer: pl.Trainer, task: Any, **how: Any) -> Dict[str, float]:
+    """The validation metrics of the weights ``how`` names, logged as ``<prefix>val/…``: the
+    ``val/`` curves keep one point per epoch trained."""
+    task.logged_as = prefix
+    try:
+        return _metrics(trainer.validate(task, **how), prefix)
+    finally:
+        task.logged_as = ""
 
 
 def train(cfg: DictConfig | Dict[str, Any], run_dir: Path | str,
@@ -122,8 +132,9 @@ def train(cfg: DictConfig | Dict[str, Any], run_dir: Path | str,
     try:
         trainer = build_trainer(resolved, run_dir, callbacks)  # before any file or data
         run_dir.mkdir(parents=True, exist_ok=True)
-        with runlock.holding(run_dir):
+        with runlock.holding(run_dir), runlog.recording(run_dir):
             fit_from = resume.start(resolved, run_dir)
+            runlog.say(f"run folder: {run_dir}")
             pl.seed_everything(resolved.get("seed", 1234), workers=True, verbose=False)
             return _train(resolved, trainer, run_dir, fit_from)
     finally:
@@ -144,14 +155,19 @@ def build_trainer(resolved: Dict[str, Any], run_dir: Path, extra: Sequence[pl.Ca
     line (a callback so named is not built)."""
     trainer_args, note, warn = resolve_precision(check_trainer(resolved.get("trainer") or {}))
     if note:
-        (rank_zero_warn if warn else rank_zero_info)(note)
+        rank_zero_warn(note) if warn else runlog.say(note)
     wanted = dict(resolved.get("callbacks") or {})
     for key, why in idle_settings(resolved, TASKS.get(resolved["task"]["name"])).items():
         rank_zero_warn(why, category=AttnflowWarning)
         if key.startswith("callbacks."):
             wanted[key.split(".", 1)[1]] = None
     logger = build_loggers(resolved.get("logger"), run_dir, logger_identity(resolved))  # [] for none
-    callbacks = [*build_callbacks(wanted, run_dir, task_monitor(resolved["task"])), *extra]
+    if wanted.get("lr_monitor") is None:  # (null: the learning rate goes to the loggers chosen)
+        wanted["lr_monitor"] = bool(logger)
+    callbacks = [*build_callbacks(wanted, run_dir, task_monitor(resolved["task"])), *extra,
+                 runlog.EpochLog()]
+    if trainer_args.pop("enable_model_summary", True):  # (Lightning's: a FLOPs column of zeros)
+        callbacks.append(runlog.ModelTable())
     if resolved.get("float32_matmul_precision"):
         callbacks.append(Float32MatmulPrecision(resolved["float32_matmul_precision"]))
     bar = wanted.get("progress_bar", "auto")
@@ -161,6 +177,7 @@ def build_trainer(resolved: Dict[str, Any], run_dir: Path, extra: Sequence[pl.Ca
                               run_dir, (resolved.get("paths") or {}).get("output_root"))],
                           plugins=[training_state.SafeCheckpointIO(), *requeue.plugins()],
                           default_root_dir=str(run_dir), enable_progress_bar=bar not in ("none", None),
+                          enable_model_summary=False,
                           enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks))
 
 
@@ -187,13 +204,14 @@ def _train(resolved: Dict[str, Any], trainer: pl.Trainer, run_dir: Path, fit_fro
         continue_csv_logs(trainer)  # (ddp_spawn: one CSV writer for every stage)
         trainer.fit(task, datamodule=dm, ckpt_path=fit_from, weights_only=True)
         fit_time = round(time.time() - start, 2)
-        summary, last_epoch = _evaluate(trainer, task, dm, run_dir, resolved.get("test", True))
+        summary = _evaluate(trainer, task, dm, run_dir, resolved.get("test", True))
         summary.update(fit_seconds=fit_time, parameters=sum(p.numel() for p in model.parameters()))
         for callback in trainer.callbacks:
             summary.update(getattr(callback, "summary_fields", dict)())
         if trainer.is_global_zero:
             _write_json(run_dir / "metrics.json", summary)
-            summarize_loggers(trainer.loggers, summary, last_epoch)
+            runlog.log_final_table(summary)
+            summarize_loggers(trainer.loggers, summary)
         failed = False
         return summary
     finally:
@@ -201,9 +219,7 @@ def _train(resolved: Dict[str, Any], trainer: pl.Trainer, run_dir: Path, fit_fro
 
 
 def _evaluate(trainer: pl.Trainer, task: Any, dm: Any, run_dir: Path, test: bool) -> tuple:
-    """The best (or averaged) checkpoint validated and tested: (``metrics.json``'s fields,
-    the last epoch's metrics)."""
-    last_epoch = dict(trainer.callback_metrics)  # the last epoch's, before the best's validation
+    """The best (or averaged) checkpoint validated and tested: ``metrics.json``'s fields."""
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     continue_csv_logs(trainer)
     epochs, global_step = fit_progress(trainer, run_dir / "checkpoints")
@@ -212,15 +228,15 @@ def _evaluate(trainer: pl.Trainer, task: Any, dm: Any, run_dir: Path, test: bool
     out: Dict[str, Any] = {}
     if averaged:  # the best single checkpoint's val metrics too, for comparison
         out = dict(best_checkpoint=averaged["path"], best_single_checkpoint=best,
-                   metrics_best_single=_metrics(trainer.validate(task, **best_of)),
+                   metrics_best_single=_validate_as("best_single/", trainer, task, **best_of),
                    averaged_from={k: averaged[k] for k in ("by", "n", "monitor", "epochs", "steps",
                                                            "scores", "files")})
         continue_csv_logs(trainer)
         best_of["ckpt_path"] = averaged["path"]
-    metrics = _metrics(trainer.validate(task, **best_of))
+    metrics = _validate_as("best/", trainer, task, **best_of)
     if test:
         continue_csv_logs(trainer)
         metrics.update(_metrics(trainer.test(task, **best_of)))
     return {"metrics": metrics, "best_checkpoint": best, "epochs": epochs, "global_step": global_step,
             "precision": str(trainer.precision),
-            **out}, last_epoch
+            **out}
