@@ -130,18 +130,91 @@ def chromium_flags(tmp_path: Path) -> List[str]:
             "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}"]
 
 
-def chromium_dom(page: Path, probe: str, tmp_path: Path) -> str:
+def chromium_dom(page: Path, probe: str, tmp_path: Path, *flags: str) -> str:
     """The DOM, as Chromium has it after loading, of a copy of ``page`` with ``probe`` (a
     ``<script>…</script></body>`` that writes what it measures into ``data-`` attributes of the
-    body) in place of ``</body>``: the page itself stays without scripts."""
+    body) in place of ``</body>``: the page itself stays without scripts. ``flags``: more of
+    Chromium's (e.g. the ``--window-size`` of a screenshot, to measure the same layout)."""
     import subprocess
 
     probed = tmp_path / "probe.html"
     probed.write_text(page.read_text().replace("</body>", probe))
-    dom = subprocess.run([*chromium_flags(tmp_path), "--virtual-time-budget=5000", "--dump-dom",
-                          probed.as_uri()], capture_output=True, text=True, timeout=120)
+    dom = subprocess.run([*chromium_flags(tmp_path), "--virtual-time-budget=5000", *flags,
+                          "--dump-dom", probed.as_uri()], capture_output=True, text=True, timeout=120)
     assert dom.returncode == 0, dom.stderr[-2000:]
     return dom.stdout
+
+
+def optuna_sweep_folder(folder: Path, values, storage: bool = True) -> Path:
+    """A sweep folder as hydra-optuna-sweeper leaves it (multirun.yaml, job folders) with a study
+    in ``optuna.db`` built through optuna's API: per job (task.optim.lr, model.cell, val/score)."""
+    import json
+    import warnings
+
+    import pytest
+    import yaml
+
+    optuna = pytest.importorskip("optuna")
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    folder.mkdir()
+    sweeper = {"_target_": "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper",
+               "direction": "minimize", "study_name": "toy",
+               "storage": "sqlite:///${hydra.sweep.dir}/optuna.db"}
+    (folder / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"sweeper": sweeper}}))
+    study = optuna.create_study(study_name="toy", direction="minimize",
+                                storage=f"sqlite:///{folder / 'optuna.db'}") if storage else None
+    for i, (lr, cell, value) in enumerate(values):
+        job = folder / str(i)
+        (job / ".hydra").mkdir(parents=True)
+        (job / ".hydra" / "overrides.yaml").write_text(
+            yaml.safe_dump([f"task.optim.lr={lr}", f"model.cell={cell}", "optimized_metric=val/score"]))
+        (job / "config.yaml").write_text(yaml.safe_dump({"optimized_metric": "val/score"}))
+        (job / "metrics.json").write_text(json.dumps({"metrics": {"val/score": value}, "epochs": 1}))
+        if study is not None:
+            with warnings.catch_warnings():  # add_trial and create_trial are "experimental"
+                warnings.simplefilter("ignore")
+                study.add_trial(optuna.trial.create_trial(
+                    params={"task.optim.lr": lr, "model.cell": cell}, value=value,
+                    distributions={"task.optim.lr": FloatDistribution(1e-4, 1.0, log=True),
+                                   "model.cell": CategoricalDistribution(["gru", "lstm"])}))
+    return folder
+
+
+# JavaScript for a chromium_dom probe: each <img class="plot">'s box on the page and its PNG's size,
+# "left,top,width,height,naturalWidth,naturalHeight;…" in the body's data-plots
+PLOT_BOXES_PROBE = ("document.body.dataset.plots = [...document.images].filter(i => i.className == 'plot')"
+                    ".map(i => { const r = i.getBoundingClientRect(); return [r.left, r.top, r.width, "
+                    "r.height, i.naturalWidth, i.naturalHeight].map(Math.round).join(','); }).join(';');")
+
+
+def plots_in_screenshot(shot: Path, boxes: str, imgs: list) -> list:
+    """Checks that every plot <img> (``boxes``: :data:`PLOT_BOXES_PROBE`'s, ``imgs``: the page's
+    <img> attributes in order) shows at its PNG's own size inside the window's width; then per
+    plot wholly inside the screenshot ``shot``: (alt, mean |difference| (0–255) of the pixels
+    there from its PNG's, which a data URI holds). A shrunk or cropped plot (a legend beside the
+    axes squeezed or cut off) differs."""
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    with Image.open(shot) as im:
+        page = np.asarray(im.convert("RGB"), dtype=float)
+    plots, boxes = [a for a in imgs if a.get("class") == "plot"], boxes.split(";")
+    assert len(plots) == len(boxes), (len(plots), boxes)
+    out = []
+    for attrs, box in zip(plots, boxes):
+        left, top, width, height, natural_w, natural_h = map(int, box.split(","))
+        assert (width, height) == (natural_w, natural_h), (attrs["alt"], box)  # not scaled
+        assert 0 <= left and left + width <= page.shape[1], (attrs["alt"], box)  # not cut off
+        if top + height <= page.shape[0]:
+            with Image.open(io.BytesIO(base64.b64decode(attrs["src"].split(",", 1)[1]))) as png:
+                want = np.asarray(png.convert("RGB"), dtype=float)
+            out.append((attrs["alt"], float(np.abs(page[top:top + height, left:left + width] - want).mean())))
+    return out
 
 
 def experiments() -> List[str]:

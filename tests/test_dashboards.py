@@ -116,6 +116,7 @@ def test_han_run_logs_word_and_sentence_weights_to_wandb_and_tensorboard(tmp_pat
     # captions name the true class: the examples alternate between the two labels
     captions = re.findall(rb"true ([01]) \xc2\xb7 predicted", log)
     assert set(captions) == {b"0", b"1"}, captions
+    assert "· blue: word α × √(sentence α); red: sentence α".encode() in log  # what it shows
     images = list((run / "files" / "media" / "images" / "val" / "attention").glob("*.png"))
     assert {p.name.split("_")[0] for p in images} == {"0", "1"}
     assert len({Image.open(p).size for p in images}) == 1
@@ -137,6 +138,7 @@ def test_self_attentive_dashboard_has_word_weights_and_html(tmp_path):
     assert [p["key"] for p in panels] == ["val/attention/0", "val/attention/1", "val/attention_html"]
     assert panels[0]["image"].shape == panels[1]["image"].shape == (600, 1200, 3)
     assert "rgba(30,90,220" in panels[2]["html"]
+    assert panels[0]["caption"].endswith(f"· blue: word α (mean over {task.model.hops} hops)")
 
 
 # -- graphs ------------------------------------------------------------------------------------------
@@ -164,7 +166,8 @@ def test_gat_run_logs_neighbourhood_maps_and_embedding_each_validation(tmp_path,
     for n in nodes:
         assert re.search(rf"node {n} \(class \d, predicted class \d\): α of its \d+ neighbours per "
                          rf"layer and head · epoch 0, step \d+".encode(), log), n
-    assert "every node's output vector (PCA, 2-D) by true class".encode() in log
+    # the last layer's α of its one head (out_heads=1): no mean over heads
+    assert "every node's output vector (PCA, 2-D) by true class; edges by α (layer 2 of 2)".encode() in log
     assert re.search(rb"by true class; [^\x00]* \xc2\xb7 end of training, step \d+, last weights", log)
     files = sorted(p.name for p in (tmp_path / "run" / "attention").glob("*.png"))
     assert files == sorted(["graph_embedding.png", *(f"val_node_{n}.png" for n in nodes)])
@@ -193,6 +196,42 @@ def test_embedding_picture_has_a_class_legend():
     legend = fig.axes[0].get_legend()
     assert [t.get_text() for t in legend.get_texts()] == ["a", "b", "c"]
     assert tuple(fig.get_size_inches() * fig.dpi) == (700, 700)
+    fig.canvas.draw()
+    box, page = legend.get_window_extent(), fig.bbox
+    assert not box.overlaps(fig.axes[0].get_window_extent())  # beside the points, not over them
+    assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1
+
+
+def test_alpha_labels_name_layer_and_heads():
+    from attnflow.viz.figures import alpha_label
+
+    assert alpha_label(1) == "α"  # a block's one attention (RNNsearch)
+    assert alpha_label(4) == "α (mean over 4 heads)"
+    assert alpha_label(8, (3, 3)) == "α (layer 3 of 3, mean over 8 heads)"
+    assert alpha_label(1, (2, 2)) == "α (layer 2 of 2)"
+    assert alpha_label(8, (2, 6), head=5) == "α (layer 2 of 6, head 5 of 8)"
+
+
+def test_transformer_heat_map_names_the_layer_and_the_heads_it_averages(monkeypatch):
+    """The weights are the last decoder layer's, averaged over its heads: title, colour bar and
+    caption say so (the heads counted from the weights, the layer from the decoder)."""
+    import attnflow.viz.figures as figures
+    from support import BOS, EOS, PAD, pair_batch
+
+    torch.manual_seed(0)
+    model = MODELS.build({"name": "transformer", "d_model": 16, "ffn_dim": 32, "encoder_layers": 1,
+                          "decoder_layers": 2, "attention": {"name": "multihead", "heads": 4}},
+                         src_vocab=12, tgt_vocab=12, pad_id=PAD, path="model")
+    task = TASKS.build({"name": "translation"}, model, pad_id=PAD, bos_id=BOS, eos_id=EOS,
+                       max_decode_len=6, itos=[str(i) for i in range(12)], path="task")
+    drawn, panel = [], figures.image_panel
+    monkeypatch.setattr(figures, "image_panel", lambda key, fig, **kw: drawn.append(fig) or panel(key, fig, **kw))
+    panels = [p for p in task.dashboard(pair_batch()) if p["kind"] == "image"]
+    what = "α (layer 2 of 2, mean over 4 heads)"
+    assert [p["caption"] for p in panels] == [
+        f"validation example {i}: {what} of each output word over the source" for i in range(2)]
+    heat, bar = drawn[0].axes
+    assert heat.get_title() == f"validation example 0: {what}" and bar.get_ylabel() == what
 
 
 # -- translation ---------------------------------------------------------------------------------------

@@ -13,7 +13,6 @@ import json
 import re
 import shutil
 import subprocess
-import warnings
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -22,7 +21,8 @@ import yaml
 
 from attnflow.cli.report import main
 from attnflow.viz.runs import MISSING
-from support import CHROMIUM, CHROMIUM_MISSING, FAST, chromium_dom, chromium_flags, train_cli
+from support import (CHROMIUM, CHROMIUM_MISSING, FAST, PLOT_BOXES_PROBE, chromium_dom, chromium_flags,
+                     optuna_sweep_folder, plots_in_screenshot, train_cli)
 
 # FAST, smaller still, with two epochs so that learning curves have two points, and a picture.
 TINY = {**dict(o.split("=", 1) for o in FAST), "data.train_size": "64", "data.val_size": "32",
@@ -347,40 +347,9 @@ def test_a_sweep_whose_sweeper_writes_no_multirun_yaml_is_a_sweep(sweep, tmp_pat
     assert "the study was kept in memory" in md  # the Optuna sweep's note, where no storage was kept
 
 
-def _optuna_sweep(folder: Path, values, storage: bool = True) -> Path:
-    """A sweep folder as hydra-optuna-sweeper leaves it (multirun.yaml, job folders) with a study
-    in ``optuna.db`` built through optuna's API."""
-    optuna = pytest.importorskip("optuna")
-    from optuna.distributions import CategoricalDistribution, FloatDistribution
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    folder.mkdir()
-    sweeper = {"_target_": "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper",
-               "direction": "minimize", "study_name": "toy",
-               "storage": "sqlite:///${hydra.sweep.dir}/optuna.db"}
-    (folder / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"sweeper": sweeper}}))
-    study = optuna.create_study(study_name="toy", direction="minimize",
-                                storage=f"sqlite:///{folder / 'optuna.db'}") if storage else None
-    for i, (lr, cell, value) in enumerate(values):
-        job = folder / str(i)
-        (job / ".hydra").mkdir(parents=True)
-        (job / ".hydra" / "overrides.yaml").write_text(
-            yaml.safe_dump([f"task.optim.lr={lr}", f"model.cell={cell}", "optimized_metric=val/score"]))
-        (job / "config.yaml").write_text(yaml.safe_dump({"optimized_metric": "val/score"}))
-        (job / "metrics.json").write_text(json.dumps({"metrics": {"val/score": value}, "epochs": 1}))
-        if study is not None:
-            with warnings.catch_warnings():  # add_trial and create_trial are "experimental"
-                warnings.simplefilter("ignore")
-                study.add_trial(optuna.trial.create_trial(
-                    params={"task.optim.lr": lr, "model.cell": cell}, value=value,
-                    distributions={"task.optim.lr": FloatDistribution(1e-4, 1.0, log=True),
-                                   "model.cell": CategoricalDistribution(["gru", "lstm"])}))
-    return folder
-
-
 def test_optuna_sweep_history_and_importances(tmp_path):
     values = [(0.1, "gru", 0.7), (0.001, "lstm", 0.2), (0.01, "gru", 0.4), (0.0003, "lstm", 0.5)]
-    folder = _optuna_sweep(tmp_path / "optuna", values)
+    folder = optuna_sweep_folder(tmp_path / "optuna", values)
     db = hashlib.sha256((folder / "optuna.db").read_bytes()).hexdigest()
     main([str(folder), "-o", str(tmp_path / "rep")])
     # direction "minimize" from the sweeper (a name like val/score says nothing about it)
@@ -396,11 +365,11 @@ def test_optuna_sweep_history_and_importances(tmp_path):
 
 
 def test_optuna_notes_when_history_or_importances_cannot_be_drawn(tmp_path):
-    one = _optuna_sweep(tmp_path / "one", [(0.1, "gru", 0.7)])
+    one = optuna_sweep_folder(tmp_path / "one", [(0.1, "gru", 0.7)])
     main([str(one), "-o", str(tmp_path / "rep1")])
     text = (tmp_path / "rep1" / "report.html").read_text()
     assert "Optuna: optimisation history" in text and "no parameter importances (1 completed" in text
-    gone = _optuna_sweep(tmp_path / "gone", [(0.1, "gru", 0.7), (0.01, "lstm", 0.3)], storage=False)
+    gone = optuna_sweep_folder(tmp_path / "gone", [(0.1, "gru", 0.7), (0.01, "lstm", 0.3)], storage=False)
     main([str(gone), "-o", str(tmp_path / "rep2")])
     text = (tmp_path / "rep2" / "report.html").read_text()
     assert "no Optuna storage (optuna.db)" in text and "Optuna: optimisation history" not in text
@@ -543,19 +512,23 @@ def test_bad_paths_exit_2_naming_the_path(tmp_path, capsys, kind):
 
 @pytest.mark.skipif(not CHROMIUM.exists(), reason=CHROMIUM_MISSING)
 def test_page_renders_in_headless_chromium(sweep_report, tmp_path):
+    """The images load; each plot shows at its own size, inside the window (a legend beside the
+    axes is neither shrunk nor cut off): the screenshot holds its PNG's pixels."""
     from PIL import Image
 
     out, _ = sweep_report
-    n_imgs = len(Page((out / "report.html").read_text()).imgs)
+    imgs = Page((out / "report.html").read_text()).imgs
+    n_imgs = len(imgs)
     # a copy of the page with a probe: the report itself has no script
     probe = ("<script>addEventListener('load', () => { const im = [...document.images];"
              "document.body.dataset.images = im.length;"
              "document.body.dataset.loaded = im.filter(i => i.complete && i.naturalWidth > 0).length;"
-             "});</script></body>")
-    dom = chromium_dom(out / "report.html", probe, tmp_path)
+             f"{PLOT_BOXES_PROBE}}});</script></body>")
+    window = "--window-size=1200,2000"
+    dom = chromium_dom(out / "report.html", probe, tmp_path, window, "--hide-scrollbars")
     assert f'data-images="{n_imgs}"' in dom and f'data-loaded="{n_imgs}"' in dom, dom[:500]
     shot = tmp_path / "shot.png"
-    subprocess.run([*chromium_flags(tmp_path), f"--screenshot={shot}", "--window-size=1200,2000",
+    subprocess.run([*chromium_flags(tmp_path), f"--screenshot={shot}", window, "--hide-scrollbars",
                     (out / "report.html").as_uri()], capture_output=True, timeout=120, check=True)
     with Image.open(shot) as im:
         gray = im.convert("L")
@@ -563,3 +536,5 @@ def test_page_renders_in_headless_chromium(sweep_report, tmp_path):
         dark = sum(gray.histogram()[:200]) / (gray.size[0] * gray.size[1])
         colours = len(im.convert("RGB").getcolors(maxcolors=1 << 20) or [])
     assert dark > 0.01 and colours > 50, (dark, colours)  # text, table and plots drawn, not blank
+    shown = plots_in_screenshot(shot, re.search(r'data-plots="([^"]*)"', dom).group(1), imgs)
+    assert shown and all(diff < 4 for _, diff in shown), shown

@@ -100,11 +100,13 @@ def attention_names(out: str, n: int) -> List[Path]:
 
 
 def _caption_batch(task, xs: Sequence[torch.Tensor], beam: Optional[int]):
-    """Words and α (T_i, L) per input: one call of ``task.caption`` when the inputs share a shape
-    (always for pixels), else one per input (features with different L)."""
+    """Words and α (T_i, J, L) per input: one call of ``task.caption`` when the inputs share a
+    shape (always for pixels), else one per input (features with different L)."""
     if len({tuple(x.shape) for x in xs}) == 1:
-        return task.caption(torch.stack(list(xs)).to(task.device), beam, need_weights=True)
-    each = [task.caption(x[None].to(task.device), beam, need_weights=True) for x in xs]
+        return task.caption(torch.stack(list(xs)).to(task.device), beam, need_weights=True,
+                            keep_heads=True)
+    each = [task.caption(x[None].to(task.device), beam, need_weights=True, keep_heads=True)
+            for x in xs]
     return [w for ws, _ in each for w in ws], [a for _, als in each for a in als]
 
 
@@ -118,7 +120,7 @@ def predict_captions(args, run: Run, out) -> int:
     """attnflow-predict on a captioning run (see the module docstring)."""
     import matplotlib.pyplot as plt
 
-    from attnflow.viz.figures import DPI, caption_figure
+    from attnflow.viz.figures import DPI, caption_figure, decoder_alpha_label
 
     if args.attention:
         check_png(args.attention)
@@ -139,7 +141,7 @@ def predict_captions(args, run: Run, out) -> int:
         words, alphas = _caption_batch(task, xs, args.beam)
         print("\n".join(_line(p, w, args.json) for p, w in zip(chunk, words)), file=out, flush=True)
         for b, (path, x, w, a) in enumerate(zip(chunk, xs, words, alphas)):
-            i = n + b
+            i, what, a = n + b, decoder_alpha_label(task.model, a.shape[1]), a.mean(1)
             h, wd = task.model.grid(x[None])
             if args.save_attention:
                 arrays[f"{i}/words"] = text_array(w).reshape(len(w))
@@ -148,7 +150,8 @@ def predict_captions(args, run: Run, out) -> int:
             if names:
                 pixels = picture(path, x, art, task.model)
                 boxes = task.model.region_boxes(x[None], pixel_size=tuple(pixels.shape[-2:]))
-                fig = caption_figure(pixels, w, a, boxes, title=" ".join(w) or "(empty caption)")
+                title = f"{what}: {' '.join(w) or '(empty caption)'}"
+                fig = caption_figure(pixels, w, a, boxes, title=title)
                 with atomic_path(names[i]) as tmp:
                     fig.savefig(tmp, format="png", dpi=DPI)
                 plt.close(fig)

@@ -92,7 +92,7 @@ def _summary_lines(report: Report) -> List[str]:
 CSS = """body{font-family:sans-serif;margin:1.5em;color:#222}table{border-collapse:collapse;
 font-size:0.9em}th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}td.l,th{text-align:left}
 tr.best{background:#e8f5e9;font-weight:bold}tr.bad{color:#b00}tr.pruned{color:#777}figure{display:inline-block;margin:6px;vertical-align:top}
-figcaption{font-size:0.8em;color:#555}img.plot{width:520px}.note{color:#8a5300}"""
+figcaption{font-size:0.8em;color:#555}img.plot{max-width:100%;height:auto}.note{color:#8a5300}"""
 
 
 def write_html(report: Report, out: Path, plots: List[Tuple[str, Path]],

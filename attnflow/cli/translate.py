@@ -152,17 +152,22 @@ def decode_ids(model, ids: List[List[int]], beam: int = 1, length_penalty: float
 @no_grad
 def translate(model, dm, lines: List[str], beam: int = 1, length_penalty: float = 0.6,
               max_len: Optional[int] = None, need_weights: bool = False, batch_size: int = 64):
-    """Translations of ``lines`` (and per sentence (α (T, S), source tokens, output tokens))."""
+    """Translations of ``lines`` (and per sentence (α (T, S), source tokens, output tokens, what
+    α is: :func:`attnflow.viz.figures.alpha_label`))."""
     ids, _ = encode(dm, lines)
     rows, w = decode_ids(model, ids, beam, length_penalty, max_len or dm.max_decode_len,
                          need_weights, batch_size)
-    maps = _heat_maps(dm, w, ids, rows) if need_weights else [None] * len(lines)
+    maps = _heat_maps(model, dm, w, ids, rows) if need_weights else [None] * len(lines)
     return [dm.detokenize(r) for r in rows], maps
 
 
-def _heat_maps(dm, w, ids, rows) -> list:
-    """Per source: (α (T, S) averaged over heads, source tokens, output tokens), or None."""
-    return [None if wi is None else (wi.mean(1), _tokens(dm.src_tok, s), _tokens(dm.tgt_tok, r))
+def _heat_maps(model, dm, w, ids, rows) -> list:
+    """Per source: (α (T, S) averaged over heads, source tokens, output tokens, its label naming
+    the decoder layer and heads), or None."""
+    from attnflow.viz.figures import decoder_alpha_label
+
+    return [None if wi is None else (wi.mean(1), _tokens(dm.src_tok, s), _tokens(dm.tgt_tok, r),
+                                     decoder_alpha_label(model, wi.shape[1]))
             for wi, s, r in zip(w, ids, rows)]
 
 
@@ -278,7 +283,8 @@ def _translate_all(args, lines, where: str, model, dm, beam: int, length_penalty
         rows, w = decode_ids(model, ids, beam, length_penalty, max_len,
                              need_weights=bool(args.attention), batch_size=args.batch_size)
         if args.attention:
-            heat_maps.extend((*m, line) for m, line in zip(_heat_maps(dm, w, ids, rows), chunk) if m)
+            heat_maps.extend((*m, line) for m, line in zip(_heat_maps(model, dm, w, ids, rows), chunk)
+                             if m)
         arrays = {}
         if args.save_attention:
             for j, (s, r, maps) in enumerate(zip(ids, rows, attention_arrays(model, ids, rows)), first):
@@ -308,8 +314,8 @@ def _write_attention(args, heat_maps, arrays, n_lines: int) -> None:
 
         names = heat_map_names(args.attention, len(heat_maps))
         check_new_outputs(*(("--attention", p) for p in names))  # -f, stdin: known only now
-        for p, (weights, src, out, line) in zip(names, heat_maps):
-            save_attention_png(p, weights, src, out, f"α: {line[:60]}")
+        for p, (weights, src, out, what, line) in zip(names, heat_maps):
+            save_attention_png(p, weights, src, out, f"{what}: {line[:60]}", label=what)
         if not heat_maps:
             print("attnflow-translate: no heat map written: this model has no attention "
                   "(or every input line was empty)", file=sys.stderr)

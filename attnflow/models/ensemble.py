@@ -32,6 +32,11 @@ class EnsembleDecoder(nn.Module):
         ``memory`` and ``memory_mask`` (the first member's) are not used again."""
         return [d.start(m, mask, f) for d, (m, mask, f) in zip(self.members, init)]
 
+    @property
+    def weights_layer(self):
+        """The first member's (its α is the ensemble's)."""
+        return getattr(self.members[0], "weights_layer", None)
+
     def step(self, y_prev: torch.Tensor, state: list, need_weights: bool = False):
         """(log of the members' mean distribution (B, V), the states, the first member's α)."""
         outs = [d.step(y_prev, s, need_weights and k == 0)

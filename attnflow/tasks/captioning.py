@@ -109,9 +109,11 @@ class CaptioningTask(TranslationTask):
     # -- captions for users ------------------------------------------------------------------------
     @torch.no_grad()
     def caption(self, images: torch.Tensor, beam_size: Optional[int] = None,
-                need_weights: bool = False) -> Tuple[List[List[str]], Optional[List[torch.Tensor]]]:
+                need_weights: bool = False, keep_heads: bool = False
+                ) -> Tuple[List[List[str]], Optional[List[torch.Tensor]]]:
         """The words of each image's caption and, with ``need_weights``, its attention (T_i, L),
-        heads averaged (else None)."""
+        heads averaged (else None); with ``keep_heads`` (T_i, J, L), for pictures that say how
+        many heads they average."""
         beam = self.beam_size if beam_size is None else beam_size
         tokens, weights = decode(self.model, images, None, self.bos_id, self.eos_id,
                                  self.max_decode_len, beam, self.length_penalty, need_weights)
@@ -122,7 +124,8 @@ class CaptioningTask(TranslationTask):
             keep = [j for j, t in enumerate(row) if t not in special]
             words.append([self._tok(row[j]) for j in keep])
             if weights is not None:
-                alphas.append(weights[i, keep].mean(1).float().cpu())
+                a = weights[i, keep].float().cpu()
+                alphas.append(a if keep_heads else a.mean(1))
         return words, (alphas if need_weights and weights is not None else None)
 
     # -- dashboard -----------------------------------------------------------------------------------
@@ -130,11 +133,11 @@ class CaptioningTask(TranslationTask):
     def dashboard(self, batch: Dict[str, torch.Tensor]) -> List[dict]:
         """Per example each generated word's attention over the image (``val/attention/<i>``),
         and ``val/captions``: reference and hypothesis."""
-        from attnflow.viz.figures import caption_figure, image_panel, table_panel
+        from attnflow.viz.figures import caption_figure, decoder_alpha_label, image_panel, table_panel
 
         images = batch["images"].to(self.device)
         with self.eval_mode():
-            words, alphas = self.caption(images, self.val_beam_size, need_weights=True)
+            words, alphas = self.caption(images, self.val_beam_size, need_weights=True, keep_heads=True)
         pixels = batch.get("pixels")
         if pixels is None and images.dim() == 4:
             pixels = batch["images"]
@@ -146,11 +149,12 @@ class CaptioningTask(TranslationTask):
                 for r in self.references_of(batch, "val")]
         panels = []
         for i, (w, a) in enumerate(zip(words, alphas or [])):
-            text = " ".join(w)
-            fig = caption_figure(pixels[i].float().cpu(), w, a, boxes, title=f"example {i}: {text}")
+            text, what = " ".join(w), decoder_alpha_label(self.model, a.shape[1])
+            fig = caption_figure(pixels[i].float().cpu(), w, a.mean(1), boxes,
+                                 title=f"example {i}, {what}: {text}")
             panels.append(image_panel(f"val/attention/{i}", fig,
-                                      caption=f"validation example {i}, each word's α over the "
-                                              f"image; predicted: {text}",
+                                      caption=f"validation example {i}, each word's {what} over "
+                                              f"the image; predicted: {text}",
                                       file=f"val_example_{i}.png"))
         panels.append(table_panel("val/captions", ["reference", "hypothesis"],
                                   [(r, " ".join(w)) for r, w in zip(refs, words)]))

@@ -118,6 +118,16 @@ class ClassificationTask(Task):
                           f"(p={d['probability']:.3f})")
         return docs
 
+    def _shading(self, doc: dict) -> str:
+        """What a document picture's colours are (:func:`attnflow.viz.figures.document_figure`):
+        word α, the mean of a model's r hops where it returns hops, times √ sentence α where
+        there is one, whose bars are red."""
+        hops = getattr(self.model, "hops", 1) if getattr(self.model, "attention_hops", False) else 1
+        words = f"word α (mean over {hops} hops)" if hops > 1 else "word α"
+        if doc["sent_weights"] is None:
+            return f"blue: {words}"
+        return f"blue: {words} × √(sentence α); red: sentence α"
+
     def dashboard(self, batch: Dict[str, torch.Tensor]) -> List[dict]:
         """Per document its weights as an image (``val/attention/<i>``), and all as HTML
         (``val/attention_html``)."""
@@ -125,10 +135,11 @@ class ClassificationTask(Task):
         from attnflow.viz.figures import document_figure, html_panel, image_panel
 
         docs = self._titled_examples(batch)
+        titles = [f"{d['title']} · {self._shading(d)}" for d in docs]
         panels = [image_panel(f"val/attention/{i}", document_figure(
-                      d["sentences"], d["word_weights"], d["sent_weights"], d["title"]),
-                      caption=d["title"], file=f"val_document_{i}.png")
-                  for i, d in enumerate(docs)]
+                      d["sentences"], d["word_weights"], d["sent_weights"], title),
+                      caption=title, file=f"val_document_{i}.png")
+                  for i, (d, title) in enumerate(zip(docs, titles))]
         if docs:
             panels.append(html_panel("val/attention_html", render_html(docs, "validation documents")))
         return panels

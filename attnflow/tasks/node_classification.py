@@ -178,16 +178,27 @@ class NodeClassificationTask(Task):
         dm = trainer.datamodule
         if dm is None or not hasattr(dm, "full_graph") or trainer.fast_dev_run:
             return
-        from attnflow.viz.graph import EMBEDDING_CAPTION, embedding_figure, log_figure
+        from attnflow.viz.graph import log_figure
 
         data = dm.full_graph()
         logits, weights = self._attention(data)
-        edge_index, alpha = weights[-1]
         y = data.y.argmax(-1) if data.y.dim() == 2 else data.y
-        fig = embedding_figure(logits, y.cpu(), edge_index, alpha.mean(-1), class_names=self.class_names())
+        fig, caption = self._embedding(logits, y, weights)
         out = Path(trainer.default_root_dir) / "attention" / "graph_embedding.png"
-        log_figure(fig, out, trainer, "graph/embedding", EMBEDDING_CAPTION,
+        log_figure(fig, out, trainer, "graph/embedding", caption,
                    when=f"end of training, step {trainer.global_step}, last weights")
+
+    def _embedding(self, logits: torch.Tensor, y: torch.Tensor, weights: list):
+        """(:func:`attnflow.viz.graph.embedding_figure` with edges by the last layer's α, its
+        caption): both name the layer and how many heads the edges average."""
+        from attnflow.viz.figures import alpha_label
+        from attnflow.viz.graph import embedding_figure
+
+        edge_index, alpha = weights[-1]
+        edges = "edges by " + alpha_label(alpha.shape[-1], (len(weights), len(weights)))
+        fig = embedding_figure(logits, y.cpu(), edge_index, alpha.mean(-1),
+                               f"output-layer node vectors (PCA); {edges}", self.class_names())
+        return fig, f"every node's output vector (PCA, 2-D) by true class; {edges}"
 
     # -- dashboard ---------------------------------------------------------------------------------
     def class_names(self) -> list:
@@ -204,7 +215,7 @@ class NodeClassificationTask(Task):
     def dashboard(self, batch: dict) -> list:
         """Per node of ``batch["nodes"]`` its neighbours' α per layer and head
         (``val/attention/node_<id>``); with ``picture`` the embedding (``graph/embedding``)."""
-        from attnflow.viz.graph import EMBEDDING_CAPTION, embedding_figure, neighbourhoods
+        from attnflow.viz.graph import neighbourhoods
         from attnflow.viz.figures import image_panel, neighbourhood_figure
 
         data, nodes = batch["graph"], batch["nodes"].cpu()
@@ -220,8 +231,6 @@ class NodeClassificationTask(Task):
             panels.append(image_panel(f"val/attention/node_{t}", neighbourhood_figure(
                 [a.numpy() for a in alphas], labels, title), caption=title, file=f"val_node_{t}.png"))
         if self.picture:
-            edge_index, alpha = weights[-1]
-            panels.append(image_panel("graph/embedding", embedding_figure(
-                logits, y.cpu(), edge_index, alpha.mean(-1), class_names=names),
-                caption=EMBEDDING_CAPTION))
+            fig, caption = self._embedding(logits, y, weights)
+            panels.append(image_panel("graph/embedding", fig, caption=caption))
         return panels

@@ -197,14 +197,17 @@ class Seq2SeqTask(Task):
     @torch.no_grad()
     def attention_examples(self, batch: Dict[str, torch.Tensor]) -> List[dict]:
         """Per example of a greedy-decoded batch α (output × source, mean over heads) with token
-        labels; empty for decoders without attention."""
+        labels and a ``label`` saying which layer and how many heads; empty for decoders without
+        attention."""
+        from attnflow.viz.figures import decoder_alpha_label
+
         batch = {k: v.to(self.device) for k, v in batch.items()}
         with self.eval_mode():
             pred, weights = self.model.greedy(batch["src"], batch["src_lengths"], self.bos_id,
                                               self.eos_id, self.max_decode_len, need_weights=True)
         if weights is None:
             return []
-        out = []
+        out, label = [], decoder_alpha_label(self.model, weights.shape[2])
         for i in range(pred.shape[0]):
             S = int(batch["src_lengths"][i])
             ids = strip_after_eos(pred[i : i + 1], self.eos_id, self.pad_id)[0]
@@ -213,17 +216,19 @@ class Seq2SeqTask(Task):
                 "weights": weights[i, :T, :, :S].mean(1).float().cpu(),
                 "source": [self._src_tok(t) for t in batch["src"][i, :S].tolist()],
                 "output": [self._tok(t) for t in pred[i, :T].tolist()],
+                "label": label,
             })
         return out
 
     def dashboard(self, batch: Dict[str, torch.Tensor]) -> List[dict]:
-        """One α heat map per example (``val/attention/<i>``)."""
+        """One α heat map per example (``val/attention/<i>``); title, colour bar and caption say
+        which layer and heads it shows."""
         from attnflow.viz.figures import attention_figure, image_panel
 
-        what = "α, mean over heads" if getattr(self.model, "heads", 1) > 1 else "α"
         return [image_panel(f"val/attention/{i}", attention_figure(
-                    e["weights"], e["source"], e["output"], f"validation example {i}: {what}"),
-                    caption=f"validation example {i}: {what} of each output word over the source",
+                    e["weights"], e["source"], e["output"], f"validation example {i}: {e['label']}",
+                    label=e["label"]),
+                    caption=f"validation example {i}: {e['label']} of each output word over the source",
                     file=f"val_example_{i}.png")
                 for i, e in enumerate(self.attention_examples(batch))]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 import matplotlib
 
@@ -34,9 +34,30 @@ def _fontsize(n: int, room: float = 220.0, lo: float = 4.0, hi: float = 10.0) ->
     return float(np.clip(room / max(n, 1), lo, hi))
 
 
+def alpha_label(heads: int = 1, layer: Optional[Tuple[int, int]] = None,
+                head: Optional[int] = None) -> str:
+    """What a picture of α shows, read off the weights' shape (``heads``) and the decoder's
+    ``weights_layer`` ((which, of how many), 1-based): "α" for a block's one attention, else e.g.
+    "α (layer 3 of 3, mean over 8 heads)"; ``head`` (1-based) names one head instead of the
+    mean. A mean over heads or one layer of several looks like any α: the label tells them apart."""
+    parts = [f"layer {layer[0]} of {layer[1]}"] if layer else []
+    if head is not None:
+        parts.append(f"head {head} of {heads}")
+    elif heads > 1:
+        parts.append(f"mean over {heads} heads")
+    return f"α ({', '.join(parts)})" if parts else "α"
+
+
+
+def decoder_alpha_label(model, heads: int) -> str:
+    """:func:`alpha_label` of an encoder–decoder's weights with ``heads`` heads, the layer from
+    its decoder's ``weights_layer`` (absent: a decoder with one attention)."""
+    return alpha_label(heads, getattr(getattr(model, "decoder", None), "weights_layer", None))
+
 def attention_figure(weights: torch.Tensor, source: Sequence[str], output: Sequence[str],
-                     title: str = "", figsize=HEATMAP_SIZE):
-    """α (rows: output tokens, columns: source tokens), darker = more weight."""
+                     title: str = "", figsize=HEATMAP_SIZE, label: str = "α"):
+    """α (rows: output tokens, columns: source tokens), darker = more weight; ``label`` (e.g.
+    :func:`alpha_label`'s) names the colour bar."""
     w = weights.detach().float().cpu().numpy()
     fig, ax = plt.subplots(figsize=figsize, dpi=DPI)
     im = ax.imshow(w, cmap="Greys", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
@@ -47,14 +68,15 @@ def attention_figure(weights: torch.Tensor, source: Sequence[str], output: Seque
     ax.set_ylabel("output")
     if title:
         ax.set_title(title, fontsize=9)
-    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label=label)
     fig.tight_layout()
     return fig
 
 
 def save_attention_png(path: Path, weights: torch.Tensor, source: Sequence[str],
-                       output: Sequence[str], title: str = "") -> Path:
-    fig = attention_figure(weights, source, output, title)
+                       output: Sequence[str], title: str = "", label: str = "α") -> Path:
+    """:func:`attention_figure` as a PNG file (its folders made)."""
+    fig = attention_figure(weights, source, output, title, label=label)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=DPI)
     plt.close(fig)

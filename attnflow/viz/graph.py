@@ -29,13 +29,14 @@ def embedding_figure(vectors: torch.Tensor, labels: torch.Tensor, edge_index: to
                      weights: torch.Tensor, title: str = "output-layer node vectors (PCA); "
                      "edges by attention", class_names: Optional[Sequence[str]] = None):
     """A figure: points coloured by ``labels`` with a class legend (``class_names``, default
-    'class <i>'), edges (2, E) drawn by ``weights`` (E,) in [0, 1]. Always 700 × 700 pixels."""
+    'class <i>') beside the axes, where it covers no point; edges (2, E) drawn by ``weights``
+    (E,) in [0, 1]. Always 700 × 700 pixels: the axes make room for the legend."""
     xy = project_2d(vectors).numpy()
     src, dst = edge_index.numpy()
     keep = src != dst  # self-loops draw nothing
     w = weights.numpy()[keep]
     segments = np.stack([xy[src[keep]], xy[dst[keep]]], axis=1)
-    fig, ax = plt.subplots(figsize=(7, 7), dpi=100)
+    fig, ax = plt.subplots(figsize=(7, 7), dpi=100, layout="constrained")
     ax.add_collection(LineCollection(segments, colors=np.column_stack([np.zeros((len(w), 3)), 0.6 * w]),
                                      linewidths=0.2 + 1.5 * w))
     classes = int(labels.max()) + 1 if labels.numel() else 0
@@ -45,18 +46,12 @@ def embedding_figure(vectors: torch.Tensor, labels: torch.Tensor, edge_index: to
     handles = [plt.Line2D([], [], marker="o", linestyle="", markersize=5,
                           color=points.cmap(points.norm(c))) for c in present]
     names = [class_names[c] if class_names and c < len(class_names) else f"class {c}" for c in present]
-    ax.legend(handles, names, title="class", fontsize=7, title_fontsize=8, loc="best",
-              ncol=1 + len(present) // 12, framealpha=0.8)
+    ax.legend(handles, names, title="class", fontsize=7, title_fontsize=8, loc="upper left",
+              bbox_to_anchor=(1.02, 1), borderaxespad=0, ncol=1 + (len(present) - 1) // 30)
     ax.set_title(title, fontsize=9)
     ax.set_xticks([])
     ax.set_yticks([])
-    fig.tight_layout()
     return fig
-
-
-# the W&B caption of the picture (:func:`embedding_figure` of the task's output layer)
-EMBEDDING_CAPTION = ("every node's output vector (PCA, 2-D) by true class; edges by the last layer's "
-                     "α, mean over heads")
 
 
 def log_figure(fig, path: Path, trainer, tag: str, caption: str = "", when: str = "") -> Path:

@@ -20,6 +20,32 @@ def new_figure(width: float = 6.0, height: float = 4.0):
     return fig, fig.add_subplot()
 
 
+def legend_outside(ax, **kw):
+    """The axes' legend right of them, top-aligned: it never covers a curve or point, and
+    :func:`save_png`'s tight box widens the picture to hold it."""
+    return ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, **kw)
+
+
+def log_scale(ax, which: str) -> None:
+    """``ax``'s ``which`` axis ("x" or "y") on a log scale whose tick labels stay apart: at most
+    6 labelled powers of ten (every k-th over a wide range), minor ticks unlabelled (matplotlib
+    would label 2×10⁻³, 3×10⁻³, … on short ranges, running into each other). For values that
+    span 100× or more: then at least two powers of ten are labelled."""
+    from matplotlib.ticker import LogFormatterSciNotation, LogLocator, NullFormatter
+
+    getattr(ax, f"set_{which}scale")("log")
+    axis = getattr(ax, f"{which}axis")
+    axis.set_major_locator(LogLocator(base=10, numticks=6))
+    axis.set_major_formatter(LogFormatterSciNotation(base=10))
+    axis.set_minor_locator(LogLocator(base=10, subs=range(2, 10), numticks=12))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def spans_decades(values) -> bool:
+    """Whether positive ``values`` span 100× or more: a log scale shows them better."""
+    return min(values) > 0 and max(values) / min(values) >= 100
+
+
 def _safe(name: str) -> str:
     return re.sub(r"[^\w.-]+", "_", name).strip("_") or "x"
 
@@ -42,8 +68,8 @@ def plot_param(report: Report, param: str, out: Path) -> Optional[Path]:
     if numeric:
         xs, ys = [float(x) for x, _ in pts], [y for _, y in pts]
         ax.scatter(xs, ys)
-        if min(xs) > 0 and max(xs) / min(xs) >= 100:
-            ax.set_xscale("log")
+        if spans_decades(xs):
+            log_scale(ax, "x")
     else:
         cats = sorted({fmt(x) for x, _ in pts}, key=natural)
         groups = [[y for x, y in pts if fmt(x) == c] for c in cats]
@@ -59,7 +85,7 @@ def plot_param(report: Report, param: str, out: Path) -> Optional[Path]:
     if numeric and bx is not None:
         ax.scatter([float(bx)], [best.metrics[report.metric]], marker="*", s=200, color="gold",
                    edgecolor="black", zorder=4, label=f"best (run {best.name})")
-        ax.legend()
+        legend_outside(ax)
     ax.set_xlabel(param)
     ax.set_ylabel(report.metric)
     ax.set_title(f"{report.metric} against {param}")
@@ -67,7 +93,10 @@ def plot_param(report: Report, param: str, out: Path) -> Optional[Path]:
 
 
 def plot_curves(report: Report, metric: str, out: Path) -> Optional[Path]:
-    """``metric`` per epoch of every run (from the CSV history); a legend up to 12 runs."""
+    """``metric`` per epoch of every run (from the CSV history), on a log scale where it spans
+    100× or more (losses falling by orders); a legend beside the curves up to 12 runs."""
+    from matplotlib.ticker import MaxNLocator
+
     curves = [(r, history(r, metric)) for r in report.runs]
     curves = [(r, h) for r, h in curves if h]
     if not curves:
@@ -77,8 +106,11 @@ def plot_curves(report: Report, metric: str, out: Path) -> Optional[Path]:
         label = f"{r.name} " + " ".join(f"{p}={fmt(report.value(r, p))}" for p in report.params)
         epochs = sorted(h)
         ax.plot(epochs, [h[e] for e in epochs], marker="o", label=label.strip())
+    if spans_decades([v for _, h in curves for v in h.values()]):
+        log_scale(ax, "y")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs: no 0.5
     if len(curves) <= 12:
-        ax.legend(fontsize=8)
+        legend_outside(ax, fontsize=8)
     ax.set_xlabel("epoch")
     ax.set_ylabel(metric)
     ax.set_title(f"learning curves: {metric}")

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from attnflow.viz.report_plots import new_figure, save_png
+from attnflow.viz.report_plots import legend_outside, new_figure, save_png
 from attnflow.viz.runs import Report
 from attnflow.viz.study import objective_names
 
@@ -35,8 +35,14 @@ def _optuna_style():
 
 
 def _save_pyplot(ax, out: Path, name: str) -> Path:
+    """An Optuna plot's figure as ``out/<name>.png``, its legend (drawn over the points) moved
+    beside the axes first; the pyplot figure is closed."""
     import matplotlib.pyplot as plt
 
+    legend = ax.get_legend() if hasattr(ax, "get_legend") else None
+    if legend is not None:
+        legend_outside(ax, handles=legend.legend_handles,
+                       labels=[t.get_text() for t in legend.get_texts()])
     fig = ax.figure if hasattr(ax, "figure") else ax.flat[0].figure
     path = save_png(fig, out, name)
     plt.close(fig)
@@ -78,7 +84,7 @@ def plot_intermediate(report: Report, out: Path) -> Optional[Path]:
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.legend(fontsize=8)
+    legend_outside(ax, fontsize=8)
     ax.set_xlabel("step (validation)")
     ax.set_ylabel(f"intermediate value: {objective_names(report)[0]}")
     ax.set_title(f"Optuna: intermediate values of {len(trials)} trials")

@@ -9,6 +9,8 @@ init)). A decoder implements
 - ``start(memory, memory_mask, init) -> state``: a nest of tensors, batch first;
 - ``step(y_prev (B,), state, need_weights) -> (logits (B, V), state, weights (B, J, S) or None)``;
 - ``reorder(state, index)`` (and optionally ``reorder_beams``) for beam search.
+- ``weights_layer``: (which, of how many layers), 1-based, whose attention the weights are, or
+  None for a decoder with one attention (pictures say which layer they show).
 
 Running ``step`` over the reference prefix gives ``forward``'s logits (checked by the tests).
 """
@@ -88,6 +90,9 @@ class Decoder(nn.Module):
     def step(self, y_prev: torch.Tensor, state: Any, need_weights: bool = False
              ) -> Tuple[torch.Tensor, Any, Optional[torch.Tensor]]:
         raise NotImplementedError
+
+    #: (layer, of layers) whose attention ``step``/``forward`` return, 1-based; None: the one
+    weights_layer: Optional[Tuple[int, int]] = None
 
     #: entries of a dict state that are the same for every beam of a sentence and never change
     #: (encoder memory, masks): beam search reorders them only once, when it expands the batch

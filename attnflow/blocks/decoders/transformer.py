@@ -110,6 +110,11 @@ class TransformerDecoder(Decoder):
         if tie_output:
             self.out.weight = self.embedding.weight
 
+    @property
+    def weights_layer(self) -> Tuple[int, int]:
+        """The weights are the last layer's encoder–decoder attention: (N, N)."""
+        return len(self.layers), len(self.layers)
+
     def share_embedding(self, embedding: nn.Embedding) -> None:
         """Use ``embedding`` (e.g. the source embedding of a shared vocabulary) as E (and W_o)."""
         self.embedding = embedding
