@@ -1,0 +1,56 @@
+"""Where the data is found (``${attnflow_data:}``: ATTNFLOW_DATA_DIR, ``data/`` in the working
+directory, a source checkout's ``../shared/data``, never beside an installed package)."""
+
+from __future__ import annotations
+
+import pytest
+
+import attnflow
+from support import ROOT, compose_cfg
+
+
+@pytest.fixture
+def elsewhere(tmp_path, monkeypatch):
+    """A working directory without data/, ATTNFLOW_DATA_DIR unset."""
+    monkeypatch.delenv("ATTNFLOW_DATA_DIR", raising=False)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    return work
+
+
+def _package_root(parent):
+    """A folder holding the package with conf/, and a shared/data beside it."""
+    root = parent / "attnflow_root"
+    (root / "conf").mkdir(parents=True)
+    (parent / "shared" / "data").mkdir(parents=True)
+    return root
+
+
+def test_the_environment_variable_wins(elsewhere, tmp_path, monkeypatch):
+    (elsewhere / "data").mkdir()
+    monkeypatch.setenv("ATTNFLOW_DATA_DIR", str(tmp_path / "mine"))
+    assert attnflow.data_dir() == str(tmp_path / "mine")
+    assert compose_cfg([]).paths.data_dir == str(tmp_path / "mine")
+
+
+def test_a_data_folder_in_the_working_directory_comes_next(elsewhere, tmp_path):
+    (elsewhere / "data").mkdir()
+    assert attnflow.data_dir(_package_root(tmp_path)) == str(elsewhere / "data")
+    assert compose_cfg([]).paths.data_dir == str(elsewhere / "data")
+
+
+def test_a_checkout_reads_its_sibling_shared_data(elsewhere, tmp_path):
+    root = _package_root(tmp_path)
+    assert attnflow.data_dir(root) == str(tmp_path / "shared" / "data")
+    shared = ROOT.parent / "shared" / "data"  # this checkout's, where the project keeps it
+    assert attnflow.data_dir() == str(shared if shared.is_dir() else elsewhere / "data")
+
+
+@pytest.mark.parametrize("site", ["lib/python3.11/site-packages", "usr/lib/python3/dist-packages"])
+def test_an_installed_package_never_reads_beside_site_packages(elsewhere, tmp_path, site):
+    root = _package_root(tmp_path / site)  # shared/data beside the package: not used
+    assert attnflow.data_dir(root) == str(elsewhere / "data")
+    (tmp_path / "conf-less").mkdir()  # nor beside a folder that is no checkout
+    (tmp_path / "shared" / "data").mkdir(parents=True, exist_ok=True)
+    assert attnflow.data_dir(tmp_path / "conf-less") == str(elsewhere / "data")
