@@ -1,11 +1,18 @@
 """Where the data is found (``${attnflow_data:}``: ATTNFLOW_DATA_DIR, ``data/`` in the working
-directory, a source checkout's ``../shared/data``, never beside an installed package)."""
+directory, a source checkout's ``../shared/data``, never beside an installed package) and what a
+missing data file says."""
 
 from __future__ import annotations
 
 import pytest
 
 import attnflow
+from attnflow.data.documents import DocumentDataModule
+from attnflow.data.errors import DataFileNotFoundError
+from attnflow.data.graph_files import saved_graph
+from attnflow.data.parallel import ParallelDataModule
+from attnflow.data.planetoid import read_planetoid
+from attnflow.data.text_classification import TextClassificationDataModule
 from support import ROOT, compose_cfg
 
 
@@ -54,3 +61,20 @@ def test_an_installed_package_never_reads_beside_site_packages(elsewhere, tmp_pa
     (tmp_path / "conf-less").mkdir()  # nor beside a folder that is no checkout
     (tmp_path / "shared" / "data").mkdir(parents=True, exist_ok=True)
     assert attnflow.data_dir(tmp_path / "conf-less") == str(elsewhere / "data")
+
+
+@pytest.mark.parametrize("load, layout", [
+    (lambda d: ParallelDataModule(root=str(d / "multi30k")).model_context(), "multi30k/"),
+    (lambda d: read_planetoid(d / "planetoid", "Cora"), "planetoid/<Name>/raw/ind.<name>.*"),
+    (lambda d: DocumentDataModule(train_path=str(d / "imdb" / "train.jsonl.gz"),
+                                  val_path=str(d / "imdb" / "dev.jsonl.gz")).setup(), "imdb/train.jsonl.gz"),
+    (lambda d: TextClassificationDataModule(train_path=str(d / "imdb" / "train.jsonl.gz"),
+                                            val_path=str(d / "imdb" / "dev.jsonl.gz")).setup(), "imdb/"),
+    (lambda d: saved_graph(str(d / "graph.pt")), None)])
+def test_a_missing_data_file_names_the_variable_the_setting_and_the_layout(tmp_path, load, layout):
+    with pytest.raises(DataFileNotFoundError) as err:
+        load(tmp_path / "nowhere")
+    message = str(err.value)
+    assert "\n" not in message and str(tmp_path / "nowhere") in message
+    assert "ATTNFLOW_DATA_DIR" in message and "paths.data_dir=" in message
+    assert layout is None or f"<data dir>/{layout}" in message

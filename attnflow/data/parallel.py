@@ -16,11 +16,12 @@ from torch.utils.data import DataLoader
 
 from attnflow.data.base import BOS, EOS, PAD, SplitDataModule, collate_seq2seq, eval_sampler
 from attnflow.data.buckets import BucketBatchSampler, trainer_epoch
-from attnflow.data.errors import DataError, DataFileNotFoundError, numbered_lines
+from attnflow.data.errors import DataError, DataFileNotFoundError, missing_data, numbered_lines
 from attnflow.config.registry import DATA, ConfigError, NonNegativeInt, PositiveInt, Range
 from attnflow.io.text import atomic_path
 
 UNK = 3
+OWNER = "data 'parallel'"
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 
 
@@ -33,13 +34,13 @@ def split_files(root: Path, spec: Any, langs: Sequence[str], split: str) -> List
     elif "{lang}" in spec:
         named = [spec.format(lang=lang) for lang in langs]
     else:
-        return [find_file(root, spec, lang) for lang in langs]
+        return [find_file(root, spec, lang, split) for lang in langs]
     found = []
     for name in named:  # as given (the working directory), else under data.root
         path = next((p for p in (Path(name), root / name) if p.is_file()), None)
         if path is None:
-            raise DataFileNotFoundError(f"data 'parallel': data.{split} names {name}, which is not a "
-                                        f"file (nor {root / name})")
+            raise missing_data(OWNER, f"data.{split} names {name}, which is not a file (nor "
+                                      f"{root / name})")
         found.append(path)
     return found
 
@@ -55,14 +56,12 @@ def check_split(split: str, spec: Any, root: str) -> None:
                           f"set data.root (Multi30k: ${{paths.data_dir}}/multi30k)")
 
 
-def find_file(root: Path, stem: str, lang: str) -> Path:
+def find_file(root: Path, stem: str, lang: str, split: str) -> Path:
     for name in (f"{stem}.{lang}", f"{stem}.{lang}.gz"):
         if (root / name).is_file():
             return root / name
-    raise DataFileNotFoundError(
-        f"data 'parallel': missing file {root / f'{stem}.{lang}'}[.gz]. The data root is set by "
-        f"paths.data_dir (or $ATTNFLOW_DATA_DIR); expected line-aligned files "
-        f"<root>/<split>.<lang>[.gz], e.g. {root}/train.en.gz. Nothing is downloaded.")
+    raise missing_data(OWNER, f"missing file {root / f'{stem}.{lang}'}[.gz] (data.{split}={stem} "
+                              f"under data.root={root}: line-aligned <data.root>/<stem>.<lang>[.gz])")
 
 
 def new_tokenizer(kind: str, lowercase: bool):
