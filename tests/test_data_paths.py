@@ -1,12 +1,13 @@
 """Where the data is found (``${attnflow_data:}``: ATTNFLOW_DATA_DIR, ``data/`` in the working
-directory, a source checkout's ``../shared/data``, never beside an installed package) and what a
-missing data file says."""
+directory, a source checkout's ``../shared/data``, never beside an installed package), what a
+missing data file says, and optional test files."""
 
 from __future__ import annotations
 
 import pytest
 
 import attnflow
+from attnflow.config.registry import DATA
 from attnflow.data.documents import DocumentDataModule
 from attnflow.data.errors import DataFileNotFoundError
 from attnflow.data.graph_files import saved_graph
@@ -78,3 +79,10 @@ def test_a_missing_data_file_names_the_variable_the_setting_and_the_layout(tmp_p
     assert "\n" not in message and str(tmp_path / "nowhere") in message
     assert "ATTNFLOW_DATA_DIR" in message and "paths.data_dir=" in message
     assert layout is None or f"<data dir>/{layout}" in message
+
+
+@pytest.mark.parametrize("experiment", ["han_imdb", "bert_imdb"])
+def test_a_null_test_path_is_no_test_split(tmp_path, experiment):
+    cfg = compose_cfg([f"experiment={experiment}", "data.test_path=null"])
+    dm = DATA.build(dict(cfg.data), path="data")
+    assert "no test split" in dm.missing_test()

@@ -123,13 +123,13 @@ class SplitDataModule(pl.LightningDataModule):
 
 
 class FileDataModule(SplitDataModule):
-    """Text files ``train_path``, ``val_path`` and an optional ``test_path`` (absent: no test
-    split), encoded by a subclass into ``self.splits`` (labelled ones: ``.labels``)."""
+    """Text files ``train_path``, ``val_path`` and an optional ``test_path`` (empty, null or
+    absent: no test split), encoded by a subclass into ``self.splits`` (labelled ones: ``.labels``)."""
 
     owner = "data"
     run_dir: Optional[Path] = None
 
-    def set_paths(self, what: str, train_path: str, val_path: str, test_path: str) -> None:
+    def set_paths(self, what: str, train_path: str, val_path: str, test_path: Optional[str]) -> None:
         for name, value in (("train_path", train_path), ("val_path", val_path)):
             if not value:
                 raise ValueError(f"{self.owner}: '{name}' is required ({what})")

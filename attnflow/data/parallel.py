@@ -22,6 +22,7 @@ from attnflow.io.text import atomic_path
 
 UNK = 3
 OWNER = "data 'parallel'"
+NO_TEST = f"{OWNER}: data.test is null, so there is no test split; run with test=false"
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 
 
@@ -203,9 +204,7 @@ class ParallelDataModule(SplitDataModule):
         if folder and all(p.is_file() for p in self.tokenizer_files(folder).values()):
             return self.load_tokenizers(folder)
         src, tgt = self.split_text("train")
-        for split in ("val", "test"):  # a bad file fails now, not after training
-            if self.stems[split] is not None:
-                self.split_text(split)
+        self.split_text("val")  # a bad file fails now, not after training (test: missing_test)
         if self.shared:
             self.src_tok = self.tgt_tok = train_tokenizer(self.kind, src + tgt, self.vocab, self.lowercase)
         else:
@@ -288,18 +287,28 @@ class ParallelDataModule(SplitDataModule):
         return out
 
     def setup(self, stage: Optional[str] = None) -> None:
+        """The tokenizers, the training and validation pairs; the test pairs when tested (a run
+        with test=false reads no test file)."""
         self.prepare_tokenizers()
-        for split in ("train", "val", "test"):
-            if split not in self.splits and self.stems[split] is not None:
-                self.splits[split] = self._encode(split)
+        for split in ("train", "val", "test") if stage == "test" else ("train", "val"):
+            self.encoded(split)
+
+    def encoded(self, split: str) -> list:
+        """The pairs of a split (:meth:`_encode`), encoded once."""
+        self.prepare_tokenizers()
+        if split not in self.splits:
+            self.splits[split] = self._encode(split)
+        return self.splits[split]
 
     def missing_test(self) -> Optional[str]:
-        return None if self.stems["test"] is not None else (
-            "data 'parallel': data.test is null, so there is no test split; run with test=false")
+        """No test split (``data.test=null``): why; else its files are read and checked now."""
+        if self.stems["test"] is None:
+            return NO_TEST
+        self.split_text("test")
+        return None
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        self.setup()
-        data = self.splits[split]
+        data = self.encoded(split)
         sizes = [len(s) + len(t) / 1000 for _, s, t in data]
         if not shuffle and eval_sampler(data) is not None:  # DDP evaluation: each pair once, on
             # one rank (Lightning's sampler would repeat pairs to even out the ranks)
@@ -311,5 +320,4 @@ class ParallelDataModule(SplitDataModule):
 
     def example_batch(self, n: int, split: str = "val") -> Dict[str, torch.Tensor]:
         """The first ``n`` pairs of a split, as a batch (attention heat maps)."""
-        self.setup()
-        return collate(self.splits[split][:n])
+        return collate(self.encoded(split)[:n])
