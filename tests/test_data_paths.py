@@ -1,6 +1,7 @@
 """Where the data is found (``${attnflow_data:}``: ATTNFLOW_DATA_DIR, ``data/`` in the working
 directory, a source checkout's ``../shared/data``, never beside an installed package), what a
-missing data file says, and optional test files."""
+missing data file says, optional test files, and a sweep that stops before its first job when its
+data is missing."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from attnflow.data.graph_files import saved_graph
 from attnflow.data.parallel import ParallelDataModule
 from attnflow.data.planetoid import read_planetoid
 from attnflow.data.text_classification import TextClassificationDataModule
-from support import ROOT, compose_cfg
+from attnflow.sweep.checks import check_data_files, check_sweep_data
+from support import ROOT, compose_cfg, train_cli
 
 
 @pytest.fixture
@@ -86,3 +88,44 @@ def test_a_null_test_path_is_no_test_split(tmp_path, experiment):
     cfg = compose_cfg([f"experiment={experiment}", "data.test_path=null"])
     dm = DATA.build(dict(cfg.data), path="data")
     assert "no test split" in dm.missing_test()
+
+
+# -- a sweep's data, before its first job ------------------------------------------------------------
+def test_an_optuna_sweep_without_its_data_stops_before_making_its_folder(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("optuna")
+    sweep = tmp_path / "sweep"
+    code = train_cli(monkeypatch, "hparams_search=gat_cora_optuna", f"paths.data_dir={tmp_path / 'none'}",
+                     f"hydra.sweep.dir={sweep}")
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("attnflow: data error: data 'planetoid': Cora is missing") and "ATTNFLOW_DATA_DIR" in err
+    assert not sweep.exists()
+
+
+def test_a_grid_without_its_data_stops_before_making_its_folder(tmp_path, monkeypatch, capsys):
+    sweep = tmp_path / "sweep"
+    code = train_cli(monkeypatch, "-m", "experiment=gat_cora", "task.optim.lr=0.01,0.02",
+                     f"paths.data_dir={tmp_path / 'none'}", f"hydra.sweep.dir={sweep}")
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "ATTNFLOW_DATA_DIR" in err, err
+    assert not sweep.exists()
+
+
+def test_a_sweep_of_the_data_itself_is_left_to_its_jobs(tmp_path):
+    missing = ["experiment=gat_cora", f"data.root={tmp_path / 'none'}"]
+    cfg = compose_cfg(missing, return_hydra_config=True)
+    with pytest.raises(DataFileNotFoundError):
+        check_sweep_data(cfg, ["-m", *missing, "task.optim.lr=0.01,0.02"])
+    check_sweep_data(cfg, ["-m", *missing, f"data.root={tmp_path / 'a'},{tmp_path / 'b'}"])
+
+
+def test_the_test_files_are_checked_only_for_a_tested_run(tmp_path):
+    root = tmp_path / "m30k"
+    root.mkdir()
+    for split in ("train", "val"):
+        for lang in ("de", "en"):
+            (root / f"{split}.{lang}.gz").write_bytes(b"")
+    tested = ["experiment=mt_transformer", f"data.root={root}"]
+    check_data_files(compose_cfg([*tested, "test=false"], return_hydra_config=True))
+    with pytest.raises(DataFileNotFoundError, match=r"test_2016_flickr\.de"):
+        check_data_files(compose_cfg(tested, return_hydra_config=True))

@@ -208,6 +208,13 @@ class GraphFilesDataModule(GraphDataModule):
         self.fields = _Fields(id_field, label_field, split_field, source_field, target_field, feature_fields)
         self.split, self.undirected, self.normalize = list(split), undirected, normalize_features
 
+    @classmethod
+    def check_files(cls, fields: Mapping[str, Any], test: bool = True) -> None:
+        """The files named by data.path, data.nodes and data.edges are there (nothing read)."""
+        for key in ("path", "nodes", "edges"):
+            if fields[key] and not Path(fields[key]).is_file():
+                raise missing_data(OWNER, f"file not found: {fields[key]} (at 'data.{key}')")
+
     def _read(self) -> Data:
         s = self.source
         if s["dataset"]:

@@ -307,6 +307,15 @@ class ParallelDataModule(SplitDataModule):
         self.split_text("test")
         return None
 
+    @classmethod
+    def check_files(cls, fields: Mapping[str, Any], test: bool = True) -> None:
+        """Every file of the splits a run reads is there (nothing read): before a sweep's first job."""
+        if test and fields["test"] is None:
+            raise ConfigError(NO_TEST)
+        langs = (fields["src_lang"], fields["tgt_lang"])
+        for split in ("train", "val", "test") if test else ("train", "val"):
+            split_files(Path(fields["root"]), fields[split], langs, split)
+
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         data = self.encoded(split)
         sizes = [len(s) + len(t) / 1000 for _, s, t in data]

@@ -159,6 +159,11 @@ class PlanetoidDataModule(GraphDataModule):
                          num_neighbors=num_neighbors, seed=seed)
         self.dataset_name, self.root, self.normalize_features = dataset, root, normalize_features
 
+    @classmethod
+    def check_files(cls, fields: Mapping[str, Any], test: bool = True) -> None:
+        """The raw files are there (nothing read): before a sweep's first job."""
+        raw_folder(fields["root"], fields["dataset"])
+
     def load(self) -> Data:
         data = read_planetoid(self.root, self.dataset_name)
         if self.normalize_features:
