@@ -1,13 +1,16 @@
 """The parallel-text data module: files, tokenisers (trained on train, saved with the run),
-length-bucketed batches, both directions; and the translation metrics."""
+length-bucketed batches, both directions, runs without a test split; and the translation metrics."""
 
 import gzip
 
 import pytest
 import torch
 
+from attnflow.config.registry import ConfigError
 from attnflow.data.parallel import BOS, EOS, PAD, ParallelDataModule
 from attnflow.tasks.translation_metrics import corpus_bleu, word_error_rate
+from attnflow.training.run import train
+from support import compose_cfg
 
 EN = ["A man sleeps on a green sofa.", "Two dogs play in the snow.", "A girl, smiling, runs home!",
       "The boy's T-shirt is blue.", "People walk down a busy street."] * 4
@@ -188,3 +191,52 @@ def test_a_split_is_two_files_or_a_pattern_here_or_under_root(tmp_path, monkeypa
     gone = DATA.build({"name": "parallel", "root": str(tmp_path / "root"), "train": "nope.{lang}"})
     with pytest.raises(DataError, match=r"data.train names nope.de, which is not a file \(nor .*root/nope.de\)"):
         gone.split_text("train")
+
+
+# -- runs without a test split --------------------------------------------------------------------
+SMALL_MT = ["experiment=mt_transformer", "model.d_model=16", "model.ffn_dim=16", "model.encoder_layers=1",
+            "model.decoder_layers=1", "attention.heads=2", "data.vocab_size=60", "data.batch_size=4",
+            "task.beam_size=1", "trainer.max_epochs=1", "trainer.limit_train_batches=2",
+            "trainer.limit_val_batches=1", "callbacks.progress_bar=none",
+            "callbacks.attention_maps.examples=0", "logger=none"]
+
+
+def _train_and_val_only(root):
+    """Multi30k's layout with the training and validation files and no test file."""
+    root.mkdir()
+    for split, n in (("train", 20), ("val", 5)):
+        (root / f"{split}.en").write_text("\n".join(EN[:n]) + "\n", encoding="utf-8")
+        (root / f"{split}.de").write_text("\n".join(DE[:n]) + "\n", encoding="utf-8")
+    return root
+
+
+@pytest.mark.parametrize("test_field", [[], ["data.test=null"]])
+def test_a_run_with_test_false_needs_no_test_file(tmp_path, test_field):
+    root = _train_and_val_only(tmp_path / "m30k")
+    cfg = compose_cfg([*SMALL_MT, f"data.root={root}", "test=false", *test_field])
+    summary = train(cfg, tmp_path / "run")
+    assert summary["epochs"] == 1 and summary["metrics"]
+    assert not any(k.startswith("test/") for k in summary["metrics"])
+
+
+@pytest.mark.parametrize("test_field, why", [
+    ([], r"missing file .*m30k/test_2016_flickr\.de.*ATTNFLOW_DATA_DIR"),
+    (["data.test=null"], r"data\.test is null, so there is no test split; run with test=false")])
+def test_a_tested_run_without_its_test_split_stops_before_training(tmp_path, test_field, why):
+    """test=true: a missing test file, or data.test=null, is one error before any checkpoint."""
+    root = _train_and_val_only(tmp_path / "m30k")
+    with pytest.raises(ConfigError, match=why):
+        train(compose_cfg([*SMALL_MT, f"data.root={root}", *test_field]), tmp_path / "run")
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_setup_reads_the_test_file_only_when_tested(tmp_path):
+    dm = module(_train_and_val_only(tmp_path / "m30k"), test="test")
+    dm.setup()  # (fit)
+    assert set(dm.splits) == {"train", "val"}
+    with pytest.raises(FileNotFoundError, match=r"test\.de.*paths\.data_dir="):
+        dm.missing_test()
+    (tmp_path / "m30k" / "test.de").write_text("\n".join(DE[:3]) + "\n", encoding="utf-8")
+    (tmp_path / "m30k" / "test.en").write_text("\n".join(EN[:3]) + "\n", encoding="utf-8")
+    assert dm.missing_test() is None
+    assert len(next(iter(dm.test_dataloader()))["idx"]) == 3

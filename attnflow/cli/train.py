@@ -74,6 +74,23 @@ def _check_sweep(cfg: DictConfig) -> None:
         check_sweep(cfg)
 
 
+def _check_sweep_data(cfg: DictConfig, argv: list) -> None:
+    """A multirun's data files are there before its first job makes the sweep's folder
+    (:func:`attnflow.sweep.checks.check_sweep_data`); else one line and exit status 2."""
+    from hydra.types import RunMode
+
+    if not ({"-m", "--multirun"} & set(argv) or cfg.hydra.get("mode") == RunMode.MULTIRUN):
+        return
+    from attnflow.data.errors import DataError
+    from attnflow.sweep.checks import check_sweep_data
+
+    try:
+        check_sweep_data(cfg, argv)
+    except DataError as err:
+        print(f"attnflow: data error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
 def run_app(cfg: DictConfig) -> float | list | None:
     """The task function Hydra runs once per job; returns ``optimized_metric``'s value (a list of
     values for a list of metrics)."""
@@ -226,6 +243,7 @@ def _run_hydra(argv: list, conf: Path) -> None:
             if n == 0:
                 _check_output_folder(cfg, sys.argv[1:])
                 _check_sweep(cfg)
+                _check_sweep_data(cfg, sys.argv[1:])
     except (ConfigError, InputError) as err:  # a ResumeError or RunInUseError says what it is itself
         print(f"attnflow: {'config error: ' if type(err) is ConfigError else ''}{err}",
               file=sys.stderr)

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 from attnflow.data.buckets import BucketBatchSampler, trainer_epoch
-from attnflow.data.errors import DataError
+from attnflow.data.errors import DataError, missing_data
 from attnflow.data.examples import spread_over_labels
 
 PAD, BOS, EOS = 0, 1, 2  # the first ids of every sequence data module's vocabulary
@@ -123,13 +123,20 @@ class SplitDataModule(pl.LightningDataModule):
 
 
 class FileDataModule(SplitDataModule):
-    """Text files ``train_path``, ``val_path`` and an optional ``test_path`` (absent: no test
-    split), encoded by a subclass into ``self.splits`` (labelled ones: ``.labels``)."""
+    """Text files ``train_path``, ``val_path`` and an optional ``test_path`` (empty, null or
+    absent: no test split), encoded by a subclass into ``self.splits`` (labelled ones: ``.labels``)."""
 
     owner = "data"
     run_dir: Optional[Path] = None
 
-    def set_paths(self, what: str, train_path: str, val_path: str, test_path: str) -> None:
+    @classmethod
+    def check_files(cls, fields: Mapping[str, Any], test: bool = True) -> None:
+        """The training and validation files are there (nothing read): before a sweep's first job."""
+        for name in ("train_path", "val_path"):
+            if fields.get(name) and not Path(fields[name]).is_file():
+                raise missing_data(cls.owner, f"file not found: {fields[name]} (at 'data.{name}')")
+
+    def set_paths(self, what: str, train_path: str, val_path: str, test_path: Optional[str]) -> None:
         for name, value in (("train_path", train_path), ("val_path", val_path)):
             if not value:
                 raise ValueError(f"{self.owner}: '{name}' is required ({what})")

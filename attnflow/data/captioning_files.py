@@ -19,7 +19,7 @@ from torch.utils.data import Dataset
 
 from attnflow.data.captioning import CaptioningDataModule, frame_targets, tokenize_caption
 from attnflow.data.captions import load_image, read_captions
-from attnflow.data.errors import DataError, DataFileNotFoundError
+from attnflow.data.errors import DataError, DataFileNotFoundError, missing_data
 from attnflow.data.shapes import Vocab
 from attnflow.config.registry import DATA, ConfigError, NonNegativeInt, PositiveInt
 from attnflow.io.console import warn_unread
@@ -45,9 +45,8 @@ class FeatureStore:
             except (OSError, ValueError, zipfile.BadZipFile) as err:
                 raise DataError(f"{OWNER}: features={path} is not a readable .npz: {err}") from None
         elif not path.is_dir():
-            raise DataFileNotFoundError(
-                f"{OWNER}: features={path} not found: expected a directory of <image stem>.npy "
-                f"arrays or one .npz keyed by image file name")
+            raise missing_data(OWNER, f"features={path} not found: expected a directory of <image "
+                                      f"stem>.npy arrays or one .npz keyed by image file name")
 
     def source(self, image: Path) -> str:
         """Where the features of ``image`` are, for messages."""

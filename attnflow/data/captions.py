@@ -21,7 +21,7 @@ from typing import Iterable, List, Optional, Union
 import numpy as np
 import torch
 
-from attnflow.data.errors import DataError, DataFileNotFoundError, numbered_lines
+from attnflow.data.errors import DataError, DataFileNotFoundError, missing_data, numbered_lines
 
 OWNER = "captions"
 _CAPTION_NO = re.compile(r"#\d+$")  # Flickr8k.token.txt: "name.jpg#3"
@@ -48,7 +48,7 @@ class _Images:
     def __init__(self, image_dir: Path):
         self.dir = Path(image_dir)
         if not self.dir.is_dir():
-            raise DataFileNotFoundError(f"{OWNER}: image folder not found: {self.dir}")
+            raise missing_data(OWNER, f"image folder not found: {self.dir}")
         self.seen = set()
 
     def __call__(self, name: str, where: str) -> Path:
@@ -154,7 +154,7 @@ def read_captions(path: Union[Path, str], image_dir: Union[Path, str],
     exist; ``split`` (Karpathy JSON only): the split name or names to keep."""
     path = Path(path)
     if not path.is_file():
-        raise DataFileNotFoundError(f"{OWNER}: captions file not found: {path}")
+        raise missing_data(OWNER, f"captions file not found: {path}")
     splits = None
     if split is not None:
         splits = {split} if isinstance(split, str) else set(split)

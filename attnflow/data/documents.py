@@ -147,7 +147,7 @@ class DocumentDataModule(FileDataModule):
     owner = "data 'documents'"
     interface = "documents"  # documents: han/self_attentive models, the classification task
 
-    def __init__(self, *, train_path: str = "", val_path: str = "", test_path: str = "",
+    def __init__(self, *, train_path: str = "", val_path: str = "", test_path: Optional[str] = "",
                  text_field: str = "text", label_field: str = "label",
                  max_sentences: PositiveInt = 30, max_words: PositiveInt = 50,
                  min_freq: PositiveInt = 5, max_vocab: NonNegativeInt = 50000,

@@ -28,7 +28,7 @@ from torch_geometric.utils import to_undirected
 
 from attnflow.config.registry import DATA, ConfigError, PositiveInt, suggest
 from attnflow.data.base import check_labels, class_label
-from attnflow.data.errors import DataError, DataFileNotFoundError
+from attnflow.data.errors import DataError, missing_data
 from attnflow.data.graph import SPLITS, GraphDataModule
 from attnflow.data.planetoid import normalize_rows
 from attnflow.data.tables import rows
@@ -50,8 +50,8 @@ def pyg_dataset(name: str, args: Mapping[str, Any], root: str) -> Data:
 
     def offline(self):
         missing = [p for p in self.raw_paths if not Path(p).exists()]
-        raise DataFileNotFoundError(f"{OWNER}: {name} needs its raw files under data.root={root}; "
-                                    f"missing: {', '.join(missing)} (nothing is downloaded)")
+        raise missing_data(OWNER, f"{name} needs its raw files under data.root={root}; missing: "
+                                  f"{', '.join(missing)}")
 
     local = type(name, (getattr(datasets, name),), {"download": offline,
                                                      "processed_dir": property(lambda self: cache)})
@@ -69,7 +69,7 @@ def saved_graph(path: str) -> Data:
     """A ``Data`` (or a dict of its tensors) saved with ``torch.save``, read weights-only."""
     file = Path(path)
     if not file.is_file():
-        raise DataFileNotFoundError(f"{OWNER}: file not found: {file} (at 'data.path')")
+        raise missing_data(OWNER, f"file not found: {file} (at 'data.path')")
     unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(file)
     foreign = [g for g in unsafe if not g.startswith("torch_geometric.data.")]
     if foreign:
@@ -207,6 +207,13 @@ class GraphFilesDataModule(GraphDataModule):
                            nodes=nodes, edges=edges, labels=labels)
         self.fields = _Fields(id_field, label_field, split_field, source_field, target_field, feature_fields)
         self.split, self.undirected, self.normalize = list(split), undirected, normalize_features
+
+    @classmethod
+    def check_files(cls, fields: Mapping[str, Any], test: bool = True) -> None:
+        """The files named by data.path, data.nodes and data.edges are there (nothing read)."""
+        for key in ("path", "nodes", "edges"):
+            if fields[key] and not Path(fields[key]).is_file():
+                raise missing_data(OWNER, f"file not found: {fields[key]} (at 'data.{key}')")
 
     def _read(self) -> Data:
         s = self.source

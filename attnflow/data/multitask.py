@@ -98,6 +98,14 @@ class MultiTaskDataModule(pl.LightningDataModule):
         return out
 
     @classmethod
+    def check_files(cls, fields: Mapping[str, Any], test: bool = True) -> None:
+        """Each task's data files are there (its data module's ``check_files``; nothing read)."""
+        for task in cls.task_configs(fields).values():
+            hook = getattr(DATA.get(task["name"]), "check_files", None)
+            if hook:
+                hook(task, test)
+
+    @classmethod
     def longest_positions(cls, fields: Mapping[str, Any]) -> Optional[Tuple[int, str]]:
         """The longest of the tasks' ``longest_positions``, and why (None where none says)."""
         said = []

@@ -16,11 +16,13 @@ from torch.utils.data import DataLoader
 
 from attnflow.data.base import BOS, EOS, PAD, SplitDataModule, collate_seq2seq, eval_sampler
 from attnflow.data.buckets import BucketBatchSampler, trainer_epoch
-from attnflow.data.errors import DataError, DataFileNotFoundError, numbered_lines
+from attnflow.data.errors import DataError, DataFileNotFoundError, missing_data, numbered_lines
 from attnflow.config.registry import DATA, ConfigError, NonNegativeInt, PositiveInt, Range
 from attnflow.io.text import atomic_path
 
 UNK = 3
+OWNER = "data 'parallel'"
+NO_TEST = f"{OWNER}: data.test is null, so there is no test split; run with test=false"
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 
 
@@ -33,13 +35,13 @@ def split_files(root: Path, spec: Any, langs: Sequence[str], split: str) -> List
     elif "{lang}" in spec:
         named = [spec.format(lang=lang) for lang in langs]
     else:
-        return [find_file(root, spec, lang) for lang in langs]
+        return [find_file(root, spec, lang, split) for lang in langs]
     found = []
     for name in named:  # as given (the working directory), else under data.root
         path = next((p for p in (Path(name), root / name) if p.is_file()), None)
         if path is None:
-            raise DataFileNotFoundError(f"data 'parallel': data.{split} names {name}, which is not a "
-                                        f"file (nor {root / name})")
+            raise missing_data(OWNER, f"data.{split} names {name}, which is not a file (nor "
+                                      f"{root / name})")
         found.append(path)
     return found
 
@@ -55,14 +57,12 @@ def check_split(split: str, spec: Any, root: str) -> None:
                           f"set data.root (Multi30k: ${{paths.data_dir}}/multi30k)")
 
 
-def find_file(root: Path, stem: str, lang: str) -> Path:
+def find_file(root: Path, stem: str, lang: str, split: str) -> Path:
     for name in (f"{stem}.{lang}", f"{stem}.{lang}.gz"):
         if (root / name).is_file():
             return root / name
-    raise DataFileNotFoundError(
-        f"data 'parallel': missing file {root / f'{stem}.{lang}'}[.gz]. The data root is set by "
-        f"paths.data_dir (or $ATTNFLOW_DATA_DIR); expected line-aligned files "
-        f"<root>/<split>.<lang>[.gz], e.g. {root}/train.en.gz. Nothing is downloaded.")
+    raise missing_data(OWNER, f"missing file {root / f'{stem}.{lang}'}[.gz] (data.{split}={stem} "
+                              f"under data.root={root}: line-aligned <data.root>/<stem>.<lang>[.gz])")
 
 
 def new_tokenizer(kind: str, lowercase: bool):
@@ -204,9 +204,7 @@ class ParallelDataModule(SplitDataModule):
         if folder and all(p.is_file() for p in self.tokenizer_files(folder).values()):
             return self.load_tokenizers(folder)
         src, tgt = self.split_text("train")
-        for split in ("val", "test"):  # a bad file fails now, not after training
-            if self.stems[split] is not None:
-                self.split_text(split)
+        self.split_text("val")  # a bad file fails now, not after training (test: missing_test)
         if self.shared:
             self.src_tok = self.tgt_tok = train_tokenizer(self.kind, src + tgt, self.vocab, self.lowercase)
         else:
@@ -289,18 +287,37 @@ class ParallelDataModule(SplitDataModule):
         return out
 
     def setup(self, stage: Optional[str] = None) -> None:
+        """The tokenizers, the training and validation pairs; the test pairs when tested (a run
+        with test=false reads no test file)."""
         self.prepare_tokenizers()
-        for split in ("train", "val", "test"):
-            if split not in self.splits and self.stems[split] is not None:
-                self.splits[split] = self._encode(split)
+        for split in ("train", "val", "test") if stage == "test" else ("train", "val"):
+            self.encoded(split)
+
+    def encoded(self, split: str) -> list:
+        """The pairs of a split (:meth:`_encode`), encoded once."""
+        self.prepare_tokenizers()
+        if split not in self.splits:
+            self.splits[split] = self._encode(split)
+        return self.splits[split]
 
     def missing_test(self) -> Optional[str]:
-        return None if self.stems["test"] is not None else (
-            "data 'parallel': data.test is null, so there is no test split; run with test=false")
+        """No test split (``data.test=null``): why; else its files are read and checked now."""
+        if self.stems["test"] is None:
+            return NO_TEST
+        self.split_text("test")
+        return None
+
+    @classmethod
+    def check_files(cls, fields: Mapping[str, Any], test: bool = True) -> None:
+        """Every file of the splits a run reads is there (nothing read): before a sweep's first job."""
+        if test and fields["test"] is None:
+            raise ConfigError(NO_TEST)
+        langs = (fields["src_lang"], fields["tgt_lang"])
+        for split in ("train", "val", "test") if test else ("train", "val"):
+            split_files(Path(fields["root"]), fields[split], langs, split)
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        self.setup()
-        data = self.splits[split]
+        data = self.encoded(split)
         sizes = [len(s) + len(t) / 1000 for _, s, t in data]
         if not shuffle and eval_sampler(data) is not None:  # DDP evaluation: each pair once, on
             # one rank (Lightning's sampler would repeat pairs to even out the ranks)
@@ -312,5 +329,4 @@ class ParallelDataModule(SplitDataModule):
 
     def example_batch(self, n: int, split: str = "val") -> Dict[str, torch.Tensor]:
         """The first ``n`` pairs of a split, as a batch (attention heat maps)."""
-        self.setup()
-        return collate(self.splits[split][:n])
+        return collate(self.encoded(split)[:n])

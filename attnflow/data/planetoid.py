@@ -17,7 +17,7 @@ import torch
 from torch_geometric.data import Data
 from torch_geometric.utils import to_undirected
 
-from attnflow.data.errors import DataError, DataFileNotFoundError
+from attnflow.data.errors import DataError, missing_data
 from attnflow.data.graph import GraphDataModule
 from attnflow.config.registry import DATA, PositiveInt
 
@@ -91,8 +91,9 @@ def _counting(read_file, folder: Path, key: str):
     return read
 
 
-def read_planetoid(root: str | Path, name: str) -> Data:
-    """The graph ``name`` (Cora, CiteSeer or PubMed; any case) from ``<root>/<Name>/raw``."""
+def raw_folder(root: str | Path, name: str) -> Path:
+    """``<root>/<Name>/raw`` of the graph ``name`` (Cora, CiteSeer or PubMed; any case), its raw
+    files all there (else a :class:`~attnflow.data.errors.DataFileNotFoundError` naming them)."""
     key = name.lower()
     if key not in NAMES:
         raise ValueError(f"data 'planetoid': unknown data set '{name}' (at 'data.dataset'); "
@@ -100,10 +101,14 @@ def read_planetoid(root: str | Path, name: str) -> Data:
     folder = Path(root) / NAMES[key] / "raw"
     missing = [f"ind.{key}.{s}" for s in RAW_FILES if not (folder / f"ind.{key}.{s}").is_file()]
     if missing:
-        raise DataFileNotFoundError(
-            f"data 'planetoid': {NAMES[key]} is missing from {folder} (data.root={root}): need the "
-            f"raw files {', '.join(f'ind.{key}.{s}' for s in RAW_FILES)} (PyG's raw layout, from "
-            f"github.com/kimiyoung/planetoid/data); missing: {', '.join(missing)}")
+        raise missing_data("data 'planetoid'", f"{NAMES[key]} is missing from {folder} (data.root="
+                           f"{root}): no {', '.join(missing)}")
+    return folder
+
+
+def read_planetoid(root: str | Path, name: str) -> Data:
+    """The graph ``name`` (Cora, CiteSeer or PubMed; any case) from ``<root>/<Name>/raw``."""
+    folder, key = raw_folder(root, name), name.lower()
     from torch_geometric.io import planetoid as pyg_planetoid
 
     with warnings.catch_warnings(), mock.patch.object(pyg_planetoid, "pickle", _PickleShim), \
@@ -153,6 +158,11 @@ class PlanetoidDataModule(GraphDataModule):
         super().__init__(loader=loader, batch_size=batch_size, num_hops=num_hops,
                          num_neighbors=num_neighbors, seed=seed)
         self.dataset_name, self.root, self.normalize_features = dataset, root, normalize_features
+
+    @classmethod
+    def check_files(cls, fields: Mapping[str, Any], test: bool = True) -> None:
+        """The raw files are there (nothing read): before a sweep's first job."""
+        raw_folder(fields["root"], fields["dataset"])
 
     def load(self) -> Data:
         data = read_planetoid(self.root, self.dataset_name)

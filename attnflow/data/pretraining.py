@@ -161,7 +161,7 @@ class PretrainingDataModule(WordPieceData, FileDataModule):
     owner = OWNER
     interface = "pretraining"  # unlabelled text: the bert model, the bert_pretraining task
 
-    def __init__(self, *, train_path: str = "", val_path: str = "", test_path: str = "",
+    def __init__(self, *, train_path: str = "", val_path: str = "", test_path: Optional[str] = "",
                  text_field: str = "text", documents: Literal["line", "blank_line"] = "line",
                  tokenizer_from: Optional[str] = None,
                  vocab_size: Optional[Annotated[int, Range(ge=6, what="the 5 special tokens and more")]] = None,

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from attnflow.data.base import class_label, random_subset
-from attnflow.data.errors import DataError, DataFileNotFoundError, numbered_lines
+from attnflow.data.errors import DataError, missing_data, numbered_lines
 
 FORMATS = (".jsonl", ".json", ".csv", ".tsv", ".parquet")
 _INT = re.compile(r"-?\d+")
@@ -50,7 +50,7 @@ def _json_rows(path: Path, owner: str) -> Iterator[Tuple[str, Dict[str, Any]]]:
 
 def _delimited_rows(path: Path, owner: str, delimiter: str) -> Iterator[Tuple[str, Dict[str, Any]]]:
     if not path.is_file():
-        raise DataFileNotFoundError(f"{owner}: file not found: {path}")
+        raise missing_data(owner, f"file not found: {path}")
     opened = gzip.open(path, "rt", encoding="utf-8", newline="") if path.name.endswith(".gz") \
         else open(path, encoding="utf-8", newline="")
     try:
@@ -74,7 +74,7 @@ def _parquet_rows(path: Path, owner: str, fields: Sequence[str]) -> Iterator[Tup
         raise DataError(f"{owner}: reading {path} needs pyarrow (pip install 'attnflow[parquet]'); "
                         f"or give .jsonl/.csv/.tsv") from None
     if not path.is_file():
-        raise DataFileNotFoundError(f"{owner}: file not found: {path}")
+        raise missing_data(owner, f"file not found: {path}")
     try:
         table = pq.read_table(path)
     except Exception as err:  # noqa: BLE001 — pyarrow's errors: one line naming the file

@@ -83,7 +83,7 @@ class TextClassificationDataModule(WordPieceData, FileDataModule):
     owner = OWNER
     interface = "text_classification"  # the bert model (head sequence), the text_classification task
 
-    def __init__(self, *, train_path: str = "", val_path: str = "", test_path: str = "",
+    def __init__(self, *, train_path: str = "", val_path: str = "", test_path: Optional[str] = "",
                  text_field: str = "text", label_field: str = "label",
                  tokenizer_from: Optional[str] = None,
                  vocab_size: Optional[Annotated[int, Range(ge=6, what="the 5 special tokens and more")]] = None,

@@ -146,7 +146,7 @@ class TokenClassificationDataModule(TaggedDataModule):
 
     owner = OWNER
 
-    def __init__(self, *, train_path: str = "", val_path: str = "", test_path: str = "",
+    def __init__(self, *, train_path: str = "", val_path: str = "", test_path: Optional[str] = "",
                  tokens_field: str = "tokens", tags_field: str = "tags",
                  tokenizer_from: Optional[str] = None, vocab_size: VocabSize = None,
                  lowercase: Optional[bool] = None, max_len: MaxLen = 128,

@@ -1,14 +1,15 @@
 """A sweep's settings before any work: ``optimized_metric`` is a metric (or a list of metrics) the
-run reports; an Optuna study seeks each one's better end; a pruner has one ``val/`` metric to watch
-(docs/sweeps.md)."""
+run reports; an Optuna study seeks each one's better end; a pruner has one ``val/`` metric to watch;
+the data files its jobs read are there (docs/sweeps.md)."""
 
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import Any, Iterable, List, Optional
 
-from omegaconf import ListConfig
+from omegaconf import ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from attnflow.config.registry import TASKS, ConfigError, suggest
+from attnflow.config.registry import DATA, TASKS, ConfigError, suggest
 from attnflow.training.trainer_checks import reads_no_batch
 from attnflow.training.validate import metric_names
 from attnflow.sweep.config import TARGET, directions
@@ -103,3 +104,48 @@ def check_sweep(cfg: Any) -> None:
         raise ConfigError(f"hydra.sweeper.pruner={pruner.rsplit('.', 1)[-1]} watches one validation "
                           f"metric, but optimized_metric={metric}: prune a single val/ metric, or "
                           f"set hydra/sweeper/pruner=none")
+
+
+# what, swept, changes the data a sweep's jobs read: each job's own run checks its files
+DATA_KEYS = ("data", "paths", "experiment", "hparams_search", "test")
+
+
+def swept_keys(cfg: Any, argv: Iterable[str]) -> List[str]:
+    """The fields and groups a sweep sets per job: the command line's sweeps and
+    ``hydra.sweeper.params``' keys."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    keys = [str(k).lstrip("+~") for k in (cfg.hydra.sweeper.get("params") or {})]
+    parser = OverridesParser.create()
+    for arg in argv:
+        try:
+            override = parser.parse_override(arg)
+        except HydraException:  # (Hydra's own message follows)
+            continue
+        if override.is_sweep_override():
+            keys.append(override.key_or_group)
+    return keys
+
+
+def check_data_files(cfg: Any) -> None:
+    """The data files a run of ``cfg`` reads are there, where its data module can tell without
+    reading them (a classmethod ``check_files(fields, test)``): a
+    :class:`~attnflow.data.errors.DataFileNotFoundError` names them. A config the run would refuse
+    for another reason is left to the run."""
+    try:
+        data = OmegaConf.to_container(cfg.data, resolve=True)
+        cls = DATA.get(data["name"], "data")
+        fields = DATA.validate(data, "data")
+    except (OmegaConfBaseException, ConfigError, KeyError, TypeError):
+        return
+    hook = getattr(cls, "check_files", None)
+    if hook:
+        hook(fields, test=cfg.get("test", True) is not False)
+
+
+def check_sweep_data(cfg: Any, argv: Iterable[str]) -> None:
+    """A multirun's data files before its first job, where every job reads the same data (its
+    sweep sets no ``data``, ``paths``, ``experiment`` or ``test``)."""
+    if not any(k.split(".")[0].split("@")[0] in DATA_KEYS for k in swept_keys(cfg, argv)):
+        check_data_files(cfg)
