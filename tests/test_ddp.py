@@ -20,6 +20,7 @@ torch and Lightning, seconds of CPU apiece on the suite's 2 cores.
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -85,15 +86,15 @@ def _logged_once(run):
     assert [p.name for p in (run / "csv").iterdir()] == ["version_0"]
     rows = (run / "csv" / "version_0" / "metrics.csv").read_text().splitlines()
     header = rows[0].split(",")
-    val = [r for r in rows[1:] if r.split(",")[header.index("val/loss")]]
-    assert len(val) == 2 + 1, rows  # 2 epochs + the final validation of the best checkpoint
+    logged = {k: sum(bool(r.split(",")[header.index(k)]) for r in rows[1:]) for k in ("val/loss", "best/val/loss")}
+    assert logged == {"val/loss": 2, "best/val/loss": 1}, rows  # 2 epochs; the best checkpoint's after
 
 
 def _ddp_run(result):
     code, log, root = result
     run = root / "ddp"
     assert code == 0, log[-4000:]
-    assert "Starting with 2 processes" in log and "distributed_backend=gloo" in log
+    assert re.search(r"^[\d,]+ parameters, [\d.]+ MB; cpu × 2, precision", log, re.M), log[-4000:]
     # one run directory: rank 1 wrote into the pinned one, not a run dir of its own
     assert not (root / "outputs").exists(), list((root / "outputs").rglob("*"))[:10]
     _logged_once(run)
@@ -201,7 +202,8 @@ def test_spawned_stages_continue_one_csv_log(tmp_path):
     assert {"train/loss", "val/loss", "test/loss"} <= set(header)
     col = {k: [r.split(",")[header.index(k)] for r in lines[1:]] for k in header}
     assert sum(bool(v) for v in col["train/loss"]) == 2  # rank 0 logs its 2 steps, once
-    assert sum(bool(v) for v in col["val/loss"]) == 2  # fit's epoch + the final validation
+    assert sum(bool(v) for v in col["val/loss"]) == 1  # fit's epoch
+    assert sum(bool(v) for v in col["best/val/loss"]) == 1  # the final validation
     assert [float(v) for v in col["test/loss"] if v] == [pytest.approx(summary["metrics"]["test/loss"])]
 
 
@@ -217,11 +219,11 @@ def test_ddp_spawn_reports_the_metrics_its_epoch_showed_and_attnflow_eval_gives(
     summary = train(compose_cfg(overrides), tmp_path)
     lines = (tmp_path / "csv" / "version_0" / "metrics.csv").read_text().splitlines()
     header = lines[0].split(",")
-    col, step = header.index("val/token_acc"), header.index("step")
-    rows = [r.split(",") for r in lines[1:] if r.split(",")[col]]
+    col, best, step = header.index("val/token_acc"), header.index("best/val/token_acc"), header.index("step")
+    rows = [r.split(",") for r in lines[1:] if r.split(",")[col] or r.split(",")[best]]
     n = summary["global_step"]  # as in one process: the epoch's validation at step n - 1, the final at n
     assert [int(r[step]) for r in rows] == [n - 1, n]
-    epoch, final = [float(r[col]) for r in rows]
+    epoch, final = float(rows[0][col]), float(rows[1][best])
     assert epoch == final == pytest.approx(summary["metrics"]["val/token_acc"], abs=1e-7)  # one epoch: the best
     assert evaluate([str(tmp_path), "split=val", "-o", str(tmp_path / "val.json")]) == 0
     got = json.loads((tmp_path / "val.json").read_text())["metrics"]

@@ -79,7 +79,8 @@ class Watch(pl.Callback):
         self.pre_clip.append(_grad_norm(pl_module))
 
     def on_validation_epoch_end(self, trainer, pl_module):
-        self.val_loss.append(float(trainer.callback_metrics["val/loss"]))
+        # (after the fit, the best checkpoint's validation is logged as best/val/loss)
+        self.val_loss.append(float(trainer.callback_metrics[pl_module.logged_as + "val/loss"]))
 
     def on_train_end(self, trainer, pl_module):
         for h in self._hooks:

@@ -691,15 +691,15 @@ def _validations(run: Path) -> tuple:
     over all their versions (the first part and each resume), named as the top-k files are
     (Lightning logs a validation in fit at the step count before its batch's step is counted:
     CSV step s is global step s + 1); [val/loss of the validation of the best checkpoint after
-    each part's fit] (each version's last row: attnflow.training.run.train validates it then)."""
+    each part's fit] (logged as best/val/loss: attnflow.training.run.train validates it then)."""
     import csv
 
     fit, best = {}, []
     for log in sorted(run.glob("csv/version_*/metrics.csv")):
-        rows = [r for r in csv.DictReader(log.open()) if r.get("val/loss")]
+        rows = list(csv.DictReader(log.open()))
         fit.update({f"epoch{r['epoch']}-step{int(r['step']) + 1}.ckpt": float(r["val/loss"])
-                    for r in rows[:-1]})
-        best.append(float(rows[-1]["val/loss"]))
+                    for r in rows if r.get("val/loss")})
+        best += [float(r["best/val/loss"]) for r in rows if r.get("best/val/loss")]
     return fit, best
 
 

@@ -41,11 +41,9 @@ def _job(sweep: Path, n: int) -> tuple:
 
 
 def _val_acc_per_epoch(run: Path) -> list:
-    """val/acc of each training epoch, from the CSV logger's file (the final evaluation of the
-    best checkpoint is logged after them, at the epoch after the last)."""
-    epochs = json.loads((run / "metrics.json").read_text())["epochs"]
+    """val/acc of each training epoch, from the CSV logger's file (one row each)."""
     with open(next(run.glob("csv/**/metrics.csv"))) as f:
-        rows = [r for r in csv.DictReader(f) if r.get("val/acc") and int(r["epoch"]) < epochs]
+        rows = [r for r in csv.DictReader(f) if r.get("val/acc")]
     return [float(r["val/acc"]) for r in sorted(rows, key=lambda r: int(r["epoch"]))]
 
 

@@ -82,9 +82,9 @@ class EpochLog(pl.Callback):
         self._started = time.monotonic()
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.is_global_zero:
-            took = duration(time.monotonic() - self._started)
-            LOG.info("%s", f"{epoch_label(trainer)} done in {took}: {epoch_metrics(trainer)}".rstrip(": "))
+        # on every rank: reading the epoch's metrics may sync them (only rank 0's LOG writes)
+        took = duration(time.monotonic() - self._started)
+        LOG.info("%s", f"{epoch_label(trainer)} done in {took}: {epoch_metrics(trainer)}".rstrip(": "))
 
 
 class ModelTable(pl.Callback):
@@ -93,12 +93,12 @@ class ModelTable(pl.Callback):
     ``example_input_array``)."""
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not trainer.is_global_zero:
+        summary = summarize(pl_module, max_depth=2)  # on every rank, as Lightning's (a forward
+        if not trainer.is_global_zero:               # of an example input may meet collectives)
             return
         from rich.console import Console
         from rich.table import Table
 
-        summary = summarize(pl_module, max_depth=2)
         names = summary.layer_names
         flops = [sum(c.values()) for c in summary.flop_counts.values()] if summary.total_flops else None
         table = Table(title=type(getattr(pl_module, "model", pl_module)).__name__, title_justify="left")
