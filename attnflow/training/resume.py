@@ -19,7 +19,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
-from attnflow.config.registry import DATA, MODELS, TASKS, ConfigError
+from attnflow.config.groups import SHARED_GROUPS
+from attnflow.config.registry import ConfigError, Registry
 from attnflow.training import runlock
 from attnflow.training.runlock import first_rank
 
@@ -69,13 +70,15 @@ def differences(a: Dict[str, Any], b: Dict[str, Any], only: Sequence[str] = (),
 
 
 def with_defaults(cfg: Dict[str, Any]) -> Dict[str, Any]:
-    """``cfg`` with its data, model and task blocks' defaults filled in, as a run saves them
-    now (a run saved before that is compared as a new one); a block it cannot check as saved."""
+    """``cfg`` with its blocks' defaults filled in (data, model, task, the shared groups), as a
+    run saves them now (a run saved before that compares as a new one); a block it cannot
+    check, as saved."""
     out = dict(cfg)
-    for group, registry in (("data", DATA), ("model", MODELS), ("task", TASKS)):
+    kinds = Registry.kinds()
+    for group in ("data", "model", "task", *SHARED_GROUPS):
         if isinstance(out.get(group), dict):
             try:
-                out[group] = registry.validate(out[group], group)
+                out[group] = kinds[group].validate(out[group], group)
             except ConfigError:
                 pass
     return out
