@@ -129,3 +129,19 @@ def test_the_test_files_are_checked_only_for_a_tested_run(tmp_path):
     check_data_files(compose_cfg([*tested, "test=false"], return_hydra_config=True))
     with pytest.raises(DataFileNotFoundError, match=r"test_2016_flickr\.de"):
         check_data_files(compose_cfg(tested, return_hydra_config=True))
+
+
+def test_a_captions_sweep_checks_its_captions_and_images_first(tmp_path):
+    """The captions data module told its missing files only inside the first job."""
+    root = tmp_path / "flickr8k"
+    cfg = compose_cfg(["experiment=caption_shapes", "data=captions", f"data.root={root}"],
+                      return_hydra_config=True)
+    with pytest.raises(DataFileNotFoundError, match=r"captions file not found: .*dataset_flickr8k\.json "
+                                                     r"\(at 'data.captions'\).*ATTNFLOW_DATA_DIR"):
+        check_data_files(cfg)
+    root.mkdir()
+    (root / "dataset_flickr8k.json").write_text("{}")
+    with pytest.raises(DataFileNotFoundError, match=r"image_dir=.*Flicker8k_Dataset not found"):
+        check_data_files(cfg)
+    (root / "Flicker8k_Dataset").mkdir()
+    check_data_files(cfg)  # (what the files hold is the run's to read)

@@ -11,7 +11,7 @@ import logging
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -183,6 +183,19 @@ class CaptionsDataModule(CaptioningDataModule):
             if own and given[split] != defaults[split]:
                 warn_unread(f"{OWNER}: {split}_split={given[split]}",
                             f"{split}_captions={own} names the split's own file")
+
+    @classmethod
+    def check_files(cls, fields: Mapping[str, Any], test: bool = True) -> None:
+        """The training and validation captions files and the images (or their features) are
+        there (nothing read): before a sweep's first job."""
+        root = Path(fields["root"] or ".")
+        for split in ("train", "val"):
+            key = f"{split}_captions" if fields[f"{split}_captions"] else "captions"
+            if fields[key] and not (root / fields[key]).is_file():
+                raise missing_data(OWNER, f"captions file not found: {root / fields[key]} (at 'data.{key}')")
+        key = "features" if fields["features"] else "image_dir"
+        if not (root / fields[key]).exists():
+            raise missing_data(OWNER, f"{key}={root / fields[key]} not found (at 'data.{key}')")
 
     @staticmethod
     def _no_source(split: str) -> str:
