@@ -154,8 +154,10 @@ def build_trainer(resolved: Dict[str, Any], run_dir: Path, extra: Sequence[pl.Ca
     """The run's Trainer with its loggers and callbacks; a setting left unread is one warning
     line (a callback so named is not built)."""
     trainer_args, note, warn = resolve_precision(check_trainer(resolved.get("trainer") or {}))
-    if note:
-        rank_zero_warn(note) if warn else runlog.say(note)
+    if note and warn:
+        rank_zero_warn(note)
+    elif note:
+        runlog.say(note)
     wanted = dict(resolved.get("callbacks") or {})
     for key, why in idle_settings(resolved, TASKS.get(resolved["task"]["name"])).items():
         rank_zero_warn(why, category=AttnflowWarning)
@@ -218,7 +220,7 @@ def _train(resolved: Dict[str, Any], trainer: pl.Trainer, run_dir: Path, fit_fro
         finish_loggers(trainer.loggers, failed)
 
 
-def _evaluate(trainer: pl.Trainer, task: Any, dm: Any, run_dir: Path, test: bool) -> tuple:
+def _evaluate(trainer: pl.Trainer, task: Any, dm: Any, run_dir: Path, test: bool) -> Dict[str, Any]:
     """The best (or averaged) checkpoint validated and tested: ``metrics.json``'s fields."""
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     continue_csv_logs(trainer)
