@@ -145,3 +145,20 @@ def test_a_captions_sweep_checks_its_captions_and_images_first(tmp_path):
         check_data_files(cfg)
     (root / "Flicker8k_Dataset").mkdir()
     check_data_files(cfg)  # (what the files hold is the run's to read)
+
+
+def test_a_run_with_test_false_never_reads_its_test_file(tmp_path):
+    """Documents (and the other file data) read every split's file as they set up, so a run with
+    test=false still read, and failed on, a test file it never uses."""
+    from attnflow.data.errors import DataError
+    from attnflow.training.run import train
+    from cli_runs import document_files, document_overrides
+
+    folder = document_files(tmp_path / "docs")
+    (folder / "test.jsonl").write_text("not json\n")  # would fail any read
+    args = [*document_overrides(folder), f"data.test_path={folder}/test.jsonl",
+            "trainer.max_epochs=1", "callbacks.attention_maps.examples=0"]
+    summary = train(compose_cfg([*args, "test=false"]), tmp_path / "untested")
+    assert "val/acc" in summary["metrics"] and not any(k.startswith("test/") for k in summary["metrics"])
+    with pytest.raises(DataError, match=r"test\.jsonl"):
+        train(compose_cfg([*args, "test=true"]), tmp_path / "tested")

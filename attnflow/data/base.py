@@ -147,6 +147,10 @@ class FileDataModule(SplitDataModule):
     def has_test(self) -> bool:
         return self.paths["test"] is not None and self.paths["test"].is_file()
 
+    def without_test(self) -> None:
+        """A run with test=false: its test file is never read (it need not be there)."""
+        self.paths["test"] = None
+
     def missing_test(self) -> Optional[str]:
         if self.has_test:
             return None

@@ -213,6 +213,12 @@ class MultiTaskDataModule(pl.LightningDataModule):
             raise ValueError(why)
         return CombinedLoader(self._task_loaders("test"), "sequential")
 
+    def without_test(self) -> None:
+        """A run with test=false: no task's test file is read."""
+        for part in self.parts.values():
+            if hasattr(part, "without_test"):
+                part.without_test()
+
     def missing_test(self) -> Optional[str]:
         for t, part in self.parts.items():
             why = part.missing_test() if hasattr(part, "missing_test") else None

@@ -188,6 +188,8 @@ def _train(resolved: Dict[str, Any], trainer: pl.Trainer, run_dir: Path, fit_fro
     failed = True
     try:
         dm = DATA.build(resolved["data"], path="data")
+        if not resolved.get("test", True) and hasattr(dm, "without_test"):
+            dm.without_test()  # (test=false: no test file is read)
         if hasattr(dm, "set_run_dir"):  # (tokenizers kept with the run)
             dm.set_run_dir(run_dir)
         model_cfg = resolved["model"]
