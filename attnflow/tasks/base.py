@@ -31,6 +31,9 @@ class Task(pl.LightningModule):
     monitor_mode: str = "min"
     # metrics logged only where a field of the task is above 0 ({metric: field})
     conditional_metrics: Dict[str, str] = {}
+    # a prefix of every name logged: ``best/`` while the best checkpoint is validated after
+    # training (its figures are not one more point of the ``val/`` curves)
+    logged_as: str = ""
 
     def __init__(self, model: nn.Module, *, optim: OptimConfig = OptimConfig()):
         super().__init__()
@@ -39,11 +42,8 @@ class Task(pl.LightningModule):
         self.run_config: Dict[str, Any] = {}  # the resolved config, stored in checkpoints
 
     def log(self, name: str, value: Any, *args: Any, **kwargs: Any) -> None:
-        """Lightning's ``log``, the name after :attr:`logged_as` (``best/`` while the best
-        checkpoint is validated after training: not one more point of the ``val/`` curves)."""
+        """Lightning's ``log``, the name after :attr:`logged_as`."""
         super().log(self.logged_as + name, value, *args, **kwargs)
-
-    logged_as: str = ""
 
     # -- one batch -------------------------------------------------------------------------------
     def step(self, batch: Any, split: str) -> Optional[torch.Tensor]:

@@ -28,7 +28,7 @@ from attnflow.training import averaging, requeue, resume, runlock, runlog, state
 from attnflow.training.callbacks import AttentionMaps, Float32MatmulPrecision, StopOnNonFiniteLoss
 from attnflow.training.distributed import continue_csv_logs, fit_progress
 from attnflow.training.ema import ExponentialMovingAverage
-from attnflow.training.loggers import (build_loggers, finish_loggers, log_hyperparams,
+from attnflow.training.loggers import (BEST, build_loggers, finish_loggers, log_hyperparams,
                                        logger_identity, run_identity, summarize_loggers)
 from attnflow.training.precision import resolve_precision
 from attnflow.training.progress import progress_bar
@@ -237,7 +237,7 @@ def _evaluate(trainer: pl.Trainer, task: Any, dm: Any, run_dir: Path, test: bool
                                                            "scores", "files")})
         continue_csv_logs(trainer)
         best_of["ckpt_path"] = averaged["path"]
-    metrics = _validate_as("best/", trainer, task, **best_of)
+    metrics = _validate_as(BEST, trainer, task, **best_of)
     if test:
         continue_csv_logs(trainer)
         metrics.update(_metrics(trainer.test(task, **best_of)))

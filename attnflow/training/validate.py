@@ -16,8 +16,8 @@ import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
 from attnflow import config_dir
 from attnflow.blocks.attention.multihead import check_heads
 from attnflow.blocks.positional.learned import check_table_covers
-from attnflow.config.groups import (SHARED_GROUPS, drop_swapped_block_fields, fill_default_blocks, prune_unused,
-                                    top_level_keys, top_level_refusal, unused_groups)
+from attnflow.config.groups import (SHARED_GROUPS, drop_swapped_block_fields, fill_default_blocks,
+                                    prune_unused, top_level_keys, top_level_refusal, unused_groups)
 from attnflow.config.overrides import command_line, typed_fields, typed_groups
 from attnflow.config.registry import (DATA, ENCODERS, MODELS, TASKS, ConfigError, Registry,
                                       build_config, suggest)

@@ -48,11 +48,11 @@ def alpha_label(heads: int = 1, layer: Optional[Tuple[int, int]] = None,
     return f"α ({', '.join(parts)})" if parts else "α"
 
 
-
 def decoder_alpha_label(model, heads: int) -> str:
     """:func:`alpha_label` of an encoder–decoder's weights with ``heads`` heads, the layer from
     its decoder's ``weights_layer`` (absent: a decoder with one attention)."""
     return alpha_label(heads, getattr(getattr(model, "decoder", None), "weights_layer", None))
+
 
 def attention_figure(weights: torch.Tensor, source: Sequence[str], output: Sequence[str],
                      title: str = "", figsize=HEATMAP_SIZE, label: str = "α"):
