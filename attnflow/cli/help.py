@@ -114,11 +114,10 @@ def unknown_override(argv: List[str], conf_dir: Path) -> Optional[str]:
     message spans a dozen lines. What this cannot see is left to Hydra: packages, ``glob(…)``,
     interpolations, Hydra's groups, and any run where a config folder may be added (the command
     line's search path, a foreign Hydra plugin)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import ChoiceSweep
-    from hydra.errors import HydraException
 
     from attnflow.config.groups import top_level_keys, top_level_refusal
+    from attnflow.config.overrides import parsed
     from attnflow.config.registry import suggest
 
     if any(a.startswith(("--config-dir", "-cd", "--config-path", "-cp", "hydra.searchpath",
@@ -127,13 +126,8 @@ def unknown_override(argv: List[str], conf_dir: Path) -> Optional[str]:
     known = {group: [o for o, _ in options] for group, _, options in groups(conf_dir)
              if not group.startswith("hydra/")}
     keys = top_level_keys(conf_dir)
-    parser = OverridesParser.create()
-    for arg in argv:
-        if arg.startswith("-") or "=" not in arg:
-            continue
-        try:
-            override = parser.parse_override(arg)
-        except HydraException:
+    for arg, override in parsed(a for a in argv if not a.startswith("-") and "=" in a):
+        if override is None:
             continue  # Hydra's own message about the syntax
         name = override.key_or_group
         if name.split(".")[0] not in keys | set(known) and "/" not in name:

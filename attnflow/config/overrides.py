@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -53,3 +53,14 @@ def typed_groups(overrides: Optional[Iterable[str]]) -> Optional[set]:
         return None
     return {re.split(r"[./=@]", str(o).lstrip("+~"), maxsplit=1)[0] for o in overrides}
 
+
+
+def parsed(overrides: Iterable[str]) -> Iterator[Tuple[str, Any]]:
+    """(override as typed, Hydra's parse of it, or None where Hydra cannot parse it: its own
+    message about the syntax follows when it runs)."""
+    parser = OverridesParser.create()
+    for arg in overrides:
+        try:
+            yield arg, parser.parse_override(arg)
+        except HydraException:
+            yield arg, None

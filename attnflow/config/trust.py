@@ -69,18 +69,13 @@ def _walk(node: Any, path: str = "") -> Iterator[Tuple[str, str, Any]]:
 
 def _variants(overrides: List[str]) -> Iterator[List[str]]:
     """The overrides without sweeps, then with each option of each swept group (one at a time)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import ChoiceSweep
-    from hydra.errors import HydraException
 
-    parser, plain, swept = OverridesParser.create(), [], []
-    for arg in overrides:
-        try:
-            override = parser.parse_override(arg)
-        except HydraException:  # (a syntax error: Hydra's message follows)
-            plain.append(arg)
-            continue
-        if not override.is_sweep_override():
+    from attnflow.config.overrides import parsed
+
+    plain, swept = [], []
+    for arg, override in parsed(overrides):
+        if override is None or not override.is_sweep_override():
             plain.append(arg)
         elif "." not in override.key_or_group and isinstance(override.value(), ChoiceSweep):
             key = arg.split("=", 1)[0]

@@ -9,6 +9,7 @@ from typing import Any, Iterable, List, Optional
 from omegaconf import ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from attnflow.config.overrides import parsed
 from attnflow.config.registry import DATA, TASKS, ConfigError, suggest
 from attnflow.training.trainer_checks import reads_no_batch
 from attnflow.training.validate import metric_names
@@ -113,19 +114,8 @@ DATA_KEYS = ("data", "paths", "experiment", "hparams_search", "test")
 def swept_keys(cfg: Any, argv: Iterable[str]) -> List[str]:
     """The fields and groups a sweep sets per job: the command line's sweeps and
     ``hydra.sweeper.params``' keys."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
     keys = [str(k).lstrip("+~") for k in (cfg.hydra.sweeper.get("params") or {})]
-    parser = OverridesParser.create()
-    for arg in argv:
-        try:
-            override = parser.parse_override(arg)
-        except HydraException:  # (Hydra's own message follows)
-            continue
-        if override.is_sweep_override():
-            keys.append(override.key_or_group)
-    return keys
+    return keys + [o.key_or_group for _, o in parsed(argv) if o is not None and o.is_sweep_override()]
 
 
 def check_data_files(cfg: Any) -> None:
