@@ -301,9 +301,10 @@ def test_pretrain_then_finetune_end_to_end(tmp_path, caplog):
                     "trainer.check_val_every_n_epoch=1", "task.optim.lr=1e-3", "task.optim.scheduler=none"]
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="attnflow.models.bert"):
-            # after a plateau at the majority class (0.55) validation accuracy jumps to 0.93–1.0
-            # by epoch 4–6 (11 seeds tried); 9 epochs leave three beyond the latest
-            summary = train(compose_cfg([*finetune, "trainer.max_epochs=9"]), run)
+            # after a plateau at the majority class (0.55) validation accuracy jumps to 0.8–1.0
+            # and stays there, by epoch 5–6 for most of 18 seeds, epoch 8 for one, later on
+            # another CPU: 20 epochs leave room
+            summary = train(compose_cfg([*finetune, "trainer.max_epochs=20"]), run)
         report = [r.getMessage() for r in caplog.records if r.name == "attnflow.models.bert"]
         assert len(report) == 1 and "loaded" in report[0] and str(pre) in report[0], report
         assert "new: classifier.weight, classifier.bias" in report[0], report
@@ -321,8 +322,8 @@ def test_pretrain_then_finetune_end_to_end(tmp_path, caplog):
         pre.rename(tmp_path / "pre_moved")
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="attnflow.models.bert"):
-            again = train(compose_cfg([*finetune, "trainer.max_epochs=10", f"resume={run}"]), run)
-        assert again["epochs"] == 10 and again["global_step"] > summary["global_step"]
+            again = train(compose_cfg([*finetune, "trainer.max_epochs=21", f"resume={run}"]), run)
+        assert again["epochs"] == 21 and again["global_step"] > summary["global_step"]
         assert not [r for r in caplog.records if r.name == "attnflow.models.bert"]
     finally:
         torch.set_num_threads(n_threads)
