@@ -59,6 +59,7 @@ Usage (the project's environment with ``pip install -e ".[bench]"``)::
     python bench/bert.py                                   # V 8000 and 30522, 1 and 2 threads, RSS
     python bench/bert.py --repeats 3 --number 1 --vocab 8000 --threads 1 --no-rss   # a quick look
     python bench/bert.py --variants attnflow hf_sel --profile attnflow              # profiler table
+    python bench/bert.py --device cuda --preset base     # BERT-base step in bf16, MFU: bench/bert_gpu.py
 
 Results: a table on stdout, JSON in bench/results/bert-<UTC date>.json (machine, versions, commit).
 """
@@ -79,7 +80,7 @@ from pathlib import Path
 from typing import Callable, Dict, List
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/timing.py, also when loaded by path
-from timing import time_variants  # noqa: E402
+from timing import cpu_model, git_commit, result_path, time_variants  # noqa: E402
 
 import numpy as np
 import torch
@@ -313,37 +314,15 @@ def profile(step: Callable, rows: int = 25) -> str:
     return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)
 
 
-def _git_commit() -> str:
-    """The checkout's HEAD commit, read from .git (no git process); 'unknown' outside a clone."""
-    git = ROOT / ".git"
-    try:
-        head = (git / "HEAD").read_text().strip()
-        if not head.startswith("ref: "):
-            return head
-        ref = head[5:]
-        if (git / ref).exists():
-            return (git / ref).read_text().strip()
-        for line in (git / "packed-refs").read_text().splitlines():
-            if line.endswith(" " + ref):
-                return line.split()[0]
-    except OSError:
-        pass
-    return "unknown"
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def main(argv: List[str] = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a.split("=")[0] in ("--device", "--preset") for a in argv):
+        from bert_gpu import main as step_main  # one preset's step on a device, with MFU
+        return step_main(argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="--device cpu|cuda or --preset base|mini|tiny: bench/bert_gpu.py "
+                                        "instead (BERT-base on a GPU in bf16, MFU; its --help)")
     ap.add_argument("--vocab", type=int, nargs="+", default=[8000, 30522])
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
@@ -420,16 +399,14 @@ def main(argv: List[str] = None) -> None:
     result = {
         "benchmark": "bert", "date": started.isoformat(timespec="seconds"),
         "command": " ".join([Path(sys.executable).name, *sys.argv]), "args": vars(args),
-        "commit": _git_commit(), "machine": {"cpu": _cpu_model(), "cpu_count": os.cpu_count(),
+        "commit": git_commit(), "machine": {"cpu": cpu_model(), "cpu_count": os.cpu_count(),
                                              "platform": platform.platform()},
         "python": platform.python_version(), "torch": torch.__version__,
         "transformers": transformers.__version__, "hf_attention": "sdpa",
         "loadavg_start": load0, "loadavg_end": os.getloadavg()[0],
         "results": results, "peak_rss_mib": rss, "elapsed_s": round(time.perf_counter() - t_start, 1),
     }
-    out = Path(args.out or ROOT / "bench" / "results" / f"bert-{started:%Y-%m-%d}.json")
-    if not args.out and out.exists():  # a second run the same day keeps the first's figures
-        out = out.with_name(f"bert-{started:%Y-%m-%dT%H%M%S}.json")
+    out = result_path("bert", started, args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     print(f"written {out} ({result['elapsed_s']:.0f} s; load average {load0:.2f} -> "

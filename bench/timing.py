@@ -1,6 +1,7 @@
 """Timing shared by the training-step benchmarks (bert.py, transformer_throughput.py,
-translation_step.py): variants alternate, their order reversed every other repetition, so a
-machine whose speed drifts (other jobs, clocks) affects them alike."""
+translation_step.py, gpu_attention.py): variants alternate, their order reversed every other
+repetition, so a machine whose speed drifts (other jobs, clocks) affects them alike; and what their
+JSON files record of the machine and the checkout."""
 
 from __future__ import annotations
 
@@ -17,12 +18,15 @@ import torch
 
 
 def time_variants(steps: Dict[str, Callable], repeats: int, number: int, warmup: int,
-                  tokens: Union[int, Dict[str, int]], sync: Callable[[], None] = lambda: None):
+                  tokens: Union[int, Dict[str, int]], sync: Callable[[], None] = lambda: None,
+                  events: bool = False):
     """tokens/s samples per variant: ``warmup`` untimed steps each, then ``repeats`` samples of
     ``number`` steps, the variants alternating, their order reversed every other repetition.
     ``tokens``: the tokens of one step, the same for every variant or one count per variant.
     ``sync`` waits for queued device work (``torch.cuda.synchronize`` on a GPU): called before a
-    sample starts and before it ends, so a sample times its own kernels, not the last one's."""
+    sample starts and before it ends, so a sample times its own kernels, not the last one's.
+    ``events``: a sample's time is the GPU's, from a CUDA event recorded before its first step to
+    one after its last (``torch.cuda.Event.elapsed_time``), not ``time.perf_counter``'s."""
     per_step = tokens if isinstance(tokens, dict) else dict.fromkeys(steps, tokens)
     for s in steps.values():
         for _ in range(warmup):
@@ -32,11 +36,20 @@ def time_variants(steps: Dict[str, Callable], repeats: int, number: int, warmup:
     for r in range(repeats):
         for k in (order if r % 2 == 0 else order[::-1]):
             sync()
+            if events:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
             t0 = time.perf_counter()
             for _ in range(number):
                 steps[k]()
-            sync()
-            samples[k].append(per_step[k] * number / (time.perf_counter() - t0))
+            if events:
+                end.record()
+                end.synchronize()
+                seconds = start.elapsed_time(end) / 1e3
+            else:
+                sync()
+                seconds = time.perf_counter() - t0
+            samples[k].append(per_step[k] * number / seconds)
     return samples
 
 
@@ -63,3 +76,51 @@ def write_result(path: str, name: str, load_start: float, **figures) -> None:
               "loadavg_start": load_start, "loadavg_end": os.getloadavg()[0]}
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(result, indent=2))
+
+
+def result_path(name: str, started: _dt.datetime, out: Optional[str] = None) -> Path:
+    """``out``, else ``bench/results/<name>-<UTC date>.json`` (``<date>T<time>`` when that file
+    exists: a second run the same day keeps the first's figures)."""
+    if out:
+        return Path(out)
+    path = Path(__file__).resolve().parent / "results" / f"{name}-{started:%Y-%m-%d}.json"
+    return path.with_name(f"{name}-{started:%Y-%m-%dT%H%M%S}.json") if path.exists() else path
+
+
+def git_commit() -> str:
+    """The checkout's HEAD commit, read from .git (no git process); 'unknown' outside a clone."""
+    git = Path(__file__).resolve().parent.parent / ".git"
+    try:
+        head = (git / "HEAD").read_text().strip()
+        if not head.startswith("ref: "):
+            return head
+        ref = head[5:]
+        if (git / ref).exists():
+            return (git / ref).read_text().strip()
+        for line in (git / "packed-refs").read_text().splitlines():
+            if line.endswith(" " + ref):
+                return line.split()[0]
+    except OSError:
+        pass
+    return "unknown"
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine(device: str = "cpu") -> Dict[str, object]:
+    """The CPU, its count and the platform; on a CUDA ``device`` the GPU's name and memory too."""
+    info: Dict[str, object] = {"cpu": cpu_model(), "cpu_count": os.cpu_count(),
+                               "platform": platform.platform()}
+    if torch.device(device).type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        info.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1),
+                    cuda=torch.version.cuda)
+    return info
