@@ -32,3 +32,25 @@ def test_flex_is_refused_before_training_on_the_cpu(tmp_path):
     with pytest.raises(ConfigError, match="flex trains only on a GPU"):
         train(compose_cfg([*RUN, "scorer=gat", "attention.backend=flex"]), tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+def test_maps_are_drawn_from_the_examples_alone_while_training_stays_fused(tmp_path, monkeypatch):
+    """With attention maps on, every training call takes SDPA; the explicit path (for α) sees
+    only the few examples drawn, without gradients."""
+    import torch
+
+    from attnflow.blocks.attention import functional
+
+    calls, choose = [], functional.choose_path
+
+    def recorded(backend, scorer, normalizer, query, dropout, need_weights):
+        path = choose(backend, scorer, normalizer, query, dropout, need_weights)
+        calls.append((path, query.shape[0], torch.is_grad_enabled()))
+        return path
+
+    monkeypatch.setattr(functional, "choose_path", recorded)
+    train(compose_cfg([*RUN, "callbacks.attention_maps.examples=3"]), tmp_path / "run")
+    assert list((tmp_path / "run").rglob("*.png"))  # the maps were drawn
+    trained = {path for path, _, grad in calls if grad}
+    explicit = {(batch, grad) for path, batch, grad in calls if path == "explicit"}
+    assert trained == {"sdpa"} and explicit == {(3, False)}, (trained, explicit)

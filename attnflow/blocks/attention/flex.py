@@ -38,7 +38,7 @@ def _kernel(device: torch.device) -> Callable:
     if device.type == "cpu":
         return flex_attention
     if "cuda" not in _KERNEL:
-        _KERNEL["cuda"] = torch.compile(flex_attention, dynamic=False)
+        _KERNEL["cuda"] = torch.compile(flex_attention)  # shapes vary by batch: dynamic on recompiling
     return _KERNEL["cuda"]
 
 
