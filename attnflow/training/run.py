@@ -32,7 +32,8 @@ from attnflow.training.loggers import (BEST, build_loggers, finish_loggers, log_
                                        logger_identity, run_identity, summarize_loggers)
 from attnflow.training.precision import resolve_precision
 from attnflow.training.progress import progress_bar
-from attnflow.training.trainer_checks import check_trainer, idle_settings, lightning_errors
+from attnflow.training.trainer_checks import (check_trainer, idle_settings, lightning_errors,
+                                              refuse_flex_without_backward)
 from attnflow.training.validate import resolve_config
 
 
@@ -131,6 +132,7 @@ def train(cfg: DictConfig | Dict[str, Any], run_dir: Path | str,
         torch.set_float32_matmul_precision(matmul)
     try:
         trainer = build_trainer(resolved, run_dir, callbacks)  # before any file or data
+        refuse_flex_without_backward(resolved["model"], trainer)
         run_dir.mkdir(parents=True, exist_ok=True)
         with runlock.holding(run_dir), runlog.recording(run_dir):
             fit_from = resume.start(resolved, run_dir)

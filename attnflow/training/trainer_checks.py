@@ -106,3 +106,20 @@ def idle_settings(cfg: Dict[str, Any], task_cls: Any) -> Dict[str, str]:
     if ema is not None and isinstance(steps, int) and 0 < steps < (ema.get("start_step") or 0):
         out["callbacks.ema"] = f"callbacks.ema is unread: its start_step comes after trainer.max_steps={steps}"
     return out
+
+
+
+def asks_for_flex(cfg: Any) -> bool:
+    """Whether a block of a resolved config sets ``backend: flex``."""
+    if isinstance(cfg, dict):
+        return cfg.get("backend") == "flex" or any(asks_for_flex(v) for v in cfg.values())
+    return isinstance(cfg, list) and any(asks_for_flex(v) for v in cfg)
+
+
+def refuse_flex_without_backward(model_cfg: Dict[str, Any], trainer: Trainer) -> None:
+    """ConfigError when a block asks for FlexAttention where it has no backward: the CPU in
+    torch 2.13."""
+    if trainer.strategy.root_device.type == "cpu" and asks_for_flex(model_cfg):
+        raise ConfigError("attention.backend=flex trains only on a GPU: FlexAttention has no "
+                          "backward on the CPU; use backend=auto (flex on CUDA, else SDPA or "
+                          "explicit) or explicit")

@@ -144,7 +144,7 @@ def test_padding_mask(scorer, need_weights):
     torch.testing.assert_close(out1[1:], alone, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("scorer", ["dot", "scaled_dot"])
+@pytest.mark.parametrize("scorer", ["dot", "scaled_dot", "cosine", "general"])
 def test_fused_path_is_taken_only_when_allowed(sdpa_calls, scorer):
     att = build(scorer)
     q, k, v = data(dtype=torch.float32)
@@ -156,7 +156,8 @@ def test_fused_path_is_taken_only_when_allowed(sdpa_calls, scorer):
 
 @pytest.mark.parametrize("cfg", [
     {"scorer": {"name": "additive"}},
-    {"scorer": {"name": "cosine"}},
+    {"scorer": {"name": "gat"}},
+    {"scorer": {"name": "dot"}, "backend": "explicit"},
     {"scorer": {"name": "dot"}, "normalizer": {"name": "norm", "positive": "exp"}},
     {"scorer": {"name": "dot"}, "normalizer": {"name": "softmax", "temperature": 2.0}},
 ])

@@ -1,21 +1,32 @@
 """The attention computation shared by every attention block.
 
-c = Σ_i v_i · norm_i a(k_i, q) (Bahdanau et al. 2015, eq. (5)–(6); Vaswani et al. 2017, §3.2).
-When the scorer is s·qᵀk (``sdpa_scale``), the normaliser SoftMax and no weights are asked for,
-``F.scaled_dot_product_attention`` does it in one kernel; otherwise scores, masks, normaliser,
-dropout and weights @ values run explicitly. Masks are bool, True where a key may be attended;
-``causal`` lets query t see keys ≤ t.
+c = Σ_i v_i · norm_i a(k_i, q) (Bahdanau et al. 2015, eq. (5)–(6); Vaswani et al. 2017, §3.2),
+on one of three paths (``backend``):
+
+- ``sdpa``: ``F.scaled_dot_product_attention`` for a ``dot_product`` scorer (dot, scaled_dot,
+  cosine, general) with SoftMax: one fused kernel;
+- ``flex``: FlexAttention (:mod:`.flex`) for a dot-product or ``decomposable`` scorer (gat) with
+  SoftMax and no dropout of α: one fused kernel with the score as a ``score_mod``;
+- ``explicit``: scores, masks, normaliser, dropout and weights @ values, for every scorer and
+  normaliser, and whenever the weights are asked for (attention maps).
+
+``auto`` takes SDPA where it applies, else flex on CUDA where it applies, else explicit. Masks are
+bool, True where a key may be attended; ``causal`` lets query t see keys ≤ t.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Literal, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 
+from attnflow.blocks.attention.flex import flex_scored, flex_supported
 from attnflow.blocks.normalizers.base import Normalizer
 from attnflow.blocks.scorers.base import Scorer
+from attnflow.config.registry import ConfigError
+
+Backend = Literal["auto", "sdpa", "flex", "explicit"]
 
 
 def causal_mask(tq: int, tk: int, device=None) -> torch.Tensor:
@@ -39,6 +50,41 @@ def sdpa(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, **kwargs
     return out.to(query.dtype)
 
 
+def check_backend(where: str, backend: str, scorer: Scorer, normalizer: Normalizer,
+                  dropout: float) -> None:
+    """ConfigError when ``backend`` cannot run this scorer, normaliser and dropout."""
+    name = getattr(scorer, "registry_name", type(scorer).__name__)
+    if backend in ("sdpa", "flex") and not normalizer.is_softmax:
+        raise ConfigError(f"{where}.backend={backend} needs the softmax normaliser (temperature "
+                          f"1); use backend=explicit or auto")
+    if backend == "sdpa" and not scorer.dot_product:
+        raise ConfigError(f"{where}.backend=sdpa needs a dot-product scorer (dot, scaled_dot, "
+                          f"cosine, general), not '{name}'; use backend=flex, explicit or auto")
+    if backend == "flex":
+        if not (scorer.dot_product or scorer.decomposable):
+            raise ConfigError(f"{where}.backend=flex needs a dot-product or decomposable scorer "
+                              f"(dot, scaled_dot, cosine, general, gat), not '{name}'; use "
+                              f"backend=explicit or auto")
+        if dropout > 0:
+            raise ConfigError(f"{where}.backend=flex has no dropout of the attention weights; set "
+                              f"{where}.dropout=0 or use backend=auto")
+        if not flex_supported():
+            raise ConfigError(f"{where}.backend=flex needs torch.nn.attention.flex_attention")
+
+
+def choose_path(backend: str, scorer: Scorer, normalizer: Normalizer, query: torch.Tensor,
+                dropout: float, need_weights: bool) -> str:
+    """The path of one call: 'sdpa', 'flex' or 'explicit' (see the module's docstring)."""
+    if need_weights or backend == "explicit" or not normalizer.is_softmax:
+        return "explicit"
+    if backend != "flex" and scorer.dot_product:
+        return "sdpa"
+    fusable = (scorer.dot_product or scorer.decomposable) and dropout == 0
+    if backend == "flex" or (backend == "auto" and fusable and query.is_cuda and flex_supported()):
+        return "flex"
+    return "explicit"
+
+
 def attend(
     scorer: Scorer,
     normalizer: Normalizer,
@@ -50,14 +96,20 @@ def attend(
     causal: bool = False,
     dropout: float = 0.0,
     need_weights: bool = False,
+    backend: Backend = "auto",
 ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
     """Context (..., Tq, Dv) and, when ``need_weights``, weights α (..., Tq, Tk) before dropout."""
-    if not need_weights and scorer.sdpa_scale is not None and normalizer.is_softmax:
+    path = choose_path(backend, scorer, normalizer, query, dropout, need_weights)
+    if path == "flex":
+        return flex_scored(scorer, query, prepared_keys, values, mask, causal), None
+    if path == "sdpa":
         attn_mask = mask
         if causal and mask is not None:
             attn_mask = mask & causal_mask(query.shape[-2], prepared_keys.shape[-2], query.device)
-        context = sdpa(query, prepared_keys, values, attn_mask=attn_mask, dropout_p=dropout,
-                       is_causal=causal and mask is None, scale=scorer.sdpa_scale)
+        scale = scorer.sdpa_scale  # s·qᵀk on the raw query: SDPA scales inside its kernel
+        q = query if scale is not None else scorer.dot_query(query)
+        context = sdpa(q, prepared_keys, values, attn_mask=attn_mask, dropout_p=dropout,
+                       is_causal=causal and mask is None, scale=1.0 if scale is None else scale)
         return context, None
     scores = scorer.score_prepared(query, prepared_keys)
     if causal:

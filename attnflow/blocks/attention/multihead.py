@@ -10,6 +10,9 @@ Relative positions (Shaw, Uszkoreit & Vaswani 2018, eq. (3)–(4)), with δ = ``
 wᵏ, wᵛ shared by the heads. A dot-product scorer splits the score into Q Kᵀ + Q Wᵏᵀ gathered by
 distance (Shaw et al. §3.3); any other scorer gets k_i + wᵏ_{i⊟j} per pair. The value term adds
 up the weights of each distance (2δ+1 bins) times Wᵛ. Query row t is at ``query_offset + t``.
+
+``backend`` chooses the path (:mod:`attnflow.blocks.attention.functional`); relative positions with
+an s·qᵀk scorer take FlexAttention too (:func:`attnflow.blocks.attention.flex.flex_relative`).
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnflow.blocks.attention.base import AttentionBlock
-from attnflow.blocks.attention.functional import attend, causal_mask
+from attnflow.blocks.attention.flex import flex_relative, flex_supported
+from attnflow.blocks.attention.functional import Backend, attend, causal_mask, check_backend
 from attnflow.config.registry import (AGGREGATORS, ATTENTIONS, NORMALIZERS, SCORERS, BlockSpec,
                                ConfigError, PositiveInt, Probability)
 
@@ -45,6 +49,16 @@ def check_heads(name: str, query_dim: int, heads: int, head_dim: Optional[int],
             f"{heads}; change {at}.heads or set {at}.head_dim")
 
 
+def check_relative_backend(backend: str, scorer) -> None:
+    """Relative positions run on FlexAttention (s·qᵀk scorers) or explicitly, never on SDPA."""
+    if backend == "sdpa":
+        raise ConfigError("attention.backend=sdpa has no relative-position terms; use "
+                          "backend=flex (scaled_dot, dot), explicit or auto")
+    if backend == "flex" and scorer.sdpa_scale is None:
+        raise ConfigError("attention.backend=flex with relative positions needs scorer=scaled_dot "
+                          "or dot; use backend=explicit or auto")
+
+
 @ATTENTIONS.register("multihead")
 class MultiHeadAttention(AttentionBlock):
     """J projected heads and an aggregator.
@@ -59,7 +73,8 @@ class MultiHeadAttention(AttentionBlock):
                  scorer: BlockSpec["scorer"] = {"name": "scaled_dot"},
                  normalizer: BlockSpec["normalizer"] = {"name": "softmax"},
                  aggregator: BlockSpec["aggregator"] = {"name": "concat_proj"},
-                 dropout: Probability = 0.0, bias: bool = True, shared_kv: bool = False):
+                 dropout: Probability = 0.0, bias: bool = True, shared_kv: bool = False,
+                 backend: Backend = "auto"):
         super().__init__()
         name = self.registry_name
         check_heads(name, query_dim, heads, head_dim)
@@ -68,6 +83,7 @@ class MultiHeadAttention(AttentionBlock):
         if shared_kv and key_dim != value_dim:
             raise ConfigError(f"attention '{name}': shared_kv needs key_dim == value_dim")
         self.heads, self.head_dim, self.dropout, self.shared_kv = heads, head_dim, dropout, shared_kv
+        self.backend = backend
         inner = heads * head_dim
         self.q_proj = nn.Linear(query_dim, inner, bias=bias)
         self.k_proj = nn.Linear(key_dim, inner, bias=bias)
@@ -77,7 +93,9 @@ class MultiHeadAttention(AttentionBlock):
         self.aggregator = AGGREGATORS.build(aggregator, heads, head_dim, query_dim)
         self.output_dim = self.aggregator.output_dim
         self.max_distance = relative_distance
+        check_backend("attention", backend, self.scorer, self.normalizer, dropout)
         if relative_distance is not None:
+            check_relative_backend(backend, self.scorer)
             n = 2 * relative_distance + 1
             self.rel_k = nn.Parameter(torch.randn(n, head_dim) * head_dim ** -0.5)
             self.rel_v = nn.Parameter(torch.randn(n, head_dim) * head_dim ** -0.5)
@@ -134,9 +152,14 @@ class MultiHeadAttention(AttentionBlock):
         dropout = self.dropout if self.training else 0.0
         if self.max_distance is None:
             context, weights = attend(self.scorer, self.normalizer, q, keys, values, mask,
-                                      causal=causal, dropout=dropout, need_weights=need_weights)
+                                      causal=causal, dropout=dropout, need_weights=need_weights,
+                                      backend=self.backend)
             return self.aggregator(context), weights
         tq, tk = q.shape[-2], keys.shape[-2]
+        if self._flex_relative(q, keys, dropout, need_weights, query_offset):
+            context = flex_relative(q, keys, values, self.rel_k, self.rel_v, self.scorer.sdpa_scale,
+                                    self.max_distance, mask, causal)
+            return self.aggregator(context), None
         index = relative_index(tq, tk, self.max_distance, query_offset, q.device)
         scores = self.relative_scores(q, keys, index)
         if causal:
@@ -149,6 +172,14 @@ class MultiHeadAttention(AttentionBlock):
         bins.scatter_add_(-1, index.expand_as(dropped), dropped)
         context = dropped @ values + bins @ self.rel_v
         return self.aggregator(context), (weights if need_weights else None)
+
+    def _flex_relative(self, q, keys, dropout, need_weights, query_offset) -> bool:
+        """Relative self-attention on FlexAttention: flex asked for, or auto on CUDA without
+        dropout; an s·qᵀk scorer and SoftMax, Tq = Tk and no offset (not a decoder's step)."""
+        if (need_weights or self.backend == "explicit" or self.scorer.sdpa_scale is None
+                or not self.normalizer.is_softmax or q.shape[-2] != keys.shape[-2] or query_offset):
+            return False
+        return self.backend == "flex" or (q.is_cuda and dropout == 0 and flex_supported())
 
     def relative_scores(self, q: torch.Tensor, k: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         """Raw scores (B, J, Tq, Tk): a(k_i + wᵏ_{i⊟j}, q_j) for every pair."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from attnflow.blocks.attention.functional import Backend
 from attnflow.blocks.attention.multihead import MultiHeadAttention
 from attnflow.config.registry import ATTENTIONS, BlockSpec, ConfigError, PositiveInt, Probability
 
@@ -28,7 +29,8 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
                  scorer: BlockSpec["scorer"] = {"name": "scaled_dot"},
                  normalizer: BlockSpec["normalizer"] = {"name": "softmax"},
                  aggregator: BlockSpec["aggregator"] = {"name": "concat_proj"},
-                 dropout: Probability = 0.0, bias: bool = True, shared_kv: bool = False):
+                 dropout: Probability = 0.0, bias: bool = True, shared_kv: bool = False,
+                 backend: Backend = "auto"):
         if relative_distance is not None and relative_distance != max_distance:
             raise ConfigError(
                 f"attention 'relative_multihead' has max_distance={max_distance} but the positional "
@@ -36,4 +38,4 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         super().__init__(query_dim, key_dim, value_dim, self_attention,
                          max_distance if self_attention else None, heads=heads, head_dim=head_dim,
                          scorer=scorer, normalizer=normalizer, aggregator=aggregator,
-                         dropout=dropout, bias=bias, shared_kv=shared_kv)
+                         dropout=dropout, bias=bias, shared_kv=shared_kv, backend=backend)

@@ -89,6 +89,8 @@ class LuongDecoder(Decoder):
         s = torch.arange(mask.shape[1], device=h.device, dtype=h.dtype)
         dist = s.view(1, 1, -1) - p.unsqueeze(-1)  # (B, T, S)
         window = mask.unsqueeze(1) & (dist.abs() <= self.window)
+        if not (self.gaussian or need_weights):  # the window only masks: the block's fused path
+            return self.attention.attend(h, prepared, window)[0], None
         _, w = self.attention.attend(h, prepared, window, need_weights=True)  # (B, T, S)
         if self.gaussian:
             sigma = self.window / 2.0

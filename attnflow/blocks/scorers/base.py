@@ -6,11 +6,14 @@ once per key sequence and ``score_prepared(query, prepared)`` per query (a decod
 
 Capabilities (class attributes, read without building the scorer):
 
-- ``sdpa_scale``: s when a = s·qᵀk, so attention may use the fused SDPA kernel (else None);
+- ``sdpa_scale``: s when a = s·qᵀk on the raw query and keys (else None);
+- ``dot_product``: a = ``dot_query(q)``ᵀk̃ with k̃ the prepared keys (dot, scaled_dot, cosine,
+  general), so SDPA and FlexAttention run it as a plain dot product;
 - ``requires_equal_dims``: q and k are compared directly (dot, scaled_dot, cosine);
 - ``decomposable``: a = ``combine_terms(key_terms(k), query_terms(q))`` with one number per
   vector and a parameter-free combine, so graph attention computes the terms per node (as
   GATConv); ``stacked_terms(scorers, x)`` may compute J scorers' terms at once (None: vmap);
+  ``prepared_terms(prepared)`` reads f(k) off the prepared keys (FlexAttention's ``score_mod``);
 - ``reset_parameters(heads)``: re-initialise as one head of ``heads`` (gat: GATConv's glorot).
 """
 
@@ -32,6 +35,8 @@ class Scorer(nn.Module):
     requires_equal_dims: bool = False
     #: a(k, q) = combine_terms(key_terms(k), query_terms(q)) with per-vector terms
     decomposable: bool = False
+    #: a = dot_query(q)ᵀ prepare_keys(k)
+    dot_product: bool = False
 
     def __init__(self, query_dim: int, key_dim: int):
         super().__init__()
@@ -43,7 +48,13 @@ class Scorer(nn.Module):
         return keys
 
     def score_prepared(self, query: torch.Tensor, prepared: torch.Tensor) -> torch.Tensor:
+        if self.dot_product:
+            return self.dot_query(query) @ prepared.transpose(-1, -2)
         raise NotImplementedError
+
+    def dot_query(self, query: torch.Tensor) -> torch.Tensor:
+        """q̃ (..., Tq, Dk) with a(k, q) = q̃ᵀ prepare_keys(k) (``dot_product`` scorers)."""
+        raise NotImplementedError(f"scorer '{self._name()}' is not a dot product")
 
     def score(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         return self.score_prepared(query, self.prepare_keys(keys))
@@ -58,6 +69,10 @@ class Scorer(nn.Module):
 
     def query_terms(self, query: torch.Tensor) -> torch.Tensor:
         """g(q): (..., Tq, Dq) -> (..., Tq)."""
+        raise NotImplementedError(f"scorer '{self._name()}' is not decomposable")
+
+    def prepared_terms(self, prepared: torch.Tensor) -> torch.Tensor:
+        """f(k) (..., Tk) from ``prepare_keys(k)``."""
         raise NotImplementedError(f"scorer '{self._name()}' is not decomposable")
 
     def combine_terms(self, key_term: torch.Tensor, query_term: torch.Tensor) -> torch.Tensor:

@@ -35,5 +35,8 @@ class ConstScorer(Scorer):
     def query_terms(self, query: torch.Tensor) -> torch.Tensor:
         return query.new_zeros(query.shape[:-1])
 
+    def prepared_terms(self, prepared: torch.Tensor) -> torch.Tensor:
+        return prepared.new_zeros(prepared.shape[:-1])
+
     def combine_terms(self, key_term: torch.Tensor, query_term: torch.Tensor) -> torch.Tensor:
         return key_term + query_term

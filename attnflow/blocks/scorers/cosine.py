@@ -26,6 +26,7 @@ class CosineScorer(Scorer):
     """
 
     requires_equal_dims = True
+    dot_product = True
 
     def __init__(self, query_dim: int, key_dim: int, *, scale: float = 1.0, learn_scale: bool = False,
                  eps: float = 1e-8):
@@ -36,6 +37,5 @@ class CosineScorer(Scorer):
     def prepare_keys(self, keys: torch.Tensor) -> torch.Tensor:
         return F.normalize(keys, dim=-1, eps=self.eps)
 
-    def score_prepared(self, query: torch.Tensor, prepared: torch.Tensor) -> torch.Tensor:
-        q = F.normalize(query, dim=-1, eps=self.eps)
-        return self.scale * (q @ prepared.transpose(-1, -2))
+    def dot_query(self, query: torch.Tensor) -> torch.Tensor:
+        return self.scale * F.normalize(query, dim=-1, eps=self.eps)

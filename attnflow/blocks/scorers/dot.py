@@ -21,9 +21,10 @@ class DotScorer(Scorer):
 
     sdpa_scale = 1.0
     requires_equal_dims = True
+    dot_product = True
 
     def __init__(self, query_dim: int, key_dim: int):
         super().__init__(query_dim, key_dim)
 
-    def score_prepared(self, query: torch.Tensor, prepared: torch.Tensor) -> torch.Tensor:
-        return query @ prepared.transpose(-1, -2)
+    def dot_query(self, query: torch.Tensor) -> torch.Tensor:
+        return query

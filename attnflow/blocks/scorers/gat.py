@@ -64,6 +64,9 @@ class GATScorer(Scorer):
     def query_terms(self, query: torch.Tensor) -> torch.Tensor:
         return (self._project(query) * self.v).sum(-1)  # (..., Tq)
 
+    def prepared_terms(self, prepared: torch.Tensor) -> torch.Tensor:
+        return prepared
+
     def combine_terms(self, key_term: torch.Tensor, query_term: torch.Tensor) -> torch.Tensor:
         return F.leaky_relu(key_term + query_term, self.negative_slope)
 

@@ -22,9 +22,11 @@ class GeneralScorer(Scorer):
     Shape: query (..., Tq, Dq), keys (..., Tk, Dk) -> (..., Tq, Tk).
     """
 
+    dot_product = True
+
     def __init__(self, query_dim: int, key_dim: int, *, bias: bool = False):
         super().__init__(query_dim, key_dim)
         self.W = nn.Linear(query_dim, key_dim, bias=bias)
 
-    def score_prepared(self, query: torch.Tensor, prepared: torch.Tensor) -> torch.Tensor:
-        return self.W(query) @ prepared.transpose(-1, -2)
+    def dot_query(self, query: torch.Tensor) -> torch.Tensor:
+        return self.W(query)

@@ -23,11 +23,12 @@ class ScaledDotScorer(Scorer):
     """
 
     requires_equal_dims = True
+    dot_product = True
 
     def __init__(self, query_dim: int, key_dim: int):
         super().__init__(query_dim, key_dim)
         self.sdpa_scale = 1.0 / math.sqrt(key_dim)
 
-    def score_prepared(self, query: torch.Tensor, prepared: torch.Tensor) -> torch.Tensor:
+    def dot_query(self, query: torch.Tensor) -> torch.Tensor:
         # scale the (Tq, D) query rather than the (Tq, Tk) scores: one pass over the smaller tensor
-        return (query * self.sdpa_scale) @ prepared.transpose(-1, -2)
+        return query * self.sdpa_scale
