@@ -11,10 +11,11 @@ Per row: ms per step (median of ``--repeats`` samples of ``--number`` steps, tim
 on a GPU; the variants of one T alternate, their order reversed every other repetition:
 bench/timing.py), its ratio to the reference's time (× SDPA; goal for flex ≤ 1.5), the explicit
 path's time over it (goal for flex at T=2048: ≥ 3), the step's peak memory above what was
-allocated before it, the first call's seconds (on a GPU the block compiles flex_attention then; the
-warmup keeps it out of the timing), and the largest difference from the scorer's explicit path
-(output and input gradient, relative to the largest output value) on a batch of 2 × min(T, 128),
-under the same autocast, checked first: a row over tolerance says MISMATCH.
+allocated before it, the seconds of the variant's first call (on a GPU the block compiles
+flex_attention in it, once per shape: the warmup keeps that out of the timing), and the largest
+difference from the scorer's explicit path (``need_weights=True``; output and input gradient,
+relative to the explicit path's largest value), on the timed inputs under the same autocast,
+checked before the timing: a row beyond tolerance says MISMATCH (timed all the same).
 
 Until the blocks take ``backend`` (``MultiHeadAttention.__init__`` has no such keyword) each scorer
 runs once, as the block chooses (``auto``), and a note says so. On a CPU FlexAttention has no
@@ -41,6 +42,7 @@ import platform
 import statistics
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
@@ -48,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/timing.py, als
 from timing import git_commit, machine, result_path, time_variants  # noqa: E402
 
 import torch  # noqa: E402
+import torch._dynamo  # noqa: E402,F401  (its config: the recompile limits)
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
@@ -166,47 +169,59 @@ def make_step(module, x, grad, keep, causal, passes: str, dtype, device_type) ->
     return step
 
 
-def check(blocks, pairs, x, keep, causal, dtype, device_type, fwd_only: set) -> Dict[tuple, dict]:
-    """Per (scorer, backend): max |Δ| of the output and of x's gradient from the scorer's explicit
-    path (``need_weights=True`` before the blocks take ``backend``), over the largest |output|."""
+def check(blocks, pairs, x, keep, causal, dtype, fwd_only: set, deadline: float) -> Dict[tuple, dict]:
+    """Per (scorer, backend), on the timing's own inputs: max |Δ| of the output and of x's
+    gradient from the scorer's explicit path (``need_weights=True``; the scaled_dot one for the
+    reference), over the largest |value| of the explicit path's; and the seconds of this first
+    call (on a GPU flex_attention compiles in it)."""
+    sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
+
     def run(module, explicit: bool, backward: bool):
         xs = x.detach().clone().requires_grad_(backward)
         mask = None if keep is None else keep.unsqueeze(1)
-        with torch.autocast(device_type, dtype=dtype, enabled=dtype != torch.float32):
+        with torch.set_grad_enabled(backward), \
+                torch.autocast(x.device.type, dtype=dtype, enabled=dtype != torch.float32):
             if explicit:
                 out = module(xs, xs, xs, mask, causal=causal, need_weights=True)[0]
             else:
                 out = caller(module, keep, causal)(xs)
-        if backward:
-            out.float().sum().backward()
-            module.zero_grad(set_to_none=True)
+            if backward:
+                out.float().sum().backward()
+                module.zero_grad(set_to_none=True)
         return out.detach().float(), (xs.grad.float() if backward else None)
 
-    diffs = {}
+    refs, diffs = {}, {}
     for scorer, backend in pairs:
         module = blocks.get((scorer, backend))
-        ref_block = blocks.get((scorer, "explicit"), blocks.get((scorer, "auto")))
-        if backend == "torch":
-            ref_block = blocks.get(("scaled_dot", "explicit"), blocks.get(("scaled_dot", "auto")))
-        if isinstance(module, str) or module is None or not isinstance(ref_block, nn.Module):
+        of = "scaled_dot" if backend == "torch" else scorer
+        ref_block = blocks.get((of, "explicit"), blocks.get((of, "auto")))
+        if not isinstance(module, nn.Module) or time.monotonic() > deadline:
             continue
         backward = (scorer, backend) not in fwd_only
         try:
+            sync()
+            t0 = time.perf_counter()
             out, gx = run(module, False, backward)
-            ref_out, ref_gx = run(ref_block, True, backward)
+            sync()
+            first = round(time.perf_counter() - t0, 3)
+            if not isinstance(ref_block, nn.Module):
+                diffs[(scorer, backend)] = {"first_call_s": first}
+                continue
+            if (of, backward) not in refs:
+                refs[(of, backward)] = run(ref_block, True, backward)
         except Exception as err:
             diffs[(scorer, backend)] = {"error": f"{type(err).__name__}: {str(err)[:300]}"}
             continue
-        scale = ref_out.abs().max().clamp_min(1e-6)
-        d = {"out": ((out - ref_out).abs().max() / scale).item()}
+        ref_out, ref_gx = refs[(of, backward)]
+        d = {"out": ((out - ref_out).abs().max() / ref_out.abs().max().clamp_min(1e-6)).item()}
         if backward:
             d["grad_x"] = ((gx - ref_gx).abs().max() / ref_gx.abs().max().clamp_min(1e-6)).item()
-        diffs[(scorer, backend)] = d
+        diffs[(scorer, backend)] = {"diff": d, "first_call_s": first}
     return diffs
 
 
 def time_case(blocks, variants, x, grad, keep, causal, args, dtype, deadline) -> Dict[tuple, dict]:
-    """Warm up every variant (first call apart, peak memory), then time them alternating."""
+    """Warm up every variant (its peak memory), then time them alternating."""
     cuda = x.device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     steps, rows, one = {}, {}, {}
@@ -220,11 +235,7 @@ def time_case(blocks, variants, x, grad, keep, causal, args, dtype, deadline) ->
                 sync()
                 before = torch.cuda.memory_allocated()
                 torch.cuda.reset_peak_memory_stats()
-            t0 = time.perf_counter()
-            step()
-            sync()
-            first = time.perf_counter() - t0
-            for _ in range(max(0, args.warmup - 1)):
+            for _ in range(max(0, args.warmup)):
                 step()
             sync()
             t0 = time.perf_counter()
@@ -236,7 +247,7 @@ def time_case(blocks, variants, x, grad, keep, causal, args, dtype, deadline) ->
             if cuda:
                 torch.cuda.empty_cache()
             continue
-        rows[key] = {"first_call_s": round(first, 3)}
+        rows[key] = {}
         if cuda:
             rows[key]["peak_mib"] = round((torch.cuda.max_memory_allocated() - before) / 2**20)
         steps[key] = step
@@ -266,7 +277,7 @@ def add_ratios(rows: List[dict]) -> None:
 
 
 def goals(rows: List[dict], at_T: int) -> List[str]:
-    """The issue's goals for each flex row at T = ``at_T`` without a mask."""
+    """The goals for each flex row at T = ``at_T`` without a mask (none when T was not run)."""
     lines = []
     for r in rows:
         if r["backend"] != "flex" or r["T"] != at_T or r["mask"] != "none" or "ms" not in r:
@@ -302,7 +313,7 @@ def print_table(report: dict) -> None:
             continue
         print(f"| {r['T']} | {r['mask']} | {r['scorer']} | {r['backend']} | {r['passes']} | {r['ms']:.3f} | "
               f"{_f(r.get('ratio_sdpa'), '.2f')} | {_f(r.get('speedup_vs_explicit'), '.2f')} | "
-              f"{r.get('peak_mib', '')} | {r['first_call_s']:.2f} | {chk_s} |")
+              f"{r.get('peak_mib', '')} | {_f(r.get('first_call_s'), '.2f')} | {chk_s} |")
     for note in report["notes"]:
         print(f"\nnote: {note}")
     for line in report["goals"]:
@@ -323,9 +334,9 @@ def main(argv: Optional[List[str]] = None) -> dict:
                     help="none; padding (random lengths in [T/2, T]); causal")
     ap.add_argument("--repeats", type=int, default=10, help="timed samples per variant")
     ap.add_argument("--number", type=int, default=0, help="steps per sample (0: about 50 ms at the fastest)")
-    ap.add_argument("--warmup", type=int, default=3, help="untimed steps per variant, the first call included")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed steps per variant after its first call")
     ap.add_argument("--deadline", type=float, default=0,
-                    help="seconds after which variants not yet warmed up are skipped (0: none)")
+                    help="seconds after which variants not yet checked or warmed up are skipped (0: none)")
     ap.add_argument("--tiny", action="store_true", help="B=2, T=64, d=64, 4 heads: a CPU smoke run")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", help="JSON path (default bench/results/gpu_attention-<UTC date>.json)")
@@ -355,7 +366,8 @@ def main(argv: Optional[List[str]] = None) -> dict:
     blocks = build_blocks(pairs, args.d_model, args.heads, device, args.seed)
     pairs = [("scaled_dot", "torch")] * (("scaled_dot", "torch") in blocks) + pairs
     fwd_only = {p for p in pairs if p[1] == "flex"} if device.type == "cpu" else set()
-    if fwd_only:
+    if fwd_only:  # the CPU's flex is its unfused reference, as the block says: no warning each call
+        warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
         notes.append("FlexAttention has no backward on the CPU (torch 2.13): flex is timed forward only "
                      "(pass fwd), against forward-only rows of the reference and the explicit path")
     variants = [(*p, "fwd+bwd") for p in pairs if p not in fwd_only and isinstance(blocks[p], nn.Module)]
@@ -382,22 +394,22 @@ def main(argv: Optional[List[str]] = None) -> dict:
                                for T in args.seq_len for m in args.masks]
     for mask in args.masks:
         causal = mask == "causal"
-        xc, _, keepc = make_inputs(2, min(args.seq_len[0], 128), args.d_model, mask, device, args.seed + 1)
-        diffs = check(blocks, pairs, xc, keepc, causal, dtype, device.type, fwd_only)
         for T in args.seq_len:
             x, grad, keep = make_inputs(args.batch, T, args.d_model, mask, device, args.seed + 1)
+            checked = check(blocks, pairs, x, keep, causal, dtype, fwd_only, deadline)
             timed = time_case(blocks, variants, x, grad, keep, causal, args, dtype, deadline)
             for (scorer, backend, passes), row in timed.items():
-                d = diffs.get((scorer, backend), {})
+                c = checked.get((scorer, backend), {})
+                d = {"error": c["error"]} if "error" in c else c.get("diff", {})
                 ok = None if not d or "error" in d else all(v <= tol for v in d.values())
                 report["rows"].append({"T": T, "mask": mask, "scorer": scorer, "backend": backend,
-                                       "passes": passes, **row, "check": d, "check_ok": ok})
-            del x, grad, keep, timed
+                                       "passes": passes, "first_call_s": c.get("first_call_s"), **row,
+                                       "check": d, "check_ok": ok})
+            del x, grad, keep, timed, checked
             if device.type == "cuda":
                 torch.cuda.empty_cache()
             add_ratios(report["rows"])
-            report["goals"] = goals(report["rows"], GOALS["at_T"] if GOALS["at_T"] in args.seq_len
-                                    else max(args.seq_len))
+            report["goals"] = goals(report["rows"], GOALS["at_T"])
             report["elapsed_s"] = round(time.monotonic() - t_start, 1)
             out.write_text(json.dumps(report, indent=2))
             print(f"T={T} mask={mask}: {len(variants)} variants timed ({report['elapsed_s']:.0f} s)",
