@@ -1,10 +1,11 @@
-"""attnflow's Lightning callbacks: attention pictures, a stop on a non-finite loss, and the
-float32 matmul precision in every training process."""
+"""attnflow's Lightning callbacks: attention pictures, a stop on a non-finite loss, the
+float32 matmul precision in every training process, and the model compiled there."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import weakref
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
@@ -139,3 +140,23 @@ class Float32MatmulPrecision(pl.Callback):
         if self._found is not None:
             torch.set_float32_matmul_precision(self._found)
             self._found = None
+
+
+class CompiledModel(pl.Callback):
+    """``trainer.compile=true``: the task's ``model`` compiled in place (``nn.Module.compile``:
+    its ``state_dict`` keys unchanged, so checkpoints load into an uncompiled run) as each stage
+    sets up, once per model object. A pickled module drops its compilation, so ddp_spawn's
+    workers compile their own copy."""
+
+    def __init__(self):
+        self._compiled = None  # a weak reference to the model compiled last (in this process)
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        model = pl_module.model
+        if self._compiled is not None and self._compiled() is model:
+            return
+        model.compile()
+        self._compiled = weakref.ref(model)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_compiled": None}  # (ddp_spawn's copy: not compiled there)

@@ -29,7 +29,7 @@ EXTEND = ("trainer.max_epochs", "trainer.max_steps", "trainer.max_time")
 SAFE = (*EXTEND, "trainer.accelerator", "trainer.precision", "trainer.enable_model_summary",
         "trainer.log_every_n_steps", "trainer.num_sanity_val_steps", "callbacks.progress_bar",
         "callbacks.lr_monitor", "callbacks.attention_maps", "logger", "tags", "test",
-        "optimized_metric", "paths.output_root", "float32_matmul_precision")
+        "optimized_metric", "paths.output_root", "float32_matmul_precision", "trainer.compile")
 # What records a run rather than defines it: never compared.
 BOOKKEEPING = ("resume", "ckpt_path", "run", "tags", "logger", "paths", "hydra")
 # What a checkpoint's state depends on (ckpt_path= into a new run must match these).

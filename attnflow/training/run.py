@@ -25,7 +25,8 @@ from attnflow.config.registry import DATA, MODELS, TASKS, AttnflowWarning, Confi
 from attnflow.io.console import warn_unread
 from attnflow.io.text import atomic_path
 from attnflow.training import averaging, requeue, resume, runlock, runlog, state as training_state
-from attnflow.training.callbacks import AttentionMaps, Float32MatmulPrecision, StopOnNonFiniteLoss
+from attnflow.training.callbacks import (AttentionMaps, CompiledModel, Float32MatmulPrecision,
+                                         StopOnNonFiniteLoss)
 from attnflow.training.distributed import continue_csv_logs, fit_progress
 from attnflow.training.ema import ExponentialMovingAverage
 from attnflow.training.loggers import (BEST, build_loggers, finish_loggers, log_hyperparams,
@@ -172,6 +173,8 @@ def build_trainer(resolved: Dict[str, Any], run_dir: Path, extra: Sequence[pl.Ca
                  runlog.EpochLog()]
     if trainer_args.pop("enable_model_summary", True):  # (Lightning's: a FLOPs column of zeros)
         callbacks.append(runlog.ModelTable())
+    if trainer_args.pop("compile", False):  # (attnflow's field, not the Trainer's)
+        callbacks.append(CompiledModel())
     if resolved.get("float32_matmul_precision"):
         callbacks.append(Float32MatmulPrecision(resolved["float32_matmul_precision"]))
     bar = wanted.get("progress_bar", "auto")

@@ -22,11 +22,14 @@ from attnflow.training import resume
 # Trainer arguments attnflow sets itself (from other config entries), so not trainer.* fields.
 SET_BY_ATTNFLOW = ("logger", "callbacks", "default_root_dir", "enable_progress_bar", "enable_checkpointing",
                    "plugins", "barebones")
+# trainer.* fields attnflow adds to the Trainer's arguments (taken out before it is built).
+ATTNFLOW_FIELDS = {"compile": bool}  # the task's model through torch.compile (CompiledModel)
 
 
 @functools.lru_cache(maxsize=1)
 def trainer_fields() -> List[str]:
-    return [p for p in inspect.signature(Trainer.__init__).parameters if p != "self"]
+    own = [p for p in inspect.signature(Trainer.__init__).parameters if p != "self"]
+    return own + list(ATTNFLOW_FIELDS)
 
 
 @functools.lru_cache(maxsize=1)
@@ -35,6 +38,9 @@ def _schema() -> type:
     fields = []
     hints = typing.get_type_hints(Trainer.__init__)
     for name in trainer_fields():
+        if name in ATTNFLOW_FIELDS:
+            fields.append((name, ATTNFLOW_FIELDS[name], dataclasses.field(default=MISSING)))
+            continue
         hint = hints.get(name, Any)
         union = typing.get_origin(hint) is typing.Union
         kinds = [k for k in typing.get_args(hint) if k is not type(None)] if union else [hint]
@@ -50,10 +56,10 @@ def check_trainer(trainer: Dict[str, Any]) -> Dict[str, Any]:
     for key in trainer:
         if key not in allowed or key in SET_BY_ATTNFLOW:
             raise ConfigError(
-                f"trainer has no field '{key}' (at 'trainer.{key}'); fields are the arguments of "
-                f"lightning's Trainer except {', '.join(SET_BY_ATTNFLOW)} (set by attnflow: logger=…, "
-                f"callbacks.…, callbacks.checkpoint (null: none); barebones forbids the tasks' "
-                f"logging).{suggest(key, allowed)}")
+                f"trainer has no field '{key}' (at 'trainer.{key}'); fields are compile and the "
+                f"arguments of lightning's Trainer except {', '.join(SET_BY_ATTNFLOW)} (set by "
+                f"attnflow: logger=…, callbacks.…, callbacks.checkpoint (null: none); barebones "
+                f"forbids the tasks' logging).{suggest(key, allowed)}")
     try:
         typed = OmegaConf.to_container(OmegaConf.merge(OmegaConf.structured(_schema()), trainer))
     except ValidationError as err:
