@@ -1,5 +1,6 @@
 """Attention through PyTorch's FlexAttention: one fused kernel for scores that are not a plain
-q·k (He, Guessous, Liang et al. 2024, "FlexAttention", ``torch.nn.attention.flex_attention``).
+q·k (Dong, Feng, Guessous, Liang & He 2024, "FlexAttention: a programming model for generating
+optimized attention kernels"; ``torch.nn.attention.flex_attention``).
 
     c_t = Σ_i v_i SoftMax_i score_mod(s·q̃_tᵀk̃_i, b, h, t, i),   over the keys a BlockMask keeps
 
