@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ siblings, also when loaded by path
-from timing import git_commit, machine, result_path, time_variants  # noqa: E402
+from timing import DTYPES, git_commit, machine, result_path, time_variants  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -56,7 +56,6 @@ PRESETS = {  # sizes, vocabulary, batch, sequence length
     "mini": dict(d_model=256, layers=4, heads=4, ffn_dim=1024, vocab=30522, batch=32, seq_len=128),
     "tiny": dict(d_model=64, layers=2, heads=2, ffn_dim=128, vocab=1000, batch=4, seq_len=64),
 }
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def flops_per_token(model: torch.nn.Module, layers: int, seq_len: int, d_model: int) -> Dict[str, int]:

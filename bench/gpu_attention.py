@@ -17,10 +17,8 @@ difference from the scorer's explicit path (``need_weights=True``; output and in
 relative to the explicit path's largest value), on the timed inputs under the same autocast,
 checked before the timing: a row beyond tolerance says MISMATCH (timed all the same).
 
-Until the blocks take ``backend`` (``MultiHeadAttention.__init__`` has no such keyword) each scorer
-runs once, as the block chooses (``auto``), and a note says so. On a CPU FlexAttention has no
-backward (torch 2.13): flex is timed forward only there (``fwd``), beside forward-only rows of the
-reference and of the explicit path, its ratios' denominators.
+On a CPU FlexAttention has no backward (torch 2.13): flex is timed forward only there (``fwd``),
+beside forward-only rows of the reference and of the explicit path, its ratios' denominators.
 
 Usage::
 
@@ -35,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import inspect
 import json
 import os
 import platform
@@ -47,36 +44,25 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/timing.py, also when loaded by path
-from timing import git_commit, machine, result_path, time_variants  # noqa: E402
+from timing import DTYPES, git_commit, machine, result_path, time_variants  # noqa: E402
 
 import torch  # noqa: E402
 import torch._dynamo  # noqa: E402,F401  (its config: the recompile limits)
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from attnflow.config.registry import ATTENTIONS  # noqa: E402
+from attnflow.config.registry import ATTENTIONS, SCORERS as SCORER_BLOCKS  # noqa: E402
 
 SCORERS = ("scaled_dot", "dot", "cosine", "general", "gat")
-SDPA_SCORERS = {"scaled_dot", "dot", "cosine", "general"}  # a = s·qᵀk after preparing q and k
 BACKENDS = ("sdpa", "flex", "explicit")
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 TINY = dict(batch=2, seq_len=[64], d_model=64, heads=4)
 SAMPLE_SECONDS = 0.05  # a timed sample's length with --number 0 (auto), at the fastest variant
 GOALS = {"flex_vs_sdpa_max": 1.5, "flex_speedup_vs_explicit_min": 3.0, "at_T": 2048}
 
 
-def has_backends() -> bool:
-    """Whether the attention blocks take ``backend`` (sdpa / flex / explicit)."""
-    from attnflow.blocks.attention.multihead import MultiHeadAttention
-
-    return "backend" in inspect.signature(MultiHeadAttention.__init__).parameters
-
-
-def plan(scorers, backends: bool) -> List[tuple]:
-    """(scorer, backend) pairs to time: each backend the scorer allows, else ``auto`` once."""
-    if not backends:
-        return [(s, "auto") for s in scorers]
-    return [(s, b) for s in scorers for b in BACKENDS if b != "sdpa" or s in SDPA_SCORERS]
+def plan(scorers) -> List[tuple]:
+    """(scorer, backend) pairs to time: each backend the scorer allows (sdpa: dot products)."""
+    return [(s, b) for s in scorers for b in BACKENDS if b != "sdpa" or SCORER_BLOCKS.get(s).dot_product]
 
 
 class TorchSdpa(nn.Module):
@@ -112,9 +98,7 @@ def build_blocks(pairs, d: int, heads: int, device, seed: int = 0) -> Dict[tuple
     blocks: Dict[tuple, object] = {}
     first: Dict[str, nn.Module] = {}
     for scorer, backend in pairs:
-        cfg = {"name": "multihead", "heads": heads, "scorer": {"name": scorer}}
-        if backend != "auto":
-            cfg["backend"] = backend
+        cfg = {"name": "multihead", "heads": heads, "scorer": {"name": scorer}, "backend": backend}
         torch.manual_seed(seed)
         try:
             block = ATTENTIONS.build(cfg, d, d, d)
@@ -194,7 +178,7 @@ def check(blocks, pairs, x, keep, causal, dtype, fwd_only: set, deadline: float)
     for scorer, backend in pairs:
         module = blocks.get((scorer, backend))
         of = "scaled_dot" if backend == "torch" else scorer
-        ref_block = blocks.get((of, "explicit"), blocks.get((of, "auto")))
+        ref_block = blocks.get((of, "explicit"))
         if not isinstance(module, nn.Module) or time.monotonic() > deadline:
             continue
         backward = (scorer, backend) not in fwd_only
@@ -357,12 +341,8 @@ def main(argv: Optional[List[str]] = None) -> dict:
 
     started, t_start = _dt.datetime.now(_dt.timezone.utc), time.monotonic()
     deadline = t_start + args.deadline if args.deadline else float("inf")
-    backends = has_backends()
     notes = []
-    if not backends:
-        notes.append("MultiHeadAttention takes no 'backend' yet: each scorer as the block chooses (auto); "
-                     "the sdpa / flex / explicit rows are skipped")
-    pairs = plan(args.scorers, backends)
+    pairs = plan(args.scorers)
     blocks = build_blocks(pairs, args.d_model, args.heads, device, args.seed)
     pairs = [("scaled_dot", "torch")] * (("scaled_dot", "torch") in blocks) + pairs
     fwd_only = {p for p in pairs if p[1] == "flex"} if device.type == "cpu" else set()
@@ -381,7 +361,7 @@ def main(argv: Optional[List[str]] = None) -> dict:
         "benchmark": "gpu_attention", "date": started.isoformat(timespec="seconds"),
         "command": " ".join([Path(sys.executable).name, *sys.argv]), "args": vars(args),
         "commit": git_commit(), "machine": machine(args.device), "python": platform.python_version(),
-        "torch": torch.__version__, "backends_supported": backends,
+        "torch": torch.__version__,
         "config": {"batch": args.batch, "d_model": args.d_model, "heads": args.heads, "dtype": args.dtype,
                    "block": "multihead (concat_proj, softmax), self-attention, train mode, dropout 0"},
         "check_tolerance": tol, "goals_definition": GOALS, "notes": notes, "rows": [], "goals": [],

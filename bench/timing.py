@@ -16,6 +16,9 @@ from typing import Callable, Dict, Optional, Union
 
 import torch
 
+#: --dtype choices of the GPU benchmarks (autocast dtypes)
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
 
 def time_variants(steps: Dict[str, Callable], repeats: int, number: int, warmup: int,
                   tokens: Union[int, Dict[str, int]], sync: Callable[[], None] = lambda: None,
