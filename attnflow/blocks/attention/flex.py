@@ -108,10 +108,8 @@ def flex_scored(scorer: Scorer, query: torch.Tensor, prepared_keys: torch.Tensor
         def score_mod(score, b, h, t, i):
             return scorer.combine_terms(key_terms[b, h, i], query_terms[b, h, t])
 
-        dummy = q.new_zeros(*q.shape[:-1], _DUMMY_DIM)
-        keys = dummy.new_zeros(*dummy.shape[:2], v.shape[-2], _DUMMY_DIM)
-        out = flex(dummy.to(v.dtype), keys.to(v.dtype), v, score_mod=score_mod, mask=mask,
-                   causal=causal)
+        out = flex(v.new_zeros(*q.shape[:-1], _DUMMY_DIM), v.new_zeros(*v.shape[:-1], _DUMMY_DIM),
+                   v, score_mod=score_mod, mask=mask, causal=causal)
     return out if query.dim() == 4 else out.squeeze(-3)
 
 

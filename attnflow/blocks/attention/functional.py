@@ -73,11 +73,12 @@ def check_backend(where: str, backend: str, scorer: Scorer, normalizer: Normaliz
 
 
 def choose_path(backend: str, scorer: Scorer, normalizer: Normalizer, query: torch.Tensor,
-                dropout: float, need_weights: bool) -> str:
-    """The path of one call: 'sdpa', 'flex' or 'explicit' (see the module's docstring)."""
+                dropout: float, need_weights: bool, sdpa_fits: bool = True) -> str:
+    """The path of one call: 'sdpa', 'flex' or 'explicit' (see the module's docstring);
+    ``sdpa_fits=False``: terms SDPA cannot add (relative positions)."""
     if need_weights or backend == "explicit" or not normalizer.is_softmax:
         return "explicit"
-    if backend != "flex" and scorer.dot_product:
+    if sdpa_fits and backend != "flex" and scorer.dot_product:
         return "sdpa"
     fusable = (scorer.dot_product or scorer.decomposable) and dropout == 0
     if backend == "flex" or (backend == "auto" and fusable and query.is_cuda and flex_supported()):

@@ -24,8 +24,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnflow.blocks.attention.base import AttentionBlock
-from attnflow.blocks.attention.flex import flex_relative, flex_supported
-from attnflow.blocks.attention.functional import Backend, attend, causal_mask, check_backend
+from attnflow.blocks.attention.flex import flex_relative
+from attnflow.blocks.attention.functional import (Backend, attend, causal_mask, check_backend,
+                                                  choose_path)
 from attnflow.config.registry import (AGGREGATORS, ATTENTIONS, NORMALIZERS, SCORERS, BlockSpec,
                                ConfigError, PositiveInt, Probability)
 
@@ -174,12 +175,11 @@ class MultiHeadAttention(AttentionBlock):
         return self.aggregator(context), (weights if need_weights else None)
 
     def _flex_relative(self, q, keys, dropout, need_weights, query_offset) -> bool:
-        """Relative self-attention on FlexAttention: flex asked for, or auto on CUDA without
-        dropout; an s·qᵀk scorer and SoftMax, Tq = Tk and no offset (not a decoder's step)."""
-        if (need_weights or self.backend == "explicit" or self.scorer.sdpa_scale is None
-                or not self.normalizer.is_softmax or q.shape[-2] != keys.shape[-2] or query_offset):
+        """Relative self-attention on FlexAttention: an s·qᵀk scorer, Tq = Tk, no offset."""
+        if self.scorer.sdpa_scale is None or q.shape[-2] != keys.shape[-2] or query_offset:
             return False
-        return self.backend == "flex" or (q.is_cuda and dropout == 0 and flex_supported())
+        return choose_path(self.backend, self.scorer, self.normalizer, q, dropout, need_weights,
+                           sdpa_fits=False) == "flex"
 
     def relative_scores(self, q: torch.Tensor, k: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         """Raw scores (B, J, Tq, Tk): a(k_i + wᵏ_{i⊟j}, q_j) for every pair."""
