@@ -22,9 +22,17 @@ class OptunaSweeperConf:
     # null: <sweep dir>/optuna.db; a path ending in .journal: a journal file; else an SQLAlchemy URL
     storage: Optional[str] = None
     study_name: Optional[str] = None  # null: the hparams_search name
-    n_trials: int = 20  # finished trials the study holds when the sweep ends
+    n_trials: int = 20  # the study's trials, finished or running, when the sweep ends
     n_jobs: int = 1  # trials at once
     params: Optional[Dict[str, Any]] = None  # key: interval(…) | range(…) | choice(…) | a value
+    # failed over finished trials of the study above which the sweep ends (1.0: never)
+    max_failure_rate: float = 1.0
+    # a live trial's heartbeat (seconds); one silent for grace_period is a dead worker's: retried
+    heartbeat_interval: int = 60
+    grace_period: int = 180
+    # hydra-optuna-sweeper's keys that attnflow's sweeper takes no more: refused in one line
+    search_space: Optional[Dict[str, Any]] = None  # (use params)
+    custom_search_space: Optional[str] = None  # (use params: no function runs)
 
 
 def directions(direction: Any) -> List[str]:
