@@ -89,26 +89,41 @@ def _running(sweep: Path, number: int) -> bool:
         return False
 
 
-def test_a_killed_sweep_continues_and_reruns_the_cut_off_trial(tmp_path):
-    """kill -9 while trial 1 trains; the same command finishes the study: trial 1 is failed and
-    re-run as trial 2 with its parameters, and 3 trials count towards n_trials=3. While a sweep
+def _pids_alive(pids) -> list:
+    alive = []
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+            alive.append(pid)
+        except ProcessLookupError:
+            pass
+    return alive
+
+
+def _has_last(sweep: Path, number: int) -> bool:
+    return (sweep / str(number) / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_a_killed_sweep_continues_and_resumes_the_cut_off_trial(tmp_path):
+    """kill -9 while trial 1 trains (its last.ckpt written); the same command finishes the study:
+    trial 1 is FAIL, interrupted, and taken up by trial 2 with its parameters, which resumes it in
+    its own folder, its reports carried over; 3 trials count towards n_trials=3. While a sweep
     holds the folder, a second one on it is refused."""
     from attnflow.training import runlock
 
     sweep = tmp_path / "study"
-    cmd = [TRAIN, *SEARCH, "trainer.max_epochs=100", "callbacks.early_stopping=null",
-           "hydra.sweeper.n_trials=3", f"hydra.sweep.dir={sweep}"]
+    cmd = [TRAIN, *SEARCH, "trainer.max_epochs=400", "callbacks.early_stopping=null",
+           "callbacks.checkpoint.save_last=true", "hydra.sweeper.n_trials=3", f"hydra.sweep.dir={sweep}"]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     runlock.hold(sweep)  # another sweep's
     try:
         busy = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     finally:
         runlock.release(sweep)
-    assert busy.returncode == 2 and "one sweep runs a study at a time" in busy.stderr, busy.stderr[-2000:]
-    first = subprocess.Popen(cmd, env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert busy.returncode == 2 and "one sweep runs in a folder at a time" in busy.stderr, busy.stderr[-2000:]
+    first = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait_for(lambda: _running(sweep, 1))
+        _wait_for(lambda: _running(sweep, 1) and _has_last(sweep, 1))
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait()
@@ -117,8 +132,16 @@ def test_a_killed_sweep_continues_and_reruns_the_cut_off_trial(tmp_path):
     trials = _study(sweep).trials
     assert [(t.number, t.state.name) for t in trials] == [(0, "COMPLETE"), (1, "FAIL"), (2, "COMPLETE"),
                                                           (3, "COMPLETE")]
-    assert trials[2].params == cut.params and trials[2].user_attrs == {"retry_of": 1}
-    assert not (sweep / "1" / "metrics.json").exists() and (sweep / "2" / "metrics.json").is_file()
+    assert trials[1].user_attrs["interrupted"] == "its sweep was stopped"
+    assert trials[2].params == cut.params and trials[2].user_attrs["retry_of"] == 1
+    assert trials[2].user_attrs["run_dir"] == str(sweep / "1") and not (sweep / "2").exists()
+    metrics = json.loads((sweep / "1" / "metrics.json").read_text())
+    assert metrics["trial"]["number"] == 2 and metrics["trial"]["retry_of"] == 1
+    assert trials[2].value == pytest.approx(metrics["metrics"]["val/acc"])
+    reports = list(trials[2].intermediate_values.items())
+    assert [s for s, _ in reports] == list(range(1, 401))  # carried over, then on: none twice
+    assert [v for _, v in reports][:len(cut.intermediate_values)] == pytest.approx(
+        [v for _, v in sorted(cut.intermediate_values.items())][:len(reports)])
 
 
 def test_a_pruned_trial_stops_keeps_its_folder_and_says_so_in_wandb(monkeypatch, tmp_path, wandb_env):
@@ -200,10 +223,14 @@ def test_on_slurm_each_trial_is_a_cluster_job_of_the_same_study(monkeypatch, tmp
     monkeypatch.chdir(tmp_path)
     sweep = tmp_path / "study"
     assert train_cli(monkeypatch, *SEARCH, "hydra/launcher=slurm", "hydra.sweeper.n_jobs=2",
-                     "hydra.sweeper.n_trials=2", f"hydra.sweep.dir={sweep}") != 0
-    assert "sbatch: error: no cluster" in capfd.readouterr().err
+                     "hydra.sweeper.n_trials=4", "hydra.sweeper.max_failure_rate=0.5",
+                     f"hydra.sweep.dir={sweep}") == 1
+    err = capfd.readouterr().err
+    assert "sbatch: error: no cluster" in err
+    assert "2 of the study's 2 finished trials failed, more than hydra.sweeper.max_failure_rate=0.5" in err
     trials = _study(sweep).trials
-    assert [t.state.name for t in trials] == ["FAIL", "FAIL"]
+    assert [t.state.name for t in trials] == ["FAIL", "FAIL"]  # (no third trial: over the budget)
+    assert all("sbatch" in t.user_attrs["fail_reason"] for t in trials)
     calls = [pickle.loads(p.read_bytes()) for p in (sweep / ".submitit").glob("**/*.pkl")]
     jobs = {c.args[2]: c.args[0] for c in calls}  # job number → its overrides
     assert sorted(jobs) == [0, 1]

@@ -104,6 +104,7 @@ def run_app(cfg: DictConfig) -> float | list | None:
     from attnflow.training.preemption import Interrupted
     from attnflow.training.resume import from_hydra  # resume=<run>: the run's own config
     from attnflow.training.run import record_failure, train
+    from attnflow.training.runlock import first_rank
     from attnflow.sweep.checks import check_optimized_metric
     from attnflow.sweep.pruning import trial_reports
 
@@ -111,22 +112,29 @@ def run_app(cfg: DictConfig) -> float | list | None:
     hc = HydraConfig.get()
     out, multirun = Path(hc.runtime.output_dir), hc.mode == RunMode.MULTIRUN
     before = rollback.snapshot(out)  # Hydra's files, a resumed run's
+    reports = None
     try:
         check_multirun_strategy(cfg.get("trainer"), multirun)  # ddp would re-run it in every rank
         metric = check_optimized_metric(cfg)  # a misspelt name fails before any work
         reports = trial_reports(hc, metric) if multirun else None  # an Optuna trial's
-        summary = train(from_hydra(cfg), out, [reports] if reports else [])
+        if reports is not None and first_rank():
+            reports.start()
+        run_cfg = from_hydra(cfg, () if reports is not None else None)  # (a trial resumes as it was)
+        summary = train(run_cfg, out, [reports] if reports else [])
     except SIGTERMException:  # Lightning's own stop (between the Trainer calls): exit 0 otherwise
         raise Interrupted(signal.SIGTERM) from None
     except ConfigError as err:  # DataError: a data file missing, empty, cut short or malformed
         kind = "data" if isinstance(err, DataError) else "config"
+        _fail_trial(reports, out, f"{kind} error: {err}")
         print(f"attnflow: {kind} error: {err}", file=sys.stderr)
         _take_back(before)
         sys.exit(2)
     except OSError as err:
         if err.errno not in WRITE_FAULTS:
+            _fail_trial(reports, out, f"{type(err).__name__}: {err}")
             raise
         kept = _take_back(before) or rollback.kept(out)
+        _fail_trial(reports, out, f"cannot write {err.filename or out}: {err.strerror}")
         print(f"attnflow: cannot write {err.filename or out}: {err.strerror}; {kept}", file=sys.stderr)
         sys.exit(1)
     except NonFiniteLossError as err:
@@ -134,6 +142,12 @@ def run_app(cfg: DictConfig) -> float | list | None:
         if metric and multirun:
             return float("nan")  # one diverging job of a sweep: Optuna records a failed trial, the sweep goes on
         sys.exit(1)
+    except Exception as err:  # a trial's failure, with its reason; a run's: the traceback
+        _fail_trial(reports, out, f"{type(err).__name__}: {err}")
+        raise
+    finally:
+        if reports is not None:
+            reports.close()
     _print_summary(summary, out)
     if not metric:
         return None
@@ -144,9 +158,23 @@ def run_app(cfg: DictConfig) -> float | list | None:
                f"{', '.join(sorted(summary['metrics'])) or 'nothing'}")
         print(f"attnflow: {why}", file=sys.stderr)
         record_failure(out, why)  # its metrics.json is written: attnflow-report must not say ok
+        _fail_trial(reports, out, why)
         sys.exit(2)
     values = [summary["metrics"][m] for m in wanted]
     return values if isinstance(metric, list) else values[0]
+
+
+def _fail_trial(reports, out: Path, why: str) -> None:
+    """A sweep trial's failure: recorded in its ``metrics.json`` and raised as
+    :class:`~attnflow.sweep.study.TrialFailed`, so that the sweep fails the trial and goes on."""
+    if reports is None:
+        return
+    from attnflow.sweep.study import TrialFailed
+    from attnflow.training.run import record_failure
+
+    record_failure(out, why, trial={"number": reports.number, "study": reports.study_name,
+                                    "state": "fail"})
+    raise TrialFailed(why.splitlines()[0] if why else why)
 
 
 def quiet_lightning() -> None:

@@ -125,8 +125,10 @@ def storage_spec(storage: Optional[str], sweep_dir: Path | str) -> str:
     return str(storage)
 
 
-def open_storage(spec: str) -> Any:
-    """The Optuna storage of a :func:`storage_spec` (the sqlite file's folder made)."""
+def open_storage(spec: str, heartbeat: Optional[Tuple[int, int]] = None, on_stale: Any = None) -> Any:
+    """The Optuna storage of a :func:`storage_spec` (the sqlite file's folder made); an RDB one
+    with ``heartbeat`` = (interval, grace period) in seconds finds trials whose heartbeat stopped,
+    and calls ``on_stale(study, trial)`` for each it fails."""
     import optuna
 
     if spec.endswith(".journal"):
@@ -137,8 +139,12 @@ def open_storage(spec: str) -> Any:
     if spec.startswith("sqlite:///"):
         Path(spec[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
         logging.getLogger("alembic").setLevel(logging.WARNING)  # "Context impl SQLiteImpl" at INFO
+    beats = dict(heartbeat_interval=heartbeat[0], grace_period=heartbeat[1],
+                 heartbeat_stale_trial_callback=on_stale) if heartbeat else {}
+    if spec.startswith("sqlite"):  # several processes write one file: wait for its lock
+        beats["engine_kwargs"] = {"connect_args": {"timeout": 120}}
     try:
-        return optuna.storages.RDBStorage(spec)
+        return optuna.storages.RDBStorage(spec, **beats)
     except RuntimeError as err:  # e.g. a study stored by an older Optuna: its message says the command
         from attnflow.config.registry import ConfigError
 

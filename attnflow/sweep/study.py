@@ -1,19 +1,31 @@
-"""The study a sweep fills, in its storage (:func:`attnflow.config.sweeps.storage_spec`: null keeps
-it in ``<sweep dir>/optuna.db``; a ``.journal`` path is an Optuna journal file, for file systems
-where sqlite locks badly, e.g. NFS; else an SQLAlchemy URL): opened by the sweeper, continued
-after a stop, and reached by each trial to report its validation metric (the pruner's input).
+"""The study a sweep fills, shared by any number of workers (sweep commands, each with its own
+folder) through its storage (:func:`attnflow.config.sweeps.storage_spec`: null keeps it in
+``<sweep dir>/optuna.db``; a ``.journal`` path is an Optuna journal file, for shared file systems;
+else an SQLAlchemy URL, e.g. ``postgresql+psycopg2://…``).
 
-A continued study: trials still ``RUNNING`` were cut off when the sweep stopped (one sweep runs a
-study at a time: its folder's lock). Each is failed and its parameters queued again, the re-run
-naming it in the user attribute ``retry_of``; ``n_trials`` counts the finished trials that were
-not cut off.
+What each trial's user attributes record: ``run_dir`` (its run folder), ``worker`` (the sweep
+folder that started it), ``command`` (the command that continues the study), ``pid``/``host``
+(its process), ``fail_reason``, ``interrupted`` (the stop that ended it), ``retry_of`` (the
+interrupted trial it takes up), ``surplus`` (asked beyond ``n_trials`` in a race, never run).
+
+An interrupted trial (a stop signal, a worker lost) is FAIL and queued again with its parameters
+as a new trial naming it in ``retry_of``; that trial resumes the first one's ``last.ckpt`` where
+there is one. ``n_trials`` counts the study's trials that are finished or running, less those
+taken up by a retry and the surplus ones.
 """
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple
+from typing import Any, Iterable, List, Optional, Set
 
-from attnflow.config.sweeps import RETRY_OF, open_storage
+from attnflow.config.sweeps import RETRY_OF
+
+class TrialFailed(RuntimeError):
+    """A trial's run refused or failed (its one line): the trial is FAIL, the sweep goes on."""
+
+
+RUN_DIR, WORKER, COMMAND = "run_dir", "worker", "command"
+FAIL_REASON, INTERRUPTED, SURPLUS = "fail_reason", "interrupted", "surplus"
 
 
 def study_name(name: Optional[str], hydra_cfg: Any) -> str:
@@ -23,31 +35,98 @@ def study_name(name: Optional[str], hydra_cfg: Any) -> str:
     return name or OmegaConf.select(hydra_cfg, "runtime.choices.hparams_search") or "attnflow"
 
 
-def cut_off(study: Any) -> List[Any]:
-    """Fail the trials a stopped sweep left running and queue each again; the trials failed."""
+def trial_id(storage: Any, name: str, number: int) -> int:
+    """The storage's id of trial ``number`` of study ``name``."""
+    return storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(name), number)
+
+
+def taken_up(trials: Iterable[Any]) -> Set[int]:
+    """The numbers of the trials that a retry takes up."""
+    return {t.user_attrs[RETRY_OF] for t in trials if RETRY_OF in t.user_attrs}
+
+
+def counted(trials: List[Any]) -> List[Any]:
+    """The trials that count towards ``n_trials``: finished, running or queued, and neither taken
+    up by a retry nor surplus."""
+    redone = taken_up(trials)
+    return [t for t in trials if t.number not in redone and SURPLUS not in t.user_attrs]
+
+
+def failure_rate(trials: List[Any]) -> tuple:
+    """(failed, finished) among the counted trials."""
+    done = [t for t in counted(trials) if t.state.is_finished()]
+    return sum(t.state.name == "FAIL" for t in done), len(done)
+
+
+def is_surplus(trials: List[Any], number: int, n_trials: int) -> bool:
+    """Whether trial ``number``, just asked, is beyond ``n_trials``: that many counted trials were
+    asked before it (workers asking at once). A retry never is: it replaces a counted trial."""
+    mine = next(t for t in trials if t.number == number)
+    if RETRY_OF in mine.user_attrs:
+        return False
+    return sum(t.number < number for t in counted(trials)) >= n_trials
+
+
+def end(storage: Any, name: str, number: int, state: Any, values: Optional[list] = None,
+        **attrs: Any) -> bool:
+    """Record ``attrs`` on running trial ``number``, then end it in ``state``; False where
+    another process ended it first."""
+    from optuna.exceptions import UpdateFinishedTrialError
+
+    tid = trial_id(storage, name, number)
+    try:
+        for key, value in attrs.items():
+            storage.set_trial_user_attr(tid, key, value)
+        return bool(storage.set_trial_state_values(tid, state, values))
+    except UpdateFinishedTrialError:
+        return False
+
+
+def interrupt(storage: Any, study: Any, number: int, why: str) -> bool:
+    """Fail running trial ``number`` as interrupted (``why``) and queue it again; False where
+    another process ended it first."""
     import optuna
 
-    stale = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-    for trial in stale:
-        study.tell(trial.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
-        study.enqueue_trial(trial.params, user_attrs={RETRY_OF: trial.number})
-    return stale
+    if not end(storage, study.study_name, number, optuna.trial.TrialState.FAIL, **{INTERRUPTED: why}):
+        return False
+    retry(study, study.get_trials(deepcopy=False)[number])
+    return True
 
 
-def finished(study: Any) -> int:
-    """The trials that count towards ``n_trials``: finished, and not cut off (re-run instead)."""
+def retry(study: Any, trial: Any) -> None:
+    """Queue ``trial``'s parameters again as a new trial that takes it up."""
+    study.enqueue_trial(trial.params, user_attrs={RETRY_OF: trial.number})
+
+
+def own_leftovers(storage: Any, study: Any, worker: str) -> List[Any]:
+    """Fail and queue again the trials this sweep folder's last run left running (it holds the
+    folder's lock now, so no process of it runs them)."""
+    left = [t for t in study.get_trials(deepcopy=False) if t.state.name == "RUNNING"
+            and t.user_attrs.get(WORKER) == worker]
+    return [t for t in left if interrupt(storage, study, t.number, "its sweep was stopped")]
+
+
+def resumable(trials: List[Any], number: int) -> Optional[str]:
+    """The run folder that trial ``number`` continues: the one of the trial it takes up, where
+    that run left a ``last.ckpt`` and did not finish; else None."""
+    from pathlib import Path
+
+    mine = next(t for t in trials if t.number == number)
+    if RETRY_OF not in mine.user_attrs:
+        return None
+    run = trials[mine.user_attrs[RETRY_OF]].user_attrs.get(RUN_DIR)
+    if not run or not (Path(run) / "checkpoints" / "last.ckpt").is_file():
+        return None
+    return None if (Path(run) / "metrics.json").is_file() else run
+
+
+def carry_reports(study: Any, storage: Any, number: int, upto: int) -> None:
+    """Copy the reports (steps ≤ ``upto``) of the trial that trial ``number`` takes up."""
     trials = study.get_trials(deepcopy=False)
-    redone = {t.user_attrs[RETRY_OF] for t in trials if RETRY_OF in t.user_attrs}
-    return sum(t.state.is_finished() and t.number not in redone for t in trials)
-
-
-def trial_handle(spec: str, study_name: str, number: int, pruner: Any) -> Tuple[Any, Any]:
-    """(study, trial) of trial ``number`` in another process than the sweeper's: its reports
-    reach the storage, and ``trial.should_prune()`` asks ``pruner``."""
-    import optuna
-
-    storage = open_storage(spec)
-    study = optuna.load_study(study_name=study_name, storage=storage, pruner=pruner)
-    study_id = storage.get_study_id_from_name(study_name)
-    trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, number)
-    return study, optuna.trial.Trial(study, trial_id)
+    first = trials[number].user_attrs.get(RETRY_OF)
+    if first is None:
+        return
+    tid = trial_id(storage, study.study_name, number)
+    for step, value in sorted(trials[first].intermediate_values.items()):
+        if step <= upto:
+            storage.set_trial_intermediate_value(tid, step, value)

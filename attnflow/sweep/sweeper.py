@@ -1,22 +1,21 @@
-"""The loop of an Optuna sweep: ask a trial, launch its job, tell the study what it returned.
+"""attnflow's Optuna sweeper: the study opened (made if new) in its storage with its sampler,
+pruner, directions and metric names, then filled by this worker's :class:`~.loop.TrialLoop`.
 
-``n_jobs`` trials run at once, a new one asked as soon as one ends (no batches): with Hydra's basic
-launcher in ``n_jobs`` processes of this machine (:mod:`.processes`), with another launcher (SLURM
-through submitit) one launch per trial from ``n_jobs`` threads, each trial a cluster job writing the
-same storage. Job number = trial number, so ``<sweep dir>/<n>/`` is trial ``n``'s run folder.
-
-A job returns ``optimized_metric``'s value (a list: one per objective); NaN or an exception fails
-its trial. A trial its pruner stopped has told the study itself (:mod:`attnflow.sweep.pruning`).
-An exception ends the sweep once the running trials are told; a stopped sweep continues where it
-was (:mod:`.study`).
+``n_jobs`` trials run at once: with Hydra's basic launcher each in a fresh process of this machine
+(:mod:`.processes`; one trial runs in this process), with another launcher (SLURM through submitit)
+one launch per trial from ``n_jobs`` threads, each trial a cluster job writing the same storage.
+Job number = trial number, so ``<sweep dir>/<n>/`` is trial ``n``'s run folder (a trial that
+resumes an interrupted one runs in that one's folder: the study's ``run_dir`` says where).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import re
+import shlex
 import sys
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -24,11 +23,13 @@ from omegaconf import OmegaConf
 
 from attnflow.config.registry import ConfigError
 from attnflow.config.sweeps import open_storage, storage_spec
-from attnflow.sweep import study as studies
+from attnflow.sweep import liveness, study as studies
 from attnflow.sweep.checks import metric_directions
 from attnflow.sweep.config import build
-from attnflow.sweep.space import parse_space
+from attnflow.sweep.loop import TrialLoop
+from attnflow.sweep.space import format_value, parse_space
 from attnflow.training import runlock
+from attnflow.training.preemption import Interrupted
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +40,15 @@ class OptunaSearch:
     """What ``hydra/sweeper=optuna`` does (its fields: :mod:`attnflow.sweep.config`)."""
 
     def __init__(self, sampler: Any, pruner: Any, direction: Any, storage: Optional[str],
-                 study_name: Optional[str], n_trials: int, n_jobs: int, params: Any) -> None:
+                 study_name: Optional[str], n_trials: int, n_jobs: int, params: Any,
+                 max_failure_rate: float = 1.0, heartbeat_interval: int = 60,
+                 grace_period: int = 180, search_space: Any = None,
+                 custom_search_space: Any = None) -> None:
         self.sampler_cfg, self.pruner_cfg, self.params = sampler, pruner, params
         self.storage = storage  # (direction: read beside optimized_metric, checks.metric_directions)
         self.study_name, self.n_trials, self.n_jobs = study_name, n_trials, n_jobs
+        self.max_failure_rate = max_failure_rate  # (search_space, custom_search_space: refused
+        self.heartbeat_interval, self.grace_period = heartbeat_interval, grace_period  # by checks)
 
     def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
         from hydra.core.plugins import Plugins
@@ -54,8 +60,9 @@ class OptunaSearch:
     def sweep(self, arguments: List[str]) -> None:
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         try:
-            runlock.hold(sweep_dir, "one sweep runs a study at a time; wait for it to end (the "
-                                    "same command continues a stopped sweep)")
+            runlock.hold(sweep_dir, "one sweep runs in a folder at a time; wait for it to end (the "
+                                    "same command continues a stopped sweep), or give this worker "
+                                    "a hydra.sweep.dir of its own")
             try:
                 OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
                 self._sweep(arguments, sweep_dir)
@@ -68,15 +75,28 @@ class OptunaSearch:
     def _sweep(self, arguments: List[str], sweep_dir: Path) -> None:
         space = parse_space(self.params, arguments)
         self.directions = metric_directions(self.config)
+        self.sweep_dir, self.worker = sweep_dir, str(sweep_dir.resolve())
+        self.command = continue_command(self.config, sweep_dir)
         study = self.open_study(space, sweep_dir)
-        for t in studies.cut_off(study):
-            log.info(f"Trial {t.number} was cut off when the sweep stopped: it runs again")
-        done = studies.finished(study)
+        for t in studies.own_leftovers(self.storage_obj, study, self.worker):
+            log.info(f"Trial {t.number} was cut off when this sweep stopped: it runs again")
         wanted = min(self.n_trials, self.grid_points or self.n_trials)
-        log.info(f"Study {study.study_name!r} in {self.spec}: {done} trials finished, "
-                 f"{max(0, wanted - done)} to run ({self.n_jobs} at a time)")
-        self._run(study, space, max(0, wanted - done))
+        trials = study.get_trials(deepcopy=False)
+        done = sum(t.state.is_finished() for t in studies.counted(trials))
+        log.info(f"Study {study.study_name!r} in {self.spec}: {done} of {wanted} trials finished "
+                 f"({self.n_jobs} at a time here)")
+        loop = TrialLoop(self, study, self.storage_obj, space, self._runner(study), wanted)
+        try:
+            loop.run()
+        except Interrupted:
+            _save_results(study, sweep_dir / "optimization_results.yaml")
+            print(f"attnflow: the sweep stopped; continue the study with:\n  {self.command}",
+                  file=sys.stderr, flush=True)
+            raise
         _save_results(study, sweep_dir / "optimization_results.yaml")
+        if loop.over_budget:
+            print(f"attnflow: {loop.over_budget}", file=sys.stderr, flush=True)
+            sys.exit(1)
 
     def open_study(self, space: Any, sweep_dir: Path) -> Any:
         """The study in its storage (made if new), with its sampler and pruner."""
@@ -84,7 +104,9 @@ class OptunaSearch:
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.spec = storage_spec(self.storage, sweep_dir)
-        storage = open_storage(self.spec)
+        _quiet_optuna_notes()
+        self.storage_obj = storage = open_storage(
+            self.spec, (self.heartbeat_interval, self.grace_period), liveness.on_stale)
         name = studies.study_name(self.study_name, self.config.hydra)
         known = {s.study_name: s for s in optuna.get_all_study_summaries(storage)}
         kept = [d.name.lower() for d in known[name].directions] if name in known else None
@@ -100,35 +122,45 @@ class OptunaSearch:
             self.grid_points = math.prod(len(v) for v in fields["search_space"].values())
         sampler = build(self.sampler_cfg, "hydra.sweeper.sampler", **fields)
         pruner = build(self.pruner_cfg, "hydra.sweeper.pruner") if self.pruner_cfg else None
-        return optuna.create_study(storage=storage, sampler=sampler, pruner=pruner, study_name=name,
-                                   directions=self.directions, load_if_exists=True)
+        study = optuna.create_study(storage=storage, sampler=sampler, pruner=pruner, study_name=name,
+                                    directions=self.directions, load_if_exists=True)
+        metrics = self.config.optimized_metric
+        study.set_metric_names(list(metrics) if OmegaConf.is_list(metrics) else [str(metrics)])
+        return study
 
-    def _run(self, study: Any, space: Any, todo: int) -> None:
-        """``todo`` trials, ``n_jobs`` at a time; the first exception raised once all are told."""
-        runner = self._runner()
-        pending: dict = {}
-        asked, failure = 0, None
-        try:
-            while pending or (asked < todo and failure is None):
-                while len(pending) < self.n_jobs and asked < todo and failure is None:
-                    trial = study.ask(space.distributions)
-                    pending[runner(trial.number, space.overrides(trial.params))] = trial
-                    asked += 1
-                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    failure = _tell(study, pending.pop(future), future) or failure
-        finally:
-            runner.close()
-        if failure is not None:
-            raise failure
-
-    def _runner(self) -> Any:
+    def _runner(self, study: Any) -> Any:
         """(trial number, overrides) → a future of the job's ``JobReturn``."""
         if self.n_jobs > 1 and self.config.hydra.launcher._target_ == BASIC_LAUNCHER:
-            from attnflow.sweep.processes import JobProcesses
+            from attnflow.sweep.processes import TrialProcesses
 
-            return JobProcesses(self.n_jobs, self.hydra_context, self.config, self.task_function)
+            return TrialProcesses(self.n_jobs, self.hydra_context, self.config, self.task_function,
+                                  (self.spec, study.study_name))
         return Launches(self.launcher, self.n_jobs)
+
+
+def _quiet_optuna_notes() -> None:
+    """Optuna's notes that the heartbeat and metric names are used as documented, outside its
+    own ``optimize`` loop: not for the user."""
+    import warnings
+
+    from optuna.exceptions import ExperimentalWarning
+
+    warnings.filterwarnings("ignore", category=ExperimentalWarning,
+                            message=r".*(set_metric_names|fail_stale_trials|heartbeat_interval|grace_period)")
+    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
+
+
+def continue_command(config: Any, sweep_dir: Path) -> str:
+    """The command that continues this worker's part of the study: the sweep's own overrides,
+    its folder named, pasteable into a shell."""
+    hydra = [o for o in config.hydra.overrides.hydra if not str(o).startswith("hydra.sweep.dir=")]
+    return shlex.join(["attnflow-train", "-m", *map(str, hydra), *map(str, config.hydra.overrides.task),
+                       f"hydra.sweep.dir={_hydra_path(str(sweep_dir))}"])
+
+
+def _hydra_path(path: str) -> str:
+    """A path as an override's value: plain, or quoted for Hydra's grammar."""
+    return path if re.fullmatch(r"[\w./:-]+", path) else format_value(path)
 
 
 class Launches:
@@ -138,6 +170,7 @@ class Launches:
     def __init__(self, launcher: Any, n_jobs: int) -> None:
         self.launcher = launcher
         self.pool = ThreadPoolExecutor(n_jobs) if n_jobs > 1 else None
+        self.running = False  # (a trial of this process)
 
     def launch(self, number: int, overrides: List[str]) -> Any:
         return self.launcher.launch([overrides], initial_job_idx=number)[0]
@@ -146,47 +179,18 @@ class Launches:
         if self.pool is not None:
             return self.pool.submit(self.launch, number, overrides)
         future: Future = Future()
+        self.running = True
         try:
             future.set_result(self.launch(number, overrides))
-        except Exception as err:  # noqa: BLE001  (told as the trial's failure)
+        except (Exception, Interrupted) as err:  # noqa: BLE001  (told as the trial's end)
             future.set_exception(err)
+        finally:
+            self.running = False
         return future
 
     def close(self) -> None:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _tell(study: Any, trial: Any, future: Future) -> Optional[BaseException]:
-    """Tell the study what trial's job returned; the exception that failed it, if one did."""
-    import optuna
-    from hydra.core.utils import JobStatus
-
-    failure, values = None, None
-    try:
-        ret = future.result()
-    except Exception as err:  # noqa: BLE001  (the launcher's: e.g. sbatch refused the job)
-        study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
-        return err
-    if ret.status == JobStatus.COMPLETED:
-        value = ret.return_value
-        values = [float(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
-    else:
-        try:
-            ret.return_value  # (raises what failed the job)
-        except Exception as err:  # noqa: BLE001  (the job's, whatever it was)
-            failure = err
-    bad = values is None or any(math.isnan(v) for v in values)
-    try:
-        study.tell(trial, None if bad else values, state=optuna.trial.TrialState.FAIL if bad else None,
-                   skip_if_finished=True)
-    except RuntimeError:  # a grid sampler's last point: its study.stop() works in optimize() only
-        if not getattr(study.sampler, "is_exhausted", lambda s: False)(study):
-            raise  # (the trial is stored either way: Optuna's tell stores it in a finally)
-    frozen = study.get_trials(deepcopy=False)[trial.number]
-    value = ", ".join(f"{v:.6g}" for v in frozen.values or [])
-    log.info(f"Trial {frozen.number}: {frozen.state.name.lower()}" + (f" ({value})" if value else ""))
-    return failure
 
 
 def _save_results(study: Any, path: Path) -> None:

@@ -12,7 +12,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Protocol, runtime_checkable
 
 import pytorch_lightning as pl
 
@@ -27,6 +27,14 @@ class Interrupted(SystemExit):
     def __init__(self, signum: int):
         super().__init__(128 + signum)
         self.signum = signum
+
+
+@runtime_checkable
+class ContinuedElsewhere(Protocol):
+    """A callback of a run that is continued by another command than ``resume=<run>`` (a sweep's
+    trial: the sweep's command, which resumes it): what a stop prints."""
+
+    def continue_command(self) -> Optional[str]: ...
 
 
 class StopOnSignal(pl.Callback):
@@ -102,8 +110,14 @@ class StopOnSignal(pl.Callback):
         what = (f"saved {self.last} (epoch {trainer.current_epoch}, step {trainer.global_step})"
                 if self.saved else f"the last checkpoint is {self.last}" if self.last.is_file()
                 else None)
-        print(f"\nattnflow: interrupted; {what}. Resume with:\n  attnflow-train resume={self.run_dir}"
-              if what else "\nattnflow: interrupted before the first checkpoint; nothing to resume",
-              file=sys.stderr, flush=True)
+        elsewhere = next((c.continue_command() for c in trainer.callbacks
+                          if isinstance(c, ContinuedElsewhere)), None)
+        if elsewhere:
+            print(f"\nattnflow: interrupted; {what or 'no checkpoint yet'}. Continue the study "
+                  f"with:\n  {elsewhere}", file=sys.stderr, flush=True)
+        else:
+            print(f"\nattnflow: interrupted; {what}. Resume with:\n  attnflow-train resume={self.run_dir}"
+                  if what else "\nattnflow: interrupted before the first checkpoint; nothing to resume",
+                  file=sys.stderr, flush=True)
         if self.requeued:
             print(f"attnflow: {self.requeued}", file=sys.stderr, flush=True)

@@ -95,13 +95,15 @@ def _write_json(path: Path, data: dict) -> None:
         tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
 
 
-def record_failure(run_dir: Path, reason: str) -> None:
-    """Record ``failed: reason`` in a written ``metrics.json`` (attnflow-report's status)."""
+def record_failure(run_dir: Path, reason: str, **fields: Any) -> None:
+    """Record ``failed: reason`` in a written ``metrics.json`` (attnflow-report's status); with
+    ``fields`` (a sweep's trial), in a new one where the run wrote none."""
     from pytorch_lightning.utilities import rank_zero_only
 
     path = Path(run_dir) / "metrics.json"
-    if getattr(rank_zero_only, "rank", 0) == 0 and path.is_file():
-        _write_json(path, {**json.loads(path.read_text()), "failed": reason})
+    if getattr(rank_zero_only, "rank", 0) != 0 or not (path.is_file() or fields and path.parent.is_dir()):
+        return
+    _write_json(path, {**(json.loads(path.read_text()) if path.is_file() else fields), "failed": reason})
 
 
 def _metrics(results: List[dict], prefix: str = "") -> Dict[str, float]:
