@@ -151,6 +151,7 @@ def _foreign_hydra_plugins() -> List[str]:
     import pkgutil
 
     spec = importlib.util.find_spec("hydra_plugins")
-    ours = {modules[1].rsplit(".", 1)[1] for modules, _, _ in PLUGINS.values()}
+    ours = {m.rsplit(".", 1)[1] for modules, _, _ in PLUGINS.values() for m in modules
+            if m.startswith("hydra_plugins.")}
     return [m.name for m in pkgutil.iter_modules(spec.submodule_search_locations or [])
             if m.name not in ours] if spec else []

@@ -15,11 +15,14 @@ from typing import Any, Iterable, Optional, Tuple
 
 
 OPTUNA_SWEEPER = "hydra_plugins.attnflow_optuna_sweeper.optuna_sweeper.OptunaSweeper"  # attnflow's own
+# hydra-optuna-sweeper's name, which runs attnflow's sweeper too (hydra_plugins/hydra_optuna_sweeper)
+PLUGIN_OPTUNA_SWEEPER = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
 RETRY_OF = "retry_of"  # a trial's user attribute: the number of the cut-off trial it re-runs
 
 # plugin → (modules it needs, the pip extra that installs them, what it is)
 PLUGINS = {
-    "optuna": (("optuna", "hydra_plugins.attnflow_optuna_sweeper"), "sweep", "the Optuna sweeper"),
+    "optuna": (("optuna", "hydra_plugins.attnflow_optuna_sweeper", "hydra_plugins.hydra_optuna_sweeper"),
+               "sweep", "the Optuna sweeper"),
     "joblib": (("joblib", "hydra_plugins.hydra_joblib_launcher"), "launchers", "the joblib launcher"),
     "submitit": (("submitit", "hydra_plugins.hydra_submitit_launcher"), "launchers",
                  "the submitit launcher"),
@@ -109,9 +112,15 @@ def missing_plugin(argv: Iterable[str], conf_dir: Path) -> Optional[str]:
     return None
 
 
+def is_optuna_sweeper(target: Any) -> bool:
+    """Whether a sweeper's ``_target_`` runs attnflow's Optuna sweeper: its own name, or
+    hydra-optuna-sweeper's (a search saved for that plugin)."""
+    return target in (OPTUNA_SWEEPER, PLUGIN_OPTUNA_SWEEPER)
+
+
 def optuna_sweep(cfg: Any) -> bool:
     """Whether a composed config (with its ``hydra`` node) sweeps with attnflow's Optuna sweeper."""
-    return cfg.hydra.sweeper.get("_target_") == OPTUNA_SWEEPER
+    return is_optuna_sweeper(cfg.hydra.sweeper.get("_target_"))
 
 
 # -- where an Optuna sweep keeps its study (the sweeper's, each trial's and the report's) ---------

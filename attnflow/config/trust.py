@@ -14,6 +14,7 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 TRUSTED_TARGETS = ("hydra._internal.core_plugins.", "hydra_plugins.hydra_joblib_launcher.",
                    "hydra_plugins.hydra_submitit_launcher.", "hydra_plugins.attnflow_optuna_sweeper.",
+                   "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper",  # (attnflow's too)
                    "optuna.samplers.", "optuna.pruners.", "attnflow.cli.sweep_end.")
 _LOGGING = ("hydra.job_logging", "hydra.hydra_logging")
 

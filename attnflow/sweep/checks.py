@@ -11,9 +11,11 @@ from omegaconf.errors import OmegaConfBaseException
 
 from attnflow.config.overrides import parsed
 from attnflow.config.registry import DATA, TASKS, ConfigError, suggest
+from attnflow.config.sweeps import is_optuna_sweeper
 from attnflow.training.trainer_checks import reads_no_batch
 from attnflow.training.validate import metric_names
-from attnflow.sweep.config import TARGET, directions
+from attnflow.sweep.config import directions
+from attnflow.sweep.migration import check_migration
 
 
 def _unread_split(cfg: Any, split: str) -> Optional[str]:
@@ -96,7 +98,7 @@ def check_sweep(cfg: Any) -> None:
     """An Optuna sweep (attnflow's sweeper) before Hydra starts: its metrics and directions, and a
     pruner with one ``val/`` metric to watch."""
     sweeper = cfg.hydra.sweeper
-    if sweeper.get("_target_") != TARGET:
+    if not is_optuna_sweeper(sweeper.get("_target_")):
         return
     metric_directions(cfg)
     pruner = str((sweeper.get("pruner") or {}).get("_target_", "optuna.pruners.NopPruner"))
@@ -105,6 +107,7 @@ def check_sweep(cfg: Any) -> None:
         raise ConfigError(f"hydra.sweeper.pruner={pruner.rsplit('.', 1)[-1]} watches one validation "
                           f"metric, but optimized_metric={metric}: prune a single val/ metric, or "
                           f"set hydra/sweeper/pruner=none")
+    check_migration(sweeper)  # hydra-optuna-sweeper's keys: taken, refused, or a warning
 
 
 # what, swept, changes the data a sweep's jobs read: each job's own run checks its files
