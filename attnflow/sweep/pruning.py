@@ -22,7 +22,7 @@ from typing import Any, Dict, Optional
 import pytorch_lightning as pl
 from pytorch_lightning.trainer.states import TrainerFn
 
-from attnflow.config.sweeps import RETRY_OF, open_storage, storage_spec
+from attnflow.config.sweeps import RETRY_OF, is_optuna_sweeper, open_storage, storage_spec
 from attnflow.sweep import liveness, study as studies
 
 log = logging.getLogger(__name__)
@@ -109,10 +109,10 @@ class TrialReports(pl.Callback):
 def trial_reports(hydra_cfg: Any, metric: Any) -> Optional[TrialReports]:
     """The :class:`TrialReports` of this job if it is a trial of attnflow's Optuna sweeper (its
     reports: a single ``val/`` objective's), else None."""
-    from attnflow.sweep.config import TARGET, build
+    from attnflow.sweep.config import build
 
     sweeper = hydra_cfg.sweeper
-    if sweeper.get("_target_") != TARGET:
+    if not is_optuna_sweeper(sweeper.get("_target_")):
         return None
     reported = metric if isinstance(metric, str) and metric.startswith("val/") else None
     pruner = build(sweeper.pruner, None) if sweeper.get("pruner") else None  # (the sweeper warned)
