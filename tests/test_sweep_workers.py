@@ -172,3 +172,30 @@ def test_three_workers_fill_one_study_on_postgresql(tmp_path, postgres_url):  # 
     for t in counted:
         metrics = json.loads((Path(t.user_attrs["run_dir"]) / "metrics.json").read_text())
         assert t.value == pytest.approx(metrics["metrics"]["val/acc"])
+
+
+def test_a_journal_lease_tells_a_lost_trial_from_a_live_one(tmp_path):
+    """On a journal file the lease is the time of a trial's last beat: one silent for longer than
+    the grace period is failed as lost and queued again, once; one that beats is left running."""
+    from attnflow.config.sweeps import open_storage
+    from attnflow.sweep import liveness
+
+    storage = open_storage(str(tmp_path / "study.journal"))
+    study = optuna.create_study(study_name="s", storage=storage)
+    lost, live = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)}), study.ask()
+    liveness.beat(storage, lost._trial_id)
+    time.sleep(1.5)
+    beating = liveness.Beating(storage, live._trial_id, 0.2)
+    try:
+        failed = liveness.reap(storage, study, grace=1.0)
+        assert [t.number for t in failed] == [lost.number]
+        assert liveness.reap(storage, study, grace=1.0) == []  # (once)
+    finally:
+        beating.stop()
+    trials = study.trials
+    assert trials[lost.number].state.name == "FAIL" and trials[live.number].state.name == "RUNNING"
+    assert trials[lost.number].user_attrs["interrupted"].startswith("no heartbeat for 1 s")
+    (retry,) = [t for t in trials if t.state.name == "WAITING"]
+    assert retry.user_attrs == {"retry_of": lost.number}
+    taken = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})  # (the queued one first)
+    assert taken.number == retry.number and taken.params == trials[lost.number].params

@@ -103,7 +103,7 @@ def run_app(cfg: DictConfig) -> float | list | None:
     from attnflow.training.distributed import check_multirun_strategy
     from attnflow.training.preemption import Interrupted
     from attnflow.training.resume import from_hydra  # resume=<run>: the run's own config
-    from attnflow.training.run import record_failure, train
+    from attnflow.training.run import train
     from attnflow.training.runlock import first_rank
     from attnflow.sweep.checks import check_optimized_metric
     from attnflow.sweep.pruning import trial_reports
@@ -149,6 +149,14 @@ def run_app(cfg: DictConfig) -> float | list | None:
         if reports is not None:
             reports.close()
     _print_summary(summary, out)
+    return _objective(summary, metric, out, reports)
+
+
+def _objective(summary: dict, metric, out: Path, reports) -> float | list | None:
+    """``optimized_metric``'s value (a list: one per metric) from the run's final metrics; a
+    metric the run did not report fails it (exit 2, or a sweep trial's failure)."""
+    from attnflow.training.run import record_failure
+
     if not metric:
         return None
     wanted = metric if isinstance(metric, list) else [metric]  # what a sweeper optimises

@@ -40,9 +40,9 @@ def visible_devices() -> List[str]:
     return [str(i) for i in range(torch.cuda.device_count())]
 
 
-def _watch_parent(study: Optional[tuple]) -> None:
-    """Stop this trial (SIGTERM: ``last.ckpt`` after the running step) once its sweep is gone, and
-    record it interrupted in the study (``study``: (storage spec, name, trial number))."""
+def _watch_parent() -> None:
+    """Stop this trial (SIGTERM: ``last.ckpt`` after the running step) once its sweep is gone;
+    :func:`_trial_main` then records it interrupted."""
     parent = os.getppid()
 
     def watch() -> None:
@@ -80,7 +80,7 @@ def _trial_main(job: bytes, env: Dict[str, str], study: Optional[tuple], conn: A
 
     os.environ.update(env)  # (before torch loads)
     os.setpgrp()
-    _watch_parent(study)
+    _watch_parent()
     try:
         out = ("done", _run_job(*cloudpickle.loads(job)))
     except SystemExit as exit_:
