@@ -34,6 +34,8 @@ SAFE = (*EXTEND, "trainer.accelerator", "trainer.precision", "trainer.enable_mod
 BOOKKEEPING = ("resume", "ckpt_path", "run", "tags", "logger", "paths", "hydra")
 # What a checkpoint's state depends on (ckpt_path= into a new run must match these).
 STATE_DEFINING = ("model", "data", "task")
+# A rank other than the first leaves Hydra's record and log file to it, logging to its console.
+OTHER_RANK = {"hydra.output_subdir": "null", "hydra/job_logging": "stdout"}
 
 
 class ResumeError(ConfigError):
@@ -253,7 +255,7 @@ def prepare_argv(args: Sequence[str]) -> List[str]:
     if not target:
         if pinned and first_rank():
             _check_new_run_dir(Path(pinned).expanduser())
-        return list(args)
+        return _other_rank(list(args), values)
     flags = [a for a in args if a.startswith("-")]
     if flags:
         raise ResumeError(f"resume= continues one run: it takes no {flags[0]}")
@@ -276,8 +278,18 @@ def prepare_argv(args: Sequence[str]) -> List[str]:
     print(f"attnflow: resuming {run} (experiment {recorded or 'default'}) from "
           f"checkpoints/last.ckpt: epoch {ckpt.get('epoch')}, step {ckpt.get('global_step')}",
           file=sys.stderr, flush=True)
-    return [f"resume={_quote(str(run))}", *keep, f"hydra.run.dir={_quote(str(run))}",
-            "hydra.output_subdir=null"]
+    return _other_rank([f"resume={_quote(str(run))}", *keep, f"hydra.run.dir={_quote(str(run))}",
+                        "hydra.output_subdir=null"], values)
+
+
+def _other_rank(argv: List[str], values: Dict[str, str]) -> List[str]:
+    """``argv``; for a rank other than the first, with the :data:`OTHER_RANK` overrides not
+    typed already: another node runs the same command at the same time, and must write nothing
+    (``.hydra/``, Hydra's ``train.log``) in the run folder that the first rank checks is empty."""
+    if first_rank():
+        return argv
+    return [*argv, *(f"{key}={value}" for key, value in OTHER_RANK.items()
+                     if key not in values and f"{key}={value}" not in argv)]
 
 
 def _check_new_run_dir(run_dir: Path) -> None:
@@ -403,5 +415,6 @@ def start(resolved: Dict[str, Any], run_dir: Path | str) -> Optional[str]:
         raise ResumeError(f"{run_dir} already holds a run (config.yaml); a new run there would "
                           f"overwrite its record, metrics and checkpoints (resume= continues it)")
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(_dump(resolved))
+    if first_rank():  # (another node may be the first: it checks that no run is there)
+        (run_dir / "config.yaml").write_text(_dump(resolved))
     return str(ckpt_path) if ckpt_path else None

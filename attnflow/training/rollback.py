@@ -20,9 +20,10 @@ SMALL = 1 << 22  # the bytes of files up to this size are kept, to be put back
 
 
 def snapshot(folder: Path | str) -> Snapshot:
-    """Every file and folder under ``folder`` (empty where it is missing)."""
+    """Every file and folder under ``folder`` (empty where it is missing, or where this process
+    is not the first rank: it takes nothing back, and another node may be writing there)."""
     folder = Path(folder)
-    if not folder.is_dir():
+    if not folder.is_dir() or not runlock.first_rank():
         return {}
     out: Snapshot = {}
     for p in folder.rglob("*"):
@@ -37,7 +38,10 @@ def snapshot(folder: Path | str) -> Snapshot:
 
 def roll_back(folder: Path | str, before: Snapshot) -> bool:
     """Take back what was written under ``folder`` since ``before`` unless a checkpoint was: new
-    files and folders go, small files changed or deleted get their bytes back. Whether it did."""
+    files and folders go, small files changed or deleted get their bytes back. Whether it did.
+    Only the first rank does (another node's ``before`` may predate the first rank's files)."""
+    if not runlock.first_rank():
+        return False
     folder, now = Path(folder), snapshot(folder)
     if any(k.endswith(".ckpt") and before.get(k, ())[:2] != v[:2] for k, v in now.items()):
         return False  # (a checkpoint written since: everything stays)

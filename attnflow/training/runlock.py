@@ -24,8 +24,20 @@ class RunInUseError(ConfigError):
 
 
 def first_rank() -> bool:
-    """Whether this process is the first of a distributed job (or the only process)."""
-    return all(os.environ.get(v, "0") == "0" for v in ("RANK", "LOCAL_RANK", "SLURM_PROCID"))
+    """Whether this process is global rank 0 of a distributed job (or the only process), before
+    a Trainer exists: as the cluster environment Lightning will choose ranks it (torchrun's
+    ``RANK``, SLURM's ``SLURM_PROCID``, LSF's; else Lightning's own ``NODE_RANK`` or
+    ``GROUP_RANK`` with ``LOCAL_RANK``), so that one process of all nodes holds the run folder.
+    (Lightning is imported here, not above: torch takes seconds, and the console script imports
+    this module before it checks a command line.)"""
+    from lightning_fabric.plugins.environments import (LightningEnvironment, LSFEnvironment,
+                                                       SLURMEnvironment, TorchElasticEnvironment)
+
+    for kind in (TorchElasticEnvironment, SLURMEnvironment, LSFEnvironment):  # Lightning's order
+        if kind.detect():
+            return kind().global_rank() == 0
+    own = LightningEnvironment()
+    return own.node_rank() == 0 and own.local_rank() == 0
 
 
 def hold(run_dir: Path | str, advice: str = "") -> bool:

@@ -110,5 +110,7 @@ class ModelTable(pl.Callback):
         Console(soft_wrap=False).print(table)
         frozen = summary.total_parameters - summary.trainable_parameters
         device = type(trainer.accelerator).__name__.removesuffix("Accelerator").lower()
+        nodes = f" on each of {trainer.num_nodes} nodes" if trainer.num_nodes > 1 else ""
         say(f"{summary.total_parameters:,} parameters" + (f" ({frozen:,} frozen)" if frozen else "")
-            + f", {summary.model_size:.1f} MB; {device} × {trainer.num_devices}, precision {trainer.precision}")
+            + f", {summary.model_size:.1f} MB; {device} × {trainer.num_devices}{nodes}, "
+              f"precision {trainer.precision}")
