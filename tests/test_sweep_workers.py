@@ -73,13 +73,20 @@ def test_a_stopped_parallel_sweep_stops_its_trials_which_resume_exactly(tmp_path
     resumed = subprocess.run(command, shell=True, env=ENV, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     trials = _trials(sweep)
-    for first, again in ((trials[0], trials[2]), (trials[1], trials[3])):
-        assert again.state.name == "COMPLETE" and again.user_attrs["retry_of"] == first.number
+    taken_up = {t.user_attrs.get("retry_of"): t for t in trials[2:]}
+    assert sorted(taken_up) == [0, 1]
+    for first, again in ((trials[0], taken_up[0]), (trials[1], taken_up[1])):
+        assert again.state.name == "COMPLETE"
         assert again.user_attrs["run_dir"] == first.user_attrs["run_dir"]
         assert sorted(again.intermediate_values) == list(range(1, 301))
         done = {s: v for s, v in first.intermediate_values.items() if s in again.intermediate_values}
         assert {s: again.intermediate_values[s] for s in done} == pytest.approx(done)
     assert not (sweep / "2").exists() and not (sweep / "3").exists()
+    report = subprocess.run([str(Path(TRAIN).with_name("attnflow-report")), str(sweep), "--out",
+                             str(tmp_path / "report")], capture_output=True, text=True, timeout=300)
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert f"trial {taken_up[0].number} resumed trial 0, which was interrupted" in md, report.stderr[-2000:]
+    assert [line.split("|")[2].strip() for line in md.splitlines() if re.match(r"\| [0-3] \|", line)] == ["ok", "ok"]
     # trial 0 once more, uninterrupted: the same parameters as a run of its own
     params = [f"++{k}={v!r}" for k, v in trials[0].params.items()]
     alone = tmp_path / "alone"

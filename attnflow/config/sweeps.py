@@ -17,7 +17,8 @@ from typing import Any, Iterable, Optional, Tuple
 OPTUNA_SWEEPER = "hydra_plugins.attnflow_optuna_sweeper.optuna_sweeper.OptunaSweeper"  # attnflow's own
 # hydra-optuna-sweeper's name, which runs attnflow's sweeper too (hydra_plugins/hydra_optuna_sweeper)
 PLUGIN_OPTUNA_SWEEPER = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
-RETRY_OF = "retry_of"  # a trial's user attribute: the number of the cut-off trial it re-runs
+RETRY_OF = "retry_of"  # a trial's user attribute: the number of the interrupted trial it takes up
+RUN_DIR = "run_dir"  # a trial's user attribute: its run folder
 
 # plugin → (modules it needs, the pip extra that installs them, what it is)
 PLUGINS = {

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from typing import Any, Iterable, List, Optional, Set
 
-from attnflow.config.sweeps import RETRY_OF
+from attnflow.config.sweeps import RETRY_OF, RUN_DIR
 
 class TrialFailed(RuntimeError):
     """A trial's run refused or failed (its one line): the trial is FAIL, the sweep goes on."""
 
 
-RUN_DIR, WORKER, COMMAND = "run_dir", "worker", "command"
+WORKER, COMMAND = "worker", "command"
 FAIL_REASON, INTERRUPTED, SURPLUS = "fail_reason", "interrupted", "surplus"
 
 

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from attnflow.config.sweeps import RETRY_OF, open_storage
+from attnflow.config.sweeps import RETRY_OF, RUN_DIR, open_storage
 from attnflow.viz.runs import MISSING, PRUNED, Report, Run, natural, sort_key
 
 INTERRUPTED = "running or interrupted"  # RUNNING in the study, no result in its run folder
@@ -136,18 +136,33 @@ def _status(trial, retried_by: Dict[int, int]) -> str:
     return {"RUNNING": INTERRUPTED, "WAITING": "waiting"}.get(state, MISSING)
 
 
+def _folder(trial, report: Report) -> Path:
+    """The run folder of ``trial``: its ``run_dir`` (a resumed trial runs in the folder of the
+    one it takes up), else ``<sweep dir>/<number>``."""
+    return Path(trial.user_attrs.get(RUN_DIR) or report.path / str(trial.number))
+
+
 def apply_statuses(report: Report) -> None:
     """The runs' statuses from their trials: a pruned trial whose metrics.json does not say so
     is ``pruned``; a trial without a result in its folder (or without a folder) gets its state's
-    status; runs are sorted again."""
-    retried_by = {t.user_attrs[RETRY_OF]: t.number for t in report.study.trials
+    status; a folder a later trial resumed is that trial's; another worker's trials (their folders
+    elsewhere) are counted in a note; runs are sorted again."""
+    trials = report.study.trials
+    retried_by = {t.user_attrs[RETRY_OF]: t.number for t in trials
                   if isinstance(t.user_attrs.get(RETRY_OF), int)}
     runs = {r.name: r for r in report.runs}
-    added = []
-    for t in report.study.trials:
-        run = runs.get(str(t.number))
+    added, elsewhere, here = [], 0, report.path.resolve()
+    for t in trials:
+        folder = _folder(t, report)
+        if folder.parent.resolve() != here:
+            elsewhere += 1
+            continue
+        if t.number in retried_by and _folder(trials[retried_by[t.number]], report) == folder:
+            continue  # (its folder holds the run of the trial that resumed it)
+        run = runs.get(folder.name)
         if run is None:
-            run = Run(name=str(t.number), path=report.path / str(t.number), status=MISSING)
+            run = Run(name=folder.name, path=folder, status=MISSING)
+            runs[folder.name] = run
             added.append(run)
         if run.status == "ok" and t.state.name == "PRUNED" and "trial" not in run.summary:
             run.status = PRUNED
@@ -156,8 +171,12 @@ def apply_statuses(report: Report) -> None:
             if run in added and run.status == MISSING:
                 run.status = f"no run folder (trial {STATE_WORDS.get(t.state.name, t.state.name)})"
         if isinstance(t.user_attrs.get(RETRY_OF), int):
-            report.notes.append(f"trial {t.number} re-ran trial {t.user_attrs[RETRY_OF]}, "
+            how = "resumed" if folder == _folder(trials[t.user_attrs[RETRY_OF]], report) else "re-ran"
+            report.notes.append(f"trial {t.number} {how} trial {t.user_attrs[RETRY_OF]}, "
                                 "which was interrupted")
+    if elsewhere:
+        report.notes.append(f"{elsewhere} trial(s) of the study ran in other workers' folders "
+                            f"(attnflow-report <their folder> lists them)")
     report.runs += sorted(added, key=lambda r: natural(r.name))
     if not report.groups:
         report.runs.sort(key=sort_key(report.metric, report.maximize))
