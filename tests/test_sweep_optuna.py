@@ -90,13 +90,15 @@ def _running(sweep: Path, number: int) -> bool:
 
 
 def _pids_alive(pids) -> list:
+    """The processes of ``pids`` that still run (a zombie, ended but not yet reaped, does not)."""
     alive = []
     for pid in pids:
         try:
-            os.kill(pid, 0)
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z":
             alive.append(pid)
-        except ProcessLookupError:
-            pass
     return alive
 
 

@@ -116,7 +116,7 @@ def test_trial_processes_of_a_killed_sweep_stop_within_a_minute(tmp_path):
     assert time.time() - killed < 60
     trials = _trials(sweep)
     assert [(t.state.name, t.user_attrs.get("interrupted")) for t in trials[:2]] == [
-        ("FAIL", "its sweep was stopped (kill -9?)")] * 2
+        ("FAIL", "its sweep was stopped (kill -9?)")] * 2, [t.user_attrs for t in trials]
     assert sorted(t.user_attrs.get("retry_of") for t in trials[2:]) == [0, 1]
 
 
