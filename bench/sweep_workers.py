@@ -25,10 +25,7 @@ import argparse
 import collections
 import json
 import os
-import pwd
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,7 +34,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from pg_server import server_bindir  # noqa: E402  (tests/pg_server.py: the server binaries)
+import pg_server  # noqa: E402  (tests/pg_server.py: a throwaway PostgreSQL server)
 
 TRAIN = str(Path(sys.executable).with_name("attnflow-train"))
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
@@ -48,54 +45,12 @@ BASE = ["hparams_search=gat_cora_optuna", "experiment=gat_synthetic", "data.num_
 
 @contextmanager
 def postgres():
-    """A server URL prefix ``postgresql+psycopg2://postgres@127.0.0.1:<port>`` and a function
-    making a database: the minimal start/stop of tests/pg_server.py's fixture."""
-    import psycopg2
-
-    bindir = server_bindir()
-    if bindir is None:
-        sys.exit("no PostgreSQL server binaries (initdb, pg_ctl)")
-    as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-    root = Path(tempfile.mkdtemp(prefix="attnflow-pg-"))
-    data, log = root / "data", root / "server.log"
-    if as_user:
-        pw = pwd.getpwnam("postgres")
-        os.chown(root, pw.pw_uid, pw.pw_gid)
-
-    def run(*cmd: str) -> subprocess.CompletedProcess:
-        return subprocess.run(as_user + list(cmd), cwd=root, capture_output=True, text=True)
-
-    started = False
+    """(``database(name)`` → its URL, the server's major version): tests/pg_server.py's server."""
     try:
-        done = run(str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust",
-                   "-E", "UTF8", "--locale=C", "--no-sync")
-        if done.returncode:
-            sys.exit(f"initdb failed:\n{done.stdout}{done.stderr}")
-        for _ in range(3):
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-            options = f"-k {root} -c listen_addresses=127.0.0.1 -p {port} -c fsync=off -c max_connections=200"
-            done = run(str(bindir / "pg_ctl"), "-D", str(data), "-l", str(log), "-o", options, "-w", "start")
-            if done.returncode == 0:
-                started = True
-                break
-        if not started:
-            sys.exit(f"pg_ctl start failed:\n{done.stdout}{done.stderr}")
-
-        def database(name: str) -> str:
-            conn = psycopg2.connect(host="127.0.0.1", port=port, user="postgres", dbname="postgres")
-            conn.autocommit = True
-            with conn.cursor() as cursor:
-                cursor.execute(f"CREATE DATABASE {name}")
-            conn.close()
-            return f"postgresql+psycopg2://postgres@127.0.0.1:{port}/{name}"
-
-        yield database, bindir.parent.name
-    finally:
-        if started:
-            run(str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop")
-        shutil.rmtree(root, ignore_errors=True)
+        with pg_server.server(max_connections=200) as database:
+            yield database, pg_server.server_bindir().parent.name
+    except pg_server.ServerUnavailable as why:
+        sys.exit(str(why))
 
 
 def alive(pids) -> list:

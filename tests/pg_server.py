@@ -14,6 +14,7 @@ reason, where no PostgreSQL server binaries or no psycopg2 are installed.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
@@ -52,56 +53,77 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def postgres_url():
-    """An empty database on a PostgreSQL server of this pytest process (see the module's docstring)."""
-    pytest.importorskip("psycopg2", reason="psycopg2 is not installed (pip install -e '.[postgres]')")
-    import psycopg2
+class ServerUnavailable(RuntimeError):
+    """No PostgreSQL server can be started here (the reason: what to install)."""
 
+
+@contextlib.contextmanager
+def server(max_connections: int = 100):
+    """A throwaway PostgreSQL server in a temporary folder: yields ``database(name)``, which makes
+    an empty database and returns its SQLAlchemy URL; stopped and removed afterwards. Raises
+    :class:`ServerUnavailable` where no server can be had, ``RuntimeError`` where one fails."""
     bindir = server_bindir()
     if bindir is None:
-        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl): install Debian's postgresql package")
+        raise ServerUnavailable("no PostgreSQL server binaries (initdb, pg_ctl): install Debian's postgresql package")
     # initdb and postgres refuse to run as root: as root, run them as the package's `postgres` user
     as_user = []
     if os.geteuid() == 0:
         try:
             pw = pwd.getpwnam("postgres")
         except KeyError:
-            pytest.skip("running as root and there is no `postgres` user to run the PostgreSQL server as")
+            raise ServerUnavailable("running as root and there is no `postgres` user to run the "
+                                    "PostgreSQL server as") from None
         as_user = ["runuser", "-u", "postgres", "--"]
-
     root = Path(tempfile.mkdtemp(prefix="attnflow-pg-"))  # in /tmp: the postgres user can reach it
     data, log = root / "data", root / "server.log"
     if as_user:
         os.chown(root, pw.pw_uid, pw.pw_gid)
 
     def run(*cmd: str) -> subprocess.CompletedProcess:
-        # cwd=root: the postgres user may not be allowed into the tests' working directory
+        # cwd=root: the postgres user may not be allowed into the caller's working directory
         return subprocess.run(as_user + list(cmd), cwd=root, capture_output=True, text=True)
 
-    started = False
+    port = None
     try:
         done = run(str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust",
                    "-E", "UTF8", "--locale=C", "--no-sync")
         if done.returncode:
-            pytest.fail(f"initdb failed:\n{done.stdout}{done.stderr}")
+            raise RuntimeError(f"initdb failed:\n{done.stdout}{done.stderr}")
         for _ in range(3):  # another process may take the free port between _free_port and the start
-            port = _free_port()
+            candidate = _free_port()
             # fsync off: a throwaway server; Unix socket in our folder, not /var/run/postgresql
-            options = f"-k {root} -c listen_addresses=127.0.0.1 -p {port} -c fsync=off"
+            options = (f"-k {root} -c listen_addresses=127.0.0.1 -p {candidate} -c fsync=off "
+                       f"-c max_connections={max_connections}")
             done = run(str(bindir / "pg_ctl"), "-D", str(data), "-l", str(log), "-o", options, "-w", "start")
             if done.returncode == 0:
-                started = True
+                port = candidate
                 break
-        if not started:
-            pytest.fail(f"pg_ctl start failed:\n{done.stdout}{done.stderr}\n{log.read_text()}")
-        conn = psycopg2.connect(host="127.0.0.1", port=port, user="postgres", dbname="postgres")
-        conn.autocommit = True  # CREATE DATABASE cannot run in a transaction
-        with conn.cursor() as cursor:
-            cursor.execute(f"CREATE DATABASE {DATABASE}")
-        conn.close()
-        yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/{DATABASE}"
+        if port is None:
+            raise RuntimeError(f"pg_ctl start failed:\n{done.stdout}{done.stderr}\n{log.read_text()}")
+        yield lambda name: _database(port, name)
     finally:
-        if started:
+        if port is not None:
             run(str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop")
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _database(port: int, name: str) -> str:
+    import psycopg2
+
+    conn = psycopg2.connect(host="127.0.0.1", port=port, user="postgres", dbname="postgres")
+    conn.autocommit = True  # CREATE DATABASE cannot run in a transaction
+    with conn.cursor() as cursor:
+        cursor.execute(f"CREATE DATABASE {name}")
+    conn.close()
+    return f"postgresql+psycopg2://postgres@127.0.0.1:{port}/{name}"
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """An empty database on a PostgreSQL server of this pytest process (see the module's docstring)."""
+    pytest.importorskip("psycopg2", reason="psycopg2 is not installed (pip install -e '.[postgres]')")
+    try:
+        with server() as database:
+            yield database(DATABASE)
+    except ServerUnavailable as why:
+        pytest.skip(str(why))
