@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from attnflow.io.checkpoints import AVERAGED, AVG_DIR, INDEX, CheckpointError, read_index, runs_inside
+from attnflow.io.console import command
 from attnflow.io.text import InputError, check_folder, path_arg
 
 
@@ -107,7 +108,8 @@ def _print(kept: list, record: dict) -> None:
                       "yes" if e["epoch"] in record["epochs"] else "")
     Console().print(table)
     print(f"attnflow-average: the mean of epochs {', '.join(map(str, record['epochs']))} written to "
-          f"{record['path']}\n  evaluate it: attnflow-eval {record['path']} split=val", file=sys.stderr)
+          f"{record['path']}\n  evaluate it: {command('attnflow-eval', str(record['path']), split='val')}",
+          file=sys.stderr)
 
 
 if __name__ == "__main__":

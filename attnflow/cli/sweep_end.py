@@ -8,6 +8,8 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 
+from attnflow.io.console import command
+
 
 class SweepSummary(Callback):
     """Prints ``sweep folder: …`` before the first job and the ranked table after the last."""
@@ -25,4 +27,5 @@ class SweepSummary(Callback):
         except ReportError as err:  # (no job wrote a run)
             print(f"sweep folder: {folder}: {err}", flush=True)
             return
-        print(f"sweep folder: {folder} (the full report: attnflow-report {folder})", flush=True)
+        print(f"sweep folder: {folder} (the full report: {command('attnflow-report', str(folder))})",
+              flush=True)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from attnflow import config_dir
 from attnflow.config.registry import ConfigError
+from attnflow.io.console import command
 from attnflow.training import rollback
 from attnflow.training.onednn import bound_primitive_cache
 
@@ -45,7 +46,7 @@ def _requeued(argv: list, conf: Path) -> tuple:
     if note is None:
         return argv, None
     run = note.read_text().strip()
-    print(f"attnflow: a requeued SLURM job: attnflow-train resume={run}", file=sys.stderr)
+    print(f"attnflow: a requeued SLURM job: {command('attnflow-train', resume=run)}", file=sys.stderr)
     return [f"resume={run}"], note
 
 

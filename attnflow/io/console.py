@@ -22,6 +22,25 @@ def warn_unread(field: str, why: str) -> None:
     warnings.warn(f"{field} is unread: {why}", AttnflowWarning, stacklevel=3)
 
 
+def hydra_value(value: str) -> str:
+    """``value`` as a Hydra override's value: plain where Hydra's grammar reads it so (a path of
+    letters, digits, ``_./:-``), else in double quotes (spaces, accents, quotes)."""
+    import re
+
+    if re.fullmatch(r"[A-Za-z0-9_./:+-]*", value) and value:
+        return value
+    return '"' + value.replace('"', '\\"') + '"'
+
+
+def command(program: str, *args: str, **overrides: str) -> str:
+    """A command line that pastes into bash and works whatever the paths: ``args`` as they are,
+    ``overrides`` as ``key=value`` with Hydra's quoting, each word quoted for the shell."""
+    import shlex
+
+    words = [program, *map(str, args), *(f"{k}={hydra_value(str(v))}" for k, v in overrides.items())]
+    return shlex.join(words)
+
+
 BARS = ("auto", "rich", "tqdm", "text", "none")  # callbacks.progress_bar (attnflow.training.progress)
 
 

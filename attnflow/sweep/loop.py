@@ -25,6 +25,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any, Dict, Optional
 
+from attnflow.io.console import command
 from attnflow.sweep import liveness, study as studies
 from attnflow.training.preemption import SIGNALS, Interrupted
 
@@ -168,7 +169,8 @@ class TrialLoop:
         if finished and (failed / finished > rate or self.over_budget):  # (the line: final counts)
             self.over_budget = (f"{failed} of the study's {finished} finished trials failed, more "
                                 f"than hydra.sweeper.max_failure_rate={rate}: the sweep stops "
-                                f"(the trials' fail_reason: attnflow-report {self.search.sweep_dir})")
+                                f"(the trials' fail_reason: "
+                                f"{command('attnflow-report', str(self.search.sweep_dir))})")
 
     # -- signals -------------------------------------------------------------------------------
     def _install(self) -> dict:

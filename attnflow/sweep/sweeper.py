@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import shlex
 import sys
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -23,11 +22,12 @@ from omegaconf import OmegaConf
 
 from attnflow.config.registry import ConfigError
 from attnflow.config.sweeps import open_storage, storage_spec
+from attnflow.io.console import hydra_value
 from attnflow.sweep import liveness, study as studies
 from attnflow.sweep.checks import metric_directions
 from attnflow.sweep.config import build
 from attnflow.sweep.loop import TrialLoop
-from attnflow.sweep.space import format_value, parse_space
+from attnflow.sweep.space import parse_space
 from attnflow.training import runlock
 from attnflow.training.preemption import Interrupted
 
@@ -155,12 +155,8 @@ def continue_command(config: Any, sweep_dir: Path) -> str:
     its folder named, pasteable into a shell."""
     hydra = [o for o in config.hydra.overrides.hydra if not str(o).startswith("hydra.sweep.dir=")]
     return shlex.join(["attnflow-train", "-m", *map(str, hydra), *map(str, config.hydra.overrides.task),
-                       f"hydra.sweep.dir={_hydra_path(str(sweep_dir))}"])
+                       f"hydra.sweep.dir={hydra_value(str(sweep_dir))}"])
 
-
-def _hydra_path(path: str) -> str:
-    """A path as an override's value: plain, or quoted for Hydra's grammar."""
-    return path if re.fullmatch(r"[\w./:-]+", path) else format_value(path)
 
 
 class Launches:

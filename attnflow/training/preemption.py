@@ -16,6 +16,7 @@ from typing import Any, Dict, Optional, Protocol, runtime_checkable
 
 import pytorch_lightning as pl
 
+from attnflow.io.console import command
 from attnflow.training.requeue import requeue
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
@@ -116,7 +117,8 @@ class StopOnSignal(pl.Callback):
             print(f"\nattnflow: interrupted; {what or 'no checkpoint yet'}. Continue the study "
                   f"with:\n  {elsewhere}", file=sys.stderr, flush=True)
         else:
-            print(f"\nattnflow: interrupted; {what}. Resume with:\n  attnflow-train resume={self.run_dir}"
+            print(f"\nattnflow: interrupted; {what}. Resume with:\n  "
+                  f"{command('attnflow-train', resume=str(self.run_dir))}"
                   if what else "\nattnflow: interrupted before the first checkpoint; nothing to resume",
                   file=sys.stderr, flush=True)
         if self.requeued:

@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Dict
 
+from attnflow.io.console import command
 from attnflow.io.text import atomic_path
 from attnflow.training import runlock
 
@@ -62,6 +63,6 @@ def roll_back(folder: Path | str, before: Snapshot) -> bool:
 def kept(folder: Path | str) -> str:
     """The checkpoints a run folder holds, and how to go on, for a message."""
     names = sorted(p.name for p in (Path(folder) / "checkpoints").glob("*.ckpt"))
-    go_on = (f"once it can write: attnflow-train resume={folder}" if "last.ckpt" in names
+    go_on = (f"once it can write: {command('attnflow-train', resume=str(folder))}" if "last.ckpt" in names
              else "no last.ckpt to resume from")
     return f"kept {', '.join(names)} in {folder}/checkpoints; {go_on}"
