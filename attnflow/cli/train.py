@@ -50,19 +50,33 @@ def _requeued(argv: list, conf: Path) -> tuple:
     return [f"resume={run}"], note
 
 
+def _multirun(cfg: DictConfig, argv: list) -> bool:
+    from hydra.types import RunMode
+
+    return bool({"-m", "--multirun"} & set(argv)) or cfg.hydra.get("mode") == RunMode.MULTIRUN
+
+
 def _check_output_folder(cfg: DictConfig, argv: list) -> None:
-    """The run's folder (a multirun's) can be made and written, before Hydra makes it."""
+    """The run's folder (a multirun's) can be made and written, before Hydra makes it; a sweep
+    folder named outright (not from the clock) is locked for this sweep first, so that a sweep
+    refused for another's live folder changes none of its files."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     from attnflow.io.text import check_folder
+    from attnflow.training import runlock
 
-    key = "hydra.sweep.dir" if {"-m", "--multirun"} & set(argv) else "hydra.run.dir"
+    multirun = _multirun(cfg, argv)
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     try:
         folder = OmegaConf.select(cfg, key, throw_on_resolution_failure=True)
     except OmegaConfBaseException:  # (a resolver only Hydra's run sets: Hydra checks it)
         return
     check_folder(f"{key}={folder}", Path(folder) / "config.yaml", "name a folder for the run")
+    if multirun and "${now:" not in str(OmegaConf.to_container(cfg.hydra.sweep, resolve=False)["dir"]):
+        runlock.hold(folder, "one sweep runs in a folder at a time; wait for it to end (the same "
+                             "command continues a stopped sweep), or give this one a hydra.sweep.dir "
+                             "of its own")
 
 
 def _check_sweep(cfg: DictConfig) -> None:
@@ -78,9 +92,7 @@ def _check_sweep(cfg: DictConfig) -> None:
 def _check_sweep_data(cfg: DictConfig, argv: list) -> None:
     """A multirun's data files are there before its first job makes the sweep's folder
     (:func:`attnflow.sweep.checks.check_sweep_data`); else one line and exit status 2."""
-    from hydra.types import RunMode
-
-    if not ({"-m", "--multirun"} & set(argv) or cfg.hydra.get("mode") == RunMode.MULTIRUN):
+    if not _multirun(cfg, argv):
         return
     from attnflow.data.errors import DataError
     from attnflow.sweep.checks import check_sweep_data

@@ -61,8 +61,8 @@ class OptunaSearch:
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         try:
             runlock.hold(sweep_dir, "one sweep runs in a folder at a time; wait for it to end (the "
-                                    "same command continues a stopped sweep), or give this worker "
-                                    "a hydra.sweep.dir of its own")
+                                    "same command continues a stopped sweep), or give this one "
+                                    "a hydra.sweep.dir of its own")  # (attnflow-train: held already)
             try:
                 OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
                 self._sweep(arguments, sweep_dir)
