@@ -7,6 +7,7 @@ nothing written before is overwritten."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -226,3 +227,27 @@ def test_unreadable_checkpoints_and_foreign_runs(gat_run, tmp_path, capsys):
     torch.save({"state_dict": {"w": torch.ones(1)}}, foreign)
     assert main([str(foreign)]) == 2
     assert "is not an attnflow run" in capsys.readouterr().err
+
+
+def test_a_second_writer_of_the_same_output_is_refused_before_any_work(tmp_path, capsys, monkeypatch):
+    """Two `attnflow-eval … -o same.json` at once: the second did all its work, then refused to
+    write. Now the first holds .same.json.lock; the second is refused at once, in one line."""
+    import os
+
+    import attnflow.cli.evaluate as evaluate_mod
+    from attnflow.training.runlock import output_lock_path, writing
+
+    run = fabricate_run(GRAPH, tmp_path / "run")
+    out = tmp_path / "same.json"
+    with writing(out, "-o first"):  # the first attnflow-eval, still at work
+        monkeypatch.setattr(evaluate_mod, "load_run", lambda *a: pytest.fail("the run was read"))
+        assert main([str(run), "-o", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert re.fullmatch(rf"attnflow-eval: -o {re.escape(str(out))} is being written by pid "
+                            rf"{os.getpid()} on \S+ since [-\d]+ [:\d]+: give another name, or wait "
+                            rf"for that one to end\n", err), err
+        monkeypatch.undo()
+    assert not out.exists() and not output_lock_path(out).exists()
+    assert main([str(run), "-o", str(out)]) == 0  # once it ended: written, no lock file left
+    assert "test/acc" in json.loads(out.read_text())["metrics"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "same.json"]

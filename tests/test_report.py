@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from attnflow.cli.report import main
-from attnflow.viz.runs import MISSING
+from attnflow.viz.runs import MISSING, NOT_A_RUN
 from support import (CHROMIUM, CHROMIUM_MISSING, FAST, PLOT_BOXES_PROBE, chromium_dom, chromium_flags,
                      optuna_sweep_folder, plots_in_screenshot, train_cli)
 
@@ -508,6 +508,28 @@ def test_bad_paths_exit_2_naming_the_path(tmp_path, capsys, kind):
     assert {"missing": "does not exist", "file": "is a file", "empty": "multirun.yaml",
             "parent": "report one of them: " + str(path / "10-00-00")}[kind] in err
     assert not (path / "report").exists()
+
+
+def test_a_folder_without_config_and_metrics_is_not_a_run(tmp_path, capsys):
+    """A folder whose metrics.json is `{}` and that has no config was listed as a run, "ok":
+    given itself, it is refused; among runs, it is listed last as "not a run"."""
+    runs = tmp_path / "runs"
+    real, alien = runs / "a", runs / "b"
+    for d in (real, alien):
+        d.mkdir(parents=True)
+        (d / "metrics.json").write_text("{}")
+    (real / "config.yaml").write_text("seed: 1\n")
+    (real / "metrics.json").write_text(json.dumps({"metrics": {"val/loss": 0.5}}))
+    with pytest.raises(SystemExit) as exc:
+        main([str(alien)])
+    assert exc.value.code == 2 and not (alien / "report").exists()
+    assert capsys.readouterr().err == (
+        f"attnflow-report: '{alien}' is {NOT_A_RUN}; name a run directory (attnflow-train "
+        f"writes config.yaml as it starts) or a multirun directory\n")
+    main([str(runs)])
+    rows = read_csv(runs / "report" / "report.csv")
+    assert [(r["run"], r["status"]) for r in rows] == [("a", "ok"), ("b", NOT_A_RUN)]
+    assert NOT_A_RUN == "not a run: no config.yaml (nor .hydra/config.yaml) and no metrics"
 
 
 @pytest.mark.skipif(not CHROMIUM.exists(), reason=CHROMIUM_MISSING)

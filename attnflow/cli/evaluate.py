@@ -14,12 +14,14 @@ vocabulary); ``data.name`` picks another data module of the same kind (fields fr
 ``seed`` and the ``trainer.*`` fields of :data:`TRAINER_FIELDS`; an unknown one is an error.
 
 The metrics are printed and written as JSON to ``<run dir>/eval/<split>-<YYYYmmdd-HHMMSS>.json``
-or ``-o FILE``; an existing file is never overwritten.
+or ``-o FILE``; an existing file is never overwritten, and a second attnflow-eval writing the
+same ``-o FILE`` is refused at once (``.FILE.lock`` beside it), not after its work.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -38,6 +40,7 @@ from attnflow.io.checkpoints import CheckpointError, Run, load_run, load_weights
 from attnflow.io.console import plain_warnings
 from attnflow.io.text import check_folder, check_new_outputs, path_arg
 from attnflow.training.onednn import bound_primitive_cache
+from attnflow.training.runlock import writing
 
 TRAINER_FIELDS = ("accelerator", "devices", "precision", "limit_val_batches", "limit_test_batches")
 SPLITS = ("val", "test")
@@ -154,9 +157,9 @@ def _check_run_fixed(keys: List[str], cfg: Dict[str, Any], trained: Dict[str, An
 
 
 def output_path(run: Run, split: str, out: Optional[str]) -> Path:
-    """Where the metrics go: ``-o`` if new, else a new name in ``<run dir>/eval``."""
+    """Where the metrics go: ``-o`` (checked, and locked, by :func:`evaluate`), else a new name
+    in ``<run dir>/eval``."""
     if out:
-        check_new_outputs(("-o", out))
         return Path(out)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     path = run.run_dir / "eval" / f"{split}-{stamp}.json"
@@ -207,10 +210,19 @@ def evaluate(target: Path | str, overrides: List[str] = (), out: Optional[str] =
              device: str = "cpu") -> Tuple[Dict[str, Any], Path]:
     """Evaluate a run; returns (the written summary, its path)."""
     parsed = parse_overrides(list(overrides))
-    run = load_run(target, device)
-    cfg, split, trainer_fields = apply_overrides(run, parsed)
-    path = output_path(run, split, out)
+    with contextlib.ExitStack() as held:
+        if out:  # a second writer of the same file is refused before any work
+            check_new_outputs(("-o", out))
+            held.enter_context(writing(out, f"-o {out}"))
+            check_new_outputs(("-o", out))  # (written by the holder it waited behind)
+        run = load_run(target, device)
+        cfg, split, trainer_fields = apply_overrides(run, parsed)
+        path = output_path(run, split, out)
+        return _evaluate(run, cfg, split, trainer_fields, path, overrides, device)
 
+
+def _evaluate(run: Run, cfg: Dict[str, Any], split: str, trainer_fields: Dict[str, Any], path: Path,
+              overrides: List[str], device: str) -> Tuple[Dict[str, Any], Path]:
     import pytorch_lightning as pl
 
     from attnflow.config.registry import DATA, MODELS, TASKS

@@ -18,6 +18,7 @@ of ``train``/``val``/``test``, else are drawn: ``split`` fractions of the labell
 from __future__ import annotations
 
 import logging
+import math
 import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Literal, Mapping, Optional
@@ -90,13 +91,30 @@ def saved_graph(path: str) -> Data:
     return obj
 
 
-def _float(value: Any, where: str, column: str) -> List[float]:
+def _float(value: Any, where: str, column: str, node: Any) -> List[float]:
     values = value if isinstance(value, list) else [value]
     try:
-        return [float(v) for v in values]
+        out = [float(v) for v in values]
     except (TypeError, ValueError):
         raise DataError(f"{where}: {column}={value!r} is not a number (a feature column); name "
                         f"the feature columns with data.feature_fields") from None
+    for k, v in enumerate(out):
+        if not math.isfinite(v):
+            item = f" (item {k})" if isinstance(value, list) else ""
+            raise DataError(f"{where}: node {node!r}, column '{column}'{item} is {v}: features "
+                            f"must be finite numbers")
+    return out
+
+
+def check_finite(x: torch.Tensor, where: str, node_ids: Optional[List[str]] = None) -> None:
+    """Every feature of ``x`` (nodes, features) finite, else a :class:`DataError` naming the
+    first node (index, and id where known) and column that is not."""
+    bad = (~torch.isfinite(x.float())).nonzero()
+    if len(bad):
+        node, column = (int(i) for i in bad[0])
+        name = f" ({node_ids[node]!r})" if node_ids and node < len(node_ids) else ""
+        raise DataError(f"{OWNER}: {where}: node {node}{name}, feature column {column} is "
+                        f"{float(x[node, column])}: x must be finite ({len(bad)} value(s) are not)")
 
 
 class _Fields:
@@ -124,7 +142,7 @@ def table_graph(nodes: str, edges: str, f: _Fields, labels: Optional[list]) -> D
         if row[f.id] in index:
             raise DataError(f"{at}: node {row[f.id]!r} is listed twice")
         index[row[f.id]] = len(index)
-        xs.append([v for c in features for v in _float(row[c], at, c)])
+        xs.append([v for c in features for v in _float(row[c], at, c, row[f.id])])
         raw.append(None if row[f.label] in (None, "") else row[f.label])
         splits.append(row.get(f.split))
     known = check_labels(labels, OWNER)
@@ -230,9 +248,10 @@ class GraphFilesDataModule(GraphDataModule):
             if getattr(data, key, None) is None:
                 raise DataError(f"{OWNER}: {where} gives no '{key}'")
         n = data.x.shape[0]
-        if data.x.dim() != 2 or data.y.shape[0] != n or not torch.isfinite(data.x.float()).all():
-            raise DataError(f"{OWNER}: {where}: x must be (nodes, features) and finite and y one "
-                            f"row per node; got x {tuple(data.x.shape)}, y {tuple(data.y.shape)}")
+        if data.x.dim() != 2 or data.y.shape[0] != n:
+            raise DataError(f"{OWNER}: {where}: x must be (nodes, features) and y one row per "
+                            f"node; got x {tuple(data.x.shape)}, y {tuple(data.y.shape)}")
+        check_finite(data.x, where, data.node_ids if "node_ids" in data else None)
         edges = data.edge_index.long()
         if edges.numel() and (edges.min() < 0 or edges.max() >= n):
             raise DataError(f"{OWNER}: {where}: an edge names node {int(edges.max())}, but the "

@@ -6,14 +6,15 @@ one, so ``data.labels: [0, 1]`` matches it as it matches JSON's."""
 from __future__ import annotations
 
 import csv
-import gzip
 import json
 import re
+import zlib
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from attnflow.data.base import class_label, random_subset
 from attnflow.data.errors import DataError, missing_data, numbered_lines
+from attnflow.io.text import InputError, decoded_lines, open_bytes
 
 FORMATS = (".jsonl", ".json", ".csv", ".tsv", ".parquet")
 _INT = re.compile(r"-?\d+")
@@ -51,15 +52,16 @@ def _json_rows(path: Path, owner: str) -> Iterator[Tuple[str, Dict[str, Any]]]:
 def _delimited_rows(path: Path, owner: str, delimiter: str) -> Iterator[Tuple[str, Dict[str, Any]]]:
     if not path.is_file():
         raise missing_data(owner, f"file not found: {path}")
-    opened = gzip.open(path, "rt", encoding="utf-8", newline="") if path.name.endswith(".gz") \
-        else open(path, encoding="utf-8", newline="")
     try:
-        with opened as f:
-            reader = csv.DictReader(f, delimiter=delimiter)
+        with open_bytes(path) as f:
+            reader = csv.DictReader(decoded_lines(f, str(path), path.name.endswith(".gz")),
+                                    delimiter=delimiter)
             for row in reader:
                 if any(v for v in row.values()):
                     yield f"line {reader.line_num}", {k: _number(v) for k, v in row.items()}
-    except (OSError, UnicodeDecodeError, csv.Error, EOFError) as err:
+    except InputError as err:  # a byte that is not UTF-8: the line and byte named
+        raise DataError(f"{owner}: {err}") from None
+    except (OSError, csv.Error, EOFError, zlib.error) as err:
         raise DataError(f"{owner}: cannot read {path}: {err}") from None
 
 

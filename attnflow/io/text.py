@@ -12,12 +12,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gzip
-import io
 import os
 import sys
 import zlib
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Tuple, TypeVar
+from typing import IO, Any, Dict, Iterable, Iterator, List, Tuple, TypeVar
 
 import numpy as np
 
@@ -28,18 +27,43 @@ class InputError(ValueError):
     """An input file or stream that cannot be read; the message names it (and the line)."""
 
 
-def _lines(stream: Iterable[str], where: str) -> Iterator[str]:
+def decoded_lines(stream: Iterable[bytes], where: str, unzipped: bool = False) -> Iterator[str]:
+    """The lines of a byte stream decoded as UTF-8, line ends kept. A byte that is not UTF-8
+    raises :class:`InputError` naming ``where``, the line (1-based, as an editor counts), the
+    byte in the line (1-based) and its offset in the file (0-based; ``unzipped``: in the
+    decompressed text). Each line is decoded alone: b"\\n" is never part of a UTF-8 sequence."""
+    offset = 0
+    for n, raw in enumerate(stream, 1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise InputError(not_utf8(where, n, offset, err, unzipped)) from None
+        offset += len(raw)
+        yield line
+
+
+def not_utf8(where: str, line: int, offset: int, err: UnicodeDecodeError, unzipped: bool = False) -> str:
+    """The message of a byte that is not UTF-8: ``err`` from decoding line ``line`` (1-based),
+    which starts at byte ``offset`` of the file."""
+    at = f"offset {offset + err.start}{' of the unzipped text' if unzipped else ''}"
+    return (f"{where} line {line}, byte {err.start + 1} ({at}): 0x{err.object[err.start]:02x} is not UTF-8 "
+            f"({err.reason}); save the file as UTF-8")
+
+
+def _lines(stream: Iterable[bytes], where: str, unzipped: bool = False) -> Iterator[str]:
     n = 0
     try:
-        for n, line in enumerate(stream, 1):
+        for n, line in enumerate(decoded_lines(stream, where, unzipped), 1):
             yield line.removesuffix("\n").removesuffix("\r")
-    except UnicodeDecodeError as err:
-        raise InputError(f"{where} is not UTF-8 text after line {n} ({err.reason}); save it as "
-                         f"UTF-8") from None
     except EOFError:
         raise InputError(f"{where} ends early after line {n}: the gzip stream is truncated") from None
     except (gzip.BadGzipFile, zlib.error) as err:
         raise InputError(f"{where} is not a readable gzip file ({err})") from None
+
+
+def open_bytes(path: Path) -> IO[bytes]:
+    """``path`` opened for reading bytes (``.gz``: decompressed)."""
+    return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
 
 
 def iter_lines(path: Path | str, what: str = "input file") -> Iterator[str]:
@@ -51,9 +75,8 @@ def iter_lines(path: Path | str, what: str = "input file") -> Iterator[str]:
         raise InputError(f"no such {what}: {path}")
 
     def gen():
-        opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rt", encoding="utf-8", newline="\n") as f:
-            yield from _lines(f, str(path))
+        with open_bytes(path) as f:
+            yield from _lines(f, str(path), path.name.endswith(".gz"))
 
     return gen()
 
@@ -68,14 +91,7 @@ def iter_stdin() -> Iterator[str]:
             lines.pop()
         return iter([ln.removesuffix("\r") for ln in lines])
 
-    def gen():
-        stream = io.TextIOWrapper(buffer, encoding="utf-8", newline="\n")
-        try:
-            yield from _lines(stream, "stdin")
-        finally:
-            stream.detach()  # a collected wrapper would close sys.stdin's buffer
-
-    return gen()
+    return _lines(buffer, "stdin")
 
 
 def batched(items: Iterable[T], size: int) -> Iterator[List[T]]:

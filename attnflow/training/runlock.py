@@ -1,6 +1,7 @@
 """One writer per run folder: ``<run>/.lock``, an exclusive ``flock`` held by the process that trains
 there (its first rank), naming its pid and host. The kernel releases it however the process ends: a
-file left by ``kill -9`` is stale and taken over; a clean end removes it.
+file left by ``kill -9`` is stale and taken over; a clean end removes it. One writer per output
+file the same way (:func:`writing`): ``.<name>.lock`` beside it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Optional, Tuple
 
 from attnflow.config.registry import ConfigError
 
@@ -40,28 +41,18 @@ def first_rank() -> bool:
     return own.node_rank() == 0 and own.local_rank() == 0
 
 
-def hold(run_dir: Path | str, advice: str = "") -> bool:
-    """Lock ``run_dir`` (made if missing) for this process; False where this process holds it
-    already, :class:`RunInUseError` (ending with ``advice``) where another does."""
-    run_dir = Path(run_dir)
-    key = str(run_dir.resolve())
-    if key in _HELD:
-        return False
-    path = run_dir / NAME
+def take(path: Path) -> Tuple[Optional[int], str]:
+    """Lock the file ``path`` (made, with its folder) for this process: (its open descriptor,
+    ""), or (None, who holds it) where another process does; OSError where it cannot be made."""
     while True:
-        try:
-            run_dir.mkdir(parents=True, exist_ok=True)  # (again after a holder removed the folder)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as err:
-            raise ConfigError(f"cannot write the run folder {run_dir}: {err.strerror}") from None
+        path.parent.mkdir(parents=True, exist_ok=True)  # (again after a holder removed the folder)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.read(fd, 256).decode(errors="replace").strip() or "another process"
             os.close(fd)
-            raise RunInUseError(f"{run_dir} is in use by {holder}: " + (
-                advice or f"one run writes a folder at a time; wait for it to end (a stopped "
-                          f"run continues with resume={run_dir})")) from None
+            return None, holder
         with contextlib.suppress(FileNotFoundError):
             if os.fstat(fd).st_ino == os.stat(path).st_ino:
                 break  # (else its holder removed it as it ended: lock the new one)
@@ -69,8 +60,52 @@ def hold(run_dir: Path | str, advice: str = "") -> bool:
     os.ftruncate(fd, 0)
     os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since "
                  f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+    return fd, ""
+
+
+def hold(run_dir: Path | str, advice: str = "") -> bool:
+    """Lock ``run_dir`` (made if missing) for this process; False where this process holds it
+    already, :class:`RunInUseError` (ending with ``advice``) where another does."""
+    run_dir = Path(run_dir)
+    key = str(run_dir.resolve())
+    if key in _HELD:
+        return False
+    try:
+        fd, holder = take(run_dir / NAME)
+    except OSError as err:
+        raise ConfigError(f"cannot write the run folder {run_dir}: {err.strerror}") from None
+    if fd is None:
+        raise RunInUseError(f"{run_dir} is in use by {holder}: " + (
+            advice or f"one run writes a folder at a time; wait for it to end (a stopped "
+                      f"run continues with resume={run_dir})"))
     _HELD[key] = fd
     return True
+
+
+def output_lock_path(path: Path | str) -> Path:
+    """The lock file of an output file: ``.<name>.lock`` beside it."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.lock")
+
+
+@contextlib.contextmanager
+def writing(path: Path | str, what: str):
+    """The output file ``path`` is this process's to write for the block (its lock file beside
+    it), else :class:`RunInUseError` at once: ``what`` names it (``-o out.json``)."""
+    lock = output_lock_path(path)
+    try:
+        fd, holder = take(lock)
+    except OSError as err:
+        raise ConfigError(f"{what}: cannot write {lock}: {err.strerror}") from None
+    if fd is None:
+        raise RunInUseError(f"{what} is being written by {holder}: give another name, or wait "
+                            f"for that one to end")
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            lock.unlink()
+        os.close(fd)
 
 
 def release(run_dir: Path | str) -> None:

@@ -19,6 +19,7 @@ from attnflow.io.text import listed
 
 RUN_MARKERS = ("config.yaml", "metrics.json", ".hydra")
 MISSING = "no metrics.json (failed, killed or unfinished)"
+NOT_A_RUN = "not a run: no config.yaml (nor .hydra/config.yaml) and no metrics"
 PRUNED = "pruned"  # an Optuna trial stopped by the pruner: its metrics are those it reached
 LOWER_IS_BETTER = ("loss", "wer", "ter", "error", "perplexity", "ppl")
 
@@ -80,6 +81,10 @@ class Report:
 
 def _is_run(path: Path) -> bool:
     return path.is_dir() and any((path / m).exists() for m in RUN_MARKERS)
+
+
+def _has_config(path: Path) -> bool:
+    return (path / "config.yaml").is_file() or (path / ".hydra" / "config.yaml").is_file()
 
 
 def natural(name: str) -> Tuple:
@@ -157,6 +162,8 @@ def read_run(path: Path, name: str, pictures: int = 4) -> Run:
             problems.append(f"unreadable metrics.json ({_one_line(err)})")
     else:
         problems.append(MISSING)
+    if not _has_config(path) and not run.metrics and not run.summary.get("failed"):
+        problems = [NOT_A_RUN]  # (metrics.json `{}` alone: no run wrote this folder)
     run.status = "; ".join(problems) or (PRUNED if pruned else "ok")
     run.pictures = sorted((path / "attention").glob("*.png"), key=lambda p: natural(p.name))[:pictures]
     return run
@@ -210,7 +217,11 @@ def find_runs(path: Path, pictures: int = 4) -> Tuple[str, List[Run]]:
             if sweeps else ""
         raise ReportError(f"'{path}' is neither a run directory (config.yaml, metrics.json or "
                           f".hydra/) nor a multirun directory (multirun.yaml).{hint}")
-    return "run", [read_run(path, path.name, pictures)]
+    run = read_run(path, path.name, pictures)
+    if run.status == NOT_A_RUN:
+        raise ReportError(f"'{path}' is {NOT_A_RUN}; name a run directory (attnflow-train writes "
+                          f"config.yaml as it starts) or a multirun directory")
+    return "run", [run]
 
 
 def _lower_isbetter(metric: str) -> bool:
