@@ -36,6 +36,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import yaml
 
 from attnflow.config.registry import AttnflowWarning, ConfigError, suggest
+from attnflow.config.secrets import resolve_env
 from attnflow.io.checkpoints import CheckpointError, Run, load_run, load_weights, run_artifacts
 from attnflow.io.console import plain_warnings
 from attnflow.io.text import check_folder, check_new_outputs, path_arg
@@ -231,15 +232,16 @@ def _evaluate(run: Run, cfg: Dict[str, Any], split: str, trainer_fields: Dict[st
     with tempfile.TemporaryDirectory(prefix="attnflow-eval-") as scratch:  # task side files
         trainer = _trainer(device, trainer_fields, scratch)
         pl.seed_everything(cfg.get("seed", 1234), workers=True, verbose=False)
-        dm = DATA.build(cfg["data"], path="data")
+        used = resolve_env(cfg)  # (${oc.env:…} as recorded: its value for the work only)
+        dm = DATA.build(used["data"], path="data")
         if hasattr(dm, "setup_evaluation"):
             dm.setup_evaluation(run.run_dir, run_artifacts(run), split)
         ctx = dm.model_context()
-        model = MODELS.build(cfg["model"], path="model", **ctx)
+        model = MODELS.build(used["model"], path="model", **ctx)
         sizes = ", ".join(f"{k}={v}" for k, v in ctx.items() if type(v) is int and k != "pad_id")
         load_weights(model, run.ckpt["state_dict"], "model.", f"model '{cfg['model']['name']}' "
                      f"built for data '{cfg['data']['name']}'" + (f" ({sizes})" if sizes else ""))
-        task = TASKS.build(cfg["task"], model, path="task", **dm.task_context())
+        task = TASKS.build(used["task"], model, path="task", **dm.task_context())
         task.run_config = cfg
         run_split = trainer.validate if split == "val" else trainer.test
         results = run_split(task, datamodule=dm, verbose=False)

@@ -39,6 +39,7 @@ import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
 from attnflow.cli.predict_io import (BATCH_SIZE, PredictError, check_explain_html, label_all,
                                      label_line, positive, read_texts, write_attention)
 from attnflow.config.registry import DATA, MODELS, TASKS, AttnflowWarning
+from attnflow.config.secrets import resolve_env
 from attnflow.io.checkpoints import CheckpointError, Run, load_run, load_weights, no_grad, run_artifacts
 from attnflow.io.console import plain_warnings, warn_unread
 from attnflow.io.text import (InputError, atomic_path, check_new_outputs, check_npz, no_inputs,
@@ -176,7 +177,7 @@ def _documents(args, run: Run, out) -> int:
 
 def load_graph(run: Run, device: str = "cpu"):
     """(model, graph) of a node-classification run, the graph from the run's data config."""
-    cfg = run.config
+    cfg = resolve_env(run.config)  # (${oc.env:…} as recorded: resolved again)
     dm = DATA.build(cfg["data"], path="data")
     ctx = dm.model_context()
     model = MODELS.build(cfg["model"], path="model", **ctx)

@@ -27,6 +27,7 @@ import numpy as np
 from attnflow.cli.predict_io import (PredictError, label_all, positive, read_texts,
                                      write_attention)
 from attnflow.config.registry import AttnflowWarning, ConfigError
+from attnflow.config.secrets import resolve_env
 from attnflow.io.checkpoints import CheckpointError, load_run, load_weights, no_grad
 from attnflow.io.console import plain_warnings
 from attnflow.io.text import (InputError, check_new_outputs, check_npz, check_png,
@@ -52,9 +53,10 @@ def load(path: Path, device: str = "cpu"):
         raise TranslateError(f"the run at {run.run_dir} is not a translation run (data "
                              f"'{cfg['data'].get('name')}'); attnflow-eval gives any run's metrics, "
                              f"attnflow-predict labels documents, graph nodes, texts and images")
-    dm = DATA.build(cfg["data"], path="data")
+    used = resolve_env(cfg)  # (${oc.env:…} as recorded: its value for the work only)
+    dm = DATA.build(used["data"], path="data")
     dm.load_tokenizers(run.run_dir / "tokenizer", run.ckpt.get("attnflow_artifacts"))
-    model = MODELS.build(cfg["model"], path="model", **dm.model_context())
+    model = MODELS.build(used["model"], path="model", **dm.model_context())
     load_weights(model, run.ckpt["state_dict"], "model.", f"model '{cfg['model'].get('name')}'")
     return model.to(device).eval(), dm, cfg
 

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Optional, Tuple
 
+from attnflow.config.secrets import mask_url
 
 OPTUNA_SWEEPER = "hydra_plugins.attnflow_optuna_sweeper.optuna_sweeper.OptunaSweeper"  # attnflow's own
 # hydra-optuna-sweeper's name, which runs attnflow's sweeper too (hydra_plugins/hydra_optuna_sweeper)
@@ -158,4 +159,4 @@ def open_storage(spec: str, heartbeat: Optional[Tuple[int, int]] = None, on_stal
     except RuntimeError as err:  # e.g. a study stored by an older Optuna: its message says the command
         from attnflow.config.registry import ConfigError
 
-        raise ConfigError(f"hydra.sweeper.storage={spec}: {err}") from None
+        raise ConfigError(f"hydra.sweeper.storage={mask_url(spec)}: {mask_url(str(err))}") from None

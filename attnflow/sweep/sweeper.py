@@ -21,6 +21,7 @@ from typing import Any, List, Optional
 from omegaconf import OmegaConf
 
 from attnflow.config.registry import ConfigError
+from attnflow.config.secrets import mask_url
 from attnflow.config.sweeps import open_storage, storage_spec
 from attnflow.io.console import hydra_value
 from attnflow.sweep import liveness, study as studies
@@ -83,8 +84,8 @@ class OptunaSearch:
         wanted = min(self.n_trials, self.grid_points or self.n_trials)
         trials = study.get_trials(deepcopy=False)
         done = sum(t.state.is_finished() for t in studies.counted(trials))
-        log.info(f"Study {study.study_name!r} in {self.spec}: {done} of {wanted} trials finished "
-                 f"({self.n_jobs} at a time here)")
+        log.info(f"Study {study.study_name!r} in {mask_url(self.spec)}: {done} of {wanted} trials "
+                 f"finished ({self.n_jobs} at a time here)")
         loop = TrialLoop(self, study, self.storage_obj, space, self._runner(study), wanted)
         try:
             loop.run()
@@ -111,7 +112,7 @@ class OptunaSearch:
         known = {s.study_name: s for s in optuna.get_all_study_summaries(storage)}
         kept = [d.name.lower() for d in known[name].directions] if name in known else None
         if kept and kept != self.directions:
-            raise ConfigError(f"study {name!r} in {self.spec} seeks {', '.join(kept)}, but "
+            raise ConfigError(f"study {name!r} in {mask_url(self.spec)} seeks {', '.join(kept)}, but "
                               f"hydra.sweeper.direction={','.join(self.directions)}")
         fields = {}
         if "seed" in self.sampler_cfg and self.sampler_cfg.seed is not None and name in known:

@@ -6,20 +6,22 @@ its experiment and typed overrides (``gat_cora scorer=dot``) and groups a multir
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import os
 import re
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import yaml
 from hydra.core.hydra_config import HydraConfig
 from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger, WandbLogger
 
 from attnflow.config.registry import LOGGERS, ConfigError, build_config
-from attnflow.io.console import warn_unread
+from attnflow.io.console import AttnflowWarning, warn_unread
 
 
 @LOGGERS.register("csv")
@@ -262,3 +264,46 @@ def logger_identity(resolved: Dict[str, Any]) -> Dict[str, Any]:
     run = resolved.get("run") or {}
     return {"name": run.get("name"), "group": run.get("group"),
             "tags": _unique([*(resolved.get("tags") or []), run.get("experiment")])}
+
+
+# W&B's fields that it needs as they are to reach its server; run.tags and logger.wandb.tags too
+WANDB_NEEDS = ("entity", "project", "tags")
+OFFLINE = ("offline", "disabled", "dryrun")
+
+
+def _hidden_wandb(resolved: Dict[str, Any], recorded: Dict[str, Any]) -> List[str]:
+    """The W&B fields (and ``tags``) whose record hides their value (``${oc.env:…}``)."""
+    real = (resolved.get("logger") or {}).get("wandb") or {}
+    kept = (recorded.get("logger") or {}).get("wandb") or {}
+    out = [f"logger.wandb.{f}" for f in WANDB_NEEDS if real.get(f) != kept.get(f)]
+    return out + (["tags"] if resolved.get("tags") != recorded.get("tags") else [])
+
+
+def logger_inputs(resolved: Dict[str, Any], recorded: Dict[str, Any]) -> Tuple[Any, Dict[str, Any]]:
+    """(the ``logger`` config, the identity) the loggers are built with: as recorded (a value
+    from ``${oc.env:…}`` as its interpolation), but W&B's entity, project and tags as they are
+    where W&B runs online, with one warning line; offline, left out of its files (what
+    ``wandb sync`` uploads), with one line."""
+    cfg, identity = copy.deepcopy(recorded.get("logger")), logger_identity(recorded)
+    if not (isinstance(cfg, dict) and "wandb" in cfg):
+        return cfg, identity
+    real, cfg["wandb"] = (resolved.get("logger") or {}).get("wandb") or {}, dict(cfg["wandb"] or {})
+    cfg["wandb"].update({f: real[f] for f in ("mode", "run_id") if f in real})  # (how it runs)
+    hidden = _hidden_wandb(resolved, recorded)
+    if not hidden:
+        return cfg, identity
+    names = ", ".join(hidden)
+    if (real.get("mode") or os.environ.get("WANDB_MODE") or "offline") not in OFFLINE:
+        cfg["wandb"].update({f: real.get(f) for f in WANDB_NEEDS})
+        identity["tags"] = logger_identity(resolved)["tags"]
+        warnings.warn(f"{names} come from the environment (${{oc.env:…}}): W&B gets their values "
+                      f"and records them in its run; attnflow's files keep the interpolation",
+                      AttnflowWarning)
+        return cfg, identity
+    cfg["wandb"].update({f: None for f in ("entity", "project") if f"logger.wandb.{f}" in hidden})
+    cfg["wandb"]["tags"] = [t for t in cfg["wandb"].get("tags") or [] if "${oc.env:" not in str(t)]
+    identity["tags"] = [t for t in identity["tags"] if "${oc.env:" not in str(t)]
+    warnings.warn(f"{names} come from the environment (${{oc.env:…}}): left out of the offline W&B "
+                  f"run (its files are what wandb sync uploads; give --entity/--project there, or "
+                  f"run W&B online)", AttnflowWarning)
+    return cfg, identity

@@ -382,9 +382,11 @@ def _start_resumed(resolved: Dict[str, Any], run: Path) -> str:
     return str(run / "checkpoints" / "last.ckpt")
 
 
-def _check_fit_from(ckpt_path: str, resolved: Dict[str, Any], run_dir: Path) -> None:
-    """``ckpt_path=`` of a new run: a training state of the same model, data and task, from
-    another run's directory, with something left to train."""
+def _check_fit_from(ckpt_path: str, resolved: Dict[str, Any], recorded: Dict[str, Any],
+                    run_dir: Path) -> None:
+    """``ckpt_path=`` of a new run: a training state of the same model, data and task (as
+    recorded: ``${oc.env:…}`` unresolved), from another run's directory, with something left
+    to train."""
     from attnflow.io.checkpoints import CheckpointError
     from attnflow.training.state import load_checkpoint_file
 
@@ -400,7 +402,7 @@ def _check_fit_from(ckpt_path: str, resolved: Dict[str, Any], run_dir: Path) -> 
         raise ResumeError(f"ckpt_path={ckpt_path} holds weights only (keys: "
                           f"{', '.join(sorted(map(str, ckpt))[:6])}), not a training state")
     saved = ckpt.get("attnflow_config")
-    diffs = (differences(with_defaults(saved), resolved, only=STATE_DEFINING)
+    diffs = (differences(with_defaults(saved), recorded, only=STATE_DEFINING)
              if isinstance(saved, dict) else [])
     if diffs:
         raise ResumeError(f"ckpt_path={ckpt_path} is a checkpoint of another model, data or task: "
@@ -410,22 +412,23 @@ def _check_fit_from(ckpt_path: str, resolved: Dict[str, Any], run_dir: Path) -> 
     _check_epoch_end_under_steps(_flatten(resolved), ckpt, who)
 
 
-def start(resolved: Dict[str, Any], run_dir: Path | str) -> Optional[str]:
+def start(resolved: Dict[str, Any], run_dir: Path | str,
+          recorded: Optional[Dict[str, Any]] = None) -> Optional[str]:
     """Before any work of a run: the checkpoint to fit from (checked), and the run's record
-    (``config.yaml``; a resumed run keeps its own)."""
-    run_dir = Path(run_dir)
+    (``config.yaml``: ``recorded``, the config as written; a resumed run keeps its own)."""
+    run_dir, recorded = Path(run_dir), resolved if recorded is None else recorded
     if resolved.get("resume"):
         run = Path(resolved["resume"]).expanduser().resolve()
         if run != run_dir.resolve():
             raise ResumeError(f"resume={run} continues in its own directory, not {run_dir}")
-        return _start_resumed(resolved, run)
+        return _start_resumed(recorded, run)
     ckpt_path = resolved.get("ckpt_path")
     if ckpt_path:
-        _check_fit_from(str(ckpt_path), resolved, run_dir)
+        _check_fit_from(str(ckpt_path), resolved, recorded, run_dir)
     if first_rank() and (run_dir / "config.yaml").is_file():
         raise ResumeError(f"{run_dir} already holds a run (config.yaml); a new run there would "
                           f"overwrite its record, metrics and checkpoints (resume= continues it)")
     run_dir.mkdir(parents=True, exist_ok=True)
     if first_rank():  # (another node may be the first: it checks that no run is there)
-        (run_dir / "config.yaml").write_text(_dump(resolved))
+        (run_dir / "config.yaml").write_text(_dump(recorded))
     return str(ckpt_path) if ckpt_path else None

@@ -12,7 +12,7 @@ import json
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import pytorch_lightning as pl
 import torch
@@ -21,6 +21,7 @@ from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor, Mode
 from pytorch_lightning.utilities import rank_zero_warn
 
 import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
+from attnflow.config import secrets
 from attnflow.config.registry import DATA, MODELS, TASKS, AttnflowWarning, ConfigError
 from attnflow.io.console import warn_unread
 from attnflow.io.text import atomic_path
@@ -30,7 +31,7 @@ from attnflow.training.callbacks import (AttentionMaps, CompiledModel, Float32Ma
 from attnflow.training.distributed import continue_csv_logs, fit_progress
 from attnflow.training.ema import ExponentialMovingAverage
 from attnflow.training.loggers import (BEST, build_loggers, finish_loggers, log_hyperparams,
-                                       logger_identity, run_identity, summarize_loggers)
+                                       logger_inputs, run_identity, summarize_loggers)
 from attnflow.training.precision import resolve_precision
 from attnflow.training.progress import progress_bar
 from attnflow.training.trainer_checks import (check_trainer, idle_settings, lightning_errors,
@@ -126,22 +127,24 @@ def _validate_as(prefix: str, trainer: pl.Trainer, task: Any, **how: Any) -> Dic
 def train(cfg: DictConfig | Dict[str, Any], run_dir: Path | str,
           callbacks: Sequence[pl.Callback] = ()) -> Dict[str, Any]:
     """Validate, build, fit, evaluate; return (and write) the final metrics. ``callbacks`` join
-    the config's; those with ``summary_fields()`` add fields to ``metrics.json``."""
-    run_dir = Path(run_dir)
+    the config's; those with ``summary_fields()`` add fields to ``metrics.json``. A value from
+    ``${oc.env:…}`` is used, but written as its interpolation (:mod:`attnflow.config.secrets`)."""
+    run_dir, hidden = Path(run_dir), secrets.find(cfg)
     resolved = resolve_config(cfg)
     resolved.update(run_identity(cfg, resolved))  # run name/experiment/group, tags
+    recorded = secrets.recorded(resolved, hidden)
     matmul, found = resolved.get("float32_matmul_precision"), torch.get_float32_matmul_precision()
     if matmul:  # (ddp_spawn's processes: the callback)
         torch.set_float32_matmul_precision(matmul)
     try:
-        trainer = build_trainer(resolved, run_dir, callbacks)  # before any file or data
+        trainer = build_trainer(resolved, run_dir, callbacks, recorded)  # before any file or data
         refuse_flex_without_backward(resolved["model"], trainer)
         run_dir.mkdir(parents=True, exist_ok=True)
         with runlock.holding(run_dir), runlog.recording(run_dir):
-            fit_from = resume.start(resolved, run_dir)
+            fit_from = resume.start(resolved, run_dir, recorded)
             runlog.say(f"run folder: {run_dir}")
             pl.seed_everything(resolved.get("seed", 1234), workers=True, verbose=False)
-            return _train(resolved, trainer, run_dir, fit_from)
+            return _train(resolved, trainer, run_dir, fit_from, recorded)
     finally:
         torch.set_float32_matmul_precision(found)
 
@@ -155,9 +158,10 @@ def task_monitor(task_cfg: Dict[str, Any]) -> SimpleNamespace:
     return SimpleNamespace(monitor=cls.monitor, monitor_mode=cls.monitor_mode, metrics=metrics)
 
 
-def build_trainer(resolved: Dict[str, Any], run_dir: Path, extra: Sequence[pl.Callback] = ()) -> pl.Trainer:
-    """The run's Trainer with its loggers and callbacks; a setting left unread is one warning
-    line (a callback so named is not built)."""
+def build_trainer(resolved: Dict[str, Any], run_dir: Path, extra: Sequence[pl.Callback] = (),
+                  recorded: Optional[Dict[str, Any]] = None) -> pl.Trainer:
+    """The run's Trainer with its loggers (given the ``recorded`` config: :func:`logger_inputs`)
+    and callbacks; a setting left unread is one warning line (a callback so named is not built)."""
     trainer_args, note, warn = resolve_precision(check_trainer(resolved.get("trainer") or {}))
     if note and warn:
         rank_zero_warn(note)
@@ -168,7 +172,8 @@ def build_trainer(resolved: Dict[str, Any], run_dir: Path, extra: Sequence[pl.Ca
         rank_zero_warn(why, category=AttnflowWarning)
         if key.startswith("callbacks."):
             wanted[key.split(".", 1)[1]] = None
-    logger = build_loggers(resolved.get("logger"), run_dir, logger_identity(resolved))  # [] for none
+    logger_cfg, identity = logger_inputs(resolved, recorded or resolved)
+    logger = build_loggers(logger_cfg, run_dir, identity)  # [] for none
     if wanted.get("lr_monitor") is None:  # (null: the learning rate goes to the loggers chosen)
         wanted["lr_monitor"] = bool(logger)
     callbacks = [*build_callbacks(wanted, run_dir, task_monitor(resolved["task"])), *extra,
@@ -190,8 +195,9 @@ def build_trainer(resolved: Dict[str, Any], run_dir: Path, extra: Sequence[pl.Ca
                           enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks))
 
 
-def _train(resolved: Dict[str, Any], trainer: pl.Trainer, run_dir: Path, fit_from: Any) -> Dict[str, Any]:
-    """:func:`train` from the data on."""
+def _train(resolved: Dict[str, Any], trainer: pl.Trainer, run_dir: Path, fit_from: Any,
+           recorded: Dict[str, Any]) -> Dict[str, Any]:
+    """:func:`train` from the data on; ``recorded`` goes to the checkpoints and loggers."""
     failed = True
     try:
         dm = DATA.build(resolved["data"], path="data")
@@ -209,9 +215,9 @@ def _train(resolved: Dict[str, Any], trainer: pl.Trainer, run_dir: Path, fit_fro
             raise ConfigError(why)
         if hasattr(dm, "save_artifacts"):  # (e.g. a vocabulary, for prediction)
             dm.save_artifacts(run_dir)
-        task.run_config = resolved
+        task.run_config = recorded
         start = time.time()
-        log_hyperparams(trainer.loggers, resolved)
+        log_hyperparams(trainer.loggers, recorded)
         continue_csv_logs(trainer)  # (ddp_spawn: one CSV writer for every stage)
         trainer.fit(task, datamodule=dm, ckpt_path=fit_from, weights_only=True)
         fit_time = round(time.time() - start, 2)

@@ -19,6 +19,7 @@ from attnflow.blocks.positional.learned import check_table_covers
 from attnflow.config.groups import (SHARED_GROUPS, drop_swapped_block_fields, fill_default_blocks,
                                     prune_unused, top_level_keys, top_level_refusal, unused_groups)
 from attnflow.config.overrides import command_line, typed_fields, typed_groups
+from attnflow.config.secrets import resolve_env
 from attnflow.config.registry import (DATA, ENCODERS, MODELS, TASKS, ConfigError, Registry,
                                       build_config, suggest)
 from attnflow.io.console import BARS
@@ -273,8 +274,8 @@ def resolve_config(cfg: DictConfig | Dict[str, Any]) -> Dict[str, Any]:
     loggers, ``config.yaml`` and checkpoints record). A composed config goes through the
     shared-group contract first (:mod:`attnflow.config.groups`)."""
     typed = None
-    if not isinstance(cfg, DictConfig):
-        resolved = dict(cfg)
+    if not isinstance(cfg, DictConfig):  # (a recorded config: its ${oc.env:…} resolved again)
+        resolved = resolve_env(dict(cfg))
     else:
         choices, typed = _choices(cfg), command_line(cfg)
         cfg = copy.deepcopy(cfg)

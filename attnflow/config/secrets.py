@@ -1,0 +1,119 @@
+"""Values from the environment kept out of what a run writes.
+
+A value that reaches the config through ``${oc.env:VAR}`` (besides attnflow's own path variables,
+conf/paths/) is used by the run, but its record (``config.yaml``, checkpoints, the loggers'
+hyperparameters, reports) keeps the interpolation, which a resume or an evaluation resolves
+again: :func:`find` names them in the config as composed, :func:`recorded` gives the resolved
+config as written, :func:`resolve_env` resolves a recorded one. :func:`mask_url` hides the
+password of a database URL (``postgresql://user:***@host/db``).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, Tuple
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from attnflow.config.registry import ConfigError
+
+# attnflow's own path variables (conf/paths/default.yaml): a folder, not a secret
+PATH_VARIABLES = ("ATTNFLOW_OUTPUT_DIR", "ATTNFLOW_DATA_DIR")
+ENV = re.compile(r"\$\{oc\.env:\s*([^,}\s]+)")
+# scheme://user:password@ (a password that is an interpolation is left as it is)
+URL_PASSWORD = re.compile(r"(\b[a-zA-Z][\w+.-]*://[^:/@\s]*:)(?!\$\{)([^@\s/]+)(@)")
+# a value this short is not searched for in other fields (it would match too much)
+SHORTEST = 4
+
+
+@dataclass
+class Secrets:
+    """``keys``: {dotted key: its interpolation text}; ``values``: {variable: its value}."""
+
+    keys: Dict[str, str] = field(default_factory=dict)
+    values: Dict[str, str] = field(default_factory=dict)
+
+
+def _leaves(node: Any, prefix: str = "") -> Iterator[Tuple[str, Any]]:
+    """(dotted key, value) of every leaf of a plain dict/list tree."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else None
+    if items is None:
+        yield prefix, node
+        return
+    for key, value in items:
+        yield from _leaves(value, f"{prefix}.{key}" if prefix else str(key))
+
+
+def env_variables(text: str) -> list:
+    """The variables ``${oc.env:…}`` reads in ``text``, attnflow's path variables left out."""
+    return [v for v in ENV.findall(text) if v not in PATH_VARIABLES]
+
+
+def find(cfg: Any) -> Secrets:
+    """The keys of ``cfg`` (a composed DictConfig or a plain dict) whose value comes from
+    ``${oc.env:…}``, and the values of the variables read."""
+    plain = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, (DictConfig, ListConfig)) else cfg
+    out = Secrets()
+    for key, value in _leaves(plain):
+        names = env_variables(value) if isinstance(value, str) else []
+        if names and not key.startswith("hydra."):
+            out.keys[key] = value
+            out.values.update({n: os.environ[n] for n in names if os.environ.get(n)})
+    return out
+
+
+def _hidden(value: Any, key: str, secrets: Secrets) -> Any:
+    if key in secrets.keys:
+        return secrets.keys[key]
+    if not isinstance(value, str):
+        return value
+    for name, secret in secrets.values.items():
+        if len(secret) >= SHORTEST:
+            value = value.replace(secret, "${oc.env:" + name + "}")
+    return mask_url(value)
+
+
+def _replace(node: Any, secrets: Secrets, prefix: str = "") -> Any:
+    if isinstance(node, dict):
+        return {k: _replace(v, secrets, f"{prefix}.{k}" if prefix else str(k)) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_replace(v, secrets, f"{prefix}.{i}" if prefix else str(i)) for i, v in enumerate(node)]
+    return _hidden(node, prefix, secrets)
+
+
+def recorded(resolved: Dict[str, Any], secrets: Secrets) -> Dict[str, Any]:
+    """``resolved`` as a run writes it: each key of ``secrets`` as its interpolation, a
+    variable's value elsewhere (a field built from it) as ``${oc.env:VAR}``, database URLs'
+    passwords masked."""
+    return _replace(copy.deepcopy(resolved), secrets)
+
+
+def _resolved(text: str, key: str) -> Any:
+    try:
+        return OmegaConf.to_container(OmegaConf.create({"v": text}), resolve=True)["v"]
+    except OmegaConfBaseException as err:
+        raise ConfigError(f"{key}: {text} as recorded, which cannot be resolved here "
+                          f"({type(err).__name__}: {str(err).splitlines()[0]}); set the "
+                          f"variable") from None
+
+
+def resolve_env(cfg: Dict[str, Any], prefix: str = "") -> Any:
+    """A recorded config with its ``${oc.env:…}`` fields resolved again (a copy); an unset
+    variable is a :class:`ConfigError` naming the field."""
+    if isinstance(cfg, dict):
+        return {k: resolve_env(v, f"{prefix}.{k}" if prefix else str(k)) for k, v in cfg.items()}
+    if isinstance(cfg, list):
+        return [resolve_env(v, f"{prefix}.{i}" if prefix else str(i)) for i, v in enumerate(cfg)]
+    if isinstance(cfg, str) and ENV.search(cfg):
+        return _resolved(cfg, prefix)
+    return cfg
+
+
+def mask_url(text: str) -> str:
+    """``text`` with the password of any URL in it as ``***``."""
+    return URL_PASSWORD.sub(r"\1***\3", text) if isinstance(text, str) else text
+
