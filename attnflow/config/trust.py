@@ -1,8 +1,9 @@
 """Configs never run code. attnflow names blocks by registry name, so a config could name code only
 through Hydra: a ``_target_`` (``hydra.utils.instantiate``), ``hydra.callbacks`` (called as Hydra
 starts), a logging ``()`` factory or handler ``class``, or a group option that is a path to YAML
-outside ``conf/``. Before Hydra starts, the command line's config is composed (once per option of
-a swept group) and such a config refused; launchers and sweepers are limited to Hydra's own and
+outside ``conf/``. Before Hydra starts, the config Hydra will load (by its own parser, search path
+and loader: any ``-cd``, ``-cp``, ``-cn`` or ``hydra.searchpath``) is composed, once per option of
+a swept group, and such a config refused; launchers and sweepers are limited to Hydra's own and
 the plugins attnflow ships, Hydra callbacks to attnflow's own (:data:`TRUSTED_TARGETS`).
 """
 
