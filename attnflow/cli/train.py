@@ -41,7 +41,7 @@ def _requeued(argv: list, conf: Path) -> tuple:
     from attnflow.config.trust import composed
     from attnflow.training.requeue import requeued_run
 
-    cfg = next(composed(field_overrides(argv, conf), conf), None)
+    cfg = next(composed(field_overrides(argv, conf), conf, run_app), None)
     note = requeued_run(cfg.paths.output_root) if cfg is not None else None
     if note is None:
         return argv, None
@@ -285,7 +285,7 @@ def _run_hydra(argv: list, conf: Path) -> None:
 
             argv = prepare_argv(argv)
         sys.argv[1:] = field_overrides(argv, conf)
-        for n, cfg in enumerate(composed(sys.argv[1:], conf)):
+        for n, cfg in enumerate(composed(sys.argv[1:], conf, run_app)):  # what Hydra loads
             why = code_refusal(cfg, conf)
             if why:
                 raise ConfigError(why)

@@ -1,14 +1,16 @@
 """Configs never run code. attnflow names blocks by registry name, so a config could name code only
 through Hydra: a ``_target_`` (``hydra.utils.instantiate``), ``hydra.callbacks`` (called as Hydra
 starts), a logging ``()`` factory or handler ``class``, or a group option that is a path to YAML
-outside ``conf/``. Before Hydra starts, the command line's config is composed (once per option of
-a swept group) and such a config refused; launchers and sweepers are limited to Hydra's own and
+outside ``conf/``. Before Hydra starts, the config Hydra will load (by its own parser, search path
+and loader: any ``-cd``, ``-cp``, ``-cn`` or ``hydra.searchpath``) is composed, once per option of
+a swept group, and such a config refused; launchers and sweepers are limited to Hydra's own and
 the plugins attnflow ships, Hydra callbacks to attnflow's own (:data:`TRUSTED_TARGETS`).
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 from pathlib import Path
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
@@ -19,18 +21,48 @@ TRUSTED_TARGETS = ("hydra._internal.core_plugins.", "hydra_plugins.hydra_joblib_
 _LOGGING = ("hydra.job_logging", "hydra.hydra_logging")
 
 
-def composed(argv: Sequence[str], conf_dir: Path) -> Iterator[Any]:
-    """The command line's config with Hydra's, once without sweeps and once per option of each
-    swept group; none where Hydra cannot compose it (Hydra's own message follows)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
+def composed(argv: Sequence[str], conf_dir: Path, app: Any = None) -> Iterator[Any]:
+    """The config ``hydra.main(config_path=conf_dir, config_name="train")(app)`` loads for
+    ``argv``, with Hydra's node, once without sweeps and once per option of each swept group; none
+    where Hydra cannot compose it (Hydra's own message follows). Hydra's own parser, search path
+    and loader: ``--config-dir``, ``--config-path``, ``--config-name``, ``hydra.searchpath`` and
+    search path plugins name what Hydra itself will load."""
+    import contextlib
+    import io
 
-    for overrides in _variants([a for a in argv if not a.startswith("-")]):
-        try:
-            with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
-                cfg = compose("train", overrides=overrides, return_hydra_config=True)
+    from hydra._internal import utils
+    from hydra._internal.hydra import Hydra
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.config_search_path import SearchPathQuery
+    from hydra.errors import HydraException
+    from hydra.types import RunMode
+
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # (Hydra's parse, which follows, says why)
+            args = utils.get_args_parser().parse_args(list(argv))
+    except SystemExit:
+        return
+    caller = (utils.detect_calling_file_or_module_from_task_function(app) if app
+              else (None, "attnflow.cli.train"))  # (attnflow-train's app: where -cp is relative to)
+    config_path = args.config_path if args.config_path is not None else str(conf_dir)
+    global_hydra = GlobalHydra.instance()
+    for overrides in _variants(args.overrides):
+        outer = global_hydra.hydra
+        try:  # as hydra._internal.utils._run_hydra makes it
+            utils.validate_config_path(config_path)
+            search_path = utils.create_automatic_config_search_path(*caller, config_path)
+            if args.config_dir is not None:
+                if not os.path.isdir(os.path.abspath(args.config_dir)):
+                    return
+                search_path.prepend("command-line", f"file://{os.path.abspath(args.config_dir)}",
+                                    SearchPathQuery(provider="schema"))
+            global_hydra.clear()
+            hydra = Hydra.create_main_hydra2(utils.detect_task_name(*caller), search_path)
+            cfg = hydra.compose_config(args.config_name or "train", overrides, RunMode.RUN)
         except (HydraException, ValueError):
             return
+        finally:
+            global_hydra.hydra = outer
         yield cfg
 
 
