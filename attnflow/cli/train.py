@@ -56,24 +56,31 @@ def _multirun(cfg: DictConfig, argv: list) -> bool:
     return bool({"-m", "--multirun"} & set(argv)) or cfg.hydra.get("mode") == RunMode.MULTIRUN
 
 
-def _check_output_folder(cfg: DictConfig, argv: list) -> None:
-    """The run's folder (a multirun's) can be made and written, before Hydra makes it; a sweep
-    folder named outright (not from the clock) is locked for this sweep first, so that a sweep
-    refused for another's live folder changes none of its files."""
+def _check_output_folder(cfg: DictConfig, argv: list) -> Path | None:
+    """The run's folder (a multirun's) can be made and written, before Hydra makes it; the sweep
+    folder to lock, where one is named."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     from attnflow.io.text import check_folder
-    from attnflow.training import runlock
 
     multirun = _multirun(cfg, argv)
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     try:
         folder = OmegaConf.select(cfg, key, throw_on_resolution_failure=True)
     except OmegaConfBaseException:  # (a resolver only Hydra's run sets: Hydra checks it)
-        return
+        return None
     check_folder(f"{key}={folder}", Path(folder) / "config.yaml", "name a folder for the run")
-    if multirun and "${now:" not in str(OmegaConf.to_container(cfg.hydra.sweep, resolve=False)["dir"]):
+    named = "${now:" not in str(OmegaConf.to_container(cfg.hydra.sweep, resolve=False)["dir"])
+    return Path(folder) if multirun and named else None
+
+
+def _lock_sweep_folder(folder: Path | None) -> None:
+    """A sweep folder named outright (not from the clock), locked for this sweep once every
+    check passed, so that a sweep refused for another's live folder changes none of its files."""
+    from attnflow.training import runlock
+
+    if folder is not None:
         runlock.hold(folder, "one sweep runs in a folder at a time; wait for it to end (the same "
                              "command continues a stopped sweep), or give this one a hydra.sweep.dir "
                              "of its own")
@@ -285,14 +292,16 @@ def _run_hydra(argv: list, conf: Path) -> None:
 
             argv = prepare_argv(argv)
         sys.argv[1:] = field_overrides(argv, conf)
+        sweep_folder = None
         for n, cfg in enumerate(composed(sys.argv[1:], conf, run_app)):  # what Hydra loads
             why = code_refusal(cfg, conf)
             if why:
                 raise ConfigError(why)
             if n == 0:
-                _check_output_folder(cfg, sys.argv[1:])
+                sweep_folder = _check_output_folder(cfg, sys.argv[1:])
                 _check_sweep(cfg)
                 _check_sweep_data(cfg, sys.argv[1:])
+        _lock_sweep_folder(sweep_folder)
     except (ConfigError, InputError) as err:  # a ResumeError or RunInUseError says what it is itself
         print(f"attnflow: {'config error: ' if type(err) is ConfigError else ''}{err}",
               file=sys.stderr)
