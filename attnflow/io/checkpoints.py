@@ -66,8 +66,9 @@ def check_digest(path: Path) -> None:
     except OSError as err:
         raise CheckpointError(f"{path}: cannot read its digest {side}: {err.strerror}") from None
     if recorded.lower() != file_digest(path):
+        cut = " (corrupt or truncated: cut short by a kill or a full disk?)" if _no_archive(path) else ""
         raise CheckpointError(f"{path}: its bytes do not match its digest ({side.name}): the file "
-                              f"is damaged")
+                              f"is damaged{cut}")
 
 
 def find_checkpoint(path: Path | str) -> Tuple[Path, Path]:
@@ -134,6 +135,21 @@ def _not_torch_file(path: Path) -> Optional[str]:
                 f"this file starts with {head.decode('utf-8', 'replace')!r}; name a run directory "
                 f"or a .ckpt file in its checkpoints/")
     return None
+
+
+def _no_archive(path: Path) -> bool:
+    """Whether ``path`` starts as a zip archive (torch's format) but does not read as one: its
+    end, where a zip's index is, is missing."""
+    import zipfile
+
+    with open(path, "rb") as f:
+        if f.read(2) != b"PK":
+            return False
+    try:
+        zipfile.ZipFile(path).close()
+    except (zipfile.BadZipFile, OSError, EOFError):
+        return True
+    return False
 
 
 def _cut_short(path: Path) -> bool:
