@@ -23,6 +23,7 @@ import torch
 import yaml
 
 from attnflow.config.registry import DATA, MODELS, TASKS
+from attnflow.training.state import atomic_torch_save
 from attnflow.training.validate import resolve_config
 from support import compose_cfg
 
@@ -81,7 +82,7 @@ def fabricate_run(overrides: Sequence[str], run_dir: Path, seed: int = 0) -> Pat
     if hasattr(dm, "artifacts"):  # as Task.on_save_checkpoint stores them
         ckpt["attnflow_artifacts"] = dm.artifacts()
     (run_dir / "checkpoints").mkdir(exist_ok=True)
-    torch.save(ckpt, run_dir / "checkpoints" / "last.ckpt")
+    atomic_torch_save(ckpt, run_dir / "checkpoints" / "last.ckpt")  # (with its digest)
     return run_dir
 
 

@@ -158,7 +158,7 @@ def test_ddp_default_experiment_equals_one_process(ddp_runs, tmp_path):
     _assert_same_metrics(ddp, one)
     assert one["global_step"] == 2  # one step per epoch: the whole training set
     # one checkpoint set: the best and last.ckpt, no second copy from rank 1 (-v1)
-    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == sorted(
+    assert sorted(p.name for p in (run / "checkpoints").glob("*.ckpt")) == sorted(
         [Path(ddp["best_checkpoint"]).name, "last.ckpt"])
     assert Path(ddp["best_checkpoint"]).name == Path(one["best_checkpoint"]).name
 
@@ -169,7 +169,7 @@ def test_ddp_gat_full_batch_equals_one_process(tmp_path, monkeypatch):
     ddp = json.loads((run / "metrics.json").read_text())
     one = train(compose_cfg([*GAT, "logger=none"]), tmp_path / "one")
     _assert_same_metrics(ddp, one)
-    assert [p.name for p in (run / "checkpoints").iterdir()] == [Path(ddp["best_checkpoint"]).name]
+    assert [p.name for p in (run / "checkpoints").glob("*.ckpt")] == [Path(ddp["best_checkpoint"]).name]
 
 
 def test_ddp_gat_minibatch_training_splits_the_batches(tmp_path, monkeypatch):

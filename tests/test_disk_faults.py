@@ -124,7 +124,7 @@ def test_a_full_disk_mid_run_is_one_message_naming_the_file_and_what_was_kept(tr
     assert train_cli(monkeypatch, *TINY, "trainer.max_epochs=2", f"hydra.run.dir={run}") == 1
     err = capsys.readouterr().err
     kept = sorted(p.name for p in (run / "checkpoints").iterdir())
-    assert kept == ["epoch0-step2.ckpt"] and "Traceback" not in err
+    assert kept == ["epoch0-step2.ckpt", "epoch0-step2.ckpt.sha256"] and "Traceback" not in err
     assert err.splitlines()[-1] == (
         f"attnflow: cannot write {run}/checkpoints/last.ckpt: No space left on device; kept "
         f"epoch0-step2.ckpt in {run}/checkpoints; no last.ckpt to resume from")

@@ -13,6 +13,7 @@ import torch
 from attnflow.cli.export import main
 from attnflow.config.registry import MODELS
 from attnflow.io.checkpoints import load_run
+from attnflow.training.state import atomic_torch_save
 from cli_runs import (GRAPH, QUIET, document_files, document_overrides, fabricate_run,  # noqa: F401
                       one_torch_thread, parallel_files, translation_overrides, write_jsonl)
 
@@ -32,7 +33,7 @@ def jitter(run):
     for k, v in ckpt["state_dict"].items():
         if v.is_floating_point():
             v.add_(torch.randn(v.shape, generator=gen) * 0.1)
-    torch.save(ckpt, path)
+    atomic_torch_save(ckpt, path)  # (as attnflow writes it: with its digest)
     return run
 
 
@@ -161,7 +162,7 @@ def test_a_setting_hf_lacks_is_refused_naming_it(runs, tmp_path, capsys):
     ckpt["state_dict"]["model.encoder.final_norm.weight"] = torch.ones(16)
     ckpt["state_dict"]["model.encoder.final_norm.bias"] = torch.zeros(16)
     (run / "checkpoints").mkdir(parents=True)
-    torch.save(ckpt, run / "checkpoints" / "last.ckpt")
+    atomic_torch_save(ckpt, run / "checkpoints" / "last.ckpt")
     (run / "tokenizer").mkdir()
     (run / "tokenizer" / "wordpiece.json").write_bytes(
         (runs["sequence"] / "tokenizer" / "wordpiece.json").read_bytes())

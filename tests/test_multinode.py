@@ -95,7 +95,7 @@ def _one_run(run: Path) -> None:
         ".hydra", "checkpoints", "config.yaml", "csv", "metrics.json", "train.log", "wandb"]
     assert [p.name for p in (run / "csv").iterdir()] == ["version_0"]
     assert len(list((run / "wandb").glob("offline-run-*"))) == 1
-    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == sorted(
+    assert sorted(p.name for p in (run / "checkpoints").glob("*.ckpt")) == sorted(
         [Path(_metrics(run)["best_checkpoint"]).name, "last.ckpt"])
 
 

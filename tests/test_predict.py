@@ -280,6 +280,7 @@ def test_checkpoint_failures_are_one_message_and_status_2(runs, tmp_path, capsys
     assert main([str(cut)]) == 2
     assert "corrupt or truncated" in capsys.readouterr().err
     torch.save({"state_dict": {}, "epoch": 3}, ckpt)  # a Lightning checkpoint of another program
+    ckpt.with_name("last.ckpt.sha256").unlink()  # (which writes no digest)
     (cut / "config.yaml").unlink()
     assert main([str(cut)]) == 2
     assert "is not an attnflow run" in capsys.readouterr().err

@@ -19,6 +19,7 @@ import torch
 import attnflow.cli.predict_io as predict_io
 from attnflow.cli.predict import main
 from attnflow.config.registry import MODELS
+from attnflow.training.state import atomic_torch_save
 from cli_runs import QUIET, assert_streams, fabricate_run, one_torch_thread, write_jsonl  # noqa: F401
 from support import CHROMIUM, CHROMIUM_MISSING, chromium_dom
 
@@ -61,7 +62,7 @@ def runs(tmp_path_factory):
     for group, field in (("model", "init_from"), ("data", "tokenizer_from")):
         ckpt["attnflow_config"][group][field] = str(base / "deleted_pretraining_run")
     ckpt["attnflow_config"]["data"]["vocab_size"] = None
-    torch.save(ckpt, path)
+    atomic_torch_save(ckpt, path)  # (with its digest, as attnflow writes it)
     (ft / "config.yaml").unlink()
     return {"ft": ft,
             "pre": fabricate_run(["experiment=bert_pretrain_imdb", f"data.train_path={base}/corpus.txt",
@@ -244,7 +245,7 @@ def test_refusals_are_one_line_and_write_no_output(runs, tmp_path, capsys):
     shutil.rmtree(bare / "tokenizer")
     ckpt = torch.load(bare / "checkpoints" / "last.ckpt", weights_only=True)
     del ckpt["attnflow_artifacts"]
-    torch.save(ckpt, bare / "checkpoints" / "last.ckpt")
+    atomic_torch_save(ckpt, bare / "checkpoints" / "last.ckpt")
     _one_line_refusal(capsys, [str(bare), "x"], "the run has no tokenizer")
 
 

@@ -26,7 +26,7 @@ import yaml
 from attnflow.training.resume import ResumeError, from_hydra, prepare_argv, resume_config
 from attnflow.training.run import train
 from attnflow.training.runlock import RunInUseError
-from attnflow.training.state import SafeCheckpointIO
+from attnflow.training.state import SafeCheckpointIO, atomic_torch_save
 from support import FAST, ROOT, compose_cfg, train_cli
 
 # The default experiment, small: 16 steps an epoch, 2 epochs, dropout on (so that the random
@@ -502,11 +502,14 @@ def test_a_run_without_last_ckpt_or_with_a_truncated_one(finished, tmp_path):
         p.unlink()
     with pytest.raises(ResumeError, match=r"no checkpoints/last.ckpt: nothing to continue"):
         prepare_argv([f"resume={run}", "trainer.max_epochs=2"])
-    for p, b in kept.items():
-        p.write_bytes(b)
     last.write_bytes(data[: len(data) // 2])  # a kill while writing, without atomic saves
+    with pytest.raises(ResumeError, match="last.ckpt: its bytes do not match its digest.*no other"):
+        prepare_argv([f"resume={run}", "trainer.max_epochs=2"])
+    last.with_name("last.ckpt.sha256").unlink()  # (as an older run's, without a digest)
     with pytest.raises(ResumeError, match="corrupt or truncated"):
         prepare_argv([f"resume={run}", "trainer.max_epochs=2"])
+    # with the other checkpoints back, a resume falls back to the newest intact one
+    # (tests/test_checkpoint_digests.py)
 
 
 def test_ckpt_path_of_another_model_is_refused_naming_fields(finished, tmp_path):
@@ -610,7 +613,8 @@ def test_a_failure_while_saving_leaves_the_previous_checkpoint_whole(tmp_path, m
     monkeypatch.undo()
     kept = io.load_checkpoint(path)
     assert kept["epoch"] == 1 and torch.equal(kept["state_dict"]["w"], torch.ones(3))
-    assert sorted(p.name for p in path.parent.iterdir()) == ["last.ckpt"]  # no temporary left
+    # (no temporary left)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["last.ckpt", "last.ckpt.sha256"]
 
 
 def test_the_random_streams_survive_a_weights_only_checkpoint(tmp_path):
@@ -646,7 +650,9 @@ def test_checkpoints_are_read_weights_only_also_on_resume(finished, tmp_path, mo
     last = run / "checkpoints" / "last.ckpt"
     ckpt = torch.load(last, weights_only=True)
     ckpt["payload"] = _Payload()
-    torch.save(ckpt, last)
+    atomic_torch_save(ckpt, last)  # (its digest matches: torch's reading refuses it)
+    for other in (run / "checkpoints").glob("epoch*.ckpt"):  # (no intact one to fall back to)
+        other.unlink()
     with pytest.raises(ResumeError, match=r"not unpickled \(weights_only=True\)"):
         prepare_argv([f"resume={run}", "trainer.max_epochs=2"])
     from attnflow.io.checkpoints import CheckpointError

@@ -11,6 +11,7 @@ import yaml
 from attnflow.data.parallel import ParallelDataModule
 from attnflow.config.registry import MODELS
 from attnflow.cli.translate import main
+from attnflow.training.state import atomic_torch_save
 
 MODEL = {"name": "seq2seq", "embed_dim": 8, "encoder": {"name": "rnn", "hidden_dim": 8},
          "decoder": {"name": "rnn_attention", "embed_dim": 8, "hidden_dim": 16}}
@@ -35,8 +36,8 @@ def run_dir(tmp_path):
     (run / "checkpoints").mkdir(parents=True)
     cfg = {"data": data, "model": MODEL}
     (run / "config.yaml").write_text(yaml.safe_dump(cfg))
-    torch.save({"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
-                "attnflow_config": cfg}, run / "checkpoints" / "last.ckpt")
+    atomic_torch_save({"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
+                       "attnflow_config": cfg}, run / "checkpoints" / "last.ckpt")
     return run
 
 
@@ -231,6 +232,7 @@ def test_failures_are_one_message_and_status_2(mt_runs, tmp_path, capsys):
     assert main([str(cut), "x"]) == 2
     assert "the file is empty" in capsys.readouterr().err
     torch.save({"state_dict": {}}, cut / "checkpoints" / "last.ckpt")  # another program's
+    (cut / "checkpoints" / "last.ckpt.sha256").unlink()  # (which writes no digest)
     (cut / "config.yaml").unlink()
     assert main([str(cut), "x"]) == 2
     assert "is not an attnflow run" in capsys.readouterr().err

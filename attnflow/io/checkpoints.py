@@ -4,15 +4,18 @@ A run directory holds ``metrics.json`` naming the best checkpoint and ``checkpoi
 recorded path is absolute, so it is looked up by file name under the run's own ``checkpoints/``
 (a moved or copied run reads its own file). Checkpoints are read with ``weights_only=True``.
 Every failure is a :class:`CheckpointError` saying what was expected (the tools exit with 2).
+Each checkpoint attnflow writes has a digest beside it (``<name>.sha256``, as ``sha256sum``
+writes it), checked on every read: a damaged file is refused, not trained or evaluated on.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import pickle
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, NamedTuple, Optional, Tuple, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Dict, NamedTuple, Optional, Set, Tuple, TypeVar
 
 from attnflow.io.text import listed
 
@@ -22,6 +25,50 @@ if TYPE_CHECKING:  # torch is imported only where a checkpoint is read or a devi
 
 class CheckpointError(ValueError):
     """A run directory or checkpoint that cannot be used; the message says what was expected."""
+
+
+DIGEST_SUFFIX = ".sha256"
+_UNCHECKED: Set[Path] = set()  # checkpoints without a digest, warned about once each
+
+
+def digest_path(path: Path | str) -> Path:
+    """The digest file of the checkpoint ``path``: ``<name>.sha256`` beside it."""
+    path = Path(path)
+    return path.with_name(path.name + DIGEST_SUFFIX)
+
+
+def digest_line(hexdigest: str, path: Path | str) -> str:
+    """The text of a digest file, as ``sha256sum`` writes it (``sha256sum -c`` checks it)."""
+    return f"{hexdigest}  {Path(path).name}\n"
+
+
+def file_digest(path: Path | str) -> str:
+    """The sha256 of the file's bytes, in hex (read in blocks: checkpoints may be large)."""
+    sha = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            sha.update(block)
+    return sha.hexdigest()
+
+
+def check_digest(path: Path) -> None:
+    """A :class:`CheckpointError` naming ``path`` where its bytes differ from its digest; one
+    warning (once per file) where it has none (written before attnflow wrote digests)."""
+    side = digest_path(path)
+    try:
+        recorded = (side.read_text(encoding="ascii", errors="replace").split() or [""])[0]
+    except FileNotFoundError:
+        if path.resolve() not in _UNCHECKED:
+            _UNCHECKED.add(path.resolve())
+            _warn(f"{path} has no digest ({side.name}; written by an older attnflow?): read "
+                  f"without checking its bytes")
+        return
+    except OSError as err:
+        raise CheckpointError(f"{path}: cannot read its digest {side}: {err.strerror}") from None
+    if recorded.lower() != file_digest(path):
+        cut = " (corrupt or truncated: cut short by a kill or a full disk?)" if _no_archive(path) else ""
+        raise CheckpointError(f"{path}: its bytes do not match its digest ({side.name}): the file "
+                              f"is damaged{cut}")
 
 
 def find_checkpoint(path: Path | str) -> Tuple[Path, Path]:
@@ -90,6 +137,21 @@ def _not_torch_file(path: Path) -> Optional[str]:
     return None
 
 
+def _no_archive(path: Path) -> bool:
+    """Whether ``path`` starts as a zip archive (torch's format) but does not read as one: its
+    end, where a zip's index is, is missing."""
+    import zipfile
+
+    with open(path, "rb") as f:
+        if f.read(2) != b"PK":
+            return False
+    try:
+        zipfile.ZipFile(path).close()
+    except (zipfile.BadZipFile, OSError, EOFError):
+        return True
+    return False
+
+
 def _cut_short(path: Path) -> bool:
     import zipfile
 
@@ -117,13 +179,15 @@ def why_unreadable(path: Path, err: Exception) -> str:
 
 def read_checkpoint(path: Path | str, device: Any = "cpu", mmap: bool = False,
                     lightning: bool = True) -> Dict[str, Any]:
-    """The checkpoint's dictionary, read with ``weights_only=True``. ``mmap``: map the tensors;
-    ``lightning``: it must be a Lightning checkpoint (a ``state_dict`` entry)."""
+    """The checkpoint's dictionary, read with ``weights_only=True`` once its digest is checked
+    (:func:`check_digest`). ``mmap``: map the tensors; ``lightning``: it must be a Lightning
+    checkpoint (a ``state_dict`` entry)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"no such checkpoint file: {path}")
     if not_torch := _not_torch_file(path):  # refused before torch's import (seconds)
         raise CheckpointError(f"cannot read checkpoint {path}: {not_torch}")
+    check_digest(path)
     import torch
 
     try:
@@ -133,6 +197,23 @@ def read_checkpoint(path: Path | str, device: Any = "cpu", mmap: bool = False,
     if lightning and (not isinstance(ckpt, dict) or "state_dict" not in ckpt):
         raise CheckpointError(f"{path} is not an attnflow/Lightning checkpoint (no state_dict)")
     return ckpt
+
+
+def newest_intact(folder: Path, but: Path) -> Optional[Tuple[Path, Dict[str, Any]]]:
+    """(path, dictionary) of the newest training state in ``folder`` other than ``but`` that
+    reads whole (by modification time): what a resume falls back to where ``but`` (its
+    ``last.ckpt``) is damaged; None where there is none."""
+    files = sorted((p for p in folder.glob("*.ckpt") if p.name != but.name and p.is_file()),
+                   key=lambda p: (p.stat().st_mtime_ns, p.name), reverse=True)
+    for path in files:
+        try:
+            ckpt = read_checkpoint(path, mmap=True)
+        except CheckpointError:
+            continue
+        state = isinstance(ckpt.get("attnflow_config"), dict) and "loops" in ckpt
+        if state and "attnflow_average" not in ckpt:  # (averaged.ckpt: no training state)
+            return path, ckpt
+    return None
 
 
 F = TypeVar("F", bound=Callable[..., Any])

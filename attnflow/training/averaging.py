@@ -28,7 +28,7 @@ from attnflow.io.checkpoints import AVERAGED, AVG_DIR, INDEX, read_index  # noqa
 from attnflow.io.console import warn_unread
 from attnflow.io.text import atomic_path
 from attnflow.training.ema import averaged_weights
-from attnflow.training.state import atomic_torch_save, load_checkpoint_file
+from attnflow.training.state import atomic_torch_save, load_checkpoint_file, remove_checkpoint
 
 
 NEAR_FRACTION = 0.01  # validations closer than this share of an epoch's steps are one model
@@ -125,7 +125,7 @@ class CheckpointAverage(pl.Callback):
         names = {e["file"] for e in self.kept} | self.saved
         for p in self.dir.glob("epoch*.pt") if self.dir.is_dir() else ():
             if p.name not in names:
-                p.unlink(missing_ok=True)
+                remove_checkpoint(p)  # (and its digest)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or trainer.state.fn != "fit" or trainer.fast_dev_run:

@@ -12,7 +12,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -124,8 +124,9 @@ def find_last(root: Path, experiment: Optional[str]) -> Path:
                       f"checkpoints/last.ckpt under {root}")
 
 
-def check_run(run_dir: Path | str) -> Tuple[Dict[str, Any], Dict[str, Any]]:
-    """(the config of the run's ``last.ckpt``, that checkpoint), or a :class:`ResumeError`."""
+def check_run(run_dir: Path | str) -> Tuple[Dict[str, Any], Dict[str, Any], Path]:
+    """(the config of the checkpoint the run resumes from, that checkpoint, its path: ``last.ckpt``
+    or, where it is damaged, :func:`_read_last`'s), or a :class:`ResumeError`."""
     run = Path(run_dir)
     last = run / "checkpoints" / "last.ckpt"
     if not (run / "config.yaml").is_file():
@@ -135,17 +136,36 @@ def check_run(run_dir: Path | str) -> Tuple[Dict[str, Any], Dict[str, Any]]:
         hint = (f". Its checkpoints: {', '.join(others)} (ckpt_path= starts a new run from one)"
                 if others else ": nothing to continue")
         raise ResumeError(f"resume={run}: the run has no checkpoints/last.ckpt{hint}")
-    from attnflow.io.checkpoints import CheckpointError
+    path, ckpt = _read_last(run, last)
+    saved = ckpt.get("attnflow_config")
+    if not isinstance(saved, dict):
+        raise ResumeError(f"resume={run}: {path} carries no attnflow_config")
+    return saved, ckpt, path
+
+
+_FELL_BACK: Set[Path] = set()  # runs whose fallback was said (a resume checks its run several times)
+
+
+def _read_last(run: Path, last: Path) -> Tuple[Path, Dict[str, Any]]:
+    """(path, dictionary) of ``last.ckpt``; where it is damaged (its digest differs, it cannot be
+    read), of the newest intact training state in ``checkpoints/``, said in one line once."""
+    from attnflow.io.checkpoints import CheckpointError, newest_intact
     from attnflow.training.state import load_checkpoint_file
 
     try:
-        ckpt = load_checkpoint_file(last, mmap=True)
+        return last, load_checkpoint_file(last, mmap=True)
     except CheckpointError as err:
-        raise ResumeError(f"resume={run}: {err}") from None
-    saved = ckpt.get("attnflow_config")
-    if not isinstance(saved, dict):
-        raise ResumeError(f"resume={run}: {last} carries no attnflow_config")
-    return saved, ckpt
+        damage, found = err, newest_intact(last.parent, last)
+    if found is None:
+        raise ResumeError(f"resume={run}: {damage}; no other checkpoint in {last.parent} is "
+                          f"intact to resume from")
+    path, ckpt = found
+    if run.resolve() not in _FELL_BACK and first_rank():
+        _FELL_BACK.add(run.resolve())
+        print(f"attnflow: {damage}; resuming from the newest intact checkpoint, {path.name} "
+              f"(epoch {ckpt.get('epoch')}, step {ckpt.get('global_step')})", file=sys.stderr,
+              flush=True)
+    return found
 
 
 def _finished(run: Path, ckpt: Dict[str, Any]) -> bool:
@@ -212,11 +232,11 @@ def next_validation(trainer: Dict[str, Any], done: Any = 0) -> Optional[int]:
     return first if first > epochs else None
 
 
-def check_resumable(run: Path, values: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+def check_resumable(run: Path, values: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any], Path]:
     """The checks of ``resume=<run>`` with the overrides ``values`` ({dotted key: value}):
-    (the run's config, its checkpoint)."""
+    (the run's config, the checkpoint it resumes from, that checkpoint's path)."""
     _refuse_unsafe(values, run)
-    cfg, ckpt = check_run(run)
+    cfg, ckpt, path = check_run(run)
     flat = _flatten(cfg)
     finished = _finished(run, ckpt)
     if finished and not set(values) & set(EXTEND):
@@ -226,7 +246,7 @@ def check_resumable(run: Path, values: Dict[str, Any]) -> Tuple[Dict[str, Any], 
         _check_length({**flat, **values}, values, ckpt.get("epoch"), ckpt.get("global_step"),
                       f"resume={run}")
         _check_epoch_end_under_steps({**flat, **values}, ckpt, f"resume={run}")
-    return cfg, ckpt
+    return cfg, ckpt, path
 
 
 def _parse(item: str) -> Tuple[str, str]:
@@ -280,14 +300,14 @@ def prepare_argv(args: Sequence[str]) -> List[str]:
         runlock.hold(run)
     keep = [item for item, key, _ in parsed
             if key not in ("resume", "experiment", "hydra.run.dir", "hydra.output_subdir")]
-    _, ckpt = check_resumable(run, {k: v for _, k, v in parsed if k not in ("resume", "experiment")
+    _, ckpt, path = check_resumable(run, {k: v for _, k, v in parsed if k not in ("resume", "experiment")
                                     and not k.startswith(("hydra.", "hydra/"))})
     recorded = run_experiment(run)
     if experiment is not None and experiment != recorded:
         raise ResumeError(f"resume={run}: the run is experiment '{recorded or 'default'}', the "
                           f"command line names experiment={experiment}")
     print(f"attnflow: resuming {run} (experiment {recorded or 'default'}) from "
-          f"checkpoints/last.ckpt: epoch {ckpt.get('epoch')}, step {ckpt.get('global_step')}",
+          f"checkpoints/{path.name}: epoch {ckpt.get('epoch')}, step {ckpt.get('global_step')}",
           file=sys.stderr, flush=True)
     return _other_rank([f"resume={_quote(str(run))}", *keep, f"hydra.run.dir={_quote(str(run))}",
                         "hydra.output_subdir=null"], values)
@@ -324,7 +344,7 @@ def resume_config(run_dir: Path | str, overrides: Optional[Dict[str, Any]] = Non
 
     run = Path(run_dir).expanduser().resolve()
     overrides = dict(overrides or {})
-    cfg, ckpt = check_resumable(run, overrides)
+    cfg, ckpt, _ = check_resumable(run, overrides)
     conf = OmegaConf.create(cfg)
     for key, value in overrides.items():
         if not key.startswith("paths."):
@@ -364,11 +384,11 @@ def _start_resumed(resolved: Dict[str, Any], run: Path) -> str:
     the checkpoint to fit from."""
     from attnflow.training.state import WANDB_ID_KEY
 
-    saved, ckpt = check_run(run)
+    saved, ckpt, path = check_run(run)
     diffs = differences(with_defaults(saved), resolved)
     _refuse_unsafe([k for k, _, _ in diffs], run)
     record = {"resumed_at": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv),
-              "from": {"checkpoint": str(run / "checkpoints" / "last.ckpt"),
+              "from": {"checkpoint": str(path),
                        "epoch": ckpt.get("epoch"), "global_step": ckpt.get("global_step")},
               "changed": {k: {"from": a, "to": b} for k, a, b in diffs},
               "wandb_run_id": ckpt.get(WANDB_ID_KEY)}
@@ -379,7 +399,7 @@ def _start_resumed(resolved: Dict[str, Any], run: Path) -> str:
     if first_rank():  # DDP ranks re-run this: one record
         n = 1 + len(list(run.glob("resume-*.yaml")))
         (run / f"resume-{n}.yaml").write_text(_dump(record))
-    return str(run / "checkpoints" / "last.ckpt")
+    return str(path)
 
 
 def _check_fit_from(ckpt_path: str, resolved: Dict[str, Any], recorded: Dict[str, Any],

@@ -1,13 +1,15 @@
 """What a checkpoint holds beyond Lightning's for a resumed run to equal the uninterrupted one:
 the global random streams (Lightning does not restore them) and the train loader's position
 within an epoch (:class:`TrainingState`), as tensors, since checkpoints are read with
-``weights_only=True``. Checkpoints are written atomically (:class:`SafeCheckpointIO`); a signal
-writes ``last.ckpt`` at the next step (:mod:`attnflow.training.preemption`).
+``weights_only=True``. Checkpoints are written atomically with their digests
+(:class:`SafeCheckpointIO`, :func:`atomic_torch_save`); a signal writes ``last.ckpt`` at the next
+step (:mod:`attnflow.training.preemption`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import random
 from pathlib import Path
@@ -20,7 +22,7 @@ from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 from pytorch_lightning.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader
 
-from attnflow.io.checkpoints import read_checkpoint
+from attnflow.io.checkpoints import CheckpointError, digest_line, digest_path, read_checkpoint
 from attnflow.io.text import atomic_path
 from attnflow.training.preemption import StopOnSignal
 
@@ -29,17 +31,20 @@ WANDB_ID_KEY = "attnflow_wandb_run_id"
 
 class _Writes:
     """A file's ``write`` and ``flush`` that keep the first ``OSError`` (torch's writer reports
-    a failed write as a RuntimeError naming byte offsets)."""
+    a failed write as a RuntimeError naming byte offsets) and the sha256 of the bytes written
+    (the checkpoint's digest, without reading it again)."""
 
     def __init__(self, f: Any) -> None:
-        self.f, self.error = f, None
+        self.f, self.error, self.sha = f, None, hashlib.sha256()
 
     def write(self, data: Any) -> int:
         try:
-            return self.f.write(data)
+            written = self.f.write(data)
         except OSError as err:
             self.error = self.error or err
             raise
+        self.sha.update(data)
+        return written
 
     def flush(self) -> None:
         self.f.flush()
@@ -47,7 +52,9 @@ class _Writes:
 
 def atomic_torch_save(obj: Any, path: Path | str) -> None:
     """``torch.save`` to a temporary file, fsynced and renamed: the old file or the new, never a
-    part. A failed write (a full disk) is an ``OSError`` naming ``path``."""
+    part; then its digest (``<name>.sha256``), the old one removed before the rename, so that a
+    kill leaves a checkpoint without a digest at worst, never one with another's. A failed write
+    (a full disk) is an ``OSError`` naming ``path``."""
     path = Path(path)
     for stale in path.parent.glob(f".{path.name}.*.tmp"):  # parts left by a process killed mid-save
         stale.unlink(missing_ok=True)
@@ -64,6 +71,8 @@ def atomic_torch_save(obj: Any, path: Path | str) -> None:
             if isinstance(err, OSError) and err.errno:
                 raise OSError(err.errno, err.strerror, str(path)) from None
             raise
+        digest_path(path).unlink(missing_ok=True)
+    _write_digest(path, writes.sha.hexdigest())
     with contextlib.suppress(OSError):  # the rename too, where folders can be fsynced
         fd = os.open(path.parent, os.O_RDONLY)
         try:
@@ -72,12 +81,30 @@ def atomic_torch_save(obj: Any, path: Path | str) -> None:
             os.close(fd)
 
 
+def _write_digest(path: Path, hexdigest: str) -> None:
+    """``path``'s digest file, written atomically and fsynced; a failure names it."""
+    side = digest_path(path)
+    try:
+        with atomic_path(side) as tmp, open(tmp, "w", encoding="ascii") as f:
+            f.write(digest_line(hexdigest, path))
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as err:
+        raise OSError(err.errno, err.strerror, str(side)) from None
+
+
+def remove_checkpoint(path: Path | str) -> None:
+    """Delete a checkpoint and its digest (where there are)."""
+    Path(path).unlink(missing_ok=True)
+    digest_path(path).unlink(missing_ok=True)
+
+
 load_checkpoint_file = read_checkpoint  # (path, map_location, mmap=, lightning=)
 
 
 class SafeCheckpointIO(TorchCheckpointIO):
-    """Lightning's checkpoint IO with atomic writes and ``weights_only=True`` reads (remote
-    paths: Lightning's own)."""
+    """Lightning's checkpoint IO with atomic writes with digests, checked ``weights_only=True``
+    reads, and removals that take the digest along (remote paths: Lightning's own)."""
 
     def save_checkpoint(self, checkpoint: Dict[str, Any], path: Any, storage_options: Any = None) -> None:
         if "://" in str(path):
@@ -90,6 +117,11 @@ class SafeCheckpointIO(TorchCheckpointIO):
         # (also a plain state dict: ddp_spawn hands the weights back so)
         return load_checkpoint_file(path, map_location if map_location is not None else "cpu",
                                     lightning=False)
+
+    def remove_checkpoint(self, path: Any) -> None:
+        if "://" in str(path):
+            return super().remove_checkpoint(path)
+        remove_checkpoint(path)
 
 
 def rng_state() -> Dict[str, Any]:
@@ -295,7 +327,10 @@ class RunCheckpoint(_TracksValidation, ModelCheckpoint):
             if not isinstance(cb, LastCheckpoint) or cb is self:
                 continue
             if trainer.is_global_zero and path.is_file():
-                ckpt = load_checkpoint_file(path, mmap=True)
+                try:
+                    ckpt = load_checkpoint_file(path, mmap=True)
+                except CheckpointError:  # damaged (a resume fell back): rewritten at this step
+                    ckpt = {}
                 if ckpt.get("global_step") == trainer.global_step:
                     ckpt["callbacks"][self.state_key] = self.state_dict()
                     atomic_torch_save(ckpt, path)
