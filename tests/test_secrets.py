@@ -20,21 +20,13 @@ from attnflow.training.loggers import logger_inputs
 from attnflow.training.resume import resume_config
 from attnflow.training.validate import resolve_config
 from support import FAST, compose_cfg, train_cli
+from test_loggers import wandb_env  # noqa: F401  (a fixture)
 
 SHORT = [*FAST, "trainer.limit_train_batches=2", "trainer.limit_val_batches=1",
          "trainer.limit_test_batches=1", "trainer.log_every_n_steps=1"]
 THROUGH = ["logger=[csv,tensorboard,wandb]", "logger.wandb.entity=${oc.env:ATTNFLOW_TEST_SECRET}",
            "logger.wandb.project=p-${oc.env:ATTNFLOW_TEST_SECRET}",
            "tags=[${oc.env:ATTNFLOW_TEST_SECRET},kept]", "run.name=n ${oc.env:ATTNFLOW_TEST_SECRET}"]
-
-
-@pytest.fixture
-def wandb_env(monkeypatch, tmp_path):
-    monkeypatch.delenv("WANDB_MODE", raising=False)
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb_config"))
-    monkeypatch.setenv("WANDB_CACHE_DIR", str(tmp_path / "wandb_cache"))
-    monkeypatch.delenv("WANDB_API_KEY", raising=False)
 
 
 @pytest.fixture

@@ -32,6 +32,13 @@ def hydra_value(value: str) -> str:
     return '"' + value.replace('"', '\\"') + '"'
 
 
+def shell_word(key: str, value: str) -> str:
+    """``key=value`` quoted for Hydra and the shell, as it is typed."""
+    import shlex
+
+    return shlex.quote(f"{key}={hydra_value(value)}")
+
+
 def command(program: str, *args: str, **overrides: str) -> str:
     """A command line that pastes into bash and works whatever the paths: ``args`` as they are,
     ``overrides`` as ``key=value`` with Hydra's quoting, each word quoted for the shell."""

@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 
 from attnflow.config.groups import SHARED_GROUPS
 from attnflow.config.registry import ConfigError, Registry
-from attnflow.io.console import hydra_value
+from attnflow.io.console import shell_word
 from attnflow.training import runlock
 from attnflow.training.runlock import first_rank
 
@@ -255,18 +255,11 @@ def _parse(item: str) -> Tuple[str, str]:
         ov = OverridesParser.create().parse_overrides([item])[0]
     except HydraException as err:
         key, eq, value = item.partition("=")
-        hint = (f"; a value with spaces or accents is quoted: {command_word(key, value)}"
+        hint = (f"; a value with spaces or accents is quoted: {shell_word(key, value)}"
                 if eq and value and not value[0] in "'\"" else "")
         raise ResumeError(f"cannot read the override {item!r}: {str(err).splitlines()[0]}{hint}") from None
     value = ov.value() if not ov.is_delete() else None
     return ov.get_key_element().split("@", 1)[0], "" if value is None else str(value)
-
-
-def command_word(key: str, value: str) -> str:
-    """``key=value`` quoted for Hydra and the shell, as it is typed."""
-    import shlex
-
-    return shlex.quote(f"{key}={hydra_value(value)}")
 
 
 def _quote(value: str) -> str:
