@@ -25,7 +25,8 @@ from test_sweep_optuna import SEARCH, TINY_GRAPH, _pids_alive, _study, _wait_for
 optuna = pytest.importorskip("optuna")
 TRAIN = str(Path(sys.executable).with_name("attnflow-train"))
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
-LONG = ["trainer.max_epochs=300", "callbacks.early_stopping=null", "callbacks.checkpoint.save_last=true"]
+EPOCHS = 1000  # long enough that both trials of an n_jobs=2 sweep train at once on a loaded machine
+LONG = [f"trainer.max_epochs={EPOCHS}", "callbacks.early_stopping=null", "callbacks.checkpoint.save_last=true"]
 
 
 def _trials(sweep: Path, storage: str = None, name: str = "gat_cora_optuna"):
@@ -59,7 +60,7 @@ def test_a_stopped_parallel_sweep_stops_its_trials_which_resume_exactly(tmp_path
            f"hydra.sweep.dir={sweep}"]
     proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for(lambda: _training(sweep, (0, 1)), timeout=240)
+        _wait_for(lambda: _training(sweep, (0, 1)), timeout=400)
     finally:
         proc.send_signal(signal.SIGTERM)
         err = proc.communicate(timeout=120)[1]
@@ -78,7 +79,7 @@ def test_a_stopped_parallel_sweep_stops_its_trials_which_resume_exactly(tmp_path
     for first, again in ((trials[0], taken_up[0]), (trials[1], taken_up[1])):
         assert again.state.name == "COMPLETE"
         assert again.user_attrs["run_dir"] == first.user_attrs["run_dir"]
-        assert sorted(again.intermediate_values) == list(range(1, 301))
+        assert sorted(again.intermediate_values) == list(range(1, EPOCHS + 1))
         done = {s: v for s, v in first.intermediate_values.items() if s in again.intermediate_values}
         assert {s: again.intermediate_values[s] for s in done} == pytest.approx(done)
     assert not (sweep / "2").exists() and not (sweep / "3").exists()
