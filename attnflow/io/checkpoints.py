@@ -29,6 +29,7 @@ class CheckpointError(ValueError):
 
 DIGEST_SUFFIX = ".sha256"
 _UNCHECKED: Set[Path] = set()  # checkpoints without a digest, warned about once each
+_VERIFIED: Set[tuple] = set()  # (path, size, mtime of it and of its digest) that matched
 
 
 def digest_path(path: Path | str) -> Path:
@@ -65,10 +66,21 @@ def check_digest(path: Path) -> None:
         return
     except OSError as err:
         raise CheckpointError(f"{path}: cannot read its digest {side}: {err.strerror}") from None
+    stamp = (path.resolve(), *_stamp(path), *_stamp(side))
+    if stamp in _VERIFIED:  # (a resume reads last.ckpt several times: hashed once)
+        return
     if recorded.lower() != file_digest(path):
-        cut = " (corrupt or truncated: cut short by a kill or a full disk?)" if _no_archive(path) else ""
+        cut = (" (corrupt or truncated: cut short by a kill or a full disk?)"
+               if _cut_short(path, deep=False) else "")
         raise CheckpointError(f"{path}: its bytes do not match its digest ({side.name}): the file "
                               f"is damaged{cut}")
+    _VERIFIED.add(stamp)
+
+
+def _stamp(path: Path) -> Tuple[int, int]:
+    """(size, modification time in ns): a file rewritten since changes it."""
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns
 
 
 def find_checkpoint(path: Path | str) -> Tuple[Path, Path]:
@@ -137,22 +149,9 @@ def _not_torch_file(path: Path) -> Optional[str]:
     return None
 
 
-def _no_archive(path: Path) -> bool:
-    """Whether ``path`` starts as a zip archive (torch's format) but does not read as one: its
-    end, where a zip's index is, is missing."""
-    import zipfile
-
-    with open(path, "rb") as f:
-        if f.read(2) != b"PK":
-            return False
-    try:
-        zipfile.ZipFile(path).close()
-    except (zipfile.BadZipFile, OSError, EOFError):
-        return True
-    return False
-
-
-def _cut_short(path: Path) -> bool:
+def _cut_short(path: Path, deep: bool = True) -> bool:
+    """Whether ``path`` starts as a zip archive (torch's format) but does not read as one (its
+    end, where a zip's index is, is missing; ``deep``: or a member's bytes fail their CRC)."""
     import zipfile
 
     with open(path, "rb") as f:
@@ -160,7 +159,7 @@ def _cut_short(path: Path) -> bool:
             return False
     try:
         with zipfile.ZipFile(path) as z:
-            return z.testzip() is not None
+            return deep and z.testzip() is not None
     except (zipfile.BadZipFile, OSError, EOFError):
         return True
 
