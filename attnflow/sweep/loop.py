@@ -32,10 +32,28 @@ from attnflow.training.preemption import SIGNALS, Interrupted
 log = logging.getLogger("attnflow.sweep.sweeper")
 
 
+class Runner:
+    """What runs a worker's trials: ``runner(number, overrides)`` → a future of the job's
+    ``JobReturn``. ``running``: a trial runs in this process now; ``passes_signals``: the trials
+    are processes of this one, which :meth:`signal` reaches."""
+
+    running = False
+    passes_signals = False
+
+    def __call__(self, number: int, overrides: list) -> Future:
+        raise NotImplementedError
+
+    def signal(self, signum: int) -> None:
+        """Pass ``signum`` on to the running trials (where :attr:`passes_signals`)."""
+
+    def close(self) -> None:
+        """Wait for the trials still running."""
+
+
 class TrialLoop:
     """The loop of one worker (:class:`attnflow.sweep.sweeper.OptunaSearch` builds it)."""
 
-    def __init__(self, search: Any, study: Any, storage: Any, space: Any, runner: Any,
+    def __init__(self, search: Any, study: Any, storage: Any, space: Any, runner: Runner,
                  wanted: int) -> None:
         self.search, self.study, self.storage, self.space = search, study, storage, space
         self.runner, self.wanted = runner, wanted
@@ -118,8 +136,8 @@ class TrialLoop:
             log.info(f"Trial {trial.number} takes up trial {trial.user_attrs[studies.RETRY_OF]}: "
                      f"it resumes {run}")
             overrides = [*self.space.fixed, *resume_overrides(run)]
-        self.beats[trial.number] = liveness.Beating(self.storage, trial._trial_id,
-                                                    self.search.heartbeat_interval)
+        tid = studies.trial_id(self.storage, self.study.study_name, trial.number)
+        self.beats[trial.number] = liveness.Beating(self.storage, tid, self.search.heartbeat_interval)
         self.pending[self.runner(trial.number, overrides)] = trial
         return True
 
@@ -192,9 +210,9 @@ class TrialLoop:
                   + (f"its {running} running trial(s) stop after their step and save last.ckpt "
                      f"(send it again to stop them at once)" if running else "no trial is running"),
                   file=sys.stderr, flush=True)
-        if hasattr(self.runner, "signal"):  # trial processes: passed on, once per signal
+        if self.runner.passes_signals:  # trial processes: passed on, once per signal
             self.runner.signal(signum)
-        elif getattr(self.runner, "running", False) or not first:
+        elif self.runner.running or not first:
             raise Interrupted(signum)  # (this process's trial, outside its training loop)
 
 

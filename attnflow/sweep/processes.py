@@ -21,6 +21,7 @@ import time
 from concurrent.futures import Future
 from typing import Any, Dict, List, Optional, Sequence
 
+from attnflow.sweep.loop import Runner
 from attnflow.training.preemption import SIGNALS, Interrupted
 
 ORPHAN_POLL_S, ORPHAN_KILL_S = 1.0, 50.0  # how often a trial looks for its sweep; when it gives up
@@ -126,9 +127,11 @@ def _outcome(kind: str, value: Any, exitcode: Optional[int]) -> Any:
     return TrialProcessError(f"the trial process ended with status {exitcode} and no result")
 
 
-class TrialProcesses:
+class TrialProcesses(Runner):
     """``runner(number, overrides)`` → a future of the job's ``JobReturn``, run in a process of its
     own; at most ``n`` at once (the sweep asks no more)."""
+
+    passes_signals = True
 
     def __init__(self, n: int, hydra_context: Any, config: Any, task_function: Any,
                  study: tuple) -> None:

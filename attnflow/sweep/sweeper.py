@@ -27,7 +27,7 @@ from attnflow.io.console import hydra_value
 from attnflow.sweep import liveness, study as studies
 from attnflow.sweep.checks import metric_directions
 from attnflow.sweep.config import build
-from attnflow.sweep.loop import TrialLoop
+from attnflow.sweep.loop import Runner, TrialLoop
 from attnflow.sweep.space import parse_space
 from attnflow.training import runlock
 from attnflow.training.preemption import Interrupted
@@ -160,14 +160,13 @@ def continue_command(config: Any, sweep_dir: Path) -> str:
 
 
 
-class Launches:
+class Launches(Runner):
     """Each trial one ``launcher.launch``: here and now with one job at a time, else from one of
     ``n_jobs`` threads (the launcher runs the job elsewhere, e.g. as a SLURM job)."""
 
     def __init__(self, launcher: Any, n_jobs: int) -> None:
         self.launcher = launcher
         self.pool = ThreadPoolExecutor(n_jobs) if n_jobs > 1 else None
-        self.running = False  # (a trial of this process)
 
     def launch(self, number: int, overrides: List[str]) -> Any:
         return self.launcher.launch([overrides], initial_job_idx=number)[0]
