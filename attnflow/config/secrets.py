@@ -10,11 +10,10 @@ password of a database URL (``postgresql://user:***@host/db``).
 
 from __future__ import annotations
 
-import copy
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, Tuple
+from typing import Any, Callable, Dict, Iterator, Tuple
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -77,40 +76,37 @@ def _hidden(value: Any, key: str, secrets: Secrets) -> Any:
     return mask_url(value)
 
 
-def _replace(node: Any, secrets: Secrets, prefix: str = "") -> Any:
+def _mapped(node: Any, leaf: Callable[[Any, str], Any], prefix: str = "") -> Any:
+    """A copy of a plain dict/list tree with each leaf as ``leaf(value, dotted key)``."""
     if isinstance(node, dict):
-        return {k: _replace(v, secrets, f"{prefix}.{k}" if prefix else str(k)) for k, v in node.items()}
+        return {k: _mapped(v, leaf, f"{prefix}.{k}" if prefix else str(k)) for k, v in node.items()}
     if isinstance(node, list):
-        return [_replace(v, secrets, f"{prefix}.{i}" if prefix else str(i)) for i, v in enumerate(node)]
-    return _hidden(node, prefix, secrets)
+        return [_mapped(v, leaf, f"{prefix}.{i}" if prefix else str(i)) for i, v in enumerate(node)]
+    return leaf(node, prefix)
 
 
 def recorded(resolved: Dict[str, Any], secrets: Secrets) -> Dict[str, Any]:
     """``resolved`` as a run writes it: each key of ``secrets`` as its interpolation, a
     variable's value elsewhere (a field built from it) as ``${oc.env:VAR}``, database URLs'
     passwords masked."""
-    return _replace(copy.deepcopy(resolved), secrets)
+    return _mapped(resolved, lambda value, key: _hidden(value, key, secrets))
 
 
-def _resolved(text: str, key: str) -> Any:
+def _resolved(value: Any, key: str) -> Any:
+    if not (isinstance(value, str) and ENV.search(value)):
+        return value
     try:
-        return OmegaConf.to_container(OmegaConf.create({"v": text}), resolve=True)["v"]
+        return OmegaConf.to_container(OmegaConf.create({"v": value}), resolve=True)["v"]
     except OmegaConfBaseException as err:
-        raise ConfigError(f"{key}: {text} as recorded, which cannot be resolved here "
+        raise ConfigError(f"{key}: {value} as recorded, which cannot be resolved here "
                           f"({type(err).__name__}: {str(err).splitlines()[0]}); set the "
                           f"variable") from None
 
 
-def resolve_env(cfg: Dict[str, Any], prefix: str = "") -> Any:
+def resolve_env(cfg: Dict[str, Any]) -> Any:
     """A recorded config with its ``${oc.env:…}`` fields resolved again (a copy); an unset
     variable is a :class:`ConfigError` naming the field."""
-    if isinstance(cfg, dict):
-        return {k: resolve_env(v, f"{prefix}.{k}" if prefix else str(k)) for k, v in cfg.items()}
-    if isinstance(cfg, list):
-        return [resolve_env(v, f"{prefix}.{i}" if prefix else str(i)) for i, v in enumerate(cfg)]
-    if isinstance(cfg, str) and ENV.search(cfg):
-        return _resolved(cfg, prefix)
-    return cfg
+    return _mapped(cfg, _resolved)
 
 
 def mask_url(text: str) -> str:
