@@ -286,3 +286,27 @@ def test_synthetic_graph_gat_node_classification_by_groups_trains(tmp_path):
     torch.set_num_threads(1)
     _two_graph_epochs(["data=synthetic_graph", "data.num_nodes=100", "scorer.hidden_dim=16"],
                       tmp_path)
+
+
+class _Mean(Task):
+    """Logs the mean of each batch's values, weighted by the batch's size, as the tasks do."""
+
+    def step(self, batch, split):
+        (x,) = batch
+        self.log(f"{split}/loss", x.mean(), batch_size=len(x), sync_dist=True)
+
+
+@pytest.mark.parametrize("values", [[0.0, 1, 2, 3, 4, 5, 6], [0.0, 1, 2, 3, 4, float("nan"), 6]])
+def test_a_synced_epoch_mean_weighs_each_batch_by_its_size(values):
+    """Batches of 5 and 2: the mean over the 7 values (3.0), not over the batches (3.75); a NaN
+    stays NaN. Over ranks the same metric sums values and counts (tests/test_ddp.py)."""
+    import pytorch_lightning as pl
+    from torch.utils.data import DataLoader, TensorDataset
+
+    data = DataLoader(TensorDataset(torch.tensor(values)), batch_sampler=[[0, 1, 2, 3, 4], [5, 6]])
+    trainer = pl.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False,
+                         enable_model_summary=False)
+    (got,) = trainer.validate(_Mean(nn.Linear(1, 1)), data, verbose=False)
+    expect = torch.tensor(values).mean()
+    assert torch.isnan(expect) or expect == 3.0
+    torch.testing.assert_close(torch.tensor(got["val/loss"]), expect, equal_nan=True)

@@ -16,7 +16,7 @@ import torch
 from pytorch_lightning.plugins.precision import MixedPrecision, Precision
 from pytorch_lightning.utilities.enums import GradClipAlgorithmType
 from torch import nn
-from torchmetrics import Metric
+from torchmetrics import MeanMetric, Metric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from attnflow.tasks.optim import OptimConfig, configure
@@ -40,10 +40,28 @@ class Task(pl.LightningModule):
         self.model = model
         self.optim = OptimConfig(**optim) if isinstance(optim, Mapping) else optim
         self.run_config: Dict[str, Any] = {}  # the resolved config, stored in checkpoints
+        self._synced_means = nn.ModuleDict()  # {name: MeanMetric}, see log
 
     def log(self, name: str, value: Any, *args: Any, **kwargs: Any) -> None:
-        """Lightning's ``log``, the name after :attr:`logged_as`."""
-        super().log(self.logged_as + name, value, *args, **kwargs)
+        """Lightning's ``log``, the name after :attr:`logged_as`. An epoch mean over every rank
+        (``sync_dist`` with a ``batch_size``) is a torchmetrics ``MeanMetric``, which sums values
+        and weights over the ranks: Lightning's own divides its integer count of items by the
+        world size and floors it (Lightning-AI/pytorch-lightning#21838), so val/loss under DDP
+        came out up to one item in 2·n too high."""
+        name = self.logged_as + name
+        on_step = kwargs.get("on_step")
+        if (kwargs.get("sync_dist") and torch.is_tensor(value) and "batch_size" in kwargs
+                and kwargs.get("reduce_fx", "mean") == "mean"
+                and not (self.training if on_step is None else on_step)):
+            key = name.replace(".", ",")  # (a module's name has no dot)
+            if key not in self._synced_means:
+                # a NaN stays NaN (torchmetrics 1.9's "disable" also drops the weights)
+                self._synced_means[key] = MeanMetric(nan_strategy=float("nan")).to(value.device)
+            mean = self._synced_means[key]
+            mean.update(value.detach(), weight=kwargs.pop("batch_size"))
+            value, kwargs["sync_dist"] = mean, False  # (a metric syncs itself as it computes)
+            kwargs["metric_attribute"] = f"_synced_means.{key}"
+        super().log(name, value, *args, **kwargs)
 
     # -- one batch -------------------------------------------------------------------------------
     def step(self, batch: Any, split: str) -> Optional[torch.Tensor]:
