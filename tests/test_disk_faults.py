@@ -145,3 +145,26 @@ def test_a_resume_that_fails_on_a_full_disk_leaves_the_run_byte_identical(traine
     assert err.splitlines()[-1] == (f"attnflow: cannot write {run}/checkpoints/last.ckpt: No space "
                                     f"left on device; {run} is as it was")
     assert _digests(run) == before  # no resume-1.yaml, no csv/version_1, train.log as it was
+
+
+@pytest.mark.parametrize("logger, blocked", [("wandb", "wandb"), ("tensorboard", "tensorboard"),
+                                             ("csv", "csv")])
+def test_a_file_where_a_logger_keeps_its_folder_is_one_line_and_the_run_stays_as_it_was(
+        trained, tmp_path, monkeypatch, capsys, logger, blocked):
+    """A resume whose logger finds a plain file where it makes its folder: one line naming that
+    file, exit 1, and no byte of the run changed (no resume-1.yaml, log version or train.log
+    line left)."""
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    if blocked == "csv":
+        shutil.rmtree(run / "csv")
+    (run / blocked).write_text("mine\n")
+    before = {**_digests(run), "folders": sorted(str(p) for p in run.rglob("*") if p.is_dir())}
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert train_cli(monkeypatch, f"resume={run}", f"logger=[csv,{logger}]", "trainer.max_epochs=3") == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "Error executing job" not in err
+    last = err.splitlines()[-1]
+    assert last.startswith("attnflow: ") and last.endswith(f"{run / blocked} is a file, where a folder "
+                                                           f"belongs; {run} is as it was"), last
+    assert {**_digests(run), "folders": sorted(str(p) for p in run.rglob("*") if p.is_dir())} == before

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 CONF_DIR = str(config_dir())  # the checkout's conf/, or the one installed with the package
 WRITE_FAULTS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
+PATH_FAULTS = (errno.ENOTDIR, errno.EEXIST, errno.EISDIR)  # a file where a folder belongs, or so
 
 
 def _requeued(argv: list, conf: Path) -> tuple:
@@ -150,12 +151,14 @@ def run_app(cfg: DictConfig) -> float | list | None:
         _take_back(before)
         sys.exit(2)
     except OSError as err:
-        if err.errno not in WRITE_FAULTS:
+        why = (f"cannot write {err.filename or out}: {err.strerror}" if err.errno in WRITE_FAULTS
+               else _path_fault(err))
+        if not why:
             _fail_trial(reports, out, f"{type(err).__name__}: {err}")
             raise
         kept = _take_back(before) or rollback.kept(out)
-        _fail_trial(reports, out, f"cannot write {err.filename or out}: {err.strerror}")
-        print(f"attnflow: cannot write {err.filename or out}: {err.strerror}; {kept}", file=sys.stderr)
+        _fail_trial(reports, out, why)
+        print(f"attnflow: {why}; {kept}", file=sys.stderr)
         sys.exit(1)
     except NonFiniteLossError as err:
         print(f"attnflow: {err}", file=sys.stderr)
@@ -170,6 +173,15 @@ def run_app(cfg: DictConfig) -> float | list | None:
             reports.close()
     _print_summary(summary, out)
     return _objective(summary, metric, out, reports)
+
+
+def _path_fault(err: OSError) -> str:
+    """What stands where the run makes a file or folder (its ``err.filename``), or ""."""
+    from attnflow.io.text import in_the_way
+
+    why = in_the_way(err.filename) if err.errno in PATH_FAULTS and err.filename else ""
+    return why if not why or why.startswith(f"{Path(err.filename).absolute()} ") else (
+        f"cannot write {err.filename}: {why}")
 
 
 def _objective(summary: dict, metric, out: Path, reports) -> float | list | None:

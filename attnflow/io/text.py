@@ -157,6 +157,18 @@ def check_folder(what: str, path: Path | str, hint: str = "name a file in a fold
             return
 
 
+def in_the_way(path: Path | str) -> str:
+    """Why ``path`` (a file or folder that could not be made) is blocked: the file on its way
+    where a folder belongs, or the folder where a file belongs; "" if neither."""
+    path = Path(path).absolute()
+    for q in (path, *path.parents):
+        if q.is_symlink() or q.exists():
+            if not q.is_dir():
+                return f"{q} is a file, where a folder belongs"
+            return f"{q} is a folder, where a file belongs" if q == path else ""
+    return ""
+
+
 @contextlib.contextmanager
 def atomic_path(path: Path | str) -> Iterator[Path]:
     """A temporary name beside ``path``, renamed to ``path`` on success and removed on failure."""
