@@ -518,7 +518,10 @@ def test_a_folder_without_config_and_metrics_is_not_a_run(tmp_path, capsys):
     for d in (real, alien):
         d.mkdir(parents=True)
         (d / "metrics.json").write_text("{}")
-    (real / "config.yaml").write_text("seed: 1\n")
+    empty = runs / "c"  # a run's config, but metrics.json `{}`: not "ok" either
+    shutil.copytree(alien, empty)
+    for d in (real, empty):
+        (d / "config.yaml").write_text("seed: 1\n")
     (real / "metrics.json").write_text(json.dumps({"metrics": {"val/loss": 0.5}}))
     with pytest.raises(SystemExit) as exc:
         main([str(alien)])
@@ -528,7 +531,8 @@ def test_a_folder_without_config_and_metrics_is_not_a_run(tmp_path, capsys):
         f"writes config.yaml as it starts) or a multirun directory\n")
     main([str(runs)])
     rows = read_csv(runs / "report" / "report.csv")
-    assert [(r["run"], r["status"]) for r in rows] == [("a", "ok"), ("b", NOT_A_RUN)]
+    assert [(r["run"], r["status"]) for r in rows] == [("a", "ok"), ("c", "metrics.json holds no metrics"),
+                                                       ("b", NOT_A_RUN)]
     assert NOT_A_RUN == "not a run: no config.yaml (nor .hydra/config.yaml) and no metrics"
 
 

@@ -134,3 +134,45 @@ def test_an_unset_variable_in_a_record_names_its_field(monkeypatch):
     monkeypatch.delenv("ATTNFLOW_TEST_SECRET", raising=False)
     with pytest.raises(ConfigError, match=r"a\.b: \$\{oc\.env:ATTNFLOW_TEST_SECRET\}"):
         secrets.resolve_env({"a": {"b": "${oc.env:ATTNFLOW_TEST_SECRET}"}})
+
+
+
+def _record_as_env(run: Path, group: str, key: str, text: str) -> None:
+    """Rewrite a run's recorded ``group.key`` as ``text`` (checkpoint, with its digest, and
+    config.yaml), as a run that read it from the environment records it."""
+    from attnflow.io.checkpoints import read_checkpoint
+    from attnflow.training.state import atomic_torch_save
+
+    ckpt_path = run / "checkpoints" / "last.ckpt"
+    ckpt = read_checkpoint(ckpt_path)
+    node = ckpt["attnflow_config"][group]
+    *path, last = key.split(".")
+    for part in path:
+        node = node[part]
+    node[last] = text
+    atomic_torch_save(ckpt, ckpt_path)
+    (run / "config.yaml").write_text(yaml.safe_dump(ckpt["attnflow_config"]))
+
+
+def test_predict_and_export_resolve_a_recorded_variable_again(tmp_path, monkeypatch, capsys):
+    """A document classifier whose task.optim.lr was recorded as its interpolation: predict
+    builds the task with the variable's value (the text is not a float), and without the
+    variable predict and export refuse in one line naming the field."""
+    from attnflow.cli import export, predict
+    from cli_runs import document_files, document_overrides, fabricate_run
+
+    run = fabricate_run(document_overrides(document_files(tmp_path / "docs")), tmp_path / "han")
+    _record_as_env(run, "task", "optim.lr", "${oc.decode:${oc.env:ATTNFLOW_TEST_LR}}")
+    (tmp_path / "in.txt").write_text("a good film . great acting\nawful plot\n")
+    monkeypatch.setenv("ATTNFLOW_TEST_LR", "0.001")
+    assert predict.main([str(run), "--file", str(tmp_path / "in.txt"), "-o", str(tmp_path / "out.jsonl")]) == 0
+    assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 2
+    monkeypatch.delenv("ATTNFLOW_TEST_LR")
+    capsys.readouterr()
+    for main, args in ((predict.main, [str(run), "--file", str(tmp_path / "in.txt")]),
+                       (export.main, [str(run), "--to", "onnx", str(tmp_path / "m.onnx")])):
+        assert main(args) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1, err
+        assert "task.optim.lr: ${oc.decode:${oc.env:ATTNFLOW_TEST_LR}} as recorded" in err
+    assert not (tmp_path / "m.onnx").exists()

@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
-from attnflow.cli.predict import run_interface
+from attnflow.cli.predict import open_run, run_interface
 from attnflow.cli.predict_io import PredictError
 from attnflow.config.registry import ATTENTIONS, MODELS, POSITIONALS, ConfigError
-from attnflow.io.checkpoints import CheckpointError, Run, load_run
+from attnflow.io.checkpoints import CheckpointError, Run
 from attnflow.io.console import plain_warnings
 from attnflow.io.text import InputError, check_new_outputs, path_arg
 
@@ -188,7 +188,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     out = Path(args.output)
     try:
         check_new_outputs(("output", args.output))
-        run = load_run(args.model)
+        run = open_run(args.model)
         kind = run_interface(run)
         if args.to == "hf":
             print(f"attnflow-export: {export_hf(run, kind, out)}: config.json, model.safetensors, "

@@ -59,6 +59,13 @@ UNREAD = {"documents": ("--top-k", "--beam", "--attention"),
           "multitask": ("--top-k", "--beam", "--attention", "--explain", "--save-attention")}
 
 
+def open_run(target: Path | str, device: str = "cpu") -> Run:
+    """The run at ``target`` with its config as the work uses it: a field recorded as
+    ``${oc.env:…}`` resolved again (an unset variable: a :class:`ConfigError` naming it)."""
+    run = load_run(target, device)
+    return run._replace(config=resolve_env(run.config))
+
+
 def run_interface(run: Run) -> Optional[str]:
     """What the run works on ('documents', 'graph', 'seq2seq'), from its model (else its data)."""
     for group, registry in (("model", MODELS), ("data", DATA)):
@@ -73,7 +80,7 @@ def load(target: Path | str, device: str = "cpu", run: Optional[Run] = None):
     """(task, artifacts) of a document classifier rebuilt from a run directory or checkpoint."""
     from attnflow.data.documents import Vocabulary
 
-    run = run or load_run(target, device)
+    run = run or open_run(target, device)
     cfg = run.config
     art = run_artifacts(run)
     if not art.get("vocab"):
@@ -177,7 +184,7 @@ def _documents(args, run: Run, out) -> int:
 
 def load_graph(run: Run, device: str = "cpu"):
     """(model, graph) of a node-classification run, the graph from the run's data config."""
-    cfg = resolve_env(run.config)  # (${oc.env:…} as recorded: resolved again)
+    cfg = run.config
     dm = DATA.build(cfg["data"], path="data")
     ctx = dm.model_context()
     model = MODELS.build(cfg["model"], path="model", **ctx)
@@ -336,7 +343,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             check_npz(args.save_attention)
         check_new_outputs(("-o", args.output), ("--save-attention", args.save_attention),
                           ("--explain", args.explain), ("--attention", args.attention))
-        run = load_run(args.model, args.device)
+        run = open_run(args.model, args.device)
         kind = run_interface(run)
         handlers = {"documents": _documents, "graph": _graph, "text_classification": _texts,
                     "pretraining": _texts, "token_classification": _tokens, "captioning": _captions,

@@ -151,15 +151,7 @@ def run_app(cfg: DictConfig) -> float | list | None:
         _take_back(before)
         sys.exit(2)
     except OSError as err:
-        why = (f"cannot write {err.filename or out}: {err.strerror}" if err.errno in WRITE_FAULTS
-               else _path_fault(err))
-        if not why:
-            _fail_trial(reports, out, f"{type(err).__name__}: {err}")
-            raise
-        kept = _take_back(before) or rollback.kept(out)
-        _fail_trial(reports, out, why)
-        print(f"attnflow: {why}; {kept}", file=sys.stderr)
-        sys.exit(1)
+        _write_fault(err, reports, out, before)
     except NonFiniteLossError as err:
         print(f"attnflow: {err}", file=sys.stderr)
         if metric and multirun:
@@ -173,6 +165,20 @@ def run_app(cfg: DictConfig) -> float | list | None:
             reports.close()
     _print_summary(summary, out)
     return _objective(summary, metric, out, reports)
+
+
+def _write_fault(err: OSError, reports, out: Path, before: dict) -> None:
+    """A full disk, or a file where a folder belongs: one line, what the run wrote taken back
+    (or the checkpoints it kept named), exit 1; another OSError: raised (a trial's: failed)."""
+    why = (f"cannot write {err.filename or out}: {err.strerror}" if err.errno in WRITE_FAULTS
+           else _path_fault(err))
+    if not why:
+        _fail_trial(reports, out, f"{type(err).__name__}: {err}")
+        raise err
+    kept = _take_back(before) or rollback.kept(out)
+    _fail_trial(reports, out, why)
+    print(f"attnflow: {why}; {kept}", file=sys.stderr)
+    sys.exit(1)
 
 
 def _path_fault(err: OSError) -> str:

@@ -19,6 +19,7 @@ from attnflow.io.text import listed
 
 RUN_MARKERS = ("config.yaml", "metrics.json", ".hydra")
 MISSING = "no metrics.json (failed, killed or unfinished)"
+NO_METRICS = "metrics.json holds no metrics"
 NOT_A_RUN = "not a run: no config.yaml (nor .hydra/config.yaml) and no metrics"
 PRUNED = "pruned"  # an Optuna trial stopped by the pruner: its metrics are those it reached
 LOWER_IS_BETTER = ("loss", "wer", "ter", "error", "perplexity", "ppl")
@@ -156,6 +157,8 @@ def read_run(path: Path, name: str, pictures: int = 4) -> Run:
             run.summary = summary
             if summary.get("failed"):
                 problems.append(f"failed: {_one_line(summary['failed'])}")
+            elif not run.metrics:
+                problems.append(NO_METRICS)
             trial = summary.get("trial")
             pruned = isinstance(trial, dict) and trial.get("state") == PRUNED
         except (OSError, ValueError, TypeError, AttributeError) as err:
@@ -294,11 +297,11 @@ def swept_params(runs: List[Run]) -> Tuple[List[str], Dict[str, Any]]:
 
 def sort_key(report_metric: str, maximize: bool):
     """Best first: ok runs by the metric, then pruned ones by the value they reached, ok runs
-    without it, then runs with a problem."""
+    without it, runs with a problem, and last folders that are not a run."""
     def key(run: Run):
         v = run.metrics.get(report_metric)
         if run.status not in ("ok", PRUNED) or v is None or math.isnan(v):
-            return (2 if run.status == "ok" else 3, 0.0)
+            return (2 if run.status == "ok" else 4 if run.status == NOT_A_RUN else 3, 0.0)
         return (0 if run.status == "ok" else 1, -v if maximize else v)
     return key
 
