@@ -39,3 +39,26 @@ def test_the_resume_command_of_a_run_in_an_accented_folder_pastes_into_bash(monk
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert (run / "resume-1.yaml").is_file()
+
+
+def test_a_value_the_shell_split_is_refused_with_its_quoted_form_and_makes_no_folder(
+        monkeypatch, tmp_path, capsys):
+    """``hydra.run.dir=runs/my runs/été 1`` typed without quotes reaches attnflow as three words:
+    one line with the quoted form, exit 2, no folder made (``runs/my`` was left behind)."""
+    monkeypatch.chdir(tmp_path)
+    assert train_cli(monkeypatch, *FAST, "hydra.run.dir=runs/my", "runs/été", "1") == 2
+    err = capsys.readouterr().err.strip()
+    quoted = shlex.quote('hydra.run.dir="runs/my runs/été 1"')
+    assert err == (f"attnflow: 'runs/été' is not an override (key=value): the shell split the value "
+                   f"of hydra.run.dir; a value with spaces is quoted: {quoted}")
+    assert shlex.split(quoted) == ['hydra.run.dir="runs/my runs/été 1"']
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_refused_in_its_job_leaves_no_folder_it_made(monkeypatch, tmp_path, capsys):
+    """The pinned folder of a new run is made to be locked; refused later (by Lightning's check of
+    a trainer field), the folders made for it go."""
+    assert train_cli(monkeypatch, *FAST, f"hydra.run.dir={tmp_path / 'runs' / 'new' / 'x'}",
+                     "trainer.max_epochs=-5") == 2
+    assert "max_epochs" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

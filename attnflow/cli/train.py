@@ -279,13 +279,14 @@ def main() -> None:
             sys.stderr.close()
         return
     from attnflow.cli.help import unknown_override
+    from attnflow.config.overrides import split_value
     from attnflow.config.sweeps import missing_plugin
     from attnflow.io.console import plain_warnings
 
     plain_warnings()  # attnflow's warnings as one line each
     argv, conf = sys.argv[1:], Path(CONF_DIR)
-    missing = missing_plugin(argv, conf)  # before Hydra, whose messages span a dozen lines
-    unknown = None if missing else unknown_override(argv, conf)
+    missing = split_value(argv) or missing_plugin(argv, conf)  # before Hydra, whose messages
+    unknown = None if missing else unknown_override(argv, conf)  # span a dozen lines
     if missing or unknown:
         print(f"attnflow: {missing or 'config error: ' + unknown}", file=sys.stderr)
         sys.exit(2)

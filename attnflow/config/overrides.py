@@ -10,6 +10,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import DictConfig
 
+from attnflow.io.console import shell_word
+
 
 def command_line(cfg: Any) -> Optional[List[str]]:
     """Hydra's task overrides of this run, or None where no command line is known."""
@@ -64,3 +66,22 @@ def parsed(overrides: Iterable[str]) -> Iterator[Tuple[str, Any]]:
             yield arg, parser.parse_override(arg)
         except HydraException:
             yield arg, None
+
+
+def split_value(argv: List[str]) -> Optional[str]:
+    """One line refusing a word the shell split off an override's value (``hydra.run.dir=runs/my
+    runs/été 1`` typed without quotes: ``runs/été`` and ``1`` are no overrides), with the quoted
+    form; else None. A word after a flag is the flag's (``-cd DIR``)."""
+    for n, word in enumerate(argv[1:], 1):
+        before = argv[n - 1]
+        if "=" in word or word.startswith("-") or "=" not in before or before.startswith("-"):
+            continue
+        rest = [word]
+        for more in argv[n + 1:]:
+            if "=" in more or more.startswith("-"):
+                break
+            rest.append(more)
+        key, _, value = before.partition("=")
+        return (f"{word!r} is not an override (key=value): the shell split the value of "
+                f"{key}; a value with spaces is quoted: {shell_word(key, ' '.join([value, *rest]))}")
+    return None

@@ -18,6 +18,7 @@ from attnflow.config.registry import ConfigError
 
 NAME = ".lock"
 _HELD: Dict[str, int] = {}  # {resolved run folder: the open, locked file}
+_MADE: Dict[str, Path] = {}  # {resolved run folder: the outermost folder hold() made for it}
 
 
 class RunInUseError(ConfigError):
@@ -70,6 +71,7 @@ def hold(run_dir: Path | str, advice: str = "") -> bool:
     key = str(run_dir.resolve())
     if key in _HELD:
         return False
+    missing = [p for p in (run_dir.absolute(), *run_dir.absolute().parents) if not p.exists()]
     try:
         fd, holder = take(run_dir / NAME)
     except OSError as err:
@@ -79,6 +81,8 @@ def hold(run_dir: Path | str, advice: str = "") -> bool:
             advice or f"one run writes a folder at a time; wait for it to end (a stopped "
                       f"run continues with resume={run_dir})"))
     _HELD[key] = fd
+    if missing:
+        _MADE[key] = missing[-1]
     return True
 
 
@@ -109,12 +113,24 @@ def writing(path: Path | str, what: str):
 
 
 def release(run_dir: Path | str) -> None:
-    """Remove and unlock ``run_dir``'s lock if this process holds it."""
-    fd = _HELD.pop(str(Path(run_dir).resolve()), None)
-    if fd is not None:
-        with contextlib.suppress(OSError):
-            (Path(run_dir) / NAME).unlink()
-        os.close(fd)
+    """Remove and unlock ``run_dir``'s lock if this process holds it; the folders :func:`hold`
+    made go too while empty (a command refused after the lock leaves none behind)."""
+    key = str(Path(run_dir).resolve())
+    fd, made = _HELD.pop(key, None), _MADE.pop(key, None)
+    if fd is None:
+        return
+    with contextlib.suppress(OSError):
+        (Path(run_dir) / NAME).unlink()
+    os.close(fd)
+    folder = Path(run_dir).absolute()
+    while made is not None and folder.is_relative_to(made):
+        try:
+            folder.rmdir()
+        except FileNotFoundError:  # (a failed run's folder, taken back)
+            pass
+        except OSError:  # (not empty: the run wrote there)
+            break
+        folder = folder.parent
 
 
 def release_all() -> None:
