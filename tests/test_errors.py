@@ -533,3 +533,30 @@ def test_an_empty_path_argument_is_refused_by_name(module, argv, option, tmp_pat
     err = capsys.readouterr().err
     assert f"error: argument {option}: an empty path names no file or folder" in err, err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_what_lightning_refuses_as_a_fit_starts_is_one_line_and_leaves_nothing(tmp_path, monkeypatch,
+                                                                            capsys):
+    """``val_check_interval`` above the batches of an epoch (2 of 32): Lightning refuses it in
+    the fit's first steps, after the run made its folder; one line, exit 2, the folder gone. A
+    model's own ValueError there keeps its traceback (it is not a setting's)."""
+    code, _, err = _main(monkeypatch, capsys, tmp_path / "outputs", "data.train_size=64",
+                         "data.batch_size=32", "trainer.val_check_interval=100")
+    assert code == 2 and "Traceback" not in err
+    assert err.splitlines()[-1] == (
+        "attnflow: config error: trainer: `val_check_interval` (100) must be less than or equal "
+        "to the number of the training batches (2). If you want to disable validation set "
+        "`limit_val_batches` to 0.0 instead. If you want to validate based on the total training "
+        "batches, set `check_val_every_n_epoch=None`.")
+    assert list((tmp_path / "outputs").iterdir()) == []
+
+
+def test_a_models_value_error_at_the_start_of_a_fit_is_not_a_setting(monkeypatch, tmp_path):
+    from attnflow.tasks.seq2seq import Seq2SeqTask
+
+    def broken(self, batch, split):
+        raise ValueError("a bug in the model")
+
+    monkeypatch.setattr(Seq2SeqTask, "step", broken)
+    with pytest.raises(ValueError, match="a bug in the model"):
+        train(compose_cfg([*FAST, "logger=none"]), tmp_path)

@@ -70,12 +70,25 @@ def check_trainer(trainer: Dict[str, Any]) -> Dict[str, Any]:
 
 
 @contextlib.contextmanager
-def lightning_errors() -> Iterator[None]:
-    """Lightning's refusal of its arguments (by type) as a :class:`ConfigError`."""
+def lightning_errors(own_only: bool = False) -> Iterator[None]:
+    """Lightning's refusal of its arguments (by type) as a :class:`ConfigError` of one line;
+    ``own_only``: only an error raised in Lightning's own code (at the start of a fit, e.g.
+    ``val_check_interval`` above the batches of an epoch), not one of a model or data module."""
     try:
         yield
     except (MisconfigurationException, ValueError, TypeError, ModuleNotFoundError) as err:
-        raise ConfigError(f"trainer: {err}") from err
+        if own_only and not raised_by_lightning(err):
+            raise
+        raise ConfigError(f"trainer: {' '.join(str(err).split())}") from err
+
+
+def raised_by_lightning(err: BaseException) -> bool:
+    """Whether ``err`` was raised in Lightning's code (the innermost frame of its traceback)."""
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    module = tb.tb_frame.f_globals.get("__name__", "") if tb is not None else ""
+    return module.split(".")[0] in ("pytorch_lightning", "lightning_fabric", "lightning")
 
 
 def reads_no_batch(limit: Any) -> bool:
