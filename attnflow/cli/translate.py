@@ -212,9 +212,8 @@ def attention_arrays(model, ids: List[List[int]], rows: List[List[int]]) -> List
             calls.setdefault(id(module), (kind, []))[1].append(_with_heads(output[1]).float().cpu())
         return hook
 
-    for part in ("encoder", "decoder"):
-        sub = getattr(model, part, None)
-        for module in (sub.modules() if isinstance(sub, torch.nn.Module) else ()):
+    for part, sub in (("encoder", model.encoder), ("decoder", model.decoder)):
+        for module in sub.modules():
             if isinstance(module, AttentionBlock):
                 handles.append(module.register_forward_pre_hook(force, with_kwargs=True))
                 handles.append(module.register_forward_hook(keeper(part)))

@@ -93,7 +93,7 @@ class BertModel(nn.Module):
             "attention": ATTENTIONS.validate(attention, "model.attention"),
             "positional": POSITIONALS.validate(positional, "model.positional")}
         pos = POSITIONALS.build(positional, d_model, path="positional")
-        if getattr(pos, "max_len", max_len) < max_len:
+        if pos.max_len is not None and pos.max_len < max_len:
             raise ConfigError(f"model 'bert': model.max_len={max_len} is longer than the "
                               f"{pos.max_len} learned positions (positional.max_len)")
         self.positional = None if pos.relative else pos

@@ -42,7 +42,7 @@ class Captioner(EncoderDecoder):
                  decoder: BlockSpec["decoder"] = {"name": "rnn_attention", "cell": "lstm"},
                  dropout: Probability = 0.0):
         super().__init__()
-        kind = getattr(ENCODERS.get(encoder["name"]), "input_kind", None)
+        kind = ENCODERS.get(encoder["name"]).input_kind
         given = "image_features" if feature_dim else "image"
         if kind != given:
             raise ConfigError(self.kind_error(encoder["name"], kind, given))
@@ -69,7 +69,7 @@ class Captioner(EncoderDecoder):
         name = (cfg["model"].get("encoder") or {}).get("name", "cnn")
         if name not in ENCODERS:
             return  # the registry names it
-        kind = getattr(ENCODERS.get(name), "input_kind", None)
+        kind = ENCODERS.get(name).input_kind
         given = "image_features" if (cfg.get("data") or {}).get("features") else "image"
         if kind != given:
             raise ConfigError(cls.kind_error(name, kind, given))

@@ -17,13 +17,14 @@ from typing import List, Sequence
 import torch
 from torch import nn
 
+from attnflow.blocks.decoders.base import Decoder
 from attnflow.blocks.decoders.decoding import reorder_beams
 
 
-class EnsembleDecoder(nn.Module):
+class EnsembleDecoder(Decoder):
     """The decoder protocol over M decoders: the state is the list of the members' states."""
 
-    def __init__(self, decoders: Sequence[nn.Module]):
+    def __init__(self, decoders: Sequence[Decoder]):
         super().__init__()
         self.members = nn.ModuleList(decoders)
 
@@ -35,7 +36,7 @@ class EnsembleDecoder(nn.Module):
     @property
     def weights_layer(self):
         """The first member's (its α is the ensemble's)."""
-        return getattr(self.members[0], "weights_layer", None)
+        return self.members[0].weights_layer
 
     def step(self, y_prev: torch.Tensor, state: list, need_weights: bool = False):
         """(log of the members' mean distribution (B, V), the states, the first member's α)."""

@@ -61,7 +61,7 @@ def decoder_without_attention(model_cfg: Mapping[str, Any]) -> str:
     """The model's decoder name where its class has ``attends = False`` (decoder 'rnn'), else ''."""
     decoder = model_cfg.get("decoder")
     name = decoder.get("name") if isinstance(decoder, Mapping) else None
-    if name in DECODERS and not getattr(DECODERS.get(name), "attends", True):
+    if name in DECODERS and not DECODERS.get(name).attends:
         return name
     return ""
 

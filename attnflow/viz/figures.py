@@ -50,8 +50,8 @@ def alpha_label(heads: int = 1, layer: Optional[Tuple[int, int]] = None,
 
 def decoder_alpha_label(model, heads: int) -> str:
     """:func:`alpha_label` of an encoder–decoder's weights with ``heads`` heads, the layer from
-    its decoder's ``weights_layer`` (absent: a decoder with one attention)."""
-    return alpha_label(heads, getattr(getattr(model, "decoder", None), "weights_layer", None))
+    its decoder's ``weights_layer`` (None: a decoder with one attention)."""
+    return alpha_label(heads, model.decoder.weights_layer)
 
 
 def attention_figure(weights: torch.Tensor, source: Sequence[str], output: Sequence[str],

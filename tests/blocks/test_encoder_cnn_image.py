@@ -42,7 +42,7 @@ def test_shapes_and_grid_for_several_sizes(size):
 def test_defaults_build_and_text_encoders_are_unmarked():
     enc = CNNImageEncoder()
     assert enc.output_dim == 128 and enc.stride == 8 and enc.in_channels == 3
-    assert not hasattr(RNNEncoder, "input_kind")
+    assert RNNEncoder.input_kind is None  # (token sequences)
 
 
 @pytest.mark.parametrize("kernel", [1, 3, 5])

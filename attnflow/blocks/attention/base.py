@@ -14,7 +14,7 @@ relative positions of its own).
 
 from __future__ import annotations
 
-from typing import ClassVar, Optional, Tuple
+from typing import ClassVar, Optional, Tuple, Type
 
 import torch
 from torch import nn
@@ -27,6 +27,8 @@ class AttentionBlock(nn.Module):
 
     plain: ClassVar[bool] = False
     relative: ClassVar[bool] = False
+    #: the features of the context it returns (set by a subclass)
+    output_dim: int
 
     def project(self, keys: torch.Tensor, values: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         return keys, values
@@ -51,9 +53,9 @@ class AttentionBlock(nn.Module):
                            need_weights=need_weights, query_offset=query_offset)
 
 
-def refuse_relative(attention_cls: type, where: str) -> None:
+def refuse_relative(attention_cls: Type[AttentionBlock], where: str) -> None:
     """ConfigError when a parent without self-attention (``where``) gets a relative attention."""
-    if getattr(attention_cls, "relative", False):
+    if attention_cls.relative:
         raise ConfigError(
             f"attention '{attention_cls.registry_name}' scores pairs by their relative position "
             f"i − j in self-attention (Shaw et al. 2018), which {where} lacks; use "

@@ -53,7 +53,7 @@ def sdpa(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, **kwargs
 def check_backend(where: str, backend: str, scorer: Scorer, normalizer: Normalizer,
                   dropout: float) -> None:
     """ConfigError when ``backend`` cannot run this scorer, normaliser and dropout."""
-    name = getattr(scorer, "registry_name", type(scorer).__name__)
+    name = scorer.registry_name or type(scorer).__name__
     if backend in ("sdpa", "flex") and not normalizer.is_softmax:
         raise ConfigError(f"{where}.backend={backend} needs the softmax normaliser (temperature "
                           f"1); use backend=explicit or auto")

@@ -8,7 +8,9 @@ init)). A decoder implements
   teacher forcing; with ``positions`` (B, T) bool only those rows' logits, (N, V);
 - ``start(memory, memory_mask, init) -> state``: a nest of tensors, batch first;
 - ``step(y_prev (B,), state, need_weights) -> (logits (B, V), state, weights (B, J, S) or None)``;
-- ``reorder(state, index)`` (and optionally ``reorder_beams``) for beam search.
+- ``reorder(state, index)`` (and optionally ``reorder_beams``, the base's: only what changes
+  between steps) for beam search;
+- ``attends``: whether it attends over the memory (returns weights); False for decoder 'rnn'.
 - ``weights_layer``: (which, of how many layers), 1-based, whose attention the weights are, or
   None for a decoder with one attention (pictures say which layer they show).
 
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Optional, Tuple
+from typing import Any, ClassVar, Optional, Tuple
 
 import torch
 from torch import nn
@@ -93,6 +95,9 @@ class Decoder(nn.Module):
 
     #: (layer, of layers) whose attention ``step``/``forward`` return, 1-based; None: the one
     weights_layer: Optional[Tuple[int, int]] = None
+
+    #: whether it attends over the memory: False returns no weights (and reads no attention)
+    attends: ClassVar[bool] = True
 
     #: entries of a dict state that are the same for every beam of a sentence and never change
     #: (encoder memory, masks): beam search reorders them only once, when it expands the batch

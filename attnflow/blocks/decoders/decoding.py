@@ -8,12 +8,22 @@ all sentences and beams are one batch of B·K rows.
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Any, Optional, Protocol, Tuple, runtime_checkable
 
 import torch
 import torch.nn.functional as F
 
 NEG_INF = float("-inf")
+
+
+@runtime_checkable
+class ReordersBeams(Protocol):
+    """A decoder that reorders its state between beam-search steps itself (the base
+    ``Decoder``'s leaves its ``static_state`` entries as they are); another one's state is
+    reordered whole (``reorder``)."""
+
+    def reorder_beams(self, state: Any, rows: torch.Tensor) -> Any:
+        """``state`` of the beams ``rows`` (B, N) picked, in that order."""
 
 
 @torch.no_grad()
@@ -65,9 +75,10 @@ def _gather_rows(x: Optional[torch.Tensor], rows: torch.Tensor) -> Optional[torc
 
 
 def reorder_beams(decoder, state, rows: torch.Tensor):
-    """The decoder's ``reorder_beams`` if it has one, else its ``reorder``."""
-    fn = getattr(decoder, "reorder_beams", None)
-    return fn(state, rows) if fn is not None else decoder.reorder(state, rows)
+    """The decoder's ``reorder_beams`` where it has one (:class:`ReordersBeams`), else its ``reorder``."""
+    if isinstance(decoder, ReordersBeams):
+        return decoder.reorder_beams(state, rows)
+    return decoder.reorder(state, rows)
 
 
 def _finish(fin, top, rows, tok, is_eos, history, w, w_history, factor: float, eos_id: int):

@@ -14,6 +14,7 @@ from typing import List, Literal, Optional, Tuple
 import torch
 from torch import nn
 
+from attnflow.blocks.encoders.base import Encoder
 from attnflow.config.registry import ENCODERS, ConfigError, PositiveInt, Probability
 from attnflow.io.console import warn_unread
 
@@ -21,7 +22,7 @@ POOLS = {"max": nn.MaxPool2d, "avg": nn.AvgPool2d}
 
 
 @ENCODERS.register("cnn")
-class CNNImageEncoder(nn.Module):
+class CNNImageEncoder(Encoder):
     """Images (B, in_channels, H, W) → regions (B, h·w, output_dim) and the grid (h, w)."""
 
     input_kind = "image"

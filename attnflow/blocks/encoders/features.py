@@ -17,11 +17,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnflow.blocks.encoders.base import Encoder
 from attnflow.config.registry import ENCODERS, ConfigError, PositiveInt, Probability
 
 
 @ENCODERS.register("features")
-class FeatureEncoder(nn.Module):
+class FeatureEncoder(Encoder):
     """Region features (B, L, input_dim) → regions (B, L, output_dim) and the grid (h, w)."""
 
     input_kind = "image_features"

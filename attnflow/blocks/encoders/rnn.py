@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from attnflow.blocks.encoders.base import Encoder
 from attnflow.config.registry import ENCODERS, PositiveInt, Probability
 from attnflow.io.console import warn_unread
 
@@ -24,7 +25,7 @@ def warn_layer_dropout(name: str, layers: int, dropout: float) -> None:
 
 
 @ENCODERS.register("rnn")
-class RNNEncoder(nn.Module):
+class RNNEncoder(Encoder):
     """H = (h_1 … h_n), h_j = [h→_j; h←_j] for a bidirectional encoder.
 
     Shape: x (B, T, input_dim), lengths (B,) -> outputs (B, T, output_dim), zero at padding, and

@@ -13,6 +13,7 @@ from typing import Literal, Tuple
 import torch
 from torch import nn
 
+from attnflow.blocks.encoders.base import Encoder
 from attnflow.blocks.encoders.rnn import CELLS, warn_layer_dropout
 from attnflow.config.registry import ENCODERS, PositiveInt, Probability
 
@@ -28,7 +29,7 @@ def reverse_within_length(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tenso
 
 
 @ENCODERS.register("rnn_unpacked")
-class UnpackedRNNEncoder(nn.Module):
+class UnpackedRNNEncoder(Encoder):
     """``rnn`` without packed sequences; each direction of each layer is one-layer RNN.
 
     Shape: as ``rnn``; final is zero for length 0.

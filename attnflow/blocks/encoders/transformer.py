@@ -21,6 +21,7 @@ from torch import nn
 
 from attnflow.blocks.attention.functional import padding_mask
 from attnflow.blocks.dropout import Dropout
+from attnflow.blocks.encoders.base import Encoder
 from attnflow.config.registry import (ATTENTIONS, ENCODERS, POSITIONALS, BlockSpec, ConfigError,
                                PositiveFloat, PositiveInt, Probability)
 
@@ -32,7 +33,7 @@ def build_attention(cfg: Dict[str, Any], query_dim: int, key_dim: int, self_atte
     relative = self_attention and positional is not None and positional.relative
     block = ATTENTIONS.build(cfg, query_dim, key_dim, key_dim, self_attention,
                              positional.max_distance if relative else None, path="attention")
-    out = getattr(block, "output_dim", query_dim)
+    out = block.output_dim
     if out != query_dim:
         raise ConfigError(
             f"attention '{block.registry_name}' gives {out} features, but a Transformer layer adds "
@@ -88,7 +89,7 @@ class TransformerEncoderLayer(nn.Module):
 
 
 @ENCODERS.register("transformer_encoder")
-class TransformerEncoder(nn.Module):
+class TransformerEncoder(Encoder):
     """Z = Layer_N(… Layer_1(Dropout(x + p)) …), then LN for pre-LN.
 
     Shape: x (B, T, input_dim), lengths (B,) -> outputs (B, T, d), zero at padding, final (B, d)

@@ -17,6 +17,8 @@ class Normalizer(nn.Module):
 
     #: True when the normaliser is SoftMax, so attention may use the fused SDPA kernel.
     is_softmax: bool = False
+    #: the name it is registered under (set by the registry); None: not registered
+    registry_name: Optional[str] = None
 
     def forward(self, scores: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         raise NotImplementedError
@@ -24,7 +26,7 @@ class Normalizer(nn.Module):
     def normalize_segments(self, scores: torch.Tensor, index: torch.Tensor,
                            num_segments: int) -> torch.Tensor:
         """Normalise (E, J) scores over the entries sharing ``index`` (E,) in [0, num_segments)."""
-        raise NotImplementedError(f"normalizer '{getattr(self, 'registry_name', type(self).__name__)}' "
+        raise NotImplementedError(f"normalizer '{self.registry_name or type(self).__name__}' "
                                   f"has no segment form")
 
     @classmethod

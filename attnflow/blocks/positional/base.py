@@ -7,6 +7,8 @@ with clipping distance ``max_distance``.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 from torch import nn
 
@@ -17,6 +19,8 @@ class Positional(nn.Module):
 
     relative: bool = False
     max_distance: int = 0
+    #: the most positions it covers (a learned table's rows); None: any number
+    max_len: Optional[int] = None
 
     def __init__(self, dim: int):
         super().__init__()

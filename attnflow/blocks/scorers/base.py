@@ -30,6 +30,8 @@ from attnflow.config.registry import ConfigError
 class Scorer(nn.Module):
     """Base class: ``score(query, keys) -> (..., Tq, Tk)``."""
 
+    #: the name it is registered under (set by the registry); None: not registered
+    registry_name: Optional[str] = None
     sdpa_scale: Optional[float] = None
     #: every instance needs query_dim == key_dim (checked in ``__init__``): q and k are compared directly
     requires_equal_dims: bool = False
@@ -91,7 +93,7 @@ class Scorer(nn.Module):
         """Re-initialise as one head of ``heads``; by default keep the constructor's values."""
 
     def _name(self) -> str:
-        return getattr(self, "registry_name", type(self).__name__)
+        return self.registry_name or type(self).__name__
 
     def _require_equal_dims(self) -> None:
         if self.query_dim != self.key_dim:
