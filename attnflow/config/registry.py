@@ -7,7 +7,8 @@ marks a child block, a dataclass annotation a nested config, ``Range`` bounds
 (:mod:`attnflow.config.types`). :meth:`Registry.validate` refuses an unknown field, a wrong type,
 choice or range with a :class:`ConfigError` naming the block, field and path. A registry imports
 its package's modules on first lookup; plugins register through the ``attnflow.blocks``
-entry-point group.
+entry-point group. A data module, model or task derives from its registry's base, what the run
+asks of it (:mod:`attnflow.config.contracts`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from attnflow.io.console import AttnflowWarning  # noqa: F401  (re-exported)
+from attnflow.config.contracts import DataContract, ModelContract, TaskContract
 from attnflow.config.types import (  # noqa: F401  (the annotations blocks import from here)
     BlockSpec, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, Probability, Range,
     block_kind, choice_text, literal_choices, one_of, split_range, type_name)
@@ -61,11 +63,12 @@ class Registry:
 
     _all: Dict[str, "Registry"] = {}
 
-    def __init__(self, kind: str, packages: Union[str, Sequence[str]] = ()):
-        """``packages``: the module(s) or package(s) whose modules hold the built-in blocks."""
+    def __init__(self, kind: str, packages: Union[str, Sequence[str]] = (), base: type = object):
+        """``packages``: the module(s) or package(s) whose modules hold the built-in blocks;
+        ``base``: the class every registered one derives from (what the run asks of them)."""
         if kind in Registry._all:
             raise ValueError(f"a registry for kind '{kind}' exists already")
-        self.kind = kind
+        self.kind, self.base = kind, base
         self.packages = (packages,) if isinstance(packages, str) else tuple(packages)
         self._discovered = False
         self._classes: Dict[str, type] = {}
@@ -78,6 +81,9 @@ class Registry:
             if name in self._classes:
                 raise ValueError(f"{self.kind} '{name}' is registered already "
                                  f"({self._classes[name].__qualname__})")
+            if self.base is not object and not (isinstance(cls, type) and issubclass(cls, self.base)):
+                raise TypeError(f"{self.kind} '{name}': {cls.__qualname__} must derive from "
+                                f"{self.base.__module__}.{self.base.__qualname__}")
             self._specs[name] = _build_schema(_init_params(cls, f"{self.kind}.{name}"), f"{self.kind}.{name}")
             self._classes[name] = cls
             cls.registry_name = name
@@ -160,12 +166,6 @@ class Registry:
         out = _check_fields(self._specs[name], data, path, f"{self.kind} '{name}'")
         out["name"] = name
         return out
-
-    def ask(self, cfg: Any, hook: str, path: str = "") -> Any:
-        """The answer of the class ``cfg`` names to its classmethod ``hook(fields)``, or None."""
-        data = _to_dict(cfg)
-        answer = getattr(self.get(data.get("name"), path), hook, None)
-        return answer(self.validate(data, path)) if answer else None
 
     def build(self, cfg: Any, *context: Any, path: str = "", **extra: Any):
         """Validate ``cfg`` and construct ``Class(*context, **fields, **extra)``."""
@@ -406,9 +406,9 @@ AGGREGATORS = Registry("aggregator", "attnflow.blocks.aggregators")
 ATTENTIONS = Registry("attention", "attnflow.blocks.attention")
 ENCODERS = Registry("encoder", "attnflow.blocks.encoders")
 DECODERS = Registry("decoder", "attnflow.blocks.decoders")
-MODELS = Registry("model", "attnflow.models")
-DATA = Registry("data", "attnflow.data")
-TASKS = Registry("task", "attnflow.tasks")
+MODELS = Registry("model", "attnflow.models", ModelContract)
+DATA = Registry("data", "attnflow.data", DataContract)
+TASKS = Registry("task", "attnflow.tasks", TaskContract)
 LOGGERS = Registry("logger", "attnflow.training.loggers")
 POOLINGS = Registry("pooling", "attnflow.blocks.pooling")
 POSITIONALS = Registry("positional", "attnflow.blocks.positional")

@@ -12,6 +12,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from attnflow.config.contracts import DataContract
 from attnflow.data.buckets import BucketBatchSampler, trainer_epoch
 from attnflow.data.errors import DataError, missing_data
 from attnflow.data.examples import spread_over_labels
@@ -75,24 +76,12 @@ def random_subset(rows: list, limit: int, seed: int) -> list:
     return rows
 
 
-class SplitDataModule(pl.LightningDataModule):
+class SplitDataModule(DataContract, pl.LightningDataModule):
     """A data module whose loaders differ only by split: a subclass implements
     ``_loader(split, train)`` and, when its test split can be absent, ``missing_test()``."""
 
     def _loader(self, split: str, train: bool) -> DataLoader:
         raise NotImplementedError
-
-    # the fields a trained model is bound to (attnflow-eval keeps the run's values)
-    run_fixed: Tuple[str, ...] = ()
-
-    def missing_test(self) -> Optional[str]:
-        """Why there is no test split (the error's message), or None when there is one."""
-        return None
-
-    def set_run_dir(self, run_dir) -> None:
-        """Where the run keeps files (``<run_dir>/tokenizer/``): saved there, read back on resume."""
-        self.run_dir = Path(run_dir)
-
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", True)
@@ -127,7 +116,6 @@ class FileDataModule(SplitDataModule):
     absent: no test split), encoded by a subclass into ``self.splits`` (labelled ones: ``.labels``)."""
 
     owner = "data"
-    run_dir: Optional[Path] = None
 
     @classmethod
     def check_files(cls, fields: Mapping[str, Any], test: bool = True) -> None:

@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, Dataset
 from torch_geometric.data import Data
 from torch_geometric.utils import k_hop_subgraph
 
+from attnflow.config.contracts import DataContract
 from attnflow.config.registry import ConfigError
 from attnflow.data.base import eval_sampler
 from attnflow.data.examples import spread_over_labels
@@ -63,7 +64,7 @@ class KHopBatches(Dataset):
         return out
 
 
-class GraphDataModule(pl.LightningDataModule):
+class GraphDataModule(DataContract, pl.LightningDataModule):
     """Base class: one graph, full-batch or mini-batch loaders (see the module docstring)."""
 
     name = "graph"

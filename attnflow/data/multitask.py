@@ -12,6 +12,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
+from attnflow.config.contracts import DataContract
 from attnflow.config.registry import DATA, BlockSpec, ConfigError
 from attnflow.io.console import warn_unread
 
@@ -52,7 +53,7 @@ class CycleLoader(DataLoader):
 
 
 @DATA.register("multitask")
-class MultiTaskDataModule(pl.LightningDataModule):
+class MultiTaskDataModule(DataContract, pl.LightningDataModule):
     """One data module per task, built from ``common`` + the task's fields (``{}``: common as it
     is; module docstring)."""
 
@@ -61,7 +62,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
     def __init__(self, *, common: BlockSpec["data"] = None, tasks: Dict[str, Any] = {}):
         super().__init__()
         configs = self.task_configs({"common": common, "tasks": tasks})
-        self.parts: Dict[str, pl.LightningDataModule] = {}
+        self.parts: Dict[str, DataContract] = {}
         for t, cfg in configs.items():
             try:
                 self.parts[t] = DATA.build(cfg, path=f"data.tasks.{t}")
@@ -69,7 +70,9 @@ class MultiTaskDataModule(pl.LightningDataModule):
                 raise
             except ValueError as err:  # a data module's own check: say which task's data
                 raise ConfigError(f"data.tasks.{t}: {err}") from None
-        self.first = next(iter(self.parts.values()), None)  # makes the tokenizer every task reads with
+        if not self.parts:
+            raise ConfigError("'data.tasks' must map at least one task to its data fields")
+        self.first = next(iter(self.parts.values()))  # makes the tokenizer every task reads with
         self._shared = False
 
     @classmethod
@@ -101,16 +104,14 @@ class MultiTaskDataModule(pl.LightningDataModule):
     def check_files(cls, fields: Mapping[str, Any], test: bool = True) -> None:
         """Each task's data files are there (its data module's ``check_files``; nothing read)."""
         for task in cls.task_configs(fields).values():
-            hook = getattr(DATA.get(task["name"]), "check_files", None)
-            if hook:
-                hook(task, test)
+            DATA.get(task["name"]).check_files(task, test)
 
     @classmethod
     def longest_positions(cls, fields: Mapping[str, Any]) -> Optional[Tuple[int, str]]:
         """The longest of the tasks' ``longest_positions``, and why (None where none says)."""
         said = []
         for t, task in cls.task_configs(fields).items():
-            answer = DATA.ask(task, "longest_positions", f"data.tasks.{t}")
+            answer = DATA.get(task["name"]).longest_positions(task)
             if answer:
                 said.append((answer[0], answer[1].replace("{at}", f"{{at}}tasks.{t}.")))
         return max(said, key=lambda answer: answer[0], default=None)
@@ -122,34 +123,33 @@ class MultiTaskDataModule(pl.LightningDataModule):
 
     @property
     def tokenizer(self):
-        return getattr(self.first, "tokenizer", None)
+        return self.first.tokenizer
 
     def _share_tokenizer(self, prepare: bool = True) -> None:
         """The first task's tokenizer, made (or loaded) once, handed to the other tasks."""
         if self._shared:
             return
-        if prepare and hasattr(self.first, "prepare_tokenizer"):
+        if prepare:
             self.first.prepare_tokenizer()
         for part in list(self.parts.values())[1:]:
-            if self.tokenizer is not None and hasattr(part, "tokenizer"):
+            if self.tokenizer is not None:
                 part.tokenizer = self.tokenizer
         self._shared = True
 
     def set_run_dir(self, run_dir) -> None:
         """The first task's data keeps the tokenizer with the run (and reads it back on resume)."""
-        if hasattr(self.first, "set_run_dir"):
-            self.first.set_run_dir(run_dir)
+        self.first.set_run_dir(run_dir)
 
     def save_artifacts(self, run_dir) -> Optional[Path]:
         self._share_tokenizer()
-        return self.first.save_artifacts(run_dir) if hasattr(self.first, "save_artifacts") else None
+        return self.first.save_artifacts(run_dir)
 
     def artifacts(self) -> dict:
         """Each task's artifacts (``tasks``), the shared tokenizer once (``tokenizer``)."""
         self._share_tokenizer()
         out: Dict[str, Any] = {"tasks": {}}
         for t, part in self.parts.items():
-            art = dict(part.artifacts()) if hasattr(part, "artifacts") else {}
+            art = dict(part.artifacts())
             if "tokenizer" in art:
                 out["tokenizer"] = art.pop("tokenizer")
             out["tasks"][t] = art
@@ -159,9 +159,8 @@ class MultiTaskDataModule(pl.LightningDataModule):
         """Each task's ``setup_evaluation`` with its artifacts and the shared tokenizer."""
         per_task = artifacts.get("tasks") or {}
         for t, part in self.parts.items():
-            if hasattr(part, "setup_evaluation"):
-                art = {**(per_task.get(t) or {}), "tokenizer": artifacts.get("tokenizer")}
-                part.setup_evaluation(run_dir, art, split)
+            art = {**(per_task.get(t) or {}), "tokenizer": artifacts.get("tokenizer")}
+            part.setup_evaluation(run_dir, art, split)
         self._shared = False
         self._share_tokenizer(prepare=False)
 
@@ -171,7 +170,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
         contexts = {t: dict(p.model_context()) for t, p in self.parts.items()}
         first = next(iter(contexts))
         out = {k: v for k, v in contexts[first].items() if k != "num_classes"}
-        out["tasks"] = {t: (getattr(p, "interface", None), int(contexts[t].get("num_classes", 0)))
+        out["tasks"] = {t: (p.interface, int(contexts[t].get("num_classes", 0)))
                         for t, p in self.parts.items()}
         return out
 
@@ -216,12 +215,11 @@ class MultiTaskDataModule(pl.LightningDataModule):
     def without_test(self) -> None:
         """A run with test=false: no task's test file is read."""
         for part in self.parts.values():
-            if hasattr(part, "without_test"):
-                part.without_test()
+            part.without_test()
 
     def missing_test(self) -> Optional[str]:
         for t, part in self.parts.items():
-            why = part.missing_test() if hasattr(part, "missing_test") else None
+            why = part.missing_test()
             if why:
                 return f"data.tasks.{t}: {why}"
         return None

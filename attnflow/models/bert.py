@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnflow.config.contracts import ModelContract
 from attnflow.config.registry import (ATTENTIONS, DATA, ENCODERS, MODELS, POSITIONALS, BlockSpec,
                                ConfigError, PositiveFloat, PositiveInt, Probability)
 from attnflow.io.console import warn_unread
@@ -40,7 +41,7 @@ ARCHITECTURE = ("d_model", "layers", "ffn_dim", "norm", "activation", "type_voca
 
 
 @MODELS.register("bert")
-class BertModel(nn.Module):
+class BertModel(ModelContract, nn.Module):
     """BERT encoder with pretraining heads (MLM, NSP) or fine-tuning heads.
 
     Shape: input_ids, segment_ids (B, T) long, attention_mask (B, T) bool (a prefix of real
@@ -62,7 +63,7 @@ class BertModel(nn.Module):
         """model.max_len covers the data's inputs."""
         if (cfg.get("model") or {}).get("name") == "bert":
             max_len = cfg["model"]["max_len"]
-            longest = DATA.ask(cfg["data"], "longest_positions", "data")
+            longest = DATA.get(cfg["data"]["name"]).longest_positions(cfg["data"])
             if longest and longest[0] > max_len:
                 given = longest[1].replace("{at}", "data.")
                 raise ConfigError(f"model 'bert': {given} gives inputs longer than model.max_len="

@@ -14,11 +14,13 @@ from torch import nn
 
 from attnflow.blocks.decoders.base import logits_at
 from attnflow.blocks.decoders.decoding import decode
+from attnflow.config.contracts import ModelContract
 
 
-class EncoderDecoder(nn.Module):
+class EncoderDecoder(ModelContract, nn.Module):
     """Base of ``seq2seq`` and ``transformer``: forward (teacher forcing), greedy, beam search."""
 
+    encoder: nn.Module
     decoder: nn.Module
     interface = "seq2seq"  # works on sequence pairs (attnflow.training.validate.check_composition)
 

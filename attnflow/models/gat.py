@@ -20,11 +20,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnflow.blocks.graph.sparse_input import dropout_nonzero
+from attnflow.config.contracts import ModelContract
 from attnflow.config.registry import GRAPH_LAYERS, MODELS, BlockSpec, PositiveInt, Probability
 
 
 @MODELS.register("gat")
-class GAT(nn.Module):
+class GAT(ModelContract, nn.Module):
     """Graph attention network: x (N, in_dim), edge_index (2, E) -> logits (N, num_classes).
 
     ``head_dropout``: draw the input dropout per head inside the layer (the authors' ``attn_head``)

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from attnflow.models.embedding_init import init_embedding
+from attnflow.config.contracts import ModelContract
 from attnflow.config.registry import ENCODERS, MODELS, POOLINGS, BlockSpec, PositiveInt, Probability
 
 
@@ -43,7 +44,7 @@ def encode_masked(encoder: nn.Module, x: torch.Tensor, lengths: torch.Tensor,
 
 
 @MODELS.register("han")
-class HierarchicalAttentionNetwork(nn.Module):
+class HierarchicalAttentionNetwork(ModelContract, nn.Module):
     """Words → sentence vectors → document vector → class logits.
 
     ``length_groups``: the non-empty sentences are encoded in this many groups by length.

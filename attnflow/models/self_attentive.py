@@ -18,6 +18,7 @@ from torch import nn
 
 from attnflow.blocks.normalizers.softmax import masked_softmax
 from attnflow.models.embedding_init import init_embedding
+from attnflow.config.contracts import ModelContract
 from attnflow.config.registry import ENCODERS, MODELS, BlockSpec, PositiveInt, Probability
 
 
@@ -36,7 +37,7 @@ def flatten_documents(tokens: torch.Tensor, sent_lengths: torch.Tensor):
 
 
 @MODELS.register("self_attentive")
-class SelfAttentive(nn.Module):
+class SelfAttentive(ModelContract, nn.Module):
     """BiLSTM + r-hop self-attention + MLP classifier.
 
     Shape: tokens (B, S, W), sent_lengths (B, S) -> {``logits`` (B, C), ``attention`` (B, r, N)

@@ -37,11 +37,10 @@ class Transformer(EncoderDecoder):
         """``tie_embeddings=all`` has one vocabulary for both sides, and a bounded positional
         table covers the longest sequence the data gives."""
         if (cfg.get("model") or {}).get("name") == "transformer":
-            model = cfg["model"]
+            model, data = cfg["model"], DATA.get(cfg["data"]["name"])
             if (model.get("positional") or {}).get("max_len"):
-                check_table_covers(model["positional"],
-                                   DATA.ask(cfg["data"], "longest_positions", "data"), "positional")
-            if model["tie_embeddings"] == "all" and DATA.ask(cfg["data"], "one_vocabulary", "data") is False:
+                check_table_covers(model["positional"], data.longest_positions(cfg["data"]), "positional")
+            if model["tie_embeddings"] == "all" and data.one_vocabulary(cfg["data"]) is False:
                 raise ConfigError(
                     "model 'transformer': tie_embeddings=all shares one embedding between source "
                     "and target, but data.shared_vocab=false gives each side its own vocabulary; "

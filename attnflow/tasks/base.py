@@ -2,7 +2,8 @@
 
 A subclass implements ``step(batch, split)`` (returning the training loss) and declares what the
 runner reads before building: ``interface`` (the data and models it works with), ``metrics``
-(name → 'min'/'max', logged as ``{train,val,test}/<name>``) and the checkpoint ``monitor``.
+(name → 'min'/'max', logged as ``{train,val,test}/<name>``) and the checkpoint ``monitor``
+(:class:`attnflow.config.contracts.TaskContract`).
 Checkpoints carry the resolved config and the data module's ``artifacts()``.
 """
 
@@ -19,18 +20,13 @@ from torch import nn
 from torchmetrics import MeanMetric, Metric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
+from attnflow.config.contracts import DataContract, TaskContract
 from attnflow.tasks.optim import OptimConfig, configure
 
 
-class Task(pl.LightningModule):
+class Task(TaskContract, pl.LightningModule):
     """Base of the registered tasks (not registered itself)."""
 
-    interface: Optional[str] = None
-    metrics: Dict[str, str] = {"loss": "min"}
-    monitor: str = "val/loss"
-    monitor_mode: str = "min"
-    # metrics logged only where a field of the task is above 0 ({metric: field})
-    conditional_metrics: Dict[str, str] = {}
     # a prefix of every name logged: ``best/`` while the best checkpoint is validated after
     # training (its figures are not one more point of the ``val/`` curves)
     logged_as: str = ""
@@ -142,19 +138,8 @@ class Task(pl.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["attnflow_config"] = self.run_config
         dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        if dm is not None and hasattr(dm, "artifacts"):
+        if isinstance(dm, DataContract):
             checkpoint["attnflow_artifacts"] = dm.artifacts()
-
-    @classmethod
-    def metric_names(cls, splits=("train", "val")) -> list:
-        """``<split>/<metric>`` for every metric the task logs."""
-        return [f"{s}/{m}" for s in splits for m in cls.metrics]
-
-    @classmethod
-    def metric_names_of(cls, task_cfg: Mapping[str, Any], splits=("train", "val")) -> list:
-        """:meth:`metric_names` less a conditional metric whose field is 0 in ``task_cfg``."""
-        off = {m for m, field in cls.conditional_metrics.items() if not (task_cfg.get(field) or 0) > 0}
-        return [n for n in cls.metric_names(splits) if n.split("/", 1)[1] not in off]
 
 
 def updated_on_any_rank(metric, trainer) -> bool:
