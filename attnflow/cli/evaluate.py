@@ -131,10 +131,10 @@ def _check_kinds(cfg: Dict[str, Any]) -> None:
     from attnflow.config.registry import DATA, MODELS
     from attnflow.training.validate import INTERFACES
 
-    data_kind = getattr(DATA.get(cfg["data"]["name"]), "interface", None)
-    model_kind = getattr(MODELS.get(cfg["model"]["name"]), "interface", None)
+    data_kind = DATA.get(cfg["data"]["name"]).interface
+    model_kind = MODELS.get(cfg["model"]["name"]).interface
     if data_kind and model_kind and data_kind != model_kind:
-        same = [n for n in DATA.names() if getattr(DATA.get(n), "interface", None) == model_kind]
+        same = [n for n in DATA.names() if DATA.get(n).interface == model_kind]
         raise ConfigError(f"data '{cfg['data']['name']}' gives {INTERFACES.get(data_kind, data_kind)}, "
                           f"but the run's model '{cfg['model']['name']}' works on "
                           f"{INTERFACES.get(model_kind, model_kind)}: evaluate it on data of its "
@@ -146,7 +146,7 @@ def _check_run_fixed(keys: List[str], cfg: Dict[str, Any], trained: Dict[str, An
     another value than the run's is an error."""
     from attnflow.config.registry import DATA
 
-    fixed = [f for f in getattr(DATA.get(cfg["data"]["name"]), "run_fixed", ()) if f"data.{f}" in keys]
+    fixed = [f for f in DATA.get(cfg["data"]["name"]).run_fixed if f"data.{f}" in keys]
     if not fixed or trained.get("name") != cfg["data"]["name"]:
         return
     before = DATA.validate(trained, "data")  # with the defaults the stored config left out
@@ -227,6 +227,7 @@ def _evaluate(run: Run, cfg: Dict[str, Any], split: str, trainer_fields: Dict[st
     import pytorch_lightning as pl
 
     from attnflow.config.registry import DATA, MODELS, TASKS
+    from attnflow.tasks.translation import TranslationTask
 
     start = time.time()
     with tempfile.TemporaryDirectory(prefix="attnflow-eval-") as scratch:  # task side files
@@ -234,8 +235,7 @@ def _evaluate(run: Run, cfg: Dict[str, Any], split: str, trainer_fields: Dict[st
         pl.seed_everything(cfg.get("seed", 1234), workers=True, verbose=False)
         used = resolve_env(cfg)  # (${oc.env:…} as recorded: its value for the work only)
         dm = DATA.build(used["data"], path="data")
-        if hasattr(dm, "setup_evaluation"):
-            dm.setup_evaluation(run.run_dir, run_artifacts(run), split)
+        dm.setup_evaluation(run.run_dir, run_artifacts(run), split)
         ctx = dm.model_context()
         model = MODELS.build(used["model"], path="model", **ctx)
         sizes = ", ".join(f"{k}={v}" for k, v in ctx.items() if type(v) is int and k != "pad_id")
@@ -252,7 +252,7 @@ def _evaluate(run: Run, cfg: Dict[str, Any], split: str, trainer_fields: Dict[st
                "checkpoint": str(run.checkpoint), "data": cfg["data"], "overrides": list(overrides),
                "seconds": round(time.time() - start, 2),
                "created": datetime.now().isoformat(timespec="seconds")}
-    if getattr(task, "bleu_signature", ""):
+    if isinstance(task, TranslationTask) and task.bleu_signature:
         summary["bleu_signature"] = task.bleu_signature
     _write_new(path, summary)
     return summary, path

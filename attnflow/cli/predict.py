@@ -70,7 +70,7 @@ def run_interface(run: Run) -> Optional[str]:
     """What the run works on ('documents', 'graph', 'seq2seq'), from its model (else its data)."""
     for group, registry in (("model", MODELS), ("data", DATA)):
         name = (run.config.get(group) or {}).get("name")
-        kind = name in registry.names() and getattr(registry.get(name), "interface", None)
+        kind = name in registry.names() and registry.get(name).interface
         if kind:
             return kind
     return None

@@ -37,7 +37,7 @@ def load_multitask(run: Run, device: str = "cpu"):
     per_task = art.get("tasks") or {}
     names, kinds = {}, {}
     for t, data_cfg in configs.items():
-        kinds[t] = getattr(DATA.get(data_cfg["name"]), "interface", None)
+        kinds[t] = DATA.get(data_cfg["name"]).interface
         if kinds[t] not in KINDS:
             raise PredictError(f"task '{t}' works on {kinds[t]}; attnflow-predict labels the "
                                f"{' and '.join(KINDS)} tasks of multi-task runs")

@@ -50,8 +50,7 @@ def _checked_metric(cfg: Any, metric: Any) -> str:
     split = str(metric).split("/", 1)[0]
     why = _unread_split(cfg, split) if split in ("val", "test") else None
     off = f" ({why})" if why else ""
-    field = getattr(TASKS.get(cfg["task"]["name"]), "conditional_metrics", {}).get(
-        str(metric).rsplit("/", 1)[-1])
+    field = TASKS.get(cfg["task"]["name"]).conditional_metrics.get(str(metric).rsplit("/", 1)[-1])
     if field and not why:  # a metric of the task that this config switches off
         off = f" (with task.{field}={cfg['task'].get(field) or 0}: it is logged where task.{field} > 0)"
     raise ConfigError(f"optimized_metric '{metric}' (at 'optimized_metric') is not a metric that "
@@ -132,9 +131,7 @@ def check_data_files(cfg: Any) -> None:
         fields = DATA.validate(data, "data")
     except (OmegaConfBaseException, ConfigError, KeyError, TypeError):
         return
-    hook = getattr(cls, "check_files", None)
-    if hook:
-        hook(fields, test=cfg.get("test", True) is not False)
+    cls.check_files(fields, test=cfg.get("test", True) is not False)
 
 
 def check_sweep_data(cfg: Any, argv: Iterable[str]) -> None:

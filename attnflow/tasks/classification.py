@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnflow.blocks.attention.penalty import diversity_penalty
+from attnflow.config.contracts import DataContract
 from attnflow.config.registry import MODELS, TASKS, NonNegativeFloat, NonNegativeInt, Probability
 from attnflow.io.console import warn_unread
 from attnflow.tasks.base import Task
@@ -49,7 +50,7 @@ class ClassificationTask(Task):
             return
         weight = cfg["task"]["penalty_weight"]
         model = cfg["model"]["name"]
-        if weight > 0 and not getattr(MODELS.get(model), "attention_hops", False):
+        if weight > 0 and not MODELS.get(model).attention_hops:
             warn_unread(f"task.penalty_weight={weight}",
                         f"model '{model}' returns no attention hops")
 
@@ -102,7 +103,7 @@ class ClassificationTask(Task):
     def on_validation_epoch_end(self) -> None:
         trainer = self.trainer
         if (self.renderings <= 0 or trainer.sanity_checking or not trainer.is_global_zero
-                or trainer.datamodule is None or not hasattr(trainer.datamodule, "example_batch")):
+                or not isinstance(trainer.datamodule, DataContract)):
             return
         from attnflow.viz.explain import write_html
 
@@ -122,7 +123,7 @@ class ClassificationTask(Task):
         """What a document picture's colours are (:func:`attnflow.viz.figures.document_figure`):
         word α, the mean of a model's r hops where it returns hops, times √ sentence α where
         there is one, whose bars are red."""
-        hops = getattr(self.model, "hops", 1) if getattr(self.model, "attention_hops", False) else 1
+        hops = self.model.hops
         words = f"word α (mean over {hops} hops)" if hops > 1 else "word α"
         if doc["sent_weights"] is None:
             return f"blue: {words}"

@@ -24,6 +24,7 @@ from torch import nn
 from torchmetrics import MeanMetric
 
 from attnflow.config.registry import DATA, MODELS, TASKS, ConfigError, suggest
+from attnflow.data.multitask import MultiTaskDataModule
 from attnflow.io.console import warn_unread
 from attnflow.tasks.base import Task, updated_on_any_rank
 from attnflow.tasks.optim import OptimConfig
@@ -35,11 +36,6 @@ def _plain(cfg: Any) -> Any:
     from omegaconf import DictConfig, OmegaConf
 
     return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
-
-
-def _interface(cls: Any, cfg: Mapping[str, Any]) -> Optional[str]:
-    of = getattr(cls, "interface_of", None)
-    return of(cfg) if of is not None else getattr(cls, "interface", None)
 
 
 class TaskView(nn.Module):
@@ -143,21 +139,21 @@ class MultiTask(Task):
         """Each task has data of its kind under the same name, and the model a head of its kind."""
         entries = cls.task_entries(cfg["task"].get("tasks"))
         data_cls, model_cls = DATA.get(cfg["data"]["name"]), MODELS.get(cfg["model"]["name"])
-        if (not hasattr(data_cls, "task_configs")
-                or _interface(model_cls, cfg["model"]) != "multitask"):
+        if (not issubclass(data_cls, MultiTaskDataModule)
+                or model_cls.interface_of(cfg["model"]) != "multitask"):
             return  # not data and a model of several tasks: the interface check names the misfit
         data = data_cls.task_configs(cfg["data"])
         if set(data) != set(entries):
             raise ConfigError(f"task.tasks and data.tasks must name the same tasks: data.tasks "
                               f"lacks {', '.join(set(entries) - set(data)) or '-'}; task.tasks "
                               f"lacks {', '.join(set(data) - set(entries)) or '-'}")
-        heads = getattr(model_cls, "head_interfaces", {})
+        heads = model_cls.head_interfaces
         by_interface = {i: h for h, i in heads.items()}
-        per_task = getattr(model_cls, "task_head_kinds", ())
+        per_task = model_cls.task_head_kinds
         for t, e in entries.items():
             name = e["task"]["name"]
-            task_iface = _interface(TASKS.get(name), e["task"])
-            data_iface = _interface(DATA.get(data[t]["name"]), data[t])
+            task_iface = TASKS.get(name).interface_of(e["task"])
+            data_iface = DATA.get(data[t]["name"]).interface_of(data[t])
             if task_iface and data_iface and task_iface != data_iface:
                 raise ConfigError(f"task.tasks.{t}: task '{name}' works on {task_iface}, but its data "
                                   f"(data.tasks.{t}: '{data[t]['name']}') gives {data_iface}")
@@ -192,7 +188,8 @@ class MultiTask(Task):
         """Evaluation loaders come in the data module's ``task_names`` order; each task sees the
         trainer (Lightning attaches it to direct children only)."""
         dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        self.loader_order = list(getattr(dm, "task_names", None) or self.loader_order)
+        if isinstance(dm, MultiTaskDataModule):
+            self.loader_order = dm.task_names
         for sub in self.subtasks.values():
             sub._trainer = self._trainer
 

@@ -30,6 +30,7 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import remove_self_loops, scatter
 
 from attnflow.config.registry import DATA, TASKS, ConfigError, NonNegativeFloat, Probability
+from attnflow.data.graph import GraphDataModule
 from attnflow.io.console import warn_unread
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
@@ -91,8 +92,7 @@ class NodeClassificationTask(Task):
                     warn_unread(f"task.{field}={task[field]}",
                                 "single-label data only; task.multi_label=true")
             data = cfg["data"]  # its config says which labels it makes, or its class does
-            known = data.get("multi_label",
-                             getattr(DATA.get(data["name"]), "known_multi_label", None))
+            known = data.get("multi_label", DATA.get(data["name"]).known_multi_label)
             if known is not None and known != task["multi_label"]:
                 kind = "multi-label ((N, C) 0/1)" if known else "single-label ((N,) ids)"
                 raise ConfigError(f"task 'node_classification': the data's labels are {kind}; "
@@ -176,7 +176,7 @@ class NodeClassificationTask(Task):
         if not self.picture or not trainer.is_global_zero or trainer.sanity_checking:
             return
         dm = trainer.datamodule
-        if dm is None or not hasattr(dm, "full_graph") or trainer.fast_dev_run:
+        if not isinstance(dm, GraphDataModule) or trainer.fast_dev_run:
             return
         from attnflow.viz.graph import log_figure
 

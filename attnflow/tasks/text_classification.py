@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnflow.config.contracts import DataContract
 from attnflow.config.registry import TASKS, Probability
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
@@ -49,7 +50,7 @@ class TextClassificationTask(Task):
     def _tokens(self, ids: torch.Tensor, lengths: torch.Tensor) -> List[List[str]]:
         """Token strings of a batch's rows from the data module's tokenizer (else the ids)."""
         dm = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
-        tok = getattr(dm, "tokenizer", None)
+        tok = dm.tokenizer if isinstance(dm, DataContract) else None
         show = tok.id_to_token if tok is not None else str
         return [[show(i) or str(i) for i in row[:n]] for row, n in zip(ids.tolist(), lengths.tolist())]
 

@@ -49,7 +49,7 @@ def _with_task_monitor(entry: Dict[str, Any], task: Any) -> Dict[str, Any]:
     if entry.get("mode") is None:
         metric = entry["monitor"].split("/", 1)[-1]
         entry["mode"] = (task.monitor_mode if entry["monitor"] == task.monitor
-                         else getattr(task, "metrics", {}).get(metric, "min"))
+                         else task.metrics.get(metric, "min"))
     return entry
 
 
@@ -201,20 +201,18 @@ def _train(resolved: Dict[str, Any], trainer: pl.Trainer, run_dir: Path, fit_fro
     failed = True
     try:
         dm = DATA.build(resolved["data"], path="data")
-        if not resolved.get("test", True) and hasattr(dm, "without_test"):
+        if not resolved.get("test", True):
             dm.without_test()  # (test=false: no test file is read)
-        if hasattr(dm, "set_run_dir"):  # (tokenizers kept with the run)
-            dm.set_run_dir(run_dir)
+        dm.set_run_dir(run_dir)  # (tokenizers kept with the run)
         model_cfg = resolved["model"]
         if fit_from and model_cfg.get("init_from"):  # the checkpoint holds every weight
             model_cfg = {**model_cfg, "init_from": None}
         model = MODELS.build(model_cfg, path="model", **dm.model_context())
         task = TASKS.build(resolved["task"], model, path="task", **dm.task_context())
-        why = dm.missing_test() if resolved.get("test", True) and hasattr(dm, "missing_test") else None
+        why = dm.missing_test() if resolved.get("test", True) else None
         if why:
             raise ConfigError(why)
-        if hasattr(dm, "save_artifacts"):  # (e.g. a vocabulary, for prediction)
-            dm.save_artifacts(run_dir)
+        dm.save_artifacts(run_dir)  # (e.g. a vocabulary, for prediction)
         task.run_config = recorded
         start = time.time()
         log_hyperparams(trainer.loggers, recorded)

@@ -16,6 +16,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.utilities import rank_zero_only
 from pytorch_lightning.utilities.model_summary import summarize
 
+from attnflow.config.contracts import TaskContract
 from attnflow.io.console import print_metrics
 from attnflow.training.progress import duration, epoch_label, epoch_metrics
 from attnflow.training.runlock import first_rank
@@ -101,7 +102,8 @@ class ModelTable(pl.Callback):
 
         names = summary.layer_names
         flops = [sum(c.values()) for c in summary.flop_counts.values()] if summary.total_flops else None
-        table = Table(title=type(getattr(pl_module, "model", pl_module)).__name__, title_justify="left")
+        model = pl_module.model if isinstance(pl_module, TaskContract) else pl_module
+        table = Table(title=type(model).__name__, title_justify="left")
         for column in ("module", "type", "parameters", *(["FLOPs"] if flops else [])):
             table.add_column(column, justify="left" if column in ("module", "type") else "right")
         for i, (name, kind, n) in enumerate(zip(names, summary.layer_types, summary.param_nums)):

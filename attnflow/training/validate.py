@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 import functools
 import re
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Type
 
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -16,6 +16,7 @@ import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
 from attnflow import config_dir
 from attnflow.blocks.attention.multihead import check_heads
 from attnflow.blocks.positional.learned import check_table_covers
+from attnflow.config.contracts import TaskContract
 from attnflow.config.groups import (SHARED_GROUPS, drop_swapped_block_fields, fill_default_blocks,
                                     prune_unused, top_level_keys, top_level_refusal, unused_groups)
 from attnflow.config.overrides import command_line, typed_fields, typed_groups
@@ -137,28 +138,17 @@ INTERFACES = {"seq2seq": "sequence pairs (source and target token ids)",
               "captioning": "images with captions (pixels or region features, caption token ids)"}
 
 
-def _interface(cls: Any, block_cfg: Dict[str, Any]) -> Any:
-    """What a block of this config works on (``interface_of(config)`` where it depends on it)."""
-    of = getattr(cls, "interface_of", None)
-    return of(block_cfg) if of is not None else getattr(cls, "interface", None)
-
-
-def _works_on(cls: Any, interface: str) -> bool:
-    """Whether some config of ``cls`` works on ``interface``."""
-    return interface == getattr(cls, "interface", None) or interface in getattr(cls, "interfaces", ())
-
-
 def _check_encoder_kinds(model_cfg: Dict[str, Any]) -> None:
     """An image encoder (``input_kind``) in a model that gives token sequences (no
     ``image_encoders``) would fail only at the first batch."""
-    if getattr(MODELS.get(model_cfg["name"]), "image_encoders", False):
+    if MODELS.get(model_cfg["name"]).image_encoders:
         return
     for key, value in model_cfg.items():
         if not (key.endswith("encoder") and isinstance(value, dict)) or value.get("name") not in ENCODERS:
             continue
-        kind = getattr(ENCODERS.get(value["name"]), "input_kind", None)
+        kind = ENCODERS.get(value["name"]).input_kind
         if kind:
-            text = [n for n in ENCODERS.names() if not getattr(ENCODERS.get(n), "input_kind", None)]
+            text = [n for n in ENCODERS.names() if not ENCODERS.get(n).input_kind]
             raise ConfigError(f"model.{key}: encoder '{value['name']}' reads {kind.replace('_', ' ')}s, "
                               f"but model '{model_cfg['name']}' gives it token sequences; encoders "
                               f"for sequences: {', '.join(text)}")
@@ -177,10 +167,7 @@ def _check_own_encoder(cfg: Dict[str, Any]) -> None:
         check_heads(attention["name"], width, attention["heads"], attention.get("head_dim"),
                     at="model.encoder.attention", size="model.encoder.d_model, else model.embed_dim")
     if isinstance(positional, dict) and positional.get("max_len"):
-        data = DATA.get(cfg["data"]["name"])
-        longest = next((hook(cfg["data"]) for hook in (getattr(data, "longest_source_positions", None),
-                                                       getattr(data, "longest_positions", None))
-                        if hook is not None and hook(cfg["data"])), None)
+        longest = DATA.get(cfg["data"]["name"]).longest_source_positions(cfg["data"])
         check_table_covers(positional, longest, "model.encoder.positional", " the encoder",
                            "model.encoder.positional.name=sinusoidal")
 
@@ -189,8 +176,7 @@ def check_model_builds(cfg: Dict[str, Any]) -> None:
     """Build the model on the meta device with the data's stand-in sizes (``placeholder_context``;
     none: skipped), so a config a block's constructor refuses fails before any data is read. An
     error of the meta device itself leaves the decision to the real build."""
-    stand_in = getattr(DATA.get(cfg["data"]["name"]), "placeholder_context", None)
-    context = stand_in(cfg["data"]) if stand_in is not None else None
+    context = DATA.get(cfg["data"]["name"]).placeholder_context(cfg["data"])
     if context is None:
         return
     model_cfg = dict(cfg["model"])
@@ -215,14 +201,12 @@ def check_composition(cfg: Dict[str, Any]) -> None:
     _check_encoder_kinds(cfg["model"])
     _check_own_encoder(cfg)
     for group, name, reg in picked:  # (multitask: its parts fit, first)
-        check = getattr(reg.get(name), "check_config", None)
-        if check is not None:
-            check(cfg)
-    ifaces = [(group, name, _interface(reg.get(name), cfg[group])) for group, name, reg in picked]
+        reg.get(name).check_config(cfg)
+    ifaces = [(group, name, reg.get(name).interface_of(cfg[group])) for group, name, reg in picked]
     declared = [i for _, _, i in ifaces if i]
     if len(set(declared)) > 1:
         ref = ifaces[0][2] or declared[0]  # what the data gives, if it says
-        fits = {i: {g: [n for n in reg.names() if _works_on(reg.get(n), i)]
+        fits = {i: {g: [n for n in reg.names() if reg.get(n).works_on(i)]
                     for g, _, reg in picked} for i in set(declared)}
 
         def works_on(i):
@@ -241,8 +225,7 @@ def check_composition(cfg: Dict[str, Any]) -> None:
         if not isinstance(entry, dict):
             continue
         monitor = entry.get("monitor")
-        metrics = getattr(task, "metrics", None)
-        if monitor is None or not metrics:
+        if monitor is None or not task.metrics:
             continue
         names = metric_names(task, cfg)
         if monitor not in names:
@@ -252,10 +235,9 @@ def check_composition(cfg: Dict[str, Any]) -> None:
                 f"{suggest(monitor, names)}")
 
 
-def metric_names(task: Any, cfg: Dict[str, Any], splits=("train", "val")) -> List[str]:
+def metric_names(task: Type[TaskContract], cfg: Dict[str, Any], splits=("train", "val")) -> List[str]:
     """``<split>/<metric>`` that task class ``task`` logs with this config."""
-    of = getattr(task, "metric_names_of", None)
-    return of(cfg["task"], splits) if of is not None else task.metric_names(splits)
+    return task.metric_names_of(cfg["task"], splits)
 
 
 def _choices(cfg: DictConfig) -> Dict[str, Any]:
@@ -302,9 +284,8 @@ def complete_model_config(cfg: Dict[str, Any], typed: Dict[str, str]) -> None:
     """The model's fields that its checkpoint decides (``complete_config``: BERT from an HF
     checkpoint), in the config the run validates and saves."""
     name = (cfg.get("model") or {}).get("name")
-    complete = getattr(MODELS.get(name), "complete_config", None) if name in MODELS else None
-    if complete is not None:
-        complete(cfg, typed)
+    if name in MODELS:
+        MODELS.get(name).complete_config(cfg, typed)
 
 
 def _as_typed(cfg: DictConfig, message: str) -> str:

@@ -10,10 +10,11 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
 
 import yaml
 
+from attnflow.config.contracts import TaskContract
 from attnflow.config.registry import TASKS, ConfigError
 from attnflow.io.text import listed
 
@@ -232,7 +233,7 @@ def _lower_isbetter(metric: str) -> bool:
     return any(name == w or name.endswith("_" + w) or name.startswith(w + "_") for w in LOWER_IS_BETTER)
 
 
-def _task_class(config: Dict[str, Any]):
+def _task_class(config: Dict[str, Any]) -> Optional[Type[TaskContract]]:
     """The run's registered task class, or None."""
     name = (config.get("task") or {}).get("name")
     try:
@@ -254,7 +255,7 @@ def choose_metric(runs: List[Run], sweeper: Dict[str, Any], metric: Optional[str
     if not metric and ck.get("monitor"):
         metric, source = ck["monitor"], "callbacks.checkpoint.monitor"
     task = None if metric else _task_class(config)
-    if not metric and task is not None and getattr(task, "monitor", None):
+    if not metric and task is not None and task.monitor:
         metric, source = task.monitor, f"task '{config['task']['name']}' monitor"
     if not metric:
         metric, source = "val/loss", "default"
@@ -265,7 +266,7 @@ def choose_metric(runs: List[Run], sweeper: Dict[str, Any], metric: Optional[str
     if metric == ck.get("monitor") and ck.get("mode") in ("min", "max"):
         return metric, ck["mode"] == "max", source
     task = task or _task_class(config)
-    mode = (getattr(task, "metrics", None) or {}).get(metric.rsplit("/", 1)[-1]) if task else None
+    mode = task.metrics.get(metric.rsplit("/", 1)[-1]) if task else None
     if mode in ("min", "max"):
         return metric, mode == "max", source
     return metric, not _lower_isbetter(metric), source
