@@ -28,6 +28,7 @@ from attnflow.data.multitask import MultiTaskDataModule
 from attnflow.io.console import warn_unread
 from attnflow.tasks.base import Task, updated_on_any_rank
 from attnflow.tasks.optim import OptimConfig
+from attnflow.viz.panels import Dashboard
 
 ENTRY_FIELDS = ("weight", "task")
 
@@ -224,7 +225,7 @@ class MultiTask(Task):
         """The first task's dashboard (``example_batch`` is its), keys under the task's name."""
         t = self.loader_order[0]
         sub = self.subtasks[t]
-        if not hasattr(sub, "dashboard"):
+        if not isinstance(sub, Dashboard):
             return []
         panels = sub.dashboard(batch)
         for p in panels:

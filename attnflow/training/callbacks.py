@@ -1,5 +1,6 @@
 """attnflow's Lightning callbacks: attention pictures, a stop on a non-finite loss, the
-float32 matmul precision in every training process, and the model compiled there."""
+float32 matmul precision in every training process, and the model compiled there; and what a
+callback that adds fields to the run's summary offers (:class:`SummaryFields`)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,16 @@ import dataclasses
 import math
 import weakref
 from pathlib import Path
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Any, Dict, Literal, Optional, Protocol, runtime_checkable
 
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.loggers import TensorBoardLogger, WandbLogger
 
+from attnflow.config.contracts import DataContract
 from attnflow.config.registry import NonNegativeFloat, NonNegativeInt, Range
 from attnflow.io.console import warn_unread
-from attnflow.viz.panels import log_panels
+from attnflow.viz.panels import Dashboard, log_panels
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +52,15 @@ class AttentionMapsConfig:
 DASHBOARD_LOGGERS = ("wandb", "tensorboard")
 
 
+@runtime_checkable
+class SummaryFields(Protocol):
+    """A callback that adds fields to ``metrics.json`` (and the loggers' summaries) at the end
+    of a run, e.g. a sweep trial's number and state."""
+
+    def summary_fields(self) -> Dict[str, Any]:
+        """The fields, by name."""
+
+
 class AttentionMaps(pl.Callback):
     """Every ``every_n_epochs`` validations (0: only after training) and at the final validation,
     the task's ``dashboard`` of ``examples`` validation examples (the data module's
@@ -64,8 +75,8 @@ class AttentionMaps(pl.Callback):
 
     def _panels(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> list:
         dm = trainer.datamodule
-        if (self.examples <= 0 or dm is None or not hasattr(dm, "example_batch")
-                or not hasattr(pl_module, "dashboard")):
+        if (self.examples <= 0 or not isinstance(dm, DataContract)
+                or not isinstance(pl_module, Dashboard)):
             return []
         return pl_module.dashboard(dm.example_batch(self.examples))
 

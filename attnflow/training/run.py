@@ -27,7 +27,7 @@ from attnflow.io.console import warn_unread
 from attnflow.io.text import atomic_path
 from attnflow.training import averaging, requeue, resume, runlock, runlog, state as training_state
 from attnflow.training.callbacks import (AttentionMaps, CompiledModel, Float32MatmulPrecision,
-                                         StopOnNonFiniteLoss)
+                                         StopOnNonFiniteLoss, SummaryFields)
 from attnflow.training.distributed import continue_csv_logs, fit_progress
 from attnflow.training.ema import ExponentialMovingAverage
 from attnflow.training.loggers import (BEST, build_loggers, finish_loggers, log_hyperparams,
@@ -223,7 +223,8 @@ def _train(resolved: Dict[str, Any], trainer: pl.Trainer, run_dir: Path, fit_fro
         summary = _evaluate(trainer, task, dm, run_dir, resolved.get("test", True))
         summary.update(fit_seconds=fit_time, parameters=sum(p.numel() for p in model.parameters()))
         for callback in trainer.callbacks:
-            summary.update(getattr(callback, "summary_fields", dict)())
+            if isinstance(callback, SummaryFields):
+                summary.update(callback.summary_fields())
         if trainer.is_global_zero:
             _write_json(run_dir / "metrics.json", summary)
             runlog.log_final_table(summary)

@@ -1,9 +1,20 @@
 """Dashboard panels (:func:`attnflow.viz.figures.image_panel` and its kin: plain dicts) sent to the
-W&B and TensorBoard loggers."""
+W&B and TensorBoard loggers, and what draws them (:class:`Dashboard`)."""
 
 from __future__ import annotations
 
+from typing import Any, List, Protocol, runtime_checkable
+
 from pytorch_lightning.loggers import TensorBoardLogger, WandbLogger
+
+
+@runtime_checkable
+class Dashboard(Protocol):
+    """A task that draws panels of a batch of validation examples (the data module's
+    ``example_batch``); a task without pictures of its examples has no ``dashboard``."""
+
+    def dashboard(self, batch: Any) -> List[dict]:
+        """The panels of ``batch``."""
 
 
 def log_panels(loggers, panels: list, step: int, when: str = "") -> None:
