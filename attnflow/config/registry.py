@@ -12,7 +12,6 @@ entry-point group.
 
 from __future__ import annotations
 
-import contextvars
 import copy
 import dataclasses
 import difflib
@@ -32,7 +31,16 @@ from attnflow.config.types import (  # noqa: F401  (the annotations blocks impor
     block_kind, choice_text, literal_choices, one_of, split_range, type_name)
 
 ENTRY_POINT_GROUP = "attnflow.blocks"
-_TRUSTED = contextvars.ContextVar("trusted", default=frozenset())  # ids of checked children
+
+
+class Validated(dict):
+    """A block's config as :meth:`Registry.validate` returns it: every field, checked. Built, or
+    taken as a child of its ``kind``, as it is (a copy, ``{**cfg, …}``, is a plain dict and is
+    checked again)."""
+
+    def __init__(self, fields: Dict[str, Any], kind: str):
+        super().__init__(fields)
+        self.kind = kind
 
 
 class ConfigError(ValueError):
@@ -159,7 +167,7 @@ class Registry:
         self.get(name, path)
         out = _check_fields(self._specs[name], data, path, f"{self.kind} '{name}'")
         out["name"] = name
-        return out
+        return Validated(out, self.kind)
 
     def ask(self, cfg: Any, hook: str, path: str = "") -> Any:
         """The answer of the class ``cfg`` names to its classmethod ``hook(fields)``, or None."""
@@ -168,19 +176,16 @@ class Registry:
         return answer(self.validate(data, path)) if answer else None
 
     def build(self, cfg: Any, *context: Any, path: str = "", **extra: Any):
-        """Validate ``cfg`` and construct ``Class(*context, **fields, **extra)``."""
-        checked = isinstance(cfg, dict) and id(cfg) in _TRUSTED.get()
+        """Construct ``Class(*context, **fields, **extra)`` of ``cfg``, validated unless it is
+        :class:`Validated` already (its children are too)."""
+        checked = isinstance(cfg, Validated) and cfg.kind == self.kind
         return self.create(cfg if checked else self.validate(cfg, path), *context, **extra)
 
     def create(self, validated: Dict[str, Any], *context: Any, **extra: Any):
-        """Construct the block of a validated config (its children are not validated again)."""
+        """Construct the block of a validated config."""
         data = dict(validated)
         name = data.pop("name")
-        token = _TRUSTED.set(_TRUSTED.get() | _dict_ids(data))  # the children it builds
-        try:
-            return self._classes[name](*context, **_with_nested(self._specs[name], data), **extra)
-        finally:
-            _TRUSTED.reset(token)
+        return self._classes[name](*context, **_with_nested(self._specs[name], data), **extra)
 
     def __contains__(self, name: str) -> bool:
         self.discover()
@@ -194,19 +199,6 @@ class Registry:
         """Every registry by kind (plugins may add kinds)."""
         load_plugins()
         return dict(cls._all)
-
-
-def _dict_ids(data: Dict[str, Any]) -> frozenset:
-    """The ids of the dicts inside ``data`` at any depth (in dicts and lists)."""
-    ids, todo = set(), list(data.values())
-    while todo:
-        node = todo.pop()
-        if isinstance(node, dict):
-            ids.add(id(node))
-            todo.extend(node.values())
-        elif isinstance(node, list):
-            todo.extend(node)
-    return frozenset(ids)
 
 
 def _import_all(name: str) -> None:
@@ -349,6 +341,8 @@ def _check_fields(spec: _Spec, data: Dict[str, Any], path: str, label: str) -> D
         value = data.get(key, out.get(key))
         if isinstance(child, _NestedConfig):
             out[key] = child.validate(value, f"{path}.{key}", f"{label} {key} config")
+        elif isinstance(value, Validated) and value.kind == child:
+            out[key] = value
         else:
             out[key] = None if value is None else Registry._all[child].validate(value, f"{path}.{key}")
     return out
