@@ -67,7 +67,7 @@ def assert_streams(monkeypatch, module, main: Callable, args: List[str], line: s
 
 def fabricate_run(overrides: Sequence[str], run_dir: Path, seed: int = 0) -> Path:
     """A run directory with untrained weights (see the module docstring)."""
-    cfg = json.loads(json.dumps(resolve_config(compose_cfg(list(overrides)))))  # (plain, as recorded)
+    cfg = resolve_config(compose_cfg(list(overrides)))
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg))
     torch.manual_seed(seed)

@@ -12,11 +12,13 @@ entry-point group.
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import dataclasses
 import difflib
 import importlib
 import inspect
+import json
 import pkgutil
 import typing
 from importlib import metadata
@@ -31,16 +33,8 @@ from attnflow.config.types import (  # noqa: F401  (the annotations blocks impor
     block_kind, choice_text, literal_choices, one_of, split_range, type_name)
 
 ENTRY_POINT_GROUP = "attnflow.blocks"
-
-
-class Validated(dict):
-    """A block's config as :meth:`Registry.validate` returns it: every field, checked. Built, or
-    taken as a child of its ``kind``, as it is (a copy, ``{**cfg, …}``, is a plain dict and is
-    checked again)."""
-
-    def __init__(self, fields: Dict[str, Any], kind: str):
-        super().__init__(fields)
-        self.kind = kind
+CHECKS_KEPT = 512  # validated configs kept per registry (a sweep's jobs in one process)
+_TRUSTED = contextvars.ContextVar("trusted", default=frozenset())  # ids of checked children
 
 
 class ConfigError(ValueError):
@@ -78,6 +72,7 @@ class Registry:
         self._discovered = False
         self._classes: Dict[str, type] = {}
         self._specs: Dict[str, _Spec] = {}
+        self._checked: Dict[str, Dict[str, Any]] = {}  # {config's fingerprint: its validation}
         Registry._all[kind] = self
 
     # -- registration -----------------------------------------------------------------------
@@ -88,6 +83,7 @@ class Registry:
                                  f"({self._classes[name].__qualname__})")
             self._specs[name] = _build_schema(_init_params(cls, f"{self.kind}.{name}"), f"{self.kind}.{name}")
             self._classes[name] = cls
+            _forget_checks()
             cls.registry_name = name
             return cls
 
@@ -96,6 +92,7 @@ class Registry:
     def unregister(self, name: str) -> None:
         self._classes.pop(name, None)
         self._specs.pop(name, None)
+        _forget_checks()
 
     # -- lookup ------------------------------------------------------------------------------
     def discover(self) -> None:
@@ -154,9 +151,19 @@ class Registry:
 
     # -- validation and building ----------------------------------------------------------------
     def validate(self, cfg: Any, path: str = "") -> Dict[str, Any]:
-        """``cfg`` checked against the block's typed config, as a plain dict with every field."""
-        path = path or self.kind
+        """``cfg`` checked against the block's typed config, as a plain dict with every field (a
+        copy). Each config is checked once: the same fields again (a block built after the run
+        checked its config, a scorer shared by several layers) are the first check's result."""
         data = _to_dict(cfg)
+        key = _fingerprint(data)
+        if key not in self._checked:
+            while len(self._checked) >= CHECKS_KEPT:
+                self._checked.pop(next(iter(self._checked)))
+            out = self._check(data, path or self.kind)
+            self._checked[key] = self._checked[_fingerprint(out)] = out  # (it validates to itself)
+        return copy.deepcopy(self._checked[key])
+
+    def _check(self, data: Dict[str, Any], path: str) -> Dict[str, Any]:
         if "name" not in data or data["name"] in (None, ""):
             rest = ", ".join(k for k in data if k != "name")
             raise ConfigError(f"'{path}' needs a 'name': one of the registered {self.kind}s: "
@@ -167,7 +174,7 @@ class Registry:
         self.get(name, path)
         out = _check_fields(self._specs[name], data, path, f"{self.kind} '{name}'")
         out["name"] = name
-        return Validated(out, self.kind)
+        return out
 
     def ask(self, cfg: Any, hook: str, path: str = "") -> Any:
         """The answer of the class ``cfg`` names to its classmethod ``hook(fields)``, or None."""
@@ -176,16 +183,19 @@ class Registry:
         return answer(self.validate(data, path)) if answer else None
 
     def build(self, cfg: Any, *context: Any, path: str = "", **extra: Any):
-        """Construct ``Class(*context, **fields, **extra)`` of ``cfg``, validated unless it is
-        :class:`Validated` already (its children are too)."""
-        checked = isinstance(cfg, Validated) and cfg.kind == self.kind
+        """Validate ``cfg`` and construct ``Class(*context, **fields, **extra)``."""
+        checked = isinstance(cfg, dict) and id(cfg) in _TRUSTED.get()
         return self.create(cfg if checked else self.validate(cfg, path), *context, **extra)
 
     def create(self, validated: Dict[str, Any], *context: Any, **extra: Any):
-        """Construct the block of a validated config."""
+        """Construct the block of a validated config (its children are not validated again)."""
         data = dict(validated)
         name = data.pop("name")
-        return self._classes[name](*context, **_with_nested(self._specs[name], data), **extra)
+        token = _TRUSTED.set(_TRUSTED.get() | _dict_ids(data))  # the children it builds
+        try:
+            return self._classes[name](*context, **_with_nested(self._specs[name], data), **extra)
+        finally:
+            _TRUSTED.reset(token)
 
     def __contains__(self, name: str) -> bool:
         self.discover()
@@ -199,6 +209,29 @@ class Registry:
         """Every registry by kind (plugins may add kinds)."""
         load_plugins()
         return dict(cls._all)
+
+
+def _fingerprint(data: Dict[str, Any]) -> str:
+    return json.dumps(data, sort_keys=True, default=repr)
+
+
+def _forget_checks() -> None:
+    """Every registry's validations dropped (a block registered or removed changes them)."""
+    for registry in Registry._all.values():
+        registry._checked.clear()
+
+
+def _dict_ids(data: Dict[str, Any]) -> frozenset:
+    """The ids of the dicts inside ``data`` at any depth (in dicts and lists)."""
+    ids, todo = set(), list(data.values())
+    while todo:
+        node = todo.pop()
+        if isinstance(node, dict):
+            ids.add(id(node))
+            todo.extend(node.values())
+        elif isinstance(node, list):
+            todo.extend(node)
+    return frozenset(ids)
 
 
 def _import_all(name: str) -> None:
@@ -341,8 +374,6 @@ def _check_fields(spec: _Spec, data: Dict[str, Any], path: str, label: str) -> D
         value = data.get(key, out.get(key))
         if isinstance(child, _NestedConfig):
             out[key] = child.validate(value, f"{path}.{key}", f"{label} {key} config")
-        elif isinstance(value, Validated) and value.kind == child:
-            out[key] = value
         else:
             out[key] = None if value is None else Registry._all[child].validate(value, f"{path}.{key}")
     return out
