@@ -234,3 +234,31 @@ def test_third_party_entry_point_registers_blocks(tmp_path, monkeypatch):
         SCORERS.unregister("negdot")
         sys.modules.pop("attnflow_demo_plugin", None)
         reload_plugins()  # the next lookup reloads plugins without this package on sys.path
+
+
+def test_a_run_checks_each_block_config_once(tmp_path, monkeypatch):
+    """A GAT run checks its data, model and task when it starts and builds them after (twice the
+    model: on the meta device, then for real), its two layers share a scorer: each distinct
+    config is checked once; its result is a copy the caller may change."""
+    from collections import Counter
+
+    from attnflow.training.run import train
+    from support import compose_cfg
+
+    checks, check = Counter(), Registry._check
+
+    def counted(self, data, path):
+        checks[(self.kind, repr(sorted(data.items())))] += 1
+        return check(self, data, path)
+
+    monkeypatch.setattr(Registry, "_check", counted)
+    for registry in Registry._all.values():
+        registry._checked.clear()
+    train(compose_cfg(["experiment=gat_synthetic", "trainer.max_epochs=1", "logger=none",
+                       "callbacks.progress_bar=none", "task.picture=false", "test=false"]), tmp_path)
+    kinds = Counter(kind for kind, _ in checks)
+    assert {"data", "model", "task", "scorer", "graph_layer"} <= set(kinds)
+    assert max(checks.values()) == 1, [k for k, n in checks.items() if n > 1]
+    first = SCORERS.validate({"name": "dot"})
+    first["scaled"] = "changed"
+    assert SCORERS.validate({"name": "dot"}) != first

@@ -19,6 +19,7 @@ import dataclasses
 import difflib
 import importlib
 import inspect
+import json
 import pkgutil
 import typing
 from importlib import metadata
@@ -34,6 +35,7 @@ from attnflow.config.types import (  # noqa: F401  (the annotations blocks impor
     block_kind, choice_text, literal_choices, one_of, split_range, type_name)
 
 ENTRY_POINT_GROUP = "attnflow.blocks"
+CHECKS_KEPT = 512  # validated configs kept per registry (a sweep's jobs in one process)
 _TRUSTED = contextvars.ContextVar("trusted", default=frozenset())  # ids of checked children
 
 
@@ -73,6 +75,7 @@ class Registry:
         self._discovered = False
         self._classes: Dict[str, type] = {}
         self._specs: Dict[str, _Spec] = {}
+        self._checked: Dict[str, Dict[str, Any]] = {}  # {config's fingerprint: its validation}
         Registry._all[kind] = self
 
     # -- registration -----------------------------------------------------------------------
@@ -86,6 +89,7 @@ class Registry:
                                 f"{self.base.__module__}.{self.base.__qualname__}")
             self._specs[name] = _build_schema(_init_params(cls, f"{self.kind}.{name}"), f"{self.kind}.{name}")
             self._classes[name] = cls
+            _forget_checks()
             cls.registry_name = name
             return cls
 
@@ -94,6 +98,7 @@ class Registry:
     def unregister(self, name: str) -> None:
         self._classes.pop(name, None)
         self._specs.pop(name, None)
+        _forget_checks()
 
     # -- lookup ------------------------------------------------------------------------------
     def discover(self) -> None:
@@ -152,9 +157,19 @@ class Registry:
 
     # -- validation and building ----------------------------------------------------------------
     def validate(self, cfg: Any, path: str = "") -> Dict[str, Any]:
-        """``cfg`` checked against the block's typed config, as a plain dict with every field."""
-        path = path or self.kind
+        """``cfg`` checked against the block's typed config, as a plain dict with every field (a
+        copy). Each config is checked once: the same fields again (a block built after the run
+        checked its config, a scorer shared by several layers) are the first check's result."""
         data = _to_dict(cfg)
+        key = _fingerprint(data)
+        if key not in self._checked:
+            while len(self._checked) >= CHECKS_KEPT:
+                self._checked.pop(next(iter(self._checked)))
+            out = self._check(data, path or self.kind)
+            self._checked[key] = self._checked[_fingerprint(out)] = out  # (it validates to itself)
+        return copy.deepcopy(self._checked[key])
+
+    def _check(self, data: Dict[str, Any], path: str) -> Dict[str, Any]:
         if "name" not in data or data["name"] in (None, ""):
             rest = ", ".join(k for k in data if k != "name")
             raise ConfigError(f"'{path}' needs a 'name': one of the registered {self.kind}s: "
@@ -194,6 +209,16 @@ class Registry:
         """Every registry by kind (plugins may add kinds)."""
         load_plugins()
         return dict(cls._all)
+
+
+def _fingerprint(data: Dict[str, Any]) -> str:
+    return json.dumps(data, sort_keys=True, default=repr)
+
+
+def _forget_checks() -> None:
+    """Every registry's validations dropped (a block registered or removed changes them)."""
+    for registry in Registry._all.values():
+        registry._checked.clear()
 
 
 def _dict_ids(data: Dict[str, Any]) -> frozenset:
