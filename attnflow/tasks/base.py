@@ -19,7 +19,7 @@ from torch import nn
 from torchmetrics import MeanMetric, Metric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
-from attnflow.tasks.optim import OptimConfig, configure
+from attnflow.tasks.optim import OptimConfig, attached_trainer, configure
 
 
 class Task(pl.LightningModule):
@@ -141,7 +141,7 @@ class Task(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["attnflow_config"] = self.run_config
-        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        dm = getattr(attached_trainer(self), "datamodule", None)
         if dm is not None and hasattr(dm, "artifacts"):
             checkpoint["attnflow_artifacts"] = dm.artifacts()
 
