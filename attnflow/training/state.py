@@ -18,12 +18,13 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 import pytorch_lightning as pl
 import torch
-from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.plugins import TorchCheckpointIO
 from torch.utils.data import DataLoader
 
 from attnflow.io.checkpoints import CheckpointError, digest_line, digest_path, read_checkpoint
 from attnflow.io.text import atomic_path
+from attnflow.training.lightning_internals import fit_loop_state, finish_epoch, last_saved_step, mark_saved
 from attnflow.training.preemption import StopOnSignal
 
 WANDB_ID_KEY = "attnflow_wandb_run_id"
@@ -255,30 +256,7 @@ class TrainingState(_TracksValidation):
         if run_id:
             checkpoint[WANDB_ID_KEY] = run_id
         if trainer.state.fn == "fit" and self._validated_step != trainer.global_step:
-            finish_epoch(checkpoint.get("loops", {}).get("fit_loop"), trainer.num_training_batches)
-
-
-def finish_epoch(fit: Optional[Dict[str, Any]], batches: float) -> None:
-    """The fit loop state of a checkpoint written at the end of an unvalidated epoch, in place,
-    as the next epoch's start (Lightning would resume a step-limited run within the old epoch
-    and train one more batch of it)."""
-    if not fit:
-        return
-    epochs, progress = fit["epoch_progress"], fit["epoch_loop.batch_progress"]
-    current = epochs["current"]
-    at_end = (current["ready"] == current["processed"]
-              and current["completed"] in (current["processed"] - 1, current["processed"])
-              and progress["current"]["completed"] >= batches)
-    if not at_end:
-        return
-    for counts in epochs.values():
-        counts["completed"] = counts["processed"]
-    optim = fit["epoch_loop.automatic_optimization.optim_progress"]["optimizer"]
-    for current in (progress["current"], fit["epoch_loop.scheduler_progress"]["current"],
-                    optim["step"]["current"], optim["zero_grad"]["current"],
-                    fit["epoch_loop.val_loop.batch_progress"]["total"]):
-        current.update(dict.fromkeys(current, 0))
-    progress["is_last_batch"] = False
+            finish_epoch(fit_loop_state(checkpoint), trainer.num_training_batches)
 
 
 def wandb_run_id(trainer: pl.Trainer) -> Optional[str]:
@@ -387,15 +365,15 @@ class LastCheckpoint(RunCheckpoint):
             trainer.should_stop and trainer.current_epoch >= (trainer.min_epochs or 0)
             and trainer.global_step >= (trainer.min_steps or 0)))
         if (mid_epoch and stopping and not trainer.fast_dev_run
-                and trainer.global_step > self._last_global_step_saved):
+                and trainer.global_step > last_saved_step(self)):
             trainer.save_checkpoint(Path(self.dirpath) / "last.ckpt", weights_only=False)
-            self._last_global_step_saved = trainer.global_step
+            mark_saved(self, trainer.global_step)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_train_end(trainer, pl_module)
-        if trainer.global_step > self._last_global_step_saved and not trainer.fast_dev_run:
+        if trainer.global_step > last_saved_step(self) and not trainer.fast_dev_run:
             trainer.save_checkpoint(Path(self.dirpath) / "last.ckpt", weights_only=False)
-            self._last_global_step_saved = trainer.global_step
+            mark_saved(self, trainer.global_step)
 
 
 def callbacks(run_dir: Path | str, output_root: Optional[str] = None) -> List[pl.Callback]:
