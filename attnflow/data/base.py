@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 from attnflow.data.buckets import BucketBatchSampler, trainer_epoch
 from attnflow.data.errors import DataError, missing_data
 from attnflow.data.examples import spread_over_labels
+from attnflow.data.resumable import ResumableDataLoader
 
 PAD, BOS, EOS = 0, 1, 2  # the first ids of every sequence data module's vocabulary
 
@@ -126,14 +127,15 @@ class SplitDataModule(pl.LightningDataModule):
         walks one fixed order drawn from ``seed`` (files may be sorted by label, so a prefix
         would be one class); under DDP each item on one rank."""
         if train and self.bucket:
-            return DataLoader(data, batch_sampler=BucketBatchSampler(
+            return ResumableDataLoader(data, batch_sampler=BucketBatchSampler(
                 sizes(), self.batch_size, True, self.seed, pool=50, epoch=trainer_epoch(self)),
                               collate_fn=collate, num_workers=self.num_workers)
         sampler = None if train else eval_sampler(data)
         if not train and sampler is None:  # the same order every epoch and every evaluation
             sampler = random.Random(self.seed).sample(range(len(data)), len(data))
-        return DataLoader(data, batch_size=self.batch_size, shuffle=train, collate_fn=collate,
-                          sampler=sampler, num_workers=self.num_workers)
+        return (ResumableDataLoader if train else DataLoader)(
+            data, batch_size=self.batch_size, shuffle=train, collate_fn=collate, sampler=sampler,
+            num_workers=self.num_workers)
 
 
 class FileDataModule(SplitDataModule):
