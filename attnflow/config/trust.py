@@ -14,7 +14,11 @@ import os
 from pathlib import Path
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
-TRUSTED_TARGETS = ("hydra._internal.core_plugins.", "hydra_plugins.hydra_joblib_launcher.",
+from hydra.errors import HydraException
+
+from attnflow.config.hydra_internals import CORE_PLUGINS, caller_of, main_config, parse_command_line
+
+TRUSTED_TARGETS = (CORE_PLUGINS, "hydra_plugins.hydra_joblib_launcher.",
                    "hydra_plugins.hydra_submitit_launcher.", "hydra_plugins.attnflow_optuna_sweeper.",
                    "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper",  # (attnflow's too)
                    "optuna.samplers.", "optuna.pruners.", "attnflow.cli.sweep_end.")
@@ -27,42 +31,20 @@ def composed(argv: Sequence[str], conf_dir: Path, app: Any = None) -> Iterator[A
     where Hydra cannot compose it (Hydra's own message follows). Hydra's own parser, search path
     and loader: ``--config-dir``, ``--config-path``, ``--config-name``, ``hydra.searchpath`` and
     search path plugins name what Hydra itself will load."""
-    import contextlib
-    import io
-
-    from hydra._internal import utils
-    from hydra._internal.hydra import Hydra
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.config_search_path import SearchPathQuery
-    from hydra.errors import HydraException
-    from hydra.types import RunMode
-
-    try:
-        with contextlib.redirect_stderr(io.StringIO()):  # (Hydra's parse, which follows, says why)
-            args = utils.get_args_parser().parse_args(list(argv))
-    except SystemExit:
+    args = parse_command_line(argv)
+    if args is None:
         return
-    caller = (utils.detect_calling_file_or_module_from_task_function(app) if app
-              else (None, "attnflow.cli.train"))  # (attnflow-train's app: where -cp is relative to)
+    # (without app: attnflow-train's, the module -cp is relative to)
+    caller = caller_of(app) if app else (None, "attnflow.cli.train")
     config_path = args.config_path if args.config_path is not None else str(conf_dir)
-    global_hydra = GlobalHydra.instance()
+    if args.config_dir is not None and not os.path.isdir(os.path.abspath(args.config_dir)):
+        return
     for overrides in _variants(args.overrides):
-        outer = global_hydra.hydra
-        try:  # as hydra._internal.utils._run_hydra makes it
-            utils.validate_config_path(config_path)
-            search_path = utils.create_automatic_config_search_path(*caller, config_path)
-            if args.config_dir is not None:
-                if not os.path.isdir(os.path.abspath(args.config_dir)):
-                    return
-                search_path.prepend("command-line", f"file://{os.path.abspath(args.config_dir)}",
-                                    SearchPathQuery(provider="schema"))
-            global_hydra.clear()
-            hydra = Hydra.create_main_hydra2(utils.detect_task_name(*caller), search_path)
-            cfg = hydra.compose_config(args.config_name or "train", overrides, RunMode.RUN)
+        try:
+            cfg = main_config(caller, config_path, args.config_dir, args.config_name or "train",
+                              overrides)
         except (HydraException, ValueError):
             return
-        finally:
-            global_hydra.hydra = outer
         yield cfg
 
 

@@ -10,12 +10,13 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import pytorch_lightning as pl
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from attnflow.config.contracts import DataContract
 from attnflow.data.buckets import BucketBatchSampler, trainer_epoch
 from attnflow.data.errors import DataError, missing_data
 from attnflow.data.examples import spread_over_labels
+from attnflow.data.resumable import ResumableDataLoader
 
 PAD, BOS, EOS = 0, 1, 2  # the first ids of every sequence data module's vocabulary
 
@@ -59,14 +60,28 @@ class Columns(Dataset):
         return tuple(c[i] for c in self.columns)
 
 
+class UnrepeatedSampler(DistributedSampler):
+    """This rank's share of a data set in order, every item on exactly one rank (ranks may differ
+    by one item; torch's sampler repeats items to even them out). A ``DistributedSampler``, so
+    Lightning puts none of its own in its place."""
+
+    def __init__(self, dataset: Any) -> None:
+        super().__init__(dataset, shuffle=False)
+        self.num_samples = len(range(self.rank, len(dataset), self.num_replicas))
+        self.total_size = len(dataset)
+        # a rank without a batch would wait for the others' collective calls
+        assert self.num_samples >= 1 or self.total_size == 0
+
+    def __iter__(self):
+        return iter(range(self.rank, self.total_size, self.num_replicas))
+
+
 def eval_sampler(dataset):
     """Under DDP each evaluation item on exactly one rank (Lightning's sampler repeats items to
     even out the ranks: counted twice); None in one process."""
     if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
         return None
-    from pytorch_lightning.overrides.distributed import UnrepeatedDistributedSampler
-
-    return UnrepeatedDistributedSampler(dataset, shuffle=False)
+    return UnrepeatedSampler(dataset)
 
 
 def random_subset(rows: list, limit: int, seed: int) -> list:
@@ -101,14 +116,15 @@ class SplitDataModule(DataContract, pl.LightningDataModule):
         walks one fixed order drawn from ``seed`` (files may be sorted by label, so a prefix
         would be one class); under DDP each item on one rank."""
         if train and self.bucket:
-            return DataLoader(data, batch_sampler=BucketBatchSampler(
+            return ResumableDataLoader(data, batch_sampler=BucketBatchSampler(
                 sizes(), self.batch_size, True, self.seed, pool=50, epoch=trainer_epoch(self)),
                               collate_fn=collate, num_workers=self.num_workers)
         sampler = None if train else eval_sampler(data)
         if not train and sampler is None:  # the same order every epoch and every evaluation
             sampler = random.Random(self.seed).sample(range(len(data)), len(data))
-        return DataLoader(data, batch_size=self.batch_size, shuffle=train, collate_fn=collate,
-                          sampler=sampler, num_workers=self.num_workers)
+        return (ResumableDataLoader if train else DataLoader)(
+            data, batch_size=self.batch_size, shuffle=train, collate_fn=collate, sampler=sampler,
+            num_workers=self.num_workers)
 
 
 class FileDataModule(SplitDataModule):

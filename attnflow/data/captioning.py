@@ -16,6 +16,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from attnflow.data.base import Columns, SplitDataModule, eval_sampler, frame_targets
+from attnflow.data.resumable import ResumableDataLoader
 from attnflow.data.shapes import (BOS, EOS, PAD, RELATIONS, UNK, ShapesCaptions, Vocab,
                                   all_captions, collate, make_splits)
 from attnflow.config.registry import DATA, ConfigError, NonNegativeInt, PositiveInt
@@ -94,9 +95,10 @@ class CaptioningDataModule(SplitDataModule):
     def _loader(self, split: str, train: bool) -> DataLoader:
         self.setup()
         data = self.dataset(split)
-        return DataLoader(data, batch_size=self.batch_size, shuffle=train,
-                          sampler=None if train else eval_sampler(data),
-                          collate_fn=self.collate_fn(), num_workers=self.num_workers)
+        return (ResumableDataLoader if train else DataLoader)(
+            data, batch_size=self.batch_size, shuffle=train,
+            sampler=None if train else eval_sampler(data), collate_fn=self.collate_fn(),
+            num_workers=self.num_workers)
 
     def example_batch(self, n: int, split: str = "val") -> Dict[str, torch.Tensor]:
         """The first ``n`` items of a split as one batch (attention maps, dashboards)."""

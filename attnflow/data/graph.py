@@ -23,6 +23,7 @@ from attnflow.config.contracts import DataContract
 from attnflow.config.registry import ConfigError
 from attnflow.data.base import eval_sampler
 from attnflow.data.examples import spread_over_labels
+from attnflow.data.resumable import ResumableDataLoader
 from attnflow.io.console import warn_unread
 
 SPLITS = ("train", "val", "test")
@@ -122,15 +123,17 @@ class GraphDataModule(DataContract, pl.LightningDataModule):
         self._graph()
 
     def _loader(self, split: str) -> DataLoader:
-        data = self._graph()
+        data, train = self._graph(), split == "train"
+        loader = ResumableDataLoader if train else DataLoader
         if self.loader == "full":
-            return DataLoader([data], batch_size=1, collate_fn=_first)
+            return loader([data], batch_size=1, collate_fn=_first)
         if self.loader == "khop":
             ds = KHopBatches(data, split, self.batch_size, self.num_hops, self.seed)
-            sampler = None if split == "train" else eval_sampler(ds)  # DDP: each seed once
-            return DataLoader(ds, batch_size=1, shuffle=split == "train", sampler=sampler,
-                              collate_fn=_first)
+            sampler = None if train else eval_sampler(ds)  # DDP: each seed once
+            return loader(ds, batch_size=1, shuffle=train, sampler=sampler, collate_fn=_first)
         from torch_geometric.loader import NeighborLoader
+
+        from attnflow.data.neighbors import ResumableNeighborLoader
 
         def mark_seeds(batch: Data) -> Data:
             for s in SPLITS:
@@ -138,9 +141,9 @@ class GraphDataModule(DataContract, pl.LightningDataModule):
             batch[f"{split}_mask"][: batch.batch_size] = True
             return batch
 
-        return NeighborLoader(data, num_neighbors=self.num_neighbors, batch_size=self.batch_size,
-                              input_nodes=data[f"{split}_mask"], shuffle=split == "train",
-                              transform=mark_seeds)
+        return (ResumableNeighborLoader if train else NeighborLoader)(
+            data, num_neighbors=self.num_neighbors, batch_size=self.batch_size,
+            input_nodes=data[f"{split}_mask"], shuffle=train, transform=mark_seeds)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train")

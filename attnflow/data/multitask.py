@@ -10,10 +10,10 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import pytorch_lightning as pl
 import torch
-from torch.utils.data import DataLoader
 
 from attnflow.config.contracts import DataContract
 from attnflow.config.registry import DATA, BlockSpec, ConfigError
+from attnflow.data.resumable import ResumableDataLoader
 from attnflow.io.console import warn_unread
 
 # fields that decide a text data module's tokenizer: one tokenizer for all tasks, so equal
@@ -28,9 +28,9 @@ def _mapping(value: Any, path: str) -> Dict[str, Any]:
     return dict(value)
 
 
-class CycleLoader(DataLoader):
+class CycleLoader(ResumableDataLoader):
     """One batch of every task's loader per step, ``{task: batch}``, for the longest loader's
-    length, a shorter loader starting over; a ``DataLoader`` so the run can resume it mid-epoch."""
+    length, a shorter loader starting over; resumable mid-epoch (:mod:`attnflow.data.resumable`)."""
 
     def __init__(self, loaders: Dict[str, Any]):
         super().__init__(range(1), batch_size=None)  # the dataset is unused: __iter__ is the tasks'
@@ -39,7 +39,7 @@ class CycleLoader(DataLoader):
     def __len__(self) -> int:
         return max(len(loader) for loader in self.loaders.values())
 
-    def __iter__(self):
+    def epoch_batches(self):
         iters = {t: iter(loader) for t, loader in self.loaders.items()}
         for _ in range(len(self)):
             batch = {}

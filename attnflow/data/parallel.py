@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader
 from attnflow.data.base import BOS, EOS, PAD, SplitDataModule, collate_seq2seq, eval_sampler
 from attnflow.data.buckets import BucketBatchSampler, trainer_epoch
 from attnflow.data.errors import DataError, DataFileNotFoundError, missing_data, numbered_lines
+from attnflow.data.resumable import ResumableDataLoader
 from attnflow.config.registry import DATA, ConfigError, NonNegativeInt, PositiveInt, Range
 from attnflow.io.text import atomic_path
 
@@ -325,7 +326,8 @@ class ParallelDataModule(SplitDataModule):
             return DataLoader(view, batch_size=self.batch_size, sampler=eval_sampler(view),
                               collate_fn=collate, num_workers=self.num_workers)
         sampler = BucketBatchSampler(sizes, self.batch_size, shuffle, self.seed, epoch=trainer_epoch(self))
-        return DataLoader(data, batch_sampler=sampler, collate_fn=collate, num_workers=self.num_workers)
+        return (ResumableDataLoader if shuffle else DataLoader)(
+            data, batch_sampler=sampler, collate_fn=collate, num_workers=self.num_workers)
 
     def example_batch(self, n: int, split: str = "val") -> Dict[str, torch.Tensor]:
         """The first ``n`` pairs of a split, as a batch (attention heat maps)."""

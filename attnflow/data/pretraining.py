@@ -22,6 +22,7 @@ from attnflow.data.corpus import (CLS, MASK, PAD, SEP, SPECIALS, WordPieceData, 
                                   sentences_of)
 from attnflow.data.documents import clean
 from attnflow.data.errors import DataError
+from attnflow.data.resumable import ResumableDataLoader
 from attnflow.config.registry import DATA, NonNegativeInt, PositiveInt, Probability, Range
 from attnflow.io.console import warn_unread
 
@@ -268,8 +269,8 @@ class PretrainingDataModule(WordPieceData, FileDataModule):
                               collate_fn=self.collate(False), num_workers=self.num_workers)
         if train:  # plain shuffling, not length buckets: full-length instances are mostly random
             # next (a document's last true pair is short), so buckets would skew NSP per batch
-            return DataLoader(data, batch_size=self.batch_size, shuffle=True,
-                              collate_fn=self.collate(True), num_workers=self.num_workers)
+            return ResumableDataLoader(data, batch_size=self.batch_size, shuffle=True,
+                                       collate_fn=self.collate(True), num_workers=self.num_workers)
         sizes = [len(a) + len(b) for a, b in zip(data.a, data.b)]
         sampler = BucketBatchSampler(sizes, self.batch_size, False, self.seed)
         return DataLoader(data, batch_sampler=sampler, collate_fn=self.collate(False),

@@ -14,6 +14,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from attnflow.data.base import BOS, EOS, PAD, SplitDataModule, collate_seq2seq, eval_sampler
+from attnflow.data.resumable import ResumableDataLoader
 from attnflow.config.registry import DATA, ConfigError, NonNegativeInt, PositiveInt, Range
 
 SPECIALS = ["<pad>", "<bos>", "<eos>"]
@@ -120,9 +121,9 @@ class ReverseDataModule(SplitDataModule):
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         self.setup()
-        return DataLoader(self.splits[split], batch_size=self.batch_size, shuffle=shuffle,
-                          sampler=None if shuffle else eval_sampler(self.splits[split]),
-                          collate_fn=collate)
+        return (ResumableDataLoader if shuffle else DataLoader)(
+            self.splits[split], batch_size=self.batch_size, shuffle=shuffle,
+            sampler=None if shuffle else eval_sampler(self.splits[split]), collate_fn=collate)
 
     def example_batch(self, n: int, split: str = "val") -> Dict[str, torch.Tensor]:
         """The first ``n`` examples of a split, as a batch (for attention heat maps)."""

@@ -20,6 +20,7 @@ from typing import Any, List, Optional
 
 from omegaconf import OmegaConf
 
+from attnflow.config.hydra_internals import BASIC_LAUNCHER
 from attnflow.config.registry import ConfigError
 from attnflow.config.secrets import mask_url
 from attnflow.config.sweeps import open_storage, storage_spec
@@ -33,8 +34,6 @@ from attnflow.training import runlock
 from attnflow.training.preemption import Interrupted
 
 log = logging.getLogger(__name__)
-
-BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 
 
 class OptunaSearch:

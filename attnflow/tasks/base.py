@@ -21,7 +21,7 @@ from torchmetrics import MeanMetric, Metric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from attnflow.config.contracts import DataContract, TaskContract
-from attnflow.tasks.optim import OptimConfig, configure
+from attnflow.tasks.optim import OptimConfig, attached_trainer, configure
 
 
 class Task(TaskContract, pl.LightningModule):
@@ -137,7 +137,7 @@ class Task(TaskContract, pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["attnflow_config"] = self.run_config
-        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        dm = getattr(attached_trainer(self), "datamodule", None)
         if isinstance(dm, DataContract):
             checkpoint["attnflow_artifacts"] = dm.artifacts()
 

@@ -24,7 +24,7 @@ from attnflow.config.registry import TASKS, NonNegativeFloat, PositiveInt, Proba
 from attnflow.io.console import warn_unread
 from attnflow.tasks.base import updated_on_any_rank
 from attnflow.tasks.captioning_metrics import grounding_sums, named_cells
-from attnflow.tasks.optim import OptimConfig
+from attnflow.tasks.optim import OptimConfig, attached_trainer
 from attnflow.tasks.seq2seq import decoder_without_attention, strip_after_eos
 from attnflow.tasks.translation import TranslationTask
 
@@ -96,7 +96,7 @@ class CaptioningTask(TranslationTask):
     def _epoch_end(self, split: str) -> None:
         super()._epoch_end(split)
         words = self._ground[f"{split}_words"]
-        if updated_on_any_rank(words, self._trainer):  # compute() syncs: all ranks or none
+        if updated_on_any_rank(words, attached_trainer(self)):  # compute() syncs: all ranks or none
             n = float(words.compute())
             mass = float(self._ground[f"{split}_mass"].compute())
             share = float(self._ground[f"{split}_share"].compute())

@@ -27,7 +27,7 @@ from attnflow.config.registry import DATA, MODELS, TASKS, ConfigError, suggest
 from attnflow.data.multitask import MultiTaskDataModule
 from attnflow.io.console import warn_unread
 from attnflow.tasks.base import Task, updated_on_any_rank
-from attnflow.tasks.optim import OptimConfig
+from attnflow.tasks.optim import OptimConfig, attached_trainer
 from attnflow.viz.panels import Dashboard
 
 ENTRY_FIELDS = ("weight", "task")
@@ -188,11 +188,12 @@ class MultiTask(Task):
     def setup(self, stage: str) -> None:
         """Evaluation loaders come in the data module's ``task_names`` order; each task sees the
         trainer (Lightning attaches it to direct children only)."""
-        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        trainer = attached_trainer(self)
+        dm = getattr(trainer, "datamodule", None)
         if isinstance(dm, MultiTaskDataModule):
             self.loader_order = dm.task_names
         for sub in self.subtasks.values():
-            sub._trainer = self._trainer
+            sub.trainer = trainer
 
     def _split_step(self, batch: Any, dataloader_idx: int, split: str) -> None:
         t = self.loader_order[dataloader_idx]
@@ -208,7 +209,7 @@ class MultiTask(Task):
     def _log_split_loss(self, split: str) -> None:
         """``{split}/loss`` = Σ_t λ_t (task t's mean loss over the split), every rank's batches."""
         means = self._split_loss[split]
-        seen = [t for t, m in means.items() if updated_on_any_rank(m, self._trainer)]
+        seen = [t for t, m in means.items() if updated_on_any_rank(m, attached_trainer(self))]
         if seen:
             self.log(f"{split}/loss", sum(self.weights[t] * means[t].compute() for t in seen),
                      prog_bar=split == "val")

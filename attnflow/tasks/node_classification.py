@@ -33,7 +33,7 @@ from attnflow.config.registry import DATA, TASKS, ConfigError, NonNegativeFloat,
 from attnflow.data.graph import GraphDataModule
 from attnflow.io.console import warn_unread
 from attnflow.tasks.base import Task
-from attnflow.tasks.optim import OptimConfig
+from attnflow.tasks.optim import OptimConfig, attached_trainer
 
 SPLITS = ("train", "val", "test")
 COUNTS = ("right", "decisions", "tp", "fp", "fn")  # the per-epoch sums behind acc and f1
@@ -143,7 +143,7 @@ class NodeClassificationTask(Task):
         sums = self._sums.pop(split, None)
         if sums is None:
             sums = torch.zeros(len(COUNTS) if self.multi_label else 2, device=self.device)
-        if self._trainer is not None:
+        if attached_trainer(self) is not None:
             sums = self.trainer.strategy.reduce(sums, reduce_op="sum")
         self.log(f"{split}/acc", sums[0] / sums[1], prog_bar=True, on_epoch=True, on_step=False,
                  sync_dist=True, reduce_fx="max")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable, Iterable, Literal, Optional
+from typing import Any, Callable, Iterable, Literal, Optional
 
 import torch
 from pytorch_lightning.callbacks import Timer
@@ -50,9 +50,13 @@ def make_optimizer(params: Iterable[torch.nn.Parameter], name: str, lr: float,
     return cls(params, lr=lr, weight_decay=weight_decay, fused=fused)
 
 
-def _trainer_of(module):
-    """The module's Trainer, or None where it has none (a LightningModule's ``trainer`` raises)."""
-    return module._trainer if hasattr(module, "_trainer") else getattr(module, "trainer", None)
+def attached_trainer(module) -> Optional[Any]:
+    """The Trainer ``module`` is attached to, else None (a LightningModule's ``trainer`` raises
+    where it has none; a plain module has none)."""
+    try:
+        return getattr(module, "trainer", None)
+    except RuntimeError:
+        return None
 
 
 def fused_fits(trainer) -> bool:
@@ -124,7 +128,7 @@ def configure(module, cfg: OptimConfig):
     params = (module.parameters() if cfg.decay_bias_and_norm
               else param_groups(module, cfg.weight_decay))
     opt = make_optimizer(params, cfg.optimizer, cfg.lr, cfg.weight_decay,
-                         fused=fused_fits(_trainer_of(module)))
+                         fused=fused_fits(attached_trainer(module)))
     if cfg.scheduler == "none" and cfg.cooldown == 0:
         return opt
     decays = cfg.scheduler in ("cosine", "linear")

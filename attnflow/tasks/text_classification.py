@@ -14,7 +14,7 @@ from torch import nn
 from attnflow.config.contracts import DataContract
 from attnflow.config.registry import TASKS, Probability
 from attnflow.tasks.base import Task
-from attnflow.tasks.optim import OptimConfig
+from attnflow.tasks.optim import OptimConfig, attached_trainer
 
 
 @TASKS.register("text_classification")
@@ -49,7 +49,7 @@ class TextClassificationTask(Task):
     # -- dashboard ---------------------------------------------------------------------------------
     def _tokens(self, ids: torch.Tensor, lengths: torch.Tensor) -> List[List[str]]:
         """Token strings of a batch's rows from the data module's tokenizer (else the ids)."""
-        dm = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+        dm = getattr(attached_trainer(self), "datamodule", None)
         tok = dm.tokenizer if isinstance(dm, DataContract) else None
         show = tok.id_to_token if tok is not None else str
         return [[show(i) or str(i) for i in row[:n]] for row, n in zip(ids.tolist(), lengths.tolist())]

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from attnflow.config.registry import ConfigError
+from attnflow.training.lightning_internals import restore_fit_progress
 from attnflow.training.trainer_checks import lightning_errors
 
 _SPAWNING = ("spawn", "fork", "notebook")  # start methods that make workers inside the job
@@ -110,6 +111,5 @@ def fit_progress(trainer, checkpoint_dir) -> tuple:
     if not files:
         return trainer.current_epoch, trainer.global_step
     ckpt = load_checkpoint_file(files[-1], mmap=True)
-    if "fit_loop" in ckpt.get("loops", {}):
-        trainer.fit_loop.load_state_dict(ckpt["loops"]["fit_loop"])
+    restore_fit_progress(trainer, ckpt)
     return int(ckpt.get("epoch", -1)) + 1, int(ckpt.get("global_step", 0))

@@ -23,6 +23,7 @@ from pytorch_lightning.callbacks import EMAWeightAveraging
 from pytorch_lightning.utilities import rank_zero_warn
 
 from attnflow.config.registry import AttnflowWarning, NonNegativeInt, PositiveInt, Range
+from attnflow.training.lightning_internals import last_average_step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +66,7 @@ class ExponentialMovingAverage(EMAWeightAveraging):
             super().on_validation_epoch_end(trainer, pl_module)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.state_dict()["latest_update_step"] == 0 and trainer.global_step > 0:
+        if last_average_step(self) == 0 and trainer.global_step > 0:
             rank_zero_warn(f"callbacks.ema made no average: training ended at step "
                            f"{trainer.global_step}, before callbacks.ema.start_step={self.start_step}; "
                            f"validation, test and checkpoints have the initial weights",

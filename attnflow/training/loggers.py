@@ -22,6 +22,7 @@ from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger, WandbLogger
 
 from attnflow.config.registry import LOGGERS, ConfigError, build_config
 from attnflow.io.console import AttnflowWarning, warn_unread
+from attnflow.training.wandb_internals import without_anonymous
 
 
 @LOGGERS.register("csv")
@@ -52,10 +53,7 @@ def wandb_logger(save_dir: str, identity: Optional[dict] = None, *, project: Opt
                          save_dir=os.environ.get("WANDB_DIR") or save_dir, mode=mode or os.environ.get("WANDB_MODE") or "offline",
                          id=run_id, resume="allow" if run_id else None,
                          job_type=os.environ.get("WANDB_JOB_TYPE") or "train")
-    # Lightning passes anonymous=None to wandb.init, which W&B answers with a warning on every
-    # run (wandb.termwarn, not Python's warnings); no public argument leaves it out
-    logger._wandb_init.pop("anonymous", None)
-    return logger
+    return without_anonymous(logger)
 
 
 def _fit(name: str, most: int) -> str:

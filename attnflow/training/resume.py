@@ -23,6 +23,7 @@ from attnflow.config.groups import SHARED_GROUPS
 from attnflow.config.registry import ConfigError, Registry
 from attnflow.io.console import shell_word
 from attnflow.training import runlock
+from attnflow.training.lightning_internals import epoch_counts
 from attnflow.training.runlock import first_rank
 
 # (torch is imported where a checkpoint is read.) Overrides allowed with resume=, and below them:
@@ -205,8 +206,7 @@ def _check_epoch_end_under_steps(limits: Dict[str, Any], ckpt: Dict[str, Any], w
     """Lightning 2.6 counts the epoch a checkpoint was saved at the end of twice when the resumed
     run is step-based, so ``max_epochs`` would end it an epoch early, before ``max_steps``:
     refused. Only the fit loop's counters tell an epoch-end checkpoint (no public API)."""
-    loop = ((ckpt.get("loops") or {}).get("fit_loop") or {}).get("epoch_progress") or {}
-    total, step = loop.get("total") or {}, ckpt.get("global_step")
+    total, step = epoch_counts(ckpt), ckpt.get("global_step")
     done = total.get("processed")
     try:
         epochs, steps = int(limits["trainer.max_epochs"]), int(limits["trainer.max_steps"])

@@ -18,12 +18,12 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 import pytorch_lightning as pl
 import torch
-from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 from pytorch_lightning.callbacks import ModelCheckpoint
-from torch.utils.data import DataLoader
+from pytorch_lightning.plugins import TorchCheckpointIO
 
 from attnflow.io.checkpoints import CheckpointError, digest_line, digest_path, read_checkpoint
 from attnflow.io.text import atomic_path
+from attnflow.training.lightning_internals import fit_loop_state, finish_epoch, last_saved_step, mark_saved
 from attnflow.training.preemption import StopOnSignal
 
 WANDB_ID_KEY = "attnflow_wandb_run_id"
@@ -150,53 +150,6 @@ def set_rng_state(state: Dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-class _LoaderPosition:
-    """The torch state the epoch's order was drawn from, the batches trained, a position to resume."""
-
-    def __init__(self) -> None:
-        self.epoch_rng: Optional[torch.Tensor] = None
-        self.trained = 0  # batches of this epoch trained (0 at an epoch's end)
-        self.pending: Optional[Dict[str, Any]] = None  # loaded from a checkpoint, used at next iter
-
-    def state_dict(self) -> Dict[str, Any]:
-        return {"trained": self.trained,
-                "epoch_rng": self.epoch_rng if self.epoch_rng is not None else torch.get_rng_state()}
-
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
-        self.pending = dict(state) if state and state.get("trained") else None
-
-
-def _resumable_iter(self):
-    """The train loader's ``__iter__``: on resume it redraws the epoch's order from the state it
-    was drawn from and skips the batches trained, then restores the stream."""
-    pos: _LoaderPosition = type(self)._attnflow_position
-    pending, pos.pending = pos.pending, None
-    skip = int(pending["trained"]) if pending else 0
-    resumed_stream = torch.get_rng_state()
-    if skip:  # redraw this epoch's order from the state it was first drawn from
-        torch.set_rng_state(pending["epoch_rng"])
-    pos.epoch_rng = torch.get_rng_state()
-    it = super(type(self), self).__iter__()
-    for _ in range(skip):
-        next(it, None)
-    if skip:
-        torch.set_rng_state(resumed_stream)
-    yield from it
-
-
-def make_resumable(loader: Any, position: _LoaderPosition) -> Any:
-    """``loader`` (a ``DataLoader``) as an instance of a subclass with the resumable ``__iter__``
-    (its constructor kept, for Lightning's distributed samplers); anything else unchanged."""
-    if not isinstance(loader, DataLoader) or hasattr(type(loader), "_attnflow_position"):
-        return loader
-    cls = type(f"Resumable{type(loader).__name__}", (type(loader),),
-               {"__iter__": _resumable_iter, "state_dict": lambda self: position.state_dict(),
-                "load_state_dict": lambda self, state: position.load_state_dict(state),
-                "_attnflow_position": position, "__module__": __name__})
-    loader.__class__ = cls
-    return loader
-
-
 class _TracksValidation(pl.Callback):
     """The global step of the last validation in fit."""
 
@@ -208,44 +161,59 @@ class _TracksValidation(pl.Callback):
         super().on_validation_end(trainer, pl_module)
 
 
+def resumable_loader(trainer: pl.Trainer) -> Any:
+    """The fit's train loader where it resumes mid-epoch (:mod:`attnflow.data.resumable`: it has
+    ``trained`` and the ``state_dict``/``load_state_dict`` Lightning saves and restores), else
+    None (also where there are several)."""
+    loader = trainer.train_dataloader
+    if all(hasattr(loader, name) for name in ("trained", "state_dict", "load_state_dict")):
+        return loader
+    return None
+
+
 class TrainingState(_TracksValidation):
-    """Saves the random streams, the loader's position and the W&B run id; restores the first two."""
+    """Saves the random streams, the train loader's position and the W&B run id; restores the
+    first two. The position is the loader's own state, which Lightning saves with the fit loop
+    and restores where it makes the loader after restoring the loops; where it made it before
+    (a schedule that reads ``trainer.estimated_stepping_batches`` in ``configure_optimizers``)
+    it restores nothing, so the same state is kept here too and restored as training starts."""
 
     def __init__(self) -> None:
-        self.position = _LoaderPosition()
         self._to_restore: Optional[Dict[str, Any]] = None
-        self._patched = None
-
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        dm = trainer.datamodule
-        if stage != "fit" or dm is None or self._patched is not None:
-            return
-        make = dm.train_dataloader  # (removed at teardown)
-        dm.train_dataloader = lambda: make_resumable(make(), self.position)
-        self._patched = dm
+        self._position: Optional[Dict[str, Any]] = None  # the loader's, from the checkpoint
+        self._loader: Any = None  # the fit's resumable train loader
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if self._patched is not None and stage == "fit":
-            self._patched.__dict__.pop("train_dataloader", None)
-            self._patched = None
+        if stage == "fit":
+            self._loader = None
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # after the loops are restored, before the loader's first batch (its iterator is lazy)
+        self._loader = resumable_loader(trainer)
+        if self._loader is not None and self._position:
+            self._loader.load_state_dict(self._position)  # (Lightning's restore: the same state)
+        self._position = None
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
-        done = batch_idx + 1
-        self.position.trained = 0 if done >= trainer.num_training_batches else done
+        self._loader = resumable_loader(trainer)
+        if self._loader is not None:
+            done = batch_idx + 1
+            self._loader.trained = 0 if done >= trainer.num_training_batches else done
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
-        self.position.trained = 0
+        if self._loader is not None:
+            self._loader.trained = 0
 
     def state_dict(self) -> Dict[str, Any]:
-        return {"rng": rng_state(), "loader": self.position.state_dict()}
+        loader = {} if self._loader is None else self._loader.state_dict()
+        return {"rng": rng_state(), "loader": loader}
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         self._to_restore = state_dict.get("rng")
-        # (here: Lightning restores a loader's state only when made after the loops)
-        self.position.load_state_dict(state_dict.get("loader") or {})
+        self._position = state_dict.get("loader") or None
 
     def on_fit_start(self, trainer, pl_module) -> None:
-        # after weights and loops are restored, before the loader's first iterator
+        # after weights and callbacks are restored, before the loader's first iterator
         if self._to_restore is not None:
             set_rng_state(self._to_restore)
             self._to_restore = None
@@ -255,30 +223,7 @@ class TrainingState(_TracksValidation):
         if run_id:
             checkpoint[WANDB_ID_KEY] = run_id
         if trainer.state.fn == "fit" and self._validated_step != trainer.global_step:
-            finish_epoch(checkpoint.get("loops", {}).get("fit_loop"), trainer.num_training_batches)
-
-
-def finish_epoch(fit: Optional[Dict[str, Any]], batches: float) -> None:
-    """The fit loop state of a checkpoint written at the end of an unvalidated epoch, in place,
-    as the next epoch's start (Lightning would resume a step-limited run within the old epoch
-    and train one more batch of it)."""
-    if not fit:
-        return
-    epochs, progress = fit["epoch_progress"], fit["epoch_loop.batch_progress"]
-    current = epochs["current"]
-    at_end = (current["ready"] == current["processed"]
-              and current["completed"] in (current["processed"] - 1, current["processed"])
-              and progress["current"]["completed"] >= batches)
-    if not at_end:
-        return
-    for counts in epochs.values():
-        counts["completed"] = counts["processed"]
-    optim = fit["epoch_loop.automatic_optimization.optim_progress"]["optimizer"]
-    for current in (progress["current"], fit["epoch_loop.scheduler_progress"]["current"],
-                    optim["step"]["current"], optim["zero_grad"]["current"],
-                    fit["epoch_loop.val_loop.batch_progress"]["total"]):
-        current.update(dict.fromkeys(current, 0))
-    progress["is_last_batch"] = False
+            finish_epoch(fit_loop_state(checkpoint), trainer.num_training_batches)
 
 
 def wandb_run_id(trainer: pl.Trainer) -> Optional[str]:
@@ -387,15 +332,15 @@ class LastCheckpoint(RunCheckpoint):
             trainer.should_stop and trainer.current_epoch >= (trainer.min_epochs or 0)
             and trainer.global_step >= (trainer.min_steps or 0)))
         if (mid_epoch and stopping and not trainer.fast_dev_run
-                and trainer.global_step > self._last_global_step_saved):
+                and trainer.global_step > last_saved_step(self)):
             trainer.save_checkpoint(Path(self.dirpath) / "last.ckpt", weights_only=False)
-            self._last_global_step_saved = trainer.global_step
+            mark_saved(self, trainer.global_step)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_train_end(trainer, pl_module)
-        if trainer.global_step > self._last_global_step_saved and not trainer.fast_dev_run:
+        if trainer.global_step > last_saved_step(self) and not trainer.fast_dev_run:
             trainer.save_checkpoint(Path(self.dirpath) / "last.ckpt", weights_only=False)
-            self._last_global_step_saved = trainer.global_step
+            mark_saved(self, trainer.global_step)
 
 
 def callbacks(run_dir: Path | str, output_root: Optional[str] = None) -> List[pl.Callback]:

@@ -12,7 +12,7 @@ import typing
 from typing import Any, Dict, Iterator, List, Optional
 
 from pytorch_lightning import Trainer
-from lightning_fabric.utilities.exceptions import MisconfigurationException
+from pytorch_lightning.utilities.exceptions import MisconfigurationException
 from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import ValidationError
 
