@@ -23,6 +23,7 @@ from support import train_cli
 from test_sweep_optuna import SEARCH, TINY_GRAPH, _pids_alive, _study, _wait_for
 
 optuna = pytest.importorskip("optuna")
+from sqlalchemy.exc import OperationalError  # noqa: E402  (optuna's storage library)
 TRAIN = str(Path(sys.executable).with_name("attnflow-train"))
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
 EPOCHS = 1000  # long enough that both trials of an n_jobs=2 sweep train at once on a loaded machine
@@ -30,7 +31,11 @@ LONG = [f"trainer.max_epochs={EPOCHS}", "callbacks.early_stopping=null", "callba
 
 
 def _trials(sweep: Path, storage: str = None, name: str = "gat_cora_optuna"):
-    return optuna.load_study(study_name=name, storage=storage or f"sqlite:///{sweep}/optuna.db").trials
+    """The study's trials, read only: the sweep makes the tables (a reader that made them too
+    would race it: "table … already exists")."""
+    url = storage or f"sqlite:///{sweep}/optuna.db"
+    return optuna.load_study(study_name=name, storage=optuna.storages.RDBStorage(
+        url, skip_table_creation=True)).trials
 
 
 def _trials_yet(sweep: Path, storage: str = None, name: str = "gat_cora_optuna") -> list:
@@ -39,7 +44,7 @@ def _trials_yet(sweep: Path, storage: str = None, name: str = "gat_cora_optuna")
         return []
     try:
         return _trials(sweep, storage, name)
-    except KeyError:  # (no such study yet)
+    except (KeyError, OperationalError, optuna.exceptions.StorageInternalError):  # (not yet made)
         return []
 
 
