@@ -104,6 +104,7 @@ def test_graph_examples_are_validation_nodes_of_different_classes():
 
 
 # -- documents ---------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_han_run_logs_word_and_sentence_weights_to_wandb_and_tensorboard(tmp_path, wandb_env):
     cfg = compose_cfg(["experiment=han_imdb", *_tiny_docs(tmp_path), "model.word_encoder.hidden_dim=4",
                        "model.sentence_encoder.hidden_dim=4", "pooling.dim=4", *QUIET,
@@ -142,6 +143,7 @@ def test_self_attentive_dashboard_has_word_weights_and_html(tmp_path):
 
 
 # -- graphs ------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_gat_run_logs_neighbourhood_maps_and_embedding_each_validation(tmp_path, wandb_env):
     cfg = compose_cfg(["experiment=gat_synthetic", "data.num_nodes=80", *QUIET,
                        "callbacks.attention_maps.every_n_epochs=1", "logger=[wandb,tensorboard]",
@@ -265,6 +267,7 @@ def _pairs_corpus(tmp_path):
     return [f"data.train_path={path}", f"data.val_path={path}", "data.max_len=24"]
 
 
+@pytest.mark.slow
 def test_bert_run_logs_cls_attention_and_a_prediction_table(tmp_path, wandb_env):
     cfg = compose_cfg(["experiment=bert_imdb", *_bert_texts(tmp_path), *BERT_TINY, *QUIET,
                        "logger=[wandb,tensorboard]", "callbacks.attention_maps.examples=2"])
@@ -293,6 +296,7 @@ def _bert_task(overrides):
     return dm, model, TASKS.build(cfg["task"], model, path="task", **dm.task_context())
 
 
+@pytest.mark.slow
 def test_bert_dashboards_show_the_models_own_predictions(tmp_path):
     torch.manual_seed(0)
     dm, model, task = _bert_task(["experiment=bert_imdb", *_bert_texts(tmp_path), *BERT_TINY])
@@ -340,6 +344,7 @@ CAPTION_TINY = ["experiment=caption_shapes", "data.train_size=32", "data.val_siz
                 "model.decoder.hidden_dim=16", "test=false"]
 
 
+@pytest.mark.slow
 def test_captioning_run_logs_word_overlays_and_a_caption_table(tmp_path, wandb_env):
     """Each validation: per example one overlay picture of one size (image + each word's α) and a
     reference/hypothesis table, in W&B and TensorBoard; the PNGs in the run directory."""
