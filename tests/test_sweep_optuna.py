@@ -251,7 +251,6 @@ def test_on_slurm_each_trial_is_a_cluster_job_of_the_same_study(monkeypatch, tmp
         assert storage_spec(hydra.sweeper.storage, hydra.sweep.dir) == f"sqlite:///{sweep}/optuna.db"
 
 
-@pytest.mark.slow
 def test_a_study_in_a_journal_file(monkeypatch, tmp_path):
     """``storage: <path>.journal``: the study lives in Optuna's journal file (no sqlite)."""
     from optuna.storages.journal import JournalFileBackend
