@@ -11,6 +11,7 @@ import re
 import pytest
 import torch
 from PIL import Image
+from pytorch_lightning.loggers import TensorBoardLogger
 
 from attnflow.data.documents import DocumentDataModule
 from attnflow.data.examples import spread_over_labels
@@ -18,6 +19,7 @@ from attnflow.data.synthetic_graph import SyntheticGraphDataModule
 from attnflow.config.registry import DATA, MODELS, TASKS
 from attnflow.training.validate import resolve_config
 from attnflow.training.run import train
+from attnflow.viz.panels import log_panels, markdown_table
 from support import compose_cfg
 from test_loggers import _wandb_log, _wandb_run, wandb_env  # noqa: F401 (wandb_env: a fixture)
 
@@ -363,3 +365,21 @@ def test_captioning_run_logs_word_overlays_and_a_caption_table(tmp_path, wandb_e
     assert len(images) >= 2
     files = sorted(p.name for p in (tmp_path / "run" / "attention").glob("*.png"))
     assert files == ["val_example_0.png", "val_example_1.png"]
+
+
+def test_panels_reach_tensorboard_as_images_and_markdown_tables(tmp_path):
+    """Without a run: an image panel is TensorBoard's HWC image, a table its Markdown text (cells
+    with '|' or a line break kept in one cell); no panels, no calls."""
+    logger, calls = TensorBoardLogger(save_dir=str(tmp_path)), []
+    logger.experiment.add_image = lambda *a, **k: calls.append(("image", a, k))
+    logger.experiment.add_text = lambda *a, **k: calls.append(("text", a, k))
+    image = torch.zeros(4, 6, 3)
+    log_panels([logger], [], step=1)
+    assert calls == []
+    log_panels([logger], [{"kind": "image", "key": "val/map", "image": image},
+                          {"kind": "table", "key": "val/table", "columns": ["word", "p"],
+                           "rows": [["a|b", 0.5], ["c\nd", 1]]}], step=7)
+    assert calls[0] == ("image", ("val/map", image, 7), {"dataformats": "HWC"})
+    table = "| word | p |\n| --- | --- |\n| a\\|b | 0.5 |\n| c d | 1 |"
+    assert calls[1] == ("text", ("val/table", table, 7), {}) and len(calls) == 2
+    assert markdown_table(["x"], []) == "| x |\n| --- |"

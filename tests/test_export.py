@@ -217,3 +217,11 @@ def test_onnx_files_compute_what_attnflow_computes(runs, tmp_path, kind, capsys)
         want = fn(*feeds.values()).numpy()
     print(f"\nonnx {kind}: max |Δ| = {np.abs(got - want).max():.1e} on {tuple(got.shape)}")  # (-s)
     assert got.shape == want.shape and np.abs(got - want).max() <= 1e-4, np.abs(got - want).max()
+
+
+def test_a_missing_run_is_one_line_exit_status_2_and_writes_nothing(tmp_path, capsys):
+    for to, out in (("hf", tmp_path / "hf"), ("onnx", tmp_path / "model.onnx")):
+        assert main([str(tmp_path / "nowhere"), "--to", to, str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err == f"attnflow-export: no such run directory or checkpoint: {tmp_path / 'nowhere'}\n"
+        assert not out.exists()
