@@ -23,6 +23,7 @@ from support import train_cli
 from test_sweep_optuna import SEARCH, TINY_GRAPH, _pids_alive, _study, _wait_for
 
 optuna = pytest.importorskip("optuna")
+from sqlalchemy.exc import SQLAlchemyError  # noqa: E402  (optuna's own dependency)
 TRAIN = str(Path(sys.executable).with_name("attnflow-train"))
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
 EPOCHS = 1000  # long enough that both trials of an n_jobs=2 sweep train at once on a loaded machine
@@ -40,6 +41,8 @@ def _trials_yet(sweep: Path, storage: str = None, name: str = "gat_cora_optuna")
     try:
         return _trials(sweep, storage, name)
     except KeyError:  # (no such study yet)
+        return []
+    except SQLAlchemyError:  # (the sweep is creating the database's tables: read again later)
         return []
 
 
