@@ -18,6 +18,7 @@ RUN = ["experiment=reverse_transformer", "model.d_model=32",
        "trainer.max_epochs=1", "logger=none", "callbacks.progress_bar=none"]
 
 
+@pytest.mark.slow
 def test_sdpa_and_explicit_runs_give_the_same_losses(tmp_path):
     losses = {}
     for backend in ("auto", "explicit"):

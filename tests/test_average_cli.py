@@ -45,6 +45,7 @@ def _assert_mean(path, states):
         assert torch.allclose(got[k], v, rtol=0, atol=1e-6), k
 
 
+@pytest.mark.slow
 def test_a_stopped_run_gets_the_average_its_fit_would_have_written(finished, stopped, capsys):
     run, rec = stopped
     assert main([str(run)]) == 0
@@ -80,6 +81,7 @@ def _refused(argv, says, capsys):
     assert says in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_problems_are_refused_with_status_2_and_nothing_written(finished, stopped, tmp_path, capsys):
     run, rec = stopped
     before = sorted(p.relative_to(run) for p in run.rglob("*"))

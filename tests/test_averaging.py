@@ -40,6 +40,7 @@ def last2(tmp_path_factory):
     return run, recorder, json.loads((run / "metrics.json").read_text())
 
 
+@pytest.mark.slow
 def test_averaged_checkpoint_is_the_mean_of_the_last_epochs(last2):
     run, rec, summary = last2
     assert sorted(rec.states) == [0, 1, 2]
@@ -58,6 +59,7 @@ def test_averaged_checkpoint_is_the_mean_of_the_last_epochs(last2):
     assert sorted(p.name for p in (run / "checkpoints" / "avg").glob("*.pt")) == ["epoch1.pt", "epoch2.pt"]
 
 
+@pytest.mark.slow
 def test_metrics_are_those_of_the_averaged_model(last2, capsys):
     run, rec, summary = last2
     averaged = run / "checkpoints" / "averaged.ckpt"
@@ -154,6 +156,7 @@ def test_the_command_line_refuses_with_status_2(tmp_path, monkeypatch, capsys):
     assert not list((tmp_path / "outputs").rglob("*.ckpt"))
 
 
+@pytest.mark.slow
 def test_a_resumed_run_averages_as_an_uninterrupted_one(tmp_path):
     """With callbacks.ema too (the kept epochs are then θ̄): the averaged checkpoint and last.ckpt's
     weights (θ̄) and training state (θ) equal the uninterrupted run's."""
@@ -191,6 +194,7 @@ def test_mt_transformer_tiny_has_the_wu_et_al_sizes():
     assert cfg["callbacks"]["average"] == {"last": 10}
 
 
+@pytest.mark.slow
 def test_mt_transformer_tiny_trains_a_step_on_multi30k(tmp_path):
     if not (DATA_DIR / "multi30k" / "train.de.gz").is_file():
         pytest.skip(f"Multi30k not found at {DATA_DIR / 'multi30k'} (set ATTNFLOW_DATA_DIR)")
@@ -212,6 +216,7 @@ def test_mt_transformer_tiny_trains_a_step_on_multi30k(tmp_path):
 
 
 # -- the mt_transformer_2h preset --------------------------------------------------------------------
+@pytest.mark.slow
 def test_mt_transformer_2h_drops_out_0_3_lower_cases_and_averages_the_best_by_lower_cased_bleu(tmp_path):
     if not (DATA_DIR / "multi30k" / "train.de.gz").is_file():
         pytest.skip(f"Multi30k not found at {DATA_DIR / 'multi30k'} (set ATTNFLOW_DATA_DIR)")
@@ -318,6 +323,7 @@ def test_best_n_keeps_the_better_of_a_part_epoch_and_the_epoch_one_step_before(t
     assert torch.equal(average_state_dicts(files)["weight"], torch.full((1, 2), twin / 2))
 
 
+@pytest.mark.slow
 def test_a_part_epoch_one_step_after_a_kept_epoch_is_not_a_second_model(tmp_path, monkeypatch):
     # 104 steps an epoch: validations fewer than ceil(1.04) = 2 steps apart hold one model (the
     # sequences are 2-4 tokens long, batches of 4: the test needs the step count, not a harder task)

@@ -14,6 +14,7 @@ from support import DATA_DIR, load_bench
 CORA = DATA_DIR / "planetoid" / "Cora" / "raw"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not CORA.is_dir(), reason=f"Cora raw files not found at {CORA} (set ATTNFLOW_DATA_DIR)")
 def test_val_only_reports_validation_and_never_runs_test(tmp_path, monkeypatch, capsys):
     import pytorch_lightning as pl

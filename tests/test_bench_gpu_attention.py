@@ -14,6 +14,9 @@ import pytest
 from support import ROOT, load_bench
 
 
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu_attention") / "r.json"

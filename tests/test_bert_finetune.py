@@ -274,6 +274,7 @@ def test_experiment_composes_with_the_tokenizer_following_init_from(tmp_path):
     assert cfg["model"]["init_from"] is None and cfg["data"]["tokenizer_from"] is None
 
 
+@pytest.mark.slow
 def test_pretrain_then_finetune_end_to_end(tmp_path, caplog):
     """A tiny pretraining run on the review texts, then experiment=bert_imdb from it: the
     encoder is loaded (the report line), accuracy well above chance; an encoder of another width

@@ -33,6 +33,7 @@ def test_one_kind_and_unknown_kind(capsys):
     assert exc.value.code == 2 and "invalid choice: 'scorers'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_console_script_is_installed():
     proc = subprocess.run([sys.executable, "-m", "attnflow.cli.blocks", "normalizer"],
                           capture_output=True, text=True, timeout=60)
@@ -53,6 +54,7 @@ def test_config_shows_what_a_run_uses_with_defaults_filled_in(capsys):
     assert "does nothing" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_config_of_a_resumed_run_is_that_runs_and_bad_options_are_one_line(capsys, tmp_path):
     """resume=<run> shows the run's own config (it showed the default's), after the checks
     attnflow-train makes; an option Hydra cannot find is its one message, not a traceback."""

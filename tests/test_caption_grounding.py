@@ -33,6 +33,9 @@ SHORT = ["experiment=caption_shapes", "model.encoder.channels=[16,32,64]", "data
          "callbacks.attention_maps.examples=2", *QUIET]
 
 
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     from attnflow.training.run import train

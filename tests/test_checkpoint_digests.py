@@ -48,6 +48,7 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@pytest.mark.slow
 def test_every_checkpoint_of_a_run_has_the_digest_of_its_bytes(trained):
     ckpts = sorted((trained / "checkpoints").glob("*.ckpt"))
     assert len(ckpts) >= 2 and any(p.name == "last.ckpt" for p in ckpts)
@@ -69,6 +70,7 @@ def test_a_removed_checkpoint_takes_its_digest_and_a_rewrite_replaces_it(tmp_pat
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_damaged_best_checkpoint_is_one_line_from_attnflow_eval(trained, tmp_path, capsys):
     run = _copy(trained, tmp_path / "run")
     best = next(p for p in (run / "checkpoints").glob("epoch*.ckpt"))
@@ -83,6 +85,7 @@ def test_a_damaged_best_checkpoint_is_one_line_from_attnflow_eval(trained, tmp_p
         read_checkpoint(best)
 
 
+@pytest.mark.slow
 def test_a_damaged_last_ckpt_resumes_from_the_newest_intact_checkpoint(trained, tmp_path, capsys,
                                                                        monkeypatch):
     run = _copy(trained, tmp_path / "run")
@@ -98,6 +101,7 @@ def test_a_damaged_last_ckpt_resumes_from_the_newest_intact_checkpoint(trained, 
     assert "epoch" in (run / "resume-1.yaml").read_text().split("checkpoint:")[1].splitlines()[0]
 
 
+@pytest.mark.slow
 def test_a_damaged_last_ckpt_without_an_intact_one_is_one_line(trained, tmp_path, monkeypatch,
                                                                 capsys):
     run = _copy(trained, tmp_path / "run")
@@ -109,6 +113,7 @@ def test_a_damaged_last_ckpt_without_an_intact_one_is_one_line(trained, tmp_path
     assert not (run / "resume-1.yaml").exists()
 
 
+@pytest.mark.slow
 def test_a_checkpoint_without_a_digest_loads_with_one_warning(trained, tmp_path):
     run = _copy(trained, tmp_path / "run")
     last = run / "checkpoints" / "last.ckpt"

@@ -61,6 +61,7 @@ def _steps(tmp_path, compiled: bool) -> Steps:
     return steps
 
 
+@pytest.mark.slow
 def test_compiled_steps_match_the_uncompiled_ones(tmp_path):
     eager, compiled = _steps(tmp_path, False), _steps(tmp_path, True)
     assert len(eager.losses) == len(compiled.losses) == 3

@@ -104,6 +104,7 @@ ONE_STEP = [*FAST, "data.train_size=32", "data.val_size=16", "data.test_size=16"
             "callbacks.attention_maps.examples=0"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("experiment", [[], ["experiment=reverse_transformer"]])
 def test_the_readme_block_example_works_verbatim(experiment, tmp_path):
     """The README's scorer trains a step; the saved config holds only the groups that were used
@@ -161,6 +162,7 @@ def test_gat_uses_the_registry_normalizer():
     (["experiment=gat_cora", "aggregator=mean"], "model 'gat' does not use the shared group 'aggregator'"),
     (["experiment=mt_rnnenc", "scorer.hidden_dim=64"], "scorer.hidden_dim=64 (at 'scorer') does nothing"),
 ])
+@pytest.mark.slow
 def test_overrides_of_unused_groups_are_refused_before_any_work(overrides, expected):
     with pytest.raises(ConfigError) as err:
         resolve_config(compose_cfg(overrides))
@@ -169,6 +171,7 @@ def test_overrides_of_unused_groups_are_refused_before_any_work(overrides, expec
         assert "it uses:" in str(err.value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pooling", ["max", "mean"])
 def test_a_group_only_the_experiment_set_is_left_out_when_an_override_makes_it_unused(pooling):
     """The README's HN-MAX/HN-AVE commands: han_imdb sets scorer=dot for its attention pooling,
@@ -187,6 +190,7 @@ def test_a_group_only_the_experiment_set_is_left_out_when_an_override_makes_it_u
         assert str(err.value).startswith(f"{typed} (at 'scorer') does nothing: model 'han'"), err.value
 
 
+@pytest.mark.slow
 def test_consumption_follows_interpolations():
     assert consumed_groups(compose_cfg()) == ["scorer", "normalizer", "attention"]
     assert consumed_groups(compose_cfg(["attention=multihead"])) == [
@@ -208,6 +212,7 @@ def test_replacing_a_block_by_name_drops_the_old_blocks_fields():
     assert typed.scorer.hidden_dim == 8
 
 
+@pytest.mark.slow
 def test_a_group_option_chosen_over_an_experiments_drops_the_fields_it_lacks():
     """reverse_multihead sets attention.heads and head_dim; attention=single (no heads) leaves
     them out with a warning. A field typed for a block without it is refused, and so is the
@@ -235,6 +240,7 @@ def test_a_group_option_chosen_over_an_experiments_drops_the_fields_it_lacks():
     (["experiment=self_attentive_imdb"], ["model.encoder.d_model=64"],  # (8 heads do not divide 100)
      "model.encoder.cell, model.encoder.hidden_dim"),
 ])
+@pytest.mark.slow
 def test_a_nested_block_swapped_by_name_drops_the_fields_set_for_the_old_one(base, extra, left_out):
     """model.encoder.name=transformer_encoder was refused for the rnn encoder's fields that the
     model file set (encoder 'transformer_encoder' has no field 'hidden_dim'), fields the user never
@@ -262,6 +268,7 @@ def test_a_nested_block_swapped_by_name_drops_the_fields_set_for_the_old_one(bas
     assert kept["name"] != "transformer_encoder" and "hidden_dim" in kept
 
 
+@pytest.mark.slow
 def test_a_field_typed_under_a_block_left_at_its_default_tunes_that_block():
     """transformer_encoder's ``attention`` is absent from the config files (its constructor default,
     multihead of 8 scaled-dot heads): a field typed under it, two levels down too, is set on that
@@ -310,6 +317,7 @@ def test_a_block_swapped_by_name_over_a_shared_group_takes_effect():
     assert _kinds(base.decoder, "scorer") == {"additive"}
 
 
+@pytest.mark.slow
 def test_plain_field_overrides_reach_fields_left_at_their_defaults():
     assert field_overrides(["scorer=dot", "attention.heads=2", "+x=1", "~y", "hydra.run.dir=d",
                             "experiment=mt_rnnenc", "seed=3"], CONF) == [
@@ -434,6 +442,7 @@ def test_an_image_encoder_in_a_sequence_model_is_refused_before_any_work(overrid
                                                "(at 'callbacks.checkpoint.sav_last')"),
     # Trainer arguments Lightning checks only once the data is made, or never (a division by 0)
 ])
+@pytest.mark.slow
 def test_a_value_out_of_its_fields_range_is_refused_before_any_work(overrides, says, tmp_path):
     """Bounds live in the fields' annotations (attnflow.config.registry.Range): what torch refused only
     deep inside the build or at the first step (a dropout of 1.5, a negative learning rate, a label
@@ -452,6 +461,7 @@ def test_a_value_out_of_its_fields_range_is_refused_before_any_work(overrides, s
     ("reverse_bahdanau", "model.decoder.attention.scorer.name=dot", "attention.scorer.name=dot",
      "decoder", None),
 ])
+@pytest.mark.slow
 def test_a_field_typed_under_a_block_an_interpolation_names_is_refused_and_set_on_its_group(
         experiment, typed, group_fix, this_block, other_block):
     """A field typed under a block the files take from a shared group replaces it by a nameless

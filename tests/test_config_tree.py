@@ -95,6 +95,7 @@ def imdb_sample(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("experiment", experiments())
 def test_every_experiment_runs_one_step(experiment, tmp_path, request):
     data_name = _chosen(experiment, "data")

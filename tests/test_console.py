@@ -142,6 +142,7 @@ def test_final_metrics_table_has_a_row_per_metric_and_a_column_per_split():
     assert rows == {"acc": ["0.5", "0.75"], "f1": ["0.4", ""], "loss": ["0.1235", "0.25"]}
 
 
+@pytest.mark.slow
 def test_the_final_metrics_title_names_the_weights_they_are_of(tmp_path, capsys):
     """callbacks.checkpoint.save_top_k=0 keeps no best checkpoint, so the run evaluates its last
     weights; the table said "final metrics (best checkpoint)" all the same. Its title now comes
@@ -221,6 +222,7 @@ def test_help_lists_every_group_and_option_without_heavy_imports():
     assert {g: defaults.get(g) for g in expected} == expected
 
 
+@pytest.mark.slow
 def test_short_help_is_the_same_and_hydra_help_stays_reachable(monkeypatch, capsys):
     monkeypatch.setenv("COLUMNS", "400")
     shown = []

@@ -11,6 +11,7 @@ import re
 import pytest
 import torch
 from PIL import Image
+from pytorch_lightning.loggers import TensorBoardLogger
 
 from attnflow.data.documents import DocumentDataModule
 from attnflow.data.examples import spread_over_labels
@@ -18,6 +19,7 @@ from attnflow.data.synthetic_graph import SyntheticGraphDataModule
 from attnflow.config.registry import DATA, MODELS, TASKS
 from attnflow.training.validate import resolve_config
 from attnflow.training.run import train
+from attnflow.viz.panels import log_panels, markdown_table
 from support import compose_cfg
 from test_loggers import _wandb_log, _wandb_run, wandb_env  # noqa: F401 (wandb_env: a fixture)
 
@@ -104,6 +106,7 @@ def test_graph_examples_are_validation_nodes_of_different_classes():
 
 
 # -- documents ---------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_han_run_logs_word_and_sentence_weights_to_wandb_and_tensorboard(tmp_path, wandb_env):
     cfg = compose_cfg(["experiment=han_imdb", *_tiny_docs(tmp_path), "model.word_encoder.hidden_dim=4",
                        "model.sentence_encoder.hidden_dim=4", "pooling.dim=4", *QUIET,
@@ -142,6 +145,7 @@ def test_self_attentive_dashboard_has_word_weights_and_html(tmp_path):
 
 
 # -- graphs ------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_gat_run_logs_neighbourhood_maps_and_embedding_each_validation(tmp_path, wandb_env):
     cfg = compose_cfg(["experiment=gat_synthetic", "data.num_nodes=80", *QUIET,
                        "callbacks.attention_maps.every_n_epochs=1", "logger=[wandb,tensorboard]",
@@ -265,6 +269,7 @@ def _pairs_corpus(tmp_path):
     return [f"data.train_path={path}", f"data.val_path={path}", "data.max_len=24"]
 
 
+@pytest.mark.slow
 def test_bert_run_logs_cls_attention_and_a_prediction_table(tmp_path, wandb_env):
     cfg = compose_cfg(["experiment=bert_imdb", *_bert_texts(tmp_path), *BERT_TINY, *QUIET,
                        "logger=[wandb,tensorboard]", "callbacks.attention_maps.examples=2"])
@@ -293,6 +298,7 @@ def _bert_task(overrides):
     return dm, model, TASKS.build(cfg["task"], model, path="task", **dm.task_context())
 
 
+@pytest.mark.slow
 def test_bert_dashboards_show_the_models_own_predictions(tmp_path):
     torch.manual_seed(0)
     dm, model, task = _bert_task(["experiment=bert_imdb", *_bert_texts(tmp_path), *BERT_TINY])
@@ -340,6 +346,7 @@ CAPTION_TINY = ["experiment=caption_shapes", "data.train_size=32", "data.val_siz
                 "model.decoder.hidden_dim=16", "test=false"]
 
 
+@pytest.mark.slow
 def test_captioning_run_logs_word_overlays_and_a_caption_table(tmp_path, wandb_env):
     """Each validation: per example one overlay picture of one size (image + each word's α) and a
     reference/hypothesis table, in W&B and TensorBoard; the PNGs in the run directory."""
@@ -358,3 +365,21 @@ def test_captioning_run_logs_word_overlays_and_a_caption_table(tmp_path, wandb_e
     assert len(images) >= 2
     files = sorted(p.name for p in (tmp_path / "run" / "attention").glob("*.png"))
     assert files == ["val_example_0.png", "val_example_1.png"]
+
+
+def test_panels_reach_tensorboard_as_images_and_markdown_tables(tmp_path):
+    """Without a run: an image panel is TensorBoard's HWC image, a table its Markdown text (cells
+    with '|' or a line break kept in one cell); no panels, no calls."""
+    logger, calls = TensorBoardLogger(save_dir=str(tmp_path)), []
+    logger.experiment.add_image = lambda *a, **k: calls.append(("image", a, k))
+    logger.experiment.add_text = lambda *a, **k: calls.append(("text", a, k))
+    image = torch.zeros(4, 6, 3)
+    log_panels([logger], [], step=1)
+    assert calls == []
+    log_panels([logger], [{"kind": "image", "key": "val/map", "image": image},
+                          {"kind": "table", "key": "val/table", "columns": ["word", "p"],
+                           "rows": [["a|b", 0.5], ["c\nd", 1]]}], step=7)
+    assert calls[0] == ("image", ("val/map", image, 7), {"dataformats": "HWC"})
+    table = "| word | p |\n| --- | --- |\n| a\\|b | 0.5 |\n| c d | 1 |"
+    assert calls[1] == ("text", ("val/table", table, 7), {}) and len(calls) == 2
+    assert markdown_table(["x"], []) == "| x |\n| --- |"

@@ -68,6 +68,7 @@ def test_the_sections_name_their_files():
     ("Graphs", {}, None),
     ("Image captions", {}, None),
 ])
+@pytest.mark.slow
 def test_the_documented_example_trains(tmp_path, monkeypatch, title, copies, experiment):
     """(``experiment``: the section's command with this experiment, as its text says works.)"""
     from PIL import Image

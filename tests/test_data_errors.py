@@ -235,6 +235,7 @@ def test_empty_or_truncated_planetoid_file_is_named(tmp_path, name, damage, why)
     assert str(path) in str(err.value)
 
 
+@pytest.mark.slow
 def test_an_edge_to_a_missing_node_is_refused_naming_the_file_and_a_graph_without_edges_trains(
         tmp_path, monkeypatch, capsys):
     raw = _planetoid(tmp_path / "far")

@@ -210,6 +210,7 @@ def _train_and_val_only(root):
     return root
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("test_field", [[], ["data.test=null"]])
 def test_a_run_with_test_false_needs_no_test_file(tmp_path, test_field):
     root = _train_and_val_only(tmp_path / "m30k")

@@ -147,6 +147,7 @@ def test_a_captions_sweep_checks_its_captions_and_images_first(tmp_path):
     check_data_files(cfg)  # (what the files hold is the run's to read)
 
 
+@pytest.mark.slow
 def test_a_run_with_test_false_never_reads_its_test_file(tmp_path):
     """Documents (and the other file data) read every split's file as they set up, so a run with
     test=false still read, and failed on, a test file it never uses."""

@@ -218,6 +218,7 @@ def test_bad_input_is_named(tmp_path, corpus):
 
 @pytest.mark.skipif(not (DATA_DIR / "imdb" / "train.jsonl.gz").is_file(),
                     reason=f"IMDB not found under {DATA_DIR}/imdb (set ATTNFLOW_DATA_DIR)")
+@pytest.mark.slow
 def test_imdb_preset_builds_from_the_config_tree(tmp_path):
     from attnflow.config.registry import DATA
 

@@ -152,6 +152,7 @@ def _assert_same_metrics(ddp, one):
         assert ddp["metrics"][key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
 
 
+@pytest.mark.slow
 def test_ddp_default_experiment_equals_one_process(ddp_runs, tmp_path):
     run, ddp = _ddp_run(ddp_runs["reverse"])  # 2 ranks × 32
     one = train(compose_cfg([*REVERSE, "data.batch_size=64", "logger=none"]), tmp_path / "one")
@@ -163,6 +164,7 @@ def test_ddp_default_experiment_equals_one_process(ddp_runs, tmp_path):
     assert Path(ddp["best_checkpoint"]).name == Path(one["best_checkpoint"]).name
 
 
+@pytest.mark.slow
 def test_ddp_gat_full_batch_equals_one_process(tmp_path, monkeypatch):
     run = _gat_ddp_run(GAT, tmp_path, monkeypatch)
     _logged_once(run)
@@ -172,6 +174,7 @@ def test_ddp_gat_full_batch_equals_one_process(tmp_path, monkeypatch):
     assert [p.name for p in (run / "checkpoints").glob("*.ckpt")] == [Path(ddp["best_checkpoint"]).name]
 
 
+@pytest.mark.slow
 def test_ddp_gat_minibatch_training_splits_the_batches(tmp_path, monkeypatch):
     run = _gat_ddp_run(GAT_MINIBATCH, tmp_path, monkeypatch)
     summary = json.loads((run / "metrics.json").read_text())
@@ -180,6 +183,7 @@ def test_ddp_gat_minibatch_training_splits_the_batches(tmp_path, monkeypatch):
     assert {"val/acc", "test/acc"} <= set(summary["metrics"])
 
 
+@pytest.mark.slow
 def test_spawned_stages_continue_one_csv_log(tmp_path):
     """ddp_spawn runs fit, validate and test each in new worker processes: the test stage used to
     crash rewriting metrics.csv and leave it cut to its header. Workers are forked here
@@ -207,6 +211,7 @@ def test_spawned_stages_continue_one_csv_log(tmp_path):
     assert [float(v) for v in col["test/loss"] if v] == [pytest.approx(summary["metrics"]["test/loss"])]
 
 
+@pytest.mark.slow
 def test_ddp_spawn_reports_the_metrics_its_epoch_showed_and_attnflow_eval_gives(tmp_path, capsys):
     """Spawned workers (a pickled module, unlike ddp_fork's) used to validate the best checkpoint
     counting metric states the fit handed back (metrics.json's val/token_acc 0.1256 where the
@@ -233,6 +238,7 @@ def test_ddp_spawn_reports_the_metrics_its_epoch_showed_and_attnflow_eval_gives(
     assert got["val/loss"] == pytest.approx(summary["metrics"]["val/loss"], rel=1e-6)
 
 
+@pytest.mark.slow
 def test_multirun_with_ddp_is_refused_before_any_work(tmp_path, monkeypatch, capsys):
     """Through the console script's entry point, in this process (Hydra runs the jobs of a basic
     multirun here; no torch import to wait for)."""

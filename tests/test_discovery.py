@@ -17,6 +17,7 @@ from support import readme_block_example
 PACKAGE = Path(__file__).resolve().parent.parent / "attnflow"
 
 
+@pytest.mark.slow
 def test_importing_a_block_module_does_not_import_lightning_or_pyg():
     code = textwrap.dedent("""
         import sys

@@ -86,6 +86,7 @@ def _status(main, args, capsys):
     return code, out.out, out.err
 
 
+@pytest.mark.slow
 def test_every_command_refuses_an_output_it_cannot_write_before_any_work(trained, tmp_path, mount,
                                                                         monkeypatch, capsys):
     gat = fabricate_run(GRAPH, tmp_path / "gat")
@@ -115,6 +116,7 @@ def test_every_command_refuses_an_output_it_cannot_write_before_any_work(trained
     assert _digests(ro) == before
 
 
+@pytest.mark.slow
 def test_a_full_disk_mid_run_is_one_message_naming_the_file_and_what_was_kept(trained, mount, monkeypatch,
                                                                              capsys):
     size = (trained / "checkpoints" / "last.ckpt").stat().st_size
@@ -132,6 +134,7 @@ def test_a_full_disk_mid_run_is_one_message_naming_the_file_and_what_was_kept(tr
     assert read_checkpoint(run / "checkpoints" / "epoch0-step2.ckpt")["global_step"] == 2
 
 
+@pytest.mark.slow
 def test_a_resume_that_fails_on_a_full_disk_leaves_the_run_byte_identical(trained, mount, monkeypatch,
                                                                           capsys):
     size = (trained / "checkpoints" / "last.ckpt").stat().st_size
@@ -149,6 +152,7 @@ def test_a_resume_that_fails_on_a_full_disk_leaves_the_run_byte_identical(traine
 
 @pytest.mark.parametrize("logger, blocked", [("wandb", "wandb"), ("tensorboard", "tensorboard"),
                                              ("csv", "csv")])
+@pytest.mark.slow
 def test_a_file_where_a_logger_keeps_its_folder_is_one_line_and_the_run_stays_as_it_was(
         trained, tmp_path, monkeypatch, capsys, logger, blocked):
     """A resume whose logger finds a plain file where it makes its folder: one line naming that

@@ -72,6 +72,7 @@ def _train(overrides, run_dir, monkeypatch):
     return train(compose_cfg([*TINY, *overrides]), run_dir), steps
 
 
+@pytest.mark.slow
 def test_validation_and_checkpoints_hold_the_average_and_training_goes_on_with_the_weights(tmp_path, monkeypatch):
     summary, steps = _train([EMA, CONSTANT, "trainer.max_epochs=3", "callbacks.average.best=2",
                              "test=false"],
@@ -114,6 +115,7 @@ def _csv(run_dir):
     return rows
 
 
+@pytest.mark.slow
 def test_before_the_first_update_the_average_is_the_initial_weights(tmp_path, monkeypatch):
     """start_step past the first epoch: its validation and checkpoint are the initial weights (as
     Lightning's EMAWeightAveraging defines it), and a run that ends there says so."""

@@ -96,6 +96,7 @@ def test_an_unread_callback_is_one_warning_and_not_built(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_bert_inputs_longer_than_its_positions_are_refused_before_any_work(tmp_path):
     """The model refused them only at the first batch that long, after the data was tokenised;
     a multitask run's tasks each have their own data.max_len (or the common one)."""
@@ -139,6 +140,7 @@ def test_learned_positions_shorter_than_the_data_are_refused_before_any_work(tmp
     assert resolve_config(compose_cfg(enough))["model"]["positional"]["max_len"] == longest
 
 
+@pytest.mark.slow
 def test_learned_positions_cover_what_the_reverse_run_decodes(tmp_path):
     """The bound is exact: the run with the shortest table the check allows trains and decodes."""
     train(compose_cfg([*TINY, "experiment=reverse_transformer", "data.max_len=10",
@@ -159,6 +161,7 @@ SWAP_ENCODER = ["model.encoder.name=transformer_encoder", "model.encoder.positio
     (["experiment=self_attentive_imdb", "data.max_sentences=3", "data.max_words=5",
       "model.encoder.d_model=64"], 15),
 ])
+@pytest.mark.slow
 def test_learned_positions_of_a_models_own_encoder_shorter_than_its_input_are_refused(tmp_path,
                                                                                        overrides, longest):
     """A transformer_encoder with a learned table inside seq2seq or self_attentive refused a longer
@@ -203,6 +206,7 @@ def test_heads_of_a_models_own_encoder_are_checked_naming_its_fields(tmp_path, o
     resolve_config(compose_cfg(fits, return_hydra_config=True))
 
 
+@pytest.mark.slow
 def test_a_seq2seq_encoder_with_the_shortest_table_allowed_trains_and_decodes(tmp_path):
     """The encoder's bound is exact: reverse sources of up to max_len=10 symbols, a learned table of
     10 positions, through training, validation and test."""
@@ -301,6 +305,7 @@ def _main(monkeypatch, capsys, tmp_path, *args):
     return code, out.out, out.err
 
 
+@pytest.mark.slow
 def test_cli_unknown_block_name_prints_one_message(tmp_path, monkeypatch, capsys):
     code, out, err = _main(monkeypatch, capsys, tmp_path, "scorer.name=dott")
     assert code == 2
@@ -309,6 +314,7 @@ def test_cli_unknown_block_name_prints_one_message(tmp_path, monkeypatch, capsys
     assert list(tmp_path.iterdir()) == []  # Hydra's run folder (.hydra/, train.log) is not left behind
 
 
+@pytest.mark.slow
 def test_attnflows_warnings_are_one_line_without_its_source(tmp_path, monkeypatch, capsys):
     """A block swap leaves out the old block's fields with a warning; it printed as Python does,
     attnflow's file, line number and source line (``run.py:643: UserWarning: … /
@@ -337,6 +343,7 @@ def test_attnflows_warnings_are_one_line_without_its_source(tmp_path, monkeypatc
     assert err.count("attnflow: warning: ours\n") == 1 and "theirs" not in err, err  # (pytest's)
 
 
+@pytest.mark.slow
 def test_a_shared_groups_field_typed_under_the_model_is_refused_by_the_block(tmp_path, monkeypatch,
                                                                              capsys):
     """model.attention.heads=2 replaces the model's ``${attention}`` with a block of no name."""
@@ -347,6 +354,7 @@ def test_a_shared_groups_field_typed_under_the_model_is_refused_by_the_block(tmp
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_run_refused_by_its_data_before_any_step_leaves_nothing_it_wrote(tmp_path, monkeypatch,
                                                                           capsys):
     """A missing data file is found only after the run wrote its config.yaml (the data module
@@ -374,6 +382,7 @@ def test_a_run_refused_by_its_data_before_any_step_leaves_nothing_it_wrote(tmp_p
     (["experiment=caption_shapes", "data.train_size=32", "data.val_size=8", "data.test_size=0",
       "data.size=48", "model.encoder.channels=[8,8]"], "test_size=0, so there is no test split"),
 ])
+@pytest.mark.slow
 def test_a_test_split_that_is_not_there_is_refused_before_any_step(tmp_path, monkeypatch, capsys,
                                                                     overrides, says):
     """test=true (the default) where the data has no test split: the run trained, then failed at
@@ -391,6 +400,7 @@ def test_a_test_split_that_is_not_there_is_refused_before_any_step(tmp_path, mon
         assert code == 0, err
 
 
+@pytest.mark.slow
 def test_a_data_error_after_training_keeps_the_run(tmp_path, monkeypatch, capsys):
     """The same error after training steps (here: from the checkpoint averaging that follows the
     fit) keeps everything the run wrote: its checkpoints and config.yaml."""
@@ -479,6 +489,7 @@ def test_a_non_finite_loss_stops_training_naming_the_step(tmp_path):
     assert not list((tmp_path / "run").glob("checkpoints/*.ckpt"))  # no checkpoint of broken weights
 
 
+@pytest.mark.slow
 def test_cli_non_finite_loss_exits_non_zero_with_one_message(tmp_path, monkeypatch, capsys):
     code, _, err = _main(monkeypatch, capsys, tmp_path, *TINY, "task.optim.lr=1e30",
                          "trainer.gradient_clip_val=null",

@@ -37,6 +37,7 @@ def _eval_files(run):
     return sorted((run / "eval").glob("*.json"))
 
 
+@pytest.mark.slow
 def test_a_run_evaluates_to_the_metrics_training_reported(gat_run, capsys):
     reported = json.loads((gat_run / "metrics.json").read_text())
     ckpt = gat_run / "checkpoints" / next(p.name for p in (gat_run / "checkpoints").glob("epoch*"))
@@ -59,6 +60,7 @@ def test_a_run_evaluates_to_the_metrics_training_reported(gat_run, capsys):
     assert all(p.read_bytes() == b for p, b in before.items())  # nothing of the run rewritten
 
 
+@pytest.mark.slow
 def test_the_other_splits_batch_limit_is_one_warning(gat_run, tmp_path, capsys):
     out = tmp_path / "val.json"
     assert main([str(gat_run), "split=val", "trainer.limit_test_batches=1", "-o", str(out)]) == 0
@@ -68,6 +70,7 @@ def test_the_other_splits_batch_limit_is_one_warning(gat_run, tmp_path, capsys):
     assert json.loads(out.read_text())["metrics"]["val/acc"] == pytest.approx(reported["val/acc"], abs=1e-6)
 
 
+@pytest.mark.slow
 def test_a_config_edited_by_hand_or_a_best_checkpoint_outside_the_run_is_one_warning(gat_run, tmp_path,
                                                                                       capsys):
     run = tmp_path / "run"
@@ -89,6 +92,7 @@ def test_a_config_edited_by_hand_or_a_best_checkpoint_outside_the_run_is_one_war
     assert used.parent == run / "checkpoints" and used.name in ("last.ckpt", "epoch1-step2.ckpt")
 
 
+@pytest.mark.slow
 def test_overrides_are_checked_before_any_work(gat_run, tmp_path, capsys, monkeypatch):
     n = len(_eval_files(gat_run))
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)  # whatever this machine has
@@ -133,6 +137,7 @@ def test_overrides_are_checked_before_any_work(gat_run, tmp_path, capsys, monkey
     assert (copy / "eval").read_text() == "notes\n"
 
 
+@pytest.mark.slow
 def test_a_graph_with_another_feature_size_is_a_clear_error(gat_run, capsys):
     ckpt = torch.load(next((gat_run / "checkpoints").glob("*.ckpt")), weights_only=True)
     shape = tuple(ckpt["state_dict"]["model.layers.0.lin.weight"].shape)  # (heads · F′, features)
@@ -215,6 +220,7 @@ def test_translation_on_another_test_set_without_the_training_files(tmp_path, ca
     assert json.loads((tmp_path / "alone.json").read_text())["metrics"] == got
 
 
+@pytest.mark.slow
 def test_unreadable_checkpoints_and_foreign_runs(gat_run, tmp_path, capsys):
     assert main([str(tmp_path / "nowhere")]) == 2
     assert "no such run directory or checkpoint" in capsys.readouterr().err

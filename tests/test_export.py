@@ -75,6 +75,7 @@ def padded(rows):
     return ids, torch.zeros_like(ids), ids != 0
 
 
+@pytest.mark.slow
 def test_a_sequence_classifier_loads_in_transformers_with_equal_tokens_and_logits(runs, tmp_path):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -95,6 +96,7 @@ def test_a_sequence_classifier_loads_in_transformers_with_equal_tokens_and_logit
     assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
 
 
+@pytest.mark.slow
 def test_a_token_classifier_loads_in_transformers_with_equal_logits(runs, tmp_path):
     from transformers import AutoModelForTokenClassification
 
@@ -113,6 +115,7 @@ def test_a_token_classifier_loads_in_transformers_with_equal_logits(runs, tmp_pa
     assert torch.allclose(got[mask], want[mask], atol=1e-5), (got - want)[mask].abs().max()
 
 
+@pytest.mark.slow
 def test_a_pretraining_run_round_trips_through_hf(runs, tmp_path):
     """Exported, BertForPreTraining gives the run's MLM and NSP logits; imported again
     (model.init_from=hf:…), attnflow gives them too."""
@@ -145,6 +148,7 @@ def test_a_pretraining_run_round_trips_through_hf(runs, tmp_path):
     ("gat", "'gat' run on graph; --to hf exports BERT runs"),
     ("sequence", "exists and is not overwritten"),
 ])
+@pytest.mark.slow
 def test_refusals_are_one_line(runs, tmp_path, capsys, run, what):
     out = tmp_path / "out"
     if what.startswith("exists"):
@@ -155,6 +159,7 @@ def test_refusals_are_one_line(runs, tmp_path, capsys, run, what):
     assert [p.name for p in tmp_path.iterdir()] == (["out"] if what.startswith("exists") else [])
 
 
+@pytest.mark.slow
 def test_a_setting_hf_lacks_is_refused_naming_it(runs, tmp_path, capsys):
     run = tmp_path / "pre_ln"  # the sequence run as if trained with pre-LN
     ckpt = torch.load(runs["sequence"] / "checkpoints" / "last.ckpt", weights_only=True)
@@ -192,6 +197,7 @@ def _inputs(kind, model, gen):
     return {"src": src, "src_lengths": lengths}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["sequence", "token", "han", "gat", "transformer"])
 def test_onnx_files_compute_what_attnflow_computes(runs, tmp_path, kind, capsys):
     ort = pytest.importorskip("onnxruntime")
@@ -211,3 +217,11 @@ def test_onnx_files_compute_what_attnflow_computes(runs, tmp_path, kind, capsys)
         want = fn(*feeds.values()).numpy()
     print(f"\nonnx {kind}: max |Δ| = {np.abs(got - want).max():.1e} on {tuple(got.shape)}")  # (-s)
     assert got.shape == want.shape and np.abs(got - want).max() <= 1e-4, np.abs(got - want).max()
+
+
+def test_a_missing_run_is_one_line_exit_status_2_and_writes_nothing(tmp_path, capsys):
+    for to, out in (("hf", tmp_path / "hf"), ("onnx", tmp_path / "model.onnx")):
+        assert main([str(tmp_path / "nowhere"), "--to", to, str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err == f"attnflow-export: no such run directory or checkpoint: {tmp_path / 'nowhere'}\n"
+        assert not out.exists()

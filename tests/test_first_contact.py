@@ -7,12 +7,15 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from support import FAST, train_cli
 
 RUN = [*FAST, "trainer.limit_train_batches=2", "trainer.limit_val_batches=1",
        "trainer.limit_test_batches=1", "logger=csv"]
 
 
+@pytest.mark.slow
 def test_a_run_says_where_it_is_and_its_train_log_keeps_the_epochs_and_the_table(
         tmp_path, monkeypatch, capsys):
     run = tmp_path / "run"
@@ -37,6 +40,7 @@ def test_a_run_says_where_it_is_and_its_train_log_keeps_the_epochs_and_the_table
         assert values == [float(f"{metrics['metrics'][f'{s}/{name}']:.4g}") for s in ("val", "test")]
 
 
+@pytest.mark.slow
 def test_a_sweep_prints_its_folder_first_and_ends_with_its_runs_ranked(tmp_path, monkeypatch, capsys):
     sweep = tmp_path / "sweep"
     assert train_cli(monkeypatch, "-m", *RUN, "task.optim.lr=0.0001,0.01,0.003", "logger=none",

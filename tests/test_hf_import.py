@@ -163,6 +163,7 @@ def test_a_hub_id_is_fetched_with_huggingface_hub(checkpoint, monkeypatch):
     assert bert_hf.architecture(bert_hf.checkpoint_dir("hf:bert-base-uncased"))["d_model"] == 32
 
 
+@pytest.mark.slow
 def test_a_fine_tuning_run_starts_from_the_checkpoint(checkpoint, tmp_path, caplog):
     """experiment=bert_imdb with model.init_from=hf:<dir>: the architecture comes from
     config.json (a typed field it replaces: one warning), the encoder from the weights, the
@@ -207,6 +208,7 @@ def test_a_fine_tuning_run_starts_from_the_checkpoint(checkpoint, tmp_path, capl
     assert again["global_step"] == 3
 
 
+@pytest.mark.slow
 def test_token_classification_and_multitask_start_from_it(checkpoint, tmp_path, caplog):
     """experiment=bert_tokens trains from the checkpoint (its tokenizer tags the generated
     sentences); bert_imdb_multitask takes its architecture and tokenizer too."""

@@ -24,6 +24,7 @@ SHORT = [*FAST, "callbacks.attention_maps.examples=2", "trainer.limit_train_batc
 UNTESTED = [o for o in SHORT if not o.startswith("trainer.limit_test_batches")]  # with test=false
 
 
+@pytest.mark.slow
 def test_csv_logger_writes_metrics_and_config(tmp_path):
     train(compose_cfg(["logger=csv", *SHORT]), tmp_path)
     metrics = (tmp_path / "csv" / "version_0" / "metrics.csv").read_text()
@@ -34,6 +35,7 @@ def test_csv_logger_writes_metrics_and_config(tmp_path):
         "val_example_0.png", "val_example_1.png"]
 
 
+@pytest.mark.slow
 def test_tensorboard_logger_writes_events_with_images(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -105,6 +107,7 @@ def _wandb_summary(run: Path) -> dict:
     return _wandb_items(run, "summary")
 
 
+@pytest.mark.slow
 def test_csv_and_wandb_at_once_offline_by_default_with_name_tags_images_and_translations(
         tmp_path, wandb_env):
     import wandb
@@ -162,6 +165,7 @@ def test_csv_and_wandb_at_once_offline_by_default_with_name_tags_images_and_tran
     assert text.startswith("| source | reference | hypothesis |") and table["data"][0][0] in text
 
 
+@pytest.mark.slow
 def test_the_logged_config_is_what_the_run_used_with_every_block_default(tmp_path, wandb_env):
     """Each logger got only what YAML or the command line set (the default run's task was
     {name: seq2seq}: no optimiser, learning rate or batch size); now W&B's config, the CSV
@@ -194,6 +198,7 @@ def test_the_logged_config_is_what_the_run_used_with_every_block_default(tmp_pat
     assert sum(p.numel() for p in built.parameters()) == parameters
 
 
+@pytest.mark.slow
 def test_val_curves_hold_the_epochs_trained_and_the_best_checkpoint_its_own_names(tmp_path, wandb_env):
     """After training, the best checkpoint was validated again and logged as one more point of
     val/*: an epoch that never ran. Now it is logged as best/val/*; val/* has one point per
@@ -219,6 +224,7 @@ def test_val_curves_hold_the_epochs_trained_and_the_best_checkpoint_its_own_name
     assert summary["test/seq_acc"] == pytest.approx(metrics["metrics"]["test/seq_acc"])
 
 
+@pytest.mark.slow
 def test_no_pictures_with_zero_examples(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -308,6 +314,7 @@ def test_wandb_mode_from_the_environment_reaches_w_and_b(monkeypatch, tmp_path):
 
 
 # -- run identity -----------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_run_name_from_experiment_and_typed_overrides():
     cfg = compose_cfg(["experiment=gat_cora", "scorer=dot", "task.optim.lr=0.01", "logger=csv",
                        "hydra.run.dir=/x", "paths.data_dir=/d", "tags=[a,b]"],  # (Cora's data is under it)
@@ -340,6 +347,7 @@ def test_run_name_from_experiment_and_typed_overrides():
         run_identity(plain, {**resolve_config(plain), "tags": "a"})
 
 
+@pytest.mark.slow
 def test_wandbs_own_variables_name_group_and_tag_the_run_where_nothing_else_does(monkeypatch):
     """$WANDB_NAME, $WANDB_RUN_GROUP and $WANDB_TAGS (W&B's variables) count where no field sets
     them, with a W&B logger only, and config.yaml records what W&B is given."""
@@ -448,6 +456,7 @@ def test_a_sweep_over_experiments_is_one_group(tmp_path):
     assert groups == {f"reverse_multihead,reverse_bahdanau {tmp_path.name}/sw"}
 
 
+@pytest.mark.slow
 def test_a_multirun_makes_one_named_wandb_run_per_job_in_one_group(tmp_path, wandb_env, monkeypatch):
     from attnflow.cli.train import main
 

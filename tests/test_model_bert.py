@@ -57,6 +57,7 @@ def by_hand(V, d, N, f, P=512, S=2):
     ("bert_base", (768, 12, 3072, 12), 110e6, 109_482_240),
     ("bert_large", (1024, 24, 4096, 16), 340e6, 335_141_888),
 ])
+@pytest.mark.slow
 def test_preset_parameter_counts(name, sizes, published, hf_bert_model):
     cfg = preset(name)
     d, N, f, J = sizes
@@ -241,6 +242,7 @@ def test_each_head_names_the_interface_of_its_data_and_task():
         TASKS.get("text_classification").interface
 
 
+@pytest.mark.slow
 def test_the_composition_check_reads_the_head_before_any_work():
     """BERT's batches depend on model.head: the check before any work reads the config's head
     (pretraining: MLM/NSP pairs; sequence: labelled texts), so a head that does not fit the data

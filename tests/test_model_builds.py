@@ -48,6 +48,7 @@ def test_a_model_the_config_cannot_build_is_refused_before_the_data(overrides, s
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_the_same_model_with_a_fitting_field_passes():
     for overrides in ([*FAST, "attention=multihead", "attention.heads=8"],
                       [*GRAPH, "model.output_aggregator.name=concat", "model.out_heads=1"]):
@@ -99,6 +100,7 @@ def test_planetoid_stand_ins_are_the_sets_own_sizes():
     (["data=multi30k", "model=transformer", "model.tie_embeddings=decoder"], False),
     (["model=transformer"], False),  # the reversal data: one vocabulary of symbols
 ])
+@pytest.mark.slow
 def test_tied_source_and_target_embeddings_need_one_vocabulary(overrides, refused, tmp_path):
     """Two BPE vocabularies of the same size (8000 each) would have tied unrelated tokens silently;
     of different sizes, the model refused them only after the tokenizers were trained."""

@@ -68,6 +68,7 @@ def test_the_output_depends_on_the_image():
 @pytest.mark.parametrize("override", ["scorer=dot", "scorer=general", "scorer=additive",
                                       "scorer=scaled_dot", "attention=multihead",
                                       "model.decoder.name=luong"])
+@pytest.mark.slow
 def test_every_scorer_and_attention_block_by_override(override):
     # (dot and scaled_dot compare the decoder state with the regions directly: equal sizes)
     cfg = resolve_config(compose_cfg(["experiment=caption_shapes", override,

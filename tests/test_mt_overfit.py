@@ -15,8 +15,9 @@ from attnflow.tasks.translation import TranslationTask
 from support import DATA_DIR
 
 ROOT = DATA_DIR / "multi30k"
-pytestmark = pytest.mark.skipif(not (ROOT / "train.de.gz").is_file() and not (ROOT / "train.de").is_file(),
-                                reason=f"Multi30k not found under {ROOT} (set ATTNFLOW_DATA_DIR)")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not (ROOT / "train.de.gz").is_file() and not (ROOT / "train.de").is_file(),
+                                 reason=f"Multi30k not found under {ROOT} (set ATTNFLOW_DATA_DIR)")]
 
 
 def _bleu(task, dm):

@@ -99,6 +99,7 @@ def _one_run(run: Path) -> None:
         [Path(_metrics(run)["best_checkpoint"]).name, "last.ckpt"])
 
 
+@pytest.mark.slow
 def test_two_nodes_train_one_run_with_the_metrics_of_one_node(tmp_path):
     two, one = tmp_path / "two", tmp_path / "one"
     nodes = _nodes(tmp_path, "two", [*SETTINGS, *TWO_NODES, f"hydra.run.dir={two}"])
@@ -125,6 +126,7 @@ def _stop_when_trained(procs: list, run: Path) -> list:
     return _wait(procs)
 
 
+@pytest.mark.slow
 def test_two_nodes_stopped_by_sigterm_resume_to_the_uninterrupted_metrics(tmp_path):
     run, one = tmp_path / "run", tmp_path / "one"
     single = _start(tmp_path, "one", [*SETTINGS, LONG, *ONE_NODE, f"hydra.run.dir={one}"])

@@ -46,6 +46,7 @@ def _last_creation(mode: str, **env: str) -> str:
 
 @pytest.mark.skipif(not torch.ops.mkldnn._is_mkldnn_bf16_supported(),
                     reason="this CPU runs bf16 products without oneDNN")
+@pytest.mark.slow
 def test_the_bound_takes_effect_and_a_users_value_wins():
     assert onednn.CAPACITY < 298  # the products in between outnumber the bound
     assert _last_creation("bound") == "create:cache_miss"

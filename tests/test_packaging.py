@@ -11,6 +11,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -34,6 +36,7 @@ def _run(cmd, cwd, **kw):
     return proc
 
 
+@pytest.mark.slow
 def test_wheel_install_trains_from_any_folder(tmp_path):
     # build from a copy: nothing (build/, *.egg-info) is written into the checkout
     src = tmp_path / "src"

@@ -26,6 +26,7 @@ def test_a_printed_override_reads_back_as_the_path(path):
     assert OverridesParser.create().parse_overrides([words[1]])[0].value() == path
 
 
+@pytest.mark.slow
 def test_the_resume_command_of_a_run_in_an_accented_folder_pastes_into_bash(monkeypatch, tmp_path, capfd):
     run = tmp_path / "my runs" / "été 1"
     assert train_cli(monkeypatch, *FAST, "logger=csv", f"hydra.run.dir={run}") == 2  # unquoted

@@ -37,6 +37,7 @@ def _storage(url):
         return optuna.storages.RDBStorage(url, heartbeat_interval=1, grace_period=2)
 
 
+@pytest.mark.slow
 def test_concurrent_workers_get_distinct_trial_numbers(postgres_url):
     # the study (and Optuna's tables) made here, before the workers start: two workers creating
     # the tables of an empty database at the same time would race each other
@@ -65,6 +66,7 @@ def test_concurrent_workers_get_distinct_trial_numbers(postgres_url):
     assert len(study.get_trials(states=[optuna.trial.TrialState.COMPLETE])) == 2 * n
 
 
+@pytest.mark.slow
 def test_stale_trial_failed_after_grace_period(postgres_url):
     storage = _storage(postgres_url)
     study = optuna.create_study(storage=storage, study_name="pg-server-heartbeat")

@@ -115,6 +115,7 @@ def _run(overrides, tmp_path, monkeypatch, batches_per_epoch, device="cpu"):
 REVERSE = ["data.train_size=160", "data.val_size=64", "data.batch_size=32"]  # 5 batches per epoch
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", DEVICES)
 def test_seq2seq_rnnsearch(tmp_path, monkeypatch, device):
     _run([*REVERSE, "task.optim.lr=0.01"], tmp_path, monkeypatch, batches_per_epoch=5, device=device)
@@ -124,6 +125,7 @@ TRANSFORMER = ["experiment=reverse_transformer", *REVERSE, "task.optim.scheduler
                "task.optim.lr=0.003"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", DEVICES)
 def test_transformer_on_reverse(tmp_path, monkeypatch, device):
     _run(TRANSFORMER, tmp_path, monkeypatch, batches_per_epoch=5, device=device)
@@ -149,6 +151,7 @@ def test_float16_mixed_on_a_gpu_clips_after_unscaling(tmp_path, monkeypatch, cli
     assert summary["precision"] == "16-mixed"
 
 
+@pytest.mark.slow
 def test_translation_on_a_multi30k_subset(tmp_path, monkeypatch):
     if not (DATA_DIR / "multi30k").is_dir():
         pytest.skip(f"Multi30k not found at {DATA_DIR / 'multi30k'} (set ATTNFLOW_DATA_DIR)")
@@ -173,6 +176,7 @@ def _documents(path, n, seed):
     return path
 
 
+@pytest.mark.slow
 def test_han_documents(tmp_path, monkeypatch):
     train = _documents(tmp_path / "train.jsonl.gz", 96, 0)
     dev = _documents(tmp_path / "dev.jsonl.gz", 32, 1)
@@ -189,6 +193,7 @@ def test_gat_on_synthetic_graph_batches(tmp_path, monkeypatch, device):
          tmp_path, monkeypatch, batches_per_epoch=4, device=device)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batches", ["full", "khop"])
 def test_gat_trains_with_bf16_weights(tmp_path, batches):
     """``trainer.precision=bf16-true`` keeps the weights themselves in bfloat16; Lightning casts a
@@ -208,6 +213,7 @@ def test_gat_trains_with_bf16_weights(tmp_path, batches):
     assert (tmp_path / "run" / "attention" / "graph_embedding.png").is_file()
 
 
+@pytest.mark.slow
 def test_float32_matmul_precision_holds_while_training_and_is_put_back(tmp_path, monkeypatch):
     """``float32_matmul_precision=medium``: PyTorch's setting is 'medium' in training and in the
     validation after it (what Lightning's callbacks see), and the one found before once the run

@@ -165,6 +165,7 @@ def test_the_gpu_trainer_on_this_gpu_trains_bf16_from_ampere_on(tmp_path, monkey
     assert summary["precision"] == ("bf16-mixed" if native else "32-true")
 
 
+@pytest.mark.slow
 def test_eval_takes_auto(tmp_path, monkeypatch, capsys):
     from attnflow.cli.evaluate import evaluate
 
@@ -175,6 +176,7 @@ def test_eval_takes_auto(tmp_path, monkeypatch, capsys):
     assert summary["metrics"]
 
 
+@pytest.mark.slow
 def test_a_run_with_explicit_bf16_on_an_emulating_cpu_warns_and_runs_bf16(tmp_path, monkeypatch):
     monkeypatch.setattr(precision, "cpu_bf16", lambda: (False, "the stand-in CPU"))
     with pytest.warns(UserWarning, match=r"trainer\.precision=bf16-mixed on a CPU without native bfloat16"):

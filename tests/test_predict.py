@@ -38,6 +38,7 @@ def _out(capsys):
 
 
 # -- documents ------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_blank_and_empty_documents_keep_output_aligned_with_input(runs, tmp_path, capsys):
     f = tmp_path / "docs.txt"
     f.write_text("A good film.\n\n   \n<br />\nA bad film.\n")
@@ -54,6 +55,7 @@ def test_blank_and_empty_documents_keep_output_aligned_with_input(runs, tmp_path
                                   "text": "", "empty": True}
 
 
+@pytest.mark.slow
 def test_documents_over_the_caps_are_cut_with_a_warning_counting_what_was_cut(runs, capsys):
     long_doc = " ".join(["w " * 9 + "."] * 500)  # 500 sentences of 10 words ('.' is one)
     assert main([str(runs["han"]), "A good film.", long_doc]) == 0
@@ -65,6 +67,7 @@ def test_documents_over_the_caps_are_cut_with_a_warning_counting_what_was_cut(ru
     assert "argument 1 " not in err and "1 of 2 documents were longer" in err
 
 
+@pytest.mark.slow
 def test_json_lines_split_on_newline_only_and_gzip(runs, tmp_path, capsys):
     texts = ["A good\u2028film. Great acting.", "Bad\x85plot, boring.", "A wonderful\u2029story."]
     rows = [{"text": texts[0], "label": 1}, {"text": texts[1]}, {"text": texts[2], "id": 7}]
@@ -88,10 +91,12 @@ def test_json_lines_split_on_newline_only_and_gzip(runs, tmp_path, capsys):
     assert _out(capsys)[0] == by_args
 
 
+@pytest.mark.slow
 def test_output_streams_batch_by_batch(runs, monkeypatch):
     assert_streams(monkeypatch, predict_io, main, [str(runs["han"])], "A good film.")
 
 
+@pytest.mark.slow
 def test_save_attention_han_word_and_sentence_weights(runs, tmp_path, capsys):
     texts = ["Good great film was fine. Bad plot.", "", "Dull story, really dull."]
     out = tmp_path / "han.npz"
@@ -111,6 +116,7 @@ def test_save_attention_han_word_and_sentence_weights(runs, tmp_path, capsys):
     assert z["1/words"].shape == (0, 0) and "1/word_weights" not in z.files
 
 
+@pytest.mark.slow
 def test_save_attention_self_attentive_hops(runs, tmp_path, capsys):
     out = tmp_path / "sa.npz"
     assert main([str(runs["self_attentive"]), "Good great film was fine. Bad plot.",
@@ -135,6 +141,7 @@ def _rebuild_gat(run):
     return model.eval(), dm.full_graph()
 
 
+@pytest.mark.slow
 def test_gat_nodes_labels_probabilities_and_top_neighbours(runs, tmp_path, capsys):
     run = runs["gat"]
     out, npz = tmp_path / "nodes.csv", tmp_path / "gat.npz"
@@ -169,6 +176,7 @@ def test_gat_nodes_labels_probabilities_and_top_neighbours(runs, tmp_path, capsy
         np.testing.assert_allclose([float(w) for _, w in listed], a[best], atol=1e-4)
 
 
+@pytest.mark.slow
 def test_an_explain_file_of_a_graph_run_is_one_warning(runs, tmp_path, capsys):
     out, plain = tmp_path / "nodes.csv", tmp_path / "plain.csv"
     assert main([str(runs["gat"]), "--explain", "-o", str(plain)]) == 0
@@ -180,6 +188,7 @@ def test_an_explain_file_of_a_graph_run_is_one_warning(runs, tmp_path, capsys):
     assert "--explain OUT.html" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_options_a_graph_run_leaves_unread_are_one_warning(runs, tmp_path, capsys):
     out, plain = tmp_path / "nodes.csv", tmp_path / "plain.csv"
     assert main([str(runs["gat"]), "-o", str(plain)]) == 0
@@ -195,6 +204,7 @@ def test_options_a_graph_run_leaves_unread_are_one_warning(runs, tmp_path, capsy
 
 @pytest.mark.parametrize("run, option, name", [("gat", "-o", "nodes.csv"), ("gat", "--save-attention", "a.npz"),
                                                ("han", "--explain", "words.html")])
+@pytest.mark.slow
 def test_an_existing_output_file_is_refused_before_any_work_and_kept(runs, tmp_path, capsys, run, option, name):
     out = tmp_path / name
     out.write_text("earlier results\n")
@@ -204,6 +214,7 @@ def test_an_existing_output_file_is_refused_before_any_work_and_kept(runs, tmp_p
     assert out.read_text() == "earlier results\n"
 
 
+@pytest.mark.slow
 def test_outputs_named_twice_or_under_a_file_are_refused_before_any_work(runs, tmp_path, capsys,
                                                                         monkeypatch):
     """Two options naming one file wrote both to it (the explanation lost) or failed renaming a
@@ -233,6 +244,7 @@ def test_outputs_named_twice_or_under_a_file_are_refused_before_any_work(runs, t
     assert [p.name for p in tmp_path.iterdir()] == ["f.txt"] and f.read_text() == "hi\n"
 
 
+@pytest.mark.slow
 def test_a_file_given_with_texts_is_one_warning(runs, tmp_path, capsys):
     docs, out = tmp_path / "docs.txt", tmp_path / "labels.tsv"
     docs.write_text("A dull film.\nA bad one.\n")
@@ -242,6 +254,7 @@ def test_a_file_given_with_texts_is_one_warning(runs, tmp_path, capsys):
     assert out.read_text().endswith("\tA fine film.\n") and out.read_text().count("\n") == 1
 
 
+@pytest.mark.slow
 def test_a_folder_given_as_the_file_is_named_as_a_folder(runs, tmp_path, capsys):
     """--file <folder> said "no such --file" of a path that is there."""
     folder, out = tmp_path / "docs", tmp_path / "labels.tsv"
@@ -252,6 +265,7 @@ def test_a_folder_given_as_the_file_is_named_as_a_folder(runs, tmp_path, capsys)
     assert [p.name for p in tmp_path.iterdir()] == ["docs"]
 
 
+@pytest.mark.slow
 def test_an_empty_input_is_refused_naming_the_file_or_stdin(runs, tmp_path, capsys, monkeypatch):
     """--file empty.txt said "no documents given (arguments, --file or stdin)" without naming the
     file (attnflow-translate: "-f empty.txt holds no lines")."""
@@ -269,6 +283,7 @@ def test_an_empty_input_is_refused_naming_the_file_or_stdin(runs, tmp_path, caps
     assert capsys.readouterr().err.endswith(": stdin holds no lines\n")
 
 
+@pytest.mark.slow
 def test_checkpoint_failures_are_one_message_and_status_2(runs, tmp_path, capsys):
     assert main([str(tmp_path / "missing")]) == 2
     assert "no such run directory or checkpoint" in capsys.readouterr().err

@@ -103,6 +103,7 @@ def _shown(token: str) -> str:  # the page's display of a piece: the ▁ word-st
 
 
 # -- a fine-tuned run --------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_labels_probabilities_and_cls_attention_equal_the_models_own(runs, tmp_path, capsys):
     model, tok, _ = _rebuild(runs["ft"])
     long = " ".join(["the film was a wonderful and moving story"] * 4) + "."
@@ -158,6 +159,7 @@ def test_labels_probabilities_and_cls_attention_equal_the_models_own(runs, tmp_p
     assert f"predicted {pred['label']} (p={pred['probability']:.3f})" in blocks[0]
 
 
+@pytest.mark.slow
 def test_plain_lines_file_input_and_streaming(runs, tmp_path, capsys, monkeypatch):
     f = tmp_path / "texts.jsonl"
     write_jsonl(f, [{"text": "A good film."}, {"text": "Dull."}])
@@ -175,6 +177,7 @@ def test_plain_lines_file_input_and_streaming(runs, tmp_path, capsys, monkeypatc
 
 
 # -- a pretraining run --------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_pretraining_run_fills_each_mask_with_the_mlm_heads_top_k(runs, capsys):
     model, tok, _ = _rebuild(runs["pre"])
     text = "the film was [MASK] . [SEP] a [mask] and [MASK] story"
@@ -220,6 +223,7 @@ def _one_line_refusal(capsys, args, expect: str) -> None:
     assert err.count("\n") == 1 and expect in err, err
 
 
+@pytest.mark.slow
 def test_refusals_are_one_line_and_write_no_output(runs, tmp_path, capsys):
     out = tmp_path / "labels.tsv"
     ft, pre = str(runs["ft"]), str(runs["pre"])
@@ -250,6 +254,7 @@ def test_refusals_are_one_line_and_write_no_output(runs, tmp_path, capsys):
 
 
 # -- the page in a browser ----------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.skipif(not CHROMIUM.exists(), reason=CHROMIUM_MISSING)
 def test_explanation_renders_in_headless_chromium(runs, tmp_path, capsys):
     model, tok, _ = _rebuild(runs["pre"])
@@ -276,6 +281,7 @@ def test_explanation_renders_in_headless_chromium(runs, tmp_path, capsys):
     assert re.findall(r"<td[^>]*>(.*?)</td>", first_row) == [html.escape(_shown(t)) for t in tokens]
 
 
+@pytest.mark.slow
 def test_a_multitask_run_gets_a_label_per_task(tmp_path, capsys):
     """One column pair (label, probability) per task, as the run's model rebuilt here and
     run on one text at a time gives them; JSON lines carry every task's probabilities."""

@@ -67,6 +67,7 @@ def _out(capsys):
     return cap.out.split("\n")[:-1], cap.err
 
 
+@pytest.mark.slow
 def test_captions_and_attention_equal_the_tasks_own(run, tmp_path, capsys):
     task = _rebuild(run["dir"])
     paths = [str(p) for p in run["images"]]
@@ -96,6 +97,7 @@ def test_captions_and_attention_equal_the_tasks_own(run, tmp_path, capsys):
     assert not png.exists()  # several images: out-0.png, out-1.png, out-2.png
 
 
+@pytest.mark.slow
 def test_beam_option_and_one_image_json(run, tmp_path, capsys):
     task = _rebuild(run["dir"])
     path = str(run["images"][1])
@@ -111,6 +113,7 @@ def test_beam_option_and_one_image_json(run, tmp_path, capsys):
     assert exc.value.code == 2 and "argument --beam: must be >= 1, got 0" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_image_paths_from_a_file_skip_blank_lines(run, tmp_path, capsys):
     listing = tmp_path / "images.txt"
     listing.write_text(f"{run['images'][0]}\n\n{run['images'][2]}\n")
@@ -124,6 +127,7 @@ def test_image_paths_from_a_file_skip_blank_lines(run, tmp_path, capsys):
                                        f"stdin): --file {blank} holds no image paths\n")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bad", ["missing", "corrupt", "text"])
 def test_an_unreadable_image_is_named_and_nothing_is_written(run, tmp_path, capsys, bad):
     good = str(run["images"][0])
@@ -142,6 +146,7 @@ def test_an_unreadable_image_is_named_and_nothing_is_written(run, tmp_path, caps
         [f"{bad}.png"] if bad != "missing" else [])
 
 
+@pytest.mark.slow
 def test_an_attention_picture_named_as_another_output_is_refused(run, tmp_path, capsys):
     paths = [str(p) for p in run["images"][:2]]  # two images: o-0.png and o-1.png
     out = tmp_path / "o-1.png"
@@ -152,6 +157,7 @@ def test_an_attention_picture_named_as_another_output_is_refused(run, tmp_path, 
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_attention_must_name_a_png(run, tmp_path, capsys):
     assert main([str(run["dir"]), str(run["images"][0]), "--attention", str(tmp_path / "a.pdf")]) == 2
     assert "--attention takes the PNG file" in capsys.readouterr().err
@@ -225,6 +231,7 @@ def features_run(tmp_path_factory):
     return {"dir": run_dir, "feats": base / "feats", "images": base / "images"}
 
 
+@pytest.mark.slow
 def test_region_features_runs_caption_npy_files(features_run, tmp_path, capsys):
     ckpt = torch.load(features_run["dir"] / "checkpoints" / "last.ckpt", weights_only=True)
     cfg, art = ckpt["attnflow_config"], json.loads((features_run["dir"] / "vocab.json").read_text())

@@ -85,6 +85,7 @@ def test_alpha_zero_runs_the_batch_once():
 @pytest.mark.parametrize("base", [["experiment=mt_transformer", "model.dropout=0"],
                                   ["data=shapes", "model=captioner", "task=captioning",
                                    "model.dropout=0", "model.encoder.dropout=0"]])
+@pytest.mark.slow
 def test_a_warning_without_any_dropout(base):
     """R-Drop with nothing that drops out (the model's defaults filled in) warns; with word
     dropout, or with the model's dropout above 0, it does not."""

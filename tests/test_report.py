@@ -164,6 +164,7 @@ def _copy(src: Path, dst: Path) -> Path:
     return Path(shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.ckpt")))
 
 
+@pytest.mark.slow
 def test_failed_and_broken_jobs_are_listed_last(sweep, tmp_path, capsys):
     copy = _copy(sweep, tmp_path / "sweep")
     killed = copy / "2"  # a job killed before it wrote anything but Hydra's record
@@ -192,6 +193,7 @@ def test_failed_and_broken_jobs_are_listed_last(sweep, tmp_path, capsys):
     assert "no metrics.json" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_status_is_one_line_and_a_damaged_first_run_is_never_shown_best(sweep, tmp_path):
     """A multi-line YAML error filled eight table lines of the status column; a run with a damaged
     config.yaml that sorted first was bold in the terminal as the best, and then still sorted
@@ -227,6 +229,7 @@ def test_status_is_one_line_and_a_damaged_first_run_is_never_shown_best(sweep, t
     assert "\x1b[31m" in lines["0"] and "\x1b[31m" in lines["2"] and "\x1b[31m" not in lines["1"]
 
 
+@pytest.mark.slow
 def test_single_run_directory(sweep, tmp_path, capsys):
     run = _copy(sweep / "0", tmp_path / "run")
     jobs = job_metrics(sweep)
@@ -256,6 +259,7 @@ def test_single_run_directory(sweep, tmp_path, capsys):
     assert "[![zz_extra.png](attention/run/zz_extra.png)](../run/attention/zz_extra.png)" in md
 
 
+@pytest.mark.slow
 def test_a_folder_of_runs_is_runs_not_a_sweep_and_different_experiments_rank_within_each(sweep, tmp_path,
                                                                                            capsys):
     """outputs/<date>/ (runs started one by one, no multirun.yaml) was labelled "sweep:", and runs
@@ -299,6 +303,7 @@ def test_a_folder_of_runs_is_runs_not_a_sweep_and_different_experiments_rank_wit
         (tmp_path / "asked" / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_a_sweep_over_experiments_is_ranked_within_each(sweep, tmp_path, capsys):
     """-m experiment=…/data=… : a sweep folder was ranked as one sweep by the first job's metric,
     even where its jobs ran different tasks or data, whose values do not compare."""
@@ -347,6 +352,7 @@ def test_a_sweep_whose_sweeper_writes_no_multirun_yaml_is_a_sweep(sweep, tmp_pat
     assert "the study was kept in memory" in md  # the Optuna sweep's note, where no storage was kept
 
 
+@pytest.mark.slow
 def test_optuna_sweep_history_and_importances(tmp_path):
     values = [(0.1, "gru", 0.7), (0.001, "lstm", 0.2), (0.01, "gru", 0.4), (0.0003, "lstm", 0.5)]
     folder = optuna_sweep_folder(tmp_path / "optuna", values)
@@ -364,6 +370,7 @@ def test_optuna_sweep_history_and_importances(tmp_path):
     assert hashlib.sha256((folder / "optuna.db").read_bytes()).hexdigest() == db  # read, not written
 
 
+@pytest.mark.slow
 def test_optuna_notes_when_history_or_importances_cannot_be_drawn(tmp_path):
     one = optuna_sweep_folder(tmp_path / "one", [(0.1, "gru", 0.7)])
     main([str(one), "-o", str(tmp_path / "rep1")])
@@ -388,6 +395,7 @@ def test_unknown_metric_is_refused_naming_the_metrics(sweep, capsys):
     assert not (sweep / "never").exists()
 
 
+@pytest.mark.slow
 def test_a_metric_is_ranked_in_the_direction_its_task_declares(sweep, tmp_path):
     """--metric val/penalty (or an optimized_metric=val/penalty sweep): the task declares it 'min',
     but its name says nothing, and the report ranked the highest penalty first."""
@@ -401,6 +409,7 @@ def test_a_metric_is_ranked_in_the_direction_its_task_declares(sweep, tmp_path):
     assert "sorted by val/penalty (lower is better; from --metric)" in (tmp_path / "rep" / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_a_metric_no_run_reports_is_refused_also_where_no_run_has_metrics(sweep, tmp_path, capsys):
     """--metric X over runs none of which had a metrics.json was accepted: a table "sorted by" X
     and exit 0. Where some runs report it, the others are listed after them."""
@@ -433,6 +442,7 @@ def _files(folder: Path) -> dict:
     return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_a_report_overwrites_nothing_but_an_earlier_report_of_the_same_path(sweep, tmp_path, capsys):
     """Running the command again refreshes the report (its default folder, or the -o of the same
     path); a folder of other files — a run's folder, another path's report, a file — is refused
@@ -536,6 +546,7 @@ def test_a_folder_without_config_and_metrics_is_not_a_run(tmp_path, capsys):
     assert NOT_A_RUN == "not a run: no config.yaml (nor .hydra/config.yaml) and no metrics"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not CHROMIUM.exists(), reason=CHROMIUM_MISSING)
 def test_page_renders_in_headless_chromium(sweep_report, tmp_path):
     """The images load; each plot shows at its own size, inside the window (a legend beside the

@@ -126,6 +126,7 @@ def _check_single_objective(folder: Path, out: Path, storage: Path) -> str:
     return md
 
 
+@pytest.mark.slow
 def test_pruned_failed_retried_and_running_trials_of_a_sqlite_study(tmp_path):
     folder = _single_objective_sweep(tmp_path / "sweep")
     md = _check_single_objective(folder, tmp_path / "rep", folder / "optuna.db")
@@ -137,12 +138,14 @@ def test_pruned_failed_retried_and_running_trials_of_a_sqlite_study(tmp_path):
     assert "<tr class='pruned' data-run='1'>" in html
 
 
+@pytest.mark.slow
 def test_a_journal_study_reports_as_the_sqlite_one(tmp_path):
     folder = _single_objective_sweep(tmp_path / "sweep", journal=True)
     assert not (folder / "optuna.db").exists()
     _check_single_objective(folder, tmp_path / "rep", folder / "optuna.journal")
 
 
+@pytest.mark.slow
 def test_intermediate_values_draw_every_curve_pruned_ones_dashed(tmp_path, monkeypatch):
     import attnflow.viz.study_plots as plots
     from attnflow.viz.runs import build
@@ -173,6 +176,7 @@ def _dominates(a, b, signs) -> bool:
         s * x > s * y for x, y, s in zip(a, b, signs))
 
 
+@pytest.mark.slow
 def test_a_two_objective_study_names_its_pareto_trials(tmp_path):
     """val/acc maximised, val/loss minimised; the storage a sqlite URL in multirun.yaml holding a
     second study, so that the sweeper's study_name picks it."""

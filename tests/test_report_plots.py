@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from attnflow.cli.report import main
 from support import optuna_sweep_folder
 
@@ -47,6 +49,7 @@ def _spread_sweep(folder: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_plots_keep_legends_beside_the_axes_and_log_ticks_apart(tmp_path, monkeypatch):
     """Every figure of the report (metric against each parameter, learning curves, the Optuna
     study's), each with a legend, two with log axes."""

@@ -141,6 +141,7 @@ def _same_result(resumed: Path, reference: Path) -> None:
         assert torch.equal(a["state_dict"][key], b["state_dict"][key]), key
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_gives_the_uninterrupted_metrics(stopped):
     root = stopped["root"]
     assert stopped["k_rc"] == -signal.SIGKILL
@@ -161,6 +162,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_metrics(stopped):
     assert "resume=" in record["command"]
 
 
+@pytest.mark.slow
 def test_ctrl_c_saves_a_resumable_checkpoint_mid_epoch_and_finishes_wandb(stopped):
     root, run = stopped["root"], stopped["root"] / "s"
     assert stopped["s_rc"] == 128 + signal.SIGINT
@@ -178,6 +180,7 @@ def test_ctrl_c_saves_a_resumable_checkpoint_mid_epoch_and_finishes_wandb(stoppe
     _same_result(run, root / "u")  # resumed at the batch after the last trained one
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1])
 def test_a_preemption_signal_mid_epoch_saves_exits_128_plus_it_and_resumes_exactly(
         stopped, signum, monkeypatch, capsys):
@@ -216,6 +219,7 @@ def _signalled(signum: int, under: Path, monkeypatch, *args: str) -> int:
     return code
 
 
+@pytest.mark.slow
 def test_a_slurm_job_warned_with_sigusr1_is_requeued_and_continues_its_run(stopped, tmp_path, monkeypatch,
                                                                            capsys):
     """In a SLURM batch job (its variables set, ``scontrol`` a script recording its arguments),
@@ -259,6 +263,7 @@ def test_a_signal_outside_the_training_loop_stops_at_once_with_its_status():
     assert err.value.code == 130
 
 
+@pytest.mark.slow
 def test_one_writer_per_run_folder(tmp_path, monkeypatch, capsys):
     """Two runs started at once in one folder: one trains, the other is refused before it writes;
     a resume of the live run and a Python ``train`` there are refused too, changing nothing; the
@@ -304,6 +309,7 @@ def deterministic_off_after():
     torch.use_deterministic_algorithms(before)
 
 
+@pytest.mark.slow
 def test_the_same_seed_gives_the_same_metrics_twice(tmp_path, deterministic_off_after):
     args = [*FAST, "data.train_size=96", "data.val_size=32", "test=false", "model.dropout=0.2",
             "trainer.deterministic=true", "logger=none", "callbacks.attention_maps.examples=0"]
@@ -334,6 +340,7 @@ def _copy(src: Path, dst: Path) -> Path:
     return dst
 
 
+@pytest.mark.slow
 def test_a_finished_run_is_extended_in_place_and_keeps_its_record(finished, tmp_path):
     run = _copy(finished / "default", tmp_path / "run")
     csv0 = (run / "csv" / "version_0" / "metrics.csv").read_text()
@@ -353,6 +360,7 @@ def test_a_finished_run_is_extended_in_place_and_keeps_its_record(finished, tmp_
     assert record["from"]["global_step"] == steps and "previous_metrics" in record
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["moved", "copied"])
 def test_a_moved_or_copied_run_resumes_from_and_evaluates_its_own_checkpoints(finished, tmp_path,
                                                                              how):
@@ -378,6 +386,7 @@ def test_a_moved_or_copied_run_resumes_from_and_evaluates_its_own_checkpoints(fi
 
 @pytest.mark.parametrize("epochs, steps, trained", [(2, 5, None), (2, -1, 8), (-1, 6, 6), (3, 6, 6),
                                                     (3, 12, None), (3, 8, 8)])
+@pytest.mark.slow
 def test_a_step_limited_resume_from_an_epoch_end_trains_what_it_asks(finished, tmp_path, epochs,
                                                                       steps, trained):
     """From a checkpoint saved at the end of its one epoch (4 steps), a resume under
@@ -393,6 +402,7 @@ def test_a_step_limited_resume_from_an_epoch_end_trains_what_it_asks(finished, t
     assert train(resume_config(run, change), run)["global_step"] == trained
 
 
+@pytest.mark.slow
 def test_a_resume_may_change_the_precision(finished, tmp_path):
     """E.g. a run continued on a CPU that emulates bf16: recorded, and a later resume still passes."""
     run = _copy(finished / "default", tmp_path / "run")
@@ -406,6 +416,7 @@ def test_a_resume_may_change_the_precision(finished, tmp_path):
     assert third["trainer"]["precision"] == "32-true"  # says 32-true, last.ckpt bf16-mixed: allowed
 
 
+@pytest.mark.slow
 def test_train_refuses_a_resume_whose_config_is_not_the_runs(finished, tmp_path):
     run = _copy(finished / "default", tmp_path / "run")
     cfg = resume_config(run, {"trainer.max_epochs": 2})
@@ -426,6 +437,7 @@ def _main(monkeypatch, capsys, *args) -> str:
     return capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_refused_resumes_name_the_problem_and_change_nothing(finished, tmp_path, monkeypatch, capsys):
     run = _copy(finished / "default", tmp_path / "run")
     before = _tree(run)
@@ -452,6 +464,7 @@ def test_refused_resumes_name_the_problem_and_change_nothing(finished, tmp_path,
     assert _tree(run) == before
 
 
+@pytest.mark.slow
 def test_a_finished_run_resumed_with_only_max_time_trains_on_or_is_refused(finished, tmp_path, monkeypatch,
                                                                           capsys):
     """trainer.max_time is a length too, but it skipped the check that the run's own epoch and
@@ -479,6 +492,7 @@ def test_a_finished_run_resumed_with_only_max_time_trains_on_or_is_refused(finis
     assert first["global_step"] < train(cfg, timed)["global_step"] < steps  # trained on
 
 
+@pytest.mark.slow
 def test_a_new_run_in_a_folder_that_holds_one_is_refused_and_changes_nothing(finished, tmp_path):
     """E.g. a sweep job whose folder an earlier sweep used (the CLI refuses most such sweeps
     before they start; this is the last guard, before anything is written)."""
@@ -490,6 +504,7 @@ def test_a_new_run_in_a_folder_that_holds_one_is_refused_and_changes_nothing(fin
     assert _tree(run) == before
 
 
+@pytest.mark.slow
 def test_a_run_without_last_ckpt_or_with_a_truncated_one(finished, tmp_path):
     run = _copy(finished / "default", tmp_path / "run")
     last = run / "checkpoints" / "last.ckpt"
@@ -512,6 +527,7 @@ def test_a_run_without_last_ckpt_or_with_a_truncated_one(finished, tmp_path):
     # (tests/test_checkpoint_digests.py)
 
 
+@pytest.mark.slow
 def test_ckpt_path_of_another_model_is_refused_naming_fields(finished, tmp_path):
     other = finished / "transformer" / "checkpoints" / "last.ckpt"
     with pytest.raises(ResumeError, match=r"ckpt_path=.* another model.*model\.name: 'transformer'"):
@@ -531,6 +547,7 @@ def test_ckpt_path_of_another_model_is_refused_naming_fields(finished, tmp_path)
     assert not (tmp_path / "weights" / "config.yaml").exists()
 
 
+@pytest.mark.slow
 def test_ckpt_path_of_another_run_chooses_the_new_runs_own_best_and_checks_its_length(finished, tmp_path):
     """The source run's best checkpoint was mapped into the new run's folder, where no such file
     is: wherever the new epochs did not beat its score, the final validation failed after training
@@ -562,6 +579,7 @@ def test_ckpt_path_of_another_run_chooses_the_new_runs_own_best_and_checks_its_l
     assert _tree(source) == before  # nothing of the other run deleted or rewritten
 
 
+@pytest.mark.slow
 def test_resume_last_takes_the_newest_run_of_the_experiment(finished, tmp_path):
     root = tmp_path / "outputs"
     runs = {}
@@ -643,6 +661,7 @@ class _Payload:
         return (Path.touch, (Path(os.environ["ATTNFLOW_TEST_MARKER"]),))
 
 
+@pytest.mark.slow
 def test_checkpoints_are_read_weights_only_also_on_resume(finished, tmp_path, monkeypatch):
     run = _copy(finished / "default", tmp_path / "run")
     marker = tmp_path / "unpickled"
@@ -673,6 +692,7 @@ def test_last_ckpt_is_the_state_after_the_last_epoch_whatever_the_metric_did(tmp
         {"last.ckpt", summary["best_checkpoint"].split("/")[-1]})
 
 
+@pytest.mark.slow
 def test_a_run_stopped_between_validations_saves_its_final_state_in_last_ckpt(tmp_path):
     """max_steps in the middle of an epoch, before any validation: last.ckpt holds the weights
     after the last step, as a state within that epoch, so that a resumed run continues at the
@@ -712,6 +732,7 @@ def _validations(run: Path) -> tuple:
 @pytest.mark.parametrize("extra, stops", [
     ([], (5, 9)),  # 2 steps an epoch, validated at its end: cut after epoch 2's and 4's first batch
     (["data.train_size=128", "+trainer.val_check_interval=0.5"], (6, 10))])  # 4 an epoch, validated
+@pytest.mark.slow
 def test_top_k_holds_the_best_validated_checkpoints_across_max_steps_stops_and_resumes(  # every 2nd
         tmp_path, extra, stops):
     """save_top_k=2 and max_steps within an epoch. Cut between validations, Lightning wrote a
@@ -742,6 +763,7 @@ def test_top_k_holds_the_best_validated_checkpoints_across_max_steps_stops_and_r
         assert {Path(p).name for p in state["best_k_models"]} == set(top)
 
 
+@pytest.mark.slow
 def test_a_step_limited_resume_from_an_unvalidated_epoch_end_trains_the_uninterrupted_batches(tmp_path):
     """A one-epoch run of 4 steps without validation (limit_val_batches=0), resumed with
     max_steps=6: Lightning 2.6 read its epoch-end checkpoint as 'epoch 0 not finished' and trained
@@ -763,6 +785,7 @@ def test_a_step_limited_resume_from_an_unvalidated_epoch_end_trains_the_uninterr
         assert torch.equal(got["state_dict"][key], ref["state_dict"][key]), key
 
 
+@pytest.mark.slow
 def test_a_finished_run_whose_last_epoch_was_not_validated_extends_by_steps_as_one_run(tmp_path):
     """check_val_every_n_epoch=2, 3 epochs of 4 steps: Lightning saves nothing at the unvalidated
     third epoch's end, so last.ckpt is the end of training's, with the epoch counted and its batch
@@ -782,6 +805,7 @@ def test_a_finished_run_whose_last_epoch_was_not_validated_extends_by_steps_as_o
         assert torch.equal(got["state_dict"][key], ref["state_dict"][key]), key
 
 
+@pytest.mark.slow
 def test_a_run_saved_without_its_block_defaults_resumes_changing_only_what_is_typed(tmp_path):
     """A run's config is now saved with every block default filled in; a run saved before held
     only what YAML and the command line set, so every filled-in field read as a change the resume

@@ -41,6 +41,7 @@ def _files_holding(root: Path, value: str) -> list:
                   if p.is_file() and not p.is_symlink() and value.encode() in p.read_bytes())
 
 
+@pytest.mark.slow
 def test_a_secret_through_several_keys_is_written_nowhere_and_a_resume_resolves_it(
         wandb_env, secret, tmp_path, monkeypatch, capsys):
     run = tmp_path / "run"
@@ -67,6 +68,7 @@ def test_a_secret_through_several_keys_is_written_nowhere_and_a_resume_resolves_
     assert saved["epoch"] == 1 and saved["attnflow_config"]["logger"]["wandb"]["entity"].startswith("${")
 
 
+@pytest.mark.slow
 def test_a_resume_without_the_variable_is_one_config_error(wandb_env, secret, tmp_path, monkeypatch,
                                                            capsys):
     run = tmp_path / "run"
@@ -154,6 +156,7 @@ def _record_as_env(run: Path, group: str, key: str, text: str) -> None:
     (run / "config.yaml").write_text(yaml.safe_dump(ckpt["attnflow_config"]))
 
 
+@pytest.mark.slow
 def test_predict_and_export_resolve_a_recorded_variable_again(tmp_path, monkeypatch, capsys):
     """A document classifier whose task.optim.lr was recorded as its interpolation: predict
     builds the task with the variable's value (the text is not a float), and without the

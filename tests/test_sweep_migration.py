@@ -47,6 +47,7 @@ def _lines(text: str) -> list:
     return [line for line in text.splitlines() if line.startswith("attnflow: ")]
 
 
+@pytest.mark.slow
 def test_the_plugins_target_runs_attnflows_sweeper_with_one_warning(monkeypatch, tmp_path, capfd):
     args = _search(tmp_path, max_failure_rate=0.5)
     assert train_cli(monkeypatch, *args) == 0

@@ -47,6 +47,7 @@ def _val_acc_per_epoch(run: Path) -> list:
     return [float(r["val/acc"]) for r in sorted(rows, key=lambda r: int(r["epoch"]))]
 
 
+@pytest.mark.slow
 def test_a_study_runs_and_continues_each_trial_its_own_job(monkeypatch, tmp_path):
     """2 trials, then the same command with n_trials=4 runs 2 more into the same study (jobs 2 and
     3; jobs 0 and 1 untouched); each job's config holds its trial's parameters, and the study the
@@ -106,6 +107,7 @@ def _has_last(sweep: Path, number: int) -> bool:
     return (sweep / str(number) / "checkpoints" / "last.ckpt").is_file()
 
 
+@pytest.mark.slow
 def test_a_killed_sweep_continues_and_resumes_the_cut_off_trial(tmp_path):
     """kill -9 while trial 1 trains (its last.ckpt written); the same command finishes the study:
     trial 1 is FAIL, interrupted, and taken up by trial 2 with its parameters, which resumes it in
@@ -146,6 +148,7 @@ def test_a_killed_sweep_continues_and_resumes_the_cut_off_trial(tmp_path):
         [v for _, v in sorted(cut.intermediate_values.items())][:len(reports)])
 
 
+@pytest.mark.slow
 def test_a_pruned_trial_stops_keeps_its_folder_and_says_so_in_wandb(monkeypatch, tmp_path, wandb_env):
     """A pruner that prunes every trial at its third validation (Optuna's ThresholdPruner, val/acc
     below 2, 3 warm-up steps): each trial trains 3 of its 10 epochs, is PRUNED in the study with its last report as
@@ -169,6 +172,7 @@ def test_a_pruned_trial_stops_keeps_its_folder_and_says_so_in_wandb(monkeypatch,
         assert summary["trial"]["state"] == "pruned" and summary["val/acc"] == pytest.approx(metrics["metrics"]["val/acc"])
 
 
+@pytest.mark.slow
 def test_two_trials_at_once_and_two_objectives(monkeypatch, tmp_path):
     """n_jobs=2: the two trials run at the same time, in two processes; with optimized_metric a
     list each trial returns both values, the study seeks each one's better end, and the results
@@ -196,6 +200,7 @@ def test_two_trials_at_once_and_two_objectives(monkeypatch, tmp_path):
     assert sorted(s.trial for s in solutions) == [t.number for t in trials if not dominated(t)]
 
 
+@pytest.mark.slow
 def test_the_grid_sampler_runs_every_point_once(monkeypatch, tmp_path):
     """hydra/sweeper/sampler=grid over the command line's choices: n_trials=24 stops at the 4
     points of the grid, each run once."""
@@ -208,6 +213,7 @@ def test_the_grid_sampler_runs_every_point_once(monkeypatch, tmp_path):
     assert sorted((c["model"]["dropout"], c["task"]["optim"]["lr"]) for c in (_job(sweep, n)[0] for n in range(4))) == points
 
 
+@pytest.mark.slow
 def test_on_slurm_each_trial_is_a_cluster_job_of_the_same_study(monkeypatch, tmp_path, capfd):
     """The submitit launcher up to ``sbatch`` (a stand-in that keeps nothing and fails: there is no
     cluster here): with n_jobs=2 both trials are submitted, each as its own job numbered as its

@@ -23,7 +23,7 @@ from support import train_cli
 from test_sweep_optuna import SEARCH, TINY_GRAPH, _pids_alive, _study, _wait_for
 
 optuna = pytest.importorskip("optuna")
-from sqlalchemy.exc import OperationalError  # noqa: E402  (optuna's storage library)
+from sqlalchemy.exc import SQLAlchemyError  # noqa: E402  (optuna's storage library)
 TRAIN = str(Path(sys.executable).with_name("attnflow-train"))
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
 EPOCHS = 1000  # long enough that both trials of an n_jobs=2 sweep train at once on a loaded machine
@@ -44,7 +44,7 @@ def _trials_yet(sweep: Path, storage: str = None, name: str = "gat_cora_optuna")
         return []
     try:
         return _trials(sweep, storage, name)
-    except (KeyError, OperationalError, optuna.exceptions.StorageInternalError):  # (not yet made)
+    except (KeyError, SQLAlchemyError, optuna.exceptions.StorageInternalError):  # (not yet made)
         return []
 
 
@@ -56,6 +56,7 @@ def _training(sweep: Path, numbers, storage: str = None) -> bool:
                for n in numbers)
 
 
+@pytest.mark.slow
 def test_a_stopped_parallel_sweep_stops_its_trials_which_resume_exactly(tmp_path):
     """n_jobs=2, SIGTERM to the sweep: it exits 143, both trial processes are gone, each saved
     last.ckpt and is FAIL ``interrupted``; the command the sweep printed resumes each in its folder
@@ -104,6 +105,7 @@ def test_a_stopped_parallel_sweep_stops_its_trials_which_resume_exactly(tmp_path
     assert got == pytest.approx(want, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_trial_processes_of_a_killed_sweep_stop_within_a_minute(tmp_path):
     """kill -9 of the sweep: its trial processes notice, save last.ckpt, record themselves
     interrupted and end within a minute."""
@@ -126,6 +128,7 @@ def test_trial_processes_of_a_killed_sweep_stop_within_a_minute(tmp_path):
     assert sorted(t.user_attrs.get("retry_of") for t in trials[2:]) == [0, 1]
 
 
+@pytest.mark.slow
 def test_each_trial_process_sees_its_own_gpu(monkeypatch, tmp_path):
     """n_jobs=2 with two visible devices: each trial process sees one, the two at once distinct
     (the environment each trial recorded)."""
@@ -137,6 +140,7 @@ def test_each_trial_process_sees_its_own_gpu(monkeypatch, tmp_path):
     assert sorted(seen[:2]) == ["3", "5"] and seen[2] in ("3", "5")
 
 
+@pytest.mark.slow
 def test_a_failing_trial_is_recorded_and_the_sweep_goes_on(monkeypatch, tmp_path):
     """A trial whose sampled settings its run refuses (0 heads) is FAIL with the run's reason, in
     the study and its metrics.json; the sweep runs the others."""
@@ -158,6 +162,7 @@ def _worker(sweep: Path, url: str, *extra: str) -> subprocess.Popen:
                             env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow
 def test_three_workers_fill_one_study_on_postgresql(tmp_path, postgres_url):  # noqa: F811
     """Three sweep commands on one PostgreSQL study, each with its own folder; one is killed with
     kill -9 mid-trial. The other two finish the study: n_trials counted trials, unique numbers,

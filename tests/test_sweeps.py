@@ -45,6 +45,7 @@ def _sweeper(name, *overrides):
     return compose_cfg([f"hparams_search={name}", *overrides], return_hydra_config=True)
 
 
+@pytest.mark.slow
 def test_grid_sweeps_every_scorer_the_default_model_builds_with():
     cfg = _sweeper("reverse_grid")
     params = cfg.hydra.sweeper.params
@@ -78,6 +79,7 @@ def test_grid_sweeps_every_scorer_the_default_model_builds_with():
     ("gat_cora_optuna", "gat_cora", ("dataset", "Cora")),
     ("han_imdb_optuna", "han_imdb", ("limit_train", 5000)),
 ])
+@pytest.mark.slow
 def test_optuna_searches_compose_and_every_key_is_a_field(name, experiment, dataset_field):
     cfg = _sweeper(name, "hydra.sweep.dir=/somewhere/sweep")
     sweeper = cfg.hydra.sweeper
@@ -102,6 +104,7 @@ def test_optuna_searches_compose_and_every_key_is_a_field(name, experiment, data
 
 
 # -- optimized_metric ---------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_misspelt_optimized_metric_is_refused_naming_the_metrics():
     with pytest.raises(ConfigError) as err:
         check_optimized_metric(compose_cfg(["optimized_metric=val/seq_accc"]))
@@ -117,6 +120,7 @@ def test_a_misspelt_optimized_metric_is_refused_naming_the_metrics():
         check_optimized_metric(compose_cfg(["experiment=han_imdb", "optimized_metric=test/acc"]))
 
 
+@pytest.mark.slow
 def test_cli_misspelt_metric_stops_before_training(monkeypatch, capsys, tmp_path):
     run = tmp_path / "run"
     assert train_cli(monkeypatch, *FAST, "optimized_metric=val/seq_accc", f"hydra.run.dir={run}") == 2
@@ -124,6 +128,7 @@ def test_cli_misspelt_metric_stops_before_training(monkeypatch, capsys, tmp_path
     assert not (run / "config.yaml").exists() and not (run / "checkpoints").exists()
 
 
+@pytest.mark.slow
 def test_a_metric_the_config_switches_off_is_refused_before_any_work(tmp_path):
     """val/penalty is logged only with task.penalty_weight > 0: with 0 a run (or every such job of
     a sweep) trained, then failed for want of it; a monitor on it is refused the same way."""
@@ -142,6 +147,7 @@ def test_a_metric_the_config_switches_off_is_refused_before_any_work(tmp_path):
                                 "task.penalty_weight=0.3"]))
 
 
+@pytest.mark.slow
 def test_cli_metric_the_run_did_not_report_fails_after_it(monkeypatch, capsys, tmp_path):
     """A metric the config check expects that the run did not log (e.g. captioning's grounding,
     which needs region boxes in the data): the run's own metrics are named."""
@@ -170,6 +176,7 @@ def test_cli_metric_the_run_did_not_report_fails_after_it(monkeypatch, capsys, t
     (["optimized_metric=val/seq_acc", "trainer.limit_val_batches=0.0", "test=false"],
      "(trainer.limit_val_batches=0.0: the final val pass reads no batch); it reports nothing"),
 ])
+@pytest.mark.slow
 def test_a_split_the_run_evaluates_on_no_batch_reports_no_metric_refused_before_any_work(
         monkeypatch, capsys, tmp_path, overrides, why):
     """trainer.limit_test_batches=0 (or limit_val_batches=0) makes the final test (validation)
@@ -187,6 +194,7 @@ def test_a_split_the_run_evaluates_on_no_batch_reports_no_metric_refused_before_
                                                "trainer.limit_test_batches=0"])) == "val/loss"
 
 
+@pytest.mark.slow
 def test_a_misspelt_metric_stops_a_sweep_in_its_first_job_before_it_trains(monkeypatch, capsys, tmp_path):
     sweep = tmp_path / "sweep"
     assert train_cli(monkeypatch, "-m", "scorer=dot,additive", "optimized_metric=val/seqacc", *TINY,
@@ -196,6 +204,7 @@ def test_a_misspelt_metric_stops_a_sweep_in_its_first_job_before_it_trains(monke
 
 
 # -- real sweeps ---------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_grid_multirun_through_the_console_script(tmp_path):
     """hparams_search=reverse_grid with 2 scorers × 2 learning rates (one of which diverges) through
     ``attnflow-train -m``, its output piped: each job's config has its pair of values; the progress
@@ -241,6 +250,7 @@ def test_local_parallel_launcher_is_joblib_with_n_jobs():
     assert cfg.hydra.launcher._target_.endswith("JoblibLauncher") and cfg.hydra.launcher.n_jobs == 3
 
 
+@pytest.mark.slow
 def test_slurm_launcher_writes_the_sbatch_script(tmp_path, monkeypatch, capfd):
     """The real submitit launcher up to ``sbatch``: a stand-in ``sbatch`` on PATH keeps the script
     it is given and fails (there is no cluster here), so the test reads what a cluster would run.

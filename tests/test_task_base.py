@@ -205,6 +205,7 @@ def test_an_empty_entry_means_its_defaults_not_off(tmp_path):
     assert any(isinstance(c, AttentionMaps) and c.examples == 4 for c in built)
 
 
+@pytest.mark.slow
 def test_checkpoint_null_writes_no_checkpoint(tmp_path):
     # (Lightning adds a ModelCheckpoint of its own unless told not to: the run wrote
     # csv/version_0/checkpoints/epoch=0-step=8.ckpt and tested it as the "best")
@@ -274,6 +275,7 @@ def _two_graph_epochs(data_overrides, tmp_path):
 
 @pytest.mark.skipif(not CORA_RAW.is_dir(),
                     reason=f"Cora raw files not found at {CORA_RAW} (set ATTNFLOW_DATA_DIR)")
+@pytest.mark.slow
 def test_planetoid_gat_node_classification_by_groups_trains(tmp_path):
     """With the paper's scorer: the root's default, additive with 128 hidden units, scores each of
     Cora's 13k edges per head on its own (≈ 20 s of this test's time on a CPU); other scorers on
@@ -282,6 +284,7 @@ def test_planetoid_gat_node_classification_by_groups_trains(tmp_path):
     _two_graph_epochs(["data=planetoid", f"paths.data_dir={DATA_DIR}", "scorer=gat"], tmp_path)
 
 
+@pytest.mark.slow
 def test_synthetic_graph_gat_node_classification_by_groups_trains(tmp_path):
     torch.set_num_threads(1)
     _two_graph_epochs(["data=synthetic_graph", "data.num_nodes=100", "scorer.hidden_dim=16"],

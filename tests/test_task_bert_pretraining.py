@@ -176,6 +176,7 @@ def _corpus(path, n_docs, seed):
     return path
 
 
+@pytest.mark.slow
 def test_pretraining_run_lowers_mlm_loss_well_below_ln_vocab(tmp_path):
     import json
 

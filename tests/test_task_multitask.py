@@ -130,6 +130,7 @@ def test_a_zero_weight_leaves_its_head_without_gradient(files):
             assert torch.allclose(got[n], p.grad, atol=1e-7), n
 
 
+@pytest.mark.slow
 def test_a_run_logs_each_tasks_metrics_under_its_name_and_is_evaluated(files, tmp_path, monkeypatch, capsys):
     """A 3-step run: train/{task}/…, val/{task}/… and {split}/loss = Σ λ_t L_t; one tokenizer
     trained for both tasks; attnflow-eval reproduces the final metrics; attnflow-predict labels."""
@@ -171,6 +172,7 @@ def test_a_run_logs_each_tasks_metrics_under_its_name_and_is_evaluated(files, tm
     assert header.startswith("polarity\tpolarity_probability\trating\t") and line.endswith("a good film")
 
 
+@pytest.mark.slow
 def test_a_run_stopped_mid_epoch_resumes_to_the_uninterrupted_result(files, tmp_path):
     """max_steps within the first epoch, then resume=… into the second: the same metrics as one
     run, exactly (the cycling loader resumes at its next batch; the run's tokenizer is read back).
@@ -200,6 +202,7 @@ def test_a_run_stopped_mid_epoch_resumes_to_the_uninterrupted_result(files, tmp_
     assert resumed["metrics"] == whole["metrics"]
 
 
+@pytest.mark.slow
 def test_the_dashboard_shows_the_first_tasks_texts_as_words(files):
     """Each task sees the trainer's data module (Lightning attaches the trainer to direct
     children only), so the table shows the reviews' words, not token ids."""
@@ -216,6 +219,7 @@ def test_the_dashboard_shows_the_first_tasks_texts_as_words(files):
         assert row[0] and set(row[0].replace(".", " ").split()) <= words, row[0]
 
 
+@pytest.mark.slow
 def test_init_from_loads_the_encoder_and_the_heads_are_new(files, tmp_path, caplog):
     from attnflow.data.corpus import train_wordpiece
     from attnflow.tasks.bert_pretraining import BertPretrainingTask

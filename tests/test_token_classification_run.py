@@ -35,6 +35,7 @@ def run(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_a_short_run_learns_well_past_the_majority_tag(run):
     summary = json.loads((run / "metrics.json").read_text())
     m = summary["metrics"]
@@ -66,6 +67,7 @@ def _rebuild(run):
     return model.eval(), tok, names
 
 
+@pytest.mark.slow
 def test_predict_tags_every_word_as_the_model_does(run, tmp_path, capsys):
     model, tok, names = _rebuild(run)
     assert names == list(TAGS)
@@ -107,6 +109,7 @@ def test_predict_tags_every_word_as_the_model_does(run, tmp_path, capsys):
     assert all(re.fullmatch(rf"\S+/({tag})", w) for w in plain[0].split() + plain[2].split())
 
 
+@pytest.mark.slow
 def test_predict_reads_jsonl_word_lists_and_refuses_what_it_cannot_read(run, tmp_path, capsys):
     f = tmp_path / "in.jsonl"
     f.write_text(json.dumps({"tokens": ["New York", "is", "big"]}) + "\n")
@@ -119,6 +122,7 @@ def test_predict_reads_jsonl_word_lists_and_refuses_what_it_cannot_read(run, tmp
     assert "--top-k: not read for the run" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_eval_scores_the_test_split_as_training_did_and_a_file_of_it(run, tmp_path):
     summary = json.loads((run / "metrics.json").read_text())["metrics"]
     assert eval_main([str(run), "-o", str(tmp_path / "m.json")]) == 0
@@ -136,6 +140,7 @@ def test_eval_scores_the_test_split_as_training_did_and_a_file_of_it(run, tmp_pa
     assert again["data"]["train_path"].endswith("conll/train.conll")  # the preset's, absent here
 
 
+@pytest.mark.slow
 def test_the_documented_worked_example_trains(tmp_path):
     """docs/data.md's "Token classification": its example file as train and dev, its command."""
     section = (ROOT / "docs" / "data.md").read_text().split("## Token classification", 1)[1]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from attnflow.data.synthetic import ReverseDataModule
@@ -15,6 +16,7 @@ SHORT = ["data.train_size=4000", "data.val_size=100", "data.test_size=100", "dat
          "logger=csv", "callbacks.attention_maps.examples=2"]
 
 
+@pytest.mark.slow
 def test_default_experiment_learns_reversal(tmp_path):
     summary = train(compose_cfg(SHORT), tmp_path)
     m = summary["metrics"]

@@ -258,6 +258,7 @@ def test_failures_are_one_message_and_status_2(mt_runs, tmp_path, capsys):
     assert not (tmp_path / "alpha.txt").exists()
 
 
+@pytest.mark.slow
 def test_heat_maps_never_overwrite_a_file(mt_runs, tmp_path, capsys):
     """--attention x.png writes x_1.png, x_2.png, … for the later sentences; only x.png was
     checked, and an existing x_2.png was overwritten. With sentences as arguments every name is
@@ -317,6 +318,7 @@ def test_a_checkpoint_copied_out_of_its_run_translates_with_the_tokenizers_it_ca
     assert "no tokenizer file" in err and "carries no tokenizers" in err
 
 
+@pytest.mark.slow
 def test_an_ensemble_of_runs_decodes_as_one(mt_runs, tmp_path, capsys):
     from attnflow.models.ensemble import Ensemble
 
@@ -354,6 +356,7 @@ def test_an_ensemble_of_runs_decodes_as_one(mt_runs, tmp_path, capsys):
     assert not (tmp_path / "a.npz").exists()
 
 
+@pytest.mark.slow
 def test_defaults_are_the_runs_own_test_decoding_and_options_override(mt_runs, tmp_path, capsys, monkeypatch):
     """Without --beam / --length-penalty / --max-len a run decodes as its test step did (its
     task.beam_size, task.length_penalty, data.max_decode_len); given, they win. An ensemble

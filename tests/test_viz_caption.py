@@ -42,6 +42,7 @@ def test_one_panel_per_word_after_the_image_and_a_cap_with_a_count():
     plt.close(fig)
 
 
+@pytest.mark.slow
 def test_figure_size_does_not_depend_on_the_number_of_words():
     shapes = set()
     for T in (3, 12):

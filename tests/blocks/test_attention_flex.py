@@ -47,6 +47,7 @@ def inputs(kind, b=2, t=12, d=32, dtype=torch.float32):
     return x, mask, "causal" in kind
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scorer", SCORERS)
 @pytest.mark.parametrize("kind", MASKS)
 def test_multihead_flex_equals_explicit(scorer, kind, flex_calls):
@@ -59,6 +60,7 @@ def test_multihead_flex_equals_explicit(scorer, kind, flex_calls):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scorer", ["dot", "general", "gat"])
 def test_single_head_flex_with_a_window_mask(scorer, flex_calls):
     """Luong-style local windows: key i is seen from query t when |i − p_t| ≤ D (Luong et al.
@@ -74,6 +76,7 @@ def test_single_head_flex_with_a_window_mask(scorer, flex_calls):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", MASKS)
 @pytest.mark.parametrize("scorer,distance", [("scaled_dot", 3), ("dot", 1), ("scaled_dot", 20)])
 def test_relative_positions_on_flex_equal_explicit(kind, scorer, distance, flex_calls):

@@ -8,11 +8,6 @@ import torch
 from attnflow.blocks.scorers.additive import AdditiveScorer
 from attnflow.config.registry import SCORERS
 
-BUILDERS = {
-    "registry": lambda qd, kd, **kw: SCORERS.build({"name": "additive", **kw}, qd, kd),
-    "class": lambda qd, kd, **kw: AdditiveScorer(qd, kd, **kw),
-}
-
 
 def additive_by_hand(scorer):
     U = scorer.U.weight.detach()  # (H, key_dim)
@@ -55,34 +50,15 @@ def test_registry_build_uses_fields():
     assert scorer.U.bias is not None and scorer.V.bias is None and scorer.w.bias is None
 
 
-@pytest.mark.parametrize("how", list(BUILDERS))
 @pytest.mark.parametrize("qd,kd,hidden", [(5, 6, 8), (3, 3, 4), (4, 2, 1)])
 @pytest.mark.parametrize("bias", [True, False])
-def test_matches_loop(by_hand, how, qd, kd, hidden, bias):
-    scorer = BUILDERS[how](qd, kd, hidden_dim=hidden, bias=bias).double()
+def test_matches_loop(by_hand, qd, kd, hidden, bias):
+    scorer = AdditiveScorer(qd, kd, hidden_dim=hidden, bias=bias).double()
     q = torch.randn(2, 3, qd, dtype=torch.float64)
     k = torch.randn(2, 4, kd, dtype=torch.float64)
     out = scorer.score(q, k)
     assert out.shape == (2, 3, 4)
     torch.testing.assert_close(out, by_hand(additive_by_hand(scorer), q, k), rtol=1e-12, atol=1e-12)
-
-
-def test_extra_leading_dims(by_hand):
-    scorer = AdditiveScorer(3, 4, hidden_dim=5).double()
-    q = torch.randn(2, 3, 2, 3, dtype=torch.float64)
-    k = torch.randn(2, 3, 4, 4, dtype=torch.float64)
-    out = scorer.score(q, k)
-    assert out.shape == (2, 3, 2, 4)
-    torch.testing.assert_close(out, by_hand(additive_by_hand(scorer), q, k), rtol=1e-12, atol=1e-12)
-
-
-def test_prepared_equals_score():
-    scorer = AdditiveScorer(5, 6, hidden_dim=8).double()
-    q = torch.randn(2, 3, 5, dtype=torch.float64)
-    k = torch.randn(2, 4, 6, dtype=torch.float64)
-    prepared = scorer.prepare_keys(k)
-    assert prepared.shape == (2, 4, 8)
-    torch.testing.assert_close(scorer.score_prepared(q, prepared), scorer.score(q, k))
 
 
 def test_bounded_by_l1_norm_of_w():

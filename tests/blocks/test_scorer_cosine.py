@@ -6,12 +6,6 @@ import pytest
 import torch
 
 from attnflow.blocks.scorers.cosine import CosineScorer
-from attnflow.config.registry import SCORERS, ConfigError
-
-BUILDERS = {
-    "registry": lambda qd, kd, **kw: SCORERS.build({"name": "cosine", **kw}, qd, kd),
-    "class": lambda qd, kd, **kw: CosineScorer(qd, kd, **kw),
-}
 
 
 def cosine_by_hand(q, k):
@@ -21,9 +15,8 @@ def cosine_by_hand(q, k):
     return dot / (nq * nk)
 
 
-@pytest.mark.parametrize("how", list(BUILDERS))
-def test_two_by_two_literal(how):
-    scorer = BUILDERS[how](2, 2)
+def test_two_by_two_literal():
+    scorer = CosineScorer(2, 2)
     query = torch.tensor([[[1.0, 0.0], [3.0, 4.0]]])
     keys = torch.tensor([[[1.0, 1.0], [-2.0, 0.0]]])
     # [1,0]·[1,1]/(1·√2) = 1/√2; [1,0]·[-2,0]/(1·2) = -1
@@ -33,11 +26,10 @@ def test_two_by_two_literal(how):
     torch.testing.assert_close(scorer.score(query, keys), expected)
 
 
-@pytest.mark.parametrize("how", list(BUILDERS))
 @pytest.mark.parametrize("shape", [(2, 3, 4, 5), (1, 1, 3, 2), (3, 4, 1, 7)])
-def test_matches_loop(by_hand, how, shape):
+def test_matches_loop(by_hand, shape):
     B, Tq, Tk, D = shape
-    scorer = BUILDERS[how](D, D).double()
+    scorer = CosineScorer(D, D).double()
     q = torch.randn(B, Tq, D, dtype=torch.float64)
     k = torch.randn(B, Tk, D, dtype=torch.float64)
     out = scorer.score(q, k)
@@ -67,25 +59,3 @@ def test_zero_vector_gives_zero_not_nan():
     out = scorer.score(torch.zeros(1, 1, 2), torch.tensor([[[1.0, 2.0]]]))
     assert torch.isfinite(out).all()
     assert out.item() == 0.0
-
-
-def test_extra_leading_dims(by_hand):
-    scorer = CosineScorer(4, 4).double()
-    q = torch.randn(2, 3, 4, 4, dtype=torch.float64)
-    k = torch.randn(2, 3, 5, 4, dtype=torch.float64)
-    out = scorer.score(q, k)
-    assert out.shape == (2, 3, 4, 5)
-    torch.testing.assert_close(out, by_hand(cosine_by_hand, q, k), rtol=1e-12, atol=1e-12)
-
-
-@pytest.mark.parametrize("how", list(BUILDERS))
-def test_unequal_dims_raise(how):
-    with pytest.raises(ConfigError):
-        BUILDERS[how](3, 4)
-
-
-def test_prepared_equals_score():
-    scorer = CosineScorer(4, 4, scale=3.0).double()
-    q = torch.randn(2, 3, 4, dtype=torch.float64)
-    k = torch.randn(2, 5, 4, dtype=torch.float64)
-    torch.testing.assert_close(scorer.score_prepared(q, scorer.prepare_keys(k)), scorer.score(q, k))

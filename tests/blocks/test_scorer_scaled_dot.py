@@ -6,12 +6,6 @@ import pytest
 import torch
 
 from attnflow.blocks.scorers.scaled_dot import ScaledDotScorer
-from attnflow.config.registry import SCORERS, ConfigError
-
-BUILDERS = {
-    "registry": lambda qd, kd: SCORERS.build({"name": "scaled_dot"}, qd, kd),
-    "class": lambda qd, kd: ScaledDotScorer(qd, kd),
-}
 
 
 def scaled_dot_by_hand(q, k):
@@ -19,9 +13,8 @@ def scaled_dot_by_hand(q, k):
     return sum(float(q[i]) * float(k[i]) for i in range(d)) / math.sqrt(d)
 
 
-@pytest.mark.parametrize("how", list(BUILDERS))
-def test_two_by_two_literal(how):
-    scorer = BUILDERS[how](2, 2)
+def test_two_by_two_literal():
+    scorer = ScaledDotScorer(2, 2)
     query = torch.tensor([[[1.0, 2.0], [0.0, 1.0]]])
     keys = torch.tensor([[[3.0, 4.0], [5.0, 6.0]]])
     r2 = math.sqrt(2.0)
@@ -36,38 +29,15 @@ def test_four_dim_literal():
     torch.testing.assert_close(out, torch.tensor([[[5.0]]]))
 
 
-@pytest.mark.parametrize("how", list(BUILDERS))
 @pytest.mark.parametrize("shape", [(2, 3, 4, 5), (1, 2, 1, 9), (3, 1, 6, 16)])
-def test_matches_loop(by_hand, how, shape):
+def test_matches_loop(by_hand, shape):
     B, Tq, Tk, D = shape
-    scorer = BUILDERS[how](D, D).double()
+    scorer = ScaledDotScorer(D, D).double()
     q = torch.randn(B, Tq, D, dtype=torch.float64)
     k = torch.randn(B, Tk, D, dtype=torch.float64)
     out = scorer.score(q, k)
     assert out.shape == (B, Tq, Tk)
     torch.testing.assert_close(out, by_hand(scaled_dot_by_hand, q, k), rtol=1e-12, atol=1e-12)
-
-
-def test_extra_leading_dims(by_hand):
-    scorer = ScaledDotScorer(8, 8).double()
-    q = torch.randn(2, 3, 4, 8, dtype=torch.float64)
-    k = torch.randn(2, 3, 5, 8, dtype=torch.float64)
-    out = scorer.score(q, k)
-    assert out.shape == (2, 3, 4, 5)
-    torch.testing.assert_close(out, by_hand(scaled_dot_by_hand, q, k), rtol=1e-12, atol=1e-12)
-
-
-@pytest.mark.parametrize("how", list(BUILDERS))
-def test_unequal_dims_raise(how):
-    with pytest.raises(ConfigError):
-        BUILDERS[how](5, 4)
-
-
-def test_prepared_equals_score():
-    scorer = ScaledDotScorer(6, 6).double()
-    q = torch.randn(2, 3, 6, dtype=torch.float64)
-    k = torch.randn(2, 4, 6, dtype=torch.float64)
-    torch.testing.assert_close(scorer.score_prepared(q, scorer.prepare_keys(k)), scorer.score(q, k))
 
 
 @pytest.mark.parametrize("d", [1, 4, 64])

@@ -15,7 +15,7 @@ from attnflow.cli.predict import load, main as predict_main, predict
 from attnflow.training.run import train
 from support import DATA_DIR, compose_cfg
 
-pytestmark = pytest.mark.data
+pytestmark = [pytest.mark.data, pytest.mark.slow]
 
 SMALL = ["experiment=han_imdb", "data.limit_train=2000", "data.limit_val=200", "data.max_sentences=8",
          "data.max_words=25", "data.min_freq=3", "data.batch_size=100", "model.embed_dim=64",

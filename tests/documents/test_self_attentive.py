@@ -49,6 +49,7 @@ def test_penalty_zero_for_orthogonal_one_hot_rows_positive_otherwise():
     assert diversity_penalty(torch.softmax(torch.randn(2, 3, 6), -1)).item() > 0
 
 
+@pytest.mark.slow
 def test_the_penalty_weight_of_a_model_without_hops_warns():
     """HAN returns word and sentence weights, no hops: its penalty_weight is unread."""
     import warnings

@@ -127,6 +127,7 @@ TINY = ["experiment=han_imdb", "model.embed_dim=8", "model.word_encoder.hidden_d
         "trainer.enable_model_summary=false", "trainer.num_sanity_val_steps=0"]
 
 
+@pytest.mark.slow
 def test_han_starts_from_the_training_splits_vectors_and_the_run_evaluates(tmp_path):
     cfg = resolve_config(compose_cfg([*TINY, *_files(tmp_path),
                                       "data.word_vectors={dim:${model.embed_dim},window:2}"]))
@@ -158,6 +159,7 @@ def test_self_attentive_takes_the_vectors_too():
         SelfAttentive(11, 2, 0, torch.zeros(11, 5), embed_dim=6)
 
 
+@pytest.mark.slow
 def test_refusals_before_any_work(tmp_path):
     files = _files(tmp_path)
     with pytest.raises(ConfigError, match=r"word_vectors have shape \(1000, 16\).*\(1000, 8\)"):

@@ -23,6 +23,7 @@ def test_the_normalizer_override_reaches_every_layer(experiment, overrides, cls)
         assert all(layer.normalizer.positive == "relu" for layer in model.layers)
 
 
+@pytest.mark.slow
 def test_a_gat_with_norm_trains(tmp_path):
     cfg = compose_cfg(["experiment=gat_synthetic", "normalizer=norm", "callbacks.progress_bar=none",
                        "trainer.accelerator=cpu", "trainer.max_epochs=8", "logger=none",

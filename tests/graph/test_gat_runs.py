@@ -19,6 +19,7 @@ QUIET = ["callbacks.progress_bar=none", "trainer.accelerator=cpu"]
 @pytest.mark.skipif(not (DATA_DIR / "planetoid" / "Cora" / "raw").is_dir(),
                     reason=f"Cora raw files not found at {DATA_DIR / 'planetoid' / 'Cora' / 'raw'} "
                            "(set ATTNFLOW_DATA_DIR)")
+@pytest.mark.slow
 def test_short_cora_run_is_well_above_chance(tmp_path):
     cfg = compose_cfg(["experiment=gat_cora", *QUIET, "trainer.max_epochs=30",
                        f"paths.data_dir={DATA_DIR}"])
@@ -30,6 +31,7 @@ def test_short_cora_run_is_well_above_chance(tmp_path):
     assert json.loads((tmp_path / "metrics.json").read_text())["metrics"]["test/acc"] == m["test/acc"]
 
 
+@pytest.mark.slow
 def test_synthetic_graph_training_learns_full_batch(tmp_path):
     # the k-hop mini-batches (the experiment's loader) train in the multi-label test below
     cfg = compose_cfg(["experiment=gat_synthetic", *QUIET, "data.loader=full",
@@ -38,6 +40,7 @@ def test_synthetic_graph_training_learns_full_batch(tmp_path):
     assert m["test/acc"] > 0.8, m  # 4 balanced classes: chance 0.25
 
 
+@pytest.mark.slow
 def test_multi_label_training_with_sigmoid_log_loss(tmp_path):
     cfg = compose_cfg(["experiment=gat_synthetic", *QUIET, "data.multi_label=true",
                        "task.multi_label=true", "trainer.max_epochs=8", "logger=none"])

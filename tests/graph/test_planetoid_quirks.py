@@ -125,6 +125,7 @@ def test_citeseer_gap_nodes_are_isolated_unlabelled_test_range_nodes(tmp_path):
 
 @pytest.mark.parametrize("experiment,name,out_heads,lr,wd", [
     ("gat_citeseer", "citeseer", 1, 0.005, 5e-4), ("gat_pubmed", "pubmed", 8, 0.01, 1e-3)])
+@pytest.mark.slow
 def test_preset_runs_by_name_with_the_authors_settings(tmp_path, experiment, name, out_heads, lr, wd):
     from attnflow.models.gat import GAT
     from attnflow.training.validate import resolve_config
