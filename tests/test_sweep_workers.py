@@ -49,7 +49,10 @@ def _trials_yet(sweep: Path, storage: str = None, name: str = "gat_cora_optuna")
 
 
 def _training(sweep: Path, numbers, storage: str = None) -> bool:
-    """Whether trials ``numbers`` run and wrote a last.ckpt."""
+    """Whether trials ``numbers`` run and wrote a last.ckpt. The study is read once their folders
+    hold one: reading a SQLite study while the sweep creates its tables can end the sweep."""
+    if storage is None and not all((sweep / str(n) / "checkpoints" / "last.ckpt").is_file() for n in numbers):
+        return False
     trials = {t.number: t for t in _trials_yet(sweep, storage)}
     return all(n in trials and trials[n].state.name == "RUNNING" and "pid" in trials[n].user_attrs
                and (Path(trials[n].user_attrs["run_dir"]) / "checkpoints" / "last.ckpt").is_file()
