@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import re
+import time
 from pathlib import Path
 from typing import Any, Iterable, Optional, Tuple
 
@@ -155,8 +156,23 @@ def open_storage(spec: str, heartbeat: Optional[Tuple[int, int]] = None, on_stal
     if spec.startswith("sqlite"):  # several processes write one file: wait for its lock
         beats["engine_kwargs"] = {"connect_args": {"timeout": 120}}
     try:
-        return optuna.storages.RDBStorage(spec, **beats)
+        return _rdb_storage(spec, beats)
     except RuntimeError as err:  # e.g. a study stored by an older Optuna: its message says the command
         from attnflow.config.registry import ConfigError
 
         raise ConfigError(f"hydra.sweeper.storage={mask_url(spec)}: {mask_url(str(err))}") from None
+
+
+def _rdb_storage(spec: str, kwargs: dict, tries: int = 6) -> Any:
+    """Optuna's RDB storage; workers started together on a new database each create its tables
+    (PostgreSQL: "duplicate key … alembic_version"): the one that loses tries again."""
+    import optuna
+    from sqlalchemy.exc import SQLAlchemyError
+
+    for attempt in range(tries):
+        try:
+            return optuna.storages.RDBStorage(spec, **kwargs)
+        except SQLAlchemyError:
+            if attempt == tries - 1:
+                raise
+            time.sleep(0.5 * (attempt + 1))
