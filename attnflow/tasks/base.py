@@ -135,10 +135,16 @@ class Task(TaskContract, pl.LightningModule):
             if isinstance(m, Metric):
                 m.reset()
 
+    def data_module(self) -> Optional[DataContract]:
+        """The attnflow data module of the run this task is attached to, else None."""
+        trainer = attached_trainer(self)
+        dm = trainer.datamodule if trainer is not None else None
+        return dm if isinstance(dm, DataContract) else None
+
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["attnflow_config"] = self.run_config
-        dm = getattr(attached_trainer(self), "datamodule", None)
-        if isinstance(dm, DataContract):
+        dm = self.data_module()
+        if dm is not None:
             checkpoint["attnflow_artifacts"] = dm.artifacts()
 
 

@@ -188,12 +188,11 @@ class MultiTask(Task):
     def setup(self, stage: str) -> None:
         """Evaluation loaders come in the data module's ``task_names`` order; each task sees the
         trainer (Lightning attaches it to direct children only)."""
-        trainer = attached_trainer(self)
-        dm = getattr(trainer, "datamodule", None)
+        dm = self.data_module()
         if isinstance(dm, MultiTaskDataModule):
             self.loader_order = dm.task_names
         for sub in self.subtasks.values():
-            sub.trainer = trainer
+            sub.trainer = attached_trainer(self)
 
     def _split_step(self, batch: Any, dataloader_idx: int, split: str) -> None:
         t = self.loader_order[dataloader_idx]

@@ -11,10 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnflow.config.contracts import DataContract
 from attnflow.config.registry import TASKS, Probability
 from attnflow.tasks.base import Task
-from attnflow.tasks.optim import OptimConfig, attached_trainer
+from attnflow.tasks.optim import OptimConfig
 
 
 @TASKS.register("text_classification")
@@ -49,8 +48,8 @@ class TextClassificationTask(Task):
     # -- dashboard ---------------------------------------------------------------------------------
     def _tokens(self, ids: torch.Tensor, lengths: torch.Tensor) -> List[List[str]]:
         """Token strings of a batch's rows from the data module's tokenizer (else the ids)."""
-        dm = getattr(attached_trainer(self), "datamodule", None)
-        tok = dm.tokenizer if isinstance(dm, DataContract) else None
+        dm = self.data_module()
+        tok = dm.tokenizer if dm is not None else None
         show = tok.id_to_token if tok is not None else str
         return [[show(i) or str(i) for i in row[:n]] for row, n in zip(ids.tolist(), lengths.tolist())]
 

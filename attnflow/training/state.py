@@ -21,6 +21,7 @@ import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.plugins import TorchCheckpointIO
 
+from attnflow.data.resumable import Resumable
 from attnflow.io.checkpoints import CheckpointError, digest_line, digest_path, read_checkpoint
 from attnflow.io.text import atomic_path
 from attnflow.training.lightning_internals import fit_loop_state, finish_epoch, last_saved_step, mark_saved
@@ -162,13 +163,10 @@ class _TracksValidation(pl.Callback):
 
 
 def resumable_loader(trainer: pl.Trainer) -> Any:
-    """The fit's train loader where it resumes mid-epoch (:mod:`attnflow.data.resumable`: it has
-    ``trained`` and the ``state_dict``/``load_state_dict`` Lightning saves and restores), else
-    None (also where there are several)."""
+    """The fit's train loader where it resumes mid-epoch (a :class:`Resumable`, whose
+    ``state_dict`` Lightning saves and restores), else None (also where there are several)."""
     loader = trainer.train_dataloader
-    if all(hasattr(loader, name) for name in ("trained", "state_dict", "load_state_dict")):
-        return loader
-    return None
+    return loader if isinstance(loader, Resumable) else None
 
 
 class TrainingState(_TracksValidation):
@@ -195,8 +193,7 @@ class TrainingState(_TracksValidation):
         self._position = None
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
-        self._loader = resumable_loader(trainer)
-        if self._loader is not None:
+        if self._loader is not None:  # (found as training started)
             done = batch_idx + 1
             self._loader.trained = 0 if done >= trainer.num_training_batches else done
 
