@@ -185,9 +185,10 @@ def _path_fault(err: OSError) -> str:
     """What stands where the run makes a file or folder (its ``err.filename``), or ""."""
     from attnflow.io.text import in_the_way
 
-    why = in_the_way(err.filename) if err.errno in PATH_FAULTS and err.filename else ""
-    return why if not why or why.startswith(f"{Path(err.filename).absolute()} ") else (
-        f"cannot write {err.filename}: {why}")
+    if err.errno not in PATH_FAULTS or not err.filename:
+        return ""
+    blocker, why = in_the_way(err.filename)
+    return why if blocker in (None, Path(err.filename).absolute()) else f"cannot write {err.filename}: {why}"
 
 
 def _objective(summary: dict, metric, out: Path, reports) -> float | list | None:

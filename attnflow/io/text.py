@@ -16,7 +16,7 @@ import os
 import sys
 import zlib
 from pathlib import Path
-from typing import IO, Any, Dict, Iterable, Iterator, List, Tuple, TypeVar
+from typing import IO, Any, Dict, Iterable, Iterator, List, Optional, Tuple, TypeVar
 
 import numpy as np
 
@@ -157,16 +157,16 @@ def check_folder(what: str, path: Path | str, hint: str = "name a file in a fold
             return
 
 
-def in_the_way(path: Path | str) -> str:
-    """Why ``path`` (a file or folder that could not be made) is blocked: the file on its way
-    where a folder belongs, or the folder where a file belongs; "" if neither."""
+def in_the_way(path: Path | str) -> Tuple[Optional[Path], str]:
+    """What blocks ``path`` (a file or folder that could not be made), and why: the file on its
+    way where a folder belongs, or the folder at ``path`` where a file belongs; (None, "")."""
     path = Path(path).absolute()
     for q in (path, *path.parents):
         if q.is_symlink() or q.exists():
             if not q.is_dir():
-                return f"{q} is a file, where a folder belongs"
-            return f"{q} is a folder, where a file belongs" if q == path else ""
-    return ""
+                return q, f"{q} is a file, where a folder belongs"
+            return (q, f"{q} is a folder, where a file belongs") if q == path else (None, "")
+    return None, ""
 
 
 @contextlib.contextmanager
