@@ -7,7 +7,7 @@ import functools
 import os
 import re
 from pathlib import Path
-from typing import List
+from typing import Callable, List, Optional
 
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
@@ -59,9 +59,10 @@ def _composed(overrides: tuple, return_hydra_config: bool) -> DictConfig:
                        return_hydra_config=return_hydra_config)
 
 
-def train_cli(monkeypatch, *args: str) -> int:
-    """``attnflow-train args`` through the console script's ``main()`` in this process (no fresh
-    interpreter's imports to wait for): its exit status, 0 where ``main()`` returns. Afterwards
+def train_cli(monkeypatch, *args: str, main: Optional[Callable[[], None]] = None) -> int:
+    """``attnflow-train args`` through the console script's ``main()`` (or another ``main``
+    reading ``sys.argv``) in this process (no fresh interpreter's imports to wait for): its exit
+    status, 0 where ``main()`` returns. Afterwards
     Hydra's global state is cleared (so that the next test can compose again) and the logging
     handlers Hydra added for its jobs are closed and removed."""
     import logging
@@ -69,8 +70,9 @@ def train_cli(monkeypatch, *args: str) -> int:
 
     from hydra.core.global_hydra import GlobalHydra
 
-    from attnflow.cli.train import main
+    from attnflow.cli.train import main as train_main
 
+    main = main or train_main
     monkeypatch.setattr(sys, "argv", ["attnflow-train", *args])
     handlers, level = logging.root.handlers[:], logging.root.level
     for name in ("pytorch_lightning", "lightning_fabric"):  # (the app quiets them)

@@ -13,8 +13,8 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import EMAWeightAveraging, ModelCheckpoint
 
-from attnflow.config.hydra_internals import (BASIC_LAUNCHER, CORE_PLUGINS, caller_of, main_config,
-                                             parse_command_line)
+from attnflow.config.hydra_internals import (BASIC_LAUNCHER, CORE_PLUGINS, CheckedConfigLoader,
+                                             checked_compositions)
 from attnflow.data.resumable import ResumableDataLoader
 from attnflow.training.lightning_internals import (epoch_counts, finish_epoch, fit_loop_state,
                                                    last_average_step, last_saved_step, mark_saved,
@@ -181,31 +181,37 @@ def test_wandb_loggers_init_arguments_pass_anonymous_which_attnflow_leaves_out(t
 
 
 # -- Hydra ---------------------------------------------------------------------------------------
-def test_hydra_mains_command_line_is_read_as_hydra_reads_it():
-    args = parse_command_line(["-cp", "here", "-cn", "name", "--config-dir", "/d", "seed=3", "-m"])
-    assert (args.config_path, args.config_name, args.config_dir) == ("here", "name", "/d")
-    assert args.overrides == ["seed=3"] and args.multirun
-    assert parse_command_line(["--no-such-flag"]) is None
+def test_hydra_main_composes_with_the_checked_loader_once_to_learn_the_mode(tmp_path, monkeypatch):
+    """``hydra.main`` builds its Hydra with the loader :func:`checked_compositions` names: each
+    composition is checked as it is made, the first one with no logging configured yet."""
+    import logging
+    import sys
 
-
-def test_a_task_functions_caller_is_its_module():
-    def app(cfg):
-        return cfg
-
-    assert caller_of(app) == (None, __name__)
-
-
-def test_the_main_config_is_composed_with_hydras_node_and_its_basic_plugins(tmp_path):
+    import hydra
     from hydra.core.global_hydra import GlobalHydra
     from hydra.utils import get_class
 
-    (tmp_path / "extra").mkdir()
-    (tmp_path / "extra" / "a.yaml").write_text("x: 1\n")
-    before = GlobalHydra.instance().is_initialized()
-    cfg = main_config((None, "attnflow.cli.train"), str(CONF), str(tmp_path), "train",
-                      ["seed=3", "+extra=a"])
-    assert GlobalHydra.instance().is_initialized() == before  # left as it was
-    assert cfg.seed == 3 and cfg.extra.x == 1  # --config-dir is searched
-    assert cfg.hydra.launcher._target_ == BASIC_LAUNCHER
-    assert cfg.hydra.sweeper._target_.startswith(CORE_PLUGINS)
+    seen, ran = [], []
+
+    def check(cfg, first):
+        seen.append((first, cfg.seed, cfg.hydra.launcher._target_, len(logging.root.handlers)))
+
+    monkeypatch.setattr(sys, "argv", ["app", "seed=3", f"hydra.run.dir={tmp_path}", "hydra.output_subdir=null"])
+    handlers = logging.root.handlers[:]
+    try:
+        with checked_compositions(check):
+            hydra.main(version_base="1.3", config_path=str(CONF), config_name="train")(ran.append)()
+    finally:
+        GlobalHydra.instance().clear()
+        for h in set(logging.root.handlers) - set(handlers):
+            logging.root.removeHandler(h)
+            h.close()
+    assert [s[:3] for s in seen] == [(True, 3, BASIC_LAUNCHER), (False, 3, BASIC_LAUNCHER)]
+    assert seen[0][3] == len(handlers)  # the first check came before Hydra's logging
+    assert len(ran) == 1 and ran[0].seed == 3
     assert get_class(BASIC_LAUNCHER).__name__ == "BasicLauncher"
+    assert CORE_PLUGINS in BASIC_LAUNCHER
+    from hydra._internal import hydra as hydra_module
+
+    assert hydra_module.ConfigLoaderImpl.__name__ == "ConfigLoaderImpl"  # put back
+    assert issubclass(CheckedConfigLoader, hydra_module.ConfigLoaderImpl)

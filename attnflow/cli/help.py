@@ -4,11 +4,16 @@ read from the config files alone (no torch, Lightning or Hydra import); Hydra's 
 
 from __future__ import annotations
 
+import importlib.util
+import pkgutil
 import shutil
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+import yaml  # PyYAML, which OmegaConf imports anyway
+
 from attnflow.config.sweeps import PLUGINS, missing_module  # file reads and find_spec only: cheap
+from attnflow.sweep.config import OptunaSweeperConf  # (dataclasses only)
 
 USAGE = """\
 usage: {prog} [GROUP=OPTION ...] [KEY=VALUE ...]     train one run (outputs/<date>/<time>/)
@@ -53,8 +58,6 @@ def describe(path: Path) -> str:
 
 def root_choices(conf_dir: Path) -> Dict[str, str]:
     """{group: default option} of ``train.yaml``'s defaults list, in its order."""
-    import yaml  # PyYAML, which OmegaConf already imports
-
     out: Dict[str, str] = {}
     for entry in yaml.safe_load((conf_dir / "train.yaml").read_text(encoding="utf-8")).get("defaults", []):
         if isinstance(entry, dict):
@@ -81,8 +84,6 @@ def groups(conf_dir: Path) -> List[Tuple[str, str, List[Tuple[str, str]]]]:
             options.append((option, text))
         options += [(p.stem, describe(p)) for p in sorted((conf_dir / group).glob("*.yaml"))]
         out.append((group, "basic", options))
-    from attnflow.sweep.config import OptunaSweeperConf  # (dataclasses only)
-
     for entry in OptunaSweeperConf().defaults:  # the Optuna sweeper's own groups
         for name, default in (entry.items() if isinstance(entry, dict) else ()):
             group = f"hydra/sweeper/{name}"
@@ -147,9 +148,6 @@ def unknown_override(argv: List[str], conf_dir: Path) -> Optional[str]:
 
 def _foreign_hydra_plugins() -> List[str]:
     """The installed ``hydra_plugins`` modules other than those of ``PLUGINS`` (none imported)."""
-    import importlib.util
-    import pkgutil
-
     spec = importlib.util.find_spec("hydra_plugins")
     ours = {m.rsplit(".", 1)[1] for modules, _, _ in PLUGINS.values() for m in modules
             if m.startswith("hydra_plugins.")}

@@ -1,16 +1,40 @@
-"""The command line of a run as Hydra recorded it: which keys the user typed."""
+"""Overrides, read by Hydra's own grammar in this one module: the command line of a run as
+Hydra recorded it, which keys the user typed, and the words the shell split."""
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
 from omegaconf import DictConfig
 
 from attnflow.io.console import shell_word
+
+
+@functools.lru_cache(maxsize=1)
+def _parser() -> OverridesParser:
+    return OverridesParser.create()
+
+
+def parse(line: str) -> Override:
+    """Hydra's parse of one override; a ``HydraException`` where Hydra refuses it."""
+    return _parser().parse_override(line)
+
+
+def assignments(overrides: Iterable[str]) -> Dict[str, str]:
+    """{key: value as Hydra reads it} of the ``key=value`` overrides Hydra can parse: the key
+    without ``+``/``++`` or ``@package``, a value unquoted (a deletion's: "")."""
+    out = {}
+    for _, override in parsed(o for o in overrides if "=" in o and not o.startswith("-")):
+        if override is not None:
+            value = None if override.is_delete() else override.value()
+            out[override.key_or_group] = "" if value is None else str(value)
+    return out
 
 
 def command_line(cfg: Any) -> Optional[List[str]]:
@@ -25,7 +49,6 @@ def command_line(cfg: Any) -> Optional[List[str]]:
 def typed_fields(overrides: Iterable[str]) -> Dict[str, str]:
     """{dotted key: the override as typed} of the assignments, a mapping value's keys too
     (``callbacks.average={last:2}`` → ``callbacks.average.last``); not deletions, nor ``a/b=c``."""
-    parser = OverridesParser.create()
     out = {}
     for item in overrides:
         if item.startswith("~") or "=" not in item:
@@ -36,7 +59,7 @@ def typed_fields(overrides: Iterable[str]) -> Dict[str, str]:
         shown = item.lstrip("+")
         out[key] = shown
         try:
-            value = parser.parse_override(item).value()
+            value = parse(item).value()
         except HydraException:
             continue
         todo = [(key, value)]
@@ -56,14 +79,12 @@ def typed_groups(overrides: Optional[Iterable[str]]) -> Optional[set]:
     return {re.split(r"[./=@]", str(o).lstrip("+~"), maxsplit=1)[0] for o in overrides}
 
 
-
 def parsed(overrides: Iterable[str]) -> Iterator[Tuple[str, Any]]:
     """(override as typed, Hydra's parse of it, or None where Hydra cannot parse it: its own
     message about the syntax follows when it runs)."""
-    parser = OverridesParser.create()
     for arg in overrides:
         try:
-            yield arg, parser.parse_override(arg)
+            yield arg, parse(arg)
         except HydraException:
             yield arg, None
 

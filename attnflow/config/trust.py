@@ -1,22 +1,22 @@
 """Configs never run code. attnflow names blocks by registry name, so a config could name code only
 through Hydra: a ``_target_`` (``hydra.utils.instantiate``), ``hydra.callbacks`` (called as Hydra
 starts), a logging ``()`` factory or handler ``class``, or a group option that is a path to YAML
-outside ``conf/``. Before Hydra starts, the config Hydra will load (by its own parser, search path
-and loader: any ``-cd``, ``-cp``, ``-cn`` or ``hydra.searchpath``) is composed, once per option of
-a swept group, and such a config refused; launchers and sweepers are limited to Hydra's own and
-the plugins attnflow ships, Hydra callbacks to attnflow's own (:data:`TRUSTED_TARGETS`).
+outside ``conf/``. :func:`code_refusal` refuses such a config; ``attnflow-train`` asks it of every
+config Hydra composes, as Hydra composes it (by its own parser, search path and loader: any
+``-cd``, ``-cp``, ``-cn`` or ``hydra.searchpath``; :mod:`attnflow.config.hydra_internals`), before
+Hydra configures logging, builds callbacks or runs a job. Launchers and sweepers are limited to
+Hydra's own and the plugins attnflow ships, Hydra callbacks to attnflow's own
+(:data:`TRUSTED_TARGETS`).
 """
 
 from __future__ import annotations
 
-import itertools
-import os
 from pathlib import Path
-from typing import Any, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Iterator, Optional, Tuple
 
-from hydra.errors import HydraException
+from omegaconf import OmegaConf
 
-from attnflow.config.hydra_internals import CORE_PLUGINS, caller_of, main_config, parse_command_line
+from attnflow.config.hydra_internals import CORE_PLUGINS
 
 TRUSTED_TARGETS = (CORE_PLUGINS, "hydra_plugins.hydra_joblib_launcher.",
                    "hydra_plugins.hydra_submitit_launcher.", "hydra_plugins.attnflow_optuna_sweeper.",
@@ -25,33 +25,9 @@ TRUSTED_TARGETS = (CORE_PLUGINS, "hydra_plugins.hydra_joblib_launcher.",
 _LOGGING = ("hydra.job_logging", "hydra.hydra_logging")
 
 
-def composed(argv: Sequence[str], conf_dir: Path, app: Any = None) -> Iterator[Any]:
-    """The config ``hydra.main(config_path=conf_dir, config_name="train")(app)`` loads for
-    ``argv``, with Hydra's node, once without sweeps and once per option of each swept group; none
-    where Hydra cannot compose it (Hydra's own message follows). Hydra's own parser, search path
-    and loader: ``--config-dir``, ``--config-path``, ``--config-name``, ``hydra.searchpath`` and
-    search path plugins name what Hydra itself will load."""
-    args = parse_command_line(argv)
-    if args is None:
-        return
-    # (without app: attnflow-train's, the module -cp is relative to)
-    caller = caller_of(app) if app else (None, "attnflow.cli.train")
-    config_path = args.config_path if args.config_path is not None else str(conf_dir)
-    if args.config_dir is not None and not os.path.isdir(os.path.abspath(args.config_dir)):
-        return
-    for overrides in _variants(args.overrides):
-        try:
-            cfg = main_config(caller, config_path, args.config_dir, args.config_name or "train",
-                              overrides)
-        except (HydraException, ValueError):
-            return
-        yield cfg
-
-
 def code_refusal(cfg: Any, conf_dir: Path) -> Optional[str]:
-    """One line refusing the first piece of code a :func:`composed` config names, else None."""
-    from omegaconf import OmegaConf
-
+    """One line refusing the first piece of code a config composed by Hydra (with its ``hydra``
+    node) names, else None."""
     choices = OmegaConf.to_container(cfg.hydra.runtime.choices)
     for group, option in choices.items():
         if isinstance(option, str) and (option.startswith("/") or ".." in option.split("/")):
@@ -80,20 +56,3 @@ def _walk(node: Any, path: str = "") -> Iterator[Tuple[str, str, Any]]:
     for key, value in items:
         yield path, str(key), value
         yield from _walk(value, f"{path}.{key}" if path else str(key))
-
-
-def _variants(overrides: List[str]) -> Iterator[List[str]]:
-    """The overrides without sweeps, then with each option of each swept group (one at a time)."""
-    from hydra.core.override_parser.types import ChoiceSweep
-
-    from attnflow.config.overrides import parsed
-
-    plain, swept = [], []
-    for arg, override in parsed(overrides):
-        if override is None or not override.is_sweep_override():
-            plain.append(arg)
-        elif "." not in override.key_or_group and isinstance(override.value(), ChoiceSweep):
-            key = arg.split("=", 1)[0]
-            swept.append([f"{key}={option}" for option in override.value().list])
-    yield plain
-    yield from ([*plain, choice] for choice in itertools.chain.from_iterable(swept))
