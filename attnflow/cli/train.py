@@ -16,22 +16,34 @@ import sys
 from pathlib import Path
 
 from attnflow import config_dir
-from attnflow.cli.help import train_help
+from attnflow.cli.help import train_help, unknown_override
+from attnflow.config.sweeps import missing_plugin
+from attnflow.io.console import plain_warnings
 from attnflow.training.onednn import bound_primitive_cache
 
 
 def main() -> None:
-    """The console script: ``--help``, or the overrides checked, completed and run by Hydra."""
+    """The console script: ``--help``, or the overrides checked, completed and run by Hydra.
+    What the command line alone shows wrong is refused before torch and Lightning load."""
     bound_primitive_cache()  # before any tensor work: oneDNN reads it once
-    if {"-h", "--help"} & set(sys.argv[1:]):
+    argv, conf = sys.argv[1:], config_dir()
+    if {"-h", "--help"} & set(argv):
         try:
-            print(train_help(config_dir()))
+            print(train_help(conf))
         except BrokenPipeError:  # `attnflow-train --help | head`
             sys.stderr.close()
         return
-    from attnflow.cli.train_app import launch  # (torch, Lightning and Hydra: not for --help)
+    from attnflow.config.overrides import split_value  # (Hydra's grammar: not for --help)
 
-    launch(sys.argv[1:])
+    plain_warnings()  # attnflow's warnings as one line each
+    missing = split_value(argv) or missing_plugin(argv, conf)  # before Hydra, whose messages
+    unknown = None if missing else unknown_override(argv, conf)  # span a dozen lines
+    if missing or unknown:
+        print(f"attnflow: {missing or 'config error: ' + unknown}", file=sys.stderr)
+        sys.exit(2)
+    from attnflow.cli.train_app import launch  # (torch, Lightning and Hydra: not for these)
+
+    launch(argv)
 
 
 if __name__ == "__main__":

@@ -27,15 +27,14 @@ from omegaconf.errors import OmegaConfBaseException
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from attnflow import config_dir
-from attnflow.cli.help import unknown_override
 from attnflow.config.groups import field_overrides
 from attnflow.config.hydra_internals import checked_compositions
-from attnflow.config.overrides import assignments, split_value
+from attnflow.config.overrides import assignments
 from attnflow.config.registry import ConfigError
-from attnflow.config.sweeps import missing_plugin, optuna_sweep
+from attnflow.config.sweeps import optuna_sweep
 from attnflow.config.trust import code_refusal
 from attnflow.data.errors import DataError
-from attnflow.io.console import command, plain_warnings
+from attnflow.io.console import command
 from attnflow.io.text import InputError, check_folder, in_the_way
 from attnflow.sweep.checks import check_optimized_metric, check_sweep, check_sweep_data
 from attnflow.sweep.pruning import trial_reports
@@ -55,14 +54,9 @@ PATH_FAULTS = (errno.ENOTDIR, errno.EEXIST, errno.EISDIR)  # a file where a fold
 
 
 def launch(argv: List[str]) -> None:
-    """``attnflow-train ARGV`` (not ``--help``): checked, completed and run by Hydra."""
-    plain_warnings()  # attnflow's warnings as one line each
+    """``attnflow-train ARGV``, its overrides checked (:func:`attnflow.cli.train.main`):
+    completed and run by Hydra."""
     conf = Path(CONF_DIR)
-    missing = split_value(argv) or missing_plugin(argv, conf)  # before Hydra, whose messages
-    unknown = None if missing else unknown_override(argv, conf)  # span a dozen lines
-    if missing or unknown:
-        print(f"attnflow: {missing or 'config error: ' + unknown}", file=sys.stderr)
-        sys.exit(2)
     try:
         note = None
         try:
