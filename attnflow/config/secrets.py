@@ -58,9 +58,7 @@ def find(cfg: Any) -> Secrets:
 def _hidden(value: Any, key: str, secrets: Secrets) -> Any:
     if key in secrets.keys:
         return secrets.keys[key]
-    if not isinstance(value, str):
-        return value
-    for name, secret in secrets.values.items():
+    for name, secret in secrets.values.items() if isinstance(value, str) else ():
         if len(secret) >= SHORTEST:
             value = value.replace(secret, "${oc.env:" + name + "}")
     return mask_url(value)

@@ -35,8 +35,7 @@ def epoch_metrics(trainer: pl.Trainer, prefixes=("train/", "val/")) -> str:
 
 
 def duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    h, rest = divmod(seconds, 3600)
+    h, rest = divmod(int(round(seconds)), 3600)
     return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
 
 
