@@ -15,63 +15,57 @@ from typing import List, Sequence
 
 import numpy as np
 import torch
+from tokenizers import Tokenizer
 
-from attnflow.cli.predict_io import (PredictError, check_explain_html, label_all, label_line,
-                                     read_texts, write_attention)
-from attnflow.config.registry import MODELS
+from attnflow.cli.predict_io import check_explain_html, label_all, label_line, read_texts
+from attnflow.config.registry import DATA, MODELS
+from attnflow.data.corpus import MASK, PAD, SEP, run_tokenizer
+from attnflow.data.pretraining import pad_rows
+from attnflow.data.text_classification import encode_texts
 from attnflow.io.checkpoints import Run, load_weights
-from attnflow.io.text import no_inputs
-from attnflow.viz.figures import cls_rows
+from attnflow.viz.explain import join_pieces, write_text_html
+from attnflow.viz.figures import cls_attention_figure, cls_rows, figure_png
 
 
 @dataclass
 class BertRun:
     model: torch.nn.Module
-    tokenizer: object
+    tokenizer: Tokenizer
     itos: List[str]
     max_len: int
     class_names: List[str]  # [] for a pretraining run
     pretraining: bool
 
 
+def bert_model(run: Run, tokenizer: Tokenizer, what: str, device: str, **sizes) -> torch.nn.Module:
+    """The run's BERT model for ``tokenizer``'s vocabulary, its weights loaded (``what``: its
+    heads, for the message of a mismatch), in eval mode on ``device``."""
+    vocab = tokenizer.get_vocab_size()
+    model = MODELS.build(run.config["model"], vocab_size=vocab, pad_id=PAD, path="model", **sizes)
+    load_weights(model, run.ckpt["state_dict"], "model.", f"model 'bert' ({what})")
+    return model.eval().to(device)
+
+
 def load_bert(run: Run, device: str = "cpu") -> BertRun:
     """The run's BERT model with its weights, in eval mode, and its tokenizer."""
-    from tokenizers import Tokenizer
-
-    from attnflow.config.registry import DATA
-    from attnflow.data.corpus import PAD, TOKENIZER_FILE
-
-    cfg = run.config
-    art = dict(run.ckpt.get("attnflow_artifacts") or {})
-    saved = run.run_dir / "tokenizer" / TOKENIZER_FILE
-    if saved.is_file():
-        tok = Tokenizer.from_file(str(saved))
-    elif art.get("tokenizer"):
-        tok = Tokenizer.from_str(art["tokenizer"])
-    else:
-        raise PredictError(f"the run has no tokenizer: {saved} is missing and its checkpoint "
-                           f"{run.checkpoint} carries none")
+    cfg, art = run.config, dict(run.ckpt.get("attnflow_artifacts") or {})
+    tok = run_tokenizer(run.run_dir, art, str(run.run_dir))
     pretraining = (cfg.get("task") or {}).get("name") == "bert_pretraining"
     names = [] if pretraining else [str(c) for c in art.get("class_names") or []]
     max_len = art.get("max_len") or DATA.validate(cfg["data"], "data").get("max_len")
-    vocab = tok.get_vocab_size()
-    model = MODELS.build(cfg["model"], vocab_size=vocab, pad_id=PAD, num_classes=len(names),
-                         path="model")
-    load_weights(model, run.ckpt["state_dict"], "model.",
-                 f"model 'bert' (head {cfg['model'].get('head', 'pretraining')}, a vocabulary of "
-                 f"{vocab} tokens, {len(names)} classes)")
-    itos = [tok.id_to_token(i) for i in range(vocab)]
-    max_len = min(int(max_len), model.max_len)  # the data's cap, within the model's positions
-    return BertRun(model.eval().to(device), tok, itos, max_len, names, pretraining)
+    model = bert_model(run, tok, f"head {cfg['model'].get('head', 'pretraining')}, a vocabulary of "
+                       f"{tok.get_vocab_size()} tokens, {len(names)} classes", device,
+                       num_classes=len(names))
+    itos = [tok.id_to_token(i) for i in range(tok.get_vocab_size())]
+    # the data's cap, within the model's positions
+    return BertRun(model, tok, itos, min(int(max_len), model.max_len), names, pretraining)
 
 
 def encode(bert: BertRun, texts: Sequence[str]) -> List[dict]:
     """Per text: ``ids`` ``[CLS] subwords [SEP]`` cut to ``max_len`` (as the data modules'
     ``encode_texts``: the end is cut), ``segments`` (0, then 1 after the first inner [SEP] of a
-    pretraining run's input), ``subwords`` (how many the text has) and ``cut`` (how many were cut)."""
-    from attnflow.data.corpus import SEP
-    from attnflow.data.text_classification import encode_texts
-
+    pretraining run's input), ``size`` (how many subwords the text has) and ``cut`` (how many
+    were cut)."""
     full, _ = encode_texts(bert.tokenizer, texts, sys.maxsize)  # every subword: to count the cut
     out = []
     for ids in full:
@@ -80,7 +74,7 @@ def encode(bert: BertRun, texts: Sequence[str]) -> List[dict]:
         seg = np.zeros(len(keep), np.int64)
         if bert.pretraining:  # [CLS] A [SEP] B [SEP]: B and the last [SEP] are segment 1
             seg = np.minimum(np.cumsum(np.concatenate(([0], keep[:-1] == SEP))), 1)
-        out.append({"ids": keep, "segments": seg, "subwords": n, "cut": n - (len(keep) - 2)})
+        out.append({"ids": keep, "segments": seg, "size": n, "cut": n - (len(keep) - 2)})
     return out
 
 
@@ -88,8 +82,6 @@ def encode(bert: BertRun, texts: Sequence[str]) -> List[dict]:
 def forward(bert: BertRun, items: Sequence[dict]):
     """One padded batch through the model: (hidden (B, T, d), ⟨CLS⟩ attention (B, N, J, T), zero
     at padding, lengths (B,)). The maps are the encoder's own ``need_weights`` output, row 0."""
-    from attnflow.data.pretraining import pad_rows
-
     device = next(bert.model.parameters()).device
     ids, real = pad_rows([it["ids"] for it in items])  # as the data modules' batches
     seg, _ = pad_rows([it["segments"] for it in items], 0)
@@ -99,51 +91,54 @@ def forward(bert: BertRun, items: Sequence[dict]):
     return hidden, cls_rows(maps), torch.from_numpy(lens)
 
 
+def encoded_results(texts: Sequence[str], items: Sequence[dict]) -> List[dict]:
+    """Per text its ``text``, ``empty`` (no subwords), ``size`` and ``cut`` (of :func:`encode`)."""
+    return [{"text": t, "empty": it["size"] == 0, "size": it["size"], "cut": it["cut"]}
+            for t, it in zip(texts, items)]
+
+
+def _fill(bert: BertRun, hidden: torch.Tensor, items: Sequence[dict], top_k: int) -> List[dict]:
+    """Per text (``items`` of non-empty ones, ``hidden`` their states): ``masks`` (per [MASK] the
+    top-k {token, token_str, score}) and ``sequence`` (each [MASK] filled by its first)."""
+    where = [np.flatnonzero(it["ids"] == MASK) for it in items]
+    b = torch.as_tensor(np.concatenate([np.full(len(w), k) for k, w in enumerate(where)]), dtype=torch.long)
+    t = torch.as_tensor(np.concatenate(where), dtype=torch.long)
+    top = torch.softmax(bert.model.mlm_logits(hidden[b, t]).float(), -1).topk(
+        min(top_k, len(bert.itos)), -1) if len(t) else None
+    out, start = [], 0
+    for it, w in zip(items, where):
+        masks = [[{"token": int(tid), "token_str": bert.itos[int(tid)], "score": float(p)}
+                  for tid, p in zip(top.indices[j].tolist(), top.values[j].tolist())]
+                 for j in range(start, start + len(w))]
+        start += len(w)
+        filled = [bert.itos[x] for x in it["ids"].tolist()]
+        for pos, m in zip(w.tolist(), masks):
+            filled[pos] = m[0]["token_str"]
+        out.append({"masks": masks, "sequence": join_pieces(filled, ("[PAD]", "[CLS]", "[SEP]"))})
+    return out
+
+
 @torch.no_grad()
 def predict_texts(bert: BertRun, texts: Sequence[str], top_k: int = 5) -> List[dict]:
-    """Per text: ``tokens``, ``cls_attention`` (N, J, T) numpy, ``subwords``, ``cut``,
+    """Per text: ``tokens``, ``cls_attention`` (N, J, T) numpy, ``size`` (subwords), ``cut``,
     ``empty``, and for classification ``label``, ``probability``, ``probabilities``; for
     fill-mask ``masks`` (per [MASK], the top-k {token, token_str, score}) and ``sequence``."""
-    from attnflow.data.corpus import MASK
-    from attnflow.viz.explain import join_pieces
-
     items = encode(bert, texts)
-    results = [{"text": t, "empty": it["subwords"] == 0, "subwords": it["subwords"],
-                "cut": it["cut"]} for t, it in zip(texts, items)]
+    results = encoded_results(texts, items)
     live = [i for i, r in enumerate(results) if not r["empty"]]
     if not live:
         return results
     hidden, cls, lens = forward(bert, [items[i] for i in live])
     if bert.pretraining:
-        ids = [torch.as_tensor(items[i]["ids"]) for i in live]
-        where = [torch.nonzero(x == MASK).flatten() for x in ids]
-        b = torch.cat([torch.full((len(w),), k) for k, w in enumerate(where)])
-        t = torch.cat(where)
-        probs = torch.softmax(bert.model.mlm_logits(hidden[b, t]).float(), -1) if len(t) else None
-        k = min(top_k, len(bert.itos))
-        top = probs.topk(k, -1) if probs is not None else None
-        start = 0
+        heads = _fill(bert, hidden, [items[i] for i in live], top_k)
     else:
         probs = torch.softmax(bert.model.classify_logits(hidden).float(), -1).cpu()
+        heads = [{"label": bert.class_names[int(p.argmax())], "probability": float(p.max()),
+                  "index": int(p.argmax()), "probabilities": dict(zip(bert.class_names, p.tolist()))}
+                 for p in probs]
     for row, i in enumerate(live):
-        r, n = results[i], int(lens[row])
-        tokens = [bert.itos[x] for x in items[i]["ids"].tolist()]
-        r.update(tokens=tokens, cls_attention=cls[row, :, :, :n].cpu().numpy())
-        if bert.pretraining:
-            m = len(where[row])
-            masks = [[{"token": int(tid), "token_str": bert.itos[int(tid)], "score": float(p)}
-                      for tid, p in zip(top.indices[j].tolist(), top.values[j].tolist())]
-                     for j in range(start, start + m)] if m else []
-            start += m
-            filled = list(tokens)
-            for j, pos in enumerate(where[row].tolist()):
-                filled[pos] = masks[j][0]["token_str"]
-            r.update(masks=masks, sequence=join_pieces(filled, ("[PAD]", "[CLS]", "[SEP]")))
-        else:
-            p = probs[row]
-            c = int(p.argmax())
-            r.update(label=bert.class_names[c], probability=float(p[c]), index=c,
-                     probabilities={name: float(v) for name, v in zip(bert.class_names, p.tolist())})
+        results[i].update(heads[row], tokens=[bert.itos[x] for x in items[i]["ids"].tolist()],
+                          cls_attention=cls[row, :, :, :int(lens[row])].cpu().numpy())
     return results
 
 
@@ -185,9 +180,8 @@ def predict_bert(args, run: Run, out) -> int:
     bert = load_bert(run, args.device)
     pre = bert.pretraining
     check_explain_html(args, "texts")
-    texts, where = read_texts(args, (run.config.get("data") or {}).get("text_field") or "text")
+    texts, where = read_texts(args, args.texts, (run.config.get("data") or {}).get("text_field") or "text")
     limit, explained = bert.max_len - 2, []
-    caps = f"{limit} subwords (the run's data.max_len={bert.max_len})"
 
     def step(chunk, first):
         results = predict_texts(bert, chunk, args.top_k or 5)
@@ -198,23 +192,18 @@ def predict_bert(args, run: Run, out) -> int:
         if pre and not r["masks"]:
             print(f"attnflow-predict: {where} {j} has no [MASK] to fill (written "
                   f"unchanged)", file=sys.stderr)
-        msg = (f"has {r['subwords']} subwords; the model reads at most {limit} between [CLS] and "
-               f"[SEP] (the run's data.max_len={bert.max_len}): {r['cut']} cut from its end")
-        return msg if r["cut"] else None, r["subwords"], r["cut"]
+        return (f"has {r['size']} subwords; the model reads at most {limit} between [CLS] and "
+                f"[SEP] (the run's data.max_len={bert.max_len}): {r['cut']} cut from its end"
+                if r["cut"] else None)
 
-    arrays, n = label_all(args, out, texts, where, step, lambda r: _line(r, args, pre), note,
-                          what="texts", caps=caps + ": {cut} of {size} subwords",
-                          empty=f"no words to {'fill' if pre else 'classify'} ('-' is written "
-                                f"in its place)", none=no_inputs("texts", "--file", args.file))
+    label_all(args, out, texts, where, step, lambda r: _line(r, args, pre), note, what="texts",
+              caps=f"{limit} subwords (the run's data.max_len={bert.max_len}): " + "{cut} of {size} subwords",
+              empty=f"no words to {'fill' if pre else 'classify'} ('-' is written in its place)",
+              kind="text")
     if args.explain:
-        from attnflow.viz.explain import write_text_html
-        from attnflow.viz.figures import cls_attention_figure, figure_png
-
         for r in explained:
             r["title"] = _title(r, pre)
             r["picture"] = figure_png(cls_attention_figure(r["cls_attention"], r["tokens"], r["title"]))
         path = write_text_html(args.explain, explained, "attnflow-predict: attention from [CLS]")
         print(f"explanation written to {path}", file=sys.stderr)
-    if args.save_attention:
-        write_attention(args.save_attention, arrays, "text", n, "texts")
     return 0

@@ -13,105 +13,84 @@ gives ``-``. ``--save-attention``: per input i ``{i}/tokens`` and ``{i}/cls_atte
 from __future__ import annotations
 
 import json
-from typing import Iterator, List, Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Union
 
 import numpy as np
 import torch
 
-from attnflow.cli.predict_io import PredictError, label_all, read_texts, write_attention
+from attnflow.cli.predict_io import jsonl_fields, label_all, read_texts
 from attnflow.cli.predict_text import BertRun, cls_arrays, forward, load_bert
+from attnflow.data.tagged import IGNORE, encode_tagged
 from attnflow.io.checkpoints import Run
-from attnflow.io.text import iter_lines, no_inputs
 
 Line = Union[str, Sequence[str]]  # a text line, or a JSON line's words
 
 
-def _jsonl_words(path: str, field: str) -> Iterator[List[str]]:
-    for n, line in enumerate(iter_lines(path, "--file"), 1):
-        if not line.strip():
-            yield []
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise PredictError(f"{path} line {n} is not JSON: {err}") from None
-        words = row.get(field) if isinstance(row, dict) else None
-        if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
-            raise PredictError(f"{path} line {n} has no list of words in '{field}' (the run's "
-                               f"data.tokens_field)")
-        yield words
-
-
-def read_lines(args, field: str) -> Tuple[Iterator[Line], str]:
-    """The inputs (text lines, or a ``.jsonl`` file's word lists) and how to name one."""
-    if not args.texts and args.file and args.file.endswith((".jsonl", ".jsonl.gz")):
-        return _jsonl_words(args.file, field), f"{args.file} line"
-    return read_texts(args, field="")
+def _words(value) -> bool:
+    return isinstance(value, list) and all(isinstance(w, str) for w in value)
 
 
 @torch.no_grad()
 def tag_lines(bert: BertRun, lines: Sequence[Line], task: Optional[str] = None) -> List[dict]:
     """Per line: ``text``, ``words``, ``tags`` and ``probabilities`` (None for a word past the
-    cut), ``cut`` (such words), ``empty``, ``subwords``; a non-empty one also ``tokens`` and
+    cut), ``cut`` (such words), ``size`` (words), ``empty``; a non-empty one also ``tokens`` and
     ``cls_attention`` (N, J, T) numpy. ``task``: the head of a multi-task run."""
-    from attnflow.data.tagged import IGNORE, encode_tagged
-
     words = [line.split() if isinstance(line, str) else [w.strip() for w in line] for line in lines]
     words = [[w for w in ws if w] for ws in words]
     ids, labels, cut = encode_tagged(bert.tokenizer, words, [np.zeros(len(w), np.int64) for w in words],
                                      bert.max_len)
     results = [{"text": line if isinstance(line, str) else " ".join(line), "words": ws,
-                "empty": not ws, "cut": c} for line, ws, c in zip(lines, words, cut)]
+                "empty": not ws, "cut": c, "size": len(ws)} for line, ws, c in zip(lines, words, cut)]
     live = [k for k, r in enumerate(results) if not r["empty"]]
     if not live:
         return results
     hidden, cls, lens = forward(bert, [{"ids": ids[k], "segments": np.zeros_like(ids[k])}
                                        for k in live])
-    probs = torch.softmax(bert.model.token_logits(hidden, task).float(), -1).cpu()
-    top, best = probs.max(-1)
+    top, best = torch.softmax(bert.model.token_logits(hidden, task).float(), -1).cpu().max(-1)
     for row, k in enumerate(live):
         r, n = results[k], int(lens[row])
         first = np.flatnonzero(labels[k] != IGNORE)  # each kept word's first piece, in order
-        tags = [bert.class_names[c] for c in best[row, first].tolist()]
         pad = [None] * r["cut"]
-        r.update(tags=tags + pad, probabilities=top[row, first].tolist() + pad,
+        r.update(tags=[bert.class_names[c] for c in best[row, first].tolist()] + pad,
+                 probabilities=top[row, first].tolist() + pad,
                  tokens=[bert.itos[x] for x in ids[k].tolist()],
                  cls_attention=cls[row, :, :, :n].cpu().numpy())
     return results
+
+
+def tagged_words(r: dict) -> str:
+    """``word/TAG word/TAG …`` of a tagged input (``-`` for an untagged word)."""
+    return " ".join(f"{w}/{t if t is not None else '-'}" for w, t in zip(r["words"], r["tags"]))
 
 
 def tagged_line(r: dict, as_json: bool) -> str:
     """The output line of a tagged input (module docstring)."""
     if as_json:
         keys = ("words", "tags", "probabilities", "text")
-        empty = {"empty": True} if r["empty"] else {}
-        return json.dumps({**{k: r.get(k, []) for k in keys}, **empty})
-    if r["empty"]:
-        return "-"
-    return " ".join(f"{w}/{t if t is not None else '-'}" for w, t in zip(r["words"], r["tags"]))
+        return json.dumps({**{k: r.get(k, []) for k in keys}, **({"empty": True} if r["empty"] else {})})
+    return "-" if r["empty"] else tagged_words(r)
 
 
 def predict_tokens(args, run: Run, out) -> int:
     """attnflow-predict on a token-classification run (module docstring)."""
     bert = load_bert(run, args.device)
     field = (run.config.get("data") or {}).get("tokens_field") or "tokens"
-    lines, where = read_lines(args, field)
-    limit = bert.max_len - 2
-    caps = f"{limit} subwords (the run's data.max_len={bert.max_len})"
+    if not args.texts and args.file and args.file.endswith((".jsonl", ".jsonl.gz")):
+        what = f"list of words in '{field}' (the run's data.tokens_field)"
+        lines, where = (w or [] for w in jsonl_fields(args.file, field, _words, what)), f"{args.file} line"
+    else:
+        lines, where = read_texts(args, args.texts, field=None)
+    caps = f"{bert.max_len - 2} subwords (the run's data.max_len={bert.max_len})"
 
     def step(chunk, first):
         results = tag_lines(bert, chunk)
         return results, cls_arrays(results, first) if args.save_attention else {}
 
     def note(r, _):
-        msg = (f"has {len(r['words'])} words; the model reads at most {caps}: its last "
-               f"{r['cut']} words are not tagged ('-')")
-        return msg if r["cut"] else None, len(r["words"]), r["cut"]
+        return (f"has {len(r['words'])} words; the model reads at most {caps}: its last "
+                f"{r['cut']} words are not tagged ('-')") if r["cut"] else None
 
-    arrays, n = label_all(args, out, lines, where, step, lambda r: tagged_line(r, args.json), note,
-                          what="lines", caps=caps + ": {cut} of {size} words",
-                          empty="no words to tag ('-' is written in its place)",
-                          none=no_inputs("lines", "--file", args.file))
-    if args.save_attention:
-        write_attention(args.save_attention, arrays, "tokens", n, "lines")
+    label_all(args, out, lines, where, step, lambda r: tagged_line(r, args.json), note,
+              what="lines", caps=caps + ": {cut} of {size} words", kind="tokens",
+              empty="no words to tag ('-' is written in its place)")
     return 0

@@ -17,6 +17,7 @@ for Transformers ``{i}/encoder_self`` (L, J, S, S) and ``{i}/decoder_self`` (L, 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import warnings
 from pathlib import Path
@@ -24,9 +25,9 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from attnflow.cli.predict_io import (PredictError, label_all, positive, read_texts,
-                                     write_attention)
-from attnflow.config.registry import AttnflowWarning, ConfigError
+import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
+from attnflow.cli.predict_io import PredictError, label_all, positive, read_texts
+from attnflow.config.registry import DATA, MODELS, TASKS, AttnflowWarning, ConfigError
 from attnflow.config.secrets import resolve_env
 from attnflow.io.checkpoints import CheckpointError, load_run, load_weights, no_grad
 from attnflow.io.console import plain_warnings
@@ -44,9 +45,6 @@ class TranslateError(Exception):
 
 def load(path: Path, device: str = "cpu"):
     """(model, data module, config) from a run directory or checkpoint."""
-    import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
-    from attnflow.config.registry import DATA, MODELS
-
     run = load_run(path, device)
     cfg = run.config
     if cfg["data"].get("name") != "parallel":
@@ -84,28 +82,19 @@ def load_members(paths: Sequence[Path], device: str = "cpu"):
     return Ensemble([m for m, _, _ in loaded]).eval(), dm, configs
 
 
-def run_decoding(cfg) -> Dict[str, float]:
-    """How the run's test step decoded: ``{"beam", "length_penalty"}`` from its task (a task
-    without beam search: 1 and 0.6)."""
-    from attnflow.config.registry import TASKS
-
-    task = TASKS.validate(cfg["task"], "task") if cfg.get("task") else {}
-    return {"beam": int(task.get("beam_size", 1)),
-            "length_penalty": float(task.get("length_penalty", 0.6))}
-
-
 def decoding_settings(paths: Sequence[Path], configs: Sequence, beam: Optional[int],
                       length_penalty: Optional[float]) -> Tuple[int, float]:
-    """(beam, α): the options where given, else the first run's own; an ensemble member that
-    decoded otherwise is one warning."""
+    """(beam, α): the options where given, else how the first run's test step decoded (its
+    task's ``beam_size``, ``length_penalty``; without beam search 1 and 0.6); an ensemble member
+    that decoded otherwise is one warning."""
+    own = [TASKS.validate(cfg["task"], "task") if cfg.get("task") else {} for cfg in configs]
+    own = [{"beam": int(t.get("beam_size", 1)), "length_penalty": float(t.get("length_penalty", 0.6))}
+           for t in own]
     given = {"beam": beam, "length_penalty": length_penalty}
-    own = [run_decoding(cfg) for cfg in configs]
-    unread = []
-    for key, value in given.items():
-        if value is None:
-            given[key] = own[0][key]
-            unread += [f"{path} (task.{'beam_size' if key == 'beam' else key} {s[key]:g})"
-                       for path, s in zip(paths[1:], own[1:]) if s[key] != own[0][key]]
+    unread = [f"{path} (task.{'beam_size' if key == 'beam' else key} {s[key]:g})"
+              for key, value in given.items() if value is None
+              for path, s in zip(paths[1:], own[1:]) if s[key] != own[0][key]]
+    given = {k: own[0][k] if v is None else v for k, v in given.items()}
     if unread:
         warnings.warn(f"--ensemble {', '.join(unread)}: not read; the first run's decoding applies "
                       f"(beam {given['beam']:g}, length penalty {given['length_penalty']:g}; "
@@ -177,8 +166,17 @@ def _tokens(tok, ids) -> List[str]:
     return [tok.id_to_token(t) for t in ids]
 
 
-def _with_heads(w: torch.Tensor) -> torch.Tensor:
-    return w.unsqueeze(1) if w.dim() == 3 else w  # (B, Tq, Tk) of one head -> (B, 1, Tq, Tk)
+def _keep(calls: dict, part: str, module, args, output) -> None:
+    """A forward hook: an attention block's weights (B, J, Tq, Tk), as self-attention of ``part``
+    where its queries are its keys, else as cross-attention, added to ``calls`` under the block."""
+    if output[1] is not None:
+        w = output[1].unsqueeze(1) if output[1].dim() == 3 else output[1]  # one head: (B, 1, Tq, Tk)
+        kind = "cross" if args[0] is not args[1] else f"{part}_self"
+        calls.setdefault(id(module), (kind, []))[1].append(w.float().cpu())
+
+
+def _need_weights(module, args, kwargs):
+    return args, {**kwargs, "need_weights": True}
 
 
 @no_grad
@@ -199,24 +197,10 @@ def attention_arrays(model, ids: List[List[int]], rows: List[List[int]]) -> List
     device = next(model.parameters()).device
     batch = {k: v.to(device) for k, v in collate([(i, ids[i], rows[i][:-1]) for i in keep]).items()}
     calls: Dict[int, Tuple[str, List[torch.Tensor]]] = {}  # per block, in order of first call
-    handles = []
-
-    def force(module, args, kwargs):
-        return args, {**kwargs, "need_weights": True}
-
-    def keeper(part: str):
-        def hook(module, args, output):
-            if output[1] is None:
-                return
-            kind = "cross" if args[0] is not args[1] else f"{part}_self"  # queries are the keys?
-            calls.setdefault(id(module), (kind, []))[1].append(_with_heads(output[1]).float().cpu())
-        return hook
-
-    for part, sub in (("encoder", model.encoder), ("decoder", model.decoder)):
-        for module in sub.modules():
-            if isinstance(module, AttentionBlock):
-                handles.append(module.register_forward_pre_hook(force, with_kwargs=True))
-                handles.append(module.register_forward_hook(keeper(part)))
+    handles = [h for part, sub in (("encoder", model.encoder), ("decoder", model.decoder))
+               for m in sub.modules() if isinstance(m, AttentionBlock)
+               for h in (m.register_forward_pre_hook(_need_weights, with_kwargs=True),
+                         m.register_forward_hook(functools.partial(_keep, calls, part)))]
     try:
         _, alpha = model(batch["src"], batch["src_lengths"], batch["tgt_in"], need_weights=True)
     finally:
@@ -230,10 +214,8 @@ def attention_arrays(model, ids: List[List[int]], rows: List[List[int]]) -> List
     for r, i in enumerate(keep):
         S, T = len(ids[i]), len(rows[i])
         size = {"encoder_self": (S, S), "decoder_self": (T, T), "cross": (T, S)}
-        for kind, maps in captured.items():
-            if maps:
-                q, k = size[kind]
-                out[i][kind] = torch.stack([m[r, :, :q, :k] for m in maps]).numpy()
+        out[i] = {kind: torch.stack([m[r, :, :size[kind][0], :size[kind][1]] for m in maps]).numpy()
+                  for kind, maps in captured.items() if maps}
     return out
 
 
@@ -275,8 +257,9 @@ def _check_options(args) -> None:
     check_new_outputs(*(("--attention", p) for p in maps), ("--save-attention", args.save_attention))
 
 
-def _translate_all(args, lines, where: str, model, dm, beam: int, length_penalty: float):
-    """Translate ``lines`` batch by batch, printing each; (heat maps, arrays, lines)."""
+def _translate_all(args, lines, where: str, model, dm, beam: int, length_penalty: float) -> list:
+    """Translate ``lines`` batch by batch, printing each, and write ``--save-attention``; the
+    heat maps to draw (α, source and output tokens, what α is, the line)."""
     max_len, limit, heat_maps = args.max_len or dm.max_decode_len, dm.max_src_len, []
 
     def step(chunk, first):
@@ -287,42 +270,36 @@ def _translate_all(args, lines, where: str, model, dm, beam: int, length_penalty
             heat_maps.extend((*m, line) for m, line in zip(_heat_maps(model, dm, w, ids, rows), chunk)
                              if m)
         arrays = {}
-        if args.save_attention:
-            for j, (s, r, maps) in enumerate(zip(ids, rows, attention_arrays(model, ids, rows)), first):
-                arrays[f"{j}/source"] = text_array(_tokens(dm.src_tok, s))
-                arrays[f"{j}/output"] = text_array(_tokens(dm.tgt_tok, r))
-                arrays.update({f"{j}/{k}": v for k, v in maps.items()})
-        return [{"empty": not (line.strip() and n), "full": n, "out": dm.detokenize(r)}
-                for line, n, r in zip(chunk, full, rows)], arrays
+        for j, (s, r, maps) in enumerate(zip(ids, rows, attention_arrays(model, ids, rows)), first) \
+                if args.save_attention else ():
+            arrays.update({f"{j}/source": text_array(_tokens(dm.src_tok, s)),
+                           f"{j}/output": text_array(_tokens(dm.tgt_tok, r)),
+                           **{f"{j}/{k}": v for k, v in maps.items()}})
+        return [{"empty": not (line.strip() and n), "size": n, "cut": max(0, n - limit),
+                 "out": dm.detokenize(r)} for line, n, r in zip(chunk, full, rows)], arrays
 
     def note(r, _):
-        n = r["full"]
-        msg = (f"has {n} subwords; the model reads at most {limit} (data.max_src_len of the run): "
-               f"{n - limit} subwords cut, the rest is translated")
-        return (msg, n, n - limit) if n > limit else (None, n, 0)
+        return (f"has {r['size']} subwords; the model reads at most {limit} (data.max_src_len of the "
+                f"run): {r['cut']} subwords cut, the rest is translated") if r["cut"] else None
 
-    none = no_inputs("sentences", "-f", args.file, metavar=" FILE")
-    arrays, n = label_all(args, sys.stdout, lines, where, step, lambda r: r["out"], note,
-                          what="lines", caps=f"{limit} subwords: " + "{cut} of {size} subwords",
-                          empty="nothing to translate (an empty line is written in its place)",
-                          none=none, prog="attnflow-translate")
-    return heat_maps, arrays, n
+    label_all(args, sys.stdout, lines, where, step, lambda r: r["out"], note, what="lines",
+              caps=f"{limit} subwords: " + "{cut} of {size} subwords", kind="translation",
+              empty="nothing to translate (an empty line is written in its place)",
+              none=no_inputs("sentences", "-f", args.file, metavar=" FILE"), prog="attnflow-translate")
+    return heat_maps
 
 
-def _write_attention(args, heat_maps, arrays, n_lines: int) -> None:
-    if args.attention:
-        from attnflow.viz.figures import save_attention_png
+def _draw(args, heat_maps: list) -> None:
+    """``--attention``: the heat maps as OUT.png, OUT_1.png, …"""
+    from attnflow.viz.figures import save_attention_png
 
-        names = heat_map_names(args.attention, len(heat_maps))
-        check_new_outputs(*(("--attention", p) for p in names))  # -f, stdin: known only now
-        for p, (weights, src, out, what, line) in zip(names, heat_maps):
-            save_attention_png(p, weights, src, out, f"{what}: {line[:60]}", label=what)
-        if not heat_maps:
-            print("attnflow-translate: no heat map written: this model has no attention "
-                  "(or every input line was empty)", file=sys.stderr)
-    if args.save_attention:
-        write_attention(args.save_attention, arrays, "translation", n_lines, "lines",
-                        "attnflow-translate")
+    names = heat_map_names(args.attention, len(heat_maps))
+    check_new_outputs(*(("--attention", p) for p in names))  # -f, stdin: known only now
+    for p, (weights, src, out, what, line) in zip(names, heat_maps):
+        save_attention_png(p, weights, src, out, f"{what}: {line[:60]}", label=what)
+    if not heat_maps:
+        print("attnflow-translate: no heat map written: this model has no attention "
+              "(or every input line was empty)", file=sys.stderr)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -331,11 +308,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_intermixed_args(argv)  # options before or after the sentences
     try:
         _check_options(args)
-        lines, where = read_texts(args, None, "sentences", "-f")
+        lines, where = read_texts(args, args.sentences, None, "-f")
         paths = [Path(p) for p in [args.run, *args.ensemble]]
         model, dm, configs = load_members(paths, args.device)
         beam, length_penalty = decoding_settings(paths, configs, args.beam, args.length_penalty)
-        _write_attention(args, *_translate_all(args, lines, where, model, dm, beam, length_penalty))
+        heat_maps = _translate_all(args, lines, where, model, dm, beam, length_penalty)
+        if args.attention:
+            _draw(args, heat_maps)
     except (TranslateError, PredictError, CheckpointError, InputError, ConfigError, OSError) as err:
         print(f"attnflow-translate: {err}", file=sys.stderr)
         return 2
