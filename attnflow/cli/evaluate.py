@@ -76,23 +76,6 @@ def _data_preset(name: str, run_cfg: Dict[str, Any]) -> Dict[str, Any]:
     return OmegaConf.to_container(root, resolve=True)["data"]
 
 
-def _apply(cfg: Dict[str, Any], key: str, value: Any, trainer: Dict[str, Any]) -> None:
-    """One override (not ``split``) into ``cfg`` or ``trainer``, or a ConfigError."""
-    head, _, field = key.partition(".")
-    if key == "seed":
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise ConfigError(f"seed must be an integer, got {value!r}")
-        cfg["seed"] = value
-    elif head in ("data", "task") and field and "." not in field:
-        cfg[head][field] = value
-    elif head == "trainer" and field in TRAINER_FIELDS:
-        trainer[field] = value
-    else:
-        known = ["split", "seed", *(f"trainer.{f}" for f in TRAINER_FIELDS)]
-        raise ConfigError(f"attnflow-eval has no override '{key}'; overrides: {USAGE}."
-                          f"{suggest(key, known)}")
-
-
 def apply_overrides(run: Run, overrides: List[Tuple[str, Any]]) -> Tuple[Dict[str, Any], str, Dict[str, Any]]:
     """(config to evaluate with, split, trainer fields): the run's config with ``overrides``
     applied and validated against the registries."""
@@ -103,12 +86,23 @@ def apply_overrides(run: Run, overrides: List[Tuple[str, Any]]) -> Tuple[Dict[st
         DATA.get(str(new_name), "data")
         cfg["data"] = _data_preset(str(new_name), cfg)
     for key, value in overrides:
-        if key == "split" and value not in SPLITS:
-            raise ConfigError(f"split must be 'val' or 'test', got {value!r}")
+        head, _, field = key.partition(".")
         if key == "split":
+            if value not in SPLITS:
+                raise ConfigError(f"split must be 'val' or 'test', got {value!r}")
             split = value
+        elif key == "seed":
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ConfigError(f"seed must be an integer, got {value!r}")
+            cfg["seed"] = value
+        elif head in ("data", "task") and field and "." not in field:
+            cfg[head][field] = value
+        elif head == "trainer" and field in TRAINER_FIELDS:
+            trainer[field] = value
         else:
-            _apply(cfg, key, value, trainer)
+            known = ["split", "seed", *(f"trainer.{f}" for f in TRAINER_FIELDS)]
+            raise ConfigError(f"attnflow-eval has no override '{key}'; overrides: {USAGE}."
+                              f"{suggest(key, known)}")
     cfg["data"] = DATA.validate(cfg["data"], "data")
     _check_kinds(cfg)
     cfg["task"] = TASKS.validate(cfg["task"], "task")

@@ -15,7 +15,7 @@ from the config stored in the checkpoint (a run directory: its best checkpoint, 
 an option the run's kind leaves unread: one warning. Documents and texts give one line per input
 line, ``label<TAB>probability<TAB>text`` (``--json``: JSON lines; an empty line: ``-``), inputs
 over the run's caps cut as in training, with a note; token-classification runs give
-``word/TAG word/TAG …`` per line (:mod:`attnflow.cli.predict_tokens`). Graphs give CSV, one
+``word/TAG word/TAG …`` per line (:mod:`attnflow.cli.predict_text`). Graphs give CSV, one
 row per node: ``node,label,prob,prob_<class>…`` and with ``--explain`` the ``--top-k`` sources of
 the largest α of the last layer, averaged over heads. ``--save-attention`` holds ``kind``, ``lines`` and per
 input i its maps (documents ``{i}/words``, ``{i}/word_weights``, ``{i}/sent_weights`` or
@@ -241,11 +241,11 @@ def _graph(args, run: Run, out) -> int:
 
 def _bert_handlers() -> dict:
     """The handlers of BERT and captioning runs (torch and the tokenizers: after the checks)."""
-    from attnflow.cli import predict_image, predict_multitask, predict_text, predict_tokens
+    from attnflow.cli import predict_image, predict_text
 
     return {"text_classification": predict_text.predict_bert, "pretraining": predict_text.predict_bert,
-            "token_classification": predict_tokens.predict_tokens,
-            "captioning": predict_image.predict_captions, "multitask": predict_multitask.predict_multitask}
+            "token_classification": predict_text.predict_tokens,
+            "captioning": predict_image.predict_captions, "multitask": predict_text.predict_multitask}
 
 
 @contextmanager

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Optional, Tuple
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -120,16 +120,23 @@ def label_all(args: argparse.Namespace, out, texts: Iterable[str], where: str, s
     return arrays, n
 
 
+def output_line(r: dict, as_json: bool, keys: Sequence[str], plain: Callable[[dict], str],
+                empty: str = "-", blank: Any = None) -> str:
+    """An input's output line: with ``--json`` its ``keys`` (an empty input's ``blank`` but for its
+    text, and ``"empty": true``), else ``plain(r)``, or ``empty`` for an empty input."""
+    if as_json:
+        return json.dumps({k: blank if r["empty"] and k != "text" else r[k] for k in keys}
+                          | ({"empty": True} if r["empty"] else {}))
+    return empty if r["empty"] else plain(r)
+
+
 def label_line(r: dict, as_json: bool) -> str:
     """The output line of a labelled document or text: ``label<TAB>probability<TAB>text`` (its
     first 80 characters) or JSON (label, probability, probabilities, text); an empty one's is
     ``-<TAB>-<TAB>(empty: no words)`` (JSON: nulls and ``"empty": true``)."""
-    if r["empty"]:
-        return (json.dumps({"label": None, "probability": None, "probabilities": None,
-                            "text": r["text"], "empty": True}) if as_json else f"-\t-\t{EMPTY}")
-    if as_json:
-        return json.dumps({k: r[k] for k in ("label", "probability", "probabilities", "text")})
-    return f"{r['label']}\t{r['probability']:.4f}\t{' '.join(r['text'].split())[:80]}"
+    return output_line(r, as_json, ("label", "probability", "probabilities", "text"),
+                       lambda r: f"{r['label']}\t{r['probability']:.4f}\t{' '.join(r['text'].split())[:80]}",
+                       f"-\t-\t{EMPTY}")
 
 
 def write_attention(path: str, arrays: dict, kind: str, n: int, what: str,

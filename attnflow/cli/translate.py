@@ -71,15 +71,15 @@ def load_members(paths: Sequence[Path], device: str = "cpu"):
     loaded = [load(path, device) for path in paths]
     (model, dm, _), configs = loaded[0], [cfg for _, _, cfg in loaded]
     for path, (_, other, _) in zip(paths[1:], loaded[1:]):
-        for side, what in (("src_tok", "source"), ("tgt_tok", "target")):
-            if getattr(other, side).to_str() != getattr(dm, side).to_str():
+        for what, mine, theirs in (("source", dm.src_tok, other.src_tok), ("target", dm.tgt_tok, other.tgt_tok)):
+            if theirs.to_str() != mine.to_str():
                 raise TranslateError(f"--ensemble {path}: its {what} tokenizer differs from that of "
                                      f"{paths[0]}; an ensemble's members share their token ids")
-    if len(paths) == 1:
-        return model, dm, configs
-    from attnflow.models.ensemble import Ensemble
+    if len(paths) > 1:
+        from attnflow.models.ensemble import Ensemble
 
-    return Ensemble([m for m, _, _ in loaded]).eval(), dm, configs
+        model = Ensemble([m for m, _, _ in loaded]).eval()
+    return model, dm, configs
 
 
 def decoding_settings(paths: Sequence[Path], configs: Sequence, beam: Optional[int],
