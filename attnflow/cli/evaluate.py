@@ -196,7 +196,6 @@ def _evaluate(run: Run, cfg: Dict[str, Any], split: str, trainer_fields: Dict[st
     rebuilt task; the summary is written to ``path``."""
     import pytorch_lightning as pl
 
-    from attnflow.tasks.translation import TranslationTask
     from attnflow.training.precision import resolve_precision
     from attnflow.training.trainer_checks import lightning_errors
 
@@ -230,7 +229,7 @@ def _evaluate(run: Run, cfg: Dict[str, Any], split: str, trainer_fields: Dict[st
                "checkpoint": str(run.checkpoint), "data": cfg["data"], "overrides": list(overrides),
                "seconds": round(time.time() - start, 2),
                "created": datetime.now().isoformat(timespec="seconds")}
-    if isinstance(task, TranslationTask) and task.bleu_signature:
+    if isinstance(task, TASKS.get("translation")) and task.bleu_signature:
         summary["bleu_signature"] = task.bleu_signature
     _write_new(path, summary)
     return summary, path

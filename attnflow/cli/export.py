@@ -181,12 +181,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         run = open_run(args.model)
         kind = run_interface(run)
         if args.to == "hf":
-            print(f"attnflow-export: {export_hf(run, kind, out)}: config.json, model.safetensors, "
-                  f"tokenizer.json, vocab.txt, tokenizer_config.json", file=sys.stderr)
-            return 0
-        names, diff = export_onnx(run, kind, out)
-        check = "" if diff is None else f"; onnxruntime on the traced example: max |Δ| = {diff:.1e}"
-        print(f"attnflow-export: {out} (inputs {', '.join(names)}){check}", file=sys.stderr)
+            done = f"{export_hf(run, kind, out)}: config.json, model.safetensors, tokenizer.json, vocab.txt, " \
+                   f"tokenizer_config.json"
+        else:
+            names, diff = export_onnx(run, kind, out)
+            done = f"{out} (inputs {', '.join(names)})" + (
+                "" if diff is None else f"; onnxruntime on the traced example: max |Δ| = {diff:.1e}")
+        print(f"attnflow-export: {done}", file=sys.stderr)
         return 0
     except (CheckpointError, PredictError, ConfigError, InputError, OSError, ValueError) as err:
         print(f"attnflow-export: {err}", file=sys.stderr)

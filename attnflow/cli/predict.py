@@ -31,7 +31,7 @@ import sys
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 
@@ -46,9 +46,6 @@ from attnflow.io.text import (InputError, atomic_path, check_new_outputs, check_
                               save_arrays, text_array)
 from attnflow.training.onednn import bound_primitive_cache
 from attnflow.viz.explain import write_html
-
-if TYPE_CHECKING:  # torch is imported where a run is rebuilt
-    import torch
 
 # the options each kind of run leaves unread ("inputs": texts as arguments or --file)
 UNREAD = {"documents": ("--top-k", "--beam", "--attention"),
@@ -182,30 +179,12 @@ def load_graph(run: Run, device: str = "cpu"):
     return model.to(device).eval(), dm.full_graph()
 
 
-def top_neighbours(edge_index: torch.Tensor, alpha: torch.Tensor, num_nodes: int, k: int):
-    """For every target node t the k sources i of its edges with the largest α (ties: edge
-    order): ids (N, k) (-1 where N(t) has fewer) and weights (N, k) (NaN there). No loop over
-    nodes: edges are sorted by (target, −α) and ranked within each target's segment."""
-    import torch
-
-    src, dst = edge_index
-    order = torch.argsort(alpha, descending=True, stable=True)
-    order = order[torch.argsort(dst[order], stable=True)]
-    src, dst, alpha = src[order], dst[order], alpha[order]
-    counts = torch.bincount(dst, minlength=num_nodes)
-    rank = torch.arange(len(dst)) - (torch.cumsum(counts, 0) - counts)[dst]
-    keep = rank < k
-    ids = torch.full((num_nodes, k), -1, dtype=torch.long)
-    weights = torch.full((num_nodes, k), float("nan"))
-    ids[dst[keep], rank[keep]] = src[keep]
-    weights[dst[keep], rank[keep]] = alpha[keep].float()
-    return ids, weights
-
-
 def _graph(args, run: Run, out) -> int:
     if isinstance(args.explain, str):
         warn_unread(f"--explain {args.explain}", "a graph run adds the neighbours column to the CSV")
     import torch
+
+    from attnflow.tasks.node_classification import top_neighbours
 
     model, data = load_graph(run, args.device)
     with torch.no_grad():

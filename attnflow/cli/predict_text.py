@@ -138,6 +138,18 @@ def _fill(bert: BertRun, hidden: torch.Tensor, items: Sequence[dict], top_k: int
     return out
 
 
+def _labelled(p: torch.Tensor, names: List[str]) -> dict:
+    """``label``, ``probability`` and ``probabilities`` of a text's class probabilities ``p``."""
+    return {"label": names[int(p.argmax())], "probability": float(p.max()),
+            "probabilities": dict(zip(names, p.tolist()))}
+
+
+def _cut_note(limit: int, setting: str):
+    """The note on a text over ``limit`` subwords (``setting``: the run's cap, as named)."""
+    return lambda r, _: (f"has {r['size']} subwords; the model reads at most {limit} between [CLS] "
+                         f"and [SEP] (the run's {setting}): {r['cut']} cut from its end" if r["cut"] else None)
+
+
 @torch.no_grad()
 def predict_texts(bert: BertRun, texts: Sequence[str], top_k: int = 5) -> List[dict]:
     """Per text: ``tokens``, ``cls_attention`` (N, J, T) numpy, ``size`` (subwords), ``cut``,
@@ -153,9 +165,7 @@ def predict_texts(bert: BertRun, texts: Sequence[str], top_k: int = 5) -> List[d
         heads = _fill(bert, hidden, [items[i] for i in live], top_k)
     else:
         probs = torch.softmax(bert.model.classify_logits(hidden).float(), -1).cpu()
-        heads = [{"label": bert.class_names[int(p.argmax())], "probability": float(p.max()),
-                  "index": int(p.argmax()), "probabilities": dict(zip(bert.class_names, p.tolist()))}
-                 for p in probs]
+        heads = [{**_labelled(p, bert.class_names), "index": int(p.argmax())} for p in probs]
     for row, i in enumerate(live):
         results[i].update(heads[row], tokens=[bert.itos[x] for x in items[i]["ids"].tolist()],
                           cls_attention=cls[row, :, :, :int(lens[row])].cpu().numpy())
@@ -196,7 +206,7 @@ def predict_bert(args, run: Run, out) -> int:
     pre = bert.pretraining
     check_explain_html(args, "texts")
     texts, where = read_texts(args, args.texts, (run.config.get("data") or {}).get("text_field") or "text")
-    limit, explained = bert.max_len - 2, []
+    limit, explained, cut = bert.max_len - 2, [], _cut_note(bert.max_len - 2, f"data.max_len={bert.max_len}")
 
     def step(chunk, first):
         results = predict_texts(bert, chunk, args.top_k or 5)
@@ -205,11 +215,8 @@ def predict_bert(args, run: Run, out) -> int:
 
     def note(r, j):
         if pre and not r["masks"]:
-            print(f"attnflow-predict: {where} {j} has no [MASK] to fill (written "
-                  f"unchanged)", file=sys.stderr)
-        return (f"has {r['size']} subwords; the model reads at most {limit} between [CLS] and "
-                f"[SEP] (the run's data.max_len={bert.max_len}): {r['cut']} cut from its end"
-                if r["cut"] else None)
+            print(f"attnflow-predict: {where} {j} has no [MASK] to fill (written unchanged)", file=sys.stderr)
+        return cut(r, j)
 
     label_all(args, out, texts, where, step, lambda r: _line(r, args, pre), note, what="texts",
               caps=f"{limit} subwords (the run's data.max_len={bert.max_len}): " + "{cut} of {size} subwords",
@@ -336,8 +343,7 @@ def predict_tasks(runs: Dict[str, BertRun], kinds: Dict[str, str], texts: Sequen
             hidden[bert.max_len] = forward(bert, encode(bert, [texts[i] for i in live]))[0]
         probs = torch.softmax(bert.model.classify_logits(hidden[bert.max_len], t).float(), -1).cpu()
         for p, i in zip(probs, live):
-            results[i]["tasks"][t] = {"label": bert.class_names[int(p.argmax())], "probability": float(p.max()),
-                                      "probabilities": dict(zip(bert.class_names, p.tolist()))}
+            results[i]["tasks"][t] = _labelled(p, bert.class_names)
     return results
 
 
@@ -365,12 +371,8 @@ def predict_multitask(args, run: Run, out) -> int:
         print("\t".join([t if k == "token_classification" else f"{t}\t{t}_probability"
                          for t, k in kinds.items()] + ["text"]), file=out)
 
-    def note(r, _):
-        return (f"has {r['size']} subwords; the model reads at most {limit} between [CLS] and "
-                f"[SEP] (the run's data.max_len): {r['cut']} cut from its end") if r["cut"] else None
-
     label_all(args, out, texts, where, lambda chunk, _: (predict_tasks(runs, kinds, chunk), {}),
-              lambda r: _tasks_line(r, kinds, args.json), note, what="texts",
+              lambda r: _tasks_line(r, kinds, args.json), _cut_note(limit, "data.max_len"), what="texts",
               caps=f"{limit} subwords (the run's data.max_len={next(iter(runs.values())).max_len})"
                    ": {cut} of {size} subwords",
               empty="no words to classify ('-' is written in its place)")

@@ -70,19 +70,15 @@ def _rel(path: Path, start: Path) -> str:
 
 
 def _summary_lines(report: Report) -> List[str]:
-    n = len(report.runs)
-    ok = sum(r.status == "ok" for r in report.runs)
-    pruned = sum(r.status == PRUNED for r in report.runs)
-    measured = sum(bool(r.metrics) for r in report.runs)
+    n, ok, pruned, measured = (len(report.runs), sum(r.status == "ok" for r in report.runs),
+                               sum(r.status == PRUNED for r in report.runs), sum(bool(r.metrics) for r in report.runs))
     sweeper = str(report.sweeper.get("_target_", "")).rsplit(".", 1)[-1] or None
     lines = [f"{report.kind}: {report.path}",
              f"{n} run(s): {ok} ok, " + (f"{pruned} pruned, " if pruned else "")
              + f"{measured} with metrics" + (f"; sweeper: {sweeper}" if sweeper else ""),
              ranking(report, where=True)]
     lines += [summary_line(report)] if report.study is not None else []
-    if report.common:
-        lines.append("common overrides: " + " ".join(f"{k}={fmt(v)}" for k, v in report.common.items()))
-    return lines
+    return lines + ["common overrides: " + " ".join(f"{k}={fmt(v)}" for k, v in report.common.items())] * bool(report.common)
 
 
 CSS = """body{font-family:sans-serif;margin:1.5em;color:#222}table{border-collapse:collapse;
