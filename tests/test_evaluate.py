@@ -184,7 +184,8 @@ def test_translation_on_another_test_set_without_the_training_files(tmp_path, ca
     from sacrebleu.metrics import BLEU
 
     from attnflow.data.parallel import PAD, collate
-    from attnflow.cli.translate import load, translate
+    from attnflow.cli.translate import load
+    from attnflow.tasks.seq2seq_inference import translate
 
     data = parallel_files(tmp_path / "data")
     run = fabricate_run(translation_overrides(data), tmp_path / "mt")

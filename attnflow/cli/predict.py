@@ -36,8 +36,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
-from attnflow.cli.predict_io import (BATCH_SIZE, PredictError, check_explain_html, label_all,
-                                     label_line, positive, read_texts)
+from attnflow.cli.predict_io import BATCH_SIZE, PredictError, label_all, label_line, positive, read_texts
 from attnflow.config.registry import DATA, MODELS, TASKS, AttnflowWarning
 from attnflow.config.secrets import resolve_env
 from attnflow.io.checkpoints import CheckpointError, Run, load_run, load_weights, no_grad, run_artifacts
@@ -139,7 +138,6 @@ def _document_arrays(task, batch: dict, shown: list, first: int) -> Dict[str, np
 
 
 def _documents(args, run: Run, out) -> int:
-    check_explain_html(args, "documents")
     task, art = load(args.model, args.device, run)
     texts, where = read_texts(args, args.texts, art.get("text_field", "text"))
     caps, explained = f"{art['max_sentences']} sentences of {art['max_words']} words", []
@@ -299,6 +297,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                                f"runs: text_classification, token_classification, "
                                f"bert_pretraining, multitask) and captions images{tool}")
         _drop_unread(args, kind, run)
+        if args.explain is True and kind != "graph":  # documents, texts: the HTML page to write
+            raise PredictError(f"--explain takes the HTML file to write for "
+                               f"{'documents' if kind == 'documents' else 'texts'} (--explain OUT.html)")
         with _output(args.output) as out:
             handler = {"documents": _documents, "graph": _graph}.get(kind) or _bert_handlers()[kind]
             return handler(args, run, out)

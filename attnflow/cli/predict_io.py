@@ -80,12 +80,6 @@ def read_texts(args: argparse.Namespace, given: list, field: Optional[str] = "te
     return iter_stdin(), "stdin line"
 
 
-def check_explain_html(args: argparse.Namespace, what: str) -> None:
-    """``--explain`` names the HTML page to write (documents, texts), or is not given."""
-    if args.explain is True:
-        raise PredictError(f"--explain takes the HTML file to write for {what} (--explain OUT.html)")
-
-
 def label_all(args: argparse.Namespace, out, texts: Iterable[str], where: str, step: Callable,
               line: Callable, note: Callable, *, what: str, caps: str, empty: str,
               kind: Optional[str] = None, none: Optional[str] = None,

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 
-from attnflow.cli.predict_io import (EMPTY, PredictError, check_explain_html, jsonl_fields, label_all,
+from attnflow.cli.predict_io import (EMPTY, PredictError, jsonl_fields, label_all,
                                      label_line, output_line, read_texts)
 from attnflow.config.registry import DATA, MODELS
 from attnflow.data.corpus import MASK, PAD, SEP, run_tokenizer
@@ -204,7 +204,6 @@ def predict_bert(args, run: Run, out) -> int:
     """attnflow-predict on a BERT run (see the module docstring)."""
     bert = load_bert(run, args.device)
     pre = bert.pretraining
-    check_explain_html(args, "texts")
     texts, where = read_texts(args, args.texts, (run.config.get("data") or {}).get("text_field") or "text")
     limit, explained, cut = bert.max_len - 2, [], _cut_note(bert.max_len - 2, f"data.max_len={bert.max_len}")
 

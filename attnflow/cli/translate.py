@@ -17,26 +17,21 @@ for Transformers ``{i}/encoder_self`` (L, J, S, S) and ``{i}/decoder_self`` (L, 
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
-import numpy as np
 
 import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
 from attnflow.cli.predict_io import PredictError, label_all, positive, read_texts
 from attnflow.config.registry import DATA, MODELS, TASKS, AttnflowWarning, ConfigError
 from attnflow.config.secrets import resolve_env
-from attnflow.io.checkpoints import CheckpointError, load_run, load_weights, no_grad
+from attnflow.io.checkpoints import CheckpointError, load_run, load_weights
 from attnflow.io.console import plain_warnings
 from attnflow.io.text import (InputError, check_new_outputs, check_npz, check_png,
                               no_inputs, path_arg, text_array)
 from attnflow.training.onednn import bound_primitive_cache
-
-if TYPE_CHECKING:  # imported where decoding starts: a bad argument is refused before (seconds)
-    import torch
 
 
 class TranslateError(Exception):
@@ -108,117 +103,6 @@ def heat_map_names(out: str, n: int) -> List[Path]:
     return [base.with_name(f"{base.stem}_{k}{base.suffix}") if k else base for k in range(n)]
 
 
-def encode(dm, lines: Sequence[str]) -> Tuple[List[List[int]], List[int]]:
-    """Source ids of ``lines`` cut to the model's limit ``max_src_len``, and their full lengths."""
-    full = [e.ids for e in dm.src_tok.encode_batch(list(lines))]
-    return [ids[: dm.max_src_len] for ids in full], [len(ids) for ids in full]
-
-
-@no_grad
-def decode_ids(model, ids: List[List[int]], beam: int = 1, length_penalty: float = 0.6,
-               max_len: int = 100, need_weights: bool = False, batch_size: int = 64):
-    """Output ids per source (⟨eos⟩ kept when produced, no padding; [] for an empty source) and
-    per source the decoder's α (T, J, S) or None. Sources are batched by length."""
-    from attnflow.data.parallel import BOS, EOS, PAD, collate
-    from attnflow.blocks.decoders.decoding import decode
-    from attnflow.tasks.seq2seq import strip_after_eos
-
-    device = next(model.parameters()).device
-    rows: List[List[int]] = [[] for _ in ids]
-    weights: List[Optional[torch.Tensor]] = [None] * len(ids)
-    order = [i for i in sorted(range(len(ids)), key=lambda i: len(ids[i])) if ids[i]]
-    for start in range(0, len(order), batch_size):
-        chunk = order[start: start + batch_size]
-        batch = {k: v.to(device) for k, v in collate([(i, ids[i], []) for i in chunk]).items()}
-        pred, w = decode(model, batch["src"], batch["src_lengths"], BOS, EOS, max_len, beam,
-                         length_penalty, need_weights)
-        pred = strip_after_eos(pred, EOS, PAD)
-        for r, i in enumerate(chunk):
-            rows[i] = [t for t in pred[r].tolist() if t != PAD]
-            if need_weights and w is not None:
-                weights[i] = w[r, : len(rows[i]), :, : len(ids[i])].float().cpu()
-    return rows, weights
-
-
-@no_grad
-def translate(model, dm, lines: List[str], beam: int = 1, length_penalty: float = 0.6,
-              max_len: Optional[int] = None, need_weights: bool = False, batch_size: int = 64):
-    """Translations of ``lines`` (and per sentence (α (T, S), source tokens, output tokens, what
-    α is: :func:`attnflow.viz.figures.alpha_label`))."""
-    ids, _ = encode(dm, lines)
-    rows, w = decode_ids(model, ids, beam, length_penalty, max_len or dm.max_decode_len,
-                         need_weights, batch_size)
-    maps = _heat_maps(model, dm, w, ids, rows) if need_weights else [None] * len(lines)
-    return [dm.detokenize(r) for r in rows], maps
-
-
-def _heat_maps(model, dm, w, ids, rows) -> list:
-    """Per source: (α (T, S) averaged over heads, source tokens, output tokens, its label naming
-    the decoder layer and heads), or None."""
-    from attnflow.viz.figures import decoder_alpha_label
-
-    return [None if wi is None else (wi.mean(1), _tokens(dm.src_tok, s), _tokens(dm.tgt_tok, r),
-                                     decoder_alpha_label(model, wi.shape[1]))
-            for wi, s, r in zip(w, ids, rows)]
-
-
-def _tokens(tok, ids) -> List[str]:
-    return [tok.id_to_token(t) for t in ids]
-
-
-def _keep(calls: dict, part: str, module, args, output) -> None:
-    """A forward hook: an attention block's weights (B, J, Tq, Tk), as self-attention of ``part``
-    where its queries are its keys, else as cross-attention, added to ``calls`` under the block."""
-    if output[1] is not None:
-        w = output[1].unsqueeze(1) if output[1].dim() == 3 else output[1]  # one head: (B, 1, Tq, Tk)
-        kind = "cross" if args[0] is not args[1] else f"{part}_self"
-        calls.setdefault(id(module), (kind, []))[1].append(w.float().cpu())
-
-
-def _need_weights(module, args, kwargs):
-    return args, {**kwargs, "need_weights": True}
-
-
-@no_grad
-def attention_arrays(model, ids: List[List[int]], rows: List[List[int]]) -> List[Dict[str, np.ndarray]]:
-    """Per source with an output, from one teacher-forced pass: ``cross`` (L, J, T, S) and for
-    Transformers ``encoder_self`` and ``decoder_self``. Hooks make every attention block under
-    ``model.encoder`` / ``model.decoder`` return its weights; a block whose queries are its keys
-    gives self-attention."""
-    import torch
-
-    from attnflow.blocks.attention.base import AttentionBlock
-    from attnflow.data.parallel import collate
-
-    keep = [i for i in range(len(ids)) if ids[i] and rows[i]]
-    out: List[Dict[str, np.ndarray]] = [{} for _ in ids]
-    if not keep:
-        return out
-    device = next(model.parameters()).device
-    batch = {k: v.to(device) for k, v in collate([(i, ids[i], rows[i][:-1]) for i in keep]).items()}
-    calls: Dict[int, Tuple[str, List[torch.Tensor]]] = {}  # per block, in order of first call
-    handles = [h for part, sub in (("encoder", model.encoder), ("decoder", model.decoder))
-               for m in sub.modules() if isinstance(m, AttentionBlock)
-               for h in (m.register_forward_pre_hook(_need_weights, with_kwargs=True),
-                         m.register_forward_hook(functools.partial(_keep, calls, part)))]
-    try:
-        _, alpha = model(batch["src"], batch["src_lengths"], batch["tgt_in"], need_weights=True)
-    finally:
-        for h in handles:
-            h.remove()
-    captured: Dict[str, List[torch.Tensor]] = {"encoder_self": [], "decoder_self": [], "cross": []}
-    for kind, parts in calls.values():  # a block called once per position: its rows, in order
-        captured[kind].append(torch.cat(parts, dim=2))
-    if not captured["cross"] and alpha is not None:  # RNN decoders: α from the decoder itself
-        captured["cross"] = [alpha.transpose(1, 2).float().cpu()]  # (B, T, J, S) -> (B, J, T, S)
-    for r, i in enumerate(keep):
-        S, T = len(ids[i]), len(rows[i])
-        size = {"encoder_self": (S, S), "decoder_self": (T, T), "cross": (T, S)}
-        out[i] = {kind: torch.stack([m[r, :, :size[kind][0], :size[kind][1]] for m in maps]).numpy()
-                  for kind, maps in captured.items() if maps}
-    return out
-
-
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="attnflow-translate", description=__doc__.split("\n\n")[0])
     ap.add_argument("run", type=path_arg, help="a run directory (attnflow-train output) or a .ckpt file")
@@ -260,20 +144,22 @@ def _check_options(args) -> None:
 def _translate_all(args, lines, where: str, model, dm, beam: int, length_penalty: float) -> list:
     """Translate ``lines`` batch by batch, printing each, and write ``--save-attention``; the
     heat maps to draw (α, source and output tokens, what α is, the line)."""
+    from attnflow.tasks import seq2seq_inference as mt  # torch: once the options are checked
+
     max_len, limit, heat_maps = args.max_len or dm.max_decode_len, dm.max_src_len, []
 
     def step(chunk, first):
-        ids, full = encode(dm, chunk)
-        rows, w = decode_ids(model, ids, beam, length_penalty, max_len,
-                             need_weights=bool(args.attention), batch_size=args.batch_size)
+        ids, full = mt.encode(dm, chunk)
+        rows, w = mt.decode_ids(model, ids, beam, length_penalty, max_len,
+                                need_weights=bool(args.attention), batch_size=args.batch_size)
         if args.attention:
-            heat_maps.extend((*m, line) for m, line in zip(_heat_maps(model, dm, w, ids, rows), chunk)
+            heat_maps.extend((*m, line) for m, line in zip(mt.heat_maps(model, dm, w, ids, rows), chunk)
                              if m)
         arrays = {}
-        for j, (s, r, maps) in enumerate(zip(ids, rows, attention_arrays(model, ids, rows)), first) \
+        for j, (s, r, maps) in enumerate(zip(ids, rows, mt.attention_arrays(model, ids, rows)), first) \
                 if args.save_attention else ():
-            arrays.update({f"{j}/source": text_array(_tokens(dm.src_tok, s)),
-                           f"{j}/output": text_array(_tokens(dm.tgt_tok, r)),
+            arrays.update({f"{j}/source": text_array(mt.tokens(dm.src_tok, s)),
+                           f"{j}/output": text_array(mt.tokens(dm.tgt_tok, r)),
                            **{f"{j}/{k}": v for k, v in maps.items()}})
         return [{"empty": not (line.strip() and n), "size": n, "cut": max(0, n - limit),
                  "out": dm.detokenize(r)} for line, n, r in zip(chunk, full, rows)], arrays
