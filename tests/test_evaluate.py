@@ -156,7 +156,8 @@ def test_a_graph_with_another_feature_size_is_a_clear_error(gat_run, capsys):
 
 
 def test_documents_on_another_file_without_the_training_file(tmp_path, capsys):
-    from attnflow.cli.predict import load, predict
+    from attnflow.cli.predict import load
+    from attnflow.tasks.classification_inference import predict
 
     docs = document_files(tmp_path / "docs")
     run = fabricate_run(document_overrides(docs), tmp_path / "han")

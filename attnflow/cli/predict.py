@@ -31,7 +31,7 @@ import sys
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 import numpy as np
 
@@ -39,10 +39,9 @@ import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
 from attnflow.cli.predict_io import BATCH_SIZE, PredictError, label_all, label_line, positive, read_texts
 from attnflow.config.registry import DATA, MODELS, TASKS, AttnflowWarning
 from attnflow.config.secrets import resolve_env
-from attnflow.io.checkpoints import CheckpointError, Run, load_run, load_weights, no_grad, run_artifacts
+from attnflow.io.checkpoints import CheckpointError, Run, load_run, load_weights, run_artifacts
 from attnflow.io.console import plain_warnings, warn_unread
-from attnflow.io.text import (InputError, atomic_path, check_new_outputs, check_npz, path_arg,
-                              save_arrays, text_array)
+from attnflow.io.text import InputError, atomic_path, check_new_outputs, check_npz, path_arg, save_arrays
 from attnflow.training.onednn import bound_primitive_cache
 from attnflow.viz.explain import write_html
 
@@ -92,59 +91,16 @@ def load(target: Path | str, device: str = "cpu", run: Optional[Run] = None):
     return task.eval().to(device), art
 
 
-@no_grad
-def predict(task, art: dict, texts: List[str], batch_size: int = 32,
-            arrays: Optional[Dict[str, np.ndarray]] = None, first: int = 0) -> List[dict]:
-    """Per text: label, probability, probabilities, sentences with word and sentence weights
-    (:meth:`ClassificationTask.explain`), ``empty`` (no words), ``size`` and ``cut`` (words: all,
-    cut by the caps), ``sentences`` and ``sentences_cut``. With ``arrays``:
-    the ``--save-attention`` arrays of the texts, numbered from ``first``, added to it."""
-    from attnflow.data.documents import cap_document, encode_texts, tokenize
-
-    out, vocab, S, W = [], art["vocab_obj"], art["max_sentences"], art["max_words"]
-    for i in range(0, len(texts), batch_size):
-        chunk = texts[i:i + batch_size]
-        batch, shown = encode_texts(chunk, vocab, S, W)
-        for text, r in zip(chunk, task.explain(batch, shown)):
-            doc = tokenize(text, vocab.lowercase)
-            kept, words = cap_document(doc, S, W), sum(len(s) for s in doc)
-            r.update(text=text, empty=not doc, size=words, cut=words - sum(len(s) for s in kept),
-                     sentences=len(doc), sentences_cut=len(doc) - len(kept))
-            out.append(r)
-        if arrays is not None:
-            arrays.update(_document_arrays(task, batch, shown, first + i))
-    return out
-
-
-def _document_arrays(task, batch: dict, shown: list, first: int) -> Dict[str, np.ndarray]:
-    """The ``--save-attention`` arrays of an encoded batch, numbered from ``first``."""
-    out = task({k: v.to(task.device) for k, v in batch.items()})
-    ww, sw, hops = (out.get(k) for k in ("word_weights", "sent_weights", "attention"))
-    n_words = batch["sent_lengths"].sum(-1).tolist()
-    arrays: Dict[str, np.ndarray] = {}
-    for b, doc in enumerate(shown):
-        i, S = first + b, len(doc)
-        W = max((len(s) for s in doc), default=0)
-        arrays[f"{i}/words"] = text_array([s + [""] * (W - len(s)) for s in doc]).reshape(S, W)
-        if not S:
-            continue
-        if ww is not None:
-            arrays[f"{i}/word_weights"] = ww[b, :S, :W].float().cpu().numpy()
-        if sw is not None:
-            arrays[f"{i}/sent_weights"] = sw[b, :S].float().cpu().numpy()
-        if hops is not None:  # (B, r, n) over the document's words in reading order
-            arrays[f"{i}/hops"] = hops[b, :, : n_words[b]].float().cpu().numpy()
-    return arrays
-
-
 def _documents(args, run: Run, out) -> int:
+    from attnflow.tasks import classification_inference as docs  # torch: once the options are checked
+
     task, art = load(args.model, args.device, run)
     texts, where = read_texts(args, args.texts, art.get("text_field", "text"))
     caps, explained = f"{art['max_sentences']} sentences of {art['max_words']} words", []
 
     def step(chunk, first):
         arrays = {} if args.save_attention else None
-        results = predict(task, art, chunk, args.batch_size, arrays, first)
+        results = docs.predict(task, art, chunk, args.batch_size, arrays, first)
         explained.extend(r for r in results if args.explain and not r["empty"])
         return results, arrays or {}
 
