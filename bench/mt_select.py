@@ -58,7 +58,7 @@ def _scores(ckpts: list, split: str, decodings: list) -> tuple:
 def decode(model, dm, name: str, split: str, decodings: list) -> list:
     """[{beam, alpha, sacrebleu, tok_lc_bleu, wer, …}] of a loaded ``model`` on ``split`` for each
     (beam, α), each printed under ``name`` as it is done."""
-    from attnflow.cli.translate import translate
+    from attnflow.tasks.seq2seq_inference import translate
     from mt_multi30k import scores
 
     src, refs = dm.split_text(split)

@@ -9,8 +9,8 @@ from typing import Annotated, List, Literal, Optional, Union
 import pytest
 from torch import nn
 
-from attnflow.config.registry import (ATTENTIONS, SCORERS, BlockSpec, ConfigError, Range, Registry,
-                               reload_plugins, type_name)
+from attnflow.config.registry import (ATTENTIONS, ENCODERS, SCORERS, BlockSpec, ConfigError, Range,
+                                      Registry, reload_plugins, type_name)
 from support import readme_block_example
 
 
@@ -262,3 +262,14 @@ def test_a_run_checks_each_block_config_once(tmp_path, monkeypatch):
     first = SCORERS.validate({"name": "dot"})
     first["scaled"] = "changed"
     assert SCORERS.validate({"name": "dot"}) != first
+
+
+def test_a_child_default_is_a_fresh_copy_of_the_blocks_default():
+    """What a caller does with a child block's default changes neither the next one nor the block."""
+    default = ENCODERS.child_default("transformer_encoder", "attention")
+    assert default == {"name": "multihead"}
+    default["heads"] = 99
+    assert ENCODERS.child_default("transformer_encoder", "attention") == {"name": "multihead"}
+    assert ENCODERS.validate({"name": "transformer_encoder"})["attention"] == ATTENTIONS.validate(
+        {"name": "multihead"}, "model.encoder.attention")
+    assert ENCODERS.child_default("transformer_encoder", "d_model") is None  # not a child block

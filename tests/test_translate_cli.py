@@ -119,6 +119,7 @@ import numpy as np  # noqa: E402
 
 import attnflow.cli.predict_io as predict_io  # noqa: E402
 import attnflow.cli.translate as translate_mod  # noqa: E402
+import attnflow.tasks.seq2seq_inference as mt  # noqa: E402
 from cli_runs import (GRAPH, assert_streams, fabricate_run, parallel_files,  # noqa: E402
                       translation_overrides)
 
@@ -187,7 +188,7 @@ def test_save_attention_rnn_alpha(mt_runs, tmp_path, capsys):
     assert str(z["kind"]) == "translation" and int(z["lines"]) == 3
     tok = _src_tokenizer(run)
     model, dm, _ = translate_mod.load(run)
-    _, maps = translate_mod.translate(model, dm, lines, need_weights=True)
+    _, maps = mt.translate(model, dm, lines, need_weights=True)
     for i in (0, 2):
         S, T = len(tok.encode(lines[i]).ids), len(z[f"{i}/output"])
         assert list(z[f"{i}/source"]) == tok.encode(lines[i]).tokens
@@ -206,7 +207,7 @@ def test_save_attention_transformer_every_layer_and_head(mt_runs, tmp_path):
     assert main([str(run), *lines, "--save-attention", str(out), "--beam", "2"]) == 0
     z = np.load(out)
     model, dm, _ = translate_mod.load(run)
-    _, maps = translate_mod.translate(model, dm, lines, beam=2, need_weights=True)
+    _, maps = mt.translate(model, dm, lines, beam=2, need_weights=True)
     for i, line in enumerate(lines):
         S = min(len(dm.src_tok.encode(line).ids), dm.max_src_len)  # sources are cut to the limit
         T = len(z[f"{i}/output"])
@@ -338,7 +339,7 @@ def test_an_ensemble_of_runs_decodes_as_one(mt_runs, tmp_path, capsys):
     got = capsys.readouterr().out.splitlines()
     a, dm, _ = translate_mod.load(run)
     b, _, _ = translate_mod.load(ckpt)
-    want, _ = translate_mod.translate(Ensemble([a, b]).eval(), dm, lines, beam=3)
+    want, _ = mt.translate(Ensemble([a, b]).eval(), dm, lines, beam=3)
     assert got == want
     # refused before any work: another tokenizer; an attention map is one warning, not written
     other = fabricate_run(translation_overrides(parallel_files(tmp_path / "d2"), "mt_transformer")
@@ -365,13 +366,13 @@ def test_defaults_are_the_runs_own_test_decoding_and_options_override(mt_runs, t
     run = fabricate_run(translation_overrides(data, "mt_transformer")
                         + ["task.beam_size=3", "task.length_penalty=1.5"], tmp_path / "beam3")
     seen = []
-    decode_ids = translate_mod.decode_ids
+    decode_ids = mt.decode_ids
 
     def spy(model, ids, beam, length_penalty, max_len, **kw):
         seen.append((beam, length_penalty, max_len))
         return decode_ids(model, ids, beam, length_penalty, max_len, **kw)
 
-    monkeypatch.setattr(translate_mod, "decode_ids", spy)
+    monkeypatch.setattr(mt, "decode_ids", spy)
     lines = ["Ein Mann schläft.", "Zwei Hunde spielen im Schnee.", "Ein Kind lacht."]
     max_len = translate_mod.load(run)[1].max_decode_len
     assert main([str(run), *lines]) == 0

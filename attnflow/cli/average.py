@@ -18,6 +18,9 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
+from rich.console import Console
+from rich.table import Table
+
 from attnflow.io.checkpoints import AVERAGED, AVG_DIR, INDEX, CheckpointError, read_index, runs_inside
 from attnflow.io.console import command
 from attnflow.io.text import InputError, check_folder, path_arg
@@ -42,14 +45,12 @@ def plan(run_dir: Path, epochs: Optional[List[int]], name: str = AVERAGED) -> tu
     kept = index.get("kept") or []
     if not kept:
         raise CheckpointError(f"{avg_dir / INDEX} lists no kept epoch (no validation finished)")
-    chosen = kept
-    if epochs:
-        have = [e["epoch"] for e in kept]
-        odd = [k for k in epochs if k not in have]
-        if odd:
-            raise CheckpointError(f"--epochs {' '.join(map(str, odd))}: not kept; the kept epochs "
-                                  f"are {' '.join(map(str, have))}")
-        chosen = [e for e in kept if e["epoch"] in epochs]
+    have = [e["epoch"] for e in kept]
+    odd = [k for k in epochs or [] if k not in have]
+    if odd:
+        raise CheckpointError(f"--epochs {' '.join(map(str, odd))}: not kept; the kept epochs "
+                              f"are {' '.join(map(str, have))}")
+    chosen = [e for e in kept if not epochs or e["epoch"] in epochs]
     missing = [e["file"] for e in chosen if not (avg_dir / e["file"]).is_file()]
     if missing:
         raise CheckpointError(f"{avg_dir / INDEX} lists {', '.join(missing)}, missing from {avg_dir}"
@@ -57,12 +58,10 @@ def plan(run_dir: Path, epochs: Optional[List[int]], name: str = AVERAGED) -> tu
     # a copy of last.ckpt, else (save_last=false, as gat_cora) of the newest epoch checkpoint
     found = sorted((run_dir / "checkpoints").glob("epoch*.ckpt"), key=lambda q: q.stat().st_mtime)
     last = run_dir / "checkpoints" / "last.ckpt"
-    if not last.is_file():
-        if not found:
-            raise CheckpointError(f"{run_dir / 'checkpoints'} holds no checkpoint of the run "
-                                  f"(last.ckpt or epoch*.ckpt): the averaged weights go into a copy "
-                                  f"of one")
-        last = found[-1]
+    last = last if last.is_file() else found[-1] if found else None
+    if last is None:
+        raise CheckpointError(f"{run_dir / 'checkpoints'} holds no checkpoint of the run "
+                              f"(last.ckpt or epoch*.ckpt): the averaged weights go into a copy of one")
     if (Path(name).name != name or not name.endswith(".ckpt") or name == "last.ckpt"
             or not name.removesuffix(".ckpt").strip(".")):  # .ckpt: a hidden file with no name
         raise CheckpointError(f"--name {name}: a file name ending in .ckpt with a name before it "
@@ -96,9 +95,6 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def _print(kept: list, record: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     table = Table(title=f"kept: {record['by']} {record['n']}")
     for col in ("epoch", "step", record.get("monitor") or "score", "averaged"):
         table.add_column(col, justify="right")

@@ -11,16 +11,18 @@ from __future__ import annotations
 import argparse
 import sys
 
+from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
+from omegaconf import OmegaConf
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from attnflow.config.registry import Registry  # each registry discovers its blocks on lookup
-
-
-def _first_line(obj) -> str:
-    doc = (obj.__doc__ or "").strip()
-    return doc.splitlines()[0] if doc else ""
+from attnflow import config_dir
+from attnflow.cli.help import unknown_override
+from attnflow.config.groups import SHARED_GROUPS, field_overrides
+from attnflow.config.registry import ConfigError, Registry  # each registry discovers its blocks on lookup
+from attnflow.training.resume import ResumeError, from_hydra, prepare_argv
 
 
 def main(argv=None) -> int:
@@ -35,17 +37,15 @@ def main(argv=None) -> int:
     if args.config is not None:
         return _print_config(args.config)
     console = Console(width=max(Console().width, 120))
-    for kind, registry in kinds.items():
-        if args.kind and kind != args.kind:
-            continue
+    for kind, registry in ((k, r) for k, r in kinds.items() if not args.kind or k == args.kind):
         table = Table(title=f"{kind} blocks", show_lines=False, title_justify="left")
         table.add_column("name", style="bold")
         for column in ("field", "type", "default"):
             table.add_column(column)
         for name in registry.names():
             fields = registry.fields(name)
-            table.add_row(name, f"[italic]{escape(_first_line(registry.get(name)))}[/italic]", "", "",
-                          end_section=not fields)
+            doc = (registry.get(name).__doc__ or "").strip().splitlines() or [""]
+            table.add_row(name, f"[italic]{escape(doc[0])}[/italic]", "", "", end_section=not fields)
             for i, (field, tname, default) in enumerate(fields):
                 table.add_row("", field, escape(tname), escape(repr(default)),
                               end_section=i == len(fields) - 1)
@@ -54,16 +54,7 @@ def main(argv=None) -> int:
 
 
 def _print_config(overrides) -> int:
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
-    from omegaconf import OmegaConf
-
-    from attnflow import config_dir
-    from attnflow.cli.help import unknown_override
-    from attnflow.config.groups import SHARED_GROUPS, field_overrides
-    from attnflow.config.registry import ConfigError
-    from attnflow.training.resume import ResumeError, from_hydra, prepare_argv
-    from attnflow.training.validate import BLOCK_GROUPS, resolve_config
+    from attnflow.training.validate import BLOCK_GROUPS, resolve_config  # torch: not for --help
 
     conf = config_dir()
     unknown = unknown_override(list(overrides), conf)
@@ -87,10 +78,9 @@ def _print_config(overrides) -> int:
 
 
 def _name_first(node):
-    if isinstance(node, dict):
-        keys = sorted(node, key=lambda k: k != "name")
-        return {k: _name_first(node[k]) for k in keys}
-    return node
+    if not isinstance(node, dict):
+        return node
+    return {k: _name_first(node[k]) for k in sorted(node, key=lambda k: k != "name")}
 
 
 if __name__ == "__main__":

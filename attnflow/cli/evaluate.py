@@ -33,9 +33,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-import yaml
+from omegaconf import OmegaConf
+from rich.console import Console
+from rich.table import Table
 
-from attnflow.config.registry import AttnflowWarning, ConfigError, suggest
+from attnflow import config_dir
+from attnflow.config.overrides import parsed
+from attnflow.config.registry import DATA, MODELS, TASKS, AttnflowWarning, ConfigError, suggest
 from attnflow.config.secrets import resolve_env
 from attnflow.io.checkpoints import CheckpointError, Run, load_run, load_weights, run_artifacts
 from attnflow.io.console import plain_warnings
@@ -49,30 +53,21 @@ USAGE = ("split=val|test, data.<field>, task.<field>, seed, trainer." + "|".join
 
 
 def parse_overrides(items: List[str]) -> List[Tuple[str, Any]]:
-    """``key=value`` strings as (key, YAML value) pairs, in order."""
+    """``key=value`` strings as (key, value as Hydra parses it) pairs, in order."""
     out, given = [], {}
-    for item in items:
-        key, eq, raw = item.partition("=")
-        key = key.strip().lstrip("+")
-        if not eq or not key:
+    for item, override in parsed(items):
+        if override is None or override.is_delete() or "=" not in item:
             raise ConfigError(f"'{item}' is not an override: write key=value ({USAGE})")
+        key = override.key_or_group
         if key in given:
             raise ConfigError(f"{key} is given twice ({given[key]}, {item}): give it once")
         given[key] = item
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
-            value = raw
-        out.append((key, value))
+        out.append((key, override.value()))
     return out
 
 
 def _data_preset(name: str, run_cfg: Dict[str, Any]) -> Dict[str, Any]:
     """The fields of ``conf/data/<name>.yaml``, resolved against the run's ``paths`` and ``seed``."""
-    from omegaconf import OmegaConf
-
-    from attnflow import config_dir
-
     path = config_dir() / "data" / f"{name}.yaml"
     if not path.is_file():
         return {"name": name}
@@ -84,12 +79,8 @@ def _data_preset(name: str, run_cfg: Dict[str, Any]) -> Dict[str, Any]:
 def apply_overrides(run: Run, overrides: List[Tuple[str, Any]]) -> Tuple[Dict[str, Any], str, Dict[str, Any]]:
     """(config to evaluate with, split, trainer fields): the run's config with ``overrides``
     applied and validated against the registries."""
-    import attnflow  # noqa: F401  (registries find their blocks on lookup)
-    from attnflow.config.registry import DATA, TASKS
-
     cfg = {k: (dict(v) if isinstance(v, dict) else v) for k, v in run.config.items()}
-    split, trainer = None, {}
-    keys = [k for k, _ in overrides]
+    split, trainer, keys = None, {}, [k for k, _ in overrides]
     new_name = dict(overrides).get("data.name")
     if new_name is not None and new_name != cfg["data"].get("name"):
         DATA.get(str(new_name), "data")
@@ -128,7 +119,6 @@ def apply_overrides(run: Run, overrides: List[Tuple[str, Any]]) -> Tuple[Dict[st
 
 def _check_kinds(cfg: Dict[str, Any]) -> None:
     """The data gives what the run's model works on (its ``interface``), else a ConfigError."""
-    from attnflow.config.registry import DATA, MODELS
     from attnflow.training.validate import INTERFACES
 
     data_kind = DATA.get(cfg["data"]["name"]).interface
@@ -144,8 +134,6 @@ def _check_kinds(cfg: Dict[str, Any]) -> None:
 def _check_run_fixed(keys: List[str], cfg: Dict[str, Any], trained: Dict[str, Any]) -> None:
     """A field the model is bound to (the data's ``run_fixed``: the translation direction) given
     another value than the run's is an error."""
-    from attnflow.config.registry import DATA
-
     fixed = [f for f in DATA.get(cfg["data"]["name"]).run_fixed if f"data.{f}" in keys]
     if not fixed or trained.get("name") != cfg["data"]["name"]:
         return
@@ -187,51 +175,41 @@ def _write_new(path: Path, data: dict) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def _trainer(device: str, trainer_fields: Dict[str, Any], scratch: str):
-    """Lightning's Trainer for one evaluation: ``device`` and the ``trainer.*`` overrides."""
-    import pytorch_lightning as pl
-
-    from attnflow.training.precision import resolve_precision
-    from attnflow.training.trainer_checks import lightning_errors
-
-    asked = {"accelerator": device, "precision": "32-true", **trainer_fields}
-    fields, note, warn = resolve_precision(asked)  # trainer.precision=auto
-    if note:
-        print(f"attnflow-eval: {'warning: ' if warn else ''}{note}", file=sys.stderr)
-    with lightning_errors():  # what Lightning refuses of the fields: one message
-        return pl.Trainer(accelerator=fields["accelerator"], devices=fields.get("devices", 1),
-                          precision=fields["precision"],
-                          limit_val_batches=fields.get("limit_val_batches"),
-                          limit_test_batches=fields.get("limit_test_batches"),
-                          logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                          enable_model_summary=False, default_root_dir=scratch)
-
-
 def evaluate(target: Path | str, overrides: List[str] = (), out: Optional[str] = None,
              device: str = "cpu") -> Tuple[Dict[str, Any], Path]:
     """Evaluate a run; returns (the written summary, its path)."""
-    parsed = parse_overrides(list(overrides))
+    pairs = parse_overrides(list(overrides))
     with contextlib.ExitStack() as held:
         if out:  # a second writer of the same file is refused before any work
             check_new_outputs(("-o", out))
             held.enter_context(writing(out, f"-o {out}"))
             check_new_outputs(("-o", out))  # (written by the holder it waited behind)
         run = load_run(target, device)
-        cfg, split, trainer_fields = apply_overrides(run, parsed)
+        cfg, split, trainer_fields = apply_overrides(run, pairs)
         path = output_path(run, split, out)
         return _evaluate(run, cfg, split, trainer_fields, path, overrides, device)
 
 
 def _evaluate(run: Run, cfg: Dict[str, Any], split: str, trainer_fields: Dict[str, Any], path: Path,
               overrides: List[str], device: str) -> Tuple[Dict[str, Any], Path]:
+    """Lightning's Trainer (``device`` and the ``trainer.*`` overrides) validates or tests the
+    rebuilt task; the summary is written to ``path``."""
     import pytorch_lightning as pl
 
-    from attnflow.config.registry import DATA, MODELS, TASKS
-    from attnflow.tasks.translation import TranslationTask
+    from attnflow.training.precision import resolve_precision
+    from attnflow.training.trainer_checks import lightning_errors
 
     start = time.time()
+    fields, note, warn = resolve_precision({"accelerator": device, "precision": "32-true", **trainer_fields})
+    if note:  # trainer.precision=auto
+        print(f"attnflow-eval: {'warning: ' if warn else ''}{note}", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="attnflow-eval-") as scratch:  # task side files
-        trainer = _trainer(device, trainer_fields, scratch)
+        with lightning_errors():  # what Lightning refuses of the fields: one message
+            trainer = pl.Trainer(accelerator=fields["accelerator"], devices=fields.get("devices", 1),
+                                 precision=fields["precision"], limit_val_batches=fields.get("limit_val_batches"),
+                                 limit_test_batches=fields.get("limit_test_batches"), logger=False,
+                                 enable_checkpointing=False, enable_progress_bar=False,
+                                 enable_model_summary=False, default_root_dir=scratch)
         pl.seed_everything(cfg.get("seed", 1234), workers=True, verbose=False)
         used = resolve_env(cfg)  # (${oc.env:…} as recorded: its value for the work only)
         dm = DATA.build(used["data"], path="data")
@@ -243,8 +221,7 @@ def _evaluate(run: Run, cfg: Dict[str, Any], split: str, trainer_fields: Dict[st
                      f"built for data '{cfg['data']['name']}'" + (f" ({sizes})" if sizes else ""))
         task = TASKS.build(used["task"], model, path="task", **dm.task_context())
         task.run_config = cfg
-        run_split = trainer.validate if split == "val" else trainer.test
-        results = run_split(task, datamodule=dm, verbose=False)
+        results = (trainer.validate if split == "val" else trainer.test)(task, datamodule=dm, verbose=False)
     metrics = {k: float(v) for r in results or [] for k, v in r.items()}
     if not metrics:
         raise ValueError(f"the {split} split gave no metrics (is it empty?)")
@@ -252,16 +229,13 @@ def _evaluate(run: Run, cfg: Dict[str, Any], split: str, trainer_fields: Dict[st
                "checkpoint": str(run.checkpoint), "data": cfg["data"], "overrides": list(overrides),
                "seconds": round(time.time() - start, 2),
                "created": datetime.now().isoformat(timespec="seconds")}
-    if isinstance(task, TranslationTask) and task.bleu_signature:
+    if isinstance(task, TASKS.get("translation")) and task.bleu_signature:
         summary["bleu_signature"] = task.bleu_signature
     _write_new(path, summary)
     return summary, path
 
 
 def print_metrics(summary: Dict[str, Any], path: Path) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     table = Table(title=f"{summary['split']} metrics", caption=summary["checkpoint"])
     table.add_column("metric")
     table.add_column("value", justify="right")

@@ -28,9 +28,12 @@ import warnings
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
+import numpy as np
+
 import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
-from attnflow.cli.predict import open_run, run_interface
+from attnflow.cli.predict import load, load_graph, open_run, run_interface
 from attnflow.cli.predict_io import PredictError
+from attnflow.cli.translate import load as load_translation
 from attnflow.config.registry import ATTENTIONS, MODELS, POSITIONALS, ConfigError
 from attnflow.io.checkpoints import CheckpointError, Run
 from attnflow.io.console import plain_warnings
@@ -45,7 +48,7 @@ def export_hf(run: Run, kind: str, folder: Path) -> Path:
     import torch
     from safetensors.torch import save_file
 
-    from attnflow.cli.predict_text import load_bert
+    from attnflow.cli.predict_text import load_bert  # torch, tokenizers: after the arguments
     from attnflow.data.corpus import save_hf_tokenizer
     from attnflow.models import bert_hf
 
@@ -71,55 +74,42 @@ def export_hf(run: Run, kind: str, folder: Path) -> Path:
     return folder
 
 
-# -- ONNX -------------------------------------------------------------------------------------------
+# -- ONNX: per kind of run (fn, example inputs, dynamic axes of inputs and output, model) -------
 def _bert_example(run: Run):
-    import torch
-
     from attnflow.cli.predict_text import load_bert
 
     bert = load_bert(run)
-    ids = torch.tensor([[2, 7, 8, 9, 10, 3], [2, 11, 12, 3, 0, 0]]).clamp(max=len(bert.itos) - 1)
+    ids = np.minimum([[2, 7, 8, 9, 10, 3], [2, 11, 12, 3, 0, 0]], len(bert.itos) - 1)
     head = bert.model.head
     if head not in ("sequence", "token"):
         raise PredictError(f"--to onnx exports BERT classifiers (model.head sequence or token); "
                            f"the run at {run.run_dir} has model.head={head}")
     out = bert.model.classify_logits if head == "sequence" else bert.model.token_logits
-    return (lambda i, s, m: out(bert.model(i, s, m))), (ids, torch.zeros_like(ids), ids != 0), {
-        "input_ids": {0: "batch", 1: "length"}, "segment_ids": {0: "batch", 1: "length"},
-        "attention_mask": {0: "batch", 1: "length"},
+    length = {0: "batch", 1: "length"}
+    return (lambda i, s, m: out(bert.model(i, s, m))), (ids, np.zeros_like(ids), ids != 0), {
+        "input_ids": length, "segment_ids": length, "attention_mask": length,
         "logits": {0: "batch", **({1: "length"} if head == "token" else {})}}, bert.model
 
 
 def _documents_example(run: Run):
-    import torch
-
-    from attnflow.cli.predict import load
-
     task, art = load(run.checkpoint, run=run)
-    model = task.model
-    tokens = torch.tensor([[[2, 3, 4, 0], [5, 6, 0, 0]], [[7, 8, 9, 10], [0, 0, 0, 0]]])
-    tokens = tokens.clamp(max=len(art["vocab_obj"].itos) - 1)
-    return (lambda t, n: model(t, n)["logits"]), (tokens, (tokens != 0).sum(-1)), {
+    tokens = np.minimum([[[2, 3, 4, 0], [5, 6, 0, 0]], [[7, 8, 9, 10], [0, 0, 0, 0]]],
+                        len(art["vocab_obj"].itos) - 1)
+    return (lambda t, n: task.model(t, n)["logits"]), (tokens, (tokens != 0).sum(-1)), {
         "tokens": {0: "batch", 1: "sentences", 2: "words"},
-        "sent_lengths": {0: "batch", 1: "sentences"}, "logits": {0: "batch"}}, model
+        "sent_lengths": {0: "batch", 1: "sentences"}, "logits": {0: "batch"}}, task.model
 
 
 def _graph_example(run: Run):
-    from attnflow.cli.predict import load_graph
-
     model, graph = load_graph(run)
     return (lambda x, e: model(x, e)), (graph.x, graph.edge_index), {
         "x": {0: "nodes"}, "edge_index": {1: "edges"}, "logits": {0: "nodes"}}, model
 
 
 def _seq2seq_example(run: Run):
-    import torch
-
-    from attnflow.cli.translate import load
-
-    model, _, _ = load(run.checkpoint)
-    src = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 2, 0, 0]])
-    return (lambda s, n: model.encode(s, n)[0]), (src, torch.tensor([5, 3])), {
+    model, _, _ = load_translation(run.checkpoint)
+    return (lambda s, n: model.encode(s, n)[0]), (np.array([[5, 6, 7, 8, 2], [9, 10, 2, 0, 0]]),
+                                                  np.array([5, 3])), {
         "src": {0: "batch", 1: "length"}, "src_lengths": {0: "batch"},
         "memory": {0: "batch", 1: "length"}}, model
 
@@ -139,7 +129,7 @@ def export_onnx(run: Run, kind: str, path: Path) -> Tuple[List[str], Optional[fl
         raise PredictError(f"the run at {run.run_dir} works on {kind or 'unknown data'}; --to onnx "
                            f"exports BERT classifiers, document, graph and seq2seq encoder runs")
     fn, example, axes, model = EXAMPLES[kind](run)
-    names = list(axes)[:-1]
+    example, names = tuple(torch.as_tensor(x) for x in example), list(axes)[:-1]
 
     class Graph(torch.nn.Module):
         def __init__(self):
@@ -191,12 +181,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         run = open_run(args.model)
         kind = run_interface(run)
         if args.to == "hf":
-            print(f"attnflow-export: {export_hf(run, kind, out)}: config.json, model.safetensors, "
-                  f"tokenizer.json, vocab.txt, tokenizer_config.json", file=sys.stderr)
-            return 0
-        names, diff = export_onnx(run, kind, out)
-        check = "" if diff is None else f"; onnxruntime on the traced example: max |Δ| = {diff:.1e}"
-        print(f"attnflow-export: {out} (inputs {', '.join(names)}){check}", file=sys.stderr)
+            done = f"{export_hf(run, kind, out)}: config.json, model.safetensors, tokenizer.json, vocab.txt, " \
+                   f"tokenizer_config.json"
+        else:
+            names, diff = export_onnx(run, kind, out)
+            done = f"{out} (inputs {', '.join(names)})" + (
+                "" if diff is None else f"; onnxruntime on the traced example: max |Δ| = {diff:.1e}")
+        print(f"attnflow-export: {done}", file=sys.stderr)
         return 0
     except (CheckpointError, PredictError, ConfigError, InputError, OSError, ValueError) as err:
         print(f"attnflow-export: {err}", file=sys.stderr)

@@ -15,7 +15,7 @@ from the config stored in the checkpoint (a run directory: its best checkpoint, 
 an option the run's kind leaves unread: one warning. Documents and texts give one line per input
 line, ``label<TAB>probability<TAB>text`` (``--json``: JSON lines; an empty line: ``-``), inputs
 over the run's caps cut as in training, with a note; token-classification runs give
-``word/TAG word/TAG …`` per line (:mod:`attnflow.cli.predict_tokens`). Graphs give CSV, one
+``word/TAG word/TAG …`` per line (:mod:`attnflow.cli.predict_text`). Graphs give CSV, one
 row per node: ``node,label,prob,prob_<class>…`` and with ``--explain`` the ``--top-k`` sources of
 the largest α of the last layer, averaged over heads. ``--save-attention`` holds ``kind``, ``lines`` and per
 input i its maps (documents ``{i}/words``, ``{i}/word_weights``, ``{i}/sent_weights`` or
@@ -31,23 +31,19 @@ import sys
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import List, Optional
 
 import numpy as np
 
 import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
-from attnflow.cli.predict_io import (BATCH_SIZE, PredictError, check_explain_html, label_all,
-                                     label_line, positive, read_texts, write_attention)
+from attnflow.cli.predict_io import BATCH_SIZE, PredictError, label_all, label_line, positive, read_texts
 from attnflow.config.registry import DATA, MODELS, TASKS, AttnflowWarning
 from attnflow.config.secrets import resolve_env
-from attnflow.io.checkpoints import CheckpointError, Run, load_run, load_weights, no_grad, run_artifacts
+from attnflow.io.checkpoints import CheckpointError, Run, load_run, load_weights, run_artifacts
 from attnflow.io.console import plain_warnings, warn_unread
-from attnflow.io.text import (InputError, atomic_path, check_new_outputs, check_npz, no_inputs,
-                              path_arg, save_arrays, text_array)
+from attnflow.io.text import InputError, atomic_path, check_new_outputs, check_npz, path_arg, save_arrays
 from attnflow.training.onednn import bound_primitive_cache
-
-if TYPE_CHECKING:  # torch is imported where a run is rebuilt
-    import torch
+from attnflow.viz.explain import write_html
 
 # the options each kind of run leaves unread ("inputs": texts as arguments or --file)
 UNREAD = {"documents": ("--top-k", "--beam", "--attention"),
@@ -81,104 +77,47 @@ def load(target: Path | str, device: str = "cpu", run: Optional[Run] = None):
     from attnflow.data.documents import Vocabulary
 
     run = run or open_run(target, device)
-    cfg = run.config
-    art = run_artifacts(run)
+    cfg, art = run.config, run_artifacts(run)
     if not art.get("vocab"):
         raise CheckpointError(f"no vocabulary: {run.run_dir / 'vocab.json'} is missing and the "
                               f"checkpoint {run.checkpoint} carries none")
-    vocab = Vocabulary.from_json(art["vocab"])
+    vocab = art["vocab_obj"] = Vocabulary.from_json(art["vocab"])
     names = art["class_names"]
     model = MODELS.build(cfg["model"], vocab_size=len(vocab), num_classes=len(names), pad_id=0,
                          path="model")
     task = TASKS.build(cfg["task"], model, num_classes=len(names),
                        class_names=names, itos=vocab.itos, path="task")
     load_weights(model, run.ckpt["state_dict"], "model.", f"model '{cfg['model'].get('name')}'")
-    task.eval().to(device)
-    art["vocab_obj"] = vocab
-    return task, art
-
-
-def _cut(doc: List[List[str]], max_sentences: int, max_words: int) -> Dict[str, int]:
-    from attnflow.data.documents import cap_document
-
-    kept = cap_document(doc, max_sentences, max_words)
-    words = sum(len(s) for s in doc)
-    return {"sentences": len(doc), "words": words, "sentences_cut": len(doc) - len(kept),
-            "words_cut": words - sum(len(s) for s in kept)}
-
-
-def predict(task, art: dict, texts: List[str], batch_size: int = 32) -> List[dict]:
-    """Per text: label, probability, probabilities, sentences with word and sentence weights
-    (:meth:`ClassificationTask.explain`), ``empty`` (no words) and ``cut`` (what the caps cut)."""
-    from attnflow.data.documents import encode_texts, tokenize
-
-    out = []
-    for i in range(0, len(texts), batch_size):
-        chunk = texts[i:i + batch_size]
-        batch, shown = encode_texts(chunk, art["vocab_obj"], art["max_sentences"], art["max_words"])
-        for text, r in zip(chunk, task.explain(batch, shown)):
-            doc = tokenize(text, art["vocab_obj"].lowercase)
-            r.update(text=text, empty=not doc, cut=_cut(doc, art["max_sentences"], art["max_words"]))
-            out.append(r)
-    return out
-
-
-@no_grad
-def document_arrays(task, art: dict, texts: List[str], first: int) -> Dict[str, np.ndarray]:
-    """The ``--save-attention`` arrays of ``texts``, numbered from ``first``, from one forward pass."""
-    from attnflow.data.documents import encode_texts
-
-    batch, shown = encode_texts(texts, art["vocab_obj"], art["max_sentences"], art["max_words"])
-    out = task({k: v.to(task.device) for k, v in batch.items()})
-    ww, sw, hops = (out.get(k) for k in ("word_weights", "sent_weights", "attention"))
-    n_words = batch["sent_lengths"].sum(-1).tolist()
-    arrays: Dict[str, np.ndarray] = {}
-    for b, doc in enumerate(shown):
-        i, S = first + b, len(doc)
-        W = max((len(s) for s in doc), default=0)
-        arrays[f"{i}/words"] = text_array([s + [""] * (W - len(s)) for s in doc]).reshape(S, W)
-        if not S:
-            continue
-        if ww is not None:
-            arrays[f"{i}/word_weights"] = ww[b, :S, :W].float().cpu().numpy()
-        if sw is not None:
-            arrays[f"{i}/sent_weights"] = sw[b, :S].float().cpu().numpy()
-        if hops is not None:  # (B, r, n) over the document's words in reading order
-            arrays[f"{i}/hops"] = hops[b, :, : n_words[b]].float().cpu().numpy()
-    return arrays
+    return task.eval().to(device), art
 
 
 def _documents(args, run: Run, out) -> int:
-    check_explain_html(args, "documents")
+    from attnflow.tasks import classification_inference as docs  # torch: once the options are checked
+
     task, art = load(args.model, args.device, run)
-    texts, where = read_texts(args, art.get("text_field", "text"))
+    texts, where = read_texts(args, args.texts, art.get("text_field", "text"))
     caps, explained = f"{art['max_sentences']} sentences of {art['max_words']} words", []
 
     def step(chunk, first):
-        results = predict(task, art, chunk, args.batch_size)
+        arrays = {} if args.save_attention else None
+        results = docs.predict(task, art, chunk, args.batch_size, arrays, first)
         explained.extend(r for r in results if args.explain and not r["empty"])
-        return results, document_arrays(task, art, chunk, first) if args.save_attention else {}
+        return results, arrays or {}
 
     def note(r, _):
-        c = r["cut"]
-        msg = (f"has {c['sentences']} sentences and {c['words']} words; the model reads at most "
-               f"{caps} (the run's data.max_sentences, data.max_words): {c['sentences_cut']} "
-               f"sentences and {c['words_cut']} of {c['words']} words cut")
-        return msg if c["words_cut"] or c["sentences_cut"] else None, c["words"], c["words_cut"]
+        return (f"has {r['sentences']} sentences and {r['size']} words; the model reads at most "
+                f"{caps} (the run's data.max_sentences, data.max_words): {r['sentences_cut']} "
+                f"sentences and {r['cut']} of {r['size']} words cut"
+                if r["cut"] or r["sentences_cut"] else None)
 
-    arrays, n = label_all(args, out, texts, where, step, lambda r: label_line(r, args.json), note,
-                          what="documents", caps=caps + ": {cut} of {size} words",
-                          empty="no words to classify ('-' is written in its place)",
-                          none=no_inputs("documents", "--file", args.file))
+    label_all(args, out, texts, where, step, lambda r: label_line(r, args.json), note,
+              what="documents", caps=caps + ": {cut} of {size} words", kind="documents",
+              empty="no words to classify ('-' is written in its place)")
     if args.explain:
-        from attnflow.viz.explain import write_html
-
         for r in explained:
             r["title"] = f"predicted {r['label']} (p={r['probability']:.3f})"
         print(f"explanation written to {write_html(args.explain, explained, 'attnflow-predict')}",
               file=sys.stderr)
-    if args.save_attention:
-        write_attention(args.save_attention, arrays, "documents", n, "documents")
     return 0
 
 
@@ -194,30 +133,12 @@ def load_graph(run: Run, device: str = "cpu"):
     return model.to(device).eval(), dm.full_graph()
 
 
-def top_neighbours(edge_index: torch.Tensor, alpha: torch.Tensor, num_nodes: int, k: int):
-    """For every target node t the k sources i of its edges with the largest α (ties: edge
-    order): ids (N, k) (-1 where N(t) has fewer) and weights (N, k) (NaN there). No loop over
-    nodes: edges are sorted by (target, −α) and ranked within each target's segment."""
-    import torch
-
-    src, dst = edge_index
-    order = torch.argsort(alpha, descending=True, stable=True)
-    order = order[torch.argsort(dst[order], stable=True)]
-    src, dst, alpha = src[order], dst[order], alpha[order]
-    counts = torch.bincount(dst, minlength=num_nodes)
-    rank = torch.arange(len(dst)) - (torch.cumsum(counts, 0) - counts)[dst]
-    keep = rank < k
-    ids = torch.full((num_nodes, k), -1, dtype=torch.long)
-    weights = torch.full((num_nodes, k), float("nan"))
-    ids[dst[keep], rank[keep]] = src[keep]
-    weights[dst[keep], rank[keep]] = alpha[keep].float()
-    return ids, weights
-
-
 def _graph(args, run: Run, out) -> int:
     if isinstance(args.explain, str):
         warn_unread(f"--explain {args.explain}", "a graph run adds the neighbours column to the CSV")
     import torch
+
+    from attnflow.tasks.node_classification import top_neighbours
 
     model, data = load_graph(run, args.device)
     with torch.no_grad():
@@ -226,57 +147,38 @@ def _graph(args, run: Run, out) -> int:
     multi = bool(run.config.get("task", {}).get("multi_label", False))
     probs = logits.float().cpu().sigmoid() if multi else logits.float().cpu().softmax(-1)
     N, C = probs.shape
-    names = list(getattr(data, "class_names", None) or map(str, range(C)))  # the files' own names
-    nodes = list(getattr(data, "node_ids", None) or range(N))
-    header = ["node", "label", "prob"] + [f"prob_{c}" for c in names]
+    names = list(data.class_names if "class_names" in data else map(str, range(C)))  # the files' own
+    nodes = list(data.node_ids if "node_ids" in data else range(N))
     labels = (["|".join(n for n, on in zip(names, row) if on) for row in (probs > 0.5).tolist()]
               if multi else [names[i] for i in probs.argmax(-1).tolist()])
-    neighbours = None
+    neighbours = [[] for _ in range(N)]
     if args.explain:
         ei, alpha = weights[-1]
         ids, w = top_neighbours(ei.cpu(), alpha.float().mean(-1).cpu(), N, args.top_k or 5)
-        neighbours = [" ".join(f"{nodes[i]}:{a:.4f}" for i, a in zip(ri, rw) if i >= 0)
+        neighbours = [[" ".join(f"{nodes[i]}:{a:.4f}" for i, a in zip(ri, rw) if i >= 0)]
                       for ri, rw in zip(ids.tolist(), w.tolist())]
-        header.append("neighbours")
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(header)
-    top = probs.max(-1).values.tolist()
-    for t, row in enumerate(probs.tolist()):
-        writer.writerow([nodes[t], labels[t], f"{top[t]:.4f}", *(f"{p:.4f}" for p in row),
-                         *([neighbours[t]] if neighbours else [])])
+    writer.writerow(["node", "label", "prob", *(f"prob_{c}" for c in names)]
+                    + ["neighbours"] * bool(args.explain))
+    for t, (row, top) in enumerate(zip(probs.tolist(), probs.max(-1).values.tolist())):
+        writer.writerow([nodes[t], labels[t], f"{top:.4f}", *(f"{p:.4f}" for p in row), *neighbours[t]])
     out.flush()
     if args.save_attention:
-        arrays = {"kind": np.asarray("graph"), "num_nodes": np.asarray(N)}
-        for layer, (ei, alpha) in enumerate(weights):
-            arrays[f"layer{layer}/edge_index"] = ei.cpu().numpy()
-            arrays[f"layer{layer}/alpha"] = alpha.float().cpu().numpy()
+        arrays = {"kind": np.asarray("graph"), "num_nodes": np.asarray(N),
+                  **{f"layer{k}/{name}": v for k, (ei, alpha) in enumerate(weights) for name, v in
+                     (("edge_index", ei.cpu().numpy()), ("alpha", alpha.float().cpu().numpy()))}}
         print(f"attnflow-predict: attention of {len(weights)} layers written to "
               f"{save_arrays(args.save_attention, arrays)}", file=sys.stderr)
     return 0
 
 
-def _texts(args, run: Run, out) -> int:
-    from attnflow.cli.predict_text import predict_bert
+def _bert_handlers() -> dict:
+    """The handlers of BERT and captioning runs (torch and the tokenizers: after the checks)."""
+    from attnflow.cli import predict_image, predict_text
 
-    return predict_bert(args, run, out)
-
-
-def _multitask(args, run: Run, out) -> int:
-    from attnflow.cli.predict_multitask import predict_multitask
-
-    return predict_multitask(args, run, out)
-
-
-def _tokens(args, run: Run, out) -> int:
-    from attnflow.cli.predict_tokens import predict_tokens
-
-    return predict_tokens(args, run, out)
-
-
-def _captions(args, run: Run, out) -> int:
-    from attnflow.cli.predict_image import predict_captions
-
-    return predict_captions(args, run, out)
+    return {"text_classification": predict_text.predict_bert, "pretraining": predict_text.predict_bert,
+            "token_classification": predict_text.predict_tokens,
+            "captioning": predict_image.predict_captions, "multitask": predict_text.predict_multitask}
 
 
 @contextmanager
@@ -317,10 +219,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def _drop_unread(args, kind: str, run: Run) -> None:
     """The options a run of ``kind`` leaves unread: one warning naming them, then unset."""
-    given = {"inputs": args.texts or args.file, "--json": args.json, "--batch-size": args.batch_size,
-             "--beam": args.beam, "--attention": args.attention, "--explain": args.explain,
-             "--top-k": args.top_k, "--save-attention": args.save_attention}
-    unread = [o for o in UNREAD[kind] if given[o] not in (None, False, [])]
+    given = {o: args.texts or args.file if o == "inputs" else vars(args)[o[2:].replace("-", "_")]
+             for o in UNREAD[kind]}
+    unread = [o for o, value in given.items() if value not in (None, False, [])]
     if kind == "graph" and args.top_k and not args.explain:
         unread.append("--top-k (without --explain)")
     if unread:
@@ -345,18 +246,19 @@ def main(argv: Optional[List[str]] = None) -> int:
                           ("--explain", args.explain), ("--attention", args.attention))
         run = open_run(args.model, args.device)
         kind = run_interface(run)
-        handlers = {"documents": _documents, "graph": _graph, "text_classification": _texts,
-                    "pretraining": _texts, "token_classification": _tokens, "captioning": _captions,
-                    "multitask": _multitask}
-        if kind not in handlers:
+        if kind not in UNREAD:
             tool = " (translation runs: attnflow-translate)" if kind == "seq2seq" else ""
             raise PredictError(f"the run at {run.run_dir} works on {kind or 'unknown data'}; "
                                f"attnflow-predict labels documents, graph nodes and texts (BERT "
                                f"runs: text_classification, token_classification, "
                                f"bert_pretraining, multitask) and captions images{tool}")
         _drop_unread(args, kind, run)
+        if args.explain is True and kind != "graph":  # documents, texts: the HTML page to write
+            raise PredictError(f"--explain takes the HTML file to write for "
+                               f"{'documents' if kind == 'documents' else 'texts'} (--explain OUT.html)")
         with _output(args.output) as out:
-            return handlers[kind](args, run, out)
+            handler = {"documents": _documents, "graph": _graph}.get(kind) or _bert_handlers()[kind]
+            return handler(args, run, out)
     except (CheckpointError, PredictError, InputError, OSError, ValueError) as err:
         print(f"attnflow-predict: {err}", file=sys.stderr)
         return 2

@@ -8,19 +8,24 @@ of the same stem beside the ``.npy`` file, else on a grey canvas.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
 from attnflow.cli.predict_io import PredictError, read_texts, write_attention
+from attnflow.data.captions import load_image
+from attnflow.data.errors import DataError
 from attnflow.config.registry import MODELS, TASKS, ConfigError
 from attnflow.io.checkpoints import CheckpointError, Run, load_weights, run_artifacts
-from attnflow.io.text import (atomic_path, batched, check_new_outputs, check_png, no_inputs,
+from attnflow.io.text import (atomic_path, check_new_outputs, check_png, no_inputs,
                               text_array)
+from attnflow.viz.figures import DPI, caption_figure, decoder_alpha_label
 
 PAD, BOS, EOS = 0, 1, 2  # the captioning vocabularies' fixed ids (attnflow.data.shapes.Vocab)
 SIBLING_IMAGES = (".png", ".jpg", ".jpeg")
@@ -52,8 +57,6 @@ def load_captioner(run: Run, device: str = "cpu"):
 def read_input(path: str, art: dict, model) -> torch.Tensor:
     """One input as the model reads it: (3, S, S) pixels, or (L, D) features from a ``.npy``."""
     if art["input"] != "features":
-        from attnflow.data.captions import load_image
-
         return load_image(path, int(art["image_size"]))  # a DataError names the file
     p = Path(path)
     try:
@@ -79,16 +82,10 @@ def picture(path: str, x: torch.Tensor, art: dict, model) -> torch.Tensor:
     dashboard draws region features)."""
     if art["input"] != "features":
         return x
-    from attnflow.data.captions import load_image
-    from attnflow.data.errors import DataError
-
-    for suffix in SIBLING_IMAGES:
-        sibling = Path(path).with_suffix(suffix)
-        if sibling.is_file():
-            try:
-                return load_image(sibling, DRAW_SIZE)
-            except DataError:
-                break
+    sibling = next((q for q in map(Path(path).with_suffix, SIBLING_IMAGES) if q.is_file()), None)
+    if sibling:
+        with contextlib.suppress(DataError):  # an unreadable one: the grey canvas
+            return load_image(sibling, DRAW_SIZE)
     h, w = model.grid(x[None])
     return torch.full((3, 16 * h, 16 * w), 0.5)
 
@@ -118,14 +115,10 @@ def _line(path: str, words: List[str], as_json: bool) -> str:
 
 def predict_captions(args, run: Run, out) -> int:
     """attnflow-predict on a captioning run (see the module docstring)."""
-    import matplotlib.pyplot as plt
-
-    from attnflow.viz.figures import DPI, caption_figure, decoder_alpha_label
-
     if args.attention:
         check_png(args.attention)
     task, art = load_captioner(run, args.device)
-    paths, _ = read_texts(args)
+    paths, _ = read_texts(args, args.texts)
     paths = [p.strip() for p in paths if p.strip()]  # blank lines of a list are no images
     if not paths:
         raise PredictError(no_inputs("images", "--file", args.file, "image paths"))
@@ -135,29 +128,25 @@ def predict_captions(args, run: Run, out) -> int:
     check_new_outputs(*(("--attention", name) for name in names),  # OUT-1.png, … too
                       ("-o", args.output), ("--save-attention", args.save_attention))
     arrays: Dict[str, np.ndarray] = {}
-    n = 0
-    for chunk in batched(paths, args.batch_size):
+    for first, chunk in ((k, paths[k:k + args.batch_size]) for k in range(0, len(paths), args.batch_size)):
         xs = [read_input(p, art, task.model) for p in chunk]
         words, alphas = _caption_batch(task, xs, args.beam)
         print("\n".join(_line(p, w, args.json) for p, w in zip(chunk, words)), file=out, flush=True)
-        for b, (path, x, w, a) in enumerate(zip(chunk, xs, words, alphas)):
-            i, what, a = n + b, decoder_alpha_label(task.model, a.shape[1]), a.mean(1)
-            h, wd = task.model.grid(x[None])
+        for i, path, x, w, a in zip(range(first, len(paths)), chunk, xs, words, alphas):
+            what, a, (h, wd) = decoder_alpha_label(task.model, a.shape[1]), a.mean(1), task.model.grid(x[None])
             if args.save_attention:
-                arrays[f"{i}/words"] = text_array(w).reshape(len(w))
-                arrays[f"{i}/alpha"] = a.float().numpy().reshape(len(w), h, wd)
-                arrays[f"{i}/image"] = np.asarray(path, dtype=str)
+                arrays.update({f"{i}/words": text_array(w).reshape(len(w)),
+                               f"{i}/alpha": a.float().numpy().reshape(len(w), h, wd),
+                               f"{i}/image": np.asarray(path, dtype=str)})
             if names:
                 pixels = picture(path, x, art, task.model)
                 boxes = task.model.region_boxes(x[None], pixel_size=tuple(pixels.shape[-2:]))
-                title = f"{what}: {' '.join(w) or '(empty caption)'}"
-                fig = caption_figure(pixels, w, a, boxes, title=title)
+                fig = caption_figure(pixels, w, a, boxes, title=f"{what}: {' '.join(w) or '(empty caption)'}")
                 with atomic_path(names[i]) as tmp:
                     fig.savefig(tmp, format="png", dpi=DPI)
                 plt.close(fig)
                 print(f"attnflow-predict: attention of {path} drawn to {names[i]}", file=sys.stderr)
-        n += len(chunk)
     if args.save_attention:
-        write_attention(args.save_attention, arrays, "captioning", n, "images")
+        write_attention(args.save_attention, arrays, "captioning", len(paths), "images")
     return 0
 

@@ -6,16 +6,18 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Tuple
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 
 from attnflow.io.console import warn_unread
-from attnflow.io.text import batched, iter_lines, iter_stdin, save_arrays
+from attnflow.io.text import batched, iter_lines, iter_stdin, no_inputs, save_arrays
 
 EMPTY = "(empty: no words)"
 BATCH_SIZE = 32  # --batch-size of documents, texts and images
 WARN_CUT = 10  # inputs over the run's caps noted one by one; then only the total
+TABLES = (".csv", ".csv.gz", ".tsv", ".tsv.gz", ".parquet")
+JSON_LINES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz")
 
 
 class PredictError(ValueError):
@@ -30,15 +32,22 @@ def positive(value: str) -> int:
     return n
 
 
-def _jsonl_text(line: str, n: int, path: Path, field: str) -> str:
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as err:
-        raise PredictError(f"{path} line {n} is not JSON: {err}") from None
-    if not isinstance(row, dict) or not isinstance(row.get(field), str):
-        raise PredictError(f"{path} line {n} has no text field '{field}' (the run's "
-                           f"data.text_field)")
-    return row[field]
+def jsonl_fields(path: str, field: str, fits: Callable, what: str) -> Iterator:
+    """Each line's ``field`` of a JSON-lines file (None for a blank line); a line that is no JSON,
+    or whose field ``fits`` refuses, is a PredictError naming it (``what``: the field as a run
+    setting names it, e.g. ``text field '{field}' (the run's data.text_field)``)."""
+    for n, line in enumerate(iter_lines(path, "--file"), 1):
+        if not line.strip():
+            yield None
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise PredictError(f"{path} line {n} is not JSON: {err}") from None
+        value = row.get(field) if isinstance(row, dict) else None
+        if not fits(value):
+            raise PredictError(f"{path} line {n} has no {what}")
+        yield value
 
 
 def _table_texts(path: Path, field: str) -> Iterator[str]:
@@ -50,40 +59,37 @@ def _table_texts(path: Path, field: str) -> Iterator[str]:
         yield row[field] or ""
 
 
-def read_texts(args, field: str = "text", texts: str = "texts",
+def read_texts(args: argparse.Namespace, given: list, field: Optional[str] = "text",
                flag: str = "--file") -> Tuple[Iterator[str], str]:
-    """The inputs, lazily (one per input line; a blank JSON line is an empty document), and how
-    to name one in messages; ``--file`` given with inputs as arguments is one warning."""
-    given, file = getattr(args, texts), args.file
+    """The inputs, lazily (``given`` as arguments, else one per line of ``args.file``, else of
+    stdin; a blank JSON line is an empty document), and how to name one in messages; ``--file``
+    given with inputs as arguments is one warning."""
+    file = args.file
     if given:
         if file:
             warn_unread(f"{flag} {file}", "inputs are given as arguments")
         return iter(given), "argument"
-    if file and field and file.endswith((".csv", ".csv.gz", ".tsv", ".tsv.gz", ".parquet")):
+    if file and field and file.endswith(TABLES):
         return _table_texts(Path(file), field), f"{file} row"
+    if file and field and file.endswith(JSON_LINES):
+        what = f"text field '{field}' (the run's data.text_field)"
+        return (t or "" for t in jsonl_fields(file, field, lambda v: isinstance(v, str), what)), \
+            f"{file} line"
     if file:
-        lines = iter_lines(file, flag)
-        if field and file.endswith((".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz")):
-            path = Path(file)
-            lines = (_jsonl_text(ln, n, path, field) if ln.strip() else ""
-                     for n, ln in enumerate(lines, 1))
-        return lines, f"{file} line"
+        return iter_lines(file, flag), f"{file} line"
     return iter_stdin(), "stdin line"
 
 
-def check_explain_html(args, what: str) -> None:
-    """``--explain`` names the HTML page to write (documents, texts), or is not given."""
-    if args.explain is True:
-        raise PredictError(f"--explain takes the HTML file to write for {what} (--explain OUT.html)")
-
-
-def label_all(args, out, texts: Iterable[str], where: str, step: Callable, line: Callable,
-              note: Callable, *, what: str, empty: str, caps: str, none: str,
+def label_all(args: argparse.Namespace, out, texts: Iterable[str], where: str, step: Callable,
+              line: Callable, note: Callable, *, what: str, caps: str, empty: str,
+              kind: Optional[str] = None, none: Optional[str] = None,
               prog: str = "attnflow-predict") -> Tuple[dict, int]:
     """Run ``step(chunk, first)`` -> (results, arrays) over batches of ``texts``, printing one
     line per input (``line(r)``). An empty input, and one the caps cut (``note(r, j)`` for input
-    j: (message or None, size, cut)), is noted on stderr, then the total cut (``caps`` formatted
-    with ``cut`` and ``size``); no input at all is the error ``none``. Returns (arrays, inputs)."""
+    j: the message, or None; ``r["size"]`` and ``r["cut"]`` count), is noted on stderr, then the
+    total cut (``caps`` formatted with ``cut`` and ``size``); no input at all is the error
+    ``none`` (default: no ``what`` in ``--file`` or stdin). With ``--save-attention`` the arrays
+    are written as ``kind``. Returns (arrays, inputs)."""
     arrays, n, over, size, cut = {}, 0, 0, 0, 0
     for chunk in batched(texts, args.batch_size):
         results, more = step(chunk, n)
@@ -91,31 +97,40 @@ def label_all(args, out, texts: Iterable[str], where: str, step: Callable, line:
             if r["empty"]:
                 print(f"{prog}: {where} {j} is empty: {empty}", file=sys.stderr)
                 continue
-            msg, s, c = note(r, j)
-            size, cut, over = size + s, cut + c, over + bool(msg)
+            msg = note(r, j)
+            size, cut, over = size + r["size"], cut + r["cut"], over + bool(msg)
             if msg and over <= WARN_CUT:
                 print(f"{prog}: {where} {j} {msg}", file=sys.stderr)
         print("\n".join(map(line, results)), file=out, flush=True)
         arrays.update(more)
         n += len(chunk)
     if not n:
-        raise PredictError(none)
+        raise PredictError(none or no_inputs(what, "--file", args.file))
     if over:
         print(f"{prog}: {over} of {n} {what} were longer than {caps.format(cut=cut, size=size)} "
               f"cut in all", file=sys.stderr)
+    if kind and args.save_attention:
+        write_attention(args.save_attention, arrays, kind, n, what, prog)
     return arrays, n
+
+
+def output_line(r: dict, as_json: bool, keys: Sequence[str], plain: Callable[[dict], str],
+                empty: str = "-", blank: Any = None) -> str:
+    """An input's output line: with ``--json`` its ``keys`` (an empty input's ``blank`` but for its
+    text, and ``"empty": true``), else ``plain(r)``, or ``empty`` for an empty input."""
+    if as_json:
+        return json.dumps({k: blank if r["empty"] and k != "text" else r[k] for k in keys}
+                          | ({"empty": True} if r["empty"] else {}))
+    return empty if r["empty"] else plain(r)
 
 
 def label_line(r: dict, as_json: bool) -> str:
     """The output line of a labelled document or text: ``label<TAB>probability<TAB>text`` (its
     first 80 characters) or JSON (label, probability, probabilities, text); an empty one's is
     ``-<TAB>-<TAB>(empty: no words)`` (JSON: nulls and ``"empty": true``)."""
-    if r["empty"]:
-        return (json.dumps({"label": None, "probability": None, "probabilities": None,
-                            "text": r["text"], "empty": True}) if as_json else f"-\t-\t{EMPTY}")
-    if as_json:
-        return json.dumps({k: r[k] for k in ("label", "probability", "probabilities", "text")})
-    return f"{r['label']}\t{r['probability']:.4f}\t{' '.join(r['text'].split())[:80]}"
+    return output_line(r, as_json, ("label", "probability", "probabilities", "text"),
+                       lambda r: f"{r['label']}\t{r['probability']:.4f}\t{' '.join(r['text'].split())[:80]}",
+                       f"-\t-\t{EMPTY}")
 
 
 def write_attention(path: str, arrays: dict, kind: str, n: int, what: str,

@@ -24,6 +24,9 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from rich.console import Console
+from rich.table import Table
+
 from attnflow.io.text import InputError, atomic_path, check_folder, path_arg
 from attnflow.viz.report_plots import plot_curves, plot_param, thumbnails
 from attnflow.viz.runs import PRUNED, Report, ReportError, best_runs, build, fmt, ranking, table
@@ -36,9 +39,6 @@ REPORT_OF = ".report-of"  # in a report folder: the resolved path it reports
 def print_table(report: Report, console=None, most: Optional[int] = None) -> None:
     """The table in the terminal (rich), best run first; wide when output is not a terminal.
     ``most``: in short, the first ``most`` runs with their parameters and the ranking metric."""
-    from rich.console import Console
-    from rich.table import Table
-
     header, rows = table(report)
     if most is not None:
         keep = [i for i, h in enumerate(header) if h in ("run", "status", *report.params, report.metric)]
@@ -52,17 +52,13 @@ def print_table(report: Report, console=None, most: Optional[int] = None) -> Non
         t.add_column(h, overflow="fold", justify="right" if h not in ("run", "status") else "left")
     best = best_runs(report)
     for run, row in zip(report.runs, rows):
-        t.add_row(*row, style="bold" if run in best else _style(run.status))
+        t.add_row(*row, style="bold" if run in best else None if run.status == "ok" else
+                  "dim" if run.status == PRUNED else "red")  # ok: plain; pruned: dim; else red
     console.print(t)
     if len(rows) < len(report.runs):
         console.print(f"… and {len(report.runs) - len(rows)} more")
     for note in report.notes:
         console.print(f"note: {note}")
-
-
-def _style(status: str) -> Optional[str]:
-    """A row's look in the terminal: plain when ok, dim when pruned, red otherwise."""
-    return None if status == "ok" else "dim" if status == PRUNED else "red"
 
 
 def _data_uri(path: Path) -> str:
@@ -74,19 +70,15 @@ def _rel(path: Path, start: Path) -> str:
 
 
 def _summary_lines(report: Report) -> List[str]:
-    n = len(report.runs)
-    ok = sum(r.status == "ok" for r in report.runs)
-    pruned = sum(r.status == PRUNED for r in report.runs)
-    measured = sum(bool(r.metrics) for r in report.runs)
+    n, ok, pruned, measured = (len(report.runs), sum(r.status == "ok" for r in report.runs),
+                               sum(r.status == PRUNED for r in report.runs), sum(bool(r.metrics) for r in report.runs))
     sweeper = str(report.sweeper.get("_target_", "")).rsplit(".", 1)[-1] or None
     lines = [f"{report.kind}: {report.path}",
              f"{n} run(s): {ok} ok, " + (f"{pruned} pruned, " if pruned else "")
              + f"{measured} with metrics" + (f"; sweeper: {sweeper}" if sweeper else ""),
              ranking(report, where=True)]
     lines += [summary_line(report)] if report.study is not None else []
-    if report.common:
-        lines.append("common overrides: " + " ".join(f"{k}={fmt(v)}" for k, v in report.common.items()))
-    return lines
+    return lines + ["common overrides: " + " ".join(f"{k}={fmt(v)}" for k, v in report.common.items())] * bool(report.common)
 
 
 CSS = """body{font-family:sans-serif;margin:1.5em;color:#222}table{border-collapse:collapse;
@@ -95,48 +87,43 @@ tr.best{background:#e8f5e9;font-weight:bold}tr.bad{color:#b00}tr.pruned{color:#7
 figcaption{font-size:0.8em;color:#555}img.plot{max-width:100%;height:auto}.note{color:#8a5300}"""
 
 
-def write_html(report: Report, out: Path, plots: List[Tuple[str, Path]],
-               thumbs: Dict[str, List[Tuple[Path, Path]]]) -> str:
+Plots = List[Tuple[str, Path]]  # (title, PNG file)
+Thumbs = Dict[str, List[Tuple[Path, Path]]]  # per run: (thumbnail, picture)
+
+
+def write_html(report: Report, out: Path, plots: Plots, thumbs: Thumbs) -> str:
     e = html.escape
     header, rows = table(report)
+    best = best_runs(report)
     parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'>",
              f"<title>attnflow report: {e(report.path.name)}</title><style>{CSS}</style></head><body>",
-             f"<h1>attnflow report: {e(report.path.name)}</h1>"]
-    parts += [f"<p>{e(line)}</p>" for line in _summary_lines(report)]
-    parts += [f"<p class='note'>note: {e(n)}</p>" for n in report.notes]
-    parts.append("<h2>Runs</h2><table id='runs'><thead><tr>"
-                 + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr></thead><tbody>")
-    best = best_runs(report)
+             f"<h1>attnflow report: {e(report.path.name)}</h1>",
+             *(f"<p>{e(line)}</p>" for line in _summary_lines(report)),
+             *(f"<p class='note'>note: {e(n)}</p>" for n in report.notes),
+             "<h2>Runs</h2><table id='runs'><thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in header)
+             + "</tr></thead><tbody>"]
     for run, row in zip(report.runs, rows):
-        cls = "best" if run in best else "" if run.status == "ok" else \
-            "pruned" if run.status == PRUNED else "bad"
+        cls = "best" if run in best else {"ok": "", PRUNED: "pruned"}.get(run.status, "bad")
         parts.append(f"<tr class='{cls}' data-run='{e(run.name)}'>" + "".join(
             f"<td class='{'l' if i < 2 else ''}'>{e(c)}</td>" for i, c in enumerate(row)) + "</tr>")
-    parts.append("</tbody></table>")
-    if plots:
-        parts.append("<h2>Plots</h2>")
-        parts += [f"<figure><img class='plot' alt='{e(t)}' src='{_data_uri(p)}'>"
-                  f"<figcaption>{e(t)}</figcaption></figure>" for t, p in plots]
-    if thumbs:
-        parts.append("<h2>Attention pictures</h2>")
-        for run in report.runs:
-            if run.name not in thumbs:
-                continue
-            params = " ".join(f"{p}={fmt(report.value(run, p))}" for p in report.params)
-            parts.append(f"<h3>run {e(run.name)} {e(params)}</h3>")
-            parts += [f"<figure><a href='{e(_rel(orig, out))}'><img alt='attention: {e(run.name)}/{e(orig.name)}' "
-                      f"src='{_data_uri(th)}'></a><figcaption>{e(orig.name)}</figcaption></figure>"
-                      for th, orig in thumbs[run.name]]
-    parts.append("</body></html>\n")
-    return "\n".join(parts)
+    parts += ["</tbody></table>"] + ["<h2>Plots</h2>"] * bool(plots)
+    parts += [f"<figure><img class='plot' alt='{e(t)}' src='{_data_uri(p)}'>"
+              f"<figcaption>{e(t)}</figcaption></figure>" for t, p in plots]
+    parts += ["<h2>Attention pictures</h2>"] * bool(thumbs)
+    for run in (r for r in report.runs if r.name in thumbs):
+        params = " ".join(f"{p}={fmt(report.value(run, p))}" for p in report.params)
+        parts.append(f"<h3>run {e(run.name)} {e(params)}</h3>")
+        parts += [f"<figure><a href='{e(_rel(orig, out))}'><img alt='attention: {e(run.name)}/{e(orig.name)}' "
+                  f"src='{_data_uri(th)}'></a><figcaption>{e(orig.name)}</figcaption></figure>"
+                  for th, orig in thumbs[run.name]]
+    return "\n".join(parts + ["</body></html>\n"])
 
 
 def _md_cell(value: str) -> str:
     return value.replace("|", "\\|").replace("\n", " ")
 
 
-def write_md(report: Report, out: Path, plots: List[Tuple[str, Path]],
-             thumbs: Dict[str, List[Tuple[Path, Path]]]) -> str:
+def write_md(report: Report, out: Path, plots: Plots, thumbs: Thumbs) -> str:
     header, rows = table(report)
     lines = [f"# attnflow report: {report.path.name}", ""]
     lines += [f"- {_md_cell(line)}" for line in _summary_lines(report)]
@@ -144,14 +131,11 @@ def write_md(report: Report, out: Path, plots: List[Tuple[str, Path]],
     lines += ["", "| " + " | ".join(map(_md_cell, header)) + " |",
               "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(map(_md_cell, row)) + " |" for row in rows]
-    if plots:
-        lines += ["", "## Plots", ""] + [f"![{t}]({_rel(p, out)})" for t, p in plots]
-    if thumbs:
-        lines += ["", "## Attention pictures"]
-        for run in report.runs:
-            if run.name in thumbs:
-                lines += ["", f"### run {run.name}", ""]
-                lines += [f"[![{o.name}]({_rel(t, out)})]({_rel(o, out)})" for t, o in thumbs[run.name]]
+    lines += ["", "## Plots", ""] * bool(plots) + [f"![{t}]({_rel(p, out)})" for t, p in plots]
+    lines += ["", "## Attention pictures"] * bool(thumbs)
+    for run in (r for r in report.runs if r.name in thumbs):
+        lines += ["", f"### run {run.name}", ""]
+        lines += [f"[![{o.name}]({_rel(t, out)})]({_rel(o, out)})" for t, o in thumbs[run.name]]
     return "\n".join(lines) + "\n"
 
 
@@ -188,18 +172,12 @@ def write_report(report: Report, out: Path) -> Dict[str, Path]:
     """Plots, thumbnails, report.html, report.md, report.csv and ``.report-of`` in ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     _write(out / REPORT_OF, str(report.path.resolve()) + "\n")
-    plots: List[Tuple[str, Path]] = []
-    ranked = not report.groups and \
-        sum(report.metric in r.metrics for r in report.runs) > 1
-    for p in report.params if ranked else []:
-        path = plot_param(report, p, out)
-        if path:
-            plots.append((f"{report.metric} against {p}", path))
+    ranked = not report.groups and sum(report.metric in r.metrics for r in report.runs) > 1
+    plots: Plots = [(f"{report.metric} against {p}", path) for p in (report.params if ranked else [])
+                    if (path := plot_param(report, p, out))]
     base = report.metric.split("/", 1)[-1]
-    for m in dict.fromkeys([f"val/{base}"] * bool(base) + ["val/loss"]):
-        path = plot_curves(report, m, out)
-        if path:
-            plots.append((f"learning curves: {m}", path))
+    plots += [(f"learning curves: {m}", path) for m in dict.fromkeys([f"val/{base}"] * bool(base) + ["val/loss"])
+              if (path := plot_curves(report, m, out))]
     plots += plot_study(report, out)
     thumbs = thumbnails(report, out)
     files = {"html": out / "report.html", "md": out / "report.md", "csv": out / "report.csv"}
@@ -207,9 +185,7 @@ def write_report(report: Report, out: Path) -> Dict[str, Path]:
     _write(files["md"], write_md(report, out, plots, thumbs))
     header, rows = table(report, full=True)
     buf = io.StringIO()
-    w = csv.writer(buf)
-    w.writerow(header)
-    w.writerows([["" if v is None else v for v in row] for row in rows])
+    csv.writer(buf).writerows([header, *(["" if v is None else v for v in row] for row in rows)])
     _write(files["csv"], buf.getvalue())
     return files
 

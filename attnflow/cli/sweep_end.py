@@ -8,7 +8,9 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 
+from attnflow.cli.report import print_table
 from attnflow.io.console import command
+from attnflow.viz.runs import ReportError, build
 
 
 class SweepSummary(Callback):
@@ -18,9 +20,6 @@ class SweepSummary(Callback):
         print(f"sweep folder: {config.hydra.sweep.dir}", flush=True)
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
-        from attnflow.cli.report import print_table
-        from attnflow.viz.runs import ReportError, build
-
         folder = config.hydra.sweep.dir
         try:
             print_table(build(folder), most=10)

@@ -20,22 +20,18 @@ import argparse
 import sys
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
-import numpy as np
 
-from attnflow.cli.predict_io import (PredictError, label_all, positive, read_texts,
-                                     write_attention)
-from attnflow.config.registry import AttnflowWarning, ConfigError
+import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
+from attnflow.cli.predict_io import PredictError, label_all, positive, read_texts
+from attnflow.config.registry import DATA, MODELS, TASKS, AttnflowWarning, ConfigError
 from attnflow.config.secrets import resolve_env
-from attnflow.io.checkpoints import CheckpointError, load_run, load_weights, no_grad
+from attnflow.io.checkpoints import CheckpointError, load_run, load_weights
 from attnflow.io.console import plain_warnings
 from attnflow.io.text import (InputError, check_new_outputs, check_npz, check_png,
                               no_inputs, path_arg, text_array)
 from attnflow.training.onednn import bound_primitive_cache
-
-if TYPE_CHECKING:  # imported where decoding starts: a bad argument is refused before (seconds)
-    import torch
 
 
 class TranslateError(Exception):
@@ -44,9 +40,6 @@ class TranslateError(Exception):
 
 def load(path: Path, device: str = "cpu"):
     """(model, data module, config) from a run directory or checkpoint."""
-    import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
-    from attnflow.config.registry import DATA, MODELS
-
     run = load_run(path, device)
     cfg = run.config
     if cfg["data"].get("name") != "parallel":
@@ -73,39 +66,30 @@ def load_members(paths: Sequence[Path], device: str = "cpu"):
     loaded = [load(path, device) for path in paths]
     (model, dm, _), configs = loaded[0], [cfg for _, _, cfg in loaded]
     for path, (_, other, _) in zip(paths[1:], loaded[1:]):
-        for side, what in (("src_tok", "source"), ("tgt_tok", "target")):
-            if getattr(other, side).to_str() != getattr(dm, side).to_str():
+        for what, mine, theirs in (("source", dm.src_tok, other.src_tok), ("target", dm.tgt_tok, other.tgt_tok)):
+            if theirs.to_str() != mine.to_str():
                 raise TranslateError(f"--ensemble {path}: its {what} tokenizer differs from that of "
                                      f"{paths[0]}; an ensemble's members share their token ids")
-    if len(paths) == 1:
-        return model, dm, configs
-    from attnflow.models.ensemble import Ensemble
+    if len(paths) > 1:
+        from attnflow.models.ensemble import Ensemble
 
-    return Ensemble([m for m, _, _ in loaded]).eval(), dm, configs
-
-
-def run_decoding(cfg) -> Dict[str, float]:
-    """How the run's test step decoded: ``{"beam", "length_penalty"}`` from its task (a task
-    without beam search: 1 and 0.6)."""
-    from attnflow.config.registry import TASKS
-
-    task = TASKS.validate(cfg["task"], "task") if cfg.get("task") else {}
-    return {"beam": int(task.get("beam_size", 1)),
-            "length_penalty": float(task.get("length_penalty", 0.6))}
+        model = Ensemble([m for m, _, _ in loaded]).eval()
+    return model, dm, configs
 
 
 def decoding_settings(paths: Sequence[Path], configs: Sequence, beam: Optional[int],
                       length_penalty: Optional[float]) -> Tuple[int, float]:
-    """(beam, α): the options where given, else the first run's own; an ensemble member that
-    decoded otherwise is one warning."""
+    """(beam, α): the options where given, else how the first run's test step decoded (its
+    task's ``beam_size``, ``length_penalty``; without beam search 1 and 0.6); an ensemble member
+    that decoded otherwise is one warning."""
+    own = [TASKS.validate(cfg["task"], "task") if cfg.get("task") else {} for cfg in configs]
+    own = [{"beam": int(t.get("beam_size", 1)), "length_penalty": float(t.get("length_penalty", 0.6))}
+           for t in own]
     given = {"beam": beam, "length_penalty": length_penalty}
-    own = [run_decoding(cfg) for cfg in configs]
-    unread = []
-    for key, value in given.items():
-        if value is None:
-            given[key] = own[0][key]
-            unread += [f"{path} (task.{'beam_size' if key == 'beam' else key} {s[key]:g})"
-                       for path, s in zip(paths[1:], own[1:]) if s[key] != own[0][key]]
+    unread = [f"{path} (task.{'beam_size' if key == 'beam' else key} {s[key]:g})"
+              for key, value in given.items() if value is None
+              for path, s in zip(paths[1:], own[1:]) if s[key] != own[0][key]]
+    given = {k: own[0][k] if v is None else v for k, v in given.items()}
     if unread:
         warnings.warn(f"--ensemble {', '.join(unread)}: not read; the first run's decoding applies "
                       f"(beam {given['beam']:g}, length penalty {given['length_penalty']:g}; "
@@ -117,124 +101,6 @@ def heat_map_names(out: str, n: int) -> List[Path]:
     """``--attention OUT.png``: the files of ``n`` heat maps, OUT.png, OUT_1.png, OUT_2.png, …"""
     base = Path(out)
     return [base.with_name(f"{base.stem}_{k}{base.suffix}") if k else base for k in range(n)]
-
-
-def encode(dm, lines: Sequence[str]) -> Tuple[List[List[int]], List[int]]:
-    """Source ids of ``lines`` cut to the model's limit ``max_src_len``, and their full lengths."""
-    full = [e.ids for e in dm.src_tok.encode_batch(list(lines))]
-    return [ids[: dm.max_src_len] for ids in full], [len(ids) for ids in full]
-
-
-@no_grad
-def decode_ids(model, ids: List[List[int]], beam: int = 1, length_penalty: float = 0.6,
-               max_len: int = 100, need_weights: bool = False, batch_size: int = 64):
-    """Output ids per source (⟨eos⟩ kept when produced, no padding; [] for an empty source) and
-    per source the decoder's α (T, J, S) or None. Sources are batched by length."""
-    from attnflow.data.parallel import BOS, EOS, PAD, collate
-    from attnflow.blocks.decoders.decoding import decode
-    from attnflow.tasks.seq2seq import strip_after_eos
-
-    device = next(model.parameters()).device
-    rows: List[List[int]] = [[] for _ in ids]
-    weights: List[Optional[torch.Tensor]] = [None] * len(ids)
-    order = [i for i in sorted(range(len(ids)), key=lambda i: len(ids[i])) if ids[i]]
-    for start in range(0, len(order), batch_size):
-        chunk = order[start: start + batch_size]
-        batch = {k: v.to(device) for k, v in collate([(i, ids[i], []) for i in chunk]).items()}
-        pred, w = decode(model, batch["src"], batch["src_lengths"], BOS, EOS, max_len, beam,
-                         length_penalty, need_weights)
-        pred = strip_after_eos(pred, EOS, PAD)
-        for r, i in enumerate(chunk):
-            rows[i] = [t for t in pred[r].tolist() if t != PAD]
-            if need_weights and w is not None:
-                weights[i] = w[r, : len(rows[i]), :, : len(ids[i])].float().cpu()
-    return rows, weights
-
-
-@no_grad
-def translate(model, dm, lines: List[str], beam: int = 1, length_penalty: float = 0.6,
-              max_len: Optional[int] = None, need_weights: bool = False, batch_size: int = 64):
-    """Translations of ``lines`` (and per sentence (α (T, S), source tokens, output tokens, what
-    α is: :func:`attnflow.viz.figures.alpha_label`))."""
-    ids, _ = encode(dm, lines)
-    rows, w = decode_ids(model, ids, beam, length_penalty, max_len or dm.max_decode_len,
-                         need_weights, batch_size)
-    maps = _heat_maps(model, dm, w, ids, rows) if need_weights else [None] * len(lines)
-    return [dm.detokenize(r) for r in rows], maps
-
-
-def _heat_maps(model, dm, w, ids, rows) -> list:
-    """Per source: (α (T, S) averaged over heads, source tokens, output tokens, its label naming
-    the decoder layer and heads), or None."""
-    from attnflow.viz.figures import decoder_alpha_label
-
-    return [None if wi is None else (wi.mean(1), _tokens(dm.src_tok, s), _tokens(dm.tgt_tok, r),
-                                     decoder_alpha_label(model, wi.shape[1]))
-            for wi, s, r in zip(w, ids, rows)]
-
-
-def _tokens(tok, ids) -> List[str]:
-    return [tok.id_to_token(t) for t in ids]
-
-
-def _with_heads(w: torch.Tensor) -> torch.Tensor:
-    return w.unsqueeze(1) if w.dim() == 3 else w  # (B, Tq, Tk) of one head -> (B, 1, Tq, Tk)
-
-
-@no_grad
-def attention_arrays(model, ids: List[List[int]], rows: List[List[int]]) -> List[Dict[str, np.ndarray]]:
-    """Per source with an output, from one teacher-forced pass: ``cross`` (L, J, T, S) and for
-    Transformers ``encoder_self`` and ``decoder_self``. Hooks make every attention block under
-    ``model.encoder`` / ``model.decoder`` return its weights; a block whose queries are its keys
-    gives self-attention."""
-    import torch
-
-    from attnflow.blocks.attention.base import AttentionBlock
-    from attnflow.data.parallel import collate
-
-    keep = [i for i in range(len(ids)) if ids[i] and rows[i]]
-    out: List[Dict[str, np.ndarray]] = [{} for _ in ids]
-    if not keep:
-        return out
-    device = next(model.parameters()).device
-    batch = {k: v.to(device) for k, v in collate([(i, ids[i], rows[i][:-1]) for i in keep]).items()}
-    calls: Dict[int, Tuple[str, List[torch.Tensor]]] = {}  # per block, in order of first call
-    handles = []
-
-    def force(module, args, kwargs):
-        return args, {**kwargs, "need_weights": True}
-
-    def keeper(part: str):
-        def hook(module, args, output):
-            if output[1] is None:
-                return
-            kind = "cross" if args[0] is not args[1] else f"{part}_self"  # queries are the keys?
-            calls.setdefault(id(module), (kind, []))[1].append(_with_heads(output[1]).float().cpu())
-        return hook
-
-    for part, sub in (("encoder", model.encoder), ("decoder", model.decoder)):
-        for module in sub.modules():
-            if isinstance(module, AttentionBlock):
-                handles.append(module.register_forward_pre_hook(force, with_kwargs=True))
-                handles.append(module.register_forward_hook(keeper(part)))
-    try:
-        _, alpha = model(batch["src"], batch["src_lengths"], batch["tgt_in"], need_weights=True)
-    finally:
-        for h in handles:
-            h.remove()
-    captured: Dict[str, List[torch.Tensor]] = {"encoder_self": [], "decoder_self": [], "cross": []}
-    for kind, parts in calls.values():  # a block called once per position: its rows, in order
-        captured[kind].append(torch.cat(parts, dim=2))
-    if not captured["cross"] and alpha is not None:  # RNN decoders: α from the decoder itself
-        captured["cross"] = [alpha.transpose(1, 2).float().cpu()]  # (B, T, J, S) -> (B, J, T, S)
-    for r, i in enumerate(keep):
-        S, T = len(ids[i]), len(rows[i])
-        size = {"encoder_self": (S, S), "decoder_self": (T, T), "cross": (T, S)}
-        for kind, maps in captured.items():
-            if maps:
-                q, k = size[kind]
-                out[i][kind] = torch.stack([m[r, :, :q, :k] for m in maps]).numpy()
-    return out
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -275,54 +141,51 @@ def _check_options(args) -> None:
     check_new_outputs(*(("--attention", p) for p in maps), ("--save-attention", args.save_attention))
 
 
-def _translate_all(args, lines, where: str, model, dm, beam: int, length_penalty: float):
-    """Translate ``lines`` batch by batch, printing each; (heat maps, arrays, lines)."""
+def _translate_all(args, lines, where: str, model, dm, beam: int, length_penalty: float) -> list:
+    """Translate ``lines`` batch by batch, printing each, and write ``--save-attention``; the
+    heat maps to draw (α, source and output tokens, what α is, the line)."""
+    from attnflow.tasks import seq2seq_inference as mt  # torch: once the options are checked
+
     max_len, limit, heat_maps = args.max_len or dm.max_decode_len, dm.max_src_len, []
 
     def step(chunk, first):
-        ids, full = encode(dm, chunk)
-        rows, w = decode_ids(model, ids, beam, length_penalty, max_len,
-                             need_weights=bool(args.attention), batch_size=args.batch_size)
+        ids, full = mt.encode(dm, chunk)
+        rows, w = mt.decode_ids(model, ids, beam, length_penalty, max_len,
+                                need_weights=bool(args.attention), batch_size=args.batch_size)
         if args.attention:
-            heat_maps.extend((*m, line) for m, line in zip(_heat_maps(model, dm, w, ids, rows), chunk)
+            heat_maps.extend((*m, line) for m, line in zip(mt.heat_maps(model, dm, w, ids, rows), chunk)
                              if m)
         arrays = {}
-        if args.save_attention:
-            for j, (s, r, maps) in enumerate(zip(ids, rows, attention_arrays(model, ids, rows)), first):
-                arrays[f"{j}/source"] = text_array(_tokens(dm.src_tok, s))
-                arrays[f"{j}/output"] = text_array(_tokens(dm.tgt_tok, r))
-                arrays.update({f"{j}/{k}": v for k, v in maps.items()})
-        return [{"empty": not (line.strip() and n), "full": n, "out": dm.detokenize(r)}
-                for line, n, r in zip(chunk, full, rows)], arrays
+        for j, (s, r, maps) in enumerate(zip(ids, rows, mt.attention_arrays(model, ids, rows)), first) \
+                if args.save_attention else ():
+            arrays.update({f"{j}/source": text_array(mt.tokens(dm.src_tok, s)),
+                           f"{j}/output": text_array(mt.tokens(dm.tgt_tok, r)),
+                           **{f"{j}/{k}": v for k, v in maps.items()}})
+        return [{"empty": not (line.strip() and n), "size": n, "cut": max(0, n - limit),
+                 "out": dm.detokenize(r)} for line, n, r in zip(chunk, full, rows)], arrays
 
     def note(r, _):
-        n = r["full"]
-        msg = (f"has {n} subwords; the model reads at most {limit} (data.max_src_len of the run): "
-               f"{n - limit} subwords cut, the rest is translated")
-        return (msg, n, n - limit) if n > limit else (None, n, 0)
+        return (f"has {r['size']} subwords; the model reads at most {limit} (data.max_src_len of the "
+                f"run): {r['cut']} subwords cut, the rest is translated") if r["cut"] else None
 
-    none = no_inputs("sentences", "-f", args.file, metavar=" FILE")
-    arrays, n = label_all(args, sys.stdout, lines, where, step, lambda r: r["out"], note,
-                          what="lines", caps=f"{limit} subwords: " + "{cut} of {size} subwords",
-                          empty="nothing to translate (an empty line is written in its place)",
-                          none=none, prog="attnflow-translate")
-    return heat_maps, arrays, n
+    label_all(args, sys.stdout, lines, where, step, lambda r: r["out"], note, what="lines",
+              caps=f"{limit} subwords: " + "{cut} of {size} subwords", kind="translation",
+              empty="nothing to translate (an empty line is written in its place)",
+              none=no_inputs("sentences", "-f", args.file, metavar=" FILE"), prog="attnflow-translate")
+    return heat_maps
 
 
-def _write_attention(args, heat_maps, arrays, n_lines: int) -> None:
-    if args.attention:
-        from attnflow.viz.figures import save_attention_png
+def _draw(args, heat_maps: list) -> None:
+    """``--attention``: the heat maps as OUT.png, OUT_1.png, …"""
+    from attnflow.viz.figures import save_attention_png
 
-        names = heat_map_names(args.attention, len(heat_maps))
-        check_new_outputs(*(("--attention", p) for p in names))  # -f, stdin: known only now
-        for p, (weights, src, out, what, line) in zip(names, heat_maps):
-            save_attention_png(p, weights, src, out, f"{what}: {line[:60]}", label=what)
-        if not heat_maps:
-            print("attnflow-translate: no heat map written: this model has no attention "
-                  "(or every input line was empty)", file=sys.stderr)
-    if args.save_attention:
-        write_attention(args.save_attention, arrays, "translation", n_lines, "lines",
-                        "attnflow-translate")
+    names = heat_map_names(args.attention, len(heat_maps))
+    check_new_outputs(*(("--attention", p) for p in names))  # -f, stdin: known only now
+    for p, (weights, src, out, what, line) in zip(names, heat_maps):
+        save_attention_png(p, weights, src, out, f"{what}: {line[:60]}", label=what)
+    if not heat_maps:
+        print("attnflow-translate: no heat map written: this model has no attention "
+              "(or every input line was empty)", file=sys.stderr)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -331,11 +194,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_intermixed_args(argv)  # options before or after the sentences
     try:
         _check_options(args)
-        lines, where = read_texts(args, None, "sentences", "-f")
+        lines, where = read_texts(args, args.sentences, None, "-f")
         paths = [Path(p) for p in [args.run, *args.ensemble]]
         model, dm, configs = load_members(paths, args.device)
         beam, length_penalty = decoding_settings(paths, configs, args.beam, args.length_penalty)
-        _write_attention(args, *_translate_all(args, lines, where, model, dm, beam, length_penalty))
+        heat_maps = _translate_all(args, lines, where, model, dm, beam, length_penalty)
+        if args.attention:
+            _draw(args, heat_maps)
     except (TranslateError, PredictError, CheckpointError, InputError, ConfigError, OSError) as err:
         print(f"attnflow-translate: {err}", file=sys.stderr)
         return 2

@@ -59,13 +59,11 @@ class DataContract(Composable):
     def placeholder_context(cls, fields: Mapping[str, Any]) -> Optional[dict]:
         """The model's context (sizes) for these fields without reading data, to build the model
         on the meta device; None: the sizes need the data."""
-        return None
 
     @classmethod
     def longest_positions(cls, fields: Mapping[str, Any]) -> Optional[Tuple[int, str]]:
         """The most positions a sequence model is given and why (``{at}`` stands for the data
         config's path); None: not bounded by the config."""
-        return None
 
     @classmethod
     def longest_source_positions(cls, fields: Mapping[str, Any]) -> Optional[Tuple[int, str]]:
@@ -75,14 +73,12 @@ class DataContract(Composable):
     @classmethod
     def one_vocabulary(cls, fields: Mapping[str, Any]) -> Optional[bool]:
         """Whether source and target share one vocabulary (tied embeddings); None: no pairs."""
-        return None
 
     def without_test(self) -> None:
         """A run with test=false: no test file is read (it need not be there)."""
 
     def missing_test(self) -> Optional[str]:
         """Why there is no test split (the error's message), or None when there is one."""
-        return None
 
     def set_run_dir(self, run_dir: Any) -> None:
         """Where the run keeps files (``<run_dir>/tokenizer/``): saved there, read back on resume."""
@@ -94,7 +90,6 @@ class DataContract(Composable):
     def save_artifacts(self, run_dir: Any) -> Optional[Path]:
         """Write what prediction needs besides the weights into ``run_dir`` (a vocabulary, a
         tokenizer); the file or folder written, None when nothing."""
-        return None
 
     def artifacts(self) -> Dict[str, Any]:
         """What every checkpoint carries besides the weights (``attnflow_artifacts``)."""

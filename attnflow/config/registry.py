@@ -126,33 +126,31 @@ class Registry:
                               f"{suggest(name, self._classes)}")
         return self._classes[name]
 
-    def schema(self, name: str) -> type:
+    def _spec(self, name: str) -> "_Spec":
         self.get(name)
-        return self._specs[name].schema
+        return self._specs[name]
+
+    def schema(self, name: str) -> type:
+        return self._spec(name).schema
 
     def fields(self, name: str):
         """[(field, type string, default)]; a nested config's as ``<field>.<subfield>``."""
-        self.get(name)
-        return _list_fields(self._specs[name])
+        return _list_fields(self._spec(name))
 
     def field_names(self, name: str) -> set:
         """The top-level fields of block ``name``'s typed config."""
-        self.get(name)
-        return {f.name for f in dataclasses.fields(self._specs[name].schema)}
+        return {f.name for f in dataclasses.fields(self.schema(name))}
 
     def child_default(self, name: str, field: str) -> Any:
         """A fresh copy of the default of block ``name``'s child-block field ``field``, or None."""
         if self.child_kind(name, field) is None:
             return None
-        default = next(f for f in dataclasses.fields(self._specs[name].schema) if f.name == field)
-        if default.default_factory is not dataclasses.MISSING:
-            return default.default_factory()
-        return None if default.default is dataclasses.MISSING else copy.deepcopy(default.default)
+        f = next(f for f in dataclasses.fields(self.schema(name)) if f.name == field)
+        return copy.deepcopy(f.default if f.default_factory is dataclasses.MISSING else f.default_factory())
 
     def child_kind(self, name: str, field: str) -> Optional[str]:
         """The block kind of a ``BlockSpec[kind]`` field of block ``name``, else None."""
-        self.get(name)
-        child = self._specs[name].children.get(field)
+        child = self._spec(name).children.get(field)
         return child if isinstance(child, str) else None
 
     # -- validation and building ----------------------------------------------------------------
@@ -178,9 +176,7 @@ class Registry:
         if not isinstance(name, str):
             raise ConfigError(f"'{path}.name' must be a string naming a {self.kind}, got {name!r}")
         self.get(name, path)
-        out = _check_fields(self._specs[name], data, path, f"{self.kind} '{name}'")
-        out["name"] = name
-        return out
+        return {**_check_fields(self._specs[name], data, path, f"{self.kind} '{name}'"), "name": name}
 
     def build(self, cfg: Any, *context: Any, path: str = "", **extra: Any):
         """Validate ``cfg`` and construct ``Class(*context, **fields, **extra)``."""
@@ -221,23 +217,16 @@ def _forget_checks() -> None:
         registry._checked.clear()
 
 
-def _dict_ids(data: Dict[str, Any]) -> frozenset:
-    """The ids of the dicts inside ``data`` at any depth (in dicts and lists)."""
-    ids, todo = set(), list(data.values())
-    while todo:
-        node = todo.pop()
-        if isinstance(node, dict):
-            ids.add(id(node))
-            todo.extend(node.values())
-        elif isinstance(node, list):
-            todo.extend(node)
-    return frozenset(ids)
+def _dict_ids(node: Any) -> frozenset:
+    """The ids of ``node``, a dict, and of the dicts inside it at any depth (in dicts and lists)."""
+    inner = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+    return frozenset([id(node)] if isinstance(node, dict) else []).union(*map(_dict_ids, inner))
 
 
 def _import_all(name: str) -> None:
     """Import module ``name`` and, for a package, each of its public modules."""
-    module = importlib.import_module(name)
-    for info in sorted(pkgutil.iter_modules(getattr(module, "__path__", [])), key=lambda m: m.name):
+    package = importlib.import_module(name).__spec__.submodule_search_locations  # (None: a module)
+    for info in sorted(pkgutil.iter_modules(package or []), key=lambda m: m.name):
         if not info.name.startswith("_"):
             _import_all(f"{name}.{info.name}")
 
@@ -245,28 +234,19 @@ def _import_all(name: str) -> None:
 def _init_params(cls: Any, qualname: str) -> Dict[str, tuple]:
     """{field: (annotation, default)} of the keyword-only parameters of ``cls.__init__``, and of
     the parents' while an ``__init__`` passes ``**kwargs`` up (parents' fields first)."""
-    if not isinstance(cls, type):  # a factory function
-        inits = [cls]
-    else:
-        inits = []
-        for klass in cls.__mro__:
-            init = klass.__dict__.get("__init__")
-            if init is None:
-                continue
-            inits.append(init)
-            try:
-                params = inspect.signature(init).parameters.values()
-            except (TypeError, ValueError):  # a builtin without a signature
-                break
-            if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-                break
-    out: Dict[str, tuple] = {}
-    for init in reversed(inits):
+    klasses = cls.__mro__ if isinstance(cls, type) else ()
+    inits = [k.__dict__["__init__"] for k in klasses if "__init__" in k.__dict__] or [cls]  # (a function)
+    own: list = []
+    for init in inits:
         try:
-            params = [p for p in inspect.signature(init).parameters.values()
-                      if p.kind is inspect.Parameter.KEYWORD_ONLY]
-        except (TypeError, ValueError):
-            continue
+            params = inspect.signature(init).parameters.values()
+        except (TypeError, ValueError):  # a builtin without a signature
+            break
+        own.append((init, [p for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]))
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+            break
+    out: Dict[str, tuple] = {}
+    for init, params in reversed(own):
         hints = typing.get_type_hints(init, include_extras=True) if params else {}
         for p in params:
             if p.name not in hints or p.default is inspect.Parameter.empty:
@@ -277,12 +257,14 @@ def _init_params(cls: Any, qualname: str) -> Dict[str, tuple]:
 
 
 class _Spec(typing.NamedTuple):
-    """A typed config: its dataclass; per field its child kind or nested config, choices, range."""
+    """A typed config: its dataclass; per field its child kind or nested config's spec, choices,
+    range; and, of a nested config, the dataclass it builds."""
 
     schema: type
     children: Dict[str, Any]
     choices: Dict[str, tuple]
     bounds: Dict[str, Range]
+    cls: Any = None
 
 
 def _build_schema(params: Dict[str, tuple], qualname: str) -> _Spec:
@@ -298,56 +280,49 @@ def _build_schema(params: Dict[str, tuple], qualname: str) -> _Spec:
         elif isinstance(tp, type) and dataclasses.is_dataclass(tp):
             if not isinstance(default, tp):
                 raise TypeError(f"{qualname}: field '{name}' needs a {tp.__name__} default")
-            children[name] = _NestedConfig(tp, default, f"{qualname}.{name}")
+            children[name] = _nested_spec(tp, default, f"{qualname}.{name}")
             tp, default = Any, dataclasses.asdict(default)
         literal, optional = literal_choices(tp)
         if literal:
             choices[name] = literal + ((None,) if optional else ())
             tp = Optional[type(literal[0])] if optional else type(literal[0])
-        if isinstance(default, (dict, list)):
-            fields.append((name, tp, dataclasses.field(default_factory=lambda d=default: d)))
-        else:
-            fields.append((name, tp, dataclasses.field(default=default)))
+        mutable = isinstance(default, (dict, list))
+        fields.append((name, tp, dataclasses.field(**{"default_factory": lambda d=default: d}
+                                                   if mutable else {"default": default})))
     schema = dataclasses.make_dataclass(qualname.replace(".", "_") + "_config", fields)
     return _Spec(schema, children, choices, bounds)
 
 
-class _NestedConfig:
+def _nested_spec(cls: type, default: Any, qualname: str) -> _Spec:
     """A field annotated with a dataclass (``optim: OptimConfig``): validated like a block's
     fields (defaults from the field's default instance), built as that dataclass."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    params = {f.name: (hints[f.name], vars(default)[f.name]) for f in dataclasses.fields(cls)}
+    return _build_schema(params, qualname)._replace(cls=cls)
 
-    def __init__(self, cls: type, default: Any, qualname: str):
-        self.cls = cls
-        hints = typing.get_type_hints(cls, include_extras=True)
-        params = {f.name: (hints[f.name], getattr(default, f.name)) for f in dataclasses.fields(cls)}
-        self.spec = _build_schema(params, qualname)
 
-    def validate(self, cfg: Any, path: str, label: str) -> Dict[str, Any]:
-        if cfg is not None and not (isinstance(cfg, (Mapping, DictConfig))
-                                    or dataclasses.is_dataclass(cfg)):
-            raise ConfigError(f"{label} (at '{path}') must be a mapping, got {cfg!r}")
-        return _check_fields(self.spec, _to_dict(cfg or {}), path, label)
-
-    def build(self, data: Dict[str, Any]) -> Any:
-        return self.cls(**_with_nested(self.spec, data))
+def _check_nested(spec: _Spec, cfg: Any, path: str, label: str) -> Dict[str, Any]:
+    if cfg is not None and not (isinstance(cfg, (Mapping, DictConfig)) or dataclasses.is_dataclass(cfg)):
+        raise ConfigError(f"{label} (at '{path}') must be a mapping, got {cfg!r}")
+    return _check_fields(spec, _to_dict(cfg or {}), path, label)
 
 
 def _with_nested(spec: _Spec, data: Dict[str, Any]) -> Dict[str, Any]:
     """``data`` with each nested config's fields built as its dataclass."""
-    return {k: spec.children[k].build(v) if isinstance(spec.children.get(k), _NestedConfig) else v
-            for k, v in data.items()}
+    nested = {k: child for k, child in spec.children.items() if isinstance(child, _Spec)}
+    return {k: nested[k].cls(**_with_nested(nested[k], v)) if k in nested else v for k, v in data.items()}
 
 
 def build_config(cls: type, cfg: Any, path: str, label: str) -> Any:
     """A dataclass config from a mapping, checked as a block's fields are."""
-    nested = _NestedConfig(cls, cls(), path)
-    return nested.build(nested.validate(cfg, path, label))
+    spec = _nested_spec(cls, cls(), path)
+    return cls(**_with_nested(spec, _check_nested(spec, cfg, path, label)))
 
 
 def _check_fields(spec: _Spec, data: Dict[str, Any], path: str, label: str) -> Dict[str, Any]:
     """``data`` checked against a typed config and completed with its defaults; errors name
     ``label`` (e.g. "scorer 'additive'") and the path."""
-    schema, children, choices, bounds = spec
+    schema, children, choices, bounds, _ = spec
     allowed = [f.name for f in dataclasses.fields(schema)]
     for key in [k for k in data if k not in allowed]:
         raise ConfigError(f"{label} has no field '{key}' (at '{path}.{key}'). Its fields: "
@@ -356,7 +331,7 @@ def _check_fields(spec: _Spec, data: Dict[str, Any], path: str, label: str) -> D
     try:
         typed = OmegaConf.merge(OmegaConf.structured(schema), plain)
     except OmegaConfBaseException as err:
-        key = getattr(err, "key", None) or getattr(err, "full_key", None) or "?"
+        key = err.key or err.full_key or "?"
         ftype = {f.name: type_name(f.type) for f in dataclasses.fields(schema)}.get(str(key), "?")
         raise ConfigError(f"{label}: field '{key}' (at '{path}.{key}') must be {ftype}, got "
                           f"{plain.get(str(key))!r}") from None
@@ -372,8 +347,8 @@ def _check_fields(spec: _Spec, data: Dict[str, Any], path: str, label: str) -> D
         raise ConfigError(f"{label}: field '{key}' (at '{path}.{key}') {why}")
     for key, child in children.items():
         value = data.get(key, out.get(key))
-        if isinstance(child, _NestedConfig):
-            out[key] = child.validate(value, f"{path}.{key}", f"{label} {key} config")
+        if isinstance(child, _Spec):
+            out[key] = _check_nested(child, value, f"{path}.{key}", f"{label} {key} config")
         else:
             out[key] = None if value is None else Registry._all[child].validate(value, f"{path}.{key}")
     return out
@@ -381,13 +356,12 @@ def _check_fields(spec: _Spec, data: Dict[str, Any], path: str, label: str) -> D
 
 def _list_fields(spec: _Spec):
     """[(field, type string with its choices or range, default)]."""
-    schema, children, choices, bounds = spec
+    schema, children, choices, bounds, _ = spec
     out = []
     for f in dataclasses.fields(schema):
         child = children.get(f.name)
-        if isinstance(child, _NestedConfig):
-            out += [(f"{f.name}.{sub}", tname, default) for sub, tname, default in
-                    _list_fields(child.spec)]
+        if isinstance(child, _Spec):
+            out += [(f"{f.name}.{sub}", tname, default) for sub, tname, default in _list_fields(child)]
             continue
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         tname = f"BlockSpec[{child}]" if child else type_name(f.type)

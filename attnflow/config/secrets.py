@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -37,16 +37,6 @@ class Secrets:
     values: Dict[str, str] = field(default_factory=dict)
 
 
-def _leaves(node: Any, prefix: str = "") -> Iterator[Tuple[str, Any]]:
-    """(dotted key, value) of every leaf of a plain dict/list tree."""
-    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else None
-    if items is None:
-        yield prefix, node
-        return
-    for key, value in items:
-        yield from _leaves(value, f"{prefix}.{key}" if prefix else str(key))
-
-
 def env_variables(text: str) -> list:
     """The variables ``${oc.env:…}`` reads in ``text``, attnflow's path variables left out."""
     return [v for v in ENV.findall(text) if v not in PATH_VARIABLES]
@@ -57,7 +47,7 @@ def find(cfg: Any) -> Secrets:
     ``${oc.env:…}``, and the values of the variables read."""
     plain = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, (DictConfig, ListConfig)) else cfg
     out = Secrets()
-    for key, value in _leaves(plain):
+    for key, value in leaves(plain):
         names = env_variables(value) if isinstance(value, str) else []
         if names and not key.startswith("hydra."):
             out.keys[key] = value
@@ -68,9 +58,7 @@ def find(cfg: Any) -> Secrets:
 def _hidden(value: Any, key: str, secrets: Secrets) -> Any:
     if key in secrets.keys:
         return secrets.keys[key]
-    if not isinstance(value, str):
-        return value
-    for name, secret in secrets.values.items():
+    for name, secret in secrets.values.items() if isinstance(value, str) else ():
         if len(secret) >= SHORTEST:
             value = value.replace(secret, "${oc.env:" + name + "}")
     return mask_url(value)
@@ -83,6 +71,13 @@ def _mapped(node: Any, leaf: Callable[[Any, str], Any], prefix: str = "") -> Any
     if isinstance(node, list):
         return [_mapped(v, leaf, f"{prefix}.{i}" if prefix else str(i)) for i, v in enumerate(node)]
     return leaf(node, prefix)
+
+
+def leaves(node: Any) -> List[Tuple[str, Any]]:
+    """(dotted key, value) of every leaf of a plain dict/list tree, in order."""
+    out: List[Tuple[str, Any]] = []
+    _mapped(node, lambda value, key: out.append((key, value)))
+    return out
 
 
 def recorded(resolved: Dict[str, Any], secrets: Secrets) -> Dict[str, Any]:

@@ -14,11 +14,15 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Optional, Tuple
 
+import yaml  # (PyYAML, which OmegaConf imports)
+
+from attnflow.config.registry import ConfigError
 from attnflow.config.secrets import mask_url
 
 OPTUNA_SWEEPER = "hydra_plugins.attnflow_optuna_sweeper.optuna_sweeper.OptunaSweeper"  # attnflow's own
 # hydra-optuna-sweeper's name, which runs attnflow's sweeper too (hydra_plugins/hydra_optuna_sweeper)
 PLUGIN_OPTUNA_SWEEPER = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
+PLUGIN_GROUPS = ("hydra/sweeper", "hydra/launcher")
 RETRY_OF = "retry_of"  # a trial's user attribute: the number of the interrupted trial it takes up
 RUN_DIR = "run_dir"  # a trial's user attribute: its run folder
 
@@ -34,8 +38,6 @@ PLUGINS = {
 
 def _defaults(path: Path) -> list:
     """The defaults list of a config file ([] when it has none or cannot be read)."""
-    import yaml  # PyYAML, which OmegaConf already imports
-
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError):
@@ -52,13 +54,11 @@ def _plugin_of(group: str, option: str, conf_dir: Path, seen: set) -> Optional[s
     if option.startswith("submitit"):
         return "submitit"
     path = conf_dir / group / f"{option}.yaml"
-    if path.is_file() and path not in seen:
-        seen.add(path)
-        for entry in _defaults(path):  # `- joblib`: our file extends the plugin's config
-            found = isinstance(entry, str) and _plugin_of(group, entry, conf_dir, seen)
-            if found:
-                return found
-    return None
+    if path in seen:
+        return None
+    seen.add(path)  # `- joblib` in its defaults: our file extends the plugin's config
+    found = (_plugin_of(group, e, conf_dir, seen) for e in _defaults(path) if isinstance(e, str))
+    return next(filter(None, found), None)
 
 
 def _choices(argv: Iterable[str], conf_dir: Path) -> Iterable[Tuple[str, str, str]]:
@@ -76,20 +76,16 @@ def required_plugins(argv: Iterable[str], conf_dir: Path) -> Iterable[Tuple[str,
     """(plugin, the argument that needs it) for the sweepers and launchers the command line picks,
     directly or through a config's defaults list (``hparams_search=gat_cora_optuna``)."""
     for group, option, arg in _choices(argv, conf_dir):
+        picks = [(group, option)] if group in PLUGIN_GROUPS else [
+            (re.sub(r"^override\s+/?", "", str(key)), sub)
+            for entry in _defaults(conf_dir / group / f"{option}.yaml") if isinstance(entry, dict)
+            for key, sub in entry.items()]
         seen: set = set()
-        if group in ("hydra/sweeper", "hydra/launcher"):
-            plugin = _plugin_of(group, option, conf_dir, seen)
-            if plugin:
-                yield plugin, arg
-            continue
-        path = conf_dir / group / f"{option}.yaml"
-        for entry in _defaults(path) if path.is_file() else []:
-            for key, sub_option in (entry.items() if isinstance(entry, dict) else ()):
-                sub_group = re.sub(r"^override\s+/?", "", str(key))
-                if sub_group in ("hydra/sweeper", "hydra/launcher") and isinstance(sub_option, str):
-                    plugin = _plugin_of(sub_group, sub_option, conf_dir, seen)
-                    if plugin:
-                        yield plugin, arg
+        for sub_group, sub_option in picks:
+            if sub_group in PLUGIN_GROUPS and isinstance(sub_option, str):
+                plugin = _plugin_of(sub_group, sub_option, conf_dir, seen)
+                if plugin:
+                    yield plugin, arg
 
 
 def _importable(module: str) -> bool:
@@ -141,13 +137,12 @@ def open_storage(spec: str, heartbeat: Optional[Tuple[int, int]] = None, on_stal
     """The Optuna storage of a :func:`storage_spec` (the sqlite file's folder made); an RDB one
     with ``heartbeat`` = (interval, grace period) in seconds finds trials whose heartbeat stopped,
     and calls ``on_stale(study, trial)`` for each it fails."""
-    import optuna
+    import optuna  # (the sweep extra)
+    from sqlalchemy.exc import SQLAlchemyError  # (Optuna's)
 
     if spec.endswith(".journal"):
-        from optuna.storages.journal import JournalFileBackend
-
         Path(spec).parent.mkdir(parents=True, exist_ok=True)
-        return optuna.storages.JournalStorage(JournalFileBackend(spec))
+        return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(spec))
     if spec.startswith("sqlite:///"):
         Path(spec[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
         logging.getLogger("alembic").setLevel(logging.WARNING)  # "Context impl SQLiteImpl" at INFO
@@ -155,24 +150,12 @@ def open_storage(spec: str, heartbeat: Optional[Tuple[int, int]] = None, on_stal
                  heartbeat_stale_trial_callback=on_stale) if heartbeat else {}
     if spec.startswith("sqlite"):  # several processes write one file: wait for its lock
         beats["engine_kwargs"] = {"connect_args": {"timeout": 120}}
-    try:
-        return _rdb_storage(spec, beats)
-    except RuntimeError as err:  # e.g. a study stored by an older Optuna: its message says the command
-        from attnflow.config.registry import ConfigError
-
-        raise ConfigError(f"hydra.sweeper.storage={mask_url(spec)}: {mask_url(str(err))}") from None
-
-
-def _rdb_storage(spec: str, kwargs: dict, tries: int = 6) -> Any:
-    """Optuna's RDB storage; workers started together on a new database each create its tables
-    (PostgreSQL: "duplicate key … alembic_version"): the one that loses tries again."""
-    import optuna
-    from sqlalchemy.exc import SQLAlchemyError
-
-    for attempt in range(tries):
-        try:
-            return optuna.storages.RDBStorage(spec, **kwargs)
+    for attempt in range(6):  # workers started together on a new database each create its tables
+        try:  # (PostgreSQL: "duplicate key … alembic_version"): the one that loses tries again
+            return optuna.storages.RDBStorage(spec, **beats)
         except SQLAlchemyError:
-            if attempt == tries - 1:
+            if attempt == 5:
                 raise
             time.sleep(0.5 * (attempt + 1))
+        except RuntimeError as err:  # e.g. a study stored by an older Optuna: its message says the command
+            raise ConfigError(f"hydra.sweeper.storage={mask_url(spec)}: {mask_url(str(err))}") from None

@@ -67,9 +67,9 @@ NonNegativeFloat = Annotated[float, Range(ge=0)]
 
 def split_range(tp: Any) -> tuple:
     """(the annotation without its :class:`Range`, the Range or None)."""
-    rng = next((m for m in getattr(tp, "__metadata__", ()) if isinstance(m, Range)), None)
+    rng = next((m for m in _metadata(tp) if isinstance(m, Range)), None)
     if rng is not None:
-        return tp.__origin__, rng
+        return typing.get_args(tp)[0], rng
     if typing.get_origin(tp) is Union:
         parts = [split_range(a) for a in typing.get_args(tp)]
         found = [r for _, r in parts if r is not None]
@@ -78,11 +78,13 @@ def split_range(tp: Any) -> tuple:
     return tp, None
 
 
+def _metadata(tp: Any) -> tuple:
+    """What ``Annotated[T, ...]`` adds to ``T`` (() for another annotation)."""
+    return typing.get_args(tp)[1:] if typing.get_origin(tp) is Annotated else ()
+
+
 def block_kind(annotation: Any) -> Optional[str]:
-    for meta in getattr(annotation, "__metadata__", ()):
-        if isinstance(meta, _BlockKind):
-            return meta.kind
-    return None
+    return next((meta.kind for meta in _metadata(annotation) if isinstance(meta, _BlockKind)), None)
 
 
 def type_name(tp: Any) -> str:
@@ -108,7 +110,7 @@ def type_name(tp: Any) -> str:
         return type_name(args[0])
     if origin in (list, tuple, set, collections.abc.Iterable, collections.abc.Sequence) and args:
         return f"list of {type_name(args[0])}"
-    return getattr(origin or tp, "__name__", None) or str(tp).replace("typing.", "")
+    return (origin or tp).__name__ if isinstance(origin or tp, type) else str(tp).replace("typing.", "")
 
 
 def literal_choices(tp: Any) -> tuple:

@@ -234,3 +234,21 @@ class NodeClassificationTask(Task):
             fig, caption = self._embedding(logits, y, weights)
             panels.append(image_panel("graph/embedding", fig, caption=caption))
         return panels
+
+
+def top_neighbours(edge_index: torch.Tensor, alpha: torch.Tensor, num_nodes: int, k: int):
+    """For every target node t the k sources i of its edges with the largest α (ties: edge
+    order): ids (N, k) (-1 where N(t) has fewer) and weights (N, k) (NaN there). No loop over
+    nodes: edges are sorted by (target, −α) and ranked within each target's segment."""
+    src, dst = edge_index
+    order = torch.argsort(alpha, descending=True, stable=True)
+    order = order[torch.argsort(dst[order], stable=True)]
+    src, dst, alpha = src[order], dst[order], alpha[order]
+    counts = torch.bincount(dst, minlength=num_nodes)
+    rank = torch.arange(len(dst)) - (torch.cumsum(counts, 0) - counts)[dst]
+    keep = rank < k
+    ids = torch.full((num_nodes, k), -1, dtype=torch.long)
+    weights = torch.full((num_nodes, k), float("nan"))
+    ids[dst[keep], rank[keep]] = src[keep]
+    weights[dst[keep], rank[keep]] = alpha[keep].float()
+    return ids, weights

@@ -15,8 +15,14 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+import pytorch_lightning as pl
+from lightning_fabric.plugins.environments import LSFEnvironment, SLURMEnvironment, TorchElasticEnvironment
+from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.loggers import CSVLogger
+
 from attnflow.config.registry import ConfigError
 from attnflow.training.lightning_internals import restore_fit_progress
+from attnflow.training.state import load_checkpoint_file
 from attnflow.training.trainer_checks import lightning_errors
 
 _SPAWNING = ("spawn", "fork", "notebook")  # start methods that make workers inside the job
@@ -24,9 +30,7 @@ _SPAWNING = ("spawn", "fork", "notebook")  # start methods that make workers ins
 
 def relaunches_script(strategy: Any) -> bool:
     """Whether Lightning starts the ranks of ``strategy`` (a name) by re-running the script."""
-    if not isinstance(strategy, str):
-        return False
-    name = strategy.lower()
+    name = strategy.lower() if isinstance(strategy, str) else ""
     if name.startswith("ddp"):
         return not any(method in name for method in _SPAWNING)
     return name.startswith(("fsdp", "deepspeed"))
@@ -34,8 +38,6 @@ def relaunches_script(strategy: Any) -> bool:
 
 def device_trainer(trainer: Mapping[str, Any]):
     """A quiet Trainer of ``trainer``'s device fields: its ``num_devices`` and ``num_nodes``."""
-    import pytorch_lightning as pl
-
     fields = {k: trainer[k] for k in ("accelerator", "devices", "strategy", "num_nodes") if k in trainer}
     info = logging.getLogger("pytorch_lightning.utilities.rank_zero")  # "GPU available: …"
     level = info.level
@@ -50,16 +52,11 @@ def device_trainer(trainer: Mapping[str, Any]):
 
 def _scheduler_makes_processes() -> bool:
     """Whether SLURM, torchrun or LSF made the processes (Lightning then relaunches nothing)."""
-    from lightning_fabric.plugins.environments import (LSFEnvironment, SLURMEnvironment,
-                                                       TorchElasticEnvironment)
-
     return any(env.detect() for env in (SLURMEnvironment, TorchElasticEnvironment, LSFEnvironment))
 
 
 def check_multirun_strategy(trainer: Optional[Mapping[str, Any]], multirun: bool) -> None:
     """Refuse a multirun whose trainer relaunches the script on more than one device or node."""
-    from omegaconf import DictConfig, OmegaConf
-
     if isinstance(trainer, DictConfig):
         trainer = OmegaConf.to_container(trainer, resolve=True)
     trainer = trainer or {}
@@ -71,20 +68,17 @@ def check_multirun_strategy(trainer: Optional[Mapping[str, Any]], multirun: bool
     except ConfigError:  # (the run itself reports it, building its Trainer)
         return
     devices, nodes = probe.num_devices, probe.num_nodes
-    if devices * nodes <= 1:
-        return
-    raise ConfigError(
-        f"a multirun (-m) with trainer.strategy={strategy} on {devices} device(s) × {nodes} node(s) "
-        f"is refused: Lightning starts the other ranks by re-running this command, so every rank "
-        f"would run the whole sweep. Use trainer=ddp_spawn, or the submitit launcher (docs/sweeps.md)")
+    if devices * nodes > 1:
+        raise ConfigError(
+            f"a multirun (-m) with trainer.strategy={strategy} on {devices} device(s) × {nodes} node(s) "
+            f"is refused: Lightning starts the other ranks by re-running this command, so every rank "
+            f"would run the whole sweep. Use trainer=ddp_spawn, or the submitit launcher (docs/sweeps.md)")
 
 
 def continue_csv_logs(trainer) -> None:
     """Make each CSVLogger of ``trainer`` know the columns of the ``metrics.csv`` on disk, so a
     stage run in new processes (ddp_spawn) appends to it; within one process it knows them
     already. Called before the fit too: the writer made then fixes the version every stage uses."""
-    from pytorch_lightning.loggers import CSVLogger
-
     if not trainer.is_global_zero:
         return
     for logger in trainer.loggers:
@@ -105,8 +99,6 @@ def fit_progress(trainer, checkpoint_dir) -> tuple:
     at the fit's last step, as in one process."""
     if trainer.global_step > 0:
         return trainer.current_epoch, trainer.global_step
-    from attnflow.training.state import load_checkpoint_file
-
     files = sorted(Path(checkpoint_dir).glob("*.ckpt"), key=lambda p: p.stat().st_mtime)
     if not files:
         return trainer.current_epoch, trainer.global_step

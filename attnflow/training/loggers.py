@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import yaml
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger, WandbLogger
 
 from attnflow.config.registry import LOGGERS, ConfigError, build_config
@@ -71,13 +72,11 @@ def no_logger(save_dir: str, identity: Optional[dict] = None):
 
 def validate_loggers(cfg: Any, path: str = "logger") -> Dict[str, Dict[str, Any]]:
     """``{logger name: its fields with defaults}`` of a ``logger`` config, or a :class:`ConfigError`."""
-    if cfg is None:
-        return {}
-    if not isinstance(cfg, Mapping):
+    if cfg is not None and not isinstance(cfg, Mapping):
         raise ConfigError(f"'{path}' must map logger names to their fields (logger=[csv,wandb]), "
                           f"got {cfg!r}")
     out = {}
-    for name, fields in cfg.items():
+    for name, fields in (cfg or {}).items():
         if not isinstance(fields, (Mapping, type(None))) or "name" in (fields or {}):
             raise ConfigError(f"'{path}.{name}' must be a mapping of logger '{name}''s fields (the "
                               f"run's name is run.name), got {fields!r}")
@@ -91,13 +90,9 @@ LOGGER_CONFIG = SimpleNamespace(kind="logger", validate=validate_loggers)
 
 def build_loggers(cfg: Any, run_dir: Path | str, identity: Optional[dict] = None) -> list:
     """The Lightning loggers of a ``logger`` config, in order."""
-    out = []
-    for name, fields in validate_loggers(cfg).items():
-        logger = LOGGERS.build({**fields, "name": name}, str(run_dir), identity or {},
-                               path=f"logger.{name}")
-        if logger:
-            out.append(logger)
-    return out
+    built = [LOGGERS.build({**fields, "name": name}, str(run_dir), identity or {}, path=f"logger.{name}")
+             for name, fields in validate_loggers(cfg).items()]
+    return [logger for logger in built if logger]  # (none: False)
 
 
 def log_hyperparams(loggers: list, config: Dict[str, Any]) -> None:
@@ -184,17 +179,11 @@ def readable(override: str) -> str:
     return f"{key}={number:.4g}" if number != float(f"{number:.4g}") else override
 
 
-def _hydra_info(cfg: Any) -> Optional[dict]:
-    """{choices, overrides, multirun, sweep_dir} of Hydra (None outside it)."""
+def hydra_config(cfg: Any) -> Any:
+    """Hydra's config of this run: its own, else the composed config's ``hydra`` (None outside it)."""
     if HydraConfig.initialized():
-        hc = HydraConfig.get()
-    elif hasattr(cfg, "get") and cfg.get("hydra") is not None:
-        hc = cfg["hydra"]
-    else:
-        return None
-    mode = hc.get("mode")
-    return {"choices": dict(hc.runtime.choices), "overrides": list(hc.overrides.task),
-            "multirun": getattr(mode, "name", mode) == "MULTIRUN", "sweep_dir": hc.sweep.dir}
+        return HydraConfig.get()
+    return cfg.get("hydra") if isinstance(cfg, Mapping) else None
 
 
 def _swept_experiments(sweep_dir: Any) -> Optional[str]:
@@ -203,9 +192,8 @@ def _swept_experiments(sweep_dir: Any) -> Optional[str]:
         typed = yaml.safe_load((Path(str(sweep_dir)) / "multirun.yaml").read_text())["hydra"]["overrides"]["task"]
     except (OSError, yaml.YAMLError, KeyError, TypeError):
         return None
-    swept = [o.split("=", 1)[1] for o in typed or () if isinstance(o, str)
-             and _key(o) == "experiment" and "," in o]
-    return swept[0] if swept else None
+    return next((o.split("=", 1)[1] for o in typed or () if isinstance(o, str)
+                 and _key(o) == "experiment" and "," in o), None)
 
 
 def sweep_group(label: str, sweep_dir: str) -> str:
@@ -238,22 +226,21 @@ def run_identity(cfg: Any, resolved: Dict[str, Any]) -> Dict[str, Any]:
     chosen = resolved.get("logger") or {}
     if "wandb" in chosen:
         tags = _wandb_identity(run, chosen["wandb"] or {}, tags)
-    info = _hydra_info(cfg)
-    if info is not None:
+    hc = hydra_config(cfg)
+    if hc is not None:
+        choices, sweep_dir = hc.runtime.choices, hc.sweep.dir
         if run["experiment"] is None:
-            run["experiment"] = info["choices"].get("experiment") or "default"
+            run["experiment"] = choices.get("experiment") or "default"
         if run["overrides"] is None:
-            run["overrides"] = typed_overrides(info["overrides"])
-        if run["group"] is None and info["multirun"]:
-            label = (info["choices"].get("hparams_search") or _swept_experiments(info["sweep_dir"])
-                     or run["experiment"])
-            run["group"] = sweep_group(label, info["sweep_dir"])
-    if run["name"] is None:
-        if run["experiment"] is not None:
-            run["name"] = " ".join([run["experiment"], *map(readable, run["overrides"] or [])])
-        else:
-            names = [(resolved.get(k) or {}).get("name", "?") for k in ("model", "data")]
-            run["name"] = f"{names[0]} on {names[1]}"
+            run["overrides"] = typed_overrides(hc.overrides.task)
+        if run["group"] is None and hc.get("mode") in (RunMode.MULTIRUN, "MULTIRUN"):
+            label = choices.get("hparams_search") or _swept_experiments(sweep_dir) or run["experiment"]
+            run["group"] = sweep_group(label, sweep_dir)
+    if run["name"] is None and run["experiment"] is not None:
+        run["name"] = " ".join([run["experiment"], *map(readable, run["overrides"] or [])])
+    elif run["name"] is None:
+        model, data = [(resolved.get(k) or {}).get("name", "?") for k in ("model", "data")]
+        run["name"] = f"{model} on {data}"
     return {"run": run, "tags": _unique(tags)}
 
 
@@ -269,14 +256,6 @@ WANDB_NEEDS = ("entity", "project", "tags")
 OFFLINE = ("offline", "disabled", "dryrun")
 
 
-def _hidden_wandb(resolved: Dict[str, Any], recorded: Dict[str, Any]) -> List[str]:
-    """The W&B fields (and ``tags``) whose record hides their value (``${oc.env:…}``)."""
-    real = (resolved.get("logger") or {}).get("wandb") or {}
-    kept = (recorded.get("logger") or {}).get("wandb") or {}
-    out = [f"logger.wandb.{f}" for f in WANDB_NEEDS if real.get(f) != kept.get(f)]
-    return out + (["tags"] if resolved.get("tags") != recorded.get("tags") else [])
-
-
 def logger_inputs(resolved: Dict[str, Any], recorded: Dict[str, Any]) -> Tuple[Any, Dict[str, Any]]:
     """(the ``logger`` config, the identity) the loggers are built with: as recorded (a value
     from ``${oc.env:…}`` as its interpolation), but W&B's entity, project and tags as they are
@@ -285,23 +264,23 @@ def logger_inputs(resolved: Dict[str, Any], recorded: Dict[str, Any]) -> Tuple[A
     cfg, identity = copy.deepcopy(recorded.get("logger")), logger_identity(recorded)
     if not (isinstance(cfg, dict) and "wandb" in cfg):
         return cfg, identity
-    real, cfg["wandb"] = (resolved.get("logger") or {}).get("wandb") or {}, dict(cfg["wandb"] or {})
-    cfg["wandb"].update({f: real[f] for f in ("mode", "run_id") if f in real})  # (how it runs)
-    hidden = _hidden_wandb(resolved, recorded)
+    real, kept = (resolved.get("logger") or {}).get("wandb") or {}, dict(cfg["wandb"] or {})
+    # the W&B fields (and tags) whose record hides their value
+    hidden = [f"logger.wandb.{f}" for f in WANDB_NEEDS if real.get(f) != kept.get(f)]
+    hidden += ["tags"] if resolved.get("tags") != recorded.get("tags") else []
+    cfg["wandb"] = {**kept, **{f: real[f] for f in ("mode", "run_id") if f in real}}  # (how it runs)
     if not hidden:
         return cfg, identity
-    names = ", ".join(hidden)
-    if (real.get("mode") or os.environ.get("WANDB_MODE") or "offline") not in OFFLINE:
+    online = (real.get("mode") or os.environ.get("WANDB_MODE") or "offline") not in OFFLINE
+    if online:
         cfg["wandb"].update({f: real.get(f) for f in WANDB_NEEDS})
         identity["tags"] = logger_identity(resolved)["tags"]
-        warnings.warn(f"{names} come from the environment (${{oc.env:…}}): W&B gets their values "
-                      f"and records them in its run; attnflow's files keep the interpolation",
-                      AttnflowWarning)
-        return cfg, identity
-    cfg["wandb"].update({f: None for f in ("entity", "project") if f"logger.wandb.{f}" in hidden})
-    cfg["wandb"]["tags"] = [t for t in cfg["wandb"].get("tags") or [] if "${oc.env:" not in str(t)]
-    identity["tags"] = [t for t in identity["tags"] if "${oc.env:" not in str(t)]
-    warnings.warn(f"{names} come from the environment (${{oc.env:…}}): left out of the offline W&B "
-                  f"run (its files are what wandb sync uploads; give --entity/--project there, or "
-                  f"run W&B online)", AttnflowWarning)
+    else:
+        cfg["wandb"].update({f: None for f in ("entity", "project") if f"logger.wandb.{f}" in hidden})
+        cfg["wandb"]["tags"] = [t for t in cfg["wandb"].get("tags") or [] if "${oc.env:" not in str(t)]
+        identity["tags"] = [t for t in identity["tags"] if "${oc.env:" not in str(t)]
+    warnings.warn(f"{', '.join(hidden)} come from the environment (${{oc.env:…}}): " + (
+        "W&B gets their values and records them in its run; attnflow's files keep the interpolation"
+        if online else "left out of the offline W&B run (its files are what wandb sync uploads; give "
+        "--entity/--project there, or run W&B online)"), AttnflowWarning)
     return cfg, identity

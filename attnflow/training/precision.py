@@ -25,10 +25,8 @@ def cpu_bf16() -> Tuple[Optional[bool], str]:
     """Whether this CPU multiplies bfloat16 natively (None: cannot tell), and what was found."""
     machine = platform.machine().lower()
     if machine in ("x86_64", "amd64", "i386", "i686"):
-        probes = {label: getattr(torch.cpu, f"_is_{name}_supported", None)  # torch's own probes
-                  for label, name in (("AVX512-BF16", "avx512_bf16"), ("AMX", "amx_tile"))}
-        if any(p is None for p in probes.values()):  # a torch without the probes: cannot tell
-            return None, "this torch cannot probe the CPU for AVX512-BF16 or AMX"
+        probes = {"AVX512-BF16": torch.cpu._is_avx512_bf16_supported,  # torch's own probes (no
+                  "AMX": torch.cpu._is_amx_tile_supported}  # public API says bf16)
         found = [label for label, probe in probes.items() if probe()]
         if found:
             return True, f"this CPU has {' and '.join(found)}"
@@ -65,14 +63,12 @@ def resolve_precision(trainer: Dict[str, Any]) -> Tuple[Dict[str, Any], Optional
     """The Trainer arguments with ``precision: auto`` made concrete, a message for the log (or
     None) and whether it is a warning (bf16 where it is emulated)."""
     precision, accelerator = trainer.get("precision"), trainer.get("accelerator", "auto")
-    if precision == AUTO:
-        native, why = native_bf16(accelerator)
-        chosen = "bf16-mixed" if native else "32-true"
-        return ({**trainer, "precision": chosen},
-                f"trainer.precision=auto: {chosen} ({why})", False)
-    if str(precision) not in BF16:
+    if precision != AUTO and str(precision) not in BF16:
         return trainer, None, False
     native, why = native_bf16(accelerator)
+    if precision == AUTO:
+        chosen = "bf16-mixed" if native else "32-true"
+        return {**trainer, "precision": chosen}, f"trainer.precision=auto: {chosen} ({why})", False
     if native is not False:  # (native, or cannot tell)
         return trainer, None, False
     where = (f": {why}; a step may be slower than 32-true (or 16-mixed)" if _uses_cuda(accelerator)

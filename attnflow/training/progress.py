@@ -17,13 +17,8 @@ def progress_bar(kind: Optional[str], every_n_steps: Optional[int] = None) -> Op
     """The progress-bar callback for ``callbacks.progress_bar`` (None for ``none``)."""
     if kind == "auto":
         kind = "rich" if console.is_interactive() else "text"
-    if kind == "rich":
-        return RichProgressBar()
-    if kind == "tqdm":
-        return TQDMProgressBar()
-    if kind == "text":
-        return TextProgressBar(every_n_steps)
-    return None
+    bars = {"rich": RichProgressBar, "tqdm": TQDMProgressBar, "text": lambda: TextProgressBar(every_n_steps)}
+    return bars[kind]() if kind in bars else None
 
 
 def epoch_label(trainer: pl.Trainer) -> str:
@@ -40,8 +35,7 @@ def epoch_metrics(trainer: pl.Trainer, prefixes=("train/", "val/")) -> str:
 
 
 def duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    h, rest = divmod(seconds, 3600)
+    h, rest = divmod(int(round(seconds)), 3600)
     return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
 
 
@@ -70,26 +64,17 @@ class TextProgressBar(ProgressBar):
         if self._enabled:
             print(*args, **kwargs, flush=True)
 
-    def _every(self, trainer: pl.Trainer) -> int:
-        return max(1, int(self.every_n_steps or trainer.log_every_n_steps or 50))
-
-    def _epoch(self, trainer: pl.Trainer) -> str:
-        return epoch_label(trainer)
-
     def _step_line(self, trainer: pl.Trainer, loop: str, done: int, total: Any) -> Optional[str]:
         """The line after ``done`` batches of ``total``, or None when none is due."""
-        if done % self._every(trainer) or (isinstance(total, (int, float)) and done >= total):
+        every = max(1, int(self.every_n_steps or trainer.log_every_n_steps or 50))
+        if done % every or (isinstance(total, (int, float)) and done >= total):
             return None  # (the last batch: the epoch line)
         elapsed = max(time.monotonic() - self._started.get(loop, time.monotonic()), 1e-9)
         timed = done - self._skipped.get(loop, 0)
-        rate = timed / elapsed
-        where = f"step {done}"
-        if isinstance(total, int) and total > 0:
-            where += f"/{total} ({100 * done // total}%)"
-            if timed > 0:
-                where += f" {rate:.1f} it/s eta {duration((total - done) / rate)}"
-        elif timed > 0:
-            where += f" {rate:.1f} it/s"
+        rate, bounded = timed / elapsed, isinstance(total, int) and total > 0
+        where = f"step {done}/{total} ({100 * done // total}%)" if bounded else f"step {done}"
+        if timed > 0:
+            where += f" {rate:.1f} it/s" + (f" eta {duration((total - done) / rate)}" if bounded else "")
         return where
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -105,13 +90,13 @@ class TextProgressBar(ProgressBar):
             bar = {k: v for k, v in self.get_metrics(trainer, pl_module).items()
                    if k.startswith("train/") or "/" not in k and k != "v_num"}
             extra = " ".join(f"{k.removesuffix('_step')}={fmt_value(v)}" for k, v in sorted(bar.items()))
-            self.print(f"{self._epoch(trainer)} {line} {extra}".rstrip())
+            self.print(f"{epoch_label(trainer)} {line} {extra}".rstrip())
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         took = duration(time.monotonic() - self._started.get("epoch", time.monotonic()))
         if self._skipped.get("train"):
             took += f" (resumed after step {self._skipped['train']})"
-        self.print(f"{self._epoch(trainer)} done in {took}: {epoch_metrics(trainer)}".rstrip(": "))
+        self.print(f"{epoch_label(trainer)} done in {took}: {epoch_metrics(trainer)}".rstrip(": "))
 
     def on_validation_epoch_start(self, trainer, pl_module) -> None:
         self._started["eval"] = time.monotonic()
@@ -127,7 +112,7 @@ class TextProgressBar(ProgressBar):
                  else self.total_val_batches_current_dataloader)
         line = self._step_line(trainer, "eval", batch_idx + 1, total)
         if line:
-            prefix = (f"{self._epoch(trainer)} val" if trainer.state.fn == "fit"
+            prefix = (f"{epoch_label(trainer)} val" if trainer.state.fn == "fit"
                       else "test" if trainer.testing else "validation")
             self.print(f"{prefix} {line}")
 

@@ -15,6 +15,8 @@ from typing import Any, Dict, Iterator
 import pytorch_lightning as pl
 from pytorch_lightning.utilities import rank_zero_only
 from pytorch_lightning.utilities.model_summary import summarize
+from rich.console import Console
+from rich.table import Table
 
 from attnflow.config.contracts import TaskContract
 from attnflow.io.console import print_metrics
@@ -51,9 +53,8 @@ def say(line: str) -> None:
 
 def evaluated_weights(summary: Dict[str, Any]) -> str:
     """Which weights a run's final metrics are of, from its ``metrics.json`` summary."""
-    if summary.get("averaged_from"):
-        return "averaged checkpoint"
-    return "best checkpoint" if summary.get("best_checkpoint") else "last weights"  # none kept
+    return ("averaged checkpoint" if summary.get("averaged_from") else "best checkpoint"
+            if summary.get("best_checkpoint") else "last weights")  # (none kept)
 
 
 @rank_zero_only
@@ -97,9 +98,6 @@ class ModelTable(pl.Callback):
         summary = summarize(pl_module, max_depth=2)  # on every rank, as Lightning's (a forward
         if not trainer.is_global_zero:               # of an example input may meet collectives)
             return
-        from rich.console import Console
-        from rich.table import Table
-
         names = summary.layer_names
         flops = [sum(c.values()) for c in summary.flop_counts.values()] if summary.total_flops else None
         model = pl_module.model if isinstance(pl_module, TaskContract) else pl_module

@@ -8,15 +8,17 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import traceback
 import typing
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, Optional
 
 from pytorch_lightning import Trainer
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
-from omegaconf import MISSING, OmegaConf
+from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
 
 from attnflow.config.registry import ConfigError, suggest, type_name
+from attnflow.config.secrets import leaves
 from attnflow.training import resume
 
 # Trainer arguments attnflow sets itself (from other config entries), so not trainer.* fields.
@@ -27,45 +29,34 @@ ATTNFLOW_FIELDS = {"compile": bool}  # the task's model through torch.compile (C
 
 
 @functools.lru_cache(maxsize=1)
-def trainer_fields() -> List[str]:
-    own = [p for p in inspect.signature(Trainer.__init__).parameters if p != "self"]
-    return own + list(ATTNFLOW_FIELDS)
-
-
-@functools.lru_cache(maxsize=1)
 def _schema() -> type:
-    """A structured config of the Trainer's arguments: a scalar kind where one is annotated."""
-    fields = []
-    hints = typing.get_type_hints(Trainer.__init__)
-    for name in trainer_fields():
-        if name in ATTNFLOW_FIELDS:
-            fields.append((name, ATTNFLOW_FIELDS[name], dataclasses.field(default=MISSING)))
-            continue
+    """A structured config of the Trainer's arguments and attnflow's (every field required, so
+    MISSING where not given): a scalar kind where one is annotated, else Any."""
+    hints, fields = typing.get_type_hints(Trainer.__init__), []
+    for name in list(inspect.signature(Trainer.__init__).parameters)[1:]:  # (after self)
         hint = hints.get(name, Any)
-        union = typing.get_origin(hint) is typing.Union
-        kinds = [k for k in typing.get_args(hint) if k is not type(None)] if union else [hint]
+        args = typing.get_args(hint) if typing.get_origin(hint) is typing.Union else (hint,)
+        kinds = [k for k in args if k is not type(None)]
         kind = kinds[0] if len(kinds) == 1 and kinds[0] in (int, float, bool, str) else Any
-        optional = union and len(kinds) < len(typing.get_args(hint))
-        fields.append((name, Optional[kind] if optional else kind, dataclasses.field(default=MISSING)))
-    return dataclasses.make_dataclass("Trainer", fields)
+        fields.append((name, Optional[kind] if len(kinds) < len(args) else kind))
+    return dataclasses.make_dataclass("Trainer", fields + list(ATTNFLOW_FIELDS.items()))
 
 
 def check_trainer(trainer: Dict[str, Any]) -> Dict[str, Any]:
     """``trainer`` with its keys checked and its scalar values converted, or a :class:`ConfigError`."""
-    allowed = trainer_fields()
+    kinds = {f.name: f.type for f in dataclasses.fields(_schema())}
     for key in trainer:
-        if key not in allowed or key in SET_BY_ATTNFLOW:
+        if key not in kinds or key in SET_BY_ATTNFLOW:
             raise ConfigError(
                 f"trainer has no field '{key}' (at 'trainer.{key}'); fields are compile and the "
                 f"arguments of lightning's Trainer except {', '.join(SET_BY_ATTNFLOW)} (set by "
                 f"attnflow: logger=…, callbacks.…, callbacks.checkpoint (null: none); barebones "
-                f"forbids the tasks' logging).{suggest(key, allowed)}")
+                f"forbids the tasks' logging).{suggest(key, kinds)}")
     try:
         typed = OmegaConf.to_container(OmegaConf.merge(OmegaConf.structured(_schema()), trainer))
     except ValidationError as err:
-        kind = {f.name: f.type for f in dataclasses.fields(_schema())}[err.full_key]
         raise ConfigError(f"trainer.{err.full_key} (at 'trainer.{err.full_key}') must be "
-                          f"{type_name(kind)}, got {err.value!r}") from None
+                          f"{type_name(kinds[err.full_key])}, got {err.value!r}") from None
     return {key: typed[key] for key in trainer}
 
 
@@ -84,10 +75,8 @@ def lightning_errors(own_only: bool = False) -> Iterator[None]:
 
 def raised_by_lightning(err: BaseException) -> bool:
     """Whether ``err`` was raised in Lightning's code (the innermost frame of its traceback)."""
-    tb = err.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    module = tb.tb_frame.f_globals.get("__name__", "") if tb is not None else ""
+    frames = [frame for frame, _ in traceback.walk_tb(err.__traceback__)]
+    module = frames[-1].f_globals.get("__name__", "") if frames else ""
     return module.split(".")[0] in ("pytorch_lightning", "lightning_fabric", "lightning")
 
 
@@ -127,12 +116,9 @@ def idle_settings(cfg: Dict[str, Any], task_cls: Any) -> Dict[str, str]:
     return out
 
 
-
 def asks_for_flex(cfg: Any) -> bool:
     """Whether a block of a resolved config sets ``backend: flex``."""
-    if isinstance(cfg, dict):
-        return cfg.get("backend") == "flex" or any(asks_for_flex(v) for v in cfg.values())
-    return isinstance(cfg, list) and any(asks_for_flex(v) for v in cfg)
+    return any(key.rpartition(".")[2] == "backend" and value == "flex" for key, value in leaves(cfg))
 
 
 def refuse_flex_without_backward(model_cfg: Dict[str, Any], trainer: Trainer) -> None:

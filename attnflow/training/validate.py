@@ -20,7 +20,7 @@ from attnflow.config.contracts import TaskContract
 from attnflow.config.groups import (SHARED_GROUPS, drop_swapped_block_fields, fill_default_blocks,
                                     prune_unused, top_level_keys, top_level_refusal, unused_groups)
 from attnflow.config.overrides import command_line, typed_fields, typed_groups
-from attnflow.config.secrets import resolve_env
+from attnflow.config.secrets import leaves, resolve_env
 from attnflow.config.registry import (DATA, ENCODERS, MODELS, TASKS, ConfigError, Registry,
                                       build_config, suggest)
 from attnflow.io.console import BARS
@@ -28,7 +28,7 @@ from attnflow.training import averaging
 from attnflow.training.callbacks import (MATMUL_PRECISIONS, AttentionMapsConfig, CheckpointConfig,
                                          EarlyStoppingConfig)
 from attnflow.training.ema import EMAConfig
-from attnflow.training.loggers import LOGGER_CONFIG
+from attnflow.training.loggers import LOGGER_CONFIG, hydra_config
 from attnflow.training.trainer_checks import check_trainer
 
 # The top-level blocks a registry validates (a shared group: where the model reads it).
@@ -52,10 +52,12 @@ def validate_config(cfg: Dict[str, Any]) -> Dict[str, Any]:
     """``cfg`` with every block's defaults filled in (data, model, task, loggers), or a
     :class:`ConfigError` for any unknown block name or bad field."""
     known = top_level_keys(config_dir())
-    for key in cfg:
-        if key not in known:
-            raise ConfigError(top_level_refusal(key, known))
-    _check_int64(cfg, "")
+    for key in [k for k in cfg if k not in known]:
+        raise ConfigError(top_level_refusal(key, known))
+    for at, value in leaves(cfg):  # (what torch, Lightning's counters and a checkpoint hold)
+        if type(value) is int and not -2**63 <= value < 2**63:
+            raise ConfigError(f"{at}={value} is beyond a 64-bit integer (what torch and the "
+                              f"checkpoints hold); give a smaller number (a limit: -1 or null for none)")
     checked = dict(cfg)  # the blocks with their defaults, each validated here once
     for group, registry in BLOCK_GROUPS:
         if group in cfg and cfg[group] is not None:
@@ -77,17 +79,6 @@ def validate_config(cfg: Dict[str, Any]) -> Dict[str, Any]:
     check_composition(checked)
     check_model_builds(checked)
     return checked
-
-
-def _check_int64(node: Any, path: str) -> None:
-    """Every integer fits 64 bits (what torch, Lightning's counters and a checkpoint hold)."""
-    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
-    for key, value in items:
-        at = f"{path}.{key}" if path else str(key)
-        if type(value) is int and not -2**63 <= value < 2**63:
-            raise ConfigError(f"{at}={value} is beyond a 64-bit integer (what torch and the "
-                              f"checkpoints hold); give a smaller number (a limit: -1 or null for none)")
-        _check_int64(value, at)
 
 
 @functools.lru_cache(maxsize=1)
@@ -144,9 +135,8 @@ def _check_encoder_kinds(model_cfg: Dict[str, Any]) -> None:
     if MODELS.get(model_cfg["name"]).image_encoders:
         return
     for key, value in model_cfg.items():
-        if not (key.endswith("encoder") and isinstance(value, dict)) or value.get("name") not in ENCODERS:
-            continue
-        kind = ENCODERS.get(value["name"]).input_kind
+        name = value.get("name") if key.endswith("encoder") and isinstance(value, dict) else None
+        kind = ENCODERS.get(name).input_kind if name in ENCODERS else None
         if kind:
             text = [n for n in ENCODERS.names() if not ENCODERS.get(n).input_kind]
             raise ConfigError(f"model.{key}: encoder '{value['name']}' reads {kind.replace('_', ' ')}s, "
@@ -179,9 +169,8 @@ def check_model_builds(cfg: Dict[str, Any]) -> None:
     context = DATA.get(cfg["data"]["name"]).placeholder_context(cfg["data"])
     if context is None:
         return
-    model_cfg = dict(cfg["model"])
-    if model_cfg.get("init_from"):  # (no file is read here)
-        model_cfg["init_from"] = None
+    # (no file is read here: no init_from)
+    model_cfg = {**cfg["model"], "init_from": None} if cfg["model"].get("init_from") else cfg["model"]
     try:
         with torch.device("meta"):
             MODELS.create(model_cfg, **context)
@@ -206,12 +195,10 @@ def check_composition(cfg: Dict[str, Any]) -> None:
     declared = [i for _, _, i in ifaces if i]
     if len(set(declared)) > 1:
         ref = ifaces[0][2] or declared[0]  # what the data gives, if it says
-        fits = {i: {g: [n for n in reg.names() if reg.get(n).works_on(i)]
-                    for g, _, reg in picked} for i in set(declared)}
 
         def works_on(i):
-            return (f"{INTERFACES.get(i, i)} (data {', '.join(fits[i]['data']) or '-'}; models "
-                    f"{', '.join(fits[i]['model']) or '-'}; tasks {', '.join(fits[i]['task']) or '-'})")
+            fit = [", ".join(n for n in r.names() if r.get(n).works_on(i)) or "-" for _, _, r in picked]
+            return f"{INTERFACES.get(i, i)} (data {fit[0]}; models {fit[1]}; tasks {fit[2]})"
 
         (dg, dn, di), *others = ifaces
         lines = [f"{g} '{n}' works on {works_on(i)}" for g, n, i in others if i and i != ref]
@@ -219,16 +206,12 @@ def check_composition(cfg: Dict[str, Any]) -> None:
                      f"the rest works on {works_on(ref)}")
         raise ConfigError(f"data '{dn}', model '{ifaces[1][1]}' and task '{ifaces[2][1]}' do not fit "
                           f"together: " + "; ".join(lines))
-    task = TASKS.get(cfg["task"]["name"])
+    task, callbacks = TASKS.get(cfg["task"]["name"]), cfg.get("callbacks") or {}
     for key in ("checkpoint", "early_stopping", "average"):
-        entry = (cfg.get("callbacks") or {}).get(key)
-        if not isinstance(entry, dict):
-            continue
-        monitor = entry.get("monitor")
-        if monitor is None or not task.metrics:
-            continue
-        names = metric_names(task, cfg)
-        if monitor not in names:
+        entry = callbacks.get(key)
+        monitor = entry.get("monitor") if isinstance(entry, dict) and task.metrics else None
+        names = [] if monitor is None else metric_names(task, cfg)
+        if monitor is not None and monitor not in names:
             raise ConfigError(
                 f"callbacks.{key}.monitor '{monitor}' is not a metric that task '{cfg['task']['name']}' "
                 f"logs; it logs {', '.join(names)} (null: its default, {task.monitor})."
@@ -240,17 +223,6 @@ def metric_names(task: Type[TaskContract], cfg: Dict[str, Any], splits=("train",
     return task.metric_names_of(cfg["task"], splits)
 
 
-def _choices(cfg: DictConfig) -> Dict[str, Any]:
-    """Hydra's group choices of this run (else {})."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if HydraConfig.initialized():
-        return dict(HydraConfig.get().runtime.choices)
-    if "hydra" in cfg:
-        return dict(cfg.hydra.runtime.choices)
-    return {}
-
-
 def resolve_config(cfg: DictConfig | Dict[str, Any]) -> Dict[str, Any]:
     """The run's resolved, validated config with every block default filled in (what its
     loggers, ``config.yaml`` and checkpoints record). A composed config goes through the
@@ -259,7 +231,8 @@ def resolve_config(cfg: DictConfig | Dict[str, Any]) -> Dict[str, Any]:
     if not isinstance(cfg, DictConfig):  # (a recorded config: its ${oc.env:…} resolved again)
         resolved = resolve_env(dict(cfg))
     else:
-        choices, typed = _choices(cfg), command_line(cfg)
+        hc, typed = hydra_config(cfg), command_line(cfg)
+        choices = {} if hc is None else dict(hc.runtime.choices)
         cfg = copy.deepcopy(cfg)
         if "hydra" in cfg:  # (return_hydra_config)
             with open_dict(cfg):
@@ -270,7 +243,9 @@ def resolve_config(cfg: DictConfig | Dict[str, Any]) -> Dict[str, Any]:
         if groups:
             raise ConfigError(next(iter(groups.values())))
         resolved = prune_unused(OmegaConf.to_container(cfg, resolve=True), consumed)
-    complete_model_config(resolved, typed_fields(typed or ()))
+    name = (resolved.get("model") or {}).get("name")
+    if name in MODELS:  # the fields its checkpoint decides (BERT from an HF checkpoint)
+        MODELS.get(name).complete_config(resolved, typed_fields(typed or ()))
     try:
         return validate_config(resolved)
     except ConfigError as err:
@@ -280,22 +255,13 @@ def resolve_config(cfg: DictConfig | Dict[str, Any]) -> Dict[str, Any]:
         raise ConfigError(shown) from None
 
 
-def complete_model_config(cfg: Dict[str, Any], typed: Dict[str, str]) -> None:
-    """The model's fields that its checkpoint decides (``complete_config``: BERT from an HF
-    checkpoint), in the config the run validates and saves."""
-    name = (cfg.get("model") or {}).get("name")
-    if name in MODELS:
-        MODELS.get(name).complete_config(cfg, typed)
-
-
 def _as_typed(cfg: DictConfig, message: str) -> str:
     """``message`` naming the field the user set where its path (``at '…'``) passes through an
     interpolation: a block taken whole (``scorer: ${scorer}``) is named there, else a note."""
     found = re.search(r"at '([\w.]+)'", message)
     parts = found.group(1).split(".") if found else []
     for end in range(len(parts), 0, -1):
-        parent = (OmegaConf.select(cfg, ".".join(parts[:end - 1]), throw_on_resolution_failure=False)
-                  if end > 1 else cfg)
+        parent = OmegaConf.select(cfg, ".".join(parts[:end - 1]), throw_on_resolution_failure=False)
         key = parts[end - 1]
         if isinstance(parent, DictConfig) and key in parent and OmegaConf.is_interpolation(parent, key):
             source = OmegaConf.to_container(parent, resolve=False)[key]

@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from attnflow.cli.predict import load, main as predict_main, predict
+from attnflow.cli.predict import load, main as predict_main
+from attnflow.tasks.classification_inference import predict
 from attnflow.training.run import train
 from support import DATA_DIR, compose_cfg
 
