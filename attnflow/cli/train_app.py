@@ -85,7 +85,8 @@ def _run_hydra() -> None:
 
 def _refuse(err: ConfigError) -> None:
     """One line and exit status 2 (a ResumeError or RunInUseError says what it is itself)."""
-    kind = {DataError: "data error: ", ConfigError: "config error: "}.get(type(err), "")
+    kind = ("data error: " if isinstance(err, DataError) else
+            "config error: " if type(err) is ConfigError else "")
     print(f"attnflow: {kind}{err}", file=sys.stderr)
     sys.exit(2)
 
