@@ -18,7 +18,7 @@ import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig
 from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
-from pytorch_lightning.utilities import rank_zero_warn
+from pytorch_lightning.utilities import rank_zero_only, rank_zero_warn
 
 import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
 from attnflow.config import secrets
@@ -99,10 +99,8 @@ def _write_json(path: Path, data: dict) -> None:
 def record_failure(run_dir: Path, reason: str, **fields: Any) -> None:
     """Record ``failed: reason`` in a written ``metrics.json`` (attnflow-report's status); with
     ``fields`` (a sweep's trial), in a new one where the run wrote none."""
-    from pytorch_lightning.utilities import rank_zero_only
-
     path = Path(run_dir) / "metrics.json"
-    if getattr(rank_zero_only, "rank", 0) != 0 or not (path.is_file() or fields and path.parent.is_dir()):
+    if rank_zero_only.rank != 0 or not (path.is_file() or fields and path.parent.is_dir()):
         return
     _write_json(path, {**(json.loads(path.read_text()) if path.is_file() else fields), "failed": reason})
 
