@@ -116,6 +116,7 @@ def _validate_as(prefix: str, trainer: pl.Trainer, task: Any, **how: Any) -> Dic
     """The validation metrics of the weights ``how`` names, logged as ``<prefix>val/…``: the
     ``val/`` curves keep one point per epoch trained."""
     task.logged_as = prefix
+    continue_csv_logs(trainer)  # (ddp_spawn: one CSV writer for every stage)
     try:
         return _metrics(trainer.validate(task, **how), prefix)
     finally:
@@ -236,7 +237,6 @@ def _train(resolved: Dict[str, Any], trainer: pl.Trainer, run_dir: Path, fit_fro
 def _evaluate(trainer: pl.Trainer, task: Any, dm: Any, run_dir: Path, test: bool) -> Dict[str, Any]:
     """The best (or averaged) checkpoint validated and tested: ``metrics.json``'s fields."""
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
-    continue_csv_logs(trainer)
     epochs, global_step = fit_progress(trainer, run_dir / "checkpoints")
     best_of = dict(datamodule=dm, ckpt_path=best or None, verbose=False, weights_only=True)
     averaged = averaging.finish(trainer, run_dir, best)
@@ -246,7 +246,6 @@ def _evaluate(trainer: pl.Trainer, task: Any, dm: Any, run_dir: Path, test: bool
                    metrics_best_single=_validate_as("best_single/", trainer, task, **best_of),
                    averaged_from={k: averaged[k] for k in ("by", "n", "monitor", "epochs", "steps",
                                                            "scores", "files")})
-        continue_csv_logs(trainer)
         best_of["ckpt_path"] = averaged["path"]
     metrics = _validate_as(BEST, trainer, task, **best_of)
     if test:

@@ -81,23 +81,17 @@ load_checkpoint_file = read_checkpoint  # (its name for attnflow.training.distri
 
 class SafeCheckpointIO(TorchCheckpointIO):
     """Lightning's checkpoint IO with atomic writes with digests, checked ``weights_only=True``
-    reads, and removals that take the digest along (remote paths: Lightning's own)."""
+    reads, and removals that take the digest along (a run's checkpoints are local files)."""
 
     def save_checkpoint(self, checkpoint: Dict[str, Any], path: Any, storage_options: Any = None) -> None:
-        if "://" in str(path):
-            return super().save_checkpoint(checkpoint, path, storage_options)
         atomic_torch_save(checkpoint, path)
 
     def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: Optional[bool] = None) -> Dict[str, Any]:
-        if "://" in str(path):
-            return super().load_checkpoint(path, map_location=map_location, weights_only=True)
         # (also a plain state dict: ddp_spawn hands the weights back so)
         return checkpoints.read_checkpoint(path, map_location if map_location is not None else "cpu",
                                            lightning=False)
 
     def remove_checkpoint(self, path: Any) -> None:
-        if "://" in str(path):
-            return super().remove_checkpoint(path)
         remove_checkpoint(path)
 
 
