@@ -12,11 +12,17 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import io
 import json
 import pickle
+import warnings
+import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, NamedTuple, Optional, Set, Tuple, TypeVar
 
+import yaml
+
+from attnflow.io.console import AttnflowWarning
 from attnflow.io.text import listed
 
 if TYPE_CHECKING:  # torch is imported only where a checkpoint is read or a device checked
@@ -28,8 +34,8 @@ class CheckpointError(ValueError):
 
 
 DIGEST_SUFFIX = ".sha256"
+WANDB_ID_KEY = "attnflow_wandb_run_id"  # a checkpoint's W&B run id, which its resume logs to
 _UNCHECKED: Set[Path] = set()  # checkpoints without a digest, warned about once each
-_VERIFIED: Set[tuple] = set()  # (path, size, mtime of it and of its digest) that matched
 
 
 def digest_path(path: Path | str) -> Path:
@@ -43,18 +49,9 @@ def digest_line(hexdigest: str, path: Path | str) -> str:
     return f"{hexdigest}  {Path(path).name}\n"
 
 
-def file_digest(path: Path | str) -> str:
-    """The sha256 of the file's bytes, in hex (read in blocks: checkpoints may be large)."""
-    sha = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            sha.update(block)
-    return sha.hexdigest()
-
-
-def check_digest(path: Path) -> None:
-    """A :class:`CheckpointError` naming ``path`` where its bytes differ from its digest; one
-    warning (once per file) where it has none (written before attnflow wrote digests)."""
+def check_digest(path: Path, data: bytes) -> None:
+    """A :class:`CheckpointError` naming ``path`` where ``data``, its bytes, differ from its
+    digest; one warning (once per file) where it has none (written before attnflow wrote digests)."""
     side = digest_path(path)
     try:
         recorded = (side.read_text(encoding="ascii", errors="replace").split() or [""])[0]
@@ -66,21 +63,11 @@ def check_digest(path: Path) -> None:
         return
     except OSError as err:
         raise CheckpointError(f"{path}: cannot read its digest {side}: {err.strerror}") from None
-    stamp = (path.resolve(), *_stamp(path), *_stamp(side))
-    if stamp in _VERIFIED:  # (a resume reads last.ckpt several times: hashed once)
-        return
-    if recorded.lower() != file_digest(path):
+    if recorded.lower() != hashlib.sha256(data).hexdigest():
         cut = (" (corrupt or truncated: cut short by a kill or a full disk?)"
                if _cut_short(path, deep=False) else "")
         raise CheckpointError(f"{path}: its bytes do not match its digest ({side.name}): the file "
                               f"is damaged{cut}")
-    _VERIFIED.add(stamp)
-
-
-def _stamp(path: Path) -> Tuple[int, int]:
-    """(size, modification time in ns): a file rewritten since changes it."""
-    st = path.stat()
-    return st.st_size, st.st_mtime_ns
 
 
 def find_checkpoint(path: Path | str) -> Tuple[Path, Path]:
@@ -127,8 +114,6 @@ def runs_inside(path: Path) -> Optional[str]:
 
 def read_config_yaml(path: Path) -> Any:
     """The parsed ``path`` (a run's config.yaml); invalid YAML is a :class:`CheckpointError`."""
-    import yaml
-
     try:
         return yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
@@ -152,8 +137,6 @@ def _not_torch_file(path: Path) -> Optional[str]:
 def _cut_short(path: Path, deep: bool = True) -> bool:
     """Whether ``path`` starts as a zip archive (torch's format) but does not read as one (its
     end, where a zip's index is, is missing; ``deep``: or a member's bytes fail their CRC)."""
-    import zipfile
-
     with open(path, "rb") as f:
         if f.read(2) != b"PK":
             return False
@@ -178,19 +161,21 @@ def why_unreadable(path: Path, err: Exception) -> str:
 
 def read_checkpoint(path: Path | str, device: Any = "cpu", mmap: bool = False,
                     lightning: bool = True) -> Dict[str, Any]:
-    """The checkpoint's dictionary, read with ``weights_only=True`` once its digest is checked
-    (:func:`check_digest`). ``mmap``: map the tensors; ``lightning``: it must be a Lightning
-    checkpoint (a ``state_dict`` entry)."""
+    """The checkpoint's dictionary, read with ``weights_only=True``: the one reader of
+    checkpoints. Its bytes are read once, checked against its digest (:func:`check_digest`) and
+    loaded from memory. ``lightning``: it must be a Lightning checkpoint (a ``state_dict``
+    entry); ``mmap`` is accepted for the callers that ask for it (the bytes are read whole)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"no such checkpoint file: {path}")
     if not_torch := _not_torch_file(path):  # refused before torch's import (seconds)
         raise CheckpointError(f"cannot read checkpoint {path}: {not_torch}")
-    check_digest(path)
+    data = path.read_bytes()
+    check_digest(path, data)
     import torch
 
     try:
-        ckpt = torch.load(path, map_location=device, weights_only=True, mmap=mmap)
+        ckpt = torch.load(io.BytesIO(data), map_location=device, weights_only=True)
     except Exception as err:  # noqa: BLE001  (any unreadable or unsafe file)
         raise CheckpointError(f"cannot read checkpoint {path}: {why_unreadable(path, err)}") from None
     if lightning and (not isinstance(ckpt, dict) or "state_dict" not in ckpt):
@@ -206,7 +191,7 @@ def newest_intact(folder: Path, but: Path) -> Optional[Tuple[Path, Dict[str, Any
                    key=lambda p: (p.stat().st_mtime_ns, p.name), reverse=True)
     for path in files:
         try:
-            ckpt = read_checkpoint(path, mmap=True)
+            ckpt = read_checkpoint(path)
         except CheckpointError:
             continue
         state = isinstance(ckpt.get("attnflow_config"), dict) and "loops" in ckpt
@@ -285,10 +270,6 @@ def load_run(target: Path | str, device: str = "cpu") -> Run:
 
 
 def _warn(message: str) -> None:
-    import warnings
-
-    from attnflow.io.console import AttnflowWarning
-
     warnings.warn(message, AttnflowWarning, stacklevel=3)
 
 

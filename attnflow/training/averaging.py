@@ -24,11 +24,12 @@ import torch
 from pytorch_lightning.utilities import rank_zero_warn
 
 from attnflow.config.registry import AttnflowWarning, ConfigError, PositiveInt
+from attnflow.io import checkpoints
 from attnflow.io.checkpoints import AVERAGED, AVG_DIR, INDEX, read_index  # noqa: F401
 from attnflow.io.console import warn_unread
 from attnflow.io.text import atomic_path
 from attnflow.training.ema import averaged_weights
-from attnflow.training.state import atomic_torch_save, load_checkpoint_file, remove_checkpoint
+from attnflow.training.state import atomic_torch_save, remove_checkpoint
 
 
 NEAR_FRACTION = 0.01  # validations closer than this share of an epoch's steps are one model
@@ -186,7 +187,7 @@ def average_state_dicts(paths: Sequence[Path]) -> Dict[str, torch.Tensor]:
     keys = None
     alias: Optional[Dict[str, str]] = None  # a name → the first name of the same tensor
     for path in paths:
-        state = load_checkpoint_file(path, mmap=True, lightning=True)["state_dict"]
+        state = checkpoints.read_checkpoint(path)["state_dict"]
         ties = _aliases(state)
         alias = ties if alias is None else {k: a for k, a in alias.items() if ties.get(k) == a}
         if keys is None:
@@ -255,7 +256,7 @@ def average_into(run_dir: Path, index: Dict[str, Any], kept: List[Dict[str, Any]
               "epochs": [e["epoch"] for e in kept], "steps": [e["step"] for e in kept],
               "scores": [e["score"] for e in kept],
               "files": [str(avg_dir / e["file"]) for e in kept], "copy_of": str(base)}
-    ckpt = load_checkpoint_file(base)
+    ckpt = checkpoints.read_checkpoint(base)
     averaged = average_state_dicts([avg_dir / e["file"] for e in kept])
     if set(averaged) != set(ckpt["state_dict"]):
         raise ValueError(f"the weights in {avg_dir} are not those of {base}; not averaged")

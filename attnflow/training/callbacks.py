@@ -105,7 +105,7 @@ def _when(trainer: pl.Trainer) -> str:
     """When a validation's pictures were drawn: an epoch of the fit, or after it (of which weights)."""
     if trainer.state.fn == "fit":
         return f"epoch {trainer.current_epoch}, step {trainer.global_step}"
-    ckpt = getattr(trainer, "ckpt_path", None)
+    ckpt = trainer.ckpt_path
     return f"after training, weights of {Path(ckpt).name}" if ckpt else "after training"
 
 

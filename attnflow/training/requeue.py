@@ -14,13 +14,15 @@ import subprocess
 from pathlib import Path
 from typing import List, Optional
 
+from lightning_fabric.plugins.environments import SLURMEnvironment
+
+from attnflow.training.runlock import first_rank
+
 NOTES = ".requeued"
 
 
 def job_id() -> Optional[str]:
     """This SLURM batch job's id (``<array job>_<task>`` in an array), None outside SLURM."""
-    from lightning_fabric.plugins.environments import SLURMEnvironment
-
     if not SLURMEnvironment.detect():  # (srun --job-name=interactive: not a batch job)
         return None
     array = os.environ.get("SLURM_ARRAY_JOB_ID")
@@ -29,8 +31,6 @@ def job_id() -> Optional[str]:
 
 def plugins() -> List[object]:
     """Lightning's SLURM environment without its requeue, inside a SLURM job."""
-    from lightning_fabric.plugins.environments import SLURMEnvironment
-
     return [SLURMEnvironment(auto_requeue=False)] if job_id() else []
 
 
@@ -66,7 +66,5 @@ def requeued_run(output_root: Path | str) -> Optional[Path]:
 
 def forget(note: Path) -> None:
     """Remove a requeued job's note once its run has ended (by the first rank)."""
-    from attnflow.training.runlock import first_rank
-
     if first_rank():
         note.unlink(missing_ok=True)

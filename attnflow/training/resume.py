@@ -6,21 +6,25 @@ checkpoint of the same model, data and task.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import yaml
+from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from attnflow.config.groups import SHARED_GROUPS
 from attnflow.config.registry import ConfigError, Registry
+from attnflow.io import checkpoints
+from attnflow.io.checkpoints import WANDB_ID_KEY, CheckpointError, newest_intact
 from attnflow.io.console import shell_word
 from attnflow.training import runlock
 from attnflow.training.lightning_internals import epoch_counts
@@ -137,44 +141,41 @@ def check_run(run_dir: Path | str) -> Tuple[Dict[str, Any], Dict[str, Any], Path
         hint = (f". Its checkpoints: {', '.join(others)} (ckpt_path= starts a new run from one)"
                 if others else ": nothing to continue")
         raise ResumeError(f"resume={run}: the run has no checkpoints/last.ckpt{hint}")
-    path, ckpt = _read_last(run, last)
+    path, ckpt = _read_last(run.resolve(), last.stat().st_size, last.stat().st_mtime_ns)
     saved = ckpt.get("attnflow_config")
     if not isinstance(saved, dict):
         raise ResumeError(f"resume={run}: {path} carries no attnflow_config")
     return saved, ckpt, path
 
 
-_FELL_BACK: Set[Path] = set()  # runs whose fallback was said (a resume checks its run several times)
-
-
-def _read_last(run: Path, last: Path) -> Tuple[Path, Dict[str, Any]]:
-    """(path, dictionary) of ``last.ckpt``; where it is damaged (its digest differs, it cannot be
-    read), of the newest intact training state in ``checkpoints/``, said in one line once."""
-    from attnflow.io.checkpoints import CheckpointError, newest_intact
-    from attnflow.training.state import load_checkpoint_file
-
+@functools.lru_cache(maxsize=1)  # a resume checks its run before Hydra, for its config, as it starts
+def _read_last(run: Path, *stamp: int) -> Tuple[Path, Dict[str, Any]]:
+    """(path, dictionary) of ``last.ckpt`` (read once while its ``stamp``, size and modification
+    time, stays); where it is damaged (its digest differs, it cannot be read), of the newest
+    intact training state in ``checkpoints/``, said in one line."""
+    last = run / "checkpoints" / "last.ckpt"
     try:
-        return last, load_checkpoint_file(last, mmap=True)
-    except CheckpointError as err:
-        damage, found = err, newest_intact(last.parent, last)
-    if found is None:
-        raise ResumeError(f"resume={run}: {damage}; no other checkpoint in {last.parent} is "
-                          f"intact to resume from")
-    path, ckpt = found
-    if run.resolve() not in _FELL_BACK and first_rank():
-        _FELL_BACK.add(run.resolve())
-        print(f"attnflow: {damage}; resuming from the newest intact checkpoint, {path.name} "
-              f"(epoch {ckpt.get('epoch')}, step {ckpt.get('global_step')})", file=sys.stderr,
-              flush=True)
-    return found
+        return last, checkpoints.read_checkpoint(last)
+    except CheckpointError as damage:
+        found = newest_intact(last.parent, last)
+        if found is None:
+            raise ResumeError(f"resume={run}: {damage}; no other checkpoint in {last.parent} is "
+                              f"intact to resume from") from None
+        path, ckpt = found
+        if first_rank():
+            print(f"attnflow: {damage}; resuming from the newest intact checkpoint, {path.name} "
+                  f"(epoch {ckpt.get('epoch')}, step {ckpt.get('global_step')})", file=sys.stderr,
+                  flush=True)
+        return found
 
 
-def _finished(run: Path, ckpt: Dict[str, Any]) -> bool:
-    """Whether the run ended after the state in ``last.ckpt`` (it wrote its ``metrics.json``)."""
+def _final_metrics(run: Path) -> Optional[Dict[str, Any]]:
+    """The run's ``metrics.json``, written as it ended; None where it has none (or a damaged one)."""
     try:
-        return json.loads((run / "metrics.json").read_text()).get("global_step") == ckpt.get("global_step")
-    except (OSError, ValueError, AttributeError):
-        return False
+        found = json.loads((run / "metrics.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
 
 
 def _refuse_unsafe(keys: Iterable[str], run: Path) -> None:
@@ -184,22 +185,24 @@ def _refuse_unsafe(keys: Iterable[str], run: Path) -> None:
                           f"resumed run; allowed with resume: {', '.join(sorted(SAFE))}")
 
 
-def _check_length(limits: Dict[str, Any], typed: Iterable[str], epochs: Any, steps: Any,
-                  who: str, label: Optional[str] = None) -> None:
-    """The epoch and step limits must leave something to train beyond a checkpoint's, else the
-    run would only rewrite its metrics. ``typed``: the limits given; ``label``: ``ckpt_path=``."""
-    for key, done, unit in (("trainer.max_epochs", epochs, "epoch(s)"),
-                            ("trainer.max_steps", steps, "steps")):
+def _check_length(limits: Dict[str, Any], typed: Iterable[str], ckpt: Mapping[str, Any], who: str,
+                  fit_from: bool = False) -> None:
+    """The epoch and step limits must leave something to train beyond the checkpoint ``ckpt``'s,
+    else the run would only rewrite its metrics (:func:`_check_epoch_end_under_steps` too).
+    ``typed``: the limits given; ``fit_from``: ``ckpt`` starts a new run (``ckpt_path=``)."""
+    for key, done, unit in (("trainer.max_epochs", ckpt.get("epoch"), "epoch(s)"),
+                            ("trainer.max_steps", ckpt.get("global_step"), "steps")):
         try:
             value = int(limits.get(key))
         except (TypeError, ValueError):
             continue
         if value != -1 and isinstance(done, int) and value <= done:
             own = "" if key in typed else " (the run's own limit)"
-            had = (f"the checkpoint was saved after {done} {unit}," if label else
+            had = (f"the checkpoint was saved after {done} {unit}," if fit_from else
                    f"the run has trained {done} {unit} already")
             raise ResumeError(f"{who}: {had} and {key}={value}{own}, so nothing would be trained; "
                               f"give {key} more than {done} (or -1: no limit)")
+    _check_epoch_end_under_steps(limits, ckpt, who)
 
 
 def _check_epoch_end_under_steps(limits: Dict[str, Any], ckpt: Dict[str, Any], who: str) -> None:
@@ -237,15 +240,13 @@ def check_resumable(run: Path, values: Dict[str, Any]) -> Tuple[Dict[str, Any], 
     (the run's config, the checkpoint it resumes from, that checkpoint's path)."""
     _refuse_unsafe(values, run)
     cfg, ckpt, path = check_run(run)
-    flat = _flatten(cfg)
-    finished = _finished(run, ckpt)
+    # (it ended after the state in last.ckpt)
+    finished = (_final_metrics(run) or {}).get("global_step") == ckpt.get("global_step")
     if finished and not set(values) & set(EXTEND):
         raise ResumeError(f"resume={run}: the run already finished; extend it with "
                           f"trainer.max_epochs=<more>")
     if finished or set(values) & {"trainer.max_epochs", "trainer.max_steps"}:
-        _check_length({**flat, **values}, values, ckpt.get("epoch"), ckpt.get("global_step"),
-                      f"resume={run}")
-        _check_epoch_end_under_steps({**flat, **values}, ckpt, f"resume={run}")
+        _check_length({**_flatten(cfg), **values}, values, ckpt, f"resume={run}")
     return cfg, ckpt, path
 
 
@@ -333,8 +334,6 @@ def _check_new_run_dir(run_dir: Path) -> None:
 def resume_config(run_dir: Path | str, overrides: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """The config that continues ``run_dir``: its checkpoint's, with the allowed ``overrides``
     ({dotted key: value}) and the checkpoint's W&B run id."""
-    from attnflow.training.state import WANDB_ID_KEY
-
     run = Path(run_dir).expanduser().resolve()
     overrides = dict(overrides or {})
     cfg, ckpt, _ = check_resumable(run, overrides)
@@ -353,11 +352,9 @@ def resume_config(run_dir: Path | str, overrides: Optional[Dict[str, Any]] = Non
 def from_hydra(cfg: Any, typed: Optional[Sequence[str]] = None) -> Any:
     """The composed ``cfg``, or with ``resume=`` the resumed run's config with the overrides
     typed (``typed``, else Hydra's record), their values as Hydra parsed them."""
-    target = cfg.get("resume") if hasattr(cfg, "get") else None
+    target = cfg.get("resume")
     if not target:
         return cfg
-    from hydra.core.hydra_config import HydraConfig
-
     if typed is None:
         typed = HydraConfig.get().overrides.task if HydraConfig.initialized() else ()
     values: Dict[str, Any] = {}
@@ -374,10 +371,9 @@ def _dump(data: Any) -> str:
 
 def _start_resumed(resolved: Dict[str, Any], run: Path) -> str:
     """Check a resumed run's config against its checkpoint's and record ``resume-<n>.yaml``;
-    the checkpoint to fit from."""
-    from attnflow.training.state import WANDB_ID_KEY
-
+    the checkpoint to fit from (the read of its checks let go: the fit reads it)."""
     saved, ckpt, path = check_run(run)
+    _read_last.cache_clear()
     diffs = differences(with_defaults(saved), resolved)
     _refuse_unsafe([k for k, _, _ in diffs], run)
     record = {"resumed_at": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv),
@@ -385,10 +381,8 @@ def _start_resumed(resolved: Dict[str, Any], run: Path) -> str:
                        "epoch": ckpt.get("epoch"), "global_step": ckpt.get("global_step")},
               "changed": {k: {"from": a, "to": b} for k, a, b in diffs},
               "wandb_run_id": ckpt.get(WANDB_ID_KEY)}
-    try:
-        record["previous_metrics"] = json.loads((run / "metrics.json").read_text()).get("metrics")
-    except (OSError, ValueError, AttributeError):
-        pass
+    if (final := _final_metrics(run)) is not None:
+        record["previous_metrics"] = final.get("metrics")
     if first_rank():  # DDP ranks re-run this: one record
         n = 1 + len(list(run.glob("resume-*.yaml")))
         (run / f"resume-{n}.yaml").write_text(_dump(record))
@@ -400,15 +394,12 @@ def _check_fit_from(ckpt_path: str, resolved: Dict[str, Any], recorded: Dict[str
     """``ckpt_path=`` of a new run: a training state of the same model, data and task (as
     recorded: ``${oc.env:…}`` unresolved), from another run's directory, with something left
     to train."""
-    from attnflow.io.checkpoints import CheckpointError
-    from attnflow.training.state import load_checkpoint_file
-
     path = Path(ckpt_path).expanduser()
     if path.resolve().parent.parent == run_dir.resolve():
         raise ResumeError(f"ckpt_path={ckpt_path} is of this run's own directory: continue it "
                           f"with resume={run_dir}")
     try:
-        ckpt = load_checkpoint_file(path, mmap=True)
+        ckpt = checkpoints.read_checkpoint(path)
     except CheckpointError as err:
         raise ResumeError(f"ckpt_path: {err}") from None
     if "pytorch-lightning_version" not in ckpt or "state_dict" not in ckpt:  # Lightning's keys
@@ -420,9 +411,7 @@ def _check_fit_from(ckpt_path: str, resolved: Dict[str, Any], recorded: Dict[str
     if diffs:
         raise ResumeError(f"ckpt_path={ckpt_path} is a checkpoint of another model, data or task: "
                           f"{_listing(diffs, 'checkpoint', 'this run')}")
-    who = f"ckpt_path={ckpt_path}"
-    _check_length(_flatten(resolved), EXTEND, ckpt.get("epoch"), ckpt.get("global_step"), who, who)
-    _check_epoch_end_under_steps(_flatten(resolved), ckpt, who)
+    _check_length(_flatten(resolved), EXTEND, ckpt, f"ckpt_path={ckpt_path}", fit_from=True)
 
 
 def start(resolved: Dict[str, Any], run_dir: Path | str,

@@ -18,7 +18,7 @@ import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig
 from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
-from pytorch_lightning.utilities import rank_zero_warn
+from pytorch_lightning.utilities import rank_zero_only, rank_zero_warn
 
 import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
 from attnflow.config import secrets
@@ -99,10 +99,8 @@ def _write_json(path: Path, data: dict) -> None:
 def record_failure(run_dir: Path, reason: str, **fields: Any) -> None:
     """Record ``failed: reason`` in a written ``metrics.json`` (attnflow-report's status); with
     ``fields`` (a sweep's trial), in a new one where the run wrote none."""
-    from pytorch_lightning.utilities import rank_zero_only
-
     path = Path(run_dir) / "metrics.json"
-    if getattr(rank_zero_only, "rank", 0) != 0 or not (path.is_file() or fields and path.parent.is_dir()):
+    if rank_zero_only.rank != 0 or not (path.is_file() or fields and path.parent.is_dir()):
         return
     _write_json(path, {**(json.loads(path.read_text()) if path.is_file() else fields), "failed": reason})
 
@@ -118,6 +116,7 @@ def _validate_as(prefix: str, trainer: pl.Trainer, task: Any, **how: Any) -> Dic
     """The validation metrics of the weights ``how`` names, logged as ``<prefix>val/…``: the
     ``val/`` curves keep one point per epoch trained."""
     task.logged_as = prefix
+    continue_csv_logs(trainer)  # (ddp_spawn: one CSV writer for every stage)
     try:
         return _metrics(trainer.validate(task, **how), prefix)
     finally:
@@ -238,7 +237,6 @@ def _train(resolved: Dict[str, Any], trainer: pl.Trainer, run_dir: Path, fit_fro
 def _evaluate(trainer: pl.Trainer, task: Any, dm: Any, run_dir: Path, test: bool) -> Dict[str, Any]:
     """The best (or averaged) checkpoint validated and tested: ``metrics.json``'s fields."""
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
-    continue_csv_logs(trainer)
     epochs, global_step = fit_progress(trainer, run_dir / "checkpoints")
     best_of = dict(datamodule=dm, ckpt_path=best or None, verbose=False, weights_only=True)
     averaged = averaging.finish(trainer, run_dir, best)
@@ -248,7 +246,6 @@ def _evaluate(trainer: pl.Trainer, task: Any, dm: Any, run_dir: Path, test: bool
                    metrics_best_single=_validate_as("best_single/", trainer, task, **best_of),
                    averaged_from={k: averaged[k] for k in ("by", "n", "monitor", "epochs", "steps",
                                                            "scores", "files")})
-        continue_csv_logs(trainer)
         best_of["ckpt_path"] = averaged["path"]
     metrics = _validate_as(BEST, trainer, task, **best_of)
     if test:

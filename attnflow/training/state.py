@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import os
 import random
 from pathlib import Path
@@ -19,61 +20,36 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.plugins import TorchCheckpointIO
 
 from attnflow.data.resumable import Resumable
-from attnflow.io.checkpoints import CheckpointError, digest_line, digest_path, read_checkpoint
+from attnflow.io import checkpoints
+from attnflow.io.checkpoints import WANDB_ID_KEY, digest_line, digest_path, read_checkpoint
 from attnflow.io.text import atomic_path
 from attnflow.training.lightning_internals import fit_loop_state, finish_epoch, last_saved_step, mark_saved
 from attnflow.training.preemption import StopOnSignal
 
-WANDB_ID_KEY = "attnflow_wandb_run_id"
-
-
-class _Writes:
-    """A file's ``write`` and ``flush`` that keep the first ``OSError`` (torch's writer reports
-    a failed write as a RuntimeError naming byte offsets) and the sha256 of the bytes written
-    (the checkpoint's digest, without reading it again)."""
-
-    def __init__(self, f: Any) -> None:
-        self.f, self.error, self.sha = f, None, hashlib.sha256()
-
-    def write(self, data: Any) -> int:
-        try:
-            written = self.f.write(data)
-        except OSError as err:
-            self.error = self.error or err
-            raise
-        self.sha.update(data)
-        return written
-
-    def flush(self) -> None:
-        self.f.flush()
-
-
 def atomic_torch_save(obj: Any, path: Path | str) -> None:
     """``torch.save`` to a temporary file, fsynced and renamed: the old file or the new, never a
-    part; then its digest (``<name>.sha256``), the old one removed before the rename, so that a
-    kill leaves a checkpoint without a digest at worst, never one with another's. A failed write
-    (a full disk) is an ``OSError`` naming ``path``."""
+    part; then its digest (``<name>.sha256``, of the bytes written), the old one removed before
+    the rename, so that a kill leaves a checkpoint without a digest at worst, never one with
+    another's. A failed write (a full disk) is an ``OSError`` naming ``path``."""
     path = Path(path)
     for stale in path.parent.glob(f".{path.name}.*.tmp"):  # parts left by a process killed mid-save
         stale.unlink(missing_ok=True)
     with atomic_path(path) as tmp:
-        writes = None
         try:
+            buffer = io.BytesIO()
+            torch.save(obj, buffer)
             with open(tmp, "wb") as f:  # (closing flushes too: a full disk can refuse that)
-                writes = _Writes(f)
-                torch.save(obj, writes)
+                f.write(buffer.getbuffer())
                 f.flush()
                 os.fsync(f.fileno())
-        except (OSError, RuntimeError) as err:
-            err = getattr(writes, "error", None) or err
-            if isinstance(err, OSError) and err.errno:
-                raise OSError(err.errno, err.strerror, str(path)) from None
-            raise
+        except OSError as err:
+            raise OSError(err.errno, err.strerror, str(path)) from None
         digest_path(path).unlink(missing_ok=True)
-    _write_digest(path, writes.sha.hexdigest())
+    _write_digest(path, hashlib.sha256(buffer.getbuffer()).hexdigest())
     with contextlib.suppress(OSError):  # the rename too, where folders can be fsynced
         fd = os.open(path.parent, os.O_RDONLY)
         try:
@@ -100,28 +76,22 @@ def remove_checkpoint(path: Path | str) -> None:
     digest_path(path).unlink(missing_ok=True)
 
 
-load_checkpoint_file = read_checkpoint  # (path, map_location, mmap=, lightning=)
+load_checkpoint_file = read_checkpoint  # (its name for attnflow.training.distributed)
 
 
 class SafeCheckpointIO(TorchCheckpointIO):
     """Lightning's checkpoint IO with atomic writes with digests, checked ``weights_only=True``
-    reads, and removals that take the digest along (remote paths: Lightning's own)."""
+    reads, and removals that take the digest along (a run's checkpoints are local files)."""
 
     def save_checkpoint(self, checkpoint: Dict[str, Any], path: Any, storage_options: Any = None) -> None:
-        if "://" in str(path):
-            return super().save_checkpoint(checkpoint, path, storage_options)
         atomic_torch_save(checkpoint, path)
 
     def load_checkpoint(self, path: Any, map_location: Any = None, weights_only: Optional[bool] = None) -> Dict[str, Any]:
-        if "://" in str(path):
-            return super().load_checkpoint(path, map_location=map_location, weights_only=True)
         # (also a plain state dict: ddp_spawn hands the weights back so)
-        return load_checkpoint_file(path, map_location if map_location is not None else "cpu",
-                                    lightning=False)
+        return checkpoints.read_checkpoint(path, map_location if map_location is not None else "cpu",
+                                           lightning=False)
 
     def remove_checkpoint(self, path: Any) -> None:
-        if "://" in str(path):
-            return super().remove_checkpoint(path)
         remove_checkpoint(path)
 
 
@@ -162,13 +132,6 @@ class _TracksValidation(pl.Callback):
         super().on_validation_end(trainer, pl_module)
 
 
-def resumable_loader(trainer: pl.Trainer) -> Any:
-    """The fit's train loader where it resumes mid-epoch (a :class:`Resumable`, whose
-    ``state_dict`` Lightning saves and restores), else None (also where there are several)."""
-    loader = trainer.train_dataloader
-    return loader if isinstance(loader, Resumable) else None
-
-
 class TrainingState(_TracksValidation):
     """Saves the random streams, the train loader's position and the W&B run id; restores the
     first two. The position is the loader's own state, which Lightning saves with the fit loop
@@ -187,7 +150,8 @@ class TrainingState(_TracksValidation):
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # after the loops are restored, before the loader's first batch (its iterator is lazy)
-        self._loader = resumable_loader(trainer)
+        loader = trainer.train_dataloader  # (several: none resumes mid-epoch)
+        self._loader = loader if isinstance(loader, Resumable) else None
         if self._loader is not None and self._position:
             self._loader.load_state_dict(self._position)  # (Lightning's restore: the same state)
         self._position = None
@@ -225,8 +189,6 @@ class TrainingState(_TracksValidation):
 
 def wandb_run_id(trainer: pl.Trainer) -> Optional[str]:
     """The id of the W&B run this trainer logs to (None without a W&B logger)."""
-    from pytorch_lightning.loggers import WandbLogger
-
     for lg in trainer.loggers:
         if isinstance(lg, WandbLogger):
             return str(lg.version) if lg.version else None
@@ -265,17 +227,13 @@ class RunCheckpoint(_TracksValidation, ModelCheckpoint):
         if self.monitor is None or self.best_k_models == before:
             return
         for cb in trainer.checkpoint_callbacks:
-            path = Path(cb.dirpath) / "last.ckpt"
             if not isinstance(cb, LastCheckpoint) or cb is self:
                 continue
-            if trainer.is_global_zero and path.is_file():
-                try:
-                    ckpt = load_checkpoint_file(path, mmap=True)
-                except CheckpointError:  # damaged (a resume fell back): rewritten at this step
-                    ckpt = {}
-                if ckpt.get("global_step") == trainer.global_step:
-                    ckpt["callbacks"][self.state_key] = self.state_dict()
-                    atomic_torch_save(ckpt, path)
+            path = Path(cb.dirpath) / "last.ckpt"
+            if trainer.is_global_zero and 0 < trainer.global_step == last_saved_step(cb):
+                ckpt = checkpoints.read_checkpoint(path)  # (written by this fit at this step)
+                ckpt["callbacks"][self.state_key] = self.state_dict()
+                atomic_torch_save(ckpt, path)
             trainer.strategy.barrier()
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
