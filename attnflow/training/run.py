@@ -34,7 +34,7 @@ from attnflow.training.loggers import (BEST, build_loggers, finish_loggers, log_
                                        logger_inputs, run_identity, summarize_loggers)
 from attnflow.training.precision import resolve_precision
 from attnflow.training.progress import progress_bar
-from attnflow.training.trainer_checks import (check_trainer, idle_settings, lightning_errors,
+from attnflow.training.trainer_checks import (idle_settings, lightning_errors,
                                               refuse_flex_without_backward)
 from attnflow.training.validate import resolve_config
 
@@ -161,7 +161,7 @@ def build_trainer(resolved: Dict[str, Any], run_dir: Path, extra: Sequence[pl.Ca
                   recorded: Optional[Dict[str, Any]] = None) -> pl.Trainer:
     """The run's Trainer with its loggers (given the ``recorded`` config: :func:`logger_inputs`)
     and callbacks; a setting left unread is one warning line (a callback so named is not built)."""
-    trainer_args, note, warn = resolve_precision(check_trainer(resolved.get("trainer") or {}))
+    trainer_args, note, warn = resolve_precision(dict(resolved.get("trainer") or {}))
     if note and warn:
         rank_zero_warn(note)
     elif note:

@@ -67,7 +67,8 @@ def validate_config(cfg: Dict[str, Any]) -> Dict[str, Any]:
     for group in SHARED_GROUPS:  # (as the model that consumes them reads them)
         if isinstance(cfg.get(group), dict):
             checked[group] = Registry.kinds()[group].validate(cfg[group], group)
-    check_trainer(cfg.get("trainer") or {})
+    if cfg.get("trainer"):  # its values typed as the Trainer's arguments: checked here only
+        checked["trainer"] = check_trainer(cfg["trainer"])
     for key, value in (cfg.get("callbacks") or {}).items():
         if key not in CALLBACK_FIELDS:
             raise ConfigError(f"callbacks has no entry '{key}' (at 'callbacks.{key}'); entries: "
