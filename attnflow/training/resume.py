@@ -17,11 +17,11 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import yaml
 from hydra.core.hydra_config import HydraConfig
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from attnflow.config.groups import SHARED_GROUPS
+from attnflow.config.overrides import parse
 from attnflow.config.registry import ConfigError, Registry
 from attnflow.io import checkpoints
 from attnflow.io.checkpoints import WANDB_ID_KEY, CheckpointError, newest_intact
@@ -253,7 +253,7 @@ def check_resumable(run: Path, values: Dict[str, Any]) -> Tuple[Dict[str, Any], 
 def _parse(item: str) -> Tuple[str, str]:
     """(key, value) of a ``key=value`` override, the value unquoted as Hydra reads it."""
     try:
-        ov = OverridesParser.create().parse_overrides([item])[0]
+        ov = parse(item)
     except HydraException as err:
         key, eq, value = item.partition("=")
         hint = (f"; a value with spaces or accents is quoted: {shell_word(key, value)}"
