@@ -23,7 +23,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.trainer.states import TrainerFn
 
 from attnflow.config.sweeps import RETRY_OF, is_optuna_sweeper, open_storage, storage_spec
-from attnflow.sweep import liveness, study as studies
+from attnflow.sweep import study as studies
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,11 @@ class TrialReports(pl.Callback):
 
     def start(self) -> None:
         """Open the trial (first rank only): its heartbeat on, where it runs recorded."""
+        # Optuna (the sweep extra), and liveness, which imports it, only in a trial: every run
+        # imports this module (attnflow-train's trial_reports)
         import optuna
+
+        from attnflow.sweep import liveness
 
         storage = open_storage(self.spec)
         self._study = optuna.load_study(study_name=self.study_name, storage=storage, pruner=self.pruner)
