@@ -24,6 +24,7 @@ from pytorch_lightning.trainer.states import TrainerFn
 
 from attnflow.config.sweeps import RETRY_OF, is_optuna_sweeper, open_storage, storage_spec
 from attnflow.sweep import study as studies
+from attnflow.sweep.config import build
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +114,6 @@ class TrialReports(pl.Callback):
 def trial_reports(hydra_cfg: Any, metric: Any) -> Optional[TrialReports]:
     """The :class:`TrialReports` of this job if it is a trial of attnflow's Optuna sweeper (its
     reports: a single ``val/`` objective's), else None."""
-    from attnflow.sweep.config import build
-
     sweeper = hydra_cfg.sweeper
     if not is_optuna_sweeper(sweeper.get("_target_")):
         return None
