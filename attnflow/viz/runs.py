@@ -95,7 +95,7 @@ def natural(name: str) -> Tuple:
 
 def _parse_overrides(lines: Sequence[str]) -> Dict[str, Any]:
     """Hydra's overrides as {key: typed value}, by Hydra's own grammar (``~key``: None)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser  # (not on --help)
+    from hydra.core.override_parser.overrides_parser import OverridesParser  # (attnflow-report --help: no Hydra)
 
     out: Dict[str, Any] = {}
     parser = OverridesParser.create()
