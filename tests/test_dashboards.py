@@ -219,7 +219,7 @@ def test_alpha_labels_name_layer_and_heads():
 def test_transformer_heat_map_names_the_layer_and_the_heads_it_averages(monkeypatch):
     """The weights are the last decoder layer's, averaged over its heads: title, colour bar and
     caption say so (the heads counted from the weights, the layer from the decoder)."""
-    import attnflow.viz.figures as figures
+    import attnflow.tasks.seq2seq as seq2seq  # (the translation task's dashboard draws there)
     from support import BOS, EOS, PAD, pair_batch
 
     torch.manual_seed(0)
@@ -228,8 +228,8 @@ def test_transformer_heat_map_names_the_layer_and_the_heads_it_averages(monkeypa
                          src_vocab=12, tgt_vocab=12, pad_id=PAD, path="model")
     task = TASKS.build({"name": "translation"}, model, pad_id=PAD, bos_id=BOS, eos_id=EOS,
                        max_decode_len=6, itos=[str(i) for i in range(12)], path="task")
-    drawn, panel = [], figures.image_panel
-    monkeypatch.setattr(figures, "image_panel", lambda key, fig, **kw: drawn.append(fig) or panel(key, fig, **kw))
+    drawn, panel = [], seq2seq.image_panel
+    monkeypatch.setattr(seq2seq, "image_panel", lambda key, fig, **kw: drawn.append(fig) or panel(key, fig, **kw))
     panels = [p for p in task.dashboard(pair_batch()) if p["kind"] == "image"]
     what = "α (layer 2 of 2, mean over 4 heads)"
     assert [p["caption"] for p in panels] == [

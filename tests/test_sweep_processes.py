@@ -8,8 +8,10 @@ import signal
 
 import pytest
 
-from attnflow.sweep.processes import TrialProcessError, _outcome, visible_devices
-from attnflow.training.preemption import Interrupted
+pytest.importorskip("optuna")  # (trial processes: the sweep extra's, with cloudpickle)
+pytest.importorskip("cloudpickle")
+from attnflow.sweep.processes import TrialProcessError, _outcome, visible_devices  # noqa: E402
+from attnflow.training.preemption import Interrupted  # noqa: E402
 
 
 @pytest.mark.parametrize("listed, devices", [("3,5", ["3", "5"]), (" 0 , 2,", ["0", "2"]),

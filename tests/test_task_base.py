@@ -134,7 +134,7 @@ def test_nested_config_and_inherited_fields_are_generic():
 def _optimizers(overrides, context=(0, 1, 2, 5), steps=100):
     resolved = resolve_config(compose_cfg(overrides))
     task = TASKS.build(resolved["task"], nn.Linear(2, 2), *context, path="task")
-    task._trainer = SimpleNamespace(estimated_stepping_batches=steps)
+    task._trainer = SimpleNamespace(estimated_stepping_batches=steps, gradient_clip_val=None)
     return task.configure_optimizers()
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 from typing import Callable, Iterator, List, Optional, Sequence
 
+import pytorch_lightning as pl
 from torch.utils.data import BatchSampler, Sampler
 
 
@@ -53,9 +54,9 @@ class BucketBatchSampler(BatchSampler):
         return iter(batches)
 
 
-def trainer_epoch(data_module) -> Callable[[], Optional[int]]:
+def trainer_epoch(data_module: pl.LightningDataModule) -> Callable[[], Optional[int]]:
     """The current epoch of the trainer a LightningDataModule is attached to (None if none)."""
     def epoch() -> Optional[int]:
-        trainer = getattr(data_module, "trainer", None)
+        trainer = data_module.trainer
         return None if trainer is None else int(trainer.current_epoch)
     return epoch

@@ -20,6 +20,7 @@ from typing import Iterable, List, Optional, Union
 
 import numpy as np
 import torch
+from PIL import Image, UnidentifiedImageError
 
 from attnflow.data.errors import DataError, DataFileNotFoundError, missing_data, numbered_lines
 
@@ -189,8 +190,6 @@ def read_captions(path: Union[Path, str], image_dir: Union[Path, str],
 def load_image(path: Union[Path, str], size: int, where: Optional[str] = None) -> torch.Tensor:
     """The image at ``path`` as RGB ``(3, size, size)`` floats in [0, 1], resized (bilinear) to
     the square input of the CNN encoder; ``where`` names the reference to it in errors."""
-    from PIL import Image, UnidentifiedImageError
-
     path = Path(path)
     ref = f" (named in {where})" if where else ""
     if not path.is_file():

@@ -4,13 +4,18 @@ vocabulary in that order: :mod:`attnflow.models.bert_hf`), saved with the run.""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
 from attnflow.data.base import random_subset
 from attnflow.data.documents import clean, split_sentences
+from attnflow.data.parallel import new_tokenizer
 from attnflow.data.tables import read_table, table_format
 from attnflow.data.errors import DataError, numbered_lines
+from attnflow.io.checkpoints import CheckpointError, find_checkpoint, read_checkpoint
 from attnflow.io.text import atomic_path
 from attnflow.models import bert_hf
 
@@ -57,10 +62,6 @@ def sentences_of(text: str) -> List[str]:
 def train_wordpiece(texts: Sequence[str], vocab_size: int, lowercase: bool = True):
     """A WordPiece tokenizer (Schuster & Nakajima 2012) trained on ``texts``, BERT's specials at
     ids 0–4; not bit-reproducible (HF breaks ties in hash order), hence saved with the run."""
-    from tokenizers import models, trainers
-
-    from attnflow.data.parallel import new_tokenizer
-
     tok = new_tokenizer("wordpiece", lowercase)  # NFKC (+ lower case), Metaspace + punctuation
     tok.model = models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##")
     tok.train_from_iterator(texts, trainers.WordPieceTrainer(
@@ -74,8 +75,6 @@ def hf_tokenizer(target: str, at: str):
     """The WordPiece tokenizer of the HF checkpoint ``hf:…``, its vocabulary in attnflow's order
     (:func:`~attnflow.models.bert_hf.specials_first`): ``tokenizer.json``'s normaliser and
     pre-tokeniser, else BERT's with lower-casing and accents as ``tokenizer_config.json`` says."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
-
     folder = bert_hf.checkpoint_dir(target, at)
     tokens = bert_hf.vocabulary(folder, at)
     vocab = {tokens[old]: new for new, old in enumerate(bert_hf.specials_first(tokens, f"{at}: {folder}"))}
@@ -100,8 +99,6 @@ def load_tokenizer(source: str, owner: str):
     """The WordPiece tokenizer saved by the pretraining run ``source`` (a run directory or a
     checkpoint file): ``<run>/tokenizer/wordpiece.json``, else the checkpoint's artifacts; or an
     HF checkpoint's (``hf:…``, :func:`hf_tokenizer`)."""
-    from attnflow.io.checkpoints import CheckpointError, find_checkpoint, read_checkpoint
-
     where = f"{owner}: tokenizer_from={source}"
     if bert_hf.is_hf(source):
         return hf_tokenizer(source, where)
@@ -117,8 +114,6 @@ def load_tokenizer(source: str, owner: str):
             raise DataError(f"{where}: {ckpt_path} carries no tokenizer (a checkpoint of a "
                             f"bert_pretraining run does) and {run_dir / 'tokenizer' / TOKENIZER_FILE} "
                             f"is missing")
-        from tokenizers import Tokenizer
-
         tok = Tokenizer.from_str(text)
     check_specials(tok, where)
     return tok
@@ -198,8 +193,6 @@ def check_specials(tok, where: str) -> None:
 def run_tokenizer(run_dir, artifacts: Optional[dict] = None, owner: Optional[str] = None):
     """The tokenizer saved with a run (``tokenizer/wordpiece.json``), else the one its checkpoint's
     ``artifacts`` carry; without either None, or with ``owner`` an error naming it."""
-    from tokenizers import Tokenizer
-
     saved = Path(run_dir) / "tokenizer" / TOKENIZER_FILE
     if saved.is_file():
         return Tokenizer.from_file(str(saved))
@@ -223,10 +216,6 @@ def save_hf_tokenizer(tokenizer, folder: Path, max_len: int) -> None:
     """``tokenizer.json`` (with BERT's ``[CLS] A [SEP] B [SEP]`` template), ``vocab.txt`` and
     ``tokenizer_config.json`` in ``folder``: what transformers' ``AutoTokenizer`` reads, encoding
     as the run does (after the data modules' markup removal, which it does not do)."""
-    import json
-
-    from tokenizers import Tokenizer, processors
-
     tok = Tokenizer.from_str(tokenizer.to_str())
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",

@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader
 
 from attnflow.data.base import Columns, FileDataModule, check_labels
 from attnflow.data.tables import read_table
+from attnflow.data.word_vectors import WordVectorsConfig, train_word_vectors
 from attnflow.config.registry import DATA, NonNegativeInt, PositiveInt, build_config
 
 log = logging.getLogger(__name__)
@@ -173,16 +174,12 @@ class DocumentDataModule(FileDataModule):
     @staticmethod
     def word_vectors_config(value: Any, path: str = "data.word_vectors"):
         """``data.word_vectors`` as a WordVectorsConfig (None when off), checked by the registry."""
-        from attnflow.data.word_vectors import WordVectorsConfig
-
         if value is None:
             return None
         return build_config(WordVectorsConfig, value, path, "data 'documents' word_vectors config")
 
     def train_word_vectors(self) -> torch.Tensor:
         """(V, dim) vectors from the training split's capped sentences, computed once."""
-        from attnflow.data.word_vectors import train_word_vectors
-
         if self._word_vectors is None:
             train = self.splits["train"]
             ids = np.concatenate(train.ids) if len(train) else np.zeros(0, np.int64)

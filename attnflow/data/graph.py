@@ -15,14 +15,17 @@ from typing import Any, List, Mapping, Optional
 
 import pytorch_lightning as pl
 import torch
+import torch_geometric.typing as pyg_typing
 from torch.utils.data import DataLoader, Dataset
 from torch_geometric.data import Data
+from torch_geometric.loader import NeighborLoader
 from torch_geometric.utils import k_hop_subgraph
 
 from attnflow.config.contracts import DataContract
 from attnflow.config.registry import ConfigError
 from attnflow.data.base import eval_sampler
 from attnflow.data.examples import spread_over_labels
+from attnflow.data.neighbors import ResumableNeighborLoader
 from attnflow.data.resumable import ResumableDataLoader
 from attnflow.io.console import warn_unread
 
@@ -34,8 +37,6 @@ def _first(items):
 
 
 def neighbor_sampling_available() -> bool:
-    import torch_geometric.typing as pyg_typing
-
     return bool(pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE)
 
 
@@ -131,9 +132,6 @@ class GraphDataModule(DataContract, pl.LightningDataModule):
             ds = KHopBatches(data, split, self.batch_size, self.num_hops, self.seed)
             sampler = None if train else eval_sampler(ds)  # DDP: each seed once
             return loader(ds, batch_size=1, shuffle=train, sampler=sampler, collate_fn=_first)
-        from torch_geometric.loader import NeighborLoader
-
-        from attnflow.data.neighbors import ResumableNeighborLoader
 
         def mark_seeds(batch: Data) -> Data:
             for s in SPLITS:

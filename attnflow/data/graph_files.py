@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import logging
 import math
+import pkgutil
 import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Literal, Mapping, Optional
 
 import torch
-from torch_geometric.data import Data
+import torch_geometric.datasets as datasets
+from torch_geometric.data import Data, Dataset
 from torch_geometric.utils import to_undirected
 
 from attnflow.config.registry import DATA, ConfigError, PositiveInt, suggest
@@ -41,12 +43,10 @@ OWNER = "data 'graph'"
 
 def pyg_dataset(name: str, args: Mapping[str, Any], root: str) -> Data:
     """Graph 0 of the PyG data set class ``name`` from raw files already under ``root``."""
-    import torch_geometric.datasets as datasets
-
-    known = [n for n in dir(datasets) if n[0].isupper()]
-    if name not in known:
+    classes = {n: c for n, c in vars(datasets).items() if isinstance(c, type) and issubclass(c, Dataset)}
+    if name not in classes:
         raise ConfigError(f"{OWNER}: torch_geometric.datasets has no class '{name}' (at "
-                          f"'data.dataset').{suggest(name, known)}")
+                          f"'data.dataset').{suggest(name, sorted(classes))}")
     cache = tempfile.mkdtemp(prefix="attnflow-pyg-")
 
     def offline(self):
@@ -54,8 +54,8 @@ def pyg_dataset(name: str, args: Mapping[str, Any], root: str) -> Data:
         raise missing_data(OWNER, f"{name} needs its raw files under data.root={root}; missing: "
                                   f"{', '.join(missing)}")
 
-    local = type(name, (getattr(datasets, name),), {"download": offline,
-                                                     "processed_dir": property(lambda self: cache)})
+    local = type(name, (classes[name],), {"download": offline,
+                                          "processed_dir": property(lambda self: cache)})
     try:
         return local(root=root, **args)[0]
     except (DataError, ConfigError):
@@ -76,9 +76,7 @@ def saved_graph(path: str) -> Data:
     if foreign:
         raise DataError(f"{OWNER}: {file} holds {foreign[0]}, not only tensors and PyG's data "
                         f"classes; save data.to_dict() or a Data")
-    import importlib
-
-    allowed = [getattr(importlib.import_module(g.rsplit(".", 1)[0]), g.rsplit(".", 1)[1]) for g in unsafe]
+    allowed = [pkgutil.resolve_name(g) for g in unsafe]
     try:
         with torch.serialization.safe_globals(allowed):
             obj = torch.load(file, map_location="cpu", weights_only=True)
@@ -245,7 +243,7 @@ class GraphFilesDataModule(GraphDataModule):
         data = self._read()
         where = self.source["dataset"] or self.source["path"] or self.source["nodes"]
         for key in ("x", "edge_index", "y"):
-            if getattr(data, key, None) is None:
+            if key not in data or data[key] is None:
                 raise DataError(f"{OWNER}: {where} gives no '{key}'")
         n = data.x.shape[0]
         if data.x.dim() != 2 or data.y.shape[0] != n:

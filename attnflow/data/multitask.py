@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.utilities import CombinedLoader
 
 from attnflow.config.contracts import DataContract
 from attnflow.config.registry import DATA, BlockSpec, ConfigError
@@ -188,25 +189,20 @@ class MultiTaskDataModule(DataContract, pl.LightningDataModule):
         loaders = {}
         for t, part in self.parts.items():
             part.trainer = self.trainer  # the epoch of bucketed shuffling (data.buckets)
-            loaders[t] = getattr(part, f"{split}_dataloader")()
+            loaders[t] = {"train": part.train_dataloader, "val": part.val_dataloader,
+                          "test": part.test_dataloader}[split]()
         return loaders
 
     def train_dataloader(self):
         loaders = self._task_loaders("train")
         if torch.distributed.is_available() and torch.distributed.is_initialized():
-            from pytorch_lightning.utilities import CombinedLoader
-
             return CombinedLoader(loaders, "max_size_cycle")  # Lightning shards each task's loader
         return CycleLoader(loaders)
 
     def val_dataloader(self):
-        from pytorch_lightning.utilities import CombinedLoader
-
         return CombinedLoader(self._task_loaders("val"), "sequential")
 
     def test_dataloader(self):
-        from pytorch_lightning.utilities import CombinedLoader
-
         why = self.missing_test()
         if why:
             raise ValueError(why)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple
 
 import torch
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from torch.utils.data import DataLoader
 
 from attnflow.data.base import BOS, EOS, PAD, SplitDataModule, collate_seq2seq, eval_sampler
@@ -68,8 +69,6 @@ def find_file(root: Path, stem: str, lang: str, split: str) -> Path:
 
 def new_tokenizer(kind: str, lowercase: bool):
     """An untrained HF tokenizer: NFKC (+ lower case), Metaspace + punctuation, BPE or WordPiece."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
-
     norm = [normalizers.NFKC()] + ([normalizers.Lowercase()] if lowercase else [])
     if kind == "bpe":
         tok = Tokenizer(models.BPE(unk_token="<unk>"))
@@ -88,8 +87,6 @@ def new_tokenizer(kind: str, lowercase: bool):
 
 
 def train_tokenizer(kind: str, texts: Sequence[str], vocab_size: int, lowercase: bool = False):
-    from tokenizers import trainers
-
     tok = new_tokenizer(kind, lowercase)
     cls = trainers.BpeTrainer if kind == "bpe" else trainers.WordPieceTrainer
     tok.train_from_iterator(texts, cls(vocab_size=vocab_size, special_tokens=SPECIALS,
@@ -100,8 +97,6 @@ def train_tokenizer(kind: str, texts: Sequence[str], vocab_size: int, lowercase:
 
 
 def load_tokenizer(path: Path):
-    from tokenizers import Tokenizer
-
     return Tokenizer.from_file(str(path))
 
 
@@ -164,8 +159,6 @@ class ParallelDataModule(SplitDataModule):
         if not (isinstance(saved, dict) and all(isinstance(saved.get(k), str) for k in ("src", "tgt"))):
             raise FileNotFoundError(f"data 'parallel': no tokenizer file {', '.join(missing)}, and "
                                     f"the checkpoint carries no tokenizers (attnflow_artifacts)")
-        from tokenizers import Tokenizer
-
         self.src_tok = Tokenizer.from_str(saved["src"])
         self.tgt_tok = self.src_tok if self.shared else Tokenizer.from_str(saved["tgt"])
 

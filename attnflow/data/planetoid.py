@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any, List, Literal, Mapping, Optional
 from unittest import mock
 
+import scipy.sparse
 import torch
 from torch_geometric.data import Data
+from torch_geometric.io import planetoid as pyg_planetoid
 from torch_geometric.utils import to_undirected
 
 from attnflow.data.errors import DataError, missing_data
@@ -30,16 +32,16 @@ _ALLOWED = {("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", 
             ("numpy._core.multiarray", "_reconstruct"), ("collections", "defaultdict"),
             ("builtins", "list"), ("__builtin__", "list"), ("builtins", "dict"), ("__builtin__", "dict"),
             ("_codecs", "encode")}  # str → bytes: how Python 3 writes array bytes at protocol 2
+# the sparse matrices, from any scipy.sparse module path a SciPy version pickled them under
+_SPARSE = {"csr_matrix": scipy.sparse.csr_matrix, "csc_matrix": scipy.sparse.csc_matrix}
 
 
 class _Unpickler(pickle.Unpickler):
     """Loads only the types the raw files hold, so a crafted file cannot run code."""
 
     def find_class(self, module, name):
-        if module.startswith("scipy.sparse") and name in ("csr_matrix", "csc_matrix"):
-            import scipy.sparse
-
-            return getattr(scipy.sparse, name)
+        if module.startswith("scipy.sparse") and name in _SPARSE:
+            return _SPARSE[name]
         if (module, name) not in _ALLOWED:
             raise pickle.UnpicklingError(
                 f"a Planetoid raw file may hold only NumPy arrays, SciPy sparse matrices and lists; "
@@ -109,8 +111,6 @@ def raw_folder(root: str | Path, name: str) -> Path:
 def read_planetoid(root: str | Path, name: str) -> Data:
     """The graph ``name`` (Cora, CiteSeer or PubMed; any case) from ``<root>/<Name>/raw``."""
     folder, key = raw_folder(root, name), name.lower()
-    from torch_geometric.io import planetoid as pyg_planetoid
-
     with warnings.catch_warnings(), mock.patch.object(pyg_planetoid, "pickle", _PickleShim), \
             mock.patch.object(pyg_planetoid, "read_file", _counting(pyg_planetoid.read_file, folder, key)):
         warnings.simplefilter("ignore")

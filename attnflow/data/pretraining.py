@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader
 from attnflow.data.base import Columns, FileDataModule, eval_sampler
 from attnflow.data.buckets import BucketBatchSampler
 from attnflow.data.corpus import (CLS, MASK, PAD, SEP, SPECIALS, WordPieceData, read_documents,
-                                  sentences_of)
+                                  run_tokenizer, sentences_of)
 from attnflow.data.documents import clean
 from attnflow.data.errors import DataError
 from attnflow.data.resumable import ResumableDataLoader

@@ -20,6 +20,8 @@ import random
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
+from attnflow.data.tagged import write_conll
+
 TAGS = ("O", "B-LOC", "B-ORG", "B-PER", "I-LOC", "I-ORG", "I-PER")  # as read from files: O, sorted
 
 PEOPLE = ["Anna", "Anna Meyer", "Omar", "Omar Haddad", "Li Wei", "Maria Lopez", "John Smith",
@@ -72,8 +74,6 @@ def draw_splits(sizes: Tuple[int, int, int], seed: int) -> Dict[str, tuple]:
 def write_splits(folder: Path | str, sizes: Sequence[int] = (2000, 300, 300),
                  seed: int = 1234) -> List[Path]:
     """``train.conll``, ``dev.conll`` and ``test.conll`` in ``folder`` (:func:`draw_splits`)."""
-    from attnflow.data.tagged import write_conll
-
     splits = draw_splits(tuple(sizes), seed)
     return [write_conll(Path(folder) / f"{name}.conll", splits[split])
             for split, name in (("train", "train"), ("val", "dev"), ("test", "test"))]

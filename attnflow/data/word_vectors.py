@@ -19,7 +19,9 @@ import time
 from typing import Literal, Sequence
 
 import numpy as np
+import scipy.sparse as sp
 import torch
+from scipy.sparse.linalg import svds
 
 from attnflow.config.registry import NonNegativeFloat, PositiveFloat, PositiveInt
 
@@ -54,8 +56,6 @@ def cooccurrence(ids: np.ndarray, lengths: np.ndarray, vocab_size: int, window: 
     """Symmetric (V, V) co-occurrence counts (CSR) of ids within ``window`` positions inside one
     sentence (``ids`` one sentence after another, ``lengths`` words per sentence); one vectorised
     mask per offset; pairs with ``pad_id`` dropped."""
-    import scipy.sparse as sp
-
     ids = np.asarray(ids, dtype=np.int64)
     sent_of = np.repeat(np.arange(len(lengths)), lengths)
     rows, cols, vals = [], [], []
@@ -77,8 +77,6 @@ def cooccurrence(ids: np.ndarray, lengths: np.ndarray, vocab_size: int, window: 
 
 def ppmi(counts, alpha: float = 0.75):
     """``max(0, log(#(w,c) · Σ_c' #(c')^α / (#(w) · #(c)^α)))`` of the stored counts."""
-    import scipy.sparse as sp
-
     counts = sp.csr_matrix(counts, dtype=np.float64)
     counts.eliminate_zeros()  # stored zeros would give log(0)
     row = np.asarray(counts.sum(axis=1)).ravel()                     # #(w)
@@ -92,8 +90,6 @@ def ppmi(counts, alpha: float = 0.75):
 def svd_vectors(matrix, dim: int, eig: float = 0.5, seed: int = 0) -> np.ndarray:
     """``U Σ^eig`` of the top ``dim`` singular triplets (ARPACK, start vector from ``seed``),
     ordered by σ, signs fixed (each column's largest entry positive): reproducible."""
-    from scipy.sparse.linalg import svds
-
     n = min(matrix.shape)
     if matrix.nnz == 0:
         return np.zeros((matrix.shape[0], dim))
@@ -119,8 +115,6 @@ def train_word_vectors(ids: np.ndarray, lengths: np.ndarray, vocab_size: int,
     counts = cooccurrence(ids, lengths, vocab_size, cfg.window, cfg.weighting, pad_id)
     if cfg.min_count > 1:
         rare = np.bincount(ids, minlength=vocab_size) < cfg.min_count
-        import scipy.sparse as sp
-
         keep = sp.diags((~rare).astype(np.float64))
         counts = (keep @ counts @ keep).tocsr()
         counts.eliminate_zeros()

@@ -5,7 +5,10 @@ here (installed before Hydra composes the config, so its refusals come in a seco
 
 from __future__ import annotations
 
+import re
+import shlex
 import sys
+import warnings
 from typing import Any, Dict, Mapping
 
 
@@ -17,16 +20,12 @@ class AttnflowWarning(UserWarning):
 def warn_unread(field: str, why: str) -> None:
     """One warning line for a field the chosen setting leaves unread (``encoder 'rnn':
     dropout=0.3 is unread: …``), from where the setting is known (a block's constructor)."""
-    import warnings
-
     warnings.warn(f"{field} is unread: {why}", AttnflowWarning, stacklevel=3)
 
 
 def hydra_value(value: str) -> str:
     """``value`` as a Hydra override's value: plain where Hydra's grammar reads it so (a path of
     letters, digits, ``_./:-``), else in double quotes (spaces, accents, quotes)."""
-    import re
-
     if re.fullmatch(r"[A-Za-z0-9_./:+-]*", value) and value:
         return value
     return '"' + value.replace('"', '\\"') + '"'
@@ -34,16 +33,12 @@ def hydra_value(value: str) -> str:
 
 def shell_word(key: str, value: str) -> str:
     """``key=value`` quoted for Hydra and the shell, as it is typed."""
-    import shlex
-
     return shlex.quote(f"{key}={hydra_value(value)}")
 
 
 def command(program: str, *args: str, **overrides: str) -> str:
     """A command line that pastes into bash and works whatever the paths: ``args`` as they are,
     ``overrides`` as ``key=value`` with Hydra's quoting, each word quoted for the shell."""
-    import shlex
-
     words = [program, *map(str, args), *(f"{k}={hydra_value(str(v))}" for k, v in overrides.items())]
     return shlex.join(words)
 
@@ -51,25 +46,27 @@ def command(program: str, *args: str, **overrides: str) -> str:
 BARS = ("auto", "rich", "tqdm", "text", "none")  # callbacks.progress_bar (attnflow.training.progress)
 
 
+class _PlainShow:
+    """``warnings.showwarning`` that prints :class:`AttnflowWarning` as one line and hands other
+    warnings to the ``shown`` it replaced."""
+
+    def __init__(self, shown) -> None:
+        self.shown = shown
+
+    def __call__(self, message, category, filename, lineno, file=None, line=None) -> None:
+        if issubclass(category, AttnflowWarning):
+            print(f"attnflow: warning: {message}", file=file or sys.stderr, flush=True)
+        else:
+            self.shown(message, category, filename, lineno, file, line)
+
+
 def plain_warnings() -> None:
     """:class:`AttnflowWarning` as one line on stderr, ``attnflow: warning: …``, without
     attnflow's file and source line; other warnings as before, but Lightning's own ``LeafSpec``
     deprecation (nothing a user can act on) is silenced. Installed once."""
-    import warnings
-
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
-    shown = warnings.showwarning
-    if getattr(shown, "attnflow", False):
-        return
-
-    def show(message, category, filename, lineno, file=None, line=None):
-        if issubclass(category, AttnflowWarning):
-            print(f"attnflow: warning: {message}", file=file or sys.stderr, flush=True)
-        else:
-            shown(message, category, filename, lineno, file, line)
-
-    show.attnflow = True
-    warnings.showwarning = show
+    if not isinstance(warnings.showwarning, _PlainShow):
+        warnings.showwarning = _PlainShow(warnings.showwarning)
 
 
 def is_interactive() -> bool:

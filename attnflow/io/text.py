@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gzip
+import io
 import os
 import sys
 import zlib
@@ -83,15 +84,14 @@ def iter_lines(path: Path | str, what: str = "input file") -> Iterator[str]:
 
 def iter_stdin() -> Iterator[str]:
     """The lines of standard input, split on ``\\n`` alone, read as they arrive."""
-    buffer = getattr(sys.stdin, "buffer", None)
-    if buffer is None:  # a replaced sys.stdin (io.StringIO in tests)
+    if not isinstance(sys.stdin, io.TextIOWrapper):  # a replaced sys.stdin (io.StringIO in tests)
         text = sys.stdin.read()
         lines = text.split("\n")
         if lines and lines[-1] == "":
             lines.pop()
         return iter([ln.removesuffix("\r") for ln in lines])
 
-    return _lines(buffer, "stdin")
+    return _lines(sys.stdin.buffer, "stdin")
 
 
 def batched(items: Iterable[T], size: int) -> Iterator[List[T]]:

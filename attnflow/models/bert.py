@@ -27,6 +27,7 @@ from torch import nn
 from attnflow.config.contracts import ModelContract
 from attnflow.config.registry import (ATTENTIONS, DATA, ENCODERS, MODELS, POSITIONALS, BlockSpec,
                                ConfigError, PositiveFloat, PositiveInt, Probability)
+from attnflow.io.checkpoints import CheckpointError, load_run
 from attnflow.io.console import warn_unread
 from attnflow.models import bert_hf
 
@@ -249,8 +250,6 @@ class BertModel(ModelContract, nn.Module):
     @staticmethod
     def _run_state(target: str) -> tuple:
         """(checkpoint, model config, {name: tensor}) of the attnflow ``bert`` run at ``target``."""
-        from attnflow.io.checkpoints import CheckpointError, load_run
-
         try:
             run = load_run(target)
         except CheckpointError as err:

@@ -12,6 +12,7 @@ from omegaconf.errors import OmegaConfBaseException
 from attnflow.config.overrides import parsed
 from attnflow.config.registry import DATA, TASKS, ConfigError, suggest
 from attnflow.config.sweeps import is_optuna_sweeper
+from attnflow.training.run import task_monitor
 from attnflow.training.trainer_checks import reads_no_batch
 from attnflow.training.validate import metric_names
 from attnflow.sweep.config import directions
@@ -88,8 +89,6 @@ def metric_directions(cfg: Any) -> List[str]:
 
 def _mode(cfg: Any, metric: str) -> Optional[str]:
     """``max`` or ``min``: how the task ranks ``<split>/<metric>`` (None: it does not say)."""
-    from attnflow.training.run import task_monitor  # a multi-task model's ``<task>/<metric>`` too
-
     return task_monitor(cfg["task"]).metrics.get(str(metric).split("/", 1)[-1])
 
 

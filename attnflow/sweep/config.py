@@ -4,10 +4,15 @@ grid|nsgaii`` and ``hydra/sweeper/pruner=none|median|hyperband`` (conf/hydra/swe
 
 from __future__ import annotations
 
+import enum
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from omegaconf import OmegaConf
+
 from attnflow.config.sweeps import OPTUNA_SWEEPER as TARGET
+from attnflow.io.console import warn_unread
 
 
 @dataclass
@@ -37,22 +42,16 @@ class OptunaSweeperConf:
 
 def directions(direction: Any) -> List[str]:
     """``hydra.sweeper.direction`` as a list of ``minimize``/``maximize``, one per objective."""
-    from omegaconf import OmegaConf
-
     items = list(direction) if OmegaConf.is_list(direction) or isinstance(direction, (list, tuple)) \
         else [direction]
-    return [str(getattr(d, "name", d)).lower() for d in items]
+    return [str(d.name if isinstance(d, enum.Enum) else d).lower() for d in items]
 
 
 def build(node: Any, where: Optional[str], **fields: Any) -> Any:
     """The Optuna sampler or pruner of config ``node`` with ``fields`` added; a field its class
     does not take (a saved search's ``n_startup_trials`` after ``hydra/sweeper/sampler=random``)
     is left out, with one warning line naming it at ``where`` (None: said elsewhere)."""
-    import inspect
-
-    from hydra.utils import get_class, instantiate
-
-    from attnflow.io.console import warn_unread
+    from hydra.utils import get_class, instantiate  # (here: attnflow-train --help loads no Hydra)
 
     params = inspect.signature(get_class(node["_target_"])).parameters
     takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())

@@ -12,6 +12,10 @@ import threading
 import time
 from typing import Any
 
+import optuna
+from optuna.exceptions import UpdateFinishedTrialError
+from optuna.storages import RDBStorage
+
 from attnflow.sweep import study as studies
 
 LEASE = "attnflow:lease"
@@ -20,8 +24,6 @@ LOST = "no heartbeat for {} s: its process or machine was lost"
 
 def has_heartbeat(storage: Any) -> bool:
     """Whether ``storage`` keeps Optuna's heartbeats (an RDB storage)."""
-    from optuna.storages import RDBStorage
-
     return isinstance(storage, RDBStorage)
 
 
@@ -44,8 +46,6 @@ class Beating:
         self._thread.start()
 
     def _run(self) -> None:
-        from optuna.exceptions import UpdateFinishedTrialError
-
         while not self._done.wait(self.interval):
             try:
                 beat(self.storage, self.trial_id)
@@ -62,8 +62,6 @@ def reap(storage: Any, study: Any, grace: float) -> list:
     """Fail and queue again the study's running trials silent for ``grace`` seconds: the
     trials failed here."""
     if has_heartbeat(storage):
-        import optuna
-
         if storage.get_heartbeat_stale_trial_callback() is None:  # (open_storage sets it)
             return []
         before = {t.number for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))}

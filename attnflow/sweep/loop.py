@@ -25,8 +25,12 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any, Dict, Optional
 
+import optuna
+from hydra.core.utils import JobStatus
+
 from attnflow.io.console import command
 from attnflow.sweep import liveness, study as studies
+from attnflow.sweep.space import format_value
 from attnflow.training.preemption import SIGNALS, Interrupted
 
 log = logging.getLogger("attnflow.sweep.sweeper")
@@ -143,8 +147,6 @@ class TrialLoop:
 
     def _tell(self, trial: Any, future: Future) -> None:
         """Tell the study how trial's job ended."""
-        from hydra.core.utils import JobStatus
-
         try:
             ret = future.result()
         except Interrupted as stop:
@@ -166,7 +168,8 @@ class TrialLoop:
         try:
             self.study.tell(trial, values, skip_if_finished=True)
         except RuntimeError:  # a grid sampler's last point: its study.stop() works in optimize() only
-            if not getattr(self.study.sampler, "is_exhausted", lambda s: False)(self.study):
+            sampler = self.study.sampler
+            if not (isinstance(sampler, optuna.samplers.GridSampler) and sampler.is_exhausted(self.study)):
                 raise  # (the trial is stored either way: Optuna's tell stores it in a finally)
         self._said(trial.number)
 
@@ -218,8 +221,6 @@ class TrialLoop:
 
 def resume_overrides(run: str) -> list:
     """A job's overrides that continue the run folder ``run`` in place (no new ``.hydra/``)."""
-    from attnflow.sweep.space import format_value
-
     return [f"resume={format_value(run)}", f"hydra.sweep.subdir={format_value(run)}",
             "hydra.output_subdir=null"]
 
@@ -230,6 +231,4 @@ def _reason(err: BaseException) -> str:
 
 
 def _state(name: str) -> Any:
-    import optuna
-
     return optuna.trial.TrialState[name]

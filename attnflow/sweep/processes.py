@@ -21,6 +21,14 @@ import time
 from concurrent.futures import Future
 from typing import Any, Dict, List, Optional, Sequence
 
+import cloudpickle
+import optuna
+import torch
+from hydra.core.plugins import Plugins
+from hydra.core.singleton import Singleton
+
+from attnflow.config.sweeps import open_storage
+from attnflow.sweep import study as studies
 from attnflow.sweep.loop import Runner
 from attnflow.training.preemption import SIGNALS, Interrupted
 
@@ -36,8 +44,6 @@ def visible_devices() -> List[str]:
     listed = os.environ.get("CUDA_VISIBLE_DEVICES")
     if listed is not None:
         return [d.strip() for d in listed.split(",") if d.strip() and d.strip() != "-1"]
-    import torch
-
     return [str(i) for i in range(torch.cuda.device_count())]
 
 
@@ -64,11 +70,6 @@ def _record_orphan(study: Optional[tuple]) -> None:
     """The trial of an ended sweep: failed as interrupted and queued again, for its next run."""
     if study is None:
         return
-    import optuna
-
-    from attnflow.config.sweeps import open_storage
-    from attnflow.sweep import study as studies
-
     spec, name, number = study
     storage = open_storage(spec)
     studies.interrupt(storage, optuna.load_study(study_name=name, storage=storage), number,
@@ -77,8 +78,6 @@ def _record_orphan(study: Optional[tuple]) -> None:
 
 def _trial_main(job: bytes, env: Dict[str, str], study: Optional[tuple], conn: Any) -> None:
     """A trial process: its job run, its result (or exit status) sent to the sweep."""
-    import cloudpickle
-
     os.environ.update(env)  # (before torch loads)
     os.setpgrp()
     _watch_parent()
@@ -101,9 +100,6 @@ def _run_job(number: int, overrides: Sequence[str], hydra_context: Any, config: 
              task_function: Any, singleton_state: Dict[Any, Any]) -> Any:
     """One trial's job in this process, by the sweep's own (basic) launcher: its config composed,
     run in ``<sweep dir>/<number>`` (or the run folder its overrides name)."""
-    from hydra.core.plugins import Plugins
-    from hydra.core.singleton import Singleton
-
     Singleton.set_state(singleton_state)
     launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context,
                                                        task_function=task_function, config=config)
@@ -135,8 +131,6 @@ class TrialProcesses(Runner):
 
     def __init__(self, n: int, hydra_context: Any, config: Any, task_function: Any,
                  study: tuple) -> None:
-        from hydra.core.singleton import Singleton
-
         self.context, self.config, self.task_function = hydra_context, config, task_function
         self.state, self.study, self.n = Singleton.get_state(), study, n
         self.ctx = multiprocessing.get_context("spawn")
@@ -151,8 +145,6 @@ class TrialProcesses(Runner):
         return env
 
     def __call__(self, number: int, overrides: List[str]) -> Future:
-        import cloudpickle
-
         slot = next(s for s in range(self.n + 1) if s not in self.slots)
         job = cloudpickle.dumps((number, overrides, self.context, self.config, self.task_function,
                                  self.state))
@@ -167,8 +159,6 @@ class TrialProcesses(Runner):
         return done
 
     def _wait(self, slot: int, proc: Any, conn: Any, done: Future) -> None:
-        import cloudpickle
-
         try:
             kind, value = cloudpickle.loads(conn.recv_bytes())
         except (EOFError, OSError):

@@ -23,7 +23,8 @@ import pytorch_lightning as pl
 from pytorch_lightning.trainer.states import TrainerFn
 
 from attnflow.config.sweeps import RETRY_OF, is_optuna_sweeper, open_storage, storage_spec
-from attnflow.sweep import liveness, study as studies
+from attnflow.sweep import study as studies
+from attnflow.sweep.config import build
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,11 @@ class TrialReports(pl.Callback):
 
     def start(self) -> None:
         """Open the trial (first rank only): its heartbeat on, where it runs recorded."""
+        # Optuna (the sweep extra), and liveness, which imports it, only in a trial: every run
+        # imports this module (attnflow-train's trial_reports)
         import optuna
+
+        from attnflow.sweep import liveness
 
         storage = open_storage(self.spec)
         self._study = optuna.load_study(study_name=self.study_name, storage=storage, pruner=self.pruner)
@@ -109,8 +114,6 @@ class TrialReports(pl.Callback):
 def trial_reports(hydra_cfg: Any, metric: Any) -> Optional[TrialReports]:
     """The :class:`TrialReports` of this job if it is a trial of attnflow's Optuna sweeper (its
     reports: a single ``val/`` objective's), else None."""
-    from attnflow.sweep.config import build
-
     sweeper = hydra_cfg.sweeper
     if not is_optuna_sweeper(sweeper.get("_target_")):
         return None

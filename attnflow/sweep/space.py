@@ -14,6 +14,9 @@ anything else                   a fixed override, the same in every trial
 An Optuna parameter is named by the override's key without its ``+``/``++`` prefix; a trial's
 overrides keep the prefix (``++task.optim.lr=0.003`` reaches a field the YAML leaves at its
 block's default).
+
+Optuna (the sweep extra) is imported where it is used: every attnflow-train run imports this
+module (through :mod:`.migration`, for :func:`format_value`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
 
 from attnflow.config.registry import ConfigError
 
@@ -72,8 +78,6 @@ def format_value(value: Any) -> str:
 
 def parse_space(params: Optional[Mapping[str, Any]], arguments: List[str]) -> Space:
     """The space of ``hydra.sweeper.params`` and the command line's ``arguments`` (which win)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     lines = {str(k): f"{k}={v if isinstance(v, str) else format_value(v)}" for k, v in (params or {}).items()}
     parser = OverridesParser.create()
     for override in parser.parse_overrides(list(arguments)):
@@ -94,7 +98,6 @@ def parse_space(params: Optional[Mapping[str, Any]], arguments: List[str]) -> Sp
 
 def distribution(sweep: Any, where: str) -> Any:
     """The Optuna distribution of a parsed ``interval``, ``range`` or ``choice``."""
-    from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
     tags = set(sweep.tags)

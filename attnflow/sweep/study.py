@@ -12,11 +12,17 @@ An interrupted trial (a stop signal, a worker lost) is FAIL and queued again wit
 as a new trial naming it in ``retry_of``; that trial resumes the first one's ``last.ckpt`` where
 there is one. ``n_trials`` counts the study's trials that are finished or running, less those
 taken up by a retry and the surplus ones.
+
+Optuna (the sweep extra) is imported where it is used: every attnflow-train run imports this
+module (through :mod:`.pruning`).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Iterable, List, Optional, Set
+
+from omegaconf import OmegaConf
 
 from attnflow.config.sweeps import RETRY_OF, RUN_DIR
 
@@ -30,8 +36,6 @@ FAIL_REASON, INTERRUPTED, SURPLUS = "fail_reason", "interrupted", "surplus"
 
 def study_name(name: Optional[str], hydra_cfg: Any) -> str:
     """``hydra.sweeper.study_name``; null: the ``hparams_search`` name, else ``attnflow``."""
-    from omegaconf import OmegaConf
-
     return name or OmegaConf.select(hydra_cfg, "runtime.choices.hparams_search") or "attnflow"
 
 
@@ -109,8 +113,6 @@ def own_leftovers(storage: Any, study: Any, worker: str) -> List[Any]:
 def resumable(trials: List[Any], number: int) -> Optional[str]:
     """The run folder that trial ``number`` continues: the one of the trial it takes up, where
     that run left a ``last.ckpt`` and did not finish; else None."""
-    from pathlib import Path
-
     mine = next(t for t in trials if t.number == number)
     if RETRY_OF not in mine.user_attrs:
         return None

@@ -14,11 +14,15 @@ import logging
 import math
 import shlex
 import sys
+import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, List, Optional
 
+import optuna
+from hydra.core.plugins import Plugins
 from omegaconf import OmegaConf
+from optuna.exceptions import ExperimentalWarning
 
 from attnflow.config.hydra_internals import BASIC_LAUNCHER
 from attnflow.config.registry import ConfigError
@@ -51,8 +55,6 @@ class OptunaSearch:
         self.heartbeat_interval, self.grace_period = heartbeat_interval, grace_period  # by checks)
 
     def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
-        from hydra.core.plugins import Plugins
-
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
         self.launcher = Plugins.instance().instantiate_launcher(
             hydra_context=hydra_context, task_function=task_function, config=config)
@@ -100,8 +102,6 @@ class OptunaSearch:
 
     def open_study(self, space: Any, sweep_dir: Path) -> Any:
         """The study in its storage (made if new), with its sampler and pruner."""
-        import optuna
-
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.spec = storage_spec(self.storage, sweep_dir)
         _quiet_optuna_notes()
@@ -141,10 +141,6 @@ class OptunaSearch:
 def _quiet_optuna_notes() -> None:
     """Optuna's notes that the heartbeat and metric names are used as documented, outside its
     own ``optimize`` loop: not for the user."""
-    import warnings
-
-    from optuna.exceptions import ExperimentalWarning
-
     warnings.filterwarnings("ignore", category=ExperimentalWarning,
                             message=r".*(set_metric_names|fail_stale_trials|heartbeat_interval|grace_period)")
     warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
@@ -191,8 +187,6 @@ class Launches(Runner):
 def _save_results(study: Any, path: Path) -> None:
     """``optimization_results.yaml``: the best trial's parameters and value (each Pareto-optimal
     trial's, with several objectives)."""
-    import optuna
-
     if not study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
         return
     if len(study.directions) == 1:

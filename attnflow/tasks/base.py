@@ -148,11 +148,10 @@ class Task(TaskContract, pl.LightningModule):
             checkpoint["attnflow_artifacts"] = dm.artifacts()
 
 
-def updated_on_any_rank(metric, trainer) -> bool:
+def updated_on_any_rank(metric: Metric, trainer: Optional[pl.Trainer]) -> bool:
     """Whether a torchmetrics ``metric`` was updated on any rank: its ``compute()`` syncs under
     DDP, so every rank must call it or none, also one whose shard was empty."""
     updated = bool(metric.update_count)
-    strategy = getattr(trainer, "strategy", None) if trainer is not None else None
-    if strategy is not None:
-        updated = bool(strategy.reduce_boolean_decision(updated, all=False))
+    if trainer is not None:
+        updated = bool(trainer.strategy.reduce_boolean_decision(updated, all=False))
     return updated

@@ -21,6 +21,8 @@ from torch import nn
 from attnflow.config.registry import TASKS, NonNegativeFloat
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
+from attnflow.viz.explain import join_pieces
+from attnflow.viz.figures import cls_attention_panels, cls_rows, table_panel
 
 IGNORE = -100  # mlm_labels at positions not selected for MLM (PyTorch's and HF's ignore index)
 NSP_NAMES = ("next", "random")  # nsp_labels 0: S′ is the true next span; 1: a random one
@@ -87,9 +89,6 @@ class BertPretrainingTask(Task):
         """Per pair the ⟨CLS⟩ row of every layer's and head's attention (``val/attention/<i>``),
         and ``val/masked_lm``: the input, ``original→predicted`` at each selected position, the
         next-sentence label and its prediction."""
-        from attnflow.viz.explain import join_pieces
-        from attnflow.viz.figures import cls_attention_panels, cls_rows, table_panel
-
         batch = {k: v.to(self.device) for k, v in batch.items()}
         with self.eval_mode():
             hidden, maps = self.model(batch["input_ids"], batch["segment_ids"],

@@ -27,6 +27,7 @@ from attnflow.tasks.captioning_metrics import grounding_sums, named_cells
 from attnflow.tasks.optim import OptimConfig, attached_trainer
 from attnflow.tasks.seq2seq import decoder_without_attention, strip_after_eos
 from attnflow.tasks.translation import TranslationTask
+from attnflow.viz.figures import caption_figure, decoder_alpha_label, image_panel, table_panel
 
 
 @TASKS.register("captioning")
@@ -133,8 +134,6 @@ class CaptioningTask(TranslationTask):
     def dashboard(self, batch: Dict[str, torch.Tensor]) -> List[dict]:
         """Per example each generated word's attention over the image (``val/attention/<i>``),
         and ``val/captions``: reference and hypothesis."""
-        from attnflow.viz.figures import caption_figure, decoder_alpha_label, image_panel, table_panel
-
         images = batch["images"].to(self.device)
         with self.eval_mode():
             words, alphas = self.caption(images, self.val_beam_size, need_weights=True, keep_heads=True)

@@ -20,6 +20,8 @@ from attnflow.config.registry import MODELS, TASKS, NonNegativeFloat, NonNegativ
 from attnflow.io.console import warn_unread
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
+from attnflow.viz.explain import render_html, write_html
+from attnflow.viz.figures import document_figure, html_panel, image_panel
 
 
 @TASKS.register("classification")
@@ -105,8 +107,6 @@ class ClassificationTask(Task):
         if (self.renderings <= 0 or trainer.sanity_checking or not trainer.is_global_zero
                 or not isinstance(trainer.datamodule, DataContract)):
             return
-        from attnflow.viz.explain import write_html
-
         docs = self._titled_examples(trainer.datamodule.example_batch(self.renderings))
         write_html(Path(trainer.default_root_dir) / "renderings" / f"val_epoch{trainer.current_epoch}.html",
                    docs, f"validation documents, epoch {trainer.current_epoch}")
@@ -132,9 +132,6 @@ class ClassificationTask(Task):
     def dashboard(self, batch: Dict[str, torch.Tensor]) -> List[dict]:
         """Per document its weights as an image (``val/attention/<i>``), and all as HTML
         (``val/attention_html``)."""
-        from attnflow.viz.explain import render_html
-        from attnflow.viz.figures import document_figure, html_panel, image_panel
-
         docs = self._titled_examples(batch)
         titles = [f"{d['title']} · {self._shading(d)}" for d in docs]
         panels = [image_panel(f"val/attention/{i}", document_figure(

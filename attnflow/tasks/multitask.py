@@ -19,6 +19,7 @@ import math
 from typing import Any, Dict, Mapping, Optional, Sequence
 
 import torch
+from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.utilities.data import extract_batch_size
 from torch import nn
 from torchmetrics import MeanMetric
@@ -34,8 +35,6 @@ ENTRY_FIELDS = ("weight", "task")
 
 
 def _plain(cfg: Any) -> Any:
-    from omegaconf import DictConfig, OmegaConf
-
     return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
 
 

@@ -34,6 +34,8 @@ from attnflow.data.graph import GraphDataModule
 from attnflow.io.console import warn_unread
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig, attached_trainer
+from attnflow.viz.figures import alpha_label, image_panel, neighbourhood_figure
+from attnflow.viz.graph import embedding_figure, log_figure, neighbourhoods
 
 SPLITS = ("train", "val", "test")
 COUNTS = ("right", "decisions", "tp", "fp", "fn")  # the per-epoch sums behind acc and f1
@@ -178,8 +180,6 @@ class NodeClassificationTask(Task):
         dm = trainer.datamodule
         if not isinstance(dm, GraphDataModule) or trainer.fast_dev_run:
             return
-        from attnflow.viz.graph import log_figure
-
         data = dm.full_graph()
         logits, weights = self._attention(data)
         y = data.y.argmax(-1) if data.y.dim() == 2 else data.y
@@ -191,9 +191,6 @@ class NodeClassificationTask(Task):
     def _embedding(self, logits: torch.Tensor, y: torch.Tensor, weights: list):
         """(:func:`attnflow.viz.graph.embedding_figure` with edges by the last layer's α, its
         caption): both name the layer and how many heads the edges average."""
-        from attnflow.viz.figures import alpha_label
-        from attnflow.viz.graph import embedding_figure
-
         edge_index, alpha = weights[-1]
         edges = "edges by " + alpha_label(alpha.shape[-1], (len(weights), len(weights)))
         fig = embedding_figure(logits, y.cpu(), edge_index, alpha.mean(-1),
@@ -215,9 +212,6 @@ class NodeClassificationTask(Task):
     def dashboard(self, batch: dict) -> list:
         """Per node of ``batch["nodes"]`` its neighbours' α per layer and head
         (``val/attention/node_<id>``); with ``picture`` the embedding (``graph/embedding``)."""
-        from attnflow.viz.graph import neighbourhoods
-        from attnflow.viz.figures import image_panel, neighbourhood_figure
-
         data, nodes = batch["graph"], batch["nodes"].cpu()
         logits, weights = self._attention(data)
         y = data.y.argmax(-1) if data.y.dim() == 2 else data.y

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Iterable, Literal, Optional
+from typing import Callable, Iterable, Literal, Optional
 
+import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Timer
-from pytorch_lightning.plugins.precision import MixedPrecision, Precision
+from pytorch_lightning.plugins.precision import FSDPPrecision, MixedPrecision, Precision
 
 from attnflow.config.registry import ConfigError, NonNegativeFloat, NonNegativeInt, PositiveFloat, Probability
 
@@ -50,22 +51,24 @@ def make_optimizer(params: Iterable[torch.nn.Parameter], name: str, lr: float,
     return cls(params, lr=lr, weight_decay=weight_decay, fused=fused)
 
 
-def attached_trainer(module) -> Optional[Any]:
+def attached_trainer(module) -> Optional[pl.Trainer]:
     """The Trainer ``module`` is attached to, else None (a LightningModule's ``trainer`` raises
-    where it has none; a plain module has none)."""
+    where it has none; any other module has none)."""
+    if not isinstance(module, pl.LightningModule):
+        return None
     try:
-        return getattr(module, "trainer", None)
+        return module.trainer
     except RuntimeError:
         return None
 
 
-def fused_fits(trainer) -> bool:
+def fused_fits(trainer: Optional[pl.Trainer]) -> bool:
     """Whether a fused optimiser can step in ``trainer``'s run: not with clipping under a float16
     GradScaler (it unscales inside the fused step) or a plugin that clips its own way."""
-    if trainer is None or not getattr(trainer, "gradient_clip_val", None):
+    if trainer is None or not trainer.gradient_clip_val:
         return True
     plugin = trainer.precision_plugin
-    if getattr(plugin, "scaler", None) is not None:
+    if isinstance(plugin, (MixedPrecision, FSDPPrecision)) and plugin.scaler is not None:
         return False
     return isinstance(plugin, MixedPrecision) or type(plugin).clip_gradients is Precision.clip_gradients
 

@@ -28,6 +28,7 @@ from attnflow.config.registry import DECODERS, TASKS, NonNegativeFloat, Probabil
 from attnflow.io.console import warn_unread
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
+from attnflow.viz.figures import attention_figure, decoder_alpha_label, image_panel
 
 
 def strip_after_eos(tokens: torch.Tensor, eos_id: int, pad_id: int) -> torch.Tensor:
@@ -199,8 +200,6 @@ class Seq2SeqTask(Task):
         """Per example of a greedy-decoded batch α (output × source, mean over heads) with token
         labels and a ``label`` saying which layer and how many heads; empty for decoders without
         attention."""
-        from attnflow.viz.figures import decoder_alpha_label
-
         batch = {k: v.to(self.device) for k, v in batch.items()}
         with self.eval_mode():
             pred, weights = self.model.greedy(batch["src"], batch["src_lengths"], self.bos_id,
@@ -223,8 +222,6 @@ class Seq2SeqTask(Task):
     def dashboard(self, batch: Dict[str, torch.Tensor]) -> List[dict]:
         """One α heat map per example (``val/attention/<i>``); title, colour bar and caption say
         which layer and heads it shows."""
-        from attnflow.viz.figures import attention_figure, image_panel
-
         return [image_panel(f"val/attention/{i}", attention_figure(
                     e["weights"], e["source"], e["output"], f"validation example {i}: {e['label']}",
                     label=e["label"]),

@@ -14,6 +14,8 @@ from torch import nn
 from attnflow.config.registry import TASKS, Probability
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
+from attnflow.viz.explain import join_pieces
+from attnflow.viz.figures import cls_attention_panels, cls_rows, table_panel
 
 
 @TASKS.register("text_classification")
@@ -58,9 +60,6 @@ class TextClassificationTask(Task):
                   tokens: Optional[List[List[str]]] = None) -> List[dict]:
         """Per text the ⟨CLS⟩ row of every layer's and head's attention (``val/attention/<i>``),
         and ``val/predictions``: text, label, prediction, its probability."""
-        from attnflow.viz.explain import join_pieces
-        from attnflow.viz.figures import cls_attention_panels, cls_rows, table_panel
-
         batch = {k: v.to(self.device) for k, v in batch.items()}
         with self.eval_mode():
             hidden, maps = self.model(batch["input_ids"], batch["segment_ids"],

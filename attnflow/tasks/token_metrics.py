@@ -18,6 +18,7 @@ from itertools import chain
 from typing import Dict, List, Sequence, Tuple
 
 import torch
+from seqeval.scheme import IOB2, Entities
 from torchmetrics import Metric
 
 SCORES = ("precision", "recall", "f1")
@@ -43,8 +44,6 @@ def word_tags(pred: torch.Tensor, target: torch.Tensor, names: Sequence[str],
 
 def entity_counts(true: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> Tuple[int, int, int]:
     """(correct, predicted, true) entities of sentence-aligned tag sequences (strict IOB2)."""
-    from seqeval.scheme import IOB2, Entities
-
     gold = set(chain(*Entities([list(s) for s in true], IOB2).entities))
     guess = set(chain(*Entities([list(s) for s in pred], IOB2).entities))
     return len(gold & guess), len(guess), len(gold)

@@ -17,6 +17,7 @@ from attnflow.config.registry import TASKS, NonNegativeFloat, PositiveInt, Proba
 from attnflow.tasks.optim import OptimConfig
 from attnflow.tasks.seq2seq import Seq2SeqTask, strip_after_eos
 from attnflow.tasks.translation_metrics import corpus_bleu, word_error_rate
+from attnflow.viz.figures import table_panel
 
 
 @TASKS.register("translation")
@@ -142,8 +143,6 @@ class TranslationTask(Seq2SeqTask):
     @torch.no_grad()
     def dashboard(self, batch: Dict[str, torch.Tensor]) -> List[dict]:
         """The seq2seq heat maps and ``val/translations``: source, reference, hypothesis."""
-        from attnflow.viz.figures import table_panel
-
         panels = super().dashboard(batch)
         src, lengths = batch["src"].to(self.device), batch["src_lengths"].to(self.device)
         with self.eval_mode():

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import List, Sequence, Tuple, Union
 
+import jiwer
+from sacrebleu.metrics import BLEU
+
 
 def reference_streams(references: Sequence[Union[str, Sequence[str]]]) -> List[List[str]]:
     """sacreBLEU's reference streams (stream k: every sentence's k-th reference); a sentence
@@ -24,8 +27,6 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[Union[str, Seque
                 lowercase: bool = False) -> Tuple[float, str]:
     """(BLEU in [0, 100], sacreBLEU signature) of a corpus with one reference per sentence, or a
     list of references per sentence (multi-reference BLEU)."""
-    from sacrebleu.metrics import BLEU
-
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
     metric = BLEU(lowercase=lowercase)
@@ -37,8 +38,6 @@ def word_error_rate(hypotheses: Sequence[str], references: Sequence[Union[str, S
                     ) -> float:
     """Corpus WER: total word edits / total reference words (pairs with an empty reference are
     skipped: their rate is undefined). With several references per sentence, against the first."""
-    import jiwer
-
     references = [r if isinstance(r, str) else r[0] for r in references]
     pairs = [(h, r) for h, r in zip(hypotheses, references) if r.strip()]
     if not pairs:

@@ -13,6 +13,10 @@ import re
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+import numpy as np
+
+from attnflow.io.text import atomic_path
+
 STYLE = """<style>
 body{font-family:system-ui,sans-serif;max-width:60em;margin:2em auto;line-height:1.6}
 .doc{border:1px solid #ccc;border-radius:6px;padding:.8em 1em;margin:1.2em 0}
@@ -91,8 +95,6 @@ def join_pieces(tokens: Sequence[str], skip: Sequence[str] = ("[PAD]",)) -> str:
 
 def text_html(tokens: Sequence[str], cls_attention, title: str, picture: Optional[bytes] = None) -> str:
     """One text as a <div>: ``cls_attention`` (N, J, T) over ``tokens``; ``picture``: PNG bytes."""
-    import numpy as np
-
     w = np.asarray(cls_attention, dtype=float)
     N, J, T = w.shape if w.size else (0, 0, len(tokens))
     rows = [(f"layer {l + 1} head {j + 1}", w[l, j], "") for l in range(N) for j in range(J)]
@@ -134,8 +136,6 @@ def render_text_html(texts: List[dict], heading: str = "attention from [CLS]") -
 
 def write_text_html(path: Path | str, texts: List[dict], heading: str = "attention from [CLS]") -> Path:
     """Write the page atomically (a failure leaves an existing file as it was)."""
-    from attnflow.io.text import atomic_path
-
     path = Path(path)
     with atomic_path(path) as tmp:
         tmp.write_text(render_text_html(texts, heading), encoding="utf-8")

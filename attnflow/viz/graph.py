@@ -15,6 +15,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.collections import LineCollection  # noqa: E402
 
+from attnflow.viz.figures import image_panel  # noqa: E402
+from attnflow.viz.panels import log_panels  # noqa: E402
+
 
 def project_2d(vectors: torch.Tensor) -> torch.Tensor:
     """(N, D) -> (N, 2): the first two principal components."""
@@ -56,9 +59,6 @@ def embedding_figure(vectors: torch.Tensor, labels: torch.Tensor, edge_index: to
 
 def log_figure(fig, path: Path, trainer, tag: str, caption: str = "", when: str = "") -> Path:
     """Save ``fig`` to ``path`` and log it to the trainer's loggers under ``tag``."""
-    from attnflow.viz.figures import image_panel
-    from attnflow.viz.panels import log_panels
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)

@@ -24,7 +24,7 @@ def log_panels(loggers, panels: list, step: int, when: str = "") -> None:
         return
     for lg in loggers:
         if isinstance(lg, WandbLogger):
-            import wandb
+            import wandb  # (here: a second of import, for a run that logs to W&B only)
 
             row = {}
             for p in panels:

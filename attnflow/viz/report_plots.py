@@ -1,5 +1,6 @@
 """The pictures of ``attnflow-report``: the metric against each swept parameter, learning curves,
-thumbnails (an Optuna study's figures: :mod:`attnflow.viz.study_plots`).
+thumbnails (an Optuna study's figures: :mod:`attnflow.viz.study_plots`). Matplotlib and Pillow
+are imported where they draw: attnflow-report imports this module, and its --help needs neither.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ def log_scale(ax, which: str) -> None:
     span 100× or more: then at least two powers of ten are labelled."""
     from matplotlib.ticker import LogFormatterSciNotation, LogLocator, NullFormatter
 
-    getattr(ax, f"set_{which}scale")("log")
-    axis = getattr(ax, f"{which}axis")
+    (ax.set_xscale if which == "x" else ax.set_yscale)("log")
+    axis = ax.xaxis if which == "x" else ax.yaxis
     axis.set_major_locator(LogLocator(base=10, numticks=6))
     axis.set_major_formatter(LogFormatterSciNotation(base=10))
     axis.set_minor_locator(LogLocator(base=10, subs=range(2, 10), numticks=12))

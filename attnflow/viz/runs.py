@@ -95,7 +95,7 @@ def natural(name: str) -> Tuple:
 
 def _parse_overrides(lines: Sequence[str]) -> Dict[str, Any]:
     """Hydra's overrides as {key: typed value}, by Hydra's own grammar (``~key``: None)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.overrides_parser import OverridesParser  # (attnflow-report --help: no Hydra)
 
     out: Dict[str, Any] = {}
     parser = OverridesParser.create()
@@ -126,8 +126,8 @@ def _load_yaml(path: Path) -> Any:
 
 def _one_line(err: Any) -> str:
     """A problem as one line: a YAML error's problem and where, else the first line and "…"."""
-    mark = getattr(err, "problem_mark", None)
-    if isinstance(err, yaml.MarkedYAMLError) and err.problem and mark is not None:
+    if isinstance(err, yaml.MarkedYAMLError) and err.problem and err.problem_mark is not None:
+        mark = err.problem_mark
         return f"{err.problem} at line {mark.line + 1}, column {mark.column + 1}"
     lines = str(err).strip().splitlines() or [""]
     return lines[0] + (" …" if len(lines) > 1 else "")
@@ -410,7 +410,8 @@ def table(report: Report, full: bool = False) -> Tuple[List[str], List[List[Any]
     header = ["run", "status", *grouped, *report.params, *metrics, "epochs", "global_step", "fit_seconds"]
     rows = []
     for r in report.runs:
-        group = [getattr(report.group(r), "name", None)] if grouped else []
+        g = report.group(r) if grouped else None
+        group = [g.name if g is not None else None] if grouped else []
         row = [r.name, r.status, *group, *(report.value(r, p) for p in report.params),
                *(r.metrics.get(m) for m in metrics),
                *(r.summary.get(k) for k in ("epochs", "global_step", "fit_seconds"))]

@@ -1,6 +1,8 @@
 """The figures of a sweep's Optuna study in ``attnflow-report``: the optimisation history, every
 trial's intermediate values (pruned ones dashed grey), the parameter importances (one figure per
 objective) and, for several objectives, the Pareto front; what cannot be drawn becomes a note.
+Matplotlib and Optuna are imported where they draw: attnflow-report imports this module for its
+--help too, and where the sweep extra (Optuna) is not installed.
 """
 
 from __future__ import annotations
@@ -39,11 +41,12 @@ def _save_pyplot(ax, out: Path, name: str) -> Path:
     beside the axes first; the pyplot figure is closed."""
     import matplotlib.pyplot as plt
 
-    legend = ax.get_legend() if hasattr(ax, "get_legend") else None
+    one = isinstance(ax, plt.Axes)  # else an array of them (a plot of several panels)
+    legend = ax.get_legend() if one else None
     if legend is not None:
         legend_outside(ax, handles=legend.legend_handles,
                        labels=[t.get_text() for t in legend.get_texts()])
-    fig = ax.figure if hasattr(ax, "figure") else ax.flat[0].figure
+    fig = ax.figure if one else ax.flat[0].figure
     path = save_png(fig, out, name)
     plt.close(fig)
     return path

@@ -18,6 +18,11 @@ from typing import Callable, Optional
 
 import torch
 
+try:  # (a torch without FlexAttention imports this module; flex_supported() says False)
+    from torch.nn.attention.flex_attention import AuxRequest, create_block_mask, flex_attention
+except ImportError:
+    AuxRequest = create_block_mask = flex_attention = None
+
 from attnflow.blocks.scorers.base import Scorer
 
 _KERNEL: dict = {}
@@ -26,16 +31,10 @@ _DUMMY_DIM = 16  # FlexAttention's smallest head size: the q·k of a decomposabl
 
 def flex_supported() -> bool:
     """Whether this torch has FlexAttention."""
-    try:
-        from torch.nn.attention import flex_attention  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return flex_attention is not None
 
 
 def _kernel(device: torch.device) -> Callable:
-    from torch.nn.attention.flex_attention import flex_attention
-
     if device.type == "cpu":
         return flex_attention
     if "cuda" not in _KERNEL:
@@ -47,8 +46,6 @@ def block_mask(mask: Optional[torch.Tensor], causal: bool, batch: int, heads: in
                tk: int, device: torch.device):
     """A ``BlockMask`` of ``mask`` (broadcastable to (B, H, Tq, Tk)) and the causal rule; None
     when every key is allowed."""
-    from torch.nn.attention.flex_attention import create_block_mask
-
     if mask is None and not causal:
         return None
     if mask is None:
@@ -74,8 +71,6 @@ def flex(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, *,
          causal: bool = False, scale: float = 1.0, lse: bool = False):
     """FlexAttention on (B, H, T, d) tensors: context (B, H, Tq, dv), and with ``lse`` the
     log-sum-exp of each row's scores (B, H, Tq) in float32 (−∞ for a row with no key)."""
-    from torch.nn.attention.flex_attention import AuxRequest
-
     b, h, tq, tk = query.shape[0], query.shape[1], query.shape[2], keys.shape[2]
     mask_ = block_mask(mask, causal, b, h, tq, tk, query.device)
     out = _kernel(query.device)(query, keys, values, score_mod=score_mod, block_mask=mask_,
