@@ -48,3 +48,10 @@ def test_attnflow_train_composes_as_a_plain_hydra_app(tmp_path, monkeypatch, com
     assert len(plain) == (2 if not sweep else 2 + 2 * 2)  # (Hydra's own counts, as documented)
     runs = list((tmp_path / "outputs").rglob("metrics.json"))
     assert len(runs) == (1 if not sweep else 2)
+
+
+def test_one_module_reads_overrides_by_hydras_grammar():
+    package = CONF.parent / "attnflow"
+    readers = [p.relative_to(package).as_posix() for p in sorted(package.rglob("*.py"))
+               if "override_parser" in p.read_text(encoding="utf-8")]
+    assert readers == ["config/overrides.py"]

@@ -23,7 +23,7 @@ def _parser() -> OverridesParser:
 
 def parse(line: str) -> Override:
     """Hydra's parse of one override; a ``HydraException`` where Hydra refuses it."""
-    return _parser().parse_override(line)
+    return _parser().parse_overrides([line])[0]
 
 
 def assignments(overrides: Iterable[str]) -> Dict[str, str]:

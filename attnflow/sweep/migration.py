@@ -15,10 +15,10 @@ import warnings
 from dataclasses import fields
 from typing import Any, Mapping, Optional
 
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
+from attnflow.config.overrides import parse
 from attnflow.config.registry import ConfigError
 from attnflow.config.sweeps import PLUGIN_OPTUNA_SWEEPER
 from attnflow.io.console import AttnflowWarning
@@ -116,6 +116,6 @@ def _is_range(key: str, value: Any) -> bool:
     """Whether ``params``' ``key: value`` is a ``range(…)`` (False for one the sweeper refuses)."""
     line = f"{key}={value if isinstance(value, str) else format_value(value)}"
     try:
-        return OverridesParser.create().parse_overrides([line])[0].is_range_sweep()
+        return parse(line).is_range_sweep()
     except HydraException:
         return False

@@ -26,9 +26,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
 
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
 
+from attnflow.config.overrides import parse
 from attnflow.config.registry import ConfigError
 
 
@@ -79,14 +79,13 @@ def format_value(value: Any) -> str:
 def parse_space(params: Optional[Mapping[str, Any]], arguments: List[str]) -> Space:
     """The space of ``hydra.sweeper.params`` and the command line's ``arguments`` (which win)."""
     lines = {str(k): f"{k}={v if isinstance(v, str) else format_value(v)}" for k, v in (params or {}).items()}
-    parser = OverridesParser.create()
-    for override in parser.parse_overrides(list(arguments)):
+    for override in map(parse, arguments):
         key = override.get_key_element()
         lines.pop(next((k for k in lines if k.lstrip("+") == key.lstrip("+")), key), None)
         lines[key] = override.input_line
     space = Space()
     for key, line in lines.items():
-        override = parser.parse_overrides([line])[0]
+        override = parse(line)
         if not override.is_sweep_override():
             space.fixed.append(line)
             continue

@@ -95,13 +95,12 @@ def natural(name: str) -> Tuple:
 
 def _parse_overrides(lines: Sequence[str]) -> Dict[str, Any]:
     """Hydra's overrides as {key: typed value}, by Hydra's own grammar (``~key``: None)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser  # (attnflow-report --help: no Hydra)
+    from attnflow.config.overrides import parse  # (Hydra's grammar: not for attnflow-report --help)
 
     out: Dict[str, Any] = {}
-    parser = OverridesParser.create()
     for line in lines:
         try:
-            o = parser.parse_override(str(line))
+            o = parse(str(line))
             value = o.value()
             out[o.key_or_group] = value if isinstance(value, (str, int, float, bool)) or value is None \
                 else str(value)
