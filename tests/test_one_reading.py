@@ -53,5 +53,5 @@ def test_attnflow_train_composes_as_a_plain_hydra_app(tmp_path, monkeypatch, com
 def test_one_module_reads_overrides_by_hydras_grammar():
     package = CONF.parent / "attnflow"
     readers = [p.relative_to(package).as_posix() for p in sorted(package.rglob("*.py"))
-               if "override_parser" in p.read_text(encoding="utf-8")]
+               if "overrides_parser" in p.read_text(encoding="utf-8")]
     assert readers == ["config/overrides.py"]
