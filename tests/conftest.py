@@ -21,7 +21,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # machine under load: a worker spends about that long on it); the run then ends on short modules.
 # A module missing from the run is skipped.
 LONG_MODULES = (
-    "tests/test_sweep_workers.py",  # ~190 s: parallel sweeps stopped and resumed, PostgreSQL workers
+    "tests/test_sweep_workers.py",  # ~140 s: parallel sweeps stopped and resumed, PostgreSQL workers
     "tests/test_resume.py",  # ~80 s: runs stopped (signals, kill -9) and resumed
     "tests/test_sweep_optuna.py",  # ~75 s: studies continued, killed, run two trials at once
     "tests/test_multinode.py",  # ~70 s: two nodes of one run, stopped and resumed
