@@ -7,8 +7,12 @@ the metrics of an uninterrupted run.
 
 The settings are test_ddp.py's equal-by-construction ``REVERSE`` (a global batch of the whole
 training set, sequences of one length, no dropout), so a world of two ranks gives the same
-metrics however its processes are placed. Which process holds the run folder (global rank 0)
-is decided before a Trainer exists, as Lightning's cluster environments rank processes.
+metrics however its processes are placed, and the metrics of one process training on the whole
+training set as one batch (test_ddp.py checks one node of two processes against that run). That
+one process is the reference here, trained in this one while the nodes start: through the console
+script it would be two more interpreters importing torch and Lightning, seconds of CPU apiece.
+Which process holds the run folder (global rank 0) is decided before a Trainer exists, as
+Lightning's cluster environments rank processes.
 """
 
 from __future__ import annotations
@@ -24,13 +28,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from attnflow.training.run import train
 from attnflow.training.runlock import first_rank
-from support import ROOT
+from support import ROOT, compose_cfg
 from test_ddp import REVERSE, TRAIN, _assert_same_metrics
 
 SETTINGS = [*REVERSE, "data.batch_size=32", "logger=[csv,wandb]"]  # 2 ranks × 32 = the 64 sequences
 TWO_NODES = ["trainer=ddp", "trainer.devices=1", "trainer.num_nodes=2", "trainer.accelerator=cpu"]
-ONE_NODE = ["trainer=ddp", "trainer.devices=2", "trainer.accelerator=cpu"]
 LONG = "trainer.max_epochs=12"  # an epoch is one step: time to stop it within the run
 TIMEOUT = 300
 
@@ -88,6 +92,12 @@ def _metrics(run: Path) -> dict:
     return json.loads((run / "metrics.json").read_text())
 
 
+def _one_process(root: Path, *extra: str) -> dict:
+    """The summary of ``REVERSE`` (with ``extra``) trained in this process on the whole training
+    set as one batch: the metrics a world of two ranks of 32 sequences must give."""
+    return train(compose_cfg([*REVERSE, "data.batch_size=64", "logger=none", *extra]), root / "one")
+
+
 def _one_run(run: Path) -> None:
     """What one run writes, once: its record, CSV log, W&B run and checkpoints; no lock left, and
     no rank's Hydra log or record beside the first's."""
@@ -101,14 +111,14 @@ def _one_run(run: Path) -> None:
 
 @pytest.mark.slow
 def test_two_nodes_train_one_run_with_the_metrics_of_one_node(tmp_path):
-    two, one = tmp_path / "two", tmp_path / "one"
+    two = tmp_path / "two"
     nodes = _nodes(tmp_path, "two", [*SETTINGS, *TWO_NODES, f"hydra.run.dir={two}"])
-    single = _start(tmp_path, "one", [*SETTINGS, *ONE_NODE, f"hydra.run.dir={one}"])
-    assert _wait([*nodes, single]) == [0, 0, 0], _logs(tmp_path, "")
+    one = _one_process(tmp_path)
+    assert _wait(nodes) == [0, 0], _logs(tmp_path, "")
     assert not (tmp_path / "outputs").exists()  # node 1 trained in the pinned folder, as node 0
     _one_run(two)
     assert "cpu × 1 on each of 2 nodes" in (two / "train.log").read_text()
-    _assert_same_metrics(_metrics(two), _metrics(one))
+    _assert_same_metrics(_metrics(two), one)
     assert _metrics(two)["global_step"] == 2  # one step an epoch: the whole training set
 
 
@@ -128,18 +138,18 @@ def _stop_when_trained(procs: list, run: Path) -> list:
 
 @pytest.mark.slow
 def test_two_nodes_stopped_by_sigterm_resume_to_the_uninterrupted_metrics(tmp_path):
-    run, one = tmp_path / "run", tmp_path / "one"
-    single = _start(tmp_path, "one", [*SETTINGS, LONG, *ONE_NODE, f"hydra.run.dir={one}"])
+    run = tmp_path / "run"
     stopped = _stop_when_trained(_nodes(tmp_path, "run", [*SETTINGS, LONG, *TWO_NODES,
                                                           f"hydra.run.dir={run}"]), run)
     assert stopped == [128 + signal.SIGTERM] * 2, _logs(tmp_path, "run")
     assert f"attnflow-train resume={run}" in (tmp_path / "run-node0.log").read_text()
     assert (run / "checkpoints" / "last.ckpt").is_file() and not (run / ".lock").exists()
     assert not (run / "metrics.json").exists()
-    assert _wait(_nodes(tmp_path, "resumed", [f"resume={run}"])) == [0, 0], _logs(tmp_path, "resumed")
-    assert _wait([single]) == [0], _logs(tmp_path, "one")
+    resuming = _nodes(tmp_path, "resumed", [f"resume={run}"])
+    one = _one_process(tmp_path, LONG)
+    assert _wait(resuming) == [0, 0], _logs(tmp_path, "resumed")
     resumed = _metrics(run)
-    _assert_same_metrics(resumed, _metrics(one))
+    _assert_same_metrics(resumed, one)
     assert resumed["global_step"] == 12 and not (run / ".lock").exists()
     assert [p.name for p in run.glob("resume-*.yaml")] == ["resume-1.yaml"]  # one record, node 0's
     assert 0 < yaml.safe_load((run / "resume-1.yaml").read_text())["from"]["global_step"] < 12

@@ -108,11 +108,13 @@ def _has_last(sweep: Path, number: int) -> bool:
 
 
 @pytest.mark.slow
-def test_a_killed_sweep_continues_and_resumes_the_cut_off_trial(tmp_path):
+def test_a_killed_sweep_continues_and_resumes_the_cut_off_trial(tmp_path, monkeypatch):
     """kill -9 while trial 1 trains (its last.ckpt written); the same command finishes the study:
     trial 1 is FAIL, interrupted, and taken up by trial 2 with its parameters, which resumes it in
     its own folder, its reports carried over; 3 trials count towards n_trials=3. While a sweep
-    holds the folder, a second one on it is refused."""
+    holds the folder, a second one on it is refused. The killed sweep and the refused one are
+    processes of their own (the kill and the lock another process holds are what they test); the
+    sweep that finishes the study runs in this process (its trials too: n_jobs=1)."""
     from attnflow.training import runlock
 
     sweep = tmp_path / "study"
@@ -132,7 +134,7 @@ def test_a_killed_sweep_continues_and_resumes_the_cut_off_trial(tmp_path):
         first.send_signal(signal.SIGKILL)
         first.wait()
     cut = _study(sweep).trials[1]
-    assert subprocess.run(cmd, env=env, capture_output=True, timeout=600).returncode == 0
+    assert train_cli(monkeypatch, *cmd[1:]) == 0
     trials = _study(sweep).trials
     assert [(t.number, t.state.name) for t in trials] == [(0, "COMPLETE"), (1, "FAIL"), (2, "COMPLETE"),
                                                           (3, "COMPLETE")]
@@ -174,9 +176,11 @@ def test_a_pruned_trial_stops_keeps_its_folder_and_says_so_in_wandb(monkeypatch,
 
 @pytest.mark.slow
 def test_two_trials_at_once_and_two_objectives(monkeypatch, tmp_path):
-    """n_jobs=2: the two trials run at the same time, in two processes; with optimized_metric a
-    list each trial returns both values, the study seeks each one's better end, and the results
-    file lists the trials no other trial dominates."""
+    """n_jobs=2: the two trials run at the same time, in two processes, each seeing one of the
+    two visible devices (the two at once distinct: the environment each trial recorded); with
+    optimized_metric a list each trial returns both values, the study seeks each one's better end,
+    and the results file lists the trials no other trial dominates."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")  # (the trials train on the CPU)
     sweep = tmp_path / "study"
     assert train_cli(monkeypatch, *SEARCH, "trainer.max_epochs=60", "optimized_metric=[val/acc,val/loss]",
                      "hydra.sweeper.n_jobs=2", "hydra.sweeper.n_trials=3", f"hydra.sweep.dir={sweep}") == 0
@@ -189,6 +193,8 @@ def test_two_trials_at_once_and_two_objectives(monkeypatch, tmp_path):
         return (run / ".hydra" / "config.yaml").stat().st_mtime, (run / "metrics.json").stat().st_mtime
     (start0, end0), (start1, end1) = window(0), window(1)
     assert start0 < end1 and start1 < end0  # the first two jobs ran at the same time
+    seen = [t.user_attrs["cuda_visible_devices"] for t in trials]
+    assert sorted(seen[:2]) == ["3", "5"] and seen[2] in ("3", "5")
     for t in trials:
         m = _job(sweep, t.number)[1]["metrics"]
         assert t.values == pytest.approx([m["val/acc"], m["val/loss"]])
