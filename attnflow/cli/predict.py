@@ -105,7 +105,7 @@ def _documents(args, run: Run, out) -> int:
         return results, arrays or {}
 
     def note(r, _):
-        return (f"has {r['sentences']} sentences and {r['size']} words; the model reads at most "
+        return (f"has {r['n_sentences']} sentences and {r['size']} words; the model reads at most "
                 f"{caps} (the run's data.max_sentences, data.max_words): {r['sentences_cut']} "
                 f"sentences and {r['cut']} of {r['size']} words cut"
                 if r["cut"] or r["sentences_cut"] else None)

@@ -18,7 +18,7 @@ def predict(task, art: dict, texts: List[str], batch_size: int = 32,
             arrays: Optional[Dict[str, np.ndarray]] = None, first: int = 0) -> List[dict]:
     """Per text: label, probability, probabilities, sentences with word and sentence weights
     (:meth:`ClassificationTask.explain`), ``empty`` (no words), ``size`` and ``cut`` (words: all,
-    cut by the caps), ``sentences`` and ``sentences_cut``. With ``arrays``:
+    cut by the caps), ``n_sentences`` and ``sentences_cut``. With ``arrays``:
     the ``--save-attention`` arrays of the texts, numbered from ``first``, added to it."""
     out, vocab, S, W = [], art["vocab_obj"], art["max_sentences"], art["max_words"]
     for i in range(0, len(texts), batch_size):
@@ -28,7 +28,7 @@ def predict(task, art: dict, texts: List[str], batch_size: int = 32,
             doc = tokenize(text, vocab.lowercase)
             kept, words = cap_document(doc, S, W), sum(len(s) for s in doc)
             r.update(text=text, empty=not doc, size=words, cut=words - sum(len(s) for s in kept),
-                     sentences=len(doc), sentences_cut=len(doc) - len(kept))
+                     n_sentences=len(doc), sentences_cut=len(doc) - len(kept))
             out.append(r)
         if arrays is not None:
             arrays.update(_attention_arrays(task, batch, shown, first + i))
