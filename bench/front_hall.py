@@ -7,7 +7,9 @@ inside functions; hooks looked up by name; and the time of ``attnflow-train --he
 
 Each run happens in a fresh interpreter with ``--root`` first on ``PYTHONPATH``, counted by
 wrapping Hydra's ``ConfigLoaderImpl.load_configuration``, the check of a block config in
-attnflow's ``Registry`` (``_check``, behind ``validate``'s memo, where it has one) and ``torch.load``. The run: the default experiment cut to 2 steps on 16 sequences; the resume
+attnflow's ``Registry`` (``_check``, behind ``validate``'s memo, where it has one) and the reads
+of a checkpoint (``attnflow.io.checkpoints.read_checkpoint``, or ``torch.load`` of a file
+outside it). The run: the default experiment cut to 2 steps on 16 sequences; the resume
 continues it to 4 steps. The static counts read the package's source with ``ast``.
 """
 
@@ -46,7 +48,20 @@ def wrap(owner, name, key):
 wrap(ConfigLoaderImpl, "load_configuration", lambda a, k: "compositions")
 # a block config's check (Registry._check where validate keeps a memo of checked configs)
 wrap(Registry, "_check" if hasattr(Registry, "_check") else "validate", lambda a, k: "validate " + a[0].kind)
-wrap(torch, "load", lambda a, k: "read " + os.path.basename(str(a[0] if a else k.get("f"))))
+import attnflow.io.checkpoints as checkpoints
+inside = []  # a checkpoint read: attnflow's reader, or torch.load of a path outside it
+def read(original):
+    def counted(f, *args, **kwargs):
+        if not inside and isinstance(f, (str, os.PathLike)):
+            counts["read " + os.path.basename(str(f))] += 1
+        inside.append(f)
+        try:
+            return original(f, *args, **kwargs)
+        finally:
+            inside.pop()
+    return counted
+checkpoints.read_checkpoint = read(checkpoints.read_checkpoint)
+torch.load = read(torch.load)
 atexit.register(lambda: open(os.environ["COUNTS"], "w").write(json.dumps(counts)))
 from attnflow.cli.train import main
 sys.argv = ["attnflow-train", *sys.argv[1:]]
