@@ -64,7 +64,7 @@ def launch(argv: List[str]) -> None:
             if any(a.lstrip("+").startswith(("resume=", "hydra.run.dir=")) for a in argv):
                 argv = prepare_argv(argv)  # checked before Hydra starts
             sys.argv[1:] = field_overrides(argv, conf)
-        except ConfigError as err:
+        except (ConfigError, InputError) as err:
             _refuse(err)
         _run_hydra()
         if note is not None:  # the requeued run has ended
@@ -83,8 +83,9 @@ def _run_hydra() -> None:
         sys.exit(128 + signal.SIGINT)
 
 
-def _refuse(err: ConfigError) -> None:
-    """One line and exit status 2 (a ResumeError or RunInUseError says what it is itself)."""
+def _refuse(err: Exception) -> None:
+    """One line and exit status 2 (a ResumeError, RunInUseError or InputError says what it is
+    itself)."""
     kind = ("data error: " if isinstance(err, DataError) else
             "config error: " if type(err) is ConfigError else "")
     print(f"attnflow: {kind}{err}", file=sys.stderr)
@@ -109,7 +110,7 @@ def check_composed(cfg: DictConfig, first: bool) -> None:
                 check_sweep_data(cfg, argv)
             _lock_sweep_folder(folder)
     except (ConfigError, InputError) as err:
-        _refuse(err if isinstance(err, ConfigError) else ConfigError(str(err)))
+        _refuse(err)
 
 
 def _requeued(argv: List[str]) -> Tuple[List[str], Optional[Path]]:

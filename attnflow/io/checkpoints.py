@@ -159,12 +159,11 @@ def why_unreadable(path: Path, err: Exception) -> str:
     return f"{type(err).__name__}: {text}"
 
 
-def read_checkpoint(path: Path | str, device: Any = "cpu", mmap: bool = False,
-                    lightning: bool = True) -> Dict[str, Any]:
+def read_checkpoint(path: Path | str, device: Any = "cpu", lightning: bool = True) -> Dict[str, Any]:
     """The checkpoint's dictionary, read with ``weights_only=True``: the one reader of
     checkpoints. Its bytes are read once, checked against its digest (:func:`check_digest`) and
     loaded from memory. ``lightning``: it must be a Lightning checkpoint (a ``state_dict``
-    entry); ``mmap`` is accepted for the callers that ask for it (the bytes are read whole)."""
+    entry)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"no such checkpoint file: {path}")

@@ -21,8 +21,8 @@ from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.loggers import CSVLogger
 
 from attnflow.config.registry import ConfigError
+from attnflow.io.checkpoints import read_checkpoint
 from attnflow.training.lightning_internals import restore_fit_progress
-from attnflow.training.state import load_checkpoint_file
 from attnflow.training.trainer_checks import lightning_errors
 
 _SPAWNING = ("spawn", "fork", "notebook")  # start methods that make workers inside the job
@@ -102,6 +102,6 @@ def fit_progress(trainer, checkpoint_dir) -> tuple:
     files = sorted(Path(checkpoint_dir).glob("*.ckpt"), key=lambda p: p.stat().st_mtime)
     if not files:
         return trainer.current_epoch, trainer.global_step
-    ckpt = load_checkpoint_file(files[-1], mmap=True)
+    ckpt = read_checkpoint(files[-1])
     restore_fit_progress(trainer, ckpt)
     return int(ckpt.get("epoch", -1)) + 1, int(ckpt.get("global_step", 0))

@@ -52,8 +52,9 @@ def validate_config(cfg: Dict[str, Any]) -> Dict[str, Any]:
     """``cfg`` with every block's defaults filled in (data, model, task, loggers), or a
     :class:`ConfigError` for any unknown block name or bad field."""
     known = top_level_keys(config_dir())
-    for key in [k for k in cfg if k not in known]:
-        raise ConfigError(top_level_refusal(key, known))
+    unknown = next((k for k in cfg if k not in known), None)
+    if unknown is not None:
+        raise ConfigError(top_level_refusal(unknown, known))
     for at, value in leaves(cfg):  # (what torch, Lightning's counters and a checkpoint hold)
         if type(value) is int and not -2**63 <= value < 2**63:
             raise ConfigError(f"{at}={value} is beyond a 64-bit integer (what torch and the "
