@@ -9,7 +9,7 @@ Each RUN is a run directory, which contributes the checkpoint attnflow-translate
 (``find_checkpoint``: the one ``metrics.json`` names best — ``checkpoints/averaged.ckpt`` for a
 run trained with ``callbacks.average``, e.g. ``experiment=mt_transformer_3h_ende`` — else
 ``last.ckpt``), or a ``.ckpt`` file of a run (e.g. the average ``bench/mt_select.py`` chose,
-``checkpoints/avg-epochs-….ckpt``); the runs must share their tokenizers (``load_ensemble``
+``checkpoints/avg-epochs-….ckpt``); the runs must share their tokenizers (``load_members``
 refuses others by name). The members are loaded once for every split.
 Prints val and test BLEU of the ensemble (tokenised lower-cased for a lower-cased run, and
 sacreBLEU) and writes them to a JSON file (default ``ensemble_runs.json`` here; never overwritten).
@@ -45,16 +45,16 @@ def main(argv=None) -> int:
     from attnflow.io.checkpoints import CheckpointError, find_checkpoint
 
     try:
-        ckpts = [find_checkpoint(r)[0] for r in args.runs]  # what load_ensemble will read
+        ckpts = [find_checkpoint(r)[0] for r in args.runs]  # what load_members will read
     except CheckpointError as err:
         ap.error(str(err))
     import torch
 
-    from attnflow.cli.translate import load_ensemble
+    from attnflow.inference.translation import load_members
     from mt_select import decode
 
     torch.set_num_threads(args.threads)
-    model, dm, _ = load_ensemble(ckpts)
+    model, dm, _ = load_members(ckpts)
     name = "+".join(c.name for c in ckpts)
     result = {"members": [str(c) for c in ckpts], "beam": args.beam, "alpha": args.alpha}
     for split in args.splits:

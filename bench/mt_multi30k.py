@@ -100,8 +100,8 @@ def run_one(model: str, direction: str, args) -> dict:
 def evaluate(run_dir: Path, beam: int, length_penalty: float, split: str = "test") -> dict:
     """Re-decode ``split`` of a trained run with the current decoding code (its best checkpoint,
     its tokenizers) and score it like the task does: sacreBLEU, lower-cased BLEU, WER."""
-    from attnflow.cli.translate import load
-    from attnflow.tasks.seq2seq_inference import translate
+    from attnflow.inference.translation import load
+    from attnflow.inference.translation import translate
 
     model, dm, cfg = load(run_dir)
     src, refs = dm.split_text(split)

@@ -48,9 +48,9 @@ def _averaged(run_dir: Path, epochs: list) -> Path:
 def _scores(ckpts: list, split: str, decodings: list) -> tuple:
     """([{beam, alpha, sacrebleu, tok_lc_bleu, wer, …}] of ``split`` for each (beam, α), whether
     the run is lower-cased); the model (an ensemble for several checkpoints) is loaded once."""
-    from attnflow.cli.translate import load_ensemble
+    from attnflow.inference.translation import load_members
 
-    model, dm, cfg = load_ensemble(ckpts)
+    model, dm, (cfg, *_) = load_members(ckpts)
     rows = decode(model, dm, "+".join(c.name for c in ckpts), split, decodings)
     return rows, bool(cfg["data"].get("lowercase"))
 
@@ -58,7 +58,7 @@ def _scores(ckpts: list, split: str, decodings: list) -> tuple:
 def decode(model, dm, name: str, split: str, decodings: list) -> list:
     """[{beam, alpha, sacrebleu, tok_lc_bleu, wer, …}] of a loaded ``model`` on ``split`` for each
     (beam, α), each printed under ``name`` as it is done."""
-    from attnflow.tasks.seq2seq_inference import translate
+    from attnflow.inference.translation import translate
     from mt_multi30k import scores
 
     src, refs = dm.split_text(split)
@@ -91,7 +91,7 @@ def main(argv=None) -> int:
 
     from attnflow.training.averaging import read_index, select_kept
     from attnflow.io.checkpoints import CheckpointError
-    from attnflow.cli.translate import TranslateError
+    from attnflow.inference.runs import InferenceError
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -130,7 +130,7 @@ def main(argv=None) -> int:
             results += [{"combine": combine, "n": n, "epochs": epochs,
                          "checkpoints": [str(c) for c in ckpts], **row, "score": row[metric]}
                         for row in rows]
-    except (CheckpointError, TranslateError) as err:  # not a translation run, a missing file
+    except (CheckpointError, InferenceError) as err:  # not a translation run, a missing file
         print(f"mt_select: {err}", file=sys.stderr)
         return 2
     best = max(results, key=lambda r: r["score"])  # ties: the first (fewer epochs, smaller beam, α)

@@ -33,8 +33,8 @@ def test_each_run_contributes_its_averaged_weights_or_else_its_last_checkpoint(e
         seen["members"] = list(ckpts)
         raise SystemExit(0)
 
-    import attnflow.cli.translate
-    monkeypatch.setattr(attnflow.cli.translate, "load_ensemble", fake_load)
+    import attnflow.inference.translation
+    monkeypatch.setattr(attnflow.inference.translation, "load_members", fake_load)
     with pytest.raises(SystemExit):
         ens.main([str(averaged), str(plain), str(chosen), "--out", str(tmp_path / "o.json")])
     assert seen["members"] == [averaged / "checkpoints" / "averaged.ckpt", plain / "checkpoints" / "last.ckpt", chosen]

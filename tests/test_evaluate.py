@@ -156,8 +156,8 @@ def test_a_graph_with_another_feature_size_is_a_clear_error(gat_run, capsys):
 
 
 def test_documents_on_another_file_without_the_training_file(tmp_path, capsys):
-    from attnflow.cli.predict import load
-    from attnflow.tasks.classification_inference import predict
+    from attnflow.inference.documents import load
+    from attnflow.inference.documents import predict
 
     docs = document_files(tmp_path / "docs")
     run = fabricate_run(document_overrides(docs), tmp_path / "han")
@@ -185,8 +185,8 @@ def test_translation_on_another_test_set_without_the_training_files(tmp_path, ca
     from sacrebleu.metrics import BLEU
 
     from attnflow.data.parallel import PAD, collate
-    from attnflow.cli.translate import load
-    from attnflow.tasks.seq2seq_inference import translate
+    from attnflow.inference.translation import load
+    from attnflow.inference.translation import translate
 
     data = parallel_files(tmp_path / "data")
     run = fabricate_run(translation_overrides(data), tmp_path / "mt")

@@ -63,7 +63,7 @@ def runs(tmp_path_factory):
 
 
 def attnflow_bert(run):
-    from attnflow.cli.predict_text import encode, load_bert
+    from attnflow.inference.texts import encode, load_bert
 
     bert = load_bert(load_run(run))
     return bert, [it["ids"].tolist() for it in encode(bert, TEXTS)]
@@ -201,12 +201,13 @@ def _inputs(kind, model, gen):
 @pytest.mark.parametrize("kind", ["sequence", "token", "han", "gat", "transformer"])
 def test_onnx_files_compute_what_attnflow_computes(runs, tmp_path, kind, capsys):
     ort = pytest.importorskip("onnxruntime")
-    from attnflow.cli import export
+    from attnflow.inference import export
+    from attnflow.inference.runs import run_interface
 
     path = tmp_path / f"{kind}.onnx"
     assert main([str(runs[kind]), "--to", "onnx", str(path)]) == 0
     assert "onnxruntime on the traced example: max |Δ| = " in capsys.readouterr().err
-    fn, example, axes, model = export.EXAMPLES[export.run_interface(load_run(runs[kind]))](load_run(runs[kind]))
+    fn, example, axes, model = export.EXAMPLES[run_interface(load_run(runs[kind]))](load_run(runs[kind]))
     feeds = _inputs(kind, model, torch.Generator().manual_seed(1))
     assert all(feeds[n].shape != e.shape for n, e in zip(feeds, example) if n != "edge_index")
     options = ort.SessionOptions()

@@ -12,7 +12,7 @@ import textwrap
 import pytest
 import torch
 
-from attnflow.cli import evaluate, predict, train, translate
+from attnflow.cli import evaluate, predict, tool, train, translate
 from attnflow.training import onednn
 
 # One bf16 product of shape n×256 · 256×64 for n = 1, then 2…299, then 1 again, with oneDNN's
@@ -71,7 +71,7 @@ class _Called(Exception):
 def test_every_console_script_that_runs_a_model_bounds_it_first(cli, monkeypatch):
     def first(*_):
         raise _Called
-    monkeypatch.setattr(cli, "bound_primitive_cache", first)
+    monkeypatch.setattr(train if cli is train else tool, "bound_primitive_cache", first)
     monkeypatch.setattr(sys, "argv", ["attnflow", "x"])
     with pytest.raises(_Called):  # before parsing arguments, so before any model or tensor work
         cli.main() if cli is train else cli.main(["x"])

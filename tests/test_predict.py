@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-import attnflow.cli.predict as predict_mod
+import attnflow.inference.runs as runs_mod
 import attnflow.cli.predict_io as predict_io
 from attnflow.cli.predict import main
 from cli_runs import (GRAPH, assert_streams, document_files, document_overrides, fabricate_run,
@@ -223,7 +223,7 @@ def test_outputs_named_twice_or_under_a_file_are_refused_before_any_work(runs, t
     def no_work(*args, **kwargs):
         raise AssertionError("the run was read")
 
-    monkeypatch.setattr(predict_mod, "load_run", no_work)
+    monkeypatch.setattr(runs_mod, "load_run", no_work)
     f = tmp_path / "f.txt"
     f.write_text("hi\n")
     page, npz = tmp_path / "b" / "s.html", tmp_path / "b" / "g.npz"

@@ -332,7 +332,7 @@ def test_a_multitask_run_with_a_token_task_tags_its_words(tmp_path, capsys):
     row = json.loads(capsys.readouterr().out)
     assert row["ner"]["words"] == ["Anna", "flew", "to", "Paris", "."] and len(row["ner"]["tags"]) == 5
     assert set(row["polarity"]["probabilities"]) == {"neg", "pos"}
-    from attnflow.cli.predict_text import load_multitask, tag_lines
+    from attnflow.inference.texts import load_multitask, tag_lines
     from attnflow.io.checkpoints import load_run
 
     runs, kinds = load_multitask(load_run(run))

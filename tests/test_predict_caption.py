@@ -164,8 +164,8 @@ def test_attention_must_name_a_png(run, tmp_path, capsys):
 
 
 def test_region_features_of_the_wrong_size_are_named(tmp_path):
-    from attnflow.cli.predict_image import read_input
-    from attnflow.cli.predict_io import PredictError
+    from attnflow.inference.captions import read_input
+    from attnflow.inference.runs import InferenceError
 
     model = MODELS.build({"name": "captioner", "encoder": {"name": "features"},
                           "decoder": {"name": "rnn_attention", "cell": "lstm", "embed_dim": 4,
@@ -176,9 +176,9 @@ def test_region_features_of_the_wrong_size_are_named(tmp_path):
     np.save(wide, np.random.rand(9, 7).astype(np.float32))
     np.save(ragged, np.random.rand(7, 6).astype(np.float32))  # 7 regions: no square grid
     assert read_input(str(good), art, model).shape == (9, 6)
-    with pytest.raises(PredictError, match=r"wide\.npy have shape \(9, 7\).*\(L, 6\)"):
+    with pytest.raises(InferenceError, match=r"wide\.npy have shape \(9, 7\).*\(L, 6\)"):
         read_input(str(wide), art, model)
-    with pytest.raises(PredictError, match=r"ragged\.npy: .*L = 7 regions"):
+    with pytest.raises(InferenceError, match=r"ragged\.npy: .*L = 7 regions"):
         read_input(str(ragged), art, model)
 
 

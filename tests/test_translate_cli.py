@@ -118,8 +118,7 @@ import shutil  # noqa: E402
 import numpy as np  # noqa: E402
 
 import attnflow.cli.predict_io as predict_io  # noqa: E402
-import attnflow.cli.translate as translate_mod  # noqa: E402
-import attnflow.tasks.seq2seq_inference as mt  # noqa: E402
+import attnflow.inference.translation as mt  # noqa: E402
 from cli_runs import (GRAPH, assert_streams, fabricate_run, parallel_files,  # noqa: E402
                       translation_overrides)
 
@@ -187,7 +186,7 @@ def test_save_attention_rnn_alpha(mt_runs, tmp_path, capsys):
     z = np.load(out)  # no allow_pickle needed
     assert str(z["kind"]) == "translation" and int(z["lines"]) == 3
     tok = _src_tokenizer(run)
-    model, dm, _ = translate_mod.load(run)
+    model, dm, _ = mt.load(run)
     _, maps = mt.translate(model, dm, lines, need_weights=True)
     for i in (0, 2):
         S, T = len(tok.encode(lines[i]).ids), len(z[f"{i}/output"])
@@ -206,7 +205,7 @@ def test_save_attention_transformer_every_layer_and_head(mt_runs, tmp_path):
     out = tmp_path / "attn.npz"
     assert main([str(run), *lines, "--save-attention", str(out), "--beam", "2"]) == 0
     z = np.load(out)
-    model, dm, _ = translate_mod.load(run)
+    model, dm, _ = mt.load(run)
     _, maps = mt.translate(model, dm, lines, beam=2, need_weights=True)
     for i, line in enumerate(lines):
         S = min(len(dm.src_tok.encode(line).ids), dm.max_src_len)  # sources are cut to the limit
@@ -337,8 +336,8 @@ def test_an_ensemble_of_runs_decodes_as_one(mt_runs, tmp_path, capsys):
     ckpt = second / "checkpoints" / "last.ckpt"
     assert main([str(run), "--ensemble", str(ckpt), "--beam", "3", *lines]) == 0
     got = capsys.readouterr().out.splitlines()
-    a, dm, _ = translate_mod.load(run)
-    b, _, _ = translate_mod.load(ckpt)
+    a, dm, _ = mt.load(run)
+    b, _, _ = mt.load(ckpt)
     want, _ = mt.translate(Ensemble([a, b]).eval(), dm, lines, beam=3)
     assert got == want
     # refused before any work: another tokenizer; an attention map is one warning, not written
@@ -374,7 +373,7 @@ def test_defaults_are_the_runs_own_test_decoding_and_options_override(mt_runs, t
 
     monkeypatch.setattr(mt, "decode_ids", spy)
     lines = ["Ein Mann schläft.", "Zwei Hunde spielen im Schnee.", "Ein Kind lacht."]
-    max_len = translate_mod.load(run)[1].max_decode_len
+    max_len = mt.load(run)[1].max_decode_len
     assert main([str(run), *lines]) == 0
     default = capsys.readouterr().out
     assert seen.pop() == (3, 1.5, max_len)

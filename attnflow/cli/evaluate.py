@@ -26,123 +26,19 @@ import json
 import logging
 import os
 import sys
-import tempfile
-import time
-import warnings
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from omegaconf import OmegaConf
 from rich.console import Console
 from rich.table import Table
 
-from attnflow import config_dir
-from attnflow.config.overrides import parsed
-from attnflow.config.registry import DATA, MODELS, TASKS, AttnflowWarning, ConfigError, suggest
-from attnflow.config.secrets import resolve_env
-from attnflow.io.checkpoints import CheckpointError, Run, load_run, load_weights, run_artifacts
-from attnflow.io.console import plain_warnings
+from attnflow.cli.tool import run_tool
+from attnflow.config.registry import ConfigError
+from attnflow.inference.evaluate import USAGE, apply_overrides, evaluate_run, parse_overrides
+from attnflow.io.checkpoints import Run, load_run
 from attnflow.io.text import check_folder, check_new_outputs, path_arg
-from attnflow.training.onednn import bound_primitive_cache
 from attnflow.training.runlock import writing
-
-TRAINER_FIELDS = ("accelerator", "devices", "precision", "limit_val_batches", "limit_test_batches")
-SPLITS = ("val", "test")
-USAGE = ("split=val|test, data.<field>, task.<field>, seed, trainer." + "|".join(TRAINER_FIELDS))
-
-
-def parse_overrides(items: List[str]) -> List[Tuple[str, Any]]:
-    """``key=value`` strings as (key, value as Hydra parses it) pairs, in order."""
-    out, given = [], {}
-    for item, override in parsed(items):
-        if override is None or override.is_delete() or "=" not in item:
-            raise ConfigError(f"'{item}' is not an override: write key=value ({USAGE})")
-        key = override.key_or_group
-        if key in given:
-            raise ConfigError(f"{key} is given twice ({given[key]}, {item}): give it once")
-        given[key] = item
-        out.append((key, override.value()))
-    return out
-
-
-def _data_preset(name: str, run_cfg: Dict[str, Any]) -> Dict[str, Any]:
-    """The fields of ``conf/data/<name>.yaml``, resolved against the run's ``paths`` and ``seed``."""
-    path = config_dir() / "data" / f"{name}.yaml"
-    if not path.is_file():
-        return {"name": name}
-    root = OmegaConf.create({"paths": run_cfg.get("paths") or {}, "seed": run_cfg.get("seed", 1234),
-                             "data": OmegaConf.load(path)})
-    return OmegaConf.to_container(root, resolve=True)["data"]
-
-
-def apply_overrides(run: Run, overrides: List[Tuple[str, Any]]) -> Tuple[Dict[str, Any], str, Dict[str, Any]]:
-    """(config to evaluate with, split, trainer fields): the run's config with ``overrides``
-    applied and validated against the registries."""
-    cfg = {k: (dict(v) if isinstance(v, dict) else v) for k, v in run.config.items()}
-    split, trainer, keys = None, {}, [k for k, _ in overrides]
-    new_name = dict(overrides).get("data.name")
-    if new_name is not None and new_name != cfg["data"].get("name"):
-        DATA.get(str(new_name), "data")
-        cfg["data"] = _data_preset(str(new_name), cfg)
-    for key, value in overrides:
-        head, _, field = key.partition(".")
-        if key == "split":
-            if value not in SPLITS:
-                raise ConfigError(f"split must be 'val' or 'test', got {value!r}")
-            split = value
-        elif key == "seed":
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise ConfigError(f"seed must be an integer, got {value!r}")
-            cfg["seed"] = value
-        elif head in ("data", "task") and field and "." not in field:
-            cfg[head][field] = value
-        elif head == "trainer" and field in TRAINER_FIELDS:
-            trainer[field] = value
-        else:
-            known = ["split", "seed", *(f"trainer.{f}" for f in TRAINER_FIELDS)]
-            raise ConfigError(f"attnflow-eval has no override '{key}'; overrides: {USAGE}."
-                              f"{suggest(key, known)}")
-    cfg["data"] = DATA.validate(cfg["data"], "data")
-    _check_kinds(cfg)
-    cfg["task"] = TASKS.validate(cfg["task"], "task")
-    if split is None:  # the test split, unless the run has none and no override names one
-        split = "test" if run.config.get("test", True) or any(
-            k.startswith("data.test") for k in keys) else "val"
-    other = f"limit_{'val' if split == 'test' else 'test'}_batches"
-    if other in trainer:
-        warnings.warn(f"trainer.{other} is not read: split={split} evaluates the {split} split",
-                      AttnflowWarning)
-    _check_run_fixed(keys, cfg, run.config.get("data") or {})
-    return cfg, split, trainer
-
-
-def _check_kinds(cfg: Dict[str, Any]) -> None:
-    """The data gives what the run's model works on (its ``interface``), else a ConfigError."""
-    from attnflow.training.validate import INTERFACES
-
-    data_kind = DATA.get(cfg["data"]["name"]).interface
-    model_kind = MODELS.get(cfg["model"]["name"]).interface
-    if data_kind and model_kind and data_kind != model_kind:
-        same = [n for n in DATA.names() if DATA.get(n).interface == model_kind]
-        raise ConfigError(f"data '{cfg['data']['name']}' gives {INTERFACES.get(data_kind, data_kind)}, "
-                          f"but the run's model '{cfg['model']['name']}' works on "
-                          f"{INTERFACES.get(model_kind, model_kind)}: evaluate it on data of its "
-                          f"kind ({', '.join(same)})")
-
-
-def _check_run_fixed(keys: List[str], cfg: Dict[str, Any], trained: Dict[str, Any]) -> None:
-    """A field the model is bound to (the data's ``run_fixed``: the translation direction) given
-    another value than the run's is an error."""
-    fixed = [f for f in DATA.get(cfg["data"]["name"]).run_fixed if f"data.{f}" in keys]
-    if not fixed or trained.get("name") != cfg["data"]["name"]:
-        return
-    before = DATA.validate(trained, "data")  # with the defaults the stored config left out
-    for f in fixed:
-        if cfg["data"].get(f) != before.get(f):
-            raise ConfigError(f"data.{f}={cfg['data'].get(f)}: the run was trained with data.{f}="
-                              f"{before.get(f)}, and its model fits only that; evaluate a run "
-                              f"trained for the other setting")
 
 
 def output_path(run: Run, split: str, out: Optional[str]) -> Path:
@@ -187,52 +83,9 @@ def evaluate(target: Path | str, overrides: List[str] = (), out: Optional[str] =
         run = load_run(target, device)
         cfg, split, trainer_fields = apply_overrides(run, pairs)
         path = output_path(run, split, out)
-        return _evaluate(run, cfg, split, trainer_fields, path, overrides, device)
-
-
-def _evaluate(run: Run, cfg: Dict[str, Any], split: str, trainer_fields: Dict[str, Any], path: Path,
-              overrides: List[str], device: str) -> Tuple[Dict[str, Any], Path]:
-    """Lightning's Trainer (``device`` and the ``trainer.*`` overrides) validates or tests the
-    rebuilt task; the summary is written to ``path``."""
-    import pytorch_lightning as pl
-
-    from attnflow.training.precision import resolve_precision
-    from attnflow.training.trainer_checks import lightning_errors
-
-    start = time.time()
-    fields, note, warn = resolve_precision({"accelerator": device, "precision": "32-true", **trainer_fields})
-    if note:  # trainer.precision=auto
-        print(f"attnflow-eval: {'warning: ' if warn else ''}{note}", file=sys.stderr)
-    with tempfile.TemporaryDirectory(prefix="attnflow-eval-") as scratch:  # task side files
-        with lightning_errors():  # what Lightning refuses of the fields: one message
-            trainer = pl.Trainer(accelerator=fields["accelerator"], devices=fields.get("devices", 1),
-                                 precision=fields["precision"], limit_val_batches=fields.get("limit_val_batches"),
-                                 limit_test_batches=fields.get("limit_test_batches"), logger=False,
-                                 enable_checkpointing=False, enable_progress_bar=False,
-                                 enable_model_summary=False, default_root_dir=scratch)
-        pl.seed_everything(cfg.get("seed", 1234), workers=True, verbose=False)
-        used = resolve_env(cfg)  # (${oc.env:…} as recorded: its value for the work only)
-        dm = DATA.build(used["data"], path="data")
-        dm.setup_evaluation(run.run_dir, run_artifacts(run), split)
-        ctx = dm.model_context()
-        model = MODELS.build(used["model"], path="model", **ctx)
-        sizes = ", ".join(f"{k}={v}" for k, v in ctx.items() if type(v) is int and k != "pad_id")
-        load_weights(model, run.ckpt["state_dict"], "model.", f"model '{cfg['model']['name']}' "
-                     f"built for data '{cfg['data']['name']}'" + (f" ({sizes})" if sizes else ""))
-        task = TASKS.build(used["task"], model, path="task", **dm.task_context())
-        task.run_config = cfg
-        results = (trainer.validate if split == "val" else trainer.test)(task, datamodule=dm, verbose=False)
-    metrics = {k: float(v) for r in results or [] for k, v in r.items()}
-    if not metrics:
-        raise ValueError(f"the {split} split gave no metrics (is it empty?)")
-    summary = {"metrics": metrics, "split": split, "run_dir": str(run.run_dir),
-               "checkpoint": str(run.checkpoint), "data": cfg["data"], "overrides": list(overrides),
-               "seconds": round(time.time() - start, 2),
-               "created": datetime.now().isoformat(timespec="seconds")}
-    if isinstance(task, TASKS.get("translation")) and task.bleu_signature:
-        summary["bleu_signature"] = task.bleu_signature
-    _write_new(path, summary)
-    return summary, path
+        summary = evaluate_run(run, cfg, split, trainer_fields, list(overrides), device)
+        _write_new(path, summary)
+        return summary, path
 
 
 def print_metrics(summary: Dict[str, Any], path: Path) -> None:
@@ -245,29 +98,27 @@ def print_metrics(summary: Dict[str, Any], path: Path) -> None:
     print(f"attnflow-eval: written to {path}", file=sys.stderr)
 
 
+def _evaluate(args) -> int:
+    quiet = logging.getLogger("pytorch_lightning")
+    level = quiet.level
+    quiet.setLevel(logging.WARNING)  # Lightning's "GPU available: …" lines
+    try:
+        summary, path = evaluate(args.run, args.overrides, args.output, args.device)
+    finally:
+        quiet.setLevel(level)
+    print_metrics(summary, path)
+    return 0
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    bound_primitive_cache()  # before any tensor work: oneDNN reads it once
-    plain_warnings()
     p = argparse.ArgumentParser(prog="attnflow-eval", description=__doc__.split("\n\n")[0],
                                 epilog=f"overrides: {USAGE}")
     p.add_argument("run", type=path_arg, help="a run directory or a .ckpt file")
     p.add_argument("overrides", nargs="*", help="key=value (see below)")
     p.add_argument("-o", "--output", type=path_arg, help="write the metrics JSON here (never overwritten)")
     p.add_argument("--device", default="cpu", help="the accelerator (default cpu)")
-    args = p.parse_intermixed_args(argv)
-    quiet = logging.getLogger("pytorch_lightning")
-    level = quiet.level
-    quiet.setLevel(logging.WARNING)  # Lightning's "GPU available: …" lines
-    try:
-        summary, path = evaluate(args.run, args.overrides, args.output, args.device)
-    except (CheckpointError, OSError, ValueError) as err:  # ConfigError: a ValueError
-        print(f"attnflow-eval: {'config error: ' if type(err) is ConfigError else ''}{err}",
-              file=sys.stderr)
-        return 2
-    finally:
-        quiet.setLevel(level)
-    print_metrics(summary, path)
-    return 0
+    return run_tool(p, argv, _evaluate, (OSError, ValueError),  # ConfigError: a ValueError
+                    lambda err: f"{'config error: ' if type(err) is ConfigError else ''}{err}")
 
 
 if __name__ == "__main__":

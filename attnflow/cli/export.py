@@ -20,148 +20,14 @@ An output that exists, a run of another kind or a setting HF's BERT lacks: one l
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
 import sys
-import tempfile
-import warnings
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
-
-import numpy as np
+from typing import List, Optional
 
 import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
-from attnflow.cli.predict import load, load_graph, open_run, run_interface
-from attnflow.cli.predict_io import PredictError
-from attnflow.cli.translate import load as load_translation
-from attnflow.config.registry import ATTENTIONS, MODELS, POSITIONALS, ConfigError
-from attnflow.io.checkpoints import CheckpointError, Run
-from attnflow.io.console import plain_warnings
-from attnflow.io.text import InputError, check_new_outputs, path_arg
-
-BERT_KINDS = ("text_classification", "token_classification", "pretraining")
-OPSET = 18  # ScatterElements with max reduction: the graph layers' segment softmax
-
-
-def export_hf(run: Run, kind: str, folder: Path) -> Path:
-    """The BERT run as an HF model directory (module docstring), written whole or not at all."""
-    import torch
-    from safetensors.torch import save_file
-
-    from attnflow.cli.predict_text import load_bert  # torch, tokenizers: after the arguments
-    from attnflow.data.corpus import save_hf_tokenizer
-    from attnflow.models import bert_hf
-
-    if kind not in BERT_KINDS or run.config["model"].get("name") != "bert":
-        raise PredictError(f"the run at {run.run_dir} is a '{run.config['model'].get('name')}' run "
-                           f"on {kind}; --to hf exports BERT runs (--to onnx: the others)")
-    bert = load_bert(run)
-    model_cfg = MODELS.validate(run.config["model"], "model")
-    model_cfg["attention"] = ATTENTIONS.validate(model_cfg["attention"], "model.attention")
-    model_cfg["positional"] = POSITIONALS.validate(model_cfg["positional"], "model.positional")
-    config = bert_hf.hf_config(model_cfg, bert.tokenizer.get_vocab_size(), bert.class_names)
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
-    try:
-        (tmp / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
-        with torch.no_grad():
-            save_file(bert_hf.to_hf(bert.model.state_dict(), bert.model.head), tmp / "model.safetensors",
-                      metadata={"format": "pt"})
-        save_hf_tokenizer(bert.tokenizer, tmp, bert.max_len)
-        tmp.rename(folder)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return folder
-
-
-# -- ONNX: per kind of run (fn, example inputs, dynamic axes of inputs and output, model) -------
-def _bert_example(run: Run):
-    from attnflow.cli.predict_text import load_bert
-
-    bert = load_bert(run)
-    ids = np.minimum([[2, 7, 8, 9, 10, 3], [2, 11, 12, 3, 0, 0]], len(bert.itos) - 1)
-    head = bert.model.head
-    if head not in ("sequence", "token"):
-        raise PredictError(f"--to onnx exports BERT classifiers (model.head sequence or token); "
-                           f"the run at {run.run_dir} has model.head={head}")
-    out = bert.model.classify_logits if head == "sequence" else bert.model.token_logits
-    length = {0: "batch", 1: "length"}
-    return (lambda i, s, m: out(bert.model(i, s, m))), (ids, np.zeros_like(ids), ids != 0), {
-        "input_ids": length, "segment_ids": length, "attention_mask": length,
-        "logits": {0: "batch", **({1: "length"} if head == "token" else {})}}, bert.model
-
-
-def _documents_example(run: Run):
-    task, art = load(run.checkpoint, run=run)
-    tokens = np.minimum([[[2, 3, 4, 0], [5, 6, 0, 0]], [[7, 8, 9, 10], [0, 0, 0, 0]]],
-                        len(art["vocab_obj"].itos) - 1)
-    return (lambda t, n: task.model(t, n)["logits"]), (tokens, (tokens != 0).sum(-1)), {
-        "tokens": {0: "batch", 1: "sentences", 2: "words"},
-        "sent_lengths": {0: "batch", 1: "sentences"}, "logits": {0: "batch"}}, task.model
-
-
-def _graph_example(run: Run):
-    model, graph = load_graph(run)
-    return (lambda x, e: model(x, e)), (graph.x, graph.edge_index), {
-        "x": {0: "nodes"}, "edge_index": {1: "edges"}, "logits": {0: "nodes"}}, model
-
-
-def _seq2seq_example(run: Run):
-    model, _, _ = load_translation(run.checkpoint)
-    return (lambda s, n: model.encode(s, n)[0]), (np.array([[5, 6, 7, 8, 2], [9, 10, 2, 0, 0]]),
-                                                  np.array([5, 3])), {
-        "src": {0: "batch", 1: "length"}, "src_lengths": {0: "batch"},
-        "memory": {0: "batch", 1: "length"}}, model
-
-
-EXAMPLES: Dict[str, Callable] = {"text_classification": _bert_example,
-                                 "token_classification": _bert_example,
-                                 "documents": _documents_example, "graph": _graph_example,
-                                 "seq2seq": _seq2seq_example}
-
-
-def export_onnx(run: Run, kind: str, path: Path) -> Tuple[List[str], Optional[float]]:
-    """The run's model as an ONNX file (module docstring): (its input names, the largest
-    difference from the model on the traced example, None without onnxruntime)."""
-    import torch
-
-    if kind not in EXAMPLES:
-        raise PredictError(f"the run at {run.run_dir} works on {kind or 'unknown data'}; --to onnx "
-                           f"exports BERT classifiers, document, graph and seq2seq encoder runs")
-    fn, example, axes, model = EXAMPLES[kind](run)
-    example, names = tuple(torch.as_tensor(x) for x in example), list(axes)[:-1]
-
-    class Graph(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-
-        def forward(self, *inputs):
-            return fn(*inputs)
-
-    wrapper = Graph().eval()
-    with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.") as tmp, \
-            warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")  # the tracer's notes on checks it leaves out
-        part = Path(tmp) / path.name
-        torch.onnx.export(wrapper, example, str(part), input_names=names,
-                          output_names=list(axes)[-1:], dynamic_axes=axes, opset_version=OPSET,
-                          dynamo=False)
-        diff = _check(part, names, example, wrapper(*example))
-        part.replace(path)
-    return names, diff
-
-
-def _check(path: Path, names: List[str], example, want) -> Optional[float]:
-    try:
-        import onnxruntime
-    except ImportError:
-        return None
-    options = onnxruntime.SessionOptions()
-    options.log_severity_level = 3  # (shape notes of the traced graph)
-    session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    got = session.run(None, {n: t.numpy() for n, t in zip(names, example)})[0]
-    return float(abs(got - want.numpy()).max())
+from attnflow.cli.tool import run_tool
+from attnflow.inference.runs import open_run, run_interface
+from attnflow.io.text import check_new_outputs, path_arg
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -172,26 +38,26 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    plain_warnings()
-    args = _parser().parse_args(argv)
+def _export(args) -> int:
     out = Path(args.output)
-    try:
-        check_new_outputs(("output", args.output))
-        run = open_run(args.model)
-        kind = run_interface(run)
-        if args.to == "hf":
-            done = f"{export_hf(run, kind, out)}: config.json, model.safetensors, tokenizer.json, vocab.txt, " \
-                   f"tokenizer_config.json"
-        else:
-            names, diff = export_onnx(run, kind, out)
-            done = f"{out} (inputs {', '.join(names)})" + (
-                "" if diff is None else f"; onnxruntime on the traced example: max |Δ| = {diff:.1e}")
-        print(f"attnflow-export: {done}", file=sys.stderr)
-        return 0
-    except (CheckpointError, PredictError, ConfigError, InputError, OSError, ValueError) as err:
-        print(f"attnflow-export: {err}", file=sys.stderr)
-        return 2
+    check_new_outputs(("output", args.output))
+    run = open_run(args.model)
+    kind = run_interface(run)
+    from attnflow.inference.export import export_hf, export_onnx  # torch: once the run is read
+
+    if args.to == "hf":
+        done = f"{export_hf(run, kind, out)}: config.json, model.safetensors, tokenizer.json, vocab.txt, " \
+               f"tokenizer_config.json"
+    else:
+        names, diff = export_onnx(run, kind, out)
+        done = f"{out} (inputs {', '.join(names)})" + (
+            "" if diff is None else f"; onnxruntime on the traced example: max |Δ| = {diff:.1e}")
+    print(f"attnflow-export: {done}", file=sys.stderr)
+    return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    return run_tool(_parser(), argv, _export, (OSError, ValueError))
 
 
 if __name__ == "__main__":

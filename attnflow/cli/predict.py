@@ -30,19 +30,16 @@ import csv
 import sys
 import warnings
 from contextlib import contextmanager
-from pathlib import Path
 from typing import List, Optional
 
-import numpy as np
-
 import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
-from attnflow.cli.predict_io import BATCH_SIZE, PredictError, label_all, label_line, positive, read_texts
-from attnflow.config.registry import DATA, MODELS, TASKS, AttnflowWarning
-from attnflow.config.secrets import resolve_env
-from attnflow.io.checkpoints import CheckpointError, Run, load_run, load_weights, run_artifacts
-from attnflow.io.console import plain_warnings, warn_unread
-from attnflow.io.text import InputError, atomic_path, check_new_outputs, check_npz, path_arg, save_arrays
-from attnflow.training.onednn import bound_primitive_cache
+from attnflow.cli.predict_io import BATCH_SIZE, label_all, label_line, positive, read_texts
+from attnflow.cli.tool import run_tool
+from attnflow.config.registry import AttnflowWarning
+from attnflow.inference.runs import InferenceError, open_run, run_interface
+from attnflow.io.checkpoints import Run
+from attnflow.io.console import warn_unread
+from attnflow.io.text import atomic_path, check_new_outputs, check_npz, path_arg, save_arrays
 from attnflow.viz.explain import write_html
 
 # the options each kind of run leaves unread ("inputs": texts as arguments or --file)
@@ -55,46 +52,10 @@ UNREAD = {"documents": ("--top-k", "--beam", "--attention"),
           "multitask": ("--top-k", "--beam", "--attention", "--explain", "--save-attention")}
 
 
-def open_run(target: Path | str, device: str = "cpu") -> Run:
-    """The run at ``target`` with its config as the work uses it: a field recorded as
-    ``${oc.env:…}`` resolved again (an unset variable: a :class:`ConfigError` naming it)."""
-    run = load_run(target, device)
-    return run._replace(config=resolve_env(run.config))
-
-
-def run_interface(run: Run) -> Optional[str]:
-    """What the run works on ('documents', 'graph', 'seq2seq'), from its model (else its data)."""
-    for group, registry in (("model", MODELS), ("data", DATA)):
-        name = (run.config.get(group) or {}).get("name")
-        kind = name in registry.names() and registry.get(name).interface
-        if kind:
-            return kind
-    return None
-
-
-def load(target: Path | str, device: str = "cpu", run: Optional[Run] = None):
-    """(task, artifacts) of a document classifier rebuilt from a run directory or checkpoint."""
-    from attnflow.data.documents import Vocabulary
-
-    run = run or open_run(target, device)
-    cfg, art = run.config, run_artifacts(run)
-    if not art.get("vocab"):
-        raise CheckpointError(f"no vocabulary: {run.run_dir / 'vocab.json'} is missing and the "
-                              f"checkpoint {run.checkpoint} carries none")
-    vocab = art["vocab_obj"] = Vocabulary.from_json(art["vocab"])
-    names = art["class_names"]
-    model = MODELS.build(cfg["model"], vocab_size=len(vocab), num_classes=len(names), pad_id=0,
-                         path="model")
-    task = TASKS.build(cfg["task"], model, num_classes=len(names),
-                       class_names=names, itos=vocab.itos, path="task")
-    load_weights(model, run.ckpt["state_dict"], "model.", f"model '{cfg['model'].get('name')}'")
-    return task.eval().to(device), art
-
-
 def _documents(args, run: Run, out) -> int:
-    from attnflow.tasks import classification_inference as docs  # torch: once the options are checked
+    from attnflow.inference import documents as docs  # torch: once the options are checked
 
-    task, art = load(args.model, args.device, run)
+    task, art = docs.load(args.model, args.device, run)
     texts, where = read_texts(args, args.texts, art.get("text_field", "text"))
     caps, explained = f"{art['max_sentences']} sentences of {art['max_words']} words", []
 
@@ -121,53 +82,22 @@ def _documents(args, run: Run, out) -> int:
     return 0
 
 
-def load_graph(run: Run, device: str = "cpu"):
-    """(model, graph) of a node-classification run, the graph from the run's data config."""
-    cfg = run.config
-    dm = DATA.build(cfg["data"], path="data")
-    ctx = dm.model_context()
-    model = MODELS.build(cfg["model"], path="model", **ctx)
-    load_weights(model, run.ckpt["state_dict"], "model.",
-                 f"model '{cfg['model'].get('name')}' on data '{cfg['data'].get('name')}' "
-                 f"({ctx['in_dim']} features, {ctx['num_classes']} classes)")
-    return model.to(device).eval(), dm.full_graph()
-
-
 def _graph(args, run: Run, out) -> int:
     if isinstance(args.explain, str):
         warn_unread(f"--explain {args.explain}", "a graph run adds the neighbours column to the CSV")
-    import torch
+    from attnflow.inference.graphs import graph_arrays, predict_nodes  # torch: after the checks
 
-    from attnflow.tasks.node_classification import top_neighbours
-
-    model, data = load_graph(run, args.device)
-    with torch.no_grad():
-        logits, weights = model(data.x.to(args.device), data.edge_index.to(args.device),
-                                need_weights=True)
-    multi = bool(run.config.get("task", {}).get("multi_label", False))
-    probs = logits.float().cpu().sigmoid() if multi else logits.float().cpu().softmax(-1)
-    N, C = probs.shape
-    names = list(data.class_names if "class_names" in data else map(str, range(C)))  # the files' own
-    nodes = list(data.node_ids if "node_ids" in data else range(N))
-    labels = (["|".join(n for n, on in zip(names, row) if on) for row in (probs > 0.5).tolist()]
-              if multi else [names[i] for i in probs.argmax(-1).tolist()])
-    neighbours = [[] for _ in range(N)]
-    if args.explain:
-        ei, alpha = weights[-1]
-        ids, w = top_neighbours(ei.cpu(), alpha.float().mean(-1).cpu(), N, args.top_k or 5)
-        neighbours = [[" ".join(f"{nodes[i]}:{a:.4f}" for i, a in zip(ri, rw) if i >= 0)]
-                      for ri, rw in zip(ids.tolist(), w.tolist())]
+    g = predict_nodes(run, args.device, (args.top_k or 5) if args.explain else None)
+    nodes, labels, probs = g["nodes"], g["labels"], g["probs"]
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["node", "label", "prob", *(f"prob_{c}" for c in names)]
+    writer.writerow(["node", "label", "prob", *(f"prob_{c}" for c in g["names"])]
                     + ["neighbours"] * bool(args.explain))
     for t, (row, top) in enumerate(zip(probs.tolist(), probs.max(-1).values.tolist())):
-        writer.writerow([nodes[t], labels[t], f"{top:.4f}", *(f"{p:.4f}" for p in row), *neighbours[t]])
+        writer.writerow([nodes[t], labels[t], f"{top:.4f}", *(f"{p:.4f}" for p in row), *g["neighbours"][t]])
     out.flush()
     if args.save_attention:
-        arrays = {"kind": np.asarray("graph"), "num_nodes": np.asarray(N),
-                  **{f"layer{k}/{name}": v for k, (ei, alpha) in enumerate(weights) for name, v in
-                     (("edge_index", ei.cpu().numpy()), ("alpha", alpha.float().cpu().numpy()))}}
-        print(f"attnflow-predict: attention of {len(weights)} layers written to "
+        arrays = graph_arrays(g["weights"], len(nodes))
+        print(f"attnflow-predict: attention of {len(g['weights'])} layers written to "
               f"{save_arrays(args.save_attention, arrays)}", file=sys.stderr)
     return 0
 
@@ -235,33 +165,30 @@ def _drop_unread(args, kind: str, run: Run) -> None:
         args.batch_size = BATCH_SIZE
 
 
+def _predict(args) -> int:
+    if args.save_attention:
+        check_npz(args.save_attention)
+    check_new_outputs(("-o", args.output), ("--save-attention", args.save_attention),
+                      ("--explain", args.explain), ("--attention", args.attention))
+    run = open_run(args.model, args.device)
+    kind = run_interface(run)
+    if kind not in UNREAD:
+        tool = " (translation runs: attnflow-translate)" if kind == "seq2seq" else ""
+        raise InferenceError(f"the run at {run.run_dir} works on {kind or 'unknown data'}; "
+                             f"attnflow-predict labels documents, graph nodes and texts (BERT "
+                             f"runs: text_classification, token_classification, "
+                             f"bert_pretraining, multitask) and captions images{tool}")
+    _drop_unread(args, kind, run)
+    if args.explain is True and kind != "graph":  # documents, texts: the HTML page to write
+        raise InferenceError(f"--explain takes the HTML file to write for "
+                             f"{'documents' if kind == 'documents' else 'texts'} (--explain OUT.html)")
+    with _output(args.output) as out:
+        handler = {"documents": _documents, "graph": _graph}.get(kind) or _bert_handlers()[kind]
+        return handler(args, run, out)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    bound_primitive_cache()  # before any tensor work: oneDNN reads it once
-    plain_warnings()
-    args = _parser().parse_intermixed_args(argv)
-    try:
-        if args.save_attention:
-            check_npz(args.save_attention)
-        check_new_outputs(("-o", args.output), ("--save-attention", args.save_attention),
-                          ("--explain", args.explain), ("--attention", args.attention))
-        run = open_run(args.model, args.device)
-        kind = run_interface(run)
-        if kind not in UNREAD:
-            tool = " (translation runs: attnflow-translate)" if kind == "seq2seq" else ""
-            raise PredictError(f"the run at {run.run_dir} works on {kind or 'unknown data'}; "
-                               f"attnflow-predict labels documents, graph nodes and texts (BERT "
-                               f"runs: text_classification, token_classification, "
-                               f"bert_pretraining, multitask) and captions images{tool}")
-        _drop_unread(args, kind, run)
-        if args.explain is True and kind != "graph":  # documents, texts: the HTML page to write
-            raise PredictError(f"--explain takes the HTML file to write for "
-                               f"{'documents' if kind == 'documents' else 'texts'} (--explain OUT.html)")
-        with _output(args.output) as out:
-            handler = {"documents": _documents, "graph": _graph}.get(kind) or _bert_handlers()[kind]
-            return handler(args, run, out)
-    except (CheckpointError, PredictError, InputError, OSError, ValueError) as err:
-        print(f"attnflow-predict: {err}", file=sys.stderr)
-        return 2
+    return run_tool(_parser(), argv, _predict, (OSError, ValueError))
 
 
 if __name__ == "__main__":

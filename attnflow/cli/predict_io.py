@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 
+from attnflow.inference.runs import InferenceError
 from attnflow.io.console import warn_unread
 from attnflow.io.text import batched, iter_lines, iter_stdin, no_inputs, save_arrays
 
@@ -18,10 +19,6 @@ BATCH_SIZE = 32  # --batch-size of documents, texts and images
 WARN_CUT = 10  # inputs over the run's caps noted one by one; then only the total
 TABLES = (".csv", ".csv.gz", ".tsv", ".tsv.gz", ".parquet")
 JSON_LINES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz")
-
-
-class PredictError(ValueError):
-    """A problem the user can fix; printed as one line."""
 
 
 def positive(value: str) -> int:
@@ -34,7 +31,7 @@ def positive(value: str) -> int:
 
 def jsonl_fields(path: str, field: str, fits: Callable, what: str) -> Iterator:
     """Each line's ``field`` of a JSON-lines file (None for a blank line); a line that is no JSON,
-    or whose field ``fits`` refuses, is a PredictError naming it (``what``: the field as a run
+    or whose field ``fits`` refuses, is an InferenceError naming it (``what``: the field as a run
     setting names it, e.g. ``text field '{field}' (the run's data.text_field)``)."""
     for n, line in enumerate(iter_lines(path, "--file"), 1):
         if not line.strip():
@@ -43,10 +40,10 @@ def jsonl_fields(path: str, field: str, fits: Callable, what: str) -> Iterator:
         try:
             row = json.loads(line)
         except json.JSONDecodeError as err:
-            raise PredictError(f"{path} line {n} is not JSON: {err}") from None
+            raise InferenceError(f"{path} line {n} is not JSON: {err}") from None
         value = row.get(field) if isinstance(row, dict) else None
         if not fits(value):
-            raise PredictError(f"{path} line {n} has no {what}")
+            raise InferenceError(f"{path} line {n} has no {what}")
         yield value
 
 
@@ -55,7 +52,7 @@ def _table_texts(path: Path, field: str) -> Iterator[str]:
 
     for where, row in rows(path, [field], "--file"):
         if field not in row or not isinstance(row[field], (str, type(None))):
-            raise PredictError(f"{path} {where} has no text field '{field}' (the run's data.text_field)")
+            raise InferenceError(f"{path} {where} has no text field '{field}' (the run's data.text_field)")
         yield row[field] or ""
 
 
@@ -105,7 +102,7 @@ def label_all(args: argparse.Namespace, out, texts: Iterable[str], where: str, s
         arrays.update(more)
         n += len(chunk)
     if not n:
-        raise PredictError(none or no_inputs(what, "--file", args.file))
+        raise InferenceError(none or no_inputs(what, "--file", args.file))
     if over:
         print(f"{prog}: {over} of {n} {what} were longer than {caps.format(cut=cut, size=size)} "
               f"cut in all", file=sys.stderr)

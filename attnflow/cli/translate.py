@@ -20,81 +20,15 @@ import argparse
 import sys
 import warnings
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
-
+from typing import List, Optional
 
 import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
-from attnflow.cli.predict_io import PredictError, label_all, positive, read_texts
-from attnflow.config.registry import DATA, MODELS, TASKS, AttnflowWarning, ConfigError
-from attnflow.config.secrets import resolve_env
-from attnflow.io.checkpoints import CheckpointError, load_run, load_weights
-from attnflow.io.console import plain_warnings
-from attnflow.io.text import (InputError, check_new_outputs, check_npz, check_png,
-                              no_inputs, path_arg, text_array)
-from attnflow.training.onednn import bound_primitive_cache
-
-
-class TranslateError(Exception):
-    """A problem the user can fix; printed as one line."""
-
-
-def load(path: Path, device: str = "cpu"):
-    """(model, data module, config) from a run directory or checkpoint."""
-    run = load_run(path, device)
-    cfg = run.config
-    if cfg["data"].get("name") != "parallel":
-        raise TranslateError(f"the run at {run.run_dir} is not a translation run (data "
-                             f"'{cfg['data'].get('name')}'); attnflow-eval gives any run's metrics, "
-                             f"attnflow-predict labels documents, graph nodes, texts and images")
-    used = resolve_env(cfg)  # (${oc.env:…} as recorded: its value for the work only)
-    dm = DATA.build(used["data"], path="data")
-    dm.load_tokenizers(run.run_dir / "tokenizer", run.ckpt.get("attnflow_artifacts"))
-    model = MODELS.build(used["model"], path="model", **dm.model_context())
-    load_weights(model, run.ckpt["state_dict"], "model.", f"model '{cfg['model'].get('name')}'")
-    return model.to(device).eval(), dm, cfg
-
-
-def load_ensemble(paths: Sequence[Path], device: str = "cpu"):
-    """(model, data module, config) of ``paths[0]``, or the Ensemble of all ``paths`` with the
-    first's data module and config."""
-    model, dm, configs = load_members(paths, device)
-    return model, dm, configs[0]
-
-
-def load_members(paths: Sequence[Path], device: str = "cpu"):
-    """:func:`load_ensemble`, with the config of every member (in the order of ``paths``)."""
-    loaded = [load(path, device) for path in paths]
-    (model, dm, _), configs = loaded[0], [cfg for _, _, cfg in loaded]
-    for path, (_, other, _) in zip(paths[1:], loaded[1:]):
-        for what, mine, theirs in (("source", dm.src_tok, other.src_tok), ("target", dm.tgt_tok, other.tgt_tok)):
-            if theirs.to_str() != mine.to_str():
-                raise TranslateError(f"--ensemble {path}: its {what} tokenizer differs from that of "
-                                     f"{paths[0]}; an ensemble's members share their token ids")
-    if len(paths) > 1:
-        from attnflow.models.ensemble import Ensemble
-
-        model = Ensemble([m for m, _, _ in loaded]).eval()
-    return model, dm, configs
-
-
-def decoding_settings(paths: Sequence[Path], configs: Sequence, beam: Optional[int],
-                      length_penalty: Optional[float]) -> Tuple[int, float]:
-    """(beam, α): the options where given, else how the first run's test step decoded (its
-    task's ``beam_size``, ``length_penalty``; without beam search 1 and 0.6); an ensemble member
-    that decoded otherwise is one warning."""
-    own = [TASKS.validate(cfg["task"], "task") if cfg.get("task") else {} for cfg in configs]
-    own = [{"beam": int(t.get("beam_size", 1)), "length_penalty": float(t.get("length_penalty", 0.6))}
-           for t in own]
-    given = {"beam": beam, "length_penalty": length_penalty}
-    unread = [f"{path} (task.{'beam_size' if key == 'beam' else key} {s[key]:g})"
-              for key, value in given.items() if value is None
-              for path, s in zip(paths[1:], own[1:]) if s[key] != own[0][key]]
-    given = {k: own[0][k] if v is None else v for k, v in given.items()}
-    if unread:
-        warnings.warn(f"--ensemble {', '.join(unread)}: not read; the first run's decoding applies "
-                      f"(beam {given['beam']:g}, length penalty {given['length_penalty']:g}; "
-                      f"--beam and --length-penalty choose)", AttnflowWarning)
-    return int(given["beam"]), float(given["length_penalty"])
+from attnflow.cli.predict_io import label_all, positive, read_texts
+from attnflow.cli.tool import run_tool
+from attnflow.config.registry import AttnflowWarning, ConfigError
+from attnflow.inference.runs import InferenceError
+from attnflow.io.checkpoints import CheckpointError
+from attnflow.io.text import InputError, check_new_outputs, check_npz, check_png, no_inputs, path_arg, text_array
 
 
 def heat_map_names(out: str, n: int) -> List[Path]:
@@ -144,7 +78,7 @@ def _check_options(args) -> None:
 def _translate_all(args, lines, where: str, model, dm, beam: int, length_penalty: float) -> list:
     """Translate ``lines`` batch by batch, printing each, and write ``--save-attention``; the
     heat maps to draw (α, source and output tokens, what α is, the line)."""
-    from attnflow.tasks import seq2seq_inference as mt  # torch: once the options are checked
+    from attnflow.inference import translation as mt  # torch: once the options are checked
 
     max_len, limit, heat_maps = args.max_len or dm.max_decode_len, dm.max_src_len, []
 
@@ -188,23 +122,23 @@ def _draw(args, heat_maps: list) -> None:
               "(or every input line was empty)", file=sys.stderr)
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    bound_primitive_cache()  # before any tensor work: oneDNN reads it once
-    plain_warnings()
-    args = _parser().parse_intermixed_args(argv)  # options before or after the sentences
-    try:
-        _check_options(args)
-        lines, where = read_texts(args, args.sentences, None, "-f")
-        paths = [Path(p) for p in [args.run, *args.ensemble]]
-        model, dm, configs = load_members(paths, args.device)
-        beam, length_penalty = decoding_settings(paths, configs, args.beam, args.length_penalty)
-        heat_maps = _translate_all(args, lines, where, model, dm, beam, length_penalty)
-        if args.attention:
-            _draw(args, heat_maps)
-    except (TranslateError, PredictError, CheckpointError, InputError, ConfigError, OSError) as err:
-        print(f"attnflow-translate: {err}", file=sys.stderr)
-        return 2
+def _translate(args) -> int:
+    _check_options(args)
+    lines, where = read_texts(args, args.sentences, None, "-f")
+    from attnflow.inference import translation as mt  # torch: once the options are checked
+
+    paths = [Path(p) for p in [args.run, *args.ensemble]]
+    model, dm, configs = mt.load_members(paths, args.device)
+    beam, length_penalty = mt.decoding_settings(paths, configs, args.beam, args.length_penalty)
+    heat_maps = _translate_all(args, lines, where, model, dm, beam, length_penalty)
+    if args.attention:
+        _draw(args, heat_maps)
     return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    return run_tool(_parser(), argv, _translate,
+                    (InferenceError, CheckpointError, InputError, ConfigError, OSError))
 
 
 if __name__ == "__main__":

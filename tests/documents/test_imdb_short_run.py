@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from attnflow.cli.predict import load, main as predict_main
-from attnflow.tasks.classification_inference import predict
+from attnflow.cli.predict import main as predict_main
+from attnflow.inference.documents import load, predict
 from attnflow.training.run import train
 from support import DATA_DIR, compose_cfg
 

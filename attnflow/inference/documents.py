@@ -1,16 +1,32 @@
-"""Labelling documents with a trained classification task outside training: texts encoded and
-capped as in training, each with its label, probabilities, attention weights and what the caps
-cut, and the attention maps as arrays, for ``attnflow-predict``, ``attnflow-export`` and tests."""
+"""Document classifiers applied: the run's task rebuilt with its vocabulary, and texts encoded
+and capped as in training, each with its label, probabilities, attention weights and what the
+caps cut, and the attention maps as arrays."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Dict, List, Optional
 
 import numpy as np
 
-from attnflow.data.documents import cap_document, encode_texts, tokenize
-from attnflow.io.checkpoints import no_grad
+from attnflow.data.documents import Vocabulary, cap_document, encode_texts, tokenize
+from attnflow.inference.runs import open_run, rebuild
+from attnflow.io.checkpoints import CheckpointError, Run, no_grad, run_artifacts
 from attnflow.io.text import text_array
+
+
+def load(target: Path | str, device: str = "cpu", run: Optional[Run] = None):
+    """(task, artifacts) of a document classifier rebuilt from a run directory or checkpoint."""
+    run = run or open_run(target, device)
+    art = run_artifacts(run)
+    if not art.get("vocab"):
+        raise CheckpointError(f"no vocabulary: {run.run_dir / 'vocab.json'} is missing and the "
+                              f"checkpoint {run.checkpoint} carries none")
+    vocab = art["vocab_obj"] = Vocabulary.from_json(art["vocab"])
+    names = art["class_names"]
+    return rebuild(run, {"vocab_size": len(vocab), "num_classes": len(names), "pad_id": 0},
+                   task_context={"num_classes": len(names), "class_names": names, "itos": vocab.itos},
+                   device=device), art
 
 
 @no_grad

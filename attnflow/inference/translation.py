@@ -1,10 +1,13 @@
-"""Translating with a trained seq2seq model outside training: sources decoded in batches of similar
-length (greedy or beam search, as the task's test step), and every attention map of a
-teacher-forced pass over the output, for ``attnflow-translate`` and the benchmarks."""
+"""Translation runs applied: a run (or an ensemble of runs sharing tokenizers) rebuilt with its
+tokenizers and decoding settings, sources decoded in batches of similar length (greedy or beam
+search, as the task's test step), and every attention map of a teacher-forced pass over the
+output."""
 
 from __future__ import annotations
 
 import functools
+import warnings
+from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -12,10 +15,60 @@ import torch
 
 from attnflow.blocks.attention.base import AttentionBlock
 from attnflow.blocks.decoders.decoding import decode
+from attnflow.config.registry import TASKS, AttnflowWarning
 from attnflow.data.parallel import BOS, EOS, PAD, collate
-from attnflow.io.checkpoints import no_grad
+from attnflow.inference.runs import InferenceError, data_module, rebuild
+from attnflow.io.checkpoints import Run, load_run, no_grad
+from attnflow.models.ensemble import Ensemble
 from attnflow.tasks.seq2seq import strip_after_eos
 from attnflow.viz.figures import decoder_alpha_label
+
+
+def load(target: Path | str, device: str = "cpu", run: Optional[Run] = None):
+    """(model, data module, config as recorded) from a run directory or checkpoint."""
+    run = run or load_run(target, device)
+    if run.config["data"].get("name") != "parallel":
+        raise InferenceError(f"the run at {run.run_dir} is not a translation run (data "
+                             f"'{run.config['data'].get('name')}'); attnflow-eval gives any run's "
+                             f"metrics, attnflow-predict labels documents, graph nodes, texts and images")
+    dm = data_module(run)
+    dm.load_tokenizers(run.run_dir / "tokenizer", run.ckpt.get("attnflow_artifacts"))
+    return rebuild(run, dm.model_context(), device=device), dm, run.config
+
+
+def load_members(paths: Sequence[Path], device: str = "cpu"):
+    """(model, data module, configs): the model of ``paths[0]``, or the Ensemble of all
+    ``paths``, with the first's data module, and the config of every member (in their order)."""
+    loaded = [load(path, device) for path in paths]
+    (model, dm, _), configs = loaded[0], [cfg for _, _, cfg in loaded]
+    for path, (_, other, _) in zip(paths[1:], loaded[1:]):
+        for what, mine, theirs in (("source", dm.src_tok, other.src_tok), ("target", dm.tgt_tok, other.tgt_tok)):
+            if theirs.to_str() != mine.to_str():
+                raise InferenceError(f"--ensemble {path}: its {what} tokenizer differs from that of "
+                                     f"{paths[0]}; an ensemble's members share their token ids")
+    if len(paths) > 1:
+        model = Ensemble([m for m, _, _ in loaded]).eval()
+    return model, dm, configs
+
+
+def decoding_settings(paths: Sequence[Path], configs: Sequence, beam: Optional[int],
+                      length_penalty: Optional[float]) -> Tuple[int, float]:
+    """(beam, α): the options where given, else how the first run's test step decoded (its
+    task's ``beam_size``, ``length_penalty``; without beam search 1 and 0.6); an ensemble member
+    that decoded otherwise is one warning."""
+    own = [TASKS.validate(cfg["task"], "task") if cfg.get("task") else {} for cfg in configs]
+    own = [{"beam": int(t.get("beam_size", 1)), "length_penalty": float(t.get("length_penalty", 0.6))}
+           for t in own]
+    given = {"beam": beam, "length_penalty": length_penalty}
+    unread = [f"{path} (task.{'beam_size' if key == 'beam' else key} {s[key]:g})"
+              for key, value in given.items() if value is None
+              for path, s in zip(paths[1:], own[1:]) if s[key] != own[0][key]]
+    given = {k: own[0][k] if v is None else v for k, v in given.items()}
+    if unread:
+        warnings.warn(f"--ensemble {', '.join(unread)}: not read; the first run's decoding applies "
+                      f"(beam {given['beam']:g}, length penalty {given['length_penalty']:g}; "
+                      f"--beam and --length-penalty choose)", AttnflowWarning)
+    return int(given["beam"]), float(given["length_penalty"])
 
 
 def encode(dm, lines: Sequence[str]) -> Tuple[List[List[int]], List[int]]:
