@@ -28,7 +28,7 @@ from attnflow.cli.tool import run_tool
 from attnflow.config.registry import AttnflowWarning, ConfigError
 from attnflow.inference.runs import InferenceError
 from attnflow.io.checkpoints import CheckpointError
-from attnflow.io.text import InputError, check_new_outputs, check_npz, check_png, no_inputs, path_arg, text_array
+from attnflow.io.text import InputError, check_new_outputs, check_npz, check_png, no_inputs, path_arg
 
 
 def heat_map_names(out: str, n: int) -> List[Path]:
@@ -89,12 +89,7 @@ def _translate_all(args, lines, where: str, model, dm, beam: int, length_penalty
         if args.attention:
             heat_maps.extend((*m, line) for m, line in zip(mt.heat_maps(model, dm, w, ids, rows), chunk)
                              if m)
-        arrays = {}
-        for j, (s, r, maps) in enumerate(zip(ids, rows, mt.attention_arrays(model, ids, rows)), first) \
-                if args.save_attention else ():
-            arrays.update({f"{j}/source": text_array(mt.tokens(dm.src_tok, s)),
-                           f"{j}/output": text_array(mt.tokens(dm.tgt_tok, r)),
-                           **{f"{j}/{k}": v for k, v in maps.items()}})
+        arrays = mt.saved_attention(model, dm, ids, rows, first) if args.save_attention else {}
         return [{"empty": not (line.strip() and n), "size": n, "cut": max(0, n - limit),
                  "out": dm.detokenize(r)} for line, n, r in zip(chunk, full, rows)], arrays
 

@@ -19,6 +19,7 @@ from attnflow.config.registry import TASKS, AttnflowWarning
 from attnflow.data.parallel import BOS, EOS, PAD, collate
 from attnflow.inference.runs import InferenceError, data_module, rebuild
 from attnflow.io.checkpoints import Run, load_run, no_grad
+from attnflow.io.text import text_array
 from attnflow.models.ensemble import Ensemble
 from attnflow.tasks.seq2seq import strip_after_eos
 from attnflow.viz.figures import decoder_alpha_label
@@ -169,3 +170,14 @@ def attention_arrays(model, ids: List[List[int]], rows: List[List[int]]) -> List
         out[i] = {kind: torch.stack([m[r, :, :size[kind][0], :size[kind][1]] for m in maps]).numpy()
                   for kind, maps in captured.items() if maps}
     return out
+
+
+def saved_attention(model, dm, ids: List[List[int]], rows: List[List[int]], first: int) -> Dict[str, np.ndarray]:
+    """The ``--save-attention`` arrays of sources numbered from ``first``: ``{i}/source`` and
+    ``{i}/output`` (tokens), and each map of :func:`attention_arrays` as ``{i}/<kind>``."""
+    arrays: Dict[str, np.ndarray] = {}
+    for j, (s, r, maps) in enumerate(zip(ids, rows, attention_arrays(model, ids, rows)), first):
+        arrays.update({f"{j}/source": text_array(tokens(dm.src_tok, s)),
+                       f"{j}/output": text_array(tokens(dm.tgt_tok, r)),
+                       **{f"{j}/{k}": v for k, v in maps.items()}})
+    return arrays
