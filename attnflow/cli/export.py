@@ -7,12 +7,7 @@
 ``vocab.txt``, ``tokenizer_config.json``): transformers' ``AutoModelFor…`` and ``AutoTokenizer``
 load it and compute the run's outputs. ``--to onnx`` traces the model (batch, length, node and
 edge counts left dynamic) and, where onnxruntime is installed, checks the file against the model
-on the example it traced. Inputs and outputs:
-
-    texts      input_ids, segment_ids (B, T) int64, attention_mask (B, T) bool -> logits (B, C) or (B, T, C)
-    documents  tokens (B, S, W) int64, sent_lengths (B, S) int64 -> logits (B, C)
-    graph      x (N, F) float, edge_index (2, E) int64 -> logits (N, C)
-    seq2seq    src (B, S) int64, src_lengths (B,) int64 -> memory (B, S, d)
+on the example it traced (inputs and outputs: :mod:`attnflow.inference.export`).
 
 An output that exists, a run of another kind or a setting HF's BERT lacks: one line, exit 2.
 """

@@ -1,8 +1,13 @@
 """Trained runs written in other formats: a BERT run as a Hugging Face model directory
 (transformers' ``AutoModelFor…`` and ``AutoTokenizer`` load it), any run of texts, documents,
 graphs or translation as an ONNX file of its model (or MT encoder), traced on an example and
-checked against the model where onnxruntime is installed. Inputs and outputs:
-:mod:`attnflow.cli.export`."""
+checked against the model where onnxruntime is installed. The ONNX inputs and outputs:
+
+    texts      input_ids, segment_ids (B, T) int64, attention_mask (B, T) bool -> logits (B, C) or (B, T, C)
+    documents  tokens (B, S, W) int64, sent_lengths (B, S) int64 -> logits (B, C)
+    graph      x (N, F) float, edge_index (2, E) int64 -> logits (N, C)
+    seq2seq    src (B, S) int64, src_lengths (B,) int64 -> memory (B, S, d)
+"""
 
 from __future__ import annotations
 
