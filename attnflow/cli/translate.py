@@ -27,7 +27,7 @@ from attnflow.cli.predict_io import label_all, positive, read_texts
 from attnflow.cli.tool import run_tool
 from attnflow.config.registry import AttnflowWarning, ConfigError
 from attnflow.inference.runs import InferenceError
-from attnflow.io.checkpoints import CheckpointError
+from attnflow.io.checkpoints import CheckpointError, load_run
 from attnflow.io.text import InputError, check_new_outputs, check_npz, check_png, no_inputs, path_arg
 
 
@@ -120,10 +120,11 @@ def _draw(args, heat_maps: list) -> None:
 def _translate(args) -> int:
     _check_options(args)
     lines, where = read_texts(args, args.sentences, None, "-f")
-    from attnflow.inference import translation as mt  # torch: once the options are checked
-
     paths = [Path(p) for p in [args.run, *args.ensemble]]
-    model, dm, configs = mt.load_members(paths, args.device)
+    runs = [load_run(p, args.device) for p in paths]
+    from attnflow.inference import translation as mt  # torch: once the options and runs are checked
+
+    model, dm, configs = mt.load_members(paths, args.device, runs)
     beam, length_penalty = mt.decoding_settings(paths, configs, args.beam, args.length_penalty)
     heat_maps = _translate_all(args, lines, where, model, dm, beam, length_penalty)
     if args.attention:

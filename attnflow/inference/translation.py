@@ -37,10 +37,11 @@ def load(target: Path | str, device: str = "cpu", run: Optional[Run] = None):
     return rebuild(run, dm.model_context(), device=device), dm, run.config
 
 
-def load_members(paths: Sequence[Path], device: str = "cpu"):
+def load_members(paths: Sequence[Path], device: str = "cpu", runs: Optional[Sequence[Run]] = None):
     """(model, data module, configs): the model of ``paths[0]``, or the Ensemble of all
-    ``paths``, with the first's data module, and the config of every member (in their order)."""
-    loaded = [load(path, device) for path in paths]
+    ``paths``, with the first's data module, and the config of every member (in their order);
+    ``runs``: the runs of ``paths``, already read."""
+    loaded = [load(path, device, run) for path, run in zip(paths, runs or [None] * len(paths))]
     (model, dm, _), configs = loaded[0], [cfg for _, _, cfg in loaded]
     for path, (_, other, _) in zip(paths[1:], loaded[1:]):
         for what, mine, theirs in (("source", dm.src_tok, other.src_tok), ("target", dm.tgt_tok, other.tgt_tok)):
