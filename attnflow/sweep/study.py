@@ -1,5 +1,5 @@
 """The study a sweep fills, shared by any number of workers (sweep commands, each with its own
-folder) through its storage (:func:`attnflow.config.sweeps.storage_spec`: null keeps it in
+folder) through its storage (:func:`attnflow.sweep.storage.storage_spec`: null keeps it in
 ``<sweep dir>/optuna.db``; a ``.journal`` path is an Optuna journal file, for shared file systems;
 else an SQLAlchemy URL, e.g. ``postgresql+psycopg2://…``).
 
