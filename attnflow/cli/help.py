@@ -58,11 +58,13 @@ def describe(path: Path) -> str:
 
 def root_choices(conf_dir: Path) -> Dict[str, str]:
     """{group: default option} of ``train.yaml``'s defaults list, in its order."""
-    out: Dict[str, str] = {}
-    for entry in yaml.safe_load((conf_dir / "train.yaml").read_text(encoding="utf-8")).get("defaults", []):
-        if isinstance(entry, dict):
-            out.update({str(g): "" if o is None else str(o) for g, o in entry.items() if g != "hydra"})
-    return out
+    entries = yaml.safe_load((conf_dir / "train.yaml").read_text(encoding="utf-8")).get("defaults", [])
+    return {str(g): "" if o is None else str(o) for entry in entries if isinstance(entry, dict)
+            for g, o in entry.items() if g != "hydra"}
+
+
+def _options(folder: Path) -> List[Tuple[str, str]]:
+    return [(p.stem, describe(p)) for p in sorted(folder.glob("*.yaml"))]
 
 
 def groups(conf_dir: Path) -> List[Tuple[str, str, List[Tuple[str, str]]]]:
@@ -71,24 +73,16 @@ def groups(conf_dir: Path) -> List[Tuple[str, str, List[Tuple[str, str]]]]:
     names = list(defaults) + sorted(p.name for p in conf_dir.iterdir()
                                     if p.is_dir() and p.name != "hydra" and p.name not in defaults
                                     and not p.name.startswith(("_", ".")))
-    out = []
-    for group in names:
-        folder = conf_dir / group
-        options = [(p.stem, describe(p)) for p in sorted(folder.glob("*.yaml"))] if folder.is_dir() else []
-        out.append((group, defaults.get(group, ""), options))
+    out = [(group, defaults.get(group, ""), _options(conf_dir / group)) for group in names]
     for group, plugins in PLUGIN_OPTIONS.items():
-        options = []
-        for option, (plugin, text) in plugins.items():
-            if plugin and missing_module(plugin):
-                text += f' (not installed: pip install -e ".[{PLUGINS[plugin][1]}]")'
-            options.append((option, text))
-        options += [(p.stem, describe(p)) for p in sorted((conf_dir / group).glob("*.yaml"))]
-        out.append((group, "basic", options))
+        options = [(option, text + (f' (not installed: pip install -e ".[{PLUGINS[plugin][1]}]")'
+                                    if plugin and missing_module(plugin) else ""))
+                   for option, (plugin, text) in plugins.items()]
+        out.append((group, "basic", options + _options(conf_dir / group)))
     for entry in OptunaSweeperConf().defaults:  # the Optuna sweeper's own groups
         for name, default in (entry.items() if isinstance(entry, dict) else ()):
             group = f"hydra/sweeper/{name}"
-            options = [(p.stem, describe(p)) for p in sorted((conf_dir / group).glob("*.yaml"))]
-            out.append((group + "   (with hydra/sweeper=optuna)", default, options))
+            out.append((group + "   (with hydra/sweeper=optuna)", default, _options(conf_dir / group)))
     return out
 
 
