@@ -31,12 +31,12 @@ from attnflow.config.groups import field_overrides
 from attnflow.config.hydra_internals import checked_compositions
 from attnflow.config.overrides import assignments
 from attnflow.config.registry import ConfigError
-from attnflow.config.sweeps import optuna_sweep
 from attnflow.config.trust import code_refusal
 from attnflow.data.errors import DataError
 from attnflow.io.console import command
 from attnflow.io.text import InputError, check_folder, in_the_way
 from attnflow.sweep.checks import check_optimized_metric, check_sweep, check_sweep_data
+from attnflow.sweep.plugins import optuna_sweep
 from attnflow.sweep.pruning import trial_reports
 from attnflow.sweep.study import TrialFailed
 from attnflow.training import rollback, runlock

@@ -22,9 +22,9 @@ from typing import Any, Dict, Optional
 import pytorch_lightning as pl
 from pytorch_lightning.trainer.states import TrainerFn
 
-from attnflow.config.sweeps import RETRY_OF, is_optuna_sweeper
 from attnflow.sweep import study as studies
 from attnflow.sweep.config import build
+from attnflow.sweep.plugins import RETRY_OF, is_optuna_sweeper
 from attnflow.sweep.storage import open_storage, storage_spec
 
 log = logging.getLogger(__name__)

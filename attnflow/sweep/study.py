@@ -24,7 +24,7 @@ from typing import Any, Iterable, List, Optional, Set
 
 from omegaconf import OmegaConf
 
-from attnflow.config.sweeps import RETRY_OF, RUN_DIR
+from attnflow.sweep.plugins import RETRY_OF, RUN_DIR
 
 class TrialFailed(RuntimeError):
     """A trial's run refused or failed (its one line): the trial is FAIL, the sweep goes on."""

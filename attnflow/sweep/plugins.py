@@ -1,14 +1,16 @@
 """Sweepers and launchers as the command line picks them (docs/sweeps.md), importing neither torch
 nor :mod:`attnflow.training`: :func:`missing_plugin` names a sweeper or launcher that is not
-installed, with the extra that installs it, from the config files' text alone.
+installed, with the extra that installs it, from the config files' text alone;
+:func:`foreign_hydra_plugins` the other Hydra plugins installed (whose groups ``--help`` cannot see).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import pkgutil
 import re
 from pathlib import Path
-from typing import Any, Iterable, Optional, Tuple
+from typing import Any, Iterable, List, Optional, Tuple
 
 import yaml  # (PyYAML, which OmegaConf imports)
 
@@ -113,3 +115,12 @@ def is_optuna_sweeper(target: Any) -> bool:
 def optuna_sweep(cfg: Any) -> bool:
     """Whether a composed config (with its ``hydra`` node) sweeps with attnflow's Optuna sweeper."""
     return is_optuna_sweeper(cfg.hydra.sweeper.get("_target_"))
+
+
+def foreign_hydra_plugins() -> List[str]:
+    """The installed ``hydra_plugins`` modules other than those of ``PLUGINS`` (none imported)."""
+    spec = importlib.util.find_spec("hydra_plugins")
+    ours = {m.rsplit(".", 1)[1] for modules, _, _ in PLUGINS.values() for m in modules
+            if m.startswith("hydra_plugins.")}
+    return [m.name for m in pkgutil.iter_modules(spec.submodule_search_locations or [])
+            if m.name not in ours] if spec else []
