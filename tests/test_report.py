@@ -200,7 +200,7 @@ def test_status_is_one_line_and_a_damaged_first_run_is_never_shown_best(sweep, t
     first, among the ok runs, by its metrics; "N with metrics" counted the ok runs."""
     from rich.console import Console
 
-    from attnflow.cli.report import print_table
+    from attnflow.viz.report_pages import print_table
     from attnflow.viz.runs import build
 
     copy = _copy(sweep, tmp_path / "sweep")

@@ -250,7 +250,7 @@ def test_on_slurm_each_trial_is_a_cluster_job_of_the_same_study(monkeypatch, tmp
     assert sorted(jobs) == [0, 1]
     for t in trials:
         assert f"++task.optim.lr={t.params['task.optim.lr']!r}" in jobs[t.number]
-    from attnflow.config.sweeps import storage_spec
+    from attnflow.sweep.storage import storage_spec
 
     for call in calls:  # the config each job composes its own from: the study's storage
         hydra = call.function.config.hydra

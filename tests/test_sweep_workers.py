@@ -199,7 +199,7 @@ def test_three_workers_fill_one_study_on_postgresql(tmp_path, postgres_url):  # 
 def test_a_journal_lease_tells_a_lost_trial_from_a_live_one(tmp_path):
     """On a journal file the lease is the time of a trial's last beat: one silent for longer than
     the grace period is failed as lost and queued again, once; one that beats is left running."""
-    from attnflow.config.sweeps import open_storage
+    from attnflow.sweep.storage import open_storage
     from attnflow.sweep import liveness
 
     storage = open_storage(str(tmp_path / "study.journal"))

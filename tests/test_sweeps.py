@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from attnflow.config.registry import ConfigError, MODELS, DATA
 from attnflow.training.validate import resolve_config
-from attnflow.config.sweeps import missing_plugin, required_plugins
+from attnflow.sweep.plugins import missing_plugin, required_plugins
 from attnflow.sweep.checks import check_optimized_metric, final_metric_names
 from support import CONF, FAST, compose_cfg, train_cli
 

@@ -4,16 +4,14 @@ read from the config files alone (no torch, Lightning or Hydra import); Hydra's 
 
 from __future__ import annotations
 
-import importlib.util
-import pkgutil
 import shutil
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import yaml  # PyYAML, which OmegaConf imports anyway
 
-from attnflow.config.sweeps import PLUGINS, missing_module  # file reads and find_spec only: cheap
 from attnflow.sweep.config import OptunaSweeperConf  # (dataclasses only)
+from attnflow.sweep.plugins import PLUGINS, foreign_hydra_plugins, missing_module  # (cheap)
 
 USAGE = """\
 usage: {prog} [GROUP=OPTION ...] [KEY=VALUE ...]     train one run (outputs/<date>/<time>/)
@@ -25,7 +23,7 @@ usage: {prog} [GROUP=OPTION ...] [KEY=VALUE ...]     train one run (outputs/<dat
 KEY=VALUE sets any field, also one the YAML leaves at its default (trainer.max_epochs=3,
 task.optim.lr=0.01, attention.heads=8); `attnflow-blocks [KIND]` lists every block's fields."""
 
-# Options Hydra plugins add to its groups: (the plugin of config.sweeps.PLUGINS, or None; a line)
+# Options Hydra plugins add to its groups: (the plugin of sweep.plugins.PLUGINS, or None; a line)
 PLUGIN_OPTIONS = {
     "hydra/launcher": {
         "basic": (None, "one job after another in this process (Hydra's)"),
@@ -58,11 +56,13 @@ def describe(path: Path) -> str:
 
 def root_choices(conf_dir: Path) -> Dict[str, str]:
     """{group: default option} of ``train.yaml``'s defaults list, in its order."""
-    out: Dict[str, str] = {}
-    for entry in yaml.safe_load((conf_dir / "train.yaml").read_text(encoding="utf-8")).get("defaults", []):
-        if isinstance(entry, dict):
-            out.update({str(g): "" if o is None else str(o) for g, o in entry.items() if g != "hydra"})
-    return out
+    entries = yaml.safe_load((conf_dir / "train.yaml").read_text(encoding="utf-8")).get("defaults", [])
+    return {str(g): "" if o is None else str(o) for entry in entries if isinstance(entry, dict)
+            for g, o in entry.items() if g != "hydra"}
+
+
+def _options(folder: Path) -> List[Tuple[str, str]]:
+    return [(p.stem, describe(p)) for p in sorted(folder.glob("*.yaml"))]
 
 
 def groups(conf_dir: Path) -> List[Tuple[str, str, List[Tuple[str, str]]]]:
@@ -71,24 +71,16 @@ def groups(conf_dir: Path) -> List[Tuple[str, str, List[Tuple[str, str]]]]:
     names = list(defaults) + sorted(p.name for p in conf_dir.iterdir()
                                     if p.is_dir() and p.name != "hydra" and p.name not in defaults
                                     and not p.name.startswith(("_", ".")))
-    out = []
-    for group in names:
-        folder = conf_dir / group
-        options = [(p.stem, describe(p)) for p in sorted(folder.glob("*.yaml"))] if folder.is_dir() else []
-        out.append((group, defaults.get(group, ""), options))
+    out = [(group, defaults.get(group, ""), _options(conf_dir / group)) for group in names]
     for group, plugins in PLUGIN_OPTIONS.items():
-        options = []
-        for option, (plugin, text) in plugins.items():
-            if plugin and missing_module(plugin):
-                text += f' (not installed: pip install -e ".[{PLUGINS[plugin][1]}]")'
-            options.append((option, text))
-        options += [(p.stem, describe(p)) for p in sorted((conf_dir / group).glob("*.yaml"))]
-        out.append((group, "basic", options))
+        options = [(option, text + (f' (not installed: pip install -e ".[{PLUGINS[plugin][1]}]")'
+                                    if plugin and missing_module(plugin) else ""))
+                   for option, (plugin, text) in plugins.items()]
+        out.append((group, "basic", options + _options(conf_dir / group)))
     for entry in OptunaSweeperConf().defaults:  # the Optuna sweeper's own groups
         for name, default in (entry.items() if isinstance(entry, dict) else ()):
             group = f"hydra/sweeper/{name}"
-            options = [(p.stem, describe(p)) for p in sorted((conf_dir / group).glob("*.yaml"))]
-            out.append((group + "   (with hydra/sweeper=optuna)", default, options))
+            out.append((group + "   (with hydra/sweeper=optuna)", default, _options(conf_dir / group)))
     return out
 
 
@@ -122,7 +114,7 @@ def unknown_override(argv: List[str], conf_dir: Path) -> Optional[str]:
     from attnflow.config.registry import suggest
 
     if any(a.startswith(("--config-dir", "-cd", "--config-path", "-cp", "hydra.searchpath",
-                         "+hydra.searchpath")) for a in argv) or _foreign_hydra_plugins():
+                         "+hydra.searchpath")) for a in argv) or foreign_hydra_plugins():
         return None  # (an added folder's groups and options are not in conf_dir)
     known = {group: [o for o, _ in options] for group, _, options in groups(conf_dir)
              if not group.startswith("hydra/")}
@@ -145,11 +137,3 @@ def unknown_override(argv: List[str], conf_dir: Path) -> Optional[str]:
                         f"{suggest(option, known[name])}")
     return None
 
-
-def _foreign_hydra_plugins() -> List[str]:
-    """The installed ``hydra_plugins`` modules other than those of ``PLUGINS`` (none imported)."""
-    spec = importlib.util.find_spec("hydra_plugins")
-    ours = {m.rsplit(".", 1)[1] for modules, _, _ in PLUGINS.values() for m in modules
-            if m.startswith("hydra_plugins.")}
-    return [m.name for m in pkgutil.iter_modules(spec.submodule_search_locations or [])
-            if m.name not in ours] if spec else []

@@ -15,134 +15,14 @@ path (``.report-of``); any other folder is refused before anything is written.
 from __future__ import annotations
 
 import argparse
-import base64
-import csv
-import html
-import io
-import os
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Optional, Sequence
 
-from rich.console import Console
-from rich.table import Table
-
-from attnflow.io.text import InputError, atomic_path, check_folder, path_arg
-from attnflow.viz.report_plots import plot_curves, plot_param, thumbnails
-from attnflow.viz.runs import PRUNED, Report, ReportError, best_runs, build, fmt, ranking, table
-from attnflow.viz.study import attach_study, summary_line
-from attnflow.viz.study_plots import plot_study
-
-REPORT_OF = ".report-of"  # in a report folder: the resolved path it reports
-
-
-def print_table(report: Report, console=None, most: Optional[int] = None) -> None:
-    """The table in the terminal (rich), best run first; wide when output is not a terminal.
-    ``most``: in short, the first ``most`` runs with their parameters and the ranking metric."""
-    header, rows = table(report)
-    if most is not None:
-        keep = [i for i, h in enumerate(header) if h in ("run", "status", *report.params, report.metric)]
-        header, rows = [header[i] for i in keep], [[row[i] for i in keep] for row in rows[:most]]
-    console = console or Console()
-    if not console.is_terminal:  # a file or a pipe: as wide as the table, no folded cells
-        widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
-        console = Console(width=max(80, sum(widths) + 3 * len(widths) + 1), file=console.file)
-    t = Table(title=f"{report.path} — " + ranking(report))
-    for h in header:
-        t.add_column(h, overflow="fold", justify="right" if h not in ("run", "status") else "left")
-    best = best_runs(report)
-    for run, row in zip(report.runs, rows):
-        t.add_row(*row, style="bold" if run in best else None if run.status == "ok" else
-                  "dim" if run.status == PRUNED else "red")  # ok: plain; pruned: dim; else red
-    console.print(t)
-    if len(rows) < len(report.runs):
-        console.print(f"… and {len(report.runs) - len(rows)} more")
-    for note in report.notes:
-        console.print(f"note: {note}")
-
-
-def _data_uri(path: Path) -> str:
-    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
-
-
-def _rel(path: Path, start: Path) -> str:
-    return Path(os.path.relpath(path, start)).as_posix()
-
-
-def _summary_lines(report: Report) -> List[str]:
-    n, ok, pruned, measured = (len(report.runs), sum(r.status == "ok" for r in report.runs),
-                               sum(r.status == PRUNED for r in report.runs), sum(bool(r.metrics) for r in report.runs))
-    sweeper = str(report.sweeper.get("_target_", "")).rsplit(".", 1)[-1] or None
-    lines = [f"{report.kind}: {report.path}",
-             f"{n} run(s): {ok} ok, " + (f"{pruned} pruned, " if pruned else "")
-             + f"{measured} with metrics" + (f"; sweeper: {sweeper}" if sweeper else ""),
-             ranking(report, where=True)]
-    lines += [summary_line(report)] if report.study is not None else []
-    return lines + ["common overrides: " + " ".join(f"{k}={fmt(v)}" for k, v in report.common.items())] * bool(report.common)
-
-
-CSS = """body{font-family:sans-serif;margin:1.5em;color:#222}table{border-collapse:collapse;
-font-size:0.9em}th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}td.l,th{text-align:left}
-tr.best{background:#e8f5e9;font-weight:bold}tr.bad{color:#b00}tr.pruned{color:#777}figure{display:inline-block;margin:6px;vertical-align:top}
-figcaption{font-size:0.8em;color:#555}img.plot{max-width:100%;height:auto}.note{color:#8a5300}"""
-
-
-Plots = List[Tuple[str, Path]]  # (title, PNG file)
-Thumbs = Dict[str, List[Tuple[Path, Path]]]  # per run: (thumbnail, picture)
-
-
-def write_html(report: Report, out: Path, plots: Plots, thumbs: Thumbs) -> str:
-    e = html.escape
-    header, rows = table(report)
-    best = best_runs(report)
-    parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'>",
-             f"<title>attnflow report: {e(report.path.name)}</title><style>{CSS}</style></head><body>",
-             f"<h1>attnflow report: {e(report.path.name)}</h1>",
-             *(f"<p>{e(line)}</p>" for line in _summary_lines(report)),
-             *(f"<p class='note'>note: {e(n)}</p>" for n in report.notes),
-             "<h2>Runs</h2><table id='runs'><thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in header)
-             + "</tr></thead><tbody>"]
-    for run, row in zip(report.runs, rows):
-        cls = "best" if run in best else {"ok": "", PRUNED: "pruned"}.get(run.status, "bad")
-        parts.append(f"<tr class='{cls}' data-run='{e(run.name)}'>" + "".join(
-            f"<td class='{'l' if i < 2 else ''}'>{e(c)}</td>" for i, c in enumerate(row)) + "</tr>")
-    parts += ["</tbody></table>"] + ["<h2>Plots</h2>"] * bool(plots)
-    parts += [f"<figure><img class='plot' alt='{e(t)}' src='{_data_uri(p)}'>"
-              f"<figcaption>{e(t)}</figcaption></figure>" for t, p in plots]
-    parts += ["<h2>Attention pictures</h2>"] * bool(thumbs)
-    for run in (r for r in report.runs if r.name in thumbs):
-        params = " ".join(f"{p}={fmt(report.value(run, p))}" for p in report.params)
-        parts.append(f"<h3>run {e(run.name)} {e(params)}</h3>")
-        parts += [f"<figure><a href='{e(_rel(orig, out))}'><img alt='attention: {e(run.name)}/{e(orig.name)}' "
-                  f"src='{_data_uri(th)}'></a><figcaption>{e(orig.name)}</figcaption></figure>"
-                  for th, orig in thumbs[run.name]]
-    return "\n".join(parts + ["</body></html>\n"])
-
-
-def _md_cell(value: str) -> str:
-    return value.replace("|", "\\|").replace("\n", " ")
-
-
-def write_md(report: Report, out: Path, plots: Plots, thumbs: Thumbs) -> str:
-    header, rows = table(report)
-    lines = [f"# attnflow report: {report.path.name}", ""]
-    lines += [f"- {_md_cell(line)}" for line in _summary_lines(report)]
-    lines += [f"- note: {_md_cell(n)}" for n in report.notes]
-    lines += ["", "| " + " | ".join(map(_md_cell, header)) + " |",
-              "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(map(_md_cell, row)) + " |" for row in rows]
-    lines += ["", "## Plots", ""] * bool(plots) + [f"![{t}]({_rel(p, out)})" for t, p in plots]
-    lines += ["", "## Attention pictures"] * bool(thumbs)
-    for run in (r for r in report.runs if r.name in thumbs):
-        lines += ["", f"### run {run.name}", ""]
-        lines += [f"[![{o.name}]({_rel(t, out)})]({_rel(o, out)})" for t, o in thumbs[run.name]]
-    return "\n".join(lines) + "\n"
-
-
-def _write(path: Path, text: str) -> None:
-    """Atomic: a report interrupted midway leaves the previous file whole."""
-    with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8", newline="") as fh:
-        fh.write(text)  # newline="": the CSV's own \r\n
+from attnflow.io.text import InputError, check_folder, path_arg
+from attnflow.viz.report_pages import REPORT_OF, print_table, write_report
+from attnflow.viz.runs import ReportError, build
+from attnflow.viz.study import attach_study
 
 
 def check_out(out: Path, source: Path) -> None:
@@ -166,28 +46,6 @@ def check_out(out: Path, source: Path) -> None:
         shown = ", ".join(held[:4]) + (f" and {len(held) - 4} more" if len(held) > 4 else "")
         raise ReportError(f"'{out}' holds other files ({shown}), which the report could overwrite; "
                           f"name a new or empty folder with -o")
-
-
-def write_report(report: Report, out: Path) -> Dict[str, Path]:
-    """Plots, thumbnails, report.html, report.md, report.csv and ``.report-of`` in ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
-    _write(out / REPORT_OF, str(report.path.resolve()) + "\n")
-    ranked = not report.groups and sum(report.metric in r.metrics for r in report.runs) > 1
-    plots: Plots = [(f"{report.metric} against {p}", path) for p in (report.params if ranked else [])
-                    if (path := plot_param(report, p, out))]
-    base = report.metric.split("/", 1)[-1]
-    plots += [(f"learning curves: {m}", path) for m in dict.fromkeys([f"val/{base}"] * bool(base) + ["val/loss"])
-              if (path := plot_curves(report, m, out))]
-    plots += plot_study(report, out)
-    thumbs = thumbnails(report, out)
-    files = {"html": out / "report.html", "md": out / "report.md", "csv": out / "report.csv"}
-    _write(files["html"], write_html(report, out, plots, thumbs))
-    _write(files["md"], write_md(report, out, plots, thumbs))
-    header, rows = table(report, full=True)
-    buf = io.StringIO()
-    csv.writer(buf).writerows([header, *(["" if v is None else v for v in row] for row in rows)])
-    _write(files["csv"], buf.getvalue())
-    return files
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

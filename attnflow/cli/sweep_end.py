@@ -8,8 +8,8 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 
-from attnflow.cli.report import print_table
 from attnflow.io.console import command
+from attnflow.viz.report_pages import print_table
 from attnflow.viz.runs import ReportError, build
 
 

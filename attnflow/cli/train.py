@@ -13,12 +13,11 @@ config files alone; the Hydra app is :mod:`attnflow.cli.train_app`, imported aft
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from attnflow import config_dir
 from attnflow.cli.help import train_help, unknown_override
-from attnflow.config.sweeps import missing_plugin
 from attnflow.io.console import plain_warnings
+from attnflow.sweep.plugins import missing_plugin
 from attnflow.training.onednn import bound_primitive_cache
 
 

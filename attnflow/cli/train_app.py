@@ -31,12 +31,12 @@ from attnflow.config.groups import field_overrides
 from attnflow.config.hydra_internals import checked_compositions
 from attnflow.config.overrides import assignments
 from attnflow.config.registry import ConfigError
-from attnflow.config.sweeps import optuna_sweep
 from attnflow.config.trust import code_refusal
 from attnflow.data.errors import DataError
 from attnflow.io.console import command
 from attnflow.io.text import InputError, check_folder, in_the_way
 from attnflow.sweep.checks import check_optimized_metric, check_sweep, check_sweep_data
+from attnflow.sweep.plugins import optuna_sweep
 from attnflow.sweep.pruning import trial_reports
 from attnflow.sweep.study import TrialFailed
 from attnflow.training import rollback, runlock
@@ -103,12 +103,16 @@ def check_composed(cfg: DictConfig, first: bool) -> None:
             raise ConfigError(why)
         if first:
             argv = sys.argv[1:]
-            folder = _check_output_folder(cfg, argv)
+            multirun = bool({"-m", "--multirun"} & set(argv)) or cfg.hydra.get("mode") == RunMode.MULTIRUN
+            folder = _check_output_folder(cfg, multirun)
             if optuna_sweep(cfg):
                 check_sweep(cfg)
-            if _multirun(cfg, argv):
+            if multirun:
                 check_sweep_data(cfg, argv)
-            _lock_sweep_folder(folder)
+            if folder is not None:  # after every check: a sweep refused changes none of its files
+                runlock.hold(folder, "one sweep runs in a folder at a time; wait for it to end (the "
+                                     "same command continues a stopped sweep), or give this one a "
+                                     "hydra.sweep.dir of its own")
     except (ConfigError, InputError) as err:
         _refuse(err)
 
@@ -127,14 +131,9 @@ def _requeued(argv: List[str]) -> Tuple[List[str], Optional[Path]]:
     return [f"resume={run}"], note
 
 
-def _multirun(cfg: DictConfig, argv: List[str]) -> bool:
-    return bool({"-m", "--multirun"} & set(argv)) or cfg.hydra.get("mode") == RunMode.MULTIRUN
-
-
-def _check_output_folder(cfg: DictConfig, argv: List[str]) -> Optional[Path]:
+def _check_output_folder(cfg: DictConfig, multirun: bool) -> Optional[Path]:
     """The run's folder (a multirun's) can be made and written, before Hydra makes it; the sweep
-    folder to lock, where one is named."""
-    multirun = _multirun(cfg, argv)
+    folder to lock, where one is named outright (not from the clock)."""
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     try:
         folder = OmegaConf.select(cfg, key, throw_on_resolution_failure=True)
@@ -145,19 +144,11 @@ def _check_output_folder(cfg: DictConfig, argv: List[str]) -> Optional[Path]:
     return Path(folder) if multirun and named else None
 
 
-def _lock_sweep_folder(folder: Optional[Path]) -> None:
-    """A sweep folder named outright (not from the clock), locked for this sweep once every
-    check passed, so that a sweep refused for another's live folder changes none of its files."""
-    if folder is not None:
-        runlock.hold(folder, "one sweep runs in a folder at a time; wait for it to end (the same "
-                             "command continues a stopped sweep), or give this one a hydra.sweep.dir "
-                             "of its own")
-
-
 def run_app(cfg: DictConfig) -> float | list | None:
     """The task function Hydra runs once per job; returns ``optimized_metric``'s value (a list of
     values for a list of metrics)."""
-    quiet_lightning()
+    for name in ("pytorch_lightning", "lightning_fabric"):  # Lightning's INFO lines off the console
+        logging.getLogger(name).setLevel(logging.WARNING)  # (the run says itself what it does)
     hc = HydraConfig.get()
     out, multirun = Path(hc.runtime.output_dir), hc.mode == RunMode.MULTIRUN
     before = rollback.snapshot(out)  # Hydra's files, a resumed run's
@@ -173,9 +164,9 @@ def run_app(cfg: DictConfig) -> float | list | None:
     except SIGTERMException:  # Lightning's own stop (between the Trainer calls): exit 0 otherwise
         raise Interrupted(signal.SIGTERM) from None
     except ConfigError as err:  # DataError: a data file missing, empty, cut short or malformed
-        kind = "data" if isinstance(err, DataError) else "config"
-        _fail_trial(reports, out, f"{kind} error: {err}")
-        print(f"attnflow: {kind} error: {err}", file=sys.stderr)
+        why = f"{'data' if isinstance(err, DataError) else 'config'} error: {err}"
+        _fail_trial(reports, out, why)
+        print(f"attnflow: {why}", file=sys.stderr)
         _take_back(before)
         sys.exit(2)
     except OSError as err:
@@ -244,13 +235,6 @@ def _fail_trial(reports, out: Path, why: str) -> None:
     record_failure(out, why, trial={"number": reports.number, "study": reports.study_name,
                                     "state": "fail"})
     raise TrialFailed(why.splitlines()[0] if why else why)
-
-
-def quiet_lightning() -> None:
-    """Lightning's INFO lines off the console (its tips, "GPU available", checkpoint restored):
-    the run says where it is and what it trains itself (:mod:`attnflow.training.runlog`)."""
-    for name in ("pytorch_lightning", "lightning_fabric"):
-        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def _take_back(before: dict) -> Optional[str]:

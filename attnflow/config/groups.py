@@ -24,20 +24,15 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from attnflow import config_dir
 from attnflow.config.overrides import typed_fields
 from attnflow.config.registry import AttnflowWarning, Registry, ConfigError, suggest
+from attnflow.config.secrets import leaves
 
 SHARED_GROUPS = ("scorer", "normalizer", "aggregator", "attention", "positional", "pooling")
 _REFERENCE = re.compile(r"\$\{\s*([A-Za-z_][\w]*)")
 
 
-def _references(node: Any) -> Iterable[str]:
+def _references(node: Any) -> List[str]:
     """Top-level keys named by the interpolations in an unresolved config tree."""
-    if isinstance(node, dict):
-        node = list(node.values())
-    if isinstance(node, list):
-        for value in node:
-            yield from _references(value)
-    elif isinstance(node, str):
-        yield from _REFERENCE.findall(node)
+    return [key for _, value in leaves(node) if isinstance(value, str) for key in _REFERENCE.findall(value)]
 
 
 def consumed_groups(cfg: DictConfig) -> List[str]:
@@ -60,11 +55,8 @@ def _root(conf_dir: Path) -> DictConfig:
 
 def root_defaults(conf_dir: Path) -> Dict[str, str]:
     """{group: option} of the root config's defaults list (``conf/train.yaml``)."""
-    out: Dict[str, str] = {}
-    for entry in _root(conf_dir).get("defaults", []):
-        if isinstance(entry, (dict, DictConfig)):
-            out.update({str(group): option for group, option in entry.items()})
-    return out
+    return {str(group): option for entry in _root(conf_dir).get("defaults", [])
+            if isinstance(entry, DictConfig) for group, option in entry.items()}
 
 
 def top_level_keys(conf_dir: Path) -> set:

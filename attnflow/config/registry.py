@@ -130,23 +130,19 @@ class Registry:
         self.get(name)
         return self._specs[name]
 
-    def schema(self, name: str) -> type:
-        return self._spec(name).schema
-
     def fields(self, name: str):
         """[(field, type string, default)]; a nested config's as ``<field>.<subfield>``."""
-        return _list_fields(self._spec(name))
+        return list(_list_fields(self._spec(name)))
 
     def field_names(self, name: str) -> set:
         """The top-level fields of block ``name``'s typed config."""
-        return {f.name for f in dataclasses.fields(self.schema(name))}
+        return {f.name for f in dataclasses.fields(self._spec(name).schema)}
 
     def child_default(self, name: str, field: str) -> Any:
         """A fresh copy of the default of block ``name``'s child-block field ``field``, or None."""
-        if self.child_kind(name, field) is None:
-            return None
-        f = next(f for f in dataclasses.fields(self.schema(name)) if f.name == field)
-        return copy.deepcopy(f.default if f.default_factory is dataclasses.MISSING else f.default_factory())
+        if self.child_kind(name, field) is not None:
+            return copy.deepcopy(next(d for f, _, d in self.fields(name) if f == field))
+        return None
 
     def child_kind(self, name: str, field: str) -> Optional[str]:
         """The block kind of a ``BlockSpec[kind]`` field of block ``name``, else None."""
@@ -161,8 +157,8 @@ class Registry:
         data = _to_dict(cfg)
         key = _fingerprint(data)
         if key not in self._checked:
-            while len(self._checked) >= CHECKS_KEPT:
-                self._checked.pop(next(iter(self._checked)))
+            if len(self._checked) >= CHECKS_KEPT:
+                self._checked.clear()
             out = self._check(data, path or self.kind)
             self._checked[key] = self._checked[_fingerprint(out)] = out  # (it validates to itself)
         return copy.deepcopy(self._checked[key])
@@ -236,23 +232,21 @@ def _init_params(cls: Any, qualname: str) -> Dict[str, tuple]:
     the parents' while an ``__init__`` passes ``**kwargs`` up (parents' fields first)."""
     klasses = cls.__mro__ if isinstance(cls, type) else ()
     inits = [k.__dict__["__init__"] for k in klasses if "__init__" in k.__dict__] or [cls]  # (a function)
-    own: list = []
+    out: Dict[str, tuple] = {}
     for init in inits:
         try:
             params = inspect.signature(init).parameters.values()
         except (TypeError, ValueError):  # a builtin without a signature
             break
-        own.append((init, [p for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]))
-        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-            break
-    out: Dict[str, tuple] = {}
-    for init, params in reversed(own):
-        hints = typing.get_type_hints(init, include_extras=True) if params else {}
-        for p in params:
+        own = [p for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]
+        hints = typing.get_type_hints(init, include_extras=True) if own else {}
+        for p in own:
             if p.name not in hints or p.default is inspect.Parameter.empty:
                 raise TypeError(f"{qualname}: keyword-only parameter '{p.name}' needs a type "
                                 f"annotation and a default")
-            out[p.name] = (hints[p.name], p.default)  # a redeclared field keeps its place
+        out = {**{p.name: (hints[p.name], p.default) for p in own}, **out}  # parents' fields first
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+            break
     return out
 
 
@@ -354,23 +348,17 @@ def _check_fields(spec: _Spec, data: Dict[str, Any], path: str, label: str) -> D
     return out
 
 
-def _list_fields(spec: _Spec):
-    """[(field, type string with its choices or range, default)]."""
-    schema, children, choices, bounds, _ = spec
-    out = []
-    for f in dataclasses.fields(schema):
-        child = children.get(f.name)
+def _list_fields(spec: _Spec, prefix: str = ""):
+    """(field, type string with its choices or range, default) of each field."""
+    for f in dataclasses.fields(spec.schema):
+        child, bounds = spec.children.get(f.name), spec.bounds.get(f.name)
         if isinstance(child, _Spec):
-            out += [(f"{f.name}.{sub}", tname, default) for sub, tname, default in _list_fields(child)]
+            yield from _list_fields(child, f"{prefix}{f.name}.")
             continue
+        tname = (one_of(spec.choices[f.name]) if f.name in spec.choices
+                 else f"BlockSpec[{child}]" if child else type_name(f.type))
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        tname = f"BlockSpec[{child}]" if child else type_name(f.type)
-        if f.name in choices:
-            tname = one_of(choices[f.name])
-        if f.name in bounds:
-            tname = f"{tname} {bounds[f.name]}"
-        out.append((f.name, tname, default))
-    return out
+        yield prefix + f.name, f"{tname} {bounds}" if bounds else tname, default
 
 
 _plugins_loaded = False

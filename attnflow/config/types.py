@@ -49,13 +49,11 @@ class Range:
         return f"must be {finite}{self}{f' ({self.what})' if self.what else ''}, got {value!r}"
 
     def __str__(self) -> str:
-        low = (f"[{self.ge:g}" if self.ge is not None else f"({self.gt:g}" if self.gt is not None else None)
-        high = (f"{self.le:g}]" if self.le is not None else f"{self.lt:g})" if self.lt is not None else None)
+        low = [(op, v) for op, v in ((">=", self.ge), (">", self.gt)) if v is not None][:1]
+        high = [(op, v) for op, v in (("<=", self.le), ("<", self.lt)) if v is not None][:1]
         if low and high:
-            return f"in {low}, {high}"
-        if low:
-            return f"{'>=' if low[0] == '[' else '>'} {low[1:]}"
-        return f"{'<=' if high[-1] == ']' else '<'} {high[:-1]}" if high else "any number"
+            return f"in {'[(' [low[0][0] == '>']}{low[0][1]:g}, {high[0][1]:g}{'])' [high[0][0] == '<']}"
+        return " ".join(f"{op} {v:g}" for op, v in low + high) or "any number"
 
 
 Probability = Annotated[float, Range(ge=0, lt=1)]  # dropout rates, label smoothing
@@ -97,13 +95,12 @@ def type_name(tp: Any) -> str:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin is Union or origin is types.UnionType:  # Literal members: one list of choices
         nullable = type(None) in args
-        literal = [typing.get_origin(a) is typing.Literal for a in args]
-        choices = [c for a, lit in zip(args, literal) if lit for c in typing.get_args(a)]
-        names = [type_name(a) for a, lit in zip(args, literal) if not lit and a is not type(None)]
+        literal = [a for a in args if typing.get_origin(a) is typing.Literal]
+        choices = [c for a in literal for c in typing.get_args(a)]
+        names = [type_name(a) for a in args if a not in literal and a is not type(None)]
         if choices and not names:
             return one_of(choices + [None] * nullable)
-        names += [one_of(choices)] if choices else []
-        return " or ".join(dict.fromkeys(names + ["null"] * nullable))
+        return " or ".join(dict.fromkeys(names + [one_of(choices)] * bool(choices) + ["null"] * nullable))
     if origin is typing.Literal:
         return one_of(args)
     if origin is Annotated:

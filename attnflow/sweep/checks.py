@@ -11,12 +11,12 @@ from omegaconf.errors import OmegaConfBaseException
 
 from attnflow.config.overrides import parsed
 from attnflow.config.registry import DATA, TASKS, ConfigError, suggest
-from attnflow.config.sweeps import is_optuna_sweeper
 from attnflow.training.run import task_monitor
 from attnflow.training.trainer_checks import reads_no_batch
 from attnflow.training.validate import metric_names
 from attnflow.sweep.config import directions
 from attnflow.sweep.migration import check_migration
+from attnflow.sweep.plugins import is_optuna_sweeper
 
 
 def _unread_split(cfg: Any, split: str) -> Optional[str]:

@@ -11,8 +11,8 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import OmegaConf
 
-from attnflow.config.sweeps import OPTUNA_SWEEPER as TARGET
 from attnflow.io.console import warn_unread
+from attnflow.sweep.plugins import OPTUNA_SWEEPER as TARGET
 
 
 @dataclass

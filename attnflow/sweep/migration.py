@@ -20,9 +20,9 @@ from omegaconf import OmegaConf
 
 from attnflow.config.overrides import parse
 from attnflow.config.registry import ConfigError
-from attnflow.config.sweeps import PLUGIN_OPTUNA_SWEEPER
 from attnflow.io.console import AttnflowWarning
 from attnflow.sweep.config import OptunaSweeperConf
+from attnflow.sweep.plugins import PLUGIN_OPTUNA_SWEEPER
 from attnflow.sweep.space import format_value
 
 PARAMS = "use hydra.sweeper.params: key: interval(a,b)|choice(…)|range(…)"

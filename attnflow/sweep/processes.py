@@ -27,7 +27,7 @@ import torch
 from hydra.core.plugins import Plugins
 from hydra.core.singleton import Singleton
 
-from attnflow.config.sweeps import open_storage
+from attnflow.sweep.storage import open_storage
 from attnflow.sweep import study as studies
 from attnflow.sweep.loop import Runner
 from attnflow.training.preemption import SIGNALS, Interrupted

@@ -22,15 +22,16 @@ from typing import Any, Dict, Optional
 import pytorch_lightning as pl
 from pytorch_lightning.trainer.states import TrainerFn
 
-from attnflow.config.sweeps import RETRY_OF, is_optuna_sweeper, open_storage, storage_spec
 from attnflow.sweep import study as studies
 from attnflow.sweep.config import build
+from attnflow.sweep.plugins import RETRY_OF, is_optuna_sweeper
+from attnflow.sweep.storage import open_storage, storage_spec
 
 log = logging.getLogger(__name__)
 
 
 class TrialReports(pl.Callback):
-    """Trial ``number`` of ``study_name`` in ``spec`` (:func:`attnflow.config.sweeps.storage_spec`),
+    """Trial ``number`` of ``study_name`` in ``spec`` (:func:`attnflow.sweep.storage.storage_spec`),
     run in ``run_dir``: report ``metric`` (None: no reports) of each validation; stop the fit
     when ``pruner`` prunes it."""
 

@@ -1,5 +1,5 @@
 """The study a sweep fills, shared by any number of workers (sweep commands, each with its own
-folder) through its storage (:func:`attnflow.config.sweeps.storage_spec`: null keeps it in
+folder) through its storage (:func:`attnflow.sweep.storage.storage_spec`: null keeps it in
 ``<sweep dir>/optuna.db``; a ``.journal`` path is an Optuna journal file, for shared file systems;
 else an SQLAlchemy URL, e.g. ``postgresql+psycopg2://…``).
 
@@ -24,7 +24,7 @@ from typing import Any, Iterable, List, Optional, Set
 
 from omegaconf import OmegaConf
 
-from attnflow.config.sweeps import RETRY_OF, RUN_DIR
+from attnflow.sweep.plugins import RETRY_OF, RUN_DIR
 
 class TrialFailed(RuntimeError):
     """A trial's run refused or failed (its one line): the trial is FAIL, the sweep goes on."""

@@ -27,13 +27,13 @@ from optuna.exceptions import ExperimentalWarning
 from attnflow.config.hydra_internals import BASIC_LAUNCHER
 from attnflow.config.registry import ConfigError
 from attnflow.config.secrets import mask_url
-from attnflow.config.sweeps import open_storage, storage_spec
 from attnflow.io.console import hydra_value
 from attnflow.sweep import liveness, study as studies
 from attnflow.sweep.checks import metric_directions
 from attnflow.sweep.config import build
 from attnflow.sweep.loop import Runner, TrialLoop
 from attnflow.sweep.space import parse_space
+from attnflow.sweep.storage import open_storage, storage_spec
 from attnflow.training import runlock
 from attnflow.training.preemption import Interrupted
 

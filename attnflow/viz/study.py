@@ -11,7 +11,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from attnflow.config.sweeps import RETRY_OF, RUN_DIR, open_storage
+from attnflow.sweep.plugins import RETRY_OF, RUN_DIR
+from attnflow.sweep.storage import open_storage
 from attnflow.viz.runs import MISSING, PRUNED, Report, Run, natural, sort_key
 
 INTERRUPTED = "running or interrupted"  # RUNNING in the study, no result in its run folder

@@ -1,23 +1,18 @@
 """Sweepers and launchers as the command line picks them (docs/sweeps.md), importing neither torch
 nor :mod:`attnflow.training`: :func:`missing_plugin` names a sweeper or launcher that is not
-installed, with the extra that installs it, from the config files' text alone; where an Optuna
-sweep keeps its study (:func:`storage_spec`, :func:`open_storage`), for the sweeper, its trials and
-``attnflow-report`` alike.
+installed, with the extra that installs it, from the config files' text alone;
+:func:`foreign_hydra_plugins` the other Hydra plugins installed (whose groups ``--help`` cannot see).
 """
 
 from __future__ import annotations
 
 import importlib.util
-import logging
+import pkgutil
 import re
-import time
 from pathlib import Path
-from typing import Any, Iterable, Optional, Tuple
+from typing import Any, Iterable, List, Optional, Tuple
 
 import yaml  # (PyYAML, which OmegaConf imports)
-
-from attnflow.config.registry import ConfigError
-from attnflow.config.secrets import mask_url
 
 OPTUNA_SWEEPER = "hydra_plugins.attnflow_optuna_sweeper.optuna_sweeper.OptunaSweeper"  # attnflow's own
 # hydra-optuna-sweeper's name, which runs attnflow's sweeper too (hydra_plugins/hydra_optuna_sweeper)
@@ -122,40 +117,10 @@ def optuna_sweep(cfg: Any) -> bool:
     return is_optuna_sweeper(cfg.hydra.sweeper.get("_target_"))
 
 
-# -- where an Optuna sweep keeps its study (the sweeper's, each trial's and the report's) ---------
-def storage_spec(storage: Optional[str], sweep_dir: Path | str) -> str:
-    """``hydra.sweeper.storage`` with null resolved to the sweep folder's ``optuna.db``; a journal
-    path made absolute (each trial opens it from its own working directory)."""
-    if not storage:
-        return f"sqlite:///{Path(sweep_dir).resolve() / 'optuna.db'}"
-    if str(storage).endswith(".journal"):
-        return str(Path(storage).resolve())
-    return str(storage)
-
-
-def open_storage(spec: str, heartbeat: Optional[Tuple[int, int]] = None, on_stale: Any = None) -> Any:
-    """The Optuna storage of a :func:`storage_spec` (the sqlite file's folder made); an RDB one
-    with ``heartbeat`` = (interval, grace period) in seconds finds trials whose heartbeat stopped,
-    and calls ``on_stale(study, trial)`` for each it fails."""
-    import optuna  # (the sweep extra)
-    from sqlalchemy.exc import SQLAlchemyError  # (Optuna's)
-
-    if spec.endswith(".journal"):
-        Path(spec).parent.mkdir(parents=True, exist_ok=True)
-        return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(spec))
-    if spec.startswith("sqlite:///"):
-        Path(spec[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-        logging.getLogger("alembic").setLevel(logging.WARNING)  # "Context impl SQLiteImpl" at INFO
-    beats = dict(heartbeat_interval=heartbeat[0], grace_period=heartbeat[1],
-                 heartbeat_stale_trial_callback=on_stale) if heartbeat else {}
-    if spec.startswith("sqlite"):  # several processes write one file: wait for its lock
-        beats["engine_kwargs"] = {"connect_args": {"timeout": 120}}
-    for attempt in range(6):  # workers started together on a new database each create its tables
-        try:  # (PostgreSQL: "duplicate key … alembic_version"): the one that loses tries again
-            return optuna.storages.RDBStorage(spec, **beats)
-        except SQLAlchemyError:
-            if attempt == 5:
-                raise
-            time.sleep(0.5 * (attempt + 1))
-        except RuntimeError as err:  # e.g. a study stored by an older Optuna: its message says the command
-            raise ConfigError(f"hydra.sweeper.storage={mask_url(spec)}: {mask_url(str(err))}") from None
+def foreign_hydra_plugins() -> List[str]:
+    """The installed ``hydra_plugins`` modules other than those of ``PLUGINS`` (none imported)."""
+    spec = importlib.util.find_spec("hydra_plugins")
+    ours = {m.rsplit(".", 1)[1] for modules, _, _ in PLUGINS.values() for m in modules
+            if m.startswith("hydra_plugins.")}
+    return [m.name for m in pkgutil.iter_modules(spec.submodule_search_locations or [])
+            if m.name not in ours] if spec else []
