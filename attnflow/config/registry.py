@@ -130,13 +130,17 @@ class Registry:
         self.get(name)
         return self._specs[name]
 
+    def schema(self, name: str) -> type:
+        """Block ``name``'s typed config, a dataclass."""
+        return self._spec(name).schema
+
     def fields(self, name: str):
         """[(field, type string, default)]; a nested config's as ``<field>.<subfield>``."""
         return list(_list_fields(self._spec(name)))
 
     def field_names(self, name: str) -> set:
         """The top-level fields of block ``name``'s typed config."""
-        return {f.name for f in dataclasses.fields(self._spec(name).schema)}
+        return {f.name for f in dataclasses.fields(self.schema(name))}
 
     def child_default(self, name: str, field: str) -> Any:
         """A fresh copy of the default of block ``name``'s child-block field ``field``, or None."""
