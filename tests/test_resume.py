@@ -26,7 +26,8 @@ import yaml
 from attnflow.training.resume import ResumeError, from_hydra, prepare_argv, resume_config
 from attnflow.training.run import train
 from attnflow.training.runlock import RunInUseError
-from attnflow.training.state import SafeCheckpointIO, atomic_torch_save
+from attnflow.io.weights import atomic_torch_save
+from attnflow.training.state import SafeCheckpointIO
 from support import FAST, ROOT, compose_cfg, train_cli
 
 # The default experiment, small: 16 steps an epoch, 2 epochs, dropout on (so that the random

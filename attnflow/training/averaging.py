@@ -17,19 +17,17 @@ import dataclasses
 import json
 import math
 from pathlib import Path
-from typing import Any, Dict, List, Literal, Optional, Sequence
+from typing import Any, Dict, List, Literal, Optional
 
 import pytorch_lightning as pl
-import torch
 from pytorch_lightning.utilities import rank_zero_warn
 
 from attnflow.config.registry import AttnflowWarning, ConfigError, PositiveInt
-from attnflow.io import checkpoints
 from attnflow.io.checkpoints import AVERAGED, AVG_DIR, INDEX, read_index  # noqa: F401
 from attnflow.io.console import warn_unread
 from attnflow.io.text import atomic_path
+from attnflow.io.weights import atomic_torch_save, average_into, remove_checkpoint
 from attnflow.training.ema import averaged_weights
-from attnflow.training.state import atomic_torch_save, remove_checkpoint
 
 
 NEAR_FRACTION = 0.01  # validations closer than this share of an epoch's steps are one model
@@ -179,46 +177,6 @@ def near_steps(trainer: pl.Trainer) -> int:
     return max(1, math.ceil(per_epoch * NEAR_FRACTION))
 
 
-def average_state_dicts(paths: Sequence[Path]) -> Dict[str, torch.Tensor]:
-    """The element-wise mean of the files' ``state_dict``: floats summed in float64, one file in
-    memory at a time; other dtypes from the last. Tied weights stay tied."""
-    total: Dict[str, torch.Tensor] = {}
-    newest: Dict[str, torch.Tensor] = {}
-    keys = None
-    alias: Optional[Dict[str, str]] = None  # a name → the first name of the same tensor
-    for path in paths:
-        state = checkpoints.read_checkpoint(path)["state_dict"]
-        ties = _aliases(state)
-        alias = ties if alias is None else {k: a for k, a in alias.items() if ties.get(k) == a}
-        if keys is None:
-            keys = list(state)
-        elif set(state) != set(keys):
-            odd = sorted(set(state) ^ set(keys))[0]
-            raise ValueError(f"{path} holds other weights than {paths[0]} (e.g. {odd}); "
-                             f"they cannot be averaged")
-        for k, v in state.items():
-            if v.is_floating_point() or v.is_complex():
-                acc = v.to(torch.complex128 if v.is_complex() else torch.float64)
-                total[k] = total[k] + acc if k in total else acc.clone()
-            newest[k] = v
-    n = len(paths)
-    mean = {k: (total[k] / n).to(v.dtype) if k in total else v.clone() for k, v in newest.items()}
-    return {k: mean[(alias or {}).get(k, k)] for k in mean}
-
-
-def _aliases(state: Dict[str, torch.Tensor]) -> Dict[str, str]:
-    """{name: the first name holding the same tensor} for the later names of each group."""
-    first: Dict[tuple, str] = {}
-    alias = {}
-    for k, v in state.items():
-        key = (v.untyped_storage().data_ptr(), v.storage_offset(), tuple(v.shape), v.stride(), v.dtype)
-        if key in first:
-            alias[k] = first[key]
-        else:
-            first[key] = k
-    return alias
-
-
 def finish(trainer: pl.Trainer, run_dir: Path | str, best: str = "") -> Optional[Dict[str, Any]]:
     """After the fit: rank 0 writes ``checkpoints/averaged.ckpt``; its record (or None) is
     broadcast, so every rank decides alike."""
@@ -245,22 +203,3 @@ def write_average(run_dir: Path, best: str) -> Optional[Dict[str, Any]]:
                        "run is evaluated with its best checkpoint", category=AttnflowWarning)
         return None
     return average_into(run_dir, index, kept, base, run_dir / "checkpoints" / AVERAGED)
-
-
-def average_into(run_dir: Path, index: Dict[str, Any], kept: List[Dict[str, Any]], base: Path,
-                 out: Path) -> Dict[str, Any]:
-    """Write the mean of the ``kept`` entries' files into a copy of ``base`` at ``out``, with
-    ``attnflow_average`` recording what was averaged; returns that record and ``path``."""
-    avg_dir = run_dir / "checkpoints" / AVG_DIR
-    record = {"path": str(out), "by": index["by"], "n": index["n"], "monitor": index.get("monitor"),
-              "epochs": [e["epoch"] for e in kept], "steps": [e["step"] for e in kept],
-              "scores": [e["score"] for e in kept],
-              "files": [str(avg_dir / e["file"]) for e in kept], "copy_of": str(base)}
-    ckpt = checkpoints.read_checkpoint(base)
-    averaged = average_state_dicts([avg_dir / e["file"] for e in kept])
-    if set(averaged) != set(ckpt["state_dict"]):
-        raise ValueError(f"the weights in {avg_dir} are not those of {base}; not averaged")
-    ckpt["state_dict"] = averaged
-    ckpt["attnflow_average"] = {k: v for k, v in record.items() if k != "path"}
-    atomic_torch_save(ckpt, out)
-    return record

@@ -2,14 +2,12 @@
 the global random streams (Lightning does not restore them) and the train loader's position
 within an epoch (:class:`TrainingState`), as tensors, since checkpoints are read with
 ``weights_only=True``. Checkpoints are written atomically with their digests
-(:class:`SafeCheckpointIO`, :func:`atomic_torch_save`); a signal writes ``last.ckpt`` at the next
+(:class:`SafeCheckpointIO`, :mod:`attnflow.io.weights`); a signal writes ``last.ckpt`` at the next
 step (:mod:`attnflow.training.preemption`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import os
 import random
 from pathlib import Path
@@ -24,79 +22,10 @@ from pytorch_lightning.plugins import TorchCheckpointIO
 
 from attnflow.data.resumable import Resumable
 from attnflow.io import checkpoints
-from attnflow.io.checkpoints import WANDB_ID_KEY, digest_line, digest_path
-from attnflow.io.text import atomic_path
+from attnflow.io.checkpoints import WANDB_ID_KEY
+from attnflow.io.weights import atomic_torch_save, remove_checkpoint
 from attnflow.training.lightning_internals import fit_loop_state, finish_epoch, last_saved_step, mark_saved
 from attnflow.training.preemption import StopOnSignal
-
-class _Writes:
-    """A file's ``write`` and ``flush`` that keep the first ``OSError`` (torch's writer reports
-    a failed write as a RuntimeError naming byte offsets) and the sha256 of the bytes written
-    (the checkpoint's digest, without holding or reading them again)."""
-
-    def __init__(self, f: Any) -> None:
-        self.f, self.error, self.sha = f, None, hashlib.sha256()
-
-    def write(self, data: Any) -> int:
-        try:
-            written = self.f.write(data)
-        except OSError as err:
-            self.error = self.error or err
-            raise
-        self.sha.update(data)
-        return written
-
-    def flush(self) -> None:
-        self.f.flush()
-
-
-def atomic_torch_save(obj: Any, path: Path | str) -> None:
-    """``torch.save`` streamed to a temporary file, fsynced and renamed: the old file or the new,
-    never a part; then its digest (``<name>.sha256``, of the bytes written), the old one removed
-    before the rename, so that a kill leaves a checkpoint without a digest at worst, never one
-    with another's. A failed write (a full disk) is an ``OSError`` naming ``path``."""
-    path = Path(path)
-    for stale in path.parent.glob(f".{path.name}.*.tmp"):  # parts left by a process killed mid-save
-        stale.unlink(missing_ok=True)
-    with atomic_path(path) as tmp:
-        writes = None
-        try:
-            with open(tmp, "wb") as f:  # (closing flushes too: a full disk can refuse that)
-                writes = _Writes(f)
-                torch.save(obj, writes)
-                f.flush()
-                os.fsync(f.fileno())
-        except (OSError, RuntimeError) as err:
-            err = (writes.error if writes is not None else None) or err
-            if isinstance(err, OSError) and err.errno:
-                raise OSError(err.errno, err.strerror, str(path)) from None
-            raise
-        digest_path(path).unlink(missing_ok=True)
-    _write_digest(path, writes.sha.hexdigest())
-    with contextlib.suppress(OSError):  # the rename too, where folders can be fsynced
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _write_digest(path: Path, hexdigest: str) -> None:
-    """``path``'s digest file, written atomically and fsynced; a failure names it."""
-    side = digest_path(path)
-    try:
-        with atomic_path(side) as tmp, open(tmp, "w", encoding="ascii") as f:
-            f.write(digest_line(hexdigest, path))
-            f.flush()
-            os.fsync(f.fileno())
-    except OSError as err:
-        raise OSError(err.errno, err.strerror, str(side)) from None
-
-
-def remove_checkpoint(path: Path | str) -> None:
-    """Delete a checkpoint and its digest (where there are)."""
-    Path(path).unlink(missing_ok=True)
-    digest_path(path).unlink(missing_ok=True)
 
 
 class SafeCheckpointIO(TorchCheckpointIO):
