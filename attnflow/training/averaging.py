@@ -63,13 +63,9 @@ def check_config(callbacks: Dict[str, Any]) -> None:
 
 def monitor_of(entry: Dict[str, Any], checkpoint: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     """``entry``'s monitor/mode, where null the checkpoint entry's."""
-    checkpoint = checkpoint if isinstance(checkpoint, dict) else {}
-    out = {"monitor": entry.get("monitor"), "mode": entry.get("mode")}
-    if out["monitor"] is None:
-        out["monitor"] = checkpoint.get("monitor")
-        if out["mode"] is None:
-            out["mode"] = checkpoint.get("mode")
-    return out
+    if entry.get("monitor") is not None or not isinstance(checkpoint, dict):
+        return {"monitor": entry.get("monitor"), "mode": entry.get("mode")}
+    return {"monitor": checkpoint.get("monitor"), "mode": entry.get("mode") or checkpoint.get("mode")}
 
 
 def select_kept(entries: List[Dict[str, Any]], by: str, n: int, mode: str) -> List[Dict[str, Any]]:
@@ -100,31 +96,29 @@ class CheckpointAverage(pl.Callback):
         self.kept: List[Dict[str, Any]] = []
         self.saved: set = set()  # the files of the kept set the newest checkpoint holds
 
-    def _write_index(self) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        with atomic_path(self.dir / INDEX) as tmp:
-            tmp.write_text(json.dumps({"by": self.by, "n": self.n, "monitor": self.monitor,
-                                       "mode": self.mode, "kept": self.kept}, indent=2))
-
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # (after the restore: files outside the kept set were written after that checkpoint)
-        if not trainer.is_global_zero:
-            return
-        self._prune()
-        self._write_index()
+        if trainer.is_global_zero:
+            self._prune(index=True)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.is_global_zero:
             self.saved = {e["file"] for e in self.kept}  # (last.ckpt holds them now)
             self._prune()
 
-    def _prune(self) -> None:
+    def _prune(self, index: bool = False) -> None:
         """Delete the epoch files neither the kept set nor the newest checkpoint's names: a
-        resume from that checkpoint finds every file it keeps."""
+        resume from that checkpoint finds every file it keeps. ``index``: then write
+        ``kept.json``."""
         names = {e["file"] for e in self.kept} | self.saved
         for p in self.dir.glob("epoch*.pt") if self.dir.is_dir() else ():
             if p.name not in names:
                 remove_checkpoint(p)  # (and its digest)
+        if index:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            with atomic_path(self.dir / INDEX) as tmp:
+                tmp.write_text(json.dumps({"by": self.by, "n": self.n, "monitor": self.monitor,
+                                           "mode": self.mode, "kept": self.kept}, indent=2))
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or trainer.state.fn != "fit" or trainer.fast_dev_run:
@@ -155,8 +149,7 @@ class CheckpointAverage(pl.Callback):
                                "monitor": self.monitor}, self.dir / entry["file"])
         self.kept = keep
         if trainer.is_global_zero:
-            self._prune()
-            self._write_index()
+            self._prune(index=True)
 
     def state_dict(self) -> Dict[str, Any]:  # (called as a checkpoint is saved)
         self.saved = {e["file"] for e in self.kept}

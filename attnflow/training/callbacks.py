@@ -49,9 +49,6 @@ class AttentionMapsConfig:
     every_n_epochs: NonNegativeInt = 1
 
 
-DASHBOARD_LOGGERS = ("wandb", "tensorboard")
-
-
 @runtime_checkable
 class SummaryFields(Protocol):
     """A callback that adds fields to ``metrics.json`` (and the loggers' summaries) at the end

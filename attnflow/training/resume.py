@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ from attnflow.config.overrides import parse
 from attnflow.config.registry import ConfigError, Registry
 from attnflow.io import checkpoints
 from attnflow.io.checkpoints import WANDB_ID_KEY, CheckpointError, newest_intact
-from attnflow.io.console import shell_word
+from attnflow.io.console import hydra_value, shell_word
 from attnflow.training import runlock
 from attnflow.training.lightning_internals import epoch_counts
 from attnflow.training.runlock import first_rank
@@ -53,28 +52,19 @@ def _is_safe(key: str) -> bool:
 
 
 def _flatten(node: Any, prefix: str = "") -> Dict[str, Any]:
-    if isinstance(node, dict) and node:
-        out: Dict[str, Any] = {}
-        for k, v in node.items():
-            out.update(_flatten(v, f"{prefix}{k}."))
-        return out
-    return {prefix[:-1]: node}
+    if not (isinstance(node, dict) and node):
+        return {prefix[:-1]: node}
+    return {k: v for key, sub in node.items() for k, v in _flatten(sub, f"{prefix}{key}.").items()}
 
 
 def differences(a: Dict[str, Any], b: Dict[str, Any], only: Sequence[str] = (),
                 ignore: Sequence[str] = BOOKKEEPING) -> List[Tuple[str, Any, Any]]:
     """``(dotted key, a's value, b's value)`` where two configs differ, within the sections
     ``only`` (all when empty), outside ``ignore``."""
-    fa, fb = _flatten(a), _flatten(b)
-    out = []
-    for key in sorted(set(fa) | set(fb)):
-        top = key.split(".", 1)[0]
-        if (only and top not in only) or top in ignore:
-            continue
-        va, vb = fa.get(key, "<unset: its default>"), fb.get(key, "<unset: its default>")
-        if va != vb:
-            out.append((key, va, vb))
-    return out
+    fa, fb, unset = _flatten(a), _flatten(b), "<unset: its default>"
+    keys = [k for k in sorted(set(fa) | set(fb))
+            if k.split(".", 1)[0] not in ignore and (not only or k.split(".", 1)[0] in only)]
+    return [(k, fa.get(k, unset), fb.get(k, unset)) for k in keys if fa.get(k, unset) != fb.get(k, unset)]
 
 
 def with_defaults(cfg: Dict[str, Any]) -> Dict[str, Any]:
@@ -263,12 +253,6 @@ def _parse(item: str) -> Tuple[str, str]:
     return ov.get_key_element().split("@", 1)[0], "" if value is None else str(value)
 
 
-def _quote(value: str) -> str:
-    """A Hydra override value, single-quoted unless a plain path."""
-    plain = re.fullmatch(r"[\w./-]+", value)
-    return value if plain else "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def prepare_argv(args: Sequence[str]) -> List[str]:
     """The Hydra command line for ``resume=…`` in ``args``, checked before Hydra starts (a
     refused resume changes nothing): the run's own directory, no new ``.hydra/``. Without
@@ -303,7 +287,7 @@ def prepare_argv(args: Sequence[str]) -> List[str]:
     print(f"attnflow: resuming {run} (experiment {recorded or 'default'}) from "
           f"checkpoints/{path.name}: epoch {ckpt.get('epoch')}, step {ckpt.get('global_step')}",
           file=sys.stderr, flush=True)
-    return _other_rank([f"resume={_quote(str(run))}", *keep, f"hydra.run.dir={_quote(str(run))}",
+    return _other_rank([f"resume={hydra_value(str(run))}", *keep, f"hydra.run.dir={hydra_value(str(run))}",
                         "hydra.output_subdir=null"], values)
 
 

@@ -138,10 +138,8 @@ class TrainingState(_TracksValidation):
 
 def wandb_run_id(trainer: pl.Trainer) -> Optional[str]:
     """The id of the W&B run this trainer logs to (None without a W&B logger)."""
-    for lg in trainer.loggers:
-        if isinstance(lg, WandbLogger):
-            return str(lg.version) if lg.version else None
-    return None
+    version = next((lg.version for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
+    return str(version) if version else None
 
 
 def _moved(path: Any, old: str, new: str) -> Any:
@@ -235,13 +233,15 @@ class LastCheckpoint(RunCheckpoint):
         stopping = (0 < trainer.max_steps <= trainer.global_step or (
             trainer.should_stop and trainer.current_epoch >= (trainer.min_epochs or 0)
             and trainer.global_step >= (trainer.min_steps or 0)))
-        if (mid_epoch and stopping and not trainer.fast_dev_run
-                and trainer.global_step > last_saved_step(self)):
-            trainer.save_checkpoint(Path(self.dirpath) / "last.ckpt", weights_only=False)
-            mark_saved(self, trainer.global_step)
+        if mid_epoch and stopping:
+            self._save_unsaved(trainer)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_train_end(trainer, pl_module)
+        self._save_unsaved(trainer)
+
+    def _save_unsaved(self, trainer: pl.Trainer) -> None:
+        """``last.ckpt`` of this step, unless saved already (or a ``fast_dev_run``)."""
         if trainer.global_step > last_saved_step(self) and not trainer.fast_dev_run:
             trainer.save_checkpoint(Path(self.dirpath) / "last.ckpt", weights_only=False)
             mark_saved(self, trainer.global_step)
