@@ -7,14 +7,12 @@ checkpoint of the same model, data and task.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import sys
 import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-import yaml
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
@@ -23,7 +21,8 @@ from attnflow.config.groups import SHARED_GROUPS
 from attnflow.config.overrides import parse
 from attnflow.config.registry import ConfigError, Registry
 from attnflow.io import checkpoints
-from attnflow.io.checkpoints import WANDB_ID_KEY, CheckpointError, newest_intact
+from attnflow.io.checkpoints import (WANDB_ID_KEY, CheckpointError, final_metrics, newest_intact,
+                                     run_experiment)
 from attnflow.io.console import hydra_value, shell_word
 from attnflow.training import runlock
 from attnflow.training.lightning_internals import epoch_counts
@@ -89,20 +88,6 @@ def _listing(diffs: List[Tuple[str, Any, Any]], a: str, b: str, most: int = 8) -
     return "; ".join(parts) + more
 
 
-def run_experiment(run_dir: Path) -> Optional[str]:
-    """The experiment a run was composed with (None: the default)."""
-    try:
-        if (run_dir / ".hydra" / "hydra.yaml").is_file():
-            data = yaml.safe_load((run_dir / ".hydra" / "hydra.yaml").read_text()) or {}
-            exp = (((data.get("hydra") or {}).get("runtime") or {}).get("choices") or {}).get("experiment")
-        else:
-            data = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
-            exp = (data.get("run") or {}).get("experiment")
-    except (OSError, yaml.YAMLError):
-        return None
-    return None if exp in (None, "default") else str(exp)
-
-
 def output_root(overrides: Dict[str, str]) -> Path:
     """``paths.output_root=``, else ``$ATTNFLOW_OUTPUT_DIR``, else outputs."""
     return Path(overrides.get("paths.output_root") or os.environ.get("ATTNFLOW_OUTPUT_DIR") or "outputs")
@@ -157,15 +142,6 @@ def _read_last(run: Path, *stamp: int) -> Tuple[Path, Dict[str, Any]]:
                   f"(epoch {ckpt.get('epoch')}, step {ckpt.get('global_step')})", file=sys.stderr,
                   flush=True)
         return found
-
-
-def _final_metrics(run: Path) -> Optional[Dict[str, Any]]:
-    """The run's ``metrics.json``, written as it ended; None where it has none (or a damaged one)."""
-    try:
-        found = json.loads((run / "metrics.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return found if isinstance(found, dict) else None
 
 
 def _refuse_unsafe(keys: Iterable[str], run: Path) -> None:
@@ -231,7 +207,7 @@ def check_resumable(run: Path, values: Dict[str, Any]) -> Tuple[Dict[str, Any], 
     _refuse_unsafe(values, run)
     cfg, ckpt, path = check_run(run)
     # (it ended after the state in last.ckpt)
-    finished = (_final_metrics(run) or {}).get("global_step") == ckpt.get("global_step")
+    finished = (final_metrics(run) or {}).get("global_step") == ckpt.get("global_step")
     if finished and not set(values) & set(EXTEND):
         raise ResumeError(f"resume={run}: the run already finished; extend it with "
                           f"trainer.max_epochs=<more>")
@@ -365,7 +341,7 @@ def _start_resumed(resolved: Dict[str, Any], run: Path) -> str:
                        "epoch": ckpt.get("epoch"), "global_step": ckpt.get("global_step")},
               "changed": {k: {"from": a, "to": b} for k, a, b in diffs},
               "wandb_run_id": ckpt.get(WANDB_ID_KEY)}
-    if (final := _final_metrics(run)) is not None:
+    if (final := final_metrics(run)) is not None:
         record["previous_metrics"] = final.get("metrics")
     if first_rank():  # DDP ranks re-run this: one record
         n = 1 + len(list(run.glob("resume-*.yaml")))
