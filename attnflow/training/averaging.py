@@ -14,7 +14,6 @@ tests as its best checkpoint.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from pathlib import Path
 from typing import Any, Dict, List, Literal, Optional
@@ -25,7 +24,7 @@ from pytorch_lightning.utilities import rank_zero_warn
 from attnflow.config.registry import AttnflowWarning, ConfigError, PositiveInt
 from attnflow.io.checkpoints import AVERAGED, AVG_DIR, INDEX, read_index  # noqa: F401
 from attnflow.io.console import warn_unread
-from attnflow.io.text import atomic_path
+from attnflow.io.text import write_json
 from attnflow.io.weights import atomic_torch_save, average_into, remove_checkpoint
 from attnflow.training.ema import averaged_weights
 
@@ -115,10 +114,8 @@ class CheckpointAverage(pl.Callback):
             if p.name not in names:
                 remove_checkpoint(p)  # (and its digest)
         if index:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            with atomic_path(self.dir / INDEX) as tmp:
-                tmp.write_text(json.dumps({"by": self.by, "n": self.n, "monitor": self.monitor,
-                                           "mode": self.mode, "kept": self.kept}, indent=2))
+            write_json(self.dir / INDEX, {"by": self.by, "n": self.n, "monitor": self.monitor,
+                                          "mode": self.mode, "kept": self.kept}, indent=2)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or trainer.state.fn != "fit" or trainer.fast_dev_run:

@@ -24,7 +24,7 @@ import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
 from attnflow.config import secrets
 from attnflow.config.registry import DATA, MODELS, TASKS, AttnflowWarning, ConfigError
 from attnflow.io.console import warn_unread
-from attnflow.io.text import atomic_path
+from attnflow.io.text import write_json
 from attnflow.training import averaging, requeue, resume, runlock, runlog, state as training_state
 from attnflow.training.callbacks import (AttentionMaps, CompiledModel, Float32MatmulPrecision,
                                          StopOnNonFiniteLoss, SummaryFields)
@@ -81,18 +81,14 @@ def build_callbacks(cfg: Dict[str, Any], run_dir: Path, task: Any = None) -> Lis
     return out
 
 
-def _write_json(path: Path, data: dict) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-
-
 def record_failure(run_dir: Path, reason: str, **fields: Any) -> None:
     """Record ``failed: reason`` in a written ``metrics.json`` (attnflow-report's status); with
     ``fields`` (a sweep's trial), in a new one where the run wrote none."""
     path = Path(run_dir) / "metrics.json"
     if rank_zero_only.rank != 0 or not (path.is_file() or fields and path.parent.is_dir()):
         return
-    _write_json(path, {**(json.loads(path.read_text()) if path.is_file() else fields), "failed": reason})
+    write_json(path, {**(json.loads(path.read_text()) if path.is_file() else fields), "failed": reason},
+               indent=2, sort_keys=True)
 
 
 def _metrics(results: List[dict], prefix: str = "") -> Dict[str, float]:
@@ -210,7 +206,7 @@ def _train(resolved: Dict[str, Any], trainer: pl.Trainer, run_dir: Path, fit_fro
             if isinstance(callback, SummaryFields):
                 summary.update(callback.summary_fields())
         if trainer.is_global_zero:
-            _write_json(run_dir / "metrics.json", summary)
+            write_json(run_dir / "metrics.json", summary, indent=2, sort_keys=True)
             runlog.log_final_table(summary)
             summarize_loggers(trainer.loggers, summary)
         failed = False
