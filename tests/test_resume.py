@@ -641,7 +641,7 @@ def test_the_random_streams_survive_a_weights_only_checkpoint(tmp_path):
 
     import numpy as np
 
-    from attnflow.training.state import rng_state, set_rng_state
+    from attnflow.data.resumable import rng_state, set_rng_state
 
     torch.manual_seed(3), np.random.seed(3), random.seed(3)
     np.random.normal()  # a cached Gaussian in numpy's state

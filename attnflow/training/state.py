@@ -1,7 +1,7 @@
 """What a checkpoint holds beyond Lightning's for a resumed run to equal the uninterrupted one:
-the global random streams (Lightning does not restore them) and the train loader's position
-within an epoch (:class:`TrainingState`), as tensors, since checkpoints are read with
-``weights_only=True``. Checkpoints are written atomically with their digests
+the global random streams (Lightning does not restore them; :func:`attnflow.data.resumable.rng_state`)
+and the train loader's position within an epoch (:class:`TrainingState`), as tensors, since
+checkpoints are read with ``weights_only=True``. Checkpoints are written atomically with their digests
 (:class:`SafeCheckpointIO`, :mod:`attnflow.io.weights`); a signal writes ``last.ckpt`` at the next
 step (:mod:`attnflow.training.preemption`).
 """
@@ -9,18 +9,15 @@ step (:mod:`attnflow.training.preemption`).
 from __future__ import annotations
 
 import os
-import random
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-import numpy as np
 import pytorch_lightning as pl
-import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.plugins import TorchCheckpointIO
 
-from attnflow.data.resumable import Resumable
+from attnflow.data.resumable import Resumable, rng_state, set_rng_state
 from attnflow.io import checkpoints
 from attnflow.io.checkpoints import WANDB_ID_KEY
 from attnflow.io.weights import atomic_torch_save, remove_checkpoint
@@ -42,32 +39,6 @@ class SafeCheckpointIO(TorchCheckpointIO):
 
     def remove_checkpoint(self, path: Any) -> None:
         remove_checkpoint(path)
-
-
-def rng_state() -> Dict[str, Any]:
-    """The global random streams as tensors and plain values."""
-    version, py_state, gauss = random.getstate()
-    _, keys, pos, has_gauss, cached = np.random.get_state()
-    state = {"torch": torch.get_rng_state(),
-             "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-                       "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
-             "python": {"version": version, "state": torch.tensor(py_state, dtype=torch.int64),
-                        "gauss_next": gauss}}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: Dict[str, Any]) -> None:
-    """Put back what :func:`rng_state` returned."""
-    torch.set_rng_state(state["torch"])
-    n = state["numpy"]
-    np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
-                         n["cached_gaussian"]))
-    p = state["python"]
-    random.setstate((p["version"], tuple(int(v) for v in p["state"].tolist()), p["gauss_next"]))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 class _TracksValidation(pl.Callback):
