@@ -26,8 +26,8 @@ from attnflow.config.registry import DATA, MODELS, TASKS, AttnflowWarning, Confi
 from attnflow.io.console import warn_unread
 from attnflow.io.text import write_json
 from attnflow.training import averaging, requeue, resume, runlock, runlog, state as training_state
-from attnflow.training.callbacks import (AttentionMaps, CompiledModel, Float32MatmulPrecision,
-                                         StopOnNonFiniteLoss, SummaryFields)
+from attnflow.training.callbacks import (CompiledModel, Float32MatmulPrecision, StopOnNonFiniteLoss,
+                                         SummaryFields)
 from attnflow.training.distributed import continue_csv_logs, fit_progress
 from attnflow.training.ema import ExponentialMovingAverage
 from attnflow.training.loggers import (BEST, build_loggers, finish_loggers, log_hyperparams,
@@ -37,6 +37,7 @@ from attnflow.training.progress import progress_bar
 from attnflow.training.trainer_checks import (idle_settings, lightning_errors,
                                               refuse_flex_without_backward)
 from attnflow.training.validate import resolve_config
+from attnflow.viz.panels import AttentionMaps
 
 
 def _with_task_monitor(entry: Dict[str, Any], task: Any) -> Dict[str, Any]:
