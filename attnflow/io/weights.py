@@ -13,7 +13,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
-from attnflow.io.checkpoints import AVG_DIR, digest_line, digest_path, read_checkpoint
+from attnflow.io import checkpoints
+from attnflow.io.checkpoints import AVG_DIR, digest_line, digest_path
 from attnflow.io.text import atomic_path
 
 
@@ -95,7 +96,7 @@ def average_state_dicts(paths: Sequence[Path]) -> Dict[str, torch.Tensor]:
     keys = None
     alias: Optional[Dict[str, str]] = None  # a name → the first name of the same tensor
     for path in paths:
-        state = read_checkpoint(path)["state_dict"]
+        state = checkpoints.read_checkpoint(path)["state_dict"]
         ties = _aliases(state)
         alias = ties if alias is None else {k: a for k, a in alias.items() if ties.get(k) == a}
         if keys is None:
@@ -137,7 +138,7 @@ def average_into(run_dir: Path, index: Dict[str, Any], kept: List[Dict[str, Any]
               "epochs": [e["epoch"] for e in kept], "steps": [e["step"] for e in kept],
               "scores": [e["score"] for e in kept],
               "files": [str(avg_dir / e["file"]) for e in kept], "copy_of": str(base)}
-    ckpt = read_checkpoint(base)
+    ckpt = checkpoints.read_checkpoint(base)
     averaged = average_state_dicts([avg_dir / e["file"] for e in kept])
     if set(averaged) != set(ckpt["state_dict"]):
         raise ValueError(f"the weights in {avg_dir} are not those of {base}; not averaged")
