@@ -85,7 +85,7 @@ def clocked(cls, method: str, into: dict, key: str):
 def attnflow_run(seed: int, extra=(), experiment: str = "gat_cora"):
     import pytorch_lightning as pl
 
-    from attnflow.training.callbacks import AttentionMaps
+    from attnflow.viz.panels import AttentionMaps
 
     cfg = compose_cfg([f"experiment={experiment}", f"seed={seed}", f"paths.data_dir={DATA_DIR}",
                        *QUIET, *extra])

@@ -35,7 +35,7 @@ def _averaged(run_dir: Path, epochs: list) -> Path:
     """The checkpoint with the mean weights of ``epochs`` (written by attnflow-average's code the
     first time; reused after, never overwritten)."""
     from attnflow.cli.average import plan
-    from attnflow.training.averaging import average_into
+    from attnflow.io.weights import average_into
 
     name = "avg-epochs-" + "-".join(map(str, sorted(epochs))) + ".ckpt"
     path = run_dir / "checkpoints" / name

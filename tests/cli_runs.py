@@ -23,7 +23,7 @@ import torch
 import yaml
 
 from attnflow.config.registry import DATA, MODELS, TASKS
-from attnflow.training.state import atomic_torch_save
+from attnflow.io.weights import atomic_torch_save
 from attnflow.training.validate import resolve_config
 from support import compose_cfg
 

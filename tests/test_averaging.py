@@ -17,15 +17,15 @@ import pytorch_lightning as pl
 import torch
 
 import attnflow.training.run as run_module
-from attnflow.training.averaging import CheckpointAverage, average_state_dicts
+from attnflow.training.averaging import CheckpointAverage
 from attnflow.io.checkpoints import find_checkpoint
+from attnflow.io.weights import atomic_torch_save, average_state_dicts
 from attnflow.data.parallel import load_tokenizer
 from attnflow.cli.evaluate import main as eval_main
 from attnflow.config.registry import ConfigError
 from attnflow.training.resume import resume_config
 from attnflow.training.validate import resolve_config
 from attnflow.training.run import train
-from attnflow.training.state import atomic_torch_save
 from averaging_runs import TINY, load, mean_state, train_recorded
 from cli_runs import one_torch_thread  # noqa: F401  (autouse fixture: one torch thread)
 from support import DATA_DIR, compose_cfg, train_cli

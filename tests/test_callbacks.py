@@ -7,7 +7,7 @@ import warnings
 import pytest
 
 from attnflow.config.registry import TASKS, AttnflowWarning
-from attnflow.training.callbacks import AttentionMaps
+from attnflow.viz.panels import AttentionMaps
 from attnflow.training.run import build_callbacks
 
 TASK = TASKS.get("seq2seq")

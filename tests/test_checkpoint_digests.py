@@ -16,7 +16,8 @@ import torch
 from attnflow.cli.evaluate import main as evaluate
 from attnflow.io.checkpoints import CheckpointError, read_checkpoint
 from attnflow.io.console import AttnflowWarning
-from attnflow.training.state import SafeCheckpointIO, atomic_torch_save
+from attnflow.io.weights import atomic_torch_save
+from attnflow.training.state import SafeCheckpointIO
 from support import FAST, train_cli
 
 ARGS = [*FAST, "data.train_size=128", "trainer.max_epochs=2", "logger=csv", "test=false"]

@@ -13,7 +13,7 @@ import torch
 from attnflow.cli.export import main
 from attnflow.config.registry import MODELS
 from attnflow.io.checkpoints import load_run
-from attnflow.training.state import atomic_torch_save
+from attnflow.io.weights import atomic_torch_save
 from cli_runs import (GRAPH, QUIET, document_files, document_overrides, fabricate_run,  # noqa: F401
                       one_torch_thread, parallel_files, translation_overrides, write_jsonl)
 

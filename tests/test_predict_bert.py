@@ -19,7 +19,7 @@ import torch
 import attnflow.cli.predict_io as predict_io
 from attnflow.cli.predict import main
 from attnflow.config.registry import MODELS
-from attnflow.training.state import atomic_torch_save
+from attnflow.io.weights import atomic_torch_save
 from cli_runs import QUIET, assert_streams, fabricate_run, one_torch_thread, write_jsonl  # noqa: F401
 from support import CHROMIUM, CHROMIUM_MISSING, chromium_dom
 

@@ -26,7 +26,8 @@ import yaml
 from attnflow.training.resume import ResumeError, from_hydra, prepare_argv, resume_config
 from attnflow.training.run import train
 from attnflow.training.runlock import RunInUseError
-from attnflow.training.state import SafeCheckpointIO, atomic_torch_save
+from attnflow.io.weights import atomic_torch_save
+from attnflow.training.state import SafeCheckpointIO
 from support import FAST, ROOT, compose_cfg, train_cli
 
 # The default experiment, small: 16 steps an epoch, 2 epochs, dropout on (so that the random
@@ -640,7 +641,7 @@ def test_the_random_streams_survive_a_weights_only_checkpoint(tmp_path):
 
     import numpy as np
 
-    from attnflow.training.state import rng_state, set_rng_state
+    from attnflow.data.resumable import rng_state, set_rng_state
 
     torch.manual_seed(3), np.random.seed(3), random.seed(3)
     np.random.normal()  # a cached Gaussian in numpy's state

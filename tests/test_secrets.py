@@ -143,7 +143,7 @@ def _record_as_env(run: Path, group: str, key: str, text: str) -> None:
     """Rewrite a run's recorded ``group.key`` as ``text`` (checkpoint, with its digest, and
     config.yaml), as a run that read it from the environment records it."""
     from attnflow.io.checkpoints import read_checkpoint
-    from attnflow.training.state import atomic_torch_save
+    from attnflow.io.weights import atomic_torch_save
 
     ckpt_path = run / "checkpoints" / "last.ckpt"
     ckpt = read_checkpoint(ckpt_path)

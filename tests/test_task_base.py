@@ -14,7 +14,7 @@ from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 from torch import nn
 
 from attnflow.config.registry import TASKS, ConfigError, Registry
-from attnflow.training.callbacks import AttentionMaps
+from attnflow.viz.panels import AttentionMaps
 from attnflow.training.run import build_callbacks, train
 from attnflow.training.validate import resolve_config
 from attnflow.tasks.base import Task

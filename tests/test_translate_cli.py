@@ -11,7 +11,7 @@ import yaml
 from attnflow.data.parallel import ParallelDataModule
 from attnflow.config.registry import MODELS
 from attnflow.cli.translate import main
-from attnflow.training.state import atomic_torch_save
+from attnflow.io.weights import atomic_torch_save
 
 MODEL = {"name": "seq2seq", "embed_dim": 8, "encoder": {"name": "rnn", "hidden_dim": 8},
          "decoder": {"name": "rnn_attention", "embed_dim": 8, "hidden_dim": 16}}

@@ -10,12 +10,17 @@ back as it was.
 also restores the position where Lightning made the loader before the checkpoint's loops were
 restored (a schedule that reads ``trainer.estimated_stepping_batches`` in
 ``configure_optimizers``): the loader cannot tell a trained batch from one fetched ahead.
+The global random streams that side saves with it are read and put back here too
+(:func:`rng_state`: as tensors and plain values, since checkpoints are read with
+``weights_only=True``).
 """
 
 from __future__ import annotations
 
+import random
 from typing import Any, Dict, Iterator, Optional
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
@@ -63,3 +68,29 @@ class Resumable:
 
 class ResumableDataLoader(Resumable, DataLoader):
     """A ``DataLoader`` (the same arguments) that resumes mid-epoch (module docstring)."""
+
+
+def rng_state() -> Dict[str, Any]:
+    """The global random streams as tensors and plain values."""
+    version, py_state, gauss = random.getstate()
+    _, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {"torch": torch.get_rng_state(),
+             "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                       "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+             "python": {"version": version, "state": torch.tensor(py_state, dtype=torch.int64),
+                        "gauss_next": gauss}}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: Dict[str, Any]) -> None:
+    """Put back what :func:`rng_state` returned."""
+    torch.set_rng_state(state["torch"])
+    n = state["numpy"]
+    np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
+                         n["cached_gaussian"]))
+    p = state["python"]
+    random.setstate((p["version"], tuple(int(v) for v in p["state"].tolist()), p["gauss_next"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

@@ -82,10 +82,7 @@ def find_checkpoint(path: Path | str) -> Tuple[Path, Path]:
     if held:
         raise CheckpointError(held)
     ckpts = path / "checkpoints"
-    try:
-        best = json.loads((path / "metrics.json").read_text()).get("best_checkpoint")
-    except (OSError, ValueError, AttributeError):
-        best = None  # none, or damaged: last.ckpt
+    best = (final_metrics(path) or {}).get("best_checkpoint")  # (none, or damaged: last.ckpt)
     if isinstance(best, str) and best and (ckpts / Path(best).name).is_file():
         return ckpts / Path(best).name, path
     if isinstance(best, str) and best:
@@ -96,6 +93,29 @@ def find_checkpoint(path: Path | str) -> Tuple[Path, Path]:
             return cand, path
     raise CheckpointError(f"{path} is a directory without checkpoints (expected {ckpts}/*.ckpt "
                           f"from attnflow-train)")
+
+
+def final_metrics(run: Path | str) -> Optional[Dict[str, Any]]:
+    """The run's ``metrics.json``, written as it ended; None where it has none (or a damaged one)."""
+    try:
+        found = json.loads((Path(run) / "metrics.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def run_experiment(run_dir: Path) -> Optional[str]:
+    """The experiment a run was composed with (None: the default)."""
+    try:
+        if (run_dir / ".hydra" / "hydra.yaml").is_file():
+            data = yaml.safe_load((run_dir / ".hydra" / "hydra.yaml").read_text()) or {}
+            exp = (((data.get("hydra") or {}).get("runtime") or {}).get("choices") or {}).get("experiment")
+        else:
+            data = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+            exp = (data.get("run") or {}).get("experiment")
+    except (OSError, yaml.YAMLError):
+        return None
+    return None if exp in (None, "default") else str(exp)
 
 
 def runs_inside(path: Path) -> Optional[str]:

@@ -89,6 +89,12 @@ def fmt_value(value: Any) -> str:
     return f"{value:.4g}"
 
 
+def duration(seconds: float) -> str:
+    """``seconds`` as ``m:ss``, or ``h:mm:ss`` from an hour on."""
+    h, rest = divmod(int(round(seconds)), 3600)
+    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
+
+
 def print_metrics(metrics: Mapping[str, float], title: str = "final metrics (best checkpoint)",
                   file=None) -> None:
     """The final metrics as a rich table: a row per metric, a column per split (``val/acc`` →

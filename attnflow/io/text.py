@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import gzip
 import io
+import json
 import os
 import sys
 import zlib
@@ -180,6 +181,12 @@ def atomic_path(path: Path | str) -> Iterator[Path]:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def write_json(path: Path | str, data: Any, **dumps: Any) -> None:
+    """``data`` as JSON (``json.dumps`` with ``dumps``) in ``path``, written atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(data, **dumps))
 
 
 def save_arrays(path: Path | str, arrays: Dict[str, np.ndarray]) -> Path:

@@ -14,22 +14,19 @@ tests as its best checkpoint.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from pathlib import Path
-from typing import Any, Dict, List, Literal, Optional, Sequence
+from typing import Any, Dict, List, Literal, Optional
 
 import pytorch_lightning as pl
-import torch
 from pytorch_lightning.utilities import rank_zero_warn
 
 from attnflow.config.registry import AttnflowWarning, ConfigError, PositiveInt
-from attnflow.io import checkpoints
 from attnflow.io.checkpoints import AVERAGED, AVG_DIR, INDEX, read_index  # noqa: F401
 from attnflow.io.console import warn_unread
-from attnflow.io.text import atomic_path
+from attnflow.io.text import write_json
+from attnflow.io.weights import atomic_torch_save, average_into, remove_checkpoint
 from attnflow.training.ema import averaged_weights
-from attnflow.training.state import atomic_torch_save, remove_checkpoint
 
 
 NEAR_FRACTION = 0.01  # validations closer than this share of an epoch's steps are one model
@@ -65,13 +62,9 @@ def check_config(callbacks: Dict[str, Any]) -> None:
 
 def monitor_of(entry: Dict[str, Any], checkpoint: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     """``entry``'s monitor/mode, where null the checkpoint entry's."""
-    checkpoint = checkpoint if isinstance(checkpoint, dict) else {}
-    out = {"monitor": entry.get("monitor"), "mode": entry.get("mode")}
-    if out["monitor"] is None:
-        out["monitor"] = checkpoint.get("monitor")
-        if out["mode"] is None:
-            out["mode"] = checkpoint.get("mode")
-    return out
+    if entry.get("monitor") is not None or not isinstance(checkpoint, dict):
+        return {"monitor": entry.get("monitor"), "mode": entry.get("mode")}
+    return {"monitor": checkpoint.get("monitor"), "mode": entry.get("mode") or checkpoint.get("mode")}
 
 
 def select_kept(entries: List[Dict[str, Any]], by: str, n: int, mode: str) -> List[Dict[str, Any]]:
@@ -102,31 +95,27 @@ class CheckpointAverage(pl.Callback):
         self.kept: List[Dict[str, Any]] = []
         self.saved: set = set()  # the files of the kept set the newest checkpoint holds
 
-    def _write_index(self) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        with atomic_path(self.dir / INDEX) as tmp:
-            tmp.write_text(json.dumps({"by": self.by, "n": self.n, "monitor": self.monitor,
-                                       "mode": self.mode, "kept": self.kept}, indent=2))
-
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # (after the restore: files outside the kept set were written after that checkpoint)
-        if not trainer.is_global_zero:
-            return
-        self._prune()
-        self._write_index()
+        if trainer.is_global_zero:
+            self._prune(index=True)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.is_global_zero:
             self.saved = {e["file"] for e in self.kept}  # (last.ckpt holds them now)
             self._prune()
 
-    def _prune(self) -> None:
+    def _prune(self, index: bool = False) -> None:
         """Delete the epoch files neither the kept set nor the newest checkpoint's names: a
-        resume from that checkpoint finds every file it keeps."""
+        resume from that checkpoint finds every file it keeps. ``index``: then write
+        ``kept.json``."""
         names = {e["file"] for e in self.kept} | self.saved
         for p in self.dir.glob("epoch*.pt") if self.dir.is_dir() else ():
             if p.name not in names:
                 remove_checkpoint(p)  # (and its digest)
+        if index:
+            write_json(self.dir / INDEX, {"by": self.by, "n": self.n, "monitor": self.monitor,
+                                          "mode": self.mode, "kept": self.kept}, indent=2)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or trainer.state.fn != "fit" or trainer.fast_dev_run:
@@ -157,8 +146,7 @@ class CheckpointAverage(pl.Callback):
                                "monitor": self.monitor}, self.dir / entry["file"])
         self.kept = keep
         if trainer.is_global_zero:
-            self._prune()
-            self._write_index()
+            self._prune(index=True)
 
     def state_dict(self) -> Dict[str, Any]:  # (called as a checkpoint is saved)
         self.saved = {e["file"] for e in self.kept}
@@ -177,46 +165,6 @@ def near_steps(trainer: pl.Trainer) -> int:
         return 1
     per_epoch = batches / max(1, trainer.accumulate_grad_batches)
     return max(1, math.ceil(per_epoch * NEAR_FRACTION))
-
-
-def average_state_dicts(paths: Sequence[Path]) -> Dict[str, torch.Tensor]:
-    """The element-wise mean of the files' ``state_dict``: floats summed in float64, one file in
-    memory at a time; other dtypes from the last. Tied weights stay tied."""
-    total: Dict[str, torch.Tensor] = {}
-    newest: Dict[str, torch.Tensor] = {}
-    keys = None
-    alias: Optional[Dict[str, str]] = None  # a name → the first name of the same tensor
-    for path in paths:
-        state = checkpoints.read_checkpoint(path)["state_dict"]
-        ties = _aliases(state)
-        alias = ties if alias is None else {k: a for k, a in alias.items() if ties.get(k) == a}
-        if keys is None:
-            keys = list(state)
-        elif set(state) != set(keys):
-            odd = sorted(set(state) ^ set(keys))[0]
-            raise ValueError(f"{path} holds other weights than {paths[0]} (e.g. {odd}); "
-                             f"they cannot be averaged")
-        for k, v in state.items():
-            if v.is_floating_point() or v.is_complex():
-                acc = v.to(torch.complex128 if v.is_complex() else torch.float64)
-                total[k] = total[k] + acc if k in total else acc.clone()
-            newest[k] = v
-    n = len(paths)
-    mean = {k: (total[k] / n).to(v.dtype) if k in total else v.clone() for k, v in newest.items()}
-    return {k: mean[(alias or {}).get(k, k)] for k in mean}
-
-
-def _aliases(state: Dict[str, torch.Tensor]) -> Dict[str, str]:
-    """{name: the first name holding the same tensor} for the later names of each group."""
-    first: Dict[tuple, str] = {}
-    alias = {}
-    for k, v in state.items():
-        key = (v.untyped_storage().data_ptr(), v.storage_offset(), tuple(v.shape), v.stride(), v.dtype)
-        if key in first:
-            alias[k] = first[key]
-        else:
-            first[key] = k
-    return alias
 
 
 def finish(trainer: pl.Trainer, run_dir: Path | str, best: str = "") -> Optional[Dict[str, Any]]:
@@ -245,22 +193,3 @@ def write_average(run_dir: Path, best: str) -> Optional[Dict[str, Any]]:
                        "run is evaluated with its best checkpoint", category=AttnflowWarning)
         return None
     return average_into(run_dir, index, kept, base, run_dir / "checkpoints" / AVERAGED)
-
-
-def average_into(run_dir: Path, index: Dict[str, Any], kept: List[Dict[str, Any]], base: Path,
-                 out: Path) -> Dict[str, Any]:
-    """Write the mean of the ``kept`` entries' files into a copy of ``base`` at ``out``, with
-    ``attnflow_average`` recording what was averaged; returns that record and ``path``."""
-    avg_dir = run_dir / "checkpoints" / AVG_DIR
-    record = {"path": str(out), "by": index["by"], "n": index["n"], "monitor": index.get("monitor"),
-              "epochs": [e["epoch"] for e in kept], "steps": [e["step"] for e in kept],
-              "scores": [e["score"] for e in kept],
-              "files": [str(avg_dir / e["file"]) for e in kept], "copy_of": str(base)}
-    ckpt = checkpoints.read_checkpoint(base)
-    averaged = average_state_dicts([avg_dir / e["file"] for e in kept])
-    if set(averaged) != set(ckpt["state_dict"]):
-        raise ValueError(f"the weights in {avg_dir} are not those of {base}; not averaged")
-    ckpt["state_dict"] = averaged
-    ckpt["attnflow_average"] = {k: v for k, v in record.items() if k != "path"}
-    atomic_torch_save(ckpt, out)
-    return record

@@ -1,23 +1,19 @@
-"""attnflow's Lightning callbacks: attention pictures, a stop on a non-finite loss, the
-float32 matmul precision in every training process, and the model compiled there; and what a
-callback that adds fields to the run's summary offers (:class:`SummaryFields`)."""
+"""attnflow's Lightning callbacks: a stop on a non-finite loss, the float32 matmul precision in
+every training process, and the model compiled there; what a callback that adds fields to the
+run's summary offers (:class:`SummaryFields`); and the configs of the callbacks of Lightning's
+and of :class:`attnflow.viz.panels.AttentionMaps` (attention pictures)."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
 import weakref
-from pathlib import Path
 from typing import Annotated, Any, Dict, Literal, Optional, Protocol, runtime_checkable
 
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.loggers import TensorBoardLogger, WandbLogger
 
-from attnflow.config.contracts import DataContract
 from attnflow.config.registry import NonNegativeFloat, NonNegativeInt, Range
-from attnflow.io.console import warn_unread
-from attnflow.viz.panels import Dashboard, log_panels
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,13 +39,10 @@ class EarlyStoppingConfig:
 
 @dataclasses.dataclass(frozen=True)
 class AttentionMapsConfig:
-    """``callbacks.attention_maps`` (null: none): :class:`AttentionMaps`."""
+    """``callbacks.attention_maps`` (null: none): :class:`attnflow.viz.panels.AttentionMaps`."""
 
     examples: NonNegativeInt = 4
     every_n_epochs: NonNegativeInt = 1
-
-
-DASHBOARD_LOGGERS = ("wandb", "tensorboard")
 
 
 @runtime_checkable
@@ -59,54 +52,6 @@ class SummaryFields(Protocol):
 
     def summary_fields(self) -> Dict[str, Any]:
         """The fields, by name."""
-
-
-class AttentionMaps(pl.Callback):
-    """Every ``every_n_epochs`` validations (0: only after training) and at the final validation,
-    the task's ``dashboard`` of ``examples`` validation examples (the data module's
-    ``example_batch``) goes to the W&B and TensorBoard loggers on rank 0; at the end of training
-    its images are written to ``out_dir``."""
-
-    def __init__(self, out_dir: Path, examples: int = 4, every_n_epochs: int = 1):
-        self.out_dir, self.examples, self.every_n_epochs = Path(out_dir), examples, every_n_epochs
-        if examples == 0 and every_n_epochs != 1:
-            warn_unread(f"callbacks.attention_maps.every_n_epochs={every_n_epochs}",
-                        "examples=0 draws no maps")
-
-    def _panels(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> list:
-        dm = trainer.datamodule
-        if (self.examples <= 0 or not isinstance(dm, DataContract)
-                or not isinstance(pl_module, Dashboard)):
-            return []
-        return pl_module.dashboard(dm.example_batch(self.examples))
-
-    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.sanity_checking or not trainer.is_global_zero or not self.every_n_epochs:
-            return
-        if trainer.state.fn == "fit" and trainer.current_epoch % self.every_n_epochs:
-            return  # (a validation after training, of the best checkpoint, is always shown)
-        loggers = [lg for lg in trainer.loggers if isinstance(lg, (WandbLogger, TensorBoardLogger))]
-        if loggers:
-            log_panels(loggers, self._panels(trainer, pl_module), trainer.global_step,
-                       when=_when(trainer))
-
-    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not trainer.is_global_zero or trainer.fast_dev_run:
-            return
-        import matplotlib.pyplot as plt
-
-        for panel in self._panels(trainer, pl_module):
-            if panel["kind"] == "image" and panel.get("file"):
-                self.out_dir.mkdir(parents=True, exist_ok=True)
-                plt.imsave(self.out_dir / panel["file"], panel["image"])
-
-
-def _when(trainer: pl.Trainer) -> str:
-    """When a validation's pictures were drawn: an epoch of the fit, or after it (of which weights)."""
-    if trainer.state.fn == "fit":
-        return f"epoch {trainer.current_epoch}, step {trainer.global_step}"
-    ckpt = trainer.ckpt_path
-    return f"after training, weights of {Path(ckpt).name}" if ckpt else "after training"
 
 
 class NonFiniteLossError(RuntimeError):

@@ -10,7 +10,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.callbacks import ProgressBar, RichProgressBar, TQDMProgressBar
 
 from attnflow.io import console
-from attnflow.io.console import fmt_value
+from attnflow.io.console import duration, fmt_value
 
 
 def progress_bar(kind: Optional[str], every_n_steps: Optional[int] = None) -> Optional[ProgressBar]:
@@ -32,11 +32,6 @@ def epoch_metrics(trainer: pl.Trainer, prefixes=("train/", "val/")) -> str:
     items = sorted((k, v) for k, v in trainer.callback_metrics.items()
                    if k.startswith(prefixes) and not k.endswith("_step"))
     return " ".join(f"{k.removesuffix('_epoch')}={fmt_value(v)}" for k, v in items)
-
-
-def duration(seconds: float) -> str:
-    h, rest = divmod(int(round(seconds)), 3600)
-    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
 
 
 class TextProgressBar(ProgressBar):

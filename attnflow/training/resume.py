@@ -7,15 +7,12 @@ checkpoint of the same model, data and task.
 from __future__ import annotations
 
 import functools
-import json
 import os
-import re
 import sys
 import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-import yaml
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
@@ -24,8 +21,9 @@ from attnflow.config.groups import SHARED_GROUPS
 from attnflow.config.overrides import parse
 from attnflow.config.registry import ConfigError, Registry
 from attnflow.io import checkpoints
-from attnflow.io.checkpoints import WANDB_ID_KEY, CheckpointError, newest_intact
-from attnflow.io.console import shell_word
+from attnflow.io.checkpoints import (WANDB_ID_KEY, CheckpointError, final_metrics, newest_intact,
+                                     run_experiment)
+from attnflow.io.console import hydra_value, shell_word
 from attnflow.training import runlock
 from attnflow.training.lightning_internals import epoch_counts
 from attnflow.training.runlock import first_rank
@@ -53,28 +51,19 @@ def _is_safe(key: str) -> bool:
 
 
 def _flatten(node: Any, prefix: str = "") -> Dict[str, Any]:
-    if isinstance(node, dict) and node:
-        out: Dict[str, Any] = {}
-        for k, v in node.items():
-            out.update(_flatten(v, f"{prefix}{k}."))
-        return out
-    return {prefix[:-1]: node}
+    if not (isinstance(node, dict) and node):
+        return {prefix[:-1]: node}
+    return {k: v for key, sub in node.items() for k, v in _flatten(sub, f"{prefix}{key}.").items()}
 
 
 def differences(a: Dict[str, Any], b: Dict[str, Any], only: Sequence[str] = (),
                 ignore: Sequence[str] = BOOKKEEPING) -> List[Tuple[str, Any, Any]]:
     """``(dotted key, a's value, b's value)`` where two configs differ, within the sections
     ``only`` (all when empty), outside ``ignore``."""
-    fa, fb = _flatten(a), _flatten(b)
-    out = []
-    for key in sorted(set(fa) | set(fb)):
-        top = key.split(".", 1)[0]
-        if (only and top not in only) or top in ignore:
-            continue
-        va, vb = fa.get(key, "<unset: its default>"), fb.get(key, "<unset: its default>")
-        if va != vb:
-            out.append((key, va, vb))
-    return out
+    fa, fb, unset = _flatten(a), _flatten(b), "<unset: its default>"
+    keys = [k for k in sorted(set(fa) | set(fb))
+            if k.split(".", 1)[0] not in ignore and (not only or k.split(".", 1)[0] in only)]
+    return [(k, fa.get(k, unset), fb.get(k, unset)) for k in keys if fa.get(k, unset) != fb.get(k, unset)]
 
 
 def with_defaults(cfg: Dict[str, Any]) -> Dict[str, Any]:
@@ -97,20 +86,6 @@ def _listing(diffs: List[Tuple[str, Any, Any]], a: str, b: str, most: int = 8) -
     parts = [f"{k}: {va!r} ({a}) vs {vb!r} ({b})" for k, va, vb in diffs[:most]]
     more = f"; and {len(diffs) - most} more" if len(diffs) > most else ""
     return "; ".join(parts) + more
-
-
-def run_experiment(run_dir: Path) -> Optional[str]:
-    """The experiment a run was composed with (None: the default)."""
-    try:
-        if (run_dir / ".hydra" / "hydra.yaml").is_file():
-            data = yaml.safe_load((run_dir / ".hydra" / "hydra.yaml").read_text()) or {}
-            exp = (((data.get("hydra") or {}).get("runtime") or {}).get("choices") or {}).get("experiment")
-        else:
-            data = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
-            exp = (data.get("run") or {}).get("experiment")
-    except (OSError, yaml.YAMLError):
-        return None
-    return None if exp in (None, "default") else str(exp)
 
 
 def output_root(overrides: Dict[str, str]) -> Path:
@@ -167,15 +142,6 @@ def _read_last(run: Path, *stamp: int) -> Tuple[Path, Dict[str, Any]]:
                   f"(epoch {ckpt.get('epoch')}, step {ckpt.get('global_step')})", file=sys.stderr,
                   flush=True)
         return found
-
-
-def _final_metrics(run: Path) -> Optional[Dict[str, Any]]:
-    """The run's ``metrics.json``, written as it ended; None where it has none (or a damaged one)."""
-    try:
-        found = json.loads((run / "metrics.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return found if isinstance(found, dict) else None
 
 
 def _refuse_unsafe(keys: Iterable[str], run: Path) -> None:
@@ -241,7 +207,7 @@ def check_resumable(run: Path, values: Dict[str, Any]) -> Tuple[Dict[str, Any], 
     _refuse_unsafe(values, run)
     cfg, ckpt, path = check_run(run)
     # (it ended after the state in last.ckpt)
-    finished = (_final_metrics(run) or {}).get("global_step") == ckpt.get("global_step")
+    finished = (final_metrics(run) or {}).get("global_step") == ckpt.get("global_step")
     if finished and not set(values) & set(EXTEND):
         raise ResumeError(f"resume={run}: the run already finished; extend it with "
                           f"trainer.max_epochs=<more>")
@@ -261,12 +227,6 @@ def _parse(item: str) -> Tuple[str, str]:
         raise ResumeError(f"cannot read the override {item!r}: {str(err).splitlines()[0]}{hint}") from None
     value = ov.value() if not ov.is_delete() else None
     return ov.get_key_element().split("@", 1)[0], "" if value is None else str(value)
-
-
-def _quote(value: str) -> str:
-    """A Hydra override value, single-quoted unless a plain path."""
-    plain = re.fullmatch(r"[\w./-]+", value)
-    return value if plain else "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def prepare_argv(args: Sequence[str]) -> List[str]:
@@ -303,7 +263,7 @@ def prepare_argv(args: Sequence[str]) -> List[str]:
     print(f"attnflow: resuming {run} (experiment {recorded or 'default'}) from "
           f"checkpoints/{path.name}: epoch {ckpt.get('epoch')}, step {ckpt.get('global_step')}",
           file=sys.stderr, flush=True)
-    return _other_rank([f"resume={_quote(str(run))}", *keep, f"hydra.run.dir={_quote(str(run))}",
+    return _other_rank([f"resume={hydra_value(str(run))}", *keep, f"hydra.run.dir={hydra_value(str(run))}",
                         "hydra.output_subdir=null"], values)
 
 
@@ -381,7 +341,7 @@ def _start_resumed(resolved: Dict[str, Any], run: Path) -> str:
                        "epoch": ckpt.get("epoch"), "global_step": ckpt.get("global_step")},
               "changed": {k: {"from": a, "to": b} for k, a, b in diffs},
               "wandb_run_id": ckpt.get(WANDB_ID_KEY)}
-    if (final := _final_metrics(run)) is not None:
+    if (final := final_metrics(run)) is not None:
         record["previous_metrics"] = final.get("metrics")
     if first_rank():  # DDP ranks re-run this: one record
         n = 1 + len(list(run.glob("resume-*.yaml")))

@@ -24,10 +24,10 @@ import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
 from attnflow.config import secrets
 from attnflow.config.registry import DATA, MODELS, TASKS, AttnflowWarning, ConfigError
 from attnflow.io.console import warn_unread
-from attnflow.io.text import atomic_path
+from attnflow.io.text import write_json
 from attnflow.training import averaging, requeue, resume, runlock, runlog, state as training_state
-from attnflow.training.callbacks import (AttentionMaps, CompiledModel, Float32MatmulPrecision,
-                                         StopOnNonFiniteLoss, SummaryFields)
+from attnflow.training.callbacks import (CompiledModel, Float32MatmulPrecision, StopOnNonFiniteLoss,
+                                         SummaryFields)
 from attnflow.training.distributed import continue_csv_logs, fit_progress
 from attnflow.training.ema import ExponentialMovingAverage
 from attnflow.training.loggers import (BEST, build_loggers, finish_loggers, log_hyperparams,
@@ -37,19 +37,16 @@ from attnflow.training.progress import progress_bar
 from attnflow.training.trainer_checks import (idle_settings, lightning_errors,
                                               refuse_flex_without_backward)
 from attnflow.training.validate import resolve_config
+from attnflow.viz.panels import AttentionMaps
 
 
 def _with_task_monitor(entry: Dict[str, Any], task: Any) -> Dict[str, Any]:
-    """``entry`` with a null ``monitor``/``mode`` taken from the task."""
-    entry = dict(entry)
-    if task is None:
-        return {k: v for k, v in entry.items() if not (k in ("monitor", "mode") and v is None)}
-    if entry.get("monitor") is None:
-        entry["monitor"] = task.monitor
-    if entry.get("mode") is None:
-        metric = entry["monitor"].split("/", 1)[-1]
-        entry["mode"] = (task.monitor_mode if entry["monitor"] == task.monitor
-                         else task.metrics.get(metric, "min"))
+    """``entry`` with a null ``monitor``/``mode`` taken from the task (none: left out)."""
+    entry = {k: v for k, v in entry.items() if v is not None or k not in ("monitor", "mode")}
+    if task is not None:
+        monitor = entry.setdefault("monitor", task.monitor)
+        entry.setdefault("mode", task.monitor_mode if monitor == task.monitor
+                         else task.metrics.get(monitor.split("/", 1)[-1], "min"))
     return entry
 
 
@@ -69,31 +66,20 @@ def build_callbacks(cfg: Dict[str, Any], run_dir: Path, task: Any = None) -> Lis
             auto_insert_metric_name=False, **_with_task_monitor(ck, task)))
         if save_last:  # (Lightning's own last.ckpt follows top-k saves only)
             out.append(training_state.LastCheckpoint(run_dir))
-    es = cfg.get("early_stopping")
+    es, maps, ema, avg = (cfg.get(k) for k in ("early_stopping", "attention_maps", "ema", "average"))
     if es is not None:
         out.append(EarlyStopping(**_with_task_monitor(es, task)))
-    maps = cfg.get("attention_maps")
     if maps is not None:
         out.append(AttentionMaps(run_dir / "attention", **maps))
-    bar = progress_bar(cfg.get("progress_bar", "auto"))
-    if bar is not None:
-        out.append(bar)
-    if cfg.get("lr_monitor"):
-        out.append(LearningRateMonitor(logging_interval="step"))
-    ema = cfg.get("ema")
+    out += [bar for bar in [progress_bar(cfg.get("progress_bar", "auto"))] if bar is not None]
+    out += [LearningRateMonitor(logging_interval="step")] if cfg.get("lr_monitor") else []
     if ema is not None:  # before callbacks.average, which keeps θ̄
         out.append(ExponentialMovingAverage(**ema))
-    avg = cfg.get("average")
     if avg is not None:
         watch = _with_task_monitor(averaging.monitor_of(avg, cfg.get("checkpoint")), task)
         out.append(averaging.CheckpointAverage(run_dir, avg.get("last"), avg.get("best"),
                                                watch.get("monitor"), watch.get("mode")))
     return out
-
-
-def _write_json(path: Path, data: dict) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
 
 
 def record_failure(run_dir: Path, reason: str, **fields: Any) -> None:
@@ -102,14 +88,12 @@ def record_failure(run_dir: Path, reason: str, **fields: Any) -> None:
     path = Path(run_dir) / "metrics.json"
     if rank_zero_only.rank != 0 or not (path.is_file() or fields and path.parent.is_dir()):
         return
-    _write_json(path, {**(json.loads(path.read_text()) if path.is_file() else fields), "failed": reason})
+    write_json(path, {**(json.loads(path.read_text()) if path.is_file() else fields), "failed": reason},
+               indent=2, sort_keys=True)
 
 
 def _metrics(results: List[dict], prefix: str = "") -> Dict[str, float]:
-    out: Dict[str, float] = {}
-    for r in results or []:
-        out.update({k.removeprefix(prefix): float(v) for k, v in r.items()})
-    return out
+    return {k.removeprefix(prefix): float(v) for r in results or [] for k, v in r.items()}
 
 
 def _validate_as(prefix: str, trainer: pl.Trainer, task: Any, **how: Any) -> Dict[str, float]:
@@ -162,10 +146,8 @@ def build_trainer(resolved: Dict[str, Any], run_dir: Path, extra: Sequence[pl.Ca
     """The run's Trainer with its loggers (given the ``recorded`` config: :func:`logger_inputs`)
     and callbacks; a setting left unread is one warning line (a callback so named is not built)."""
     trainer_args, note, warn = resolve_precision(dict(resolved.get("trainer") or {}))
-    if note and warn:
-        rank_zero_warn(note)
-    elif note:
-        runlog.say(note)
+    if note:
+        (rank_zero_warn if warn else runlog.say)(note)
     wanted = dict(resolved.get("callbacks") or {})
     for key, why in idle_settings(resolved, TASKS.get(resolved["task"]["name"])).items():
         rank_zero_warn(why, category=AttnflowWarning)
@@ -225,7 +207,7 @@ def _train(resolved: Dict[str, Any], trainer: pl.Trainer, run_dir: Path, fit_fro
             if isinstance(callback, SummaryFields):
                 summary.update(callback.summary_fields())
         if trainer.is_global_zero:
-            _write_json(run_dir / "metrics.json", summary)
+            write_json(run_dir / "metrics.json", summary, indent=2, sort_keys=True)
             runlog.log_final_table(summary)
             summarize_loggers(trainer.loggers, summary)
         failed = False

@@ -1,20 +1,19 @@
 """One writer per run folder: ``<run>/.lock``, an exclusive ``flock`` held by the process that trains
-there (its first rank), naming its pid and host. The kernel releases it however the process ends: a
-file left by ``kill -9`` is stale and taken over; a clean end removes it. One writer per output
-file the same way (:func:`writing`): ``.<name>.lock`` beside it.
+there (its first rank), naming its pid and host (:func:`attnflow.io.folders.take`). The kernel
+releases it however the process ends: a file left by ``kill -9`` is stale and taken over; a clean
+end removes it. One writer per output file the same way (:func:`writing`): ``.<name>.lock`` beside
+it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
-import socket
-import time
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Dict
 
 from attnflow.config.registry import ConfigError
+from attnflow.io.folders import take
 
 NAME = ".lock"
 _HELD: Dict[str, int] = {}  # {resolved run folder: the open, locked file}
@@ -40,28 +39,6 @@ def first_rank() -> bool:
             return kind().global_rank() == 0
     own = LightningEnvironment()
     return own.node_rank() == 0 and own.local_rank() == 0
-
-
-def take(path: Path) -> Tuple[Optional[int], str]:
-    """Lock the file ``path`` (made, with its folder) for this process: (its open descriptor,
-    ""), or (None, who holds it) where another process does; OSError where it cannot be made."""
-    while True:
-        path.parent.mkdir(parents=True, exist_ok=True)  # (again after a holder removed the folder)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 256).decode(errors="replace").strip() or "another process"
-            os.close(fd)
-            return None, holder
-        with contextlib.suppress(FileNotFoundError):
-            if os.fstat(fd).st_ino == os.stat(path).st_ino:
-                break  # (else its holder removed it as it ended: lock the new one)
-        os.close(fd)
-    os.ftruncate(fd, 0)
-    os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since "
-                 f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
-    return fd, ""
 
 
 def hold(run_dir: Path | str, advice: str = "") -> bool:

@@ -19,8 +19,8 @@ from rich.console import Console
 from rich.table import Table
 
 from attnflow.config.contracts import TaskContract
-from attnflow.io.console import print_metrics
-from attnflow.training.progress import duration, epoch_label, epoch_metrics
+from attnflow.io.console import duration, print_metrics
+from attnflow.training.progress import epoch_label, epoch_metrics
 from attnflow.training.runlock import first_rank
 
 LOG = logging.getLogger("attnflow.run")

@@ -1,102 +1,28 @@
 """What a checkpoint holds beyond Lightning's for a resumed run to equal the uninterrupted one:
-the global random streams (Lightning does not restore them) and the train loader's position
-within an epoch (:class:`TrainingState`), as tensors, since checkpoints are read with
-``weights_only=True``. Checkpoints are written atomically with their digests
-(:class:`SafeCheckpointIO`, :func:`atomic_torch_save`); a signal writes ``last.ckpt`` at the next
+the global random streams (Lightning does not restore them; :func:`attnflow.data.resumable.rng_state`)
+and the train loader's position within an epoch (:class:`TrainingState`), as tensors, since
+checkpoints are read with ``weights_only=True``. Checkpoints are written atomically with their digests
+(:class:`SafeCheckpointIO`, :mod:`attnflow.io.weights`); a signal writes ``last.ckpt`` at the next
 step (:mod:`attnflow.training.preemption`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import os
-import random
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-import numpy as np
 import pytorch_lightning as pl
-import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.plugins import TorchCheckpointIO
 
-from attnflow.data.resumable import Resumable
+from attnflow.data.resumable import Resumable, rng_state, set_rng_state
 from attnflow.io import checkpoints
-from attnflow.io.checkpoints import WANDB_ID_KEY, digest_line, digest_path
-from attnflow.io.text import atomic_path
+from attnflow.io.checkpoints import WANDB_ID_KEY
+from attnflow.io.weights import atomic_torch_save, remove_checkpoint
 from attnflow.training.lightning_internals import fit_loop_state, finish_epoch, last_saved_step, mark_saved
 from attnflow.training.preemption import StopOnSignal
-
-class _Writes:
-    """A file's ``write`` and ``flush`` that keep the first ``OSError`` (torch's writer reports
-    a failed write as a RuntimeError naming byte offsets) and the sha256 of the bytes written
-    (the checkpoint's digest, without holding or reading them again)."""
-
-    def __init__(self, f: Any) -> None:
-        self.f, self.error, self.sha = f, None, hashlib.sha256()
-
-    def write(self, data: Any) -> int:
-        try:
-            written = self.f.write(data)
-        except OSError as err:
-            self.error = self.error or err
-            raise
-        self.sha.update(data)
-        return written
-
-    def flush(self) -> None:
-        self.f.flush()
-
-
-def atomic_torch_save(obj: Any, path: Path | str) -> None:
-    """``torch.save`` streamed to a temporary file, fsynced and renamed: the old file or the new,
-    never a part; then its digest (``<name>.sha256``, of the bytes written), the old one removed
-    before the rename, so that a kill leaves a checkpoint without a digest at worst, never one
-    with another's. A failed write (a full disk) is an ``OSError`` naming ``path``."""
-    path = Path(path)
-    for stale in path.parent.glob(f".{path.name}.*.tmp"):  # parts left by a process killed mid-save
-        stale.unlink(missing_ok=True)
-    with atomic_path(path) as tmp:
-        writes = None
-        try:
-            with open(tmp, "wb") as f:  # (closing flushes too: a full disk can refuse that)
-                writes = _Writes(f)
-                torch.save(obj, writes)
-                f.flush()
-                os.fsync(f.fileno())
-        except (OSError, RuntimeError) as err:
-            err = (writes.error if writes is not None else None) or err
-            if isinstance(err, OSError) and err.errno:
-                raise OSError(err.errno, err.strerror, str(path)) from None
-            raise
-        digest_path(path).unlink(missing_ok=True)
-    _write_digest(path, writes.sha.hexdigest())
-    with contextlib.suppress(OSError):  # the rename too, where folders can be fsynced
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _write_digest(path: Path, hexdigest: str) -> None:
-    """``path``'s digest file, written atomically and fsynced; a failure names it."""
-    side = digest_path(path)
-    try:
-        with atomic_path(side) as tmp, open(tmp, "w", encoding="ascii") as f:
-            f.write(digest_line(hexdigest, path))
-            f.flush()
-            os.fsync(f.fileno())
-    except OSError as err:
-        raise OSError(err.errno, err.strerror, str(side)) from None
-
-
-def remove_checkpoint(path: Path | str) -> None:
-    """Delete a checkpoint and its digest (where there are)."""
-    Path(path).unlink(missing_ok=True)
-    digest_path(path).unlink(missing_ok=True)
 
 
 class SafeCheckpointIO(TorchCheckpointIO):
@@ -113,32 +39,6 @@ class SafeCheckpointIO(TorchCheckpointIO):
 
     def remove_checkpoint(self, path: Any) -> None:
         remove_checkpoint(path)
-
-
-def rng_state() -> Dict[str, Any]:
-    """The global random streams as tensors and plain values."""
-    version, py_state, gauss = random.getstate()
-    _, keys, pos, has_gauss, cached = np.random.get_state()
-    state = {"torch": torch.get_rng_state(),
-             "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-                       "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
-             "python": {"version": version, "state": torch.tensor(py_state, dtype=torch.int64),
-                        "gauss_next": gauss}}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: Dict[str, Any]) -> None:
-    """Put back what :func:`rng_state` returned."""
-    torch.set_rng_state(state["torch"])
-    n = state["numpy"]
-    np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
-                         n["cached_gaussian"]))
-    p = state["python"]
-    random.setstate((p["version"], tuple(int(v) for v in p["state"].tolist()), p["gauss_next"]))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 class _TracksValidation(pl.Callback):
@@ -209,10 +109,8 @@ class TrainingState(_TracksValidation):
 
 def wandb_run_id(trainer: pl.Trainer) -> Optional[str]:
     """The id of the W&B run this trainer logs to (None without a W&B logger)."""
-    for lg in trainer.loggers:
-        if isinstance(lg, WandbLogger):
-            return str(lg.version) if lg.version else None
-    return None
+    version = next((lg.version for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
+    return str(version) if version else None
 
 
 def _moved(path: Any, old: str, new: str) -> Any:
@@ -306,13 +204,15 @@ class LastCheckpoint(RunCheckpoint):
         stopping = (0 < trainer.max_steps <= trainer.global_step or (
             trainer.should_stop and trainer.current_epoch >= (trainer.min_epochs or 0)
             and trainer.global_step >= (trainer.min_steps or 0)))
-        if (mid_epoch and stopping and not trainer.fast_dev_run
-                and trainer.global_step > last_saved_step(self)):
-            trainer.save_checkpoint(Path(self.dirpath) / "last.ckpt", weights_only=False)
-            mark_saved(self, trainer.global_step)
+        if mid_epoch and stopping:
+            self._save_unsaved(trainer)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_train_end(trainer, pl_module)
+        self._save_unsaved(trainer)
+
+    def _save_unsaved(self, trainer: pl.Trainer) -> None:
+        """``last.ckpt`` of this step, unless saved already (or a ``fast_dev_run``)."""
         if trainer.global_step > last_saved_step(self) and not trainer.fast_dev_run:
             trainer.save_checkpoint(Path(self.dirpath) / "last.ckpt", weights_only=False)
             mark_saved(self, trainer.global_step)
