@@ -159,7 +159,6 @@ def test_refusals_are_one_line(runs, tmp_path, capsys, run, what):
     assert [p.name for p in tmp_path.iterdir()] == (["out"] if what.startswith("exists") else [])
 
 
-@pytest.mark.slow
 def test_a_setting_hf_lacks_is_refused_naming_it(runs, tmp_path, capsys):
     run = tmp_path / "pre_ln"  # the sequence run as if trained with pre-LN
     ckpt = torch.load(runs["sequence"] / "checkpoints" / "last.ckpt", weights_only=True)
