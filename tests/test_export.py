@@ -181,7 +181,7 @@ def _inputs(kind, model, gen):
         ids = torch.randint(5, model.token_embedding.num_embeddings, (3, 11), generator=gen)
         ids[1, 7:] = 0
         ids[2, 4:] = 0
-        return {"input_ids": ids, "segment_ids": torch.zeros_like(ids), "attention_mask": ids != 0}
+        return {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": (ids != 0).long()}
     if kind == "han":
         tokens = torch.randint(2, model.embedding.num_embeddings, (3, 5, 7), generator=gen)
         lengths = torch.tensor([[7, 3, 0, 0, 0], [2, 6, 5, 1, 7], [1, 0, 0, 0, 0]])
@@ -217,6 +217,32 @@ def test_onnx_files_compute_what_attnflow_computes(runs, tmp_path, kind, capsys)
         want = fn(*feeds.values()).numpy()
     print(f"\nonnx {kind}: max |Δ| = {np.abs(got - want).max():.1e} on {tuple(got.shape)}")  # (-s)
     assert got.shape == want.shape and np.abs(got - want).max() <= 1e-4, np.abs(got - want).max()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind, auto", [("sequence", "AutoModelForSequenceClassification"),
+                                        ("token", "AutoModelForTokenClassification")])
+def test_a_bert_onnx_file_takes_what_an_hf_tokenizer_gives(runs, tmp_path, kind, auto):
+    """Hugging Face's convention: the tokenizer's ``input_ids``, ``token_type_ids`` and int64
+    ``attention_mask`` feed the ONNX file as they come, and it computes the logits that
+    transformers' model of the same run computes."""
+    ort = pytest.importorskip("onnxruntime")
+    from transformers import AutoTokenizer
+
+    run = jitter(runs[kind])
+    assert main([str(run), "--to", "hf", str(tmp_path / "hf")]) == 0
+    assert main([str(run), "--to", "onnx", str(tmp_path / "m.onnx")]) == 0
+    feeds = dict(AutoTokenizer.from_pretrained(tmp_path / "hf")(TEXTS, padding=True, return_tensors="np"))
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"), options, providers=["CPUExecutionProvider"])
+    assert [(i.name, i.type) for i in session.get_inputs()] == [(n, "tensor(int64)") for n in feeds]
+    got = session.run(None, feeds)[0]
+    hf = getattr(transformers, auto).from_pretrained(tmp_path / "hf").eval()
+    with torch.no_grad():
+        want = hf(**{k: torch.from_numpy(v) for k, v in feeds.items()}).logits.numpy()
+    keep = feeds["attention_mask"].astype(bool) if kind == "token" else slice(None)
+    assert got.shape == want.shape and np.abs(got - want)[keep].max() <= 1e-4
 
 
 def test_a_missing_run_is_one_line_exit_status_2_and_writes_nothing(tmp_path, capsys):

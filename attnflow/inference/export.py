@@ -1,9 +1,10 @@
 """Trained runs written in other formats: a BERT run as a Hugging Face model directory
 (transformers' ``AutoModelFor…`` and ``AutoTokenizer`` load it), any run of texts, documents,
 graphs or translation as an ONNX file of its model (or MT encoder), traced on an example and
-checked against the model where onnxruntime is installed. The ONNX inputs and outputs:
+checked against the model where onnxruntime is installed. The ONNX inputs and outputs (a BERT
+run's named and typed as Hugging Face's, so code that feeds an HF ONNX model feeds it):
 
-    texts      input_ids, segment_ids (B, T) int64, attention_mask (B, T) bool -> logits (B, C) or (B, T, C)
+    texts      input_ids, token_type_ids, attention_mask (B, T) int64 -> logits (B, C) or (B, T, C)
     documents  tokens (B, S, W) int64, sent_lengths (B, S) int64 -> logits (B, C)
     graph      x (N, F) float, edge_index (2, E) int64 -> logits (N, C)
     seq2seq    src (B, S) int64, src_lengths (B,) int64 -> memory (B, S, d)
@@ -69,8 +70,8 @@ def _bert_example(run: Run):
                              f"the run at {run.run_dir} has model.head={head}")
     out = bert.model.classify_logits if head == "sequence" else bert.model.token_logits
     length = {0: "batch", 1: "length"}
-    return (lambda i, s, m: out(bert.model(i, s, m))), (ids, np.zeros_like(ids), ids != 0), {
-        "input_ids": length, "segment_ids": length, "attention_mask": length,
+    return (lambda i, t, m: out(bert.model(i, t, m != 0))), (ids, np.zeros_like(ids), (ids != 0).astype(np.int64)), {
+        "input_ids": length, "token_type_ids": length, "attention_mask": length,
         "logits": {0: "batch", **({1: "length"} if head == "token" else {})}}, bert.model
 
 
