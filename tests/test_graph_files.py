@@ -107,6 +107,17 @@ def test_a_pyg_class_reads_its_raw_files_offline(tmp_path):
         graph(dataset="Amazn", root=str(tmp_path))
 
 
+def test_a_pyg_class_without_files_is_the_graph_its_code_holds(tmp_path):
+    """KarateClub takes no ``root``: its graph is Zachary's club as networkx draws it (34
+    members, 78 ties, both directions), and a ``data.root`` given is one warning."""
+    nx = pytest.importorskip("networkx")
+    with pytest.warns(UserWarning, match=r"data.root=.* is unread: KarateClub holds its graph in its code"):
+        g = graph(dataset="KarateClub", root=str(tmp_path))
+    club = nx.karate_club_graph()
+    want = to_undirected(torch.tensor(list(club.edges)).t(), num_nodes=34)
+    assert g.num_nodes == 34 and torch.equal(g.edge_index, want)
+
+
 @pytest.mark.parametrize("break_, match", [
     (lambda p: p.with_name("edges.csv").write_text("source,target\nada,zed\n"),
      r"edges.csv line 2: target='zed' is not a node of .*nodes.csv"),

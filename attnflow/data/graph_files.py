@@ -17,6 +17,7 @@ of ``train``/``val``/``test``, else are drawn: ``split`` fractions of the labell
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import pkgutil
@@ -42,7 +43,8 @@ OWNER = "data 'graph'"
 
 
 def pyg_dataset(name: str, args: Mapping[str, Any], root: str) -> Data:
-    """Graph 0 of the PyG data set class ``name`` from raw files already under ``root``."""
+    """Graph 0 of the PyG data set class ``name`` from raw files already under ``root`` (a class
+    that takes no ``root`` holds its graph in its code)."""
     classes = {n: c for n, c in vars(datasets).items() if isinstance(c, type) and issubclass(c, Dataset)}
     if name not in classes:
         raise ConfigError(f"{OWNER}: torch_geometric.datasets has no class '{name}' (at "
@@ -56,8 +58,11 @@ def pyg_dataset(name: str, args: Mapping[str, Any], root: str) -> Data:
 
     local = type(name, (classes[name],), {"download": offline,
                                           "processed_dir": property(lambda self: cache)})
+    files = "root" in inspect.signature(classes[name]).parameters  # (KarateClub: none to read)
+    if root and not files:
+        warn_unread(f"data.root={root}", f"{name} holds its graph in its code")
     try:
-        return local(root=root, **args)[0]
+        return local(root=root, **args)[0] if files else classes[name](**args)[0]
     except (DataError, ConfigError):
         raise
     except TypeError as err:  # an argument the class does not take
