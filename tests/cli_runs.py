@@ -23,6 +23,7 @@ import torch
 import yaml
 
 from attnflow.config.registry import DATA, MODELS, TASKS
+from attnflow.io.labels import save_labels
 from attnflow.io.weights import atomic_torch_save
 from attnflow.training.validate import resolve_config
 from support import compose_cfg
@@ -79,6 +80,7 @@ def fabricate_run(overrides: Sequence[str], run_dir: Path, seed: int = 0) -> Pat
     ckpt = {"state_dict": task.state_dict(), "attnflow_config": cfg, "epoch": 0, "global_step": 0}
     if hasattr(dm, "save_artifacts"):
         dm.save_artifacts(run_dir)
+        save_labels(run_dir, dm.label_names())
     if hasattr(dm, "artifacts"):  # as Task.on_save_checkpoint stores them
         ckpt["attnflow_artifacts"] = dm.artifacts()
     (run_dir / "checkpoints").mkdir(exist_ok=True)

@@ -170,6 +170,12 @@ def test_a_run_logs_each_tasks_metrics_under_its_name_and_is_evaluated(files, tm
     assert predict_main([str(run), "a good film"]) == 0
     header, line = capsys.readouterr().out.splitlines()[-2:]
     assert header.startswith("polarity\tpolarity_probability\trating\t") and line.endswith("a good film")
+    # its labels.json names each task's classes in the files' order; predict reads names edited there
+    labels = json.loads((run / "labels.json").read_text())
+    assert labels == {"polarity": ["0", "1"], "rating": [str(r) for r in RATINGS]}
+    (run / "labels.json").write_text(json.dumps({**labels, "polarity": ["neg", "pos"]}))
+    assert predict_main([str(run), "a good film"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].split("\t")[0] in ("neg", "pos")
 
 
 @pytest.mark.slow

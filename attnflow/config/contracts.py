@@ -10,7 +10,7 @@ live here, below every layer that asks, and need neither Lightning nor torch.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 
 class Composable:
@@ -94,6 +94,11 @@ class DataContract(Composable):
     def artifacts(self) -> Dict[str, Any]:
         """What every checkpoint carries besides the weights (``attnflow_artifacts``)."""
         return {}
+
+    def label_names(self) -> Optional[Union[List[str], Dict[str, List[str]]]]:
+        """The classes the model predicts, named in its output order (a multitask: per task),
+        which the run writes to ``labels.json``; None: it predicts no classes."""
+        return None
 
     def setup_evaluation(self, run_dir: Any, artifacts: Dict[str, Any], split: str) -> None:
         """Ready ``split`` of a trained run (attnflow-eval): its vocabulary or tokenizer from

@@ -215,6 +215,10 @@ class DocumentDataModule(FileDataModule):
         return {"num_classes": len(self.label_values),
                 "class_names": [str(v) for v in self.label_values], "itos": self.vocab.itos}
 
+    def label_names(self) -> List[str]:
+        self.setup()
+        return [str(v) for v in self.label_values]
+
     def artifacts(self) -> dict:
         """What prediction needs besides the weights: vocabulary, labels, tokenisation caps."""
         self.setup()

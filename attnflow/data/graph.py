@@ -120,6 +120,11 @@ class GraphDataModule(DataContract, pl.LightningDataModule):
     def task_context(self) -> dict:
         return {"num_classes": self.num_classes, "multi_label_data": self.multi_label}
 
+    def label_names(self) -> List[str]:
+        """The files' class names where they have some, else 0 … C−1."""
+        graph = self._graph()
+        return [str(c) for c in (graph.class_names if "class_names" in graph else range(self.num_classes))]
+
     def setup(self, stage: Optional[str] = None) -> None:
         self._graph()
 

@@ -175,6 +175,10 @@ class MultiTaskDataModule(DataContract, pl.LightningDataModule):
                         for t, p in self.parts.items()}
         return out
 
+    def label_names(self) -> Optional[Dict[str, List[str]]]:
+        names = {t: p.label_names() for t, p in self.parts.items()}
+        return {t: n for t, n in names.items() if n is not None} or None
+
     def task_context(self) -> dict:
         """``contexts``: task → its data's task context (classes, their names)."""
         return {"contexts": {t: dict(p.task_context()) for t, p in self.parts.items()}}

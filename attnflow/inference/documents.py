@@ -11,14 +11,15 @@ import numpy as np
 
 from attnflow.data.documents import Vocabulary, cap_document, encode_texts, tokenize
 from attnflow.inference.runs import open_run, rebuild
-from attnflow.io.checkpoints import CheckpointError, Run, no_grad, run_artifacts
+from attnflow.io.checkpoints import CheckpointError, Run, no_grad
+from attnflow.io.labels import named_artifacts
 from attnflow.io.text import text_array
 
 
 def load(target: Path | str, device: str = "cpu", run: Optional[Run] = None):
     """(task, artifacts) of a document classifier rebuilt from a run directory or checkpoint."""
     run = run or open_run(target, device)
-    art = run_artifacts(run)
+    art = named_artifacts(run)
     if not art.get("vocab"):
         raise CheckpointError(f"no vocabulary: {run.run_dir / 'vocab.json'} is missing and the "
                               f"checkpoint {run.checkpoint} carries none")

@@ -19,6 +19,7 @@ from attnflow.data.tagged import IGNORE, encode_tagged
 from attnflow.data.text_classification import encode_texts
 from attnflow.inference.runs import InferenceError, rebuild
 from attnflow.io.checkpoints import Run
+from attnflow.io.labels import named_artifacts
 from attnflow.viz.explain import join_pieces
 from attnflow.viz.figures import cls_rows
 
@@ -35,7 +36,7 @@ class BertRun:
 
 def load_bert(run: Run, device: str = "cpu") -> BertRun:
     """The run's BERT model with its weights, in eval mode, and its tokenizer."""
-    cfg, art = run.config, dict(run.ckpt.get("attnflow_artifacts") or {})
+    cfg, art = run.config, named_artifacts(run)
     tok = run_tokenizer(run.run_dir, art, str(run.run_dir))
     pretraining = (cfg.get("task") or {}).get("name") == "bert_pretraining"
     names = [] if pretraining else [str(c) for c in art.get("class_names") or []]
@@ -181,7 +182,7 @@ KINDS = ("text_classification", "token_classification")
 def load_multitask(run: Run, device: str = "cpu"):
     """(BertRun per task, interface per task) of the run: one model, its tokenizer, each task's
     ``max_len`` and classes; a task of another interface than :data:`KINDS` is refused."""
-    art = dict(run.ckpt.get("attnflow_artifacts") or {})
+    art = named_artifacts(run)
     tokenizer = run_tokenizer(run.run_dir, art, "the run")
     configs = DATA.get("multitask").task_configs(run.config["data"])
     per_task = {t: (art.get("tasks") or {}).get(t) or {} for t in configs}

@@ -24,6 +24,7 @@ import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
 from attnflow.config import secrets
 from attnflow.config.registry import DATA, MODELS, TASKS, AttnflowWarning, ConfigError
 from attnflow.io.console import warn_unread
+from attnflow.io.labels import save_labels
 from attnflow.io.text import write_json
 from attnflow.training import averaging, requeue, resume, runlock, runlog, state as training_state
 from attnflow.training.callbacks import (CompiledModel, Float32MatmulPrecision, StopOnNonFiniteLoss,
@@ -194,6 +195,8 @@ def _train(resolved: Dict[str, Any], trainer: pl.Trainer, run_dir: Path, fit_fro
         if why:
             raise ConfigError(why)
         dm.save_artifacts(run_dir)  # (e.g. a vocabulary, for prediction)
+        if runlock.first_rank():
+            save_labels(run_dir, dm.label_names())
         task.run_config = recorded
         start = time.time()
         log_hyperparams(trainer.loggers, recorded)
