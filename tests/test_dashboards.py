@@ -340,6 +340,45 @@ def test_bert_dashboards_show_the_models_own_predictions(tmp_path):
         assert row[0].startswith("[CLS]") and "[SEP]" in row[0]
 
 
+def test_token_classification_dashboard_shows_each_sentences_attention_and_its_tags():
+    """Per sentence a token × token picture of the last layer (its colour bar naming the mean over
+    the heads) titled with the predicted tags, and a table of the words with the true tags and
+    the model's own predictions at each word's first piece."""
+    torch.manual_seed(0)
+    dm, model, task = _bert_task(["experiment=bert_tokens", "data.train_size=24", "data.val_size=6",
+                                  "data.test_size=0", "test=false", "model.layers=1"])
+    batch = dm.example_batch(2)
+    n = batch["attention_mask"].sum(-1).tolist()
+    tokens = [[dm.tokenizer.id_to_token(i) for i in row[:k]] for row, k in zip(batch["input_ids"].tolist(), n)]
+    panels = task.dashboard(batch, tokens)
+    assert [p["key"] for p in panels] == ["val/attention/0", "val/attention/1", "val/predictions"]
+    model.eval()
+    with torch.no_grad():
+        pred = model.token_logits(model(batch["input_ids"], batch["segment_ids"],
+                                        batch["attention_mask"])).argmax(-1)
+    names, first = dm.task_context()["class_names"], batch["labels"] != -100
+    for i, row in enumerate(panels[-1]["rows"]):
+        assert row[1].split() == [names[y] for y in batch["labels"][i][first[i]].tolist()]
+        assert row[2].split() == [names[k] for k in pred[i][first[i]].tolist()]
+        words = [dm.tokenizer.id_to_token(t).lstrip("▁") or "▁"
+                 for t in batch["input_ids"][i][first[i]].tolist()]
+        assert row[0].split() == words
+        assert panels[i]["caption"] == " ".join(f"{w}/{t}" for w, t in zip(words, row[2].split()))
+    assert panels[0]["image"].ndim == 3
+
+
+def test_an_attention_maps_setting_a_task_cannot_draw_is_one_warning():
+    from attnflow.training.trainer_checks import idle_settings
+
+    class NoPictures:
+        registry_name, monitor = "plain", "val/loss"
+
+    cfg = {"callbacks": {"attention_maps": {"examples": 4}}}
+    assert idle_settings(cfg, NoPictures) == {"callbacks.attention_maps": (
+        "callbacks.attention_maps is unread: task 'plain' draws no pictures of its examples")}
+    assert all("callbacks.attention_maps" not in idle_settings(cfg, TASKS.get(n)) for n in TASKS.names())
+
+
 CAPTION_TINY = ["experiment=caption_shapes", "data.train_size=32", "data.val_size=8",
                 "data.test_size=0", "data.size=48", "data.batch_size=16",
                 "model.encoder.channels=[8,8]", "model.decoder.embed_dim=8",

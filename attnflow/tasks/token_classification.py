@@ -13,7 +13,7 @@ weight decay 0.01.
 
 from __future__ import annotations
 
-from typing import Dict, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -25,6 +25,7 @@ from attnflow.data.tagged import IGNORE
 from attnflow.tasks.base import Task
 from attnflow.tasks.optim import OptimConfig
 from attnflow.tasks.token_metrics import SCORES, EntityScore, entity_counts, iob2_errors, word_tags
+from attnflow.viz.figures import alpha_label, attention_figure, image_panel, table_panel
 
 
 @TASKS.register("token_classification")
@@ -75,6 +76,37 @@ class TokenClassificationTask(Task):
         if split != "train":
             self.log_entities(split, pred, y, n)
         return loss
+
+    @torch.no_grad()
+    def dashboard(self, batch: Dict[str, torch.Tensor],
+                  tokens: Optional[List[List[str]]] = None) -> List[dict]:
+        """Per sentence its last layer's attention, token × token, mean over heads
+        (``val/attention/<i>``, titled with the predicted tags), and ``val/predictions``: each
+        sentence's words (first pieces) with their true and predicted tags. ``tokens``: the
+        rows' token strings (default: the data module's tokenizer's, else the ids)."""
+        batch = {k: v.to(self.device) for k, v in batch.items()}
+        with self.eval_mode():
+            hidden, maps = self.model(batch["input_ids"], batch["segment_ids"],
+                                      batch["attention_mask"], need_weights=True)
+            pred = self.model.token_logits(hidden).argmax(-1).cpu()
+        last = maps[-1].float().cpu()
+        heads = last.shape[1] if last.dim() == 4 else 1
+        last = last.mean(1) if last.dim() == 4 else last
+        labels, lengths = batch["labels"].cpu(), batch["attention_mask"].sum(-1).tolist()
+        true, guess = word_tags(pred, labels, self.class_names, IGNORE)
+        dm, label = self.data_module(), alpha_label(heads, (len(maps), len(maps)))
+        show = dm.tokenizer.id_to_token if dm is not None and dm.tokenizer is not None else str
+        tokens = tokens or [[show(t) or str(t) for t in ids[:n]]
+                            for ids, n in zip(batch["input_ids"].tolist(), lengths)]
+        panels, rows = [], []
+        for i, n in enumerate(lengths):
+            words = [w.lstrip("▁") or w for w, y in zip(tokens[i], labels[i].tolist()) if y != IGNORE]
+            title = " ".join(f"{w}/{t}" for w, t in zip(words, guess[i]))
+            panels.append(image_panel(f"val/attention/{i}", attention_figure(
+                last[i, :n, :n], tokens[i][:n], tokens[i][:n], title[:90], label=label), caption=title,
+                file=f"val_sentence_{i}.png"))
+            rows.append([" ".join(words), " ".join(true[i]), " ".join(guess[i])])
+        return panels + [table_panel("val/predictions", ["words", "tags", "predicted"], rows)]
 
     def log_entities(self, split: str, pred: torch.Tensor, y: torch.Tensor, n: int) -> None:
         """Add the batch's entity counts to the split's scores (computed at the epoch's end)."""

@@ -20,6 +20,7 @@ from omegaconf.errors import ValidationError
 from attnflow.config.registry import ConfigError, suggest, type_name
 from attnflow.config.secrets import leaves
 from attnflow.training import resume
+from attnflow.viz.panels import Dashboard
 
 # Trainer arguments attnflow sets itself (from other config entries), so not trainer.* fields.
 SET_BY_ATTNFLOW = ("logger", "callbacks", "default_root_dir", "enable_progress_bar", "enable_checkpointing",
@@ -110,6 +111,9 @@ def idle_settings(cfg: Dict[str, Any], task_cls: Any) -> Dict[str, str]:
         out["callbacks.early_stopping"] = f"callbacks.early_stopping is unread: {off}"
     if off and callbacks.get("average") is not None:
         out["callbacks.average"] = f"callbacks.average is unread (it averages validated epochs): {off}"
+    if callbacks.get("attention_maps") is not None and not issubclass(task_cls, Dashboard):
+        out["callbacks.attention_maps"] = (f"callbacks.attention_maps is unread: task "
+                                           f"'{task_cls.registry_name}' draws no pictures of its examples")
     ema, steps = callbacks.get("ema"), trainer.get("max_steps")
     if ema is not None and isinstance(steps, int) and 0 < steps < (ema.get("start_step") or 0):
         out["callbacks.ema"] = f"callbacks.ema is unread: its start_step comes after trainer.max_steps={steps}"
