@@ -223,6 +223,30 @@ def test_warmup_stable_decay_in_a_lightning_run(tmp_path):
     assert module.lrs[:3] == pytest.approx([0.5, 0.5, 1.0]) and module.lrs[6] == pytest.approx(1.0)
 
 
+@pytest.mark.parametrize("cfg, curves", [
+    (optim.OptimConfig(lr=0.5), {"lr"}),  # scheduler none: a constant schedule, named as the rest
+    (optim.OptimConfig(lr=0.5, scheduler="noam", warmup_steps=2, decay_bias_and_norm=False),
+     {"lr/decay", "lr/no_decay"}),
+])
+def test_learning_rate_curves_are_named_lr_or_by_parameter_group(tmp_path, cfg, curves):
+    """Lightning's LearningRateMonitor names each curve by the schedule and parameter group."""
+    import csv
+
+    from pytorch_lightning.callbacks import LearningRateMonitor
+    from pytorch_lightning.loggers import CSVLogger
+
+    module = _Recorder(cfg)
+    pl.Trainer(max_epochs=1, logger=CSVLogger(tmp_path), log_every_n_steps=1, enable_checkpointing=False,
+               enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+               callbacks=[LearningRateMonitor(logging_interval="step")]).fit(module)
+    with open(next(tmp_path.rglob("metrics.csv"))) as f:
+        rows = list(csv.DictReader(f))
+    assert set(rows[0]) - {"epoch", "step"} == curves
+    want = [0.5 * (optim.lr_factor(cfg.scheduler, 4, cfg.warmup_steps)(s)) for s in range(4)]
+    for name in curves:
+        assert [float(r[name]) for r in rows] == pytest.approx(want) == module.lrs
+
+
 @pytest.mark.parametrize("scheduler", ["cosine", "linear"])
 def test_a_decaying_schedule_without_a_step_count_is_refused_naming_the_field(scheduler):
     """max_epochs=-1 with no max_steps (a run only max_time ends): the decay has no length. The

@@ -157,8 +157,9 @@ def test_mt_transformer_is_adam_lr_00007_noam_4000():
 def test_reverse_transformer_and_gat_presets():
     sched = _optimizers(["experiment=reverse_transformer"])["lr_scheduler"]["scheduler"]
     assert sched.base_lrs == [0.001] and sched.lr_lambdas[0](300) == pytest.approx(1.0)
-    opt = _optimizers(["experiment=gat_pubmed"], context=(3,))
-    assert type(opt) is torch.optim.Adam
+    out = _optimizers(["experiment=gat_pubmed"], context=(3,))
+    opt, sched = out["optimizer"], out["lr_scheduler"]["scheduler"]
+    assert type(opt) is torch.optim.Adam and sched.lr_lambdas[0](300) == 1.0  # scheduler none
     assert opt.defaults["lr"] == 0.01 and opt.defaults["weight_decay"] == 1e-3
 
 

@@ -120,20 +120,21 @@ def run_progress(trainer, steps: Optional[float] = None) -> Callable[[int], floa
 
 
 def param_groups(module: torch.nn.Module, weight_decay: float) -> list:
-    """Matrices with ``weight_decay``, one-dimensional parameters (biases, norms) without."""
+    """Matrices with ``weight_decay`` (group ``decay``), one-dimensional parameters (biases,
+    norms) without (``no_decay``); the names name their learning-rate curves."""
     params = list(module.parameters())
-    return [{"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
-            {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+    return [{"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay, "name": "decay"},
+            {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0, "name": "no_decay"}]
 
 
 def configure(module, cfg: OptimConfig):
-    """What a LightningModule's ``configure_optimizers`` returns, for ``module``'s parameters."""
+    """What a LightningModule's ``configure_optimizers`` returns, for ``module``'s parameters: the
+    optimiser and its schedule per step (``none``: a constant one), named ``lr`` so that the
+    learning rate is logged as ``lr`` (one parameter group) or ``lr/<group>``."""
     params = (module.parameters() if cfg.decay_bias_and_norm
               else param_groups(module, cfg.weight_decay))
     opt = make_optimizer(params, cfg.optimizer, cfg.lr, cfg.weight_decay,
                          fused=fused_fits(attached_trainer(module)))
-    if cfg.scheduler == "none" and cfg.cooldown == 0:
-        return opt
     decays = cfg.scheduler in ("cosine", "linear")
     steps = float(module.trainer.estimated_stepping_batches) if decays or cfg.cooldown > 0 else 0.0
     if decays and not math.isfinite(steps):
@@ -144,4 +145,4 @@ def configure(module, cfg: OptimConfig):
         base, progress, f = factor, run_progress(module.trainer, steps), cfg.cooldown
         factor = lambda step: base(step) * cooldown_factor(f, progress(step))  # noqa: E731
     sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
-    return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+    return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step", "name": "lr"}}
