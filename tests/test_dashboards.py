@@ -71,11 +71,13 @@ def _tensorboard(run_dir):
 
 
 def _overlay_sizes(run_dir):
-    """The (width, height) of every TensorBoard image of a run whose validation drew two
-    attention overlays, after checking those are its only image tags."""
+    """The (width, height) of every TensorBoard image of a one-epoch run whose validation drew
+    two attention overlays, after checking those are its only image tags, one step each: the
+    epoch's under ``val/attention/<i>``, the best checkpoint's after training under ``best/…``."""
     acc = _tensorboard(run_dir)
     tags = sorted(acc.Tags()["images"])
-    assert tags == ["val/attention/0", "val/attention/1"], tags
+    assert tags == ["best/val/attention/0", "best/val/attention/1", "val/attention/0", "val/attention/1"], tags
+    assert all(len(acc.Images(t)) == 1 for t in tags)
     return {(e.width, e.height) for t in tags for e in acc.Images(t)}
 
 
@@ -110,10 +112,12 @@ def test_graph_examples_are_validation_nodes_of_different_classes():
 def test_han_run_logs_word_and_sentence_weights_to_wandb_and_tensorboard(tmp_path, wandb_env):
     cfg = compose_cfg(["experiment=han_imdb", *_tiny_docs(tmp_path), "model.word_encoder.hidden_dim=4",
                        "model.sentence_encoder.hidden_dim=4", "pooling.dim=4", *QUIET,
-                       "logger=[wandb,tensorboard]", "task.renderings=0",
+                       "logger=[wandb,tensorboard]", "task.renderings=1",
                        "callbacks.attention_maps.examples=2"])
     train(cfg, tmp_path / "run")
     assert len(_overlay_sizes(tmp_path / "run")) == 1
+    # one rendering per validation of the fit, the best checkpoint's apart
+    assert sorted(p.name for p in (tmp_path / "run" / "renderings").iterdir()) == ["best.html", "val_epoch0.html"]
     run = _wandb_run(tmp_path / "run")
     log = _wandb_log(run)
     # captions name the true class: the examples alternate between the two labels
@@ -157,10 +161,11 @@ def test_gat_run_logs_neighbourhood_maps_and_embedding_each_validation(tmp_path,
     nodes = [int(t.rsplit("_", 1)[1]) for t in node_tags]
     assert len(nodes) == 4 and bool(data.val_mask[nodes].all())
     assert len(set(data.y[nodes].tolist())) == 4  # one node of each of the 4 classes
-    # every validation (the epoch's and the final one), every picture of one size
-    assert all(len(acc.Images(t)) == 2 for t in node_tags)
-    assert len({(e.width, e.height) for t in node_tags for e in acc.Images(t)}) == 1
-    assert len(acc.Images("graph/embedding")) >= 2
+    # the epoch's validation under val/…, the best checkpoint's under best/…: one step each, one size
+    best = [f"best/{t}" for t in node_tags]
+    assert all(len(acc.Images(t)) == 1 for t in [*node_tags, *best, "graph/embedding", "best/graph/embedding",
+                                                 "last/graph/embedding"])  # (the last weights')
+    assert len({(e.width, e.height) for t in [*node_tags, *best] for e in acc.Images(t)}) == 1
     run = _wandb_run(tmp_path / "run")
     media = run / "files" / "media" / "images"
     assert {p.name.rsplit("_", 2)[0] for p in (media / "val" / "attention").glob("*.png")} == {
@@ -276,7 +281,7 @@ def test_bert_run_logs_cls_attention_and_a_prediction_table(tmp_path, wandb_env)
     train(cfg, tmp_path / "run")
     acc = _tensorboard(tmp_path / "run")
     tags = sorted(acc.Tags()["images"])
-    assert tags == ["val/attention/0", "val/attention/1"], tags
+    assert tags == ["best/val/attention/0", "best/val/attention/1", "val/attention/0", "val/attention/1"], tags
     assert {(e.width, e.height) for t in tags for e in acc.Images(t)} == {(1200, 600)}
     assert any(t.startswith("val/predictions") for t in acc.Tags()["tensors"])  # the table as text
     run = _wandb_run(tmp_path / "run")

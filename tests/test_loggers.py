@@ -43,7 +43,8 @@ def test_tensorboard_logger_writes_events_with_images(tmp_path):
     acc = EventAccumulator(str(tmp_path / "tensorboard" / "version_0"), size_guidance={"images": 0})
     acc.Reload()
     assert "train/loss" in acc.Tags()["scalars"]
-    assert sorted(acc.Tags()["images"]) == ["val/attention/0", "val/attention/1"]
+    assert sorted(acc.Tags()["images"]) == ["best/val/attention/0", "best/val/attention/1",
+                                            "val/attention/0", "val/attention/1"]
     # the two examples have different lengths; their heat maps have one size
     sizes = {(e.width, e.height) for tag in acc.Tags()["images"] for e in acc.Images(tag)}
     assert len(sizes) == 1, sizes

@@ -2,7 +2,8 @@
 
 Loss: −ln SoftMax_y(logits) (Yang et al. 2016, §2.3), plus ``penalty_weight`` · mean ‖AAᵀ − I‖²_F
 (Lin et al. 2017) over the attention hops A (B, r, n) of a model that returns them. Every
-validation epoch a few documents are rendered to ``<run dir>/renderings/val_epoch<N>.html``.
+validation epoch a few documents are rendered to ``<run dir>/renderings/val_epoch<N>.html``; the
+validation of the best checkpoint after training to ``best.html``.
 """
 
 from __future__ import annotations
@@ -108,8 +109,10 @@ class ClassificationTask(Task):
                 or not isinstance(trainer.datamodule, DataContract)):
             return
         docs = self._titled_examples(trainer.datamodule.example_batch(self.renderings))
-        write_html(Path(trainer.default_root_dir) / "renderings" / f"val_epoch{trainer.current_epoch}.html",
-                   docs, f"validation documents, epoch {trainer.current_epoch}")
+        fitting, epoch = trainer.state.fn == "fit", trainer.current_epoch
+        name = f"val_epoch{epoch}" if fitting else (self.logged_as.strip("/") or "evaluated")
+        write_html(Path(trainer.default_root_dir) / "renderings" / f"{name}.html", docs,
+                   f"validation documents, epoch {epoch}" if fitting else f"validation documents ({name})")
 
     # -- dashboard ---------------------------------------------------------------------------------
     def _titled_examples(self, batch: Dict[str, torch.Tensor]) -> List[dict]:

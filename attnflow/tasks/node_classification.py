@@ -185,7 +185,7 @@ class NodeClassificationTask(Task):
         y = data.y.argmax(-1) if data.y.dim() == 2 else data.y
         fig, caption = self._embedding(logits, y, weights)
         out = Path(trainer.default_root_dir) / "attention" / "graph_embedding.png"
-        log_figure(fig, out, trainer, "graph/embedding", caption,
+        log_figure(fig, out, trainer, "last/graph/embedding", caption,  # (not a validation's)
                    when=f"end of training, step {trainer.global_step}, last weights")
 
     def _embedding(self, logits: torch.Tensor, y: torch.Tensor, weights: list):

@@ -100,12 +100,15 @@ def _metrics(results: List[dict], prefix: str = "") -> Dict[str, float]:
 def _validate_as(prefix: str, trainer: pl.Trainer, task: Any, **how: Any) -> Dict[str, float]:
     """The validation metrics of the weights ``how`` names, logged as ``<prefix>val/…``: the
     ``val/`` curves keep one point per epoch trained."""
-    task.logged_as = prefix
+    maps = [cb for cb in trainer.callbacks if isinstance(cb, AttentionMaps)]
+    for logs in (task, *maps):  # (the pictures of those weights: under <prefix>val/attention/…)
+        logs.logged_as = prefix
     continue_csv_logs(trainer)  # (ddp_spawn: one CSV writer for every stage)
     try:
         return _metrics(trainer.validate(task, **how), prefix)
     finally:
-        task.logged_as = ""
+        for logs in (task, *maps):
+            logs.logged_as = ""
 
 
 def train(cfg: DictConfig | Dict[str, Any], run_dir: Path | str,

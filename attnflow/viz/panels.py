@@ -63,7 +63,11 @@ class AttentionMaps(pl.Callback):
     """Every ``every_n_epochs`` validations (0: only after training) and at the final validation,
     the task's ``dashboard`` of ``examples`` validation examples (the data module's
     ``example_batch``) goes to the W&B and TensorBoard loggers on rank 0; at the end of training
-    its images are written to ``out_dir``."""
+    its images are written to ``out_dir``. A validation outside the fit (of the best checkpoint)
+    logs its panels under their keys after :attr:`logged_as` (``best/val/attention/0``), so that
+    a key keeps one step per validation of the fit."""
+
+    logged_as: str = ""
 
     def __init__(self, out_dir: Path, examples: int = 4, every_n_epochs: int = 1):
         self.out_dir, self.examples, self.every_n_epochs = Path(out_dir), examples, every_n_epochs
@@ -85,8 +89,8 @@ class AttentionMaps(pl.Callback):
             return  # (a validation after training, of the best checkpoint, is always shown)
         loggers = [lg for lg in trainer.loggers if isinstance(lg, (WandbLogger, TensorBoardLogger))]
         if loggers:
-            log_panels(loggers, self._panels(trainer, pl_module), trainer.global_step,
-                       when=_when(trainer))
+            panels = [{**p, "key": self.logged_as + p["key"]} for p in self._panels(trainer, pl_module)]
+            log_panels(loggers, panels, trainer.global_step, when=_when(trainer))
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.is_global_zero or trainer.fast_dev_run:
