@@ -399,12 +399,15 @@ def test_captioning_run_logs_word_overlays_and_a_caption_table(tmp_path, wandb_e
     train(cfg, tmp_path / "run")
     assert len(_overlay_sizes(tmp_path / "run")) == 1
     run = _wandb_run(tmp_path / "run")
-    _wandb_log(run)
+    log = _wandb_log(run)
     table = json.loads(next((run / "files" / "media" / "table").rglob("captions*.table.json")).read_text())
     assert table["columns"] == ["reference", "hypothesis"] and len(table["data"]) == 2
     from attnflow.data.shapes import make_splits
     val = make_splits(32, 8, 0, seed=1234, size=48)["val"]
     assert [row[0] for row in table["data"]] == [val[0].caption, val[1].caption]
+    for i, row in enumerate(table["data"]):  # each picture's caption: the prediction and its reference
+        assert f"validation example {i}".encode() in log
+        assert f"predicted: {row[1]}; reference: {row[0]}".encode() in log
     images = list((run / "files" / "media" / "images").rglob("*.png"))
     assert len(images) >= 2
     files = sorted(p.name for p in (tmp_path / "run" / "attention").glob("*.png"))

@@ -150,10 +150,10 @@ class CaptioningTask(TranslationTask):
         for i, (w, a) in enumerate(zip(words, alphas or [])):
             text, what = " ".join(w), decoder_alpha_label(self.model, a.shape[1])
             fig = caption_figure(pixels[i].float().cpu(), w, a.mean(1), boxes,
-                                 title=f"example {i}, {what}: {text}")
+                                 title=f"example {i}, {what}; predicted: {text}", reference=refs[i])
             panels.append(image_panel(f"val/attention/{i}", fig,
                                       caption=f"validation example {i}, each word's {what} over "
-                                              f"the image; predicted: {text}",
+                                              f"the image; predicted: {text}; reference: {refs[i]}",
                                       file=f"val_example_{i}.png"))
         panels.append(table_panel("val/captions", ["reference", "hypothesis"],
                                   [(r, " ".join(w)) for r, w in zip(refs, words)]))

@@ -272,10 +272,11 @@ def attention_overlay(alpha, boxes, height: int, width: int) -> torch.Tensor:
 
 
 def caption_figure(image, words: Sequence[str], alpha, boxes, title: str = "",
-                   figsize=CAPTION_SIZE):
+                   figsize=CAPTION_SIZE, reference: Optional[str] = None):
     """A caption's attention on its image (Xu et al. 2015, Fig. 2–3): the image, then per word
     (up to 15) its α (``alpha`` (T, L) over ``boxes``) as a heat map over the image
-    (:func:`attention_overlay`). ``image`` (3 or 1, H, W) floats in [0, 1]."""
+    (:func:`attention_overlay`); ``reference``, where given, is a second title line.
+    ``image`` (3 or 1, H, W) floats in [0, 1]."""
     img, a = _as_tensor(image), _as_tensor(alpha)
     H, W = img.shape[1:]
     rows, cols = CAPTION_GRID
@@ -284,7 +285,7 @@ def caption_figure(image, words: Sequence[str], alpha, boxes, title: str = "",
     pixels = img.float().clamp(0, 1).expand(3, H, W).permute(1, 2, 0).numpy()
     more = len(words) - shown
     fig = plt.figure(figsize=figsize, dpi=DPI)
-    top_room = 0.6 / figsize[1]  # the title line, in figure fractions
+    top_room = (0.6 if reference is None else 0.85) / figsize[1]  # the title lines, in figure fractions
     cw, ch = 1.0 / cols, (1.0 - top_room) / rows
     hot = matplotlib.colormaps["inferno"].with_extremes(bad=(0, 0, 0, 0))  # NaN: no region there
     for k in range(rows * cols):  # panels, not pixels: at most 16
@@ -304,6 +305,8 @@ def caption_figure(image, words: Sequence[str], alpha, boxes, title: str = "",
         ax.text(0.5, -0.02, f"max α {float(a[k - 1].max()):.3g} (uniform {1 / a.shape[1]:.3g})",
                 transform=ax.transAxes, ha="center", va="top", fontsize=7)
     head = title + (f" … {more} more" if more else "")
+    if reference is not None:
+        head += f"\nreference: {reference if len(reference) <= 110 else reference[:109] + '…'}"
     if head:
         fig.suptitle(head, fontsize=10, y=1.0 - 0.15 / figsize[1], va="top")
     return fig
