@@ -163,8 +163,15 @@ class NodeClassificationTask(Task):
     def on_test_epoch_start(self) -> None:
         self._sums.pop("test", None)
 
+    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
+        # at the epoch's last batch, not its end: callbacks (the epoch's line in the console and
+        # train.log) read the epoch's metrics before the module's on_train_epoch_end
+        if batch_idx + 1 >= self.trainer.num_training_batches:
+            self._log_counts("train")
+
     def on_train_epoch_end(self) -> None:
-        self._log_counts("train")
+        if "train" in self._sums:  # (an epoch stopped before its last batch)
+            self._log_counts("train")
 
     def on_validation_epoch_end(self) -> None:
         self._log_counts("val")

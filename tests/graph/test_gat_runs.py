@@ -83,3 +83,21 @@ def test_khop_batches_hold_each_seeds_receptive_field():
 def test_a_split_that_leaves_no_nodes_is_refused():
     with pytest.raises(ValueError, match=r"leaves an empty split \(0 train, 5 val, 5 test\)"):
         SyntheticGraphDataModule(num_nodes=10, split=[0.05, 0.5])
+
+
+@pytest.mark.slow
+def test_each_epochs_line_in_train_log_holds_that_epochs_train_accuracy(tmp_path):
+    """The epoch's line (console and train.log) is written before the task's epoch-end hook: the
+    task logs train/acc at the epoch's last batch, so the line holds that epoch's value, as the
+    CSV log does (not the epoch before's)."""
+    import csv
+    import re
+
+    train(compose_cfg(["experiment=gat_synthetic", "data.num_nodes=80", "trainer.max_epochs=3",
+                       "logger=csv", *QUIET]), tmp_path)
+    with open(next((tmp_path / "csv").rglob("metrics.csv"))) as f:
+        logged = [float(r["train/acc"]) for r in csv.DictReader(f) if r.get("train/acc")]
+    log = (tmp_path / "train.log").read_text()
+    lines = re.findall(r"epoch (\d)/3 done in [\d:]+: train/acc=([\d.]+)", log)
+    assert [int(e) for e, _ in lines] == [1, 2, 3] and len(logged) == 3
+    assert [float(a) for _, a in lines] == pytest.approx(logged, abs=5e-4)
