@@ -218,7 +218,8 @@ def test_help_lists_every_group_and_option_without_heavy_imports():
     for group in ("hydra/sweeper/sampler", "hydra/sweeper/pruner"):  # the sweeper's own defaults
         assert defaults[group] == optuna[group]
     root = OmegaConf.load(CONF / "train.yaml").defaults
-    expected = {g: o for entry in root if isinstance(entry, DictConfig) for g, o in entry.items() if o and g != "hydra"}
+    expected = {g.removeprefix("override "): o for entry in root if isinstance(entry, DictConfig)
+                for g, o in entry.items() if o and g != "hydra"}  # (an override of a Hydra group: that group)
     assert {g: defaults.get(g) for g in expected} == expected
 
 

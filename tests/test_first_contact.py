@@ -55,3 +55,21 @@ def test_a_sweep_prints_its_folder_first_and_ends_with_its_runs_ranked(tmp_path,
     rows = [line.strip("│ ").split("│") for line in lines[last_job:] if re.match(r"│ \d ", line)]
     assert [r[0].strip() for r in rows] == sorted(acc, key=acc.get, reverse=True)
     assert [float(r[-1]) for r in rows] == sorted((float(f"{v:.4g}") for v in acc.values()), reverse=True)
+
+
+@pytest.mark.slow
+def test_lines_a_library_logs_look_like_attnflows_own(tmp_path, monkeypatch, capsys):
+    """The data module's INFO lines (Python logging under Hydra's job logging): plain on the
+    console like attnflow's own lines, stamped ``[date time]`` in train.log like its own."""
+    from cli_runs import document_files, document_overrides
+
+    run = tmp_path / "run"
+    args = document_overrides(document_files(tmp_path / "docs"))
+    assert train_cli(monkeypatch, *args, "trainer.max_epochs=1", f"hydra.run.dir={run}") == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^data 'documents': vocabulary \d+ words, 2 classes", out, re.M)
+    log = (run / "train.log").read_text()
+    stamp = r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] "
+    assert re.search(stamp + r"data 'documents': vocabulary \d+ words", log, re.M)
+    assert re.search(stamp + f"run folder: {re.escape(str(run))}$", log, re.M)
+    assert "[INFO]" not in out + log and "][" not in out + log

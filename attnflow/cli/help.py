@@ -55,10 +55,11 @@ def describe(path: Path) -> str:
 
 
 def root_choices(conf_dir: Path) -> Dict[str, str]:
-    """{group: default option} of ``train.yaml``'s defaults list, in its order."""
+    """{group: default option} of ``train.yaml``'s defaults list, in its order (an ``override
+    hydra/…`` entry: that Hydra group's)."""
     entries = yaml.safe_load((conf_dir / "train.yaml").read_text(encoding="utf-8")).get("defaults", [])
-    return {str(g): "" if o is None else str(o) for entry in entries if isinstance(entry, dict)
-            for g, o in entry.items() if g != "hydra"}
+    return {str(g).removeprefix("override "): "" if o is None else str(o) for entry in entries
+            if isinstance(entry, dict) for g, o in entry.items() if g != "hydra"}
 
 
 def _options(folder: Path) -> List[Tuple[str, str]]:

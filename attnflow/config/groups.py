@@ -54,9 +54,11 @@ def _root(conf_dir: Path) -> DictConfig:
 
 
 def root_defaults(conf_dir: Path) -> Dict[str, str]:
-    """{group: option} of the root config's defaults list (``conf/train.yaml``)."""
+    """{group: option} of the root config's defaults list (``conf/train.yaml``), less its
+    overrides of Hydra's own groups."""
     return {str(group): option for entry in _root(conf_dir).get("defaults", [])
-            if isinstance(entry, DictConfig) for group, option in entry.items()}
+            if isinstance(entry, DictConfig) for group, option in entry.items()
+            if not str(group).startswith("override ")}
 
 
 def top_level_keys(conf_dir: Path) -> set:
