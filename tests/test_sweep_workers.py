@@ -134,7 +134,7 @@ def test_trial_processes_of_a_killed_sweep_stop_within_a_minute(tmp_path):
     finally:
         proc.kill()
         proc.wait()
-    pids = [t.user_attrs["pid"] for t in _trials(sweep)]
+    pids = [t.user_attrs["pid"] for t in _trials(sweep)[:2]]  # (their retries may be queued already)
     killed = time.time()
     _wait_for(lambda: not _pids_alive(pids), timeout=60)
     assert time.time() - killed < 60
