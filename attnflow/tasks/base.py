@@ -10,7 +10,7 @@ Checkpoints carry the resolved config and the data module's ``artifacts()``.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, Mapping, Optional
+from typing import Any, Dict, Iterator, List, Mapping, Optional
 
 import pytorch_lightning as pl
 import torch
@@ -140,6 +140,14 @@ class Task(TaskContract, pl.LightningModule):
         trainer = attached_trainer(self)
         dm = trainer.datamodule if trainer is not None else None
         return dm if isinstance(dm, DataContract) else None
+
+    def token_strings(self, ids: torch.Tensor, lengths: List[int]) -> List[List[str]]:
+        """Each row's first ``lengths`` ids as the data module's tokenizer spells them (else the
+        ids), for dashboards."""
+        dm = self.data_module()
+        tok = dm.tokenizer if dm is not None else None
+        show = tok.id_to_token if tok is not None else str
+        return [[show(i) or str(i) for i in row[:n]] for row, n in zip(ids.tolist(), lengths)]
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["attnflow_config"] = self.run_config

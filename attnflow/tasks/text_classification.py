@@ -48,13 +48,6 @@ class TextClassificationTask(Task):
         return loss
 
     # -- dashboard ---------------------------------------------------------------------------------
-    def _tokens(self, ids: torch.Tensor, lengths: torch.Tensor) -> List[List[str]]:
-        """Token strings of a batch's rows from the data module's tokenizer (else the ids)."""
-        dm = self.data_module()
-        tok = dm.tokenizer if dm is not None else None
-        show = tok.id_to_token if tok is not None else str
-        return [[show(i) or str(i) for i in row[:n]] for row, n in zip(ids.tolist(), lengths.tolist())]
-
     @torch.no_grad()
     def dashboard(self, batch: Dict[str, torch.Tensor],
                   tokens: Optional[List[List[str]]] = None) -> List[dict]:
@@ -65,8 +58,8 @@ class TextClassificationTask(Task):
             hidden, maps = self.model(batch["input_ids"], batch["segment_ids"],
                                       batch["attention_mask"], need_weights=True)
             probs = torch.softmax(self.model.classify_logits(hidden).float(), -1).cpu()
-        lengths = batch["attention_mask"].sum(-1).cpu()
-        tokens = tokens or self._tokens(batch["input_ids"].cpu(), lengths)
+        lengths = batch["attention_mask"].sum(-1).tolist()
+        tokens = tokens or self.token_strings(batch["input_ids"].cpu(), lengths)
         true = [self.class_names[y] for y in batch["labels"].tolist()]
         pred = probs.argmax(-1).tolist()
         titles = [f"true {t} · predicted {self.class_names[k]} (p={float(probs[i, k]):.3f})"

@@ -94,10 +94,8 @@ class TokenClassificationTask(Task):
         last = last.mean(1) if last.dim() == 4 else last
         labels, lengths = batch["labels"].cpu(), batch["attention_mask"].sum(-1).tolist()
         true, guess = word_tags(pred, labels, self.class_names, IGNORE)
-        dm, label = self.data_module(), alpha_label(heads, (len(maps), len(maps)))
-        show = dm.tokenizer.id_to_token if dm is not None and dm.tokenizer is not None else str
-        tokens = tokens or [[show(t) or str(t) for t in ids[:n]]
-                            for ids, n in zip(batch["input_ids"].tolist(), lengths)]
+        label = alpha_label(heads, (len(maps), len(maps)))
+        tokens = tokens or self.token_strings(batch["input_ids"].cpu(), lengths)
         panels, rows = [], []
         for i, n in enumerate(lengths):
             words = [w.lstrip("▁") or w for w, y in zip(tokens[i], labels[i].tolist()) if y != IGNORE]
