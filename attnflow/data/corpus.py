@@ -160,9 +160,12 @@ class WordPieceData:
         return {"vocab_size": self.tokenizer.get_vocab_size(), "pad_id": PAD,
                 "num_classes": len(classes)}
 
+    def label_names(self) -> Optional[List[str]]:
+        return [str(v) for v in self.class_list()]
+
     def task_context(self) -> dict:
-        classes = self.class_list()
-        return {"num_classes": len(classes), "class_names": [str(v) for v in classes]}
+        names = self.label_names()
+        return {"num_classes": len(names), "class_names": names}
 
     def setup(self, stage: Optional[str] = None) -> None:
         """Every split's rows read (``read``) and encoded (``_encode``) once."""

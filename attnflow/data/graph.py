@@ -66,6 +66,11 @@ class KHopBatches(Dataset):
         return out
 
 
+def class_names(graph: Data, num_classes: int) -> List[str]:
+    """The graph's class names where its files give some, else 0 … C−1."""
+    return [str(c) for c in (graph.class_names if "class_names" in graph else range(num_classes))]
+
+
 class GraphDataModule(DataContract, pl.LightningDataModule):
     """Base class: one graph, full-batch or mini-batch loaders (see the module docstring)."""
 
@@ -121,9 +126,7 @@ class GraphDataModule(DataContract, pl.LightningDataModule):
         return {"num_classes": self.num_classes, "multi_label_data": self.multi_label}
 
     def label_names(self) -> List[str]:
-        """The files' class names where they have some, else 0 … C−1."""
-        graph = self._graph()
-        return [str(c) for c in (graph.class_names if "class_names" in graph else range(self.num_classes))]
+        return class_names(self._graph(), self.num_classes)
 
     def setup(self, stage: Optional[str] = None) -> None:
         self._graph()

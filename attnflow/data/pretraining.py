@@ -219,6 +219,9 @@ class PretrainingDataModule(WordPieceData, FileDataModule):
     def model_context(self) -> dict:
         return {"vocab_size": self.vocab_size, "pad_id": PAD}
 
+    def label_names(self) -> None:
+        return None  # (unlabelled text)
+
     def task_context(self) -> dict:
         self.prepare_tokenizer()
         return {"mask_id": MASK, "itos": [self.tokenizer.id_to_token(i) for i in range(self.vocab_size)]}

@@ -129,9 +129,6 @@ class TextClassificationDataModule(WordPieceData, FileDataModule):
         self.read()
         return self.label_values
 
-    def label_names(self) -> List[str]:
-        return [str(v) for v in self.class_list()]
-
     def training_texts(self) -> List[str]:
         self.read()
         return [clean(t) for t, _ in self.rows["train"]]

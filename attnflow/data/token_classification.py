@@ -84,9 +84,6 @@ class TaggedDataModule(WordPieceData, FileDataModule):
         self.read()
         return self.tag_names
 
-    def label_names(self) -> List[str]:
-        return list(self.class_list())
-
     def training_texts(self) -> List[str]:
         self.read()
         return [" ".join(w) for w, _ in self.rows["train"]]

@@ -10,7 +10,8 @@ import torch
 
 from attnflow.inference.runs import data_module, rebuild
 from attnflow.io.checkpoints import Run
-from attnflow.io.labels import LabelsError, check_count, run_labels
+from attnflow.data.graph import class_names
+from attnflow.io.labels import label_list
 from attnflow.tasks.node_classification import top_neighbours
 
 
@@ -34,10 +35,7 @@ def predict_nodes(run: Run, device: str = "cpu", top_k: Optional[int] = None) ->
     multi = bool(run.config.get("task", {}).get("multi_label", False))
     probs = logits.float().cpu().sigmoid() if multi else logits.float().cpu().softmax(-1)
     N, C = probs.shape
-    names = run_labels(run.run_dir) or list(data.class_names if "class_names" in data else map(str, range(C)))
-    if isinstance(names, dict):
-        raise LabelsError(f"{run.run_dir}/labels.json must hold one list of names: a graph run has one task")
-    check_count(names, C, run.run_dir)
+    names = label_list(run.run_dir, C) or class_names(data, C)
     nodes = list(data.node_ids if "node_ids" in data else range(N))
     labels = (["|".join(n for n, on in zip(names, row) if on) for row in (probs > 0.5).tolist()]
               if multi else [names[i] for i in probs.argmax(-1).tolist()])

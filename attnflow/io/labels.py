@@ -59,20 +59,34 @@ def check_count(names: List[str], classes: int, run_dir: Path | str, task: str =
     return names
 
 
+def _shaped(names: Names, run_dir: Path | str, multitask: bool) -> Names:
+    """``names`` where their shape is the run's (a list per task for a multitask run)."""
+    if isinstance(names, dict) != multitask:
+        raise LabelsError(f"{Path(run_dir) / LABELS} must hold " + (
+            "one list of names per task: the run is a multitask run" if multitask else
+            "one list of names: the run has one task"))
+    return names
+
+
+def label_list(run_dir: Path | str, classes: int) -> Optional[List[str]]:
+    """The one list of ``labels.json`` of a single-task run with ``classes`` classes; None
+    without the file."""
+    names = run_labels(run_dir)
+    return None if names is None else check_count(_shaped(names, run_dir, False), classes, run_dir)
+
+
 def named_artifacts(run: Run) -> Dict[str, Any]:
     """:func:`~attnflow.io.checkpoints.run_artifacts` with the names of ``labels.json``, where
     the run has one, in place of the ``class_names`` the checkpoint carries (as many)."""
-    art, names = run_artifacts(run), run_labels(run.run_dir)
+    art = run_artifacts(run)
     tasks = art.get("tasks") if isinstance(art.get("tasks"), dict) else None
-    if names is None or "class_names" not in art and tasks is None:
-        return art
-    if isinstance(names, dict) != (tasks is not None):
-        raise LabelsError(f"{Path(run.run_dir) / LABELS} must hold " + (
-            "one list of names per task: the run is a multitask run" if tasks is not None else
-            "one list of names: the run has one task"))
     if tasks is None:
-        art["class_names"] = check_count(names, len(art["class_names"]), run.run_dir)
-    for t, part in (tasks or {}).items():
-        if t in names and "class_names" in part:
+        names = label_list(run.run_dir, len(art["class_names"])) if "class_names" in art else None
+        if names is not None:
+            art["class_names"] = names
+        return art
+    names = run_labels(run.run_dir)
+    for t, part in tasks.items() if names is not None else ():
+        if t in _shaped(names, run.run_dir, True) and "class_names" in part:
             part["class_names"] = check_count(names[t], len(part["class_names"]), run.run_dir, t)
     return art
