@@ -143,6 +143,13 @@ def test_a_missing_split_or_column_is_one_error_naming_those_there(saved):
         build(saved["reviews"], labels=[0, 1]).setup()  # (an IMDB preset's labels: null them)
 
 
+def test_a_config_name_is_unread_for_a_saved_folder(saved):
+    from attnflow.config.registry import AttnflowWarning
+
+    with pytest.warns(AttnflowWarning, match=r"hf_config=plain_text is unread: .*reviews is a folder"):
+        assert build(saved["reviews"], hf_config="plain_text").label_names() == SENTIMENTS
+
+
 def test_labels_given_order_the_classes(saved):
     module = build(saved["reviews"], labels=["negative", "positive"])
     module.setup()

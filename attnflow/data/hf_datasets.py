@@ -17,6 +17,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from attnflow.config.registry import ConfigError
 from attnflow.data.errors import DataError, missing_data
+from attnflow.io.console import warn_unread
 
 ROLES = ("train", "val", "test")
 DEFAULT_SPLITS = ["train", "validation", "test"]  # load_dataset's names of the three
@@ -38,6 +39,8 @@ def open_dataset(name: str, config: Optional[str], owner: str):
     path = Path(name).expanduser()
     try:
         if path.exists():
+            if config:
+                warn_unread(f"{owner}: hf_config={config}", f"{name} is a folder saved with save_to_disk")
             data = datasets.load_from_disk(str(path))
         else:
             data = datasets.load_dataset(name, config)
