@@ -16,6 +16,7 @@ from attnflow.config.contracts import DataContract
 from attnflow.data.buckets import BucketBatchSampler, trainer_epoch
 from attnflow.data.errors import DataError, missing_data
 from attnflow.data.examples import spread_over_labels
+from attnflow.data.hf_datasets import HFDataset, HFSplit, class_names
 from attnflow.data.resumable import ResumableDataLoader
 
 PAD, BOS, EOS = 0, 1, 2  # the first ids of every sequence data module's vocabulary
@@ -127,29 +128,44 @@ class SplitDataModule(DataContract, pl.LightningDataModule):
             num_workers=self.num_workers)
 
 
+def present(source: Any) -> bool:
+    """Whether a split's source is there: a file, or a split its HF data set holds."""
+    return source.exists() if isinstance(source, HFSplit) else Path(source).is_file()
+
+
 class FileDataModule(SplitDataModule):
     """Text files ``train_path``, ``val_path`` and an optional ``test_path`` (empty, null or
-    absent: no test split), encoded by a subclass into ``self.splits`` (labelled ones: ``.labels``)."""
+    absent: no test split), or the splits of an HF data set (``hf_dataset``) in their place,
+    encoded by a subclass into ``self.splits`` (labelled ones: ``.labels``)."""
 
     owner = "data"
+    hf: Optional[HFDataset] = None  # the HF data set read in place of the files
 
     @classmethod
     def check_files(cls, fields: Mapping[str, Any], test: bool = True) -> None:
         """The training and validation files are there (nothing read): before a sweep's first job."""
+        if fields.get("hf_dataset"):  # (a Hub name cannot be told from a mistyped folder unread)
+            return
         for name in ("train_path", "val_path"):
             if fields.get(name) and not Path(fields[name]).is_file():
                 raise missing_data(cls.owner, f"file not found: {fields[name]} (at 'data.{name}')")
 
-    def set_paths(self, what: str, train_path: str, val_path: str, test_path: Optional[str]) -> None:
+    def set_paths(self, what: str, train_path: str, val_path: str, test_path: Optional[str],
+                  hf: Optional[HFDataset] = None) -> None:
+        """The splits' files, or with ``hf`` its splits (the file paths then unread)."""
+        self.hf = hf
+        if hf is not None:
+            self.paths = {role: hf.split(role) for role in ("train", "val", "test")}
+            return
         for name, value in (("train_path", train_path), ("val_path", val_path)):
             if not value:
-                raise ValueError(f"{self.owner}: '{name}' is required ({what})")
+                raise ValueError(f"{self.owner}: '{name}' is required ({what}, or data.hf_dataset)")
         self.paths = {"train": Path(train_path), "val": Path(val_path),
                       "test": Path(test_path) if test_path else None}
 
     @property
     def has_test(self) -> bool:
-        return self.paths["test"] is not None and self.paths["test"].is_file()
+        return self.paths["test"] is not None and present(self.paths["test"])
 
     def without_test(self) -> None:
         """A run with test=false: its test file is never read (it need not be there)."""
@@ -158,8 +174,14 @@ class FileDataModule(SplitDataModule):
     def missing_test(self) -> Optional[str]:
         if self.has_test:
             return None
-        return (f"{self.owner}: no test split (test_path={str(self.paths['test'] or '')!r} is "
-                "absent); run with test=false")
+        source = self.paths["test"]
+        if isinstance(source, HFSplit):
+            what = f"{source} is absent"
+        elif self.hf is not None:
+            what = "data.hf_splits names none"
+        else:
+            what = f"test_path={str(source or '')!r} is absent"
+        return f"{self.owner}: no test split ({what}); run with test=false"
 
     def example_batch(self, n: int, split: str = "val") -> Dict[str, torch.Tensor]:
         """``n`` items of a split as a batch, taken across the labels (dashboards)."""
@@ -169,12 +191,16 @@ class FileDataModule(SplitDataModule):
 
     def eval_path(self, split: str) -> Path:
         if self.paths.get(split) is None:
-            raise ValueError(f"{self.owner}: no {split} file; set data.{split}_path")
+            raise ValueError(f"{self.owner}: no {split} file; set data.{split}_path (or name the "
+                             f"split in data.hf_splits)")
         return self.paths[split]
 
     def class_values(self, train_rows: Sequence[tuple], labels: Optional[list], field: str) -> list:
-        """The classes, class i the i-th: ``data.labels``, else the training file's values sorted."""
-        values = list(labels) if labels is not None else sorted({y for _, y in train_rows})
+        """The classes, class i the i-th: ``data.labels``, else the names of an HF ``ClassLabel``
+        column, else the training file's values sorted."""
+        declared = class_names(self.paths["train"], field) if labels is None else None
+        values = (list(labels) if labels is not None else declared if declared is not None
+                  else sorted({y for _, y in train_rows}))
         if len(values) < 2:
             raise DataError(f"{self.owner}: {self.paths['train']} has one label value {values} in "
                             f"'{field}'; classification needs two")

@@ -8,13 +8,15 @@ import json
 from pathlib import Path
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import Tokenizer, decoders, models, processors, trainers
 
 from attnflow.data.base import random_subset
 from attnflow.data.documents import clean, split_sentences
 from attnflow.data.parallel import new_tokenizer
-from attnflow.data.tables import read_table, table_format
+from attnflow.data.hf_datasets import HFSplit
+from attnflow.data.tables import read_table, source, table_format
 from attnflow.data.errors import DataError, numbered_lines
+from attnflow.data.hf_tokenizers import bert_text_rules
 from attnflow.io.checkpoints import CheckpointError, find_checkpoint, read_checkpoint
 from attnflow.io.text import atomic_path
 from attnflow.models import bert_hf
@@ -25,15 +27,15 @@ SPECIALS = list(bert_hf.SPECIALS)
 TOKENIZER_FILE = "wordpiece.json"
 
 
-def read_documents(path: Path, text_field: str = "text", documents: str = "line", limit: int = 0,
-                   seed: int = 0) -> List[str]:
-    """Raw document texts of a corpus file (see the module docstring); ``limit``: a seeded random
-    subset of N documents (0 = all). Empty documents are dropped; a file with none is an error."""
-    path = Path(path)
-    name = path.name[:-3] if path.name.endswith(".gz") else path.name
-    if table_format(path):
+def read_documents(path: Path | HFSplit, text_field: str = "text", documents: str = "line",
+                   limit: int = 0, seed: int = 0) -> List[str]:
+    """Raw document texts of a corpus file (see the module docstring) or an HF split's
+    ``text_field``; ``limit``: a seeded random subset of N documents (0 = all). Empty documents
+    are dropped; a file with none is an error."""
+    path = source(path)
+    if isinstance(path, HFSplit) or table_format(path):
         texts = [t for t, _ in read_table(path, text_field, None, owner=OWNER)]
-    elif name.endswith(".txt"):
+    elif path.name.endswith((".txt", ".txt.gz")):
         lines = [line for _, line in numbered_lines(path, OWNER)]
         if documents == "line":
             texts = lines
@@ -83,13 +85,7 @@ def hf_tokenizer(target: str, at: str):
         saved = Tokenizer.from_file(str(folder / "tokenizer.json"))
         tok.normalizer, tok.pre_tokenizer = saved.normalizer, saved.pre_tokenizer
     else:
-        conf = folder / "tokenizer_config.json"
-        conf = bert_hf.read_json(conf, at) if conf.is_file() else {}
-        lower = conf.get("do_lower_case", True)
-        tok.normalizer = normalizers.BertNormalizer(
-            clean_text=True, handle_chinese_chars=conf.get("tokenize_chinese_chars", True),
-            strip_accents=conf.get("strip_accents"), lowercase=lower)
-        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.normalizer, tok.pre_tokenizer = bert_text_rules(folder, at)
     tok.decoder = decoders.WordPiece()
     tok.add_special_tokens(SPECIALS)
     return tok

@@ -3,7 +3,8 @@ fields ``text_field`` and ``label_field``): hierarchical batches (documents × s
 words) for the hierarchical attention network (Yang et al. 2016) and the flat models. Markup is
 removed, sentences split after ``.!?``, words lower-cased, the vocabulary built on the training
 split and documents capped at ``max_sentences`` × ``max_words``; labels become classes in sorted
-order.
+order. The documents may be an HF data set's splits (``hf_dataset``), and the words a Hugging
+Face tokenizer's pieces (``tokenizer_from=hf:…``, :class:`SubwordVocabulary`).
 """
 
 from __future__ import annotations
@@ -19,9 +20,12 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
+from tokenizers import Tokenizer
 from torch.utils.data import DataLoader
 
 from attnflow.data.base import Columns, FileDataModule, check_labels
+from attnflow.data.hf_datasets import DEFAULT_SPLITS, hf_source
+from attnflow.data.hf_tokenizers import check_target, load_hf_tokenizer
 from attnflow.data.tables import read_table
 from attnflow.data.word_vectors import WordVectorsConfig, train_word_vectors
 from attnflow.config.registry import DATA, NonNegativeInt, PositiveInt, build_config
@@ -81,6 +85,10 @@ class Vocabulary:
     def __len__(self) -> int:
         return len(self.itos)
 
+    def tokenize(self, text: str) -> List[List[str]]:
+        """A text's sentences of this vocabulary's words (:func:`tokenize`)."""
+        return tokenize(text, self.lowercase)
+
     def encode(self, doc: List[List[str]]) -> List[List[int]]:
         get = self.stoi.get
         return [[get(w, UNK) for w in sent] for sent in doc]
@@ -90,7 +98,32 @@ class Vocabulary:
 
     @classmethod
     def from_json(cls, data: dict) -> "Vocabulary":
+        """The vocabulary saved by :meth:`to_json` (a :class:`SubwordVocabulary` with its tokenizer)."""
+        if data.get("tokenizer"):
+            return SubwordVocabulary(Tokenizer.from_str(data["tokenizer"]))
         return cls(data["itos"], data.get("lowercase", True))
+
+
+class SubwordVocabulary(Vocabulary):
+    """A Hugging Face tokenizer's pieces as the words (``tokenizer_from=hf:…``): sentences split
+    as :func:`tokenize` splits them, each into the tokenizer's pieces; its ⟨pad⟩ and ⟨unk⟩ at
+    ids 0 and 1 (:func:`~attnflow.data.hf_tokenizers.load_hf_tokenizer`), its size the tokenizer's."""
+
+    def __init__(self, tokenizer: Tokenizer):
+        self.tokenizer = tokenizer
+        super().__init__([tokenizer.id_to_token(i) for i in range(tokenizer.get_vocab_size())], False)
+
+    @classmethod
+    def load(cls, target: str, at: str) -> "SubwordVocabulary":
+        return cls(load_hf_tokenizer(target, tuple(zip(("pad", "unk"), SPECIALS)), at))
+
+    def tokenize(self, text: str) -> List[List[str]]:
+        sentences = split_sentences(clean(text))
+        encoded = self.tokenizer.encode_batch(sentences, add_special_tokens=False) if sentences else []
+        return [e.tokens for e in encoded if e.tokens]
+
+    def to_json(self) -> dict:
+        return {"itos": self.itos, "tokenizer": self.tokenizer.to_str()}
 
 
 def cap_document(doc: List[List[str]], max_sentences: int, max_words: int) -> List[List[str]]:
@@ -143,7 +176,9 @@ def collate_documents(items: Sequence[tuple]) -> Dict[str, torch.Tensor]:
 class DocumentDataModule(FileDataModule):
     """Labelled documents as documents × sentences × words; ``max_vocab`` counts the specials
     (0: no cap); ``word_vectors``: null or :class:`~attnflow.data.word_vectors.WordVectorsConfig`
-    fields, vectors from the training split that start the model's embedding."""
+    fields, vectors from the training split that start the model's embedding; ``tokenizer_from``:
+    ``hf:<dir|hub id>``, whose pieces are the words (``min_freq``, ``max_vocab`` and ``lowercase``
+    then unread); ``hf_dataset``: an HF data set's splits in place of the files."""
 
     owner = "data 'documents'"
     interface = "documents"  # documents: han/self_attentive models, the classification task
@@ -155,12 +190,16 @@ class DocumentDataModule(FileDataModule):
                  lowercase: bool = True, limit_train: NonNegativeInt = 0,
                  limit_val: NonNegativeInt = 0, batch_size: PositiveInt = 32, bucket: bool = True,
                  num_workers: NonNegativeInt = 0, seed: int = 1234,
-                 word_vectors: Optional[Dict[str, Any]] = None, labels: Optional[List[Any]] = None):
+                 word_vectors: Optional[Dict[str, Any]] = None, labels: Optional[List[Any]] = None,
+                 tokenizer_from: Optional[str] = None, hf_dataset: Optional[str] = None,
+                 hf_config: Optional[str] = None, hf_splits: List[Optional[str]] = DEFAULT_SPLITS):
         super().__init__()
         self.labels = check_labels(labels, self.owner)
         self.word_vectors_cfg = self.word_vectors_config(word_vectors)
         self._word_vectors: Optional[torch.Tensor] = None
-        self.set_paths("a .jsonl, .csv, .tsv or .parquet file", train_path, val_path, test_path)
+        self.set_paths("a .jsonl, .csv, .tsv or .parquet file", train_path, val_path, test_path,
+                       hf_source(hf_dataset, hf_config, hf_splits, self.owner))
+        self.tokenizer_from = check_target(tokenizer_from, f"{self.owner}: tokenizer_from")
         self.text_field, self.label_field = text_field, label_field
         self.max_sentences, self.max_words = max_sentences, max_words
         self.min_freq, self.max_vocab, self.lowercase = min_freq, max_vocab, lowercase
@@ -241,7 +280,7 @@ class DocumentDataModule(FileDataModule):
         self.label_values = list(artifacts["label_values"])
         rows = read_table(path, self.text_field, self.label_field,
                           classes=(self.label_values, "the run's classes"))
-        self._encode(split, rows, [tokenize(t, self.vocab.lowercase) for t, _ in rows])
+        self._encode(split, rows, [self.vocab.tokenize(t) for t, _ in rows])
 
     def _encode(self, split: str, rows: List[tuple], tokenized: List) -> None:
         labels = self.label_ids([y for _, y in rows], self.label_values)
@@ -261,8 +300,12 @@ class DocumentDataModule(FileDataModule):
             rows["test"] = read(self.paths["test"], classes=classes)
         elif self.paths["test"] is not None:
             log.info("data 'documents': no test split (%s is absent)", self.paths["test"])
-        tokenized = {s: [tokenize(t, self.lowercase) for t, _ in r] for s, r in rows.items()}
-        self.vocab = Vocabulary.build(tokenized["train"], self.min_freq, self.max_vocab, self.lowercase)
+        given = (SubwordVocabulary.load(self.tokenizer_from, f"{self.owner}: tokenizer_from")
+                 if self.tokenizer_from else None)
+        split_words = given.tokenize if given else functools.partial(tokenize, lowercase=self.lowercase)
+        tokenized = {s: [split_words(t) for t, _ in r] for s, r in rows.items()}
+        self.vocab = given or Vocabulary.build(tokenized["train"], self.min_freq, self.max_vocab,
+                                               self.lowercase)
         for s, r in rows.items():
             self._encode(s, r, tokenized[s])
             st = self.stats[s]
@@ -285,7 +328,7 @@ class DocumentDataModule(FileDataModule):
 
 def encode_texts(texts: Sequence[str], vocab: Vocabulary, max_sentences: int, max_words: int):
     """(batch, tokenised documents as shown) for raw texts at prediction time."""
-    docs = [tokenize(t, vocab.lowercase) for t in texts]
+    docs = [vocab.tokenize(t) for t in texts]
     enc, _ = encode_documents(docs, [0] * len(docs), vocab, max_sentences, max_words)
     shown = [cap_document(d, max_sentences, max_words) for d in docs]
     return collate_documents([enc[i] for i in range(len(enc))]), shown

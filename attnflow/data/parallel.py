@@ -3,7 +3,10 @@ layout), a pattern with ``{lang}`` (``corpus/train-{lang}.txt``) or two files ``
 target]`` (these two relative to the working directory, else to ``root``); subword
 tokenisation and length-bucketed batches. Tokenizers: NFKC (optionally lower case), Metaspace +
 punctuation (decoding restores plain text for sacreBLEU), BPE (Sennrich et al. 2016) or WordPiece
-trained on the training split (one for both sides with ``shared_vocab``), saved with the run.
+trained on the training split (one for both sides with ``shared_vocab``), or a Hugging Face
+tokenizer (``tokenizer_from=hf:…``, :mod:`attnflow.data.hf_tokenizers`), saved with the run. An HF
+data set's splits (``hf_dataset``) may stand in for the files: a column of dicts keyed by
+language (``translation_field``, WMT's ``translation``), else the columns named by the languages.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from torch.utils.data import DataLoader
 from attnflow.data.base import BOS, EOS, PAD, SplitDataModule, collate_seq2seq, eval_sampler
 from attnflow.data.buckets import BucketBatchSampler, trainer_epoch
 from attnflow.data.errors import DataError, DataFileNotFoundError, missing_data, numbered_lines
+from attnflow.data.hf_datasets import DEFAULT_SPLITS, hf_source, translation_pairs
+from attnflow.data.hf_tokenizers import check_target, load_hf_tokenizer
 from attnflow.data.resumable import ResumableDataLoader
 from attnflow.config.registry import DATA, ConfigError, NonNegativeInt, PositiveInt, Range
 from attnflow.io.text import atomic_path
@@ -26,6 +31,7 @@ UNK = 3
 OWNER = "data 'parallel'"
 NO_TEST = f"{OWNER}: data.test is null, so there is no test split; run with test=false"
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
+ROLES = tuple(zip(("pad", "bos", "eos", "unk"), SPECIALS))  # an HF tokenizer's tokens at ids 0–3
 
 
 def split_files(root: Path, spec: Any, langs: Sequence[str], split: str) -> List[Path]:
@@ -111,7 +117,9 @@ def collate(pairs: Sequence[tuple]) -> Dict[str, torch.Tensor]:
 class ParallelDataModule(SplitDataModule):
     """Line-aligned parallel text (module docstring): training pairs over ``max_src_len`` or
     ``max_tgt_len`` subwords are dropped, evaluation sources cut; ``max_decode_len`` 0:
-    max_tgt_len + 2; ``max_pairs``: the first N pairs of each split (0: all)."""
+    max_tgt_len + 2; ``max_pairs``: the first N pairs of each split (0: all); ``tokenizer_from``
+    (``hf:<dir|hub id>``: ``tokenizer``, ``vocab_size`` and ``lowercase`` unread) and
+    ``hf_dataset`` (the splits of ``hf_splits`` in place of the files) as the module docstring says."""
 
     run_fixed = ("src_lang", "tgt_lang", "shared_vocab")  # the model's direction and vocabularies
 
@@ -124,10 +132,14 @@ class ParallelDataModule(SplitDataModule):
                  shared_vocab: bool = False, lowercase: bool = False,
                  max_src_len: PositiveInt = 100, max_tgt_len: PositiveInt = 100,
                  max_decode_len: NonNegativeInt = 0, batch_size: PositiveInt = 64,
-                 max_pairs: NonNegativeInt = 0, num_workers: NonNegativeInt = 0, seed: int = 1234):
+                 max_pairs: NonNegativeInt = 0, num_workers: NonNegativeInt = 0, seed: int = 1234,
+                 tokenizer_from: Optional[str] = None, hf_dataset: Optional[str] = None,
+                 hf_config: Optional[str] = None, hf_splits: List[Optional[str]] = DEFAULT_SPLITS,
+                 translation_field: str = "translation"):
         super().__init__()
+        self.hf = hf_source(hf_dataset, hf_config, hf_splits, OWNER)
         for split, spec in (("train", train), ("val", val), ("test", test)):
-            if spec is not None or split != "test":
+            if (spec is not None or split != "test") and self.hf is None:
                 check_split(split, spec, root)
         if src_lang == tgt_lang:
             raise ConfigError(f"data 'parallel': data.src_lang and data.tgt_lang are both "
@@ -138,6 +150,8 @@ class ParallelDataModule(SplitDataModule):
         self.max_src_len, self.max_tgt_len = max_src_len, max_tgt_len
         self.max_decode_len = max_decode_len or max_tgt_len + 2
         self.batch_size, self.max_pairs, self.num_workers, self.seed = batch_size, max_pairs, num_workers, seed
+        self.tokenizer_from = check_target(tokenizer_from, f"{OWNER}: tokenizer_from")
+        self.translation_field = translation_field
         self.run_dir: Optional[Path] = None
         self.src_tok = self.tgt_tok = None
         self.text: Dict[str, tuple] = {}  # split -> (source lines, target lines)
@@ -176,19 +190,35 @@ class ParallelDataModule(SplitDataModule):
     def split_text(self, split: str) -> tuple:
         """(source lines, target lines) of a split as read (after ``max_pairs``), cached."""
         if split not in self.text:
-            files = split_files(self.root, self.stems[split], (self.src_lang, self.tgt_lang), split)
-            src, tgt = ([line for _, line in numbered_lines(f, "data 'parallel'")] for f in files)
-            for f, lines in zip(files, (src, tgt)):
-                if not any(line.strip() for line in lines):  # else a run trains on nothing, exit 0
-                    raise DataError(f"data 'parallel': {f} is empty ({len(lines)} lines, none with "
-                                    f"text); the {split} split needs one sentence per line")
-            if len(src) != len(tgt):
-                raise DataError(f"data 'parallel': {files[0]} has {len(src)} lines but {files[1]} "
-                                f"has {len(tgt)}; files must be line-aligned")
+            src, tgt = self.read_split(split) if self.hf is None else self.read_hf_split(split)
             if self.max_pairs:
                 src, tgt = src[: self.max_pairs], tgt[: self.max_pairs]
             self.text[split] = (src, tgt)
         return self.text[split]
+
+    def read_split(self, split: str) -> tuple:
+        """(source lines, target lines) of a split's two files, checked line-aligned."""
+        files = split_files(self.root, self.stems[split], (self.src_lang, self.tgt_lang), split)
+        src, tgt = ([line for _, line in numbered_lines(f, "data 'parallel'")] for f in files)
+        for f, lines in zip(files, (src, tgt)):
+            if not any(line.strip() for line in lines):  # else a run trains on nothing, exit 0
+                raise DataError(f"data 'parallel': {f} is empty ({len(lines)} lines, none with "
+                                f"text); the {split} split needs one sentence per line")
+        if len(src) != len(tgt):
+            raise DataError(f"data 'parallel': {files[0]} has {len(src)} lines but {files[1]} "
+                            f"has {len(tgt)}; files must be line-aligned")
+        return src, tgt
+
+    def read_hf_split(self, split: str) -> tuple:
+        """(source texts, target texts) of the HF data set's split (:func:`translation_pairs`)."""
+        source = self.hf.split(split)
+        if source is None:
+            raise DataError(self.missing_test())
+        pairs = translation_pairs(source, self.translation_field, (self.src_lang, self.tgt_lang))
+        for lang, texts in zip((self.src_lang, self.tgt_lang), pairs):
+            if not any(t.strip() for t in texts):
+                raise DataError(f"{OWNER}: {source} has no {lang} text ({len(texts)} rows)")
+        return pairs
 
     def prepare_tokenizers(self) -> None:
         """Load the run's tokenizers if saved, else train them on the training split (and save)."""
@@ -199,7 +229,10 @@ class ParallelDataModule(SplitDataModule):
             return self.load_tokenizers(folder)
         src, tgt = self.split_text("train")
         self.split_text("val")  # a bad file fails now, not after training (test: missing_test)
-        if self.shared:
+        if self.tokenizer_from:  # both sides: the one tokenizer, ⟨pad⟩ ⟨bos⟩ ⟨eos⟩ ⟨unk⟩ first
+            self.src_tok = self.tgt_tok = load_hf_tokenizer(self.tokenizer_from, ROLES,
+                                                            f"{OWNER}: tokenizer_from")
+        elif self.shared:
             self.src_tok = self.tgt_tok = train_tokenizer(self.kind, src + tgt, self.vocab, self.lowercase)
         else:
             self.src_tok = train_tokenizer(self.kind, src, self.vocab, self.lowercase)
@@ -295,8 +328,14 @@ class ParallelDataModule(SplitDataModule):
         return self.splits[split]
 
     def missing_test(self) -> Optional[str]:
-        """No test split (``data.test=null``): why; else its files are read and checked now."""
-        if self.stems["test"] is None:
+        """No test split (``data.test=null``, or no such split of the HF data set): why; else its
+        files are read and checked now."""
+        if self.hf is not None:
+            test = self.hf.split("test")
+            if test is None or not test.exists():
+                why = "data.hf_splits names none" if test is None else f"{test} is absent"
+                return f"{OWNER}: no test split ({why}); run with test=false"
+        elif self.stems["test"] is None:
             return NO_TEST
         self.split_text("test")
         return None
@@ -304,6 +343,8 @@ class ParallelDataModule(SplitDataModule):
     @classmethod
     def check_files(cls, fields: Mapping[str, Any], test: bool = True) -> None:
         """Every file of the splits a run reads is there (nothing read): before a sweep's first job."""
+        if fields["hf_dataset"]:
+            return
         if test and fields["test"] is None:
             raise ConfigError(NO_TEST)
         langs = (fields["src_lang"], fields["tgt_lang"])

@@ -22,6 +22,7 @@ from attnflow.data.corpus import (CLS, MASK, PAD, SEP, SPECIALS, WordPieceData, 
                                   run_tokenizer, sentences_of)
 from attnflow.data.documents import clean
 from attnflow.data.errors import DataError
+from attnflow.data.hf_datasets import DEFAULT_SPLITS, hf_source
 from attnflow.data.resumable import ResumableDataLoader
 from attnflow.config.registry import DATA, NonNegativeInt, PositiveInt, Probability, Range
 from attnflow.io.console import warn_unread
@@ -157,7 +158,8 @@ class MaskingCollate:
 class PretrainingDataModule(WordPieceData, FileDataModule):
     """Masked-LM + next-sentence pairs from a ``.txt`` or ``.jsonl`` corpus (module docstring);
     ``documents``: one per 'line' or 'blank_line'-separated in ``.txt`` files; ``max_len`` counts
-    the specials (128: §A.2's first phase); ``limit_*``: a random subset of N documents."""
+    the specials (128: §A.2's first phase); ``limit_*``: a random subset of N documents;
+    ``hf_dataset``: an HF data set's splits in place of the files (its ``text_field``)."""
 
     owner = OWNER
     interface = "pretraining"  # unlabelled text: the bert model, the bert_pretraining task
@@ -171,9 +173,12 @@ class PretrainingDataModule(WordPieceData, FileDataModule):
                  short_seq_prob: Probability = 0.1,
                  mlm_prob: Annotated[float, Range(gt=0, lt=1)] = 0.15,
                  limit_train: NonNegativeInt = 0, limit_val: NonNegativeInt = 0,
-                 batch_size: PositiveInt = 32, num_workers: NonNegativeInt = 0, seed: int = 1234):
+                 batch_size: PositiveInt = 32, num_workers: NonNegativeInt = 0, seed: int = 1234,
+                 hf_dataset: Optional[str] = None, hf_config: Optional[str] = None,
+                 hf_splits: List[Optional[str]] = DEFAULT_SPLITS):
         super().__init__()
-        self.set_paths("a .txt or .jsonl corpus file", train_path, val_path, test_path)
+        self.set_paths("a .txt or .jsonl corpus file", train_path, val_path, test_path,
+                       hf_source(hf_dataset, hf_config, hf_splits, OWNER))
         self.text_field, self.documents = text_field, documents
         for name, value in (("vocab_size", vocab_size), ("lowercase", lowercase)):
             if tokenizer_from and value is not None:
@@ -194,10 +199,16 @@ class PretrainingDataModule(WordPieceData, FileDataModule):
                                                self.limits[split], self.seed)
         return self.texts[split]
 
+    def reads(self, split: str) -> bool:
+        """Whether ``split`` is read: a file is named for it, or its HF data set's split is named
+        (a test split the data set lacks: none)."""
+        source = self.paths[split]
+        return source is not None and (split != "test" or self.hf is None or self.has_test)
+
     def training_texts(self) -> List[str]:
         """The training texts, every split read first: a missing or broken file fails now."""
         for split in ("val", "test"):
-            if self.paths[split] is not None:
+            if self.reads(split):
                 self.split_texts(split)
         return [clean(t) for t in self.split_texts("train")]
 
@@ -252,7 +263,7 @@ class PretrainingDataModule(WordPieceData, FileDataModule):
     def setup(self, stage: Optional[str] = None) -> None:
         self.prepare_tokenizer()
         for split in ("train", "val", "test"):
-            if split not in self.splits and self.paths[split] is not None:
+            if split not in self.splits and self.reads(split):
                 self.splits[split] = self.make_split(split)
 
     def setup_evaluation(self, run_dir, artifacts: dict, split: str) -> None:

@@ -1,7 +1,8 @@
 """Labelled texts from the files users have: JSON lines, CSV, TSV (a header row names the
 columns) or Parquet, each gzip'ed or not (Parquet compresses itself); the fields are named in
 YAML (``data.text_field``, ``data.label_field``). A CSV/TSV label that is an integer is read as
-one, so ``data.labels: [0, 1]`` matches it as it matches JSON's."""
+one, so ``data.labels: [0, 1]`` matches it as it matches JSON's. A split of a Hugging Face data
+set (:class:`~attnflow.data.hf_datasets.HFSplit`) is read as a table too."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from attnflow.data.base import class_label, random_subset
 from attnflow.data.errors import DataError, missing_data, numbered_lines
+from attnflow.data.hf_datasets import HFSplit
 from attnflow.io.text import InputError, decoded_lines, open_bytes
 
 FORMATS = (".jsonl", ".json", ".csv", ".tsv", ".parquet")
@@ -93,8 +95,16 @@ def _setting(field: str, fields: Sequence[str]) -> str:
     return "text_field" if field == fields[0] else "label_field"
 
 
-def rows(path: Path | str, fields: Sequence[str], owner: str) -> Iterator[Tuple[str, Dict[str, Any]]]:
-    """``(where, row)`` of a table file: ``where`` a line (or Parquet row) to name in errors."""
+def source(path: Path | str | HFSplit) -> Path | HFSplit:
+    """A file's path, or a split of an HF data set as it is."""
+    return path if isinstance(path, HFSplit) else Path(path)
+
+
+def rows(path: Path | str | HFSplit, fields: Sequence[str],
+         owner: str) -> Iterator[Tuple[str, Dict[str, Any]]]:
+    """``(where, row)`` of a table file or HF split: ``where`` a line (or row) to name in errors."""
+    if isinstance(path, HFSplit):
+        return path.rows({f: _setting(f, fields) for f in fields})
     path = Path(path)
     kind = table_format(path)
     if kind == ".parquet":
@@ -104,13 +114,13 @@ def rows(path: Path | str, fields: Sequence[str], owner: str) -> Iterator[Tuple[
     return _json_rows(path, owner)
 
 
-def read_table(path: Path | str, text_field: str, label_field: Optional[str], limit: int = 0,
+def read_table(path: Path | str | HFSplit, text_field: str, label_field: Optional[str], limit: int = 0,
                seed: int = 0, owner: str = "data 'documents'", classes: Optional[tuple] = None,
                what: str = "documents") -> List[tuple]:
     """[(text, label or None)] of a table file (module docstring); a :class:`DataError` names
     the file, line and field of what is malformed, and a label not of ``classes``
     (:func:`~attnflow.data.base.class_label`). ``limit``: a seeded random subset."""
-    path = Path(path)
+    path = source(path)
     fields = [text_field] + ([label_field] if label_field else [])
     out, first = [], None
     for where, row in rows(path, fields, owner):

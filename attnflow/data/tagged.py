@@ -21,7 +21,7 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -29,7 +29,9 @@ import torch
 from attnflow.data.base import class_label, random_subset
 from attnflow.data.corpus import CLS, SEP, UNK
 from attnflow.data.errors import DataError, numbered_lines
+from attnflow.data.hf_datasets import HFSplit
 from attnflow.data.pretraining import pad_rows
+from attnflow.data.tables import source
 
 IGNORE = -100  # the label of positions without a tag (F.cross_entropy's default ignore_index)
 Tagged = Tuple[Tuple[str, ...], Tuple[str, ...]]  # (words, tags), equally long
@@ -76,12 +78,8 @@ def _string_list(row: dict, field: str, where: str, what: str) -> List[str]:
     return value
 
 
-def read_tagged_jsonl(path: Path, owner: str, tokens_field: str = "tokens",
-                      tags_field: str = "tags", tags: Optional[tuple] = None) -> List[Tagged]:
-    """The sentences of a JSON-lines file, one ``{tokens_field: [...], tags_field: [...]}`` object
-    a line (an empty list: no sentence)."""
-    known = set(tags[0]) if tags else None
-    out = []
+def _json_objects(path: Path, owner: str, tokens_field: str, tags_field: str):
+    """``(where, object)`` of a JSON-lines file's non-blank lines, ``where`` naming the line."""
     for n, line in numbered_lines(path, owner):
         if not line.strip():
             continue
@@ -93,6 +91,16 @@ def read_tagged_jsonl(path: Path, owner: str, tokens_field: str = "tokens",
         if not isinstance(row, dict):
             raise DataError(f"{where} is JSON {type(row).__name__}, not an object with "
                             f"'{tokens_field}' and '{tags_field}' lists")
+        yield where, row
+
+
+def tagged_rows(rows: Iterable[Tuple[str, dict]], tokens_field: str, tags_field: str,
+                tags: Optional[tuple] = None) -> List[Tagged]:
+    """The sentences of ``(where, {tokens_field: [...], tags_field: [...]})`` rows (an empty list:
+    no sentence); with ``tags`` a tag not among them is refused naming ``where``."""
+    known = set(tags[0]) if tags else None
+    out = []
+    for where, row in rows:
         words = _string_list(row, tokens_field, where, "tokens")
         labels = _string_list(row, tags_field, where, "tags")
         if len(words) != len(labels):
@@ -102,13 +110,32 @@ def read_tagged_jsonl(path: Path, owner: str, tokens_field: str = "tokens",
     return [s for s in out if s[0]]
 
 
-def read_tagged(path: Path | str, owner: str, tokens_field: str = "tokens", tags_field: str = "tags",
-                limit: int = 0, seed: int = 0, tags: Optional[tuple] = None) -> List[Tagged]:
-    """The sentences of a CoNLL-style or JSON-lines file by its name (``.gz`` allowed); ``limit``:
-    a seeded random subset (0: all). A file without sentences is an error."""
-    path = Path(path)
-    name = path.name[:-3] if path.name.endswith(".gz") else path.name
-    if name.endswith(JSON_SUFFIXES):
+def read_tagged_jsonl(path: Path, owner: str, tokens_field: str = "tokens",
+                      tags_field: str = "tags", tags: Optional[tuple] = None) -> List[Tagged]:
+    """The sentences of a JSON-lines file, one ``{tokens_field: [...], tags_field: [...]}`` object
+    a line (an empty list: no sentence)."""
+    return tagged_rows(_json_objects(path, owner, tokens_field, tags_field), tokens_field,
+                       tags_field, tags)
+
+
+def read_hf_tagged(split: HFSplit, owner: str, tokens_field: str, tags_field: str,
+                   tags: Optional[tuple] = None) -> List[Tagged]:
+    """The sentences of an HF split's ``tokens_field`` and ``tags_field`` (a ``ClassLabel`` list's
+    tags as their names)."""
+    rows = split.rows({tokens_field: "tokens_field", tags_field: "tags_field"})
+    return tagged_rows(((f"{owner}: {split} {w}", r) for w, r in rows), tokens_field, tags_field, tags)
+
+
+def read_tagged(path: Path | str | HFSplit, owner: str, tokens_field: str = "tokens",
+                tags_field: str = "tags", limit: int = 0, seed: int = 0,
+                tags: Optional[tuple] = None) -> List[Tagged]:
+    """The sentences of a CoNLL-style or JSON-lines file by its name (``.gz`` allowed), or of an
+    HF split; ``limit``: a seeded random subset (0: all). A file without sentences is an error."""
+    path = source(path)
+    name = str(path).removesuffix(".gz")
+    if isinstance(path, HFSplit):
+        rows = read_hf_tagged(path, owner, tokens_field, tags_field, tags)
+    elif name.endswith(JSON_SUFFIXES):
         rows = read_tagged_jsonl(path, owner, tokens_field, tags_field, tags)
     elif name.endswith(CONLL_SUFFIXES) or not path.is_file():  # (missing: numbered_lines says so)
         rows = read_conll(path, owner, tags)

@@ -2,7 +2,8 @@
 classification (Devlin et al. 2019, §4.1). Files: JSON lines, CSV, TSV, Parquet (named fields) or
 ``label<TAB>text`` lines. The tokenizer is the pretraining run's or an HF checkpoint's
 (``tokenizer_from``), else trained on the training texts; it is saved with this run. Texts are cut
-to ``max_len`` subwords at their end.
+to ``max_len`` subwords at their end. An HF data set's splits (``hf_dataset``) may stand in for
+the files.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from attnflow.data.base import Columns, FileDataModule, check_labels, class_labe
 from attnflow.data.documents import clean
 from attnflow.data.tables import has_header, read_table, table_format
 from attnflow.data.errors import DataError, numbered_lines
+from attnflow.data.hf_datasets import DEFAULT_SPLITS, HFSplit, hf_source
 from attnflow.data.corpus import CLS, PAD, SEP, SPECIALS, WordPieceData, run_tokenizer
 from attnflow.data.pretraining import DEFAULT_VOCAB, pad_rows
 from attnflow.config.registry import DATA, NonNegativeInt, PositiveInt, Range
@@ -30,11 +32,13 @@ log = logging.getLogger(__name__)
 OWNER = "data 'text_classification'"
 
 
-def read_labelled(path: Path, text_field: str, label_field: str, limit: int = 0,
+def read_labelled(path: Path | HFSplit, text_field: str, label_field: str, limit: int = 0,
                   seed: int = 0, classes: Optional[tuple] = None) -> List[tuple]:
-    """``[(text, label)]`` of a table file (:mod:`attnflow.data.tables`) or of ``label<TAB>text``
-    lines (``limit``: a subset); a label not of ``classes`` is refused naming the file and line
-    (:func:`class_label`)."""
+    """``[(text, label)]`` of a table file (:mod:`attnflow.data.tables`), an HF split or of
+    ``label<TAB>text`` lines (``limit``: a subset); a label not of ``classes`` is refused naming
+    the file and line (:func:`class_label`)."""
+    if isinstance(path, HFSplit):
+        return read_table(path, text_field, label_field, limit, seed, OWNER, classes, "texts")
     path = Path(path)
     kind = table_format(path)
     if kind and (kind != ".tsv" or has_header(path, (text_field, label_field), OWNER)):
@@ -78,7 +82,8 @@ def collate_texts(items: Sequence[tuple]) -> Dict[str, torch.Tensor]:
 class TextClassificationDataModule(WordPieceData, FileDataModule):
     """Labelled texts as ``[CLS] text [SEP]`` WordPiece ids (module docstring). ``vocab_size``
     (null: 30522) and ``lowercase`` (null: True) shape a tokenizer trained here: unread with
-    ``tokenizer_from``; ``max_len`` counts [CLS] and [SEP]; ``limit_*``: a random subset."""
+    ``tokenizer_from``; ``max_len`` counts [CLS] and [SEP]; ``limit_*``: a random subset;
+    ``hf_dataset``: an HF data set's splits in place of the files."""
 
     owner = OWNER
     interface = "text_classification"  # the bert model (head sequence), the text_classification task
@@ -91,10 +96,13 @@ class TextClassificationDataModule(WordPieceData, FileDataModule):
                  max_len: Annotated[int, Range(ge=3, what="[CLS], a subword, [SEP]")] = 256,
                  limit_train: NonNegativeInt = 0, limit_val: NonNegativeInt = 0,
                  batch_size: PositiveInt = 32, bucket: bool = True, num_workers: NonNegativeInt = 0,
-                 seed: int = 1234, labels: Optional[List[Any]] = None):
+                 seed: int = 1234, labels: Optional[List[Any]] = None,
+                 hf_dataset: Optional[str] = None, hf_config: Optional[str] = None,
+                 hf_splits: List[Optional[str]] = DEFAULT_SPLITS):
         super().__init__()
         self.labels = check_labels(labels, OWNER)
-        self.set_paths("a .jsonl or label<TAB>text file", train_path, val_path, test_path)
+        self.set_paths("a .jsonl or label<TAB>text file", train_path, val_path, test_path,
+                       hf_source(hf_dataset, hf_config, hf_splits, OWNER))
         for name, value in (("vocab_size", vocab_size), ("lowercase", lowercase)):
             if tokenizer_from and value is not None:
                 warn_unread(f"{OWNER}: {name}={value}", f"the tokenizer comes from tokenizer_from={tokenizer_from}")

@@ -19,6 +19,7 @@ from attnflow.config.registry import DATA, NonNegativeInt, PositiveInt, Range
 from attnflow.data.base import Columns, FileDataModule, check_labels
 from attnflow.data.corpus import PAD, SPECIALS, WordPieceData, run_tokenizer
 from attnflow.data.errors import DataError
+from attnflow.data.hf_datasets import DEFAULT_SPLITS, class_names, hf_source
 from attnflow.data.synthetic_ner import TAGS, draw_splits
 from attnflow.data.tagged import Tagged, collate_tagged, encode_tagged, read_tagged, tag_values
 from attnflow.data.pretraining import DEFAULT_VOCAB
@@ -66,12 +67,18 @@ class TaggedDataModule(WordPieceData, FileDataModule):
         """The (words, tags) of ``split``; a tag not of ``tags`` (values, whence) is an error."""
         raise NotImplementedError
 
+    def declared_tags(self) -> Optional[List[str]]:
+        """The tags in the order the training data declares them (an HF ``ClassLabel`` list's
+        names); None: the tags seen, sorted."""
+        return None
+
     def read(self) -> None:
         """Every split's sentences and the tags (all now: a bad file fails before any work)."""
         if self.rows:
             return
         self.rows["train"] = self.sentences("train", self.classes(), self.limits["train"])
-        self.tag_names = tag_values(self.rows["train"], self.labels)
+        self.tag_names = tag_values(self.rows["train"], self.labels if self.labels is not None
+                                    else self.declared_tags())
         if len(self.tag_names) < 2:
             raise DataError(f"{self.owner}: the training sentences have one tag {self.tag_names}; "
                             f"token classification needs two")
@@ -140,9 +147,10 @@ class TaggedDataModule(WordPieceData, FileDataModule):
 
 @DATA.register("token_classification")
 class TokenClassificationDataModule(TaggedDataModule):
-    """Tagged sentences from CoNLL-style or JSON-lines files (:mod:`attnflow.data.tagged`). The
-    tags: ``labels`` (their order is the classifier's), else the training file's sorted, ``O``
-    first; ``limit_*``: a random subset of sentences."""
+    """Tagged sentences from CoNLL-style or JSON-lines files (:mod:`attnflow.data.tagged`), or an
+    HF data set's splits (``hf_dataset``). The tags: ``labels`` (their order is the classifier's),
+    else the names of an HF ``ClassLabel`` list, else the training file's sorted, ``O`` first;
+    ``limit_*``: a random subset of sentences."""
 
     owner = OWNER
 
@@ -152,13 +160,19 @@ class TokenClassificationDataModule(TaggedDataModule):
                  lowercase: Optional[bool] = None, max_len: MaxLen = 128,
                  limit_train: NonNegativeInt = 0, limit_val: NonNegativeInt = 0,
                  batch_size: PositiveInt = 32, bucket: bool = True, num_workers: NonNegativeInt = 0,
-                 seed: int = 1234, labels: Optional[List[str]] = None):
+                 seed: int = 1234, labels: Optional[List[str]] = None,
+                 hf_dataset: Optional[str] = None, hf_config: Optional[str] = None,
+                 hf_splits: List[Optional[str]] = DEFAULT_SPLITS):
         super().__init__(tokenizer_from=tokenizer_from, vocab_size=vocab_size, lowercase=lowercase,
                          max_len=max_len, batch_size=batch_size, bucket=bucket,
                          num_workers=num_workers, seed=seed, labels=labels,
                          limits=(limit_train, limit_val))
-        self.set_paths("a CoNLL-style or .jsonl file", train_path, val_path, test_path)
+        self.set_paths("a CoNLL-style or .jsonl file", train_path, val_path, test_path,
+                       hf_source(hf_dataset, hf_config, hf_splits, self.owner))
         self.tokens_field, self.tags_field = tokens_field, tags_field
+
+    def declared_tags(self) -> Optional[List[str]]:
+        return class_names(self.paths["train"], self.tags_field)
 
     def sentences(self, split: str, tags: Optional[tuple], limit: int = 0) -> List[Tagged]:
         return read_tagged(self.eval_path(split), self.owner, self.tokens_field, self.tags_field,

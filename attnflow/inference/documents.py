@@ -9,7 +9,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from attnflow.data.documents import Vocabulary, cap_document, encode_texts, tokenize
+from attnflow.data.documents import Vocabulary, cap_document, encode_texts
 from attnflow.inference.runs import open_run, rebuild
 from attnflow.io.checkpoints import CheckpointError, Run, no_grad
 from attnflow.io.labels import named_artifacts
@@ -42,7 +42,7 @@ def predict(task, art: dict, texts: List[str], batch_size: int = 32,
         chunk = texts[i:i + batch_size]
         batch, shown = encode_texts(chunk, vocab, S, W)
         for text, r in zip(chunk, task.explain(batch, shown)):
-            doc = tokenize(text, vocab.lowercase)
+            doc = vocab.tokenize(text)
             kept, words = cap_document(doc, S, W), sum(len(s) for s in doc)
             r.update(text=text, empty=not doc, size=words, cut=words - sum(len(s) for s in kept),
                      n_sentences=len(doc), sentences_cut=len(doc) - len(kept))
