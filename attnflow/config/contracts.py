@@ -49,6 +49,16 @@ class DataContract(Composable):
     run_dir: Optional[Path] = None
     #: the WordPiece tokenizer of a text data module (tasks show tokens with it); None: none
     tokenizer: Any = None
+    #: the fields that name its data set (files, their label column): given other values, a
+    #: preset's facts of its own data set no longer hold (:mod:`attnflow.config.own_data`)
+    source_fields: ClassVar[Tuple[str, ...]] = ()
+    #: the field that bounds an input's positions (a checkpoint's table may lower it)
+    length_field: ClassVar[Optional[str]] = None
+
+    @classmethod
+    def data_set_facts(cls, fields: Mapping[str, Any]) -> List[str]:
+        """The dotted fields of ``fields`` that hold facts of one data set (its classes)."""
+        return ["labels"] if fields.get("labels") is not None else []
 
     @classmethod
     def check_files(cls, fields: Mapping[str, Any], test: bool = True) -> None:

@@ -138,6 +138,8 @@ class FileDataModule(SplitDataModule):
     absent: no test split), or the splits of an HF data set (``hf_dataset``) in their place,
     encoded by a subclass into ``self.splits`` (labelled ones: ``.labels``)."""
 
+    source_fields = ("train_path", "label_field", "hf_dataset")
+
     owner = "data"
     hf: Optional[HFDataset] = None  # the HF data set read in place of the files
 

@@ -148,6 +148,8 @@ class CaptionsDataModule(CaptioningDataModule):
     paths are under ``root``; ``max_len`` cuts targets (not references); ``seed`` is unread (the
     order follows the run's seed)."""
 
+    source_fields = ("root", "captions", "train_captions", "image_dir", "features")
+
     owner = OWNER
 
 

@@ -136,6 +136,8 @@ class WordPieceData:
     labelled one (:meth:`class_list`) the model's and task's sizes and classes, and its splits
     (``rows`` from ``read``, encoded by ``_encode``)."""
 
+    length_field = "max_len"  # (counts [CLS] and [SEP]: every position of an input)
+
     tokenizer = None
 
     def training_texts(self) -> List[str]:

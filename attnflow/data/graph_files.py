@@ -197,6 +197,8 @@ class GraphFilesDataModule(GraphDataModule):
     """One graph from the user's files (module docstring); loader fields as in
     :mod:`attnflow.data.graph`; ``split``: train, val, test fractions where no masks are given."""
 
+    source_fields = ("dataset", "path", "nodes", "edges", "label_field")
+
     name = "graph"
 
     @classmethod

@@ -59,6 +59,13 @@ class MultiTaskDataModule(DataContract, pl.LightningDataModule):
     is; module docstring)."""
 
     interface = "multitask"  # with task 'multitask' and model 'bert' (model.head=multitask)
+    source_fields = ("common.train_path", "common.hf_dataset")
+
+    @classmethod
+    def data_set_facts(cls, fields: Mapping[str, Any]) -> List[str]:
+        """Each task's classes (``tasks.<task>.labels``)."""
+        return [f"tasks.{t}.labels" for t, entry in (fields.get("tasks") or {}).items()
+                if isinstance(entry, Mapping) and entry.get("labels") is not None]
 
     def __init__(self, *, common: BlockSpec["data"] = None, tasks: Dict[str, Any] = {}):
         super().__init__()

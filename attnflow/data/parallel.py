@@ -121,6 +121,8 @@ class ParallelDataModule(SplitDataModule):
     (``hf:<dir|hub id>``: ``tokenizer``, ``vocab_size`` and ``lowercase`` unread) and
     ``hf_dataset`` (the splits of ``hf_splits`` in place of the files) as the module docstring says."""
 
+    source_fields = ("root", "train", "hf_dataset")
+
     run_fixed = ("src_lang", "tgt_lang", "shared_vocab")  # the model's direction and vocabularies
 
     interface = "seq2seq"  # sequence pairs: seq2seq/transformer models, seq2seq/translation tasks

@@ -137,6 +137,8 @@ class PlanetoidDataModule(GraphDataModule):
     """Cora, CiteSeer or PubMed with the public split, as one graph; ``root`` holds
     ``<Name>/raw/``; loader fields as in :mod:`attnflow.data.graph`."""
 
+    source_fields = ("dataset",)
+
     known_multi_label = False  # Cora, CiteSeer, PubMed: one class per node
     # (features, classes) of each set (Yang et al. 2016, Table 1; Kipf & Welling 2017, Table 1)
     SIZES = {"Cora": (1433, 7), "CiteSeer": (3703, 6), "PubMed": (500, 3)}

@@ -37,6 +37,8 @@ class TaggedDataModule(WordPieceData, FileDataModule):
     :meth:`sentences`. ``vocab_size`` (null: 30522) and ``lowercase`` (null: True) shape a
     tokenizer trained here, unread with ``tokenizer_from``; ``max_len`` counts [CLS] and [SEP]."""
 
+    source_fields = ("train_path", "tags_field", "hf_dataset")
+
     interface = "token_classification"  # the bert model (head token), the token_classification task
     default_vocab = DEFAULT_VOCAB  # the WordPiece size of vocab_size null
 

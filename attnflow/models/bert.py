@@ -41,6 +41,19 @@ ARCHITECTURE = ("d_model", "layers", "ffn_dim", "norm", "activation", "type_voca
                 "attention", "positional")
 
 
+def _fit_input_length(cfg: dict, positions: int, typed: Mapping[str, str]) -> None:
+    """The data's input length (its ``length_field``) lowered to a checkpoint's ``positions``
+    where the command line did not give it."""
+    data = cfg.get("data") or {}
+    field = DATA.get(data["name"]).length_field if data.get("name") in DATA else None
+    if field is None or f"data.{field}" in typed:
+        return
+    given = data.get(field)
+    if given is None:
+        given = next(d for f, _, d in DATA.fields(data["name"]) if f == field)
+    data[field] = min(given, positions)
+
+
 @MODELS.register("bert")
 class BertModel(ModelContract, nn.Module):
     """BERT encoder with pretraining heads (MLM, NSP) or fine-tuning heads.
@@ -222,6 +235,7 @@ class BertModel(ModelContract, nn.Module):
             if parts[0] in shared or (parts[0] == "model" and len(parts) > 1 and parts[1] in fields):
                 warn_unread(shown, f"model.init_from={target} sets the architecture (its config.json)")
         cfg["model"].update(fields)
+        _fit_input_length(cfg, fields["max_len"], typed)
         groups = {**{k: fields["attention"][k] for k in shared[1:4]}, "attention": fields["attention"],
                   "positional": fields["positional"]}
         cfg.update({k: v for k, v in groups.items() if k in cfg})  # the shared groups say the same

@@ -3,7 +3,8 @@
 Schedules multiply ``lr`` at optimiser step s (w warm-up steps, S the run's steps):
 ``none`` 1; ``cosine`` ½(1 + cos(π·min(s, S)/S)); ``noam`` min(s/w, √(w/s)) (Vaswani et al.
 2017, normalised to peak at 1); ``linear`` s/w, then (S − s)/(S − w) (Devlin et al. 2019 §A.2);
-``constant_with_warmup`` min(1, s/w).
+``constant_with_warmup`` min(1, s/w). A warm-up longer than the run (w > S) becomes S/10, with
+one warning line: a preset's warm-up, tuned to its data set, still peaks on a small one.
 
 ``cooldown`` = f multiplies any schedule by (1 − p)/f over the last fraction f of the run, p the
 larger of s/S and elapsed/``trainer.max_time`` (Zhai et al. 2022, §3.5; Hägele et al. 2024, §3),
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from typing import Callable, Iterable, Literal, Optional
 
 import pytorch_lightning as pl
@@ -22,10 +24,11 @@ import torch
 from pytorch_lightning.callbacks import Timer
 from pytorch_lightning.plugins.precision import FSDPPrecision, MixedPrecision, Precision
 
-from attnflow.config.registry import ConfigError, NonNegativeFloat, NonNegativeInt, PositiveFloat, Probability
+from attnflow.config.registry import AttnflowWarning, ConfigError, NonNegativeFloat, NonNegativeInt, PositiveFloat, Probability
 
 Optimizer = Literal["adam", "adamw", "sgd"]
 Scheduler = Literal["none", "cosine", "noam", "linear", "constant_with_warmup"]
+WARMS_UP = ("noam", "linear", "constant_with_warmup")  # the schedules with a warm-up
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +94,17 @@ def lr_factor(name: str, total_steps: int, warmup_steps: int = 4000) -> Callable
     return lambda step: 0.5 * (1.0 + math.cos(math.pi * min(step, total) / total))
 
 
+def fitted_warmup(scheduler: str, warmup_steps: int, steps: float) -> int:
+    """``warmup_steps``, or a tenth of the run's ``steps`` where the warm-up is longer than the
+    run (its peak would never be reached): one warning line says so."""
+    if scheduler not in WARMS_UP or not math.isfinite(steps) or warmup_steps <= steps:
+        return warmup_steps
+    fitted = max(1, int(steps) // 10)
+    warnings.warn(f"task.optim.warmup_steps={warmup_steps} is longer than the run ({int(steps)} "
+                  f"steps): the warm-up is {fitted} steps, a tenth of it", AttnflowWarning, stacklevel=2)
+    return fitted
+
+
 def cooldown_factor(fraction: float, progress: float) -> float:
     """1 until the last ``fraction`` of the run, then (1 − progress)/fraction, down to 0 at its end."""
     if fraction <= 0 or progress <= 1 - fraction:
@@ -136,11 +150,13 @@ def configure(module, cfg: OptimConfig):
     opt = make_optimizer(params, cfg.optimizer, cfg.lr, cfg.weight_decay,
                          fused=fused_fits(attached_trainer(module)))
     decays = cfg.scheduler in ("cosine", "linear")
-    steps = float(module.trainer.estimated_stepping_batches) if decays or cfg.cooldown > 0 else 0.0
+    needs_steps = decays or cfg.cooldown > 0 or cfg.scheduler in WARMS_UP
+    steps = float(module.trainer.estimated_stepping_batches) if needs_steps else 0.0
     if decays and not math.isfinite(steps):
         raise ConfigError(f"task.optim.scheduler={cfg.scheduler} decays over the run's steps: set "
                           "trainer.max_steps or max_epochs, or use noam with task.optim.cooldown")
-    factor = lr_factor(cfg.scheduler, int(steps) if math.isfinite(steps) else 0, cfg.warmup_steps)
+    warmup = fitted_warmup(cfg.scheduler, cfg.warmup_steps, steps)
+    factor = lr_factor(cfg.scheduler, int(steps) if math.isfinite(steps) else 0, warmup)
     if cfg.cooldown > 0:
         base, progress, f = factor, run_progress(module.trainer, steps), cfg.cooldown
         factor = lambda step: base(step) * cooldown_factor(f, progress(step))  # noqa: E731

@@ -19,6 +19,7 @@ from attnflow.blocks.positional.learned import check_table_covers
 from attnflow.config.contracts import TaskContract
 from attnflow.config.groups import (SHARED_GROUPS, drop_swapped_block_fields, fill_default_blocks,
                                     prune_unused, top_level_keys, top_level_refusal, unused_groups)
+from attnflow.config.own_data import fit_to_given_data
 from attnflow.config.overrides import command_line, typed_fields, typed_groups
 from attnflow.config.secrets import leaves, resolve_env
 from attnflow.config.registry import (DATA, ENCODERS, MODELS, TASKS, ConfigError, Registry,
@@ -245,6 +246,7 @@ def resolve_config(cfg: DictConfig | Dict[str, Any]) -> Dict[str, Any]:
         if groups:
             raise ConfigError(next(iter(groups.values())))
         resolved = prune_unused(OmegaConf.to_container(cfg, resolve=True), consumed)
+        fit_to_given_data(resolved, typed_fields(typed or ()))  # a preset's data-set facts
     name = (resolved.get("model") or {}).get("name")
     if name in MODELS:  # the fields its checkpoint decides (BERT from an HF checkpoint)
         MODELS.get(name).complete_config(resolved, typed_fields(typed or ()))
