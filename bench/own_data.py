@@ -31,33 +31,36 @@ TOPICS = {"food": "soup bread cheese pasta salad spice".split(),
 FILLER = "the a was and it very with of this that".split()
 PEOPLE, PLACES = "Anna Jonas Mira Tomas Lena Omar".split(), "Paris Oslo Lima Cairo Perth Rome".split()
 VERBS = "met saw called visited thanked".split()
+SURNAMES = "Berg Costa Dahl Essa Fiore Gould".split()
 LEXICON = dict(zip("ka lo mi nu pe ri so tu va xe zo bi".split(),
                    "red cat sees big dog runs a small bird eats the tree".split()))
 
 
-def _texts(folder: Path, n_train: int = 240, n_val: int = 60) -> None:
-    """``train.csv`` and ``dev.csv`` (review, topic): a topic's words among filler words."""
+def _texts(folder: Path, n_train: int = 120, n_val: int = 60, density: float = 0.12) -> None:
+    """``train.csv`` and ``dev.csv`` (review, topic): a topic's words (``density`` of the words)
+    among filler words."""
     rng = random.Random(0)
     for name, n in (("train", n_train), ("dev", n_val)):
         rows = ["review,topic"]
         for i in range(n):
             topic = list(TOPICS)[i % 3]
-            words = [rng.choice(TOPICS[topic]) if rng.random() < 0.25 else rng.choice(FILLER)
+            words = [rng.choice(TOPICS[topic]) if rng.random() < density else rng.choice(FILLER)
                      for _ in range(rng.randint(12, 24))]
             rows.append(" ".join(" ".join(words[k:k + 6]) + "." for k in range(0, len(words), 6))
                         + f",{topic}")
         (folder / f"{name}.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
 
 
-def _tagged(folder: Path, n_train: int = 160, n_val: int = 40) -> None:
-    """``train.conll`` and ``dev.conll``: '<person> <verb> <person> in <place> .' sentences."""
+def _tagged(folder: Path, n_train: int = 48, n_val: int = 40) -> None:
+    """``train.conll`` and ``dev.conll``: '<first> <last> <verb> <person> in <place> .' sentences,
+    names of two words (B-PER I-PER)."""
     rng = random.Random(1)
     for name, n in (("train", n_train), ("dev", n_val)):
         lines = []
         for _ in range(n):
             a, b = rng.sample(PEOPLE, 2)
-            words = [(a, "B-PER"), (rng.choice(VERBS), "O"), (b, "B-PER"), ("in", "O"),
-                     (rng.choice(PLACES), "B-LOC"), (".", "O")]
+            words = [(a, "B-PER"), (rng.choice(SURNAMES), "I-PER"), (rng.choice(VERBS), "O"),
+                     (b, "B-PER"), ("in", "O"), (rng.choice(PLACES), "B-LOC"), (".", "O")]
             lines += [f"{w}\t{t}" for w, t in words] + [""]
         (folder / f"{name}.conll").write_text("\n".join(lines), encoding="utf-8")
 
@@ -87,13 +90,14 @@ class Family(NamedTuple):
 
 
 FAMILIES: Dict[str, Family] = {
-    "han": Family("han_imdb", "val/acc", _texts, _text_paths, ["trainer.max_epochs=40"]),
+    "han": Family("han_imdb", "val/acc", _texts, _text_paths, ["trainer.max_epochs=30"]),
     "self_attentive": Family("self_attentive_imdb", "val/acc", _texts, _text_paths,
                              ["trainer.max_epochs=40"]),
-    "bert": Family("bert_imdb", "val/acc", _texts, _text_paths, ["trainer.max_epochs=40"]),
+    "bert": Family("bert_imdb", "val/acc", lambda d: _texts(d, 240, 60, 0.25), _text_paths,
+                   ["trainer.max_epochs=40"]),
     "bert_tokens": Family("bert_tokens", "val/f1", _tagged,
                           lambda d: ["data=token_classification", f"data.train_path={d}/train.conll",
-                                     f"data.val_path={d}/dev.conll", "data.test_path=''"],
+                                     f"data.val_path={d}/dev.conll", "data.test_path=''", "test=false"],
                           ["trainer.max_epochs=40"]),
     "transformer": Family("mt_transformer", "val/bleu", _parallel,
                           lambda d: [f"data.root={d}", "data.train=train", "data.val=val", "data.test=test"],
@@ -135,6 +139,7 @@ def main() -> None:
     parser.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
     parser.add_argument("--root", default=str(Path(__file__).resolve().parents[1]))
     parser.add_argument("--out", default="bench/results/own_data.json")
+    parser.add_argument("--kinds", nargs="+", default=["converged", "paths only"])
     parser.add_argument("--extra", nargs="*", default=[], help="overrides added to every run "
                         "(before this change: data.labels=null, else the preset refuses the labels)")
     args = parser.parse_args()
@@ -143,7 +148,7 @@ def main() -> None:
         for family in args.families:
             folder, f = make_data(family, Path(tmp) / family), FAMILIES[family]
             got = {}
-            for kind in ("converged", "paths only"):
+            for kind in args.kinds:
                 run_dir = Path(tmp) / f"{family}-{kind}"
                 took = _train(Path(args.root), [*overrides(family, folder, kind == "converged"),
                                                  *args.extra], run_dir)

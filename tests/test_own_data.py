@@ -120,3 +120,37 @@ def test_a_preset_given_paths_only_learns_the_users_data(family, tmp_path, monke
         assert train_cli(monkeypatch, *args, f"hydra.run.dir={run}") == 0
         got[kind] = _best(run, metric)
     assert got["paths only"] >= got["converged"] - 0.03, got
+
+
+@pytest.mark.parametrize("warmup", [1, 8])
+def test_early_stopping_counts_from_the_warmup_peak(warmup):
+    """A validation metric that never improves, patience 1, 2 steps an epoch: Lightning stops
+    after epoch 1; with a warm-up of w steps, counting starts at the epoch that reaches step w."""
+    import pytorch_lightning as pl
+    import torch
+
+    from attnflow.training.callbacks import WarmEarlyStopping
+
+    class Flat(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, _):
+            return self.w(batch).pow(2).mean()
+
+        def validation_step(self, batch, _):
+            self.log("val/loss", torch.tensor(1.0))
+
+        def configure_optimizers(self):
+            opt = torch.optim.SGD(self.parameters(), lr=0.1)
+            ramp = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor("noam", 0, warmup))
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": ramp, "interval": "step"}}
+
+    loader = lambda: torch.utils.data.DataLoader(torch.randn(4, 2), batch_size=2)  # noqa: E731
+    trainer = pl.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, accelerator="cpu", max_epochs=20,
+                         callbacks=[WarmEarlyStopping(monitor="val/loss", patience=1)])
+    trainer.fit(Flat(), loader(), loader())
+    warm_epoch = max(warmup - 1, 0) // 2  # the epoch whose steps reach the peak (lr = base)
+    assert trainer.current_epoch == warm_epoch + 2

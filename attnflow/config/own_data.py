@@ -22,7 +22,7 @@ from attnflow.config.registry import DATA
 from attnflow.io.console import AttnflowWarning
 
 MAX_EPOCHS = 100  # the bound of a run that stops on validation
-PATIENCE = 5  # validations without a better checkpoint metric before it stops
+PATIENCE = 10  # validations without a better checkpoint metric before it stops
 LENGTHS = ("trainer.max_epochs", "trainer.max_steps", "trainer.max_time")
 
 

@@ -1,5 +1,5 @@
 """attnflow's Lightning callbacks: a stop on a non-finite loss, the float32 matmul precision in
-every training process, and the model compiled there; what a callback that adds fields to the
+every training process, and the model compiled there; early stopping after the warm-up; what a callback that adds fields to the
 run's summary offers (:class:`SummaryFields`); and the configs of the callbacks of Lightning's
 and of :class:`attnflow.viz.panels.AttentionMaps` (attention pictures)."""
 
@@ -12,6 +12,7 @@ from typing import Annotated, Any, Dict, Literal, Optional, Protocol, runtime_ch
 
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.callbacks import EarlyStopping
 
 from attnflow.config.registry import NonNegativeFloat, NonNegativeInt, Range
 
@@ -96,6 +97,34 @@ class Float32MatmulPrecision(pl.Callback):
         if self._found is not None:
             torch.set_float32_matmul_precision(self._found)
             self._found = None
+
+
+class WarmEarlyStopping(EarlyStopping):
+    """Lightning's ``EarlyStopping``, counting validations once every learning rate has reached
+    its base value (a warm-up's peak): the first epochs of a long warm-up on a small data set are
+    not a plateau. A schedule without a warm-up is warm from its first step."""
+
+    warm = False
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        if not self.warm:
+            self.warm = all(lr >= base for config in trainer.lr_scheduler_configs
+                            for lr, base in zip(config.scheduler.get_last_lr(), config.scheduler.base_lrs))
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.warm:
+            super().on_train_epoch_end(trainer, pl_module)
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.warm:
+            super().on_validation_end(trainer, pl_module)
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {**super().state_dict(), "warm": self.warm}
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self.warm = state_dict.get("warm", True)
 
 
 class CompiledModel(pl.Callback):

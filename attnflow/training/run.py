@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig
-from pytorch_lightning.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint
+from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
 from pytorch_lightning.utilities import rank_zero_only, rank_zero_warn
 
 import attnflow  # noqa: F401  (the ${attnflow_root:} resolver of conf/paths)
@@ -28,7 +28,7 @@ from attnflow.io.labels import save_labels
 from attnflow.io.text import write_json
 from attnflow.training import averaging, requeue, resume, runlock, runlog, state as training_state
 from attnflow.training.callbacks import (CompiledModel, Float32MatmulPrecision, StopOnNonFiniteLoss,
-                                         SummaryFields)
+                                         SummaryFields, WarmEarlyStopping)
 from attnflow.training.distributed import continue_csv_logs, fit_progress
 from attnflow.training.ema import ExponentialMovingAverage
 from attnflow.training.loggers import (BEST, build_loggers, finish_loggers, log_hyperparams,
@@ -69,7 +69,7 @@ def build_callbacks(cfg: Dict[str, Any], run_dir: Path, task: Any = None) -> Lis
             out.append(training_state.LastCheckpoint(run_dir))
     es, maps, ema, avg = (cfg.get(k) for k in ("early_stopping", "attention_maps", "ema", "average"))
     if es is not None:
-        out.append(EarlyStopping(**_with_task_monitor(es, task)))
+        out.append(WarmEarlyStopping(**_with_task_monitor(es, task)))
     if maps is not None:
         out.append(AttentionMaps(run_dir / "attention", **maps))
     out += [bar for bar in [progress_bar(cfg.get("progress_bar", "auto"))] if bar is not None]
