@@ -22,6 +22,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from attnflow import config_dir
+from attnflow.config.contracts import Composable
 from attnflow.config.overrides import typed_fields
 from attnflow.config.registry import AttnflowWarning, Registry, ConfigError, suggest
 from attnflow.config.secrets import leaves
@@ -218,9 +219,14 @@ def prune_unused(resolved: Dict[str, Any], consumed: Iterable[str]) -> Dict[str,
 
 @functools.lru_cache(maxsize=1)
 def schema_field_names() -> frozenset:
-    """``name`` and the name of every field of every registered block's typed config."""
-    return frozenset({"name"} | {field.rsplit(".", 1)[-1] for registry in Registry.kinds().values()
-                                 for name in registry.names() for field, _, _ in registry.fields(name)})
+    """``name``, the name of every field of every registered block's typed config, and of every
+    field of their entries (:attr:`~attnflow.config.contracts.Composable.entry_fields`)."""
+    blocks = [(registry, name) for registry in Registry.kinds().values() for name in registry.names()]
+    classes = [registry.get(name) for registry, name in blocks]
+    entries = {field for cls in classes if isinstance(cls, type) and issubclass(cls, Composable)
+               for field in cls.entry_fields}
+    return frozenset({"name"} | entries | {field.rsplit(".", 1)[-1] for registry, name in blocks
+                                           for field, _, _ in registry.fields(name)})
 
 
 @functools.lru_cache(maxsize=4)
