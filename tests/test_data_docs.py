@@ -11,11 +11,12 @@ import re
 import shlex
 
 import pytest
+import torch
 import yaml
 
 from attnflow.data.errors import DataError
 from attnflow.data.tables import read_table
-from support import ROOT, compose_cfg
+from support import ROOT, compose_cfg, train_cli
 
 DOC = ROOT / "docs" / "data.md"
 SMALL = {"han_imdb": ["model.embed_dim=8", "model.word_encoder.hidden_dim=4",
@@ -103,10 +104,6 @@ def test_several_tasks_on_your_columns_train_as_documented(tmp_path, monkeypatch
     """The section's command as typed, through attnflow-train (no ~ or +): each task's metrics
     are logged, its labels are its column's values in the training file (sorted), the weights
     are as given, and Hydra records the command line as typed."""
-    import torch
-
-    from support import train_cli
-
     files, command = section("Several tasks on your columns")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "reviews").mkdir()

@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
+from hydra import compose, initialize_config_dir
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from pytorch_lightning.callbacks import EMAWeightAveraging, ModelCheckpoint
 
 from attnflow.config.hydra_internals import (BASIC_LAUNCHER, CORE_PLUGINS, CheckedConfigLoader,
-                                             checked_compositions)
+                                             checked_compositions, record_as_typed)
 from attnflow.data.resumable import ResumableDataLoader
 from attnflow.training.lightning_internals import (epoch_counts, finish_epoch, fit_loop_state,
                                                    last_average_step, last_saved_step, mark_saved,
@@ -222,11 +224,6 @@ def test_a_composition_records_its_overrides_as_typed_as_hydra_would():
     ``++seed=3`` for the typed ``seed=3`` records, once :func:`record_as_typed`, what Hydra itself
     records of a composition with ``seed=3`` (a key the config has): the task overrides and the
     job's ``override_dirname``."""
-    from hydra import compose, initialize_config_dir
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
-
-    from attnflow.config.hydra_internals import record_as_typed
-
     mine = inspect.signature(CheckedConfigLoader.load_configuration).parameters
     assert list(mine) == list(inspect.signature(ConfigLoaderImpl.load_configuration).parameters)
     typed = ["seed=3", "scorer=dot", "hydra.job.config.override_dirname.kv_sep=:"]

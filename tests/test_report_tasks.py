@@ -12,9 +12,12 @@ import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
+from PIL import Image
 
+import attnflow.viz.report_plots as report_plots
 from attnflow.cli.report import main
 from attnflow.config.registry import TASKS
 from support import CHROMIUM, CHROMIUM_MISSING, chromium_dom, chromium_flags
@@ -99,8 +102,6 @@ class Tables(HTMLParser):
 
 def _report(runs: Path, out: Path, monkeypatch, *args: str) -> dict:
     """Report ``runs`` into ``out``; the learning-curve figures drawn, by file name."""
-    import attnflow.viz.report_plots as report_plots
-
     drawn, save = {}, report_plots.save_png
 
     def keep(fig, folder, name):
@@ -180,9 +181,6 @@ WIDTH_PROBE = ("<script>addEventListener('load', () => { const b = document.body
 @pytest.mark.slow
 @pytest.mark.skipif(not CHROMIUM.exists(), reason=CHROMIUM_MISSING)
 def test_a_report_of_two_tasks_fits_a_1400_px_window(runs, tmp_path, monkeypatch):
-    import numpy as np
-    from PIL import Image
-
     _report(runs, tmp_path / "rep", monkeypatch)
     page = tmp_path / "rep" / "report.html"
     window = f"--window-size={WINDOW},2400"
