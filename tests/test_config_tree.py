@@ -142,7 +142,7 @@ def test_every_experiment_runs_one_step(experiment, tmp_path, request):
     if data_name == "synthetic_ner":  # BERT token classification on the generated NER set
         expected = {"val/loss", "val/acc", "val/f1", "val/precision", "val/recall", "test/f1"}
     if data_name == "multitask":  # each task's metrics under its name, and the weighted loss
-        expected = {"val/loss"} | {f"val/{t}/{m}" for t in cfg.task.tasks for m in ("loss", "acc", "f1")}
+        expected = {"val/loss"} | {f"val/{t}/{m}" for t in cfg.data.tasks for m in ("loss", "acc", "f1")}
     assert expected <= set(saved["metrics"])
     assert (tmp_path / "config.yaml").is_file()
 

@@ -4,16 +4,19 @@ table readers (attnflow/data/tables.py) give the same rows from every format."""
 
 from __future__ import annotations
 
+import csv
 import gzip
 import json
 import re
 import shlex
 
 import pytest
+import torch
+import yaml
 
 from attnflow.data.errors import DataError
 from attnflow.data.tables import read_table
-from support import ROOT, compose_cfg
+from support import ROOT, compose_cfg, train_cli
 
 DOC = ROOT / "docs" / "data.md"
 SMALL = {"han_imdb": ["model.embed_dim=8", "model.word_encoder.hidden_dim=4",
@@ -58,6 +61,8 @@ def test_the_sections_name_their_files():
     assert list(files) == ["graph/nodes.csv", "graph/edges.csv"]
     files, command = section("Image captions")
     assert list(files) == ["photos/captions.tsv"] and command[1] == "data=captions"
+    files, command = section("Several tasks on your columns")
+    assert list(files) == ["reviews/train.csv"] and command[1:3] == ["experiment=bert_imdb_multitask", "data=multitask"]
 
 
 @pytest.mark.parametrize("title, copies, experiment", [
@@ -94,13 +99,44 @@ def test_the_documented_example_trains(tmp_path, monkeypatch, title, copies, exp
         assert art["class_names"] == ["neg", "pos"]
 
 
+@pytest.mark.slow
+def test_several_tasks_on_your_columns_train_as_documented(tmp_path, monkeypatch):
+    """The section's command as typed, through attnflow-train (no ~ or +): each task's metrics
+    are logged, its labels are its column's values in the training file (sorted), the weights
+    are as given, and Hydra records the command line as typed."""
+    files, command = section("Several tasks on your columns")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reviews").mkdir()
+    for name in ("reviews/train.csv", "reviews/dev.csv"):
+        (tmp_path / name).write_text(files["reviews/train.csv"], encoding="utf-8")
+    small = ["model.d_model=16", "model.layers=1", "model.ffn_dim=16", "attention.heads=2",
+             "data.common.vocab_size=60", "data.common.max_len=16", "trainer.accelerator=cpu", *QUIET]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert train_cli(monkeypatch, *command[1:], *small, f"hydra.run.dir={tmp_path / 'run'}") == 0
+    finally:
+        torch.set_num_threads(threads)
+    with (tmp_path / "reviews" / "train.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    columns = {t: sorted({r[t] for r in rows}) for t in ("sentiment", "topic")}
+    run = tmp_path / "run"
+    assert json.loads((run / "labels.json").read_text()) == columns
+    metrics = json.loads((run / "metrics.json").read_text())["metrics"]
+    assert {f"val/{t}/{k}" for t in columns for k in ("loss", "acc", "f1")} <= set(metrics)
+    assert metrics["val/loss"] == pytest.approx(metrics["val/sentiment/loss"] + 0.5 * metrics["val/topic/loss"],
+                                                rel=1e-5)
+    tasks = yaml.safe_load((run / "config.yaml").read_text())["task"]["tasks"]
+    assert tasks == {t: {"weight": w, "task": {"name": "text_classification"}}
+                     for t, w in (("sentiment", 1.0), ("topic", 0.5))}
+    assert yaml.safe_load((run / ".hydra" / "overrides.yaml").read_text()) == [*command[1:], *small]
+
+
 ROWS = [("A moving, \"brilliant\" film.", 1), ("Dull.\tToo long.", 0), ("Café au lait", 1)]
 
 
 @pytest.mark.parametrize("name", ["r.jsonl", "r.jsonl.gz", "r.csv", "r.csv.gz", "r.tsv", "r.parquet"])
 def test_every_format_gives_the_same_rows(tmp_path, name):
-    import csv
-
     path = tmp_path / name
     kind = name.split(".")[1]
     opener = gzip.open if name.endswith(".gz") else open

@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
+from hydra import compose, initialize_config_dir
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from pytorch_lightning.callbacks import EMAWeightAveraging, ModelCheckpoint
 
 from attnflow.config.hydra_internals import (BASIC_LAUNCHER, CORE_PLUGINS, CheckedConfigLoader,
-                                             checked_compositions)
+                                             checked_compositions, record_as_typed)
 from attnflow.data.resumable import ResumableDataLoader
 from attnflow.training.lightning_internals import (epoch_counts, finish_epoch, fit_loop_state,
                                                    last_average_step, last_saved_step, mark_saved,
@@ -215,3 +217,20 @@ def test_hydra_main_composes_with_the_checked_loader_once_to_learn_the_mode(tmp_
 
     assert hydra_module.ConfigLoaderImpl.__name__ == "ConfigLoaderImpl"  # put back
     assert issubclass(CheckedConfigLoader, hydra_module.ConfigLoaderImpl)
+
+
+def test_a_composition_records_its_overrides_as_typed_as_hydra_would():
+    """The loader's ``load_configuration`` takes Hydra's arguments; a config composed with
+    ``++seed=3`` for the typed ``seed=3`` records, once :func:`record_as_typed`, what Hydra itself
+    records of a composition with ``seed=3`` (a key the config has): the task overrides and the
+    job's ``override_dirname``."""
+    mine = inspect.signature(CheckedConfigLoader.load_configuration).parameters
+    assert list(mine) == list(inspect.signature(ConfigLoaderImpl.load_configuration).parameters)
+    typed = ["seed=3", "scorer=dot", "hydra.job.config.override_dirname.kv_sep=:"]
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        forced = compose("train", overrides=["++seed=3", *typed[1:]], return_hydra_config=True)
+        plain = compose("train", overrides=typed, return_hydra_config=True)
+    assert list(forced.hydra.overrides.task) == ["++seed=3", "scorer=dot"]
+    record_as_typed(forced, {"++seed=3": "seed=3"})
+    assert list(forced.hydra.overrides.task) == list(plain.hydra.overrides.task) == typed[:2]
+    assert forced.hydra.job.override_dirname == plain.hydra.job.override_dirname == "scorer:dot,seed:3"

@@ -321,12 +321,12 @@ def test_a_multitask_run_gets_a_label_per_task(tmp_path, capsys):
 def test_a_multitask_run_with_a_token_task_tags_its_words(tmp_path, capsys):
     """A token-classification task's column is word/TAG per word, as its head gives them."""
     write_jsonl(tmp_path / "train.jsonl", _reviews(30, 2))
-    run = fabricate_run(["experiment=bert_imdb_multitask", f"data.common.train_path={tmp_path}/train.jsonl",
-                         f"data.common.val_path={tmp_path}/train.jsonl", "data.common.test_path=",
-                         "data.common.max_len=16", "data.tasks.polarity.labels=[neg,pos]",
-                         "~data.tasks.rating", "~task.tasks.rating", "data.common.vocab_size=120",
-                         "+data.tasks.ner={name:synthetic_ner,train_size:20,val_size:5,test_size:0,max_len:16}",
-                         "+task.tasks.ner={weight:1.0,task:{name:token_classification}}",
+    run = fabricate_run(["experiment=bert_imdb_multitask", "data=multitask",  # (no task.tasks: each
+                         f"data.common.train_path={tmp_path}/train.jsonl",  # task is its data's)
+                         f"data.common.val_path={tmp_path}/train.jsonl", "data.common.max_len=16",
+                         "data.tasks.polarity.labels=[neg,pos]", "data.common.vocab_size=120",
+                         "data.tasks.ner.name=synthetic_ner", "data.tasks.ner.train_size=20",
+                         "data.tasks.ner.val_size=5", "data.tasks.ner.test_size=0", "data.tasks.ner.max_len=16",
                          *[o for o in TINY if not o.startswith("data.")], *QUIET], tmp_path / "mt")
     assert main([str(run), "Anna flew to Paris .", "--json"]) == 0
     row = json.loads(capsys.readouterr().out)

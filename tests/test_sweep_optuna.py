@@ -249,7 +249,7 @@ def test_on_slurm_each_trial_is_a_cluster_job_of_the_same_study(monkeypatch, tmp
     jobs = {c.args[2]: c.args[0] for c in calls}  # job number → its overrides
     assert sorted(jobs) == [0, 1]
     for t in trials:
-        assert f"++task.optim.lr={t.params['task.optim.lr']!r}" in jobs[t.number]
+        assert f"task.optim.lr={t.params['task.optim.lr']!r}" in jobs[t.number]  # (as typed: no ++)
     from attnflow.sweep.storage import storage_spec
 
     for call in calls:  # the config each job composes its own from: the study's storage

@@ -71,7 +71,7 @@ def test_grid_sweeps_every_scorer_the_default_model_builds_with():
         MODELS.build(model, path="model", **context)  # raises if the scorer does not fit
         builds.append(path.stem)
     assert sorted(params.scorer.split(",")) == builds
-    assert len(str(params["++task.optim.lr"]).split(",")) == 2
+    assert len(str(params["task.optim.lr"]).split(",")) == 2
     assert cfg.optimized_metric in final_metric_names(cfg)
 
 
@@ -242,6 +242,32 @@ def test_grid_multirun_through_the_console_script(tmp_path):
         row = next(r for r in table.splitlines() if re.match(r"│ loss\b", r))
         assert [c.strip() for c in row.split("│")[2:4]] == [f"{metrics['val/loss']:.4g}",
                                                             f"{metrics['test/loss']:.4g}"]
+
+
+@pytest.mark.slow
+def test_a_sweep_prints_and_records_each_jobs_overrides_as_typed(tmp_path):
+    """Hydra's basic launcher prints each job's overrides as the sweeper splits them from the
+    command line: as typed, without the ``++`` with which attnflow composes a field the YAML
+    leaves at its default (``trainer.max_epochs``, ``data.train_size``); each job records them
+    so (``.hydra/overrides.yaml``, the run's ``run.overrides``) and trains with their values."""
+    sweep = tmp_path / "sweep"
+    given = [*(o for o in TINY if not o.startswith(("trainer.max_epochs=", "trainer.enable_model_summary="))),
+             "trainer.max_epochs=2", "trainer.limit_train_batches=1"]  # (a bool: the sweeper writes False)
+    cmd = [TRAIN, "-m", "scorer=dot,additive", *given, f"hydra.sweep.dir={sweep}"]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    printed = dict(re.findall(r"#(\d+) : (.*)$", out, re.M))
+    typed = {str(n): [f"scorer={s}", *given] for n, s in enumerate(("dot", "additive"))}
+    assert printed == {n: " ".join(o) for n, o in typed.items()}, out[-3000:]
+    jobs = _job_configs(sweep)
+    for n, overrides in typed.items():
+        assert yaml.safe_load((sweep / n / ".hydra" / "overrides.yaml").read_text()) == overrides
+        run = jobs[int(n)]["run"]
+        assert run["overrides"] == [o for o in overrides if not o.startswith(("logger=", "callbacks.progress_bar"))]
+        assert "++" not in run["name"] and run["name"].startswith(f"default scorer={overrides[0][7:]} ")
+        assert jobs[int(n)]["trainer"]["max_epochs"] == 2 and jobs[int(n)]["data"]["train_size"] == 64
+        assert json.loads((sweep / n / "metrics.json").read_text())["epochs"] == 2
 
 
 # -- launchers -----------------------------------------------------------------------------------------

@@ -277,6 +277,21 @@ def test_monitor_metric_names_depend_on_the_tasks(files, tmp_path):
         check_optimized_metric({**cfg, "optimized_metric": "val/polarity/f2"})
 
 
+def test_the_imdb_experiment_resolves_to_its_two_tasks_as_listed_before():
+    """experiment=bert_imdb_multitask no longer lists task.tasks: its data's tasks complete it
+    to what the preset listed, in the same order: polarity then rating, text_classification
+    tasks of weight 1, with the labels the data preset gives."""
+    cfg = resolve_config(compose_cfg(["experiment=bert_imdb_multitask"]))
+    listed = {"weight": 1.0, "task": {"name": "text_classification"}}
+    assert list(cfg["task"]["tasks"].items()) == [("polarity", listed), ("rating", listed)]
+    assert list(cfg["data"]["tasks"].items()) == [("polarity", {"label_field": "label", "labels": [0, 1]}),
+                                                  ("rating", {"label_field": "rating", "labels": RATINGS})]
+    kept = resolve_config(compose_cfg(["experiment=bert_imdb_multitask", "task.tasks.rating.weight=0.5",
+                                       "task.tasks.rating.task.label_smoothing=0.1"]))["task"]["tasks"]
+    assert kept == {"polarity": listed, "rating": {"weight": 0.5, "task": {"name": "text_classification",
+                                                                          "label_smoothing": 0.1}}}
+
+
 @pytest.mark.parametrize("overrides, message", [
     (["task.tasks.rating.task.lrr=1"],
      r"no block has a field 'lrr' \(at 'task.tasks.rating.task.lrr'\)"),
@@ -286,7 +301,8 @@ def test_monitor_metric_names_depend_on_the_tasks(files, tmp_path):
     (["callbacks.checkpoint.monitor=val/ratng/acc"],
      r"monitor 'val/ratng/acc' is not a metric .*val/rating/acc.*Did you mean 'val/rating/acc'"),
     (["data.tasks.rating.lable_field=rating"], r"field 'lable_field' \(at 'data.tasks.rating.lable_field'\).*Did you mean 'label_field'"),
-    (["++data.tasks.extra={}"], r"task.tasks lacks extra"),
+    (["task.tasks.extra.weight=1"], r"data.tasks lacks extra; task.tasks lacks -"),
+    (["data=multitask"], r"data.tasks names no task: .*data.tasks.sentiment.label_field=sentiment"),
     (["model.head=sequence"], r"do not fit together"),
     (["task.tasks.rating.task={name: classification}"],
      r"task.tasks.rating: task 'classification' works on documents, but its data .* gives text_classification"),

@@ -27,7 +27,7 @@ from omegaconf.errors import OmegaConfBaseException
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from attnflow import config_dir
-from attnflow.config.groups import field_overrides
+from attnflow.config.groups import check_field_overrides, forced_fields
 from attnflow.config.hydra_internals import checked_compositions
 from attnflow.config.overrides import assignments
 from attnflow.config.registry import ConfigError
@@ -63,7 +63,8 @@ def launch(argv: List[str]) -> None:
             argv, note = _requeued(argv)
             if any(a.lstrip("+").startswith(("resume=", "hydra.run.dir=")) for a in argv):
                 argv = prepare_argv(argv)  # checked before Hydra starts
-            sys.argv[1:] = field_overrides(argv, conf)
+            check_field_overrides(argv, conf)
+            sys.argv[1:] = argv  # as typed: Hydra's loader completes them (forced_fields)
         except (ConfigError, InputError) as err:
             _refuse(err)
         _run_hydra()
@@ -76,7 +77,7 @@ def launch(argv: List[str]) -> None:
 def _run_hydra() -> None:
     logging.raiseExceptions = False  # train.log on a full disk: lines dropped, not a traceback each
     try:
-        with checked_compositions(check_composed):
+        with checked_compositions(check_composed, forced_fields):
             hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")(run_app)()
     except KeyboardInterrupt:  # Ctrl-C before or between the Trainer calls: nothing to save
         print("\nattnflow: interrupted", file=sys.stderr)

@@ -21,6 +21,9 @@ class Composable:
     interface: ClassVar[Optional[str]] = None
     #: the interfaces its configs work on when they differ by config (see :meth:`interface_of`)
     interfaces: ClassVar[Tuple[str, ...]] = ()
+    #: the fields of each entry of a field that maps names to entries (task ``multitask``'s
+    #: ``tasks.<name>.weight``): a plain override reaches them in an entry the YAML lacks
+    entry_fields: ClassVar[Tuple[str, ...]] = ()
 
     @classmethod
     def interface_of(cls, fields: Mapping[str, Any]) -> Optional[str]:
@@ -157,6 +160,13 @@ class TaskContract(Composable):
     monitor_mode: ClassVar[str] = "min"
     #: metrics logged only where a field of the task is above 0 ({metric: field})
     conditional_metrics: ClassVar[Dict[str, str]] = {}
+
+    @classmethod
+    def completed_task(cls, cfg: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The task config ``cfg["task"]`` of the run config ``cfg`` with the fields its data
+        decides filled in (task ``multitask``: an entry per task of its data); the run records
+        and builds this one."""
+        return cfg["task"]
 
     @classmethod
     def metric_names(cls, splits: Sequence[str] = ("train", "val")) -> List[str]:

@@ -22,6 +22,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from attnflow import config_dir
+from attnflow.config.contracts import Composable
 from attnflow.config.overrides import typed_fields
 from attnflow.config.registry import AttnflowWarning, Registry, ConfigError, suggest
 from attnflow.config.secrets import leaves
@@ -172,10 +173,11 @@ def _compose(overrides: tuple, conf: str) -> Optional[DictConfig]:
     """Hydra's composition of ``train`` with ``overrides`` (in the running app's Hydra, else in
     the config tree ``conf``), or None where Hydra refuses them."""
     try:
+        overrides = forced_fields(overrides)  # (as typed: a field at its default needs ++)
         if GlobalHydra.instance().is_initialized():
-            return compose("train", overrides=list(overrides))
+            return compose("train", overrides=overrides)
         with initialize_config_dir(config_dir=conf, version_base="1.3"):
-            return compose("train", overrides=list(overrides))
+            return compose("train", overrides=overrides)
     except (HydraException, ValueError):
         return None
 
@@ -217,9 +219,14 @@ def prune_unused(resolved: Dict[str, Any], consumed: Iterable[str]) -> Dict[str,
 
 @functools.lru_cache(maxsize=1)
 def schema_field_names() -> frozenset:
-    """``name`` and the name of every field of every registered block's typed config."""
-    return frozenset({"name"} | {field.rsplit(".", 1)[-1] for registry in Registry.kinds().values()
-                                 for name in registry.names() for field, _, _ in registry.fields(name)})
+    """``name``, the name of every field of every registered block's typed config, and of every
+    field of their entries (:attr:`~attnflow.config.contracts.Composable.entry_fields`)."""
+    blocks = [(registry, name) for registry in Registry.kinds().values() for name in registry.names()]
+    classes = [registry.get(name) for registry, name in blocks]
+    entries = {field for cls in classes if isinstance(cls, type) and issubclass(cls, Composable)
+               for field in cls.entry_fields}
+    return frozenset({"name"} | entries | {field.rsplit(".", 1)[-1] for registry, name in blocks
+                                           for field, _, _ in registry.fields(name)})
 
 
 @functools.lru_cache(maxsize=4)
@@ -235,21 +242,47 @@ def config_keys(conf_dir: Path) -> frozenset:
     return frozenset(keys)
 
 
-def field_overrides(overrides: Iterable[str], conf_dir: Path) -> List[str]:
-    """The command line with ``key=value`` made ``++key=value`` where the key may name a field
-    the YAML leaves at its default (a block field, ``trainer.*``, ``callbacks.*``); a key that no
-    block has and no config file sets is refused, with the nearest field name."""
-    known = schema_field_names()
+def _plain_key(item: str) -> Optional[str]:
+    """The dotted key of a plain ``key=value`` (no ``+``, ``~``, flag, group or package), else None."""
+    key = item.split("=", 1)[0]
+    plain = ("=" in item and not item.startswith(("+", "~", "-", "hydra."))
+             and "/" not in key and "@" not in key and "." in key)
+    return key if plain else None
+
+
+def _may_be_at_default(key: str) -> bool:
+    """Whether a plain override's ``key`` may name a field the YAML leaves at its default: a
+    block's field, a ``trainer.*`` or ``callbacks.*`` key."""
+    return key.startswith(("trainer.", "callbacks.")) or key.rsplit(".", 1)[-1] in schema_field_names()
+
+
+def forced_fields(overrides: Iterable[str]) -> List[str]:
+    """What Hydra composes with for ``overrides``: ``key=value`` made ``++key=value`` where the
+    key may name a field the YAML leaves at its default (:func:`_may_be_at_default`), which
+    Hydra's config, closed to new keys, lacks; the rest as typed. It refuses nothing: see
+    :func:`field_overrides`. ``attnflow-train`` gives Hydra the command line as typed and its
+    config loader composes with this (:mod:`attnflow.config.hydra_internals`), so that Hydra
+    records and prints the overrides as typed."""
     out = []
-    for item in overrides:
-        key = item.split("=", 1)[0]
-        plain = ("=" in item and not item.startswith(("+", "~", "-", "hydra."))
-                 and "/" not in key and "@" not in key and "." in key)
-        leaf = key.rsplit(".", 1)[-1]
-        if plain and (key.startswith(("trainer.", "callbacks.")) or leaf in known):
-            item = "++" + item
-        elif plain and leaf not in config_keys(conf_dir):
-            raise ConfigError(f"no block has a field '{leaf}' (at '{key}'); `attnflow-blocks "
-                              f"--config` lists a run's fields.{suggest(leaf, known)}")
-        out.append(item)
+    for item in map(str, overrides):
+        key = _plain_key(item)
+        out.append("++" + item if key and _may_be_at_default(key) else item)
     return out
+
+
+def check_field_overrides(overrides: Iterable[str], conf_dir: Path) -> None:
+    """Refuse a plain ``key=value`` whose key no block has and no config file sets, naming the
+    nearest field."""
+    for key in filter(None, map(_plain_key, map(str, overrides))):
+        leaf = key.rsplit(".", 1)[-1]
+        if not _may_be_at_default(key) and leaf not in config_keys(conf_dir):
+            raise ConfigError(f"no block has a field '{leaf}' (at '{key}'); `attnflow-blocks "
+                              f"--config` lists a run's fields.{suggest(leaf, schema_field_names())}")
+
+
+def field_overrides(overrides: Iterable[str], conf_dir: Path) -> List[str]:
+    """:func:`forced_fields` of a command line that :func:`check_field_overrides` passes (what
+    Hydra's compose API is given where no attnflow loader completes it)."""
+    overrides = list(map(str, overrides))
+    check_field_overrides(overrides, conf_dir)
+    return forced_fields(overrides)

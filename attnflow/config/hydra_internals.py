@@ -7,6 +7,8 @@
   (Hydra's own parse of the command line, search path and loader) before Hydra acts on it:
   configures logging, builds callbacks, makes folders or runs a job. Hydra 1.3 has no public
   hook there (its ``Callback`` has none before ``on_run_start``, and is built from the config).
+- ``hydra._internal.config_loader_impl.get_overrides_dirname``: how Hydra names a job's
+  ``hydra.job.override_dirname`` from its overrides, made again of the overrides as typed.
 - ``hydra._internal.core_plugins``: the module of Hydra's own launcher and sweeper, as Hydra's
   configs name them in ``_target_``.
 """
@@ -15,10 +17,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from hydra._internal import hydra as hydra_module
-from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 CORE_PLUGINS = "hydra._internal.core_plugins."
@@ -29,26 +33,53 @@ class CheckedConfigLoader(ConfigLoaderImpl):
     """Hydra's config loader that calls ``check(cfg, first)`` on every config it composes, as it
     composes it: ``first`` is its first composition of the command line (``hydra.main`` composes
     it once to learn the mode, with no logging, callbacks or sweeps), later ones are the run's or
-    each job's of a sweep. ``check`` is a module-level function: the loader travels pickled to a
-    launcher's or a trial's process, and checks there too."""
+    each job's of a sweep. ``complete(overrides)``, where given, is what Hydra composes with in
+    place of the overrides as typed (one item for each, in order: ``++trainer.max_epochs=2`` for
+    ``trainer.max_epochs=2``); the config then records them as typed (``hydra.overrides.task``,
+    ``hydra.job.override_dirname``), so that a sweeper splits, a launcher prints
+    (``#0 : scorer=dot trainer.max_epochs=2``) and ``.hydra/overrides.yaml`` keeps what the user
+    typed, and each job's composition completes its own overrides again. ``check`` and
+    ``complete`` are module-level functions (or partials of them): the loader travels pickled to
+    a launcher's or a trial's process, and checks there too."""
 
-    def __init__(self, config_search_path: Any, check: Callable[[DictConfig, bool], None]) -> None:
+    def __init__(self, config_search_path: Any, check: Callable[[DictConfig, bool], None],
+                 complete: Optional[Callable[[List[str]], List[str]]] = None) -> None:
         super().__init__(config_search_path=config_search_path)
-        self.check, self.compositions = check, 0
+        self.check, self.complete, self.compositions = check, complete, 0
 
-    def load_configuration(self, *args: Any, **kwargs: Any) -> DictConfig:
-        cfg = super().load_configuration(*args, **kwargs)
+    def load_configuration(self, config_name: Optional[str], overrides: List[str], run_mode: RunMode,
+                           from_shell: bool = True, validate_sweep_overrides: bool = True) -> DictConfig:
+        typed = list(overrides)
+        given = self.complete(typed) if self.complete is not None else typed
+        cfg = super().load_configuration(config_name=config_name, overrides=given, run_mode=run_mode,
+                                         from_shell=from_shell,
+                                         validate_sweep_overrides=validate_sweep_overrides)
+        if given != typed:
+            record_as_typed(cfg, dict(zip(given, typed)))
         self.compositions += 1
         self.check(cfg, self.compositions == 1)
         return cfg
 
 
+def record_as_typed(cfg: DictConfig, typed: Dict[str, str]) -> None:
+    """``cfg``'s record of its task overrides with each completed one (a key of ``typed``) as
+    it was typed, and ``hydra.job.override_dirname`` made of those (as Hydra makes it)."""
+    task = [typed.get(str(o), str(o)) for o in cfg.hydra.overrides.task]
+    cfg.hydra.overrides.task = task
+    job = cfg.hydra.job
+    naming = job.config.override_dirname
+    job.override_dirname = get_overrides_dirname(
+        overrides=OverridesParser.create().parse_overrides(task), exclude_keys=list(naming.exclude_keys),
+        item_sep=naming.item_sep, kv_sep=naming.kv_sep)
+
+
 @contextlib.contextmanager
-def checked_compositions(check: Callable[[DictConfig, bool], None]) -> Iterator[None]:
+def checked_compositions(check: Callable[[DictConfig, bool], None],
+                         complete: Optional[Callable[[List[str]], List[str]]] = None) -> Iterator[None]:
     """Within: the ``Hydra`` that ``hydra.main`` creates loads with a :class:`CheckedConfigLoader`
-    of ``check``."""
+    of ``check`` and ``complete``."""
     original = hydra_module.ConfigLoaderImpl
-    hydra_module.ConfigLoaderImpl = functools.partial(CheckedConfigLoader, check=check)
+    hydra_module.ConfigLoaderImpl = functools.partial(CheckedConfigLoader, check=check, complete=complete)
     try:
         yield
     finally:

@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import pytorch_lightning as pl
 import torch
+from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.utilities import CombinedLoader
 
 from attnflow.config.contracts import DataContract
@@ -107,6 +108,20 @@ class MultiTaskDataModule(DataContract, pl.LightningDataModule):
                     warn_unread(f"{path}.tasks.{t}.{field}={out[t][field]!r}",
                                 "the first task's data makes the shared tokenizer")
         return out
+
+    @classmethod
+    def task_data_names(cls, cfg: Any) -> Dict[str, Optional[str]]:
+        """{task: the name of its data module (its own, else common's)} of a ``multitask`` data
+        config as written, in order (nothing validated: None where it names none)."""
+        if isinstance(cfg, DictConfig):
+            cfg = OmegaConf.to_container(cfg, resolve=False)
+        if not isinstance(cfg, Mapping):
+            return {}
+        common, tasks = cfg.get("common"), cfg.get("tasks")
+        shared = common.get("name") if isinstance(common, Mapping) else None
+        entries = tasks.items() if isinstance(tasks, Mapping) else ()
+        return {str(t): (e.get("name") if isinstance(e, Mapping) and e.get("name") else shared)
+                for t, e in entries}
 
     @classmethod
     def check_files(cls, fields: Mapping[str, Any], test: bool = True) -> None:

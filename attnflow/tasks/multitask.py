@@ -38,6 +38,28 @@ def _plain(cfg: Any) -> Any:
     return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
 
 
+def _task_for(data_name: Any) -> Optional[str]:
+    """The task of data module ``data_name``'s data: the one registered task other than
+    ``multitask`` that works on what it gives (text_classification for labelled texts,
+    token_classification for tagged sentences), else None."""
+    if not isinstance(data_name, str) or data_name not in DATA:
+        return None
+    gives = DATA.get(data_name).interface
+    fits = [n for n in TASKS.names() if n != "multitask" and gives and TASKS.get(n).interface == gives]
+    return fits[0] if len(fits) == 1 else None
+
+
+def _completed_entry(entry: Any, default: Optional[str]) -> Any:
+    """A ``task.tasks`` entry with its data's task ``default``: none (null) is ``{weight: 1,
+    task: {name: default}}``; one without ``task``, or whose task names none, gets that name.
+    Anything else as it is (``task_entries`` judges it); so is every entry without ``default``."""
+    entry = {} if entry is None else dict(entry) if isinstance(entry, Mapping) else entry
+    sub = entry.get("task") if isinstance(entry, dict) else False
+    if not default or not (sub is None or (isinstance(sub, dict) and not sub.get("name"))):
+        return entry
+    return {"weight": entry.get("weight", 1.0), **entry, "task": {"name": default, **(sub or {})}}
+
+
 class TaskView(nn.Module):
     """The shared model as one task sees it: ``<kind>_logits`` called with ``task=<name>``, other
     attributes the model's. Not a submodule (the weights belong to the multitask task once)."""
@@ -83,6 +105,7 @@ class MultiTask(Task):
     """Σ_t λ_t L_t over named tasks on one shared model (module docstring)."""
 
     interface = "multitask"
+    entry_fields = ENTRY_FIELDS  # task.tasks.<t>.weight reaches a task the YAML does not list
     metrics = {"loss": "min"}  # the class's; an instance adds "<task>/<metric>" for its tasks
     monitor, monitor_mode = "val/loss", "min"
 
@@ -135,18 +158,38 @@ class MultiTask(Task):
         return out
 
     @classmethod
+    def completed_task(cls, cfg: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``task.tasks`` with an entry for each task of multitask data (``data.tasks.<t>``), in
+        the data's order, then the entries that name no data (which :meth:`check_config`
+        refuses): a task's entry is completed by :func:`_completed_entry` with its data's task."""
+        task, data = _plain(cfg["task"]), cfg.get("data")
+        given = task.get("tasks")
+        name = data.get("name") if isinstance(data, (Mapping, DictConfig)) else None
+        if (given is not None and not isinstance(given, Mapping)) or not isinstance(name, str) \
+                or name not in DATA or not issubclass(DATA.get(name), MultiTaskDataModule):
+            return task  # (no tasks of data to complete from: task_entries judges them)
+        given, kinds = dict(given or {}), MultiTaskDataModule.task_data_names(data)
+        order = [*kinds, *(t for t in given if t not in kinds)]
+        return {**task, "tasks": {t: _completed_entry(given.get(t), _task_for(kinds.get(t))) for t in order}}
+
+    @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
         """Each task has data of its kind under the same name, and the model a head of its kind."""
-        entries = cls.task_entries(cfg["task"].get("tasks"))
         data_cls, model_cls = DATA.get(cfg["data"]["name"]), MODELS.get(cfg["model"]["name"])
-        if (not issubclass(data_cls, MultiTaskDataModule)
-                or model_cls.interface_of(cfg["model"]) != "multitask"):
-            return  # not data and a model of several tasks: the interface check names the misfit
-        data = data_cls.task_configs(cfg["data"])
-        if set(data) != set(entries):
+        multitask = (issubclass(data_cls, MultiTaskDataModule)
+                     and model_cls.interface_of(cfg["model"]) == "multitask")
+        data = data_cls.task_configs(cfg["data"]) if multitask else {}
+        if multitask and not data:
+            raise ConfigError("data.tasks names no task: give each task's data fields, e.g. "
+                              "data.tasks.sentiment.label_field=sentiment (its label column)")
+        given = cfg["task"].get("tasks")
+        if multitask and isinstance(given, Mapping) and set(given) != set(data):
             raise ConfigError(f"task.tasks and data.tasks must name the same tasks: data.tasks "
-                              f"lacks {', '.join(set(entries) - set(data)) or '-'}; task.tasks "
-                              f"lacks {', '.join(set(data) - set(entries)) or '-'}")
+                              f"lacks {', '.join(t for t in given if t not in data) or '-'}; "
+                              f"task.tasks lacks {', '.join(t for t in data if t not in given) or '-'}")
+        entries = cls.task_entries(given)
+        if not multitask:
+            return  # not data and a model of several tasks: the interface check names the misfit
         heads = model_cls.head_interfaces
         by_interface = {i: h for h, i in heads.items()}
         per_task = model_cls.task_head_kinds

@@ -223,7 +223,7 @@ def check_composition(cfg: Dict[str, Any]) -> None:
 
 def metric_names(task: Type[TaskContract], cfg: Dict[str, Any], splits=("train", "val")) -> List[str]:
     """``<split>/<metric>`` that task class ``task`` logs with this config."""
-    return task.metric_names_of(cfg["task"], splits)
+    return task.metric_names_of(task.completed_task(cfg), splits)
 
 
 def resolve_config(cfg: DictConfig | Dict[str, Any]) -> Dict[str, Any]:
@@ -250,6 +250,9 @@ def resolve_config(cfg: DictConfig | Dict[str, Any]) -> Dict[str, Any]:
     name = (resolved.get("model") or {}).get("name")
     if name in MODELS:  # the fields its checkpoint decides (BERT from an HF checkpoint)
         MODELS.get(name).complete_config(resolved, typed_fields(typed or ()))
+    task = resolved["task"].get("name") if isinstance(resolved.get("task"), dict) else None
+    if isinstance(task, str) and task in TASKS:  # the fields its data decides (multitask's tasks)
+        resolved["task"] = dict(TASKS.get(task).completed_task(resolved))
     try:
         return validate_config(resolved)
     except ConfigError as err:

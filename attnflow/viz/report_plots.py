@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from attnflow.viz.runs import Report, best_run, fmt, history, natural
+from attnflow.viz.runs import Report, Run, best_run, fmt, history, natural
 
 
 def new_figure(width: float = 6.0, height: float = 4.0):
@@ -93,18 +93,21 @@ def plot_param(report: Report, param: str, out: Path) -> Optional[Path]:
     return save_png(fig, out, f"{report.metric}_vs_{param}")
 
 
-def plot_curves(report: Report, metric: str, out: Path) -> Optional[Path]:
-    """``metric`` per epoch of every run (from the CSV history), on a log scale where it spans
-    100× or more (losses falling by orders); a legend beside the curves up to 12 runs."""
+def plot_curves(report: Report, metric: str, out: Path, runs: Optional[List[Run]] = None,
+                where: str = "", key: str = "") -> Optional[Path]:
+    """``metric`` per epoch of every run (of ``runs``, a part of the report titled ``where`` and
+    filed under ``key``) from the CSV history, on a log scale where it spans 100× or more
+    (losses falling by orders); a legend beside the curves up to 12 runs."""
     from matplotlib.ticker import MaxNLocator
 
-    curves = [(r, history(r, metric)) for r in report.runs]
+    curves = [(r, history(r, metric)) for r in (report.runs if runs is None else runs)]
     curves = [(r, h) for r, h in curves if h]
     if not curves:
         return None
     fig, ax = new_figure()
     for r, h in curves:
-        label = f"{r.name} " + " ".join(f"{p}={fmt(report.value(r, p))}" for p in report.params)
+        label = f"{r.name} " + " ".join(f"{p}={fmt(v)}" for p in report.params
+                                         if (v := report.value(r, p)) is not None)
         epochs = sorted(h)
         ax.plot(epochs, [h[e] for e in epochs], marker="o", label=label.strip())
     if spans_decades([v for _, h in curves for v in h.values()]):
@@ -114,8 +117,8 @@ def plot_curves(report: Report, metric: str, out: Path) -> Optional[Path]:
         legend_outside(ax, fontsize=8)
     ax.set_xlabel("epoch")
     ax.set_ylabel(metric)
-    ax.set_title(f"learning curves: {metric}")
-    return save_png(fig, out, f"curves_{metric}")
+    ax.set_title(f"learning curves: {metric}" + (f"\n{where}" if where else ""))
+    return save_png(fig, out, f"curves_{key + '_' if key else ''}{metric}")
 
 
 def thumbnails(report: Report, out: Path, size: int = 360) -> Dict[str, List[Tuple[Path, Path]]]:
