@@ -105,6 +105,11 @@ FAMILIES: Dict[str, Family] = {
 }
 
 
+# the families whose two runs take under 2 minutes on a laptop CPU (tests/test_own_data.py); the
+# Transformer and BERT from scratch take longer to converge
+QUICK = ("han", "self_attentive", "bert_tokens")
+
+
 def overrides(family: str, folder: Path, converged: bool) -> List[str]:
     """The overrides of one run: the preset and the paths (``converged``: and the long run)."""
     f = FAMILIES[family]

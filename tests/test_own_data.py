@@ -109,7 +109,7 @@ def _best(run_dir, metric):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family", list(own_data.FAMILIES))
+@pytest.mark.parametrize("family", own_data.QUICK)
 def test_a_preset_given_paths_only_learns_the_users_data(family, tmp_path, monkeypatch):
     """Within 0.03 of the same model trained to convergence on the made-up set."""
     folder, metric = own_data.make_data(family, tmp_path / "data"), own_data.FAMILIES[family].metric
