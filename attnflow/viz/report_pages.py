@@ -14,6 +14,7 @@ from typing import Dict, List, Optional, Tuple
 from rich.console import Console
 from rich.table import Table
 
+from attnflow.io.metric_names import curve_name
 from attnflow.io.text import atomic_path
 from attnflow.viz.report_plots import plot_curves, plot_param, thumbnails
 from attnflow.viz.runs import PRUNED, Report, best_runs, fmt, ranking, table
@@ -139,7 +140,7 @@ def write_report(report: Report, out: Path) -> Dict[str, Path]:
     ranked = not report.groups and sum(report.metric in r.metrics for r in report.runs) > 1
     plots: Plots = [(f"{report.metric} against {p}", path) for p in (report.params if ranked else [])
                     if (path := plot_param(report, p, out))]
-    base = report.metric.split("/", 1)[-1]
+    base = curve_name(report.metric).split("/", 1)[-1]  # (best/val/acc: the curve val/acc)
     plots += [(f"learning curves: {m}", path) for m in dict.fromkeys([f"val/{base}"] * bool(base) + ["val/loss"])
               if (path := plot_curves(report, m, out))]
     plots += plot_study(report, out)
