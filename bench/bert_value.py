@@ -77,7 +77,7 @@ def finetune(args, out: Path, pretrained: Path, arm: str, lr: float, limit: int)
         overrides.append(f"model.init_from={pretrained}")
     result = attnflow_train(out / name, overrides, args.threads)
     return {"arm": arm, "lr": lr, "labelled": limit or "all",
-            "dev_acc": result["metrics"].get("val/acc"), "dev_f1": result["metrics"].get("val/f1"),
+            "dev_acc": result["metrics"].get("best/val/acc"), "dev_f1": result["metrics"].get("best/val/f1"),
             "epochs": result.get("epochs"), "wall_s": result["wall_s"], "run": result["run"]}
 
 

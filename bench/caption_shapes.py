@@ -48,8 +48,8 @@ def run_config(name: str, args, out: Path) -> dict:
     overrides = ["experiment=caption_shapes", f"trainer.max_epochs={args.epochs}", *CONFIGS[name]]
     r = attnflow_train(out / name, overrides, args.threads)
     m = r["metrics"]
-    return {"config": name, "overrides": CONFIGS[name], "val_bleu4": m.get("val/bleu"),
-            "test_bleu4_beam3": m.get("test/bleu"), "val_grounding": m.get("val/grounding"),
+    return {"config": name, "overrides": CONFIGS[name], "val_bleu4": m.get("best/val/bleu"),
+            "test_bleu4_beam3": m.get("test/bleu"), "val_grounding": m.get("best/val/grounding"),
             "test_grounding": m.get("test/grounding"), "test_grounding_mass": m.get("test/grounding_mass"),
             "test_attention_reg": m.get("test/attention_reg"), "fit_s": r.get("fit_seconds"),
             "wall_s": r["wall_s"], "epochs": r.get("epochs"), "run": r["run"]}

@@ -242,7 +242,7 @@ def main():
     extra = [*args.override, *(["test=false"] if args.val_only else [])]
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         s = attnflow_run(seed, extra, args.experiment)
-        runs.append({"seed": seed, "val_acc": s["metrics"]["val/acc"], "epochs": s["epochs"],
+        runs.append({"seed": seed, "val_acc": s["metrics"]["best/val/acc"], "epochs": s["epochs"],
                      "fit_seconds": s["fit_seconds"]})
         if not args.val_only:
             runs[-1]["test_acc"] = s["metrics"]["test/acc"]

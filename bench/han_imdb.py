@@ -71,7 +71,7 @@ def run_one(model: str, args) -> dict:
     docs_per_s = seen / summary["fit_seconds"]  # validation passes included in the fit time
     return {
         "model": model, "overrides": overrides, "run_dir": str(run_dir),
-        "dev_acc": summary["metrics"].get("val/acc"), "dev_f1": summary["metrics"].get("val/f1"),
+        "dev_acc": summary["metrics"].get("best/val/acc"), "dev_f1": summary["metrics"].get("best/val/f1"),
         "dev_acc_per_validation": _epoch_curve(run_dir), "epochs_seen": round(seen / n_train, 2),
         "global_step": summary["global_step"], "fit_seconds": summary["fit_seconds"],
         "seconds_per_epoch": round(n_train / docs_per_s, 1), "train_docs_per_second": round(docs_per_s, 1),

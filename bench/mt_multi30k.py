@@ -89,7 +89,7 @@ def run_one(model: str, direction: str, args) -> dict:
     tokens = per_epoch * summary["global_step"] / batches  # also right when max_time cut an epoch
     return {"model": model, "direction": direction, "test_sacrebleu": m.get("test/bleu"),
             "test_tok_lc_bleu": m.get("test/bleu_lc"), "test_wer": m.get("test/wer"),
-            "val_sacrebleu": m.get("val/bleu"), "fit_seconds": summary["fit_seconds"],
+            "val_sacrebleu": m.get("best/val/bleu"), "fit_seconds": summary["fit_seconds"],
             "wall_seconds": round(wall, 1), "epochs": summary["epochs"],
             "steps": summary["global_step"], "parameters": summary["parameters"],
             "train_tokens_per_s": round(tokens / max(summary["fit_seconds"], 1e-9), 1),

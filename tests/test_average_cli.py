@@ -64,7 +64,7 @@ def test_a_stopped_run_gets_the_average_its_fit_would_have_written(finished, sto
     # attnflow-eval reads it as any checkpoint, and its val loss is the fit's averaged model's
     assert eval_main([str(out), "split=val", "-o", str(run / "val.json")]) == 0
     got = json.loads((run / "val.json").read_text())["metrics"]["val/loss"]
-    want = json.loads((finished[0] / "metrics.json").read_text())["metrics"]["val/loss"]
+    want = json.loads((finished[0] / "metrics.json").read_text())["metrics"]["best/val/loss"]
     assert got == pytest.approx(want, abs=1e-6)
 
 

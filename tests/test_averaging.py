@@ -74,17 +74,19 @@ def test_metrics_are_those_of_the_averaged_model(last2, capsys):
         assert eval_main([str(run), f"split={split}"]) == 0
         got = json.loads(sorted((run / "eval").glob(f"{split}-*.json"))[-1].read_text())
         assert got["checkpoint"] == str(averaged)
-        want = {k: v for k, v in summary["metrics"].items() if k.startswith(f"{split}/")}
+        logged = {"val": "best/val/", "test": "test/"}[split]  # the result's names
+        want = {k.replace(logged, f"{split}/"): v for k, v in summary["metrics"].items() if k.startswith(logged)}
         assert want and got["metrics"].keys() == want.keys()
         for k in want:
             assert got["metrics"][k] == pytest.approx(want[k], abs=1e-6), k
     # metrics_best_single: the best single checkpoint's validation
     assert eval_main([str(single), "split=val", "-o", str(run / "single.json")]) == 0
     got = json.loads((run / "single.json").read_text())["metrics"]
-    assert got.keys() == summary["metrics_best_single"].keys()
+    single = {k.removeprefix("best_single/"): v for k, v in summary["metrics_best_single"].items()}
+    assert got.keys() == single.keys()  # (logged as best_single/val/…)
     for k, v in got.items():
-        assert summary["metrics_best_single"][k] == pytest.approx(v, abs=1e-6), k
-    assert summary["metrics_best_single"]["val/loss"] != pytest.approx(summary["metrics"]["val/loss"], abs=1e-7)
+        assert single[k] == pytest.approx(v, abs=1e-6), k
+    assert single["val/loss"] != pytest.approx(summary["metrics"]["best/val/loss"], abs=1e-7)
 
 
 def test_best_n_keeps_the_best_epochs_of_a_metric(tmp_path):
@@ -206,7 +208,7 @@ def test_mt_transformer_tiny_trains_a_step_on_multi30k(tmp_path):
         "callbacks.attention_maps.examples=0", "logger=none"]), tmp_path / "run")
     assert summary["global_step"] == 2
     assert summary["averaged_from"]["epochs"] == [0]
-    assert {"val/bleu", "test/bleu"} <= summary["metrics"].keys()
+    assert {"best/val/bleu", "test/bleu"} <= summary["metrics"].keys()
     state = load(tmp_path / "run" / "checkpoints" / "averaged.ckpt")["state_dict"]
     for part in ("encoder", "decoder"):
         prefix = f"model.{part}.layers."

@@ -309,7 +309,7 @@ def test_pretrain_then_finetune_end_to_end(tmp_path, caplog):
         report = [r.getMessage() for r in caplog.records if r.name == "attnflow.models.bert"]
         assert len(report) == 1 and "loaded" in report[0] and str(pre) in report[0], report
         assert "new: classifier.weight, classifier.bias" in report[0], report
-        assert summary["metrics"]["val/acc"] > 0.8, summary["metrics"]
+        assert summary["metrics"]["best/val/acc"] > 0.8, summary["metrics"]
         tokenizer = "tokenizer/wordpiece.json"  # the pretraining run's, saved with this run
         assert (run / tokenizer).read_text() == (pre / tokenizer).read_text()
         # another width: refused before training (no checkpoint written)

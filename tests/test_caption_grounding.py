@@ -95,7 +95,7 @@ def test_attention_lands_on_the_named_shape_of_held_out_images(trained):
 
 def test_the_run_reports_bleu4_grounding_and_draws_the_overlays(trained):
     metrics = trained["summary"]["metrics"]
-    assert metrics["val/grounding"] >= 3.0 and 0 < metrics["val/grounding_mass"] <= 1
+    assert metrics["best/val/grounding"] >= 3.0 and 0 < metrics["best/val/grounding_mass"] <= 1
     assert 0 < metrics["test/bleu"] <= 100  # BLEU-4 (sacreBLEU) of beam search on held-out images
     pictures = sorted(p.name for p in (trained["dir"] / "attention").glob("*.png"))
     assert pictures == ["val_example_0.png", "val_example_1.png"]

@@ -77,7 +77,7 @@ def test_text_progress_lines_follow_the_steps_and_epochs(capsys, tmp_path):
     vals = [l for l in lines if re.match(r"epoch \d/\d val step ", l)]
     assert [l.split()[4] for l in vals] == [f"{k}/{val}" for _ in range(epochs) for k in _due(val, every)]
     done = [l for l in lines if " done in " in l]
-    assert [l.split(" done")[0] for l in done] == [f"epoch {e}/{epochs}" for e in range(1, epochs + 1)]
+    assert [l.split(" done")[0] for l in done] == [f"epoch {e}/{epochs - 1}" for e in range(epochs)]
     assert all(re.search(r"train/loss=\S+ val/loss=\S+$", l) for l in done), done
     assert [l.split()[2] for l in lines if l.startswith("test step")] == [f"{k}/{test}" for k in _due(test, every)]
 
@@ -104,10 +104,10 @@ def test_a_run_resumed_mid_epoch_times_only_the_batches_it_trains(capsys, monkey
         bar.on_train_batch_end(trainer, None, None, None, batch_idx)
     # 24 batches timed in 9.6 s by step 400: 2.5 it/s, 54 to go: 22 s; the epoch's 78 in 31.2 s
     assert capsys.readouterr().out.splitlines() == [
-        "epoch 9/40 step 400/454 (88%) 2.5 it/s eta 0:22",
-        "epoch 9/40 step 450/454 (99%) 2.5 it/s eta 0:02",
-        "epoch 9/40 done in 0:31 (resumed after step 376)",
-        "epoch 10/40 step 50/454 (11%) 2.0 it/s eta 3:22"]
+        "epoch 8/39 step 400/454 (88%) 2.5 it/s eta 0:22",  # 0-based, as Lightning's bar
+        "epoch 8/39 step 450/454 (99%) 2.5 it/s eta 0:02",
+        "epoch 8/39 done in 0:31 (resumed after step 376)",
+        "epoch 9/39 step 50/454 (11%) 2.0 it/s eta 3:22"]
 
 
 def test_auto_is_rich_on_a_terminal_and_text_elsewhere(monkeypatch):
@@ -140,6 +140,10 @@ def test_final_metrics_table_has_a_row_per_metric_and_a_column_per_split():
     header = next(l for l in out.getvalue().splitlines() if l.startswith("┃"))
     assert [c.strip() for c in header.strip("┃").split("┃")] == ["metric", "validation", "test"]
     assert rows == {"acc": ["0.5", "0.75"], "f1": ["0.4", ""], "loss": ["0.1235", "0.25"]}
+    out = io.StringIO()  # a run's result: the best checkpoint's validation, then its test
+    print_metrics({"test/acc": 0.75, "best/val/acc": 0.5}, file=out)
+    header = next(l for l in out.getvalue().splitlines() if l.startswith("┃"))
+    assert [c.strip() for c in header.strip("┃").split("┃")] == ["metric", "best/val", "test"]
 
 
 @pytest.mark.slow

@@ -252,4 +252,4 @@ def test_an_edge_to_a_missing_node_is_refused_naming_the_file_and_a_graph_withou
     assert train_cli(monkeypatch, "experiment=gat_cora", f"data.root={tmp_path / 'none'}", "test=false",
                      "trainer.max_epochs=1", "callbacks.progress_bar=none",
                      f"hydra.run.dir={tmp_path / 'run'}") == 0  # each node attends to itself
-    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["metrics"]["val/acc"] >= 0
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["metrics"]["best/val/acc"] >= 0

@@ -160,6 +160,6 @@ def test_a_run_with_test_false_never_reads_its_test_file(tmp_path):
     args = [*document_overrides(folder), f"data.test_path={folder}/test.jsonl",
             "trainer.max_epochs=1", "callbacks.attention_maps.examples=0"]
     summary = train(compose_cfg([*args, "test=false"]), tmp_path / "untested")
-    assert "val/acc" in summary["metrics"] and not any(k.startswith("test/") for k in summary["metrics"])
+    assert "best/val/acc" in summary["metrics"] and not any(k.startswith("test/") for k in summary["metrics"])
     with pytest.raises(DataError, match=r"test\.jsonl"):
         train(compose_cfg([*args, "test=true"]), tmp_path / "tested")

@@ -180,7 +180,7 @@ def test_ddp_gat_minibatch_training_splits_the_batches(tmp_path, monkeypatch):
     summary = json.loads((run / "metrics.json").read_text())
     # 200 training nodes in k-hop batches of 64 seeds: 4 batches, 2 per rank and epoch
     assert summary["global_step"] == 4
-    assert {"val/acc", "test/acc"} <= set(summary["metrics"])
+    assert {"best/val/acc", "test/acc"} <= set(summary["metrics"])
 
 
 @pytest.mark.slow
@@ -199,7 +199,7 @@ def test_spawned_stages_continue_one_csv_log(tmp_path):
                  "trainer.devices=2", "trainer.log_every_n_steps=1"]
     summary = train(compose_cfg(overrides), tmp_path)
     assert summary["global_step"] == 2 and summary["epochs"] == 1  # 64 / (2 × 16), from the workers
-    assert {"val/loss", "test/loss"} <= set(summary["metrics"])
+    assert {"val/loss", "best/val/loss", "test/loss"} <= set(summary["metrics"])
     assert [p.name for p in (tmp_path / "csv").iterdir()] == ["version_0"]
     lines = (tmp_path / "csv" / "version_0" / "metrics.csv").read_text().splitlines()
     header = lines[0].split(",")
@@ -230,12 +230,13 @@ def test_ddp_spawn_reports_the_metrics_its_epoch_showed_and_attnflow_eval_gives(
     n = summary["global_step"]  # as in one process: the epoch's validation at step n - 1, the final at n
     assert [int(r[step]) for r in rows] == [n - 1, n]
     epoch, final = float(rows[0][col]), float(rows[1][best])
-    assert epoch == final == pytest.approx(summary["metrics"]["val/token_acc"], abs=1e-7)  # one epoch: the best
+    assert epoch == pytest.approx(summary["metrics"]["val/token_acc"], abs=1e-7)  # (from the workers)
+    assert epoch == final == pytest.approx(summary["metrics"]["best/val/token_acc"], abs=1e-7)  # one epoch
     assert evaluate([str(tmp_path), "split=val", "-o", str(tmp_path / "val.json")]) == 0
     got = json.loads((tmp_path / "val.json").read_text())["metrics"]
-    assert got["val/token_acc"] == pytest.approx(summary["metrics"]["val/token_acc"], abs=1e-7)
-    assert got["val/seq_acc"] == pytest.approx(summary["metrics"]["val/seq_acc"], abs=1e-7)
-    assert got["val/loss"] == pytest.approx(summary["metrics"]["val/loss"], rel=1e-6)
+    assert got["val/token_acc"] == pytest.approx(summary["metrics"]["best/val/token_acc"], abs=1e-7)
+    assert got["val/seq_acc"] == pytest.approx(summary["metrics"]["best/val/seq_acc"], abs=1e-7)
+    assert got["val/loss"] == pytest.approx(summary["metrics"]["best/val/loss"], rel=1e-6)
 
 
 @pytest.mark.slow

@@ -100,7 +100,7 @@ def test_validation_and_checkpoints_hold_the_average_and_training_goes_on_with_t
     averaged = load(tmp_path / "run" / "checkpoints" / "averaged.ckpt")["state_dict"]
     mean = {k: sum(bars[(e + 1) * per_epoch - 1][k] for e in kept) / len(kept) for k in averaged}
     assert _close(averaged, mean)
-    single = summary["metrics_best_single"]["val/loss"]
+    single = summary["metrics_best_single"]["best_single/val/loss"]
     logged = [r for r in _csv(tmp_path / "run") if r.get("val/loss") and int(r["epoch"]) == best["epoch"]]
     assert logged and abs(float(logged[0]["val/loss"]) - single) < 1e-5
 

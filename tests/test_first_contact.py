@@ -28,16 +28,17 @@ def test_a_run_says_where_it_is_and_its_train_log_keeps_the_epochs_and_the_table
     assert re.search(r"^[\d,]+ parameters, [\d.]+ MB; cpu × 1, precision 32-true$", out, re.M)
     log = (run / "train.log").read_text()
     assert f"run folder: {run}" in log
-    epochs = re.findall(r"epoch (\d)/2 done in \d+:\d\d: train/loss=\S+ val/loss=(\S+)", log)
+    epochs = re.findall(r"epoch (\d)/1 done in \d+:\d\d: train/loss=\S+ val/loss=(\S+)", log)
     metrics = json.loads((run / "metrics.json").read_text())
-    assert [e for e, _ in epochs] == ["1", "2"]
-    # the final table: each metric of metrics.json, validation and test, as the console showed it
+    assert [e for e, _ in epochs] == ["0", "1"]  # 0-based, as the checkpoints' names
+    assert epochs[-1][1] == f"{metrics['metrics']['val/loss']:.4g}"  # val/loss: the last epoch's
+    # the final table: the best checkpoint's metrics of metrics.json, as the console showed them
     table = log[log.index("final metrics (best checkpoint)"):]
     assert table in out.replace("\r", "") or table.strip() in out
     for name in ("loss", "seq_acc", "token_acc"):
         row = next(line for line in table.splitlines() if line.startswith(f"│ {name} "))
         values = [float(v) for v in row.strip("│").split("│")[1:]]
-        assert values == [float(f"{metrics['metrics'][f'{s}/{name}']:.4g}") for s in ("val", "test")]
+        assert values == [float(f"{metrics['metrics'][f'{s}/{name}']:.4g}") for s in ("best/val", "test")]
 
 
 @pytest.mark.slow
@@ -49,7 +50,7 @@ def test_a_sweep_prints_its_folder_first_and_ends_with_its_runs_ranked(tmp_path,
     assert lines[0] == f"sweep folder: {sweep}"
     assert lines[-1] == f"sweep folder: {sweep} (the full report: attnflow-report {sweep})"
     # the table after the last job: its runs best first by the metric the sweep optimises
-    acc = {str(n): json.loads((sweep / str(n) / "metrics.json").read_text())["metrics"]["val/token_acc"]
+    acc = {str(n): json.loads((sweep / str(n) / "metrics.json").read_text())["metrics"]["best/val/token_acc"]
            for n in range(3)}
     last_job = max(i for i, line in enumerate(lines) if line.startswith("run folder:"))
     rows = [line.strip("│ ").split("│") for line in lines[last_job:] if re.match(r"│ \d ", line)]

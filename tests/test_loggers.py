@@ -133,12 +133,11 @@ def test_csv_and_wandb_at_once_offline_by_default_with_name_tags_images_and_tran
     assert saved["run"]["experiment"] == "default" and saved["tags"] == ["smoke", "cpu"]
     assert saved["run"]["overrides"][:2] == ["task=translation", "task.optim.lr=0.002"]
     assert b'"experiment":"default"' in log.replace(b" ", b"")  # the logged config carries it
-    # the summary (W&B's runs table) holds metrics.json: the best checkpoint's validation
-    # metrics as best/val/…, which checkpoint (one epoch: val/… is the same here)
+    # the summary (W&B's runs table) holds metrics.json by the same names: val/… (the last epoch's),
+    # best/val/… (the best checkpoint's), which checkpoint
     summary, metrics = _wandb_summary(run), json.loads((tmp_path / "run" / "metrics.json").read_text())
-    assert {k: summary[f"best/{k}"] for k in metrics["metrics"]} == metrics["metrics"]
+    assert {k: summary[k] for k in metrics["metrics"]} == metrics["metrics"]
     assert summary["best_checkpoint"] == metrics["best_checkpoint"] and summary["epochs"] == 1
-    assert summary["val/bleu"] == pytest.approx(metrics["metrics"]["val/bleu"])
     # each picture's caption says what it shows and when: the epoch's validation (2 steps), then
     # the best checkpoint's after training (one epoch: its only checkpoint)
     what = "validation example 0: α of each output word over the source · ".encode()
@@ -199,30 +198,60 @@ def test_the_logged_config_is_what_the_run_used_with_every_block_default(tmp_pat
     assert sum(p.numel() for p in built.parameters()) == parameters
 
 
+def _wandb_history(run: Path) -> list:
+    """The offline run's history rows (what W&B's charts draw), from its records."""
+    return [{"/".join(i.nested_key) or i.key: json.loads(i.value_json) for i in record.history.item}
+            for record in _wandb_records(run) if record.HasField("history")]
+
+
 @pytest.mark.slow
-def test_val_curves_hold_the_epochs_trained_and_the_best_checkpoint_its_own_names(tmp_path, wandb_env):
-    """After training, the best checkpoint was validated again and logged as one more point of
-    val/*: an epoch that never ran. Now it is logged as best/val/*; val/* has one point per
-    validation, and the learning rate is logged with a logger chosen."""
+def test_one_name_one_number_in_metrics_json_wandb_tensorboard_the_report_and_train_log(tmp_path, wandb_env):
+    """metrics.json and attnflow-report gave the best checkpoint's val/loss where W&B's summary
+    gave the last epoch's; train.log counted epochs from 1, checkpoint names and captions from 0.
+    Now val/x is the curve (a single value of it: the last epoch's), best/val/x the best
+    checkpoint's, and epochs count from 0. The checkpoint keeps the epoch of the highest val/loss
+    (mode=max): the best and the last epoch differ."""
     import csv
+    import re
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from attnflow.viz.runs import build, table
 
     run_dir = tmp_path / "run"
-    train(compose_cfg(["logger=[wandb,csv]", *SHORT, "trainer.max_epochs=3"], return_hydra_config=True),
-          run_dir)
+    train(compose_cfg(["logger=[wandb,csv,tensorboard]", *SHORT, "trainer.max_epochs=3",
+                       "callbacks.checkpoint.monitor=val/loss", "callbacks.checkpoint.mode=max"],
+                      return_hydra_config=True), run_dir)
+    m = json.loads((run_dir / "metrics.json").read_text())
+    metrics, run = m["metrics"], _wandb_run(run_dir)
+    val = {row["epoch"]: row["val/loss"] for row in _wandb_history(run) if "val/loss" in row}
+    assert list(val) == [0, 1, 2] and m["epochs"] == 3  # (epochs: a count)
+    epoch, step = map(int, re.fullmatch(r"epoch(\d+)-step(\d+)\.ckpt", Path(m["best_checkpoint"]).name).groups())
+    assert epoch == max(val, key=val.get) != 2
+    # one name, one number: metrics.json, the W&B summary and TensorBoard
+    summary = _wandb_summary(run)
+    acc = EventAccumulator(str(run_dir / "tensorboard" / "version_0"))
+    acc.Reload()
+    assert metrics["val/loss"] == pytest.approx(summary["val/loss"]) == pytest.approx(val[2])
+    assert metrics["best/val/loss"] == pytest.approx(summary["best/val/loss"]) == pytest.approx(val[epoch])
+    for name in ("val/loss", "best/val/loss", "test/loss"):
+        assert acc.Scalars(name)[-1].value == pytest.approx(metrics[name], rel=1e-6), name
     with open(run_dir / "csv" / "version_0" / "metrics.csv") as f:
-        rows = list(csv.DictReader(f))
-    val = [(int(r["epoch"]), float(r["val/seq_acc"])) for r in rows if r.get("val/seq_acc")]
-    assert [e for e, _ in val] == [0, 1, 2]
-    best = [float(r["best/val/seq_acc"]) for r in rows if r.get("best/val/seq_acc")]
-    metrics = json.loads((run_dir / "metrics.json").read_text())
-    assert best == [pytest.approx(metrics["metrics"]["val/seq_acc"])]
-    assert metrics["metrics"]["val/seq_acc"] == pytest.approx(max(v for _, v in val))
-    lr = [r for r in rows if r.get("lr")]  # (one parameter group: one curve, named lr)
-    assert len(lr) == metrics["global_step"]  # one per step (log_every_n_steps=1)
-    summary = _wandb_summary(_wandb_run(run_dir))
-    assert summary["val/seq_acc"] == pytest.approx(val[-1][1])  # the last epoch's
-    assert summary["best/val/seq_acc"] == pytest.approx(metrics["metrics"]["val/seq_acc"])
-    assert summary["test/seq_acc"] == pytest.approx(metrics["metrics"]["test/seq_acc"])
+        lr = [r for r in csv.DictReader(f) if r.get("lr")]  # (one parameter group: one curve, named lr)
+    assert len(lr) == m["global_step"]  # one per step (log_every_n_steps=1)
+    # the report's table: the same names and numbers, ranked by the result
+    report = build(run_dir)
+    header, (row,) = table(report, full=True)
+    assert report.metric == "best/val/loss" and header.index("best/val/loss") < header.index("val/loss")
+    assert {k: v for k, v in zip(header, row) if k in metrics} == metrics
+    # epochs, 0-based: train.log's lines, the checkpoint's name and the pictures' captions agree
+    log = (run_dir / "train.log").read_text()
+    lines = dict(re.findall(r"\] epoch (\d)/2 done in \S+: .*val/loss=(\S+)", log))
+    assert lines == {str(e): f"{v:.4g}" for e, v in val.items()}
+    assert f" · epoch {epoch}, step {step}".encode() in _wandb_log(run)
+    # the final table (train.log's, as the console's): the best checkpoint's validation and test
+    final = next(r for r in log[log.index("final metrics (best checkpoint)"):].splitlines() if r.startswith("│ loss "))
+    assert [c.strip() for c in final.split("│")[2:4]] == [f"{metrics[k]:.4g}" for k in ("best/val/loss", "test/loss")]
 
 
 @pytest.mark.slow

@@ -102,7 +102,7 @@ def test_sweep_report_matches_the_jobs(sweep, sweep_report):
     out, printed = sweep_report
     jobs = job_metrics(sweep)
     assert set(jobs) == {"0", "1"}
-    order = sorted(jobs, key=lambda j: jobs[j]["val/loss"])  # optimized_metric val/loss: lower first
+    order = sorted(jobs, key=lambda j: jobs[j]["best/val/loss"])  # optimized_metric val/loss: its result, lower first
     scorer = {"0": "dot", "1": "additive"}  # Hydra's job order of scorer=dot,additive
 
     rows = read_csv(out / "report.csv")
@@ -111,7 +111,7 @@ def test_sweep_report_matches_the_jobs(sweep, sweep_report):
         assert r["status"] == "ok" and r["scorer"] == scorer[r["run"]]
         for name, value in jobs[r["run"]].items():
             assert float(r[name]) == value, (r["run"], name)
-    assert list(rows[0])[3] == "val/loss"  # the sort metric is the first metric column
+    assert list(rows[0])[3] == "best/val/loss"  # the sort metric is the first metric column
 
     page_text = (out / "report.html").read_text()
     page = Page(page_text)
@@ -128,7 +128,7 @@ def test_sweep_report_matches_the_jobs(sweep, sweep_report):
         assert img["src"].startswith("data:image/png;base64,")
         assert base64.b64decode(img["src"].split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
     alts = [i["alt"] for i in page.imgs]
-    assert "val/loss against scorer" in alts and "learning curves: val/loss" in alts
+    assert "best/val/loss against scorer" in alts and "learning curves: val/loss" in alts
     pictures = sorted(f"attention: {j}/{p.name}" for j in ("0", "1")
                       for p in sorted((sweep / j / "attention").glob("*.png"))[:4])
     assert sorted(a for a in alts if a.startswith("attention: ")) == pictures
@@ -146,7 +146,7 @@ def test_sweep_report_matches_the_jobs(sweep, sweep_report):
     lines = [line for line in printed.splitlines() if any(f" {s} " in line for s in scorer.values())]
     assert [scorer[j] in line for j, line in zip(order, lines)] == [True, True]
     for j, line in zip(order, lines):
-        assert f"{jobs[j]['val/loss']:.4g}" in line
+        assert f"{jobs[j]['best/val/loss']:.4g}" in line
 
 
 def test_learning_curves_follow_the_csv_history(sweep):
@@ -176,14 +176,14 @@ def test_failed_and_broken_jobs_are_listed_last(sweep, tmp_path, capsys):
     (alien / "config.yaml").write_text("- a\n- list\n")
     failed = _copy(copy / "0", copy / "5")  # metrics.json written, then the job failed (exit 2)
     summary = json.loads((failed / "metrics.json").read_text())
-    summary["metrics"]["val/loss"] = -1.0  # the best value of all: still listed after the ok jobs
+    summary["metrics"]["best/val/loss"] = -1.0  # the best value of all: still listed after the ok jobs
     summary["failed"] = "optimized_metric 'val/x' was not reported by this run; it reported val/loss"
     (failed / "metrics.json").write_text(json.dumps(summary))
     main([str(copy)])
     rows = read_csv(copy / "report" / "report.csv")
-    order = sorted(job_metrics(sweep), key=lambda j: job_metrics(sweep)[j]["val/loss"])
+    order = sorted(job_metrics(sweep), key=lambda j: job_metrics(sweep)[j]["best/val/loss"])
     assert [r["run"] for r in rows] == [*order, "2", "3", "4", "5"]
-    assert rows[5]["status"] == f"failed: {summary['failed']}" and float(rows[5]["val/loss"]) == -1.0
+    assert rows[5]["status"] == f"failed: {summary['failed']}" and float(rows[5]["best/val/loss"]) == -1.0
     assert "no metrics.json" in rows[2]["status"] and "unreadable metrics.json" in rows[3]["status"]
     assert "unreadable config.yaml (a list, not a mapping)" in rows[4]["status"]
     assert "unreadable metrics.json (a JSON list, not an object)" in rows[4]["status"]
@@ -206,7 +206,7 @@ def test_status_is_one_line_and_a_damaged_first_run_is_never_shown_best(sweep, t
     copy = _copy(sweep, tmp_path / "sweep")
     (copy / "0" / "config.yaml").write_text("a: [1, 2\nb: c\n")
     summary = json.loads((copy / "0" / "metrics.json").read_text())
-    summary["metrics"]["val/loss"] = -1.0  # the lowest val/loss: still after the ok run
+    summary["metrics"]["best/val/loss"] = -1.0  # the lowest best/val/loss: still after the ok run
     (copy / "0" / "metrics.json").write_text(json.dumps(summary))
     failed = _copy(copy / "1", copy / "2")
     summary = json.loads((failed / "metrics.json").read_text())
@@ -241,8 +241,8 @@ def test_single_run_directory(sweep, tmp_path, capsys):
     assert row["run"] == "run" and row["status"] == "ok" and row["scorer"] == "dot"
     assert row["data.train_size"] == TINY["data.train_size"]  # a single run shows all its overrides
     assert {k: float(row[k]) for k in jobs["0"]} == jobs["0"]
-    assert [k for k in row if k in jobs["0"]][0] == "val/seq_acc"  # the sort metric comes first
-    assert "val/seq_acc (higher is better" in (run / "report" / "report.html").read_text()
+    assert [k for k in row if k in jobs["0"]][0] == "best/val/seq_acc"  # the sort metric comes first
+    assert "best/val/seq_acc (higher is better" in (run / "report" / "report.html").read_text()
     # its attention pictures (whatever the callback wrote, and one more): thumbnails, linked
     from PIL import Image
 
@@ -273,10 +273,11 @@ def test_a_folder_of_runs_is_runs_not_a_sweep_and_different_experiments_rank_wit
     md = (tmp_path / "same" / "report.md").read_text()
     assert md.splitlines()[2] == f"- runs: {day}" and "- sweep:" not in md
     times = {"1": "10-00-00", "0": "11-00-00"}
-    best = [times[j] for j in sorted(jobs, key=lambda j: jobs[j]["val/loss"])]
+    best = [times[j] for j in sorted(jobs, key=lambda j: jobs[j]["best/val/loss"])]
     assert [r["run"] for r in read_csv(tmp_path / "same" / "report.csv")] == best
     assert Page((tmp_path / "same" / "report.html").read_text()).rows[best[0]]["class"] == "best"
-    graph = day / "12-00-00"  # another experiment's run, whose val/loss is lower than any
+    graph = day / "12-00-00"  # another experiment's run, whose val/loss is lower than any; its
+    # metrics.json is as runs wrote it before best/val/…: its val/… are the best checkpoint's
     graph.mkdir()
     (graph / "config.yaml").write_text(yaml.safe_dump(
         {"task": {"name": "node_classification"}, "data": {"name": "planetoid", "dataset": "Cora"}}))
@@ -289,8 +290,8 @@ def test_a_folder_of_runs_is_runs_not_a_sweep_and_different_experiments_rank_wit
                                                        ("13-00-00", "")]  # (killed at its start: last)
     md = (tmp_path / "mixed" / "report.md").read_text()
     assert ("- ranked within each experiment, best first: A = task seq2seq on reverse data, by "
-            "val/loss (lower is better): 10-00-00, 11-00-00; B = task node_classification on "
-            "planetoid Cora data, by val/acc (higher is better): 12-00-00") in md
+            "best/val/loss (lower is better): 10-00-00, 11-00-00; B = task node_classification on "
+            "planetoid Cora data, by best/val/acc (higher is better): 12-00-00") in md
     assert "note: the runs are of different experiments, whose values do not compare" in md
     page = Page((tmp_path / "mixed" / "report.html").read_text())
     assert {n for n, row in page.rows.items() if row["class"] == "best"} == {best[0], "12-00-00"}
@@ -299,7 +300,7 @@ def test_a_folder_of_runs_is_runs_not_a_sweep_and_different_experiments_rank_wit
     main([str(day), "--metric", "val/loss", "-o", str(tmp_path / "asked")])  # sorted as asked, noted
     rows = read_csv(tmp_path / "asked" / "report.csv")
     assert [r["run"] for r in rows] == ["12-00-00", *best, "13-00-00"]
-    assert "sorted by --metric val/loss as asked, though their values may not compare" in \
+    assert "sorted by best/val/loss (--metric) as asked, though their values may not compare" in \
         (tmp_path / "asked" / "report.md").read_text()
 
 
@@ -318,14 +319,14 @@ def test_a_sweep_over_experiments_is_ranked_within_each(sweep, tmp_path, capsys)
     (copy / "4" / ".hydra").mkdir(parents=True)  # a job killed at its start: last
     capsys.readouterr()
     main([str(copy), "-o", str(tmp_path / "rep")])
-    seq = sorted(("0", "1"), key=lambda j: jobs[j]["val/loss"])  # optimized_metric=val/loss
+    seq = sorted(("0", "1"), key=lambda j: jobs[j]["best/val/loss"])  # optimized_metric=val/loss
     rows = read_csv(tmp_path / "rep" / "report.csv")
     assert [(r["run"], r["group"]) for r in rows] == [(seq[0], "A"), (seq[1], "A"), ("3", "B"),
                                                        ("2", "B"), ("4", "")]
     md = (tmp_path / "rep" / "report.md").read_text()
     assert ("- ranked within each experiment, best first: A = task seq2seq on reverse data, by "
-            "val/loss (lower is better): 0, 1; B = task node_classification on planetoid Cora data, "
-            "by val/acc (higher is better): 2, 3") in md
+            "best/val/loss (lower is better): 0, 1; B = task node_classification on planetoid Cora data, "
+            "by best/val/acc (higher is better): 2, 3") in md
     page = Page((tmp_path / "rep" / "report.html").read_text())
     assert {n for n, row in page.rows.items() if row["class"] == "best"} == {seq[0], "3"}
     assert not list((tmp_path / "rep").glob("*_vs_*.png"))  # no one metric against a parameter
@@ -366,7 +367,7 @@ def test_optuna_sweep_history_and_importances(tmp_path):
     page = Page((tmp_path / "rep" / "report.html").read_text())
     alts = {i["alt"] for i in page.imgs}
     assert {"Optuna: optimisation history", "Optuna: parameter importances",
-            "val/score against task.optim.lr", "val/score against model.cell"} <= alts
+            "best/val/score against task.optim.lr", "best/val/score against model.cell"} <= alts
     assert hashlib.sha256((folder / "optuna.db").read_bytes()).hexdigest() == db  # read, not written
 
 
@@ -402,11 +403,11 @@ def test_a_metric_is_ranked_in_the_direction_its_task_declares(sweep, tmp_path):
     copy = _copy(sweep, tmp_path / "sweep")
     for job, penalty in (("0", 0.2), ("1", 0.5)):
         summary = json.loads((copy / job / "metrics.json").read_text())
-        summary["metrics"]["val/penalty"] = penalty
+        summary["metrics"]["best/val/penalty"] = penalty
         (copy / job / "metrics.json").write_text(json.dumps(summary))
     main([str(copy), "--metric", "val/penalty", "-o", str(tmp_path / "rep")])
     assert [r["run"] for r in read_csv(tmp_path / "rep" / "report.csv")] == ["0", "1"]
-    assert "sorted by val/penalty (lower is better; from --metric)" in (tmp_path / "rep" / "report.md").read_text()
+    assert "sorted by best/val/penalty (lower is better; from --metric)" in (tmp_path / "rep" / "report.md").read_text()
 
 
 @pytest.mark.slow
@@ -518,6 +519,28 @@ def test_bad_paths_exit_2_naming_the_path(tmp_path, capsys, kind):
     assert {"missing": "does not exist", "file": "is a file", "empty": "multirun.yaml",
             "parent": "report one of them: " + str(path / "10-00-00")}[kind] in err
     assert not (path / "report").exists()
+
+
+def test_a_run_is_ranked_by_its_result_and_an_older_metrics_json_is_read_as_written(tmp_path):
+    """metrics.json's val/x is the last epoch's, best/val/x the best checkpoint's (the result the
+    runs are ranked by); one written before best/val/… (no best/ key) held the best checkpoint's
+    figures as val/x, and is read so."""
+    from attnflow.viz.runs import build, table
+
+    runs = tmp_path / "runs"
+    written = {"new": {"val/loss": 0.1, "best/val/loss": 0.4, "test/loss": 0.5},
+               "old": {"val/loss": 0.2, "test/loss": 0.3}}
+    for name, metrics in written.items():
+        (runs / name).mkdir(parents=True)
+        (runs / name / "config.yaml").write_text("task: {name: seq2seq}\ndata: {name: reverse}\n")
+        (runs / name / "metrics.json").write_text(json.dumps({"metrics": metrics, "epochs": 2}))
+    report = build(runs, metric="val/loss")
+    assert report.metric == "best/val/loss" and not report.maximize
+    header, rows = table(report, full=True)
+    got = {row[0]: {k: v for k, v in zip(header, row) if "/" in k and v is not None} for row in rows}
+    assert list(got) == ["old", "new"]  # 0.2 before 0.4: by the result, not the last epoch's 0.1
+    assert got == {"old": {"best/val/loss": 0.2, "test/loss": 0.3}, "new": written["new"]}
+    assert header.index("best/val/loss") < header.index("test/loss") < header.index("val/loss")
 
 
 def test_a_folder_without_config_and_metrics_is_not_a_run(tmp_path, capsys):

@@ -120,7 +120,7 @@ def _check_single_objective(folder: Path, out: Path, storage: Path) -> str:
     best = done[0]
     assert (f"Optuna study gat_cora_optuna: {len(TRIALS)} trials ({kinds.count('complete') + 1} complete, "
             f"{kinds.count('pruned')} pruned, {kinds.count('fail')} failed, {kinds.count('running')} "
-            f"running); best: trial {best} (val/acc {TRIALS[best][1][-1]:.4g})") in md
+            f"running); best: trial {best} (best/val/acc {TRIALS[best][1][-1]:.4g})") in md
     for name in ("optuna_history", "optuna_intermediate", "optuna_importances"):
         assert (out / f"{name}.png").is_file(), name
     return md
@@ -202,6 +202,6 @@ def test_a_two_objective_study_names_its_pareto_trials(tmp_path):
     assert "Optuna study gat_cora_optuna: 12 trials (12 complete, 0 pruned, 0 failed)" in md
     rows = read_csv(tmp_path / "rep" / "report.csv")
     assert [r["run"] for r in rows] == [str(n) for n in sorted(values, key=lambda n: -values[n][0])]
-    for name in ("optuna_pareto", "optuna_importances_val_acc", "optuna_importances_val_loss"):
+    for name in ("optuna_pareto", "optuna_importances_best_val_acc", "optuna_importances_best_val_loss"):
         assert (tmp_path / "rep" / f"{name}.png").is_file(), name
     assert not (tmp_path / "rep" / "optuna_history.png").exists()

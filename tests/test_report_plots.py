@@ -65,8 +65,8 @@ def test_plots_keep_legends_beside_the_axes_and_log_ticks_apart(tmp_path, monkey
     monkeypatch.setattr(study_plots, "save_png", keep)
     main([str(_spread_sweep(tmp_path / "sweep")), "-o", str(tmp_path / "report")])
     with_legend = {n for n, f in drawn.items() if any(ax.get_legend() for ax in f.axes)}
-    assert {"curves_val/loss", "val/score_vs_task.optim.lr", "optuna_history"} <= with_legend
-    assert drawn["val/score_vs_task.optim.lr"].axes[0].get_xscale() == "log"  # 0.0003 to 0.1
+    assert {"curves_val/loss", "best/val/score_vs_task.optim.lr", "optuna_history"} <= with_legend
+    assert drawn["best/val/score_vs_task.optim.lr"].axes[0].get_xscale() == "log"  # 0.0003 to 0.1
     assert drawn["curves_val/loss"].axes[0].get_yscale() == "log"  # 8 down to 0.0002
     faults = {name: layout_faults(fig) for name, fig in drawn.items()}
     assert {name: f for name, f in faults.items() if f} == {}

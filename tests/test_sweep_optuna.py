@@ -65,7 +65,7 @@ def test_a_study_runs_and_continues_each_trial_its_own_job(monkeypatch, tmp_path
         cfg, metrics = _job(sweep, t.number)
         assert t.params["task.optim.lr"] == pytest.approx(cfg["task"]["optim"]["lr"])
         assert t.params["model.dropout"] == pytest.approx(cfg["model"]["dropout"])
-        assert t.value == pytest.approx(metrics["metrics"]["val/acc"])
+        assert t.value == pytest.approx(metrics["metrics"]["best/val/acc"])  # the result
         assert metrics["trial"] == {"number": t.number, "state": "complete", "study": "gat_cora_optuna"}
         assert list(t.intermediate_values.values()) == pytest.approx(_val_acc_per_epoch(sweep / str(t.number)))
     assert len({t.params["task.optim.lr"] for t in trials}) == 4  # new points after the restart
@@ -143,7 +143,7 @@ def test_a_killed_sweep_continues_and_resumes_the_cut_off_trial(tmp_path, monkey
     assert trials[2].user_attrs["run_dir"] == str(sweep / "1") and not (sweep / "2").exists()
     metrics = json.loads((sweep / "1" / "metrics.json").read_text())
     assert metrics["trial"]["number"] == 2 and metrics["trial"]["retry_of"] == 1
-    assert trials[2].value == pytest.approx(metrics["metrics"]["val/acc"])
+    assert trials[2].value == pytest.approx(metrics["metrics"]["best/val/acc"])
     reports = list(trials[2].intermediate_values.items())
     assert [s for s, _ in reports] == list(range(1, 61))  # carried over, then on: none twice
     assert [v for _, v in reports][:len(cut.intermediate_values)] == pytest.approx(
@@ -171,7 +171,8 @@ def test_a_pruned_trial_stops_keeps_its_folder_and_says_so_in_wandb(monkeypatch,
         assert list(t.intermediate_values) == [1, 2, 3] and list(t.intermediate_values.values()) == pytest.approx(reports)
         assert t.value == pytest.approx(reports[-1])
         summary = _wandb_summary(_wandb_run(run))
-        assert summary["trial"]["state"] == "pruned" and summary["val/acc"] == pytest.approx(metrics["metrics"]["val/acc"])
+        assert summary["trial"]["state"] == "pruned"  # val/acc: the last epoch's, in W&B and metrics.json
+        assert summary["val/acc"] == pytest.approx(metrics["metrics"]["val/acc"]) == pytest.approx(reports[-1])
 
 
 @pytest.mark.slow
@@ -197,7 +198,7 @@ def test_two_trials_at_once_and_two_objectives(monkeypatch, tmp_path):
     assert sorted(seen[:2]) == ["3", "5"] and seen[2] in ("3", "5")
     for t in trials:
         m = _job(sweep, t.number)[1]["metrics"]
-        assert t.values == pytest.approx([m["val/acc"], m["val/loss"]])
+        assert t.values == pytest.approx([m["best/val/acc"], m["best/val/loss"]])
 
     def dominated(t):
         return any(o.values[0] >= t.values[0] and o.values[1] <= t.values[1] and o.values != t.values
@@ -268,4 +269,4 @@ def test_a_study_in_a_journal_file(monkeypatch, tmp_path):
                               storage=optuna.storages.JournalStorage(JournalFileBackend(str(journal))))
     (trial,) = study.trials
     assert trial.state.name == "COMPLETE" and not (sweep / "optuna.db").exists()
-    assert trial.value == pytest.approx(_job(sweep, 0)[1]["metrics"]["val/acc"])
+    assert trial.value == pytest.approx(_job(sweep, 0)[1]["metrics"]["best/val/acc"])

@@ -193,7 +193,7 @@ def test_three_workers_fill_one_study_on_postgresql(tmp_path, postgres_url):  # 
     assert len(counted) == n_trials and all(t.state.name == "COMPLETE" for t in counted)
     for t in counted:
         metrics = json.loads((Path(t.user_attrs["run_dir"]) / "metrics.json").read_text())
-        assert t.value == pytest.approx(metrics["metrics"]["val/acc"])
+        assert t.value == pytest.approx(metrics["metrics"]["best/val/acc"])
 
 
 def test_a_journal_lease_tells_a_lost_trial_from_a_live_one(tmp_path):

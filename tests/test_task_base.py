@@ -213,7 +213,7 @@ def test_checkpoint_null_writes_no_checkpoint(tmp_path):
     summary = train(compose_cfg(["callbacks.checkpoint=null", *TINY]), tmp_path / "run")
     assert summary["best_checkpoint"] == "" and summary["global_step"] == 2
     assert not list((tmp_path / "run").rglob("*.ckpt"))
-    assert {"val/seq_acc", "test/seq_acc"} <= set(summary["metrics"])  # of the final weights
+    assert {"best/val/seq_acc", "test/seq_acc"} <= set(summary["metrics"])  # of the final weights
     with pytest.raises(ConfigError, match=r"callbacks.checkpoint \(null: none\)"):
         resolve_config(compose_cfg(["+trainer.enable_checkpointing=false"]))
 
@@ -256,7 +256,7 @@ def test_translation_task_on_reverse_data_trains(tmp_path):
     cfg = compose_cfg(["task=translation", *TINY, "trainer.fast_dev_run=true", "task.beam_size=2"])
     summary = train(cfg, tmp_path)
     assert summary["global_step"] == 1
-    assert {"val/bleu", "test/bleu", "val/seq_acc"} <= set(summary["metrics"])
+    assert {"best/val/bleu", "test/bleu", "best/val/seq_acc"} <= set(summary["metrics"])
 
 
 def _two_graph_epochs(data_overrides, tmp_path):
@@ -264,7 +264,7 @@ def _two_graph_epochs(data_overrides, tmp_path):
                        "trainer.max_epochs=2", *CHEAP])
     summary = train(cfg, tmp_path)
     assert summary["epochs"] == 2
-    assert {"val/acc", "val/loss", "test/acc"} <= set(summary["metrics"])
+    assert {"best/val/acc", "best/val/loss", "test/acc"} <= set(summary["metrics"])
     best = summary["best_checkpoint"]
     assert best and Path(best).is_file()
     state = torch.load(best, weights_only=True)

@@ -42,9 +42,9 @@ def test_a_short_run_learns_well_past_the_majority_tag(run):
     val = draw_splits((600, 150, 100), 1234)["val"]
     majority = sum(t == "O" for _, tags in val for t in tags) / sum(len(tags) for _, tags in val)
     assert 0.5 < majority < 0.75  # every word tagged O would score this
-    assert m["val/acc"] > majority + 0.15, (majority, m)
-    assert m["val/f1"] > 0.5 and m["test/f1"] > 0.5, m
-    assert {"val/precision", "val/recall", "test/acc", "test/precision", "test/recall"} <= set(m)
+    assert m["best/val/acc"] > majority + 0.15, (majority, m)
+    assert m["best/val/f1"] > 0.5 and m["test/f1"] > 0.5, m
+    assert {"best/val/precision", "best/val/recall", "test/acc", "test/precision", "test/recall"} <= set(m)
     assert summary["global_step"] == 100
     # the best checkpoint is chosen by the entity F1 (the experiment's monitor)
     cfg = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)["attnflow_config"]

@@ -21,8 +21,8 @@ def test_default_experiment_learns_reversal(tmp_path):
     summary = train(compose_cfg(SHORT), tmp_path)
     m = summary["metrics"]
     # chance of an exact 4..10-token sequence over 20 symbols is < 1e-5; of a token, 1/20
-    assert m["val/token_acc"] > 0.9, m
-    assert m["val/seq_acc"] > 0.5, m
+    assert m["best/val/token_acc"] > 0.9, m
+    assert m["best/val/seq_acc"] > 0.5, m
     assert m["test/seq_acc"] > 0.5, m
     assert json.loads((tmp_path / "metrics.json").read_text())["metrics"] == m
 

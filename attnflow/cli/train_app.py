@@ -34,6 +34,7 @@ from attnflow.config.registry import ConfigError
 from attnflow.config.trust import code_refusal
 from attnflow.data.errors import DataError
 from attnflow.io.console import command
+from attnflow.io.metric_names import result_name
 from attnflow.io.text import InputError, check_folder, in_the_way
 from attnflow.sweep.checks import check_optimized_metric, check_sweep, check_sweep_data
 from attnflow.sweep.plugins import optuna_sweep
@@ -211,12 +212,13 @@ def _path_fault(err: OSError) -> str:
 
 
 def _objective(summary: dict, metric, out: Path, reports) -> float | list | None:
-    """``optimized_metric``'s value (a list: one per metric) from the run's final metrics; a
-    metric the run did not report fails it (exit 2, or a sweep trial's failure)."""
+    """``optimized_metric``'s value (a list: one per metric) from the run's result (``val/acc``:
+    its ``best/val/acc``); a metric the run did not report fails it (exit 2, or a sweep trial's
+    failure)."""
     if not metric:
         return None
     wanted = metric if isinstance(metric, list) else [metric]  # what a sweeper optimises
-    missing = [m for m in wanted if m not in summary["metrics"]]
+    missing = [m for m in wanted if result_name(m) not in summary["metrics"]]
     if missing:  # an error, not None
         why = (f"optimized_metric '{missing[0]}' was not reported by this run; it reported "
                f"{', '.join(sorted(summary['metrics'])) or 'nothing'}")
@@ -224,7 +226,7 @@ def _objective(summary: dict, metric, out: Path, reports) -> float | list | None
         record_failure(out, why)  # its metrics.json is written: attnflow-report must not say ok
         _fail_trial(reports, out, why)
         sys.exit(2)
-    values = [summary["metrics"][m] for m in wanted]
+    values = [summary["metrics"][result_name(m)] for m in wanted]
     return values if isinstance(metric, list) else values[0]
 
 

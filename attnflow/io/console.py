@@ -98,11 +98,11 @@ def duration(seconds: float) -> str:
 def print_metrics(metrics: Mapping[str, float], title: str = "final metrics (best checkpoint)",
                   file=None) -> None:
     """The final metrics as a rich table: a row per metric, a column per split (``val/acc`` →
-    row ``acc``, column ``validation``)."""
+    row ``acc``, column ``validation``; ``best/val/acc`` → column ``best/val``)."""
     from rich.console import Console
     from rich.table import Table
 
-    splits = {"train": "train", "val": "validation", "test": "test"}
+    splits = {"train": "train", "best/val": "best/val", "val": "validation", "test": "test"}
     rows: Dict[str, Dict[str, float]] = {}
     columns = []
     for key, value in metrics.items():

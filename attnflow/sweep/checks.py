@@ -30,7 +30,8 @@ def _unread_split(cfg: Any, split: str) -> Optional[str]:
 
 
 def final_metric_names(cfg: Any) -> list:
-    """The metrics a run of ``cfg`` reports in ``metrics.json``."""
+    """The metrics an ``optimized_metric`` of ``cfg`` may name: ``val/<metric>`` (its value: the
+    run's result, ``best/val/<metric>`` in ``metrics.json``) and ``test/<metric>``."""
     splits = tuple(s for s in ("val", "test") if not _unread_split(cfg, s))
     return metric_names(TASKS.get(cfg["task"]["name"]), cfg, splits) if splits else []
 

@@ -118,17 +118,12 @@ def _wandb_run(loggers: list) -> Any:
         return wandb.run
 
 
-# the prefix of the best checkpoint's validation metrics, logged after training
-BEST = "best/"
-
-
 def summarize_loggers(loggers: list, summary: Dict[str, Any]) -> None:
-    """``metrics.json`` into the W&B run's summary, the best checkpoint's validation metrics
-    as ``best/val/…`` (``val/…`` stays the last epoch's); an Optuna trial's state also as a tag."""
+    """``metrics.json`` into the W&B run's summary, its metrics by the names they were logged
+    with (:mod:`attnflow.io.metric_names`); an Optuna trial's state also as a tag."""
     run = _wandb_run(loggers)
     if run is not None:
-        best = {BEST + k if k.startswith("val/") else k: v for k, v in summary["metrics"].items()}
-        run.summary.update({**best, **{k: v for k, v in summary.items() if k != "metrics"}})
+        run.summary.update({**summary["metrics"], **{k: v for k, v in summary.items() if k != "metrics"}})
         if "trial" in summary:  # an Optuna trial: its state (complete, pruned) as a tag to filter by
             run.tags = (*run.tags, summary["trial"]["state"])
 

@@ -22,9 +22,10 @@ def progress_bar(kind: Optional[str], every_n_steps: Optional[int] = None) -> Op
 
 
 def epoch_label(trainer: pl.Trainer) -> str:
-    """``epoch 3/10`` (``?`` for a run without an epoch limit)."""
-    total = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else "?"
-    return f"epoch {trainer.current_epoch + 1}/{total}"
+    """``epoch 3/9``: the 0-based epoch and the last one, as Lightning's bar, checkpoint names
+    and the loggers' ``epoch`` count (``?`` for a run without an epoch limit)."""
+    last = trainer.max_epochs - 1 if trainer.max_epochs and trainer.max_epochs > 0 else "?"
+    return f"epoch {trainer.current_epoch}/{last}"
 
 
 def epoch_metrics(trainer: pl.Trainer, prefixes=("train/", "val/")) -> str:
@@ -38,8 +39,8 @@ class TextProgressBar(ProgressBar):
     """Plain lines, each flushed: one every ``every_n_steps`` batches of a loop (default: the
     trainer's ``log_every_n_steps``) and one per training epoch with its metrics::
 
-        epoch 1/4 step 50/313 (16%) 21.3 it/s eta 0:12 train/loss=1.82
-        epoch 1/4 done in 0:15: train/loss=0.913 val/loss=0.412 val/seq_acc=0.62
+        epoch 0/3 step 50/313 (16%) 21.3 it/s eta 0:12 train/loss=1.82
+        epoch 0/3 done in 0:15: train/loss=0.913 val/loss=0.412 val/seq_acc=0.62
     """
 
     def __init__(self, every_n_steps: Optional[int] = None):

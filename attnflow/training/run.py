@@ -25,14 +25,15 @@ from attnflow.config import secrets
 from attnflow.config.registry import DATA, MODELS, TASKS, AttnflowWarning, ConfigError
 from attnflow.io.console import warn_unread
 from attnflow.io.labels import save_labels
+from attnflow.io.metric_names import BEST
 from attnflow.io.text import write_json
 from attnflow.training import averaging, requeue, resume, runlock, runlog, state as training_state
 from attnflow.training.callbacks import (CompiledModel, Float32MatmulPrecision, StopOnNonFiniteLoss,
                                          SummaryFields, WarmEarlyStopping)
 from attnflow.training.distributed import continue_csv_logs, fit_progress
 from attnflow.training.ema import ExponentialMovingAverage
-from attnflow.training.loggers import (BEST, build_loggers, finish_loggers, log_hyperparams,
-                                       logger_inputs, run_identity, summarize_loggers)
+from attnflow.training.loggers import (build_loggers, finish_loggers, log_hyperparams, logger_inputs,
+                                       run_identity, summarize_loggers)
 from attnflow.training.precision import resolve_precision
 from attnflow.training.progress import progress_bar
 from attnflow.training.trainer_checks import (idle_settings, lightning_errors,
@@ -93,19 +94,25 @@ def record_failure(run_dir: Path, reason: str, **fields: Any) -> None:
                indent=2, sort_keys=True)
 
 
-def _metrics(results: List[dict], prefix: str = "") -> Dict[str, float]:
-    return {k.removeprefix(prefix): float(v) for r in results or [] for k, v in r.items()}
+def _metrics(results: List[dict]) -> Dict[str, float]:
+    return {k: float(v) for r in results or [] for k, v in r.items()}
+
+
+def _last_epoch(trainer: pl.Trainer) -> Dict[str, float]:
+    """The ``val/`` curves' last points, as the fit logged them (the loggers' last values; under
+    ddp_spawn only ``callback_metrics`` come back): read before the next validation resets them."""
+    return {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
 
 
 def _validate_as(prefix: str, trainer: pl.Trainer, task: Any, **how: Any) -> Dict[str, float]:
-    """The validation metrics of the weights ``how`` names, logged as ``<prefix>val/…``: the
-    ``val/`` curves keep one point per epoch trained."""
+    """The validation metrics of the weights ``how`` names, logged and returned as
+    ``<prefix>val/…``: the ``val/`` curves keep one point per epoch trained."""
     maps = [cb for cb in trainer.callbacks if isinstance(cb, AttentionMaps)]
     for logs in (task, *maps):  # (the pictures of those weights: under <prefix>val/attention/…)
         logs.logged_as = prefix
     continue_csv_logs(trainer)  # (ddp_spawn: one CSV writer for every stage)
     try:
-        return _metrics(trainer.validate(task, **how), prefix)
+        return _metrics(trainer.validate(task, **how))
     finally:
         for logs in (task, *maps):
             logs.logged_as = ""
@@ -223,7 +230,9 @@ def _train(resolved: Dict[str, Any], trainer: pl.Trainer, run_dir: Path, fit_fro
 
 
 def _evaluate(trainer: pl.Trainer, task: Any, dm: Any, run_dir: Path, test: bool) -> Dict[str, Any]:
-    """The best (or averaged) checkpoint validated and tested: ``metrics.json``'s fields."""
+    """``metrics.json``'s fields: the ``val/`` curves' last points, the best (or averaged)
+    checkpoint validated (``best/val/…``) and tested (``test/…``)."""
+    last = _last_epoch(trainer)
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     epochs, global_step = fit_progress(trainer, run_dir / "checkpoints")
     best_of = dict(datamodule=dm, ckpt_path=best or None, verbose=False, weights_only=True)
@@ -235,7 +244,7 @@ def _evaluate(trainer: pl.Trainer, task: Any, dm: Any, run_dir: Path, test: bool
                    averaged_from={k: averaged[k] for k in ("by", "n", "monitor", "epochs", "steps",
                                                            "scores", "files")})
         best_of["ckpt_path"] = averaged["path"]
-    metrics = _validate_as(BEST, trainer, task, **best_of)
+    metrics = {**last, **_validate_as(BEST, trainer, task, **best_of)}
     if test:
         continue_csv_logs(trainer)
         metrics.update(_metrics(trainer.test(task, **best_of)))

@@ -59,10 +59,12 @@ def evaluated_weights(summary: Dict[str, Any]) -> str:
 
 @rank_zero_only
 def final_table(summary: Dict[str, Any], file: Any = None) -> None:
-    """The final metrics as a table titled with the weights they are of, on ``file`` (default:
-    the console)."""
-    if summary.get("metrics"):
-        print_metrics(summary["metrics"], f"final metrics ({evaluated_weights(summary)})", file=file)
+    """The final metrics as a table titled with the weights they are of (``best/val/…`` and
+    ``test/…``; the ``val/`` curves' last points are the last epoch line's), on ``file``
+    (default: the console)."""
+    result = {k: v for k, v in (summary.get("metrics") or {}).items() if not k.startswith("val/")}
+    if result:
+        print_metrics(result, f"final metrics ({evaluated_weights(summary)})", file=file)
 
 
 def log_final_table(summary: Dict[str, Any]) -> None:
@@ -74,7 +76,7 @@ def log_final_table(summary: Dict[str, Any]) -> None:
 
 
 class EpochLog(pl.Callback):
-    """One line per training epoch in ``train.log``: ``epoch 2/10 done in 0:15: train/loss=…
+    """One line per training epoch in ``train.log``: ``epoch 2/9 done in 0:15: train/loss=…
     val/loss=…`` (the console's progress bar shows its own)."""
 
     def __init__(self) -> None:

@@ -15,6 +15,7 @@ from typing import Dict, List, Optional, Tuple
 from rich.console import Console
 from rich.table import Table
 
+from attnflow.io.metric_names import curve_name
 from attnflow.io.text import atomic_path
 from attnflow.viz.report_plots import plot_curves, plot_param, thumbnails
 from attnflow.viz.report_sections import Section, column_blocks, section_table, sections
@@ -161,7 +162,7 @@ def curve_plots(report: Report, out: Path) -> Plots:
     ranking metric on validation, and of ``val/loss``."""
     plots: Plots = []
     for s in sections(report):
-        base = s.metric.split("/", 1)[-1]
+        base = curve_name(s.metric).split("/", 1)[-1]  # (best/val/acc: the curve val/acc)
         where = f" — {s.title}" if s.title else ""
         plots += [(f"learning curves: {m}{where}", path)
                   for m in dict.fromkeys([f"val/{base}"] * bool(base) + ["val/loss"])

@@ -16,6 +16,7 @@ import yaml
 
 from attnflow.config.contracts import TaskContract
 from attnflow.config.registry import TASKS, ConfigError
+from attnflow.io.metric_names import current_names, curve_name, result_name
 from attnflow.io.text import listed
 
 RUN_MARKERS = ("config.yaml", "metrics.json", ".hydra")
@@ -153,7 +154,7 @@ def read_run(path: Path, name: str, pictures: int = 4) -> Run:
             summary = json.loads((path / "metrics.json").read_text())
             if not isinstance(summary, dict):
                 raise ValueError(f"a JSON {type(summary).__name__}, not an object")
-            run.metrics = {k: float(v) for k, v in (summary.get("metrics") or {}).items()}
+            run.metrics = current_names({k: float(v) for k, v in (summary.get("metrics") or {}).items()})
             run.summary = summary
             if summary.get("failed"):
                 problems.append(f"failed: {_one_line(summary['failed'])}")
@@ -243,8 +244,9 @@ def _task_class(config: Dict[str, Any]) -> Optional[Type[TaskContract]]:
 
 def choose_metric(runs: List[Run], sweeper: Dict[str, Any], metric: Optional[str] = None
                   ) -> Tuple[str, bool, str]:
-    """(metric, maximize, source). The direction: the sweeper's for ``optimized_metric``, the
-    checkpoint's ``mode`` for its monitor, the task's declared one, else by name (loss: min)."""
+    """(metric, maximize, source): a run's value of ``val/x`` is its result, ``best/val/x``. The
+    direction: the sweeper's for ``optimized_metric``, the checkpoint's ``mode`` for its monitor,
+    the task's declared one, else by name (loss: min)."""
     config = next((r.config for r in runs if r.config), {})
     ck = (config.get("callbacks") or {}).get("checkpoint") or {}
     source = "--metric"
@@ -258,11 +260,12 @@ def choose_metric(runs: List[Run], sweeper: Dict[str, Any], metric: Optional[str
         metric, source = task.monitor, f"task '{config['task']['name']}' monitor"
     if not metric:
         metric, source = "val/loss", "default"
+    curve, metric = curve_name(metric), result_name(metric)
     direction = sweeper.get("direction")
     direction = direction[0] if isinstance(direction, list) and direction else direction
     if source == "optimized_metric" and isinstance(direction, str):
         return metric, "max" in direction.lower(), source
-    if metric == ck.get("monitor") and ck.get("mode") in ("min", "max"):
+    if curve == ck.get("monitor") and ck.get("mode") in ("min", "max"):
         return metric, ck["mode"] == "max", source
     task = task or _task_class(config)
     mode = task.metrics.get(metric.rsplit("/", 1)[-1]) if task else None
@@ -332,7 +335,7 @@ def check_experiments(report: Report, given: bool) -> None:
         kinds = "; ".join(f"{listed(names, 3)}: {what}, sorted by {m} ({better(up)})"
                           for (m, up, what), names in groups.items())
         report.notes.append(f"the runs are of different experiments ({kinds}); sorted by "
-                            f"--metric {report.metric} as asked, though their values may not compare")
+                            f"{report.metric} (--metric) as asked, though their values may not compare")
         return
     _rank_within(report, groups)
 
@@ -361,7 +364,7 @@ def build(path: Path | str, metric: Optional[str] = None, pictures: int = 4) -> 
     path = Path(path)
     kind, runs = find_runs(path, pictures)
     sweeper = (sweep_record(path).get("sweeper") or {}) if kind == "sweep" else {}
-    metric, maximize, source = choose_metric(runs, sweeper, metric)
+    given, (metric, maximize, source) = metric, choose_metric(runs, sweeper, metric)
     runs.sort(key=sort_key(metric, maximize))  # stable: ties keep the job order
     params, common = swept_params(runs)
     report = Report(path, kind, runs, metric, maximize, source, params, common, sweeper)
@@ -373,11 +376,11 @@ def build(path: Path | str, metric: Optional[str] = None, pictures: int = 4) -> 
     logged = sorted({m for r in runs for m in r.metrics})
     if source == "--metric" and metric not in logged:
         if logged:
-            raise ReportError(f"--metric '{metric}': no run in '{path}' has it; metrics: "
+            raise ReportError(f"--metric '{given}': no run in '{path}' has it; metrics: "
                               f"{', '.join(logged)}")
         held = (f"its {len(runs)} run(s): {'; '.join(dict.fromkeys(r.status for r in runs))}"
                 if runs else "it holds no job's run yet")
-        raise ReportError(f"--metric '{metric}': no run in '{path}' reports any metric ({held}); "
+        raise ReportError(f"--metric '{given}': no run in '{path}' reports any metric ({held}); "
                           f"leave --metric out to list the runs with their status")
     if logged and metric not in logged:
         report.notes.append(f"no run has the metric '{metric}' (from {source}); metrics: "
@@ -396,7 +399,7 @@ def fmt(value: Any) -> str:
 
 def metric_columns(report: Report) -> List[str]:
     names = {k for r in report.runs for k in r.metrics}
-    rank = {"val": 0, "test": 1}
+    rank = {"best": 0, "test": 1, "val": 2}  # the result, its test, then the curves' last points
     rest = sorted(names - {report.metric}, key=lambda m: (rank.get(m.split("/")[0], 2), m))
     return ([report.metric] if report.metric in names else []) + rest
 

@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from attnflow.io.metric_names import result_name
 from attnflow.sweep.plugins import RETRY_OF, RUN_DIR
 from attnflow.sweep.storage import open_storage
 from attnflow.viz.runs import MISSING, PRUNED, Report, Run, natural, sort_key
@@ -80,17 +81,18 @@ def load_study(path: Path, sweeper: Dict[str, Any]) -> Tuple[Any, Optional[str]]
 
 
 def objective_names(report: Report) -> List[str]:
-    """The objectives' names: the config's ``optimized_metric`` (one per direction), else the
-    study's metric names, else ``objective 0``, ``objective 1``, ..."""
+    """The names of the trials' values: the config's ``optimized_metric`` (one per direction),
+    else the study's metric names, as results (``val/acc``: ``best/val/acc``), else
+    ``objective 0``, ``objective 1``, ..."""
     study = report.study
     n = len(study.directions)
     given = next((r.config.get("optimized_metric") for r in report.runs
                   if r.config.get("optimized_metric")), None)
     given = given if isinstance(given, list) else [given] if given else []
     if len(given) == n:
-        return [str(g) for g in given]
+        return [result_name(str(g)) for g in given]
     if study.metric_names and len(study.metric_names) == n:
-        return list(study.metric_names)
+        return [result_name(m) for m in study.metric_names]
     return [report.metric] if n == 1 and report.metric else [f"objective {i}" for i in range(n)]
 
 

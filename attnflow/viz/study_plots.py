@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import List, Optional, Tuple
 
+from attnflow.io.metric_names import curve_name
 from attnflow.viz.report_plots import legend_outside, new_figure, save_png
 from attnflow.viz.runs import Report
 from attnflow.viz.study import objective_names
@@ -89,7 +90,7 @@ def plot_intermediate(report: Report, out: Path) -> Optional[Path]:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     legend_outside(ax, fontsize=8)
     ax.set_xlabel("step (validation)")
-    ax.set_ylabel(f"intermediate value: {objective_names(report)[0]}")
+    ax.set_ylabel(f"intermediate value: {curve_name(objective_names(report)[0])}")  # (the curve)
     ax.set_title(f"Optuna: intermediate values of {len(trials)} trials")
     return save_png(fig, out, "optuna_intermediate")
 

@@ -146,7 +146,7 @@ def test_han_starts_from_the_training_splits_vectors_and_the_run_evaluates(tmp_p
     assert eval_main([str(tmp_path / "run"), "split=val", "-o", str(out)]) == 0
     got = json.loads(out.read_text())
     metrics = got.get("metrics", got)
-    assert abs(metrics["val/acc"] - summary["metrics"]["val/acc"]) < 1e-6
+    assert abs(metrics["val/acc"] - summary["metrics"]["best/val/acc"]) < 1e-6
 
 
 def test_self_attentive_takes_the_vectors_too():
