@@ -41,11 +41,13 @@ def _write_run(folder: Path, task: str, overrides: list, seed: int) -> None:
     (folder / "config.yaml").write_text(yaml.safe_dump({"task": {"name": task}, "data": {"name": DATA[task]}}))
     names = TASKS.get(task).metric_names(("val", "test"))
     metrics = {m: round(0.1 + 0.8 * ((seed * 7 + i * 3) % 11) / 11, 6) for i, m in enumerate(names)}
-    (folder / "metrics.json").write_text(json.dumps({"metrics": metrics, "epochs": EPOCHS,
-                                                     "global_step": 300, "fit_seconds": 12.5}))
     val = [m for m in names if m.startswith("val/")]
-    rows = [",".join(["epoch", *val])] + [",".join([str(e), *(str(metrics[m] * (1 + (EPOCHS - e) / 10))
-                                                            for m in val)]) for e in range(EPOCHS)]
+    curve = {e: {m: round(metrics[m] * (1 + (EPOCHS - e) / 10), 6) for m in val} for e in range(EPOCHS)}
+    written = {**{f"best/{m}" if m in val else m: v for m, v in metrics.items()}, **curve[EPOCHS - 1]}
+    (folder / "metrics.json").write_text(json.dumps({"metrics": written, "epochs": EPOCHS,
+                                                     "global_step": 300, "fit_seconds": 12.5}))
+    rows = [",".join(["epoch", *val])] + [",".join([str(e), *(str(curve[e][m]) for m in val)])
+                                          for e in range(EPOCHS)]
     (folder / "csv" / "version_0").mkdir(parents=True)
     (folder / "csv" / "version_0" / "metrics.csv").write_text("\n".join(rows) + "\n")
 
@@ -119,8 +121,9 @@ def _check_tables(page: Tables, runs: Path, titles: dict) -> None:
     for task, named in RUNS.items():
         tables = [t for t in page.tables if t["section"] == titles[task]]
         assert tables and all(sorted(t["rows"]) == sorted(named) for t in tables), titles[task]
-        metrics = TASKS.get(task).metric_names(("val", "test"))
-        columns = [h for t in tables for h in t["header"] if h.split("/")[0] in ("val", "test")]
+        names = TASKS.get(task).metric_names(("val", "test"))  # (best/val/…: the result's)
+        metrics = [*names, *(f"best/{m}" for m in names if m.startswith("val/"))]
+        columns = [h for t in tables for h in t["header"] if h.split("/")[0] in ("best", "val", "test")]
         assert sorted(columns) == sorted(metrics), (task, columns)
         params = {o.split("=")[0] for overrides in named.values() for o in overrides}
         others = {o.split("=")[0] for t, n in RUNS.items() if t != task for os_ in n.values() for o in os_}
