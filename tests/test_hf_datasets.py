@@ -73,7 +73,7 @@ def saved(tmp_path_factory):
 def train_run(tmp_path, overrides):
     from attnflow.training.run import train
 
-    summary = train(compose_cfg([*overrides, *QUIET]), tmp_path / "run")
+    summary = train(compose_cfg([*overrides, *QUIET], return_hydra_config=True), tmp_path / "run")
     return tmp_path / "run", summary
 
 

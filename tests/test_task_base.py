@@ -147,7 +147,7 @@ def test_seq2seq_default_is_adam_lr_0003_with_cosine_decay():
 
 
 def test_mt_transformer_is_adam_lr_00007_noam_4000():
-    out = _optimizers(["experiment=mt_transformer"])
+    out = _optimizers(["experiment=mt_transformer"], steps=9070)  # (Multi30k's 20 epochs)
     opt, sched = out["optimizer"], out["lr_scheduler"]["scheduler"]
     assert type(opt) is torch.optim.Adam and sched.base_lrs == [0.0007]
     assert sched.lr_lambdas[0](4000) == pytest.approx(1.0)
@@ -155,7 +155,7 @@ def test_mt_transformer_is_adam_lr_00007_noam_4000():
 
 
 def test_reverse_transformer_and_gat_presets():
-    sched = _optimizers(["experiment=reverse_transformer"])["lr_scheduler"]["scheduler"]
+    sched = _optimizers(["experiment=reverse_transformer"], steps=1000)["lr_scheduler"]["scheduler"]
     assert sched.base_lrs == [0.001] and sched.lr_lambdas[0](300) == pytest.approx(1.0)
     out = _optimizers(["experiment=gat_pubmed"], context=(3,))
     opt, sched = out["optimizer"], out["lr_scheduler"]["scheduler"]

@@ -21,9 +21,10 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from hydra._internal import hydra as hydra_module
 from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import DictConfig
+
+from attnflow.config.overrides import parse
 
 CORE_PLUGINS = "hydra._internal.core_plugins."
 BASIC_LAUNCHER = CORE_PLUGINS + "basic_launcher.BasicLauncher"  # hydra/launcher=basic
@@ -69,7 +70,7 @@ def record_as_typed(cfg: DictConfig, typed: Dict[str, str]) -> None:
     job = cfg.hydra.job
     naming = job.config.override_dirname
     job.override_dirname = get_overrides_dirname(
-        overrides=OverridesParser.create().parse_overrides(task), exclude_keys=list(naming.exclude_keys),
+        overrides=[parse(o) for o in task], exclude_keys=list(naming.exclude_keys),
         item_sep=naming.item_sep, kv_sep=naming.kv_sep)
 
 

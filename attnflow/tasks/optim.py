@@ -150,8 +150,9 @@ def configure(module, cfg: OptimConfig):
     opt = make_optimizer(params, cfg.optimizer, cfg.lr, cfg.weight_decay,
                          fused=fused_fits(attached_trainer(module)))
     decays = cfg.scheduler in ("cosine", "linear")
-    needs_steps = decays or cfg.cooldown > 0 or cfg.scheduler in WARMS_UP
-    steps = float(module.trainer.estimated_stepping_batches) if needs_steps else 0.0
+    trainer = attached_trainer(module)  # (none: a warm-up is kept as it is)
+    needs_steps = decays or cfg.cooldown > 0 or (cfg.scheduler in WARMS_UP and trainer is not None)
+    steps = float(module.trainer.estimated_stepping_batches) if needs_steps else math.inf
     if decays and not math.isfinite(steps):
         raise ConfigError(f"task.optim.scheduler={cfg.scheduler} decays over the run's steps: set "
                           "trainer.max_steps or max_epochs, or use noam with task.optim.cooldown")
