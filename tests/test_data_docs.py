@@ -92,7 +92,8 @@ def test_the_documented_example_trains(tmp_path, monkeypatch, title, copies, exp
         (tmp_path / "photos" / "images").mkdir(parents=True, exist_ok=True)  # a plain colour each
         Image.new("RGB", (20, 16), (200 * k, 90, 40)).save(tmp_path / "photos" / "images" / image, "JPEG")
     experiment = next(a.split("=", 1)[1] for a in command if a.startswith(("experiment=", "data=")))
-    summary = train(compose_cfg([*command[1:], *SMALL[experiment], *QUIET]), tmp_path / "run")
+    summary = train(compose_cfg([*command[1:], *SMALL[experiment], *QUIET], return_hydra_config=True),
+                    tmp_path / "run")
     assert summary["epochs"] == 1
     if title.startswith("Documents") and experiment != "bert_imdb":
         art = json.loads((tmp_path / "run" / "vocab.json").read_text())

@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 from hydra._internal import hydra as hydra_module
 from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from attnflow.config.overrides import parse
 
@@ -65,7 +65,8 @@ class CheckedConfigLoader(ConfigLoaderImpl):
 def record_as_typed(cfg: DictConfig, typed: Dict[str, str]) -> None:
     """``cfg``'s record of its task overrides with each completed one (a key of ``typed``) as
     it was typed, and ``hydra.job.override_dirname`` made of those (as Hydra makes it)."""
-    task = [typed.get(str(o), str(o)) for o in cfg.hydra.overrides.task]
+    recorded = OmegaConf.to_container(cfg.hydra.overrides.task, resolve=False)  # (${oc.env:…} kept)
+    task = [typed.get(str(o), str(o)) for o in recorded]
     cfg.hydra.overrides.task = task
     job = cfg.hydra.job
     naming = job.config.override_dirname

@@ -106,6 +106,10 @@ class WarmEarlyStopping(EarlyStopping):
 
     warm = False
 
+    def __init__(self, **kwargs: Any) -> None:  # (a monitor not logged yet, a run cut short
+        super().__init__(**{"strict": False, **kwargs})  # in its first epoch: no check; a
+        # misspelt monitor is refused before any work, callbacks.*.monitor)
+
     def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
         if not self.warm:
             self.warm = all(lr >= base for config in trainer.lr_scheduler_configs
