@@ -122,10 +122,11 @@ def test_a_preset_given_paths_only_learns_the_users_data(family, tmp_path, monke
     assert got["paths only"] >= got["converged"] - 0.03, got
 
 
-@pytest.mark.parametrize("warmup", [1, 8])
-def test_early_stopping_counts_from_the_warmup_peak(warmup):
+@pytest.mark.parametrize("scheduler,warmup", [("noam", 1), ("noam", 8), ("cosine", 8)])
+def test_early_stopping_counts_from_the_warmup_peak(scheduler, warmup):
     """A validation metric that never improves, patience 1, 2 steps an epoch: Lightning stops
-    after epoch 1; with a warm-up of w steps, counting starts at the epoch that reaches step w."""
+    after epoch 1; with a warm-up of w steps, counting starts at the epoch of step w + 1, the
+    first whose rate is not above the one before (a cosine's: the first)."""
     import pytorch_lightning as pl
     import torch
 
@@ -144,7 +145,7 @@ def test_early_stopping_counts_from_the_warmup_peak(warmup):
 
         def configure_optimizers(self):
             opt = torch.optim.SGD(self.parameters(), lr=0.1)
-            ramp = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor("noam", 0, warmup))
+            ramp = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(scheduler, 40, warmup))
             return {"optimizer": opt, "lr_scheduler": {"scheduler": ramp, "interval": "step"}}
 
     loader = lambda: torch.utils.data.DataLoader(torch.randn(4, 2), batch_size=2)  # noqa: E731
@@ -152,5 +153,5 @@ def test_early_stopping_counts_from_the_warmup_peak(warmup):
                          enable_model_summary=False, accelerator="cpu", max_epochs=20,
                          callbacks=[WarmEarlyStopping(monitor="val/loss", patience=1)])
     trainer.fit(Flat(), loader(), loader())
-    warm_epoch = max(warmup - 1, 0) // 2  # the epoch whose steps reach the peak (lr = base)
+    warm_epoch = warmup // 2 if scheduler == "noam" else 0  # (steps 2e + 1 and 2e + 2)
     assert trainer.current_epoch == warm_epoch + 2

@@ -100,11 +100,12 @@ class Float32MatmulPrecision(pl.Callback):
 
 
 class WarmEarlyStopping(EarlyStopping):
-    """Lightning's ``EarlyStopping``, counting validations once every learning rate has reached
-    its base value (a warm-up's peak): the first epochs of a long warm-up on a small data set are
-    not a plateau. A schedule without a warm-up is warm from its first step."""
+    """Lightning's ``EarlyStopping``, counting validations once the learning rate has stopped
+    rising (a warm-up's peak; a schedule without a warm-up, from its first step): the first
+    epochs of a long warm-up on a small data set are not a plateau."""
 
     warm = False
+    _rates: Optional[list] = None  # the learning rates after the last step
 
     def __init__(self, **kwargs: Any) -> None:  # (a monitor not logged yet, a run cut short
         super().__init__(**{"strict": False, **kwargs})  # in its first epoch: no check; a
@@ -112,8 +113,9 @@ class WarmEarlyStopping(EarlyStopping):
 
     def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
         if not self.warm:
-            self.warm = all(lr >= base for config in trainer.lr_scheduler_configs
-                            for lr, base in zip(config.scheduler.get_last_lr(), config.scheduler.base_lrs))
+            rates = [lr for config in trainer.lr_scheduler_configs for lr in config.scheduler.get_last_lr()]
+            self.warm = self._rates is not None and all(b <= a for a, b in zip(self._rates, rates))
+            self._rates = rates
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.warm:
