@@ -31,17 +31,12 @@ BASIC_LAUNCHER = CORE_PLUGINS + "basic_launcher.BasicLauncher"  # hydra/launcher
 
 
 class CheckedConfigLoader(ConfigLoaderImpl):
-    """Hydra's config loader that calls ``check(cfg, first)`` on every config it composes, as it
-    composes it: ``first`` is its first composition of the command line (``hydra.main`` composes
-    it once to learn the mode, with no logging, callbacks or sweeps), later ones are the run's or
-    each job's of a sweep. ``complete(overrides)``, where given, is what Hydra composes with in
-    place of the overrides as typed (one item for each, in order: ``++trainer.max_epochs=2`` for
-    ``trainer.max_epochs=2``); the config then records them as typed (``hydra.overrides.task``,
-    ``hydra.job.override_dirname``), so that a sweeper splits, a launcher prints
-    (``#0 : scorer=dot trainer.max_epochs=2``) and ``.hydra/overrides.yaml`` keeps what the user
-    typed, and each job's composition completes its own overrides again. ``check`` and
-    ``complete`` are module-level functions (or partials of them): the loader travels pickled to
-    a launcher's or a trial's process, and checks there too."""
+    """Hydra's config loader that calls ``check(cfg, first)`` on every config it composes
+    (``first``: ``hydra.main``'s first composition, made only to learn the mode; later ones are
+    the run's or each sweep job's). Hydra composes with ``complete(overrides)`` where given
+    (``++trainer.max_epochs=2`` for ``trainer.max_epochs=2``), and the config records the
+    overrides as typed, so that launchers print and ``.hydra/overrides.yaml`` keeps the user's.
+    Both are module-level functions: the loader travels pickled to a launcher's process."""
 
     def __init__(self, config_search_path: Any, check: Callable[[DictConfig, bool], None],
                  complete: Optional[Callable[[List[str]], List[str]]] = None) -> None:

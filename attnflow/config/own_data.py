@@ -31,34 +31,27 @@ def _typed(typed: Mapping[str, str], key: str) -> bool:
     return any(k == key or k.startswith(key + ".") for k in typed)
 
 
-def _set(node: Dict[str, Any], dotted: str, value: Any) -> None:
+def _drop(node: Dict[str, Any], dotted: str) -> None:
+    """Set the field ``dotted`` of ``node`` to null."""
     *parents, last = dotted.split(".")
     for key in parents:
         node = node[key]
-    node[last] = value
-
-
-def given_data(cfg: Mapping[str, Any], typed: Mapping[str, str]) -> List[str]:
-    """The fields naming the data set that the command line set (none: the preset's data)."""
-    data = cfg.get("data") or {}
-    if data.get("name") not in DATA:
-        return []
-    return [f"data.{f}" for f in DATA.get(data["name"]).source_fields if _typed(typed, f"data.{f}")]
+    node[last] = None
 
 
 def fit_to_given_data(cfg: Dict[str, Any], typed: Mapping[str, str]) -> List[str]:
-    """Drop the preset's data-set facts from the resolved ``cfg`` where the user's data is not
-    its own (module docstring); what changed, as shown in the warning line."""
-    given = given_data(cfg, typed)
+    """Drop the preset's data-set facts from the resolved ``cfg`` where a field naming the data
+    was typed (module docstring); what changed, as shown in the warning line."""
+    data = cfg.get("data") or {}
+    kind = DATA.get(data["name"]) if data.get("name") in DATA else None
+    given = [f"data.{f}" for f in (kind.source_fields if kind else ()) if _typed(typed, f"data.{f}")]
     if not given:
         return []
-    changed = []
-    for dotted in DATA.get(cfg["data"]["name"]).data_set_facts(cfg["data"]):
-        if not _typed(typed, f"data.{dotted}"):
-            _set(cfg["data"], dotted, None)
-            changed.append(f"data.{dotted}=null (the training file's)")
-    callbacks = cfg.setdefault("callbacks", {}) or {}
-    cfg["callbacks"] = callbacks
+    facts = [d for d in kind.data_set_facts(data) if not _typed(typed, f"data.{d}")]
+    for dotted in facts:
+        _drop(data, dotted)
+    changed = [f"data.{d}=null (the training file's)" for d in facts]
+    callbacks = cfg["callbacks"] = cfg.get("callbacks") or {}
     if callbacks.get("early_stopping") is None and not _typed(typed, "callbacks.early_stopping"):
         callbacks["early_stopping"] = {"patience": PATIENCE}
         changed.append(f"callbacks.early_stopping={{patience:{PATIENCE}}}")

@@ -142,11 +142,13 @@ class Registry:
         """The top-level fields of block ``name``'s typed config."""
         return {f.name for f in dataclasses.fields(self.schema(name))}
 
+    def default(self, name: str, field: str) -> Any:
+        """A fresh copy of the default of block ``name``'s field ``field``."""
+        return copy.deepcopy(next(d for f, _, d in self.fields(name) if f == field))
+
     def child_default(self, name: str, field: str) -> Any:
-        """A fresh copy of the default of block ``name``'s child-block field ``field``, or None."""
-        if self.child_kind(name, field) is not None:
-            return copy.deepcopy(next(d for f, _, d in self.fields(name) if f == field))
-        return None
+        """:meth:`default` of block ``name``'s child-block field ``field``, or None."""
+        return self.default(name, field) if self.child_kind(name, field) is not None else None
 
     def child_kind(self, name: str, field: str) -> Optional[str]:
         """The block kind of a ``BlockSpec[kind]`` field of block ``name``, else None."""

@@ -48,9 +48,7 @@ def _fit_input_length(cfg: dict, positions: int, typed: Mapping[str, str]) -> No
     field = DATA.get(data["name"]).length_field if data.get("name") in DATA else None
     if field is None or f"data.{field}" in typed:
         return
-    given = data.get(field)
-    if given is None:
-        given = next(d for f, _, d in DATA.fields(data["name"]) if f == field)
+    given = data[field] if data.get(field) is not None else DATA.default(data["name"], field)
     data[field] = min(given, positions)
 
 
