@@ -1,0 +1,129 @@
+"""The comparison as one self-contained HTML page (pictures inline), and its figures as JSON and
+CSV: the statistics table, Jain & Wallace's diagnostics, AER, then each example's attention in
+every run side by side (one row an example, one column a run)."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import io
+import json
+from pathlib import Path
+from typing import Dict, List
+
+from attnflow.compare.comparison import Comparison, fmt
+from attnflow.io.text import atomic_path
+
+STYLE = """<style>
+body{font-family:system-ui,sans-serif;margin:1.5em;line-height:1.45;color:#222}
+table{border-collapse:collapse;font-size:.85em;margin:.6em 0}
+td,th{border:1px solid #ddd;padding:.2em .5em;text-align:right}th{background:#f4f4f4}
+td.l,th.l{text-align:left}.note{color:#555;font-size:.9em;max-width:70em}
+.grid{display:grid;gap:.6em;align-items:start;margin:.8em 0 1.6em}
+.cell{border:1px solid #ccc;border-radius:6px;padding:.4em}.cell img{width:100%;height:auto}
+.cell .who{font-weight:600}.cell .cap{color:#555;font-size:.8em}.ex{margin-top:1.2em}
+</style>"""
+
+NOTE = ("Each figure is the mean over every row of the compared examples: a row is one query's "
+        "weights (an output word, a sentence, a node, ⟨CLS⟩). Entropy in bits against the uniform "
+        "distribution's over the same columns (H / uniform: 1 uniform, 0 one column); the largest "
+        "weight; diagonality 1 − Σ α_ij |i/I − j/J| (translation); JS: the Jensen–Shannon divergence "
+        "from the other run's rows of the same examples, in bits (0 the same, 1 disjoint).")
+JW_NOTE = ("Jain & Wallace (2019): Kendall τ between the attention and the gradient importance of "
+           "the inputs, and the total variation distance of the output when the attention is "
+           "randomly permuted (median over permutations, then over examples). A small τ and a small "
+           "TVD: the attention does not say what the output depends on.")
+
+
+def _table(columns: List[str], rows: List[List], left: int = 1) -> str:
+    head = "".join(f'<th class="{"l" if i < left else ""}">{html.escape(c)}</th>' for i, c in enumerate(columns))
+    body = "".join("<tr>" + "".join(f'<td class="{"l" if i < left else ""}">{html.escape(fmt(v))}</td>'
+                                    for i, v in enumerate(r)) + "</tr>" for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def diagnostics_rows(c: Comparison) -> List[List]:
+    """Per run: Kendall τ, TVD, what was permuted (classifiers), AER (translation with gold)."""
+    rows = []
+    for label in c.labels:
+        jw = c.diagnostics.get(label) or {}
+        rows.append([label, jw.get("kendall_tau"), jw.get("tvd"), jw.get("permuted", ""),
+                     c.alignment.get(label)])
+    return rows
+
+
+DIAG_COLUMNS = ["run", "Kendall τ (median)", "TVD permuted (median)", "permuted", "AER"]
+
+
+def _examples(c: Comparison) -> str:
+    n = len(c.labels)
+    parts = []
+    for i, key in enumerate(c.keys()):
+        first = c.examples[c.labels[0]][i]
+        cells = []
+        for label in c.labels:
+            ex = c.examples[label][i]
+            img = (f'<img alt="{html.escape(label)}: {html.escape(key)}" src="data:image/png;base64,'
+                   f'{base64.b64encode(ex.picture).decode("ascii")}">' if ex.picture else "<em>no attention</em>")
+            cells.append(f'<div class="cell"><div class="who">{html.escape(label)}</div>'
+                         f'<div class="cap">{html.escape(ex.prediction)}</div>{img}'
+                         f'<div class="cap">{html.escape(ex.caption)}</div></div>')
+        parts.append(f'<h3 class="ex">{html.escape(key)}: {html.escape(first.title)}</h3>'
+                     f'<div class="grid" style="grid-template-columns:repeat({n},minmax(0,1fr))">'
+                     f'{"".join(cells)}</div>')
+    return "".join(parts)
+
+
+def render(c: Comparison, heading: str) -> str:
+    runs = "".join(f"<li>{html.escape(k)}: <code>{html.escape(str(p))}</code></li>" for k, p in c.paths.items())
+    diag = diagnostics_rows(c)
+    shown = any(any(v is not None and v != "" for v in r[1:]) for r in diag)
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(heading)}</title>"
+            f"{STYLE}</head><body><h1>{html.escape(heading)}</h1><p>{html.escape(c.family)}</p>"
+            f"<ul>{runs}</ul><h2>Statistics</h2><p class='note'>{html.escape(NOTE)}</p>"
+            f"{_table(c.columns, c.table, 3)}"
+            + (f"<h2>Diagnostics</h2><p class='note'>{html.escape(JW_NOTE)}</p>"
+               f"{_table(DIAG_COLUMNS, diag)}" if shown else "")
+            + f"<h2>Examples</h2>{_examples(c)}</body></html>")
+
+
+def _write(path: Path, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def _clean(value):
+    """NaN as null (JSON has no NaN), in nested lists and dicts."""
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def summary(c: Comparison) -> Dict:
+    """The figures as JSON: the statistics rows, JS per pair, the diagnostics."""
+    return _clean({"runs": {k: str(p) for k, p in c.paths.items()}, "examples": c.keys(),
+            "statistics": [dict(zip(c.columns, r)) for r in c.table],
+            "js": [{"a": a, "b": b, "view": v, "head": h, "js": js}
+                   for (a, b, v, h), js in c.divergence.items()],
+            "diagnostics": {label: {k: v for k, v in (d or {}).items() if k != "examples"} or None
+                            for label, d in c.diagnostics.items()},
+            "aer": c.alignment or None})
+
+
+def write_page(c: Comparison, out: Path, heading: str = "Attention across runs") -> Dict[str, Path]:
+    """compare.html, stats.json and stats.csv in ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    files = {"html": out / "compare.html", "json": out / "stats.json", "csv": out / "stats.csv"}
+    _write(files["html"], render(c, heading))
+    _write(files["json"], json.dumps(summary(c), indent=1, default=float, allow_nan=False))
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(c.columns)
+    writer.writerows(c.table)
+    _write(files["csv"], buf.getvalue())
+    return files

@@ -1,0 +1,125 @@
+"""attnflow-compare end to end on fabricated runs: the page, its figures against the models' own
+attention, the refusals, the W&B table and the page in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+from scipy.spatial.distance import jensenshannon
+from scipy.stats import entropy
+
+from attnflow.cli.compare import main
+from attnflow.compare.loading import load_task
+from cli_runs import QUIET, document_files, document_overrides, fabricate_run
+from support import CHROMIUM, CHROMIUM_MISSING, chromium_dom, chromium_flags
+
+REVERSE = ["data.train_size=200", "data.val_size=20", "data.test_size=20", *QUIET]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("compare")
+    return {s: fabricate_run([f"scorer={s}", *REVERSE], base / s, seed=i)
+            for i, s in enumerate(("dot", "general", "additive"))}
+
+
+def _teacher_forced(run, n):
+    """α (B, T, S) of the run's own model on the first n validation pairs, and the pairs' sizes."""
+    task, dm, _ = load_task(run)
+    batch = dm.example_batch(n)
+    with torch.no_grad():
+        _, alpha = task.model(batch["src"], batch["src_lengths"], batch["tgt_in"], need_weights=True)
+    T = (batch["tgt_out"] != 0).sum(1).tolist()
+    return alpha.squeeze(2).numpy(), T, batch["src_lengths"].tolist()
+
+
+def test_page_and_figures_match_the_models_own_attention(runs, tmp_path, capsys):
+    out = tmp_path / "cmp"
+    assert main([str(runs["dot"]), str(runs["general"]), "--examples", "3", "-o", str(out)]) == 0
+    page = (out / "compare.html").read_text()
+    assert page.count("<img") == 6 and "dot" in page and "general" in page
+    stats = json.loads((out / "stats.json").read_text())
+    (a, Ta, Sa), (b, _, _) = _teacher_forced(runs["dot"], 3), _teacher_forced(runs["general"], 3)
+    rows_a = [a[i, t, :Sa[i]] for i in range(3) for t in range(Ta[i])]
+    rows_b = [b[i, t, :Sa[i]] for i in range(3) for t in range(Ta[i])]
+    js = [s["js"] for s in stats["js"] if s["view"] == "cross"]
+    assert js == pytest.approx([np.mean([jensenshannon(p, q, base=2) ** 2 for p, q in zip(rows_a, rows_b)])],
+                               rel=1e-4)
+    dot = next(r for r in stats["statistics"] if r["run"] == "dot")
+    assert dot["entropy (bits)"] == pytest.approx(np.mean([entropy(p, base=2) for p in rows_a]), rel=1e-4)
+    assert dot["rows"] == len(rows_a)
+    assert "dot" in capsys.readouterr().out
+
+
+def test_a_sweep_folder_names_runs_by_what_was_swept(runs, tmp_path):
+    sweep = tmp_path / "sweep"
+    for i, (scorer, acc) in enumerate((("dot", 0.5), ("additive", 0.9))):
+        job = sweep / str(i)
+        subprocess.run(["cp", "-r", str(runs[scorer]), str(job)], check=True)
+        (job / ".hydra").mkdir()
+        (job / ".hydra" / "overrides.yaml").write_text(f"- scorer={scorer}\n")
+        (job / "metrics.json").write_text(json.dumps({"metrics": {"val/seq_acc": acc}, "epochs": 1}))
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    assert main([str(sweep), "--examples", "2", "--permutations", "0"]) == 0
+    stats = json.loads((sweep / "compare" / "stats.json").read_text())
+    assert list(stats["runs"]) == ["scorer=additive", "scorer=dot"]  # best first
+
+
+def test_runs_of_other_families_or_data_are_refused_in_one_line(runs, tmp_path, capsys):
+    han = fabricate_run(document_overrides(document_files(tmp_path / "docs")), tmp_path / "han")
+    assert main([str(runs["dot"]), str(han)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "different families" in err
+    other = fabricate_run(["scorer=dot", "data.seed=7", *REVERSE], tmp_path / "seed7")
+    assert main([str(runs["dot"]), str(other), "--examples", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "see val 0 differently" in err
+    assert main([str(runs["dot"])]) == 2
+    assert "name two runs or more" in capsys.readouterr().err
+
+
+def test_wandb_table_has_a_row_per_example_and_a_column_per_run(runs, tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    from attnflow.compare.comparison import Choice, build_comparison
+    from attnflow.compare.wandb_table import example_rows
+
+    c = build_comparison([("dot", runs["dot"]), ("additive", runs["additive"])], Choice(examples=2))
+    columns, rows = example_rows(c)
+    assert columns == ["example", "title", "dot", "additive"]
+    assert [r[0] for r in rows] == ["val 0", "val 1"] and all(r[2].size[0] > 100 for r in rows)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    assert main([str(runs["dot"]), str(runs["additive"]), "--examples", "2", "--wandb",
+                 "-o", str(tmp_path / "w")]) == 0
+    assert list((tmp_path / "w" / "wandb").glob("offline-run-*/run-*.wandb"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not CHROMIUM.exists(), reason=CHROMIUM_MISSING)
+def test_page_shows_the_runs_side_by_side_in_chromium(runs, tmp_path):
+    from PIL import Image
+
+    out = tmp_path / "cmp"
+    assert main([*(str(r) for r in runs.values()), "--examples", "2", "-o", str(out)]) == 0
+    probe = ("<script>addEventListener('load', () => { const b = document.body.dataset;"
+             "b.boxes = [...document.images].map(i => { const r = i.getBoundingClientRect();"
+             "return [r.left, r.top, r.right, i.naturalWidth > 0 ? 1 : 0].map(Math.round).join(','); })"
+             ".join(';'); b.scroll = document.documentElement.scrollWidth; });</script></body>")
+    window = "--window-size=1400,1600"
+    dom = chromium_dom(out / "compare.html", probe, tmp_path, window, "--hide-scrollbars")
+    boxes = [tuple(map(int, b.split(","))) for b in re.search(r'data-boxes="([^"]*)"', dom).group(1).split(";")]
+    assert len(boxes) == 6 and all(loaded for *_, loaded in boxes)
+    for row in (boxes[:3], boxes[3:]):  # one example: three runs on one line, left to right
+        assert len({top for _, top, _, _ in row}) == 1 and [l for l, *_ in row] == sorted(l for l, *_ in row)
+    assert int(re.search(r'data-scroll="(\d+)"', dom).group(1)) <= 1400
+    shot = tmp_path / "shot.png"
+    subprocess.run([*chromium_flags(tmp_path), f"--screenshot={shot}", window, "--hide-scrollbars",
+                    (out / "compare.html").as_uri()], capture_output=True, timeout=120, check=True)
+    with Image.open(shot) as im:
+        colours = len(im.convert("RGB").getcolors(maxcolors=1 << 20) or [])
+    assert colours > 50  # text, tables and heat maps drawn, not blank
