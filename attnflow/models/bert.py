@@ -193,6 +193,15 @@ class BertModel(ModelContract, nn.Module):
         out = self.encoder(self.embed(input_ids, segment_ids), lengths, need_weights=need_weights)
         return (out[0], out[2]) if need_weights else out[0]
 
+    def diagnosed_attention(self):
+        """Head 'sequence': [("cls", the last layer's self-attention, (0,))], its ⟨CLS⟩ query
+        row (query row 0), which the classifier reads through z₀; other heads: [] (Jain &
+        Wallace 2019; :mod:`attnflow.compare.jain_wallace`)."""
+        attention = self.encoder.layers[-1].self_attn
+        if self.head != "sequence" or not hasattr(attention, "normalizer"):
+            return []
+        return [("cls", attention, (0,))]
+
     def mlm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(…, V): E_tok LN(GELU(W_t z + b_t)) + b_V (pass the masked positions only)."""
         return self.mlm_decoder(self.mlm_norm(F.gelu(self.mlm_transform(hidden))))

@@ -80,3 +80,10 @@ class GAT(ModelContract, nn.Module):
             else:
                 x = block(x, edge_index)
         return (x, weights) if need_weights else x
+
+    def diagnosed_attention(self):
+        """[("neighbours", the output layer, None)]: its α over each node's incoming edges, by
+        the normaliser's segment form (Jain & Wallace 2019; :mod:`attnflow.compare.jain_wallace`);
+        [] for a layer without a normaliser."""
+        last = self.layers[-1]
+        return [("neighbours", last, None)] if hasattr(last, "normalizer") else []

@@ -94,3 +94,10 @@ class HierarchicalAttentionNetwork(ModelContract, nn.Module):
         v, sent_weights = self.sentence_pooling(h, sent_mask)
         logits = self.classifier(self.dropout(v))
         return {"logits": logits, "word_weights": word_weights, "sent_weights": sent_weights}
+
+    def diagnosed_attention(self):
+        """[("word", word pooling, None), ("sentence", sentence pooling, None)] when both
+        poolings are attention (own a ``normalizer``), else [] (mean, max: no weights to
+        diagnose); see :mod:`attnflow.compare.jain_wallace` (Jain & Wallace 2019)."""
+        owners = [("word", self.word_pooling, None), ("sentence", self.sentence_pooling, None)]
+        return owners if all(hasattr(m, "normalizer") for _, m, _ in owners) else []

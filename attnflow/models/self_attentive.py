@@ -16,10 +16,10 @@ from typing import Dict, Optional
 import torch
 from torch import nn
 
-from attnflow.blocks.normalizers.softmax import masked_softmax
 from attnflow.models.embedding_init import init_embedding
 from attnflow.config.contracts import ModelContract
-from attnflow.config.registry import ENCODERS, MODELS, BlockSpec, PositiveInt, Probability
+from attnflow.config.registry import (ENCODERS, MODELS, NORMALIZERS, BlockSpec, PositiveInt,
+                                      Probability)
 
 
 def flatten_documents(tokens: torch.Tensor, sent_lengths: torch.Tensor):
@@ -41,7 +41,9 @@ class SelfAttentive(ModelContract, nn.Module):
     """BiLSTM + r-hop self-attention + MLP classifier.
 
     Shape: tokens (B, S, W), sent_lengths (B, S) -> {``logits`` (B, C), ``attention`` (B, r, N)
-    over the N flat words, ``word_weights`` (B, S, W) (mean over hops)}.
+    over the N flat words, ``word_weights`` (B, S, W) (mean over hops)}. ``normalizer`` makes
+    A from the scores (Lin et al.'s softmax by default; the model's own field, not the shared
+    group).
     """
 
     interface = "documents"
@@ -51,7 +53,8 @@ class SelfAttentive(ModelContract, nn.Module):
                  word_vectors: Optional[torch.Tensor] = None, *, embed_dim: PositiveInt = 100,
                  encoder: BlockSpec["encoder"] = {"name": "rnn", "cell": "lstm", "hidden_dim": 100},
                  attn_dim: PositiveInt = 128, hops: PositiveInt = 8, mlp_dim: PositiveInt = 256,
-                 dropout: Probability = 0.0):
+                 dropout: Probability = 0.0,
+                 normalizer: BlockSpec["normalizer"] = {"name": "softmax"}):
         super().__init__()
         self.hops = hops
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)
@@ -60,6 +63,7 @@ class SelfAttentive(ModelContract, nn.Module):
         D = self.encoder.output_dim
         self.ws1 = nn.Linear(D, attn_dim, bias=False)
         self.ws2 = nn.Linear(attn_dim, hops, bias=False)
+        self.normalizer = NORMALIZERS.build(normalizer, path="model.normalizer")  # A's softmax
         self.dropout = nn.Dropout(dropout)
         self.mlp = nn.Sequential(nn.Linear(hops * D, mlp_dim), nn.ReLU(), nn.Dropout(dropout),
                                  nn.Linear(mlp_dim, num_classes))
@@ -67,8 +71,13 @@ class SelfAttentive(ModelContract, nn.Module):
     def attend(self, H: torch.Tensor, mask: torch.Tensor):
         """A (B, r, N) with zeros at padding (all-zero for an empty document), M = AH (B, r, D)."""
         scores = self.ws2(torch.tanh(self.ws1(H))).transpose(1, 2)            # (B, r, N)
-        A = masked_softmax(scores, mask.unsqueeze(1))
+        A = self.normalizer(scores, mask.unsqueeze(1))
         return A, A @ H
+
+    def diagnosed_attention(self):
+        """[("hops", self, None)]: the r hops A, whose normaliser a diagnostic may tamper with
+        (Jain & Wallace 2019; :mod:`attnflow.compare.jain_wallace`)."""
+        return [("hops", self, None)]
 
     def forward(self, tokens: torch.Tensor, sent_lengths: torch.Tensor) -> Dict[str, torch.Tensor]:
         B, S, W = tokens.shape
