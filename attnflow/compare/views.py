@@ -4,9 +4,12 @@ attention in one layer, every head), each row a distribution over its columns.""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 import numpy as np
+import torch
+
+from attnflow.viz.figures import alpha_label
 
 
 @dataclass
@@ -38,6 +41,34 @@ class View:
         """``cross`` for a kind with one layer, else ``cross L2`` (1-based)."""
         return self.kind if self.layers == 1 else f"{self.kind} L{self.layer + 1}"
 
+    @classmethod
+    def build(cls, kind: str, layer: int, layers: int, weights, rows: Sequence[str],
+              labels: Sequence[Sequence[str]]) -> "View":
+        """The view of ``weights`` ((H, R, ≥C) tensor or array) whose row r has the columns
+        ``labels[r]`` (its length), cut to the ``rows`` and the longest row, as float32 (what
+        lies past a row's end is the model's: masked attention gives zeros there)."""
+        w = weights.detach().float().cpu().numpy() if torch.is_tensor(weights) else np.asarray(weights)
+        lengths = np.asarray([len(c) for c in labels], dtype=np.int64)
+        w = np.array(w[:, : len(rows), : int(lengths.max(initial=0))], dtype=np.float32)
+        return cls(kind, layer, layers, w, list(rows), [list(c) for c in labels], lengths)
+
+    def head_of(self, head: Optional[int]) -> Optional[int]:
+        """The head a picture of ``head`` shows (0-based): None (the mean) or one of its heads,
+        a head past the last its last."""
+        return None if head is None or self.heads == 1 else min(head, self.heads - 1)
+
+    def matrix(self, head: Optional[int] = None) -> torch.Tensor:
+        """(R, C): head ``head`` (:meth:`head_of`), or the mean over the heads."""
+        shown = self.head_of(head)
+        w = torch.from_numpy(self.weights)
+        return w.mean(0) if shown is None else w[shown]
+
+    def label(self, head: Optional[int] = None) -> str:
+        """What :meth:`matrix` of ``head`` is, for pictures: e.g. "α (layer 2 of 3, head 1 of 4)"."""
+        shown = self.head_of(head)
+        return alpha_label(self.heads, (self.layer + 1, self.layers) if self.layers > 1 else None,
+                           None if shown is None else shown + 1)
+
 
 @dataclass
 class ExampleViews:
@@ -53,3 +84,20 @@ class ExampleViews:
     caption: str = ""
     prediction: str = ""
     extra: dict = field(default_factory=dict)
+
+
+def pick(views: Sequence[View], kind: str, layer: Optional[int] = None) -> Optional[View]:
+    """The view of ``kind`` in layer ``layer`` (0-based; None, or past the last: the last, so one
+    choice serves runs of different depths), None where there is none of that kind."""
+    of_kind = [v for v in views if v.kind == kind]
+    if not of_kind:
+        return None
+    return of_kind[-1] if layer is None else of_kind[min(layer, len(of_kind) - 1)]
+
+
+def example_keys(n: int, keys: Optional[Sequence[str]]) -> List[str]:
+    """``keys`` (one per example), else ``val 0`` … ``val n-1``."""
+    keys = [f"val {i}" for i in range(n)] if keys is None else list(keys)
+    if len(keys) != n:
+        raise ValueError(f"{len(keys)} keys for a batch of {n} examples")
+    return keys

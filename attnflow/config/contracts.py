@@ -125,8 +125,9 @@ class DataContract(Composable):
         """The task's context: what it needs of the data (classes and their names)."""
         raise NotImplementedError
 
-    def example_batch(self, n: int, split: str = "val") -> Any:
-        """``n`` items of ``split`` as one batch, for dashboards and pictures."""
+    def example_batch(self, n: int, split: str = "val", ids: Optional[Sequence[int]] = None) -> Any:
+        """``n`` items of ``split`` as one batch, for dashboards and pictures; ``ids``: those
+        items (indices into the split; graphs: node ids) instead."""
         raise NotImplementedError
 
 

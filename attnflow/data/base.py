@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 from attnflow.config.contracts import DataContract
 from attnflow.data.buckets import BucketBatchSampler, trainer_epoch
 from attnflow.data.errors import DataError, missing_data
-from attnflow.data.examples import spread_over_labels
+from attnflow.data.examples import example_indices, spread_over_labels
 from attnflow.data.hf_datasets import HFDataset, HFSplit, class_names
 from attnflow.data.resumable import ResumableDataLoader
 
@@ -185,11 +185,13 @@ class FileDataModule(SplitDataModule):
             what = f"test_path={str(source or '')!r} is absent"
         return f"{self.owner}: no test split ({what}); run with test=false"
 
-    def example_batch(self, n: int, split: str = "val") -> Dict[str, torch.Tensor]:
-        """``n`` items of a split as a batch, taken across the labels (dashboards)."""
+    def example_batch(self, n: int, split: str = "val",
+                      ids: Optional[Sequence[int]] = None) -> Dict[str, torch.Tensor]:
+        """``n`` items of a split as a batch, taken across the labels (dashboards), or ``ids``."""
         self.setup()
         data = self.splits[split]
-        return self.collate([data[i] for i in spread_over_labels(data.labels, n).tolist()])
+        chosen = spread_over_labels(data.labels, n).tolist() if ids is None else ids
+        return self.collate([data[i] for i in example_indices(len(data), n, chosen)])
 
     def eval_path(self, split: str) -> Path:
         if self.paths.get(split) is None:

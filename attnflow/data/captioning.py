@@ -16,6 +16,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from attnflow.data.base import Columns, SplitDataModule, eval_sampler, frame_targets
+from attnflow.data.examples import example_indices
 from attnflow.data.resumable import ResumableDataLoader
 from attnflow.data.shapes import (BOS, EOS, PAD, RELATIONS, UNK, ShapesCaptions, Vocab,
                                   all_captions, collate, make_splits)
@@ -100,11 +101,12 @@ class CaptioningDataModule(SplitDataModule):
             sampler=None if train else eval_sampler(data), collate_fn=self.collate_fn(),
             num_workers=self.num_workers)
 
-    def example_batch(self, n: int, split: str = "val") -> Dict[str, torch.Tensor]:
-        """The first ``n`` items of a split as one batch (attention maps, dashboards)."""
+    def example_batch(self, n: int, split: str = "val",
+                      ids: Optional[Sequence[int]] = None) -> Dict[str, torch.Tensor]:
+        """The first ``n`` items of a split (or ``ids``) as one batch (attention maps, dashboards)."""
         self.setup()
         data = self.dataset(split)
-        return self.collate_fn()([data[i] for i in range(min(n, len(data)))])
+        return self.collate_fn()([data[i] for i in example_indices(len(data), n, ids)])
 
 
 def longest_shapes_caption(max_shapes: int) -> int:

@@ -299,9 +299,10 @@ class CaptionsDataModule(CaptioningDataModule):
     def missing_test(self) -> Optional[str]:
         return None if self._source("test") else f"{self._no_source('test')}; or run with test=false"
 
-    def example_batch(self, n: int, split: str = "val") -> Dict[str, torch.Tensor]:
-        """The first ``n`` items; with features also ``pixels``, to draw attention over."""
-        batch = super().example_batch(n, split)
+    def example_batch(self, n: int, split: str = "val",
+                      ids: Optional[Sequence[int]] = None) -> Dict[str, torch.Tensor]:
+        """The first ``n`` items (or ``ids``); with features also ``pixels``, to draw attention over."""
+        batch = super().example_batch(n, split, ids)
         if self.input_kind == "features":
             data = self.data[split]
             batch["pixels"] = torch.stack([data.pixels(int(i)) for i in batch["idx"]])

@@ -3,7 +3,7 @@ label, so "the first n" would show one class)."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import List, Optional, Sequence
 
 import torch
 
@@ -21,3 +21,14 @@ def spread_over_labels(labels: Sequence[int] | torch.Tensor, n: int) -> torch.Te
     _, label_index = torch.unique(grouped, return_inverse=True)
     key = rank * (int(label_index.max()) + 1) + label_index        # by rank, then label
     return order[torch.argsort(key, stable=True)][:n]
+
+
+def example_indices(size: int, n: int, ids: Optional[Sequence[int]] = None) -> List[int]:
+    """The items an ``example_batch`` takes of a split of ``size``: ``ids`` where given (the same
+    examples in every run compared), else the first ``n``; an id outside the split: IndexError."""
+    if ids is None:
+        return list(range(min(n, size)))
+    bad = [i for i in ids if not 0 <= int(i) < size]
+    if bad:
+        raise IndexError(f"example ids {bad} are outside the split's {size} items")
+    return [int(i) for i in ids]

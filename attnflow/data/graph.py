@@ -11,7 +11,7 @@ field) or ``neighbor`` (PyG's ``NeighborLoader``; needs pyg-lib or torch-sparse)
 from __future__ import annotations
 
 import inspect
-from typing import Any, List, Mapping, Optional
+from typing import Any, List, Mapping, Optional, Sequence
 
 import pytorch_lightning as pl
 import torch
@@ -24,7 +24,7 @@ from torch_geometric.utils import k_hop_subgraph
 from attnflow.config.contracts import DataContract
 from attnflow.config.registry import ConfigError
 from attnflow.data.base import eval_sampler
-from attnflow.data.examples import spread_over_labels
+from attnflow.data.examples import example_indices, spread_over_labels
 from attnflow.data.neighbors import ResumableNeighborLoader
 from attnflow.data.resumable import ResumableDataLoader
 from attnflow.io.console import warn_unread
@@ -164,10 +164,13 @@ class GraphDataModule(DataContract, pl.LightningDataModule):
         """The whole graph (for pictures and analysis)."""
         return self._graph()
 
-    def example_batch(self, n: int, split: str = "val") -> dict:
+    def example_batch(self, n: int, split: str = "val", ids: Optional[Sequence[int]] = None) -> dict:
         """``{"graph": the whole graph, "nodes": n node ids of the split}`` for dashboards, the
-        nodes taken across the classes (multi-label: by each node's first class)."""
+        nodes taken across the classes (multi-label: by each node's first class); ``ids``:
+        those nodes of the graph instead."""
         data = self._graph()
-        ids = data[f"{split}_mask"].nonzero().flatten()
-        y = data.y[ids]
-        return {"graph": data, "nodes": ids[spread_over_labels(y.argmax(-1) if y.dim() == 2 else y, n)]}
+        if ids is not None:
+            return {"graph": data, "nodes": torch.tensor(example_indices(data.num_nodes, n, ids))}
+        nodes = data[f"{split}_mask"].nonzero().flatten()
+        y = data.y[nodes]
+        return {"graph": data, "nodes": nodes[spread_over_labels(y.argmax(-1) if y.dim() == 2 else y, n)]}

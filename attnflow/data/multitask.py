@@ -6,7 +6,7 @@ task per step (Lightning's ``max_size_cycle``), evaluation each task's loader in
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import pytorch_lightning as pl
 import torch
@@ -246,6 +246,6 @@ class MultiTaskDataModule(DataContract, pl.LightningDataModule):
                 return f"data.tasks.{t}: {why}"
         return None
 
-    def example_batch(self, n: int, split: str = "val"):
+    def example_batch(self, n: int, split: str = "val", ids: Optional[Sequence[int]] = None):
         """The first task's examples (dashboards)."""
-        return self.first.example_batch(n, split)
+        return self.first.example_batch(n, split, ids)

@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader
 from attnflow.data.base import BOS, EOS, PAD, SplitDataModule, collate_seq2seq, eval_sampler
 from attnflow.data.buckets import BucketBatchSampler, trainer_epoch
 from attnflow.data.errors import DataError, DataFileNotFoundError, missing_data, numbered_lines
+from attnflow.data.examples import example_indices
 from attnflow.data.hf_datasets import DEFAULT_SPLITS, hf_source, translation_pairs
 from attnflow.data.hf_tokenizers import check_target, load_hf_tokenizer
 from attnflow.data.resumable import ResumableDataLoader
@@ -365,6 +366,8 @@ class ParallelDataModule(SplitDataModule):
         return (ResumableDataLoader if shuffle else DataLoader)(
             data, batch_sampler=sampler, collate_fn=collate, num_workers=self.num_workers)
 
-    def example_batch(self, n: int, split: str = "val") -> Dict[str, torch.Tensor]:
-        """The first ``n`` pairs of a split, as a batch (attention heat maps)."""
-        return collate(self.encoded(split)[:n])
+    def example_batch(self, n: int, split: str = "val",
+                      ids: Optional[Sequence[int]] = None) -> Dict[str, torch.Tensor]:
+        """The first ``n`` pairs of a split (or ``ids``), as a batch (attention heat maps)."""
+        pairs = self.encoded(split)
+        return collate([pairs[i] for i in example_indices(len(pairs), n, ids)])

@@ -22,6 +22,7 @@ from attnflow.data.corpus import (CLS, MASK, PAD, SEP, SPECIALS, WordPieceData, 
                                   run_tokenizer, sentences_of)
 from attnflow.data.documents import clean
 from attnflow.data.errors import DataError
+from attnflow.data.examples import example_indices
 from attnflow.data.hf_datasets import DEFAULT_SPLITS, hf_source
 from attnflow.data.resumable import ResumableDataLoader
 from attnflow.config.registry import DATA, NonNegativeInt, PositiveInt, Probability, Range
@@ -290,8 +291,9 @@ class PretrainingDataModule(WordPieceData, FileDataModule):
         return DataLoader(data, batch_sampler=sampler, collate_fn=self.collate(False),
                           num_workers=self.num_workers)
 
-    def example_batch(self, n: int, split: str = "val") -> Dict[str, torch.Tensor]:
-        """The first ``n`` instances of a split, masked as in evaluation (dashboards)."""
+    def example_batch(self, n: int, split: str = "val",
+                      ids: Optional[Sequence[int]] = None) -> Dict[str, torch.Tensor]:
+        """The first ``n`` instances of a split (or ``ids``), masked as in evaluation (dashboards)."""
         self.setup()
         data = self.splits[split]
-        return self.collate(False)([data[i] for i in range(min(n, len(data)))])
+        return self.collate(False)([data[i] for i in example_indices(len(data), n, ids)])

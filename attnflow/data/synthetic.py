@@ -14,6 +14,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from attnflow.data.base import BOS, EOS, PAD, SplitDataModule, collate_seq2seq, eval_sampler
+from attnflow.data.examples import example_indices
 from attnflow.data.resumable import ResumableDataLoader
 from attnflow.config.registry import DATA, ConfigError, NonNegativeInt, PositiveInt, Range
 
@@ -125,7 +126,9 @@ class ReverseDataModule(SplitDataModule):
             self.splits[split], batch_size=self.batch_size, shuffle=shuffle,
             sampler=None if shuffle else eval_sampler(self.splits[split]), collate_fn=collate)
 
-    def example_batch(self, n: int, split: str = "val") -> Dict[str, torch.Tensor]:
-        """The first ``n`` examples of a split, as a batch (for attention heat maps)."""
+    def example_batch(self, n: int, split: str = "val",
+                      ids: Optional[Sequence[int]] = None) -> Dict[str, torch.Tensor]:
+        """The first ``n`` examples of a split (or ``ids``), as a batch (attention heat maps)."""
         self.setup()
-        return collate(self.splits[split][:n])
+        data = self.splits[split]
+        return collate([data[i] for i in example_indices(len(data), n, ids)])

@@ -10,7 +10,7 @@ checkpoints.
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Any, Dict, List, Mapping, Optional, Tuple
+from typing import Annotated, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 from torch.utils.data import DataLoader
@@ -19,6 +19,7 @@ from attnflow.config.registry import DATA, NonNegativeInt, PositiveInt, Range
 from attnflow.data.base import Columns, FileDataModule, check_labels
 from attnflow.data.corpus import PAD, SPECIALS, WordPieceData, run_tokenizer
 from attnflow.data.errors import DataError
+from attnflow.data.examples import example_indices
 from attnflow.data.hf_datasets import DEFAULT_SPLITS, class_names, hf_source
 from attnflow.data.synthetic_ner import TAGS, draw_splits
 from attnflow.data.tagged import Tagged, collate_tagged, encode_tagged, read_tagged, tag_values
@@ -138,11 +139,11 @@ class TaggedDataModule(WordPieceData, FileDataModule):
         data = self.splits[split]
         return self._sized_loader(data, lambda: [len(i) for i in data.ids], self.collate, train)
 
-    def example_batch(self, n: int, split: str = "val") -> dict:
-        """The first ``n`` sentences of a split as a batch (dashboards)."""
+    def example_batch(self, n: int, split: str = "val", ids: Optional[Sequence[int]] = None) -> dict:
+        """The first ``n`` sentences of a split (or ``ids``) as a batch (dashboards)."""
         self.setup()
         data = self.splits[split]
-        return self.collate([data[i] for i in range(min(n, len(data)))])
+        return self.collate([data[i] for i in example_indices(len(data), n, ids)])
 
     collate = staticmethod(collate_tagged)
 

@@ -139,24 +139,23 @@ def _need_weights(module, args, kwargs):
 
 
 @no_grad
-def attention_arrays(model, ids: List[List[int]], rows: List[List[int]]) -> List[Dict[str, np.ndarray]]:
-    """Per source with an output, from one teacher-forced pass: ``cross`` (L, J, T, S) and for
-    Transformers ``encoder_self`` and ``decoder_self``. Hooks make every attention block under
-    ``model.encoder`` / ``model.decoder`` return its weights; a block whose queries are its keys
-    gives self-attention."""
-    keep = [i for i in range(len(ids)) if ids[i] and rows[i]]
-    out: List[Dict[str, np.ndarray]] = [{} for _ in ids]
-    if not keep:
-        return out
+def teacher_forced_attention(model, src: torch.Tensor, src_lengths: Optional[torch.Tensor],
+                             tgt_in: torch.Tensor) -> Dict[str, List[torch.Tensor]]:
+    """Every attention map of one teacher-forced pass of an encoder–decoder over a collated batch
+    (``src`` token ids or images, ``src_lengths`` or None, ``tgt_in``), on the CPU, padded:
+    ``cross`` per decoder layer (B, J, T, S), for Transformers also ``encoder_self`` (B, J, S, S)
+    and ``decoder_self`` (B, J, T, T) per layer; kinds without maps are left out. Hooks make every
+    attention block under ``model.encoder`` / ``model.decoder`` return its weights; a block whose
+    queries are its keys gives self-attention; an RNN decoder's α is what it returns."""
     device = next(model.parameters()).device
-    batch = {k: v.to(device) for k, v in collate([(i, ids[i], rows[i][:-1]) for i in keep]).items()}
     calls: Dict[int, Tuple[str, List[torch.Tensor]]] = {}  # per block, in order of first call
     handles = [h for part, sub in (("encoder", model.encoder), ("decoder", model.decoder))
                for m in sub.modules() if isinstance(m, AttentionBlock)
                for h in (m.register_forward_pre_hook(_need_weights, with_kwargs=True),
                          m.register_forward_hook(functools.partial(_keep, calls, part)))]
     try:
-        _, alpha = model(batch["src"], batch["src_lengths"], batch["tgt_in"], need_weights=True)
+        _, alpha = model(src.to(device), None if src_lengths is None else src_lengths.to(device),
+                         tgt_in.to(device), need_weights=True)
     finally:
         for h in handles:
             h.remove()
@@ -165,11 +164,24 @@ def attention_arrays(model, ids: List[List[int]], rows: List[List[int]]) -> List
         captured[kind].append(torch.cat(parts, dim=2))
     if not captured["cross"] and alpha is not None:  # RNN decoders: α from the decoder itself
         captured["cross"] = [alpha.transpose(1, 2).float().cpu()]  # (B, T, J, S) -> (B, J, T, S)
+    return {kind: maps for kind, maps in captured.items() if maps}
+
+
+@no_grad
+def attention_arrays(model, ids: List[List[int]], rows: List[List[int]]) -> List[Dict[str, np.ndarray]]:
+    """Per source with an output, from one teacher-forced pass (:func:`teacher_forced_attention`):
+    ``cross`` (L, J, T, S) and for Transformers ``encoder_self`` and ``decoder_self``."""
+    keep = [i for i in range(len(ids)) if ids[i] and rows[i]]
+    out: List[Dict[str, np.ndarray]] = [{} for _ in ids]
+    if not keep:
+        return out
+    batch = collate([(i, ids[i], rows[i][:-1]) for i in keep])
+    captured = teacher_forced_attention(model, batch["src"], batch["src_lengths"], batch["tgt_in"])
     for r, i in enumerate(keep):
         S, T = len(ids[i]), len(rows[i])
         size = {"encoder_self": (S, S), "decoder_self": (T, T), "cross": (T, S)}
         out[i] = {kind: torch.stack([m[r, :, :size[kind][0], :size[kind][1]] for m in maps]).numpy()
-                  for kind, maps in captured.items() if maps}
+                  for kind, maps in captured.items()}
     return out
 
 

@@ -136,10 +136,16 @@ class Task(TaskContract, pl.LightningModule):
                 m.reset()
 
     def data_module(self) -> Optional[DataContract]:
-        """The attnflow data module of the run this task is attached to, else None."""
+        """The attnflow data module of the run this task is attached to, else the one given to
+        :meth:`use_data`, else None."""
         trainer = attached_trainer(self)
-        dm = trainer.datamodule if trainer is not None else None
+        dm = trainer.datamodule if trainer is not None else getattr(self, "_given_data", None)
         return dm if isinstance(dm, DataContract) else None
+
+    def use_data(self, dm: DataContract) -> None:
+        """The data module a task rebuilt outside training reads (its tokenizer spells the
+        tokens of pictures: :meth:`token_strings`)."""
+        self._given_data = dm
 
     def token_strings(self, ids: torch.Tensor, lengths: List[int]) -> List[List[str]]:
         """Each row's first ``lengths`` ids as the data module's tokenizer spells them (else the

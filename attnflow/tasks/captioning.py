@@ -130,6 +130,19 @@ class CaptioningTask(TranslationTask):
         return words, (alphas if need_weights and weights is not None else None)
 
     # -- dashboard -----------------------------------------------------------------------------------
+    def canvas(self, batch: Dict[str, torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(pixels (B, C, H, W) to draw each example's attention over, the regions' boxes (L, 4)
+        on them): the batch's ``pixels`` (of region features), its images, else a grey canvas
+        of the region grid."""
+        images = batch["images"]
+        pixels = batch.get("pixels")
+        if pixels is None and images.dim() == 4:
+            pixels = images
+        if pixels is None:  # region features without their images: a grey canvas of the grid
+            h, w = self.model.grid(images)
+            pixels = torch.full((images.shape[0], 3, 16 * h, 16 * w), 0.5)
+        return pixels, self.model.region_boxes(images, pixel_size=tuple(pixels.shape[-2:]))
+
     @torch.no_grad()
     def dashboard(self, batch: Dict[str, torch.Tensor]) -> List[dict]:
         """Per example each generated word's attention over the image (``val/attention/<i>``),
@@ -137,13 +150,7 @@ class CaptioningTask(TranslationTask):
         images = batch["images"].to(self.device)
         with self.eval_mode():
             words, alphas = self.caption(images, self.val_beam_size, need_weights=True, keep_heads=True)
-        pixels = batch.get("pixels")
-        if pixels is None and images.dim() == 4:
-            pixels = batch["images"]
-        if pixels is None:  # region features without their images: a grey canvas of the grid
-            h, w = self.model.grid(images)
-            pixels = torch.full((len(words), 3, 16 * h, 16 * w), 0.5)
-        boxes = self.model.region_boxes(images, pixel_size=tuple(pixels.shape[-2:]))
+        pixels, boxes = self.canvas(batch)
         refs = [r[0] if isinstance(r, (list, tuple)) else r
                 for r in self.references_of(batch, "val")]
         panels = []

@@ -9,7 +9,7 @@ validation of the best checkpoint after training to ``best.html``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -73,13 +73,12 @@ class ClassificationTask(Task):
 
     # -- explanations ----------------------------------------------------------------------------
     @torch.no_grad()
-    def explain(self, batch: Dict[str, torch.Tensor], words: List[List[List[str]]] | None = None
-                ) -> List[dict]:
+    def explain(self, batch: Dict[str, torch.Tensor], words: List[List[List[str]]] | None = None,
+                out: Optional[Dict[str, torch.Tensor]] = None) -> List[dict]:
         """Per document: predicted class and probabilities, its sentences (``words``, default the
-        vocabulary's) with word and sentence weights, padding removed."""
-        batch = {k: v.to(self.device) for k, v in batch.items()}
-        with self.eval_mode():
-            out = self(batch)
+        vocabulary's) with word and sentence weights, padding removed; ``out``: the model's
+        output on ``batch`` where the caller has it (:meth:`outputs`)."""
+        out = self.outputs(batch) if out is None else out
         probs = torch.softmax(out["logits"].float(), -1).cpu()
         ww, sw = out.get("word_weights"), out.get("sent_weights")
         lengths = batch["sent_lengths"].cpu()
@@ -103,31 +102,40 @@ class ClassificationTask(Task):
             })
         return result
 
+    @torch.no_grad()
+    def outputs(self, batch: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        """The model's output on ``batch`` in eval mode (logits, and its weights)."""
+        with self.eval_mode():
+            return self({k: v.to(self.device) for k, v in batch.items()})
+
     def on_validation_epoch_end(self) -> None:
         trainer = self.trainer
         if (self.renderings <= 0 or trainer.sanity_checking or not trainer.is_global_zero
                 or not isinstance(trainer.datamodule, DataContract)):
             return
-        docs = self._titled_examples(trainer.datamodule.example_batch(self.renderings))
+        docs = self.titled_examples(trainer.datamodule.example_batch(self.renderings))
         fitting, epoch = trainer.state.fn == "fit", trainer.current_epoch
         name = f"val_epoch{epoch}" if fitting else (self.logged_as.strip("/") or "evaluated")
         write_html(Path(trainer.default_root_dir) / "renderings" / f"{name}.html", docs,
                    f"validation documents, epoch {epoch}" if fitting else f"validation documents ({name})")
 
     # -- dashboard ---------------------------------------------------------------------------------
-    def _titled_examples(self, batch: Dict[str, torch.Tensor]) -> List[dict]:
-        docs = self.explain(batch)
+    def titled_examples(self, batch: Dict[str, torch.Tensor],
+                        out: Optional[Dict[str, torch.Tensor]] = None) -> List[dict]:
+        """:meth:`explain` with each document's ``title``: true and predicted class."""
+        docs = self.explain(batch, out=out)
         for d, y in zip(docs, batch["labels"].tolist()):
             d["title"] = (f"true {self.class_names[y]} · predicted {d['label']} "
                           f"(p={d['probability']:.3f})")
         return docs
 
-    def _shading(self, doc: dict) -> str:
+    def _shading(self, doc: dict, hop: Optional[int] = None) -> str:
         """What a document picture's colours are (:func:`attnflow.viz.figures.document_figure`):
-        word α, the mean of a model's r hops where it returns hops, times √ sentence α where
-        there is one, whose bars are red."""
+        word α, the mean of a model's r hops where it returns hops (or hop ``hop``), times
+        √ sentence α where there is one, whose bars are red."""
         hops = self.model.hops
-        words = f"word α (mean over {hops} hops)" if hops > 1 else "word α"
+        words = (f"word α (hop {hop + 1} of {hops})" if hop is not None else
+                 f"word α (mean over {hops} hops)" if hops > 1 else "word α")
         if doc["sent_weights"] is None:
             return f"blue: {words}"
         return f"blue: {words} × √(sentence α); red: sentence α"
@@ -135,12 +143,16 @@ class ClassificationTask(Task):
     def dashboard(self, batch: Dict[str, torch.Tensor]) -> List[dict]:
         """Per document its weights as an image (``val/attention/<i>``), and all as HTML
         (``val/attention_html``)."""
-        docs = self._titled_examples(batch)
-        titles = [f"{d['title']} · {self._shading(d)}" for d in docs]
-        panels = [image_panel(f"val/attention/{i}", document_figure(
-                      d["sentences"], d["word_weights"], d["sent_weights"], title),
-                      caption=title, file=f"val_document_{i}.png")
-                  for i, (d, title) in enumerate(zip(docs, titles))]
+        docs = self.titled_examples(batch)
+        panels = [image_panel(f"val/attention/{i}", *self.document_picture(d), file=f"val_document_{i}.png")
+                  for i, d in enumerate(docs)]
         if docs:
             panels.append(html_panel("val/attention_html", render_html(docs, "validation documents")))
         return panels
+
+    def document_picture(self, doc: dict, hop: Optional[int] = None):
+        """(:func:`~attnflow.viz.figures.document_figure` of a :meth:`titled_examples` document,
+        its title: the classes and what the colours are); ``hop``: its word weights are that
+        hop's, not the mean of the hops."""
+        title = f"{doc['title']} · {self._shading(doc, hop)}"
+        return document_figure(doc["sentences"], doc["word_weights"], doc["sent_weights"], title), title

@@ -216,21 +216,34 @@ class NodeClassificationTask(Task):
                                          need_weights=True)
         return logits.float().cpu(), [(ei.cpu(), a.float().cpu()) for ei, a in weights]
 
+    def predicted(self, data):
+        """(logits, [(edge_index, α (E, J))] per layer, true classes (N,), predicted classes (N,))
+        of the whole graph (multi-label: each node's first class)."""
+        logits, weights = self._attention(data)
+        y = data.y.argmax(-1) if data.y.dim() == 2 else data.y
+        pred = (logits > 0).float().argmax(-1) if self.multi_label else logits.argmax(-1)
+        return logits, weights, y, pred
+
+    def node_picture(self, t: int, nbrs: torch.Tensor, alphas: list, y: torch.Tensor,
+                     pred: torch.Tensor):
+        """(:func:`~attnflow.viz.figures.neighbourhood_figure` of node ``t``'s neighbours ``nbrs``
+        and their α per layer (K, heads), its title: the node's true and predicted class)."""
+        names = self.class_names()
+        labels = [("self" if j == t else str(j)) + f" · c{int(y[j])}" for j in nbrs.tolist()]
+        title = (f"node {t} ({names[int(y[t])]}, predicted {names[int(pred[t])]}): α of its "
+                 f"{len(labels)} neighbours per layer and head")
+        return neighbourhood_figure([a.numpy() for a in alphas], labels, title), title
+
     def dashboard(self, batch: dict) -> list:
         """Per node of ``batch["nodes"]`` its neighbours' α per layer and head
         (``val/attention/node_<id>``); with ``picture`` the embedding (``graph/embedding``)."""
         data, nodes = batch["graph"], batch["nodes"].cpu()
-        logits, weights = self._attention(data)
-        y = data.y.argmax(-1) if data.y.dim() == 2 else data.y
-        pred = (logits > 0).float().argmax(-1) if self.multi_label else logits.argmax(-1)
-        names = self.class_names()
+        logits, weights, y, pred = self.predicted(data)
         panels = []
         for t, (nbrs, alphas) in zip(nodes.tolist(), neighbourhoods(weights, nodes)):
-            labels = [("self" if j == t else str(j)) + f" · c{int(y[j])}" for j in nbrs.tolist()]
-            title = (f"node {t} ({names[int(y[t])]}, predicted {names[int(pred[t])]}): α of its "
-                     f"{len(labels)} neighbours per layer and head")
-            panels.append(image_panel(f"val/attention/node_{t}", neighbourhood_figure(
-                [a.numpy() for a in alphas], labels, title), caption=title, file=f"val_node_{t}.png"))
+            fig, title = self.node_picture(t, nbrs, alphas, y, pred)
+            panels.append(image_panel(f"val/attention/node_{t}", fig, caption=title,
+                                      file=f"val_node_{t}.png"))
         if self.picture:
             fig, caption = self._embedding(logits, y, weights)
             panels.append(image_panel("graph/embedding", fig, caption=caption))

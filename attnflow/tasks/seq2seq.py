@@ -184,6 +184,19 @@ class Seq2SeqTask(Task):
         return self.model.greedy(*self._source(batch), self.bos_id, self.eos_id,
                                  self.max_decode_len)[0]
 
+    @torch.no_grad()
+    def hypotheses(self, batch: Dict[str, torch.Tensor]) -> List[str]:
+        """The batch decoded as validation decodes it, as text (dashboards, comparisons)."""
+        batch = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in batch.items()}
+        with self.eval_mode():
+            return self.ids_to_text(self._decode(batch, "val"))
+
+    def ids_to_text(self, tokens: torch.Tensor) -> List[str]:
+        """Each row's tokens through its first ⟨EOS⟩, the specials left out, joined by spaces."""
+        special = (self.pad_id, self.bos_id, self.eos_id)
+        return [" ".join(self._tok(i) for i in row if i not in special)
+                for row in strip_after_eos(tokens, self.eos_id, self.pad_id).tolist()]
+
     def _eval_step(self, batch, split: str) -> torch.Tensor:
         """The loss, and ``seq_acc`` of the decoded batch (returned)."""
         self._loss(batch, split)
@@ -234,3 +247,12 @@ class Seq2SeqTask(Task):
 
     def _tok(self, i: int) -> str:
         return self.itos[i] if i < len(self.itos) else str(i)
+
+    def source_text(self, ids: Sequence[int]) -> str:
+        """Source ids as text: subwords joined (``▁`` starts a word, ``##`` continues one)."""
+        toks = [self._src_tok(i) for i in ids if i not in (self.pad_id, self.bos_id, self.eos_id)]
+        if any("▁" in t for t in toks):
+            text = "".join(t[2:] if t.startswith("##") else t for t in toks).replace("▁", " ")
+        else:  # word-level vocabularies (synthetic data)
+            text = " ".join(toks)
+        return " ".join(text.split())

@@ -5,7 +5,7 @@ Default recipe (§A.3): AdamW, lr 3e-5 after 100 warm-up steps, linear decay, we
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -49,21 +49,31 @@ class TextClassificationTask(Task):
 
     # -- dashboard ---------------------------------------------------------------------------------
     @torch.no_grad()
-    def dashboard(self, batch: Dict[str, torch.Tensor],
-                  tokens: Optional[List[List[str]]] = None) -> List[dict]:
-        """Per text the ⟨CLS⟩ row of every layer's and head's attention (``val/attention/<i>``),
-        and ``val/predictions``: text, label, prediction, its probability."""
+    def attention(self, batch: Dict[str, torch.Tensor]) -> Tuple[List[torch.Tensor], torch.Tensor]:
+        """(every layer's attention (B, J, T, T), the class probabilities (B, C) on the CPU) of a
+        batch, in eval mode."""
         batch = {k: v.to(self.device) for k, v in batch.items()}
         with self.eval_mode():
             hidden, maps = self.model(batch["input_ids"], batch["segment_ids"],
                                       batch["attention_mask"], need_weights=True)
-            probs = torch.softmax(self.model.classify_logits(hidden).float(), -1).cpu()
+            return maps, torch.softmax(self.model.classify_logits(hidden).float(), -1).cpu()
+
+    def titles(self, labels: torch.Tensor, probs: torch.Tensor) -> List[str]:
+        """Per text ``true <class> · predicted <class> (p=…)``."""
+        return [f"true {self.class_names[y]} · predicted {self.class_names[k]} (p={float(p[k]):.3f})"
+                for y, p, k in zip(labels.tolist(), probs, probs.argmax(-1).tolist())]
+
+    @torch.no_grad()
+    def dashboard(self, batch: Dict[str, torch.Tensor],
+                  tokens: Optional[List[List[str]]] = None) -> List[dict]:
+        """Per text the ⟨CLS⟩ row of every layer's and head's attention (``val/attention/<i>``),
+        and ``val/predictions``: text, label, prediction, its probability."""
+        maps, probs = self.attention(batch)
         lengths = batch["attention_mask"].sum(-1).tolist()
         tokens = tokens or self.token_strings(batch["input_ids"].cpu(), lengths)
         true = [self.class_names[y] for y in batch["labels"].tolist()]
         pred = probs.argmax(-1).tolist()
-        titles = [f"true {t} · predicted {self.class_names[k]} (p={float(probs[i, k]):.3f})"
-                  for i, (t, k) in enumerate(zip(true, pred))]
+        titles = self.titles(batch["labels"], probs)
         panels = cls_attention_panels(cls_rows(maps).cpu(), tokens, titles, "val_text")
         rows = [[join_pieces(toks, ("[PAD]", "[CLS]", "[SEP]")), t, self.class_names[k],
                  round(float(probs[i, k]), 4)] for i, (toks, t, k) in enumerate(zip(tokens, true, pred))]

@@ -84,27 +84,39 @@ class TokenClassificationTask(Task):
         (``val/attention/<i>``, titled with the predicted tags), and ``val/predictions``: each
         sentence's words (first pieces) with their true and predicted tags. ``tokens``: the
         rows' token strings (default: the data module's tokenizer's, else the ids)."""
+        maps, sentences = self.tagged(batch, tokens)
+        last = maps[-1].float().cpu()
+        heads = last.shape[1] if last.dim() == 4 else 1
+        last = last.mean(1) if last.dim() == 4 else last
+        label = alpha_label(heads, (len(maps), len(maps)))
+        panels, rows = [], []
+        for i, s in enumerate(sentences):
+            n = len(s["tokens"])
+            panels.append(image_panel(f"val/attention/{i}", attention_figure(
+                last[i, :n, :n], s["tokens"], s["tokens"], s["title"][:90], label=label),
+                caption=s["title"], file=f"val_sentence_{i}.png"))
+            rows.append([" ".join(s["words"]), " ".join(s["tags"]), " ".join(s["predicted"])])
+        return panels + [table_panel("val/predictions", ["words", "tags", "predicted"], rows)]
+
+    @torch.no_grad()
+    def tagged(self, batch: Dict[str, torch.Tensor], tokens: Optional[List[List[str]]] = None):
+        """(every layer's attention (B, J, T, T), per sentence its real ``tokens`` (``tokens``,
+        default :meth:`token_strings`), ``words`` (first pieces), true ``tags``, ``predicted``
+        tags and a ``title``: each word with its predicted tag), in eval mode."""
         batch = {k: v.to(self.device) for k, v in batch.items()}
         with self.eval_mode():
             hidden, maps = self.model(batch["input_ids"], batch["segment_ids"],
                                       batch["attention_mask"], need_weights=True)
             pred = self.model.token_logits(hidden).argmax(-1).cpu()
-        last = maps[-1].float().cpu()
-        heads = last.shape[1] if last.dim() == 4 else 1
-        last = last.mean(1) if last.dim() == 4 else last
         labels, lengths = batch["labels"].cpu(), batch["attention_mask"].sum(-1).tolist()
         true, guess = word_tags(pred, labels, self.class_names, IGNORE)
-        label = alpha_label(heads, (len(maps), len(maps)))
         tokens = tokens or self.token_strings(batch["input_ids"].cpu(), lengths)
-        panels, rows = [], []
+        sentences = []
         for i, n in enumerate(lengths):
             words = [w.lstrip("▁") or w for w, y in zip(tokens[i], labels[i].tolist()) if y != IGNORE]
-            title = " ".join(f"{w}/{t}" for w, t in zip(words, guess[i]))
-            panels.append(image_panel(f"val/attention/{i}", attention_figure(
-                last[i, :n, :n], tokens[i][:n], tokens[i][:n], title[:90], label=label), caption=title,
-                file=f"val_sentence_{i}.png"))
-            rows.append([" ".join(words), " ".join(true[i]), " ".join(guess[i])])
-        return panels + [table_panel("val/predictions", ["words", "tags", "predicted"], rows)]
+            sentences.append({"tokens": tokens[i][:n], "words": words, "tags": true[i], "predicted": guess[i],
+                              "title": " ".join(f"{w}/{t}" for w, t in zip(words, guess[i]))})
+        return maps, sentences
 
     def log_entities(self, split: str, pred: torch.Tensor, y: torch.Tensor, n: int) -> None:
         """Add the batch's entity counts to the split's scores (computed at the epoch's end)."""

@@ -131,24 +131,13 @@ class TranslationTask(Seq2SeqTask):
         return self.src_itos[i] if i < len(self.src_itos) else str(i)
 
     # -- dashboard ---------------------------------------------------------------------------------
-    def source_text(self, ids: Sequence[int]) -> str:
-        """Source ids as text: subwords joined (``▁`` starts a word, ``##`` continues one)."""
-        toks = [self._src_tok(i) for i in ids if i not in (self.pad_id, self.bos_id, self.eos_id)]
-        if any("▁" in t for t in toks):
-            text = "".join(t[2:] if t.startswith("##") else t for t in toks).replace("▁", " ")
-        else:  # word-level vocabularies (synthetic data)
-            text = " ".join(toks)
-        return " ".join(text.split())
-
     @torch.no_grad()
     def dashboard(self, batch: Dict[str, torch.Tensor]) -> List[dict]:
         """The seq2seq heat maps and ``val/translations``: source, reference, hypothesis."""
         panels = super().dashboard(batch)
-        src, lengths = batch["src"].to(self.device), batch["src_lengths"].to(self.device)
-        with self.eval_mode():
-            pred, _ = self.translate_ids(src, lengths, self.val_beam_size)
-        hyps, refs = self.ids_to_text(pred), self.references_of(batch, "val")
-        sources = [self.source_text(row[: int(n)]) for row, n in zip(batch["src"].tolist(), lengths.tolist())]
+        hyps, refs = self.hypotheses(batch), self.references_of(batch, "val")
+        sources = [self.source_text(row[: int(n)])
+                   for row, n in zip(batch["src"].tolist(), batch["src_lengths"].tolist())]
         panels.append(table_panel("val/translations", ["source", "reference", "hypothesis"],
                                   list(zip(sources, refs, hyps))))
         return panels

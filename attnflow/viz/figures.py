@@ -164,9 +164,11 @@ def neighbourhood_figure(alphas: Sequence[np.ndarray], labels: Sequence[str], ti
 
 
 # -- texts (BERT) ----------------------------------------------------------------------------------
-def cls_attention_figure(cls, tokens: Sequence[str], title: str = "", figsize=TEXT_ATTENTION_SIZE):
+def cls_attention_figure(cls, tokens: Sequence[str], title: str = "", figsize=TEXT_ATTENTION_SIZE,
+                         row_names: Optional[Sequence[str]] = None):
     """The ⟨CLS⟩ row of every layer's and head's attention, ``cls`` (N, J, T), as an (N·J) × T
-    heat map. Colours run from 0 to the largest weight: trained BERTs put most on [CLS] and
+    heat map; ``row_names``: the N·J rows' names (default ``L<l> h<j>``; e.g. one layer's mean
+    over heads). Colours run from 0 to the largest weight: trained BERTs put most on [CLS] and
     [SEP] (Clark et al. 2019), which a fixed 0–1 scale would leave the only visible cells."""
     w = np.asarray(cls.detach().float().cpu() if isinstance(cls, torch.Tensor) else cls, dtype=float)
     N, J, T = w.shape
@@ -180,8 +182,9 @@ def cls_attention_figure(cls, tokens: Sequence[str], title: str = "", figsize=TE
     shown = [(p if len(p) <= 12 else p[:11] + "…") for p in map(shown_piece, tokens)]
     ax.set_xticks(range(0, T, step), labels=shown[::step], rotation=90,
                   fontsize=_fontsize(-(-T // step), 400, 4, 9))
-    if N * J <= 48:
-        ax.set_yticks(range(N * J), labels=[f"L{l + 1} h{j + 1}" for l in range(N) for j in range(J)],
+    if N * J <= 48 or row_names is not None:
+        names = row_names or [f"L{l + 1} h{j + 1}" for l in range(N) for j in range(J)]
+        ax.set_yticks(range(N * J), labels=list(names),
                       fontsize=_fontsize(N * J, 300, 4, 9))
     else:  # BERT-base and larger: one label per layer
         ax.set_yticks(range(0, N * J, J), labels=[f"L{l + 1}" for l in range(N)],

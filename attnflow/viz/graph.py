@@ -67,9 +67,9 @@ def log_figure(fig, path: Path, trainer, tag: str, caption: str = "", when: str 
 
 
 def neighbourhoods(weights: Sequence[Tuple[torch.Tensor, torch.Tensor]], nodes: torch.Tensor,
-                   max_neighbours: int = 24) -> List[Tuple[torch.Tensor, List[torch.Tensor]]]:
+                   max_neighbours: Optional[int] = 24) -> List[Tuple[torch.Tensor, List[torch.Tensor]]]:
     """Per node t: (its first-layer neighbours j, [α_tj per layer: (K, heads)]) from a GAT's
-    [(edge_index, α (E, J))]; at most the ``max_neighbours`` heaviest, in node order."""
+    [(edge_index, α (E, J))]; at most the ``max_neighbours`` heaviest (None: all), in node order."""
     size = max(int(ei.max()) for ei, _ in weights) + 1 if weights[0][0].numel() else 1
     out = []
     for t in nodes.tolist():  # a few nodes, for pictures
@@ -81,7 +81,7 @@ def neighbourhoods(weights: Sequence[Tuple[torch.Tensor, torch.Tensor]], nodes: 
             table = torch.zeros(size, alpha.shape[-1])
             table[ei[0, into]] = alpha[into].float().cpu()
             alphas.append(table[nbrs])
-        if len(nbrs) > max_neighbours:
+        if max_neighbours is not None and len(nbrs) > max_neighbours:
             mean = torch.stack([a.mean(-1) for a in alphas]).mean(0)
             keep = mean.topk(max_neighbours).indices.sort().values
             nbrs, alphas = nbrs[keep], [a[keep] for a in alphas]
