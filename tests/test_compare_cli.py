@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 
 import numpy as np
@@ -15,7 +16,7 @@ from scipy.stats import entropy
 
 from attnflow.cli.compare import main
 from attnflow.compare.loading import load_task
-from cli_runs import QUIET, document_files, document_overrides, fabricate_run
+from cli_runs import GRAPH, QUIET, document_files, document_overrides, fabricate_run
 from support import CHROMIUM, CHROMIUM_MISSING, chromium_dom, chromium_flags
 
 REVERSE = ["data.train_size=200", "data.val_size=20", "data.test_size=20", *QUIET]
@@ -60,7 +61,7 @@ def test_a_sweep_folder_names_runs_by_what_was_swept(runs, tmp_path):
     sweep = tmp_path / "sweep"
     for i, (scorer, acc) in enumerate((("dot", 0.5), ("additive", 0.9))):
         job = sweep / str(i)
-        subprocess.run(["cp", "-r", str(runs[scorer]), str(job)], check=True)
+        shutil.copytree(runs[scorer], job)
         (job / ".hydra").mkdir()
         (job / ".hydra" / "overrides.yaml").write_text(f"- scorer={scorer}\n")
         (job / "metrics.json").write_text(json.dumps({"metrics": {"val/seq_acc": acc}, "epochs": 1}))
@@ -81,6 +82,29 @@ def test_runs_of_other_families_or_data_are_refused_in_one_line(runs, tmp_path, 
     assert len(err.splitlines()) == 1 and "see val 0 differently" in err
     assert main([str(runs["dot"])]) == 2
     assert "name two runs or more" in capsys.readouterr().err
+
+
+def test_classifiers_get_jain_and_wallace_and_graphs_compare_chosen_nodes(tmp_path):
+    docs = document_files(tmp_path / "docs")
+    han = [fabricate_run(document_overrides(docs), tmp_path / f"han{i}", seed=i) for i in range(2)]
+    assert main([*map(str, han), "--examples", "3", "--permutations", "4", "-o", str(tmp_path / "h")]) == 0
+    stats = json.loads((tmp_path / "h" / "stats.json").read_text())
+    assert {r["view"] for r in stats["statistics"]} == {"word", "sentence"}
+    for d in stats["diagnostics"].values():
+        assert -1 <= d["kendall_tau"] <= 1 and 0 <= d["tvd"] <= 1 and "permuted" in d
+    assert "Jain &amp; Wallace" in (tmp_path / "h" / "compare.html").read_text()
+    gat = [fabricate_run(GRAPH, tmp_path / f"gat{i}", seed=i) for i in range(2)]
+    assert main([*map(str, gat), "--ids", "3,5", "-o", str(tmp_path / "g")]) == 0
+    stats = json.loads((tmp_path / "g" / "stats.json").read_text())
+    assert stats["examples"] == ["node 3", "node 5"]
+    assert {r["view"] for r in stats["statistics"]} == {"neighbours L1", "neighbours L2"}
+
+
+def test_an_output_folder_with_other_files_is_refused_first(runs, tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("mine")
+    assert main([str(runs["dot"]), str(runs["general"]), "-o", str(tmp_path)]) == 2
+    assert "holds other files (notes.txt)" in capsys.readouterr().err
+    assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
 def test_wandb_table_has_a_row_per_example_and_a_column_per_run(runs, tmp_path, monkeypatch):

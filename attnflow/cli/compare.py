@@ -30,7 +30,7 @@ from attnflow.compare.comparison import Choice, build_comparison, fmt
 from attnflow.compare.page import DIAG_COLUMNS, diagnostics_rows, write_page
 from attnflow.compare.runs import named_runs
 from attnflow.compare.wandb_table import log_to_wandb
-from attnflow.io.text import path_arg
+from attnflow.io.text import InputError, path_arg
 
 
 def ids_arg(value: str) -> List[int]:
@@ -70,6 +70,19 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+OWN = {"compare.html", "stats.json", "stats.csv", "wandb"}
+
+
+def check_out(out: Path) -> None:
+    """Refuse an output folder that holds anything but an earlier comparison's files."""
+    if out.exists() and not out.is_dir():
+        raise InputError(f"-o '{out}' is a file; name a folder for the comparison")
+    other = sorted(p.name for p in out.iterdir() if p.name not in OWN) if out.is_dir() else []
+    if other:
+        raise InputError(f"'{out}' holds other files ({', '.join(other[:4])}), which the "
+                         f"comparison could overwrite; name a new or empty folder with -o")
+
+
 def _print(c, console: Console) -> None:
     table = Table(title=f"attention across runs: {c.family}", show_lines=False)
     for col in c.columns:
@@ -92,6 +105,7 @@ def _compare(args) -> int:
     if skipped:
         print(f"attnflow-compare: left out (no metrics): {', '.join(skipped)}", file=sys.stderr)
     out = args.out or args.paths[0] / "compare"
+    check_out(out)  # before the runs are read
     choice = Choice(args.examples, args.ids, args.layer, args.head, args.permutations,
                     args.alignments, args.device)
     comparison = build_comparison(named, choice)

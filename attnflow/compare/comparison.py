@@ -56,12 +56,16 @@ class Comparison:
 def _views_of(run, choice: Choice):
     """(examples, Jain & Wallace's figures or None, family) of one run."""
     task, dm, _ = load_task(run, choice.device)
-    batch = dm.example_batch(choice.examples, ids=choice.ids) if choice.ids else dm.example_batch(choice.examples)
-    views = collect(task, batch, choice.layer, choice.head)
+    batch = dm.example_batch(choice.examples, ids=choice.ids)
+    graph = isinstance(batch, dict) and "nodes" in batch
+    keys = None if choice.ids is None or graph else [f"val {i}" for i in choice.ids]
+    views = collect(task, batch, choice.layer, choice.head, keys)
     if not views:
         raise CompareError(f"{run.run_dir}: no validation examples to compare")
     diagnosed = jain_wallace(task, batch, choice.permutations) if choice.permutations else None
-    return views, diagnosed, f"{type(task).__name__} with model '{run.config['model'].get('name')}'"
+    cfg = run.config
+    return views, diagnosed, (f"model '{cfg['model'].get('name')}', task '{cfg['task'].get('name')}', "
+                              f"data '{cfg['data'].get('name')}'")
 
 
 def build_comparison(named: Named, choice: Choice) -> Comparison:
