@@ -37,7 +37,7 @@ def collect(task, batch, layer: Optional[int] = None, head: Optional[int] = None
         if isinstance(task, family):
             return collector(task, batch, layer, head, keys)
     raise TypeError(f"attnflow-compare: no attention views for a {type(task).__name__} "
-                    f"(interface '{getattr(task, 'interface', None)}')")
+                    f"(interface '{task.interface}')")
 
 
 # -- encoder–decoders: teacher-forced on the reference ---------------------------------------------

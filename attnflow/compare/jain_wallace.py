@@ -58,6 +58,7 @@ class Pass:
     leaf: torch.Tensor
     nodes: Optional[torch.Tensor] = None
     edges: Optional[torch.Tensor] = None
+    multi_label: bool = False  # sigmoid outputs: TVD the mean over classes
 
 
 # -- forward passes, per task interface --------------------------------------------------------------
@@ -87,7 +88,8 @@ def _graph_pass(task: Any, batch: dict) -> Pass:
     data, nodes = batch["graph"], batch["nodes"].to(task.device)
     x = task._features(data.x).detach().requires_grad_(torch.is_grad_enabled())
     logits, weights = task.model(x, data.edge_index.to(task.device), need_weights=True)
-    return Pass(_probabilities(logits[nodes], task.multi_label), x, nodes, weights[-1][0])
+    return Pass(_probabilities(logits[nodes], task.multi_label), x, nodes, weights[-1][0],
+                task.multi_label)
 
 
 def _embedded_pass(task: Any, batch: dict) -> Pass:
@@ -204,8 +206,9 @@ def _taus(task: Any, batch: dict, declared: List[Declared], pairs_of: Callable) 
 def _tvds(task: Any, batch: dict, owners: list, permutations: int,
           generator: torch.Generator) -> np.ndarray:
     """(n,): per example the median TVD over the permutations."""
-    run_pass, multi = PASSES[task.interface], bool(getattr(task, "multi_label", False))
-    base = run_pass(task, batch).probs
+    run_pass = PASSES[task.interface]
+    first = run_pass(task, batch)
+    base, multi = first.probs, first.multi_label
     with tampered(owners, "permute", generator, record=False):
         diffs = [total_variation(base, run_pass(task, batch).probs, multi)
                  for _ in range(permutations)]
@@ -213,10 +216,9 @@ def _tvds(task: Any, batch: dict, owners: list, permutations: int,
 
 
 def _declared(task: Any) -> List[Declared]:
-    model = getattr(task, "model", None)
-    if not isinstance(model, Diagnosable) or getattr(task, "interface", None) not in PASSES:
+    if not isinstance(task.model, Diagnosable) or task.interface not in PASSES:
         return []
-    return list(model.diagnosed_attention())
+    return list(task.model.diagnosed_attention())
 
 
 def jain_wallace(task, batch, permutations: int = 20, seed: int = 0) -> Optional[dict]:

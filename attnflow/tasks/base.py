@@ -30,6 +30,8 @@ class Task(TaskContract, pl.LightningModule):
     # a prefix of every name logged: ``best/`` while the best checkpoint is validated after
     # training (its figures are not one more point of the ``val/`` curves)
     logged_as: str = ""
+    # the data module given to a task rebuilt outside training (:meth:`use_data`)
+    _given_data: Optional[DataContract] = None
 
     def __init__(self, model: nn.Module, *, optim: OptimConfig = OptimConfig()):
         super().__init__()
@@ -139,7 +141,7 @@ class Task(TaskContract, pl.LightningModule):
         """The attnflow data module of the run this task is attached to, else the one given to
         :meth:`use_data`, else None."""
         trainer = attached_trainer(self)
-        dm = trainer.datamodule if trainer is not None else getattr(self, "_given_data", None)
+        dm = trainer.datamodule if trainer is not None else self._given_data
         return dm if isinstance(dm, DataContract) else None
 
     def use_data(self, dm: DataContract) -> None:
