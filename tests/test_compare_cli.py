@@ -100,6 +100,24 @@ def test_classifiers_get_jain_and_wallace_and_graphs_compare_chosen_nodes(tmp_pa
     assert {r["view"] for r in stats["statistics"]} == {"neighbours L1", "neighbours L2"}
 
 
+def test_sentences_of_a_file_are_compared_teacher_forced_on_their_target(runs, tmp_path, capsys):
+    from attnflow.compare.comparison import Choice, build_comparison
+
+    c = build_comparison([("dot", runs["dot"]), ("general", runs["general"])],
+                         Choice(texts=["a b c d", "k l m"], permutations=0))
+    assert c.keys() == ["sentence 1", "sentence 2"]
+    cross = c.examples["general"][0].views[0]
+    assert cross.rows == ["d", "c", "b", "a", "<eos>"] and cross.labels[0] == ["a", "b", "c", "d"]
+    (tmp_path / "s.txt").write_text("a b zz\n")
+    assert main([str(runs["dot"]), str(runs["general"]), "--texts", str(tmp_path / "s.txt"),
+                 "-o", str(tmp_path / "o")]) == 2
+    assert "sentence 1: zz: not a sequence of the data's symbols" in capsys.readouterr().err
+    docs = document_files(tmp_path / "docs")
+    han = [fabricate_run(document_overrides(docs), tmp_path / f"han{i}", seed=i) for i in range(2)]
+    assert main([*map(str, han), "--texts", str(tmp_path / "s.txt"), "-o", str(tmp_path / "h")]) == 2
+    assert "takes no sentences: choose its validation examples by number" in capsys.readouterr().err
+
+
 def test_an_output_folder_with_other_files_is_refused_first(runs, tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("mine")
     assert main([str(runs["dot"]), str(runs["general"]), "-o", str(tmp_path)]) == 2

@@ -185,6 +185,16 @@ def test_example_batch_ids_take_those_examples(loaded):
     assert caps.example_batch(2, ids=[6, 1])["idx"].tolist() == [6, 1]
 
 
+def test_text_batch_encodes_source_and_reference_as_the_data_does(loaded):
+    mt = loaded["mt"][1]
+    batch = mt.text_batch(["ein mann\ta man", "zwei\ttwo"])
+    want = mt.src_tok.encode("ein mann").ids[: mt.max_src_len]
+    assert batch["src"][0, : len(want)].tolist() == want and batch["src_lengths"][0] == len(want)
+    assert batch["tgt_out"][0, : len(mt.tgt_tok.encode("a man").ids)].tolist() == mt.tgt_tok.encode("a man").ids
+    with pytest.raises(ValueError, match="sentence 2: give 'source<TAB>reference'"):
+        mt.text_batch(["ein\tone", "no reference"])
+
+
 # -- documents --------------------------------------------------------------------------------------
 def _words(task, batch, b):
     lengths = batch["sent_lengths"][b]

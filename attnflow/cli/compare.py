@@ -8,7 +8,7 @@ and the diagnostics of the literature.
 
 Each run's best checkpoint reads the same validation examples (``--examples N``: the first N, or
 across the classes as the run's dashboard takes them; ``--ids``: these, as numbers or a file of
-them; graph runs: node ids). Translation and captioning attention is taken teacher-forced on the
+them; graph runs: node ids), or ``--texts FILE``'s sentences (translation: source<TAB>reference). Translation and captioning attention is taken teacher-forced on the
 reference, so rows line up. Writes ``compare.html`` (self-contained), ``stats.json`` and
 ``stats.csv`` to ``-o`` (default ``<first path>/compare``) and prints the statistics.
 """
@@ -44,6 +44,18 @@ def ids_arg(value: str) -> List[int]:
     return [int(p) for p in parts]
 
 
+def texts_arg(value: str) -> List[str]:
+    """The non-blank lines of a file."""
+    try:
+        text = Path(value).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise argparse.ArgumentTypeError(f"cannot read '{value}': {err}") from None
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise argparse.ArgumentTypeError(f"'{value}' holds no sentences")
+    return lines
+
+
 def natural(value: str) -> int:
     n = int(value)
     if n < 0:
@@ -57,7 +69,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="+", type=lambda v: Path(path_arg(v)),
                    help="run directories, a sweep (multirun) folder or a report folder")
     p.add_argument("--examples", type=positive, default=8, help="validation examples (default 8)")
-    p.add_argument("--ids", type=ids_arg, help="these validation examples (graph: nodes) instead")
+    chosen = p.add_mutually_exclusive_group()
+    chosen.add_argument("--ids", type=ids_arg, help="these validation examples (graph: nodes) instead")
+    chosen.add_argument("--texts", type=texts_arg, help="a file of sentences instead (translation: "
+                        "source<TAB>reference per line)")
     p.add_argument("--layer", type=natural, help="the pictures' layer, from 0 (default: the last)")
     p.add_argument("--head", type=natural, help="the pictures' head, from 0 (default: mean over heads)")
     p.add_argument("--top", type=positive, help="of a sweep: its best N runs")
@@ -106,7 +121,7 @@ def _compare(args) -> int:
         print(f"attnflow-compare: left out (no metrics): {', '.join(skipped)}", file=sys.stderr)
     out = args.out or args.paths[0] / "compare"
     check_out(out)  # before the runs are read
-    choice = Choice(args.examples, args.ids, args.layer, args.head, args.permutations,
+    choice = Choice(args.examples, args.ids, args.texts, args.layer, args.head, args.permutations,
                     args.alignments, args.device)
     comparison = build_comparison(named, choice)
     files = write_page(comparison, out)

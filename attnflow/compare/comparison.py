@@ -22,11 +22,13 @@ from attnflow.compare.views import ExampleViews
 
 @dataclass
 class Choice:
-    """What is compared: ``examples`` first validation examples, or those of ``ids`` (nodes for a
-    graph); the pictures' ``layer`` and ``head`` (0-based; None: last layer, mean over heads)."""
+    """What is compared: ``examples`` first validation examples, those of ``ids`` (nodes for a
+    graph), or the sentences ``texts`` (translation: ``source<TAB>reference``); the pictures'
+    ``layer`` and ``head`` (0-based; None: last layer, mean over heads)."""
 
     examples: int = 8
     ids: Optional[List[int]] = None
+    texts: Optional[List[str]] = None
     layer: Optional[int] = None
     head: Optional[int] = None
     permutations: int = 20
@@ -56,9 +58,12 @@ class Comparison:
 def _views_of(run, choice: Choice):
     """(examples, Jain & Wallace's figures or None, family) of one run."""
     task, dm, _ = load_task(run, choice.device)
-    batch = dm.example_batch(choice.examples, ids=choice.ids)
-    graph = isinstance(batch, dict) and "nodes" in batch
-    keys = None if choice.ids is None or graph else [f"val {i}" for i in choice.ids]
+    if choice.texts:
+        batch, keys = dm.text_batch(choice.texts), [f"sentence {i + 1}" for i in range(len(choice.texts))]
+    else:
+        batch = dm.example_batch(choice.examples, ids=choice.ids)
+        graph = isinstance(batch, dict) and "nodes" in batch
+        keys = None if choice.ids is None or graph else [f"val {i}" for i in choice.ids]
     views = collect(task, batch, choice.layer, choice.head, keys)
     if not views:
         raise CompareError(f"{run.run_dir}: no validation examples to compare")

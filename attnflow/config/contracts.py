@@ -24,6 +24,8 @@ class Composable:
     #: the fields of each entry of a field that maps names to entries (task ``multitask``'s
     #: ``tasks.<name>.weight``): a plain override reaches them in an entry the YAML lacks
     entry_fields: ClassVar[Tuple[str, ...]] = ()
+    #: the name it is registered under (set by the registry)
+    registry_name: ClassVar[Optional[str]] = None
 
     @classmethod
     def interface_of(cls, fields: Mapping[str, Any]) -> Optional[str]:
@@ -129,6 +131,12 @@ class DataContract(Composable):
         """``n`` items of ``split`` as one batch, for dashboards and pictures; ``ids``: those
         items (indices into the split; graphs: node ids) instead."""
         raise NotImplementedError
+
+    def text_batch(self, lines: Sequence[str]) -> Any:
+        """``lines`` given by the user as one batch of :meth:`example_batch`'s form (translation:
+        ``source<TAB>reference``); a data module without text input refuses."""
+        raise ValueError(f"data '{self.registry_name}' takes no sentences: choose its validation "
+                         f"examples by number (attnflow-compare --ids)")
 
 
 class ModelContract(Composable):

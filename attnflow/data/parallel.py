@@ -366,6 +366,19 @@ class ParallelDataModule(SplitDataModule):
         return (ResumableDataLoader if shuffle else DataLoader)(
             data, batch_sampler=sampler, collate_fn=collate, num_workers=self.num_workers)
 
+    def text_batch(self, lines: Sequence[str]) -> Dict[str, torch.Tensor]:
+        """``source<TAB>reference`` lines as a batch: the source cut as evaluation cuts it, the
+        reference the target (attention compared teacher-forced on it)."""
+        pairs = [line.split("\t", 1) for line in lines]
+        for n, pair in enumerate(pairs, 1):
+            if len(pair) != 2 or not pair[0].strip() or not pair[1].strip():
+                raise DataError(f"sentence {n}: give 'source<TAB>reference' (the attention is "
+                                f"taken teacher-forced on the reference)")
+        self.prepare_tokenizers()
+        src = self.encode_source([s for s, _ in pairs])
+        tgt = [e.ids for e in self.tgt_tok.encode_batch([t for _, t in pairs])]
+        return collate([(i, s, t) for i, (s, t) in enumerate(zip(src, tgt))])
+
     def example_batch(self, n: int, split: str = "val",
                       ids: Optional[Sequence[int]] = None) -> Dict[str, torch.Tensor]:
         """The first ``n`` pairs of a split (or ``ids``), as a batch (attention heat maps)."""

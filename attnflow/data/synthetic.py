@@ -126,6 +126,18 @@ class ReverseDataModule(SplitDataModule):
             self.splits[split], batch_size=self.batch_size, shuffle=shuffle,
             sampler=None if shuffle else eval_sampler(self.splits[split]), collate_fn=collate)
 
+    def text_batch(self, lines: Sequence[str]) -> Dict[str, torch.Tensor]:
+        """Sequences of symbols between spaces (``e b j h``) with their target f(x)."""
+        index = {s: i for i, s in enumerate(self.itos) if i >= len(SPECIALS)}
+        seqs = []
+        for n, line in enumerate(lines, 1):
+            unknown = [s for s in line.split() if s not in index]
+            if unknown or not line.split():
+                raise ValueError(f"sentence {n}: {' '.join(unknown) or 'empty'}: not a sequence of "
+                                 f"the data's symbols {' '.join(self.itos[len(SPECIALS):])}")
+            seqs.append(tuple(index[s] for s in line.split()))
+        return collate([(x, target_of(self.task, x)) for x in seqs])
+
     def example_batch(self, n: int, split: str = "val",
                       ids: Optional[Sequence[int]] = None) -> Dict[str, torch.Tensor]:
         """The first ``n`` examples of a split (or ``ids``), as a batch (attention heat maps)."""
