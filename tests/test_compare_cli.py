@@ -16,7 +16,8 @@ from scipy.stats import entropy
 
 from attnflow.cli.compare import main
 from attnflow.compare.loading import load_task
-from cli_runs import GRAPH, QUIET, document_files, document_overrides, fabricate_run
+from cli_runs import (GRAPH, QUIET, document_files, document_overrides, fabricate_run, parallel_files,
+                      translation_overrides)
 from support import CHROMIUM, CHROMIUM_MISSING, chromium_dom, chromium_flags
 
 REVERSE = ["data.train_size=200", "data.val_size=20", "data.test_size=20", *QUIET]
@@ -116,6 +117,21 @@ def test_sentences_of_a_file_are_compared_teacher_forced_on_their_target(runs, t
     han = [fabricate_run(document_overrides(docs), tmp_path / f"han{i}", seed=i) for i in range(2)]
     assert main([*map(str, han), "--texts", str(tmp_path / "s.txt"), "-o", str(tmp_path / "h")]) == 2
     assert "takes no sentences: choose its validation examples by number" in capsys.readouterr().err
+
+
+def test_runs_tokenised_differently_are_compared_per_word(tmp_path, capsys):
+    files = parallel_files(tmp_path / "mt")
+    long = ["data.max_src_len=40", "data.max_tgt_len=40"]  # (no source cut: the same words)
+    runs = [fabricate_run([*translation_overrides(files), f"data.vocab_size={v}", *long], tmp_path / f"v{v}")
+            for v in (40, 80)]
+    assert main([*map(str, runs), "--examples", "3", "-o", str(tmp_path / "o")]) == 0
+    assert "compared per word" in capsys.readouterr().err
+    stats = json.loads((tmp_path / "o" / "stats.json").read_text())
+    assert "per word" in stats["note"] and stats["js"] and all(0 <= s["js"] <= 1 for s in stats["js"])
+    cut = fabricate_run([*translation_overrides(files), "data.vocab_size=40"], tmp_path / "cut")
+    assert main([str(runs[1]), str(cut), "--examples", "3", "-o", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err  # the source cut to 12 pieces: a word fewer
+    assert "see val 0 differently (cross columns: Ein Mann schläft . … against Ein Mann schläft …)" in err
 
 
 def test_an_output_folder_with_other_files_is_refused_first(runs, tmp_path, capsys):

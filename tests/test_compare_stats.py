@@ -109,3 +109,26 @@ def test_word_alignment_sums_pieces():
                       [1.0, 0.0, 0.0]])    # <eos>: left out
     links = word_alignment(alpha, ["\u2581ab", "c", "<eos>"], ["\u2581x", "\u2581y", "z"])
     assert links == {(1, 0)}
+
+
+def test_word_view_sums_columns_and_averages_rows_of_a_words_pieces():
+    from attnflow.compare.words import per_word, units, word_view
+
+    assert units(["\u2581a", "\u2581ho", "use", ".", "<eos>"]) == ([0, 1, 1, 2, 3], ["a", "house", ".", "<eos>"])
+    rng = np.random.default_rng(4)
+    w = _rand_rows(rng, (2, 3, 4))
+    rows, cols = ["\u2581ab", "c", "<eos>"], ["\u2581x", "\u2581y", "z", "<eos>"]
+    view = word_view(_view(w, rows=rows, labels=[cols] * 3))
+    want = np.stack([np.stack([(w[h, 0] + w[h, 1]) / 2, w[h, 2]]) for h in range(2)])  # rows
+    want = np.stack([want[..., 0], want[..., 1] + want[..., 2], want[..., 3]], -1)     # columns
+    assert np.allclose(view.weights, want) and view.rows == ["abc", "<eos>"]
+    assert view.labels == [["x", "yz", "<eos>"]] * 2 and view.lengths.tolist() == [3, 3]
+    # two runs splitting the same words differently line up per word; a causal view is left out
+    other = _view(np.ones((1, 2, 3)) / 3, rows=["\u2581abc", "<eos>"], labels=[["\u2581x", "\u2581yz", "<eos>"]] * 2)
+    causal = _view(np.ones((1, 2, 2)) / 2, kind="decoder_self", rows=["a", "b"], labels=[["a"], ["a", "b"]],
+                   lengths=[1, 2])
+    runs, left = per_word({"a": [ExampleViews("val 0", "", [_view(w[:1], rows=rows, labels=[cols] * 3), causal])],
+                           "b": [ExampleViews("val 0", "", [other])]})
+    assert left == ["decoder_self"] and [len(e.views) for r in runs.values() for e in r] == [1, 1]
+    assert runs["a"][0].views[0].labels[0] == runs["b"][0].views[0].labels[0] == ["x", "yz", "<eos>"]
+    check_rows(runs)

@@ -125,6 +125,8 @@ def _compare(args) -> int:
                     args.alignments, args.device)
     comparison = build_comparison(named, choice)
     files = write_page(comparison, out)
+    if comparison.note:
+        print(f"attnflow-compare: {comparison.note}", file=sys.stderr)
     _print(comparison, Console(width=200))
     if args.wandb:
         files["wandb"] = Path(log_to_wandb(comparison, out, f"compare {args.paths[0].name}"))

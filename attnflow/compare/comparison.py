@@ -18,6 +18,7 @@ from attnflow.compare.loading import load_task
 from attnflow.compare.runs import Named, open_runs
 from attnflow.compare.stats import CompareError, check_rows, pair_divergence, stats_table
 from attnflow.compare.views import ExampleViews
+from attnflow.compare.words import per_word
 
 
 @dataclass
@@ -46,6 +47,7 @@ class Comparison:
     diagnostics: Dict[str, Optional[dict]] = field(default_factory=dict)
     alignment: Dict[str, Optional[float]] = field(default_factory=dict)
     family: str = ""
+    note: str = ""  # how the runs were lined up, where not token by token
 
     @property
     def labels(self) -> List[str]:
@@ -80,14 +82,27 @@ def build_comparison(named: Named, choice: Choice) -> Comparison:
     examples, diagnostics, family = {}, {}, ""
     for label, run in runs.items():
         examples[label], diagnostics[label], family = _views_of(run, choice)
-    check_rows(examples)
+    examples, note = lined_up(examples)
     divergence = pair_divergence(examples)
     columns, table = stats_table(examples, divergence)
     out = Comparison({label: run.run_dir for label, run in runs.items()}, examples, columns, table,
-                     divergence, diagnostics, family=family)
+                     divergence, diagnostics, family=family, note=note)
     if choice.alignments:
         out.alignment = {label: alignment_error(ex, choice) for label, ex in examples.items()}
     return out
+
+
+def lined_up(examples: Dict[str, List[ExampleViews]]):
+    """(examples, note): as they are where every run sees the same tokens, else per word where the
+    runs only tokenise the same words differently; else refused, naming the words that differ."""
+    try:
+        check_rows(examples)
+        return examples, ""
+    except CompareError:
+        words, left = per_word(examples)
+        check_rows(words)  # (refused: what differs word by word)
+    return words, ("compared per word: the runs tokenise differently (sub-word weights summed)"
+                   + (f"; left out: {', '.join(left)}" if left else ""))
 
 
 def _cross(example: ExampleViews, layer: Optional[int]):

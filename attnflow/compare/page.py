@@ -10,7 +10,7 @@ import html
 import io
 import json
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Sequence
 
 from attnflow.compare.comparison import Comparison, fmt
 from attnflow.io.text import atomic_path
@@ -36,9 +36,10 @@ JW_NOTE = ("Jain & Wallace (2019): Kendall τ between the attention and the grad
            "TVD: the attention does not say what the output depends on.")
 
 
-def _table(columns: List[str], rows: List[List], left: int = 1) -> str:
-    head = "".join(f'<th class="{"l" if i < left else ""}">{html.escape(c)}</th>' for i, c in enumerate(columns))
-    body = "".join("<tr>" + "".join(f'<td class="{"l" if i < left else ""}">{html.escape(fmt(v))}</td>'
+def _table(columns: List[str], rows: List[List], left: Sequence[int] = (0,)) -> str:
+    """An HTML table, the columns at ``left`` aligned left (names), the others right (figures)."""
+    head = "".join(f'<th class="{"l" if i in left else ""}">{html.escape(c)}</th>' for i, c in enumerate(columns))
+    body = "".join("<tr>" + "".join(f'<td class="{"l" if i in left else ""}">{html.escape(fmt(v))}</td>'
                                     for i, v in enumerate(r)) + "</tr>" for r in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
 
@@ -81,10 +82,11 @@ def render(c: Comparison, heading: str) -> str:
     shown = any(any(v is not None and v != "" for v in r[1:]) for r in diag)
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(heading)}</title>"
             f"{STYLE}</head><body><h1>{html.escape(heading)}</h1><p>{html.escape(c.family)}</p>"
+            + (f"<p class='note'>{html.escape(c.note)}</p>" if c.note else "") +
             f"<ul>{runs}</ul><h2>Statistics</h2><p class='note'>{html.escape(NOTE)}</p>"
-            f"{_table(c.columns, c.table, 3)}"
+            f"{_table(c.columns, c.table, (0, 1, 2))}"
             + (f"<h2>Diagnostics</h2><p class='note'>{html.escape(JW_NOTE)}</p>"
-               f"{_table(DIAG_COLUMNS, diag)}" if shown else "")
+               f"{_table(DIAG_COLUMNS, diag, (0, 3))}" if shown else "")
             + f"<h2>Examples</h2>{_examples(c)}</body></html>")
 
 
@@ -112,7 +114,7 @@ def summary(c: Comparison) -> Dict:
                    for (a, b, v, h), js in c.divergence.items()],
             "diagnostics": {label: {k: v for k, v in (d or {}).items() if k != "examples"} or None
                             for label, d in c.diagnostics.items()},
-            "aer": c.alignment or None})
+            "aer": c.alignment or None, "note": c.note or None})
 
 
 def write_page(c: Comparison, out: Path, heading: str = "Attention across runs") -> Dict[str, Path]:

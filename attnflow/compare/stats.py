@@ -103,14 +103,17 @@ def check_rows(runs: Dict[str, List[ExampleViews]]) -> None:
     (first, base), *rest = runs.items()
     for name, examples in rest:
         for a, b in zip(base, examples):
-            mine = {v.name(): (v.rows, v.labels) for v in a.views}
+            mine = {v.name(): v for v in a.views}
             for v in b.views:
-                if v.name() in mine and mine[v.name()] != (v.rows, v.labels):
+                m = mine.get(v.name())
+                if m is not None and (m.rows, m.labels) != (v.rows, v.labels):
+                    what, x, y = (("rows", m.rows, v.rows) if m.rows != v.rows else
+                                  ("columns", next(p for p, q in zip(m.labels, v.labels) if p != q),
+                                   next(q for p, q in zip(m.labels, v.labels) if p != q)))
                     raise CompareError(
-                        f"{first} and {name} see {a.key} differently ({v.name()}: "
-                        f"{' '.join(mine[v.name()][0][:6])} … against {' '.join(v.rows[:6])} …): "
-                        f"their data or tokenisation differ; compare runs trained on the same data "
-                        f"with the same tokenizer")
+                        f"{first} and {name} see {a.key} differently ({v.name()} {what}: "
+                        f"{' '.join(x[:8])} … against {' '.join(y[:8])} …): their data or "
+                        f"tokenisation differ; compare runs trained on the same data")
 
 
 def pair_divergence(runs: Dict[str, List[ExampleViews]]) -> Dict[Tuple[str, str, str, str], float]:
