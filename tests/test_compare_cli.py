@@ -70,6 +70,12 @@ def test_a_sweep_folder_names_runs_by_what_was_swept(runs, tmp_path):
     assert main([str(sweep), "--examples", "2", "--permutations", "0"]) == 0
     stats = json.loads((sweep / "compare" / "stats.json").read_text())
     assert list(stats["runs"]) == ["scorer=additive", "scorer=dot"]  # best first
+    report = tmp_path / "report"  # a report folder names its sweep in .report-of
+    report.mkdir()
+    (report / ".report-of").write_text(str(sweep.resolve()))
+    assert main([str(report), "--top", "2", "--examples", "1", "--permutations", "0",
+                 "-o", str(tmp_path / "r")]) == 0
+    assert list(json.loads((tmp_path / "r" / "stats.json").read_text())["runs"]) == list(stats["runs"])
 
 
 def test_runs_of_other_families_or_data_are_refused_in_one_line(runs, tmp_path, capsys):
