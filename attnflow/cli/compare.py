@@ -22,15 +22,14 @@ from pathlib import Path
 from typing import List, Optional
 
 from rich.console import Console
-from rich.table import Table
 
 from attnflow.cli.predict_io import positive
 from attnflow.cli.tool import run_tool
-from attnflow.compare.comparison import Choice, build_comparison, fmt
-from attnflow.compare.page import DIAG_COLUMNS, diagnostics_rows, write_page
+from attnflow.compare.comparison import Choice, build_comparison
+from attnflow.compare.page import check_out, print_tables, write_page
 from attnflow.compare.runs import named_runs
 from attnflow.compare.wandb_table import log_to_wandb
-from attnflow.io.text import InputError, path_arg
+from attnflow.io.text import path_arg
 
 
 def ids_arg(value: str) -> List[int]:
@@ -85,36 +84,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-OWN = {"compare.html", "stats.json", "stats.csv", "wandb"}
-
-
-def check_out(out: Path) -> None:
-    """Refuse an output folder that holds anything but an earlier comparison's files."""
-    if out.exists() and not out.is_dir():
-        raise InputError(f"-o '{out}' is a file; name a folder for the comparison")
-    other = sorted(p.name for p in out.iterdir() if p.name not in OWN) if out.is_dir() else []
-    if other:
-        raise InputError(f"'{out}' holds other files ({', '.join(other[:4])}), which the "
-                         f"comparison could overwrite; name a new or empty folder with -o")
-
-
-def _print(c, console: Console) -> None:
-    table = Table(title=f"attention across runs: {c.family}", show_lines=False)
-    for col in c.columns:
-        table.add_column(col, justify="left" if col in ("run", "view", "head") else "right")
-    for row in c.table:
-        table.add_row(*(fmt(v) for v in row))
-    console.print(table)
-    rows = diagnostics_rows(c)
-    if any(any(v not in (None, "") for v in r[1:]) for r in rows):
-        diag = Table(title="diagnostics")
-        for col in DIAG_COLUMNS:
-            diag.add_column(col)
-        for r in rows:
-            diag.add_row(*(fmt(v) for v in r))
-        console.print(diag)
-
-
 def _compare(args) -> int:
     named, skipped = named_runs(args.paths, args.top)
     if skipped:
@@ -127,7 +96,7 @@ def _compare(args) -> int:
     files = write_page(comparison, out)
     if comparison.note:
         print(f"attnflow-compare: {comparison.note}", file=sys.stderr)
-    _print(comparison, Console(width=200))
+    print_tables(comparison, Console(width=200))
     if args.wandb:
         files["wandb"] = Path(log_to_wandb(comparison, out, f"compare {args.paths[0].name}"))
     print("wrote " + ", ".join(str(p) for p in files.values()))

@@ -12,8 +12,11 @@ import json
 from pathlib import Path
 from typing import Dict, List, Sequence
 
+from rich.console import Console
+from rich.table import Table
+
 from attnflow.compare.comparison import Comparison, fmt
-from attnflow.io.text import atomic_path
+from attnflow.io.text import InputError, atomic_path
 
 STYLE = """<style>
 body{font-family:system-ui,sans-serif;margin:1.5em;line-height:1.45;color:#222}
@@ -57,6 +60,11 @@ def diagnostics_rows(c: Comparison) -> List[List]:
 DIAG_COLUMNS = ["run", "Kendall τ (median)", "TVD permuted (median)", "permuted", "AER"]
 
 
+def _any_figure(rows: List[List]) -> bool:
+    """Whether any run has a diagnostic (classifiers, translation with gold alignments)."""
+    return any(v not in (None, "") for r in rows for v in r[1:])
+
+
 def _examples(c: Comparison) -> str:
     n = len(c.labels)
     parts = []
@@ -79,7 +87,7 @@ def _examples(c: Comparison) -> str:
 def render(c: Comparison, heading: str) -> str:
     runs = "".join(f"<li>{html.escape(k)}: <code>{html.escape(str(p))}</code></li>" for k, p in c.paths.items())
     diag = diagnostics_rows(c)
-    shown = any(any(v is not None and v != "" for v in r[1:]) for r in diag)
+    shown = _any_figure(diag)
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(heading)}</title>"
             f"{STYLE}</head><body><h1>{html.escape(heading)}</h1><p>{html.escape(c.family)}</p>"
             + (f"<p class='note'>{html.escape(c.note)}</p>" if c.note else "") +
@@ -129,3 +137,34 @@ def write_page(c: Comparison, out: Path, heading: str = "Attention across runs")
     writer.writerows(c.table)
     _write(files["csv"], buf.getvalue())
     return files
+
+
+OWN = {"compare.html", "stats.json", "stats.csv", "wandb"}
+
+
+def check_out(out: Path) -> None:
+    """Refuse an output folder that holds anything but an earlier comparison's files."""
+    if out.exists() and not out.is_dir():
+        raise InputError(f"-o '{out}' is a file; name a folder for the comparison")
+    other = sorted(p.name for p in out.iterdir() if p.name not in OWN) if out.is_dir() else []
+    if other:
+        raise InputError(f"'{out}' holds other files ({', '.join(other[:4])}), which the "
+                         f"comparison could overwrite; name a new or empty folder with -o")
+
+
+def print_tables(c: Comparison, console: Console) -> None:
+    """The statistics and, where there are any, the diagnostics as terminal tables."""
+    table = Table(title=f"attention across runs: {c.family}", show_lines=False)
+    for col in c.columns:
+        table.add_column(col, justify="left" if col in ("run", "view", "head") else "right")
+    for row in c.table:
+        table.add_row(*(fmt(v) for v in row))
+    console.print(table)
+    rows = diagnostics_rows(c)
+    if _any_figure(rows):
+        diag = Table(title="diagnostics")
+        for col in DIAG_COLUMNS:
+            diag.add_column(col)
+        for r in rows:
+            diag.add_row(*(fmt(v) for v in r))
+        console.print(diag)

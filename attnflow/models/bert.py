@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnflow.blocks.normalizers.base import Normalized
 from attnflow.config.contracts import ModelContract
 from attnflow.config.registry import (ATTENTIONS, DATA, ENCODERS, MODELS, POSITIONALS, BlockSpec,
                                ConfigError, PositiveFloat, PositiveInt, Probability)
@@ -198,7 +199,7 @@ class BertModel(ModelContract, nn.Module):
         row (query row 0), which the classifier reads through z₀; other heads: [] (Jain &
         Wallace 2019; :mod:`attnflow.compare.jain_wallace`)."""
         attention = self.encoder.layers[-1].self_attn
-        if self.head != "sequence" or not hasattr(attention, "normalizer"):
+        if self.head != "sequence" or not isinstance(attention, Normalized):
             return []
         return [("cls", attention, (0,))]
 

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnflow.blocks.normalizers.base import Normalized
 from attnflow.blocks.graph.sparse_input import dropout_nonzero
 from attnflow.config.contracts import ModelContract
 from attnflow.config.registry import GRAPH_LAYERS, MODELS, BlockSpec, PositiveInt, Probability
@@ -86,4 +87,4 @@ class GAT(ModelContract, nn.Module):
         the normaliser's segment form (Jain & Wallace 2019; :mod:`attnflow.compare.jain_wallace`);
         [] for a layer without a normaliser."""
         last = self.layers[-1]
-        return [("neighbours", last, None)] if hasattr(last, "normalizer") else []
+        return [("neighbours", last, None)] if isinstance(last, Normalized) else []

@@ -17,6 +17,7 @@ from typing import Dict, Optional
 import torch
 from torch import nn
 
+from attnflow.blocks.normalizers.base import Normalized
 from attnflow.models.embedding_init import init_embedding
 from attnflow.config.contracts import ModelContract
 from attnflow.config.registry import ENCODERS, MODELS, POOLINGS, BlockSpec, PositiveInt, Probability
@@ -100,4 +101,4 @@ class HierarchicalAttentionNetwork(ModelContract, nn.Module):
         poolings are attention (own a ``normalizer``), else [] (mean, max: no weights to
         diagnose); see :mod:`attnflow.compare.jain_wallace` (Jain & Wallace 2019)."""
         owners = [("word", self.word_pooling, None), ("sentence", self.sentence_pooling, None)]
-        return owners if all(hasattr(m, "normalizer") for _, m, _ in owners) else []
+        return owners if all(isinstance(m, Normalized) for _, m, _ in owners) else []

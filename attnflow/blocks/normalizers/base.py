@@ -6,7 +6,7 @@ normalises over the entries sharing an index (a node's incoming edges); ``has_se
 says whether a class has one.
 """
 
-from typing import Optional
+from typing import Optional, Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -32,3 +32,11 @@ class Normalizer(nn.Module):
     @classmethod
     def has_segment_form(cls) -> bool:
         return cls.normalize_segments is not Normalizer.normalize_segments
+
+
+@runtime_checkable
+class Normalized(Protocol):
+    """A block whose attention weights one normaliser makes: its ``normalizer`` (attention
+    pooling, attention layers, graph attention), which a caller may wrap for a pass."""
+
+    normalizer: Normalizer
