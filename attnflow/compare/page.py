@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from attnflow.compare.comparison import Comparison, fmt
+from attnflow.compare.stats import MEAN
 from attnflow.io.text import InputError, atomic_path
 
 STYLE = """<style>
@@ -84,6 +85,20 @@ def _examples(c: Comparison) -> str:
     return "".join(parts)
 
 
+def compact(rows: List[List]) -> List[List]:
+    """The rows of the mean over heads, and of views with one head (column 2: the head)."""
+    means = {(r[0], r[1]) for r in rows if r[2] == MEAN}
+    return [r for r in rows if r[2] == MEAN or (r[0], r[1]) not in means]
+
+
+def _statistics(c: Comparison) -> str:
+    """The table of means over heads; where views have several heads, every head folded below."""
+    short = compact(c.table)
+    every = (f"<details><summary>every head ({len(c.table)} rows)</summary>"
+             f"{_table(c.columns, c.table, (0, 1, 2))}</details>" if len(short) < len(c.table) else "")
+    return _table(c.columns, short, (0, 1, 2)) + every
+
+
 def render(c: Comparison, heading: str) -> str:
     runs = "".join(f"<li>{html.escape(k)}: <code>{html.escape(str(p))}</code></li>" for k, p in c.paths.items())
     diag = diagnostics_rows(c)
@@ -92,7 +107,7 @@ def render(c: Comparison, heading: str) -> str:
             f"{STYLE}</head><body><h1>{html.escape(heading)}</h1><p>{html.escape(c.family)}</p>"
             + (f"<p class='note'>{html.escape(c.note)}</p>" if c.note else "") +
             f"<ul>{runs}</ul><h2>Statistics</h2><p class='note'>{html.escape(NOTE)}</p>"
-            f"{_table(c.columns, c.table, (0, 1, 2))}"
+            f"{_statistics(c)}"
             + (f"<h2>Diagnostics</h2><p class='note'>{html.escape(JW_NOTE)}</p>"
                f"{_table(DIAG_COLUMNS, diag, (0, 3))}" if shown else "")
             + f"<h2>Examples</h2>{_examples(c)}</body></html>")
@@ -154,10 +169,12 @@ def check_out(out: Path) -> None:
 
 def print_tables(c: Comparison, console: Console) -> None:
     """The statistics and, where there are any, the diagnostics as terminal tables."""
-    table = Table(title=f"attention across runs: {c.family}", show_lines=False)
+    short = compact(c.table)
+    note = " (mean over heads; every head: stats.csv)" if len(short) < len(c.table) else ""
+    table = Table(title=f"attention across runs: {c.family}{note}", show_lines=False)
     for col in c.columns:
         table.add_column(col, justify="left" if col in ("run", "view", "head") else "right")
-    for row in c.table:
+    for row in short:
         table.add_row(*(fmt(v) for v in row))
     console.print(table)
     rows = diagnostics_rows(c)

@@ -22,6 +22,7 @@ from typing import Dict, Iterable, Iterator, List, Sequence, Tuple
 import numpy as np
 
 from attnflow.compare.views import ExampleViews, View
+from attnflow.viz.runs import natural
 
 MEAN = "mean"  # the head column of the mean over heads
 
@@ -145,7 +146,7 @@ def stats_table(runs: Dict[str, List[ExampleViews]], divergence: Dict) -> Tuple[
             "largest weight", "diagonality"] + [f"JS vs {n}" for n in names]
     rows = []
     for name in names:
-        for (view, head), s in sorted(run_stats(runs[name]).items()):
+        for (view, head), s in sorted(run_stats(runs[name]).items(), key=lambda kv: natural(" ".join(kv[0]))):
             js = [divergence.get((name, o, view, head), divergence.get((o, name, view, head)))
                   for o in names]
             rows.append([name, view, head, s["rows"], s["entropy"], s["uniform"], s["ratio"],
