@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -38,6 +39,14 @@ def _teacher_forced(run, n):
         _, alpha = task.model(batch["src"], batch["src_lengths"], batch["tgt_in"], need_weights=True)
     T = (batch["tgt_out"] != 0).sum(1).tolist()
     return alpha.squeeze(2).numpy(), T, batch["src_lengths"].tolist()
+
+
+def test_help_imports_neither_torch_nor_lightning():
+    code = ("import sys\nfrom attnflow.cli.compare import main\ntry:\n    main(['--help'])\n"
+            "except SystemExit:\n    pass\nprint('HEAVY', [m for m in ('torch', 'pytorch_lightning', "
+            "'matplotlib') if m in sys.modules])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "--examples" in proc.stdout and "HEAVY []" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_page_and_figures_match_the_models_own_attention(runs, tmp_path, capsys):

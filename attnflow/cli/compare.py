@@ -21,14 +21,8 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-from rich.console import Console
-
 from attnflow.cli.predict_io import positive
 from attnflow.cli.tool import run_tool
-from attnflow.compare.comparison import Choice, build_comparison
-from attnflow.compare.page import check_out, print_tables, write_page
-from attnflow.compare.runs import named_runs
-from attnflow.compare.wandb_table import log_to_wandb
 from attnflow.io.text import path_arg
 
 
@@ -85,22 +79,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _compare(args) -> int:
-    named, skipped = named_runs(args.paths, args.top)
-    if skipped:
-        print(f"attnflow-compare: left out (no metrics): {', '.join(skipped)}", file=sys.stderr)
-    out = args.out or args.paths[0] / "compare"
-    check_out(out)  # before the runs are read
-    choice = Choice(args.examples, args.ids, args.texts, args.layer, args.head, args.permutations,
-                    args.alignments, args.device)
-    comparison = build_comparison(named, choice)
-    files = write_page(comparison, out)
-    if comparison.note:
-        print(f"attnflow-compare: {comparison.note}", file=sys.stderr)
-    print_tables(comparison, Console(width=200))
-    if args.wandb:
-        files["wandb"] = Path(log_to_wandb(comparison, out, f"compare {args.paths[0].name}"))
-    print("wrote " + ", ".join(str(p) for p in files.values()))
-    return 0
+    from attnflow.compare.command import compare  # (seconds of imports: not for --help)
+
+    choice = {k: vars(args)[k] for k in ("examples", "ids", "texts", "layer", "head",
+                                         "permutations", "alignments", "device")}
+    return compare(args.paths, args.out, choice, args.top, args.wandb)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
