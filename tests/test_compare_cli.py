@@ -98,6 +98,9 @@ def test_runs_of_other_families_or_data_are_refused_in_one_line(runs, tmp_path, 
     assert len(err.splitlines()) == 1 and "see val 0 differently" in err
     assert main([str(runs["dot"])]) == 2
     assert "name two runs or more" in capsys.readouterr().err
+    assert main([str(runs["dot"]), str(runs["general"]), "--ids", "3,99", "-o", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err.strip() == ("attnflow-compare: example ids 99 are outside the "
+                                               "split's 20 items (0 to 19)")
 
 
 def test_classifiers_get_jain_and_wallace_and_graphs_compare_chosen_nodes(tmp_path):

@@ -170,7 +170,7 @@ def test_example_batch_ids_take_those_examples(loaded):
     for row, i in enumerate([5, 1]):
         n = int(first["src_lengths"][i])
         assert chosen["src"][row, :n].tolist() == first["src"][i, :n].tolist()
-    with pytest.raises(IndexError, match="outside"):
+    with pytest.raises(ValueError, match="outside"):
         dm.example_batch(1, ids=[10_000])
     mt = loaded["mt"][1]
     assert mt.example_batch(2, ids=[2, 0])["idx"].tolist() == [mt.example_batch(3)["idx"][i] for i in (2, 0)]

@@ -25,10 +25,11 @@ def spread_over_labels(labels: Sequence[int] | torch.Tensor, n: int) -> torch.Te
 
 def example_indices(size: int, n: int, ids: Optional[Sequence[int]] = None) -> List[int]:
     """The items an ``example_batch`` takes of a split of ``size``: ``ids`` where given (the same
-    examples in every run compared), else the first ``n``; an id outside the split: IndexError."""
+    examples in every run compared), else the first ``n``; an id outside the split: ValueError."""
     if ids is None:
         return list(range(min(n, size)))
     bad = [i for i in ids if not 0 <= int(i) < size]
     if bad:
-        raise IndexError(f"example ids {bad} are outside the split's {size} items")
+        raise ValueError(f"example ids {', '.join(map(str, bad))} are outside the split's {size} "
+                         f"items (0 to {size - 1})")
     return [int(i) for i in ids]
