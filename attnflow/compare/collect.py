@@ -51,8 +51,8 @@ def _encoder_decoder_views(task, maps: Dict[str, List[torch.Tensor]], batch, i: 
     tokens (through ⟨eos⟩), columns ``source``; decoder self-attention row r over the decoder's
     inputs up to r; ``cross`` names the encoder–decoder kind."""
     T = int((batch["tgt_out"][i] != task.pad_id).sum())
-    target = _tokens(task._tok, batch["tgt_out"][i, :T])
-    inputs = _tokens(task._tok, batch["tgt_in"][i, :T])
+    target = _tokens(task.target_token, batch["tgt_out"][i, :T])
+    inputs = _tokens(task.target_token, batch["tgt_in"][i, :T])
     shapes = {"encoder_self": (source, [source] * len(source)),
               "cross": (target, [source] * T),
               "decoder_self": (target, [inputs[: r + 1] for r in range(T)])}
@@ -70,7 +70,7 @@ def collect_seq2seq(task: Seq2SeqTask, batch, layer, head, keys) -> List[Example
     out = []
     for i, key in enumerate(example_keys(len(batch["src"]), keys)):
         ids = batch["src"][i, : int(batch["src_lengths"][i])]
-        views = _encoder_decoder_views(task, maps, batch, i, _tokens(task._src_tok, ids))
+        views = _encoder_decoder_views(task, maps, batch, i, _tokens(task.source_token, ids))
         ex = ExampleViews(key, task.source_text(ids.tolist()), views, prediction=hyps[i],
                           extra={"reference": refs[i]})
         shown = pick(views, "cross", layer)

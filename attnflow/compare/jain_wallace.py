@@ -86,7 +86,7 @@ def _probabilities(logits: torch.Tensor, multi_label: bool) -> torch.Tensor:
 
 def _graph_pass(task: Any, batch: dict) -> Pass:
     data, nodes = batch["graph"], batch["nodes"].to(task.device)
-    x = task._features(data.x).detach().requires_grad_(torch.is_grad_enabled())
+    x = task.features(data.x).detach().requires_grad_(torch.is_grad_enabled())
     logits, weights = task.model(x, data.edge_index.to(task.device), need_weights=True)
     return Pass(_probabilities(logits[nodes], task.multi_label), x, nodes, weights[-1][0],
                 task.multi_label)

@@ -123,7 +123,7 @@ class CaptioningTask(TranslationTask):
         special = (self.pad_id, self.bos_id, self.eos_id)
         for i, row in enumerate(tokens.tolist()):
             keep = [j for j, t in enumerate(row) if t not in special]
-            words.append([self._tok(row[j]) for j in keep])
+            words.append([self.target_token(row[j]) for j in keep])
             if weights is not None:
                 a = weights[i, keep].float().cpu()
                 alphas.append(a if keep_heads else a.mean(1))

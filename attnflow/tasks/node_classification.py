@@ -103,14 +103,14 @@ class NodeClassificationTask(Task):
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
         return self.model(x, edge_index)
 
-    def _features(self, x: torch.Tensor) -> torch.Tensor:
+    def features(self, x: torch.Tensor) -> torch.Tensor:
         """Node features in the weights' float type (``*-true`` precisions do not cast a PyG
         ``Data``)."""
         dtype = next(self.model.parameters()).dtype
         return x.to(self.device, dtype) if x.is_floating_point() else x.to(self.device)
 
     def step(self, batch, split: str) -> torch.Tensor:
-        logits = self.model(self._features(batch.x), batch.edge_index)
+        logits = self.model(self.features(batch.x), batch.edge_index)
         mask = batch[f"{split}_mask"]
         z, y = logits[mask], batch.y[mask]
         n = int(mask.sum())
@@ -212,7 +212,7 @@ class NodeClassificationTask(Task):
     def _attention(self, data):
         """Full-graph logits and [(edge_index, α (E, J))] per layer, on the CPU."""
         with self.eval_mode():
-            logits, weights = self.model(self._features(data.x), data.edge_index.to(self.device),
+            logits, weights = self.model(self.features(data.x), data.edge_index.to(self.device),
                                          need_weights=True)
         return logits.float().cpu(), [(ei.cpu(), a.float().cpu()) for ei, a in weights]
 

@@ -194,7 +194,7 @@ class Seq2SeqTask(Task):
     def ids_to_text(self, tokens: torch.Tensor) -> List[str]:
         """Each row's tokens through its first ⟨EOS⟩, the specials left out, joined by spaces."""
         special = (self.pad_id, self.bos_id, self.eos_id)
-        return [" ".join(self._tok(i) for i in row if i not in special)
+        return [" ".join(self.target_token(i) for i in row if i not in special)
                 for row in strip_after_eos(tokens, self.eos_id, self.pad_id).tolist()]
 
     def _eval_step(self, batch, split: str) -> torch.Tensor:
@@ -226,8 +226,8 @@ class Seq2SeqTask(Task):
             T = int((ids != self.pad_id).sum())
             out.append({
                 "weights": weights[i, :T, :, :S].mean(1).float().cpu(),
-                "source": [self._src_tok(t) for t in batch["src"][i, :S].tolist()],
-                "output": [self._tok(t) for t in pred[i, :T].tolist()],
+                "source": [self.source_token(t) for t in batch["src"][i, :S].tolist()],
+                "output": [self.target_token(t) for t in pred[i, :T].tolist()],
                 "label": label,
             })
         return out
@@ -242,15 +242,17 @@ class Seq2SeqTask(Task):
                     file=f"val_example_{i}.png")
                 for i, e in enumerate(self.attention_examples(batch))]
 
-    def _src_tok(self, i: int) -> str:
-        return self._tok(i)
+    def source_token(self, i: int) -> str:
+        """A source id as its token (one vocabulary: the target's)."""
+        return self.target_token(i)
 
-    def _tok(self, i: int) -> str:
+    def target_token(self, i: int) -> str:
+        """A target id as its token (an id past the vocabulary as its number)."""
         return self.itos[i] if i < len(self.itos) else str(i)
 
     def source_text(self, ids: Sequence[int]) -> str:
         """Source ids as text: subwords joined (``▁`` starts a word, ``##`` continues one)."""
-        toks = [self._src_tok(i) for i in ids if i not in (self.pad_id, self.bos_id, self.eos_id)]
+        toks = [self.source_token(i) for i in ids if i not in (self.pad_id, self.bos_id, self.eos_id)]
         if any("▁" in t for t in toks):
             text = "".join(t[2:] if t.startswith("##") else t for t in toks).replace("▁", " ")
         else:  # word-level vocabularies (synthetic data)

@@ -38,7 +38,7 @@ class TranslationTask(Seq2SeqTask):
         super().__init__(model, pad_id, bos_id, eos_id, max_decode_len, itos, optim=optim,
                          label_smoothing=label_smoothing, **kwargs)
         self.src_itos = list(src_itos) or self.itos
-        self.detokenize = detokenize or (lambda ids: " ".join(self._tok(i) for i in ids
+        self.detokenize = detokenize or (lambda ids: " ".join(self.target_token(i) for i in ids
                                                               if i not in (pad_id, bos_id, eos_id)))
         self.references = references
         self.beam_size, self.val_beam_size, self.length_penalty = beam_size, val_beam_size, length_penalty
@@ -127,7 +127,8 @@ class TranslationTask(Seq2SeqTask):
     def on_test_epoch_end(self) -> None:
         self._epoch_end("test")
 
-    def _src_tok(self, i: int) -> str:
+    def source_token(self, i: int) -> str:
+        """A source id as its token (the source vocabulary)."""
         return self.src_itos[i] if i < len(self.src_itos) else str(i)
 
     # -- dashboard ---------------------------------------------------------------------------------
