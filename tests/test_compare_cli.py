@@ -124,17 +124,33 @@ def test_sentences_of_a_file_are_compared_teacher_forced_on_their_target(runs, t
 
     c = build_comparison([("dot", runs["dot"]), ("general", runs["general"])],
                          Choice(texts=["a b c d", "k l m"], permutations=0))
-    assert c.keys() == ["sentence 1", "sentence 2"]
+    assert c.keys() == ["text 1", "text 2"]
     cross = c.examples["general"][0].views[0]
     assert cross.rows == ["d", "c", "b", "a", "<eos>"] and cross.labels[0] == ["a", "b", "c", "d"]
     (tmp_path / "s.txt").write_text("a b zz\n")
     assert main([str(runs["dot"]), str(runs["general"]), "--texts", str(tmp_path / "s.txt"),
                  "-o", str(tmp_path / "o")]) == 2
-    assert "sentence 1: zz: not a sequence of the data's symbols" in capsys.readouterr().err
+    assert "text 1: zz: not a sequence of the data's symbols" in capsys.readouterr().err
+    graph = [fabricate_run(GRAPH, tmp_path / f"gat{i}", seed=i) for i in range(2)]
+    assert main([*map(str, graph), "--texts", str(tmp_path / "s.txt"), "-o", str(tmp_path / "g")]) == 2
+    assert "takes no texts: choose its validation examples by number" in capsys.readouterr().err
+
+
+def test_texts_of_your_own_reach_classifiers_tokenised_as_their_data(tmp_path):
+    from attnflow.compare.comparison import Choice, build_comparison
+    from attnflow.data.documents import encode_texts
+
     docs = document_files(tmp_path / "docs")
     han = [fabricate_run(document_overrides(docs), tmp_path / f"han{i}", seed=i) for i in range(2)]
-    assert main([*map(str, han), "--texts", str(tmp_path / "s.txt"), "-o", str(tmp_path / "h")]) == 2
-    assert "takes no sentences: choose its validation examples by number" in capsys.readouterr().err
+    texts = ["A wonderful film. The acting was superb.", "Dull and boring."]
+    c = build_comparison([("a", han[0]), ("b", han[1])], Choice(texts=texts, permutations=2))
+    dm = load_task(han[0])[1]
+    batch, shown = encode_texts(texts, dm.vocab, dm.max_sentences, dm.max_words)
+    first = c.examples["a"][0]
+    word = next(v for v in first.views if v.kind == "word")
+    assert word.labels == shown[0] and first.title.startswith("a wonderful film")
+    assert c.diagnostics["a"]["kendall_tau"] == c.diagnostics["a"]["kendall_tau"]  # a number
+    assert "true" not in first.caption
 
 
 def test_runs_tokenised_differently_are_compared_per_word(tmp_path, capsys):

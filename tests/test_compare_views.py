@@ -191,8 +191,20 @@ def test_text_batch_encodes_source_and_reference_as_the_data_does(loaded):
     want = mt.src_tok.encode("ein mann").ids[: mt.max_src_len]
     assert batch["src"][0, : len(want)].tolist() == want and batch["src_lengths"][0] == len(want)
     assert batch["tgt_out"][0, : len(mt.tgt_tok.encode("a man").ids)].tolist() == mt.tgt_tok.encode("a man").ids
-    with pytest.raises(ValueError, match="sentence 2: give 'source<TAB>reference'"):
+    with pytest.raises(ValueError, match="text 2: give 'source<TAB>reference'"):
         mt.text_batch(["ein\tone", "no reference"])
+
+
+def test_bert_text_batch_is_encoded_as_its_data_without_a_label(loaded):
+    from attnflow.data.text_classification import encode_texts
+
+    task, dm = loaded["bert"]
+    batch = dm.text_batch(["a fine film .", "bad"])
+    want, _ = encode_texts(dm.tokenizer, ["a fine film .", "bad"], dm.max_len)
+    assert batch["input_ids"][0, : len(want[0])].tolist() == want[0].tolist()
+    assert batch["labels"].tolist() == [-1, -1]
+    examples = collect(task, batch)
+    assert examples[0].title == "a fine film ." and not examples[0].caption.startswith("true")
 
 
 # -- documents --------------------------------------------------------------------------------------

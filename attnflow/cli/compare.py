@@ -8,7 +8,7 @@ and the diagnostics of the literature.
 
 Each run's best checkpoint reads the same validation examples (``--examples N``: the first N, or
 across the classes as the run's dashboard takes them; ``--ids``: these, as numbers or a file of
-them; graph runs: node ids), or ``--texts FILE``'s sentences (translation: source<TAB>reference). Translation and captioning attention is taken teacher-forced on the
+them; graph runs: node ids), or ``--texts FILE``'s texts (translation: source<TAB>reference). Translation and captioning attention is taken teacher-forced on the
 reference, so rows line up. Writes ``compare.html`` (self-contained), ``stats.json`` and
 ``stats.csv`` to ``-o`` (default ``<first path>/compare``) and prints the statistics.
 """
@@ -45,7 +45,7 @@ def texts_arg(value: str) -> List[str]:
         raise argparse.ArgumentTypeError(f"cannot read '{value}': {err}") from None
     lines = [line for line in text.splitlines() if line.strip()]
     if not lines:
-        raise argparse.ArgumentTypeError(f"'{value}' holds no sentences")
+        raise argparse.ArgumentTypeError(f"'{value}' holds no texts")
     return lines
 
 
@@ -64,8 +64,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--examples", type=positive, default=8, help="validation examples (default 8)")
     chosen = p.add_mutually_exclusive_group()
     chosen.add_argument("--ids", type=ids_arg, help="these validation examples (graph: nodes) instead")
-    chosen.add_argument("--texts", type=texts_arg, help="a file of sentences instead (translation: "
-                        "source<TAB>reference per line)")
+    chosen.add_argument("--texts", type=texts_arg, help="a file of texts instead, one a line "
+                        "(translation: source<TAB>reference)")
     p.add_argument("--layer", type=natural, help="the pictures' layer, from 0 (default: the last)")
     p.add_argument("--head", type=natural, help="the pictures' head, from 0 (default: mean over heads)")
     p.add_argument("--top", type=positive, help="of a sweep: its best N runs")

@@ -13,6 +13,7 @@ from attnflow.compare.views import ExampleViews, View, example_keys, pick
 from attnflow.tasks.classification import ClassificationTask
 from attnflow.tasks.text_classification import TextClassificationTask
 from attnflow.tasks.token_classification import TokenClassificationTask
+from attnflow.viz.explain import join_pieces
 from attnflow.viz.figures import attention_figure, cls_attention_figure, cls_rows, figure_png
 
 
@@ -58,7 +59,9 @@ def collect_documents(task: ClassificationTask, batch, layer, head, keys) -> Lis
         elif doc["sentences"]:
             views = _han_views(out, doc)
         fig, title = task.document_picture(shown, hop)
-        result.append(ExampleViews(key, f"true {task.class_names[y]}", views, figure_png(fig), title,
+        truth = (f"true {task.class_names[y]}" if y >= 0  # (y < 0: a text of your own)
+                 else " ".join(w for s in doc["sentences"] for w in s)[:120])
+        result.append(ExampleViews(key, truth, views, figure_png(fig), title,
                                    prediction=f"{doc['label']} (p={doc['probability']:.3f})"))
     return result
 
@@ -90,7 +93,9 @@ def collect_texts(task: TextClassificationTask, batch, layer, head, keys) -> Lis
         what, k = shown.label(head), int(probs[i].argmax())
         fig = cls_attention_figure(shown.matrix(head)[None], tokens[i], f"{titles[i]} · {what}",
                                    row_names=[_row_name(shown, head)])
-        out.append(ExampleViews(key, f"true {task.class_names[labels[i]]}", views, figure_png(fig),
+        truth = (f"true {task.class_names[labels[i]]}" if labels[i] >= 0
+                 else join_pieces(tokens[i], ("[PAD]", "[CLS]", "[SEP]"))[:120])
+        out.append(ExampleViews(key, truth, views, figure_png(fig),
                                 f"{what} of [CLS] over the text",
                                 prediction=f"{task.class_names[k]} (p={float(probs[i, k]):.3f})"))
     return out

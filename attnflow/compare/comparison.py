@@ -24,7 +24,7 @@ from attnflow.compare.words import per_word
 @dataclass
 class Choice:
     """What is compared: ``examples`` first validation examples, those of ``ids`` (nodes for a
-    graph), or the sentences ``texts`` (translation: ``source<TAB>reference``); the pictures'
+    graph), or the texts ``texts`` (translation: ``source<TAB>reference``); the pictures'
     ``layer`` and ``head`` (0-based; None: last layer, mean over heads)."""
 
     examples: int = 8
@@ -61,7 +61,7 @@ def _views_of(run, choice: Choice):
     """(examples, Jain & Wallace's figures or None, family) of one run."""
     task, dm, _ = load_task(run, choice.device)
     if choice.texts:
-        batch, keys = dm.text_batch(choice.texts), [f"sentence {i + 1}" for i in range(len(choice.texts))]
+        batch, keys = dm.text_batch(choice.texts), [f"text {i + 1}" for i in range(len(choice.texts))]
     else:
         batch = dm.example_batch(choice.examples, ids=choice.ids)
         graph = isinstance(batch, dict) and "nodes" in batch

@@ -135,7 +135,7 @@ class DataContract(Composable):
     def text_batch(self, lines: Sequence[str]) -> Any:
         """``lines`` given by the user as one batch of :meth:`example_batch`'s form (translation:
         ``source<TAB>reference``); a data module without text input refuses."""
-        raise ValueError(f"data '{self.registry_name}' takes no sentences: choose its validation "
+        raise ValueError(f"data '{self.registry_name}' takes no texts: choose its validation "
                          f"examples by number (attnflow-compare --ids)")
 
 

@@ -282,6 +282,11 @@ class DocumentDataModule(FileDataModule):
                           classes=(self.label_values, "the run's classes"))
         self._encode(split, rows, [self.vocab.tokenize(t) for t, _ in rows])
 
+    def text_batch(self, lines: Sequence[str]) -> Dict[str, torch.Tensor]:
+        """Texts of your own, tokenised and capped as the run's documents; no label (-1)."""
+        batch, _ = encode_texts(lines, self.vocab, self.max_sentences, self.max_words)
+        return {**batch, "labels": torch.full((len(lines),), -1, dtype=torch.long)}
+
     def _encode(self, split: str, rows: List[tuple], tokenized: List) -> None:
         labels = self.label_ids([y for _, y in rows], self.label_values)
         self.splits[split], self.stats[split] = encode_documents(

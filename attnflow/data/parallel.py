@@ -372,7 +372,7 @@ class ParallelDataModule(SplitDataModule):
         pairs = [line.split("\t", 1) for line in lines]
         for n, pair in enumerate(pairs, 1):
             if len(pair) != 2 or not pair[0].strip() or not pair[1].strip():
-                raise DataError(f"sentence {n}: give 'source<TAB>reference' (the attention is "
+                raise DataError(f"text {n}: give 'source<TAB>reference' (the attention is "
                                 f"taken teacher-forced on the reference)")
         self.prepare_tokenizers()
         src = self.encode_source([s for s, _ in pairs])

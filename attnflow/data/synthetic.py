@@ -133,7 +133,7 @@ class ReverseDataModule(SplitDataModule):
         for n, line in enumerate(lines, 1):
             unknown = [s for s in line.split() if s not in index]
             if unknown or not line.split():
-                raise ValueError(f"sentence {n}: {' '.join(unknown) or 'empty'}: not a sequence of "
+                raise ValueError(f"text {n}: {' '.join(unknown) or 'empty'}: not a sequence of "
                                  f"the data's symbols {' '.join(self.itos[len(SPECIALS):])}")
             seqs.append(tuple(index[s] for s in line.split()))
         return collate([(x, target_of(self.task, x)) for x in seqs])

@@ -167,6 +167,11 @@ class TextClassificationDataModule(WordPieceData, FileDataModule):
         self.splits[split] = self._encode(split, read_labelled(
             path, self.text_field, self.label_field, classes=(self.label_values, "the run's classes")))
 
+    def text_batch(self, lines: Sequence[str]) -> Dict[str, torch.Tensor]:
+        """Texts of your own, ``[CLS] text [SEP]`` cut to ``max_len``; no label (-1)."""
+        ids, _ = encode_texts(self.tokenizer, lines, self.max_len)
+        return collate_texts([(row, -1) for row in ids])
+
     def _loader(self, split: str, train: bool) -> DataLoader:
         self.setup()
         data = self.splits[split]

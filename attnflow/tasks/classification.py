@@ -124,9 +124,9 @@ class ClassificationTask(Task):
                         out: Optional[Dict[str, torch.Tensor]] = None) -> List[dict]:
         """:meth:`explain` with each document's ``title``: true and predicted class."""
         docs = self.explain(batch, out=out)
-        for d, y in zip(docs, batch["labels"].tolist()):
-            d["title"] = (f"true {self.class_names[y]} · predicted {d['label']} "
-                          f"(p={d['probability']:.3f})")
+        for d, y in zip(docs, batch["labels"].tolist()):  # (y < 0: a text without a label)
+            truth = f"true {self.class_names[y]} · " if y >= 0 else ""
+            d["title"] = f"{truth}predicted {d['label']} (p={d['probability']:.3f})"
         return docs
 
     def _shading(self, doc: dict, hop: Optional[int] = None) -> str:

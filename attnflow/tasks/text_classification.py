@@ -59,8 +59,9 @@ class TextClassificationTask(Task):
             return maps, torch.softmax(self.model.classify_logits(hidden).float(), -1).cpu()
 
     def titles(self, labels: torch.Tensor, probs: torch.Tensor) -> List[str]:
-        """Per text ``true <class> · predicted <class> (p=…)``."""
-        return [f"true {self.class_names[y]} · predicted {self.class_names[k]} (p={float(p[k]):.3f})"
+        """Per text ``true <class> · predicted <class> (p=…)`` (a label < 0: none, no truth)."""
+        return [(f"true {self.class_names[y]} · " if y >= 0 else "")
+                + f"predicted {self.class_names[k]} (p={float(p[k]):.3f})"
                 for y, p, k in zip(labels.tolist(), probs, probs.argmax(-1).tolist())]
 
     @torch.no_grad()
