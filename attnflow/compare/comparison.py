@@ -17,7 +17,7 @@ from attnflow.compare.jain_wallace import jain_wallace
 from attnflow.compare.loading import load_task
 from attnflow.compare.runs import Named, open_runs
 from attnflow.compare.stats import CompareError, check_rows, pair_divergence, stats_table
-from attnflow.compare.views import ExampleViews
+from attnflow.compare.views import ExampleViews, pick
 from attnflow.compare.words import per_word
 
 
@@ -105,19 +105,12 @@ def lined_up(examples: Dict[str, List[ExampleViews]]):
                    + (f"; left out: {', '.join(left)}" if left else ""))
 
 
-def _cross(example: ExampleViews, layer: Optional[int]):
-    views = [v for v in example.views if v.kind == "cross"]
-    if not views:
-        return None
-    return views[-1 if layer is None else min(layer, len(views) - 1)]
-
-
 def alignment_error(examples: Sequence[ExampleViews], choice: Choice) -> Optional[float]:
     """AER of the chosen layer's cross-attention (mean over heads) against ``--alignments``."""
     gold = read_pharaoh(choice.alignments, len(examples))
     links = []
     for ex in examples:
-        view = _cross(ex, choice.layer)
+        view = pick(ex.views, "cross", choice.layer)
         if view is None:
             raise CompareError("--alignments: the runs have no cross-attention (translation only)")
         links.append(word_alignment(view.weights.mean(0), view.rows, view.labels[0] if view.labels else []))
