@@ -67,6 +67,18 @@ def test_page_and_figures_match_the_models_own_attention(runs, tmp_path, capsys)
     assert "dot" in capsys.readouterr().out
 
 
+def test_aer_is_of_each_target_words_heaviest_source_word(runs, tmp_path):
+    alpha, T, S = _teacher_forced(runs["dot"], 3)
+    gold = tmp_path / "gold.txt"  # the reversal: source word i with target word n - 1 - i
+    gold.write_text("".join(" ".join(f"{i}-{n - 1 - i}" for i in range(n)) + "\n" for n in S))
+    assert main([str(runs["dot"]), str(runs["general"]), "--examples", "3", "--alignments",
+                 str(gold), "-o", str(tmp_path / "o")]) == 0
+    got = json.loads((tmp_path / "o" / "stats.json").read_text())["aer"]["dot"]
+    hits = sum(int(alpha[e, t, : S[e]].argmax()) == S[e] - 1 - t for e in range(3) for t in range(T[e] - 1))
+    links = sum(T[e] - 1 for e in range(3))  # every target word but <eos>, one link each
+    assert got == pytest.approx(1 - 2 * hits / (links + sum(S)))
+
+
 def test_a_sweep_folder_names_runs_by_what_was_swept(runs, tmp_path):
     sweep = tmp_path / "sweep"
     for i, (scorer, acc) in enumerate((("dot", 0.5), ("additive", 0.9))):
@@ -76,6 +88,14 @@ def test_a_sweep_folder_names_runs_by_what_was_swept(runs, tmp_path):
         (job / ".hydra" / "overrides.yaml").write_text(f"- scorer={scorer}\n")
         (job / "metrics.json").write_text(json.dumps({"metrics": {"val/seq_acc": acc}, "epochs": 1}))
     (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    from attnflow.compare.runs import named_runs
+
+    for i, scorer in enumerate(("dot", "additive")):
+        (sweep / str(i) / ".hydra" / "overrides.yaml").write_text(f"- model.decoder.scorer.name={scorer}\n")
+    named, _ = named_runs([sweep])  # a block's name field is shown by its block
+    assert [label for label, _ in named] == ["scorer=additive", "scorer=dot"]
+    for i, scorer in enumerate(("dot", "additive")):
+        (sweep / str(i) / ".hydra" / "overrides.yaml").write_text(f"- scorer={scorer}\n")
     assert main([str(sweep), "--examples", "2", "--permutations", "0"]) == 0
     stats = json.loads((sweep / "compare" / "stats.json").read_text())
     assert list(stats["runs"]) == ["scorer=additive", "scorer=dot"]  # best first

@@ -23,9 +23,10 @@ def _source(path: Path) -> Path:
 
 
 def _label(report, run) -> str:
-    """A sweep's run named by its swept values (``scorer=dot``), else by its folder."""
-    values = [f"{p.split('.')[-1] if p.endswith('.name') else p}={report.value(run, p)}"
-              for p in report.params if report.value(run, p) is not None]
+    """A sweep's run named by its swept values (``scorer=dot``; ``model.scorer.name=dot`` as
+    ``scorer=dot``), else by its folder."""
+    values = [f"{p.removesuffix('.name').split('.')[-1] if p.endswith('.name') else p}="
+              f"{report.value(run, p)}" for p in report.params if report.value(run, p) is not None]
     return ", ".join(values) or run.name
 
 
