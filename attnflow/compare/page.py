@@ -8,7 +8,6 @@ import base64
 import csv
 import html
 import io
-import json
 from pathlib import Path
 from typing import Dict, List, Sequence
 
@@ -17,7 +16,7 @@ from rich.table import Table
 
 from attnflow.compare.comparison import Comparison, fmt
 from attnflow.compare.stats import MEAN
-from attnflow.io.text import InputError, atomic_path
+from attnflow.io.text import InputError, write_json, write_text
 
 STYLE = """<style>
 body{font-family:system-ui,sans-serif;margin:1.5em;line-height:1.45;color:#222}
@@ -113,11 +112,6 @@ def render(c: Comparison, heading: str) -> str:
             + f"<h2>Examples</h2>{_examples(c)}</body></html>")
 
 
-def _write(path: Path, text: str) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
-
-
 def _clean(value):
     """NaN as null (JSON has no NaN), in nested lists and dicts."""
     if isinstance(value, float) and value != value:
@@ -144,13 +138,13 @@ def write_page(c: Comparison, out: Path, heading: str = "Attention across runs")
     """compare.html, stats.json and stats.csv in ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     files = {"html": out / "compare.html", "json": out / "stats.json", "csv": out / "stats.csv"}
-    _write(files["html"], render(c, heading))
-    _write(files["json"], json.dumps(summary(c), indent=1, default=float, allow_nan=False))
+    write_text(files["html"], render(c, heading))
+    write_json(files["json"], summary(c), indent=1, default=float, allow_nan=False)
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow(c.columns)
     writer.writerows(c.table)
-    _write(files["csv"], buf.getvalue())
+    write_text(files["csv"], buf.getvalue())
     return files
 
 

@@ -183,6 +183,13 @@ def atomic_path(path: Path | str) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
+def write_text(path: Path | str, text: str) -> None:
+    """``text`` in ``path`` as UTF-8, as given (newline="": a CSV's own \\r\\n kept), written
+    atomically: an interrupted write leaves the previous file whole."""
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as fh:
+        fh.write(text)
+
+
 def write_json(path: Path | str, data: Any, **dumps: Any) -> None:
     """``data`` as JSON (``json.dumps`` with ``dumps``) in ``path``, written atomically."""
     with atomic_path(path) as tmp:

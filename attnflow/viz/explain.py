@@ -15,7 +15,7 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from attnflow.io.text import atomic_path
+from attnflow.io.text import write_text
 
 STYLE = """<style>
 body{font-family:system-ui,sans-serif;max-width:60em;margin:2em auto;line-height:1.6}
@@ -62,10 +62,9 @@ def render_html(docs: List[dict], heading: str = "attention") -> str:
 
 
 def write_html(path: Path | str, docs: List[dict], heading: str = "attention") -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_html(docs, heading), encoding="utf-8")
-    return path
+    """Write the page atomically (a failure leaves an existing file as it was)."""
+    write_text(path, render_html(docs, heading))
+    return Path(path)
 
 
 # -- BERT texts ------------------------------------------------------------------------------------
@@ -136,7 +135,5 @@ def render_text_html(texts: List[dict], heading: str = "attention from [CLS]") -
 
 def write_text_html(path: Path | str, texts: List[dict], heading: str = "attention from [CLS]") -> Path:
     """Write the page atomically (a failure leaves an existing file as it was)."""
-    path = Path(path)
-    with atomic_path(path) as tmp:
-        tmp.write_text(render_text_html(texts, heading), encoding="utf-8")
-    return path
+    write_text(path, render_text_html(texts, heading))
+    return Path(path)

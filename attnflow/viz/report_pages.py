@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from attnflow.io.metric_names import curve_name
-from attnflow.io.text import atomic_path
+from attnflow.io.text import write_text
 from attnflow.viz.report_plots import plot_curves, plot_param, thumbnails
 from attnflow.viz.report_sections import Section, column_blocks, section_table, sections
 from attnflow.viz.runs import PRUNED, Report, best_runs, fmt, ranking, table
@@ -170,16 +170,10 @@ def curve_plots(report: Report, out: Path) -> Plots:
     return plots
 
 
-def _write(path: Path, text: str) -> None:
-    """Atomic: a report interrupted midway leaves the previous file whole."""
-    with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8", newline="") as fh:
-        fh.write(text)  # newline="": the CSV's own \r\n
-
-
 def write_report(report: Report, out: Path) -> Dict[str, Path]:
     """Plots, thumbnails, report.html, report.md, report.csv and ``.report-of`` in ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    _write(out / REPORT_OF, str(report.path.resolve()) + "\n")
+    write_text(out / REPORT_OF, str(report.path.resolve()) + "\n")
     ranked = not report.groups and sum(report.metric in r.metrics for r in report.runs) > 1
     plots: Plots = [(f"{report.metric} against {p}", path) for p in (report.params if ranked else [])
                     if (path := plot_param(report, p, out))]
@@ -187,10 +181,10 @@ def write_report(report: Report, out: Path) -> Dict[str, Path]:
     plots += plot_study(report, out)
     thumbs = thumbnails(report, out)
     files = {"html": out / "report.html", "md": out / "report.md", "csv": out / "report.csv"}
-    _write(files["html"], write_html(report, out, plots, thumbs))
-    _write(files["md"], write_md(report, out, plots, thumbs))
+    write_text(files["html"], write_html(report, out, plots, thumbs))
+    write_text(files["md"], write_md(report, out, plots, thumbs))
     header, rows = table(report, full=True)
     buf = io.StringIO()
     csv.writer(buf).writerows([header, *(["" if v is None else v for v in row] for row in rows)])
-    _write(files["csv"], buf.getvalue())
+    write_text(files["csv"], buf.getvalue())
     return files
