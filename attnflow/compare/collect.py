@@ -20,7 +20,7 @@ from attnflow.tasks.seq2seq import Seq2SeqTask
 from attnflow.tasks.text_classification import TextClassificationTask
 from attnflow.tasks.token_classification import TokenClassificationTask
 from attnflow.viz.figures import attention_figure, caption_figure, figure_png
-from attnflow.viz.graph import neighbourhoods
+from attnflow.viz.graph import heaviest, neighbourhoods
 
 
 def collect(task, batch, layer: Optional[int] = None, head: Optional[int] = None,
@@ -117,12 +117,11 @@ def collect_nodes(task: NodeClassificationTask, batch, layer, head, keys) -> Lis
     names = task.class_names()
     keys = [f"node {t}" for t in nodes.tolist()] if keys is None else example_keys(len(nodes), keys)
     out = []
-    for key, t, (nbrs, alphas), (shown, shown_alphas) in zip(
-            keys, nodes.tolist(), neighbourhoods(weights, nodes, None), neighbourhoods(weights, nodes)):
+    for key, t, (nbrs, alphas) in zip(keys, nodes.tolist(), neighbourhoods(weights, nodes, None)):
         labels = [str(j) for j in nbrs.tolist()]
         views = [View.build("neighbours", l, len(alphas), a.T[:, None, :], [f"node {t}"], [labels])
                  for l, a in enumerate(alphas)]
-        fig, title = task.node_picture(t, shown, shown_alphas, y, pred)
+        fig, title = task.node_picture(t, *heaviest(nbrs, alphas), y, pred)
         out.append(ExampleViews(key, f"node {t} ({names[int(y[t])]})", views, figure_png(fig), title,
                                 prediction=names[int(pred[t])]))
     return out

@@ -81,9 +81,15 @@ def neighbourhoods(weights: Sequence[Tuple[torch.Tensor, torch.Tensor]], nodes: 
             table = torch.zeros(size, alpha.shape[-1])
             table[ei[0, into]] = alpha[into].float().cpu()
             alphas.append(table[nbrs])
-        if max_neighbours is not None and len(nbrs) > max_neighbours:
-            mean = torch.stack([a.mean(-1) for a in alphas]).mean(0)
-            keep = mean.topk(max_neighbours).indices.sort().values
-            nbrs, alphas = nbrs[keep], [a[keep] for a in alphas]
-        out.append((nbrs, alphas))
+        out.append(heaviest(nbrs, alphas, max_neighbours))
     return out
+
+
+def heaviest(nbrs: torch.Tensor, alphas: List[torch.Tensor], max_neighbours: Optional[int] = 24):
+    """(nbrs, alphas) of one node cut to the ``max_neighbours`` of the largest mean α over
+    layers and heads, in node order (None: all)."""
+    if max_neighbours is None or len(nbrs) <= max_neighbours:
+        return nbrs, alphas
+    mean = torch.stack([a.mean(-1) for a in alphas]).mean(0)
+    keep = mean.topk(max_neighbours).indices.sort().values
+    return nbrs[keep], [a[keep] for a in alphas]
