@@ -27,7 +27,7 @@ def collect(task, batch, layer: Optional[int] = None, head: Optional[int] = None
             keys: Optional[Sequence[str]] = None) -> List[ExampleViews]:
     """Each example of ``batch`` as ``task`` sees it: every view (every kind, layer and head) and a
     PNG picture of layer ``layer`` (0-based; None: the last) and head ``head`` (0-based; None: the mean
-    over heads). ``keys``: the examples' names (default ``val 0``, ``val 1``… ; graphs ``node <id>``).
+    over heads). ``keys``: the examples' names (default ``val 0``, ``val 1``…; graphs: always ``node <id>``).
 
     A layer or head past a run's last is its last (the picture's label names what it shows), so
     one choice serves runs of different depths. Documents and graphs are pictured as their
@@ -109,13 +109,13 @@ def collect_captions(task: CaptioningTask, batch, layer, head, keys) -> List[Exa
 
 # -- graphs ----------------------------------------------------------------------------------------------
 def collect_nodes(task: NodeClassificationTask, batch, layer, head, keys) -> List[ExampleViews]:
-    """GAT nodes: ``neighbours`` per layer, (heads, 1, in-degree): α of the node's incoming edges
-    (its self-loop included) by neighbour id; pictured as the dashboard: every layer and head,
+    """GAT nodes, named by their ids (``keys`` unread): ``neighbours`` per layer, (heads, 1,
+    in-degree): α of the node's incoming edges (its self-loop included) by neighbour id; pictured as the dashboard: every layer and head,
     the heaviest neighbours."""
     data, nodes = batch["graph"], batch["nodes"].cpu()
     _, weights, y, pred = task.predicted(data)
     names = task.class_names()
-    keys = [f"node {t}" for t in nodes.tolist()] if keys is None else example_keys(len(nodes), keys)
+    keys = [f"node {t}" for t in nodes.tolist()]  # (a node's id names it in every run)
     out = []
     for key, t, (nbrs, alphas) in zip(keys, nodes.tolist(), neighbourhoods(weights, nodes, None)):
         labels = [str(j) for j in nbrs.tolist()]

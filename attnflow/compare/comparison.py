@@ -64,8 +64,7 @@ def _views_of(run, choice: Choice):
         batch, keys = dm.text_batch(choice.texts), [f"text {i + 1}" for i in range(len(choice.texts))]
     else:
         batch = dm.example_batch(choice.examples, ids=choice.ids)
-        graph = isinstance(batch, dict) and "nodes" in batch
-        keys = None if choice.ids is None or graph else [f"val {i}" for i in choice.ids]
+        keys = None if choice.ids is None else [f"val {i}" for i in choice.ids]
     views = collect(task, batch, choice.layer, choice.head, keys)
     if not views:
         raise CompareError(f"{run.run_dir}: no validation examples to compare")
