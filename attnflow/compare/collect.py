@@ -26,8 +26,9 @@ from attnflow.viz.graph import heaviest, neighbourhoods
 def collect(task, batch, layer: Optional[int] = None, head: Optional[int] = None,
             keys: Optional[Sequence[str]] = None) -> List[ExampleViews]:
     """Each example of ``batch`` as ``task`` sees it: every view (every kind, layer and head) and a
-    PNG picture of layer ``layer`` (0-based; None: the last) and head ``head`` (0-based; None: the mean
-    over heads). ``keys``: the examples' names (default ``val 0``, ``val 1``…; graphs: always ``node <id>``).
+    PNG picture of layer ``layer`` (0-based; None: the last) and head ``head`` (0-based; None:
+    the mean over heads). ``keys``: the examples' names (default ``val 0``, ``val 1``…; graphs:
+    always ``node <id>``).
 
     A layer or head past a run's last is its last (the picture's label names what it shows), so
     one choice serves runs of different depths. Documents and graphs are pictured as their
