@@ -8,9 +8,10 @@ and the diagnostics of the literature.
 
 Each run's best checkpoint reads the same validation examples (``--examples N``: the first N, or
 across the classes as the run's dashboard takes them; ``--ids``: these, as numbers or a file of
-them; graph runs: node ids), or ``--texts FILE``'s texts (translation: source<TAB>reference). Translation and captioning attention is taken teacher-forced on the
-reference, so rows line up. Writes ``compare.html`` (self-contained), ``stats.json`` and
-``stats.csv`` to ``-o`` (default ``<first path>/compare``) and prints the statistics.
+them; graph runs: node ids), or ``--texts FILE``'s texts (translation: source<TAB>reference).
+Translation and captioning attention is taken teacher-forced on the reference, so rows line up.
+Writes ``compare.html`` (self-contained), ``stats.json`` and ``stats.csv`` to ``-o`` (default
+``<first path>/compare``) and prints the statistics.
 """
 
 from __future__ import annotations

@@ -111,8 +111,8 @@ def collect_captions(task: CaptioningTask, batch, layer, head, keys) -> List[Exa
 # -- graphs ----------------------------------------------------------------------------------------------
 def collect_nodes(task: NodeClassificationTask, batch, layer, head, keys) -> List[ExampleViews]:
     """GAT nodes, named by their ids (``keys`` unread): ``neighbours`` per layer, (heads, 1,
-    in-degree): α of the node's incoming edges (its self-loop included) by neighbour id; pictured as the dashboard: every layer and head,
-    the heaviest neighbours."""
+    in-degree): α of the node's incoming edges (its self-loop included) by neighbour id;
+    pictured as the dashboard: every layer and head, the heaviest neighbours."""
     data, nodes = batch["graph"], batch["nodes"].cpu()
     _, weights, y, pred = task.predicted(data)
     names = task.class_names()

@@ -41,10 +41,11 @@ JW_NOTE = ("Jain & Wallace (2019): Kendall τ between the attention and the grad
 
 def _table(columns: List[str], rows: List[List], left: Sequence[int] = (0,)) -> str:
     """An HTML table, the columns at ``left`` aligned left (names), the others right (figures)."""
-    head = "".join(f'<th class="{"l" if i in left else ""}">{html.escape(c)}</th>' for i, c in enumerate(columns))
-    body = "".join("<tr>" + "".join(f'<td class="{"l" if i in left else ""}">{html.escape(fmt(v))}</td>'
-                                    for i, v in enumerate(r)) + "</tr>" for r in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
+    def line(tag: str, cells) -> str:
+        return "<tr>" + "".join(f'<{tag} class="{"l" if i in left else ""}">{html.escape(text)}</{tag}>'
+                                for i, text in enumerate(cells)) + "</tr>"
+
+    return f"<table>{line('th', columns)}{''.join(line('td', map(fmt, r)) for r in rows)}</table>"
 
 
 def diagnostics_rows(c: Comparison) -> List[List]:
@@ -74,7 +75,8 @@ def _examples(c: Comparison) -> str:
         for label in c.labels:
             ex = c.examples[label][i]
             img = (f'<img alt="{html.escape(label)}: {html.escape(key)}" src="data:image/png;base64,'
-                   f'{base64.b64encode(ex.picture).decode("ascii")}">' if ex.picture else "<em>no attention</em>")
+                   f'{base64.b64encode(ex.picture).decode("ascii")}">' if ex.picture
+                   else "<em>no attention</em>")
             cells.append(f'<div class="cell"><div class="who">{html.escape(label)}</div>'
                          f'<div class="cap">{html.escape(ex.prediction)}</div>{img}'
                          f'<div class="cap">{html.escape(ex.caption)}</div></div>')
@@ -99,7 +101,8 @@ def _statistics(c: Comparison) -> str:
 
 
 def render(c: Comparison, heading: str) -> str:
-    runs = "".join(f"<li>{html.escape(k)}: <code>{html.escape(str(p))}</code></li>" for k, p in c.paths.items())
+    runs = "".join(f"<li>{html.escape(k)}: <code>{html.escape(str(p))}</code></li>"
+                   for k, p in c.paths.items())
     diag = diagnostics_rows(c)
     shown = _any_figure(diag)
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(heading)}</title>"
